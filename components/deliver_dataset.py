@@ -1,0 +1,21 @@
+"""deliver_dataset: a Hub dataset, local JSONL (file or directory) or builtin:function-calling
+into the bucket as validated train.jsonl + eval.jsonl, content-addressed."""
+
+from kfp import dsl
+from kfp.dsl import Dataset, Output
+
+from trainer import settings
+
+
+@dsl.component(base_image=settings.image(), install_kfp_package=False)
+def deliver_dataset(source: str, revision: str, eval_fraction: float, seed: int, dataset: Output[Dataset]):
+    """Put a chat dataset (Hub id, local JSONL/dir or builtin:function-calling) into the bucket."""
+    from components.artifacts import write_pointer
+    from trainer import sources
+    from trainer.errors import exit_on_user_error
+    from trainer.storage import Store
+
+    with exit_on_user_error():
+        uri, meta = sources.deliver_dataset(source, revision, Store.from_env(), eval_fraction, seed)
+    write_pointer(dataset, uri, meta)
+    print(f"dataset {source} -> {uri} rows={meta['rows']}")

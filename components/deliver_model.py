@@ -1,0 +1,21 @@
+"""deliver_model: a Hub id, local directory or builtin:tiny-llama into the bucket, checksummed
+and content-addressed (re-delivering unchanged content uploads nothing)."""
+
+from kfp import dsl
+from kfp.dsl import Model, Output
+
+from trainer import settings
+
+
+@dsl.component(base_image=settings.image(), install_kfp_package=False)
+def deliver_model(source: str, revision: str, model: Output[Model]):
+    """Put a model (Hub id, local dir or builtin:tiny-llama) into the bucket."""
+    from components.artifacts import write_pointer
+    from trainer import sources
+    from trainer.errors import exit_on_user_error
+    from trainer.storage import Store
+
+    with exit_on_user_error():
+        uri, meta = sources.deliver_model(source, revision, Store.from_env())
+    write_pointer(model, uri, meta)
+    print(f"model {source} -> {uri} ({meta['total_bytes']} bytes, {meta['uploaded_bytes']} uploaded)")

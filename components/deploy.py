@@ -1,0 +1,42 @@
+"""deploy: serve the merged model behind an OpenAI-compatible API and smoke-test it."""
+
+from typing import NamedTuple
+
+from kfp import dsl
+from kfp.dsl import Dataset, Input, Metrics, Model, Output
+
+from trainer import settings
+
+
+@dsl.component(base_image=settings.image(), install_kfp_package=False)
+def deploy(
+    model: Input[Model],
+    dataset: Input[Dataset],
+    smoke: Output[Metrics],
+    backend: str = "local",
+    keep_serving: bool = False,
+) -> NamedTuple("Outputs", endpoint=str):
+    """Serve (local: `transformers serve` on loopback), send one chat completion built from the
+    first eval row, log its latency, and output the endpoint URL."""
+    import json
+    from collections import namedtuple
+
+    from components.artifacts import read_uri
+    from trainer.errors import UserError, exit_on_user_error
+    from trainer.serve import deploy_local
+    from trainer.storage import Store
+
+    with exit_on_user_error():
+        if backend != "local":
+            raise UserError(f"deploy backend must be 'local', got {backend!r}")
+        store = Store.from_env()
+        with open(store.get_tree(read_uri(dataset)) / "eval.jsonl") as f:
+            row = json.loads(f.readline())
+        out = deploy_local(store.get_tree(read_uri(model)), row["messages"][:-1], row.get("tools"),
+                           keep_serving=keep_serving)
+    smoke.log_metric("smoke_latency_s", out["latency_s"])
+    smoke.metadata["reply"] = out["reply"][:500]
+    print(f"endpoint {out['endpoint']} answered in {out['latency_s']:.2f}s: {out['reply'][:200]}")
+    if out["pid"]:
+        print(f"still serving (pid {out['pid']}); stop with: kill {out['pid']}")
+    return namedtuple("Outputs", ["endpoint"])(out["endpoint"])

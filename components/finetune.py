@@ -1,0 +1,47 @@
+"""finetune: distributed LoRA (or full) fine-tuning through a launcher (local torchrun now)."""
+
+from kfp import dsl
+from kfp.dsl import Dataset, Input, Metrics, Model, Output
+
+from trainer import settings
+
+
+@dsl.component(base_image=settings.image(), install_kfp_package=False)
+def finetune(
+    base_model: Input[Model],
+    dataset: Input[Dataset],
+    run_id: str,
+    adapter: Output[Model],
+    metrics: Output[Metrics],
+    launcher: str = "local",
+    nodes: int = 2,
+    procs_per_node: int = 1,
+    method: str = "lora",
+    lora_r: int = 16,
+    lora_alpha: int = 32,
+    lora_dropout: float = 0.0,
+    lora_train_embeddings: bool = False,
+    learning_rate: float = 3e-3,
+    max_steps: int = 300,
+    batch_size: int = 16,
+    max_seq_len: int = 512,
+    seed: int = 0,
+):
+    """Train on `nodes` x `procs_per_node` processes; output the adapter (or full model) and metrics.
+
+    The loss history stays in the bucket at runs/<run_id>/result.json.
+    """
+    from components.artifacts import log_metrics, read_uri, write_pointer
+    from trainer.config import TrainConfig
+    from trainer.errors import exit_on_user_error
+    from trainer.launch import run_training
+    from trainer.storage import Store
+
+    cfg = TrainConfig(model_uri=read_uri(base_model), dataset_uri=read_uri(dataset), output_prefix=f"runs/{run_id}",
+                      method=method, lora_r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout,
+                      lora_train_embeddings=lora_train_embeddings, learning_rate=learning_rate,
+                      max_steps=max_steps, batch_size=batch_size, max_seq_len=max_seq_len, seed=seed)
+    with exit_on_user_error():
+        result = run_training(cfg, launcher, nodes, procs_per_node, Store.from_env())
+    write_pointer(adapter, result["output_uri"], {"method": method, "total_bytes": result["output_bytes"]})
+    log_metrics(metrics, result["metrics"])

@@ -1,0 +1,24 @@
+"""merge_lora: the LoRA adapter merged into its base, as a plain model directory in the bucket."""
+
+from kfp import dsl
+from kfp.dsl import Input, Model, Output
+
+from trainer import settings
+
+
+@dsl.component(base_image=settings.image(), install_kfp_package=False)
+def merge_lora(base_model: Input[Model], adapter: Input[Model], merged: Output[Model]):
+    """Merge, upload content-addressed, point `merged` at it (loadable by from_pretrained)."""
+    import tempfile
+
+    from components.artifacts import read_uri, write_pointer
+    from trainer.errors import exit_on_user_error
+    from trainer.merge import merge
+    from trainer.storage import Store
+
+    with exit_on_user_error(), tempfile.TemporaryDirectory() as tmp:
+        store = Store.from_env()
+        out = merge(store.get_tree(read_uri(base_model)), store.get_tree(read_uri(adapter)), tmp)
+        uri, meta = store.put_tree(out, "models")
+    write_pointer(merged, uri, {**meta, "source": read_uri(adapter)})
+    print(f"merged model -> {uri} ({meta['total_bytes']} bytes)")

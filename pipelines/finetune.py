@@ -1,0 +1,86 @@
+"""The fine-tuning pipeline: deliver -> finetune -> evaluate -> merge -> deploy.
+
+Run locally:  python -m pipelines.run_local [--param max_steps=100 ...]
+Compile:      python -m pipelines.compile   (writes compiled/finetune.yaml)
+
+This module only wires tasks: no I/O, cluster look-ups or random names at compile time.
+The run-unique training prefix comes from the KFP run id placeholder at run time, and
+credentials come from Kubernetes Secrets (names in trainer.settings), never parameters.
+"""
+
+from typing import NamedTuple
+
+from kfp import dsl, kubernetes
+from kfp.dsl import Metrics, Model
+
+from components.deliver_dataset import deliver_dataset
+from components.deliver_model import deliver_model
+from components.deploy import deploy
+from components.evaluate import evaluate
+from components.finetune import finetune
+from components.merge_lora import merge_lora
+from trainer import settings
+
+PIPELINE_NAME = "llm-finetune"
+
+
+def _with_s3(task: dsl.PipelineTask) -> dsl.PipelineTask:
+    """S3 credentials from the cluster Secret (kfp.local ignores this; run_local sets env)."""
+    kubernetes.use_secret_as_env(task, secret_name=settings.get("S3_SECRET_NAME"),
+                                 secret_key_to_env={"accesskey": "AWS_ACCESS_KEY_ID",
+                                                    "secretkey": "AWS_SECRET_ACCESS_KEY"})
+    return task
+
+
+@dsl.pipeline(name=PIPELINE_NAME, description="Fine-tune a Hugging Face model with LoRA, evaluate base vs "
+              "tuned, merge, and serve it behind an OpenAI-compatible API.")
+def finetune_pipeline(
+    model_source: str = "builtin:tiny-llama",
+    model_revision: str = "",
+    dataset_source: str = "builtin:function-calling",
+    dataset_revision: str = "",
+    eval_fraction: float = 0.1,
+    launcher: str = "local",
+    nodes: int = 2,
+    procs_per_node: int = 1,
+    method: str = "lora",
+    lora_r: int = 16,
+    lora_alpha: int = 32,
+    lora_dropout: float = 0.0,
+    lora_train_embeddings: bool = True,
+    learning_rate: float = 3e-3,
+    max_steps: int = 400,
+    batch_size: int = 8,
+    max_seq_len: int = 512,
+    seed: int = 0,
+    eval_max_rows: int = 200,
+    deploy_backend: str = "local",
+    keep_serving: bool = False,
+) -> NamedTuple("Outputs", eval_metrics=Metrics, train_metrics=Metrics, merged_model=Model, endpoint=str):
+    """Defaults run the built-in tiny model and dataset (offline, a few minutes on 2 CPU cores).
+
+    For a pretrained model set lora_train_embeddings=False and a learning rate near 2e-4.
+    """
+    model = _with_s3(deliver_model(source=model_source, revision=model_revision)).set_display_name("deliver model")
+    kubernetes.use_secret_as_env(model, secret_name=settings.get("HF_SECRET_NAME"),
+                                 secret_key_to_env={"token": "HF_TOKEN"}, optional=True)
+    data = _with_s3(deliver_dataset(source=dataset_source, revision=dataset_revision, eval_fraction=eval_fraction,
+                                    seed=seed)).set_display_name("deliver dataset")
+    kubernetes.use_secret_as_env(data, secret_name=settings.get("HF_SECRET_NAME"),
+                                 secret_key_to_env={"token": "HF_TOKEN"}, optional=True)
+    train = _with_s3(finetune(
+        base_model=model.outputs["model"], dataset=data.outputs["dataset"], run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+        launcher=launcher, nodes=nodes, procs_per_node=procs_per_node, method=method, lora_r=lora_r,
+        lora_alpha=lora_alpha, lora_dropout=lora_dropout, lora_train_embeddings=lora_train_embeddings,
+        learning_rate=learning_rate, max_steps=max_steps, batch_size=batch_size, max_seq_len=max_seq_len, seed=seed,
+    )).set_display_name("fine-tune")
+    scores = _with_s3(evaluate(base_model=model.outputs["model"], tuned_model=train.outputs["adapter"],
+                               dataset=data.outputs["dataset"], max_rows=eval_max_rows,
+                               max_seq_len=max_seq_len)).set_display_name("evaluate")
+    merged = _with_s3(merge_lora(base_model=model.outputs["model"], adapter=train.outputs["adapter"]))
+    merged.set_display_name("merge LoRA")
+    served = _with_s3(deploy(model=merged.outputs["merged"], dataset=data.outputs["dataset"],
+                             backend=deploy_backend, keep_serving=keep_serving)).set_display_name("deploy")
+    outputs = NamedTuple("Outputs", eval_metrics=Metrics, train_metrics=Metrics, merged_model=Model, endpoint=str)
+    return outputs(eval_metrics=scores.outputs["metrics"], train_metrics=train.outputs["metrics"],
+                   merged_model=merged.outputs["merged"], endpoint=served.outputs["endpoint"])

@@ -1,0 +1,95 @@
+"""python -m trainer {train,deliver-model,deliver-dataset,evaluate,merge,serve,build-tiny-model}
+
+The trainer's command line: every stage of the pipeline without KFP. S3 settings and
+credentials come from the environment (S3_ENDPOINT, S3_BUCKET, AWS_ACCESS_KEY_ID,
+AWS_SECRET_ACCESS_KEY).
+
+  torchrun --nproc-per-node 2 -m trainer train --model-uri s3://... --dataset-uri s3://... \\
+      --output-prefix runs/try1
+  python -m trainer deliver-model builtin:tiny-llama
+  python -m trainer serve ./merged-model --port 8000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from trainer.config import TrainConfig
+from trainer.errors import exit_on_user_error
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m trainer", description=__doc__.split("\n")[2])
+    sub = parser.add_subparsers(dest="command", required=True)
+    TrainConfig.add_arguments(sub.add_parser("train", help="fine-tune (run under torchrun for DDP)"))
+    for kind in ("model", "dataset"):
+        p = sub.add_parser(f"deliver-{kind}", help=f"put a {kind} into the bucket, print its URI")
+        p.add_argument("source")
+        p.add_argument("--revision", default="")
+    p = sub.add_parser("evaluate", help="base vs tuned metrics")
+    p.add_argument("--model-uri", required=True)
+    p.add_argument("--tuned-uri", required=True)
+    p.add_argument("--dataset-uri", required=True)
+    p.add_argument("--max-rows", type=int, default=200)
+    p = sub.add_parser("merge", help="merge a LoRA adapter into its base")
+    p.add_argument("--model-uri", required=True)
+    p.add_argument("--adapter-uri", required=True)
+    p.add_argument("--out", required=True)
+    p = sub.add_parser("serve", help="serve a local model directory with transformers serve")
+    p.add_argument("model_dir", type=Path)
+    p.add_argument("--port", type=int, default=8000)
+    p = sub.add_parser("build-tiny-model", help="write builtin:tiny-llama to a directory")
+    p.add_argument("out", type=Path)
+    args = parser.parse_args(argv)
+
+    with exit_on_user_error():
+        run(args)
+
+
+def run(args: argparse.Namespace) -> None:
+    if args.command == "train":
+        from trainer.train import train
+
+        train(TrainConfig.from_namespace(args))
+        return
+    if args.command == "build-tiny-model":
+        from trainer import builtin_model
+
+        print(builtin_model.build(args.out))
+        return
+    if args.command == "serve":
+        from trainer import serve
+
+        proc, url = serve.start(args.model_dir, port=args.port)
+        print(f"serving {args.model_dir} at {url}/v1 (Ctrl-C stops)", flush=True)
+        try:
+            sys.exit(proc.wait())
+        except KeyboardInterrupt:
+            proc.terminate()
+        return
+
+    from trainer import sources
+    from trainer.storage import Store
+
+    store = Store.from_env()
+    if args.command in ("deliver-model", "deliver-dataset"):
+        deliver = sources.deliver_model if args.command == "deliver-model" else sources.deliver_dataset
+        uri, meta = deliver(args.source, args.revision, store)
+        print(json.dumps({"uri": uri, **{k: v for k, v in meta.items() if k != "files"}}, indent=1))
+    elif args.command == "evaluate":
+        from trainer.evaluate import evaluate
+
+        result = evaluate(store.get_tree(args.model_uri), store.get_tree(args.tuned_uri),
+                          store.get_tree(args.dataset_uri) / "eval.jsonl", max_rows=args.max_rows)
+        print(json.dumps(result, indent=1))
+    elif args.command == "merge":
+        from trainer.merge import merge
+
+        print(merge(store.get_tree(args.model_uri), store.get_tree(args.adapter_uri), args.out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""Training configuration: one dataclass, validated once, every problem reported together."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass, fields
+
+from trainer.errors import collect
+
+
+@dataclass
+class TrainConfig:
+    model_uri: str = ""  # s3://bucket/models/sha256-... (from deliver_model)
+    dataset_uri: str = ""  # s3://bucket/datasets/sha256-... (from deliver_dataset)
+    output_prefix: str = ""  # runs/<run id>: where result.json goes
+    method: str = "lora"  # lora | full
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.0
+    lora_target_modules: str = "all-linear"  # comma list, or all-linear
+    # Also train the (tied) token embedding. Off for pretrained models; the built-in random
+    # model needs it to learn to copy argument values (see README "Built-ins").
+    lora_train_embeddings: bool = False
+    learning_rate: float = 3e-3
+    weight_decay: float = 0.0
+    warmup_ratio: float = 0.05
+    lr_scheduler: str = "cosine"
+    max_steps: int = 300
+    batch_size: int = 16  # rows per rank per step
+    max_seq_len: int = 512  # longer rows are skipped and counted (skipped_long_rows)
+    seed: int = 0
+    log_every: int = 10
+
+    def problems(self) -> list[str]:
+        p = []
+        if not self.model_uri.startswith("s3://"):
+            p.append(f"model_uri must be an s3:// URI from deliver_model, got {self.model_uri!r}")
+        if not self.dataset_uri.startswith("s3://"):
+            p.append(f"dataset_uri must be an s3:// URI from deliver_dataset, got {self.dataset_uri!r}")
+        if not self.output_prefix:
+            p.append("output_prefix is empty: pass runs/<run id>")
+        if self.method not in ("lora", "full"):
+            p.append(f"method must be 'lora' or 'full', got {self.method!r}")
+        if self.method == "lora" and self.lora_r <= 0:
+            p.append(f"lora_r must be > 0, got {self.lora_r}")
+        if self.method == "lora" and self.lora_alpha <= 0:
+            p.append(f"lora_alpha must be > 0, got {self.lora_alpha}")
+        if not 0 <= self.lora_dropout < 1:
+            p.append(f"lora_dropout must be in [0, 1), got {self.lora_dropout}")
+        if self.learning_rate <= 0:
+            p.append(f"learning_rate must be > 0, got {self.learning_rate}")
+        if not 0 <= self.warmup_ratio < 1:
+            p.append(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        for name in ("max_steps", "batch_size", "max_seq_len", "log_every"):
+            if getattr(self, name) <= 0:
+                p.append(f"{name} must be > 0, got {getattr(self, name)}")
+        return p
+
+    def validate(self) -> "TrainConfig":
+        collect(self.problems(), what="invalid training config")
+        return self
+
+    def to_args(self) -> list[str]:
+        """CLI arguments that rebuild this config in `python -m trainer train`."""
+        return [f"--{f.name.replace('_', '-')}={getattr(self, f.name)}" for f in fields(self)]
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        for f in fields(cls):
+            kind = type(f.default)
+            parser.add_argument(f"--{f.name.replace('_', '-')}", default=f.default,
+                                type=_parse_bool if kind is bool else kind)
+
+    @classmethod
+    def from_namespace(cls, ns: argparse.Namespace) -> "TrainConfig":
+        return cls(**{f.name: getattr(ns, f.name) for f in fields(cls)})
+
+    def asdict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _parse_bool(value: str) -> bool:
+    if value.lower() in ("1", "true", "yes"):
+        return True
+    if value.lower() in ("0", "false", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")

@@ -1,0 +1,39 @@
+"""User-facing errors: one clear message, no traceback wall.
+
+Anything the user can fix (bad parameter, missing file, malformed row, unreachable
+storage) raises :class:`UserError`. Entry points wrap their work in
+:func:`exit_on_user_error`, which prints the message and exits non-zero instead of
+printing a traceback; genuine bugs still surface with their full traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import Iterable, Iterator
+
+
+class UserError(Exception):
+    """A problem in the user's input or environment, with the fix in its message."""
+
+
+def collect(problems: Iterable[str], what: str = "invalid configuration") -> None:
+    """Raise one UserError listing every problem, if there are any.
+
+    Validation code appends every problem it finds to a list and calls this once,
+    so the user fixes everything in one round instead of one error per run.
+    """
+    problems = list(problems)
+    if problems:
+        lines = "\n".join(f"  - {p}" for p in problems)
+        raise UserError(f"{what} ({len(problems)} problem{'s' if len(problems) > 1 else ''}):\n{lines}")
+
+
+@contextlib.contextmanager
+def exit_on_user_error() -> Iterator[None]:
+    """Turn a UserError into `error: <message>` on stderr and exit status 2."""
+    try:
+        yield
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None

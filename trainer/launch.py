@@ -1,0 +1,79 @@
+"""Launchers start the distributed training job; the finetune component picks one.
+
+The local launcher emulates a PyTorchJob on one machine: it starts one torchrun agent per
+"node" with the same PET_* environment the Training Operator injects into each pod
+(PET_NNODES, PET_NODE_RANK, PET_NPROC_PER_NODE, PET_MASTER_ADDR, PET_MASTER_PORT), all
+running the same `torchrun -m trainer train ...` command as the cluster's containers.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+from trainer.errors import UserError
+from trainer.serve import free_port
+
+
+def train_command(train_args: list[str]) -> list[str]:
+    """The command every node runs; torchrun reads topology from PET_* env vars."""
+    return [sys.executable, "-m", "torch.distributed.run", "-m", "trainer", "train", *train_args]
+
+
+@dataclass
+class LocalLauncher:
+    nnodes: int = 2
+    nproc_per_node: int = 1
+    max_restarts: int = 0
+
+    def run(self, train_args: list[str]) -> None:
+        """Run the job to completion; raise UserError naming the failed node otherwise."""
+        world = self.nnodes * self.nproc_per_node
+        port = free_port()
+        threads = max(1, (os.cpu_count() or 1) // world)  # no oversubscription on small machines
+        procs = []
+        for node in range(self.nnodes):
+            env = {**os.environ, "PET_NNODES": str(self.nnodes), "PET_NODE_RANK": str(node),
+                   "PET_NPROC_PER_NODE": str(self.nproc_per_node), "PET_MASTER_ADDR": "127.0.0.1",
+                   "PET_MASTER_PORT": str(port), "PET_MAX_RESTARTS": str(self.max_restarts),
+                   "OMP_NUM_THREADS": str(threads)}
+            procs.append(subprocess.Popen(train_command(train_args), env=env))
+        try:
+            while True:
+                codes = [p.poll() for p in procs]
+                failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
+                if failed:
+                    node, code = failed[0]
+                    raise UserError(f"training failed on node {node} (exit status {code}); see its log above")
+                if all(c == 0 for c in codes):
+                    return
+                time.sleep(0.5)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.terminate()
+            for p in procs:
+                try:
+                    p.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+
+
+LAUNCHERS = ("local",)
+
+
+def run_training(cfg, launcher: str, nodes: int, procs_per_node: int, store) -> dict:
+    """Validate, launch the job, and return the result rank 0 wrote to the bucket."""
+    from trainer.errors import collect
+
+    problems = cfg.problems()
+    if launcher not in LAUNCHERS:
+        problems.append(f"launcher must be one of {LAUNCHERS}, got {launcher!r}")
+    if nodes < 1 or procs_per_node < 1:
+        problems.append(f"nodes and procs_per_node must be >= 1, got {nodes} and {procs_per_node}")
+    collect(problems, what="invalid training launch")
+    LocalLauncher(nnodes=nodes, nproc_per_node=procs_per_node).run(cfg.to_args())
+    return store.get_json(f"{cfg.output_prefix}/result.json")

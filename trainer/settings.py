@@ -1,0 +1,37 @@
+"""The one place for images, buckets, endpoints and secret names.
+
+Every value can be overridden by an environment variable of the same name, read at
+call time (not import time) so a process can change it before running a task.
+Images are pinned by tag, never `:latest`.
+"""
+
+from __future__ import annotations
+
+import os
+
+__version__ = "0.1.0"
+
+_DEFAULTS = {
+    # The project image: trainer + components + kfp, built from docker/Dockerfile.
+    "FINETUNE_IMAGE": f"ghcr.io/llm-finetune-kfp/finetune:{__version__}",
+    # In-cluster MinIO installed by docker/manifests (see README "Run on a cluster").
+    "S3_ENDPOINT": "http://minio.llm-finetune.svc.cluster.local:9000",
+    "S3_BUCKET": "llm-finetune",
+    "S3_REGION": "us-east-1",
+    # Kubernetes Secret names (never values): the pipeline maps their keys to env vars.
+    "S3_SECRET_NAME": "llm-finetune-s3",
+    "HF_SECRET_NAME": "llm-finetune-hf",
+    # Local cache of content-addressed downloads; safe to share between runs because a
+    # prefix's content never changes.
+    "FINETUNE_CACHE_DIR": os.path.join(os.path.expanduser("~"), ".cache", "llm-finetune"),
+}
+
+
+def get(name: str) -> str:
+    """Return setting `name`, from the environment if set there, else the default."""
+    return os.environ.get(name) or _DEFAULTS[name]
+
+
+def image() -> str:
+    """The project image used by every component."""
+    return get("FINETUNE_IMAGE")

@@ -1,0 +1,206 @@
+"""Object storage (MinIO / any S3) through the `minio` client.
+
+Layout in the bucket:
+  models/sha256-<tree>/...     content-addressed trees (base models, adapters, merged models)
+  datasets/sha256-<tree>/...   content-addressed datasets (train.jsonl, eval.jsonl)
+  runs/<run id>/...            per-run files (training results, history)
+
+A tree's `_manifest.json` lists every file with its sha256 and is written last: a
+prefix without it is an interrupted upload and is never read. The tree hash covers
+paths and file hashes only, so the same content always lands at the same prefix,
+re-delivering uploads nothing, and local download caches never go stale.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import io
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from trainer import settings
+from trainer.errors import UserError
+
+MANIFEST = "_manifest.json"
+_CHUNK = 8 << 20
+
+
+def sha256_file(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def tree_manifest(local_dir: str | Path) -> dict[str, Any]:
+    """Files (relative path, sha256, size) under `local_dir` and the tree hash over them."""
+    root = Path(local_dir)
+    files = []
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and p.name != MANIFEST:
+            files.append({"path": p.relative_to(root).as_posix(), "sha256": sha256_file(p), "bytes": p.stat().st_size})
+    tree = hashlib.sha256("".join(f"{f['path']}\0{f['sha256']}\n" for f in files).encode()).hexdigest()
+    return {"format": 1, "tree_sha256": tree, "total_bytes": sum(f["bytes"] for f in files), "files": files}
+
+
+def split_uri(uri: str) -> tuple[str, str]:
+    """`s3://bucket/key` -> (bucket, key)."""
+    parsed = urlparse(uri)
+    if parsed.scheme != "s3" or not parsed.netloc:
+        raise UserError(f"not an s3:// URI: {uri!r}")
+    return parsed.netloc, parsed.path.lstrip("/")
+
+
+@dataclass
+class Store:
+    """A bucket on an S3 endpoint. Credentials come from the environment, never from arguments
+    that could end up in pipeline parameters or logs."""
+
+    endpoint: str
+    bucket: str
+    access_key: str
+    secret_key: str
+    region: str = "us-east-1"
+
+    @classmethod
+    def from_env(cls) -> "Store":
+        missing = [k for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY") if not os.environ.get(k)]
+        if missing:
+            raise UserError(
+                f"S3 credentials missing: set {' and '.join(missing)} (on a cluster they come from the "
+                f"Secret {settings.get('S3_SECRET_NAME')!r}; locally run_local sets them)")
+        return cls(endpoint=settings.get("S3_ENDPOINT"), bucket=settings.get("S3_BUCKET"),
+                   access_key=os.environ["AWS_ACCESS_KEY_ID"], secret_key=os.environ["AWS_SECRET_ACCESS_KEY"],
+                   region=settings.get("S3_REGION"))
+
+    def __post_init__(self) -> None:
+        import minio
+        import urllib3
+
+        url = urlparse(self.endpoint if "://" in self.endpoint else f"http://{self.endpoint}")
+        # Bounded retries with backoff for flaky networks; a dead endpoint fails in ~10 s.
+        http = urllib3.PoolManager(
+            timeout=urllib3.Timeout(connect=5, read=300), maxsize=16,
+            retries=urllib3.Retry(total=3, backoff_factor=0.5, status_forcelist=[500, 502, 503, 504]))
+        self.client = minio.Minio(url.netloc, access_key=self.access_key, secret_key=self.secret_key,
+                                  secure=url.scheme == "https", region=self.region, http_client=http)
+
+    def __repr__(self) -> str:  # keep keys out of logs and tracebacks
+        return f"Store(endpoint={self.endpoint!r}, bucket={self.bucket!r})"
+
+    def uri(self, key: str) -> str:
+        return f"s3://{self.bucket}/{key}"
+
+    def _call(self, what: str, fn, *args, **kwargs):
+        """Run a client call, turning connection and auth failures into one clear UserError."""
+        from minio.error import S3Error
+        from urllib3.exceptions import HTTPError
+
+        try:
+            return fn(*args, **kwargs)
+        except S3Error as err:
+            if err.code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied"):
+                raise UserError(f"S3 refused {what} at {self.endpoint} ({err.code}): check AWS_ACCESS_KEY_ID / "
+                                f"AWS_SECRET_ACCESS_KEY (Secret {settings.get('S3_SECRET_NAME')!r})") from None
+            raise
+        except HTTPError as err:
+            raise UserError(f"S3 endpoint {self.endpoint} unreachable during {what} after retries "
+                            f"({type(err).__name__}): check S3_ENDPOINT and that MinIO is running") from None
+
+    def ensure_bucket(self) -> None:
+        if not self._call("bucket check", self.client.bucket_exists, self.bucket):
+            self._call("bucket creation", self.client.make_bucket, self.bucket)
+
+    def exists(self, key: str) -> bool:
+        from minio.error import S3Error
+
+        try:
+            self._call("stat", self.client.stat_object, self.bucket, key)
+            return True
+        except S3Error as err:
+            if err.code in ("NoSuchKey", "NoSuchObject", "NoSuchBucket"):
+                return False
+            raise
+
+    def put_json(self, key: str, obj: Any) -> str:
+        data = json.dumps(obj, indent=1).encode()
+        self._call("upload", self.client.put_object, self.bucket, key, io.BytesIO(data), len(data),
+                   content_type="application/json")
+        return self.uri(key)
+
+    def get_json(self, key: str) -> Any:
+        resp = self._call("download", self.client.get_object, self.bucket, key)
+        try:
+            return json.loads(resp.read())
+        finally:
+            resp.close()
+            resp.release_conn()
+
+    def put_tree(self, local_dir: str | Path, kind: str, workers: int = 8) -> tuple[str, dict[str, Any]]:
+        """Upload `local_dir` to `<kind>/sha256-<tree>/`; returns (uri, manifest).
+
+        Idempotent: when the prefix already holds a complete manifest nothing is sent.
+        Files go up in parallel (each file multipart on its own), the manifest last.
+        """
+        manifest = tree_manifest(local_dir)
+        prefix = f"{kind}/sha256-{manifest['tree_sha256']}"
+        self.ensure_bucket()
+        if self.exists(f"{prefix}/{MANIFEST}"):
+            return self.uri(prefix), {**manifest, "uploaded_bytes": 0}
+        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+            futures = [pool.submit(self._call, "upload", self.client.fput_object, self.bucket,
+                                   f"{prefix}/{f['path']}", str(Path(local_dir) / f["path"]), part_size=64 << 20)
+                       for f in manifest["files"]]
+            for fut in concurrent.futures.as_completed(futures):
+                fut.result()
+        self.put_json(f"{prefix}/{MANIFEST}", manifest)
+        return self.uri(prefix), {**manifest, "uploaded_bytes": manifest["total_bytes"]}
+
+    def get_tree(self, uri: str, local_dir: str | Path | None = None, workers: int = 8) -> Path:
+        """Download a complete tree, verifying every file's sha256.
+
+        Without `local_dir` the tree goes to the local cache (FINETUNE_CACHE_DIR), keyed by
+        its tree hash, and a cached copy is reused. Files land in a temporary directory that
+        is renamed into place only when all are verified: no half-written cache entries.
+        """
+        bucket, prefix = split_uri(uri)
+        if bucket != self.bucket:
+            raise UserError(f"{uri} is not in bucket {self.bucket!r} (set S3_BUCKET)")
+        if not self.exists(f"{prefix}/{MANIFEST}"):
+            raise UserError(f"{uri} is incomplete or missing (no {MANIFEST}); deliver it again")
+        manifest = self.get_json(f"{prefix}/{MANIFEST}")
+        target = Path(local_dir) if local_dir else Path(settings.get("FINETUNE_CACHE_DIR")) / manifest["tree_sha256"]
+        if (target / MANIFEST).exists():
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".partial-"))
+        try:
+            def fetch(f: dict[str, Any]) -> None:
+                dest = tmp / f["path"]
+                self._call("download", self.client.fget_object, self.bucket, f"{prefix}/{f['path']}", str(dest))
+                if sha256_file(dest) != f["sha256"]:
+                    raise UserError(f"checksum mismatch for {uri}/{f['path']}: the stored object is corrupt")
+
+            with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+                list(pool.map(fetch, manifest["files"]))
+            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+            if local_dir and target.exists():  # an explicit directory may hold stale files
+                shutil.rmtree(target)
+            try:
+                os.replace(tmp, target)
+            except OSError:
+                # Another process (e.g. a second rank) filled the same cache entry first;
+                # its content is identical by construction.
+                if not (target / MANIFEST).exists():
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return target

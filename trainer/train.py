@@ -1,0 +1,170 @@
+"""Distributed LoRA / full fine-tuning recipe (torch DDP + transformers + peft).
+
+Run:
+  torchrun --nproc-per-node 2 -m trainer train --model-uri s3://... --dataset-uri s3://... \\
+      --output-prefix runs/demo
+  (one process: python -m trainer train ...; two nodes: set PET_NNODES / PET_NODE_RANK /
+  PET_MASTER_ADDR on each, as the PyTorchJob operator does, and run the same command)
+
+Shape: setup (process group, data, model) / train (step loop) / cleanup (rank 0 saves and
+uploads the result). Only rank 0 logs, writes files and talks to the bucket for outputs;
+every rank reads inputs from the bucket itself, exactly as pods of a PyTorchJob would.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from trainer import data
+from trainer.config import TrainConfig
+from trainer.storage import Store
+
+MASTER = 0
+
+
+def _dist_setup():
+    """(rank, world_size, device) from the env torchrun / the operator set; inits the process group."""
+    import torch
+    import torch.distributed as dist
+
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    if torch.cuda.is_available():
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo", device_id=
+                                device if device.type == "cuda" else None)
+    return rank, world, device
+
+
+def batches(examples: list, batch_size: int, rank: int, world: int, seed: int) -> Iterator[list]:
+    """Endless batches of this rank's shard: each epoch a seeded permutation of all rows,
+    rank r taking every world-th row, so ranks never see the same row in an epoch and the
+    order depends only on (seed, epoch), not on timing."""
+    epoch = 0
+    while True:
+        order = list(range(len(examples)))
+        random.Random(seed + epoch).shuffle(order)
+        shard = order[rank::world]
+        for i in range(0, len(shard) - batch_size + 1, batch_size):
+            yield [examples[j] for j in shard[i:i + batch_size]]
+        epoch += 1
+
+
+def build_model(cfg: TrainConfig, model_dir: Path, device):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    dtype = torch.bfloat16 if device.type == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device)
+    if cfg.method == "full":
+        return model
+    from peft import LoraConfig, get_peft_model
+
+    targets = cfg.lora_target_modules
+    lora = LoraConfig(
+        r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout, task_type="CAUSAL_LM",
+        target_modules=targets if targets == "all-linear" else [t.strip() for t in targets.split(",")],
+        modules_to_save=["embed_tokens"] if cfg.lora_train_embeddings else None,
+        # keeps a tied lm_head tied to the trained embedding copy, so merge gives the same model
+        ensure_weight_tying=cfg.lora_train_embeddings and bool(model.config.tie_word_embeddings),
+    )
+    return get_peft_model(model, lora)
+
+
+def train(cfg: TrainConfig, store: Store | None = None) -> dict[str, Any]:
+    """Run the recipe; on rank 0 returns the result written to `<output_prefix>/result.json`."""
+    import torch
+    import torch.distributed as dist
+    from tqdm import tqdm
+    from transformers import AutoTokenizer, get_scheduler
+
+    cfg.validate()
+    rank, world, device = _dist_setup()
+    torch.manual_seed(cfg.seed)
+    store = store or Store.from_env()
+
+    # -- setup: every rank reads its inputs from the bucket (cached per node by content hash)
+    model_dir = store.get_tree(cfg.model_uri)
+    data_dir = store.get_tree(cfg.dataset_uri)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    examples, skipped = data.encode_all(data.read_jsonl(data_dir / "train.jsonl"), tokenizer, cfg.max_seq_len)
+    if len(examples) < cfg.batch_size * world:
+        from trainer.errors import UserError
+
+        raise UserError(f"only {len(examples)} training rows fit max_seq_len={cfg.max_seq_len}, fewer than "
+                        f"batch_size x world_size = {cfg.batch_size * world}; lower batch_size or raise max_seq_len")
+    model = build_model(cfg, model_dir, device)
+    ddp = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay,
+                                  fused=device.type == "cuda")
+    scheduler = get_scheduler(cfg.lr_scheduler, optimizer, num_warmup_steps=int(cfg.warmup_ratio * cfg.max_steps),
+                              num_training_steps=cfg.max_steps)
+
+    # -- train
+    history: list[dict[str, float]] = []
+    stream = batches(examples, cfg.batch_size, rank, world, cfg.seed)
+    real_tokens = torch.zeros((), dtype=torch.long)
+    bar = tqdm(total=cfg.max_steps, desc="train", unit="step", disable=rank != MASTER, mininterval=2,
+               dynamic_ncols=True)
+    ddp.train()
+    start = time.perf_counter()
+    window_loss, window_n = 0.0, 0
+    for step in range(1, cfg.max_steps + 1):
+        batch = {k: v.to(device) for k, v in data.collate(next(stream), tokenizer.pad_token_id).items()}
+        loss = ddp(**batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        real_tokens += batch["attention_mask"].sum().cpu()
+        window_loss, window_n = window_loss + loss.item(), window_n + 1
+        if step % cfg.log_every == 0 or step == cfg.max_steps:
+            mean = torch.tensor(window_loss / window_n, device=device)
+            if world > 1:  # SUM then divide: gloo has no AVG
+                dist.all_reduce(mean)
+                mean /= world
+            history.append({"step": step, "loss": mean.item(), "lr": scheduler.get_last_lr()[0]})
+            elapsed = time.perf_counter() - start
+            # tokens/s estimated from this rank's count: an all-reduce per log line is not worth it
+            bar.set_postfix(loss=f"{mean.item():.3f}", tok_s=f"{int(real_tokens.item() * world / elapsed)}")
+            window_loss, window_n = 0.0, 0
+        bar.update(1)
+    bar.close()
+    wall = time.perf_counter() - start
+    if world > 1:
+        dist.all_reduce(real_tokens)
+
+    # -- cleanup: rank 0 saves, uploads, and writes the result last
+    result: dict[str, Any] = {}
+    if rank == MASTER:
+        with tempfile.TemporaryDirectory() as tmp:
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            uri, manifest = store.put_tree(tmp, "models")
+        final = history[-1]["loss"]
+        result = {
+            "output_uri": uri, "method": cfg.method, "output_bytes": manifest["total_bytes"],
+            "metrics": {"train_loss": final, "train_steps": float(cfg.max_steps), "world_size": float(world),
+                        "train_tokens": float(real_tokens.item()), "tokens_per_second": real_tokens.item() / wall,
+                        "train_seconds": wall, "skipped_long_rows": float(skipped),
+                        "perplexity": math.exp(min(final, 50.0))},
+            "history": history, "config": cfg.asdict(),
+        }
+        store.put_json(f"{cfg.output_prefix}/result.json", result)
+        print(json.dumps({"train_result": result["metrics"], "output_uri": uri}), flush=True)
+    if world > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+    return result

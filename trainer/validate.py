@@ -1,0 +1,47 @@
+"""Validation of pipeline parameters before any expensive work starts.
+
+Used by `pipelines.run_local` (and later `submit`) so that bad input fails in a second with
+one message listing every problem and its fix, not minutes into a run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainer import sources
+from trainer.config import TrainConfig
+from trainer.errors import UserError, collect
+
+
+def pipeline_problems(params: dict[str, Any]) -> list[str]:
+    """Every problem in a full set of finetune-pipeline parameters."""
+    problems = []
+    for what in ("model", "dataset"):
+        try:
+            src = sources.parse(params[f"{what}_source"], what)
+        except UserError as err:
+            problems.append(str(err))
+            continue
+        if what == "dataset" and src.kind == "local":
+            try:  # local files are cheap to check fully now; Hub data is checked on delivery
+                sources.materialize_dataset(src, "", params["eval_fraction"], params["seed"])
+            except UserError as err:
+                problems.append(str(err))
+    cfg = TrainConfig(model_uri="s3://check/model", dataset_uri="s3://check/data", output_prefix="runs/check",
+                      **{k: params[k] for k in ("method", "lora_r", "lora_alpha", "lora_dropout",
+                                                "lora_train_embeddings", "learning_rate", "max_steps",
+                                                "batch_size", "max_seq_len", "seed")})
+    problems += cfg.problems()
+    if params["nodes"] < 1:
+        problems.append(f"nodes must be >= 1, got {params['nodes']}")
+    if params["procs_per_node"] < 1:
+        problems.append(f"procs_per_node must be >= 1, got {params['procs_per_node']}")
+    if not 0 < params["eval_fraction"] < 1:
+        problems.append(f"eval_fraction must be between 0 and 1, got {params['eval_fraction']}")
+    if params["eval_max_rows"] < 1:
+        problems.append(f"eval_max_rows must be >= 1, got {params['eval_max_rows']}")
+    return problems
+
+
+def validate_pipeline_params(params: dict[str, Any]) -> None:
+    collect(pipeline_problems(params), what="invalid pipeline parameters")
