@@ -69,9 +69,11 @@ def materialize_model(src: Source, revision: str, workdir: Path) -> Path:
         if not (path / "config.json").is_file():
             raise UserError(f"model directory {path} has no config.json; pass a Hugging Face model directory")
         return path
-    from huggingface_hub import snapshot_download  # HF_TOKEN is read from the environment
+    from huggingface_hub import snapshot_download  # reads HF_TOKEN from the environment
 
-    return Path(snapshot_download(src.ref, revision=revision or None, local_dir=workdir / "model",
+    # The standard HF cache (HF_HUB_CACHE) rather than a temporary copy: a re-run, or a
+    # machine with HF_HUB_OFFLINE=1 and a pre-filled cache, needs no download.
+    return Path(snapshot_download(src.ref, revision=revision or None,
                                   allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"]))
 
 

@@ -84,7 +84,13 @@ class Store:
     def __post_init__(self) -> None:
         import minio
         import urllib3
+        from minio.helpers import check_bucket_name
 
+        try:
+            check_bucket_name(self.bucket, strict=True)
+        except ValueError:
+            raise UserError(f"invalid bucket name {self.bucket!r}: S3_BUCKET must be 3-63 characters of "
+                            "lowercase letters, digits, '-' and '.'") from None
         url = urlparse(self.endpoint if "://" in self.endpoint else f"http://{self.endpoint}")
         # Bounded retries with backoff for flaky networks; a dead endpoint fails in ~10 s.
         http = urllib3.PoolManager(

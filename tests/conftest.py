@@ -1,0 +1,53 @@
+"""Shared fixtures: an S3 server on loopback (moto, the MinIO stand-in) and the tiny model."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def s3_env(tmp_path_factory):
+    """Start moto's S3 server once and point S3_* / AWS_* env (and the cache) at it."""
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {"S3_ENDPOINT": f"http://{host}:{port}", "S3_BUCKET": "test-bucket", "AWS_ACCESS_KEY_ID": "testkey",
+           "AWS_SECRET_ACCESS_KEY": "testsecret",
+           "FINETUNE_CACHE_DIR": str(tmp_path_factory.mktemp("cache"))}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    yield env
+    server.stop()
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@pytest.fixture
+def store(s3_env):
+    from trainer.storage import Store
+
+    return Store.from_env()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    from trainer import builtin_model
+
+    return builtin_model.build(tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)

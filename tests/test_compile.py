@@ -1,0 +1,54 @@
+"""The committed pipeline YAML: fresh, a valid PipelineSpec, no secrets, pinned image."""
+
+import re
+from pathlib import Path
+
+import yaml
+
+from pipelines import compile as compile_mod
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_committed_yaml_is_up_to_date(tmp_path, monkeypatch):
+    monkeypatch.delenv("FINETUNE_IMAGE", raising=False)
+    for fresh in compile_mod.compile_all(tmp_path):
+        committed = ROOT / "compiled" / fresh.name
+        assert committed.read_text() == fresh.read_text(), \
+            f"{committed} is stale: run `python -m pipelines.compile` and commit the result"
+
+
+def docs(name="finetune.yaml"):
+    return list(yaml.safe_load_all((ROOT / "compiled" / name).read_text()))
+
+
+def test_yaml_parses_into_pipeline_spec():
+    from google.protobuf import json_format
+    from kfp.pipeline_spec import pipeline_spec_pb2
+
+    spec = json_format.ParseDict(docs()[0], pipeline_spec_pb2.PipelineSpec())
+    tasks = set(spec.root.dag.tasks)
+    assert tasks == {"deliver-model", "deliver-dataset", "finetune", "evaluate", "merge-lora", "deploy"}
+    assert list(spec.root.dag.tasks["evaluate"].dependent_tasks) or \
+        spec.root.dag.tasks["evaluate"].inputs.artifacts["tuned_model"].task_output_artifact.producer_task == \
+        "finetune"
+    assert spec.root.dag.tasks["finetune"].inputs.parameters["run_id"].runtime_value.constant.string_value == \
+        "{{$.pipeline_job_uuid}}"  # run-unique at run time, not baked in at compile time
+
+
+def test_credentials_come_from_secrets_not_parameters():
+    text = (ROOT / "compiled" / "finetune.yaml").read_text()
+    params = docs()[0]["root"]["inputDefinitions"]["parameters"]
+    assert not [p for p in params if re.search(r"token|secret|password|access_key", p, re.I)]
+    platform = docs()[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    for executor in platform.values():
+        envs = {e["envVar"] for s in executor["secretAsEnv"] for e in s["keyToEnv"]}
+        assert {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} <= envs
+    assert "AKIA" not in text and "testsecret" not in text
+
+
+def test_one_pinned_project_image():
+    images = set(re.findall(r"image: (\S+)", (ROOT / "compiled" / "finetune.yaml").read_text()))
+    assert len(images) == 1
+    [image] = images
+    assert ":" in image and not image.endswith(":latest")

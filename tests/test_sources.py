@@ -1,0 +1,72 @@
+"""Source strings, local and Hub code paths (the Hub exercised offline on local data)."""
+
+import json
+
+import pytest
+
+from trainer import builtin_data, data, sources
+from trainer.errors import UserError
+
+
+@pytest.mark.parametrize("source, kind", [
+    ("builtin:tiny-llama", "builtin"), ("meta-llama/Llama-3.2-1B-Instruct", "hub"), ("Qwen/Qwen2.5-0.5B", "hub"),
+])
+def test_model_sources_parse(source, kind):
+    assert sources.parse(source, "model").kind == kind
+
+
+@pytest.mark.parametrize("source, message", [
+    ("builtin:gpt-5", "unknown built-in model"),
+    ("s3:/weird", "unknown model source"),
+    ("", "unknown model source"),
+    ("./does/not/exist", "model path not found"),
+])
+def test_bad_model_sources_say_what_is_accepted(source, message):
+    err = str(pytest.raises(UserError, sources.parse, source, "model").value)
+    assert message in err
+
+
+def test_missing_dataset_file_fails_before_any_work(tmp_path):
+    err = str(pytest.raises(UserError, sources.parse, str(tmp_path / "train.jsonl"), "dataset").value)
+    assert "dataset path not found" in err
+
+
+def test_local_file_is_split_with_a_seed(tmp_path):
+    rows = builtin_data.generate(90, 10)["train"]
+    data.write_jsonl(rows, tmp_path / "all.jsonl")
+    src = sources.parse(str(tmp_path / "all.jsonl"), "dataset")
+    a = sources.materialize_dataset(src, "", eval_fraction=0.2, seed=1)
+    assert (len(a["train"]), len(a["eval"])) == (72, 18)
+    assert a == sources.materialize_dataset(src, "", eval_fraction=0.2, seed=1)
+
+
+def test_local_directory_needs_train_jsonl(tmp_path):
+    with pytest.raises(UserError, match="no train.jsonl"):
+        sources.materialize_dataset(sources.Source("local", str(tmp_path)), "")
+
+
+def test_hub_dataset_code_path_on_a_local_repo(tmp_path):
+    """datasets.load_dataset treats a local directory like a Hub repo: same code path."""
+    splits = builtin_data.generate(40, 8)
+    data.write_jsonl(splits["train"], tmp_path / "train.jsonl")
+    data.write_jsonl(splits["eval"], tmp_path / "validation.jsonl")
+    out = sources.materialize_dataset(sources.Source("hub", str(tmp_path)), "")
+    assert (len(out["train"]), len(out["eval"])) == (40, 8)
+    assert out["eval"][0]["messages"][0] == splits["eval"][0]["messages"][0]
+
+
+def test_hub_model_from_offline_cache(tmp_path, tiny_model_dir, monkeypatch):
+    """snapshot_download resolves `org/name` from a pre-filled HF cache with HF_HUB_OFFLINE=1."""
+    import shutil
+
+    from huggingface_hub import constants
+
+    cache = tmp_path / "hub"
+    snap = cache / "models--acme--tiny" / "snapshots" / ("a" * 40)
+    shutil.copytree(tiny_model_dir, snap)
+    (cache / "models--acme--tiny" / "refs").mkdir(parents=True)
+    (cache / "models--acme--tiny" / "refs" / "main").write_text("a" * 40)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    path = sources.materialize_model(sources.parse("acme/tiny", "model"), "", tmp_path)
+    assert json.loads((path / "config.json").read_text())["model_type"] == "llama"
