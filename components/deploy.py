@@ -15,25 +15,43 @@ def deploy(
     smoke: Output[Metrics],
     backend: str = "local",
     keep_serving: bool = False,
+    name: str = "llm-finetune",
+    gpus: int = 1,
+    namespace: str = "",
+    accelerator_resource: str = "nvidia.com/gpu",
+    node_selector: dict = {},
+    tolerations: list = [],
 ) -> NamedTuple("Outputs", endpoint=str):
-    """Serve (local: `transformers serve` on loopback), send one chat completion built from the
-    first eval row, log its latency, and output the endpoint URL."""
+    """Serve (local: `transformers serve` on loopback; kubernetes: vLLM Deployment + Service named
+    `name`), send one chat completion built from the first eval row, log its latency, and output
+    the endpoint URL. Cluster settings as in trainer.cluster.ClusterSpec."""
     import json
     from collections import namedtuple
 
     from components.artifacts import read_uri
     from trainer.errors import UserError, exit_on_user_error
-    from trainer.serve import deploy_local
     from trainer.storage import Store
 
     with exit_on_user_error():
-        if backend != "local":
-            raise UserError(f"deploy backend must be 'local', got {backend!r}")
+        if backend not in ("local", "kubernetes"):
+            raise UserError(f"deploy backend must be 'local' or 'kubernetes', got {backend!r}")
         store = Store.from_env()
         with open(store.get_tree(read_uri(dataset)) / "eval.jsonl") as f:
             row = json.loads(f.readline())
-        out = deploy_local(store.get_tree(read_uri(model)), row["messages"][:-1], row.get("tools"),
-                           keep_serving=keep_serving)
+        if backend == "kubernetes":
+            from trainer import cluster_serve
+            from trainer.launch import cluster_spec
+
+            spec = cluster_serve.ServeSpec(name=name, model_uri=read_uri(model), gpus=gpus,
+                                           cluster=cluster_spec({"namespace": namespace, "accelerator_resource": accelerator_resource,
+                                                                "node_selector": node_selector,
+                                                                "tolerations": tolerations}, 1, 1))
+            out = {**cluster_serve.deploy(spec, row["messages"][:-1], row.get("tools")), "pid": None}
+        else:
+            from trainer.serve import deploy_local
+
+            out = deploy_local(store.get_tree(read_uri(model)), row["messages"][:-1], row.get("tools"),
+                               keep_serving=keep_serving)
     smoke.log_metric("smoke_latency_s", out["latency_s"])
     smoke.metadata["reply"] = out["reply"][:500]
     print(f"endpoint {out['endpoint']} answered in {out['latency_s']:.2f}s: {out['reply'][:200]}")

@@ -1,4 +1,5 @@
-"""finetune: distributed LoRA (or full) fine-tuning through a launcher (local torchrun now)."""
+"""finetune: distributed LoRA (or full) fine-tuning through a launcher: `local` (torchrun
+processes on this machine) or `kubernetes` (a PyTorchJob of `nodes` pods)."""
 
 from kfp import dsl
 from kfp.dsl import Dataset, Input, Metrics, Model, Output
@@ -26,9 +27,18 @@ def finetune(
     batch_size: int = 16,
     max_seq_len: int = 512,
     seed: int = 0,
+    namespace: str = "",
+    accelerator_resource: str = "nvidia.com/gpu",
+    node_selector: dict = {},
+    tolerations: list = [],
+    kueue_queue: str = "",
+    cleanup: str = "on-success",
+    wait_timeout_s: int = 0,
 ):
     """Train on `nodes` x `procs_per_node` processes; output the adapter (or full model) and metrics.
 
+    The cluster settings (namespace ... wait_timeout_s, 0 = no limit) shape the PyTorchJob of the
+    kubernetes launcher; see trainer.cluster.ClusterSpec.
     The loss history stays in the bucket at runs/<run_id>/result.json.
     """
     from components.artifacts import log_metrics, read_uri, write_pointer
@@ -41,7 +51,9 @@ def finetune(
                       method=method, lora_r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout,
                       lora_train_embeddings=lora_train_embeddings, learning_rate=learning_rate,
                       max_steps=max_steps, batch_size=batch_size, max_seq_len=max_seq_len, seed=seed)
+    cluster = {"namespace": namespace, "accelerator_resource": accelerator_resource, "node_selector": node_selector,
+               "tolerations": tolerations, "queue": kueue_queue, "cleanup": cleanup, "wait_timeout_s": wait_timeout_s}
     with exit_on_user_error():
-        result = run_training(cfg, launcher, nodes, procs_per_node, Store.from_env())
+        result = run_training(cfg, launcher, nodes, procs_per_node, Store.from_env(), cluster, run_id)
     write_pointer(adapter, result["output_uri"], {"method": method, "total_bytes": result["output_bytes"]})
     log_metrics(metrics, result["metrics"])

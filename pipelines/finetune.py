@@ -56,11 +56,26 @@ def finetune_pipeline(
     eval_max_rows: int = 200,
     deploy_backend: str = "local",
     keep_serving: bool = False,
+    served_model_name: str = "llm-finetune",
+    serve_gpus: int = 1,
+    namespace: str = "",
+    accelerator_resource: str = "nvidia.com/gpu",
+    node_selector: dict = {},
+    tolerations: list = [],
+    kueue_queue: str = "",
+    cleanup: str = "on-success",
+    wait_timeout_s: int = 0,
 ) -> NamedTuple("Outputs", eval_metrics=Metrics, train_metrics=Metrics, merged_model=Model, endpoint=str):
-    """Defaults run the built-in tiny model and dataset (offline, a few minutes on 2 CPU cores).
+    """Defaults run the built-in tiny model and dataset (offline, about a minute on 2 CPU cores).
 
     For a pretrained model set lora_train_embeddings=False and a learning rate near 2e-4.
+    On a cluster set launcher=kubernetes and deploy_backend=kubernetes; `nodes` x
+    `procs_per_node` (= GPUs per node) processes train, and the cluster parameters
+    (namespace, accelerator_resource, node_selector, tolerations, kueue_queue, cleanup,
+    wait_timeout_s: 0 = no limit) shape the PyTorchJob and the vLLM Deployment.
     """
+    placement = dict(namespace=namespace, accelerator_resource=accelerator_resource, node_selector=node_selector,
+                     tolerations=tolerations)
     model = _with_s3(deliver_model(source=model_source, revision=model_revision)).set_display_name("deliver model")
     kubernetes.use_secret_as_env(model, secret_name=settings.get("HF_SECRET_NAME"),
                                  secret_key_to_env={"token": "HF_TOKEN"}, optional=True)
@@ -73,6 +88,7 @@ def finetune_pipeline(
         launcher=launcher, nodes=nodes, procs_per_node=procs_per_node, method=method, lora_r=lora_r,
         lora_alpha=lora_alpha, lora_dropout=lora_dropout, lora_train_embeddings=lora_train_embeddings,
         learning_rate=learning_rate, max_steps=max_steps, batch_size=batch_size, max_seq_len=max_seq_len, seed=seed,
+        kueue_queue=kueue_queue, cleanup=cleanup, wait_timeout_s=wait_timeout_s, **placement,
     )).set_display_name("fine-tune")
     scores = _with_s3(evaluate(base_model=model.outputs["model"], tuned_model=train.outputs["adapter"],
                                dataset=data.outputs["dataset"], max_rows=eval_max_rows,
@@ -80,7 +96,8 @@ def finetune_pipeline(
     merged = _with_s3(merge_lora(base_model=model.outputs["model"], adapter=train.outputs["adapter"]))
     merged.set_display_name("merge LoRA")
     served = _with_s3(deploy(model=merged.outputs["merged"], dataset=data.outputs["dataset"],
-                             backend=deploy_backend, keep_serving=keep_serving)).set_display_name("deploy")
+                             backend=deploy_backend, keep_serving=keep_serving, name=served_model_name,
+                             gpus=serve_gpus, **placement)).set_display_name("deploy")
     outputs = NamedTuple("Outputs", eval_metrics=Metrics, train_metrics=Metrics, merged_model=Model, endpoint=str)
     return outputs(eval_metrics=scores.outputs["metrics"], train_metrics=train.outputs["metrics"],
                    merged_model=merged.outputs["merged"], endpoint=served.outputs["endpoint"])

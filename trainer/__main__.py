@@ -1,4 +1,4 @@
-"""python -m trainer {train,deliver-model,deliver-dataset,evaluate,merge,serve,build-tiny-model}
+"""python -m trainer {train,deliver-model,deliver-dataset,evaluate,merge,serve,download,launch-k8s,deploy-k8s,...}
 
 The trainer's command line: every stage of the pipeline without KFP. S3 settings and
 credentials come from the environment (S3_ENDPOINT, S3_BUCKET, AWS_ACCESS_KEY_ID,
@@ -8,6 +8,8 @@ AWS_SECRET_ACCESS_KEY).
       --output-prefix runs/try1
   python -m trainer deliver-model builtin:tiny-llama
   python -m trainer serve ./merged-model --port 8000
+  python -m trainer launch-k8s --dry-run --nodes 2 --procs-per-node 8 --model-uri s3://... ...
+  python -m trainer deploy-k8s --dry-run --name my-model --model-uri s3://...
 """
 
 from __future__ import annotations
@@ -41,6 +43,18 @@ def main(argv: list[str] | None = None) -> None:
     p = sub.add_parser("serve", help="serve a local model directory with transformers serve")
     p.add_argument("model_dir", type=Path)
     p.add_argument("--port", type=int, default=8000)
+    p = sub.add_parser("download", help="download a tree from the bucket (checksums verified)")
+    p.add_argument("uri")
+    p.add_argument("out", type=Path)
+    p = sub.add_parser("launch-k8s", help="run training as a PyTorchJob (--dry-run prints it)")
+    TrainConfig.add_arguments(p)
+    _cluster_arguments(p)
+    p.add_argument("--run-id", default="manual")
+    p = sub.add_parser("deploy-k8s", help="serve a merged model with vLLM (--dry-run prints the objects)")
+    p.add_argument("--name", required=True)
+    p.add_argument("--model-uri", required=True)
+    p.add_argument("--gpus", type=int, default=1)
+    _cluster_arguments(p)
     p = sub.add_parser("build-tiny-model", help="write builtin:tiny-llama to a directory")
     p.add_argument("out", type=Path)
     args = parser.parse_args(argv)
@@ -49,11 +63,59 @@ def main(argv: list[str] | None = None) -> None:
         run(args)
 
 
+def _cluster_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dry-run", action="store_true", help="print the Kubernetes objects as YAML, create nothing")
+    p.add_argument("--namespace", default="")
+    p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--procs-per-node", type=int, default=1)
+    p.add_argument("--accelerator-resource", default="nvidia.com/gpu")
+    p.add_argument("--node-selector", type=json.loads, default={}, help='JSON, e.g. {"pool": "h100"}')
+    p.add_argument("--tolerations", type=json.loads, default=[], help="JSON list of tolerations")
+    p.add_argument("--queue", default="", help="Kueue LocalQueue")
+    p.add_argument("--cleanup", default="on-success")
+
+
+def _cluster_spec(args: argparse.Namespace):
+    from trainer.launch import cluster_spec
+
+    return cluster_spec({"namespace": args.namespace, "accelerator_resource": args.accelerator_resource,
+                         "node_selector": args.node_selector, "tolerations": args.tolerations,
+                         "queue": args.queue, "cleanup": args.cleanup}, args.nodes, args.procs_per_node)
+
+
+def print_yaml(objects) -> None:
+    import yaml
+
+    from trainer.cluster import to_dict
+
+    print(yaml.safe_dump_all([to_dict(o) for o in objects], sort_keys=False), end="")
+
+
 def run(args: argparse.Namespace) -> None:
     if args.command == "train":
         from trainer.train import train
 
         train(TrainConfig.from_namespace(args))
+        return
+    if args.command == "launch-k8s":
+        from trainer import cluster
+
+        cfg, spec = TrainConfig.from_namespace(args).validate(), _cluster_spec(args)
+        name = cluster.job_name(args.run_id)
+        if args.dry_run:
+            print_yaml([cluster.build_pytorchjob(name, cfg.to_args(), spec)])
+        else:
+            cluster.KubernetesLauncher(spec).run(cfg.to_args(), name)
+        return
+    if args.command == "deploy-k8s":
+        from trainer import cluster_serve
+
+        spec = cluster_serve.ServeSpec(name=args.name, model_uri=args.model_uri, gpus=args.gpus,
+                                       cluster=_cluster_spec(args))
+        if args.dry_run:
+            print_yaml(cluster_serve.build(spec))
+        else:
+            print(json.dumps(cluster_serve.deploy(spec, [{"role": "user", "content": "Hello!"}]), indent=1))
         return
     if args.command == "build-tiny-model":
         from trainer import builtin_model
@@ -85,6 +147,8 @@ def run(args: argparse.Namespace) -> None:
         result = evaluate(store.get_tree(args.model_uri), store.get_tree(args.tuned_uri),
                           store.get_tree(args.dataset_uri) / "eval.jsonl", max_rows=args.max_rows)
         print(json.dumps(result, indent=1))
+    elif args.command == "download":
+        print(store.get_tree(args.uri, args.out))
     elif args.command == "merge":
         from trainer.merge import merge
 

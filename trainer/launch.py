@@ -62,11 +62,25 @@ class LocalLauncher:
                     p.kill()
 
 
-LAUNCHERS = ("local",)
+LAUNCHERS = ("local", "kubernetes")
 
 
-def run_training(cfg, launcher: str, nodes: int, procs_per_node: int, store) -> dict:
-    """Validate, launch the job, and return the result rank 0 wrote to the bucket."""
+def cluster_spec(settings: dict | None, nodes: int, procs_per_node: int):
+    """A ClusterSpec from a plain dict (pipeline parameters); unknown keys are an error."""
+    import dataclasses
+
+    from trainer.cluster import ClusterSpec
+
+    known = {f.name for f in dataclasses.fields(ClusterSpec)}
+    unknown = sorted(set(settings or {}) - known)
+    if unknown:
+        raise UserError(f"unknown cluster setting(s) {unknown}; known: {sorted(known)}")
+    return ClusterSpec(**{**(settings or {}), "nodes": nodes, "procs_per_node": procs_per_node})
+
+
+def run_training(cfg, launcher: str, nodes: int, procs_per_node: int, store, cluster: dict | None = None,
+                 run_id: str = "") -> dict:
+    """Validate everything, launch the job, and return the result rank 0 wrote to the bucket."""
     from trainer.errors import collect
 
     problems = cfg.problems()
@@ -74,6 +88,13 @@ def run_training(cfg, launcher: str, nodes: int, procs_per_node: int, store) -> 
         problems.append(f"launcher must be one of {LAUNCHERS}, got {launcher!r}")
     if nodes < 1 or procs_per_node < 1:
         problems.append(f"nodes and procs_per_node must be >= 1, got {nodes} and {procs_per_node}")
+    spec = cluster_spec(cluster, max(nodes, 1), max(procs_per_node, 1)) if launcher == "kubernetes" else None
+    problems += spec.problems() if spec else []
     collect(problems, what="invalid training launch")
-    LocalLauncher(nnodes=nodes, nproc_per_node=procs_per_node).run(cfg.to_args())
+    if spec is not None:
+        from trainer.cluster import KubernetesLauncher, job_name
+
+        KubernetesLauncher(spec).run(cfg.to_args(), job_name(run_id or cfg.output_prefix.rsplit("/", 1)[-1]))
+    else:
+        LocalLauncher(nnodes=nodes, nproc_per_node=procs_per_node).run(cfg.to_args())
     return store.get_json(f"{cfg.output_prefix}/result.json")

@@ -14,6 +14,8 @@ __version__ = "0.1.0"
 _DEFAULTS = {
     # The project image: trainer + components + kfp, built from docker/Dockerfile.
     "FINETUNE_IMAGE": f"ghcr.io/llm-finetune-kfp/finetune:{__version__}",
+    # vLLM's official OpenAI-compatible server image, pinned (cluster deploy backend).
+    "VLLM_IMAGE": "vllm/vllm-openai:v0.11.0",
     # In-cluster MinIO installed by docker/manifests (see README "Run on a cluster").
     "S3_ENDPOINT": "http://minio.llm-finetune.svc.cluster.local:9000",
     "S3_BUCKET": "llm-finetune",
