@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,7 +45,7 @@ class ClusterSpec:
     ttl_seconds_after_finished: int = 7 * 24 * 3600
     cleanup: str = "on-success"  # delete the PyTorchJob after it ends: never | on-success | always
     wait_timeout_s: int = 0  # 0: wait as long as the job runs
-    poll_interval_s: int = 15
+    poll_interval_s: float = 15.0
 
     def problems(self) -> list[str]:
         p = []
@@ -60,6 +61,8 @@ class ClusterSpec:
         for t in self.tolerations:
             if not isinstance(t, dict) or not set(t) <= {"key", "operator", "value", "effect", "tolerationSeconds"}:
                 p.append(f"toleration {t!r} must be an object with key/operator/value/effect")
+        if self.poll_interval_s <= 0:
+            p.append(f"poll_interval_s must be > 0, got {self.poll_interval_s}")
         if self.wait_timeout_s < 0:
             p.append(f"wait_timeout_s must be >= 0 (0 waits forever), got {self.wait_timeout_s}")
         return p
@@ -189,14 +192,15 @@ class KubernetesLauncher:
                 raise
             # A retried KFP task (same run id) attaches to its job instead of starting another.
             print(f"PyTorchJob {namespace}/{name} already exists; following it", flush=True)
-        timeout = self.spec.wait_timeout_s or 10**9
+        deadline = time.monotonic() + (self.spec.wait_timeout_s or 10**9)
+        poll = self.spec.poll_interval_s
         succeeded = False
         try:
-            tc.wait_for_job_conditions(name, expected_conditions={"Running", "Succeeded"}, wait_timeout=timeout,
-                                       polling_interval=self.spec.poll_interval_s)
+            tc.wait_for_job_conditions(name, expected_conditions={"Running", "Succeeded"},
+                                       wait_timeout=max(deadline - time.monotonic(), poll), polling_interval=poll)
             self._stream_master_log(tc, name)
-            tc.wait_for_job_conditions(name, expected_conditions={"Succeeded"}, wait_timeout=timeout,
-                                       polling_interval=self.spec.poll_interval_s)
+            tc.wait_for_job_conditions(name, expected_conditions={"Succeeded"},
+                                       wait_timeout=max(deadline - time.monotonic(), poll), polling_interval=poll)
             succeeded = True
         except (RuntimeError, TimeoutError) as err:
             reason = "timed out" if isinstance(err, TimeoutError) else "failed"

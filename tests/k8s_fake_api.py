@@ -1,0 +1,205 @@
+"""A fake Kubernetes API server on loopback: the HTTP boundary, nothing more.
+
+The real `kubernetes` client and the real `kubeflow-training` TrainingClient talk to it
+over HTTP, so their serialization, URL building, label selectors, error mapping and
+polling loops are all exercised. It keeps objects in memory, records every request, and
+plays a scripted lifecycle for PyTorchJobs (conditions revealed one per GET) and
+Deployments (rolled out after a number of status reads).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+
+@dataclass
+class JobScript:
+    """How a PyTorchJob behaves: the conditions it passes through, and its pods and logs."""
+
+    conditions: list[str] = field(default_factory=lambda: ["Created", "Running", "Succeeded"])
+    pod_phase: str = "Running"
+    master_log: str = "step 1 loss 2.0\nstep 2 loss 1.0\ndone\n"
+    terminated_reason: str | None = None  # e.g. "OOMKilled" with exit_code
+    exit_code: int = 0
+    events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
+
+
+@dataclass
+class State:
+    objects: dict[tuple[str, str, str], dict] = field(default_factory=dict)  # (kind, ns, name) -> body
+    requests: list[tuple[str, str, Any]] = field(default_factory=list)
+    job_script: JobScript = field(default_factory=JobScript)
+    job_reads: dict[str, int] = field(default_factory=dict)
+    rollout_after_reads: int = 2
+    status_reads: dict[str, int] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def calls(self, method: str, pattern: str) -> list[tuple[str, str, Any]]:
+        return [r for r in self.requests if r[0] == method and re.search(pattern, r[1])]
+
+
+ROUTES = [
+    ("job", r"^/apis/kubeflow\.org/v1/namespaces/([^/]+)/pytorchjobs(?:/([^/]+))?$"),
+    ("deployment_status", r"^/apis/apps/v1/namespaces/([^/]+)/deployments/([^/]+)/status$"),
+    ("deployment", r"^/apis/apps/v1/namespaces/([^/]+)/deployments(?:/([^/]+))?$"),
+    ("service", r"^/api/v1/namespaces/([^/]+)/services(?:/([^/]+))?$"),
+    ("pod_log", r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/log$"),
+    ("pods", r"^/api/v1/namespaces/([^/]+)/pods$"),
+    ("events", r"^/api/v1/namespaces/([^/]+)/events$"),
+]
+
+
+def _status(code: int, reason: str, message: str) -> dict:
+    return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "reason": reason,
+            "message": message}
+
+
+class Handler(BaseHTTPRequestHandler):
+    state: State
+
+    def log_message(self, *args):  # keep test output clean
+        pass
+
+    def _send(self, code: int, body: Any, content_type: str = "application/json") -> None:
+        data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _dispatch(self, method: str) -> None:
+        url = urlparse(self.path)
+        query = {k: v[0] for k, v in parse_qs(url.query).items()}
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length)) if length else None
+        with self.state.lock:
+            self.state.requests.append((method, self.path, body))
+        for kind, pattern in ROUTES:
+            m = re.match(pattern, url.path)
+            if m:
+                ns, name = m.group(1), m.group(2) if m.lastindex and m.lastindex >= 2 else None
+                code, out = getattr(self, f"_{kind}")(method, ns, name, query, body)
+                return self._send(code, out, "text/plain" if isinstance(out, str) else "application/json")
+        self._send(404, _status(404, "NotFound", f"no route for {method} {url.path}"))
+
+    do_GET = lambda self: self._dispatch("GET")  # noqa: E731
+    do_POST = lambda self: self._dispatch("POST")  # noqa: E731
+    do_PATCH = lambda self: self._dispatch("PATCH")  # noqa: E731
+    do_DELETE = lambda self: self._dispatch("DELETE")  # noqa: E731
+
+    # -- generic create / get / patch / delete
+    def _crud(self, kind: str, method: str, ns: str, name: str | None, body: Any):
+        s = self.state
+        key = (kind, ns, name or (body or {}).get("metadata", {}).get("name"))
+        if method == "POST":
+            if key in s.objects:
+                return 409, _status(409, "AlreadyExists", f'{kind} "{key[2]}" already exists')
+            body.setdefault("metadata", {}).update(namespace=ns, generation=1, uid=f"uid-{key[2]}")
+            s.objects[key] = body
+            return 201, body
+        if key not in s.objects:
+            return 404, _status(404, "NotFound", f'{kind} "{key[2]}" not found')
+        if method == "GET":
+            return 200, s.objects[key]
+        if method == "PATCH":
+            obj = s.objects[key]
+            obj["spec"] = body.get("spec", obj.get("spec"))
+            obj["metadata"]["generation"] += 1
+            return 200, obj
+        if method == "DELETE":
+            return 200, s.objects.pop(key)
+        return 405, _status(405, "MethodNotAllowed", method)
+
+    def _job(self, method, ns, name, query, body):
+        code, out = self._crud("PyTorchJob", method, ns, name, body)
+        if method == "GET" and code == 200:
+            reads = self.state.job_reads[name] = self.state.job_reads.get(name, 0) + 1
+            shown = self.state.job_script.conditions[:reads]
+            out = {**out, "status": {"conditions": [
+                {"type": c, "status": "True", "reason": f"PyTorchJob{c}", "message": f"job is {c.lower()}",
+                 "lastTransitionTime": "2026-11-22T00:00:00Z"} for c in shown]}}
+        return code, out
+
+    def _deployment(self, method, ns, name, query, body):
+        return self._crud("Deployment", method, ns, name, body)
+
+    def _deployment_status(self, method, ns, name, query, body):
+        code, obj = self._crud("Deployment", "GET", ns, name, None)
+        if code != 200:
+            return code, obj
+        key = f"{name}@{obj['metadata']['generation']}"  # a patch starts a new rollout
+        reads = self.state.status_reads[key] = self.state.status_reads.get(key, 0) + 1
+        replicas = obj["spec"].get("replicas", 1)
+        done = reads >= self.state.rollout_after_reads
+        obj = {**obj, "status": {"observedGeneration": obj["metadata"]["generation"],
+                                 "replicas": replicas, "updatedReplicas": replicas if done else 0,
+                                 "availableReplicas": replicas if done else 0}}
+        return 200, obj
+
+    def _service(self, method, ns, name, query, body):
+        return self._crud("Service", method, ns, name, body)
+
+    def _job_pods(self, ns: str, job: str) -> list[dict]:
+        js = self.state.job_script
+        if ("PyTorchJob", ns, job) not in self.state.objects:
+            return []
+        spec = self.state.objects[("PyTorchJob", ns, job)]["spec"]["pytorchReplicaSpecs"]
+        pods = []
+        for role, rs in spec.items():
+            for i in range(rs.get("replicas", 1)):
+                state = {"running": {}} if not js.terminated_reason else {
+                    "terminated": {"reason": js.terminated_reason, "exitCode": js.exit_code}}
+                pods.append({"metadata": {"name": f"{job}-{role.lower()}-{i}", "namespace": ns, "labels": {
+                    "training.kubeflow.org/job-name": job, "training.kubeflow.org/job-role": role.lower(),
+                    "training.kubeflow.org/replica-type": role.lower(), "training.kubeflow.org/replica-index":
+                    str(i)}}, "status": {"phase": js.pod_phase, "containerStatuses": [
+                        {"name": "pytorch", "ready": False, "restartCount": 1 if js.terminated_reason else 0,
+                         "image": "img", "imageID": "", "state": state}]}})
+        return pods
+
+    def _pods(self, method, ns, name, query, body):
+        selector = dict(kv.split("=") for kv in query.get("labelSelector", "").split(",") if kv)
+        pods = [p for (kind, pns, job) in list(self.state.objects) if kind == "PyTorchJob" and pns == ns
+                for p in self._job_pods(ns, job)]
+        pods = [p for p in pods if all(p["metadata"]["labels"].get(k) == v for k, v in selector.items())]
+        return 200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": pods}
+
+    def _pod_log(self, method, ns, name, query, body):
+        log = self.state.job_script.master_log if "-master-" in name else ""
+        if "tailLines" in query:
+            log = "\n".join(log.splitlines()[-int(query["tailLines"]):]) + "\n"
+        return 200, log
+
+    def _events(self, method, ns, name, query, body):
+        obj = query.get("fieldSelector", "").removeprefix("involvedObject.name=")
+        items = [{"metadata": {"name": f"ev-{i}", "namespace": ns}, "involvedObject": {"name": obj},
+                  "type": t, "reason": r, "message": m}
+                 for i, (t, r, m) in enumerate(self.state.job_script.events) if obj.endswith("master-0")]
+        return 200, {"kind": "EventList", "apiVersion": "v1", "metadata": {}, "items": items}
+
+
+class FakeKubeAPI:
+    """Context manager: a running fake API server and a kubernetes Configuration for it."""
+
+    def __init__(self, script: JobScript | None = None):
+        self.state = State(job_script=script or JobScript())
+
+    def __enter__(self) -> "FakeKubeAPI":
+        from kubernetes.client import Configuration
+
+        handler = type("BoundHandler", (Handler,), {"state": self.state})
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.configuration = Configuration(host=f"http://127.0.0.1:{self.server.server_address[1]}")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()

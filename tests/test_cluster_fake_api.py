@@ -1,0 +1,215 @@
+"""Cluster mode against the real kubernetes / kubeflow-training clients, with a fake only at
+the HTTP boundary (tests/k8s_fake_api.py), plus schema validation of every object we create."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.k8s_fake_api import FakeKubeAPI, JobScript
+from tests.schemas import validate
+from trainer import cluster, cluster_serve
+from trainer.cluster import ClusterSpec, JobFailed, KubernetesLauncher, build_pytorchjob, to_dict
+from trainer.errors import UserError
+
+ROOT = Path(__file__).resolve().parent.parent
+ARGS = ["--model-uri=s3://b/models/m", "--dataset-uri=s3://b/datasets/d", "--output-prefix=runs/r1"]
+
+
+def job(spec: ClusterSpec, name="ft-run1") -> dict:
+    obj = to_dict(build_pytorchjob(name, ARGS, spec))
+    validate(obj)
+    return obj
+
+
+def test_one_node_is_master_only():
+    obj = job(ClusterSpec(nodes=1, procs_per_node=1))
+    assert set(obj["spec"]["pytorchReplicaSpecs"]) == {"Master"}
+    assert obj["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] == 1
+
+
+def test_n_nodes_are_one_master_and_n_minus_one_workers():
+    obj = job(ClusterSpec(nodes=4, procs_per_node=8))
+    rs = obj["spec"]["pytorchReplicaSpecs"]
+    assert rs["Master"]["replicas"] == 1 and rs["Worker"]["replicas"] == 3
+    assert obj["spec"]["nprocPerNode"] == "8"
+    for role in rs.values():
+        assert role["restartPolicy"] == "OnFailure"
+        [c] = role["template"]["spec"]["containers"]
+        assert c["name"] == "pytorch"  # required by the operator
+        assert c["command"][:6] == ["python", "-m", "torch.distributed.run", "-m", "trainer", "train"]
+        assert c["command"][6:] == ARGS
+    assert obj["spec"]["runPolicy"]["backoffLimit"] == 3
+
+
+@pytest.mark.parametrize("resource", ["nvidia.com/gpu", "amd.com/gpu", "habana.ai/gaudi"])
+def test_accelerator_resource_name(resource):
+    c = job(ClusterSpec(nodes=2, procs_per_node=4, accelerator_resource=resource))[
+        "spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    assert c["resources"]["limits"][resource] == "4" and c["resources"]["requests"][resource] == "4"
+
+
+def test_cpu_only_requests_no_accelerator():
+    c = job(ClusterSpec(accelerator_resource=""))["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"][
+        "containers"][0]
+    assert set(c["resources"]["limits"]) == {"memory"}
+
+
+def test_credentials_are_secret_references_only():
+    c = job(ClusterSpec())["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["AWS_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"] == {"name": "llm-finetune-s3", "key": "accesskey"}
+    assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"]["key"] == "secretkey"
+    assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"]["optional"] is True
+    assert all("value" not in env[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "HF_TOKEN"))
+
+
+def test_scheduling_shm_queue_and_name():
+    obj = job(ClusterSpec(node_selector={"pool": "h100"}, queue="team-a", shm_size="32Gi", tolerations=[
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]))
+    pod = obj["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"pool": "h100"}
+    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"}} in pod["volumes"]
+    assert obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    assert cluster.job_name("8F3C2A10-1111-2222-3333-444455556666") == "ft-8f3c2a10-1111-2222-3333-444455556666"
+    assert len(cluster.job_name("x" * 100)) <= 45
+
+
+def test_bad_cluster_settings_are_all_reported():
+    with pytest.raises(UserError) as err:
+        build_pytorchjob("ft-x", ARGS, ClusterSpec(nodes=0, cleanup="sometimes", accelerator_resource="GPU!",
+                                                   tolerations=[{"colour": "red"}]))
+    msg = str(err.value)
+    assert "4 problems" in msg and "cleanup must be one of" in msg and "nodes must be >= 1" in msg
+
+
+def test_launcher_creates_streams_waits_and_cleans_up_fake_api(capsys):
+    with FakeKubeAPI() as api:
+        KubernetesLauncher(ClusterSpec(namespace="ml", nodes=2, poll_interval_s=0.01), api.configuration).run(
+            ARGS, "ft-ok")
+        [(_, path, body)] = api.state.calls("POST", "pytorchjobs")
+        assert path.endswith("/namespaces/ml/pytorchjobs") and body["metadata"]["name"] == "ft-ok"
+        validate(body)
+        assert api.state.calls("DELETE", "pytorchjobs/ft-ok")  # cleanup=on-success
+    out = capsys.readouterr().out
+    assert "step 2 loss 1.0" in out and "ft-ok-master-0" in out  # master log streamed into ours
+
+
+def test_failure_report_has_phases_events_and_last_logs_fake_api():
+    script = JobScript(conditions=["Created", "Running", "Failed"], pod_phase="Failed", terminated_reason="OOMKilled",
+                       exit_code=137, master_log="loading\nstep 9\nCUDA out of memory\n",
+                       events=[("Warning", "BackOff", "Back-off restarting failed container")])
+    with FakeKubeAPI(script) as api:
+        launcher = KubernetesLauncher(ClusterSpec(namespace="ml", nodes=2, poll_interval_s=0.01, cleanup="never"),
+                                      api.configuration)
+        with pytest.raises(JobFailed) as err:
+            launcher.run(ARGS, "ft-bad")
+        assert not api.state.calls("DELETE", "pytorchjobs")  # cleanup=never keeps it for inspection
+    msg = str(err.value)
+    assert "PyTorchJob ml/ft-bad failed" in msg
+    assert "ft-bad-master-0: Failed pytorch terminated OOMKilled exit=137" in msg
+    assert "ft-bad-worker-0: Failed" in msg
+    assert "Warning BackOff: Back-off restarting failed container" in msg
+    assert "CUDA out of memory" in msg
+
+
+def test_failed_job_is_deleted_with_cleanup_always_fake_api():
+    with FakeKubeAPI(JobScript(conditions=["Created", "Failed"])) as api:
+        with pytest.raises(JobFailed):
+            KubernetesLauncher(ClusterSpec(namespace="ml", poll_interval_s=0.01, cleanup="always"),
+                               api.configuration).run(ARGS, "ft-gone")
+        assert api.state.calls("DELETE", "pytorchjobs/ft-gone")
+
+
+def test_retried_task_attaches_to_existing_job_fake_api(capsys):
+    with FakeKubeAPI() as api:
+        spec = ClusterSpec(namespace="ml", poll_interval_s=0.01, cleanup="never")
+        KubernetesLauncher(spec, api.configuration).run(ARGS, "ft-same")
+        api.state.job_reads.clear()
+        KubernetesLauncher(spec, api.configuration).run(ARGS, "ft-same")  # 409 -> follow it
+        assert len(api.state.calls("POST", "pytorchjobs")) == 2
+    assert "already exists; following it" in capsys.readouterr().out
+
+
+def test_wait_timeout_is_a_parameter_fake_api():
+    with FakeKubeAPI(JobScript(conditions=["Created"] * 100)) as api:
+        with pytest.raises(JobFailed, match="timed out"):
+            KubernetesLauncher(ClusterSpec(namespace="ml", poll_interval_s=0.1, wait_timeout_s=1, cleanup="never"),
+                               api.configuration).run(ARGS, "ft-slow")
+
+
+def serve_spec(**kw):
+    return cluster_serve.ServeSpec(name="tuned", model_uri="s3://b/models/sha256-abc",
+                                   cluster=ClusterSpec(namespace="ml", **kw))
+
+
+def test_vllm_objects_are_valid_and_probe_readiness_on_models():
+    deployment, service = (to_dict(o) for o in cluster_serve.build(serve_spec(node_selector={"pool": "gpu"})))
+    validate(deployment)
+    validate(service)
+    pod = deployment["spec"]["template"]["spec"]
+    [server] = pod["containers"]
+    assert server["image"].startswith("vllm/vllm-openai:") and not server["image"].endswith(":latest")
+    assert server["readinessProbe"]["httpGet"]["path"] == "/v1/models"
+    assert server["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert "--served-model-name" in server["command"] and "tuned" in server["command"]
+    [fetch] = pod["initContainers"]
+    assert fetch["command"][-2:] == ["s3://b/models/sha256-abc", "/models/model"]
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+
+
+def test_redeploy_patches_instead_of_failing_fake_api():
+    from kubernetes import client as k
+
+    with FakeKubeAPI() as api:
+        c = k.ApiClient(api.configuration)
+        apps, core = k.AppsV1Api(c), k.CoreV1Api(c)
+        d, s = cluster_serve.build(serve_spec())
+        assert cluster_serve.apply(apps, core, d, s, "ml") == "created"
+        d2, s2 = cluster_serve.build(cluster_serve.ServeSpec(name="tuned", model_uri="s3://b/models/sha256-new",
+                                                             cluster=ClusterSpec(namespace="ml")))
+        assert cluster_serve.apply(apps, core, d2, s2, "ml") == "patched"
+        stored = api.state.objects[("Deployment", "ml", "tuned")]
+        assert stored["metadata"]["generation"] == 2
+        assert stored["spec"]["template"]["metadata"]["annotations"]["llm-finetune/model-uri"].endswith("sha256-new")
+        cluster_serve.wait_rollout(apps, "tuned", "ml", timeout_s=10, poll_s=0)
+        assert len(api.state.calls("GET", "deployments/tuned/status")) >= 2  # waited for the new generation
+
+
+def test_rollout_timeout_says_what_to_check_fake_api():
+    from kubernetes import client as k
+
+    with FakeKubeAPI() as api:
+        api.state.rollout_after_reads = 10**6
+        c = k.ApiClient(api.configuration)
+        d, s = cluster_serve.build(serve_spec())
+        cluster_serve.apply(k.AppsV1Api(c), k.CoreV1Api(c), d, s, "ml")
+        with pytest.raises(UserError, match="kubectl -n ml describe deploy/tuned"):
+            cluster_serve.wait_rollout(k.AppsV1Api(c), "tuned", "ml", timeout_s=0.2, poll_s=0.05)
+
+
+def dry_run(*args):
+    proc = subprocess.run([sys.executable, "-m", "trainer", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60, env={"PATH": "/usr/bin:/bin", "AWS_SECRET_ACCESS_KEY": "s3cr3t-value",
+                                           "AWS_ACCESS_KEY_ID": "AKIAEXAMPLE", "HF_TOKEN": "hf_secret_token"})
+    assert proc.returncode == 0, proc.stderr
+    for secret in ("s3cr3t-value", "AKIAEXAMPLE", "hf_secret_token"):
+        assert secret not in proc.stdout
+    import yaml
+
+    return list(yaml.safe_load_all(proc.stdout))
+
+
+def test_dry_run_2_nodes_x_8_gpus_is_valid_and_secret_free():
+    tol = json.dumps([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}])
+    [pj] = dry_run("launch-k8s", "--dry-run", "--nodes", "2", "--procs-per-node", "8", "--namespace", "ml",
+                   "--tolerations", tol, "--queue", "gpu-queue", "--run-id", "run-42", *ARGS)
+    validate(pj)
+    assert pj["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 1 and pj["spec"]["nprocPerNode"] == "8"
+    objs = dry_run("deploy-k8s", "--dry-run", "--name", "tuned", "--model-uri", "s3://b/models/m", "--namespace", "ml")
+    assert [o["kind"] for o in objs] == ["Deployment", "Service"]
+    for o in objs:
+        validate(o)
