@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast compile clean
+.PHONY: demo test test-fast compile manifests clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -27,6 +27,14 @@ test-fast: $(STAMP)
 
 compile: $(STAMP)
 	$(BIN)/python -m pipelines.compile
+
+# Namespace objects (MinIO, Secret template, RBAC). For another namespace or service account:
+#   make manifests NAMESPACE=team-ml PIPELINE_SA=team-ml:default-editor MANIFESTS=team-ml.yaml
+NAMESPACE ?= llm-finetune
+PIPELINE_SA ?= kubeflow:pipeline-runner
+MANIFESTS ?= docker/manifests/namespace.yaml
+manifests: $(STAMP)
+	$(BIN)/python -m pipelines.manifests --namespace $(NAMESPACE) --pipeline-sa $(PIPELINE_SA) > $(MANIFESTS)
 
 clean:
 	rm -rf .runs

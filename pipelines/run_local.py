@@ -17,7 +17,6 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import os
 import secrets
@@ -33,38 +32,10 @@ from trainer.errors import UserError, exit_on_user_error
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def pipeline_defaults() -> dict[str, Any]:
-    sig = inspect.signature(finetune_pipeline.pipeline_func)
-    return {name: p.default for name, p in sig.parameters.items()}
-
-
 def parse_params(pairs: list[str]) -> dict[str, Any]:
-    """`key=value` strings -> typed parameters (types from the pipeline's defaults)."""
-    params = pipeline_defaults()
-    problems = []
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep:
-            problems.append(f"--param {pair!r} is not key=value")
-            continue
-        if key not in params:
-            problems.append(f"unknown parameter {key!r}; known: {', '.join(sorted(params))}")
-            continue
-        kind = type(params[key])
-        try:
-            if kind is bool:
-                if raw.lower() not in ("true", "false", "1", "0"):
-                    raise ValueError
-                params[key] = raw.lower() in ("true", "1")
-            else:
-                params[key] = kind(raw)
-        except ValueError:
-            problems.append(f"parameter {key}={raw!r} is not a valid {kind.__name__}")
-    if problems:
-        from trainer.errors import collect
+    from pipelines.params import parse_params as parse
 
-        collect(problems, what="bad --param")
-    return params
+    return parse(finetune_pipeline, pairs)
 
 
 def start_s3(endpoint: str | None):

@@ -9,13 +9,11 @@ Deployments (rolled out after a number of status reads).
 
 from __future__ import annotations
 
-import json
-import re
 import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlparse
+
+from tests.fake_http import LoopbackServer, RoutedHandler, calls
 
 
 @dataclass
@@ -41,17 +39,17 @@ class State:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def calls(self, method: str, pattern: str) -> list[tuple[str, str, Any]]:
-        return [r for r in self.requests if r[0] == method and re.search(pattern, r[1])]
+        return calls(self, method, pattern)
 
 
 ROUTES = [
-    ("job", r"^/apis/kubeflow\.org/v1/namespaces/([^/]+)/pytorchjobs(?:/([^/]+))?$"),
-    ("deployment_status", r"^/apis/apps/v1/namespaces/([^/]+)/deployments/([^/]+)/status$"),
-    ("deployment", r"^/apis/apps/v1/namespaces/([^/]+)/deployments(?:/([^/]+))?$"),
-    ("service", r"^/api/v1/namespaces/([^/]+)/services(?:/([^/]+))?$"),
-    ("pod_log", r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/log$"),
-    ("pods", r"^/api/v1/namespaces/([^/]+)/pods$"),
-    ("events", r"^/api/v1/namespaces/([^/]+)/events$"),
+    ("_job", r"^/apis/kubeflow\.org/v1/namespaces/([^/]+)/pytorchjobs(?:/([^/]+))?$"),
+    ("_deployment_status", r"^/apis/apps/v1/namespaces/([^/]+)/deployments/([^/]+)/status$"),
+    ("_deployment", r"^/apis/apps/v1/namespaces/([^/]+)/deployments(?:/([^/]+))?$"),
+    ("_service", r"^/api/v1/namespaces/([^/]+)/services(?:/([^/]+))?$"),
+    ("_pod_log", r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/log$"),
+    ("_pods", r"^/api/v1/namespaces/([^/]+)/pods()$"),
+    ("_events", r"^/api/v1/namespaces/([^/]+)/events()$"),
 ]
 
 
@@ -60,39 +58,9 @@ def _status(code: int, reason: str, message: str) -> dict:
             "message": message}
 
 
-class Handler(BaseHTTPRequestHandler):
+class Handler(RoutedHandler):
+    routes = ROUTES
     state: State
-
-    def log_message(self, *args):  # keep test output clean
-        pass
-
-    def _send(self, code: int, body: Any, content_type: str = "application/json") -> None:
-        data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _dispatch(self, method: str) -> None:
-        url = urlparse(self.path)
-        query = {k: v[0] for k, v in parse_qs(url.query).items()}
-        length = int(self.headers.get("Content-Length") or 0)
-        body = json.loads(self.rfile.read(length)) if length else None
-        with self.state.lock:
-            self.state.requests.append((method, self.path, body))
-        for kind, pattern in ROUTES:
-            m = re.match(pattern, url.path)
-            if m:
-                ns, name = m.group(1), m.group(2) if m.lastindex and m.lastindex >= 2 else None
-                code, out = getattr(self, f"_{kind}")(method, ns, name, query, body)
-                return self._send(code, out, "text/plain" if isinstance(out, str) else "application/json")
-        self._send(404, _status(404, "NotFound", f"no route for {method} {url.path}"))
-
-    do_GET = lambda self: self._dispatch("GET")  # noqa: E731
-    do_POST = lambda self: self._dispatch("POST")  # noqa: E731
-    do_PATCH = lambda self: self._dispatch("PATCH")  # noqa: E731
-    do_DELETE = lambda self: self._dispatch("DELETE")  # noqa: E731
 
     # -- generic create / get / patch / delete
     def _crud(self, kind: str, method: str, ns: str, name: str | None, body: Any):
@@ -117,7 +85,7 @@ class Handler(BaseHTTPRequestHandler):
             return 200, s.objects.pop(key)
         return 405, _status(405, "MethodNotAllowed", method)
 
-    def _job(self, method, ns, name, query, body):
+    def _job(self, method, ns, name, *, query, body):
         code, out = self._crud("PyTorchJob", method, ns, name, body)
         if method == "GET" and code == 200:
             reads = self.state.job_reads[name] = self.state.job_reads.get(name, 0) + 1
@@ -127,10 +95,10 @@ class Handler(BaseHTTPRequestHandler):
                  "lastTransitionTime": "2026-11-22T00:00:00Z"} for c in shown]}}
         return code, out
 
-    def _deployment(self, method, ns, name, query, body):
+    def _deployment(self, method, ns, name, *, query, body):
         return self._crud("Deployment", method, ns, name, body)
 
-    def _deployment_status(self, method, ns, name, query, body):
+    def _deployment_status(self, method, ns, name, *, query, body):
         code, obj = self._crud("Deployment", "GET", ns, name, None)
         if code != 200:
             return code, obj
@@ -143,7 +111,7 @@ class Handler(BaseHTTPRequestHandler):
                                  "availableReplicas": replicas if done else 0}}
         return 200, obj
 
-    def _service(self, method, ns, name, query, body):
+    def _service(self, method, ns, name, *, query, body):
         return self._crud("Service", method, ns, name, body)
 
     def _job_pods(self, ns: str, job: str) -> list[dict]:
@@ -164,20 +132,20 @@ class Handler(BaseHTTPRequestHandler):
                          "image": "img", "imageID": "", "state": state}]}})
         return pods
 
-    def _pods(self, method, ns, name, query, body):
+    def _pods(self, method, ns, name, *, query, body):
         selector = dict(kv.split("=") for kv in query.get("labelSelector", "").split(",") if kv)
         pods = [p for (kind, pns, job) in list(self.state.objects) if kind == "PyTorchJob" and pns == ns
                 for p in self._job_pods(ns, job)]
         pods = [p for p in pods if all(p["metadata"]["labels"].get(k) == v for k, v in selector.items())]
         return 200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": pods}
 
-    def _pod_log(self, method, ns, name, query, body):
+    def _pod_log(self, method, ns, name, *, query, body):
         log = self.state.job_script.master_log if "-master-" in name else ""
         if "tailLines" in query:
             log = "\n".join(log.splitlines()[-int(query["tailLines"]):]) + "\n"
         return 200, log
 
-    def _events(self, method, ns, name, query, body):
+    def _events(self, method, ns, name, *, query, body):
         obj = query.get("fieldSelector", "").removeprefix("involvedObject.name=")
         items = [{"metadata": {"name": f"ev-{i}", "namespace": ns}, "involvedObject": {"name": obj},
                   "type": t, "reason": r, "message": m}
@@ -194,12 +162,9 @@ class FakeKubeAPI:
     def __enter__(self) -> "FakeKubeAPI":
         from kubernetes.client import Configuration
 
-        handler = type("BoundHandler", (Handler,), {"state": self.state})
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.configuration = Configuration(host=f"http://127.0.0.1:{self.server.server_address[1]}")
+        self.server = LoopbackServer(Handler, self.state)
+        self.configuration = Configuration(host=self.server.url)
         return self
 
     def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.close()

@@ -90,3 +90,20 @@ def test_invalid_bucket_name_is_a_user_error():
 def test_manifest_ignores_itself(tmp_path):
     root = make_tree(tmp_path, {"a": b"1", MANIFEST: b"old"})
     assert [f["path"] for f in tree_manifest(root)["files"]] == ["a"]
+
+
+def test_s3_sources_pass_through_delivered_trees(store, tmp_path):
+    from trainer import builtin_data, data, sources
+
+    d = tmp_path / "ds"
+    d.mkdir()
+    splits = builtin_data.generate(20, 5)
+    data.write_jsonl(splits["train"], d / "train.jsonl")
+    data.write_jsonl(splits["eval"], d / "eval.jsonl")
+    uri, meta = sources.deliver_dataset(str(d), "", store)
+    again_uri, again = sources.deliver_dataset(uri, "", store)
+    assert again_uri == uri and again["rows"] == {"train": 20, "eval": 5} and again["uploaded_bytes"] == 0
+    with pytest.raises(UserError, match="not a complete delivered tree"):
+        sources.deliver_model(store.uri("models/sha256-nothing-here"), "", store)
+    with pytest.raises(UserError, match="malformed model URI"):
+        sources.parse("s3://", "model")

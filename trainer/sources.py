@@ -4,6 +4,8 @@ Source strings (the same grammar for models and datasets):
   builtin:tiny-llama | builtin:function-calling   generated here, offline
   /abs/path, ./rel/path, file:///abs/path           a local directory or .jsonl file
   org/name  (revision as a separate parameter)      the Hugging Face Hub
+  s3://bucket/models/sha256-...                     a tree delivered before (e.g. by
+                                                    `python -m trainer deliver-dataset`)
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 @dataclass(frozen=True)
 class Source:
-    kind: str  # "builtin" | "local" | "hub"
+    kind: str  # "builtin" | "local" | "hub" | "s3"
     ref: str  # builtin name, local path, or hub repo id
 
 
@@ -37,8 +39,12 @@ def parse(source: str, what: str) -> Source:
     """
     builtins = BUILTIN_MODELS if what == "model" else BUILTIN_DATASETS
     forms = (f"builtin:{'|'.join(builtins)}, a local path (/abs, ./rel or file:///abs), "
-             "or a Hugging Face Hub id like org/name")
+             "a Hugging Face Hub id like org/name, or an s3:// URI printed by deliver")
     source = (source or "").strip()
+    if source.startswith("s3://"):
+        if not re.fullmatch(r"s3://[a-z0-9.-]{3,63}/\S+", source):
+            raise UserError(f"malformed {what} URI {source!r}: expected s3://bucket/prefix")
+        return Source("s3", source.rstrip("/"))
     if source.startswith("builtin:"):
         name = source.split(":", 1)[1]
         if name not in builtins:
@@ -118,9 +124,23 @@ def materialize_dataset(src: Source, revision: str, eval_fraction: float = 0.1,
     return {"train": train, "eval": data.validate_rows(ds[held_out].to_list(), f"{src.ref}[{held_out}]")}
 
 
+def _already_delivered(src: Source, store) -> tuple[str, dict[str, Any]]:
+    """An s3:// source: a complete tree (manifest present) is passed through as is."""
+    from trainer.storage import MANIFEST, split_uri
+
+    bucket, prefix = split_uri(src.ref)
+    if bucket != store.bucket or not store.exists(f"{prefix}/{MANIFEST}"):
+        raise UserError(f"{src.ref} is not a complete delivered tree in bucket {store.bucket!r} "
+                        f"(no {MANIFEST}); deliver it with `python -m trainer deliver-model|deliver-dataset`")
+    return src.ref, {**store.get_json(f"{prefix}/{MANIFEST}"), "uploaded_bytes": 0}
+
+
 def deliver_model(source: str, revision: str, store) -> tuple[str, dict[str, Any]]:
     """Put a model into the bucket; returns (s3 uri, metadata for the Model artifact)."""
     src = parse(source, "model")
+    if src.kind == "s3":
+        uri, manifest = _already_delivered(src, store)
+        return uri, {"source": source, "revision": "", **manifest}
     with tempfile.TemporaryDirectory() as tmp:
         path = materialize_model(src, revision, Path(tmp))
         uri, manifest = store.put_tree(path, "models")
@@ -133,6 +153,13 @@ def deliver_dataset(source: str, revision: str, store, eval_fraction: float = 0.
     from trainer import data
 
     src = parse(source, "dataset")
+    if src.kind == "s3":
+        uri, manifest = _already_delivered(src, store)
+        root = store.get_tree(uri)
+        counts = {p.stem: sum(1 for line in p.open() if line.strip()) for p in sorted(root.glob("*.jsonl"))}
+        if set(counts) != {"train", "eval"}:
+            raise UserError(f"{uri} is not a delivered dataset: expected train.jsonl and eval.jsonl, found {sorted(counts)}")
+        return uri, {"source": source, "revision": "", "rows": counts, **manifest}
     splits = materialize_dataset(src, revision, eval_fraction, seed)
     empty = [name for name, rows in splits.items() if not rows]
     if empty:

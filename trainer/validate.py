@@ -13,8 +13,12 @@ from trainer.config import TrainConfig
 from trainer.errors import UserError, collect
 
 
-def pipeline_problems(params: dict[str, Any]) -> list[str]:
-    """Every problem in a full set of finetune-pipeline parameters."""
+def pipeline_problems(params: dict[str, Any], check_local_files: bool = True) -> list[str]:
+    """Every problem in a full set of finetune-pipeline parameters.
+
+    `check_local_files` reads local dataset files fully (run_local); submit turns it off
+    because a cluster cannot read this machine's files anyway.
+    """
     problems = []
     for what in ("model", "dataset"):
         try:
@@ -22,7 +26,7 @@ def pipeline_problems(params: dict[str, Any]) -> list[str]:
         except UserError as err:
             problems.append(str(err))
             continue
-        if what == "dataset" and src.kind == "local":
+        if what == "dataset" and src.kind == "local" and check_local_files:
             try:  # local files are cheap to check fully now; Hub data is checked on delivery
                 sources.materialize_dataset(src, "", params["eval_fraction"], params["seed"])
             except UserError as err:
@@ -40,6 +44,19 @@ def pipeline_problems(params: dict[str, Any]) -> list[str]:
         problems.append(f"eval_fraction must be between 0 and 1, got {params['eval_fraction']}")
     if params["eval_max_rows"] < 1:
         problems.append(f"eval_max_rows must be >= 1, got {params['eval_max_rows']}")
+    from trainer.launch import LAUNCHERS, cluster_spec
+
+    if params["launcher"] not in LAUNCHERS:
+        problems.append(f"launcher must be one of {LAUNCHERS}, got {params['launcher']!r}")
+    if params["deploy_backend"] not in ("local", "kubernetes"):
+        problems.append(f"deploy_backend must be 'local' or 'kubernetes', got {params['deploy_backend']!r}")
+    if "kubernetes" in (params["launcher"], params["deploy_backend"]):
+        spec = cluster_spec({"namespace": params["namespace"], "accelerator_resource": params["accelerator_resource"],
+                             "node_selector": params["node_selector"], "tolerations": params["tolerations"],
+                             "queue": params["kueue_queue"], "cleanup": params["cleanup"],
+                             "wait_timeout_s": params["wait_timeout_s"]},
+                            max(params["nodes"], 1), max(params["procs_per_node"], 1))
+        problems += [p for p in spec.problems() if not p.startswith(("nodes", "procs_per_node"))]
     return problems
 
 

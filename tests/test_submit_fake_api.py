@@ -1,0 +1,119 @@
+"""`python -m pipelines.submit` against the real kfp.Client, with a fake KFP API at the HTTP
+boundary (tests/kfp_fake_api.py)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipelines import submit
+from tests.kfp_fake_api import FakeKfpAPI
+from tests.schemas import validate
+
+ROOT = Path(__file__).resolve().parent.parent
+CLUSTER = ["--param", "launcher=kubernetes", "--param", "deploy_backend=kubernetes",
+           "--param", "model_source=meta-llama/Llama-3.2-1B-Instruct", "--param", "lora_train_embeddings=false",
+           "--param", "learning_rate=0.0002", "--param", "nodes=2", "--param", "procs_per_node=8"]
+
+
+@pytest.fixture
+def kfp_api(monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))  # kfp.Client reads ~/.config/kfp/context.json
+    with FakeKfpAPI() as api:
+        yield api
+
+
+def test_first_submit_uploads_pipeline_and_creates_run_fake_api(kfp_api, capsys):
+    assert submit.main(["--host", kfp_api.url, *CLUSTER, "--experiment", "exp-a"]) == 0
+    out = capsys.readouterr().out
+    [pipeline] = kfp_api.state.pipelines.values()
+    assert pipeline["display_name"] == "llm-finetune"
+    [run] = kfp_api.state.runs.values()
+    assert f"url: {kfp_api.url}/#/runs/details/{run['run_id']}" in out
+    [exp] = kfp_api.state.experiments.values()
+    assert exp["display_name"] == "exp-a" and run["experiment_id"] == exp["experiment_id"]
+    ref = run["pipeline_version_reference"]
+    assert ref["pipeline_id"] == pipeline["pipeline_id"]
+    params = run["runtime_config"]["parameters"]
+    assert params["nodes"] == 2 and params["launcher"] == "kubernetes"
+    assert params["node_selector"] == {} and params["lora_train_embeddings"] is False
+    uploaded = kfp_api.state.uploads[ref["pipeline_version_id"]]
+    assert b"pipelineInfo" in uploaded and b"llm-finetune" in uploaded  # the compiled package
+
+
+def test_resubmit_reuses_experiment_and_version_and_new_code_adds_a_version_fake_api(kfp_api, monkeypatch):
+    submit.main(["--host", kfp_api.url, *CLUSTER])
+    submit.main(["--host", kfp_api.url, *CLUSTER])
+    [pid] = kfp_api.state.pipelines
+    names = [v["display_name"] for v in kfp_api.state.versions[pid]]
+    assert len(names) == 2 and names[1] == "llm-finetune" and names[0].startswith("llm-finetune-")
+    assert len(kfp_api.state.experiments) == 1
+    versions = {r["pipeline_version_reference"]["pipeline_version_id"] for r in kfp_api.state.runs.values()}
+    assert len(kfp_api.state.runs) == 2 and len(versions) == 1
+    monkeypatch.setattr(submit, "package", lambda d: (_fake_package(d), "0123456789ab"))
+    submit.main(["--host", kfp_api.url, *CLUSTER])
+    assert [v["display_name"] for v in kfp_api.state.versions[pid]][0] == "llm-finetune-0123456789ab"
+
+
+def _fake_package(out_dir):
+    path = out_dir / "p.yaml"
+    path.write_text("pipelineInfo: {name: llm-finetune}\n")
+    return path
+
+
+def test_recurring_run_fake_api(kfp_api, capsys):
+    assert submit.main(["--host", kfp_api.url, *CLUSTER, "--recurring", "0 0 3 * * *", "--run-name", "nightly"]) == 0
+    [job] = kfp_api.state.recurring.values()
+    assert job["display_name"] == "nightly"
+    assert job["trigger"]["cron_schedule"]["cron"] == "0 0 3 * * *"
+    assert job["max_concurrency"] == "1" or job["max_concurrency"] == 1
+    assert job["runtime_config"]["parameters"]["nodes"] == 2
+    assert not kfp_api.state.runs
+    assert f"/#/recurringrun/details/{job['recurring_run_id']}" in capsys.readouterr().out
+
+
+def test_five_field_cron_is_refused(kfp_api, capsys):
+    assert pytest.raises(SystemExit, submit.main, ["--host", kfp_api.url, *CLUSTER, "--recurring",
+                                                   "0 3 * * *"]).value.code == 2
+    assert "6-field cron" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("final, code", [("SUCCEEDED", 0), ("FAILED", 1)])
+def test_wait_follows_the_run_fake_api(kfp_api, monkeypatch, final, code, capsys):
+    import kfp
+
+    kfp_api.state.final_state = final
+    real = kfp.Client.wait_for_run_completion
+    monkeypatch.setattr(kfp.Client, "wait_for_run_completion",
+                        lambda self, run_id, timeout, sleep_duration=0: real(self, run_id, timeout, sleep_duration=0))
+    assert submit.main(["--host", kfp_api.url, *CLUSTER, "--wait"]) == code
+    assert f"run finished: {final}" in capsys.readouterr().out
+
+
+def test_bad_parameters_upload_nothing_fake_api(kfp_api, capsys, tmp_path):
+    local = tmp_path / "mine.jsonl"
+    local.write_text("{}\n")
+    with pytest.raises(SystemExit):
+        submit.main(["--host", kfp_api.url, "--param", "launcher=kubernetes", "--param", f"dataset_source={local}",
+                     "--param", "cleanup=sometimes", "--param", "lora_r=0"])
+    err = capsys.readouterr().err
+    assert "cluster cannot read" in err and "3 problems" in err
+    assert "lora_r must be > 0" in err and "cleanup must be one of" in err
+    assert not kfp_api.state.requests  # nothing was contacted
+
+
+def test_dry_run_prints_valid_objects_without_secrets():
+    proc = subprocess.run([sys.executable, "-m", "pipelines.submit", "--dry-run", *CLUSTER,
+                           "--param", 'node_selector={"pool": "h100"}'], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env={"PATH": "/usr/bin:/bin", "AWS_SECRET_ACCESS_KEY": "topsecret-1",
+                                            "HF_TOKEN": "hf_topsecret"})
+    assert proc.returncode == 0, proc.stderr
+    assert "topsecret" not in proc.stdout
+    objs = list(yaml.safe_load_all(proc.stdout))
+    assert [o["kind"] for o in objs] == ["PyTorchJob", "Deployment", "Service"]
+    for o in objs:
+        validate(o)
+    assert objs[0]["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 1
+    assert objs[0]["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["nodeSelector"] == {"pool": "h100"}
