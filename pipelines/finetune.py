@@ -25,10 +25,14 @@ PIPELINE_NAME = "llm-finetune"
 
 
 def _with_s3(task: dsl.PipelineTask) -> dsl.PipelineTask:
-    """S3 credentials from the cluster Secret (kfp.local ignores this; run_local sets env)."""
+    """S3 credentials from the cluster Secret and the endpoint from an optional ConfigMap
+    (kfp.local ignores both; run_local sets the environment itself)."""
     kubernetes.use_secret_as_env(task, secret_name=settings.get("S3_SECRET_NAME"),
                                  secret_key_to_env={"accesskey": "AWS_ACCESS_KEY_ID",
                                                     "secretkey": "AWS_SECRET_ACCESS_KEY"})
+    kubernetes.use_config_map_as_env(task, config_map_name=settings.get("CONFIG_MAP_NAME"),
+                                     config_map_key_to_env={"S3_ENDPOINT": "S3_ENDPOINT", "S3_BUCKET": "S3_BUCKET"},
+                                     optional=True)
     return task
 
 

@@ -2,7 +2,8 @@
 
 Render the Kubernetes objects one namespace needs: MinIO (PVC + Deployment + Service), the
 S3 credentials Secret template (in the training namespace and in the namespace where KFP
-runs the pipeline's pods, because Secrets are namespaced), and RBAC letting the pipeline's
+runs the pipeline's pods, because Secrets are namespaced), a ConfigMap there pointing the
+pipeline's pods at this MinIO, and RBAC letting the pipeline's
 service account manage PyTorchJobs, Deployments and Services in that namespace only.
 
 The Secret template holds placeholders, never real keys: replace them before applying,
@@ -73,7 +74,12 @@ def render(namespace: str, pipeline_sa: str, storage: str = "100Gi") -> list[dic
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "llm-finetune-pipeline"},
          "subjects": [{"kind": "ServiceAccount", "name": sa_name, "namespace": sa_ns}]},
     ]
-    if sa_ns != namespace:  # the pipeline's own pods read the Secret in their namespace
+    config = {"apiVersion": "v1", "kind": "ConfigMap",
+              "metadata": {"name": settings.get("CONFIG_MAP_NAME"), "namespace": sa_ns},
+              "data": {"S3_ENDPOINT": f"http://minio.{namespace}.svc.cluster.local:9000",
+                       "S3_BUCKET": settings.get("S3_BUCKET")}}
+    objects.insert(2, config)  # pipeline pods read the endpoint (and below, the Secret) in their namespace
+    if sa_ns != namespace:
         objects.insert(2, s3_secret(sa_ns))
     return objects
 

@@ -64,14 +64,11 @@ def dry_run_objects(params: dict[str, Any]) -> list:
     """The Kubernetes objects this run would create, as model objects."""
     from trainer import cluster, cluster_serve
     from trainer.config import TrainConfig
-    from trainer.launch import cluster_spec
+    from trainer.launch import cluster_from_params
 
-    placement = {"namespace": params["namespace"], "accelerator_resource": params["accelerator_resource"],
-                 "node_selector": params["node_selector"], "tolerations": params["tolerations"]}
+    spec = cluster_from_params(params)
     objects = []
     if params["launcher"] == "kubernetes":
-        spec = cluster_spec({**placement, "queue": params["kueue_queue"], "cleanup": params["cleanup"],
-                             "wait_timeout_s": params["wait_timeout_s"]}, params["nodes"], params["procs_per_node"])
         cfg = TrainConfig(model_uri="s3://<bucket>/models/<from deliver-model>",
                           dataset_uri="s3://<bucket>/datasets/<from deliver-dataset>", output_prefix="runs/<run id>",
                           **{k: params[k] for k in ("method", "lora_r", "lora_alpha", "lora_dropout",
@@ -81,7 +78,7 @@ def dry_run_objects(params: dict[str, Any]) -> list:
     if params["deploy_backend"] == "kubernetes":
         objects += cluster_serve.build(cluster_serve.ServeSpec(
             name=params["served_model_name"], model_uri="s3://<bucket>/models/<from merge-lora>",
-            gpus=params["serve_gpus"], cluster=cluster_spec(placement, 1, 1)))
+            gpus=params["serve_gpus"], cluster=spec))
     return objects
 
 

@@ -44,6 +44,8 @@ def test_credentials_come_from_secrets_not_parameters():
     for executor in platform.values():
         envs = {e["envVar"] for s in executor["secretAsEnv"] for e in s["keyToEnv"]}
         assert {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} <= envs
+        [config] = executor["configMapAsEnv"]
+        assert config["configMapName"] == "llm-finetune-config" and config["optional"] is True
     assert "AKIA" not in text and "testsecret" not in text
 
 

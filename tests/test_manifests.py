@@ -30,6 +30,9 @@ def test_every_object_is_valid_and_rbac_is_namespaced():
     secrets = [o for o in objs if o["kind"] == "Secret"]
     assert {s["metadata"]["namespace"] for s in secrets} == {"team-ml", "kubeflow"}
     assert all(set(s["stringData"].values()) == {manifests.PLACEHOLDER} for s in secrets)
+    [config] = [o for o in objs if o["kind"] == "ConfigMap"]
+    assert config["metadata"]["namespace"] == "kubeflow"
+    assert config["data"]["S3_ENDPOINT"] == "http://minio.team-ml.svc.cluster.local:9000"
     [svc] = [o for o in objs if o["kind"] == "Service"]
     assert svc["metadata"]["name"] == "minio" and svc["spec"]["ports"][0]["port"] == 9000
 

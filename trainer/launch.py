@@ -78,6 +78,15 @@ def cluster_spec(settings: dict | None, nodes: int, procs_per_node: int):
     return ClusterSpec(**{**(settings or {}), "nodes": nodes, "procs_per_node": procs_per_node})
 
 
+def cluster_from_params(params: dict) -> "ClusterSpec":  # noqa: F821
+    """The ClusterSpec that a full set of pipeline parameters describes."""
+    return cluster_spec({"namespace": params["namespace"], "accelerator_resource": params["accelerator_resource"],
+                         "node_selector": params["node_selector"], "tolerations": params["tolerations"],
+                         "queue": params["kueue_queue"], "cleanup": params["cleanup"],
+                         "wait_timeout_s": params["wait_timeout_s"]},
+                        max(params["nodes"], 1), max(params["procs_per_node"], 1))
+
+
 def run_training(cfg, launcher: str, nodes: int, procs_per_node: int, store, cluster: dict | None = None,
                  run_id: str = "") -> dict:
     """Validate everything, launch the job, and return the result rank 0 wrote to the bucket."""

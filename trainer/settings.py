@@ -23,6 +23,9 @@ _DEFAULTS = {
     # Kubernetes Secret names (never values): the pipeline maps their keys to env vars.
     "S3_SECRET_NAME": "llm-finetune-s3",
     "HF_SECRET_NAME": "llm-finetune-hf",
+    # Optional ConfigMap (keys S3_ENDPOINT, S3_BUCKET) that points pipeline pods at MinIO
+    # without rebuilding the image; written by `python -m pipelines.manifests`.
+    "CONFIG_MAP_NAME": "llm-finetune-config",
     # Local cache of content-addressed downloads; safe to share between runs because a
     # prefix's content never changes.
     "FINETUNE_CACHE_DIR": os.path.join(os.path.expanduser("~"), ".cache", "llm-finetune"),

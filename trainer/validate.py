@@ -44,19 +44,14 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True) ->
         problems.append(f"eval_fraction must be between 0 and 1, got {params['eval_fraction']}")
     if params["eval_max_rows"] < 1:
         problems.append(f"eval_max_rows must be >= 1, got {params['eval_max_rows']}")
-    from trainer.launch import LAUNCHERS, cluster_spec
+    from trainer.launch import LAUNCHERS, cluster_from_params
 
     if params["launcher"] not in LAUNCHERS:
         problems.append(f"launcher must be one of {LAUNCHERS}, got {params['launcher']!r}")
     if params["deploy_backend"] not in ("local", "kubernetes"):
         problems.append(f"deploy_backend must be 'local' or 'kubernetes', got {params['deploy_backend']!r}")
     if "kubernetes" in (params["launcher"], params["deploy_backend"]):
-        spec = cluster_spec({"namespace": params["namespace"], "accelerator_resource": params["accelerator_resource"],
-                             "node_selector": params["node_selector"], "tolerations": params["tolerations"],
-                             "queue": params["kueue_queue"], "cleanup": params["cleanup"],
-                             "wait_timeout_s": params["wait_timeout_s"]},
-                            max(params["nodes"], 1), max(params["procs_per_node"], 1))
-        problems += [p for p in spec.problems() if not p.startswith(("nodes", "procs_per_node"))]
+        problems += [p for p in cluster_from_params(params).problems() if not p.startswith(("nodes", "procs_per_node"))]
     return problems
 
 
