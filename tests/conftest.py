@@ -51,3 +51,12 @@ def tokenizer(tiny_model_dir):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture
+def default_settings(monkeypatch):
+    """Every trainer.settings value at its default (other fixtures point S3_* at moto)."""
+    from trainer import settings
+
+    for name in settings._DEFAULTS:
+        monkeypatch.delenv(name, raising=False)

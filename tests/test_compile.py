@@ -10,8 +10,7 @@ from pipelines import compile as compile_mod
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_committed_yaml_is_up_to_date(tmp_path, monkeypatch):
-    monkeypatch.delenv("FINETUNE_IMAGE", raising=False)
+def test_committed_yaml_is_up_to_date(tmp_path, default_settings):
     for fresh in compile_mod.compile_all(tmp_path):
         committed = ROOT / "compiled" / fresh.name
         assert committed.read_text() == fresh.read_text(), \

@@ -8,7 +8,7 @@ from tests.schemas import validate
 from tests.test_compile import ROOT
 
 
-def test_committed_manifests_are_fresh(capsys):
+def test_committed_manifests_are_fresh(capsys, default_settings):
     manifests.main([])
     assert capsys.readouterr().out == (ROOT / "docker/manifests/namespace.yaml").read_text(), \
         "run `make manifests` and commit docker/manifests/namespace.yaml"
