@@ -27,6 +27,8 @@ def finetune(
     batch_size: int = 16,
     max_seq_len: int = 512,
     seed: int = 0,
+    checkpoint_every: int = 100,
+    max_restarts: int = 2,
     namespace: str = "",
     accelerator_resource: str = "nvidia.com/gpu",
     node_selector: dict = {},
@@ -39,7 +41,9 @@ def finetune(
 
     The cluster settings (namespace ... wait_timeout_s, 0 = no limit) shape the PyTorchJob of the
     kubernetes launcher; see trainer.cluster.ClusterSpec.
-    The loss history stays in the bucket at runs/<run_id>/result.json.
+    A failed node restarts the job up to `max_restarts` times (locally: all nodes; on a cluster:
+    the PyTorchJob backoff limit), resuming from the last checkpoint (every `checkpoint_every`
+    steps, in runs/<run_id>/checkpoints). The loss history stays in runs/<run_id>/result.json.
     """
     from components.artifacts import log_metrics, read_uri, write_pointer
     from trainer.config import TrainConfig
@@ -50,10 +54,11 @@ def finetune(
     cfg = TrainConfig(model_uri=read_uri(base_model), dataset_uri=read_uri(dataset), output_prefix=f"runs/{run_id}",
                       method=method, lora_r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout,
                       lora_train_embeddings=lora_train_embeddings, learning_rate=learning_rate,
-                      max_steps=max_steps, batch_size=batch_size, max_seq_len=max_seq_len, seed=seed)
+                      max_steps=max_steps, batch_size=batch_size, max_seq_len=max_seq_len, seed=seed,
+                      checkpoint_every=checkpoint_every)
     cluster = {"namespace": namespace, "accelerator_resource": accelerator_resource, "node_selector": node_selector,
                "tolerations": tolerations, "queue": kueue_queue, "cleanup": cleanup, "wait_timeout_s": wait_timeout_s}
     with exit_on_user_error():
-        result = run_training(cfg, launcher, nodes, procs_per_node, Store.from_env(), cluster, run_id)
+        result = run_training(cfg, launcher, nodes, procs_per_node, Store.from_env(), cluster, run_id, max_restarts)
     write_pointer(adapter, result["output_uri"], {"method": method, "total_bytes": result["output_bytes"]})
     log_metrics(metrics, result["metrics"])

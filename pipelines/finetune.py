@@ -57,6 +57,8 @@ def finetune_pipeline(
     batch_size: int = 8,
     max_seq_len: int = 512,
     seed: int = 0,
+    checkpoint_every: int = 100,
+    max_restarts: int = 2,
     eval_max_rows: int = 200,
     deploy_backend: str = "local",
     keep_serving: bool = False,
@@ -92,7 +94,8 @@ def finetune_pipeline(
         launcher=launcher, nodes=nodes, procs_per_node=procs_per_node, method=method, lora_r=lora_r,
         lora_alpha=lora_alpha, lora_dropout=lora_dropout, lora_train_embeddings=lora_train_embeddings,
         learning_rate=learning_rate, max_steps=max_steps, batch_size=batch_size, max_seq_len=max_seq_len, seed=seed,
-        kueue_queue=kueue_queue, cleanup=cleanup, wait_timeout_s=wait_timeout_s, **placement,
+        checkpoint_every=checkpoint_every, max_restarts=max_restarts, kueue_queue=kueue_queue, cleanup=cleanup,
+        wait_timeout_s=wait_timeout_s, **placement,
     )).set_display_name("fine-tune")
     scores = _with_s3(evaluate(base_model=model.outputs["model"], tuned_model=train.outputs["adapter"],
                                dataset=data.outputs["dataset"], max_rows=eval_max_rows,

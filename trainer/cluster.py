@@ -41,7 +41,10 @@ class ClusterSpec:
     tolerations: list[dict[str, Any]] = field(default_factory=list)
     queue: str = ""  # Kueue LocalQueue name; empty: no queueing
     service_account: str = ""
-    backoff_limit: int = 3
+    backoff_limit: int = 3  # pod restarts before the job fails (the pipeline's max_restarts)
+    # Kubernetes waits this long after SIGTERM before SIGKILL; above the trainer's
+    # shutdown_grace_s so the final checkpoint can finish uploading.
+    termination_grace_s: int = 120
     ttl_seconds_after_finished: int = 7 * 24 * 3600
     cleanup: str = "on-success"  # delete the PyTorchJob after it ends: never | on-success | always
     wait_timeout_s: int = 0  # 0: wait as long as the job runs
@@ -130,6 +133,7 @@ def build_pytorchjob(name: str, train_args: list[str], spec: ClusterSpec, run_la
         metadata=V1ObjectMeta(labels=labels, annotations={"sidecar.istio.io/inject": "false"}),
         spec=V1PodSpec(
             containers=[container], service_account_name=spec.service_account or None,
+            termination_grace_period_seconds=spec.termination_grace_s,
             volumes=[V1Volume(name="dshm", empty_dir=V1EmptyDirVolumeSource(medium="Memory", size_limit=spec.shm_size)),
                      V1Volume(name="cache", empty_dir=V1EmptyDirVolumeSource())],
             **scheduling(spec)),

@@ -31,6 +31,9 @@ class TrainConfig:
     max_seq_len: int = 512  # longer rows are skipped and counted (skipped_long_rows)
     seed: int = 0
     log_every: int = 10
+    checkpoint_every: int = 100  # steps between checkpoints (one is always written at the end)
+    keep_checkpoints: int = 2
+    shutdown_grace_s: float = 90.0  # on SIGTERM: time allowed for the final checkpoint upload
 
     def problems(self) -> list[str]:
         p = []
@@ -52,7 +55,7 @@ class TrainConfig:
             p.append(f"learning_rate must be > 0, got {self.learning_rate}")
         if not 0 <= self.warmup_ratio < 1:
             p.append(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
-        for name in ("max_steps", "batch_size", "max_seq_len", "log_every"):
+        for name in ("max_steps", "batch_size", "max_seq_len", "log_every", "checkpoint_every", "keep_checkpoints"):
             if getattr(self, name) <= 0:
                 p.append(f"{name} must be > 0, got {getattr(self, name)}")
         return p

@@ -25,12 +25,29 @@ def train_command(train_args: list[str]) -> list[str]:
 
 @dataclass
 class LocalLauncher:
+    """`nnodes` torchrun agents on this machine. When any node fails, every node is stopped and
+    the whole job restarts (up to `max_restarts` times) and resumes from its last checkpoint,
+    as a PyTorchJob restarts its pods. Restarting the whole job, rather than using torchrun's
+    per-agent restarts, avoids restarted workers dialling their peers' stale addresses."""
+
     nnodes: int = 2
     nproc_per_node: int = 1
     max_restarts: int = 0
 
     def run(self, train_args: list[str]) -> None:
         """Run the job to completion; raise UserError naming the failed node otherwise."""
+        for attempt in range(self.max_restarts + 1):
+            failure = self._run_once(train_args)
+            if failure is None:
+                return
+            node, code = failure
+            if attempt < self.max_restarts:
+                print(f"node {node} exited with status {code}; restarting the job "
+                      f"({attempt + 1}/{self.max_restarts})", flush=True)
+                continue
+            raise UserError(f"training failed on node {node} (exit status {code}); see its log above")
+
+    def _run_once(self, train_args: list[str]) -> tuple[int, int] | None:
         world = self.nnodes * self.nproc_per_node
         port = free_port()
         threads = max(1, (os.cpu_count() or 1) // world)  # no oversubscription on small machines
@@ -38,18 +55,16 @@ class LocalLauncher:
         for node in range(self.nnodes):
             env = {**os.environ, "PET_NNODES": str(self.nnodes), "PET_NODE_RANK": str(node),
                    "PET_NPROC_PER_NODE": str(self.nproc_per_node), "PET_MASTER_ADDR": "127.0.0.1",
-                   "PET_MASTER_PORT": str(port), "PET_MAX_RESTARTS": str(self.max_restarts),
-                   "OMP_NUM_THREADS": str(threads)}
+                   "PET_MASTER_PORT": str(port), "OMP_NUM_THREADS": str(threads)}
             procs.append(subprocess.Popen(train_command(train_args), env=env))
         try:
             while True:
                 codes = [p.poll() for p in procs]
                 failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
                 if failed:
-                    node, code = failed[0]
-                    raise UserError(f"training failed on node {node} (exit status {code}); see its log above")
+                    return failed[0]
                 if all(c == 0 for c in codes):
-                    return
+                    return None
                 time.sleep(0.5)
         finally:
             for p in procs:
@@ -57,9 +72,10 @@ class LocalLauncher:
                     p.terminate()
             for p in procs:
                 try:
-                    p.wait(timeout=30)
+                    p.wait(timeout=15)
                 except subprocess.TimeoutExpired:
                     p.kill()
+                    p.wait()
 
 
 LAUNCHERS = ("local", "kubernetes")
@@ -83,12 +99,12 @@ def cluster_from_params(params: dict) -> "ClusterSpec":  # noqa: F821
     return cluster_spec({"namespace": params["namespace"], "accelerator_resource": params["accelerator_resource"],
                          "node_selector": params["node_selector"], "tolerations": params["tolerations"],
                          "queue": params["kueue_queue"], "cleanup": params["cleanup"],
-                         "wait_timeout_s": params["wait_timeout_s"]},
+                         "wait_timeout_s": params["wait_timeout_s"], "backoff_limit": max(params["max_restarts"], 0)},
                         max(params["nodes"], 1), max(params["procs_per_node"], 1))
 
 
 def run_training(cfg, launcher: str, nodes: int, procs_per_node: int, store, cluster: dict | None = None,
-                 run_id: str = "") -> dict:
+                 run_id: str = "", max_restarts: int = 0) -> dict:
     """Validate everything, launch the job, and return the result rank 0 wrote to the bucket."""
     from trainer.errors import collect
 
@@ -97,7 +113,10 @@ def run_training(cfg, launcher: str, nodes: int, procs_per_node: int, store, clu
         problems.append(f"launcher must be one of {LAUNCHERS}, got {launcher!r}")
     if nodes < 1 or procs_per_node < 1:
         problems.append(f"nodes and procs_per_node must be >= 1, got {nodes} and {procs_per_node}")
-    spec = cluster_spec(cluster, max(nodes, 1), max(procs_per_node, 1)) if launcher == "kubernetes" else None
+    if max_restarts < 0:
+        problems.append(f"max_restarts must be >= 0, got {max_restarts}")
+    spec = cluster_spec({**(cluster or {}), "backoff_limit": max(max_restarts, 0)}, max(nodes, 1),
+                        max(procs_per_node, 1)) if launcher == "kubernetes" else None
     problems += spec.problems() if spec else []
     collect(problems, what="invalid training launch")
     if spec is not None:
@@ -105,5 +124,5 @@ def run_training(cfg, launcher: str, nodes: int, procs_per_node: int, store, clu
 
         KubernetesLauncher(spec).run(cfg.to_args(), job_name(run_id or cfg.output_prefix.rsplit("/", 1)[-1]))
     else:
-        LocalLauncher(nnodes=nodes, nproc_per_node=procs_per_node).run(cfg.to_args())
+        LocalLauncher(nnodes=nodes, nproc_per_node=procs_per_node, max_restarts=max_restarts).run(cfg.to_args())
     return store.get_json(f"{cfg.output_prefix}/result.json")

@@ -154,13 +154,23 @@ class Store:
         """Upload `local_dir` to `<kind>/sha256-<tree>/`; returns (uri, manifest).
 
         Idempotent: when the prefix already holds a complete manifest nothing is sent.
-        Files go up in parallel (each file multipart on its own), the manifest last.
         """
         manifest = tree_manifest(local_dir)
         prefix = f"{kind}/sha256-{manifest['tree_sha256']}"
         self.ensure_bucket()
         if self.exists(f"{prefix}/{MANIFEST}"):
             return self.uri(prefix), {**manifest, "uploaded_bytes": 0}
+        return self.put_dir(local_dir, prefix, workers, manifest)
+
+    def put_dir(self, local_dir: str | Path, prefix: str, workers: int = 8,
+                manifest: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        """Upload `local_dir` under `prefix` (run-scoped, e.g. a checkpoint); returns (uri, manifest).
+
+        Files go up in parallel (each multipart on its own), the manifest last: until it
+        exists the prefix is an incomplete upload that readers ignore.
+        """
+        manifest = manifest or tree_manifest(local_dir)
+        self.ensure_bucket()
         with concurrent.futures.ThreadPoolExecutor(workers) as pool:
             futures = [pool.submit(self._call, "upload", self.client.fput_object, self.bucket,
                                    f"{prefix}/{f['path']}", str(Path(local_dir) / f["path"]), part_size=64 << 20)
@@ -169,6 +179,25 @@ class Store:
                 fut.result()
         self.put_json(f"{prefix}/{MANIFEST}", manifest)
         return self.uri(prefix), {**manifest, "uploaded_bytes": manifest["total_bytes"]}
+
+    def complete_children(self, prefix: str) -> list[str]:
+        """Names of the sub-prefixes of `prefix` that hold a manifest (complete trees), sorted."""
+        children = self._call("list", lambda: [o.object_name for o in self.client.list_objects(
+            self.bucket, prefix=prefix.rstrip("/") + "/")])
+        names = [c.rstrip("/").rsplit("/", 1)[-1] for c in children if c.endswith("/")]
+        return sorted(n for n in names if self.exists(f"{prefix.rstrip('/')}/{n}/{MANIFEST}"))
+
+    def delete_prefix(self, prefix: str) -> None:
+        """Delete every object under `prefix`, the manifest first so it never looks complete."""
+        from minio.deleteobjects import DeleteObject
+
+        prefix = prefix.rstrip("/") + "/"
+        self._call("delete", self.client.remove_object, self.bucket, prefix + MANIFEST)
+        names = self._call("list", lambda: [o.object_name for o in self.client.list_objects(
+            self.bucket, prefix=prefix, recursive=True)])
+        errors = list(self.client.remove_objects(self.bucket, [DeleteObject(n) for n in names]))
+        if errors:
+            raise RuntimeError(f"could not delete {len(errors)} objects under {prefix}: {errors[0]}")
 
     def get_tree(self, uri: str, local_dir: str | Path | None = None, workers: int = 8) -> Path:
         """Download a complete tree, verifying every file's sha256.

@@ -1,4 +1,4 @@
-"""Distributed LoRA / full fine-tuning recipe (torch DDP + transformers + peft).
+"""Distributed LoRA / full fine-tuning recipe (torch DDP + transformers + peft), resumable.
 
 Run:
   torchrun --nproc-per-node 2 -m trainer train --model-uri s3://... --dataset-uri s3://... \\
@@ -6,9 +6,16 @@ Run:
   (one process: python -m trainer train ...; two nodes: set PET_NNODES / PET_NODE_RANK /
   PET_MASTER_ADDR on each, as the PyTorchJob operator does, and run the same command)
 
-Shape: setup (process group, data, model) / train (step loop) / cleanup (rank 0 saves and
-uploads the result). Only rank 0 logs, writes files and talks to the bucket for outputs;
-every rank reads inputs from the bucket itself, exactly as pods of a PyTorchJob would.
+Shape: setup (process group, data, model, resume) / train (step loop, checkpoints) /
+cleanup (rank 0 saves and uploads the result). Only rank 0 logs, writes files and talks to
+the bucket for outputs; every rank reads inputs from the bucket itself, exactly as pods of
+a PyTorchJob would.
+
+Resilience: a restarted run (torchrun --max-restarts, or the PyTorchJob restarting its
+pods) resumes from the newest complete checkpoint of the same output_prefix, at the same
+step and data position. On SIGTERM every rank stops at the next step boundary, rank 0
+writes and uploads a checkpoint within shutdown_grace_s, and the process exits with 143
+so that the launcher restarts it.
 """
 
 from __future__ import annotations
@@ -17,12 +24,14 @@ import json
 import math
 import os
 import random
+import signal
 import tempfile
 import time
 from pathlib import Path
 from typing import Any, Iterator
 
 from trainer import data
+from trainer.checkpoint import Checkpointer, rng_state
 from trainer.config import TrainConfig
 from trainer.storage import Store
 
@@ -46,18 +55,43 @@ def _dist_setup():
     return rank, world, device
 
 
-def batches(examples: list, batch_size: int, rank: int, world: int, seed: int) -> Iterator[list]:
+def batches(examples: list, batch_size: int, rank: int, world: int, seed: int, start: int = 0) -> Iterator[list]:
     """Endless batches of this rank's shard: each epoch a seeded permutation of all rows,
     rank r taking every world-th row, so ranks never see the same row in an epoch and the
-    order depends only on (seed, epoch), not on timing."""
-    epoch = 0
+    order depends only on (seed, epoch), not on timing. `start` skips that many batches
+    (a resumed run continues at the exact data position without touching the data)."""
+    per_epoch = len(range(rank, len(examples), world)) // batch_size
+    epoch, skip = divmod(start, per_epoch)
     while True:
         order = list(range(len(examples)))
         random.Random(seed + epoch).shuffle(order)
         shard = order[rank::world]
-        for i in range(0, len(shard) - batch_size + 1, batch_size):
-            yield [examples[j] for j in shard[i:i + batch_size]]
-        epoch += 1
+        for b in range(skip, per_epoch):
+            yield [examples[j] for j in shard[b * batch_size:(b + 1) * batch_size]]
+        skip, epoch = 0, epoch + 1
+
+
+def _install_sigterm() -> dict[str, bool]:
+    """A flag set by SIGTERM; checked at step boundaries (never mid-step)."""
+    stop = {"flag": False}
+
+    def handler(signum, frame):
+        stop["flag"] = True
+
+    signal.signal(signal.SIGTERM, handler)
+    return stop
+
+
+def _agreed(flag: bool, world: int, device) -> bool:
+    """True on every rank when any rank has the flag (one tiny all-reduce per step)."""
+    if world == 1:
+        return flag
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([1.0 if flag else 0.0], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
 
 
 def build_model(cfg: TrainConfig, model_dir: Path, device):
@@ -111,16 +145,42 @@ def train(cfg: TrainConfig, store: Store | None = None) -> dict[str, Any]:
     scheduler = get_scheduler(cfg.lr_scheduler, optimizer, num_warmup_steps=int(cfg.warmup_ratio * cfg.max_steps),
                               num_training_steps=cfg.max_steps)
 
-    # -- train
+    # -- resume: the newest complete checkpoint of this output prefix, if any
+    ckpt = Checkpointer(store, cfg.output_prefix, cfg.keep_checkpoints, rank)
     history: list[dict[str, float]] = []
-    stream = batches(examples, cfg.batch_size, rank, world, cfg.seed)
+    done, tokens_before, seconds_before, restarts = 0, 0, 0.0, 0
+    latest = ckpt.latest()
+    if latest is not None:
+        state = ckpt.load(latest, model, optimizer, scheduler, rank)
+        done, history = state["step"], state["history"]
+        tokens_before, seconds_before, restarts = state["train_tokens"], state["train_seconds"], state["restarts"] + 1
+        if rank == MASTER:
+            print(f"resuming from checkpoint step {done} of {cfg.max_steps} (restart {restarts})", flush=True)
+
+    stop = _install_sigterm()
+
+    def checkpoint(step: int) -> None:
+        """Collective: gathers every rank's RNG; rank 0 writes and starts the upload."""
+        rngs = [rng_state()]
+        if world > 1:
+            rngs = [None] * world
+            dist.all_gather_object(rngs, rng_state())
+        tokens = real_tokens.clone()
+        if world > 1:
+            dist.all_reduce(tokens)
+        ckpt.save(step, model, optimizer, scheduler, rngs, {
+            "history": history, "train_tokens": tokens_before + int(tokens.item()), "restarts": restarts,
+            "train_seconds": seconds_before + time.perf_counter() - start})
+
+    # -- train
+    stream = batches(examples, cfg.batch_size, rank, world, cfg.seed, start=done)
     real_tokens = torch.zeros((), dtype=torch.long)
-    bar = tqdm(total=cfg.max_steps, desc="train", unit="step", disable=rank != MASTER, mininterval=2,
+    bar = tqdm(total=cfg.max_steps, initial=done, desc="train", unit="step", disable=rank != MASTER, mininterval=2,
                dynamic_ncols=True)
     ddp.train()
     start = time.perf_counter()
     window_loss, window_n = 0.0, 0
-    for step in range(1, cfg.max_steps + 1):
+    for step in range(done + 1, cfg.max_steps + 1):
         batch = {k: v.to(device) for k, v in data.collate(next(stream), tokenizer.pad_token_id).items()}
         loss = ddp(**batch).loss
         loss.backward()
@@ -141,10 +201,23 @@ def train(cfg: TrainConfig, store: Store | None = None) -> dict[str, Any]:
             bar.set_postfix(loss=f"{mean.item():.3f}", tok_s=f"{int(real_tokens.item() * world / elapsed)}")
             window_loss, window_n = 0.0, 0
         bar.update(1)
+        if _agreed(stop["flag"], world, device):  # SIGTERM on any rank: all stop at this step
+            checkpoint(step)
+            if rank == MASTER:
+                saved = ckpt.wait(timeout=cfg.shutdown_grace_s)
+                print(f"SIGTERM: checkpoint at step {step} {'uploaded' if saved else 'NOT uploaded in time'}; "
+                      f"exiting for a restart", flush=True)
+            raise SystemExit(143)
+        if step % cfg.checkpoint_every == 0 and step < cfg.max_steps:
+            checkpoint(step)
     bar.close()
-    wall = time.perf_counter() - start
+    if done < cfg.max_steps:
+        checkpoint(cfg.max_steps)  # a crash while writing the result resumes straight to cleanup
+    ckpt.wait()
+    wall = seconds_before + time.perf_counter() - start
     if world > 1:
         dist.all_reduce(real_tokens)
+    real_tokens += tokens_before
 
     # -- cleanup: rank 0 saves, uploads, and writes the result last
     result: dict[str, Any] = {}
@@ -158,7 +231,9 @@ def train(cfg: TrainConfig, store: Store | None = None) -> dict[str, Any]:
             "output_uri": uri, "method": cfg.method, "output_bytes": manifest["total_bytes"],
             "metrics": {"train_loss": final, "train_steps": float(cfg.max_steps), "world_size": float(world),
                         "train_tokens": float(real_tokens.item()), "tokens_per_second": real_tokens.item() / wall,
-                        "train_seconds": wall, "skipped_long_rows": float(skipped),
+                        "train_seconds": wall, "skipped_long_rows": float(skipped), "restarts": float(restarts),
+                        "checkpoint_bytes": float(ckpt.last_bytes),
+                        "checkpoint_upload_seconds": float(ckpt.last_upload_s or 0.0),
                         "perplexity": math.exp(min(final, 50.0))},
             "history": history, "config": cfg.asdict(),
         }

@@ -34,7 +34,7 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True) ->
     cfg = TrainConfig(model_uri="s3://check/model", dataset_uri="s3://check/data", output_prefix="runs/check",
                       **{k: params[k] for k in ("method", "lora_r", "lora_alpha", "lora_dropout",
                                                 "lora_train_embeddings", "learning_rate", "max_steps",
-                                                "batch_size", "max_seq_len", "seed")})
+                                                "batch_size", "max_seq_len", "seed", "checkpoint_every")})
     problems += cfg.problems()
     if params["nodes"] < 1:
         problems.append(f"nodes must be >= 1, got {params['nodes']}")
@@ -42,6 +42,8 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True) ->
         problems.append(f"procs_per_node must be >= 1, got {params['procs_per_node']}")
     if not 0 < params["eval_fraction"] < 1:
         problems.append(f"eval_fraction must be between 0 and 1, got {params['eval_fraction']}")
+    if params["max_restarts"] < 0:
+        problems.append(f"max_restarts must be >= 0, got {params['max_restarts']}")
     if params["eval_max_rows"] < 1:
         problems.append(f"eval_max_rows must be >= 1, got {params['eval_max_rows']}")
     from trainer.launch import LAUNCHERS, cluster_from_params
