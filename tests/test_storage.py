@@ -107,3 +107,41 @@ def test_s3_sources_pass_through_delivered_trees(store, tmp_path):
         sources.deliver_model(store.uri("models/sha256-nothing-here"), "", store)
     with pytest.raises(UserError, match="malformed model URI"):
         sources.parse("s3://", "model")
+
+
+@pytest.fixture
+def strict_s3(tmp_path):
+    """A second S3 server that checks credentials (moto's auth mode), in its own process."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = ("import time; from moto.server import ThreadedMotoServer; "
+            f"s = ThreadedMotoServer(ip_address='127.0.0.1', port={port}, verbose=False); s.start(); "
+            "print('ready', flush=True); time.sleep(300)")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0"})
+    assert proc.stdout.readline().strip() == "ready"
+    yield f"http://127.0.0.1:{port}"
+    proc.kill()
+    proc.wait()
+
+
+def test_wrong_credentials_are_one_clear_error_and_nothing_is_written(strict_s3, tmp_path, monkeypatch, capsys):
+    from kfp.dsl import Model
+
+    from components.deliver_model import deliver_model
+
+    monkeypatch.setenv("S3_ENDPOINT", strict_s3)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "wrong-key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong-secret")
+    out = Model(name="model", uri=str(tmp_path / "model"), metadata={})
+    with pytest.raises(SystemExit) as exit_info:
+        deliver_model.python_func(source="builtin:tiny-llama", revision="", model=out)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert "S3 refused" in err and "check AWS_ACCESS_KEY_ID" in err and "wrong-secret" not in err
+    assert not (tmp_path / "model").exists() and not out.metadata

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from trainer import builtin_data
 
+MAX_POSITIONS = 512
 SPECIAL_TOKENS = ["<|pad|>", "<|bos|>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>",
                   "<tool_call>", "</tool_call>"]
 
@@ -61,7 +62,7 @@ def build_tokenizer(vocab_size: int = 1024):
                             trainer=trainer)
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token="<|bos|>", eos_token="<|end|>", pad_token="<|pad|>",
-        chat_template=CHAT_TEMPLATE, model_max_length=512,
+        chat_template=CHAT_TEMPLATE, model_max_length=MAX_POSITIONS,
     )
 
 
@@ -76,7 +77,7 @@ def build(out_dir: str | Path, *, hidden_size: int = 128, layers: int = 4, heads
     config = LlamaConfig(
         vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=hidden_size * 2,
         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
-        max_position_embeddings=512, tie_word_embeddings=False,
+        max_position_embeddings=MAX_POSITIONS, tie_word_embeddings=False,
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )

@@ -8,7 +8,8 @@ fine-tune), because the frozen base is already in the bucket.
 
 Rank 0 writes files to local disk synchronously (fast) and uploads them on a background
 thread, so the next steps run while the upload proceeds; one upload is in flight at a
-time. Each rank's RNG state is gathered so every rank resumes its own stream.
+time. Each rank's RNG state and partial logging window are gathered so every rank resumes
+its own stream and logs the same numbers an uninterrupted run logs.
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ class Checkpointer:
         self.last_bytes: int = 0
 
     # -- save
-    def save(self, step: int, model, optimizer, scheduler, rngs: list[dict[str, Any]], extra: dict[str, Any]) -> None:
+    def save(self, step: int, model, optimizer, scheduler, per_rank: list[dict[str, Any]],
+             extra: dict[str, Any]) -> None:
         """Rank 0: write the checkpoint locally, then upload it in the background."""
         import torch
 
@@ -68,7 +70,7 @@ class Checkpointer:
         torch.save(trainable_state(model), tmp / "trainable.pt")
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
         torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
-        torch.save(rngs, tmp / "rng.pt")
+        torch.save(per_rank, tmp / "rng.pt")
         (tmp / "state.json").write_text(json.dumps({"step": step, **extra}, indent=1))
         self.last_bytes = sum(p.stat().st_size for p in tmp.iterdir())
         self._thread = threading.Thread(target=self._upload, args=(tmp, step), daemon=True)
@@ -104,8 +106,11 @@ class Checkpointer:
         names = self.store.complete_children(self.prefix)
         return int(names[-1].split("-")[1]) if names else None
 
-    def load(self, step: int, model, optimizer, scheduler, rank: int) -> dict[str, Any]:
-        """Restore everything saved at `step` (every rank calls this); returns state.json."""
+    def load(self, step: int, model, optimizer, scheduler, rank: int) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Restore everything saved at `step` (every rank calls this).
+
+        Returns (state.json, this rank's entry: {"rng", "window"}); restores the RNG.
+        """
         import torch
 
         local = self.store.get_tree(self.store.uri(f"{self.prefix}/{CKPT.format(step)}"),
@@ -118,8 +123,9 @@ class Checkpointer:
             model.load_state_dict(weights, strict=False)
             optimizer.load_state_dict(torch.load(local / "optimizer.pt", weights_only=True))
             scheduler.load_state_dict(torch.load(local / "scheduler.pt", weights_only=True))
-            rngs = torch.load(local / "rng.pt", weights_only=False)
-            set_rng_state(rngs[rank] if rank < len(rngs) else rngs[0])
-            return json.loads((local / "state.json").read_text())
+            per_rank = torch.load(local / "rng.pt", weights_only=False)
+            mine = per_rank[rank] if rank < len(per_rank) else per_rank[0]
+            set_rng_state(mine["rng"])
+            return json.loads((local / "state.json").read_text()), mine
         finally:
             shutil.rmtree(local.parent, ignore_errors=True)

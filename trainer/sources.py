@@ -64,6 +64,21 @@ def parse(source: str, what: str) -> Source:
     raise UserError(f"unknown {what} source {source!r}: use {forms}")
 
 
+def model_max_length(source: str) -> int | None:
+    """The context length of a model known without downloading it (builtin or local), else None."""
+    import json
+
+    src = parse(source, "model")
+    if src.kind == "builtin":
+        from trainer import builtin_model
+
+        return builtin_model.MAX_POSITIONS
+    config = Path(src.ref) / "config.json"
+    if src.kind == "local" and config.is_file():
+        return json.loads(config.read_text()).get("max_position_embeddings")
+    return None
+
+
 def materialize_model(src: Source, revision: str, workdir: Path) -> Path:
     """A local directory holding the model (built, given, or downloaded from the Hub)."""
     if src.kind == "builtin":
@@ -92,6 +107,17 @@ def _split(rows: list[dict[str, Any]], eval_fraction: float, seed: int) -> dict[
 
 def materialize_dataset(src: Source, revision: str, eval_fraction: float = 0.1,
                         seed: int = 0) -> dict[str, list[dict[str, Any]]]:
+    """Validated, non-empty `{"train": rows, "eval": rows}` from any source (see _materialize)."""
+    splits = _materialize(src, revision, eval_fraction, seed)
+    empty = [name for name, rows in splits.items() if not rows]
+    if empty:
+        raise UserError(f"dataset {src.ref} has an empty {' and '.join(empty)} split "
+                        f"({len(splits['train'])} train / {len(splits['eval'])} eval rows); add rows or change "
+                        "eval_fraction")
+    return splits
+
+
+def _materialize(src: Source, revision: str, eval_fraction: float, seed: int) -> dict[str, list[dict[str, Any]]]:
     """Validated `{"train": rows, "eval": rows}` from any source.
 
     A single file is split into train/eval with `eval_fraction` (seeded); a directory
@@ -161,9 +187,6 @@ def deliver_dataset(source: str, revision: str, store, eval_fraction: float = 0.
             raise UserError(f"{uri} is not a delivered dataset: expected train.jsonl and eval.jsonl, found {sorted(counts)}")
         return uri, {"source": source, "revision": "", "rows": counts, **manifest}
     splits = materialize_dataset(src, revision, eval_fraction, seed)
-    empty = [name for name, rows in splits.items() if not rows]
-    if empty:
-        raise UserError(f"dataset {source} has an empty {' and '.join(empty)} split; add rows or lower eval_fraction")
     with tempfile.TemporaryDirectory() as tmp:
         counts = {name: data.write_jsonl(rows, os.path.join(tmp, f"{name}.jsonl")) for name, rows in splits.items()}
         uri, manifest = store.put_tree(tmp, "datasets")

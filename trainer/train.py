@@ -138,6 +138,12 @@ def train(cfg: TrainConfig, store: Store | None = None) -> dict[str, Any]:
         raise UserError(f"only {len(examples)} training rows fit max_seq_len={cfg.max_seq_len}, fewer than "
                         f"batch_size x world_size = {cfg.batch_size * world}; lower batch_size or raise max_seq_len")
     model = build_model(cfg, model_dir, device)
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if limit and cfg.max_seq_len > limit:  # Hub models: known only once loaded
+        from trainer.errors import UserError
+
+        raise UserError(f"max_seq_len={cfg.max_seq_len} exceeds the model's context length {limit}; "
+                        f"set max_seq_len <= {limit}")
     ddp = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay,
@@ -149,9 +155,11 @@ def train(cfg: TrainConfig, store: Store | None = None) -> dict[str, Any]:
     ckpt = Checkpointer(store, cfg.output_prefix, cfg.keep_checkpoints, rank)
     history: list[dict[str, float]] = []
     done, tokens_before, seconds_before, restarts = 0, 0, 0.0, 0
+    window_loss, window_n = 0.0, 0  # this rank's losses since the last log line
     latest = ckpt.latest()
     if latest is not None:
-        state = ckpt.load(latest, model, optimizer, scheduler, rank)
+        state, mine = ckpt.load(latest, model, optimizer, scheduler, rank)
+        window_loss, window_n = mine["window"]
         done, history = state["step"], state["history"]
         tokens_before, seconds_before, restarts = state["train_tokens"], state["train_seconds"], state["restarts"] + 1
         if rank == MASTER:
@@ -160,11 +168,11 @@ def train(cfg: TrainConfig, store: Store | None = None) -> dict[str, Any]:
     stop = _install_sigterm()
 
     def checkpoint(step: int) -> None:
-        """Collective: gathers every rank's RNG; rank 0 writes and starts the upload."""
-        rngs = [rng_state()]
+        """Collective: gathers every rank's RNG and log window; rank 0 writes and uploads."""
+        rngs = [{"rng": rng_state(), "window": [window_loss, window_n]}]
         if world > 1:
             rngs = [None] * world
-            dist.all_gather_object(rngs, rng_state())
+            dist.all_gather_object(rngs, {"rng": rng_state(), "window": [window_loss, window_n]})
         tokens = real_tokens.clone()
         if world > 1:
             dist.all_reduce(tokens)
@@ -179,7 +187,6 @@ def train(cfg: TrainConfig, store: Store | None = None) -> dict[str, Any]:
                dynamic_ncols=True)
     ddp.train()
     start = time.perf_counter()
-    window_loss, window_n = 0.0, 0
     for step in range(done + 1, cfg.max_steps + 1):
         batch = {k: v.to(device) for k, v in data.collate(next(stream), tokenizer.pad_token_id).items()}
         loss = ddp(**batch).loss

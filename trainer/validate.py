@@ -26,6 +26,11 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True) ->
         except UserError as err:
             problems.append(str(err))
             continue
+        if what == "model":
+            limit = sources.model_max_length(params["model_source"])
+            if limit and params["max_seq_len"] > limit:
+                problems.append(f"max_seq_len={params['max_seq_len']} exceeds the model's context length {limit}; "
+                                f"set max_seq_len <= {limit}")
         if what == "dataset" and src.kind == "local" and check_local_files:
             try:  # local files are cheap to check fully now; Hub data is checked on delivery
                 sources.materialize_dataset(src, "", params["eval_fraction"], params["seed"])
