@@ -19,6 +19,7 @@ from components.deploy import deploy
 from components.evaluate import evaluate
 from components.finetune import finetune
 from components.merge_lora import merge_lora
+from components.validate_params import validate_params
 from trainer import settings
 
 PIPELINE_NAME = "llm-finetune"
@@ -82,11 +83,20 @@ def finetune_pipeline(
     """
     placement = dict(namespace=namespace, accelerator_resource=accelerator_resource, node_selector=node_selector,
                      tolerations=tolerations)
-    model = _with_s3(deliver_model(source=model_source, revision=model_revision)).set_display_name("deliver model")
+    checked = validate_params(
+        model_source=model_source, dataset_source=dataset_source, eval_fraction=eval_fraction, launcher=launcher,
+        nodes=nodes, procs_per_node=procs_per_node, method=method, lora_r=lora_r, lora_alpha=lora_alpha,
+        lora_dropout=lora_dropout, lora_train_embeddings=lora_train_embeddings, learning_rate=learning_rate,
+        max_steps=max_steps, batch_size=batch_size, max_seq_len=max_seq_len, seed=seed,
+        checkpoint_every=checkpoint_every, max_restarts=max_restarts, eval_max_rows=eval_max_rows,
+        deploy_backend=deploy_backend, accelerator_resource=accelerator_resource, tolerations=tolerations,
+        cleanup=cleanup, wait_timeout_s=wait_timeout_s).set_display_name("validate parameters")
+    checked.set_caching_options(False)  # local files it reads may change between runs
+    model = _with_s3(deliver_model(source=model_source, revision=model_revision)).set_display_name("deliver model").after(checked)
     kubernetes.use_secret_as_env(model, secret_name=settings.get("HF_SECRET_NAME"),
                                  secret_key_to_env={"token": "HF_TOKEN"}, optional=True)
     data = _with_s3(deliver_dataset(source=dataset_source, revision=dataset_revision, eval_fraction=eval_fraction,
-                                    seed=seed)).set_display_name("deliver dataset")
+                                    seed=seed)).set_display_name("deliver dataset").after(checked)
     kubernetes.use_secret_as_env(data, secret_name=settings.get("HF_SECRET_NAME"),
                                  secret_key_to_env={"token": "HF_TOKEN"}, optional=True)
     train = _with_s3(finetune(

@@ -37,7 +37,9 @@ def test_yaml_parses_into_pipeline_spec():
 
     spec = json_format.ParseDict(docs()[0], pipeline_spec_pb2.PipelineSpec())
     tasks = set(spec.root.dag.tasks)
-    assert tasks == {"deliver-model", "deliver-dataset", "finetune", "evaluate", "merge-lora", "deploy"}
+    assert tasks == {"validate-params", "deliver-model", "deliver-dataset", "finetune", "evaluate", "merge-lora",
+                     "deploy"}
+    assert list(spec.root.dag.tasks["deliver-model"].dependent_tasks) == ["validate-params"]
     assert list(spec.root.dag.tasks["evaluate"].dependent_tasks) or \
         spec.root.dag.tasks["evaluate"].inputs.artifacts["tuned_model"].task_output_artifact.producer_task == \
         "finetune"
@@ -50,6 +52,7 @@ def test_credentials_come_from_secrets_not_parameters():
     params = docs()[0]["root"]["inputDefinitions"]["parameters"]
     assert not [p for p in params if re.search(r"token|secret|password|access_key", p, re.I)]
     platform = docs()[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    assert len(platform) == 6  # every S3-using task; validate-params needs no credentials
     for executor in platform.values():
         envs = {e["envVar"] for s in executor["secretAsEnv"] for e in s["keyToEnv"]}
         assert {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} <= envs

@@ -52,6 +52,24 @@ def test_bad_source_exits_with_one_message(s3_env, tmp_path, capsys):
     assert not (tmp_path / "m").exists()  # no artifact written for a failed delivery
 
 
+def test_validate_params_component(capsys):
+    from components.validate_params import validate_params
+
+    good = dict(model_source="builtin:tiny-llama", dataset_source="builtin:function-calling", eval_fraction=0.1,
+                launcher="local", nodes=2, procs_per_node=1, method="lora", lora_r=16, lora_alpha=32,
+                lora_dropout=0.0, lora_train_embeddings=True, learning_rate=3e-3, max_steps=10, batch_size=8,
+                max_seq_len=512, seed=0, checkpoint_every=100, max_restarts=2, eval_max_rows=10,
+                deploy_backend="local", accelerator_resource="nvidia.com/gpu", tolerations=[], cleanup="on-success",
+                wait_timeout_s=0)
+    validate_params.python_func(**good)
+    assert "parameters OK" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_info:
+        validate_params.python_func(**{**good, "lora_r": 0, "nodes": 0, "launcher": "kubernetes",
+                                       "cleanup": "sometimes"})
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "3 problems" in err and "cleanup must be one of" in err
+
+
 @pytest.mark.integration
 def test_finetune_evaluate_merge_components(delivered, tmp_path):
     model, data = delivered

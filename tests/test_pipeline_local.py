@@ -23,7 +23,7 @@ def test_run_local_end_to_end(tmp_path, s3_env):
         cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-5000:]
     out = proc.stdout
-    for task in ("deliver-model", "deliver-dataset", "finetune", "evaluate", "merge-lora", "deploy"):
+    for task in ("validate-params", "deliver-model", "deliver-dataset", "finetune", "evaluate", "merge-lora", "deploy"):
         assert re.search(rf"Task .*{task}.* finished with status .*SUCCESS", out + proc.stderr), task
     acc = re.search(r"function-calling accuracy\s+([\d.]+)%\s+([\d.]+)%", out)
     loss = re.search(r"eval loss\s+([\d.]+)\s+([\d.]+)", out)

@@ -13,12 +13,19 @@ from trainer.config import TrainConfig
 from trainer.errors import UserError, collect
 
 
+DEFAULTS = {"eval_fraction": 0.1, "seed": 0, "launcher": "local", "deploy_backend": "local", "nodes": 1,
+            "procs_per_node": 1, "max_restarts": 0, "eval_max_rows": 1, "namespace": "",
+            "accelerator_resource": "nvidia.com/gpu", "node_selector": {}, "tolerations": [], "kueue_queue": "",
+            "cleanup": "on-success", "wait_timeout_s": 0, "checkpoint_every": 100}
+
+
 def pipeline_problems(params: dict[str, Any], check_local_files: bool = True) -> list[str]:
-    """Every problem in a full set of finetune-pipeline parameters.
+    """Every problem in a set of finetune-pipeline parameters (missing optional keys take defaults).
 
     `check_local_files` reads local dataset files fully (run_local); submit turns it off
     because a cluster cannot read this machine's files anyway.
     """
+    params = {**DEFAULTS, **params}
     problems = []
     for what in ("model", "dataset"):
         try:
@@ -62,5 +69,5 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True) ->
     return problems
 
 
-def validate_pipeline_params(params: dict[str, Any]) -> None:
-    collect(pipeline_problems(params), what="invalid pipeline parameters")
+def validate_pipeline_params(params: dict[str, Any], check_local_files: bool = True) -> None:
+    collect(pipeline_problems(params, check_local_files), what="invalid pipeline parameters")
