@@ -25,6 +25,7 @@ import math
 import os
 import random
 import signal
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -214,7 +215,11 @@ def train(cfg: TrainConfig, store: Store | None = None) -> dict[str, Any]:
                 saved = ckpt.wait(timeout=cfg.shutdown_grace_s)
                 print(f"SIGTERM: checkpoint at step {step} {'uploaded' if saved else 'NOT uploaded in time'}; "
                       f"exiting for a restart", flush=True)
-            raise SystemExit(143)
+            # Exit hard: a normal interpreter exit tears down the process group, which can hang
+            # once a peer has gone, and would hold up torchrun's exit and the restart.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(143)
         if step % cfg.checkpoint_every == 0 and step < cfg.max_steps:
             checkpoint(step)
     bar.close()
