@@ -25,6 +25,10 @@ def finetune(
     learning_rate: float = 3e-3,
     max_steps: int = 300,
     batch_size: int = 16,
+    batch_tokens: int = 0,
+    tokens_per_step: int = 0,
+    gradient_checkpointing: bool = False,
+    compile: bool = False,
     max_seq_len: int = 512,
     seed: int = 0,
     checkpoint_every: int = 100,
@@ -54,8 +58,9 @@ def finetune(
     cfg = TrainConfig(model_uri=read_uri(base_model), dataset_uri=read_uri(dataset), output_prefix=f"runs/{run_id}",
                       method=method, lora_r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout,
                       lora_train_embeddings=lora_train_embeddings, learning_rate=learning_rate,
-                      max_steps=max_steps, batch_size=batch_size, max_seq_len=max_seq_len, seed=seed,
-                      checkpoint_every=checkpoint_every)
+                      max_steps=max_steps, batch_size=batch_size, batch_tokens=batch_tokens,
+                      tokens_per_step=tokens_per_step, gradient_checkpointing=gradient_checkpointing, compile=compile,
+                      max_seq_len=max_seq_len, seed=seed, checkpoint_every=checkpoint_every)
     cluster = {"namespace": namespace, "accelerator_resource": accelerator_resource, "node_selector": node_selector,
                "tolerations": tolerations, "queue": kueue_queue, "cleanup": cleanup, "wait_timeout_s": wait_timeout_s}
     with exit_on_user_error():

@@ -11,7 +11,7 @@ from trainer import settings
 def validate_params(
     model_source: str, dataset_source: str, eval_fraction: float, launcher: str, nodes: int, procs_per_node: int,
     method: str, lora_r: int, lora_alpha: int, lora_dropout: float, lora_train_embeddings: bool,
-    learning_rate: float, max_steps: int, batch_size: int, max_seq_len: int, seed: int, checkpoint_every: int,
+    learning_rate: float, max_steps: int, batch_size: int, batch_tokens: int, max_seq_len: int, seed: int, checkpoint_every: int,
     max_restarts: int, eval_max_rows: int, deploy_backend: str, accelerator_resource: str, tolerations: list,
     cleanup: str, wait_timeout_s: int,
 ):

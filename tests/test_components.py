@@ -58,7 +58,7 @@ def test_validate_params_component(capsys):
     good = dict(model_source="builtin:tiny-llama", dataset_source="builtin:function-calling", eval_fraction=0.1,
                 launcher="local", nodes=2, procs_per_node=1, method="lora", lora_r=16, lora_alpha=32,
                 lora_dropout=0.0, lora_train_embeddings=True, learning_rate=3e-3, max_steps=10, batch_size=8,
-                max_seq_len=512, seed=0, checkpoint_every=100, max_restarts=2, eval_max_rows=10,
+                batch_tokens=1024, max_seq_len=512, seed=0, checkpoint_every=100, max_restarts=2, eval_max_rows=10,
                 deploy_backend="local", accelerator_resource="nvidia.com/gpu", tolerations=[], cleanup="on-success",
                 wait_timeout_s=0)
     validate_params.python_func(**good)

@@ -78,3 +78,45 @@ def test_collate_pads_to_longest_in_batch_only():
     assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
     left = data.collate([{"input_ids": [5, 6], "labels": [5, 6]}, {"input_ids": [7], "labels": [7]}], 0, "left")
     assert left["input_ids"].tolist() == [[5, 6], [0, 7]]
+
+
+def test_packed_batch_loss_equals_per_row_losses(tiny_model_dir, tokenizer):
+    """Padding-free packing changes nothing about the loss: no row attends to another."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from trainer import builtin_data
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    with torch.no_grad():  # make attention matter, so cross-row leakage would show in the loss
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.mul_(20)
+    examples = [data.encode(r, tokenizer, 512) for r in builtin_data.generate(5, 1, seed=3)["train"]]
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for e in examples:  # each row alone, token-weighted
+            b = data.collate([e], tokenizer.pad_token_id)
+            logits = model(input_ids=b["input_ids"], use_cache=False).logits[0, :-1]
+            labels = b["labels"][0, 1:]
+            total += torch.nn.functional.cross_entropy(logits, labels, ignore_index=-100, reduction="sum").item()
+            count += int((labels != -100).sum())
+        packed = data.collate_packed(examples)
+        assert packed["input_ids"].shape == (1, sum(len(e["input_ids"]) for e in examples))
+        loss = model(**packed, use_cache=False).loss.item()
+        leaked = model(input_ids=packed["input_ids"], labels=packed["labels"], use_cache=False).loss.item()
+    assert abs(loss - total / count) < 1e-5
+    assert abs(leaked - total / count) > 1e-3  # without per-row positions rows would see each other
+
+
+def test_token_budget_batches_respect_the_budget_and_resume_exactly():
+    from trainer.train import batches
+
+    examples = [{"input_ids": [0] * n} for n in [30, 70, 50, 90, 20, 60, 40, 80, 10, 100] * 3]
+    for flatten, cost in ((True, lambda b: sum(len(e["input_ids"]) for e in b)),
+                          (False, lambda b: len(b) * max(len(e["input_ids"]) for e in b))):
+        stream = batches(examples, 0, 0, 2, seed=1, batch_tokens=200, flatten=flatten)
+        first = [next(stream) for _ in range(12)]  # several epochs
+        assert all(cost(b) <= 200 for b in first)
+        assert sum(len(b) for b in first) > 24  # several rows per batch, not one
+        resumed = batches(examples, 0, 0, 2, seed=1, start=7, batch_tokens=200, flatten=flatten)
+        assert [next(resumed) for _ in range(5)] == first[7:]

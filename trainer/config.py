@@ -27,7 +27,17 @@ class TrainConfig:
     warmup_ratio: float = 0.05
     lr_scheduler: str = "cosine"
     max_steps: int = 300
-    batch_size: int = 16  # rows per rank per step
+    batch_size: int = 16  # rows per rank per micro-batch (when batch_tokens is 0)
+    # > 0: padding-free batches of up to this many tokens per rank (rows packed, no padding,
+    # no cross-row attention); 0: batch_size rows padded to the longest row.
+    batch_tokens: int = 0
+    # With batch_tokens: "flatten" packs rows into one sequence (no padding at all; saves compute
+    # with flash-attention on CUDA), "pad" pads length-bucketed rows (best without it, e.g. CPU),
+    # "auto" flattens when flash-attention is available.
+    packing: str = "auto"
+    tokens_per_step: int = 0  # > 0: accumulate micro-batches to about this many tokens per optimizer step
+    gradient_checkpointing: bool = False  # less activation memory, ~30% more compute
+    compile: bool = False  # torch.compile the model (CUDA only; ignored on CPU)
     max_seq_len: int = 512  # longer rows are skipped and counted (skipped_long_rows)
     seed: int = 0
     log_every: int = 10
@@ -55,6 +65,12 @@ class TrainConfig:
             p.append(f"learning_rate must be > 0, got {self.learning_rate}")
         if not 0 <= self.warmup_ratio < 1:
             p.append(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        if self.packing not in ("auto", "flatten", "pad"):
+            p.append(f"packing must be auto, flatten or pad, got {self.packing!r}")
+        if self.batch_tokens < 0 or self.tokens_per_step < 0:
+            p.append("batch_tokens and tokens_per_step must be >= 0 (0 turns them off)")
+        if 0 < self.batch_tokens < self.max_seq_len:
+            p.append(f"batch_tokens={self.batch_tokens} must be >= max_seq_len={self.max_seq_len} so every row fits")
         for name in ("max_steps", "batch_size", "max_seq_len", "log_every", "checkpoint_every", "keep_checkpoints"):
             if getattr(self, name) <= 0:
                 p.append(f"{name} must be > 0, got {getattr(self, name)}")

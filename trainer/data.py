@@ -162,3 +162,26 @@ def collate(examples: list[dict[str, list[int]]], pad_id: int, padding_side: str
         labels[i, sl] = torch.tensor(e["labels"])
         attn[i, sl] = 1
     return {"input_ids": ids, "labels": labels, "attention_mask": attn}
+
+
+def collate_packed(examples: list[dict[str, list[int]]]) -> dict[str, Any]:
+    """Padding-free batch: rows concatenated into one sequence of shape [1, total tokens].
+
+    `position_ids` restart at 0 for each row; transformers turns that into a block-diagonal
+    attention mask (flash-attention varlen on CUDA), so no row attends to another. The first
+    label of each row is masked, so no row is trained to predict its first token from the
+    previous row's last one. The model must run with use_cache=False (with a KV cache
+    transformers does not look for packed rows).
+    """
+    import torch
+
+    ids = [t for e in examples for t in e["input_ids"]]
+    pos = [i for e in examples for i in range(len(e["input_ids"]))]
+    labels = [t for e in examples for t in [-100, *e["labels"][1:]]]
+    return {"input_ids": torch.tensor([ids]), "position_ids": torch.tensor([pos]), "labels": torch.tensor([labels])}
+
+
+def real_tokens(batch: dict[str, Any]) -> int:
+    """Non-pad tokens in a batch from either collator."""
+    mask = batch.get("attention_mask")
+    return int(mask.sum()) if mask is not None else int(batch["input_ids"].numel())

@@ -69,7 +69,8 @@ def eval_loss(model, examples: list[dict[str, list[int]]], pad_id: int, batch_si
     with torch.no_grad():
         for i in range(0, len(examples), batch_size):
             batch = {k: v.to(device) for k, v in data.collate(examples[i:i + batch_size], pad_id).items()}
-            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.float()
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                           use_cache=False).logits.float()
             labels = batch["labels"][:, 1:]
             losses = torch.nn.functional.cross_entropy(
                 logits[:, :-1].reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100,

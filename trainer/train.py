@@ -20,6 +20,7 @@ so that the launcher restarts it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -56,20 +57,66 @@ def _dist_setup():
     return rank, world, device
 
 
-def batches(examples: list, batch_size: int, rank: int, world: int, seed: int, start: int = 0) -> Iterator[list]:
-    """Endless batches of this rank's shard: each epoch a seeded permutation of all rows,
-    rank r taking every world-th row, so ranks never see the same row in an epoch and the
-    order depends only on (seed, epoch), not on timing. `start` skips that many batches
-    (a resumed run continues at the exact data position without touching the data)."""
-    per_epoch = len(range(rank, len(examples), world)) // batch_size
-    epoch, skip = divmod(start, per_epoch)
-    while True:
+def batches(examples: list, batch_size: int, rank: int, world: int, seed: int, start: int = 0,
+            batch_tokens: int = 0, flatten: bool = False) -> Iterator[list]:
+    """Endless micro-batches of this rank's shard.
+
+    Each epoch is a seeded permutation of all rows; rank r takes every world-th row, so ranks
+    never see the same row in an epoch and the order depends only on (seed, epoch). Without
+    `batch_tokens`, batches hold `batch_size` rows. With it, a batch holds as many rows as fit
+    the token budget: counting real tokens when rows are flattened (packed), or rows x the
+    longest row when they are padded, in which case rows are first sorted by length within
+    windows of 256 so that a batch's rows are about equally long and little padding remains.
+    Batches are then shuffled (seeded). A short last batch is dropped. `start` skips that many
+    batches, so a resumed run continues at the exact data position.
+    """
+    def epoch_batches(epoch: int) -> list[list[int]]:
+        rng = random.Random(seed + epoch)
         order = list(range(len(examples)))
-        random.Random(seed + epoch).shuffle(order)
+        rng.shuffle(order)
         shard = order[rank::world]
-        for b in range(skip, per_epoch):
-            yield [examples[j] for j in shard[b * batch_size:(b + 1) * batch_size]]
-        skip, epoch = 0, epoch + 1
+        if not batch_tokens:
+            return [shard[i:i + batch_size] for i in range(0, len(shard) - batch_size + 1, batch_size)]
+        length = lambda j: len(examples[j]["input_ids"])  # noqa: E731
+        if not flatten:
+            shard = [j for w in range(0, len(shard), 256) for j in sorted(shard[w:w + 256], key=length)]
+        out, cur, longest = [], [], 0
+        for j in shard:
+            n = length(j)
+            cost = (sum(map(length, cur)) + n) if flatten else (len(cur) + 1) * max(longest, n)
+            if cur and cost > batch_tokens:
+                out.append(cur)
+                cur, longest = [], 0
+            cur.append(j)
+            longest = max(longest, n)
+        rng.shuffle(out)
+        return out
+
+    epoch, skip = 0, start
+    while True:
+        plan = epoch_batches(epoch)
+        for b in plan[skip:]:
+            yield [examples[j] for j in b]
+        skip, epoch = max(0, skip - len(plan)), epoch + 1
+
+
+def flash_attention_available() -> bool:
+    import importlib.util
+
+    import torch
+
+    return torch.cuda.is_available() and importlib.util.find_spec("flash_attn") is not None
+
+
+def _peak_memory_mb(device) -> float:
+    """Peak GPU memory on CUDA, else peak resident memory of this process."""
+    import resource
+
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _install_sigterm() -> dict[str, bool]:
@@ -100,7 +147,10 @@ def build_model(cfg: TrainConfig, model_dir: Path, device):
     from transformers import AutoModelForCausalLM
 
     dtype = torch.bfloat16 if device.type == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device)
+    attn = {"attn_implementation": "flash_attention_2"} if cfg.packing != "pad" and flash_attention_available() else {}
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, **attn).to(device)
+    if cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if cfg.method == "full":
         return model
     from peft import LoraConfig, get_peft_model
@@ -139,6 +189,18 @@ def train(cfg: TrainConfig, store: Store | None = None) -> dict[str, Any]:
         raise UserError(f"only {len(examples)} training rows fit max_seq_len={cfg.max_seq_len}, fewer than "
                         f"batch_size x world_size = {cfg.batch_size * world}; lower batch_size or raise max_seq_len")
     model = build_model(cfg, model_dir, device)
+    mean_len = sum(len(e["input_ids"]) for e in examples) / len(examples)
+    micro_tokens = cfg.batch_tokens or cfg.batch_size * mean_len
+    accum = max(1, math.ceil(cfg.tokens_per_step / (micro_tokens * world))) if cfg.tokens_per_step else 1
+    # Flattened rows save compute only where attention skips the block-diagonal mask's zeros
+    # (flash-attention varlen); elsewhere the packed sequence pays full quadratic attention.
+    flatten = bool(cfg.batch_tokens) and (cfg.packing == "flatten" or (cfg.packing == "auto" and
+                                                                        flash_attention_available()))
+    collate = data.collate_packed if flatten else (lambda rows: data.collate(rows, tokenizer.pad_token_id))
+    if rank == MASTER:
+        print(f"{len(examples)} rows (mean {mean_len:.0f} tokens), {world} process(es), "
+              f"{('%s <= %d tokens' % ('flattened' if flatten else 'length-bucketed', cfg.batch_tokens)) if cfg.batch_tokens else '%d rows' % cfg.batch_size} "
+              f"per micro-batch, {accum} micro-batch(es) per step", flush=True)
     limit = getattr(model.config, "max_position_embeddings", None)
     if limit and cfg.max_seq_len > limit:  # Hub models: known only once loaded
         from trainer.errors import UserError
@@ -146,6 +208,10 @@ def train(cfg: TrainConfig, store: Store | None = None) -> dict[str, Any]:
         raise UserError(f"max_seq_len={cfg.max_seq_len} exceeds the model's context length {limit}; "
                         f"set max_seq_len <= {limit}")
     ddp = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
+    if cfg.compile and device.type == "cuda":
+        ddp = torch.compile(ddp)
+    elif cfg.compile and rank == MASTER:
+        print("compile=true ignored: torch.compile is enabled on CUDA only", flush=True)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay,
                                   fused=device.type == "cuda")
@@ -182,22 +248,29 @@ def train(cfg: TrainConfig, store: Store | None = None) -> dict[str, Any]:
             "train_seconds": seconds_before + time.perf_counter() - start})
 
     # -- train
-    stream = batches(examples, cfg.batch_size, rank, world, cfg.seed, start=done)
+    stream = batches(examples, cfg.batch_size, rank, world, cfg.seed, start=done * accum,
+                     batch_tokens=cfg.batch_tokens, flatten=flatten)
     real_tokens = torch.zeros((), dtype=torch.long)
     bar = tqdm(total=cfg.max_steps, initial=done, desc="train", unit="step", disable=rank != MASTER, mininterval=2,
                dynamic_ncols=True)
     ddp.train()
     start = time.perf_counter()
     for step in range(done + 1, cfg.max_steps + 1):
-        batch = {k: v.to(device) for k, v in data.collate(next(stream), tokenizer.pad_token_id).items()}
-        loss = ddp(**batch).loss
-        loss.backward()
+        step_loss = 0.0
+        for micro in range(accum):
+            batch = {k: v.to(device) for k, v in collate(next(stream)).items()}
+            # Gradients are all-reduced only on the last micro-batch of a step.
+            sync = world == 1 or micro == accum - 1
+            with contextlib.nullcontext() if sync else ddp.no_sync():
+                loss = ddp(**batch, use_cache=False).loss / accum
+                loss.backward()
+            step_loss += loss.item()
+            real_tokens += data.real_tokens(batch)
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
-        real_tokens += batch["attention_mask"].sum().cpu()
-        window_loss, window_n = window_loss + loss.item(), window_n + 1
+        window_loss, window_n = window_loss + step_loss, window_n + 1
         if step % cfg.log_every == 0 or step == cfg.max_steps:
             mean = torch.tensor(window_loss / window_n, device=device)
             if world > 1:  # SUM then divide: gloo has no AVG
@@ -246,6 +319,7 @@ def train(cfg: TrainConfig, store: Store | None = None) -> dict[str, Any]:
                         "train_seconds": wall, "skipped_long_rows": float(skipped), "restarts": float(restarts),
                         "checkpoint_bytes": float(ckpt.last_bytes),
                         "checkpoint_upload_seconds": float(ckpt.last_upload_s or 0.0),
+                        "grad_accum": float(accum), "peak_memory_mb": _peak_memory_mb(device),
                         "perplexity": math.exp(min(final, 50.0))},
             "history": history, "config": cfg.asdict(),
         }

@@ -46,7 +46,8 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True) ->
     cfg = TrainConfig(model_uri="s3://check/model", dataset_uri="s3://check/data", output_prefix="runs/check",
                       **{k: params[k] for k in ("method", "lora_r", "lora_alpha", "lora_dropout",
                                                 "lora_train_embeddings", "learning_rate", "max_steps",
-                                                "batch_size", "max_seq_len", "seed", "checkpoint_every")})
+                                                "batch_size", "max_seq_len", "seed", "checkpoint_every")},
+                      batch_tokens=params.get("batch_tokens", 0))
     problems += cfg.problems()
     if params["nodes"] < 1:
         problems.append(f"nodes must be >= 1, got {params['nodes']}")
