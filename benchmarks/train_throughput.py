@@ -69,7 +69,7 @@ def main() -> None:
     rows.append(("peak memory (MB)", f"{median([r['peak_memory_mb'] for r in ours]):.0f}",
                  f"{median([r['peak_memory_mb'] for r in base]):.0f}", ""))
     print(f"\nreal (non-pad) tokens/s, {args.steps} steps, tiny model, 1 process, {len(ours)} interleaved runs each")
-    print(table(rows, ("", "ours (packed)", "HF Trainer, pad 512", "ratio")))
+    print(table(rows, ("", "ours (token batches)", "HF Trainer, pad 512", "ratio")))
 
 
 if __name__ == "__main__":
