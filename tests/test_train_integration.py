@@ -32,7 +32,7 @@ def test_two_node_lora_run_learns_and_reports(delivered, store):
     m = result["metrics"]
     assert m["world_size"] == 2 and m["train_steps"] == 40
     assert m["train_tokens"] > 40 * 4 * 2 * 50  # both ranks' real tokens (rows are ~100 tokens)
-    losses = [h["loss"] for h in result["history"]]
+    losses = [h["loss"] for h in result["history"] if "loss" in h]
     assert losses[-1] < losses[0] * 0.5, losses
     adapter = store.get_tree(result["output_uri"])
     assert (adapter / "adapter_config.json").exists() and (adapter / "tokenizer.json").exists()

@@ -41,6 +41,7 @@ class TrainConfig:
     max_seq_len: int = 512  # longer rows are skipped and counted (skipped_long_rows)
     seed: int = 0
     log_every: int = 10
+    eval_every: int = 50  # steps between eval-loss measurements on up to 64 eval rows (rank 0)
     checkpoint_every: int = 100  # steps between checkpoints (one is always written at the end)
     keep_checkpoints: int = 2
     shutdown_grace_s: float = 90.0  # on SIGTERM: time allowed for the final checkpoint upload
@@ -71,7 +72,8 @@ class TrainConfig:
             p.append("batch_tokens and tokens_per_step must be >= 0 (0 turns them off)")
         if 0 < self.batch_tokens < self.max_seq_len:
             p.append(f"batch_tokens={self.batch_tokens} must be >= max_seq_len={self.max_seq_len} so every row fits")
-        for name in ("max_steps", "batch_size", "max_seq_len", "log_every", "checkpoint_every", "keep_checkpoints"):
+        for name in ("max_steps", "batch_size", "max_seq_len", "log_every", "eval_every", "checkpoint_every",
+                     "keep_checkpoints"):
             if getattr(self, name) <= 0:
                 p.append(f"{name} must be > 0, got {getattr(self, name)}")
         return p

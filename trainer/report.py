@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import html
+import io
 import json
 from typing import Any
 
@@ -34,3 +37,57 @@ def table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> str:
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     return "\n".join([fmt.format(*header), fmt.format(*["-" * w for w in widths]),
                       *(fmt.format(*map(str, r)) for r in rows)])
+
+
+def loss_curve_png(history: list[dict[str, float]]) -> bytes:
+    """Train (and eval, where measured) loss against step, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.6), dpi=110)
+    train = [(h["step"], h["loss"]) for h in history if "loss" in h]
+    evals = [(h["step"], h["eval_loss"]) for h in history if "eval_loss" in h]
+    if train:
+        ax.plot(*zip(*train), label="train loss", color="#1f77b4")
+    if evals:
+        ax.plot(*zip(*evals), "o-", label="eval loss", color="#d62728")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("loss (assistant tokens)")
+    ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def training_html(result: dict[str, Any], title: str = "Fine-tuning run") -> str:
+    """A self-contained HTML page: loss curve (embedded PNG) and the run's numbers."""
+    png = base64.b64encode(loss_curve_png(result["history"])).decode()
+    cfg = result.get("config", {})
+    keys = ("method", "lora_r", "lora_alpha", "learning_rate", "max_steps", "batch_size", "batch_tokens", "seed")
+    rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{v:.4g}</td></tr>" if isinstance(v, float) else
+                   f"<tr><td>{html.escape(k)}</td><td>{html.escape(str(v))}</td></tr>"
+                   for k, v in [*result["metrics"].items(), *((k, cfg[k]) for k in keys if k in cfg)])
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>body{{font-family:sans-serif;margin:24px;color:#222}} table{{border-collapse:collapse}}
+td{{border:1px solid #ccc;padding:3px 10px}} td:first-child{{color:#555}}</style></head><body>
+<h2>{html.escape(title)}</h2>
+<img alt="loss curve" src="data:image/png;base64,{png}">
+<h3>Summary</h3><table>{rows}</table></body></html>"""
+
+
+def sweep_markdown(picked: dict[str, Any], select_metric: str) -> str:
+    """The sweep's trials side by side, the winner marked, and the deploy decision."""
+    keys = [k for k in picked["rows"][0] if k not in ("trial", "base", "tuned", "gain")]
+    head = ["trial", *keys, f"base {select_metric}", f"tuned {select_metric}", "gain"]
+    lines = ["# Sweep results", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in picked["rows"]:
+        mark = " (best)" if r["trial"] == picked["best"] else ""
+        lines.append("| " + " | ".join([f"{r['trial']}{mark}", *(str(r[k]) for k in keys), f"{r['base']:.4g}",
+                                        f"{r['tuned']:.4g}", f"{r['gain']:.4g}"]) + " |")
+    return "\n".join([*lines, "", f"**{picked['reason']}**", ""])

@@ -108,6 +108,26 @@ def flash_attention_available() -> bool:
     return torch.cuda.is_available() and importlib.util.find_spec("flash_attn") is not None
 
 
+class _Board:
+    """TensorBoard event files on rank 0, uploaded next to the checkpoints
+    (`<output_prefix>/tensorboard/`), so `tensorboard --logdir` on a copy of that prefix
+    shows the run while it trains."""
+
+    def __init__(self, store: Store, output_prefix: str):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.store, self.prefix = store, f"{output_prefix}/tensorboard"
+        self.dir = tempfile.mkdtemp(prefix="tb-")
+        self.writer = SummaryWriter(self.dir)
+
+    def scalar(self, tag: str, value: float, step: int) -> None:
+        self.writer.add_scalar(tag, value, step)
+
+    def upload(self) -> None:
+        self.writer.flush()
+        self.store.put_dir(self.dir, self.prefix)
+
+
 def _peak_memory_mb(device) -> float:
     """Peak GPU memory on CUDA, else peak resident memory of this process."""
     import resource
@@ -183,6 +203,7 @@ def train(cfg: TrainConfig, store: Store | None = None) -> dict[str, Any]:
     data_dir = store.get_tree(cfg.dataset_uri)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     examples, skipped = data.encode_all(data.read_jsonl(data_dir / "train.jsonl"), tokenizer, cfg.max_seq_len)
+    eval_examples = data.encode_all(data.read_jsonl(data_dir / "eval.jsonl")[:64], tokenizer, cfg.max_seq_len)[0]
     if len(examples) < cfg.batch_size * world:
         from trainer.errors import UserError
 
@@ -233,6 +254,19 @@ def train(cfg: TrainConfig, store: Store | None = None) -> dict[str, Any]:
             print(f"resuming from checkpoint step {done} of {cfg.max_steps} (restart {restarts})", flush=True)
 
     stop = _install_sigterm()
+    board = _Board(store, cfg.output_prefix) if rank == MASTER else None
+
+    def measure_eval(step: int) -> None:
+        """Rank 0: eval loss on a few held-out rows; the other ranks wait at the next collective."""
+        if rank != MASTER or not eval_examples:
+            return
+        from trainer.evaluate import eval_loss
+
+        model.eval()
+        value = eval_loss(model, eval_examples, tokenizer.pad_token_id)
+        model.train()
+        history.append({"step": step, "eval_loss": value})
+        board.scalar("eval/loss", value, step)
 
     def checkpoint(step: int) -> None:
         """Collective: gathers every rank's RNG and log window; rank 0 writes and uploads."""
@@ -278,6 +312,10 @@ def train(cfg: TrainConfig, store: Store | None = None) -> dict[str, Any]:
                 mean /= world
             history.append({"step": step, "loss": mean.item(), "lr": scheduler.get_last_lr()[0]})
             elapsed = time.perf_counter() - start
+            if board:
+                board.scalar("train/loss", mean.item(), step)
+                board.scalar("train/lr", scheduler.get_last_lr()[0], step)
+                board.scalar("train/tokens_per_second", real_tokens.item() * world / elapsed, step)
             # tokens/s estimated from this rank's count: an all-reduce per log line is not worth it
             bar.set_postfix(loss=f"{mean.item():.3f}", tok_s=f"{int(real_tokens.item() * world / elapsed)}")
             window_loss, window_n = 0.0, 0
@@ -293,11 +331,17 @@ def train(cfg: TrainConfig, store: Store | None = None) -> dict[str, Any]:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(143)
+        if step % cfg.eval_every == 0 or step == cfg.max_steps:
+            measure_eval(step)
         if step % cfg.checkpoint_every == 0 and step < cfg.max_steps:
             checkpoint(step)
+            if board:
+                board.upload()
     bar.close()
     if done < cfg.max_steps:
         checkpoint(cfg.max_steps)  # a crash while writing the result resumes straight to cleanup
+    if board:
+        board.upload()
     ckpt.wait()
     wall = seconds_before + time.perf_counter() - start
     if world > 1:
@@ -311,7 +355,7 @@ def train(cfg: TrainConfig, store: Store | None = None) -> dict[str, Any]:
             model.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
             uri, manifest = store.put_tree(tmp, "models")
-        final = history[-1]["loss"]
+        final = next(h["loss"] for h in reversed(history) if "loss" in h)
         result = {
             "output_uri": uri, "method": cfg.method, "output_bytes": manifest["total_bytes"],
             "metrics": {"train_loss": final, "train_steps": float(cfg.max_steps), "world_size": float(world),
@@ -322,6 +366,7 @@ def train(cfg: TrainConfig, store: Store | None = None) -> dict[str, Any]:
                         "grad_accum": float(accum), "peak_memory_mb": _peak_memory_mb(device),
                         "perplexity": math.exp(min(final, 50.0))},
             "history": history, "config": cfg.asdict(),
+            "tensorboard_uri": store.uri(f"{cfg.output_prefix}/tensorboard"),
         }
         store.put_json(f"{cfg.output_prefix}/result.json", result)
         print(json.dumps({"train_result": result["metrics"], "output_uri": uri}), flush=True)

@@ -1,0 +1,36 @@
+"""Choosing a sweep's winner and deciding whether to deploy it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# metric -> (direction, the Metrics keys written by the evaluate component)
+SELECT = {"fc_accuracy": "higher", "eval_loss": "lower"}
+
+
+def pick(trials: list[dict[str, Any]], metrics: list[dict[str, float]], select_metric: str,
+         min_gain: float) -> dict[str, Any]:
+    """The best trial by `select_metric`, and whether it beats the base model by `min_gain`.
+
+    `metrics[i]` are trial i's evaluate metrics (base_* and tuned_* keys). Gain is measured in
+    the metric's own units, in the improving direction (accuracy up, loss down).
+    Returns {"best": index, "deploy": bool, "reason": str, "rows": [per-trial summary]}.
+    """
+    if select_metric not in SELECT:
+        raise ValueError(f"select_metric must be one of {sorted(SELECT)}, got {select_metric!r}")
+    if not metrics or len(metrics) != len(trials):
+        raise ValueError(f"{len(trials)} trials but {len(metrics)} metric sets")
+    sign = 1.0 if SELECT[select_metric] == "higher" else -1.0
+    gains = [sign * (m[f"tuned_{select_metric}"] - m[f"base_{select_metric}"]) for m in metrics]
+    best = max(range(len(gains)), key=lambda i: (gains[i], -i))  # ties: the earlier trial
+    rows = [{"trial": i, **trials[i], "base": metrics[i][f"base_{select_metric}"],
+             "tuned": metrics[i][f"tuned_{select_metric}"], "gain": gains[i]} for i in range(len(trials))]
+    b = rows[best]
+    desc = ", ".join(f"{k}={v}" for k, v in trials[best].items())
+    if gains[best] >= min_gain:
+        reason = (f"deploying trial {best} ({desc}): {select_metric} {b['base']:.4g} -> {b['tuned']:.4g}, "
+                  f"gain {gains[best]:.4g} >= min_gain {min_gain}")
+        return {"best": best, "deploy": True, "reason": reason, "rows": rows}
+    reason = (f"not deployed: the best trial {best} ({desc}) improves {select_metric} by {gains[best]:.4g} "
+              f"({b['base']:.4g} -> {b['tuned']:.4g}), less than min_gain {min_gain}")
+    return {"best": best, "deploy": False, "reason": reason, "rows": rows}
