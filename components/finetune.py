@@ -2,7 +2,7 @@
 processes on this machine) or `kubernetes` (a PyTorchJob of `nodes` pods)."""
 
 from kfp import dsl
-from kfp.dsl import Dataset, Input, Metrics, Model, Output
+from kfp.dsl import HTML, Dataset, Input, Metrics, Model, Output
 
 from trainer import settings
 
@@ -14,6 +14,7 @@ def finetune(
     run_id: str,
     adapter: Output[Model],
     metrics: Output[Metrics],
+    report: Output[HTML],
     launcher: str = "local",
     nodes: int = 2,
     procs_per_node: int = 1,
@@ -53,6 +54,7 @@ def finetune(
     from trainer.config import TrainConfig
     from trainer.errors import exit_on_user_error
     from trainer.launch import run_training
+    from trainer.report import training_html
     from trainer.storage import Store
 
     cfg = TrainConfig(model_uri=read_uri(base_model), dataset_uri=read_uri(dataset), output_prefix=f"runs/{run_id}",
@@ -67,3 +69,6 @@ def finetune(
         result = run_training(cfg, launcher, nodes, procs_per_node, Store.from_env(), cluster, run_id, max_restarts)
     write_pointer(adapter, result["output_uri"], {"method": method, "total_bytes": result["output_bytes"]})
     log_metrics(metrics, result["metrics"])
+    with open(report.path, "w") as f:  # loss curve (train + eval) and summary, in the KFP UI
+        f.write(training_html(result, title=f"Fine-tuning {run_id}"))
+    print(f"TensorBoard events: {result['tensorboard_uri']}")

@@ -1,6 +1,6 @@
-"""python -m pipelines.compile [--out compiled/finetune.yaml]
+"""python -m pipelines.compile [--out-dir compiled]
 
-Compile the pipeline to the YAML that is committed and uploaded to KFP. A test compiles
+Compile the pipelines (finetune, sweep) to the YAML that is committed and uploaded to KFP. A test compiles
 again and fails when the committed file is stale: run this after changing a pipeline or
 component.
 """
@@ -13,9 +13,10 @@ from pathlib import Path
 from kfp import compiler
 
 from pipelines.finetune import finetune_pipeline
+from pipelines.sweep import sweep_pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
-PIPELINES = {"finetune": finetune_pipeline}
+PIPELINES = {"finetune": finetune_pipeline, "sweep": sweep_pipeline}
 
 
 def compile_all(out_dir: Path = ROOT / "compiled") -> list[Path]:

@@ -25,7 +25,7 @@ from trainer import settings
 PIPELINE_NAME = "llm-finetune"
 
 
-def _with_s3(task: dsl.PipelineTask) -> dsl.PipelineTask:
+def with_s3(task: dsl.PipelineTask) -> dsl.PipelineTask:
     """S3 credentials from the cluster Secret and the endpoint from an optional ConfigMap
     (kfp.local ignores both; run_local sets the environment itself)."""
     kubernetes.use_secret_as_env(task, secret_name=settings.get("S3_SECRET_NAME"),
@@ -35,6 +35,19 @@ def _with_s3(task: dsl.PipelineTask) -> dsl.PipelineTask:
                                      config_map_key_to_env={"S3_ENDPOINT": "S3_ENDPOINT", "S3_BUCKET": "S3_BUCKET"},
                                      optional=True)
     return task
+
+
+def deliver_inputs(model_source, model_revision, dataset_source, dataset_revision, eval_fraction, seed,
+                   after: dsl.PipelineTask | None = None) -> tuple[dsl.PipelineTask, dsl.PipelineTask]:
+    """The deliver-model and deliver-dataset tasks (HF token from an optional Secret)."""
+    tasks = []
+    for task in (deliver_model(source=model_source, revision=model_revision).set_display_name("deliver model"),
+                 deliver_dataset(source=dataset_source, revision=dataset_revision, eval_fraction=eval_fraction,
+                                 seed=seed).set_display_name("deliver dataset")):
+        kubernetes.use_secret_as_env(task, secret_name=settings.get("HF_SECRET_NAME"),
+                                     secret_key_to_env={"token": "HF_TOKEN"}, optional=True)
+        tasks.append(with_s3(task.after(after) if after is not None else task))
+    return tasks[0], tasks[1]
 
 
 @dsl.pipeline(name=PIPELINE_NAME, description="Fine-tune a Hugging Face model with LoRA, evaluate base vs "
@@ -96,14 +109,9 @@ def finetune_pipeline(
         deploy_backend=deploy_backend, accelerator_resource=accelerator_resource, tolerations=tolerations,
         cleanup=cleanup, wait_timeout_s=wait_timeout_s).set_display_name("validate parameters")
     checked.set_caching_options(False)  # local files it reads may change between runs
-    model = _with_s3(deliver_model(source=model_source, revision=model_revision)).set_display_name("deliver model").after(checked)
-    kubernetes.use_secret_as_env(model, secret_name=settings.get("HF_SECRET_NAME"),
-                                 secret_key_to_env={"token": "HF_TOKEN"}, optional=True)
-    data = _with_s3(deliver_dataset(source=dataset_source, revision=dataset_revision, eval_fraction=eval_fraction,
-                                    seed=seed)).set_display_name("deliver dataset").after(checked)
-    kubernetes.use_secret_as_env(data, secret_name=settings.get("HF_SECRET_NAME"),
-                                 secret_key_to_env={"token": "HF_TOKEN"}, optional=True)
-    train = _with_s3(finetune(
+    model, data = deliver_inputs(model_source, model_revision, dataset_source, dataset_revision, eval_fraction, seed,
+                                 after=checked)
+    train = with_s3(finetune(
         base_model=model.outputs["model"], dataset=data.outputs["dataset"], run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
         launcher=launcher, nodes=nodes, procs_per_node=procs_per_node, method=method, lora_r=lora_r,
         lora_alpha=lora_alpha, lora_dropout=lora_dropout, lora_train_embeddings=lora_train_embeddings,
@@ -112,12 +120,12 @@ def finetune_pipeline(
         max_seq_len=max_seq_len, seed=seed, checkpoint_every=checkpoint_every, max_restarts=max_restarts, kueue_queue=kueue_queue, cleanup=cleanup,
         wait_timeout_s=wait_timeout_s, **placement,
     )).set_display_name("fine-tune")
-    scores = _with_s3(evaluate(base_model=model.outputs["model"], tuned_model=train.outputs["adapter"],
+    scores = with_s3(evaluate(base_model=model.outputs["model"], tuned_model=train.outputs["adapter"],
                                dataset=data.outputs["dataset"], max_rows=eval_max_rows,
                                max_seq_len=max_seq_len)).set_display_name("evaluate")
-    merged = _with_s3(merge_lora(base_model=model.outputs["model"], adapter=train.outputs["adapter"]))
+    merged = with_s3(merge_lora(base_model=model.outputs["model"], adapter=train.outputs["adapter"]))
     merged.set_display_name("merge LoRA")
-    served = _with_s3(deploy(model=merged.outputs["merged"], dataset=data.outputs["dataset"],
+    served = with_s3(deploy(model=merged.outputs["merged"], dataset=data.outputs["dataset"],
                              backend=deploy_backend, keep_serving=keep_serving, name=served_model_name,
                              gpus=serve_gpus, **placement)).set_display_name("deploy")
     outputs = NamedTuple("Outputs", eval_metrics=Metrics, train_metrics=Metrics, merged_model=Model, endpoint=str)

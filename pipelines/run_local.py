@@ -1,4 +1,4 @@
-"""python -m pipelines.run_local [--param key=value ...] [--s3-endpoint URL] [--keep-serving]
+"""python -m pipelines.run_local [--pipeline finetune|sweep] [--param key=value ...] [--s3-endpoint URL] [--keep-serving]
 
 Run the whole fine-tuning pipeline on this machine through `kfp.local`, with the same
 components that run on a cluster. Without --s3-endpoint (or S3_ENDPOINT in the
@@ -11,6 +11,7 @@ settings and credentials to the components through its own environment.
 
 Examples:
   python -m pipelines.run_local
+  python -m pipelines.run_local --pipeline sweep --parallelism 2 --param min_gain=0.2
   python -m pipelines.run_local --param max_steps=50 --param dataset_source=./my.jsonl
 """
 
@@ -32,10 +33,10 @@ from trainer.errors import UserError, exit_on_user_error
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def parse_params(pairs: list[str]) -> dict[str, Any]:
+def parse_params(pairs: list[str], pipeline=finetune_pipeline) -> dict[str, Any]:
     from pipelines.params import parse_params as parse
 
-    return parse(finetune_pipeline, pairs)
+    return parse(pipeline, pairs)
 
 
 def start_s3(endpoint: str | None):
@@ -85,6 +86,8 @@ def export_model(merged_uri: str, out_dir: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipelines.run_local", description=__doc__.splitlines()[2])
+    parser.add_argument("--pipeline", choices=("finetune", "sweep"), default="finetune")
+    parser.add_argument("--parallelism", type=int, default=2, help="sweep trials running at once")
     parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--s3-endpoint", default=os.environ.get("S3_ENDPOINT"))
     parser.add_argument("--pipeline-root", type=Path, default=ROOT / ".runs" / "pipeline-root")
@@ -93,19 +96,24 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     with exit_on_user_error():
-        params = parse_params(args.param + (["keep_serving=true"] if args.keep_serving else []))
-        from trainer.validate import validate_pipeline_params
+        from pipelines import sweep
+        from trainer.validate import validate_pipeline_params, validate_sweep
 
-        validate_pipeline_params(params)  # before starting anything expensive
+        pipeline = sweep.build(args.parallelism) if args.pipeline == "sweep" else finetune_pipeline
+        params = parse_params(args.param + (["keep_serving=true"] if args.keep_serving else []), pipeline)
+        if args.pipeline == "sweep":  # before starting anything expensive
+            validate_sweep(params)
+        else:
+            validate_pipeline_params(params)
         server = start_s3(args.s3_endpoint)
         try:
-            return run(params, args)
+            return run(pipeline, params, args)
         finally:
             if server is not None:
                 server.stop()
 
 
-def run(params: dict[str, Any], args: argparse.Namespace) -> int:
+def run(pipeline, params: dict[str, Any], args: argparse.Namespace) -> int:
     import warnings
 
     from kfp import local
@@ -119,16 +127,23 @@ def run(params: dict[str, Any], args: argparse.Namespace) -> int:
           f"parameters: {json.dumps(params)}", flush=True)
     start = time.perf_counter()
     try:
-        task = finetune_pipeline(**params)
+        task = pipeline(**params)
     except RuntimeError as err:  # kfp.local: a task failed; its own log above says why
         print(f"error: pipeline failed: {err}", file=sys.stderr)
         return 1
     elapsed = time.perf_counter() - start
-    print(summarize(task.outputs, elapsed))
-    merged_uri = task.outputs["merged_model"].metadata["uri"]
-    out = export_model(merged_uri, args.output_dir / "merged-model")
-    print(f"merged model: {merged_uri}\n  copied to {out}  (serve it: python -m trainer serve {out})")
-    print(f"artifacts and logs: {args.pipeline_root}")
+    if args.pipeline == "sweep":
+        print("\n" + Path(task.outputs["summary"].path).read_text())
+        print(f"pipeline wall time: {elapsed:.1f}s")
+    else:
+        print(summarize(task.outputs, elapsed))
+        merged_uri = task.outputs["merged_model"].metadata["uri"]
+        out = export_model(merged_uri, args.output_dir / "merged-model")
+        print(f"merged model: {merged_uri}\n  copied to {out}  (serve it: python -m trainer serve {out})")
+    run_dir = max(args.pipeline_root.glob(f"{pipeline.name}-*"), key=lambda p: p.stat().st_mtime)
+    for report in sorted(run_dir.rglob("report")) + sorted(run_dir.rglob("examples")):
+        print(f"report: {report}")
+    print(f"artifacts and logs: {run_dir}")
     return 0
 
 

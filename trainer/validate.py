@@ -72,3 +72,29 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True) ->
 
 def validate_pipeline_params(params: dict[str, Any], check_local_files: bool = True) -> None:
     collect(pipeline_problems(params, check_local_files), what="invalid pipeline parameters")
+
+
+TRIAL_KEYS = {"lora_r": int, "lora_alpha": int, "learning_rate": float}
+
+
+def validate_sweep(params: dict[str, Any]) -> None:
+    """Sweep parameters: the shared ones as for one run (with each trial's values), plus the trials."""
+    from trainer.sweep import SELECT
+
+    trials = params["trials"]
+    problems = []
+    if not isinstance(trials, list) or not trials:
+        problems.append("trials must be a non-empty JSON list of objects like "
+                        '{"lora_r": 16, "lora_alpha": 32, "learning_rate": 0.003}')
+        trials = []
+    for i, t in enumerate(trials):
+        if not isinstance(t, dict) or set(t) != set(TRIAL_KEYS):
+            problems.append(f"trials[{i}] must have exactly the keys {sorted(TRIAL_KEYS)}, got {t!r}")
+            continue
+        shared = {k: v for k, v in params.items() if k not in ("trials", "select_metric", "min_gain")}
+        problems += [f"trials[{i}]: {p}" for p in pipeline_problems({**shared, **t, "method": "lora"})]
+    if params["select_metric"] not in SELECT:
+        problems.append(f"select_metric must be one of {sorted(SELECT)}, got {params['select_metric']!r}")
+    seen = set()
+    problems = [p for p in problems if not (p in seen or seen.add(p))]
+    collect(problems, what="invalid sweep parameters")

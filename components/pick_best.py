@@ -1,0 +1,42 @@
+"""pick_best: a sweep's winner by one metric, and whether it is good enough to deploy."""
+
+from typing import List, NamedTuple
+
+from kfp import dsl
+from kfp.dsl import Input, Markdown, Metrics, Model, Output
+
+from trainer import settings
+
+
+@dsl.component(base_image=settings.image(), install_kfp_package=False)
+def pick_best(
+    trials: list,
+    trial_metrics: Input[List[Metrics]],
+    adapters: Input[List[Model]],
+    best_adapter: Output[Model],
+    best_metrics: Output[Metrics],
+    summary: Output[Markdown],
+    select_metric: str = "fc_accuracy",
+    min_gain: float = 0.1,
+) -> NamedTuple("Outputs", deploy=bool, reason=str, best_trial=int):
+    """Rank trials by tuned-vs-base gain in `select_metric` (fc_accuracy up, eval_loss down);
+    `deploy` is true when the best gain is at least `min_gain`."""
+    from collections import namedtuple
+
+    from components.artifacts import log_metrics, read_uri, write_pointer
+    from trainer.errors import UserError, exit_on_user_error
+    from trainer.report import sweep_markdown
+    from trainer.sweep import pick
+
+    with exit_on_user_error():
+        try:
+            picked = pick(trials, [dict(m.metadata) for m in trial_metrics], select_metric, min_gain)
+        except ValueError as err:
+            raise UserError(str(err)) from None
+    best = picked["best"]
+    write_pointer(best_adapter, read_uri(adapters[best]), {**adapters[best].metadata, "trial": best})
+    log_metrics(best_metrics, {k: v for k, v in trial_metrics[best].metadata.items() if isinstance(v, (int, float))})
+    with open(summary.path, "w") as f:
+        f.write(sweep_markdown(picked, select_metric))
+    print(picked["reason"])
+    return namedtuple("Outputs", ["deploy", "reason", "best_trial"])(picked["deploy"], picked["reason"], best)
