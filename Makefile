@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast compile manifests clean
+.PHONY: demo test test-fast compile manifests clean chromium
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -19,7 +19,15 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m pipelines.run_local
 
-test: $(STAMP)
+# Headless Chromium renders the HTML report in a test; Debian's package, installed once.
+CHROMIUM := $(shell command -v chromium || command -v chromium-browser)
+chromium:
+ifeq ($(CHROMIUM),)
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium \
+		|| { echo "install Chromium (Debian: apt-get install chromium) for the report test"; exit 1; }
+endif
+
+test: $(STAMP) chromium
 	$(BIN)/python -m pytest -q
 
 test-fast: $(STAMP)

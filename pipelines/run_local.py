@@ -103,6 +103,10 @@ def main(argv: list[str] | None = None) -> int:
         params = parse_params(args.param + (["keep_serving=true"] if args.keep_serving else []), pipeline)
         if args.pipeline == "sweep":  # before starting anything expensive
             validate_sweep(params)
+            # Trials run side by side on this machine: each gets its share of the cores
+            # (inherited by the components' processes and the trainers they launch).
+            share = str(max(1, (os.cpu_count() or 1) // max(args.parallelism, 1)))
+            os.environ.update(FINETUNE_LOCAL_CPUS=share, OMP_NUM_THREADS=share)
         else:
             validate_pipeline_params(params)
         server = start_s3(args.s3_endpoint)

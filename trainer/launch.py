@@ -50,7 +50,11 @@ class LocalLauncher:
     def _run_once(self, train_args: list[str]) -> tuple[int, int] | None:
         world = self.nnodes * self.nproc_per_node
         port = free_port()
-        threads = max(1, (os.cpu_count() or 1) // world)  # no oversubscription on small machines
+        # No oversubscription: OpenMP threads that outnumber cores spin against each other and
+        # can slow training tenfold. FINETUNE_LOCAL_CPUS is this job's share when several run at
+        # once (run_local sets it for sweeps).
+        cpus = int(os.environ.get("FINETUNE_LOCAL_CPUS") or os.cpu_count() or 1)
+        threads = max(1, cpus // world)
         procs = []
         for node in range(self.nnodes):
             env = {**os.environ, "PET_NNODES": str(self.nnodes), "PET_NODE_RANK": str(node),

@@ -23,6 +23,8 @@ def pick(trials: list[dict[str, Any]], metrics: list[dict[str, float]], select_m
     sign = 1.0 if SELECT[select_metric] == "higher" else -1.0
     gains = [sign * (m[f"tuned_{select_metric}"] - m[f"base_{select_metric}"]) for m in metrics]
     best = max(range(len(gains)), key=lambda i: (gains[i], -i))  # ties: the earlier trial
+    # KFP passes list parameters through protobuf, where every number is a float: show 4, not 4.0.
+    trials = [{k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in t.items()} for t in trials]
     rows = [{"trial": i, **trials[i], "base": metrics[i][f"base_{select_metric}"],
              "tuned": metrics[i][f"tuned_{select_metric}"], "gain": gains[i]} for i in range(len(trials))]
     b = rows[best]

@@ -16,7 +16,7 @@ from trainer.errors import UserError, collect
 DEFAULTS = {"eval_fraction": 0.1, "seed": 0, "launcher": "local", "deploy_backend": "local", "nodes": 1,
             "procs_per_node": 1, "max_restarts": 0, "eval_max_rows": 1, "namespace": "",
             "accelerator_resource": "nvidia.com/gpu", "node_selector": {}, "tolerations": [], "kueue_queue": "",
-            "cleanup": "on-success", "wait_timeout_s": 0, "checkpoint_every": 100}
+            "cleanup": "on-success", "wait_timeout_s": 0, "checkpoint_every": 100, "batch_size": 8}
 
 
 def pipeline_problems(params: dict[str, Any], check_local_files: bool = True) -> list[str]:

@@ -1,0 +1,70 @@
+"""The sweep: picking the winner, and the deploy gate in both directions, under kfp.local."""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainer.sweep import pick
+
+ROOT = Path(__file__).resolve().parent.parent
+TRIALS = [{"lora_r": 4, "lora_alpha": 8, "learning_rate": 0.003}, {"lora_r": 8, "lora_alpha": 16, "learning_rate": 0.001}]
+
+
+def m(acc, loss):
+    return {"base_fc_accuracy": 0.0, "tuned_fc_accuracy": acc, "base_eval_loss": 7.0, "tuned_eval_loss": loss}
+
+
+def test_pick_by_accuracy_and_gate():
+    picked = pick(TRIALS, [m(0.3, 1.0), m(0.6, 2.0)], "fc_accuracy", min_gain=0.5)
+    assert picked["best"] == 1 and picked["deploy"] and "gain 0.6 >= min_gain 0.5" in picked["reason"]
+    blocked = pick(TRIALS, [m(0.3, 1.0), m(0.6, 2.0)], "fc_accuracy", min_gain=0.7)
+    assert blocked["best"] == 1 and not blocked["deploy"] and blocked["reason"].startswith("not deployed:")
+
+
+def test_pick_by_eval_loss_prefers_lower_and_ties_go_to_the_first():
+    assert pick(TRIALS, [m(0.3, 1.0), m(0.6, 2.0)], "eval_loss", min_gain=1.0)["best"] == 0
+    assert pick(TRIALS, [m(0.5, 1.0), m(0.5, 1.0)], "fc_accuracy", min_gain=0.0)["best"] == 0
+    with pytest.raises(ValueError, match="select_metric"):
+        pick(TRIALS, [m(0.3, 1.0), m(0.6, 2.0)], "bleu", 0.0)
+    with pytest.raises(ValueError, match="2 trials but 1"):
+        pick(TRIALS, [m(0.3, 1.0)], "fc_accuracy", 0.0)
+
+
+def run_sweep(tmp_path, min_gain):
+    return subprocess.run(
+        [sys.executable, "-m", "pipelines.run_local", "--pipeline", "sweep", "--parallelism", "2",
+         "--pipeline-root", str(tmp_path / "root"), "--param", f"trials={json.dumps(TRIALS)}",
+         "--param", "max_steps=40", "--param", "eval_max_rows=20", "--param", "select_metric=eval_loss",
+         "--param", f"min_gain={min_gain}"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+
+
+def statuses(proc):
+    text = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr)
+    return re.findall(r"Task '([\w-]+)' finished with status (\w+)", text)
+
+
+@pytest.mark.integration
+def test_sweep_deploys_a_winner_that_beats_the_base(tmp_path):
+    proc = run_sweep(tmp_path, min_gain=0.5)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    done = statuses(proc)
+    assert done.count(("finetune", "SUCCESS")) == 2 and done.count(("evaluate", "SUCCESS")) == 2
+    assert ("deploy", "SUCCESS") in done and ("merge-lora", "SUCCESS") in done
+    assert not any(t == "not-deployed" for t, _ in done)
+    assert "deploying trial" in proc.stdout and "| 0" in proc.stdout and "| 1" in proc.stdout
+    reports = list((tmp_path / "root").rglob("finetune/report"))
+    assert len(reports) == 2 and all("data:image/png;base64," in r.read_text() for r in reports)
+
+
+@pytest.mark.integration
+def test_sweep_says_why_it_did_not_deploy(tmp_path):
+    proc = run_sweep(tmp_path, min_gain=100)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    done = statuses(proc)
+    assert ("not-deployed", "SUCCESS") in done
+    assert not any(t in ("deploy", "merge-lora") for t, _ in done)
+    assert "not deployed: the best trial" in proc.stdout and "less than min_gain 100" in proc.stdout
