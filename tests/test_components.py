@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from kfp.dsl import Dataset, Markdown, Metrics, Model
+from kfp.dsl import HTML, Dataset, Markdown, Metrics, Model
 
 from components.deliver_dataset import deliver_dataset
 from components.deliver_model import deliver_model
@@ -74,8 +74,12 @@ def test_validate_params_component(capsys):
 def test_finetune_evaluate_merge_components(delivered, tmp_path):
     model, data = delivered
     adapter, train_metrics = art(Model, tmp_path, "adapter"), art(Metrics, tmp_path, "train_metrics")
+    report = art(HTML, tmp_path, "report")
     finetune.python_func(base_model=model, dataset=data, run_id="component-test", adapter=adapter,
-                         metrics=train_metrics, nodes=1, max_steps=8, batch_size=4, lora_train_embeddings=True)
+                         metrics=train_metrics, report=report, nodes=1, max_steps=8, batch_size=4,
+                         lora_train_embeddings=True)
+    page = open(report.path).read()
+    assert page.startswith("<!doctype html>") and "data:image/png;base64," in page and "train_loss" in page
     assert adapter.metadata["uri"] != model.metadata["uri"] and adapter.metadata["method"] == "lora"
     assert train_metrics.metadata["train_steps"] == 8 and train_metrics.metadata["world_size"] == 1
 
