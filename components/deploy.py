@@ -40,12 +40,11 @@ def deploy(
             row = json.loads(f.readline())
         if backend == "kubernetes":
             from trainer import cluster_serve
-            from trainer.launch import cluster_spec
+            from trainer.launch import cluster_from_params
 
-            spec = cluster_serve.ServeSpec(name=name, model_uri=read_uri(model), gpus=gpus,
-                                           cluster=cluster_spec({"namespace": namespace, "accelerator_resource": accelerator_resource,
-                                                                "node_selector": node_selector,
-                                                                "tolerations": tolerations}, 1, 1))
+            placement = cluster_from_params(dict(namespace=namespace, accelerator_resource=accelerator_resource,
+                                                 node_selector=node_selector, tolerations=tolerations))
+            spec = cluster_serve.ServeSpec(name=name, model_uri=read_uri(model), gpus=gpus, cluster=placement)
             out = {**cluster_serve.deploy(spec, row["messages"][:-1], row.get("tools")), "pid": None}
         else:
             from trainer.serve import deploy_local

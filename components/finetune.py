@@ -50,23 +50,18 @@ def finetune(
     the PyTorchJob backoff limit), resuming from the last checkpoint (every `checkpoint_every`
     steps, in runs/<run_id>/checkpoints). The loss history stays in runs/<run_id>/result.json.
     """
+    params = dict(locals())  # first statement: only the parameters are local yet
     from components.artifacts import log_metrics, read_uri, write_pointer
     from trainer.config import TrainConfig
     from trainer.errors import exit_on_user_error
-    from trainer.launch import run_training
+    from trainer.launch import cluster_from_params, run_training
     from trainer.report import training_html
     from trainer.storage import Store
 
-    cfg = TrainConfig(model_uri=read_uri(base_model), dataset_uri=read_uri(dataset), output_prefix=f"runs/{run_id}",
-                      method=method, lora_r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout,
-                      lora_train_embeddings=lora_train_embeddings, learning_rate=learning_rate,
-                      max_steps=max_steps, batch_size=batch_size, batch_tokens=batch_tokens,
-                      tokens_per_step=tokens_per_step, gradient_checkpointing=gradient_checkpointing, compile=compile,
-                      max_seq_len=max_seq_len, seed=seed, checkpoint_every=checkpoint_every)
-    cluster = {"namespace": namespace, "accelerator_resource": accelerator_resource, "node_selector": node_selector,
-               "tolerations": tolerations, "queue": kueue_queue, "cleanup": cleanup, "wait_timeout_s": wait_timeout_s}
+    cfg = TrainConfig.from_params(params, model_uri=read_uri(base_model), dataset_uri=read_uri(dataset),
+                                  output_prefix=f"runs/{run_id}")
     with exit_on_user_error():
-        result = run_training(cfg, launcher, nodes, procs_per_node, Store.from_env(), cluster, run_id, max_restarts)
+        result = run_training(cfg, launcher, cluster_from_params(params), Store.from_env(), run_id)
     write_pointer(adapter, result["output_uri"], {"method": method, "total_bytes": result["output_bytes"]})
     log_metrics(metrics, result["metrics"])
     with open(report.path, "w") as f:  # loss curve (train + eval) and summary, in the KFP UI

@@ -69,11 +69,9 @@ def dry_run_objects(params: dict[str, Any]) -> list:
     spec = cluster_from_params(params)
     objects = []
     if params["launcher"] == "kubernetes":
-        cfg = TrainConfig(model_uri="s3://<bucket>/models/<from deliver-model>",
-                          dataset_uri="s3://<bucket>/datasets/<from deliver-dataset>", output_prefix="runs/<run id>",
-                          **{k: params[k] for k in ("method", "lora_r", "lora_alpha", "lora_dropout",
-                                                    "lora_train_embeddings", "learning_rate", "max_steps",
-                                                    "batch_size", "batch_tokens", "max_seq_len", "seed")})
+        cfg = TrainConfig.from_params(params, model_uri="s3://<bucket>/models/<from deliver-model>",
+                                      dataset_uri="s3://<bucket>/datasets/<from deliver-dataset>",
+                                      output_prefix="runs/<run id>")
         objects.append(cluster.build_pytorchjob(cluster.job_name("run-id"), cfg.to_args(), spec))
     if params["deploy_backend"] == "kubernetes":
         objects += cluster_serve.build(cluster_serve.ServeSpec(

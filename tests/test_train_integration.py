@@ -8,6 +8,7 @@ import torch
 
 from trainer import sources
 from trainer.config import TrainConfig
+from trainer.cluster import ClusterSpec
 from trainer.launch import run_training
 from trainer.storage import Store
 
@@ -27,7 +28,7 @@ def test_two_node_lora_run_learns_and_reports(delivered, store):
     model_uri, data_uri = delivered
     cfg = TrainConfig(model_uri=model_uri, dataset_uri=data_uri, output_prefix="runs/it-2node", max_steps=40,
                       batch_size=4, lora_train_embeddings=True, log_every=5)
-    result = run_training(cfg, "local", nodes=2, procs_per_node=1, store=store)
+    result = run_training(cfg, "local", ClusterSpec(nodes=2, procs_per_node=1, backoff_limit=0), store)
     assert result == store.get_json("runs/it-2node/result.json")
     m = result["metrics"]
     assert m["world_size"] == 2 and m["train_steps"] == 40

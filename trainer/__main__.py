@@ -76,11 +76,11 @@ def _cluster_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _cluster_spec(args: argparse.Namespace):
-    from trainer.launch import cluster_spec
+    from trainer.cluster import ClusterSpec
 
-    return cluster_spec({"namespace": args.namespace, "accelerator_resource": args.accelerator_resource,
-                         "node_selector": args.node_selector, "tolerations": args.tolerations,
-                         "queue": args.queue, "cleanup": args.cleanup}, args.nodes, args.procs_per_node)
+    return ClusterSpec(namespace=args.namespace, nodes=args.nodes, procs_per_node=args.procs_per_node,
+                       accelerator_resource=args.accelerator_resource, node_selector=args.node_selector,
+                       tolerations=args.tolerations, queue=args.queue, cleanup=args.cleanup)
 
 
 def print_yaml(objects) -> None:

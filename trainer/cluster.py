@@ -51,11 +51,22 @@ class ClusterSpec:
     poll_interval_s: float = 15.0
 
     def problems(self) -> list[str]:
+        return self.topology_problems() + self.kubernetes_problems()
+
+    def topology_problems(self) -> list[str]:
+        """What every launcher needs: processes to run and a restart budget."""
         p = []
         if self.nodes < 1:
             p.append(f"nodes must be >= 1, got {self.nodes}")
         if self.procs_per_node < 1:
             p.append(f"procs_per_node must be >= 1, got {self.procs_per_node}")
+        if self.backoff_limit < 0:
+            p.append(f"max_restarts must be >= 0, got {self.backoff_limit}")
+        return p
+
+    def kubernetes_problems(self) -> list[str]:
+        """Settings that only the Kubernetes launcher and deploy backend use."""
+        p = []
         if self.cleanup not in CLEANUP:
             p.append(f"cleanup must be one of {CLEANUP}, got {self.cleanup!r}")
         if self.accelerator_resource and not re.fullmatch(r"[a-z0-9.-]+/[a-z0-9._-]+", self.accelerator_resource):

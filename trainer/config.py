@@ -94,6 +94,13 @@ class TrainConfig:
                                 type=_parse_bool if kind is bool else kind)
 
     @classmethod
+    def from_params(cls, params: dict, **fields_) -> "TrainConfig":
+        """A config from pipeline parameters: every key that names a field, plus `fields_`;
+        other keys (artifacts, cluster settings) are ignored."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in params.items() if k in names}, **fields_)
+
+    @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> "TrainConfig":
         return cls(**{f.name: getattr(ns, f.name) for f in fields(cls)})
 

@@ -85,48 +85,39 @@ class LocalLauncher:
 LAUNCHERS = ("local", "kubernetes")
 
 
-def cluster_spec(settings: dict | None, nodes: int, procs_per_node: int):
-    """A ClusterSpec from a plain dict (pipeline parameters); unknown keys are an error."""
-    import dataclasses
+# Pipeline parameter -> ClusterSpec field, for the settings whose names differ.
+_RENAMED = {"kueue_queue": "queue", "max_restarts": "backoff_limit"}
+_CLUSTER_PARAMS = ("namespace", "nodes", "procs_per_node", "accelerator_resource", "node_selector", "tolerations",
+                   "kueue_queue", "cleanup", "wait_timeout_s", "max_restarts")
 
+
+def cluster_from_params(params: dict):
+    """The ClusterSpec that pipeline parameters describe: the one place that maps their names
+    to ClusterSpec fields. Missing settings keep ClusterSpec's defaults; other keys are ignored."""
     from trainer.cluster import ClusterSpec
 
-    known = {f.name for f in dataclasses.fields(ClusterSpec)}
-    unknown = sorted(set(settings or {}) - known)
-    if unknown:
-        raise UserError(f"unknown cluster setting(s) {unknown}; known: {sorted(known)}")
-    return ClusterSpec(**{**(settings or {}), "nodes": nodes, "procs_per_node": procs_per_node})
+    return ClusterSpec(**{_RENAMED.get(k, k): params[k] for k in _CLUSTER_PARAMS if k in params})
 
 
-def cluster_from_params(params: dict) -> "ClusterSpec":  # noqa: F821
-    """The ClusterSpec that a full set of pipeline parameters describes."""
-    return cluster_spec({"namespace": params["namespace"], "accelerator_resource": params["accelerator_resource"],
-                         "node_selector": params["node_selector"], "tolerations": params["tolerations"],
-                         "queue": params["kueue_queue"], "cleanup": params["cleanup"],
-                         "wait_timeout_s": params["wait_timeout_s"], "backoff_limit": max(params["max_restarts"], 0)},
-                        max(params["nodes"], 1), max(params["procs_per_node"], 1))
+def run_training(cfg, launcher: str, spec, store, run_id: str = "") -> dict:
+    """Validate everything, launch the job, and return the result rank 0 wrote to the bucket.
 
-
-def run_training(cfg, launcher: str, nodes: int, procs_per_node: int, store, cluster: dict | None = None,
-                 run_id: str = "", max_restarts: int = 0) -> dict:
-    """Validate everything, launch the job, and return the result rank 0 wrote to the bucket."""
+    `spec` (a ClusterSpec) gives the topology and restart budget for both launchers; its
+    Kubernetes settings matter only to the kubernetes one.
+    """
     from trainer.errors import collect
 
-    problems = cfg.problems()
+    problems = cfg.problems() + spec.topology_problems()
+    if launcher == "kubernetes":
+        problems += spec.kubernetes_problems()
     if launcher not in LAUNCHERS:
         problems.append(f"launcher must be one of {LAUNCHERS}, got {launcher!r}")
-    if nodes < 1 or procs_per_node < 1:
-        problems.append(f"nodes and procs_per_node must be >= 1, got {nodes} and {procs_per_node}")
-    if max_restarts < 0:
-        problems.append(f"max_restarts must be >= 0, got {max_restarts}")
-    spec = cluster_spec({**(cluster or {}), "backoff_limit": max(max_restarts, 0)}, max(nodes, 1),
-                        max(procs_per_node, 1)) if launcher == "kubernetes" else None
-    problems += spec.problems() if spec else []
     collect(problems, what="invalid training launch")
-    if spec is not None:
+    if launcher == "kubernetes":
         from trainer.cluster import KubernetesLauncher, job_name
 
         KubernetesLauncher(spec).run(cfg.to_args(), job_name(run_id or cfg.output_prefix.rsplit("/", 1)[-1]))
     else:
-        LocalLauncher(nnodes=nodes, nproc_per_node=procs_per_node, max_restarts=max_restarts).run(cfg.to_args())
+        LocalLauncher(nnodes=spec.nodes, nproc_per_node=spec.procs_per_node,
+                      max_restarts=spec.backoff_limit).run(cfg.to_args())
     return store.get_json(f"{cfg.output_prefix}/result.json")

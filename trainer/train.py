@@ -11,8 +11,8 @@ cleanup (rank 0 saves and uploads the result). Only rank 0 logs, writes files an
 the bucket for outputs; every rank reads inputs from the bucket itself, exactly as pods of
 a PyTorchJob would.
 
-Resilience: a restarted run (torchrun --max-restarts, or the PyTorchJob restarting its
-pods) resumes from the newest complete checkpoint of the same output_prefix, at the same
+Resilience: a restarted run (the local launcher restarting the job, or the PyTorchJob
+restarting its pods) resumes from the newest complete checkpoint of the same output_prefix, at the same
 step and data position. On SIGTERM every rank stops at the next step boundary, rank 0
 writes and uploads a checkpoint within shutdown_grace_s, and the process exits with 143
 so that the launcher restarts it.

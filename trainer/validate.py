@@ -13,10 +13,10 @@ from trainer.config import TrainConfig
 from trainer.errors import UserError, collect
 
 
+# Parameters some callers (the sweep, the validate-params component) do not have; cluster
+# settings a caller lacks keep ClusterSpec's defaults (see trainer.launch.cluster_from_params).
 DEFAULTS = {"eval_fraction": 0.1, "seed": 0, "launcher": "local", "deploy_backend": "local", "nodes": 1,
-            "procs_per_node": 1, "max_restarts": 0, "eval_max_rows": 1, "namespace": "",
-            "accelerator_resource": "nvidia.com/gpu", "node_selector": {}, "tolerations": [], "kueue_queue": "",
-            "cleanup": "on-success", "wait_timeout_s": 0, "checkpoint_every": 100, "batch_size": 8}
+            "procs_per_node": 1, "max_restarts": 0, "eval_max_rows": 1}
 
 
 def pipeline_problems(params: dict[str, Any], check_local_files: bool = True) -> list[str]:
@@ -43,12 +43,8 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True) ->
                 sources.materialize_dataset(src, "", params["eval_fraction"], params["seed"])
             except UserError as err:
                 problems.append(str(err))
-    cfg = TrainConfig(model_uri="s3://check/model", dataset_uri="s3://check/data", output_prefix="runs/check",
-                      **{k: params[k] for k in ("method", "lora_r", "lora_alpha", "lora_dropout",
-                                                "lora_train_embeddings", "learning_rate", "max_steps",
-                                                "batch_size", "max_seq_len", "seed", "checkpoint_every")},
-                      batch_tokens=params.get("batch_tokens", 0))
-    problems += cfg.problems()
+    problems += TrainConfig.from_params(params, model_uri="s3://check/model", dataset_uri="s3://check/data",
+                                        output_prefix="runs/check").problems()
     if params["nodes"] < 1:
         problems.append(f"nodes must be >= 1, got {params['nodes']}")
     if params["procs_per_node"] < 1:
@@ -66,7 +62,7 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True) ->
     if params["deploy_backend"] not in ("local", "kubernetes"):
         problems.append(f"deploy_backend must be 'local' or 'kubernetes', got {params['deploy_backend']!r}")
     if "kubernetes" in (params["launcher"], params["deploy_backend"]):
-        problems += [p for p in cluster_from_params(params).problems() if not p.startswith(("nodes", "procs_per_node"))]
+        problems += cluster_from_params(params).kubernetes_problems()  # topology is checked above
     return problems
 
 
