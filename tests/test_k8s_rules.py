@@ -1,0 +1,94 @@
+"""The API server's name and value rules (trainer/k8s/rules.py): what it refuses, we refuse first."""
+
+import pytest
+
+from trainer.k8s import rules
+
+
+@pytest.mark.parametrize("value,ok", [
+    ("llm-finetune", True), ("a", True), ("a" * 63, True), ("a" * 64, False), ("LLM_Finetune", False),
+    ("-a", False), ("a-", False), ("", False), ("a.b", False), (3, False)])
+def test_dns1123_label(value, ok):
+    assert (rules.dns1123_label(value, "namespace") == []) is ok
+
+
+@pytest.mark.parametrize("value,ok", [
+    ("my-model", True), ("m1", True), ("1model", False), ("My_Model", False), ("a" * 64, False), ("", False)])
+def test_dns1035_label(value, ok):
+    assert (rules.dns1035_label(value, "served_model_name") == []) is ok
+
+
+def test_messages_name_the_fix():
+    [msg] = rules.dns1123_label("LLM_Finetune", "namespace")
+    assert "'llm-finetune'" in msg and "namespace" in msg
+    [msg] = rules.dns1035_label("a" * 70, "served_model_name")
+    assert "70 characters" in msg and "63" in msg
+    [msg] = rules.node_selector({"pool": 1})
+    assert "quote it" in msg
+
+
+@pytest.mark.parametrize("value,ok", [
+    ("kueue.team-a", True), ("bad queue!", False), ("a" * 253, True), ("a" * 254, False), (".a", False)])
+def test_dns1123_subdomain(value, ok):
+    assert (rules.dns1123_subdomain(value, "kueue_queue") == []) is ok
+
+
+def test_node_selector_and_labels():
+    assert rules.node_selector({"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "pool": ""}) == []
+    assert rules.node_selector({"pool": 1})
+    assert rules.node_selector({"bad key": "x"})
+    assert rules.node_selector({"pool": "has space"})
+    assert rules.node_selector({"pool": "a" * 64})
+    assert rules.node_selector(["pool"])
+    assert rules.node_selector({"Bad_Prefix/pool": "x"})
+
+
+@pytest.mark.parametrize("tol,ok", [
+    ({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}, True),
+    ({"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoExecute", "tolerationSeconds": 60}, True),
+    ({"operator": "Exists"}, True),
+    ({"key": "a", "operator": "Sometimes"}, False),
+    ({"key": "a", "effect": "Never"}, False),
+    ({"key": "a", "operator": "Exists", "value": "x"}, False),
+    ({"value": "x"}, False),
+    ({"key": "a", "tolerationSeconds": 5, "effect": "NoSchedule"}, False),
+    ({"key": "a", "colour": "red"}, False),
+    ("nvidia.com/gpu", False)])
+def test_tolerations(tol, ok):
+    assert (rules.tolerations([tol]) == []) is ok
+
+
+@pytest.mark.parametrize("value,integer,ok", [
+    ("8", False, True), ("500m", False, True), ("64Gi", False, True), ("1e3", False, True), (2, True, True),
+    ("-1", False, False), (-3, True, False), ("1.5", True, False), ("500m", True, False), ("1k", True, True),
+    ("abc", False, False), (" 8", False, False), (True, True, False), (float("inf"), False, False)])
+def test_quantity(value, integer, ok):
+    assert (rules.quantity(value, "q", integer=integer) == []) is ok
+
+
+@pytest.mark.parametrize("value,ok", [(0, True), (4, True), (-1, False), (True, False), (1.0, False), ("2", False)])
+def test_non_negative_int(value, ok):
+    assert (rules.non_negative_int(value, "serve_gpus") == []) is ok
+
+
+@pytest.mark.parametrize("value,ok", [
+    ("kubeflow:pipeline-runner", True), ("kubeflow:", False), (":runner", False), ("runner", False),
+    ("Kube_Flow:runner", False)])
+def test_service_account_ref(value, ok):
+    assert (rules.service_account_ref(value, "--pipeline-sa") == []) is ok
+
+
+@pytest.mark.parametrize("expr,ok", [
+    ("0 0 3 * * *", True), ("0 0 9 ? * MON-FRI", True), ("0 */15 * * * *", True), ("@daily", True),
+    ("@every 1h30m", True), ("@every soon", False), ("not a cron at all x", False), ("0 9 * * 1", False),
+    ("0 0 9 * * 1 2026", False), ("0 60 * * * *", False), ("0 0 25 * * *", False), ("0 0 3 L * *", False),
+    ("", False), (5, False)])
+def test_cron(expr, ok):
+    assert (rules.cron(expr) == []) is ok
+
+
+def test_cron_messages_give_the_format():
+    [msg] = rules.cron("0 9 * * 1")
+    assert "6 fields" in msg and "'0 0 9 * * 1'" in msg
+    [msg] = rules.cron("0 0 9 * * 1 2026")
+    assert "7 field(s)" in msg and "second minute hour" in msg

@@ -1,0 +1,279 @@
+"""The Kubernetes API server's own rules for names and values, as small pure functions.
+
+Each function returns a list of problems (empty when the value is fine), phrased for the
+user with the fix, so callers can collect every problem into one error (trainer.errors.collect).
+The API server would refuse every value rejected here, usually after training has finished;
+checking them here moves that failure to the first second of a run. The rules follow
+k8s.io/apimachinery/pkg/util/validation (names, labels), resource.Quantity (quantities) and
+k8s.io/kubernetes/pkg/apis/core/validation (tolerations, node selectors); cron expressions
+follow the parser KFP's ScheduledWorkflow controller uses (github.com/robfig/cron v1).
+
+Used by pipelines.submit, pipelines.run_local, the validate-params component, --dry-run,
+trainer launch-k8s / deploy-k8s and pipelines.manifests: one set of rules for every caller.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from decimal import Decimal
+from typing import Any
+
+DNS1123_LABEL_MAX = 63
+DNS1123_SUBDOMAIN_MAX = 253
+LABEL_VALUE_MAX = 63
+TOLERATION_OPERATORS = ("Equal", "Exists")
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+TOLERATION_KEYS = ("key", "operator", "value", "effect", "tolerationSeconds")
+
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS1123_LABEL = re.compile(_LABEL)
+_DNS1123_SUBDOMAIN = re.compile(rf"{_LABEL}(\.{_LABEL})*")
+_DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+# resource.Quantity: a signed decimal number, then an optional suffix (binary SI, decimal SI
+# or a decimal exponent).
+_QUANTITY = re.compile(r"([+-]?)([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?")
+
+
+def suggest_name(value: str, max_len: int = DNS1123_LABEL_MAX, letter_first: bool = False) -> str:
+    """A valid name close to `value` (lowercased, other characters to '-'), for messages."""
+    slug = re.sub(r"[^a-z0-9-]+", "-", str(value).lower()).strip("-")
+    if letter_first:
+        slug = re.sub(r"^[^a-z]+", "", slug)
+    return slug[:max_len].rstrip("-") or "my-name"
+
+
+def _length(value: str, max_len: int) -> str:
+    return f" (it has {len(value)} characters)" if len(value) > max_len else ""
+
+
+def _is_str(value: Any, what: str) -> list[str]:
+    if not isinstance(value, str):
+        return [f"{what} must be a string, got {value!r} ({type(value).__name__}); quote it"]
+    return []
+
+
+def dns1123_label(value: Any, what: str) -> list[str]:
+    """Namespaces, most object names: lowercase alphanumerics and '-', at most 63 characters."""
+    if p := _is_str(value, what):
+        return p
+    if not value:
+        return [f"{what} is empty: give a name of lowercase letters, digits and '-' (e.g. 'llm-finetune')"]
+    if len(value) > DNS1123_LABEL_MAX or not _DNS1123_LABEL.fullmatch(value):
+        return [f"{what}={value!r} is not a valid Kubernetes name (RFC 1123 label)"
+                f"{_length(value, DNS1123_LABEL_MAX)}: use at most "
+                f"{DNS1123_LABEL_MAX} lowercase letters, digits and '-', starting and ending with a letter "
+                f"or digit (e.g. {suggest_name(value)!r})"]
+    return []
+
+
+def dns1123_subdomain(value: Any, what: str) -> list[str]:
+    """Service accounts, Secrets, ConfigMaps, LocalQueues: RFC 1123 labels joined by '.', <= 253."""
+    if p := _is_str(value, what):
+        return p
+    if not value:
+        return [f"{what} is empty: give a name of lowercase letters, digits, '-' and '.'"]
+    if len(value) > DNS1123_SUBDOMAIN_MAX or not _DNS1123_SUBDOMAIN.fullmatch(value):
+        return [f"{what}={value!r} is not a valid Kubernetes name (RFC 1123 subdomain)"
+                f"{_length(value, DNS1123_SUBDOMAIN_MAX)}: "
+                f"use at most "
+                f"{DNS1123_SUBDOMAIN_MAX} lowercase letters, digits, '-' and '.', each part starting and ending "
+                f"with a letter or digit (e.g. {suggest_name(value, DNS1123_SUBDOMAIN_MAX)!r})"]
+    return []
+
+
+def dns1035_label(value: Any, what: str, max_len: int = DNS1123_LABEL_MAX) -> list[str]:
+    """Service names (and so served model names): like a label, but starting with a letter."""
+    if p := _is_str(value, what):
+        return p
+    if not value:
+        return [f"{what} is empty: give a name like 'my-model' (lowercase letters, digits and '-')"]
+    if len(value) > max_len or not _DNS1035_LABEL.fullmatch(value):
+        return [f"{what}={value!r} is not a valid Kubernetes Service name (RFC 1035 label){_length(value, max_len)}: "
+                f"use at most {max_len} "
+                f"lowercase letters, digits and '-', starting with a letter and ending with a letter or digit "
+                f"(e.g. {suggest_name(value, max_len, letter_first=True)!r})"]
+    return []
+
+
+def label_key(key: Any, what: str) -> list[str]:
+    """`[prefix/]name`: prefix a DNS subdomain, name <= 63 of alphanumerics, '-', '_', '.'."""
+    if p := _is_str(key, what):
+        return p
+    prefix, _, name = key.rpartition("/")
+    problems = []
+    if "/" in key and (not prefix or dns1123_subdomain(prefix, "prefix")):
+        problems.append(f"{what} {key!r}: the prefix before '/' must be a DNS subdomain such as 'example.com'")
+    if not name or len(name) > LABEL_VALUE_MAX or not _QUALIFIED_NAME.fullmatch(name):
+        problems.append(f"{what} {key!r} is not a valid label key: the name part must be 1-{LABEL_VALUE_MAX} "
+                        f"letters, digits, '-', '_' or '.', starting and ending with a letter or digit "
+                        f"(e.g. 'cloud.google.com/gke-accelerator' or 'pool')")
+    return problems
+
+
+def label_value(value: Any, what: str) -> list[str]:
+    """Empty, or <= 63 letters, digits, '-', '_', '.', starting and ending alphanumeric."""
+    if not isinstance(value, str):
+        return [f"{what} must be a string, got {value!r} ({type(value).__name__}): quote it, e.g. "
+                f"{{\"pool\": \"{value}\"}} (Kubernetes label values are strings)"]
+    if value and (len(value) > LABEL_VALUE_MAX or not _QUALIFIED_NAME.fullmatch(value)):
+        return [f"{what}={value!r} is not a valid label value{_length(value, LABEL_VALUE_MAX)}: "
+                f"use at most {LABEL_VALUE_MAX} letters, digits, "
+                f"'-', '_' or '.', starting and ending with a letter or digit"]
+    return []
+
+
+def node_selector(selector: Any, what: str = "node_selector") -> list[str]:
+    """A JSON object of label key -> label value (both strings)."""
+    if not isinstance(selector, dict):
+        return [f"{what} must be a JSON object of label -> value, e.g. "
+                f'{{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}, got {selector!r}']
+    problems = []
+    for k, v in selector.items():
+        problems += label_key(k, f"{what} key")
+        problems += label_value(v, f"{what}[{k!r}]")
+    return problems
+
+
+def labels(mapping: dict, what: str = "labels") -> list[str]:
+    return node_selector(mapping, what)
+
+
+def tolerations(items: Any, what: str = "tolerations") -> list[str]:
+    """A list of Toleration objects as the API server validates them."""
+    if not isinstance(items, list):
+        return [f"{what} must be a JSON list of objects like "
+                f'{{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}}, got {items!r}']
+    problems = []
+    for i, t in enumerate(items):
+        w = f"{what}[{i}]"
+        if not isinstance(t, dict):
+            problems.append(f"{w} must be an object with key/operator/value/effect, got {t!r}")
+            continue
+        unknown = sorted(set(t) - set(TOLERATION_KEYS))
+        if unknown:
+            problems.append(f"{w} has unknown field(s) {unknown}: use only {list(TOLERATION_KEYS)}")
+        op = t.get("operator", "Equal") or "Equal"
+        if op not in TOLERATION_OPERATORS:
+            problems.append(f"{w}.operator={op!r} is not allowed: use 'Equal' (key and value match) or "
+                            f"'Exists' (any value)")
+        key = t.get("key", "")
+        if key:
+            problems += label_key(key, f"{w}.key")
+        elif op != "Exists":
+            problems.append(f"{w}: an empty key needs operator 'Exists' (it then tolerates every taint)")
+        value = t.get("value", "")
+        if op == "Exists" and value:
+            problems.append(f"{w}: operator 'Exists' takes no value (got {value!r}); drop the value or use 'Equal'")
+        elif op == "Equal" and value:
+            problems += label_value(value, f"{w}.value")
+        effect = t.get("effect", "")
+        if effect and effect not in TAINT_EFFECTS:
+            problems.append(f"{w}.effect={effect!r} is not allowed: use one of {list(TAINT_EFFECTS)} "
+                            f"or leave it empty (all effects)")
+        if "tolerationSeconds" in t:
+            secs = t["tolerationSeconds"]
+            if isinstance(secs, bool) or not isinstance(secs, int):
+                problems.append(f"{w}.tolerationSeconds must be an integer number of seconds, got {secs!r}")
+            if effect != "NoExecute":
+                problems.append(f"{w}: tolerationSeconds applies only to effect 'NoExecute'")
+    return problems
+
+
+def non_negative_int(value: Any, what: str, minimum: int = 0) -> list[str]:
+    """Counts (GPUs, replicas, restarts): a whole number >= minimum; bools and floats are refused."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return [f"{what} must be a whole number >= {minimum}, got {value!r}"]
+    if value < minimum:
+        return [f"{what} must be >= {minimum}, got {value}"]
+    return []
+
+
+def quantity(value: Any, what: str, integer: bool = False) -> list[str]:
+    """A non-negative resource.Quantity ('8', '500m', '64Gi'); `integer` for extended resources
+    such as GPUs, which Kubernetes only accepts as whole numbers."""
+    if isinstance(value, bool):
+        return [f"{what} must be a quantity such as '8', '500m' or '64Gi', got {value!r}"]
+    if isinstance(value, (int, float)):
+        if isinstance(value, float) and not math.isfinite(value):
+            return [f"{what} must be a finite quantity such as '8' or '64Gi', got {value!r}"]
+        value = str(value)
+    if not isinstance(value, str) or not (m := _QUANTITY.fullmatch(value.strip())) or value != value.strip():
+        return [f"{what}={value!r} is not a Kubernetes quantity: use a number with an optional unit, "
+                f"e.g. '8', '500m' (CPU), '64Gi' (memory)"]
+    amount = Decimal(m.group(1) + m.group(2)) * _multiplier(m.group(4) or "")
+    if amount < 0:
+        return [f"{what}={value!r} must not be negative"]
+    if integer and amount != amount.to_integral_value():
+        return [f"{what}={value!r} must be a whole number (extended resources such as GPUs cannot be fractional)"]
+    return []
+
+
+def _multiplier(suffix: str) -> Decimal:
+    if suffix[:1] in ("e", "E"):
+        return Decimal(10) ** int(suffix[1:])
+    binary = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
+    if suffix in binary:
+        return Decimal(1024) ** binary[suffix]
+    return Decimal(10) ** {"": 0, "n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}[suffix]
+
+
+def resource_name(value: Any, what: str) -> list[str]:
+    """An extended resource name such as nvidia.com/gpu (a domain-prefixed qualified name)."""
+    if p := _is_str(value, what):
+        return p
+    if "/" not in value or label_key(value, what):
+        return [f"{what}={value!r} must look like vendor/resource, e.g. 'nvidia.com/gpu', 'amd.com/gpu'"]
+    return []
+
+
+def service_account_ref(value: Any, what: str) -> list[str]:
+    """`namespace:name` naming a ServiceAccount in another namespace."""
+    if p := _is_str(value, what):
+        return p
+    ns, sep, name = value.partition(":")
+    if not sep or not ns or not name:
+        return [f"{what}={value!r} must be namespace:name, e.g. 'kubeflow:pipeline-runner'"]
+    return dns1123_label(ns, f"{what} namespace") + dns1123_subdomain(name, f"{what} name")
+
+
+# --- cron, as KFP recurring runs read it -------------------------------------------------
+# KFP's ScheduledWorkflow controller parses `cron` with robfig/cron v1 `cron.Parse`: six fields,
+# seconds first. That parser also takes five fields, read as second..month with any weekday,
+# which silently shifts a crontab line by one field (crontab's '0 9 * * 1', 09:00 on Mondays,
+# would run at minute 9 of every hour in January); so five fields are refused with the
+# six-field spelling instead.
+CRON_FORMAT = "6 fields: second minute hour day-of-month month day-of-week, e.g. '0 0 3 * * *' (03:00 daily)"
+_CRON_DESCRIPTORS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
+# robfig/cron knows numbers, * ? , / - and month/weekday names; not croniter's L, W, # or H.
+_CRON_NAMES = re.compile(r"JAN|FEB|MAR|APR|MAY|JUN|JUL|AUG|SEP|OCT|NOV|DEC|SUN|MON|TUE|WED|THU|FRI|SAT", re.I)
+_CRON_FIELD = re.compile(r"[0-9*?,/-]+")
+_GO_DURATION = re.compile(r"([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+")
+
+
+def cron(expr: Any, what: str = "cron") -> list[str]:
+    """A KFP recurring-run schedule: six fields with seconds first, or a descriptor (@daily,
+    @every 1h30m). Field values are checked by croniter (ranges, names, steps)."""
+    if p := _is_str(expr, what):
+        return p
+    expr = expr.strip()
+    if expr in _CRON_DESCRIPTORS:
+        return []
+    if expr.startswith("@every"):
+        if _GO_DURATION.fullmatch(expr[len("@every"):].strip()):
+            return []
+        return [f"{what}={expr!r}: @every takes a duration like '@every 6h' or '@every 1h30m'"]
+    fields = expr.split()
+    if len(fields) != 6:
+        hint = ""
+        if len(fields) == 5:
+            hint = f" (a 5-field crontab line gains a leading seconds field: '0 {expr}')"
+        return [f"{what}={expr!r} has {len(fields)} field(s); KFP recurring runs take {CRON_FORMAT}{hint}"]
+    from croniter import croniter
+
+    bad = [f for f in fields if not _CRON_FIELD.fullmatch(_CRON_NAMES.sub("0", f))]
+    if bad or not croniter.is_valid(expr, second_at_beginning=True):
+        return [f"{what}={expr!r} is not a valid cron expression; KFP recurring runs take {CRON_FORMAT} "
+                f"(ranges: second/minute 0-59, hour 0-23, day 1-31, month 1-12 or JAN-DEC, weekday 0-6 or SUN-SAT)"]
+    return []
