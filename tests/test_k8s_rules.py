@@ -92,3 +92,20 @@ def test_cron_messages_give_the_format():
     assert "6 fields" in msg and "'0 0 9 * * 1'" in msg
     [msg] = rules.cron("0 0 9 * * 1 2026")
     assert "7 field(s)" in msg and "second minute hour" in msg
+
+
+def test_cluster_spec_problems_cover_every_setting():
+    from types import SimpleNamespace
+
+    good = dict(namespace="", accelerator_resource="nvidia.com/gpu", cpu="8", memory="64Gi", shm_size="16Gi",
+                node_selector={}, tolerations=[], queue="", service_account="", nodes=1, procs_per_node=8,
+                backoff_limit=3, wait_timeout_s=0, poll_interval_s=15.0)
+    assert rules.cluster_spec_problems(SimpleNamespace(**good)) == []
+    bad = dict(namespace="LLM_Finetune", accelerator_resource="gpu", memory="lots", node_selector={"pool": 1},
+               tolerations=[{"key": "a", "operator": "Sometimes"}], queue="bad queue!", service_account="Runner",
+               nodes="2", poll_interval_s=float("nan"))
+    problems = rules.cluster_spec_problems(SimpleNamespace(**{**good, **bad}))
+    assert len(problems) == len(bad), problems
+    for name in ("namespace", "accelerator_resource", "memory", "node_selector", "tolerations", "kueue_queue",
+                 "service_account", "nodes", "poll_interval_s"):
+        assert any(p.startswith(name) for p in problems), name

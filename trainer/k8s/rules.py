@@ -277,3 +277,45 @@ def cron(expr: Any, what: str = "cron") -> list[str]:
         return [f"{what}={expr!r} is not a valid cron expression; KFP recurring runs take {CRON_FORMAT} "
                 f"(ranges: second/minute 0-59, hour 0-23, day 1-31, month 1-12 or JAN-DEC, weekday 0-6 or SUN-SAT)"]
     return []
+
+
+# --- whole objects ------------------------------------------------------------------------
+# Messages use the pipeline parameter names (kueue_queue, max_restarts), which the CLIs'
+# flags mirror (--queue, --max-restarts).
+
+def served_model_name(value: Any, what: str = "served_model_name") -> list[str]:
+    """The vLLM Deployment, its Service and the OpenAI model name are all this name; a Service
+    name is an RFC 1035 label, so that is the rule."""
+    return dns1035_label(value, what)
+
+
+def cluster_spec_problems(spec: Any) -> list[str]:
+    """Every API-server rule for a trainer.k8s.common.ClusterSpec (attribute access only, so
+    this module stays free of imports from the rest of the project)."""
+    p = []
+    if spec.namespace:
+        p += dns1123_label(spec.namespace, "namespace")
+    if spec.accelerator_resource:
+        p += resource_name(spec.accelerator_resource, "accelerator_resource")
+    for name in ("cpu", "memory", "shm_size", "cache_size"):
+        if hasattr(spec, name):
+            p += quantity(getattr(spec, name), name)
+    p += node_selector(spec.node_selector, "node_selector")
+    p += tolerations(spec.tolerations, "tolerations")
+    if spec.queue:
+        p += label_value(spec.queue, "kueue_queue") or dns1123_subdomain(spec.queue, "kueue_queue")
+    if spec.service_account:
+        p += dns1123_subdomain(spec.service_account, "service_account")
+    for name, what, minimum in (("nodes", "nodes", 1), ("procs_per_node", "procs_per_node", 1),
+                                ("backoff_limit", "max_restarts", 0), ("termination_grace_s", "termination_grace_s", 0),
+                                ("ttl_seconds_after_finished", "ttl_seconds_after_finished", 0),
+                                ("wait_timeout_s", "wait_timeout_s", 0)):
+        if hasattr(spec, name):
+            value = getattr(spec, name)
+            # Below-minimum values are the topology checks' to report; here only the type.
+            if isinstance(value, bool) or not isinstance(value, int):
+                p += non_negative_int(value, what, minimum)
+    poll = getattr(spec, "poll_interval_s", 1.0)
+    if isinstance(poll, float) and not math.isfinite(poll):
+        p.append(f"poll_interval_s must be a finite number of seconds, got {poll}")
+    return p
