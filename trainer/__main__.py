@@ -7,7 +7,7 @@ AWS_SECRET_ACCESS_KEY).
   torchrun --nproc-per-node 2 -m trainer train --model-uri s3://... --dataset-uri s3://... \\
       --output-prefix runs/try1
   python -m trainer deliver-model builtin:tiny-llama
-  python -m trainer serve ./merged-model --port 8000
+  python -m trainer serve ./merged-model --served-model-name my-model --port 8000
   python -m trainer launch-k8s --dry-run --nodes 2 --procs-per-node 8 --model-uri s3://... ...
   python -m trainer deploy-k8s --dry-run --name my-model --model-uri s3://...
 """
@@ -40,9 +40,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--model-uri", required=True)
     p.add_argument("--adapter-uri", required=True)
     p.add_argument("--out", required=True)
-    p = sub.add_parser("serve", help="serve a local model directory with transformers serve")
+    p = sub.add_parser("serve", help="serve a local model directory with vLLM's OpenAI-compatible server")
     p.add_argument("model_dir", type=Path)
+    p.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to accept connections from other machines")
     p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--served-model-name", default="", help="the `model` clients ask for (default: the directory name)")
+    p.add_argument("--lora", action="append", default=[], metavar="NAME=ADAPTER_DIR",
+                   help="also serve a LoRA adapter of this model under NAME (repeatable)")
+    p.add_argument("--log", type=Path, default=None, help="vLLM's log file (default: a new temporary file)")
     p = sub.add_parser("download", help="download a tree from the bucket (checksums verified)")
     p.add_argument("uri")
     p.add_argument("out", type=Path)
@@ -125,13 +130,8 @@ def run(args: argparse.Namespace) -> None:
     if args.command == "serve":
         from trainer import serve
 
-        proc, url = serve.start(args.model_dir, port=args.port)
-        print(f"serving {args.model_dir} at {url}/v1 (Ctrl-C stops)", flush=True)
-        try:
-            sys.exit(proc.wait())
-        except KeyboardInterrupt:
-            proc.terminate()
-        return
+        sys.exit(serve.serve_forever(args.model_dir, args.served_model_name, host=args.host, port=args.port,
+                                     loras=args.lora, log_path=args.log))
 
     from trainer import sources
     from trainer.storage import Store

