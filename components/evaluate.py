@@ -1,4 +1,5 @@
-"""evaluate: eval loss and function-calling accuracy, base vs tuned, plus example outputs."""
+"""evaluate: base vs tuned on the held-out split (function-calling accuracy over tool-call rows,
+text match over text rows, eval loss), plus example outputs."""
 
 from kfp import dsl
 from kfp.dsl import Dataset, Input, Markdown, Metrics, Model, Output
@@ -16,7 +17,8 @@ def evaluate(
     max_rows: int = 200,
     max_seq_len: int = 512,
 ):
-    """Score base and tuned on the held-out split; metric names are the same in every run."""
+    """Score base and tuned on the held-out split; metric names are the same in every run
+    (see trainer.evaluate for what each measures)."""
     from components.artifacts import log_metrics, read_uri
     from trainer.errors import exit_on_user_error
     from trainer.evaluate import evaluate as run_eval
@@ -31,7 +33,9 @@ def evaluate(
     for name in ("base", "tuned"):
         log_metrics(metrics, result[name], prefix=f"{name}_")
     metrics.log_metric("fc_accuracy_gain", result["tuned"]["fc_accuracy"] - result["base"]["fc_accuracy"])
-    metrics.log_metric("eval_rows", float(result["rows"]))
+    log_metrics(metrics, {"eval_rows": result["rows"], "fc_rows": result["fc_rows"], "text_rows": result["text_rows"]})
     with open(examples.path, "w") as f:
         f.write(examples_markdown(result))
-    print({k: result[k] for k in ("base", "tuned", "rows")})
+    print(f"{result['rows']} rows ({result['fc_rows']} tool-call, {result['text_rows']} text): "
+          f"fc accuracy {result['base']['fc_accuracy']:.1%} -> {result['tuned']['fc_accuracy']:.1%}, "
+          f"eval loss {result['base']['eval_loss']:.4f} -> {result['tuned']['eval_loss']:.4f}")

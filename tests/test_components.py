@@ -86,11 +86,11 @@ def test_finetune_evaluate_merge_components(delivered, tmp_path):
     scores, examples = art(Metrics, tmp_path, "scores"), art(Markdown, tmp_path, "examples")
     evaluate.python_func(base_model=model, tuned_model=adapter, dataset=data, metrics=scores, examples=examples,
                          max_rows=8)
-    names = {"base_eval_loss", "tuned_eval_loss", "base_fc_accuracy", "tuned_fc_accuracy", "fc_accuracy_gain",
-             "eval_rows"}
-    assert set(scores.metadata) == names and scores.metadata["eval_rows"] == 8
+    names = {f"{m}_{k}" for m in ("base", "tuned") for k in ("eval_loss", "fc_accuracy", "text_match", "text_eval_loss")}
+    assert set(scores.metadata) == names | {"fc_accuracy_gain", "eval_rows", "fc_rows", "text_rows"}
+    assert scores.metadata["eval_rows"] == 8 and scores.metadata["fc_rows"] == 8 and scores.metadata["text_rows"] == 0
     assert scores.metadata["tuned_eval_loss"] < scores.metadata["base_eval_loss"]
-    assert "| function-calling accuracy |" in open(examples.path).read()
+    assert "| function-calling accuracy (8 tool-call rows) |" in open(examples.path).read()
 
     merged = art(Model, tmp_path, "merged")
     merge_lora.python_func(base_model=model, adapter=adapter, merged=merged)

@@ -1,21 +1,29 @@
-"""Evaluation: eval loss and function-calling accuracy, for the base and the tuned model.
+"""Evaluation of the base and the tuned model on the held-out split.
 
-Function-calling accuracy is exact match on a held-out split: the model's first tool
-call must have the expected function name and JSON-equal arguments (key order and
-whitespace do not matter). A row whose reference answer calls no tool counts as correct
-when the model calls none.
+Each eval row is scored on its last assistant turn (the conversation before it is the
+prompt), by what that turn is:
+- a tool call: function-calling accuracy, exact match. The model's first tool call must
+  have the expected function name and JSON-equal arguments (key order and whitespace do
+  not matter). Only these rows count (`fc_rows`).
+- text: text match, the model's answer equal to the expected text after normalisation
+  (case, punctuation, whitespace); a tool call where text was expected is wrong. Only
+  these rows count (`text_rows`), and their eval loss is reported on its own.
+So a model that never calls a tool scores 0% function-calling accuracy, whatever the mix.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import string
 from pathlib import Path
 from typing import Any
 
 from trainer import data
 
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
+# Below this many rows one row moves accuracy by more than 2 points: say so.
+MIN_RELIABLE_ROWS = 50
 
 
 def parse_tool_call(text: str) -> dict[str, Any] | None:
@@ -44,26 +52,78 @@ def parse_tool_call(text: str) -> dict[str, Any] | None:
     return {"name": obj["name"], "arguments": args}
 
 
+def target_index(row: dict[str, Any]) -> int:
+    """Index of the turn a row is scored on: its last assistant message."""
+    return max(i for i, m in enumerate(row["messages"]) if m["role"] == "assistant")
+
+
 def expected_call(row: dict[str, Any]) -> dict[str, Any] | None:
-    last = row["messages"][-1]
-    calls = last.get("tool_calls") or []
-    if last["role"] != "assistant" or not calls:
+    """The tool call a row expects, or None when it expects text."""
+    calls = row["messages"][target_index(row)].get("tool_calls") or []
+    if not calls:
         return None
     fn = calls[0]["function"]
-    return {"name": fn["name"], "arguments": fn.get("arguments") or {}}
+    args = fn.get("arguments") or {}
+    if isinstance(args, str):  # OpenAI format carries arguments as a JSON string
+        args = json.loads(args)
+    return {"name": fn["name"], "arguments": args}
+
+
+def expected_text(row: dict[str, Any]) -> str:
+    return row["messages"][target_index(row)].get("content") or ""
+
+
+def last_user_request(row: dict[str, Any]) -> str:
+    """What the user last asked before the scored turn (not a tool result)."""
+    before = row["messages"][:target_index(row)]
+    return next((m.get("content") or "" for m in reversed(before) if m["role"] == "user"), "")
 
 
 def is_correct(predicted: dict[str, Any] | None, expected: dict[str, Any] | None) -> bool:
-    if expected is None:
-        return predicted is None
-    return predicted is not None and predicted["name"] == expected["name"] \
+    """Exact tool-call match; only meaningful for rows that expect a call."""
+    return expected is not None and predicted is not None and predicted["name"] == expected["name"] \
         and predicted["arguments"] == expected["arguments"]
+
+
+def normalize_text(text: str) -> str:
+    """Lowercase, punctuation dropped, whitespace collapsed (SQuAD-style, without article removal)."""
+    text = text.lower().translate(str.maketrans("", "", string.punctuation))
+    return " ".join(text.split())
+
+
+def text_matches(output: str, expected: str, special_tokens: tuple[str, ...] = ()) -> bool:
+    """A text answer is right when it is no tool call and equals the expected text, normalised
+    (the tokenizer's special tokens, e.g. an end-of-turn marker, removed first)."""
+    if parse_tool_call(output) is not None:
+        return False
+    for t in special_tokens:
+        output = output.replace(t, "")
+    return normalize_text(output) == normalize_text(expected)
+
+
+def row_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
+    fc = sum(expected_call(r) is not None for r in rows)
+    return {"fc_rows": fc, "text_rows": len(rows) - fc}
+
+
+def score_outputs(rows: list[dict[str, Any]], outputs: list[str],
+                  special_tokens: tuple[str, ...] = ()) -> dict[str, float]:
+    """Accuracy per kind of row from the model's outputs (one per row, same order); a kind
+    with no rows scores 0 (its count, from `row_counts`, says so)."""
+    fc = [(o, r) for o, r in zip(outputs, rows) if expected_call(r) is not None]
+    text = [(o, r) for o, r in zip(outputs, rows) if expected_call(r) is None]
+    return {
+        "fc_accuracy": sum(is_correct(parse_tool_call(o), expected_call(r)) for o, r in fc) / max(len(fc), 1),
+        "text_match": sum(text_matches(o, expected_text(r), special_tokens) for o, r in text) / max(len(text), 1),
+    }
 
 
 def eval_loss(model, examples: list[dict[str, list[int]]], pad_id: int, batch_size: int = 32) -> float:
     """Mean loss per assistant token over all examples (token-weighted, not batch-weighted)."""
     import torch
 
+    if not examples:
+        return 0.0
     device = next(model.parameters()).device
     total, count = 0.0, 0
     with torch.no_grad():
@@ -80,33 +140,54 @@ def eval_loss(model, examples: list[dict[str, list[int]]], pad_id: int, batch_si
     return total / max(count, 1)
 
 
-def generate(model, tokenizer, rows: list[dict[str, Any]], batch_size: int = 32,
-             max_new_tokens: int = 96) -> list[str]:
-    """Greedy completions for each row's prompt (the conversation before its last turn)."""
+def _answer_budget(tokenizer, rows: list[dict[str, Any]]) -> int:
+    """New tokens to generate for a batch: the longest expected answer plus slack, so that a
+    long text answer is not cut short (and marked wrong) by a fixed limit."""
+    lengths = [len(tokenizer(json.dumps(expected_call(r)) if expected_call(r) else expected_text(r),
+                             add_special_tokens=False)["input_ids"]) for r in rows]
+    return min(max(96, max(lengths) + 32), 1024)
+
+
+def generate(model, tokenizer, rows: list[dict[str, Any]], batch_size: int = 32, desc: str = "generate") -> list[str]:
+    """Greedy completions for each row's prompt (the conversation before its scored turn)."""
     import torch
+
+    from trainer.progress import bar
 
     device = next(model.parameters()).device
     tokenizer.padding_side = "left"  # decoder-only batched generation pads on the left
     outputs = []
-    for i in range(0, len(rows), batch_size):
-        chunk = rows[i:i + batch_size]
-        prompts = [tokenizer.apply_chat_template(r["messages"][:-1], tools=r.get("tools") or None,
-                                                 add_generation_prompt=True, tokenize=False) for r in chunk]
-        enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
-        with torch.no_grad():
-            out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
-                                 pad_token_id=tokenizer.pad_token_id)
-        outputs += tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=False)
-    pad = tokenizer.pad_token or ""
-    return [o.replace(pad, "").strip() for o in outputs]
+    with bar(len(rows), desc, unit="row") as progress:
+        for i in range(0, len(rows), batch_size):
+            chunk = rows[i:i + batch_size]
+            prompts = [tokenizer.apply_chat_template(r["messages"][:target_index(r)], tools=r.get("tools") or None,
+                                                     add_generation_prompt=True, tokenize=False) for r in chunk]
+            enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+            with torch.no_grad():
+                out = model.generate(**enc, max_new_tokens=_answer_budget(tokenizer, chunk), do_sample=False,
+                                     pad_token_id=tokenizer.pad_token_id)
+            # Keep special tokens: some templates mark tool calls with them (<tool_call>).
+            outputs += tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=False)
+            progress.update(len(chunk))
+    # Nothing after the end of the answer counts; padding is not part of it.
+    cleaned = []
+    for o in outputs:
+        if tokenizer.eos_token:
+            o = o.split(tokenizer.eos_token)[0]
+        cleaned.append((o.replace(tokenizer.pad_token, "") if tokenizer.pad_token else o).strip())
+    return cleaned
 
 
-def score(model, tokenizer, rows: list[dict[str, Any]], max_seq_len: int) -> tuple[dict[str, float], list[str]]:
+def score(model, tokenizer, rows: list[dict[str, Any]], max_seq_len: int,
+          desc: str = "evaluate") -> tuple[dict[str, float], list[str]]:
+    """All metrics for one model on `rows`, and its outputs."""
+    text_rows = [r for r in rows if expected_call(r) is None]
     examples, _ = data.encode_all(rows, tokenizer, max_seq_len)
-    outputs = generate(model, tokenizer, rows)
-    correct = sum(is_correct(parse_tool_call(o), expected_call(r)) for o, r in zip(outputs, rows))
+    text_examples, _ = data.encode_all(text_rows, tokenizer, max_seq_len)
+    outputs = generate(model, tokenizer, rows, desc=desc)
     return {"eval_loss": eval_loss(model, examples, tokenizer.pad_token_id),
-            "fc_accuracy": correct / len(rows)}, outputs
+            "text_eval_loss": eval_loss(model, text_examples, tokenizer.pad_token_id),
+            **score_outputs(rows, outputs, tuple(tokenizer.all_special_tokens))}, outputs
 
 
 def load(model_dir: Path, adapter_dir: Path | None = None):
@@ -115,7 +196,7 @@ def load(model_dir: Path, adapter_dir: Path | None = None):
     from transformers import AutoModelForCausalLM
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    if adapter_dir is not None and not (adapter_dir / "adapter_config.json").exists():
+    if adapter_dir is not None and not (Path(adapter_dir) / "adapter_config.json").exists():
         model_dir, adapter_dir = adapter_dir, None
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="auto").to(device)
     if adapter_dir is not None:
@@ -125,19 +206,37 @@ def load(model_dir: Path, adapter_dir: Path | None = None):
     return model.eval()
 
 
+def warnings_for(rows: list[dict[str, Any]]) -> list[str]:
+    """What makes these numbers weak, in words for the log and the report."""
+    out = []
+    if len(rows) < MIN_RELIABLE_ROWS:
+        out.append(f"the eval split has only {len(rows)} rows (< {MIN_RELIABLE_ROWS}): one row moves accuracy by "
+                   f"{1 / max(len(rows), 1):.0%}; raise eval_fraction or add eval rows")
+    return out
+
+
 def evaluate(model_dir: Path, tuned_dir: Path, eval_path: Path, max_rows: int = 200,
              max_seq_len: int = 512, n_examples: int = 5) -> dict[str, Any]:
-    """Metrics for base and tuned, plus a few side-by-side examples for the report."""
+    """Metrics for base and tuned, plus a few side-by-side examples for the report.
+
+    Returns {"base": metrics, "tuned": metrics, "rows", "fc_rows", "text_rows", "warnings",
+    "examples"}; metric names are the same in every run (a kind with no rows scores 0).
+    Progress (rows generated) goes to stderr.
+    """
     from transformers import AutoTokenizer
 
     rows = data.read_jsonl(eval_path)[:max_rows]
+    warnings = warnings_for(rows)
+    for w in warnings:
+        print(f"WARNING: {w}", flush=True)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     results, outputs = {}, {}
     for name, adapter in (("base", None), ("tuned", tuned_dir)):
         model = load(model_dir, adapter)
-        results[name], outputs[name] = score(model, tokenizer, rows, max_seq_len)
+        results[name], outputs[name] = score(model, tokenizer, rows, max_seq_len, desc=f"evaluate {name}")
         del model
-    examples = [{"prompt": r["messages"][-2]["content"] if len(r["messages"]) > 1 else "",
-                 "expected": expected_call(r), "base": outputs["base"][i], "tuned": outputs["tuned"][i]}
+    examples = [{"prompt": last_user_request(r), "expected": expected_call(r) or expected_text(r),
+                 "base": outputs["base"][i], "tuned": outputs["tuned"][i]}
                 for i, r in enumerate(rows[:n_examples])]
-    return {"base": results["base"], "tuned": results["tuned"], "rows": len(rows), "examples": examples}
+    return {"base": results["base"], "tuned": results["tuned"], "rows": len(rows), **row_counts(rows),
+            "warnings": warnings, "examples": examples}

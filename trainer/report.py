@@ -14,21 +14,42 @@ def _cell(text: Any) -> str:
     return text.replace("|", "\\|").replace("\n", " ")[:200]
 
 
+def _pct(value: float, rows: int) -> str:
+    return f"{value:.1%}" if rows else "n/a"
+
+
 def examples_markdown(result: dict[str, Any]) -> str:
-    """Base vs tuned metrics and a few eval rows side by side."""
+    """Base vs tuned metrics, warnings about them, and a few eval rows side by side."""
     b, t = result["base"], result["tuned"]
-    lines = [
-        "# Evaluation: base vs tuned", "",
-        f"Held-out rows: {result['rows']}", "",
+    fc_rows, text_rows = result.get("fc_rows", result["rows"]), result.get("text_rows", 0)
+    lines = ["# Evaluation: base vs tuned", ""]
+    lines += [f"> **Warning:** {w}" for w in result.get("warnings", [])]
+    lines += [
+        "", f"Held-out rows: {result['rows']} ({fc_rows} expect a tool call, {text_rows} expect text)", "",
         "| metric | base | tuned |", "|---|---|---|",
         f"| eval loss | {b['eval_loss']:.4f} | {t['eval_loss']:.4f} |",
-        f"| function-calling accuracy | {b['fc_accuracy']:.1%} | {t['fc_accuracy']:.1%} |", "",
-        "## Examples", "",
-        "| prompt | expected tool call | base output | tuned output |", "|---|---|---|---|",
+        f"| function-calling accuracy ({fc_rows} tool-call rows) | {_pct(b['fc_accuracy'], fc_rows)} | "
+        f"{_pct(t['fc_accuracy'], fc_rows)} |",
     ]
+    if text_rows:
+        lines += [f"| text match ({text_rows} text rows) | {b['text_match']:.1%} | {t['text_match']:.1%} |",
+                  f"| eval loss, text rows | {b['text_eval_loss']:.4f} | {t['text_eval_loss']:.4f} |"]
+    lines += ["", "## Examples", "",
+              "| last user request | expected | base output | tuned output |", "|---|---|---|---|"]
     lines += [f"| {_cell(e['prompt'])} | {_cell(e['expected'])} | {_cell(e['base'])} | {_cell(e['tuned'])} |"
               for e in result["examples"]]
     return "\n".join(lines) + "\n"
+
+
+def markdown_html(text: str, title: str) -> str:
+    """A Markdown report as a self-contained HTML page (tables rendered), for a browser."""
+    import markdown
+
+    body = markdown.markdown(text, extensions=["tables"])
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>body{{font-family:sans-serif;margin:24px;color:#222}} table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:3px 10px;vertical-align:top}} blockquote{{color:#8a5300}}</style></head>
+<body>{body}</body></html>"""
 
 
 def table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> str:
