@@ -24,7 +24,7 @@ def deploy(
 ) -> NamedTuple("Outputs", endpoint=str):
     """Serve (local: `transformers serve` on loopback; kubernetes: vLLM Deployment + Service named
     `name`), send one chat completion built from the first eval row, log its latency, and output
-    the endpoint URL. Cluster settings as in trainer.cluster.ClusterSpec."""
+    the endpoint URL. Cluster settings as in trainer.k8s.common.ClusterSpec."""
     import json
     from collections import namedtuple
 
@@ -33,19 +33,20 @@ def deploy(
     from trainer.storage import Store
 
     with exit_on_user_error():
-        if backend not in ("local", "kubernetes"):
-            raise UserError(f"deploy backend must be 'local' or 'kubernetes', got {backend!r}")
+        if backend not in ("local", "kubernetes", "kserve"):
+            raise UserError(f"deploy backend must be 'local', 'kubernetes' or 'kserve', got {backend!r}")
         store = Store.from_env()
         with open(store.get_tree(read_uri(dataset)) / "eval.jsonl") as f:
             row = json.loads(f.readline())
-        if backend == "kubernetes":
-            from trainer import cluster_serve
+        if backend in ("kubernetes", "kserve"):
+            from trainer.k8s import kserve, vllm
             from trainer.launch import cluster_from_params
 
             placement = cluster_from_params(dict(namespace=namespace, accelerator_resource=accelerator_resource,
                                                  node_selector=node_selector, tolerations=tolerations))
-            spec = cluster_serve.ServeSpec(name=name, model_uri=read_uri(model), gpus=gpus, cluster=placement)
-            out = {**cluster_serve.deploy(spec, row["messages"][:-1], row.get("tools")), "pid": None}
+            spec = vllm.ServeSpec(name=name, model_uri=read_uri(model), gpus=gpus, cluster=placement)
+            out = {**(kserve if backend == "kserve" else vllm).deploy(spec, row["messages"][:-1], row.get("tools")),
+                   "pid": None}
         else:
             from trainer.serve import deploy_local
 

@@ -62,21 +62,25 @@ def validate(params: dict[str, Any]) -> None:
 
 def dry_run_objects(params: dict[str, Any]) -> list:
     """The Kubernetes objects this run would create, as model objects."""
-    from trainer import cluster, cluster_serve
     from trainer.config import TrainConfig
+    from trainer.k8s import kserve, vllm
+    from trainer.k8s.common import job_name
+    from trainer.k8s.pytorchjob import build_pytorchjob
+    from trainer.k8s.trainjob import build_trainjob
     from trainer.launch import cluster_from_params
 
     spec = cluster_from_params(params)
     objects = []
-    if params["launcher"] == "kubernetes":
+    if params["launcher"] != "local":
         cfg = TrainConfig.from_params(params, model_uri="s3://<bucket>/models/<from deliver-model>",
                                       dataset_uri="s3://<bucket>/datasets/<from deliver-dataset>",
                                       output_prefix="runs/<run id>")
-        objects.append(cluster.build_pytorchjob(cluster.job_name("run-id"), cfg.to_args(), spec))
-    if params["deploy_backend"] == "kubernetes":
-        objects += cluster_serve.build(cluster_serve.ServeSpec(
-            name=params["served_model_name"], model_uri="s3://<bucket>/models/<from merge-lora>",
-            gpus=params["serve_gpus"], cluster=spec))
+        build = build_trainjob if params["launcher"] == "trainjob" else build_pytorchjob
+        objects.append(build(job_name("run-id"), cfg.to_args(), spec))
+    if params["deploy_backend"] in ("kubernetes", "kserve"):
+        serve = vllm.ServeSpec(name=params["served_model_name"], model_uri="s3://<bucket>/models/<from merge-lora>",
+                               gpus=params["serve_gpus"], cluster=spec)
+        objects += (kserve if params["deploy_backend"] == "kserve" else vllm).build(serve)
     return objects
 
 

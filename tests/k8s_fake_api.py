@@ -3,8 +3,9 @@
 The real `kubernetes` client and the real `kubeflow-training` TrainingClient talk to it
 over HTTP, so their serialization, URL building, label selectors, error mapping and
 polling loops are all exercised. It keeps objects in memory, records every request, and
-plays a scripted lifecycle for PyTorchJobs (conditions revealed one per GET) and
-Deployments (rolled out after a number of status reads).
+plays a scripted lifecycle for PyTorchJobs and TrainJobs (conditions revealed one per GET,
+with pods labelled as the Training Operator / JobSet label them), Deployments (rolled out
+after a number of status reads) and InferenceServices (Ready after a number of reads).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from tests.fake_http import LoopbackServer, RoutedHandler, calls
 
 @dataclass
 class JobScript:
-    """How a PyTorchJob behaves: the conditions it passes through, and its pods and logs."""
+    """How a PyTorchJob (or TrainJob) behaves: the conditions it passes through, and its pods and logs.
+    A TrainJob maps Succeeded to its own condition name, Complete."""
 
     conditions: list[str] = field(default_factory=lambda: ["Created", "Running", "Succeeded"])
     pod_phase: str = "Running"
@@ -36,6 +38,7 @@ class State:
     job_reads: dict[str, int] = field(default_factory=dict)
     rollout_after_reads: int = 2
     status_reads: dict[str, int] = field(default_factory=dict)
+    isvc_ready_after_reads: int = 2
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def calls(self, method: str, pattern: str) -> list[tuple[str, str, Any]]:
@@ -44,6 +47,9 @@ class State:
 
 ROUTES = [
     ("_job", r"^/apis/kubeflow\.org/v1/namespaces/([^/]+)/pytorchjobs(?:/([^/]+))?$"),
+    ("_trainjob", r"^/apis/trainer\.kubeflow\.org/v1alpha1/namespaces/([^/]+)/trainjobs(?:/([^/]+))?$"),
+    ("_isvc", r"^/apis/serving\.kserve\.io/v1beta1/namespaces/([^/]+)/inferenceservices(?:/([^/]+))?$"),
+    ("_runtime", r"^/apis/serving\.kserve\.io/v1alpha1/namespaces/([^/]+)/servingruntimes(?:/([^/]+))?$"),
     ("_deployment_status", r"^/apis/apps/v1/namespaces/([^/]+)/deployments/([^/]+)/status$"),
     ("_deployment", r"^/apis/apps/v1/namespaces/([^/]+)/deployments(?:/([^/]+))?$"),
     ("_service", r"^/api/v1/namespaces/([^/]+)/services(?:/([^/]+))?$"),
@@ -86,14 +92,40 @@ class Handler(RoutedHandler):
         return 405, _status(405, "MethodNotAllowed", method)
 
     def _job(self, method, ns, name, *, query, body):
-        code, out = self._crud("PyTorchJob", method, ns, name, body)
+        return self._scripted("PyTorchJob", method, ns, name, body)
+
+    def _trainjob(self, method, ns, name, *, query, body):
+        return self._scripted("TrainJob", method, ns, name, body)
+
+    def _scripted(self, kind, method, ns, name, body):
+        code, out = self._crud(kind, method, ns, name, body)
         if method == "GET" and code == 200:
             reads = self.state.job_reads[name] = self.state.job_reads.get(name, 0) + 1
             shown = self.state.job_script.conditions[:reads]
+            if kind == "TrainJob":
+                shown = [{"Succeeded": "Complete"}.get(c, c) for c in shown if c != "Running"]
             out = {**out, "status": {"conditions": [
-                {"type": c, "status": "True", "reason": f"PyTorchJob{c}", "message": f"job is {c.lower()}",
+                {"type": c, "status": "True", "reason": f"{kind}{c}", "message": f"job is {c.lower()}",
                  "lastTransitionTime": "2026-11-22T00:00:00Z"} for c in shown]}}
         return code, out
+
+    def _finished(self, job: str) -> bool:
+        return self.state.job_reads.get(job, 0) >= len(self.state.job_script.conditions) \
+            and self.state.job_script.conditions[-1] == "Succeeded"
+
+    def _isvc(self, method, ns, name, *, query, body):
+        code, out = self._crud("InferenceService", method, ns, name, body)
+        if method == "GET" and code == 200:
+            key = f"{name}@{out['metadata']['generation']}"  # a patch starts a new rollout
+            reads = self.state.status_reads[key] = self.state.status_reads.get(key, 0) + 1
+            ready = reads >= self.state.isvc_ready_after_reads
+            out = {**out, "status": {"observedGeneration": out["metadata"]["generation"], "conditions": [
+                {"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": "2026-11-22T00:00:00Z"}],
+                **({"address": {"url": f"http://{name}-predictor.{ns}.svc.cluster.local"}} if ready else {})}}
+        return code, out
+
+    def _runtime(self, method, ns, name, *, query, body):
+        return self._crud("ServingRuntime", method, ns, name, body)
 
     def _deployment(self, method, ns, name, *, query, body):
         return self._crud("Deployment", method, ns, name, body)
@@ -114,33 +146,38 @@ class Handler(RoutedHandler):
     def _service(self, method, ns, name, *, query, body):
         return self._crud("Service", method, ns, name, body)
 
-    def _job_pods(self, ns: str, job: str) -> list[dict]:
+    def _job_pods(self, kind: str, ns: str, job: str) -> list[dict]:
         js = self.state.job_script
-        if ("PyTorchJob", ns, job) not in self.state.objects:
-            return []
-        spec = self.state.objects[("PyTorchJob", ns, job)]["spec"]["pytorchReplicaSpecs"]
-        pods = []
-        for role, rs in spec.items():
-            for i in range(rs.get("replicas", 1)):
-                state = {"running": {}} if not js.terminated_reason else {
-                    "terminated": {"reason": js.terminated_reason, "exitCode": js.exit_code}}
-                pods.append({"metadata": {"name": f"{job}-{role.lower()}-{i}", "namespace": ns, "labels": {
-                    "training.kubeflow.org/job-name": job, "training.kubeflow.org/job-role": role.lower(),
-                    "training.kubeflow.org/replica-type": role.lower(), "training.kubeflow.org/replica-index":
-                    str(i)}}, "status": {"phase": js.pod_phase, "containerStatuses": [
-                        {"name": "pytorch", "ready": False, "restartCount": 1 if js.terminated_reason else 0,
-                         "image": "img", "imageID": "", "state": state}]}})
-        return pods
+        obj = self.state.objects[(kind, ns, job)]
+        phase = "Succeeded" if self._finished(job) else js.pod_phase
+        state = {"running": {}} if not js.terminated_reason else {
+            "terminated": {"reason": js.terminated_reason, "exitCode": js.exit_code}}
+        if kind == "PyTorchJob":  # labels as the Training Operator sets them
+            roles = [(role, i) for role, rs in obj["spec"]["pytorchReplicaSpecs"].items()
+                     for i in range(rs.get("replicas", 1))]
+            pods = [(f"{job}-{role.lower()}-{i}", "pytorch", {
+                "training.kubeflow.org/job-name": job, "training.kubeflow.org/job-role": role.lower(),
+                "training.kubeflow.org/replica-type": role.lower(), "training.kubeflow.org/replica-index": str(i)})
+                for role, i in roles]
+        else:  # a TrainJob's JobSet: one Job per node, labelled by JobSet and the Job controller
+            pods = [(f"{job}-node-0-{i}", "node", {
+                "jobset.sigs.k8s.io/jobset-name": job, "jobset.sigs.k8s.io/replicatedjob-name": "node",
+                "batch.kubernetes.io/job-completion-index": str(i)})
+                for i in range(obj["spec"]["trainer"].get("numNodes", 1))]
+        return [{"metadata": {"name": name, "namespace": ns, "labels": labels},
+                 "status": {"phase": phase, "containerStatuses": [
+                     {"name": container, "ready": False, "restartCount": 1 if js.terminated_reason else 0,
+                      "image": "img", "imageID": "", "state": state}]}} for name, container, labels in pods]
 
     def _pods(self, method, ns, name, *, query, body):
         selector = dict(kv.split("=") for kv in query.get("labelSelector", "").split(",") if kv)
-        pods = [p for (kind, pns, job) in list(self.state.objects) if kind == "PyTorchJob" and pns == ns
-                for p in self._job_pods(ns, job)]
+        pods = [p for (kind, pns, job) in list(self.state.objects) if kind in ("PyTorchJob", "TrainJob") and pns == ns
+                for p in self._job_pods(kind, ns, job)]
         pods = [p for p in pods if all(p["metadata"]["labels"].get(k) == v for k, v in selector.items())]
         return 200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": pods}
 
     def _pod_log(self, method, ns, name, *, query, body):
-        log = self.state.job_script.master_log if "-master-" in name else ""
+        log = self.state.job_script.master_log if "-master-" in name or name.endswith("-node-0-0") else ""
         if "tailLines" in query:
             log = "\n".join(log.splitlines()[-int(query["tailLines"]):]) + "\n"
         return 200, log
@@ -149,7 +186,8 @@ class Handler(RoutedHandler):
         obj = query.get("fieldSelector", "").removeprefix("involvedObject.name=")
         items = [{"metadata": {"name": f"ev-{i}", "namespace": ns}, "involvedObject": {"name": obj},
                   "type": t, "reason": r, "message": m}
-                 for i, (t, r, m) in enumerate(self.state.job_script.events) if obj.endswith("master-0")]
+                 for i, (t, r, m) in enumerate(self.state.job_script.events)
+                 if obj.endswith("master-0") or obj.endswith("node-0-0")]
         return 200, {"kind": "EventList", "apiVersion": "v1", "metadata": {}, "items": items}
 
 

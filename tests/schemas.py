@@ -1,5 +1,8 @@
 """Validators for rendered Kubernetes objects: core kinds with kubernetes-validate (strict),
-PyTorchJobs against the Training Operator v1.9 CRD, made strict (unknown fields rejected)."""
+custom resources against their CRDs, made strict (unknown fields rejected): PyTorchJob
+(Training Operator v1.9), TrainJob and ClusterTrainingRuntime (Kubeflow Trainer v2.3.0),
+InferenceService and ServingRuntime (KServe v0.20.0). Also restricted Pod Security for every
+pod template an object carries."""
 
 from __future__ import annotations
 
@@ -10,11 +13,25 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-# The Training Operator v1.9 CRD: the workspace's reference copy beside the checkout when there
-# is one (CI), else the copy vendored in tests/data (any fresh clone, e.g. a laptop).
-_SHARED = Path(__file__).resolve().parents[2] / "shared" / "schemas" / "kubeflow.org_pytorchjobs.yaml"
-CRD = _SHARED if _SHARED.exists() else Path(__file__).resolve().parent / "data" / "kubeflow.org_pytorchjobs.yaml"
+# The workspace's reference copies beside the checkout when there are some (CI), else the
+# copies vendored in tests/data (any fresh clone, e.g. a laptop).
+_SHARED = Path(__file__).resolve().parents[2] / "shared" / "schemas"
+_VENDORED = Path(__file__).resolve().parent / "data"
 K8S_VERSION = "1.33.0"
+CRDS = {  # kind -> (file, version)
+    "PyTorchJob": ("kubeflow.org_pytorchjobs.yaml", "v1"),
+    "TrainJob": ("trainer.kubeflow.org_trainjobs.yaml", "v1alpha1"),
+    "ClusterTrainingRuntime": ("trainer.kubeflow.org_clustertrainingruntimes.yaml", "v1alpha1"),
+    "InferenceService": ("serving.kserve.io_inferenceservices.yaml", "v1beta1"),
+    "ServingRuntime": ("serving.kserve.io_servingruntimes.yaml", "v1alpha1"),
+}
+
+
+def schema_file(name: str) -> Path:
+    return _SHARED / name if (_SHARED / name).exists() else _VENDORED / name
+
+
+CRD = schema_file("kubeflow.org_pytorchjobs.yaml")
 
 
 def _strict(schema):
@@ -30,17 +47,65 @@ def _strict(schema):
 
 
 @functools.lru_cache
+def crd_schema(kind: str) -> dict:
+    name, version = CRDS[kind]
+    crd = yaml.load(schema_file(name).read_text(), Loader=yaml.CSafeLoader)
+    [v] = [v for v in crd["spec"]["versions"] if v["name"] == version]
+    return _strict(copy.deepcopy(v["schema"]["openAPIV3Schema"]))
+
+
 def pytorchjob_schema() -> dict:
-    crd = yaml.safe_load(CRD.read_text())
-    [version] = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
-    return _strict(copy.deepcopy(version["schema"]["openAPIV3Schema"]))
+    return crd_schema("PyTorchJob")
 
 
 def validate(obj: dict) -> None:
     """Raise if `obj` is not a valid object of its kind."""
-    if obj["kind"] == "PyTorchJob":
-        jsonschema.validate(obj, pytorchjob_schema())
+    if obj["kind"] in CRDS:
+        jsonschema.validate(obj, crd_schema(obj["kind"]))
     else:
         import kubernetes_validate
 
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def pod_specs(obj: dict) -> list[dict]:
+    """Every pod spec an object defines (Deployments, jobs, runtimes, InferenceService predictors)."""
+    found = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "containers" in node and isinstance(node["containers"], list):
+                found.append(node)
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    if obj["kind"] == "InferenceService":  # the predictor is a pod spec whose container is `model`
+        predictor = obj["spec"]["predictor"]
+        return [{**predictor, "containers": [{"name": "kserve-container", **predictor["model"]}]}]
+    walk(obj.get("spec", {}))
+    return found
+
+
+def assert_restricted(obj: dict) -> None:
+    """Restricted Pod Security (https://kubernetes.io/docs/concepts/security/pod-security-standards/):
+    non-root, no privilege escalation, all capabilities dropped, RuntimeDefault seccomp, and
+    resources on every container (init containers included); every emptyDir size-limited."""
+    specs = pod_specs(obj)
+    assert specs, f"{obj['kind']} has no pod spec"
+    for pod in specs:
+        pod_sc = pod.get("securityContext", {})
+        for c in [*pod.get("initContainers", []), *pod["containers"]]:
+            sc = c.get("securityContext", {})
+            where = f"{obj['kind']}/{obj['metadata']['name']} container {c['name']}"
+            assert sc.get("allowPrivilegeEscalation") is False, where
+            assert sc.get("capabilities", {}).get("drop") == ["ALL"], where
+            assert sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")) is True, where
+            assert (sc.get("seccompProfile") or pod_sc.get("seccompProfile", {})).get("type") == "RuntimeDefault", where
+            if "image" in c:  # a whole container (a runtime patch names only what it changes)
+                assert c.get("resources", {}).get("limits", {}).get("memory"), f"{where} has no memory limit"
+        for v in pod.get("volumes", []):
+            if "emptyDir" in v:
+                assert v["emptyDir"].get("sizeLimit"), f"emptyDir {v['name']} has no sizeLimit"

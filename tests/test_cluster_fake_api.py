@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from tests.k8s_fake_api import FakeKubeAPI, JobScript
-from tests.schemas import validate
-from trainer import cluster, cluster_serve
-from trainer.cluster import ClusterSpec, JobFailed, KubernetesLauncher, build_pytorchjob, to_dict
+from tests.schemas import assert_restricted, validate
 from trainer.errors import UserError
+from trainer.k8s import common as cluster, vllm as cluster_serve
+from trainer.k8s.common import ClusterSpec, JobFailed, to_dict
+from trainer.k8s.pytorchjob import KubernetesLauncher, PyTorchJobLauncher, build_pytorchjob
 
 ROOT = Path(__file__).resolve().parent.parent
 ARGS = ["--model-uri=s3://b/models/m", "--dataset-uri=s3://b/datasets/d", "--output-prefix=runs/r1"]
@@ -21,6 +22,7 @@ ARGS = ["--model-uri=s3://b/models/m", "--dataset-uri=s3://b/datasets/d", "--out
 def job(spec: ClusterSpec, name="ft-run1") -> dict:
     obj = to_dict(build_pytorchjob(name, ARGS, spec))
     validate(obj)
+    assert_restricted(obj)
     return obj
 
 
@@ -35,8 +37,10 @@ def test_n_nodes_are_one_master_and_n_minus_one_workers():
     rs = obj["spec"]["pytorchReplicaSpecs"]
     assert rs["Master"]["replicas"] == 1 and rs["Worker"]["replicas"] == 3
     assert obj["spec"]["nprocPerNode"] == "8"
+    # ExitCode: 1-127 (2 = bad input) are permanent, 128-255 (137 OOM-kill, 143 SIGTERM) restart the pod
+    assert obj["spec"]["runPolicy"]["cleanPodPolicy"] == "Running"  # a failed job's running pods free their GPUs
     for role in rs.values():
-        assert role["restartPolicy"] == "OnFailure"
+        assert role["restartPolicy"] == "ExitCode"
         [c] = role["template"]["spec"]["containers"]
         assert c["name"] == "pytorch"  # required by the operator
         assert c["command"][:6] == ["python", "-m", "torch.distributed.run", "-m", "trainer", "train"]
@@ -83,7 +87,8 @@ def test_bad_cluster_settings_are_all_reported():
         build_pytorchjob("ft-x", ARGS, ClusterSpec(nodes=0, cleanup="sometimes", accelerator_resource="GPU!",
                                                    tolerations=[{"colour": "red"}]))
     msg = str(err.value)
-    assert "4 problems" in msg and "cleanup must be one of" in msg and "nodes must be >= 1" in msg
+    assert "cleanup must be one of" in msg and "nodes must be >= 1" in msg
+    assert "accelerator_resource='GPU!'" in msg and "unknown field(s) ['colour']" in msg
 
 
 def test_launcher_creates_streams_waits_and_cleans_up_fake_api(capsys):
@@ -95,7 +100,8 @@ def test_launcher_creates_streams_waits_and_cleans_up_fake_api(capsys):
         validate(body)
         assert api.state.calls("DELETE", "pytorchjobs/ft-ok")  # cleanup=on-success
     out = capsys.readouterr().out
-    assert "step 2 loss 1.0" in out and "ft-ok-master-0" in out  # master log streamed into ours
+    assert "log of pod ml/ft-ok-master-0" in out and "step 2 loss 1.0" in out  # master log streamed into ours
+    assert out.count("step 1 loss 2.0") == 1  # re-reading the log after a reconnect repeats nothing
 
 
 def test_failure_report_has_phases_events_and_last_logs_fake_api():
@@ -109,7 +115,7 @@ def test_failure_report_has_phases_events_and_last_logs_fake_api():
             launcher.run(ARGS, "ft-bad")
         assert not api.state.calls("DELETE", "pytorchjobs")  # cleanup=never keeps it for inspection
     msg = str(err.value)
-    assert "PyTorchJob ml/ft-bad failed" in msg
+    assert "PyTorchJob ml/ft-bad failed" in msg and isinstance(launcher, PyTorchJobLauncher)
     assert "ft-bad-master-0: Failed pytorch terminated OOMKilled exit=137" in msg
     assert "ft-bad-worker-0: Failed" in msg
     assert "Warning BackOff: Back-off restarting failed container" in msg
@@ -136,7 +142,7 @@ def test_retried_task_attaches_to_existing_job_fake_api(capsys):
 
 def test_wait_timeout_is_a_parameter_fake_api():
     with FakeKubeAPI(JobScript(conditions=["Created"] * 100)) as api:
-        with pytest.raises(JobFailed, match="timed out"):
+        with pytest.raises(JobFailed, match="timed out after wait_timeout_s=1"):
             KubernetesLauncher(ClusterSpec(namespace="ml", poll_interval_s=0.1, wait_timeout_s=1, cleanup="never"),
                                api.configuration).run(ARGS, "ft-slow")
 

@@ -51,14 +51,21 @@ def main(argv: list[str] | None = None) -> None:
     p = sub.add_parser("download", help="download a tree from the bucket (checksums verified)")
     p.add_argument("uri")
     p.add_argument("out", type=Path)
-    p = sub.add_parser("launch-k8s", help="run training as a PyTorchJob (--dry-run prints it)")
+    p = sub.add_parser("launch-k8s", help="run training as a PyTorchJob or TrainJob (--dry-run prints it)")
     TrainConfig.add_arguments(p)
     _cluster_arguments(p)
+    p.add_argument("--launcher", default="pytorchjob", choices=("pytorchjob", "kubernetes", "trainjob"))
+    p.add_argument("--training-runtime", default="torch-distributed", help="trainjob: ClusterTrainingRuntime")
     p.add_argument("--run-id", default="manual")
     p = sub.add_parser("deploy-k8s", help="serve a merged model with vLLM (--dry-run prints the objects)")
     p.add_argument("--name", required=True)
     p.add_argument("--model-uri", required=True)
-    p.add_argument("--gpus", type=int, default=1)
+    p.add_argument("--gpus", type=int, default=1, help="GPUs per replica; > 1 = tensor parallel")
+    p.add_argument("--backend", default="kubernetes", choices=("kubernetes", "kserve"))
+    p.add_argument("--adapter", action="append", default=[], metavar="NAME=S3_URI",
+                   help="serve this LoRA adapter beside the base model (--model-uri) under NAME; repeatable")
+    p.add_argument("--max-lora-rank", type=int, default=16)
+    p.add_argument("--vllm-image", default="", help="default: per accelerator (settings VLLM_IMAGE / VLLM_ROCM_IMAGE)")
     _cluster_arguments(p)
     p = sub.add_parser("build-tiny-model", help="write builtin:tiny-llama to a directory")
     p.add_argument("out", type=Path)
@@ -81,17 +88,18 @@ def _cluster_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _cluster_spec(args: argparse.Namespace):
-    from trainer.cluster import ClusterSpec
+    from trainer.k8s.common import ClusterSpec
 
     return ClusterSpec(namespace=args.namespace, nodes=args.nodes, procs_per_node=args.procs_per_node,
                        accelerator_resource=args.accelerator_resource, node_selector=args.node_selector,
-                       tolerations=args.tolerations, queue=args.queue, cleanup=args.cleanup)
+                       tolerations=args.tolerations, queue=args.queue, cleanup=args.cleanup,
+                       training_runtime=getattr(args, "training_runtime", "torch-distributed"))
 
 
 def print_yaml(objects) -> None:
     import yaml
 
-    from trainer.cluster import to_dict
+    from trainer.k8s.common import to_dict
 
     print(yaml.safe_dump_all([to_dict(o) for o in objects], sort_keys=False), end="")
 
@@ -103,24 +111,35 @@ def run(args: argparse.Namespace) -> None:
         train(TrainConfig.from_namespace(args))
         return
     if args.command == "launch-k8s":
-        from trainer import cluster
+        from trainer.errors import collect
+        from trainer.k8s import launcher_for
+        from trainer.k8s.common import job_name
+        from trainer.k8s.pytorchjob import build_pytorchjob
+        from trainer.k8s.trainjob import build_trainjob
 
         cfg, spec = TrainConfig.from_namespace(args).validate(), _cluster_spec(args)
-        name = cluster.job_name(args.run_id)
+        collect(spec.problems(), what="invalid cluster settings")
+        name = job_name(args.run_id)
         if args.dry_run:
-            print_yaml([cluster.build_pytorchjob(name, cfg.to_args(), spec)])
+            build = build_trainjob if args.launcher == "trainjob" else build_pytorchjob
+            print_yaml([build(name, cfg.to_args(), spec)])
         else:
-            cluster.KubernetesLauncher(spec).run(cfg.to_args(), name)
+            launcher_for(args.launcher)(spec).run(cfg.to_args(), name)
         return
     if args.command == "deploy-k8s":
-        from trainer import cluster_serve
+        from trainer.k8s import vllm
 
-        spec = cluster_serve.ServeSpec(name=args.name, model_uri=args.model_uri, gpus=args.gpus,
-                                       cluster=_cluster_spec(args))
-        if args.dry_run:
-            print_yaml(cluster_serve.build(spec))
+        spec = vllm.ServeSpec(name=args.name, model_uri=args.model_uri, gpus=args.gpus, cluster=_cluster_spec(args),
+                              adapters=vllm.parse_adapters(args.adapter), max_lora_rank=args.max_lora_rank,
+                              vllm_image=args.vllm_image)
+        if args.backend == "kserve":
+            from trainer.k8s import kserve as backend
         else:
-            print(json.dumps(cluster_serve.deploy(spec, [{"role": "user", "content": "Hello!"}]), indent=1))
+            backend = vllm
+        if args.dry_run:
+            print_yaml(backend.build(spec))
+        else:
+            print(json.dumps(backend.deploy(spec, [{"role": "user", "content": "Hello!"}]), indent=1))
         return
     if args.command == "build-tiny-model":
         from trainer import builtin_model

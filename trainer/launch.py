@@ -82,19 +82,21 @@ class LocalLauncher:
                     p.wait()
 
 
-LAUNCHERS = ("local", "kubernetes")
+# pytorchjob: Training Operator v1 (its first name, kubernetes, still accepted); trainjob: Trainer v2.
+LAUNCHERS = ("local", "pytorchjob", "kubernetes", "trainjob")
+CLUSTER_LAUNCHERS = ("pytorchjob", "kubernetes", "trainjob")
 
 
 # Pipeline parameter -> ClusterSpec field, for the settings whose names differ.
 _RENAMED = {"kueue_queue": "queue", "max_restarts": "backoff_limit"}
 _CLUSTER_PARAMS = ("namespace", "nodes", "procs_per_node", "accelerator_resource", "node_selector", "tolerations",
-                   "kueue_queue", "cleanup", "wait_timeout_s", "max_restarts")
+                   "kueue_queue", "cleanup", "wait_timeout_s", "max_restarts", "training_runtime")
 
 
 def cluster_from_params(params: dict):
     """The ClusterSpec that pipeline parameters describe: the one place that maps their names
     to ClusterSpec fields. Missing settings keep ClusterSpec's defaults; other keys are ignored."""
-    from trainer.cluster import ClusterSpec
+    from trainer.k8s.common import ClusterSpec
 
     return ClusterSpec(**{_RENAMED.get(k, k): params[k] for k in _CLUSTER_PARAMS if k in params})
 
@@ -108,15 +110,16 @@ def run_training(cfg, launcher: str, spec, store, run_id: str = "") -> dict:
     from trainer.errors import collect
 
     problems = cfg.problems() + spec.topology_problems()
-    if launcher == "kubernetes":
+    if launcher in CLUSTER_LAUNCHERS:
         problems += spec.kubernetes_problems()
     if launcher not in LAUNCHERS:
         problems.append(f"launcher must be one of {LAUNCHERS}, got {launcher!r}")
     collect(problems, what="invalid training launch")
-    if launcher == "kubernetes":
-        from trainer.cluster import KubernetesLauncher, job_name
+    if launcher in CLUSTER_LAUNCHERS:
+        from trainer.k8s import launcher_for
+        from trainer.k8s.common import job_name
 
-        KubernetesLauncher(spec).run(cfg.to_args(), job_name(run_id or cfg.output_prefix.rsplit("/", 1)[-1]))
+        launcher_for(launcher)(spec).run(cfg.to_args(), job_name(run_id or cfg.output_prefix.rsplit("/", 1)[-1]))
     else:
         LocalLauncher(nnodes=spec.nodes, nproc_per_node=spec.procs_per_node,
                       max_restarts=spec.backoff_limit).run(cfg.to_args())

@@ -16,6 +16,9 @@ _DEFAULTS = {
     "FINETUNE_IMAGE": f"ghcr.io/llm-finetune-kfp/finetune:{__version__}",
     # vLLM's official OpenAI-compatible server image, pinned (cluster deploy backend).
     "VLLM_IMAGE": "vllm/vllm-openai:v0.11.0",
+    # AMD's ROCm build of vLLM, used when the accelerator is amd.com/gpu (CUDA images cannot
+    # drive AMD GPUs).
+    "VLLM_ROCM_IMAGE": "rocm/vllm:rocm6.4.1_vllm_0.10.1_20250909",
     # In-cluster MinIO installed by docker/manifests (see README "Run on a cluster").
     "S3_ENDPOINT": "http://minio.llm-finetune.svc.cluster.local:9000",
     "S3_BUCKET": "llm-finetune",

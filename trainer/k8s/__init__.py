@@ -4,3 +4,16 @@ KServe, Model Registry) plus the API server's own rules (`rules.py`) shared by e
 The in-pod recipe (train, data, checkpoint, evaluate, merge) lives one level up and never
 imports this package.
 """
+
+
+def launcher_for(name: str):
+    """The launcher class for a cluster launcher name (each backend imported only when used)."""
+    if name in ("pytorchjob", "kubernetes"):
+        from trainer.k8s.pytorchjob import PyTorchJobLauncher
+
+        return PyTorchJobLauncher
+    if name == "trainjob":
+        from trainer.k8s.trainjob import TrainJobLauncher
+
+        return TrainJobLauncher
+    raise ValueError(f"no cluster launcher named {name!r}")

@@ -1,0 +1,313 @@
+"""What every Kubernetes backend shares: where pods run (ClusterSpec), run-unique names,
+credentials by reference, scheduling, restricted Pod Security, and the failure report.
+
+No secret value ever passes through this package: credentials reach pods as secretKeyRef.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from trainer import settings
+from trainer.errors import UserError
+from trainer.k8s import rules
+
+KUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+CLEANUP = ("never", "on-success", "always")
+APP_LABELS = {"app.kubernetes.io/name": "llm-finetune"}
+# The project image runs as this user (docker/Dockerfile `USER 1000`); vLLM's images run as
+# root by default, so their pods name the user explicitly to pass restricted Pod Security.
+RUN_AS_USER = 1000
+
+
+@dataclass
+class ClusterSpec:
+    """Where and how the job's pods run. Defaults suit one GPU node."""
+
+    namespace: str = ""  # empty: the namespace this pod runs in (or "default")
+    image: str = ""  # empty: the project image from settings
+    nodes: int = 1
+    procs_per_node: int = 1  # = GPUs per node when accelerator_resource is set
+    accelerator_resource: str = "nvidia.com/gpu"  # amd.com/gpu, habana.ai/gaudi, or "" for CPU only
+    cpu: str = "8"
+    memory: str = "64Gi"
+    shm_size: str = "16Gi"  # /dev/shm for NCCL and dataloader workers
+    cache_size: str = "200Gi"  # emptyDir for downloaded weights and data (a node's disk, bounded)
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = field(default_factory=list)
+    queue: str = ""  # Kueue LocalQueue name; empty: no queueing
+    service_account: str = ""
+    backoff_limit: int = 3  # pod restarts before the job fails (the pipeline's max_restarts)
+    # Kubernetes waits this long after SIGTERM before SIGKILL; above the trainer's
+    # shutdown_grace_s so the final checkpoint can finish uploading.
+    termination_grace_s: int = 120
+    ttl_seconds_after_finished: int = 7 * 24 * 3600
+    cleanup: str = "on-success"  # delete the job after it ends: never | on-success | always
+    wait_timeout_s: int = 0  # 0: wait as long as the job runs
+    stall_timeout_s: int = 0  # fail when the trainer's progress line does not change this long; 0: off
+    poll_interval_s: float = 15.0
+    training_runtime: str = "torch-distributed"  # launcher=trainjob: the ClusterTrainingRuntime
+
+    def problems(self) -> list[str]:
+        return self.topology_problems() + self.kubernetes_problems()
+
+    def topology_problems(self) -> list[str]:
+        """What every launcher needs: processes to run and a restart budget."""
+        p = []
+        if self.nodes < 1:
+            p.append(f"nodes must be >= 1, got {self.nodes}")
+        if self.procs_per_node < 1:
+            p.append(f"procs_per_node must be >= 1, got {self.procs_per_node}")
+        if self.backoff_limit < 0:
+            p.append(f"max_restarts must be >= 0, got {self.backoff_limit}")
+        return p
+
+    def kubernetes_problems(self) -> list[str]:
+        """Settings that only the Kubernetes launchers and deploy backends use."""
+        p = []
+        if self.cleanup not in CLEANUP:
+            p.append(f"cleanup must be one of {CLEANUP}, got {self.cleanup!r}")
+        if self.poll_interval_s <= 0:
+            p.append(f"poll_interval_s must be > 0, got {self.poll_interval_s}")
+        if self.wait_timeout_s < 0:
+            p.append(f"wait_timeout_s must be >= 0 (0 waits forever), got {self.wait_timeout_s}")
+        if self.training_runtime:
+            p += rules.dns1123_subdomain(self.training_runtime, "training_runtime")
+        # The API server's own rules: names, label values, quantities, selectors, tolerations.
+        return p + rules.cluster_spec_problems(self)
+
+
+def job_name(run_id: str, prefix: str = "ft") -> str:
+    """A DNS-1035 name from the KFP run id, short enough for `<name>-worker-NNN` pod names."""
+    slug = re.sub(r"[^a-z0-9-]+", "-", run_id.lower()).strip("-")
+    name = f"{prefix}-{slug}"[:45].rstrip("-")
+    if not slug:
+        raise UserError(f"cannot derive a job name from run id {run_id!r}")
+    return name
+
+
+def labels(component: str, **extra: str) -> dict[str, str]:
+    return {**APP_LABELS, "app.kubernetes.io/component": component, **extra}
+
+
+def queue_labels(spec: ClusterSpec) -> dict[str, str]:
+    """Kueue admits (and counts quota for) objects carrying this label."""
+    return {KUEUE_LABEL: spec.queue} if spec.queue else {}
+
+
+def secret_env() -> list:
+    """S3 settings as values, credentials as references to the Secrets named in settings."""
+    from kubernetes.client import V1EnvVar, V1EnvVarSource, V1SecretKeySelector
+
+    def ref(env: str, secret: str, key: str, optional: bool = False) -> V1EnvVar:
+        return V1EnvVar(name=env, value_from=V1EnvVarSource(
+            secret_key_ref=V1SecretKeySelector(name=secret, key=key, optional=optional or None)))
+
+    return [
+        V1EnvVar(name="S3_ENDPOINT", value=settings.get("S3_ENDPOINT")),
+        V1EnvVar(name="S3_BUCKET", value=settings.get("S3_BUCKET")),
+        V1EnvVar(name="S3_REGION", value=settings.get("S3_REGION")),
+        ref("AWS_ACCESS_KEY_ID", settings.get("S3_SECRET_NAME"), "accesskey"),
+        ref("AWS_SECRET_ACCESS_KEY", settings.get("S3_SECRET_NAME"), "secretkey"),
+        ref("HF_TOKEN", settings.get("HF_SECRET_NAME"), "token", optional=True),
+    ]
+
+
+def scheduling(spec: ClusterSpec) -> dict[str, Any]:
+    """Pod-spec fields shared by training and serving pods."""
+    from kubernetes.client import V1Toleration
+
+    return {"node_selector": spec.node_selector or None,
+            "tolerations": [V1Toleration(**{re.sub(r"(?<!^)(?=[A-Z])", "_", k).lower(): v for k, v in t.items()})
+                            for t in spec.tolerations] or None}
+
+
+def pod_security(run_as_user: int | None = None):
+    """Pod-level half of restricted Pod Security (runAsNonRoot, RuntimeDefault seccomp).
+    fsGroup makes emptyDirs writable for the non-root user."""
+    from kubernetes.client import V1PodSecurityContext, V1SeccompProfile
+
+    return V1PodSecurityContext(run_as_non_root=True, run_as_user=run_as_user, run_as_group=run_as_user,
+                                fs_group=run_as_user or RUN_AS_USER,
+                                seccomp_profile=V1SeccompProfile(type="RuntimeDefault"))
+
+
+def container_security():
+    """Container-level half of restricted Pod Security."""
+    from kubernetes.client import V1Capabilities, V1SecurityContext, V1SeccompProfile
+
+    return V1SecurityContext(allow_privilege_escalation=False, run_as_non_root=True,
+                             capabilities=V1Capabilities(drop=["ALL"]),
+                             seccomp_profile=V1SeccompProfile(type="RuntimeDefault"))
+
+
+def accelerators(spec: ClusterSpec, count: int) -> dict[str, str]:
+    return {spec.accelerator_resource: str(count)} if spec.accelerator_resource and count else {}
+
+
+def to_dict(obj) -> dict[str, Any]:
+    """A kubernetes / kubeflow model object as the JSON the API server receives."""
+    if isinstance(obj, dict):
+        return obj
+    if hasattr(obj, "to_dict") and type(obj).__module__.startswith("kubeflow_trainer_api"):
+        return obj.to_dict()  # pydantic models: aliases (camelCase), unset fields left out
+    from kubernetes.client import ApiClient
+
+    return ApiClient().sanitize_for_serialization(obj)
+
+
+def default_namespace() -> str:
+    """The namespace this pod runs in, else the kubeconfig context's, else `default`."""
+    from kubeflow.training.utils import utils
+
+    return utils.get_default_target_namespace()
+
+
+def api_client(client_configuration: Any = None):
+    """A kubernetes ApiClient: the given configuration, else in-cluster, else kubeconfig."""
+    from kubeflow.training.utils import utils
+    from kubernetes import client as k, config
+
+    if client_configuration is None:
+        config.load_incluster_config() if utils.is_running_in_k8s() else config.load_kube_config()
+    return k.ApiClient(client_configuration)
+
+
+class JobFailed(UserError):
+    """The training job ended without success; the message carries the diagnosis."""
+
+
+def failure_report(core, namespace: str, name: str, pod_selector: str, main_pod: Any, container: str,
+                   tail: int = 30) -> str:
+    """Pod phases and container states, recent events, and the main pod's last log lines.
+
+    `main_pod(pod) -> bool` picks the pod whose log tells the story (master / node 0).
+    """
+    from kubernetes.client.exceptions import ApiException
+
+    lines = []
+    try:
+        pods = core.list_namespaced_pod(namespace, label_selector=pod_selector).items
+    except ApiException as err:
+        return f"(could not list pods: {err.status} {err.reason})"
+    lines.append("pods:")
+    for pod in pods:
+        states = []
+        for cs in (pod.status.container_statuses or []) if pod.status else []:
+            st = cs.state
+            if st and st.terminated:
+                states.append(f"{cs.name} terminated {st.terminated.reason} exit={st.terminated.exit_code}")
+            elif st and st.waiting:
+                states.append(f"{cs.name} waiting {st.waiting.reason}")
+            if cs.restart_count:
+                states.append(f"restarts={cs.restart_count}")
+        phase = pod.status.phase if pod.status else "?"
+        lines.append(f"  {pod.metadata.name}: {phase} {'; '.join(states)}".rstrip())
+    lines.append("events:")
+    for obj in [name, *[p.metadata.name for p in pods]]:
+        try:
+            events = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={obj}").items
+        except ApiException:
+            events = []
+        lines += [f"  {obj}: {e.type} {e.reason}: {e.message}" for e in events[-5:]]
+    for pod in [p for p in pods if main_pod(p)][:1]:
+        try:
+            log = core.read_namespaced_pod_log(pod.metadata.name, namespace, container=container, tail_lines=tail)
+            lines.append(f"last {tail} log lines of {pod.metadata.name}:")
+            lines += [f"  {line}" for line in (log or "").splitlines()[-tail:]]
+        except ApiException as err:
+            lines.append(f"(no log for {pod.metadata.name}: {err.status} {err.reason})")
+    return "\n".join(lines)
+
+
+class _Stopped(Exception):
+    """follow_job's verdict when the job did not succeed: 'failed', 'timed out' or a stall message."""
+
+
+def follow_job(status: Callable[[], str], core, namespace: str, pod_selector: str, container: str,
+               spec: ClusterSpec) -> None:
+    """Stream the main pod's log into ours while polling the job until it succeeds.
+
+    `status()` returns 'succeeded', 'failed' or anything else (still going). Every log line
+    feeds the progress watchdog (trainer.watchdog, `spec.stall_timeout_s`, 0 = off), so a job
+    whose step counter stops moving ends with a message naming the stuck stage, as does one
+    that outlives `spec.wait_timeout_s` (0 = no limit). Raises _Stopped with the reason.
+    """
+    from trainer.watchdog import Watchdog
+
+    dog, lock, done, drained = Watchdog(spec.stall_timeout_s), threading.Lock(), threading.Event(), threading.Event()
+
+    def feed(line: str) -> None:
+        print(line, flush=True)
+        with lock:
+            dog.feed(line)
+
+    reader = threading.Thread(target=_stream_logs, args=(core, namespace, pod_selector, container, feed, done,
+                                                         drained, spec.poll_interval_s), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + spec.wait_timeout_s if spec.wait_timeout_s else None
+    try:
+        while True:
+            state = status()
+            if state == "succeeded":
+                drained.wait(timeout=30)  # the log's last lines
+                return
+            if state == "failed":
+                raise _Stopped("failed")
+            with lock:
+                stalled = dog.check()
+            if stalled:
+                raise _Stopped(f"stalled: {stalled}")
+            if deadline is not None and time.monotonic() > deadline:
+                raise _Stopped(f"timed out after wait_timeout_s={spec.wait_timeout_s}")
+            time.sleep(spec.poll_interval_s)
+    finally:
+        done.set()
+
+
+def _stream_logs(core, namespace: str, selector: str, container: str, on_line: Callable[[str], None],
+                 done: threading.Event, drained: threading.Event, poll_s: float) -> None:
+    """Follow the log of the pod matching `selector` (again after a restart) until `done`."""
+    from kubernetes.client.exceptions import ApiException
+
+    seen: dict[str, int] = {}  # pod name -> lines already shown (a re-read after a restart repeats them)
+    while not done.is_set():
+        try:
+            pods = [p for p in core.list_namespaced_pod(namespace, label_selector=selector).items
+                    if p.status and p.status.phase in ("Running", "Succeeded", "Failed")]
+            for pod in pods[:1]:
+                name = pod.metadata.name
+                if name not in seen:
+                    print(f"--- log of pod {namespace}/{name} ---", flush=True)
+                resp = core.read_namespaced_pod_log(name, namespace, container=container, follow=True,
+                                                    _preload_content=False)
+                for i, raw in enumerate(_lines(resp)):
+                    if i >= seen.get(name, 0):
+                        on_line(raw)
+                        seen[name] = i + 1
+                    if done.is_set():
+                        return
+                if pod.status.phase in ("Succeeded", "Failed"):
+                    drained.set()  # a finished pod's log was read to its end
+        except ApiException as err:
+            if err.status not in (400, 404):  # 400: container not started yet
+                print(f"(log streaming: {err.status} {err.reason}; retrying)", flush=True)
+        except Exception as err:  # noqa: BLE001 - logs are best effort; the status poll decides
+            print(f"(log streaming stopped: {type(err).__name__}: {err})", flush=True)
+        done.wait(poll_s)
+
+
+def _lines(resp):
+    """Lines of a streamed HTTP response (urllib3), as they arrive."""
+    buf = b""
+    for chunk in resp.stream(amt=4096, decode_content=True):
+        buf += chunk
+        *lines, buf = buf.split(b"\n")
+        for line in lines:
+            yield line.decode("utf-8", "replace")
+    if buf:
+        yield buf.decode("utf-8", "replace")

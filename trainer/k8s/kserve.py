@@ -1,0 +1,151 @@
+"""deploy_backend=kserve: the merged model as a KServe InferenceService on a vLLM
+ServingRuntime the project ships (`serving.kserve.io`, validated against the v0.20.0 CRDs).
+
+  python -m trainer deploy-k8s --backend kserve --dry-run --model-uri s3://... --name my-model
+
+The ServingRuntime `llm-finetune-vllm` runs the same vLLM image and flags as the Deployment
+backend (trainer.k8s.vllm.vllm_args: tool-call parser hermes, the served model name =
+the InferenceService name through KServe's `{{.Name}}`); the InferenceService adds what varies
+per deploy (tensor parallelism, LoRA adapters), the accelerator resource and placement.
+KServe's storage initializer downloads `storageUri` (s3://) into /mnt/models, with the S3
+credentials of the ServiceAccount `llm-finetune-kserve`, whose Secret carries KServe's S3
+annotations (rendered by pipelines.manifests). Adapters side by side use `storageUris`, one
+mount per adapter. Re-deploying patches both objects; the service is ready when the
+InferenceService says Ready and its predictor answers /v1/models, then the same OpenAI smoke
+test as every other backend runs.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from trainer.errors import UserError, collect
+from trainer.k8s.common import (RUN_AS_USER, accelerators, api_client, container_security, default_namespace,
+                                labels as app_labels, pod_security, queue_labels, to_dict)
+from trainer.k8s.vllm import ServeSpec, base_args, extra_args, image
+
+GROUP = "serving.kserve.io"
+RUNTIME_NAME = "llm-finetune-vllm"
+SERVICE_ACCOUNT = "llm-finetune-kserve"  # carries the S3 Secret (see pipelines.manifests)
+MODEL_FORMAT = "vllm"
+PORT = 8080  # KServe's default container port
+MOUNT = "/mnt/models"
+ADAPTERS = "/mnt/adapters"
+
+
+def serving_runtime(spec: ServeSpec) -> dict:
+    """The ServingRuntime: vLLM's image and the shared flags; the model name is KServe's `{{.Name}}`."""
+    c = spec.cluster
+    return {
+        "apiVersion": f"{GROUP}/v1alpha1", "kind": "ServingRuntime",
+        "metadata": {"name": RUNTIME_NAME, **({"namespace": c.namespace} if c.namespace else {}),
+                     "labels": app_labels("server")},
+        "spec": {
+            "supportedModelFormats": [{"name": MODEL_FORMAT, "version": "1", "autoSelect": True}],
+            "protocolVersions": ["v1"],
+            "containers": [{
+                "name": "kserve-container", "image": image(spec),
+                "command": ["vllm", "serve"], "args": base_args("{{.Name}}", MOUNT, PORT),
+                "env": [{"name": "HOME", "value": "/tmp"}, {"name": "HF_HOME", "value": "/tmp/hf"},
+                        {"name": "HF_HUB_OFFLINE", "value": "1"}],
+                "ports": [{"containerPort": PORT, "protocol": "TCP"}],
+                "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "2Gi"}},
+                "securityContext": to_dict(container_security()),
+                "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}]}],
+            "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": c.shm_size}}],
+        },
+    }
+
+
+def inference_service(spec: ServeSpec) -> dict:
+    c = spec.cluster
+    gpus = accelerators(c, spec.gpus)
+    adapters = {n: f"{ADAPTERS}/{n}" for n in spec.adapters}
+    model: dict[str, Any] = {
+        "modelFormat": {"name": MODEL_FORMAT}, "runtime": RUNTIME_NAME,
+        "args": extra_args(spec.gpus, adapters, spec.max_lora_rank, spec.max_model_len),
+        "resources": {"requests": {"cpu": c.cpu, "memory": c.memory, **gpus}, "limits": {"memory": c.memory, **gpus}},
+        "securityContext": to_dict(container_security()),
+    }
+    predictor: dict[str, Any] = {
+        "serviceAccountName": c.service_account or SERVICE_ACCOUNT, "minReplicas": spec.replicas,
+        "securityContext": to_dict(pod_security(RUN_AS_USER)), "model": model,
+        **({"nodeSelector": c.node_selector} if c.node_selector else {}),
+        **({"tolerations": c.tolerations} if c.tolerations else {}),
+    }
+    if spec.adapters:
+        predictor["storageUris"] = [{"uri": spec.model_uri, "mountPath": MOUNT},
+                                    *[{"uri": uri, "mountPath": adapters[n]} for n, uri in spec.adapters.items()]]
+    else:
+        model["storageUri"] = spec.model_uri
+    return {
+        "apiVersion": f"{GROUP}/v1beta1", "kind": "InferenceService",
+        "metadata": {"name": spec.name, **({"namespace": c.namespace} if c.namespace else {}),
+                     "labels": {**app_labels("server", **{"app.kubernetes.io/instance": spec.name}), **queue_labels(c)},
+                     "annotations": {"llm-finetune/model-uri": spec.model_uri}},
+        "spec": {"predictor": predictor},
+    }
+
+
+def build(spec: ServeSpec) -> list[dict]:
+    """(ServingRuntime, InferenceService) for `spec`, not yet sent anywhere."""
+    collect(spec.problems(), what="invalid serving settings")
+    return [serving_runtime(spec), inference_service(spec)]
+
+
+def apply(custom, objects: list[dict], namespace: str) -> str:
+    """Create each object, or patch it when it exists. Returns 'created' or 'patched' (the InferenceService)."""
+    from kubernetes.client.exceptions import ApiException
+
+    action = "created"
+    for obj in objects:
+        version, plural = obj["apiVersion"].split("/")[1], obj["kind"].lower() + "s"
+        try:
+            custom.create_namespaced_custom_object(GROUP, version, namespace, plural, obj)
+            action = "created"
+        except ApiException as err:
+            if err.status != 409:
+                raise
+            custom.patch_namespaced_custom_object(GROUP, version, namespace, plural, obj["metadata"]["name"], obj)
+            action = "patched"
+    return action
+
+
+def wait_ready(custom, name: str, namespace: str, timeout_s: float, poll_s: float = 5.0) -> str:
+    """Until the newest generation is Ready; returns the predictor's in-cluster URL."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        obj = custom.get_namespaced_custom_object(GROUP, "v1beta1", namespace, "inferenceservices", name)
+        st = obj.get("status") or {}
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in st.get("conditions", []))
+        if ready and st.get("observedGeneration", 0) >= obj["metadata"].get("generation", 0):
+            return ((st.get("address") or {}).get("url") or st.get("url")
+                    or f"http://{name}-predictor.{namespace}.svc.cluster.local")
+        if time.monotonic() > deadline:
+            why = [f"{c.get('type')}={c.get('status')} {c.get('reason', '')} {c.get('message', '')}".strip()
+                   for c in st.get("conditions", [])]
+            raise UserError(f"InferenceService {namespace}/{name} not Ready after {timeout_s:.0f}s "
+                            f"({'; '.join(why) or 'no status yet'}); see `kubectl -n {namespace} describe "
+                            f"inferenceservice/{name}` and the predictor pod's storage-initializer log")
+        time.sleep(poll_s)
+
+
+def deploy(spec: ServeSpec, messages: list[dict[str, Any]], tools: list | None = None,
+           client_configuration: Any = None, poll_s: float = 5.0, ready_timeout_s: float = 300) -> dict[str, Any]:
+    """Apply, wait for Ready and /v1/models, smoke-test every served name; returns endpoint and latency."""
+    from kubernetes import client as k
+
+    from trainer.serve import smoke_test, wait_ready as wait_models
+
+    custom = k.CustomObjectsApi(api_client(client_configuration))
+    namespace = spec.cluster.namespace or default_namespace()
+    action = apply(custom, build(spec), namespace)
+    print(f"{action} InferenceService {namespace}/{spec.name} (runtime {RUNTIME_NAME}); waiting until Ready",
+          flush=True)
+    url = wait_ready(custom, spec.name, namespace, spec.rollout_timeout_s, poll_s).rstrip("/")
+    wait_models(url, timeout=ready_timeout_s)
+    out = smoke_test(url, spec.name, messages, tools)
+    for adapter in spec.adapters:
+        out[f"latency_s_{adapter}"] = smoke_test(url, adapter, messages, tools)["latency_s"]
+    return {**out, "endpoint": f"{url}/v1", "action": action, "models": [spec.name, *spec.adapters]}

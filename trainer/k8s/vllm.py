@@ -1,0 +1,236 @@
+"""deploy_backend=kubernetes: the merged model (or the base model with several LoRA adapters
+side by side) behind vLLM's OpenAI-compatible server, as a Deployment and a Service.
+
+  python -m trainer deploy-k8s --dry-run --model-uri s3://... --name my-model
+  python -m trainer deploy-k8s --dry-run --model-uri s3://.../base --name cmp \\
+      --adapter trial-a=s3://.../adapter-a --adapter trial-b=s3://.../adapter-b
+
+Init container `fetch-model` runs the project image to download the model (and each adapter)
+from MinIO into an emptyDir, verifying checksums; container `vllm` serves it. With adapters,
+vLLM serves the base model as `name` and each adapter under its own name (`--enable-lora
+--lora-modules`), so one endpoint answers for all of them by the request's `model`.
+Re-deploying patches both objects instead of failing; the rollout is awaited, then the same
+OpenAI smoke test as locally runs against the Service.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainer import settings
+from trainer.errors import UserError, collect
+from trainer.k8s import rules
+from trainer.k8s.common import (RUN_AS_USER, ClusterSpec, accelerators, api_client, container_security,
+                                default_namespace, labels as app_labels, pod_security, queue_labels, scheduling,
+                                secret_env)
+
+PORT = 8000
+ROCM_RESOURCE = "amd.com/gpu"
+MODEL_DIR = "/models/model"
+ADAPTER_DIR = "/models/adapters"
+
+
+@dataclass
+class ServeSpec:
+    name: str  # Deployment / Service name, also the served model name
+    model_uri: str
+    cluster: ClusterSpec = field(default_factory=ClusterSpec)
+    gpus: int = 1  # > 1: tensor parallelism over that many GPUs of one node
+    replicas: int = 1
+    vllm_image: str = ""  # empty: settings VLLM_IMAGE, or VLLM_ROCM_IMAGE for amd.com/gpu
+    adapters: dict[str, str] = field(default_factory=dict)  # served name -> s3:// adapter URI
+    max_lora_rank: int = 16  # vLLM refuses adapters of a higher rank than this
+    max_model_len: int = 0  # 0: the model's own context length
+    rollout_timeout_s: int = 1800
+
+    def problems(self) -> list[str]:
+        p = rules.served_model_name(self.name, "served_model_name")
+        p += rules.non_negative_int(self.gpus, "serve_gpus")
+        p += rules.non_negative_int(self.replicas, "replicas", 1)
+        for name, uri in self.adapters.items():
+            p += rules.served_model_name(name, f"adapter name {name!r}")
+            if not str(uri).startswith("s3://"):
+                p.append(f"adapter {name!r}: {uri!r} must be an s3:// URI (deliver it first)")
+        if len(set(self.adapters) | {self.name}) != len(self.adapters) + 1:
+            p.append(f"adapter names must differ from each other and from the served model name {self.name!r}")
+        return p + self.cluster.kubernetes_problems()
+
+
+def image(spec: ServeSpec) -> str:
+    """The vLLM image for the accelerator: CUDA builds cannot drive AMD GPUs."""
+    if spec.vllm_image:
+        return spec.vllm_image
+    return settings.get("VLLM_ROCM_IMAGE" if spec.cluster.accelerator_resource == ROCM_RESOURCE else "VLLM_IMAGE")
+
+
+def base_args(served_name: str, model_path: str, port: int) -> list[str]:
+    """What every vLLM server of the project runs with (the KServe runtime holds just these).
+
+    hermes parses <tool_call>{...}</tool_call>, the format of our chat template and of Qwen/Hermes.
+    """
+    return [model_path, "--served-model-name", served_name, "--host", "0.0.0.0", "--port", str(port),
+            "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+
+
+def extra_args(gpus: int = 1, adapters: dict[str, str] | None = None, max_lora_rank: int = 16,
+               max_model_len: int = 0) -> list[str]:
+    """What varies per deploy: tensor parallelism over the pod's GPUs, LoRA adapters side by side."""
+    args = []
+    if gpus > 1:
+        args += ["--tensor-parallel-size", str(gpus)]
+    if max_model_len:
+        args += ["--max-model-len", str(max_model_len)]
+    if adapters:
+        args += ["--enable-lora", "--max-lora-rank", str(max_lora_rank), "--max-loras", str(len(adapters)),
+                 "--lora-modules", *[f"{name}={path}" for name, path in adapters.items()]]
+    return args
+
+
+def vllm_args(served_name: str, model_path: str, port: int, gpus: int = 1, adapters: dict[str, str] | None = None,
+              max_lora_rank: int = 16, max_model_len: int = 0) -> list[str]:
+    """The whole vLLM command line after `vllm serve`."""
+    return base_args(served_name, model_path, port) + extra_args(gpus, adapters, max_lora_rank, max_model_len)
+
+
+def labels(spec: ServeSpec) -> dict[str, str]:
+    return app_labels("server", **{"app.kubernetes.io/instance": spec.name})
+
+
+def build(spec: ServeSpec):
+    """(Deployment, Service) objects for `spec`, not yet sent anywhere."""
+    from kubernetes import client as k
+
+    collect(spec.problems(), what="invalid serving settings")
+    c = spec.cluster
+    gpus = accelerators(c, spec.gpus)
+    mounts = [k.V1VolumeMount(name="model", mount_path="/models"), k.V1VolumeMount(name="dshm", mount_path="/dev/shm")]
+    downloads = [(spec.model_uri, MODEL_DIR), *[(uri, f"{ADAPTER_DIR}/{n}") for n, uri in spec.adapters.items()]]
+    script = " && ".join(f"python -m trainer download {uri} {path}" for uri, path in downloads)
+    fetch = k.V1Container(
+        name="fetch-model", image=c.image or settings.image(),
+        command=["python", "-m", "trainer", "download", spec.model_uri, MODEL_DIR] if not spec.adapters
+        else ["sh", "-c", script],
+        env=[*secret_env(), k.V1EnvVar(name="FINETUNE_CACHE_DIR", value="/models/.cache")],
+        resources=k.V1ResourceRequirements(requests={"cpu": "1", "memory": "2Gi"}, limits={"memory": "4Gi"}),
+        security_context=container_security(), volume_mounts=mounts[:1])
+    probe = dict(http_get=k.V1HTTPGetAction(path="/v1/models", port=PORT))
+    adapters = {n: f"{ADAPTER_DIR}/{n}" for n in spec.adapters}
+    server = k.V1Container(
+        name="vllm", image=image(spec),
+        command=["vllm", "serve", *vllm_args(spec.name, MODEL_DIR, PORT, spec.gpus, adapters, spec.max_lora_rank,
+                                             spec.max_model_len)],
+        # vLLM's images run as root with HOME=/root; as a non-root user its caches go to /tmp.
+        env=[k.V1EnvVar(name="HOME", value="/tmp"), k.V1EnvVar(name="HF_HOME", value="/tmp/hf"),
+             k.V1EnvVar(name="HF_HUB_OFFLINE", value="1")],
+        ports=[k.V1ContainerPort(container_port=PORT, name="http")],
+        resources=k.V1ResourceRequirements(requests={"cpu": c.cpu, "memory": c.memory, **gpus},
+                                           limits={"memory": c.memory, **gpus}),
+        # /health says the process is up; /v1/models says the model is loaded and servable.
+        startup_probe=k.V1Probe(**probe, period_seconds=10, failure_threshold=180),
+        readiness_probe=k.V1Probe(**probe, period_seconds=10),
+        liveness_probe=k.V1Probe(http_get=k.V1HTTPGetAction(path="/health", port=PORT), period_seconds=20),
+        security_context=container_security(), volume_mounts=mounts)
+    meta = k.V1ObjectMeta(name=spec.name, namespace=c.namespace or None, labels={**labels(spec), **queue_labels(c)})
+    deployment = k.V1Deployment(
+        api_version="apps/v1", kind="Deployment", metadata=meta,
+        spec=k.V1DeploymentSpec(
+            replicas=spec.replicas, selector=k.V1LabelSelector(match_labels=labels(spec)),
+            # Recreate: a GPU node rarely has room for old and new pods side by side.
+            strategy=k.V1DeploymentStrategy(type="Recreate"),
+            template=k.V1PodTemplateSpec(
+                metadata=k.V1ObjectMeta(labels={**labels(spec), **queue_labels(c)}, annotations={
+                    "llm-finetune/model-uri": spec.model_uri,
+                    **({"llm-finetune/adapters": ",".join(f"{n}={u}" for n, u in spec.adapters.items())}
+                       if spec.adapters else {})}),
+                spec=k.V1PodSpec(
+                    init_containers=[fetch], containers=[server], service_account_name=c.service_account or None,
+                    security_context=pod_security(RUN_AS_USER),
+                    volumes=[k.V1Volume(name="model", empty_dir=k.V1EmptyDirVolumeSource(size_limit=c.cache_size)),
+                             k.V1Volume(name="dshm", empty_dir=k.V1EmptyDirVolumeSource(medium="Memory",
+                                                                                      size_limit=c.shm_size))],
+                    **scheduling(c)))))
+    service = k.V1Service(
+        api_version="v1", kind="Service", metadata=k.V1ObjectMeta(name=spec.name, namespace=c.namespace or None,
+                                                                  labels=labels(spec)),
+        spec=k.V1ServiceSpec(selector=labels(spec), ports=[k.V1ServicePort(name="http", port=PORT,
+                                                                           target_port="http")]))
+    return deployment, service
+
+
+def apply(apps, core, deployment, service, namespace: str) -> str:
+    """Create, or patch when they exist (idempotent re-deploy). Returns 'created' or 'patched'."""
+    from kubernetes.client.exceptions import ApiException
+
+    name = deployment.metadata.name
+    try:
+        apps.create_namespaced_deployment(namespace, deployment)
+        core.create_namespaced_service(namespace, service)
+        return "created"
+    except ApiException as err:
+        if err.status != 409:
+            raise
+    apps.patch_namespaced_deployment(name, namespace, deployment)
+    try:
+        core.patch_namespaced_service(name, namespace, service)
+    except ApiException as err:
+        if err.status != 404:
+            raise
+        core.create_namespaced_service(namespace, service)
+    return "patched"
+
+
+def wait_rollout(apps, name: str, namespace: str, timeout_s: float, poll_s: float = 5.0) -> None:
+    """Until the newest generation's replicas are all updated and available."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        d = apps.read_namespaced_deployment_status(name, namespace)
+        st, want = d.status, d.spec.replicas
+        if st and (st.observed_generation or 0) >= (d.metadata.generation or 0) \
+                and (st.updated_replicas or 0) == want and (st.available_replicas or 0) == want:
+            return
+        if time.monotonic() > deadline:
+            raise UserError(f"deployment {namespace}/{name} not rolled out after {timeout_s:.0f}s "
+                            f"(updated={st.updated_replicas if st else 0}, available={st.available_replicas if st else 0}"
+                            f", wanted={want}); see `kubectl -n {namespace} describe deploy/{name}`")
+        time.sleep(poll_s)
+
+
+def deploy(spec: ServeSpec, messages: list[dict[str, Any]], tools: list | None = None,
+           client_configuration: Any = None, poll_s: float = 5.0, ready_timeout_s: float = 300) -> dict[str, Any]:
+    """Apply, wait for rollout, smoke-test through the Service (the base model and every adapter
+    by name); returns endpoint, latency and the names served."""
+    from kubernetes import client as k
+
+    from trainer.serve import smoke_test, wait_ready
+
+    api = api_client(client_configuration)
+    namespace = spec.cluster.namespace or default_namespace()
+    deployment, service = build(spec)
+    action = apply(k.AppsV1Api(api), k.CoreV1Api(api), deployment, service, namespace)
+    print(f"{action} Deployment and Service {namespace}/{spec.name}; waiting for rollout", flush=True)
+    wait_rollout(k.AppsV1Api(api), spec.name, namespace, spec.rollout_timeout_s, poll_s)
+    url = service_url(spec.name, namespace)
+    wait_ready(url, timeout=ready_timeout_s)
+    out = smoke_test(url, spec.name, messages, tools)
+    for adapter in spec.adapters:
+        out[f"latency_s_{adapter}"] = smoke_test(url, adapter, messages, tools)["latency_s"]
+    return {**out, "endpoint": f"{url}/v1", "action": action, "models": [spec.name, *spec.adapters]}
+
+
+def service_url(name: str, namespace: str) -> str:
+    return f"http://{name}.{namespace}.svc.cluster.local:{PORT}"
+
+
+def parse_adapters(pairs: list[str]) -> dict[str, str]:
+    """`NAME=s3://...` strings -> {name: uri}; every malformed one reported at once."""
+    out, problems = {}, []
+    for pair in pairs:
+        name, sep, uri = pair.partition("=")
+        if not sep or not name or not uri:
+            problems.append(f"adapter {pair!r} must be NAME=s3://bucket/adapters/..., e.g. trial-a=s3://...")
+        else:
+            out[name] = uri
+    collect(problems, what="invalid --adapter")
+    return out
