@@ -219,3 +219,234 @@ def test_dry_run_2_nodes_x_8_gpus_is_valid_and_secret_free():
     assert [o["kind"] for o in objs] == ["Deployment", "Service"]
     for o in objs:
         validate(o)
+
+
+# --- Kubeflow Trainer v2: TrainJob -------------------------------------------------------
+
+def trainjob(spec: ClusterSpec, name="ft-run1") -> dict:
+    from trainer.k8s.trainjob import build_trainjob
+
+    obj = to_dict(build_trainjob(name, ARGS, spec))
+    validate(obj)  # the v2.3.0 CRD, strict
+    assert_restricted(obj)
+    return obj
+
+
+def test_trainjob_shape_runtime_resources_and_placement():
+    obj = trainjob(ClusterSpec(nodes=2, procs_per_node=8, accelerator_resource="amd.com/gpu", queue="team-a",
+                               node_selector={"pool": "mi300"}, training_runtime="llm-finetune-torch",
+                               tolerations=[{"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]))
+    assert obj["spec"]["runtimeRef"] == {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime",
+                                         "name": "llm-finetune-torch"}
+    t = obj["spec"]["trainer"]
+    assert t["numNodes"] == 2 and t["numProcPerNode"] == 8
+    assert t["resourcesPerNode"]["limits"]["amd.com/gpu"] == "8"
+    assert t["command"][:6] == ["python", "-m", "torch.distributed.run", "-m", "trainer", "train"]
+    assert t["command"][6:] == ARGS  # the same command as every other launcher
+    env = {e["name"]: e for e in t["env"]}
+    assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "llm-finetune-s3", "key": "secretkey"}
+    assert obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    [patch] = obj["spec"]["runtimePatches"]
+    [node] = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    pod = node["template"]["spec"]["template"]["spec"]
+    assert node["name"] == "node" and pod["containers"][0]["name"] == "node"
+    assert pod["nodeSelector"] == {"pool": "mi300"} and pod["tolerations"][0]["key"] == "amd.com/gpu"
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}} in pod["volumes"]
+
+
+def test_trainjob_runtime_exists_in_shipped_or_upstream_manifests():
+    """The runtime the TrainJob names by default is Trainer's own torch-distributed, and its
+    replicated job and container are named `node`, which the runtime patch addresses."""
+    import yaml
+
+    from tests.schemas import schema_file
+
+    runtime = yaml.safe_load(schema_file("runtime-torch-distributed.yaml").read_text())
+    validate(runtime)
+    assert runtime["metadata"]["name"] == ClusterSpec().training_runtime
+    [rj] = runtime["spec"]["template"]["spec"]["replicatedJobs"]
+    assert rj["name"] == "node" and rj["template"]["spec"]["template"]["spec"]["containers"][0]["name"] == "node"
+
+
+def test_trainjob_launcher_creates_streams_waits_and_cleans_up_fake_api(capsys):
+    from trainer.k8s.trainjob import TrainJobLauncher
+
+    with FakeKubeAPI() as api:
+        TrainJobLauncher(ClusterSpec(namespace="ml", nodes=2, poll_interval_s=0.01), api.configuration).run(
+            ARGS, "ft-tj")
+        [(_, path, body)] = api.state.calls("POST", "trainjobs")
+        assert path == "/apis/trainer.kubeflow.org/v1alpha1/namespaces/ml/trainjobs"
+        validate(body)
+        assert api.state.calls("DELETE", "trainjobs/ft-tj")
+    out = capsys.readouterr().out
+    assert "created TrainJob ml/ft-tj on runtime torch-distributed" in out
+    assert "log of pod ml/ft-tj-node-0-0" in out and "step 2 loss 1.0" in out
+
+
+def test_trainjob_failure_report_and_retry_attaches_fake_api(capsys):
+    from trainer.k8s.trainjob import TrainJobLauncher
+
+    script = JobScript(conditions=["Created", "Failed"], pod_phase="Failed", terminated_reason="Error", exit_code=2,
+                       master_log="error: dataset_source 'x' not found\n",
+                       events=[("Warning", "BackoffLimitExceeded", "Job has reached the specified backoff limit")])
+    with FakeKubeAPI(script) as api:
+        spec = ClusterSpec(namespace="ml", nodes=2, poll_interval_s=0.01, cleanup="never")
+        api.state.objects[("TrainJob", "ml", "ft-tj")] = {"metadata": {"name": "ft-tj", "namespace": "ml",
+                                                                       "generation": 1},
+                                                          "spec": to_dict(__import__("trainer.k8s.trainjob", fromlist=[
+                                                              "x"]).build_trainjob("ft-tj", ARGS, spec))["spec"]}
+        with pytest.raises(JobFailed) as err:
+            TrainJobLauncher(spec, api.configuration).run(ARGS, "ft-tj")
+        assert not api.state.calls("DELETE", "trainjobs")
+    assert "already exists; following it" in capsys.readouterr().out  # a retried task attaches
+    msg = str(err.value)
+    assert "TrainJob ml/ft-tj failed" in msg
+    assert "ft-tj-node-0-0: Failed node terminated Error exit=2" in msg and "ft-tj-node-0-1: Failed" in msg
+    assert "Warning BackoffLimitExceeded" in msg and "dataset_source 'x' not found" in msg
+
+
+def test_stalled_job_is_stopped_with_the_stuck_stage_fake_api():
+    """The watchdog reads the trainer's progress lines from the streamed log; when the step stops
+    moving the job is deleted (its GPUs freed) and the error names the stage."""
+    from trainer.watchdog import progress_line
+
+    script = JobScript(conditions=["Created", "Running"] + ["Running"] * 10**4,
+                       master_log=f"{progress_line('loading model', 0)}\n{progress_line('training', 3)}\n")
+    with FakeKubeAPI(script) as api:
+        spec = ClusterSpec(namespace="ml", poll_interval_s=0.05, stall_timeout_s=1, cleanup="never")
+        with pytest.raises(JobFailed, match=r"stalled: no progress for \d+ s in stage 'training' at step 3"):
+            PyTorchJobLauncher(spec, api.configuration).run(ARGS, "ft-stuck")
+        assert api.state.calls("DELETE", "pytorchjobs/ft-stuck")  # stopped, not left holding GPUs
+
+
+def test_launcher_names(monkeypatch):
+    from trainer.k8s import launcher_for
+    from trainer.k8s.trainjob import TrainJobLauncher
+
+    assert launcher_for("pytorchjob") is launcher_for("kubernetes") is PyTorchJobLauncher
+    assert launcher_for("trainjob") is TrainJobLauncher
+
+
+def test_dry_run_trainjob_cli_is_valid():
+    [tj] = dry_run("launch-k8s", "--dry-run", "--launcher", "trainjob", "--nodes", "2", "--procs-per-node", "4",
+                   "--namespace", "ml", "--run-id", "run-42", *ARGS)
+    validate(tj)
+    assert tj["kind"] == "TrainJob" and tj["metadata"]["name"] == "ft-run-42"
+
+
+@pytest.mark.parametrize("args, fix", [
+    (["--namespace", "Bad_NS"], "namespace='Bad_NS' is not a valid Kubernetes name"),
+    (["--tolerations", '[{"key": "k", "operator": "Sometimes"}]'], "operator='Sometimes' is not allowed"),
+    (["--node-selector", '{"pool": 1}'], "must be a string"),
+])
+def test_cli_refuses_bad_cluster_values(args, fix):
+    proc = subprocess.run([sys.executable, "-m", "trainer", "launch-k8s", "--dry-run", *args, *ARGS], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and fix in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_deploy_cli_refuses_bad_name_and_gpus():
+    proc = subprocess.run([sys.executable, "-m", "trainer", "deploy-k8s", "--dry-run", "--name", "My_Model",
+                           "--gpus", "-3", "--model-uri", "s3://b/m"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "served_model_name='My_Model'" in proc.stderr and "serve_gpus must be >= 0" in proc.stderr
+
+
+# --- vLLM: tensor parallelism, adapters side by side, images per accelerator ---------------
+
+def test_multi_lora_deployment_serves_base_and_adapters_by_name():
+    spec = cluster_serve.ServeSpec(name="base", model_uri="s3://b/models/base", gpus=2, max_lora_rank=64,
+                                   adapters={"trial-a": "s3://b/models/a", "trial-b": "s3://b/models/b"},
+                                   cluster=ClusterSpec(namespace="ml", queue="serve-q"))
+    deployment, service = (to_dict(o) for o in cluster_serve.build(spec))
+    validate(deployment)
+    assert_restricted(deployment)
+    pod = deployment["spec"]["template"]["spec"]
+    cmd = pod["containers"][0]["command"]
+    assert cmd[cmd.index("--tensor-parallel-size") + 1] == "2"
+    assert "--enable-lora" in cmd and cmd[cmd.index("--max-lora-rank") + 1] == "64"
+    i = cmd.index("--lora-modules")
+    assert cmd[i + 1:i + 3] == ["trial-a=/models/adapters/trial-a", "trial-b=/models/adapters/trial-b"]
+    fetch = " ".join(pod["initContainers"][0]["command"])
+    assert "download s3://b/models/a /models/adapters/trial-a" in fetch and "s3://b/models/base /models/model" in fetch
+    assert deployment["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "serve-q"
+    assert pod["initContainers"][0]["resources"]["limits"]["memory"]
+
+
+def test_vllm_image_follows_the_accelerator():
+    amd = cluster_serve.ServeSpec(name="m", model_uri="s3://b/m", cluster=ClusterSpec(accelerator_resource="amd.com/gpu"))
+    nv = cluster_serve.ServeSpec(name="m", model_uri="s3://b/m")
+    assert "rocm" in cluster_serve.image(amd) and "rocm" not in cluster_serve.image(nv)
+    assert cluster_serve.image(cluster_serve.ServeSpec(name="m", model_uri="s3://b/m", vllm_image="my/vllm:1")) \
+        == "my/vllm:1"
+
+
+def test_local_and_cluster_vllm_flags_are_the_same_function():
+    from trainer.serve import vllm_args
+
+    d, _ = cluster_serve.build(serve_spec())
+    cmd = to_dict(d)["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert cmd[2:] == vllm_args("/models/model", "tuned", host="0.0.0.0", port=8000)
+
+
+# --- KServe ---------------------------------------------------------------------------------
+
+def kserve_spec(**kw):
+    return cluster_serve.ServeSpec(name="tuned", model_uri="s3://b/models/sha256-abc",
+                                   cluster=ClusterSpec(namespace="ml"), **kw)
+
+
+def test_kserve_objects_are_valid_and_share_vllm_flags():
+    from trainer.k8s import kserve
+
+    runtime, isvc = kserve.build(kserve_spec(gpus=4))
+    for obj in (runtime, isvc):
+        validate(obj)  # KServe v0.20.0 CRDs, strict
+        assert_restricted(obj)
+    args = runtime["spec"]["containers"][0]["args"]
+    assert "--tool-call-parser" in args and args[args.index("--served-model-name") + 1] == "{{.Name}}"
+    model = isvc["spec"]["predictor"]["model"]
+    assert model["storageUri"] == "s3://b/models/sha256-abc" and model["runtime"] == runtime["metadata"]["name"]
+    assert model["args"] == ["--tensor-parallel-size", "4"] and model["resources"]["limits"]["nvidia.com/gpu"] == "4"
+    assert isvc["spec"]["predictor"]["serviceAccountName"] == kserve.SERVICE_ACCOUNT
+
+
+def test_kserve_create_ready_smoke_and_patch_on_redeploy_fake_api(monkeypatch):
+    from kubernetes import client as k
+
+    from trainer.k8s import kserve
+
+    seen = []
+    monkeypatch.setattr("trainer.serve.wait_ready", lambda url, timeout: seen.append(("ready", url)))
+    monkeypatch.setattr("trainer.serve.smoke_test", lambda url, model, messages, tools=None: (
+        seen.append(("chat", url, model)) or {"latency_s": 0.1, "reply": "hi", "model": model}))
+    with FakeKubeAPI() as api:
+        out = kserve.deploy(kserve_spec(), [{"role": "user", "content": "hi"}], client_configuration=api.configuration,
+                            poll_s=0.01)
+        assert out["action"] == "created" and out["endpoint"] == "http://tuned-predictor.ml.svc.cluster.local/v1"
+        assert seen == [("ready", "http://tuned-predictor.ml.svc.cluster.local"),
+                        ("chat", "http://tuned-predictor.ml.svc.cluster.local", "tuned")]
+        [(_, _, body)] = api.state.calls("POST", "inferenceservices")
+        validate(body)
+        custom = k.CustomObjectsApi(k.ApiClient(api.configuration))
+        again = kserve.apply(custom, kserve.build(cluster_serve.ServeSpec(
+            name="tuned", model_uri="s3://b/models/sha256-new", cluster=ClusterSpec(namespace="ml"))), "ml")
+        assert again == "patched" and api.state.calls("PATCH", "inferenceservices/tuned")
+        stored = api.state.objects[("InferenceService", "ml", "tuned")]
+        assert stored["metadata"]["generation"] == 2
+        assert stored["spec"]["predictor"]["model"]["storageUri"].endswith("sha256-new")
+        kserve.wait_ready(custom, "tuned", "ml", timeout_s=5, poll_s=0)  # waits for the new generation
+
+
+def test_kserve_not_ready_says_what_to_check_fake_api():
+    from kubernetes import client as k
+
+    from trainer.k8s import kserve
+
+    with FakeKubeAPI() as api:
+        api.state.isvc_ready_after_reads = 10**6
+        custom = k.CustomObjectsApi(k.ApiClient(api.configuration))
+        kserve.apply(custom, kserve.build(kserve_spec()), "ml")
+        with pytest.raises(UserError, match="storage-initializer"):
+            kserve.wait_ready(custom, "tuned", "ml", timeout_s=0.1, poll_s=0.02)

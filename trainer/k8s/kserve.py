@@ -4,7 +4,7 @@ ServingRuntime the project ships (`serving.kserve.io`, validated against the v0.
   python -m trainer deploy-k8s --backend kserve --dry-run --model-uri s3://... --name my-model
 
 The ServingRuntime `llm-finetune-vllm` runs the same vLLM image and flags as the Deployment
-backend (trainer.k8s.vllm.vllm_args: tool-call parser hermes, the served model name =
+backend (trainer.serve.vllm_args: tool-call parser hermes, the served model name =
 the InferenceService name through KServe's `{{.Name}}`); the InferenceService adds what varies
 per deploy (tensor parallelism, LoRA adapters), the accelerator resource and placement.
 KServe's storage initializer downloads `storageUri` (s3://) into /mnt/models, with the S3
@@ -23,7 +23,7 @@ from typing import Any
 from trainer.errors import UserError, collect
 from trainer.k8s.common import (RUN_AS_USER, accelerators, api_client, container_security, default_namespace,
                                 labels as app_labels, pod_security, queue_labels, to_dict)
-from trainer.k8s.vllm import ServeSpec, base_args, extra_args, image
+from trainer.k8s.vllm import ServeSpec, image, split_args
 
 GROUP = "serving.kserve.io"
 RUNTIME_NAME = "llm-finetune-vllm"
@@ -46,7 +46,7 @@ def serving_runtime(spec: ServeSpec) -> dict:
             "protocolVersions": ["v1"],
             "containers": [{
                 "name": "kserve-container", "image": image(spec),
-                "command": ["vllm", "serve"], "args": base_args("{{.Name}}", MOUNT, PORT),
+                "command": ["vllm", "serve"], "args": split_args(spec, "{{.Name}}", MOUNT, PORT)[0],
                 "env": [{"name": "HOME", "value": "/tmp"}, {"name": "HF_HOME", "value": "/tmp/hf"},
                         {"name": "HF_HUB_OFFLINE", "value": "1"}],
                 "ports": [{"containerPort": PORT, "protocol": "TCP"}],
@@ -64,7 +64,7 @@ def inference_service(spec: ServeSpec) -> dict:
     adapters = {n: f"{ADAPTERS}/{n}" for n in spec.adapters}
     model: dict[str, Any] = {
         "modelFormat": {"name": MODEL_FORMAT}, "runtime": RUNTIME_NAME,
-        "args": extra_args(spec.gpus, adapters, spec.max_lora_rank, spec.max_model_len),
+        "args": split_args(spec, "{{.Name}}", MOUNT, PORT, adapters)[1],
         "resources": {"requests": {"cpu": c.cpu, "memory": c.memory, **gpus}, "limits": {"memory": c.memory, **gpus}},
         "securityContext": to_dict(container_security()),
     }

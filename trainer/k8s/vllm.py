@@ -41,7 +41,7 @@ class ServeSpec:
     replicas: int = 1
     vllm_image: str = ""  # empty: settings VLLM_IMAGE, or VLLM_ROCM_IMAGE for amd.com/gpu
     adapters: dict[str, str] = field(default_factory=dict)  # served name -> s3:// adapter URI
-    max_lora_rank: int = 16  # vLLM refuses adapters of a higher rank than this
+    max_lora_rank: int = 16  # the largest adapter rank (vLLM refuses adapters above its limit)
     max_model_len: int = 0  # 0: the model's own context length
     rollout_timeout_s: int = 1800
 
@@ -65,33 +65,25 @@ def image(spec: ServeSpec) -> str:
     return settings.get("VLLM_ROCM_IMAGE" if spec.cluster.accelerator_resource == ROCM_RESOURCE else "VLLM_IMAGE")
 
 
-def base_args(served_name: str, model_path: str, port: int) -> list[str]:
-    """What every vLLM server of the project runs with (the KServe runtime holds just these).
+def server_args(spec: ServeSpec, served_name: str, model_path: str, port: int,
+                adapters: dict[str, str] | None = None) -> list[str]:
+    """vLLM's arguments for this deploy, from trainer.serve.vllm_args: one function for local and
+    cluster serving, so their flags (tool-call parser, LoRA, tensor parallelism) cannot drift."""
+    from trainer.serve import vllm_args
 
-    hermes parses <tool_call>{...}</tool_call>, the format of our chat template and of Qwen/Hermes.
-    """
-    return [model_path, "--served-model-name", served_name, "--host", "0.0.0.0", "--port", str(port),
-            "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
-
-
-def extra_args(gpus: int = 1, adapters: dict[str, str] | None = None, max_lora_rank: int = 16,
-               max_model_len: int = 0) -> list[str]:
-    """What varies per deploy: tensor parallelism over the pod's GPUs, LoRA adapters side by side."""
-    args = []
-    if gpus > 1:
-        args += ["--tensor-parallel-size", str(gpus)]
-    if max_model_len:
-        args += ["--max-model-len", str(max_model_len)]
-    if adapters:
-        args += ["--enable-lora", "--max-lora-rank", str(max_lora_rank), "--max-loras", str(len(adapters)),
-                 "--lora-modules", *[f"{name}={path}" for name, path in adapters.items()]]
-    return args
+    return vllm_args(model_path, served_name, host="0.0.0.0", port=port, lora_modules=adapters or None,
+                     max_lora_rank=spec.max_lora_rank if adapters else 0, max_model_len=spec.max_model_len,
+                     tensor_parallel_size=max(spec.gpus, 1))
 
 
-def vllm_args(served_name: str, model_path: str, port: int, gpus: int = 1, adapters: dict[str, str] | None = None,
-              max_lora_rank: int = 16, max_model_len: int = 0) -> list[str]:
-    """The whole vLLM command line after `vllm serve`."""
-    return base_args(served_name, model_path, port) + extra_args(gpus, adapters, max_lora_rank, max_model_len)
+def split_args(spec: ServeSpec, served_name: str, model_path: str, port: int,
+               adapters: dict[str, str] | None = None) -> tuple[list[str], list[str]]:
+    """(what every deploy shares, what this deploy adds): the KServe runtime holds the first,
+    the InferenceService the second. vllm_args appends per-deploy flags after the shared ones."""
+    shared = server_args(ServeSpec(name=spec.name, model_uri=spec.model_uri, gpus=1), served_name, model_path, port)
+    full = server_args(spec, served_name, model_path, port, adapters)
+    assert full[:len(shared)] == shared, "trainer.serve.vllm_args must put per-deploy flags last"
+    return shared, full[len(shared):]
 
 
 def labels(spec: ServeSpec) -> dict[str, str]:
@@ -119,8 +111,7 @@ def build(spec: ServeSpec):
     adapters = {n: f"{ADAPTER_DIR}/{n}" for n in spec.adapters}
     server = k.V1Container(
         name="vllm", image=image(spec),
-        command=["vllm", "serve", *vllm_args(spec.name, MODEL_DIR, PORT, spec.gpus, adapters, spec.max_lora_rank,
-                                             spec.max_model_len)],
+        command=["vllm", "serve", *server_args(spec, spec.name, MODEL_DIR, PORT, adapters)],
         # vLLM's images run as root with HOME=/root; as a non-root user its caches go to /tmp.
         env=[k.V1EnvVar(name="HOME", value="/tmp"), k.V1EnvVar(name="HF_HOME", value="/tmp/hf"),
              k.V1EnvVar(name="HF_HUB_OFFLINE", value="1")],
