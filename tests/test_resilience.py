@@ -35,9 +35,13 @@ def config(inputs, prefix):
 def trainer_processes() -> list[psutil.Process]:
     """Worker processes (`python -u -m trainer train`), not the torchrun agents."""
     out = []
-    for p in psutil.process_iter(["cmdline"]):
-        cmd = p.info["cmdline"] or []
-        if "trainer" in cmd and "train" in cmd and not any("torch.distributed.run" in c for c in cmd):
+    for p in psutil.Process().children(recursive=True):  # this test's, not other jobs on the machine
+        try:
+            cmd = p.cmdline()
+        except psutil.Error:  # exited meanwhile
+            continue
+        if "trainer" in cmd and "train" in cmd and not any(c.endswith("torchrun") or "torch.distributed.run" in c
+                                                           for c in cmd):
             out.append(p)
     return out
 

@@ -82,3 +82,29 @@ def test_full_finetune_outputs_a_complete_model(delivered, store, tmp_path):
     out = store.get_tree(result["output_uri"])
     assert (out / "config.json").exists() and not (out / "adapter_config.json").exists()
     assert (merge(store.get_tree(model_uri), out, tmp_path / "m") / "model.safetensors").exists()
+
+
+def test_tiny_dataset_of_short_rows_trains_on_two_processes(store, tmp_path):
+    """Issue 9 item 1: 40 short rows, 2 processes, token budgets: each rank's shard fits one
+    micro-batch. This hung forever (no batch was ever yielded); now it finishes."""
+    import json
+
+    path = tmp_path / "small.jsonl"
+    path.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"hi {i}"},
+                                                     {"role": "assistant", "content": "hello"}]}) + "\n"
+                            for i in range(40)))
+    model_uri, _ = sources.deliver_model("builtin:tiny-llama", "", store)
+    data_uri, meta = sources.deliver_dataset(str(path), "", store)
+    assert meta["rows"]["train"] == 36
+    cfg = TrainConfig(model_uri=model_uri, dataset_uri=data_uri, output_prefix="runs/small", max_steps=5,
+                      batch_tokens=1024, log_every=1, stall_timeout_s=120)
+    result = run_training(cfg, "local", ClusterSpec(nodes=2, procs_per_node=1, backoff_limit=0), store)
+    assert result["metrics"]["train_steps"] == 5
+    from transformers import AutoTokenizer
+
+    from trainer import data
+
+    tokenizer = AutoTokenizer.from_pretrained(store.get_tree(model_uri))
+    train_rows = data.read_jsonl(store.get_tree(data_uri) / "train.jsonl")
+    every_row = sum(len(e["input_ids"]) for e in data.encode_all(train_rows, tokenizer, 512)[0])
+    assert result["metrics"]["train_tokens"] == 5 * every_row  # each step: one batch per rank, all rows

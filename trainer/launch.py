@@ -8,19 +8,28 @@ running the same `torchrun -m trainer train ...` command as the cluster's contai
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 
 from trainer.errors import UserError
 from trainer.serve import free_port
+from trainer.watchdog import Watchdog
 
 
 def train_command(train_args: list[str]) -> list[str]:
-    """The command every node runs; torchrun reads topology from PET_* env vars."""
-    return [sys.executable, "-m", "torch.distributed.run", "-m", "trainer", "train", *train_args]
+    """The command every node runs; torchrun reads topology from PET_* env vars. trainer.torchrun
+    is torchrun passing on its worker's exit status (see there)."""
+    return [sys.executable, "-m", "trainer.torchrun", "-m", "trainer", "train", *train_args]
+
+
+# Worker exit statuses that a restart cannot cure: the user's input (2), a non-finite loss (3).
+CERTAIN_FAILURES = {2: "the input is invalid", 3: "the loss became NaN or infinite"}
 
 
 @dataclass
@@ -28,11 +37,14 @@ class LocalLauncher:
     """`nnodes` torchrun agents on this machine. When any node fails, every node is stopped and
     the whole job restarts (up to `max_restarts` times) and resumes from its last checkpoint,
     as a PyTorchJob restarts its pods. Restarting the whole job, rather than using torchrun's
-    per-agent restarts, avoids restarted workers dialling their peers' stale addresses."""
+    per-agent restarts, avoids restarted workers dialling their peers' stale addresses.
+    Failures that a restart cannot cure (CERTAIN_FAILURES, a stall caught by the progress
+    watchdog) end the job at once."""
 
     nnodes: int = 2
     nproc_per_node: int = 1
     max_restarts: int = 0
+    stall_timeout_s: float = 0.0  # > 0: fail when rank 0's progress stops that long (trainer.watchdog)
 
     def run(self, train_args: list[str]) -> None:
         """Run the job to completion; raise UserError naming the failed node otherwise."""
@@ -40,14 +52,20 @@ class LocalLauncher:
             failure = self._run_once(train_args)
             if failure is None:
                 return
-            node, code = failure
+            node, code, stall = failure
+            if stall:
+                raise UserError(f"training stalled: {stall}")
+            if code in CERTAIN_FAILURES:
+                raise UserError(f"training failed on node {node} (exit status {code}: {CERTAIN_FAILURES[code]}); "
+                                f"not restarted, a restart would fail the same way. See its log above")
             if attempt < self.max_restarts:
                 print(f"node {node} exited with status {code}; restarting the job "
                       f"({attempt + 1}/{self.max_restarts})", flush=True)
                 continue
             raise UserError(f"training failed on node {node} (exit status {code}); see its log above")
 
-    def _run_once(self, train_args: list[str]) -> tuple[int, int] | None:
+    def _run_once(self, train_args: list[str]) -> tuple[int, int, str | None] | None:
+        """None on success, else (node, exit status, stall message or None)."""
         world = self.nnodes * self.nproc_per_node
         port = free_port()
         # No oversubscription: OpenMP threads that outnumber cores spin against each other and
@@ -55,34 +73,98 @@ class LocalLauncher:
         # once (run_local sets it for sweeps).
         cpus = int(os.environ.get("FINETUNE_LOCAL_CPUS") or os.cpu_count() or 1)
         threads = max(1, cpus // world)
+        dog = Watchdog(self.stall_timeout_s)
         procs = []
         for node in range(self.nnodes):
             env = {**os.environ, "PET_NNODES": str(self.nnodes), "PET_NODE_RANK": str(node),
                    "PET_NPROC_PER_NODE": str(self.nproc_per_node), "PET_MASTER_ADDR": "127.0.0.1",
-                   "PET_MASTER_PORT": str(port), "OMP_NUM_THREADS": str(threads)}
-            procs.append(subprocess.Popen(train_command(train_args), env=env))
+                   "PET_MASTER_PORT": str(port), "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
+            # Own process group: stopping a node stops its workers too, even a frozen one.
+            procs.append(subprocess.Popen(train_command(train_args), env=env, start_new_session=True,
+                                          stdout=subprocess.PIPE if node == 0 else None, text=True,
+                                          errors="replace"))
+        reader = threading.Thread(target=_relay, args=(procs[0].stdout, dog), daemon=True)
+        reader.start()
         try:
             while True:
                 codes = [p.poll() for p in procs]
                 failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
                 if failed:
-                    return failed[0]
+                    # Peers of a failed node fail soon after (a collective loses its peer): give
+                    # them a moment, so that a certain failure is not hidden behind their status.
+                    deadline = time.monotonic() + 5
+                    while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+                        time.sleep(0.2)
+                    codes = [p.poll() for p in procs]
+                    certain = [(i, c) for i, c in enumerate(codes) if c in CERTAIN_FAILURES]
+                    return (*(certain or failed)[0], None)
                 if all(c == 0 for c in codes):
+                    reader.join(timeout=5)
                     return None
+                stall = dog.check()
+                if stall:
+                    return 0, -1, stall
                 time.sleep(0.5)
         finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.terminate()
-            for p in procs:
-                try:
-                    p.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+            _stop(procs)
+            reader.join(timeout=5)
 
 
-# pytorchjob: Training Operator v1 (its first name, kubernetes, still accepted); trainjob: Trainer v2.
+def _relay(stream, dog: Watchdog) -> None:
+    """Copy node 0's output to ours line by line, feeding the watchdog."""
+    for line in stream:
+        sys.stdout.write(line)
+        sys.stdout.flush()
+        dog.feed(line)
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM every node's processes (workers checkpoint and exit 143), SIGKILL what is left
+    after 15 s. torchrun starts its workers in sessions of their own, and they outlive a killed
+    agent, so the whole process tree is collected first."""
+    pids = [pid for p in procs for pid in [p.pid, *_descendants(p.pid)]]
+    for sig in (signal.SIGTERM, signal.SIGCONT):  # a stopped (frozen) process handles SIGTERM once resumed
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+    deadline = time.monotonic() + 15
+    for p in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+        time.sleep(0.2)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    for p in procs:
+        p.wait()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below `pid`, from /proc (Linux)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        out += kids
+        todo += kids
+    return out
+
+
 LAUNCHERS = ("local", "pytorchjob", "kubernetes", "trainjob")
 CLUSTER_LAUNCHERS = ("pytorchjob", "kubernetes", "trainjob")
 
@@ -121,6 +203,6 @@ def run_training(cfg, launcher: str, spec, store, run_id: str = "") -> dict:
 
         launcher_for(launcher)(spec).run(cfg.to_args(), job_name(run_id or cfg.output_prefix.rsplit("/", 1)[-1]))
     else:
-        LocalLauncher(nnodes=spec.nodes, nproc_per_node=spec.procs_per_node,
-                      max_restarts=spec.backoff_limit).run(cfg.to_args())
+        LocalLauncher(nnodes=spec.nodes, nproc_per_node=spec.procs_per_node, max_restarts=spec.backoff_limit,
+                      stall_timeout_s=cfg.stall_timeout_s).run(cfg.to_args())
     return store.get_json(f"{cfg.output_prefix}/result.json")

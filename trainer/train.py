@@ -24,15 +24,15 @@ import contextlib
 import json
 import math
 import os
-import random
 import signal
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from trainer import data
+from trainer.batching import batches, check_rows, collate, collate_packed, real_tokens as count_tokens
 from trainer.checkpoint import Checkpointer, rng_state
 from trainer.config import TrainConfig
 from trainer.storage import Store
@@ -55,49 +55,6 @@ def _dist_setup():
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo", device_id=
                                 device if device.type == "cuda" else None)
     return rank, world, device
-
-
-def batches(examples: list, batch_size: int, rank: int, world: int, seed: int, start: int = 0,
-            batch_tokens: int = 0, flatten: bool = False) -> Iterator[list]:
-    """Endless micro-batches of this rank's shard.
-
-    Each epoch is a seeded permutation of all rows; rank r takes every world-th row, so ranks
-    never see the same row in an epoch and the order depends only on (seed, epoch). Without
-    `batch_tokens`, batches hold `batch_size` rows. With it, a batch holds as many rows as fit
-    the token budget: counting real tokens when rows are flattened (packed), or rows x the
-    longest row when they are padded, in which case rows are first sorted by length within
-    windows of 256 so that a batch's rows are about equally long and little padding remains.
-    Batches are then shuffled (seeded). A short last batch is dropped. `start` skips that many
-    batches, so a resumed run continues at the exact data position.
-    """
-    def epoch_batches(epoch: int) -> list[list[int]]:
-        rng = random.Random(seed + epoch)
-        order = list(range(len(examples)))
-        rng.shuffle(order)
-        shard = order[rank::world]
-        if not batch_tokens:
-            return [shard[i:i + batch_size] for i in range(0, len(shard) - batch_size + 1, batch_size)]
-        length = lambda j: len(examples[j]["input_ids"])  # noqa: E731
-        if not flatten:
-            shard = [j for w in range(0, len(shard), 256) for j in sorted(shard[w:w + 256], key=length)]
-        out, cur, longest = [], [], 0
-        for j in shard:
-            n = length(j)
-            cost = (sum(map(length, cur)) + n) if flatten else (len(cur) + 1) * max(longest, n)
-            if cur and cost > batch_tokens:
-                out.append(cur)
-                cur, longest = [], 0
-            cur.append(j)
-            longest = max(longest, n)
-        rng.shuffle(out)
-        return out
-
-    epoch, skip = 0, start
-    while True:
-        plan = epoch_batches(epoch)
-        for b in plan[skip:]:
-            yield [examples[j] for j in b]
-        skip, epoch = max(0, skip - len(plan)), epoch + 1
 
 
 def flash_attention_available() -> bool:
@@ -137,6 +94,16 @@ def _peak_memory_mb(device) -> float:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _progress(rank: int):
+    """say(stage, step): rank 0 prints a progress line for launchers' watchdogs (trainer.watchdog)."""
+    from trainer.watchdog import progress_line
+
+    def say(stage: str, step: int = 0) -> None:
+        if rank == MASTER:
+            print(progress_line(stage, step), flush=True)
+    return say
 
 
 def _install_sigterm() -> dict[str, bool]:
@@ -194,21 +161,22 @@ def train(cfg: TrainConfig, store: Store | None = None) -> dict[str, Any]:
     from transformers import AutoTokenizer, get_scheduler
 
     cfg.validate()
+    say = _progress(int(os.environ.get("RANK", 0)))
+    say("setup: process group")
     rank, world, device = _dist_setup()
     torch.manual_seed(cfg.seed)
     store = store or Store.from_env()
 
     # -- setup: every rank reads its inputs from the bucket (cached per node by content hash)
+    say("setup: downloading model and data")
     model_dir = store.get_tree(cfg.model_uri)
     data_dir = store.get_tree(cfg.dataset_uri)
+    say("setup: tokenizing")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     examples, skipped = data.encode_all(data.read_jsonl(data_dir / "train.jsonl"), tokenizer, cfg.max_seq_len)
     eval_examples = data.encode_all(data.read_jsonl(data_dir / "eval.jsonl")[:64], tokenizer, cfg.max_seq_len)[0]
-    if len(examples) < cfg.batch_size * world:
-        from trainer.errors import UserError
-
-        raise UserError(f"only {len(examples)} training rows fit max_seq_len={cfg.max_seq_len}, fewer than "
-                        f"batch_size x world_size = {cfg.batch_size * world}; lower batch_size or raise max_seq_len")
+    check_rows(len(examples), cfg.batch_size, world, cfg.batch_tokens)  # before the model loads
+    say("setup: loading model")
     model = build_model(cfg, model_dir, device)
     mean_len = sum(len(e["input_ids"]) for e in examples) / len(examples)
     micro_tokens = cfg.batch_tokens or cfg.batch_size * mean_len
@@ -217,7 +185,7 @@ def train(cfg: TrainConfig, store: Store | None = None) -> dict[str, Any]:
     # (flash-attention varlen); elsewhere the packed sequence pays full quadratic attention.
     flatten = bool(cfg.batch_tokens) and (cfg.packing == "flatten" or (cfg.packing == "auto" and
                                                                         flash_attention_available()))
-    collate = data.collate_packed if flatten else (lambda rows: data.collate(rows, tokenizer.pad_token_id))
+    collate_fn = collate_packed if flatten else (lambda rows: collate(rows, tokenizer.pad_token_id))
     if rank == MASTER:
         print(f"{len(examples)} rows (mean {mean_len:.0f} tokens), {world} process(es), "
               f"{('%s <= %d tokens' % ('flattened' if flatten else 'length-bucketed', cfg.batch_tokens)) if cfg.batch_tokens else '%d rows' % cfg.batch_size} "
@@ -244,6 +212,7 @@ def train(cfg: TrainConfig, store: Store | None = None) -> dict[str, Any]:
     history: list[dict[str, float]] = []
     done, tokens_before, seconds_before, restarts = 0, 0, 0.0, 0
     window_loss, window_n = 0.0, 0  # this rank's losses since the last log line
+    say("setup: resuming")
     latest = ckpt.latest()
     if latest is not None:
         state, mine = ckpt.load(latest, model, optimizer, scheduler, rank)
@@ -288,18 +257,19 @@ def train(cfg: TrainConfig, store: Store | None = None) -> dict[str, Any]:
     bar = tqdm(total=cfg.max_steps, initial=done, desc="train", unit="step", disable=rank != MASTER, mininterval=2,
                dynamic_ncols=True)
     ddp.train()
+    say("train", done)
     start = time.perf_counter()
     for step in range(done + 1, cfg.max_steps + 1):
         step_loss = 0.0
         for micro in range(accum):
-            batch = {k: v.to(device) for k, v in collate(next(stream)).items()}
+            batch = {k: v.to(device) for k, v in collate_fn(next(stream)).items()}
             # Gradients are all-reduced only on the last micro-batch of a step.
             sync = world == 1 or micro == accum - 1
             with contextlib.nullcontext() if sync else ddp.no_sync():
                 loss = ddp(**batch, use_cache=False).loss / accum
                 loss.backward()
             step_loss += loss.item()
-            real_tokens += data.real_tokens(batch)
+            real_tokens += count_tokens(batch)
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
         scheduler.step()
@@ -319,6 +289,7 @@ def train(cfg: TrainConfig, store: Store | None = None) -> dict[str, Any]:
             # tokens/s estimated from this rank's count: an all-reduce per log line is not worth it
             bar.set_postfix(loss=f"{mean.item():.3f}", tok_s=f"{int(real_tokens.item() * world / elapsed)}")
             window_loss, window_n = 0.0, 0
+            say("train", step)
         bar.update(1)
         if _agreed(stop["flag"], world, device):  # SIGTERM on any rank: all stop at this step
             checkpoint(step)
@@ -350,6 +321,7 @@ def train(cfg: TrainConfig, store: Store | None = None) -> dict[str, Any]:
 
     # -- cleanup: rank 0 saves, uploads, and writes the result last
     result: dict[str, Any] = {}
+    say("cleanup: saving the result", cfg.max_steps)
     if rank == MASTER:
         with tempfile.TemporaryDirectory() as tmp:
             model.save_pretrained(tmp)

@@ -1,0 +1,126 @@
+"""The progress watchdog (trainer/watchdog.py) alone, and in the local launcher: a job whose
+steps stop moving is stopped and not restarted; a user error (exit 2) is not restarted."""
+
+import signal
+import threading
+import time
+
+import psutil
+import pytest
+
+from trainer.watchdog import Watchdog, parse, progress_line
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_watchdog_fails_only_when_step_and_stage_stop_moving():
+    clock = Clock()
+    dog = Watchdog(60, clock=clock)
+    clock.now += 59
+    assert dog.check() is None
+    dog.feed(progress_line("setup: loading model", 0))
+    clock.now += 59
+    dog.feed("some other log line")
+    dog.feed(progress_line("train", 10))
+    clock.now += 59
+    assert dog.check() is None  # 118 s since start, but progress every 59 s
+    dog.feed(progress_line("train", 10))  # the same step again is no progress
+    clock.now += 2
+    msg = dog.check()
+    assert msg is not None and "no progress for 61 s in stage 'train' at step 10" in msg
+    assert "stall_timeout_s=60" in msg
+
+
+def test_watchdog_names_the_stage_when_no_step_was_ever_reached():
+    clock = Clock()
+    dog = Watchdog(600, clock=clock)
+    dog.feed("[rank0] " + progress_line("setup: downloading model and data", 0) + "\n")  # prefixed, as pod logs
+    clock.now += 600
+    assert "stage 'setup: downloading model and data'" in dog.check()
+    off = Watchdog(0, clock=clock)
+    clock.now += 10**6
+    assert off.check() is None  # 0 turns it off
+
+
+def test_progress_lines_round_trip():
+    assert parse(progress_line("cleanup: saving the result", 300)) == (300, "cleanup: saving the result")
+    assert parse("progress bar 30%") is None
+
+
+# -- in the local launcher (real torchrun jobs)
+
+@pytest.fixture(scope="module")
+def inputs(s3_env):
+    from trainer import sources
+    from trainer.storage import Store
+
+    store = Store.from_env()
+    return (sources.deliver_model("builtin:tiny-llama", "", store)[0],
+            sources.deliver_dataset("builtin:function-calling", "", store)[0])
+
+
+def workers():
+    """This test's training workers (other jobs may run on the machine), not the torchrun agents."""
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            cmd = p.cmdline()
+        except psutil.Error:  # exited meanwhile
+            continue
+        if {"trainer", "train"} <= set(cmd) and not any(c.endswith("torchrun") for c in cmd):
+            out.append(p)
+    return out
+
+
+@pytest.mark.integration
+def test_a_frozen_rank_is_caught_by_the_watchdog_and_not_restarted(inputs, store, capfd):
+    from trainer.config import TrainConfig
+    from trainer.errors import UserError
+    from trainer.launch import LocalLauncher
+
+    prefix = "runs/stall"
+    cfg = TrainConfig(model_uri=inputs[0], dataset_uri=inputs[1], output_prefix=prefix, max_steps=100000,
+                      batch_size=4, log_every=2, checkpoint_every=10**6, lora_train_embeddings=True)
+    frozen = []
+
+    def freeze_one_rank_once_training():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not frozen:
+            if "progress: step=4 stage=train" in capfd.readouterr().out:
+                procs = workers()
+                procs[-1].send_signal(signal.SIGSTOP)  # as a hung GPU or a dead NIC: alive, no progress
+                frozen.append(procs)
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=freeze_one_rank_once_training, daemon=True)
+    thread.start()
+    started = time.monotonic()
+    with pytest.raises(UserError, match=r"training stalled: no progress for \d+ s in stage 'train' at step \d+"):
+        LocalLauncher(nnodes=2, max_restarts=2, stall_timeout_s=20).run(cfg.to_args())
+    thread.join(timeout=1)
+    assert frozen, "the job never reached step 4"
+    assert time.monotonic() - started < 110
+    assert "restarting the job" not in capfd.readouterr().out
+    assert not [p for p in frozen[0] if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]  # all gone
+
+
+@pytest.mark.integration
+def test_user_error_in_training_is_not_restarted(inputs, capfd):
+    from trainer.config import TrainConfig
+    from trainer.errors import UserError
+    from trainer.launch import LocalLauncher
+
+    # The tiny model's context (1024) is known only once it loads: a UserError inside training.
+    cfg = TrainConfig(model_uri=inputs[0], dataset_uri=inputs[1], output_prefix="runs/too-long", max_steps=3,
+                      batch_size=4, max_seq_len=100000)
+    with pytest.raises(UserError, match="exit status 2: the input is invalid.*not restarted"):
+        LocalLauncher(nnodes=2, max_restarts=2).run(cfg.to_args())
+    out = capfd.readouterr()
+    assert "restarting the job" not in out.out
+    assert "exceeds the model's context length" in out.err
