@@ -45,6 +45,9 @@ class TrainConfig:
     checkpoint_every: int = 100  # steps between checkpoints (one is always written at the end)
     keep_checkpoints: int = 2
     shutdown_grace_s: float = 90.0  # on SIGTERM: time allowed for the final checkpoint upload
+    # Launchers fail a job (no restart) whose progress (rank 0's step or stage) stops this long;
+    # 0 turns the watchdog off. Generous: model download and a first compile can take minutes.
+    stall_timeout_s: float = 1800.0
 
     def problems(self) -> list[str]:
         p = []
@@ -76,6 +79,9 @@ class TrainConfig:
                      "keep_checkpoints"):
             if getattr(self, name) <= 0:
                 p.append(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.stall_timeout_s < 0 or self.shutdown_grace_s < 0:
+            p.append("stall_timeout_s and shutdown_grace_s must be >= 0 seconds (stall_timeout_s=0 turns the "
+                     "watchdog off)")
         return p
 
     def validate(self) -> "TrainConfig":

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
+from trainer.batching import collate, collate_packed, real_tokens  # noqa: F401 - moved there, importable here
 from trainer.errors import UserError, collect
 
 ROLES = {"system", "user", "assistant", "tool"}
@@ -145,43 +146,3 @@ def encode_all(rows: list[dict[str, Any]], tokenizer, max_seq_len: int) -> tuple
         else:
             out.append(enc)
     return out, dropped
-
-
-def collate(examples: list[dict[str, list[int]]], pad_id: int, padding_side: str = "right") -> dict[str, Any]:
-    """Pad a batch to its longest row (not to a fixed max length): no wasted pad compute."""
-    import torch
-
-    width = max(len(e["input_ids"]) for e in examples)
-    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
-    labels = torch.full((len(examples), width), -100, dtype=torch.long)
-    attn = torch.zeros((len(examples), width), dtype=torch.long)
-    for i, e in enumerate(examples):
-        n = len(e["input_ids"])
-        sl = slice(0, n) if padding_side == "right" else slice(width - n, width)
-        ids[i, sl] = torch.tensor(e["input_ids"])
-        labels[i, sl] = torch.tensor(e["labels"])
-        attn[i, sl] = 1
-    return {"input_ids": ids, "labels": labels, "attention_mask": attn}
-
-
-def collate_packed(examples: list[dict[str, list[int]]]) -> dict[str, Any]:
-    """Padding-free batch: rows concatenated into one sequence of shape [1, total tokens].
-
-    `position_ids` restart at 0 for each row; transformers turns that into a block-diagonal
-    attention mask (flash-attention varlen on CUDA), so no row attends to another. The first
-    label of each row is masked, so no row is trained to predict its first token from the
-    previous row's last one. The model must run with use_cache=False (with a KV cache
-    transformers does not look for packed rows).
-    """
-    import torch
-
-    ids = [t for e in examples for t in e["input_ids"]]
-    pos = [i for e in examples for i in range(len(e["input_ids"]))]
-    labels = [t for e in examples for t in [-100, *e["labels"][1:]]]
-    return {"input_ids": torch.tensor([ids]), "position_ids": torch.tensor([pos]), "labels": torch.tensor([labels])}
-
-
-def real_tokens(batch: dict[str, Any]) -> int:
-    """Non-pad tokens in a batch from either collator."""
-    mask = batch.get("attention_mask")
-    return int(mask.sum()) if mask is not None else int(batch["input_ids"].numel())
