@@ -1,4 +1,5 @@
-"""deploy: serve the merged model behind an OpenAI-compatible API and smoke-test it."""
+"""deploy: serve the merged model (or base + adapter side by side) behind vLLM's OpenAI API and
+smoke-test it with a tool request."""
 
 from typing import NamedTuple
 
@@ -13,6 +14,9 @@ def deploy(
     model: Input[Model],
     dataset: Input[Dataset],
     smoke: Output[Metrics],
+    base_model: Input[Model] = None,
+    adapter: Input[Model] = None,
+    serve_adapters: bool = False,
     backend: str = "local",
     keep_serving: bool = False,
     name: str = "llm-finetune",
@@ -21,40 +25,56 @@ def deploy(
     accelerator_resource: str = "nvidia.com/gpu",
     node_selector: dict = {},
     tolerations: list = [],
-) -> NamedTuple("Outputs", endpoint=str):
-    """Serve (local: `transformers serve` on loopback; kubernetes: vLLM Deployment + Service named
-    `name`), send one chat completion built from the first eval row, log its latency, and output
-    the endpoint URL. Cluster settings as in trainer.k8s.common.ClusterSpec."""
+) -> NamedTuple("Outputs", endpoint=str, smoke_ok=bool):
+    """Serve with vLLM (local: on loopback; kubernetes: Deployment + Service named `name`) as
+    model `name`; with serve_adapters, the base model as `name`-base and the LoRA adapter as
+    `name` side by side instead of the merged model. Then one tool request per served name from
+    the first eval row that expects a tool call: smoke_ok only when every answer is a
+    well-formed OpenAI tool call (metrics smoke_ok, smoke_latency_s, vllm_ready_s)."""
     import json
     from collections import namedtuple
 
     from components.artifacts import read_uri
     from trainer.errors import UserError, exit_on_user_error
+    from trainer.serve import smoke_request
     from trainer.storage import Store
 
     with exit_on_user_error():
-        if backend not in ("local", "kubernetes", "kserve"):
-            raise UserError(f"deploy backend must be 'local', 'kubernetes' or 'kserve', got {backend!r}")
+        if backend not in ("local", "kubernetes"):
+            raise UserError(f"deploy backend must be 'local' or 'kubernetes', got {backend!r}")
+        if serve_adapters and (base_model is None or adapter is None):
+            raise UserError("serve_adapters=true needs the base_model and adapter inputs wired to deploy")
         store = Store.from_env()
         with open(store.get_tree(read_uri(dataset)) / "eval.jsonl") as f:
-            row = json.loads(f.readline())
-        if backend in ("kubernetes", "kserve"):
-            from trainer.k8s import kserve, vllm
+            messages, tools = smoke_request([json.loads(line) for line in f if line.strip()])
+        serve_uri = read_uri(base_model) if serve_adapters else read_uri(model)
+        adapters = {name: read_uri(adapter)} if serve_adapters else {}
+        served = f"{name}-base" if serve_adapters else name
+        if backend == "kubernetes":
+            from trainer.k8s import vllm
             from trainer.launch import cluster_from_params
 
             placement = cluster_from_params(dict(namespace=namespace, accelerator_resource=accelerator_resource,
                                                  node_selector=node_selector, tolerations=tolerations))
-            spec = vllm.ServeSpec(name=name, model_uri=read_uri(model), gpus=gpus, cluster=placement)
-            out = {**(kserve if backend == "kserve" else vllm).deploy(spec, row["messages"][:-1], row.get("tools")),
-                   "pid": None}
+            spec = vllm.ServeSpec(name=served, model_uri=serve_uri, gpus=gpus, cluster=placement, adapters=adapters)
+            out = vllm.deploy(spec, messages, tools)
         else:
             from trainer.serve import deploy_local
 
-            out = deploy_local(store.get_tree(read_uri(model)), row["messages"][:-1], row.get("tools"),
+            loras = {n: str(store.get_tree(uri)) for n, uri in adapters.items()}
+            out = deploy_local(store.get_tree(serve_uri), served, messages, tools, lora_modules=loras,
                                keep_serving=keep_serving)
+    ok, names = bool(out.get("smoke_ok", out.get("ok"))), out.get("names") or out.get("models") or [served]
+    smoke.log_metric("smoke_ok", float(ok))  # 1 only when every served name answered a well-formed tool call
     smoke.log_metric("smoke_latency_s", out["latency_s"])
-    smoke.metadata["reply"] = out["reply"][:500]
-    print(f"endpoint {out['endpoint']} answered in {out['latency_s']:.2f}s: {out['reply'][:200]}")
-    if out["pid"]:
-        print(f"still serving (pid {out['pid']}); stop with: kill {out['pid']}")
-    return namedtuple("Outputs", ["endpoint"])(out["endpoint"])
+    if "ready_s" in out:
+        smoke.log_metric("vllm_ready_s", out["ready_s"])
+    smoke.metadata.update(endpoint=out["endpoint"], served_names=names, reason=out.get("reason", ""))
+    for n, r in (out.get("results") or {served: out}).items():
+        smoke.metadata[f"reply_{n}"] = r["reply"][:300]
+        print(f"  {n}: {'ok' if r['ok'] else 'FAILED: ' + r['reason']} in {r['latency_s']:.2f}s: {r['reply'][:160]}")
+    print(f"endpoint {out['endpoint']} ({', '.join(names)}): "
+          + ("smoke-tested" if ok else f"smoke test FAILED: {out.get('reason', '')}"))
+    if out.get("pgid"):
+        print(f"still serving; stop with: kill -- -{out['pgid']}  (log: {out['log']})")
+    return namedtuple("Outputs", ["endpoint", "smoke_ok"])(out["endpoint"], ok)
