@@ -61,20 +61,58 @@ def start_s3(endpoint: str | None):
     return server
 
 
-def summarize(outputs: dict[str, Any], elapsed: float) -> str:
+def params_help(pipeline) -> str:
+    """Every parameter with its default and description: the text the KFP UI shows, which KFP
+    takes from the pipeline docstring's Args section."""
+    import textwrap
+
+    from pipelines.params import pipeline_defaults
+
+    lines = [f"Parameters of {pipeline.name} (set with --param KEY=VALUE; lists and dicts as JSON):", ""]
+    for name, default in pipeline_defaults(pipeline).items():
+        spec = pipeline.component_spec.inputs.get(name)
+        lines.append(f"  {name} = {json.dumps(default)}  ({type(default).__name__})")
+        desc = " ".join((spec.description or "").split()) if spec else ""
+        lines += textwrap.wrap(desc or "(no description)", width=96, initial_indent=" " * 6,
+                               subsequent_indent=" " * 6)
+    return "\n".join(lines)
+
+
+def endpoint_line(endpoint: str, smoke: dict[str, float], keep_serving: bool) -> str:
+    """What the run says about its server: "smoke-tested" only when the deploy step's smoke
+    test passed, and no URL for a server that has already stopped."""
+    if smoke.get("smoke_ok") == 1:
+        verdict = f"smoke test passed in {smoke.get('smoke_latency_s', float('nan')):.2f}s"
+    elif smoke.get("smoke_ok") == 0:
+        verdict = "smoke test FAILED (the deploy lines in the log say why)"
+    else:
+        verdict = "no smoke-test verdict recorded"
+    if keep_serving:
+        return f"endpoint (still serving; {verdict}): {endpoint}"
+    return f"endpoint: stopped after the run ({verdict}); --keep-serving leaves it up"
+
+
+def summarize(metrics: dict[str, dict[str, float]], endpoint: str | None, keep_serving: bool, elapsed: float) -> str:
+    """The finetune pipeline's result in a few lines: base vs tuned, training, endpoint."""
     from trainer.report import table
 
-    ev = outputs["eval_metrics"].metadata
-    tr = outputs["train_metrics"].metadata
-    lines = [
-        "", "== base vs tuned ==",
-        table([("eval loss", f"{ev['base_eval_loss']:.4f}", f"{ev['tuned_eval_loss']:.4f}"),
-               ("function-calling accuracy", f"{ev['base_fc_accuracy']:.1%}", f"{ev['tuned_fc_accuracy']:.1%}")],
-              ("metric", "base", "tuned")),
-        "", "== training ==",
-        table([(k, f"{v:.4g}") for k, v in sorted(tr.items()) if isinstance(v, (int, float))], ("metric", "value")),
-        "", f"endpoint (smoke-tested): {outputs['endpoint']}", f"pipeline wall time: {elapsed:.1f}s",
-    ]
+    ev, tr, smoke = metrics.get("evaluate", {}), metrics.get("finetune", {}), metrics.get("deploy", {})
+    lines = []
+    if ev:
+        fc_rows, text_rows = int(ev.get("fc_rows", ev.get("eval_rows", 0))), int(ev.get("text_rows", 0))
+        rows = [("eval loss", f"{ev['base_eval_loss']:.4f}", f"{ev['tuned_eval_loss']:.4f}"),
+                (f"function-calling accuracy ({fc_rows} rows)",
+                 *((f"{ev['base_fc_accuracy']:.1%}", f"{ev['tuned_fc_accuracy']:.1%}") if fc_rows else ("n/a", "n/a")))]
+        if text_rows:
+            rows.append((f"text match ({text_rows} rows)", f"{ev['base_text_match']:.1%}", f"{ev['tuned_text_match']:.1%}"))
+        lines += ["", "== base vs tuned ==", table(rows, ("metric", "base", "tuned"))]
+        if ev.get("eval_rows", 50) < 50:
+            lines.append(f"warning: only {int(ev['eval_rows'])} eval rows: these numbers move a lot with one row")
+    if tr:
+        lines += ["", "== training ==", table([(k, f"{v:.4g}") for k, v in sorted(tr.items())], ("metric", "value"))]
+    if endpoint:
+        lines += ["", endpoint_line(endpoint, smoke, keep_serving)]
+    lines.append(f"pipeline wall time: {elapsed:.1f}s")
     return "\n".join(lines)
 
 
@@ -85,14 +123,27 @@ def export_model(merged_uri: str, out_dir: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipelines.run_local", description=__doc__.splitlines()[2])
-    parser.add_argument("--pipeline", choices=("finetune", "sweep"), default="finetune")
-    parser.add_argument("--parallelism", type=int, default=2, help="sweep trials running at once")
-    parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--s3-endpoint", default=os.environ.get("S3_ENDPOINT"))
-    parser.add_argument("--pipeline-root", type=Path, default=ROOT / ".runs" / "pipeline-root")
-    parser.add_argument("--output-dir", type=Path, default=ROOT / ".runs" / "outputs")
-    parser.add_argument("--keep-serving", action="store_true", help="leave the model server running")
+    from pipelines import runs
+
+    parser = argparse.ArgumentParser(prog="python -m pipelines.run_local", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pipeline", choices=("finetune", "sweep"), default="finetune",
+                        help="finetune: one training run (default); sweep: parallel LoRA trials, the best deployed")
+    parser.add_argument("--parallelism", type=int, default=2, help="sweep trials running at once (default 2)")
+    parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                        help="a pipeline parameter, repeatable; --list-params shows them all with defaults")
+    parser.add_argument("--list-params", action="store_true",
+                        help="print every pipeline parameter with its default and description, then exit")
+    parser.add_argument("--s3-endpoint", default=os.environ.get("S3_ENDPOINT"),
+                        help="a real S3/MinIO endpoint (default: $S3_ENDPOINT, else a throwaway server on loopback)")
+    parser.add_argument("--pipeline-root", type=Path, default=ROOT / ".runs" / "pipeline-root",
+                        help="kfp.local's artifact directory (default .runs/pipeline-root)")
+    parser.add_argument("--output-dir", type=Path, default=ROOT / ".runs" / "outputs",
+                        help="where the merged model is copied (default .runs/outputs)")
+    parser.add_argument("--runs-dir", type=Path, default=runs.RUNS_DIR,
+                        help="where each run's record, log, reports and TensorBoard events are kept (default .runs)")
+    parser.add_argument("--keep-serving", action="store_true",
+                        help="leave the model server running after the run (it prints how to stop it)")
     args = parser.parse_args(argv)
 
     with exit_on_user_error():
@@ -100,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
         from trainer.validate import validate_pipeline_params, validate_sweep
 
         pipeline = sweep.build(args.parallelism) if args.pipeline == "sweep" else finetune_pipeline
+        if args.list_params:
+            print(params_help(pipeline))
+            return 0
         params = parse_params(args.param + (["keep_serving=true"] if args.keep_serving else []), pipeline)
         if args.pipeline == "sweep":  # before starting anything expensive
             validate_sweep(params)
@@ -118,37 +172,100 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(pipeline, params: dict[str, Any], args: argparse.Namespace) -> int:
-    import warnings
+    """Run under kfp.local with the console filtered, then keep the run's record."""
+    import shutil
+    import tempfile
 
     from kfp import local
 
-    # SubprocessRunner warns that the project image is not a Python image; locally the
-    # components run in this interpreter on purpose (use_venv=False), so it is noise.
-    warnings.filterwarnings("ignore", message=".*non-Python base image.*")
-    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(args.pipeline_root),
-               raise_on_error=True)
-    print(f"S3 endpoint {settings.get('S3_ENDPOINT')}, bucket {settings.get('S3_BUCKET')}; "
-          f"parameters: {json.dumps(params)}", flush=True)
+    from pipelines import console as console_mod
+    from pipelines import runs
+    from pipelines.params import pipeline_defaults
+
+    run_dir = runs.new_run(args.pipeline, params, args.runs_dir)
+    log_path = run_dir / "run.log"
+    # Components' temporary files (kfp.local's component sources, the trainer's TensorBoard
+    # staging, checkpoints on their way up) go to one directory removed after the run,
+    # instead of piling up in /tmp. A server left running may still use it.
+    tmp = tempfile.mkdtemp(prefix="finetune-run-")
+    os.environ["TMPDIR"] = tmp
+    with open(log_path, "w", buffering=1) as log:
+        console, restore = console_mod.install(log)
+        try:
+            local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(args.pipeline_root),
+                       raise_on_error=True)
+            changed = {k: v for k, v in params.items() if pipeline_defaults(pipeline).get(k) != v}
+            console.say(f"local run {run_dir.name} (full log: {log_path})")
+            console.say(f"parameters: defaults{''.join(f', {k}={json.dumps(v)}' for k, v in changed.items())}; "
+                        f"S3 {settings.get('S3_ENDPOINT')} bucket {settings.get('S3_BUCKET')}")
+            console.log.write(f"all parameters: {json.dumps(params)}\n")
+            return _run(pipeline, params, args, console, run_dir)
+        finally:
+            restore()
+            if not params.get("keep_serving"):
+                shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run(pipeline, params, args, console, run_dir) -> int:
+    import re
+
+    from pipelines import runs
+    from trainer.storage import Store
+
+    started = time.time()
     start = time.perf_counter()
+    task, error = None, None
     try:
         task = pipeline(**params)
-    except RuntimeError as err:  # kfp.local: a task failed; its own log above says why
-        print(f"error: pipeline failed: {err}", file=sys.stderr)
-        return 1
+    except RuntimeError as err:  # kfp.local: a task failed
+        error = err
     elapsed = time.perf_counter() - start
+    # kfp.local names a run "<pipeline name>-<timestamp>"; the sweep's name extends this one's.
+    kfp_runs = [p for p in args.pipeline_root.glob(f"{pipeline.name}-*")
+                if re.fullmatch(rf"{re.escape(pipeline.name)}(-\d+){{7}}", p.name)]
+    kfp_run_dir = max(kfp_runs, key=lambda p: p.stat().st_mtime) if kfp_runs else None
+    metrics, reports = runs.collect_task_outputs(kfp_run_dir) if kfp_run_dir else ({}, {})
+    report_files = runs.save_reports(run_dir, reports)
+    events = runs.save_tensorboard(run_dir, Store.from_env(), started)
+    record = dict(status="failed" if error else "succeeded", elapsed_s=round(elapsed, 1), metrics=metrics,
+                  finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), kfp_run_dir=str(kfp_run_dir or ""))
+    if error:
+        console.show_tail("last lines the failed task printed:")
+        print(f"error: {local_error_text(error)}; full log: {run_dir / 'run.log'}", file=sys.stderr)
+        runs.update_run(run_dir, **record, summary=local_error_text(error)[:120])
+        return 1
     if args.pipeline == "sweep":
-        print("\n" + Path(task.outputs["summary"].path).read_text())
-        print(f"pipeline wall time: {elapsed:.1f}s")
+        decision = str(task.outputs["decision"])
+        console.say("\n" + Path(task.outputs["summary"].path).read_text().strip())
+        console.say(f"pipeline wall time: {elapsed:.1f}s")
+        record.update(summary=decision[:120])
     else:
-        print(summarize(task.outputs, elapsed))
+        endpoint = task.outputs["endpoint"]
+        console.say(summarize(metrics, endpoint, params.get("keep_serving", False), elapsed))
         merged_uri = task.outputs["merged_model"].metadata["uri"]
         out = export_model(merged_uri, args.output_dir / "merged-model")
-        print(f"merged model: {merged_uri}\n  copied to {out}  (serve it: python -m trainer serve {out})")
-    run_dir = max(args.pipeline_root.glob(f"{pipeline.name}-*"), key=lambda p: p.stat().st_mtime)
-    for report in sorted(run_dir.rglob("report")) + sorted(run_dir.rglob("examples")):
-        print(f"report: {report}")
-    print(f"artifacts and logs: {run_dir}")
+        console.say(f"merged model: {merged_uri}\n  copied to {out}  (serve it: python -m trainer serve {out})")
+        ev = metrics.get("evaluate", {})
+        record.update(endpoint=endpoint if params.get("keep_serving") else "", merged_model=merged_uri,
+                      summary=f"fc accuracy {ev.get('base_fc_accuracy', 0):.1%} -> {ev.get('tuned_fc_accuracy', 0):.1%}")
+    runs.update_run(run_dir, **record)
+    console.say("")
+    for path in report_files:
+        if path.suffix == ".html":
+            console.say(f"report: {path}")
+    if events:
+        console.say(f"TensorBoard events: {events}  (python -m pipelines.runs tensorboard --launch)")
+    console.say(f"run kept in {run_dir}  (compare runs: python -m pipelines.runs compare)")
+    console.say(f"full log: {run_dir / 'run.log'}")
+    if console.hidden_warnings:
+        console.say(f"({console.hidden_warnings} warnings from components are in the log)")
     return 0
+
+
+def local_error_text(err: Exception) -> str:
+    import re
+
+    return re.sub(r"\x1b\[[0-9;]*m", "", str(err)).rstrip(".")
 
 
 if __name__ == "__main__":

@@ -4,25 +4,33 @@ vLLM) can serve without peft."""
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 
 
 def merge(model_dir: Path, adapter_dir: Path, out_dir: Path) -> Path:
     """Write base+adapter merged into `out_dir`. A full fine-tune's output is already a
-    complete model and is copied as is."""
+    complete model and is copied as is. Each stage says how long it took (loading and
+    writing a multi-GB model takes minutes); the merge itself shows a per-layer bar."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     out_dir = Path(out_dir)
     if not (Path(adapter_dir) / "adapter_config.json").exists():
         shutil.copytree(adapter_dir, out_dir, dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns("_manifest.json"))
+        print("full fine-tune: nothing to merge, model copied", flush=True)
         return out_dir
     from peft import PeftModel
 
+    start = time.perf_counter()
     base = AutoModelForCausalLM.from_pretrained(model_dir, dtype="auto")
-    merged = PeftModel.from_pretrained(base, adapter_dir).merge_and_unload()
+    model = PeftModel.from_pretrained(base, adapter_dir)
+    print(f"merge: base + adapter loaded in {time.perf_counter() - start:.1f}s", flush=True)
+    merged = model.merge_and_unload(progressbar=True)
+    start = time.perf_counter()
     merged.save_pretrained(out_dir)
     AutoTokenizer.from_pretrained(adapter_dir).save_pretrained(out_dir)
     if (Path(model_dir) / "generation_config.json").exists():
         shutil.copy(Path(model_dir) / "generation_config.json", out_dir / "generation_config.json")
+    print(f"merge: merged model written in {time.perf_counter() - start:.1f}s", flush=True)
     return out_dir

@@ -9,6 +9,9 @@ A tree's `_manifest.json` lists every file with its sha256 and is written last: 
 prefix without it is an interrupted upload and is never read. The tree hash covers
 paths and file hashes only, so the same content always lands at the same prefix,
 re-delivering uploads nothing, and local download caches never go stale.
+
+Hashing, uploads and downloads of trees larger than trainer.progress.QUIET_BELOW_BYTES
+show a byte progress bar (rate, ETA) on stderr.
 """
 
 from __future__ import annotations
@@ -42,13 +45,22 @@ def sha256_file(path: str | Path) -> str:
 
 def tree_manifest(local_dir: str | Path) -> dict[str, Any]:
     """Files (relative path, sha256, size) under `local_dir` and the tree hash over them."""
+    from trainer.progress import TransferProgress
+
     root = Path(local_dir)
+    paths = [p for p in sorted(root.rglob("*")) if p.is_file() and p.name != MANIFEST]
     files = []
-    for p in sorted(root.rglob("*")):
-        if p.is_file() and p.name != MANIFEST:
+    with TransferProgress(sum(p.stat().st_size for p in paths), f"hash {len(paths)} files") as progress:
+        for p in paths:
             files.append({"path": p.relative_to(root).as_posix(), "sha256": sha256_file(p), "bytes": p.stat().st_size})
+            progress.update(files[-1]["bytes"])
     tree = hashlib.sha256("".join(f"{f['path']}\0{f['sha256']}\n" for f in files).encode()).hexdigest()
     return {"format": 1, "tree_sha256": tree, "total_bytes": sum(f["bytes"] for f in files), "files": files}
+
+
+def _short(name: str) -> str:
+    """A prefix for a progress line: long hashes cut to 12 characters."""
+    return "/".join(part[:19] + "…" if part.startswith("sha256-") else part for part in name.split("/"))
 
 
 def split_uri(uri: str) -> tuple[str, str]:
@@ -169,11 +181,15 @@ class Store:
         Files go up in parallel (each multipart on its own), the manifest last: until it
         exists the prefix is an incomplete upload that readers ignore.
         """
+        from trainer.progress import TransferProgress
+
         manifest = manifest or tree_manifest(local_dir)
         self.ensure_bucket()
-        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        with concurrent.futures.ThreadPoolExecutor(workers) as pool, \
+                TransferProgress(manifest["total_bytes"], f"upload {_short(prefix)}") as progress:
             futures = [pool.submit(self._call, "upload", self.client.fput_object, self.bucket,
-                                   f"{prefix}/{f['path']}", str(Path(local_dir) / f["path"]), part_size=64 << 20)
+                                   f"{prefix}/{f['path']}", str(Path(local_dir) / f["path"]), part_size=64 << 20,
+                                   progress=progress)
                        for f in manifest["files"]]
             for fut in concurrent.futures.as_completed(futures):
                 fut.result()
@@ -217,14 +233,18 @@ class Store:
             return target
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".partial-"))
+        from trainer.progress import TransferProgress
+
         try:
             def fetch(f: dict[str, Any]) -> None:
                 dest = tmp / f["path"]
-                self._call("download", self.client.fget_object, self.bucket, f"{prefix}/{f['path']}", str(dest))
+                self._call("download", self.client.fget_object, self.bucket, f"{prefix}/{f['path']}", str(dest),
+                           progress=progress)
                 if sha256_file(dest) != f["sha256"]:
                     raise UserError(f"checksum mismatch for {uri}/{f['path']}: the stored object is corrupt")
 
-            with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+            with concurrent.futures.ThreadPoolExecutor(workers) as pool, \
+                    TransferProgress(manifest["total_bytes"], f"download {_short(prefix)}") as progress:
                 list(pool.map(fetch, manifest["files"]))
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
             if local_dir and target.exists():  # an explicit directory may hold stale files

@@ -1,0 +1,212 @@
+"""What a local run shows on the terminal, and what only goes to its log file.
+
+kfp.local prints everything to stdout: its own task lines, each task's executor input as
+JSON (dozens of lines per task), the components' output, Python warnings, and every
+refresh of every progress bar (a component's stderr is a pipe, so each refresh becomes a
+line). `Console` takes the place of sys.stdout for the run: every line goes to the log
+file (colour codes removed), and the terminal gets task start/finish lines with their
+time, the components' own messages, progress thinned out (redrawn in place on a terminal,
+every 10 s otherwise), and on a failure the task's last lines.
+
+kfp.local writes a log record (possibly several lines, e.g. a task's outputs) with one
+write() call and a component's output one line at a time, under a 4-space indent. The
+rules below look at one line at a time, without state per task, because trials of a sweep
+run in parallel threads and their lines interleave.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+import sys
+import threading
+import time
+from typing import IO
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_KFP_RECORD = re.compile(r"^\d\d:\d\d:\d\d\.\d{3} - (?P<level>[A-Z]+) - (?P<msg>.*)", re.S)
+_TASK = re.compile(r"^Task '(?P<task>[^']+)' (?P<what>.*)")
+# tqdm's line: "desc:  45%|####5     | 180/400 [00:10<00:12, 17.5it/s, loss=0.3]"
+PROGRESS = re.compile(r"^(?P<desc>.*?):?\s*(?P<pct>\d{1,3})%\|[^|]*\|\s*(?P<n>[^/\s]+)/(?P<total>\S+)\s*"
+                      r"\[(?P<elapsed>[\d:]+)")
+_RULE = re.compile(r"^-{20,}$")  # kfp.local's line between tasks
+_WARNING = re.compile(r"^\S.*:\d+: \w*Warning: ")
+_TORCH_LOG = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d")  # torch.distributed's glog-style lines
+# Parent-process warnings that say nothing to a local user (kept in the log file).
+KNOWN_WARNINGS = ("have no effect in the current local runner", "non-Python base image")
+QUIET_PROGRESS_S = 2.0  # a bar that finishes faster than this is not shown
+PROGRESS_EVERY_S = 10.0  # on a non-terminal (and in the log), one progress line per bar this often
+
+
+def _seconds(clock: str) -> int:
+    total = 0
+    for part in clock.split(":"):
+        total = total * 60 + int(part)
+    return total
+
+
+class Console:
+    """A sys.stdout stand-in for a local run (see the module docstring)."""
+
+    def __init__(self, terminal: IO[str], log: IO[str]):
+        self.terminal, self.log = terminal, log
+        self.tty = terminal.isatty()
+        self.tail: collections.deque[str] = collections.deque(maxlen=25)
+        self.hidden_warnings = 0
+        self._buffer = ""
+        self._lock = threading.RLock()
+        self._started: dict[str, float] = {}
+        self._progress_shown: dict[str, tuple[float, str]] = {}
+        self._in_place = False  # a progress line is drawn without its newline
+
+    # --- the file protocol print() and logging need
+    def write(self, text: str) -> int:
+        with self._lock:
+            if _KFP_RECORD.match(_ANSI.sub("", text)) and not self._buffer.strip():
+                self._buffer = ""  # at most another thread's pending indent
+                self._record(text)
+            else:
+                self._buffer += text
+                while "\n" in self._buffer:
+                    line, self._buffer = self._buffer.split("\n", 1)
+                    self._line(line)
+        return len(text)
+
+    def flush(self) -> None:
+        self.terminal.flush()
+        self.log.flush()
+
+    def isatty(self) -> bool:
+        return False  # kfp.local and libraries must not draw on the terminal through us
+
+    # --- what run_local says itself
+    def say(self, text: str = "") -> None:
+        """A line for the terminal and the log, not filtered."""
+        with self._lock:
+            self._to_terminal(text)
+            self._to_log(text)
+
+    def show_tail(self, header: str) -> None:
+        """The last lines the components printed (hidden ones included), after a failure."""
+        with self._lock:
+            self._to_terminal(header)
+            for line in self.tail:
+                self._to_terminal("    " + line)
+
+    # --- classification
+    def _record(self, text: str) -> None:
+        plain = _ANSI.sub("", text).rstrip("\n")
+        self._to_log(plain)
+        m = _KFP_RECORD.match(plain)
+        level, msg = m["level"], m["msg"].split("\n", 1)[0]
+        task = _TASK.match(msg)
+        now = time.monotonic()
+        if msg.startswith("Executing task"):
+            name = msg.split("'")[1]
+            self._started[name] = now
+            self._to_terminal(f"{time.strftime('%H:%M:%S')} ▶ {name}")
+        elif task and task["what"].startswith("finished with status"):
+            took = now - self._started.get(task["task"], now)
+            ok = "SUCCESS" in task["what"]
+            self._to_terminal(f"{time.strftime('%H:%M:%S')} {'✓' if ok else '✗'} {task['task']}"
+                              f"{'' if ok else ' FAILED'} ({took:.1f}s)")
+        elif msg.startswith(("Running pipeline", "Pipeline ", "Skipping")) or level in ("WARNING", "ERROR"):
+            if not any(k in msg for k in KNOWN_WARNINGS):
+                self._to_terminal(msg)
+
+    def _line(self, raw: str) -> None:
+        line = _ANSI.sub("", raw).rstrip("\r")
+        body = line[4:] if line.startswith("    ") else line
+        if PROGRESS.match(body.strip()):
+            self._progress(body.strip())
+            return
+        self._to_log(line)
+        if not line.startswith("    "):
+            if line.strip() and not _RULE.match(line):
+                self._to_terminal(line)  # not a component's line: the runner's own
+            return
+        if body.strip() and not body.startswith("[KFP Executor"):
+            self.tail.append(body)
+        if (not body.strip() or body[0].isspace() or body in ("{", "}") or body.startswith("[KFP Executor")
+                or _TORCH_LOG.match(body) or body.startswith("Traceback (most recent call last)")):
+            return  # executor input JSON, tracebacks' frames, kfp's own chatter: log file only
+        if _WARNING.match(body):
+            self.hidden_warnings += 1
+            return
+        self._to_terminal(line)
+
+    def _progress(self, text: str) -> None:
+        m = PROGRESS.match(text)
+        desc, now = m["desc"].strip(), time.monotonic()
+        done = m["n"] == m["total"]
+        if _seconds(m["elapsed"]) < QUIET_PROGRESS_S:
+            if done:
+                self._to_log("    " + text)
+            return
+        last_time, last_text = self._progress_shown.get(desc, (float("-inf"), ""))
+        if text == last_text:
+            return  # tqdm repeats its final state when it closes
+        due = done or now - last_time >= PROGRESS_EVERY_S
+        if due:
+            self._progress_shown[desc] = (now, text)
+            self._to_log("    " + text)
+        if self.tty:
+            self.terminal.write("\r\x1b[K    " + text + ("\n" if done else ""))
+            self.terminal.flush()
+            self._in_place = not done
+        elif due:
+            self._to_terminal("    " + text)
+
+    def _to_terminal(self, text: str) -> None:
+        if self._in_place:
+            self.terminal.write("\n")
+            self._in_place = False
+        self.terminal.write(text + "\n")
+        self.terminal.flush()
+
+    def _to_log(self, text: str) -> None:
+        self.log.write(text + "\n")
+
+
+class Tee:
+    """sys.stderr for a local run: the terminal and the log file both get everything."""
+
+    def __init__(self, terminal: IO[str], log: IO[str]):
+        self.terminal, self.log = terminal, log
+
+    def write(self, text: str) -> int:
+        self.terminal.write(text)
+        self.log.write(_ANSI.sub("", text))
+        return len(text)
+
+    def flush(self) -> None:
+        self.terminal.flush()
+        self.log.flush()
+
+    def isatty(self) -> bool:
+        return self.terminal.isatty()
+
+
+def install(log: IO[str]):
+    """Route this process's stdout, stderr and warnings through a Console; returns it and a
+    function that puts everything back."""
+    import warnings
+
+    saved = sys.stdout, sys.stderr, warnings.showwarning
+    console = Console(sys.stdout, log)
+    sys.stdout, sys.stderr = console, Tee(saved[1], log)
+
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        text = warnings.formatwarning(message, category, filename, lineno, line)
+        if any(k in str(message) for k in KNOWN_WARNINGS):
+            log.write(text)
+        else:
+            saved[2](message, category, filename, lineno, file, line)
+
+    warnings.showwarning = showwarning
+
+    def restore() -> None:
+        console.flush()
+        sys.stdout, sys.stderr, warnings.showwarning = saved
+
+    return console, restore

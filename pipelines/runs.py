@@ -1,0 +1,231 @@
+"""python -m pipelines.runs {list,compare,tensorboard} [RUN ...] [-n N] [--runs-dir DIR]
+
+Local runs side by side, like the KFP UI's Compare view. Every `pipelines.run_local` run
+keeps a record under .runs/<run id>/ that outlives the run's throwaway S3 server:
+
+  run.json       parameters, metrics of every task, status, times, endpoint, model URI
+  run.log        the full console output, kfp.local's executor dumps and warnings included
+  reports/       the run's HTML reports and Markdown reports rendered as HTML
+  tensorboard/   the trainer's TensorBoard event files
+
+Examples:
+  python -m pipelines.runs list
+  python -m pipelines.runs compare                # the last 2 runs
+  python -m pipelines.runs compare -n 5           # the last 5
+  python -m pipelines.runs compare 20261122-130501-finetune 20261122-131210-finetune
+  python -m pipelines.runs tensorboard            # print the command for every run's events
+  python -m pipelines.runs tensorboard --launch   # and start it (Ctrl-C stops)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from trainer.errors import UserError, exit_on_user_error
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNS_DIR = ROOT / ".runs"
+RECORD = "run.json"
+
+
+# --- writing a record (run_local)
+
+def new_run(pipeline: str, params: dict[str, Any], runs_dir: Path = RUNS_DIR) -> Path:
+    """Create .runs/<time>-<pipeline>/ with a run.json saying it is running; returns the directory."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for n in range(1, 100):
+        run_dir = runs_dir / (f"{stamp}-{pipeline}" + (f"-{n}" if n > 1 else ""))
+        try:
+            run_dir.mkdir(parents=True)
+            break
+        except FileExistsError:
+            continue
+    record = {"id": run_dir.name, "pipeline": pipeline, "status": "running",
+              "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "params": params, "metrics": {}}
+    (run_dir / RECORD).write_text(json.dumps(record, indent=1))
+    return run_dir
+
+
+def update_run(run_dir: Path, **fields: Any) -> dict[str, Any]:
+    record = json.loads((run_dir / RECORD).read_text())
+    record.update(fields)
+    (run_dir / RECORD).write_text(json.dumps(record, indent=1))
+    return record
+
+
+def collect_task_outputs(kfp_run_dir: Path) -> tuple[dict[str, dict[str, float]], dict[str, str]]:
+    """From a kfp.local run directory: every task's Metrics (by task, as the Compare view
+    lists them) and its report artifacts (HTML / Markdown files), by "<task>-<output>".
+
+    kfp.local writes each task's outputs into <run>/<task>/executor_output.json; a Metrics
+    artifact is the one whose metadata holds numbers only.
+    """
+    metrics: dict[str, dict[str, float]] = {}
+    reports: dict[str, str] = {}
+    for out in sorted(kfp_run_dir.rglob("executor_output.json")):
+        task = out.parent.relative_to(kfp_run_dir).as_posix().replace("/", ".")
+        for name, entry in json.loads(out.read_text()).get("artifacts", {}).items():
+            for artifact in entry.get("artifacts", []):
+                meta = artifact.get("metadata") or {}
+                if meta and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in meta.values()):
+                    metrics.setdefault(task, {}).update(meta)
+                path = Path(artifact.get("uri", ""))
+                if not meta and path.is_file() and path.read_bytes()[:1] in (b"<", b"#"):
+                    reports[f"{task}-{name}"] = str(path)
+    return metrics, reports
+
+
+# Titles for the reports this project's components write; others are named after task and output.
+TITLES = {"finetune-report": "Training report", "evaluate-examples": "Evaluation: base vs tuned",
+          "pick-best-summary": "Sweep results"}
+
+
+def save_reports(run_dir: Path, reports: dict[str, str]) -> list[Path]:
+    """Copy the run's reports into run_dir/reports/ as .html files a browser opens, each
+    titled with what it is and the run it belongs to."""
+    import re
+
+    from trainer.report import markdown_html
+
+    out_dir = run_dir / "reports"
+    out_dir.mkdir(exist_ok=True)
+    written = []
+    for key, path in sorted(reports.items()):
+        text = Path(path).read_text()
+        title = f"{TITLES.get(key, key.replace('-', ' '))} — local run {run_dir.name}"
+        if text.lstrip().startswith("<"):
+            page = re.sub(r"<title>.*?</title>", lambda _: f"<title>{title}</title>", text, count=1, flags=re.S)
+        else:
+            (out_dir / f"{key}.md").write_text(text)
+            page = markdown_html(text, title)
+        target = out_dir / f"{key}.html"
+        target.write_text(page)
+        written.append(target)
+    return written
+
+
+def save_tensorboard(run_dir: Path, store, since: float) -> Path | None:
+    """Copy the trainer's TensorBoard events written since `since` (epoch seconds) from
+    runs/<id>/tensorboard/ in the bucket to run_dir/tensorboard/<id>/; None if there were none."""
+    found = [o for o in store.client.list_objects(store.bucket, prefix="runs/", recursive=True)
+             if "/tensorboard/" in o.object_name and o.last_modified.timestamp() >= since - 5
+             and not o.object_name.endswith("_manifest.json")]
+    if not found:
+        return None
+    target = run_dir / "tensorboard"
+    for o in found:
+        run_id, _, rest = o.object_name.removeprefix("runs/").partition("/tensorboard/")
+        store.client.fget_object(store.bucket, o.object_name, str(target / run_id / rest))
+    return target
+
+
+# --- reading records
+
+def load_runs(runs_dir: Path = RUNS_DIR) -> list[dict[str, Any]]:
+    """Every run record under runs_dir, oldest first."""
+    runs = []
+    for path in sorted(runs_dir.glob(f"*/{RECORD}")):
+        record = json.loads(path.read_text())
+        record["dir"] = str(path.parent)
+        runs.append(record)
+    return sorted(runs, key=lambda r: (r.get("started", ""), r["id"]))
+
+
+def select(runs: list[dict[str, Any]], ids: list[str], last: int, runs_dir: Path = RUNS_DIR) -> list[dict[str, Any]]:
+    if not ids:
+        return runs[-last:]
+    by_id = {r["id"]: r for r in runs}
+    missing = [i for i in ids if i not in by_id]
+    if missing:
+        raise UserError(f"no local run {', '.join(missing)} under {runs_dir}; see: python -m pipelines.runs list")
+    return [by_id[i] for i in ids]
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+
+
+def list_table(runs: list[dict[str, Any]]) -> str:
+    from trainer.report import table
+
+    rows = []
+    for r in runs:
+        ev = r.get("metrics", {}).get("evaluate", {})
+        acc = (f"{ev['base_fc_accuracy']:.1%} -> {ev['tuned_fc_accuracy']:.1%}"
+               if "tuned_fc_accuracy" in ev else "")
+        rows.append((r["id"], r.get("status", "?"), f"{r.get('elapsed_s', 0):.0f}s", acc, r.get("summary", "")))
+    return table(rows, ("run", "status", "time", "fc accuracy", "summary"))
+
+
+def compare_table(runs: list[dict[str, Any]], all_params: bool = False) -> str:
+    """Runs as columns: the parameters that differ (all with `all_params`), then every metric."""
+    from trainer.report import table
+
+    ids = [r["id"] for r in runs]
+    names = sorted({k for r in runs for k in r.get("params", {})})
+    rows = []
+    for name in names:
+        values = [_fmt(r.get("params", {}).get(name, "")) for r in runs]
+        if all_params or len(set(values)) > 1:
+            rows.append((name, *values))
+    if not rows:
+        rows.append(("(parameters)", *["same"] * len(runs)))
+    rows.append(("", *[""] * len(runs)))
+    keys = sorted({(task, m) for r in runs for task, ms in r.get("metrics", {}).items() for m in ms})
+    for task, m in keys:
+        rows.append((f"{task}: {m}", *[_fmt(r.get("metrics", {}).get(task, {}).get(m, "")) for r in runs]))
+    rows.append(("status", *[r.get("status", "?") for r in runs]))
+    return table(rows, ("", *ids))
+
+
+def tensorboard_command(runs: list[dict[str, Any]]) -> list[str]:
+    """`tensorboard --logdir_spec name:dir,...` over the runs that have event files."""
+    spec = [f"{r['id']}:{Path(r['dir']) / 'tensorboard'}" for r in runs if (Path(r["dir"]) / "tensorboard").is_dir()]
+    if not spec:
+        raise UserError("none of these runs has TensorBoard events (a run that failed before training has none)")
+    exe = shutil.which("tensorboard") or str(Path(sys.executable).parent / "tensorboard")
+    return [exe, "--logdir_spec", ",".join(spec)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipelines.runs", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=("list", "compare", "tensorboard"),
+                        help="list: one line per run; compare: parameters that differ and metrics side by side; "
+                             "tensorboard: the command that shows the runs' training curves")
+    parser.add_argument("runs", nargs="*", metavar="RUN", help="run ids (default: the last -n runs)")
+    parser.add_argument("-n", "--last", type=int, default=None,
+                        help="how many of the latest runs (default: all for list, 2 for compare and tensorboard)")
+    parser.add_argument("--all-params", action="store_true", help="compare: show parameters that are equal too")
+    parser.add_argument("--launch", action="store_true", help="tensorboard: start it (Ctrl-C stops)")
+    parser.add_argument("--runs-dir", type=Path, default=RUNS_DIR, help="where run_local keeps runs (default .runs/)")
+    args = parser.parse_args(argv)
+
+    with exit_on_user_error():
+        runs = load_runs(args.runs_dir)
+        if not runs:
+            raise UserError(f"no local runs under {args.runs_dir}: run python -m pipelines.run_local first")
+        chosen = select(runs, args.runs, args.last or (len(runs) if args.command == "list" else 2), args.runs_dir)
+        if args.command == "list":
+            print(list_table(chosen))
+        elif args.command == "compare":
+            print(compare_table(chosen, args.all_params))
+        else:
+            cmd = tensorboard_command(chosen)
+            print(" ".join(cmd))
+            if args.launch:
+                os.execv(cmd[0], cmd)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

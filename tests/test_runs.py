@@ -1,0 +1,164 @@
+"""Local runs: the console filter between kfp.local and the terminal, run records under
+.runs/<run id>/, and listing / comparing them."""
+
+import io
+import json
+import logging
+import sys
+import time
+
+import pytest
+from kfp import dsl
+from kfp.local import logging_utils, status
+
+from pipelines import runs
+from pipelines.console import Console
+
+EXECUTOR_DUMP = ["[KFP Executor 2026-11-22 12:50:17,483 INFO]: Got executor_input:\n", "{\n",
+                 '    "inputs": {\n', '        "parameterValues": {"source": "builtin:tiny-llama"}\n', "    }\n",
+                 "}\n"]
+
+
+def kfp_task(name: str, lines: list[str], ok: bool = True) -> None:
+    """What kfp.local's task dispatcher prints for one task, through its own helpers."""
+    task = logging_utils.format_task_name(name)
+    with logging_utils.local_logger_context():
+        logging.info(f"Executing task {task}")
+        logging.info("Streamed logs:\n")
+        with logging_utils.indented_print():
+            for line in lines:
+                print(line, end="")
+            print("\n")
+        result = status.Status.SUCCESS if ok else status.Status.FAILURE
+        logging.info(f"Task {task} finished with status {logging_utils.format_status(result)}")
+        if ok:
+            model = dsl.Model(name="model", uri="/root/x/model", metadata={"uri": "s3://b/models/sha256-1"})
+            logging.info("\n".join([f"Task {task} outputs:", *logging_utils.make_log_lines_for_outputs({"model": model})]))
+    logging_utils.print_horizontal_line()
+
+
+def run_through(console: Console, fn) -> None:
+    saved = sys.stdout
+    sys.stdout = console
+    try:
+        fn()
+    finally:
+        sys.stdout = saved
+
+
+def test_console_shows_tasks_messages_and_thinned_progress_and_logs_everything():
+    term, log = io.StringIO(), io.StringIO()
+    console = Console(term, log)
+    lines = [*EXECUTOR_DUMP,
+             "/venv/lib/python3.11/site-packages/x.py:10: UserWarning: something only a developer cares about\n",
+             "  warnings.warn(\n",
+             "Writing model shards: 100%|██████████| 1/1 [00:00<00:00, 125.60it/s]\n",  # quick: not shown
+             "upload models/sha256-1:  10%|#         | 10.0M/100M [00:03<00:27, 3.33MB/s]\n",
+             "upload models/sha256-1:  50%|#####     | 50.0M/100M [00:05<00:05, 10.0MB/s]\n",  # < 10 s later
+             "upload models/sha256-1: 100%|##########| 100M/100M [00:10<00:00, 10.0MB/s]\n",
+             "upload models/sha256-1: 100%|##########| 100M/100M [00:10<00:00, 10.0MB/s]\n",  # tqdm's close
+             "model builtin:tiny-llama -> s3://b/models/sha256-1\n"]
+    run_through(console, lambda: kfp_task("deliver-model", lines))
+    shown = term.getvalue().splitlines()
+    assert len(shown) == 5, shown
+    assert shown[0].endswith("▶ deliver-model") and shown[-1].endswith("✓ deliver-model (0.0s)")
+    assert shown[1:4] == ["    upload models/sha256-1:  10%|#         | 10.0M/100M [00:03<00:27, 3.33MB/s]",
+                          "    upload models/sha256-1: 100%|##########| 100M/100M [00:10<00:00, 10.0MB/s]",
+                          "    model builtin:tiny-llama -> s3://b/models/sha256-1"]
+    assert console.hidden_warnings == 1
+    logged = log.getvalue()
+    for needle in ('"parameterValues"', "UserWarning: something", "Task 'deliver-model' outputs:",
+                   "metadata={'uri': 's3://b/models/sha256-1'}", "Got executor_input", "-" * 40):
+        assert needle in logged, needle
+    assert "\x1b[" not in logged  # colour codes stay out of the file
+
+
+def test_console_shows_the_failed_tasks_last_lines():
+    term, log = io.StringIO(), io.StringIO()
+    console = Console(term, log)
+    trace = ["Traceback (most recent call last):\n", '  File "/x/serve.py", line 3, in start\n',
+             "    proc = subprocess.Popen(args)\n", "TypeError: expected str, not list\n"]
+    run_through(console, lambda: kfp_task("deploy", [*EXECUTOR_DUMP, *trace], ok=False))
+    shown = term.getvalue().splitlines()
+    assert shown[-1].endswith("✗ deploy FAILED (0.0s)") and "    TypeError: expected str, not list" in shown
+    assert '  File "/x/serve.py"' not in term.getvalue()  # frames only on request
+    console.show_tail("last lines:")
+    tail = term.getvalue().splitlines()
+    tail = tail[tail.index("last lines:"):]
+    assert tail[-4:] == ["    Traceback (most recent call last):", '      File "/x/serve.py", line 3, in start', "        proc = subprocess.Popen(args)", "    TypeError: expected str, not list"]
+
+
+def fake_kfp_run(root, metrics: dict, examples_md: str):
+    """A kfp.local run directory as kfp.local leaves it: <task>/executor_output.json + artifact files."""
+    for task, outputs in {"evaluate": {"metrics": metrics, "examples": None},
+                          "finetune": {"metrics": {"train_loss": 0.1}, "adapter": {"uri": "s3://b/m", "n_files": 3}}
+                          }.items():
+        (root / task).mkdir(parents=True)
+        arts = {}
+        for name, meta in outputs.items():
+            path = root / task / name
+            path.write_text(examples_md if meta is None else "{}")
+            arts[name] = {"artifacts": [{"name": name, "uri": str(path), "metadata": meta or {}}]}
+        (root / task / "executor_output.json").write_text(json.dumps({"artifacts": arts}))
+    return root
+
+
+def record_run(runs_dir, tmp_path, lr: float, acc: float) -> str:
+    """A run record made the way run_local makes one."""
+    params = {"learning_rate": lr, "max_steps": 400}
+    run_dir = runs.new_run("finetune", params, runs_dir)
+    metrics, reports = runs.collect_task_outputs(fake_kfp_run(
+        tmp_path / run_dir.name, {"base_fc_accuracy": 0.0, "tuned_fc_accuracy": acc, "fc_rows": 200},
+        "# Evaluation: base vs tuned\n\n| metric | base | tuned |\n|---|---|---|\n| acc | 0 | 1 |\n"))
+    assert set(metrics) == {"evaluate", "finetune"} and "adapter" not in json.dumps(metrics)
+    assert list(reports) == ["evaluate-examples"]
+    runs.save_reports(run_dir, reports)
+    (run_dir / "tensorboard" / "t1").mkdir(parents=True)
+    runs.update_run(run_dir, status="succeeded", elapsed_s=12.5, metrics=metrics, summary=f"acc {acc}")
+    return run_dir.name
+
+
+def test_two_runs_listed_and_compared_with_one_command(tmp_path, capsys):
+    runs_dir = tmp_path / "runs"
+    first = record_run(runs_dir, tmp_path, 3e-3, 0.8)
+    second = record_run(runs_dir, tmp_path, 1e-3, 0.6)
+    assert first != second  # same second: the second gets a suffix
+
+    assert runs.main(["list", "--runs-dir", str(runs_dir)]) == 0
+    listed = capsys.readouterr().out
+    assert first in listed and second in listed and "0.0% -> 80.0%" in listed and "0.0% -> 60.0%" in listed
+
+    assert runs.main(["compare", "--runs-dir", str(runs_dir)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert first in table[0] and second in table[0]
+    row = {line.split()[0]: line.split()[1:] for line in table[2:] if line.strip()}
+    assert row["learning_rate"] == ["0.003", "0.001"]  # parameters that differ ...
+    assert "max_steps" not in row  # ... only
+    assert "0.8" in " ".join(table) and any(line.startswith("evaluate: tuned_fc_accuracy") for line in table)
+
+    assert runs.main(["tensorboard", "--runs-dir", str(runs_dir)]) == 0
+    cmd = capsys.readouterr().out
+    assert f"{first}:{runs_dir / first / 'tensorboard'}" in cmd and f"{second}:" in cmd
+
+    page = (runs_dir / first / "reports" / "evaluate-examples.html").read_text()
+    assert f"<title>Evaluation: base vs tuned — local run {first}</title>" in page and "<table>" in page
+
+    with pytest.raises(SystemExit) as exit_info:
+        runs.main(["compare", "no-such-run", "--runs-dir", str(runs_dir)])
+    assert exit_info.value.code == 2 and "no local run no-such-run" in capsys.readouterr().err
+
+
+def test_tensorboard_events_of_this_run_are_copied_out_of_the_bucket(store, tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    events = tmp_path / "tb"
+    writer = SummaryWriter(str(events))
+    writer.add_scalar("train/loss", 1.5, 1)
+    writer.close()
+    start = time.time()
+    store.put_dir(events, "runs/job-42/tensorboard")
+    run_dir = tmp_path / "run"
+    assert runs.save_tensorboard(run_dir, store, since=start + 3600) is None  # older than the run: not ours
+    target = runs.save_tensorboard(run_dir, store, since=start)
+    copied = list((target / "job-42").glob("events.out.tfevents.*"))
+    assert copied and copied[0].stat().st_size > 0
