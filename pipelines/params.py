@@ -5,9 +5,23 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 from typing import Any
 
 from trainer.errors import collect
+
+
+_KIND = {bool: "true/false", int: "whole number", float: "number", str: "string", dict: "JSON object",
+         list: "JSON list"}
+
+
+class _NonFinite(ValueError):
+    pass
+
+
+def _no_constant(name: str):
+    """json.loads accepts NaN, Infinity and -Infinity by default; no parameter may hold them."""
+    raise _NonFinite(name)
 
 
 def pipeline_defaults(pipeline) -> dict[str, Any]:
@@ -20,6 +34,7 @@ def parse_params(pipeline, pairs: list[str]) -> dict[str, Any]:
     dict and list values are JSON (`node_selector={"pool": "h100"}`).
     """
     params = pipeline_defaults(pipeline)
+    defaults = dict(params)
     problems = []
     for pair in pairs:
         key, sep, raw = pair.partition("=")
@@ -36,12 +51,20 @@ def parse_params(pipeline, pairs: list[str]) -> dict[str, Any]:
                     raise ValueError
                 params[key] = raw.lower() in ("true", "1")
             elif kind in (dict, list):
-                params[key] = json.loads(raw)
+                params[key] = json.loads(raw, parse_constant=_no_constant)
                 if not isinstance(params[key], kind):
                     raise ValueError
             else:
                 params[key] = kind(raw)
+                if kind is float and not math.isfinite(params[key]):
+                    problems.append(f"parameter {key}={raw!r} is not a finite number: NaN and infinity train "
+                                    f"nothing; give a real value, e.g. {key}={defaults[key]}")
+        except _NonFinite:
+            problems.append(f"parameter {key}={raw!r} holds NaN or Infinity, which JSON does not allow and no run "
+                            "can use: give real numbers")
         except ValueError:
-            problems.append(f"parameter {key}={raw!r} is not a valid {kind.__name__}")
+            example = json.dumps(defaults[key]) if kind in (dict, list, bool) else defaults[key]
+            problems.append(f"parameter {key}={raw!r} is not a valid {_KIND.get(kind, kind.__name__)}, "
+                            f"e.g. {key}={example}")
     collect(problems, what="bad --param")
     return params

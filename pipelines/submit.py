@@ -35,29 +35,45 @@ from pipelines.params import parse_params
 from trainer.errors import UserError, collect, exit_on_user_error
 
 
-def cluster_problems(params: dict[str, Any]) -> list[str]:
-    """What run_local accepts but a cluster cannot use."""
-    problems = []
-    for what in ("model", "dataset"):
-        from trainer import sources
+def validate(params: dict[str, Any], recurring: str | None = None) -> None:
+    """Every parameter with the rules of the validate-params step, plus what only a cluster
+    refuses (local paths, launcher=local) and the --recurring schedule: all before anything
+    is compiled, uploaded or contacted."""
+    from trainer.k8s import rules
+    from trainer.validate import on_cluster_problems, pipeline_problems
 
-        try:
-            if sources.parse(params[f"{what}_source"], what).kind == "local":
-                problems.append(f"{what}_source {params[f'{what}_source']!r} is a path on this machine, which the "
-                                f"cluster cannot read: deliver it first (python -m trainer deliver-{what} ... with "
-                                f"S3_ENDPOINT at the cluster's MinIO) and pass the printed s3:// URI")
-        except UserError:
-            pass  # reported by validate_pipeline_params
-    if params["launcher"] == "local":
-        problems.append("launcher=local would train inside one pipeline pod; use launcher=kubernetes on a cluster")
-    return problems
+    problems = pipeline_problems(params, check_local_files=False) + on_cluster_problems(params)
+    if recurring is not None:
+        problems += rules.cron(recurring, "--recurring")
+    collect(problems, what="invalid pipeline parameters")
 
 
-def validate(params: dict[str, Any]) -> None:
-    from trainer.validate import pipeline_problems
+PROBE_TIMEOUT_S = 10.0
 
-    collect(pipeline_problems(params, check_local_files=False) + cluster_problems(params),
-            what="invalid pipeline parameters")
+
+def check_host(host: str, token: str | None, timeout: float = PROBE_TIMEOUT_S) -> None:
+    """One bounded request to KFP's healthz endpoint, so that a wrong or unreachable --host is one
+    error line in seconds (kfp.Client would retry without a time limit and print tracebacks)."""
+    import urllib.error
+    import urllib.request
+
+    url = f"{host.rstrip('/')}/apis/v2beta1/healthz"
+    fix = ("check --host / KFP_HOST (e.g. http://localhost:8080 while `kubectl port-forward -n kubeflow "
+           "svc/ml-pipeline-ui 8080:80` runs)")
+    if not url.startswith(("http://", "https://")):
+        raise UserError(f"--host {host!r} is not an http(s):// URL; {fix}")
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout):
+            return
+    except urllib.error.HTTPError as err:
+        if err.code in (401, 403):
+            raise UserError(f"KFP at {host} refused the request (HTTP {err.code}): set KFP_TOKEN to a valid bearer "
+                            "token for this endpoint") from None
+        raise UserError(f"{host} answered HTTP {err.code} for {url}: is it the KFP API endpoint? {fix}") from None
+    except (urllib.error.URLError, OSError, ValueError) as err:
+        reason = getattr(err, "reason", err)
+        raise UserError(f"cannot reach KFP at {host} ({reason}) within {timeout:.0f}s; {fix}") from None
 
 
 def dry_run_objects(params: dict[str, Any]) -> list:
@@ -86,10 +102,9 @@ def dry_run_objects(params: dict[str, Any]) -> list:
 
 def package(out_dir: Path) -> tuple[Path, str]:
     """Compile to `out_dir`; returns (path, short content hash)."""
-    from kfp import compiler
+    from pipelines.compile import compile_pipeline
 
-    path = out_dir / "finetune.yaml"
-    compiler.Compiler().compile(finetune_pipeline, str(path))
+    path = compile_pipeline(finetune_pipeline, out_dir / "finetune.yaml")  # deterministic: same code, same hash
     return path, hashlib.sha256(path.read_bytes()).hexdigest()[:12]
 
 
@@ -118,10 +133,7 @@ def submit(client, params: dict[str, Any], experiment: str, run_name: str, recur
         path, digest = package(Path(tmp))
         pipeline_id, version_id = upload(client, path, digest)
     experiment_id = client.create_experiment(experiment).experiment_id  # returns the existing one by name
-    if recurring:
-        if len(recurring.split()) != 6:
-            raise UserError(f"--recurring needs a 6-field cron expression (seconds first), got {recurring!r}; "
-                            "e.g. '0 0 3 * * *' for daily at 03:00")
+    if recurring:  # the schedule was checked by validate(), before the upload above
         job = client.create_recurring_run(experiment_id, run_name, cron_expression=recurring, pipeline_id=pipeline_id,
                                           version_id=version_id, params=params, max_concurrency=1, no_catchup=True)
         return {"recurring_run_id": job.recurring_run_id, "pipeline_id": pipeline_id, "version_id": version_id,
@@ -145,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with exit_on_user_error():
         params = parse_params(finetune_pipeline, args.param)
-        validate(params)
+        validate(params, args.recurring)
         if args.dry_run:
             from trainer.__main__ import print_yaml
 
@@ -154,10 +166,17 @@ def main(argv: list[str] | None = None) -> int:
         if not args.host:
             raise UserError("no KFP host: pass --host URL or set KFP_HOST (e.g. http://localhost:8080 after "
                             "`kubectl port-forward -n kubeflow svc/ml-pipeline-ui 8080:80`)")
+        check_host(args.host, os.environ.get("KFP_TOKEN") or None)
         import kfp
+        from kfp_server_api.exceptions import ApiException
 
-        client = kfp.Client(host=args.host, existing_token=os.environ.get("KFP_TOKEN") or None)
-        result = submit(client, params, args.experiment, args.run_name, args.recurring, args.host)
+        try:
+            client = kfp.Client(host=args.host, existing_token=os.environ.get("KFP_TOKEN") or None)
+            result = submit(client, params, args.experiment, args.run_name, args.recurring, args.host)
+        except ApiException as err:  # the server's answer, e.g. a permission or validation error
+            detail = (err.body or "").strip().replace("\n", " ")[:300]
+            raise UserError(f"KFP at {args.host} refused the request: HTTP {err.status} {err.reason} {detail}") \
+                from None
         for key, value in result.items():
             print(f"{key}: {value}")
         if args.wait and "run_id" in result:

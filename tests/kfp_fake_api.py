@@ -27,6 +27,7 @@ class KfpState:
     recurring: dict[str, dict] = field(default_factory=dict)
     run_reads: dict[str, int] = field(default_factory=dict)
     final_state: str = "SUCCEEDED"
+    healthz_status: int = 200  # 401: an endpoint that wants a token
     requests: list = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -54,7 +55,7 @@ class KfpHandler(RoutedHandler):
     ]
 
     def healthz(self, method, *, query, body):
-        return 200, {"multi_user": False}
+        return self.state.healthz_status, {"multi_user": False}
 
     def _new_version(self, pipeline_id: str, name: str, body: Any) -> dict:
         version = {"pipeline_id": pipeline_id, "pipeline_version_id": str(uuid.uuid4()), "display_name": name,

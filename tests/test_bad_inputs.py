@@ -1,14 +1,27 @@
-"""Table of bad inputs through `python -m pipelines.run_local` (in process): each must exit
-with status 2 and one message naming the problem, print no traceback, and leave nothing
-behind: no pipeline root, no S3 server started, so no artifact can look complete."""
+"""Table of bad inputs through the real entry points: `pipelines.run_local` (finetune and sweep),
+`pipelines.submit` (with --dry-run, and against a fake KFP API) and the `validate-params` step that
+opens both pipelines in the KFP UI. Each must exit with status 2 and one message naming the
+problem and its fix, print no traceback, and start nothing: no S3 server, no pipeline root, no
+Kubernetes object rendered, no request to KFP. Most run in process (a second for the whole
+table); tests/test_cli_errors.py runs the same entry points as subprocesses.
+"""
 
 import json
+import shutil
 
 import pytest
 
-from pipelines import run_local
+from pipelines import run_local, submit
+from tests.kfp_fake_api import FakeKfpAPI
 
 GOOD_ROW = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
+TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+CALL = {"role": "assistant", "content": None,
+        "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]}
+
+
+LATIN1 = (json.dumps(GOOD_ROW) + "\n" + json.dumps({"messages": [{"role": "user", "content": "café"}, {
+    "role": "assistant", "content": "x"}]}, ensure_ascii=False)).encode("latin-1")
 
 
 def jsonl(tmp_path, *lines, name="data.jsonl"):
@@ -17,56 +30,332 @@ def jsonl(tmp_path, *lines, name="data.jsonl"):
     return str(path)
 
 
-CASES = [  # (id, params (callable of tmp_path -> list), expected message)
-    ("unknown-builtin-model", lambda t: ["model_source=builtin:gpt-9"], "unknown built-in model 'builtin:gpt-9'"),
-    ("unknown-model-scheme", lambda t: ["model_source=ftp://x"], "unknown model source 'ftp://x'"),
-    ("missing-model-dir", lambda t: [f"model_source={t}/nope/"], "model path not found"),
-    ("missing-dataset-file", lambda t: [f"dataset_source={t}/train.jsonl"], "dataset path not found"),
-    ("malformed-jsonl", lambda t: [f"dataset_source={jsonl(t, GOOD_ROW, '{oops')}"], "data.jsonl:2: not valid JSON"),
-    ("row-without-messages", lambda t: [f"dataset_source={jsonl(t, GOOD_ROW, {'text': 'x'})}"],
+def raw_file(tmp_path, data: bytes, name="data.jsonl"):
+    path = tmp_path / name
+    path.write_bytes(data)
+    return str(path)
+
+
+def rows(tmp_path, bad_row):
+    """A dataset of good rows plus one bad one (enough rows for both splits)."""
+    return jsonl(tmp_path, *[GOOD_ROW] * 10, bad_row)
+
+
+def model_variant(tmp_path, model_dir, change):
+    """A copy of the tiny model with one thing broken by `change(dir)`."""
+    out = tmp_path / "model"
+    shutil.copytree(model_dir, out)
+    change(out)
+    return str(out)
+
+
+def no_template(d):
+    (d / "chat_template.jinja").unlink(missing_ok=True)
+    config = json.loads((d / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (d / "tokenizer_config.json").write_text(json.dumps(config))
+
+
+def sharded(d):
+    (d / "model.safetensors").rename(d / "model-00001-of-00002.safetensors")
+    (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
+        "a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}))
+
+
+# (id, params: callable (tmp_path, tiny model dir) -> ["key=value", ...], expected message with the fix)
+CASES = [
+    # sources
+    ("unknown-builtin-model", lambda t, m: ["model_source=builtin:gpt-9"], "unknown built-in model 'builtin:gpt-9'"),
+    ("unknown-model-scheme", lambda t, m: ["model_source=ftp://x"], "unknown model source 'ftp://x'"),
+    ("missing-model-dir", lambda t, m: [f"model_source={t}/nope/"], "model path not found"),
+    ("missing-dataset-file", lambda t, m: [f"dataset_source={t}/train.jsonl"], "dataset path not found"),
+    ("malformed-s3-uri", lambda t, m: ["dataset_source=s3://B/x"], "expected s3://bucket/prefix"),
+    # a model that cannot train, found now rather than inside training (issue 9, item 3)
+    ("model-without-weights", lambda t, m: [f"model_source={model_variant(t, m, lambda d: (d / 'model.safetensors').unlink())}"],
+     "has config.json but no weights (*.safetensors or pytorch_model*.bin): download the whole model"),
+    ("model-malformed-config", lambda t, m: [f"model_source={model_variant(t, m, lambda d: (d / 'config.json').write_text('{oops'))}"],
+     "config.json is not valid JSON (Expecting property name"),
+    ("model-config-without-type", lambda t, m: [f"model_source={model_variant(t, m, lambda d: (d / 'config.json').write_text('{}'))}"],
+     "config.json has no model_type"),
+    ("model-without-chat-template", lambda t, m: [f"model_source={model_variant(t, m, no_template)}"],
+     "has no chat template, which training needs"),
+    ("model-missing-shard", lambda t, m: [f"model_source={model_variant(t, m, sharded)}"],
+     "lists 1 shard(s) that are missing (model-00002-of-00002.safetensors): the download is incomplete"),
+    ("model-without-tokenizer", lambda t, m: [f"model_source={model_variant(t, m, lambda d: (d / 'tokenizer.json').unlink())}"],
+     "has no tokenizer"),
+    ("dataset-dir-as-model", lambda t, m: [f"model_source={jsonl(t, GOOD_ROW, name='train.jsonl') and t}"],
+     "holds a dataset, not a model: pass it as dataset_source"),
+    ("dataset-file-as-model", lambda t, m: [f"model_source={jsonl(t, GOOD_ROW)}"],
+     "holds a dataset, not a model: pass it as dataset_source"),
+    # file encodings and shapes (item 4)
+    ("malformed-jsonl", lambda t, m: [f"dataset_source={jsonl(t, GOOD_ROW, '{oops')}"], "data.jsonl:2: not valid JSON"),
+    ("binary-file", lambda t, m: [f"dataset_source={raw_file(t, bytes(range(256)) * 8)}"],
+     "is not JSONL text (binary data): give a UTF-8 .jsonl file"),
+    ("gzip-named-jsonl", lambda t, m: [f"dataset_source={raw_file(t, bytes.fromhex('1f8b0800') + bytes(64))}"],
+     "is not JSONL text (gzip-compressed)"),
+    ("utf16-file", lambda t, m: [f"dataset_source={raw_file(t, json.dumps(GOOD_ROW).encode('utf-16'))}"],
+     "is not JSONL text (UTF-16 text)"),
+    ("latin1-file", lambda t, m: [f"dataset_source={raw_file(t, LATIN1)}"],
+     "data.jsonl:2: not UTF-8 text (byte 0xe9"),
+    ("json-nested-100k-deep", lambda t, m: [f"dataset_source={jsonl(t, GOOD_ROW, '[' * 100_000 + ']' * 100_000)}"],
+     "data.jsonl:2: JSON nested too deeply"),
+    ("row-without-messages", lambda t, m: [f"dataset_source={jsonl(t, GOOD_ROW, {'text': 'x'})}"],
      "data.jsonl:2: row has no 'messages' field"),
-    ("unknown-role", lambda t: [f"dataset_source={jsonl(t, {'messages': [{'role': 'robot', 'content': 'x'}, {'role': 'assistant', 'content': 'y'}]})}"],
+    ("unknown-role", lambda t, m: [f"dataset_source={jsonl(t, {'messages': [{'role': 'robot', 'content': 'x'}, {'role': 'assistant', 'content': 'y'}]})}"],
      "unknown role 'robot'"),
-    ("tool-args-not-json", lambda t: [f"dataset_source={jsonl(t, {'messages': [{'role': 'user', 'content': 'x'}, {'role': 'assistant', 'content': '', 'tool_calls': [{'function': {'name': 'f', 'arguments': '{bad'}}]}]})}"],
+    ("tool-args-not-json", lambda t, m: [f"dataset_source={jsonl(t, {'messages': [{'role': 'user', 'content': 'x'}, {'role': 'assistant', 'content': '', 'tool_calls': [{'function': {'name': 'f', 'arguments': '{bad'}}]}]})}"],
      "arguments is not valid JSON"),
-    ("empty-file", lambda t: [f"dataset_source={jsonl(t)}"], "file has no rows"),
-    ("empty-train-split", lambda t: [f"dataset_source={jsonl(t, GOOD_ROW)}"], "empty train split"),
-    ("lora-rank-zero", lambda t: ["lora_r=0"], "lora_r must be > 0"),
-    ("negative-lr", lambda t: ["learning_rate=-0.1"], "learning_rate must be > 0"),
-    ("zero-nodes", lambda t: ["nodes=0"], "nodes must be >= 1"),
-    ("zero-batch", lambda t: ["batch_size=0"], "batch_size must be > 0"),
-    ("seq-len-over-model", lambda t: ["max_seq_len=4096"], "exceeds the model's context length 512"),
-    ("unknown-method", lambda t: ["method=qlora"], "method must be 'lora' or 'full'"),
-    ("eval-fraction", lambda t: ["eval_fraction=1.5"], "eval_fraction must be between 0 and 1"),
-    ("unknown-launcher", lambda t: ["launcher=slurm"], "launcher must be one of"),
-    ("cluster-cleanup", lambda t: ["launcher=kubernetes", "cleanup=sometimes"], "cleanup must be one of"),
-    ("tolerations-not-list", lambda t: ['tolerations={"key": "gpu"}'], "is not a valid list"),
-    ("unknown-parameter", lambda t: ["max_stepz=3"], "unknown parameter 'max_stepz'"),
-    ("wrong-type", lambda t: ["max_steps=many"], "max_steps='many' is not a valid int"),
-    ("negative-restarts", lambda t: ["max_restarts=-1"], "max_restarts must be >= 0"),
+    # field types (item 3)
+    ("tools-is-a-string", lambda t, m: [f"dataset_source={rows(t, {**GOOD_ROW, 'tools': json.dumps([TOOL])})}"],
+     "'tools' must be a list of"),
+    ("tool-without-name", lambda t, m: [f"dataset_source={rows(t, {**GOOD_ROW, 'tools': [{'type': 'function'}]})}"],
+     "tools[0] needs function.name"),
+    ("content-is-a-list", lambda t, m: [f"dataset_source={rows(t, {'messages': [{'role': 'user', 'content': [{'type': 'text', 'text': 'hi'}]}, GOOD_ROW['messages'][1]]})}"],
+     "messages[0].content must be a string, got a list; join the text parts"),
+    ("content-null-without-tool-calls", lambda t, m: [f"dataset_source={rows(t, {'messages': [{'role': 'user', 'content': None}, GOOD_ROW['messages'][1]]})}"],
+     "messages[0].content is missing or null; it must be a string"),
+    ("content-is-a-number", lambda t, m: [f"dataset_source={rows(t, {'messages': [GOOD_ROW['messages'][0], {'role': 'assistant', 'content': 42}]})}"],
+     "messages[1].content must be a string, got a number"),
+    ("tool-calls-not-a-list", lambda t, m: [f"dataset_source={rows(t, {'messages': [GOOD_ROW['messages'][0], {'role': 'assistant', 'content': None, 'tool_calls': {'function': {'name': 'f'}}}]})}"],
+     "messages[1].tool_calls must be a list"),
+    ("tool-call-not-declared", lambda t, m: [f"dataset_source={rows(t, {'messages': [GOOD_ROW['messages'][0], {**CALL, 'tool_calls': [{'function': {'name': 'get_wether', 'arguments': {}}}]}], 'tools': [TOOL]})}"],
+     "calls 'get_wether', which is not in the row's tools ['get_weather']; declare it in 'tools' or fix the name"),
+    ("no-assistant-message", lambda t, m: [f"dataset_source={rows(t, {'messages': [{'role': 'user', 'content': 'x'}]})}"],
+     "no assistant message"),
+    ("empty-file", lambda t, m: [f"dataset_source={jsonl(t)}"], "file has no rows"),
+    ("empty-train-split", lambda t, m: [f"dataset_source={jsonl(t, GOOD_ROW)}"], "empty train split"),
+    # values
+    ("lora-rank-zero", lambda t, m: ["lora_r=0"], "lora_r must be > 0"),
+    ("negative-lr", lambda t, m: ["learning_rate=-0.1"], "learning_rate must be > 0"),
+    ("zero-nodes", lambda t, m: ["nodes=0"], "nodes must be >= 1"),
+    ("zero-batch", lambda t, m: ["batch_size=0"], "batch_size must be > 0"),
+    ("batch-tokens-below-seq-len", lambda t, m: ["batch_tokens=100"], "batch_tokens=100 must be >= max_seq_len=512"),
+    ("seq-len-over-model", lambda t, m: ["max_seq_len=4096"], "exceeds the model's context length 512"),
+    ("unknown-method", lambda t, m: ["method=qlora"], "method must be 'lora' or 'full'"),
+    ("eval-fraction", lambda t, m: ["eval_fraction=1.5"], "eval_fraction must be between 0 and 1"),
+    ("seed-above-2**64", lambda t, m: [f"seed={2**64 + 1}"], "seed must be between 0 and 4294967295"),
+    ("seed-negative", lambda t, m: ["seed=-1"], "seed must be between 0 and 4294967295"),
+    ("negative-restarts", lambda t, m: ["max_restarts=-1"], "max_restarts must be >= 0"),
+    ("serve-gpus-negative", lambda t, m: ["serve_gpus=-1"], "serve_gpus must be >= 0 (0 serves on CPU)"),
+    ("served-name-empty", lambda t, m: ["served_model_name="], "served_model_name is empty: give the name"),
+    ("unknown-launcher", lambda t, m: ["launcher=slurm"], "launcher must be one of"),
+    ("unknown-deploy-backend", lambda t, m: ["deploy_backend=heroku"], "deploy_backend must be 'local', 'kubernetes'"),
+    ("cluster-cleanup", lambda t, m: ["launcher=kubernetes", "cleanup=sometimes"], "cleanup must be one of"),
+    # non-finite floats (item 2)
+    ("lr-inf", lambda t, m: ["learning_rate=inf"], "learning_rate='inf' is not a finite number"),
+    ("lr-nan", lambda t, m: ["learning_rate=nan"], "learning_rate='nan' is not a finite number"),
+    ("dropout-minus-inf", lambda t, m: ["lora_dropout=-inf"], "give a real value, e.g. lora_dropout=0.0"),
+    ("eval-fraction-nan", lambda t, m: ["eval_fraction=NaN"], "eval_fraction='NaN' is not a finite number"),
+    ("nan-inside-json", lambda t, m: ['node_selector={"pool": NaN}'], "holds NaN or Infinity, which JSON does not allow"),
+    # --param syntax and types
+    ("tolerations-not-list", lambda t, m: ['tolerations={"key": "gpu"}'], "is not a valid JSON list, e.g. tolerations=[]"),
+    ("unknown-parameter", lambda t, m: ["max_stepz=3"], "unknown parameter 'max_stepz'"),
+    ("wrong-type", lambda t, m: ["max_steps=many"], "max_steps='many' is not a valid whole number, e.g. max_steps="),
+    ("float-for-int", lambda t, m: ["lora_r=16.5"], "lora_r='16.5' is not a valid whole number"),
+    ("bool-word", lambda t, m: ["keep_serving=maybe"], "keep_serving='maybe' is not a valid true/false"),
+    ("not-key-value", lambda t, m: ["max_steps"], "is not key=value"),
+    # Kubernetes values, checked locally too when a cluster is named (item 5)
+    ("k8s-namespace", lambda t, m: ["launcher=kubernetes", "namespace=LLM_Finetune"],
+     "namespace='LLM_Finetune' is not a valid Kubernetes name (RFC 1123 label)"),
+    ("k8s-node-selector-int", lambda t, m: ["launcher=kubernetes", 'node_selector={"pool": 1}'], "quote it"),
+]
+
+SWEEP_CASES = [
+    ("trial-value-quoted", ['trials=[{"lora_r": "16", "lora_alpha": 32, "learning_rate": 0.001}]'],
+     "trials[0].lora_r must be a whole number, got '16' (a string): write 16 without quotes"),
+    ("trial-value-null", ['trials=[{"lora_r": 16, "lora_alpha": null, "learning_rate": 0.001}]'],
+     "trials[0].lora_alpha must be a whole number, got null: give a value"),
+    ("trial-bool-as-int", ['trials=[{"lora_r": true, "lora_alpha": 32, "learning_rate": 0.001}]'],
+     "trials[0].lora_r must be a whole number, got true (a boolean)"),
+    ("trial-float-rank", ['trials=[{"lora_r": 16.5, "lora_alpha": 32, "learning_rate": 0.001}]'],
+     "trials[0].lora_r must be a whole number, got 16.5"),
+    ("trial-lr-string", ['trials=[{"lora_r": 16, "lora_alpha": 32, "learning_rate": "fast"}]'],
+     "trials[0].learning_rate must be a number, got 'fast' (a string)"),
+    ("trial-lr-infinity", ['trials=[{"lora_r": 16, "lora_alpha": 32, "learning_rate": Infinity}]'],
+     "holds NaN or Infinity"),
+    ("trial-lr-negative", ['trials=[{"lora_r": 16, "lora_alpha": 32, "learning_rate": -1}]'],
+     "trials[0]: learning_rate must be > 0"),
+    ("trial-missing-key", ['trials=[{"lora_r": 16, "learning_rate": 0.001}]'],
+     "trials[0] must have exactly the keys ['learning_rate', 'lora_alpha', 'lora_r']"),
+    ("trials-empty", ["trials=[]"], "trials must be a non-empty JSON list"),
+    ("trial-not-object", ['trials=[16]'], "trials[0] must have exactly the keys"),
+    ("min-gain-nan", ["min_gain=nan"], "min_gain='nan' is not a finite number"),
+    ("select-metric", ["select_metric=bleu"], "select_metric must be one of ['eval_loss', 'fc_accuracy']"),
+    ("shared-nodes", ["nodes=0"], "nodes must be >= 1"),
 ]
 
 
-@pytest.mark.parametrize("params, expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_bad_input_fails_fast_and_cleanly(tmp_path, capsys, monkeypatch, params, expected):
+def _fails_cleanly(capsys, exit_info, expected):
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2, err
+    assert expected in err, err
+    assert err.startswith("error: ") and "Traceback" not in err
+    return err
+
+
+@pytest.fixture
+def no_s3(monkeypatch):
     started = []
     monkeypatch.setattr(run_local, "start_s3", lambda *a: started.append(1))
+    return started
+
+
+@pytest.mark.parametrize("params, expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_run_local_bad_input_fails_fast_and_cleanly(tmp_path, capsys, no_s3, tiny_model_dir, params, expected):
     root = tmp_path / "root"
     argv = ["--pipeline-root", str(root), "--output-dir", str(tmp_path / "out")]
-    for p in params(tmp_path):
+    for p in params(tmp_path, tiny_model_dir):
         argv += ["--param", p]
     with pytest.raises(SystemExit) as exit_info:
         run_local.main(argv)
-    err = capsys.readouterr().err
-    assert exit_info.value.code == 2
-    assert expected in err, err
-    assert err.startswith("error: ") and "Traceback" not in err
-    assert not started and not root.exists() and not (tmp_path / "out").exists()
+    _fails_cleanly(capsys, exit_info, expected)
+    assert not no_s3 and not root.exists() and not (tmp_path / "out").exists()
 
 
-def test_several_problems_are_reported_together(tmp_path, capsys):
+@pytest.mark.parametrize("params, expected", [c[1:] for c in SWEEP_CASES], ids=[c[0] for c in SWEEP_CASES])
+def test_sweep_bad_input_fails_fast_and_cleanly(tmp_path, capsys, no_s3, params, expected):
+    root = tmp_path / "root"
+    argv = ["--pipeline", "sweep", "--pipeline-root", str(root), *[a for p in params for a in ("--param", p)]]
+    with pytest.raises(SystemExit) as exit_info:
+        run_local.main(argv)
+    _fails_cleanly(capsys, exit_info, expected)
+    assert not no_s3 and not root.exists()
+
+
+CLUSTER = ["launcher=kubernetes", "deploy_backend=kubernetes", "model_source=Qwen/Qwen2.5-0.5B-Instruct",
+           "lora_train_embeddings=false", "learning_rate=0.0002"]
+
+# Values the Kubernetes API server would refuse, most of them after training has finished.
+K8S_CASES = [
+    ("namespace-underscore", ["namespace=LLM_Finetune"], "is not a valid Kubernetes name (RFC 1123 label)"),
+    ("served-name-underscore", ["served_model_name=My_Model"],
+     "served_model_name='My_Model' is not a valid Kubernetes Service name (RFC 1035 label)"),
+    ("served-name-70-chars", ["served_model_name=" + "m" * 70], "(it has 70 characters): use at most 63"),
+    ("served-name-digit-first", ["served_model_name=7b-chat"], "starting with a letter"),
+    ("served-name-empty", ["served_model_name="], "served_model_name is empty"),
+    ("node-selector-int-value", ['node_selector={"pool": 1}'], "node_selector['pool'] must be a string"),
+    ("node-selector-bad-key", ['node_selector={"gpu type": "h100"}'], "is not a valid label key"),
+    ("node-selector-long-value", ['node_selector={"pool": "' + "x" * 64 + '"}'], "is not a valid label value"),
+    ("toleration-operator", ['tolerations=[{"key": "gpu", "operator": "Sometimes"}]'],
+     "tolerations[0].operator='Sometimes' is not allowed: use 'Equal'"),
+    ("toleration-effect", ['tolerations=[{"key": "gpu", "operator": "Exists", "effect": "Never"}]'],
+     "tolerations[0].effect='Never' is not allowed"),
+    ("toleration-exists-with-value", ['tolerations=[{"key": "gpu", "operator": "Exists", "value": "x"}]'],
+     "operator 'Exists' takes no value"),
+    ("toleration-unknown-field", ['tolerations=[{"key": "gpu", "operator": "Exists", "colour": "red"}]'],
+     "unknown field(s) ['colour']"),
+    ("toleration-seconds-without-noexecute", ['tolerations=[{"key": "gpu", "operator": "Exists", "tolerationSeconds": 5}]'],
+     "tolerationSeconds applies only to effect 'NoExecute'"),
+    ("serve-gpus-negative", ["serve_gpus=-1"], "serve_gpus must be >= 0"),
+    ("kueue-queue", ["kueue_queue=bad queue!"], "kueue_queue='bad queue!' is not a valid label value"),
+    ("accelerator-resource", ["accelerator_resource=gpu"], "accelerator_resource"),
+    ("launcher-local-on-cluster", ["launcher=local"], "launcher=local would train inside one pipeline pod"),
+    ("local-dataset-on-cluster", ["dataset_source=./data.jsonl"], "is a path on this machine, which the cluster "
+                                                                  "cannot read: deliver it first"),
+]
+
+
+@pytest.mark.parametrize("params, expected", [c[1:] for c in K8S_CASES], ids=[c[0] for c in K8S_CASES])
+def test_submit_dry_run_refuses_what_the_api_server_would(monkeypatch, capsys, tmp_path, params, expected):
+    rendered = []
+    monkeypatch.setattr(submit, "dry_run_objects", lambda p: rendered.append(p) or [])
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data.jsonl").write_text(json.dumps(GOOD_ROW) + "\n")
+    with pytest.raises(SystemExit) as exit_info:
+        submit.main(["--dry-run", *[a for p in CLUSTER + params for a in ("--param", p)]])
+    _fails_cleanly(capsys, exit_info, expected)
+    assert not rendered
+
+
+@pytest.fixture
+def kfp_api(monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))  # kfp.Client reads ~/.config/kfp/context.json
+    with FakeKfpAPI() as api:
+        yield api
+
+
+@pytest.mark.parametrize("cron, expected", [
+    ("not a cron at all x", "is not a valid cron expression; KFP recurring runs take a 6-field cron"),
+    ("0 3 * * *", "has 5 field(s); KFP recurring runs take a 6-field cron: second minute hour"),
+    ("0 0 3 * * * 2027", "has 7 field(s)"),
+    ("0 0 25 * * *", "(ranges: second/minute 0-59, hour 0-23"),
+    ("@every fortnight", "@every takes a duration like '@every 6h'"),
+], ids=["garbage", "5-fields", "7-fields", "hour-25", "every-bad"])
+def test_bad_cron_is_refused_before_anything_is_uploaded(kfp_api, capsys, cron, expected):
+    with pytest.raises(SystemExit) as exit_info:
+        submit.main(["--host", kfp_api.url, *[a for p in CLUSTER for a in ("--param", p)], "--recurring", cron])
+    _fails_cleanly(capsys, exit_info, expected)
+    assert not kfp_api.state.requests  # nothing compiled, uploaded or contacted
+
+
+@pytest.mark.parametrize("host, expected", [
+    ("http://127.0.0.1:9", "cannot reach KFP at http://127.0.0.1:9"),
+    ("localhost:8080", "is not an http(s):// URL"),
+], ids=["unreachable", "no-scheme"])
+def test_unreachable_kfp_host_is_one_line(capsys, host, expected):
+    with pytest.raises(SystemExit) as exit_info:
+        submit.main(["--host", host, *[a for p in CLUSTER for a in ("--param", p)]])
+    err = _fails_cleanly(capsys, exit_info, expected)
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_kfp_host_answering_401_names_the_token(kfp_api, capsys):
+    kfp_api.state.healthz_status = 401
+    with pytest.raises(SystemExit) as exit_info:
+        submit.main(["--host", kfp_api.url, *[a for p in CLUSTER for a in ("--param", p)]])
+    _fails_cleanly(capsys, exit_info, "refused the request (HTTP 401): set KFP_TOKEN")
+    assert [r for r in kfp_api.state.requests if "healthz" not in str(r)] == []  # only the probe
+
+
+# The validate-params step, as the KFP UI runs it: same rules, the Kubernetes ones included.
+VALIDATE_STEP_CASES = [
+    ("namespace", {"launcher": "kubernetes", "namespace": "LLM_Finetune"}, "RFC 1123 label"),
+    ("served-name", {"deploy_backend": "kubernetes", "served_model_name": "My_Model"}, "RFC 1035 label"),
+    ("kueue", {"launcher": "kubernetes", "kueue_queue": "bad queue!"}, "kueue_queue='bad queue!'"),
+    ("lr-nan", {"learning_rate": float("nan")}, "learning_rate must be a finite number, got nan"),
+    ("seed", {"seed": 2**40}, "seed must be between 0 and 4294967295"),
+    ("sweep-trial", {"trials": [{"lora_r": "16", "lora_alpha": 32, "learning_rate": 0.001}]},
+     "invalid sweep parameters (1 problem):\n  - trials[0].lora_r must be a whole number"),
+]
+
+
+@pytest.mark.parametrize("params, expected", [c[1:] for c in VALIDATE_STEP_CASES],
+                         ids=[c[0] for c in VALIDATE_STEP_CASES])
+def test_validate_params_step_applies_the_same_rules(capsys, monkeypatch, params, expected):
+    from components.validate_params import validate_params
+
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        validate_params.python_func(**params)
+    _fails_cleanly(capsys, exit_info, expected)
+
+
+def test_validate_params_step_in_a_cluster_pod_refuses_what_submit_refuses(capsys, monkeypatch):
+    from components.validate_params import validate_params
+
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    with pytest.raises(SystemExit) as exit_info:
+        validate_params.python_func(dataset_source="./mine.jsonl")
+    err = _fails_cleanly(capsys, exit_info, "launcher=local would train inside one pipeline pod")
+    assert "is a path on this machine" in err
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST")
+    validate_params.python_func()  # the defaults are a valid local run
+    assert "parameters OK" in capsys.readouterr().out
+
+
+def test_several_problems_are_reported_together(tmp_path, capsys, no_s3):
     with pytest.raises(SystemExit):
         run_local.main(["--pipeline-root", str(tmp_path / "r"), "--param", "lora_r=0", "--param", "nodes=0",
                         "--param", "model_source=builtin:nope", "--param", "learning_rate=0"])
     err = capsys.readouterr().err
     assert "4 problems" in err and err.count("\n  - ") == 4
+
+
+def test_utf8_bom_file_is_accepted(tmp_path, capsys, no_s3):
+    """Editors save JSONL with a byte-order mark; it is valid UTF-8. Only the other problem shows."""
+    path = raw_file(tmp_path, b"\xef\xbb\xbf" + (json.dumps(GOOD_ROW) + "\n").encode() * 12)
+    with pytest.raises(SystemExit):
+        run_local.main(["--pipeline-root", str(tmp_path / "r"), "--param", f"dataset_source={path}",
+                        "--param", "lora_r=0"])
+    err = capsys.readouterr().err
+    assert "1 problem)" in err and "lora_r must be > 0" in err and "data.jsonl" not in err

@@ -30,7 +30,7 @@ def bad_rows(tmp_path_factory):
     (["dataset_source=/nonexistent/train.jsonl"], "dataset path not found: /nonexistent/train.jsonl"),
     (["lora_r=0", "learning_rate=-1"], "2 problems"),
     (["max_stepz=3"], "unknown parameter 'max_stepz'"),
-    (["max_steps=many"], "max_steps='many' is not a valid int"),
+    (["max_steps=many"], "max_steps='many' is not a valid whole number"),
 ])
 def test_run_local_rejects_bad_parameters(params, needle, tmp_path):
     proc = run("-m", "pipelines.run_local", "--pipeline-root", str(tmp_path / "root"),

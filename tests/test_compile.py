@@ -3,6 +3,7 @@
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 from pipelines import compile as compile_mod
@@ -10,23 +11,58 @@ from pipelines import compile as compile_mod
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_committed_yaml_is_up_to_date(tmp_path):
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory):
+    """Both pipelines compiled twice, in fresh interpreters with different hash seeds and default
+    settings (component images are read at import time)."""
     import os
     import subprocess
     import sys
 
     from trainer import settings
 
-    # A fresh interpreter with default settings: component images are read at import time.
-    env = {k: v for k, v in os.environ.items() if k not in settings._DEFAULTS}
-    subprocess.run([sys.executable, "-m", "pipelines.compile", "--out-dir", str(tmp_path)], cwd=ROOT, env=env,
-                   check=True, capture_output=True)
+    outs = []
+    for seed in ("1", "2"):
+        out = tmp_path_factory.mktemp(f"compiled-seed{seed}")
+        env = {**{k: v for k, v in os.environ.items() if k not in settings._DEFAULTS}, "PYTHONHASHSEED": seed}
+        subprocess.run([sys.executable, "-m", "pipelines.compile", "--out-dir", str(out)], cwd=ROOT, env=env,
+                       check=True, capture_output=True)
+        outs.append(out)
+    return outs
+
+
+def test_compile_is_byte_identical_across_hash_seeds(fresh):
     for name in compile_mod.PIPELINES:
-        fresh, committed = tmp_path / f"{name}.yaml", ROOT / "compiled" / f"{name}.yaml"
-        # Parsed documents, not text: the header comment lists dict defaults in protobuf's map
-        # order, which changes from one process to the next.
-        assert list(yaml.safe_load_all(committed.read_text())) == list(yaml.safe_load_all(fresh.read_text())), \
+        a, b = ((d / f"{name}.yaml").read_bytes() for d in fresh)
+        assert a == b, f"{name}.yaml differs between PYTHONHASHSEED=1 and 2"
+
+
+def test_committed_yaml_is_up_to_date(fresh):
+    for name in compile_mod.PIPELINES:
+        committed = ROOT / "compiled" / f"{name}.yaml"
+        assert committed.read_bytes() == (fresh[0] / f"{name}.yaml").read_bytes(), \
             f"{committed} is stale: run `python -m pipelines.compile` and commit the result"
+
+
+@pytest.mark.parametrize("name", sorted(compile_mod.PIPELINES))
+def test_every_parameter_has_a_description_for_the_ui(fresh, name):
+    """KFP shows the pipeline docstring's Args entries as parameter descriptions in the UI."""
+    spec = next(yaml.safe_load_all((fresh[0] / f"{name}.yaml").read_text()))
+    params = spec["root"]["inputDefinitions"]["parameters"]
+    missing = sorted(p for p, body in params.items() if len(body.get("description", "").strip()) < 20)
+    assert not missing, f"add these to the Args section of the {name} pipeline's docstring: {missing}"
+
+
+@pytest.mark.parametrize("name", sorted(compile_mod.PIPELINES))
+def test_validate_params_step_gets_every_parameter_first(fresh, name):
+    """The UI path equals the CLI path: the first step receives every pipeline parameter."""
+    spec = next(yaml.safe_load_all((fresh[0] / f"{name}.yaml").read_text()))
+    params = set(spec["root"]["inputDefinitions"]["parameters"])
+    step = spec["root"]["dag"]["tasks"]["validate-params"]["inputs"]["parameters"]
+    passed = {v["componentInputParameter"] for v in step.values() if "componentInputParameter" in v}
+    assert passed == params, f"not passed to validate-params: {sorted(params - passed)}"
+    for first in ("deliver-model", "deliver-dataset"):
+        assert spec["root"]["dag"]["tasks"][first]["dependentTasks"] == ["validate-params"]
 
 
 def docs(name="finetune.yaml"):

@@ -89,7 +89,7 @@ def test_cron(expr, ok):
 
 def test_cron_messages_give_the_format():
     [msg] = rules.cron("0 9 * * 1")
-    assert "6 fields" in msg and "'0 0 9 * * 1'" in msg
+    assert "6-field cron" in msg and "'0 0 9 * * 1'" in msg
     [msg] = rules.cron("0 0 9 * * 1 2026")
     assert "7 field(s)" in msg and "second minute hour" in msg
 

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 from dataclasses import dataclass, fields
 
 from trainer.errors import collect
+
+# torch.manual_seed takes any 64-bit value, but numpy's seed (set through transformers.set_seed)
+# must fit in 32 bits: the common range.
+SEED_MAX = 2**32 - 1
 
 
 @dataclass
@@ -15,18 +20,18 @@ class TrainConfig:
     dataset_uri: str = ""  # s3://bucket/datasets/sha256-... (from deliver_dataset)
     output_prefix: str = ""  # runs/<run id>: where result.json goes
     method: str = "lora"  # lora | full
-    lora_r: int = 16
-    lora_alpha: int = 32
-    lora_dropout: float = 0.0
+    lora_r: int = 16  # LoRA rank: adapter size and capacity
+    lora_alpha: int = 32  # LoRA scaling numerator (the update is scaled by alpha / r)
+    lora_dropout: float = 0.0  # dropout on the LoRA input, in [0, 1)
     lora_target_modules: str = "all-linear"  # comma list, or all-linear
     # Also train the (tied) token embedding. Off for pretrained models; the built-in random
     # model needs it to learn to copy argument values (see README "Built-ins").
     lora_train_embeddings: bool = False
-    learning_rate: float = 3e-3
-    weight_decay: float = 0.0
-    warmup_ratio: float = 0.05
-    lr_scheduler: str = "cosine"
-    max_steps: int = 300
+    learning_rate: float = 3e-3  # peak learning rate (about 2e-4 for a pretrained model with LoRA)
+    weight_decay: float = 0.0  # AdamW weight decay
+    warmup_ratio: float = 0.05  # share of max_steps spent warming the learning rate up
+    lr_scheduler: str = "cosine"  # a transformers scheduler name: cosine, linear, constant, ...
+    max_steps: int = 300  # optimizer steps to train
     batch_size: int = 16  # rows per rank per micro-batch (when batch_tokens is 0)
     # > 0: padding-free batches of up to this many tokens per rank (rows packed, no padding,
     # no cross-row attention); 0: batch_size rows padded to the longest row.
@@ -39,11 +44,11 @@ class TrainConfig:
     gradient_checkpointing: bool = False  # less activation memory, ~30% more compute
     compile: bool = False  # torch.compile the model (CUDA only; ignored on CPU)
     max_seq_len: int = 512  # longer rows are skipped and counted (skipped_long_rows)
-    seed: int = 0
-    log_every: int = 10
+    seed: int = 0  # seeds data order, initialisation and dropout (0 .. 2**32 - 1)
+    log_every: int = 10  # steps between loss lines / TensorBoard points
     eval_every: int = 50  # steps between eval-loss measurements on up to 64 eval rows (rank 0)
     checkpoint_every: int = 100  # steps between checkpoints (one is always written at the end)
-    keep_checkpoints: int = 2
+    keep_checkpoints: int = 2  # newest checkpoints kept in the bucket
     shutdown_grace_s: float = 90.0  # on SIGTERM: time allowed for the final checkpoint upload
     # Launchers fail a job (no restart) whose progress (rank 0's step or stage) stops this long;
     # 0 turns the watchdog off. Generous: model download and a first compile can take minutes.
@@ -51,6 +56,10 @@ class TrainConfig:
 
     def problems(self) -> list[str]:
         p = []
+        for f in fields(self):  # NaN passes every comparison below, and inf is never meant
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                p.append(f"{f.name} must be a finite number, got {value}; e.g. {f.name}={f.default}")
         if not self.model_uri.startswith("s3://"):
             p.append(f"model_uri must be an s3:// URI from deliver_model, got {self.model_uri!r}")
         if not self.dataset_uri.startswith("s3://"):
@@ -75,6 +84,8 @@ class TrainConfig:
             p.append("batch_tokens and tokens_per_step must be >= 0 (0 turns them off)")
         if 0 < self.batch_tokens < self.max_seq_len:
             p.append(f"batch_tokens={self.batch_tokens} must be >= max_seq_len={self.max_seq_len} so every row fits")
+        if not 0 <= self.seed <= SEED_MAX:
+            p.append(f"seed must be between 0 and {SEED_MAX} (2**32 - 1, numpy's limit), got {self.seed}")
         for name in ("max_steps", "batch_size", "max_seq_len", "log_every", "eval_every", "checkpoint_every",
                      "keep_checkpoints"):
             if getattr(self, name) <= 0:
@@ -94,10 +105,13 @@ class TrainConfig:
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        """One option per field; its help is the field's comment above (one place to document it)."""
+        helps = _field_comments(cls)
         for f in fields(cls):
             kind = type(f.default)
             parser.add_argument(f"--{f.name.replace('_', '-')}", default=f.default,
-                                type=_parse_bool if kind is bool else kind)
+                                type=_parse_bool if kind is bool else kind,
+                                help=f"{helps.get(f.name, '')} (default: {f.default!r})".lstrip().replace("%", "%%"))
 
     @classmethod
     def from_params(cls, params: dict, **fields_) -> "TrainConfig":
@@ -112,6 +126,24 @@ class TrainConfig:
 
     def asdict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def _field_comments(cls) -> dict[str, str]:
+    """Each dataclass field's comment: the lines right above it plus the one at its end."""
+    import inspect
+    import re
+
+    helps, above = {}, []
+    for line in inspect.getsource(cls).splitlines()[1:]:
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            above.append(stripped.lstrip("# "))
+        elif m := re.match(r"\s+(\w+): [^=]+=.*?(?:#\s*(.*))?$", line):
+            helps[m[1]] = " ".join([*above, m[2] or ""]).strip()
+            above = []
+        else:
+            above = []
+    return helps
 
 
 def _parse_bool(value: str) -> bool:

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer.errors import UserError
+from trainer.config import SEED_MAX
+from trainer.errors import UserError, collect
 
 BUILTIN_MODELS = ("tiny-llama",)
 BUILTIN_DATASETS = ("function-calling",)
@@ -64,10 +65,18 @@ def parse(source: str, what: str) -> Source:
     raise UserError(f"unknown {what} source {source!r}: use {forms}")
 
 
+def looks_local(source: str) -> bool:
+    """A path on this machine (as `parse` reads it), whether or not it exists."""
+    source = (source or "").strip()
+    if source.startswith(("s3://", "builtin:")):
+        return False
+    if source.startswith("file://"):
+        return True
+    return source.startswith(("/", "./", "../", "~")) or source.endswith((".jsonl", ".json")) or Path(source).exists()
+
+
 def model_max_length(source: str) -> int | None:
     """The context length of a model known without downloading it (builtin or local), else None."""
-    import json
-
     src = parse(source, "model")
     if src.kind == "builtin":
         from trainer import builtin_model
@@ -75,8 +84,105 @@ def model_max_length(source: str) -> int | None:
         return builtin_model.MAX_POSITIONS
     config = Path(src.ref) / "config.json"
     if src.kind == "local" and config.is_file():
-        return json.loads(config.read_text()).get("max_position_embeddings")
+        value, problem = _read_json(config)
+        if problem:
+            raise UserError(problem)
+        limit = value.get("max_position_embeddings") if isinstance(value, dict) else None
+        return limit if isinstance(limit, int) and not isinstance(limit, bool) else None
     return None
+
+
+# What makes a directory a model: config.json, weights (single file or shards listed by an
+# index) and a tokenizer. Checked at delivery, because training would otherwise find out
+# only after its pods start, and the launcher would retry what cannot succeed.
+WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model")
+DATASET_FILES = ("train.jsonl", "eval.jsonl", "dataset_info.json", "dataset_dict.json")
+
+
+def _read_json(path: Path) -> tuple[Any, str | None]:
+    """(parsed JSON, None) or (None, the problem in words)."""
+    import json
+
+    try:
+        return json.loads(path.read_text(encoding="utf-8-sig")), None
+    except UnicodeDecodeError:
+        return None, f"{path} is not UTF-8 text; re-download the model"
+    except json.JSONDecodeError as err:
+        return None, (f"{path} is not valid JSON ({err.msg} at line {err.lineno}, column {err.colno}); "
+                      "re-download the model or repair the file")
+    except RecursionError:
+        return None, f"{path} is nested too deeply to be a model config"
+
+
+def model_tree_problems(names: set[str], where: str) -> list[str]:
+    """What file names alone tell: a dataset where a model belongs, no config, no weights."""
+    if "config.json" not in names:
+        if any(n.endswith((".jsonl", ".parquet")) or n.rsplit("/", 1)[-1] in DATASET_FILES for n in names):
+            return [f"{where} holds a dataset, not a model: pass it as dataset_source, and a model (e.g. "
+                    "builtin:tiny-llama or a Hub id like Qwen/Qwen2.5-0.5B-Instruct) as model_source"]
+        return [f"{where} has no config.json, so it is not a Hugging Face model: pass a model directory "
+                "(config.json, *.safetensors, tokenizer files) or a Hub model id"]
+    has_weights = any(n.endswith(".safetensors") or (n.startswith("pytorch_model") and n.endswith(".bin"))
+                      for n in names)
+    if not has_weights:
+        return [f"{where} has config.json but no weights (*.safetensors or pytorch_model*.bin): download the "
+                "whole model, e.g. `hf download ORG/NAME --local-dir DIR`"]
+    if not any(n in names for n in TOKENIZER_FILES):
+        return [f"{where} has no tokenizer ({' or '.join(TOKENIZER_FILES)}): copy the tokenizer files of the "
+                "base model into it"]
+    return []
+
+
+def model_dir_problems(path: str | Path, check_tokenizer: bool = True) -> list[str]:
+    """Every reason the directory cannot be trained: config.json that parses with a
+    model_type, weights present (every shard an index lists), a tokenizer that loads and has
+    a chat template."""
+    root = Path(path)
+    if root.is_file() and root.suffix in (".jsonl", ".json", ".parquet"):
+        return model_tree_problems({root.name}, f"model path {root}")
+    if not root.is_dir():
+        return [f"model path {root} is not a directory: pass the directory holding config.json"]
+    names = {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
+    problems = model_tree_problems(names, f"model directory {root}")
+    if "config.json" not in names:
+        return problems
+    config, problem = _read_json(root / "config.json")
+    if problem:
+        return [problem]
+    if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
+        return [f"{root}/config.json has no model_type, so transformers cannot build the model; "
+                "use the config.json that came with the model"]
+    for index in WEIGHT_INDEXES:
+        if index in names:
+            value, problem = _read_json(root / index)
+            weight_map = value.get("weight_map") if isinstance(value, dict) else None
+            if problem or not isinstance(weight_map, dict):
+                return [problem or f"{root}/{index} has no weight_map; re-download the model"]
+            missing = sorted(set(weight_map.values()) - names)
+            if missing:
+                shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
+                problems.append(f"{root}/{index} lists {len(missing)} shard(s) that are missing ({shown}): "
+                                "the download is incomplete; download again")
+    if problems or not check_tokenizer:
+        return problems
+    return tokenizer_problems(root)
+
+
+def tokenizer_problems(root: Path) -> list[str]:
+    """The tokenizer loads, offline, and has a chat template (training renders every row with it)."""
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(str(root), local_files_only=True)
+    except Exception as err:  # noqa: BLE001 - any failure to load is the user's files; say which
+        first = (str(err).strip().splitlines() or [""])[0][:200]
+        return [f"the tokenizer in {root} does not load ({type(err).__name__}: {first}); copy the base model's "
+                "tokenizer files into the directory"]
+    if not tok.chat_template:
+        return [f"the tokenizer in {root} has no chat template, which training needs to render conversations: "
+                "use an instruct/chat model, or add the base model's template as chat_template.jinja"]
+    return []
 
 
 def materialize_model(src: Source, revision: str, workdir: Path) -> Path:
@@ -87,15 +193,24 @@ def materialize_model(src: Source, revision: str, workdir: Path) -> Path:
         return builtin_model.build(workdir / "model")
     if src.kind == "local":
         path = Path(src.ref)
-        if not (path / "config.json").is_file():
-            raise UserError(f"model directory {path} has no config.json; pass a Hugging Face model directory")
+        collect(model_dir_problems(path, check_tokenizer=False), what=f"model {path} cannot be trained")
         return path
     from huggingface_hub import snapshot_download  # reads HF_TOKEN from the environment
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
 
     # The standard HF cache (HF_HUB_CACHE) rather than a temporary copy: a re-run, or a
     # machine with HF_HUB_OFFLINE=1 and a pre-filled cache, needs no download.
-    return Path(snapshot_download(src.ref, revision=revision or None,
-                                  allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"]))
+    try:
+        return Path(snapshot_download(src.ref, revision=revision or None,
+                                      allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"]))
+    except RepositoryNotFoundError:
+        raise UserError(f"no model {src.ref!r} on the Hugging Face Hub (or it is private: set HF_TOKEN); if it is a "
+                        "dataset, pass it as dataset_source") from None
+    except LocalEntryNotFoundError as err:
+        raise UserError(f"model {src.ref!r} is not in the local Hugging Face cache and the Hub cannot be reached "
+                        f"({str(err).splitlines()[0][:160]}); download it first or allow network access") from None
+    except HfHubHTTPError as err:
+        raise UserError(f"downloading model {src.ref!r} failed: {str(err).splitlines()[0][:200]}") from None
 
 
 def _split(rows: list[dict[str, Any]], eval_fraction: float, seed: int) -> dict[str, list[dict[str, Any]]]:
@@ -140,7 +255,11 @@ def _materialize(src: Source, revision: str, eval_fraction: float, seed: int) ->
         return _split(train, eval_fraction, seed)
     import datasets
 
-    ds = datasets.load_dataset(src.ref, revision=revision or None)
+    try:
+        ds = datasets.load_dataset(src.ref, revision=revision or None)
+    except datasets.exceptions.DatasetNotFoundError:
+        raise UserError(f"no dataset {src.ref!r} on the Hugging Face Hub (or it is private: set HF_TOKEN); if it is "
+                        "a model, pass it as model_source") from None
     if "train" not in ds:
         raise UserError(f"Hub dataset {src.ref} has no 'train' split (it has {list(ds)})")
     train = data.validate_rows(ds["train"].to_list(), f"{src.ref}[train]")
@@ -166,9 +285,12 @@ def deliver_model(source: str, revision: str, store) -> tuple[str, dict[str, Any
     src = parse(source, "model")
     if src.kind == "s3":
         uri, manifest = _already_delivered(src, store)
+        collect(model_tree_problems({f["path"] for f in manifest.get("files", [])}, uri), what="not a model")
         return uri, {"source": source, "revision": "", **manifest}
     with tempfile.TemporaryDirectory() as tmp:
         path = materialize_model(src, revision, Path(tmp))
+        if src.kind != "builtin":  # built here and tested; everything else is checked before upload
+            collect(model_dir_problems(path), what=f"model {source} cannot be trained")
         uri, manifest = store.put_tree(path, "models")
     return uri, {"source": source, "revision": revision if src.kind == "hub" else "", **manifest}
 
@@ -179,8 +301,14 @@ def deliver_dataset(source: str, revision: str, store, eval_fraction: float = 0.
     from trainer import data
 
     src = parse(source, "dataset")
+    if not 0 <= seed <= SEED_MAX:
+        raise UserError(f"seed must be between 0 and {SEED_MAX}, got {seed}")
     if src.kind == "s3":
         uri, manifest = _already_delivered(src, store)
+        names = {f["path"] for f in manifest.get("files", [])}
+        if "config.json" in names:  # checked before downloading what may be gigabytes of weights
+            raise UserError(f"{uri} is a delivered model, not a dataset: pass it as model_source, and a dataset "
+                            "(train.jsonl) as dataset_source")
         root = store.get_tree(uri)
         counts = {p.stem: sum(1 for line in p.open() if line.strip()) for p in sorted(root.glob("*.jsonl"))}
         if set(counts) != {"train", "eval"}:

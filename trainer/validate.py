@@ -1,22 +1,119 @@
 """Validation of pipeline parameters before any expensive work starts.
 
-Used by `pipelines.run_local` (and later `submit`) so that bad input fails in a second with
-one message listing every problem and its fix, not minutes into a run.
+One set of rules for every way a run starts: `pipelines.run_local`, `pipelines.submit` (and its
+--dry-run), and the `validate-params` step that opens both pipelines, so a run started from
+the KFP UI is checked exactly as one started from the command line. Bad input fails in a
+second with one message listing every problem and its fix, not minutes into a run.
+
+Order of checks: types first (a string "16", null, true where a number belongs, NaN or
+infinity), then values (ranges, sources, the model's context), then the Kubernetes API
+server's rules for cluster settings (trainer.k8s.rules through ClusterSpec). A value of the
+wrong type is reported once and replaced by its default for the later checks, so they can
+still report every other problem in the same round.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import fields
 from typing import Any
 
 from trainer import sources
 from trainer.config import TrainConfig
 from trainer.errors import UserError, collect
 
+# Every pipeline parameter that is not a TrainConfig field, with the default a caller that
+# lacks it gets (the sweep has no `method`, the CLI no `served_model_name`, ...). The types
+# of these defaults are the parameters' types. Cluster settings a caller lacks keep
+# ClusterSpec's defaults (see trainer.launch.cluster_from_params).
+DEFAULTS: dict[str, Any] = {
+    "model_source": "builtin:tiny-llama", "model_revision": "", "dataset_source": "builtin:function-calling",
+    "dataset_revision": "", "eval_fraction": 0.1, "launcher": "local", "nodes": 1, "procs_per_node": 1,
+    "max_restarts": 0, "eval_max_rows": 1, "deploy_backend": "local", "keep_serving": False, "serve_adapters": False,
+    "served_model_name": "llm-finetune", "serve_gpus": 1, "namespace": "", "accelerator_resource": "nvidia.com/gpu",
+    "node_selector": {}, "tolerations": [], "kueue_queue": "", "cleanup": "on-success", "wait_timeout_s": 0,
+    "trials": [], "select_metric": "fc_accuracy", "min_gain": 0.1,
+}
+_TRAIN_DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
+_TRAIN_PARAMS = {k: v for k, v in _TRAIN_DEFAULTS.items() if k not in ("model_uri", "dataset_uri", "output_prefix")}
+_KIND = {bool: "true or false", int: "a whole number", float: "a number", str: "a string", dict: "a JSON object",
+         list: "a JSON list"}
 
-# Parameters some callers (the sweep, the validate-params component) do not have; cluster
-# settings a caller lacks keep ClusterSpec's defaults (see trainer.launch.cluster_from_params).
-DEFAULTS = {"eval_fraction": 0.1, "seed": 0, "launcher": "local", "deploy_backend": "local", "nodes": 1,
-            "procs_per_node": 1, "max_restarts": 0, "eval_max_rows": 1}
+
+def default(name: str) -> Any:
+    return _TRAIN_DEFAULTS[name] if name in _TRAIN_DEFAULTS else DEFAULTS.get(name)
+
+
+def _json_repr(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true (a boolean)" if value else "false (a boolean)"
+    if isinstance(value, str):
+        return f"{value!r} (a string)"
+    return repr(value)
+
+
+def value_problem(name: str, value: Any, kind: type, example: Any = None) -> str | None:
+    """Why `value` is not a `kind` (None when it is), with the fix. Ints pass for floats;
+    bools never pass for numbers (JSON true is not 1); NaN and infinity never pass."""
+    example = default(name.rsplit(".", 1)[-1]) if example is None else example
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{name} must be a finite number, got {value}: NaN and infinity train nothing; use e.g. {example}"
+    ok = isinstance(value, kind) and not (kind in (int, float) and isinstance(value, bool))
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        ok = True
+    if ok:
+        return None
+    fix = ""
+    if value is None:
+        fix = f": give a value, e.g. {example}"
+    elif isinstance(value, str) and kind in (int, float):
+        try:
+            float(value)
+            fix = f": write {value} without quotes"
+        except ValueError:
+            fix = f", e.g. {example}"
+    elif isinstance(value, bool) and kind in (int, float):
+        fix = f": give a number, e.g. {example}"
+    elif kind is bool:
+        fix = ": use true or false"
+    elif kind is int and isinstance(value, float):
+        fix = f": use a whole number, e.g. {int(value) if value.is_integer() else example}"
+    elif example is not None:
+        fix = f", e.g. {example!r}" if kind is str else f", e.g. {example}"
+    return f"{name} must be {_KIND.get(kind, kind.__name__)}, got {_json_repr(value)}{fix}"
+
+
+def _non_finite(value: Any, path: str) -> list[str]:
+    """Paths of NaN/infinity anywhere inside a JSON value."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return [path]
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in _non_finite(v, f"{path}[{k!r}]")]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _non_finite(v, f"{path}[{i}]")]
+    return []
+
+
+def type_problems(params: dict[str, Any]) -> tuple[list[str], set[str]]:
+    """(problems, names of the parameters that have them): each known parameter against its
+    type; for every parameter, no NaN or infinity anywhere inside it."""
+    problems, bad = [], set()
+    for name, value in params.items():
+        d = default(name)
+        problem = value_problem(name, value, type(d)) if name in _TRAIN_DEFAULTS or name in DEFAULTS else None
+        if problem is None and not isinstance(value, float):
+            nested = _non_finite(value, name)
+            if nested:
+                problem = (f"{', '.join(nested)} must be finite numbers (NaN and Infinity are not numbers "
+                           "a run can use): give real values")
+        elif problem is None and not math.isfinite(value):
+            problem = value_problem(name, value, float, example=1.0)
+        if problem:
+            problems.append(problem)
+            bad.add(name)
+    return problems, bad
 
 
 def pipeline_problems(params: dict[str, Any], check_local_files: bool = True) -> list[str]:
@@ -25,8 +122,9 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True) ->
     `check_local_files` reads local dataset files fully (run_local); submit turns it off
     because a cluster cannot read this machine's files anyway.
     """
-    params = {**DEFAULTS, **params}
-    problems = []
+    params = {**_TRAIN_PARAMS, **DEFAULTS, **params}
+    problems, bad = type_problems(params)
+    params.update({name: default(name) for name in bad if name in _TRAIN_DEFAULTS or name in DEFAULTS})
     for what in ("model", "dataset"):
         try:
             src = sources.parse(params[f"{what}_source"], what)
@@ -34,10 +132,16 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True) ->
             problems.append(str(err))
             continue
         if what == "model":
-            limit = sources.model_max_length(params["model_source"])
+            try:
+                limit = sources.model_max_length(params["model_source"])
+            except UserError as err:
+                problems.append(str(err))
+                limit = None
             if limit and params["max_seq_len"] > limit:
                 problems.append(f"max_seq_len={params['max_seq_len']} exceeds the model's context length {limit}; "
                                 f"set max_seq_len <= {limit}")
+            if src.kind == "local":  # a model directory on this machine: checked fully now
+                problems += sources.model_dir_problems(src.ref)
         if what == "dataset" and src.kind == "local" and check_local_files:
             try:  # local files are cheap to check fully now; Hub data is checked on delivery
                 sources.materialize_dataset(src, "", params["eval_fraction"], params["seed"])
@@ -55,14 +159,58 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True) ->
         problems.append(f"max_restarts must be >= 0, got {params['max_restarts']}")
     if params["eval_max_rows"] < 1:
         problems.append(f"eval_max_rows must be >= 1, got {params['eval_max_rows']}")
-    from trainer.launch import LAUNCHERS, cluster_from_params
+    if params["serve_gpus"] < 0:
+        problems.append(f"serve_gpus must be >= 0 (0 serves on CPU), got {params['serve_gpus']}")
+    if not params["served_model_name"]:
+        problems.append("served_model_name is empty: give the name clients will ask for, e.g. 'llm-finetune'")
+    if params["serve_adapters"] and params["method"] != "lora":
+        problems.append("serve_adapters=true serves the LoRA adapter beside its base model, but method="
+                        f"{params['method']!r} makes no adapter: set method=lora or serve_adapters=false")
+    elif params["serve_adapters"] and params["lora_train_embeddings"]:
+        # vLLM: "only supports modules_to_save being either None or ['classifier', 'score']".
+        problems.append("serve_adapters=true: vLLM cannot load an adapter that trains the embeddings in full; "
+                        "set lora_train_embeddings=false, or serve_adapters=false to serve the merged model")
+    problems += cluster_problems(params)
+    seen: set[str] = set()
+    return [p for p in problems if not (p in seen or seen.add(p))]
 
-    if params["launcher"] not in LAUNCHERS:
-        problems.append(f"launcher must be one of {LAUNCHERS}, got {params['launcher']!r}")
-    if params["deploy_backend"] not in ("local", "kubernetes"):
-        problems.append(f"deploy_backend must be 'local' or 'kubernetes', got {params['deploy_backend']!r}")
-    if "kubernetes" in (params["launcher"], params["deploy_backend"]):
-        problems += cluster_from_params(params).kubernetes_problems()  # topology is checked above
+
+def cluster_problems(params: dict[str, Any]) -> list[str]:
+    """Launcher and deploy backend names, and, when either runs on Kubernetes, every cluster
+    setting against the API server's rules (trainer.k8s.rules, through ClusterSpec)."""
+    from trainer import launch
+    from trainer.k8s import rules
+
+    problems = []
+    cluster_launchers = getattr(launch, "CLUSTER_LAUNCHERS", ("kubernetes",))
+    if params["launcher"] not in launch.LAUNCHERS:
+        problems.append(f"launcher must be one of {launch.LAUNCHERS}, got {params['launcher']!r}")
+    if params["deploy_backend"] not in DEPLOY_BACKENDS:
+        problems.append(f"deploy_backend must be 'local', 'kubernetes' (vLLM Deployment) or 'kserve' "
+                        f"(InferenceService), got {params['deploy_backend']!r}")
+    on_cluster = params["deploy_backend"] in DEPLOY_BACKENDS[1:]
+    if params["launcher"] in cluster_launchers or on_cluster:
+        problems += launch.cluster_from_params(params).kubernetes_problems()  # topology is checked above
+    if on_cluster and params["served_model_name"]:
+        problems += rules.served_model_name(params["served_model_name"])
+    return problems
+
+
+DEPLOY_BACKENDS = ("local", "kubernetes", "kserve")  # all but the first run on the cluster
+
+
+def on_cluster_problems(params: dict[str, Any]) -> list[str]:
+    """What a run on this machine accepts but a run on a cluster cannot use (submit, and the
+    validate-params step when it runs in a cluster pod)."""
+    problems = []
+    for what in ("model", "dataset"):
+        source = params.get(f"{what}_source", DEFAULTS[f"{what}_source"])
+        if isinstance(source, str) and sources.looks_local(source):
+            problems.append(f"{what}_source {source!r} is a path on this machine, which the cluster cannot read: "
+                            f"deliver it first (python -m trainer deliver-{what} ... with S3_ENDPOINT at the "
+                            "cluster's MinIO) and pass the printed s3:// URI")
+    if params.get("launcher", DEFAULTS["launcher"]) == "local":
+        problems.append("launcher=local would train inside one pipeline pod; use launcher=kubernetes on a cluster")
     return problems
 
 
@@ -71,26 +219,42 @@ def validate_pipeline_params(params: dict[str, Any], check_local_files: bool = T
 
 
 TRIAL_KEYS = {"lora_r": int, "lora_alpha": int, "learning_rate": float}
+TRIAL_EXAMPLE = '{"lora_r": 16, "lora_alpha": 32, "learning_rate": 0.0002}'
+SWEEP_ONLY = ("trials", "select_metric", "min_gain")
 
 
-def validate_sweep(params: dict[str, Any]) -> None:
-    """Sweep parameters: the shared ones as for one run (with each trial's values), plus the trials."""
+def sweep_problems(params: dict[str, Any], check_local_files: bool = True) -> list[str]:
+    """Sweep parameters: the shared ones as for one run, each trial's own values, the selection."""
     from trainer.sweep import SELECT
 
-    trials = params["trials"]
-    problems = []
+    trials = params.get("trials", DEFAULTS["trials"])
+    shared = {k: v for k, v in params.items() if k not in SWEEP_ONLY}
+    problems = pipeline_problems({**shared, "method": "lora"}, check_local_files)
     if not isinstance(trials, list) or not trials:
-        problems.append("trials must be a non-empty JSON list of objects like "
-                        '{"lora_r": 16, "lora_alpha": 32, "learning_rate": 0.003}')
+        problems.append(f"trials must be a non-empty JSON list of objects like {TRIAL_EXAMPLE}, got {trials!r}")
         trials = []
     for i, t in enumerate(trials):
         if not isinstance(t, dict) or set(t) != set(TRIAL_KEYS):
-            problems.append(f"trials[{i}] must have exactly the keys {sorted(TRIAL_KEYS)}, got {t!r}")
+            problems.append(f"trials[{i}] must have exactly the keys {sorted(TRIAL_KEYS)}, like {TRIAL_EXAMPLE}; "
+                            f"got {t!r}")
             continue
-        shared = {k: v for k, v in params.items() if k not in ("trials", "select_metric", "min_gain")}
-        problems += [f"trials[{i}]: {p}" for p in pipeline_problems({**shared, **t, "method": "lora"})]
-    if params["select_metric"] not in SELECT:
-        problems.append(f"select_metric must be one of {sorted(SELECT)}, got {params['select_metric']!r}")
-    seen = set()
-    problems = [p for p in problems if not (p in seen or seen.add(p))]
-    collect(problems, what="invalid sweep parameters")
+        typed = [value_problem(f"trials[{i}].{k}", t[k], kind, example=_TRAIN_DEFAULTS[k])
+                 for k, kind in TRIAL_KEYS.items()]
+        if any(typed):
+            problems += [p for p in typed if p]
+            continue
+        # Only what this trial's own values add (the shared problems are reported once above).
+        problems += [f"trials[{i}]: {p}" for p in pipeline_problems({**shared, **t, "method": "lora"},
+                                                                    check_local_files=False) if p not in problems]
+    select = params.get("select_metric", DEFAULTS["select_metric"])
+    if select not in SELECT:
+        problems.append(f"select_metric must be one of {sorted(SELECT)}, got {select!r}")
+    gain = params.get("min_gain", DEFAULTS["min_gain"])
+    if p := value_problem("min_gain", gain, float):
+        problems.append(p)
+    seen: set[str] = set()
+    return [p for p in problems if not (p in seen or seen.add(p))]
+
+
+def validate_sweep(params: dict[str, Any], check_local_files: bool = True) -> None:
+    collect(sweep_problems(params, check_local_files), what="invalid sweep parameters")

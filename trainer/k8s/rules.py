@@ -244,7 +244,8 @@ def service_account_ref(value: Any, what: str) -> list[str]:
 # which silently shifts a crontab line by one field (crontab's '0 9 * * 1', 09:00 on Mondays,
 # would run at minute 9 of every hour in January); so five fields are refused with the
 # six-field spelling instead.
-CRON_FORMAT = "6 fields: second minute hour day-of-month month day-of-week, e.g. '0 0 3 * * *' (03:00 daily)"
+CRON_FORMAT = ("a 6-field cron: second minute hour day-of-month month day-of-week, e.g. '0 0 3 * * *' "
+               "(03:00 daily)")
 _CRON_DESCRIPTORS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
 # robfig/cron knows numbers, * ? , / - and month/weekday names; not croniter's L, W, # or H.
 _CRON_NAMES = re.compile(r"JAN|FEB|MAR|APR|MAY|JUN|JUL|AUG|SEP|OCT|NOV|DEC|SUN|MON|TUE|WED|THU|FRI|SAT", re.I)
