@@ -53,7 +53,8 @@ def compile_all(out_dir: Path = ROOT / "compiled") -> list[Path]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m pipelines.compile", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out-dir", type=Path, default=ROOT / "compiled")
     for path in compile_all(parser.parse_args().out_dir):
         print(f"wrote {path}")

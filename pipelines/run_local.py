@@ -1,18 +1,27 @@
-"""python -m pipelines.run_local [--pipeline finetune|sweep] [--param key=value ...] [--s3-endpoint URL] [--keep-serving]
+"""python -m pipelines.run_local [--pipeline finetune|sweep] [--param KEY=VALUE ...] [--list-params]
+                                [--s3-endpoint URL] [--keep-serving]
 
 Run the whole fine-tuning pipeline on this machine through `kfp.local`, with the same
 components that run on a cluster. Without --s3-endpoint (or S3_ENDPOINT in the
 environment) it starts an S3-compatible server on loopback (moto, the stand-in for
 MinIO); its contents vanish when this command ends, so the merged model is copied to
---output-dir. With a real MinIO, set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY too.
+--output-dir and the run's TensorBoard events to its record. With a real MinIO, set
+AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY too.
+
+The console shows each task's start and end, the components' messages and progress,
+then a summary. Everything (kfp.local's executor dumps and warnings too) goes to the
+run's log file. Each run is kept under .runs/<run id>/: run.json (parameters, metrics),
+run.log, reports/*.html, tensorboard/. List and compare runs with `python -m pipelines.runs`.
 
 kfp.local ignores kfp-kubernetes settings (Secrets as env), so this command hands the S3
 settings and credentials to the components through its own environment.
 
 Examples:
   python -m pipelines.run_local
-  python -m pipelines.run_local --pipeline sweep --parallelism 2 --param min_gain=0.2
+  python -m pipelines.run_local --list-params
   python -m pipelines.run_local --param max_steps=50 --param dataset_source=./my.jsonl
+  python -m pipelines.run_local --pipeline sweep --parallelism 2 --param min_gain=0.2
+  python -m pipelines.runs compare        # this run next to the previous one
 """
 
 from __future__ import annotations

@@ -144,9 +144,11 @@ def submit(client, params: dict[str, Any], experiment: str, run_name: str, recur
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipelines.submit", description=__doc__.splitlines()[2])
+    parser = argparse.ArgumentParser(prog="python -m pipelines.submit", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--host", default=os.environ.get("KFP_HOST"), help="KFP API endpoint (or KFP_HOST)")
-    parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                        help="a pipeline parameter, repeatable (python -m pipelines.run_local --list-params lists them)")
     parser.add_argument("--experiment", default="llm-finetune")
     parser.add_argument("--run-name", default="llm-finetune")
     parser.add_argument("--recurring", metavar="CRON", help="6-field cron: create a recurring run instead")

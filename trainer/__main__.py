@@ -24,51 +24,58 @@ from trainer.errors import exit_on_user_error
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m trainer", description=__doc__.split("\n")[2])
+    parser = argparse.ArgumentParser(prog="python -m trainer", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    TrainConfig.add_arguments(sub.add_parser("train", help="fine-tune (run under torchrun for DDP)"))
+    TrainConfig.add_arguments(sub.add_parser(
+        "train", help="fine-tune (run under torchrun for DDP)",
+        description="Fine-tune a delivered model on a delivered dataset; under torchrun every process trains "
+                    "(DDP), rank 0 logs, checkpoints and writes <output-prefix>/result.json."))
     for kind in ("model", "dataset"):
         p = sub.add_parser(f"deliver-{kind}", help=f"put a {kind} into the bucket, print its URI")
-        p.add_argument("source")
-        p.add_argument("--revision", default="")
+        p.add_argument("source", help="builtin:..., a local path, an s3:// URI or a Hugging Face Hub id "
+                                      "(README: Sources)")
+        p.add_argument("--revision", default="", help="Hub branch, tag or commit (default: main)")
     p = sub.add_parser("evaluate", help="base vs tuned metrics")
-    p.add_argument("--model-uri", required=True)
-    p.add_argument("--tuned-uri", required=True)
-    p.add_argument("--dataset-uri", required=True)
-    p.add_argument("--max-rows", type=int, default=200)
+    p.add_argument("--model-uri", required=True, help="the base model (s3:// URI from deliver-model)")
+    p.add_argument("--tuned-uri", required=True, help="the adapter or fully tuned model (s3:// URI from train)")
+    p.add_argument("--dataset-uri", required=True, help="the dataset (s3:// URI from deliver-dataset); "
+                                                        "its eval.jsonl is scored")
+    p.add_argument("--max-rows", type=int, default=200, help="score at most this many eval rows (default 200)")
     p = sub.add_parser("merge", help="merge a LoRA adapter into its base")
-    p.add_argument("--model-uri", required=True)
-    p.add_argument("--adapter-uri", required=True)
-    p.add_argument("--out", required=True)
+    p.add_argument("--model-uri", required=True, help="the base model (s3:// URI)")
+    p.add_argument("--adapter-uri", required=True, help="the LoRA adapter (s3:// URI from train)")
+    p.add_argument("--out", required=True, help="directory for the merged model")
     p = sub.add_parser("serve", help="serve a local model directory with vLLM's OpenAI-compatible server")
-    p.add_argument("model_dir", type=Path)
+    p.add_argument("model_dir", type=Path, help="a Hugging Face model directory (e.g. a merged model)")
     p.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to accept connections from other machines")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=int, default=8000, help="default 8000")
     p.add_argument("--served-model-name", default="", help="the `model` clients ask for (default: the directory name)")
     p.add_argument("--lora", action="append", default=[], metavar="NAME=ADAPTER_DIR",
                    help="also serve a LoRA adapter of this model under NAME (repeatable)")
     p.add_argument("--log", type=Path, default=None, help="vLLM's log file (default: a new temporary file)")
     p = sub.add_parser("download", help="download a tree from the bucket (checksums verified)")
-    p.add_argument("uri")
-    p.add_argument("out", type=Path)
+    p.add_argument("uri", help="s3:// URI of a delivered tree")
+    p.add_argument("out", type=Path, help="local directory to write it to")
     p = sub.add_parser("launch-k8s", help="run training as a PyTorchJob or TrainJob (--dry-run prints it)")
     TrainConfig.add_arguments(p)
     _cluster_arguments(p)
-    p.add_argument("--launcher", default="pytorchjob", choices=("pytorchjob", "kubernetes", "trainjob"))
+    p.add_argument("--launcher", default="pytorchjob", choices=("pytorchjob", "kubernetes", "trainjob"),
+                   help="the Training Operator's PyTorchJob (kubernetes is the same) or Kubeflow Trainer's TrainJob")
     p.add_argument("--training-runtime", default="torch-distributed", help="trainjob: ClusterTrainingRuntime")
-    p.add_argument("--run-id", default="manual")
+    p.add_argument("--run-id", default="manual", help="names the job and its objects (default: manual)")
     p = sub.add_parser("deploy-k8s", help="serve a merged model with vLLM (--dry-run prints the objects)")
-    p.add_argument("--name", required=True)
-    p.add_argument("--model-uri", required=True)
+    p.add_argument("--name", required=True, help="Deployment/Service name; also the served model name")
+    p.add_argument("--model-uri", required=True, help="the merged (or base) model, s3:// URI")
     p.add_argument("--gpus", type=int, default=1, help="GPUs per replica; > 1 = tensor parallel")
     p.add_argument("--backend", default="kubernetes", choices=("kubernetes", "kserve"))
     p.add_argument("--adapter", action="append", default=[], metavar="NAME=S3_URI",
                    help="serve this LoRA adapter beside the base model (--model-uri) under NAME; repeatable")
-    p.add_argument("--max-lora-rank", type=int, default=16)
+    p.add_argument("--max-lora-rank", type=int, default=16, help="vLLM --max-lora-rank: at least the adapters' r")
     p.add_argument("--vllm-image", default="", help="default: per accelerator (settings VLLM_IMAGE / VLLM_ROCM_IMAGE)")
     _cluster_arguments(p)
     p = sub.add_parser("build-tiny-model", help="write builtin:tiny-llama to a directory")
-    p.add_argument("out", type=Path)
+    p.add_argument("out", type=Path, help="directory to write the model and tokenizer to")
     args = parser.parse_args(argv)
 
     with exit_on_user_error():
@@ -77,14 +84,17 @@ def main(argv: list[str] | None = None) -> None:
 
 def _cluster_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the Kubernetes objects as YAML, create nothing")
-    p.add_argument("--namespace", default="")
-    p.add_argument("--nodes", type=int, default=1)
-    p.add_argument("--procs-per-node", type=int, default=1)
-    p.add_argument("--accelerator-resource", default="nvidia.com/gpu")
+    p.add_argument("--namespace", default="",
+                   help="default: this pod's namespace, else the kubeconfig context's, else default")
+    p.add_argument("--nodes", type=int, default=1, help="training pods (default 1)")
+    p.add_argument("--procs-per-node", type=int, default=1, help="processes (GPUs) per pod (default 1)")
+    p.add_argument("--accelerator-resource", default="nvidia.com/gpu",
+                   help="resource name requested per GPU (default nvidia.com/gpu)")
     p.add_argument("--node-selector", type=json.loads, default={}, help='JSON, e.g. {"pool": "h100"}')
     p.add_argument("--tolerations", type=json.loads, default=[], help="JSON list of tolerations")
     p.add_argument("--queue", default="", help="Kueue LocalQueue")
-    p.add_argument("--cleanup", default="on-success")
+    p.add_argument("--cleanup", default="on-success", help="delete the job's objects: on-success (default), "
+                                                           "always or never")
 
 
 def _cluster_spec(args: argparse.Namespace):

@@ -1,0 +1,61 @@
+"""Help that helps: every entry point's description whole, every pipeline parameter listed with
+its default and the UI's description, and help on every `trainer train` option."""
+
+import argparse
+import importlib
+import re
+import sys
+
+import pytest
+
+from pipelines.params import pipeline_defaults
+
+ENTRY_POINTS = ["pipelines.run_local", "pipelines.runs", "pipelines.compile", "pipelines.manifests",
+                "pipelines.submit", "trainer.__main__"]
+
+
+def help_text(module_name: str, argv: list[str], capsys, monkeypatch) -> str:
+    module = importlib.import_module(module_name)
+    monkeypatch.setattr(sys, "argv", [module_name, *argv])  # some mains read sys.argv only
+    with pytest.raises(SystemExit) as exit_info:
+        module.main()
+    assert exit_info.value.code == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("module_name", ENTRY_POINTS)
+def test_help_shows_the_whole_module_docstring(module_name, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    text = " ".join(help_text(module_name, ["--help"], capsys, monkeypatch).split())
+    doc = importlib.import_module(module_name).__doc__
+    for paragraph in [p for p in doc.split("\n\n") if p.strip()]:
+        assert " ".join(paragraph.split()) in text, paragraph  # not cut, not re-wrapped into nonsense
+
+
+def test_list_params_shows_every_parameter_with_default_and_ui_description(capsys):
+    from pipelines import run_local
+    from pipelines.finetune import finetune_pipeline
+
+    assert run_local.main(["--list-params"]) == 0
+    out = capsys.readouterr().out
+    text = " ".join(out.split())
+    inputs = finetune_pipeline.component_spec.inputs
+    for name, default in pipeline_defaults(finetune_pipeline).items():
+        assert re.search(rf"^  {name} = ", out, re.M), name
+        description = inputs[name].description
+        assert description, f"{name} has no description in the pipeline docstring's Args"
+        assert " ".join(description.split()) in text, name  # the same text the KFP UI shows
+    assert "(no description)" not in out
+
+
+def test_every_train_option_has_help():
+    from trainer.config import TrainConfig
+
+    parser = argparse.ArgumentParser()
+    TrainConfig.add_arguments(parser)
+    options = [a for a in parser._actions if a.option_strings and a.dest != "help"]
+    assert len(options) > 20
+    for action in options:
+        assert action.help and not action.help.startswith("(default"), action.dest
+    lr = next(a for a in options if a.dest == "learning_rate")
+    assert "learning rate" in lr.help and "(default: 0.003)" in lr.help
