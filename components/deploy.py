@@ -26,7 +26,8 @@ def deploy(
     node_selector: dict = {},
     tolerations: list = [],
 ) -> NamedTuple("Outputs", endpoint=str, smoke_ok=bool):
-    """Serve with vLLM (local: on loopback; kubernetes: Deployment + Service named `name`) as
+    """Serve with vLLM (local: on loopback; kubernetes: Deployment + Service named `name`; kserve:
+    InferenceService `name` on the project's vLLM ServingRuntime) as
     model `name`; with serve_adapters, the base model as `name`-base and the LoRA adapter as
     `name` side by side instead of the merged model. Then one tool request per served name from
     the first eval row that expects a tool call: smoke_ok only when every answer is a
@@ -40,8 +41,8 @@ def deploy(
     from trainer.storage import Store
 
     with exit_on_user_error():
-        if backend not in ("local", "kubernetes"):
-            raise UserError(f"deploy backend must be 'local' or 'kubernetes', got {backend!r}")
+        if backend not in ("local", "kubernetes", "kserve"):
+            raise UserError(f"deploy backend must be 'local', 'kubernetes' or 'kserve', got {backend!r}")
         if serve_adapters and (base_model is None or adapter is None):
             raise UserError("serve_adapters=true needs the base_model and adapter inputs wired to deploy")
         store = Store.from_env()
@@ -50,14 +51,14 @@ def deploy(
         serve_uri = read_uri(base_model) if serve_adapters else read_uri(model)
         adapters = {name: read_uri(adapter)} if serve_adapters else {}
         served = f"{name}-base" if serve_adapters else name
-        if backend == "kubernetes":
-            from trainer.k8s import vllm
+        if backend in ("kubernetes", "kserve"):
+            from trainer.k8s import kserve, vllm
             from trainer.launch import cluster_from_params
 
             placement = cluster_from_params(dict(namespace=namespace, accelerator_resource=accelerator_resource,
                                                  node_selector=node_selector, tolerations=tolerations))
             spec = vllm.ServeSpec(name=served, model_uri=serve_uri, gpus=gpus, cluster=placement, adapters=adapters)
-            out = vllm.deploy(spec, messages, tools)
+            out = (kserve if backend == "kserve" else vllm).deploy(spec, messages, tools)
         else:
             from trainer.serve import deploy_local
 

@@ -418,15 +418,17 @@ def test_kserve_create_ready_smoke_and_patch_on_redeploy_fake_api(monkeypatch):
     from trainer.k8s import kserve
 
     seen = []
-    monkeypatch.setattr("trainer.serve.wait_ready", lambda url, timeout: seen.append(("ready", url)))
-    monkeypatch.setattr("trainer.serve.smoke_test", lambda url, model, messages, tools=None: (
-        seen.append(("chat", url, model)) or {"latency_s": 0.1, "reply": "hi", "model": model}))
+    monkeypatch.setattr("trainer.serve.wait_ready", lambda url, timeout: seen.append(("ready", url)) or 1.0)
+    monkeypatch.setattr("trainer.serve.smoke_test", lambda url, model, messages, tools=None, require_tool_call=True: (
+        seen.append(("chat", url, model, require_tool_call)) or {"ok": True, "reason": "", "latency_s": 0.1,
+                                                                 "reply": "get_weather {}", "model": model}))
     with FakeKubeAPI() as api:
         out = kserve.deploy(kserve_spec(), [{"role": "user", "content": "hi"}], client_configuration=api.configuration,
                             poll_s=0.01)
         assert out["action"] == "created" and out["endpoint"] == "http://tuned-predictor.ml.svc.cluster.local/v1"
+        assert out["smoke_ok"] and out["names"] == ["tuned"]
         assert seen == [("ready", "http://tuned-predictor.ml.svc.cluster.local"),
-                        ("chat", "http://tuned-predictor.ml.svc.cluster.local", "tuned")]
+                        ("chat", "http://tuned-predictor.ml.svc.cluster.local", "tuned", True)]
         [(_, _, body)] = api.state.calls("POST", "inferenceservices")
         validate(body)
         custom = k.CustomObjectsApi(k.ApiClient(api.configuration))

@@ -23,7 +23,7 @@ from typing import Any
 from trainer.errors import UserError, collect
 from trainer.k8s.common import (RUN_AS_USER, accelerators, api_client, container_security, default_namespace,
                                 labels as app_labels, pod_security, queue_labels, to_dict)
-from trainer.k8s.vllm import ServeSpec, image, split_args
+from trainer.k8s.vllm import ServeSpec, image, smoke_all, split_args
 
 GROUP = "serving.kserve.io"
 RUNTIME_NAME = "llm-finetune-vllm"
@@ -133,19 +133,15 @@ def wait_ready(custom, name: str, namespace: str, timeout_s: float, poll_s: floa
 
 def deploy(spec: ServeSpec, messages: list[dict[str, Any]], tools: list | None = None,
            client_configuration: Any = None, poll_s: float = 5.0, ready_timeout_s: float = 300) -> dict[str, Any]:
-    """Apply, wait for Ready and /v1/models, smoke-test every served name; returns endpoint and latency."""
+    """Apply, wait for Ready and /v1/models, smoke-test every served name; returns what
+    trainer.serve.deploy_local returns (endpoint, names, smoke_ok, ...)."""
     from kubernetes import client as k
-
-    from trainer.serve import smoke_test, wait_ready as wait_models
 
     custom = k.CustomObjectsApi(api_client(client_configuration))
     namespace = spec.cluster.namespace or default_namespace()
     action = apply(custom, build(spec), namespace)
     print(f"{action} InferenceService {namespace}/{spec.name} (runtime {RUNTIME_NAME}); waiting until Ready",
           flush=True)
+    t0 = time.monotonic()
     url = wait_ready(custom, spec.name, namespace, spec.rollout_timeout_s, poll_s).rstrip("/")
-    wait_models(url, timeout=ready_timeout_s)
-    out = smoke_test(url, spec.name, messages, tools)
-    for adapter in spec.adapters:
-        out[f"latency_s_{adapter}"] = smoke_test(url, adapter, messages, tools)["latency_s"]
-    return {**out, "endpoint": f"{url}/v1", "action": action, "models": [spec.name, *spec.adapters]}
+    return {**smoke_all(url, spec, messages, tools, ready_timeout_s, t0), "action": action}

@@ -191,23 +191,35 @@ def wait_rollout(apps, name: str, namespace: str, timeout_s: float, poll_s: floa
 def deploy(spec: ServeSpec, messages: list[dict[str, Any]], tools: list | None = None,
            client_configuration: Any = None, poll_s: float = 5.0, ready_timeout_s: float = 300) -> dict[str, Any]:
     """Apply, wait for rollout, smoke-test through the Service (the base model and every adapter
-    by name); returns endpoint, latency and the names served."""
+    by name); returns what trainer.serve.deploy_local returns (endpoint, names, smoke_ok, ...)."""
     from kubernetes import client as k
-
-    from trainer.serve import smoke_test, wait_ready
 
     api = api_client(client_configuration)
     namespace = spec.cluster.namespace or default_namespace()
     deployment, service = build(spec)
     action = apply(k.AppsV1Api(api), k.CoreV1Api(api), deployment, service, namespace)
     print(f"{action} Deployment and Service {namespace}/{spec.name}; waiting for rollout", flush=True)
+    t0 = time.monotonic()
     wait_rollout(k.AppsV1Api(api), spec.name, namespace, spec.rollout_timeout_s, poll_s)
-    url = service_url(spec.name, namespace)
+    return {**smoke_all(service_url(spec.name, namespace), spec, messages, tools, ready_timeout_s, t0),
+            "action": action}
+
+
+def smoke_all(url: str, spec: ServeSpec, messages: list[dict[str, Any]], tools: list | None,
+              ready_timeout_s: float, t0: float) -> dict[str, Any]:
+    """Wait for /v1/models, then the same OpenAI smoke test as locally for every served name: the
+    tuned model (each adapter when there are some, else the model) must answer with a tool call."""
+    from trainer.serve import smoke_test, wait_ready
+
     wait_ready(url, timeout=ready_timeout_s)
-    out = smoke_test(url, spec.name, messages, tools)
-    for adapter in spec.adapters:
-        out[f"latency_s_{adapter}"] = smoke_test(url, adapter, messages, tools)["latency_s"]
-    return {**out, "endpoint": f"{url}/v1", "action": action, "models": [spec.name, *spec.adapters]}
+    ready_s = time.monotonic() - t0
+    names = [spec.name, *spec.adapters]
+    tuned = set(spec.adapters) or {spec.name}
+    results = {n: smoke_test(url, n, messages, tools, require_tool_call=n in tuned) for n in names}
+    failed = [f"{n}: {r['reason']}" for n, r in results.items() if not r["ok"]]
+    return {"endpoint": f"{url}/v1", "names": names, "ready_s": ready_s, "smoke_ok": not failed,
+            "reason": "; ".join(failed), "latency_s": max(r["latency_s"] for r in results.values()),
+            "results": results, "pgid": None}
 
 
 def service_url(name: str, namespace: str) -> str:
