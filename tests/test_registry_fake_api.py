@@ -1,0 +1,103 @@
+"""Model Registry registration with the real `model-registry` client against a fake registry at
+the HTTP boundary (tests/registry_fake_api.py, following the v1alpha3 OpenAPI document)."""
+
+import pytest
+from kfp import dsl
+
+from components.register import register as register_component
+from tests.registry_fake_api import FakeRegistry
+from trainer.errors import UserError
+from trainer.k8s.registry import Registration, lineage, plan, register
+
+TRAIN = {"train_loss": 0.42, "eval_loss": 0.61, "tokens_per_s": 1234.5, "bad": float("nan")}
+EVAL = {"tuned_fc_accuracy": 0.9, "base_fc_accuracy": 0.1, "fc_accuracy_gain": 0.8}
+
+
+@pytest.fixture
+def registry():
+    with FakeRegistry() as fake:
+        yield fake
+
+
+def registration(url, run_id="run-id-0001", version="nightly-7", model="s3://b/models/sha256-merged", **kw):
+    meta = lineage("Qwen/Qwen2.5-1.5B-Instruct", "abc123", "s3://b/datasets/sha256-data", TRAIN, EVAL, run_id)
+    return Registration(address=url, name="support-bot", version=version, model_uri=model, run_id=run_id,
+                        adapter_uri="s3://b/models/sha256-adapter", metadata=meta, **kw)
+
+
+def test_registers_version_artifacts_and_lineage_fake_api(registry):
+    out = register(registration(registry.url))
+    assert out["action"] == "registered" and out["version"] == "nightly-7"
+    [rm] = registry.state.models.values()
+    assert rm["name"] == "support-bot"
+    [mv] = registry.state.versions.values()
+    assert mv["name"] == "nightly-7" and mv["registeredModelId"] == rm["id"] and mv["author"]
+    props = {k: next(x for key, x in v.items() if key != "metadataType") for k, v in mv["customProperties"].items()}
+    assert props["base_model_source"] == "Qwen/Qwen2.5-1.5B-Instruct" and props["base_model_revision"] == "abc123"
+    assert props["dataset_uri"] == "s3://b/datasets/sha256-data" and props["kfp_run_id"] == "run-id-0001"
+    assert props["train_train_loss"] == 0.42 and props["eval_fc_accuracy_gain"] == 0.8
+    assert "train_bad" not in props  # NaN is not a comparable metric
+    merged, adapter = (registry.state.artifacts[i] for i in registry.state.version_artifacts[mv["id"]])
+    assert merged["uri"] == "s3://b/models/sha256-merged" and merged["modelFormatName"] == "huggingface"
+    assert (merged["modelSourceKind"], merged["modelSourceClass"], merged["modelSourceId"]) == \
+        ("kfp", "pipelinerun", "run-id-0001")
+    assert adapter["name"] == "support-bot-adapter" and adapter["uri"] == "s3://b/models/sha256-adapter"
+
+
+def test_registering_the_same_run_again_changes_nothing_fake_api(registry):
+    register(registration(registry.url))
+    before = (len(registry.state.models), len(registry.state.versions), len(registry.state.artifacts))
+    again = register(registration(registry.url))  # a retried KFP task
+    assert again["action"] == "already registered" and again["version"] == "nightly-7"
+    assert (len(registry.state.models), len(registry.state.versions), len(registry.state.artifacts)) == before
+    assert not registry.state.calls("POST", r"/model_versions$")[1:]  # one version ever created
+
+
+def test_another_run_with_the_same_name_gets_its_own_version_fake_api(registry):
+    register(registration(registry.url))
+    out = register(registration(registry.url, run_id="other-run-99", model="s3://b/models/sha256-other"))
+    assert out["version"] == "nightly-7-other-ru"
+    assert sorted(v["name"] for v in registry.state.versions.values()) == ["nightly-7", "nightly-7-other-ru"]
+
+
+def test_token_is_sent_as_bearer_fake_api(registry, monkeypatch):
+    monkeypatch.setenv("REGISTRY_TOKEN", "tok-123")
+    register(registration(registry.url))
+    assert set(registry.state.tokens) == {"Bearer tok-123"}
+
+
+def test_bad_address_and_unreachable_registry_are_user_errors():
+    with pytest.raises(UserError, match="must be an http:// or https:// URL"):
+        register(registration("model-registry:8080"))
+    with pytest.raises(UserError, match="cannot use the model registry at http://127.0.0.1:9"):
+        register(registration("http://127.0.0.1:9"))
+
+
+def test_plan_lists_the_calls_without_contacting_anything():
+    lines = plan(registration("http://model-registry.kubeflow:8080"))
+    text = "\n".join(lines)
+    assert "find or create registered model 'support-bot'" in text and "create version 'nightly-7'" in text
+    assert "uri=s3://b/models/sha256-merged" in text and "kfp/pipelinerun/run-id-0001" in text
+    assert "support-bot-adapter" in text
+
+
+def artifact(kind, name, uri, **meta):
+    a = kind(name=name, uri=f"/tmp/{name}", metadata={"uri": uri, **meta})
+    return a
+
+
+def test_component_registers_with_lineage_from_its_inputs_fake_api(registry):
+    train = dsl.Metrics(name="train", uri="/tmp/train", metadata=dict(TRAIN))
+    scores = dsl.Metrics(name="eval", uri="/tmp/eval", metadata=dict(EVAL))
+    out = register_component.python_func(
+        merged=artifact(dsl.Model, "merged", "s3://b/models/sha256-merged"),
+        adapter=artifact(dsl.Model, "adapter", "s3://b/models/sha256-adapter", method="lora"),
+        base_model=artifact(dsl.Model, "base", "s3://b/models/sha256-base", source="builtin:tiny-llama"),
+        dataset=artifact(dsl.Dataset, "data", "s3://b/datasets/sha256-data"),
+        train_metrics=train, eval_metrics=scores, registry_address=registry.url, model_name="tiny",
+        run_name="demo-run", run_id="0123456789")
+    assert out.version == "demo-run"
+    [mv] = registry.state.versions.values()
+    props = {k: next(x for key, x in v.items() if key != "metadataType") for k, v in mv["customProperties"].items()}
+    assert props["base_model_source"] == "builtin:tiny-llama" and props["method"] == "lora"
+    assert props["eval_tuned_fc_accuracy"] == 0.9 and props["kfp_run_id"] == "0123456789"
