@@ -93,7 +93,7 @@ def endpoint_line(endpoint: str, smoke: dict[str, float], keep_serving: bool) ->
     if smoke.get("smoke_ok") == 1:
         verdict = f"smoke test passed in {smoke.get('smoke_latency_s', float('nan')):.2f}s"
     elif smoke.get("smoke_ok") == 0:
-        verdict = "smoke test FAILED (the deploy lines in the log say why)"
+        verdict = "smoke test FAILED: the deploy lines above say why"
     else:
         verdict = "no smoke-test verdict recorded"
     if keep_serving:

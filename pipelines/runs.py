@@ -64,8 +64,10 @@ def collect_task_outputs(kfp_run_dir: Path) -> tuple[dict[str, dict[str, float]]
     """From a kfp.local run directory: every task's Metrics (by task, as the Compare view
     lists them) and its report artifacts (HTML / Markdown files), by "<task>-<output>".
 
-    kfp.local writes each task's outputs into <run>/<task>/executor_output.json; a Metrics
-    artifact is the one whose metadata holds numbers only.
+    kfp.local writes each task's outputs into <run>/<task>/executor_output.json without their
+    types. Model and Dataset artifacts here always carry a `uri` (components.artifacts), so
+    the numbers of any other artifact are metrics (a Metrics artifact may also hold text,
+    e.g. the deploy step's reply, which is left out).
     """
     metrics: dict[str, dict[str, float]] = {}
     reports: dict[str, str] = {}
@@ -74,8 +76,9 @@ def collect_task_outputs(kfp_run_dir: Path) -> tuple[dict[str, dict[str, float]]
         for name, entry in json.loads(out.read_text()).get("artifacts", {}).items():
             for artifact in entry.get("artifacts", []):
                 meta = artifact.get("metadata") or {}
-                if meta and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in meta.values()):
-                    metrics.setdefault(task, {}).update(meta)
+                numbers = {k: v for k, v in meta.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+                if numbers and "uri" not in meta:
+                    metrics.setdefault(task, {}).update(numbers)
                 path = Path(artifact.get("uri", ""))
                 if not meta and path.is_file() and path.read_bytes()[:1] in (b"<", b"#"):
                     reports[f"{task}-{name}"] = str(path)

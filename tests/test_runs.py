@@ -4,6 +4,7 @@
 import io
 import json
 import logging
+import re
 import sys
 import time
 
@@ -91,7 +92,8 @@ def test_console_shows_the_failed_tasks_last_lines():
 def fake_kfp_run(root, metrics: dict, examples_md: str):
     """A kfp.local run directory as kfp.local leaves it: <task>/executor_output.json + artifact files."""
     for task, outputs in {"evaluate": {"metrics": metrics, "examples": None},
-                          "finetune": {"metrics": {"train_loss": 0.1}, "adapter": {"uri": "s3://b/m", "n_files": 3}}
+                          "finetune": {"metrics": {"train_loss": 0.1}, "adapter": {"uri": "s3://b/m", "n_files": 3}},
+                          "deploy": {"smoke": {"smoke_ok": 1.0, "smoke_latency_s": 0.2, "reply_x": "{...}"}},
                           }.items():
         (root / task).mkdir(parents=True)
         arts = {}
@@ -110,7 +112,8 @@ def record_run(runs_dir, tmp_path, lr: float, acc: float) -> str:
     metrics, reports = runs.collect_task_outputs(fake_kfp_run(
         tmp_path / run_dir.name, {"base_fc_accuracy": 0.0, "tuned_fc_accuracy": acc, "fc_rows": 200},
         "# Evaluation: base vs tuned\n\n| metric | base | tuned |\n|---|---|---|\n| acc | 0 | 1 |\n"))
-    assert set(metrics) == {"evaluate", "finetune"} and "adapter" not in json.dumps(metrics)
+    assert set(metrics) == {"evaluate", "finetune", "deploy"} and "n_files" not in json.dumps(metrics)
+    assert metrics["deploy"] == {"smoke_ok": 1.0, "smoke_latency_s": 0.2}
     assert list(reports) == ["evaluate-examples"]
     runs.save_reports(run_dir, reports)
     (run_dir / "tensorboard" / "t1").mkdir(parents=True)
@@ -162,3 +165,23 @@ def test_tensorboard_events_of_this_run_are_copied_out_of_the_bucket(store, tmp_
     target = runs.save_tensorboard(run_dir, store, since=start)
     copied = list((target / "job-42").glob("events.out.tfevents.*"))
     assert copied and copied[0].stat().st_size > 0
+
+
+def test_summary_says_smoke_tested_only_when_the_smoke_test_passed_and_hides_stopped_endpoints():
+    from pipelines.run_local import endpoint_line, summarize
+
+    url = "http://127.0.0.1:5000/v1"
+    assert endpoint_line(url, {"smoke_ok": 1.0, "smoke_latency_s": 0.25}, keep_serving=True) == \
+        f"endpoint (still serving; smoke test passed in 0.25s): {url}"
+    stopped = endpoint_line(url, {"smoke_ok": 1.0, "smoke_latency_s": 0.25}, keep_serving=False)
+    assert url not in stopped and "stopped" in stopped
+    failed = endpoint_line(url, {"smoke_ok": 0.0, "smoke_latency_s": 0.25}, keep_serving=True)
+    assert "FAILED" in failed and "passed" not in failed
+    assert "no smoke-test verdict" in endpoint_line(url, {}, keep_serving=True)
+
+    ev = {"base_eval_loss": 7.0, "tuned_eval_loss": 1.0, "base_fc_accuracy": 0.0, "tuned_fc_accuracy": 0.5,
+          "base_text_match": 0.0, "tuned_text_match": 0.25, "eval_rows": 12, "fc_rows": 8, "text_rows": 4}
+    text = summarize({"evaluate": ev, "deploy": {"smoke_ok": 0.0, "smoke_latency_s": 1.0}}, url, False, 3.0)
+    assert re.search(r"function-calling accuracy \(8 rows\)\s+0\.0%\s+50\.0%", text)
+    assert "text match (4 rows)" in text and "25.0%" in text
+    assert "warning: only 12 eval rows" in text and "smoke test FAILED" in text and url not in text
