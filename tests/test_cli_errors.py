@@ -80,3 +80,41 @@ def test_s3_endpoint_without_credentials_is_refused(tmp_path):
     proc = run("-m", "pipelines.run_local", "--s3-endpoint", "http://127.0.0.1:9", "--pipeline-root",
                str(tmp_path / "r"), env=env)
     assert proc.returncode == 2 and "needs AWS_ACCESS_KEY_ID" in proc.stderr
+
+
+def test_trainer_cli_rejects_non_finite_floats_and_out_of_range_seed():
+    """NaN passes every comparison and inf passed validation: the run trained to a NaN adapter."""
+    proc = run("-m", "trainer", "train", "--model-uri", "s3://b/m", "--dataset-uri", "s3://b/d", "--output-prefix",
+               "runs/r", "--learning-rate", "inf", "--lora-dropout", "nan", "--weight-decay=-inf",
+               "--seed", str(2**64 + 1))
+    assert proc.returncode == 2, proc.stderr
+    for needle in ("learning_rate must be a finite number, got inf", "lora_dropout must be a finite number",
+                   "weight_decay must be a finite number", "seed must be between 0 and 4294967295"):
+        assert needle in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_sweep_trial_with_a_quoted_number_names_the_fix(tmp_path):
+    proc = run("-m", "pipelines.run_local", "--pipeline", "sweep", "--pipeline-root", str(tmp_path / "root"),
+               "--param", 'trials=[{"lora_r": "16", "lora_alpha": null, "learning_rate": 0.001}]')
+    assert proc.returncode == 2, proc.stderr
+    assert "trials[0].lora_r must be a whole number, got '16' (a string): write 16 without quotes" in proc.stderr
+    assert "trials[0].lora_alpha must be a whole number, got null" in proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout and not (tmp_path / "root").exists()
+
+
+def test_unreachable_kfp_host_is_one_error_line(tmp_path):
+    env = {**__import__("os").environ, "HOME": str(tmp_path)}
+    proc = run("-m", "pipelines.submit", "--host", "http://127.0.0.1:9", "--param", "launcher=kubernetes",
+               "--param", "model_source=Qwen/Qwen2.5-0.5B-Instruct", env=env)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("error: cannot reach KFP at http://127.0.0.1:9")
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_deploy_k8s_refuses_names_and_counts_the_api_server_would():
+    proc = run("-m", "trainer", "deploy-k8s", "--dry-run", "--name", "My_Model", "--gpus", "-3", "--model-uri",
+               "s3://bucket/models/sha256-x")
+    assert proc.returncode == 2, proc.stdout
+    assert "'My_Model' is not a valid Kubernetes Service name" in proc.stderr and "-3" in proc.stderr
+    assert "Traceback" not in proc.stderr and not proc.stdout.strip()  # nothing rendered

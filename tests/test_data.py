@@ -120,3 +120,100 @@ def test_token_budget_batches_respect_the_budget_and_resume_exactly():
         assert sum(len(b) for b in first) > 24  # several rows per batch, not one
         resumed = batches(examples, 0, 0, 2, seed=1, start=7, batch_tokens=200, flatten=flatten)
         assert [next(resumed) for _ in range(5)] == first[7:]
+
+
+def test_utf8_with_and_without_bom_reads_the_same(tmp_path):
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text(GOOD + "\n" + GOOD + "\n", encoding="utf-8")
+    bom = tmp_path / "bom.jsonl"
+    bom.write_text(GOOD + "\n" + GOOD + "\n", encoding="utf-8-sig")  # as Windows editors save it
+    assert bom.read_bytes().startswith(b"\xef\xbb\xbf")
+    assert data.read_jsonl(bom) == data.read_jsonl(plain)
+
+
+@pytest.mark.parametrize("content, expected", [
+    ((GOOD + "\n").encode() + '{"messages": [{"role": "user", "content": "café"}]}'.encode("latin-1"),
+     "d.jsonl:2: not UTF-8 text (byte 0xe9"),
+    (bytes(range(256)), "is not JSONL text (binary data)"),
+    (b"PAR1" + bytes(100), "is not JSONL text (Parquet)"),
+    (GOOD.encode("utf-16"), "is not JSONL text (UTF-16 text)"),
+], ids=["latin-1", "binary", "parquet", "utf-16"])
+def test_wrong_encodings_fail_with_one_line(tmp_path, content, expected):
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(content)
+    msg = str(pytest.raises(UserError, data.read_jsonl, path).value)
+    assert expected in msg and "\n" not in msg  # one line, not one per row
+
+
+def test_deeply_nested_json_is_a_row_problem_not_a_crash(tmp_path):
+    path = write(tmp_path, [GOOD, "[" * 100_000 + "]" * 100_000, '{"a":' * 5000 + "1" + "}" * 5000])
+    msg = str(pytest.raises(UserError, data.read_jsonl, path).value)
+    assert "2 problems" in msg and msg.count("JSON nested too deeply") == 2
+
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather"}}]
+
+
+@pytest.mark.parametrize("row, expected", [
+    ({"tools": "[]"}, "'tools' must be a list"),
+    ({"tools": {"get_weather": {}}}, "'tools' must be a list"),
+    ({"tools": [{"type": "function", "function": {}}]}, "tools[0] needs function.name"),
+    ({"messages": [{"role": "user", "content": ["a", "b"]}, {"role": "assistant", "content": "x"}]},
+     "messages[0].content must be a string, got a list"),
+    ({"messages": [{"role": "user"}, {"role": "assistant", "content": "x"}]}, "messages[0].content is missing"),
+    ({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": None}]},
+     "messages[1].content is missing or null"),
+    ({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": None,
+                                                        "tool_calls": "get_weather()"}]},
+     "tool_calls must be a list"),
+    ({"tools": TOOLS, "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": None,
+                                   "tool_calls": [{"function": {"name": "get_time", "arguments": {}}}]}]},
+     "calls 'get_time', which is not in the row's tools ['get_weather']"),
+])
+def test_field_types_are_checked_at_delivery(row, expected):
+    base = json.loads(GOOD)
+    assert any(expected in p for p in data.row_problems({**base, **row}))
+
+
+def test_valid_tool_rows_pass():
+    ok = {"tools": TOOLS, "messages": [{"role": "user", "content": "x"},
+                                       {"role": "assistant", "content": None,
+                                        "tool_calls": [{"function": {"name": "get_weather", "arguments": "{}"}}]},
+                                       {"role": "tool", "content": "sunny"}, {"role": "assistant", "content": "ok"}]}
+    assert data.row_problems(ok) == []
+    no_tools_declared = {"messages": ok["messages"]}  # calls are only checked against declared tools
+    assert data.row_problems(no_tools_declared) == []
+
+
+class CountingTokenizer:
+    """The real tokenizer, counting how often a chat template is rendered."""
+
+    def __init__(self, tokenizer):
+        self._tok, self.renders = tokenizer, 0
+
+    def __getattr__(self, name):
+        return getattr(self._tok, name)
+
+    def apply_chat_template(self, *args, **kwargs):
+        self.renders += 1
+        return self._tok.apply_chat_template(*args, **kwargs)
+
+
+def test_a_huge_row_is_skipped_without_tokenizing(tokenizer):
+    """A 50 MB row used to be tokenized whole (minutes, gigabytes) before being dropped."""
+    counting = CountingTokenizer(tokenizer)
+    huge = {"messages": [{"role": "user", "content": "x" * 50_000_000}, {"role": "assistant", "content": "y"}]}
+    examples, dropped = data.encode_all([huge, json.loads(GOOD)], counting, max_seq_len=64)
+    assert dropped == 1 and len(examples) == 1
+    renders_for_good_row = counting.renders
+    counting.renders = 0
+    data.encode(huge, counting, 64)
+    assert counting.renders == 0 and renders_for_good_row > 0
+
+
+def test_length_precheck_never_drops_a_row_that_fits(tokenizer):
+    """The bound is safe: rows just under it that fit in max_seq_len are still encoded."""
+    limit = 64
+    fits = {"messages": [{"role": "user", "content": "a b"}, {"role": "assistant", "content": "c"}]}
+    assert data.text_chars(fits) <= limit * data.max_token_chars(tokenizer)
+    assert data.encode(fits, tokenizer, limit) is not None

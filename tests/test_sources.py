@@ -70,3 +70,52 @@ def test_hub_model_from_offline_cache(tmp_path, tiny_model_dir, monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     path = sources.materialize_model(sources.parse("acme/tiny", "model"), "", tmp_path)
     assert json.loads((path / "config.json").read_text())["model_type"] == "llama"
+
+
+def _objects(store, prefix):
+    store.ensure_bucket()
+    return [o.object_name for o in store.client.list_objects(store.bucket, prefix=prefix, recursive=True)]
+
+
+def test_model_without_weights_is_refused_before_upload(tmp_path, tiny_model_dir, store):
+    import shutil
+
+    broken = tmp_path / "m"
+    shutil.copytree(tiny_model_dir, broken)
+    (broken / "model.safetensors").unlink()
+    before = _objects(store, "models/")
+    err = str(pytest.raises(UserError, sources.deliver_model, str(broken), "", store).value)
+    assert "no weights" in err and "download the whole model" in err
+    assert _objects(store, "models/") == before  # nothing uploaded
+
+
+def test_dataset_uri_as_model_source_and_model_uri_as_dataset_source(tmp_path, tiny_model_dir, store):
+    splits = builtin_data.generate(20, 4)
+    data.write_jsonl(splits["train"], tmp_path / "train.jsonl")
+    data.write_jsonl(splits["eval"], tmp_path / "eval.jsonl")
+    dataset_uri, _ = store.put_tree(tmp_path, "datasets")
+    model_uri, _ = store.put_tree(tiny_model_dir, "models")
+    err = str(pytest.raises(UserError, sources.deliver_model, dataset_uri, "", store).value)
+    assert "holds a dataset, not a model: pass it as dataset_source" in err
+    err = str(pytest.raises(UserError, sources.deliver_dataset, model_uri, "", store).value)
+    assert "is a delivered model, not a dataset: pass it as model_source" in err
+
+
+def test_delivered_model_passes_the_checks(tiny_model_dir):
+    assert sources.model_dir_problems(tiny_model_dir) == []
+
+
+def test_hub_model_missing_offline_is_one_clear_error(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    err = str(pytest.raises(UserError, sources.materialize_model, sources.parse("acme/absent", "model"), "",
+                            tmp_path).value)
+    assert "not in the local Hugging Face cache" in err
+
+
+def test_seed_out_of_range_is_refused_at_delivery(store):
+    err = str(pytest.raises(UserError, sources.deliver_dataset, "builtin:function-calling", "", store,
+                            0.1, 2**64).value)
+    assert "seed must be between 0 and 4294967295" in err

@@ -116,9 +116,10 @@ def print_yaml(objects) -> None:
 
 def run(args: argparse.Namespace) -> None:
     if args.command == "train":
+        cfg = TrainConfig.from_namespace(args).validate()  # before importing torch: bad input fails in a second
         from trainer.train import train
 
-        train(TrainConfig.from_namespace(args))
+        train(cfg)
         return
     if args.command == "launch-k8s":
         from trainer.errors import collect
