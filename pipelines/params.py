@@ -59,6 +59,8 @@ def parse_params(pipeline, pairs: list[str]) -> dict[str, Any]:
                 if kind is float and not math.isfinite(params[key]):
                     problems.append(f"parameter {key}={raw!r} is not a finite number: NaN and infinity train "
                                     f"nothing; give a real value, e.g. {key}={defaults[key]}")
+        except RecursionError:
+            problems.append(f"parameter {key}: the JSON is nested too deeply; give a flat object or list")
         except _NonFinite:
             problems.append(f"parameter {key}={raw!r} holds NaN or Infinity, which JSON does not allow and no run "
                             "can use: give real numbers")

@@ -154,6 +154,8 @@ CASES = [
     ("float-for-int", lambda t, m: ["lora_r=16.5"], "lora_r='16.5' is not a valid whole number"),
     ("bool-word", lambda t, m: ["keep_serving=maybe"], "keep_serving='maybe' is not a valid true/false"),
     ("not-key-value", lambda t, m: ["max_steps"], "is not key=value"),
+    ("json-param-nested-deep", lambda t, m: ["tolerations=" + "[" * 100_000 + "]" * 100_000],
+     "the JSON is nested too deeply"),
     # Kubernetes values, checked locally too when a cluster is named (item 5)
     ("k8s-namespace", lambda t, m: ["launcher=kubernetes", "namespace=LLM_Finetune"],
      "namespace='LLM_Finetune' is not a valid Kubernetes name (RFC 1123 label)"),
