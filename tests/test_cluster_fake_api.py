@@ -43,7 +43,7 @@ def test_n_nodes_are_one_master_and_n_minus_one_workers():
         assert role["restartPolicy"] == "ExitCode"
         [c] = role["template"]["spec"]["containers"]
         assert c["name"] == "pytorch"  # required by the operator
-        assert c["command"][:6] == ["python", "-m", "torch.distributed.run", "-m", "trainer", "train"]
+        assert c["command"][:6] == ["python", "-m", "trainer.torchrun", "-m", "trainer", "train"]
         assert c["command"][6:] == ARGS
     assert obj["spec"]["runPolicy"]["backoffLimit"] == 3
 
@@ -241,7 +241,7 @@ def test_trainjob_shape_runtime_resources_and_placement():
     t = obj["spec"]["trainer"]
     assert t["numNodes"] == 2 and t["numProcPerNode"] == 8
     assert t["resourcesPerNode"]["limits"]["amd.com/gpu"] == "8"
-    assert t["command"][:6] == ["python", "-m", "torch.distributed.run", "-m", "trainer", "train"]
+    assert t["command"][:6] == ["python", "-m", "trainer.torchrun", "-m", "trainer", "train"]
     assert t["command"][6:] == ARGS  # the same command as every other launcher
     env = {e["name"]: e for e in t["env"]}
     assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "llm-finetune-s3", "key": "secretkey"}

@@ -4,13 +4,13 @@
   python -m trainer launch-k8s --dry-run --nodes 2 --procs-per-node 8 [train args...]
 
 One Master + (nodes-1) Workers, each a pod whose container `pytorch` runs the same
-`torchrun -m trainer train ...` as the local launcher; the operator injects PET_NNODES,
+`python -m trainer.torchrun -m trainer train ...` as the local launcher; the operator injects PET_NNODES,
 PET_NODE_RANK, PET_NPROC_PER_NODE, PET_MASTER_ADDR and PET_MASTER_PORT, which torchrun
 reads. Credentials come from Kubernetes Secrets by reference (secretKeyRef).
 
 Failures: `restartPolicy: ExitCode` restarts a pod only for exit codes 128-255 (137
-OOM-killed / SIGKILL, 143 SIGTERM on eviction or preemption); 1-127 (2 = bad input) are
-permanent, so a certain failure is never retried. `cleanPodPolicy: Running` stops the pods
+OOM-killed / SIGKILL, 143 SIGTERM on eviction or preemption); 1-127 (2 = bad input, 3 = a
+non-finite loss, but also 1 = a crash) are permanent, so a certain failure is never retried. `cleanPodPolicy: Running` stops the pods
 still running when the job fails (their GPUs are freed) and keeps the failed ones, whose
 exit codes and logs make the failure report.
 """
@@ -30,8 +30,14 @@ JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 CONTAINER = "pytorch"  # the operator requires this name
 
 
+# Statuses no restart can cure (trainer.launch): the user's input (2), a non-finite loss (3).
+PERMANENT_EXIT_CODES = (2, 3)
+
+
 def train_command(train_args: list[str]) -> list[str]:
-    return ["python", "-m", "torch.distributed.run", "-m", "trainer", "train", *train_args]
+    """torchrun as trainer.torchrun, which exits with its failed worker's status (plain torchrun
+    exits 1 whatever happened), so ExitCode restarts and podFailurePolicy can tell 2 from 137."""
+    return ["python", "-m", "trainer.torchrun", "-m", "trainer", "train", *train_args]
 
 
 def pod_template(spec: ClusterSpec, train_args: list[str], container_name: str, extra_labels: dict | None = None):

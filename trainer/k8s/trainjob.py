@@ -6,8 +6,8 @@
 The TrainJob names a training runtime (`training_runtime`, default the ClusterTrainingRuntime
 `torch-distributed` that Trainer installs) and overrides what the run decides: `numNodes`,
 `numProcPerNode` and `resourcesPerNode` (the accelerator resource, count = processes per
-node), the project image and the same `torchrun -m trainer train ...` command as every other
-launcher (Trainer's torch plugin injects the same PET_* variables), credentials by secretKeyRef.
+node), the project image and the same `python -m trainer.torchrun -m trainer train ...` command
+as every other launcher (Trainer's torch plugin injects the same PET_* variables), credentials by secretKeyRef.
 Pod-level settings that the Trainer API has no field for (node selector, tolerations, /dev/shm,
 the cache emptyDir, restricted Pod Security, the termination grace period) go in one
 `runtimePatches` entry owned by manager `llm-finetune`; the Kueue queue is the TrainJob's label.

@@ -1,0 +1,83 @@
+"""The Kubeflow-native path end to end without a cluster: `pipelines.submit --dry-run` with
+launcher=trainjob, deploy_backend=kserve and a registry prints a TrainJob, a ServingRuntime and
+an InferenceService that pass their CRDs strictly and restricted Pod Security, plus the registry
+calls it would make; the compiled pipeline gates registration and places evaluate/merge on GPUs
+from pipeline parameters."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from tests.schemas import assert_restricted, validate
+
+ROOT = Path(__file__).resolve().parent.parent
+NATIVE = ["--param", "launcher=trainjob", "--param", "deploy_backend=kserve", "--param",
+          "registry_address=http://model-registry-service.kubeflow.svc.cluster.local:8080",
+          "--param", "model_source=meta-llama/Llama-3.2-1B-Instruct", "--param", "lora_train_embeddings=false",
+          "--param", "learning_rate=0.0002", "--param", "nodes=2", "--param", "procs_per_node=8",
+          "--param", "kueue_queue=team-a", "--param", "serve_gpus=2"]
+
+
+def submit_dry_run(*args):
+    proc = subprocess.run([sys.executable, "-m", "pipelines.submit", "--dry-run", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120,
+                          env={"PATH": "/usr/bin:/bin", "AWS_SECRET_ACCESS_KEY": "s3cr3t-value",
+                               "REGISTRY_TOKEN": "registry-token-value", "HOME": "/tmp"})
+    return proc
+
+
+def test_dry_run_prints_trainjob_kserve_and_registry_calls():
+    proc = submit_dry_run(*NATIVE)
+    assert proc.returncode == 0, proc.stderr
+    assert "s3cr3t-value" not in proc.stdout and "registry-token-value" not in proc.stdout
+    objs = list(yaml.safe_load_all(proc.stdout))
+    assert [o["kind"] for o in objs] == ["TrainJob", "ServingRuntime", "InferenceService"]
+    for obj in objs:
+        validate(obj)
+        assert_restricted(obj)
+    tj, _, isvc = objs
+    assert tj["spec"]["trainer"]["numNodes"] == 2 and tj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    assert isvc["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    assert isvc["spec"]["predictor"]["model"]["args"] == ["--tensor-parallel-size", "2"]
+    calls = [line for line in proc.stdout.splitlines() if line.startswith("# ")]
+    assert "find or create registered model 'llm-finetune'" in calls[0]
+    assert any("kfp/pipelinerun" in c for c in calls) and any("llm-finetune-adapter" in c for c in calls)
+
+
+def test_bad_kubeflow_native_values_exit_2_before_anything():
+    proc = submit_dry_run(*NATIVE, "--param", "training_runtime=Torch_Runtime", "--param", "eval_gpus=-1",
+                          "--param", "registry_address=model-registry:8080")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "training_runtime='Torch_Runtime' is not a valid Kubernetes name" in proc.stderr
+    assert "eval_gpus must be >= 0" in proc.stderr and "must be an http:// or https:// URL" in proc.stderr
+    assert not proc.stdout
+
+
+def compiled():
+    from kfp import compiler
+
+    from pipelines.finetune import finetune_pipeline
+
+    out = ROOT / ".runs" / "test-kubeflow-native.yaml"
+    out.parent.mkdir(exist_ok=True)
+    compiler.Compiler().compile(finetune_pipeline, str(out))
+    return list(yaml.safe_load_all(out.read_text()))
+
+
+def test_register_is_gated_and_eval_merge_take_gpu_parameters():
+    spec, platform = compiled()
+    dag = spec["root"]["dag"]["tasks"]
+    [gate] = [t for name, t in dag.items() if name.startswith("condition")]
+    assert "registry_address" in gate["triggerPolicy"]["condition"]
+    executors = spec["deploymentSpec"]["executors"]
+    for name in ("exec-evaluate", "exec-merge-lora"):
+        acc = executors[name]["container"]["resources"]["accelerator"]
+        assert "eval_accelerator_type" in acc["resourceType"] and "eval_gpus" in acc["resourceCount"]
+    k8s = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    for name in ("exec-evaluate", "exec-merge-lora"):
+        assert "eval_node_selector" in str(k8s[name]["nodeSelector"]) and "eval_tolerations" in str(k8s[name])
+    register = k8s["exec-register"]["secretAsEnv"]
+    assert register[0]["keyToEnv"] == [{"envVar": "REGISTRY_TOKEN", "secretKey": "token"}]
+    assert register[0]["optional"] is True
