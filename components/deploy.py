@@ -25,6 +25,8 @@ def deploy(
     accelerator_resource: str = "nvidia.com/gpu",
     node_selector: dict = {},
     tolerations: list = [],
+    vllm_image: str = "",
+    kueue_queue: str = "",
 ) -> NamedTuple("Outputs", endpoint=str, smoke_ok=bool):
     """Serve with vLLM (local: on loopback; kubernetes: Deployment + Service named `name`; kserve:
     InferenceService `name` on the project's vLLM ServingRuntime) as
@@ -56,8 +58,14 @@ def deploy(
             from trainer.launch import cluster_from_params
 
             placement = cluster_from_params(dict(namespace=namespace, accelerator_resource=accelerator_resource,
-                                                 node_selector=node_selector, tolerations=tolerations))
-            spec = vllm.ServeSpec(name=served, model_uri=serve_uri, gpus=gpus, cluster=placement, adapters=adapters)
+                                                 node_selector=node_selector, tolerations=tolerations,
+                                                 kueue_queue=kueue_queue))
+            from trainer.serve import lora_rank
+
+            # vLLM refuses adapters above --max-lora-rank; adapters are small, so read their configs.
+            rank = max([lora_rank(store.get_tree(uri)) for uri in adapters.values()] or [16])
+            spec = vllm.ServeSpec(name=served, model_uri=serve_uri, gpus=gpus, cluster=placement, adapters=adapters,
+                                  vllm_image=vllm_image, max_lora_rank=rank)
             out = (kserve if backend == "kserve" else vllm).deploy(spec, messages, tools)
         else:
             from trainer.serve import deploy_local

@@ -41,6 +41,7 @@ def finetune(
     kueue_queue: str = "",
     cleanup: str = "on-success",
     wait_timeout_s: int = 0,
+    training_runtime: str = "torch-distributed",
 ):
     """Train on `nodes` x `procs_per_node` processes; output the adapter (or full model) and metrics.
 

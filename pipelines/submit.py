@@ -94,10 +94,29 @@ def dry_run_objects(params: dict[str, Any]) -> list:
         build = build_trainjob if params["launcher"] == "trainjob" else build_pytorchjob
         objects.append(build(job_name("run-id"), cfg.to_args(), spec))
     if params["deploy_backend"] in ("kubernetes", "kserve"):
-        serve = vllm.ServeSpec(name=params["served_model_name"], model_uri="s3://<bucket>/models/<from merge-lora>",
-                               gpus=params["serve_gpus"], cluster=spec)
+        name, side_by_side = params["served_model_name"], params.get("serve_adapters", False)
+        serve = vllm.ServeSpec(
+            name=f"{name}-base" if side_by_side else name, gpus=params["serve_gpus"], cluster=spec,
+            model_uri="s3://<bucket>/models/<from deliver-model>" if side_by_side
+            else "s3://<bucket>/models/<from merge-lora>",
+            adapters={name: "s3://<bucket>/models/<from finetune>"} if side_by_side else {},
+            vllm_image=params.get("vllm_image", ""))
         objects += (kserve if params["deploy_backend"] == "kserve" else vllm).build(serve)
     return objects
+
+
+def registry_calls(params: dict[str, Any]) -> list[str]:
+    """What the register step would do (nothing when registry_address is empty)."""
+    if not params.get("registry_address"):
+        return []
+    from trainer.k8s.registry import Registration, lineage, plan
+
+    meta = lineage(params["model_source"], params["model_revision"], "s3://<bucket>/datasets/<from deliver-dataset>",
+                   {"<every train metric>": 0.0}, {"<every eval metric>": 0.0}, "<run id>")
+    return plan(Registration(address=params["registry_address"], name=params["served_model_name"],
+                             version="<run name>", run_id="<run id>", metadata=meta,
+                             model_uri="s3://<bucket>/models/<from merge-lora>",
+                             adapter_uri="s3://<bucket>/models/<from finetune>" if params["method"] == "lora" else ""))
 
 
 def package(out_dir: Path) -> tuple[Path, str]:
@@ -164,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
             from trainer.__main__ import print_yaml
 
             print_yaml(dry_run_objects(params))
+            for line in registry_calls(params):  # YAML comments: the output stays valid YAML
+                print(f"# {line}")
             return 0
         if not args.host:
             raise UserError("no KFP host: pass --host URL or set KFP_HOST (e.g. http://localhost:8080 after "

@@ -26,6 +26,8 @@ _DEFAULTS = {
     # Kubernetes Secret names (never values): the pipeline maps their keys to env vars.
     "S3_SECRET_NAME": "llm-finetune-s3",
     "HF_SECRET_NAME": "llm-finetune-hf",
+    # Optional Secret (key `token`) for a Model Registry that needs a bearer token.
+    "REGISTRY_SECRET_NAME": "llm-finetune-registry",
     # Optional ConfigMap (keys S3_ENDPOINT, S3_BUCKET) that points pipeline pods at MinIO
     # without rebuilding the image; written by `python -m pipelines.manifests`.
     "CONFIG_MAP_NAME": "llm-finetune-config",

@@ -33,6 +33,8 @@ DEFAULTS: dict[str, Any] = {
     "served_model_name": "llm-finetune", "serve_gpus": 1, "namespace": "", "accelerator_resource": "nvidia.com/gpu",
     "node_selector": {}, "tolerations": [], "kueue_queue": "", "cleanup": "on-success", "wait_timeout_s": 0,
     "trials": [], "select_metric": "fc_accuracy", "min_gain": 0.1,
+    "training_runtime": "torch-distributed", "vllm_image": "", "eval_gpus": 0, "eval_accelerator_type": "nvidia.com/gpu",
+    "eval_node_selector": {}, "eval_tolerations": [], "registry_address": "",
 }
 _TRAIN_DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
 _TRAIN_PARAMS = {k: v for k, v in _TRAIN_DEFAULTS.items() if k not in ("model_uri", "dataset_uri", "output_prefix")}
@@ -191,6 +193,18 @@ def cluster_problems(params: dict[str, Any]) -> list[str]:
     on_cluster = params["deploy_backend"] in DEPLOY_BACKENDS[1:]
     if params["launcher"] in cluster_launchers or on_cluster:
         problems += launch.cluster_from_params(params).kubernetes_problems()  # topology is checked above
+    problems += rules.non_negative_int(params["eval_gpus"], "eval_gpus")
+    if params["eval_gpus"]:
+        problems += rules.resource_name(params["eval_accelerator_type"], "eval_accelerator_type")
+    problems += rules.node_selector(params["eval_node_selector"], "eval_node_selector")
+    problems += rules.tolerations(params["eval_tolerations"], "eval_tolerations")
+    address = params["registry_address"]
+    if address and not (isinstance(address, str) and address.startswith(("http://", "https://"))):
+        problems.append(f"registry_address={address!r} must be an http:// or https:// URL, e.g. "
+                        "http://model-registry-service.kubeflow.svc.cluster.local:8080 (empty skips registration)")
+    image = params["vllm_image"]
+    if image and (not isinstance(image, str) or ":" not in image.rsplit("/", 1)[-1] or image.endswith(":latest")):
+        problems.append(f"vllm_image={image!r} must be pinned by tag, e.g. vllm/vllm-openai:v0.11.0 (not :latest)")
     if on_cluster and params["served_model_name"]:
         problems += rules.served_model_name(params["served_model_name"])
     return problems
