@@ -452,3 +452,40 @@ def test_kserve_not_ready_says_what_to_check_fake_api():
         kserve.apply(custom, kserve.build(kserve_spec()), "ml")
         with pytest.raises(UserError, match="storage-initializer"):
             kserve.wait_ready(custom, "tuned", "ml", timeout_s=0.1, poll_s=0.02)
+
+
+def test_sweep_trials_side_by_side_on_the_cluster_fake_api(store, tmp_path, monkeypatch):
+    """deploy_trials' library call: every trial's adapter beside the base, --max-lora-rank from the
+    largest adapter's config, each name smoke-tested through the Service."""
+    import json as json_
+
+    from trainer.k8s.vllm import ServeSpec, deploy_side_by_side, trial_adapters
+
+    uris = []
+    for r in (8, 64):
+        d = tmp_path / f"adapter-r{r}"
+        d.mkdir()
+        (d / "adapter_config.json").write_text(json_.dumps({"r": r, "peft_type": "LORA"}))
+        uris.append(store.put_tree(d, "models")[0])
+    asked = []
+    monkeypatch.setattr("trainer.serve.wait_ready", lambda url, timeout: 1.0)
+    monkeypatch.setattr("trainer.serve.smoke_test", lambda url, model, messages, tools=None, require_tool_call=True: (
+        asked.append((model, require_tool_call)) or {"ok": True, "reason": "", "latency_s": 0.2, "reply": "x",
+                                                     "model": model}))
+    spec = ServeSpec(name="sweep-base", model_uri="s3://b/models/base", adapters=trial_adapters("sweep", uris),
+                     cluster=ClusterSpec(namespace="ml"))
+    with FakeKubeAPI() as api:
+        out = deploy_side_by_side("kubernetes", spec, store, [{"role": "user", "content": "hi"}],
+                                  client_configuration=api.configuration, poll_s=0.01)
+        [(_, _, body)] = api.state.calls("POST", "deployments")
+    cmd = body["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert cmd[cmd.index("--max-lora-rank") + 1] == "64"
+    assert out["names"] == ["sweep-base", "sweep-trial-0", "sweep-trial-1"] and out["smoke_ok"]
+    assert asked == [("sweep-base", False), ("sweep-trial-0", True), ("sweep-trial-1", True)]
+
+
+def test_deploy_trials_component_does_nothing_unless_enabled(capsys):
+    from components.deploy_trials import deploy_trials
+
+    out = deploy_trials.python_func(base_model=None, adapters=[], dataset=None, smoke=None, enabled=False)
+    assert out.endpoint == "" and out.models == [] and "only the winner" in capsys.readouterr().out

@@ -1,0 +1,61 @@
+"""deploy_trials: every sweep trial's LoRA adapter served side by side on one base model, so the
+trials (and the base) can be chatted with and compared through one OpenAI endpoint by `model`."""
+
+from typing import List, NamedTuple
+
+from kfp import dsl
+from kfp.dsl import Dataset, Input, Metrics, Model, Output
+
+from trainer import settings
+
+
+@dsl.component(base_image=settings.image(), install_kfp_package=False)
+def deploy_trials(
+    base_model: Input[Model],
+    adapters: Input[List[Model]],
+    dataset: Input[Dataset],
+    smoke: Output[Metrics],
+    enabled: bool = False,
+    backend: str = "local",
+    name: str = "llm-finetune",
+    gpus: int = 1,
+    namespace: str = "",
+    accelerator_resource: str = "nvidia.com/gpu",
+    node_selector: dict = {},
+    tolerations: list = [],
+    kueue_queue: str = "",
+    vllm_image: str = "",
+) -> NamedTuple("Outputs", endpoint=str, models=list):
+    """Serve the base model as `name`-base and trial i's adapter as `name`-trial-i (vLLM
+    --enable-lora; locally, as a vLLM Deployment, or as an InferenceService), smoke-test each.
+    Does nothing unless `enabled` (the sweep's deploy_all_trials)."""
+    import json
+    from collections import namedtuple
+
+    if not enabled:
+        print("deploy_all_trials is false: only the winner is deployed")
+        return namedtuple("Outputs", ["endpoint", "models"])("", [])
+
+    from components.artifacts import read_uri
+    from trainer.errors import exit_on_user_error
+    from trainer.k8s.vllm import ServeSpec, deploy_side_by_side, trial_adapters
+    from trainer.launch import cluster_from_params
+    from trainer.serve import smoke_request
+    from trainer.storage import Store
+
+    with exit_on_user_error():
+        store = Store.from_env()
+        with open(store.get_tree(read_uri(dataset)) / "eval.jsonl") as f:
+            messages, tools = smoke_request([json.loads(line) for line in f if line.strip()])
+        placement = cluster_from_params(dict(namespace=namespace, accelerator_resource=accelerator_resource,
+                                             node_selector=node_selector, tolerations=tolerations,
+                                             kueue_queue=kueue_queue))
+        spec = ServeSpec(name=f"{name}-base", model_uri=read_uri(base_model), gpus=gpus, cluster=placement,
+                         adapters=trial_adapters(name, [read_uri(a) for a in adapters]), vllm_image=vllm_image)
+        out = deploy_side_by_side(backend, spec, store, messages, tools)
+    smoke.log_metric("smoke_ok", float(out["smoke_ok"]))
+    smoke.log_metric("smoke_latency_s", out["latency_s"])
+    smoke.metadata.update(endpoint=out["endpoint"], served_names=out["names"], reason=out["reason"])
+    print(f"endpoint {out['endpoint']} serves {', '.join(out['names'])}"
+          + ("" if out["smoke_ok"] else f"; smoke test FAILED: {out['reason']}"))
+    return namedtuple("Outputs", ["endpoint", "models"])(out["endpoint"], out["names"])
