@@ -285,11 +285,13 @@ def chat(url: str, model: str, messages: list[dict[str, Any]], tools: list | Non
     return resp
 
 
-def check_response(resp: dict[str, Any], model: str, tools: list | None) -> str:
+def check_response(resp: dict[str, Any], model: str, tools: list | None, require_tool_call: bool = True) -> str:
     """Why `resp` is not a well-formed OpenAI chat completion for this request ('' when it is).
 
-    With tools, the answer must be a tool call: `message.tool_calls[0].function.name` one of the
-    offered tools and `arguments` a JSON object, as an OpenAI application reads it.
+    With tools and `require_tool_call`, the answer must be a tool call:
+    `message.tool_calls[0].function.name` one of the offered tools and `arguments` a JSON object,
+    as an OpenAI application reads it. Without, a text answer (a string) passes too, but any
+    tool call given must still be well-formed.
     """
     if resp.get("object") != "chat.completion" or not resp.get("choices"):
         return f"not an OpenAI chat completion: {json.dumps(resp)[:300]}"
@@ -298,9 +300,11 @@ def check_response(resp: dict[str, Any], model: str, tools: list | None) -> str:
     message = resp["choices"][0].get("message") or {}
     if message.get("role") != "assistant":
         return f"message role is {message.get('role')!r}, not 'assistant'"
-    if not tools:
-        return "" if isinstance(message.get("content"), str) and message["content"].strip() else "empty reply"
     calls = message.get("tool_calls") or []
+    if not tools or (not calls and not require_tool_call):
+        if not isinstance(message.get("content"), str):
+            return f"message.content is {message.get('content')!r}, not text"
+        return "" if message["content"].strip() or not require_tool_call else "empty reply"
     if not calls:
         return f"no message.tool_calls (content: {str(message.get('content'))[:200]!r})"
     fn = calls[0].get("function") or {}
@@ -314,14 +318,15 @@ def check_response(resp: dict[str, Any], model: str, tools: list | None) -> str:
     return "" if isinstance(args, dict) else f"tool_calls[0].function.arguments is not a JSON object: {args!r}"
 
 
-def smoke_test(url: str, model: str, messages: list[dict[str, Any]], tools: list | None = None) -> dict[str, Any]:
+def smoke_test(url: str, model: str, messages: list[dict[str, Any]], tools: list | None = None,
+               require_tool_call: bool = True) -> dict[str, Any]:
     """One chat completion checked by `check_response`.
 
     Returns ok (bool), reason (why not ok), latency_s, reply (tool call or text) and model.
     A server that cannot answer at all (HTTP error) raises UserError instead.
     """
     resp = chat(url, model, messages, tools)
-    reason = check_response(resp, model, tools)
+    reason = check_response(resp, model, tools, require_tool_call)
     message = ((resp.get("choices") or [{}])[0].get("message")) or {}
     calls = message.get("tool_calls") or []
     reply = (f"{calls[0]['function'].get('name')} {calls[0]['function'].get('arguments')}" if calls
@@ -336,6 +341,10 @@ def deploy_local(model_dir: Path, served_model_name: str, messages: list[dict[st
     """Serve `model_dir` (plus adapters, side by side) on loopback, smoke-test every served
     name, and stop unless `keep_serving`.
 
+    The tuned model (the adapters when there are any, else `model_dir`) must answer the tool
+    request with a well-formed tool call; a base model served beside adapters only has to give
+    a well-formed answer (a random or general base model need not call the tool).
+
     Returns endpoint (OpenAI base URL), names, ready_s, smoke_ok (every name passed), the first
     failure's reason, latency_s (worst of the names), per-name results, log path, and pgid when
     still serving (stop with `kill -- -PGID`).
@@ -346,7 +355,9 @@ def deploy_local(model_dir: Path, served_model_name: str, messages: list[dict[st
     try:
         ready_s = wait_ready(server.url, server, timeout=ready_timeout)
         print(f"vLLM ready in {ready_s:.0f}s at {server.url}/v1", flush=True)
-        results = {name: smoke_test(server.url, name, messages, tools) for name in server.names}
+        tuned = set(lora_modules or {}) or {served_model_name}
+        results = {name: smoke_test(server.url, name, messages, tools, require_tool_call=name in tuned)
+                   for name in server.names}
     except BaseException:
         server.stop()
         raise

@@ -1,0 +1,295 @@
+"""The served endpoint as an OpenAI application sees it: the official `openai` client against
+vLLM serving the merged model the demo deploys (started once, through `python -m trainer serve`),
+the same flag checks on the cluster Deployment's arguments (--dry-run), base + adapter side by
+side through the deploy component, and SIGTERM taking the whole server down.
+
+The model is the built-in tiny one, fine-tuned briefly (LoRA, 150 steps) so that it answers a
+tool request with `<tool_call>{...}</tool_call>`, which vLLM's hermes parser turns into
+`message.tool_calls`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from kfp.dsl import HTML, Dataset, Metrics, Model
+
+from trainer import serve
+
+TUNED = "tiny-tuned"
+
+
+def art(cls, tmp_path, name):
+    return cls(name=name, uri=str(tmp_path / name), metadata={})
+
+
+# --- the smoke test's checks (no server) ------------------------------------------------------
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+
+
+def completion(message: dict, model: str = TUNED) -> dict:
+    return {"object": "chat.completion", "model": model,
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", **message}}]}
+
+
+def call(name: str, arguments: str) -> dict:
+    return {"tool_calls": [{"id": "c1", "type": "function", "function": {"name": name, "arguments": arguments}}]}
+
+
+@pytest.mark.parametrize("message, reason", [
+    (call("get_weather", '{"city": "Paris"}'), ""),
+    ({"content": '{"name": "get_weather", "arguments": {"city": "Paris"}}'}, "no message.tool_calls"),
+    (call("get_weather", '{"name": "arguments": 1'), "arguments is not JSON"),
+    (call("get_weather", '["Paris"]'), "not a JSON object"),
+    (call("get_time", "{}"), "is not one of the offered tools"),
+])
+def test_smoke_check_accepts_only_a_well_formed_tool_call(message, reason):
+    got = serve.check_response(completion(message), TUNED, TOOLS)
+    assert (reason in got and got) if reason else got == ""
+
+
+def test_smoke_check_rejects_other_shapes():
+    assert "not an OpenAI chat completion" in serve.check_response({"detail": "boom"}, TUNED, TOOLS)
+    assert "answered as model" in serve.check_response(completion(call("get_weather", "{}"), "other"), TUNED, TOOLS)
+    # A base model beside an adapter may answer in text, but only as text.
+    assert serve.check_response(completion({"content": "sunny"}), TUNED, TOOLS, require_tool_call=False) == ""
+    assert "not text" in serve.check_response(completion({"content": None}), TUNED, TOOLS, require_tool_call=False)
+
+
+def test_smoke_request_picks_a_row_that_expects_a_tool_call():
+    text_row = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}],
+                "tools": TOOLS}
+    tool_row = {"messages": [{"role": "user", "content": "weather?"},
+                             {"role": "assistant", "content": "", **call("get_weather", '{"city": "Oslo"}')}],
+                "tools": TOOLS}
+    assert serve.smoke_request([text_row, tool_row]) == ([{"role": "user", "content": "weather?"}], TOOLS)
+    assert serve.smoke_request([text_row]) == ([{"role": "user", "content": "hi"}], TOOLS)
+
+
+def test_server_args_carry_names_parser_and_adapters():
+    args = serve.vllm_args("/m", "base", lora_modules={"a": "/ad/a", "b": "/ad/b"}, max_lora_rank=12,
+                           tensor_parallel_size=2)
+    assert_openai_flags(args, "base", {"a", "b"})
+    assert args[args.index("--max-lora-rank") + 1] == "16"  # rounded up to a rank vLLM accepts
+    assert args[args.index("--tensor-parallel-size") + 1] == "2"
+
+
+def assert_openai_flags(args: list[str], name: str, adapters: set[str] = frozenset()) -> None:
+    """What makes an endpoint behave the same everywhere: the name clients use, tool calls parsed
+    into `tool_calls`, and each adapter answering under its own name."""
+    assert args[args.index("--served-model-name") + 1] == name
+    assert "--enable-auto-tool-choice" in args and args[args.index("--tool-call-parser") + 1] == "hermes"
+    if adapters:
+        assert "--enable-lora" in args
+        i = args.index("--lora-modules") + 1
+        mods = []
+        while i < len(args) and not args[i].startswith("--"):
+            mods.append(args[i].split("=", 1)[0])
+            i += 1
+        assert set(mods) == adapters
+    else:
+        assert "--enable-lora" not in args
+
+
+# --- the real server --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tuned(s3_env, tmp_path_factory):
+    """The demo's chain on a budget: deliver, fine-tune (LoRA, no embedding training, so vLLM can
+    also load the adapter), merge. Returns the artifacts."""
+    from components.deliver_dataset import deliver_dataset
+    from components.deliver_model import deliver_model
+    from components.finetune import finetune
+    from components.merge_lora import merge_lora
+
+    tmp = tmp_path_factory.mktemp("served")
+    a = {n: art(Model, tmp, n) for n in ("model", "adapter", "merged")}
+    a["dataset"] = art(Dataset, tmp, "dataset")
+    deliver_model.python_func(source="builtin:tiny-llama", revision="", model=a["model"])
+    deliver_dataset.python_func(source="builtin:function-calling", revision="", eval_fraction=0.1, seed=0,
+                                dataset=a["dataset"])
+    finetune.python_func(base_model=a["model"], dataset=a["dataset"], run_id="serve-test", adapter=a["adapter"],
+                         metrics=art(Metrics, tmp, "m"), report=art(HTML, tmp, "r"), nodes=1, max_steps=150,
+                         batch_tokens=1024, lora_train_embeddings=False)
+    merge_lora.python_func(base_model=a["model"], adapter=a["adapter"], merged=a["merged"])
+    return a
+
+
+@pytest.fixture(scope="module")
+def tree(tuned):
+    from components.artifacts import read_uri
+    from trainer.storage import Store
+
+    store = Store.from_env()
+    return lambda name: store.get_tree(read_uri(tuned[name]))
+
+
+@pytest.fixture(scope="module")
+def rows(tree):
+    with open(tree("dataset") / "eval.jsonl") as f:
+        return [json.loads(line) for line in f]
+
+
+@pytest.fixture(scope="module")
+def server(tree, tmp_path_factory):
+    """`python -m trainer serve` on the merged model, as a user starts it."""
+    log = tmp_path_factory.mktemp("log") / "vllm.log"
+    port = serve.free_port()
+    cli = subprocess.Popen([sys.executable, "-m", "trainer", "serve", str(tree("merged")), "--served-model-name",
+                            TUNED, "--port", str(port), "--log", str(log)],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        serve.wait_ready(url, timeout=300)
+    except BaseException:
+        cli.kill()
+        raise AssertionError(f"trainer serve did not become ready:\n{cli.stdout.read() if cli.poll() else ''}\n"
+                             f"{log.read_text()[-3000:] if log.exists() else ''}")
+    yield cli, url, port, log
+    if cli.poll() is None:
+        cli.send_signal(signal.SIGTERM)
+        cli.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    import openai
+
+    return openai.OpenAI(base_url=f"{server[1]}/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+def tool_request(rows):
+    messages, tools = serve.smoke_request(rows)
+    return dict(model=TUNED, messages=messages, tools=tools, temperature=0, max_tokens=64), tools
+
+
+@pytest.mark.integration
+def test_models_list_shows_the_served_name(client):
+    assert [m.id for m in client.models.list()] == [TUNED]
+
+
+@pytest.mark.integration
+def test_tool_request_returns_tool_calls(client, rows):
+    request, tools = tool_request(rows)
+    resp = client.chat.completions.create(**request)
+    choice = resp.choices[0]
+    assert resp.model == TUNED and choice.finish_reason == "tool_calls"
+    call = choice.message.tool_calls[0]
+    assert call.type == "function" and call.function.name in {t["function"]["name"] for t in tools}
+    assert isinstance(json.loads(call.function.arguments), dict)
+
+
+@pytest.mark.integration
+def test_streamed_tool_request_returns_tool_call_deltas(client, rows):
+    request, tools = tool_request(rows)
+    name, arguments = None, ""
+    for chunk in client.chat.completions.create(**request, stream=True):
+        for delta_call in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+            name = name or delta_call.function.name
+            arguments += delta_call.function.arguments or ""
+    assert name in {t["function"]["name"] for t in tools}
+    assert isinstance(json.loads(arguments), dict)
+
+
+@pytest.mark.integration
+def test_bad_requests_raise_the_clients_errors(client):
+    import openai
+
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model=TUNED, messages=[])
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="no-such-model", messages=[{"role": "user", "content": "hi"}])
+
+
+@pytest.mark.integration
+def test_smoke_test_passes_against_the_endpoint(server, rows):
+    messages, tools = serve.smoke_request(rows)
+    result = serve.smoke_test(server[1], TUNED, messages, tools)
+    assert result["ok"], result["reason"]
+    assert result["latency_s"] > 0 and result["reply"].split()[0] in {t["function"]["name"] for t in tools}
+
+
+@pytest.mark.integration
+def test_local_server_and_cluster_deployment_get_the_same_flags(server, capsys):
+    """The same flag checks on the running local vLLM's command line and on the cluster
+    Deployment that `deploy-k8s --dry-run` prints (both built by trainer.serve.vllm_args)."""
+    import psutil
+    import yaml
+
+    from trainer.__main__ import main
+
+    vllm = [p for p in psutil.Process(server[0].pid).children(recursive=True)
+            if "vllm.entrypoints.openai.api_server" in p.cmdline()]
+    assert len(vllm) == 1
+    assert_openai_flags(vllm[0].cmdline(), TUNED)
+
+    main(["deploy-k8s", "--dry-run", "--name", TUNED, "--model-uri", "s3://b/models/sha256-x"])
+    main(["deploy-k8s", "--dry-run", "--name", f"{TUNED}-base", "--model-uri", "s3://b/models/sha256-x",
+          "--adapter", f"{TUNED}=s3://b/adapters/sha256-y"])
+    deployments = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d and d["kind"] == "Deployment"]
+    assert len(deployments) == 2
+    for d, (name, adapters) in zip(deployments, [(TUNED, set()), (f"{TUNED}-base", {TUNED})]):
+        (container,) = [c for c in d["spec"]["template"]["spec"]["containers"] if c["name"] == "vllm"]
+        assert_openai_flags([*container.get("command", []), *container.get("args", [])], name, adapters)
+
+
+@pytest.mark.integration
+def test_deploy_serves_base_and_adapter_side_by_side(tuned, tmp_path, capsys):
+    """serve_adapters=true: one vLLM serves the base model and the LoRA adapter, each by name."""
+    from components.deploy import deploy
+
+    smoke = art(Metrics, tmp_path, "smoke")
+    out = deploy.python_func(model=tuned["merged"], dataset=tuned["dataset"], smoke=smoke,
+                             base_model=tuned["model"], adapter=tuned["adapter"], serve_adapters=True, name=TUNED)
+    printed = capsys.readouterr().out
+    assert smoke.metadata["served_names"] == [f"{TUNED}-base", TUNED]
+    # the adapter answers the tool request with a tool call; the random base only has to answer
+    assert out.smoke_ok and smoke.metadata["smoke_ok"] == 1.0, printed
+    assert smoke.metadata["smoke_latency_s"] > 0 and smoke.metadata["vllm_ready_s"] > 0
+    assert f"{TUNED}: ok" in printed and "smoke-tested" in printed
+    assert smoke.metadata[f"reply_{TUNED}"] != smoke.metadata[f"reply_{TUNED}-base"]  # two models, not one
+
+
+def _listening(port: int) -> bool:
+    import psutil
+
+    return any(c.laddr.port == port and c.status == psutil.CONN_LISTEN for c in psutil.net_connections("tcp"))
+
+
+def _alive(pids: list[int]) -> list[int]:
+    import psutil
+
+    alive = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                alive.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+@pytest.mark.integration
+def test_sigterm_to_trainer_serve_leaves_nothing_on_the_port(server):
+    """Last in the module: it stops the shared server."""
+    import psutil
+
+    cli, url, port, log = server
+    group = [p.pid for p in psutil.Process(cli.pid).children(recursive=True)]
+    assert _listening(port) and group
+    cli.send_signal(signal.SIGTERM)
+    assert cli.wait(timeout=60) == 128 + signal.SIGTERM
+    deadline = time.monotonic() + 10
+    while (_listening(port) or _alive(group)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _listening(port) and not _alive(group)  # vLLM and its engine process, all gone
+    assert f"vLLM log: {log}" in cli.stdout.read()
+    assert os.path.getsize(log) > 0
