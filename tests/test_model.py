@@ -1,0 +1,97 @@
+"""Model building (trainer/model.py): the loss without full logits equals the usual loss and
+gradients; packed rows with flex attention equal rows alone; compiled layers do not recompile
+for every new batch shape."""
+
+import shutil
+
+import pytest
+import torch
+
+from trainer import builtin_data, data
+from trainer.batching import collate, collate_packed
+from trainer.config import TrainConfig
+from trainer.model import LossModel, build_model, chunked_cross_entropy, compile_layers, decoder_layers
+
+
+@pytest.mark.parametrize("weight_grad", [False, True])
+def test_chunked_cross_entropy_matches_full_logits(weight_grad):
+    torch.manual_seed(0)
+    h = torch.randn(37, 16, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(50, 16, dtype=torch.float64, requires_grad=weight_grad)
+    t = torch.randint(0, 50, (37,))
+    ours = chunked_cross_entropy(h, w, t, chunk=8)  # 5 chunks, the last one short
+    grads = torch.autograd.grad(ours * 3, [h, w] if weight_grad else [h])
+    ref = torch.nn.functional.cross_entropy(h @ w.T, t)
+    want = torch.autograd.grad(ref * 3, [h, w] if weight_grad else [h])
+    torch.testing.assert_close(ours, ref)
+    for g, r in zip(grads, want):
+        torch.testing.assert_close(g, r)
+
+
+def examples(tokenizer, n=6):
+    return [data.encode(r, tokenizer, 512) for r in builtin_data.generate(n, 1, seed=3)["train"]]
+
+
+@pytest.mark.parametrize("train_embeddings", [False, True])
+def test_loss_model_equals_the_models_own_loss_and_gradients(tiny_model_dir, tokenizer, train_embeddings):
+    cfg = TrainConfig(lora_train_embeddings=train_embeddings, lora_dropout=0.0)
+    model = build_model(cfg, tiny_model_dir, torch.device("cpu"))
+    for n, p in model.named_parameters():  # LoRA B starts at zero: make the adapters matter
+        if "lora_B" in n:
+            torch.nn.init.normal_(p, std=0.05)
+    wrapped = LossModel(model, torch.device("cpu"))
+    assert wrapped.fused == "chunked"
+    params = [p for p in model.parameters() if p.requires_grad]
+    for batch in (collate(examples(tokenizer), tokenizer.pad_token_id), collate_packed(examples(tokenizer))):
+        ours = wrapped(**batch)
+        g_ours = torch.autograd.grad(ours, params)
+        ref = model(**batch, use_cache=False).loss
+        g_ref = torch.autograd.grad(ref, params)
+        torch.testing.assert_close(ours, ref, atol=1e-5, rtol=1e-5)
+        for a, b in zip(g_ours, g_ref):
+            torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+
+
+def test_packed_rows_with_flex_attention_equal_rows_alone(tiny_model_dir, tokenizer):
+    """Flex attention (what packing uses on CUDA without flash-attn) with the document mask
+    transformers builds from position_ids, on a packed batch filled to a fixed length."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, attn_implementation="flex_attention").eval()
+    with torch.no_grad():  # make attention matter, so cross-row leakage would show in the loss
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.mul_(20)
+    rows = examples(tokenizer, 5)
+    loss_model = LossModel(model, torch.device("cpu"))
+    with torch.no_grad():
+        total, count = 0.0, 0
+        for e in rows:
+            b = collate([e], tokenizer.pad_token_id)
+            n = int((b["labels"][0, 1:] != -100).sum())
+            total, count = total + loss_model(**b).item() * n, count + n
+        packed = collate_packed(rows, total=1024, pad_id=tokenizer.pad_token_id)
+        loss = loss_model(**packed).item()
+    assert abs(loss - total / count) < 1e-5
+
+
+def test_compiled_layers_compile_a_bounded_number_of_times(tiny_model_dir):
+    """Padded batches of 8 different shapes: dynamo compiles the (shared) layer graph at most
+    twice (dynamic shapes, plus torch's specialisation of size-1 dimensions), never per shape.
+    Recompiles are decided by dynamo's guards, before the backend; aot_eager stands in for
+    inductor to keep the test to seconds on 2 cores (inductor's C++ build takes minutes)."""
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler: torch.compile cannot build CPU code here")
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    model = build_model(TrainConfig(), tiny_model_dir, torch.device("cpu"))
+    assert compile_layers(model, dynamic=True, backend="aot_eager") == len(decoder_layers(model)) == 4
+    loss_model = LossModel(model, torch.device("cpu"))
+    vocab = model.config.vocab_size
+    for rows, width in [(4, 64), (8, 128), (2, 192), (5, 256), (3, 64), (6, 384), (1, 512), (7, 192)]:
+        ids = torch.randint(0, vocab, (rows, width))
+        loss_model(input_ids=ids, labels=ids, attention_mask=torch.ones_like(ids)).backward()
+    frames = counters["frames"]["ok"]
+    assert 1 <= frames <= 4, dict(counters["frames"])  # forward graph (+ a graph break) per compile
+    assert counters["stats"]["unique_graphs"] <= 4
