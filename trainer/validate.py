@@ -34,7 +34,7 @@ DEFAULTS: dict[str, Any] = {
     "node_selector": {}, "tolerations": [], "kueue_queue": "", "cleanup": "on-success", "wait_timeout_s": 0,
     "trials": [], "select_metric": "fc_accuracy", "min_gain": 0.1,
     "training_runtime": "torch-distributed", "vllm_image": "", "eval_gpus": 0, "eval_accelerator_type": "nvidia.com/gpu",
-    "eval_node_selector": {}, "eval_tolerations": [], "registry_address": "",
+    "eval_node_selector": {}, "eval_tolerations": [], "registry_address": "", "deploy_all_trials": False,
 }
 _TRAIN_DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
 _TRAIN_PARAMS = {k: v for k, v in _TRAIN_DEFAULTS.items() if k not in ("model_uri", "dataset_uri", "output_prefix")}
