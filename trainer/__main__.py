@@ -130,6 +130,7 @@ def run(args: argparse.Namespace) -> None:
 
         cfg, spec = TrainConfig.from_namespace(args).validate(), _cluster_spec(args)
         collect(spec.problems(), what="invalid cluster settings")
+        spec.stall_timeout_s = cfg.stall_timeout_s
         name = job_name(args.run_id)
         if args.dry_run:
             build = build_trainjob if args.launcher == "trainjob" else build_pytorchjob

@@ -201,6 +201,7 @@ def run_training(cfg, launcher: str, spec, store, run_id: str = "") -> dict:
         from trainer.k8s import launcher_for
         from trainer.k8s.common import job_name
 
+        spec.stall_timeout_s = cfg.stall_timeout_s  # the watchdog reads the job's streamed log
         launcher_for(launcher)(spec).run(cfg.to_args(), job_name(run_id or cfg.output_prefix.rsplit("/", 1)[-1]))
     else:
         LocalLauncher(nnodes=spec.nodes, nproc_per_node=spec.procs_per_node, max_restarts=spec.backoff_limit,

@@ -48,7 +48,7 @@ class ClusterSpec:
     ttl_seconds_after_finished: int = 7 * 24 * 3600
     cleanup: str = "on-success"  # delete the job after it ends: never | on-success | always
     wait_timeout_s: int = 0  # 0: wait as long as the job runs
-    stall_timeout_s: int = 0  # fail when the trainer's progress line does not change this long; 0: off
+    stall_timeout_s: float = 0  # fail when the trainer's progress line does not change this long; 0: off
     poll_interval_s: float = 15.0
     training_runtime: str = "torch-distributed"  # launcher=trainjob: the ClusterTrainingRuntime
 
