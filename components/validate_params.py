@@ -1,6 +1,13 @@
-"""validate_params: the pipeline's first step. Checks every parameter and fails in seconds
-with one message listing each problem, before any download or GPU is touched (run_local and
-submit check the same before launching; this covers runs started from the KFP UI)."""
+"""validate_params: the first step of both pipelines. Checks every parameter with the rules
+run_local and submit apply (trainer.validate, Kubernetes rules included) and fails in seconds
+with one message listing each problem, before any download or GPU is touched: a run started
+from the KFP UI is checked exactly as one started from the command line.
+
+Its inputs are every parameter of the finetune and sweep pipelines (KFP needs them spelled
+out and typed); the pipelines pass their own arguments by name (`pipelines.finetune.inputs_for`),
+and a test fails when a pipeline parameter is missing here. Defaults stand in for the
+parameters a pipeline lacks (the sweep has no batch_size); `trials` non-empty means a sweep.
+"""
 
 from kfp import dsl
 
@@ -9,17 +16,70 @@ from trainer import settings
 
 @dsl.component(base_image=settings.image(), install_kfp_package=False)
 def validate_params(
-    model_source: str, dataset_source: str, eval_fraction: float, launcher: str, nodes: int, procs_per_node: int,
-    method: str, lora_r: int, lora_alpha: int, lora_dropout: float, lora_train_embeddings: bool,
-    learning_rate: float, max_steps: int, batch_size: int, batch_tokens: int, max_seq_len: int, seed: int, checkpoint_every: int,
-    max_restarts: int, eval_max_rows: int, deploy_backend: str, accelerator_resource: str, tolerations: list,
-    cleanup: str, wait_timeout_s: int,
+    model_source: str = "builtin:tiny-llama",
+    model_revision: str = "",
+    dataset_source: str = "builtin:function-calling",
+    dataset_revision: str = "",
+    eval_fraction: float = 0.1,
+    launcher: str = "local",
+    nodes: int = 1,
+    procs_per_node: int = 1,
+    method: str = "lora",
+    lora_r: int = 16,
+    lora_alpha: int = 32,
+    lora_dropout: float = 0.0,
+    lora_train_embeddings: bool = False,
+    learning_rate: float = 3e-3,
+    max_steps: int = 300,
+    batch_size: int = 16,
+    batch_tokens: int = 0,
+    tokens_per_step: int = 0,
+    gradient_checkpointing: bool = False,
+    compile: bool = False,
+    max_seq_len: int = 512,
+    seed: int = 0,
+    checkpoint_every: int = 100,
+    max_restarts: int = 2,
+    eval_max_rows: int = 200,
+    deploy_backend: str = "local",
+    keep_serving: bool = False,
+    serve_adapters: bool = False,
+    served_model_name: str = "llm-finetune",
+    serve_gpus: int = 1,
+    namespace: str = "",
+    accelerator_resource: str = "nvidia.com/gpu",
+    node_selector: dict = {},
+    tolerations: list = [],
+    kueue_queue: str = "",
+    cleanup: str = "on-success",
+    wait_timeout_s: int = 0,
+    training_runtime: str = "torch-distributed",
+    vllm_image: str = "",
+    eval_gpus: int = 0,
+    eval_accelerator_type: str = "nvidia.com/gpu",
+    eval_node_selector: dict = {},
+    eval_tolerations: list = [],
+    registry_address: str = "",
+    deploy_all_trials: bool = False,
+    trials: list = [],
+    select_metric: str = "fc_accuracy",
+    min_gain: float = 0.1,
 ):
-    """Raise (exit 2, one message) when any parameter is invalid."""
+    """Exit 2 with one message when any parameter is invalid; in a cluster pod also refuse
+    what only this machine's command line could use (local paths, launcher=local)."""
     params = dict(locals())  # first statement: only the parameters are local yet
-    from trainer.errors import exit_on_user_error
-    from trainer.validate import validate_pipeline_params
+    import os
+
+    from trainer.errors import collect, exit_on_user_error
+    from trainer.validate import SWEEP_ONLY, on_cluster_problems, pipeline_problems, sweep_problems
 
     with exit_on_user_error():
-        validate_pipeline_params(params)
+        if params["trials"]:
+            problems, what = sweep_problems(params), "invalid sweep parameters"
+        else:
+            problems = pipeline_problems({k: v for k, v in params.items() if k not in SWEEP_ONLY})
+            what = "invalid pipeline parameters"
+        if os.environ.get("KUBERNETES_SERVICE_HOST"):  # set in every Kubernetes pod
+            problems += on_cluster_problems(params)
+        collect(problems, what=what)
     print("parameters OK")

@@ -19,6 +19,7 @@ from components.deploy import deploy
 from components.evaluate import evaluate
 from components.finetune import finetune
 from components.merge_lora import merge_lora
+from components.register import register
 from components.validate_params import validate_params
 from trainer import settings
 
@@ -35,6 +36,21 @@ def with_s3(task: dsl.PipelineTask) -> dsl.PipelineTask:
                                      config_map_key_to_env={"S3_ENDPOINT": "S3_ENDPOINT", "S3_BUCKET": "S3_BUCKET"},
                                      optional=True)
     return task
+
+
+def on_gpus(task: dsl.PipelineTask, gpus, accelerator_type, node_selector, tolerations) -> dsl.PipelineTask:
+    """Run `task` on `gpus` accelerators of `accelerator_type` on matching nodes (all pipeline
+    parameters: KFP 2.17 resolves them at run time; 0 GPUs leaves the task on CPU)."""
+    task.set_accelerator_type(accelerator_type).set_accelerator_limit(gpus)
+    kubernetes.add_node_selector_json(task, node_selector)
+    kubernetes.add_toleration_json(task, tolerations)
+    return task
+
+
+def inputs_for(component, args: dict) -> dict:
+    """The pipeline's own arguments that `component` takes, by name: calls built from the one
+    list of names in the pipeline's signature (tests check validate-params takes them all)."""
+    return {name: value for name, value in args.items() if name in component.component_spec.inputs}
 
 
 def deliver_inputs(model_source, model_revision, dataset_source, dataset_revision, eval_fraction, seed,
@@ -80,6 +96,7 @@ def finetune_pipeline(
     eval_max_rows: int = 200,
     deploy_backend: str = "local",
     keep_serving: bool = False,
+    serve_adapters: bool = False,
     served_model_name: str = "llm-finetune",
     serve_gpus: int = 1,
     namespace: str = "",
@@ -89,25 +106,107 @@ def finetune_pipeline(
     kueue_queue: str = "",
     cleanup: str = "on-success",
     wait_timeout_s: int = 0,
+    training_runtime: str = "torch-distributed",
+    vllm_image: str = "",
+    eval_gpus: int = 0,
+    eval_accelerator_type: str = "nvidia.com/gpu",
+    eval_node_selector: dict = {},
+    eval_tolerations: list = [],
+    registry_address: str = "",
 ) -> NamedTuple("Outputs", eval_metrics=Metrics, train_metrics=Metrics, merged_model=Model, endpoint=str):
     """Defaults run the built-in tiny model and dataset (offline, about a minute on 2 CPU cores).
 
     For a pretrained model set lora_train_embeddings=False and a learning rate near 2e-4.
     On a cluster set launcher=kubernetes and deploy_backend=kubernetes; `nodes` x
-    `procs_per_node` (= GPUs per node) processes train, and the cluster parameters
-    (namespace, accelerator_resource, node_selector, tolerations, kueue_queue, cleanup,
-    wait_timeout_s: 0 = no limit) shape the PyTorchJob and the vLLM Deployment.
+    `procs_per_node` (= GPUs per node) processes train. Every parameter is checked by the first
+    step (validate-params) before anything is downloaded or started.
+
+    Args:
+        model_source: Base model: a Hugging Face Hub id (Qwen/Qwen2.5-1.5B-Instruct), an s3:// URI printed by `python
+            -m trainer deliver-model`, or builtin:tiny-llama (a tiny random model for demos).
+        model_revision: Hub branch, tag or commit of model_source; empty means main. Pin a commit for reproducible
+            runs.
+        dataset_source: Chat data (JSONL rows of {"messages": [...], "tools"?: [...]}): a Hub dataset id, an s3:// URI
+            printed by `python -m trainer deliver-dataset`, or builtin:function-calling.
+        dataset_revision: Hub branch, tag or commit of dataset_source; empty means main.
+        eval_fraction: Share of rows held out for evaluation when the data has no eval split, between 0 and 1
+            (exclusive); 0.05-0.1 is typical.
+        launcher: Where training runs: local (processes inside the pipeline pod, demos only), trainjob (a Kubeflow
+            Trainer v2 TrainJob; use this on a current Kubeflow) or pytorchjob (Training Operator v1; old name
+            kubernetes).
+        nodes: Training pods (machines). 1 for models up to ~8B with LoRA; 2-4 for larger ones.
+        procs_per_node: Training processes per pod, one per GPU: 8 on an 8-GPU node.
+        method: lora (train small adapter matrices; the usual choice) or full (train every weight; needs several times
+            the GPU memory).
+        lora_r: LoRA rank, the adapter's size. 16 is a sane start for a 1-8B model; 64 for harder tasks.
+        lora_alpha: LoRA scaling numerator (the update is scaled by alpha / r); usually 2 x lora_r, e.g. 32.
+        lora_dropout: Dropout on the adapter input, from 0 up to (not including) 1; 0.05 for small datasets, 0
+            otherwise.
+        lora_train_embeddings: Also train the token embeddings. true only for the built-in random model; false for
+            pretrained models.
+        learning_rate: Peak learning rate (cosine decay after warm-up). About 2e-4 for LoRA on a pretrained model,
+            1e-5 for full fine-tuning; 3e-3 suits only the built-in model.
+        max_steps: Optimizer steps to train. A few hundred to a few thousand: about 2-3 passes over the data.
+        batch_size: Rows per process per micro-batch when batch_tokens is 0. 4-16 on one GPU.
+        batch_tokens: Tokens per process per micro-batch (rows packed without padding); 0 uses batch_size rows
+            instead. 16384 on an 80 GB GPU for a 1-8B model; must be >= max_seq_len.
+        tokens_per_step: Tokens per optimizer step across all processes, reached by gradient accumulation; 0 means one
+            micro-batch per step. e.g. 262144.
+        gradient_checkpointing: Recompute activations in the backward pass: less GPU memory, about 30% more compute.
+            true for long sequences or large models.
+        compile: torch.compile the model (CUDA only); faster steps after a few minutes of compiling when shapes
+            repeat. false unless measured.
+        max_seq_len: Longest row in tokens; longer rows are skipped and counted. 2048-4096 for chat data; at most the
+            model's context length.
+        seed: Random seed for the data split, shuffling and initialisation, 0 to 4294967295.
+        checkpoint_every: Steps between checkpoints to the bucket (one is always written at the end). Every 10-30
+            minutes of training, e.g. 200.
+        max_restarts: Times a failed job is restarted from its last checkpoint before the run fails; 2-3.
+        eval_max_rows: Held-out rows scored for base vs tuned metrics (more rows: better estimate, longer evaluation),
+            e.g. 500.
+        deploy_backend: Where the merged model is served: local (inside the pipeline pod, demos), kubernetes (a vLLM
+            Deployment and Service) or kserve (an InferenceService).
+        keep_serving: Leave the local server running after the smoke test (local backend only); false on a cluster.
+        serve_adapters: Serve the base model as `served_model_name`-base and the LoRA adapter as `served_model_name`
+            side by side (vLLM --enable-lora), to compare both through one endpoint; false serves the merged model.
+            Needs method=lora and lora_train_embeddings=false.
+        served_model_name: Name clients ask for (the OpenAI "model" field); on a cluster also the Deployment and
+            Service name: at most 63 lowercase letters, digits and '-', starting with a letter, e.g. support-bot-v2.
+        serve_gpus: GPUs for the vLLM server (tensor-parallel across them); 0 serves on CPU. 1 for models up to ~13B
+            on an 80 GB GPU.
+        namespace: Kubernetes namespace for the training job and the server; empty means the pipeline's own namespace.
+            e.g. llm-finetune.
+        accelerator_resource: Kubernetes resource name of the GPUs requested per process: nvidia.com/gpu, amd.com/gpu,
+            or empty for CPU only.
+        node_selector: Node labels the pods must match, as a JSON object of strings, e.g. {"nvidia.com/gpu.product":
+            "NVIDIA-H100-80GB-HBM3"}; {} for any node.
+        tolerations: Taints the pods tolerate, as a JSON list of Kubernetes tolerations, e.g. [{"key":
+            "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]; [] for none.
+        kueue_queue: Kueue LocalQueue that admits the training job and server (quota and fair sharing); empty means no
+            queueing. e.g. team-a-gpus.
+        cleanup: When to delete the training job after it ends: on-success (keep failed jobs for inspection), always,
+            or never.
+        wait_timeout_s: Seconds to wait for the training job before failing the run; 0 waits as long as it runs. e.g.
+            86400 for a one-day limit.
+        training_runtime: launcher=trainjob: the ClusterTrainingRuntime the TrainJob runs on: torch-distributed
+            (Kubeflow Trainer's own) or llm-finetune-torch (shipped by pipelines.manifests: exit code 2 never retried).
+        vllm_image: vLLM server image for deploy_backend kubernetes or kserve; empty picks vllm/vllm-openai for NVIDIA
+            and AMD's rocm/vllm for amd.com/gpu. Pin a tag, e.g. vllm/vllm-openai:v0.11.0.
+        eval_gpus: GPUs for the evaluate and merge-LoRA steps (batched on the GPU); 0 runs them on CPU (the demo).
+            1 for models up to ~13B.
+        eval_accelerator_type: Kubernetes resource name of those GPUs, e.g. nvidia.com/gpu or amd.com/gpu.
+        eval_node_selector: Node labels the evaluate and merge pods must match, as a JSON object of strings, e.g.
+            {"nvidia.com/gpu.product": "NVIDIA-L40S"}; {} for any node.
+        eval_tolerations: Taints the evaluate and merge pods tolerate, as a JSON list of tolerations, e.g. [{"key":
+            "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]; [] for none.
+        registry_address: Kubeflow Model Registry REST address to register the merged model and adapter in (version =
+            the run name, with lineage and metrics); empty skips registration. e.g.
+            http://model-registry-service.kubeflow.svc.cluster.local:8080
     """
+    args = dict(locals())  # first statement: the pipeline's own parameters, by name
     placement = dict(namespace=namespace, accelerator_resource=accelerator_resource, node_selector=node_selector,
                      tolerations=tolerations)
-    checked = validate_params(
-        model_source=model_source, dataset_source=dataset_source, eval_fraction=eval_fraction, launcher=launcher,
-        nodes=nodes, procs_per_node=procs_per_node, method=method, lora_r=lora_r, lora_alpha=lora_alpha,
-        lora_dropout=lora_dropout, lora_train_embeddings=lora_train_embeddings, learning_rate=learning_rate,
-        max_steps=max_steps, batch_size=batch_size, batch_tokens=batch_tokens, max_seq_len=max_seq_len, seed=seed,
-        checkpoint_every=checkpoint_every, max_restarts=max_restarts, eval_max_rows=eval_max_rows,
-        deploy_backend=deploy_backend, accelerator_resource=accelerator_resource, tolerations=tolerations,
-        cleanup=cleanup, wait_timeout_s=wait_timeout_s).set_display_name("validate parameters")
+    checked = validate_params(**inputs_for(validate_params, args)).set_display_name("validate parameters")
     checked.set_caching_options(False)  # local files it reads may change between runs
     model, data = deliver_inputs(model_source, model_revision, dataset_source, dataset_revision, eval_fraction, seed,
                                  after=checked)
@@ -118,16 +217,29 @@ def finetune_pipeline(
         learning_rate=learning_rate, max_steps=max_steps, batch_size=batch_size, batch_tokens=batch_tokens,
         tokens_per_step=tokens_per_step, gradient_checkpointing=gradient_checkpointing, compile=compile,
         max_seq_len=max_seq_len, seed=seed, checkpoint_every=checkpoint_every, max_restarts=max_restarts, kueue_queue=kueue_queue, cleanup=cleanup,
-        wait_timeout_s=wait_timeout_s, **placement,
+        wait_timeout_s=wait_timeout_s, training_runtime=training_runtime, **placement,
     )).set_display_name("fine-tune")
     scores = with_s3(evaluate(base_model=model.outputs["model"], tuned_model=train.outputs["adapter"],
                                dataset=data.outputs["dataset"], max_rows=eval_max_rows,
                                max_seq_len=max_seq_len)).set_display_name("evaluate")
     merged = with_s3(merge_lora(base_model=model.outputs["model"], adapter=train.outputs["adapter"]))
     merged.set_display_name("merge LoRA")
+    for task in (scores, merged):
+        on_gpus(task, eval_gpus, eval_accelerator_type, eval_node_selector, eval_tolerations)
     served = with_s3(deploy(model=merged.outputs["merged"], dataset=data.outputs["dataset"],
-                             backend=deploy_backend, keep_serving=keep_serving, name=served_model_name,
-                             gpus=serve_gpus, **placement)).set_display_name("deploy")
+                             base_model=model.outputs["model"], adapter=train.outputs["adapter"],
+                             serve_adapters=serve_adapters, backend=deploy_backend, keep_serving=keep_serving, name=served_model_name,
+                             gpus=serve_gpus, vllm_image=vllm_image, kueue_queue=kueue_queue,
+                             **placement)).set_display_name("deploy")
+    with dsl.If(registry_address != "", name="registry-set"):
+        registered = register(merged=merged.outputs["merged"], adapter=train.outputs["adapter"],
+                              base_model=model.outputs["model"], dataset=data.outputs["dataset"],
+                              train_metrics=train.outputs["metrics"], eval_metrics=scores.outputs["metrics"],
+                              registry_address=registry_address, model_name=served_model_name,
+                              run_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER, run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER)
+        kubernetes.use_secret_as_env(registered.set_display_name("register model"),
+                                     secret_name=settings.get("REGISTRY_SECRET_NAME"),
+                                     secret_key_to_env={"token": "REGISTRY_TOKEN"}, optional=True)
     outputs = NamedTuple("Outputs", eval_metrics=Metrics, train_metrics=Metrics, merged_model=Model, endpoint=str)
     return outputs(eval_metrics=scores.outputs["metrics"], train_metrics=train.outputs["metrics"],
                    merged_model=merged.outputs["merged"], endpoint=served.outputs["endpoint"])

@@ -21,12 +21,14 @@ from kfp import dsl
 from kfp.dsl import Markdown, Metrics
 
 from components.deploy import deploy
+from components.deploy_trials import deploy_trials
 from components.evaluate import evaluate
 from components.finetune import finetune
 from components.merge_lora import merge_lora
 from components.not_deployed import not_deployed
 from components.pick_best import pick_best
-from pipelines.finetune import deliver_inputs, with_s3
+from components.validate_params import validate_params
+from pipelines.finetune import deliver_inputs, inputs_for, with_s3
 
 SWEEP_NAME = "llm-finetune-sweep"
 DEFAULT_TRIALS = [
@@ -64,9 +66,60 @@ def build(parallelism: int = 2):
         deploy_backend: str = "local",
         keep_serving: bool = False,
         served_model_name: str = "llm-finetune",
+        deploy_all_trials: bool = False,
     ) -> NamedTuple("Outputs", best_metrics=Metrics, summary=Markdown, decision=str):
+        """LoRA trials in parallel; the best one is merged and deployed only if it beats the base model.
+
+        Args:
+            trials: JSON list of trials, each exactly {"lora_r": int, "lora_alpha": int, "learning_rate": float}, e.g.
+                [{"lora_r": 16, "lora_alpha": 32, "learning_rate": 0.0002}, {"lora_r": 64, "lora_alpha": 128,
+                "learning_rate": 0.0001}]. Numbers without quotes.
+            select_metric: Metric that picks the best trial: fc_accuracy (function-calling accuracy, higher is better)
+                or eval_loss (lower is better).
+            min_gain: Least improvement over the base model, in the metric's own units, for the best trial to be
+                deployed: e.g. 0.05 (5 points of accuracy) or 0.1 (eval loss).
+            model_source: Base model: a Hugging Face Hub id (Qwen/Qwen2.5-1.5B-Instruct), an s3:// URI printed by
+                `python -m trainer deliver-model`, or builtin:tiny-llama (a tiny random model for demos).
+            model_revision: Hub branch, tag or commit of model_source; empty means main. Pin a commit for reproducible
+                runs.
+            dataset_source: Chat data (JSONL rows of {"messages": [...], "tools"?: [...]}): a Hub dataset id, an s3://
+                URI printed by `python -m trainer deliver-dataset`, or builtin:function-calling.
+            dataset_revision: Hub branch, tag or commit of dataset_source; empty means main.
+            eval_fraction: Share of rows held out for evaluation when the data has no eval split, between 0 and 1
+                (exclusive); 0.05-0.1 is typical.
+            launcher: Where each trial trains: local (processes inside the pipeline pod, demos only) or kubernetes (a
+                PyTorchJob per trial; use this on a cluster).
+            nodes: Training pods (machines) per trial; 1 for models up to ~8B with LoRA.
+            procs_per_node: Training processes per pod, one per GPU: 8 on an 8-GPU node.
+            lora_dropout: Dropout on the adapter input, from 0 up to (not including) 1; 0.05 for small datasets, 0
+                otherwise.
+            lora_train_embeddings: Also train the token embeddings. true only for the built-in random model; false for
+                pretrained models.
+            max_steps: Optimizer steps per trial. A few hundred to a few thousand: about 2-3 passes over the data.
+            batch_tokens: Tokens per process per micro-batch (rows packed without padding); 0 uses 16 rows instead.
+                16384 on an 80 GB GPU for a 1-8B model; must be >= max_seq_len.
+            max_seq_len: Longest row in tokens; longer rows are skipped and counted. 2048-4096 for chat data; at most
+                the model's context length.
+            seed: Random seed for the data split, shuffling and initialisation (the same in every trial), 0 to
+                4294967295.
+            max_restarts: Times a failed trial is restarted from its last checkpoint before it fails; 2-3.
+            eval_max_rows: Held-out rows scored per trial for base vs tuned metrics, e.g. 500.
+            deploy_backend: Where the winner is served: local (inside the pipeline pod, demos), kubernetes (a vLLM
+                Deployment and Service) or kserve (an InferenceService).
+            keep_serving: Leave the local server running after the smoke test (local backend only); false on a
+                cluster.
+            served_model_name: Name clients ask for (the OpenAI "model" field); on a cluster also the Deployment and
+                Service name: at most 63 lowercase letters, digits and '-', starting with a letter, e.g.
+                support-bot-v2.
+            deploy_all_trials: Also serve every trial's adapter side by side on one base model (`served_model_name`-base
+                and `served_model_name`-trial-0, -1, ...), to compare the trials through one endpoint by model name;
+                false serves only the winner.
+        """
+        args = dict(locals())  # first statement: the pipeline's own parameters, by name
+        checked = validate_params(**inputs_for(validate_params, args)).set_display_name("validate parameters")
+        checked.set_caching_options(False)  # local files it reads may change between runs
         model, data = deliver_inputs(model_source, model_revision, dataset_source, dataset_revision, eval_fraction,
-                                     seed)
+                                     seed, after=checked)
         with dsl.ParallelFor(trials, parallelism=parallelism) as trial:
             train = with_s3(finetune(
                 base_model=model.outputs["model"], dataset=data.outputs["dataset"],
@@ -81,6 +134,12 @@ def build(parallelism: int = 2):
         best = pick_best(trials=trials, trial_metrics=dsl.Collected(scores.outputs["metrics"]),
                          adapters=dsl.Collected(train.outputs["adapter"]), select_metric=select_metric,
                          min_gain=min_gain).set_display_name("pick best")
+        # KFP 2.17 cannot compile dsl.Collected inside a condition, so this task always runs and
+        # returns at once unless deploy_all_trials is set.
+        with_s3(deploy_trials(enabled=deploy_all_trials, base_model=model.outputs["model"],
+                              adapters=dsl.Collected(train.outputs["adapter"]), dataset=data.outputs["dataset"],
+                              backend=deploy_backend, name=served_model_name)
+                ).set_display_name("deploy all trials side by side")
         with dsl.If(best.outputs["deploy"] == True, name="beats-base"):  # noqa: E712 - a KFP condition
             merged = with_s3(merge_lora(base_model=model.outputs["model"], adapter=best.outputs["best_adapter"]))
             with_s3(deploy(model=merged.outputs["merged"], dataset=data.outputs["dataset"], backend=deploy_backend,
