@@ -56,15 +56,18 @@ def _json_repr(value: Any) -> str:
     return repr(value)
 
 
-def value_problem(name: str, value: Any, kind: type, example: Any = None) -> str | None:
+def value_problem(name: str, value: Any, kind: type, example: Any = None, in_json: bool = False) -> str | None:
     """Why `value` is not a `kind` (None when it is), with the fix. Ints pass for floats;
-    bools never pass for numbers (JSON true is not 1); NaN and infinity never pass."""
+    bools never pass for numbers (JSON true is not 1); NaN and infinity never pass. `in_json`:
+    a member of a JSON list or object, where 16.0 passes for an int."""
     example = default(name.rsplit(".", 1)[-1]) if example is None else example
     if isinstance(value, float) and not math.isfinite(value):
         return f"{name} must be a finite number, got {value}: NaN and infinity train nothing; use e.g. {example}"
     ok = isinstance(value, kind) and not (kind in (int, float) and isinstance(value, bool))
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         ok = True
+    if kind is int and in_json and isinstance(value, float) and value.is_integer():
+        ok = True  # JSON has one number type: KFP hands list and dict members over as 16.0
     if ok:
         return None
     fix = ""
@@ -252,11 +255,12 @@ def sweep_problems(params: dict[str, Any], check_local_files: bool = True) -> li
             problems.append(f"trials[{i}] must have exactly the keys {sorted(TRIAL_KEYS)}, like {TRIAL_EXAMPLE}; "
                             f"got {t!r}")
             continue
-        typed = [value_problem(f"trials[{i}].{k}", t[k], kind, example=_TRAIN_DEFAULTS[k])
+        typed = [value_problem(f"trials[{i}].{k}", t[k], kind, example=_TRAIN_DEFAULTS[k], in_json=True)
                  for k, kind in TRIAL_KEYS.items()]
         if any(typed):
             problems += [p for p in typed if p]
             continue
+        t = {k: int(v) if TRIAL_KEYS[k] is int else v for k, v in t.items()}  # 16.0 from KFP -> 16
         # Only what this trial's own values add (the shared problems are reported once above).
         problems += [f"trials[{i}]: {p}" for p in pipeline_problems({**shared, **t, "method": "lora"},
                                                                     check_local_files=False) if p not in problems]

@@ -174,7 +174,8 @@ def tolerations(items: Any, what: str = "tolerations") -> list[str]:
                             f"or leave it empty (all effects)")
         if "tolerationSeconds" in t:
             secs = t["tolerationSeconds"]
-            if isinstance(secs, bool) or not isinstance(secs, int):
+            # 5.0 is fine: KFP hands JSON numbers in lists over as floats.
+            if isinstance(secs, bool) or not (isinstance(secs, int) or (isinstance(secs, float) and secs.is_integer())):
                 problems.append(f"{w}.tolerationSeconds must be an integer number of seconds, got {secs!r}")
             if effect != "NoExecute":
                 problems.append(f"{w}: tolerationSeconds applies only to effect 'NoExecute'")
