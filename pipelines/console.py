@@ -6,7 +6,7 @@ refresh of every progress bar (a component's stderr is a pipe, so each refresh b
 line). `Console` takes the place of sys.stdout for the run: every line goes to the log
 file (colour codes removed), and the terminal gets task start/finish lines with their
 time, the components' own messages, progress thinned out (redrawn in place on a terminal,
-every 10 s otherwise), and on a failure the task's last lines.
+every 15 s otherwise), and on a failure the task's last lines.
 
 kfp.local writes a log record (possibly several lines, e.g. a task's outputs) with one
 write() call and a component's output one line at a time, under a 4-space indent. The
@@ -31,11 +31,13 @@ PROGRESS = re.compile(r"^(?P<desc>.*?):?\s*(?P<pct>\d{1,3})%\|[^|]*\|\s*(?P<n>[^
                       r"\[(?P<elapsed>[\d:]+)")
 _RULE = re.compile(r"^-{20,}$")  # kfp.local's line between tasks
 _WARNING = re.compile(r"^\S.*:\d+: \w*Warning: ")
+# The trainer's heartbeat for the launchers' watchdog (trainer/watchdog.py), not for people.
+_HEARTBEAT = re.compile(r"^progress: step=\d+ stage=")
 _TORCH_LOG = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d")  # torch.distributed's glog-style lines
 # Parent-process warnings that say nothing to a local user (kept in the log file).
 KNOWN_WARNINGS = ("have no effect in the current local runner", "non-Python base image")
 QUIET_PROGRESS_S = 2.0  # a bar that finishes faster than this is not shown
-PROGRESS_EVERY_S = 10.0  # on a non-terminal (and in the log), one progress line per bar this often
+PROGRESS_EVERY_S = 15.0  # on a non-terminal (and in the log), one progress line per bar this often
 
 
 def _seconds(clock: str) -> int:
@@ -128,7 +130,8 @@ class Console:
         if body.strip() and not body.startswith("[KFP Executor"):
             self.tail.append(body)
         if (not body.strip() or body[0].isspace() or body in ("{", "}") or body.startswith("[KFP Executor")
-                or _TORCH_LOG.match(body) or body.startswith("Traceback (most recent call last)")):
+                or _TORCH_LOG.match(body) or _HEARTBEAT.match(body)
+                or body.startswith("Traceback (most recent call last)")):
             return  # executor input JSON, tracebacks' frames, kfp's own chatter: log file only
         if _WARNING.match(body):
             self.hidden_warnings += 1

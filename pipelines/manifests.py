@@ -169,7 +169,8 @@ def problems(namespace: str, pipeline_sa: str, storage: str) -> list[str]:
 def main(argv: list[str] | None = None) -> None:
     import yaml
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[2])
+    parser = argparse.ArgumentParser(prog="python -m pipelines.manifests", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--namespace", default="llm-finetune", help="where jobs, MinIO and vLLM run")
     parser.add_argument("--pipeline-sa", default="kubeflow:pipeline-runner",
                         help="NAMESPACE:NAME of the service account KFP runs pipeline pods as")

@@ -83,7 +83,7 @@ def params_help(pipeline) -> str:
         lines.append(f"  {name} = {json.dumps(default)}  ({type(default).__name__})")
         desc = " ".join((spec.description or "").split()) if spec else ""
         lines += textwrap.wrap(desc or "(no description)", width=96, initial_indent=" " * 6,
-                               subsequent_indent=" " * 6)
+                               subsequent_indent=" " * 6, break_on_hyphens=False, break_long_words=False)
     return "\n".join(lines)
 
 
@@ -99,6 +99,18 @@ def endpoint_line(endpoint: str, smoke: dict[str, float], keep_serving: bool) ->
     if keep_serving:
         return f"endpoint (still serving; {verdict}): {endpoint}"
     return f"endpoint: stopped after the run ({verdict}); --keep-serving leaves it up"
+
+
+def training_line(tr: dict[str, float]) -> str:
+    """The training metrics that matter at a glance; all of them are in the run's record."""
+    line = (f"training: {tr.get('train_steps', 0):.0f} steps in {tr.get('train_seconds', 0):.1f}s on "
+            f"{tr.get('world_size', 1):.0f} process(es), {tr.get('tokens_per_second', 0):.0f} tokens/s, "
+            f"final loss {tr.get('train_loss', float('nan')):.4f}")
+    if tr.get("restarts"):
+        line += f", {tr['restarts']:.0f} restart(s)"
+    if tr.get("skipped_long_rows"):
+        line += f", {tr['skipped_long_rows']:.0f} rows skipped as longer than max_seq_len"
+    return line
 
 
 def summarize(metrics: dict[str, dict[str, float]], endpoint: str | None, keep_serving: bool, elapsed: float) -> str:
@@ -118,7 +130,7 @@ def summarize(metrics: dict[str, dict[str, float]], endpoint: str | None, keep_s
         if ev.get("eval_rows", 50) < 50:
             lines.append(f"warning: only {int(ev['eval_rows'])} eval rows: these numbers move a lot with one row")
     if tr:
-        lines += ["", "== training ==", table([(k, f"{v:.4g}") for k, v in sorted(tr.items())], ("metric", "value"))]
+        lines += ["", training_line(tr)]
     if endpoint:
         lines += ["", endpoint_line(endpoint, smoke, keep_serving)]
     lines.append(f"pipeline wall time: {elapsed:.1f}s")
@@ -236,11 +248,13 @@ def _run(pipeline, params, args, console, run_dir) -> int:
     metrics, reports = runs.collect_task_outputs(kfp_run_dir) if kfp_run_dir else ({}, {})
     report_files = runs.save_reports(run_dir, reports)
     events = runs.save_tensorboard(run_dir, Store.from_env(), started)
+    logs = runs.keep_logs(Path(os.environ["TMPDIR"]), run_dir)
     record = dict(status="failed" if error else "succeeded", elapsed_s=round(elapsed, 1), metrics=metrics,
                   finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), kfp_run_dir=str(kfp_run_dir or ""))
     if error:
         console.show_tail("last lines the failed task printed:")
-        print(f"error: {local_error_text(error)}; full log: {run_dir / 'run.log'}", file=sys.stderr)
+        print(f"error: {local_error_text(error)}; full log: {run_dir / 'run.log'}"
+              + (f"; component logs: {run_dir / 'logs'}" if logs else ""), file=sys.stderr)
         runs.update_run(run_dir, **record, summary=local_error_text(error)[:120])
         return 1
     if args.pipeline == "sweep":
@@ -264,6 +278,8 @@ def _run(pipeline, params, args, console, run_dir) -> int:
             console.say(f"report: {path}")
     if events:
         console.say(f"TensorBoard events: {events}  (python -m pipelines.runs tensorboard --launch)")
+    if logs:
+        console.say(f"component logs (the model server's too): {run_dir / 'logs'}")
     console.say(f"run kept in {run_dir}  (compare runs: python -m pipelines.runs compare)")
     console.say(f"full log: {run_dir / 'run.log'}")
     if console.hidden_warnings:

@@ -114,6 +114,18 @@ def save_reports(run_dir: Path, reports: dict[str, str]) -> list[Path]:
     return written
 
 
+def keep_logs(tmp_dir: Path, run_dir: Path) -> list[Path]:
+    """Copy log files that components wrote under the run's temporary directory (e.g. the
+    model server's) into run_dir/logs/ before that directory is removed."""
+    kept = []
+    for path in sorted(Path(tmp_dir).rglob("*.log")):
+        target = run_dir / "logs" / f"{path.parent.name}-{path.name}"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
+        kept.append(target)
+    return kept
+
+
 def save_tensorboard(run_dir: Path, store, since: float) -> Path | None:
     """Copy the trainer's TensorBoard events written since `since` (epoch seconds) from
     runs/<id>/tensorboard/ in the bucket to run_dir/tensorboard/<id>/; None if there were none."""

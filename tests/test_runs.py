@@ -185,3 +185,14 @@ def test_summary_says_smoke_tested_only_when_the_smoke_test_passed_and_hides_sto
     assert re.search(r"function-calling accuracy \(8 rows\)\s+0\.0%\s+50\.0%", text)
     assert "text match (4 rows)" in text and "25.0%" in text
     assert "warning: only 12 eval rows" in text and "smoke test FAILED" in text and url not in text
+
+
+def test_component_log_files_outlive_the_runs_temporary_directory(tmp_path):
+    tmp = tmp_path / "finetune-run-x"
+    (tmp / "vllm-abc").mkdir(parents=True)
+    (tmp / "vllm-abc" / "server.log").write_text("INFO: Started server process\n")
+    (tmp / "tb-1").mkdir()
+    (tmp / "tb-1" / "events.out.tfevents.1").write_bytes(b"x")
+    kept = runs.keep_logs(tmp, tmp_path / "run")
+    assert [p.name for p in kept] == ["vllm-abc-server.log"]
+    assert kept[0].read_text() == "INFO: Started server process\n"

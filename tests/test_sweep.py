@@ -36,7 +36,8 @@ def test_pick_by_eval_loss_prefers_lower_and_ties_go_to_the_first():
 def run_sweep(tmp_path, min_gain):
     return subprocess.run(
         [sys.executable, "-m", "pipelines.run_local", "--pipeline", "sweep", "--parallelism", "2",
-         "--pipeline-root", str(tmp_path / "root"), "--param", f"trials={json.dumps(TRIALS)}",
+         "--pipeline-root", str(tmp_path / "root"), "--runs-dir", str(tmp_path / "runs"),
+         "--param", f"trials={json.dumps(TRIALS)}",
          "--param", "max_steps=40", "--param", "eval_max_rows=20", "--param", "select_metric=eval_loss",
          "--param", f"min_gain={min_gain}"], cwd=ROOT, capture_output=True, text=True, timeout=900)
 
