@@ -379,3 +379,26 @@ def test_validate_params_under_kfp_local_reads_trials_as_kfp_sends_them(tmp_path
                     launcher="kubernetes")
     with pytest.raises(RuntimeError, match="validate-params"):
         validate_params(trials=[{"lora_r": "16", "lora_alpha": 8, "learning_rate": 0.003}])
+
+
+@pytest.mark.parametrize("module, argv, expected", [
+    ("trainer", ["launch-k8s", "--dry-run", "--namespace", "Bad_NS", "--model-uri", "s3://b/models/m",
+                 "--dataset-uri", "s3://b/datasets/d", "--output-prefix", "runs/r"], "namespace='Bad_NS'"),
+    ("trainer", ["launch-k8s", "--dry-run", "--node-selector", '{"pool": 1}', "--model-uri", "s3://b/models/m",
+                 "--dataset-uri", "s3://b/datasets/d", "--output-prefix", "runs/r", "--learning-rate", "nan"],
+     "learning_rate must be a finite number"),
+    ("trainer", ["deploy-k8s", "--dry-run", "--name", "My_Model", "--gpus", "-3", "--model-uri", "s3://b/models/m"],
+     "'My_Model' is not a valid Kubernetes Service name"),
+    ("manifests", ["--namespace", "Bad_NS", "--pipeline-sa", "kubeflow:"], "must be namespace:name"),
+], ids=["launch-k8s-namespace", "launch-k8s-nan", "deploy-k8s-name-gpus", "manifests-namespace-sa"])
+def test_kubernetes_clis_refuse_before_rendering(capsys, module, argv, expected):
+    if module == "trainer":
+        from trainer.__main__ import main
+    else:
+        from pipelines.manifests import main
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 2 and expected in err, err
+    assert err.startswith("error: ") and "Traceback" not in err
+    assert not out.strip()  # nothing rendered
