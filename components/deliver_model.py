@@ -1,5 +1,9 @@
 """deliver_model: a Hub id, local directory or builtin:tiny-llama into the bucket, checksummed
-and content-addressed (re-delivering unchanged content uploads nothing)."""
+and content-addressed (re-delivering unchanged content uploads nothing).
+
+A source that cannot train is refused here, before the upload and long before any GPU: no
+config.json or a malformed one, no weights or a shard missing from the index, no tokenizer or
+no chat template, a dataset given as the model (exit 2, one message; trainer.sources)."""
 
 from kfp import dsl
 from kfp.dsl import Model, Output
