@@ -174,7 +174,8 @@ def list_table(runs: list[dict[str, Any]]) -> str:
 
     rows = []
     for r in runs:
-        ev = r.get("metrics", {}).get("evaluate", {})
+        ms = r.get("metrics", {})
+        ev = ms.get("evaluate") or ms.get("pick-best") or {}  # a sweep: the winner's numbers
         acc = (f"{ev['base_fc_accuracy']:.1%} -> {ev['tuned_fc_accuracy']:.1%}"
                if "tuned_fc_accuracy" in ev else "")
         rows.append((r["id"], r.get("status", "?"), f"{r.get('elapsed_s', 0):.0f}s", acc, r.get("summary", "")))
