@@ -196,3 +196,20 @@ def test_component_log_files_outlive_the_runs_temporary_directory(tmp_path):
     kept = runs.keep_logs(tmp, tmp_path / "run")
     assert [p.name for p in kept] == ["vllm-abc-server.log"]
     assert kept[0].read_text() == "INFO: Started server process\n"
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_on_a_terminal_progress_is_redrawn_in_place():
+    term, log = Terminal(), io.StringIO()
+    console = Console(term, log)
+    bars = [f"evaluate base: {p:3d}%|#         | {p}/100 [00:0{i + 3}<00:10, 5.00row/s]\n"
+            for i, p in enumerate((10, 20, 30))]
+    run_through(console, lambda: kfp_task("evaluate", [*bars, "100 rows (100 tool-call, 0 text)\n"]))
+    out = term.getvalue()
+    assert out.count("\r\x1b[K    evaluate base:") == 3  # each refresh overwrites the line
+    assert "5.00row/s]\n    100 rows (100 tool-call, 0 text)\n" in out  # the next line starts on a new line
+    assert log.getvalue().count("evaluate base:") == 1  # the log keeps one line per 15 s
