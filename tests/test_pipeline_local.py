@@ -13,23 +13,31 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.integration
-MAX_CONSOLE_LINES = 80
+MAX_CONSOLE_LINES = 84  # 80, plus the register step's three lines
 
 
 def test_run_local_end_to_end(tmp_path, s3_env):
-    """Against an S3 endpoint given on the command line (as with a real MinIO)."""
+    """Against an S3 endpoint given on the command line (as with a real MinIO), registering the
+    model in a (fake) Kubeflow Model Registry."""
+    from tests.registry_fake_api import FakeRegistry
+
     env = {**os.environ, "AWS_SECRET_ACCESS_KEY": "very-secret-value-42"}
     runs_dir = tmp_path / "runs"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pipelines.run_local", "--pipeline-root", str(tmp_path / "root"),
-         "--output-dir", str(tmp_path / "out"), "--runs-dir", str(runs_dir), "--s3-endpoint", s3_env["S3_ENDPOINT"],
-         "--param", "eval_max_rows=100"],
-        cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
+    with FakeRegistry() as registry:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pipelines.run_local", "--pipeline-root", str(tmp_path / "root"),
+             "--output-dir", str(tmp_path / "out"), "--runs-dir", str(runs_dir), "--s3-endpoint",
+             s3_env["S3_ENDPOINT"], "--param", "eval_max_rows=100", "--param", f"registry_address={registry.url}"],
+            cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-5000:]
+    [version] = registry.state.versions.values()  # the register step ran, with the run's lineage
+    assert version["customProperties"]["base_model_source"]["string_value"] == "builtin:tiny-llama"
+    assert "eval_tuned_fc_accuracy" in version["customProperties"]
     out = proc.stdout
     lines = (out + proc.stderr).splitlines()
     assert len(lines) <= MAX_CONSOLE_LINES, f"{len(lines)} console lines:\n" + out
-    for task in ("validate-params", "deliver-model", "deliver-dataset", "finetune", "evaluate", "merge-lora", "deploy"):
+    for task in ("validate-params", "deliver-model", "deliver-dataset", "finetune", "evaluate", "merge-lora", "deploy",
+                 "register"):
         assert re.search(rf"✓ {task} \(\d+\.\ds\)", out), task
     assert "executor_input" not in out and "parameterValues" not in out
     acc = re.search(r"function-calling accuracy \(100 rows\)\s+([\d.]+)%\s+([\d.]+)%", out)
