@@ -12,10 +12,11 @@ Submit the fine-tuning pipeline to a Kubeflow Pipelines 2.x backend:
 The KFP host comes from --host or KFP_HOST; a bearer token, when the endpoint needs one,
 from KFP_TOKEN (never a flag, so it stays out of shell history and process lists).
 --dry-run validates and prints, as YAML, every Kubernetes object the run would create
-(the PyTorchJob, the vLLM Deployment and Service), and contacts nothing.
+(the TrainJob or PyTorchJob, the vLLM Deployment and Service or the InferenceService) and the
+Model Registry calls, and contacts nothing.
 
 Example:
-  python -m pipelines.submit --host http://localhost:8080 --param launcher=kubernetes \\
+  python -m pipelines.submit --host http://localhost:8080 --param launcher=trainjob \\
       --param deploy_backend=kubernetes --param model_source=meta-llama/Llama-3.2-1B-Instruct \\
       --param dataset_source=s3://llm-finetune/datasets/sha256-... --param nodes=2 --param procs_per_node=8
 """

@@ -227,7 +227,8 @@ def on_cluster_problems(params: dict[str, Any]) -> list[str]:
                             f"deliver it first (python -m trainer deliver-{what} ... with S3_ENDPOINT at the "
                             "cluster's MinIO) and pass the printed s3:// URI")
     if params.get("launcher", DEFAULTS["launcher"]) == "local":
-        problems.append("launcher=local would train inside one pipeline pod; use launcher=kubernetes on a cluster")
+        problems.append("launcher=local would train inside one pipeline pod; use launcher=trainjob (Kubeflow Trainer v2) "
+                        "or launcher=pytorchjob (Training Operator v1) on a cluster")
     return problems
 
 
