@@ -117,7 +117,7 @@ def finetune_pipeline(
     """Defaults run the built-in tiny model and dataset (offline, about a minute on 2 CPU cores).
 
     For a pretrained model set lora_train_embeddings=False and a learning rate near 2e-4.
-    On a cluster set launcher=kubernetes and deploy_backend=kubernetes; `nodes` x
+    On a cluster set launcher=trainjob (or pytorchjob) and deploy_backend=kubernetes (or kserve); `nodes` x
     `procs_per_node` (= GPUs per node) processes train. Every parameter is checked by the first
     step (validate-params) before anything is downloaded or started.
 
