@@ -146,12 +146,13 @@ class Console:
             if done:
                 self._to_log("    " + text)
             return
-        last_time, last_text = self._progress_shown.get(desc, (float("-inf"), ""))
-        if text == last_text:
-            return  # tqdm repeats its final state when it closes
+        last_time, last_count = self._progress_shown.get(desc, (float("-inf"), ""))
+        count = f"{m['n']}/{m['total']}"
+        if done and count == last_count and now - last_time < PROGRESS_EVERY_S:
+            return  # tqdm repeats its final state (with a new rate) when it closes
         due = done or now - last_time >= PROGRESS_EVERY_S
         if due:
-            self._progress_shown[desc] = (now, text)
+            self._progress_shown[desc] = (now, count)
             self._to_log("    " + text)
         if self.tty:
             self.terminal.write("\r\x1b[K    " + text + ("\n" if done else ""))
