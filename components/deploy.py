@@ -78,7 +78,8 @@ def deploy(
     smoke.log_metric("smoke_latency_s", out["latency_s"])
     if "ready_s" in out:
         smoke.log_metric("vllm_ready_s", out["ready_s"])
-    smoke.metadata.update(endpoint=out["endpoint"], served_names=names, reason=out.get("reason", ""))
+    smoke.metadata.update(endpoint=out["endpoint"], served_names=names, reason=out.get("reason", ""),
+                          still_serving=bool(out.get("pgid")) or backend != "local")
     for n, r in (out.get("results") or {served: out}).items():
         smoke.metadata[f"reply_{n}"] = r["reply"][:300]
         print(f"  {n}: {'ok' if r['ok'] else 'FAILED: ' + r['reason']} in {r['latency_s']:.2f}s: {r['reply'][:160]}")

@@ -81,6 +81,33 @@ def test_server_args_carry_names_parser_and_adapters():
     assert args[args.index("--tensor-parallel-size") + 1] == "2"
 
 
+def test_trainer_serve_reports_every_bad_input_at_once(tmp_path, capsys):
+    from trainer.__main__ import main
+
+    with __import__("socket").socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        with pytest.raises(SystemExit) as exit_:
+            main(["serve", str(tmp_path / "missing"), "--port", str(busy.getsockname()[1]), "--lora", "no-equals",
+                  "--lora", f"a={tmp_path}"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "cannot serve (4 problems)" in err and "Traceback" not in err
+    for what in ("NAME=ADAPTER_DIR, got 'no-equals'", "no config.json", "no adapter_config.json", "is in use"):
+        assert what in err
+
+
+def test_adapter_vllm_cannot_load_is_refused_before_starting(tmp_path):
+    from trainer.errors import UserError
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    (tmp_path / "adapter").mkdir()
+    (tmp_path / "adapter" / "adapter_config.json").write_text(json.dumps({"r": 16, "modules_to_save": ["embed_tokens"]}))
+    with pytest.raises(UserError, match=r"trains \['embed_tokens'\] in full.*lora_train_embeddings=false"):
+        serve.start(tmp_path / "model", "m", lora_modules={"a": str(tmp_path / "adapter")})
+
+
 def assert_openai_flags(args: list[str], name: str, adapters: set[str] = frozenset()) -> None:
     """What makes an endpoint behave the same everywhere: the name clients use, tool calls parsed
     into `tool_calls`, and each adapter answering under its own name."""

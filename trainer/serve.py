@@ -85,12 +85,16 @@ def lora_rank(adapter_dir: str | Path) -> int:
     return int(json.loads(cfg.read_text()).get("r", 0)) if cfg.exists() else 0
 
 
-def parse_lora(spec: str) -> tuple[str, str]:
-    """`name=path` (the CLI's --lora) -> (name, path)."""
-    name, sep, path = spec.partition("=")
-    if not sep or not name or not path:
-        raise UserError(f"--lora expects NAME=ADAPTER_DIR, got {spec!r}")
-    return name, path
+def parse_loras(specs: Sequence[str]) -> tuple[dict[str, str], list[str]]:
+    """`name=path` strings (the CLI's --lora) -> ({name: path}, problems)."""
+    out, problems = {}, []
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            problems.append(f"--lora expects NAME=ADAPTER_DIR, got {spec!r}")
+        else:
+            out[name] = path
+    return out, problems
 
 
 def free_port() -> int:
@@ -99,14 +103,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+            return True
+        except OSError:
+            return False
+
+
 def _cuda() -> bool:
     import torch
 
     return torch.cuda.is_available()
 
 
-def _check_dirs(model_dir: Path, lora_modules: Mapping[str, str]) -> None:
-    problems = []
+def _check_dirs(model_dir: Path, lora_modules: Mapping[str, str], problems: Sequence[str] = ()) -> None:
+    problems = list(problems)
     if not (Path(model_dir) / "config.json").exists():
         problems.append(f"{model_dir} is not a model directory (no config.json); pass a merged or base model")
     for name, path in lora_modules.items():
@@ -188,15 +201,18 @@ def local_args(model_dir: str | Path, served_model_name: str, *, host: str = "12
 
 def start(model_dir: str | Path, served_model_name: str, *, host: str = "127.0.0.1", port: int = 0,
           lora_modules: Mapping[str, str] | None = None, max_model_len: int = 0,
-          log_path: Path | None = None, detach: bool = False) -> Server:
+          log_path: Path | None = None, detach: bool = False, problems: Sequence[str] = ()) -> Server:
     """Start vLLM's OpenAI server on `model_dir` in its own process group; returns at once.
 
     `detach` leaves the server running after this process exits (the pipeline's keep_serving);
-    otherwise it is stopped at interpreter exit too. The KV cache is 1 GiB on CPU
+    otherwise it is stopped at interpreter exit too. `problems` found by the caller are reported
+    with those found here, in one UserError. The KV cache is 1 GiB on CPU
     (VLLM_CPU_KVCACHE_SPACE, overridable), sized for small models on small machines.
     """
     lora_modules = dict(lora_modules or {})
-    _check_dirs(Path(model_dir), lora_modules)
+    if port and not _port_free(host, port):
+        problems = [*problems, f"port {port} on {host} is in use (another server?); pick another with --port"]
+    _check_dirs(Path(model_dir), lora_modules, problems)
     port = port or free_port()
     args = local_args(model_dir, served_model_name, host=host, port=port, lora_modules=lora_modules,
                       max_model_len=max_model_len)
@@ -374,7 +390,7 @@ def serve_forever(model_dir: Path, served_model_name: str = "", *, host: str = "
                   loras: Sequence[str] = (), log_path: Path | None = None, ready_timeout: float = 600.0) -> int:
     """`python -m trainer serve`: run vLLM until Ctrl-C / SIGTERM / SIGHUP, then take its whole
     process group down; returns the exit status."""
-    lora_modules = dict(parse_lora(s) for s in loras)
+    lora_modules, problems = parse_loras(loras)
     name = served_model_name or Path(model_dir).resolve().name
 
     def _exit(signum, _frame):
@@ -382,7 +398,8 @@ def serve_forever(model_dir: Path, served_model_name: str = "", *, host: str = "
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _exit)
-    server = start(model_dir, name, host=host, port=port, lora_modules=lora_modules, log_path=log_path)
+    server = start(model_dir, name, host=host, port=port, lora_modules=lora_modules, log_path=log_path,
+                   problems=problems)
     print(f"vLLM log: {server.log_path}", flush=True)
     try:
         ready_s = wait_ready(server.url, server, timeout=ready_timeout)
