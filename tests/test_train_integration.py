@@ -97,7 +97,7 @@ def test_tiny_dataset_of_short_rows_trains_on_two_processes(store, tmp_path):
     data_uri, meta = sources.deliver_dataset(str(path), "", store)
     assert meta["rows"]["train"] == 36
     cfg = TrainConfig(model_uri=model_uri, dataset_uri=data_uri, output_prefix="runs/small", max_steps=5,
-                      batch_tokens=1024, log_every=1, stall_timeout_s=120)
+                      batch_tokens=1024, log_every=1, stall_timeout_s=60)
     result = run_training(cfg, "local", ClusterSpec(nodes=2, procs_per_node=1, backoff_limit=0), store)
     assert result["metrics"]["train_steps"] == 5
     from transformers import AutoTokenizer

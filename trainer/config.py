@@ -42,7 +42,10 @@ class TrainConfig:
     packing: str = "auto"
     tokens_per_step: int = 0  # > 0: accumulate micro-batches to about this many tokens per optimizer step
     gradient_checkpointing: bool = False  # less activation memory, ~30% more compute
-    compile: bool = False  # torch.compile the model (CUDA only; ignored on CPU)
+    # torch.compile the decoder layers (dynamic shapes for padded batches, one shape for packed
+    # ones); slower for the first steps while it compiles. Needs a C compiler on CPU.
+    compile: bool = False
+    profile_steps: int = 0  # > 0: torch.profiler trace of that many steps, to <output_prefix>/profile/
     max_seq_len: int = 512  # longer rows are skipped and counted (skipped_long_rows)
     seed: int = 0  # seeds data order, initialisation and dropout (0 .. 2**32 - 1)
     log_every: int = 10  # steps between loss lines / TensorBoard points

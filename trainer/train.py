@@ -6,16 +6,26 @@ Run:
   (one process: python -m trainer train ...; two nodes: set PET_NNODES / PET_NODE_RANK /
   PET_MASTER_ADDR on each, as the PyTorchJob operator does, and run the same command)
 
-Shape: setup (process group, data, model, resume) / train (step loop, checkpoints) /
-cleanup (rank 0 saves and uploads the result). Only rank 0 logs, writes files and talks to
-the bucket for outputs; every rank reads inputs from the bucket itself, exactly as pods of
-a PyTorchJob would.
+Shape (as torchtune's recipes): `Recipe.setup` (process group, data, model, resume),
+`Recipe.train` (the step loop), `Recipe.save_checkpoint`, `Recipe.cleanup` (rank 0 saves and
+uploads the result). Model building lives in trainer/model.py, batching in trainer/batching.py.
+Only rank 0 logs, writes files and talks to the bucket for outputs; every rank reads inputs
+from the bucket itself, exactly as pods of a PyTorchJob would. Rank 0 prints progress lines
+(trainer/watchdog.py) that launchers watch for stalls.
+
+The loop does not wait on the device between micro-batches: losses and the non-finite flag
+accumulate on the device and are read once per step (or per log step with one process).
+
+Exit statuses: 0 done; 2 the input is invalid (UserError); 3 the loss or gradients became NaN
+or infinite (nothing is saved as a result; a restart would fail the same way); 143 stopped
+by SIGTERM. Launchers restart only the last kind (and crashes).
 
 Resilience: a restarted run (the local launcher restarting the job, or the PyTorchJob
-restarting its pods) resumes from the newest complete checkpoint of the same output_prefix, at the same
-step and data position. On SIGTERM every rank stops at the next step boundary, rank 0
-writes and uploads a checkpoint within shutdown_grace_s, and the process exits with 143
-so that the launcher restarts it.
+restarting its pods) resumes from the newest complete checkpoint of the same output_prefix, at
+the same step and data position. On SIGTERM every rank stops at the next step boundary, rank 0
+writes and uploads a checkpoint, and the process exits with 143 so that the launcher restarts
+it; a rank that does not reach a step boundary within shutdown_grace_s (stuck in setup, or in
+a collective whose peer is gone) exits with 143 then, without a checkpoint.
 """
 
 from __future__ import annotations
@@ -27,17 +37,20 @@ import os
 import signal
 import sys
 import tempfile
+import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from trainer import data
-from trainer.batching import batches, check_rows, collate, collate_packed, real_tokens as count_tokens
+from trainer.batching import batches, bucket, check_rows, collate, collate_packed
 from trainer.checkpoint import Checkpointer, rng_state
 from trainer.config import TrainConfig
+from trainer.model import LossModel, build_model, compile_layers, plan_packing
 from trainer.storage import Store
+from trainer.watchdog import progress_line
 
 MASTER = 0
+EXIT_NONFINITE = 3
 
 
 def _dist_setup():
@@ -55,14 +68,6 @@ def _dist_setup():
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo", device_id=
                                 device if device.type == "cuda" else None)
     return rank, world, device
-
-
-def flash_attention_available() -> bool:
-    import importlib.util
-
-    import torch
-
-    return torch.cuda.is_available() and importlib.util.find_spec("flash_attn") is not None
 
 
 class _Board:
@@ -96,253 +101,376 @@ def _peak_memory_mb(device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _progress(rank: int):
-    """say(stage, step): rank 0 prints a progress line for launchers' watchdogs (trainer.watchdog)."""
-    from trainer.watchdog import progress_line
+class Shutdown:
+    """SIGTERM at any point. `requested` is read at step boundaries, where every rank stops
+    together and writes a checkpoint. Whatever the main thread is doing, a watcher thread is
+    woken by the signal itself (signal.set_wakeup_fd: Python handlers cannot run while the main
+    thread is blocked in C code, such as a collective waiting for a dead peer) and exits the
+    process with 143 once `grace_s` has passed without the orderly exit having happened."""
 
-    def say(stage: str, step: int = 0) -> None:
-        if rank == MASTER:
+    def __init__(self, grace_s: float):
+        self.requested, self.grace_s, self.deadline = False, grace_s, None
+        self._lock = threading.Lock()
+        self._restore = None
+        if threading.current_thread() is not threading.main_thread():
+            return  # signals reach only the main thread's handlers: an in-process caller's concern
+        read, self._write = os.pipe()
+        os.set_blocking(self._write, False)
+        self._restore = (signal.set_wakeup_fd(self._write), signal.signal(signal.SIGTERM, lambda *_: self._arm()))
+        threading.Thread(target=self._watch, args=(read,), daemon=True, name="sigterm-watch").start()
+
+    def close(self) -> None:
+        """Restore what was there before (for in-process callers that train more than once)."""
+        if self._restore is not None:
+            signal.set_wakeup_fd(self._restore[0])
+            signal.signal(signal.SIGTERM, self._restore[1])
+            os.close(self._write)  # ends the watcher
+            self._restore = None
+
+    def _watch(self, fd: int) -> None:
+        with contextlib.closing(os.fdopen(fd, "rb", buffering=0)) as f:
+            while got := f.read(64):
+                if signal.SIGTERM in got:
+                    self._arm()
+
+    def _arm(self) -> None:
+        with self._lock:
+            self.requested = True
+            if self.deadline is None:
+                self.deadline = time.monotonic() + self.grace_s
+                timer = threading.Timer(self.grace_s, self._hard_exit)
+                timer.daemon = True
+                timer.start()
+
+    def remaining(self) -> float:
+        return max(0.0, self.deadline - time.monotonic()) if self.deadline else self.grace_s
+
+    @staticmethod
+    def _hard_exit() -> None:
+        print("SIGTERM: no step boundary reached within shutdown_grace_s; exiting without a checkpoint",
+              file=sys.stderr, flush=True)
+        os._exit(143)
+
+
+def exit_now(code: int) -> None:
+    """Exit at once: a normal interpreter exit tears down the process group, which can hang
+    once a peer has gone, and would hold up torchrun's exit and the restart."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+class Recipe:
+    """One training run: `setup()`, `train()`, `cleanup()`; `run()` does all three."""
+
+    def __init__(self, cfg: TrainConfig, store: Store | None = None):
+        self.cfg = cfg.validate()
+        self.store = store
+        self.rank = int(os.environ.get("RANK", 0))
+
+    def say(self, stage: str, step: int = 0) -> None:
+        """Rank 0: a progress line for launchers' watchdogs (trainer.watchdog)."""
+        if self.rank == MASTER:
             print(progress_line(stage, step), flush=True)
-    return say
 
+    # -- setup
+    def setup(self) -> None:
+        import torch
+        from transformers import AutoTokenizer, get_scheduler
 
-def _install_sigterm() -> dict[str, bool]:
-    """A flag set by SIGTERM; checked at step boundaries (never mid-step)."""
-    stop = {"flag": False}
+        cfg = self.cfg
+        self.shutdown = Shutdown(cfg.shutdown_grace_s)  # first: a rank stuck in setup must end too
+        self.say("setup: process group")
+        self.rank, self.world, self.device = rank, world, device = _dist_setup()
+        torch.manual_seed(cfg.seed)
+        store = self.store = self.store or Store.from_env()
 
-    def handler(signum, frame):
-        stop["flag"] = True
+        # every rank reads its inputs from the bucket (cached per node by content hash)
+        self.say("setup: downloading model and data")
+        model_dir = store.get_tree(cfg.model_uri)
+        data_dir = store.get_tree(cfg.dataset_uri)
+        self.say("setup: tokenizing")
+        self.tokenizer = tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        examples, self.skipped = data.encode_all(data.read_jsonl(data_dir / "train.jsonl"), tokenizer, cfg.max_seq_len)
+        self.eval_examples = data.encode_all(data.read_jsonl(data_dir / "eval.jsonl")[:64], tokenizer,
+                                             cfg.max_seq_len)[0]
+        check_rows(len(examples), cfg.batch_size, world, cfg.batch_tokens)  # before the model loads
 
-    signal.signal(signal.SIGTERM, handler)
-    return stop
+        self.say("setup: loading model")
+        flatten, attn, self.packed_len = plan_packing(cfg, device)
+        self.model = model = build_model(cfg, model_dir, device, attn)
+        limit = getattr(model.config, "max_position_embeddings", None)
+        if limit and cfg.max_seq_len > limit:  # Hub models: known only once loaded
+            from trainer.errors import UserError
 
+            raise UserError(f"max_seq_len={cfg.max_seq_len} exceeds the model's context length {limit}; "
+                            f"set max_seq_len <= {limit}")
+        if cfg.compile:
+            # Packed batches have one shape (packed_len); padded ones vary in length: dynamic.
+            compile_layers(model, dynamic=not self.packed_len)
+        self.loss_model = LossModel(model, device)
+        self.ddp = torch.nn.parallel.DistributedDataParallel(self.loss_model) if world > 1 else self.loss_model
+        mean_len = sum(len(e["input_ids"]) for e in examples) / len(examples)
+        micro_tokens = cfg.batch_tokens or cfg.batch_size * mean_len
+        self.accum = max(1, math.ceil(cfg.tokens_per_step / (micro_tokens * world))) if cfg.tokens_per_step else 1
+        pad = tokenizer.pad_token_id
+        width = (lambda rows: bucket(max(len(e["input_ids"]) for e in rows))) if cfg.compile else (lambda rows: 0)
+        self.collate = ((lambda rows: collate_packed(rows, self.packed_len, pad)) if flatten
+                        else (lambda rows: collate(rows, pad, width=width(rows))))
+        if rank == MASTER:
+            per_micro = (f"{'flattened' if flatten else 'length-bucketed'} <= {cfg.batch_tokens} tokens"
+                         if cfg.batch_tokens else f"{cfg.batch_size} rows")
+            print(f"{len(examples)} rows (mean {mean_len:.0f} tokens), {world} process(es), {per_micro} per "
+                  f"micro-batch, {self.accum} micro-batch(es) per step; attention {attn or 'default'}, "
+                  f"loss {self.loss_model.fused}{', compiled layers' if cfg.compile else ''}", flush=True)
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay,
+                                           fused=device.type == "cuda")
+        self.scheduler = get_scheduler(cfg.lr_scheduler, self.optimizer,
+                                       num_warmup_steps=int(cfg.warmup_ratio * cfg.max_steps),
+                                       num_training_steps=cfg.max_steps)
 
-def _agreed(flag: bool, world: int, device) -> bool:
-    """True on every rank when any rank has the flag (one tiny all-reduce per step)."""
-    if world == 1:
-        return flag
-    import torch
-    import torch.distributed as dist
+        # resume: the newest complete checkpoint of this output prefix, if any
+        self.say("setup: resuming")
+        self.ckpt = Checkpointer(store, cfg.output_prefix, cfg.keep_checkpoints, rank)
+        self.history: list[dict[str, float]] = []
+        self.done, self.tokens_before, self.seconds_before, self.restarts = 0, 0, 0.0, 0
+        window = (0.0, 0)  # this rank's summed step losses since the last log line, and their count
+        latest = self.ckpt.latest()
+        if latest is not None:
+            state, mine = self.ckpt.load(latest, model, self.optimizer, self.scheduler, rank)
+            window, self.done, self.history = mine["window"], state["step"], state["history"]
+            self.tokens_before, self.seconds_before = state["train_tokens"], state["train_seconds"]
+            self.restarts = state["restarts"] + 1
+            if rank == MASTER:
+                print(f"resuming from checkpoint step {self.done} of {cfg.max_steps} (restart {self.restarts})",
+                      flush=True)
+        self.window_loss = torch.tensor(float(window[0]), device=device, dtype=torch.float64)
+        self.window_n = int(window[1])
+        self.stream = batches(examples, cfg.batch_size, rank, world, cfg.seed, start=self.done * self.accum,
+                              batch_tokens=cfg.batch_tokens, flatten=flatten)
+        self.board = _Board(store, cfg.output_prefix) if rank == MASTER else None
+        self.real_tokens = 0  # this rank's, since this process started
 
-    t = torch.tensor([1.0 if flag else 0.0], device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item())
+    # -- train
+    def train(self) -> None:
+        import torch
+        from tqdm import tqdm
 
+        cfg, device, world = self.cfg, self.device, self.world
+        bar = tqdm(total=cfg.max_steps, initial=self.done, desc="train", unit="step", mininterval=2,
+                   disable=self.rank != MASTER, dynamic_ncols=True)
+        bad = torch.zeros((), dtype=torch.bool, device=device)  # a non-finite loss or gradient norm
+        profiler = self._profiler()
+        self.ddp.train()
+        self.say("train", self.done)
+        self.start = last_say = time.perf_counter()
+        for step in range(self.done + 1, cfg.max_steps + 1):
+            step_loss = torch.zeros((), dtype=torch.float64, device=device)
+            for micro in range(self.accum):
+                rows = next(self.stream)
+                self.real_tokens += sum(len(e["input_ids"]) for e in rows)  # host-side: no device sync
+                batch = {k: v.to(device, non_blocking=True) for k, v in self.collate(rows).items()}
+                # Gradients are all-reduced only on the last micro-batch of a step.
+                sync = world == 1 or micro == self.accum - 1
+                with contextlib.nullcontext() if sync else self.ddp.no_sync():
+                    loss = self.ddp(**batch) / self.accum
+                    loss.backward()
+                step_loss += loss.detach()
+            norm = torch.nn.utils.clip_grad_norm_(self.params, 1.0)
+            bad |= ~torch.isfinite(step_loss) | ~torch.isfinite(norm)
+            self.optimizer.step()
+            self.scheduler.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.window_loss += step_loss
+            self.window_n += 1
+            if profiler:
+                profiler.step()
+            bar.update(1)
+            logs = step % cfg.log_every == 0 or step == cfg.max_steps
+            evals, saves = step % cfg.eval_every == 0 or step == cfg.max_steps, step % cfg.checkpoint_every == 0
+            if world > 1 or logs or evals or saves or self.shutdown.requested:
+                stop, nonfinite = self._agreed(self.shutdown.requested, bad)
+                if nonfinite:
+                    self._fail_nonfinite(step)
+                if stop:
+                    self._stop_for_sigterm(step)
+            if logs:
+                self._log(step, bar)
+            if logs or time.perf_counter() - last_say > 60:
+                self.say("train", step)
+                last_say = time.perf_counter()
+            if evals:
+                self.say("eval", step)
+                self.measure_eval(step)
+            if saves and step < cfg.max_steps:
+                self.say("checkpoint", step)
+                self.save_checkpoint(step)
+                if self.board:
+                    self.board.upload()
+        bar.close()
+        if profiler:
+            self._save_profile(profiler)
 
-def build_model(cfg: TrainConfig, model_dir: Path, device):
-    import torch
-    from transformers import AutoModelForCausalLM
+    def _agreed(self, stop: bool, bad) -> tuple[bool, bool]:
+        """(SIGTERM on any rank, non-finite values on any rank): one tiny all-reduce, one read."""
+        import torch
+        import torch.distributed as dist
 
-    dtype = torch.bfloat16 if device.type == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
-    attn = {"attn_implementation": "flash_attention_2"} if cfg.packing != "pad" and flash_attention_available() else {}
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, **attn).to(device)
-    if cfg.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    if cfg.method == "full":
-        return model
-    from peft import LoraConfig, get_peft_model
+        flags = torch.stack([torch.tensor(float(stop), device=self.device), bad.float()])
+        if self.world > 1:
+            dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        stop, nonfinite = flags.tolist()
+        return bool(stop), bool(nonfinite)
 
-    targets = cfg.lora_target_modules
-    lora = LoraConfig(
-        r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout, task_type="CAUSAL_LM",
-        target_modules=targets if targets == "all-linear" else [t.strip() for t in targets.split(",")],
-        modules_to_save=["embed_tokens"] if cfg.lora_train_embeddings else None,
-        # keeps a tied lm_head tied to the trained embedding copy, so merge gives the same model
-        ensure_weight_tying=cfg.lora_train_embeddings and bool(model.config.tie_word_embeddings),
-    )
-    return get_peft_model(model, lora)
+    def _fail_nonfinite(self, step: int) -> None:
+        if self.rank == MASTER:
+            seen = [h["loss"] for h in self.history if "loss" in h]
+            print(f"error: the training loss or its gradients became NaN or infinite by step {step}"
+                  f"{f' (last logged loss {seen[-1]:.4g})' if seen else ''}; training stopped and nothing was "
+                  f"saved as a result. Lower learning_rate (now {self.cfg.learning_rate:g}) or check the data "
+                  f"for rows that break the model (exit status {EXIT_NONFINITE}: a restart would fail the same way)",
+                  file=sys.stderr, flush=True)
+        exit_now(EXIT_NONFINITE)
+
+    def _stop_for_sigterm(self, step: int) -> None:
+        """SIGTERM on any rank: all stop at this step; rank 0 checkpoints within the grace time."""
+        self.save_checkpoint(step)
+        if self.rank == MASTER:
+            saved = self.ckpt.wait(timeout=self.shutdown.remaining())
+            print(f"SIGTERM: checkpoint at step {step} {'uploaded' if saved else 'NOT uploaded in time'}; "
+                  f"exiting for a restart", flush=True)
+        exit_now(143)
+
+    def _log(self, step: int, bar) -> None:
+        """Mean loss over the steps since the last log line, averaged over ranks: the only
+        place the loop reads the loss back from the device."""
+        import torch.distributed as dist
+
+        mean = self.window_loss / self.window_n
+        if self.world > 1:  # SUM then divide: gloo has no AVG
+            dist.all_reduce(mean)
+            mean /= self.world
+        value, lr = mean.item(), self.scheduler.get_last_lr()[0]
+        self.history.append({"step": step, "loss": value, "lr": lr})
+        # tokens/s estimated from this rank's count: an all-reduce per log line is not worth it
+        tok_s = self.real_tokens * self.world / (time.perf_counter() - self.start)
+        if self.board:
+            self.board.scalar("train/loss", value, step)
+            self.board.scalar("train/lr", lr, step)
+            self.board.scalar("train/tokens_per_second", tok_s, step)
+        bar.set_postfix(loss=f"{value:.3f}", tok_s=f"{int(tok_s)}")
+        self.window_loss.zero_()
+        self.window_n = 0
+
+    def measure_eval(self, step: int) -> None:
+        """Rank 0: eval loss on a few held-out rows; the other ranks wait at the next collective."""
+        if self.rank != MASTER or not self.eval_examples:
+            return
+        from trainer.evaluate import eval_loss
+
+        self.model.eval()
+        value = eval_loss(self.model, self.eval_examples, self.tokenizer.pad_token_id)
+        self.model.train()
+        self.history.append({"step": step, "eval_loss": value})
+        self.board.scalar("eval/loss", value, step)
+
+    def save_checkpoint(self, step: int) -> None:
+        """Collective: gathers every rank's RNG and log window; rank 0 writes and uploads."""
+        import torch
+        import torch.distributed as dist
+
+        mine = {"rng": rng_state(), "window": [self.window_loss.item(), self.window_n]}
+        per_rank = [mine]
+        tokens = torch.tensor(self.real_tokens)
+        if self.world > 1:
+            per_rank = [None] * self.world
+            dist.all_gather_object(per_rank, mine)
+            tokens = tokens.to(self.device)
+            dist.all_reduce(tokens)
+        self.ckpt.save(step, self.model, self.optimizer, self.scheduler, per_rank, {
+            "history": self.history, "train_tokens": self.tokens_before + int(tokens.item()),
+            "restarts": self.restarts, "train_seconds": self.seconds_before + time.perf_counter() - self.start})
+
+    def _profiler(self):
+        """With profile_steps > 0: a torch.profiler trace of that many steps after one warm-up step."""
+        if not self.cfg.profile_steps:
+            return None
+        from torch.profiler import ProfilerActivity, profile, schedule
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
+        prof = profile(activities=activities, schedule=schedule(wait=0, warmup=1, active=self.cfg.profile_steps,
+                                                                repeat=1), record_shapes=True)
+        prof.start()
+        return prof
+
+    def _save_profile(self, prof) -> None:
+        """Rank 0: the trace to `<output_prefix>/profile/` (open it in Perfetto or chrome://tracing)
+        and the top operators by time to the log."""
+        prof.stop()
+        if self.rank != MASTER:
+            return
+        sort = "self_cuda_time_total" if self.device.type == "cuda" else "self_cpu_time_total"
+        print(prof.key_averages().table(sort_by=sort, row_limit=15), flush=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            prof.export_chrome_trace(os.path.join(tmp, "trace.json"))
+            self.store.put_dir(tmp, f"{self.cfg.output_prefix}/profile")
+        print(f"profile: {self.store.uri(self.cfg.output_prefix + '/profile/trace.json')}", flush=True)
+
+    # -- cleanup
+    def cleanup(self) -> dict[str, Any]:
+        """Rank 0 saves and uploads the result, and writes result.json last."""
+        import torch
+        import torch.distributed as dist
+
+        cfg = self.cfg
+        if self.done < cfg.max_steps:
+            self.save_checkpoint(cfg.max_steps)  # a crash while writing the result resumes straight to cleanup
+        if self.board:
+            self.board.upload()
+        self.ckpt.wait()
+        wall = self.seconds_before + time.perf_counter() - self.start
+        tokens = torch.tensor(self.real_tokens, device=self.device)
+        if self.world > 1:
+            dist.all_reduce(tokens)
+        total = int(tokens.item()) + self.tokens_before
+        result: dict[str, Any] = {}
+        self.say("cleanup: saving the result", cfg.max_steps)
+        if self.rank == MASTER:
+            with tempfile.TemporaryDirectory() as tmp:
+                self.model.save_pretrained(tmp)
+                self.tokenizer.save_pretrained(tmp)
+                uri, manifest = self.store.put_tree(tmp, "models")
+            final = next(h["loss"] for h in reversed(self.history) if "loss" in h)
+            result = {
+                "output_uri": uri, "method": cfg.method, "output_bytes": manifest["total_bytes"],
+                "metrics": {"train_loss": final, "train_steps": float(cfg.max_steps), "world_size": float(self.world),
+                            "train_tokens": float(total), "tokens_per_second": total / wall,
+                            "train_seconds": wall, "skipped_long_rows": float(self.skipped),
+                            "restarts": float(self.restarts), "checkpoint_bytes": float(self.ckpt.last_bytes),
+                            "checkpoint_upload_seconds": float(self.ckpt.last_upload_s or 0.0),
+                            "grad_accum": float(self.accum), "peak_memory_mb": _peak_memory_mb(self.device),
+                            "perplexity": math.exp(min(final, 50.0))},
+                "history": self.history, "config": cfg.asdict(),
+                "tensorboard_uri": self.store.uri(f"{cfg.output_prefix}/tensorboard"),
+            }
+            self.store.put_json(f"{cfg.output_prefix}/result.json", result)
+            print(json.dumps({"train_result": result["metrics"], "output_uri": uri}), flush=True)
+        if self.world > 1:
+            dist.barrier()
+            dist.destroy_process_group()
+        return result
+
+    def run(self) -> dict[str, Any]:
+        try:
+            self.setup()
+            self.train()
+            return self.cleanup()
+        finally:
+            if hasattr(self, "shutdown"):
+                self.shutdown.close()
 
 
 def train(cfg: TrainConfig, store: Store | None = None) -> dict[str, Any]:
     """Run the recipe; on rank 0 returns the result written to `<output_prefix>/result.json`."""
-    import torch
-    import torch.distributed as dist
-    from tqdm import tqdm
-    from transformers import AutoTokenizer, get_scheduler
-
-    cfg.validate()
-    say = _progress(int(os.environ.get("RANK", 0)))
-    say("setup: process group")
-    rank, world, device = _dist_setup()
-    torch.manual_seed(cfg.seed)
-    store = store or Store.from_env()
-
-    # -- setup: every rank reads its inputs from the bucket (cached per node by content hash)
-    say("setup: downloading model and data")
-    model_dir = store.get_tree(cfg.model_uri)
-    data_dir = store.get_tree(cfg.dataset_uri)
-    say("setup: tokenizing")
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    examples, skipped = data.encode_all(data.read_jsonl(data_dir / "train.jsonl"), tokenizer, cfg.max_seq_len)
-    eval_examples = data.encode_all(data.read_jsonl(data_dir / "eval.jsonl")[:64], tokenizer, cfg.max_seq_len)[0]
-    check_rows(len(examples), cfg.batch_size, world, cfg.batch_tokens)  # before the model loads
-    say("setup: loading model")
-    model = build_model(cfg, model_dir, device)
-    mean_len = sum(len(e["input_ids"]) for e in examples) / len(examples)
-    micro_tokens = cfg.batch_tokens or cfg.batch_size * mean_len
-    accum = max(1, math.ceil(cfg.tokens_per_step / (micro_tokens * world))) if cfg.tokens_per_step else 1
-    # Flattened rows save compute only where attention skips the block-diagonal mask's zeros
-    # (flash-attention varlen); elsewhere the packed sequence pays full quadratic attention.
-    flatten = bool(cfg.batch_tokens) and (cfg.packing == "flatten" or (cfg.packing == "auto" and
-                                                                        flash_attention_available()))
-    collate_fn = collate_packed if flatten else (lambda rows: collate(rows, tokenizer.pad_token_id))
-    if rank == MASTER:
-        print(f"{len(examples)} rows (mean {mean_len:.0f} tokens), {world} process(es), "
-              f"{('%s <= %d tokens' % ('flattened' if flatten else 'length-bucketed', cfg.batch_tokens)) if cfg.batch_tokens else '%d rows' % cfg.batch_size} "
-              f"per micro-batch, {accum} micro-batch(es) per step", flush=True)
-    limit = getattr(model.config, "max_position_embeddings", None)
-    if limit and cfg.max_seq_len > limit:  # Hub models: known only once loaded
-        from trainer.errors import UserError
-
-        raise UserError(f"max_seq_len={cfg.max_seq_len} exceeds the model's context length {limit}; "
-                        f"set max_seq_len <= {limit}")
-    ddp = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
-    if cfg.compile and device.type == "cuda":
-        ddp = torch.compile(ddp)
-    elif cfg.compile and rank == MASTER:
-        print("compile=true ignored: torch.compile is enabled on CUDA only", flush=True)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay,
-                                  fused=device.type == "cuda")
-    scheduler = get_scheduler(cfg.lr_scheduler, optimizer, num_warmup_steps=int(cfg.warmup_ratio * cfg.max_steps),
-                              num_training_steps=cfg.max_steps)
-
-    # -- resume: the newest complete checkpoint of this output prefix, if any
-    ckpt = Checkpointer(store, cfg.output_prefix, cfg.keep_checkpoints, rank)
-    history: list[dict[str, float]] = []
-    done, tokens_before, seconds_before, restarts = 0, 0, 0.0, 0
-    window_loss, window_n = 0.0, 0  # this rank's losses since the last log line
-    say("setup: resuming")
-    latest = ckpt.latest()
-    if latest is not None:
-        state, mine = ckpt.load(latest, model, optimizer, scheduler, rank)
-        window_loss, window_n = mine["window"]
-        done, history = state["step"], state["history"]
-        tokens_before, seconds_before, restarts = state["train_tokens"], state["train_seconds"], state["restarts"] + 1
-        if rank == MASTER:
-            print(f"resuming from checkpoint step {done} of {cfg.max_steps} (restart {restarts})", flush=True)
-
-    stop = _install_sigterm()
-    board = _Board(store, cfg.output_prefix) if rank == MASTER else None
-
-    def measure_eval(step: int) -> None:
-        """Rank 0: eval loss on a few held-out rows; the other ranks wait at the next collective."""
-        if rank != MASTER or not eval_examples:
-            return
-        from trainer.evaluate import eval_loss
-
-        model.eval()
-        value = eval_loss(model, eval_examples, tokenizer.pad_token_id)
-        model.train()
-        history.append({"step": step, "eval_loss": value})
-        board.scalar("eval/loss", value, step)
-
-    def checkpoint(step: int) -> None:
-        """Collective: gathers every rank's RNG and log window; rank 0 writes and uploads."""
-        rngs = [{"rng": rng_state(), "window": [window_loss, window_n]}]
-        if world > 1:
-            rngs = [None] * world
-            dist.all_gather_object(rngs, {"rng": rng_state(), "window": [window_loss, window_n]})
-        tokens = real_tokens.clone()
-        if world > 1:
-            dist.all_reduce(tokens)
-        ckpt.save(step, model, optimizer, scheduler, rngs, {
-            "history": history, "train_tokens": tokens_before + int(tokens.item()), "restarts": restarts,
-            "train_seconds": seconds_before + time.perf_counter() - start})
-
-    # -- train
-    stream = batches(examples, cfg.batch_size, rank, world, cfg.seed, start=done * accum,
-                     batch_tokens=cfg.batch_tokens, flatten=flatten)
-    real_tokens = torch.zeros((), dtype=torch.long)
-    bar = tqdm(total=cfg.max_steps, initial=done, desc="train", unit="step", disable=rank != MASTER, mininterval=2,
-               dynamic_ncols=True)
-    ddp.train()
-    say("train", done)
-    start = time.perf_counter()
-    for step in range(done + 1, cfg.max_steps + 1):
-        step_loss = 0.0
-        for micro in range(accum):
-            batch = {k: v.to(device) for k, v in collate_fn(next(stream)).items()}
-            # Gradients are all-reduced only on the last micro-batch of a step.
-            sync = world == 1 or micro == accum - 1
-            with contextlib.nullcontext() if sync else ddp.no_sync():
-                loss = ddp(**batch, use_cache=False).loss / accum
-                loss.backward()
-            step_loss += loss.item()
-            real_tokens += count_tokens(batch)
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        window_loss, window_n = window_loss + step_loss, window_n + 1
-        if step % cfg.log_every == 0 or step == cfg.max_steps:
-            mean = torch.tensor(window_loss / window_n, device=device)
-            if world > 1:  # SUM then divide: gloo has no AVG
-                dist.all_reduce(mean)
-                mean /= world
-            history.append({"step": step, "loss": mean.item(), "lr": scheduler.get_last_lr()[0]})
-            elapsed = time.perf_counter() - start
-            if board:
-                board.scalar("train/loss", mean.item(), step)
-                board.scalar("train/lr", scheduler.get_last_lr()[0], step)
-                board.scalar("train/tokens_per_second", real_tokens.item() * world / elapsed, step)
-            # tokens/s estimated from this rank's count: an all-reduce per log line is not worth it
-            bar.set_postfix(loss=f"{mean.item():.3f}", tok_s=f"{int(real_tokens.item() * world / elapsed)}")
-            window_loss, window_n = 0.0, 0
-            say("train", step)
-        bar.update(1)
-        if _agreed(stop["flag"], world, device):  # SIGTERM on any rank: all stop at this step
-            checkpoint(step)
-            if rank == MASTER:
-                saved = ckpt.wait(timeout=cfg.shutdown_grace_s)
-                print(f"SIGTERM: checkpoint at step {step} {'uploaded' if saved else 'NOT uploaded in time'}; "
-                      f"exiting for a restart", flush=True)
-            # Exit hard: a normal interpreter exit tears down the process group, which can hang
-            # once a peer has gone, and would hold up torchrun's exit and the restart.
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(143)
-        if step % cfg.eval_every == 0 or step == cfg.max_steps:
-            measure_eval(step)
-        if step % cfg.checkpoint_every == 0 and step < cfg.max_steps:
-            checkpoint(step)
-            if board:
-                board.upload()
-    bar.close()
-    if done < cfg.max_steps:
-        checkpoint(cfg.max_steps)  # a crash while writing the result resumes straight to cleanup
-    if board:
-        board.upload()
-    ckpt.wait()
-    wall = seconds_before + time.perf_counter() - start
-    if world > 1:
-        dist.all_reduce(real_tokens)
-    real_tokens += tokens_before
-
-    # -- cleanup: rank 0 saves, uploads, and writes the result last
-    result: dict[str, Any] = {}
-    say("cleanup: saving the result", cfg.max_steps)
-    if rank == MASTER:
-        with tempfile.TemporaryDirectory() as tmp:
-            model.save_pretrained(tmp)
-            tokenizer.save_pretrained(tmp)
-            uri, manifest = store.put_tree(tmp, "models")
-        final = next(h["loss"] for h in reversed(history) if "loss" in h)
-        result = {
-            "output_uri": uri, "method": cfg.method, "output_bytes": manifest["total_bytes"],
-            "metrics": {"train_loss": final, "train_steps": float(cfg.max_steps), "world_size": float(world),
-                        "train_tokens": float(real_tokens.item()), "tokens_per_second": real_tokens.item() / wall,
-                        "train_seconds": wall, "skipped_long_rows": float(skipped), "restarts": float(restarts),
-                        "checkpoint_bytes": float(ckpt.last_bytes),
-                        "checkpoint_upload_seconds": float(ckpt.last_upload_s or 0.0),
-                        "grad_accum": float(accum), "peak_memory_mb": _peak_memory_mb(device),
-                        "perplexity": math.exp(min(final, 50.0))},
-            "history": history, "config": cfg.asdict(),
-            "tensorboard_uri": store.uri(f"{cfg.output_prefix}/tensorboard"),
-        }
-        store.put_json(f"{cfg.output_prefix}/result.json", result)
-        print(json.dumps({"train_result": result["metrics"], "output_uri": uri}), flush=True)
-    if world > 1:
-        dist.barrier()
-        dist.destroy_process_group()
-    return result
+    return Recipe(cfg, store).run()
