@@ -113,3 +113,50 @@ def test_incomplete_checkpoint_is_ignored(store):
     assert ckpt.latest() is None  # files without a manifest: an interrupted upload
     store.put_json("runs/partial/checkpoints/step-00000010/_manifest.json", {"files": []})
     assert ckpt.latest() == 10
+
+
+def test_sigterm_ends_a_rank_stuck_outside_the_step_loop(tmp_path):
+    """A rank waiting for a peer that never comes (blocked in C++ inside init_process_group,
+    where Python signal handlers cannot run) still exits 143 within shutdown_grace_s of SIGTERM."""
+    import os
+    import subprocess
+    import sys
+
+    from trainer.serve import free_port
+
+    cfg = TrainConfig(model_uri="s3://b/models/x", dataset_uri="s3://b/datasets/x", output_prefix="runs/stuck",
+                      shutdown_grace_s=3)
+    env = {**os.environ, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(free_port()), "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "trainer", "train", *cfg.to_args()], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:
+            if "stage=setup: process group" in line:
+                break
+        time.sleep(2)  # now inside init_process_group, waiting for rank 1
+        assert proc.poll() is None
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 143
+        assert 2.5 < time.monotonic() - sent < 30
+        assert "no step boundary reached within shutdown_grace_s" in proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_nonfinite_loss_stops_every_rank_uploads_nothing_and_is_not_restarted(inputs, store, capfd):
+    from trainer.errors import UserError
+
+    prefix = "runs/nan"
+    cfg = TrainConfig(model_uri=inputs[0], dataset_uri=inputs[1], output_prefix=prefix, max_steps=40, batch_size=4,
+                      log_every=20, checkpoint_every=30, learning_rate=1e30)  # finite, and blows the weights up
+    with pytest.raises(UserError, match=r"exit status 3: the loss became NaN or infinite.*not restarted"):
+        LocalLauncher(nnodes=2, max_restarts=2).run(cfg.to_args())
+    log = capfd.readouterr()
+    assert "error: the training loss or its gradients became NaN or infinite by step" in log.err
+    assert "Lower learning_rate (now 1e+30)" in log.err
+    assert "restarting the job" not in log.out and "train_result" not in log.out
+    assert not store.exists(f"{prefix}/result.json")
+    assert store.complete_children(f"{prefix}/checkpoints") == []  # caught before any checkpoint
