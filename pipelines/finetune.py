@@ -26,9 +26,16 @@ from trainer import settings
 PIPELINE_NAME = "llm-finetune"
 
 
+def restricted(task: dsl.PipelineTask) -> dsl.PipelineTask:
+    """Restricted Pod Security for a KFP task's pod: non-root as the project image's user (KFP
+    2.17's compiler adds no privilege escalation, all capabilities dropped, RuntimeDefault seccomp)."""
+    return kubernetes.set_security_context(task, run_as_user=1000, run_as_group=1000, run_as_non_root=True)
+
+
 def with_s3(task: dsl.PipelineTask) -> dsl.PipelineTask:
     """S3 credentials from the cluster Secret and the endpoint from an optional ConfigMap
-    (kfp.local ignores both; run_local sets the environment itself)."""
+    (kfp.local ignores both; run_local sets the environment itself); restricted Pod Security."""
+    restricted(task)
     kubernetes.use_secret_as_env(task, secret_name=settings.get("S3_SECRET_NAME"),
                                  secret_key_to_env={"accesskey": "AWS_ACCESS_KEY_ID",
                                                     "secretkey": "AWS_SECRET_ACCESS_KEY"})
@@ -206,7 +213,7 @@ def finetune_pipeline(
     args = dict(locals())  # first statement: the pipeline's own parameters, by name
     placement = dict(namespace=namespace, accelerator_resource=accelerator_resource, node_selector=node_selector,
                      tolerations=tolerations)
-    checked = validate_params(**inputs_for(validate_params, args)).set_display_name("validate parameters")
+    checked = restricted(validate_params(**inputs_for(validate_params, args)).set_display_name("validate parameters"))
     checked.set_caching_options(False)  # local files it reads may change between runs
     model, data = deliver_inputs(model_source, model_revision, dataset_source, dataset_revision, eval_fraction, seed,
                                  after=checked)
@@ -237,7 +244,7 @@ def finetune_pipeline(
                               train_metrics=train.outputs["metrics"], eval_metrics=scores.outputs["metrics"],
                               registry_address=registry_address, model_name=served_model_name,
                               run_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER, run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER)
-        kubernetes.use_secret_as_env(registered.set_display_name("register model"),
+        kubernetes.use_secret_as_env(restricted(registered.set_display_name("register model")),
                                      secret_name=settings.get("REGISTRY_SECRET_NAME"),
                                      secret_key_to_env={"token": "REGISTRY_TOKEN"}, optional=True)
     outputs = NamedTuple("Outputs", eval_metrics=Metrics, train_metrics=Metrics, merged_model=Model, endpoint=str)

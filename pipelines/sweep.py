@@ -28,7 +28,7 @@ from components.merge_lora import merge_lora
 from components.not_deployed import not_deployed
 from components.pick_best import pick_best
 from components.validate_params import validate_params
-from pipelines.finetune import deliver_inputs, inputs_for, with_s3
+from pipelines.finetune import deliver_inputs, inputs_for, restricted, with_s3
 
 SWEEP_NAME = "llm-finetune-sweep"
 DEFAULT_TRIALS = [
@@ -116,7 +116,7 @@ def build(parallelism: int = 2):
                 false serves only the winner.
         """
         args = dict(locals())  # first statement: the pipeline's own parameters, by name
-        checked = validate_params(**inputs_for(validate_params, args)).set_display_name("validate parameters")
+        checked = restricted(validate_params(**inputs_for(validate_params, args)).set_display_name("validate parameters"))
         checked.set_caching_options(False)  # local files it reads may change between runs
         model, data = deliver_inputs(model_source, model_revision, dataset_source, dataset_revision, eval_fraction,
                                      seed, after=checked)
@@ -131,9 +131,9 @@ def build(parallelism: int = 2):
             scores = with_s3(evaluate(base_model=model.outputs["model"], tuned_model=train.outputs["adapter"],
                                       dataset=data.outputs["dataset"], max_rows=eval_max_rows,
                                       max_seq_len=max_seq_len)).set_display_name("trial: evaluate")
-        best = pick_best(trials=trials, trial_metrics=dsl.Collected(scores.outputs["metrics"]),
-                         adapters=dsl.Collected(train.outputs["adapter"]), select_metric=select_metric,
-                         min_gain=min_gain).set_display_name("pick best")
+        best = restricted(pick_best(trials=trials, trial_metrics=dsl.Collected(scores.outputs["metrics"]),
+                                    adapters=dsl.Collected(train.outputs["adapter"]), select_metric=select_metric,
+                                    min_gain=min_gain).set_display_name("pick best"))
         # KFP 2.17 cannot compile dsl.Collected inside a condition, so this task always runs and
         # returns at once unless deploy_all_trials is set.
         with_s3(deploy_trials(enabled=deploy_all_trials, base_model=model.outputs["model"],
@@ -145,7 +145,7 @@ def build(parallelism: int = 2):
             with_s3(deploy(model=merged.outputs["merged"], dataset=data.outputs["dataset"], backend=deploy_backend,
                            keep_serving=keep_serving, name=served_model_name)).set_display_name("deploy")
         with dsl.Else(name="not-good-enough"):
-            not_deployed(reason=best.outputs["reason"]).set_display_name("not deployed")
+            restricted(not_deployed(reason=best.outputs["reason"]).set_display_name("not deployed"))
         outputs = NamedTuple("Outputs", best_metrics=Metrics, summary=Markdown, decision=str)
         return outputs(best_metrics=best.outputs["best_metrics"], summary=best.outputs["summary"],
                        decision=best.outputs["reason"])

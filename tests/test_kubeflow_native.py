@@ -81,3 +81,20 @@ def test_register_is_gated_and_eval_merge_take_gpu_parameters():
     register = k8s["exec-register"]["secretAsEnv"]
     assert register[0]["keyToEnv"] == [{"envVar": "REGISTRY_TOKEN", "secretKey": "token"}]
     assert register[0]["optional"] is True
+
+
+def test_every_pipeline_pod_runs_restricted():
+    """Both pipelines: every task's pod non-root as the image's user (KFP's compiler adds the rest
+    of restricted Pod Security)."""
+    from kfp import compiler
+
+    from pipelines.sweep import sweep_pipeline
+
+    out = ROOT / ".runs" / "test-kubeflow-native-sweep.yaml"
+    compiler.Compiler().compile(sweep_pipeline, str(out))
+    for spec, platform in (compiled(), list(yaml.safe_load_all(out.read_text()))):
+        k8s = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+        assert set(k8s) == set(spec["deploymentSpec"]["executors"])
+        for name, executor in k8s.items():
+            assert executor["securityContext"] == {"runAsUser": "1000", "runAsGroup": "1000",
+                                                   "runAsNonRoot": True}, name
