@@ -118,6 +118,11 @@ class Console:
 
     def _line(self, raw: str) -> None:
         line = _ANSI.sub("", raw).rstrip("\r")
+        # A heartbeat printed while a bar is drawn lands at the end of the bar's line.
+        head, sep, tail = line.partition("progress: step=")
+        if sep and head.strip():
+            self._line(head)
+            line = ("    " if head.startswith("    ") else "") + sep + tail
         body = line[4:] if line.startswith("    ") else line
         if PROGRESS.match(body.strip()):
             self._progress(body.strip())
@@ -147,10 +152,10 @@ class Console:
                 self._to_log("    " + text)
             return
         last_time, last_count = self._progress_shown.get(desc, (float("-inf"), ""))
-        count = f"{m['n']}/{m['total']}"
+        count = f"{m['n']}/{m['total']}"  # a slow step redraws the same count: nothing new
         if done and count == last_count and now - last_time < PROGRESS_EVERY_S:
             return  # tqdm repeats its final state (with a new rate) when it closes
-        due = done or now - last_time >= PROGRESS_EVERY_S
+        due = done or (now - last_time >= PROGRESS_EVERY_S and count != last_count)
         if due:
             self._progress_shown[desc] = (now, count)
             self._to_log("    " + text)

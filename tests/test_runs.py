@@ -55,18 +55,22 @@ def test_console_shows_tasks_messages_and_thinned_progress_and_logs_everything()
              "  warnings.warn(\n",
              "Writing model shards: 100%|██████████| 1/1 [00:00<00:00, 125.60it/s]\n",  # quick: not shown
              "upload models/sha256-1:  10%|#         | 10.0M/100M [00:03<00:27, 3.33MB/s]\n",
-             "upload models/sha256-1:  50%|#####     | 50.0M/100M [00:05<00:05, 10.0MB/s]\n",  # < 10 s later
+             "upload models/sha256-1:  50%|#####     | 50.0M/100M [00:05<00:05, 10.0MB/s]\n",  # < 15 s later
+             "train:  48%|####8     | 190/400 [00:33<00:29,  7.05step/s]progress: step=190 stage=train\n",
              "upload models/sha256-1: 100%|##########| 100M/100M [00:10<00:00, 10.0MB/s]\n",
              "upload models/sha256-1: 100%|##########| 100M/100M [00:10<00:00, 9.87MB/s]\n",  # tqdm's close
              "model builtin:tiny-llama -> s3://b/models/sha256-1\n"]
     run_through(console, lambda: kfp_task("deliver-model", lines))
     shown = term.getvalue().splitlines()
-    assert len(shown) == 5, shown
+    assert len(shown) == 6, shown
     assert shown[0].endswith("▶ deliver-model") and shown[-1].endswith("✓ deliver-model (0.0s)")
-    assert shown[1:4] == ["    upload models/sha256-1:  10%|#         | 10.0M/100M [00:03<00:27, 3.33MB/s]",
+    assert shown[1:5] == ["    upload models/sha256-1:  10%|#         | 10.0M/100M [00:03<00:27, 3.33MB/s]",
+                          "    train:  48%|####8     | 190/400 [00:33<00:29,  7.05step/s]",
                           "    upload models/sha256-1: 100%|##########| 100M/100M [00:10<00:00, 10.0MB/s]",
                           "    model builtin:tiny-llama -> s3://b/models/sha256-1"]
     assert console.hidden_warnings == 1
+    assert "progress: step=190 stage=train" not in term.getvalue()  # the trainer's heartbeat, split off
+    assert "    progress: step=190 stage=train" in log.getvalue().splitlines()
     logged = log.getvalue()
     for needle in ('"parameterValues"', "UserWarning: something", "Task 'deliver-model' outputs:",
                    "metadata={'uri': 's3://b/models/sha256-1'}", "Got executor_input", "-" * 40):
