@@ -203,7 +203,7 @@ def run(pipeline, params: dict[str, Any], args: argparse.Namespace) -> int:
     from pipelines import runs
     from pipelines.params import pipeline_defaults
 
-    run_dir = runs.new_run(args.pipeline, params, args.runs_dir)
+    run_dir = runs.new_run(args.pipeline, params, args.runs_dir, pipeline_defaults(pipeline))
     log_path = run_dir / "run.log"
     # Components' temporary files (kfp.local's component sources, the trainer's TensorBoard
     # staging, checkpoints on their way up) go to one directory removed after the run,
@@ -268,9 +268,7 @@ def _run(pipeline, params, args, console, run_dir) -> int:
         merged_uri = task.outputs["merged_model"].metadata["uri"]
         out = export_model(merged_uri, args.output_dir / "merged-model")
         console.say(f"merged model: {merged_uri}\n  copied to {out}  (serve it: python -m trainer serve {out})")
-        ev = metrics.get("evaluate", {})
-        record.update(endpoint=endpoint if params.get("keep_serving") else "", merged_model=merged_uri,
-                      summary=f"fc accuracy {ev.get('base_fc_accuracy', 0):.1%} -> {ev.get('tuned_fc_accuracy', 0):.1%}")
+        record.update(endpoint=endpoint if params.get("keep_serving") else "", merged_model=merged_uri)
     runs.update_run(run_dir, **record)
     console.say("")
     for path in report_files:

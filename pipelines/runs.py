@@ -37,8 +37,10 @@ RECORD = "run.json"
 
 # --- writing a record (run_local)
 
-def new_run(pipeline: str, params: dict[str, Any], runs_dir: Path = RUNS_DIR) -> Path:
-    """Create .runs/<time>-<pipeline>/ with a run.json saying it is running; returns the directory."""
+def new_run(pipeline: str, params: dict[str, Any], runs_dir: Path = RUNS_DIR,
+            defaults: dict[str, Any] | None = None) -> Path:
+    """Create .runs/<time>-<pipeline>/ with a run.json saying it is running; returns the directory.
+    `defaults` (the pipeline's) lets `list` show what each run changed."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for n in range(1, 100):
         run_dir = runs_dir / (f"{stamp}-{pipeline}" + (f"-{n}" if n > 1 else ""))
@@ -48,7 +50,8 @@ def new_run(pipeline: str, params: dict[str, Any], runs_dir: Path = RUNS_DIR) ->
         except FileExistsError:
             continue
     record = {"id": run_dir.name, "pipeline": pipeline, "status": "running",
-              "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "params": params, "metrics": {}}
+              "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "params": params, "metrics": {},
+              "changed": {k: v for k, v in params.items() if defaults is not None and defaults.get(k) != v}}
     (run_dir / RECORD).write_text(json.dumps(record, indent=1))
     return run_dir
 
@@ -178,8 +181,10 @@ def list_table(runs: list[dict[str, Any]]) -> str:
         ev = ms.get("evaluate") or ms.get("pick-best") or {}  # a sweep: the winner's numbers
         acc = (f"{ev['base_fc_accuracy']:.1%} -> {ev['tuned_fc_accuracy']:.1%}"
                if "tuned_fc_accuracy" in ev else "")
-        rows.append((r["id"], r.get("status", "?"), f"{r.get('elapsed_s', 0):.0f}s", acc, r.get("summary", "")))
-    return table(rows, ("run", "status", "time", "fc accuracy", "summary"))
+        changed = ", ".join(f"{k}={_fmt(v)}" for k, v in r.get("changed", {}).items()) or "defaults"
+        rows.append((r["id"], r.get("status", "?"), f"{r.get('elapsed_s', 0):.0f}s", acc,
+                     r.get("summary") or changed))
+    return table(rows, ("run", "status", "time", "fc accuracy", "parameters set (or what happened)"))
 
 
 def compare_table(runs: list[dict[str, Any]], all_params: bool = False) -> str:

@@ -112,7 +112,7 @@ def fake_kfp_run(root, metrics: dict, examples_md: str):
 def record_run(runs_dir, tmp_path, lr: float, acc: float) -> str:
     """A run record made the way run_local makes one."""
     params = {"learning_rate": lr, "max_steps": 400}
-    run_dir = runs.new_run("finetune", params, runs_dir)
+    run_dir = runs.new_run("finetune", params, runs_dir, defaults={"learning_rate": 3e-3, "max_steps": 400})
     metrics, reports = runs.collect_task_outputs(fake_kfp_run(
         tmp_path / run_dir.name, {"base_fc_accuracy": 0.0, "tuned_fc_accuracy": acc, "fc_rows": 200},
         "# Evaluation: base vs tuned\n\n| metric | base | tuned |\n|---|---|---|\n| acc | 0 | 1 |\n"))
@@ -121,7 +121,7 @@ def record_run(runs_dir, tmp_path, lr: float, acc: float) -> str:
     assert list(reports) == ["evaluate-examples"]
     runs.save_reports(run_dir, reports)
     (run_dir / "tensorboard" / "t1").mkdir(parents=True)
-    runs.update_run(run_dir, status="succeeded", elapsed_s=12.5, metrics=metrics, summary=f"acc {acc}")
+    runs.update_run(run_dir, status="succeeded", elapsed_s=12.5, metrics=metrics)
     return run_dir.name
 
 
@@ -134,6 +134,7 @@ def test_two_runs_listed_and_compared_with_one_command(tmp_path, capsys):
     assert runs.main(["list", "--runs-dir", str(runs_dir)]) == 0
     listed = capsys.readouterr().out
     assert first in listed and second in listed and "0.0% -> 80.0%" in listed and "0.0% -> 60.0%" in listed
+    assert re.search(rf"{first} .* defaults", listed) and re.search(rf"{second} .* learning_rate=0.001", listed)
 
     assert runs.main(["compare", "--runs-dir", str(runs_dir)]) == 0
     table = capsys.readouterr().out.splitlines()
