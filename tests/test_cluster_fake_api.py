@@ -489,3 +489,15 @@ def test_deploy_trials_component_does_nothing_unless_enabled(capsys):
 
     out = deploy_trials.python_func(base_model=None, adapters=[], dataset=None, smoke=None, enabled=False)
     assert out.endpoint == "" and out.models == [] and "only the winner" in capsys.readouterr().out
+
+
+def test_a_queued_job_is_not_a_stalled_one_fake_api():
+    """No log yet (pods pending, e.g. queued by Kueue): the watchdog has not started, so only
+    wait_timeout_s ends the wait."""
+    script = JobScript(conditions=["Created"] * 10**4, pod_phase="Pending")
+    with FakeKubeAPI(script) as api:
+        spec = ClusterSpec(namespace="ml", poll_interval_s=0.05, stall_timeout_s=0.2, wait_timeout_s=1,
+                           cleanup="never")
+        with pytest.raises(JobFailed, match="timed out after wait_timeout_s=1") as err:
+            PyTorchJobLauncher(spec, api.configuration).run(ARGS, "ft-queued")
+        assert "stalled" not in str(err.value)

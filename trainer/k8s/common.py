@@ -239,12 +239,17 @@ def follow_job(status: Callable[[], str], core, namespace: str, pod_selector: st
     """
     from trainer.watchdog import Watchdog
 
-    dog, lock, done, drained = Watchdog(spec.stall_timeout_s), threading.Lock(), threading.Event(), threading.Event()
+    # The watchdog starts with the main pod's first log line: time spent queued (Kueue), pulling
+    # images or waiting for nodes is not a stall.
+    dogs: list[Watchdog] = []
+    lock, done, drained = threading.Lock(), threading.Event(), threading.Event()
 
     def feed(line: str) -> None:
         print(line, flush=True)
         with lock:
-            dog.feed(line)
+            if not dogs:
+                dogs.append(Watchdog(spec.stall_timeout_s))
+            dogs[0].feed(line)
 
     reader = threading.Thread(target=_stream_logs, args=(core, namespace, pod_selector, container, feed, done,
                                                          drained, spec.poll_interval_s), daemon=True)
@@ -259,7 +264,7 @@ def follow_job(status: Callable[[], str], core, namespace: str, pod_selector: st
             if state == "failed":
                 raise _Stopped("failed")
             with lock:
-                stalled = dog.check()
+                stalled = dogs[0].check() if dogs else None
             if stalled:
                 raise _Stopped(f"stalled: {stalled}")
             if deadline is not None and time.monotonic() > deadline:
