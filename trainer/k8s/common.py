@@ -279,21 +279,27 @@ def _stream_logs(core, namespace: str, selector: str, container: str, on_line: C
     """Follow the log of the pod matching `selector` (again after a restart) until `done`."""
     from kubernetes.client.exceptions import ApiException
 
-    seen: dict[str, int] = {}  # pod name -> lines already shown (a re-read after a restart repeats them)
+    # (pod, container restart count) -> lines already shown: a reconnect re-reads the same log from
+    # its start, while a restarted container writes a new one.
+    seen: dict[tuple[str, int], int] = {}
     while not done.is_set():
         try:
             pods = [p for p in core.list_namespaced_pod(namespace, label_selector=selector).items
                     if p.status and p.status.phase in ("Running", "Succeeded", "Failed")]
             for pod in pods[:1]:
                 name = pod.metadata.name
-                if name not in seen:
-                    print(f"--- log of pod {namespace}/{name} ---", flush=True)
+                restarts = max([cs.restart_count or 0 for cs in pod.status.container_statuses or []
+                                if cs.name == container] or [0])
+                key = (name, restarts)
+                if key not in seen:
+                    print(f"--- log of pod {namespace}/{name}" + (f" (restart {restarts})" if restarts else "")
+                          + " ---", flush=True)
                 resp = core.read_namespaced_pod_log(name, namespace, container=container, follow=True,
                                                     _preload_content=False)
                 for i, raw in enumerate(_lines(resp)):
-                    if i >= seen.get(name, 0):
+                    if i >= seen.get(key, 0):
                         on_line(raw)
-                        seen[name] = i + 1
+                        seen[key] = i + 1
                     if done.is_set():
                         return
                 if pod.status.phase in ("Succeeded", "Failed"):
