@@ -1,8 +1,12 @@
 """python -m benchmarks.baseline_hf_trainer MODEL_DIR TRAIN_JSONL --steps N --batch-size B --out result.json
+       [--padding longest] [--bf16]
 
-The baseline for benchmarks.train_throughput: LoRA fine-tuning written the common way on
-Kubernetes: Hugging Face Trainer + peft, every row padded to max_length 512, loss on all
-tokens, Trainer defaults otherwise. It reports real (non-pad) tokens per second.
+The baseline for benchmarks.train_throughput (CPU) and benchmarks.gpu_compare (CUDA): LoRA
+fine-tuning written the common way: Hugging Face Trainer + peft, loss on all tokens, Trainer
+defaults otherwise. By default every row is padded to max_length 512 (the usual Kubernetes
+example); `--padding longest --bf16` is the stronger baseline (pad each batch to its longest
+row, bf16 weights and autocast). Reports real (non-pad) tokens per second and peak memory
+(GPU memory on CUDA, resident memory otherwise).
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ def main() -> None:
     import torch
     from datasets import Dataset
     from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
+    from transformers import (AutoModelForCausalLM, AutoTokenizer, DataCollatorForSeq2Seq, Trainer,
+                              TrainingArguments)
 
     p = argparse.ArgumentParser()
     p.add_argument("model_dir")
@@ -25,31 +30,42 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--max-length", type=int, default=512)
+    p.add_argument("--padding", choices=("max_length", "longest"), default="max_length")
+    p.add_argument("--bf16", action="store_true")
+    p.add_argument("--train-embeddings", action="store_true", help="peft modules_to_save=[embed_tokens]")
     p.add_argument("--out", required=True)
     args = p.parse_args()
 
     tok = AutoTokenizer.from_pretrained(args.model_dir)
-    rows = [json.loads(line) for line in open(args.train_jsonl)][: args.steps * args.batch_size]
+    rows = [json.loads(line) for line in open(args.train_jsonl)]
+    need = args.steps * args.batch_size
+    rows = (rows * (need // len(rows) + 1))[:need]  # several epochs when a step takes many rows
     texts = [tok.apply_chat_template(r["messages"], tools=r.get("tools"), tokenize=False) for r in rows]
-    enc = tok(texts, padding="max_length", truncation=True, max_length=args.max_length, add_special_tokens=False)
+    fixed = args.padding == "max_length"
+    enc = tok(texts, padding="max_length" if fixed else False, truncation=True, max_length=args.max_length,
+              add_special_tokens=False)
     labels = [[t if m else -100 for t, m in zip(ids, mask)] for ids, mask in zip(enc["input_ids"], enc["attention_mask"])]
     ds = Dataset.from_dict({"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "labels": labels})
     real_tokens = sum(sum(m) for m in enc["attention_mask"])
 
-    model = AutoModelForCausalLM.from_pretrained(args.model_dir)
+    cuda = torch.cuda.is_available()
+    model = AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=torch.bfloat16 if args.bf16 else torch.float32)
     model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", task_type="CAUSAL_LM",
-                                             modules_to_save=["embed_tokens"]))
+                                             modules_to_save=["embed_tokens"] if args.train_embeddings else None))
     targs = TrainingArguments(output_dir="/tmp/baseline-hf", max_steps=args.steps,
                               per_device_train_batch_size=args.batch_size, learning_rate=3e-3, logging_steps=10,
-                              save_strategy="no", report_to=[], use_cpu=not torch.cuda.is_available(),
+                              save_strategy="no", report_to=[], use_cpu=not cuda, bf16=args.bf16,
                               dataloader_num_workers=0, disable_tqdm=True)
-    trainer = Trainer(model=model, args=targs, train_dataset=ds)
+    collator = None if fixed else DataCollatorForSeq2Seq(tok, padding="longest", label_pad_token_id=-100)
+    trainer = Trainer(model=model, args=targs, train_dataset=ds, data_collator=collator)
     start = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - start
+    peak = (torch.cuda.max_memory_allocated() / 2**20 if cuda
+            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     json.dump({"tokens_per_second": real_tokens / seconds, "train_seconds": seconds, "real_tokens": real_tokens,
-               "padded_tokens": len(rows) * args.max_length,
-               "peak_memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}, open(args.out, "w"))
+               "padded_tokens": len(rows) * args.max_length if fixed else None, "peak_memory_mb": peak},
+              open(args.out, "w"))
 
 
 if __name__ == "__main__":

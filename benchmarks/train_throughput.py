@@ -32,7 +32,8 @@ def run_ours(model_uri: str, data_uri: str, steps: int, batch_tokens: int, i: in
 
 def run_baseline(model_dir: Path, train_jsonl: Path, steps: int, batch_size: int, out: Path) -> dict:
     subprocess.run([sys.executable, "-m", "benchmarks.baseline_hf_trainer", str(model_dir), str(train_jsonl),
-                    f"--steps={steps}", f"--batch-size={batch_size}", f"--out={out}"], check=True, capture_output=True)
+                    f"--steps={steps}", f"--batch-size={batch_size}", "--train-embeddings", f"--out={out}"],
+                   check=True, capture_output=True)
     return json.loads(out.read_text())
 
 

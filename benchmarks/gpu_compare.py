@@ -1,0 +1,211 @@
+"""python -m benchmarks.gpu_compare [--steps 40] [--runs 2] [--batch-tokens 16384] [--shapes 1b,8b]
+       [--variants "default;compile=true;packing=flatten"] [--peak-tflops auto] [--json out.json]
+
+This trainer vs the Hugging Face Trainer on one CUDA GPU, same process conditions, runs
+interleaved (ours, HF, ours, HF, ...) so that clock and thermal drift hit both alike:
+
+- models with Llama-3.2-1B's shape (and Llama-3.1-8B's, this trainer alone), random weights,
+  bf16, LoRA r16 alpha 32 on all linear layers, the built-in function-calling data (~100-token rows);
+- this trainer: `--batch-tokens` tokens per micro-batch, one variant per `--variants` entry
+  (space-separated TrainConfig fields, "default" for none);
+- HF Trainer + peft (benchmarks/baseline_hf_trainer.py), each batch padded to its longest row,
+  bf16, as many rows per step as hold `--batch-tokens` real tokens on average.
+
+Prints, with the GPU's name: real (non-pad) tokens/s (median of the runs), MFU, peak GPU memory,
+and the ratio to HF. MFU = tokens/s x (6 x parameters + attention) / the GPU's dense bf16 peak,
+attention counted as 12 x layers x hidden x mean row length per token (as benchmarks.gpu_mfu).
+Every run is a separate process, so peak memory is each run's own. Needs CUDA: without it,
+exits with a message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.gpu_mfu import PEAK_BF16_TFLOPS
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A Llama-architecture shape (GQA, SwiGLU MLP, no biases)."""
+
+    layers: int
+    hidden: int
+    mlp: int
+    heads: int
+    kv_heads: int
+    vocab: int = 128256
+    tied: bool = True
+
+    def params(self) -> int:
+        head_dim = self.hidden // self.heads
+        attn = self.hidden * head_dim * (2 * self.heads + 2 * self.kv_heads)  # q, o; k, v
+        per_layer = attn + 3 * self.hidden * self.mlp + 2 * self.hidden  # + two RMSNorm weights
+        embeddings = self.vocab * self.hidden * (1 if self.tied else 2)
+        return self.layers * per_layer + embeddings + self.hidden  # + final norm
+
+    def flops_per_token(self, seq_len: float) -> float:
+        return 6 * self.params() + 12 * self.layers * self.hidden * seq_len
+
+    def config(self, tokenizer):
+        from transformers import LlamaConfig
+
+        return LlamaConfig(vocab_size=self.vocab, hidden_size=self.hidden, intermediate_size=self.mlp,
+                           num_hidden_layers=self.layers, num_attention_heads=self.heads,
+                           num_key_value_heads=self.kv_heads, max_position_embeddings=4096,
+                           tie_word_embeddings=self.tied, bos_token_id=tokenizer.bos_token_id,
+                           eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                           rope_theta=500000.0)
+
+
+SHAPES = {
+    "1b": Shape(layers=16, hidden=2048, mlp=8192, heads=32, kv_heads=8, tied=True),  # Llama-3.2-1B
+    "8b": Shape(layers=32, hidden=4096, mlp=14336, heads=32, kv_heads=8, tied=False),  # Llama-3.1-8B
+}
+
+
+def mfu(tokens_per_second: float, shape: Shape, seq_len: float, peak_tflops: float) -> float:
+    return tokens_per_second * shape.flops_per_token(seq_len) / (peak_tflops * 1e12)
+
+
+def parse_variants(text: str) -> dict[str, list[str]]:
+    """"default;compile=true packing=flatten" -> {name: trainer CLI args}; checks the field names."""
+    from trainer.config import TrainConfig
+
+    known = {f.replace("_", "-") for f in TrainConfig.__dataclass_fields__}
+    out = {}
+    for entry in filter(None, (e.strip() for e in text.split(";"))):
+        pairs = [] if entry == "default" else entry.split()
+        args = []
+        for pair in pairs:
+            key, sep, value = pair.partition("=")
+            if not sep or key.replace("_", "-") not in known:
+                raise SystemExit(f"--variants: {pair!r} is not FIELD=VALUE with a TrainConfig field")
+            args.append(f"--{key.replace('_', '-')}={value}")
+        out[entry] = args
+    return out
+
+
+def build_model(shape: Shape, out: Path) -> Path:
+    """Random weights of `shape` in bf16, with the built-in tokenizer, saved to `out`."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    from trainer import builtin_model
+
+    tok = builtin_model.build_tokenizer()
+    with torch.device("cuda"):
+        model = LlamaForCausalLM(shape.config(tok)).to(torch.bfloat16)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    del model
+    torch.cuda.empty_cache()
+    return out
+
+
+def run_ours(model_uri: str, data_uri: str, args, extra: list[str], tag: str) -> dict:
+    from trainer.storage import Store
+
+    prefix = f"runs/compare-{tag}"
+    subprocess.run([sys.executable, "-m", "trainer", "train", f"--model-uri={model_uri}", f"--dataset-uri={data_uri}",
+                    f"--output-prefix={prefix}", f"--max-steps={args.steps}", f"--batch-tokens={args.batch_tokens}",
+                    "--learning-rate=2e-4", "--max-seq-len=512", "--log-every=10", "--eval-every=100000",
+                    "--checkpoint-every=100000", *extra], check=True)
+    return Store.from_env().get_json(f"{prefix}/result.json")["metrics"]
+
+
+def run_hf(model_dir: Path, train_jsonl: Path, args, rows_per_step: int, out: Path) -> dict:
+    subprocess.run([sys.executable, "-m", "benchmarks.baseline_hf_trainer", str(model_dir), str(train_jsonl),
+                    f"--steps={args.steps}", f"--batch-size={rows_per_step}", "--padding=longest", "--bf16",
+                    f"--out={out}"], check=True)
+    return json.loads(out.read_text())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[2])
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--runs", type=int, default=2, help="interleaved runs of each trainer (median reported)")
+    parser.add_argument("--batch-tokens", type=int, default=16384)
+    parser.add_argument("--shapes", default="1b,8b", help="1b: both trainers; 8b: this trainer alone")
+    parser.add_argument("--variants", default="default", help='this trainer\'s variants, e.g. "default;compile=true"')
+    parser.add_argument("--peak-tflops", default="auto", help="the GPU's dense bf16 TFLOPs (auto: known GPUs)")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    variants = parse_variants(args.variants)
+    shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    if unknown := [s for s in shapes if s not in SHAPES]:
+        raise SystemExit(f"--shapes: unknown {unknown}; choose from {sorted(SHAPES)}")
+
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SystemExit("gpu_compare needs a CUDA GPU; none is visible here (torch.cuda.is_available() is False). "
+                         "Run it on a GPU machine; on CPU use python -m benchmarks.train_throughput")
+    gpu = torch.cuda.get_device_name()
+    peak = float(args.peak_tflops) if args.peak_tflops != "auto" else next(
+        (v for k, v in PEAK_BF16_TFLOPS.items() if k in gpu), None)
+    if peak is None:
+        raise SystemExit(f"unknown GPU {gpu!r}: pass --peak-tflops (its dense bf16 TFLOPs)")
+
+    from transformers import AutoTokenizer
+
+    from benchmarks.common import local_s3, median
+    from trainer import data, sources
+    from trainer.report import table
+    from trainer.storage import Store
+
+    server = local_s3()
+    store = Store.from_env()
+    data_uri, _ = sources.deliver_dataset("builtin:function-calling", "", store)
+    train_jsonl = store.get_tree(data_uri) / "train.jsonl"
+    rows, figures = [], []
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for name in shapes:
+                shape = SHAPES[name]
+                model_dir = build_model(shape, Path(tmp) / name)
+                model_uri, _ = store.put_tree(model_dir, "models")
+                tok = AutoTokenizer.from_pretrained(model_dir)
+                lengths = [len(e["input_ids"]) for e in data.encode_all(data.read_jsonl(train_jsonl), tok, 512)[0]]
+                mean_len = sum(lengths) / len(lengths)
+                runs: dict[str, list[dict]] = {v: [] for v in variants}
+                if name == "1b":
+                    runs["HF Trainer, pad to longest, bf16"] = []
+                for i in range(args.runs):
+                    for k, (v, extra) in enumerate(variants.items()):
+                        runs[v].append(run_ours(model_uri, data_uri, args, extra, f"{name}-{i}-{k}"))
+                    if name == "1b":
+                        runs["HF Trainer, pad to longest, bf16"].append(
+                            run_hf(model_dir, train_jsonl, args, round(args.batch_tokens / mean_len),
+                                   Path(tmp) / f"hf-{i}.json"))
+                hf = runs.get("HF Trainer, pad to longest, bf16")
+                hf_tps = median([r["tokens_per_second"] for r in hf]) if hf else None
+                for label, results in runs.items():
+                    tps = median([r["tokens_per_second"] for r in results])
+                    mem = max(r["peak_memory_mb"] for r in results) / 1024
+                    fig = {"shape": name, "trainer": label if label.startswith("HF") else f"this trainer ({label})",
+                           "tokens_per_second": tps, "mfu": mfu(tps, shape, mean_len, peak), "peak_memory_gb": mem,
+                           "vs_hf": tps / hf_tps if hf_tps else None, "runs": len(results)}
+                    figures.append(fig)
+                    rows.append((name, fig["trainer"], f"{tps:,.0f}", f"{fig['mfu']:.1%}", f"{mem:.1f}",
+                                 f"{fig['vs_hf']:.2f}x" if fig["vs_hf"] else ""))
+                store.delete_prefix(model_uri.split("/", 3)[3])  # moto keeps objects in memory
+                shutil.rmtree(model_dir)
+    finally:
+        server.stop()
+    print(f"\n{gpu}, {args.steps} steps, {args.batch_tokens} tokens per micro-batch, median of {args.runs} "
+          f"interleaved run(s), peak {peak:g} TFLOPs bf16")
+    print(table(rows, ("shape", "trainer", "real tokens/s", "MFU (6N + attn)", "peak GB", "vs HF")))
+    if args.json:
+        args.json.write_text(json.dumps({"gpu": gpu, "figures": figures}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
