@@ -142,9 +142,13 @@ def test_retried_task_attaches_to_existing_job_fake_api(capsys):
 
 def test_wait_timeout_is_a_parameter_fake_api():
     with FakeKubeAPI(JobScript(conditions=["Created"] * 100)) as api:
-        with pytest.raises(JobFailed, match="timed out after wait_timeout_s=1"):
+        with pytest.raises(JobFailed, match="timed out after wait_timeout_s=1") as err:
             KubernetesLauncher(ClusterSpec(namespace="ml", poll_interval_s=0.1, wait_timeout_s=1, cleanup="never"),
                                api.configuration).run(ARGS, "ft-slow")
+        [(_, _, body)] = api.state.calls("POST", "pytorchjobs")
+        assert body["spec"]["runPolicy"]["activeDeadlineSeconds"] == 1  # enforced by the cluster as well
+        assert api.state.calls("DELETE", "pytorchjobs/ft-slow")  # nobody waits for it: its GPUs are freed
+    assert "deleted to free its accelerators" in str(err.value)
 
 
 def serve_spec(**kw):

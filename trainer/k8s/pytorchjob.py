@@ -96,7 +96,9 @@ def build_pytorchjob(name: str, train_args: list[str], spec: ClusterSpec, run_la
             pytorch_replica_specs=replicas,
             run_policy=m.KubeflowOrgV1RunPolicy(
                 backoff_limit=spec.backoff_limit, clean_pod_policy="Running",
-                ttl_seconds_after_finished=spec.ttl_seconds_after_finished),
+                ttl_seconds_after_finished=spec.ttl_seconds_after_finished,
+                # The cluster enforces wait_timeout_s too, should the pipeline pod that waits be gone.
+                active_deadline_seconds=spec.wait_timeout_s or None),
         ),
     )
 
@@ -133,10 +135,10 @@ class PyTorchJobLauncher:
                        f"{JOB_NAME_LABEL}={name},training.kubeflow.org/job-role=master", CONTAINER, self.spec)
             succeeded = True
         except _Stopped as why:
-            if str(why).startswith("stalled"):
-                tc.delete_job(name, namespace=namespace)  # frees its GPUs; a restart would stall again
-                deleted = True
             report = failure_report(tc.core_api, namespace, name, f"{JOB_NAME_LABEL}={name}", _is_master, CONTAINER)
+            if str(why) != "failed":  # stalled or timed out: nobody waits for it, and a restart would stall again
+                tc.delete_job(name, namespace=namespace)
+                deleted, report = True, f"{report}\nthe job was deleted to free its accelerators"
             raise JobFailed(f"PyTorchJob {namespace}/{name} {why}.\n{report}") from None
         finally:
             if not deleted and (self.spec.cleanup == "always" or (succeeded and self.spec.cleanup == "on-success")):

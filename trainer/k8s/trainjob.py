@@ -71,6 +71,8 @@ def build_trainjob(name: str, train_args: list[str], spec: ClusterSpec, run_labe
                      "labels": {**labels("trainer"), **(run_labels or {}), **queue_labels(spec)}},
         "spec": {
             "runtimeRef": {"apiGroup": GROUP, "kind": "ClusterTrainingRuntime", "name": spec.training_runtime},
+            # The cluster enforces wait_timeout_s too, should the pipeline pod that waits be gone.
+            "activeDeadlineSeconds": spec.wait_timeout_s or None,
             "trainer": {
                 "image": spec.image or settings.image(),
                 "command": train_command(train_args),
@@ -130,10 +132,10 @@ class TrainJobLauncher:
                        NODE, self.spec)
             succeeded = True
         except _Stopped as why:
-            if str(why).startswith("stalled"):
-                custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)  # frees its GPUs
-                deleted = True
             report = failure_report(core, namespace, name, pods, _is_node0, NODE)
+            if str(why) != "failed":  # stalled or timed out: nobody waits for it, and a restart would stall again
+                custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+                deleted, report = True, f"{report}\nthe job was deleted to free its accelerators"
             raise JobFailed(f"TrainJob {namespace}/{name} {why}.\n{report}") from None
         finally:
             if not deleted and (self.spec.cleanup == "always" or (succeeded and self.spec.cleanup == "on-success")):
