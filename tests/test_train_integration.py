@@ -108,3 +108,14 @@ def test_tiny_dataset_of_short_rows_trains_on_two_processes(store, tmp_path):
     train_rows = data.read_jsonl(store.get_tree(data_uri) / "train.jsonl")
     every_row = sum(len(e["input_ids"]) for e in data.encode_all(train_rows, tokenizer, 512)[0])
     assert result["metrics"]["train_tokens"] == 5 * every_row  # each step: one batch per rank, all rows
+
+
+def test_profile_steps_write_a_trace_next_to_the_run(delivered, store, capfd):
+    from trainer.train import train
+
+    model_uri, data_uri = delivered
+    train(TrainConfig(model_uri=model_uri, dataset_uri=data_uri, output_prefix="runs/profiled", max_steps=4,
+                      batch_size=2, profile_steps=2), store)
+    trace = store.get_json("runs/profiled/profile/trace.json")  # chrome trace format (Perfetto opens it)
+    assert any(e.get("name", "").startswith("aten::") for e in trace["traceEvents"])
+    assert "Self CPU time total" in capfd.readouterr().out  # the top-operators table in the log
