@@ -42,6 +42,7 @@ def finetune(
     cleanup: str = "on-success",
     wait_timeout_s: int = 0,
     training_runtime: str = "torch-distributed",
+    stall_timeout_s: float = 1800.0,
 ):
     """Train on `nodes` x `procs_per_node` processes; output the adapter (or full model) and metrics.
 

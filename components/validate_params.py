@@ -60,6 +60,7 @@ def validate_params(
     eval_node_selector: dict = {},
     eval_tolerations: list = [],
     registry_address: str = "",
+    stall_timeout_s: float = 1800.0,
     deploy_all_trials: bool = False,
     trials: list = [],
     select_metric: str = "fc_accuracy",

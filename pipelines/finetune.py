@@ -120,6 +120,7 @@ def finetune_pipeline(
     eval_node_selector: dict = {},
     eval_tolerations: list = [],
     registry_address: str = "",
+    stall_timeout_s: float = 1800.0,
 ) -> NamedTuple("Outputs", eval_metrics=Metrics, train_metrics=Metrics, merged_model=Model, endpoint=str):
     """Defaults run the built-in tiny model and dataset (offline, about a minute on 2 CPU cores).
 
@@ -209,6 +210,8 @@ def finetune_pipeline(
         registry_address: Kubeflow Model Registry REST address to register the merged model and adapter in (version =
             the run name, with lineage and metrics); empty skips registration. e.g.
             http://model-registry-service.kubeflow.svc.cluster.local:8080
+        stall_timeout_s: Seconds without training progress (rank 0's step or setup stage) after which the job is
+            stopped and failed, not restarted, naming the stuck stage; 0 turns the watchdog off. e.g. 1800.
     """
     args = dict(locals())  # first statement: the pipeline's own parameters, by name
     placement = dict(namespace=namespace, accelerator_resource=accelerator_resource, node_selector=node_selector,
@@ -224,7 +227,8 @@ def finetune_pipeline(
         learning_rate=learning_rate, max_steps=max_steps, batch_size=batch_size, batch_tokens=batch_tokens,
         tokens_per_step=tokens_per_step, gradient_checkpointing=gradient_checkpointing, compile=compile,
         max_seq_len=max_seq_len, seed=seed, checkpoint_every=checkpoint_every, max_restarts=max_restarts, kueue_queue=kueue_queue, cleanup=cleanup,
-        wait_timeout_s=wait_timeout_s, training_runtime=training_runtime, **placement,
+        wait_timeout_s=wait_timeout_s, training_runtime=training_runtime, stall_timeout_s=stall_timeout_s,
+        **placement,
     )).set_display_name("fine-tune")
     scores = with_s3(evaluate(base_model=model.outputs["model"], tuned_model=train.outputs["adapter"],
                                dataset=data.outputs["dataset"], max_rows=eval_max_rows,
