@@ -36,9 +36,10 @@ class TrainConfig:
     # > 0: padding-free batches of up to this many tokens per rank (rows packed, no padding,
     # no cross-row attention); 0: batch_size rows padded to the longest row.
     batch_tokens: int = 0
-    # With batch_tokens: "flatten" packs rows into one sequence (no padding at all; saves compute
-    # with flash-attention on CUDA), "pad" pads length-bucketed rows (best without it, e.g. CPU),
-    # "auto" flattens when flash-attention is available.
+    # With batch_tokens: "flatten" packs rows into one sequence (no padding; saves compute with
+    # flash-attention on CUDA, else flex attention on CUDA with the sequence filled to batch_tokens),
+    # "pad" pads length-bucketed rows (best without flash-attention, e.g. CPU), "auto" flattens
+    # when flash-attention is available. See trainer/model.py.
     packing: str = "auto"
     tokens_per_step: int = 0  # > 0: accumulate micro-batches to about this many tokens per optimizer step
     gradient_checkpointing: bool = False  # less activation memory, ~30% more compute
