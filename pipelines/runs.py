@@ -101,11 +101,14 @@ def save_reports(run_dir: Path, reports: dict[str, str]) -> list[Path]:
     from trainer.report import markdown_html
 
     out_dir = run_dir / "reports"
-    out_dir.mkdir(exist_ok=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for key, path in sorted(reports.items()):
         text = Path(path).read_text()
-        title = f"{TITLES.get(key, key.replace('-', ' '))} — local run {run_dir.name}"
+        name = key.rsplit(".", 1)[-1]  # a sweep's trials: "for-loop-1-iteration-0.evaluate-examples"
+        trial = re.search(r"iteration-(\d+)\.", key)
+        title = (f"{TITLES.get(name, name.replace('-', ' '))}{f', trial {trial[1]}' if trial else ''}"
+                 f" — local run {run_dir.name}")
         if text.lstrip().startswith("<"):
             page = re.sub(r"<title>.*?</title>", lambda _: f"<title>{title}</title>", text, count=1, flags=re.S)
         else:

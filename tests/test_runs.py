@@ -218,3 +218,10 @@ def test_on_a_terminal_progress_is_redrawn_in_place():
     assert out.count("\r\x1b[K    evaluate base:") == 3  # each refresh overwrites the line
     assert "5.00row/s]\n    100 rows (100 tool-call, 0 text)\n" in out  # the next line starts on a new line
     assert log.getvalue().count("evaluate base:") == 1  # the log keeps one line per 15 s
+
+
+def test_sweep_trial_reports_are_titled_by_trial(tmp_path):
+    md = tmp_path / "examples"
+    md.write_text("# Evaluation: base vs tuned\n")
+    (page,) = runs.save_reports(tmp_path / "run", {"for-loop-1-iteration-2.evaluate-examples": str(md)})
+    assert "<title>Evaluation: base vs tuned, trial 2 — local run run</title>" in page.read_text()
