@@ -108,6 +108,18 @@ def test_adapter_vllm_cannot_load_is_refused_before_starting(tmp_path):
         serve.start(tmp_path / "model", "m", lora_modules={"a": str(tmp_path / "adapter")})
 
 
+@pytest.mark.parametrize("params, expected", [
+    ({"serve_adapters": True, "lora_train_embeddings": True}, "set lora_train_embeddings=false"),
+    ({"serve_adapters": True, "method": "full", "lora_train_embeddings": False}, "makes no adapter"),
+    ({"serve_adapters": True, "lora_train_embeddings": False}, None),
+])
+def test_serve_adapters_needs_an_adapter_vllm_can_load(params, expected):
+    from trainer.validate import pipeline_problems
+
+    problems = [p for p in pipeline_problems(params) if "serve_adapters" in p]
+    assert (expected in problems[0] and len(problems) == 1) if expected else problems == []
+
+
 def assert_openai_flags(args: list[str], name: str, adapters: set[str] = frozenset()) -> None:
     """What makes an endpoint behave the same everywhere: the name clients use, tool calls parsed
     into `tool_calls`, and each adapter answering under its own name."""
