@@ -125,7 +125,8 @@ def summarize(metrics: dict[str, dict[str, float]], endpoint: str | None, keep_s
                 (f"function-calling accuracy ({fc_rows} rows)",
                  *((f"{ev['base_fc_accuracy']:.1%}", f"{ev['tuned_fc_accuracy']:.1%}") if fc_rows else ("n/a", "n/a")))]
         if text_rows:
-            rows.append((f"text match ({text_rows} rows)", f"{ev['base_text_match']:.1%}", f"{ev['tuned_text_match']:.1%}"))
+            rows.append((f"text match ({text_rows} rows)", f"{ev['base_text_match']:.1%}",
+                         f"{ev['tuned_text_match']:.1%}"))
         lines += ["", "== base vs tuned ==", table(rows, ("metric", "base", "tuned"))]
         if ev.get("eval_rows", 50) < 50:
             lines.append(f"warning: only {int(ev['eval_rows'])} eval rows: these numbers move a lot with one row")

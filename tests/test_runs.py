@@ -34,7 +34,8 @@ def kfp_task(name: str, lines: list[str], ok: bool = True) -> None:
         logging.info(f"Task {task} finished with status {logging_utils.format_status(result)}")
         if ok:
             model = dsl.Model(name="model", uri="/root/x/model", metadata={"uri": "s3://b/models/sha256-1"})
-            logging.info("\n".join([f"Task {task} outputs:", *logging_utils.make_log_lines_for_outputs({"model": model})]))
+            outputs = logging_utils.make_log_lines_for_outputs({"model": model})
+            logging.info("\n".join([f"Task {task} outputs:", *outputs]))
     logging_utils.print_horizontal_line()
 
 
@@ -90,7 +91,8 @@ def test_console_shows_the_failed_tasks_last_lines():
     console.show_tail("last lines:")
     tail = term.getvalue().splitlines()
     tail = tail[tail.index("last lines:"):]
-    assert tail[-4:] == ["    Traceback (most recent call last):", '      File "/x/serve.py", line 3, in start', "        proc = subprocess.Popen(args)", "    TypeError: expected str, not list"]
+    assert tail[-4:] == ["    Traceback (most recent call last):", '      File "/x/serve.py", line 3, in start',
+                         "        proc = subprocess.Popen(args)", "    TypeError: expected str, not list"]
 
 
 def fake_kfp_run(root, metrics: dict, examples_md: str):
