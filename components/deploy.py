@@ -83,7 +83,8 @@ def deploy(
     for n, r in (out.get("results") or {served: out}).items():
         smoke.metadata[f"reply_{n}"] = r["reply"][:300]
         print(f"  {n}: {'ok' if r['ok'] else 'FAILED: ' + r['reason']} in {r['latency_s']:.2f}s: {r['reply'][:160]}")
-    print(f"endpoint {out['endpoint']} ({', '.join(names)}): "
+    stopped = backend == "local" and not out.get("pgid")  # its URL would mislead: say it is gone
+    print(f"{'served at (now stopped)' if stopped else 'endpoint'} {out['endpoint']} ({', '.join(names)}): "
           + ("smoke-tested" if ok else f"smoke test FAILED: {out.get('reason', '')}"))
     if out.get("pgid"):
         print(f"still serving; stop with: kill -- -{out['pgid']}  (log: {out['log']})")
