@@ -222,6 +222,9 @@ def run(pipeline, params: dict[str, Any], args: argparse.Namespace) -> int:
                         f"S3 {settings.get('S3_ENDPOINT')} bucket {settings.get('S3_BUCKET')}")
             console.log.write(f"all parameters: {json.dumps(params)}\n")
             return _run(pipeline, params, args, console, run_dir)
+        except KeyboardInterrupt:
+            runs.update_run(run_dir, status="interrupted", summary="interrupted (Ctrl-C)")
+            raise
         finally:
             restore()
             if not params.get("keep_serving"):
