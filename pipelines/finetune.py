@@ -162,8 +162,8 @@ def finetune_pipeline(
             micro-batch per step. e.g. 262144.
         gradient_checkpointing: Recompute activations in the backward pass: less GPU memory, about 30% more compute.
             true for long sequences or large models.
-        compile: torch.compile the model (CUDA only); faster steps after a few minutes of compiling when shapes
-            repeat. false unless measured.
+        compile: torch.compile each decoder layer (dynamic shapes, so new batch lengths do not recompile); the first
+            steps are slower while it compiles. false unless measured on your GPU.
         max_seq_len: Longest row in tokens; longer rows are skipped and counted. 2048-4096 for chat data; at most the
             model's context length.
         seed: Random seed for the data split, shuffling and initialisation, 0 to 4294967295.
