@@ -135,6 +135,7 @@ class Console:
         if body.strip() and not body.startswith("[KFP Executor"):
             self.tail.append(body)
         if (not body.strip() or body[0].isspace() or body in ("{", "}") or body.startswith("[KFP Executor")
+                or (body.startswith('{"') and body.rstrip().endswith("}"))  # JSON for programs (train_result)
                 or _TORCH_LOG.match(body) or _HEARTBEAT.match(body)
                 or body.startswith("Traceback (most recent call last)")):
             return  # executor input JSON, tracebacks' frames, kfp's own chatter: log file only

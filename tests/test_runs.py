@@ -60,6 +60,7 @@ def test_console_shows_tasks_messages_and_thinned_progress_and_logs_everything()
              "train:  48%|####8     | 190/400 [00:33<00:29,  7.05step/s]progress: step=190 stage=train\n",
              "upload models/sha256-1: 100%|##########| 100M/100M [00:10<00:00, 10.0MB/s]\n",
              "upload models/sha256-1: 100%|##########| 100M/100M [00:10<00:00, 9.87MB/s]\n",  # tqdm's close
+             '{"train_result": {"train_loss": 0.04}, "output_uri": "s3://b/models/sha256-2"}\n',
              "model builtin:tiny-llama -> s3://b/models/sha256-1\n"]
     run_through(console, lambda: kfp_task("deliver-model", lines))
     shown = term.getvalue().splitlines()
@@ -73,7 +74,7 @@ def test_console_shows_tasks_messages_and_thinned_progress_and_logs_everything()
     assert "progress: step=190 stage=train" not in term.getvalue()  # the trainer's heartbeat, split off
     assert "    progress: step=190 stage=train" in log.getvalue().splitlines()
     logged = log.getvalue()
-    for needle in ('"parameterValues"', "UserWarning: something", "Task 'deliver-model' outputs:",
+    for needle in ('"train_result"', '"parameterValues"', "UserWarning: something", "Task 'deliver-model' outputs:",
                    "metadata={'uri': 's3://b/models/sha256-1'}", "Got executor_input", "-" * 40):
         assert needle in logged, needle
     assert "\x1b[" not in logged  # colour codes stay out of the file
