@@ -10,7 +10,8 @@ import torch
 from trainer import builtin_data, data
 from trainer.batching import collate, collate_packed
 from trainer.config import TrainConfig
-from trainer.model import LossModel, build_model, chunked_cross_entropy, compile_layers, decoder_layers
+from trainer.model import (LossModel, build_model, chunked_cross_entropy, compile_layers, decoder_layers,
+                           label_positions_of)
 
 
 @pytest.mark.parametrize("weight_grad", [False, True])
@@ -48,6 +49,7 @@ def test_loss_model_equals_the_models_own_loss_and_gradients(tiny_model_dir, tok
         ref = model(**batch, use_cache=False).loss
         g_ref = torch.autograd.grad(ref, params)
         torch.testing.assert_close(ours, ref, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(wrapped(**batch, label_positions=label_positions_of(batch["labels"])), ours)
         for a, b in zip(g_ours, g_ref):
             torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
 

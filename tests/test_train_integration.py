@@ -119,3 +119,33 @@ def test_profile_steps_write_a_trace_next_to_the_run(delivered, store, capfd):
     trace = store.get_json("runs/profiled/profile/trace.json")  # chrome trace format (Perfetto opens it)
     assert any(e.get("name", "").startswith("aten::") for e in trace["traceEvents"])
     assert "Self CPU time total" in capfd.readouterr().out  # the top-operators table in the log
+
+
+def test_the_loop_reads_values_back_only_at_log_and_checkpoint_steps(delivered, store, monkeypatch):
+    """No host sync per micro-batch (issue 11): the recipe reads tensors back (.item(), .tolist(),
+    bool/float/int of a tensor, each a device sync on CUDA) a fixed number of times per log
+    step, however many micro-batches run."""
+    import sys
+    from pathlib import Path
+
+    from trainer.train import train
+
+    ours = {str(Path(__file__).parents[1] / "trainer" / f) for f in ("train.py", "model.py", "batching.py")}
+    reads = []
+    for name in ("item", "tolist", "__bool__", "__float__", "__int__"):
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _original=original, _name=name, **kwargs):
+            if sys._getframe(1).f_code.co_filename in ours:
+                reads.append(_name)
+            return _original(self, *args, **kwargs)
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    model_uri, data_uri = delivered
+    result = train(TrainConfig(model_uri=model_uri, dataset_uri=data_uri, output_prefix="runs/syncs", max_steps=6,
+                               batch_size=2, tokens_per_step=600, log_every=3, eval_every=100,
+                               checkpoint_every=100), store)
+    micro_batches = int(result["metrics"]["grad_accum"]) * 6
+    assert micro_batches >= 18
+    # per log step (3, 6): the flags and the mean loss; at the end: the final checkpoint's
+    # window and token count, and the token total
+    assert 4 <= len(reads) <= 2 * 2 + 3, reads  # at least the log steps: the counting works

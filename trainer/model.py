@@ -161,16 +161,25 @@ class LossModel(torch.nn.Module):
     def fused(self) -> str:
         return "liger" if self.liger is not None else "chunked" if self.head is not None else "none"
 
-    def forward(self, input_ids, labels, **kwargs):
+    def forward(self, input_ids, labels, label_positions=None, **kwargs):
+        """`label_positions` (from `label_positions()`, made on the host before the batch moves)
+        spares the device a sync: selecting the labelled positions with a boolean mask on the
+        device makes the host wait for their count."""
         if self.head is None:
             return self.model(input_ids=input_ids, labels=labels, use_cache=False, **kwargs).loss
         hidden = self.backbone(input_ids=input_ids, use_cache=False, **kwargs).last_hidden_state
-        target = labels[:, 1:]
-        keep = target != -100
-        h, t = hidden[:, :-1][keep], target[keep]
+        if label_positions is None:
+            label_positions = label_positions_of(labels)
+        h = hidden[:, :-1].reshape(-1, hidden.shape[-1]).index_select(0, label_positions)
+        t = labels[:, 1:].reshape(-1).index_select(0, label_positions)
         if self.liger is not None:
             return self.liger(self.head.weight, h, t)
         return chunked_cross_entropy(h, self.head.weight, t)
+
+
+def label_positions_of(labels: torch.Tensor) -> torch.Tensor:
+    """Flat indices into labels[:, 1:] of the positions that carry a label (next-token targets)."""
+    return (labels[:, 1:].reshape(-1) != -100).nonzero().squeeze(1)
 
 
 def decoder_layers(model) -> list[torch.nn.Module]:

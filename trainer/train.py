@@ -45,7 +45,7 @@ from trainer import data
 from trainer.batching import batches, bucket, check_rows, collate, collate_packed
 from trainer.checkpoint import Checkpointer, rng_state
 from trainer.config import TrainConfig
-from trainer.model import LossModel, build_model, compile_layers, plan_packing
+from trainer.model import LossModel, build_model, compile_layers, label_positions_of, plan_packing
 from trainer.storage import Store
 from trainer.watchdog import progress_line
 
@@ -270,7 +270,7 @@ class Recipe:
             for micro in range(self.accum):
                 rows = next(self.stream)
                 self.real_tokens += sum(len(e["input_ids"]) for e in rows)  # host-side: no device sync
-                batch = {k: v.to(device, non_blocking=True) for k, v in self.collate(rows).items()}
+                batch = self._to_device(self.collate(rows))
                 # Gradients are all-reduced only on the last micro-batch of a step.
                 sync = world == 1 or micro == self.accum - 1
                 with contextlib.nullcontext() if sync else self.ddp.no_sync():
@@ -311,6 +311,13 @@ class Recipe:
         bar.close()
         if profiler:
             self._save_profile(profiler)
+
+    def _to_device(self, batch: dict) -> dict:
+        """Host-made tensors (label positions included) copied without making the host wait."""
+        batch["label_positions"] = label_positions_of(batch["labels"])
+        if self.device.type != "cuda":
+            return batch
+        return {k: v.pin_memory().to(self.device, non_blocking=True) for k, v in batch.items()}
 
     def _agreed(self, stop: bool, bad) -> tuple[bool, bool]:
         """(SIGTERM on any rank, non-finite values on any rank): one tiny all-reduce, one read."""
