@@ -97,3 +97,16 @@ def test_compiled_layers_compile_a_bounded_number_of_times(tiny_model_dir):
     frames = counters["frames"]["ok"]
     assert 1 <= frames <= 4, dict(counters["frames"])  # forward graph (+ a graph break) per compile
     assert counters["stats"]["unique_graphs"] <= 4
+
+
+def test_packing_plan_picks_an_attention_that_skips_other_rows():
+    from trainer.model import plan_packing
+
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")  # only the device type is read
+    flat = TrainConfig(batch_tokens=16384, packing="flatten")
+    if not torch.cuda.is_available():  # no flash-attn here: flex attention, one fixed packed length
+        assert plan_packing(flat, cuda) == (True, "flex_attention", 16384)
+    assert plan_packing(flat, cpu) == (True, None, 0)  # sdpa with the block-diagonal mask
+    assert plan_packing(TrainConfig(batch_tokens=16384, packing="flatten", compile=True), cpu) == (True, None, 16384)
+    assert plan_packing(TrainConfig(batch_tokens=16384), cpu) == (False, None, 0)  # auto: length-bucketed padding
+    assert plan_packing(TrainConfig(), cpu) == (False, None, 0)  # rows, not token budgets
