@@ -266,22 +266,8 @@ class Recipe:
         self.say("train", self.done)
         self.start = last_say = time.perf_counter()
         for step in range(self.done + 1, cfg.max_steps + 1):
-            step_loss = torch.zeros((), dtype=torch.float64, device=device)
-            for micro in range(self.accum):
-                rows = next(self.stream)
-                self.real_tokens += sum(len(e["input_ids"]) for e in rows)  # host-side: no device sync
-                batch = self._to_device(self.collate(rows))
-                # Gradients are all-reduced only on the last micro-batch of a step.
-                sync = world == 1 or micro == self.accum - 1
-                with contextlib.nullcontext() if sync else self.ddp.no_sync():
-                    loss = self.ddp(**batch) / self.accum
-                    loss.backward()
-                step_loss += loss.detach()
-            norm = torch.nn.utils.clip_grad_norm_(self.params, 1.0)
+            step_loss, norm = self._step()
             bad |= ~torch.isfinite(step_loss) | ~torch.isfinite(norm)
-            self.optimizer.step()
-            self.scheduler.step()
-            self.optimizer.zero_grad(set_to_none=True)
             self.window_loss += step_loss
             self.window_n += 1
             if profiler:
@@ -311,6 +297,28 @@ class Recipe:
         bar.close()
         if profiler:
             self._save_profile(profiler)
+
+    def _step(self):
+        """One optimizer step over `accum` micro-batches: (summed loss, gradient norm), both left
+        on the device."""
+        import torch
+
+        step_loss = torch.zeros((), dtype=torch.float64, device=self.device)
+        for micro in range(self.accum):
+            rows = next(self.stream)
+            self.real_tokens += sum(len(e["input_ids"]) for e in rows)  # host-side: no device sync
+            batch = self._to_device(self.collate(rows))
+            # Gradients are all-reduced only on the last micro-batch of a step.
+            sync = self.world == 1 or micro == self.accum - 1
+            with contextlib.nullcontext() if sync else self.ddp.no_sync():
+                loss = self.ddp(**batch) / self.accum
+                loss.backward()
+            step_loss += loss.detach()
+        norm = torch.nn.utils.clip_grad_norm_(self.params, 1.0)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return step_loss, norm
 
     def _to_device(self, batch: dict) -> dict:
         """Host-made tensors (label positions included) copied without making the host wait."""
