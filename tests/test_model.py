@@ -54,6 +54,7 @@ def test_loss_model_equals_the_models_own_loss_and_gradients(tiny_model_dir, tok
             torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
 
 
+@pytest.mark.integration  # compiles kernels: tens of seconds, kept out of make test-fast
 def test_packed_rows_with_flex_attention_equal_rows_alone(tiny_model_dir, tokenizer):
     """Flex attention (what packing uses on CUDA without flash-attn) with the document mask
     transformers builds from position_ids, on a packed batch filled to a fixed length."""
@@ -76,6 +77,7 @@ def test_packed_rows_with_flex_attention_equal_rows_alone(tiny_model_dir, tokeni
     assert abs(loss - total / count) < 1e-5
 
 
+@pytest.mark.integration  # compiles kernels: tens of seconds, kept out of make test-fast
 def test_compiled_layers_compile_a_bounded_number_of_times(tiny_model_dir):
     """Padded batches of 8 different shapes: dynamo compiles the (shared) layer graph at most
     twice (dynamic shapes, plus torch's specialisation of size-1 dimensions), never per shape.
