@@ -425,7 +425,7 @@ class Recipe:
         prof.stop()
         if self.rank != MASTER:
             return
-        sort = "self_cuda_time_total" if self.device.type == "cuda" else "self_cpu_time_total"
+        sort = "self_device_time_total" if self.device.type == "cuda" else "self_cpu_time_total"
         print(prof.key_averages().table(sort_by=sort, row_limit=15), flush=True)
         with tempfile.TemporaryDirectory() as tmp:
             prof.export_chrome_trace(os.path.join(tmp, "trace.json"))
