@@ -130,6 +130,8 @@ def test_sigterm_ends_a_rank_stuck_outside_the_step_loop(tmp_path):
            "MASTER_PORT": str(free_port()), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "trainer", "train", *cfg.to_args()], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    guard = threading.Timer(120, proc.kill)  # bounds the wait for the first line too
+    guard.start()
     try:
         for line in proc.stdout:
             if "stage=setup: process group" in line:
@@ -142,6 +144,7 @@ def test_sigterm_ends_a_rank_stuck_outside_the_step_loop(tmp_path):
         assert 2.5 < time.monotonic() - sent < 30
         assert "no step boundary reached within shutdown_grace_s" in proc.stderr.read()
     finally:
+        guard.cancel()
         proc.kill()
         proc.wait()
 
