@@ -76,7 +76,10 @@ def test_yaml_parses_into_pipeline_spec():
     spec = json_format.ParseDict(docs()[0], pipeline_spec_pb2.PipelineSpec())
     tasks = set(spec.root.dag.tasks)
     assert tasks == {"validate-params", "deliver-model", "deliver-dataset", "finetune", "evaluate", "merge-lora",
-                     "deploy"}
+                     "deploy", "condition-1"}
+    # register runs only when registry_address is set
+    assert set(spec.components["comp-condition-1"].dag.tasks) == {"register"}
+    assert "registry_address" in spec.root.dag.tasks["condition-1"].trigger_policy.condition
     assert list(spec.root.dag.tasks["deliver-model"].dependent_tasks) == ["validate-params"]
     assert list(spec.root.dag.tasks["evaluate"].dependent_tasks) or \
         spec.root.dag.tasks["evaluate"].inputs.artifacts["tuned_model"].task_output_artifact.producer_task == \
@@ -90,8 +93,15 @@ def test_credentials_come_from_secrets_not_parameters():
     params = docs()[0]["root"]["inputDefinitions"]["parameters"]
     assert not [p for p in params if re.search(r"(^|_)token$|secret|password|access_key|api_key", p, re.I)]
     platform = docs()[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
-    assert len(platform) == 6  # every S3-using task; validate-params needs no credentials
-    for executor in platform.values():
+    # every S3-using task; validate-params needs no credentials, register only the registry token
+    assert set(platform) == {f"exec-{t}" for t in ("deliver-model", "deliver-dataset", "finetune", "evaluate",
+                                                   "merge-lora", "deploy", "register", "validate-params")}
+    [registry] = platform["exec-register"]["secretAsEnv"]
+    assert registry["optional"] is True and [e["envVar"] for e in registry["keyToEnv"]] == ["REGISTRY_TOKEN"]
+    for name, executor in platform.items():
+        if name in ("exec-register", "exec-validate-params"):
+            assert "configMapAsEnv" not in executor
+            continue
         envs = {e["envVar"] for s in executor["secretAsEnv"] for e in s["keyToEnv"]}
         assert {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} <= envs
         [config] = executor["configMapAsEnv"]
@@ -118,7 +128,7 @@ def test_sweep_yaml_has_parallel_trials_a_collected_pick_and_a_gate():
 
 
 def test_one_pinned_project_image():
-    images = set(re.findall(r"image: (\S+)", (ROOT / "compiled" / "finetune.yaml").read_text()))
+    images = set(re.findall(r"^\s+image: (\S+)", (ROOT / "compiled" / "finetune.yaml").read_text(), re.M))
     assert len(images) == 1
     [image] = images
     assert ":" in image and not image.endswith(":latest")
