@@ -128,8 +128,8 @@ def run(args: argparse.Namespace) -> None:
         from trainer.k8s.pytorchjob import build_pytorchjob
         from trainer.k8s.trainjob import build_trainjob
 
-        cfg, spec = TrainConfig.from_namespace(args).validate(), _cluster_spec(args)
-        collect(spec.problems(), what="invalid cluster settings")
+        cfg, spec = TrainConfig.from_namespace(args), _cluster_spec(args)
+        collect(cfg.problems() + spec.problems(), what="invalid training or cluster settings")
         spec.stall_timeout_s = cfg.stall_timeout_s
         name = job_name(args.run_id)
         if args.dry_run:

@@ -6,11 +6,12 @@ No secret value ever passes through this package: credentials reach pods as secr
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from trainer import settings
 from trainer.errors import UserError
@@ -164,7 +165,8 @@ def default_namespace() -> str:
     """The namespace this pod runs in, else the kubeconfig context's, else `default`."""
     from kubeflow.training.utils import utils
 
-    return utils.get_default_target_namespace()
+    with kube_config_errors():
+        return utils.get_default_target_namespace()
 
 
 def api_client(client_configuration: Any = None):
@@ -173,8 +175,22 @@ def api_client(client_configuration: Any = None):
     from kubernetes import client as k, config
 
     if client_configuration is None:
-        config.load_incluster_config() if utils.is_running_in_k8s() else config.load_kube_config()
+        with kube_config_errors():
+            config.load_incluster_config() if utils.is_running_in_k8s() else config.load_kube_config()
     return k.ApiClient(client_configuration)
+
+
+@contextlib.contextmanager
+def kube_config_errors() -> Iterator[None]:
+    """No kubeconfig (or a broken one) outside a pod is the user's to fix: one line, not a traceback."""
+    from kubernetes.config.config_exception import ConfigException
+
+    try:
+        yield
+    except ConfigException as err:
+        raise UserError(f"no usable Kubernetes configuration ({err}): point KUBECONFIG (or ~/.kube/config) at "
+                        "the cluster, e.g. check `kubectl get nodes`; or add --dry-run to print the objects "
+                        "instead") from None
 
 
 class JobFailed(UserError):

@@ -137,9 +137,10 @@ def deploy(spec: ServeSpec, messages: list[dict[str, Any]], tools: list | None =
     trainer.serve.deploy_local returns (endpoint, names, smoke_ok, ...)."""
     from kubernetes import client as k
 
+    objects = build(spec)  # validates: bad settings are reported before the cluster is contacted
     custom = k.CustomObjectsApi(api_client(client_configuration))
     namespace = spec.cluster.namespace or default_namespace()
-    action = apply(custom, build(spec), namespace)
+    action = apply(custom, objects, namespace)
     print(f"{action} InferenceService {namespace}/{spec.name} (runtime {RUNTIME_NAME}); waiting until Ready",
           flush=True)
     t0 = time.monotonic()

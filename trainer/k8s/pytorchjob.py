@@ -23,8 +23,8 @@ from typing import Any
 from trainer import settings
 from trainer.errors import collect
 from trainer.k8s.common import (ClusterSpec, JobFailed, _Stopped, accelerators, container_security, default_namespace,
-                                failure_report, follow_job, labels, pod_security, queue_labels, scheduling,
-                                secret_env)
+                                failure_report, follow_job, kube_config_errors, labels, pod_security, queue_labels,
+                                scheduling, secret_env)
 
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 CONTAINER = "pytorch"  # the operator requires this name
@@ -111,9 +111,10 @@ class PyTorchJobLauncher:
     def _client(self):
         from kubeflow.training import TrainingClient
 
-        namespace = self.spec.namespace or default_namespace()
-        return TrainingClient(client_configuration=self.client_configuration, namespace=namespace,
-                              job_kind="PyTorchJob"), namespace
+        with kube_config_errors():
+            namespace = self.spec.namespace or default_namespace()
+            return TrainingClient(client_configuration=self.client_configuration, namespace=namespace,
+                                  job_kind="PyTorchJob"), namespace
 
     def run(self, train_args: list[str], name: str) -> None:
         """Create (or attach to) the job, stream the master's log, wait, report, clean up."""

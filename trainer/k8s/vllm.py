@@ -194,9 +194,9 @@ def deploy(spec: ServeSpec, messages: list[dict[str, Any]], tools: list | None =
     by name); returns what trainer.serve.deploy_local returns (endpoint, names, smoke_ok, ...)."""
     from kubernetes import client as k
 
+    deployment, service = build(spec)  # validates: bad settings are reported before the cluster is contacted
     api = api_client(client_configuration)
     namespace = spec.cluster.namespace or default_namespace()
-    deployment, service = build(spec)
     action = apply(k.AppsV1Api(api), k.CoreV1Api(api), deployment, service, namespace)
     print(f"{action} Deployment and Service {namespace}/{spec.name}; waiting for rollout", flush=True)
     t0 = time.monotonic()
