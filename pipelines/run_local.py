@@ -70,6 +70,16 @@ def start_s3(endpoint: str | None):
     return server
 
 
+def throwaway_s3_problems(params: dict[str, Any], endpoint: str | None) -> list[str]:
+    """An s3:// source can only be in a real S3: the throwaway server starts empty."""
+    if endpoint:
+        return []
+    return [f"{key}={params[key]!r} is an object in S3, but without --s3-endpoint this run starts an empty "
+            "throwaway S3 server: give --s3-endpoint (or S3_ENDPOINT) of the S3/MinIO that holds it, or a local "
+            "path or Hub id instead"
+            for key in ("model_source", "dataset_source") if str(params.get(key, "")).startswith("s3://")]
+
+
 def params_help(pipeline) -> str:
     """Every parameter with its default and description: the text the KFP UI shows, which KFP
     takes from the pipeline docstring's Args section."""
@@ -170,21 +180,23 @@ def main(argv: list[str] | None = None) -> int:
 
     with exit_on_user_error():
         from pipelines import sweep
-        from trainer.validate import validate_pipeline_params, validate_sweep
+        from trainer.errors import collect
+        from trainer.validate import pipeline_problems, sweep_problems
 
         pipeline = sweep.build(args.parallelism) if args.pipeline == "sweep" else finetune_pipeline
         if args.list_params:
             print(params_help(pipeline))
             return 0
         params = parse_params(args.param + (["keep_serving=true"] if args.keep_serving else []), pipeline)
+        problems = throwaway_s3_problems(params, args.s3_endpoint)
         if args.pipeline == "sweep":  # before starting anything expensive
-            validate_sweep(params)
+            collect(sweep_problems(params) + problems, what="invalid sweep parameters")
             # Trials run side by side on this machine: each gets its share of the cores
             # (inherited by the components' processes and the trainers they launch).
             share = str(max(1, (os.cpu_count() or 1) // max(args.parallelism, 1)))
             os.environ.update(FINETUNE_LOCAL_CPUS=share, OMP_NUM_THREADS=share)
         else:
-            validate_pipeline_params(params)
+            collect(pipeline_problems(params) + problems, what="invalid pipeline parameters")
         server = start_s3(args.s3_endpoint)
         try:
             return run(pipeline, params, args)

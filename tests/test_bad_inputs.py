@@ -224,6 +224,21 @@ def test_sweep_bad_input_fails_fast_and_cleanly(tmp_path, capsys, no_s3, params,
     assert not no_s3 and not root.exists()
 
 
+@pytest.mark.parametrize("pipeline", ["finetune", "sweep"])
+def test_s3_source_without_s3_endpoint_is_refused_before_the_throwaway_server(tmp_path, capsys, monkeypatch, no_s3,
+                                                                              pipeline):
+    # The throwaway S3 starts empty, so an s3:// source there can only fail later, inside deliver-*.
+    monkeypatch.delenv("S3_ENDPOINT", raising=False)
+    root = tmp_path / "root"
+    argv = ["--pipeline", pipeline, "--pipeline-root", str(root), "--runs-dir", str(tmp_path / "runs"),
+            "--param", "model_source=s3://llm-finetune/datasets/sha256-abc", "--param", "nodes=0"]
+    with pytest.raises(SystemExit) as exit_info:
+        run_local.main(argv)
+    err = _fails_cleanly(capsys, exit_info, "give --s3-endpoint (or S3_ENDPOINT) of the S3/MinIO that holds it")
+    assert "nodes must be >= 1" in err  # reported together with the other problems
+    assert not no_s3 and not root.exists() and not (tmp_path / "runs").exists()
+
+
 CLUSTER = ["launcher=kubernetes", "deploy_backend=kubernetes", "model_source=Qwen/Qwen2.5-0.5B-Instruct",
            "lora_train_embeddings=false", "learning_rate=0.0002"]
 
