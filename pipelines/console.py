@@ -54,6 +54,11 @@ class Console:
         self.terminal, self.log = terminal, log
         self.tty = terminal.isatty()
         self.tail: collections.deque[str] = collections.deque(maxlen=25)
+        # Per task too: after a failure, tasks that kfp.local still runs must not push the failed
+        # task's lines out of view. (Trials side by side interleave; there `tail` is the best guess.)
+        self._tails: dict[str, collections.deque[str]] = {}
+        self._current: str | None = None
+        self._failed: list[str] = []
         self.hidden_warnings = 0
         self._buffer = ""
         self._lock = threading.RLock()
@@ -91,8 +96,9 @@ class Console:
     def show_tail(self, header: str) -> None:
         """The last lines the components printed (hidden ones included), after a failure."""
         with self._lock:
-            self._to_terminal(header)
-            for line in self.tail:
+            failed = next((t for t in self._failed if self._tails.get(t)), None)
+            self._to_terminal(f"{header.rstrip(':')} ({failed}):" if failed else header)
+            for line in self._tails[failed] if failed else self.tail:
                 self._to_terminal("    " + line)
 
     # --- classification
@@ -106,10 +112,14 @@ class Console:
         if msg.startswith("Executing task"):
             name = msg.split("'")[1]
             self._started[name] = now
+            self._current = name
+            self._tails[name] = collections.deque(maxlen=self.tail.maxlen)
             self._to_terminal(f"{time.strftime('%H:%M:%S')} ▶ {name}")
         elif task and task["what"].startswith("finished with status"):
             took = now - self._started.get(task["task"], now)
             ok = "SUCCESS" in task["what"]
+            if not ok:
+                self._failed.append(task["task"])
             self._to_terminal(f"{time.strftime('%H:%M:%S')} {'✓' if ok else '✗'} {task['task']}"
                               f"{'' if ok else ' FAILED'} ({took:.1f}s)")
         elif msg.startswith(("Running pipeline", "Pipeline ", "Skipping")) or level in ("WARNING", "ERROR"):
@@ -134,6 +144,8 @@ class Console:
             return
         if body.strip() and not body.startswith("[KFP Executor"):
             self.tail.append(body)
+            if self._current in self._tails:
+                self._tails[self._current].append(body)
         if (not body.strip() or body[0].isspace() or body in ("{", "}") or body.startswith("[KFP Executor")
                 or (body.startswith('{"') and body.rstrip().endswith("}"))  # JSON for programs (train_result)
                 or _TORCH_LOG.match(body) or _HEARTBEAT.match(body)

@@ -91,9 +91,22 @@ def test_console_shows_the_failed_tasks_last_lines():
     assert '  File "/x/serve.py"' not in term.getvalue()  # frames only on request
     console.show_tail("last lines:")
     tail = term.getvalue().splitlines()
-    tail = tail[tail.index("last lines:"):]
+    tail = tail[tail.index("last lines (deploy):"):]
     assert tail[-4:] == ["    Traceback (most recent call last):", '      File "/x/serve.py", line 3, in start',
                          "        proc = subprocess.Popen(args)", "    TypeError: expected str, not list"]
+
+
+def test_console_tail_is_the_failed_tasks_even_when_later_tasks_ran():
+    # kfp.local goes on with independent tasks after one fails; their lines must not stand in
+    # for the failed task's under "last lines the failed task printed".
+    term, log = io.StringIO(), io.StringIO()
+    console = Console(term, log)
+    run_through(console, lambda: kfp_task("deliver-model", ["error: s3://x is not a model\n"], ok=False))
+    run_through(console, lambda: kfp_task("deliver-dataset", [*EXECUTOR_DUMP] * 5 + ["dataset -> s3://b/d\n"]))
+    console.show_tail("last lines the failed task printed:")
+    tail = term.getvalue().splitlines()
+    tail = tail[tail.index("last lines the failed task printed (deliver-model):") + 1:]
+    assert tail == ["    error: s3://x is not a model"], tail
 
 
 def fake_kfp_run(root, metrics: dict, examples_md: str):
