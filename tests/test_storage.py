@@ -105,6 +105,8 @@ def test_s3_sources_pass_through_delivered_trees(store, tmp_path):
     assert again_uri == uri and again["rows"] == {"train": 20, "eval": 5} and again["uploaded_bytes"] == 0
     with pytest.raises(UserError, match="not a complete delivered tree"):
         sources.deliver_model(store.uri("models/sha256-nothing-here"), "", store)
+    with pytest.raises(UserError, match=r"is in bucket 'datasets', but this run uses bucket '.+' \(S3_BUCKET\)"):
+        sources.deliver_model("s3://datasets/foo/train.jsonl", "", store)
     with pytest.raises(UserError, match="malformed model URI"):
         sources.parse("s3://", "model")
 

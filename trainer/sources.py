@@ -274,7 +274,10 @@ def _already_delivered(src: Source, store) -> tuple[str, dict[str, Any]]:
     from trainer.storage import MANIFEST, split_uri
 
     bucket, prefix = split_uri(src.ref)
-    if bucket != store.bucket or not store.exists(f"{prefix}/{MANIFEST}"):
+    if bucket != store.bucket:  # the components read and write one bucket only
+        raise UserError(f"{src.ref} is in bucket {bucket!r}, but this run uses bucket {store.bucket!r} (S3_BUCKET): "
+                        "copy it there, or deliver it with `python -m trainer deliver-model|deliver-dataset`")
+    if not store.exists(f"{prefix}/{MANIFEST}"):
         raise UserError(f"{src.ref} is not a complete delivered tree in bucket {store.bucket!r} "
                         f"(no {MANIFEST}); deliver it with `python -m trainer deliver-model|deliver-dataset`")
     return src.ref, {**store.get_json(f"{prefix}/{MANIFEST}"), "uploaded_bytes": 0}
