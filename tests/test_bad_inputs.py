@@ -138,6 +138,14 @@ CASES = [
     ("negative-restarts", lambda t, m: ["max_restarts=-1"], "max_restarts must be >= 0"),
     ("serve-gpus-negative", lambda t, m: ["serve_gpus=-1"], "serve_gpus must be >= 0 (0 serves on CPU)"),
     ("served-name-empty", lambda t, m: ["served_model_name="], "served_model_name is empty: give the name"),
+    ("served-name-blank", lambda t, m: ["served_model_name=   "], "served_model_name is empty: give the name"),
+    # vLLM would read it as an option and fail at deploy, after training
+    ("served-name-dash-locally", lambda t, m: ["served_model_name=-tuned"], "must not start with '-' or hold spaces"),
+    ("served-name-space-locally", lambda t, m: ["served_model_name=my model"], "e.g. 'my-model'"),
+    # each local node is a process holding the whole model: 100000 of them is a fork bomb
+    ("local-world-too-big", lambda t, m: ["nodes=100000"], "training processes on this machine"),
+    ("trainjob-without-runtime", lambda t, m: ["launcher=trainjob", "training_runtime="],
+     "e.g. training_runtime=torch-distributed"),
     ("unknown-launcher", lambda t, m: ["launcher=slurm"], "launcher must be one of"),
     ("unknown-deploy-backend", lambda t, m: ["deploy_backend=heroku"], "deploy_backend must be 'local', 'kubernetes'"),
     ("cluster-cleanup", lambda t, m: ["launcher=kubernetes", "cleanup=sometimes"], "cleanup must be one of"),

@@ -15,6 +15,7 @@ still report every other problem in the same round.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import fields
 from typing import Any
 
@@ -166,8 +167,22 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True) ->
         problems.append(f"eval_max_rows must be >= 1, got {params['eval_max_rows']}")
     if params["serve_gpus"] < 0:
         problems.append(f"serve_gpus must be >= 0 (0 serves on CPU), got {params['serve_gpus']}")
-    if not params["served_model_name"]:
+    name = params["served_model_name"]
+    if not name or not name.strip():
         problems.append("served_model_name is empty: give the name clients will ask for, e.g. 'llm-finetune'")
+    elif params["deploy_backend"] == "local" and (name.startswith("-") or len(name.split()) > 1 or name != name.strip()):
+        # vLLM would read a leading '-' as an option and fail at deploy, after training.
+        problems.append(f"served_model_name={name!r} must not start with '-' or hold spaces (it is a name clients "
+                        f"pass as `model`): e.g. {'-'.join(name.split()).strip('-') or 'llm-finetune'!r}")
+    world = params["nodes"] * params["procs_per_node"]
+    local_max = max(8, os.cpu_count() or 1)
+    if params["launcher"] == "local" and world > local_max:
+        problems.append(f"launcher=local starts nodes x procs_per_node = {world} training processes on this machine "
+                        f"({os.cpu_count()} cores), each holding the whole model: use at most {local_max} (e.g. "
+                        "nodes=2 procs_per_node=1), or a cluster launcher (trainjob, pytorchjob) for more")
+    if params["launcher"] == "trainjob" and not params["training_runtime"]:
+        problems.append("training_runtime is empty, but launcher=trainjob needs the (Cluster)TrainingRuntime its "
+                        "TrainJob runs on: e.g. training_runtime=torch-distributed")
     if params["serve_adapters"] and params["method"] != "lora":
         problems.append("serve_adapters=true serves the LoRA adapter beside its base model, but method="
                         f"{params['method']!r} makes no adapter: set method=lora or serve_adapters=false")
