@@ -188,6 +188,9 @@ SWEEP_CASES = [
     ("trial-missing-key", ['trials=[{"lora_r": 16, "learning_rate": 0.001}]'],
      "trials[0] must have exactly the keys ['learning_rate', 'lora_alpha', 'lora_r']"),
     ("trials-empty", ["trials=[]"], "trials must be a non-empty JSON list"),
+    ("trial-repeated", ['trials=[{"lora_r": 16, "lora_alpha": 32, "learning_rate": 0.001}, '
+                        '{"lora_r": 16.0, "lora_alpha": 32, "learning_rate": 0.001}]'],
+     "trials[1] repeats trials[0]"),
     ("trial-not-object", ['trials=[16]'], "trials[0] must have exactly the keys"),
     ("min-gain-nan", ["min_gain=nan"], "min_gain='nan' is not a finite number"),
     ("select-metric", ["select_metric=bleu"], "select_metric must be one of ['eval_loss', 'fc_accuracy']"),

@@ -14,6 +14,7 @@ still report every other problem in the same round.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from dataclasses import fields
@@ -277,6 +278,9 @@ def sweep_problems(params: dict[str, Any], check_local_files: bool = True) -> li
             problems += [p for p in typed if p]
             continue
         t = {k: int(v) if TRIAL_KEYS[k] is int else v for k, v in t.items()}  # 16.0 from KFP -> 16
+        same = next((j for j, u in enumerate(trials[:i]) if isinstance(u, dict) and u == t), None)
+        if same is not None:  # the same run twice: its compute is wasted and the two tie
+            problems.append(f"trials[{i}] repeats trials[{same}] ({json.dumps(t)}): drop it or change a value")
         # Only what this trial's own values add (the shared problems are reported once above).
         problems += [f"trials[{i}]: {p}" for p in pipeline_problems({**shared, **t, "method": "lora"},
                                                                     check_local_files=False) if p not in problems]
