@@ -275,14 +275,15 @@ class Recipe:
             bar.update(1)
             logs = step % cfg.log_every == 0 or step == cfg.max_steps
             evals, saves = step % cfg.eval_every == 0 or step == cfg.max_steps, step % cfg.checkpoint_every == 0
+            stop = False
             if world > 1 or logs or evals or saves or self.shutdown.requested:
                 stop, nonfinite = self._agreed(self.shutdown.requested, bad)
                 if nonfinite:
                     self._fail_nonfinite(step)
-                if stop:
-                    self._stop_for_sigterm(step)
             if logs:
                 self._log(step, bar)
+            if stop:  # after this step's log line: the resumed run must not lose it (nor fold it into the next)
+                self._stop_for_sigterm(step)
             if logs or time.perf_counter() - last_say > 60:
                 self.say("train", step)
                 last_say = time.perf_counter()
@@ -350,11 +351,17 @@ class Recipe:
 
     def _stop_for_sigterm(self, step: int) -> None:
         """SIGTERM on any rank: all stop at this step; rank 0 checkpoints within the grace time."""
+        import torch.distributed as dist
+
         self.save_checkpoint(step)
         if self.rank == MASTER:
             saved = self.ckpt.wait(timeout=self.shutdown.remaining())
             print(f"SIGTERM: checkpoint at step {step} {'uploaded' if saved else 'NOT uploaded in time'}; "
                   f"exiting for a restart", flush=True)
+        if self.world > 1:
+            # The other ranks wait for rank 0's upload: a rank exiting first makes torchrun (or the
+            # local launcher) kill rank 0 mid-upload. A dead peer is covered by Shutdown's timer.
+            dist.barrier()
         exit_now(143)
 
     def _log(self, step: int, bar) -> None:

@@ -1,0 +1,100 @@
+"""SIGTERM at a step boundary (trainer/train.py Recipe): the stopped run keeps that step's log
+line, and no rank exits before rank 0's checkpoint upload is done (an early exit makes torchrun
+or the local launcher kill rank 0 mid-upload)."""
+
+import json
+import multiprocessing
+import os
+import time
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from trainer import train as train_mod
+from trainer.config import TrainConfig
+from trainer.serve import free_port
+from trainer.train import Recipe
+
+
+class _Stopped(Exception):
+    pass
+
+
+def _recipe(max_steps=10, log_every=5):
+    r = Recipe.__new__(Recipe)
+    r.cfg = TrainConfig(model_uri="s3://b/models/x", dataset_uri="s3://b/datasets/x", output_prefix="runs/x",
+                        max_steps=max_steps, log_every=log_every, eval_every=1000, checkpoint_every=1000)
+    r.rank, r.world, r.device, r.done = 0, 1, torch.device("cpu"), 0
+    r.history, r.real_tokens, r.board = [], 0, None
+    r.window_loss, r.window_n = torch.zeros((), dtype=torch.float64), 0
+    r.ddp = torch.nn.Linear(1, 1)
+    r.scheduler = SimpleNamespace(get_last_lr=lambda: [0.1])
+    r.shutdown = SimpleNamespace(requested=False)
+    return r
+
+
+def test_sigterm_on_a_log_step_keeps_that_steps_log_line(monkeypatch):
+    r = _recipe()
+    steps = iter(range(1, 100))
+
+    def step():
+        n = next(steps)
+        if n == 5:
+            r.shutdown.requested = True  # SIGTERM arrives during step 5, a log step
+        return torch.tensor(float(n), dtype=torch.float64), torch.tensor(1.0)
+
+    def stop(step):
+        r.saved = (step, float(r.window_loss), r.window_n)
+        raise _Stopped
+
+    monkeypatch.setattr(r, "_step", step)
+    monkeypatch.setattr(r, "_stop_for_sigterm", stop)
+    with pytest.raises(_Stopped):
+        r.train()
+    assert r.history == [{"step": 5, "loss": 3.0, "lr": 0.1}]  # mean of steps 1..5, as uninterrupted
+    assert r.saved == (5, 0.0, 0)  # the checkpoint's window: empty, the next log line covers 6..10 only
+
+
+def _rank(rank: int, port: int, out: str) -> None:
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    r = Recipe.__new__(Recipe)
+    r.rank, r.world = rank, 2
+    r.save_checkpoint = lambda step: None
+    r.shutdown = SimpleNamespace(remaining=lambda: 60.0)
+
+    def wait(timeout=None):
+        time.sleep(2)  # a slow upload
+        with open(f"{out}/uploaded", "w") as f:
+            f.write(str(time.time()))
+        return True
+
+    r.ckpt = SimpleNamespace(wait=wait)
+
+    def exit_now(code):
+        with open(f"{out}/exit-{rank}", "w") as f:
+            json.dump([code, time.time()], f)
+        os._exit(0)
+
+    train_mod.exit_now = exit_now
+    r._stop_for_sigterm(7)
+
+
+def test_no_rank_exits_for_sigterm_before_rank0_uploaded(tmp_path):
+    ctx = multiprocessing.get_context("spawn")
+    port = free_port()
+    procs = [ctx.Process(target=_rank, args=(i, port, str(tmp_path))) for i in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+    uploaded = float((tmp_path / "uploaded").read_text())
+    for i in range(2):
+        code, when = json.loads((tmp_path / f"exit-{i}").read_text())
+        assert code == 143 and when >= uploaded
