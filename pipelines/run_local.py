@@ -54,6 +54,10 @@ def start_s3(endpoint: str | None):
         os.environ["S3_ENDPOINT"] = endpoint
         if not (os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY")):
             raise UserError("--s3-endpoint needs AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment")
+        from trainer.storage import Store
+
+        # A dead endpoint or wrong keys: one error now, not a failure in every task and a traceback after.
+        Store.from_env().ensure_bucket()
         return None
     import logging
 

@@ -250,6 +250,18 @@ def test_s3_source_without_s3_endpoint_is_refused_before_the_throwaway_server(tm
     assert not no_s3 and not root.exists() and not (tmp_path / "runs").exists()
 
 
+def test_unreachable_s3_endpoint_is_refused_before_the_pipeline_starts(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    monkeypatch.setenv("S3_ENDPOINT", "")  # restored after the test (start_s3 sets it)
+    root = tmp_path / "root"
+    with pytest.raises(SystemExit) as exit_info:
+        run_local.main(["--s3-endpoint", "http://127.0.0.1:9", "--pipeline-root", str(root),
+                        "--runs-dir", str(tmp_path / "runs")])
+    _fails_cleanly(capsys, exit_info, "S3 endpoint http://127.0.0.1:9 unreachable")
+    assert not root.exists() and not (tmp_path / "runs").exists()
+
+
 CLUSTER = ["launcher=kubernetes", "deploy_backend=kubernetes", "model_source=Qwen/Qwen2.5-0.5B-Instruct",
            "lora_train_embeddings=false", "learning_rate=0.0002"]
 
