@@ -267,7 +267,11 @@ def _run(pipeline, params, args, console, run_dir) -> int:
     kfp_run_dir = max(kfp_runs, key=lambda p: p.stat().st_mtime) if kfp_runs else None
     metrics, reports = runs.collect_task_outputs(kfp_run_dir) if kfp_run_dir else ({}, {})
     report_files = runs.save_reports(run_dir, reports)
-    events = runs.save_tensorboard(run_dir, Store.from_env(), started)
+    try:
+        events = runs.save_tensorboard(run_dir, Store.from_env(), started)
+    except UserError as err:  # S3 gone mid-run: the record and the error below still matter more
+        console.say(f"TensorBoard events not kept: {err}")
+        events = None
     logs = runs.keep_logs(Path(os.environ["TMPDIR"]), run_dir)
     record = dict(status="failed" if error else "succeeded", elapsed_s=round(elapsed, 1), metrics=metrics,
                   finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), kfp_run_dir=str(kfp_run_dir or ""))

@@ -188,6 +188,16 @@ def test_tensorboard_events_of_this_run_are_copied_out_of_the_bucket(store, tmp_
     assert copied and copied[0].stat().st_size > 0
 
 
+def test_tensorboard_copy_from_a_dead_endpoint_is_a_user_error(tmp_path):
+    from trainer.errors import UserError
+    from trainer.storage import Store
+
+    dead = Store(endpoint="http://127.0.0.1:9", bucket="llm-finetune", access_key="k", secret_key="s",
+                 region="us-east-1")
+    with pytest.raises(UserError, match="unreachable during TensorBoard listing"):
+        runs.save_tensorboard(tmp_path / "run", dead, since=0)
+
+
 def test_summary_says_smoke_tested_only_when_the_smoke_test_passed_and_hides_stopped_endpoints():
     from pipelines.run_local import endpoint_line, summarize
 
