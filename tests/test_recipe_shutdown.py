@@ -98,3 +98,33 @@ def test_no_rank_exits_for_sigterm_before_rank0_uploaded(tmp_path):
     for i in range(2):
         code, when = json.loads((tmp_path / f"exit-{i}").read_text())
         assert code == 143 and when >= uploaded
+
+
+class _LabelMean(torch.nn.Module):
+    """Stands in for LossModel: the mean, over a micro-batch's labelled positions, of a per-token
+    loss equal to the label's value times a weight."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(()))
+
+    def forward(self, input_ids, labels, label_positions, **kwargs):
+        return (labels[:, 1:].reshape(-1).index_select(0, label_positions).double() * self.w).mean()
+
+
+def test_a_step_averages_over_its_labelled_tokens_not_over_micro_batches():
+    """As transformers' Trainer (num_items_in_batch): micro-batches with few labelled tokens
+    do not weigh more per token than those with many."""
+    from trainer.batching import collate
+
+    r = _recipe()
+    r.accum, r.ddp = 2, _LabelMean()
+    r.params = []  # no clipping: the gradient itself is checked
+    rows = [[{"input_ids": [5, 6], "labels": [-100, 1]}], [{"input_ids": [5, 6, 7, 8], "labels": [-100, 3, 3, 3]}]]
+    r.stream, r.collate = iter(rows), lambda rs: collate(rs, 0)
+    grads = []
+    r.optimizer = SimpleNamespace(step=lambda: grads.append(r.ddp.w.grad.item()), zero_grad=lambda **_: None)
+    r.scheduler = SimpleNamespace(step=lambda: None)
+    loss, _ = r._step()
+    assert loss.item() == pytest.approx((1 + 3 * 3) / 4)  # not (1 + 3) / 2
+    assert grads == [pytest.approx(2.5)]

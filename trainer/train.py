@@ -304,15 +304,28 @@ class Recipe:
         on the device."""
         import torch
 
+        import torch.distributed as dist
+
         step_loss = torch.zeros((), dtype=torch.float64, device=self.device)
-        for micro in range(self.accum):
+        micro_batches = []
+        for _ in range(self.accum):
             rows = next(self.stream)
             self.real_tokens += sum(len(e["input_ids"]) for e in rows)  # host-side: no device sync
-            batch = self._to_device(self.collate(rows))
+            micro_batches.append(self._to_device(self.collate(rows)))
+        # The step's loss is the mean over all its labelled tokens, on every rank (as transformers'
+        # Trainer with num_items_in_batch): each micro-batch's mean is weighted by its share of
+        # the tokens, times world because DDP averages gradients over ranks. Shapes only: no sync.
+        counts = [b["label_positions"].numel() for b in micro_batches]
+        denom = float(max(1, sum(counts)))
+        if self.world > 1:
+            denom = torch.tensor(denom if sum(counts) else 0.0, device=self.device)
+            dist.all_reduce(denom)
+            denom = denom.clamp(min=1.0) / self.world
+        for micro, batch in enumerate(micro_batches):
             # Gradients are all-reduced only on the last micro-batch of a step.
             sync = self.world == 1 or micro == self.accum - 1
             with contextlib.nullcontext() if sync else self.ddp.no_sync():
-                loss = self.ddp(**batch) / self.accum
+                loss = self.ddp(**batch) * (counts[micro] / denom)
                 loss.backward()
             step_loss += loss.detach()
         norm = torch.nn.utils.clip_grad_norm_(self.params, 1.0)
