@@ -28,6 +28,9 @@ class JobScript:
     terminated_reason: str | None = None  # e.g. "OOMKilled" with exit_code
     exit_code: int = 0
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
+    # Set: after its log was read once, the master pod is replaced by one of the same name (as the
+    # Training Operator recreates a pod that exited with a retryable code) whose log is this.
+    recreated_log: str = ""
 
 
 @dataclass
@@ -39,6 +42,7 @@ class State:
     rollout_after_reads: int = 2
     status_reads: dict[str, int] = field(default_factory=dict)
     isvc_ready_after_reads: int = 2
+    master_log_reads: int = 0  # streamed (follow) reads of the master pod's log
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def calls(self, method: str, pattern: str) -> list[tuple[str, str, Any]]:
@@ -164,7 +168,8 @@ class Handler(RoutedHandler):
                 "jobset.sigs.k8s.io/jobset-name": job, "jobset.sigs.k8s.io/replicatedjob-name": "node",
                 "batch.kubernetes.io/job-completion-index": str(i)})
                 for i in range(obj["spec"]["trainer"].get("numNodes", 1))]
-        return [{"metadata": {"name": name, "namespace": ns, "labels": labels},
+        uid = "2" if js.recreated_log and self.state.master_log_reads else "1"
+        return [{"metadata": {"name": name, "namespace": ns, "labels": labels, "uid": f"{name}-{uid}"},
                  "status": {"phase": phase, "containerStatuses": [
                      {"name": container, "ready": False, "restartCount": 1 if js.terminated_reason else 0,
                       "image": "img", "imageID": "", "state": state}]}} for name, container, labels in pods]
@@ -177,7 +182,11 @@ class Handler(RoutedHandler):
         return 200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": pods}
 
     def _pod_log(self, method, ns, name, *, query, body):
-        log = self.state.job_script.master_log if "-master-" in name or name.endswith("-node-0-0") else ""
+        js, main = self.state.job_script, "-master-" in name or name.endswith("-node-0-0")
+        log = js.recreated_log if main and js.recreated_log and self.state.master_log_reads else js.master_log
+        log = log if main else ""
+        if main and "follow" in query:
+            self.state.master_log_reads += 1
         if "tailLines" in query:
             log = "\n".join(log.splitlines()[-int(query["tailLines"]):]) + "\n"
         return 200, log

@@ -505,3 +505,15 @@ def test_a_queued_job_is_not_a_stalled_one_fake_api():
         with pytest.raises(JobFailed, match="timed out after wait_timeout_s=1") as err:
             PyTorchJobLauncher(spec, api.configuration).run(ARGS, "ft-queued")
         assert "stalled" not in str(err.value)
+
+
+def test_a_master_pod_recreated_under_the_same_name_is_streamed_from_its_start_fake_api(capsys):
+    """The Training Operator replaces a pod that exited with a retryable code (ExitCode policy) by
+    a new pod of the same name and restart count 0: its log is new, none of it was shown yet."""
+    script = JobScript(conditions=["Created"] + ["Running"] * 40 + ["Succeeded"],
+                       master_log="step 1\nstep 2\nSIGTERM: exiting\n", recreated_log="resuming\nstep 3\nfinal\n")
+    with FakeKubeAPI(script) as api:
+        KubernetesLauncher(ClusterSpec(namespace="ml", poll_interval_s=0.01), api.configuration).run(ARGS, "ft-re")
+    out = capsys.readouterr().out
+    assert "SIGTERM: exiting" in out and "resuming" in out and "final" in out
+    assert out.count("step 1") == 1

@@ -295,8 +295,9 @@ def _stream_logs(core, namespace: str, selector: str, container: str, on_line: C
     """Follow the log of the pod matching `selector` (again after a restart) until `done`."""
     from kubernetes.client.exceptions import ApiException
 
-    # (pod, container restart count) -> lines already shown: a reconnect re-reads the same log from
-    # its start, while a restarted container writes a new one.
+    # (pod uid, container restart count) -> lines already shown: a reconnect re-reads the same log
+    # from its start, while a restarted container writes a new one, and so does a pod the operator
+    # recreated under the same name (ExitCode restarts), which the uid tells apart.
     seen: dict[tuple[str, int], int] = {}
     while not done.is_set():
         try:
@@ -306,7 +307,7 @@ def _stream_logs(core, namespace: str, selector: str, container: str, on_line: C
                 name = pod.metadata.name
                 restarts = max([cs.restart_count or 0 for cs in pod.status.container_statuses or []
                                 if cs.name == container] or [0])
-                key = (name, restarts)
+                key = (pod.metadata.uid or name, restarts)
                 if key not in seen:
                     print(f"--- log of pod {namespace}/{name}" + (f" (restart {restarts})" if restarts else "")
                           + " ---", flush=True)
