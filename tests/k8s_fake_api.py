@@ -63,6 +63,19 @@ ROUTES = [
 ]
 
 
+def _merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386: objects merge key by key, null deletes a key, anything else replaces."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = _merge_patch(out.get(k), v)
+    return out
+
+
 def _status(code: int, reason: str, message: str) -> dict:
     return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "reason": reason,
             "message": message}
@@ -118,6 +131,9 @@ class Handler(RoutedHandler):
             and self.state.job_script.conditions[-1] == "Succeeded"
 
     def _isvc(self, method, ns, name, *, query, body):
+        key = ("InferenceService", ns, name)
+        if method == "PATCH" and key in self.state.objects:  # the client sends a JSON merge patch (RFC 7386)
+            body = {"spec": _merge_patch(self.state.objects[key].get("spec") or {}, (body or {}).get("spec") or {})}
         code, out = self._crud("InferenceService", method, ns, name, body)
         if method == "GET" and code == 200:
             key = f"{name}@{out['metadata']['generation']}"  # a patch starts a new rollout

@@ -517,3 +517,22 @@ def test_a_master_pod_recreated_under_the_same_name_is_streamed_from_its_start_f
     out = capsys.readouterr().out
     assert "SIGTERM: exiting" in out and "resuming" in out and "final" in out
     assert out.count("step 1") == 1
+
+
+@pytest.mark.parametrize("first,then", [({}, {"adapters": {"a": "s3://b/adapters/a"}}),
+                                        ({"adapters": {"a": "s3://b/adapters/a"}}, {})],
+                         ids=["merged-then-adapters", "adapters-then-merged"])
+def test_kserve_redeploy_in_the_other_mode_leaves_one_storage_field_fake_api(first, then):
+    """The re-deploy is a JSON merge patch, which keeps keys it does not mention: the previous
+    deploy's storageUri / storageUris must be cleared, or KServe gets both."""
+    from kubernetes import client as k
+
+    from trainer.k8s import kserve
+
+    with FakeKubeAPI() as api:
+        custom = k.CustomObjectsApi(k.ApiClient(api.configuration))
+        kserve.apply(custom, kserve.build(kserve_spec(**first)), "ml")
+        assert kserve.apply(custom, kserve.build(kserve_spec(**then)), "ml") == "patched"
+        predictor = api.state.objects[("InferenceService", "ml", "tuned")]["spec"]["predictor"]
+        assert ("storageUris" in predictor) == bool(then) and ("storageUri" in predictor["model"]) == (not then)
+        validate(api.state.objects[("InferenceService", "ml", "tuned")])

@@ -107,9 +107,22 @@ def apply(custom, objects: list[dict], namespace: str) -> str:
         except ApiException as err:
             if err.status != 409:
                 raise
-            custom.patch_namespaced_custom_object(GROUP, version, namespace, plural, obj["metadata"]["name"], obj)
+            custom.patch_namespaced_custom_object(GROUP, version, namespace, plural, obj["metadata"]["name"],
+                                                  _clearing(obj))
             action = "patched"
     return action
+
+
+def _clearing(obj: dict) -> dict:
+    """The patch for `obj`: the client sends a JSON merge patch, which keeps every key it does not
+    name, so an InferenceService re-deployed in the other mode (merged model vs adapters) would
+    keep the old storageUri / storageUris beside the new one, or a placement it no longer has.
+    null removes them."""
+    if obj["kind"] != "InferenceService":
+        return obj
+    predictor = {"storageUris": None, "nodeSelector": None, "tolerations": None, **obj["spec"]["predictor"]}
+    predictor["model"] = {"storageUri": None, **predictor["model"]}
+    return {**obj, "spec": {**obj["spec"], "predictor": predictor}}
 
 
 def wait_ready(custom, name: str, namespace: str, timeout_s: float, poll_s: float = 5.0) -> str:
