@@ -33,6 +33,15 @@ def test_pick_by_eval_loss_prefers_lower_and_ties_go_to_the_first():
         pick(TRIALS, [m(0.3, 1.0)], "fc_accuracy", 0.0)
 
 
+def test_pick_by_accuracy_without_tool_call_rows_deploys_nothing_and_names_eval_loss():
+    # A text-only eval split: every trial's accuracy is 0 -> 0, so "the best" would be a tie.
+    text_only = [{**m(0.0, 1.0), "fc_rows": 0.0, "text_rows": 4.0}, {**m(0.0, 0.5), "fc_rows": 0.0, "text_rows": 4.0}]
+    picked = pick(TRIALS, text_only, "fc_accuracy", min_gain=-1.0)
+    assert not picked["deploy"] and "no tool-call rows (4 text rows)" in picked["reason"]
+    assert "select_metric=eval_loss" in picked["reason"]
+    assert pick(TRIALS, text_only, "eval_loss", min_gain=0.1)["best"] == 1
+
+
 def run_sweep(tmp_path, min_gain):
     return subprocess.run(
         [sys.executable, "-m", "pipelines.run_local", "--pipeline", "sweep", "--parallelism", "2",

@@ -29,6 +29,11 @@ def pick(trials: list[dict[str, Any]], metrics: list[dict[str, float]], select_m
              "tuned": metrics[i][f"tuned_{select_metric}"], "gain": gains[i]} for i in range(len(trials))]
     b = rows[best]
     desc = ", ".join(f"{k}={v}" for k, v in trials[best].items())
+    if select_metric == "fc_accuracy" and all(m.get("fc_rows", 1) == 0 for m in metrics):
+        # 0 -> 0 for every trial would "pick" trial 0 by a tie nobody meant.
+        reason = (f"not deployed: fc_accuracy measures nothing here, the eval split has no tool-call rows "
+                  f"({int(metrics[0].get('text_rows', 0))} text rows): run the sweep with select_metric=eval_loss")
+        return {"best": best, "deploy": False, "reason": reason, "rows": rows}
     if gains[best] >= min_gain:
         reason = (f"deploying trial {best} ({desc}): {select_metric} {b['base']:.4g} -> {b['tuned']:.4g}, "
                   f"gain {gains[best]:.4g} >= min_gain {min_gain}")
