@@ -24,6 +24,7 @@ class JobScript:
 
     conditions: list[str] = field(default_factory=lambda: ["Created", "Running", "Succeeded"])
     pod_phase: str = "Running"
+    pod_phases: list[str] = field(default_factory=list)  # set: one per pod listing (the last one sticks)
     master_log: str = "step 1 loss 2.0\nstep 2 loss 1.0\ndone\n"
     terminated_reason: str | None = None  # e.g. "OOMKilled" with exit_code
     exit_code: int = 0
@@ -43,6 +44,7 @@ class State:
     status_reads: dict[str, int] = field(default_factory=dict)
     isvc_ready_after_reads: int = 2
     master_log_reads: int = 0  # streamed (follow) reads of the master pod's log
+    pod_listings: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def calls(self, method: str, pattern: str) -> list[tuple[str, str, Any]]:
@@ -170,6 +172,8 @@ class Handler(RoutedHandler):
         js = self.state.job_script
         obj = self.state.objects[(kind, ns, job)]
         phase = "Succeeded" if self._finished(job) else js.pod_phase
+        if js.pod_phases and not self._finished(job):
+            phase = js.pod_phases[min(self.state.pod_listings, len(js.pod_phases) - 1)]
         state = {"running": {}} if not js.terminated_reason else {
             "terminated": {"reason": js.terminated_reason, "exitCode": js.exit_code}}
         if kind == "PyTorchJob":  # labels as the Training Operator sets them
@@ -191,6 +195,7 @@ class Handler(RoutedHandler):
                       "image": "img", "imageID": "", "state": state}]}} for name, container, labels in pods]
 
     def _pods(self, method, ns, name, *, query, body):
+        self.state.pod_listings += 1
         selector = dict(kv.split("=") for kv in query.get("labelSelector", "").split(",") if kv)
         pods = [p for (kind, pns, job) in list(self.state.objects) if kind in ("PyTorchJob", "TrainJob") and pns == ns
                 for p in self._job_pods(kind, ns, job)]

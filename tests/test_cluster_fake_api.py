@@ -536,3 +536,14 @@ def test_kserve_redeploy_in_the_other_mode_leaves_one_storage_field_fake_api(fir
         predictor = api.state.objects[("InferenceService", "ml", "tuned")]["spec"]["predictor"]
         assert ("storageUris" in predictor) == bool(then) and ("storageUri" in predictor["model"]) == (not then)
         validate(api.state.objects[("InferenceService", "ml", "tuned")])
+
+
+def test_a_restarted_pod_waiting_for_a_node_is_not_a_stall_fake_api():
+    """After a restart (preemption: the pod is recreated), time Pending for a node or an image is
+    not a stall, as before the first start: the watchdog restarts with the new pod's first line."""
+    script = JobScript(conditions=["Created"] + ["Running"] * 400 + ["Succeeded"],
+                       pod_phases=["Running"] * 2 + ["Pending"] * 150 + ["Running"],
+                       master_log="progress: step=3 stage=train\n")
+    with FakeKubeAPI(script) as api:
+        spec = ClusterSpec(namespace="ml", poll_interval_s=0.005, stall_timeout_s=0.3, cleanup="never")
+        PyTorchJobLauncher(spec, api.configuration).run(ARGS, "ft-preempted")

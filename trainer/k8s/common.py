@@ -267,8 +267,14 @@ def follow_job(status: Callable[[], str], core, namespace: str, pod_selector: st
                 dogs.append(Watchdog(spec.stall_timeout_s))
             dogs[0].feed(line)
 
+    def idle() -> None:
+        # No pod running (a restarted pod pending, queued, pulling): as before the first start, not
+        # a stall; the watchdog starts again with the next pod's first line.
+        with lock:
+            dogs.clear()
+
     reader = threading.Thread(target=_stream_logs, args=(core, namespace, pod_selector, container, feed, done,
-                                                         drained, spec.poll_interval_s), daemon=True)
+                                                         drained, spec.poll_interval_s, idle), daemon=True)
     reader.start()
     deadline = time.monotonic() + spec.wait_timeout_s if spec.wait_timeout_s else None
     try:
@@ -291,8 +297,10 @@ def follow_job(status: Callable[[], str], core, namespace: str, pod_selector: st
 
 
 def _stream_logs(core, namespace: str, selector: str, container: str, on_line: Callable[[str], None],
-                 done: threading.Event, drained: threading.Event, poll_s: float) -> None:
-    """Follow the log of the pod matching `selector` (again after a restart) until `done`."""
+                 done: threading.Event, drained: threading.Event, poll_s: float,
+                 on_idle: Callable[[], None] = lambda: None) -> None:
+    """Follow the log of the pod matching `selector` (again after a restart) until `done`;
+    `on_idle()` whenever none of them is running."""
     from kubernetes.client.exceptions import ApiException
 
     # (pod uid, container restart count) -> lines already shown: a reconnect re-reads the same log
@@ -303,6 +311,13 @@ def _stream_logs(core, namespace: str, selector: str, container: str, on_line: C
         try:
             pods = [p for p in core.list_namespaced_pod(namespace, label_selector=selector).items
                     if p.status and p.status.phase in ("Running", "Succeeded", "Failed")]
+            # A running pod first, else the newest: a failed pod that its Job replaced under a new
+            # name may still be listed, and its log has nothing more to say.
+            pods.sort(key=lambda p: (p.status.phase != "Running",
+                                     -(p.metadata.creation_timestamp.timestamp()
+                                       if p.metadata.creation_timestamp else 0)))
+            if not pods or pods[0].status.phase != "Running":
+                on_idle()
             for pod in pods[:1]:
                 name = pod.metadata.name
                 restarts = max([cs.restart_count or 0 for cs in pod.status.container_statuses or []
