@@ -185,6 +185,8 @@ def list_table(runs: list[dict[str, Any]]) -> str:
         ev = ms.get("evaluate") or ms.get("pick-best") or {}  # a sweep: the winner's numbers
         acc = (f"{ev['base_fc_accuracy']:.1%} -> {ev['tuned_fc_accuracy']:.1%}"
                if "tuned_fc_accuracy" in ev else "")
+        if ev.get("fc_rows", 1) == 0:  # no tool-call rows to score: 0% would read as a measurement
+            acc = "n/a (0 rows)"
         changed = ", ".join(f"{k}={_fmt(v)}" for k, v in r.get("changed", {}).items()) or "defaults"
         rows.append((r["id"], r.get("status", "?"), f"{r.get('elapsed_s', 0):.0f}s", acc,
                      r.get("summary") or changed))
@@ -236,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     with exit_on_user_error():
+        if args.last is not None and args.last < 1:
+            raise UserError(f"-n {args.last}: give how many of the latest runs to show, at least 1 (e.g. -n 2)")
         runs = load_runs(args.runs_dir)
         if not runs:
             raise UserError(f"no local runs under {args.runs_dir}: run python -m pipelines.run_local first")

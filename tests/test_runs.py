@@ -172,6 +172,20 @@ def test_two_runs_listed_and_compared_with_one_command(tmp_path, capsys):
     assert exit_info.value.code == 2 and "no local run no-such-run" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("n", ["0", "-3"])
+def test_compare_refuses_a_count_below_one(tmp_path, capsys, n):
+    with pytest.raises(SystemExit) as exit_info:
+        runs.main(["compare", "-n", n, "--runs-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith(f"error: -n {n}: ") and "at least 1" in err
+
+
+def test_list_shows_no_accuracy_for_runs_without_tool_call_rows():
+    run = {"id": "r1", "status": "succeeded", "elapsed_s": 5, "metrics": {"evaluate": {
+        "base_fc_accuracy": 0.0, "tuned_fc_accuracy": 0.0, "fc_rows": 0.0, "text_rows": 4.0}}}
+    assert "n/a (0 rows)" in runs.list_table([run]) and "0.0% -> 0.0%" not in runs.list_table([run])
+
+
 def test_tensorboard_events_of_this_run_are_copied_out_of_the_bucket(store, tmp_path):
     from torch.utils.tensorboard import SummaryWriter
 
