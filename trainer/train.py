@@ -303,7 +303,6 @@ class Recipe:
         """One optimizer step over `accum` micro-batches: (summed loss, gradient norm), both left
         on the device."""
         import torch
-
         import torch.distributed as dist
 
         step_loss = torch.zeros((), dtype=torch.float64, device=self.device)
@@ -318,7 +317,7 @@ class Recipe:
         counts = [b["label_positions"].numel() for b in micro_batches]
         denom = float(max(1, sum(counts)))
         if self.world > 1:
-            denom = torch.tensor(denom if sum(counts) else 0.0, device=self.device)
+            denom = torch.full((), denom if sum(counts) else 0.0, device=self.device)  # a fill: no host copy
             dist.all_reduce(denom)
             denom = denom.clamp(min=1.0) / self.world
         for micro, batch in enumerate(micro_batches):
