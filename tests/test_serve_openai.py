@@ -97,6 +97,17 @@ def test_trainer_serve_reports_every_bad_input_at_once(tmp_path, capsys):
         assert what in err
 
 
+@pytest.mark.parametrize("port", ["70000", "-1"])
+def test_trainer_serve_refuses_a_port_out_of_range(tmp_path, capsys, port):
+    from trainer.__main__ import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["serve", str(tmp_path / "missing"), "--port", port])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"port {port} is not a TCP port" in err and "no config.json" in err and "Traceback" not in err
+
+
 def test_adapter_vllm_cannot_load_is_refused_before_starting(tmp_path):
     from trainer.errors import UserError
 

@@ -210,7 +210,9 @@ def start(model_dir: str | Path, served_model_name: str, *, host: str = "127.0.0
     (VLLM_CPU_KVCACHE_SPACE, overridable), sized for small models on small machines.
     """
     lora_modules = dict(lora_modules or {})
-    if port and not _port_free(host, port):
+    if not 0 <= port <= 65535:  # bind() would raise OverflowError, a traceback
+        problems = [*problems, f"port {port} is not a TCP port; pick one in 1-65535 with --port"]
+    elif port and not _port_free(host, port):
         problems = [*problems, f"port {port} on {host} is in use (another server?); pick another with --port"]
     _check_dirs(Path(model_dir), lora_modules, problems)
     port = port or free_port()
@@ -413,7 +415,8 @@ def serve_forever(model_dir: Path, served_model_name: str = "", *, host: str = "
     print(f"vLLM log: {server.log_path}", flush=True)
     try:
         ready_s = wait_ready(server.url, server, timeout=ready_timeout)
-        print(f"serving {', '.join(server.names)} at http://{host}:{port}/v1 (ready in {ready_s:.0f}s; "
+        print(f"serving {', '.join(server.names)} at http://{host}:{server.url.rsplit(':', 1)[1]}/v1 "  # --port 0: the one picked
+              f"(ready in {ready_s:.0f}s; "
               "Ctrl-C stops)", flush=True)
         code = server.proc.wait()
         print(f"vLLM exited with status {code}; its log {server.log_path} ends with:\n{server.log_tail()}",
