@@ -415,8 +415,8 @@ def serve_forever(model_dir: Path, served_model_name: str = "", *, host: str = "
     print(f"vLLM log: {server.log_path}", flush=True)
     try:
         ready_s = wait_ready(server.url, server, timeout=ready_timeout)
-        print(f"serving {', '.join(server.names)} at http://{host}:{server.url.rsplit(':', 1)[1]}/v1 "  # --port 0: the one picked
-              f"(ready in {ready_s:.0f}s; "
+        port = int(server.url.rsplit(":", 1)[1])  # with --port 0, the one picked
+        print(f"serving {', '.join(server.names)} at http://{host}:{port}/v1 (ready in {ready_s:.0f}s; "
               "Ctrl-C stops)", flush=True)
         code = server.proc.wait()
         print(f"vLLM exited with status {code}; its log {server.log_path} ends with:\n{server.log_tail()}",
