@@ -262,6 +262,22 @@ def test_unreachable_s3_endpoint_is_refused_before_the_pipeline_starts(tmp_path,
     assert not root.exists() and not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("command, source, problem", [
+    ("deliver-dataset", lambda t: raw_file(t, LATIN1), "not UTF-8 text"),
+    ("deliver-model", lambda t: str(t / "nope"), "model path not found"),
+])
+def test_deliver_reports_the_source_and_missing_s3_settings_together(tmp_path, capsys, monkeypatch, command, source,
+                                                                    problem):
+    from trainer.__main__ import main
+
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID", raising=False)
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY", raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, source(tmp_path)])
+    err = _fails_cleanly(capsys, exit_info, "(2 problems)")
+    assert problem in err and "S3 credentials missing" in err
+
+
 CLUSTER = ["launcher=kubernetes", "deploy_backend=kubernetes", "model_source=Qwen/Qwen2.5-0.5B-Instruct",
            "lora_train_embeddings=false", "learning_rate=0.0002"]
 

@@ -165,9 +165,19 @@ def run(args: argparse.Namespace) -> None:
                                      loras=args.lora, log_path=args.log))
 
     from trainer import sources
+    from trainer.errors import UserError, collect
     from trainer.storage import Store
 
-    store = Store.from_env()
+    if args.command in ("deliver-model", "deliver-dataset"):
+        # A local source's problems and missing S3 settings in one message, not one per attempt.
+        problems = _local_source_problems(args.command.removeprefix("deliver-"), args.source)
+        try:
+            store = Store.from_env()
+        except UserError as err:
+            problems.append(str(err))
+        collect(problems, what=f"cannot {args.command} {args.source}")
+    else:
+        store = Store.from_env()
     if args.command in ("deliver-model", "deliver-dataset"):
         deliver = sources.deliver_model if args.command == "deliver-model" else sources.deliver_dataset
         uri, meta = deliver(args.source, args.revision, store)
@@ -184,6 +194,23 @@ def run(args: argparse.Namespace) -> None:
         from trainer.merge import merge
 
         print(merge(store.get_tree(args.model_uri), store.get_tree(args.adapter_uri), args.out))
+
+
+def _local_source_problems(what: str, source: str) -> list[str]:
+    """What is wrong with a source on this machine (cheap to check fully); [] for other kinds,
+    which deliver checks as it fetches them."""
+    from trainer import sources
+    from trainer.errors import UserError
+
+    try:
+        src = sources.parse(source, what)
+        if src.kind == "local" and what == "model":
+            return sources.model_dir_problems(src.ref)
+        if src.kind == "local":
+            sources.materialize_dataset(src, "")
+    except UserError as err:
+        return [str(err)]
+    return []
 
 
 if __name__ == "__main__":
