@@ -107,6 +107,7 @@ class Handler(RoutedHandler):
             obj["metadata"]["generation"] += 1
             return 200, obj
         if method == "DELETE":
+            s.job_reads.pop(key[2], None)  # a job created again under this name starts its lifecycle over
             return 200, s.objects.pop(key)
         return 405, _status(405, "MethodNotAllowed", method)
 

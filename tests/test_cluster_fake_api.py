@@ -140,6 +140,23 @@ def test_retried_task_attaches_to_existing_job_fake_api(capsys):
     assert "already exists; following it" in capsys.readouterr().out
 
 
+def test_retry_after_a_failed_job_starts_it_again_fake_api(capsys):
+    """KFP's Retry keeps the run id, so the job name: a kept Failed job must not be re-reported forever."""
+    with FakeKubeAPI(JobScript(conditions=["Created", "Failed"])) as api:
+        spec = ClusterSpec(namespace="ml", poll_interval_s=0.01, cleanup="on-success")
+        with pytest.raises(JobFailed):
+            KubernetesLauncher(spec, api.configuration).run(ARGS, "ft-retry")
+        assert not api.state.calls("DELETE", "pytorchjobs")  # kept for inspection
+        capsys.readouterr()
+        with pytest.raises(JobFailed):  # the new job runs its own (scripted, failing) lifecycle
+            KubernetesLauncher(spec, api.configuration).run(ARGS, "ft-retry")
+        assert len(api.state.calls("POST", "pytorchjobs")) == 3  # first, the 409, the new job
+        assert len(api.state.calls("DELETE", "pytorchjobs/ft-retry")) == 1
+    out = capsys.readouterr().out
+    assert "earlier attempt that failed; deleting it and starting again" in out
+    assert out.index("deleting it and starting again") < out.index("created PyTorchJob ml/ft-retry")
+
+
 def test_wait_timeout_is_a_parameter_fake_api():
     with FakeKubeAPI(JobScript(conditions=["Created"] * 100)) as api:
         with pytest.raises(JobFailed, match="timed out after wait_timeout_s=1") as err:
@@ -301,7 +318,7 @@ def test_trainjob_failure_report_and_retry_attaches_fake_api(capsys):
                                                               "x"]).build_trainjob("ft-tj", ARGS, spec))["spec"]}
         with pytest.raises(JobFailed) as err:
             TrainJobLauncher(spec, api.configuration).run(ARGS, "ft-tj")
-        assert not api.state.calls("DELETE", "trainjobs")
+        assert not api.state.calls("DELETE", "trainjobs")  # still running when found: followed, not replaced
     assert "already exists; following it" in capsys.readouterr().out  # a retried task attaches
     msg = str(err.value)
     assert "TrainJob ml/ft-tj failed" in msg

@@ -240,6 +240,34 @@ def failure_report(core, namespace: str, name: str, pod_selector: str, main_pod:
     return "\n".join(lines)
 
 
+def create_or_attach(kind: str, ref: str, create: Callable[[], None], exists: Callable[[Exception], bool],
+                     status: Callable[[], str], delete: Callable[[], None], gone: Callable[[], bool],
+                     timeout_s: float = 300.0, poll_s: float = 2.0) -> None:
+    """Create the job; a job of the same name (a retried KFP task: same run id) is followed,
+    unless it already failed: then it is deleted and created again, so that a Retry after a
+    failure trains (resuming from the run's last checkpoint) instead of re-reporting the old
+    failure forever."""
+    try:
+        create()
+        return
+    except Exception as err:  # noqa: BLE001 - the client's own error types differ; re-raised unless a 409
+        if not exists(err):
+            raise
+    if status() != "failed":
+        print(f"{kind} {ref} already exists; following it", flush=True)
+        return
+    print(f"{kind} {ref} exists from an earlier attempt that failed; deleting it and starting again "
+          f"(it resumes from the run's last checkpoint)", flush=True)
+    delete()
+    deadline = time.monotonic() + timeout_s
+    while not gone():
+        if time.monotonic() > deadline:
+            raise JobFailed(f"{kind} {ref} from the earlier failed attempt was not deleted within {timeout_s:.0f} s; "
+                            f"delete it (kubectl delete {kind.lower()} -n {ref.replace('/', ' ')}) and retry")
+        time.sleep(poll_s)
+    create()
+
+
 class _Stopped(Exception):
     """follow_job's verdict when the job did not succeed: 'failed', 'timed out' or a stall message."""
 

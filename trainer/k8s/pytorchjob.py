@@ -22,7 +22,8 @@ from typing import Any
 
 from trainer import settings
 from trainer.errors import collect
-from trainer.k8s.common import (ClusterSpec, JobFailed, _Stopped, accelerators, container_security, default_namespace,
+from trainer.k8s.common import (ClusterSpec, JobFailed, _Stopped, accelerators, container_security, create_or_attach,
+                                default_namespace,
                                 failure_report, follow_job, kube_config_errors, labels, pod_security, queue_labels,
                                 scheduling, secret_env)
 
@@ -121,15 +122,24 @@ class PyTorchJobLauncher:
         tc, namespace = self._client()
         job = build_pytorchjob(name, train_args, self.spec)
         job.metadata.namespace = namespace
-        try:
+        def create() -> None:
             tc.create_job(job=job, namespace=namespace)
             print(f"created PyTorchJob {namespace}/{name}: {self.spec.nodes} node(s) x "
                   f"{self.spec.procs_per_node} process(es)", flush=True)
-        except RuntimeError as err:
-            if "Conflict" not in str(err) and "409" not in str(err):
+
+        def gone() -> bool:
+            try:
+                tc.get_job(name, namespace=namespace)
+            except RuntimeError as err:  # TrainingClient wraps the ApiException
+                if getattr(err.__cause__, "status", None) == 404:
+                    return True
                 raise
-            # A retried KFP task (same run id) attaches to its job instead of starting another.
-            print(f"PyTorchJob {namespace}/{name} already exists; following it", flush=True)
+            return False
+
+        create_or_attach("PyTorchJob", f"{namespace}/{name}", create,
+                         lambda err: isinstance(err, RuntimeError) and ("Conflict" in str(err) or "409" in str(err)),
+                         lambda: _status(tc, name, namespace), lambda: tc.delete_job(name, namespace=namespace), gone,
+                         poll_s=self.spec.poll_interval_s)
         succeeded = deleted = False
         try:
             follow_job(lambda: _status(tc, name, namespace), tc.core_api, namespace,

@@ -34,6 +34,7 @@ from typing import Any
 from trainer import settings
 from trainer.errors import collect
 from trainer.k8s.common import (ClusterSpec, JobFailed, _Stopped, accelerators, api_client, container_security,
+                                create_or_attach,
                                 default_namespace, failure_report, follow_job, labels, pod_security, queue_labels,
                                 secret_env, to_dict)
 from trainer.k8s.pytorchjob import train_command, volume_shm
@@ -115,15 +116,25 @@ class TrainJobLauncher:
         namespace = self.spec.namespace or default_namespace()
         job = to_dict(build_trainjob(name, train_args, self.spec))
         job["metadata"]["namespace"] = namespace
-        try:
+        def create() -> None:
             custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, job)
             print(f"created TrainJob {namespace}/{name} on runtime {self.spec.training_runtime}: "
                   f"{self.spec.nodes} node(s) x {self.spec.procs_per_node} process(es)", flush=True)
-        except ApiException as err:
-            if err.status != 409:
+
+        def gone() -> bool:
+            try:
+                custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+            except ApiException as err:
+                if err.status == 404:
+                    return True
                 raise
-            # A retried KFP task (same run id) attaches to its job instead of starting another.
-            print(f"TrainJob {namespace}/{name} already exists; following it", flush=True)
+            return False
+
+        create_or_attach("TrainJob", f"{namespace}/{name}", create,
+                         lambda err: isinstance(err, ApiException) and err.status == 409,
+                         lambda: _status(custom, namespace, name),
+                         lambda: custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name),
+                         gone, poll_s=self.spec.poll_interval_s)
         succeeded = deleted = False
         pods = f"{JOBSET_LABEL}={name}"
         try:
