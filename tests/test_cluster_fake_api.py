@@ -564,3 +564,16 @@ def test_a_restarted_pod_waiting_for_a_node_is_not_a_stall_fake_api():
     with FakeKubeAPI(script) as api:
         spec = ClusterSpec(namespace="ml", poll_interval_s=0.005, stall_timeout_s=0.3, cleanup="never")
         PyTorchJobLauncher(spec, api.configuration).run(ARGS, "ft-preempted")
+
+
+def test_trainjob_retry_after_failure_starts_it_again_fake_api(capsys):
+    from trainer.k8s.trainjob import TrainJobLauncher
+
+    with FakeKubeAPI(JobScript(conditions=["Created", "Failed"])) as api:
+        spec = ClusterSpec(namespace="ml", poll_interval_s=0.01, cleanup="on-success")
+        for _ in range(2):
+            with pytest.raises(JobFailed):
+                TrainJobLauncher(spec, api.configuration).run(ARGS, "ft-tj-retry")
+        assert len(api.state.calls("POST", "trainjobs")) == 3
+        assert len(api.state.calls("DELETE", "trainjobs/ft-tj-retry")) == 1
+    assert "TrainJob ml/ft-tj-retry exists from an earlier attempt that failed" in capsys.readouterr().out
