@@ -116,3 +116,25 @@ def test_examples_report_states_counts_warnings_and_requests():
     assert "| Wake me at 7 | Done. | x | y |" in md
     page = markdown_html(md, "Evaluation of run X")
     assert "<title>Evaluation of run X</title>" in page and "<table>" in page and "<td>Wake me at 7</td>" in page
+
+
+def test_eval_loss_batches_fit_the_logits_budget(tiny_model_dir, monkeypatch):
+    """Rows per eval batch shrink with vocabulary x length (a 128k vocabulary would otherwise
+    need GBs of logits); the token-weighted loss is the same however the rows are batched."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trainer import data, evaluate as ev
+    from trainer.builtin_data import generate
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    examples = data.encode_all(generate(n_train=0, n_eval=10, seed=3)["eval"], tok, 512)[0]
+    whole = ev.eval_loss(model, examples, tok.pad_token_id)
+    sizes = []
+    real_collate = data.collate
+    monkeypatch.setattr(data, "collate", lambda rows, pad: sizes.append(len(rows)) or real_collate(rows, pad))
+    longest = max(len(e["input_ids"]) for e in examples)
+    monkeypatch.setattr(ev, "LOGITS_BUDGET", 4 * longest * model.config.vocab_size * 3)  # 3 rows' worth
+    assert ev.eval_loss(model, examples, tok.pad_token_id) == pytest.approx(whole, rel=1e-5)
+    assert sizes == [3, 3, 3, 1]

@@ -121,6 +121,9 @@ def score_outputs(rows: list[dict[str, Any]], outputs: list[str],
     }
 
 
+LOGITS_BUDGET = 1 << 30  # bytes of float32 logits per eval batch
+
+
 def eval_loss(model, examples: list[dict[str, list[int]]], pad_id: int, batch_size: int = 32) -> float:
     """Mean loss per assistant token over all examples (token-weighted, not batch-weighted)."""
     import torch
@@ -129,6 +132,11 @@ def eval_loss(model, examples: list[dict[str, list[int]]], pad_id: int, batch_si
         return 0.0
     device = next(model.parameters()).device
     total, count = 0.0, 0
+    # Full float32 logits are rows x length x vocab: with a 128k vocabulary 32 rows of 512 tokens
+    # would take 8 GB next to training's memory, so rows per batch follow LOGITS_BUDGET.
+    vocab = model.get_output_embeddings().weight.shape[0]
+    longest = max(len(e["input_ids"]) for e in examples)
+    batch_size = max(1, min(batch_size, LOGITS_BUDGET // (4 * longest * vocab)))
     with torch.no_grad():
         for i in range(0, len(examples), batch_size):
             batch = {k: v.to(device) for k, v in data.collate(examples[i:i + batch_size], pad_id).items()}
