@@ -278,6 +278,20 @@ def test_deliver_reports_the_source_and_missing_s3_settings_together(tmp_path, c
     assert problem in err and "S3 credentials missing" in err
 
 
+@pytest.mark.parametrize("argv, expected", [
+    (lambda t, m: [model_variant(t, m, lambda d: (d / "model.safetensors").unlink())], "has config.json but no weights"),
+    (lambda t, m: [model_variant(t, m, lambda d: (d / "config.json").write_text("{oops"))], "is not valid JSON"),
+    (lambda t, m: [str(m), "--served-model-name=-tuned"], "must be a non-empty name not starting with '-'"),
+], ids=["no-weights", "malformed-config", "option-like-name"])
+def test_serve_refuses_what_vllm_would_fail_on_before_starting_it(tmp_path, capsys, tiny_model_dir, argv, expected):
+    from trainer.__main__ import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["serve", *argv(tmp_path, tiny_model_dir), "--port", "70000"])  # refused too: nothing can start
+    err = _fails_cleanly(capsys, exit_info, expected)
+    assert "cannot serve (2 problems)" in err
+
+
 CLUSTER = ["launcher=kubernetes", "deploy_backend=kubernetes", "model_source=Qwen/Qwen2.5-0.5B-Instruct",
            "lora_train_embeddings=false", "learning_rate=0.0002"]
 

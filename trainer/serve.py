@@ -122,6 +122,10 @@ def _check_dirs(model_dir: Path, lora_modules: Mapping[str, str], problems: Sequ
     problems = list(problems)
     if not (Path(model_dir) / "config.json").exists():
         problems.append(f"{model_dir} is not a model directory (no config.json); pass a merged or base model")
+    else:  # weights missing or config.json broken: vLLM would fail after half a minute with a traceback
+        from trainer.sources import model_dir_problems
+
+        problems += model_dir_problems(model_dir, check_tokenizer=False)
     for name, path in lora_modules.items():
         cfg = Path(path) / "adapter_config.json"
         if not cfg.exists():
@@ -210,6 +214,9 @@ def start(model_dir: str | Path, served_model_name: str, *, host: str = "127.0.0
     (VLLM_CPU_KVCACHE_SPACE, overridable), sized for small models on small machines.
     """
     lora_modules = dict(lora_modules or {})
+    if not served_model_name.strip() or served_model_name.startswith("-"):  # vLLM would take it for an option
+        problems = [*problems, f"served model name {served_model_name!r} must be a non-empty name not starting "
+                               "with '-', e.g. --served-model-name my-model"]
     if not 0 <= port <= 65535:  # bind() would raise OverflowError, a traceback
         problems = [*problems, f"port {port} is not a TCP port; pick one in 1-65535 with --port"]
     elif port and not _port_free(host, port):
