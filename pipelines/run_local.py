@@ -183,6 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     with exit_on_user_error():
+        if args.parallelism < 1:
+            raise UserError(f"--parallelism {args.parallelism}: give how many sweep trials run at once, at least 1 "
+                            "(e.g. --parallelism 2)")
         from pipelines import sweep
         from trainer.errors import collect
         from trainer.validate import pipeline_problems, sweep_problems

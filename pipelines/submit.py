@@ -36,14 +36,23 @@ from pipelines.params import parse_params
 from trainer.errors import UserError, collect, exit_on_user_error
 
 
-def validate(params: dict[str, Any], recurring: str | None = None) -> None:
+def option_problems(args: argparse.Namespace) -> list[str]:
+    """The command's own options: KFP would refuse a blank name only after the upload."""
+    problems = [f"--{opt.replace('_', '-')} is empty: give a name, e.g. --{opt.replace('_', '-')} llm-finetune"
+                for opt in ("experiment", "run_name") if not getattr(args, opt).strip()]
+    if args.timeout <= 0:
+        problems.append(f"--timeout {args.timeout}: give the --wait limit in seconds, e.g. --timeout 86400")
+    return problems
+
+
+def validate(params: dict[str, Any], recurring: str | None = None, extra: list[str] | tuple = ()) -> None:
     """Every parameter with the rules of the validate-params step, plus what only a cluster
     refuses (local paths, launcher=local) and the --recurring schedule: all before anything
     is compiled, uploaded or contacted."""
     from trainer.k8s import rules
     from trainer.validate import on_cluster_problems, pipeline_problems
 
-    problems = pipeline_problems(params, check_local_files=False) + on_cluster_problems(params)
+    problems = [*extra] + pipeline_problems(params, check_local_files=False) + on_cluster_problems(params)
     if recurring is not None:
         problems += rules.cron(recurring, "--recurring")
     collect(problems, what="invalid pipeline parameters")
@@ -179,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with exit_on_user_error():
         params = parse_params(finetune_pipeline, args.param)
-        validate(params, args.recurring)
+        validate(params, args.recurring, option_problems(args))
         if args.dry_run:
             from trainer.__main__ import print_yaml
 

@@ -292,6 +292,25 @@ def test_serve_refuses_what_vllm_would_fail_on_before_starting_it(tmp_path, caps
     assert "cannot serve (2 problems)" in err
 
 
+def test_submit_options_are_checked_with_the_parameters(monkeypatch, capsys):
+    rendered = []
+    monkeypatch.setattr(submit, "dry_run_objects", lambda p: rendered.append(p) or [])
+    with pytest.raises(SystemExit) as exit_info:
+        submit.main(["--dry-run", "--experiment", "", "--run-name", " ", "--timeout", "-5", "--param", "nodes=0"])
+    err = _fails_cleanly(capsys, exit_info, "(5 problems)")
+    for needle in ("--experiment is empty", "--run-name is empty", "--timeout -5", "nodes must be >= 1",
+                   "launcher=local would train"):
+        assert needle in err
+    assert not rendered
+
+
+def test_sweep_parallelism_below_one_is_refused(tmp_path, capsys, no_s3):
+    with pytest.raises(SystemExit) as exit_info:
+        run_local.main(["--pipeline", "sweep", "--parallelism", "-2", "--pipeline-root", str(tmp_path / "r")])
+    _fails_cleanly(capsys, exit_info, "--parallelism -2: give how many sweep trials run at once, at least 1")
+    assert not no_s3 and not (tmp_path / "r").exists()
+
+
 CLUSTER = ["launcher=kubernetes", "deploy_backend=kubernetes", "model_source=Qwen/Qwen2.5-0.5B-Instruct",
            "lora_train_embeddings=false", "learning_rate=0.0002"]
 
