@@ -487,10 +487,14 @@ def test_validate_params_under_kfp_local_reads_trials_as_kfp_sends_them(tmp_path
     ("trainer", ["launch-k8s", "--launcher", "trainjob", "--model-uri", "s3://b/models/m", "--dataset-uri",
                  "s3://b/datasets/d", "--output-prefix", "runs/r"], "point KUBECONFIG"),
     ("trainer", ["deploy-k8s", "--name", "my-model", "--model-uri", "s3://b/models/m"], "add --dry-run"),
+    # the pod's fetch step reads only the bucket: a path here would fail inside the cluster
+    ("trainer", ["deploy-k8s", "--dry-run", "--name", "ok", "--model-uri", "/local/merged",
+                 "--adapter", "Bad_Name=s3://b/adapters/a"],
+     ["model_uri='/local/merged' must be an s3:// URI", "adapter name='Bad_Name' is not a valid"]),
     ("manifests", ["--namespace", "Bad_NS", "--pipeline-sa", "kubeflow:"], "must be namespace:name"),
 ], ids=["launch-k8s-namespace", "launch-k8s-nan-and-selector", "deploy-k8s-name-gpus", "deploy-k8s-live-bad",
         "deploy-k8s-kserve-live-bad", "launch-k8s-no-kubeconfig", "launch-k8s-trainjob-no-kubeconfig",
-        "deploy-k8s-no-kubeconfig", "manifests-namespace-sa"])
+        "deploy-k8s-no-kubeconfig", "deploy-k8s-local-model-uri", "manifests-namespace-sa"])
 def test_kubernetes_clis_refuse_before_rendering(capsys, monkeypatch, tmp_path, module, argv, expected):
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)

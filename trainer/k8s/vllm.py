@@ -47,10 +47,13 @@ class ServeSpec:
 
     def problems(self) -> list[str]:
         p = rules.served_model_name(self.name, "served_model_name")
+        if not str(self.model_uri).startswith("s3://"):  # the pod's fetch step reads the bucket only
+            p.append(f"model_uri={self.model_uri!r} must be an s3:// URI from deliver-model or merge, "
+                     "e.g. s3://llm-finetune/models/sha256-...")
         p += rules.non_negative_int(self.gpus, "serve_gpus")
         p += rules.non_negative_int(self.replicas, "replicas", 1)
         for name, uri in self.adapters.items():
-            p += rules.served_model_name(name, f"adapter name {name!r}")
+            p += rules.served_model_name(name, "adapter name")
             if not str(uri).startswith("s3://"):
                 p.append(f"adapter {name!r}: {uri!r} must be an s3:// URI (deliver it first)")
         if len(set(self.adapters) | {self.name}) != len(self.adapters) + 1:
