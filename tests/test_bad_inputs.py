@@ -440,6 +440,16 @@ def test_several_problems_are_reported_together(tmp_path, capsys, no_s3):
     assert "4 problems" in err and err.count("\n  - ") == 4
 
 
+def test_a_bad_datasets_rows_are_indented_under_it(tmp_path, capsys, no_s3):
+    path = rows(tmp_path, {**GOOD_ROW, "tools": "[]"})
+    with pytest.raises(SystemExit):
+        run_local.main(["--pipeline-root", str(tmp_path / "r"), "--param", f"dataset_source={path}",
+                        "--param", "lora_r=0"])
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[1].startswith(f"  - bad dataset {path} (1 problem):")
+    assert lines[2].startswith(f"    - {path}:11: 'tools' must be a list") and lines[3].startswith("  - lora_r")
+
+
 def test_utf8_bom_file_is_accepted(tmp_path, capsys, no_s3):
     """Editors save JSONL with a byte-order mark; it is valid UTF-8. Only the other problem shows."""
     path = raw_file(tmp_path, b"\xef\xbb\xbf" + (json.dumps(GOOD_ROW) + "\n").encode() * 12)

@@ -25,7 +25,8 @@ def collect(problems: Iterable[str], what: str = "invalid configuration") -> Non
     """
     problems = list(problems)
     if problems:
-        lines = "\n".join(f"  - {p}" for p in problems)
+        # A problem that is itself a list (a bad dataset's rows) is indented under its own line.
+        lines = "\n".join("  - " + str(p).replace("\n", "\n  ") for p in problems)
         raise UserError(f"{what} ({len(problems)} problem{'s' if len(problems) > 1 else ''}):\n{lines}")
 
 
