@@ -171,7 +171,7 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True) ->
     name = params["served_model_name"]
     if not name or not name.strip():
         problems.append("served_model_name is empty: give the name clients will ask for, e.g. 'llm-finetune'")
-    elif params["deploy_backend"] == "local" and (name.startswith("-") or len(name.split()) > 1 or name != name.strip()):
+    elif params["deploy_backend"] == "local" and (name.startswith("-") or name.split() != [name]):
         # vLLM would read a leading '-' as an option and fail at deploy, after training.
         problems.append(f"served_model_name={name!r} must not start with '-' or hold spaces (it is a name clients "
                         f"pass as `model`): e.g. {'-'.join(name.split()).strip('-') or 'llm-finetune'!r}")
