@@ -151,6 +151,8 @@ CASES = [
     ("cluster-cleanup", lambda t, m: ["launcher=kubernetes", "cleanup=sometimes"], "cleanup must be one of"),
     # non-finite floats (item 2)
     ("lr-inf", lambda t, m: ["learning_rate=inf"], "learning_rate='inf' is not a finite number"),
+    ("lr-huge", lambda t, m: ["learning_rate=1e308"], "learning_rate must be <= 1, got 1e+308; LoRA uses about 2e-4"),
+    ("steps-huge", lambda t, m: ["max_steps=100000000000"], "max_steps must be <= 100,000,000"),
     ("lr-nan", lambda t, m: ["learning_rate=nan"], "learning_rate='nan' is not a finite number"),
     ("dropout-minus-inf", lambda t, m: ["lora_dropout=-inf"], "give a real value, e.g. lora_dropout=0.0"),
     ("eval-fraction-nan", lambda t, m: ["eval_fraction=NaN"], "eval_fraction='NaN' is not a finite number"),
@@ -171,6 +173,7 @@ CASES = [
 ]
 
 SWEEP_CASES = [
+    ("negative-min-gain", ["min_gain=-0.5"], "min_gain must be >= 0, got -0.5"),
     ("trial-value-quoted", ['trials=[{"lora_r": "16", "lora_alpha": 32, "learning_rate": 0.001}]'],
      "trials[0].lora_r must be a whole number, got '16' (a string): write 16 without quotes"),
     ("trial-value-null", ['trials=[{"lora_r": 16, "lora_alpha": null, "learning_rate": 0.001}]'],

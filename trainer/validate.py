@@ -290,6 +290,9 @@ def sweep_problems(params: dict[str, Any], check_local_files: bool = True) -> li
     gain = params.get("min_gain", DEFAULTS["min_gain"])
     if p := value_problem("min_gain", gain, float):
         problems.append(p)
+    elif gain < 0:
+        problems.append(f"min_gain must be >= 0, got {gain}: a negative gain would deploy a trial worse than the "
+                        f"base model; 0 deploys any improvement")
     seen: set[str] = set()
     return [p for p in problems if not (p in seen or seen.add(p))]
 
