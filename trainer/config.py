@@ -81,9 +81,6 @@ class TrainConfig:
             p.append(f"lora_dropout must be in [0, 1), got {self.lora_dropout}")
         if self.learning_rate <= 0:
             p.append(f"learning_rate must be > 0, got {self.learning_rate}")
-        elif self.learning_rate > 1:  # AdamW diverges at once: a typo (2e4 for 2e-4) more than a choice
-            p.append(f"learning_rate must be <= 1, got {self.learning_rate}; LoRA uses about 2e-4, full "
-                     f"fine-tuning about 1e-5")
         if self.max_steps > MAX_STEPS:
             p.append(f"max_steps must be <= {MAX_STEPS:,}, got {self.max_steps:,}; fine-tunes take hundreds to "
                      f"a few hundred thousand steps")
