@@ -85,13 +85,14 @@ def lora_rank(adapter_dir: str | Path) -> int:
     return int(json.loads(cfg.read_text()).get("r", 0)) if cfg.exists() else 0
 
 
-def parse_loras(specs: Sequence[str]) -> tuple[dict[str, str], list[str]]:
-    """`name=path` strings (the CLI's --lora) -> ({name: path}, problems)."""
+def parse_loras(specs: Sequence[str], flag: str = "--lora",
+                form: str = "NAME=ADAPTER_DIR") -> tuple[dict[str, str], list[str]]:
+    """`name=path` strings (the CLI's --lora; deploy-k8s's --adapter) -> ({name: path}, problems)."""
     out, problems = {}, []
     for spec in specs:
         name, sep, path = spec.partition("=")
         if not sep or not name or not path:
-            problems.append(f"--lora expects NAME=ADAPTER_DIR, got {spec!r}")
+            problems.append(f"{flag} expects {form}, got {spec!r}")
         else:
             out[name] = path
     return out, problems

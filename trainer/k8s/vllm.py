@@ -231,13 +231,9 @@ def service_url(name: str, namespace: str) -> str:
 
 def parse_adapters(pairs: list[str]) -> dict[str, str]:
     """`NAME=s3://...` strings -> {name: uri}; every malformed one reported at once."""
-    out, problems = {}, []
-    for pair in pairs:
-        name, sep, uri = pair.partition("=")
-        if not sep or not name or not uri:
-            problems.append(f"adapter {pair!r} must be NAME=s3://bucket/adapters/..., e.g. trial-a=s3://...")
-        else:
-            out[name] = uri
+    from trainer.serve import parse_loras
+
+    out, problems = parse_loras(pairs, "--adapter", "NAME=s3://bucket/adapters/... (e.g. trial-a=s3://...)")
     collect(problems, what="invalid --adapter")
     return out
 
