@@ -22,7 +22,7 @@ def main() -> None:
     from datasets import Dataset
     from peft import LoraConfig, get_peft_model
     from transformers import (AutoModelForCausalLM, AutoTokenizer, DataCollatorForSeq2Seq, Trainer,
-                              TrainingArguments)
+                              TrainerCallback, TrainingArguments, default_data_collator)
 
     p = argparse.ArgumentParser()
     p.add_argument("model_dir")
@@ -56,15 +56,34 @@ def main() -> None:
                               per_device_train_batch_size=args.batch_size, learning_rate=3e-3, logging_steps=10,
                               save_strategy="no", report_to=[], use_cpu=not cuda, bf16=args.bf16,
                               dataloader_num_workers=0, disable_tqdm=True)
-    collator = None if fixed else DataCollatorForSeq2Seq(tok, padding="longest", label_pad_token_id=-100)
-    trainer = Trainer(model=model, args=targs, train_dataset=ds, data_collator=collator)
+    inner = default_data_collator if fixed else DataCollatorForSeq2Seq(tok, padding="longest", label_pad_token_id=-100)
+    seen = [0]  # real tokens collated so far (num_workers=0: collated just before their step)
+
+    def collator(features):
+        batch = inner(features)
+        seen[0] += int(batch["attention_mask"].sum())
+        return batch
+
+    class Half(TrainerCallback):
+        """Steady state: the second half of the steps, timed as the trainer's own figure is."""
+
+        def on_step_end(self, targs, state, control, **kwargs):
+            if state.global_step == args.steps // 2:
+                if cuda:
+                    torch.cuda.synchronize()
+                half.extend([time.perf_counter(), seen[0]])
+
+    half: list = []
+    trainer = Trainer(model=model, args=targs, train_dataset=ds, data_collator=collator, callbacks=[Half()])
     start = time.perf_counter()
     trainer.train()
-    seconds = time.perf_counter() - start
+    end = time.perf_counter()
+    seconds = end - start
     peak = (torch.cuda.max_memory_allocated() / 2**20 if cuda
             else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     json.dump({"tokens_per_second": real_tokens / seconds, "train_seconds": seconds, "real_tokens": real_tokens,
-               "padded_tokens": len(rows) * args.max_length if fixed else None, "peak_memory_mb": peak},
+               "padded_tokens": len(rows) * args.max_length if fixed else None, "peak_memory_mb": peak,
+               **({"steady_tokens_per_second": (seen[0] - half[1]) / (end - half[0])} if half else {})},
               open(args.out, "w"))
 
 

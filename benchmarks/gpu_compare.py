@@ -1,5 +1,5 @@
 """python -m benchmarks.gpu_compare [--steps 40] [--runs 2] [--batch-tokens 16384] [--shapes 1b,8b]
-       [--variants "default;compile=true;packing=flatten"] [--peak-tflops auto] [--json out.json]
+       [--variants "default;compile=true;packing=flatten;FINETUNE_LIGER=0"] [--peak-tflops auto] [--json out.json]
 
 This trainer vs the Hugging Face Trainer on one CUDA GPU, same process conditions, runs
 interleaved (ours, HF, ours, HF, ...) so that clock and thermal drift hit both alike:
@@ -11,7 +11,8 @@ interleaved (ours, HF, ours, HF, ...) so that clock and thermal drift hit both a
 - HF Trainer + peft (benchmarks/baseline_hf_trainer.py), each batch padded to its longest row,
   bf16, as many rows per step as hold `--batch-tokens` real tokens on average.
 
-Prints, with the GPU's name: real (non-pad) tokens/s (median of the runs), MFU, peak GPU memory,
+Prints, with the GPU's name: real (non-pad) tokens/s over the second half of each run's steps
+(after compilation and kernel JIT; median of the runs), MFU, peak GPU memory,
 and the ratio to HF. MFU = tokens/s x (6 x parameters + attention) / the GPU's dense bf16 peak,
 attention counted as 12 x layers x hidden x mean row length per token (as benchmarks.gpu_mfu).
 Every run is a separate process, so peak memory is each run's own. Needs CUDA: without it,
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -75,21 +77,32 @@ def mfu(tokens_per_second: float, shape: Shape, seq_len: float, peak_tflops: flo
     return tokens_per_second * shape.flops_per_token(seq_len) / (peak_tflops * 1e12)
 
 
-def parse_variants(text: str) -> dict[str, list[str]]:
-    """"default;compile=true packing=flatten" -> {name: trainer CLI args}; checks the field names."""
+def steady(result: dict) -> float:
+    """Tokens/s over the second half of a run's steps (after compilation and JIT warm-up)."""
+    return result.get("steady_tokens_per_second") or result["tokens_per_second"]
+
+
+def parse_variants(text: str) -> dict[str, tuple[list[str], dict[str, str]]]:
+    """"default;compile=true packing=flatten FINETUNE_LIGER=0" -> {name: (trainer CLI args,
+    environment)}: lower-case keys are TrainConfig fields, upper-case ones trainer.settings names."""
+    from trainer import settings
     from trainer.config import TrainConfig
 
     known = {f.replace("_", "-") for f in TrainConfig.__dataclass_fields__}
     out = {}
     for entry in filter(None, (e.strip() for e in text.split(";"))):
         pairs = [] if entry == "default" else entry.split()
-        args = []
+        args, env = [], {}
         for pair in pairs:
             key, sep, value = pair.partition("=")
-            if not sep or key.replace("_", "-") not in known:
-                raise SystemExit(f"--variants: {pair!r} is not FIELD=VALUE with a TrainConfig field")
-            args.append(f"--{key.replace('_', '-')}={value}")
-        out[entry] = args
+            if sep and key in settings._DEFAULTS:
+                env[key] = value
+            elif sep and key.replace("_", "-") in known:
+                args.append(f"--{key.replace('_', '-')}={value}")
+            else:
+                raise SystemExit(f"--variants: {pair!r} is not FIELD=VALUE with a TrainConfig field "
+                                 f"(or a trainer.settings name such as FINETUNE_LIGER=0)")
+        out[entry] = (args, env)
     return out
 
 
@@ -110,15 +123,54 @@ def build_model(shape: Shape, out: Path) -> Path:
     return out
 
 
-def run_ours(model_uri: str, data_uri: str, args, extra: list[str], tag: str) -> dict:
+def run_ours(model_uri: str, data_uri: str, args, extra: tuple[list[str], dict[str, str]], tag: str) -> dict:
     from trainer.storage import Store
 
+    extra_args, env = extra
     prefix = f"runs/compare-{tag}"
     subprocess.run([sys.executable, "-m", "trainer", "train", f"--model-uri={model_uri}", f"--dataset-uri={data_uri}",
                     f"--output-prefix={prefix}", f"--max-steps={args.steps}", f"--batch-tokens={args.batch_tokens}",
                     "--learning-rate=2e-4", "--max-seq-len=512", "--log-every=10", "--eval-every=100000",
-                    "--checkpoint-every=100000", *extra], check=True)
+                    "--checkpoint-every=100000", *extra_args], check=True, env={**os.environ, **env})
     return Store.from_env().get_json(f"{prefix}/result.json")["metrics"]
+
+
+KERNEL_KINDS = (  # (category, regex on CUDA kernel names), first match wins
+    ("attention", r"flash|fmha|attention|flex|sdpa|mha"),
+    ("matmul", r"gemm|cutlass|xmma|nvjet|cublas|matmul|mm_|wgmma"),
+    ("loss (cross-entropy)", r"cross_entropy|logsumexp|log_softmax|nll|liger_.*ce|_ce_"),
+    ("optimizer", r"adam|multi_tensor|foreach|l2norm|clip"),
+    ("fused (triton / inductor)", r"^triton|_kernel$"),
+    ("elementwise / norm / copies", r"."),
+)
+
+
+def profile_breakdown(trace: dict, steps: int) -> dict[str, float]:
+    """GPU kernel time per step (ms) by kind, from a torch.profiler Chrome trace."""
+    import re
+
+    out = {kind: 0.0 for kind, _ in KERNEL_KINDS}
+    for event in trace.get("traceEvents", []):
+        if event.get("cat") != "kernel":
+            continue
+        name = event.get("name", "").lower()
+        kind = next(k for k, pattern in KERNEL_KINDS if re.search(pattern, name))
+        out[kind] += event.get("dur", 0) / 1000 / steps
+    return out
+
+
+def run_profiled(model_uri: str, data_uri: str, args, extra, tag: str, steps: int = 3) -> dict[str, float]:
+    """One more run of a variant with torch.profiler on `steps` steps; its kernel time by kind."""
+    from trainer.storage import Store
+
+    extra_args, env = extra
+    prefix = f"runs/profile-{tag}"
+    subprocess.run([sys.executable, "-m", "trainer", "train", f"--model-uri={model_uri}", f"--dataset-uri={data_uri}",
+                    f"--output-prefix={prefix}", f"--max-steps={steps + 3}", f"--batch-tokens={args.batch_tokens}",
+                    "--learning-rate=2e-4", "--max-seq-len=512", "--eval-every=100000", "--checkpoint-every=100000",
+                    f"--profile-steps={steps}", *extra_args], check=True, env={**os.environ, **env},
+                   stdout=subprocess.DEVNULL)
+    return profile_breakdown(Store.from_env().get_json(f"{prefix}/profile/trace.json"), steps)
 
 
 def run_hf(model_dir: Path, train_jsonl: Path, args, rows_per_step: int, out: Path) -> dict:
@@ -137,6 +189,8 @@ def main() -> None:
     parser.add_argument("--variants", default="default", help='this trainer\'s variants, e.g. "default;compile=true"')
     parser.add_argument("--peak-tflops", default="auto", help="the GPU's dense bf16 TFLOPs (auto: known GPUs)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--profile", action="store_true",
+                        help="after the timed runs, profile each variant on the 1b shape: GPU time per step by kernel kind")
     args = parser.parse_args()
     variants = parse_variants(args.variants)
     shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
@@ -165,7 +219,7 @@ def main() -> None:
     store = Store.from_env()
     data_uri, _ = sources.deliver_dataset("builtin:function-calling", "", store)
     train_jsonl = store.get_tree(data_uri) / "train.jsonl"
-    rows, figures = [], []
+    rows, figures, profiles = [], [], {}
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for name in shapes:
@@ -186,9 +240,9 @@ def main() -> None:
                             run_hf(model_dir, train_jsonl, args, round(args.batch_tokens / mean_len),
                                    Path(tmp) / f"hf-{i}.json"))
                 hf = runs.get("HF Trainer, pad to longest, bf16")
-                hf_tps = median([r["tokens_per_second"] for r in hf]) if hf else None
+                hf_tps = median([steady(r) for r in hf]) if hf else None
                 for label, results in runs.items():
-                    tps = median([r["tokens_per_second"] for r in results])
+                    tps = median([steady(r) for r in results])
                     mem = max(r["peak_memory_mb"] for r in results) / 1024
                     fig = {"shape": name, "trainer": label if label.startswith("HF") else f"this trainer ({label})",
                            "tokens_per_second": tps, "mfu": mfu(tps, shape, mean_len, peak), "peak_memory_gb": mem,
@@ -196,6 +250,11 @@ def main() -> None:
                     figures.append(fig)
                     rows.append((name, fig["trainer"], f"{tps:,.0f}", f"{fig['mfu']:.1%}", f"{mem:.1f}",
                                  f"{fig['vs_hf']:.2f}x" if fig["vs_hf"] else ""))
+                print(table(rows, ("shape", "trainer", "real tokens/s", "MFU (6N + attn)", "peak GB", "vs HF")),
+                      flush=True)  # so far: the profiling runs below take minutes
+                if args.profile and name == "1b":
+                    profiles.update({v: run_profiled(model_uri, data_uri, args, extra, f"{name}-{k}")
+                                for k, (v, extra) in enumerate(variants.items())})
                 store.delete_prefix(model_uri.split("/", 3)[3])  # moto keeps objects in memory
                 shutil.rmtree(model_dir)
     finally:
@@ -203,8 +262,13 @@ def main() -> None:
     print(f"\n{gpu}, {args.steps} steps, {args.batch_tokens} tokens per micro-batch, median of {args.runs} "
           f"interleaved run(s), peak {peak:g} TFLOPs bf16")
     print(table(rows, ("shape", "trainer", "real tokens/s", "MFU (6N + attn)", "peak GB", "vs HF")))
+    if profiles:
+        kinds = [k for k, _ in KERNEL_KINDS]
+        print(f"\nGPU kernel time per step (ms), 1b shape, torch.profiler over 3 steps after warm-up")
+        print(table([(v, *(f"{p[k]:.1f}" for k in kinds), f"{sum(p.values()):.1f}") for v, p in profiles.items()],
+                    ("variant", *kinds, "total")))
     if args.json:
-        args.json.write_text(json.dumps({"gpu": gpu, "figures": figures}, indent=1))
+        args.json.write_text(json.dumps({"gpu": gpu, "figures": figures, "profiles": profiles}, indent=1))
 
 
 if __name__ == "__main__":

@@ -32,10 +32,12 @@ def test_mfu_counts_six_flops_per_parameter_plus_attention():
 
 
 def test_variants_become_trainer_arguments_and_typos_are_refused():
-    assert parse_variants("default; compile=true packing=flatten") == {
-        "default": [], "compile=true packing=flatten": ["--compile=true", "--packing=flatten"]}
-    with pytest.raises(SystemExit, match="not FIELD=VALUE"):
-        parse_variants("compiel=true")
+    assert parse_variants("default; compile=true packing=flatten;FINETUNE_LIGER=0") == {
+        "default": ([], {}), "compile=true packing=flatten": (["--compile=true", "--packing=flatten"], {}),
+        "FINETUNE_LIGER=0": ([], {"FINETUNE_LIGER": "0"})}
+    for typo in ("compiel=true", "FINETUNE_LIGRE=0", "compile"):
+        with pytest.raises(SystemExit, match="not FIELD=VALUE"):
+            parse_variants(typo)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown where CUDA is absent")

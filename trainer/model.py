@@ -12,7 +12,9 @@ Choices, and why:
   `chunked_cross_entropy`), so a 128k vocabulary costs [chunk, vocab] of memory, not
   [tokens, vocab]. Heads this cannot reproduce exactly (softcapping, scaled or LoRA-wrapped
   heads) use the model's own loss.
-- Liger's RMSNorm / SwiGLU / RoPE kernels are patched in on CUDA when installed.
+- Liger's RMSNorm / SwiGLU / RoPE kernels are patched in on CUDA when installed, unless the
+  layers are compiled (inductor fuses the same elementwise work, and Liger's Triton calls would
+  break the compiled graph).
 - Compile: regional (each decoder layer, which share one compiled graph), dynamic shapes for
   padded batches (a new length does not recompile), static for packed ones (one shape).
 """
@@ -34,7 +36,10 @@ def flash_attention_available() -> bool:
 
 
 def liger_available(device) -> bool:
-    return device.type == "cuda" and importlib.util.find_spec("liger_kernel") is not None
+    from trainer import settings
+
+    return (device.type == "cuda" and settings.get("FINETUNE_LIGER") != "0"
+            and importlib.util.find_spec("liger_kernel") is not None)
 
 
 def plan_packing(cfg: TrainConfig, device) -> tuple[bool, str | None, int]:
@@ -60,7 +65,7 @@ def build_model(cfg: TrainConfig, model_dir: Path, device, attn: str | None = No
     dtype = torch.bfloat16 if device.type == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, **(
         {"attn_implementation": attn} if attn else {})).to(device)
-    if liger_available(device):
+    if liger_available(device) and not cfg.compile:  # compiled layers: inductor fuses these itself
         _apply_liger(model)
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

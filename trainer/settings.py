@@ -33,6 +33,9 @@ _DEFAULTS = {
     "CONFIG_MAP_NAME": "llm-finetune-config",
     # Local cache of content-addressed downloads; safe to share between runs because a
     # prefix's content never changes.
+    # "0" keeps Liger Kernel's fused kernels out even where liger-kernel is installed on CUDA
+    # (to compare with and without them, or to rule them out when debugging).
+    "FINETUNE_LIGER": "auto",
     "FINETUNE_CACHE_DIR": os.path.join(os.path.expanduser("~"), ".cache", "llm-finetune"),
 }
 

@@ -265,8 +265,15 @@ class Recipe:
         self.ddp.train()
         self.say("train", self.done)
         self.start = last_say = time.perf_counter()
+        # Steady-state throughput is timed over the second half of the steps, once kernels are
+        # compiled / JIT-ed and the allocator is warm: one device sync, there.
+        self.half_step, self.half = self.done + max(1, (cfg.max_steps - self.done) // 2), None
         for step in range(self.done + 1, cfg.max_steps + 1):
             step_loss, norm = self._step()
+            if step == self.half_step and step < cfg.max_steps:
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                self.half = (time.perf_counter(), self.real_tokens)
             bad |= ~torch.isfinite(step_loss) | ~torch.isfinite(norm)
             self.window_loss += step_loss
             self.window_n += 1
@@ -427,13 +434,13 @@ class Recipe:
             "restarts": self.restarts, "train_seconds": self.seconds_before + time.perf_counter() - self.start})
 
     def _profiler(self):
-        """With profile_steps > 0: a torch.profiler trace of that many steps after one warm-up step."""
+        """With profile_steps > 0: a torch.profiler trace of that many steps after two warm-up steps."""
         if not self.cfg.profile_steps:
             return None
         from torch.profiler import ProfilerActivity, profile, schedule
 
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
-        prof = profile(activities=activities, schedule=schedule(wait=0, warmup=1, active=self.cfg.profile_steps,
+        prof = profile(activities=activities, schedule=schedule(wait=1, warmup=1, active=self.cfg.profile_steps,
                                                                 repeat=1), record_shapes=True)
         prof.start()
         return prof
@@ -467,7 +474,10 @@ class Recipe:
         tokens = torch.tensor(self.real_tokens, device=self.device)
         if self.world > 1:
             dist.all_reduce(tokens)
-        total = int(tokens.item()) + self.tokens_before
+        total = int(tokens.item()) + self.tokens_before  # .item(): the device is done here
+        steady = None
+        if getattr(self, "half", None):
+            steady = (self.real_tokens - self.half[1]) * self.world / (time.perf_counter() - self.half[0])
         result: dict[str, Any] = {}
         self.say("cleanup: saving the result", cfg.max_steps)
         if self.rank == MASTER:
@@ -484,7 +494,8 @@ class Recipe:
                             "restarts": float(self.restarts), "checkpoint_bytes": float(self.ckpt.last_bytes),
                             "checkpoint_upload_seconds": float(self.ckpt.last_upload_s or 0.0),
                             "grad_accum": float(self.accum), "peak_memory_mb": _peak_memory_mb(self.device),
-                            "perplexity": math.exp(min(final, 50.0))},
+                            "perplexity": math.exp(min(final, 50.0)),
+                            **({"steady_tokens_per_second": steady} if steady else {})},
                 "history": self.history, "config": cfg.asdict(),
                 "tensorboard_uri": self.store.uri(f"{cfg.output_prefix}/tensorboard"),
             }

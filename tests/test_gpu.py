@@ -1,0 +1,90 @@
+"""CUDA-only checks of what CPU cannot exercise: Liger's fused kernels give the same loss and
+gradients as the plain path, packed rows under flex attention equal rows alone on the GPU, and
+compiled layers (inductor) do not recompile per batch length. Run on a GPU machine:
+`pytest tests/test_gpu.py`; where CUDA is absent (CI) they are skipped, since what they check
+only exists on CUDA (the CPU equivalents are in test_model.py)."""
+
+import importlib.util
+
+import pytest
+import torch
+
+from trainer import builtin_data, data
+from trainer.batching import collate, collate_packed
+from trainer.config import TrainConfig
+from trainer.model import LossModel, build_model, compile_layers, decoder_layers
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA-only kernels; CPU versions in test_model.py")
+CUDA = torch.device("cuda")
+
+
+def rows(tokenizer, n=6):
+    return [data.encode(r, tokenizer, 512) for r in builtin_data.generate(n, 1, seed=3)["train"]]
+
+
+def lora_model(tiny_model_dir, monkeypatch, liger: bool, attn=None):
+    monkeypatch.setenv("FINETUNE_LIGER", "auto" if liger else "0")
+    torch.manual_seed(0)
+    model = build_model(TrainConfig(lora_dropout=0.0), tiny_model_dir, CUDA, attn)
+    for n, p in model.named_parameters():  # LoRA B starts at zero: make the adapters matter
+        if "lora_B" in n:
+            torch.nn.init.normal_(p, std=0.05)
+    return model, LossModel(model, CUDA)
+
+
+def on_cuda(batch):
+    return {k: v.to(CUDA) for k, v in batch.items()}
+
+
+def test_chunked_loss_on_cuda_matches_the_models_own_loss(tiny_model_dir, tokenizer, monkeypatch):
+    model, loss_model = lora_model(tiny_model_dir, monkeypatch, liger=False)
+    batch = on_cuda(collate(rows(tokenizer), tokenizer.pad_token_id))
+    ours, ref = loss_model(**batch), model(**batch, use_cache=False).loss
+    torch.testing.assert_close(ours.float(), ref.float(), atol=2e-2, rtol=1e-2)
+
+
+def test_packed_rows_under_flex_attention_equal_rows_alone_on_cuda(tiny_model_dir, tokenizer, monkeypatch):
+    model, loss_model = lora_model(tiny_model_dir, monkeypatch, liger=False, attn="flex_attention")
+    with torch.no_grad():  # make attention matter, so cross-row leakage would show in the loss
+        for layer in decoder_layers(model):
+            layer.self_attn.o_proj.base_layer.weight.mul_(20)
+        examples = rows(tokenizer, 5)
+        total, count = 0.0, 0
+        for e in examples:
+            b = on_cuda(collate([e], tokenizer.pad_token_id))
+            n = int((b["labels"][0, 1:] != -100).sum())
+            total, count = total + loss_model(**b).float().item() * n, count + n
+        packed = loss_model(**on_cuda(collate_packed(examples, total=1024, pad_id=tokenizer.pad_token_id)))
+    assert abs(packed.float().item() - total / count) < 2e-2 * max(1.0, total / count)
+
+
+def test_inductor_compiled_layers_do_not_recompile_per_length(tiny_model_dir, monkeypatch):
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    model, loss_model = lora_model(tiny_model_dir, monkeypatch, liger=False)
+    assert compile_layers(model, dynamic=True) == len(decoder_layers(model))
+    vocab = model.config.vocab_size
+    for n_rows, width in [(4, 64), (8, 128), (2, 192), (5, 256), (3, 64), (6, 384), (1, 512), (7, 192)]:
+        ids = torch.randint(0, vocab, (n_rows, width), device=CUDA)
+        loss_model(input_ids=ids, labels=ids, attention_mask=torch.ones_like(ids)).backward()
+    assert 1 <= counters["frames"]["ok"] <= 4, dict(counters["frames"])
+    assert counters["stats"]["unique_graphs"] <= 4
+
+
+# Last in the file: Liger patches transformers' Llama module functions (RoPE) process-wide.
+@pytest.mark.skipif(importlib.util.find_spec("liger_kernel") is None, reason="liger-kernel is not installed")
+def test_liger_kernels_give_the_plain_paths_loss_and_gradients(tiny_model_dir, tokenizer, monkeypatch):
+    batch = on_cuda(collate(rows(tokenizer), tokenizer.pad_token_id))
+    results = []
+    for liger in (False, True):
+        model, loss_model = lora_model(tiny_model_dir, monkeypatch, liger)
+        assert loss_model.fused == ("liger" if liger else "chunked")
+        params = [p for p in model.parameters() if p.requires_grad]
+        loss = loss_model(**batch)
+        results.append((loss.float(), [g.float() for g in torch.autograd.grad(loss, params)]))
+    (plain, g_plain), (fused, g_fused) = results
+    torch.testing.assert_close(fused, plain, atol=2e-2, rtol=1e-2)  # bf16 weights: bf16 tolerances
+    for a, b in zip(g_fused, g_plain):
+        torch.testing.assert_close(a, b, atol=2e-2, rtol=5e-2)
