@@ -14,7 +14,8 @@ interleaved (ours, HF, ours, HF, ...) so that clock and thermal drift hit both a
 Prints, with the GPU's name: real (non-pad) tokens/s over the second half of each run's steps
 (after compilation and kernel JIT; median of the runs), MFU, peak GPU memory,
 and the ratio to HF. MFU = tokens/s x (6 x parameters + attention) / the GPU's dense bf16 peak,
-attention counted as 12 x layers x hidden x mean row length per token (as benchmarks.gpu_mfu).
+attention counted as 12 x layers x hidden x mean row length per token (the PaLM convention;
+LoRA skips the frozen weights' gradients, so the hardware does about 2/3 of the 6N work).
 Every run is a separate process, so peak memory is each run's own. Needs CUDA: without it,
 exits with a message.
 """
@@ -31,7 +32,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.gpu_mfu import PEAK_BF16_TFLOPS
+# Dense bf16 tensor-core peaks (TFLOP/s, no sparsity) from the vendors' data sheets; SXM parts.
+PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "H800": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0}
 
 
 @dataclass(frozen=True)
@@ -123,15 +125,21 @@ def build_model(shape: Shape, out: Path) -> Path:
     return out
 
 
+def _train(model_uri: str, data_uri: str, prefix: str, steps: int, batch_tokens: int,
+           extra: tuple[list[str], dict[str, str]], *more: str, **run) -> None:
+    """One `python -m trainer train` process (its own peak memory), the variant's args and env."""
+    extra_args, env = extra
+    subprocess.run([sys.executable, "-m", "trainer", "train", f"--model-uri={model_uri}", f"--dataset-uri={data_uri}",
+                    f"--output-prefix={prefix}", f"--max-steps={steps}", f"--batch-tokens={batch_tokens}",
+                    "--learning-rate=2e-4", "--max-seq-len=512", "--log-every=10", "--eval-every=100000",
+                    "--checkpoint-every=100000", *more, *extra_args], check=True, env={**os.environ, **env}, **run)
+
+
 def run_ours(model_uri: str, data_uri: str, args, extra: tuple[list[str], dict[str, str]], tag: str) -> dict:
     from trainer.storage import Store
 
-    extra_args, env = extra
     prefix = f"runs/compare-{tag}"
-    subprocess.run([sys.executable, "-m", "trainer", "train", f"--model-uri={model_uri}", f"--dataset-uri={data_uri}",
-                    f"--output-prefix={prefix}", f"--max-steps={args.steps}", f"--batch-tokens={args.batch_tokens}",
-                    "--learning-rate=2e-4", "--max-seq-len=512", "--log-every=10", "--eval-every=100000",
-                    "--checkpoint-every=100000", *extra_args], check=True, env={**os.environ, **env})
+    _train(model_uri, data_uri, prefix, args.steps, args.batch_tokens, extra)
     return Store.from_env().get_json(f"{prefix}/result.json")["metrics"]
 
 
@@ -163,13 +171,9 @@ def run_profiled(model_uri: str, data_uri: str, args, extra, tag: str, steps: in
     """One more run of a variant with torch.profiler on `steps` steps; its kernel time by kind."""
     from trainer.storage import Store
 
-    extra_args, env = extra
     prefix = f"runs/profile-{tag}"
-    subprocess.run([sys.executable, "-m", "trainer", "train", f"--model-uri={model_uri}", f"--dataset-uri={data_uri}",
-                    f"--output-prefix={prefix}", f"--max-steps={steps + 3}", f"--batch-tokens={args.batch_tokens}",
-                    "--learning-rate=2e-4", "--max-seq-len=512", "--eval-every=100000", "--checkpoint-every=100000",
-                    f"--profile-steps={steps}", *extra_args], check=True, env={**os.environ, **env},
-                   stdout=subprocess.DEVNULL)
+    _train(model_uri, data_uri, prefix, steps + 3, args.batch_tokens, extra, f"--profile-steps={steps}",
+           stdout=subprocess.DEVNULL)
     return profile_breakdown(Store.from_env().get_json(f"{prefix}/profile/trace.json"), steps)
 
 

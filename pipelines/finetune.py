@@ -163,7 +163,8 @@ def finetune_pipeline(
         gradient_checkpointing: Recompute activations in the backward pass: less GPU memory, about 30% more compute.
             true for long sequences or large models.
         compile: torch.compile each decoder layer (dynamic shapes, so new batch lengths do not recompile); the first
-            steps are slower while it compiles. false unless measured on your GPU.
+            step compiles (108 s for a 1B model on an H100) and it was not faster than eager there (README
+            Performance). false unless measured on your GPU.
         max_seq_len: Longest row in tokens; longer rows are skipped and counted. 2048-4096 for chat data; at most the
             model's context length.
         seed: Random seed for the data split, shuffling and initialisation, 0 to 4294967295.

@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 
-from benchmarks.gpu_compare import SHAPES, Shape, mfu, parse_variants
+from benchmarks.gpu_compare import SHAPES, Shape, mfu, parse_variants, profile_breakdown, steady
 
 
 def test_shapes_have_the_published_parameter_counts():
@@ -46,3 +46,24 @@ def test_without_cuda_it_exits_with_a_message_not_a_traceback():
                           text=True, timeout=120)
     assert proc.returncode != 0
     assert "gpu_compare needs a CUDA GPU" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_profile_breakdown_sums_kernel_time_per_step_by_kind():
+    trace = {"traceEvents": [
+        {"cat": "kernel", "name": "sm90_xmma_gemm_bf16bf16_bf16f32", "dur": 3000},
+        {"cat": "kernel", "name": "nvjet_tst_128x256", "dur": 1000},
+        {"cat": "kernel", "name": "pytorch_flash::flash_fwd_kernel", "dur": 600},
+        {"cat": "kernel", "name": "triton_poi_fused_add_mul_0", "dur": 400},
+        {"cat": "kernel", "name": "void at::native::vectorized_elementwise_kernel<4>", "dur": 200},
+        {"cat": "kernel", "name": "multi_tensor_apply_kernel<FusedAdamMathFunctor>", "dur": 100},
+        {"cat": "cpu_op", "name": "aten::mm", "dur": 99999},  # host-side: not GPU time
+    ]}
+    got = profile_breakdown(trace, steps=2)
+    assert got["matmul"] == 2.0 and got["attention"] == 0.3 and got["fused (triton / inductor)"] == 0.2
+    assert got["elementwise / norm / copies"] == 0.1 and got["optimizer"] == 0.05
+    assert sum(got.values()) == pytest.approx(2.65)
+
+
+def test_throughput_is_the_steady_state_figure_when_a_run_has_one():
+    assert steady({"tokens_per_second": 100.0, "steady_tokens_per_second": 150.0}) == 150.0
+    assert steady({"tokens_per_second": 100.0}) == 100.0  # runs of one step: no second half

@@ -33,6 +33,8 @@ def test_two_node_lora_run_learns_and_reports(delivered, store):
     m = result["metrics"]
     assert m["world_size"] == 2 and m["train_steps"] == 40
     assert m["train_tokens"] > 40 * 4 * 2 * 50  # both ranks' real tokens (rows are ~100 tokens)
+    # timed over steps 21..40 only, on both ranks' tokens: same order as the whole-run figure
+    assert 0.5 * m["tokens_per_second"] < m["steady_tokens_per_second"] < 20 * m["tokens_per_second"]
     losses = [h["loss"] for h in result["history"] if "loss" in h]
     assert losses[-1] < losses[0] * 0.5, losses
     adapter = store.get_tree(result["output_uri"])

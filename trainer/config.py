@@ -45,7 +45,8 @@ class TrainConfig:
     tokens_per_step: int = 0  # > 0: accumulate micro-batches to about this many tokens per optimizer step
     gradient_checkpointing: bool = False  # less activation memory, ~30% more compute
     # torch.compile the decoder layers (dynamic shapes for padded batches, one shape for packed
-    # ones); slower for the first steps while it compiles. Needs a C compiler on CPU.
+    # ones); the first step compiles (108 s for a 1B model on an H100, where it was not measured
+    # faster than eager: README Performance). Needs a C compiler on CPU.
     compile: bool = False
     profile_steps: int = 0  # > 0: torch.profiler trace of that many steps, to <output_prefix>/profile/
     max_seq_len: int = 512  # longer rows are skipped and counted (skipped_long_rows)
