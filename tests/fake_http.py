@@ -55,6 +55,9 @@ class RoutedHandler(BaseHTTPRequestHandler):
     def do_PATCH(self):
         self.dispatch("PATCH")
 
+    def do_PUT(self):
+        self.dispatch("PUT")
+
     def do_DELETE(self):
         self.dispatch("DELETE")
 

@@ -6,10 +6,17 @@ polling loops are all exercised. It keeps objects in memory, records every reque
 plays a scripted lifecycle for PyTorchJobs and TrainJobs (conditions revealed one per GET,
 with pods labelled as the Training Operator / JobSet label them), Deployments (rolled out
 after a number of status reads) and InferenceServices (Ready after a number of reads).
+
+Writes behave as the API server's do where our code depends on it: every write bumps
+metadata.resourceVersion; PUT replaces the object and answers 409 when the resourceVersion it
+carries is not the stored one; PATCH merges (RFC 7386 for merge patches; a strategic merge patch
+as well, except that the fake replaces lists the real server would merge by key, so what
+survives a patch here survives it there too); generation moves only when the spec changes.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +39,9 @@ class JobScript:
     # Set: after its log was read once, the master pod is replaced by one of the same name (as the
     # Training Operator recreates a pod that exited with a retryable code) whose log is this.
     recreated_log: str = ""
+    # Set: the first streamed read of the master's log ends cleanly after this many bytes, as the API
+    # server ends a stream whose upstream (kubelet, node) broke: possibly in the middle of a line.
+    first_read_cut_at: int = 0
 
 
 @dataclass
@@ -45,6 +55,8 @@ class State:
     isvc_ready_after_reads: int = 2
     master_log_reads: int = 0  # streamed (follow) reads of the master pod's log
     pod_listings: int = 0
+    resource_version: int = 0  # the last one handed out (the API server's etcd revision)
+    writes_after_read: int = 0  # set: each of the next N GETs of an object is followed by someone else's write
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def calls(self, method: str, pattern: str) -> list[tuple[str, str, Any]]:
@@ -78,6 +90,16 @@ def _merge_patch(target: Any, patch: Any) -> Any:
     return out
 
 
+def _changed(old: dict, new: dict) -> dict:
+    """Server-owned metadata carried from `old` into `new`, a new resourceVersion, and generation + 1
+    when the spec changed (as apps/v1 and custom resources count generations)."""
+    meta = new.setdefault("metadata", {})
+    for k in ("namespace", "uid", "creationTimestamp"):
+        meta[k] = old["metadata"].get(k)
+    meta["generation"] = old["metadata"]["generation"] + (new.get("spec") != old.get("spec"))
+    return new
+
+
 def _status(code: int, reason: str, message: str) -> dict:
     return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "reason": reason,
             "message": message}
@@ -91,21 +113,51 @@ class Handler(RoutedHandler):
     def _crud(self, kind: str, method: str, ns: str, name: str | None, body: Any):
         s = self.state
         key = (kind, ns, name or (body or {}).get("metadata", {}).get("name"))
+        if method in ("POST", "PUT", "PATCH"):
+            s.resource_version += 1
         if method == "POST":
             if key in s.objects:
                 return 409, _status(409, "AlreadyExists", f'{kind} "{key[2]}" already exists')
-            body.setdefault("metadata", {}).update(namespace=ns, generation=1, uid=f"uid-{key[2]}")
+            body.setdefault("metadata", {}).update(namespace=ns, generation=1, uid=f"uid-{key[2]}",
+                                                   resourceVersion=str(s.resource_version))
+            if kind == "Service":  # allocated once; immutable afterwards
+                body["spec"]["clusterIP"] = "10.96.0.42"
             s.objects[key] = body
             return 201, body
         if key not in s.objects:
             return 404, _status(404, "NotFound", f'{kind} "{key[2]}" not found')
+        obj = s.objects[key]
         if method == "GET":
-            return 200, s.objects[key]
-        if method == "PATCH":
-            obj = s.objects[key]
-            obj["spec"] = body.get("spec", obj.get("spec"))
-            obj["metadata"]["generation"] += 1
+            if s.writes_after_read:  # someone else writes it right after this read
+                s.writes_after_read -= 1
+                s.resource_version += 1
+                out, obj["metadata"]["resourceVersion"] = json.loads(json.dumps(obj)), str(s.resource_version)
+                return 200, out
             return 200, obj
+        if method == "PUT":
+            sent = (body.get("metadata") or {}).get("resourceVersion")
+            if not sent:  # custom resources refuse an unconditional update; we ask it of every kind
+                return 422, _status(422, "Invalid", "metadata.resourceVersion: Invalid value: 0x0: "
+                                                    "must be specified for an update")
+            if sent != obj["metadata"]["resourceVersion"]:
+                return 409, _status(409, "Conflict", f'Operation cannot be fulfilled on {kind} "{key[2]}": the '
+                                    "object has been modified; please apply your changes to the latest version "
+                                    "and try again")
+            if kind == "Service" and body["spec"].get("clusterIP", obj["spec"]["clusterIP"]) != obj["spec"]["clusterIP"]:
+                return 422, _status(422, "Invalid", "spec.clusterIP: Invalid value: field is immutable")
+            new = _changed(obj, body)
+            if kind == "Service":
+                new["spec"].setdefault("clusterIP", obj["spec"]["clusterIP"])
+        elif method == "PATCH":
+            kind_of_patch = self.headers.get("Content-Type", "")
+            if kind_of_patch not in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
+                return 415, _status(415, "UnsupportedMediaType", f"the body of the request was in an unknown "
+                                    f"format - accepted media types include: merge-patch, strategic-merge-patch")
+            new = _changed(obj, _merge_patch(obj, body))
+        if method in ("PUT", "PATCH"):
+            new["metadata"]["resourceVersion"] = str(s.resource_version)
+            s.objects[key] = new
+            return 200, new
         if method == "DELETE":
             s.job_reads.pop(key[2], None)  # a job created again under this name starts its lifecycle over
             return 200, s.objects.pop(key)
@@ -134,9 +186,6 @@ class Handler(RoutedHandler):
             and self.state.job_script.conditions[-1] == "Succeeded"
 
     def _isvc(self, method, ns, name, *, query, body):
-        key = ("InferenceService", ns, name)
-        if method == "PATCH" and key in self.state.objects:  # the client sends a JSON merge patch (RFC 7386)
-            body = {"spec": _merge_patch(self.state.objects[key].get("spec") or {}, (body or {}).get("spec") or {})}
         code, out = self._crud("InferenceService", method, ns, name, body)
         if method == "GET" and code == 200:
             key = f"{name}@{out['metadata']['generation']}"  # a patch starts a new rollout
@@ -209,6 +258,8 @@ class Handler(RoutedHandler):
         log = log if main else ""
         if main and "follow" in query:
             self.state.master_log_reads += 1
+            if js.first_read_cut_at and self.state.master_log_reads == 1:
+                log = log.encode()[:js.first_read_cut_at].decode()
         if "tailLines" in query:
             log = "\n".join(log.splitlines()[-int(query["tailLines"]):]) + "\n"
         return 200, log

@@ -188,7 +188,7 @@ def test_vllm_objects_are_valid_and_probe_readiness_on_models():
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
 
 
-def test_redeploy_patches_instead_of_failing_fake_api():
+def test_redeploy_replaces_instead_of_failing_fake_api():
     from kubernetes import client as k
 
     with FakeKubeAPI() as api:
@@ -198,7 +198,7 @@ def test_redeploy_patches_instead_of_failing_fake_api():
         assert cluster_serve.apply(apps, core, d, s, "ml") == "created"
         d2, s2 = cluster_serve.build(cluster_serve.ServeSpec(name="tuned", model_uri="s3://b/models/sha256-new",
                                                              cluster=ClusterSpec(namespace="ml")))
-        assert cluster_serve.apply(apps, core, d2, s2, "ml") == "patched"
+        assert cluster_serve.apply(apps, core, d2, s2, "ml") == "replaced"
         stored = api.state.objects[("Deployment", "ml", "tuned")]
         assert stored["metadata"]["generation"] == 2
         assert stored["spec"]["template"]["metadata"]["annotations"]["llm-finetune/model-uri"].endswith("sha256-new")
@@ -433,7 +433,7 @@ def test_kserve_objects_are_valid_and_share_vllm_flags():
     assert isvc["spec"]["predictor"]["serviceAccountName"] == kserve.SERVICE_ACCOUNT
 
 
-def test_kserve_create_ready_smoke_and_patch_on_redeploy_fake_api(monkeypatch):
+def test_kserve_create_ready_smoke_and_replace_on_redeploy_fake_api(monkeypatch):
     from kubernetes import client as k
 
     from trainer.k8s import kserve
@@ -455,7 +455,7 @@ def test_kserve_create_ready_smoke_and_patch_on_redeploy_fake_api(monkeypatch):
         custom = k.CustomObjectsApi(k.ApiClient(api.configuration))
         again = kserve.apply(custom, kserve.build(cluster_serve.ServeSpec(
             name="tuned", model_uri="s3://b/models/sha256-new", cluster=ClusterSpec(namespace="ml"))), "ml")
-        assert again == "patched" and api.state.calls("PATCH", "inferenceservices/tuned")
+        assert again == "replaced" and api.state.calls("PUT", "inferenceservices/tuned")
         stored = api.state.objects[("InferenceService", "ml", "tuned")]
         assert stored["metadata"]["generation"] == 2
         assert stored["spec"]["predictor"]["model"]["storageUri"].endswith("sha256-new")
@@ -540,8 +540,8 @@ def test_a_master_pod_recreated_under_the_same_name_is_streamed_from_its_start_f
                                         ({"adapters": {"a": "s3://b/adapters/a"}}, {})],
                          ids=["merged-then-adapters", "adapters-then-merged"])
 def test_kserve_redeploy_in_the_other_mode_leaves_one_storage_field_fake_api(first, then):
-    """The re-deploy is a JSON merge patch, which keeps keys it does not mention: the previous
-    deploy's storageUri / storageUris must be cleared, or KServe gets both."""
+    """A JSON merge patch would keep keys the new render does not mention: the previous deploy's
+    storageUri / storageUris must be gone, or KServe gets both."""
     from kubernetes import client as k
 
     from trainer.k8s import kserve
@@ -549,7 +549,7 @@ def test_kserve_redeploy_in_the_other_mode_leaves_one_storage_field_fake_api(fir
     with FakeKubeAPI() as api:
         custom = k.CustomObjectsApi(k.ApiClient(api.configuration))
         kserve.apply(custom, kserve.build(kserve_spec(**first)), "ml")
-        assert kserve.apply(custom, kserve.build(kserve_spec(**then)), "ml") == "patched"
+        assert kserve.apply(custom, kserve.build(kserve_spec(**then)), "ml") == "replaced"
         predictor = api.state.objects[("InferenceService", "ml", "tuned")]["spec"]["predictor"]
         assert ("storageUris" in predictor) == bool(then) and ("storageUri" in predictor["model"]) == (not then)
         validate(api.state.objects[("InferenceService", "ml", "tuned")])
@@ -577,3 +577,115 @@ def test_trainjob_retry_after_failure_starts_it_again_fake_api(capsys):
         assert len(api.state.calls("POST", "trainjobs")) == 3
         assert len(api.state.calls("DELETE", "trainjobs/ft-tj-retry")) == 1
     assert "TrainJob ml/ft-tj-retry exists from an earlier attempt that failed" in capsys.readouterr().out
+
+
+def test_redeploy_leaves_the_deployment_exactly_as_rendered_fake_api():
+    """A patch (the client sends a strategic merge patch) keeps what the new render no longer has:
+    the old node selector key, toleration and accelerator resource would send the re-deployed
+    server to the old nodes, or nowhere. The stored Deployment must be the new render."""
+    from kubernetes import client as k
+
+    with FakeKubeAPI() as api:
+        c = k.ApiClient(api.configuration)
+        apps, core = k.AppsV1Api(c), k.CoreV1Api(c)
+        first = serve_spec(node_selector={"a": "x", "b": "y"},
+                           tolerations=[{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}])
+        assert cluster_serve.apply(apps, core, *cluster_serve.build(first), "ml") == "created"
+        d, s = cluster_serve.build(serve_spec(node_selector={"a": "z"}, accelerator_resource="amd.com/gpu"))
+        assert cluster_serve.apply(apps, core, d, s, "ml") == "replaced"
+        stored = api.state.objects[("Deployment", "ml", "tuned")]
+        pod = stored["spec"]["template"]["spec"]
+        assert pod["nodeSelector"] == {"a": "z"} and "tolerations" not in pod
+        assert set(pod["containers"][0]["resources"]["limits"]) == {"memory", "amd.com/gpu"}
+        assert stored["spec"] == to_dict(d)["spec"] and stored["metadata"]["generation"] == 2
+        assert api.state.objects[("Service", "ml", "tuned")]["spec"]["clusterIP"] == "10.96.0.42"  # kept
+        cluster_serve.apply(apps, core, d, s, "ml")  # the same render again: no new rollout
+        assert api.state.objects[("Deployment", "ml", "tuned")]["metadata"]["generation"] == 2
+
+
+def test_redeploy_reads_again_once_when_the_deployment_changed_under_it_fake_api():
+    """The replace carries the resourceVersion it read: a write in between (the deployment controller,
+    another deploy) gives 409, and one more read-and-replace follows; a second conflict is reported."""
+    from kubernetes import client as k
+
+    with FakeKubeAPI() as api:
+        c = k.ApiClient(api.configuration)
+        apps, core = k.AppsV1Api(c), k.CoreV1Api(c)
+        cluster_serve.apply(apps, core, *cluster_serve.build(serve_spec()), "ml")
+        api.state.writes_after_read = 1
+        d, s = cluster_serve.build(serve_spec(node_selector={"pool": "a100"}))
+        assert cluster_serve.apply(apps, core, d, s, "ml") == "replaced"
+        assert len(api.state.calls("PUT", "deployments/tuned")) == 2  # 409, then the replace on a fresh read
+        assert api.state.objects[("Deployment", "ml", "tuned")]["spec"]["template"]["spec"]["nodeSelector"] == {
+            "pool": "a100"}
+        api.state.writes_after_read = 2
+        with pytest.raises(UserError, match="changed while being replaced.*deploy again"):
+            cluster_serve.apply(apps, core, *cluster_serve.build(serve_spec()), "ml")
+
+
+def test_the_service_depends_on_the_name_only_so_a_patch_keeps_it_exact():
+    """The Service is patched, not replaced (a PUT would have to carry the allocated clusterIP, and
+    would drop what others add to it, e.g. a mesh's annotations): exact only because no setting
+    but the name and namespace changes its render, which this pins."""
+    other = cluster_serve.ServeSpec(name="tuned", model_uri="s3://b/models/other", gpus=2, replicas=3,
+                                    adapters={"a": "s3://b/adapters/a"}, cluster=ClusterSpec(
+                                        namespace="ml", node_selector={"a": "b"}, queue="q",
+                                        accelerator_resource="amd.com/gpu"))
+    assert to_dict(cluster_serve.build(other)[1]) == to_dict(cluster_serve.build(serve_spec())[1])
+
+
+def test_kserve_redeploy_leaves_the_inference_service_exactly_as_rendered_fake_api():
+    """KServe's objects go through a JSON merge patch, which merges maps key by key: the old node
+    selector key and accelerator resource would survive a re-deploy just as in a Deployment."""
+    from kubernetes import client as k
+
+    from trainer.k8s import kserve
+
+    def spec(**kw):
+        return cluster_serve.ServeSpec(name="tuned", model_uri="s3://b/models/sha256-abc",
+                                       cluster=ClusterSpec(namespace="ml", **kw))
+
+    with FakeKubeAPI() as api:
+        custom = k.CustomObjectsApi(k.ApiClient(api.configuration))
+        kserve.apply(custom, kserve.build(spec(node_selector={"a": "x", "b": "y"}, queue="q")), "ml")
+        objects = kserve.build(spec(node_selector={"a": "z"}, accelerator_resource="amd.com/gpu"))
+        assert kserve.apply(custom, objects, "ml") == "replaced"
+        stored = api.state.objects[("InferenceService", "ml", "tuned")]
+        assert stored["spec"] == objects[1]["spec"] and stored["metadata"]["labels"] == objects[1]["metadata"]["labels"]
+        assert api.state.objects[("ServingRuntime", "ml", kserve.RUNTIME_NAME)]["spec"] == objects[0]["spec"]
+        validate(stored)
+
+
+def test_a_log_stream_cut_mid_line_loses_and_repeats_nothing_fake_api(capsys):
+    """The API server ends a log stream cleanly when its upstream breaks, possibly mid-line; the
+    reconnect reads the log from its start. Only complete lines count as shown."""
+    script = JobScript(conditions=["Created"] + ["Running"] * 40 + ["Succeeded"],
+                       master_log="step 1\nstep 2 loss 1.0\nstep 3\n", first_read_cut_at=len("step 1\nstep 2 lo"))
+    with FakeKubeAPI(script) as api:
+        KubernetesLauncher(ClusterSpec(namespace="ml", poll_interval_s=0.01), api.configuration).run(ARGS, "ft-cut")
+        assert api.state.master_log_reads >= 2
+    shown = [line for line in capsys.readouterr().out.splitlines() if line.startswith("step")]
+    assert shown == ["step 1", "step 2 loss 1.0", "step 3"]
+
+
+def test_a_finished_pods_unterminated_last_line_is_shown_once_fake_api(capsys):
+    """A last line without a newline is complete only when the pod has finished: shown then, once."""
+    script = JobScript(conditions=["Created"] + ["Running"] * 40 + ["Succeeded"],
+                       master_log="step 1\nsaved to s3://b/runs/r1")
+    with FakeKubeAPI(script) as api:
+        KubernetesLauncher(ClusterSpec(namespace="ml", poll_interval_s=0.01), api.configuration).run(ARGS, "ft-eof")
+        assert api.state.master_log_reads >= 3  # re-read while running, then finished, then again
+    out = capsys.readouterr().out.splitlines()
+    assert [line for line in out if line.startswith(("step", "saved"))] == ["step 1", "saved to s3://b/runs/r1"]
+
+
+def test_a_finished_pods_log_cut_mid_line_shows_the_rest_after_the_reconnect_fake_api(capsys):
+    """A finished pod's log that ends mid-line was shown to that point as its last line; when a
+    later read has more, the rest follows: nothing twice, nothing lost."""
+    script = JobScript(conditions=["Created"] + ["Running"] * 40 + ["Succeeded"], pod_phase="Succeeded",
+                       master_log="step 1\nstep 2 loss 1.0\nstep 3\n", first_read_cut_at=len("step 1\nstep 2 lo"))
+    with FakeKubeAPI(script) as api:
+        KubernetesLauncher(ClusterSpec(namespace="ml", poll_interval_s=0.01), api.configuration).run(ARGS, "ft-cut2")
+    out = capsys.readouterr().out.splitlines()
+    start = out.index("step 1")
+    assert out[start:start + 4] == ["step 1", "step 2 lo", "ss 1.0", "step 3"]

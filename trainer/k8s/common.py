@@ -161,6 +161,33 @@ def to_dict(obj) -> dict[str, Any]:
     return ApiClient().sanitize_for_serialization(obj)
 
 
+def replace(read: Callable[[], Any], put: Callable[[dict], Any], obj: Any, ref: str) -> None:
+    """Make an existing object exactly `obj`: a PUT, not a patch. A patch (strategic merge for
+    built-in kinds, JSON merge for custom resources) merges maps key by key and keeps every key
+    the new render no longer has: the previous deploy's node selector keys, tolerations, env vars,
+    accelerator resource or queue label would stay, and the pods go to the wrong nodes or none.
+
+    The PUT carries the resourceVersion just read, so the API server refuses (409) to overwrite a
+    write that came in between (a controller, another deploy); then read and replace once more.
+    Finalizers that controllers added are kept: dropping one would skip its cleanup.
+    """
+    from kubernetes.client.exceptions import ApiException
+
+    body = to_dict(obj)
+    for _ in range(2):
+        meta = to_dict(read())["metadata"]
+        body = {**body, "metadata": {**body["metadata"], "resourceVersion": meta["resourceVersion"],
+                                     **({"finalizers": meta["finalizers"]} if meta.get("finalizers") else {})}}
+        try:
+            put(body)
+            return
+        except ApiException as err:
+            if err.status != 409:
+                raise
+    raise UserError(f"{ref} changed while being replaced, twice (is another deploy of the same name running?); "
+                    "deploy again when it has finished")
+
+
 def default_namespace() -> str:
     """The namespace this pod runs in, else the kubeconfig context's, else `default`."""
     from kubeflow.training.utils import utils
@@ -331,10 +358,13 @@ def _stream_logs(core, namespace: str, selector: str, container: str, on_line: C
     `on_idle()` whenever none of them is running."""
     from kubernetes.client.exceptions import ApiException
 
-    # (pod uid, container restart count) -> lines already shown: a reconnect re-reads the same log
-    # from its start, while a restarted container writes a new one, and so does a pod the operator
-    # recreated under the same name (ExitCode restarts), which the uid tells apart.
-    seen: dict[tuple[str, int], int] = {}
+    # (pod uid, container restart count) -> (complete lines shown, the start of the next line shown
+    # as a finished pod's last one): a reconnect re-reads the same log from its start, while a
+    # restarted container writes a new one, and so does a pod the operator recreated under the same
+    # name (ExitCode restarts), which the uid tells apart. Only complete lines count: the API server
+    # ends a stream cleanly when its upstream breaks, possibly mid-line, and the reconnect reads that
+    # line whole. An unterminated last line is complete only when the pod has finished.
+    seen: dict[tuple[str, int], tuple[int, str]] = {}
     while not done.is_set():
         try:
             pods = [p for p in core.list_namespaced_pod(namespace, label_selector=selector).items
@@ -356,13 +386,18 @@ def _stream_logs(core, namespace: str, selector: str, container: str, on_line: C
                           + " ---", flush=True)
                 resp = core.read_namespaced_pod_log(name, namespace, container=container, follow=True,
                                                     _preload_content=False)
-                for i, raw in enumerate(_lines(resp)):
-                    if i >= seen.get(key, 0):
-                        on_line(raw)
-                        seen[key] = i + 1
+                finished = pod.status.phase in ("Succeeded", "Failed")
+                for i, (line, complete) in enumerate(_lines(resp)):
+                    count, partial = seen.get(key, (0, ""))
+                    if i >= count and (complete or finished):
+                        # A line whose start was shown as a finished pod's last line: only its rest.
+                        rest = line[len(partial):] if partial and line.startswith(partial) else line
+                        if rest or not partial:
+                            on_line(rest)
+                        seen[key] = (i + 1, "") if complete else (count, line)
                     if done.is_set():
                         return
-                if pod.status.phase in ("Succeeded", "Failed"):
+                if finished:
                     drained.set()  # a finished pod's log was read to its end
         except ApiException as err:
             if err.status not in (400, 404):  # 400: container not started yet
@@ -372,13 +407,14 @@ def _stream_logs(core, namespace: str, selector: str, container: str, on_line: C
         done.wait(poll_s)
 
 
-def _lines(resp):
-    """Lines of a streamed HTTP response (urllib3), as they arrive."""
+def _lines(resp) -> Iterator[tuple[str, bool]]:
+    """(line, complete) of a streamed HTTP response (urllib3), as they arrive; the last one is
+    incomplete (no newline yet) when the stream ended mid-line."""
     buf = b""
     for chunk in resp.stream(amt=4096, decode_content=True):
         buf += chunk
         *lines, buf = buf.split(b"\n")
         for line in lines:
-            yield line.decode("utf-8", "replace")
+            yield line.decode("utf-8", "replace"), True
     if buf:
-        yield buf.decode("utf-8", "replace")
+        yield buf.decode("utf-8", "replace"), False

@@ -10,9 +10,10 @@ per deploy (tensor parallelism, LoRA adapters), the accelerator resource and pla
 KServe's storage initializer downloads `storageUri` (s3://) into /mnt/models, with the S3
 credentials of the ServiceAccount `llm-finetune-kserve`, whose Secret carries KServe's S3
 annotations (rendered by pipelines.manifests). Adapters side by side use `storageUris`, one
-mount per adapter. Re-deploying patches both objects; the service is ready when the
-InferenceService says Ready and its predictor answers /v1/models, then the same OpenAI smoke
-test as every other backend runs.
+mount per adapter. Re-deploying replaces both objects (common.replace: exactly the new render,
+nothing of the previous deploy's storage fields or placement kept); the service is ready when
+the InferenceService says Ready and its predictor answers /v1/models, then the same OpenAI
+smoke test as every other backend runs.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 
 from trainer.errors import UserError, collect
 from trainer.k8s.common import (RUN_AS_USER, accelerators, api_client, container_security, default_namespace,
-                                labels as app_labels, pod_security, queue_labels, to_dict)
+                                labels as app_labels, pod_security, queue_labels, replace, to_dict)
 from trainer.k8s.vllm import ServeSpec, image, smoke_all, split_args
 
 GROUP = "serving.kserve.io"
@@ -95,7 +96,7 @@ def build(spec: ServeSpec) -> list[dict]:
 
 
 def apply(custom, objects: list[dict], namespace: str) -> str:
-    """Create each object, or patch it when it exists. Returns 'created' or 'patched' (the InferenceService)."""
+    """Create each object, or replace it when it exists. Returns 'created' or 'replaced' (the InferenceService)."""
     from kubernetes.client.exceptions import ApiException
 
     action = "created"
@@ -107,22 +108,15 @@ def apply(custom, objects: list[dict], namespace: str) -> str:
         except ApiException as err:
             if err.status != 409:
                 raise
-            custom.patch_namespaced_custom_object(GROUP, version, namespace, plural, obj["metadata"]["name"],
-                                                  _clearing(obj))
-            action = "patched"
+            # Not a patch: the client's JSON merge patch keeps every map key the new render lacks (the
+            # other mode's storageUri / storageUris, old node selector keys and accelerator resource).
+            name = obj["metadata"]["name"]
+            replace(lambda: custom.get_namespaced_custom_object(GROUP, version, namespace, plural, name),
+                    lambda body: custom.replace_namespaced_custom_object(GROUP, version, namespace, plural, name,
+                                                                         body),
+                    obj, f"{obj['kind']} {namespace}/{name}")
+            action = "replaced"
     return action
-
-
-def _clearing(obj: dict) -> dict:
-    """The patch for `obj`: the client sends a JSON merge patch, which keeps every key it does not
-    name, so an InferenceService re-deployed in the other mode (merged model vs adapters) would
-    keep the old storageUri / storageUris beside the new one, or a placement it no longer has.
-    null removes them."""
-    if obj["kind"] != "InferenceService":
-        return obj
-    predictor = {"storageUris": None, "nodeSelector": None, "tolerations": None, **obj["spec"]["predictor"]}
-    predictor["model"] = {"storageUri": None, **predictor["model"]}
-    return {**obj, "spec": {**obj["spec"], "predictor": predictor}}
 
 
 def wait_ready(custom, name: str, namespace: str, timeout_s: float, poll_s: float = 5.0) -> str:

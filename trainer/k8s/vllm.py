@@ -9,8 +9,9 @@ Init container `fetch-model` runs the project image to download the model (and e
 from MinIO into an emptyDir, verifying checksums; container `vllm` serves it. With adapters,
 vLLM serves the base model as `name` and each adapter under its own name (`--enable-lora
 --lora-modules`), so one endpoint answers for all of them by the request's `model`.
-Re-deploying patches both objects instead of failing; the rollout is awaited, then the same
-OpenAI smoke test as locally runs against the Service.
+Re-deploying replaces the Deployment (exactly the new render: nothing of the previous deploy's
+placement survives) and patches the Service, whose render depends on the name only; the rollout
+is awaited, then the same OpenAI smoke test as locally runs against the Service.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from trainer import settings
 from trainer.errors import UserError, collect
 from trainer.k8s import rules
 from trainer.k8s.common import (RUN_AS_USER, ClusterSpec, accelerators, api_client, container_security,
-                                default_namespace, labels as app_labels, pod_security, queue_labels, scheduling,
-                                secret_env)
+                                default_namespace, labels as app_labels, pod_security, queue_labels, replace,
+                                scheduling, secret_env)
 
 PORT = 8000
 ROCM_RESOURCE = "amd.com/gpu"
@@ -154,7 +155,12 @@ def build(spec: ServeSpec):
 
 
 def apply(apps, core, deployment, service, namespace: str) -> str:
-    """Create, or patch when they exist (idempotent re-deploy). Returns 'created' or 'patched'."""
+    """Create both, or when they exist replace the Deployment (common.replace: a patch would keep
+    the old placement) and patch the Service. Returns 'created' or 'replaced'.
+
+    A patch is exact for the Service because its render depends on the name only (selector, port),
+    and it leaves alone what a PUT would have to copy or would drop: the allocated clusterIP, and
+    what others add (a mesh's annotations)."""
     from kubernetes.client.exceptions import ApiException
 
     name = deployment.metadata.name
@@ -165,14 +171,16 @@ def apply(apps, core, deployment, service, namespace: str) -> str:
     except ApiException as err:
         if err.status != 409:
             raise
-    apps.patch_namespaced_deployment(name, namespace, deployment)
+    replace(lambda: apps.read_namespaced_deployment(name, namespace),
+            lambda body: apps.replace_namespaced_deployment(name, namespace, body), deployment,
+            f"Deployment {namespace}/{name}")
     try:
         core.patch_namespaced_service(name, namespace, service)
     except ApiException as err:
         if err.status != 404:
             raise
         core.create_namespaced_service(namespace, service)
-    return "patched"
+    return "replaced"
 
 
 def wait_rollout(apps, name: str, namespace: str, timeout_s: float, poll_s: float = 5.0) -> None:
