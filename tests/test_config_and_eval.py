@@ -138,3 +138,84 @@ def test_eval_loss_batches_fit_the_logits_budget(tiny_model_dir, monkeypatch):
     monkeypatch.setattr(ev, "LOGITS_BUDGET", 4 * longest * model.config.vocab_size * 3)  # 3 rows' worth
     assert ev.eval_loss(model, examples, tok.pad_token_id) == pytest.approx(whole, rel=1e-5)
     assert sizes == [3, 3, 3, 1]
+
+
+def lengthened(row: dict, words: int) -> dict:
+    """The row with its request padded by `words` tokens (one per "please " with the tiny tokenizer)."""
+    row = json.loads(json.dumps(row))
+    row["messages"][0]["content"] = "please " * words + row["messages"][0]["content"]
+    return row
+
+
+def test_eval_rows_longer_than_max_seq_len_are_skipped_before_generating_and_counted(tiny_model_dir, tmp_path,
+                                                                                      monkeypatch):
+    """Issue: a long eval row was generated anyway (an 8,000-token row took a 10-row eval from 0.4 s
+    to 184 s on CPU, padding its whole batch) and counted in the accuracy's denominator while the
+    eval loss silently left it out. Now it never reaches generation and is counted apart."""
+    from trainer import evaluate as ev
+
+    rows = mixed_rows(6, 2, seed=2)
+    long_rows = [lengthened(rows[0], 600), lengthened(rows[1], 8000), lengthened(rows[7], 600)]  # 2 fc, 1 text
+    path = tmp_path / "eval.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows[:3] + long_rows + rows[3:]))
+    generated = []
+    real_generate = ev.generate
+
+    def oracle(model, tokenizer, scored, **kw):
+        """The real generation runs; its outputs are then replaced by each row's right answer, so the
+        accuracy shows its denominator: 100% over the rows scored, 6/8 if a long row counted."""
+        generated.extend(scored)
+        real_generate(model, tokenizer, scored, **kw)
+        return ["<tool_call>" + json.dumps(ev.expected_call(r)) + "</tool_call>" if ev.expected_call(r)
+                else ev.expected_text(r) for r in scored]
+
+    monkeypatch.setattr(ev, "generate", oracle)
+    result = ev.evaluate(tiny_model_dir, tiny_model_dir, path, max_seq_len=512)
+    assert len(generated) == 2 * 8 and not any("please please" in json.dumps(r) for r in generated)
+    assert (result["rows"], result["fc_rows"], result["text_rows"], result["skipped_long_rows"]) == (8, 6, 2, 3)
+    for name in ("base", "tuned"):
+        assert result[name]["fc_accuracy"] == 1.0 and result[name]["text_match"] == 1.0, result[name]
+    assert result["warnings"][0].startswith("3 of 11 eval rows are longer than max_seq_len=512 tokens")
+    assert "raise max_seq_len or shorten them" in result["warnings"][0]
+    assert [e["prompt"] for e in result["examples"]] == [ev.last_user_request(r) for r in rows[:5]]
+
+
+def test_eval_split_with_no_row_short_enough_fails_before_any_model_loads(tiny_model_dir, tmp_path, monkeypatch):
+    """Every row too long: one message naming max_seq_len and the fix, not a 0% that reads as a result."""
+    from trainer import evaluate as ev
+
+    path = tmp_path / "eval.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in mixed_rows(3, 1)))
+    loaded = []
+    monkeypatch.setattr(ev, "load", lambda *a: loaded.append(a))
+    msg = str(pytest.raises(UserError, ev.evaluate, tiny_model_dir, tiny_model_dir, path, max_seq_len=24).value)
+    assert msg == ("all 4 eval rows are longer than max_seq_len=24 tokens (prompt and expected answer), so none can "
+                   "be scored: raise max_seq_len (at most the model's context, 512) or add shorter rows to the "
+                   "eval split")
+    assert not loaded
+
+
+def test_generation_never_runs_past_a_learned_position_table(tiny_model_dir, tmp_path):
+    """A GPT-2-style model (learned positions, 160 of them) raised IndexError as soon as a prompt plus
+    the answer budget passed its context. Rows over the context are skipped even with max_seq_len=512
+    above it; a row that fits only without the full slack gets a clamped budget and its own batch."""
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    from trainer import evaluate as ev
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model_dir = tmp_path / "gpt2"
+    GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=160, n_embd=32, n_layer=1, n_head=2,
+                               bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                               pad_token_id=tok.pad_token_id)).save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    rows = mixed_rows(4, 0, seed=3)
+    near = lengthened(rows[0], 40)  # ~150 tokens with its answer: fits 160, but not with 96 tokens of slack
+    full = ev.data.encode(near, tok, 10_000)
+    assert 160 - 96 < len(full["input_ids"]) - sum(label != -100 for label in full["labels"]) \
+        and len(full["input_ids"]) <= 160, len(full["input_ids"])
+    path = tmp_path / "eval.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in [*rows, near, lengthened(rows[1], 300)]))
+    result = ev.evaluate(model_dir, model_dir, path, max_seq_len=512)
+    assert (result["rows"], result["skipped_long_rows"]) == (5, 1)
+    assert "longer than the model's context (160 tokens; max_seq_len=512 is above it)" in result["warnings"][0]

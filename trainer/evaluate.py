@@ -9,6 +9,9 @@ prompt), by what that turn is:
   (case, punctuation, whitespace); a tool call where text was expected is wrong. Only
   these rows count (`text_rows`), and their eval loss is reported on its own.
 So a model that never calls a tool scores 0% function-calling accuracy, whatever the mix.
+Rows longer than max_seq_len (prompt and expected answer) are skipped before anything is
+generated, as training skips them, and counted (`skipped_long_rows`): the row counts and
+accuracies are over the rows scored.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer import data
+from trainer.errors import UserError
 
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
 # Below this many rows one row moves accuracy by more than 2 points: say so.
@@ -159,27 +163,101 @@ def _answer_budget(tokenizer, rows: list[dict[str, Any]]) -> int:
     return min(max(96, max(lengths) + 32), 1024)
 
 
+def context_length(config) -> int | None:
+    """Positions the model was built for (`max_position_embeddings`; GPT-2's `n_positions` maps
+    to it), or None when its config does not say."""
+    value = getattr(config, "max_position_embeddings", None)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def fitting_rows(rows: list[dict[str, Any]], tokenizer, max_seq_len: int,
+                 context: int | None = None) -> tuple[list[int], list[dict[str, list[int]]]]:
+    """Indices of the rows short enough to score, and their encodings (for the eval loss).
+
+    A row is scored when its whole conversation, prompt and expected answer, fits in
+    max_seq_len tokens (and in the model's context): the rule training skips rows by, so the
+    eval loss, both accuracies and training's `skipped_long_rows` all mean the same rows.
+    Generating a longer row would pad every row of its batch to its length (minutes for one
+    10k-token row on CPU), and past the context it crashes models with learned positions
+    (GPT-2: IndexError) or is silently garbage with rotary ones.
+    """
+    limit = min(max_seq_len, context) if context else max_seq_len
+    kept, examples = [], []
+    for i, row in enumerate(rows):
+        enc = data.encode(row, tokenizer, limit)
+        if enc is not None:
+            kept.append(i)
+            examples.append(enc)
+    return kept, examples
+
+
+def _too_long(max_seq_len: int, context: int | None) -> str:
+    if context and context < max_seq_len:
+        return f"the model's context ({context} tokens; max_seq_len={max_seq_len} is above it)"
+    return f"max_seq_len={max_seq_len} tokens (prompt and expected answer)"
+
+
+def long_rows_problem(n_rows: int, max_seq_len: int, context: int | None) -> str:
+    """Why nothing can be scored, and the fix, when every eval row is too long."""
+    most = f" (at most the model's context, {context})" if context else ""
+    return (f"all {n_rows} eval rows are longer than {_too_long(max_seq_len, context)}, so none can be scored: "
+            f"raise max_seq_len{most} or add shorter rows to the eval split")
+
+
 def generate(model, tokenizer, rows: list[dict[str, Any]], batch_size: int = 32, desc: str = "generate") -> list[str]:
-    """Greedy completions for each row's prompt (the conversation before its scored turn)."""
+    """Greedy completions for each row's prompt (the conversation before its scored turn).
+
+    Each row may generate its expected answer's length plus slack (`_answer_budget`), clamped
+    to what the model's context leaves after its prompt; rows that must be skipped for length
+    are skipped by the caller (`fitting_rows`), so every prompt here leaves room for its answer.
+    Rows run in order of prompt length, so a batch pads its prompts to similar lengths, and a
+    batch takes a row only while its longest prompt plus its largest budget fits the context:
+    every row of a batch is run for the batch's new tokens, whatever its own budget.
+    """
     import torch
 
     from trainer.progress import bar
 
     device = next(model.parameters()).device
-    tokenizer.padding_side = "left"  # decoder-only batched generation pads on the left
-    outputs = []
+    context = context_length(model.config)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    prompts = [tokenizer(tokenizer.apply_chat_template(r["messages"][:target_index(r)], tools=r.get("tools") or None,
+                                                       add_generation_prompt=True, tokenize=False),
+                         add_special_tokens=False)["input_ids"] for r in rows]
+    budgets = [_answer_budget(tokenizer, [r]) for r in rows]
+    if context:
+        budgets = [min(b, context - len(p)) for b, p in zip(budgets, prompts)]
+    too_long = [i for i, b in enumerate(budgets) if b < 1]
+    if too_long:
+        raise ValueError(f"rows {too_long} leave no room to generate in the model's context ({context} tokens); "
+                         "select rows with fitting_rows first")
+    batches, batch = [], []
+    for i in sorted(range(len(rows)), key=lambda i: len(prompts[i])):
+        fits = not context or len(prompts[i]) + max(budgets[j] for j in [*batch, i]) <= context
+        if batch and (len(batch) == batch_size or not fits):
+            batches.append(batch)
+            batch = []
+        batch.append(i)
+    if batch:
+        batches.append(batch)
+    outputs: list[str] = [""] * len(rows)
     with bar(len(rows), desc, unit="row") as progress:
-        for i in range(0, len(rows), batch_size):
-            chunk = rows[i:i + batch_size]
-            prompts = [tokenizer.apply_chat_template(r["messages"][:target_index(r)], tools=r.get("tools") or None,
-                                                     add_generation_prompt=True, tokenize=False) for r in chunk]
-            enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+        for batch in batches:
+            # Left padding: a decoder-only model continues each prompt from its last token.
+            width = max(len(prompts[i]) for i in batch)
+            ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for k, i in enumerate(batch):
+                ids[k, width - len(prompts[i]):] = torch.tensor(prompts[i])
+                mask[k, width - len(prompts[i]):] = 1
             with torch.no_grad():
-                out = model.generate(**enc, max_new_tokens=_answer_budget(tokenizer, chunk), do_sample=False,
-                                     pad_token_id=tokenizer.pad_token_id)
+                out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
+                                     max_new_tokens=max(budgets[i] for i in batch), do_sample=False,
+                                     pad_token_id=pad_id)
             # Keep special tokens: some templates mark tool calls with them (<tool_call>).
-            outputs += tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=False)
-            progress.update(len(chunk))
+            for i, text in zip(batch, tokenizer.batch_decode(out[:, width:], skip_special_tokens=False)):
+                outputs[i] = text
+            progress.update(len(batch))
     # Nothing after the end of the answer counts; padding is not part of it.
     cleaned = []
     for o in outputs:
@@ -189,16 +267,27 @@ def generate(model, tokenizer, rows: list[dict[str, Any]], batch_size: int = 32,
     return cleaned
 
 
-def score(model, tokenizer, rows: list[dict[str, Any]], max_seq_len: int,
-          desc: str = "evaluate") -> tuple[dict[str, float], list[str]]:
-    """All metrics for one model on `rows`, and its outputs."""
-    text_rows = [r for r in rows if expected_call(r) is None]
-    examples, _ = data.encode_all(rows, tokenizer, max_seq_len)
-    text_examples, _ = data.encode_all(text_rows, tokenizer, max_seq_len)
-    outputs = generate(model, tokenizer, rows, desc=desc)
-    return {"eval_loss": eval_loss(model, examples, tokenizer.pad_token_id),
-            "text_eval_loss": eval_loss(model, text_examples, tokenizer.pad_token_id),
-            **score_outputs(rows, outputs, tuple(tokenizer.all_special_tokens))}, outputs
+def score(model, tokenizer, rows: list[dict[str, Any]], max_seq_len: int, desc: str = "evaluate",
+          fit: tuple[list[int], list[dict[str, list[int]]]] | None = None) -> tuple[dict[str, float], list[str | None]]:
+    """All metrics for one model on the rows that fit (`fitting_rows`; pass its result as `fit`
+    to reuse it), and its outputs, None for each skipped row.
+
+    Raises:
+        UserError: no row fits, so there is nothing to score.
+    """
+    kept, examples = fit or fitting_rows(rows, tokenizer, max_seq_len, context_length(model.config))
+    if not kept:
+        raise UserError(long_rows_problem(len(rows), max_seq_len, context_length(model.config)))
+    scored = [rows[i] for i in kept]
+    text_examples = [e for r, e in zip(scored, examples) if expected_call(r) is None]
+    outputs = generate(model, tokenizer, scored, desc=desc)
+    metrics = {"eval_loss": eval_loss(model, examples, tokenizer.pad_token_id),
+               "text_eval_loss": eval_loss(model, text_examples, tokenizer.pad_token_id),
+               **score_outputs(scored, outputs, tuple(tokenizer.all_special_tokens))}
+    by_row: list[str | None] = [None] * len(rows)
+    for i, o in zip(kept, outputs):
+        by_row[i] = o
+    return metrics, by_row
 
 
 def load(model_dir: Path, adapter_dir: Path | None = None):
@@ -217,9 +306,13 @@ def load(model_dir: Path, adapter_dir: Path | None = None):
     return model.eval()
 
 
-def warnings_for(rows: list[dict[str, Any]]) -> list[str]:
-    """What makes these numbers weak, in words for the log and the report."""
+def warnings_for(rows: list[dict[str, Any]], skipped: int = 0, max_seq_len: int = 512,
+                 context: int | None = None) -> list[str]:
+    """What makes these numbers weak, in words for the log and the report (`rows`: those scored)."""
     out = []
+    if skipped:
+        out.append(f"{skipped} of {len(rows) + skipped} eval rows are longer than {_too_long(max_seq_len, context)} "
+                   "and were not scored (no loss, no accuracy); raise max_seq_len or shorten them")
     if len(rows) < MIN_RELIABLE_ROWS:
         out.append(f"the eval split has only {len(rows)} rows (< {MIN_RELIABLE_ROWS}): one row moves accuracy by "
                    f"{1 / max(len(rows), 1):.0%}; raise eval_fraction or add eval rows")
@@ -230,24 +323,35 @@ def evaluate(model_dir: Path, tuned_dir: Path, eval_path: Path, max_rows: int = 
              max_seq_len: int = 512, n_examples: int = 5) -> dict[str, Any]:
     """Metrics for base and tuned, plus a few side-by-side examples for the report.
 
-    Returns {"base": metrics, "tuned": metrics, "rows", "fc_rows", "text_rows", "warnings",
-    "examples"}; metric names are the same in every run (a kind with no rows scores 0).
+    Returns {"base": metrics, "tuned": metrics, "rows", "fc_rows", "text_rows",
+    "skipped_long_rows", "warnings", "examples"}: the counts are of the rows scored (the
+    accuracies' denominators), rows too long for max_seq_len are counted apart and score
+    nothing; metric names are the same in every run (a kind with no rows scores 0).
     Progress (rows generated) goes to stderr.
+
+    Raises:
+        UserError: every row is too long, found before any model loads.
     """
-    from transformers import AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer
 
     rows = data.read_jsonl(eval_path)[:max_rows]
-    warnings = warnings_for(rows)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    context = context_length(AutoConfig.from_pretrained(model_dir))
+    fit = fitting_rows(rows, tokenizer, max_seq_len, context)
+    if not fit[0]:
+        raise UserError(long_rows_problem(len(rows), max_seq_len, context))
+    scored = [rows[i] for i in fit[0]]
+    warnings = warnings_for(scored, len(rows) - len(scored), max_seq_len, context)
     for w in warnings:
         print(f"WARNING: {w}", flush=True)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
     results, outputs = {}, {}
     for name, adapter in (("base", None), ("tuned", tuned_dir)):
         model = load(model_dir, adapter)
-        results[name], outputs[name] = score(model, tokenizer, rows, max_seq_len, desc=f"evaluate {name}")
+        results[name], by_row = score(model, tokenizer, rows, max_seq_len, desc=f"evaluate {name}", fit=fit)
+        outputs[name] = [by_row[i] for i in fit[0]]
         del model
     examples = [{"prompt": last_user_request(r), "expected": expected_call(r) or expected_text(r),
                  "base": outputs["base"][i], "tuned": outputs["tuned"][i]}
-                for i, r in enumerate(rows[:n_examples])]
-    return {"base": results["base"], "tuned": results["tuned"], "rows": len(rows), **row_counts(rows),
-            "warnings": warnings, "examples": examples}
+                for i, r in enumerate(scored[:n_examples])]
+    return {"base": results["base"], "tuned": results["tuned"], "rows": len(scored), **row_counts(scored),
+            "skipped_long_rows": len(rows) - len(scored), "warnings": warnings, "examples": examples}
