@@ -33,9 +33,11 @@ def evaluate(
     for name in ("base", "tuned"):
         log_metrics(metrics, result[name], prefix=f"{name}_")
     metrics.log_metric("fc_accuracy_gain", result["tuned"]["fc_accuracy"] - result["base"]["fc_accuracy"])
-    log_metrics(metrics, {"eval_rows": result["rows"], "fc_rows": result["fc_rows"], "text_rows": result["text_rows"]})
+    log_metrics(metrics, {"eval_rows": result["rows"], "fc_rows": result["fc_rows"], "text_rows": result["text_rows"],
+                          "skipped_long_rows": result["skipped_long_rows"]})
     with open(examples.path, "w") as f:
         f.write(examples_markdown(result))
-    print(f"{result['rows']} rows ({result['fc_rows']} tool-call, {result['text_rows']} text): "
+    print(f"{result['rows']} rows ({result['fc_rows']} tool-call, {result['text_rows']} text; "
+          f"{result['skipped_long_rows']} skipped as longer than max_seq_len): "
           f"fc accuracy {result['base']['fc_accuracy']:.1%} -> {result['tuned']['fc_accuracy']:.1%}, "
           f"eval loss {result['base']['eval_loss']:.4f} -> {result['tuned']['eval_loss']:.4f}")

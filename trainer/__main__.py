@@ -42,6 +42,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--dataset-uri", required=True, help="the dataset (s3:// URI from deliver-dataset); "
                                                         "its eval.jsonl is scored")
     p.add_argument("--max-rows", type=int, default=200, help="score at most this many eval rows (default 200)")
+    p.add_argument("--max-seq-len", type=int, default=512,
+                   help="rows longer than this many tokens are skipped and counted, as in training (default 512)")
     p = sub.add_parser("merge", help="merge a LoRA adapter into its base")
     p.add_argument("--model-uri", required=True, help="the base model (s3:// URI)")
     p.add_argument("--adapter-uri", required=True, help="the LoRA adapter (s3:// URI from train)")
@@ -186,7 +188,8 @@ def run(args: argparse.Namespace) -> None:
         from trainer.evaluate import evaluate
 
         result = evaluate(store.get_tree(args.model_uri), store.get_tree(args.tuned_uri),
-                          store.get_tree(args.dataset_uri) / "eval.jsonl", max_rows=args.max_rows)
+                          store.get_tree(args.dataset_uri) / "eval.jsonl", max_rows=args.max_rows,
+                          max_seq_len=args.max_seq_len)
         print(json.dumps(result, indent=1))
     elif args.command == "download":
         print(store.get_tree(args.uri, args.out))
