@@ -31,11 +31,13 @@ def pipeline_defaults(pipeline) -> dict[str, Any]:
 def parse_params(pipeline, pairs: list[str]) -> dict[str, Any]:
     """`key=value` strings -> the full, typed parameter dict (defaults filled in).
 
-    dict and list values are JSON (`node_selector={"pool": "h100"}`).
+    dict and list values are JSON (`node_selector={"pool": "h100"}`). A key given twice with
+    different values is refused: keeping the last would silently drop a value the user typed.
     """
     params = pipeline_defaults(pipeline)
     defaults = dict(params)
     problems = []
+    given: dict[str, str] = {}  # key -> the raw value it was first given
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         if not sep:
@@ -45,6 +47,7 @@ def parse_params(pipeline, pairs: list[str]) -> dict[str, Any]:
             problems.append(f"unknown parameter {key!r}; known: {', '.join(sorted(params))}")
             continue
         kind = type(params[key])
+        before = params[key]
         try:
             if kind is bool:
                 if raw.lower() not in ("true", "false", "1", "0"):
@@ -68,5 +71,9 @@ def parse_params(pipeline, pairs: list[str]) -> dict[str, Any]:
             example = json.dumps(defaults[key]) if kind in (dict, list, bool) else defaults[key]
             problems.append(f"parameter {key}={raw!r} is not a valid {_KIND.get(kind, kind.__name__)}, "
                             f"e.g. {key}={example}")
+        if key in given and params[key] != before:
+            problems.append(f"parameter {key} is given twice with different values ({key}={given[key]!r}, then "
+                            f"{key}={raw!r}): give it once")
+        given.setdefault(key, raw)
     collect(problems, what="bad --param")
     return params

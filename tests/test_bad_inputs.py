@@ -163,6 +163,8 @@ CASES = [
     ("float-for-int", lambda t, m: ["lora_r=16.5"], "lora_r='16.5' is not a valid whole number"),
     ("bool-word", lambda t, m: ["keep_serving=maybe"], "keep_serving='maybe' is not a valid true/false"),
     ("not-key-value", lambda t, m: ["max_steps"], "is not key=value"),
+    ("param-given-twice", lambda t, m: ["max_steps=5", "max_steps=7"],
+     "parameter max_steps is given twice with different values (max_steps='5', then max_steps='7'): give it once"),
     ("json-param-nested-deep", lambda t, m: ["tolerations=" + "[" * 100_000 + "]" * 100_000],
      "the JSON is nested too deeply"),
     # Kubernetes values, checked locally too when a cluster is named (item 5)

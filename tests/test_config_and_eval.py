@@ -1,4 +1,4 @@
-"""Training config validation and the evaluation scorers (tool-call rows and text rows apart)."""
+"""Training config validation, `--param` parsing and the evaluation scorers (tool-call rows and text rows apart)."""
 
 import argparse
 import json
@@ -219,3 +219,19 @@ def test_generation_never_runs_past_a_learned_position_table(tiny_model_dir, tmp
     result = ev.evaluate(model_dir, model_dir, path, max_seq_len=512)
     assert (result["rows"], result["skipped_long_rows"]) == (5, 1)
     assert "longer than the model's context (160 tokens; max_seq_len=512 is above it)" in result["warnings"][0]
+
+
+def test_a_param_given_twice_with_different_values_is_refused_with_the_other_problems():
+    """`--param max_steps=5 --param max_steps=7` used to keep 7 silently."""
+    from pipelines.finetune import finetune_pipeline
+    from pipelines.params import parse_params
+
+    msg = str(pytest.raises(UserError, parse_params, finetune_pipeline,
+                            ["max_steps=5", "lora_r=8", "max_stepz=1", "max_steps=7", "max_steps=9"]).value)
+    assert msg.startswith("bad --param (3 problems):")
+    assert "parameter max_steps is given twice with different values (max_steps='5', then max_steps='7')" in msg
+    assert "(max_steps='5', then max_steps='9')" in msg and "unknown parameter 'max_stepz'" in msg
+    # The same value twice drops nothing (e.g. --keep-serving next to --param keep_serving=true).
+    params = parse_params(finetune_pipeline, ["max_steps=5", "max_steps=05", "node_selector={\"a\": \"b\"}",
+                                              "node_selector={ \"a\":\"b\" }"])
+    assert params["max_steps"] == 5 and params["node_selector"] == {"a": "b"}
