@@ -144,6 +144,8 @@ def summarize(metrics: dict[str, dict[str, float]], endpoint: str | None, keep_s
         lines += ["", "== base vs tuned ==", table(rows, ("metric", "base", "tuned"))]
         if ev.get("eval_rows", 50) < 50:
             lines.append(f"warning: only {int(ev['eval_rows'])} eval rows: these numbers move a lot with one row")
+        if ev.get("skipped_long_rows"):
+            lines.append(f"warning: {int(ev['skipped_long_rows'])} eval rows longer than max_seq_len were not scored")
     if tr:
         lines += ["", training_line(tr)]
     if endpoint:

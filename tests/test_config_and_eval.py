@@ -235,3 +235,14 @@ def test_a_param_given_twice_with_different_values_is_refused_with_the_other_pro
     params = parse_params(finetune_pipeline, ["max_steps=5", "max_steps=05", "node_selector={\"a\": \"b\"}",
                                               "node_selector={ \"a\":\"b\" }"])
     assert params["max_steps"] == 5 and params["node_selector"] == {"a": "b"}
+
+
+def test_run_summary_says_how_many_eval_rows_were_too_long_to_score():
+    from pipelines.run_local import summarize
+
+    ev = {"base_eval_loss": 2.0, "tuned_eval_loss": 1.0, "base_fc_accuracy": 0.5, "tuned_fc_accuracy": 1.0,
+          "eval_rows": 60, "fc_rows": 60, "text_rows": 0}
+    assert "not scored" not in summarize({"evaluate": {**ev, "skipped_long_rows": 0}}, None, False, 1.0)
+    text = summarize({"evaluate": {**ev, "skipped_long_rows": 3}}, None, False, 1.0)
+    assert "function-calling accuracy (60 rows)" in text
+    assert "warning: 3 eval rows longer than max_seq_len were not scored" in text
