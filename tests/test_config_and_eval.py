@@ -176,7 +176,7 @@ def test_eval_rows_longer_than_max_seq_len_are_skipped_before_generating_and_cou
     for name in ("base", "tuned"):
         assert result[name]["fc_accuracy"] == 1.0 and result[name]["text_match"] == 1.0, result[name]
     assert result["warnings"][0].startswith("3 of 11 eval rows are longer than max_seq_len=512 tokens")
-    assert "raise max_seq_len or shorten them" in result["warnings"][0]
+    assert "(no loss, no accuracy): use a model with a longer context, or shorten them" in result["warnings"][0]
     assert [e["prompt"] for e in result["examples"]] == [ev.last_user_request(r) for r in rows[:5]]
 
 
@@ -190,7 +190,7 @@ def test_eval_split_with_no_row_short_enough_fails_before_any_model_loads(tiny_m
     monkeypatch.setattr(ev, "load", lambda *a: loaded.append(a))
     msg = str(pytest.raises(UserError, ev.evaluate, tiny_model_dir, tiny_model_dir, path, max_seq_len=24).value)
     assert msg == ("all 4 eval rows are longer than max_seq_len=24 tokens (prompt and expected answer), so none can "
-                   "be scored: raise max_seq_len (at most the model's context, 512) or add shorter rows to the "
+                   "be scored: raise max_seq_len (at most the model's context, 512), or add shorter rows to the "
                    "eval split")
     assert not loaded
 
@@ -218,7 +218,8 @@ def test_generation_never_runs_past_a_learned_position_table(tiny_model_dir, tmp
     path.write_text("".join(json.dumps(r) + "\n" for r in [*rows, near, lengthened(rows[1], 300)]))
     result = ev.evaluate(model_dir, model_dir, path, max_seq_len=512)
     assert (result["rows"], result["skipped_long_rows"]) == (5, 1)
-    assert "longer than the model's context (160 tokens; max_seq_len=512 is above it)" in result["warnings"][0]
+    assert "longer than the model's context (160 tokens; max_seq_len=512 is above it) and were not scored (no " \
+        "loss, no accuracy): use a model with a longer context, or shorten them" in result["warnings"][0]
 
 
 def test_a_param_given_twice_with_different_values_is_refused_with_the_other_problems():

@@ -179,7 +179,7 @@ def fitting_rows(rows: list[dict[str, Any]], tokenizer, max_seq_len: int,
     eval loss, both accuracies and training's `skipped_long_rows` all mean the same rows.
     Generating a longer row would pad every row of its batch to its length (minutes for one
     10k-token row on CPU), and past the context it crashes models with learned positions
-    (GPT-2: IndexError) or is silently garbage with rotary ones.
+    (GPT-2: IndexError) and runs rotary ones where they were never trained.
     """
     limit = min(max_seq_len, context) if context else max_seq_len
     kept, examples = [], []
@@ -197,11 +197,16 @@ def _too_long(max_seq_len: int, context: int | None) -> str:
     return f"max_seq_len={max_seq_len} tokens (prompt and expected answer)"
 
 
+def _fix(max_seq_len: int, context: int | None) -> str:
+    if context and context <= max_seq_len:
+        return "use a model with a longer context"  # raising max_seq_len cannot help
+    return f"raise max_seq_len (at most the model's context, {context})" if context else "raise max_seq_len"
+
+
 def long_rows_problem(n_rows: int, max_seq_len: int, context: int | None) -> str:
     """Why nothing can be scored, and the fix, when every eval row is too long."""
-    most = f" (at most the model's context, {context})" if context else ""
     return (f"all {n_rows} eval rows are longer than {_too_long(max_seq_len, context)}, so none can be scored: "
-            f"raise max_seq_len{most} or add shorter rows to the eval split")
+            f"{_fix(max_seq_len, context)}, or add shorter rows to the eval split")
 
 
 def generate(model, tokenizer, rows: list[dict[str, Any]], batch_size: int = 32, desc: str = "generate") -> list[str]:
@@ -312,7 +317,7 @@ def warnings_for(rows: list[dict[str, Any]], skipped: int = 0, max_seq_len: int 
     out = []
     if skipped:
         out.append(f"{skipped} of {len(rows) + skipped} eval rows are longer than {_too_long(max_seq_len, context)} "
-                   "and were not scored (no loss, no accuracy); raise max_seq_len or shorten them")
+                   f"and were not scored (no loss, no accuracy): {_fix(max_seq_len, context)}, or shorten them")
     if len(rows) < MIN_RELIABLE_ROWS:
         out.append(f"the eval split has only {len(rows)} rows (< {MIN_RELIABLE_ROWS}): one row moves accuracy by "
                    f"{1 / max(len(rows), 1):.0%}; raise eval_fraction or add eval rows")
