@@ -355,7 +355,9 @@ def test_submit_dry_run_refuses_what_the_api_server_would(monkeypatch, capsys, t
     monkeypatch.chdir(tmp_path)
     (tmp_path / "data.jsonl").write_text(json.dumps(GOOD_ROW) + "\n")
     with pytest.raises(SystemExit) as exit_info:
-        submit.main(["--dry-run", *[a for p in CLUSTER + params for a in ("--param", p)]])
+        given = {p.split("=", 1)[0] for p in params}  # a case's value replaces the base one (no key twice)
+        base = [p for p in CLUSTER if p.split("=", 1)[0] not in given]
+        submit.main(["--dry-run", *[a for p in base + params for a in ("--param", p)]])
     _fails_cleanly(capsys, exit_info, expected)
     assert not rendered
 

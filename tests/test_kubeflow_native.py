@@ -47,7 +47,9 @@ def test_dry_run_prints_trainjob_kserve_and_registry_calls():
 
 
 def test_bad_kubeflow_native_values_exit_2_before_anything():
-    proc = submit_dry_run(*NATIVE, "--param", "training_runtime=Torch_Runtime", "--param", "eval_gpus=-1",
+    # registry_address is replaced below, not repeated: a key given twice is refused
+    native = [a for p in NATIVE[1::2] if not p.startswith("registry_address=") for a in ("--param", p)]
+    proc = submit_dry_run(*native, "--param", "training_runtime=Torch_Runtime", "--param", "eval_gpus=-1",
                           "--param", "registry_address=model-registry:8080")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "training_runtime='Torch_Runtime' is not a valid Kubernetes name" in proc.stderr
