@@ -112,3 +112,56 @@ def test_packing_plan_picks_an_attention_that_skips_other_rows():
     assert plan_packing(TrainConfig(batch_tokens=16384, packing="flatten", compile=True), cpu) == (True, None, 16384)
     assert plan_packing(TrainConfig(batch_tokens=16384), cpu) == (False, None, 0)  # auto: length-bucketed padding
     assert plan_packing(TrainConfig(), cpu) == (False, None, 0)  # rows, not token budgets
+
+
+def test_bf16_autocast_keeps_the_loss_and_saves_less_than_peft_upcasting(tiny_model_dir, tokenizer):
+    """On a bf16 base, peft keeps fp32 adapters and casts each adapted layer's input to fp32;
+    LossModel(autocast=True) (the CUDA default) computes the adapters in bf16 instead: same
+    loss, fp32 adapter gradients close to the upcast path's, fewer bytes saved for backward."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16)
+    model = get_peft_model(base, LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM"))
+    for n, p in model.named_parameters():
+        if "lora_B" in n:
+            torch.nn.init.normal_(p, std=0.05)
+    params = [p for p in model.parameters() if p.requires_grad]
+    assert {p.dtype for p in params} == {torch.float32}
+    batch = collate(examples(tokenizer), tokenizer.pad_token_id)
+    results = {}
+    for autocast in (False, True):
+        loss_model = LossModel(model, torch.device("cpu"), autocast=autocast)
+        saved = {}
+
+        def pack(t):
+            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            loss = loss_model(**batch)
+        grads = torch.autograd.grad(loss, params)
+        results[autocast] = (loss.float(), grads, sum(saved.values()))
+    (plain, g_plain, bytes_plain), (mixed, g_mixed, bytes_mixed) = results[False], results[True]
+    torch.testing.assert_close(mixed, plain, atol=1e-2, rtol=1e-3)
+    assert all(g.dtype == torch.float32 for g in g_mixed)  # the adapters still train in fp32
+    rel = max(((a - b).norm() / b.norm()).item() for a, b in zip(g_mixed, g_plain))
+    assert rel < 0.05, rel
+    assert bytes_mixed < 0.9 * bytes_plain, (bytes_mixed, bytes_plain)
+    assert all(getattr(m, "cast_input_dtype_enabled", True) for m in loss_model.tuners)  # restored after
+    assert not LossModel(model, torch.device("cpu")).autocast  # CPU default: unchanged
+
+
+def test_cuda_default_autocasts_only_bf16_bases_with_adapters(tiny_model_dir):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    cuda = torch.device("cuda")  # only the device type is read
+    bf16 = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16)
+    assert not LossModel(bf16, cuda).autocast  # full fine-tuning: no adapters, nothing to cast
+    lora = get_peft_model(bf16, LoraConfig(r=4, target_modules="all-linear", task_type="CAUSAL_LM"))
+    assert LossModel(lora, cuda).autocast
+    fp32 = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    assert not LossModel(get_peft_model(fp32, LoraConfig(r=4, target_modules="all-linear",
+                                                         task_type="CAUSAL_LM")), cuda).autocast

@@ -21,6 +21,7 @@ Choices, and why:
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 from pathlib import Path
 
@@ -147,9 +148,22 @@ class LossModel(torch.nn.Module):
     the same value as the transformers model's own `.loss`, computed without full logits.
     Wrap this in DDP, so that gradient synchronisation sees the whole forward pass."""
 
-    def __init__(self, model, device):
+    def __init__(self, model, device, autocast: bool | None = None):
         super().__init__()
         self.model = model
+        # peft keeps adapter weights in fp32 on a bf16 base and casts every LoRA layer's input to
+        # fp32 to match: a [tokens, features] fp32 copy per adapted layer, saved for backward.
+        # Instead, bf16 autocast with that cast off: the (tiny) fp32 adapter weights are cast to
+        # bf16, the inputs stay as they are, and the adapters still train in fp32. Measured on
+        # CPU in bf16 (Llama-1B layer shapes): 27% fewer bytes saved for backward, loss equal
+        # within 3e-5 (tests/test_model.py). Default: on CUDA with a bf16 base and adapters.
+        from peft.tuners.tuners_utils import BaseTunerLayer
+
+        self.tuners = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
+        base_dtype = next(model.parameters()).dtype
+        self.autocast = (device.type == "cuda" and base_dtype == torch.bfloat16 and bool(self.tuners)) \
+            if autocast is None else autocast
+        self.device_type = device.type
         causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
         head, config = causal_lm.get_output_embeddings(), causal_lm.config
         plain = (type(head) is torch.nn.Linear and head.bias is None and hasattr(causal_lm, "model")
@@ -170,9 +184,10 @@ class LossModel(torch.nn.Module):
         """`label_positions` (from `label_positions()`, made on the host before the batch moves)
         spares the device a sync: selecting the labelled positions with a boolean mask on the
         device makes the host wait for their count."""
-        if self.head is None:
-            return self.model(input_ids=input_ids, labels=labels, use_cache=False, **kwargs).loss
-        hidden = self.backbone(input_ids=input_ids, use_cache=False, **kwargs).last_hidden_state
+        with self._mixed():
+            if self.head is None:
+                return self.model(input_ids=input_ids, labels=labels, use_cache=False, **kwargs).loss
+            hidden = self.backbone(input_ids=input_ids, use_cache=False, **kwargs).last_hidden_state
         if label_positions is None:
             label_positions = label_positions_of(labels)
         h = hidden[:, :-1].reshape(-1, hidden.shape[-1]).index_select(0, label_positions)
@@ -180,6 +195,24 @@ class LossModel(torch.nn.Module):
         if self.liger is not None:
             return self.liger(self.head.weight, h, t)
         return chunked_cross_entropy(h, self.head.weight, t)
+
+
+    @contextlib.contextmanager
+    def _mixed(self):
+        """bf16 autocast without peft's input upcast (see __init__); a no-op when off. The flag
+        is what peft.helpers.disable_input_dtype_casting sets, without its walk over every
+        module on each call."""
+        if not self.autocast:
+            yield
+            return
+        for m in self.tuners:
+            m.cast_input_dtype_enabled = False
+        try:
+            with torch.autocast(self.device_type, dtype=torch.bfloat16):
+                yield
+        finally:
+            for m in self.tuners:
+                m.cast_input_dtype_enabled = True
 
 
 def label_positions_of(labels: torch.Tensor) -> torch.Tensor:
