@@ -57,11 +57,11 @@ def main() -> None:
                               save_strategy="no", report_to=[], use_cpu=not cuda, bf16=args.bf16,
                               dataloader_num_workers=0, disable_tqdm=True)
     inner = default_data_collator if fixed else DataCollatorForSeq2Seq(tok, padding="longest", label_pad_token_id=-100)
-    seen = [0]  # real tokens collated so far (num_workers=0: collated just before their step)
+    counts: list[int] = []  # real tokens of each batch, in order (accelerate collates one batch ahead)
 
     def collator(features):
         batch = inner(features)
-        seen[0] += int(batch["attention_mask"].sum())
+        counts.append(int(batch["attention_mask"].sum()))
         return batch
 
     class Half(TrainerCallback):
@@ -71,7 +71,7 @@ def main() -> None:
             if state.global_step == args.steps // 2:
                 if cuda:
                     torch.cuda.synchronize()
-                half.extend([time.perf_counter(), seen[0]])
+                half.extend([time.perf_counter(), state.global_step])
 
     half: list = []
     trainer = Trainer(model=model, args=targs, train_dataset=ds, data_collator=collator, callbacks=[Half()])
@@ -83,7 +83,7 @@ def main() -> None:
             else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     json.dump({"tokens_per_second": real_tokens / seconds, "train_seconds": seconds, "real_tokens": real_tokens,
                "padded_tokens": len(rows) * args.max_length if fixed else None, "peak_memory_mb": peak,
-               **({"steady_tokens_per_second": (seen[0] - half[1]) / (end - half[0])} if half else {})},
+               **({"steady_tokens_per_second": sum(counts[half[1]:args.steps]) / (end - half[0])} if half else {})},
               open(args.out, "w"))
 
 

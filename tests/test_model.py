@@ -162,6 +162,8 @@ def test_cuda_default_autocasts_only_bf16_bases_with_adapters(tiny_model_dir):
     assert not LossModel(bf16, cuda).autocast  # full fine-tuning: no adapters, nothing to cast
     lora = get_peft_model(bf16, LoraConfig(r=4, target_modules="all-linear", task_type="CAUSAL_LM"))
     assert LossModel(lora, cuda).autocast
+    bf16.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    assert not LossModel(lora, cuda).autocast  # its recompute in backward would run without the switch
     fp32 = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
     assert not LossModel(get_peft_model(fp32, LoraConfig(r=4, target_modules="all-linear",
                                                          task_type="CAUSAL_LM")), cuda).autocast

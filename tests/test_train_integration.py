@@ -151,3 +151,18 @@ def test_the_loop_reads_values_back_only_at_log_and_checkpoint_steps(delivered, 
     # per log step (3, 6): the flags and the mean loss; at the end: the final checkpoint's
     # window and token count, and the token total
     assert 4 <= len(reads) <= 2 * 2 + 3, reads  # at least the log steps: the counting works
+
+
+def test_a_run_resumed_at_its_last_step_traces_nothing_and_reaches_cleanup():
+    """profile_steps with no step left to run (a crash while writing the result resumes
+    straight to cleanup): no profiler, so nothing asks an unstarted one for its table."""
+    from trainer.train import Recipe
+
+    recipe = Recipe.__new__(Recipe)
+    recipe.cfg, recipe.device = TrainConfig(profile_steps=2, max_steps=4), __import__("torch").device("cpu")
+    recipe.done = 4
+    assert recipe._profiler() is None
+    recipe.done = 1
+    prof = recipe._profiler()
+    assert prof is not None
+    prof.stop()

@@ -161,8 +161,11 @@ class LossModel(torch.nn.Module):
 
         self.tuners = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
         base_dtype = next(model.parameters()).dtype
-        self.autocast = (device.type == "cuda" and base_dtype == torch.bfloat16 and bool(self.tuners)) \
-            if autocast is None else autocast
+        # Not with gradient checkpointing: its recompute runs in backward, outside this forward's
+        # switch, where peft's cast is back on, and the recomputed tensors would differ in dtype.
+        checkpointing = any(getattr(m, "gradient_checkpointing", False) for m in model.modules())
+        self.autocast = (device.type == "cuda" and base_dtype == torch.bfloat16 and bool(self.tuners)
+                         and not checkpointing) if autocast is None else autocast
         self.device_type = device.type
         causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
         head, config = causal_lm.get_output_embeddings(), causal_lm.config

@@ -278,7 +278,7 @@ class Recipe:
                     torch.cuda.synchronize()
                 mark = (time.perf_counter(), self.real_tokens)
                 if self.half:  # the window ends here, before the final eval and checkpoint
-                    self.steady = (mark[1] - self.half[1]) * world / (mark[0] - self.half[0])
+                    self.steady = (mark[1] - self.half[1], mark[0] - self.half[0])  # this rank's tokens, s
                 self.half = mark
             bad |= ~torch.isfinite(step_loss) | ~torch.isfinite(norm)
             self.window_loss += step_loss
@@ -441,8 +441,8 @@ class Recipe:
 
     def _profiler(self):
         """With profile_steps > 0: a torch.profiler trace of that many steps after two warm-up steps."""
-        if not self.cfg.profile_steps:
-            return None
+        if not self.cfg.profile_steps or self.done >= self.cfg.max_steps:
+            return None  # no step to run (resumed straight to cleanup): nothing to trace
         from torch.profiler import ProfilerActivity, profile, schedule
 
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
@@ -477,11 +477,13 @@ class Recipe:
             self.board.upload()
         self.ckpt.wait()
         wall = self.seconds_before + time.perf_counter() - self.start
-        tokens = torch.tensor(self.real_tokens, device=self.device)
+        window = getattr(self, "steady", None)  # (this rank's tokens, seconds) of the steady window
+        tokens = torch.tensor([self.real_tokens, window[0] if window else 0], device=self.device)
         if self.world > 1:
-            dist.all_reduce(tokens)
-        total = int(tokens.item()) + self.tokens_before  # .item(): the device is done here
-        steady = getattr(self, "steady", None)
+            dist.all_reduce(tokens)  # every rank's real tokens: ranks' padded batches differ
+        total, window_tokens = tokens.tolist()  # the device is done here
+        total += self.tokens_before
+        steady = window_tokens / window[1] if window else None
         result: dict[str, Any] = {}
         self.say("cleanup: saving the result", cfg.max_steps)
         if self.rank == MASTER:
