@@ -272,27 +272,15 @@ def generate(model, tokenizer, rows: list[dict[str, Any]], batch_size: int = 32,
     return cleaned
 
 
-def score(model, tokenizer, rows: list[dict[str, Any]], max_seq_len: int, desc: str = "evaluate",
-          fit: tuple[list[int], list[dict[str, list[int]]]] | None = None) -> tuple[dict[str, float], list[str | None]]:
-    """All metrics for one model on the rows that fit (`fitting_rows`; pass its result as `fit`
-    to reuse it), and its outputs, None for each skipped row.
-
-    Raises:
-        UserError: no row fits, so there is nothing to score.
-    """
-    kept, examples = fit or fitting_rows(rows, tokenizer, max_seq_len, context_length(model.config))
-    if not kept:
-        raise UserError(long_rows_problem(len(rows), max_seq_len, context_length(model.config)))
-    scored = [rows[i] for i in kept]
-    text_examples = [e for r, e in zip(scored, examples) if expected_call(r) is None]
-    outputs = generate(model, tokenizer, scored, desc=desc)
-    metrics = {"eval_loss": eval_loss(model, examples, tokenizer.pad_token_id),
-               "text_eval_loss": eval_loss(model, text_examples, tokenizer.pad_token_id),
-               **score_outputs(scored, outputs, tuple(tokenizer.all_special_tokens))}
-    by_row: list[str | None] = [None] * len(rows)
-    for i, o in zip(kept, outputs):
-        by_row[i] = o
-    return metrics, by_row
+def score(model, tokenizer, rows: list[dict[str, Any]], examples: list[dict[str, list[int]]],
+          desc: str = "evaluate") -> tuple[dict[str, float], list[str]]:
+    """All metrics for one model on `rows` and their encodings `examples` (the rows that fit:
+    `fitting_rows`), and its outputs."""
+    text_examples = [e for r, e in zip(rows, examples) if expected_call(r) is None]
+    outputs = generate(model, tokenizer, rows, desc=desc)
+    return {"eval_loss": eval_loss(model, examples, tokenizer.pad_token_id),
+            "text_eval_loss": eval_loss(model, text_examples, tokenizer.pad_token_id),
+            **score_outputs(rows, outputs, tuple(tokenizer.all_special_tokens))}, outputs
 
 
 def load(model_dir: Path, adapter_dir: Path | None = None):
@@ -342,18 +330,17 @@ def evaluate(model_dir: Path, tuned_dir: Path, eval_path: Path, max_rows: int = 
     rows = data.read_jsonl(eval_path)[:max_rows]
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     context = context_length(AutoConfig.from_pretrained(model_dir))
-    fit = fitting_rows(rows, tokenizer, max_seq_len, context)
-    if not fit[0]:
+    kept, examples = fitting_rows(rows, tokenizer, max_seq_len, context)
+    if not kept:
         raise UserError(long_rows_problem(len(rows), max_seq_len, context))
-    scored = [rows[i] for i in fit[0]]
+    scored = [rows[i] for i in kept]
     warnings = warnings_for(scored, len(rows) - len(scored), max_seq_len, context)
     for w in warnings:
         print(f"WARNING: {w}", flush=True)
     results, outputs = {}, {}
     for name, adapter in (("base", None), ("tuned", tuned_dir)):
         model = load(model_dir, adapter)
-        results[name], by_row = score(model, tokenizer, rows, max_seq_len, desc=f"evaluate {name}", fit=fit)
-        outputs[name] = [by_row[i] for i in fit[0]]
+        results[name], outputs[name] = score(model, tokenizer, scored, examples, desc=f"evaluate {name}")
         del model
     examples = [{"prompt": last_user_request(r), "expected": expected_call(r) or expected_text(r),
                  "base": outputs["base"][i], "tuned": outputs["tuned"][i]}

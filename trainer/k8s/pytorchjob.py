@@ -23,9 +23,8 @@ from typing import Any
 from trainer import settings
 from trainer.errors import collect
 from trainer.k8s.common import (ClusterSpec, JobFailed, _Stopped, accelerators, container_security, create_or_attach,
-                                default_namespace,
-                                failure_report, follow_job, kube_config_errors, labels, pod_security, queue_labels,
-                                scheduling, secret_env)
+                                default_namespace, failure_report, follow_job, kube_config_errors, labels,
+                                pod_security, queue_labels, scheduling, secret_env)
 
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 CONTAINER = "pytorch"  # the operator requires this name
@@ -122,6 +121,7 @@ class PyTorchJobLauncher:
         tc, namespace = self._client()
         job = build_pytorchjob(name, train_args, self.spec)
         job.metadata.namespace = namespace
+
         def create() -> None:
             tc.create_job(job=job, namespace=namespace)
             print(f"created PyTorchJob {namespace}/{name}: {self.spec.nodes} node(s) x "
