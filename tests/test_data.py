@@ -80,6 +80,17 @@ def test_collate_pads_to_longest_in_batch_only():
     assert left["input_ids"].tolist() == [[5, 6], [0, 7]]
 
 
+def test_tokenizer_without_pad_token_still_batches():
+    """Llama 3's tokenizer has no pad token (pad_token_id None): batches pad with 0 and mask it."""
+    rows = [{"input_ids": [5, 6, 7], "labels": [-100, 6, 7]}, {"input_ids": [5], "labels": [5]}]
+    batch = data.collate(rows, None)
+    assert batch["input_ids"].tolist() == [[5, 6, 7], [5, 0, 0]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
+    packed = data.collate_packed(rows, total=6, pad_id=None)
+    assert packed["input_ids"].tolist() == [[5, 6, 7, 5, 0, 0]]
+    assert packed["labels"].tolist() == [[-100, 6, 7, -100, -100, -100]]
+
+
 def test_packed_batch_loss_equals_per_row_losses(tiny_model_dir, tokenizer):
     """Padding-free packing changes nothing about the loss: no row attends to another."""
     import torch

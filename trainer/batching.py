@@ -93,9 +93,14 @@ def bucket(n: int, multiple: int = 64) -> int:
 
 def collate(examples: list[dict[str, list[int]]], pad_id: int, padding_side: str = "right",
             width: int = 0) -> dict[str, Any]:
-    """Pad a batch to its longest row (or to `width`, when bucketing shapes for compile)."""
+    """Pad a batch to its longest row (or to `width`, when bucketing shapes for compile).
+
+    `pad_id` None (tokenizers without a pad token, e.g. Llama 3's) pads with 0: pad positions
+    are masked out of attention and loss, so their id never matters.
+    """
     import torch
 
+    pad_id = 0 if pad_id is None else pad_id
     width = max(width, max(len(e["input_ids"]) for e in examples))
     ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
     labels = torch.full((len(examples), width), -100, dtype=torch.long)
@@ -126,6 +131,7 @@ def collate_packed(examples: list[dict[str, list[int]]], total: int = 0, pad_id:
     pos = [i for e in examples for i in range(len(e["input_ids"]))]
     labels = [t for e in examples for t in [-100, *e["labels"][1:]]]
     fill = max(0, total - len(ids))
+    pad_id = 0 if pad_id is None else pad_id  # no pad token: fill positions carry no label
     ids, pos, labels = ids + [pad_id] * fill, pos + list(range(fill)), labels + [-100] * fill
     return {"input_ids": torch.tensor([ids]), "position_ids": torch.tensor([pos]), "labels": torch.tensor([labels])}
 
