@@ -106,7 +106,7 @@ CASES = [
     ("tool-args-not-json", lambda t, m: [f"dataset_source={jsonl(t, {'messages': [{'role': 'user', 'content': 'x'}, {'role': 'assistant', 'content': '', 'tool_calls': [{'function': {'name': 'f', 'arguments': '{bad'}}]}]})}"],
      "arguments is not valid JSON"),
     # field types (item 3)
-    ("tools-is-a-string", lambda t, m: [f"dataset_source={rows(t, {**GOOD_ROW, 'tools': json.dumps([TOOL])})}"],
+    ("tools-is-a-name", lambda t, m: [f"dataset_source={rows(t, {**GOOD_ROW, 'tools': 'get_weather'})}"],
      "'tools' must be a list of"),
     ("tool-without-name", lambda t, m: [f"dataset_source={rows(t, {**GOOD_ROW, 'tools': [{'type': 'function'}]})}"],
      "tools[0] needs function.name"),
@@ -447,7 +447,7 @@ def test_several_problems_are_reported_together(tmp_path, capsys, no_s3):
 
 
 def test_a_bad_datasets_rows_are_indented_under_it(tmp_path, capsys, no_s3):
-    path = rows(tmp_path, {**GOOD_ROW, "tools": "[]"})
+    path = rows(tmp_path, {**GOOD_ROW, "tools": "{}"})
     with pytest.raises(SystemExit):
         run_local.main(["--pipeline-root", str(tmp_path / "r"), "--param", f"dataset_source={path}",
                         "--param", "lora_r=0"])

@@ -36,9 +36,17 @@ def test_bad_rows_name_file_line_and_reason(tmp_path, line, expected):
 
 
 def test_every_bad_line_is_reported_at_once_capped(tmp_path):
-    path = write(tmp_path, ["{bad"] * 30)
+    path = write(tmp_path, [" " * i + "{bad" for i in range(30)])  # 30 different columns: 30 problems
     msg = str(pytest.raises(UserError, data.read_jsonl, path).value)
     assert msg.count("not valid JSON") == data.MAX_REPORTED and "and 10 more" in msg
+
+
+def test_the_same_problem_on_every_row_is_one_line(tmp_path):
+    """A file in another format (here plain text rows) says so once, not once per row."""
+    path = write(tmp_path, [json.dumps({"text": f"t{i}"}) for i in range(40)])
+    msg = str(pytest.raises(UserError, data.read_jsonl, path).value)
+    assert "(1 problem)" in msg and f"{path} lines 1, 2, 3 and 37 more: row has no 'messages' field" in msg
+    assert "(its keys: 'text'); plain 'text' rows are for pretraining" in msg
 
 
 def test_missing_and_empty_files(tmp_path):
@@ -159,7 +167,7 @@ def test_wrong_encodings_fail_with_one_line(tmp_path, content, expected):
 def test_deeply_nested_json_is_a_row_problem_not_a_crash(tmp_path):
     path = write(tmp_path, [GOOD, "[" * 100_000 + "]" * 100_000, '{"a":' * 5000 + "1" + "}" * 5000])
     msg = str(pytest.raises(UserError, data.read_jsonl, path).value)
-    assert "2 problems" in msg and msg.count("JSON nested too deeply") == 2
+    assert "1 problem" in msg and "d.jsonl lines 2, 3: JSON nested too deeply" in msg
 
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather"}}]

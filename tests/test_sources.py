@@ -40,9 +40,94 @@ def test_local_file_is_split_with_a_seed(tmp_path):
     assert a == sources.materialize_dataset(src, "", eval_fraction=0.2, seed=1)
 
 
-def test_local_directory_needs_train_jsonl(tmp_path):
-    with pytest.raises(UserError, match="no train.jsonl"):
+def test_local_directory_needs_a_train_file(tmp_path):
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(UserError, match=r"has no train file \(train.jsonl, .json, .csv or .parquet; it holds "
+                                        r"\['notes.txt'\]\) and is not a `datasets` save_to_disk directory"):
         sources.materialize_dataset(sources.Source("local", str(tmp_path)), "")
+
+
+CHATS = builtin_data.generate(40, 8)["train"]
+PAIRS = [{"prompt": f"What is {i}+1?", "completion": str(i + 1)} for i in range(40)]
+
+
+def _chat_rows_as(fmt, path):
+    """CHATS written in one file format, as a user's tools would write it."""
+    import pandas as pd
+
+    if fmt == "json":  # one JSON list
+        path.write_text(json.dumps(CHATS, indent=1))
+    elif fmt == "csv":  # JSON text in the messages / tools cells, as pandas writes it
+        pd.DataFrame({"messages": [json.dumps(r["messages"]) for r in CHATS],
+                      "tools": [json.dumps(r["tools"]) if r.get("tools") else "" for r in CHATS]}).to_csv(path, index=False)
+    elif fmt == "parquet":  # tools as JSON text: one column type for every tool schema
+        pd.DataFrame({"messages": [r["messages"] for r in CHATS],
+                      "tools": [json.dumps(r["tools"]) if r.get("tools") else None for r in CHATS]}).to_parquet(path)
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv", "parquet"])
+def test_chat_rows_read_the_same_from_every_file_format(tmp_path, fmt):
+    path = _chat_rows_as(fmt, tmp_path / f"chats.{fmt}")
+    data.write_jsonl(CHATS, tmp_path / "chats.jsonl")
+    expected = data.read_rows(tmp_path / "chats.jsonl")
+    assert data.read_rows(path) == expected
+    split = sources.materialize_dataset(sources.parse(str(path), "dataset"), "", eval_fraction=0.25, seed=0)
+    assert (len(split["train"]), len(split["eval"])) == (30, 10)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
+def test_prompt_completion_rows_become_chat(tmp_path, fmt):
+    import pandas as pd
+
+    path = tmp_path / f"pairs.{fmt}"
+    if fmt == "jsonl":
+        data.write_jsonl([{**r, "system": "Be terse."} for r in PAIRS], path)
+    else:
+        frame = pd.DataFrame([{**r, "system": "Be terse."} for r in PAIRS])
+        frame.to_csv(path, index=False) if fmt == "csv" else frame.to_parquet(path)
+    rows = data.read_rows(path)
+    assert rows[3] == {"messages": [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "What is 3+1?"},
+                                    {"role": "assistant", "content": "4"}]}
+
+
+def test_conversational_prompt_completion_keeps_its_messages_and_tools():
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    row = {"prompt": [{"role": "user", "content": "call f"}], "tools": json.dumps(tools),
+           "completion": [{"role": "assistant", "content": None,
+                           "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{}"}}]}]}
+    [out] = data.validate_rows([row], "rows")
+    assert out["tools"] == tools and [m["role"] for m in out["messages"]] == ["user", "assistant"]
+    assert out["messages"][1]["tool_calls"][0]["function"]["arguments"] == {}
+
+
+def test_directory_with_a_test_split_uses_it_for_eval(tmp_path):
+    """train + test (or validation) files, as many datasets ship: the held-out file is the eval split."""
+    data.write_jsonl(CHATS[:30], tmp_path / "train.jsonl")
+    _chat_rows_as("parquet", tmp_path / "test.parquet")
+    out = sources.materialize_dataset(sources.Source("local", str(tmp_path)), "")
+    assert (len(out["train"]), len(out["eval"])) == (30, 40)
+    (tmp_path / "validation.jsonl").write_text("")
+    with pytest.raises(UserError, match=r"has 2 eval files \(validation.jsonl, test.parquet\): keep one"):
+        sources.materialize_dataset(sources.Source("local", str(tmp_path)), "")
+
+
+@pytest.mark.parametrize("splits", [False, True], ids=["Dataset", "DatasetDict"])
+def test_save_to_disk_directory_is_read(tmp_path, splits):
+    import datasets
+
+    rows = [{**r, "tools": r.get("tools")} for r in CHATS]  # every row every column, null where absent
+    ds = datasets.Dataset.from_list(rows)
+    if splits:
+        ds = datasets.DatasetDict({"train": datasets.Dataset.from_list(rows[:30]),
+                                   "validation": datasets.Dataset.from_list(rows[30:])})
+    ds.save_to_disk(str(tmp_path / "saved"))
+    out = sources.materialize_dataset(sources.parse(str(tmp_path / "saved"), "dataset"), "", 0.25, 0)
+    assert (len(out["train"]), len(out["eval"])) == (30, 10)
+    assert all(m.get("tool_calls", []) is not None for r in out["train"] + out["eval"] for m in r["messages"])
+    canonical = lambda row: json.dumps(row, sort_keys=True)  # noqa: E731 - Arrow reorders struct keys
+    assert sorted(map(canonical, out["train"] + out["eval"])) == sorted(
+        map(canonical, data.validate_rows(json.loads(json.dumps(CHATS)), "x")))
 
 
 def test_hub_dataset_code_path_on_a_local_repo(tmp_path):

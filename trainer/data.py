@@ -1,8 +1,11 @@
-"""Chat data: read and validate JSONL rows, tokenize with an assistant-only loss mask.
+"""Chat data: read and validate rows, tokenize with an assistant-only loss mask.
 
 Row format (OpenAI / Hugging Face chat): `{"messages": [{"role", "content",
 "tool_calls"?}, ...], "tools"?: [...]}`. A tool call's `arguments` may be a dict or a
-JSON string (OpenAI's wire format); it is normalised to a dict on load.
+JSON string (OpenAI's wire format); it is normalised to a dict on load. Prompt-completion
+rows (`{"prompt", "completion"}`, strings or message lists, TRL's other chat format) are
+turned into messages on load. Files: JSONL, a JSON list of rows, CSV (JSON text in the
+`messages` / `tools` cells) and Parquet; every reader ends in the same row checks.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ def row_problems(row: Any) -> list[str]:
         return [f"row is a {type(row).__name__}, expected a JSON object with 'messages'"]
     messages = row.get("messages")
     if messages is None:
-        return ["row has no 'messages' field; each row needs a list of {role, content} messages"]
+        return [_no_messages(row)]
     if not isinstance(messages, list) or not messages:
         return ["'messages' must be a non-empty list"]
     problems = []
@@ -37,7 +40,7 @@ def row_problems(row: Any) -> list[str]:
     if tools is not None:
         if not isinstance(tools, list):
             problems.append(f"'tools' must be a list of {{\"type\": \"function\", \"function\": {{\"name\": ...}}}} "
-                            f"objects, got a {_json_type(tools)}; if it is a JSON string, store it parsed")
+                            f"objects (or that list as JSON text), got a {_json_type(tools)}")
         else:
             declared = set()
             for k, t in enumerate(tools):
@@ -88,28 +91,112 @@ def row_problems(row: Any) -> list[str]:
     return problems
 
 
+# Other dataset formats, recognised by their keys, and what to do with each.
+_OTHER_FORMATS = (
+    ({"prompt", "completion"}, "'prompt' and 'completion' must each be a string or a list of messages"),
+    ({"text"}, "plain 'text' rows are for pretraining, not chat: this trainer learns assistant turns; give "
+               "'messages', or 'prompt' and 'completion'"),
+    ({"conversations"}, "ShareGPT 'conversations' ({from, value}): rename to 'messages' with {role, content} and "
+                        "roles user/assistant/system (human -> user, gpt -> assistant)"),
+    ({"instruction", "output"}, "Alpaca rows: give 'prompt' (instruction, plus input if any) and 'completion' "
+                                "(output)"),
+    ({"chosen", "rejected"}, "preference pairs (DPO) are not supervised fine-tuning data: train on 'chosen' as "
+                             "'messages'"),
+)
+
+
+def _no_messages(row: dict[str, Any]) -> str:
+    """Why a row without 'messages' is not chat, naming its keys and the format they suggest."""
+    keys = sorted(map(str, row))
+    shown = ", ".join(repr(k) for k in keys[:8]) + (", ..." if len(keys) > 8 else "")
+    hint = next((h for needed, h in _OTHER_FORMATS if needed & set(row) == needed
+                 or (needed == {"prompt", "completion"} and needed & set(row))), None)
+    if hint is None:
+        hint = "each row needs 'messages': [{role, content}, ...], or 'prompt' and 'completion' strings"
+    if "messages" in row:
+        return f"row has no 'messages' field (it is null); {hint}"
+    return f"row has no 'messages' field (its keys: {shown or 'none'}); {hint}"
+
+
+def to_chat(row: Any) -> Any:
+    """A prompt-completion row as a chat row; any other row unchanged.
+
+    `prompt` / `completion` are strings (a user turn and an assistant turn) or message lists
+    (TRL's conversational prompt-completion); a `system` string becomes the first message,
+    `tools` is kept. `tools` as JSON text (how Parquet and Hub datasets often store it: one
+    column type for every tool schema) is parsed. Rows this cannot turn into messages are left
+    for `row_problems` to name.
+    """
+    if isinstance(row, dict) and isinstance(row.get("tools"), str):
+        try:
+            tools = json.loads(row["tools"])
+        except (json.JSONDecodeError, RecursionError):
+            tools = None
+        if isinstance(tools, list):
+            row = {**row, "tools": tools}
+    if not isinstance(row, dict) or row.get("messages") is not None:
+        return row
+    prompt, completion = row.get("prompt"), row.get("completion")
+    if isinstance(prompt, str):
+        prompt = [{"role": "user", "content": prompt}]
+    if isinstance(completion, str):
+        completion = [{"role": "assistant", "content": completion}]
+    if not (isinstance(prompt, list) and isinstance(completion, list)):
+        return row
+    system = row.get("system")
+    out = {"messages": ([{"role": "system", "content": system}] if isinstance(system, str) and system else [])
+           + prompt + completion}
+    if row.get("tools") is not None:
+        out["tools"] = row["tools"]
+    return out
+
+
 def _json_type(value: Any) -> str:
     return {str: "string", dict: "object", list: "list", bool: "boolean", int: "number", float: "number"}.get(
         type(value), "null" if value is None else type(value).__name__)
 
 
-def normalise(row: dict[str, Any]) -> dict[str, Any]:
-    """Tool-call arguments as dicts (chat templates render them with `tojson`)."""
+def normalise(row: dict[str, Any], columnar: bool = False) -> dict[str, Any]:
+    """Tool-call arguments as dicts (chat templates render them with `tojson`); null fields
+    dropped (Parquet and `datasets` give every message every column, null where absent, and
+    templates test `'tool_calls' in message`).
+
+    `columnar`: rows from Arrow (Parquet, `datasets`), where one struct type spans every row,
+    so each tool call's arguments and each tool schema hold every other row's keys as nulls
+    (`{"city": "Paris", "amount": null, ...}`); those nulls are dropped, or the model would
+    learn to write them. (Arguments stored as JSON text keep their own nulls.)
+    """
+    if row.get("tools") is None:
+        row.pop("tools", None)
+    elif columnar:
+        row["tools"] = _drop_nulls(row["tools"])
+    row["messages"] = [{k: v for k, v in m.items() if v is not None or k == "content"} for m in row["messages"]]
     for m in row["messages"]:
         for tc in m.get("tool_calls") or []:
             if isinstance(tc["function"].get("arguments"), str):
                 tc["function"]["arguments"] = json.loads(tc["function"]["arguments"])
+            elif columnar:
+                tc["function"]["arguments"] = _drop_nulls(tc["function"].get("arguments", {}))
     return row
 
 
-def validate_rows(rows: Iterable[Any], where: str) -> list[dict[str, Any]]:
-    """Check every row; raise one UserError naming each bad row, else return them normalised."""
-    rows = list(rows)
-    problems = [f"{where} row {i + 1}: {p}" for i, row in enumerate(rows) for p in row_problems(row)]
+def _drop_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _drop_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_drop_nulls(v) for v in value]
+    return value
+
+
+def validate_rows(rows: Iterable[Any], where: str, columnar: bool = False) -> list[dict[str, Any]]:
+    """Check every row; raise one UserError naming each bad row, else return them normalised
+    (`columnar`: rows from Arrow; see `normalise`)."""
+    rows = [to_chat(r) for r in rows]
+    problems = [(i + 1, p) for i, row in enumerate(rows) for p in row_problems(row)]
     if not rows:
-        problems.append(f"{where} has no rows")
-    _raise_capped(problems, where)
-    return [normalise(r) for r in rows]
+        problems.append((None, "has no rows"))
+    _raise_grouped(problems, where, "row")
+    return [normalise(r, columnar) for r in rows]
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
@@ -141,18 +228,107 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as err:
-                problems.append(f"{path}:{lineno}: not valid JSON ({err.msg} at column {err.colno})")
+                problems.append((lineno, f"not valid JSON ({err.msg} at column {err.colno})"))
                 continue
             except RecursionError:
-                problems.append(f"{path}:{lineno}: JSON nested too deeply for the parser (about 1000 levels or "
-                                "more); a chat row needs a handful: check how the file was generated")
+                problems.append((lineno, "JSON nested too deeply for the parser (about 1000 levels or more); a "
+                                         "chat row needs a handful: check how the file was generated"))
                 continue
-            problems += [f"{path}:{lineno}: {p}" for p in row_problems(row)]
+            row = to_chat(row)
+            problems += [(lineno, p) for p in row_problems(row)]
             rows.append(row)
     if not rows and not problems:
-        problems.append(f"{path}: file has no rows")
-    _raise_capped(problems, str(path))
+        problems.append((None, "file has no rows"))
+    _raise_grouped(problems, str(path), "line")
     return [normalise(r) for r in rows]
+
+
+FILE_TYPES = (".jsonl", ".json", ".csv", ".parquet")  # what read_rows reads, by extension
+_JSON_CELLS = ("messages", "tools", "prompt", "completion")  # CSV cells that may hold JSON
+
+
+def read_rows(path: str | Path) -> list[dict[str, Any]]:
+    """Read and validate a dataset file of any FILE_TYPES; other extensions are read as JSONL.
+
+    A `.json` file is a JSON list of rows, or JSON Lines under another name (common on the
+    Hub). Problems name the file and the line (JSONL) or row (other formats).
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if not path.is_file() or suffix not in (".json", ".csv", ".parquet"):
+        return read_jsonl(path)
+    if suffix == ".parquet":
+        return validate_rows(_parquet_rows(path), str(path), columnar=True)
+    text = _utf8_text(path)
+    if suffix == ".csv":
+        return validate_rows(_csv_rows(path, text), str(path))
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        if text.lstrip().startswith("["):
+            raise UserError(f"{path}: not valid JSON ({err.msg} at line {err.lineno}, column {err.colno}); a .json "
+                            "dataset is one JSON list of row objects (or JSONL, one object per line)") from None
+        return read_jsonl(path)  # JSON Lines named .json
+    except RecursionError:
+        raise UserError(f"{path}: JSON nested too deeply for the parser; a chat dataset needs a handful of "
+                        "levels: check how the file was generated") from None
+    if isinstance(value, dict) and isinstance(value.get("messages"), list):
+        value = [value]  # a one-row JSONL file
+    if not isinstance(value, list):
+        raise UserError(f"{path} holds a JSON {_json_type(value)}, not a list of rows: give a JSON list of "
+                        "{\"messages\": [...]} objects, or JSONL (one object per line)")
+    return validate_rows(value, str(path))
+
+
+def _utf8_text(path: Path) -> str:
+    """The file as text: UTF-8 with or without BOM, else one line saying how to convert it."""
+    raw = path.read_bytes()
+    if kind := _binary_kind(raw[:8]):
+        raise UserError(f"{path} is {kind}, not {path.suffix[1:].upper()} text: give UTF-8 text, or name the file "
+                        "by its format (.jsonl, .json, .csv, .parquet)")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        raise UserError(f"{path}:{line}: not UTF-8 text (byte 0x{raw[err.start]:02x}); save the file as UTF-8, "
+                        f"e.g. `iconv -f latin1 -t utf-8 {path.name} > fixed{path.suffix}`") from None
+
+
+def _csv_rows(path: Path, text: str) -> list[dict[str, Any]]:
+    """CSV rows with a header; empty cells are absent, and JSON text in the messages, tools,
+    prompt and completion cells is parsed (a prompt that is plain text stays text)."""
+    import csv
+    import io
+
+    csv.field_size_limit(1 << 30)  # the default 128 KiB refuses a long conversation in one cell
+    out = []
+    try:
+        for row in csv.DictReader(io.StringIO(text, newline="")):
+            cells = {k: v for k, v in row.items() if k is not None and v not in (None, "")}
+            for key in _JSON_CELLS:
+                value = cells.get(key)
+                if isinstance(value, str) and value.lstrip()[:1] in ("[", "{"):
+                    try:
+                        cells[key] = json.loads(value)
+                    except (json.JSONDecodeError, RecursionError):
+                        if key in ("messages", "tools"):
+                            cells[key] = value  # row_problems names it, with the row
+            out.append(cells)
+    except csv.Error as err:
+        raise UserError(f"{path} is not readable CSV ({err}); give a CSV with a header row, e.g. prompt,completion "
+                        "or messages (JSON text)") from None
+    return out
+
+
+def _parquet_rows(path: Path) -> list[dict[str, Any]]:
+    import pyarrow
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_table(path).to_pylist()
+    except (pyarrow.ArrowException, OSError) as err:
+        raise UserError(f"{path} is not a readable Parquet file ({str(err).splitlines()[0][:200]}); write it again, "
+                        "e.g. with pandas `df.to_parquet(path)`") from None
 
 
 _MAGIC = {b"\x1f\x8b": "gzip-compressed", b"PK\x03\x04": "a zip archive", b"PAR1": "Parquet",
@@ -164,10 +340,25 @@ def _binary_kind(head: bytes) -> str | None:
     return next((kind for magic, kind in _MAGIC.items() if head.startswith(magic)), None)
 
 
-def _raise_capped(problems: list[str], where: str) -> None:
-    if len(problems) > MAX_REPORTED:
-        problems = problems[:MAX_REPORTED] + [f"... and {len(problems) - MAX_REPORTED} more"]
-    collect(problems, what=f"bad dataset {where}")
+def _raise_grouped(problems: list[tuple[int | None, str]], where: str, unit: str) -> None:
+    """One UserError for (line or row number, problem) pairs: the same problem on many rows
+    is one line naming the first few ("lines 1, 2, 3 and 37 more"), so a file in another
+    format says so once; different problems are capped at MAX_REPORTED."""
+    groups: dict[str, list[int | None]] = {}
+    for at, text in problems:
+        groups.setdefault(text, []).append(at)
+    lines = []
+    for text, ats in groups.items():
+        if ats == [None]:
+            lines.append(f"{where}: {text}")
+        elif len(ats) == 1:
+            lines.append(f"{where}:{ats[0]}: {text}" if unit == "line" else f"{where} {unit} {ats[0]}: {text}")
+        else:
+            shown = ", ".join(map(str, ats[:3])) + (f" and {len(ats) - 3} more" if len(ats) > 3 else "")
+            lines.append(f"{where} {unit}s {shown}: {text}")
+    if len(lines) > MAX_REPORTED:
+        lines = lines[:MAX_REPORTED] + [f"... and {len(lines) - MAX_REPORTED} more"]
+    collect(lines, what=f"bad dataset {where}")
 
 
 def write_jsonl(rows: Iterable[dict[str, Any]], path: str | Path) -> int:

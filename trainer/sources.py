@@ -23,6 +23,7 @@ from trainer.errors import UserError, collect
 
 BUILTIN_MODELS = ("tiny-llama",)
 BUILTIN_DATASETS = ("function-calling",)
+LOCAL_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")  # a name ending so is a file, never a Hub id
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
@@ -54,7 +55,7 @@ def parse(source: str, what: str) -> Source:
         return Source("builtin", name)
     if source.startswith("file://"):
         source = source[len("file://"):]
-    looks_local = source.startswith(("/", "./", "../", "~")) or source.endswith((".jsonl", ".json"))
+    looks_local = source.startswith(("/", "./", "../", "~")) or source.endswith(LOCAL_SUFFIXES)
     if looks_local or (source and Path(source).exists()):
         path = Path(source).expanduser()
         if not path.exists():
@@ -72,7 +73,7 @@ def looks_local(source: str) -> bool:
         return False
     if source.startswith("file://"):
         return True
-    return source.startswith(("/", "./", "../", "~")) or source.endswith((".jsonl", ".json")) or Path(source).exists()
+    return source.startswith(("/", "./", "../", "~")) or source.endswith(LOCAL_SUFFIXES) or Path(source).exists()
 
 
 def model_max_length(source: str) -> int | None:
@@ -235,9 +236,10 @@ def materialize_dataset(src: Source, revision: str, eval_fraction: float = 0.1,
 def _materialize(src: Source, revision: str, eval_fraction: float, seed: int) -> dict[str, list[dict[str, Any]]]:
     """Validated `{"train": rows, "eval": rows}` from any source.
 
-    A single file is split into train/eval with `eval_fraction` (seeded); a directory
-    must hold train.jsonl and may hold eval.jsonl; a Hub dataset uses its train split and
-    its validation/test split when there is one.
+    A single file (JSONL, JSON, CSV, Parquet) is split into train/eval with `eval_fraction`
+    (seeded); a directory holds a train file and may hold an eval / validation / test file, or
+    is a `datasets` save_to_disk directory; a Hub or saved dataset uses its train split and its
+    validation/eval/test split when there is one.
     """
     from trainer import builtin_data, data
 
@@ -246,27 +248,64 @@ def _materialize(src: Source, revision: str, eval_fraction: float, seed: int) ->
     if src.kind == "local":
         path = Path(src.ref)
         if path.is_file():
-            return _split(data.read_jsonl(path), eval_fraction, seed)
-        if not (path / "train.jsonl").is_file():
-            raise UserError(f"dataset directory {path} has no train.jsonl; add it, or pass a .jsonl file")
-        train = data.read_jsonl(path / "train.jsonl")
-        if (path / "eval.jsonl").is_file():
-            return {"train": train, "eval": data.read_jsonl(path / "eval.jsonl")}
-        return _split(train, eval_fraction, seed)
-    import datasets
+            return _split(data.read_rows(path), eval_fraction, seed)
+        if any((path / name).is_file() for name in SAVED_DATASET_FILES):
+            ds = _load_from_disk(path)
+            if not hasattr(ds, "keys"):  # one Dataset, no splits
+                return _split(data.validate_rows(ds.to_list(), str(path), columnar=True), eval_fraction, seed)
+        else:
+            train, held_out = _split_files(path)
+            return {"train": data.read_rows(train), "eval": data.read_rows(held_out)} if held_out else \
+                _split(data.read_rows(train), eval_fraction, seed)
+    else:
+        import datasets
 
-    try:
-        ds = datasets.load_dataset(src.ref, revision=revision or None)
-    except datasets.exceptions.DatasetNotFoundError:
-        raise UserError(f"no dataset {src.ref!r} on the Hugging Face Hub (or it is private: set HF_TOKEN); if it is "
-                        "a model, pass it as model_source") from None
+        try:
+            ds = datasets.load_dataset(src.ref, revision=revision or None)
+        except datasets.exceptions.DatasetNotFoundError:
+            raise UserError(f"no dataset {src.ref!r} on the Hugging Face Hub (or it is private: set HF_TOKEN); if it "
+                            "is a model, pass it as model_source") from None
     if "train" not in ds:
-        raise UserError(f"Hub dataset {src.ref} has no 'train' split (it has {list(ds)})")
-    train = data.validate_rows(ds["train"].to_list(), f"{src.ref}[train]")
+        raise UserError(f"dataset {src.ref} has no 'train' split (it has {list(ds)}): name the training split "
+                        "'train'")
+    train = data.validate_rows(ds["train"].to_list(), f"{src.ref}[train]", columnar=True)
     held_out = next((s for s in ("validation", "eval", "test") if s in ds), None)
     if held_out is None:
         return _split(train, eval_fraction, seed)
-    return {"train": train, "eval": data.validate_rows(ds[held_out].to_list(), f"{src.ref}[{held_out}]")}
+    return {"train": train, "eval": data.validate_rows(ds[held_out].to_list(), f"{src.ref}[{held_out}]", columnar=True)}
+
+
+SAVED_DATASET_FILES = ("dataset_dict.json", "state.json")  # what datasets' save_to_disk writes
+SPLIT_NAMES = {"train": ("train",), "eval": ("eval", "validation", "valid", "test")}
+
+
+def _split_files(path: Path) -> tuple[Path, Path | None]:
+    """A directory's train file and held-out file (eval, validation or test), each in any of
+    data.FILE_TYPES; one UserError when there is no train file or a split is there twice."""
+    from trainer import data
+
+    found = {split: [path / f"{name}{ext}" for name in names for ext in data.FILE_TYPES
+                     if (path / f"{name}{ext}").is_file()] for split, names in SPLIT_NAMES.items()}
+    problems = [f"dataset directory {path} has {len(files)} {split} files ({', '.join(f.name for f in files)}): "
+                "keep one" for split, files in found.items() if len(files) > 1]
+    if not found["train"]:
+        present = sorted(p.name for p in path.iterdir())[:6] if path.is_dir() else []
+        problems.append(f"dataset directory {path} has no train file (train.jsonl, .json, .csv or .parquet; it holds "
+                        f"{present or 'nothing'}) and is not a `datasets` save_to_disk directory: add train.jsonl "
+                        "[+ eval.jsonl], or pass a single file")
+    collect(problems, what=f"cannot read dataset directory {path}")
+    return found["train"][0], (found["eval"] or [None])[0]
+
+
+def _load_from_disk(path: Path):
+    """A `datasets.save_to_disk` directory (a Dataset or a DatasetDict)."""
+    import datasets
+
+    try:
+        return datasets.load_from_disk(str(path))
+    except (FileNotFoundError, ValueError, OSError) as err:
+        raise UserError(f"{path} looks like a `datasets` save_to_disk directory but does not load "
+                        f"({type(err).__name__}: {str(err).splitlines()[0][:200]}); save it again") from None
 
 
 def _already_delivered(src: Source, store) -> tuple[str, dict[str, Any]]:
