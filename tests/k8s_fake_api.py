@@ -39,6 +39,10 @@ class JobScript:
     # Set: after its log was read once, the master pod is replaced by one of the same name (as the
     # Training Operator recreates a pod that exited with a retryable code) whose log is this.
     recreated_log: str = ""
+    # Set: after its log was read once, the master's container restarts in place (same pod, restart
+    # count 1, as the kubelet restarts a container under restartPolicy OnFailure) and writes this
+    # log; the ended container's log stays readable with `previous=true`, as the kubelet keeps it.
+    restarted_log: str = ""
     # Set: the first streamed read of the master's log ends cleanly after this many bytes, as the API
     # server ends a stream whose upstream (kubelet, node) broke: possibly in the middle of a line.
     first_read_cut_at: int = 0
@@ -239,9 +243,10 @@ class Handler(RoutedHandler):
                 "batch.kubernetes.io/job-completion-index": str(i)})
                 for i in range(obj["spec"]["trainer"].get("numNodes", 1))]
         uid = "2" if js.recreated_log and self.state.master_log_reads else "1"
+        restarts = 1 if js.terminated_reason or (js.restarted_log and self.state.master_log_reads) else 0
         return [{"metadata": {"name": name, "namespace": ns, "labels": labels, "uid": f"{name}-{uid}"},
                  "status": {"phase": phase, "containerStatuses": [
-                     {"name": container, "ready": False, "restartCount": 1 if js.terminated_reason else 0,
+                     {"name": container, "ready": False, "restartCount": restarts,
                       "image": "img", "imageID": "", "state": state}]}} for name, container, labels in pods]
 
     def _pods(self, method, ns, name, *, query, body):
@@ -255,6 +260,8 @@ class Handler(RoutedHandler):
     def _pod_log(self, method, ns, name, *, query, body):
         js, main = self.state.job_script, "-master-" in name or name.endswith("-node-0-0")
         log = js.recreated_log if main and js.recreated_log and self.state.master_log_reads else js.master_log
+        if js.restarted_log and self.state.master_log_reads and "previous" not in query:
+            log = js.restarted_log  # the container running now; `previous` reads the one that ended
         log = log if main else ""
         if main and "follow" in query:
             self.state.master_log_reads += 1

@@ -689,3 +689,18 @@ def test_a_finished_pods_log_cut_mid_line_shows_the_rest_after_the_reconnect_fak
     out = capsys.readouterr().out.splitlines()
     start = out.index("step 1")
     assert out[start:start + 4] == ["step 1", "step 2 lo", "ss 1.0", "step 3"]
+
+
+def test_a_container_restarted_in_place_shows_its_unterminated_last_line_fake_api(capsys):
+    """The kubelet restarts a container in place (same pod, restart count + 1): the container that
+    ended may have written its last line without a newline, which was not complete while it ran.
+    It is read from the ended container's log (`previous`) once the restart is seen: shown once."""
+    script = JobScript(conditions=["Created"] + ["Running"] * 40 + ["Succeeded"],
+                       master_log="step 1\nstep 2\nRuntimeError: NCCL timeout", restarted_log="resuming\nstep 3\n")
+    with FakeKubeAPI(script) as api:
+        KubernetesLauncher(ClusterSpec(namespace="ml", poll_interval_s=0.01), api.configuration).run(ARGS, "ft-inplace")
+        assert api.state.calls("GET", r"/pods/ft-inplace-master-0/log\?.*previous=")
+    out = capsys.readouterr().out.splitlines()
+    shown = [line for line in out if line.startswith(("step", "RuntimeError", "resuming", "---"))]
+    assert shown == ["--- log of pod ml/ft-inplace-master-0 ---", "step 1", "step 2", "RuntimeError: NCCL timeout",
+                     "--- log of pod ml/ft-inplace-master-0 (restart 1) ---", "resuming", "step 3"]

@@ -359,12 +359,27 @@ def _stream_logs(core, namespace: str, selector: str, container: str, on_line: C
     from kubernetes.client.exceptions import ApiException
 
     # (pod uid, container restart count) -> (complete lines shown, the start of the next line shown
-    # as a finished pod's last one): a reconnect re-reads the same log from its start, while a
+    # as an ended container's last one): a reconnect re-reads the same log from its start, while a
     # restarted container writes a new one, and so does a pod the operator recreated under the same
     # name (ExitCode restarts), which the uid tells apart. Only complete lines count: the API server
     # ends a stream cleanly when its upstream breaks, possibly mid-line, and the reconnect reads that
-    # line whole. An unterminated last line is complete only when the pod has finished.
+    # line whole. An unterminated last line is complete only when its container has ended.
     seen: dict[tuple[str, int], tuple[int, str]] = {}
+
+    def show(resp, key: tuple[str, int], ended: bool) -> bool:
+        """Stream `resp` from where `key`'s log was left; False when `done` interrupted it."""
+        for i, (line, complete) in enumerate(_lines(resp)):
+            count, partial = seen.get(key, (0, ""))
+            if i >= count and (complete or ended):
+                # A line whose start was shown as an ended container's last line: only its rest.
+                rest = line[len(partial):] if partial and line.startswith(partial) else line
+                if rest or not partial:
+                    on_line(rest)
+                seen[key] = (i + 1, "") if complete else (count, line)
+            if done.is_set():
+                return False
+        return True
+
     while not done.is_set():
         try:
             pods = [p for p in core.list_namespaced_pod(namespace, label_selector=selector).items
@@ -378,25 +393,30 @@ def _stream_logs(core, namespace: str, selector: str, container: str, on_line: C
                 on_idle()
             for pod in pods[:1]:
                 name = pod.metadata.name
-                restarts = max([cs.restart_count or 0 for cs in pod.status.container_statuses or []
-                                if cs.name == container] or [0])
-                key = (pod.metadata.uid or name, restarts)
+                statuses = [cs for cs in pod.status.container_statuses or [] if cs.name == container]
+                restarts = max([cs.restart_count or 0 for cs in statuses] or [0])
+                uid = pod.metadata.uid or name
+                key = (uid, restarts)
+                before = (uid, restarts - 1)
+                if key not in seen and before in seen:
+                    # Restarted in place (same pod) since the last read: the container that ended
+                    # may have left lines unread, its last one perhaps without a newline. The
+                    # kubelet keeps that log as the container's `previous` one.
+                    prev = core.read_namespaced_pod_log(name, namespace, container=container, previous=True,
+                                                        _preload_content=False)
+                    if not show(prev, before, ended=True):
+                        return
                 if key not in seen:
                     print(f"--- log of pod {namespace}/{name}" + (f" (restart {restarts})" if restarts else "")
                           + " ---", flush=True)
+                    seen[key] = (0, "")
                 resp = core.read_namespaced_pod_log(name, namespace, container=container, follow=True,
                                                     _preload_content=False)
+                # Ended: the pod is over, or this container exited (a restart in place comes next).
                 finished = pod.status.phase in ("Succeeded", "Failed")
-                for i, (line, complete) in enumerate(_lines(resp)):
-                    count, partial = seen.get(key, (0, ""))
-                    if i >= count and (complete or finished):
-                        # A line whose start was shown as a finished pod's last line: only its rest.
-                        rest = line[len(partial):] if partial and line.startswith(partial) else line
-                        if rest or not partial:
-                            on_line(rest)
-                        seen[key] = (i + 1, "") if complete else (count, line)
-                    if done.is_set():
-                        return
+                ended = finished or any(cs.state and cs.state.terminated for cs in statuses)
+                if not show(resp, key, ended):
+                    return
                 if finished:
                     drained.set()  # a finished pod's log was read to its end
         except ApiException as err:
