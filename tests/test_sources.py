@@ -204,3 +204,39 @@ def test_seed_out_of_range_is_refused_at_delivery(store):
     err = str(pytest.raises(UserError, sources.deliver_dataset, "builtin:function-calling", "", store,
                             0.1, 2**64).value)
     assert "seed must be between 0 and 4294967295" in err
+
+
+def test_a_clone_of_a_hub_dataset_repo_is_read_with_its_layout(tmp_path):
+    """data/train-00000-of-00001.parquet + data/test-...: the layout Hub repos use, read by `datasets`."""
+    import pandas as pd
+
+    (tmp_path / "data").mkdir()
+    for split, part in (("train", CHATS[:30]), ("test", CHATS[30:])):
+        pd.DataFrame({"messages": [json.dumps(r["messages"]) for r in part],  # messages as JSON text
+                      "tools": [json.dumps(r.get("tools")) for r in part]}).to_parquet(
+            tmp_path / "data" / f"{split}-00000-of-00001.parquet")
+    out = sources.materialize_dataset(sources.parse(str(tmp_path), "dataset"), "")
+    assert (len(out["train"]), len(out["eval"])) == (30, 10)
+    assert out["eval"][0]["messages"][0] == CHATS[30]["messages"][0]
+
+
+def test_null_prompt_or_completion_cells_are_named(tmp_path):
+    import pandas as pd
+
+    pd.DataFrame({"prompt": ["a", None, "c"] * 10, "completion": ["x", "y", None] * 10}).to_parquet(tmp_path / "p.parquet")
+    msg = str(pytest.raises(UserError, data.read_rows, tmp_path / "p.parquet").value)
+    assert "(2 problems)" in msg
+    assert "rows 2, 5, 8 and 7 more: row has no 'messages' field, and of prompt/completion 'prompt' is null, " \
+           "'completion' is a string: each must be a string or a list of messages" in msg
+
+
+def test_hub_dataset_offline_and_not_cached_is_one_clear_error(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import datasets.config
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    err = str(pytest.raises(UserError, sources.materialize_dataset, sources.Source("hub", "someorg/not-cached"), "").value)
+    assert "is not in the local Hugging Face cache and the Hub cannot be reached" in err
+    assert "hf download --repo-type dataset someorg/not-cached" in err

@@ -93,7 +93,7 @@ def row_problems(row: Any) -> list[str]:
 
 # Other dataset formats, recognised by their keys, and what to do with each.
 _OTHER_FORMATS = (
-    ({"prompt", "completion"}, "'prompt' and 'completion' must each be a string or a list of messages"),
+    ({"prompt", "completion"}, "each must be a string or a list of messages"),
     ({"text"}, "plain 'text' rows are for pretraining, not chat: this trainer learns assistant turns; give "
                "'messages', or 'prompt' and 'completion'"),
     ({"conversations"}, "ShareGPT 'conversations' ({from, value}): rename to 'messages' with {role, content} and "
@@ -115,6 +115,10 @@ def _no_messages(row: dict[str, Any]) -> str:
         hint = "each row needs 'messages': [{role, content}, ...], or 'prompt' and 'completion' strings"
     if "messages" in row:
         return f"row has no 'messages' field (it is null); {hint}"
+    if "prompt" in row or "completion" in row:
+        kinds = {k: _json_type(row[k]) if k in row else "missing" for k in ("prompt", "completion")}
+        found = ", ".join(f"'{k}' is {'a ' + t if t not in ('null', 'missing') else t}" for k, t in kinds.items())
+        return f"row has no 'messages' field, and of prompt/completion {found}: {hint}"
     return f"row has no 'messages' field (its keys: {shown or 'none'}); {hint}"
 
 
@@ -127,13 +131,14 @@ def to_chat(row: Any) -> Any:
     column type for every tool schema) is parsed. Rows this cannot turn into messages are left
     for `row_problems` to name.
     """
-    if isinstance(row, dict) and isinstance(row.get("tools"), str):
-        try:
-            tools = json.loads(row["tools"])
-        except (json.JSONDecodeError, RecursionError):
-            tools = None
-        if isinstance(tools, list):
-            row = {**row, "tools": tools}
+    for key in ("tools", "messages"):  # JSON text in a column, as CSV and Parquet often hold them
+        if isinstance(row, dict) and isinstance(row.get(key), str):
+            try:
+                value = json.loads(row[key])
+            except (json.JSONDecodeError, RecursionError):
+                value = None
+            if isinstance(value, list):
+                row = {**row, key: value}
     if not isinstance(row, dict) or row.get("messages") is not None:
         return row
     prompt, completion = row.get("prompt"), row.get("completion")
@@ -266,7 +271,7 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
         value = json.loads(text)
     except json.JSONDecodeError as err:
         if text.lstrip().startswith("["):
-            raise UserError(f"{path}: not valid JSON ({err.msg} at line {err.lineno}, column {err.colno}); a .json "
+            raise UserError(f"{path}: not valid JSON ({err.msg}: line {err.lineno}, column {err.colno}); a .json "
                             "dataset is one JSON list of row objects (or JSONL, one object per line)") from None
         return read_jsonl(path)  # JSON Lines named .json
     except RecursionError:

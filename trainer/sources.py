@@ -253,18 +253,14 @@ def _materialize(src: Source, revision: str, eval_fraction: float, seed: int) ->
             ds = _load_from_disk(path)
             if not hasattr(ds, "keys"):  # one Dataset, no splits
                 return _split(data.validate_rows(ds.to_list(), str(path), columnar=True), eval_fraction, seed)
+        elif _hub_layout(path):  # a clone of a Hub dataset repo: datasets reads its layout as on the Hub
+            ds = _load_dataset(str(path), "")
         else:
             train, held_out = _split_files(path)
             return {"train": data.read_rows(train), "eval": data.read_rows(held_out)} if held_out else \
                 _split(data.read_rows(train), eval_fraction, seed)
     else:
-        import datasets
-
-        try:
-            ds = datasets.load_dataset(src.ref, revision=revision or None)
-        except datasets.exceptions.DatasetNotFoundError:
-            raise UserError(f"no dataset {src.ref!r} on the Hugging Face Hub (or it is private: set HF_TOKEN); if it "
-                            "is a model, pass it as model_source") from None
+        ds = _load_dataset(src.ref, revision)
     if "train" not in ds:
         raise UserError(f"dataset {src.ref} has no 'train' split (it has {list(ds)}): name the training split "
                         "'train'")
@@ -295,6 +291,33 @@ def _split_files(path: Path) -> tuple[Path, Path | None]:
                         "[+ eval.jsonl], or pass a single file")
     collect(problems, what=f"cannot read dataset directory {path}")
     return found["train"][0], (found["eval"] or [None])[0]
+
+
+def _load_dataset(ref: str, revision: str):
+    """`datasets.load_dataset` (a Hub id, or a local clone of a Hub repo), its failures as UserError."""
+    import datasets
+
+    try:
+        return datasets.load_dataset(ref, revision=revision or None)
+    except datasets.exceptions.DatasetNotFoundError:
+        raise UserError(f"no dataset {ref!r} on the Hugging Face Hub (or it is private: set HF_TOKEN); if it "
+                        "is a model, pass it as model_source") from None
+    except ConnectionError as err:  # offline, or the Hub unreachable, and not in the local cache
+        raise UserError(f"dataset {ref!r} is not in the local Hugging Face cache and the Hub cannot be reached "
+                        f"({str(err).splitlines()[0][:160]}); download it first (`hf download --repo-type dataset "
+                        f"{ref}`), allow network access, or pass a local file") from None
+    except (datasets.exceptions.DatasetGenerationError, ValueError, FileNotFoundError) as err:
+        raise UserError(f"dataset {ref!r} does not load with `datasets` ({type(err).__name__}: "
+                        f"{str(err).splitlines()[0][:200]}); check its files, or pass a single .jsonl file") from None
+
+
+def _hub_layout(path: Path) -> bool:
+    """Split files the way Hub dataset repos lay them out (data/train-00000-of-00001.parquet,
+    train-*.jsonl, ...), not named plainly train.jsonl."""
+    from trainer import data
+
+    return any(p.suffix in data.FILE_TYPES and p.name.startswith("train")
+               for p in [*path.glob("data/*"), *path.glob("train-*"), *path.glob("data/train/*")])
 
 
 def _load_from_disk(path: Path):
