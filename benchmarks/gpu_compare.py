@@ -1,13 +1,16 @@
-"""python -m benchmarks.gpu_compare [--steps 40] [--runs 2] [--batch-tokens 16384] [--shapes 1b,8b]
-       [--variants "default;compile=true;packing=flatten;FINETUNE_LIGER=0"] [--peak-tflops auto] [--json out.json]
+"""python -m benchmarks.gpu_compare [--steps 40] [--runs 2] [--batch-tokens 16384] [--batch-tokens-8b 8192]
+       [--shapes 1b,8b] [--variants "default;compile=true;FINETUNE_FUSED_LORA=0;FINETUNE_LIGER=0"]
+       [--peak-tflops auto] [--profile] [--json out.json]
 
 This trainer vs the Hugging Face Trainer on one CUDA GPU, same process conditions, runs
 interleaved (ours, HF, ours, HF, ...) so that clock and thermal drift hit both alike:
 
 - models with Llama-3.2-1B's shape (and Llama-3.1-8B's, this trainer alone), random weights,
   bf16, LoRA r16 alpha 32 on all linear layers, the built-in function-calling data (~100-token rows);
-- this trainer: `--batch-tokens` tokens per micro-batch, one variant per `--variants` entry
-  (space-separated TrainConfig fields, "default" for none);
+- this trainer: `--batch-tokens` tokens per micro-batch (`--batch-tokens-8b` on the 8B shape, whose
+  activations at 16,384 tokens would not fit in 80 GB next to its 16 GB of weights without
+  gradient checkpointing), one variant per `--variants` entry (space-separated TrainConfig fields
+  or trainer.settings names, "default" for none);
 - HF Trainer + peft (benchmarks/baseline_hf_trainer.py), each batch padded to its longest row,
   bf16, as many rows per step as hold `--batch-tokens` real tokens on average.
 
@@ -108,6 +111,26 @@ def parse_variants(text: str) -> dict[str, tuple[list[str], dict[str, str]]]:
     return out
 
 
+def seed_model(store, model_dir: Path) -> str:
+    """The model's URI, with the tree put straight into the trainer's local cache and only its
+    manifest into the (throwaway, in-memory) S3: the trainer finds the cached copy and downloads
+    nothing. Spares the 8B shape a 16 GB upload and download through moto (minutes) that says
+    nothing about training speed."""
+    from trainer import settings
+    from trainer.storage import MANIFEST, tree_manifest
+
+    manifest = tree_manifest(model_dir)
+    prefix = f"models/sha256-{manifest['tree_sha256']}"
+    cached = Path(settings.get("FINETUNE_CACHE_DIR")) / manifest["tree_sha256"]
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    if not (cached / MANIFEST).exists():
+        shutil.copytree(model_dir, cached, dirs_exist_ok=True)
+        (cached / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    store.ensure_bucket()
+    store.put_json(f"{prefix}/{MANIFEST}", manifest)
+    return store.uri(prefix)
+
+
 def build_model(shape: Shape, out: Path) -> Path:
     """Random weights of `shape` in bf16, with the built-in tokenizer, saved to `out`."""
     import torch
@@ -135,11 +158,12 @@ def _train(model_uri: str, data_uri: str, prefix: str, steps: int, batch_tokens:
                     "--checkpoint-every=100000", *more, *extra_args], check=True, env={**os.environ, **env}, **run)
 
 
-def run_ours(model_uri: str, data_uri: str, args, extra: tuple[list[str], dict[str, str]], tag: str) -> dict:
+def run_ours(model_uri: str, data_uri: str, args, extra: tuple[list[str], dict[str, str]], tag: str,
+             batch_tokens: int) -> dict:
     from trainer.storage import Store
 
     prefix = f"runs/compare-{tag}"
-    _train(model_uri, data_uri, prefix, args.steps, args.batch_tokens, extra)
+    _train(model_uri, data_uri, prefix, args.steps, batch_tokens, extra)
     return Store.from_env().get_json(f"{prefix}/result.json")["metrics"]
 
 
@@ -189,6 +213,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--runs", type=int, default=2, help="interleaved runs of each trainer (median reported)")
     parser.add_argument("--batch-tokens", type=int, default=16384)
+    parser.add_argument("--batch-tokens-8b", type=int, default=8192, help="tokens per micro-batch on the 8b shape")
     parser.add_argument("--shapes", default="1b,8b", help="1b: both trainers; 8b: this trainer alone")
     parser.add_argument("--variants", default="default", help='this trainer\'s variants, e.g. "default;compile=true"')
     parser.add_argument("--peak-tflops", default="auto", help="the GPU's dense bf16 TFLOPs (auto: known GPUs)")
@@ -221,6 +246,8 @@ def main() -> None:
 
     server = local_s3()
     store = Store.from_env()
+    cache = tempfile.TemporaryDirectory(prefix="gpu-compare-cache-")  # the trainer processes inherit it
+    os.environ["FINETUNE_CACHE_DIR"] = cache.name
     data_uri, _ = sources.deliver_dataset("builtin:function-calling", "", store)
     train_jsonl = store.get_tree(data_uri) / "train.jsonl"
     rows, figures, profiles = [], [], {}
@@ -229,7 +256,8 @@ def main() -> None:
             for name in shapes:
                 shape = SHAPES[name]
                 model_dir = build_model(shape, Path(tmp) / name)
-                model_uri, _ = store.put_tree(model_dir, "models")
+                model_uri = seed_model(store, model_dir)
+                batch_tokens = args.batch_tokens_8b if name == "8b" else args.batch_tokens
                 tok = AutoTokenizer.from_pretrained(model_dir)
                 lengths = [len(e["input_ids"]) for e in data.encode_all(data.read_jsonl(train_jsonl), tok, 512)[0]]
                 mean_len = sum(lengths) / len(lengths)
@@ -238,23 +266,24 @@ def main() -> None:
                     runs["HF Trainer, pad to longest, bf16"] = []
                 for i in range(args.runs):
                     for k, (v, extra) in enumerate(variants.items()):
-                        runs[v].append(run_ours(model_uri, data_uri, args, extra, f"{name}-{i}-{k}"))
+                        runs[v].append(run_ours(model_uri, data_uri, args, extra, f"{name}-{i}-{k}", batch_tokens))
                     if name == "1b":
                         runs["HF Trainer, pad to longest, bf16"].append(
-                            run_hf(model_dir, train_jsonl, args, round(args.batch_tokens / mean_len),
+                            run_hf(model_dir, train_jsonl, args, round(batch_tokens / mean_len),
                                    Path(tmp) / f"hf-{i}.json"))
                 hf = runs.get("HF Trainer, pad to longest, bf16")
                 hf_tps = median([steady(r) for r in hf]) if hf else None
                 for label, results in runs.items():
                     tps = median([steady(r) for r in results])
                     mem = max(r["peak_memory_mb"] for r in results) / 1024
-                    fig = {"shape": name, "trainer": label if label.startswith("HF") else f"this trainer ({label})",
+                    fig = {"shape": name, "batch_tokens": batch_tokens,
+                           "trainer": label if label.startswith("HF") else f"this trainer ({label})",
                            "tokens_per_second": tps, "mfu": mfu(tps, shape, mean_len, peak), "peak_memory_gb": mem,
                            "vs_hf": tps / hf_tps if hf_tps else None, "runs": len(results)}
                     figures.append(fig)
-                    rows.append((name, fig["trainer"], f"{tps:,.0f}", f"{fig['mfu']:.1%}", f"{mem:.1f}",
-                                 f"{fig['vs_hf']:.2f}x" if fig["vs_hf"] else ""))
-                print(table(rows, ("shape", "trainer", "real tokens/s", "MFU (6N + attn)", "peak GB", "vs HF")),
+                    rows.append((f"{name} @ {batch_tokens}", fig["trainer"], f"{tps:,.0f}", f"{fig['mfu']:.1%}",
+                                 f"{mem:.1f}", f"{fig['vs_hf']:.2f}x" if fig["vs_hf"] else ""))
+                print(table(rows, ("shape @ tokens", "trainer", "real tokens/s", "MFU (6N + attn)", "peak GB", "vs HF")),
                       flush=True)  # so far: the profiling runs below take minutes
                 if args.profile and name == "1b":
                     profiles.update({v: run_profiled(model_uri, data_uri, args, extra, f"{name}-{k}")
@@ -263,9 +292,10 @@ def main() -> None:
                 shutil.rmtree(model_dir)
     finally:
         server.stop()
-    print(f"\n{gpu}, {args.steps} steps, {args.batch_tokens} tokens per micro-batch, median of {args.runs} "
+        cache.cleanup()
+    print(f"\n{gpu}, {args.steps} steps, tokens per micro-batch as in the shape column, median of {args.runs} "
           f"interleaved run(s), peak {peak:g} TFLOPs bf16")
-    print(table(rows, ("shape", "trainer", "real tokens/s", "MFU (6N + attn)", "peak GB", "vs HF")))
+    print(table(rows, ("shape @ tokens", "trainer", "real tokens/s", "MFU (6N + attn)", "peak GB", "vs HF")))
     if profiles:
         kinds = [k for k, _ in KERNEL_KINDS]
         print(f"\nGPU kernel time per step (ms), 1b shape, torch.profiler over 3 steps after warm-up")

@@ -67,3 +67,20 @@ def test_profile_breakdown_sums_kernel_time_per_step_by_kind():
 def test_throughput_is_the_steady_state_figure_when_a_run_has_one():
     assert steady({"tokens_per_second": 100.0, "steady_tokens_per_second": 150.0}) == 150.0
     assert steady({"tokens_per_second": 100.0}) == 100.0  # runs of one step: no second half
+
+
+def test_seeded_model_is_found_in_the_cache_without_a_download(store, tiny_model_dir, tmp_path, monkeypatch):
+    """gpu_compare's shortcut past a 16 GB round trip through moto: the trainer's get_tree finds
+    the seeded copy (same files) and never reads the weights from S3, which hold only the manifest."""
+    from benchmarks.gpu_compare import seed_model
+    from trainer.storage import MANIFEST
+
+    monkeypatch.setenv("FINETUNE_CACHE_DIR", str(tmp_path / "cache"))
+    uri = seed_model(store, tiny_model_dir)
+    prefix = uri.split("/", 3)[3]
+    assert store.exists(f"{prefix}/{MANIFEST}") and not store.exists(f"{prefix}/config.json")
+    local = store.get_tree(uri)
+    assert local.parent == tmp_path / "cache"
+    for f in tiny_model_dir.iterdir():
+        assert (local / f.name).read_bytes() == f.read_bytes()
+    assert seed_model(store, tiny_model_dir) == uri  # idempotent

@@ -12,6 +12,9 @@ Choices, and why:
   `chunked_cross_entropy`), so a 128k vocabulary costs [chunk, vocab] of memory, not
   [tokens, vocab]. Heads this cannot reproduce exactly (softcapping, scaled or LoRA-wrapped
   heads) use the model's own loss.
+- LoRA layers add their product into the base output inside the GEMM, forward and backward
+  (trainer/fused_lora.py): peft's separate scale and add passes were a large part of the
+  elementwise time in a GPU profile.
 - Liger's RMSNorm / SwiGLU / RoPE kernels are patched in on CUDA when installed, unless the
   layers are compiled (inductor fuses the same elementwise work, and Liger's Triton calls would
   break the compiled graph).
@@ -63,6 +66,8 @@ def build_model(cfg: TrainConfig, model_dir: Path, device, attn: str | None = No
     """The model to train: base weights in bf16 on CUDA (fp32 on CPU), kernels, LoRA."""
     from transformers import AutoModelForCausalLM
 
+    from trainer import fused_lora, settings
+
     dtype = torch.bfloat16 if device.type == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, **(
         {"attn_implementation": attn} if attn else {})).to(device)
@@ -82,6 +87,8 @@ def build_model(cfg: TrainConfig, model_dir: Path, device, attn: str | None = No
         # keeps a tied lm_head tied to the trained embedding copy, so merge gives the same model
         ensure_weight_tying=cfg.lora_train_embeddings and bool(model.config.tie_word_embeddings),
     )
+    if settings.get("FINETUNE_FUSED_LORA") != "0":
+        fused_lora.register(lora)  # same adapters, scale and add inside the matmuls (trainer/fused_lora.py)
     return get_peft_model(model, lora)
 
 

@@ -31,11 +31,14 @@ _DEFAULTS = {
     # Optional ConfigMap (keys S3_ENDPOINT, S3_BUCKET) that points pipeline pods at MinIO
     # without rebuilding the image; written by `python -m pipelines.manifests`.
     "CONFIG_MAP_NAME": "llm-finetune-config",
-    # Local cache of content-addressed downloads; safe to share between runs because a
-    # prefix's content never changes.
     # "0" keeps Liger Kernel's fused kernels out even where liger-kernel is installed on CUDA
     # (to compare with and without them, or to rule them out when debugging).
     "FINETUNE_LIGER": "auto",
+    # "0" trains LoRA with peft's own layer forward instead of trainer/fused_lora.py's (same
+    # adapters and results; for comparisons and debugging).
+    "FINETUNE_FUSED_LORA": "auto",
+    # Local cache of content-addressed downloads; safe to share between runs because a
+    # prefix's content never changes.
     "FINETUNE_CACHE_DIR": os.path.join(os.path.expanduser("~"), ".cache", "llm-finetune"),
 }
 
