@@ -56,6 +56,14 @@ def no_template(d):
     (d / "tokenizer_config.json").write_text(json.dumps(config))
 
 
+def arch(name, **config):
+    """A change for model_variant: config.json names another architecture (and model_type ...)."""
+    def change(d):
+        cfg = json.loads((d / "config.json").read_text())
+        (d / "config.json").write_text(json.dumps({**cfg, "architectures": [name], **config}))
+    return change
+
+
 def sharded(d):
     (d / "model.safetensors").rename(d / "model-00001-of-00002.safetensors")
     (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
@@ -83,6 +91,15 @@ CASES = [
      "lists 1 shard(s) that are missing (model-00002-of-00002.safetensors): the download is incomplete"),
     ("model-without-tokenizer", lambda t, m: [f"model_source={model_variant(t, m, lambda d: (d / 'tokenizer.json').unlink())}"],
      "has no tokenizer"),
+    # not a causal LM: AutoModelForCausalLM fails, or trains from a random lm_head
+    ("model-is-a-classifier", lambda t, m: [f"model_source={model_variant(t, m, arch('LlamaForSequenceClassification'))}"],
+     "holds a LlamaForSequenceClassification, not a text-generating model"),
+    ("model-is-encoder-decoder", lambda t, m: [f"model_source={model_variant(t, m, arch('T5ForConditionalGeneration', model_type='t5', is_encoder_decoder=True))}"],
+     "is a 't5' model, not a decoder-only causal language model"),
+    ("model-type-unknown", lambda t, m: [f"model_source={model_variant(t, m, arch('LlamaForCausalLM', model_type='llama9'))}"],
+     "model_type 'llama9' is unknown to the installed transformers"),
+    ("model-needs-remote-code", lambda t, m: [f"model_source={model_variant(t, m, arch('X', model_type='chatglm', auto_map={'AutoModelForCausalLM': 'm.X'}))}"],
+     "needs its own Python code (auto_map in config.json)"),
     ("dataset-dir-as-model", lambda t, m: [f"model_source={jsonl(t, GOOD_ROW, name='train.jsonl') and t}"],
      "holds a dataset, not a model: pass it as dataset_source"),
     ("dataset-file-as-model", lambda t, m: [f"model_source={jsonl(t, GOOD_ROW)}"],

@@ -154,6 +154,8 @@ def model_dir_problems(path: str | Path, check_tokenizer: bool = True) -> list[s
     if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
         return [f"{root}/config.json has no model_type, so transformers cannot build the model; "
                 "use the config.json that came with the model"]
+    if problem := causal_lm_problem(config, root):
+        return [problem]
     for index in WEIGHT_INDEXES:
         if index in names:
             value, problem = _read_json(root / index)
@@ -168,6 +170,37 @@ def model_dir_problems(path: str | Path, check_tokenizer: bool = True) -> list[s
     if problems or not check_tokenizer:
         return problems
     return tokenizer_problems(root)
+
+
+# Heads whose weights generate text; any other head (a classifier, a masked LM, a bare encoder)
+# would leave AutoModelForCausalLM a randomly initialised lm_head, and training would start from noise.
+_GENERATING_HEADS = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
+
+
+def causal_lm_problem(config: dict[str, Any], root: Path) -> str | None:
+    """Why AutoModelForCausalLM cannot train this config (None when it can), from config.json
+    alone: a model_type transformers lacks, an encoder-decoder or encoder-only family, or
+    weights saved with another head."""
+    import transformers
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    kind = config["model_type"]
+    if kind not in CONFIG_MAPPING_NAMES:
+        if config.get("auto_map"):
+            return (f"{root} is a {kind!r} model that needs its own Python code (auto_map in config.json), which "
+                    "this trainer does not run (no trust_remote_code): use a model transformers supports natively")
+        return (f"{root}: model_type {kind!r} is unknown to the installed transformers {transformers.__version__}: "
+                "upgrade transformers, or use a model it supports (Llama, Qwen, Mistral, Gemma, ...)")
+    if config.get("is_encoder_decoder") or kind not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        return (f"{root} is a {kind!r} model, not a decoder-only causal language model (AutoModelForCausalLM "
+                "cannot load it): fine-tune a text-generating model such as Llama, Qwen or Mistral")
+    heads = [a for a in config.get("architectures") or [] if isinstance(a, str)]
+    if heads and not any(a.endswith(_GENERATING_HEADS) for a in heads):
+        return (f"{root} holds a {', '.join(heads)}, not a text-generating model: its language-model head would "
+                "start from random weights. Use the causal LM checkpoint (architectures ...ForCausalLM), e.g. the "
+                "base or instruct release of the same model")
+    return None
 
 
 def tokenizer_problems(root: Path) -> list[str]:
