@@ -302,8 +302,12 @@ def test_deliver_reports_the_source_and_missing_s3_settings_together(tmp_path, c
 @pytest.mark.parametrize("argv, expected", [
     (lambda t, m: [model_variant(t, m, lambda d: (d / "model.safetensors").unlink())], "has config.json but no weights"),
     (lambda t, m: [model_variant(t, m, lambda d: (d / "config.json").write_text("{oops"))], "is not valid JSON"),
-    (lambda t, m: [str(m), "--served-model-name=-tuned"], "must be a non-empty name not starting with '-'"),
-], ids=["no-weights", "malformed-config", "option-like-name"])
+    (lambda t, m: [str(m), "--served-model-name=-tuned"],
+     "--served-model-name='-tuned' must not start with '-' or hold spaces (it is the name clients pass as `model`): "
+     "e.g. 'tuned'"),
+    (lambda t, m: [str(m), "--served-model-name= "], "--served-model-name is empty: give the name clients will ask"),
+    (lambda t, m: [str(m), "--lora", "my adapter=/x"], "--lora name='my adapter' must not start with '-' or hold spaces"),
+], ids=["no-weights", "malformed-config", "option-like-name", "blank-name", "lora-name-with-space"])
 def test_serve_refuses_what_vllm_would_fail_on_before_starting_it(tmp_path, capsys, tiny_model_dir, argv, expected):
     from trainer.__main__ import main
 

@@ -97,6 +97,28 @@ def test_trainer_serve_reports_every_bad_input_at_once(tmp_path, capsys):
         assert what in err
 
 
+@pytest.mark.parametrize("name", ["", "   ", "-tuned", "my model", "tab\tname", "--served"])
+def test_one_served_name_rule_for_the_pipeline_and_the_server(name):
+    """served_model_name in run_local / submit / the validate-params step and the server's own
+    check (serve, deploy) give the same message, from one rule."""
+    from trainer.errors import UserError
+    from trainer.validate import pipeline_problems
+
+    [expected] = serve.served_name_problems(name)
+    for backend in ("local", "kubernetes"):  # on a cluster the Service name rule is not piled on top
+        found = [p for p in pipeline_problems({"served_model_name": name, "deploy_backend": backend})
+                 if "served_model_name" in p]
+        assert found == [expected]
+    with pytest.raises(UserError) as err:
+        serve.start("/nonexistent", name, port=70000)
+    assert expected in str(err.value)
+
+
+def test_default_served_name_is_a_valid_name(tmp_path):
+    assert serve.default_served_name(tmp_path / "my merged model") == "my-merged-model"
+    assert serve.served_name_problems(serve.default_served_name(tmp_path / "-x")) == []
+
+
 @pytest.mark.parametrize("port", ["70000", "-1"])
 def test_trainer_serve_refuses_a_port_out_of_range(tmp_path, capsys, port):
     from trainer.__main__ import main

@@ -85,6 +85,24 @@ def lora_rank(adapter_dir: str | Path) -> int:
     return int(json.loads(cfg.read_text()).get("r", 0)) if cfg.exists() else 0
 
 
+def served_name_problems(name: Any, what: str = "served_model_name") -> list[str]:
+    """The one rule for a name vLLM serves (the pipeline's served_model_name, `serve
+    --served-model-name`, a `--lora NAME`), wherever it is given: not empty, no leading '-'
+    (vLLM would read it as an option and fail at deploy, after training) and no whitespace (it
+    is the `model` clients pass). A cluster adds the Service name rule (trainer.k8s.rules)."""
+    if not isinstance(name, str) or not name.strip():
+        return [f"{what} is empty: give the name clients will ask for as `model`, e.g. 'llm-finetune'"]
+    if name.startswith("-") or name.split() != [name]:
+        return [f"{what}={name!r} must not start with '-' or hold spaces (it is the name clients pass as `model`): "
+                f"e.g. {'-'.join(name.split()).strip('-') or 'llm-finetune'!r}"]
+    return []
+
+
+def default_served_name(model_dir: str | Path) -> str:
+    """The directory's name, made a valid served name ('my model' -> 'my-model')."""
+    return "-".join(Path(model_dir).resolve().name.split()).strip("-") or "model"
+
+
 def parse_loras(specs: Sequence[str], flag: str = "--lora",
                 form: str = "NAME=ADAPTER_DIR") -> tuple[dict[str, str], list[str]]:
     """`name=path` strings (the CLI's --lora; deploy-k8s's --adapter) -> ({name: path}, problems)."""
@@ -93,6 +111,8 @@ def parse_loras(specs: Sequence[str], flag: str = "--lora",
         name, sep, path = spec.partition("=")
         if not sep or not name or not path:
             problems.append(f"{flag} expects {form}, got {spec!r}")
+        elif name_problems := served_name_problems(name, f"{flag} name"):
+            problems += name_problems
         else:
             out[name] = path
     return out, problems
@@ -206,18 +226,17 @@ def local_args(model_dir: str | Path, served_model_name: str, *, host: str = "12
 
 def start(model_dir: str | Path, served_model_name: str, *, host: str = "127.0.0.1", port: int = 0,
           lora_modules: Mapping[str, str] | None = None, max_model_len: int = 0,
-          log_path: Path | None = None, detach: bool = False, problems: Sequence[str] = ()) -> Server:
+          log_path: Path | None = None, detach: bool = False, problems: Sequence[str] = (),
+          name_flag: str = "served_model_name") -> Server:
     """Start vLLM's OpenAI server on `model_dir` in its own process group; returns at once.
 
     `detach` leaves the server running after this process exits (the pipeline's keep_serving);
     otherwise it is stopped at interpreter exit too. `problems` found by the caller are reported
-    with those found here, in one UserError. The KV cache is 1 GiB on CPU
+    with those found here, in one UserError; `name_flag` is what the user called the served name. The KV cache is 1 GiB on CPU
     (VLLM_CPU_KVCACHE_SPACE, overridable), sized for small models on small machines.
     """
     lora_modules = dict(lora_modules or {})
-    if not served_model_name.strip() or served_model_name.startswith("-"):  # vLLM would take it for an option
-        problems = [*problems, f"served model name {served_model_name!r} must be a non-empty name not starting "
-                               "with '-', e.g. --served-model-name my-model"]
+    problems = [*problems, *served_name_problems(served_model_name, name_flag)]
     if not 0 <= port <= 65535:  # bind() would raise OverflowError, a traceback
         problems = [*problems, f"port {port} is not a TCP port; pick one in 1-65535 with --port"]
     elif port and not _port_free(host, port):
@@ -411,7 +430,7 @@ def serve_forever(model_dir: Path, served_model_name: str = "", *, host: str = "
     """`python -m trainer serve`: run vLLM until Ctrl-C / SIGTERM / SIGHUP, then take its whole
     process group down; returns the exit status."""
     lora_modules, problems = parse_loras(loras)
-    name = served_model_name or Path(model_dir).resolve().name
+    name = served_model_name or default_served_name(model_dir)
 
     def _exit(signum, _frame):
         raise SystemExit(128 + signum)  # unwinds through the finally below
@@ -419,7 +438,7 @@ def serve_forever(model_dir: Path, served_model_name: str = "", *, host: str = "
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _exit)
     server = start(model_dir, name, host=host, port=port, lora_modules=lora_modules, log_path=log_path,
-                   problems=problems)
+                   problems=problems, name_flag="--served-model-name")
     print(f"vLLM log: {server.log_path}", flush=True)
     try:
         ready_s = wait_ready(server.url, server, timeout=ready_timeout)

@@ -20,7 +20,7 @@ import os
 from dataclasses import fields
 from typing import Any
 
-from trainer import sources
+from trainer import serve, sources
 from trainer.config import TrainConfig
 from trainer.errors import UserError, collect
 
@@ -168,13 +168,7 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True) ->
         problems.append(f"eval_max_rows must be >= 1, got {params['eval_max_rows']}")
     if params["serve_gpus"] < 0:
         problems.append(f"serve_gpus must be >= 0 (0 serves on CPU), got {params['serve_gpus']}")
-    name = params["served_model_name"]
-    if not name or not name.strip():
-        problems.append("served_model_name is empty: give the name clients will ask for, e.g. 'llm-finetune'")
-    elif params["deploy_backend"] == "local" and (name.startswith("-") or name.split() != [name]):
-        # vLLM would read a leading '-' as an option and fail at deploy, after training.
-        problems.append(f"served_model_name={name!r} must not start with '-' or hold spaces (it is a name clients "
-                        f"pass as `model`): e.g. {'-'.join(name.split()).strip('-') or 'llm-finetune'!r}")
+    problems += serve.served_name_problems(params["served_model_name"])
     world = params["nodes"] * params["procs_per_node"]
     local_max = max(8, os.cpu_count() or 1)
     if params["launcher"] == "local" and world > local_max:
@@ -224,7 +218,7 @@ def cluster_problems(params: dict[str, Any]) -> list[str]:
     image = params["vllm_image"]
     if image and (not isinstance(image, str) or ":" not in image.rsplit("/", 1)[-1] or image.endswith(":latest")):
         problems.append(f"vllm_image={image!r} must be pinned by tag, e.g. vllm/vllm-openai:v0.11.0 (not :latest)")
-    if on_cluster and params["served_model_name"]:
+    if on_cluster and not serve.served_name_problems(params["served_model_name"]):  # else reported once, above
         problems += rules.served_model_name(params["served_model_name"])
     return problems
 
