@@ -19,6 +19,20 @@ class _NonFinite(ValueError):
     pass
 
 
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+def _whole_number(raw: str) -> int:
+    """`16`, ` 16 `, `1e3`, `100.0` (as people type step counts); not `16.5`, not NaN."""
+    try:
+        return int(raw)
+    except ValueError:
+        value = float(raw)  # ValueError again when it is no number at all
+        if not (math.isfinite(value) and value.is_integer()):
+            raise
+        return int(value)
+
+
 def _no_constant(name: str):
     """json.loads accepts NaN, Infinity and -Infinity by default; no parameter may hold them."""
     raise _NonFinite(name)
@@ -50,9 +64,11 @@ def parse_params(pipeline, pairs: list[str]) -> dict[str, Any]:
         before = params[key]
         try:
             if kind is bool:
-                if raw.lower() not in ("true", "false", "1", "0"):
+                if raw.strip().lower() not in _TRUE + _FALSE:
                     raise ValueError
-                params[key] = raw.lower() in ("true", "1")
+                params[key] = raw.strip().lower() in _TRUE
+            elif kind is int:
+                params[key] = _whole_number(raw)
             elif kind in (dict, list):
                 params[key] = json.loads(raw, parse_constant=_no_constant)
                 if not isinstance(params[key], kind):

@@ -76,6 +76,7 @@ CASES = [
     ("unknown-builtin-model", lambda t, m: ["model_source=builtin:gpt-9"], "unknown built-in model 'builtin:gpt-9'"),
     ("unknown-model-scheme", lambda t, m: ["model_source=ftp://x"], "unknown model source 'ftp://x'"),
     ("missing-model-dir", lambda t, m: [f"model_source={t}/nope/"], "model path not found"),
+    ("empty-dataset-source", lambda t, m: ["dataset_source= "], "dataset_source is empty: give builtin:function-calling"),
     ("missing-dataset-file", lambda t, m: [f"dataset_source={t}/train.jsonl"], "dataset path not found"),
     ("malformed-s3-uri", lambda t, m: ["dataset_source=s3://B/x"], "expected s3://bucket/prefix"),
     # a model that cannot train, found now rather than inside training (issue 9, item 3)
@@ -179,6 +180,8 @@ CASES = [
     ("wrong-type", lambda t, m: ["max_steps=many"], "max_steps='many' is not a valid whole number, e.g. max_steps="),
     ("float-for-int", lambda t, m: ["lora_r=16.5"], "lora_r='16.5' is not a valid whole number"),
     ("bool-word", lambda t, m: ["keep_serving=maybe"], "keep_serving='maybe' is not a valid true/false"),
+    ("steps-not-whole", lambda t, m: ["max_steps=1e3.5"], "max_steps='1e3.5' is not a valid whole number"),
+    ("steps-infinite", lambda t, m: ["max_steps=1e309"], "max_steps='1e309' is not a valid whole number"),
     ("not-key-value", lambda t, m: ["max_steps"], "is not key=value"),
     ("param-given-twice", lambda t, m: ["max_steps=5", "max_steps=7"],
      "parameter max_steps is given twice with different values (max_steps='5', then max_steps='7'): give it once"),
@@ -546,3 +549,20 @@ def test_kubernetes_clis_refuse_before_rendering(capsys, monkeypatch, tmp_path, 
     assert all(e in err for e in ([expected] if isinstance(expected, str) else expected)), err
     assert err.startswith("error: ") and "Traceback" not in err
     assert not out.strip()  # nothing rendered or created
+
+
+@pytest.mark.parametrize("pair, value", [
+    ("max_steps= 16 ", 16), ("max_steps=1e3", 1000), ("max_steps=100.0", 100), ("max_steps=-0", 0),
+    ("learning_rate=1e-4", 1e-4), ("learning_rate= 2e-4 ", 2e-4), ("lora_dropout=-0", 0.0),
+    ("keep_serving=True", True), ("keep_serving= yes", True), ("keep_serving=OFF", False), ("keep_serving=0", False),
+    ("tolerations= [ ] ", []), ('node_selector={"pool": "h100"}', {"pool": "h100"}),
+    ("served_model_name=модель-1", "модель-1"),
+])
+def test_values_as_people_type_them_are_read(pair, value):
+    """What a user types on the command line (or pastes from the KFP UI) reads as they meant it."""
+    from pipelines.finetune import finetune_pipeline
+    from pipelines.params import parse_params
+
+    key = pair.partition("=")[0]
+    got = parse_params(finetune_pipeline, [pair])[key]
+    assert got == value and type(got) is type(value)

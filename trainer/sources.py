@@ -43,6 +43,8 @@ def parse(source: str, what: str) -> Source:
     forms = (f"builtin:{'|'.join(builtins)}, a local path (/abs, ./rel or file:///abs), "
              "a Hugging Face Hub id like org/name, or an s3:// URI printed by deliver")
     source = (source or "").strip()
+    if not source:
+        raise UserError(f"{what}_source is empty: give {forms}")
     if source.startswith("s3://"):
         if not re.fullmatch(r"s3://[a-z0-9.-]{3,63}/\S+", source):
             raise UserError(f"malformed {what} URI {source!r}: expected s3://bucket/prefix")
