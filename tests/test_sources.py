@@ -18,7 +18,7 @@ def test_model_sources_parse(source, kind):
 @pytest.mark.parametrize("source, message", [
     ("builtin:gpt-5", "unknown built-in model"),
     ("s3:/weird", "unknown model source"),
-    ("", "unknown model source"),
+    ("", "model_source is empty: give builtin:tiny-llama"),
     ("./does/not/exist", "model path not found"),
 ])
 def test_bad_model_sources_say_what_is_accepted(source, message):
