@@ -566,3 +566,40 @@ def test_values_as_people_type_them_are_read(pair, value):
     key = pair.partition("=")[0]
     got = parse_params(finetune_pipeline, [pair])[key]
     assert got == value and type(got) is type(value)
+
+
+def _user_dataset(tmp_path, fmt):
+    """GOOD_ROW-like data as a user's own tools save it."""
+    import pandas as pd
+
+    pairs = [{"prompt": f"q{i}", "completion": f"a{i}"} for i in range(12)]
+    if fmt == "csv":
+        path = tmp_path / "pairs.csv"
+        pd.DataFrame(pairs).to_csv(path, index=False)
+    elif fmt == "parquet":
+        path = tmp_path / "pairs.parquet"
+        pd.DataFrame(pairs).to_parquet(path)
+    elif fmt == "json":
+        path = tmp_path / "chats.json"
+        path.write_text(json.dumps([GOOD_ROW] * 12))
+    elif fmt == "save_to_disk":
+        import datasets
+
+        path = tmp_path / "saved"
+        datasets.Dataset.from_list([GOOD_ROW] * 12).save_to_disk(str(path))
+    else:  # a directory with train + test files
+        path = tmp_path / "dir"
+        path.mkdir()
+        jsonl(path, *[GOOD_ROW] * 10, name="train.jsonl")
+        pd.DataFrame(pairs[:2]).to_csv(path / "test.csv", index=False)
+    return str(path)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet", "json", "save_to_disk", "train-and-test-dir"])
+def test_a_users_own_dataset_formats_pass_validation(tmp_path, capsys, no_s3, fmt):
+    """Only the other problem shows: the dataset itself was read and accepted."""
+    with pytest.raises(SystemExit):
+        run_local.main(["--pipeline-root", str(tmp_path / "r"), "--param", f"dataset_source={_user_dataset(tmp_path, fmt)}",
+                        "--param", "lora_r=0"])
+    err = capsys.readouterr().err
+    assert "(1 problem)" in err and "lora_r must be > 0" in err, err
