@@ -163,3 +163,133 @@ def test_nonfinite_loss_stops_every_rank_uploads_nothing_and_is_not_restarted(in
     assert "restarting the job" not in log.out and "train_result" not in log.out
     assert not store.exists(f"{prefix}/result.json")
     assert store.complete_children(f"{prefix}/checkpoints") == []  # caught before any checkpoint
+
+
+# --- exit statuses under `restartPolicy: ExitCode` (trainer.exitcodes) --------------------------
+
+WORKER = """
+import os, signal, sys, time
+def stop(*_):
+    print("worker: SIGTERM, checkpointing", flush=True)
+    time.sleep(1)  # the upload
+    sys.exit(143)
+signal.signal(signal.SIGTERM, stop)
+print("worker: up, shutdown timeout", os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT"), flush=True)
+time.sleep(120)
+"""
+
+
+def agent(tmp_path, *args: str):
+    """trainer.torchrun with one worker running WORKER (not the trainer: seconds, not a model load)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    return subprocess.Popen([sys.executable, "-m", "trainer.torchrun", "--nproc-per-node", "1",
+                             "--master-port", "0", str(script), *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def sigterm_when_up(proc) -> str:
+    """SIGTERM the agent (as the kubelet does PID 1) once its worker is up; its output."""
+    guard = threading.Timer(60, proc.kill)
+    guard.start()
+    try:
+        seen = []
+        for line in proc.stdout:
+            seen.append(line)
+            if "worker: up" in line:
+                proc.send_signal(signal.SIGTERM)
+                break
+        seen += proc.stdout.readlines()
+        proc.wait(timeout=60)
+        return "".join(seen)
+    finally:
+        guard.cancel()
+        proc.kill()
+
+
+@pytest.mark.parametrize("committed", [False, True], ids=["training", "result-committed"])
+def test_sigterm_to_the_agent_is_retried_unless_the_result_is_committed(tmp_path, store, committed):
+    """Plain torchrun exits 1 on SIGTERM (permanent under ExitCode: a preempted job would fail) after
+    giving its workers 30 s, less than the final checkpoint upload may take. Once result.json is
+    committed, a SIGTERM during the cleanup after it must not fail the pod: the work is done."""
+    prefix = f"runs/agent-{committed}"
+    if committed:
+        store.ensure_bucket()
+        store.put_json(f"{prefix}/result.json", {"output_uri": "s3://test-bucket/models/sha256-x"})
+    proc = agent(tmp_path, f"--output-prefix={prefix}", "--shutdown-grace-s=100")
+    out = sigterm_when_up(proc)
+    assert "worker: up, shutdown timeout 115" in out  # shutdown_grace_s + the margin, not torchrun's 30
+    assert "worker: SIGTERM, checkpointing" in out  # the agent passed the signal on and waited
+    if committed:
+        assert proc.returncode == 0, out
+        assert "came after the result was committed; the run is done: exit 0" in out
+    else:
+        assert proc.returncode == 143, out
+        assert "Traceback" not in out
+
+
+def test_a_rendezvous_that_cannot_reach_the_master_is_retried(tmp_path):
+    """A worker pod that starts while the master's is not reachable yet: transient, not exit 1."""
+    import subprocess
+    import sys
+
+    from trainer.exitcodes import EXIT_TRANSIENT
+
+    (tmp_path / "w.py").write_text("print('never')\n")
+    proc = subprocess.run([sys.executable, "-m", "trainer.torchrun", "--nnodes", "2", "--node-rank", "1",
+                           "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", "9",
+                           "--rdzv-conf", "timeout=2", str(tmp_path / "w.py")], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == EXIT_TRANSIENT, proc.stderr[-2000:]
+    assert "(transient)" in proc.stderr and "never" not in proc.stdout
+
+
+def test_training_exits_transient_when_s3_is_down_and_2_when_the_input_is_missing(store, tmp_path):
+    """The same download path: an endpoint that does not answer is retried (the job restarts and
+    resumes), an object that is not there is the user's input (2, never retried)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from trainer.exitcodes import EXIT_TRANSIENT
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    cfg = TrainConfig(model_uri="s3://test-bucket/models/sha256-none", dataset_uri="s3://test-bucket/datasets/x",
+                      output_prefix="runs/s3-down")
+    store.ensure_bucket()
+
+    def train(endpoint: str):
+        return subprocess.run([sys.executable, "-m", "trainer", "train", *cfg.to_args()], capture_output=True,
+                              text=True, timeout=180, env={**os.environ, "S3_ENDPOINT": endpoint})
+
+    down = train(dead)
+    assert down.returncode == EXIT_TRANSIENT, down.stderr[-2000:]
+    assert "storage unavailable" in down.stderr and "check S3_ENDPOINT" in down.stderr
+    assert "Traceback" not in down.stderr  # an Unavailable is a UserError: its message says it all
+    missing = train(os.environ["S3_ENDPOINT"])
+    assert missing.returncode == 2 and "sha256-none" in missing.stderr, missing.stderr[-2000:]
+
+
+def test_what_counts_as_transient():
+    import torch.distributed as dist
+    from minio.error import S3Error
+
+    from trainer.errors import Unavailable, UserError
+    from trainer.exitcodes import retryable, transient
+
+    busy = S3Error(None, "SlowDown", "reduce your request rate", "/b/k", "r", "h")
+    assert transient(Unavailable("S3 endpoint unreachable")) and transient(busy)
+    assert transient(dist.DistBackendError("NCCL watchdog: collective timed out"))
+    assert transient(RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.0.0.3]:4242"))
+    assert transient(ConnectionResetError("reset"))
+    assert not transient(S3Error(None, "NoSuchKey", "no key", "/b/k", "r", "h"))
+    assert not transient(UserError("dataset_uri must be an s3:// URI"))
+    assert not transient(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))  # a bug stays a bug
+    assert not transient(KeyError("loss"))
+    assert [c for c in (1, 2, 3, 134, 137, 143, 203) if retryable(c)] == [134, 137, 143, 203]

@@ -119,9 +119,11 @@ def print_yaml(objects) -> None:
 def run(args: argparse.Namespace) -> None:
     if args.command == "train":
         cfg = TrainConfig.from_namespace(args).validate()  # before importing torch: bad input fails in a second
+        from trainer.exitcodes import retry_transient_failures
         from trainer.train import train
 
-        train(cfg)
+        with retry_transient_failures():  # S3 or a peer gone: a status that restarts the job (trainer.exitcodes)
+            train(cfg)
         return
     if args.command == "launch-k8s":
         from trainer.errors import collect

@@ -17,6 +17,12 @@ class UserError(Exception):
     """A problem in the user's input or environment, with the fix in its message."""
 
 
+class Unavailable(UserError):
+    """A service (the S3 endpoint) that did not answer, even after retries: the user's to fix when
+    it persists (the message says what to check), a restart's to cure when it passes. Training
+    exits with a status that restarts the job for it (trainer.exitcodes)."""
+
+
 def collect(problems: Iterable[str], what: str = "invalid configuration") -> None:
     """Raise one UserError listing every problem, if there are any.
 

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 
 from trainer.errors import UserError
+from trainer.exitcodes import EXIT_TRANSIENT, PERMANENT
 from trainer.serve import free_port
 from trainer.watchdog import Watchdog
 
@@ -28,8 +29,9 @@ def train_command(train_args: list[str]) -> list[str]:
     return [sys.executable, "-m", "trainer.torchrun", "-m", "trainer", "train", *train_args]
 
 
-# Worker exit statuses that a restart cannot cure: the user's input (2), a non-finite loss (3).
-CERTAIN_FAILURES = {2: "the input is invalid", 3: "the loss became NaN or infinite"}
+# Worker exit statuses that a restart cannot cure: the user's input (2), a non-finite loss (3);
+# trainer.exitcodes has the whole table, which the cluster launchers' restart policies follow too.
+CERTAIN_FAILURES = PERMANENT
 
 
 @dataclass
@@ -59,7 +61,8 @@ class LocalLauncher:
                 raise UserError(f"training failed on node {node} (exit status {code}: {CERTAIN_FAILURES[code]}); "
                                 f"not restarted, a restart would fail the same way. See its log above")
             if attempt < self.max_restarts:
-                print(f"node {node} exited with status {code}; restarting the job "
+                why = " (transient: storage or network)" if code == EXIT_TRANSIENT else ""
+                print(f"node {node} exited with status {code}{why}; restarting the job "
                       f"({attempt + 1}/{self.max_restarts})", flush=True)
                 continue
             raise UserError(f"training failed on node {node} (exit status {code}); see its log above")

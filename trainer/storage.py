@@ -29,7 +29,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from trainer import settings
-from trainer.errors import UserError
+from trainer.errors import Unavailable, UserError
 
 MANIFEST = "_manifest.json"
 _CHUNK = 8 << 20
@@ -130,8 +130,8 @@ class Store:
                                 f"AWS_SECRET_ACCESS_KEY (Secret {settings.get('S3_SECRET_NAME')!r})") from None
             raise
         except HTTPError as err:
-            raise UserError(f"S3 endpoint {self.endpoint} unreachable during {what} after retries "
-                            f"({type(err).__name__}): check S3_ENDPOINT and that MinIO is running") from None
+            raise Unavailable(f"S3 endpoint {self.endpoint} unreachable during {what} after retries "
+                              f"({type(err).__name__}): check S3_ENDPOINT and that MinIO is running") from None
 
     def ensure_bucket(self) -> None:
         if not self._call("bucket check", self.client.bucket_exists, self.bucket):

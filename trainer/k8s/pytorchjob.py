@@ -9,8 +9,9 @@ PET_NODE_RANK, PET_NPROC_PER_NODE, PET_MASTER_ADDR and PET_MASTER_PORT, which to
 reads. Credentials come from Kubernetes Secrets by reference (secretKeyRef).
 
 Failures: `restartPolicy: ExitCode` restarts a pod only for exit codes 128-255 (137
-OOM-killed / SIGKILL, 143 SIGTERM on eviction or preemption); 1-127 (2 = bad input, 3 = a
-non-finite loss, but also 1 = a crash) are permanent, so a certain failure is never retried. `cleanPodPolicy: Running` stops the pods
+OOM-killed / SIGKILL, 143 SIGTERM on eviction or preemption, 203 a transient S3 or network
+failure); 1-127 (2 = bad input, 3 = a non-finite loss, 1 = a crash) are permanent, so a certain
+failure is never retried (trainer.exitcodes has the table). `cleanPodPolicy: Running` stops the pods
 still running when the job fails (their GPUs are freed) and keeps the failed ones, whose
 exit codes and logs make the failure report.
 """
@@ -22,6 +23,7 @@ from typing import Any
 
 from trainer import settings
 from trainer.errors import collect
+from trainer.exitcodes import PERMANENT
 from trainer.k8s.common import (ClusterSpec, JobFailed, _Stopped, accelerators, container_security, create_or_attach,
                                 default_namespace, failure_report, follow_job, kube_config_errors, labels,
                                 pod_security, queue_labels, scheduling, secret_env)
@@ -30,8 +32,8 @@ JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 CONTAINER = "pytorch"  # the operator requires this name
 
 
-# Statuses no restart can cure (trainer.launch): the user's input (2), a non-finite loss (3).
-PERMANENT_EXIT_CODES = (2, 3)
+# Statuses no restart can cure (trainer.exitcodes): the user's input (2), a non-finite loss (3).
+PERMANENT_EXIT_CODES = tuple(PERMANENT)
 
 
 def train_command(train_args: list[str]) -> list[str]:

@@ -1,0 +1,103 @@
+"""Exit statuses of a training process, and which of them a restart can cure.
+
+A PyTorchJob's pods run under `restartPolicy: ExitCode`: the Training Operator recreates a pod
+whose container exited with 128-255 and fails the job at once on 1-127. The TrainJob runtime
+that pipelines.manifests ships fails the job at once on 2 and 3 and restarts it otherwise, and
+trainer.launch.LocalLauncher does the same. A restarted job resumes from its last checkpoint.
+The container's status is trainer.torchrun's (the agent, PID 1), which passes on its worker's.
+
+  status  meaning                                                           restarted
+  0       done; also a SIGTERM or transient failure once result.json is      -
+          committed: the work is saved, a restart would only redo cleanup
+  1       a bug: an unexpected exception (its traceback is in the log)        no (PyTorchJob)
+  2       the input is invalid (UserError: one message naming the fix)       no
+  3       the loss or its gradients became NaN or infinite                    no
+  134     SIGABRT: the NCCL watchdog aborts a collective that hung            yes
+  137     SIGKILL: OOM-killed, or the termination grace period ran out        yes
+  143     SIGTERM: eviction, preemption, node drain; rank 0 checkpointed      yes
+  203     TRANSIENT below: S3 / MinIO unreachable or answering 5xx (loading   yes
+          inputs or checkpoints, saving checkpoints or the result), a
+          collective or the rendezvous failed or timed out (a peer's node
+          went away, the network broke)
+
+203 is sysexits' EX_TEMPFAIL (75) moved above 128, where ExitCode restarts. A transient failure
+that persists (a wrong S3_ENDPOINT) uses up the restart budget (max_restarts) and then fails
+the job with the message that names what to check.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import traceback
+from typing import Iterator
+
+EXIT_INPUT = 2
+EXIT_NONFINITE = 3
+EXIT_SIGTERM = 128 + 15
+EXIT_TRANSIENT = 128 + 75
+PERMANENT = {EXIT_INPUT: "the input is invalid", EXIT_NONFINITE: "the loss became NaN or infinite"}
+
+# S3 error codes of a server that is there but cannot answer now (MinIO starting, overloaded).
+_S3_BUSY = {"InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout", "XMinioServerNotInitialized"}
+# gloo reports a lost peer or a timed-out collective as a plain RuntimeError (NCCL: DistBackendError).
+_GLOO_LOST = ("Connection closed by peer", "Connection reset by peer", "Timed out waiting", "gloo/transport")
+
+
+def retryable(code: int) -> bool:
+    """True for the statuses a PyTorchJob's ExitCode policy restarts."""
+    return 128 <= code <= 255
+
+
+def transient(err: BaseException) -> str:
+    """What kind of transient infrastructure failure `err` is ('' when it is not one)."""
+    from trainer.errors import Unavailable, UserError
+
+    if isinstance(err, Unavailable):
+        return "storage unavailable"
+    if isinstance(err, UserError):
+        return ""  # the user's to fix: a restart would fail the same way
+    if type(err).__name__ == "S3Error" and getattr(err, "code", "") in _S3_BUSY:
+        return "storage unavailable"
+    if "urllib3" in sys.modules:
+        from urllib3.exceptions import HTTPError
+
+        if isinstance(err, HTTPError):
+            return "storage unavailable"
+    if "torch" in sys.modules:
+        import torch.distributed as dist
+
+        if isinstance(err, getattr(dist, "DistError", ())):  # NCCL errors and timeouts, c10d store, network
+            return "distributed communication failed"
+        from torch.distributed.elastic.rendezvous import RendezvousError
+
+        if isinstance(err, RendezvousError):
+            return "rendezvous failed"
+    if isinstance(err, RuntimeError) and any(s in str(err) for s in _GLOO_LOST):
+        return "distributed communication failed"
+    if isinstance(err, (ConnectionError, TimeoutError)):
+        return "network failure"
+    return ""
+
+
+@contextlib.contextmanager
+def retry_transient_failures() -> Iterator[None]:
+    """Exit with EXIT_TRANSIENT, so that the job restarts and resumes, when a transient
+    infrastructure failure ends training; everything else passes through unchanged (UserError to
+    exit_on_user_error: 2; a bug: its traceback, 1)."""
+    try:
+        yield
+    except Exception as err:  # noqa: BLE001 - classified here; everything else is re-raised as it was
+        why = transient(err)
+        if not why:
+            raise
+        from trainer.errors import UserError
+
+        if not isinstance(err, UserError):
+            traceback.print_exc()
+        print(f"error: {why}: {err}\nexiting with status {EXIT_TRANSIENT} (transient): the job restarts and "
+              "resumes from its last checkpoint", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        # At once: a normal exit tears down the process group, which can hang once a peer is gone.
+        os._exit(EXIT_TRANSIENT)
