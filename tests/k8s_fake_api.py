@@ -61,6 +61,7 @@ class State:
     pod_listings: int = 0
     resource_version: int = 0  # the last one handed out (the API server's etcd revision)
     writes_after_read: int = 0  # set: each of the next N GETs of an object is followed by someone else's write
+    proxy_auth: list[str | None] = field(default_factory=list)  # Authorization header of each proxied request
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def calls(self, method: str, pattern: str) -> list[tuple[str, str, Any]]:
@@ -75,6 +76,7 @@ ROUTES = [
     ("_deployment_status", r"^/apis/apps/v1/namespaces/([^/]+)/deployments/([^/]+)/status$"),
     ("_deployment", r"^/apis/apps/v1/namespaces/([^/]+)/deployments(?:/([^/]+))?$"),
     ("_service", r"^/api/v1/namespaces/([^/]+)/services(?:/([^/]+))?$"),
+    ("_service_proxy", r"^/api/v1/namespaces/([^/]+)/(services|pods)/([^/:]+):(\d+)/proxy(/.*)?$"),
     ("_pod_log", r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/log$"),
     ("_pods", r"^/api/v1/namespaces/([^/]+)/pods()$"),
     ("_events", r"^/api/v1/namespaces/([^/]+)/events()$"),
@@ -254,8 +256,43 @@ class Handler(RoutedHandler):
         selector = dict(kv.split("=") for kv in query.get("labelSelector", "").split(",") if kv)
         pods = [p for (kind, pns, job) in list(self.state.objects) if kind in ("PyTorchJob", "TrainJob") and pns == ns
                 for p in self._job_pods(kind, ns, job)]
+        pods += [{"metadata": {"name": f"{isvc}-predictor-00001-deployment-7d9f", "namespace": ns, "uid": f"uid-{isvc}",
+                               "labels": {"serving.kserve.io/inferenceservice": isvc, "component": "predictor"}},
+                  "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+                 for (kind, pns, isvc) in list(self.state.objects) if kind == "InferenceService" and pns == ns]
         pods = [p for p in pods if all(p["metadata"]["labels"].get(k) == v for k, v in selector.items())]
         return 200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": pods}
+
+    def _service_proxy(self, method, ns, kind, name, port, path, *, query, body):
+        """The API server's proxy to a Service (or a pod) of ours, and vLLM's OpenAI API behind it:
+        the model names it serves come from the Deployment's (or InferenceService's) arguments."""
+        self.state.proxy_auth.append(self.headers.get("Authorization"))
+        if kind == "services":
+            deployment = self.state.objects.get(("Deployment", ns, name))
+            if ("Service", ns, name) not in self.state.objects or not deployment or port != "8000":
+                return 503, _status(503, "ServiceUnavailable", f'no endpoints available for service "{name}:{port}"')
+            args = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+            names = [args[args.index("--served-model-name") + 1]]
+        else:
+            isvc = self.state.objects.get(("InferenceService", ns, name.split("-predictor-")[0]))
+            if not isvc or port != "8080":
+                return 502, _status(502, "BadGateway", f"error trying to reach service: dial tcp {name}:{port}")
+            args, names = isvc["spec"]["predictor"]["model"]["args"], [isvc["metadata"]["name"]]
+        if "--lora-modules" in args:
+            i = args.index("--lora-modules") + 1
+            while i < len(args) and not args[i].startswith("--"):
+                names.append(args[i].split("=")[0])
+                i += 1
+        if method == "GET" and path == "/v1/models":
+            return 200, {"object": "list", "data": [{"id": n, "object": "model"} for n in names]}
+        if method == "POST" and path == "/v1/chat/completions":
+            if body.get("model") not in names:
+                return 404, {"object": "error", "message": f"The model `{body.get('model')}` does not exist."}
+            tool = (body.get("tools") or [{}])[0].get("function", {}).get("name")
+            message = ({"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+                "name": tool, "arguments": '{"city": "Paris"}'}}]} if tool else {"role": "assistant", "content": "Hi."})
+            return 200, {"object": "chat.completion", "model": body["model"], "choices": [{"index": 0, "message": message}]}
+        return 404, {"detail": "Not Found"}
 
     def _pod_log(self, method, ns, name, *, query, body):
         js, main = self.state.job_script, "-master-" in name or name.endswith("-node-0-0")

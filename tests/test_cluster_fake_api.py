@@ -206,7 +206,7 @@ def test_redeploy_replaces_instead_of_failing_fake_api():
         assert len(api.state.calls("GET", "deployments/tuned/status")) >= 2  # waited for the new generation
 
 
-def test_rollout_timeout_says_what_to_check_fake_api():
+def test_rollout_timeout_says_what_to_check_fake_api(capsys):
     from kubernetes import client as k
 
     with FakeKubeAPI() as api:
@@ -215,7 +215,9 @@ def test_rollout_timeout_says_what_to_check_fake_api():
         d, s = cluster_serve.build(serve_spec())
         cluster_serve.apply(k.AppsV1Api(c), k.CoreV1Api(c), d, s, "ml")
         with pytest.raises(UserError, match="kubectl -n ml describe deploy/tuned"):
-            cluster_serve.wait_rollout(k.AppsV1Api(c), "tuned", "ml", timeout_s=0.2, poll_s=0.05)
+            cluster_serve.wait_rollout(k.AppsV1Api(c), "tuned", "ml", timeout_s=0.3, poll_s=0.05,
+                                       progress_every_s=0.1)
+    assert "rollout of ml/tuned: 0/1 available after 0 s (limit 0 s)" in capsys.readouterr().out  # progress
 
 
 def dry_run(*args):
@@ -439,6 +441,7 @@ def test_kserve_create_ready_smoke_and_replace_on_redeploy_fake_api(monkeypatch)
     from trainer.k8s import kserve
 
     seen = []
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")  # in a pod: the predictor's DNS name resolves
     monkeypatch.setattr("trainer.serve.wait_ready", lambda url, timeout: seen.append(("ready", url)) or 1.0)
     monkeypatch.setattr("trainer.serve.smoke_test", lambda url, model, messages, tools=None, require_tool_call=True: (
         seen.append(("chat", url, model, require_tool_call)) or {"ok": True, "reason": "", "latency_s": 0.1,
@@ -462,7 +465,7 @@ def test_kserve_create_ready_smoke_and_replace_on_redeploy_fake_api(monkeypatch)
         kserve.wait_ready(custom, "tuned", "ml", timeout_s=5, poll_s=0)  # waits for the new generation
 
 
-def test_kserve_not_ready_says_what_to_check_fake_api():
+def test_kserve_not_ready_says_what_to_check_fake_api(capsys):
     from kubernetes import client as k
 
     from trainer.k8s import kserve
@@ -472,7 +475,8 @@ def test_kserve_not_ready_says_what_to_check_fake_api():
         custom = k.CustomObjectsApi(k.ApiClient(api.configuration))
         kserve.apply(custom, kserve.build(kserve_spec()), "ml")
         with pytest.raises(UserError, match="storage-initializer"):
-            kserve.wait_ready(custom, "tuned", "ml", timeout_s=0.1, poll_s=0.02)
+            kserve.wait_ready(custom, "tuned", "ml", timeout_s=0.3, poll_s=0.02, progress_every_s=0.1)
+    assert "InferenceService ml/tuned not Ready after 0 s (limit 0 s): Ready=False" in capsys.readouterr().out
 
 
 def test_sweep_trials_side_by_side_on_the_cluster_fake_api(store, tmp_path, monkeypatch):
@@ -704,3 +708,72 @@ def test_a_container_restarted_in_place_shows_its_unterminated_last_line_fake_ap
     shown = [line for line in out if line.startswith(("step", "RuntimeError", "resuming", "---"))]
     assert shown == ["--- log of pod ml/ft-inplace-master-0 ---", "step 1", "step 2", "RuntimeError: NCCL timeout",
                      "--- log of pod ml/ft-inplace-master-0 (restart 1) ---", "resuming", "step 3"]
+
+
+WEATHER = [{"type": "function", "function": {"name": "get_weather", "description": "weather in a city", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+@pytest.mark.parametrize("backend", ["kubernetes", "kserve"])
+def test_deploy_from_outside_the_cluster_smoke_tests_through_the_api_server_fake_api(monkeypatch, capsys, backend):
+    """From a laptop (a kubeconfig, no KUBERNETES_SERVICE_HOST) `*.svc.cluster.local` does not
+    resolve: the smoke test goes through the API server's proxy with the kubeconfig's credentials,
+    the real HTTP smoke test unchanged, and the user is told how to reach the endpoint."""
+    from trainer.k8s import kserve
+
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    spec = cluster_serve.ServeSpec(name="tuned", model_uri="s3://b/models/base", adapters={"tuned-a": "s3://b/a"},
+                                   cluster=ClusterSpec(namespace="ml"))
+    with FakeKubeAPI() as api:
+        api.configuration.api_key = {"authorization": "Bearer kubeconfig-token"}
+        deploy = kserve.deploy if backend == "kserve" else cluster_serve.deploy
+        out = deploy(spec, ASK, WEATHER, client_configuration=api.configuration, poll_s=0.01, ready_timeout_s=3)
+        via = ("/pods/tuned-predictor-00001-deployment-7d9f:8080/proxy" if backend == "kserve"
+               else "/services/tuned:8000/proxy")
+        assert api.state.calls("GET", f"/api/v1/namespaces/ml{via}/v1/models")
+        chats = api.state.calls("POST", f"/api/v1/namespaces/ml{via}/v1/chat/completions")
+        assert sorted(body["model"] for _, _, body in chats) == ["tuned", "tuned-a"]
+        assert chats[0][2]["tools"] == WEATHER  # the request arrives as sent
+        assert set(api.state.proxy_auth) == {"Bearer kubeconfig-token"}
+    assert out["smoke_ok"], out["reason"]
+    assert out["names"] == ["tuned", "tuned-a"] and out["results"]["tuned-a"]["reply"] == 'get_weather {"city": "Paris"}'
+    printed = capsys.readouterr().out
+    if backend == "kserve":
+        assert out["endpoint"] == "http://tuned-predictor.ml.svc.cluster.local/v1"  # what in-cluster clients use
+        assert out["access"].startswith("kubectl -n ml port-forward $(kubectl -n ml get pod -l "
+                                        "serving.kserve.io/inferenceservice=tuned -o name | head -n 1) 8080:8080")
+    else:
+        assert out["endpoint"] == "http://tuned.ml.svc.cluster.local:8000/v1"
+        assert out["access"] == "kubectl -n ml port-forward svc/tuned 8000:8000  (then http://127.0.0.1:8000/v1)"
+    assert f"from your machine: {out['access']}" in printed
+
+
+def test_deploy_inside_the_cluster_uses_the_service_dns_name_fake_api(monkeypatch):
+    seen = []
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setattr("trainer.serve.wait_ready", lambda url, timeout: seen.append(url) or 1.0)
+    monkeypatch.setattr("trainer.serve.smoke_test", lambda url, model, messages, tools=None, require_tool_call=True: (
+        seen.append(url) or {"ok": True, "reason": "", "latency_s": 0.1, "reply": "get_weather {}", "model": model}))
+    with FakeKubeAPI() as api:
+        out = cluster_serve.deploy(serve_spec(), ASK, WEATHER, client_configuration=api.configuration, poll_s=0.01)
+        assert not api.state.calls("GET", "/proxy/")
+    assert seen == ["http://tuned.ml.svc.cluster.local:8000"] * 2 and out["smoke_ok"]
+
+
+def test_a_service_without_endpoints_fails_the_smoke_test_within_its_limit_fake_api(monkeypatch):
+    """The API server answers 503 for a Service with no ready pod: readiness keeps being asked
+    until ready_timeout_s, then one message, not a wait without end."""
+    from trainer.k8s import reach
+
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    from kubernetes import client as k
+
+    with FakeKubeAPI() as api:
+        with pytest.raises(UserError, match="not ready after 1s") as err:
+            with reach.service(k.ApiClient(api.configuration), "ml", "nothing", 8000) as url:
+                __import__("trainer.serve", fromlist=["x"]).wait_ready(url, timeout=1)
+        assert len(api.state.calls("GET", "/services/nothing:8000/proxy/v1/models")) >= 2
+    # The message names the way it went and the API server's answer, not a loopback relay's address.
+    assert f"{api.server.url}/api/v1/namespaces/ml/services/nothing:8000/proxy not ready" in str(err.value)
+    assert "the API server's proxy last answered 503" in str(err.value) and "no endpoints available" in str(err.value)

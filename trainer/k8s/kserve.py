@@ -13,7 +13,9 @@ annotations (rendered by pipelines.manifests). Adapters side by side use `storag
 mount per adapter. Re-deploying replaces both objects (common.replace: exactly the new render,
 nothing of the previous deploy's storage fields or placement kept); the service is ready when
 the InferenceService says Ready and its predictor answers /v1/models, then the same OpenAI
-smoke test as every other backend runs.
+smoke test as every other backend runs: at the predictor's URL from a pod, through the API
+server's pod proxy from outside the cluster (trainer.k8s.reach), which also prints the
+`kubectl port-forward` command that reaches it from the user's machine.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import time
 from typing import Any
 
 from trainer.errors import UserError, collect
+from trainer.k8s import reach
 from trainer.k8s.common import (RUN_AS_USER, accelerators, api_client, container_security, default_namespace,
                                 labels as app_labels, pod_security, queue_labels, replace, to_dict)
 from trainer.k8s.vllm import ServeSpec, image, smoke_all, split_args
@@ -31,6 +34,7 @@ RUNTIME_NAME = "llm-finetune-vllm"
 SERVICE_ACCOUNT = "llm-finetune-kserve"  # carries the S3 Secret (see pipelines.manifests)
 MODEL_FORMAT = "vllm"
 PORT = 8080  # KServe's default container port
+ISVC_LABEL = "serving.kserve.io/inferenceservice"  # on the predictor's pods
 MOUNT = "/mnt/models"
 ADAPTERS = "/mnt/adapters"
 
@@ -119,9 +123,12 @@ def apply(custom, objects: list[dict], namespace: str) -> str:
     return action
 
 
-def wait_ready(custom, name: str, namespace: str, timeout_s: float, poll_s: float = 5.0) -> str:
-    """Until the newest generation is Ready; returns the predictor's in-cluster URL."""
-    deadline = time.monotonic() + timeout_s
+def wait_ready(custom, name: str, namespace: str, timeout_s: float, poll_s: float = 5.0,
+               progress_every_s: float = 30.0) -> str:
+    """Until the newest generation is Ready; returns the predictor's in-cluster URL. A line of
+    progress (the conditions not yet True) every `progress_every_s`."""
+    start = time.monotonic()
+    deadline, said = start + timeout_s, start
     while True:
         obj = custom.get_namespaced_custom_object(GROUP, "v1beta1", namespace, "inferenceservices", name)
         st = obj.get("status") or {}
@@ -129,9 +136,14 @@ def wait_ready(custom, name: str, namespace: str, timeout_s: float, poll_s: floa
         if ready and st.get("observedGeneration", 0) >= obj["metadata"].get("generation", 0):
             return ((st.get("address") or {}).get("url") or st.get("url")
                     or f"http://{name}-predictor.{namespace}.svc.cluster.local")
+        why = [f"{c.get('type')}={c.get('status')} {c.get('reason', '')} {c.get('message', '')}".strip()
+               for c in st.get("conditions", [])]
+        if time.monotonic() - said >= progress_every_s:
+            said = time.monotonic()
+            print(f"  InferenceService {namespace}/{name} not Ready after {said - start:.0f} s (limit "
+                  f"{timeout_s:.0f} s): {'; '.join(c for c in why if '=True' not in c) or 'no status yet'}",
+                  flush=True)
         if time.monotonic() > deadline:
-            why = [f"{c.get('type')}={c.get('status')} {c.get('reason', '')} {c.get('message', '')}".strip()
-                   for c in st.get("conditions", [])]
             raise UserError(f"InferenceService {namespace}/{name} not Ready after {timeout_s:.0f}s "
                             f"({'; '.join(why) or 'no status yet'}); see `kubectl -n {namespace} describe "
                             f"inferenceservice/{name}` and the predictor pod's storage-initializer log")
@@ -141,15 +153,41 @@ def wait_ready(custom, name: str, namespace: str, timeout_s: float, poll_s: floa
 def deploy(spec: ServeSpec, messages: list[dict[str, Any]], tools: list | None = None,
            client_configuration: Any = None, poll_s: float = 5.0, ready_timeout_s: float = 300) -> dict[str, Any]:
     """Apply, wait for Ready and /v1/models, smoke-test every served name; returns what
-    trainer.serve.deploy_local returns (endpoint, names, smoke_ok, ...)."""
+    trainer.serve.deploy_local returns (endpoint: the predictor's in-cluster URL, names, smoke_ok,
+    ...) plus `access`, the `kubectl port-forward` command for the user's machine."""
     from kubernetes import client as k
 
     objects = build(spec)  # validates: bad settings are reported before the cluster is contacted
-    custom = k.CustomObjectsApi(api_client(client_configuration))
+    api = api_client(client_configuration)
+    custom = k.CustomObjectsApi(api)
     namespace = spec.cluster.namespace or default_namespace()
     action = apply(custom, objects, namespace)
-    print(f"{action} InferenceService {namespace}/{spec.name} (runtime {RUNTIME_NAME}); waiting until Ready",
-          flush=True)
+    print(f"{action} InferenceService {namespace}/{spec.name} (runtime {RUNTIME_NAME}); waiting until Ready "
+          f"(at most {spec.rollout_timeout_s} s)", flush=True)
     t0 = time.monotonic()
     url = wait_ready(custom, spec.name, namespace, spec.rollout_timeout_s, poll_s).rstrip("/")
-    return {**smoke_all(url, spec, messages, tools, ready_timeout_s, t0), "action": action}
+    if reach.in_cluster():
+        out = smoke_all(url, spec, messages, tools, ready_timeout_s, t0)
+    else:
+        # The predictor's URL resolves only in the cluster, and in Serverless mode its Service is an
+        # ExternalName (to Knative's gateway) that the API server cannot proxy: the pod it can.
+        pod = predictor_pod(k.CoreV1Api(api), spec.name, namespace)
+        with reach.proxied(api, f"/api/v1/namespaces/{namespace}/pods/{pod}:{PORT}/proxy") as relay:
+            out = smoke_all(relay, spec, messages, tools, ready_timeout_s, t0)
+    # By label: valid in either KServe mode, and after the pod is replaced.
+    access = reach.port_forward(namespace, f"$(kubectl -n {namespace} get pod -l {ISVC_LABEL}={spec.name} -o name "
+                                           "| head -n 1)", PORT)
+    print(f"in the cluster: {url}/v1; from your machine: {access}", flush=True)
+    return {**out, "endpoint": f"{url}/v1", "access": access, "action": action}
+
+
+def predictor_pod(core, name: str, namespace: str) -> str:
+    """The newest ready predictor pod of InferenceService `name` (KServe labels them with it)."""
+    pods = core.list_namespaced_pod(namespace, label_selector=f"{ISVC_LABEL}={name}").items
+    ready = [p for p in pods if p.status and p.status.phase == "Running"
+             and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])]
+    if not ready:
+        raise UserError(f"InferenceService {namespace}/{name} is Ready but none of its predictor pods is; see "
+                        f"`kubectl -n {namespace} get pods -l {ISVC_LABEL}={name}`")
+    ready.sort(key=lambda p: p.metadata.creation_timestamp.timestamp() if p.metadata.creation_timestamp else 0)
+    return ready[-1].metadata.name

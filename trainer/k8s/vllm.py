@@ -11,7 +11,9 @@ vLLM serves the base model as `name` and each adapter under its own name (`--ena
 --lora-modules`), so one endpoint answers for all of them by the request's `model`.
 Re-deploying replaces the Deployment (exactly the new render: nothing of the previous deploy's
 placement survives) and patches the Service, whose render depends on the name only; the rollout
-is awaited, then the same OpenAI smoke test as locally runs against the Service.
+is awaited, then the same OpenAI smoke test as locally runs against the Service: by its DNS name
+from a pod, through the API server's service proxy from outside the cluster (trainer.k8s.reach),
+which also prints the `kubectl port-forward` command that reaches it from the user's machine.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 
 from trainer import settings
 from trainer.errors import UserError, collect
-from trainer.k8s import rules
+from trainer.k8s import reach, rules
 from trainer.k8s.common import (RUN_AS_USER, ClusterSpec, accelerators, api_client, container_security,
                                 default_namespace, labels as app_labels, pod_security, queue_labels, replace,
                                 scheduling, secret_env)
@@ -183,15 +185,22 @@ def apply(apps, core, deployment, service, namespace: str) -> str:
     return "replaced"
 
 
-def wait_rollout(apps, name: str, namespace: str, timeout_s: float, poll_s: float = 5.0) -> None:
-    """Until the newest generation's replicas are all updated and available."""
-    deadline = time.monotonic() + timeout_s
+def wait_rollout(apps, name: str, namespace: str, timeout_s: float, poll_s: float = 5.0,
+                 progress_every_s: float = 30.0) -> None:
+    """Until the newest generation's replicas are all updated and available; a line of progress
+    every `progress_every_s` (pulling a vLLM image and loading weights take minutes)."""
+    start = time.monotonic()
+    deadline, said = start + timeout_s, start
     while True:
         d = apps.read_namespaced_deployment_status(name, namespace)
         st, want = d.status, d.spec.replicas
         if st and (st.observed_generation or 0) >= (d.metadata.generation or 0) \
                 and (st.updated_replicas or 0) == want and (st.available_replicas or 0) == want:
             return
+        if time.monotonic() - said >= progress_every_s:
+            said = time.monotonic()
+            print(f"  rollout of {namespace}/{name}: {(st.available_replicas or 0) if st else 0}/{want} available "
+                  f"after {said - start:.0f} s (limit {timeout_s:.0f} s)", flush=True)
         if time.monotonic() > deadline:
             raise UserError(f"deployment {namespace}/{name} not rolled out after {timeout_s:.0f}s "
                             f"(updated={st.updated_replicas if st else 0}, available={st.available_replicas if st else 0}"
@@ -202,18 +211,24 @@ def wait_rollout(apps, name: str, namespace: str, timeout_s: float, poll_s: floa
 def deploy(spec: ServeSpec, messages: list[dict[str, Any]], tools: list | None = None,
            client_configuration: Any = None, poll_s: float = 5.0, ready_timeout_s: float = 300) -> dict[str, Any]:
     """Apply, wait for rollout, smoke-test through the Service (the base model and every adapter
-    by name); returns what trainer.serve.deploy_local returns (endpoint, names, smoke_ok, ...)."""
+    by name); returns what trainer.serve.deploy_local returns (endpoint: the in-cluster URL, names,
+    smoke_ok, ...) plus `access`, the `kubectl port-forward` command for the user's machine."""
     from kubernetes import client as k
 
     deployment, service = build(spec)  # validates: bad settings are reported before the cluster is contacted
     api = api_client(client_configuration)
     namespace = spec.cluster.namespace or default_namespace()
     action = apply(k.AppsV1Api(api), k.CoreV1Api(api), deployment, service, namespace)
-    print(f"{action} Deployment and Service {namespace}/{spec.name}; waiting for rollout", flush=True)
+    print(f"{action} Deployment and Service {namespace}/{spec.name}; waiting for rollout "
+          f"(at most {spec.rollout_timeout_s} s)", flush=True)
     t0 = time.monotonic()
     wait_rollout(k.AppsV1Api(api), spec.name, namespace, spec.rollout_timeout_s, poll_s)
-    return {**smoke_all(service_url(spec.name, namespace), spec, messages, tools, ready_timeout_s, t0),
-            "action": action}
+    # Outside the cluster the Service's DNS name does not resolve: through the API server (reach).
+    with reach.service(api, namespace, spec.name, PORT) as url:
+        out = smoke_all(url, spec, messages, tools, ready_timeout_s, t0)
+    access = reach.port_forward(namespace, f"svc/{spec.name}", PORT)
+    print(f"in the cluster: {service_url(spec.name, namespace)}/v1; from your machine: {access}", flush=True)
+    return {**out, "endpoint": f"{service_url(spec.name, namespace)}/v1", "access": access, "action": action}
 
 
 def smoke_all(url: str, spec: ServeSpec, messages: list[dict[str, Any]], tools: list | None,
@@ -222,6 +237,8 @@ def smoke_all(url: str, spec: ServeSpec, messages: list[dict[str, Any]], tools: 
     tuned model (each adapter when there are some, else the model) must answer with a tool call."""
     from trainer.serve import smoke_test, wait_ready
 
+    print(f"waiting for {', '.join([spec.name, *spec.adapters])} on /v1/models (at most {ready_timeout_s:.0f} s)",
+          flush=True)
     wait_ready(url, timeout=ready_timeout_s)
     ready_s = time.monotonic() - t0
     names = [spec.name, *spec.adapters]
@@ -234,7 +251,8 @@ def smoke_all(url: str, spec: ServeSpec, messages: list[dict[str, Any]], tools: 
 
 
 def service_url(name: str, namespace: str) -> str:
-    return f"http://{name}.{namespace}.svc.cluster.local:{PORT}"
+    """The Service's URL in the cluster (what the pipeline's `endpoint` output gives in-cluster clients)."""
+    return reach.dns_url(name, namespace, PORT)
 
 
 def parse_adapters(pairs: list[str]) -> dict[str, str]:
