@@ -74,7 +74,7 @@ class FusedLoraLinear(LoraLinear):
                 or not isinstance(self.lora_dropout[name], torch.nn.Identity)
                 or self.lora_A[name].bias is not None or self.lora_B[name].bias is not None
                 or type(base) is not torch.nn.Linear or x.dtype != base.weight.dtype
-                or (torch.is_autocast_enabled(x.device.type)
+                or (torch.amp.is_autocast_available(x.device.type) and torch.is_autocast_enabled(x.device.type)
                     and torch.get_autocast_dtype(x.device.type) != x.dtype)):
             return super().forward(x, *args, **kwargs)
         return _LoraLinearFunction.apply(x, base.weight, base.bias, self.lora_A[name].weight,
