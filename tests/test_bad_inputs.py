@@ -56,6 +56,15 @@ def no_template(d):
     (d / "tokenizer_config.json").write_text(json.dumps(config))
 
 
+SYSTEM_ROW = {"messages": [{"role": "system", "content": "Be terse."}, *GOOD_ROW["messages"]]}
+
+
+def refuses_system(d):
+    template = d / "chat_template.jinja"
+    template.write_text("{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
+                        "{% endif %}" + template.read_text())
+
+
 def arch(name, **config):
     """A change for model_variant: config.json names another architecture (and model_type ...)."""
     def change(d):
@@ -101,6 +110,11 @@ CASES = [
      "model_type 'llama9' is unknown to the installed transformers"),
     ("model-needs-remote-code", lambda t, m: [f"model_source={model_variant(t, m, arch('X', model_type='chatglm', auto_map={'AutoModelForCausalLM': 'm.X'}))}"],
      "needs its own Python code (auto_map in config.json)"),
+    # the model's chat template raises on these rows (Gemma's refuses a system turn): found before training
+    ("template-refuses-system", lambda t, m: [f"model_source={model_variant(t, m, refuses_system)}",
+                                              f"dataset_source={jsonl(t, *[SYSTEM_ROW] * 3, *[GOOD_ROW] * 9)}"],
+     "model: the model's chat template refuses 3 of 12 rows (System role not supported; "
+     "e.g. the row whose first message is system: 'Be terse.'): change those rows"),
     ("dataset-dir-as-model", lambda t, m: [f"model_source={jsonl(t, GOOD_ROW, name='train.jsonl') and t}"],
      "holds a dataset, not a model: pass it as dataset_source"),
     ("dataset-file-as-model", lambda t, m: [f"model_source={jsonl(t, GOOD_ROW)}"],

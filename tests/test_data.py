@@ -236,3 +236,17 @@ def test_length_precheck_never_drops_a_row_that_fits(tokenizer):
     fits = {"messages": [{"role": "user", "content": "a b"}, {"role": "assistant", "content": "c"}]}
     assert data.text_chars(fits) <= limit * data.max_token_chars(tokenizer)
     assert data.encode(fits, tokenizer, limit) is not None
+
+
+def test_rows_the_chat_template_refuses_are_one_user_error(tokenizer):
+    """In training (Hub model or data, not checked before): exit 2, never a jinja traceback."""
+    import copy
+
+    refusing = copy.copy(tokenizer)
+    refusing.chat_template = ("{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not "
+                              "supported') }}{% endif %}" + tokenizer.chat_template)
+    system = {"messages": [{"role": "system", "content": "Be terse."}, *json.loads(GOOD)["messages"]]}
+    msg = str(pytest.raises(UserError, data.encode_all, [json.loads(GOOD), system, system], refusing, 512).value)
+    assert "refuses 2 of 3 rows (System role not supported; e.g. the row whose first message is system" in msg
+    assert data.encode_all([json.loads(GOOD)], refusing, 512)[1] == 0
+    assert "raise_exception" not in tokenizer.chat_template  # the shared fixture is untouched

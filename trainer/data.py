@@ -422,12 +422,45 @@ def max_token_chars(tokenizer) -> int:
 
 
 def encode_all(rows: list[dict[str, Any]], tokenizer, max_seq_len: int) -> tuple[list[dict[str, list[int]]], int]:
-    """Encode rows; over-long rows are dropped (policy: skip, counted in the metrics)."""
-    out, dropped = [], 0
+    """Encode rows; over-long rows are dropped (policy: skip, counted in the metrics). Rows the
+    chat template refuses raise one UserError naming them (exit 2: a restart cannot help)."""
+    from jinja2 import TemplateError
+
+    out, dropped, refused = [], 0, {}
     for row in rows:
-        enc = encode(row, tokenizer, max_seq_len)
+        try:
+            enc = encode(row, tokenizer, max_seq_len)
+        except TemplateError as err:
+            refused.setdefault(str(err)[:200], []).append(row)
+            continue
         if enc is None:
             dropped += 1
         else:
             out.append(enc)
+    collect(_refusal_lines(refused, len(rows)), what="the model's chat template cannot render the dataset")
     return out, dropped
+
+
+def template_problems(rows: list[dict[str, Any]], tokenizer, where: str) -> list[str]:
+    """Rows the model's chat template refuses to render (Gemma's refuses a system turn, some
+    refuse tools or non-alternating roles), found before training: one line per distinct refusal."""
+    from jinja2 import TemplateError
+
+    refused: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        try:
+            tokenizer.apply_chat_template(row["messages"], tools=row.get("tools") or None, tokenize=False)
+        except TemplateError as err:
+            refused.setdefault(str(err)[:200], []).append(row)
+    return [f"{where}: {line}" for line in _refusal_lines(refused, len(rows))]
+
+
+def _refusal_lines(refused: dict[str, list[dict[str, Any]]], total: int) -> list[str]:
+    lines = []
+    for reason, rows in refused.items():
+        first = rows[0]["messages"][0]
+        lines.append(f"the model's chat template refuses {len(rows)} of {total} rows ({reason}; e.g. the row whose "
+                     f"first message is {first.get('role')}: {str(first.get('content'))[:60]!r}): change those rows "
+                     "(e.g. fold a system message into the first user turn), or use a model whose template accepts "
+                     "them")
+    return lines
