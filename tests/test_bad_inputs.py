@@ -65,6 +65,16 @@ def refuses_system(d):
                         "{% endif %}" + template.read_text())
 
 
+TOOL_ROW = {"messages": [{"role": "user", "content": "Weather in Paris?"}, CALL], "tools": [TOOL]}
+
+
+def drops_tool_calls(d):
+    """A template that shows the tools but renders an assistant turn from its content only."""
+    (d / "chat_template.jinja").write_text(
+        "{% if tools %}{{ tools | tojson }}{% endif %}{% for m in messages %}<|{{ m.role }}|>{{ m.content or '' }}"
+        "{% generation %}{% endgeneration %}{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
 def arch(name, **config):
     """A change for model_variant: config.json names another architecture (and model_type ...)."""
     def change(d):
@@ -115,6 +125,9 @@ CASES = [
                                               f"dataset_source={jsonl(t, *[SYSTEM_ROW] * 3, *[GOOD_ROW] * 9)}"],
      "model: the model's chat template refuses 3 of 12 rows (System role not supported; "
      "e.g. the row whose first message is system: 'Be terse.'): change those rows"),
+    ("template-drops-tool-calls", lambda t, m: [f"model_source={model_variant(t, m, drops_tool_calls)}",
+                                                f"dataset_source={jsonl(t, *[TOOL_ROW] * 4, *[GOOD_ROW] * 8)}"],
+     "the model's chat template leaves out the tool calls of 4 of 4 rows with tool_calls"),
     ("dataset-dir-as-model", lambda t, m: [f"model_source={jsonl(t, GOOD_ROW, name='train.jsonl') and t}"],
      "holds a dataset, not a model: pass it as dataset_source"),
     ("dataset-file-as-model", lambda t, m: [f"model_source={jsonl(t, GOOD_ROW)}"],

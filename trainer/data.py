@@ -441,18 +441,41 @@ def encode_all(rows: list[dict[str, Any]], tokenizer, max_seq_len: int) -> tuple
     return out, dropped
 
 
+TEMPLATE_CHECK_ROWS = 1000  # ~2 s on 2 cores; such problems are systematic, and training checks every row
+
+
 def template_problems(rows: list[dict[str, Any]], tokenizer, where: str) -> list[str]:
     """Rows the model's chat template refuses to render (Gemma's refuses a system turn, some
-    refuse tools or non-alternating roles), found before training: one line per distinct refusal."""
+    refuse tools or non-alternating roles) or renders without their tool calls, found before
+    training in the first TEMPLATE_CHECK_ROWS rows: one line per distinct problem."""
     from jinja2 import TemplateError
 
+    rows = rows[:TEMPLATE_CHECK_ROWS]
     refused: dict[str, list[dict[str, Any]]] = {}
+    dropped, with_calls = [], 0
     for row in rows:
         try:
-            tokenizer.apply_chat_template(row["messages"], tools=row.get("tools") or None, tokenize=False)
+            text = tokenizer.apply_chat_template(row["messages"], tools=row.get("tools") or None, tokenize=False)
         except TemplateError as err:
             refused.setdefault(str(err)[:200], []).append(row)
-    return [f"{where}: {line}" for line in _refusal_lines(refused, len(rows))]
+            continue
+        if not any(m.get("tool_calls") for m in row["messages"]):
+            continue
+        with_calls += 1
+        bare = [{**{k: v for k, v in m.items() if k != "tool_calls"}, "content": m.get("content") or ""}
+                for m in row["messages"]]
+        try:  # the same text without the calls: the template never rendered them
+            if tokenizer.apply_chat_template(bare, tools=row.get("tools") or None, tokenize=False) == text:
+                dropped.append(row)
+        except TemplateError:
+            pass
+    lines = _refusal_lines(refused, len(rows))
+    if dropped:  # the model would be trained on empty assistant turns where the calls should be
+        lines.append(f"the model's chat template leaves out the tool calls of {len(dropped)} of {with_calls} rows "
+                     "with tool_calls (they render as if the calls were not there): use a model whose "
+                     "template renders tool_calls (e.g. Qwen2.5-Instruct, Llama 3.1+), or give it such a template "
+                     "as chat_template.jinja")
+    return [f"{where}: {line}" for line in lines]
 
 
 def _refusal_lines(refused: dict[str, list[dict[str, Any]]], total: int) -> list[str]:
