@@ -441,7 +441,7 @@ def test_kserve_create_ready_smoke_and_replace_on_redeploy_fake_api(monkeypatch)
     from trainer.k8s import kserve
 
     seen = []
-    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")  # in a pod: the predictor's DNS name resolves
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")  # in a pod of this (fake) cluster: DNS resolves
     monkeypatch.setattr("trainer.serve.wait_ready", lambda url, timeout: seen.append(("ready", url)) or 1.0)
     monkeypatch.setattr("trainer.serve.smoke_test", lambda url, model, messages, tools=None, require_tool_call=True: (
         seen.append(("chat", url, model, require_tool_call)) or {"ok": True, "reason": "", "latency_s": 0.1,
@@ -722,7 +722,10 @@ def test_deploy_from_outside_the_cluster_smoke_tests_through_the_api_server_fake
     the real HTTP smoke test unchanged, and the user is told how to reach the endpoint."""
     from trainer.k8s import kserve
 
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    if backend == "kserve":  # a pod whose kubeconfig names another cluster than its own (10.96.0.1)
+        monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    else:  # a laptop
+        monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     spec = cluster_serve.ServeSpec(name="tuned", model_uri="s3://b/models/base", adapters={"tuned-a": "s3://b/a"},
                                    cluster=ClusterSpec(namespace="ml"))
     with FakeKubeAPI() as api:
@@ -750,8 +753,10 @@ def test_deploy_from_outside_the_cluster_smoke_tests_through_the_api_server_fake
 
 
 def test_deploy_inside_the_cluster_uses_the_service_dns_name_fake_api(monkeypatch):
+    """In a pod of the cluster it deploys to (the pipeline's deploy step), the Service's DNS name
+    resolves: no proxy, which the pipeline's service account may not be allowed to use."""
     seen = []
-    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")  # the fake API server's address
     monkeypatch.setattr("trainer.serve.wait_ready", lambda url, timeout: seen.append(url) or 1.0)
     monkeypatch.setattr("trainer.serve.smoke_test", lambda url, model, messages, tools=None, require_tool_call=True: (
         seen.append(url) or {"ok": True, "reason": "", "latency_s": 0.1, "reply": "get_weather {}", "model": model}))

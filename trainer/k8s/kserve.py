@@ -166,7 +166,7 @@ def deploy(spec: ServeSpec, messages: list[dict[str, Any]], tools: list | None =
           f"(at most {spec.rollout_timeout_s} s)", flush=True)
     t0 = time.monotonic()
     url = wait_ready(custom, spec.name, namespace, spec.rollout_timeout_s, poll_s).rstrip("/")
-    if reach.in_cluster():
+    if reach.in_cluster(api):
         out = smoke_all(url, spec, messages, tools, ready_timeout_s, t0)
     else:
         # The predictor's URL resolves only in the cluster, and in Serverless mode its Service is an

@@ -1,7 +1,7 @@
 """How this process reaches what it deployed, to smoke-test it, and how the user can.
 
-Inside a pod (KUBERNETES_SERVICE_HOST is set in every one), a Service answers at its cluster DNS
-name. Outside the cluster (a laptop with a kubeconfig) that name does not resolve; there the
+Inside a pod of the cluster (KUBERNETES_SERVICE_HOST is set in every one), a Service answers at
+its cluster DNS name. Outside the cluster (a laptop with a kubeconfig) that name does not resolve; there the
 requests go through the API server's proxy (`/api/v1/namespaces/NS/services/NAME:PORT/proxy/...`,
 or `pods/NAME:PORT/proxy/...`), sent by the kubernetes client, so they carry the kubeconfig's
 credentials (token, client certificate, exec plugin) and its CA as every other API call does. A
@@ -18,14 +18,18 @@ import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Iterator
+from urllib.parse import urlparse
 
 # Longer than trainer.serve.chat's own timeout (120 s): the client gives up first, with its message.
 RELAY_TIMEOUT_S = 130
 
 
-def in_cluster() -> bool:
-    """Whether cluster DNS names resolve here: this process runs in a Kubernetes pod."""
-    return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+def in_cluster(api_client) -> bool:
+    """Whether the cluster's DNS names resolve here: this process runs in a pod (the kubelet sets
+    KUBERNETES_SERVICE_HOST in every one) of the cluster that `api_client` talks to, as with the
+    in-cluster configuration. A pod using a kubeconfig for another cluster goes through its API."""
+    here = os.environ.get("KUBERNETES_SERVICE_HOST", "")
+    return bool(here) and urlparse(api_client.configuration.host).hostname == here.strip("[]")
 
 
 def dns_url(service: str, namespace: str, port: int) -> str:
@@ -62,7 +66,7 @@ def proxied(api_client, proxy_path: str) -> Iterator[str]:
 def service(api_client, namespace: str, name: str, port: int) -> Iterator[str]:
     """The base URL by which this process reaches Service `name`:`port`: its DNS name in a pod,
     else the API server's service proxy behind a loopback relay."""
-    if in_cluster():
+    if in_cluster(api_client):
         yield dns_url(name, namespace, port)
         return
     with proxied(api_client, f"/api/v1/namespaces/{namespace}/services/{name}:{port}/proxy") as url:
