@@ -289,9 +289,11 @@ class Handler(RoutedHandler):
             if body.get("model") not in names:
                 return 404, {"object": "error", "message": f"The model `{body.get('model')}` does not exist."}
             tool = (body.get("tools") or [{}])[0].get("function", {}).get("name")
-            message = ({"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
-                "name": tool, "arguments": '{"city": "Paris"}'}}]} if tool else {"role": "assistant", "content": "Hi."})
-            return 200, {"object": "chat.completion", "model": body["model"], "choices": [{"index": 0, "message": message}]}
+            call = {"id": "c1", "type": "function", "function": {"name": tool, "arguments": '{"city": "Paris"}'}}
+            message = ({"role": "assistant", "content": None, "tool_calls": [call]} if tool
+                       else {"role": "assistant", "content": "Hi."})
+            return 200, {"object": "chat.completion", "model": body["model"],
+                         "choices": [{"index": 0, "message": message}]}
         return 404, {"detail": "Not Found"}
 
     def _pod_log(self, method, ns, name, *, query, body):

@@ -740,7 +740,8 @@ def test_deploy_from_outside_the_cluster_smoke_tests_through_the_api_server_fake
         assert chats[0][2]["tools"] == WEATHER  # the request arrives as sent
         assert set(api.state.proxy_auth) == {"Bearer kubeconfig-token"}
     assert out["smoke_ok"], out["reason"]
-    assert out["names"] == ["tuned", "tuned-a"] and out["results"]["tuned-a"]["reply"] == 'get_weather {"city": "Paris"}'
+    assert out["names"] == ["tuned", "tuned-a"]
+    assert out["results"]["tuned-a"]["reply"] == 'get_weather {"city": "Paris"}'
     printed = capsys.readouterr().out
     if backend == "kserve":
         assert out["endpoint"] == "http://tuned-predictor.ml.svc.cluster.local/v1"  # what in-cluster clients use

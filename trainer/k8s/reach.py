@@ -1,13 +1,14 @@
 """How this process reaches what it deployed, to smoke-test it, and how the user can.
 
 Inside a pod of the cluster (KUBERNETES_SERVICE_HOST is set in every one), a Service answers at
-its cluster DNS name. Outside the cluster (a laptop with a kubeconfig) that name does not resolve; there the
-requests go through the API server's proxy (`/api/v1/namespaces/NS/services/NAME:PORT/proxy/...`,
-or `pods/NAME:PORT/proxy/...`), sent by the kubernetes client, so they carry the kubeconfig's
-credentials (token, client certificate, exec plugin) and its CA as every other API call does. A
-loopback relay puts that proxy behind a plain http://127.0.0.1 URL, so the OpenAI smoke test
-(trainer.serve) runs unchanged either way, and stops with the smoke test. What the user can
-use afterwards is a `kubectl port-forward` command, printed by the deploy backends.
+its cluster DNS name. Outside the cluster (a laptop with a kubeconfig) that name does not
+resolve; there the requests go through the API server's proxy
+(`/api/v1/namespaces/NS/services/NAME:PORT/proxy/...`, or `pods/NAME:PORT/proxy/...`), sent by
+the kubernetes client, so they carry the kubeconfig's credentials (token, client certificate,
+exec plugin) and trust its CA, as every other API call does. A loopback relay puts that proxy
+behind a plain http://127.0.0.1 URL, so the OpenAI smoke test (trainer.serve) runs unchanged
+either way; the relay stops with the smoke test. What the user can use afterwards is a
+`kubectl port-forward` command, which the deploy backends print.
 """
 
 from __future__ import annotations
