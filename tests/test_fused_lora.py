@@ -31,7 +31,7 @@ def _pair(tiny_model_dir, monkeypatch, cfg: TrainConfig):
     for fused in ("auto", "0"):
         monkeypatch.setenv("FINETUNE_FUSED_LORA", fused)
         torch.manual_seed(0)
-        models[fused] = build_model(cfg, tiny_model_dir, torch.device("cpu"))
+        models[fused] = build_model(cfg, tiny_model_dir, torch.device("cpu")).train()  # as the trainer runs it
     torch.manual_seed(1)
     for (name, p), q in zip(models["auto"].named_parameters(), models["0"].parameters()):
         if "lora_B" in name:
@@ -40,9 +40,11 @@ def _pair(tiny_model_dir, monkeypatch, cfg: TrainConfig):
     return models["auto"], models["0"]
 
 
-@pytest.mark.parametrize("train_embeddings", [False, True])
-def test_fused_model_loss_and_gradients_equal_peft(tiny_model_dir, tokenizer, monkeypatch, train_embeddings):
-    cfg = TrainConfig(lora_r=8, lora_alpha=12, lora_train_embeddings=train_embeddings)  # scale 1.5
+@pytest.mark.parametrize("train_embeddings,checkpointing", [(False, False), (True, False), (False, True)])
+def test_fused_model_loss_and_gradients_equal_peft(tiny_model_dir, tokenizer, monkeypatch, train_embeddings,
+                                                   checkpointing):
+    cfg = TrainConfig(lora_r=8, lora_alpha=12, lora_train_embeddings=train_embeddings,  # scale 1.5
+                      gradient_checkpointing=checkpointing)
     fused, plain = _pair(tiny_model_dir, monkeypatch, cfg)
     layers = [m for m in fused.modules() if isinstance(m, FusedLoraLinear)]
     assert len(layers) == 4 * 7 and not any(isinstance(m, FusedLoraLinear) for m in plain.modules())
