@@ -73,6 +73,24 @@ def test_inductor_compiled_layers_do_not_recompile_per_length(tiny_model_dir, mo
     assert counters["stats"]["unique_graphs"] <= 4
 
 
+def test_fused_lora_on_cuda_matches_peft_in_bf16(tiny_model_dir, tokenizer, monkeypatch):
+    """cuBLAS's addmm epilogue on a bf16 base with fp32 adapters, against peft's own layers
+    under the same LossModel (bf16 autocast): loss and fp32 adapter gradients agree."""
+    batch = on_cuda(collate(rows(tokenizer), tokenizer.pad_token_id))
+    out = {}
+    for fused in ("auto", "0"):
+        monkeypatch.setenv("FINETUNE_FUSED_LORA", fused)
+        model, loss_model = lora_model(tiny_model_dir, monkeypatch, liger=False)
+        model.train()
+        params = [p for p in model.parameters() if p.requires_grad]
+        loss = loss_model(**batch)
+        out[fused] = (loss.float(), torch.autograd.grad(loss, params))
+    torch.testing.assert_close(out["auto"][0], out["0"][0], atol=2e-2, rtol=1e-2)
+    assert all(g.dtype == torch.float32 for g in out["auto"][1])
+    rel = max(((a - b).norm() / b.norm()).item() for a, b in zip(out["auto"][1], out["0"][1]))
+    assert rel < 0.05, rel
+
+
 # Last in the file: Liger patches transformers' Llama module functions (RoPE) process-wide.
 @pytest.mark.skipif(importlib.util.find_spec("liger_kernel") is None, reason="liger-kernel is not installed")
 def test_liger_kernels_give_the_plain_paths_loss_and_gradients(tiny_model_dir, tokenizer, monkeypatch):
