@@ -336,8 +336,10 @@ def test_deliver_reports_the_source_and_missing_s3_settings_together(tmp_path, c
      "--served-model-name='-tuned' must not start with '-' or hold spaces (it is the name clients pass as `model`): "
      "e.g. 'tuned'"),
     (lambda t, m: [str(m), "--served-model-name= "], "--served-model-name is empty: give the name clients will ask"),
+    (lambda t, m: [model_variant(t, m, no_template)],
+     "has no chat template, which the server needs to answer /v1/chat/completions"),
     (lambda t, m: [str(m), "--lora", "my adapter=/x"], "--lora name='my adapter' must not start with '-' or hold spaces"),
-], ids=["no-weights", "malformed-config", "option-like-name", "blank-name", "lora-name-with-space"])
+], ids=["no-weights", "malformed-config", "option-like-name", "blank-name", "lora-name-with-space", "no-chat-template"])
 def test_serve_refuses_what_vllm_would_fail_on_before_starting_it(tmp_path, capsys, tiny_model_dir, argv, expected):
     from trainer.__main__ import main
 

@@ -144,9 +144,11 @@ def _check_dirs(model_dir: Path, lora_modules: Mapping[str, str], problems: Sequ
     if not (Path(model_dir) / "config.json").exists():
         problems.append(f"{model_dir} is not a model directory (no config.json); pass a merged or base model")
     else:  # weights missing or config.json broken: vLLM would fail after half a minute with a traceback
-        from trainer.sources import model_dir_problems
+        from trainer.sources import model_dir_problems, tokenizer_problems
 
-        problems += model_dir_problems(model_dir, check_tokenizer=False)
+        found = model_dir_problems(model_dir, check_tokenizer=False)
+        # Without a chat template vLLM starts, then answers every chat request with an error.
+        problems += found or tokenizer_problems(Path(model_dir), "the server needs to answer /v1/chat/completions")
     for name, path in lora_modules.items():
         cfg = Path(path) / "adapter_config.json"
         if not cfg.exists():

@@ -205,8 +205,9 @@ def causal_lm_problem(config: dict[str, Any], root: Path) -> str | None:
     return None
 
 
-def tokenizer_problems(root: Path) -> list[str]:
-    """The tokenizer loads, offline, and has a chat template (training renders every row with it)."""
+def tokenizer_problems(root: Path, needs: str = "training needs to render conversations") -> list[str]:
+    """The tokenizer loads, offline, and has a chat template (training renders every row with it;
+    a server's /v1/chat/completions renders every request: `needs` says which)."""
     from transformers import AutoTokenizer
 
     try:
@@ -216,7 +217,7 @@ def tokenizer_problems(root: Path) -> list[str]:
         return [f"the tokenizer in {root} does not load ({type(err).__name__}: {first}); copy the base model's "
                 "tokenizer files into the directory"]
     if not tok.chat_template:
-        return [f"the tokenizer in {root} has no chat template, which training needs to render conversations: "
+        return [f"the tokenizer in {root} has no chat template, which {needs}: "
                 "use an instruct/chat model, or add the base model's template as chat_template.jinja"]
     return []
 
