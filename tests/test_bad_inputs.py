@@ -462,6 +462,11 @@ VALIDATE_STEP_CASES = [
     ("kueue", {"launcher": "kubernetes", "kueue_queue": "bad queue!"}, "kueue_queue='bad queue!'"),
     ("lr-nan", {"learning_rate": float("nan")}, "learning_rate must be a finite number, got nan"),
     ("seed", {"seed": 2**40}, "seed must be between 0 and 4294967295"),
+    # typed as text where a number or a boolean belongs
+    ("steps-as-text", {"max_steps": " 16 "}, "max_steps must be a whole number, got ' 16 ' (a string): write 16 without quotes"),
+    ("lr-as-text", {"learning_rate": "1e-4"}, "learning_rate must be a number, got '1e-4' (a string): write 1e-4 without"),
+    ("bool-as-text", {"keep_serving": "yes"}, "keep_serving must be true or false, got 'yes' (a string): use true or false"),
+    ("list-as-text", {"tolerations": "[]"}, "tolerations must be a JSON list, got '[]' (a string)"),
     ("sweep-trial", {"trials": [{"lora_r": "16", "lora_alpha": 32, "learning_rate": 0.001}]},
      "invalid sweep parameters (1 problem):\n  - trials[0].lora_r must be a whole number"),
 ]

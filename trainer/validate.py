@@ -78,7 +78,7 @@ def value_problem(name: str, value: Any, kind: type, example: Any = None, in_jso
     elif isinstance(value, str) and kind in (int, float):
         try:
             float(value)
-            fix = f": write {value} without quotes"
+            fix = f": write {value.strip()} without quotes"
         except ValueError:
             fix = f", e.g. {example}"
     elif isinstance(value, bool) and kind in (int, float):
