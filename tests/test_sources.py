@@ -107,8 +107,11 @@ def test_directory_with_a_test_split_uses_it_for_eval(tmp_path):
     _chat_rows_as("parquet", tmp_path / "test.parquet")
     out = sources.materialize_dataset(sources.Source("local", str(tmp_path)), "")
     assert (len(out["train"]), len(out["eval"])) == (30, 40)
-    (tmp_path / "validation.jsonl").write_text("")
-    with pytest.raises(UserError, match=r"has 2 eval files \(validation.jsonl, test.parquet\): keep one"):
+    data.write_jsonl(CHATS[30:], tmp_path / "validation.jsonl")  # train / validation / test: validation is eval
+    out = sources.materialize_dataset(sources.Source("local", str(tmp_path)), "")
+    assert (len(out["train"]), len(out["eval"])) == (30, 10)
+    (tmp_path / "train.csv").write_text("prompt,completion\na,b\n")
+    with pytest.raises(UserError, match=r"has train in 2 formats \(train.jsonl, train.csv\): keep one"):
         sources.materialize_dataset(sources.Source("local", str(tmp_path)), "")
 
 

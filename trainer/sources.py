@@ -312,21 +312,23 @@ SPLIT_NAMES = {"train": ("train",), "eval": ("eval", "validation", "valid", "tes
 
 
 def _split_files(path: Path) -> tuple[Path, Path | None]:
-    """A directory's train file and held-out file (eval, validation or test), each in any of
-    data.FILE_TYPES; one UserError when there is no train file or a split is there twice."""
+    """A directory's train file and held-out file (the first of eval, validation, valid, test
+    there, as a Hub dataset's), each in any of data.FILE_TYPES; one UserError when there is no
+    train file, or one split name in two formats (train.jsonl and train.csv)."""
     from trainer import data
 
-    found = {split: [path / f"{name}{ext}" for name in names for ext in data.FILE_TYPES
-                     if (path / f"{name}{ext}").is_file()] for split, names in SPLIT_NAMES.items()}
-    problems = [f"dataset directory {path} has {len(files)} {split} files ({', '.join(f.name for f in files)}): "
-                "keep one" for split, files in found.items() if len(files) > 1]
+    found = {name: [path / f"{name}{ext}" for ext in data.FILE_TYPES if (path / f"{name}{ext}").is_file()]
+             for names in SPLIT_NAMES.values() for name in names}
+    problems = [f"dataset directory {path} has {name} in {len(files)} formats ({', '.join(f.name for f in files)}): "
+                "keep one" for name, files in found.items() if len(files) > 1]
     if not found["train"]:
         present = sorted(p.name for p in path.iterdir())[:6] if path.is_dir() else []
         problems.append(f"dataset directory {path} has no train file (train.jsonl, .json, .csv or .parquet; it holds "
                         f"{present or 'nothing'}) and is not a `datasets` save_to_disk directory: add train.jsonl "
                         "[+ eval.jsonl], or pass a single file")
     collect(problems, what=f"cannot read dataset directory {path}")
-    return found["train"][0], (found["eval"] or [None])[0]
+    held_out = next((found[name][0] for name in SPLIT_NAMES["eval"] if found[name]), None)
+    return found["train"][0], held_out
 
 
 def _load_dataset(ref: str, revision: str):
