@@ -65,6 +65,7 @@ def refuses_system(d):
                         "{% endif %}" + template.read_text())
 
 
+LONG_ROW = {"messages": [{"role": "user", "content": "word " * 400}, {"role": "assistant", "content": "ok"}]}
 TOOL_ROW = {"messages": [{"role": "user", "content": "Weather in Paris?"}, CALL], "tools": [TOOL]}
 
 
@@ -125,6 +126,12 @@ CASES = [
                                               f"dataset_source={jsonl(t, *[SYSTEM_ROW] * 3, *[GOOD_ROW] * 9)}"],
      "model: the model's chat template refuses 3 of 12 rows (System role not supported; "
      "e.g. the row whose first message is system: 'Be terse.'): change those rows"),
+    # no row short enough: training would find none, or evaluation none to score, after delivery
+    ("rows-longer-than-the-context", lambda t, m: [f"dataset_source={jsonl(t, *[LONG_ROW] * 12)}"],
+     "dataset_source with model builtin:tiny-llama: no train row of the 11 checked fits max_seq_len=512 tokens (the "
+     "shortest has"),
+    ("rows-longer-than-max-seq-len", lambda t, m: [f"dataset_source={jsonl(t, *[GOOD_ROW] * 12)}", "max_seq_len=4"],
+     "no eval row of the 1 checked fits max_seq_len=4 tokens (the shortest has"),
     ("template-drops-tool-calls", lambda t, m: [f"model_source={model_variant(t, m, drops_tool_calls)}",
                                                 f"dataset_source={jsonl(t, *[TOOL_ROW] * 4, *[GOOD_ROW] * 8)}"],
      "the model's chat template leaves out the tool calls of 4 of 4 rows with tool_calls"),

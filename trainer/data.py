@@ -478,6 +478,46 @@ def template_problems(rows: list[dict[str, Any]], tokenizer, where: str) -> list
     return [f"{where}: {line}" for line in lines]
 
 
+def length_problems(splits: dict[str, list[dict[str, Any]]], tokenizer, max_seq_len: int,
+                    context: int | None = None) -> list[str]:
+    """A split none of whose (first TEMPLATE_CHECK_ROWS) rows fits max_seq_len: training would
+    find no rows, or evaluation none to score, only after delivery and (for eval) training."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # "sequence length is longer than ..." is what this check reports
+    try:
+        return _length_problems(splits, tokenizer, max_seq_len, context)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+
+
+def _length_problems(splits, tokenizer, max_seq_len: int, context: int | None) -> list[str]:
+    from jinja2 import TemplateError
+
+    problems = []
+    for split, rows in splits.items():
+        lengths, checked = [], rows[:TEMPLATE_CHECK_ROWS]
+        for row in checked:
+            if text_chars(row) > max_seq_len * max_token_chars(tokenizer):
+                continue  # certainly too long; not worth tokenizing
+            try:
+                lengths.append(len(tokenizer.apply_chat_template(row["messages"], tools=row.get("tools") or None,
+                                                                 tokenize=True, return_dict=True)["input_ids"]))
+            except TemplateError:
+                lengths.append(0)  # reported by template_problems
+        if checked and not any(n <= max_seq_len for n in lengths):
+            shortest = f"the shortest has {min(lengths)} tokens" if lengths else "all are far longer"
+            if context and max_seq_len >= context:
+                fix = f"shorten the conversations, or use a model with a longer context (this one allows {context})"
+            else:
+                fix = "raise max_seq_len" + (f" (the model allows {context})" if context else "") + \
+                      ", or shorten the conversations"
+            problems.append(f"no {split} row of the {len(checked)} checked fits max_seq_len={max_seq_len} tokens "
+                            f"({shortest}): {fix}")
+    return problems
+
+
 def _refusal_lines(refused: dict[str, list[dict[str, Any]]], total: int) -> list[str]:
     lines = []
     for reason, rows in refused.items():

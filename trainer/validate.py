@@ -155,7 +155,7 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True) ->
             except UserError as err:
                 problems.append(str(err))
             else:
-                problems += _template_problems(params["model_source"], splits, problems)
+                problems += _template_problems(params["model_source"], splits, problems, params["max_seq_len"])
     problems += TrainConfig.from_params(params, model_uri="s3://check/model", dataset_uri="s3://check/data",
                                         output_prefix="runs/check").problems()
     if params["nodes"] < 1:
@@ -192,21 +192,30 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True) ->
     return [p for p in problems if not (p in seen or seen.add(p))]
 
 
-def _template_problems(model_source: str, splits: dict[str, list], found: list[str]) -> list[str]:
-    """A local model's chat template against every row of a local dataset (a second or two for
-    thousands of rows), when the model itself passed its checks."""
+def _template_problems(model_source: str, splits: dict[str, list], found: list[str], max_seq_len: int) -> list[str]:
+    """A local model's chat template against a local dataset's rows (a second or two for a
+    thousand rows), when the model itself passed its checks: rows it refuses or renders without
+    their tool calls, and a split with no row short enough for max_seq_len."""
     from trainer import data
 
     try:
         model = sources.parse(model_source, "model")
     except UserError:
         return []
-    if model.kind != "local" or any(model.ref in p for p in found):
-        return []
-    from transformers import AutoTokenizer
+    if model.kind == "builtin":  # its tokenizer is built in a second, the weights are not needed
+        from trainer import builtin_model
 
-    tokenizer = AutoTokenizer.from_pretrained(model.ref, local_files_only=True)
-    return data.template_problems(splits["train"] + splits["eval"], tokenizer, f"dataset_source with model {model.ref}")
+        tokenizer = builtin_model.build_tokenizer()
+    elif model.kind != "local" or any(model.ref in p for p in found):
+        return []
+    else:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(model.ref, local_files_only=True)
+    where = f"dataset_source with model {model_source.strip()}"
+    return (data.template_problems(splits["train"] + splits["eval"], tokenizer, where)
+            + [f"{where}: {p}" for p in data.length_problems(splits, tokenizer, max_seq_len,
+                                                               sources.model_max_length(model_source))])
 
 
 def cluster_problems(params: dict[str, Any]) -> list[str]:
