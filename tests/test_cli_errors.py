@@ -118,3 +118,19 @@ def test_deploy_k8s_refuses_names_and_counts_the_api_server_would():
     assert proc.returncode == 2, proc.stdout
     assert "'My_Model' is not a valid Kubernetes Service name" in proc.stderr and "-3" in proc.stderr
     assert "Traceback" not in proc.stderr and not proc.stdout.strip()  # nothing rendered
+
+
+@pytest.mark.parametrize("name, content, needle", [
+    ("plain.jsonl", "".join(json.dumps({"text": f"t{i}"}) + "\n" for i in range(30)),
+     "lines 1, 2, 3 and 27 more: row has no 'messages' field (its keys: 'text'); plain 'text' rows are for pretraining"),
+    ("latin1.csv", "prompt,completion\ncafé,oui\n".encode("latin-1"), "latin1.csv:2: not UTF-8 text (byte 0xe9)"),
+    ("sharegpt.json", json.dumps([{"conversations": [{"from": "human", "value": "hi"}]}] * 5),
+     "ShareGPT 'conversations' ({from, value}): rename to 'messages'"),
+])
+def test_a_dataset_in_another_shape_is_one_line_with_the_fix(tmp_path, name, content, needle):
+    path = tmp_path / name
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    proc = run("-m", "pipelines.run_local", "--pipeline-root", str(tmp_path / "root"), "--param", f"dataset_source={path}")
+    assert proc.returncode == 2, proc.stderr
+    assert needle in proc.stderr and "(1 problem" in proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout and not (tmp_path / "root").exists()
