@@ -97,6 +97,10 @@ CASES = [
     ("unknown-model-scheme", lambda t, m: ["model_source=ftp://x"], "unknown model source 'ftp://x'"),
     ("missing-model-dir", lambda t, m: [f"model_source={t}/nope/"], "model path not found"),
     ("empty-dataset-source", lambda t, m: ["dataset_source= "], "dataset_source is empty: give builtin:function-calling"),
+    ("revision-for-a-local-model", lambda t, m: [f"model_source={m}", "model_revision=v2"],
+     "model_revision='v2' applies to Hub ids only, but model_source"),
+    ("revision-with-space", lambda t, m: ["dataset_source=org/data", "dataset_revision=main "],
+     "dataset_revision='main ' is not a branch, tag or commit name"),
     ("missing-dataset-file", lambda t, m: [f"dataset_source={t}/train.jsonl"], "dataset path not found"),
     ("malformed-s3-uri", lambda t, m: ["dataset_source=s3://B/x"], "expected s3://bucket/prefix"),
     # a model that cannot train, found now rather than inside training (issue 9, item 3)

@@ -44,6 +44,9 @@ _KIND = {bool: "true or false", int: "a whole number", float: "a number", str: "
          list: "a JSON list"}
 
 
+_KIND_WORDS = {"builtin": "built in", "local": "a path on this machine", "s3": "a delivered s3:// tree"}
+
+
 def default(name: str) -> Any:
     return _TRAIN_DEFAULTS[name] if name in _TRAIN_DEFAULTS else DEFAULTS.get(name)
 
@@ -138,6 +141,14 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True) ->
         except UserError as err:
             problems.append(str(err))
             continue
+        revision = params[f"{what}_revision"]
+        if revision and src.kind != "hub":  # it would be ignored without a word
+            problems.append(f"{what}_revision={revision!r} applies to Hub ids only, but {what}_source "
+                            f"{params[f'{what}_source'].strip()!r} is {_KIND_WORDS[src.kind]}: leave {what}_revision "
+                            "empty")
+        elif revision and (revision.split() != [revision] or ".." in revision):
+            problems.append(f"{what}_revision={revision!r} is not a branch, tag or commit name (no spaces or '..'): "
+                            "e.g. main, v1.0 or a commit hash")
         if what == "model":
             try:
                 limit = sources.model_max_length(params["model_source"])
