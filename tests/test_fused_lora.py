@@ -28,8 +28,8 @@ def test_function_gradients_match_finite_differences():
 def _pair(tiny_model_dir, monkeypatch, cfg: TrainConfig):
     """The same LoRA model built fused and unfused, adapters identical and B non-zero."""
     models = {}
-    for fused in ("auto", "0"):
-        monkeypatch.setenv("FINETUNE_FUSED_LORA", fused)
+    for fused, value in (("auto", "auto"), ("0", " Off ")):  # 0, false, no, off: any case, spaces
+        monkeypatch.setenv("FINETUNE_FUSED_LORA", value)
         torch.manual_seed(0)
         models[fused] = build_model(cfg, tiny_model_dir, torch.device("cpu")).train()  # as the trainer runs it
     torch.manual_seed(1)

@@ -42,7 +42,7 @@ def flash_attention_available() -> bool:
 def liger_available(device) -> bool:
     from trainer import settings
 
-    return (device.type == "cuda" and settings.get("FINETUNE_LIGER") != "0"
+    return (device.type == "cuda" and not settings.switched_off("FINETUNE_LIGER")
             and importlib.util.find_spec("liger_kernel") is not None)
 
 
@@ -87,7 +87,7 @@ def build_model(cfg: TrainConfig, model_dir: Path, device, attn: str | None = No
         # keeps a tied lm_head tied to the trained embedding copy, so merge gives the same model
         ensure_weight_tying=cfg.lora_train_embeddings and bool(model.config.tie_word_embeddings),
     )
-    if settings.get("FINETUNE_FUSED_LORA") != "0":
+    if not settings.switched_off("FINETUNE_FUSED_LORA"):
         fused_lora.register(lora)  # same adapters, scale and add inside the matmuls (trainer/fused_lora.py)
     return get_peft_model(model, lora)
 

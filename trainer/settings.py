@@ -31,11 +31,11 @@ _DEFAULTS = {
     # Optional ConfigMap (keys S3_ENDPOINT, S3_BUCKET) that points pipeline pods at MinIO
     # without rebuilding the image; written by `python -m pipelines.manifests`.
     "CONFIG_MAP_NAME": "llm-finetune-config",
-    # "0" keeps Liger Kernel's fused kernels out even where liger-kernel is installed on CUDA
-    # (to compare with and without them, or to rule them out when debugging).
+    # "0" (or false/no/off) keeps Liger Kernel's fused kernels out even where liger-kernel is
+    # installed on CUDA (to compare with and without them, or to rule them out when debugging).
     "FINETUNE_LIGER": "auto",
-    # "0" trains LoRA with peft's own layer forward instead of trainer/fused_lora.py's (same
-    # adapters and results; for comparisons and debugging).
+    # "0" (or false/no/off) trains LoRA with peft's own layer forward instead of
+    # trainer/fused_lora.py's (same adapters and results; for comparisons and debugging).
     "FINETUNE_FUSED_LORA": "auto",
     # Local cache of content-addressed downloads; safe to share between runs because a
     # prefix's content never changes.
@@ -46,6 +46,11 @@ _DEFAULTS = {
 def get(name: str) -> str:
     """Return setting `name`, from the environment if set there, else the default."""
     return os.environ.get(name) or _DEFAULTS[name]
+
+
+def switched_off(name: str) -> bool:
+    """A switch setting (FINETUNE_LIGER, FINETUNE_FUSED_LORA) set to 0/false/no/off."""
+    return get(name).strip().lower() in ("0", "false", "no", "off")
 
 
 def image() -> str:
