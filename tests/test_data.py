@@ -250,3 +250,14 @@ def test_rows_the_chat_template_refuses_are_one_user_error(tokenizer):
     assert "refuses 2 of 3 rows (System role not supported; e.g. the row whose first message is system" in msg
     assert data.encode_all([json.loads(GOOD)], refusing, 512)[1] == 0
     assert "raise_exception" not in tokenizer.chat_template  # the shared fixture is untouched
+
+
+def test_csv_written_by_pandas_with_python_lists_names_the_fix(tmp_path):
+    """`pd.DataFrame({"messages": [[{...}]]}).to_csv()` writes Python reprs, not JSON."""
+    import pandas as pd
+
+    path = tmp_path / "chats.csv"
+    pd.DataFrame({"messages": [json.loads(GOOD)["messages"]] * 3}).to_csv(path, index=False)
+    msg = str(pytest.raises(UserError, data.read_rows, path).value)
+    assert "(1 problem)" in msg and "rows 1, 2, 3: 'messages' is text that is not a JSON list of messages; it looks " \
+                                   "like a Python repr (single quotes): write the column with json.dumps" in msg

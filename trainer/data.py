@@ -33,6 +33,11 @@ def row_problems(row: Any) -> list[str]:
     messages = row.get("messages")
     if messages is None:
         return [_no_messages(row)]
+    if isinstance(messages, str):  # JSON text that did not parse (to_chat parses the text that does)
+        repr_like = messages.lstrip().startswith(("[{'", "[ {'"))
+        return ["'messages' is text that is not a JSON list of messages"
+                + ("; it looks like a Python repr (single quotes): write the column with json.dumps"
+                   if repr_like else "; store the list itself, or valid JSON text")]
     if not isinstance(messages, list) or not messages:
         return ["'messages' must be a non-empty list"]
     problems = []
