@@ -261,3 +261,12 @@ def test_csv_written_by_pandas_with_python_lists_names_the_fix(tmp_path):
     msg = str(pytest.raises(UserError, data.read_rows, path).value)
     assert "(1 problem)" in msg and "rows 1, 2, 3: 'messages' is text that is not a JSON list of messages; it looks " \
                                    "like a Python repr (single quotes): write the column with json.dumps" in msg
+
+
+def test_csv_prompt_cells_stay_text_unless_they_hold_messages(tmp_path):
+    path = tmp_path / "pairs.csv"
+    path.write_text('prompt,completion\n"[1, 2] is a list?",yes\n'
+                    '"[{""role"": ""user"", ""content"": ""hi""}]","[{""role"": ""assistant"", ""content"": ""yo""}]"\n')
+    first, second = data.read_rows(path)
+    assert first["messages"][0] == {"role": "user", "content": "[1, 2] is a list?"}
+    assert second["messages"] == [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]

@@ -254,7 +254,6 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
 
 
 FILE_TYPES = (".jsonl", ".json", ".csv", ".parquet")  # what read_rows reads, by extension
-_JSON_CELLS = ("messages", "tools", "prompt", "completion")  # CSV cells that may hold JSON
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
@@ -305,8 +304,8 @@ def _utf8_text(path: Path) -> str:
 
 
 def _csv_rows(path: Path, text: str) -> list[dict[str, Any]]:
-    """CSV rows with a header; empty cells are absent, and JSON text in the messages, tools,
-    prompt and completion cells is parsed (a prompt that is plain text stays text)."""
+    """CSV rows with a header; empty cells are absent, and a prompt or completion cell holding
+    a JSON list of messages is parsed (one that is plain text stays text)."""
     import csv
     import io
 
@@ -315,14 +314,15 @@ def _csv_rows(path: Path, text: str) -> list[dict[str, Any]]:
     try:
         for row in csv.DictReader(io.StringIO(text, newline="")):
             cells = {k: v for k, v in row.items() if k is not None and v not in (None, "")}
-            for key in _JSON_CELLS:
+            for key in ("prompt", "completion"):  # messages and tools as JSON text: to_chat parses them
                 value = cells.get(key)
-                if isinstance(value, str) and value.lstrip()[:1] in ("[", "{"):
+                if isinstance(value, str) and value.lstrip().startswith("["):
                     try:
-                        cells[key] = json.loads(value)
+                        parsed = json.loads(value)
                     except (json.JSONDecodeError, RecursionError):
-                        if key in ("messages", "tools"):
-                            cells[key] = value  # row_problems names it, with the row
+                        continue  # text that starts with '[': a prompt like any other
+                    if isinstance(parsed, list) and parsed and all(isinstance(m, dict) for m in parsed):
+                        cells[key] = parsed  # a conversational prompt / completion
             out.append(cells)
     except csv.Error as err:
         raise UserError(f"{path} is not readable CSV ({err}); give a CSV with a header row, e.g. prompt,completion "
