@@ -21,6 +21,7 @@ from dataclasses import fields
 from typing import Any
 
 from trainer import serve, sources
+from trainer.batching import check_rows
 from trainer.config import TrainConfig
 from trainer.errors import UserError, collect
 
@@ -167,6 +168,11 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True) ->
                 problems.append(str(err))
             else:
                 problems += _template_problems(params["model_source"], splits, problems, params["max_seq_len"])
+                try:  # the trainer's own rule, now instead of after delivery
+                    check_rows(len(splits["train"]), params["batch_size"], params["nodes"] * params["procs_per_node"],
+                               params["batch_tokens"])
+                except UserError as err:
+                    problems.append(f"dataset_source {params['dataset_source'].strip()!r}: {err}")
     problems += TrainConfig.from_params(params, model_uri="s3://check/model", dataset_uri="s3://check/data",
                                         output_prefix="runs/check").problems()
     if params["nodes"] < 1:
