@@ -23,6 +23,8 @@ GOOD = json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "ass
     (json.dumps({"messages": []}), "non-empty list"),
     (json.dumps({"messages": [{"role": "robot", "content": "x"}, {"role": "assistant", "content": "y"}]}),
      "unknown role 'robot'"),
+    (json.dumps({"messages": [{"role": "developer", "content": "x"}, {"role": "assistant", "content": "y"}]}),
+     "unknown role 'developer'; use one of ['assistant', 'system', 'tool', 'user'] ('developer' is 'system' here)"),
     (json.dumps({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "",
                  "tool_calls": [{"function": {"name": "f", "arguments": "{bad"}}]}]}), "not valid JSON"),
     (json.dumps({"messages": [{"role": "user", "content": "x"}]}), "no assistant message"),

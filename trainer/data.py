@@ -18,6 +18,9 @@ from trainer.batching import collate, collate_packed, real_tokens  # noqa: F401 
 from trainer.errors import UserError, collect
 
 ROLES = {"system", "user", "assistant", "tool"}
+# Other formats' names for ROLES (OpenAI's newer 'developer', ShareGPT's, Gemini's), named in the fix.
+_ROLE_NAMES = {"developer": "system", "human": "user", "gpt": "assistant", "model": "assistant", "bot": "assistant",
+               "function": "tool", "ipython": "tool"}
 MAX_REPORTED = 20  # problems listed before "... and N more": enough to see a pattern
 
 
@@ -59,7 +62,9 @@ def row_problems(row: Any) -> list[str]:
             problems.append(f"messages[{i}] is not an object")
             continue
         if m.get("role") not in ROLES:
-            problems.append(f"messages[{i}] has unknown role {m.get('role')!r}; use one of {sorted(ROLES)}")
+            same = _ROLE_NAMES.get(str(m.get("role")).lower())
+            problems.append(f"messages[{i}] has unknown role {m.get('role')!r}; use one of {sorted(ROLES)}"
+                            + (f" ({m.get('role')!r} is {same!r} here)" if same else ""))
         calls = m.get("tool_calls")
         if calls is not None and not isinstance(calls, list):
             problems.append(f"messages[{i}].tool_calls must be a list, got a {_json_type(calls)}")
