@@ -119,6 +119,20 @@ def test_default_served_name_is_a_valid_name(tmp_path):
     assert serve.served_name_problems(serve.default_served_name(tmp_path / "-x")) == []
 
 
+@pytest.mark.parametrize("host, expected", [
+    ("nonsense.invalid", "--host 'nonsense.invalid' does not resolve; use 127.0.0.1"),
+    ("192.0.2.1", "--host '192.0.2.1' is not an address of this machine"),  # TEST-NET-1: never ours
+])
+def test_trainer_serve_names_a_host_it_cannot_listen_on(tmp_path, capsys, host, expected):
+    """Not "port in use": the host is what is wrong."""
+    from trainer.__main__ import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["serve", str(tmp_path / "missing"), "--host", host, "--port", "8123"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and expected in err and "in use" not in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize("port", ["70000", "-1"])
 def test_trainer_serve_refuses_a_port_out_of_range(tmp_path, capsys, port):
     from trainer.__main__ import main

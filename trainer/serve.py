@@ -124,13 +124,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _port_free(host: str, port: int) -> bool:
-    with socket.socket() as s:
+def bind_problem(host: str, port: int) -> str | None:
+    """Why the server could not listen on host:port (None when it can): a host that does not
+    resolve, an address that is not this machine's, or a port in use."""
+    import errno
+
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    except socket.gaierror:
+        return f"--host {host!r} does not resolve; use 127.0.0.1 (this machine only) or 0.0.0.0 (every interface)"
+    with socket.socket(family) as s:
         try:
             s.bind((host, port))
-            return True
-        except OSError:
-            return False
+        except OSError as err:
+            if err.errno == errno.EADDRINUSE:
+                return f"port {port} on {host} is in use (another server?); pick another with --port"
+            if err.errno == errno.EADDRNOTAVAIL:
+                return (f"--host {host!r} is not an address of this machine; use 127.0.0.1 (this machine only) or "
+                        "0.0.0.0 (every interface)")
+            return f"cannot listen on {host}:{port} ({err.strerror}); pick another --host or --port"
+    return None
 
 
 def _cuda() -> bool:
@@ -241,8 +254,8 @@ def start(model_dir: str | Path, served_model_name: str, *, host: str = "127.0.0
     problems = [*problems, *served_name_problems(served_model_name, name_flag)]
     if not 0 <= port <= 65535:  # bind() would raise OverflowError, a traceback
         problems = [*problems, f"port {port} is not a TCP port; pick one in 1-65535 with --port"]
-    elif port and not _port_free(host, port):
-        problems = [*problems, f"port {port} on {host} is in use (another server?); pick another with --port"]
+    elif problem := bind_problem(host, port):  # port 0: any free port, on a host that must still be ours
+        problems = [*problems, problem]
     _check_dirs(Path(model_dir), lora_modules, problems)
     port = port or free_port()
     args = local_args(model_dir, served_model_name, host=host, port=port, lora_modules=lora_modules,
