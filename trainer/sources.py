@@ -121,7 +121,7 @@ def _read_json(path: Path) -> tuple[Any, str | None]:
 def model_tree_problems(names: set[str], where: str) -> list[str]:
     """What file names alone tell: a dataset where a model belongs, no config, no weights."""
     if "config.json" not in names:
-        if any(n.endswith((".jsonl", ".parquet")) or n.rsplit("/", 1)[-1] in DATASET_FILES for n in names):
+        if any(n.endswith((".jsonl", ".parquet", ".csv")) or n.rsplit("/", 1)[-1] in DATASET_FILES for n in names):
             return [f"{where} holds a dataset, not a model: pass it as dataset_source, and a model (e.g. "
                     "builtin:tiny-llama or a Hub id like Qwen/Qwen2.5-0.5B-Instruct) as model_source"]
         return [f"{where} has no config.json, so it is not a Hugging Face model: pass a model directory "
@@ -354,8 +354,8 @@ def _hub_layout(path: Path) -> bool:
     train-*.jsonl, ...), not named plainly train.jsonl."""
     from trainer import data
 
-    return any(p.suffix in data.FILE_TYPES and p.name.startswith("train")
-               for p in [*path.glob("data/*"), *path.glob("train-*"), *path.glob("data/train/*")])
+    return any(p.suffix in data.FILE_TYPES for pattern in ("data/train*", "train-*", "data/train/*")
+               for p in path.glob(pattern))
 
 
 def _load_from_disk(path: Path):
