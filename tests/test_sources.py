@@ -42,7 +42,7 @@ def test_local_file_is_split_with_a_seed(tmp_path):
 
 def test_local_directory_needs_a_train_file(tmp_path):
     (tmp_path / "notes.txt").write_text("x")
-    with pytest.raises(UserError, match=r"has no train file \(train.jsonl, .json, .csv or .parquet; it holds "
+    with pytest.raises(UserError, match=r"has no train file \(train.jsonl, .json, .csv, .tsv or .parquet; it holds "
                                         r"\['notes.txt'\]\) and is not a `datasets` save_to_disk directory"):
         sources.materialize_dataset(sources.Source("local", str(tmp_path)), "")
 
@@ -60,13 +60,17 @@ def _chat_rows_as(fmt, path):
     elif fmt == "csv":  # JSON text in the messages / tools cells, as pandas writes it
         pd.DataFrame({"messages": [json.dumps(r["messages"]) for r in CHATS],
                       "tools": [json.dumps(r["tools"]) if r.get("tools") else "" for r in CHATS]}).to_csv(path, index=False)
+    elif fmt == "tsv":
+        pd.DataFrame({"messages": [json.dumps(r["messages"]) for r in CHATS],
+                      "tools": [json.dumps(r["tools"]) if r.get("tools") else "" for r in CHATS]}).to_csv(
+            path, index=False, sep="\t")
     elif fmt == "parquet":  # tools as JSON text: one column type for every tool schema
         pd.DataFrame({"messages": [r["messages"] for r in CHATS],
                       "tools": [json.dumps(r["tools"]) if r.get("tools") else None for r in CHATS]}).to_parquet(path)
     return path
 
 
-@pytest.mark.parametrize("fmt", ["json", "csv", "parquet"])
+@pytest.mark.parametrize("fmt", ["json", "csv", "tsv", "parquet"])
 def test_chat_rows_read_the_same_from_every_file_format(tmp_path, fmt):
     path = _chat_rows_as(fmt, tmp_path / f"chats.{fmt}")
     data.write_jsonl(CHATS, tmp_path / "chats.jsonl")

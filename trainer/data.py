@@ -258,7 +258,7 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     return [normalise(r) for r in rows]
 
 
-FILE_TYPES = (".jsonl", ".json", ".csv", ".parquet")  # what read_rows reads, by extension
+FILE_TYPES = (".jsonl", ".json", ".csv", ".tsv", ".parquet")  # what read_rows reads, by extension
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
@@ -269,13 +269,13 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
     """
     path = Path(path)
     suffix = path.suffix.lower()
-    if not path.is_file() or suffix not in (".json", ".csv", ".parquet"):
+    if not path.is_file() or suffix not in (".json", ".csv", ".tsv", ".parquet"):
         return read_jsonl(path)
     if suffix == ".parquet":
         return validate_rows(_parquet_rows(path), str(path), columnar=True)
     text = _utf8_text(path)
-    if suffix == ".csv":
-        return validate_rows(_csv_rows(path, text), str(path))
+    if suffix in (".csv", ".tsv"):
+        return validate_rows(_csv_rows(path, text, "\t" if suffix == ".tsv" else ","), str(path))
     try:
         value = json.loads(text)
     except json.JSONDecodeError as err:
@@ -299,7 +299,7 @@ def _utf8_text(path: Path) -> str:
     raw = path.read_bytes()
     if kind := _binary_kind(raw[:8]):
         raise UserError(f"{path} is {kind}, not {path.suffix[1:].upper()} text: give UTF-8 text, or name the file "
-                        "by its format (.jsonl, .json, .csv, .parquet)")
+                        "by its format (.jsonl, .json, .csv, .tsv, .parquet)")
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
@@ -308,16 +308,16 @@ def _utf8_text(path: Path) -> str:
                         f"e.g. `iconv -f latin1 -t utf-8 {path.name} > fixed{path.suffix}`") from None
 
 
-def _csv_rows(path: Path, text: str) -> list[dict[str, Any]]:
-    """CSV rows with a header; empty cells are absent, and a prompt or completion cell holding
-    a JSON list of messages is parsed (one that is plain text stays text)."""
+def _csv_rows(path: Path, text: str, delimiter: str = ",") -> list[dict[str, Any]]:
+    """CSV (or TSV) rows with a header; empty cells are absent, and a prompt or completion cell
+    holding a JSON list of messages is parsed (one that is plain text stays text)."""
     import csv
     import io
 
     csv.field_size_limit(1 << 30)  # the default 128 KiB refuses a long conversation in one cell
     out = []
     try:
-        for row in csv.DictReader(io.StringIO(text, newline="")):
+        for row in csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter):
             cells = {k: v for k, v in row.items() if k is not None and v not in (None, "")}
             for key in ("prompt", "completion"):  # messages and tools as JSON text: to_chat parses them
                 value = cells.get(key)

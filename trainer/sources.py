@@ -23,7 +23,7 @@ from trainer.errors import UserError, collect
 
 BUILTIN_MODELS = ("tiny-llama",)
 BUILTIN_DATASETS = ("function-calling",)
-LOCAL_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")  # a name ending so is a file, never a Hub id
+LOCAL_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv", ".parquet")  # a name ending so is a file, never a Hub id
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
@@ -323,7 +323,7 @@ def _split_files(path: Path) -> tuple[Path, Path | None]:
                 "keep one" for name, files in found.items() if len(files) > 1]
     if not found["train"]:
         present = sorted(p.name for p in path.iterdir())[:6] if path.is_dir() else []
-        problems.append(f"dataset directory {path} has no train file (train.jsonl, .json, .csv or .parquet; it holds "
+        problems.append(f"dataset directory {path} has no train file (train.jsonl, .json, .csv, .tsv or .parquet; it holds "
                         f"{present or 'nothing'}) and is not a `datasets` save_to_disk directory: add train.jsonl "
                         "[+ eval.jsonl], or pass a single file")
     collect(problems, what=f"cannot read dataset directory {path}")
