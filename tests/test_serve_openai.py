@@ -97,6 +97,21 @@ def test_trainer_serve_reports_every_bad_input_at_once(tmp_path, capsys):
         assert what in err
 
 
+def test_smoke_request_sends_earlier_tool_calls_in_openai_wire_format():
+    """A multi-turn row (call, tool result, call): the earlier call's arguments go out as a JSON
+    string with an id, and the tool result names it; vLLM answered 400 to the loaded dicts."""
+    call = lambda city: {"role": "assistant", "content": None, "tool_calls": [  # noqa: E731
+        {"type": "function", "function": {"name": "get_weather", "arguments": {"city": city}}}]}
+    row = {"tools": TOOLS, "messages": [{"role": "user", "content": "Paris, then Rome?"}, call("Paris"),
+                                        {"role": "tool", "content": "sunny"}, call("Rome")]}
+    messages, tools = serve.smoke_request([row])
+    assert tools == TOOLS and [m["role"] for m in messages] == ["user", "assistant", "tool"]
+    sent = messages[1]["tool_calls"][0]
+    assert sent["function"]["arguments"] == '{"city": "Paris"}' and sent["id"] and sent["type"] == "function"
+    assert messages[2]["tool_call_id"] == sent["id"]
+    assert row["messages"][1]["tool_calls"][0]["function"]["arguments"] == {"city": "Paris"}  # the row is untouched
+
+
 @pytest.mark.parametrize("name", ["", "   ", "-tuned", "my model", "tab\tname", "--served"])
 def test_one_served_name_rule_for_the_pipeline_and_the_server(name):
     """served_model_name in run_local / submit / the validate-params step and the server's own
