@@ -70,7 +70,8 @@ def test_smoke_request_picks_a_row_that_expects_a_tool_call():
                              {"role": "assistant", "content": "", **call("get_weather", '{"city": "Oslo"}')}],
                 "tools": TOOLS}
     assert serve.smoke_request([text_row, tool_row]) == ([{"role": "user", "content": "weather?"}], TOOLS)
-    assert serve.smoke_request([text_row]) == ([{"role": "user", "content": "hi"}], TOOLS)
+    # no row expects a call: a text answer is checked, so no tools are offered (with tools every check demands one)
+    assert serve.smoke_request([text_row]) == ([{"role": "user", "content": "hi"}], None)
 
 
 def test_server_args_carry_names_parser_and_adapters():
@@ -110,6 +111,9 @@ def test_smoke_request_sends_earlier_tool_calls_in_openai_wire_format():
     assert sent["function"]["arguments"] == '{"city": "Paris"}' and sent["id"] and sent["type"] == "function"
     assert messages[2]["tool_call_id"] == sent["id"]
     assert row["messages"][1]["tool_calls"][0]["function"]["arguments"] == {"city": "Paris"}  # the row is untouched
+    answered = {**row, "messages": [*row["messages"][:3], {"role": "assistant", "content": "Sunny in Paris."}]}
+    messages, tools = serve.smoke_request([answered])  # a text answer is expected: no tools, so no call demanded
+    assert tools is None and messages[1]["tool_calls"][0]["function"]["arguments"] == '{"city": "Paris"}'
 
 
 @pytest.mark.parametrize("name", ["", "   ", "-tuned", "my model", "tab\tname", "--served"])

@@ -327,12 +327,15 @@ def wait_ready(url: str, server: Server | None = None, timeout: float = 300.0,
 
 def smoke_request(rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list | None]:
     """(messages, tools) for the smoke test: the first row that expects a tool call, cut before
-    its answer; else the first row (then a text answer is what is checked)."""
+    its answer; else the first row, sent without its tools (a text answer is what is checked:
+    with tools offered, every caller's check demands a call, which that row does not expect)."""
     from trainer.evaluate import expected_call, target_index
 
     if not rows:
         raise UserError("the eval split is empty: nothing to smoke-test the endpoint with")
-    row = next((r for r in rows if r.get("tools") and expected_call(r)), rows[0])
+    row = next((r for r in rows if r.get("tools") and expected_call(r)), None)
+    if row is None:
+        return openai_messages(rows[0]["messages"][:target_index(rows[0])]), None
     return openai_messages(row["messages"][:target_index(row)]), row.get("tools")
 
 
