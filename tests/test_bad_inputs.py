@@ -76,6 +76,13 @@ def drops_tool_calls(d):
         "{% generation %}{% endgeneration %}{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}")
 
 
+def as_adapter(d):
+    """What `train` writes for method=lora: adapter files and the tokenizer, no config.json."""
+    (d / "config.json").unlink()
+    (d / "model.safetensors").rename(d / "adapter_model.safetensors")
+    (d / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 16}))
+
+
 def arch(name, **config):
     """A change for model_variant: config.json names another architecture (and model_type ...)."""
     def change(d):
@@ -142,6 +149,8 @@ CASES = [
     ("template-drops-tool-calls", lambda t, m: [f"model_source={model_variant(t, m, drops_tool_calls)}",
                                                 f"dataset_source={jsonl(t, *[TOOL_ROW] * 4, *[GOOD_ROW] * 8)}"],
      "the model's chat template leaves out the tool calls of 4 of 4 rows with tool_calls"),
+    ("adapter-as-model", lambda t, m: [f"model_source={model_variant(t, m, as_adapter)}"],
+     "is a LoRA adapter (adapter_config.json), not a whole model: merge it into its base first"),
     ("dataset-dir-as-model", lambda t, m: [f"model_source={jsonl(t, GOOD_ROW, name='train.jsonl') and t}"],
      "holds a dataset, not a model: pass it as dataset_source"),
     ("dataset-file-as-model", lambda t, m: [f"model_source={jsonl(t, GOOD_ROW)}"],

@@ -124,6 +124,10 @@ def model_tree_problems(names: set[str], where: str) -> list[str]:
         if any(n.endswith((".jsonl", ".parquet", ".csv")) or n.rsplit("/", 1)[-1] in DATASET_FILES for n in names):
             return [f"{where} holds a dataset, not a model: pass it as dataset_source, and a model (e.g. "
                     "builtin:tiny-llama or a Hub id like Qwen/Qwen2.5-0.5B-Instruct) as model_source"]
+        if "adapter_config.json" in names:  # a training run's adapter output, passed as the model
+            return [f"{where} is a LoRA adapter (adapter_config.json), not a whole model: merge it into its base "
+                    "first (python -m trainer merge, or the pipeline's merged model) and pass that, or pass the base "
+                    "model it was trained from"]
         return [f"{where} has no config.json, so it is not a Hugging Face model: pass a model directory "
                 "(config.json, *.safetensors, tokenizer files) or a Hub model id"]
     has_weights = any(n.endswith(".safetensors") or (n.startswith("pytorch_model") and n.endswith(".bin"))
