@@ -120,7 +120,8 @@ def seed_model(store, model_dir: Path) -> str:
     from trainer.storage import MANIFEST, tree_manifest
 
     manifest = tree_manifest(model_dir)
-    prefix = f"models/sha256-{manifest['tree_sha256']}"
+    # not under models/: a manifest without its files must never stand where deliveries look
+    prefix = f"seeded-models/sha256-{manifest['tree_sha256']}"
     cached = Path(settings.get("FINETUNE_CACHE_DIR")) / manifest["tree_sha256"]
     cached.parent.mkdir(parents=True, exist_ok=True)
     if not (cached / MANIFEST).exists():

@@ -78,9 +78,13 @@ def test_seeded_model_is_found_in_the_cache_without_a_download(store, tiny_model
     monkeypatch.setenv("FINETUNE_CACHE_DIR", str(tmp_path / "cache"))
     uri = seed_model(store, tiny_model_dir)
     prefix = uri.split("/", 3)[3]
-    assert store.exists(f"{prefix}/{MANIFEST}") and not store.exists(f"{prefix}/config.json")
-    local = store.get_tree(uri)
-    assert local.parent == tmp_path / "cache"
-    for f in tiny_model_dir.iterdir():
-        assert (local / f.name).read_bytes() == f.read_bytes()
-    assert seed_model(store, tiny_model_dir) == uri  # idempotent
+    try:
+        assert not prefix.startswith("models/")  # where put_tree would take it for a complete delivery
+        assert store.exists(f"{prefix}/{MANIFEST}") and not store.exists(f"{prefix}/config.json")
+        local = store.get_tree(uri)
+        assert local.parent == tmp_path / "cache"
+        for f in tiny_model_dir.iterdir():
+            assert (local / f.name).read_bytes() == f.read_bytes()
+        assert seed_model(store, tiny_model_dir) == uri  # idempotent
+    finally:
+        store.delete_prefix(prefix)
