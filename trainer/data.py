@@ -32,7 +32,7 @@ def row_problems(row: Any) -> list[str]:
     tool_calls), and tool calls naming a declared tool when the row declares `tools`.
     """
     if not isinstance(row, dict):
-        return [f"row is a {type(row).__name__}, expected a JSON object with 'messages'"]
+        return [f"row is {'null' if row is None else 'a ' + _json_type(row)}, expected a JSON object with 'messages'"]
     messages = row.get("messages")
     if messages is None:
         return [_no_messages(row)]
