@@ -230,9 +230,11 @@ def _template_problems(model_source: str, splits: dict[str, list], found: list[s
 
         tokenizer = AutoTokenizer.from_pretrained(model.ref, local_files_only=True)
     where = f"dataset_source with model {model_source.strip()}"
-    return (data.template_problems(splits["train"] + splits["eval"], tokenizer, where)
-            + [f"{where}: {p}" for p in data.length_problems(splits, tokenizer, max_seq_len,
-                                                               sources.model_max_length(model_source))])
+    problems = data.template_problems(splits["train"] + splits["eval"], tokenizer, where)
+    if max_seq_len > 0:  # else TrainConfig says so
+        context = sources.model_max_length(model_source)
+        problems += [f"{where}: {p}" for p in data.length_problems(splits, tokenizer, max_seq_len, context)]
+    return problems
 
 
 def cluster_problems(params: dict[str, Any]) -> list[str]:
