@@ -247,8 +247,9 @@ def start(model_dir: str | Path, served_model_name: str, *, host: str = "127.0.0
 
     `detach` leaves the server running after this process exits (the pipeline's keep_serving);
     otherwise it is stopped at interpreter exit too. `problems` found by the caller are reported
-    with those found here, in one UserError; `name_flag` is what the user called the served name. The KV cache is 1 GiB on CPU
-    (VLLM_CPU_KVCACHE_SPACE, overridable), sized for small models on small machines.
+    with those found here, in one UserError; `name_flag` is what the user called the served name.
+    The KV cache is 1 GiB on CPU (VLLM_CPU_KVCACHE_SPACE, overridable), sized for small models
+    on small machines.
     """
     lora_modules = dict(lora_modules or {})
     problems = [*problems, *served_name_problems(served_model_name, name_flag)]

@@ -327,8 +327,8 @@ def _split_files(path: Path) -> tuple[Path, Path | None]:
                 "keep one" for name, files in found.items() if len(files) > 1]
     if not found["train"]:
         present = sorted(p.name for p in path.iterdir())[:6] if path.is_dir() else []
-        problems.append(f"dataset directory {path} has no train file (train.jsonl, .json, .csv, .tsv or .parquet; it holds "
-                        f"{present or 'nothing'}) and is not a `datasets` save_to_disk directory: add train.jsonl "
+        problems.append(f"dataset directory {path} has no train file (train.jsonl, .json, .csv, .tsv or .parquet; it "
+                        f"holds {present or 'nothing'}) and is not a `datasets` save_to_disk directory: add train.jsonl "
                         "[+ eval.jsonl], or pass a single file")
     collect(problems, what=f"cannot read dataset directory {path}")
     held_out = next((found[name][0] for name in SPLIT_NAMES["eval"] if found[name]), None)
