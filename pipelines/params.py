@@ -85,8 +85,9 @@ def parse_params(pipeline, pairs: list[str]) -> dict[str, Any]:
                             "can use: give real numbers")
         except ValueError:
             example = json.dumps(defaults[key]) if kind in (dict, list, bool) else defaults[key]
-            problems.append(f"parameter {key}={raw!r} is not a valid {_KIND.get(kind, kind.__name__)}, "
-                            f"e.g. {key}={example}")
+            quotes = kind in (dict, list) and "'" in raw and '"' not in raw  # a Python literal, not JSON
+            problems.append(f"parameter {key}={raw!r} is not a valid {_KIND.get(kind, kind.__name__)}"
+                            + (" (JSON strings take double quotes)" if quotes else "") + f", e.g. {key}={example}")
         if key in given and params[key] != before:
             problems.append(f"parameter {key} is given twice with different values ({key}={given[key]!r}, then "
                             f"{key}={raw!r}): give it once")

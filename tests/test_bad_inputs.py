@@ -226,6 +226,9 @@ CASES = [
     ("nan-inside-json", lambda t, m: ['node_selector={"pool": NaN}'], "holds NaN or Infinity, which JSON does not allow"),
     # --param syntax and types
     ("tolerations-not-list", lambda t, m: ['tolerations={"key": "gpu"}'], "is not a valid JSON list, e.g. tolerations=[]"),
+    ("python-dict-quotes", lambda t, m: ["node_selector={'pool': 'h100'}"],
+     "node_selector=\"{'pool': 'h100'}\" is not a valid JSON object (JSON strings take double quotes), e.g. "
+     "node_selector={}"),
     ("unknown-parameter", lambda t, m: ["max_stepz=3"], "unknown parameter 'max_stepz'"),
     ("wrong-type", lambda t, m: ["max_steps=many"], "max_steps='many' is not a valid whole number, e.g. max_steps="),
     ("float-for-int", lambda t, m: ["lora_r=16.5"], "lora_r='16.5' is not a valid whole number"),
