@@ -247,3 +247,30 @@ def test_hub_dataset_offline_and_not_cached_is_one_clear_error(monkeypatch):
     err = str(pytest.raises(UserError, sources.materialize_dataset, sources.Source("hub", "someorg/not-cached"), "").value)
     assert "is not in the local Hugging Face cache and the Hub cannot be reached" in err
     assert "hf download --repo-type dataset someorg/not-cached" in err
+
+
+def test_hub_model_in_the_cache_has_its_template_checked_against_local_rows(tmp_path, tiny_model_dir, monkeypatch):
+    """A Hub model already downloaded (HF cache) with a template that refuses system turns, and a
+    local dataset that has them: refused at validation, before any delivery."""
+    import shutil
+
+    from huggingface_hub import constants
+
+    from trainer.validate import pipeline_problems
+
+    cache = tmp_path / "hub"
+    snap = cache / "models--acme--tiny" / "snapshots" / ("a" * 40)
+    shutil.copytree(tiny_model_dir, snap)
+    template = snap / "chat_template.jinja"
+    template.write_text("{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
+                        "{% endif %}" + template.read_text())
+    (cache / "models--acme--tiny" / "refs").mkdir(parents=True)
+    (cache / "models--acme--tiny" / "refs" / "main").write_text("a" * 40)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    rows = [{"messages": [{"role": "system", "content": "Be terse."}, *r["messages"]]} for r in CHATS[:20]]
+    data.write_jsonl(rows, tmp_path / "chats.jsonl")
+    problems = pipeline_problems({"model_source": "acme/tiny", "dataset_source": str(tmp_path / "chats.jsonl")})
+    assert len(problems) == 1 and "dataset_source with model acme/tiny: the model's chat template refuses 20 of 20 " \
+                                  "rows (System role not supported" in problems[0]
+    assert pipeline_problems({"model_source": "acme/not-cached", "dataset_source": str(tmp_path / "chats.jsonl")}) == []

@@ -167,7 +167,8 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True) ->
             except UserError as err:
                 problems.append(str(err))
             else:
-                problems += _template_problems(params["model_source"], splits, problems, params["max_seq_len"])
+                problems += _template_problems(params["model_source"], splits, problems, params["max_seq_len"],
+                                               params["model_revision"])
                 try:  # the trainer's own rule, now instead of after delivery
                     check_rows(len(splits["train"]), params["batch_size"], params["nodes"] * params["procs_per_node"],
                                params["batch_tokens"])
@@ -209,10 +210,12 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True) ->
     return [p for p in problems if not (p in seen or seen.add(p))]
 
 
-def _template_problems(model_source: str, splits: dict[str, list], found: list[str], max_seq_len: int) -> list[str]:
-    """A local model's chat template against a local dataset's rows (a second or two for a
-    thousand rows), when the model itself passed its checks: rows it refuses or renders without
-    their tool calls, and a split with no row short enough for max_seq_len."""
+def _template_problems(model_source: str, splits: dict[str, list], found: list[str], max_seq_len: int,
+                       revision: str = "") -> list[str]:
+    """A model's chat template against a local dataset's rows (a second or two for a thousand
+    rows): rows it refuses or renders without their tool calls, and a split with no row short
+    enough for max_seq_len. For the built-in model, a local one that passed its checks, or a
+    Hub model whose tokenizer is in the local HF cache (nothing is downloaded here)."""
     from trainer import data
 
     try:
@@ -223,12 +226,21 @@ def _template_problems(model_source: str, splits: dict[str, list], found: list[s
         from trainer import builtin_model
 
         tokenizer = builtin_model.build_tokenizer()
-    elif model.kind != "local" or any(model.ref in p for p in found):
-        return []
-    else:
+    elif model.kind == "local" and not any(model.ref in p for p in found):
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(model.ref, local_files_only=True)
+    elif model.kind == "hub":
+        from transformers import AutoTokenizer
+
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(model.ref, revision=revision or None, local_files_only=True)
+        except (OSError, ValueError):  # not cached (or not a model): delivery checks it after downloading
+            return []
+        if not tokenizer.chat_template:
+            return []  # delivery refuses the model with its own message
+    else:
+        return []
     where = f"dataset_source with model {model_source.strip()}"
     problems = data.template_problems(splits["train"] + splits["eval"], tokenizer, where)
     if max_seq_len > 0:  # else TrainConfig says so
