@@ -272,3 +272,12 @@ def test_csv_prompt_cells_stay_text_unless_they_hold_messages(tmp_path):
     first, second = data.read_rows(path)
     assert first["messages"][0] == {"role": "user", "content": "[1, 2] is a list?"}
     assert second["messages"] == [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+
+
+def test_too_few_rows_names_the_rows_skipped_as_too_long():
+    from trainer.batching import check_rows
+
+    with pytest.raises(UserError, match=r"only 0 training rows \(40 more were longer than max_seq_len and skipped: "
+                                        r"raise max_seq_len or shorten them\), fewer than the 2 processes"):
+        check_rows(0, 16, 2, batch_tokens=512, skipped=40)
+    check_rows(2, 16, 2, batch_tokens=512, skipped=40)  # enough: nothing to say

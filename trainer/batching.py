@@ -38,10 +38,13 @@ def batches(examples: list, batch_size: int, rank: int, world: int, seed: int, s
     return _stream(examples, batch_size, rank, world, seed, start, batch_tokens, flatten)
 
 
-def check_rows(rows: int, batch_size: int, world: int, batch_tokens: int = 0) -> None:
-    """Raise UserError when `rows` cannot give every rank one micro-batch per epoch."""
+def check_rows(rows: int, batch_size: int, world: int, batch_tokens: int = 0, skipped: int = 0) -> None:
+    """Raise UserError when `rows` cannot give every rank one micro-batch per epoch; `skipped`
+    rows (longer than max_seq_len) are named, since they are usually why."""
     if rows < (world if batch_tokens else batch_size * world):
-        raise UserError(f"only {rows} training rows, fewer than "
+        raise UserError(f"only {rows} training rows"
+                        + (f" ({skipped} more were longer than max_seq_len and skipped: raise max_seq_len or "
+                           "shorten them)" if skipped else "") + ", fewer than "
                         + (f"the {world} processes (every process needs one row at least); add rows or use "
                            f"fewer processes" if batch_tokens else
                            f"batch_size x processes = {batch_size} x {world}; lower batch_size, use fewer "
