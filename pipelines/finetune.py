@@ -164,8 +164,9 @@ def finetune_pipeline(
         gradient_checkpointing: Recompute activations in the backward pass: less GPU memory, about 30% more compute.
             true for long sequences or large models.
         compile: torch.compile each decoder layer (dynamic shapes, so new batch lengths do not recompile); the first
-            step compiles (108 s for a 1B model on an H100) and it was not faster than eager there (README
-            Performance). false unless measured on your GPU.
+            step compiles (108 s for a 1B model on an H100). Steps 4-11 are then timed compiled and eager, and the
+            faster runs the rest of the training (the log and metrics say which), so it never runs slower than eager
+            beyond those steps. Worth trying on long GPU runs.
         max_seq_len: Longest row in tokens; longer rows are skipped and counted. 2048-4096 for chat data; at most the
             model's context length.
         seed: Random seed for the data split, shuffling and initialisation, 0 to 4294967295.

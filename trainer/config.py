@@ -45,8 +45,9 @@ class TrainConfig:
     tokens_per_step: int = 0  # > 0: accumulate micro-batches to about this many tokens per optimizer step
     gradient_checkpointing: bool = False  # less activation memory, ~30% more compute
     # torch.compile the decoder layers (dynamic shapes for padded batches, one shape for packed
-    # ones); the first step compiles (108 s for a 1B model on an H100, where it was not measured
-    # faster than eager: README Performance). Needs a C compiler on CPU.
+    # ones); the first step compiles (108 s for a 1B model on an H100). Steps 4-11 are timed
+    # compiled, then eager, and the faster runs the rest (never slower than eager). Needs a C
+    # compiler on CPU.
     compile: bool = False
     profile_steps: int = 0  # > 0: torch.profiler trace of that many steps, to <output_prefix>/profile/
     max_seq_len: int = 512  # longer rows are skipped and counted (skipped_long_rows)

@@ -37,6 +37,9 @@ _DEFAULTS = {
     # "0" (or false/no/off) trains LoRA with peft's own layer forward instead of
     # trainer/fused_lora.py's (same adapters and results; for comparisons and debugging).
     "FINETUNE_FUSED_LORA": "auto",
+    # "0" (or false/no/off): compile=true keeps the compiled layers without timing them against
+    # eager first (trainer.train._CompileTrial; to benchmark compiled layers as such).
+    "FINETUNE_COMPILE_TRIAL": "auto",
     # Local cache of content-addressed downloads; safe to share between runs because a
     # prefix's content never changes.
     "FINETUNE_CACHE_DIR": os.path.join(os.path.expanduser("~"), ".cache", "llm-finetune"),

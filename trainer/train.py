@@ -46,7 +46,7 @@ from trainer import data
 from trainer.batching import batches, bucket, check_rows, collate, collate_packed
 from trainer.checkpoint import Checkpointer, rng_state
 from trainer.config import TrainConfig
-from trainer.model import LossModel, build_model, compile_layers, label_positions_of, plan_packing
+from trainer.model import LossModel, build_model, compile_layers, decoder_layers, label_positions_of, plan_packing
 from trainer.storage import Store
 from trainer.watchdog import progress_line
 
@@ -217,7 +217,8 @@ class Recipe:
         pad = tokenizer.pad_token_id
         # Compiled padded batches are padded to a few bucket widths: on an H100 this read 24.2k
         # tokens/s against 20.5k with every length left to dynamic shapes (README Performance).
-        width = (lambda rows: bucket(max(len(e["input_ids"]) for e in rows))) if cfg.compile else (lambda rows: 0)
+        self.bucketed = cfg.compile  # off again if _CompileTrial finds eager faster
+        width = lambda rows: bucket(max(len(e["input_ids"]) for e in rows)) if self.bucketed else 0  # noqa: E731
         self.collate = ((lambda rows: collate_packed(rows, self.packed_len, pad)) if flatten
                         else (lambda rows: collate(rows, pad, width=width(rows))))
         if rank == MASTER:
@@ -272,8 +273,13 @@ class Recipe:
         # compiled / JIT-ed and the allocator is warm: one device sync, there.
         self.half_step, self.half = self.done + max(1, (cfg.max_steps - self.done) // 2), None
         self.steady = None
+        self.trial = _CompileTrial.plan(self) if cfg.compile else None
         for step in range(self.done + 1, cfg.max_steps + 1):
+            if self.trial:
+                self.trial.before(step)
             step_loss, norm = self._step()
+            if self.trial:
+                self.trial.after(step)
             if (step == self.half_step and step < cfg.max_steps) or (step == cfg.max_steps and self.half):
                 if device.type == "cuda":
                     torch.cuda.synchronize()
@@ -502,6 +508,7 @@ class Recipe:
                             "checkpoint_upload_seconds": float(self.ckpt.last_upload_s or 0.0),
                             "grad_accum": float(self.accum), "peak_memory_mb": _peak_memory_mb(self.device),
                             "perplexity": math.exp(min(final, 50.0)),
+                            **(self.trial.metrics() if getattr(self, "trial", None) else {}),
                             **({"steady_tokens_per_second": steady} if steady else {})},
                 "history": self.history, "config": cfg.asdict(),
                 "tensorboard_uri": self.store.uri(f"{cfg.output_prefix}/tensorboard"),
@@ -521,6 +528,99 @@ class Recipe:
         finally:
             if hasattr(self, "shutdown"):
                 self.shutdown.close()
+
+
+class _CompileTrial:
+    """compile=true must never make training slower than eager, and whether it does depends on
+    the model, the GPU and the batch shapes (on an H100 the 1B shape's compiled step spent less
+    kernel time than eager but more on padding; on CPU the tiny model's is slower). So the run
+    measures it: after WARM compiled steps (compilation and any recompile), TIMED steps are timed
+    with the compiled layers, then TIMED with the same layers run eagerly (their compiled code
+    kept, rows padded only to their longest); only the steps themselves are timed, not logging,
+    eval or checkpoints. The faster setting, over all ranks' tokens, runs the rest of the
+    training, and the log says which and by how much. A run too short for the comparison keeps
+    the compiled layers and says so."""
+
+    WARM, TIMED = 3, 4
+
+    def __init__(self, recipe: "Recipe", first: int):
+        self.recipe, self.first = recipe, first
+        self.switch, self.last = first + self.TIMED, first + 2 * self.TIMED - 1
+        self.layers = decoder_layers(recipe.model)
+        self.code: dict[int, Any] = {}
+        self.sums = [0, 0.0, 0, 0.0]  # compiled tokens, seconds; eager tokens, seconds (this rank)
+        self.rates: tuple[float, float] | None = None  # (compiled, eager) real tokens/s, all ranks
+        self.mark: tuple[float, int] = (0.0, 0)
+
+    @classmethod
+    def plan(cls, recipe: "Recipe") -> "_CompileTrial | None":
+        from trainer import settings
+
+        if settings.switched_off("FINETUNE_COMPILE_TRIAL"):
+            return None
+        first = recipe.done + 1 + cls.WARM
+        if first + 2 * cls.TIMED - 1 > recipe.cfg.max_steps:
+            if recipe.rank == MASTER and recipe.done < recipe.cfg.max_steps:
+                print(f"compile=true: {recipe.cfg.max_steps - recipe.done} steps to run, too few to time compiled "
+                      f"layers against eager (that takes {cls.WARM + 2 * cls.TIMED}); keeping them compiled",
+                      flush=True)
+            return None
+        return cls(recipe, first)
+
+    def _now(self) -> tuple[float, int]:
+        import torch
+
+        if self.recipe.device.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter(), self.recipe.real_tokens
+
+    def _use_compiled(self, on: bool) -> None:
+        for layer in self.layers:
+            if on:
+                layer._compiled_call_impl = self.code[id(layer)]
+            else:
+                self.code[id(layer)], layer._compiled_call_impl = layer._compiled_call_impl, None
+        self.recipe.bucketed = on
+
+    def before(self, step: int) -> None:
+        if self.first <= step <= self.last:
+            if step == self.switch:
+                self._use_compiled(False)
+            self.mark = self._now()
+
+    def after(self, step: int) -> None:
+        if not self.first <= step <= self.last:
+            return
+        t, n = self._now()
+        at = 0 if step < self.switch else 2
+        self.sums[at] += n - self.mark[1]
+        self.sums[at + 1] += t - self.mark[0]
+        if step == self.last:
+            self._decide()
+
+    def _decide(self) -> None:
+        import torch
+        import torch.distributed as dist
+
+        sums = torch.tensor(self.sums, dtype=torch.float64, device=self.recipe.device)
+        if self.recipe.world > 1:
+            dist.all_reduce(sums)  # every rank decides the same
+        c_tok, c_s, e_tok, e_s = sums.tolist()
+        self.rates = (c_tok / c_s, e_tok / e_s)
+        keep = self.rates[0] >= self.rates[1]
+        if keep:
+            self._use_compiled(True)
+        if self.recipe.rank == MASTER:
+            print(f"compile=true: compiled layers {self.rates[0]:,.0f} real tokens/s, eager {self.rates[1]:,.0f}, "
+                  f"{self.TIMED} steps each ({self.rates[0] / self.rates[1]:.2f}x): "
+                  f"{'keeping the compiled layers' if keep else 'continuing eager, the faster here'}", flush=True)
+
+    def metrics(self) -> dict[str, float]:
+        if self.rates is None:
+            return {}
+        return {"compiled_layers": float(self.rates[0] >= self.rates[1]),
+                "compile_trial_compiled_tokens_per_second": self.rates[0],
+                "compile_trial_eager_tokens_per_second": self.rates[1]}
 
 
 def train(cfg: TrainConfig, store: Store | None = None) -> dict[str, Any]:

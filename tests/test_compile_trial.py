@@ -1,0 +1,97 @@
+"""compile=true never makes training slower than eager: the trainer times both early in the run
+(trainer/train.py `_CompileTrial`) and keeps the faster."""
+
+import time
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from trainer import sources
+from trainer.config import TrainConfig
+from trainer.storage import Store
+from trainer.train import _CompileTrial
+
+
+class FakeDecoderLayer(torch.nn.Module):  # decoder_layers() finds modules by this name suffix
+    pass
+
+
+def fake_recipe(max_steps=20, done=0):
+    layers = torch.nn.ModuleList([FakeDecoderLayer(), FakeDecoderLayer()])
+    for layer in layers:
+        layer._compiled_call_impl = f"compiled code of {id(layer)}"
+    return SimpleNamespace(model=layers, device=torch.device("cpu"), world=1, rank=0, real_tokens=0, done=done,
+                           bucketed=True, cfg=SimpleNamespace(max_steps=max_steps))
+
+
+def run_trial(recipe, monkeypatch, seconds_per_step):
+    """Drive the trial's hooks over the run's steps, with scripted step times: the recipe's
+    'compiled' flag is read from the layers, so each step takes what its mode costs."""
+    clock = [0.0]
+    monkeypatch.setattr(_CompileTrial, "_now", lambda self: (clock[0], recipe.real_tokens))
+    trial = _CompileTrial.plan(recipe)
+    assert trial is not None
+    for step in range(recipe.done + 1, recipe.cfg.max_steps + 1):
+        trial.before(step)
+        compiled = recipe.model[0]._compiled_call_impl is not None
+        clock[0] += seconds_per_step["compiled" if compiled else "eager"]
+        recipe.real_tokens += 1000
+        trial.after(step)  # where the loop calls it: right after the step, before log/eval/checkpoint
+        clock[0] += 5.0 if step % 3 == 0 else 0.0  # an eval or checkpoint: not timed
+    return trial
+
+
+@pytest.mark.parametrize("compiled_s,eager_s,keep", [(1.0, 2.0, True), (2.0, 1.0, False), (1.0, 1.0, True)])
+def test_the_faster_setting_runs_the_rest_of_training(monkeypatch, capsys, compiled_s, eager_s, keep):
+    recipe = fake_recipe()
+    trial = run_trial(recipe, monkeypatch, {"compiled": compiled_s, "eager": eager_s})
+    assert trial.rates == pytest.approx((1000 / compiled_s, 1000 / eager_s))  # eval/checkpoint time excluded
+    assert all((layer._compiled_call_impl is not None) == keep for layer in recipe.model)
+    if keep:
+        assert [layer._compiled_call_impl for layer in recipe.model] == [
+            f"compiled code of {id(layer)}" for layer in recipe.model]  # the same compiled code, not a new compile
+    assert recipe.bucketed == keep  # eager pads rows only to their longest
+    out = capsys.readouterr().out
+    assert ("keeping the compiled layers" if keep else "continuing eager") in out
+    assert trial.metrics()["compiled_layers"] == float(keep)
+
+
+def test_a_run_too_short_to_compare_keeps_compiled_and_says_so(capsys, monkeypatch):
+    assert _CompileTrial.plan(fake_recipe(max_steps=10)) is None
+    assert "too few to time compiled layers against eager" in capsys.readouterr().out
+    assert _CompileTrial.plan(fake_recipe(max_steps=30, done=25)) is None  # resumed near the end
+    assert _CompileTrial.plan(fake_recipe(max_steps=30, done=30)) is None
+    assert capsys.readouterr().out.count("too few") == 1  # nothing left to run: nothing to say
+    trial = _CompileTrial.plan(fake_recipe(max_steps=30, done=10))
+    assert (trial.first, trial.switch, trial.last) == (14, 18, 21)  # counted from the resumed step
+    monkeypatch.setenv("FINETUNE_COMPILE_TRIAL", "0")
+    assert _CompileTrial.plan(fake_recipe(max_steps=30)) is None
+
+
+@pytest.mark.integration
+def test_compiled_layers_slower_than_eager_are_dropped_in_a_real_run(s3_env, monkeypatch, capsys):
+    """A real training run whose compiled layers are slow (a backend that sleeps per call):
+    the run continues eager, finishes and reports both rates."""
+    from trainer import model as model_mod
+    from trainer import train as train_mod
+
+    def slow_backend(gm, example_inputs):
+        def run(*args):
+            time.sleep(0.03)
+            return gm.forward(*args)
+        return run
+
+    real = model_mod.compile_layers
+    monkeypatch.setattr(train_mod, "compile_layers", lambda model, dynamic: real(model, dynamic, backend=slow_backend))
+    torch._dynamo.reset()
+    store = Store.from_env()
+    model_uri, _ = sources.deliver_model("builtin:tiny-llama", "", store)
+    data_uri, _ = sources.deliver_dataset("builtin:function-calling", "", store)
+    result = train_mod.train(TrainConfig(model_uri=model_uri, dataset_uri=data_uri, output_prefix="runs/compile-trial",
+                                         max_steps=14, batch_size=4, compile=True), store)
+    metrics = result["metrics"]
+    assert metrics["compiled_layers"] == 0.0
+    assert metrics["compile_trial_eager_tokens_per_second"] > metrics["compile_trial_compiled_tokens_per_second"] > 0
+    assert "continuing eager" in capsys.readouterr().out
+    assert metrics["train_steps"] == 14.0 and metrics["train_loss"] < 20
