@@ -14,6 +14,10 @@ interleaved (ours, HF, ours, HF, ...) so that clock and thermal drift hit both a
 - HF Trainer + peft (benchmarks/baseline_hf_trainer.py), each batch padded to its longest row,
   bf16, as many rows per step as hold `--batch-tokens` real tokens on average.
 
+A `compile=true` run times its compiled layers against eager early on and keeps the faster
+(trainer.train._CompileTrial); its row notes both rates and what was kept. To time compiled
+layers as such, add FINETUNE_COMPILE_TRIAL=0 to the variant.
+
 Prints, with the GPU's name: real (non-pad) tokens/s over the second half of each run's steps
 (after compilation and kernel JIT; median of the runs), MFU, peak GPU memory,
 and the ratio to HF. MFU = tokens/s x (6 x parameters + attention) / the GPU's dense bf16 peak,
@@ -192,6 +196,21 @@ def profile_breakdown(trace: dict, steps: int) -> dict[str, float]:
     return out
 
 
+def trial_note(results: list[dict]) -> str:
+    """For compile=true runs: what the trainer's own compiled-vs-eager trial measured and kept
+    (its steady figure is then the kept setting's, which may be eager)."""
+    trials = [r for r in results if "compile_trial_compiled_tokens_per_second" in r]
+    if not trials:
+        return ""
+    from benchmarks.common import median
+
+    compiled = median([r["compile_trial_compiled_tokens_per_second"] for r in trials])
+    eager = median([r["compile_trial_eager_tokens_per_second"] for r in trials])
+    kept = sum(r["compiled_layers"] for r in trials)
+    return (f"; trial: compiled {compiled:,.0f} vs eager {eager:,.0f} tok/s, kept compiled in "
+            f"{kept:.0f} of {len(trials)} run(s)")
+
+
 def run_profiled(model_uri: str, data_uri: str, args, extra, tag: str, steps: int = 3) -> dict[str, float]:
     """One more run of a variant with torch.profiler on `steps` steps; its kernel time by kind."""
     from trainer.storage import Store
@@ -277,8 +296,9 @@ def main() -> None:
                 for label, results in runs.items():
                     tps = median([steady(r) for r in results])
                     mem = max(r["peak_memory_mb"] for r in results) / 1024
+                    trial = trial_note(results)
                     fig = {"shape": name, "batch_tokens": batch_tokens,
-                           "trainer": label if label.startswith("HF") else f"this trainer ({label})",
+                           "trainer": label if label.startswith("HF") else f"this trainer ({label}){trial}",
                            "tokens_per_second": tps, "mfu": mfu(tps, shape, mean_len, peak), "peak_memory_gb": mem,
                            "vs_hf": tps / hf_tps if hf_tps else None, "runs": len(results)}
                     figures.append(fig)

@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 
-from benchmarks.gpu_compare import SHAPES, Shape, mfu, parse_variants, profile_breakdown, steady
+from benchmarks.gpu_compare import SHAPES, Shape, mfu, parse_variants, profile_breakdown, steady, trial_note
 
 
 def test_shapes_have_the_published_parameter_counts():
@@ -88,3 +88,12 @@ def test_seeded_model_is_found_in_the_cache_without_a_download(store, tiny_model
         assert seed_model(store, tiny_model_dir) == uri  # idempotent
     finally:
         store.delete_prefix(prefix)
+
+
+def test_compile_runs_show_what_their_trial_measured_and_kept():
+    assert trial_note([{"tokens_per_second": 1.0}]) == ""
+    runs = [{"compile_trial_compiled_tokens_per_second": 30000.0, "compile_trial_eager_tokens_per_second": 36000.0,
+             "compiled_layers": 0.0},
+            {"compile_trial_compiled_tokens_per_second": 31000.0, "compile_trial_eager_tokens_per_second": 35000.0,
+             "compiled_layers": 0.0}]
+    assert trial_note(runs) == "; trial: compiled 30,500 vs eager 35,500 tok/s, kept compiled in 0 of 2 run(s)"
