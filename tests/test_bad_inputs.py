@@ -178,8 +178,9 @@ CASES = [
      "'tools' must be a list of"),
     ("tool-without-name", lambda t, m: [f"dataset_source={rows(t, {**GOOD_ROW, 'tools': [{'type': 'function'}]})}"],
      "tools[0] needs function.name"),
-    ("content-is-a-list", lambda t, m: [f"dataset_source={rows(t, {'messages': [{'role': 'user', 'content': [{'type': 'text', 'text': 'hi'}]}, GOOD_ROW['messages'][1]]})}"],
-     "messages[0].content must be a string, got a list; join the text parts"),
+    ("content-has-an-image", lambda t, m: [f"dataset_source={rows(t, {'messages': [{'role': 'user', 'content': [{'type': 'text', 'text': 'hi'}, {'type': 'image_url', 'image_url': {'url': 'x'}}]}, GOOD_ROW['messages'][1]]})}"],
+     "messages[0].content must be a string, got a list; only text parts can be trained on, and this one has "
+     "image_url parts"),
     ("content-null-without-tool-calls", lambda t, m: [f"dataset_source={rows(t, {'messages': [{'role': 'user', 'content': None}, GOOD_ROW['messages'][1]]})}"],
      "messages[0].content is missing or null; it must be a string"),
     ("content-is-a-number", lambda t, m: [f"dataset_source={rows(t, {'messages': [GOOD_ROW['messages'][0], {'role': 'assistant', 'content': 42}]})}"],

@@ -281,3 +281,11 @@ def test_too_few_rows_names_the_rows_skipped_as_too_long():
                                         r"raise max_seq_len or shorten them\), fewer than the 2 processes"):
         check_rows(0, 16, 2, batch_tokens=512, skipped=40)
     check_rows(2, 16, 2, batch_tokens=512, skipped=40)  # enough: nothing to say
+
+
+def test_text_content_parts_are_joined():
+    """OpenAI's `content: [{"type": "text", "text": ...}]` reads as the string it stands for."""
+    row = {"messages": [{"role": "user", "content": [{"type": "text", "text": "Hello, "}, {"type": "text", "text": "you"}]},
+                        {"role": "assistant", "content": [{"type": "text", "text": "hi"}]}]}
+    [out] = data.validate_rows([row], "rows")
+    assert [m["content"] for m in out["messages"]] == ["Hello, you", "hi"]

@@ -75,7 +75,8 @@ def row_problems(row: Any) -> list[str]:
                             "assistant message with tool_calls)")
         elif content is not None and not isinstance(content, str):
             problems.append(f"messages[{i}].content must be a string, got a {_json_type(content)}"
-                            + ("; join the text parts into one string" if isinstance(content, list) else ""))
+                            + (f"; only text parts can be trained on, and this one has "
+                               f"{_part_types(content)}" if isinstance(content, list) else ""))
         for j, tc in enumerate(calls or []):
             fn = tc.get("function") if isinstance(tc, dict) else None
             if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
@@ -132,13 +133,27 @@ def _no_messages(row: dict[str, Any]) -> str:
     return f"row has no 'messages' field (its keys: {shown or 'none'}); {hint}"
 
 
+def _part_types(parts: list) -> str:
+    kinds = sorted({str(p.get("type")) if isinstance(p, dict) else _json_type(p) for p in parts} - {"text"})
+    return ", ".join(kinds) + " parts"
+
+
+def _text_parts(content: Any) -> Any:
+    """OpenAI content parts that are all text (`[{"type": "text", "text": ...}]`) as one string,
+    as chat templates join them; anything else unchanged (row_problems names it)."""
+    if isinstance(content, list) and content and all(
+            isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
+        return "".join(p["text"] for p in content)
+    return content
+
+
 def to_chat(row: Any) -> Any:
     """A prompt-completion row as a chat row; any other row unchanged.
 
     `prompt` / `completion` are strings (a user turn and an assistant turn) or message lists
     (TRL's conversational prompt-completion); a `system` string becomes the first message,
     `tools` is kept. `tools` as JSON text (how Parquet and Hub datasets often store it: one
-    column type for every tool schema) is parsed. Rows this cannot turn into messages are left
+    column type for every tool schema) is parsed, and content given as text parts is joined. Rows this cannot turn into messages are left
     for `row_problems` to name.
     """
     for key in ("tools", "messages"):  # JSON text in a column, as CSV and Parquet often hold them
@@ -149,6 +164,10 @@ def to_chat(row: Any) -> Any:
                 value = None
             if isinstance(value, list):
                 row = {**row, key: value}
+    if isinstance(row, dict) and isinstance(row.get("messages"), list) and any(
+            isinstance(m, dict) and isinstance(m.get("content"), list) for m in row["messages"]):
+        row = {**row, "messages": [{**m, "content": _text_parts(m["content"])} if isinstance(m, dict) and
+                                   isinstance(m.get("content"), list) else m for m in row["messages"]]}
     if not isinstance(row, dict) or row.get("messages") is not None:
         return row
     prompt, completion = row.get("prompt"), row.get("completion")
