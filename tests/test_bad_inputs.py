@@ -160,7 +160,7 @@ CASES = [
     ("binary-file", lambda t, m: [f"dataset_source={raw_file(t, bytes(range(256)) * 8)}"],
      "is not JSONL text (binary data): give a UTF-8 .jsonl file"),
     ("gzip-named-jsonl", lambda t, m: [f"dataset_source={raw_file(t, bytes.fromhex('1f8b0800') + bytes(64))}"],
-     "is not JSONL text (gzip-compressed)"),
+     "is not JSONL text (gzip-compressed): give a UTF-8 .jsonl file with one JSON object per line (decompress it first: gunzip data.jsonl)"),
     ("utf16-file", lambda t, m: [f"dataset_source={raw_file(t, json.dumps(GOOD_ROW).encode('utf-16'))}"],
      "is not JSONL text (UTF-16 text)"),
     ("latin1-file", lambda t, m: [f"dataset_source={raw_file(t, LATIN1)}"],

@@ -247,8 +247,12 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
         head = f.read(8)
         f.seek(0)
         if (kind := _binary_kind(head)) or b"\0" in f.read(1 << 16):
+            fix = {"gzip-compressed": "gunzip", "zstd-compressed": "unzstd", "bzip2-compressed": "bunzip2",
+                   "a zip archive": "unzip"}.get(kind)
+            also = (f" (decompress it first: {fix} {path.name})" if fix else
+                    " (name it .parquet and it is read as Parquet)" if kind == "Parquet" else "")
             raise UserError(f"{path} is not JSONL text ({kind or 'binary data'}): give a UTF-8 .jsonl file with "
-                            "one JSON object per line")
+                            f"one JSON object per line{also}")
         f.seek(0)
         for lineno, raw in enumerate(f, 1):
             try:
