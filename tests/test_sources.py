@@ -274,3 +274,21 @@ def test_hub_model_in_the_cache_has_its_template_checked_against_local_rows(tmp_
     assert len(problems) == 1 and "dataset_source with model acme/tiny: the model's chat template refuses 20 of 20 " \
                                   "rows (System role not supported" in problems[0]
     assert pipeline_problems({"model_source": "acme/not-cached", "dataset_source": str(tmp_path / "chats.jsonl")}) == []
+
+
+def test_deliver_dataset_cli_takes_the_split_and_a_users_csv(tmp_path, store, capsys):
+    """`python -m trainer deliver-dataset my.csv --eval-fraction 0.25 --seed 3`: for the cluster,
+    where the pipeline's eval_fraction cannot split an already delivered dataset."""
+    import pandas as pd
+
+    from trainer.__main__ import main
+
+    pd.DataFrame(PAIRS).to_csv(tmp_path / "pairs.csv", index=False)
+    main(["deliver-dataset", str(tmp_path / "pairs.csv"), "--eval-fraction", "0.25", "--seed", "3"])
+    out = json.loads(capsys.readouterr().out)
+    assert out["uri"].startswith("s3://") and out["rows"] == {"train": 30, "eval": 10}
+    train = data.read_jsonl(store.get_tree(out["uri"]) / "train.jsonl")
+    assert train[0]["messages"][0]["role"] == "user" and len(train) == 30
+    with pytest.raises(SystemExit) as exit_:
+        main(["deliver-dataset", "org/data", "--eval-fraction", "0"])
+    assert exit_.value.code == 2 and "--eval-fraction must be between 0 and 1" in capsys.readouterr().err

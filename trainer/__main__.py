@@ -36,6 +36,10 @@ def main(argv: list[str] | None = None) -> None:
         p.add_argument("source", help="builtin:..., a local path, an s3:// URI or a Hugging Face Hub id "
                                       "(README: Sources)")
         p.add_argument("--revision", default="", help="Hub branch, tag or commit (default: main)")
+        if kind == "dataset":
+            p.add_argument("--eval-fraction", type=float, default=0.1,
+                           help="share of rows held out for evaluation when the data has no eval split (default 0.1)")
+            p.add_argument("--seed", type=int, default=0, help="seed of that split (default 0)")
     p = sub.add_parser("evaluate", help="base vs tuned metrics")
     p.add_argument("--model-uri", required=True, help="the base model (s3:// URI from deliver-model)")
     p.add_argument("--tuned-uri", required=True, help="the adapter or fully tuned model (s3:// URI from train)")
@@ -174,7 +178,8 @@ def run(args: argparse.Namespace) -> None:
 
     if args.command in ("deliver-model", "deliver-dataset"):
         # A local source's problems and missing S3 settings in one message, not one per attempt.
-        problems = _local_source_problems(args.command.removeprefix("deliver-"), args.source)
+        problems = _local_source_problems(args.command.removeprefix("deliver-"), args.source,
+                                          getattr(args, "eval_fraction", 0.1), getattr(args, "seed", 0))
         try:
             store = Store.from_env()
         except UserError as err:
@@ -184,7 +189,8 @@ def run(args: argparse.Namespace) -> None:
         store = Store.from_env()
     if args.command in ("deliver-model", "deliver-dataset"):
         deliver = sources.deliver_model if args.command == "deliver-model" else sources.deliver_dataset
-        uri, meta = deliver(args.source, args.revision, store)
+        split = {"eval_fraction": args.eval_fraction, "seed": args.seed} if args.command == "deliver-dataset" else {}
+        uri, meta = deliver(args.source, args.revision, store, **split)
         print(json.dumps({"uri": uri, **{k: v for k, v in meta.items() if k != "files"}}, indent=1))
     elif args.command == "evaluate":
         from trainer.evaluate import evaluate
@@ -201,18 +207,20 @@ def run(args: argparse.Namespace) -> None:
         print(merge(store.get_tree(args.model_uri), store.get_tree(args.adapter_uri), args.out))
 
 
-def _local_source_problems(what: str, source: str) -> list[str]:
+def _local_source_problems(what: str, source: str, eval_fraction: float = 0.1, seed: int = 0) -> list[str]:
     """What is wrong with a source on this machine (cheap to check fully); [] for other kinds,
     which deliver checks as it fetches them."""
     from trainer import sources
     from trainer.errors import UserError
 
+    if what == "dataset" and not 0 < eval_fraction < 1:
+        return [f"--eval-fraction must be between 0 and 1 (exclusive), got {eval_fraction}: e.g. 0.1"]
     try:
         src = sources.parse(source, what)
         if src.kind == "local" and what == "model":
             return sources.model_dir_problems(src.ref)
         if src.kind == "local":
-            sources.materialize_dataset(src, "")
+            sources.materialize_dataset(src, "", eval_fraction, seed)
     except UserError as err:
         return [str(err)]
     return []
