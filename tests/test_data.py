@@ -289,3 +289,22 @@ def test_text_content_parts_are_joined():
                         {"role": "assistant", "content": [{"type": "text", "text": "hi"}]}]}
     [out] = data.validate_rows([row], "rows")
     assert [m["content"] for m in out["messages"]] == ["Hello, you", "hi"]
+
+
+@pytest.mark.parametrize("name", ["d.jsonl.gz", "d.json.gz", "d.csv.gz"])
+def test_gzipped_files_read_as_their_inner_format(tmp_path, name):
+    import gzip
+
+    rows = [json.loads(GOOD)] * 3
+    text = {"d.jsonl.gz": "".join(json.dumps(r) + "\n" for r in rows), "d.json.gz": json.dumps(rows),
+            "d.csv.gz": "prompt,completion\n" + "hi,hello\n" * 3}[name]
+    (tmp_path / name).write_bytes(gzip.compress(text.encode()))
+    assert data.read_rows(tmp_path / name) == rows
+
+
+@pytest.mark.parametrize("content", [b"not gzip at all", __import__("gzip").compress(GOOD.encode() * 50)[:60]],
+                         ids=["not-gzip", "truncated"])
+def test_a_broken_gzip_file_is_one_line(tmp_path, content):
+    (tmp_path / "d.jsonl.gz").write_bytes(content)
+    msg = str(pytest.raises(UserError, data.read_rows, tmp_path / "d.jsonl.gz").value)
+    assert "d.jsonl.gz is not a readable gzip file" in msg and "\n" not in msg

@@ -236,14 +236,15 @@ def validate_rows(rows: Iterable[Any], where: str, columnar: bool = False) -> li
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     """Read and validate a JSONL file; errors name the file, the line and the reason.
 
-    UTF-8, with or without the byte-order mark some editors write. A file in another
-    encoding, or not text at all, fails with one line saying so, not one per row.
+    UTF-8, with or without the byte-order mark some editors write; gzip-compressed when the
+    name ends in .gz. A file in another encoding, or not text at all, fails with one line
+    saying so, not one per row.
     """
     path = Path(path)
     if not path.is_file():
         raise UserError(f"dataset file not found: {path}. Pass an existing .jsonl file or directory.")
     rows, problems = [], []
-    with path.open("rb") as f:
+    with _open_bytes(path) as f:
         head = f.read(8)
         f.seek(0)
         if (kind := _binary_kind(head)) or b"\0" in f.read(1 << 16):
@@ -291,7 +292,7 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
     Hub). Problems name the file and the line (JSONL) or row (other formats).
     """
     path = Path(path)
-    suffix = path.suffix.lower()
+    suffix = _suffix(path)
     if not path.is_file() or suffix not in (".json", ".csv", ".tsv", ".parquet"):
         return read_jsonl(path)
     if suffix == ".parquet":
@@ -317,9 +318,59 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
     return validate_rows(value, str(path))
 
 
+def _suffix(path: Path) -> str:
+    """The format's extension: `.jsonl` for both data.jsonl and data.jsonl.gz."""
+    suffixes = [s.lower() for s in path.suffixes]
+    return suffixes[-2] if suffixes[-1:] == [".gz"] and len(suffixes) > 1 else path.suffix.lower()
+
+
+def _open_bytes(path: Path):
+    """The file's bytes, gunzipped when its name ends in .gz (a file that is not gzip fails
+    with one UserError, not gzip's traceback, on the first read)."""
+    if path.suffix.lower() != ".gz":
+        return path.open("rb")
+    import gzip
+
+    return _GzipReader(gzip.open(path, "rb"), path)
+
+
+class _GzipReader:
+    """gzip.GzipFile whose decompression errors are UserErrors naming the file."""
+
+    def __init__(self, f, path: Path):
+        self._f, self._path = f, path
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._f.close()
+
+    def _guard(self, call, *args):
+        import gzip
+        import zlib
+
+        try:
+            return call(*args)
+        except (gzip.BadGzipFile, EOFError, zlib.error) as err:
+            raise UserError(f"{self._path} is not a readable gzip file ({err}); give it uncompressed, or compress it "
+                            "again with gzip") from None
+
+    def read(self, *args):
+        return self._guard(self._f.read, *args)
+
+    def seek(self, *args):
+        return self._guard(self._f.seek, *args)
+
+    def __iter__(self):
+        while line := self._guard(self._f.readline):
+            yield line
+
+
 def _utf8_text(path: Path) -> str:
     """The file as text: UTF-8 with or without BOM, else one line saying how to convert it."""
-    raw = path.read_bytes()
+    with _open_bytes(path) as f:
+        raw = f.read()
     if kind := _binary_kind(raw[:8]):
         raise UserError(f"{path} is {kind}, not {path.suffix[1:].upper()} text: give UTF-8 text, or name the file "
                         "by its format (.jsonl, .json, .csv, .tsv, .parquet)")

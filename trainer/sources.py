@@ -23,7 +23,7 @@ from trainer.errors import UserError, collect
 
 BUILTIN_MODELS = ("tiny-llama",)
 BUILTIN_DATASETS = ("function-calling",)
-LOCAL_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv", ".parquet")  # a name ending so is a file, never a Hub id
+LOCAL_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv", ".parquet", ".gz")  # a name ending so is a file, never a Hub id
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
