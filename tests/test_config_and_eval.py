@@ -247,3 +247,23 @@ def test_run_summary_says_how_many_eval_rows_were_too_long_to_score():
     text = summarize({"evaluate": {**ev, "skipped_long_rows": 3}}, None, False, 1.0)
     assert "function-calling accuracy (60 rows)" in text
     assert "warning: 3 eval rows longer than max_seq_len were not scored" in text
+
+
+def test_eval_rows_the_chat_template_refuses_are_one_user_error(tokenizer):
+    """A Hub model's template that refuses some eval rows (here: system turns) stops evaluation
+    with one message naming the rows and the fix, not a jinja traceback."""
+    import copy
+
+    from trainer.evaluate import fitting_rows
+
+    tok = copy.deepcopy(tokenizer)
+    tok.chat_template = ("{% for m in messages %}{% if m['role'] == 'system' %}"
+                         "{{ raise_exception('System role not supported') }}{% endif %}"
+                         "{{ m['role'] + ': ' + m['content'] + '\n' }}{% endfor %}")
+    ok = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
+    bad = {"messages": [{"role": "system", "content": "be brief"}, *ok["messages"]]}
+    assert fitting_rows([ok, ok], tok, 512)[0] == [0, 1]
+    with pytest.raises(UserError) as err:
+        fitting_rows([ok, bad, bad], tok, 512)
+    text = str(err.value)
+    assert "refuses 2 of 3 rows" in text and "System role not supported" in text and "fold a system message" in text

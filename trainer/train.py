@@ -195,7 +195,7 @@ class Recipe:
         examples, self.skipped = data.encode_all(data.read_jsonl(data_dir / "train.jsonl"), tokenizer, cfg.max_seq_len)
         self.eval_examples = data.encode_all(data.read_jsonl(data_dir / "eval.jsonl")[:64], tokenizer,
                                              cfg.max_seq_len)[0]
-        check_rows(len(examples), cfg.batch_size, world, cfg.batch_tokens)  # before the model loads
+        check_rows(len(examples), cfg.batch_size, world, cfg.batch_tokens, self.skipped)  # before the model loads
 
         self.say("setup: loading model")
         flatten, attn, self.packed_len = plan_packing(cfg, device)
