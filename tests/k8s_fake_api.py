@@ -43,6 +43,9 @@ class JobScript:
     # count 1, as the kubelet restarts a container under restartPolicy OnFailure) and writes this
     # log; the ended container's log stays readable with `previous=true`, as the kubelet keeps it.
     restarted_log: str = ""
+    # Set: the ended container's log is gone (`previous=true` answers 400, as after the runtime
+    # removed the old container).
+    previous_log_gone: bool = False
     # Set: the first streamed read of the master's log ends cleanly after this many bytes, as the API
     # server ends a stream whose upstream (kubelet, node) broke: possibly in the middle of a line.
     first_read_cut_at: int = 0
@@ -302,6 +305,9 @@ class Handler(RoutedHandler):
         if js.restarted_log and self.state.master_log_reads and "previous" not in query:
             log = js.restarted_log  # the container running now; `previous` reads the one that ended
         log = log if main else ""
+        if "previous" in query and js.previous_log_gone:
+            return 400, {"kind": "Status", "status": "Failure", "reason": "BadRequest",
+                         "message": f'previous terminated container "main" in pod "{name}" not found', "code": 400}
         if main and "follow" in query:
             self.state.master_log_reads += 1
             if js.first_read_cut_at and self.state.master_log_reads == 1:

@@ -710,6 +710,18 @@ def test_a_container_restarted_in_place_shows_its_unterminated_last_line_fake_ap
                      "--- log of pod ml/ft-inplace-master-0 (restart 1) ---", "resuming", "step 3"]
 
 
+
+def test_a_restarted_containers_log_streams_when_the_ended_ones_is_gone_fake_api(capsys):
+    """The ended container's log can no longer be read (`previous` answers 400): the log of the
+    container running now is still streamed, not retried behind that read forever."""
+    script = JobScript(conditions=["Created"] + ["Running"] * 40 + ["Succeeded"],
+                       master_log="step 1\nstep 2\n", restarted_log="resuming\nstep 3\n", previous_log_gone=True)
+    with FakeKubeAPI(script) as api:
+        KubernetesLauncher(ClusterSpec(namespace="ml", poll_interval_s=0.01), api.configuration).run(ARGS, "ft-gone")
+        assert len(api.state.calls("GET", r"/pods/ft-gone-master-0/log\?.*previous=")) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert [line for line in out if line.startswith(("step", "resuming"))] == ["step 1", "step 2", "resuming", "step 3"]
+
 WEATHER = [{"type": "function", "function": {"name": "get_weather", "description": "weather in a city", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]

@@ -402,9 +402,12 @@ def _stream_logs(core, namespace: str, selector: str, container: str, on_line: C
                     # Restarted in place (same pod) since the last read: the container that ended
                     # may have left lines unread, its last one perhaps without a newline. The
                     # kubelet keeps that log as the container's `previous` one.
-                    prev = core.read_namespaced_pod_log(name, namespace, container=container, previous=True,
-                                                        _preload_content=False)
-                    if not show(prev, before, ended=True):
+                    try:
+                        prev = core.read_namespaced_pod_log(name, namespace, container=container, previous=True,
+                                                            _preload_content=False)
+                    except ApiException:  # gone (the runtime removed the old container): move on
+                        prev = None
+                    if prev is not None and not show(prev, before, ended=True):
                         return
                 if key not in seen:
                     print(f"--- log of pod {namespace}/{name}" + (f" (restart {restarts})" if restarts else "")
