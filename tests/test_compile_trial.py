@@ -58,8 +58,9 @@ def test_the_faster_setting_runs_the_rest_of_training(monkeypatch, capsys, compi
 
 
 def test_a_run_too_short_to_compare_keeps_compiled_and_says_so(capsys, monkeypatch):
-    assert _CompileTrial.plan(fake_recipe(max_steps=10)) is None
+    assert _CompileTrial.plan(fake_recipe(max_steps=11)) is None  # the choice would come after the last step
     assert "too few to time compiled layers against eager" in capsys.readouterr().out
+    assert _CompileTrial.plan(fake_recipe(max_steps=12)).last == 11
     assert _CompileTrial.plan(fake_recipe(max_steps=30, done=25)) is None  # resumed near the end
     assert _CompileTrial.plan(fake_recipe(max_steps=30, done=30)) is None
     assert capsys.readouterr().out.count("too few") == 1  # nothing left to run: nothing to say

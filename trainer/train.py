@@ -559,11 +559,11 @@ class _CompileTrial:
         if settings.switched_off("FINETUNE_COMPILE_TRIAL"):
             return None
         first = recipe.done + 1 + cls.WARM
-        if first + 2 * cls.TIMED - 1 > recipe.cfg.max_steps:
+        if first + 2 * cls.TIMED - 1 >= recipe.cfg.max_steps:  # a choice needs a step left to use it
             if recipe.rank == MASTER and recipe.done < recipe.cfg.max_steps:
                 print(f"compile=true: {recipe.cfg.max_steps - recipe.done} steps to run, too few to time compiled "
-                      f"layers against eager (that takes {cls.WARM + 2 * cls.TIMED}); keeping them compiled",
-                      flush=True)
+                      f"layers against eager and use the faster (that takes {cls.WARM + 2 * cls.TIMED + 1}); "
+                      "keeping them compiled", flush=True)
             return None
         return cls(recipe, first)
 
