@@ -227,6 +227,21 @@ def test_a_clone_of_a_hub_dataset_repo_is_read_with_its_layout(tmp_path):
     assert out["eval"][0]["messages"][0] == CHATS[30]["messages"][0]
 
 
+def test_json_text_tools_column_with_rows_that_have_no_tools(tmp_path):
+    """A tools column as JSON text where some rows declare none ("null", as json.dumps(None)
+    writes, or empty): those rows are plain chat rows, not 'tools must be a list' errors."""
+    import pandas as pd
+
+    chat = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    with_tools = [r for r in CHATS if r.get("tools")][:10]
+    rows = ([{"messages": json.dumps(r["messages"]), "tools": json.dumps(r["tools"])} for r in with_tools]
+            + [{"messages": json.dumps(chat), "tools": t} for t in ("null", "") * 5])
+    pd.DataFrame(rows).to_parquet(tmp_path / "mixed.parquet")
+    out = data.read_rows(tmp_path / "mixed.parquet")
+    assert len(out) == 20 and sum("tools" in r for r in out) == 10
+    assert all(isinstance(r["tools"], list) for r in out if "tools" in r)
+
+
 def test_null_prompt_or_completion_cells_are_named(tmp_path):
     import pandas as pd
 

@@ -164,6 +164,8 @@ def to_chat(row: Any) -> Any:
                 value = None
             if isinstance(value, list):
                 row = {**row, key: value}
+            elif key == "tools" and (value is None and row[key].strip() in ("", "null")):
+                row = {k: v for k, v in row.items() if k != "tools"}  # a row without tools, as JSON text
     if isinstance(row, dict) and isinstance(row.get("messages"), list) and any(
             isinstance(m, dict) and isinstance(m.get("content"), list) for m in row["messages"]):
         row = {**row, "messages": [{**m, "content": _text_parts(m["content"])} if isinstance(m, dict) and
