@@ -42,7 +42,8 @@ def test_local_file_is_split_with_a_seed(tmp_path):
 
 def test_local_directory_needs_a_train_file(tmp_path):
     (tmp_path / "notes.txt").write_text("x")
-    with pytest.raises(UserError, match=r"has no train file \(train.jsonl, .json, .csv, .tsv or .parquet; it holds "
+    with pytest.raises(UserError, match=r"has no train file \(train.jsonl, .json, .csv, .tsv or .parquet, the text ones "
+                                        r"optionally .gz; it holds "
                                         r"\['notes.txt'\]\) and is not a `datasets` save_to_disk directory"):
         sources.materialize_dataset(sources.Source("local", str(tmp_path)), "")
 
@@ -307,3 +308,27 @@ def test_deliver_dataset_cli_takes_the_split_and_a_users_csv(tmp_path, store, ca
     with pytest.raises(SystemExit) as exit_:
         main(["deliver-dataset", "org/data", "--eval-fraction", "0"])
     assert exit_.value.code == 2 and "--eval-fraction must be between 0 and 1" in capsys.readouterr().err
+
+
+def test_gzipped_split_files_hub_layouts_and_csv_models_are_recognised(tmp_path):
+    """train.jsonl.gz in a directory, data/train-*.jsonl.gz in a Hub clone, and a CSV given as
+    model_source: the same suffixes everywhere a dataset is recognised."""
+    import gzip
+
+    rows = [{"messages": [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": "a"}]}
+            for i in range(20)]
+    lines = "".join(json.dumps(r) + "\n" for r in rows)
+    d = tmp_path / "ds"
+    d.mkdir()
+    with gzip.open(d / "train.jsonl.gz", "wt") as f:
+        f.write(lines)
+    (d / "validation.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:5]))
+    out = sources.materialize_dataset(sources.parse(str(d), "dataset"), "")
+    assert (len(out["train"]), len(out["eval"])) == (20, 5)
+    hub = tmp_path / "hub" / "data"
+    hub.mkdir(parents=True)
+    with gzip.open(hub / "train-00000-of-00001.jsonl.gz", "wt") as f:
+        f.write(lines)
+    assert sources._hub_layout(hub.parent)
+    (tmp_path / "pairs.csv").write_text("prompt,completion\na,b\n")
+    assert "holds a dataset, not a model" in sources.model_dir_problems(tmp_path / "pairs.csv")[0]

@@ -121,7 +121,8 @@ def _read_json(path: Path) -> tuple[Any, str | None]:
 def model_tree_problems(names: set[str], where: str) -> list[str]:
     """What file names alone tell: a dataset where a model belongs, no config, no weights."""
     if "config.json" not in names:
-        if any(n.endswith((".jsonl", ".parquet", ".csv")) or n.rsplit("/", 1)[-1] in DATASET_FILES for n in names):
+        if any(n.lower().removesuffix(".gz").endswith((".jsonl", ".parquet", ".csv", ".tsv"))
+               or n.rsplit("/", 1)[-1] in DATASET_FILES for n in names):
             return [f"{where} holds a dataset, not a model: pass it as dataset_source, and a model (e.g. "
                     "builtin:tiny-llama or a Hub id like Qwen/Qwen2.5-0.5B-Instruct) as model_source"]
         if "adapter_config.json" in names:  # a training run's adapter output, passed as the model
@@ -146,7 +147,7 @@ def model_dir_problems(path: str | Path, check_tokenizer: bool = True) -> list[s
     model_type, weights present (every shard an index lists), a tokenizer that loads and has
     a chat template."""
     root = Path(path)
-    if root.is_file() and root.suffix in (".jsonl", ".json", ".parquet"):
+    if root.is_file() and root.name.lower().endswith(LOCAL_SUFFIXES):
         return model_tree_problems({root.name}, f"model path {root}")
     if not root.is_dir():
         return [f"model path {root} is not a directory: pass the directory holding config.json"]
@@ -305,13 +306,15 @@ def _materialize(src: Source, revision: str, eval_fraction: float, seed: int) ->
         raise UserError(f"dataset {src.ref} has no 'train' split (it has {list(ds)}): name the training split "
                         "'train'")
     train = data.validate_rows(ds["train"].to_list(), f"{src.ref}[train]", columnar=True)
-    held_out = next((s for s in ("validation", "eval", "test") if s in ds), None)
+    held_out = next((s for s in SPLIT_NAMES["eval"] if s in ds), None)
     if held_out is None:
         return _split(train, eval_fraction, seed)
     return {"train": train, "eval": data.validate_rows(ds[held_out].to_list(), f"{src.ref}[{held_out}]", columnar=True)}
 
 
 SAVED_DATASET_FILES = ("dataset_dict.json", "state.json")  # what datasets' save_to_disk writes
+# The held-out split: the first of these present, for files in a directory and for splits of a
+# `datasets` dataset alike (eval.jsonl is what deliver writes; validation is the Hub's name).
 SPLIT_NAMES = {"train": ("train",), "eval": ("eval", "validation", "valid", "test")}
 
 
@@ -321,13 +324,15 @@ def _split_files(path: Path) -> tuple[Path, Path | None]:
     train file, or one split name in two formats (train.jsonl and train.csv)."""
     from trainer import data
 
-    found = {name: [path / f"{name}{ext}" for ext in data.FILE_TYPES if (path / f"{name}{ext}").is_file()]
+    found = {name: [path / f"{name}{ext}{gz}" for ext in data.FILE_TYPES for gz in ("", ".gz")
+                    if (path / f"{name}{ext}{gz}").is_file()]
              for names in SPLIT_NAMES.values() for name in names}
     problems = [f"dataset directory {path} has {name} in {len(files)} formats ({', '.join(f.name for f in files)}): "
                 "keep one" for name, files in found.items() if len(files) > 1]
     if not found["train"]:
         present = sorted(p.name for p in path.iterdir())[:6] if path.is_dir() else []
-        problems.append(f"dataset directory {path} has no train file (train.jsonl, .json, .csv, .tsv or .parquet; it "
+        problems.append(f"dataset directory {path} has no train file (train.jsonl, .json, .csv, .tsv or .parquet, "
+                        f"the text ones optionally .gz; it "
                         f"holds {present or 'nothing'}) and is not a `datasets` save_to_disk directory: add train.jsonl "
                         "[+ eval.jsonl], or pass a single file")
     collect(problems, what=f"cannot read dataset directory {path}")
@@ -358,7 +363,7 @@ def _hub_layout(path: Path) -> bool:
     train-*.jsonl, ...), not named plainly train.jsonl."""
     from trainer import data
 
-    return any(p.suffix in data.FILE_TYPES for pattern in ("data/train*", "train-*", "data/train/*")
+    return any(data._suffix(p) in data.FILE_TYPES for pattern in ("data/train*", "train-*", "data/train/*")
                for p in path.glob(pattern))
 
 
