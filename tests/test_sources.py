@@ -308,6 +308,11 @@ def test_deliver_dataset_cli_takes_the_split_and_a_users_csv(tmp_path, store, ca
     with pytest.raises(SystemExit) as exit_:
         main(["deliver-dataset", "org/data", "--eval-fraction", "0"])
     assert exit_.value.code == 2 and "--eval-fraction must be between 0 and 1" in capsys.readouterr().err
+    (tmp_path / "empty.csv").write_text("prompt,completion\n")
+    with pytest.raises(SystemExit) as exit_:  # both problems in one message
+        main(["deliver-dataset", str(tmp_path / "empty.csv"), "--eval-fraction", "1.5"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "--eval-fraction must be between 0 and 1" in err and "empty.csv" in err
 
 
 def test_gzipped_split_files_hub_layouts_and_csv_models_are_recognised(tmp_path):

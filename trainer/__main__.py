@@ -213,17 +213,19 @@ def _local_source_problems(what: str, source: str, eval_fraction: float = 0.1, s
     from trainer import sources
     from trainer.errors import UserError
 
+    problems = []
     if what == "dataset" and not 0 < eval_fraction < 1:
-        return [f"--eval-fraction must be between 0 and 1 (exclusive), got {eval_fraction}: e.g. 0.1"]
+        problems.append(f"--eval-fraction must be between 0 and 1 (exclusive), got {eval_fraction}: e.g. 0.1")
+        eval_fraction = 0.1  # still check the source itself, so every problem is reported at once
     try:
         src = sources.parse(source, what)
         if src.kind == "local" and what == "model":
-            return sources.model_dir_problems(src.ref)
+            return problems + sources.model_dir_problems(src.ref)
         if src.kind == "local":
             sources.materialize_dataset(src, "", eval_fraction, seed)
     except UserError as err:
-        return [str(err)]
-    return []
+        return problems + [str(err)]
+    return problems
 
 
 if __name__ == "__main__":

@@ -229,7 +229,10 @@ def _template_problems(model_source: str, splits: dict[str, list], found: list[s
     elif model.kind == "local" and not any(model.ref in p for p in found):
         from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(model.ref, local_files_only=True)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(model.ref, local_files_only=True)
+        except (OSError, ValueError):  # model_dir_problems names what is wrong with the directory
+            return []
     elif model.kind == "hub":
         from transformers import AutoTokenizer
 
