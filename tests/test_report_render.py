@@ -45,3 +45,13 @@ def test_report_renders_in_headless_chromium(tmp_path):
     keep = Path(__file__).resolve().parent.parent / ".runs" / "report-screenshot.png"  # for a look afterwards
     keep.parent.mkdir(exist_ok=True)
     shutil.copy(shot, keep)
+
+
+def test_sweep_table_columns_keep_one_order_whatever_the_trials_key_order():
+    from trainer.report import sweep_markdown
+
+    rows = [{"trial": 0, "learning_rate": 0.003, "lora_alpha": 8, "lora_r": 4, "base": 0.0, "tuned": 0.9, "gain": 0.9},
+            {"trial": 1, "learning_rate": 0.001, "lora_alpha": 64, "lora_r": 64, "base": 0.0, "tuned": 0.5, "gain": 0.5}]
+    text = sweep_markdown({"rows": rows, "best": 0, "reason": "deploying trial 0"}, "fc_accuracy")
+    assert "| trial | lora_r | lora_alpha | learning_rate | base fc_accuracy | tuned fc_accuracy | gain |" in text
+    assert "| 0 (best) | 4 | 8 | 0.003 | 0 | 0.9 | 0.9 |" in text
