@@ -166,3 +166,16 @@ def test_a_run_resumed_at_its_last_step_traces_nothing_and_reaches_cleanup():
     prof = recipe._profiler()
     assert prof is not None
     prof.stop()
+
+
+def test_flatten_packing_on_cpu_says_it_is_the_slower_choice(delivered, store, capsys):
+    from trainer.train import train
+
+    model_uri, data_uri = delivered
+    train(TrainConfig(model_uri=model_uri, dataset_uri=data_uri, output_prefix="runs/flatten-cpu", max_steps=2,
+                      batch_tokens=512, packing="flatten"), store)
+    out = capsys.readouterr().out
+    assert "packing=flatten here attends over the whole packed sequence" in out and "use packing=auto" in out
+    train(TrainConfig(model_uri=model_uri, dataset_uri=data_uri, output_prefix="runs/auto-cpu", max_steps=2,
+                      batch_tokens=512), store)
+    assert "packing=flatten here" not in capsys.readouterr().out

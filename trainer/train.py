@@ -227,6 +227,10 @@ class Recipe:
             print(f"{len(examples)} rows (mean {mean_len:.0f} tokens), {world} process(es), {per_micro} per "
                   f"micro-batch, {self.accum} micro-batch(es) per step; attention {attn or 'default'}, "
                   f"loss {self.loss_model.fused}{', compiled layers' if cfg.compile else ''}", flush=True)
+            if flatten and attn is None:  # CPU: sdpa with a block-diagonal mask, every cross-row pair computed
+                print("packing=flatten here attends over the whole packed sequence behind a mask (no flash or flex "
+                      "attention on this device): measured 2x slower than packing=auto's length-bucketed padding "
+                      "on CPU (README Performance); use packing=auto", flush=True)
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay,
                                            fused=device.type == "cuda")
