@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -150,14 +151,43 @@ def save_tensorboard(run_dir: Path, store, since: float) -> Path | None:
 
 # --- reading records
 
-def load_runs(runs_dir: Path = RUNS_DIR) -> list[dict[str, Any]]:
-    """Every run record under runs_dir, oldest first."""
-    runs = []
-    for path in sorted(runs_dir.glob(f"*/{RECORD}")):
+# run_local's run directories: <YYYYmmdd-HHMMSS>-<pipeline>[-n]; .runs/ also holds outputs/, pipeline-root/.
+_RUN_DIR = re.compile(r"\d{8}-\d{6}-.+")
+
+
+def read_record(run_dir: Path) -> dict[str, Any]:
+    """The run's record; a run directory whose run.json is missing, half-written or not a
+    record (a run killed while writing it, a hand edit) reads as a record that says so, so
+    that one broken run neither hides the others nor stops `list` and `compare`."""
+    path = run_dir / RECORD
+    try:
         record = json.loads(path.read_text())
-        record["dir"] = str(path.parent)
-        runs.append(record)
-    return sorted(runs, key=lambda r: (r.get("started", ""), r["id"]))
+        problem = "" if isinstance(record, dict) else f"{RECORD} holds no JSON object"
+    except FileNotFoundError:
+        record, problem = {}, f"no {RECORD}"
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        record, problem = {}, f"unreadable {RECORD} ({type(err).__name__}: {str(err)[:80]})"
+    if not problem:
+        wrong = [k for k, kind in (("params", dict), ("metrics", dict), ("changed", dict), ("started", str),
+                                   ("elapsed_s", (int, float)), ("status", str), ("summary", str))
+                 if k in record and not isinstance(record[k], kind)]
+        if isinstance(record.get("metrics"), dict) and not all(
+                isinstance(ms, dict) and all(isinstance(v, (int, float)) for v in ms.values())
+                for ms in record["metrics"].values()):
+            wrong.append("metrics (each task's must be names and numbers)")
+        problem = f"{RECORD} field(s) of the wrong type: {', '.join(wrong)}" if wrong else ""
+    if problem:
+        record = {"status": "broken", "summary": f"{problem}; remove {run_dir} if the run is gone",
+                  "started": "", "params": {}, "metrics": {}}
+    record["id"] = run_dir.name  # the directory is what `compare RUN` and `rm -r` name
+    record["dir"] = str(run_dir)
+    return record
+
+
+def load_runs(runs_dir: Path = RUNS_DIR) -> list[dict[str, Any]]:
+    """Every run under runs_dir, oldest first (the id starts with its start time)."""
+    dirs = [d for d in runs_dir.glob("*") if d.is_dir() and (_RUN_DIR.fullmatch(d.name) or (d / RECORD).exists())]
+    return sorted((read_record(d) for d in dirs), key=lambda r: r["id"])
 
 
 def select(runs: list[dict[str, Any]], ids: list[str], last: int, runs_dir: Path = RUNS_DIR) -> list[dict[str, Any]]:
@@ -188,7 +218,7 @@ def list_table(runs: list[dict[str, Any]]) -> str:
         if ev.get("fc_rows", 1) == 0:  # no tool-call rows to score: 0% would read as a measurement
             acc = "n/a (0 rows)"
         changed = ", ".join(f"{k}={_fmt(v)}" for k, v in r.get("changed", {}).items()) or "defaults"
-        rows.append((r["id"], r.get("status", "?"), f"{r.get('elapsed_s', 0):.0f}s", acc,
+        rows.append((r["id"], r.get("status", "?"), f"{r['elapsed_s']:.0f}s" if "elapsed_s" in r else "", acc,
                      r.get("summary") or changed))
     return table(rows, ("run", "status", "time", "fc accuracy", "parameters set (or what happened)"))
 

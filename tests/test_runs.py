@@ -265,3 +265,32 @@ def test_sweep_trial_reports_are_titled_by_trial(tmp_path):
     md.write_text("# Evaluation: base vs tuned\n")
     (page,) = runs.save_reports(tmp_path / "run", {"for-loop-1-iteration-2.evaluate-examples": str(md)})
     assert "<title>Evaluation: base vs tuned, trial 2 — local run run</title>" in page.read_text()
+
+
+@pytest.mark.parametrize("content, needle", [
+    (None, "no run.json"),
+    ('{"id": "2026', "unreadable run.json (JSONDecodeError"),
+    ("[1, 2]", "holds no JSON object"),
+    ('{"params": [], "metrics": {"evaluate": {"fc_accuracy": "high"}}}', "wrong type: params, metrics"),
+])
+def test_a_broken_run_record_is_listed_as_broken_and_the_others_still_show(tmp_path, capsys, content, needle):
+    runs_dir = tmp_path / "runs"
+    good = record_run(runs_dir, tmp_path, 3e-3, 0.8)
+    broken = runs_dir / "20991231-235959-finetune"  # the latest: `compare` picks it by default
+    broken.mkdir()
+    if content is not None:
+        (broken / "run.json").write_text(content)
+    (runs_dir / "outputs").mkdir()  # run_local's exported models live beside the runs: not a run
+
+    assert runs.main(["list", "--runs-dir", str(runs_dir)]) == 0
+    listed = capsys.readouterr().out
+    assert good in listed and "outputs" not in listed
+    [line] = [line for line in listed.splitlines() if line.startswith(broken.name)]
+    assert " broken " in line and needle in line and f"remove {broken}" in line
+
+    assert runs.main(["compare", "--runs-dir", str(runs_dir)]) == 0
+    table = capsys.readouterr().out
+    assert good in table and broken.name in table and "0.8" in table
+    assert runs.main(["compare", broken.name, "--runs-dir", str(runs_dir)]) == 0
+    assert runs.main(["tensorboard", "-n", "2", "--runs-dir", str(runs_dir)]) == 0
+    assert f"{good}:" in capsys.readouterr().out
