@@ -1,24 +1,28 @@
-"""python -m pipelines.submit [--host URL] [--param k=v ...] [--recurring "CRON"] [--wait] [--dry-run]
+"""python -m pipelines.submit [--pipeline finetune|sweep] [--host URL] [--param k=v ...] [--recurring "CRON"] [--wait] [--dry-run]
 
-Submit the fine-tuning pipeline to a Kubeflow Pipelines 2.x backend:
+Submit the fine-tuning pipeline (or with --pipeline sweep the LoRA sweep, --parallelism
+trials at once) to a Kubeflow Pipelines 2.x backend:
   1. validate the parameters (every problem at once, before anything is uploaded);
   2. compile the pipeline from this checkout;
   3. upload it, or upload a new version when the pipeline exists (versions are named by
      the content hash, so resubmitting unchanged code reuses the version);
   4. create a run in an experiment (created if missing), or with --recurring a recurring
-     run on a 6-field cron schedule (`0 0 3 * * *` = daily at 03:00);
+     run on a 6-field cron schedule (`0 0 3 * * *` = daily at 03:00) or a descriptor
+     (`@daily`, `@every 6h`);
   5. print the run URL; --wait follows the run to the end and exits non-zero unless it succeeded.
 
 The KFP host comes from --host or KFP_HOST; a bearer token, when the endpoint needs one,
 from KFP_TOKEN (never a flag, so it stays out of shell history and process lists).
 --dry-run validates and prints, as YAML, every Kubernetes object the run would create
 (the TrainJob or PyTorchJob, the vLLM Deployment and Service or the InferenceService) and the
-Model Registry calls, and contacts nothing.
+Model Registry calls, and contacts nothing; for the sweep, one job per trial.
 
 Example:
   python -m pipelines.submit --host http://localhost:8080 --param launcher=trainjob \\
       --param deploy_backend=kubernetes --param model_source=meta-llama/Llama-3.2-1B-Instruct \\
       --param dataset_source=s3://llm-finetune/datasets/sha256-... --param nodes=2 --param procs_per_node=8
+  python -m pipelines.submit --pipeline sweep --parallelism 3 --param launcher=trainjob \
+      --param 'trials=[{"lora_r": 16, "lora_alpha": 32, "learning_rate": 0.0002}, {"lora_r": 64, "lora_alpha": 128, "learning_rate": 0.0001}]'
 """
 
 from __future__ import annotations
@@ -31,28 +35,46 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pipelines.finetune import PIPELINE_NAME, finetune_pipeline
-from pipelines.params import parse_params
+from pipelines.finetune import finetune_pipeline
+from pipelines.params import parse_params, pipeline_defaults
 from trainer.errors import UserError, collect, exit_on_user_error
 
 
 def option_problems(args: argparse.Namespace) -> list[str]:
     """The command's own options: KFP would refuse a blank name only after the upload."""
     problems = [f"--{opt.replace('_', '-')} is empty: give a name, e.g. --{opt.replace('_', '-')} llm-finetune"
-                for opt in ("experiment", "run_name") if not getattr(args, opt).strip()]
+                for opt in ("experiment", "run_name") if getattr(args, opt) is not None and not getattr(args, opt).strip()]
+    if args.parallelism < 1:
+        problems.append(f"--parallelism {args.parallelism}: give how many sweep trials run at once, at least 1 "
+                        "(e.g. --parallelism 2)")
+    if args.host and not args.dry_run and (at := host_credentials(args.host)):
+        problems.append(f"--host / KFP_HOST {at!r} carries a user name or password in the URL, which would end up in "
+                        "logs and the printed run URL: drop it and put a bearer token in KFP_TOKEN")
     if args.timeout <= 0:
         problems.append(f"--timeout {args.timeout}: give the --wait limit in seconds, e.g. --timeout 86400")
     return problems
 
 
-def validate(params: dict[str, Any], recurring: str | None = None, extra: list[str] | tuple = ()) -> None:
+def host_credentials(host: str) -> str:
+    """`host` with its user-info part masked when it has one (`https://***@kfp.example.com`), else ''."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(host.strip())
+    if "@" not in parts.netloc:
+        return ""
+    return parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]).geturl()
+
+
+def validate(params: dict[str, Any], recurring: str | None = None, extra: list[str] | tuple = (),
+             sweep: bool = False) -> None:
     """Every parameter with the rules of the validate-params step, plus what only a cluster
     refuses (local paths, launcher=local) and the --recurring schedule: all before anything
     is compiled, uploaded or contacted."""
     from trainer.k8s import rules
-    from trainer.validate import on_cluster_problems, pipeline_problems
+    from trainer.validate import on_cluster_problems, pipeline_problems, sweep_problems
 
-    problems = [*extra] + pipeline_problems(params, check_local_files=False) + on_cluster_problems(params)
+    checks = sweep_problems if sweep else pipeline_problems
+    problems = [*extra] + checks(params, check_local_files=False) + on_cluster_problems(params)
     if recurring is not None:
         problems += rules.cron(recurring, "--recurring")
     collect(problems, what="invalid pipeline parameters")
@@ -86,7 +108,20 @@ def check_host(host: str, token: str | None, timeout: float = PROBE_TIMEOUT_S) -
         raise UserError(f"cannot reach KFP at {host} ({reason}) within {timeout:.0f}s; {fix}") from None
 
 
-def dry_run_objects(params: dict[str, Any]) -> list:
+def sweep_dry_run_objects(params: dict[str, Any]) -> list:
+    """The sweep's objects: one training job per trial (the finetune pipeline's defaults for
+    what the sweep does not set), then the winner's serving objects."""
+    from trainer.k8s.common import job_name
+
+    base = {**pipeline_defaults(finetune_pipeline), **params, "method": "lora"}
+    objects = []
+    for i, trial in enumerate(params["trials"]):
+        [job, *_] = dry_run_objects({**base, **trial, "deploy_backend": "none"}, job_name(f"run-id-trial-{i}"))
+        objects.append(job)
+    return objects + dry_run_objects({**base, "launcher": "local"})
+
+
+def dry_run_objects(params: dict[str, Any], name: str = "") -> list:
     """The Kubernetes objects this run would create, as model objects."""
     from trainer.config import TrainConfig
     from trainer.k8s import kserve, vllm
@@ -102,7 +137,7 @@ def dry_run_objects(params: dict[str, Any]) -> list:
                                       dataset_uri="s3://<bucket>/datasets/<from deliver-dataset>",
                                       output_prefix="runs/<run id>")
         build = build_trainjob if params["launcher"] == "trainjob" else build_pytorchjob
-        objects.append(build(job_name("run-id"), cfg.to_args(), spec))
+        objects.append(build(name or job_name("run-id"), cfg.to_args(), spec))
     if params["deploy_backend"] in ("kubernetes", "kserve"):
         name, side_by_side = params["served_model_name"], params.get("serve_adapters", False)
         serve = vllm.ServeSpec(
@@ -129,25 +164,25 @@ def registry_calls(params: dict[str, Any]) -> list[str]:
                              adapter_uri="s3://<bucket>/models/<from finetune>" if params["method"] == "lora" else ""))
 
 
-def package(out_dir: Path) -> tuple[Path, str]:
+def package(out_dir: Path, pipeline=finetune_pipeline) -> tuple[Path, str]:
     """Compile to `out_dir`; returns (path, short content hash)."""
     from pipelines.compile import compile_pipeline
 
-    path = compile_pipeline(finetune_pipeline, out_dir / "finetune.yaml")  # deterministic: same code, same hash
+    path = compile_pipeline(pipeline, out_dir / f"{pipeline.name}.yaml")  # deterministic: same code, same hash
     return path, hashlib.sha256(path.read_bytes()).hexdigest()[:12]
 
 
-def upload(client, path: Path, digest: str) -> tuple[str, str]:
+def upload(client, path: Path, digest: str, pipeline=finetune_pipeline) -> tuple[str, str]:
     """(pipeline id, version id) of a version named by the package's content hash.
 
     Creating a pipeline also creates a first version named after the pipeline; runs always
     use a `<name>-<hash>` version, so resubmitting unchanged code finds and reuses it.
     """
-    version_name = f"{PIPELINE_NAME}-{digest}"
-    pipeline_id = client.get_pipeline_id(PIPELINE_NAME)
+    version_name = f"{pipeline.name}-{digest}"
+    pipeline_id = client.get_pipeline_id(pipeline.name)
     if pipeline_id is None:
-        pipeline_id = client.upload_pipeline(str(path), pipeline_name=PIPELINE_NAME,
-                                             description=finetune_pipeline.description).pipeline_id
+        pipeline_id = client.upload_pipeline(str(path), pipeline_name=pipeline.name,
+                                             description=pipeline.description).pipeline_id
     existing = [v for v in client.list_pipeline_versions(pipeline_id, page_size=200).pipeline_versions or []
                 if v.display_name == version_name]
     if existing:
@@ -157,10 +192,10 @@ def upload(client, path: Path, digest: str) -> tuple[str, str]:
 
 
 def submit(client, params: dict[str, Any], experiment: str, run_name: str, recurring: str | None,
-           host: str) -> dict[str, Any]:
+           host: str, pipeline=finetune_pipeline) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
-        path, digest = package(Path(tmp))
-        pipeline_id, version_id = upload(client, path, digest)
+        path, digest = package(Path(tmp), pipeline)
+        pipeline_id, version_id = upload(client, path, digest, pipeline)
     experiment_id = client.create_experiment(experiment).experiment_id  # returns the existing one by name
     if recurring:  # the schedule was checked by validate(), before the upload above
         job = client.create_recurring_run(experiment_id, run_name, cron_expression=recurring, pipeline_id=pipeline_id,
@@ -175,24 +210,37 @@ def submit(client, params: dict[str, Any], experiment: str, run_name: str, recur
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipelines.submit", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pipeline", choices=("finetune", "sweep"), default="finetune",
+                        help="finetune: one training run (default); sweep: parallel LoRA trials, the best deployed")
+    parser.add_argument("--parallelism", type=int, default=2,
+                        help="sweep: trials running at once (compiled into the pipeline; default 2)")
     parser.add_argument("--host", default=os.environ.get("KFP_HOST"), help="KFP API endpoint (or KFP_HOST)")
     parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                         help="a pipeline parameter, repeatable (python -m pipelines.run_local --list-params lists them)")
     parser.add_argument("--experiment", default="llm-finetune")
-    parser.add_argument("--run-name", default="llm-finetune")
-    parser.add_argument("--recurring", metavar="CRON", help="6-field cron: create a recurring run instead")
+    parser.add_argument("--run-name", default=None, help="the run's name in the KFP UI (default: the pipeline's name)")
+    parser.add_argument("--recurring", metavar="CRON",
+                        help="create a recurring run instead: 6-field cron ('0 0 3 * * *'), @daily, @every 6h")
     parser.add_argument("--wait", action="store_true", help="follow the run to its end")
     parser.add_argument("--timeout", type=int, default=24 * 3600, help="--wait limit in seconds")
     parser.add_argument("--dry-run", action="store_true", help="print the Kubernetes objects; contact nothing")
     args = parser.parse_args(argv)
 
     with exit_on_user_error():
-        params = parse_params(finetune_pipeline, args.param)
-        validate(params, args.recurring, option_problems(args))
+        sweep = args.pipeline == "sweep"
+        if sweep:
+            from pipelines.sweep import build
+
+            pipeline = build(max(args.parallelism, 1))
+        else:
+            pipeline = finetune_pipeline
+        params = parse_params(pipeline, args.param)
+        validate(params, args.recurring, option_problems(args), sweep=sweep)
+        run_name = args.run_name or pipeline.name
         if args.dry_run:
             from trainer.__main__ import print_yaml
 
-            print_yaml(dry_run_objects(params))
+            print_yaml(sweep_dry_run_objects(params) if sweep else dry_run_objects(params))
             for line in registry_calls(params):  # YAML comments: the output stays valid YAML
                 print(f"# {line}")
             return 0
@@ -205,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
 
         try:
             client = kfp.Client(host=args.host, existing_token=os.environ.get("KFP_TOKEN") or None)
-            result = submit(client, params, args.experiment, args.run_name, args.recurring, args.host)
+            result = submit(client, params, args.experiment, run_name, args.recurring, args.host, pipeline)
         except ApiException as err:  # the server's answer, e.g. a permission or validation error
             detail = (err.body or "").strip().replace("\n", " ")[:300]
             raise UserError(f"KFP at {args.host} refused the request: HTTP {err.status} {err.reason} {detail}") \

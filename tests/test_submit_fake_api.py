@@ -52,7 +52,7 @@ def test_resubmit_reuses_experiment_and_version_and_new_code_adds_a_version_fake
     assert len(kfp_api.state.experiments) == 1
     versions = {r["pipeline_version_reference"]["pipeline_version_id"] for r in kfp_api.state.runs.values()}
     assert len(kfp_api.state.runs) == 2 and len(versions) == 1
-    monkeypatch.setattr(submit, "package", lambda d: (_fake_package(d), "0123456789ab"))
+    monkeypatch.setattr(submit, "package", lambda d, pipeline: (_fake_package(d), "0123456789ab"))
     submit.main(["--host", kfp_api.url, *CLUSTER])
     assert [v["display_name"] for v in kfp_api.state.versions[pid]][0] == "llm-finetune-0123456789ab"
 
@@ -117,3 +117,62 @@ def test_dry_run_prints_valid_objects_without_secrets():
         validate(o)
     assert objs[0]["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 1
     assert objs[0]["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["nodeSelector"] == {"pool": "h100"}
+
+
+@pytest.mark.parametrize("schedule", ["@every 1h", "@daily", "0 30 2 * * MON-FRI"])
+def test_recurring_run_takes_every_schedule_form_kfp_accepts_fake_api(kfp_api, schedule):
+    assert submit.main(["--host", kfp_api.url, *CLUSTER, "--recurring", schedule]) == 0
+    [job] = kfp_api.state.recurring.values()
+    assert job["trigger"]["cron_schedule"]["cron"] == schedule
+
+
+def test_sweep_is_submitted_as_its_own_pipeline_fake_api(kfp_api, capsys):
+    trials = '[{"lora_r": 8, "lora_alpha": 16, "learning_rate": 0.0002}, {"lora_r": 32, "lora_alpha": 64, "learning_rate": 0.0001}]'
+    assert submit.main(["--host", kfp_api.url, "--pipeline", "sweep", "--parallelism", "3", "--param",
+                        "launcher=trainjob", "--param", f"trials={trials}", "--param", "min_gain=0.05"]) == 0
+    [pipeline] = kfp_api.state.pipelines.values()
+    assert pipeline["display_name"] == "llm-finetune-sweep"
+    [run] = kfp_api.state.runs.values()
+    assert run["display_name"] == "llm-finetune-sweep"  # the default run name follows the pipeline
+    params = run["runtime_config"]["parameters"]
+    assert params["trials"][1] == {"lora_r": 32, "lora_alpha": 64, "learning_rate": 0.0001}
+    assert params["min_gain"] == 0.05 and "method" not in params  # the sweep's own signature
+    uploaded = kfp_api.state.uploads[run["pipeline_version_reference"]["pipeline_version_id"]]
+    assert b"llm-finetune-sweep" in uploaded
+    assert b"parallelismLimit: 3" in uploaded and b"parallelismLimit: 2" not in uploaded  # --parallelism compiled in
+
+
+def test_sweep_bad_trials_and_parallelism_upload_nothing_fake_api(kfp_api, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        submit.main(["--host", kfp_api.url, "--pipeline", "sweep", "--parallelism", "0",
+                     "--param", 'trials=[{"lora_r": 8}]'])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "3 problems" in err and "--parallelism 0" in err
+    assert "trials[0] must have exactly the keys" in err and "launcher=local" in err
+    assert not kfp_api.state.requests
+
+
+def test_sweep_dry_run_prints_one_job_per_trial_and_the_winners_deployment():
+    proc = subprocess.run([sys.executable, "-m", "pipelines.submit", "--dry-run", "--pipeline", "sweep",
+                           "--param", "launcher=pytorchjob", "--param", "deploy_backend=kubernetes"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    objs = list(yaml.safe_load_all(proc.stdout))
+    assert [o["kind"] for o in objs] == ["PyTorchJob"] * 3 + ["Deployment", "Service"]
+    for o in objs:
+        validate(o)
+    names = [o["metadata"]["name"] for o in objs[:3]]
+    assert len(set(names)) == 3  # trials never share a job
+    ranks = [next(a for a in o["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["command"]
+                  if a.startswith("--lora-r=")) for o in objs[:3]]
+    assert ranks == ["--lora-r=4", "--lora-r=16", "--lora-r=64"]  # the default trials, in order
+
+
+def test_credentials_in_the_host_url_are_refused_and_never_printed(kfp_api, capsys):
+    host = kfp_api.url.replace("http://", "http://bob:hunter2@")
+    with pytest.raises(SystemExit) as exit_info:
+        submit.main(["--host", host, *CLUSTER])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "hunter2" not in err and "bob" not in err
+    assert "***@127.0.0.1" in err and "KFP_TOKEN" in err
+    assert not kfp_api.state.requests
