@@ -134,3 +134,28 @@ def test_a_dataset_in_another_shape_is_one_line_with_the_fix(tmp_path, name, con
     assert proc.returncode == 2, proc.stderr
     assert needle in proc.stderr and "(1 problem" in proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout and not (tmp_path / "root").exists()
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["download", "notauri", "/tmp/x"], ["cannot download (2 problems)", "URI 'notauri' is not an s3:// URI"]),
+    (["evaluate", "--model-uri", "x", "--tuned-uri", "s3://b/t", "--dataset-uri", "s3://", "--max-rows", "0"],
+     ["4 problems", "--model-uri 'x' is not an s3:// URI", "--dataset-uri 's3://'", "--max-rows 0: give"]),
+    (["merge", "--model-uri", "s3://b/m", "--adapter-uri", "adapter/", "--out", "/tmp/x"],
+     ["2 problems", "--adapter-uri 'adapter/' is not an s3:// URI"]),
+])
+def test_s3_stages_name_every_bad_uri_with_the_missing_credentials(args, needles, tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}  # no S3 settings: one more problem, same message
+    proc = run("-m", "trainer", *args, env=env)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "S3 credentials missing" in proc.stderr
+    for needle in needles:
+        assert needle in proc.stderr
+
+
+def test_build_tiny_model_into_an_unwritable_place_is_one_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    proc = run("-m", "trainer", "build-tiny-model", str(blocker / "model"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith(f"error: cannot write the tiny model to {blocker / 'model'}: ")
+    assert "pass a writable directory" in proc.stderr

@@ -163,8 +163,13 @@ def run(args: argparse.Namespace) -> None:
         return
     if args.command == "build-tiny-model":
         from trainer import builtin_model
+        from trainer.errors import UserError
 
-        print(builtin_model.build(args.out))
+        try:
+            print(builtin_model.build(args.out))
+        except OSError as err:  # a path that cannot be created or written: the user's to fix
+            raise UserError(f"cannot write the tiny model to {args.out}: {err.strerror or err}; pass a writable "
+                            "directory") from None
         return
     if args.command == "serve":
         from trainer import serve
@@ -185,8 +190,24 @@ def run(args: argparse.Namespace) -> None:
         except UserError as err:
             problems.append(str(err))
         collect(problems, what=f"cannot {args.command} {args.source}")
-    else:
-        store = Store.from_env()
+    else:  # evaluate, download, merge: every URI and count checked with the S3 settings, in one message
+        from trainer.storage import split_uri
+
+        problems = []
+        for flag in ("model_uri", "tuned_uri", "dataset_uri", "adapter_uri", "uri"):
+            try:
+                split_uri(getattr(args, flag, None) or "s3://ok")
+            except UserError:
+                problems.append(f"{'--' + flag.replace('_', '-') if flag != 'uri' else 'URI'} "
+                                f"{getattr(args, flag)!r} is not an s3:// URI: pass the s3://bucket/... URI that "
+                                "deliver-model, deliver-dataset or train printed")
+        problems += [f"--{flag.replace('_', '-')} {getattr(args, flag)}: give a whole number of at least 1"
+                     for flag in ("max_rows", "max_seq_len") if getattr(args, flag, 1) < 1]
+        try:
+            store = Store.from_env()
+        except UserError as err:
+            problems.append(str(err))
+        collect(problems, what=f"cannot {args.command}")
     if args.command in ("deliver-model", "deliver-dataset"):
         deliver = sources.deliver_model if args.command == "deliver-model" else sources.deliver_dataset
         split = {"eval_fraction": args.eval_fraction, "seed": args.seed} if args.command == "deliver-dataset" else {}
