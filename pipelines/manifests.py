@@ -163,7 +163,21 @@ def problems(namespace: str, pipeline_sa: str, storage: str) -> list[str]:
     from trainer.k8s import rules
 
     return (rules.dns1123_label(namespace, "--namespace") + rules.service_account_ref(pipeline_sa, "--pipeline-sa")
-            + rules.quantity(storage, "--storage"))
+            + storage_problems(storage))
+
+
+def storage_problems(storage: str) -> list[str]:
+    """A PVC size: a quantity the API server takes, and more than nothing (it refuses a zero request)."""
+    from kubernetes.utils import parse_quantity
+
+    from trainer.k8s import rules
+
+    fix = "give the MinIO volume size with a unit, e.g. --storage 100Gi"
+    if rules.quantity(storage, "--storage"):
+        return [f"--storage={storage!r} is not a size; {fix}"]
+    if parse_quantity(storage) < 1024 ** 2:  # '0', or '500m' read as half a byte
+        return [f"--storage={storage!r} is less than a mebibyte, no room for models or datasets; {fix}"]
+    return []
 
 
 def main(argv: list[str] | None = None) -> None:

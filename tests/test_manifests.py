@@ -89,7 +89,9 @@ def test_minio_refuses_the_template_password(password, refused):
 
 @pytest.mark.parametrize("args, fix", [(["--namespace", "Bad_NS"], "--namespace='Bad_NS' is not a valid"),
                                        (["--pipeline-sa", "kubeflow:"], "must be namespace:name"),
-                                       (["--storage", "lots"], "is not a Kubernetes quantity")])
+                                       (["--storage", "lots"], "--storage='lots' is not a size; give the MinIO"),
+                                       (["--storage", "0"], "less than a mebibyte"),
+                                       (["--storage", "500m"], "e.g. --storage 100Gi")])
 def test_bad_arguments_exit_2_with_the_fix(args, fix, capsys):
     with pytest.raises(SystemExit) as exit_:
         manifests.main(args)
