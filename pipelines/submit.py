@@ -50,6 +50,9 @@ def option_problems(args: argparse.Namespace) -> list[str]:
     if args.host and not args.dry_run and (at := host_credentials(args.host)):
         problems.append(f"--host / KFP_HOST {at!r} carries a user name or password in the URL, which would end up in "
                         "logs and the printed run URL: drop it and put a bearer token in KFP_TOKEN")
+    if args.wait and args.recurring is not None:
+        problems.append("--wait follows one run, but --recurring creates a schedule whose runs start later: drop --wait "
+                        "(the schedule's runs are listed under the recurring run's URL)")
     if args.timeout <= 0:
         problems.append(f"--timeout {args.timeout}: give the --wait limit in seconds, e.g. --timeout 86400")
     return problems
@@ -261,7 +264,15 @@ def main(argv: list[str] | None = None) -> int:
         for key, value in result.items():
             print(f"{key}: {value}")
         if args.wait and "run_id" in result:
-            run = client.wait_for_run_completion(result["run_id"], timeout=args.timeout)
+            try:
+                run = client.wait_for_run_completion(result["run_id"], timeout=args.timeout)
+            except TimeoutError:  # the run itself goes on: this is no failure of it, nor bad input
+                print(f"error: the run has not finished within --timeout {args.timeout}s; it goes on in KFP: "
+                      f"{result['url']}", file=sys.stderr)
+                return 1
+            except ApiException as err:
+                raise UserError(f"KFP at {args.host} refused a status request for run {result['run_id']}: HTTP "
+                                f"{err.status} {err.reason}; the run goes on: {result['url']}") from None
             print(f"run finished: {run.state}")
             return 0 if str(run.state).upper() == "SUCCEEDED" else 1
     return 0

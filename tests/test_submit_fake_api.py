@@ -176,3 +176,24 @@ def test_credentials_in_the_host_url_are_refused_and_never_printed(kfp_api, caps
     assert exit_info.value.code == 2 and "hunter2" not in err and "bob" not in err
     assert "***@127.0.0.1" in err and "KFP_TOKEN" in err
     assert not kfp_api.state.requests
+
+
+def test_wait_past_its_timeout_says_the_run_goes_on_without_a_traceback_fake_api(kfp_api, monkeypatch, capsys):
+    import kfp
+
+    kfp_api.state.final_state = "RUNNING"  # never finishes
+    real = kfp.Client.wait_for_run_completion
+    monkeypatch.setattr(kfp.Client, "wait_for_run_completion",
+                        lambda self, run_id, timeout, sleep_duration=0: real(self, run_id, timeout, sleep_duration=0.2))
+    assert submit.main(["--host", kfp_api.url, *CLUSTER, "--wait", "--timeout", "1"]) == 1
+    [run] = kfp_api.state.runs.values()
+    err = capsys.readouterr().err
+    assert err.startswith("error: the run has not finished within --timeout 1s; it goes on in KFP: ")
+    assert err.rstrip().endswith(f"/#/runs/details/{run['run_id']}")
+
+
+def test_wait_with_recurring_is_refused_before_anything_is_contacted_fake_api(kfp_api, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        submit.main(["--host", kfp_api.url, *CLUSTER, "--wait", "--recurring", "@daily"])
+    assert exit_info.value.code == 2 and "drop --wait" in capsys.readouterr().err
+    assert not kfp_api.state.requests
