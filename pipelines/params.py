@@ -3,6 +3,7 @@ defaults, every problem reported at once."""
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import json
 import math
@@ -57,8 +58,14 @@ def parse_params(pipeline, pairs: list[str]) -> dict[str, Any]:
         if not sep:
             problems.append(f"--param {pair!r} is not key=value")
             continue
+        key = key.strip()  # `--param "lora_r = 16"`: the spaces are typing, not part of the name
+        if not key:
+            problems.append(f"--param {pair!r} has no name before '=': give KEY=VALUE, e.g. --param max_steps=200")
+            continue
         if key not in params:
-            problems.append(f"unknown parameter {key!r}; known: {', '.join(sorted(params))}")
+            close = difflib.get_close_matches(key, params, n=1)
+            problems.append(f"unknown parameter {key!r}; " + (f"did you mean {close[0]}? " if close else "")
+                            + f"known: {', '.join(sorted(params))}")
             continue
         kind = type(params[key])
         before = params[key]

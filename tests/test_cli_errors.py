@@ -159,3 +159,16 @@ def test_build_tiny_model_into_an_unwritable_place_is_one_line(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.startswith(f"error: cannot write the tiny model to {blocker / 'model'}: ")
     assert "pass a writable directory" in proc.stderr
+
+
+def test_param_typos_name_the_fix_and_spaces_around_the_name_are_typing(capsys):
+    from pipelines import submit
+
+    with pytest.raises(SystemExit) as exit_info:
+        submit.main(["--dry-run", "--param", "=1", "--param", "max_stepz=3", "--param", "lora_r = 16"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "bad --param (2 problems)" in err
+    assert "--param '=1' has no name before '='" in err
+    assert "unknown parameter 'max_stepz'; did you mean max_steps?" in err
+    assert submit.main(["--dry-run", "--param", "launcher=trainjob", "--param", "lora_r = 16"]) == 0
+    assert "--lora-r=16" in capsys.readouterr().out
