@@ -82,7 +82,8 @@ def test_service_account_ref(value, ok):
     ("0 0 3 * * *", True), ("0 0 9 ? * MON-FRI", True), ("0 */15 * * * *", True), ("@daily", True),
     ("@every 1h30m", True), ("@every soon", False), ("not a cron at all x", False), ("0 9 * * 1", False),
     ("0 0 9 * * 1 2026", False), ("0 60 * * * *", False), ("0 0 25 * * *", False), ("0 0 3 L * *", False),
-    ("", False), (5, False)])
+    ("", False), (5, False), ("@every 1s", True), ("@every 0s", False), ("@every 500ms", False),
+    ("@every 0h0m", False)])
 def test_cron(expr, ok):
     assert (rules.cron(expr) == []) is ok
 

@@ -252,6 +252,7 @@ _CRON_DESCRIPTORS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@
 _CRON_NAMES = re.compile(r"JAN|FEB|MAR|APR|MAY|JUN|JUL|AUG|SEP|OCT|NOV|DEC|SUN|MON|TUE|WED|THU|FRI|SAT", re.I)
 _CRON_FIELD = re.compile(r"[0-9*?,/-]+")
 _GO_DURATION = re.compile(r"([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+")
+_GO_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ns|us|µs|ms|s|m|h)")
 
 
 def cron(expr: Any, what: str = "cron") -> list[str]:
@@ -263,7 +264,13 @@ def cron(expr: Any, what: str = "cron") -> list[str]:
     if expr in _CRON_DESCRIPTORS:
         return []
     if expr.startswith("@every"):
-        if _GO_DURATION.fullmatch(expr[len("@every"):].strip()):
+        duration = expr[len("@every"):].strip()
+        if _GO_DURATION.fullmatch(duration):
+            units = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}
+            seconds = sum(float(n) * units[u] for n, u in _GO_DURATION_PART.findall(duration))
+            if seconds < 1:  # robfig/cron rounds it up to one second: a new run every second
+                return [f"{what}={expr!r} is shorter than a second (KFP would start a run every second): "
+                        "give a real interval, e.g. '@every 6h'"]
             return []
         return [f"{what}={expr!r}: @every takes a duration like '@every 6h' or '@every 1h30m'"]
     fields = expr.split()
