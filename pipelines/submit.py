@@ -86,9 +86,11 @@ def validate(params: dict[str, Any], recurring: str | None = None, extra: list[s
 PROBE_TIMEOUT_S = 10.0
 
 
-def check_host(host: str, token: str | None, timeout: float = PROBE_TIMEOUT_S) -> None:
+def check_host(host: str, token: str | None, timeout: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
     """One bounded request to KFP's healthz endpoint, so that a wrong or unreachable --host is one
-    error line in seconds (kfp.Client would retry without a time limit and print tracebacks)."""
+    error line in seconds (kfp.Client would retry without a time limit and print tracebacks).
+    Returns healthz's answer ({"multi_user": true, ...}; {} if it is not JSON)."""
+    import json
     import urllib.error
     import urllib.request
 
@@ -99,8 +101,12 @@ def check_host(host: str, token: str | None, timeout: float = PROBE_TIMEOUT_S) -
         raise UserError(f"--host {host!r} is not an http(s):// URL; {fix}")
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
     try:
-        with urllib.request.urlopen(request, timeout=timeout):
-            return
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            try:
+                answer = json.loads(response.read(65536) or b"{}")
+            except ValueError:
+                return {}
+            return answer if isinstance(answer, dict) else {}
     except urllib.error.HTTPError as err:
         if err.code in (401, 403):
             raise UserError(f"KFP at {host} refused the request (HTTP {err.code}): set KFP_TOKEN to a valid bearer "
@@ -195,11 +201,12 @@ def upload(client, path: Path, digest: str, pipeline=finetune_pipeline) -> tuple
 
 
 def submit(client, params: dict[str, Any], experiment: str, run_name: str, recurring: str | None,
-           host: str, pipeline=finetune_pipeline) -> dict[str, Any]:
+           host: str, pipeline=finetune_pipeline, namespace: str | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         path, digest = package(Path(tmp), pipeline)
         pipeline_id, version_id = upload(client, path, digest, pipeline)
-    experiment_id = client.create_experiment(experiment).experiment_id  # returns the existing one by name
+    # Returns the existing one by name; multi-user KFP keeps experiments (and their runs) per profile namespace.
+    experiment_id = client.create_experiment(experiment, namespace=namespace).experiment_id
     if recurring:  # the schedule was checked by validate(), before the upload above
         job = client.create_recurring_run(experiment_id, run_name, cron_expression=recurring, pipeline_id=pipeline_id,
                                           version_id=version_id, params=params, max_concurrency=1, no_catchup=True)
@@ -220,7 +227,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default=os.environ.get("KFP_HOST"), help="KFP API endpoint (or KFP_HOST)")
     parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                         help="a pipeline parameter, repeatable (python -m pipelines.run_local --list-params lists them)")
-    parser.add_argument("--experiment", default="llm-finetune")
+    parser.add_argument("--experiment", default="llm-finetune", help="KFP experiment, created if missing")
+    parser.add_argument("--kfp-namespace", default=None, metavar="PROFILE",
+                        help="multi-user Kubeflow: the profile namespace of the experiment and its runs "
+                             "(default: the namespace parameter)")
     parser.add_argument("--run-name", default=None, help="the run's name in the KFP UI (default: the pipeline's name)")
     parser.add_argument("--recurring", metavar="CRON",
                         help="create a recurring run instead: 6-field cron ('0 0 3 * * *'), @daily, @every 6h")
@@ -250,13 +260,16 @@ def main(argv: list[str] | None = None) -> int:
         if not args.host:
             raise UserError("no KFP host: pass --host URL or set KFP_HOST (e.g. http://localhost:8080 after "
                             "`kubectl port-forward -n kubeflow svc/ml-pipeline-ui 8080:80`)")
-        check_host(args.host, os.environ.get("KFP_TOKEN") or None)
+        health = check_host(args.host, os.environ.get("KFP_TOKEN") or None)
+        namespace = args.kfp_namespace or (params.get("namespace") if health.get("multi_user") else None)
+        if health.get("multi_user") and not namespace:  # the sweep has no namespace parameter
+            raise UserError(f"KFP at {args.host} is multi-user: pass --kfp-namespace <your profile namespace>")
         import kfp
         from kfp_server_api.exceptions import ApiException
 
         try:
             client = kfp.Client(host=args.host, existing_token=os.environ.get("KFP_TOKEN") or None)
-            result = submit(client, params, args.experiment, run_name, args.recurring, args.host, pipeline)
+            result = submit(client, params, args.experiment, run_name, args.recurring, args.host, pipeline, namespace)
         except ApiException as err:  # the server's answer, e.g. a permission or validation error
             detail = (err.body or "").strip().replace("\n", " ")[:300]
             raise UserError(f"KFP at {args.host} refused the request: HTTP {err.status} {err.reason} {detail}") \

@@ -28,6 +28,7 @@ class KfpState:
     run_reads: dict[str, int] = field(default_factory=dict)
     final_state: str = "SUCCEEDED"
     healthz_status: int = 200  # 401: an endpoint that wants a token
+    multi_user: bool = False  # Kubeflow with profiles: experiments carry a namespace
     requests: list = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -55,7 +56,7 @@ class KfpHandler(RoutedHandler):
     ]
 
     def healthz(self, method, *, query, body):
-        return self.state.healthz_status, {"multi_user": False}
+        return self.state.healthz_status, {"multi_user": self.state.multi_user}
 
     def _new_version(self, pipeline_id: str, name: str, body: Any) -> dict:
         version = {"pipeline_id": pipeline_id, "pipeline_version_id": str(uuid.uuid4()), "display_name": name,
@@ -90,12 +91,17 @@ class KfpHandler(RoutedHandler):
         return 200, {"pipelines": items, "total_size": len(items)}
 
     def experiments(self, method, *, query, body):
+        namespace = (body or {}).get("namespace") if method == "POST" else query.get("namespace")
+        if self.state.multi_user and not namespace:  # what KFP's multi-user mode answers
+            return 400, {"code": 3, "message": "Invalid input error: In multi-user mode, experiment must have a "
+                                               "namespace"}
         if method == "POST":
             exp = {**body, "experiment_id": str(uuid.uuid4())}
             self.state.experiments[exp["experiment_id"]] = exp
             return 200, exp
         name = _display_name_filter(query)
-        items = [e for e in self.state.experiments.values() if name is None or e["display_name"] == name]
+        items = [e for e in self.state.experiments.values() if (name is None or e["display_name"] == name)
+                 and (not self.state.multi_user or e.get("namespace") == namespace)]
         return 200, {"experiments": items, "total_size": len(items)}
 
     def runs(self, method, run_id, *, query, body):

@@ -197,3 +197,16 @@ def test_wait_with_recurring_is_refused_before_anything_is_contacted_fake_api(kf
         submit.main(["--host", kfp_api.url, *CLUSTER, "--wait", "--recurring", "@daily"])
     assert exit_info.value.code == 2 and "drop --wait" in capsys.readouterr().err
     assert not kfp_api.state.requests
+
+
+def test_multi_user_kfp_gets_the_experiment_in_the_profile_namespace_fake_api(kfp_api, capsys):
+    kfp_api.state.multi_user = True
+    assert submit.main(["--host", kfp_api.url, *CLUSTER, "--param", "namespace=team-a"]) == 0
+    [exp] = kfp_api.state.experiments.values()
+    assert exp["namespace"] == "team-a"  # the namespace parameter, when --kfp-namespace is not given
+    assert submit.main(["--host", kfp_api.url, *CLUSTER, "--kfp-namespace", "team-b"]) == 0
+    assert sorted(e["namespace"] for e in kfp_api.state.experiments.values()) == ["team-a", "team-b"]
+    assert len(kfp_api.state.runs) == 2
+    with pytest.raises(SystemExit) as exit_info:  # the sweep has no namespace parameter to fall back on
+        submit.main(["--host", kfp_api.url, "--pipeline", "sweep", "--param", "launcher=trainjob"])
+    assert exit_info.value.code == 2 and "pass --kfp-namespace" in capsys.readouterr().err
