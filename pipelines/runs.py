@@ -194,6 +194,7 @@ def select(runs: list[dict[str, Any]], ids: list[str], last: int, runs_dir: Path
     if not ids:
         return runs[-last:]
     by_id = {r["id"]: r for r in runs}
+    ids = list(dict.fromkeys(ids))  # a run named twice is one column
     missing = [i for i in ids if i not in by_id]
     if missing:
         raise UserError(f"no local run {', '.join(missing)} under {runs_dir}; see: python -m pipelines.runs list")
@@ -253,6 +254,14 @@ def tensorboard_command(runs: list[dict[str, Any]]) -> list[str]:
     return [exe, "--logdir_spec", ",".join(spec)]
 
 
+def tensorboard_missing(exe: str) -> str:
+    """Why `exe` cannot be started ('' when it can): said before exec, which would raise a traceback."""
+    if Path(exe).is_file() and os.access(exe, os.X_OK):
+        return ""
+    return f"tensorboard is not installed here ({exe} not found): pip install tensorboard, or run the printed command " \
+           "where it is"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipelines.runs", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -282,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
             cmd = tensorboard_command(chosen)
             print(" ".join(cmd))
             if args.launch:
+                if problem := tensorboard_missing(cmd[0]):
+                    raise UserError(problem)
                 os.execv(cmd[0], cmd)
     return 0
 

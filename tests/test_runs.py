@@ -294,3 +294,22 @@ def test_a_broken_run_record_is_listed_as_broken_and_the_others_still_show(tmp_p
     assert runs.main(["compare", broken.name, "--runs-dir", str(runs_dir)]) == 0
     assert runs.main(["tensorboard", "-n", "2", "--runs-dir", str(runs_dir)]) == 0
     assert f"{good}:" in capsys.readouterr().out
+
+
+def test_tensorboard_launch_without_tensorboard_installed_is_one_line(tmp_path, capsys, monkeypatch):
+    runs_dir = tmp_path / "runs"
+    record_run(runs_dir, tmp_path, 3e-3, 0.8)
+    monkeypatch.setattr(runs.shutil, "which", lambda name: None)
+    monkeypatch.setattr(runs.sys, "executable", str(tmp_path / "no-venv" / "bin" / "python"))
+    monkeypatch.setattr(runs.os, "execv", lambda *a: pytest.fail("exec'd a missing program"))
+    with pytest.raises(SystemExit) as exit_info:
+        runs.main(["tensorboard", "--launch", "--runs-dir", str(runs_dir)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "tensorboard is not installed here" in err and "pip install tensorboard" in err
+
+
+def test_a_run_named_twice_is_compared_once(tmp_path, capsys):
+    runs_dir = tmp_path / "runs"
+    run = record_run(runs_dir, tmp_path, 3e-3, 0.8)
+    assert runs.main(["compare", run, run, "--runs-dir", str(runs_dir)]) == 0
+    assert capsys.readouterr().out.splitlines()[0].count(run) == 1
