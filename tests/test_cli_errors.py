@@ -172,3 +172,11 @@ def test_param_typos_name_the_fix_and_spaces_around_the_name_are_typing(capsys):
     assert "unknown parameter 'max_stepz'; did you mean max_steps?" in err
     assert submit.main(["--dry-run", "--param", "launcher=trainjob", "--param", "lora_r = 16"]) == 0
     assert "--lora-r=16" in capsys.readouterr().out
+
+
+def test_compile_into_an_unwritable_place_is_one_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    proc = run("-m", "pipelines.compile", "--out-dir", str(blocker / "compiled"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith(f"error: cannot write to --out-dir {blocker / 'compiled'}: ")

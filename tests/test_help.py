@@ -59,3 +59,30 @@ def test_every_train_option_has_help():
         assert action.help and not action.help.startswith("(default"), action.dest
     lr = next(a for a in options if a.dest == "learning_rate")
     assert "learning rate" in lr.help and "(default: 0.003)" in lr.help
+
+
+class _Parsed(Exception):
+    def __init__(self, parser):
+        self.parser = parser
+
+
+def _parsers(module_name: str, monkeypatch) -> list[argparse.ArgumentParser]:
+    """The entry point's parser and its subcommands' parsers, as main() builds them."""
+    def capture(self, *args, **kwargs):
+        raise _Parsed(self)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", capture)
+    monkeypatch.setattr(sys, "argv", [module_name])  # some mains read sys.argv only
+    with pytest.raises(_Parsed) as parsed:
+        importlib.import_module(module_name).main()
+    top = parsed.value.parser
+    subs = [a for a in top._actions if isinstance(a, argparse._SubParsersAction)]
+    return [top, *[p for s in subs for p in s.choices.values()]]
+
+
+@pytest.mark.parametrize("module_name", ENTRY_POINTS)
+def test_every_option_of_every_entry_point_and_subcommand_has_help(module_name, monkeypatch):
+    for parser in _parsers(module_name, monkeypatch):
+        for action in parser._actions:
+            if action.dest != "help" and not isinstance(action, argparse._SubParsersAction):
+                assert action.help, f"{parser.prog} {'/'.join(action.option_strings) or action.dest} has no help"
