@@ -226,7 +226,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="sweep: trials running at once (compiled into the pipeline; default 2)")
     parser.add_argument("--host", default=os.environ.get("KFP_HOST"), help="KFP API endpoint (or KFP_HOST)")
     parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
-                        help="a pipeline parameter, repeatable (python -m pipelines.run_local --list-params lists them)")
+                        help="a pipeline parameter, repeatable (--list-params lists them)")
+    parser.add_argument("--list-params", action="store_true",
+                        help="print the --pipeline's parameters with defaults and descriptions, then exit")
     parser.add_argument("--experiment", default="llm-finetune", help="KFP experiment, created if missing")
     parser.add_argument("--kfp-namespace", default=None, metavar="PROFILE",
                         help="multi-user Kubeflow: the profile namespace of the experiment and its runs "
@@ -247,6 +249,11 @@ def main(argv: list[str] | None = None) -> int:
             pipeline = build(max(args.parallelism, 1))
         else:
             pipeline = finetune_pipeline
+        if args.list_params:
+            from pipelines.run_local import params_help
+
+            print(params_help(pipeline))
+            return 0
         params = parse_params(pipeline, args.param)
         validate(params, args.recurring, option_problems(args), sweep=sweep)
         run_name = args.run_name or pipeline.name

@@ -210,3 +210,10 @@ def test_multi_user_kfp_gets_the_experiment_in_the_profile_namespace_fake_api(kf
     with pytest.raises(SystemExit) as exit_info:  # the sweep has no namespace parameter to fall back on
         submit.main(["--host", kfp_api.url, "--pipeline", "sweep", "--param", "launcher=trainjob"])
     assert exit_info.value.code == 2 and "pass --kfp-namespace" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("pipeline, own", [("finetune", "lora_r = 16"), ("sweep", "trials = [")])
+def test_list_params_shows_the_chosen_pipelines_parameters(pipeline, own, capsys):
+    assert submit.main(["--pipeline", pipeline, "--list-params"]) == 0
+    out = capsys.readouterr().out
+    assert f"  {own}" in out and "served_model_name = " in out and "(no description)" not in out
