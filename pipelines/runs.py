@@ -224,6 +224,11 @@ def list_table(runs: list[dict[str, Any]]) -> str:
     return table(rows, ("run", "status", "time", "fc accuracy", "parameters set (or what happened)"))
 
 
+def task_label(task: str) -> str:
+    """kfp.local's names for a sweep trial's tasks ("for-loop-1-iteration-0.evaluate") as people say them."""
+    return re.sub(r"^for-loop-\d+-iteration-(\d+)\.", r"trial \1 ", task)
+
+
 def compare_table(runs: list[dict[str, Any]], all_params: bool = False) -> str:
     """Runs as columns: the parameters that differ (all with `all_params`), then every metric."""
     from trainer.report import table
@@ -240,7 +245,7 @@ def compare_table(runs: list[dict[str, Any]], all_params: bool = False) -> str:
     rows.append(("", *[""] * len(runs)))
     keys = sorted({(task, m) for r in runs for task, ms in r.get("metrics", {}).items() for m in ms})
     for task, m in keys:
-        rows.append((f"{task}: {m}", *[_fmt(r.get("metrics", {}).get(task, {}).get(m, "")) for r in runs]))
+        rows.append((f"{task_label(task)}: {m}", *[_fmt(r.get("metrics", {}).get(task, {}).get(m, "")) for r in runs]))
     rows.append(("status", *[r.get("status", "?") for r in runs]))
     return table(rows, ("", *ids))
 

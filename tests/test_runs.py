@@ -313,3 +313,11 @@ def test_a_run_named_twice_is_compared_once(tmp_path, capsys):
     run = record_run(runs_dir, tmp_path, 3e-3, 0.8)
     assert runs.main(["compare", run, run, "--runs-dir", str(runs_dir)]) == 0
     assert capsys.readouterr().out.splitlines()[0].count(run) == 1
+
+
+def test_compare_names_sweep_trials_as_trials():
+    run = {"id": "r1", "status": "succeeded", "params": {}, "metrics": {
+        "for-loop-1-iteration-2.evaluate": {"tuned_fc_accuracy": 0.9}, "pick-best": {"best_trial": 2.0}}}
+    table = runs.compare_table([run])
+    assert "trial 2 evaluate: tuned_fc_accuracy" in table and "pick-best: best_trial" in table
+    assert "for-loop" not in table
