@@ -102,11 +102,16 @@ def check_host(host: str, token: str | None, timeout: float = PROBE_TIMEOUT_S) -
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            try:
-                answer = json.loads(response.read(65536) or b"{}")
-            except ValueError:
-                return {}
-            return answer if isinstance(answer, dict) else {}
+            body, final = response.read(65536), response.geturl().split("?", 1)[0]
+        try:
+            answer = json.loads(body or b"{}")
+        except ValueError:  # e.g. Kubeflow's Dex/oauth2-proxy login page after a redirect: not the API
+            moved = f" (redirected to {final})" if final != url else ""
+            raise UserError(f"{host} answered {url}{moved} with a web page, not KFP's API: a login page means the "
+                            "gateway wants credentials: set KFP_TOKEN to a token it accepts, or use "
+                            "`kubectl port-forward -n kubeflow svc/ml-pipeline-ui 8080:80` and --host "
+                            "http://localhost:8080") from None
+        return answer if isinstance(answer, dict) else {}
     except urllib.error.HTTPError as err:
         if err.code in (401, 403):
             raise UserError(f"KFP at {host} refused the request (HTTP {err.code}): set KFP_TOKEN to a valid bearer "

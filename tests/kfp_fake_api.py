@@ -29,6 +29,7 @@ class KfpState:
     final_state: str = "SUCCEEDED"
     healthz_status: int = 200  # 401: an endpoint that wants a token
     multi_user: bool = False  # Kubeflow with profiles: experiments carry a namespace
+    login_page: bool = False  # a gateway (Dex, oauth2-proxy) answering with its login page
     requests: list = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -56,6 +57,8 @@ class KfpHandler(RoutedHandler):
     ]
 
     def healthz(self, method, *, query, body):
+        if self.state.login_page:
+            return 200, "<html><body>Log in to Kubeflow</body></html>"
         return self.state.healthz_status, {"multi_user": self.state.multi_user}
 
     def _new_version(self, pipeline_id: str, name: str, body: Any) -> dict:

@@ -217,3 +217,13 @@ def test_list_params_shows_the_chosen_pipelines_parameters(pipeline, own, capsys
     assert submit.main(["--pipeline", pipeline, "--list-params"]) == 0
     out = capsys.readouterr().out
     assert f"  {own}" in out and "served_model_name = " in out and "(no description)" not in out
+
+
+def test_a_login_page_instead_of_the_api_is_one_line_naming_the_token_fake_api(kfp_api, capsys):
+    kfp_api.state.login_page = True
+    with pytest.raises(SystemExit) as exit_info:
+        submit.main(["--host", kfp_api.url, *CLUSTER])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "with a web page, not KFP's API" in err and "KFP_TOKEN" in err
+    assert len(err.strip().splitlines()) == 1
+    assert [r for r in kfp_api.state.requests if "healthz" not in str(r)] == []  # nothing uploaded
