@@ -180,3 +180,20 @@ def test_compile_into_an_unwritable_place_is_one_line(tmp_path):
     proc = run("-m", "pipelines.compile", "--out-dir", str(blocker / "compiled"))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.startswith(f"error: cannot write to --out-dir {blocker / 'compiled'}: ")
+
+
+@pytest.mark.parametrize("argv", [
+    ["launch-k8s", "--model-uri", "s3://b/m", "--dataset-uri", "s3://b/d", "--output-prefix", "runs/r"],
+    ["deploy-k8s", "--name", "my-model", "--model-uri", "s3://b/m"]])
+def test_an_unreachable_cluster_is_one_line_before_anything_is_created(tmp_path, argv):
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:9"}}],  # nothing listens on port 9
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "users": [{"name": "u", "user": {"token": "kube-topsecret"}}]}))
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "KUBECONFIG": str(kubeconfig)}
+    proc = run("-m", "trainer", *argv, env=env)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("error: cannot reach the Kubernetes API server at https://127.0.0.1:9 (")
+    assert "kubectl get nodes" in proc.stderr and "topsecret" not in proc.stderr + proc.stdout

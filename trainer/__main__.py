@@ -121,6 +121,26 @@ def print_yaml(objects) -> None:
     print(yaml.safe_dump_all([to_dict(o) for o in objects], sort_keys=False), end="")
 
 
+def reach_cluster(timeout: float = 10.0) -> None:
+    """One bounded request to the API server before launch-k8s / deploy-k8s create anything, so
+    that an unreachable or untrusted cluster is one line in seconds, not a urllib3 traceback
+    after the kubernetes client's retries."""
+    from kubernetes import client as k
+    from urllib3.exceptions import HTTPError
+
+    from trainer.errors import UserError
+    from trainer.k8s.common import api_client
+
+    api = api_client()
+    try:
+        k.VersionApi(api).get_code(_request_timeout=timeout)
+    except (HTTPError, OSError) as err:
+        reason = getattr(err, "reason", None) or err
+        raise UserError(f"cannot reach the Kubernetes API server at {api.configuration.host} ({str(reason)[:200]}) "
+                        f"within {timeout:.0f}s: check KUBECONFIG and `kubectl get nodes`, or add --dry-run to "
+                        "print the objects instead") from None
+
+
 def run(args: argparse.Namespace) -> None:
     if args.command == "train":
         cfg = TrainConfig.from_namespace(args).validate()  # before importing torch: bad input fails in a second
@@ -145,6 +165,7 @@ def run(args: argparse.Namespace) -> None:
             build = build_trainjob if args.launcher == "trainjob" else build_pytorchjob
             print_yaml([build(name, cfg.to_args(), spec)])
         else:
+            reach_cluster()
             launcher_for(args.launcher)(spec).run(cfg.to_args(), name)
         return
     if args.command == "deploy-k8s":
@@ -160,6 +181,8 @@ def run(args: argparse.Namespace) -> None:
         if args.dry_run:
             print_yaml(backend.build(spec))
         else:
+            backend.build(spec)  # the settings' problems first, as with --dry-run; it contacts nothing
+            reach_cluster()
             print(json.dumps(backend.deploy(spec, [{"role": "user", "content": "Hello!"}]), indent=1))
         return
     if args.command == "build-tiny-model":
