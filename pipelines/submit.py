@@ -268,6 +268,9 @@ def main(argv: list[str] | None = None) -> int:
             print_yaml(sweep_dry_run_objects(params) if sweep else dry_run_objects(params))
             for line in registry_calls(params):  # YAML comments: the output stays valid YAML
                 print(f"# {line}")
+            if args.recurring:
+                print(f"# recurring run {run_name!r} in experiment {args.experiment!r}: schedule {args.recurring!r}, "
+                      "at most 1 run at a time, no catch-up of missed runs")
             return 0
         if not args.host:
             raise UserError("no KFP host: pass --host URL or set KFP_HOST (e.g. http://localhost:8080 after "

@@ -227,3 +227,10 @@ def test_a_login_page_instead_of_the_api_is_one_line_naming_the_token_fake_api(k
     assert exit_info.value.code == 2 and "with a web page, not KFP's API" in err and "KFP_TOKEN" in err
     assert len(err.strip().splitlines()) == 1
     assert [r for r in kfp_api.state.requests if "healthz" not in str(r)] == []  # nothing uploaded
+
+
+def test_dry_run_of_a_recurring_run_states_the_schedule_as_a_yaml_comment(capsys):
+    assert submit.main(["--dry-run", *CLUSTER, "--recurring", "@every 6h", "--run-name", "nightly"]) == 0
+    out = capsys.readouterr().out
+    assert "# recurring run 'nightly' in experiment 'llm-finetune': schedule '@every 6h'" in out
+    assert [o["kind"] for o in yaml.safe_load_all(out)] == ["PyTorchJob", "Deployment", "Service"]  # still YAML
