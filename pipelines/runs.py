@@ -24,6 +24,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import sys
 import time
 from pathlib import Path
@@ -52,6 +53,7 @@ def new_run(pipeline: str, params: dict[str, Any], runs_dir: Path = RUNS_DIR,
             continue
     record = {"id": run_dir.name, "pipeline": pipeline, "status": "running",
               "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "params": params, "metrics": {},
+              "pid": os.getpid(), "host": socket.gethostname(),  # so that a killed run reads as gone
               "changed": {k: v for k, v in params.items() if defaults is not None and defaults.get(k) != v}}
     (run_dir / RECORD).write_text(json.dumps(record, indent=1))
     return run_dir
@@ -179,9 +181,26 @@ def read_record(run_dir: Path) -> dict[str, Any]:
     if problem:
         record = {"status": "broken", "summary": f"{problem}; remove {run_dir} if the run is gone",
                   "started": "", "params": {}, "metrics": {}}
+    if record.get("status") == "running" and _gone(record):
+        record["status"] = "gone"
+        record.setdefault("summary", f"its process {record['pid']} ended without finishing the record (killed?)")
     record["id"] = run_dir.name  # the directory is what `compare RUN` and `rm -r` name
     record["dir"] = str(run_dir)
     return record
+
+
+def _gone(record: dict[str, Any]) -> bool:
+    """A run recorded as running on this machine whose process no longer exists."""
+    pid = record.get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool) or record.get("host") != socket.gethostname():
+        return False  # another machine's run (a shared .runs/), or a record from before pids were kept
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # exists, another user's
+        return False
+    return False
 
 
 def load_runs(runs_dir: Path = RUNS_DIR) -> list[dict[str, Any]]:

@@ -321,3 +321,17 @@ def test_compare_names_sweep_trials_as_trials():
     table = runs.compare_table([run])
     assert "trial 2 evaluate: tuned_fc_accuracy" in table and "pick-best: best_trial" in table
     assert "for-loop" not in table
+
+
+def test_a_run_whose_process_was_killed_reads_as_gone_not_running(tmp_path, capsys):
+    import subprocess
+
+    runs_dir = tmp_path / "runs"
+    alive = runs.new_run("finetune", {"max_steps": 1}, runs_dir)  # this process: still running
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    killed = runs.new_run("finetune", {"max_steps": 2}, runs_dir)
+    runs.update_run(killed, pid=dead.pid)
+    by_id = {r["id"]: r for r in runs.load_runs(runs_dir)}
+    assert by_id[alive.name]["status"] == "running"
+    assert by_id[killed.name]["status"] == "gone" and str(dead.pid) in by_id[killed.name]["summary"]
