@@ -132,7 +132,20 @@ def sweep_dry_run_objects(params: dict[str, Any]) -> list:
     for i, trial in enumerate(params["trials"]):
         [job, *_] = dry_run_objects({**base, **trial, "deploy_backend": "none"}, job_name(f"run-id-trial-{i}"))
         objects.append(job)
-    return objects + dry_run_objects({**base, "launcher": "local"})
+    objects += dry_run_objects({**base, "launcher": "local"})  # the winner, if it beats the base by min_gain
+    if params.get("deploy_all_trials") and params["deploy_backend"] in ("kubernetes", "kserve"):
+        from trainer.k8s import kserve, vllm
+        from trainer.launch import cluster_from_params
+
+        name = params["served_model_name"]
+        side_by_side = vllm.ServeSpec(
+            name=f"{name}-base", model_uri="s3://<bucket>/models/<from deliver-model>", gpus=base["serve_gpus"],
+            cluster=cluster_from_params(base), vllm_image=base.get("vllm_image", ""),
+            adapters=vllm.trial_adapters(name, [f"s3://<bucket>/models/<from-trial-{i}>"
+                                                for i in range(len(params["trials"]))]),
+            max_lora_rank=max(int(t["lora_r"]) for t in params["trials"]))
+        objects += (kserve if params["deploy_backend"] == "kserve" else vllm).build(side_by_side)
+    return objects
 
 
 def dry_run_objects(params: dict[str, Any], name: str = "") -> list:

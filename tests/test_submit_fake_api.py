@@ -234,3 +234,18 @@ def test_dry_run_of_a_recurring_run_states_the_schedule_as_a_yaml_comment(capsys
     out = capsys.readouterr().out
     assert "# recurring run 'nightly' in experiment 'llm-finetune': schedule '@every 6h'" in out
     assert [o["kind"] for o in yaml.safe_load_all(out)] == ["PyTorchJob", "Deployment", "Service"]  # still YAML
+
+
+def test_sweep_dry_run_with_deploy_all_trials_shows_the_side_by_side_server():
+    proc = subprocess.run([sys.executable, "-m", "pipelines.submit", "--dry-run", "--pipeline", "sweep",
+                           "--param", "launcher=trainjob", "--param", "deploy_backend=kubernetes",
+                           "--param", "deploy_all_trials=true", "--param", "served_model_name=bot"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    objs = list(yaml.safe_load_all(proc.stdout))
+    assert [(o["kind"], o["metadata"]["name"]) for o in objs[3:]] == [
+        ("Deployment", "bot"), ("Service", "bot"), ("Deployment", "bot-base"), ("Service", "bot-base")]
+    for o in objs:
+        validate(o)
+    served = " ".join(objs[5]["spec"]["template"]["spec"]["containers"][0]["command"])
+    assert all(f"bot-trial-{i}=" in served for i in range(3)) and "--max-lora-rank 64" in served
