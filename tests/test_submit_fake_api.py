@@ -249,3 +249,13 @@ def test_sweep_dry_run_with_deploy_all_trials_shows_the_side_by_side_server():
         validate(o)
     served = " ".join(objs[5]["spec"]["template"]["spec"]["containers"][0]["command"])
     assert all(f"bot-trial-{i}=" in served for i in range(3)) and "--max-lora-rank 64" in served
+
+
+def test_the_token_is_never_printed_on_success_or_refusal_fake_api(kfp_api, monkeypatch, capsys):
+    monkeypatch.setenv("KFP_TOKEN", "kfp-topsecret-token")
+    assert submit.main(["--host", kfp_api.url, *CLUSTER]) == 0
+    kfp_api.state.healthz_status = 403
+    with pytest.raises(SystemExit):
+        submit.main(["--host", kfp_api.url, *CLUSTER])
+    out, err = capsys.readouterr()
+    assert "topsecret" not in out + err and "HTTP 403" in err
