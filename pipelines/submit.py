@@ -289,7 +289,10 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError("no KFP host: pass --host URL or set KFP_HOST (e.g. http://localhost:8080 after "
                             "`kubectl port-forward -n kubeflow svc/ml-pipeline-ui 8080:80`)")
         health = check_host(args.host, os.environ.get("KFP_TOKEN") or None)
-        namespace = args.kfp_namespace or (params.get("namespace") if health.get("multi_user") else None)
+        # Single-user KFP keeps experiments without a namespace; multi-user needs the profile's.
+        namespace = (args.kfp_namespace or params.get("namespace")) if health.get("multi_user") else None
+        if args.kfp_namespace and not health.get("multi_user"):
+            print(f"note: KFP at {args.host} is single-user: --kfp-namespace is not used", file=sys.stderr)
         if health.get("multi_user") and not namespace:  # the sweep has no namespace parameter
             raise UserError(f"KFP at {args.host} is multi-user: pass --kfp-namespace <your profile namespace>")
         import kfp

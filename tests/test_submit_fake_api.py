@@ -259,3 +259,9 @@ def test_the_token_is_never_printed_on_success_or_refusal_fake_api(kfp_api, monk
         submit.main(["--host", kfp_api.url, *CLUSTER])
     out, err = capsys.readouterr()
     assert "topsecret" not in out + err and "HTTP 403" in err
+
+
+def test_single_user_kfp_keeps_experiments_without_a_namespace_fake_api(kfp_api, capsys):
+    assert submit.main(["--host", kfp_api.url, *CLUSTER, "--param", "namespace=team-a", "--kfp-namespace", "x"]) == 0
+    [exp] = kfp_api.state.experiments.values()
+    assert not exp.get("namespace") and "single-user: --kfp-namespace is not used" in capsys.readouterr().err
