@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import sys
 import tempfile
@@ -89,8 +90,7 @@ PROBE_TIMEOUT_S = 10.0
 def check_host(host: str, token: str | None, timeout: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
     """One bounded request to KFP's healthz endpoint, so that a wrong or unreachable --host is one
     error line in seconds (kfp.Client would retry without a time limit and print tracebacks).
-    Returns healthz's answer ({"multi_user": true, ...}; {} if it is not JSON)."""
-    import json
+    Returns healthz's answer ({"multi_user": true, ...})."""
     import urllib.error
     import urllib.request
 
@@ -210,8 +210,10 @@ def upload(client, path: Path, digest: str, pipeline=finetune_pipeline) -> tuple
     if pipeline_id is None:
         pipeline_id = client.upload_pipeline(str(path), pipeline_name=pipeline.name,
                                              description=pipeline.description).pipeline_id
-    existing = [v for v in client.list_pipeline_versions(pipeline_id, page_size=200).pipeline_versions or []
-                if v.display_name == version_name]
+    # Asked by name: a pipeline with many versions lists them over many pages.
+    by_name = json.dumps({"predicates": [{"key": "display_name", "operation": "EQUALS", "string_value": version_name}]})
+    existing = [v for v in client.list_pipeline_versions(pipeline_id, page_size=10, filter=by_name).pipeline_versions
+                or [] if v.display_name == version_name]
     if existing:
         return pipeline_id, existing[0].pipeline_version_id
     version = client.upload_pipeline_version(str(path), pipeline_version_name=version_name, pipeline_id=pipeline_id)

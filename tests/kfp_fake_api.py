@@ -85,8 +85,11 @@ class KfpHandler(RoutedHandler):
         return 200, self._new_version(pid, query["name"], body)
 
     def versions(self, method, pipeline_id, *, query, body):
-        items = self.state.versions.get(pipeline_id, [])
-        return 200, {"pipeline_versions": items, "total_size": len(items)}
+        name = _display_name_filter(query)
+        items = [v for v in self.state.versions.get(pipeline_id, []) if name is None or v["display_name"] == name]
+        size = int(query.get("page_size") or 20)  # one page, as KFP answers
+        return 200, {"pipeline_versions": items[:size], "total_size": len(items),
+                     **({"next_page_token": "more"} if len(items) > size else {})}
 
     def pipelines(self, method, *, query, body):
         name = _display_name_filter(query)

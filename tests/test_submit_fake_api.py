@@ -265,3 +265,15 @@ def test_single_user_kfp_keeps_experiments_without_a_namespace_fake_api(kfp_api,
     assert submit.main(["--host", kfp_api.url, *CLUSTER, "--param", "namespace=team-a", "--kfp-namespace", "x"]) == 0
     [exp] = kfp_api.state.experiments.values()
     assert not exp.get("namespace") and "single-user: --kfp-namespace is not used" in capsys.readouterr().err
+
+
+def test_unchanged_code_reuses_its_version_among_hundreds_fake_api(kfp_api, monkeypatch):
+    monkeypatch.setattr(submit, "package", lambda d, pipeline: (_fake_package(d), "0123456789ab"))
+    submit.main(["--host", kfp_api.url, *CLUSTER])  # the version of this code, then 250 newer ones
+    [pid] = kfp_api.state.pipelines
+    for i in range(250):  # the fake lists one page, newest first, as KFP does
+        kfp_api.state.versions[pid].insert(0, {"pipeline_id": pid, "pipeline_version_id": f"v{i}",
+                                               "display_name": f"llm-finetune-{i:012x}"})
+    submit.main(["--host", kfp_api.url, *CLUSTER])
+    versions = {r["pipeline_version_reference"]["pipeline_version_id"] for r in kfp_api.state.runs.values()}
+    assert len(kfp_api.state.runs) == 2 and len(versions) == 1 and len(kfp_api.state.versions[pid]) == 252
