@@ -8,6 +8,10 @@ keeps a record under .runs/<run id>/ that outlives the run's throwaway S3 server
   reports/       the run's HTML reports and Markdown reports rendered as HTML
   tensorboard/   the trainer's TensorBoard event files
 
+Status: running, succeeded, failed, interrupted (Ctrl-C); gone when the run's process ended
+without finishing its record (killed); broken when run.json is missing or unreadable (the
+line says why; remove the directory if the run is of no use).
+
 Examples:
   python -m pipelines.runs list
   python -m pipelines.runs compare                # the last 2 runs
