@@ -12,7 +12,9 @@ trials at once) to a Kubeflow Pipelines 2.x backend:
   5. print the run URL; --wait follows the run to the end and exits non-zero unless it succeeded.
 
 The KFP host comes from --host or KFP_HOST; a bearer token, when the endpoint needs one,
-from KFP_TOKEN (never a flag, so it stays out of shell history and process lists).
+from KFP_TOKEN (never a flag, so it stays out of shell history and process lists; nor
+user:password in the host URL, which is refused). On multi-user Kubeflow the experiment and
+its runs go into --kfp-namespace (default: the namespace parameter).
 --dry-run validates and prints, as YAML, every Kubernetes object the run would create
 (the TrainJob or PyTorchJob, the vLLM Deployment and Service or the InferenceService) and the
 Model Registry calls, and contacts nothing; for the sweep, one job per trial.
