@@ -86,3 +86,15 @@ def test_every_option_of_every_entry_point_and_subcommand_has_help(module_name, 
         for action in parser._actions:
             if action.dest != "help" and not isinstance(action, argparse._SubParsersAction):
                 assert action.help, f"{parser.prog} {'/'.join(action.option_strings) or action.dest} has no help"
+
+
+def test_python_m_pipelines_lists_the_entry_points(capsys):
+    from pipelines.__main__ import main
+
+    assert main(["submit"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: python -m pipelines runs nothing itself (got 'submit'); run one of:")
+    for module in ("run_local", "runs", "submit", "compile", "manifests"):
+        assert f"python -m pipelines.{module}" in err
+        importlib.import_module(f"pipelines.{module}")  # every module listed exists
+    assert main(["--help"]) == 0 and "python -m pipelines.submit" in capsys.readouterr().out
