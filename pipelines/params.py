@@ -43,6 +43,15 @@ def pipeline_defaults(pipeline) -> dict[str, Any]:
     return {name: p.default for name, p in inspect.signature(pipeline.pipeline_func).parameters.items()}
 
 
+def _pipelines_with(key: str, pipeline) -> list[str]:
+    """The project's other pipelines that take `key` (e.g. finetune's namespace, absent from the sweep)."""
+    from pipelines.finetune import finetune_pipeline
+    from pipelines.sweep import sweep_pipeline
+
+    return [p.name for p in (finetune_pipeline, sweep_pipeline)
+            if p.name != pipeline.name and key in pipeline_defaults(p)]
+
+
 def parse_params(pipeline, pairs: list[str]) -> dict[str, Any]:
     """`key=value` strings -> the full, typed parameter dict (defaults filled in).
 
@@ -64,7 +73,10 @@ def parse_params(pipeline, pairs: list[str]) -> dict[str, Any]:
             continue
         if key not in params:
             close = difflib.get_close_matches(key, params, n=1)
-            problems.append(f"unknown parameter {key!r}; " + (f"did you mean {close[0]}? " if close else "")
+            other = _pipelines_with(key, pipeline)
+            what = (f"parameter {key!r} belongs to {', '.join(other)}, not to {pipeline.name}" if other
+                    else f"unknown parameter {key!r}")
+            problems.append(f"{what}; " + (f"did you mean {close[0]}? " if close else "")
                             + f"known: {', '.join(sorted(params))}")
             continue
         kind = type(params[key])

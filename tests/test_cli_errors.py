@@ -197,3 +197,15 @@ def test_an_unreachable_cluster_is_one_line_before_anything_is_created(tmp_path,
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.startswith("error: cannot reach the Kubernetes API server at https://127.0.0.1:9 (")
     assert "kubectl get nodes" in proc.stderr and "topsecret" not in proc.stderr + proc.stdout
+
+
+def test_a_finetune_parameter_given_to_the_sweep_says_so(capsys):
+    from pipelines import submit
+
+    with pytest.raises(SystemExit):
+        submit.main(["--pipeline", "sweep", "--dry-run", "--param", "tolerations=[]", "--param", "trials=[]"])
+    err = capsys.readouterr().err
+    assert "parameter 'tolerations' belongs to llm-finetune, not to llm-finetune-sweep" in err
+    with pytest.raises(SystemExit):
+        submit.main(["--dry-run", "--param", "min_gain=0.1"])
+    assert "parameter 'min_gain' belongs to llm-finetune-sweep, not to llm-finetune;" in capsys.readouterr().err
