@@ -83,7 +83,7 @@ def validate(params: dict[str, Any], recurring: str | None = None, extra: list[s
     problems = [*extra] + checks(params, check_local_files=False) + on_cluster_problems(params)
     if recurring is not None:
         problems += rules.cron(recurring, "--recurring")
-    collect(problems, what="invalid pipeline parameters")
+    collect(problems, what="invalid sweep parameters" if sweep else "invalid pipeline parameters")
 
 
 PROBE_TIMEOUT_S = 10.0
