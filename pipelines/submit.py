@@ -301,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError(f"KFP at {args.host} is multi-user: pass --kfp-namespace <your profile namespace>")
         import kfp
         from kfp_server_api.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
 
         try:
             client = kfp.Client(host=args.host, existing_token=os.environ.get("KFP_TOKEN") or None)
@@ -308,6 +309,11 @@ def main(argv: list[str] | None = None) -> int:
         except ApiException as err:  # the server's answer, e.g. a permission or validation error
             detail = (err.body or "").strip().replace("\n", " ")[:300]
             raise UserError(f"KFP at {args.host} refused the request: HTTP {err.status} {err.reason} {detail}") \
+                from None
+        except (HTTPError, OSError) as err:  # it answered healthz, then went away (port-forward ended, restart)
+            reason = getattr(err, "reason", None) or err
+            raise UserError(f"lost the connection to KFP at {args.host} ({str(reason)[:200]}): check that it is up "
+                            "(and the port-forward still runs), then submit again; an unchanged package is reused") \
                 from None
         for key, value in result.items():
             print(f"{key}: {value}")

@@ -277,3 +277,19 @@ def test_unchanged_code_reuses_its_version_among_hundreds_fake_api(kfp_api, monk
     submit.main(["--host", kfp_api.url, *CLUSTER])
     versions = {r["pipeline_version_reference"]["pipeline_version_id"] for r in kfp_api.state.runs.values()}
     assert len(kfp_api.state.runs) == 2 and len(versions) == 1 and len(kfp_api.state.versions[pid]) == 252
+
+
+def test_kfp_going_away_after_healthz_is_one_line_fake_api(kfp_api, monkeypatch, capsys):
+    real = submit.check_host
+
+    def then_stop(host, token, timeout=submit.PROBE_TIMEOUT_S):
+        answer = real(host, token, timeout)
+        kfp_api.server.close()  # e.g. the port-forward ends between the probe and the upload
+        return answer
+
+    monkeypatch.setattr(submit, "check_host", then_stop)
+    with pytest.raises(SystemExit) as exit_info:
+        submit.main(["--host", kfp_api.url, *CLUSTER])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith(f"error: lost the connection to KFP at {kfp_api.url} (")
+    assert "Traceback" not in err
