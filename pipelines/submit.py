@@ -327,6 +327,10 @@ def main(argv: list[str] | None = None) -> int:
             except ApiException as err:
                 raise UserError(f"KFP at {args.host} refused a status request for run {result['run_id']}: HTTP "
                                 f"{err.status} {err.reason}; the run goes on: {result['url']}") from None
+            except (HTTPError, OSError) as err:  # after TimeoutError, an OSError too
+                reason = getattr(err, "reason", None) or err
+                raise UserError(f"lost the connection to KFP at {args.host} while waiting ({str(reason)[:200]}); the "
+                                f"run goes on: {result['url']}") from None
             print(f"run finished: {run.state}")
             return 0 if str(run.state).upper() == "SUCCEEDED" else 1
     return 0

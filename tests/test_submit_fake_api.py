@@ -293,3 +293,18 @@ def test_kfp_going_away_after_healthz_is_one_line_fake_api(kfp_api, monkeypatch,
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.startswith(f"error: lost the connection to KFP at {kfp_api.url} (")
     assert "Traceback" not in err
+
+
+def test_kfp_going_away_during_wait_says_the_run_goes_on_fake_api(kfp_api, monkeypatch, capsys):
+    import kfp
+
+    def stop_then_wait(self, run_id, timeout, sleep_duration=0):
+        kfp_api.server.close()
+        return real(self, run_id, timeout, sleep_duration=0)
+
+    real = kfp.Client.wait_for_run_completion
+    monkeypatch.setattr(kfp.Client, "wait_for_run_completion", stop_then_wait)
+    with pytest.raises(SystemExit) as exit_info:
+        submit.main(["--host", kfp_api.url, *CLUSTER, "--wait"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "lost the connection to KFP" in err and "the run goes on: " in err
