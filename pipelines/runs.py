@@ -286,8 +286,8 @@ def tensorboard_missing(exe: str) -> str:
     """Why `exe` cannot be started ('' when it can): said before exec, which would raise a traceback."""
     if Path(exe).is_file() and os.access(exe, os.X_OK):
         return ""
-    return f"tensorboard is not installed here ({exe} not found): pip install tensorboard, or run the printed command " \
-           "where it is"
+    return (f"tensorboard is not installed here ({exe} not found): pip install tensorboard, or run the printed "
+            "command where it is")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""python -m pipelines.submit [--pipeline finetune|sweep] [--host URL] [--param k=v ...] [--recurring "CRON"] [--wait] [--dry-run]
+"""python -m pipelines.submit [--pipeline sweep] [--host URL] [--param k=v ...] [--recurring "CRON"] [--wait] [--dry-run]
 
 Submit the fine-tuning pipeline (or with --pipeline sweep the LoRA sweep, --parallelism
 trials at once) to a Kubeflow Pipelines 2.x backend:
@@ -46,7 +46,8 @@ from trainer.errors import UserError, collect, exit_on_user_error
 def option_problems(args: argparse.Namespace) -> list[str]:
     """The command's own options: KFP would refuse a blank name only after the upload."""
     problems = [f"--{opt.replace('_', '-')} is empty: give a name, e.g. --{opt.replace('_', '-')} llm-finetune"
-                for opt in ("experiment", "run_name") if getattr(args, opt) is not None and not getattr(args, opt).strip()]
+                for opt in ("experiment", "run_name")
+                if getattr(args, opt) is not None and not getattr(args, opt).strip()]
     if args.parallelism < 1:
         problems.append(f"--parallelism {args.parallelism}: give how many sweep trials run at once, at least 1 "
                         "(e.g. --parallelism 2)")
@@ -54,8 +55,8 @@ def option_problems(args: argparse.Namespace) -> list[str]:
         problems.append(f"--host / KFP_HOST {at!r} carries a user name or password in the URL, which would end up in "
                         "logs and the printed run URL: drop it and put a bearer token in KFP_TOKEN")
     if args.wait and args.recurring is not None:
-        problems.append("--wait follows one run, but --recurring creates a schedule whose runs start later: drop --wait "
-                        "(the schedule's runs are listed under the recurring run's URL)")
+        problems.append("--wait follows one run, but --recurring creates a schedule whose runs start later: "
+                        "drop --wait (the schedule's runs are listed under the recurring run's URL)")
     if args.timeout <= 0:
         problems.append(f"--timeout {args.timeout}: give the --wait limit in seconds, e.g. --timeout 86400")
     return problems
