@@ -308,3 +308,11 @@ def test_kfp_going_away_during_wait_says_the_run_goes_on_fake_api(kfp_api, monke
         submit.main(["--host", kfp_api.url, *CLUSTER, "--wait"])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "lost the connection to KFP" in err and "the run goes on: " in err
+
+
+def test_keep_serving_is_refused_for_a_cluster_run_fake_api(kfp_api, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        submit.main(["--host", kfp_api.url, *CLUSTER, "--param", "keep_serving=true"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "keep_serving=true keeps a server on the machine of a local run only" in err
+    assert not kfp_api.state.requests

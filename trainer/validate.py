@@ -301,6 +301,9 @@ def on_cluster_problems(params: dict[str, Any]) -> list[str]:
     if params.get("launcher", DEFAULTS["launcher"]) == "local":
         problems.append("launcher=local would train inside one pipeline pod; use launcher=trainjob (Kubeflow Trainer v2) "
                         "or launcher=pytorchjob (Training Operator v1) on a cluster")
+    if params.get("keep_serving") is True:  # the local server would end with its pod
+        problems.append("keep_serving=true keeps a server on the machine of a local run only; on a cluster use "
+                        "deploy_backend=kubernetes or deploy_backend=kserve for a server that stays up")
     return problems
 
 
