@@ -44,7 +44,7 @@ def pipeline_defaults(pipeline) -> dict[str, Any]:
 
 
 def _pipelines_with(key: str, pipeline) -> list[str]:
-    """The project's other pipelines that take `key` (e.g. finetune's namespace, absent from the sweep)."""
+    """The project's other pipelines that take `key` (e.g. finetune's registry_address, absent from the sweep)."""
     from pipelines.finetune import finetune_pipeline
     from pipelines.sweep import sweep_pipeline
 

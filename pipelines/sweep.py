@@ -58,6 +58,10 @@ def build(parallelism: int = 2):
         launcher: str = "local",
         nodes: int = 1,
         procs_per_node: int = 1,
+        namespace: str = "",
+        accelerator_resource: str = "nvidia.com/gpu",
+        node_selector: dict = {},
+        tolerations: list = [],
         lora_dropout: float = 0.0,
         lora_train_embeddings: bool = True,
         max_steps: int = 650,
@@ -95,6 +99,14 @@ def build(parallelism: int = 2):
                 PyTorchJob per trial; use this on a cluster).
             nodes: Training pods (machines) per trial; 1 for models up to ~8B with LoRA.
             procs_per_node: Training processes per pod, one per GPU: 8 on an 8-GPU node.
+            namespace: Kubernetes namespace for the trials' training jobs and the server; empty means the pipeline's
+                own namespace. e.g. llm-finetune.
+            accelerator_resource: Kubernetes resource name of the GPUs requested per process: nvidia.com/gpu,
+                amd.com/gpu, or empty for CPU only.
+            node_selector: Node labels the pods must match, as a JSON object of strings, e.g.
+                {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}; {} for any node.
+            tolerations: Taints the pods tolerate, as a JSON list of Kubernetes tolerations, e.g. [{"key":
+                "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]; [] for none.
             lora_dropout: Dropout on the adapter input, from 0 up to (not including) 1; 0.05 for small datasets, 0
                 otherwise.
             lora_train_embeddings: Also train the token embeddings. true only for the built-in random model; false for
@@ -120,6 +132,8 @@ def build(parallelism: int = 2):
                 false serves only the winner.
         """
         args = dict(locals())  # first statement: the pipeline's own parameters, by name
+        placement = dict(namespace=namespace, accelerator_resource=accelerator_resource, node_selector=node_selector,
+                         tolerations=tolerations)
         checked = restricted(validate_params(**inputs_for(validate_params, args)).set_display_name("validate parameters"))
         checked.set_caching_options(False)  # local files it reads may change between runs
         model, data = deliver_inputs(model_source, model_revision, dataset_source, dataset_revision, eval_fraction,
@@ -131,7 +145,8 @@ def build(parallelism: int = 2):
                 procs_per_node=procs_per_node, lora_r=trial.lora_r, lora_alpha=trial.lora_alpha,
                 learning_rate=trial.learning_rate, lora_dropout=lora_dropout,
                 lora_train_embeddings=lora_train_embeddings, max_steps=max_steps, batch_tokens=batch_tokens,
-                max_seq_len=max_seq_len, seed=seed, max_restarts=max_restarts)).set_display_name("trial: fine-tune")
+                max_seq_len=max_seq_len, seed=seed, max_restarts=max_restarts, **placement)
+            ).set_display_name("trial: fine-tune")
             scores = with_s3(evaluate(base_model=model.outputs["model"], tuned_model=train.outputs["adapter"],
                                       dataset=data.outputs["dataset"], max_rows=eval_max_rows,
                                       max_seq_len=max_seq_len)).set_display_name("trial: evaluate")
@@ -142,12 +157,13 @@ def build(parallelism: int = 2):
         # returns at once unless deploy_all_trials is set.
         with_s3(deploy_trials(enabled=deploy_all_trials, base_model=model.outputs["model"],
                               adapters=dsl.Collected(train.outputs["adapter"]), dataset=data.outputs["dataset"],
-                              backend=deploy_backend, name=served_model_name)
+                              backend=deploy_backend, name=served_model_name, **placement)
                 ).set_display_name("deploy all trials side by side")
         with dsl.If(best.outputs["deploy"] == True, name="beats-base"):  # noqa: E712 - a KFP condition
             merged = with_s3(merge_lora(base_model=model.outputs["model"], adapter=best.outputs["best_adapter"]))
             with_s3(deploy(model=merged.outputs["merged"], dataset=data.outputs["dataset"], backend=deploy_backend,
-                           keep_serving=keep_serving, name=served_model_name)).set_display_name("deploy")
+                           keep_serving=keep_serving, name=served_model_name, **placement)
+                    ).set_display_name("deploy")
         with dsl.Else(name="not-good-enough"):
             restricted(not_deployed(reason=best.outputs["reason"]).set_display_name("not deployed"))
         outputs = NamedTuple("Outputs", best_metrics=Metrics, summary=Markdown, decision=str)

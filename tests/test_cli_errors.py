@@ -203,9 +203,9 @@ def test_a_finetune_parameter_given_to_the_sweep_says_so(capsys):
     from pipelines import submit
 
     with pytest.raises(SystemExit):
-        submit.main(["--pipeline", "sweep", "--dry-run", "--param", "tolerations=[]", "--param", "trials=[]"])
+        submit.main(["--pipeline", "sweep", "--dry-run", "--param", "registry_address=http://r:8080", "--param", "trials=[]"])
     err = capsys.readouterr().err
-    assert "parameter 'tolerations' belongs to llm-finetune, not to llm-finetune-sweep" in err
+    assert "parameter 'registry_address' belongs to llm-finetune, not to llm-finetune-sweep" in err
     with pytest.raises(SystemExit):
         submit.main(["--dry-run", "--param", "min_gain=0.1"])
     assert "parameter 'min_gain' belongs to llm-finetune-sweep, not to llm-finetune;" in capsys.readouterr().err

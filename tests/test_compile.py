@@ -125,6 +125,12 @@ def test_sweep_yaml_has_parallel_trials_a_collected_pick_and_a_gate():
     assert set(spec.components["comp-condition-4"].dag.tasks) == {"not-deployed"}
     finetune = spec.components["comp-for-loop-1"].dag.tasks["finetune"]
     assert finetune.inputs.parameters["run_id"].runtime_value.constant.string_value == "{{$.pipeline_task_uuid}}"
+    # trials and the server land where the user places them (GPU nodes, taints, namespace)
+    placement = ("namespace", "accelerator_resource", "node_selector", "tolerations")
+    for task in (finetune, spec.components["comp-condition-3"].dag.tasks["deploy"],
+                 root["deploy-trials"]):
+        for name in placement:
+            assert task.inputs.parameters[name].component_input_parameter.endswith(name), (task, name)
 
 
 def test_one_pinned_project_image():

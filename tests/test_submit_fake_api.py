@@ -207,7 +207,7 @@ def test_multi_user_kfp_gets_the_experiment_in_the_profile_namespace_fake_api(kf
     assert submit.main(["--host", kfp_api.url, *CLUSTER, "--kfp-namespace", "team-b"]) == 0
     assert sorted(e["namespace"] for e in kfp_api.state.experiments.values()) == ["team-a", "team-b"]
     assert len(kfp_api.state.runs) == 2
-    with pytest.raises(SystemExit) as exit_info:  # the sweep has no namespace parameter to fall back on
+    with pytest.raises(SystemExit) as exit_info:  # the sweep's namespace parameter left empty: nothing to fall back on
         submit.main(["--host", kfp_api.url, "--pipeline", "sweep", "--param", "launcher=trainjob"])
     assert exit_info.value.code == 2 and "pass --kfp-namespace" in capsys.readouterr().err
 
