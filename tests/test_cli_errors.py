@@ -209,3 +209,62 @@ def test_a_finetune_parameter_given_to_the_sweep_says_so(capsys):
     with pytest.raises(SystemExit):
         submit.main(["--dry-run", "--param", "min_gain=0.1"])
     assert "parameter 'min_gain' belongs to llm-finetune-sweep, not to llm-finetune;" in capsys.readouterr().err
+
+
+def test_a_silent_or_refusing_api_server_is_one_line_and_never_a_hang(tmp_path, monkeypatch):
+    """A server that accepts the connection and never answers ends at the probe's limit (the
+    kubernetes client ignores a float timeout); one that answers 401 (an expired token) is one
+    line naming the credentials, not an ApiException traceback."""
+    import http.server
+    import socket
+    import threading
+
+    from trainer.__main__ import reach_cluster
+    from trainer.errors import UserError
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()
+
+    class Refuse(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = b'{"kind": "Status", "status": "Failure", "reason": "Unauthorized", "code": 401}'
+            self.send_response(401)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    refusing = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
+    threading.Thread(target=refusing.serve_forever, daemon=True).start()
+    try:
+        for port, expected in ((silent.getsockname()[1], "cannot reach the Kubernetes API server"),
+                               (refusing.server_address[1], "refused the request (401")):
+            kubeconfig = tmp_path / f"config-{port}"
+            kubeconfig.write_text(json.dumps({
+                "apiVersion": "v1", "kind": "Config", "current-context": "c",
+                "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "users": [{"name": "u", "user": {"token": "kube-topsecret"}}]}))
+            # the kubernetes client reads KUBECONFIG once, at import
+            monkeypatch.setattr("kubernetes.config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))
+            monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+            outcome = []
+
+            def probe():
+                try:
+                    reach_cluster(timeout=1.0)
+                except UserError as err:
+                    outcome.append(str(err))
+
+            worker = threading.Thread(target=probe, daemon=True)
+            worker.start()
+            worker.join(60)
+            assert not worker.is_alive(), f"the probe of port {port} did not end"
+            assert len(outcome) == 1 and expected in outcome[0] and "topsecret" not in outcome[0], outcome
+    finally:
+        refusing.shutdown()
+        silent.close()

@@ -125,18 +125,29 @@ def reach_cluster(timeout: float = 10.0) -> None:
     """One bounded request to the API server before launch-k8s / deploy-k8s create anything, so
     that an unreachable or untrusted cluster is one line in seconds, not a urllib3 traceback
     after the kubernetes client's retries."""
+    import copy
+
     from kubernetes import client as k
+    from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
 
     from trainer.errors import UserError
     from trainer.k8s.common import api_client
 
-    api = api_client()
+    configuration = copy.copy(api_client().configuration)
+    configuration.retries = False  # one try: urllib3's default 3 retries would multiply the limit
+    api = k.ApiClient(configuration)
     try:
-        k.VersionApi(api).get_code(_request_timeout=timeout)
+        # (connect, read): the client ignores a float, and a server that accepts but never answers
+        # would hold this forever
+        k.VersionApi(api).get_code(_request_timeout=(timeout, timeout))
+    except ApiException as err:  # it answered: an expired or refused token, or no permission
+        raise UserError(f"the Kubernetes API server at {configuration.host} refused the request ({err.status} "
+                        f"{err.reason}): refresh the kubeconfig's credentials (e.g. `kubectl get nodes` to "
+                        "re-authenticate) or check KUBECONFIG") from None
     except (HTTPError, OSError) as err:
         reason = getattr(err, "reason", None) or err
-        raise UserError(f"cannot reach the Kubernetes API server at {api.configuration.host} ({str(reason)[:200]}) "
+        raise UserError(f"cannot reach the Kubernetes API server at {configuration.host} ({str(reason)[:200]}) "
                         f"within {timeout:.0f}s: check KUBECONFIG and `kubectl get nodes`, or add --dry-run to "
                         "print the objects instead") from None
 
