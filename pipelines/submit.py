@@ -66,10 +66,12 @@ def host_credentials(host: str) -> str:
     """`host` with its user-info part masked when it has one (`https://***@kfp.example.com`), else ''."""
     from urllib.parse import urlsplit
 
-    parts = urlsplit(host.strip())
+    host = host.strip()
+    parts = urlsplit(host if "://" in host else "//" + host)  # user:pass@host without a scheme too
     if "@" not in parts.netloc:
         return ""
-    return parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]).geturl()
+    masked = parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]).geturl()
+    return masked if "://" in host else masked.removeprefix("//")
 
 
 def validate(params: dict[str, Any], recurring: str | None = None, extra: list[str] | tuple = (),
@@ -231,7 +233,8 @@ def submit(client, params: dict[str, Any], experiment: str, run_name: str, recur
     # Returns the existing one by name; multi-user KFP keeps experiments (and their runs) per profile namespace.
     experiment_id = client.create_experiment(experiment, namespace=namespace).experiment_id
     if recurring:  # the schedule was checked by validate(), before the upload above
-        job = client.create_recurring_run(experiment_id, run_name, cron_expression=recurring, pipeline_id=pipeline_id,
+        job = client.create_recurring_run(experiment_id, run_name, cron_expression=recurring.strip(),
+                                          pipeline_id=pipeline_id,
                                           version_id=version_id, params=params, max_concurrency=1, no_catchup=True)
         return {"recurring_run_id": job.recurring_run_id, "pipeline_id": pipeline_id, "version_id": version_id,
                 "url": f"{host.rstrip('/')}/#/recurringrun/details/{job.recurring_run_id}"}
@@ -298,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         namespace = (args.kfp_namespace or params.get("namespace")) if health.get("multi_user") else None
         if args.kfp_namespace and not health.get("multi_user"):
             print(f"note: KFP at {args.host} is single-user: --kfp-namespace is not used", file=sys.stderr)
-        if health.get("multi_user") and not namespace:  # the sweep has no namespace parameter
+        if health.get("multi_user") and not namespace:  # neither --kfp-namespace nor the namespace parameter
             raise UserError(f"KFP at {args.host} is multi-user: pass --kfp-namespace <your profile namespace>")
         import kfp
         from kfp_server_api.exceptions import ApiException

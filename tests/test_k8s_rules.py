@@ -61,7 +61,8 @@ def test_tolerations(tol, ok):
 @pytest.mark.parametrize("value,integer,ok", [
     ("8", False, True), ("500m", False, True), ("64Gi", False, True), ("1e3", False, True), (2, True, True),
     ("-1", False, False), (-3, True, False), ("1.5", True, False), ("500m", True, False), ("1k", True, True),
-    ("abc", False, False), (" 8", False, False), (True, True, False), (float("inf"), False, False)])
+    ("abc", False, False), (" 8", False, False), (True, True, False), (float("inf"), False, False),
+    ("1E", False, True), ("2Ei", False, True), ("1e", False, False)])
 def test_quantity(value, integer, ok):
     assert (rules.quantity(value, "q", integer=integer) == []) is ok
 
@@ -83,7 +84,7 @@ def test_service_account_ref(value, ok):
     ("@every 1h30m", True), ("@every soon", False), ("not a cron at all x", False), ("0 9 * * 1", False),
     ("0 0 9 * * 1 2026", False), ("0 60 * * * *", False), ("0 0 25 * * *", False), ("0 0 3 L * *", False),
     ("", False), (5, False), ("@every 1s", True), ("@every 0s", False), ("@every 500ms", False),
-    ("@every 0h0m", False)])
+    ("@every 0h0m", False), ("@every6h", False), ("@every  6h", False), (" @daily ", True)])
 def test_cron(expr, ok):
     assert (rules.cron(expr) == []) is ok
 

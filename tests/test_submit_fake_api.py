@@ -176,6 +176,10 @@ def test_credentials_in_the_host_url_are_refused_and_never_printed(kfp_api, caps
     assert exit_info.value.code == 2 and "hunter2" not in err and "bob" not in err
     assert "***@127.0.0.1" in err and "KFP_TOKEN" in err
     assert not kfp_api.state.requests
+    with pytest.raises(SystemExit):  # no scheme: still user-info, still masked
+        submit.main(["--host", "bob:hunter2@" + kfp_api.url.removeprefix("http://"), *CLUSTER])
+    err = capsys.readouterr().err
+    assert "hunter2" not in err and "***@127.0.0.1" in err
 
 
 def test_wait_past_its_timeout_says_the_run_goes_on_without_a_traceback_fake_api(kfp_api, monkeypatch, capsys):

@@ -212,11 +212,11 @@ def quantity(value: Any, what: str, integer: bool = False) -> list[str]:
 
 
 def _multiplier(suffix: str) -> Decimal:
-    if suffix[:1] in ("e", "E"):
-        return Decimal(10) ** int(suffix[1:])
     binary = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
     if suffix in binary:
         return Decimal(1024) ** binary[suffix]
+    if suffix[:1] in ("e", "E") and len(suffix) > 1:  # 1e3; a lone E is exa, Ei exbi
+        return Decimal(10) ** int(suffix[1:])
     return Decimal(10) ** {"": 0, "n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}[suffix]
 
 
@@ -260,11 +260,13 @@ def cron(expr: Any, what: str = "cron") -> list[str]:
     @every 1h30m). Field values are checked by croniter (ranges, names, steps)."""
     if p := _is_str(expr, what):
         return p
-    expr = expr.strip()
+    expr = expr.strip()  # the caller sends it stripped (pipelines.submit)
     if expr in _CRON_DESCRIPTORS:
         return []
     if expr.startswith("@every"):
-        duration = expr[len("@every"):].strip()
+        if not expr.startswith("@every ") or expr.startswith("@every  "):
+            return [f"{what}={expr!r}: write one space after @every, e.g. '@every 6h' (robfig/cron's form)"]
+        duration = expr[len("@every "):]
         if _GO_DURATION.fullmatch(duration):
             units = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}
             seconds = sum(float(n) * units[u] for n, u in _GO_DURATION_PART.findall(duration))
