@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import re
-from decimal import Decimal
 from typing import Any
 
 DNS1123_LABEL_MAX = 63
@@ -200,24 +199,17 @@ def quantity(value: Any, what: str, integer: bool = False) -> list[str]:
         if isinstance(value, float) and not math.isfinite(value):
             return [f"{what} must be a finite quantity such as '8' or '64Gi', got {value!r}"]
         value = str(value)
-    if not isinstance(value, str) or not (m := _QUANTITY.fullmatch(value.strip())) or value != value.strip():
+    if not isinstance(value, str) or not _QUANTITY.fullmatch(value.strip()) or value != value.strip():
         return [f"{what}={value!r} is not a Kubernetes quantity: use a number with an optional unit, "
                 f"e.g. '8', '500m' (CPU), '64Gi' (memory)"]
-    amount = Decimal(m.group(1) + m.group(2)) * _multiplier(m.group(4) or "")
+    from kubernetes.utils import parse_quantity
+
+    amount = parse_quantity(value)  # the grammar is checked above: the client's parser is lenient ('1K')
     if amount < 0:
         return [f"{what}={value!r} must not be negative"]
     if integer and amount != amount.to_integral_value():
         return [f"{what}={value!r} must be a whole number (extended resources such as GPUs cannot be fractional)"]
     return []
-
-
-def _multiplier(suffix: str) -> Decimal:
-    binary = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
-    if suffix in binary:
-        return Decimal(1024) ** binary[suffix]
-    if suffix[:1] in ("e", "E") and len(suffix) > 1:  # 1e3; a lone E is exa, Ei exbi
-        return Decimal(10) ** int(suffix[1:])
-    return Decimal(10) ** {"": 0, "n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}[suffix]
 
 
 def resource_name(value: Any, what: str) -> list[str]:
