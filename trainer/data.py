@@ -507,24 +507,27 @@ def max_token_chars(tokenizer) -> int:
     return cached
 
 
-def encode_all(rows: list[dict[str, Any]], tokenizer, max_seq_len: int) -> tuple[list[dict[str, list[int]]], int]:
-    """Encode rows; over-long rows are dropped (policy: skip, counted in the metrics). Rows the
-    chat template refuses raise one UserError naming them (exit 2: a restart cannot help)."""
+def encode_rows(rows: list[dict[str, Any]], tokenizer, max_seq_len: int,
+                what: str = "the dataset") -> list[dict[str, list[int]] | None]:
+    """`encode` of every row (None for one over max_seq_len). Rows the chat template refuses
+    raise one UserError naming them, after every row was tried (exit 2: a restart cannot help)."""
     from jinja2 import TemplateError
 
-    out, dropped, refused = [], 0, {}
+    out, refused = [], {}
     for row in rows:
         try:
-            enc = encode(row, tokenizer, max_seq_len)
+            out.append(encode(row, tokenizer, max_seq_len))
         except TemplateError as err:
             refused.setdefault(str(err)[:200], []).append(row)
-            continue
-        if enc is None:
-            dropped += 1
-        else:
-            out.append(enc)
-    collect(_refusal_lines(refused, len(rows)), what="the model's chat template cannot render the dataset")
-    return out, dropped
+    collect(_refusal_lines(refused, len(rows)), what=f"the model's chat template cannot render {what}")
+    return out
+
+
+def encode_all(rows: list[dict[str, Any]], tokenizer, max_seq_len: int) -> tuple[list[dict[str, list[int]]], int]:
+    """Encode rows; over-long rows are dropped (policy: skip, counted in the metrics)."""
+    encoded = encode_rows(rows, tokenizer, max_seq_len)
+    kept = [e for e in encoded if e is not None]
+    return kept, len(encoded) - len(kept)
 
 
 TEMPLATE_CHECK_ROWS = 1000  # ~2 s on 2 cores; such problems are systematic, and training checks every row

@@ -181,23 +181,10 @@ def fitting_rows(rows: list[dict[str, Any]], tokenizer, max_seq_len: int,
     10k-token row on CPU), and past the context it crashes models with learned positions
     (GPT-2: IndexError) and runs rotary ones where they were never trained.
     """
-    from jinja2 import TemplateError
-
-    from trainer.errors import collect
-
     limit = min(max_seq_len, context) if context else max_seq_len
-    kept, examples, refused = [], [], {}
-    for i, row in enumerate(rows):
-        try:
-            enc = data.encode(row, tokenizer, limit)
-        except TemplateError as err:  # one UserError for all of them, as training reports it
-            refused.setdefault(str(err)[:200], []).append(row)
-            continue
-        if enc is not None:
-            kept.append(i)
-            examples.append(enc)
-    collect(data._refusal_lines(refused, len(rows)), what="the model's chat template cannot render the eval rows")
-    return kept, examples
+    encoded = data.encode_rows(rows, tokenizer, limit, what="the eval rows")  # refusals: one UserError
+    kept = [i for i, e in enumerate(encoded) if e is not None]
+    return kept, [encoded[i] for i in kept]
 
 
 def _too_long(max_seq_len: int, context: int | None) -> str:
