@@ -25,11 +25,11 @@ def fake_recipe(max_steps=20, done=0):
                            bucketed=True, cfg=SimpleNamespace(max_steps=max_steps))
 
 
-def run_trial(recipe, monkeypatch, seconds_per_step):
+def run_trial(recipe, seconds_per_step):
     """Drive the trial's hooks over the run's steps, with scripted step times: the recipe's
     'compiled' flag is read from the layers, so each step takes what its mode costs."""
     clock = [0.0]
-    monkeypatch.setattr(_CompileTrial, "_now", lambda self: (clock[0], recipe.real_tokens))
+    recipe.mark = lambda: (clock[0], recipe.real_tokens)
     trial = _CompileTrial.plan(recipe)
     assert trial is not None
     for step in range(recipe.done + 1, recipe.cfg.max_steps + 1):
@@ -43,9 +43,9 @@ def run_trial(recipe, monkeypatch, seconds_per_step):
 
 
 @pytest.mark.parametrize("compiled_s,eager_s,keep", [(1.0, 2.0, True), (2.0, 1.0, False), (1.0, 1.0, True)])
-def test_the_faster_setting_runs_the_rest_of_training(monkeypatch, capsys, compiled_s, eager_s, keep):
+def test_the_faster_setting_runs_the_rest_of_training(capsys, compiled_s, eager_s, keep):
     recipe = fake_recipe()
-    trial = run_trial(recipe, monkeypatch, {"compiled": compiled_s, "eager": eager_s})
+    trial = run_trial(recipe, {"compiled": compiled_s, "eager": eager_s})
     assert trial.rates == pytest.approx((1000 / compiled_s, 1000 / eager_s))  # eval/checkpoint time excluded
     assert all((layer._compiled_call_impl is not None) == keep for layer in recipe.model)
     if keep:

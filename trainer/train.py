@@ -285,9 +285,7 @@ class Recipe:
             if self.trial:
                 self.trial.after(step)
             if (step == self.half_step and step < cfg.max_steps) or (step == cfg.max_steps and self.half):
-                if device.type == "cuda":
-                    torch.cuda.synchronize()
-                mark = (time.perf_counter(), self.real_tokens)
+                mark = self.mark()
                 if self.half:  # the window ends here, before the final eval and checkpoint
                     self.steady = (mark[1] - self.half[1], mark[0] - self.half[0])  # this rank's tokens, s
                 self.half = mark
@@ -322,6 +320,15 @@ class Recipe:
         bar.close()
         if profiler:
             self._save_profile(profiler)
+
+    def mark(self) -> tuple[float, int]:
+        """(now, this rank's real tokens so far), after the device has finished its queued work:
+        the one device sync behind every timing (steady throughput, the compile trial)."""
+        import torch
+
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter(), self.real_tokens
 
     def _step(self):
         """One optimizer step over `accum` micro-batches: (summed loss, gradient norm), both left
@@ -554,7 +561,7 @@ class _CompileTrial:
         self.code: dict[int, Any] = {}
         self.sums = [0, 0.0, 0, 0.0]  # compiled tokens, seconds; eager tokens, seconds (this rank)
         self.rates: tuple[float, float] | None = None  # (compiled, eager) real tokens/s, all ranks
-        self.mark: tuple[float, int] = (0.0, 0)
+        self.started: tuple[float, int] = (0.0, 0)  # the timed step's start: (time, tokens)
 
     @classmethod
     def plan(cls, recipe: "Recipe") -> "_CompileTrial | None":
@@ -571,13 +578,6 @@ class _CompileTrial:
             return None
         return cls(recipe, first)
 
-    def _now(self) -> tuple[float, int]:
-        import torch
-
-        if self.recipe.device.type == "cuda":
-            torch.cuda.synchronize()
-        return time.perf_counter(), self.recipe.real_tokens
-
     def _use_compiled(self, on: bool) -> None:
         for layer in self.layers:
             if on:
@@ -590,15 +590,15 @@ class _CompileTrial:
         if self.first <= step <= self.last:
             if step == self.switch:
                 self._use_compiled(False)
-            self.mark = self._now()
+            self.started = self.recipe.mark()
 
     def after(self, step: int) -> None:
         if not self.first <= step <= self.last:
             return
-        t, n = self._now()
+        t, n = self.recipe.mark()
         at = 0 if step < self.switch else 2
-        self.sums[at] += n - self.mark[1]
-        self.sums[at + 1] += t - self.mark[0]
+        self.sums[at] += n - self.started[1]
+        self.sums[at + 1] += t - self.started[0]
         if step == self.last:
             self._decide()
 
