@@ -23,8 +23,9 @@ Example:
   python -m pipelines.submit --host http://localhost:8080 --param launcher=trainjob \\
       --param deploy_backend=kubernetes --param model_source=meta-llama/Llama-3.2-1B-Instruct \\
       --param dataset_source=s3://llm-finetune/datasets/sha256-... --param nodes=2 --param procs_per_node=8
-  python -m pipelines.submit --pipeline sweep --parallelism 3 --param launcher=trainjob \
-      --param 'trials=[{"lora_r": 16, "lora_alpha": 32, "learning_rate": 0.0002}, {"lora_r": 64, "lora_alpha": 128, "learning_rate": 0.0001}]'
+  python -m pipelines.submit --pipeline sweep --parallelism 3 --param launcher=trainjob \\
+      --param 'trials=[{"lora_r": 16, "lora_alpha": 32, "learning_rate": 0.0002},
+                       {"lora_r": 64, "lora_alpha": 128, "learning_rate": 0.0001}]'
 """
 
 from __future__ import annotations

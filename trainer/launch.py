@@ -29,10 +29,6 @@ def train_command(train_args: list[str]) -> list[str]:
     return [sys.executable, "-m", "trainer.torchrun", "-m", "trainer", "train", *train_args]
 
 
-# Worker exit statuses that a restart cannot cure: the user's input (2), a non-finite loss (3);
-# trainer.exitcodes has the whole table, which the cluster launchers' restart policies follow too.
-CERTAIN_FAILURES = PERMANENT
-
 
 @dataclass
 class LocalLauncher:
@@ -40,7 +36,7 @@ class LocalLauncher:
     the whole job restarts (up to `max_restarts` times) and resumes from its last checkpoint,
     as a PyTorchJob restarts its pods. Restarting the whole job, rather than using torchrun's
     per-agent restarts, avoids restarted workers dialling their peers' stale addresses.
-    Failures that a restart cannot cure (CERTAIN_FAILURES, a stall caught by the progress
+    Failures that a restart cannot cure (PERMANENT, a stall caught by the progress
     watchdog) end the job at once."""
 
     nnodes: int = 2
@@ -57,8 +53,8 @@ class LocalLauncher:
             node, code, stall = failure
             if stall:
                 raise UserError(f"training stalled: {stall}")
-            if code in CERTAIN_FAILURES:
-                raise UserError(f"training failed on node {node} (exit status {code}: {CERTAIN_FAILURES[code]}); "
+            if code in PERMANENT:
+                raise UserError(f"training failed on node {node} (exit status {code}: {PERMANENT[code]}); "
                                 f"not restarted, a restart would fail the same way. See its log above")
             if attempt < self.max_restarts:
                 why = " (transient: storage or network)" if code == EXIT_TRANSIENT else ""
@@ -99,7 +95,7 @@ class LocalLauncher:
                     while time.monotonic() < deadline and any(p.poll() is None for p in procs):
                         time.sleep(0.2)
                     codes = [p.poll() for p in procs]
-                    certain = [(i, c) for i, c in enumerate(codes) if c in CERTAIN_FAILURES]
+                    certain = [(i, c) for i, c in enumerate(codes) if c in PERMANENT]
                     return (*(certain or failed)[0], None)
                 if all(c == 0 for c in codes):
                     reader.join(timeout=5)

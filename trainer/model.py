@@ -208,7 +208,6 @@ class LossModel(torch.nn.Module):
             return self.liger(self.head.weight, h, t)
         return chunked_cross_entropy(h, self.head.weight, t)
 
-
     @contextlib.contextmanager
     def _mixed(self):
         """bf16 autocast without peft's input upcast (see __init__); a no-op when off. The flag

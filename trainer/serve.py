@@ -335,9 +335,8 @@ def smoke_request(rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]],
     if not rows:
         raise UserError("the eval split is empty: nothing to smoke-test the endpoint with")
     row = next((r for r in rows if r.get("tools") and expected_call(r)), None)
-    if row is None:
-        return openai_messages(rows[0]["messages"][:target_index(rows[0])]), None
-    return openai_messages(row["messages"][:target_index(row)]), row.get("tools")
+    chosen = row or rows[0]
+    return openai_messages(chosen["messages"][:target_index(chosen)]), row and row["tools"]
 
 
 def openai_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

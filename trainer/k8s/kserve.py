@@ -135,7 +135,7 @@ def wait_ready(custom, name: str, namespace: str, timeout_s: float, poll_s: floa
         ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in st.get("conditions", []))
         if ready and st.get("observedGeneration", 0) >= obj["metadata"].get("generation", 0):
             return ((st.get("address") or {}).get("url") or st.get("url")
-                    or f"http://{name}-predictor.{namespace}.svc.cluster.local")
+                    or reach.dns_url(f"{name}-predictor", namespace, 80))
         why = [f"{c.get('type')}={c.get('status')} {c.get('reason', '')} {c.get('message', '')}".strip()
                for c in st.get("conditions", [])]
         if time.monotonic() - said >= progress_every_s:
