@@ -152,12 +152,16 @@ def test_s3_stages_name_every_bad_uri_with_the_missing_credentials(args, needles
         assert needle in proc.stderr
 
 
-def test_build_tiny_model_into_an_unwritable_place_is_one_line(tmp_path):
-    blocker = tmp_path / "file"
+@pytest.mark.parametrize("args, message", [
+    (("-m", "trainer", "build-tiny-model", "{out}"), "cannot write the tiny model to {out}: "),
+    (("-m", "pipelines.compile", "--out-dir", "{out}"), "cannot write to --out-dir {out}: ")])
+def test_writing_into_an_unwritable_place_is_one_line(tmp_path, args, message):
+    blocker = tmp_path / "file"  # a file where a directory must be created
     blocker.write_text("")
-    proc = run("-m", "trainer", "build-tiny-model", str(blocker / "model"))
+    out = str(blocker / "out")
+    proc = run(*(a.format(out=out) for a in args))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
-    assert proc.stderr.startswith(f"error: cannot write the tiny model to {blocker / 'model'}: ")
+    assert proc.stderr.startswith("error: " + message.format(out=out))
     assert "pass a writable directory" in proc.stderr
 
 
@@ -172,14 +176,6 @@ def test_param_typos_name_the_fix_and_spaces_around_the_name_are_typing(capsys):
     assert "unknown parameter 'max_stepz'; did you mean max_steps?" in err
     assert submit.main(["--dry-run", "--param", "launcher=trainjob", "--param", "lora_r = 16"]) == 0
     assert "--lora-r=16" in capsys.readouterr().out
-
-
-def test_compile_into_an_unwritable_place_is_one_line(tmp_path):
-    blocker = tmp_path / "file"
-    blocker.write_text("")
-    proc = run("-m", "pipelines.compile", "--out-dir", str(blocker / "compiled"))
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
-    assert proc.stderr.startswith(f"error: cannot write to --out-dir {blocker / 'compiled'}: ")
 
 
 @pytest.mark.parametrize("argv", [
