@@ -1,11 +1,20 @@
 """Chat data: read and validate rows, tokenize with an assistant-only loss mask.
 
 Row format (OpenAI / Hugging Face chat): `{"messages": [{"role", "content",
-"tool_calls"?}, ...], "tools"?: [...]}`. A tool call's `arguments` may be a dict or a
-JSON string (OpenAI's wire format); it is normalised to a dict on load. Prompt-completion
-rows (`{"prompt", "completion"}`, strings or message lists, TRL's other chat format) are
-turned into messages on load. Files: JSONL, a JSON list of rows, CSV (JSON text in the
-`messages` / `tools` cells) and Parquet; every reader ends in the same row checks.
+"tool_calls"?, "weight"?}, ...], "tools"?: [...]}`. A tool call's `arguments` may be a dict
+or a JSON string (OpenAI's wire format); it is normalised to a dict on load. An assistant
+message with `"weight": 0` is not trained on (OpenAI's fine-tuning format). Other formats
+become messages on load, deterministically, with one line saying how many rows were converted:
+  prompt-completion  `{"prompt", "completion", "system"?}`, strings or message lists (TRL)
+  ShareGPT           `{"conversations": [{"from", "value"}], "system"?, "tools"?}` (axolotl,
+                     LLaMA-Factory): human -> user, gpt -> assistant, observation/tool -> tool,
+                     function_call (JSON `{"name", "arguments"}`) -> an assistant tool call
+  Alpaca             `{"instruction", "input"?, "output", "system"?, "history"?}`: the user turn
+                     is instruction and input joined by a newline (as LLaMA-Factory joins them)
+  OpenAI legacy      `functions` -> `tools`, `function_call` -> `tool_calls`, role function -> tool
+A file mixing ShareGPT or Alpaca rows with rows of another format is refused (row numbers named).
+Files: JSONL, a JSON list of rows (or one row), CSV (JSON text in the `messages` / `tools` cells)
+and Parquet; every reader ends in the same row checks.
 """
 
 from __future__ import annotations
@@ -33,6 +42,9 @@ def row_problems(row: Any) -> list[str]:
     """
     if not isinstance(row, dict):
         return [f"row is {'null' if row is None else 'a ' + _json_type(row)}, expected a JSON object with 'messages'"]
+    fmt = row_format(row)
+    if fmt in ("sharegpt", "alpaca"):  # to_chat converts such rows unless they are broken: say how
+        return (_from_sharegpt if fmt == "sharegpt" else _from_alpaca)(row)[1]
     messages = row.get("messages")
     if messages is None:
         return [_no_messages(row)]
@@ -44,6 +56,9 @@ def row_problems(row: Any) -> list[str]:
     if not isinstance(messages, list) or not messages:
         return ["'messages' must be a non-empty list"]
     problems = []
+    if row.get("functions") is not None:  # left by to_chat: not a list, or beside 'tools'
+        problems.append("'functions' (OpenAI's legacy format) must be a list of function schemas, and not given "
+                        "beside 'tools': keep one of them")
     tools, declared = row.get("tools"), None
     if tools is not None:
         if not isinstance(tools, list):
@@ -65,6 +80,15 @@ def row_problems(row: Any) -> list[str]:
             same = _ROLE_NAMES.get(str(m.get("role")).lower())
             problems.append(f"messages[{i}] has unknown role {m.get('role')!r}; use one of {sorted(ROLES)}"
                             + (f" ({m.get('role')!r} is {same!r} here)" if same else ""))
+        weight = m.get("weight")
+        if weight is not None and m.get("role") != "assistant":
+            problems.append(f"messages[{i}] has a weight, which only assistant messages take (OpenAI's format): "
+                            "remove it")
+        elif weight is not None and (isinstance(weight, bool) or weight not in (0, 1)):
+            problems.append(f"messages[{i}].weight must be 0 (do not train on this message) or 1, got {weight!r}")
+        if m.get("function_call") is not None:  # left by to_chat when it is not {name, arguments}
+            problems.append(f"messages[{i}].function_call must be {{\"name\": ..., \"arguments\": ...}} "
+                            "(OpenAI's legacy format), or give tool_calls")
         calls = m.get("tool_calls")
         if calls is not None and not isinstance(calls, list):
             problems.append(f"messages[{i}].tool_calls must be a list, got a {_json_type(calls)}")
@@ -97,8 +121,16 @@ def row_problems(row: Any) -> list[str]:
                     continue
             if not isinstance(args, dict):
                 problems.append(f"messages[{i}].tool_calls[{j}].function.arguments must be a JSON object")
-    if not any(isinstance(m, dict) and m.get("role") == "assistant" for m in messages):
+    answers = [m for m in messages if isinstance(m, dict) and m.get("role") == "assistant"]
+    if not answers:
         problems.append("no assistant message: there is nothing to learn from this row")
+    elif all(m.get("weight") == 0 for m in answers):
+        problems.append("every assistant message has weight 0: there is nothing to learn from this row; set "
+                        "weight 1 on the turns to learn, or drop the row")
+    elif not any(m.get("tool_calls") or not isinstance(m.get("content"), (str, type(None))) or (m["content"] or "").strip()
+                 for m in answers):  # (content of another type is named above)
+        problems.append("every assistant message is empty (no content, no tool_calls): there is nothing to learn "
+                        "from this row but an end-of-turn token; fill them in, or drop the row")
     return problems
 
 
@@ -107,10 +139,7 @@ _OTHER_FORMATS = (
     ({"prompt", "completion"}, "each must be a string or a list of messages"),
     ({"text"}, "plain 'text' rows are for pretraining, not chat: this trainer learns assistant turns; give "
                "'messages', or 'prompt' and 'completion'"),
-    ({"conversations"}, "ShareGPT 'conversations' ({from, value}): rename to 'messages' with {role, content} and "
-                        "roles user/assistant/system (human -> user, gpt -> assistant)"),
-    ({"instruction", "output"}, "Alpaca rows: give 'prompt' (instruction, plus input if any) and 'completion' "
-                                "(output)"),
+    ({"output"}, "Alpaca rows need 'instruction' and 'output' (and may have 'input', 'system')"),
     ({"chosen", "rejected"}, "preference pairs (DPO) are not supervised fine-tuning data: train on 'chosen' as "
                              "'messages'"),
 )
@@ -147,14 +176,198 @@ def _text_parts(content: Any) -> Any:
     return content
 
 
+# ShareGPT's turn names (`from`), as axolotl and LLaMA-Factory write them, and the role each becomes.
+SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system",
+                  "function_call": "assistant", "observation": "tool", "tool": "tool"}
+FORMAT_NAMES = {"chat": "chat ('messages' of {role, content})", "prompt-completion": "prompt-completion",
+                "sharegpt": "ShareGPT ('conversations' of {from, value})",
+                "alpaca": "Alpaca (instruction, input, output)",
+                "functions": "OpenAI legacy functions / function_call"}
+CONVERTED = ("sharegpt", "alpaca", "functions")  # formats whose conversion is announced
+
+
+def row_format(row: Any) -> str | None:
+    """Which of FORMAT_NAMES a raw row is in (None: none of them; row_problems says why).
+
+    ShareGPT turns under 'messages' (`{"messages": [{"from", "value"}]}`, as some Hub datasets
+    store them) count as ShareGPT."""
+    if not isinstance(row, dict):
+        return None
+    messages = row.get("messages")
+    if isinstance(messages, list) and messages and all(
+            isinstance(m, dict) and "from" in m and m.get("role") is None for m in messages):
+        return "sharegpt"
+    if messages is not None:
+        legacy = row.get("functions") is not None or (isinstance(messages, list) and any(
+            isinstance(m, dict) and (m.get("function_call") is not None or m.get("role") == "function")
+            for m in messages))
+        return "functions" if legacy else "chat"
+    if row.get("conversations") is not None:
+        return "sharegpt"
+    if row.get("prompt") is not None or row.get("completion") is not None:
+        return "prompt-completion"
+    if row.get("instruction") is not None:
+        return "alpaca"
+    return None
+
+
+def _json_text(value: Any) -> Any:
+    """JSON text (a CSV or Parquet cell) parsed when it parses; anything else unchanged."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except (json.JSONDecodeError, RecursionError):
+            return value
+    return value
+
+
+def _as_tools(tools: Any, problems: list[str]) -> list | None:
+    """A ShareGPT/legacy tool list (JSON text or a list; bare function schemas, as LLaMA-Factory
+    and OpenAI's `functions` give them) as OpenAI tools `{"type": "function", "function": {...}}`."""
+    tools = _json_text(tools)
+    if tools is None or tools == "" or tools == []:
+        return None
+    if not isinstance(tools, list):
+        problems.append(f"'tools' must be a list of function schemas (or that list as JSON text), got a "
+                        f"{_json_type(tools)}")
+        return None
+    return [t if isinstance(t, dict) and isinstance(t.get("function"), dict) else {"type": "function", "function": t}
+            for t in tools]
+
+
+def _from_sharegpt(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
+    """(the chat row, []) or (None, every problem): see the module docstring for the mapping.
+
+    A function_call right after a text answer joins it (one assistant turn: text, then the call).
+    Empty values and unknown `from` names are refused, not skipped: dropping a turn would change
+    who says what in the rest of the conversation."""
+    key = "conversations" if row.get("messages") is None else "messages"
+    turns, problems, messages = _json_text(row.get(key)), [], []
+    if not isinstance(turns, list) or not turns:
+        return None, [f"'{key}' must be a non-empty list of ShareGPT turns {{\"from\": ..., \"value\": ...}}"]
+    system = row.get("system")
+    if system is not None and not isinstance(system, str):
+        problems.append(f"'system' must be a string, got a {_json_type(system)}")
+    elif system and system.strip():
+        if any(isinstance(t, dict) and t.get("from") == "system" for t in turns):
+            problems.append("has both a 'system' field and a system turn: keep one")
+        messages.append({"role": "system", "content": system})
+    for i, turn in enumerate(turns):
+        where = f"{key}[{i}]"
+        if not isinstance(turn, dict):
+            problems.append(f"{where} is a {_json_type(turn)}, expected a {{\"from\": ..., \"value\": ...}} object")
+            continue
+        who, value = turn.get("from"), turn.get("value")
+        if not isinstance(who, str) or who not in SHAREGPT_ROLES:
+            problems.append(f"{where} has unknown 'from' {who!r}: ShareGPT turns are from "
+                            f"{', '.join(SHAREGPT_ROLES)}; rename it (or convert the row to 'messages')")
+            continue
+        if not isinstance(value, str) or not value.strip():
+            got = "an empty value" if isinstance(value, str) else (
+                "no value" if value is None else f"a {_json_type(value)} value")
+            problems.append(f"{where} (from {who!r}) has {got}: every turn needs its text as a string; fill it in, "
+                            "or drop the row")
+            continue
+        if who == "function_call":
+            calls = _json_text(value)
+            calls = calls if isinstance(calls, list) else [calls]
+            if not all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in calls):
+                problems.append(f"{where} (function_call) must be JSON text of {{\"name\": ..., \"arguments\": {{...}}}} "
+                                "(or a list of them)")
+                continue
+            tool_calls = [{"type": "function", "function": {"name": c["name"], "arguments": c.get("arguments", {})}}
+                          for c in calls]
+            if messages and messages[-1]["role"] == "assistant" and not messages[-1].get("tool_calls"):
+                messages[-1] = {**messages[-1], "tool_calls": tool_calls}
+                continue
+            message = {"role": "assistant", "content": "", "tool_calls": tool_calls}
+        else:
+            message = {"role": SHAREGPT_ROLES[who], "content": value}
+        if turn.get("weight") is not None:  # axolotl's per-turn weight; row_problems checks it
+            message["weight"] = turn["weight"]
+        messages.append(message)
+    out = {"messages": messages}
+    if (tools := _as_tools(row.get("tools"), problems)) is not None:
+        out["tools"] = tools
+    return (None, problems) if problems else (out, [])
+
+
+def _from_alpaca(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
+    """(the chat row, []) or (None, every problem): [system], history pairs, then the user turn
+    (instruction, a newline, input; either alone when the other is empty) and the output."""
+    problems = []
+
+    def text(key: str) -> str:
+        value = row.get(key)
+        if value is None:
+            return ""
+        if isinstance(value, str):
+            return value
+        fix = f' (write it as text: "{value}")' if _json_type(value) == "number" else ""
+        problems.append(f"'{key}' must be a string, got a {_json_type(value)}{fix}")
+        return ""
+
+    instruction, given, output, system = text("instruction"), text("input"), text("output"), text("system")
+    if "output" not in row:
+        problems.append("Alpaca row has no 'output': give the answer to learn")
+    elif not problems and not output.strip():
+        problems.append("'output' is empty: there is nothing to learn from this row; fill it in, or drop the row")
+    if not problems and not (instruction.strip() or given.strip()):
+        problems.append("'instruction' and 'input' are both empty: there is no request to answer")
+    messages = [{"role": "system", "content": system}] if system.strip() else []
+    history = _json_text(row.get("history"))
+    for k, pair in enumerate(history or []):
+        if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
+            problems.append(f"history[{k}] must be a [request, answer] pair of strings (LLaMA-Factory's format)")
+            continue
+        messages += [{"role": "user", "content": pair[0]}, {"role": "assistant", "content": pair[1]}]
+    if history is not None and not isinstance(history, list):
+        problems.append(f"'history' must be a list of [request, answer] pairs, got a {_json_type(history)}")
+    request = "\n".join(t for t in (instruction, given) if t.strip())
+    messages += [{"role": "user", "content": request}, {"role": "assistant", "content": output}]
+    return (None, problems) if problems else ({"messages": messages}, [])
+
+
+def _from_functions(row: dict[str, Any]) -> dict[str, Any]:
+    """OpenAI's legacy function calling as tools: `functions` -> `tools`, an assistant's
+    `function_call` -> one tool call, role `function` -> `tool`. Parts that are not in that
+    shape stay, for row_problems to name."""
+    messages, out = [], {k: v for k, v in row.items() if k != "functions"}
+    for m in row["messages"] if isinstance(row["messages"], list) else []:
+        call = m.get("function_call") if isinstance(m, dict) else None
+        if isinstance(call, dict) and isinstance(call.get("name"), str) and not m.get("tool_calls"):
+            m = {**{k: v for k, v in m.items() if k != "function_call"}, "content": m.get("content") or "",
+                 "tool_calls": [{"type": "function", "function": {"name": call["name"],
+                                                                  "arguments": call.get("arguments", {})}}]}
+        if isinstance(m, dict) and m.get("role") == "function":
+            m = {**m, "role": "tool"}
+        messages.append(m)
+    out["messages"] = messages if isinstance(row["messages"], list) else row["messages"]
+    if row.get("functions") is not None:
+        problems: list[str] = []
+        tools = _as_tools(row["functions"], problems)
+        if problems or row.get("tools") is not None:
+            out["functions"] = row["functions"]  # not a list, or beside 'tools': row_problems names it
+        elif tools is not None:
+            out["tools"] = tools
+    return out
+
+
 def to_chat(row: Any) -> Any:
-    """A prompt-completion row as a chat row; any other row unchanged.
+    """`convert(row)` without the format name."""
+    return convert(row)[0]
+
+
+def convert(row: Any) -> tuple[Any, str | None]:
+    """(the row as a chat row, the format it was in: see FORMAT_NAMES); a row this cannot turn
+    into messages is returned as it is, for `row_problems` to name.
 
     `prompt` / `completion` are strings (a user turn and an assistant turn) or message lists
     (TRL's conversational prompt-completion); a `system` string becomes the first message,
-    `tools` is kept. `tools` as JSON text (how Parquet and Hub datasets often store it: one
-    column type for every tool schema) is parsed, and content given as text parts is joined. Rows this cannot turn into messages are left
-    for `row_problems` to name.
+    `tools` is kept. ShareGPT, Alpaca and OpenAI's legacy functions are converted as the module
+    docstring says. `tools` and `messages` as JSON text (how CSV, Parquet and Hub datasets often
+    store them: one column type for every tool schema) are parsed, and content given as text
+    parts is joined.
     """
     for key in ("tools", "messages"):  # JSON text in a column, as CSV and Parquet often hold them
         if isinstance(row, dict) and isinstance(row.get(key), str):
@@ -166,25 +379,33 @@ def to_chat(row: Any) -> Any:
                 row = {**row, key: value}
             elif key == "tools" and (value is None and row[key].strip() in ("", "null")):
                 row = {k: v for k, v in row.items() if k != "tools"}  # a row without tools, as JSON text
+    fmt = row_format(row)
+    if fmt in ("sharegpt", "alpaca"):
+        converted, problems = (_from_sharegpt if fmt == "sharegpt" else _from_alpaca)(row)
+        if problems:
+            return row, fmt
+        row = converted
+    elif fmt == "functions":
+        row = _from_functions(row)
+    elif fmt == "prompt-completion":
+        prompt, completion = row.get("prompt"), row.get("completion")
+        if isinstance(prompt, str):
+            prompt = [{"role": "user", "content": prompt}]
+        if isinstance(completion, str):
+            completion = [{"role": "assistant", "content": completion}]
+        if not (isinstance(prompt, list) and isinstance(completion, list)):
+            return row, fmt
+        system = row.get("system")
+        out = {"messages": ([{"role": "system", "content": system}] if isinstance(system, str) and system else [])
+               + prompt + completion}
+        if row.get("tools") is not None:
+            out["tools"] = row["tools"]
+        row = out
     if isinstance(row, dict) and isinstance(row.get("messages"), list) and any(
             isinstance(m, dict) and isinstance(m.get("content"), list) for m in row["messages"]):
         row = {**row, "messages": [{**m, "content": _text_parts(m["content"])} if isinstance(m, dict) and
                                    isinstance(m.get("content"), list) else m for m in row["messages"]]}
-    if not isinstance(row, dict) or row.get("messages") is not None:
-        return row
-    prompt, completion = row.get("prompt"), row.get("completion")
-    if isinstance(prompt, str):
-        prompt = [{"role": "user", "content": prompt}]
-    if isinstance(completion, str):
-        completion = [{"role": "assistant", "content": completion}]
-    if not (isinstance(prompt, list) and isinstance(completion, list)):
-        return row
-    system = row.get("system")
-    out = {"messages": ([{"role": "system", "content": system}] if isinstance(system, str) and system else [])
-           + prompt + completion}
-    if row.get("tools") is not None:
-        out["tools"] = row["tools"]
-    return out
+    return row, fmt
 
 
 def _json_type(value: Any) -> str:
@@ -227,12 +448,44 @@ def _drop_nulls(value: Any) -> Any:
 def validate_rows(rows: Iterable[Any], where: str, columnar: bool = False) -> list[dict[str, Any]]:
     """Check every row; raise one UserError naming each bad row, else return them normalised
     (`columnar`: rows from Arrow; see `normalise`)."""
-    rows = [to_chat(r) for r in rows]
+    rows, formats = zip(*map(convert, rows)) if rows else ((), ())
     problems = [(i + 1, p) for i, row in enumerate(rows) for p in row_problems(row)]
+    problems += format_problems(list(enumerate(formats, 1)))
     if not rows:
         problems.append((None, "has no rows"))
     _raise_grouped(problems, where, "row")
+    announce(formats, where)
     return [normalise(r, columnar) for r in rows]
+
+
+def _family(fmt: str | None) -> str | None:
+    """ShareGPT, Alpaca, or the OpenAI/TRL family (chat, prompt-completion, legacy functions)."""
+    return fmt if fmt in ("sharegpt", "alpaca", None) else "chat"
+
+
+def format_problems(formats: list[tuple[int, str | None]]) -> list[tuple[int, str]]:
+    """A file mixing ShareGPT or Alpaca rows with rows of another format: each row outside the
+    file's most common format, named. (Usually files appended by mistake; and a converted file
+    must mean one thing, since the conversion is silent row by row.)"""
+    counts: dict[str, int] = {}
+    for _, fmt in formats:
+        if _family(fmt):
+            counts[_family(fmt)] = counts.get(_family(fmt), 0) + 1
+    if len(counts) < 2:
+        return []
+    major = max(counts, key=counts.get)
+    names = {**FORMAT_NAMES, "chat": "chat ('messages') or prompt-completion"}
+    return [(at, f"row is {names[_family(fmt)]}, but {counts[major]} of the file's {sum(counts.values())} rows are "
+                 f"{names[major]}: a file holds one format; convert this row to it, or remove it")
+            for at, fmt in formats if _family(fmt) and _family(fmt) != major]
+
+
+def announce(formats: Iterable[str | None], where: str) -> None:
+    """One line per converted format, so that a run's log says what the trainer made of the file."""
+    formats = list(formats)
+    for fmt in CONVERTED:
+        if n := formats.count(fmt):
+            print(f"{where}: {n} {FORMAT_NAMES[fmt]} row{'s' if n > 1 else ''} converted to chat messages", flush=True)
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
@@ -245,7 +498,7 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     path = Path(path)
     if not path.is_file():
         raise UserError(f"dataset file not found: {path}. Pass an existing .jsonl file or directory.")
-    rows, problems = [], []
+    rows, problems, formats = [], [], []
     with _open_bytes(path) as f:
         head = f.read(8)
         f.seek(0)
@@ -275,12 +528,15 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
                 problems.append((lineno, "JSON nested too deeply for the parser (about 1000 levels or more); a "
                                          "chat row needs a handful: check how the file was generated"))
                 continue
-            row = to_chat(row)
+            row, fmt = convert(row)
             problems += [(lineno, p) for p in row_problems(row)]
             rows.append(row)
+            formats.append((lineno, fmt))
+    problems += format_problems(formats)
     if not rows and not problems:
         problems.append((None, "file has no rows"))
     _raise_grouped(problems, str(path), "line")
+    announce((fmt for _, fmt in formats), str(path))
     return [normalise(r) for r in rows]
 
 
@@ -468,6 +724,8 @@ def encode(row: dict[str, Any], tokenizer, max_seq_len: int) -> dict[str, list[i
     Uses the chat template's `{% generation %}` mask when it has one (exact, all assistant
     turns). Otherwise the last assistant turn is found by rendering the conversation
     without it: a common approximation for templates (e.g. Llama 3's) that lack the mask.
+    Assistant messages with `"weight": 0` are not trained on (with the mask: their tokens
+    are masked; without it: the last assistant turn of weight 1 is the one trained).
     """
     if text_chars(row) > max_seq_len * max_token_chars(tokenizer):
         return None  # certainly too long: skipped without tokenizing (a 50 MB row costs nothing)
@@ -477,8 +735,10 @@ def encode(row: dict[str, Any], tokenizer, max_seq_len: int) -> dict[str, list[i
         enc = tokenizer.apply_chat_template(messages, tools=tools, tokenize=True, return_dict=True,
                                             return_assistant_tokens_mask=True)
         ids, mask = list(enc["input_ids"]), list(enc["assistant_masks"])
+        if any(m["role"] == "assistant" and m.get("weight") == 0 for m in messages):
+            mask = _unweighted(mask, messages, tokenizer, tools)
     else:
-        last = max(i for i, m in enumerate(messages) if m["role"] == "assistant")
+        last = max(i for i, m in enumerate(messages) if m["role"] == "assistant" and m.get("weight") != 0)
         prompt = tokenizer.apply_chat_template(messages[:last], tools=tools, tokenize=True, return_dict=True,
                                                add_generation_prompt=True)["input_ids"]
         ids = list(tokenizer.apply_chat_template(messages[: last + 1], tools=tools, tokenize=True,
@@ -487,6 +747,29 @@ def encode(row: dict[str, Any], tokenizer, max_seq_len: int) -> dict[str, list[i
     if len(ids) > max_seq_len:
         return None
     return {"input_ids": ids, "labels": [t if m else -100 for t, m in zip(ids, mask)]}
+
+
+def _unweighted(mask: list[int], messages: list[dict[str, Any]], tokenizer, tools) -> list[int]:
+    """The generation mask without the tokens of weight-0 assistant messages. Each assistant
+    message is one run of masked tokens when the runs and messages are as many; otherwise (two
+    assistant messages in a row render as one run) a message's tokens are found by rendering
+    the conversation up to it."""
+    runs = [i for i, m in enumerate(mask) if m and (i == 0 or not mask[i - 1])]
+    ends = [i + 1 for i, m in enumerate(mask) if m and (i + 1 == len(mask) or not mask[i + 1])]
+    answers = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    if len(runs) == len(answers):
+        spans = list(zip(runs, ends))
+    else:
+        def length(upto: int, prompt: bool) -> int:
+            return len(tokenizer.apply_chat_template(messages[:upto], tools=tools, tokenize=True, return_dict=True,
+                                                     add_generation_prompt=prompt)["input_ids"])
+
+        spans = [(length(i, True), length(i + 1, False)) for i in answers]
+    mask = mask[:]
+    for (start, end), i in zip(spans, answers):
+        if messages[i].get("weight") == 0:
+            mask[start:end] = [0] * (end - start)
+    return mask
 
 
 def text_chars(row: dict[str, Any]) -> int:
