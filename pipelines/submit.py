@@ -1,4 +1,5 @@
 """python -m pipelines.submit [--pipeline sweep] [--host URL] [--param k=v ...] [--recurring "CRON"] [--wait] [--dry-run]
+       [--start-time T] [--end-time T] [--max-concurrency N] [--catchup] [--parallelism N] [--list-params]
 
 Submit the fine-tuning pipeline (or with --pipeline sweep the LoRA sweep, --parallelism
 trials at once) to a Kubeflow Pipelines 2.x backend:
@@ -8,7 +9,9 @@ trials at once) to a Kubeflow Pipelines 2.x backend:
      the content hash, so resubmitting unchanged code reuses the version);
   4. create a run in an experiment (created if missing), or with --recurring a recurring
      run on a 6-field cron schedule (`0 0 3 * * *` = daily at 03:00) or a descriptor
-     (`@daily`, `@every 6h`);
+     (`@daily`, `@every 6h`), optionally within --start-time / --end-time, --max-concurrency runs
+     at once (default 1) and --catchup of missed runs (default off); a recurring run of the same
+     name in the experiment is refused (both schedules would start runs);
   5. print the run URL; --wait follows the run to the end and exits non-zero unless it succeeded.
 
 The KFP host comes from --host or KFP_HOST; a bearer token, when the endpoint needs one,
@@ -34,6 +37,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -49,15 +53,22 @@ def option_problems(args: argparse.Namespace) -> list[str]:
     problems = [f"--{opt.replace('_', '-')} is empty: give a name, e.g. --{opt.replace('_', '-')} llm-finetune"
                 for opt in ("experiment", "run_name")
                 if getattr(args, opt) is not None and not getattr(args, opt).strip()]
-    if args.parallelism < 1:
-        problems.append(f"--parallelism {args.parallelism}: give how many sweep trials run at once, at least 1 "
-                        "(e.g. --parallelism 2)")
+    if args.parallelism is not None and args.parallelism < 0:  # as KFP's ParallelFor: 0 is no limit
+        problems.append(f"--parallelism {args.parallelism}: give how many sweep trials run at once, e.g. "
+                        "--parallelism 2, or 0 for all at once (KFP's ParallelFor meaning of 0)")
     if args.host and not args.dry_run and (at := host_credentials(args.host)):
         problems.append(f"--host / KFP_HOST {at!r} carries a user name or password in the URL, which would end up in "
                         "logs and the printed run URL: drop it and put a bearer token in KFP_TOKEN")
     if args.wait and args.recurring is not None:
         problems.append("--wait follows one run, but --recurring creates a schedule whose runs start later: "
                         "drop --wait (the schedule's runs are listed under the recurring run's URL)")
+    if args.recurring is None:
+        given = [flag for flag, value in (("--start-time", args.start_time), ("--end-time", args.end_time),
+                                          ("--max-concurrency", args.max_concurrency), ("--catchup", args.catchup or None))
+                 if value is not None]
+        if given:
+            problems.append(f"{', '.join(given)} set(s) a recurring run's schedule, but there is no --recurring: "
+                            "add --recurring '0 0 3 * * *' (or @daily, @every 6h), or drop them")
     if args.timeout <= 0:
         problems.append(f"--timeout {args.timeout}: give the --wait limit in seconds, e.g. --timeout 86400")
     return problems
@@ -88,6 +99,88 @@ def validate(params: dict[str, Any], recurring: str | None = None, extra: list[s
     if recurring is not None:
         problems += rules.cron(recurring, "--recurring")
     collect(problems, what="invalid sweep parameters" if sweep else "invalid pipeline parameters")
+
+
+MAX_CONCURRENCY = 10  # KFP's API server refuses a recurring run's max_concurrency outside 1-10
+
+
+def _time(raw: str, flag: str, problems: list[str]):
+    """An RFC 3339 time with its zone (KFP's form), or None with the problem recorded."""
+    from datetime import datetime
+
+    try:
+        when = datetime.fromisoformat(raw.strip())
+    except ValueError:
+        problems.append(f"{flag} {raw!r} is not a date and time: give RFC 3339 with a zone, e.g. "
+                        f"{flag} 2026-12-01T03:00:00Z")
+        return None
+    if when.tzinfo is None:  # UTC or the local zone would each be a guess, hours apart
+        problems.append(f"{flag} {raw!r} has no time zone: add one, e.g. {raw.strip()}Z for UTC or "
+                        f"{raw.strip()}+01:00")
+        return None
+    return when
+
+
+def schedule_problems(args: argparse.Namespace, now=None) -> list[str]:
+    """--start-time, --end-time and --max-concurrency of a recurring run, against each other and `now`:
+    KFP would accept an end in the past (a schedule that never runs) and refuse only some of the rest."""
+    from datetime import datetime, timezone
+
+    if args.recurring is None:
+        return []  # option_problems says they need --recurring
+    now = now or datetime.now(timezone.utc)
+    problems: list[str] = []
+    start = _time(args.start_time, "--start-time", problems) if args.start_time is not None else None
+    end = _time(args.end_time, "--end-time", problems) if args.end_time is not None else None
+    if end is not None and end <= now:
+        problems.append(f"--end-time {args.end_time} is in the past (now {now:%Y-%m-%dT%H:%M:%SZ}): the schedule "
+                        "would never start a run; give a later end, or none")
+    elif start is not None and end is not None and end <= start:
+        problems.append(f"--end-time {args.end_time} is not after --start-time {args.start_time}: the schedule would "
+                        "never start a run")
+    if args.max_concurrency is not None and not 1 <= args.max_concurrency <= MAX_CONCURRENCY:
+        problems.append(f"--max-concurrency {args.max_concurrency}: KFP takes 1 to {MAX_CONCURRENCY} runs of a "
+                        "recurring run at once, e.g. --max-concurrency 1 (the default: a run that overruns its "
+                        "interval delays the next)")
+    return problems
+
+
+def schedule_notes(args: argparse.Namespace, now=None) -> None:
+    """What KFP will do with a start time in the past: nothing surprising, but worth a line."""
+    from datetime import datetime, timezone
+
+    now = now or datetime.now(timezone.utc)
+    start = _time(args.start_time, "--start-time", []) if args.start_time else None
+    if start is None or start >= now:
+        return
+    if args.catchup:
+        n = missed_runs(args.recurring, start, now)
+        print(f"note: --start-time {args.start_time} is in the past and --catchup is on: KFP starts the "
+              f"{n:,}{'+' if n >= 10_000 else ''} run(s) scheduled since then, {args.max_concurrency or 1} at a time",
+              file=sys.stderr)
+    else:
+        print(f"note: --start-time {args.start_time} is in the past: the first run is the next scheduled time "
+              "from now (no catch-up; --catchup would start the missed ones)", file=sys.stderr)
+
+
+def missed_runs(schedule: str, start, now, cap: int = 10_000) -> int:
+    """How many runs of `schedule` fall between `start` and `now`: what --catchup backfills."""
+    from datetime import timedelta
+
+    from croniter import croniter
+
+    from trainer.k8s import rules
+
+    schedule = schedule.strip()
+    if schedule.startswith("@every "):
+        units = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}
+        seconds = sum(float(n) * units[u] for n, u in rules._GO_DURATION_PART.findall(schedule[len("@every "):]))
+        return min(cap, int((now - start) / timedelta(seconds=seconds)))
+    it = croniter(schedule, start, second_at_beginning=not schedule.startswith("@"))
+    count = 0
+    while count < cap and it.get_next(type(start)) <= now:
+        count += 1
+    return count
 
 
 PROBE_TIMEOUT_S = 10.0
@@ -226,17 +319,53 @@ def upload(client, path: Path, digest: str, pipeline=finetune_pipeline) -> tuple
     return pipeline_id, version.pipeline_version_id
 
 
+def compile_package(tmp_root: str | None, pipeline=finetune_pipeline) -> tuple[Path, str]:
+    """Compile into a fresh temporary directory (the caller removes `path.parent`). A local
+    failure (no writable temp directory, a full disk) is named as such: it is no KFP problem."""
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix="llm-finetune-submit-", dir=tmp_root))
+    except OSError as err:
+        raise UserError(f"cannot create a temporary directory to compile the pipeline in "
+                        f"({err.strerror or err}: {err.filename or tempfile.gettempdir()}): point TMPDIR at a "
+                        "writable directory with free space, e.g. TMPDIR=$HOME/tmp") from None
+    try:
+        return package(tmp, pipeline)
+    except OSError as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise UserError(f"cannot write the compiled pipeline to {tmp} ({err.strerror or err}): free disk space "
+                        "there or point TMPDIR at a writable directory with free space") from None
+
+
+def existing_recurring_runs(client, experiment_id: str, name: str, namespace: str | None) -> list:
+    """Recurring runs of this experiment already named `name`: KFP would accept a second one with
+    the same name, and both schedules would start runs."""
+    by_name = json.dumps({"predicates": [{"key": "display_name", "operation": "EQUALS", "string_value": name}]})
+    found = client.list_recurring_runs(experiment_id=experiment_id, namespace=namespace, page_size=10,
+                                       filter=by_name).recurring_runs or []
+    return [job for job in found if job.display_name == name]
+
+
 def submit(client, params: dict[str, Any], experiment: str, run_name: str, recurring: str | None,
-           host: str, pipeline=finetune_pipeline, namespace: str | None = None) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp:
-        path, digest = package(Path(tmp), pipeline)
+           host: str, pipeline=finetune_pipeline, namespace: str | None = None,
+           schedule: dict[str, Any] | None = None, packaged: tuple[Path, str] | None = None) -> dict[str, Any]:
+    """Upload (or reuse) the package and create the run or recurring run. `schedule`: the
+    recurring run's start_time, end_time, max_concurrency, no_catchup (checked by schedule_problems)."""
+    path, digest = packaged or compile_package(None, pipeline)
+    try:
         pipeline_id, version_id = upload(client, path, digest, pipeline)
+    finally:
+        shutil.rmtree(path.parent, ignore_errors=True)
     # Returns the existing one by name; multi-user KFP keeps experiments (and their runs) per profile namespace.
     experiment_id = client.create_experiment(experiment, namespace=namespace).experiment_id
     if recurring:  # the schedule was checked by validate(), before the upload above
+        if same := existing_recurring_runs(client, experiment_id, run_name, namespace):
+            raise UserError(f"experiment {experiment!r} already has a recurring run named {run_name!r} "
+                            f"({host.rstrip('/')}/#/recurringrun/details/{same[0].recurring_run_id}); a second one "
+                            "would start runs on its own schedule too: pick another --run-name, or disable or "
+                            "delete that one in the KFP UI (Recurring Runs) first")
+        schedule = {"max_concurrency": 1, "no_catchup": True, **(schedule or {})}
         job = client.create_recurring_run(experiment_id, run_name, cron_expression=recurring.strip(),
-                                          pipeline_id=pipeline_id,
-                                          version_id=version_id, params=params, max_concurrency=1, no_catchup=True)
+                                          pipeline_id=pipeline_id, version_id=version_id, params=params, **schedule)
         return {"recurring_run_id": job.recurring_run_id, "pipeline_id": pipeline_id, "version_id": version_id,
                 "url": f"{host.rstrip('/')}/#/recurringrun/details/{job.recurring_run_id}"}
     run = client.run_pipeline(experiment_id, run_name, pipeline_id=pipeline_id, version_id=version_id, params=params)
@@ -249,8 +378,9 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pipeline", choices=("finetune", "sweep"), default="finetune",
                         help="finetune: one training run (default); sweep: parallel LoRA trials, the best deployed")
-    parser.add_argument("--parallelism", type=int, default=2,
-                        help="sweep: trials running at once (compiled into the pipeline; default 2)")
+    parser.add_argument("--parallelism", type=int, default=None,
+                        help="sweep: trials running at once, compiled into the pipeline (default 2; 0: all at once, "
+                             "as KFP's ParallelFor); not used by the finetune pipeline")
     parser.add_argument("--host", default=os.environ.get("KFP_HOST"), help="KFP API endpoint (or KFP_HOST)")
     parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                         help="a pipeline parameter, repeatable (--list-params lists them)")
@@ -263,6 +393,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-name", default=None, help="the run's name in the KFP UI (default: the pipeline's name)")
     parser.add_argument("--recurring", metavar="CRON",
                         help="create a recurring run instead: 6-field cron ('0 0 3 * * *'), @daily, @every 6h")
+    parser.add_argument("--start-time", metavar="TIME",
+                        help="--recurring: first possible run, RFC 3339 with a zone (2026-12-01T03:00:00Z); default now")
+    parser.add_argument("--end-time", metavar="TIME", help="--recurring: no runs after this time (RFC 3339 with a zone)")
+    parser.add_argument("--max-concurrency", type=int, default=None, metavar="N",
+                        help=f"--recurring: runs of the schedule at once, 1-{MAX_CONCURRENCY} (default 1)")
+    parser.add_argument("--catchup", action="store_true",
+                        help="--recurring: start the runs missed while the schedule was paused or before now "
+                             "(default: no catch-up, the next run is the next scheduled time)")
     parser.add_argument("--wait", action="store_true", help="follow the run to its end")
     parser.add_argument("--timeout", type=int, default=24 * 3600, help="--wait limit in seconds")
     parser.add_argument("--dry-run", action="store_true", help="print the Kubernetes objects; contact nothing")
@@ -273,16 +411,27 @@ def main(argv: list[str] | None = None) -> int:
         if sweep:
             from pipelines.sweep import build
 
-            pipeline = build(max(args.parallelism, 1))
+            pipeline = build(2 if args.parallelism is None else max(args.parallelism, 0))
         else:
             pipeline = finetune_pipeline
+            if args.parallelism is not None:  # accepted as for the sweep, so scripts can pass it to both
+                print(f"note: --parallelism {args.parallelism} applies to --pipeline sweep only; the finetune "
+                      "pipeline runs one training", file=sys.stderr)
         if args.list_params:
             from pipelines.run_local import params_help
 
             print(params_help(pipeline))
             return 0
         params = parse_params(pipeline, args.param)
-        validate(params, args.recurring, option_problems(args), sweep=sweep)
+        validate(params, args.recurring, option_problems(args) + schedule_problems(args), sweep=sweep)
+        # Times go to KFP as RFC 3339 ('2026-12-01T03:00:00+00:00' however they were typed).
+        schedule = {k: _time(v, "", []).isoformat() for k, v in (("start_time", args.start_time),
+                                                                 ("end_time", args.end_time)) if v is not None}
+        if args.max_concurrency is not None:
+            schedule["max_concurrency"] = args.max_concurrency
+        schedule["no_catchup"] = not args.catchup
+        if args.recurring is not None:
+            schedule_notes(args)
         run_name = args.run_name or pipeline.name
         if args.dry_run:
             from trainer.__main__ import print_yaml
@@ -291,8 +440,10 @@ def main(argv: list[str] | None = None) -> int:
             for line in registry_calls(params):  # YAML comments: the output stays valid YAML
                 print(f"# {line}")
             if args.recurring:
-                print(f"# recurring run {run_name!r} in experiment {args.experiment!r}: schedule {args.recurring!r}, "
-                      "at most 1 run at a time, no catch-up of missed runs")
+                window = "".join(f", {w} {t}" for w, t in (("from", args.start_time), ("until", args.end_time)) if t)
+                print(f"# recurring run {run_name!r} in experiment {args.experiment!r}: schedule {args.recurring!r}"
+                      f"{window}, at most {args.max_concurrency or 1} run(s) at a time, "
+                      + ("catch-up of missed runs" if args.catchup else "no catch-up of missed runs"))
             return 0
         if not args.host:
             raise UserError("no KFP host: pass --host URL or set KFP_HOST (e.g. http://localhost:8080 after "
@@ -308,9 +459,12 @@ def main(argv: list[str] | None = None) -> int:
         from kfp_server_api.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
+        # Compiled outside the try below: a local failure (TMPDIR, full disk) is no lost connection.
+        packaged = compile_package(None, pipeline)
         try:
             client = kfp.Client(host=args.host, existing_token=os.environ.get("KFP_TOKEN") or None)
-            result = submit(client, params, args.experiment, run_name, args.recurring, args.host, pipeline, namespace)
+            result = submit(client, params, args.experiment, run_name, args.recurring, args.host, pipeline, namespace,
+                            schedule, packaged)
         except ApiException as err:  # the server's answer, e.g. a permission or validation error
             detail = (err.body or "").strip().replace("\n", " ")[:300]
             raise UserError(f"KFP at {args.host} refused the request: HTTP {err.status} {err.reason} {detail}") \
@@ -320,6 +474,8 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError(f"lost the connection to KFP at {args.host} ({str(reason)[:200]}): check that it is up "
                             "(and the port-forward still runs), then submit again; an unchanged package is reused") \
                 from None
+        finally:
+            shutil.rmtree(packaged[0].parent, ignore_errors=True)
         for key, value in result.items():
             print(f"{key}: {value}")
         if args.wait and "run_id" in result:

@@ -123,6 +123,12 @@ class KfpHandler(RoutedHandler):
         return 200, run
 
     def recurring_runs(self, method, *, query, body):
+        if method == "GET":  # by experiment and display name, as kfp.Client.list_recurring_runs asks
+            name = _display_name_filter(query)
+            items = [j for j in self.state.recurring.values()
+                     if (name is None or j["display_name"] == name)
+                     and (not query.get("experiment_id") or j.get("experiment_id") == query["experiment_id"])]
+            return 200, {"recurringRuns": items, "total_size": len(items)}
         job = {**body, "recurring_run_id": str(uuid.uuid4()), "status": "ENABLED"}
         self.state.recurring[job["recurring_run_id"]] = job
         return 200, job

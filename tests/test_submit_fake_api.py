@@ -144,10 +144,10 @@ def test_sweep_is_submitted_as_its_own_pipeline_fake_api(kfp_api, capsys):
 
 def test_sweep_bad_trials_and_parallelism_upload_nothing_fake_api(kfp_api, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        submit.main(["--host", kfp_api.url, "--pipeline", "sweep", "--parallelism", "0",
+        submit.main(["--host", kfp_api.url, "--pipeline", "sweep", "--parallelism", "-1",
                      "--param", 'trials=[{"lora_r": 8}]'])
     err = capsys.readouterr().err
-    assert exit_info.value.code == 2 and "3 problems" in err and "--parallelism 0" in err
+    assert exit_info.value.code == 2 and "3 problems" in err and "--parallelism -1" in err
     assert "trials[0] must have exactly the keys" in err and "launcher=local" in err
     assert not kfp_api.state.requests
 
@@ -320,3 +320,141 @@ def test_keep_serving_is_refused_for_a_cluster_run_fake_api(kfp_api, capsys):
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "keep_serving=true keeps a server on the machine of a local run only" in err
     assert not kfp_api.state.requests
+
+
+# --- local problems while packaging are named as local, not as KFP going away -----------------
+
+@pytest.mark.parametrize("where", ["missing", "a-file"])
+def test_an_unusable_temp_dir_while_compiling_is_named_as_local_not_as_kfp_fake_api(kfp_api, monkeypatch, capsys,
+                                                                                    tmp_path, where):
+    import tempfile
+
+    bad = tmp_path / where
+    if where == "a-file":
+        bad.write_text("not a directory")
+    monkeypatch.setattr(tempfile, "tempdir", str(bad))  # what TMPDIR=<bad> gives
+    with pytest.raises(SystemExit) as exit_info:
+        submit.main(["--host", kfp_api.url, *CLUSTER])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "Traceback" not in err
+    assert "temporary directory" in err and str(bad) in err and "TMPDIR" in err
+    assert "connection" not in err and "KFP at" not in err
+    assert not kfp_api.state.pipelines and not kfp_api.state.runs
+
+
+def test_the_compile_directory_is_removed_after_a_submit_fake_api(kfp_api, monkeypatch, tmp_path):
+    import tempfile
+
+    (tmp_path / "t").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "t"))
+    assert submit.main(["--host", kfp_api.url, *CLUSTER]) == 0
+    assert not list((tmp_path / "t").iterdir())
+
+
+# --- --parallelism: KFP's ParallelFor meaning for both pipelines ------------------------------
+
+def test_parallelism_zero_means_no_limit_and_the_finetune_pipeline_notes_it_does_not_apply_fake_api(kfp_api, capsys):
+    assert submit.main(["--host", kfp_api.url, *CLUSTER, "--parallelism", "0"]) == 0
+    assert "--parallelism 0 applies to --pipeline sweep only" in capsys.readouterr().err
+    assert len(kfp_api.state.runs) == 1
+    trials = '[{"lora_r": 8, "lora_alpha": 16, "learning_rate": 0.0002}]'
+    assert submit.main(["--host", kfp_api.url, "--pipeline", "sweep", "--parallelism", "0", "--param",
+                        "launcher=trainjob", "--param", f"trials={trials}"]) == 0
+    [sweep_pid] = [pid for pid, p in kfp_api.state.pipelines.items() if p["display_name"] == "llm-finetune-sweep"]
+    uploaded = kfp_api.state.uploads[kfp_api.state.versions[sweep_pid][0]["pipeline_version_id"]]
+    assert b"parallelismLimit" not in uploaded  # 0: ParallelFor unconstrained, as KFP defines it
+
+
+@pytest.mark.parametrize("pipeline", ["finetune", "sweep"])
+def test_negative_parallelism_is_refused_for_both_pipelines(pipeline, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        submit.main(["--dry-run", "--pipeline", pipeline, "--parallelism", "-3", *CLUSTER[:4]])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "--parallelism -3" in err and "0 for all at once" in err
+
+
+# --- recurring runs: schedule window, concurrency, catch-up, names ----------------------------
+
+def test_recurring_run_passes_its_window_concurrency_and_catchup_to_kfp_fake_api(kfp_api, capsys):
+    assert submit.main(["--host", kfp_api.url, *CLUSTER, "--recurring", "0 0 3 * * *", "--run-name", "nightly",
+                        "--start-time", "2099-01-01 03:00+01:00", "--end-time", "2099-12-31T00:00:00Z",
+                        "--max-concurrency", "3", "--catchup"]) == 0
+    [job] = kfp_api.state.recurring.values()
+    cron = job["trigger"]["cron_schedule"]
+    assert cron["start_time"].startswith("2099-01-01T02:00:00") or cron["start_time"].startswith("2099-01-01T03:00:00")
+    assert cron["end_time"].startswith("2099-12-31T00:00:00")
+    assert str(job["max_concurrency"]) == "3" and job["no_catchup"] is False
+
+
+def test_recurring_run_defaults_are_one_at_a_time_without_catchup_fake_api(kfp_api):
+    assert submit.main(["--host", kfp_api.url, *CLUSTER, "--recurring", "@every 6h"]) == 0
+    [job] = kfp_api.state.recurring.values()
+    assert str(job["max_concurrency"]) == "1" and job["no_catchup"] is True
+    assert "start_time" not in job["trigger"]["cron_schedule"] or not job["trigger"]["cron_schedule"]["start_time"]
+
+
+@pytest.mark.parametrize("extra, needles", [
+    (["--end-time", "2020-01-01T00:00:00Z"], ["--end-time 2020-01-01T00:00:00Z is in the past", "never start"]),
+    (["--start-time", "2099-06-01T00:00:00Z", "--end-time", "2099-01-01T00:00:00Z"], ["is not after --start-time"]),
+    (["--start-time", "2099-06-01 03:00"], ["has no time zone", "2099-06-01 03:00Z"]),
+    (["--start-time", "tomorrow"], ["'tomorrow' is not a date and time", "RFC 3339"]),
+    (["--max-concurrency", "0"], ["--max-concurrency 0", "1 to 10"]),
+    (["--max-concurrency", "11"], ["--max-concurrency 11", "1 to 10"]),
+])
+def test_recurring_run_schedule_mistakes_are_refused_before_anything_is_contacted_fake_api(kfp_api, capsys, extra,
+                                                                                          needles):
+    with pytest.raises(SystemExit) as exit_info:
+        submit.main(["--host", kfp_api.url, *CLUSTER, "--recurring", "@daily", *extra])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "Traceback" not in err
+    for needle in needles:
+        assert needle in err
+    assert not kfp_api.state.requests
+
+
+def test_schedule_options_without_recurring_are_refused_all_in_one_message(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        submit.main(["--dry-run", *CLUSTER, "--start-time", "2099-01-01T00:00:00Z", "--max-concurrency", "2",
+                     "--catchup", "--param", "eval_max_rows=0"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert "--start-time, --max-concurrency, --catchup set(s) a recurring run's schedule, but there is no --recurring" \
+        in err and "eval_max_rows must be >= 1" in err
+
+
+def test_a_past_start_time_says_what_kfp_will_do_with_and_without_catchup(capsys):
+    from datetime import datetime, timedelta, timezone
+
+    start = (datetime.now(timezone.utc) - timedelta(days=3, hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    args = [*CLUSTER, "--dry-run", "--recurring", "@daily", "--start-time", start]
+    assert submit.main(args) == 0
+    assert "the first run is the next scheduled time from now (no catch-up" in capsys.readouterr().err
+    assert submit.main([*args, "--catchup", "--max-concurrency", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "KFP starts the 3 run(s) scheduled since then, 2 at a time" in err
+
+
+def test_missed_runs_counts_cron_descriptor_and_every_schedules():
+    from datetime import datetime, timezone
+
+    start, now = datetime(2026, 1, 1, tzinfo=timezone.utc), datetime(2026, 1, 8, 12, tzinfo=timezone.utc)
+    assert submit.missed_runs("0 0 3 * * *", start, now) == 8  # Jan 1..8 at 03:00
+    assert submit.missed_runs("@daily", start, now) == 7  # midnights Jan 2..8
+    assert submit.missed_runs("@every 12h", start, now) == 15
+    assert submit.missed_runs("@every 1s", start, now, cap=100) == 100
+
+
+def test_a_recurring_run_name_already_in_the_experiment_is_refused_fake_api(kfp_api, capsys):
+    argv = ["--host", kfp_api.url, *CLUSTER, "--recurring", "@daily", "--run-name", "nightly"]
+    assert submit.main(argv) == 0
+    [first] = kfp_api.state.recurring
+    with pytest.raises(SystemExit) as exit_info:
+        submit.main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "already has a recurring run named 'nightly'" in err
+    assert f"/#/recurringrun/details/{first}" in err and "another --run-name" in err
+    assert list(kfp_api.state.recurring) == [first]
+    # the same name in another experiment, or another name, is fine
+    assert submit.main([*argv, "--experiment", "other"]) == 0
+    assert submit.main([*argv[:-1], "weekly"]) == 0
+    assert len(kfp_api.state.recurring) == 3
