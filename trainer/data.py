@@ -127,8 +127,8 @@ def row_problems(row: Any) -> list[str]:
     elif all(m.get("weight") == 0 for m in answers):
         problems.append("every assistant message has weight 0: there is nothing to learn from this row; set "
                         "weight 1 on the turns to learn, or drop the row")
-    elif not any(m.get("tool_calls") or not isinstance(m.get("content"), (str, type(None))) or (m["content"] or "").strip()
-                 for m in answers):  # (content of another type is named above)
+    elif not any(m.get("tool_calls") or not isinstance(m.get("content"), (str, type(None)))
+                 or (m["content"] or "").strip() for m in answers):  # (content of another type is named above)
         problems.append("every assistant message is empty (no content, no tool_calls): there is nothing to learn "
                         "from this row but an end-of-turn token; fill them in, or drop the row")
     return problems
@@ -272,8 +272,8 @@ def _from_sharegpt(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str
             calls = _json_text(value)
             calls = calls if isinstance(calls, list) else [calls]
             if not all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in calls):
-                problems.append(f"{where} (function_call) must be JSON text of {{\"name\": ..., \"arguments\": {{...}}}} "
-                                "(or a list of them)")
+                problems.append(f"{where} (function_call) must be JSON text of "
+                                "{\"name\": ..., \"arguments\": {...}} (or a list of them)")
                 continue
             tool_calls = [{"type": "function", "function": {"name": c["name"], "arguments": c.get("arguments", {})}}
                           for c in calls]
@@ -510,6 +510,11 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
             raise UserError(f"{path} is not JSONL text ({kind or 'binary data'}): give a UTF-8 .jsonl file with "
                             f"one JSON object per line{also}")
         f.seek(0)
+        if f.read(1 << 16).lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"["):  # a JSON list named .jsonl
+            value = _whole_json(path)
+            if isinstance(value, list):
+                return validate_rows(value, str(path))
+        f.seek(0)
         for lineno, raw in enumerate(f, 1):
             try:
                 line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
@@ -520,7 +525,7 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                row, repeated = _loads(line)
             except json.JSONDecodeError as err:
                 problems.append((lineno, f"not valid JSON ({err.msg} at column {err.colno})"))
                 continue
@@ -528,6 +533,7 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
                 problems.append((lineno, "JSON nested too deeply for the parser (about 1000 levels or more); a "
                                          "chat row needs a handful: check how the file was generated"))
                 continue
+            problems += [(lineno, _repeated(k)) for k in repeated]
             row, fmt = convert(row)
             problems += [(lineno, p) for p in row_problems(row)]
             rows.append(row)
@@ -559,7 +565,7 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
     if suffix in (".csv", ".tsv"):
         return validate_rows(_csv_rows(path, text, "\t" if suffix == ".tsv" else ","), str(path))
     try:
-        value = json.loads(text)
+        value, repeated = _loads(text)
     except json.JSONDecodeError as err:
         if text.lstrip().startswith("["):
             raise UserError(f"{path}: not valid JSON ({err.msg}: line {err.lineno}, column {err.colno}); a .json "
@@ -568,12 +574,42 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
     except RecursionError:
         raise UserError(f"{path}: JSON nested too deeply for the parser; a chat dataset needs a handful of "
                         "levels: check how the file was generated") from None
-    if isinstance(value, dict) and isinstance(value.get("messages"), list):
-        value = [value]  # a one-row JSONL file
+    collect([f"{path}: an object {_repeated(k)}" for k in dict.fromkeys(repeated)], what=f"bad dataset {path}")
+    if isinstance(value, dict) and row_format(value):
+        value = [value]  # one row, in any format
     if not isinstance(value, list):
         raise UserError(f"{path} holds a JSON {_json_type(value)}, not a list of rows: give a JSON list of "
                         "{\"messages\": [...]} objects, or JSONL (one object per line)")
     return validate_rows(value, str(path))
+
+
+def _whole_json(path: Path) -> Any:
+    """The file parsed as one JSON value, or None when it is not one."""
+    try:
+        value, repeated = _loads(_utf8_text(path))
+    except (json.JSONDecodeError, RecursionError):
+        return None
+    collect([f"{path}: an object {_repeated(k)}" for k in dict.fromkeys(repeated)], what=f"bad dataset {path}")
+    return value
+
+
+def _loads(text: str) -> tuple[Any, list[str]]:
+    """json.loads, and the keys that an object repeats: json keeps only the last value of
+    `{"prompt": "a", "prompt": "b"}`, so one of them would be dropped without a word."""
+    repeated: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out = dict(items)
+        if len(out) < len(items):
+            seen: set[str] = set()
+            repeated.extend(k for k, _ in items if k in seen or seen.add(k))
+        return out
+
+    return json.loads(text, object_pairs_hook=pairs), repeated
+
+
+def _repeated(key: str) -> str:
+    return f"has the key {key!r} twice (a JSON reader keeps only the last value): keep one"
 
 
 def _suffix(path: Path) -> str:
@@ -649,7 +685,12 @@ def _csv_rows(path: Path, text: str, delimiter: str = ",") -> list[dict[str, Any
     csv.field_size_limit(1 << 30)  # the default 128 KiB refuses a long conversation in one cell
     out = []
     try:
-        for row in csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter):
+        reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter)
+        header = reader.fieldnames or []
+        if twice := sorted({k for k in header if header.count(k) > 1 and k}):
+            raise UserError(f"{path}: the header names the column{'s' if len(twice) > 1 else ''} "
+                            f"{', '.join(map(repr, twice))} twice (only the last would be read): rename or drop one")
+        for row in reader:
             cells = {k: v for k, v in row.items() if k is not None and v not in (None, "")}
             for key in ("prompt", "completion"):  # messages and tools as JSON text: to_chat parses them
                 value = cells.get(key)
@@ -672,6 +713,10 @@ def _parquet_rows(path: Path) -> list[dict[str, Any]]:
     import pyarrow.parquet as pq
 
     try:
+        names = pq.read_schema(path).names
+        if twice := sorted({k for k in names if names.count(k) > 1}):
+            raise UserError(f"{path} has the column{'s' if len(twice) > 1 else ''} {', '.join(map(repr, twice))} "
+                            "twice: rename or drop one")
         return pq.read_table(path).to_pylist()
     except (pyarrow.ArrowException, OSError) as err:
         raise UserError(f"{path} is not a readable Parquet file ({str(err).splitlines()[0][:200]}); write it again, "
