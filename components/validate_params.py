@@ -6,7 +6,8 @@ from the KFP UI is checked exactly as one started from the command line.
 Its inputs are every parameter of the finetune and sweep pipelines (KFP needs them spelled
 out and typed); the pipelines pass their own arguments by name (`pipelines.finetune.inputs_for`),
 and a test fails when a pipeline parameter is missing here. Defaults stand in for the
-parameters a pipeline lacks (the sweep has no batch_size); `trials` non-empty means a sweep.
+parameters a pipeline lacks (the sweep has no batch_size); `sweep=True` (the sweep pipeline
+passes it) checks the sweep's own parameters too, trials=[] included.
 """
 
 from kfp import dsl
@@ -65,17 +66,21 @@ def validate_params(
     trials: list = [],
     select_metric: str = "fc_accuracy",
     min_gain: float = 0.1,
+    sweep: bool = False,
 ):
     """Exit 2 with one message when any parameter is invalid; in a cluster pod also refuse
-    what only this machine's command line could use (local paths, launcher=local)."""
+    what only this machine's command line could use (local paths, launcher=local).
+    `sweep`: set by the sweep pipeline, so that trials=[] typed in the UI is refused, not
+    taken for a finetune run."""
     params = dict(locals())  # first statement: only the parameters are local yet
+    sweep = params.pop("sweep")
     import os
 
     from trainer.errors import collect, exit_on_user_error
     from trainer.validate import SWEEP_ONLY, on_cluster_problems, pipeline_problems, sweep_problems
 
     with exit_on_user_error():
-        if params["trials"]:
+        if sweep or params["trials"]:
             problems, what = sweep_problems(params), "invalid sweep parameters"
         else:
             problems = pipeline_problems({k: v for k, v in params.items() if k not in SWEEP_ONLY})

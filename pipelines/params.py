@@ -86,6 +86,8 @@ def parse_params(pipeline, pairs: list[str]) -> dict[str, Any]:
                 if raw.strip().lower() not in _TRUE + _FALSE:
                     raise ValueError
                 params[key] = raw.strip().lower() in _TRUE
+            elif kind in (int, float) and not raw.isascii():  # Python reads '١٢' as 12; KFP and people do not
+                raise ValueError
             elif kind is int:
                 params[key] = _whole_number(raw)
             elif kind in (dict, list):

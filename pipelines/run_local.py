@@ -167,7 +167,9 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pipeline", choices=("finetune", "sweep"), default="finetune",
                         help="finetune: one training run (default); sweep: parallel LoRA trials, the best deployed")
-    parser.add_argument("--parallelism", type=int, default=2, help="sweep trials running at once (default 2)")
+    parser.add_argument("--parallelism", type=int, default=None,
+                        help="sweep trials running at once (default 2; 0: all at once, as KFP's ParallelFor; kfp.local "
+                             "itself runs at most 2); not used by the finetune pipeline")
     parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                         help="a pipeline parameter, repeatable; --list-params shows them all with defaults")
     parser.add_argument("--list-params", action="store_true",
@@ -185,14 +187,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     with exit_on_user_error():
-        if args.parallelism < 1:
-            raise UserError(f"--parallelism {args.parallelism}: give how many sweep trials run at once, at least 1 "
-                            "(e.g. --parallelism 2)")
+        if args.parallelism is not None and args.parallelism < 0:  # as submit: 0 is KFP's "no limit"
+            raise UserError(f"--parallelism {args.parallelism}: give how many sweep trials run at once, e.g. "
+                            "--parallelism 2, or 0 for all at once (KFP's ParallelFor meaning of 0)")
+        if args.parallelism is not None and args.pipeline != "sweep":
+            print(f"note: --parallelism {args.parallelism} applies to --pipeline sweep only; the finetune pipeline "
+                  "runs one training", file=sys.stderr)
+        parallelism = 2 if args.parallelism is None else args.parallelism
         from pipelines import sweep
         from trainer.errors import collect
         from trainer.validate import pipeline_problems, sweep_problems
 
-        pipeline = sweep.build(args.parallelism) if args.pipeline == "sweep" else finetune_pipeline
+        pipeline = sweep.build(parallelism) if args.pipeline == "sweep" else finetune_pipeline
         if args.list_params:
             print(params_help(pipeline))
             return 0
@@ -202,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
             collect(sweep_problems(params) + problems, what="invalid sweep parameters")
             # Trials run side by side on this machine: each gets its share of the cores
             # (inherited by the components' processes and the trainers they launch).
-            share = str(max(1, (os.cpu_count() or 1) // max(args.parallelism, 1)))
+            at_once = min(parallelism or len(params["trials"]), len(params["trials"]), 2)  # kfp.local: at most 2
+            share = str(max(1, (os.cpu_count() or 1) // max(at_once, 1)))
             os.environ.update(FINETUNE_LOCAL_CPUS=share, OMP_NUM_THREADS=share)
         else:
             collect(pipeline_problems(params) + problems, what="invalid pipeline parameters")

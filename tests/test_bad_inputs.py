@@ -388,10 +388,12 @@ def test_submit_options_are_checked_with_the_parameters(monkeypatch, capsys):
     assert not rendered
 
 
-def test_sweep_parallelism_below_one_is_refused(tmp_path, capsys, no_s3):
+@pytest.mark.parametrize("pipeline", ["sweep", "finetune"])
+def test_negative_parallelism_is_refused(tmp_path, capsys, no_s3, pipeline):
     with pytest.raises(SystemExit) as exit_info:
-        run_local.main(["--pipeline", "sweep", "--parallelism", "-2", "--pipeline-root", str(tmp_path / "r")])
-    _fails_cleanly(capsys, exit_info, "--parallelism -2: give how many sweep trials run at once, at least 1")
+        run_local.main(["--pipeline", pipeline, "--parallelism", "-2", "--pipeline-root", str(tmp_path / "r")])
+    _fails_cleanly(capsys, exit_info, "--parallelism -2: give how many sweep trials run at once, e.g. --parallelism 2, "
+                   "or 0 for all at once")
     assert not no_s3 and not (tmp_path / "r").exists()
 
 

@@ -264,3 +264,61 @@ def test_a_silent_or_refusing_api_server_is_one_line_and_never_a_hang(tmp_path, 
     finally:
         refusing.shutdown()
         silent.close()
+
+
+# --- values typed into the KFP run form or --param: nothing silently reinterpreted ------------
+
+def test_huge_whole_numbers_and_a_diverging_learning_rate_are_all_refused_in_one_message(capsys):
+    from pipelines import submit
+
+    huge = ["lora_r=1e30", "batch_size=1e30", "wait_timeout_s=1e30", "serve_gpus=1e30", "eval_max_rows=1e30",
+            "learning_rate=12"]
+    with pytest.raises(SystemExit) as exit_info:
+        submit.main(["--dry-run", "--param", "launcher=trainjob", "--param", "deploy_backend=kubernetes",
+                     *[a for p in huge for a in ("--param", p)]])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "invalid pipeline parameters (6 problems)" in err, err
+    for name in ("lora_r", "batch_size", "wait_timeout_s", "serve_gpus", "eval_max_rows"):
+        assert f"{name}=1e+30 is out of range: whole-number parameters go up to 2,147,483,647" in err
+    assert "learning_rate must be below 1, got 12" in err
+    assert "Traceback" not in err
+
+
+def test_the_largest_seed_and_a_32_bit_count_still_pass():
+    from trainer.validate import pipeline_problems
+
+    assert pipeline_problems({"seed": 2**32 - 1, "wait_timeout_s": 2**31 - 1}, check_local_files=False) == []
+    assert pipeline_problems({"wait_timeout_s": 2**31}, check_local_files=False)
+
+
+@pytest.mark.parametrize("raw", ["١٢", "１６", "1６"])  # Arabic-Indic and full-width digits: Python's int() reads them
+def test_non_ascii_digits_are_not_read_as_numbers(raw, capsys):
+    from pipelines.finetune import finetune_pipeline
+    from pipelines.params import parse_params
+    from trainer.errors import UserError
+
+    for key in ("lora_r", "learning_rate"):
+        with pytest.raises(UserError, match=f"parameter {key}='{raw}' is not a valid"):
+            parse_params(finetune_pipeline, [f"{key}={raw}"])
+
+
+def test_the_sweep_step_refuses_empty_trials_typed_in_the_ui(capsys):
+    """The sweep's validate-params gets sweep=True: trials=[] is no finetune run in disguise."""
+    from components.validate_params import validate_params
+
+    with pytest.raises(SystemExit) as exit_info:
+        validate_params.python_func(trials=[], select_metric="accuracy", min_gain=-1.0, sweep=True)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "invalid sweep parameters (3 problems)" in err
+    assert "trials must be a non-empty JSON list" in err and "select_metric must be one of" in err
+    assert "min_gain must be >= 0" in err
+    validate_params.python_func()  # the finetune pipeline's call: no trials, no sweep
+    assert "parameters OK" in capsys.readouterr().out
+
+
+def test_run_local_parallelism_zero_is_accepted_and_noted_for_finetune(capsys):
+    from pipelines import run_local
+
+    assert run_local.main(["--parallelism", "0", "--list-params"]) == 0
+    captured = capsys.readouterr()
+    assert "--parallelism 0 applies to --pipeline sweep only" in captured.err and "max_steps" in captured.out

@@ -107,13 +107,28 @@ def _non_finite(value: Any, path: str) -> list[str]:
     return []
 
 
+# Whole numbers beyond this are typos (1e30 typed for 1e3): the Kubernetes API holds counts in
+# 32-bit integers, and no step, row, token or second count of a fine-tune comes near it.
+# The seed and max_steps have their own ranges, with their own messages (TrainConfig.problems).
+INT_MAX = 2**31 - 1
+_OWN_RANGE = ("seed", "max_steps")
+
+
+def _too_large(name: str, value: Any) -> str | None:
+    if isinstance(value, int) and not isinstance(value, bool) and name not in _OWN_RANGE and abs(value) > INT_MAX:
+        return (f"{name}={value:.3g} is out of range: whole-number parameters go up to {INT_MAX:,} (a typo? e.g. "
+                f"1e30 for 1e3); use e.g. {name}={default(name)}")
+    return None
+
+
 def type_problems(params: dict[str, Any]) -> tuple[list[str], set[str]]:
     """(problems, names of the parameters that have them): each known parameter against its
-    type; for every parameter, no NaN or infinity anywhere inside it."""
+    type and, for whole numbers, INT_MAX; for every parameter, no NaN or infinity anywhere inside it."""
     problems, bad = [], set()
     for name, value in params.items():
         d = default(name)
         problem = value_problem(name, value, type(d)) if name in _TRAIN_DEFAULTS or name in DEFAULTS else None
+        problem = problem or _too_large(name, value)
         if problem is None and not isinstance(value, float):
             nested = _non_finite(value, name)
             if nested:
