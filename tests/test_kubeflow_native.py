@@ -4,13 +4,15 @@ an InferenceService that pass their CRDs strictly and restricted Pod Security, p
 calls it would make; the compiled pipeline gates registration and places evaluate/merge on GPUs
 from pipeline parameters."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
-from tests.schemas import assert_restricted, validate
+from tests.schemas import assert_restricted, pod_specs, validate
 
 ROOT = Path(__file__).resolve().parent.parent
 NATIVE = ["--param", "launcher=trainjob", "--param", "deploy_backend=kserve", "--param",
@@ -100,3 +102,53 @@ def test_every_pipeline_pod_runs_restricted():
         for name, executor in k8s.items():
             assert executor["securityContext"] == {"runAsUser": "1000", "runAsGroup": "1000",
                                                    "runAsNonRoot": True}, name
+
+
+# --- every object the project creates, with hostile-but-legal inputs ----------------------------
+
+# What a user types into the KFP UI: a toleration with tolerationSeconds (KFP hands JSON numbers in
+# list parameters over as floats: 300 arrives as 300.0), a GKE accelerator node selector, a queue.
+UI_PLACEMENT = dict(namespace="team-ml", queue="team-a",
+                    node_selector={"cloud.google.com/gke-accelerator": "nvidia-h100-80gb", "pool": "gpu_pool.v2"},
+                    tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                                 {"key": "spot", "operator": "Equal", "value": "true", "effect": "NoExecute",
+                                  "tolerationSeconds": 300.0}])
+
+
+def rendered_objects(accelerator: str, gpus: int, name: str = "llama32-1b-fc") -> list[dict]:
+    """Every Kubernetes object the project renders for one placement, as the JSON sent to the API server."""
+    import json
+
+    from trainer.k8s import kserve, pytorchjob, trainjob, vllm
+    from trainer.k8s.common import ClusterSpec, job_name, to_dict
+
+    cluster = ClusterSpec(nodes=2, procs_per_node=max(gpus, 1), accelerator_resource=accelerator, **UI_PLACEMENT)
+    job = job_name("Run_ÜBER.long-" * 6)
+    serve = vllm.ServeSpec(name=name, model_uri="s3://llm-finetune/models/sha256-a", gpus=gpus, cluster=cluster,
+                           adapters={f"{name}-trial-0": "s3://llm-finetune/models/sha256-b"})
+    objs = [pytorchjob.build_pytorchjob(job, ["--max-steps", "5"], cluster),
+            trainjob.build_trainjob(job, ["--max-steps", "5"], cluster), *vllm.build(serve), *kserve.build(serve)]
+    return [json.loads(json.dumps(to_dict(o))) for o in objs]
+
+
+@pytest.mark.parametrize("accelerator, gpus", [("nvidia.com/gpu", 8), ("amd.com/gpu", 2), ("nvidia.com/gpu", 0),
+                                               ("", 0)])
+def test_every_object_with_ui_typed_placement_is_valid(accelerator, gpus):
+    objs = rendered_objects(accelerator, gpus)
+    assert [o["kind"] for o in objs] == ["PyTorchJob", "TrainJob", "Deployment", "Service", "ServingRuntime",
+                                         "InferenceService"]
+    for obj in objs:
+        validate(obj)  # core kinds: kubernetes-validate strict; custom resources: their CRDs, strict
+        if obj["kind"] != "Service":
+            assert_restricted(obj)
+        pods = [json.dumps(p) for p in pod_specs(obj)]
+        if obj["kind"] not in ("Service", "ServingRuntime"):
+            # The API server decodes tolerationSeconds into an int64: 300.0 would be refused.
+            assert any('"tolerationSeconds": 300,' in p or '"tolerationSeconds": 300}' in p for p in pods), obj["kind"]
+            assert not any("300.0" in p for p in pods)
+        gpu_requests = [c.get("resources", {}).get("requests", {}).get(accelerator) for p in pod_specs(obj)
+                        for c in p["containers"] if "resources" in c]
+        if accelerator and gpus and obj["kind"] in ("Deployment", "InferenceService"):
+            assert gpu_requests == [str(gpus)]
+        elif not gpus and obj["kind"] in ("Deployment", "InferenceService"):
+            assert not any(gpu_requests)  # zero GPUs: no accelerator request at all, not "0"

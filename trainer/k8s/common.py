@@ -118,13 +118,22 @@ def secret_env() -> list:
     ]
 
 
+def tolerations(spec: ClusterSpec) -> list[dict[str, Any]]:
+    """spec.tolerations as the API server decodes them: `tolerationSeconds` a JSON integer. KFP
+    hands JSON numbers inside list parameters over as floats (300 arrives as 300.0), which the API
+    server's int64 field refuses and the Trainer SDK's models reject; rules.tolerations has already
+    refused a fractional one."""
+    return [{**t, "tolerationSeconds": int(t["tolerationSeconds"])}
+            if isinstance(t.get("tolerationSeconds"), float) else t for t in spec.tolerations]
+
+
 def scheduling(spec: ClusterSpec) -> dict[str, Any]:
     """Pod-spec fields shared by training and serving pods."""
     from kubernetes.client import V1Toleration
 
     return {"node_selector": spec.node_selector or None,
             "tolerations": [V1Toleration(**{re.sub(r"(?<!^)(?=[A-Z])", "_", k).lower(): v for k, v in t.items()})
-                            for t in spec.tolerations] or None}
+                            for t in tolerations(spec)] or None}
 
 
 def pod_security(run_as_user: int | None = None):

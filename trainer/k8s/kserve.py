@@ -26,7 +26,8 @@ from typing import Any
 from trainer.errors import UserError, collect
 from trainer.k8s import reach
 from trainer.k8s.common import (RUN_AS_USER, accelerators, api_client, container_security, default_namespace,
-                                labels as app_labels, pod_security, queue_labels, replace, to_dict)
+                                labels as app_labels, pod_security, queue_labels, replace, to_dict,
+                                tolerations)
 from trainer.k8s.vllm import ServeSpec, image, smoke_all, split_args
 
 GROUP = "serving.kserve.io"
@@ -77,7 +78,7 @@ def inference_service(spec: ServeSpec) -> dict:
         "serviceAccountName": c.service_account or SERVICE_ACCOUNT, "minReplicas": spec.replicas,
         "securityContext": to_dict(pod_security(RUN_AS_USER)), "model": model,
         **({"nodeSelector": c.node_selector} if c.node_selector else {}),
-        **({"tolerations": c.tolerations} if c.tolerations else {}),
+        **({"tolerations": tolerations(c)} if c.tolerations else {}),
     }
     if spec.adapters:
         predictor["storageUris"] = [{"uri": spec.model_uri, "mountPath": MOUNT},

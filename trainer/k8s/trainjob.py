@@ -36,7 +36,7 @@ from trainer.errors import collect
 from trainer.k8s.common import (ClusterSpec, JobFailed, _Stopped, accelerators, api_client, container_security,
                                 create_or_attach,
                                 default_namespace, failure_report, follow_job, labels, pod_security, queue_labels,
-                                secret_env, to_dict)
+                                secret_env, to_dict, tolerations)
 from trainer.k8s.pytorchjob import train_command, volume_shm
 
 GROUP, VERSION, PLURAL = "trainer.kubeflow.org", "v1alpha1", "trainjobs"
@@ -56,7 +56,7 @@ def build_trainjob(name: str, train_args: list[str], spec: ClusterSpec, run_labe
            V1EnvVar(name="PYTHONUNBUFFERED", value="1")]
     pod = {
         "nodeSelector": spec.node_selector or None,
-        "tolerations": spec.tolerations or None,
+        "tolerations": tolerations(spec) or None,
         "securityContext": to_dict(pod_security()),
         "serviceAccountName": spec.service_account or None,
         "terminationGracePeriodSeconds": spec.termination_grace_s,
