@@ -308,3 +308,208 @@ def test_a_broken_gzip_file_is_one_line(tmp_path, content):
     (tmp_path / "d.jsonl.gz").write_bytes(content)
     msg = str(pytest.raises(UserError, data.read_rows, tmp_path / "d.jsonl.gz").value)
     assert "d.jsonl.gz is not a readable gzip file" in msg and "\n" not in msg
+
+
+# Formats users bring from axolotl, LLaMA-Factory, TRL and OpenAI fine-tuning: converted on load,
+# and each must train exactly as the same conversation written as messages by hand.
+
+WEATHER = {"name": "get_weather", "description": "Weather in a city",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
+SHAREGPT = {"system": "Be brief.", "tools": json.dumps([WEATHER]), "conversations": [
+    {"from": "human", "value": "Weather in Paris?"},
+    {"from": "function_call", "value": json.dumps({"name": "get_weather", "arguments": {"city": "Paris"}})},
+    {"from": "observation", "value": "sunny"},
+    {"from": "gpt", "value": "It is sunny."},
+    {"from": "human", "value": "Thanks"},
+    {"from": "gpt", "value": "You're welcome."}]}
+BY_HAND = {"tools": [{"type": "function", "function": WEATHER}], "messages": [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+    {"role": "tool", "content": "sunny"},
+    {"role": "assistant", "content": "It is sunny."},
+    {"role": "user", "content": "Thanks"},
+    {"role": "assistant", "content": "You're welcome."}]}
+
+
+def encoded(rows, tokenizer):
+    return [data.encode(r, tokenizer, 512) for r in rows]
+
+
+def test_sharegpt_rows_train_as_the_same_conversation_in_messages(tmp_path, tokenizer, capsys):
+    path = write(tmp_path, [json.dumps(SHAREGPT)] * 3)
+    rows = data.read_rows(path)
+    assert rows == data.validate_rows([BY_HAND] * 3, "by hand")
+    assert encoded(rows, tokenizer) == encoded(data.validate_rows([BY_HAND], "x") * 3, tokenizer)
+    assert sum(label != -100 for label in encoded(rows, tokenizer)[0]["labels"]) > 10  # every answer trained
+    assert f"{path}: 3 ShareGPT ('conversations' of {{from, value}}) rows converted to chat messages" in \
+        capsys.readouterr().out
+
+
+def test_sharegpt_turns_under_messages_and_a_call_after_text_join_one_turn():
+    """Some Hub datasets keep {from, value} turns under 'messages'; a text answer followed by
+    its function_call is one assistant turn (text, then the call)."""
+    row = {"messages": [{"from": "user", "value": "Paris?"}, {"from": "gpt", "value": "Checking."},
+                        {"from": "function_call", "value": json.dumps({"name": "get_weather", "arguments": {}})},
+                        {"from": "tool", "value": "sunny"}, {"from": "assistant", "value": "Sunny."}]}
+    [out] = data.validate_rows([row], "rows")
+    assert [(m["role"], m["content"], bool(m.get("tool_calls"))) for m in out["messages"]] == [
+        ("user", "Paris?", False), ("assistant", "Checking.", True), ("tool", "sunny", False),
+        ("assistant", "Sunny.", False)]
+
+
+def test_alpaca_rows_train_as_prompt_completion(tmp_path, tokenizer, capsys):
+    alpaca = [{"instruction": "Translate to French.", "input": "cat", "output": "chat"},
+              {"instruction": "Name a colour.", "input": "", "output": "Blue", "system": "Be brief."},
+              {"instruction": "And another?", "output": "Red", "history": [["Name a colour.", "Blue"]]}]
+    by_hand = [{"prompt": "Translate to French.\ncat", "completion": "chat"},
+               {"prompt": "Name a colour.", "completion": "Blue", "system": "Be brief."},
+               {"prompt": [{"role": "user", "content": "Name a colour."}, {"role": "assistant", "content": "Blue"},
+                           {"role": "user", "content": "And another?"}], "completion": "Red"}]
+    (tmp_path / "alpaca.json").write_text(json.dumps(alpaca))
+    rows = data.read_rows(tmp_path / "alpaca.json")
+    assert rows == data.validate_rows(by_hand, "by hand")
+    assert encoded(rows, tokenizer) == encoded(data.validate_rows(by_hand, "x"), tokenizer)
+    assert "3 Alpaca (instruction, input, output) rows converted" in capsys.readouterr().out
+
+
+def test_openai_legacy_functions_train_as_tools(tokenizer, capsys):
+    legacy = {"functions": [WEATHER], "messages": [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": None, "function_call": {"name": "get_weather",
+                                                                  "arguments": "{\"city\": \"Paris\"}"}},
+        {"role": "function", "name": "get_weather", "content": "sunny"},
+        {"role": "assistant", "content": "It is sunny."}]}
+    by_hand = {"tools": [{"type": "function", "function": WEATHER}], "messages": [
+        BY_HAND["messages"][1], BY_HAND["messages"][2], {"role": "tool", "name": "get_weather", "content": "sunny"},
+        BY_HAND["messages"][4]]}
+    rows = data.validate_rows([legacy], "legacy")
+    assert rows == data.validate_rows([by_hand], "x")
+    assert encoded(rows, tokenizer) == encoded([by_hand], tokenizer)
+    assert "1 OpenAI legacy functions / function_call row converted" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("lines, expected", [
+    ([{"conversations": [{"from": "human", "value": "hi"}, {"from": "bot", "value": "yo"}]}],
+     "d.jsonl:1: conversations[1] has unknown 'from' 'bot': ShareGPT turns are from human, user, gpt,"),
+    ([{"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": ""}]}],
+     "d.jsonl:1: conversations[1] (from 'gpt') has an empty value: every turn needs its text"),
+    ([{"conversations": [{"from": "human", "value": "hi"}, {"from": "function_call", "value": "get_weather()"}]}],
+     "conversations[1] (function_call) must be JSON text of {\"name\": ..., \"arguments\": {...}}"),
+    ([{"conversations": [{"from": "system", "value": "a"}, {"from": "human", "value": "hi"},
+                         {"from": "gpt", "value": "yo"}], "system": "b"}],
+     "has both a 'system' field and a system turn: keep one"),
+    ([{"conversations": []}], "'conversations' must be a non-empty list of ShareGPT turns"),
+    ([{"instruction": "2+2"}], "d.jsonl:1: Alpaca row has no 'output'"),
+    ([{"instruction": "2+2", "output": 4}], "'output' must be a string, got a number (write it as text: \"4\")"),
+    ([{"instruction": "Say hi", "output": " "}], "'output' is empty: there is nothing to learn"),
+    ([{"instruction": "", "input": "", "output": "x"}], "'instruction' and 'input' are both empty"),
+    ([{"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]}] * 3
+     + [{"instruction": "Say hi", "output": "hi"}],
+     "d.jsonl:4: row is Alpaca (instruction, input, output), but 3 of the file's 4 rows are ShareGPT"),
+    ([json.loads(GOOD)] * 2 + [{"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]}],
+     "d.jsonl:3: row is ShareGPT ('conversations' of {from, value}), but 2 of the file's 3 rows are chat ('messages') "
+     "or prompt-completion: a file holds one format"),
+    ([{**json.loads(GOOD), "functions": "get_weather", "tools": TOOLS}],
+     "'functions' (OpenAI's legacy format) must be a list of function schemas, and not given beside 'tools'"),
+], ids=["unknown-from", "empty-value", "bad-call", "two-systems", "no-turns", "no-output", "number-output",
+        "empty-output", "no-request", "mixed-sharegpt-alpaca", "mixed-chat-sharegpt", "functions-and-tools"])
+def test_broken_or_mixed_rows_of_other_formats_are_named_with_the_fix(tmp_path, lines, expected):
+    path = write(tmp_path, [json.dumps(r) for r in lines])
+    msg = str(pytest.raises(UserError, data.read_rows, path).value)
+    assert expected in msg and "Traceback" not in msg
+
+
+WEIGHTED = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello", "weight": 0},
+                         {"role": "user", "content": "again"}, {"role": "assistant", "content": "bye", "weight": 1}]}
+
+
+def trained_text(example, tokenizer):
+    return tokenizer.decode([t for t in example["labels"] if t != -100])
+
+
+def test_weight_zero_assistant_messages_are_not_trained(tokenizer):
+    """OpenAI's `weight: 0`: that answer is context only; the rest of the row is unchanged."""
+    unweighted = {"messages": [{k: v for k, v in m.items() if k != "weight"} for m in WEIGHTED["messages"]]}
+    weighted, every = data.encode(WEIGHTED, tokenizer, 512), data.encode(unweighted, tokenizer, 512)
+    assert weighted["input_ids"] == every["input_ids"]
+    assert trained_text(every, tokenizer) == "hello<|end|>bye<|end|>"
+    assert trained_text(weighted, tokenizer) == "bye<|end|>"
+    first_only = {"messages": [*WEIGHTED["messages"][:3], {**WEIGHTED["messages"][3], "weight": 0}]}
+    first_only["messages"][1] = {**first_only["messages"][1], "weight": 1}
+    assert trained_text(data.encode(first_only, tokenizer, 512), tokenizer) == "hello<|end|>"
+
+
+def test_weight_zero_without_one_mask_run_per_message(tokenizer):
+    """Templates that mask a header with the answer join two answers in a row into one masked run:
+    each message's tokens are then found by rendering the conversation up to it."""
+    import copy
+
+    joined = copy.copy(tokenizer)
+    joined.chat_template = tokenizer.chat_template.replace("<|assistant|>{% generation %}",
+                                                           "{% generation %}<|assistant|>")
+    row = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello", "weight": 0},
+                        {"role": "assistant", "content": "bye"}]}
+    assert trained_text(data.encode(row, joined, 512), joined) == "<|assistant|>bye<|end|>"
+
+
+def test_weight_zero_with_a_template_without_generation_mask(tokenizer):
+    """The fallback trains one turn: the last one of weight 1, not a weight-0 answer after it."""
+    import copy
+
+    plain = copy.copy(tokenizer)
+    plain.chat_template = tokenizer.chat_template.replace("{% generation %}", "").replace("{% endgeneration %}", "")
+    row = {"messages": [*WEIGHTED["messages"][:2], {**WEIGHTED["messages"][1], "weight": 1},
+                        {"role": "user", "content": "more"}, {"role": "assistant", "content": "no", "weight": 0}]}
+    assert trained_text(data.encode(row, plain, 512), plain) == "hello<|end|>"
+
+
+@pytest.mark.parametrize("change, expected", [
+    ({1: {"weight": 2}}, "messages[1].weight must be 0 (do not train on this message) or 1, got 2"),
+    ({1: {"weight": "0"}}, "messages[1].weight must be 0 (do not train on this message) or 1, got '0'"),
+    ({0: {"weight": 1}}, "messages[0] has a weight, which only assistant messages take"),
+    ({3: {"weight": 0}}, "every assistant message has weight 0: there is nothing to learn"),
+    ({1: {"content": ""}, 3: {"content": "  "}}, "every assistant message is empty (no content, no tool_calls)"),
+])
+def test_weights_and_empty_answers_are_checked(change, expected):
+    row = {"messages": [{**m, **change.get(i, {})} for i, m in enumerate(WEIGHTED["messages"])]}
+    [problem] = data.row_problems(row)
+    assert expected in problem
+
+
+def test_a_windows_file_with_blank_lines_reads_as_the_clean_one(tmp_path):
+    """BOM, CRLF line ends, blank lines and trailing whitespace, as editors and exports leave them."""
+    clean = write(tmp_path, [GOOD, GOOD], "clean.jsonl")
+    messy = tmp_path / "messy.jsonl"
+    messy.write_bytes(b"\xef\xbb\xbf" + f"{GOOD}  \r\n\r\n \t\r\n{GOOD}\t\r\n\r\n".encode())
+    assert data.read_rows(messy) == data.read_rows(clean)
+
+
+def test_a_json_list_named_jsonl_and_one_row_object_in_json(tmp_path):
+    (tmp_path / "list.jsonl").write_text(json.dumps([json.loads(GOOD)] * 2, indent=2))
+    assert data.read_rows(tmp_path / "list.jsonl") == [json.loads(GOOD)] * 2
+    (tmp_path / "one.json").write_text(json.dumps({"prompt": "hi", "completion": "hello"}, indent=2))
+    assert data.read_rows(tmp_path / "one.json") == [json.loads(GOOD)]
+
+
+@pytest.mark.parametrize("name, content, expected", [
+    ("d.jsonl", GOOD + '\n{"prompt": "a", "prompt": "b", "completion": "c"}\n',
+     "d.jsonl:2: has the key 'prompt' twice (a JSON reader keeps only the last value): keep one"),
+    ("d.json", '[{"prompt": "a", "completion": "b", "completion": "c"}]',
+     "d.json: an object has the key 'completion' twice"),
+    ("d.csv", "prompt,completion,prompt\na,b,c\n", "d.csv: the header names the column 'prompt' twice"),
+])
+def test_a_repeated_key_or_column_is_refused_not_dropped(tmp_path, name, content, expected):
+    (tmp_path / name).write_text(content)
+    assert expected in str(pytest.raises(UserError, data.read_rows, tmp_path / name).value)
+
+
+def test_a_parquet_file_with_a_repeated_column_is_one_line(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table([pa.array(["a"]), pa.array(["b"]), pa.array(["c"])], names=["prompt", "completion", "prompt"])
+    pq.write_table(table, tmp_path / "d.parquet")
+    msg = str(pytest.raises(UserError, data.read_rows, tmp_path / "d.parquet").value)
+    assert "d.parquet has the column 'prompt' twice: rename or drop one" in msg and "\n" not in msg

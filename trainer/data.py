@@ -805,11 +805,11 @@ def _unweighted(mask: list[int], messages: list[dict[str, Any]], tokenizer, tool
     if len(runs) == len(answers):
         spans = list(zip(runs, ends))
     else:
-        def length(upto: int, prompt: bool) -> int:
-            return len(tokenizer.apply_chat_template(messages[:upto], tools=tools, tokenize=True, return_dict=True,
-                                                     add_generation_prompt=prompt)["input_ids"])
+        def length(upto: int) -> int:
+            return len(tokenizer.apply_chat_template(messages[:upto], tools=tools, tokenize=True,
+                                                     return_dict=True)["input_ids"])
 
-        spans = [(length(i, True), length(i + 1, False)) for i in answers]
+        spans = [(length(i), length(i + 1)) for i in answers]  # header included: it is the message's too
     mask = mask[:]
     for (start, end), i in zip(spans, answers):
         if messages[i].get("weight") == 0:
