@@ -22,6 +22,7 @@ def evaluate(
     from components.artifacts import log_metrics, read_uri
     from trainer.errors import exit_on_user_error
     from trainer.evaluate import evaluate as run_eval
+    from trainer.evaluate import logged_metrics
     from trainer.report import examples_markdown
     from trainer.storage import Store
 
@@ -30,14 +31,11 @@ def evaluate(
         result = run_eval(store.get_tree(read_uri(base_model)), store.get_tree(read_uri(tuned_model)),
                           store.get_tree(read_uri(dataset)) / "eval.jsonl", max_rows=max_rows,
                           max_seq_len=max_seq_len)
-    for name in ("base", "tuned"):
-        log_metrics(metrics, result[name], prefix=f"{name}_")
-    metrics.log_metric("fc_accuracy_gain", result["tuned"]["fc_accuracy"] - result["base"]["fc_accuracy"])
-    log_metrics(metrics, {"eval_rows": result["rows"], "fc_rows": result["fc_rows"], "text_rows": result["text_rows"],
-                          "skipped_long_rows": result["skipped_long_rows"]})
+    log_metrics(metrics, logged_metrics(result))  # a kind of row the split lacks logs no accuracy, not 0
     with open(examples.path, "w") as f:
         f.write(examples_markdown(result))
     print(f"{result['rows']} rows ({result['fc_rows']} tool-call, {result['text_rows']} text; "
           f"{result['skipped_long_rows']} skipped as longer than max_seq_len): "
-          f"fc accuracy {result['base']['fc_accuracy']:.1%} -> {result['tuned']['fc_accuracy']:.1%}, "
-          f"eval loss {result['base']['eval_loss']:.4f} -> {result['tuned']['eval_loss']:.4f}")
+          + (f"fc accuracy {result['base']['fc_accuracy']:.1%} -> {result['tuned']['fc_accuracy']:.1%}, "
+             if result["fc_rows"] else "fc accuracy n/a (no tool-call rows), ")
+          + f"eval loss {result['base']['eval_loss']:.4f} -> {result['tuned']['eval_loss']:.4f}")

@@ -267,3 +267,41 @@ def test_eval_rows_the_chat_template_refuses_are_one_user_error(tokenizer):
         fitting_rows([ok, bad, bad], tok, 512)
     text = str(err.value)
     assert "refuses 2 of 3 rows" in text and "System role not supported" in text and "fold a system message" in text
+
+
+# --- what the evaluate step logs: stable names, no 0 standing for "not measured" -------------
+
+def _result(fc_rows, text_rows, fc=0.5, text=0.25):
+    scores = {"eval_loss": 1.5, "text_eval_loss": 2.0 if text_rows else 0.0, "fc_accuracy": fc if fc_rows else 0.0,
+              "text_match": text if text_rows else 0.0}
+    return {"base": dict(scores, fc_accuracy=0.0 if fc_rows else 0.0), "tuned": scores, "rows": fc_rows + text_rows,
+            "fc_rows": fc_rows, "text_rows": text_rows, "skipped_long_rows": 0, "warnings": [], "examples": []}
+
+
+def test_logged_metrics_have_the_same_names_and_types_in_every_measured_run():
+    from trainer.evaluate import logged_metrics
+
+    a, b = logged_metrics(_result(12, 8)), logged_metrics(_result(150, 50, fc=0.9, text=0.7))
+    assert set(a) == set(b) == {
+        "base_eval_loss", "tuned_eval_loss", "base_text_eval_loss", "tuned_text_eval_loss", "base_fc_accuracy",
+        "tuned_fc_accuracy", "base_text_match", "tuned_text_match", "fc_accuracy_gain", "eval_rows", "fc_rows",
+        "text_rows", "skipped_long_rows"}
+    assert all(type(v) is float for v in [*a.values(), *b.values()])
+    assert a["fc_accuracy_gain"] == 0.5 and a["eval_rows"] == 20.0
+
+
+def test_a_kind_of_row_the_split_lacks_logs_no_score_rather_than_a_measured_looking_zero():
+    from trainer.evaluate import logged_metrics
+    from trainer.sweep import pick
+
+    text_only = logged_metrics(_result(0, 30))
+    assert not {k for k in text_only if "fc_accuracy" in k}  # blank in KFP's Compare, not 0%
+    assert text_only["fc_rows"] == 0.0 and text_only["tuned_text_match"] == 0.25
+    tools_only = logged_metrics(_result(30, 0))
+    assert not {k for k in tools_only if "text_" in k and k != "text_rows"}
+    assert tools_only["text_rows"] == 0.0 and tools_only["tuned_fc_accuracy"] == 0.5
+    # the sweep's pick reads these very metrics: by fc_accuracy nothing is deployed, by eval_loss it works
+    trials = [{"lora_r": 4, "lora_alpha": 8, "learning_rate": 0.003}] * 2
+    picked = pick(trials, [text_only, text_only], "fc_accuracy", min_gain=0.0)
+    assert not picked["deploy"] and "select_metric=eval_loss" in picked["reason"]
+    assert pick(trials, [text_only, text_only], "eval_loss", min_gain=0.0)["best"] == 0

@@ -308,6 +308,27 @@ def warnings_for(rows: list[dict[str, Any]], skipped: int = 0, max_seq_len: int 
     return out
 
 
+def logged_metrics(result: dict[str, Any]) -> dict[str, float]:
+    """The numbers the evaluate step logs from `evaluate()`'s result, under names that are the
+    same in every run (KFP's Compare view lines runs up by name): base_* and tuned_* of each
+    metric, fc_accuracy_gain, and the row counts. A kind of row the split lacks scores 0 in
+    `score_outputs`; logged, that 0 would read as a measurement next to other runs, so such
+    metrics are left out (blank in Compare) and the count of 0 rows says why."""
+    unmeasured = set()
+    if not result["fc_rows"]:
+        unmeasured |= {"fc_accuracy"}
+    if not result["text_rows"]:
+        unmeasured |= {"text_match", "text_eval_loss"}
+    out = {f"{name}_{k}": float(v) for name in ("base", "tuned") for k, v in result[name].items()
+           if k not in unmeasured}
+    if result["fc_rows"]:
+        out["fc_accuracy_gain"] = result["tuned"]["fc_accuracy"] - result["base"]["fc_accuracy"]
+    out.update({k: float(result[src]) for k, src in (("eval_rows", "rows"), ("fc_rows", "fc_rows"),
+                                                     ("text_rows", "text_rows"),
+                                                     ("skipped_long_rows", "skipped_long_rows"))})
+    return out
+
+
 def evaluate(model_dir: Path, tuned_dir: Path, eval_path: Path, max_rows: int = 200,
              max_seq_len: int = 512, n_examples: int = 5) -> dict[str, Any]:
     """Metrics for base and tuned, plus a few side-by-side examples for the report.

@@ -20,6 +20,10 @@ def pick(trials: list[dict[str, Any]], metrics: list[dict[str, float]], select_m
         raise ValueError(f"select_metric must be one of {sorted(SELECT)}, got {select_metric!r}")
     if not metrics or len(metrics) != len(trials):
         raise ValueError(f"{len(trials)} trials but {len(metrics)} metric sets")
+    # The evaluate step logs no fc_accuracy for a split without tool-call rows (a logged 0 would
+    # read as measured); 0 here only feeds the tie that the fc_rows check below turns down.
+    metrics = [{f"base_{select_metric}": 0.0, f"tuned_{select_metric}": 0.0, **m} if m.get("fc_rows", 1) == 0 else m
+               for m in metrics]
     sign = 1.0 if SELECT[select_metric] == "higher" else -1.0
     gains = [sign * (m[f"tuned_{select_metric}"] - m[f"base_{select_metric}"]) for m in metrics]
     best = max(range(len(gains)), key=lambda i: (gains[i], -i))  # ties: the earlier trial
