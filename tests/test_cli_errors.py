@@ -124,8 +124,9 @@ def test_deploy_k8s_refuses_names_and_counts_the_api_server_would():
     ("plain.jsonl", "".join(json.dumps({"text": f"t{i}"}) + "\n" for i in range(30)),
      "lines 1, 2, 3 and 27 more: row has no 'messages' field (its keys: 'text'); plain 'text' rows are for pretraining"),
     ("latin1.csv", "prompt,completion\ncafé,oui\n".encode("latin-1"), "latin1.csv:2: not UTF-8 text (byte 0xe9)"),
-    ("sharegpt.json", json.dumps([{"conversations": [{"from": "human", "value": "hi"}]}] * 5),
-     "ShareGPT 'conversations' ({from, value}): rename to 'messages'"),
+    ("sharegpt.json",
+     json.dumps([{"conversations": [{"from": "human", "value": "hi"}, {"from": "bot", "value": "yo"}]}] * 5),
+     "rows 1, 2, 3 and 2 more: conversations[1] has unknown 'from' 'bot': ShareGPT turns are from human, user, gpt"),
 ])
 def test_a_dataset_in_another_shape_is_one_line_with_the_fix(tmp_path, name, content, needle):
     path = tmp_path / name
