@@ -225,6 +225,8 @@ def select(runs: list[dict[str, Any]], ids: list[str], last: int, runs_dir: Path
 
 
 def _fmt(value: Any) -> str:
+    if isinstance(value, float) and 1e4 <= abs(value) < 1e15:  # tokens/s, bytes: 18,968 rather than 1.897e+04
+        return f"{value:,.0f}"
     if isinstance(value, float):
         return f"{value:.4g}"
     return json.dumps(value) if isinstance(value, (dict, list)) else str(value)

@@ -335,3 +335,11 @@ def test_a_run_whose_process_was_killed_reads_as_gone_not_running(tmp_path, caps
     by_id = {r["id"]: r for r in runs.load_runs(runs_dir)}
     assert by_id[alive.name]["status"] == "running"
     assert by_id[killed.name]["status"] == "gone" and str(dead.pid) in by_id[killed.name]["summary"]
+
+
+def test_compare_shows_large_numbers_in_full_and_small_ones_to_four_digits():
+    from pipelines.runs import _fmt
+
+    assert _fmt(18968.4) == "18,968" and _fmt(3.2e9) == "3,200,000,000"
+    assert _fmt(0.98512) == "0.9851" and _fmt(7.682) == "7.682" and _fmt(1e-5) == "1e-05"
+    assert _fmt(650) == "650" and _fmt(float("nan")) == "nan"
