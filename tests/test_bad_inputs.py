@@ -57,6 +57,8 @@ def no_template(d):
 
 
 SYSTEM_ROW = {"messages": [{"role": "system", "content": "Be terse."}, *GOOD_ROW["messages"]]}
+REPEATED_KEY = '{"prompt": "a", "prompt": "b", "completion": "c"}'
+SHAREGPT_ROW = {"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "hello"}]}
 
 
 def refuses_system(d):
@@ -192,6 +194,18 @@ CASES = [
     ("no-assistant-message", lambda t, m: [f"dataset_source={rows(t, {'messages': [{'role': 'user', 'content': 'x'}]})}"],
      "no assistant message"),
     ("empty-file", lambda t, m: [f"dataset_source={jsonl(t)}"], "file has no rows"),
+    # formats converted on load (ShareGPT, Alpaca, OpenAI weights): what cannot be converted
+    ("sharegpt-unknown-from", lambda t, m: [f"dataset_source={jsonl(t, *[SHAREGPT_ROW] * 10, {'conversations': [{'from': 'human', 'value': 'hi'}, {'from': 'bing', 'value': 'yo'}]})}"],
+     "data.jsonl:11: conversations[1] has unknown 'from' 'bing': ShareGPT turns are from human, user, gpt"),
+    ("alpaca-row-among-chat-rows", lambda t, m: [f"dataset_source={rows(t, {'instruction': 'Say hi', 'output': 'hi'})}"],
+     "data.jsonl:11: row is Alpaca (instruction, input, output), but 10 of the file's 11 rows are chat ('messages') "
+     "or prompt-completion: a file holds one format; convert this row to it, or remove it"),
+    ("weight-one-half", lambda t, m: [f"dataset_source={rows(t, {'messages': [GOOD_ROW['messages'][0], {**GOOD_ROW['messages'][1], 'weight': 0.5}]})}"],
+     "messages[1].weight must be 0 (do not train on this message) or 1, got 0.5"),
+    ("every-answer-empty", lambda t, m: [f"dataset_source={jsonl(t, *[{'messages': [GOOD_ROW['messages'][0], {'role': 'assistant', 'content': ''}]}] * 12)}"],
+     "data.jsonl lines 1, 2, 3 and 9 more: every assistant message is empty (no content, no tool_calls)"),
+    ("repeated-key", lambda t, m: [f"dataset_source={jsonl(t, *[GOOD_ROW] * 10, REPEATED_KEY)}"],
+     "data.jsonl:11: has the key 'prompt' twice (a JSON reader keeps only the last value): keep one"),
     ("empty-train-split", lambda t, m: [f"dataset_source={jsonl(t, GOOD_ROW)}"], "empty train split"),
     # values
     ("lora-rank-zero", lambda t, m: ["lora_r=0"], "lora_r must be > 0"),
@@ -645,6 +659,12 @@ def _user_dataset(tmp_path, fmt):
     elif fmt == "json":
         path = tmp_path / "chats.json"
         path.write_text(json.dumps([GOOD_ROW] * 12))
+    elif fmt == "sharegpt":
+        path = tmp_path / "sharegpt.jsonl"
+        jsonl(tmp_path, *[SHAREGPT_ROW] * 12, name=path.name)
+    elif fmt == "alpaca":
+        path = tmp_path / "alpaca.json"
+        path.write_text(json.dumps([{"instruction": f"q{i}", "input": "", "output": f"a{i}"} for i in range(12)]))
     elif fmt == "save_to_disk":
         import datasets
 
@@ -658,7 +678,7 @@ def _user_dataset(tmp_path, fmt):
     return str(path)
 
 
-@pytest.mark.parametrize("fmt", ["csv", "parquet", "json", "save_to_disk", "train-and-test-dir"])
+@pytest.mark.parametrize("fmt", ["csv", "parquet", "json", "sharegpt", "alpaca", "save_to_disk", "train-and-test-dir"])
 def test_a_users_own_dataset_formats_pass_validation(tmp_path, capsys, no_s3, fmt):
     """Only the other problem shows: the dataset itself was read and accepted."""
     with pytest.raises(SystemExit):
