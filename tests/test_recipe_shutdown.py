@@ -128,3 +128,42 @@ def test_a_step_averages_over_its_labelled_tokens_not_over_micro_batches():
     loss, _ = r._step()
     assert loss.item() == pytest.approx((1 + 3 * 3) / 4)  # not (1 + 3) / 2
     assert grads == [pytest.approx(2.5)]
+
+
+SIGTERM_AFTER_RESTORE = """
+import os, signal, sys, time
+from trainer import train as train_mod
+from trainer.__main__ import main
+
+close = train_mod.Shutdown.close
+
+
+def close_then_sigterm(self):
+    close(self)  # the recipe's handler is gone from here on
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(2)  # the signal is handled here, not after training returns
+
+
+train_mod.Shutdown.close = close_then_sigterm
+main(["train", *sys.argv[1:]])
+"""
+
+
+@pytest.mark.integration
+def test_sigterm_in_the_instant_after_the_recipe_ends_exits_0_once_committed(store, tmp_path):
+    """`python -m trainer train` without trainer.torchrun: a SIGTERM right after the recipe's
+    handler is restored (the result committed) ends the process with 0, not the retryable 143."""
+    import subprocess
+    import sys
+
+    from trainer import sources
+
+    model_uri = sources.deliver_model("builtin:tiny-llama", "", store)[0]
+    data_uri = sources.deliver_dataset("builtin:function-calling", "", store)[0]
+    cfg = TrainConfig(model_uri=model_uri, dataset_uri=data_uri, output_prefix="runs/late-sigterm", max_steps=2,
+                      batch_size=2, eval_every=1000)
+    script = tmp_path / "late_sigterm.py"
+    script.write_text(SIGTERM_AFTER_RESTORE)
+    proc = subprocess.run([sys.executable, str(script), *cfg.to_args()], capture_output=True, text=True, timeout=300)
+    assert store.exists("runs/late-sigterm/result.json"), proc.stderr[-2000:]
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])

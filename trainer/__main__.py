@@ -155,9 +155,14 @@ def reach_cluster(timeout: float = 10.0) -> None:
 def run(args: argparse.Namespace) -> None:
     if args.command == "train":
         cfg = TrainConfig.from_namespace(args).validate()  # before importing torch: bad input fails in a second
-        from trainer.exitcodes import retry_transient_failures
-        from trainer.train import train
+        import signal
 
+        from trainer.exitcodes import retry_transient_failures
+        from trainer.train import sigterm_exit, train
+
+        # What the recipe's own handler hands back to when it ends: without it, a SIGTERM in the
+        # instant after the run committed its result killed the process (status 143, retried).
+        signal.signal(signal.SIGTERM, sigterm_exit)
         with retry_transient_failures():  # S3 or a peer gone: a status that restarts the job (trainer.exitcodes)
             train(cfg)
         return

@@ -52,6 +52,16 @@ from trainer.watchdog import progress_line
 
 MASTER = 0
 EXIT_NONFINITE = 3
+# Set once this process's run has its result committed (rank 0: result.json written; every rank:
+# past the final barrier). From then on a SIGTERM ends the process with 0, not 143: the work
+# is saved, and a retryable status would fail or needlessly restart a job that is done.
+COMMITTED = threading.Event()
+
+
+def sigterm_exit(*_) -> None:
+    """SIGTERM handler for `python -m trainer train` outside the recipe's own (before its setup
+    installs it, after `Shutdown.close` restores this): 0 once the result is committed, else 143."""
+    exit_now(0 if COMMITTED.is_set() else 143)
 
 
 def _dist_setup():
@@ -112,7 +122,7 @@ class Shutdown:
     def __init__(self, grace_s: float):
         self.requested, self.grace_s, self.deadline = False, grace_s, None
         self._lock = threading.Lock()
-        self._restore = None
+        self._restore, self._timer = None, None
         if threading.current_thread() is not threading.main_thread():
             return  # signals reach only the main thread's handlers: an in-process caller's concern
         read, self._write = os.pipe()
@@ -122,6 +132,9 @@ class Shutdown:
 
     def close(self) -> None:
         """Restore what was there before (for in-process callers that train more than once)."""
+        with self._lock:
+            if self._timer is not None:  # a SIGTERM during cleanup: the run ended in time
+                self._timer.cancel()
         if self._restore is not None:
             signal.set_wakeup_fd(self._restore[0])
             signal.signal(signal.SIGTERM, self._restore[1])
@@ -139,15 +152,19 @@ class Shutdown:
             self.requested = True
             if self.deadline is None:
                 self.deadline = time.monotonic() + self.grace_s
-                timer = threading.Timer(self.grace_s, self._hard_exit)
-                timer.daemon = True
-                timer.start()
+                self._timer = threading.Timer(self.grace_s, self._hard_exit)
+                self._timer.daemon = True
+                self._timer.start()
 
     def remaining(self) -> float:
         return max(0.0, self.deadline - time.monotonic()) if self.deadline else self.grace_s
 
     @staticmethod
     def _hard_exit() -> None:
+        if COMMITTED.is_set():  # stuck in the teardown after the result was written: the work is done
+            print("SIGTERM: the result is committed; exiting with 0 without waiting for the teardown",
+                  file=sys.stderr, flush=True)
+            os._exit(0)
         print("SIGTERM: no step boundary reached within shutdown_grace_s; exiting without a checkpoint",
               file=sys.stderr, flush=True)
         os._exit(143)
@@ -180,6 +197,7 @@ class Recipe:
         from transformers import AutoTokenizer, get_scheduler
 
         cfg = self.cfg
+        COMMITTED.clear()  # an earlier run in this process committed its own result, not this one's
         self.shutdown = Shutdown(cfg.shutdown_grace_s)  # first: a rank stuck in setup must end too
         self.say("setup: process group")
         self.rank, self.world, self.device = rank, world, device = _dist_setup()
@@ -525,9 +543,11 @@ class Recipe:
                 "tensorboard_uri": self.store.uri(f"{cfg.output_prefix}/tensorboard"),
             }
             self.store.put_json(f"{cfg.output_prefix}/result.json", result)
+            COMMITTED.set()
             print(json.dumps({"train_result": result["metrics"], "output_uri": uri}), flush=True)
         if self.world > 1:
             dist.barrier()
+            COMMITTED.set()  # rank 0 wrote the result before reaching the barrier
             dist.destroy_process_group()
         return result
 
