@@ -116,12 +116,15 @@ class Checkpointer:
         local = self.store.get_tree(self.store.uri(f"{self.prefix}/{CKPT.format(step)}"),
                                     Path(tempfile.mkdtemp(prefix="resume-")) / "ckpt")
         try:
-            weights = torch.load(local / "trainable.pt", weights_only=True)
+            # map_location: optimizer.pt holds rank 0's CUDA tensors, which would otherwise be
+            # restored onto cuda:0 by every rank of the node (a CUDA context and a copy of the
+            # optimizer state each); load_state_dict moves them to each parameter's own device.
+            weights = torch.load(local / "trainable.pt", weights_only=True, map_location="cpu")
             missing = set(weights) - {n for n, _ in model.named_parameters()}
             if missing:
                 raise RuntimeError(f"checkpoint does not match the model: {sorted(missing)[:3]}")
             model.load_state_dict(weights, strict=False)
-            optimizer.load_state_dict(torch.load(local / "optimizer.pt", weights_only=True))
+            optimizer.load_state_dict(torch.load(local / "optimizer.pt", weights_only=True, map_location="cpu"))
             scheduler.load_state_dict(torch.load(local / "scheduler.pt", weights_only=True))
             per_rank = torch.load(local / "rng.pt", weights_only=False)
             mine = per_rank[rank] if rank < len(per_rank) else per_rank[0]

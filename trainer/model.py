@@ -204,7 +204,7 @@ class LossModel(torch.nn.Module):
             label_positions = label_positions_of(labels)
         h = hidden[:, :-1].reshape(-1, hidden.shape[-1]).index_select(0, label_positions)
         t = labels[:, 1:].reshape(-1).index_select(0, label_positions)
-        if self.liger is not None:
+        if self.liger is not None and h.shape[0]:  # no labelled position: Liger's mean is 0/0
             return self.liger(self.head.weight, h, t)
         return chunked_cross_entropy(h, self.head.weight, t)
 
