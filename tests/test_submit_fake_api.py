@@ -458,3 +458,25 @@ def test_a_recurring_run_name_already_in_the_experiment_is_refused_fake_api(kfp_
     assert submit.main([*argv, "--experiment", "other"]) == 0
     assert submit.main([*argv[:-1], "weekly"]) == 0
     assert len(kfp_api.state.recurring) == 3
+
+
+@pytest.mark.parametrize("schedule, needle", [
+    ("*/5 * * * * *", "starts a run every 5s: KFP's first cron field is seconds"),  # crontab's */5 + a field
+    ("* 0 3 * * *", "starts a run every 1s"),
+    ("@every 30s", "starts a run every 30s, before a pipeline run could end"),
+    ("0 0 3 * * 7", "the day-of-week field '7' is out of range 0-6 (KFP's cron: Sunday is 0)"),  # croniter takes 7
+    ("@every 1d", "Go durations stop at hours: '@every 24h' for a day"),
+    ("@Daily", "write descriptors in lower case, e.g. '@daily'"),
+])
+def test_schedules_kfp_would_refuse_or_run_every_few_seconds_are_refused_fake_api(kfp_api, capsys, schedule, needle):
+    with pytest.raises(SystemExit) as exit_info:
+        submit.main(["--host", kfp_api.url, *CLUSTER, "--recurring", schedule])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and needle in err, err
+    assert not kfp_api.state.requests
+
+
+@pytest.mark.parametrize("schedule", ["@every 1m", "0 */5 * * * *", "0 0 3 * * SUN", "0 0 3 1,15 JAN-MAR *",
+                                      "0 0 3 ? * 1-5"])
+def test_schedules_at_least_a_minute_apart_pass(schedule):
+    assert submit.schedule_value_problems(schedule) == []

@@ -266,7 +266,10 @@ def cron(expr: Any, what: str = "cron") -> list[str]:
                 return [f"{what}={expr!r} is shorter than a second (KFP would start a run every second): "
                         "give a real interval, e.g. '@every 6h'"]
             return []
-        return [f"{what}={expr!r}: @every takes a duration like '@every 6h' or '@every 1h30m'"]
+        days = " (Go durations stop at hours: '@every 24h' for a day)" if re.search(r"[0-9]d", duration) else ""
+        return [f"{what}={expr!r}: @every takes a duration like '@every 6h' or '@every 1h30m'{days}"]
+    if expr.lower() in _CRON_DESCRIPTORS:  # robfig/cron matches descriptors case-sensitively
+        return [f"{what}={expr!r}: write descriptors in lower case, e.g. {expr.lower()!r}"]
     fields = expr.split()
     if len(fields) != 6:
         hint = ""
