@@ -107,8 +107,11 @@ def parse_params(pipeline, pairs: list[str]) -> dict[str, Any]:
         except ValueError:
             example = json.dumps(defaults[key]) if kind in (dict, list, bool) else defaults[key]
             quotes = kind in (dict, list) and "'" in raw and '"' not in raw  # a Python literal, not JSON
+            wrap = kind is list and raw.strip().startswith("{")  # one object where a list of them belongs
             problems.append(f"parameter {key}={raw!r} is not a valid {_KIND.get(kind, kind.__name__)}"
-                            + (" (JSON strings take double quotes)" if quotes else "") + f", e.g. {key}={example}")
+                            + (" (JSON strings take double quotes)" if quotes else "")
+                            + (" (one object: wrap it in [ ] to make a list of one)" if wrap else "")
+                            + f", e.g. {key}={example}")
         if key in given and params[key] != before:
             problems.append(f"parameter {key} is given twice with different values ({key}={given[key]!r}, then "
                             f"{key}={raw!r}): give it once")

@@ -323,3 +323,21 @@ def test_run_local_parallelism_zero_is_accepted_and_noted_for_finetune(capsys):
     assert run_local.main(["--parallelism", "0", "--list-params"]) == 0
     captured = capsys.readouterr()
     assert "--parallelism 0 applies to --pipeline sweep only" in captured.err and "max_steps" in captured.out
+
+
+def test_sweep_min_gain_in_percent_and_one_trial_object_without_brackets_name_the_fix(capsys):
+    from pipelines import submit
+
+    with pytest.raises(SystemExit) as exit_info:
+        submit.main(["--dry-run", "--pipeline", "sweep", "--param", "launcher=trainjob", "--param",
+                     'trials={"lora_r": 16, "lora_alpha": 32, "learning_rate": 0.0002}'])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "one object: wrap it in [ ] to make a list of one" in err
+    with pytest.raises(SystemExit) as exit_info:
+        submit.main(["--dry-run", "--pipeline", "sweep", "--param", "launcher=trainjob", "--param", "min_gain=10"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert "min_gain=10 can never be reached with select_metric=fc_accuracy" in err and "write 0.1" in err
+    # in loss units a gain above 1 is possible
+    assert submit.main(["--dry-run", "--pipeline", "sweep", "--param", "launcher=trainjob", "--param", "min_gain=10",
+                        "--param", "select_metric=eval_loss"]) == 0

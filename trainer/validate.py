@@ -367,6 +367,9 @@ def sweep_problems(params: dict[str, Any], check_local_files: bool = True) -> li
     elif gain < 0:
         problems.append(f"min_gain must be >= 0, got {gain}: a negative gain would deploy a trial worse than the "
                         f"base model; 0 deploys any improvement")
+    elif select == "fc_accuracy" and gain > 1:  # accuracies are fractions: 10 meant as 10% would never deploy
+        problems.append(f"min_gain={gain:g} can never be reached with select_metric=fc_accuracy, whose gain is a "
+                        f"fraction of at most 1: write {gain / 100:g} for {gain:g} percentage points")
     seen: set[str] = set()
     return [p for p in problems if not (p in seen or seen.add(p))]
 
