@@ -337,3 +337,81 @@ def test_gzipped_split_files_hub_layouts_and_csv_models_are_recognised(tmp_path)
     assert sources._hub_layout(hub.parent)
     (tmp_path / "pairs.csv").write_text("prompt,completion\na,b\n")
     assert "holds a dataset, not a model" in sources.model_dir_problems(tmp_path / "pairs.csv")[0]
+
+
+WEATHER = {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
+
+
+def sharegpt_row(city):
+    """A LLaMA-Factory ShareGPT row: tools as JSON text of bare schemas, a function_call turn."""
+    return {"conversations": [
+        {"from": "human", "value": f"Weather in {city}?"},
+        {"from": "function_call", "value": json.dumps({"name": "get_weather", "arguments": {"city": city}})},
+        {"from": "observation", "value": "sunny"}, {"from": "gpt", "value": "Sunny."}],
+        "tools": json.dumps([WEATHER]), "system": ""}
+
+
+def as_messages(city):
+    return {"messages": [
+        {"role": "user", "content": f"Weather in {city}?"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": "get_weather", "arguments": {"city": city}}}]},
+        {"role": "tool", "content": "sunny"}, {"role": "assistant", "content": "Sunny."}],
+        "tools": [{"type": "function", "function": WEATHER}]}
+
+
+CITIES = ["Paris", "Oslo", "Rome", "Lima", "Kyiv", "Baku"]
+
+
+def test_sharegpt_parquet_in_a_hub_repo_layout_is_converted(tmp_path, capsys):
+    """The Hub code path (`datasets.load_dataset` on a repo's layout), with ShareGPT turns as
+    Arrow structs: every split converted, and the run's log says so per split."""
+    import pandas as pd
+
+    (tmp_path / "data").mkdir()
+    for split, cities in (("train", CITIES[:4]), ("test", CITIES[4:])):
+        pd.DataFrame([sharegpt_row(c) for c in cities]).to_parquet(
+            tmp_path / "data" / f"{split}-00000-of-00001.parquet")
+    out = sources.materialize_dataset(sources.parse(str(tmp_path), "dataset"), "")
+    assert out == {"train": [as_messages(c) for c in CITIES[:4]], "eval": [as_messages(c) for c in CITIES[4:]]}
+    log = capsys.readouterr().out
+    assert f"{tmp_path}[train]: 4 ShareGPT" in log and f"{tmp_path}[test]: 2 ShareGPT" in log
+
+
+def test_a_delivered_sharegpt_file_is_chat_rows_in_the_bucket(tmp_path, store):
+    """What training reads (train.jsonl, eval.jsonl) holds the converted rows, not ShareGPT."""
+    (tmp_path / "sg.jsonl").write_text("".join(json.dumps(sharegpt_row(c)) + "\n" for c in CITIES))
+    uri, meta = sources.deliver_dataset(str(tmp_path / "sg.jsonl"), "", store, eval_fraction=0.34, seed=0)
+    root = store.get_tree(uri)
+    delivered = data.read_jsonl(root / "train.jsonl") + data.read_jsonl(root / "eval.jsonl")
+    assert meta["rows"] == {"train": 4, "eval": 2}
+    assert sorted(map(json.dumps, delivered)) == sorted(json.dumps(as_messages(c)) for c in CITIES)
+
+
+def test_a_hub_repo_whose_card_declares_configs(tmp_path):
+    """A dataset card's `configs:` maps files to splits (read as the Hub would); several configs
+    without a default cannot be chosen between here, and the message says what to pass instead."""
+    card = "---\nconfigs:\n" + "".join(
+        f"- config_name: {name}\n  data_files:\n  - split: train\n    path: {name}/train.jsonl\n" for name in "ab")
+    for name in "ab":
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "train.jsonl").write_text("".join(json.dumps(as_messages(c)) + "\n" for c in CITIES))
+    (tmp_path / "README.md").write_text(card + "---\n# Weather chats\n")
+    msg = str(pytest.raises(UserError, sources.materialize_dataset, sources.parse(str(tmp_path), "dataset"), "").value)
+    assert f"dataset '{tmp_path}' has several configs (['a', 'b']) and no default one" in msg
+    assert "pass one config's folder or file as the dataset path" in msg
+    (tmp_path / "README.md").write_text(card.split("- config_name: b")[0] + "---\n")  # one config: read
+    out = sources.materialize_dataset(sources.parse(str(tmp_path), "dataset"), "", eval_fraction=0.5)
+    assert (len(out["train"]), len(out["eval"])) == (3, 3)
+
+
+@pytest.mark.parametrize("source, what, expected", [
+    ("org/chats:train[:10%]", "dataset", "dataset_source 'org/chats:train[:10%]': a Hub dataset is its id alone "
+                                         "(org/chats); a config or split cannot be chosen"),
+    ("org/chats[train]", "dataset", "a Hub dataset is its id alone (org/chats); a config or split cannot be chosen"),
+    ("org/chats@v2", "dataset", "a Hub dataset is its id alone (org/chats); give the revision as dataset_revision"),
+    ("Qwen/Qwen2.5-0.5B@main", "model", "a Hub model is its id alone (Qwen/Qwen2.5-0.5B); give the revision as "
+                                        "model_revision"),
+])
+def test_split_slices_configs_and_revisions_in_a_hub_id_say_where_they_go(source, what, expected):
+    assert expected in str(pytest.raises(UserError, sources.parse, source, what).value)

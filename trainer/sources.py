@@ -65,6 +65,14 @@ def parse(source: str, what: str) -> Source:
         return Source("local", str(path.resolve()))
     if _HUB_ID.match(source):
         return Source("hub", source)
+    if (hub := re.match(r"([A-Za-z0-9][\w.-]*/[\w.-]+)\s*([:@\[].*)", source)) and not hub[1].endswith("."):
+        # datasets' `load_dataset(id, config, split="train[:10%]")` and pip's `@rev`: not this grammar
+        fix = (f"give the revision as {what}_revision" if hub[2].startswith("@") else
+               "a config or split cannot be chosen: the default config's train split is trained on, and the first "
+               "of its eval/validation/valid/test splits evaluates (another config or split: download its files, "
+               f"`hf download --repo-type {what} {hub[1]} --local-dir DIR`, and pass the file or folder as a path)"
+               if what == "dataset" else "a model source is the repository id alone")
+        raise UserError(f"{what}_source {source!r}: a Hub {what} is its id alone ({hub[1]}); {fix}")
     raise UserError(f"unknown {what} source {source!r}: use {forms}")
 
 
@@ -353,7 +361,17 @@ def _load_dataset(ref: str, revision: str):
         raise UserError(f"dataset {ref!r} is not in the local Hugging Face cache and the Hub cannot be reached "
                         f"({str(err).splitlines()[0][:160]}); download it first (`hf download --repo-type dataset "
                         f"{ref}`), allow network access, or pass a local file") from None
-    except (datasets.exceptions.DatasetGenerationError, ValueError, FileNotFoundError) as err:
+    except ValueError as err:
+        if str(err).startswith("Config name is missing"):  # a dataset of several configs and no default
+            configs = re.search(r"configs: (\[.*?\])", str(err))
+            fetch = "" if Path(ref).is_dir() else f"download them (`hf download --repo-type dataset {ref} " \
+                "--local-dir DIR`) and "
+            raise UserError(f"dataset {ref!r} has several configs ({configs[1] if configs else 'see its card'}) and no "
+                            f"default one, and a config cannot be chosen here: {fetch}pass one config's folder or file "
+                            "as the dataset path") from None
+        raise UserError(f"dataset {ref!r} does not load with `datasets` ({type(err).__name__}: "
+                        f"{str(err).splitlines()[0][:200]}); check its files, or pass a single .jsonl file") from None
+    except (datasets.exceptions.DatasetGenerationError, FileNotFoundError) as err:
         raise UserError(f"dataset {ref!r} does not load with `datasets` ({type(err).__name__}: "
                         f"{str(err).splitlines()[0][:200]}); check its files, or pass a single .jsonl file") from None
 
@@ -363,8 +381,12 @@ def _hub_layout(path: Path) -> bool:
     train-*.jsonl, ...), not named plainly train.jsonl."""
     from trainer import data
 
-    return any(data._suffix(p) in data.FILE_TYPES for pattern in ("data/train*", "train-*", "data/train/*")
-               for p in path.glob(pattern))
+    if any(data._suffix(p) in data.FILE_TYPES for pattern in ("data/train*", "train-*", "data/train/*")
+           for p in path.glob(pattern)):
+        return True
+    card = path / "README.md"  # a dataset card whose YAML header maps files to configs and splits
+    head = card.read_text(encoding="utf-8", errors="replace")[:1 << 16] if card.is_file() else ""
+    return head.startswith("---") and re.search(r"^configs:", head, re.MULTILINE) is not None
 
 
 def _load_from_disk(path: Path):
