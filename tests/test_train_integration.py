@@ -180,3 +180,16 @@ def test_flatten_packing_on_cpu_says_it_is_the_slower_choice(delivered, store, c
     train(TrainConfig(model_uri=model_uri, dataset_uri=data_uri, output_prefix="runs/auto-cpu", max_steps=2,
                       batch_tokens=512), store)
     assert "packing=flatten here" not in capsys.readouterr().out
+
+
+def test_rows_over_max_seq_len_are_skipped_and_said_never_truncated(delivered, store, capsys):
+    """A row cut at max_seq_len could lose every token it is trained on (the answer comes last):
+    such rows are skipped, counted in the metrics, and said in the log."""
+    from trainer.train import train
+
+    model_uri, data_uri = delivered
+    result = train(TrainConfig(model_uri=model_uri, dataset_uri=data_uri, output_prefix="runs/long-rows", max_steps=2,
+                               max_seq_len=103), store)
+    skipped = int(result["metrics"]["skipped_long_rows"])
+    assert 0 < skipped < 3000  # the built-in rows are 93-109 tokens long
+    assert f"{skipped} training rows longer than max_seq_len=103 tokens skipped" in capsys.readouterr().out

@@ -242,6 +242,9 @@ class Recipe:
         if rank == MASTER:
             per_micro = (f"{'flattened' if flatten else 'length-bucketed'} <= {cfg.batch_tokens} tokens"
                          if cfg.batch_tokens else f"{cfg.batch_size} rows")
+            if self.skipped:  # never truncated: a cut row could lose every token it is trained on
+                print(f"{self.skipped} training rows longer than max_seq_len={cfg.max_seq_len} tokens skipped "
+                      "(raise max_seq_len to keep them)", flush=True)
             print(f"{len(examples)} rows (mean {mean_len:.0f} tokens), {world} process(es), {per_micro} per "
                   f"micro-batch, {self.accum} micro-batch(es) per step; attention {attn or 'default'}, "
                   f"loss {self.loss_model.fused}{', compiled layers' if cfg.compile else ''}", flush=True)
