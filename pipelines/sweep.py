@@ -89,9 +89,11 @@ def build(parallelism: int = 2):
                 `python -m trainer deliver-model`, or builtin:tiny-llama (a tiny random model for demos).
             model_revision: Hub branch, tag or commit of model_source; empty means main. Pin a commit for reproducible
                 runs.
-            dataset_source: Chat data (rows of {"messages": [...], "tools"?: [...]} or {"prompt", "completion"}): a
-                Hub dataset id, an s3:// URI printed by `python -m trainer deliver-dataset`, or builtin:function-calling;
-                with run_local also a .jsonl/.json/.csv/.parquet file or a directory of train/test files.
+            dataset_source: Chat data (rows of {"messages": [...], "tools"?: [...]} or {"prompt", "completion"};
+                ShareGPT {"conversations"} and Alpaca {"instruction", "output"} rows are converted on load; an
+                assistant message with "weight": 0 is not trained on): a Hub dataset id (its default config), an s3://
+                URI printed by `python -m trainer deliver-dataset`, or builtin:function-calling; with run_local also a
+                .jsonl/.json/.csv/.parquet file or a directory of train/test files.
             dataset_revision: Hub branch, tag or commit of dataset_source; empty means main.
             eval_fraction: Share of rows held out for evaluation when the data has no eval split, between 0 and 1
                 (exclusive); 0.05-0.1 is typical.
