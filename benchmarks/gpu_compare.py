@@ -1,6 +1,9 @@
 """python -m benchmarks.gpu_compare [--steps 40] [--runs 2] [--batch-tokens 16384] [--batch-tokens-8b 8192]
        [--shapes 1b,8b] [--variants "default;compile=true;FINETUNE_FUSED_LORA=0;FINETUNE_LIGER=0"]
-       [--peak-tflops auto] [--profile] [--json out.json]
+       [--peak-tflops auto] [--profile] [--json out.json] [--log-dir DIR] [--run-timeout-s 0]
+   smoke test of this script on CPU (figures meaningless, a minute or two):
+       python -m benchmarks.gpu_compare --allow-cpu --shapes tiny --steps 4 --runs 1 --batch-tokens 512 \
+           --variants "default;compile=true" --profile --json /tmp/gc.json
 
 This trainer vs the Hugging Face Trainer on one CUDA GPU, same process conditions, runs
 interleaved (ours, HF, ours, HF, ...) so that clock and thermal drift hit both alike:
@@ -24,7 +27,13 @@ and the ratio to HF. MFU = tokens/s x (6 x parameters + attention) / the GPU's d
 attention counted as 12 x layers x hidden x mean row length per token (the PaLM convention;
 LoRA skips the frozen weights' gradients, so the hardware does about 2/3 of the 6N work).
 Every run is a separate process, so peak memory is each run's own. Needs CUDA: without it,
-exits with a message.
+exits with a message (`--allow-cpu` runs the same steps on CPU, to check this script itself).
+
+Device time is scarce, so a failed or timed-out run (`--run-timeout-s`) costs only its own row:
+it is reported with its exit status and the last lines of its log, the other runs go on, and
+the command exits 1 at the end. Each run's output goes to its own log file (`--log-dir`; by
+default next to `--json`), one summary line per run to the console, and `--json` is rewritten
+after every run, so a command stopped by a time limit still leaves the runs it finished.
 """
 
 from __future__ import annotations
@@ -79,7 +88,12 @@ class Shape:
 SHAPES = {
     "1b": Shape(layers=16, hidden=2048, mlp=8192, heads=32, kv_heads=8, tied=True),  # Llama-3.2-1B
     "8b": Shape(layers=32, hidden=4096, mlp=14336, heads=32, kv_heads=8, tied=False),  # Llama-3.1-8B
+    # the built-in tokenizer's vocabulary: for checking this script (--allow-cpu), not for figures
+    "tiny": Shape(layers=2, hidden=64, mlp=128, heads=4, kv_heads=2, vocab=1024, tied=True),
 }
+HF_LABEL = "HF Trainer, pad to longest, bf16"
+MAX_SEQ_LEN = 512  # the trainer's, for every run; a micro-batch's token budget must hold one row
+TAIL_LINES = 25  # of a failed run's log, printed and kept in --json
 
 
 def mfu(tokens_per_second: float, shape: Shape, seq_len: float, peak_tflops: float) -> float:
@@ -119,7 +133,8 @@ def seed_model(store, model_dir: Path) -> str:
     """The model's URI, with the tree put straight into the trainer's local cache and only its
     manifest into the (throwaway, in-memory) S3: the trainer finds the cached copy and downloads
     nothing. Spares the 8B shape a 16 GB upload and download through moto (minutes) that says
-    nothing about training speed."""
+    nothing about training speed. Files are hard-linked into the cache where the file system
+    allows (no second 16 GB write)."""
     from trainer import settings
     from trainer.storage import MANIFEST, tree_manifest
 
@@ -129,11 +144,18 @@ def seed_model(store, model_dir: Path) -> str:
     cached = Path(settings.get("FINETUNE_CACHE_DIR")) / manifest["tree_sha256"]
     cached.parent.mkdir(parents=True, exist_ok=True)
     if not (cached / MANIFEST).exists():
-        shutil.copytree(model_dir, cached, dirs_exist_ok=True)
+        shutil.copytree(model_dir, cached, dirs_exist_ok=True, copy_function=_link_or_copy)
         (cached / MANIFEST).write_text(json.dumps(manifest, indent=1))
     store.ensure_bucket()
     store.put_json(f"{prefix}/{MANIFEST}", manifest)
     return store.uri(prefix)
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:  # another file system, or links not allowed
+        shutil.copy2(src, dst)
 
 
 def build_model(shape: Shape, out: Path) -> Path:
@@ -144,23 +166,61 @@ def build_model(shape: Shape, out: Path) -> Path:
     from trainer import builtin_model
 
     tok = builtin_model.build_tokenizer()
-    with torch.device("cuda"):
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
         model = LlamaForCausalLM(shape.config(tok)).to(torch.bfloat16)
     model.save_pretrained(out)
     tok.save_pretrained(out)
     del model
-    torch.cuda.empty_cache()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
     return out
 
 
+class RunFailed(Exception):
+    """A benchmark process that failed or ran out of time: why, and where its log is."""
+
+    def __init__(self, why: str, log: Path):
+        super().__init__(why)
+        self.why, self.log = why, log
+
+    def tail(self, lines: int = TAIL_LINES) -> str:
+        text = self.log.read_bytes().decode(errors="replace") if self.log.exists() else ""  # keeps \r
+        # tqdm redraws its bar with carriage returns: keep each line's last state
+        return "\n".join(line.rstrip("\r").rsplit("\r", 1)[-1] for line in text.rstrip("\n").split("\n")[-lines:])
+
+
+def run_logged(cmd: list[str], log: Path, timeout_s: float = 0, env: dict[str, str] | None = None) -> None:
+    """Run `cmd` with its output in `log`; RunFailed on a non-zero status or after `timeout_s`
+    (0: none), when its whole process group (inductor's compile workers too) is killed."""
+    import signal
+
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            code = proc.wait(timeout=timeout_s or None)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise RunFailed(f"timed out after {timeout_s:g} s (--run-timeout-s)", log) from None
+        except BaseException:  # Ctrl-C or a time limit on this command: no orphaned GPU process
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+    if code:
+        why = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+        raise RunFailed(why, log)
+
+
 def _train(model_uri: str, data_uri: str, prefix: str, steps: int, batch_tokens: int,
-           extra: tuple[list[str], dict[str, str]], *more: str, **run) -> None:
+           extra: tuple[list[str], dict[str, str]], args, *more: str) -> None:
     """One `python -m trainer train` process (its own peak memory), the variant's args and env."""
     extra_args, env = extra
-    subprocess.run([sys.executable, "-m", "trainer", "train", f"--model-uri={model_uri}", f"--dataset-uri={data_uri}",
-                    f"--output-prefix={prefix}", f"--max-steps={steps}", f"--batch-tokens={batch_tokens}",
-                    "--learning-rate=2e-4", "--max-seq-len=512", "--log-every=10", "--eval-every=100000",
-                    "--checkpoint-every=100000", *more, *extra_args], check=True, env={**os.environ, **env}, **run)
+    run_logged([sys.executable, "-m", "trainer", "train", f"--model-uri={model_uri}", f"--dataset-uri={data_uri}",
+                f"--output-prefix={prefix}", f"--max-steps={steps}", f"--batch-tokens={batch_tokens}",
+                "--learning-rate=2e-4", f"--max-seq-len={MAX_SEQ_LEN}", "--log-every=10", "--eval-every=100000",
+                "--checkpoint-every=100000", *more, *extra_args],
+               args.log_dir / f"{prefix.split('/')[-1]}.log", args.run_timeout_s, env={**os.environ, **env})
 
 
 def run_ours(model_uri: str, data_uri: str, args, extra: tuple[list[str], dict[str, str]], tag: str,
@@ -168,7 +228,7 @@ def run_ours(model_uri: str, data_uri: str, args, extra: tuple[list[str], dict[s
     from trainer.storage import Store
 
     prefix = f"runs/compare-{tag}"
-    _train(model_uri, data_uri, prefix, args.steps, batch_tokens, extra)
+    _train(model_uri, data_uri, prefix, args.steps, batch_tokens, extra, args)
     return Store.from_env().get_json(f"{prefix}/result.json")["metrics"]
 
 
@@ -216,53 +276,135 @@ def run_profiled(model_uri: str, data_uri: str, args, extra, tag: str, steps: in
     from trainer.storage import Store
 
     prefix = f"runs/profile-{tag}"
-    _train(model_uri, data_uri, prefix, steps + 3, args.batch_tokens, extra, f"--profile-steps={steps}",
-           stdout=subprocess.DEVNULL)
+    _train(model_uri, data_uri, prefix, steps + 3, args.batch_tokens, extra, args, f"--profile-steps={steps}")
     return profile_breakdown(Store.from_env().get_json(f"{prefix}/profile/trace.json"), steps)
 
 
 def run_hf(model_dir: Path, train_jsonl: Path, args, rows_per_step: int, out: Path) -> dict:
-    subprocess.run([sys.executable, "-m", "benchmarks.baseline_hf_trainer", str(model_dir), str(train_jsonl),
-                    f"--steps={args.steps}", f"--batch-size={rows_per_step}", "--padding=longest", "--bf16",
-                    f"--out={out}"], check=True)
+    run_logged([sys.executable, "-m", "benchmarks.baseline_hf_trainer", str(model_dir), str(train_jsonl),
+                f"--steps={args.steps}", f"--batch-size={rows_per_step}", "--padding=longest", "--bf16",
+                f"--out={out}"], args.log_dir / f"{out.stem}.log", args.run_timeout_s)
     return json.loads(out.read_text())
 
 
+def attempt(what: str, fn, failures: list[dict], summary=None):
+    """fn()'s result, or None when its process failed: then the failure is printed (with the
+    last lines of its log) and appended to `failures`, and the benchmark goes on."""
+    import time
+
+    start = time.perf_counter()
+    try:
+        result = fn()
+    except RunFailed as err:
+        failures.append({"run": what, "error": err.why, "log": str(err.log), "tail": err.tail()})
+        print(f"  {what}: FAILED, {err.why} ({time.perf_counter() - start:.0f} s); last lines of {err.log}:\n"
+              + "\n".join(f"    | {line}" for line in err.tail().splitlines()), flush=True)
+        return None
+    print(f"  {what}: {summary(result) if summary else 'done'} ({time.perf_counter() - start:.0f} s)", flush=True)
+    return result
+
+
+def _summary(result: dict) -> str:
+    return f"{steady(result):,.0f} real tokens/s, peak {result['peak_memory_mb'] / 1024:.1f} GB"
+
+
+def figure_rows(name: str, shape: Shape, batch_tokens: int, mean_len: float, peak: float,
+                runs: dict[str, list[dict | None]]) -> tuple[list[dict], list[tuple]]:
+    """The figures and table rows of one shape; a trainer whose every run failed gets a row
+    saying so, one with some failed runs the median of the others and a note."""
+    from benchmarks.common import median
+
+    hf = [r for r in runs.get(HF_LABEL, []) if r]
+    hf_tps = median([steady(r) for r in hf]) if hf else None
+    figures, rows = [], []
+    for label, results in runs.items():
+        ok = [r for r in results if r]
+        trainer = label if label == HF_LABEL else f"this trainer ({label}){trial_note(ok)}"
+        failed = len(results) - len(ok)
+        if failed:
+            trainer += f"; {failed} of {len(results)} run(s) failed"
+        if not ok:
+            figures.append({"shape": name, "batch_tokens": batch_tokens, "trainer": trainer, "error": "every run failed",
+                            "runs": 0})
+            rows.append((f"{name} @ {batch_tokens}", trainer, "failed", "", "", ""))
+            continue
+        tps = median([steady(r) for r in ok])
+        mem = max(r["peak_memory_mb"] for r in ok) / 1024
+        fig = {"shape": name, "batch_tokens": batch_tokens, "trainer": trainer, "tokens_per_second": tps,
+               "mfu": mfu(tps, shape, mean_len, peak), "peak_memory_gb": mem,
+               "vs_hf": tps / hf_tps if hf_tps else None, "runs": len(ok)}
+        figures.append(fig)
+        rows.append((f"{name} @ {batch_tokens}", trainer, f"{tps:,.0f}", f"{fig['mfu']:.1%}", f"{mem:.1f}",
+                     f"{fig['vs_hf']:.2f}x" if fig["vs_hf"] else ""))
+    return figures, rows
+
+
+HEADER = ("shape @ tokens", "trainer", "real tokens/s", "MFU (6N + attn)", "peak GB", "vs HF")
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[2])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[7])
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--runs", type=int, default=2, help="interleaved runs of each trainer (median reported)")
     parser.add_argument("--batch-tokens", type=int, default=16384)
     parser.add_argument("--batch-tokens-8b", type=int, default=8192, help="tokens per micro-batch on the 8b shape")
-    parser.add_argument("--shapes", default="1b,8b", help="1b: both trainers; 8b: this trainer alone")
+    parser.add_argument("--shapes", default="1b,8b", help="1b: both trainers; 8b: this trainer alone; "
+                        "tiny: both, for --allow-cpu")
     parser.add_argument("--variants", default="default", help='this trainer\'s variants, e.g. "default;compile=true"')
     parser.add_argument("--peak-tflops", default="auto", help="the GPU's dense bf16 TFLOPs (auto: known GPUs)")
-    parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--json", type=Path, help="also write the figures here (rewritten after every run)")
+    parser.add_argument("--log-dir", type=Path, help="each run's output (default: <json name>-logs/ next to --json, "
+                        "else a new temporary directory)")
+    parser.add_argument("--run-timeout-s", type=float, default=0,
+                        help="kill a run after this many seconds and go on with the next (0: no limit)")
     parser.add_argument("--profile", action="store_true",
                         help="after the timed runs, profile each variant on the 1b shape: GPU time per step by kernel kind")
+    parser.add_argument("--allow-cpu", action="store_true",
+                        help="run on CPU when there is no GPU: checks this script end to end, figures meaningless")
     args = parser.parse_args()
     variants = parse_variants(args.variants)
     shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
     if unknown := [s for s in shapes if s not in SHAPES]:
         raise SystemExit(f"--shapes: unknown {unknown}; choose from {sorted(SHAPES)}")
+    if HF_LABEL in variants:
+        raise SystemExit(f"--variants: {HF_LABEL!r} is the baseline's name")
+    if min(args.batch_tokens, args.batch_tokens_8b) < MAX_SEQ_LEN:
+        raise SystemExit(f"--batch-tokens and --batch-tokens-8b must be at least {MAX_SEQ_LEN} (the runs' max_seq_len)")
+    if args.steps < 2 or args.runs < 1:
+        raise SystemExit("--steps must be at least 2 (throughput is timed over the second half) and --runs at least 1")
 
     import torch
 
-    if not torch.cuda.is_available():
+    cuda = torch.cuda.is_available()
+    if not cuda and not args.allow_cpu:
         raise SystemExit("gpu_compare needs a CUDA GPU; none is visible here (torch.cuda.is_available() is False). "
-                         "Run it on a GPU machine; on CPU use python -m benchmarks.train_throughput")
-    gpu = torch.cuda.get_device_name()
+                         "Run it on a GPU machine; on CPU use python -m benchmarks.train_throughput (or --allow-cpu "
+                         "--shapes tiny to check this script itself)")
+    gpu = torch.cuda.get_device_name() if cuda else "CPU (--allow-cpu: figures not meaningful)"
     peak = float(args.peak_tflops) if args.peak_tflops != "auto" else next(
-        (v for k, v in PEAK_BF16_TFLOPS.items() if k in gpu), None)
+        (v for k, v in PEAK_BF16_TFLOPS.items() if k in gpu), None if cuda else 1.0)
     if peak is None:
         raise SystemExit(f"unknown GPU {gpu!r}: pass --peak-tflops (its dense bf16 TFLOPs)")
+    if args.log_dir is None:
+        args.log_dir = (args.json.parent / f"{args.json.stem}-logs" if args.json
+                        else Path(tempfile.mkdtemp(prefix="gpu-compare-logs-")))
+    args.log_dir.mkdir(parents=True, exist_ok=True)
+    print(f"{gpu}: each run's output in {args.log_dir}", flush=True)
 
     from transformers import AutoTokenizer
 
-    from benchmarks.common import local_s3, median
+    from benchmarks.common import local_s3
     from trainer import data, sources
     from trainer.report import table
     from trainer.storage import Store
+
+    rows, figures, profiles, failures = [], [], {}, []
+    raw: dict[str, dict[str, list]] = {}
+
+    def save(complete: bool = False) -> None:
+        if args.json:
+            args.json.write_text(json.dumps({"gpu": gpu, "complete": complete, "figures": figures, "profiles": profiles,
+                                             "failures": failures, "runs": raw, "args": sys.argv[1:]}, indent=1))
 
     server = local_s3()
     store = Store.from_env()
@@ -270,45 +412,50 @@ def main() -> None:
     os.environ["FINETUNE_CACHE_DIR"] = cache.name
     data_uri, _ = sources.deliver_dataset("builtin:function-calling", "", store)
     train_jsonl = store.get_tree(data_uri) / "train.jsonl"
-    rows, figures, profiles = [], [], {}
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for name in shapes:
                 shape = SHAPES[name]
-                model_dir = build_model(shape, Path(tmp) / name)
+                print(f"{name} shape: building a random model", flush=True)
+                try:
+                    model_dir = build_model(shape, Path(tmp) / name)
+                except (RuntimeError, OSError) as err:  # out of memory or disk: the other shapes may still fit
+                    failures.append({"run": f"{name}: building the model", "error": f"{type(err).__name__}: {err}"})
+                    print(f"  {name}: FAILED to build the model ({type(err).__name__}: {str(err)[:300]})", flush=True)
+                    save()
+                    continue
                 model_uri = seed_model(store, model_dir)
                 batch_tokens = args.batch_tokens_8b if name == "8b" else args.batch_tokens
                 tok = AutoTokenizer.from_pretrained(model_dir)
-                lengths = [len(e["input_ids"]) for e in data.encode_all(data.read_jsonl(train_jsonl), tok, 512)[0]]
+                lengths = [len(e["input_ids"]) for e in data.encode_all(data.read_jsonl(train_jsonl), tok, MAX_SEQ_LEN)[0]]
                 mean_len = sum(lengths) / len(lengths)
-                runs: dict[str, list[dict]] = {v: [] for v in variants}
-                if name == "1b":
-                    runs["HF Trainer, pad to longest, bf16"] = []
+                with_hf = name != "8b"
+                runs: dict[str, list] = {v: [] for v in variants} | ({HF_LABEL: []} if with_hf else {})
+                raw[name] = runs
                 for i in range(args.runs):
                     for k, (v, extra) in enumerate(variants.items()):
-                        runs[v].append(run_ours(model_uri, data_uri, args, extra, f"{name}-{i}-{k}", batch_tokens))
-                    if name == "1b":
-                        runs["HF Trainer, pad to longest, bf16"].append(
-                            run_hf(model_dir, train_jsonl, args, round(batch_tokens / mean_len),
-                                   Path(tmp) / f"hf-{i}.json"))
-                hf = runs.get("HF Trainer, pad to longest, bf16")
-                hf_tps = median([steady(r) for r in hf]) if hf else None
-                for label, results in runs.items():
-                    tps = median([steady(r) for r in results])
-                    mem = max(r["peak_memory_mb"] for r in results) / 1024
-                    trial = trial_note(results)
-                    fig = {"shape": name, "batch_tokens": batch_tokens,
-                           "trainer": label if label.startswith("HF") else f"this trainer ({label}){trial}",
-                           "tokens_per_second": tps, "mfu": mfu(tps, shape, mean_len, peak), "peak_memory_gb": mem,
-                           "vs_hf": tps / hf_tps if hf_tps else None, "runs": len(results)}
-                    figures.append(fig)
-                    rows.append((f"{name} @ {batch_tokens}", fig["trainer"], f"{tps:,.0f}", f"{fig['mfu']:.1%}",
-                                 f"{mem:.1f}", f"{fig['vs_hf']:.2f}x" if fig["vs_hf"] else ""))
-                print(table(rows, ("shape @ tokens", "trainer", "real tokens/s", "MFU (6N + attn)", "peak GB", "vs HF")),
-                      flush=True)  # so far: the profiling runs below take minutes
-                if args.profile and name == "1b":
-                    profiles.update({v: run_profiled(model_uri, data_uri, args, extra, f"{name}-{k}")
-                                for k, (v, extra) in enumerate(variants.items())})
+                        runs[v].append(attempt(
+                            f"{name} {v} run {i + 1}", lambda: run_ours(model_uri, data_uri, args, extra,
+                                                                         f"{name}-{i}-{k}", batch_tokens),
+                            failures, _summary))
+                        save()
+                    if with_hf:
+                        runs[HF_LABEL].append(attempt(
+                            f"{name} HF Trainer run {i + 1}", lambda: run_hf(
+                                model_dir, train_jsonl, args, round(batch_tokens / mean_len), Path(tmp) / f"hf-{name}-{i}.json"),
+                            failures, _summary))
+                        save()
+                shape_figures, shape_rows = figure_rows(name, shape, batch_tokens, mean_len, peak, runs)
+                figures += shape_figures
+                rows += shape_rows
+                save()
+                print(table(rows, HEADER), flush=True)  # so far: the profiling runs below take minutes
+                if args.profile and name in ("1b", "tiny"):
+                    for k, (v, extra) in enumerate(variants.items()):
+                        got = attempt(f"{name} {v} profile", lambda: run_profiled(model_uri, data_uri, args, extra,
+                                                                                  f"{name}-{k}"), failures)
+                        profiles[v] = got if got is not None else {"error": failures[-1]["error"]}
+                        save()
                 store.delete_prefix(model_uri.split("/", 3)[3])  # moto keeps objects in memory
                 shutil.rmtree(model_dir)
     finally:
@@ -316,14 +463,19 @@ def main() -> None:
         cache.cleanup()
     print(f"\n{gpu}, {args.steps} steps, tokens per micro-batch as in the shape column, median of {args.runs} "
           f"interleaved run(s), peak {peak:g} TFLOPs bf16")
-    print(table(rows, ("shape @ tokens", "trainer", "real tokens/s", "MFU (6N + attn)", "peak GB", "vs HF")))
+    print(table(rows, HEADER))
     if profiles:
         kinds = [k for k, _ in KERNEL_KINDS]
-        print(f"\nGPU kernel time per step (ms), 1b shape, torch.profiler over 3 steps after warm-up")
-        print(table([(v, *(f"{p[k]:.1f}" for k in kinds), f"{sum(p.values()):.1f}") for v, p in profiles.items()],
+        print(f"\n{'GPU' if cuda else 'CPU'} kernel time per step (ms), profiled shape, torch.profiler over 3 steps "
+              "after warm-up")
+        print(table([(v, *(f"{p[k]:.1f}" for k in kinds), f"{sum(p.values()):.1f}") if "error" not in p
+                     else (v, f"failed: {p['error']}", *[""] * len(kinds)) for v, p in profiles.items()],
                     ("variant", *kinds, "total")))
-    if args.json:
-        args.json.write_text(json.dumps({"gpu": gpu, "figures": figures, "profiles": profiles}, indent=1))
+    save(complete=True)
+    if failures:
+        print(f"\n{len(failures)} run(s) failed: " + "; ".join(f"{f['run']} ({f['error']})" for f in failures)
+              + f". Logs: {args.log_dir}", flush=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -97,3 +97,56 @@ def test_compile_runs_show_what_their_trial_measured_and_kept():
             {"compile_trial_compiled_tokens_per_second": 31000.0, "compile_trial_eager_tokens_per_second": 35000.0,
              "compiled_layers": 0.0}]
     assert trial_note(runs) == "; trial: compiled 30,500 vs eager 35,500 tok/s, kept compiled in 0 of 2 run(s)"
+
+
+def test_a_failed_run_keeps_the_others_rows_and_says_why():
+    from benchmarks.gpu_compare import HF_LABEL, SHAPES, figure_rows
+
+    ok = {"tokens_per_second": 90.0, "steady_tokens_per_second": 100.0, "peak_memory_mb": 2048.0}
+    figures, rows = figure_rows("1b", SHAPES["1b"], 16384, 100.0, 989.0, {
+        "default": [ok, None], "compile=true": [None], HF_LABEL: [dict(ok, steady_tokens_per_second=50.0)]})
+    by = {f["trainer"]: f for f in figures}
+    assert by["this trainer (default); 1 of 2 run(s) failed"]["vs_hf"] == 2.0  # the median of the runs that ran
+    assert by["this trainer (compile=true); 1 of 1 run(s) failed"]["error"] == "every run failed"
+    assert [r[2] for r in rows] == ["100", "failed", "50"]
+
+
+def test_a_run_past_its_time_limit_is_killed_with_its_children_and_reported(tmp_path):
+    import time
+
+    from benchmarks.gpu_compare import RunFailed, run_logged
+
+    pid_file = tmp_path / "child.pid"
+    script = (f"import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+              f"open({str(pid_file)!r}, 'w').write(str(c.pid)); print('step 1\\rstep 2', flush=True); time.sleep(60)")
+    start = time.monotonic()
+    with pytest.raises(RunFailed, match=r"timed out after 3 s") as err:
+        run_logged([sys.executable, "-c", script], tmp_path / "run.log", timeout_s=3)
+    assert time.monotonic() - start < 30
+    assert err.value.tail() == "step 2"  # a progress bar's last state
+    import psutil
+
+    child = int(pid_file.read_text())
+    assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE  # no orphan
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU path of the script; on a GPU run it for real")
+def test_every_path_runs_on_cpu_and_a_failing_variant_costs_only_its_row(tmp_path):
+    """The script end to end (--allow-cpu, the tiny shape): this trainer, the HF baseline, a
+    variant that fails (exit 2), --json, and the per-run logs."""
+    import json
+
+    out = tmp_path / "gc.json"
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu_compare", "--allow-cpu", "--shapes", "tiny",
+                           "--steps", "2", "--runs", "1", "--batch-tokens", "512", "--variants", "default;lora_r=0",
+                           "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "tiny lora_r=0 run 1: FAILED, exit status 2" in proc.stdout and "lora_r must be > 0" in proc.stdout
+    got = json.loads(out.read_text())
+    assert got["complete"] and [f["run"] for f in got["failures"]] == ["tiny lora_r=0 run 1"]
+    trainers = {f["trainer"]: f for f in got["figures"]}
+    assert trainers["this trainer (default)"]["tokens_per_second"] > 0
+    assert trainers["HF Trainer, pad to longest, bf16"]["tokens_per_second"] > 0
+    assert trainers["this trainer (lora_r=0); 1 of 1 run(s) failed"]["error"] == "every run failed"
+    assert (tmp_path / "gc-logs" / "compare-tiny-0-0.log").exists()
