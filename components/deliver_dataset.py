@@ -3,7 +3,9 @@ into the bucket as validated train.jsonl + eval.jsonl, content-addressed.
 
 Every row is checked here (trainer.data.row_problems): encodings (UTF-8 with or without a BOM),
 JSON depth, field types (`tools` a list, `content` a string or null beside tool_calls, tool calls
-naming declared tools); a model given as the dataset is refused before it is downloaded."""
+naming declared tools); ShareGPT, Alpaca and OpenAI legacy-functions rows are converted to messages
+(trainer.data.convert; the log says how many); a model given as the dataset is refused before it is
+downloaded."""
 
 from kfp import dsl
 from kfp.dsl import Dataset, Output
