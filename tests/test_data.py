@@ -359,6 +359,11 @@ def test_sharegpt_turns_under_messages_and_a_call_after_text_join_one_turn():
         ("assistant", "Sunny.", False)]
 
 
+def test_sharegpt_from_names_are_read_in_any_case():
+    row = {"conversations": [{"from": "Human", "value": "hi"}, {"from": "GPT ", "value": "yo"}]}
+    assert data.validate_rows([row], "rows") == [json.loads(GOOD.replace("hello", "yo"))]
+
+
 def test_alpaca_rows_train_as_prompt_completion(tmp_path, tokenizer, capsys):
     alpaca = [{"instruction": "Translate to French.", "input": "cat", "output": "chat"},
               {"instruction": "Name a colour.", "input": "", "output": "Blue", "system": "Be brief."},
@@ -402,6 +407,9 @@ def test_openai_legacy_functions_train_as_tools(tokenizer, capsys):
      "has both a 'system' field and a system turn: keep one"),
     ([{"conversations": []}], "'conversations' must be a non-empty list of ShareGPT turns"),
     ([{"instruction": "2+2"}], "d.jsonl:1: Alpaca row has no 'output'"),
+    ([{"instruction": "Sum up.", "context": "Long text", "response": "Short", "category": "summarization"}],
+     "Alpaca row has no 'output' (its keys: 'category', 'context', 'instruction', 'response'): give the answer to "
+     "learn as 'output' (and any context as 'input')"),
     ([{"instruction": "2+2", "output": 4}], "'output' must be a string, got a number (write it as text: \"4\")"),
     ([{"instruction": "Say hi", "output": " "}], "'output' is empty: there is nothing to learn"),
     ([{"instruction": "", "input": "", "output": "x"}], "'instruction' and 'input' are both empty"),
@@ -413,7 +421,7 @@ def test_openai_legacy_functions_train_as_tools(tokenizer, capsys):
      "or prompt-completion: a file holds one format"),
     ([{**json.loads(GOOD), "functions": "get_weather", "tools": TOOLS}],
      "'functions' (OpenAI's legacy format) must be a list of function schemas, and not given beside 'tools'"),
-], ids=["unknown-from", "empty-value", "bad-call", "two-systems", "no-turns", "no-output", "number-output",
+], ids=["unknown-from", "empty-value", "bad-call", "two-systems", "no-turns", "no-output", "dolly", "number-output",
         "empty-output", "no-request", "mixed-sharegpt-alpaca", "mixed-chat-sharegpt", "functions-and-tools"])
 def test_broken_or_mixed_rows_of_other_formats_are_named_with_the_fix(tmp_path, lines, expected):
     path = write(tmp_path, [json.dumps(r) for r in lines])

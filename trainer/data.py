@@ -258,8 +258,9 @@ def _from_sharegpt(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str
             problems.append(f"{where} is a {_json_type(turn)}, expected a {{\"from\": ..., \"value\": ...}} object")
             continue
         who, value = turn.get("from"), turn.get("value")
+        who = who.strip().lower() if isinstance(who, str) else who  # "Human", "GPT" as some exports write them
         if not isinstance(who, str) or who not in SHAREGPT_ROLES:
-            problems.append(f"{where} has unknown 'from' {who!r}: ShareGPT turns are from "
+            problems.append(f"{where} has unknown 'from' {turn.get('from')!r}: ShareGPT turns are from "
                             f"{', '.join(SHAREGPT_ROLES)}; rename it (or convert the row to 'messages')")
             continue
         if not isinstance(value, str) or not value.strip():
@@ -308,8 +309,10 @@ def _from_alpaca(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]
         return ""
 
     instruction, given, output, system = text("instruction"), text("input"), text("output"), text("system")
-    if "output" not in row:
-        problems.append("Alpaca row has no 'output': give the answer to learn")
+    if "output" not in row:  # e.g. Dolly's instruction/context/response: say which keys there are
+        keys = ", ".join(map(repr, sorted(map(str, row))[:8]))
+        problems.append(f"Alpaca row has no 'output' (its keys: {keys}): give the answer to learn as 'output' (and "
+                        "any context as 'input')")
     elif not problems and not output.strip():
         problems.append("'output' is empty: there is nothing to learn from this row; fill it in, or drop the row")
     if not problems and not (instruction.strip() or given.strip()):
