@@ -428,10 +428,10 @@ def test_kserve_objects_are_valid_and_share_vllm_flags():
         validate(obj)  # KServe v0.20.0 CRDs, strict
         assert_restricted(obj)
     args = runtime["spec"]["containers"][0]["args"]
-    assert "--tool-call-parser" in args and args[args.index("--served-model-name") + 1] == "{{.Name}}"
+    assert "--enable-auto-tool-choice" in args and args[args.index("--served-model-name") + 1] == "{{.Name}}"
     model = isvc["spec"]["predictor"]["model"]
     assert model["storageUri"] == "s3://b/models/sha256-abc" and model["runtime"] == runtime["metadata"]["name"]
-    assert model["args"] == ["--tensor-parallel-size", "4"] and model["resources"]["limits"]["nvidia.com/gpu"] == "4"
+    assert model["args"] == ["--tool-call-parser", "hermes", "--tensor-parallel-size", "4"] and model["resources"]["limits"]["nvidia.com/gpu"] == "4"
     assert isvc["spec"]["predictor"]["serviceAccountName"] == kserve.SERVICE_ACCOUNT
 
 
@@ -481,11 +481,14 @@ def test_kserve_not_ready_says_what_to_check_fake_api(capsys):
 
 def test_sweep_trials_side_by_side_on_the_cluster_fake_api(store, tmp_path, monkeypatch):
     """deploy_trials' library call: every trial's adapter beside the base, --max-lora-rank from the
-    largest adapter's config, each name smoke-tested through the Service."""
+    largest adapter's config, --tool-call-parser from the base model's chat template (a Llama 3
+    here), each name smoke-tested through the Service."""
     import json as json_
 
+    from tests.test_serve_openai import LLAMA3_TEMPLATE, LLAMA3_TOKENS, _write_tree
     from trainer.k8s.vllm import ServeSpec, deploy_side_by_side, trial_adapters
 
+    base_uri, _ = store.put_tree(_write_tree(tmp_path / "base", LLAMA3_TEMPLATE, LLAMA3_TOKENS), "models")
     uris = []
     for r in (8, 64):
         d = tmp_path / f"adapter-r{r}"
@@ -497,7 +500,7 @@ def test_sweep_trials_side_by_side_on_the_cluster_fake_api(store, tmp_path, monk
     monkeypatch.setattr("trainer.serve.smoke_test", lambda url, model, messages, tools=None, require_tool_call=True: (
         asked.append((model, require_tool_call)) or {"ok": True, "reason": "", "latency_s": 0.2, "reply": "x",
                                                      "model": model}))
-    spec = ServeSpec(name="sweep-base", model_uri="s3://b/models/base", adapters=trial_adapters("sweep", uris),
+    spec = ServeSpec(name="sweep-base", model_uri=base_uri, adapters=trial_adapters("sweep", uris),
                      cluster=ClusterSpec(namespace="ml"))
     with FakeKubeAPI() as api:
         out = deploy_side_by_side("kubernetes", spec, store, [{"role": "user", "content": "hi"}],
@@ -505,6 +508,7 @@ def test_sweep_trials_side_by_side_on_the_cluster_fake_api(store, tmp_path, monk
         [(_, _, body)] = api.state.calls("POST", "deployments")
     cmd = body["spec"]["template"]["spec"]["containers"][0]["command"]
     assert cmd[cmd.index("--max-lora-rank") + 1] == "64"
+    assert cmd[cmd.index("--tool-call-parser") + 1] == "llama3_json"
     assert out["names"] == ["sweep-base", "sweep-trial-0", "sweep-trial-1"] and out["smoke_ok"]
     assert asked == [("sweep-base", False), ("sweep-trial-0", True), ("sweep-trial-1", True)]
 

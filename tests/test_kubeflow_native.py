@@ -42,7 +42,7 @@ def test_dry_run_prints_trainjob_kserve_and_registry_calls():
     tj, _, isvc = objs
     assert tj["spec"]["trainer"]["numNodes"] == 2 and tj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
     assert isvc["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
-    assert isvc["spec"]["predictor"]["model"]["args"] == ["--tensor-parallel-size", "2"]
+    assert isvc["spec"]["predictor"]["model"]["args"] == ["--tool-call-parser", "hermes", "--tensor-parallel-size", "2"]
     calls = [line for line in proc.stdout.splitlines() if line.startswith("# ")]
     assert "find or create registered model 'llm-finetune'" in calls[0]
     assert any("kfp/pipelinerun" in c for c in calls) and any("llm-finetune-adapter" in c for c in calls)

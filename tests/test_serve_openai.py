@@ -116,6 +116,136 @@ def test_smoke_request_sends_earlier_tool_calls_in_openai_wire_format():
     assert tools is None and messages[1]["tool_calls"][0]["function"]["arguments"] == '{"city": "Paris"}'
 
 
+# --- the tool-call parser follows the model's chat template ------------------------------------
+
+# How Llama 3.x's own chat template writes an assistant's tool call (the branch of
+# meta-llama/Llama-3.2-1B-Instruct's template that custom tools take, verbatim), which a Llama
+# fine-tuned on tool-call rows learns to emit: a bare JSON object, no <tool_call> tags.
+LLAMA3_TEMPLATE = (
+    "{{- bos_token }}{%- if tools is not none %}{{- '<|start_header_id|>system<|end_header_id|>\n\n"
+    "Environment: ipython\n<|eot_id|>' }}{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if not (message.role == 'ipython' or message.role == 'tool' or 'tool_calls' in message) %}"
+    "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' }}"
+    "{%- elif 'tool_calls' in message %}"
+    "{%- if not message.tool_calls|length == 1 %}"
+    "{{- raise_exception(\"This model only supports single tool-calls at once!\") }}{%- endif %}"
+    "{%- set tool_call = message.tool_calls[0].function %}"
+    "{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' -}}"
+    "{{- '{\"name\": \"' + tool_call.name + '\", ' }}{{- '\"parameters\": ' }}{{- tool_call.arguments | tojson }}"
+    "{{- \"}\" }}{{- \"<|eot_id|>\" }}"
+    "{%- else %}{{- \"<|start_header_id|>ipython<|end_header_id|>\n\n\" + message.content + \"<|eot_id|>\" }}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{%- endif %}")
+LLAMA3_TOKENS = ["<|begin_of_text|>", "<|eot_id|>", "<|python_tag|>", "<|start_header_id|>", "<|end_header_id|>"]
+
+
+def _write_tree(root, template: str | None = None, tokens=(), config_template=None):
+    root.mkdir(parents=True, exist_ok=True)
+    if template is not None:
+        (root / "chat_template.jinja").write_text(template)
+    (root / "tokenizer.json").write_text(json.dumps({"added_tokens": [{"id": i, "content": t, "special": True}
+                                                                      for i, t in enumerate(tokens)]}))
+    (root / "tokenizer_config.json").write_text(json.dumps({"chat_template": config_template} if config_template
+                                                           else {}))
+    return root
+
+
+def test_tool_call_parser_follows_the_chat_template(tmp_path, tiny_model_dir):
+    """hermes only for templates that write <tool_call>: a Llama 3 model served with hermes answers
+    every tool request with the call as plain `content`, and the smoke test fails after training."""
+    from transformers.utils.chat_template_utils import render_jinja_template  # noqa: F401 - what the probe uses
+
+    assert serve.model_tool_call_parser(tiny_model_dir) == "hermes"  # <tool_call>{...}</tool_call>
+    assert serve.model_tool_call_parser(_write_tree(tmp_path / "llama", LLAMA3_TEMPLATE, LLAMA3_TOKENS)) \
+        == "llama3_json"
+    # vLLM's llama3_json parser will not start without <|python_tag|> in the vocabulary: not chosen then
+    assert serve.model_tool_call_parser(_write_tree(tmp_path / "no-tag", LLAMA3_TEMPLATE, ["<|eot_id|>"])) == "hermes"
+    mistral = ("{%- for m in messages %}{%- if m.tool_calls %}[TOOL_CALLS]{{ m.tool_calls | map(attribute='function') "
+               "| list | tojson }}{%- else %}[INST]{{ m.content }}[/INST]{%- endif %}{%- endfor %}")
+    assert serve.tool_call_parser(mistral) == "mistral"
+    # tokenizer_config.json's named templates (Hermes / Qwen style): the tool_use one decides
+    named = [{"name": "default", "template": "{% for m in messages %}{{ m.content }}{% endfor %}"},
+             {"name": "tool_use", "template": LLAMA3_TEMPLATE}]
+    assert serve.model_tool_call_parser(_write_tree(tmp_path / "named", None, LLAMA3_TOKENS, named)) == "llama3_json"
+    # no template, one that drops tool calls, one that cannot render them: hermes, as before
+    assert serve.model_tool_call_parser(_write_tree(tmp_path / "none", None)) == "hermes"
+    assert serve.tool_call_parser("{% for m in messages %}{{ m.content }}{% endfor %}") == "hermes"
+    assert serve.tool_call_parser("{{ raise_exception('no tools here') }}") == "hermes"
+    args = serve.local_args(_write_tree(tmp_path / "llama", LLAMA3_TEMPLATE, LLAMA3_TOKENS), "m")
+    assert args[args.index("--tool-call-parser") + 1] == "llama3_json"
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("template", ["builtin", "llama3"])
+def test_the_chosen_vllm_parser_reads_what_the_template_writes(template, tiny_model_dir):
+    """What a model fine-tuned with its template emits (the template's own rendering of a call),
+    read by the vLLM parser chosen for that template, gives OpenAI tool_calls."""
+    from transformers import AutoTokenizer
+    from transformers.utils.chat_template_utils import render_jinja_template
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.tool_parsers import ToolParserManager
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    chat_template = tokenizer.chat_template
+    if template == "llama3":
+        tokenizer.add_special_tokens({"additional_special_tokens": LLAMA3_TOKENS})
+        chat_template = LLAMA3_TEMPLATE
+    parser_name = serve.tool_call_parser(chat_template, [t.content for t in tokenizer.added_tokens_decoder.values()])
+    assert parser_name == {"builtin": "hermes", "llama3": "llama3_json"}[template]
+    user = [{"role": "user", "content": "Weather in Oslo?"}]
+    answer = {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}]}
+    prompt, full = (render_jinja_template(conversations=[conv], tools=TOOLS, chat_template=chat_template,
+                                          add_generation_prompt=gen, bos_token="", eos_token="")[0][0]
+                    for conv, gen in ((user, True), ([*user, answer], False)))
+    emitted = full[len(prompt):]
+    for end in ("<|eot_id|>", "<|end|>"):  # generation stops at the end-of-turn token: not in the text
+        emitted = emitted.removesuffix(end)
+    request = ChatCompletionRequest(model=TUNED, messages=user, tools=TOOLS)
+    parsed = ToolParserManager.get_tool_parser(parser_name)(tokenizer).extract_tool_calls(emitted, request)
+    assert parsed.tools_called, emitted
+    [tool_call] = parsed.tool_calls
+    assert tool_call.function.name == "get_weather" and json.loads(tool_call.function.arguments) == {"city": "Oslo"}
+
+
+def test_stored_model_parser_reads_only_the_tokenizer_files(store, tmp_path):
+    """A cluster deploy decides --tool-call-parser from the model tree in S3 without its weights."""
+    tree = _write_tree(tmp_path / "llama", LLAMA3_TEMPLATE, LLAMA3_TOKENS)
+    (tree / "model.safetensors").write_bytes(b"\0" * 1024)
+    uri, _ = store.put_tree(tree, "models")
+    fetched = []
+    real_get = store.client.get_object
+    store.client.get_object = lambda bucket, key, *a, **kw: fetched.append(key.rsplit("/", 1)[1]) or \
+        real_get(bucket, key, *a, **kw)
+    assert serve.stored_tool_call_parser(store, uri) == "llama3_json"
+    assert "model.safetensors" not in fetched and "chat_template.jinja" in fetched
+
+
+def test_cluster_servers_get_the_models_parser_and_kserve_runtime_stays_model_free():
+    """The parser is per model: on the Deployment's command line, and on the InferenceService (not
+    the ServingRuntime, which one Llama and one Qwen deploy in a namespace share)."""
+    from trainer.k8s import kserve, vllm
+
+    spec = vllm.ServeSpec(name="llama-fc", model_uri="s3://b/models/sha256-a", tool_call_parser="llama3_json")
+    deployment, _ = vllm.build(spec)
+    command = deployment.spec.template.spec.containers[0].command
+    assert command[command.index("--tool-call-parser") + 1] == "llama3_json"
+    runtime, isvc = kserve.build(spec)
+    assert "--tool-call-parser" not in runtime["spec"]["containers"][0]["args"]
+    assert isvc["spec"]["predictor"]["model"]["args"][:2] == ["--tool-call-parser", "llama3_json"]
+    assert "--enable-auto-tool-choice" in runtime["spec"]["containers"][0]["args"]
+
+
+def test_deploy_k8s_refuses_a_parser_name_vllm_would_read_as_a_flag(capsys):
+    from trainer.__main__ import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["deploy-k8s", "--dry-run", "--name", "m", "--model-uri", "s3://b/m", "--tool-call-parser=--hermes"])
+    assert exit_.value.code == 2 and "tool_call_parser='--hermes' is not a vLLM tool-call parser" in \
+        capsys.readouterr().err
+
+
 @pytest.mark.parametrize("name", ["", "   ", "-tuned", "my model", "tab\tname", "--served"])
 def test_one_served_name_rule_for_the_pipeline_and_the_server(name):
     """served_model_name in run_local / submit / the validate-params step and the server's own

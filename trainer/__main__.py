@@ -80,6 +80,9 @@ def main(argv: list[str] | None = None) -> None:
                    help="serve this LoRA adapter beside the base model (--model-uri) under NAME; repeatable")
     p.add_argument("--max-lora-rank", type=int, default=16, help="vLLM --max-lora-rank: at least the adapters' r")
     p.add_argument("--vllm-image", default="", help="default: per accelerator (settings VLLM_IMAGE / VLLM_ROCM_IMAGE)")
+    p.add_argument("--tool-call-parser", default="hermes",
+                   help="vLLM's parser for the model's tool-call format: hermes (<tool_call>, the built-in model, "
+                        "Qwen), llama3_json (Llama 3.x), mistral; the pipeline reads it off the chat template")
     _cluster_arguments(p)
     p = sub.add_parser("build-tiny-model", help="write builtin:tiny-llama to a directory")
     p.add_argument("out", type=Path, help="directory to write the model and tokenizer to")
@@ -189,7 +192,7 @@ def run(args: argparse.Namespace) -> None:
 
         spec = vllm.ServeSpec(name=args.name, model_uri=args.model_uri, gpus=args.gpus, cluster=_cluster_spec(args),
                               adapters=vllm.parse_adapters(args.adapter), max_lora_rank=args.max_lora_rank,
-                              vllm_image=args.vllm_image)
+                              vllm_image=args.vllm_image, tool_call_parser=args.tool_call_parser)
         if args.backend == "kserve":
             from trainer.k8s import kserve as backend
         else:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -24,7 +25,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,12 +34,14 @@ from trainer.errors import UserError, collect
 
 # vLLM accepts only these LoRA ranks for --max-lora-rank.
 _LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+# vLLM's tool-call parser when the chat template says nothing else (see tool_call_parser).
+DEFAULT_TOOL_PARSER = "hermes"
 
 
 def vllm_args(model: str, served_model_name: str, *, host: str = "127.0.0.1", port: int = 8000,
               lora_modules: Mapping[str, str] | None = None, max_lora_rank: int = 0,
               max_model_len: int = 0, dtype: str = "auto", tensor_parallel_size: int = 1,
-              enforce_eager: bool = False) -> list[str]:
+              enforce_eager: bool = False, tool_call_parser: str = DEFAULT_TOOL_PARSER) -> list[str]:
     """Arguments for vLLM's OpenAI server, the same for every backend.
 
     They follow `vllm serve` (cluster image `vllm/vllm-openai`) and
@@ -57,14 +60,17 @@ def vllm_args(model: str, served_model_name: str, *, host: str = "127.0.0.1", po
         dtype: "auto", "float32", "bfloat16", ...
         tensor_parallel_size: GPUs to shard one replica over.
         enforce_eager: skip graph capture / compilation (start-up 34 s instead of 100 s on CPU).
+        tool_call_parser: vLLM's parser for the model's tool-call format (`tool_call_parser()`
+            reads it off the chat template).
 
     Returns:
-        The argument list, without the program (`vllm serve` / `python -m ...`).
+        The argument list, without the program (`vllm serve` / `python -m ...`). Everything from
+        `--tool-call-parser` on depends on the model and the deploy; what comes before it does not
+        (the KServe ServingRuntime holds that part, trainer.k8s.vllm.split_args).
     """
     args = ["--model", str(model), "--served-model-name", served_model_name, "--host", host,
-            "--port", str(port), "--dtype", dtype,
-            # hermes reads <tool_call>{...}</tool_call>: our chat template's format (and Qwen's / Hermes').
-            "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+            "--port", str(port), "--dtype", dtype, "--enable-auto-tool-choice",
+            "--tool-call-parser", tool_call_parser]
     if max_model_len:
         args += ["--max-model-len", str(max_model_len)]
     if tensor_parallel_size > 1:
@@ -77,6 +83,96 @@ def vllm_args(model: str, served_model_name: str, *, host: str = "127.0.0.1", po
         if max_lora_rank:
             args += ["--max-lora-rank", str(next((r for r in _LORA_RANKS if r >= max_lora_rank), max_lora_rank))]
     return args
+
+
+# A fine-tuned model writes tool calls the way its chat template rendered them in training, so the
+# template decides which vLLM parser turns them back into `message.tool_calls`: hermes reads
+# <tool_call>{...}</tool_call> (the built-in template, Qwen, Hermes), llama3_json a bare
+# {"name": ..., "parameters": ...} (Llama 3.x), mistral [TOOL_CALLS][...]. With hermes on a Llama
+# model every tool call would come back as plain `content`.
+_PROBE_TOOL, _PROBE_ARGS = "probe_tool_fn", {"probe_arg": "probe-value"}
+
+
+def tool_call_parser(chat_template: str | None, special_tokens: Collection[str] = ()) -> str:
+    """The vLLM `--tool-call-parser` that reads tool calls in the format `chat_template` writes
+    them, found by rendering one assistant tool call with it; hermes when the template writes none
+    of the known formats (or cannot render a tool call at all). `special_tokens`: the tokenizer's
+    added tokens (some parsers need one of them)."""
+    if not chat_template:
+        return DEFAULT_TOOL_PARSER
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    tool = {"type": "function", "function": {"name": _PROBE_TOOL, "description": "A probe.", "parameters": {
+        "type": "object", "properties": {"probe_arg": {"type": "string"}}, "required": ["probe_arg"]}}}
+    user = [{"role": "user", "content": "Call the probe."}]
+    call = {"role": "assistant", "content": "", "tool_calls": [{"id": "call00001", "type": "function", "function": {
+        "name": _PROBE_TOOL, "arguments": _PROBE_ARGS}}]}
+    try:
+        render = [render_jinja_template(conversations=[conv], tools=[tool], chat_template=chat_template,
+                                        add_generation_prompt=gen, bos_token="", eos_token="")[0][0]
+                  for conv, gen in ((user, True), ([*user, call], False))]
+    except Exception:  # noqa: BLE001 - a template that cannot render a tool call: no format to read
+        return DEFAULT_TOOL_PARSER
+    # Only what the assistant's turn adds: the tool list in the prompt also names the tool.
+    answer = render[1][len(os.path.commonprefix(render)):]
+    if "<tool_call>" in answer:
+        return "hermes"
+    if "[TOOL_CALLS]" in answer:
+        return "mistral"
+    # vLLM's llama3_json parser refuses to start without Llama 3's <|python_tag|> token.
+    if "<|python_tag|>" in special_tokens and re.search(r'\{\s*"name"\s*:\s*"' + _PROBE_TOOL + '"', answer):
+        return "llama3_json"
+    return DEFAULT_TOOL_PARSER
+
+
+def chat_template_text(read: Callable[[str], str | None]) -> str | None:
+    """A model tree's chat template: chat_template.jinja, else tokenizer_config.json's (its
+    `tool_use` template when it names several). `read(path)` returns a file's text or None."""
+    if text := read("chat_template.jinja"):
+        return text
+    config = read("tokenizer_config.json")
+    template = json.loads(config).get("chat_template") if config else None
+    if isinstance(template, list):  # [{"name": "default", "template": ...}, {"name": "tool_use", ...}]
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("tool_use") or named.get("default")
+    return template if isinstance(template, str) else None
+
+
+def tree_tool_call_parser(read: Callable[[str], str | None]) -> str:
+    """tool_call_parser() for a model tree; `read(path)` returns one of its files' text or None."""
+    tokenizer = read("tokenizer.json")
+    added = [t.get("content") for t in json.loads(tokenizer).get("added_tokens", [])] if tokenizer else []
+    return tool_call_parser(chat_template_text(read), added)
+
+
+def model_tool_call_parser(model_dir: str | Path) -> str:
+    """tool_call_parser() for a model directory on this machine."""
+    def read(name: str) -> str | None:
+        path = Path(model_dir) / name
+        return path.read_text() if path.is_file() else None
+
+    return tree_tool_call_parser(read)
+
+
+def stored_tool_call_parser(store: Any, uri: str) -> str:
+    """tool_call_parser() for a model tree in S3 (trainer.storage), reading only its tokenizer
+    files: a cluster deploy decides the flag without downloading the weights."""
+    from trainer.storage import MANIFEST, split_uri
+
+    _, prefix = split_uri(uri)
+    files = {f["path"] for f in store.get_json(f"{prefix}/{MANIFEST}")["files"]}
+
+    def read(name: str) -> str | None:
+        if name not in files:
+            return None
+        resp = store.client.get_object(store.bucket, f"{prefix}/{name}")
+        try:
+            return resp.read().decode()
+        finally:
+            resp.close()
+            resp.release_conn()
+
+    return tree_tool_call_parser(read)
 
 
 def lora_rank(adapter_dir: str | Path) -> int:
@@ -236,7 +332,7 @@ def local_args(model_dir: str | Path, served_model_name: str, *, host: str = "12
     rank = max((lora_rank(p) for p in lora_modules.values()), default=0)
     return vllm_args(str(model_dir), served_model_name, host=host, port=port, lora_modules=lora_modules,
                      max_lora_rank=rank, max_model_len=max_model_len, dtype="float32" if cpu else "auto",
-                     enforce_eager=cpu)
+                     enforce_eager=cpu, tool_call_parser=model_tool_call_parser(model_dir))
 
 
 def start(model_dir: str | Path, served_model_name: str, *, host: str = "127.0.0.1", port: int = 0,

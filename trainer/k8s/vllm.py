@@ -18,6 +18,7 @@ which also prints the `kubectl port-forward` command that reaches it from the us
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +48,8 @@ class ServeSpec:
     max_lora_rank: int = 16  # the largest adapter rank (vLLM refuses adapters above its limit)
     max_model_len: int = 0  # 0: the model's own context length
     rollout_timeout_s: int = 1800
+    # The model's tool-call format (trainer.serve.stored_tool_call_parser reads it off the chat template).
+    tool_call_parser: str = "hermes"
 
     def problems(self) -> list[str]:
         p = rules.served_model_name(self.name, "served_model_name")
@@ -59,6 +62,9 @@ class ServeSpec:
             p += rules.served_model_name(name, "adapter name")
             if not str(uri).startswith("s3://"):
                 p.append(f"adapter {name!r}: {uri!r} must be an s3:// URI (deliver it first)")
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", str(self.tool_call_parser)):
+            p.append(f"tool_call_parser={self.tool_call_parser!r} is not a vLLM tool-call parser name: e.g. hermes "
+                     "(<tool_call> format: the built-in model, Qwen), llama3_json (Llama 3.x), mistral")
         if len(set(self.adapters) | {self.name}) != len(self.adapters) + 1:
             p.append(f"adapter names must differ from each other and from the served model name {self.name!r}")
         return p + self.cluster.kubernetes_problems()
@@ -79,17 +85,17 @@ def server_args(spec: ServeSpec, served_name: str, model_path: str, port: int,
 
     return vllm_args(model_path, served_name, host="0.0.0.0", port=port, lora_modules=adapters or None,
                      max_lora_rank=spec.max_lora_rank if adapters else 0, max_model_len=spec.max_model_len,
-                     tensor_parallel_size=max(spec.gpus, 1))
+                     tensor_parallel_size=max(spec.gpus, 1), tool_call_parser=spec.tool_call_parser)
 
 
 def split_args(spec: ServeSpec, served_name: str, model_path: str, port: int,
                adapters: dict[str, str] | None = None) -> tuple[list[str], list[str]]:
     """(what every deploy shares, what this deploy adds): the KServe runtime holds the first,
-    the InferenceService the second. vllm_args appends per-deploy flags after the shared ones."""
-    shared = server_args(ServeSpec(name=spec.name, model_uri=spec.model_uri, gpus=1), served_name, model_path, port)
+    the InferenceService the second. vllm_args puts what depends on the model and the deploy
+    from --tool-call-parser on: one runtime serves a Llama and a Qwen model side by side."""
     full = server_args(spec, served_name, model_path, port, adapters)
-    assert full[:len(shared)] == shared, "trainer.serve.vllm_args must put per-deploy flags last"
-    return shared, full[len(shared):]
+    cut = full.index("--tool-call-parser")
+    return full[:cut], full[cut:]
 
 
 def labels(spec: ServeSpec) -> dict[str, str]:
@@ -276,10 +282,11 @@ def deploy_side_by_side(backend: str, spec: ServeSpec, store, messages: list[dic
     loopback from downloaded copies; kubernetes: Deployment; kserve: InferenceService), each
     smoke-tested by name. --max-lora-rank follows the largest adapter (adapters are small:
     reading their configs costs little)."""
-    from trainer.serve import deploy_local, lora_rank
+    from trainer.serve import deploy_local, lora_rank, stored_tool_call_parser
 
     dirs = {n: store.get_tree(uri) for n, uri in spec.adapters.items()}
     spec.max_lora_rank = max([lora_rank(d) for d in dirs.values()] or [16])
+    spec.tool_call_parser = stored_tool_call_parser(store, spec.model_uri)
     if backend == "local":
         return deploy_local(store.get_tree(spec.model_uri), spec.name, messages, tools,
                             lora_modules={n: str(d) for n, d in dirs.items()})
