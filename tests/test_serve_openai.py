@@ -34,9 +34,10 @@ def art(cls, tmp_path, name):
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
 
 
-def completion(message: dict, model: str = TUNED) -> dict:
+def completion(message: dict, model: str = TUNED, finish_reason: str = "") -> dict:
+    finish_reason = finish_reason or ("tool_calls" if message.get("tool_calls") else "stop")
     return {"object": "chat.completion", "model": model,
-            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", **message}}]}
+            "choices": [{"index": 0, "finish_reason": finish_reason, "message": {"role": "assistant", **message}}]}
 
 
 def call(name: str, arguments: str) -> dict:
@@ -53,6 +54,21 @@ def call(name: str, arguments: str) -> dict:
 def test_smoke_check_accepts_only_a_well_formed_tool_call(message, reason):
     got = serve.check_response(completion(message), TUNED, TOOLS)
     assert (reason in got and got) if reason else got == ""
+
+
+def test_smoke_check_demands_what_an_openai_tool_loop_reads():
+    """The usual application loop: `if choice.finish_reason == "tool_calls"`, run each call, answer
+    it with a tool message carrying the call's `id`."""
+    ok = call("get_weather", '{"city": "Paris"}')
+    assert "finish_reason is 'stop'" in serve.check_response(completion(ok, finish_reason="stop"), TUNED, TOOLS)
+    assert "finish_reason is 'length'" in serve.check_response(completion(ok, finish_reason="length"), TUNED, TOOLS)
+    no_id = {"tool_calls": [{**ok["tool_calls"][0], "id": ""}]}
+    assert "no id" in serve.check_response(completion(no_id), TUNED, TOOLS)
+    not_function = {"tool_calls": [{**ok["tool_calls"][0], "type": "code"}]}
+    assert "type is 'code'" in serve.check_response(completion(not_function), TUNED, TOOLS)
+    # a base model beside an adapter may answer in text, but a call it does make is held to the same rules
+    assert "finish_reason is 'stop'" in serve.check_response(completion(ok, finish_reason="stop"), TUNED, TOOLS,
+                                                             require_tool_call=False)
 
 
 def test_smoke_check_rejects_other_shapes():

@@ -478,9 +478,9 @@ def chat(url: str, model: str, messages: list[dict[str, Any]], tools: list | Non
 def check_response(resp: dict[str, Any], model: str, tools: list | None, require_tool_call: bool = True) -> str:
     """Why `resp` is not a well-formed OpenAI chat completion for this request ('' when it is).
 
-    With tools and `require_tool_call`, the answer must be a tool call:
-    `message.tool_calls[0].function.name` one of the offered tools and `arguments` a JSON object,
-    as an OpenAI application reads it. Without, a text answer (a string) passes too, but any
+    With tools and `require_tool_call`, the answer must be a tool call as an OpenAI application's
+    tool loop reads it: finish_reason "tool_calls", `message.tool_calls[0]` of type "function" with
+    an id, `function.name` one of the offered tools and `arguments` a JSON object. Without, a text answer (a string) passes too, but any
     tool call given must still be well-formed.
     """
     if resp.get("object") != "chat.completion" or not resp.get("choices"):
@@ -497,6 +497,15 @@ def check_response(resp: dict[str, Any], model: str, tools: list | None, require
         return "" if message["content"].strip() or not require_tool_call else "empty reply"
     if not calls:
         return f"no message.tool_calls (content: {str(message.get('content'))[:200]!r})"
+    # What an application's tool loop reads: finish_reason says "run the calls", the id is what the
+    # tool message answering a call names.
+    finish = resp["choices"][0].get("finish_reason")
+    if finish != "tool_calls":
+        return f"finish_reason is {finish!r} with a tool call, not 'tool_calls'"
+    if not calls[0].get("id"):
+        return "tool_calls[0] has no id (a tool result must name it as tool_call_id)"
+    if calls[0].get("type") != "function":
+        return f"tool_calls[0].type is {calls[0].get('type')!r}, not 'function'"
     fn = calls[0].get("function") or {}
     offered = {t["function"]["name"] for t in tools if t.get("type") == "function"}
     if fn.get("name") not in offered:
