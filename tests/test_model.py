@@ -101,6 +101,36 @@ def test_compiled_layers_compile_a_bounded_number_of_times(tiny_model_dir):
     assert counters["stats"]["unique_graphs"] <= 4
 
 
+@pytest.mark.integration  # compiles: seconds
+def test_eval_during_compiled_training_compiles_nothing_more(tiny_model_dir, tokenizer):
+    """Recipe.measure_eval with compile=true runs the layers eagerly: eval mode and no_grad
+    would otherwise fail dynamo's guards and recompile every layer graph (on an H100 as long
+    as the first compile) for 64 rows."""
+    from types import SimpleNamespace
+
+    from torch._dynamo.utils import counters
+
+    from trainer.train import Recipe
+
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler: torch.compile cannot build CPU code here")
+    torch._dynamo.reset()
+    counters.clear()
+    model = build_model(TrainConfig(), tiny_model_dir, torch.device("cpu"))
+    compile_layers(model, dynamic=True, backend="aot_eager")
+    rows = examples(tokenizer)
+    batch = collate(rows, tokenizer.pad_token_id)
+    LossModel(model, torch.device("cpu"))(**batch).backward()
+    compiled = counters["stats"]["unique_graphs"]
+    assert compiled >= 1
+    r = Recipe.__new__(Recipe)
+    r.cfg, r.rank, r.model, r.eval_examples, r.tokenizer = TrainConfig(compile=True), 0, model, rows, tokenizer
+    r.history, r.board = [], SimpleNamespace(scalar=lambda *_: None)
+    r.measure_eval(10)
+    assert counters["stats"]["unique_graphs"] == compiled, dict(counters["stats"])
+    assert r.history[0]["step"] == 10 and r.history[0]["eval_loss"] > 0 and model.training
+
+
 def test_packing_plan_picks_an_attention_that_skips_other_rows():
     from trainer.model import plan_packing
 

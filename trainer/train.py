@@ -455,8 +455,13 @@ class Recipe:
             return
         from trainer.evaluate import eval_loss
 
+        import torch
+
         self.model.eval()
-        value = eval_loss(self.model, self.eval_examples, self.tokenizer.pad_token_id)
+        # Compiled layers would recompile for eval mode and no_grad (on an H100 as long as the
+        # first compile, ~100 s) to run 64 rows once: eager instead, the compiled code kept.
+        with torch.compiler.set_stance("force_eager") if self.cfg.compile else contextlib.nullcontext():
+            value = eval_loss(self.model, self.eval_examples, self.tokenizer.pad_token_id)
         self.model.train()
         self.history.append({"step": step, "eval_loss": value})
         self.board.scalar("eval/loss", value, step)
