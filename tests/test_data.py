@@ -402,7 +402,7 @@ def test_openai_legacy_functions_train_as_tools(tokenizer, capsys):
      "d.jsonl:1: conversations[1] (from 'gpt') has an empty value: every turn needs its text"),
     ([{"conversations": [{"from": "human", "value": "hi"}, {"from": "function_call", "value": "get_weather()"}]}],
      "conversations[1] (function_call) must be JSON text of {\"name\": ..., \"arguments\": {...}}"),
-    ([{"conversations": [{"from": "system", "value": "a"}, {"from": "human", "value": "hi"},
+    ([{"conversations": [{"from": "System", "value": "a"}, {"from": "human", "value": "hi"},
                          {"from": "gpt", "value": "yo"}], "system": "b"}],
      "has both a 'system' field and a system turn: keep one"),
     ([{"conversations": []}], "'conversations' must be a non-empty list of ShareGPT turns"),

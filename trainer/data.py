@@ -249,7 +249,7 @@ def _from_sharegpt(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str
     if system is not None and not isinstance(system, str):
         problems.append(f"'system' must be a string, got a {_json_type(system)}")
     elif system and system.strip():
-        if any(isinstance(t, dict) and t.get("from") == "system" for t in turns):
+        if any(isinstance(t, dict) and str(t.get("from")).strip().lower() == "system" for t in turns):
             problems.append("has both a 'system' field and a system turn: keep one")
         messages.append({"role": "system", "content": system})
     for i, turn in enumerate(turns):
