@@ -111,3 +111,50 @@ def test_cluster_spec_problems_cover_every_setting():
     for name in ("namespace", "accelerator_resource", "memory", "node_selector", "tolerations", "kueue_queue",
                  "service_account", "nodes", "poll_interval_s"):
         assert any(p.startswith(name) for p in problems), name
+
+
+# --- names a cluster deploy derives from served_model_name ---------------------------------------
+
+@pytest.mark.parametrize("name, backend, namespace, side_by_side, ok", [
+    ("a" * 63, "kubernetes", "", False, True),
+    ("a" * 58, "kubernetes", "", True, True),  # 'aaa...-base': 63
+    ("a" * 59, "kubernetes", "", True, False),  # 64: the base model's Service cannot be created
+    ("a" * 40, "kserve", "team-ml-prod", False, True),  # 'a...-predictor-team-ml-prod': 63
+    ("a" * 41, "kserve", "team-ml-prod", False, False),  # 64: accepted, then never Ready (kserve#4807)
+    ("a" * 35, "kserve", "team-ml-prod", True, True),  # 'a...-base-predictor-team-ml-prod': 63
+    ("a" * 36, "kserve", "team-ml-prod", True, False),
+    ("a" * 63, "kserve", "", False, True),  # namespace not known yet: checked again at deploy
+    ("1b-llama", "kubernetes", "", False, False),  # a Service name starts with a letter
+])
+def test_deploy_name(name, backend, namespace, side_by_side, ok):
+    assert (rules.deploy_name(name, backend, namespace, side_by_side) == []) is ok
+
+
+def test_pipeline_refuses_names_its_deploy_cannot_create_before_training():
+    """Before: served_model_name passed validation when only `<name>-base` or KServe's predictor
+    host was too long, and the run failed at deploy, after training."""
+    from trainer.validate import pipeline_problems
+
+    def problems(**params):
+        return [p for p in pipeline_problems({"launcher": "trainjob", **params}) if "served_model_name" in p]
+
+    [msg] = problems(served_model_name="a" * 40, deploy_backend="kserve", namespace="team-machine-learning-prod")
+    assert "predictor's host name" in msg and "at most 26 characters" in msg
+    [msg] = problems(served_model_name="m" * 60, deploy_backend="kubernetes", serve_adapters=True, method="lora",
+                     lora_train_embeddings=False)
+    assert "-base" in msg and "at most 58" in msg
+    assert problems(served_model_name="a" * 40, deploy_backend="kserve", namespace="ml") == []
+    assert problems(served_model_name="a" * 60, deploy_backend="kubernetes") == []
+
+
+def test_kserve_build_checks_the_host_name_in_its_namespace():
+    from trainer.errors import UserError
+    from trainer.k8s import kserve
+    from trainer.k8s.common import ClusterSpec
+    from trainer.k8s.vllm import ServeSpec
+
+    spec = ServeSpec(name="a" * 40, model_uri="s3://b/m", cluster=ClusterSpec(namespace="team-machine-learning-prod"))
+    with pytest.raises(UserError, match="predictor's host name"):
+        kserve.build(spec)
+    spec.cluster.namespace = "ml"
+    assert len(kserve.build(spec)) == 2

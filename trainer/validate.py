@@ -296,7 +296,10 @@ def cluster_problems(params: dict[str, Any]) -> list[str]:
     if image and (not isinstance(image, str) or ":" not in image.rsplit("/", 1)[-1] or image.endswith(":latest")):
         problems.append(f"vllm_image={image!r} must be pinned by tag, e.g. vllm/vllm-openai:v0.11.0 (not :latest)")
     if on_cluster and not serve.served_name_problems(params["served_model_name"]):  # else reported once, above
-        problems += rules.served_model_name(params["served_model_name"])
+        # The objects' names: `<name>-base` beside adapters; KServe's predictor host adds the namespace.
+        namespace = params["namespace"] if not rules.dns1123_label(params["namespace"], "namespace") else ""
+        problems += rules.deploy_name(params["served_model_name"], params["deploy_backend"], namespace,
+                                      params["serve_adapters"] is True or params["deploy_all_trials"] is True)
     return problems
 
 

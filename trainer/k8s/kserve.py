@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from trainer.errors import UserError, collect
-from trainer.k8s import reach
+from trainer.k8s import reach, rules
 from trainer.k8s.common import (RUN_AS_USER, accelerators, api_client, container_security, default_namespace,
                                 labels as app_labels, pod_security, queue_labels, replace, to_dict,
                                 tolerations)
@@ -96,7 +96,10 @@ def inference_service(spec: ServeSpec) -> dict:
 
 def build(spec: ServeSpec) -> list[dict]:
     """(ServingRuntime, InferenceService) for `spec`, not yet sent anywhere."""
-    collect(spec.problems(), what="invalid serving settings")
+    problems = spec.problems()
+    if not rules.served_model_name(spec.name):  # else reported once, above
+        problems += rules.kserve_name(spec.name, spec.cluster.namespace)
+    collect(problems, what="invalid serving settings")
     return [serving_runtime(spec), inference_service(spec)]
 
 
@@ -162,6 +165,7 @@ def deploy(spec: ServeSpec, messages: list[dict[str, Any]], tools: list | None =
     api = api_client(client_configuration)
     custom = k.CustomObjectsApi(api)
     namespace = spec.cluster.namespace or default_namespace()
+    collect(rules.kserve_name(spec.name, namespace), what="invalid serving settings")  # the namespace is known now
     action = apply(custom, objects, namespace)
     print(f"{action} InferenceService {namespace}/{spec.name} (runtime {RUNTIME_NAME}); waiting until Ready "
           f"(at most {spec.rollout_timeout_s} s)", flush=True)

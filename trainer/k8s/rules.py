@@ -295,6 +295,42 @@ def served_model_name(value: Any, what: str = "served_model_name") -> list[str]:
     return dns1035_label(value, what)
 
 
+# KServe names the predictor's host `<name>-predictor-<namespace>` (its default ingress domain
+# template), one DNS label, so name and namespace share 63 characters: a longer pair is accepted by
+# the API server and then never becomes Ready (kserve/kserve#4807).
+KSERVE_HOST_INFIX = "-predictor-"
+
+
+def kserve_name(name: Any, namespace: str, what: str = "served_model_name") -> list[str]:
+    """An InferenceService name in `namespace` (empty: not known yet, only the name is checked)."""
+    if p := dns1035_label(name, what):
+        return p
+    host = f"{name}{KSERVE_HOST_INFIX}{namespace}"
+    if namespace and len(host) > DNS1123_LABEL_MAX:
+        room = DNS1123_LABEL_MAX - len(KSERVE_HOST_INFIX) - len(namespace)
+        return [f"{what}={name!r} is too long for KServe in namespace {namespace!r}: the predictor's host name "
+                f"{host!r} has {len(host)} characters, at most {DNS1123_LABEL_MAX} allowed; use a name of at most "
+                f"{room} characters (e.g. {suggest_name(name, max(room, 1), letter_first=True)!r})"
+                if room > 0 else f"namespace {namespace!r} is too long for KServe: '<name>{KSERVE_HOST_INFIX}"
+                f"{namespace}' must fit in {DNS1123_LABEL_MAX} characters; deploy into a shorter namespace"]
+    return []
+
+
+def deploy_name(name: Any, backend: str, namespace: str = "", side_by_side: bool = False,
+                what: str = "served_model_name") -> list[str]:
+    """The name a cluster deploy gives its objects, checked before training: served_model_name,
+    or `<name>-base` when the base model is served beside adapters (serve_adapters, the sweep's
+    deploy_all_trials); for KServe also its predictor's host name."""
+    if p := dns1035_label(name, what):
+        return p
+    full = f"{name}-base" if side_by_side else name
+    if len(full) > DNS1123_LABEL_MAX:
+        return [f"{what}={name!r} has {len(name)} characters: served beside its adapters the base model is "
+                f"'{what}-base', a Service name of at most {DNS1123_LABEL_MAX}; use at most "
+                f"{DNS1123_LABEL_MAX - len('-base')} characters"]
+    return kserve_name(full, namespace, what) if backend == "kserve" else []
+
+
 def cluster_spec_problems(spec: Any) -> list[str]:
     """Every API-server rule for a trainer.k8s.common.ClusterSpec (attribute access only, so
     this module stays free of imports from the rest of the project)."""
