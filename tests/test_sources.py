@@ -415,3 +415,22 @@ def test_a_hub_repo_whose_card_declares_configs(tmp_path):
 ])
 def test_split_slices_configs_and_revisions_in_a_hub_id_say_where_they_go(source, what, expected):
     assert expected in str(pytest.raises(UserError, sources.parse, source, what).value)
+
+
+def test_a_dataset_file_uploaded_to_the_bucket_is_read_like_a_local_file(tmp_path, store):
+    """`mc cp chats.jsonl minio/<bucket>/uploads/`, then dataset_source=s3://<bucket>/uploads/chats.jsonl:
+    on a cluster the bucket is where a user's own file can be put; problems name the object."""
+    store.ensure_bucket()
+    (tmp_path / "sg.jsonl").write_text("".join(json.dumps(sharegpt_row(c)) + "\n" for c in CITIES))
+    store.client.fput_object(store.bucket, "uploads/sg.jsonl", str(tmp_path / "sg.jsonl"))
+    uri, meta = sources.deliver_dataset(store.uri("uploads/sg.jsonl"), "", store, eval_fraction=0.34, seed=0)
+    assert uri.startswith(store.uri("datasets/sha256-")) and meta["rows"] == {"train": 4, "eval": 2}
+    root = store.get_tree(uri)
+    delivered = data.read_jsonl(root / "train.jsonl") + data.read_jsonl(root / "eval.jsonl")
+    assert sorted(map(json.dumps, delivered)) == sorted(json.dumps(as_messages(c)) for c in CITIES)
+    (tmp_path / "bad.jsonl").write_text(json.dumps(sharegpt_row("Oslo")) + "\n{oops\n")
+    store.client.fput_object(store.bucket, "uploads/bad.jsonl", str(tmp_path / "bad.jsonl"))
+    msg = str(pytest.raises(UserError, sources.deliver_dataset, store.uri("uploads/bad.jsonl"), "", store).value)
+    assert f"{store.uri('uploads/bad.jsonl')}:2: not valid JSON" in msg
+    msg = str(pytest.raises(UserError, sources.deliver_dataset, store.uri("uploads/none.jsonl"), "", store).value)
+    assert f"{store.uri('uploads/none.jsonl')}: no such object in bucket '{store.bucket}'; check the key" in msg

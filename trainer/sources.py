@@ -6,6 +6,8 @@ Source strings (the same grammar for models and datasets):
   org/name  (revision as a separate parameter)      the Hugging Face Hub
   s3://bucket/models/sha256-...                     a tree delivered before (e.g. by
                                                     `python -m trainer deliver-dataset`)
+  s3://bucket/uploads/chats.jsonl                   (datasets) a file uploaded to the run's
+                                                    bucket as it is: read like a local file
 """
 
 from __future__ import annotations
@@ -429,6 +431,20 @@ def deliver_model(source: str, revision: str, store) -> tuple[str, dict[str, Any
     return uri, {"source": source, "revision": revision if src.kind == "hub" else "", **manifest}
 
 
+def _uploaded_file(src: Source, store) -> str | None:
+    """The key of a dataset file uploaded to the run's bucket as it is (`mc cp chats.jsonl
+    minio/llm-finetune/uploads/`: no manifest), read like a local file; None for anything else."""
+    from trainer.storage import MANIFEST, split_uri
+
+    bucket, key = split_uri(src.ref)
+    if bucket != store.bucket or not key.lower().endswith(LOCAL_SUFFIXES) or store.exists(f"{key}/{MANIFEST}"):
+        return None
+    if not store.exists(key):
+        raise UserError(f"{src.ref}: no such object in bucket {bucket!r}; check the key (a dataset file uploaded "
+                        "there is read as it is, like a local file)")
+    return key
+
+
 def deliver_dataset(source: str, revision: str, store, eval_fraction: float = 0.1,
                     seed: int = 0) -> tuple[str, dict[str, Any]]:
     """Put a dataset (train.jsonl + eval.jsonl) into the bucket; returns (s3 uri, metadata)."""
@@ -437,7 +453,14 @@ def deliver_dataset(source: str, revision: str, store, eval_fraction: float = 0.
     src = parse(source, "dataset")
     if not 0 <= seed <= SEED_MAX:
         raise UserError(f"seed must be between 0 and {SEED_MAX}, got {seed}")
-    if src.kind == "s3":
+    if src.kind == "s3" and (upload := _uploaded_file(src, store)):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = store.get_file(upload, Path(tmp) / Path(upload).name)
+            try:
+                splits = materialize_dataset(Source("local", str(path)), "", eval_fraction, seed)
+            except UserError as err:  # name the object, not the temporary copy
+                raise UserError(str(err).replace(str(path), src.ref)) from None
+    elif src.kind == "s3":
         uri, manifest = _already_delivered(src, store)
         names = {f["path"] for f in manifest.get("files", [])}
         if "config.json" in names:  # checked before downloading what may be gigabytes of weights
@@ -448,7 +471,8 @@ def deliver_dataset(source: str, revision: str, store, eval_fraction: float = 0.
         if set(counts) != {"train", "eval"}:
             raise UserError(f"{uri} is not a delivered dataset: expected train.jsonl and eval.jsonl, found {sorted(counts)}")
         return uri, {"source": source, "revision": "", "rows": counts, **manifest}
-    splits = materialize_dataset(src, revision, eval_fraction, seed)
+    else:
+        splits = materialize_dataset(src, revision, eval_fraction, seed)
     with tempfile.TemporaryDirectory() as tmp:
         counts = {name: data.write_jsonl(rows, os.path.join(tmp, f"{name}.jsonl")) for name, rows in splits.items()}
         uri, manifest = store.put_tree(tmp, "datasets")

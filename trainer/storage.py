@@ -154,6 +154,11 @@ class Store:
                    content_type="application/json")
         return self.uri(key)
 
+    def get_file(self, key: str, dest: str | Path) -> Path:
+        """One object into a local file: a user's own upload, which has no manifest to verify."""
+        self._call("download", self.client.fget_object, self.bucket, key, str(dest))
+        return Path(dest)
+
     def get_json(self, key: str) -> Any:
         resp = self._call("download", self.client.get_object, self.bucket, key)
         try:
