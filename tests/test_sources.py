@@ -434,3 +434,14 @@ def test_a_dataset_file_uploaded_to_the_bucket_is_read_like_a_local_file(tmp_pat
     assert f"{store.uri('uploads/bad.jsonl')}:2: not valid JSON" in msg
     msg = str(pytest.raises(UserError, sources.deliver_dataset, store.uri("uploads/none.jsonl"), "", store).value)
     assert f"{store.uri('uploads/none.jsonl')}: no such object in bucket '{store.bucket}'; check the key" in msg
+
+
+def test_a_hub_dataset_without_a_train_split_says_a_split_cannot_be_chosen(tmp_path):
+    """Like HuggingFaceH4/ultrachat_200k (train_sft, test_sft, ...): the Hub path, on a local repo."""
+    for split in ("train_sft", "test_sft"):
+        (tmp_path / f"{split}.jsonl").write_text("".join(json.dumps(as_messages(c)) + "\n" for c in CITIES))
+    (tmp_path / "README.md").write_text("---\nconfigs:\n- config_name: default\n  data_files:\n"
+                                        "  - split: train_sft\n    path: train_sft.jsonl\n"
+                                        "  - split: test_sft\n    path: test_sft.jsonl\n---\n")
+    msg = str(pytest.raises(UserError, sources.materialize_dataset, sources.Source("hub", str(tmp_path)), "").value)
+    assert f"has no 'train' split (it has ['train_sft', 'test_sft']): a split cannot be chosen here: download" in msg

@@ -312,9 +312,11 @@ def _materialize(src: Source, revision: str, eval_fraction: float, seed: int) ->
                 _split(data.read_rows(train), eval_fraction, seed)
     else:
         ds = _load_dataset(src.ref, revision)
-    if "train" not in ds:
-        raise UserError(f"dataset {src.ref} has no 'train' split (it has {list(ds)}): name the training split "
-                        "'train'")
+    if "train" not in ds:  # e.g. HuggingFaceH4/ultrachat_200k: train_sft, test_sft, train_gen, test_gen
+        fix = ("name the training split 'train'" if src.kind == "local" else
+               f"a split cannot be chosen here: download the one to train on (`hf download --repo-type dataset "
+               f"{src.ref} --local-dir DIR`) and pass its file as the dataset path")
+        raise UserError(f"dataset {src.ref} has no 'train' split (it has {list(ds)}): {fix}")
     train = data.validate_rows(ds["train"].to_list(), f"{src.ref}[train]", columnar=True)
     held_out = next((s for s in SPLIT_NAMES["eval"] if s in ds), None)
     if held_out is None:
