@@ -271,6 +271,16 @@ def trial_note(results: list[dict]) -> str:
             f"{kept:.0f} of {len(trials)} run(s)")
 
 
+def compile_note(results: list[dict]) -> str:
+    """For compile=true runs: a run that compiled nothing (torch.compile fell back to eager) or
+    compiled inside its timed window (compile time in the figure) is named in its row."""
+    runs = [r for r in results if "compiled_graphs" in r]
+    none = sum(1 for r in runs if not r["compiled_graphs"])
+    late = sum(1 for r in runs if r.get("graphs_compiled_in_steady_window"))
+    return ((f"; compiled nothing in {none} of {len(runs)} run(s) (eager)" if none else "")
+            + (f"; recompiled inside the timed window in {late} run(s)" if late else ""))
+
+
 def run_profiled(model_uri: str, data_uri: str, args, extra, tag: str, steps: int = 3) -> dict[str, float]:
     """One more run of a variant with torch.profiler on `steps` steps; its kernel time by kind."""
     from trainer.storage import Store
@@ -319,7 +329,7 @@ def figure_rows(name: str, shape: Shape, batch_tokens: int, mean_len: float, pea
     figures, rows = [], []
     for label, results in runs.items():
         ok = [r for r in results if r]
-        trainer = label if label == HF_LABEL else f"this trainer ({label}){trial_note(ok)}"
+        trainer = label if label == HF_LABEL else f"this trainer ({label}){trial_note(ok)}{compile_note(ok)}"
         failed = len(results) - len(ok)
         if failed:
             trainer += f"; {failed} of {len(results)} run(s) failed"

@@ -150,3 +150,12 @@ def test_every_path_runs_on_cpu_and_a_failing_variant_costs_only_its_row(tmp_pat
     assert trainers["HF Trainer, pad to longest, bf16"]["tokens_per_second"] > 0
     assert trainers["this trainer (lora_r=0); 1 of 1 run(s) failed"]["error"] == "every run failed"
     assert (tmp_path / "gc-logs" / "compare-tiny-0-0.log").exists()
+
+
+def test_compile_runs_that_compiled_nothing_or_inside_the_window_are_named():
+    from benchmarks.gpu_compare import compile_note
+
+    assert compile_note([{"tokens_per_second": 1.0}]) == ""
+    assert compile_note([{"compiled_graphs": 2.0, "graphs_compiled_in_steady_window": 0.0}]) == ""
+    assert compile_note([{"compiled_graphs": 0.0}, {"compiled_graphs": 3.0, "graphs_compiled_in_steady_window": 1.0}]) == (
+        "; compiled nothing in 1 of 2 run(s) (eager); recompiled inside the timed window in 1 run(s)")

@@ -224,6 +224,7 @@ class Recipe:
 
             raise UserError(f"max_seq_len={cfg.max_seq_len} exceeds the model's context length {limit}; "
                             f"set max_seq_len <= {limit}")
+        self.graphs = [compiled_graphs()]  # dynamo's count, process-wide: at setup, at the window's ends
         if cfg.compile:
             # Packed batches have one shape (packed_len); padded ones vary in length: dynamic.
             compile_layers(model, dynamic=not self.packed_len)
@@ -303,6 +304,8 @@ class Recipe:
             if self.trial:
                 self.trial.before(step)
             step_loss, norm = self._step()
+            if cfg.compile and step == self.done + 1 and self.rank == MASTER:
+                self._say_compiled()
             if self.trial:
                 self.trial.after(step)
             if (step == self.half_step and step < cfg.max_steps) or (step == cfg.max_steps and self.half):
@@ -310,6 +313,8 @@ class Recipe:
                 if self.half:  # the window ends here, before the final eval and checkpoint
                     self.steady = (mark[1] - self.half[1], mark[0] - self.half[0])  # this rank's tokens, s
                 self.half = mark
+                if cfg.compile:
+                    self.graphs.append(compiled_graphs())
             bad |= ~torch.isfinite(step_loss) | ~torch.isfinite(norm)
             self.window_loss += step_loss
             self.window_n += 1
@@ -341,6 +346,14 @@ class Recipe:
         bar.close()
         if profiler:
             self._save_profile(profiler)
+
+    def _say_compiled(self) -> None:
+        """After the first step: what torch.compile built. compile_layers lets a failed compile
+        run eager (suppress_errors), which must not pass for a compiled measurement."""
+        n = compiled_graphs() - self.graphs[0]
+        print(f"compile=true: the first step compiled {n} graph(s)" if n else
+              "compile=true: nothing was compiled (torch.compile failed and fell back to eager; see the warnings "
+              "above): the layers run eagerly", flush=True)
 
     def mark(self) -> tuple[float, int]:
         """(now, this rank's real tokens so far), after the device has finished its queued work:
@@ -546,6 +559,7 @@ class Recipe:
                             "grad_accum": float(self.accum), "peak_memory_mb": _peak_memory_mb(self.device),
                             "perplexity": math.exp(min(final, 50.0)),
                             **(self.trial.metrics() if getattr(self, "trial", None) else {}),
+                            **(self._compile_metrics() if cfg.compile else {}),
                             **({"steady_tokens_per_second": steady} if steady else {})},
                 "history": self.history, "config": cfg.asdict(),
                 "tensorboard_uri": self.store.uri(f"{cfg.output_prefix}/tensorboard"),
@@ -558,6 +572,14 @@ class Recipe:
             COMMITTED.set()  # rank 0 wrote the result before reaching the barrier
             dist.destroy_process_group()
         return result
+
+    def _compile_metrics(self) -> dict[str, float]:
+        """Graphs dynamo compiled in all, and inside the steady window (a recompile there puts
+        compile time into the throughput figure)."""
+        out = {"compiled_graphs": float(compiled_graphs() - self.graphs[0])}
+        if len(self.graphs) >= 3:
+            out["graphs_compiled_in_steady_window"] = float(self.graphs[2] - self.graphs[1])
+        return out
 
     def run(self) -> dict[str, Any]:
         try:
@@ -653,6 +675,15 @@ class _CompileTrial:
         return {"compiled_layers": float(self.rates[0] >= self.rates[1]),
                 "compile_trial_compiled_tokens_per_second": self.rates[0],
                 "compile_trial_eager_tokens_per_second": self.rates[1]}
+
+
+def compiled_graphs() -> int:
+    """Graphs torch.compile has built in this process so far (0 without torch._dynamo loaded)."""
+    if "torch._dynamo" not in sys.modules:
+        return 0
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
 
 
 def train(cfg: TrainConfig, store: Store | None = None) -> dict[str, Any]:
