@@ -12,6 +12,8 @@ Source strings (the same grammar for models and datasets):
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import random
 import re
@@ -458,10 +460,12 @@ def deliver_dataset(source: str, revision: str, store, eval_fraction: float = 0.
     if src.kind == "s3" and (upload := _uploaded_file(src, store)):
         with tempfile.TemporaryDirectory() as tmp:
             path = store.get_file(upload, Path(tmp) / Path(upload).name)
-            try:
-                splits = materialize_dataset(Source("local", str(path)), "", eval_fraction, seed)
-            except UserError as err:  # name the object, not the temporary copy
+            try:  # messages and the conversion line name the object, not the temporary copy
+                with contextlib.redirect_stdout(io.StringIO()) as said:
+                    splits = materialize_dataset(Source("local", str(path)), "", eval_fraction, seed)
+            except UserError as err:
                 raise UserError(str(err).replace(str(path), src.ref)) from None
+            print(said.getvalue().replace(str(path), src.ref), end="", flush=True)
     elif src.kind == "s3":
         uri, manifest = _already_delivered(src, store)
         names = {f["path"] for f in manifest.get("files", [])}
