@@ -425,8 +425,8 @@ def test_a_dataset_file_uploaded_to_the_bucket_is_read_like_a_local_file(tmp_pat
     store.client.fput_object(store.bucket, "uploads/sg.jsonl", str(tmp_path / "sg.jsonl"))
     uri, meta = sources.deliver_dataset(store.uri("uploads/sg.jsonl"), "", store, eval_fraction=0.34, seed=0)
     assert uri.startswith(store.uri("datasets/sha256-")) and meta["rows"] == {"train": 4, "eval": 2}
-    assert capsys.readouterr().out == f"{store.uri('uploads/sg.jsonl')}: 6 ShareGPT ('conversations' of {{from, value}}) " \
-                                      "rows converted to chat messages\n"
+    said = f"{store.uri('uploads/sg.jsonl')}: 6 ShareGPT ('conversations' of {{from, value}}) rows converted"
+    assert capsys.readouterr().out == said + " to chat messages\n"
     root = store.get_tree(uri)
     delivered = data.read_jsonl(root / "train.jsonl") + data.read_jsonl(root / "eval.jsonl")
     assert sorted(map(json.dumps, delivered)) == sorted(json.dumps(as_messages(c)) for c in CITIES)
