@@ -110,8 +110,8 @@ def parse_params(pipeline, pairs: list[str]) -> dict[str, Any]:
             wrap = kind is list and raw.strip().startswith("{")  # one object where a list of them belongs
             problems.append(f"parameter {key}={raw!r} is not a valid {_KIND.get(kind, kind.__name__)}"
                             + (" (JSON strings take double quotes)" if quotes else "")
-                            + (" (one object: wrap it in [ ] to make a list of one)" if wrap else "")
-                            + f", e.g. {key}={example}")
+                            + f", e.g. {key}={example}"
+                            + ("; for one object, wrap it in [ ] to make a list of one" if wrap else ""))
         if key in given and params[key] != before:
             problems.append(f"parameter {key} is given twice with different values ({key}={given[key]!r}, then "
                             f"{key}={raw!r}): give it once")

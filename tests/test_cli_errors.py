@@ -332,7 +332,7 @@ def test_sweep_min_gain_in_percent_and_one_trial_object_without_brackets_name_th
         submit.main(["--dry-run", "--pipeline", "sweep", "--param", "launcher=trainjob", "--param",
                      'trials={"lora_r": 16, "lora_alpha": 32, "learning_rate": 0.0002}'])
     err = capsys.readouterr().err
-    assert exit_info.value.code == 2 and "one object: wrap it in [ ] to make a list of one" in err
+    assert exit_info.value.code == 2 and "for one object, wrap it in [ ] to make a list of one" in err
     with pytest.raises(SystemExit) as exit_info:
         submit.main(["--dry-run", "--pipeline", "sweep", "--param", "launcher=trainjob", "--param", "min_gain=10"])
     err = capsys.readouterr().err
@@ -341,3 +341,22 @@ def test_sweep_min_gain_in_percent_and_one_trial_object_without_brackets_name_th
     # in loss units a gain above 1 is possible
     assert submit.main(["--dry-run", "--pipeline", "sweep", "--param", "launcher=trainjob", "--param", "min_gain=10",
                         "--param", "select_metric=eval_loss"]) == 0
+
+
+def test_names_images_and_urls_with_spaces_at_their_ends_are_refused_naming_the_spaces(capsys):
+    """Pasted into the KFP form: ' vllm/vllm-openai:v0.11.0' passed the tag rule and would reach Kubernetes."""
+    from pipelines import submit
+
+    padded = ["vllm_image= vllm/vllm-openai:v0.11.0", "registry_address=http://reg:8080 ", "cleanup=always\n",
+              "namespace=\tteam-a"]
+    with pytest.raises(SystemExit) as exit_info:
+        submit.main(["--dry-run", "--param", "launcher=trainjob", "--param", "deploy_backend=kubernetes",
+                     *[a for p in padded for a in ("--param", p)]])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "(4 problems)" in err, err
+    assert "vllm_image=' vllm/vllm-openai:v0.11.0' has spaces or line breaks at its start or end" in err
+    assert "e.g. registry_address='http://reg:8080'" in err and "e.g. cleanup='always'" in err
+    assert "e.g. namespace='team-a'" in err
+    # sources keep being read stripped, as everywhere else
+    assert submit.main(["--dry-run", "--param", "launcher=trainjob", "--param",
+                        "dataset_source= s3://llm-finetune/datasets/sha256-abc "]) == 0

@@ -121,6 +121,17 @@ def _too_large(name: str, value: Any) -> str | None:
     return None
 
 
+def _padded(name: str, value: Any) -> str | None:
+    """Spaces or line breaks around a name, image or URL (pasted into the KFP form or a shell
+    quote) would reach Kubernetes or vLLM as part of it. Sources are read stripped everywhere;
+    revisions have their own rule (no spaces anywhere); blank values their fields' own "empty" rules."""
+    if (isinstance(value, str) and isinstance(default(name), str) and value.strip() and value != value.strip()
+            and name not in ("model_source", "dataset_source", "model_revision", "dataset_revision")):
+        return (f"{name}={value!r} has spaces or line breaks at its start or end (pasted?): remove them, "
+                f"e.g. {name}={value.strip()!r}")
+    return None
+
+
 def type_problems(params: dict[str, Any]) -> tuple[list[str], set[str]]:
     """(problems, names of the parameters that have them): each known parameter against its
     type and, for whole numbers, INT_MAX; for every parameter, no NaN or infinity anywhere inside it."""
@@ -128,7 +139,7 @@ def type_problems(params: dict[str, Any]) -> tuple[list[str], set[str]]:
     for name, value in params.items():
         d = default(name)
         problem = value_problem(name, value, type(d)) if name in _TRAIN_DEFAULTS or name in DEFAULTS else None
-        problem = problem or _too_large(name, value)
+        problem = problem or _too_large(name, value) or _padded(name, value)
         if problem is None and not isinstance(value, float):
             nested = _non_finite(value, name)
             if nested:
