@@ -334,8 +334,8 @@ def figure_rows(name: str, shape: Shape, batch_tokens: int, mean_len: float, pea
         if failed:
             trainer += f"; {failed} of {len(results)} run(s) failed"
         if not ok:
-            figures.append({"shape": name, "batch_tokens": batch_tokens, "trainer": trainer, "error": "every run failed",
-                            "runs": 0})
+            figures.append({"shape": name, "batch_tokens": batch_tokens, "trainer": trainer,
+                            "error": "every run failed", "runs": 0})
             rows.append((f"{name} @ {batch_tokens}", trainer, "failed", "", "", ""))
             continue
         tps = median([steady(r) for r in ok])
@@ -368,7 +368,8 @@ def main() -> None:
     parser.add_argument("--run-timeout-s", type=float, default=0,
                         help="kill a run after this many seconds and go on with the next (0: no limit)")
     parser.add_argument("--profile", action="store_true",
-                        help="after the timed runs, profile each variant on the 1b shape: GPU time per step by kernel kind")
+                        help="after the timed runs, profile each variant on the 1b shape: GPU time per step by "
+                        "kernel kind")
     parser.add_argument("--allow-cpu", action="store_true",
                         help="run on CPU when there is no GPU: checks this script end to end, figures meaningless")
     args = parser.parse_args()
@@ -437,7 +438,8 @@ def main() -> None:
                 model_uri = seed_model(store, model_dir)
                 batch_tokens = args.batch_tokens_8b if name == "8b" else args.batch_tokens
                 tok = AutoTokenizer.from_pretrained(model_dir)
-                lengths = [len(e["input_ids"]) for e in data.encode_all(data.read_jsonl(train_jsonl), tok, MAX_SEQ_LEN)[0]]
+                encoded = data.encode_all(data.read_jsonl(train_jsonl), tok, MAX_SEQ_LEN)[0]
+                lengths = [len(e["input_ids"]) for e in encoded]
                 mean_len = sum(lengths) / len(lengths)
                 with_hf = name != "8b"
                 runs: dict[str, list] = {v: [] for v in variants} | ({HF_LABEL: []} if with_hf else {})
@@ -452,7 +454,8 @@ def main() -> None:
                     if with_hf:
                         runs[HF_LABEL].append(attempt(
                             f"{name} HF Trainer run {i + 1}", lambda: run_hf(
-                                model_dir, train_jsonl, args, round(batch_tokens / mean_len), Path(tmp) / f"hf-{name}-{i}.json"),
+                                model_dir, train_jsonl, args, round(batch_tokens / mean_len),
+                                Path(tmp) / f"hf-{name}-{i}.json"),
                             failures, _summary))
                         save()
                 shape_figures, shape_rows = figure_rows(name, shape, batch_tokens, mean_len, peak, runs)

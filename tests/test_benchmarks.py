@@ -117,7 +117,8 @@ def test_a_run_past_its_time_limit_is_killed_with_its_children_and_reported(tmp_
     from benchmarks.gpu_compare import RunFailed, run_logged
 
     pid_file = tmp_path / "child.pid"
-    script = (f"import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+    script = ("import subprocess, sys, time; "
+              "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
               f"open({str(pid_file)!r}, 'w').write(str(c.pid)); print('step 1\\rstep 2', flush=True); time.sleep(60)")
     start = time.monotonic()
     with pytest.raises(RunFailed, match=r"timed out after 3 s") as err:
@@ -157,5 +158,6 @@ def test_compile_runs_that_compiled_nothing_or_inside_the_window_are_named():
 
     assert compile_note([{"tokens_per_second": 1.0}]) == ""
     assert compile_note([{"compiled_graphs": 2.0, "graphs_compiled_in_steady_window": 0.0}]) == ""
-    assert compile_note([{"compiled_graphs": 0.0}, {"compiled_graphs": 3.0, "graphs_compiled_in_steady_window": 1.0}]) == (
+    runs = [{"compiled_graphs": 0.0}, {"compiled_graphs": 3.0, "graphs_compiled_in_steady_window": 1.0}]
+    assert compile_note(runs) == (
         "; compiled nothing in 1 of 2 run(s) (eager); recompiled inside the timed window in 1 run(s)")

@@ -113,7 +113,8 @@ def test_a_compile_that_fails_is_said_to_have_compiled_nothing(s3_env, monkeypat
         raise RuntimeError("no compiler here")
 
     real = model_mod.compile_layers
-    monkeypatch.setattr(train_mod, "compile_layers", lambda model, dynamic: real(model, dynamic, backend=broken_backend))
+    monkeypatch.setattr(train_mod, "compile_layers",
+                        lambda model, dynamic: real(model, dynamic, backend=broken_backend))
     monkeypatch.setenv("FINETUNE_COMPILE_TRIAL", "0")
     torch._dynamo.reset()
     store = Store.from_env()
