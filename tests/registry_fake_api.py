@@ -167,10 +167,16 @@ class Handler(RoutedHandler):
             return 200, {"items": items, "size": len(items), "pageSize": 100, "nextPageToken": ""}
         if problem := self._check(f"{BASE}/model_versions/{{modelversionId}}/artifacts", "post", body):
             return _error(422, problem)
-        for i in ids:  # upsert by name within the version
-            if self.state.artifacts[i]["name"] == body.get("name"):
-                self.state.artifacts[i].update(body)
-                return 200, self.state.artifacts[i]
+        # "Creates a new instance of an Artifact if needed": a body with an id updates that artifact;
+        # one without creates, and a name is unique within its version (a second one is a conflict,
+        # as the server's unique constraint answers).
+        if body.get("id"):
+            if body["id"] not in ids:
+                return _error(404, f"artifact {body['id']} not found in model version {vid}")
+            self.state.artifacts[body["id"]].update(body)
+            return 200, self.state.artifacts[body["id"]]
+        if any(self.state.artifacts[i]["name"] == body.get("name") for i in ids):
+            return _error(409, f"an artifact named {body.get('name')!r} already exists in model version {vid}")
         art = self._new(body, state="LIVE")
         self.state.artifacts[art["id"]] = art
         ids.append(art["id"])

@@ -60,6 +60,29 @@ def test_another_run_with_the_same_name_gets_its_own_version_fake_api(registry):
     assert sorted(v["name"] for v in registry.state.versions.values()) == ["nightly-7", "nightly-7-other-ru"]
 
 
+def test_a_second_version_of_the_same_model_fake_api(registry):
+    """The next run (another run name) adds a version under the one registered model; artifact names
+    repeat across versions (they are unique within a version only)."""
+    register(registration(registry.url))
+    out = register(registration(registry.url, run_id="run-id-0002", version="nightly-8",
+                                model="s3://b/models/sha256-merged-8"))
+    assert out["action"] == "registered" and out["version"] == "nightly-8"
+    assert len(registry.state.models) == 1 and len(registry.state.versions) == 2
+    assert not registry.state.calls("POST", r"/registered_models$")[1:]  # the model is found, not created again
+    for vid, uri in zip(registry.state.versions, ("s3://b/models/sha256-merged", "s3://b/models/sha256-merged-8")):
+        names = [registry.state.artifacts[i]["name"] for i in registry.state.version_artifacts[vid]]
+        assert names == ["support-bot", "support-bot-adapter"]
+        assert registry.state.artifacts[registry.state.version_artifacts[vid][0]]["uri"] == uri
+
+
+def test_the_same_run_with_another_adapter_is_refused_fake_api(registry):
+    register(registration(registry.url))
+    changed = registration(registry.url)
+    changed.adapter_uri = "s3://b/models/sha256-other-adapter"
+    with pytest.raises(UserError, match="already holds adapter s3://b/models/sha256-adapter"):
+        register(changed)
+
+
 def test_token_is_sent_as_bearer_fake_api(registry, monkeypatch):
     monkeypatch.setenv("REGISTRY_TOKEN", "tok-123")
     register(registration(registry.url))

@@ -137,10 +137,19 @@ def register(reg: Registration, client=None) -> dict[str, Any]:
 
 
 def _add_adapter(client, reg: Registration, version_id: str, artifact_type) -> None:
-    """The adapter as a second artifact of the same version (upserted by name: idempotent)."""
+    """The adapter as a second artifact of the same version, unless this run already added it (a
+    retried task): the registry creates an artifact for a body without an id, and a second one of
+    the same name in a version is a conflict, so it is looked up by name first."""
     if not reg.adapter_uri:
         return
+    name = f"{reg.name}-adapter"
+    existing = client.async_runner(client._api.get_model_artifact_by_params(name, version_id))
+    if existing is not None:
+        if existing.uri != reg.adapter_uri:
+            raise UserError(f"version {reg.version!r} of {reg.name!r} already holds adapter {existing.uri}, not "
+                            f"{reg.adapter_uri}; registry versions are immutable: give the run another name")
+        return
     client.async_runner(client._api.upsert_model_version_artifact(artifact_type(
-        name=f"{reg.name}-adapter", uri=reg.adapter_uri, model_format_name=ADAPTER_FORMAT[0],
+        name=name, uri=reg.adapter_uri, model_format_name=ADAPTER_FORMAT[0],
         model_format_version=ADAPTER_FORMAT[1], model_source_kind="kfp", model_source_class="pipelinerun",
         model_source_id=reg.run_id or None, model_source_name=reg.version), version_id))
