@@ -19,7 +19,6 @@ import time
 
 def main() -> None:
     import torch
-    from datasets import Dataset
     from peft import LoraConfig, get_peft_model
     from transformers import (AutoModelForCausalLM, AutoTokenizer, DataCollatorForSeq2Seq, Trainer,
                               TrainerCallback, TrainingArguments, default_data_collator)
@@ -45,7 +44,9 @@ def main() -> None:
     enc = tok(texts, padding="max_length" if fixed else False, truncation=True, max_length=args.max_length,
               add_special_tokens=False)
     labels = [[t if m else -100 for t, m in zip(ids, mask)] for ids, mask in zip(enc["input_ids"], enc["attention_mask"])]
-    ds = Dataset.from_dict({"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "labels": labels})
+    # a plain list of rows (Trainer takes any sized dataset): the GPU machines lack `datasets`
+    ds = [{"input_ids": i, "attention_mask": m, "labels": lb} for i, m, lb in zip(enc["input_ids"], enc["attention_mask"],
+                                                                               labels)]
     real_tokens = sum(sum(m) for m in enc["attention_mask"])
 
     cuda = torch.cuda.is_available()

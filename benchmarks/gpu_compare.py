@@ -1,6 +1,6 @@
 """python -m benchmarks.gpu_compare [--steps 40] [--runs 2] [--batch-tokens 16384] [--batch-tokens-8b 8192]
        [--shapes 1b,8b] [--variants "default;compile=true;FINETUNE_FUSED_LORA=0;FINETUNE_LIGER=0"]
-       [--peak-tflops auto] [--profile] [--json out.json] [--log-dir DIR] [--run-timeout-s 0]
+       [--peak-tflops auto] [--profile] [--json out.json] [--log-dir DIR] [--run-timeout-s 0] [--no-hf]
    smoke test of this script on CPU (figures meaningless, a minute or two):
        python -m benchmarks.gpu_compare --allow-cpu --shapes tiny --steps 4 --runs 1 --batch-tokens 512 \
            --variants "default;compile=true" --profile --json /tmp/gc.json
@@ -370,6 +370,8 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true",
                         help="after the timed runs, profile each variant on the 1b shape: GPU time per step by "
                         "kernel kind")
+    parser.add_argument("--no-hf", action="store_true", help="skip the HF Trainer baseline (e.g. when only "
+                        "comparing this trainer's variants; its runs take as long as this trainer's)")
     parser.add_argument("--allow-cpu", action="store_true",
                         help="run on CPU when there is no GPU: checks this script end to end, figures meaningless")
     args = parser.parse_args()
@@ -441,7 +443,7 @@ def main() -> None:
                 encoded = data.encode_all(data.read_jsonl(train_jsonl), tok, MAX_SEQ_LEN)[0]
                 lengths = [len(e["input_ids"]) for e in encoded]
                 mean_len = sum(lengths) / len(lengths)
-                with_hf = name != "8b"
+                with_hf = name != "8b" and not args.no_hf
                 runs: dict[str, list] = {v: [] for v in variants} | ({HF_LABEL: []} if with_hf else {})
                 raw[name] = runs
                 for i in range(args.runs):
