@@ -305,3 +305,14 @@ def test_a_kind_of_row_the_split_lacks_logs_no_score_rather_than_a_measured_look
     picked = pick(trials, [text_only, text_only], "fc_accuracy", min_gain=0.0)
     assert not picked["deploy"] and "select_metric=eval_loss" in picked["reason"]
     assert pick(trials, [text_only, text_only], "eval_loss", min_gain=0.0)["best"] == 0
+
+
+def test_a_row_is_scored_on_its_last_answer_of_weight_1():
+    """A weight-0 answer is one the data says not to learn: never the one the model is scored on."""
+    from trainer.evaluate import target_index
+
+    row = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+                        {"role": "user", "content": "again"}, {"role": "assistant", "content": "bad", "weight": 0}]}
+    assert target_index(row) == 1
+    row["messages"][3]["weight"] = 1
+    assert target_index(row) == 3

@@ -57,8 +57,9 @@ def parse_tool_call(text: str) -> dict[str, Any] | None:
 
 
 def target_index(row: dict[str, Any]) -> int:
-    """Index of the turn a row is scored on: its last assistant message."""
-    return max(i for i, m in enumerate(row["messages"]) if m["role"] == "assistant")
+    """Index of the turn a row is scored on: its last assistant message, of weight 1 (a weight-0
+    answer is one the data says not to learn, so not one to score the model against)."""
+    return max(i for i, m in enumerate(row["messages"]) if m["role"] == "assistant" and m.get("weight") != 0)
 
 
 def expected_call(row: dict[str, Any]) -> dict[str, Any] | None:
