@@ -52,15 +52,18 @@ def _pipelines_with(key: str, pipeline) -> list[str]:
             if p.name != pipeline.name and key in pipeline_defaults(p)]
 
 
-def parse_params(pipeline, pairs: list[str]) -> dict[str, Any]:
+def parse_params(pipeline, pairs: list[str], problems: list[str] | None = None) -> dict[str, Any]:
     """`key=value` strings -> the full, typed parameter dict (defaults filled in).
 
     dict and list values are JSON (`node_selector={"pool": "h100"}`). A key given twice with
     different values is refused: keeping the last would silently drop a value the user typed.
+    With `problems`, what is wrong is appended there (a bad value keeps its default) so that the
+    caller reports it with every other problem of the run in one message; else it raises.
     """
     params = pipeline_defaults(pipeline)
     defaults = dict(params)
-    problems = []
+    raise_here = problems is None
+    problems = [] if problems is None else problems
     given: dict[str, str] = {}  # key -> the raw value it was first given
     for pair in pairs:
         key, sep, raw = pair.partition("=")
@@ -81,6 +84,7 @@ def parse_params(pipeline, pairs: list[str]) -> dict[str, Any]:
             continue
         kind = type(params[key])
         before = params[key]
+        found = len(problems)
         try:
             if kind is bool:
                 if raw.strip().lower() not in _TRUE + _FALSE:
@@ -112,9 +116,12 @@ def parse_params(pipeline, pairs: list[str]) -> dict[str, Any]:
                             + (" (JSON strings take double quotes)" if quotes else "")
                             + f", e.g. {key}={example}"
                             + ("; for one object, wrap it in [ ] to make a list of one" if wrap else ""))
-        if key in given and params[key] != before:
+        if len(problems) > found:  # the value is reported; later checks see the previous one, not NaN
+            params[key] = before
+        elif key in given and params[key] != before:
             problems.append(f"parameter {key} is given twice with different values ({key}={given[key]!r}, then "
                             f"{key}={raw!r}): give it once")
         given.setdefault(key, raw)
-    collect(problems, what="bad --param")
+    if raise_here:
+        collect(problems, what="bad --param")
     return params

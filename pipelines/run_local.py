@@ -195,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
                   "runs one training", file=sys.stderr)
         parallelism = 2 if args.parallelism is None else args.parallelism
         from pipelines import sweep
+        from pipelines.params import parse_params as parse
         from trainer.errors import collect
         from trainer.validate import pipeline_problems, sweep_problems
 
@@ -202,8 +203,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.list_params:
             print(params_help(pipeline))
             return 0
-        params = parse_params(args.param + (["keep_serving=true"] if args.keep_serving else []), pipeline)
-        problems = throwaway_s3_problems(params, args.s3_endpoint)
+        problems: list[str] = []  # --param's and the parameters' problems: all in one message
+        params = parse(pipeline, args.param + (["keep_serving=true"] if args.keep_serving else []), problems)
+        problems += throwaway_s3_problems(params, args.s3_endpoint)
         if args.pipeline == "sweep":  # before starting anything expensive
             collect(sweep_problems(params) + problems, what="invalid sweep parameters")
             # Trials run side by side on this machine: each gets its share of the cores

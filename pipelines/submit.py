@@ -468,8 +468,9 @@ def main(argv: list[str] | None = None) -> int:
 
             print(params_help(pipeline))
             return 0
-        params = parse_params(pipeline, args.param)
-        validate(params, args.recurring, option_problems(args) + schedule_problems(args), sweep=sweep)
+        problems: list[str] = []  # --param, the options and the parameters: all in one message
+        params = parse_params(pipeline, args.param, problems)
+        validate(params, args.recurring, problems + option_problems(args) + schedule_problems(args), sweep=sweep)
         # Times go to KFP as RFC 3339 ('2026-12-01T03:00:00+00:00' however they were typed).
         schedule = {k: _time(v, "", []).isoformat() for k, v in (("start_time", args.start_time),
                                                                  ("end_time", args.end_time)) if v is not None}

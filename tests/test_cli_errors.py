@@ -172,7 +172,7 @@ def test_param_typos_name_the_fix_and_spaces_around_the_name_are_typing(capsys):
     with pytest.raises(SystemExit) as exit_info:
         submit.main(["--dry-run", "--param", "=1", "--param", "max_stepz=3", "--param", "lora_r = 16"])
     err = capsys.readouterr().err
-    assert exit_info.value.code == 2 and "bad --param (2 problems)" in err
+    assert exit_info.value.code == 2 and "invalid pipeline parameters (3 problems)" in err  # + launcher=local
     assert "--param '=1' has no name before '='" in err
     assert "unknown parameter 'max_stepz'; did you mean max_steps?" in err
     assert submit.main(["--dry-run", "--param", "launcher=trainjob", "--param", "lora_r = 16"]) == 0
@@ -360,3 +360,23 @@ def test_names_images_and_urls_with_spaces_at_their_ends_are_refused_naming_the_
     # sources keep being read stripped, as everywhere else
     assert submit.main(["--dry-run", "--param", "launcher=trainjob", "--param",
                         "dataset_source= s3://llm-finetune/datasets/sha256-abc "]) == 0
+
+
+def test_bad_param_values_options_and_parameter_rules_come_in_one_message(capsys, tmp_path):
+    """A value that does not parse used to stop the check: its fix revealed the next problem."""
+    from pipelines import run_local, submit
+
+    with pytest.raises(SystemExit) as exit_info:
+        submit.main(["--dry-run", "--param", "max_steps=many", "--param", "lora_r=0", "--param", "launcher=local",
+                     "--recurring", "0 3 * * *", "--max-concurrency", "0", "--experiment", " "])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith("error: invalid pipeline parameters (6 problems):")
+    for needle in ("max_steps='many' is not a valid whole number", "--experiment is empty", "--max-concurrency 0",
+                   "lora_r must be > 0", "launcher=local would train", "has 5 field(s)"):
+        assert needle in err
+    with pytest.raises(SystemExit) as exit_info:
+        run_local.main(["--pipeline-root", str(tmp_path / "r"), "--param", "eval_fraction=nan", "--param", "nodes=0"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "(2 problems)" in err
+    assert "eval_fraction='nan' is not a finite number" in err and "nodes must be >= 1" in err
+    assert "must be between 0 and 1, got nan" not in err  # the bad value is not checked again as NaN
