@@ -240,7 +240,7 @@ def list_table(runs: list[dict[str, Any]]) -> str:
         ms = r.get("metrics", {})
         ev = ms.get("evaluate") or ms.get("pick-best") or {}  # a sweep: the winner's numbers
         acc = (f"{ev['base_fc_accuracy']:.1%} -> {ev['tuned_fc_accuracy']:.1%}"
-               if "tuned_fc_accuracy" in ev else "")
+               if {"base_fc_accuracy", "tuned_fc_accuracy"} <= set(ev) else "")
         if ev.get("fc_rows", 1) == 0:  # no tool-call rows to score: 0% would read as a measurement
             acc = "n/a (0 rows)"
         changed = ", ".join(f"{k}={_fmt(v)}" for k, v in r.get("changed", {}).items()) or "defaults"
@@ -269,8 +269,8 @@ def compare_table(runs: list[dict[str, Any]], all_params: bool = False) -> str:
         rows.append(("(parameters)", *["same"] * len(runs)))
     rows.append(("", *[""] * len(runs)))
     keys = sorted({(task, m) for r in runs for task, ms in r.get("metrics", {}).items() for m in ms})
-    for task, m in keys:
-        rows.append((f"{task_label(task)}: {m}", *[_fmt(r.get("metrics", {}).get(task, {}).get(m, "")) for r in runs]))
+    for task, m in keys:  # "-": not logged (a stage that failed, did not run yet, or had nothing to measure)
+        rows.append((f"{task_label(task)}: {m}", *[_fmt(r.get("metrics", {}).get(task, {}).get(m, "-")) for r in runs]))
     rows.append(("status", *[r.get("status", "?") for r in runs]))
     return table(rows, ("", *ids))
 

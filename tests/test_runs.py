@@ -343,3 +343,28 @@ def test_compare_shows_large_numbers_in_full_and_small_ones_to_four_digits():
     assert _fmt(18968.4) == "18,968" and _fmt(3.2e9) == "3,200,000,000"
     assert _fmt(0.98512) == "0.9851" and _fmt(7.682) == "7.682" and _fmt(1e-5) == "1e-05"
     assert _fmt(650) == "650" and _fmt(float("nan")) == "nan"
+
+
+def test_compare_shows_failed_and_running_runs_with_their_status_and_no_number_they_never_logged(tmp_path, capsys):
+    import json
+    import os
+    import socket
+
+    def write(name, **record):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "run.json").write_text(json.dumps({"started": "x", "params": {"max_steps": 650},
+                                                              "changed": {}, "metrics": {}, **record}))
+
+    write("20261122-100000-finetune", status="succeeded", elapsed_s=80.0,
+          metrics={"evaluate": {"tuned_fc_accuracy": 0.985, "fc_rows": 200.0}, "finetune": {"train_loss": 0.0117}})
+    write("20261122-110000-finetune", status="failed", elapsed_s=9.0, summary="task finetune failed",
+          metrics={"evaluate": {}})
+    write("20261122-120000-finetune", status="running", pid=os.getpid(), host=socket.gethostname())
+    assert runs.main(["compare", "-n", "3", "--runs-dir", str(tmp_path)]) == 0
+    rows = {line.split()[0] + " " + line.split()[1]: line.split()[2:]
+            for line in capsys.readouterr().out.splitlines()[2:] if len(line.split()) > 2}
+    assert rows["evaluate: tuned_fc_accuracy"] == ["0.985", "-", "-"]  # never 0 for a stage that logged nothing
+    assert rows["finetune: train_loss"] == ["0.0117", "-", "-"]
+    assert runs.main(["list", "--runs-dir", str(tmp_path)]) == 0
+    listed = capsys.readouterr().out
+    assert "failed" in listed and "task finetune failed" in listed and "running" in listed
