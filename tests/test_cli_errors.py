@@ -380,3 +380,17 @@ def test_bad_param_values_options_and_parameter_rules_come_in_one_message(capsys
     assert exit_info.value.code == 2 and "(2 problems)" in err
     assert "eval_fraction='nan' is not a finite number" in err and "nodes must be >= 1" in err
     assert "must be between 0 and 1, got nan" not in err  # the bad value is not checked again as NaN
+
+
+def test_only_the_sweep_pipeline_tells_its_first_step_it_is_a_sweep(tmp_path):
+    import yaml
+
+    from pipelines.compile import compile_all
+
+    for path in compile_all(tmp_path):
+        spec = next(yaml.safe_load_all(path.read_text()))
+        passed = spec["root"]["dag"]["tasks"]["validate-params"]["inputs"]["parameters"]
+        if path.stem == "sweep":
+            assert passed["sweep"] == {"runtimeValue": {"constant": True}}
+        else:
+            assert "sweep" not in passed  # the component's default, False
