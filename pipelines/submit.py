@@ -404,11 +404,15 @@ def submit(client, params: dict[str, Any], experiment: str, run_name: str, recur
     # Returns the existing one by name; multi-user KFP keeps experiments (and their runs) per profile namespace.
     experiment_id = client.create_experiment(experiment, namespace=namespace).experiment_id
     if recurring:  # the schedule was checked by validate(), before the upload above
-        if same := existing_recurring_runs(client, experiment_id, run_name, namespace):
+        same = existing_recurring_runs(client, experiment_id, run_name, namespace)
+        if enabled := [job for job in same if str(job.status).upper() != "DISABLED"]:
             raise UserError(f"experiment {experiment!r} already has a recurring run named {run_name!r} "
-                            f"({host.rstrip('/')}/#/recurringrun/details/{same[0].recurring_run_id}); a second one "
+                            f"({host.rstrip('/')}/#/recurringrun/details/{enabled[0].recurring_run_id}); a second one "
                             "would start runs on its own schedule too: pick another --run-name, or disable or "
                             "delete that one in the KFP UI (Recurring Runs) first")
+        if same:  # only disabled ones: replacing a paused schedule is what this usually is
+            print(f"note: experiment {experiment!r} also has {len(same)} disabled recurring run(s) named "
+                  f"{run_name!r}; enabling one again would start runs beside this one", file=sys.stderr)
         schedule = {"max_concurrency": 1, "no_catchup": True, **(schedule or {})}
         job = client.create_recurring_run(experiment_id, run_name, cron_expression=recurring.strip(),
                                           pipeline_id=pipeline_id, version_id=version_id, params=params, **schedule)

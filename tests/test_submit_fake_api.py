@@ -458,6 +458,12 @@ def test_a_recurring_run_name_already_in_the_experiment_is_refused_fake_api(kfp_
     assert submit.main([*argv, "--experiment", "other"]) == 0
     assert submit.main([*argv[:-1], "weekly"]) == 0
     assert len(kfp_api.state.recurring) == 3
+    # a disabled schedule of that name (paused, being replaced) does not block, and is mentioned
+    kfp_api.state.recurring[first]["status"] = "DISABLED"
+    capsys.readouterr()
+    assert submit.main(argv) == 0
+    assert "also has 1 disabled recurring run(s) named 'nightly'" in capsys.readouterr().err
+    assert len(kfp_api.state.recurring) == 4
 
 
 @pytest.mark.parametrize("schedule, needle", [
