@@ -187,13 +187,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     with exit_on_user_error():
+        problems: list[str] = []  # the options', --param's and the parameters' problems: all in one message
         if args.parallelism is not None and args.parallelism < 0:  # as submit: 0 is KFP's "no limit"
-            raise UserError(f"--parallelism {args.parallelism}: give how many sweep trials run at once, e.g. "
+            problems.append(f"--parallelism {args.parallelism}: give how many sweep trials run at once, e.g. "
                             "--parallelism 2, or 0 for all at once (KFP's ParallelFor meaning of 0)")
-        if args.parallelism is not None and args.pipeline != "sweep":
+        if args.parallelism is not None and args.parallelism >= 0 and args.pipeline != "sweep":
             print(f"note: --parallelism {args.parallelism} applies to --pipeline sweep only; the finetune pipeline "
                   "runs one training", file=sys.stderr)
-        parallelism = 2 if args.parallelism is None else args.parallelism
+        parallelism = 2 if args.parallelism is None else max(args.parallelism, 0)
         from pipelines import sweep
         from pipelines.params import parse_params as parse
         from trainer.errors import collect
@@ -203,7 +204,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.list_params:
             print(params_help(pipeline))
             return 0
-        problems: list[str] = []  # --param's and the parameters' problems: all in one message
         params = parse(pipeline, args.param + (["keep_serving=true"] if args.keep_serving else []), problems)
         problems += throwaway_s3_problems(params, args.s3_endpoint)
         if args.pipeline == "sweep":  # before starting anything expensive

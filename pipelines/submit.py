@@ -64,7 +64,8 @@ def option_problems(args: argparse.Namespace) -> list[str]:
                         "drop --wait (the schedule's runs are listed under the recurring run's URL)")
     if args.recurring is None:
         given = [flag for flag, value in (("--start-time", args.start_time), ("--end-time", args.end_time),
-                                          ("--max-concurrency", args.max_concurrency), ("--catchup", args.catchup or None))
+                                          ("--max-concurrency", args.max_concurrency),
+                                          ("--catchup", args.catchup or None))
                  if value is not None]
         if given:
             problems.append(f"{', '.join(given)} set(s) a recurring run's schedule, but there is no --recurring: "
@@ -444,8 +445,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--recurring", metavar="CRON",
                         help="create a recurring run instead: 6-field cron ('0 0 3 * * *'), @daily, @every 6h")
     parser.add_argument("--start-time", metavar="TIME",
-                        help="--recurring: first possible run, RFC 3339 with a zone (2026-12-01T03:00:00Z); default now")
-    parser.add_argument("--end-time", metavar="TIME", help="--recurring: no runs after this time (RFC 3339 with a zone)")
+                        help="--recurring: first possible run, RFC 3339 with a zone (2026-12-01T03:00:00Z); "
+                             "default now")
+    parser.add_argument("--end-time", metavar="TIME",
+                        help="--recurring: no runs after this time (RFC 3339 with a zone)")
     parser.add_argument("--max-concurrency", type=int, default=None, metavar="N",
                         help=f"--recurring: runs of the schedule at once, 1-{MAX_CONCURRENCY} (default 1)")
     parser.add_argument("--catchup", action="store_true",
@@ -464,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
             pipeline = build(2 if args.parallelism is None else max(args.parallelism, 0))
         else:
             pipeline = finetune_pipeline
-            if args.parallelism is not None:  # accepted as for the sweep, so scripts can pass it to both
+            if args.parallelism is not None and args.parallelism >= 0:  # as for the sweep: scripts may pass it to both
                 print(f"note: --parallelism {args.parallelism} applies to --pipeline sweep only; the finetune "
                       "pipeline runs one training", file=sys.stderr)
         if args.list_params:

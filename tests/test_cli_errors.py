@@ -292,7 +292,8 @@ def test_the_largest_seed_and_a_32_bit_count_still_pass():
     assert pipeline_problems({"wait_timeout_s": 2**31}, check_local_files=False)
 
 
-@pytest.mark.parametrize("raw", ["١٢", "１６", "1６"])  # Arabic-Indic and full-width digits: Python's int() reads them
+# Arabic-Indic and full-width digits: Python's int() reads them
+@pytest.mark.parametrize("raw", ["١٢", "１６", "1６"])
 def test_non_ascii_digits_are_not_read_as_numbers(raw, capsys):
     from pipelines.finetune import finetune_pipeline
     from pipelines.params import parse_params
