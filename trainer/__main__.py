@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--adapter", action="append", default=[], metavar="NAME=S3_URI",
                    help="serve this LoRA adapter beside the base model (--model-uri) under NAME; repeatable")
     p.add_argument("--max-lora-rank", type=int, default=16, help="vLLM --max-lora-rank: at least the adapters' r")
-    p.add_argument("--vllm-image", default="", help="default: per accelerator (settings VLLM_IMAGE / VLLM_ROCM_IMAGE)")
+    p.add_argument("--vllm-image", default="", help="default: per accelerator (settings VLLM_IMAGE / VLLM_ROCM_IMAGE / VLLM_CPU_IMAGE)")
     p.add_argument("--tool-call-parser", default="hermes",
                    help="vLLM's parser for the model's tool-call format: hermes (<tool_call>, the built-in model, "
                         "Qwen), llama3_json (Llama 3.x), mistral; the pipeline reads it off the chat template")

@@ -19,6 +19,9 @@ _DEFAULTS = {
     # AMD's ROCm build of vLLM, used when the accelerator is amd.com/gpu (CUDA images cannot
     # drive AMD GPUs).
     "VLLM_ROCM_IMAGE": "rocm/vllm:rocm6.4.1_vllm_0.10.1_20250909",
+    # vLLM's x86 CPU build, used when the server gets no accelerator (serve_gpus=0): the images
+    # above exit at start-up without a GPU (tag from vLLM's CPU release repository, not pulled here).
+    "VLLM_CPU_IMAGE": "public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo:v0.11.0",
     # In-cluster MinIO installed by docker/manifests (see README "Run on a cluster").
     "S3_ENDPOINT": "http://minio.llm-finetune.svc.cluster.local:9000",
     "S3_BUCKET": "llm-finetune",

@@ -23,6 +23,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from trainer import settings
 from trainer.errors import UserError, collect
 from trainer.k8s import reach, rules
 from trainer.k8s.common import (RUN_AS_USER, accelerators, api_client, container_security, default_namespace,
@@ -51,7 +52,9 @@ def serving_runtime(spec: ServeSpec) -> dict:
             "supportedModelFormats": [{"name": MODEL_FORMAT, "version": "1", "autoSelect": True}],
             "protocolVersions": ["v1"],
             "containers": [{
-                "name": "kserve-container", "image": image(spec),
+                # Each InferenceService names its own image (CUDA, ROCm or CPU build): the runtime is
+                # shared by every deploy in the namespace, and the last one would set it for all.
+                "name": "kserve-container", "image": settings.get("VLLM_IMAGE"),
                 "command": ["vllm", "serve"], "args": split_args(spec, "{{.Name}}", MOUNT, PORT)[0],
                 "env": [{"name": "HOME", "value": "/tmp"}, {"name": "HF_HOME", "value": "/tmp/hf"},
                         {"name": "HF_HUB_OFFLINE", "value": "1"}],
@@ -69,7 +72,7 @@ def inference_service(spec: ServeSpec) -> dict:
     gpus = accelerators(c, spec.gpus)
     adapters = {n: f"{ADAPTERS}/{n}" for n in spec.adapters}
     model: dict[str, Any] = {
-        "modelFormat": {"name": MODEL_FORMAT}, "runtime": RUNTIME_NAME,
+        "modelFormat": {"name": MODEL_FORMAT}, "runtime": RUNTIME_NAME, "image": image(spec),
         "args": split_args(spec, "{{.Name}}", MOUNT, PORT, adapters)[1],
         "resources": {"requests": {"cpu": c.cpu, "memory": c.memory, **gpus}, "limits": {"memory": c.memory, **gpus}},
         "securityContext": to_dict(container_security()),

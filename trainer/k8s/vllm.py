@@ -43,7 +43,7 @@ class ServeSpec:
     cluster: ClusterSpec = field(default_factory=ClusterSpec)
     gpus: int = 1  # > 1: tensor parallelism over that many GPUs of one node
     replicas: int = 1
-    vllm_image: str = ""  # empty: settings VLLM_IMAGE, or VLLM_ROCM_IMAGE for amd.com/gpu
+    vllm_image: str = ""  # empty: settings VLLM_IMAGE, VLLM_ROCM_IMAGE for amd.com/gpu, VLLM_CPU_IMAGE for no GPU
     adapters: dict[str, str] = field(default_factory=dict)  # served name -> s3:// adapter URI
     max_lora_rank: int = 16  # the largest adapter rank (vLLM refuses adapters above its limit)
     max_model_len: int = 0  # 0: the model's own context length
@@ -71,9 +71,12 @@ class ServeSpec:
 
 
 def image(spec: ServeSpec) -> str:
-    """The vLLM image for the accelerator: CUDA builds cannot drive AMD GPUs."""
+    """The vLLM image for the accelerator: CUDA builds cannot drive AMD GPUs, and neither starts
+    without a GPU (serve_gpus=0 or no accelerator_resource: vLLM's CPU build)."""
     if spec.vllm_image:
         return spec.vllm_image
+    if not accelerators(spec.cluster, spec.gpus):
+        return settings.get("VLLM_CPU_IMAGE")
     return settings.get("VLLM_ROCM_IMAGE" if spec.cluster.accelerator_resource == ROCM_RESOURCE else "VLLM_IMAGE")
 
 
