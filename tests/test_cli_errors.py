@@ -395,3 +395,17 @@ def test_only_the_sweep_pipeline_tells_its_first_step_it_is_a_sweep(tmp_path):
             assert passed["sweep"] == {"runtimeValue": {"constant": True}}
         else:
             assert "sweep" not in passed  # the component's default, False
+
+
+def test_a_huge_number_typed_into_the_kfp_form_arrives_as_a_float_and_gets_a_sane_example(capsys):
+    """KFP hands the step JSON numbers: 1e30 typed for an int parameter is the float 1e+30."""
+    from components.validate_params import validate_params
+
+    with pytest.raises(SystemExit) as exit_info:
+        validate_params.python_func(lora_r=1e30, nodes=-1e30, lora_alpha=16.0)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "(3 problems)" in err
+    assert "lora_r must be a whole number, got 1e+30: use a whole number, e.g. 16" in err
+    assert "nodes must be a whole number, got -1e+30: use a whole number, e.g. 1" in err
+    assert "lora_alpha must be a whole number, got 16.0: use a whole number, e.g. 16" in err
+    assert "100000000000000" not in err

@@ -89,8 +89,8 @@ def value_problem(name: str, value: Any, kind: type, example: Any = None, in_jso
         fix = f": give a number, e.g. {example}"
     elif kind is bool:
         fix = ": use true or false"
-    elif kind is int and isinstance(value, float):
-        fix = f": use a whole number, e.g. {int(value) if value.is_integer() else example}"
+    elif kind is int and isinstance(value, float):  # 1e30 from the KFP form arrives as a float
+        fix = f": use a whole number, e.g. {int(value) if value.is_integer() and abs(value) <= INT_MAX else example}"
     elif example is not None:
         fix = f", e.g. {example!r}" if kind is str else f", e.g. {example}"
     return f"{name} must be {_KIND.get(kind, kind.__name__)}, got {_json_repr(value)}{fix}"
