@@ -128,3 +128,37 @@ def test_adapters_trained_fused_save_load_and_merge_as_plain_peft(tiny_model_dir
     merged = fused.merge_and_unload()
     assert not any(isinstance(m, FusedLoraLinear) for m in merged.modules())
     torch.testing.assert_close(merged(input_ids=ids).logits, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_a_compiled_decoder_layer_traces_the_fused_layers_whole(tiny_model_dir, tokenizer):
+    """compile=true compiles each decoder layer (trainer.model.compile_layers): the fused
+    autograd.Function and FusedLoraLinear's checks (autocast state included) must trace into
+    one graph, not break it at each of the 7 LoRA layers. As on CUDA: a bf16 base, fp32
+    adapters, bf16 autocast with peft's input cast off (LossModel)."""
+    import torch._dynamo
+
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from trainer import fused_lora
+    from trainer.model import decoder_layers
+
+    lora = LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM")
+    fused_lora.register(lora)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16), lora)
+    assert {p.dtype for p in model.parameters() if p.requires_grad} == {torch.float32}
+    layer = decoder_layers(model)[0]
+    assert isinstance(layer.self_attn.q_proj, FusedLoraLinear)
+    seen = {}
+    hook = layer.register_forward_pre_hook(lambda m, args, kwargs: seen.update(args=args, kwargs=kwargs),
+                                           with_kwargs=True)
+    loss_model = LossModel(model, torch.device("cpu"), autocast=True)
+    loss_model(**collate(examples(tokenizer), tokenizer.pad_token_id))
+    hook.remove()
+    for m in loss_model.tuners:
+        m.cast_input_dtype_enabled = False
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        explained = torch._dynamo.explain(layer)(*seen["args"], **seen["kwargs"])
+    assert explained.graph_break_count == 0 and explained.graph_count == 1, explained.break_reasons
+    # the fused path (traced as the autograd.Function it is), not peft's fallback, in all 7 layers
+    assert explained.graphs[0].code.count("autograd_function_apply(") == 7
