@@ -109,6 +109,14 @@ _CRON_BOUNDS = (("second", 0, 59), ("minute", 0, 59), ("hour", 0, 23), ("day-of-
 MIN_INTERVAL_S = 60  # a pipeline run takes minutes: more than one a minute is a seconds field misread
 
 
+def _every_seconds(schedule: str) -> float:
+    """The interval of an '@every <Go duration>' schedule (already checked by rules.cron)."""
+    from trainer.k8s import rules
+
+    units = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}
+    return sum(float(n) * units[u] for n, u in rules._GO_DURATION_PART.findall(schedule.strip()[len("@every "):]))
+
+
 def schedule_value_problems(schedule: str) -> list[str]:
     """What a syntactically valid --recurring schedule still gets wrong: a field value out of
     robfig/cron's range, or runs more often than once a minute (usually '*' typed in the
@@ -122,9 +130,7 @@ def schedule_value_problems(schedule: str) -> list[str]:
 
     schedule = schedule.strip()
     if schedule.startswith("@every "):
-        seconds = sum(float(n) * {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}[u]
-                      for n, u in rules._GO_DURATION_PART.findall(schedule[len("@every "):]))
-        gaps = [seconds]
+        gaps = [_every_seconds(schedule)]
     elif schedule.startswith("@"):
         return []
     else:
@@ -216,13 +222,9 @@ def missed_runs(schedule: str, start, now, cap: int = 10_000) -> int:
 
     from croniter import croniter
 
-    from trainer.k8s import rules
-
     schedule = schedule.strip()
     if schedule.startswith("@every "):
-        units = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}
-        seconds = sum(float(n) * units[u] for n, u in rules._GO_DURATION_PART.findall(schedule[len("@every "):]))
-        return min(cap, int((now - start) / timedelta(seconds=seconds)))
+        return min(cap, int((now - start) / timedelta(seconds=_every_seconds(schedule))))
     it = croniter(schedule, start, second_at_beginning=not schedule.startswith("@"))
     count = 0
     while count < cap and it.get_next(type(start)) <= now:
@@ -366,11 +368,11 @@ def upload(client, path: Path, digest: str, pipeline=finetune_pipeline) -> tuple
     return pipeline_id, version.pipeline_version_id
 
 
-def compile_package(tmp_root: str | None, pipeline=finetune_pipeline) -> tuple[Path, str]:
+def compile_package(pipeline=finetune_pipeline) -> tuple[Path, str]:
     """Compile into a fresh temporary directory (the caller removes `path.parent`). A local
     failure (no writable temp directory, a full disk) is named as such: it is no KFP problem."""
     try:
-        tmp = Path(tempfile.mkdtemp(prefix="llm-finetune-submit-", dir=tmp_root))
+        tmp = Path(tempfile.mkdtemp(prefix="llm-finetune-submit-"))
     except OSError as err:
         raise UserError(f"cannot create a temporary directory to compile the pipeline in "
                         f"({err.strerror or err}: {err.filename or tempfile.gettempdir()}): point TMPDIR at a "
@@ -397,7 +399,7 @@ def submit(client, params: dict[str, Any], experiment: str, run_name: str, recur
            schedule: dict[str, Any] | None = None, packaged: tuple[Path, str] | None = None) -> dict[str, Any]:
     """Upload (or reuse) the package and create the run or recurring run. `schedule`: the
     recurring run's start_time, end_time, max_concurrency, no_catchup (checked by schedule_problems)."""
-    path, digest = packaged or compile_package(None, pipeline)
+    path, digest = packaged or compile_package(pipeline)
     try:
         pipeline_id, version_id = upload(client, path, digest, pipeline)
     finally:
@@ -514,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
         from urllib3.exceptions import HTTPError
 
         # Compiled outside the try below: a local failure (TMPDIR, full disk) is no lost connection.
-        packaged = compile_package(None, pipeline)
+        packaged = compile_package(pipeline)
         try:
             client = kfp.Client(host=args.host, existing_token=os.environ.get("KFP_TOKEN") or None)
             result = submit(client, params, args.experiment, run_name, args.recurring, args.host, pipeline, namespace,
