@@ -215,3 +215,19 @@ def test_two_ranks_learn_exactly_what_one_rank_learns_from_the_same_rows(deliver
     assert [s for s, _ in a] == [s for s, _ in b] and len(a) == 8  # 6 log lines, 2 evals
     assert all(abs(x - y) < 1e-4 * max(1.0, abs(x)) for (_, x), (_, y) in zip(a, b)), (a, b)
     assert a[-1][1] < a[0][1]  # and it learned
+
+
+def test_emulated_nodes_get_gpus_of_their_own_or_run_on_cpu(capsys, monkeypatch):
+    """The local launcher on a GPU machine: each node's torchrun numbers its workers from
+    LOCAL_RANK 0, so each node must see its own GPUs (NCCL refuses two ranks on one device)."""
+    from trainer.launch import node_devices, visible_gpus
+
+    assert node_devices(2, 1, []) is None  # no GPU: the environment is left alone
+    assert node_devices(2, 1, ["0", "1"]) == ["0", "1"]
+    assert node_devices(2, 2, ["4", "5", "6", "7", "0"]) == ["4,5", "6,7"]  # a slice of what is visible
+    assert capsys.readouterr().out == ""
+    assert node_devices(2, 1, ["0"]) == ["", ""]  # fewer GPUs than processes: CPU (gloo), said once
+    assert "2 local training processes but 1 GPU(s)" in capsys.readouterr().out
+    if not torch.cuda.is_available():
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,2")
+        assert visible_gpus() == []  # what CUDA cannot open is not handed out

@@ -46,6 +46,7 @@ class LocalLauncher:
 
     def run(self, train_args: list[str]) -> None:
         """Run the job to completion; raise UserError naming the failed node otherwise."""
+        self.devices = node_devices(self.nnodes, self.nproc_per_node, visible_gpus())
         for attempt in range(self.max_restarts + 1):
             failure = self._run_once(train_args)
             if failure is None:
@@ -77,7 +78,8 @@ class LocalLauncher:
         for node in range(self.nnodes):
             env = {**os.environ, "PET_NNODES": str(self.nnodes), "PET_NODE_RANK": str(node),
                    "PET_NPROC_PER_NODE": str(self.nproc_per_node), "PET_MASTER_ADDR": "127.0.0.1",
-                   "PET_MASTER_PORT": str(port), "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
+                   "PET_MASTER_PORT": str(port), "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1",
+                   **({"CUDA_VISIBLE_DEVICES": self.devices[node]} if self.devices is not None else {})}
             # Own process group: stopping a node stops its workers too, even a frozen one.
             procs.append(subprocess.Popen(train_command(train_args), env=env, start_new_session=True,
                                           stdout=subprocess.PIPE if node == 0 else None, text=True,
@@ -107,6 +109,34 @@ class LocalLauncher:
         finally:
             _stop(procs)
             reader.join(timeout=5)
+
+
+def visible_gpus() -> list[str]:
+    """The CUDA devices this process may use, as CUDA_VISIBLE_DEVICES names them."""
+    import torch
+
+    count = torch.cuda.device_count()  # honours CUDA_VISIBLE_DEVICES; 0 without CUDA
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    names = [d.strip() for d in listed.split(",") if d.strip()] if listed is not None else []
+    return names[:count] if listed is not None else [str(i) for i in range(count)]
+
+
+def node_devices(nnodes: int, nproc_per_node: int, gpus: list[str]) -> list[str] | None:
+    """CUDA_VISIBLE_DEVICES for each emulated node, or None to leave it as it is (no GPU).
+
+    On one machine every node's torchrun numbers its workers from LOCAL_RANK 0, so without
+    this every node's first worker takes the same GPU, and NCCL refuses two ranks on one
+    device. Node i gets GPUs [i x procs, (i + 1) x procs). With fewer GPUs than processes the
+    job runs on CPU (gloo), and says so."""
+    if not gpus:
+        return None
+    world = nnodes * nproc_per_node
+    if len(gpus) < world:
+        print(f"{world} local training processes but {len(gpus)} GPU(s): NCCL needs a GPU of its own for each "
+              f"process, so this job runs on CPU; set nodes x procs_per_node <= {len(gpus)} to train on the "
+              "GPUs", flush=True)
+        return [""] * nnodes
+    return [",".join(gpus[i * nproc_per_node:(i + 1) * nproc_per_node]) for i in range(nnodes)]
 
 
 def _relay(stream, dog: Watchdog) -> None:
