@@ -72,6 +72,10 @@ def option_problems(args: argparse.Namespace) -> list[str]:
                             "add --recurring '0 0 3 * * *' (or @daily, @every 6h), or drop them")
     if args.timeout <= 0:
         problems.append(f"--timeout {args.timeout}: give the --wait limit in seconds, e.g. --timeout 86400")
+    if not args.dry_run and not (args.host or "").strip():  # with the other problems, not after them
+        problems.append("no KFP host: pass --host URL or set KFP_HOST (e.g. http://localhost:8080 after "
+                        "`kubectl port-forward -n kubeflow svc/ml-pipeline-ui 8080:80`), or --dry-run to contact "
+                        "nothing")
     return problems
 
 
@@ -501,9 +505,6 @@ def main(argv: list[str] | None = None) -> int:
                       f"{window}, at most {args.max_concurrency or 1} run(s) at a time, "
                       + ("catch-up of missed runs" if args.catchup else "no catch-up of missed runs"))
             return 0
-        if not args.host:
-            raise UserError("no KFP host: pass --host URL or set KFP_HOST (e.g. http://localhost:8080 after "
-                            "`kubectl port-forward -n kubeflow svc/ml-pipeline-ui 8080:80`)")
         health = check_host(args.host, os.environ.get("KFP_TOKEN") or None)
         # Single-user KFP keeps experiments without a namespace; multi-user needs the profile's.
         namespace = (args.kfp_namespace or params.get("namespace")) if health.get("multi_user") else None

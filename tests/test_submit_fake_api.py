@@ -486,3 +486,15 @@ def test_schedules_kfp_would_refuse_or_run_every_few_seconds_are_refused_fake_ap
                                       "0 0 3 ? * 1-5"])
 def test_schedules_at_least_a_minute_apart_pass(schedule):
     assert submit.schedule_value_problems(schedule) == []
+
+
+def test_a_missing_host_is_reported_with_the_parameter_problems(monkeypatch, capsys):
+    monkeypatch.delenv("KFP_HOST", raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        submit.main(["--param", "lora_r=0", "--param", "launcher=trainjob"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "(2 problems)" in err
+    assert "no KFP host: pass --host URL or set KFP_HOST" in err and "lora_r must be > 0" in err
+    with pytest.raises(SystemExit) as exit_info:
+        submit.main(["--host", "  ", "--param", "launcher=trainjob"])
+    assert exit_info.value.code == 2 and "no KFP host" in capsys.readouterr().err
