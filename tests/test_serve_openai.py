@@ -71,6 +71,32 @@ def test_smoke_check_demands_what_an_openai_tool_loop_reads():
                                                              require_tool_call=False)
 
 
+def sse(*chunks) -> list[bytes]:
+    """A streamed completion as the server sends it, line by line."""
+    lines = [f"data: {json.dumps({'object': 'chat.completion.chunk', 'model': TUNED, 'choices': [c]})}\n".encode()
+             for c in chunks]
+    return [line for pair in zip(lines, [b"\n"] * len(lines)) for line in pair] + [b"data: [DONE]\n", b"\n"]
+
+
+def test_a_streamed_tool_call_is_assembled_as_openai_clients_do():
+    delta = lambda d, finish=None: {"index": 0, "delta": d, "finish_reason": finish}  # noqa: E731
+    head = delta({"role": "assistant", "content": ""})
+    name = delta({"tool_calls": [{"index": 0, "id": "c1", "type": "function",
+                                  "function": {"name": "get_weather", "arguments": ""}}]})
+    args = [delta({"tool_calls": [{"index": 0, "function": {"arguments": part}}]}) for part in ('{"city"', ': "Oslo"}')]
+    resp = serve._assemble_stream(sse(head, name, *args, delta({}, "tool_calls")))
+    assert serve.check_response(resp, TUNED, TOOLS) == ""
+    assert resp["choices"][0]["message"]["tool_calls"][0]["function"] == {"name": "get_weather",
+                                                                          "arguments": '{"city": "Oslo"}'}
+    # the call's text left unparsed in the stream (a parser that only works on whole answers)
+    text = serve._assemble_stream(sse(head, delta({"content": '<tool_call>{"name": "get_weather"}'}),
+                                      delta({}, "stop")))
+    assert "no message.tool_calls" in serve.check_response(text, TUNED, TOOLS)
+    # arguments cut off mid-stream: the joined JSON does not parse
+    cut = serve._assemble_stream(sse(head, name, args[0], delta({}, "tool_calls")))
+    assert "arguments is not JSON" in serve.check_response(cut, TUNED, TOOLS)
+
+
 def test_smoke_check_rejects_other_shapes():
     assert "not an OpenAI chat completion" in serve.check_response({"detail": "boom"}, TUNED, TOOLS)
     assert "answered as model" in serve.check_response(completion(call("get_weather", "{}"), "other"), TUNED, TOOLS)

@@ -457,22 +457,59 @@ def openai_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def chat(url: str, model: str, messages: list[dict[str, Any]], tools: list | None = None,
-         max_tokens: int = 64, timeout: float = 120.0) -> dict[str, Any]:
+         max_tokens: int = 64, timeout: float = 120.0, stream: bool = False) -> dict[str, Any]:
     """One OpenAI chat completion over plain HTTP (the cluster image has no `openai` client);
-    returns the response JSON plus `latency_s`. An HTTP error raises UserError with its body."""
+    returns the response JSON plus `latency_s`. An HTTP error raises UserError with its body.
+
+    `stream`: sent as a chat UI sends it (server-sent events), and the chunks assembled into one
+    completion the way OpenAI clients do (tool-call deltas joined by index): the streamed tool
+    calls come from a separate code path of vLLM's parsers."""
     body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0.0}
     if tools:
         body["tools"] = tools
+    if stream:
+        body["stream"] = True
     req = urllib.request.Request(f"{url}/v1/chat/completions", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
     start_t = time.perf_counter()
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
-            resp = json.loads(r.read())
+            resp = _assemble_stream(r) if stream else json.loads(r.read())
     except urllib.error.HTTPError as err:
         raise UserError(f"chat completion for {model!r} failed: HTTP {err.code}: {err.read()[:500]!r}") from None
     resp["latency_s"] = time.perf_counter() - start_t
     return resp
+
+
+def _assemble_stream(lines) -> dict[str, Any]:
+    """`data: {chunk}` lines up to `data: [DONE]` -> one chat.completion-shaped dict."""
+    model, role, finish, content, calls = None, None, None, "", {}
+    for raw in lines:
+        line = raw.decode("utf-8", "replace").strip()
+        if not line.startswith("data:"):
+            continue
+        data = line[len("data:"):].strip()
+        if data == "[DONE]":
+            break
+        chunk = json.loads(data)
+        model = chunk.get("model", model)
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta") or {}
+            role = delta.get("role") or role
+            content += delta.get("content") or ""
+            for tc in delta.get("tool_calls") or []:
+                slot = calls.setdefault(tc.get("index", 0), {"id": "", "type": "", "function": {"name": "",
+                                                                                              "arguments": ""}})
+                slot["id"] = tc.get("id") or slot["id"]
+                slot["type"] = tc.get("type") or slot["type"]
+                fn = tc.get("function") or {}
+                slot["function"]["name"] += fn.get("name") or ""
+                slot["function"]["arguments"] += fn.get("arguments") or ""
+            finish = choice.get("finish_reason") or finish
+    message = {"role": role, "content": content if content or not calls else None,
+               **({"tool_calls": [calls[i] for i in sorted(calls)]} if calls else {})}
+    return {"object": "chat.completion", "model": model,
+            "choices": [{"index": 0, "finish_reason": finish, "message": message}]}
 
 
 def check_response(resp: dict[str, Any], model: str, tools: list | None, require_tool_call: bool = True) -> str:
@@ -519,13 +556,17 @@ def check_response(resp: dict[str, Any], model: str, tools: list | None, require
 
 def smoke_test(url: str, model: str, messages: list[dict[str, Any]], tools: list | None = None,
                require_tool_call: bool = True) -> dict[str, Any]:
-    """One chat completion checked by `check_response`.
+    """One chat completion checked by `check_response`, then the same request streamed, checked
+    the same way (what a chat UI or an agent framework with streaming on receives).
 
     Returns ok (bool), reason (why not ok), latency_s, reply (tool call or text) and model.
     A server that cannot answer at all (HTTP error) raises UserError instead.
     """
     resp = chat(url, model, messages, tools)
     reason = check_response(resp, model, tools, require_tool_call)
+    if not reason:
+        streamed = check_response(chat(url, model, messages, tools, stream=True), model, tools, require_tool_call)
+        reason = f"streamed: {streamed}" if streamed else ""
     message = ((resp.get("choices") or [{}])[0].get("message")) or {}
     calls = message.get("tool_calls") or []
     reply = (f"{calls[0]['function'].get('name')} {calls[0]['function'].get('arguments')}" if calls
