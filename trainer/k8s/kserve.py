@@ -3,10 +3,12 @@ ServingRuntime the project ships (`serving.kserve.io`, validated against the v0.
 
   python -m trainer deploy-k8s --backend kserve --dry-run --model-uri s3://... --name my-model
 
-The ServingRuntime `llm-finetune-vllm` runs the same vLLM image and flags as the Deployment
-backend (trainer.serve.vllm_args: tool-call parser hermes, the served model name =
-the InferenceService name through KServe's `{{.Name}}`); the InferenceService adds what varies
-per deploy (tensor parallelism, LoRA adapters), the accelerator resource and placement.
+The ServingRuntime `llm-finetune-vllm` holds the vLLM flags every model shares with the
+Deployment backend (trainer.serve.vllm_args: auto tool choice, the served model name = the
+InferenceService name through KServe's `{{.Name}}`); the InferenceService adds what varies per
+model and deploy (the image for its accelerator, the tool-call parser its chat template calls
+for, tensor parallelism, LoRA adapters), the accelerator resource and placement: one runtime
+serves every deploy in the namespace.
 KServe's storage initializer downloads `storageUri` (s3://) into /mnt/models, with the S3
 credentials of the ServiceAccount `llm-finetune-kserve`, whose Secret carries KServe's S3
 annotations (rendered by pipelines.manifests). Adapters side by side use `storageUris`, one
