@@ -158,3 +158,17 @@ def test_kserve_build_checks_the_host_name_in_its_namespace():
         kserve.build(spec)
     spec.cluster.namespace = "ml"
     assert len(kserve.build(spec)) == 2
+
+
+def test_sweep_adapter_names_need_no_service_name_limit():
+    """deploy_all_trials serves `<name>-trial-<i>` beside `<name>-base`: only the latter names a
+    Service, so a served_model_name that validation passed (58 characters) deploys any trial count."""
+    from trainer.k8s import vllm
+
+    name = "m" * 58
+    spec = vllm.ServeSpec(name=f"{name}-base", model_uri="s3://b/base",
+                          adapters=vllm.trial_adapters(name, [f"s3://b/a{i}" for i in range(12)]))
+    assert spec.problems() == []
+    assert rules.deploy_name(name, "kubernetes", side_by_side=True) == []
+    spec.adapters = {"bad;name": "s3://b/x"}  # still the letters a shell and a path take safely
+    assert any("adapter name='bad;name'" in p for p in spec.problems())

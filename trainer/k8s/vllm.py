@@ -59,7 +59,10 @@ class ServeSpec:
         p += rules.non_negative_int(self.gpus, "serve_gpus")
         p += rules.non_negative_int(self.replicas, "replicas", 1)
         for name, uri in self.adapters.items():
-            p += rules.served_model_name(name, "adapter name")
+            # Served names and paths only, no Kubernetes object: a Service name's letters (they reach a
+            # shell in the fetch step) without its 63-character limit, so `<name>-trial-11` of a
+            # served_model_name that passed (`<name>-base` within 63) is fine too.
+            p += rules.dns1035_label(name, "adapter name", max_len=rules.DNS1123_SUBDOMAIN_MAX)
             if not str(uri).startswith("s3://"):
                 p.append(f"adapter {name!r}: {uri!r} must be an s3:// URI (deliver it first)")
         if not re.fullmatch(r"[a-z][a-z0-9_]*", str(self.tool_call_parser)):
