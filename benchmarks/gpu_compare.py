@@ -39,9 +39,11 @@ after every run, so a command stopped by a time limit still leaves the runs it f
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -191,21 +193,26 @@ class RunFailed(Exception):
 
 def run_logged(cmd: list[str], log: Path, timeout_s: float = 0, env: dict[str, str] | None = None) -> None:
     """Run `cmd` with its output in `log`; RunFailed on a non-zero status or after `timeout_s`
-    (0: none), when its whole process group (inductor's compile workers too) is killed."""
-    import signal
+    (0: none), when it is killed with every process below it (inductor's compile workers too).
+    It stays in this process group, so a time limit that stops this command stops it too."""
+    from trainer.launch import descendants
+
+    def kill(proc) -> None:
+        for pid in [proc.pid, *descendants(proc.pid)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        proc.wait()
 
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
         try:
             code = proc.wait(timeout=timeout_s or None)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            kill(proc)
             raise RunFailed(f"timed out after {timeout_s:g} s (--run-timeout-s)", log) from None
-        except BaseException:  # Ctrl-C or a time limit on this command: no orphaned GPU process
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        except BaseException:  # Ctrl-C, or SIGTERM (main turns it into SystemExit): no orphaned GPU process
+            kill(proc)
             raise
     if code:
         why = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
@@ -375,6 +382,9 @@ def main() -> None:
     parser.add_argument("--allow-cpu", action="store_true",
                         help="run on CPU when there is no GPU: checks this script end to end, figures meaningless")
     args = parser.parse_args()
+    # A time limit's SIGTERM (timeout, the device's command limit) unwinds like Ctrl-C: the run in
+    # flight is killed, moto stopped, the cache removed, and the JSON keeps what was finished.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     variants = parse_variants(args.variants)
     shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
     if unknown := [s for s in shapes if s not in SHAPES]:

@@ -161,3 +161,33 @@ def test_compile_runs_that_compiled_nothing_or_inside_the_window_are_named():
     runs = [{"compiled_graphs": 0.0}, {"compiled_graphs": 3.0, "graphs_compiled_in_steady_window": 1.0}]
     assert compile_note(runs) == (
         "; compiled nothing in 1 of 2 run(s) (eager); recompiled inside the timed window in 1 run(s)")
+
+
+def test_a_sigterm_to_the_benchmark_takes_its_run_in_flight_with_it(tmp_path):
+    """The device's command limit (timeout: SIGTERM) stops gpu_compare mid-run: the trainer
+    process it was waiting for must not live on, holding the GPU for the next command."""
+    import signal
+    import time
+
+    import psutil
+
+    pid_file = tmp_path / "child.pid"
+    parent = (
+        "import signal, sys\n"
+        "from pathlib import Path\n"
+        "from benchmarks.gpu_compare import run_logged\n"
+        "signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # as gpu_compare.main does\n"
+        f"child = \"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)\"\n"
+        f"run_logged([sys.executable, '-c', child], Path({str(tmp_path / 'run.log')!r}))\n")
+    proc = subprocess.Popen([sys.executable, "-c", parent])
+    try:
+        deadline = time.monotonic() + 60
+        while not pid_file.exists() or not pid_file.read_text():
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.1)
+        child = int(pid_file.read_text())
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 143
+        assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+    finally:
+        proc.kill()

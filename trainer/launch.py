@@ -151,7 +151,7 @@ def _stop(procs: list[subprocess.Popen]) -> None:
     """SIGTERM every node's processes (workers checkpoint and exit 143), SIGKILL what is left
     after 15 s. torchrun starts its workers in sessions of their own, and they outlive a killed
     agent, so the whole process tree is collected first."""
-    pids = [pid for p in procs for pid in [p.pid, *_descendants(p.pid)]]
+    pids = [pid for p in procs for pid in [p.pid, *descendants(p.pid)]]
     for sig in (signal.SIGTERM, signal.SIGCONT):  # a stopped (frozen) process handles SIGTERM once resumed
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
@@ -177,7 +177,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _descendants(pid: int) -> list[int]:
+def descendants(pid: int) -> list[int]:
     """Every process below `pid`, from /proc (Linux)."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
