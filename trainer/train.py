@@ -18,7 +18,8 @@ accumulate on the device and are read once per step (or per log step with one pr
 
 Exit statuses: 0 done; 2 the input is invalid (UserError); 3 the loss or gradients became NaN
 or infinite (nothing is saved as a result; a restart would fail the same way); 143 stopped
-by SIGTERM; 203 a transient S3 or network failure. Launchers restart only the last two kinds
+by SIGTERM (0 once the result is committed: the work is done); 203 a transient S3 or network
+failure. Launchers restart only the last two kinds
 (trainer.exitcodes has the table; `python -m trainer train` maps the transient failures).
 
 Resilience: a restarted run (the local launcher restarting the job, or the PyTorchJob
