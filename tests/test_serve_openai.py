@@ -568,5 +568,6 @@ def test_sigterm_to_trainer_serve_leaves_nothing_on_the_port(server):
     while (_listening(port) or _alive(group)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _listening(port) and not _alive(group)  # vLLM and its engine process, all gone
-    assert f"vLLM log: {log}" in cli.stdout.read()
+    printed = cli.stdout.read()
+    assert f"vLLM log: {log}" in printed and "tool calls read by vLLM's hermes parser" in printed
     assert os.path.getsize(log) > 0

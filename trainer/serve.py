@@ -628,8 +628,8 @@ def serve_forever(model_dir: Path, served_model_name: str = "", *, host: str = "
     try:
         ready_s = wait_ready(server.url, server, timeout=ready_timeout)
         port = int(server.url.rsplit(":", 1)[1])  # with --port 0, the one picked
-        print(f"serving {', '.join(server.names)} at http://{host}:{port}/v1 (ready in {ready_s:.0f}s; "
-              "Ctrl-C stops)", flush=True)
+        print(f"serving {', '.join(server.names)} at http://{host}:{port}/v1 (tool calls read by vLLM's "
+              f"{model_tool_call_parser(model_dir)} parser; ready in {ready_s:.0f}s; Ctrl-C stops)", flush=True)
         code = server.proc.wait()
         print(f"vLLM exited with status {code}; its log {server.log_path} ends with:\n{server.log_tail()}",
               file=sys.stderr, flush=True)
