@@ -8,6 +8,7 @@ import time
 
 import psutil
 import pytest
+import torch
 
 from trainer import sources
 from trainer.checkpoint import Checkpointer
@@ -178,17 +179,28 @@ def test_sigterm_ends_a_rank_stuck_outside_the_step_loop(tmp_path):
         proc.wait()
 
 
-def test_nonfinite_loss_stops_every_rank_uploads_nothing_and_is_not_restarted(inputs, store, capfd):
+def test_nonfinite_loss_stops_every_rank_uploads_nothing_and_is_not_restarted(inputs, store, capfd, tmp_path,
+                                                                             tiny_model_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     from trainer.errors import UserError
 
+    # A base model with one infinite weight (as a broken conversion leaves one): the loss is
+    # NaN from the first step. (A huge learning_rate, the earlier way, is now refused up front.)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    with torch.no_grad():
+        model.model.layers[0].mlp.down_proj.weight[0, 0] = float("inf")
+    model.save_pretrained(tmp_path / "broken")
+    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(tmp_path / "broken")
+    broken_uri, _ = sources.deliver_model(str(tmp_path / "broken"), "", store)
     prefix = "runs/nan"
-    cfg = TrainConfig(model_uri=inputs[0], dataset_uri=inputs[1], output_prefix=prefix, max_steps=40, batch_size=4,
-                      log_every=20, checkpoint_every=30, learning_rate=1e30)  # finite, and blows the weights up
+    cfg = TrainConfig(model_uri=broken_uri, dataset_uri=inputs[1], output_prefix=prefix, max_steps=40, batch_size=4,
+                      log_every=20, checkpoint_every=30)
     with pytest.raises(UserError, match=r"exit status 3: the loss became NaN or infinite.*not restarted"):
         LocalLauncher(nnodes=2, max_restarts=2).run(cfg.to_args())
     log = capfd.readouterr()
     assert "error: the training loss or its gradients became NaN or infinite by step" in log.err
-    assert "Lower learning_rate (now 1e+30)" in log.err
+    assert "Lower learning_rate (now " in log.err
     assert "restarting the job" not in log.out and "train_result" not in log.out
     assert not store.exists(f"{prefix}/result.json")
     assert store.complete_children(f"{prefix}/checkpoints") == []  # caught before any checkpoint
