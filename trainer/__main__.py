@@ -4,9 +4,10 @@ The trainer's command line: every stage of the pipeline without KFP. S3 settings
 credentials come from the environment (S3_ENDPOINT, S3_BUCKET, AWS_ACCESS_KEY_ID,
 AWS_SECRET_ACCESS_KEY).
 
-  torchrun --nproc-per-node 2 -m trainer train --model-uri s3://... --dataset-uri s3://... \\
-      --output-prefix runs/try1
+  python -m trainer.torchrun --nproc-per-node 2 -m trainer train --model-uri s3://... \\
+      --dataset-uri s3://... --output-prefix runs/try1   # the same prefix again resumes
   python -m trainer deliver-model builtin:tiny-llama
+  python -m trainer build-tiny-model ./tiny-model   # a local model directory to try
   python -m trainer serve ./merged-model --served-model-name my-model --port 8000
   python -m trainer launch-k8s --dry-run --nodes 2 --procs-per-node 8 --model-uri s3://... ...
   python -m trainer deploy-k8s --dry-run --name my-model --model-uri s3://...
