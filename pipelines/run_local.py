@@ -101,9 +101,10 @@ def params_help(pipeline) -> str:
     return "\n".join(lines)
 
 
-def endpoint_line(endpoint: str, smoke: dict[str, float], keep_serving: bool) -> str:
+def endpoint_line(endpoint: str, smoke: dict[str, float], keep_serving: bool, model: str = "") -> str:
     """What the run says about its server: "smoke-tested" only when the deploy step's smoke
-    test passed, and no URL for a server that has already stopped."""
+    test passed, and no URL for a server that has already stopped; with the name an OpenAI
+    client passes as `model` when it is still up."""
     if smoke.get("smoke_ok") == 1:
         verdict = f"smoke test passed in {smoke.get('smoke_latency_s', float('nan')):.2f}s"
     elif smoke.get("smoke_ok") == 0:
@@ -111,7 +112,7 @@ def endpoint_line(endpoint: str, smoke: dict[str, float], keep_serving: bool) ->
     else:
         verdict = "no smoke-test verdict recorded"
     if keep_serving:
-        return f"endpoint (still serving; {verdict}): {endpoint}"
+        return f"endpoint (still serving; {verdict}): {endpoint}" + (f", model {model!r}" if model else "")
     return f"endpoint: stopped after the run ({verdict}); --keep-serving leaves it up"
 
 
@@ -127,7 +128,8 @@ def training_line(tr: dict[str, float]) -> str:
     return line
 
 
-def summarize(metrics: dict[str, dict[str, float]], endpoint: str | None, keep_serving: bool, elapsed: float) -> str:
+def summarize(metrics: dict[str, dict[str, float]], endpoint: str | None, keep_serving: bool, elapsed: float,
+              model: str = "") -> str:
     """The finetune pipeline's result in a few lines: base vs tuned, training, endpoint."""
     from trainer.report import table
 
@@ -149,7 +151,7 @@ def summarize(metrics: dict[str, dict[str, float]], endpoint: str | None, keep_s
     if tr:
         lines += ["", training_line(tr)]
     if endpoint:
-        lines += ["", endpoint_line(endpoint, smoke, keep_serving)]
+        lines += ["", endpoint_line(endpoint, smoke, keep_serving, model)]
     lines.append(f"pipeline wall time: {elapsed:.1f}s")
     return "\n".join(lines)
 
@@ -302,7 +304,11 @@ def _run(pipeline, params, args, console, run_dir) -> int:
         record.update(summary=decision[:120])
     else:
         endpoint = task.outputs["endpoint"]
-        console.say(summarize(metrics, endpoint, params.get("keep_serving", False), elapsed))
+        from trainer.validate import DEFAULTS
+
+        # The tuned model answers as served_model_name (beside its base too: that one is '<name>-base').
+        console.say(summarize(metrics, endpoint, params.get("keep_serving", False), elapsed,
+                              params.get("served_model_name", DEFAULTS["served_model_name"])))
         merged_uri = task.outputs["merged_model"].metadata["uri"]
         out = export_model(merged_uri, args.output_dir / "merged-model")
         console.say(f"merged model: {merged_uri}\n  copied to {out}  (serve it: python -m trainer serve {out})")

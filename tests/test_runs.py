@@ -223,6 +223,9 @@ def test_summary_says_smoke_tested_only_when_the_smoke_test_passed_and_hides_sto
     failed = endpoint_line(url, {"smoke_ok": 0.0, "smoke_latency_s": 0.25}, keep_serving=True)
     assert "FAILED" in failed and "passed" not in failed
     assert "no smoke-test verdict" in endpoint_line(url, {}, keep_serving=True)
+    # what an OpenAI client needs besides the URL: the name it passes as `model`
+    assert endpoint_line(url, {"smoke_ok": 1.0, "smoke_latency_s": 0.25}, True, "llm-finetune").endswith(
+        f"{url}, model 'llm-finetune'")
 
     ev = {"base_eval_loss": 7.0, "tuned_eval_loss": 1.0, "base_fc_accuracy": 0.0, "tuned_fc_accuracy": 0.5,
           "base_text_match": 0.0, "tuned_text_match": 0.25, "eval_rows": 12, "fc_rows": 8, "text_rows": 4}
