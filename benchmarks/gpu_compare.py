@@ -198,7 +198,16 @@ def run_logged(cmd: list[str], log: Path, timeout_s: float = 0, env: dict[str, s
     from trainer.launch import descendants
 
     def kill(proc) -> None:
-        for pid in [proc.pid, *descendants(proc.pid)]:
+        # Each process is stopped before its children are listed, so none starts one unseen.
+        seen, todo = set(), [proc.pid]
+        while todo:
+            pid = todo.pop()
+            if pid not in seen:
+                seen.add(pid)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGSTOP)
+                todo += descendants(pid)
+        for pid in seen:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         proc.wait()
@@ -236,7 +245,14 @@ def run_ours(model_uri: str, data_uri: str, args, extra: tuple[list[str], dict[s
 
     prefix = f"runs/compare-{tag}"
     _train(model_uri, data_uri, prefix, args.steps, batch_tokens, extra, args)
-    return Store.from_env().get_json(f"{prefix}/result.json")["metrics"]
+    return _written(Store.from_env(), f"{prefix}/result.json", args.log_dir / f"compare-{tag}.log")["metrics"]
+
+
+def _written(store, key: str, log: Path) -> dict:
+    """A JSON object a run that exited 0 wrote; RunFailed (this run's row only) if it is not there."""
+    if not store.exists(key):
+        raise RunFailed(f"exited 0 without writing {key}", log)
+    return store.get_json(key)
 
 
 KERNEL_KINDS = (  # (category, regex on CUDA kernel names), first match wins
@@ -294,7 +310,8 @@ def run_profiled(model_uri: str, data_uri: str, args, extra, tag: str, steps: in
 
     prefix = f"runs/profile-{tag}"
     _train(model_uri, data_uri, prefix, steps + 3, args.batch_tokens, extra, args, f"--profile-steps={steps}")
-    return profile_breakdown(Store.from_env().get_json(f"{prefix}/profile/trace.json"), steps)
+    trace = _written(Store.from_env(), f"{prefix}/profile/trace.json", args.log_dir / f"profile-{tag}.log")
+    return profile_breakdown(trace, steps)
 
 
 def run_hf(model_dir: Path, train_jsonl: Path, args, rows_per_step: int, out: Path) -> dict:
@@ -396,8 +413,14 @@ def main() -> None:
     if args.steps < 2 or args.runs < 1:
         raise SystemExit("--steps must be at least 2 (throughput is timed over the second half) and --runs at least 1")
 
+    import importlib.util
+
     import torch
 
+    if missing := [m for m in ("moto", "minio", "flask") if importlib.util.find_spec(m) is None]:
+        raise SystemExit(f"gpu_compare needs {', '.join(missing)} (the S3 stand-in the trainer reads from): "
+                         "pip install 'moto[server]' minio, or on a machine without internet the wheels "
+                         "(README, \"For the next session with a GPU\")")
     cuda = torch.cuda.is_available()
     if not cuda and not args.allow_cpu:
         raise SystemExit("gpu_compare needs a CUDA GPU; none is visible here (torch.cuda.is_available() is False). "
