@@ -147,3 +147,20 @@ def test_wrong_credentials_are_one_clear_error_and_nothing_is_written(strict_s3,
     assert exit_info.value.code == 2
     assert "S3 refused" in err and "check AWS_ACCESS_KEY_ID" in err and "wrong-secret" not in err
     assert not (tmp_path / "model").exists() and not out.metadata
+
+
+def test_an_explicit_folder_gets_this_tree_even_when_it_holds_another(store, tmp_path):
+    """A second local run copies its model where the first one's is: the folder must hold the
+    second model, whole, and nothing of the first (no stale files, no leftovers beside it)."""
+    first, _ = store.put_tree(make_tree(tmp_path / "a", {"w.bin": b"first", "only-first.txt": b"x"}), "models")
+    second, manifest = store.put_tree(make_tree(tmp_path / "b", {"w.bin": b"second"}), "models")
+    out = tmp_path / "outputs" / "merged-model"
+    store.get_tree(first, out)
+    assert (out / "w.bin").read_bytes() == b"first"
+    assert store.get_tree(second, out) == out
+    assert (out / "w.bin").read_bytes() == b"second" and not (out / "only-first.txt").exists()
+    assert json.loads((out / MANIFEST).read_text())["tree_sha256"] == manifest["tree_sha256"]
+    assert [p.name for p in out.parent.iterdir()] == ["merged-model"]  # no .partial-/.replaced- left
+    (out / "w.bin").write_bytes(b"edited")  # the same tree again: reused as it is (like the cache)
+    store.get_tree(second, out)
+    assert (out / "w.bin").read_bytes() == b"edited"

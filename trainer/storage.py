@@ -234,8 +234,8 @@ class Store:
             raise UserError(f"{uri} is incomplete or missing (no {MANIFEST}); deliver it again")
         manifest = self.get_json(f"{prefix}/{MANIFEST}")
         target = Path(local_dir) if local_dir else Path(settings.get("FINETUNE_CACHE_DIR")) / manifest["tree_sha256"]
-        if (target / MANIFEST).exists():
-            return target
+        if (target / MANIFEST).exists() and (not local_dir or _tree_sha(target) == manifest["tree_sha256"]):
+            return target  # a cache entry is named by its hash; an explicit folder must hold this very tree
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".partial-"))
         from trainer.progress import TransferProgress
@@ -252,8 +252,13 @@ class Store:
                     TransferProgress(manifest["total_bytes"], f"download {_short(prefix)}") as progress:
                 list(pool.map(fetch, manifest["files"]))
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
-            if local_dir and target.exists():  # an explicit directory may hold stale files
-                shutil.rmtree(target)
+            old = None
+            if local_dir and target.exists():
+                # An explicit folder holding another tree (e.g. the previous run's model): moved
+                # aside, not deleted first, so that the folder holds the old tree or the new one
+                # (between two renames, nothing), never half of either.
+                old = Path(tempfile.mkdtemp(dir=target.parent, prefix=".replaced-"))
+                os.replace(target, old / "tree")
             try:
                 os.replace(tmp, target)
             except OSError:
@@ -261,6 +266,16 @@ class Store:
                 # its content is identical by construction.
                 if not (target / MANIFEST).exists():
                     raise
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return target
+
+
+def _tree_sha(local_dir: Path) -> str | None:
+    """The tree hash a downloaded folder's manifest records (None when unreadable)."""
+    try:
+        return json.loads((local_dir / MANIFEST).read_text()).get("tree_sha256")
+    except (OSError, ValueError, AttributeError):
+        return None
