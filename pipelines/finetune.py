@@ -22,6 +22,7 @@ from components.merge_lora import merge_lora
 from components.register import register
 from components.validate_params import validate_params
 from trainer import settings
+from trainer.config import DEFAULT
 
 PIPELINE_NAME = "llm-finetune"
 
@@ -84,21 +85,21 @@ def finetune_pipeline(
     launcher: str = "local",
     nodes: int = 2,
     procs_per_node: int = 1,
-    method: str = "lora",
-    lora_r: int = 16,
-    lora_alpha: int = 32,
-    lora_dropout: float = 0.0,
-    lora_train_embeddings: bool = True,
-    learning_rate: float = 1.5e-3,
-    max_steps: int = 650,
-    batch_size: int = 8,
-    batch_tokens: int = 512,
-    tokens_per_step: int = 0,
-    gradient_checkpointing: bool = False,
-    compile: bool = False,
-    max_seq_len: int = 512,
-    seed: int = 0,
-    checkpoint_every: int = 100,
+    method: str = DEFAULT.method,
+    lora_r: int = DEFAULT.lora_r,
+    lora_alpha: int = DEFAULT.lora_alpha,
+    lora_dropout: float = DEFAULT.lora_dropout,
+    lora_train_embeddings: bool = DEFAULT.lora_train_embeddings,
+    learning_rate: float = DEFAULT.learning_rate,
+    max_steps: int = DEFAULT.max_steps,
+    batch_size: int = DEFAULT.batch_size,
+    batch_tokens: int = DEFAULT.batch_tokens,
+    tokens_per_step: int = DEFAULT.tokens_per_step,
+    gradient_checkpointing: bool = DEFAULT.gradient_checkpointing,
+    compile: bool = DEFAULT.compile,
+    max_seq_len: int = DEFAULT.max_seq_len,
+    seed: int = DEFAULT.seed,
+    checkpoint_every: int = DEFAULT.checkpoint_every,
     max_restarts: int = 2,
     eval_max_rows: int = 200,
     deploy_backend: str = "local",
@@ -120,7 +121,7 @@ def finetune_pipeline(
     eval_node_selector: dict = {},
     eval_tolerations: list = [],
     registry_address: str = "",
-    stall_timeout_s: float = 1800.0,
+    stall_timeout_s: float = DEFAULT.stall_timeout_s,
 ) -> NamedTuple("Outputs", eval_metrics=Metrics, train_metrics=Metrics, merged_model=Model, endpoint=str):
     """Defaults run the built-in tiny model and dataset (offline, about a minute on 2 CPU cores).
 

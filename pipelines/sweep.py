@@ -29,6 +29,7 @@ from components.not_deployed import not_deployed
 from components.pick_best import pick_best
 from components.validate_params import validate_params
 from pipelines.finetune import deliver_inputs, inputs_for, restricted, with_s3
+from trainer.config import DEFAULT
 
 SWEEP_NAME = "llm-finetune-sweep"
 # Around the finetune demo's learning rate (1.5e-3), at the demo's 650 steps: on 2 cores the
@@ -62,12 +63,12 @@ def build(parallelism: int = 2):
         accelerator_resource: str = "nvidia.com/gpu",
         node_selector: dict = {},
         tolerations: list = [],
-        lora_dropout: float = 0.0,
-        lora_train_embeddings: bool = True,
-        max_steps: int = 650,
-        batch_tokens: int = 1024,
-        max_seq_len: int = 512,
-        seed: int = 0,
+        lora_dropout: float = DEFAULT.lora_dropout,
+        lora_train_embeddings: bool = DEFAULT.lora_train_embeddings,
+        max_steps: int = DEFAULT.max_steps,
+        batch_tokens: int = 1024,  # not DEFAULT's 512: the measured sweep (README) packs 1,024 tokens
+        max_seq_len: int = DEFAULT.max_seq_len,
+        seed: int = DEFAULT.seed,
         max_restarts: int = 2,
         eval_max_rows: int = 100,
         deploy_backend: str = "local",

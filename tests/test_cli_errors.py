@@ -409,3 +409,24 @@ def test_a_huge_number_typed_into_the_kfp_form_arrives_as_a_float_and_gets_a_san
     assert "nodes must be a whole number, got -1e+30: use a whole number, e.g. 1" in err
     assert "lora_alpha must be a whole number, got 16.0: use a whole number, e.g. 16" in err
     assert "100000000000000" not in err
+
+
+def test_trainer_cli_refuses_too_few_rows_before_downloading_the_model(store, tmp_path):
+    """27 rows (24 to train on), batch_size 32: refused from the delivered data alone. The model
+    URI names no stored tree, so a run that downloaded the model first fails on that instead."""
+    import os
+
+    from trainer import sources
+
+    path = tmp_path / "few.jsonl"
+    path.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"hi {i}"},
+                                                     {"role": "assistant", "content": "yo"}]}) + "\n"
+                            for i in range(27)))
+    data_uri, meta = sources.deliver_dataset(str(path), "", store)
+    missing_model = "s3://test-bucket/models/sha256-" + "0" * 64
+    proc = run("-m", "trainer", "train", "--model-uri", missing_model, "--dataset-uri", data_uri,
+               "--output-prefix", "runs/few", "--batch-tokens", "0", "--batch-size", "32",
+               env=dict(os.environ))
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert f"only {meta['rows']['train']} training rows, fewer than batch_size x processes = 32 x 1" in proc.stderr
+    assert "lower batch_size" in proc.stderr and "Traceback" not in proc.stderr

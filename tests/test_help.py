@@ -3,6 +3,7 @@ its default and the UI's description, and help on every `trainer train` option."
 
 import argparse
 import importlib
+import inspect
 import re
 import sys
 
@@ -58,7 +59,7 @@ def test_every_train_option_has_help():
     for action in options:
         assert action.help and not action.help.startswith("(default"), action.dest
     lr = next(a for a in options if a.dest == "learning_rate")
-    assert "learning rate" in lr.help and "(default: 0.003)" in lr.help
+    assert "learning rate" in lr.help and "(default: 0.0015)" in lr.help
 
 
 class _Parsed(Exception):
@@ -98,3 +99,30 @@ def test_python_m_pipelines_lists_the_entry_points(capsys):
         assert f"python -m pipelines.{module}" in err
         importlib.import_module(f"pipelines.{module}")  # every module listed exists
     assert main(["--help"]) == 0 and "python -m pipelines.submit" in capsys.readouterr().out
+
+
+def test_the_train_cli_the_pipelines_and_the_components_share_one_set_of_training_defaults(monkeypatch):
+    """A user who moves from the pipeline to `python -m trainer train` (or the other way) trains
+    with the same settings unless they change one (the sweep packs 1,024 tokens, as measured)."""
+    from dataclasses import fields
+
+    from components.finetune import finetune
+    from components.validate_params import validate_params
+    from pipelines.finetune import finetune_pipeline
+    from pipelines.sweep import sweep_pipeline
+    from trainer.config import TrainConfig
+
+    expected = {f.name: f.default for f in fields(TrainConfig)}
+    train = next(p for p in _parsers("trainer.__main__", monkeypatch) if p.prog.endswith(" train"))
+    cli = {a.dest: a.default for a in train._actions if a.dest in expected}
+    assert cli == expected
+    assert (expected["learning_rate"], expected["max_steps"], expected["batch_tokens"],
+            expected["lora_train_embeddings"]) == (1.5e-3, 650, 512, True)  # the demo's tuned values (README)
+    overrides = {sweep_pipeline.name: {"batch_tokens": 1024}}
+    for entry in (finetune_pipeline, sweep_pipeline, finetune, validate_params):
+        func = getattr(entry, "pipeline_func", None) or entry.python_func
+        defaults = {k: p.default for k, p in inspect.signature(func).parameters.items()}
+        shared = {k: v for k, v in defaults.items() if k in expected}
+        assert len(shared) >= 6, entry.name
+        want = {k: overrides.get(entry.name, {}).get(k, expected[k]) for k in shared}
+        assert shared == want, entry.name

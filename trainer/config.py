@@ -15,6 +15,9 @@ SEED_MAX = 2**32 - 1
 MAX_STEPS = 100_000_000  # beyond any fine-tune: a larger value is a typo that would never finish
 
 
+# These field defaults are the only ones: `python -m trainer train`, the pipelines' signatures and
+# the components all read them (DEFAULT), so a run started any way trains the same. They are tuned
+# for the built-in model and data, the pipelines' default sources (README "Built-ins").
 @dataclass
 class TrainConfig:
     model_uri: str = ""  # s3://bucket/models/sha256-... (from deliver_model)
@@ -25,18 +28,20 @@ class TrainConfig:
     lora_alpha: int = 32  # LoRA scaling numerator (the update is scaled by alpha / r)
     lora_dropout: float = 0.0  # dropout on the LoRA input, in [0, 1)
     lora_target_modules: str = "all-linear"  # comma list, or all-linear
-    # Also train the (tied) token embedding. Off for pretrained models; the built-in random
-    # model needs it to learn to copy argument values (see README "Built-ins").
-    lora_train_embeddings: bool = False
-    learning_rate: float = 3e-3  # peak learning rate (about 2e-4 for a pretrained model with LoRA)
+    # Also train the (tied) token embedding. Set false for pretrained models; the built-in random
+    # model (the default source) needs it to learn to copy argument values (see README "Built-ins").
+    lora_train_embeddings: bool = True
+    # peak learning rate: 1.5e-3 suits the built-in model; about 2e-4 for a pretrained model with LoRA
+    learning_rate: float = 1.5e-3
     weight_decay: float = 0.0  # AdamW weight decay
     warmup_ratio: float = 0.05  # share of max_steps spent warming the learning rate up
     lr_scheduler: str = "cosine"  # a transformers scheduler name: cosine, linear, constant, ...
-    max_steps: int = 300  # optimizer steps to train
-    batch_size: int = 16  # rows per rank per micro-batch (when batch_tokens is 0)
+    max_steps: int = 650  # optimizer steps to train
+    batch_size: int = 8  # rows per rank per micro-batch (when batch_tokens is 0)
     # > 0: padding-free batches of up to this many tokens per rank (rows packed, no padding,
-    # no cross-row attention); 0: batch_size rows padded to the longest row.
-    batch_tokens: int = 0
+    # no cross-row attention); 0: batch_size rows padded to the longest row. 512 suits the
+    # built-in model; 16384 on an 80 GB GPU for a 1-8B model.
+    batch_tokens: int = 512
     # With batch_tokens: "flatten" packs rows into one sequence (no padding; saves compute with
     # flash-attention on CUDA, else flex attention on CUDA with the sequence filled to batch_tokens),
     # "pad" pads length-bucketed rows (best without flash-attention, e.g. CPU), "auto" flattens
@@ -96,7 +101,9 @@ class TrainConfig:
         if self.batch_tokens < 0 or self.tokens_per_step < 0:
             p.append("batch_tokens and tokens_per_step must be >= 0 (0 turns them off)")
         if 0 < self.batch_tokens < self.max_seq_len:
-            p.append(f"batch_tokens={self.batch_tokens} must be >= max_seq_len={self.max_seq_len} so every row fits")
+            p.append(f"batch_tokens={self.batch_tokens} must be >= max_seq_len={self.max_seq_len} so every row fits: "
+                     f"set batch_tokens >= {self.max_seq_len} (e.g. {max(16384, self.max_seq_len)} on an 80 GB GPU), "
+                     f"lower max_seq_len to <= {self.batch_tokens}, or batch_tokens=0 to use batch_size rows")
         if not 0 <= self.seed <= SEED_MAX:
             p.append(f"seed must be between 0 and {SEED_MAX} (2**32 - 1, numpy's limit), got {self.seed}")
         for name in ("max_steps", "batch_size", "max_seq_len", "log_every", "eval_every", "checkpoint_every",
@@ -165,3 +172,6 @@ def _parse_bool(value: str) -> bool:
     if value.lower() in ("0", "false", "no"):
         return False
     raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
+
+
+DEFAULT = TrainConfig()  # e.g. `learning_rate: float = DEFAULT.learning_rate` in a pipeline signature

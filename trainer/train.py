@@ -207,8 +207,12 @@ class Recipe:
 
         # every rank reads its inputs from the bucket (cached per node by content hash)
         self.say("setup: downloading model and data")
-        model_dir = store.get_tree(cfg.model_uri)
         data_dir = store.get_tree(cfg.dataset_uri)
+        # The data is small and the model may be many GB: too few rows fails before the model downloads
+        # (rows skipped as too long are known only after tokenizing, below).
+        with open(data_dir / "train.jsonl") as f:
+            check_rows(sum(1 for line in f if line.strip()), cfg.batch_size, world, cfg.batch_tokens)
+        model_dir = store.get_tree(cfg.model_uri)
         self.say("setup: tokenizing")
         self.tokenizer = tokenizer = AutoTokenizer.from_pretrained(model_dir)
         examples, self.skipped = data.encode_all(data.read_jsonl(data_dir / "train.jsonl"), tokenizer, cfg.max_seq_len)
