@@ -51,9 +51,12 @@ def parse_params(pairs: list[str], pipeline=finetune_pipeline) -> dict[str, Any]
 def start_s3(endpoint: str | None):
     """Use the given endpoint, or start moto on loopback; sets env for the components."""
     if endpoint:
+        from_env = os.environ.get("S3_ENDPOINT") == endpoint  # --s3-endpoint defaults to it: name what the user set
         os.environ["S3_ENDPOINT"] = endpoint
         if not (os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY")):
-            raise UserError("--s3-endpoint needs AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment")
+            raise UserError(f"{'S3_ENDPOINT' if from_env else '--s3-endpoint'}={endpoint} needs AWS_ACCESS_KEY_ID and "
+                            "AWS_SECRET_ACCESS_KEY in the environment (that S3/MinIO's keys)"
+                            + ("; or unset S3_ENDPOINT to run on a throwaway S3 server on loopback" if from_env else ""))
         from trainer.storage import Store
 
         # A dead endpoint or wrong keys: one error now, not a failure in every task and a traceback after.

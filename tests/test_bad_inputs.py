@@ -232,6 +232,10 @@ CASES = [
     ("unknown-launcher", lambda t, m: ["launcher=slurm"], "launcher must be one of"),
     ("unknown-deploy-backend", lambda t, m: ["deploy_backend=heroku"], "deploy_backend must be 'local', 'kubernetes'"),
     ("cluster-cleanup", lambda t, m: ["launcher=kubernetes", "cleanup=sometimes"], "cleanup must be one of"),
+    # submit refused it; a local run accepted it (one validation for both)
+    ("local-cleanup", lambda t, m: ["cleanup=sometimes"], "cleanup must be one of ('never', 'on-success', 'always')"),
+    ("model-folder-as-dataset", lambda t, m: [f"dataset_source={m}"],
+     "is a model folder (config.json and weights), not a dataset: pass it as model_source"),
     # non-finite floats (item 2)
     ("lr-inf", lambda t, m: ["learning_rate=inf"], "learning_rate='inf' is not a finite number"),
     ("steps-huge", lambda t, m: ["max_steps=100000000000"], "max_steps must be <= 100,000,000"),

@@ -79,7 +79,19 @@ def test_s3_endpoint_without_credentials_is_refused(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     proc = run("-m", "pipelines.run_local", "--s3-endpoint", "http://127.0.0.1:9", "--pipeline-root",
                str(tmp_path / "r"), env=env)
-    assert proc.returncode == 2 and "needs AWS_ACCESS_KEY_ID" in proc.stderr
+    assert proc.returncode == 2 and "--s3-endpoint=http://127.0.0.1:9 needs AWS_ACCESS_KEY_ID" in proc.stderr
+
+
+def test_s3_endpoint_from_the_environment_without_credentials_names_the_variable(tmp_path):
+    """The user never typed --s3-endpoint: the message names S3_ENDPOINT, and how to do without it."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env["S3_ENDPOINT"] = "http://127.0.0.1:9"
+    proc = run("-m", "pipelines.run_local", "--pipeline-root", str(tmp_path / "r"), env=env)
+    assert proc.returncode == 2
+    assert "S3_ENDPOINT=http://127.0.0.1:9 needs AWS_ACCESS_KEY_ID" in proc.stderr
+    assert "--s3-endpoint" not in proc.stderr and "unset S3_ENDPOINT" in proc.stderr
 
 
 def test_trainer_cli_rejects_non_finite_floats_and_out_of_range_seed():

@@ -25,6 +25,14 @@ def test_every_config_problem_is_reported_at_once():
                                method="qlora").validate).value)
 
 
+def test_batch_tokens_below_max_seq_len_says_what_to_set():
+    cfg = TrainConfig(model_uri="s3://b/m", dataset_uri="s3://b/d", output_prefix="r", batch_tokens=512,
+                      max_seq_len=2048)
+    msg = str(pytest.raises(UserError, cfg.validate).value)
+    assert "batch_tokens=512 must be >= max_seq_len=2048" in msg
+    assert "set batch_tokens >= 2048 (e.g. 16384" in msg and "batch_tokens=0 to use batch_size" in msg
+
+
 def test_config_survives_the_command_line():
     cfg = TrainConfig(model_uri="s3://b/m", dataset_uri="s3://b/d", output_prefix="runs/x", lora_r=4,
                       lora_train_embeddings=True, learning_rate=1e-4)

@@ -343,7 +343,12 @@ def _split_files(path: Path) -> tuple[Path, Path | None]:
              for names in SPLIT_NAMES.values() for name in names}
     problems = [f"dataset directory {path} has {name} in {len(files)} formats ({', '.join(f.name for f in files)}): "
                 "keep one" for name, files in found.items() if len(files) > 1]
-    if not found["train"]:
+    if not found["train"] and (path / "config.json").is_file() and any(path.glob("*.safetensors*")):
+        # config.json beside weights: a model, most likely passed in the wrong slot
+        problems.append(f"dataset directory {path} is a model folder (config.json and weights), not a dataset: pass it "
+                        "as model_source, and a file or directory of chat rows (train.jsonl [+ eval.jsonl]) as "
+                        "dataset_source")
+    elif not found["train"]:
         present = sorted(p.name for p in path.iterdir())[:6] if path.is_dir() else []
         problems.append(f"dataset directory {path} has no train file (train.jsonl, .json, .csv, .tsv or .parquet, "
                         f"the text ones optionally .gz; it "

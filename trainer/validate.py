@@ -283,6 +283,7 @@ def cluster_problems(params: dict[str, Any]) -> list[str]:
     setting against the API server's rules (trainer.k8s.rules, through ClusterSpec)."""
     from trainer import launch
     from trainer.k8s import rules
+    from trainer.k8s.common import CLEANUP
 
     problems = []
     cluster_launchers = getattr(launch, "CLUSTER_LAUNCHERS", ("kubernetes",))
@@ -292,6 +293,8 @@ def cluster_problems(params: dict[str, Any]) -> list[str]:
         problems.append(f"deploy_backend must be 'local', 'kubernetes' (vLLM Deployment) or 'kserve' "
                         f"(InferenceService), got {params['deploy_backend']!r}")
     on_cluster = params["deploy_backend"] in DEPLOY_BACKENDS[1:]
+    if params["cleanup"] not in CLEANUP:  # also for a local run, so that it and submit accept the same values
+        problems.append(f"cleanup must be one of {CLEANUP}, got {params['cleanup']!r}")
     if params["launcher"] in cluster_launchers or on_cluster:
         problems += launch.cluster_from_params(params).kubernetes_problems()  # topology is checked above
     problems += rules.non_negative_int(params["eval_gpus"], "eval_gpus")
