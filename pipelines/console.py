@@ -12,6 +12,11 @@ kfp.local writes a log record (possibly several lines, e.g. a task's outputs) wi
 write() call and a component's output one line at a time, under a 4-space indent. The
 rules below look at one line at a time, without state per task, because trials of a sweep
 run in parallel threads and their lines interleave.
+
+kfp.local indents by swapping `builtins.print` for the duration of a task, which is not
+thread-safe: with trials side by side the indents stack (8, 12 spaces) and one trial's
+restore can leave print indented for the runner's own lines (its `----` rules). `install`
+replaces that helper with a per-thread one that writes indent and line in one call.
 """
 
 from __future__ import annotations
@@ -29,7 +34,9 @@ _TASK = re.compile(r"^Task '(?P<task>[^']+)' (?P<what>.*)")
 # tqdm's line: "desc:  45%|####5     | 180/400 [00:10<00:12, 17.5it/s, loss=0.3]"
 PROGRESS = re.compile(r"^(?P<desc>.*?):?\s*(?P<pct>\d{1,3})%\|[^|]*\|\s*(?P<n>[^/\s]+)/(?P<total>\S+)\s*"
                       r"\[(?P<elapsed>[\d:]+)")
-_RULE = re.compile(r"^-{20,}$")  # kfp.local's line between tasks
+_RULE = re.compile(r"^\s*-{20,}$")  # kfp.local's line between tasks
+# Lines of a JSON dump (the executor input kfp.local's executor prints): brackets, or "key": ...
+_JSON_LINE = re.compile(r'^\s*([\[\]{}(),]+|"[^"]*":.*|"[^"]*",?)$')
 _WARNING = re.compile(r"^\S.*:\d+: \w*Warning: ")
 # The trainer's heartbeat for the launchers' watchdog (trainer/watchdog.py), not for people.
 _HEARTBEAT = re.compile(r"^progress: step=\d+ stage=")
@@ -93,13 +100,29 @@ class Console:
             self._to_terminal(text)
             self._to_log(text)
 
-    def show_tail(self, header: str) -> None:
-        """The last lines the components printed (hidden ones included), after a failure."""
+    @property
+    def failed(self) -> list[str]:
+        """The tasks that failed, in order."""
+        return list(self._failed)
+
+    def show_tail(self, header: str) -> bool:
+        """The last lines the failed task printed (hidden ones included), after a failure; only when
+        some of them were hidden (a traceback's frames): lines already on the terminal are not repeated."""
         with self._lock:
             failed = next((t for t in self._failed if self._tails.get(t)), None)
+            lines = list(self._tails[failed] if failed else self.tail)
+            if all(shown for _, shown in lines):
+                return False
             self._to_terminal(f"{header.rstrip(':')} ({failed}):" if failed else header)
-            for line in self._tails[failed] if failed else self.tail:
+            for line, _ in lines:
                 self._to_terminal("    " + line)
+            return True
+
+    def last_line(self, task: str) -> str:
+        """The last line `task` printed itself (its error, as a rule), for a run's one-line summary."""
+        with self._lock:
+            lines = self._tails.get(task) or []
+            return lines[-1][0].strip() if lines else ""
 
     # --- classification
     def _record(self, text: str) -> None:
@@ -142,19 +165,25 @@ class Console:
             if line.strip() and not _RULE.match(line):
                 self._to_terminal(line)  # not a component's line: the runner's own
             return
-        if body.strip() and not body.startswith("[KFP Executor"):
-            self.tail.append(body)
+        shown = not self._hidden(body)
+        if body.strip() and not body.startswith("[KFP Executor") and not _JSON_LINE.match(body) \
+                and not _HEARTBEAT.match(body):  # the component's own lines, not kfp's dump of its input
+            self.tail.append((body, shown))
             if self._current in self._tails:
-                self._tails[self._current].append(body)
-        if (not body.strip() or body[0].isspace() or body in ("{", "}") or body.startswith("[KFP Executor")
-                or (body.startswith('{"') and body.rstrip().endswith("}"))  # JSON for programs (train_result)
-                or _TORCH_LOG.match(body) or _HEARTBEAT.match(body)
-                or body.startswith("Traceback (most recent call last)")):
-            return  # executor input JSON, tracebacks' frames, kfp's own chatter: log file only
-        if _WARNING.match(body):
+                self._tails[self._current].append((body, shown))
+        if shown:
+            self._to_terminal(line)
+        elif _WARNING.match(body):
             self.hidden_warnings += 1
-            return
-        self._to_terminal(line)
+
+    @staticmethod
+    def _hidden(body: str) -> bool:
+        """Executor input JSON, tracebacks' frames, kfp's own chatter, warnings: log file only."""
+        return bool(not body.strip() or _RULE.match(body) or body[0].isspace() or body in ("{", "}")
+                    or body.startswith("[KFP Executor")
+                    or (body.startswith('{"') and body.rstrip().endswith("}"))  # JSON for programs (train_result)
+                    or _TORCH_LOG.match(body) or _HEARTBEAT.match(body)
+                    or body.startswith("Traceback (most recent call last)") or _WARNING.match(body))
 
     def _progress(self, text: str) -> None:
         m = PROGRESS.match(text)
@@ -217,6 +246,7 @@ def install(log: IO[str]):
     saved = sys.stdout, sys.stderr, warnings.showwarning
     console = Console(sys.stdout, log)
     sys.stdout, sys.stderr = console, Tee(saved[1], log)
+    unpatch = _patch_kfp_indent()
 
     def showwarning(message, category, filename, lineno, file=None, line=None):
         text = warnings.formatwarning(message, category, filename, lineno, line)
@@ -230,5 +260,51 @@ def install(log: IO[str]):
     def restore() -> None:
         console.flush()
         sys.stdout, sys.stderr, warnings.showwarning = saved
+        unpatch()
 
     return console, restore
+
+
+_indent = threading.local()
+
+
+def _patch_kfp_indent():
+    """Put a thread-safe `indented_print` in kfp.local's place (see the module docstring);
+    returns the function that puts kfp's back."""
+    import builtins
+    import contextlib
+
+    try:
+        from kfp.local import logging_utils
+    except ImportError:
+        return lambda: None
+    original = getattr(logging_utils, "indented_print", None)
+    if original is None:  # another kfp: its own helper stays
+        return lambda: None
+    real_print = builtins.print
+
+    def print_in_thread(*args, sep=" ", end="\n", file=None, flush=False):
+        spaces = getattr(_indent, "spaces", 0)
+        if not spaces or (file is not None and file is not sys.stdout):
+            return real_print(*args, sep=sep, end=end, file=file, flush=flush)
+        text = (" " if sep is None else sep).join(map(str, args)) + ("\n" if end is None else end)
+        sys.stdout.write(" " * spaces + text)  # one write: another thread's line cannot land inside it
+
+    @contextlib.contextmanager
+    def indented_print(num_spaces: int = 4):
+        outer = getattr(_indent, "spaces", 0)
+        _indent.spaces = num_spaces  # not stacked: a nested task's lines are still a component's
+        try:
+            yield
+        finally:
+            _indent.spaces = outer
+
+    logging_utils.indented_print = indented_print
+    builtins.print = print_in_thread  # prints as before in every thread outside a task's lines
+
+    def unpatch() -> None:
+        logging_utils.indented_print = original
+        if builtins.print is print_in_thread:
+            builtins.print = real_print
+
+    return unpatch

@@ -10,8 +10,12 @@ AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY too.
 
 The console shows each task's start and end, the components' messages and progress,
 then a summary. Everything (kfp.local's executor dumps and warnings too) goes to the
-run's log file. Each run is kept under .runs/<run id>/: run.json (parameters, metrics),
-run.log, reports/*.html, tensorboard/. List and compare runs with `python -m pipelines.runs`.
+run's log file. Each run is kept under .runs/<run id>/ in the current directory (as MLflow's
+./mlruns): run.json (parameters, metrics), run.log, reports/*.html, tensorboard/; the merged
+model goes to .runs/outputs/merged-model (replaced by each run that gets that far). List and
+compare runs with `python -m pipelines.runs` (from the same directory, or with --runs-dir).
+Ctrl-C (or SIGTERM) stops the run: one line, the record says "interrupted", exit status 130
+(143 for SIGTERM).
 
 kfp.local ignores kfp-kubernetes settings (Secrets as env), so this command hands the S3
 settings and credentials to the components through its own environment.
@@ -39,7 +43,6 @@ from pipelines.finetune import finetune_pipeline
 from trainer import settings
 from trainer.errors import UserError, exit_on_user_error
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def parse_params(pairs: list[str], pipeline=finetune_pipeline) -> dict[str, Any]:
@@ -181,16 +184,47 @@ def main(argv: list[str] | None = None) -> int:
                         help="print every pipeline parameter with its default and description, then exit")
     parser.add_argument("--s3-endpoint", default=os.environ.get("S3_ENDPOINT"),
                         help="a real S3/MinIO endpoint (default: $S3_ENDPOINT, else a throwaway server on loopback)")
-    parser.add_argument("--pipeline-root", type=Path, default=ROOT / ".runs" / "pipeline-root",
-                        help="kfp.local's artifact directory (default .runs/pipeline-root)")
-    parser.add_argument("--output-dir", type=Path, default=ROOT / ".runs" / "outputs",
-                        help="where the merged model is copied (default .runs/outputs)")
+    # Under the current directory, as MLflow's ./mlruns: a user running from their project
+    # finds the runs there, not inside wherever this package is installed.
+    parser.add_argument("--pipeline-root", type=Path, default=Path(".runs") / "pipeline-root",
+                        help="kfp.local's artifact directory (default ./.runs/pipeline-root)")
+    parser.add_argument("--output-dir", type=Path, default=Path(".runs") / "outputs",
+                        help="where the merged model is copied, as <dir>/merged-model (default ./.runs/outputs)")
     parser.add_argument("--runs-dir", type=Path, default=runs.RUNS_DIR,
-                        help="where each run's record, log, reports and TensorBoard events are kept (default .runs)")
+                        help="where each run's record, log, reports and TensorBoard events are kept "
+                             "(default ./.runs)")
     parser.add_argument("--keep-serving", action="store_true",
                         help="leave the model server running after the run (it prints how to stop it)")
     args = parser.parse_args(argv)
+    # Absolute: the paths are printed, handed to kfp.local and to the components' processes.
+    for name in ("pipeline_root", "output_dir", "runs_dir"):
+        setattr(args, name, getattr(args, name).absolute())
 
+    try:
+        return _main(args)
+    except KeyboardInterrupt:  # before the run started (its own Ctrl-C is handled in run())
+        print("interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
+
+
+def writable_dir_problems(dirs: dict[str, Path]) -> list[str]:
+    """Each folder the run writes to must be a folder it can create and write, checked before the
+    run rather than when the run is over (the merged model is copied out last)."""
+    import tempfile
+
+    problems = []
+    for option, path in dirs.items():
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=path):
+                pass
+        except OSError as err:
+            why = "is a file" if path.exists() and not path.is_dir() else (err.strerror or type(err).__name__).lower()
+            problems.append(f"{option} {path}: {why}; give a folder this user can create and write")
+    return problems
+
+
+def _main(args: argparse.Namespace) -> int:
     with exit_on_user_error():
         problems: list[str] = []  # the options', --param's and the parameters' problems: all in one message
         if args.parallelism is not None and args.parallelism < 0:  # as submit: 0 is KFP's "no limit"
@@ -211,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         params = parse(pipeline, args.param + (["keep_serving=true"] if args.keep_serving else []), problems)
         problems += throwaway_s3_problems(params, args.s3_endpoint)
+        problems += writable_dir_problems({"--output-dir": args.output_dir, "--runs-dir": args.runs_dir,
+                                           "--pipeline-root": args.pipeline_root})
         if args.pipeline == "sweep":  # before starting anything expensive
             collect(sweep_problems(params) + problems, what="invalid sweep parameters")
             # Trials run side by side on this machine: each gets its share of the cores
@@ -231,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
 def run(pipeline, params: dict[str, Any], args: argparse.Namespace) -> int:
     """Run under kfp.local with the console filtered, then keep the run's record."""
     import shutil
+    import signal
     import tempfile
 
     from kfp import local
@@ -246,6 +283,18 @@ def run(pipeline, params: dict[str, Any], args: argparse.Namespace) -> int:
     # instead of piling up in /tmp. A server left running may still use it.
     tmp = tempfile.mkdtemp(prefix="finetune-run-")
     os.environ["TMPDIR"] = tmp
+
+    def terminated(signum, frame):  # SIGTERM (kill, a CI timeout): clean up as for Ctrl-C
+        # Ctrl-C reaches the components' processes with the terminal's process group; a SIGTERM sent to
+        # this process alone does not, and kfp.local waits for the running one before letting go.
+        for child in _child_pids(os.getpid()):
+            try:
+                os.kill(child, signal.SIGTERM)
+            except OSError:
+                pass
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, terminated)
     with open(log_path, "w", buffering=1) as log:
         console, restore = console_mod.install(log)
         try:
@@ -257,13 +306,38 @@ def run(pipeline, params: dict[str, Any], args: argparse.Namespace) -> int:
                         f"S3 {settings.get('S3_ENDPOINT')} bucket {settings.get('S3_BUCKET')}")
             console.log.write(f"all parameters: {json.dumps(params)}\n")
             return _run(pipeline, params, args, console, run_dir)
-        except KeyboardInterrupt:
-            runs.update_run(run_dir, status="interrupted", summary="interrupted (Ctrl-C)")
+        except (KeyboardInterrupt, Terminated) as err:
+            # kfp.local lets the interrupt through its threads (two chained tracebacks): one line instead.
+            how = "Ctrl-C" if isinstance(err, KeyboardInterrupt) else "SIGTERM"
+            runs.update_run(run_dir, status="interrupted", summary=f"interrupted ({how})")
+            print(f"interrupted ({how}); the run's record: {run_dir}", file=sys.stderr)
+            return 130 if how == "Ctrl-C" else 143
+        except BaseException as err:
+            # A failure of this command itself (not of a task): the record must not stay "running".
+            runs.update_run(run_dir, status="failed", summary=f"run_local failed: {type(err).__name__}: {err}"[:120])
             raise
         finally:
+            signal.signal(signal.SIGTERM, previous)
             restore()
             if not params.get("keep_serving"):
                 shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _child_pids(pid: int) -> list[int]:
+    """This process's direct children, from /proc (Linux; elsewhere none are found)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            continue  # a process that ended meanwhile
+    return found
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that the run's record and temporary files are handled
+    as for Ctrl-C (a BaseException, like KeyboardInterrupt, so that no `except Exception` swallows it)."""
 
 
 def _run(pipeline, params, args, console, run_dir) -> int:
@@ -295,10 +369,16 @@ def _run(pipeline, params, args, console, run_dir) -> int:
     record = dict(status="failed" if error else "succeeded", elapsed_s=round(elapsed, 1), metrics=metrics,
                   finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), kfp_run_dir=str(kfp_run_dir or ""))
     if error:
+        # The failed task's own error line is on the screen already; its hidden lines (a traceback)
+        # come only when there are some, and the closing line names the tasks rather than repeating it.
         console.show_tail("last lines the failed task printed:")
-        print(f"error: {local_error_text(error)}; full log: {run_dir / 'run.log'}"
+        failed = console.failed
+        what = (f"task {failed[0]} failed" + (f" (and {', '.join(failed[1:])})" if failed[1:] else "")
+                + ": its lines above say why" if failed else local_error_text(error))
+        print(f"error: {what}; full log: {run_dir / 'run.log'}"
               + (f"; component logs: {run_dir / 'logs'}" if logs else ""), file=sys.stderr)
-        runs.update_run(run_dir, **record, summary=local_error_text(error)[:120])
+        why = console.last_line(failed[0]) if failed else ""
+        runs.update_run(run_dir, **record, summary=(f"{failed[0]}: {why}" if why else local_error_text(error))[:120])
         return 1
     if args.pipeline == "sweep":
         decision = str(task.outputs["decision"])

@@ -142,8 +142,15 @@ def keep_logs(tmp_dir: Path, run_dir: Path) -> list[Path]:
 def save_tensorboard(run_dir: Path, store, since: float) -> Path | None:
     """Copy the trainer's TensorBoard events written since `since` (epoch seconds) from
     runs/<id>/tensorboard/ in the bucket to run_dir/tensorboard/<id>/; None if there were none."""
-    listed = store._call("TensorBoard listing", lambda: list(store.client.list_objects(
-        store.bucket, prefix="runs/", recursive=True)))
+    from minio.error import S3Error
+
+    try:
+        listed = store._call("TensorBoard listing", lambda: list(store.client.list_objects(
+            store.bucket, prefix="runs/", recursive=True)))
+    except S3Error as err:
+        if err.code == "NoSuchBucket":  # every task failed before writing anything: no events
+            return None
+        raise
     found = [o for o in listed if "/tensorboard/" in o.object_name and o.last_modified.timestamp() >= since - 5
              and not o.object_name.endswith("_manifest.json")]
     if not found:

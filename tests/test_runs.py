@@ -101,12 +101,76 @@ def test_console_tail_is_the_failed_tasks_even_when_later_tasks_ran():
     # for the failed task's under "last lines the failed task printed".
     term, log = io.StringIO(), io.StringIO()
     console = Console(term, log)
-    run_through(console, lambda: kfp_task("deliver-model", ["error: s3://x is not a model\n"], ok=False))
+    trace = ["Traceback (most recent call last):\n", '  File "/x/deliver.py", line 3, in main\n', "KeyError: 'x'\n"]
+    run_through(console, lambda: kfp_task("deliver-model", [*EXECUTOR_DUMP, *trace], ok=False))
     run_through(console, lambda: kfp_task("deliver-dataset", [*EXECUTOR_DUMP] * 5 + ["dataset -> s3://b/d\n"]))
-    console.show_tail("last lines the failed task printed:")
+    assert console.show_tail("last lines the failed task printed:")
     tail = term.getvalue().splitlines()
     tail = tail[tail.index("last lines the failed task printed (deliver-model):") + 1:]
-    assert tail == ["    error: s3://x is not a model"], tail
+    assert tail == ["    Traceback (most recent call last):", '      File "/x/deliver.py", line 3, in main',
+                    "    KeyError: 'x'"], tail
+    assert console.failed == ["deliver-model"] and console.last_line("deliver-model") == "KeyError: 'x'"
+
+
+def test_a_failed_tasks_error_is_shown_once_without_kfps_executor_dump():
+    """A component that says what went wrong in one line: that line, once, not 30 lines of kfp's
+    executor input under "last lines" and the same error again."""
+    term, log = io.StringIO(), io.StringIO()
+    console = Console(term, log)
+    big_dump = [EXECUTOR_DUMP[0], "{\n", '    "inputs": {\n', '        "parameterValues": {\n',
+                '            "source": "someorg/somedata"\n', "        }\n", "    },\n", '    "outputs": {\n',
+                '        "outputFile": "/root/x/executor_output.json"\n', "    }\n", "}\n"]
+    error = "error: dataset 'someorg/somedata' is not in the local Hugging Face cache and the Hub cannot be reached\n"
+    run_through(console, lambda: kfp_task("deliver-dataset", [*big_dump, error], ok=False))
+    assert console.show_tail("last lines the failed task printed:") is False
+    shown = term.getvalue()
+    assert shown.count("is not in the local Hugging Face cache") == 1 and "outputFile" not in shown
+    assert console.last_line("deliver-dataset") == error.strip()
+
+
+def test_sweep_trials_side_by_side_show_their_own_lines_and_no_rules(tmp_path):
+    """kfp.local indents a task's lines by swapping builtins.print, which two trials running in
+    threads stack (their lines went 8-12 spaces deep and were hidden) and can leave swapped (its
+    `----` rules then came out indented and were shown)."""
+    import builtins
+    import threading
+
+    from pipelines import console as console_mod
+
+    real_print = builtins.print
+    both_inside = threading.Barrier(2)
+
+    def trial(n: int) -> None:
+        with logging_utils.indented_print():
+            both_inside.wait(timeout=10)
+            print(f"trial {n}: 100 rows, fc accuracy 0.0% -> 9{n}.0%\n", end="")
+            both_inside.wait(timeout=10)
+            if n == 1:  # the threads leave in the order that left kfp's print swapped
+                time.sleep(0.05)
+        logging_utils.print_horizontal_line()
+
+    with open(tmp_path / "run.log", "w") as log:
+        saved_stdout = sys.stdout
+        term = io.StringIO()
+        sys.stdout = term
+        try:
+            console, restore = console_mod.install(log)
+            try:
+                threads = [threading.Thread(target=trial, args=(n,)) for n in (0, 1)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join(timeout=20)
+                logging_utils.print_horizontal_line()
+            finally:
+                restore()
+        finally:
+            sys.stdout = saved_stdout
+    shown = term.getvalue().splitlines()
+    assert sorted(shown) == ["    trial 0: 100 rows, fc accuracy 0.0% -> 90.0%",
+                             "    trial 1: 100 rows, fc accuracy 0.0% -> 91.0%"], shown
+    assert builtins.print is real_print
+    assert len(re.findall(r"(?m)^-{40,}$", (tmp_path / "run.log").read_text())) == 3  # rules: in the log
 
 
 def fake_kfp_run(root, metrics: dict, examples_md: str):
@@ -371,3 +435,12 @@ def test_compare_shows_failed_and_running_runs_with_their_status_and_no_number_t
     assert runs.main(["list", "--runs-dir", str(tmp_path)]) == 0
     listed = capsys.readouterr().out
     assert "failed" in listed and "task finetune failed" in listed and "running" in listed
+
+
+def test_tensorboard_copy_when_no_task_created_the_bucket_finds_no_events(s3_env, tmp_path):
+    """Every delivery failed (e.g. offline), so nothing ever created the bucket: no events, no traceback."""
+    from trainer.storage import Store
+
+    empty = Store.from_env()
+    empty.bucket = "never-created-bucket"
+    assert runs.save_tensorboard(tmp_path / "run", empty, since=0) is None
