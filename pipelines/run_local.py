@@ -282,6 +282,7 @@ def run(pipeline, params: dict[str, Any], args: argparse.Namespace) -> int:
     # staging, checkpoints on their way up) go to one directory removed after the run,
     # instead of piling up in /tmp. A server left running may still use it.
     tmp = tempfile.mkdtemp(prefix="finetune-run-")
+    saved_tmpdir = os.environ.get("TMPDIR")
     os.environ["TMPDIR"] = tmp
 
     def terminated(signum, frame):  # SIGTERM (kill, a CI timeout): clean up as for Ctrl-C
@@ -319,6 +320,10 @@ def run(pipeline, params: dict[str, Any], args: argparse.Namespace) -> int:
         finally:
             signal.signal(signal.SIGTERM, previous)
             restore()
+            if saved_tmpdir is None:
+                os.environ.pop("TMPDIR", None)
+            else:
+                os.environ["TMPDIR"] = saved_tmpdir
             if not params.get("keep_serving"):
                 shutil.rmtree(tmp, ignore_errors=True)
 

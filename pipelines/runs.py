@@ -1,7 +1,8 @@
 """python -m pipelines.runs {list,compare,tensorboard} [RUN ...] [-n N] [--runs-dir DIR]
 
 Local runs side by side, like the KFP UI's Compare view. Every `pipelines.run_local` run
-keeps a record under .runs/<run id>/ that outlives the run's throwaway S3 server:
+keeps a record under .runs/<run id>/ in the directory it ran from (as MLflow's ./mlruns; run
+this command there too, or give --runs-dir), which outlives the run's throwaway S3 server:
 
   run.json       parameters, metrics of every task, status, times, endpoint, model URI
   run.log        the full console output, kfp.local's executor dumps and warnings included
@@ -36,8 +37,7 @@ from typing import Any
 
 from trainer.errors import UserError, exit_on_user_error
 
-ROOT = Path(__file__).resolve().parent.parent
-RUNS_DIR = ROOT / ".runs"
+RUNS_DIR = Path(".runs")  # under the current directory, as MLflow's ./mlruns
 RECORD = "run.json"
 
 
@@ -310,8 +310,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="how many of the latest runs (default: all for list, 2 for compare and tensorboard)")
     parser.add_argument("--all-params", action="store_true", help="compare: show parameters that are equal too")
     parser.add_argument("--launch", action="store_true", help="tensorboard: start it (Ctrl-C stops)")
-    parser.add_argument("--runs-dir", type=Path, default=RUNS_DIR, help="where run_local keeps runs (default .runs/)")
+    parser.add_argument("--runs-dir", type=Path, default=RUNS_DIR, help="where run_local keeps runs (default ./.runs)")
     args = parser.parse_args(argv)
+    args.runs_dir = args.runs_dir.absolute()  # named in messages: say which .runs was read
 
     with exit_on_user_error():
         if args.last is not None and args.last < 1:

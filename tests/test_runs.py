@@ -444,3 +444,79 @@ def test_tensorboard_copy_when_no_task_created_the_bucket_finds_no_events(s3_env
     empty = Store.from_env()
     empty.bucket = "never-created-bucket"
     assert runs.save_tensorboard(tmp_path / "run", empty, since=0) is None
+
+
+@pytest.mark.parametrize("how, status", [("Ctrl-C", 130), ("SIGTERM", 143)])
+def test_an_interrupted_local_run_is_one_line_a_record_and_no_temporary_folder(tmp_path, monkeypatch, capsys,
+                                                                               how, status):
+    import argparse
+    import os
+    import signal
+    import tempfile
+
+    from pipelines import run_local
+    from pipelines.finetune import finetune_pipeline
+    from pipelines.params import pipeline_defaults
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(run_local, "_child_pids", lambda pid: [])  # pytest's other children are not ours
+
+    def interrupted_run(*_):
+        assert os.environ["TMPDIR"].startswith(str(tmp_path / "finetune-run-"))
+        if how == "Ctrl-C":
+            raise KeyboardInterrupt
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler interrupts this
+
+    monkeypatch.setattr(run_local, "_run", interrupted_run)
+    args = argparse.Namespace(pipeline="finetune", runs_dir=tmp_path / "runs", pipeline_root=tmp_path / "root")
+    before, handler = os.environ.get("TMPDIR"), signal.getsignal(signal.SIGTERM)
+    assert run_local.run(finetune_pipeline, pipeline_defaults(finetune_pipeline), args) == status
+    [run_dir] = (tmp_path / "runs").iterdir()
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "interrupted" and how in record["summary"]
+    err = capsys.readouterr().err
+    assert err.strip() == f"interrupted ({how}); the run's record: {run_dir}" and "Traceback" not in err
+    assert not list(tmp_path.glob("finetune-run-*")) and os.environ.get("TMPDIR") == before
+    assert signal.getsignal(signal.SIGTERM) == handler
+
+
+def test_children_of_a_run_are_found_to_stop_them_on_sigterm():
+    import os
+    import subprocess
+
+    from pipelines import run_local
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert child.pid in run_local._child_pids(os.getpid())
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_an_output_folder_that_cannot_be_written_is_refused_before_the_run(tmp_path, capsys):
+    from pipelines import run_local
+
+    a_file = tmp_path / "model.bin"
+    a_file.write_text("x")
+    with pytest.raises(SystemExit) as exit_:
+        run_local.main(["--output-dir", str(a_file), "--runs-dir", str(tmp_path / "runs"),
+                        "--pipeline-root", "/proc/nope", "--param", "max_steps=10"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--output-dir {a_file}: is a file" in err and "--pipeline-root /proc/nope" in err
+    assert "Traceback" not in err and not list((tmp_path / "runs").glob("2*"))  # no run was started
+
+
+def test_local_runs_are_kept_under_the_current_directory(tmp_path, monkeypatch):
+    """As MLflow's ./mlruns: a user running from their project finds .runs/ there."""
+    from pipelines import run_local
+
+    monkeypatch.chdir(tmp_path)
+    seen = {}
+    monkeypatch.setattr(run_local, "_main", lambda args: seen.update(vars(args)) or 0)
+    assert run_local.main([]) == 0
+    assert seen["runs_dir"] == tmp_path / ".runs" and seen["output_dir"] == tmp_path / ".runs" / "outputs"
+    assert seen["pipeline_root"] == tmp_path / ".runs" / "pipeline-root"
+    assert runs.RUNS_DIR.absolute() == tmp_path / ".runs"
