@@ -385,22 +385,29 @@ def _run(pipeline, params, args, console, run_dir) -> int:
         why = console.last_line(failed[0]) if failed else ""
         runs.update_run(run_dir, **record, summary=(f"{failed[0]}: {why}" if why else local_error_text(error))[:120])
         return 1
+    from trainer.validate import DEFAULTS
+
+    served_name = params.get("served_model_name", DEFAULTS["served_model_name"])
     if args.pipeline == "sweep":
         decision = str(task.outputs["decision"])
         console.say("\n" + Path(task.outputs["summary"].path).read_text().strip())
+        # The winner's model and endpoint come from inside the sweep's dsl.If, which has no pipeline outputs.
+        winner = runs.deployed_outputs(kfp_run_dir) if kfp_run_dir else {"merged_model": "", "endpoint": ""}
+        endpoint, merged_uri = winner["endpoint"], winner["merged_model"]
+        if endpoint:
+            console.say("\n" + endpoint_line(endpoint, metrics.get("deploy", {}), params.get("keep_serving", False),
+                                              served_name))
         console.say(f"pipeline wall time: {elapsed:.1f}s")
         record.update(summary=decision[:120])
     else:
         endpoint = task.outputs["endpoint"]
-        from trainer.validate import DEFAULTS
-
         # The tuned model answers as served_model_name (beside its base too: that one is '<name>-base').
-        console.say(summarize(metrics, endpoint, params.get("keep_serving", False), elapsed,
-                              params.get("served_model_name", DEFAULTS["served_model_name"])))
+        console.say(summarize(metrics, endpoint, params.get("keep_serving", False), elapsed, served_name))
         merged_uri = task.outputs["merged_model"].metadata["uri"]
+    if merged_uri:
         out = export_model(merged_uri, args.output_dir / "merged-model")
         console.say(f"merged model: {merged_uri}\n  copied to {out}  (serve it: python -m trainer serve {out})")
-        record.update(endpoint=endpoint if params.get("keep_serving") else "", merged_model=merged_uri)
+    record.update(endpoint=endpoint if params.get("keep_serving") and endpoint else "", merged_model=merged_uri)
     runs.update_run(run_dir, **record)
     console.say("")
     for path in report_files:

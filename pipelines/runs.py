@@ -95,6 +95,24 @@ def collect_task_outputs(kfp_run_dir: Path) -> tuple[dict[str, dict[str, float]]
     return metrics, reports
 
 
+def deployed_outputs(kfp_run_dir: Path) -> dict[str, str]:
+    """What the sweep's conditional branch produced, which its pipeline outputs cannot carry (KFP
+    returns no output from inside a dsl.If): the merged model's URI and the endpoint, "" for each
+    that did not run (no trial beat the base model)."""
+    found = {"merged_model": "", "endpoint": ""}
+    for out in kfp_run_dir.rglob("executor_output.json"):
+        try:
+            entry = json.loads(out.read_text())
+        except (OSError, ValueError):
+            continue
+        if out.parent.name == "merge-lora":
+            for artifact in entry.get("artifacts", {}).get("merged", {}).get("artifacts", []):
+                found["merged_model"] = (artifact.get("metadata") or {}).get("uri", "") or found["merged_model"]
+        elif out.parent.name == "deploy":
+            found["endpoint"] = str(entry.get("parameterValues", {}).get("endpoint", "")) or found["endpoint"]
+    return found
+
+
 # Titles for the reports this project's components write; others are named after task and output.
 TITLES = {"finetune-report": "Training report", "evaluate-examples": "Evaluation: base vs tuned",
           "pick-best-summary": "Sweep results"}

@@ -520,3 +520,41 @@ def test_local_runs_are_kept_under_the_current_directory(tmp_path, monkeypatch):
     assert seen["runs_dir"] == tmp_path / ".runs" and seen["output_dir"] == tmp_path / ".runs" / "outputs"
     assert seen["pipeline_root"] == tmp_path / ".runs" / "pipeline-root"
     assert runs.RUNS_DIR.absolute() == tmp_path / ".runs"
+
+
+def test_a_sweeps_winner_model_and_endpoint_are_found_inside_its_condition(tmp_path):
+    """The sweep deploys its winner inside a dsl.If, which gives the pipeline no outputs: run_local
+    reads them from kfp.local's task outputs to copy the model out and show the endpoint."""
+    kfp_run = tmp_path / "llm-finetune-sweep-2026-11-22-19-39-26-055711"
+    for task, entry in {
+            "merge-lora": {"artifacts": {"merged": {"artifacts": [{"name": "merged", "uri": "/x/merged", "metadata": {
+                "uri": "s3://llm-finetune/models/sha256-dd42", "tree_sha256": "dd42"}}]}}},
+            "deploy": {"parameterValues": {"endpoint": "http://127.0.0.1:54359/v1", "smoke_ok": True}},
+            "for-loop-1-iteration-0/finetune": {"artifacts": {"adapter": {"artifacts": [
+                {"name": "adapter", "uri": "/x/a", "metadata": {"uri": "s3://llm-finetune/models/sha256-aa"}}]}}}}.items():
+        (kfp_run / task).mkdir(parents=True)
+        (kfp_run / task / "executor_output.json").write_text(json.dumps(entry))
+    assert runs.deployed_outputs(kfp_run) == {"merged_model": "s3://llm-finetune/models/sha256-dd42",
+                                              "endpoint": "http://127.0.0.1:54359/v1"}
+    (kfp_run / "merge-lora" / "executor_output.json").unlink()  # no trial beat the base: nothing deployed
+    (kfp_run / "deploy" / "executor_output.json").unlink()
+    assert runs.deployed_outputs(kfp_run) == {"merged_model": "", "endpoint": ""}
+
+
+@pytest.mark.parametrize("command", [["pipelines.submit", "--list-params"], ["pipelines.runs", "compare"]])
+def test_output_piped_into_a_reader_that_stops_early_ends_quietly(tmp_path, command):
+    """`... | head`: the reader goes away before the output is written; no BrokenPipeError traceback."""
+    import subprocess
+    from pathlib import Path
+
+    runs_dir = tmp_path / "runs"
+    for lr in (0.001, 0.002):
+        record_run(runs_dir, tmp_path, lr=lr, acc=0.5)
+    proc = subprocess.Popen([sys.executable, "-m", *command, *(["--runs-dir", str(runs_dir)] if "runs" in command[0]
+                                                                 else [])],
+                            cwd=Path(__file__).resolve().parent.parent, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # before the child has printed anything: its first write meets a closed pipe
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 141, err
+    assert "Traceback" not in err and "BrokenPipe" not in err and "Exception ignored" not in err, err

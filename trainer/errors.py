@@ -38,9 +38,17 @@ def collect(problems: Iterable[str], what: str = "invalid configuration") -> Non
 
 @contextlib.contextmanager
 def exit_on_user_error() -> Iterator[None]:
-    """Turn a UserError into `error: <message>` on stderr and exit status 2."""
+    """Turn a UserError into `error: <message>` on stderr and exit status 2; a reader that went
+    away (`... | head`) into a quiet exit, as Unix tools do, instead of a BrokenPipeError traceback."""
     try:
         yield
+        sys.stdout.flush()  # a closed pipe shows here rather than as a traceback at exit
     except UserError as err:
         print(f"error: {err}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
+    except BrokenPipeError:
+        import os
+
+        # Python's advice: point stdout at devnull so that the flush at exit does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(141) from None  # 128 + SIGPIPE, what a shell reports for a tool cut off by head
