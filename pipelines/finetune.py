@@ -178,8 +178,8 @@ def finetune_pipeline(
         max_restarts: Times a failed job is restarted from its last checkpoint before the run fails; 2-3.
         eval_max_rows: Held-out rows scored for base vs tuned metrics (more rows: better estimate, longer evaluation),
             e.g. 500.
-        deploy_backend: Where the merged model is served: local (inside the pipeline pod, demos), kubernetes (a vLLM
-            Deployment and Service) or kserve (an InferenceService).
+        deploy_backend: Where the merged model is served: local (run_local only: the cluster image has no vLLM), kubernetes
+            (a vLLM Deployment and Service) or kserve (an InferenceService); one of the last two on a cluster.
         keep_serving: Leave the local server running after the smoke test (local backend only); false on a cluster.
         serve_adapters: Serve the base model as `served_model_name`-base and the LoRA adapter as `served_model_name`
             side by side (vLLM --enable-lora), to compare both through one endpoint; false serves the merged model.

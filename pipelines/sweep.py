@@ -123,8 +123,8 @@ def build(parallelism: int = 2):
                 4294967295.
             max_restarts: Times a failed trial is restarted from its last checkpoint before it fails; 2-3.
             eval_max_rows: Held-out rows scored per trial for base vs tuned metrics, e.g. 500.
-            deploy_backend: Where the winner is served: local (inside the pipeline pod, demos), kubernetes (a vLLM
-                Deployment and Service) or kserve (an InferenceService).
+            deploy_backend: Where the winner is served: local (run_local only: the cluster image has no vLLM), kubernetes
+                (a vLLM Deployment and Service) or kserve (an InferenceService); one of the last two on a cluster.
             keep_serving: Leave the local server running after the smoke test (local backend only); false on a
                 cluster.
             served_model_name: Name clients ask for (the OpenAI "model" field); on a cluster also the Deployment and

@@ -118,7 +118,7 @@ def test_sweep_trial_with_a_quoted_number_names_the_fix(tmp_path):
 def test_unreachable_kfp_host_is_one_error_line(tmp_path):
     env = {**__import__("os").environ, "HOME": str(tmp_path)}
     proc = run("-m", "pipelines.submit", "--host", "http://127.0.0.1:9", "--param", "launcher=kubernetes",
-               "--param", "model_source=Qwen/Qwen2.5-0.5B-Instruct", env=env)
+               "--param", "deploy_backend=kubernetes", "--param", "model_source=Qwen/Qwen2.5-0.5B-Instruct", env=env)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("error: cannot reach KFP at http://127.0.0.1:9")
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
@@ -184,10 +184,11 @@ def test_param_typos_name_the_fix_and_spaces_around_the_name_are_typing(capsys):
     with pytest.raises(SystemExit) as exit_info:
         submit.main(["--dry-run", "--param", "=1", "--param", "max_stepz=3", "--param", "lora_r = 16"])
     err = capsys.readouterr().err
-    assert exit_info.value.code == 2 and "invalid pipeline parameters (3 problems)" in err  # + launcher=local
+    assert exit_info.value.code == 2 and "invalid pipeline parameters (4 problems)" in err  # + launcher, deploy_backend
     assert "--param '=1' has no name before '='" in err
     assert "unknown parameter 'max_stepz'; did you mean max_steps?" in err
-    assert submit.main(["--dry-run", "--param", "launcher=trainjob", "--param", "lora_r = 16"]) == 0
+    assert submit.main(["--dry-run", "--param", "launcher=trainjob", "--param", "deploy_backend=kserve", "--param",
+                        "lora_r = 16"]) == 0
     assert "--lora-r=16" in capsys.readouterr().out
 
 
@@ -343,17 +344,18 @@ def test_sweep_min_gain_in_percent_and_one_trial_object_without_brackets_name_th
 
     with pytest.raises(SystemExit) as exit_info:
         submit.main(["--dry-run", "--pipeline", "sweep", "--param", "launcher=trainjob", "--param",
-                     'trials={"lora_r": 16, "lora_alpha": 32, "learning_rate": 0.0002}'])
+                     "deploy_backend=kubernetes", "--param", 'trials={"lora_r": 16, "lora_alpha": 32, "learning_rate": 0.0002}'])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "for one object, wrap it in [ ] to make a list of one" in err
     with pytest.raises(SystemExit) as exit_info:
-        submit.main(["--dry-run", "--pipeline", "sweep", "--param", "launcher=trainjob", "--param", "min_gain=10"])
+        submit.main(["--dry-run", "--pipeline", "sweep", "--param", "launcher=trainjob", "--param", "min_gain=10",
+                     "--param", "deploy_backend=kubernetes"])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2
     assert "min_gain=10 can never be reached with select_metric=fc_accuracy" in err and "write 0.1" in err
     # in loss units a gain above 1 is possible
     assert submit.main(["--dry-run", "--pipeline", "sweep", "--param", "launcher=trainjob", "--param", "min_gain=10",
-                        "--param", "select_metric=eval_loss"]) == 0
+                        "--param", "select_metric=eval_loss", "--param", "deploy_backend=kubernetes"]) == 0
 
 
 def test_names_images_and_urls_with_spaces_at_their_ends_are_refused_naming_the_spaces(capsys):
@@ -371,7 +373,7 @@ def test_names_images_and_urls_with_spaces_at_their_ends_are_refused_naming_the_
     assert "e.g. registry_address='http://reg:8080'" in err and "e.g. cleanup='always'" in err
     assert "e.g. namespace='team-a'" in err
     # sources keep being read stripped, as everywhere else
-    assert submit.main(["--dry-run", "--param", "launcher=trainjob", "--param",
+    assert submit.main(["--dry-run", "--param", "launcher=trainjob", "--param", "deploy_backend=kubernetes", "--param",
                         "dataset_source= s3://llm-finetune/datasets/sha256-abc "]) == 0
 
 
@@ -383,9 +385,9 @@ def test_bad_param_values_options_and_parameter_rules_come_in_one_message(capsys
         submit.main(["--dry-run", "--param", "max_steps=many", "--param", "lora_r=0", "--param", "launcher=local",
                      "--recurring", "0 3 * * *", "--max-concurrency", "0", "--experiment", " "])
     err = capsys.readouterr().err
-    assert exit_info.value.code == 2 and err.startswith("error: invalid pipeline parameters (6 problems):")
+    assert exit_info.value.code == 2 and err.startswith("error: invalid pipeline parameters (7 problems):")
     for needle in ("max_steps='many' is not a valid whole number", "--experiment is empty", "--max-concurrency 0",
-                   "lora_r must be > 0", "launcher=local would train", "has 5 field(s)"):
+                   "lora_r must be > 0", "launcher=local would train", "has 5 field(s)", "deploy_backend=local serves"):
         assert needle in err
     with pytest.raises(SystemExit) as exit_info:
         run_local.main(["--pipeline-root", str(tmp_path / "r"), "--param", "eval_fraction=nan", "--param", "nodes=0"])
@@ -442,3 +444,22 @@ def test_trainer_cli_refuses_too_few_rows_before_downloading_the_model(store, tm
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert f"only {meta['rows']['train']} training rows, fewer than batch_size x processes = 32 x 1" in proc.stderr
     assert "lower batch_size" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_submit_refuses_the_local_deploy_backend_naming_the_cluster_ones(capsys, monkeypatch):
+    """The project image has no vLLM: deploy_backend=local (the default, for run_local) trained on
+    the cluster and then failed at deploy. Refused by submit, and by validate-params in a pod."""
+    from components.validate_params import validate_params
+    from pipelines import submit
+
+    with pytest.raises(SystemExit) as exit_info:
+        submit.main(["--dry-run", "--param", "launcher=trainjob"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "(1 problem)" in err, err
+    assert "deploy_backend=local serves inside the pipeline pod, whose image (docker/Dockerfile) has no vLLM" in err
+    assert "use deploy_backend=kubernetes" in err and "deploy_backend=kserve" in err
+    assert submit.main(["--dry-run", "--param", "launcher=trainjob", "--param", "deploy_backend=kserve"]) == 0
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")  # the step as it runs in a cluster pod
+    with pytest.raises(SystemExit) as exit_info:
+        validate_params.python_func(launcher="trainjob")
+    assert exit_info.value.code == 2 and "deploy_backend=local serves" in capsys.readouterr().err

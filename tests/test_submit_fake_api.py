@@ -96,7 +96,8 @@ def test_bad_parameters_upload_nothing_fake_api(kfp_api, capsys, tmp_path):
     local = tmp_path / "mine.jsonl"
     local.write_text("{}\n")
     with pytest.raises(SystemExit):
-        submit.main(["--host", kfp_api.url, "--param", "launcher=kubernetes", "--param", f"dataset_source={local}",
+        submit.main(["--host", kfp_api.url, "--param", "launcher=kubernetes", "--param", "deploy_backend=kubernetes",
+                     "--param", f"dataset_source={local}",
                      "--param", "cleanup=sometimes", "--param", "lora_r=0"])
     err = capsys.readouterr().err
     assert "cluster cannot read" in err and "3 problems" in err
@@ -129,7 +130,8 @@ def test_recurring_run_takes_every_schedule_form_kfp_accepts_fake_api(kfp_api, s
 def test_sweep_is_submitted_as_its_own_pipeline_fake_api(kfp_api, capsys):
     trials = '[{"lora_r": 8, "lora_alpha": 16, "learning_rate": 0.0002}, {"lora_r": 32, "lora_alpha": 64, "learning_rate": 0.0001}]'
     assert submit.main(["--host", kfp_api.url, "--pipeline", "sweep", "--parallelism", "3", "--param",
-                        "launcher=trainjob", "--param", f"trials={trials}", "--param", "min_gain=0.05"]) == 0
+                        "launcher=trainjob", "--param", "deploy_backend=kubernetes", "--param", f"trials={trials}",
+                        "--param", "min_gain=0.05"]) == 0
     [pipeline] = kfp_api.state.pipelines.values()
     assert pipeline["display_name"] == "llm-finetune-sweep"
     [run] = kfp_api.state.runs.values()
@@ -147,8 +149,8 @@ def test_sweep_bad_trials_and_parallelism_upload_nothing_fake_api(kfp_api, capsy
         submit.main(["--host", kfp_api.url, "--pipeline", "sweep", "--parallelism", "-1",
                      "--param", 'trials=[{"lora_r": 8}]'])
     err = capsys.readouterr().err
-    assert exit_info.value.code == 2 and "3 problems" in err and "--parallelism -1" in err
-    assert "trials[0] must have exactly the keys" in err and "launcher=local" in err
+    assert exit_info.value.code == 2 and "4 problems" in err and "--parallelism -1" in err
+    assert "trials[0] must have exactly the keys" in err and "launcher=local" in err and "deploy_backend=local" in err
     assert not kfp_api.state.requests
 
 
@@ -212,7 +214,8 @@ def test_multi_user_kfp_gets_the_experiment_in_the_profile_namespace_fake_api(kf
     assert sorted(e["namespace"] for e in kfp_api.state.experiments.values()) == ["team-a", "team-b"]
     assert len(kfp_api.state.runs) == 2
     with pytest.raises(SystemExit) as exit_info:  # the sweep's namespace parameter left empty: nothing to fall back on
-        submit.main(["--host", kfp_api.url, "--pipeline", "sweep", "--param", "launcher=trainjob"])
+        submit.main(["--host", kfp_api.url, "--pipeline", "sweep", "--param", "launcher=trainjob", "--param",
+                     "deploy_backend=kubernetes"])
     assert exit_info.value.code == 2 and "pass --kfp-namespace" in capsys.readouterr().err
 
 
@@ -359,7 +362,7 @@ def test_parallelism_zero_means_no_limit_and_the_finetune_pipeline_notes_it_does
     assert len(kfp_api.state.runs) == 1
     trials = '[{"lora_r": 8, "lora_alpha": 16, "learning_rate": 0.0002}]'
     assert submit.main(["--host", kfp_api.url, "--pipeline", "sweep", "--parallelism", "0", "--param",
-                        "launcher=trainjob", "--param", f"trials={trials}"]) == 0
+                        "launcher=trainjob", "--param", "deploy_backend=kubernetes", "--param", f"trials={trials}"]) == 0
     [sweep_pid] = [pid for pid, p in kfp_api.state.pipelines.items() if p["display_name"] == "llm-finetune-sweep"]
     uploaded = kfp_api.state.uploads[kfp_api.state.versions[sweep_pid][0]["pipeline_version_id"]]
     assert b"parallelismLimit" not in uploaded  # 0: ParallelFor unconstrained, as KFP defines it
@@ -491,10 +494,10 @@ def test_schedules_at_least_a_minute_apart_pass(schedule):
 def test_a_missing_host_is_reported_with_the_parameter_problems(monkeypatch, capsys):
     monkeypatch.delenv("KFP_HOST", raising=False)
     with pytest.raises(SystemExit) as exit_info:
-        submit.main(["--param", "lora_r=0", "--param", "launcher=trainjob"])
+        submit.main(["--param", "lora_r=0", "--param", "launcher=trainjob", "--param", "deploy_backend=kserve"])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "(2 problems)" in err
     assert "no KFP host: pass --host URL or set KFP_HOST" in err and "lora_r must be > 0" in err
     with pytest.raises(SystemExit) as exit_info:
-        submit.main(["--host", "  ", "--param", "launcher=trainjob"])
+        submit.main(["--host", "  ", "--param", "launcher=trainjob", "--param", "deploy_backend=kserve"])
     assert exit_info.value.code == 2 and "no KFP host" in capsys.readouterr().err

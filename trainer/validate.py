@@ -333,6 +333,10 @@ def on_cluster_problems(params: dict[str, Any]) -> list[str]:
     if params.get("launcher", DEFAULTS["launcher"]) == "local":
         problems.append("launcher=local would train inside one pipeline pod; use launcher=trainjob (Kubeflow Trainer v2) "
                         "or launcher=pytorchjob (Training Operator v1) on a cluster")
+    if params.get("deploy_backend", DEFAULTS["deploy_backend"]) == "local":  # the default, for run_local
+        problems.append("deploy_backend=local serves inside the pipeline pod, whose image (docker/Dockerfile) has no "
+                        "vLLM, so it would fail after training; on a cluster use deploy_backend=kubernetes (a vLLM "
+                        "Deployment and Service) or deploy_backend=kserve (an InferenceService)")
     if params.get("keep_serving") is True:  # the local server would end with its pod
         problems.append("keep_serving=true keeps a server on the machine of a local run only; on a cluster use "
                         "deploy_backend=kubernetes or deploy_backend=kserve for a server that stays up")
