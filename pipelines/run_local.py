@@ -214,6 +214,7 @@ def writable_dir_problems(dirs: dict[str, Path]) -> list[str]:
 
     problems = []
     for option, path in dirs.items():
+        created = [p for p in (path, *path.parents) if not p.exists()]  # removed again: a check writes nothing
         try:
             path.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryFile(dir=path):
@@ -221,6 +222,12 @@ def writable_dir_problems(dirs: dict[str, Path]) -> list[str]:
         except OSError as err:
             why = "is a file" if path.exists() and not path.is_dir() else (err.strerror or type(err).__name__).lower()
             problems.append(f"{option} {path}: {why}; give a folder this user can create and write")
+        finally:
+            for made in created:  # deepest first
+                try:
+                    made.rmdir()
+                except OSError:
+                    break
     return problems
 
 

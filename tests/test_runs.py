@@ -506,7 +506,7 @@ def test_an_output_folder_that_cannot_be_written_is_refused_before_the_run(tmp_p
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert f"--output-dir {a_file}: is a file" in err and "--pipeline-root /proc/nope" in err
-    assert "Traceback" not in err and not list((tmp_path / "runs").glob("2*"))  # no run was started
+    assert "Traceback" not in err and not (tmp_path / "runs").exists()  # nothing started, nothing written
 
 
 def test_local_runs_are_kept_under_the_current_directory(tmp_path, monkeypatch):
