@@ -304,7 +304,9 @@ def tensorboard_command(runs: list[dict[str, Any]]) -> list[str]:
     """`tensorboard --logdir_spec name:dir,...` over the runs that have event files."""
     spec = [f"{r['id']}:{Path(r['dir']) / 'tensorboard'}" for r in runs if (Path(r["dir"]) / "tensorboard").is_dir()]
     if not spec:
-        raise UserError("none of these runs has TensorBoard events (a run that failed before training has none)")
+        raise UserError(f"none of the runs {', '.join(r['id'] for r in runs)} has TensorBoard events (a run that "
+                        "failed before training has none): name others, or leave the ids out for the latest runs "
+                        "that have some (-n N for how many)")
     exe = shutil.which("tensorboard") or str(Path(sys.executable).parent / "tensorboard")
     return [exe, "--logdir_spec", ",".join(spec)]
 
@@ -338,6 +340,13 @@ def main(argv: list[str] | None = None) -> int:
         runs = load_runs(args.runs_dir)
         if not runs:
             raise UserError(f"no local runs under {args.runs_dir}: run python -m pipelines.run_local first")
+        if args.command == "tensorboard" and not args.runs:
+            # The latest runs that have curves: a failed run just before must not hide the one before it.
+            with_events = [r for r in runs if (Path(r["dir"]) / "tensorboard").is_dir()]
+            if not with_events:
+                raise UserError(f"none of the {len(runs)} runs under {args.runs_dir} has TensorBoard events (a run "
+                                "that failed before training has none); see: python -m pipelines.runs list")
+            runs = with_events
         chosen = select(runs, args.runs, args.last or (len(runs) if args.command == "list" else 2), args.runs_dir)
         if args.command == "list":
             print(list_table(chosen))

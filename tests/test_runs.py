@@ -558,3 +558,17 @@ def test_output_piped_into_a_reader_that_stops_early_ends_quietly(tmp_path, comm
     err = proc.stderr.read()
     assert proc.wait(timeout=120) == 141, err
     assert "Traceback" not in err and "BrokenPipe" not in err and "Exception ignored" not in err, err
+
+
+def test_tensorboard_takes_the_latest_runs_that_have_events_not_the_latest_failed_ones(tmp_path, capsys):
+    runs_dir = tmp_path / "runs"
+    with_events = [record_run(runs_dir, tmp_path, lr=lr, acc=0.5) for lr in (0.001, 0.002)]
+    for _ in range(2):  # two runs that failed before training: no events
+        failed = runs.new_run("finetune", {"learning_rate": 0.003}, runs_dir)
+        runs.update_run(failed, status="failed", summary="deliver-model: error: no such model")
+    assert runs.main(["tensorboard", "--runs-dir", str(runs_dir)]) == 0
+    spec = capsys.readouterr().out.split("--logdir_spec ")[1]
+    assert [part.split(":")[0] for part in spec.strip().split(",")] == with_events
+    with pytest.raises(SystemExit):
+        runs.main(["tensorboard", failed.name, "--runs-dir", str(runs_dir)])
+    assert "-n N" in capsys.readouterr().err
