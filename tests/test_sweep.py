@@ -40,6 +40,12 @@ def test_pick_by_accuracy_without_tool_call_rows_deploys_nothing_and_names_eval_
     assert not picked["deploy"] and "no tool-call rows (4 text rows)" in picked["reason"]
     assert "select_metric=eval_loss" in picked["reason"]
     assert pick(TRIALS, text_only, "eval_loss", min_gain=0.1)["best"] == 1
+    # README: a metric is never shown as a measured-looking 0; and no trial is "best" on a tie of nothing
+    from trainer.report import sweep_markdown
+
+    table = sweep_markdown(picked, "fc_accuracy")
+    assert "| 0 | 4 | 8 | 0.003 | not measured | not measured | not measured |" in table
+    assert "(best)" not in table
 
 
 def run_sweep(tmp_path, min_gain):
@@ -78,3 +84,21 @@ def test_sweep_says_why_it_did_not_deploy(tmp_path):
     assert ("not-deployed", "SUCCESS") in done
     assert not any(t in ("deploy", "merge-lora") for t, _ in done)
     assert "not deployed: the best trial" in proc.stdout and "less than min_gain 100" in proc.stdout
+
+
+def test_a_sweep_on_text_only_data_by_fc_accuracy_is_refused_before_any_trial(tmp_path):
+    """Every trial trained, then scored 0 -> 0 and nothing deployed. The rows are read by
+    validation anyway (a local file): refuse up front, naming select_metric=eval_loss."""
+    from trainer.validate import sweep_problems
+
+    path = tmp_path / "chat.jsonl"
+    path.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"hello {i}"},
+                                                     {"role": "assistant", "content": f"hi {i}"}]}) + "\n"
+                            for i in range(40)))
+    params = {"trials": TRIALS, "dataset_source": str(path)}
+    problems = sweep_problems(params)
+    assert len(problems) == 1, problems
+    assert "select_metric=fc_accuracy measures tool calls, but the eval split of dataset_source" in problems[0]
+    assert "has none (4 text rows)" in problems[0] and problems[0].endswith("set select_metric=eval_loss")
+    assert sweep_problems({**params, "select_metric": "eval_loss"}) == []
+    assert sweep_problems({"trials": TRIALS}) == []  # the built-in data has tool-call rows

@@ -111,8 +111,10 @@ def sweep_markdown(picked: dict[str, Any], select_metric: str) -> str:
                   key=lambda k: (list(TRIAL_KEYS).index(k) if k in TRIAL_KEYS else len(TRIAL_KEYS), k))
     head = ["trial", *keys, f"base {select_metric}", f"tuned {select_metric}", "gain"]
     lines = ["# Sweep results", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    measured = picked.get("measured", True)  # else no trial is best: the metric measured nothing
+    shown = lambda v: "not measured" if v is None else f"{v:.4g}"  # noqa: E731 - never a made-up 0
     for r in picked["rows"]:
-        mark = " (best)" if r["trial"] == picked["best"] else ""
-        lines.append("| " + " | ".join([f"{r['trial']}{mark}", *(str(r[k]) for k in keys), f"{r['base']:.4g}",
-                                        f"{r['tuned']:.4g}", f"{r['gain']:.4g}"]) + " |")
+        mark = " (best)" if measured and r["trial"] == picked["best"] else ""
+        lines.append("| " + " | ".join([f"{r['trial']}{mark}", *(str(r[k]) for k in keys), shown(r["base"]),
+                                        shown(r["tuned"]), shown(r["gain"])]) + " |")
     return "\n".join([*lines, "", f"**{picked['reason']}**", ""])

@@ -14,7 +14,8 @@ def pick(trials: list[dict[str, Any]], metrics: list[dict[str, float]], select_m
 
     `metrics[i]` are trial i's evaluate metrics (base_* and tuned_* keys). Gain is measured in
     the metric's own units, in the improving direction (accuracy up, loss down).
-    Returns {"best": index, "deploy": bool, "reason": str, "rows": [per-trial summary]}.
+    Returns {"best": index, "deploy": bool, "reason": str, "rows": [per-trial summary]}; with
+    "measured": False (and base/tuned/gain None in the rows) when the metric measured nothing.
     """
     if select_metric not in SELECT:
         raise ValueError(f"select_metric must be one of {sorted(SELECT)}, got {select_metric!r}")
@@ -34,10 +35,13 @@ def pick(trials: list[dict[str, Any]], metrics: list[dict[str, float]], select_m
     b = rows[best]
     desc = ", ".join(f"{k}={v}" for k, v in trials[best].items())
     if select_metric == "fc_accuracy" and all(m.get("fc_rows", 1) == 0 for m in metrics):
-        # 0 -> 0 for every trial would "pick" trial 0 by a tie nobody meant.
+        # 0 -> 0 for every trial would "pick" trial 0 by a tie nobody meant; the table shows the
+        # metric as not measured (None), never as a measured-looking 0, and marks no trial best.
+        for r in rows:
+            r.update(base=None, tuned=None, gain=None)
         reason = (f"not deployed: fc_accuracy measures nothing here, the eval split has no tool-call rows "
                   f"({int(metrics[0].get('text_rows', 0))} text rows): run the sweep with select_metric=eval_loss")
-        return {"best": best, "deploy": False, "reason": reason, "rows": rows}
+        return {"best": best, "deploy": False, "reason": reason, "rows": rows, "measured": False}
     if gains[best] >= min_gain:
         reason = (f"deploying trial {best} ({desc}): {select_metric} {b['base']:.4g} -> {b['tuned']:.4g}, "
                   f"gain {gains[best]:.4g} >= min_gain {min_gain}")

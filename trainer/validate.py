@@ -153,11 +153,13 @@ def type_problems(params: dict[str, Any]) -> tuple[list[str], set[str]]:
     return problems, bad
 
 
-def pipeline_problems(params: dict[str, Any], check_local_files: bool = True) -> list[str]:
+def pipeline_problems(params: dict[str, Any], check_local_files: bool = True,
+                      splits_out: dict | None = None) -> list[str]:
     """Every problem in a set of finetune-pipeline parameters (missing optional keys take defaults).
 
     `check_local_files` reads local dataset files fully (run_local); submit turns it off
-    because a cluster cannot read this machine's files anyway.
+    because a cluster cannot read this machine's files anyway. `splits_out` receives the local
+    dataset's rows read on the way ({"train": [...], "eval": [...]}), for the sweep's own checks.
     """
     params = {**_TRAIN_PARAMS, **DEFAULTS, **params}
     problems, bad = type_problems(params)
@@ -193,6 +195,8 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True) ->
             except UserError as err:
                 problems.append(str(err))
             else:
+                if splits_out is not None:
+                    splits_out.update(splits)
                 problems += _template_problems(params["model_source"], splits, problems, params["max_seq_len"],
                                                params["model_revision"])
                 try:  # the trainer's own rule, now instead of after delivery
@@ -358,7 +362,8 @@ def sweep_problems(params: dict[str, Any], check_local_files: bool = True) -> li
 
     trials = params.get("trials", DEFAULTS["trials"])
     shared = {k: v for k, v in params.items() if k not in SWEEP_ONLY}
-    problems = pipeline_problems({**shared, "method": "lora"}, check_local_files)
+    splits: dict[str, list] = {}
+    problems = pipeline_problems({**shared, "method": "lora"}, check_local_files, splits_out=splits)
     if not isinstance(trials, list) or not trials:
         problems.append(f"trials must be a non-empty JSON list of objects like {TRIAL_EXAMPLE}, got {trials!r}")
         trials = []
@@ -382,6 +387,15 @@ def sweep_problems(params: dict[str, Any], check_local_files: bool = True) -> li
     select = params.get("select_metric", DEFAULTS["select_metric"])
     if select not in SELECT:
         problems.append(f"select_metric must be one of {sorted(SELECT)}, got {select!r}")
+    elif select == "fc_accuracy" and splits.get("eval"):
+        from trainer.evaluate import row_counts
+
+        # Every trial would train, then score 0 -> 0 and nothing deploys: say so before the first.
+        counts = row_counts(splits["eval"])
+        if not counts["fc_rows"]:
+            problems.append(f"select_metric=fc_accuracy measures tool calls, but the eval split of dataset_source "
+                            f"{str(params.get('dataset_source', '')).strip()!r} has none ({counts['text_rows']} text "
+                            "rows), so no trial could be picked or deployed: set select_metric=eval_loss")
     gain = params.get("min_gain", DEFAULTS["min_gain"])
     if p := value_problem("min_gain", gain, float):
         problems.append(p)
