@@ -572,3 +572,17 @@ def test_tensorboard_takes_the_latest_runs_that_have_events_not_the_latest_faile
     with pytest.raises(SystemExit):
         runs.main(["tensorboard", failed.name, "--runs-dir", str(runs_dir)])
     assert "-n N" in capsys.readouterr().err
+
+
+def test_a_converted_dataset_is_announced_by_the_step_that_converts_not_by_each_check(tmp_path, capsys):
+    """run_local checks the parameters, then validate-params, then deliver-dataset reads the file:
+    the "N ShareGPT rows converted" line is deliver-dataset's alone."""
+    from tests.test_data import SHAREGPT, write
+    from trainer import sources
+    from trainer.validate import DEFAULTS, pipeline_problems
+
+    path = write(tmp_path, [json.dumps(SHAREGPT)] * 12)
+    assert pipeline_problems({**DEFAULTS, "dataset_source": str(path), "batch_size": 1}) == []
+    assert "converted" not in capsys.readouterr().out
+    sources.materialize_dataset(sources.Source("local", str(path)), "", 0.25, 1)
+    assert capsys.readouterr().out.count("rows converted to chat messages") == 1

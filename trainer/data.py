@@ -19,6 +19,8 @@ and Parquet; every reader ends in the same row checks.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 from pathlib import Path
 from typing import Any, Iterable
@@ -483,8 +485,25 @@ def format_problems(formats: list[tuple[int, str | None]]) -> list[tuple[int, st
             for at, fmt in formats if _family(fmt) and _family(fmt) != major]
 
 
+_QUIET = contextvars.ContextVar("quiet_conversions", default=False)
+
+
+@contextlib.contextmanager
+def quiet_conversions():
+    """A context in which reading a dataset says nothing of its conversion: for checks that read
+    it only to validate it (run_local's before the run, validate-params), so that a run says it
+    once, from the step that converts (deliver-dataset), instead of three times."""
+    token = _QUIET.set(True)
+    try:
+        yield
+    finally:
+        _QUIET.reset(token)
+
+
 def announce(formats: Iterable[str | None], where: str) -> None:
     """One line per converted format, so that a run's log says what the trainer made of the file."""
+    if _QUIET.get():
+        return
     formats = list(formats)
     for fmt in CONVERTED:
         if n := formats.count(fmt):

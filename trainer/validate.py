@@ -191,7 +191,10 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True,
                 problems += sources.model_dir_problems(src.ref)
         if what == "dataset" and src.kind == "local" and check_local_files:
             try:  # local files are cheap to check fully now; Hub data is checked on delivery
-                splits = sources.materialize_dataset(src, "", params["eval_fraction"], params["seed"])
+                from trainer.data import quiet_conversions
+
+                with quiet_conversions():  # deliver-dataset says what it converts, once
+                    splits = sources.materialize_dataset(src, "", params["eval_fraction"], params["seed"])
             except UserError as err:
                 problems.append(str(err))
             else:
