@@ -364,6 +364,38 @@ def test_sharegpt_from_names_are_read_in_any_case():
     assert data.validate_rows([row], "rows") == [json.loads(GOOD.replace("hello", "yo"))]
 
 
+def test_sharegpt_weights_on_every_turn_keep_only_the_assistants():
+    """axolotl-style exports (SlimOrca) weigh every turn: system null, human 0, gpt 1. Only an
+    assistant turn is trained, so the others' weights are dropped, not refused."""
+    slimorca = {"conversations": [{"from": "system", "value": "You are an AI assistant.", "weight": None},
+                                  {"from": "human", "value": "Hi", "weight": 0.0},
+                                  {"from": "gpt", "value": "Hello", "weight": 1.0},
+                                  {"from": "human", "value": "Again", "weight": 0.0},
+                                  {"from": "gpt", "value": "Bye", "weight": 0}]}
+    [out] = data.validate_rows([slimorca], "slimorca")
+    assert out["messages"] == [{"role": "system", "content": "You are an AI assistant."},
+                               {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello", "weight": 1},
+                               {"role": "user", "content": "Again"},
+                               {"role": "assistant", "content": "Bye", "weight": 0}]
+    bad = {"conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello", "weight": 0.5}]}
+    assert "messages[1].weight must be 0" in str(pytest.raises(UserError, data.validate_rows, [bad], "r").value)
+
+
+@pytest.mark.parametrize("row", [
+    {"conversations": [{"from": "system", "value": ""}, {"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]},
+    {"conversations": [{"from": "system", "value": None}, {"from": "human", "value": "hi"},
+                       {"from": "chatgpt", "value": "yo"}]},
+    {"system": "", "conversations": [{"from": "human", "value": "hi"}, {"from": "bing", "value": "yo"}]},
+    {"system": "Be brief.", "conversations": [{"from": "system", "value": " "}, {"from": "human", "value": "hi"},
+                                              {"from": "gpt", "value": "yo"}]},
+], ids=["empty-system-turn", "null-system-turn-chatgpt", "empty-system-field-bing", "system-field-and-empty-turn"])
+def test_sharegpt_empty_system_turns_are_skipped_and_original_dump_names_are_assistants(row):
+    """The original ShareGPT dumps (FastChat's ShareGPT_Vicuna) name assistant turns chatgpt or bing."""
+    [out] = data.validate_rows([row], "rows")
+    system = [{"role": "system", "content": "Be brief."}] if row.get("system") else []
+    assert out["messages"] == system + [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+
+
 def test_alpaca_rows_train_as_prompt_completion(tmp_path, tokenizer, capsys):
     alpaca = [{"instruction": "Translate to French.", "input": "cat", "output": "chat"},
               {"instruction": "Name a colour.", "input": "", "output": "Blue", "system": "Be brief."},

@@ -7,8 +7,9 @@ message with `"weight": 0` is not trained on (OpenAI's fine-tuning format). Othe
 become messages on load, deterministically, with one line saying how many rows were converted:
   prompt-completion  `{"prompt", "completion", "system"?}`, strings or message lists (TRL)
   ShareGPT           `{"conversations": [{"from", "value"}], "system"?, "tools"?}` (axolotl,
-                     LLaMA-Factory): human -> user, gpt -> assistant, observation/tool -> tool,
-                     function_call (JSON `{"name", "arguments"}`) -> an assistant tool call
+                     LLaMA-Factory): human -> user, gpt (chatgpt, bing) -> assistant, observation/tool
+                     -> tool, function_call (JSON `{"name", "arguments"}`) -> an assistant tool call;
+                     a turn's `weight` is kept on assistant turns only, empty system turns skipped
   Alpaca             `{"instruction", "input"?, "output", "system"?, "history"?}`: the user turn
                      is instruction and input joined by a newline (as LLaMA-Factory joins them)
   OpenAI legacy      `functions` -> `tools`, `function_call` -> `tool_calls`, role function -> tool
@@ -179,8 +180,10 @@ def _text_parts(content: Any) -> Any:
 
 
 # ShareGPT's turn names (`from`), as axolotl and LLaMA-Factory write them, and the role each becomes.
+# chatgpt, bing, bard: the assistant turns of the original ShareGPT dumps (FastChat's ShareGPT_Vicuna).
 SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system",
-                  "function_call": "assistant", "observation": "tool", "tool": "tool"}
+                  "function_call": "assistant", "observation": "tool", "tool": "tool", "chatgpt": "assistant",
+                  "bing": "assistant", "bard": "assistant"}
 FORMAT_NAMES = {"chat": "chat ('messages' of {role, content})", "prompt-completion": "prompt-completion",
                 "sharegpt": "ShareGPT ('conversations' of {from, value})",
                 "alpaca": "Alpaca (instruction, input, output)",
@@ -237,12 +240,18 @@ def _as_tools(tools: Any, problems: list[str]) -> list | None:
             for t in tools]
 
 
+def _blank(value: Any) -> bool:
+    """No text at all: null, or a string of white space only."""
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
 def _from_sharegpt(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
     """(the chat row, []) or (None, every problem): see the module docstring for the mapping.
 
     A function_call right after a text answer joins it (one assistant turn: text, then the call).
     Empty values and unknown `from` names are refused, not skipped: dropping a turn would change
-    who says what in the rest of the conversation."""
+    who says what in the rest of the conversation. An empty system turn is the exception: it
+    says nothing and nobody answers it, so it is skipped (as an empty 'system' field is)."""
     key = "conversations" if row.get("messages") is None else "messages"
     turns, problems, messages = _json_text(row.get(key)), [], []
     if not isinstance(turns, list) or not turns:
@@ -251,7 +260,8 @@ def _from_sharegpt(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str
     if system is not None and not isinstance(system, str):
         problems.append(f"'system' must be a string, got a {_json_type(system)}")
     elif system and system.strip():
-        if any(isinstance(t, dict) and str(t.get("from")).strip().lower() == "system" for t in turns):
+        if any(isinstance(t, dict) and str(t.get("from")).strip().lower() == "system" and not _blank(t.get("value"))
+               for t in turns):
             problems.append("has both a 'system' field and a system turn: keep one")
         messages.append({"role": "system", "content": system})
     for i, turn in enumerate(turns):
@@ -264,6 +274,8 @@ def _from_sharegpt(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str
         if not isinstance(who, str) or who not in SHAREGPT_ROLES:
             problems.append(f"{where} has unknown 'from' {turn.get('from')!r}: ShareGPT turns are from "
                             f"{', '.join(SHAREGPT_ROLES)}; rename it (or convert the row to 'messages')")
+            continue
+        if who == "system" and _blank(value):  # an empty system prompt says nothing: skipped, as 'system' is
             continue
         if not isinstance(value, str) or not value.strip():
             got = "an empty value" if isinstance(value, str) else (
@@ -286,7 +298,9 @@ def _from_sharegpt(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str
             message = {"role": "assistant", "content": "", "tool_calls": tool_calls}
         else:
             message = {"role": SHAREGPT_ROLES[who], "content": value}
-        if turn.get("weight") is not None:  # axolotl's per-turn weight; row_problems checks it
+        # axolotl's per-turn weight (row_problems checks it). Exports such as SlimOrca weigh every turn
+        # (human 0, system null): only an assistant turn is ever trained, so the others' weights are dropped.
+        if turn.get("weight") is not None and message["role"] == "assistant":
             message["weight"] = turn["weight"]
         messages.append(message)
     out = {"messages": messages}
