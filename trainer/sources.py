@@ -252,6 +252,8 @@ def materialize_model(src: Source, revision: str, workdir: Path) -> Path:
     from huggingface_hub import snapshot_download  # reads HF_TOKEN from the environment
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
 
+    offline_if_hub_unresolvable()
+
     # The standard HF cache (HF_HUB_CACHE) rather than a temporary copy: a re-run, or a
     # machine with HF_HUB_OFFLINE=1 and a pre-filled cache, needs no download.
     try:
@@ -265,6 +267,34 @@ def materialize_model(src: Source, revision: str, workdir: Path) -> Path:
                         f"({str(err).splitlines()[0][:160]}); download it first or allow network access") from None
     except HfHubHTTPError as err:
         raise UserError(f"downloading model {src.ref!r} failed: {str(err).splitlines()[0][:200]}") from None
+
+
+def offline_if_hub_unresolvable() -> bool:
+    """When the Hub's host name does not resolve (no network, no DNS), work from the local HF cache
+    as HF_HUB_OFFLINE=1 does; returns whether it did. huggingface_hub retries a failed connection
+    5 times over about 24 s, a warning line each: right for a Hub that hiccups, useless for a name
+    that does not resolve, and the cache (or the clear "not in the local cache" error) comes at once."""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return False
+    host = urlparse(constants.ENDPOINT).hostname or "huggingface.co"
+    try:
+        socket.getaddrinfo(host, 443, type=socket.SOCK_STREAM)
+        return False
+    except socket.gaierror:
+        pass
+    print(f"note: {host} does not resolve (offline?): using the local Hugging Face cache only", flush=True)
+    os.environ["HF_HUB_OFFLINE"] = "1"  # for what is imported later, and child processes
+    constants.HF_HUB_OFFLINE = True  # huggingface_hub and datasets read these at import
+    with contextlib.suppress(ImportError):
+        import datasets.config
+
+        datasets.config.HF_HUB_OFFLINE = True
+    return True
 
 
 def _split(rows: list[dict[str, Any]], eval_fraction: float, seed: int) -> dict[str, list[dict[str, Any]]]:
@@ -363,6 +393,7 @@ def _load_dataset(ref: str, revision: str):
     """`datasets.load_dataset` (a Hub id, or a local clone of a Hub repo), its failures as UserError."""
     import datasets
 
+    offline_if_hub_unresolvable()
     try:
         return datasets.load_dataset(ref, revision=revision or None)
     except datasets.exceptions.DatasetNotFoundError:
