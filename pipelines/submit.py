@@ -40,6 +40,7 @@ import os
 import shutil
 import sys
 import tempfile
+from datetime import timezone
 from pathlib import Path
 from typing import Any
 
@@ -128,7 +129,7 @@ def schedule_value_problems(schedule: str) -> list[str]:
     import re
     from datetime import datetime, timezone
 
-    from croniter import croniter
+    from croniter import CroniterBadDateError, croniter
 
     from trainer.k8s import rules
 
@@ -146,7 +147,11 @@ def schedule_value_problems(schedule: str) -> list[str]:
                 return [f"--recurring={schedule!r}: the {name} field {value!r} is out of range {low}-{high} (KFP's "
                         "cron" + (": Sunday is 0" if name == "day-of-week" else "") + ")"]
         it = croniter(schedule, datetime(2026, 1, 5, tzinfo=timezone.utc), second_at_beginning=True)
-        times = [it.get_next(float) for _ in range(4)]
+        try:
+            times = [it.get_next(float) for _ in range(4)]
+        except CroniterBadDateError:  # a day the month never has, e.g. 30 2 (KFP would accept it and wait forever)
+            return [f"--recurring={schedule!r} never starts a run: no date matches its day-of-month, month and "
+                    "day-of-week fields together (e.g. February 30); fix the day or the month"]
         gaps = [b - a for a, b in zip(times, times[1:])]
     if min(gaps) < MIN_INTERVAL_S and schedule.startswith("@every"):
         return [f"--recurring={schedule!r} starts a run every {min(gaps):g}s, before a pipeline run could end: "
@@ -172,8 +177,9 @@ def _time(raw: str, flag: str, problems: list[str]):
                         f"{flag} 2026-12-01T03:00:00Z")
         return None
     if when.tzinfo is None:  # UTC or the local zone would each be a guess, hours apart
-        problems.append(f"{flag} {raw!r} has no time zone: add one, e.g. {raw.strip()}Z for UTC or "
-                        f"{raw.strip()}+01:00")
+        # Suggested in the full form: '2026-12-01Z' (a date alone with a zone) is not ISO 8601.
+        full = when.isoformat()
+        problems.append(f"{flag} {raw!r} has no time zone: add one, e.g. {full}Z for UTC or {full}+01:00")
         return None
     return when
 
@@ -484,9 +490,9 @@ def main(argv: list[str] | None = None) -> int:
         problems: list[str] = []  # --param, the options and the parameters: all in one message
         params = parse_params(pipeline, args.param, problems)
         validate(params, args.recurring, problems + option_problems(args) + schedule_problems(args), sweep=sweep)
-        # Times go to KFP as RFC 3339 ('2026-12-01T03:00:00+00:00' however they were typed).
-        schedule = {k: _time(v, "", []).isoformat() for k, v in (("start_time", args.start_time),
-                                                                 ("end_time", args.end_time)) if v is not None}
+        # Times go to KFP as RFC 3339 in UTC ('2026-12-01T02:00:00Z' for 2026-12-01 03:00+01:00), as KFP shows them.
+        schedule = {k: _time(v, "", []).astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+                    for k, v in (("start_time", args.start_time), ("end_time", args.end_time)) if v is not None}
         if args.max_concurrency is not None:
             schedule["max_concurrency"] = args.max_concurrency
         schedule["no_catchup"] = not args.catchup

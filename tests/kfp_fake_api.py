@@ -43,6 +43,12 @@ def _display_name_filter(query: dict) -> str | None:
                  if p.get("key") in ("display_name", "name")), None)
 
 
+# The filter keys KFP's API server takes for recurring runs (backend/src/apiserver/model/job.go,
+# jobAPIToModelFieldMap): any other key is HTTP 400, which would fail every --recurring submit.
+RECURRING_RUN_FILTER_KEYS = {"id", "recurring_run_id", "name", "display_name", "created_at", "updated_at",
+                             "description"}
+
+
 class KfpHandler(RoutedHandler):
     state: KfpState
     routes = [
@@ -124,6 +130,10 @@ class KfpHandler(RoutedHandler):
 
     def recurring_runs(self, method, *, query, body):
         if method == "GET":  # by experiment and display name, as kfp.Client.list_recurring_runs asks
+            keys = {p.get("key") for p in json.loads(query.get("filter") or "{}").get("predicates", [])}
+            if keys - RECURRING_RUN_FILTER_KEYS:
+                return 400, {"code": 3, "message": f"Invalid input error: invalid filter key(s) "
+                                                   f"{sorted(keys - RECURRING_RUN_FILTER_KEYS)}"}
             name = _display_name_filter(query)
             items = [j for j in self.state.recurring.values()
                      if (name is None or j["display_name"] == name)

@@ -1,6 +1,7 @@
 """`python -m pipelines.submit` against the real kfp.Client, with a fake KFP API at the HTTP
 boundary (tests/kfp_fake_api.py)."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -384,8 +385,8 @@ def test_recurring_run_passes_its_window_concurrency_and_catchup_to_kfp_fake_api
                         "--max-concurrency", "3", "--catchup"]) == 0
     [job] = kfp_api.state.recurring.values()
     cron = job["trigger"]["cron_schedule"]
-    assert cron["start_time"].startswith("2099-01-01T02:00:00") or cron["start_time"].startswith("2099-01-01T03:00:00")
-    assert cron["end_time"].startswith("2099-12-31T00:00:00")
+    # 03:00 at +01:00 is 02:00 UTC: the instant typed, sent in UTC (as KFP's UI shows it)
+    assert (cron["start_time"], cron["end_time"]) == ("2099-01-01T02:00:00Z", "2099-12-31T00:00:00Z")
     assert str(job["max_concurrency"]) == "3" and job["no_catchup"] is False
 
 
@@ -399,7 +400,8 @@ def test_recurring_run_defaults_are_one_at_a_time_without_catchup_fake_api(kfp_a
 @pytest.mark.parametrize("extra, needles", [
     (["--end-time", "2020-01-01T00:00:00Z"], ["--end-time 2020-01-01T00:00:00Z is in the past", "never start"]),
     (["--start-time", "2099-06-01T00:00:00Z", "--end-time", "2099-01-01T00:00:00Z"], ["is not after --start-time"]),
-    (["--start-time", "2099-06-01 03:00"], ["has no time zone", "2099-06-01 03:00Z"]),
+    (["--start-time", "2099-06-01 03:00"], ["has no time zone", "e.g. 2099-06-01T03:00:00Z for UTC"]),
+    (["--start-time", "2099-06-01"], ["has no time zone", "e.g. 2099-06-01T00:00:00Z for UTC or 2099-06-01T00:00:00+01:00"]),
     (["--start-time", "tomorrow"], ["'tomorrow' is not a date and time", "RFC 3339"]),
     (["--max-concurrency", "0"], ["--max-concurrency 0", "1 to 10"]),
     (["--max-concurrency", "11"], ["--max-concurrency 11", "1 to 10"]),
@@ -413,6 +415,21 @@ def test_recurring_run_schedule_mistakes_are_refused_before_anything_is_contacte
     for needle in needles:
         assert needle in err
     assert not kfp_api.state.requests
+
+
+@pytest.mark.parametrize("raw", ["2099-06-01", "2099-06-01 03:00", "2099-06-01T03:00:07.5"])
+def test_the_time_suggested_for_a_time_without_zone_is_accepted(raw):
+    import re
+    from datetime import datetime, timedelta, timezone
+
+    problems: list[str] = []
+    assert submit._time(raw, "--start-time", problems) is None
+    [utc, plus_one] = re.search(r"e\.g\. (\S+) for UTC or (\S+)$", problems[0]).groups()
+    for suggested, hours in ((utc, 0), (plus_one, 1)):
+        again: list[str] = []
+        when = submit._time(suggested, "--start-time", again)
+        assert again == [] and when.replace(tzinfo=None) == datetime.fromisoformat(raw)
+        assert when.utcoffset() == timezone(timedelta(hours=hours)).utcoffset(None)
 
 
 def test_schedule_options_without_recurring_are_refused_all_in_one_message(capsys):
@@ -476,6 +493,8 @@ def test_a_recurring_run_name_already_in_the_experiment_is_refused_fake_api(kfp_
     ("0 0 3 * * 7", "the day-of-week field '7' is out of range 0-6 (KFP's cron: Sunday is 0)"),  # croniter takes 7
     ("@every 1d", "Go durations stop at hours: '@every 24h' for a day"),
     ("@Daily", "write descriptors in lower case, e.g. '@daily'"),
+    ("0 0 3 30 2 *", "never starts a run: no date matches its day-of-month, month and day-of-week"),  # February 30
+    ("0 0 3 31 4,6 *", "never starts a run"),
 ])
 def test_schedules_kfp_would_refuse_or_run_every_few_seconds_are_refused_fake_api(kfp_api, capsys, schedule, needle):
     with pytest.raises(SystemExit) as exit_info:
@@ -486,7 +505,7 @@ def test_schedules_kfp_would_refuse_or_run_every_few_seconds_are_refused_fake_ap
 
 
 @pytest.mark.parametrize("schedule", ["@every 1m", "0 */5 * * * *", "0 0 3 * * SUN", "0 0 3 1,15 JAN-MAR *",
-                                      "0 0 3 ? * 1-5"])
+                                      "0 0 3 ? * 1-5", "0 0 3 29 2 *"])  # Feb 29: leap years only
 def test_schedules_at_least_a_minute_apart_pass(schedule):
     assert submit.schedule_value_problems(schedule) == []
 
@@ -501,3 +520,22 @@ def test_a_missing_host_is_reported_with_the_parameter_problems(monkeypatch, cap
     with pytest.raises(SystemExit) as exit_info:
         submit.main(["--host", "  ", "--param", "launcher=trainjob", "--param", "deploy_backend=kserve"])
     assert exit_info.value.code == 2 and "no KFP host" in capsys.readouterr().err
+
+
+def test_the_recurring_run_name_filter_uses_a_key_kfp_accepts_fake_api(kfp_api):
+    """KFP answers HTTP 400 to a filter key its recurring runs lack (the fake holds KFP's list):
+    a wrong key in existing_recurring_runs would fail every --recurring submit."""
+    from urllib.parse import unquote_plus
+
+    import kfp
+    from kfp_server_api.exceptions import ApiException
+
+    client = kfp.Client(host=kfp_api.url)
+    kfp_api.state.recurring["j1"] = {"display_name": "nightly", "experiment_id": "e1", "recurring_run_id": "j1"}
+    assert [job.recurring_run_id for job in submit.existing_recurring_runs(client, "e1", "nightly", None)] == ["j1"]
+    [(_, path, _)] = kfp_api.state.calls("GET", "recurringruns")
+    assert '"key": "display_name"' in unquote_plus(path)
+    with pytest.raises(ApiException) as refused:
+        client.list_recurring_runs(experiment_id="e1", filter=json.dumps(
+            {"predicates": [{"key": "title", "operation": "EQUALS", "string_value": "nightly"}]}))
+    assert refused.value.status == 400
