@@ -172,3 +172,20 @@ def test_sweep_adapter_names_need_no_service_name_limit():
     assert rules.deploy_name(name, "kubernetes", side_by_side=True) == []
     spec.adapters = {"bad;name": "s3://b/x"}  # still the letters a shell and a path take safely
     assert any("adapter name='bad;name'" in p for p in spec.problems())
+
+
+@pytest.mark.parametrize("parser, ok", [("hermes", True), ("llama3_json", True), ("granite-20b-fc", True),
+                                        ("pythonic", True), ("-hermes", False), ("hermes; rm", False), ("", False)])
+def test_vllm_tool_call_parser_names_with_hyphens_are_accepted(parser, ok):
+    """vLLM registers parsers such as granite-20b-fc; a name not starting with a letter could be a flag."""
+    from trainer.k8s import vllm
+
+    spec = vllm.ServeSpec(name="m", model_uri="s3://b/m", tool_call_parser=parser)
+    assert (not any("tool_call_parser" in p for p in spec.problems())) is ok
+
+
+def test_the_base_models_name_is_spelled_out_when_it_is_too_long():
+    name = "m" * 60
+    [msg] = rules.deploy_name(name, "kubernetes", side_by_side=True)
+    assert f"the base model is '{name}-base', a Service name of at most 63" in msg and "served_model_name-base" \
+        not in msg

@@ -326,7 +326,7 @@ def deploy_name(name: Any, backend: str, namespace: str = "", side_by_side: bool
     full = f"{name}-base" if side_by_side else name
     if len(full) > DNS1123_LABEL_MAX:
         return [f"{what}={name!r} has {len(name)} characters: served beside its adapters the base model is "
-                f"'{what}-base', a Service name of at most {DNS1123_LABEL_MAX}; use at most "
+                f"{full!r}, a Service name of at most {DNS1123_LABEL_MAX}; use at most "
                 f"{DNS1123_LABEL_MAX - len('-base')} characters"]
     return kserve_name(full, namespace, what) if backend == "kserve" else []
 

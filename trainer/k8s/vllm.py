@@ -65,7 +65,9 @@ class ServeSpec:
             p += rules.dns1035_label(name, "adapter name", max_len=rules.DNS1123_SUBDOMAIN_MAX)
             if not str(uri).startswith("s3://"):
                 p.append(f"adapter {name!r}: {uri!r} must be an s3:// URI (deliver it first)")
-        if not re.fullmatch(r"[a-z][a-z0-9_]*", str(self.tool_call_parser)):
+        # vLLM's parser names: lower-case letters, digits, '_' and '-' (granite-20b-fc); a letter first, so
+        # that the value is never read as a flag.
+        if not re.fullmatch(r"[a-z][a-z0-9_-]*", str(self.tool_call_parser)):
             p.append(f"tool_call_parser={self.tool_call_parser!r} is not a vLLM tool-call parser name: e.g. hermes "
                      "(<tool_call> format: the built-in model, Qwen), llama3_json (Llama 3.x), mistral")
         if len(set(self.adapters) | {self.name}) != len(self.adapters) + 1:
