@@ -183,7 +183,8 @@ class Console:
                     or body.startswith("[KFP Executor")
                     or (body.startswith('{"') and body.rstrip().endswith("}"))  # JSON for programs (train_result)
                     or _TORCH_LOG.match(body) or _HEARTBEAT.match(body)
-                    or body.startswith("Traceback (most recent call last)") or _WARNING.match(body))
+                    or body.startswith("Traceback (most recent call last)") or _WARNING.match(body)
+                    or body.strip() == "KeyboardInterrupt")  # Ctrl-C reaches the tasks too: run_local says it once
 
     def _progress(self, text: str) -> None:
         m = PROGRESS.match(text)

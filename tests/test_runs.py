@@ -123,7 +123,11 @@ def test_a_failed_tasks_error_is_shown_once_without_kfps_executor_dump():
     error = "error: dataset 'someorg/somedata' is not in the local Hugging Face cache and the Hub cannot be reached\n"
     run_through(console, lambda: kfp_task("deliver-dataset", [*big_dump, error], ok=False))
     assert console.show_tail("last lines the failed task printed:") is False
+    run_through(console, lambda: kfp_task("evaluate", ["Traceback (most recent call last):\n",
+                                                       '  File "/x/evaluate.py", line 3, in main\n',
+                                                       "KeyboardInterrupt\n"], ok=False))
     shown = term.getvalue()
+    assert "KeyboardInterrupt" not in shown  # Ctrl-C: run_local's own line says it once
     assert shown.count("is not in the local Hugging Face cache") == 1 and "outputFile" not in shown
     assert console.last_line("deliver-dataset") == error.strip()
 
