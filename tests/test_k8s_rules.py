@@ -189,3 +189,33 @@ def test_the_base_models_name_is_spelled_out_when_it_is_too_long():
     [msg] = rules.deploy_name(name, "kubernetes", side_by_side=True)
     assert f"the base model is '{name}-base', a Service name of at most 63" in msg and "served_model_name-base" \
         not in msg
+
+
+def test_the_validate_step_checks_kserves_host_in_its_own_namespace_before_training(tmp_path, monkeypatch, capsys):
+    """namespace="" deploys into the run's namespace, which only its pods know: the first step
+    reads it where Kubernetes mounts it, so a too-long predictor host fails before training."""
+    from components.validate_params import validate_params
+
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setattr(rules, "POD_NAMESPACE_FILE", str(tmp_path / "namespace"))
+    params = {"launcher": "trainjob", "deploy_backend": "kserve", "served_model_name": "a" * 40}
+    validate_params.python_func(**params)  # no mounted namespace (not in a pod): checked again at deploy
+    assert "parameters OK" in capsys.readouterr().out
+    (tmp_path / "namespace").write_text("team-machine-learning-prod\n")
+    assert rules.pod_namespace() == "team-machine-learning-prod"
+    with pytest.raises(SystemExit) as exit_info:
+        validate_params.python_func(**params)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "Traceback" not in err
+    assert "predictor's host name" in err and "in namespace 'team-machine-learning-prod'" in err
+    assert "at most 26 characters" in err
+    with pytest.raises(SystemExit):  # beside adapters the InferenceService is '<name>-base': 5 fewer
+        validate_params.python_func(**{**params, "served_model_name": "a" * 25, "serve_adapters": True,
+                                       "method": "lora", "lora_train_embeddings": False})
+    assert "at most 21 characters" in capsys.readouterr().err
+    validate_params.python_func(**{**params, "served_model_name": "a" * 26})
+    validate_params.python_func(**{**params, "namespace": "ml"})  # a namespace given: checked as before
+    validate_params.python_func(**{**params, "deploy_backend": "kubernetes"})  # a Service: no host name
+    (tmp_path / "namespace").write_text("ml")
+    validate_params.python_func(**params)
+    assert capsys.readouterr().out.count("parameters OK") == 4

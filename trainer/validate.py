@@ -330,6 +330,8 @@ DEPLOY_BACKENDS = ("local", "kubernetes", "kserve")  # all but the first run on 
 def on_cluster_problems(params: dict[str, Any]) -> list[str]:
     """What a run on this machine accepts but a run on a cluster cannot use (submit, and the
     validate-params step when it runs in a cluster pod)."""
+    from trainer.k8s import rules
+
     problems = []
     for what in ("model", "dataset"):
         source = params.get(f"{what}_source", DEFAULTS[f"{what}_source"])
@@ -347,6 +349,14 @@ def on_cluster_problems(params: dict[str, Any]) -> list[str]:
     if params.get("keep_serving") is True:  # the local server would end with its pod
         problems.append("keep_serving=true keeps a server on the machine of a local run only; on a cluster use "
                         "deploy_backend=kubernetes or deploy_backend=kserve for a server that stays up")
+    name = params.get("served_model_name", DEFAULTS["served_model_name"])
+    side_by_side = params.get("serve_adapters") is True or params.get("deploy_all_trials") is True
+    if (params.get("deploy_backend") == "kserve" and not params.get("namespace")
+            and not rules.deploy_name(name, "kserve", "", side_by_side)):  # else cluster_problems said it
+        # namespace="" deploys into the run's own namespace, known only in its pods (empty elsewhere):
+        # KServe's predictor host name adds it, so check it there, before training.
+        if namespace := rules.pod_namespace():
+            problems += rules.deploy_name(name, "kserve", namespace, side_by_side)
     return problems
 
 

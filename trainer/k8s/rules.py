@@ -301,19 +301,34 @@ def served_model_name(value: Any, what: str = "served_model_name") -> list[str]:
 KSERVE_HOST_INFIX = "-predictor-"
 
 
-def kserve_name(name: Any, namespace: str, what: str = "served_model_name") -> list[str]:
-    """An InferenceService name in `namespace` (empty: not known yet, only the name is checked)."""
+def kserve_name(name: Any, namespace: str, what: str = "served_model_name", suffix: str = "") -> list[str]:
+    """An InferenceService named `name` + `suffix` in `namespace` (empty: not known yet, only the
+    name is checked); the room named in the fix is for `name`, the value the user gives."""
     if p := dns1035_label(name, what):
         return p
-    host = f"{name}{KSERVE_HOST_INFIX}{namespace}"
+    host = f"{name}{suffix}{KSERVE_HOST_INFIX}{namespace}"
     if namespace and len(host) > DNS1123_LABEL_MAX:
-        room = DNS1123_LABEL_MAX - len(KSERVE_HOST_INFIX) - len(namespace)
+        room = DNS1123_LABEL_MAX - len(KSERVE_HOST_INFIX) - len(namespace) - len(suffix)
         return [f"{what}={name!r} is too long for KServe in namespace {namespace!r}: the predictor's host name "
                 f"{host!r} has {len(host)} characters, at most {DNS1123_LABEL_MAX} allowed; use a name of at most "
                 f"{room} characters (e.g. {suggest_name(name, max(room, 1), letter_first=True)!r})"
-                if room > 0 else f"namespace {namespace!r} is too long for KServe: '<name>{KSERVE_HOST_INFIX}"
+                if room > 0 else f"namespace {namespace!r} is too long for KServe: '<name>{suffix}{KSERVE_HOST_INFIX}"
                 f"{namespace}' must fit in {DNS1123_LABEL_MAX} characters; deploy into a shorter namespace"]
     return []
+
+
+# Kubernetes mounts the pod's own namespace here (with its service-account token).
+POD_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def pod_namespace() -> str:
+    """The namespace of the pod this runs in ('' outside a pod): the namespace a deploy with
+    namespace="" uses (the run's profile namespace, known only once the run's pods exist)."""
+    try:
+        with open(POD_NAMESPACE_FILE, encoding="utf-8") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
 def deploy_name(name: Any, backend: str, namespace: str = "", side_by_side: bool = False,
@@ -328,7 +343,7 @@ def deploy_name(name: Any, backend: str, namespace: str = "", side_by_side: bool
         return [f"{what}={name!r} has {len(name)} characters: served beside its adapters the base model is "
                 f"{full!r}, a Service name of at most {DNS1123_LABEL_MAX}; use at most "
                 f"{DNS1123_LABEL_MAX - len('-base')} characters"]
-    return kserve_name(full, namespace, what) if backend == "kserve" else []
+    return kserve_name(name, namespace, what, full[len(name):]) if backend == "kserve" else []
 
 
 def cluster_spec_problems(spec: Any) -> list[str]:
