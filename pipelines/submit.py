@@ -518,6 +518,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"note: KFP at {args.host} is single-user: --kfp-namespace is not used", file=sys.stderr)
         if health.get("multi_user") and not namespace:  # neither --kfp-namespace nor the namespace parameter
             raise UserError(f"KFP at {args.host} is multi-user: pass --kfp-namespace <your profile namespace>")
+        if namespace:  # the runs' pods go into the profile namespace, where namespace="" deploys
+            from trainer.validate import run_namespace_problems
+
+            collect(run_namespace_problems(params, namespace), what="invalid pipeline parameters")
         import kfp
         from kfp_server_api.exceptions import ApiException
         from urllib3.exceptions import HTTPError

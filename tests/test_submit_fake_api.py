@@ -220,6 +220,22 @@ def test_multi_user_kfp_gets_the_experiment_in_the_profile_namespace_fake_api(kf
     assert exit_info.value.code == 2 and "pass --kfp-namespace" in capsys.readouterr().err
 
 
+def test_multi_user_submit_checks_kserves_host_in_the_profile_namespace_fake_api(kfp_api, capsys):
+    """namespace="" deploys into the run's namespace, the profile's: known here, so a too-long
+    predictor host name is refused before the upload, not after training."""
+    kfp_api.state.multi_user = True
+    kserve = [*CLUSTER[:2], "--param", "deploy_backend=kserve", *CLUSTER[4:], "--param", f"served_model_name={'a' * 40}"]
+    with pytest.raises(SystemExit) as exit_info:
+        submit.main(["--host", kfp_api.url, *kserve, "--kfp-namespace", "team-machine-learning-prod"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "predictor's host name" in err and "at most 26 characters" in err
+    assert not kfp_api.state.calls("POST", "") and not kfp_api.state.runs
+    assert submit.main(["--host", kfp_api.url, *kserve, "--kfp-namespace", "ml"]) == 0
+    kfp_api.state.multi_user = False  # single-user: the runs' namespace is the cluster's business, checked at deploy
+    assert submit.main(["--host", kfp_api.url, *kserve]) == 0
+    assert len(kfp_api.state.runs) == 2
+
+
 @pytest.mark.parametrize("pipeline, own", [("finetune", "lora_r = 16"), ("sweep", "trials = [")])
 def test_list_params_shows_the_chosen_pipelines_parameters(pipeline, own, capsys):
     assert submit.main(["--pipeline", pipeline, "--list-params"]) == 0

@@ -349,15 +349,22 @@ def on_cluster_problems(params: dict[str, Any]) -> list[str]:
     if params.get("keep_serving") is True:  # the local server would end with its pod
         problems.append("keep_serving=true keeps a server on the machine of a local run only; on a cluster use "
                         "deploy_backend=kubernetes or deploy_backend=kserve for a server that stays up")
+    # In a pod (the validate-params step) the run's own namespace is known: see run_namespace_problems.
+    return problems + run_namespace_problems(params, rules.pod_namespace())
+
+
+def run_namespace_problems(params: dict[str, Any], run_namespace: str) -> list[str]:
+    """KServe's predictor host name in `run_namespace` ('' when unknown: no problem), for
+    namespace="": such a deploy goes into the run's own namespace (the profile's), which the
+    validate-params pod and a multi-user submit know, but pipeline_problems does not."""
+    from trainer.k8s import rules
+
     name = params.get("served_model_name", DEFAULTS["served_model_name"])
     side_by_side = params.get("serve_adapters") is True or params.get("deploy_all_trials") is True
-    if (params.get("deploy_backend") == "kserve" and not params.get("namespace")
-            and not rules.deploy_name(name, "kserve", "", side_by_side)):  # else cluster_problems said it
-        # namespace="" deploys into the run's own namespace, known only in its pods (empty elsewhere):
-        # KServe's predictor host name adds it, so check it there, before training.
-        if namespace := rules.pod_namespace():
-            problems += rules.deploy_name(name, "kserve", namespace, side_by_side)
-    return problems
+    if (not run_namespace or params.get("deploy_backend") != "kserve" or params.get("namespace")
+            or rules.deploy_name(name, "kserve", "", side_by_side)):  # the last: cluster_problems said it
+        return []
+    return rules.deploy_name(name, "kserve", run_namespace, side_by_side)
 
 
 def validate_pipeline_params(params: dict[str, Any], check_local_files: bool = True) -> None:
