@@ -33,13 +33,15 @@ def deploy(
     model `name`; with serve_adapters, the base model as `name`-base and the LoRA adapter as
     `name` side by side instead of the merged model. Then one tool request per served name from
     the first eval row that expects a tool call: smoke_ok only when every answer is a
-    well-formed OpenAI tool call (metrics smoke_ok, smoke_latency_s, vllm_ready_s)."""
+    well-formed OpenAI tool call (metrics smoke_ok, smoke_server_ok, smoke_latency_s, vllm_ready_s).
+    A server that breaks the OpenAI protocol fails the step; a model whose answer is unusable
+    (undertrained) leaves it green with smoke_ok 0 and a WARNING line (trainer.serve.smoke_outcome)."""
     import json
     from collections import namedtuple
 
     from components.artifacts import read_uri
     from trainer.errors import UserError, exit_on_user_error
-    from trainer.serve import smoke_request
+    from trainer.serve import smoke_outcome, smoke_request
     from trainer.storage import Store
 
     with exit_on_user_error():
@@ -76,8 +78,12 @@ def deploy(
             loras = {n: str(store.get_tree(uri)) for n, uri in adapters.items()}
             out = deploy_local(store.get_tree(serve_uri), served, messages, tools, lora_modules=loras,
                                keep_serving=keep_serving)
-    ok, names = bool(out.get("smoke_ok", out.get("ok"))), out.get("names") or out.get("models") or [served]
+    names = out.get("names") or out.get("models") or [served]
+    outcome = smoke_outcome(out.get("results") or {served: out})
+    ok = outcome["smoke_ok"]
     smoke.log_metric("smoke_ok", float(ok))  # 1 only when every served name answered a well-formed tool call
+    # 1 when the server kept to the OpenAI protocol: smoke_ok 0 with this 1 is the model's answer (undertrained)
+    smoke.log_metric("smoke_server_ok", float(outcome["server_ok"]))
     smoke.log_metric("smoke_latency_s", out["latency_s"])
     if "ready_s" in out:
         smoke.log_metric("vllm_ready_s", out["ready_s"])
@@ -91,4 +97,11 @@ def deploy(
           + ("smoke-tested" if ok else f"smoke test FAILED: {out.get('reason', '')}"))
     if out.get("pgid"):
         print(f"still serving; stop with: kill -- -{out['pgid']}  (log: {out['log']})")
+    if outcome["warning"]:
+        print(outcome["warning"], flush=True)
+    if outcome["error"]:  # a broken server is no deployment: fail the step (the metrics above are kept)
+        import sys
+
+        print(f"error: deploy: {outcome['error']}", file=sys.stderr, flush=True)
+        sys.exit(1)
     return namedtuple("Outputs", ["endpoint", "smoke_ok"])(out["endpoint"], ok)

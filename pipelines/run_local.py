@@ -113,6 +113,8 @@ def endpoint_line(endpoint: str, smoke: dict[str, float], keep_serving: bool, mo
     client passes as `model` when it is still up."""
     if smoke.get("smoke_ok") == 1:
         verdict = f"smoke test passed in {smoke.get('smoke_latency_s', float('nan')):.2f}s"
+    elif smoke.get("smoke_ok") == 0 and smoke.get("smoke_server_ok") == 1:  # the model's answer, not the server
+        verdict = "the server works, but the model's smoke-test reply was unusable: undertrained: more max_steps"
     elif smoke.get("smoke_ok") == 0:
         verdict = "smoke test FAILED: the deploy lines above say why"
     else:

@@ -56,6 +56,35 @@ def test_smoke_check_accepts_only_a_well_formed_tool_call(message, reason):
     assert (reason in got and got) if reason else got == ""
 
 
+def test_an_unusable_reply_warns_and_a_broken_server_fails_the_deploy():
+    """A 20-step model that stops at once: the endpoint works, the reply does not. The run says
+    so plainly (undertrained: more max_steps) and goes on; a protocol break fails the step."""
+    def result(resp, tools=TOOLS):
+        reason = serve.check_response(resp, TUNED, tools)
+        return {"ok": not reason, "reason": reason, "verdict": serve.verdict(reason)}
+
+    empty = result(completion({"content": ""}), tools=None)
+    assert empty["reason"] == "empty reply" and empty["verdict"] == "unusable_reply"
+    no_call = result(completion({"content": "sunny"}))
+    wrong_name = result(completion({}, model="other"))
+    good = result(completion(call("get_weather", "{}")))
+    assert good["verdict"] == "ok" and wrong_name["verdict"] == "server_error"
+    assert serve.verdict("streamed: no message.tool_calls (content: '')") == "server_error"  # plain passed
+
+    weak = serve.smoke_outcome({TUNED: empty, f"{TUNED}-base": good})
+    assert not weak["smoke_ok"] and weak["server_ok"] and not weak["error"]
+    assert weak["warning"].startswith("WARNING: the endpoint works, but the model's reply is unusable")
+    assert "undertrained: more max_steps" in weak["warning"] and f"{TUNED}: empty reply" in weak["warning"]
+    broken = serve.smoke_outcome({TUNED: no_call, "other": wrong_name})
+    assert not broken["smoke_ok"] and not broken["server_ok"]
+    assert "answered as model 'other'" in broken["error"] and "no message.tool_calls" in broken["warning"]
+    assert serve.smoke_outcome({TUNED: good}) == {"smoke_ok": True, "server_ok": True, "warning": "", "error": ""}
+    from pipelines.run_local import endpoint_line
+
+    line = endpoint_line("http://127.0.0.1:1/v1", {"smoke_ok": 0.0, "smoke_server_ok": 1.0}, keep_serving=False)
+    assert "the server works, but the model's smoke-test reply was unusable: undertrained: more max_steps" in line
+
+
 def test_smoke_check_demands_what_an_openai_tool_loop_reads():
     """The usual application loop: `if choice.finish_reason == "tool_calls"`, run each call, answer
     it with a tool message carrying the call's `id`."""

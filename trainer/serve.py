@@ -554,13 +554,29 @@ def check_response(resp: dict[str, Any], model: str, tools: list | None, require
     return "" if isinstance(args, dict) else f"tool_calls[0].function.arguments is not a JSON object: {args!r}"
 
 
+# check_response reasons that are about what the model said, not about the server: the endpoint
+# answered correctly, the model's answer is unusable (e.g. an undertrained model that stops at
+# once). Every other reason is the server breaking the OpenAI protocol.
+REPLY_REASONS = ("empty reply", "no message.tool_calls", "tool_calls[0].function.name",
+                 "tool_calls[0].function.arguments")
+
+
+def verdict(reason: str) -> str:
+    """'ok', 'unusable_reply' (the model's answer; the run goes on with a warning) or
+    'server_error' (the deploy step fails). A streamed answer that breaks where the plain one
+    passed is the server's streaming path, so always a server error."""
+    if not reason:
+        return "ok"
+    return "unusable_reply" if reason.startswith(REPLY_REASONS) else "server_error"
+
+
 def smoke_test(url: str, model: str, messages: list[dict[str, Any]], tools: list | None = None,
                require_tool_call: bool = True) -> dict[str, Any]:
     """One chat completion checked by `check_response`, then the same request streamed, checked
     the same way (what a chat UI or an agent framework with streaming on receives).
 
-    Returns ok (bool), reason (why not ok), latency_s, reply (tool call or text) and model.
-    A server that cannot answer at all (HTTP error) raises UserError instead.
+    Returns ok (bool), reason (why not ok), verdict (see `verdict`), latency_s, reply (tool call
+    or text) and model. A server that cannot answer at all (HTTP error) raises UserError instead.
     """
     resp = chat(url, model, messages, tools)
     reason = check_response(resp, model, tools, require_tool_call)
@@ -571,7 +587,26 @@ def smoke_test(url: str, model: str, messages: list[dict[str, Any]], tools: list
     calls = message.get("tool_calls") or []
     reply = (f"{calls[0]['function'].get('name')} {calls[0]['function'].get('arguments')}" if calls
              else str(message.get("content") or ""))
-    return {"ok": not reason, "reason": reason, "latency_s": resp["latency_s"], "reply": reply, "model": model}
+    return {"ok": not reason, "reason": reason, "verdict": verdict(reason), "latency_s": resp["latency_s"],
+            "reply": reply, "model": model}
+
+
+def smoke_outcome(results: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+    """The deploy step's verdict from every served name's `smoke_test` result.
+
+    Returns smoke_ok (every name answered usably), server_ok (every answer kept to the OpenAI
+    protocol), warning (names whose model answered unusably: the endpoint works, the model is
+    most likely undertrained; the run goes on and says so) and error (names the server failed:
+    the step fails). Each is '' when there is nothing to say.
+    """
+    kinds = {n: r.get("verdict") or verdict(r.get("reason", "")) for n, r in results.items()}
+    bad = lambda kind: "; ".join(f"{n}: {results[n]['reason']}" for n, k in kinds.items() if k == kind)  # noqa: E731
+    unusable, broken = bad("unusable_reply"), bad("server_error")
+    warning = (f"WARNING: the endpoint works, but the model's reply is unusable ({unusable}): undertrained: more "
+               "max_steps (or a higher learning_rate), then check the evaluate step's accuracy" if unusable else "")
+    error = (f"the server broke the OpenAI protocol ({broken}): clients would fail on it; see the server log"
+             if broken else "")
+    return {"smoke_ok": not unusable and not broken, "server_ok": not broken, "warning": warning, "error": error}
 
 
 def deploy_local(model_dir: Path, served_model_name: str, messages: list[dict[str, Any]],
