@@ -195,8 +195,8 @@ CASES = [
      "no assistant message"),
     ("empty-file", lambda t, m: [f"dataset_source={jsonl(t)}"], "file has no rows"),
     # formats converted on load (ShareGPT, Alpaca, OpenAI weights): what cannot be converted
-    ("sharegpt-unknown-from", lambda t, m: [f"dataset_source={jsonl(t, *[SHAREGPT_ROW] * 10, {'conversations': [{'from': 'human', 'value': 'hi'}, {'from': 'bing', 'value': 'yo'}]})}"],
-     "data.jsonl:11: conversations[1] has unknown 'from' 'bing': ShareGPT turns are from human, user, gpt"),
+    ("sharegpt-unknown-from", lambda t, m: [f"dataset_source={jsonl(t, *[SHAREGPT_ROW] * 10, {'conversations': [{'from': 'human', 'value': 'hi'}, {'from': 'narrator', 'value': 'yo'}]})}"],
+     "data.jsonl:11: conversations[1] has unknown 'from' 'narrator': ShareGPT turns are from human, user, gpt"),
     ("alpaca-row-among-chat-rows", lambda t, m: [f"dataset_source={rows(t, {'instruction': 'Say hi', 'output': 'hi'})}"],
      "data.jsonl:11: row is Alpaca (instruction, input, output), but 10 of the file's 11 rows are chat ('messages') "
      "or prompt-completion: a file holds one format; convert this row to it, or remove it"),
