@@ -28,7 +28,7 @@ from components.merge_lora import merge_lora
 from components.not_deployed import not_deployed
 from components.pick_best import pick_best
 from components.validate_params import validate_params
-from pipelines.finetune import deliver_inputs, inputs_for, restricted, with_s3
+from pipelines.finetune import deliver_inputs, inputs_for, on_gpus, restricted, with_s3
 from trainer.config import DEFAULT
 
 SWEEP_NAME = "llm-finetune-sweep"
@@ -75,6 +75,20 @@ def build(parallelism: int = 2):
         keep_serving: bool = False,
         served_model_name: str = "llm-finetune",
         deploy_all_trials: bool = False,
+        checkpoint_every: int = DEFAULT.checkpoint_every,
+        gradient_checkpointing: bool = DEFAULT.gradient_checkpointing,
+        compile: bool = DEFAULT.compile,
+        kueue_queue: str = "",
+        cleanup: str = "on-success",
+        wait_timeout_s: int = 0,
+        training_runtime: str = "torch-distributed",
+        stall_timeout_s: float = DEFAULT.stall_timeout_s,
+        serve_gpus: int = 1,
+        vllm_image: str = "",
+        eval_gpus: int = 0,
+        eval_accelerator_type: str = "nvidia.com/gpu",
+        eval_node_selector: dict = {},
+        eval_tolerations: list = [],
     ) -> NamedTuple("Outputs", best_metrics=Metrics, summary=Markdown, decision=str):
         """LoRA trials in parallel; the best one is merged and deployed only if it beats the base model.
 
@@ -133,6 +147,33 @@ def build(parallelism: int = 2):
             deploy_all_trials: Also serve every trial's adapter side by side on one base model (`served_model_name`-base
                 and `served_model_name`-trial-0, -1, ...), to compare the trials through one endpoint by model name;
                 false serves only the winner.
+            checkpoint_every: Steps between each trial's checkpoints to the bucket (one is always written at the end).
+                Every 10-30 minutes of training, e.g. 200.
+            gradient_checkpointing: Recompute activations in the backward pass: less GPU memory, about 30% more
+                compute. true for long sequences or large models.
+            compile: torch.compile each decoder layer; the first step compiles, then steps 4-11 are timed compiled and
+                eager and the faster runs the rest (see the finetune pipeline). Worth trying on long GPU runs.
+            kueue_queue: Kueue LocalQueue that admits the trials' training jobs and the server (quota and fair
+                sharing); empty means no queueing. e.g. team-a-gpus.
+            cleanup: When to delete a trial's training job after it ends: on-success (keep failed jobs for
+                inspection), always, or never.
+            wait_timeout_s: Seconds to wait for each trial's training job before failing it; 0 waits as long as it
+                runs. e.g. 86400 for a one-day limit.
+            training_runtime: launcher=trainjob: the ClusterTrainingRuntime the trials' TrainJobs run on:
+                torch-distributed (Kubeflow Trainer's own) or llm-finetune-torch (shipped by pipelines.manifests).
+            stall_timeout_s: Seconds without training progress (rank 0's step or setup stage) after which a trial's job
+                is stopped and failed, not restarted, naming the stuck stage; 0 turns the watchdog off. e.g. 1800.
+            serve_gpus: GPUs for the vLLM server of the winner (and of deploy_all_trials), tensor-parallel across
+                them; 0 serves on CPU. 1 for models up to ~13B on an 80 GB GPU.
+            vllm_image: vLLM server image for deploy_backend kubernetes or kserve; empty picks vllm/vllm-openai for
+                NVIDIA and AMD's rocm/vllm for amd.com/gpu. Pin a tag, e.g. vllm/vllm-openai:v0.11.0.
+            eval_gpus: GPUs for each trial's evaluate step and the winner's merge (batched on the GPU); 0 runs them
+                on CPU (the demo). 1 for models up to ~13B.
+            eval_accelerator_type: Kubernetes resource name of those GPUs, e.g. nvidia.com/gpu or amd.com/gpu.
+            eval_node_selector: Node labels the evaluate and merge pods must match, as a JSON object of strings, e.g.
+                {"nvidia.com/gpu.product": "NVIDIA-L40S"}; {} for any node.
+            eval_tolerations: Taints the evaluate and merge pods tolerate, as a JSON list of tolerations, e.g.
+                [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]; [] for none.
         """
         args = dict(locals())  # first statement: the pipeline's own parameters, by name
         placement = dict(namespace=namespace, accelerator_resource=accelerator_resource, node_selector=node_selector,
@@ -143,17 +184,16 @@ def build(parallelism: int = 2):
         model, data = deliver_inputs(model_source, model_revision, dataset_source, dataset_revision, eval_fraction,
                                      seed, after=checked)
         with dsl.ParallelFor(trials, parallelism=parallelism) as trial:
+            # Every shared setting by name, as the finetune pipeline passes them; the trial's own on top.
             train = with_s3(finetune(
                 base_model=model.outputs["model"], dataset=data.outputs["dataset"],
-                run_id=dsl.PIPELINE_TASK_ID_PLACEHOLDER, launcher=launcher, nodes=nodes,
-                procs_per_node=procs_per_node, lora_r=trial.lora_r, lora_alpha=trial.lora_alpha,
-                learning_rate=trial.learning_rate, lora_dropout=lora_dropout,
-                lora_train_embeddings=lora_train_embeddings, max_steps=max_steps, batch_tokens=batch_tokens,
-                max_seq_len=max_seq_len, seed=seed, max_restarts=max_restarts, **placement)
+                run_id=dsl.PIPELINE_TASK_ID_PLACEHOLDER, **inputs_for(finetune, args),
+                lora_r=trial.lora_r, lora_alpha=trial.lora_alpha, learning_rate=trial.learning_rate)
             ).set_display_name("trial: fine-tune")
             scores = with_s3(evaluate(base_model=model.outputs["model"], tuned_model=train.outputs["adapter"],
                                       dataset=data.outputs["dataset"], max_rows=eval_max_rows,
                                       max_seq_len=max_seq_len)).set_display_name("trial: evaluate")
+            on_gpus(scores, eval_gpus, eval_accelerator_type, eval_node_selector, eval_tolerations)
         best = restricted(pick_best(trials=trials, trial_metrics=dsl.Collected(scores.outputs["metrics"]),
                                     adapters=dsl.Collected(train.outputs["adapter"]), select_metric=select_metric,
                                     min_gain=min_gain).set_display_name("pick best"))
@@ -161,12 +201,16 @@ def build(parallelism: int = 2):
         # returns at once unless deploy_all_trials is set.
         with_s3(deploy_trials(enabled=deploy_all_trials, base_model=model.outputs["model"],
                               adapters=dsl.Collected(train.outputs["adapter"]), dataset=data.outputs["dataset"],
-                              backend=deploy_backend, name=served_model_name, **placement)
+                              backend=deploy_backend, name=served_model_name, gpus=serve_gpus, vllm_image=vllm_image,
+                              kueue_queue=kueue_queue, **placement)
                 ).set_display_name("deploy all trials side by side")
         with dsl.If(best.outputs["deploy"] == True, name="beats-base"):  # noqa: E712 - a KFP condition
             merged = with_s3(merge_lora(base_model=model.outputs["model"], adapter=best.outputs["best_adapter"]))
+            on_gpus(merged.set_display_name("merge LoRA"), eval_gpus, eval_accelerator_type, eval_node_selector,
+                    eval_tolerations)
             with_s3(deploy(model=merged.outputs["merged"], dataset=data.outputs["dataset"], backend=deploy_backend,
-                           keep_serving=keep_serving, name=served_model_name, **placement)
+                           keep_serving=keep_serving, name=served_model_name, gpus=serve_gpus, vllm_image=vllm_image,
+                           kueue_queue=kueue_queue, **placement)
                     ).set_display_name("deploy")
         with dsl.Else(name="not-good-enough"):
             restricted(not_deployed(reason=best.outputs["reason"]).set_display_name("not deployed"))

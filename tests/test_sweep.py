@@ -102,3 +102,46 @@ def test_a_sweep_on_text_only_data_by_fc_accuracy_is_refused_before_any_trial(tm
     assert "has none (4 text rows)" in problems[0] and problems[0].endswith("set select_metric=eval_loss")
     assert sweep_problems({**params, "select_metric": "eval_loss"}) == []
     assert sweep_problems({"trials": TRIALS}) == []  # the built-in data has tool-call rows
+
+
+def _task_wiring(pipeline, tmp_path, task_prefix):
+    """{component input: pipeline parameter it is wired to} for each task named task_prefix*."""
+    import yaml
+    from kfp import compiler
+
+    path = tmp_path / f"{pipeline.name}.yaml"
+    compiler.Compiler().compile(pipeline, str(path))
+    spec = next(yaml.safe_load_all(path.read_text()))
+    dags = [spec["root"]["dag"], *(c["dag"] for c in spec["components"].values() if "dag" in c)]
+    out = {}
+    for dag in dags:
+        for name, task in dag["tasks"].items():
+            if name == task_prefix or name.startswith(f"{task_prefix}-"):
+                out[name] = {k: v.get("componentInputParameter", "").removeprefix("pipelinechannel--")
+                             for k, v in task["inputs"].get("parameters", {}).items()}
+    return out, spec
+
+
+def test_the_sweep_wires_the_cluster_settings_to_its_tasks_as_the_finetune_pipeline_does(tmp_path):
+    """A sweep on a cluster needs the same placement, queueing, watchdog and serving settings as
+    one run: every setting both pipelines take reaches the same component input in both."""
+    from pipelines.finetune import finetune_pipeline
+    from pipelines.params import pipeline_defaults
+    from pipelines.sweep import sweep_pipeline
+
+    sweep_params = set(pipeline_defaults(sweep_pipeline))
+    for name in ("kueue_queue", "training_runtime", "serve_gpus", "vllm_image", "eval_gpus", "eval_accelerator_type",
+                 "eval_node_selector", "eval_tolerations", "wait_timeout_s", "stall_timeout_s", "compile",
+                 "checkpoint_every", "cleanup", "gradient_checkpointing"):
+        assert name in sweep_params, name
+    for task in ("finetune", "deploy"):
+        single = _task_wiring(finetune_pipeline, tmp_path, task)[0][task]
+        sweep_tasks, spec = _task_wiring(sweep_pipeline, tmp_path, task)
+        wired = sweep_tasks[task]
+        shared = {k: v for k, v in single.items() if v in sweep_params}
+        assert len(shared) >= (20 if task == "finetune" else 8), shared
+        assert {k: wired.get(k) for k in shared} == shared, task
+    executors = spec["deploymentSpec"]["executors"]
+    for name in ("exec-evaluate", "exec-merge-lora"):  # placed on GPUs by the same parameters as in finetune
+        acc = executors[name]["container"]["resources"]["accelerator"]
+        assert "eval_accelerator_type" in acc["resourceType"] and "eval_gpus" in acc["resourceCount"]
