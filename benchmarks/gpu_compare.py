@@ -228,14 +228,24 @@ def run_logged(cmd: list[str], log: Path, timeout_s: float = 0, env: dict[str, s
         raise RunFailed(why, log)
 
 
+def trainer_command(model_uri: str, data_uri: str, prefix: str, steps: int, batch_tokens: int,
+                    extra_args: list[str], *more: str) -> list[str]:
+    """`python -m trainer train` for one run: the LoRA setting pinned to the HF baseline's (r16,
+    alpha 32, all linear layers, no trained embedding) whatever TrainConfig's defaults (tuned
+    for the built-in demo) become; the variant's arguments last, so they win."""
+    lora = ["--method=lora", "--lora-r=16", "--lora-alpha=32", "--lora-dropout=0", "--lora-target-modules=all-linear",
+            "--lora-train-embeddings=false"]
+    return [sys.executable, "-m", "trainer", "train", f"--model-uri={model_uri}", f"--dataset-uri={data_uri}",
+            f"--output-prefix={prefix}", f"--max-steps={steps}", f"--batch-tokens={batch_tokens}",
+            "--learning-rate=2e-4", f"--max-seq-len={MAX_SEQ_LEN}", *lora, "--log-every=10", "--eval-every=100000",
+            "--checkpoint-every=100000", *more, *extra_args]
+
+
 def _train(model_uri: str, data_uri: str, prefix: str, steps: int, batch_tokens: int,
            extra: tuple[list[str], dict[str, str]], args, *more: str) -> None:
     """One `python -m trainer train` process (its own peak memory), the variant's args and env."""
     extra_args, env = extra
-    run_logged([sys.executable, "-m", "trainer", "train", f"--model-uri={model_uri}", f"--dataset-uri={data_uri}",
-                f"--output-prefix={prefix}", f"--max-steps={steps}", f"--batch-tokens={batch_tokens}",
-                "--learning-rate=2e-4", f"--max-seq-len={MAX_SEQ_LEN}", "--log-every=10", "--eval-every=100000",
-                "--checkpoint-every=100000", *more, *extra_args],
+    run_logged(trainer_command(model_uri, data_uri, prefix, steps, batch_tokens, extra_args, *more),
                args.log_dir / f"{prefix.split('/')[-1]}.log", args.run_timeout_s, env={**os.environ, **env})
 
 

@@ -204,3 +204,25 @@ def test_a_sigterm_to_the_benchmark_takes_its_run_in_flight_with_it(tmp_path):
         assert _gone(child)
     finally:
         proc.kill()
+
+
+def test_this_trainers_runs_use_the_hf_baselines_lora_setting_whatever_the_defaults():
+    """The comparison is LoRA r16 / alpha 32 on all linear layers for both trainers: TrainConfig's
+    defaults (tuned for the built-in demo, which trains the embedding) must not leak in."""
+    import argparse
+
+    from benchmarks.gpu_compare import trainer_command
+    from trainer.config import TrainConfig
+
+    def parsed(extra):
+        parser = argparse.ArgumentParser()
+        TrainConfig.add_arguments(parser)
+        cmd = trainer_command("s3://b/models/m", "s3://b/datasets/d", "runs/x", 40, 16384, extra)
+        assert cmd[1:4] == ["-m", "trainer", "train"]
+        return TrainConfig.from_namespace(parser.parse_args(cmd[4:]))
+
+    cfg = parsed([])
+    assert (cfg.method, cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_target_modules,
+            cfg.lora_train_embeddings) == ("lora", 16, 32, 0.0, "all-linear", False)
+    assert (cfg.batch_tokens, cfg.max_steps, cfg.learning_rate) == (16384, 40, 2e-4)
+    assert parsed(["--lora-train-embeddings=true"]).lora_train_embeddings  # a variant still wins

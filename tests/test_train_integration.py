@@ -144,7 +144,7 @@ def test_the_loop_reads_values_back_only_at_log_and_checkpoint_steps(delivered, 
         monkeypatch.setattr(torch.Tensor, name, counted)
     model_uri, data_uri = delivered
     result = train(TrainConfig(model_uri=model_uri, dataset_uri=data_uri, output_prefix="runs/syncs", max_steps=6,
-                               batch_size=2, tokens_per_step=600, log_every=3, eval_every=100,
+                               batch_size=2, batch_tokens=0, tokens_per_step=600, log_every=3, eval_every=100,
                                checkpoint_every=100), store)
     micro_batches = int(result["metrics"]["grad_accum"]) * 6
     assert micro_batches >= 18
@@ -204,7 +204,7 @@ def test_two_ranks_learn_exactly_what_one_rank_learns_from_the_same_rows(deliver
 
     def run(prefix, nodes, batch_size):
         cfg = TrainConfig(model_uri=model_uri, dataset_uri=data_uri, output_prefix=prefix, max_steps=12,
-                          batch_size=batch_size, log_every=2, eval_every=6, learning_rate=1e-3)
+                          batch_size=batch_size, batch_tokens=0, log_every=2, eval_every=6, learning_rate=1e-3)
         return run_training(cfg, "local", ClusterSpec(nodes=nodes, procs_per_node=1, backoff_limit=0), store)
 
     one, two = run("runs/eq-1rank", 1, 8), run("runs/eq-2rank", 2, 4)
