@@ -60,7 +60,7 @@ class Console:
     def __init__(self, terminal: IO[str], log: IO[str]):
         self.terminal, self.log = terminal, log
         self.tty = terminal.isatty()
-        self.tail: collections.deque[str] = collections.deque(maxlen=25)
+        self.tail: collections.deque[tuple[str, bool]] = collections.deque(maxlen=25)  # (line, shown)
         # Per task too: after a failure, tasks that kfp.local still runs must not push the failed
         # task's lines out of view. (Trials side by side interleave; there `tail` is the best guess.)
         self._tails: dict[str, collections.deque[str]] = {}
@@ -110,7 +110,9 @@ class Console:
         some of them were hidden (a traceback's frames): lines already on the terminal are not repeated."""
         with self._lock:
             failed = next((t for t in self._failed if self._tails.get(t)), None)
-            lines = list(self._tails[failed] if failed else self.tail)
+            if failed is None:  # kfp.local's own failure (its error says it): no task's lines to blame
+                return False
+            lines = list(self._tails[failed])
             if all(shown for _, shown in lines):
                 return False
             self._to_terminal(f"{header.rstrip(':')} ({failed}):" if failed else header)

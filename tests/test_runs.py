@@ -121,6 +121,9 @@ def test_a_failed_tasks_error_is_shown_once_without_kfps_executor_dump():
                 '            "source": "someorg/somedata"\n', "        }\n", "    },\n", '    "outputs": {\n',
                 '        "outputFile": "/root/x/executor_output.json"\n', "    }\n", "}\n"]
     error = "error: dataset 'someorg/somedata' is not in the local Hugging Face cache and the Hub cannot be reached\n"
+    run_through(console, lambda: kfp_task("finetune", ['{"train_result": {"train_loss": 1.2}}\n']))
+    # kfp.local's own failure (a task it could not start): no task's lines stand in for the reason
+    assert console.show_tail("last lines the failed task printed:") is False
     run_through(console, lambda: kfp_task("deliver-dataset", [*big_dump, error], ok=False))
     assert console.show_tail("last lines the failed task printed:") is False
     run_through(console, lambda: kfp_task("evaluate", ["Traceback (most recent call last):\n",
