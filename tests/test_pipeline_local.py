@@ -67,3 +67,29 @@ def test_run_local_end_to_end(tmp_path, s3_env):
     for path in [*(tmp_path / "root").rglob("*"), *runs_dir.rglob("*")]:
         if path.is_file():
             assert b"very-secret-value-42" not in path.read_bytes(), path
+
+
+def test_local_sweep_copies_the_winner_out_and_shows_each_trials_lines(tmp_path, s3_env):
+    """A sweep that deploys its winner (picked by eval loss) ends like a finetune run: the merged
+    model copied out, the endpoint's smoke verdict; the console shows each trial's own messages
+    and none of kfp.local's `----` rules."""
+    runs_dir, out_dir = tmp_path / "runs", tmp_path / "out"
+    trials = '[{"lora_r": 4, "lora_alpha": 8, "learning_rate": 0.003}, {"lora_r": 8, "lora_alpha": 16, "learning_rate": 0.003}]'
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipelines.run_local", "--pipeline", "sweep", "--pipeline-root", str(tmp_path / "root"),
+         "--output-dir", str(out_dir), "--runs-dir", str(runs_dir), "--s3-endpoint", s3_env["S3_ENDPOINT"],
+         "--param", f"trials={trials}", "--param", "max_steps=60", "--param", "eval_max_rows=20",
+         "--param", "select_metric=eval_loss", "--param", "min_gain=0.01"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-5000:]
+    out = proc.stdout
+    assert (out_dir / "merged-model" / "config.json").exists(), out[-3000:]
+    assert f"copied to {out_dir / 'merged-model'}" in out
+    # 60 steps may leave the winner too undertrained to call tools: the endpoint's line either way, as for finetune.
+    assert "endpoint: stopped after the run (" in out, out[-3000:]
+    assert not re.search(r"(?m)^\s*-{20,}\s*$", out), out
+    # Each trial's evaluation says its numbers ("20 rows (20 tool-call, ...)"), once per trial.
+    assert len(re.findall(r"(?m)^    \d+ rows \(\d+ tool-call", out)) == 2, out
+    (run_dir,) = [p for p in runs_dir.iterdir() if (p / "run.json").exists()]
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "succeeded" and record["merged_model"].startswith("s3://")
