@@ -27,7 +27,8 @@ def deploy_trials(
     vllm_image: str = "",
 ) -> NamedTuple("Outputs", endpoint=str, models=list):
     """Serve the base model as `name`-base and trial i's adapter as `name`-trial-i (vLLM
-    --enable-lora; locally, as a vLLM Deployment, or as an InferenceService), smoke-test each.
+    --enable-lora; locally, as a vLLM Deployment, or as an InferenceService), smoke-test each
+    with the deploy step's verdict (a broken server fails the step, an unusable reply warns).
     Does nothing unless `enabled` (the sweep's deploy_all_trials)."""
     import json
     from collections import namedtuple
@@ -40,7 +41,7 @@ def deploy_trials(
     from trainer.errors import exit_on_user_error
     from trainer.k8s.vllm import ServeSpec, deploy_side_by_side, trial_adapters
     from trainer.launch import cluster_from_params
-    from trainer.serve import smoke_request
+    from trainer.serve import smoke_outcome, smoke_request
     from trainer.storage import Store
 
     with exit_on_user_error():
@@ -53,9 +54,18 @@ def deploy_trials(
         spec = ServeSpec(name=f"{name}-base", model_uri=read_uri(base_model), gpus=gpus, cluster=placement,
                          adapters=trial_adapters(name, [read_uri(a) for a in adapters]), vllm_image=vllm_image)
         out = deploy_side_by_side(backend, spec, store, messages, tools)
-    smoke.log_metric("smoke_ok", float(out["smoke_ok"]))
+    outcome = smoke_outcome(out.get("results") or {"": out})  # the same verdict as the deploy step's
+    smoke.log_metric("smoke_ok", float(outcome["smoke_ok"]))
+    smoke.log_metric("smoke_server_ok", float(outcome["server_ok"]))
     smoke.log_metric("smoke_latency_s", out["latency_s"])
     smoke.metadata.update(endpoint=out["endpoint"], served_names=out["names"], reason=out["reason"])
     print(f"endpoint {out['endpoint']} serves {', '.join(out['names'])}"
-          + ("" if out["smoke_ok"] else f"; smoke test FAILED: {out['reason']}"))
+          + ("" if outcome["smoke_ok"] else f"; smoke test FAILED: {out['reason']}"))
+    if outcome["warning"]:
+        print(outcome["warning"], flush=True)
+    if outcome["error"]:  # a broken server is no deployment: fail the step
+        import sys
+
+        print(f"error: deploy all trials: {outcome['error']}", file=sys.stderr, flush=True)
+        sys.exit(1)
     return namedtuple("Outputs", ["endpoint", "models"])(out["endpoint"], out["names"])
