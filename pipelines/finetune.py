@@ -50,6 +50,11 @@ def on_gpus(task: dsl.PipelineTask, gpus, accelerator_type, node_selector, toler
     """Run `task` on `gpus` accelerators of `accelerator_type` on matching nodes (all pipeline
     parameters: KFP 2.17 resolves them at run time; 0 GPUs leaves the task on CPU)."""
     task.set_accelerator_type(accelerator_type).set_accelerator_limit(gpus)
+    # KFP 2.17 records these two only as placeholders: inside a ParallelFor or If (the sweep) the
+    # sub-DAG would not receive them ("Parent pipeline input argument ... not found"). kfp-kubernetes
+    # registers its own channels the same way.
+    channels = [c for c in (gpus, accelerator_type) if isinstance(c, dsl.pipeline_channel.PipelineChannel)]
+    task.register_pipeline_channels(channels)
     kubernetes.add_node_selector_json(task, node_selector)
     kubernetes.add_toleration_json(task, tolerations)
     return task

@@ -145,3 +145,11 @@ def test_the_sweep_wires_the_cluster_settings_to_its_tasks_as_the_finetune_pipel
     for name in ("exec-evaluate", "exec-merge-lora"):  # placed on GPUs by the same parameters as in finetune
         acc = executors[name]["container"]["resources"]["accelerator"]
         assert "eval_accelerator_type" in acc["resourceType"] and "eval_gpus" in acc["resourceCount"]
+    # ... which must reach the loop's and the condition's sub-DAGs (KFP 2.17 does not pass them by itself:
+    # the run failed with "Parent pipeline input argument 'pipelinechannel--eval_accelerator_type' not found")
+    for name, component in spec["components"].items():
+        if name.startswith(("comp-for-loop", "comp-condition")) and "dag" in component:
+            tasks = {t["componentRef"]["name"] for t in component["dag"]["tasks"].values()}
+            if tasks & {"comp-evaluate", "comp-merge-lora"}:
+                inputs = component["inputDefinitions"]["parameters"]
+                assert {"pipelinechannel--eval_gpus", "pipelinechannel--eval_accelerator_type"} <= set(inputs), name
