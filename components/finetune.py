@@ -63,6 +63,11 @@ def finetune(
     cfg = TrainConfig.from_params(params, model_uri=read_uri(base_model), dataset_uri=read_uri(dataset),
                                   output_prefix=f"runs/{run_id}")
     with exit_on_user_error():
+        rows = (dataset.metadata.get("rows") or {}).get("train")  # counted on delivery: too few fails before a job
+        if rows is not None:
+            from trainer.batching import check_rows
+
+            check_rows(int(rows), batch_size, nodes * procs_per_node, batch_tokens)
         result = run_training(cfg, launcher, cluster_from_params(params), Store.from_env(), run_id)
     write_pointer(adapter, result["output_uri"], {"method": method, "total_bytes": result["output_bytes"]})
     log_metrics(metrics, result["metrics"])

@@ -463,3 +463,21 @@ def test_submit_refuses_the_local_deploy_backend_naming_the_cluster_ones(capsys,
     with pytest.raises(SystemExit) as exit_info:
         validate_params.python_func(launcher="trainjob")
     assert exit_info.value.code == 2 and "deploy_backend=local serves" in capsys.readouterr().err
+
+
+def test_finetune_step_refuses_too_few_delivered_rows_before_launching_a_job(tmp_path, capsys):
+    """Hub data is counted only on delivery: the fine-tune step reads that count and refuses
+    before a job (or a model download) starts, naming the fix."""
+    from kfp.dsl import HTML, Dataset, Metrics, Model
+
+    from components.finetune import finetune
+
+    art = lambda cls, name, **meta: cls(name=name, uri=str(tmp_path / name), metadata=meta)  # noqa: E731
+    with pytest.raises(SystemExit) as exit_info:
+        finetune.python_func(base_model=art(Model, "m", uri="s3://nowhere/models/x"),
+                             dataset=art(Dataset, "d", uri="s3://nowhere/datasets/y", rows={"train": 27, "eval": 3}),
+                             run_id="few", adapter=art(Model, "a"), metrics=art(Metrics, "x"), report=art(HTML, "r"),
+                             launcher="trainjob", nodes=1, procs_per_node=2, batch_tokens=0, batch_size=16)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert "only 27 training rows, fewer than batch_size x processes = 16 x 2; lower batch_size" in err
