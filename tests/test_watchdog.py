@@ -120,7 +120,7 @@ def test_user_error_in_training_is_not_restarted(inputs, capfd):
 
     # The tiny model's context (1024) is known only once it loads: a UserError inside training.
     cfg = TrainConfig(model_uri=inputs[0], dataset_uri=inputs[1], output_prefix="runs/too-long", max_steps=3,
-                      batch_size=4, max_seq_len=100000)
+                      batch_size=4, batch_tokens=0, max_seq_len=100000)  # rows, so the config itself is valid
     with pytest.raises(UserError, match="exit status 2: the input is invalid.*not restarted"):
         LocalLauncher(nnodes=2, max_restarts=2).run(cfg.to_args())
     out = capfd.readouterr()
