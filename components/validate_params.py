@@ -85,7 +85,8 @@ def validate_params(
         else:
             problems = pipeline_problems({k: v for k, v in params.items() if k not in SWEEP_ONLY})
             what = "invalid pipeline parameters"
-        if os.environ.get("KUBERNETES_SERVICE_HOST"):  # set in every Kubernetes pod
+        # KUBERNETES_SERVICE_HOST is set in every pod; run_local in a notebook pod runs the tasks locally.
+        if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("FINETUNE_RUN_LOCAL"):
             problems += on_cluster_problems(params)
         collect(problems, what=what)
     print("parameters OK")

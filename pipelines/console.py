@@ -22,6 +22,7 @@ replaces that helper with a per-thread one that writes indent and line in one ca
 from __future__ import annotations
 
 import collections
+import logging
 import re
 import sys
 import threading
@@ -250,6 +251,9 @@ def install(log: IO[str]):
     console = Console(sys.stdout, log)
     sys.stdout, sys.stderr = console, Tee(saved[1], log)
     unpatch = _patch_kfp_indent()
+    # A closed terminal pipe (`run_local | head`) raised inside kfp's logging call: logging would
+    # print its own 40-line "Logging error" traceback; the command still ends with status 141.
+    raise_exceptions, logging.raiseExceptions = logging.raiseExceptions, False
 
     def showwarning(message, category, filename, lineno, file=None, line=None):
         text = warnings.formatwarning(message, category, filename, lineno, line)
@@ -263,6 +267,7 @@ def install(log: IO[str]):
     def restore() -> None:
         console.flush()
         sys.stdout, sys.stderr, warnings.showwarning = saved
+        logging.raiseExceptions = raise_exceptions
         unpatch()
 
     return console, restore

@@ -31,6 +31,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
@@ -292,6 +293,9 @@ def run(pipeline, params: dict[str, Any], args: argparse.Namespace) -> int:
     # instead of piling up in /tmp. A server left running may still use it.
     tmp = tempfile.mkdtemp(prefix="finetune-run-")
     saved_tmpdir = os.environ.get("TMPDIR")
+    # The tasks run here even inside a pod (a Kubeflow Notebook sets KUBERNETES_SERVICE_HOST):
+    # validate-params must not apply the cluster rules (launcher=local refused) to a local run.
+    os.environ["FINETUNE_RUN_LOCAL"] = "1"
     os.environ["TMPDIR"] = tmp
 
     def terminated(signum, frame):  # SIGTERM (kill, a CI timeout): clean up as for Ctrl-C
@@ -315,7 +319,8 @@ def run(pipeline, params: dict[str, Any], args: argparse.Namespace) -> int:
             console.say(f"parameters: defaults{''.join(f', {k}={json.dumps(v)}' for k, v in changed.items())}; "
                         f"S3 {settings.get('S3_ENDPOINT')} bucket {settings.get('S3_BUCKET')}")
             console.log.write(f"all parameters: {json.dumps(params)}\n")
-            return _run(pipeline, params, args, console, run_dir)
+            with pending_tasks_cancelled():
+                return _run(pipeline, params, args, console, run_dir)
         except (KeyboardInterrupt, Terminated) as err:
             # kfp.local lets the interrupt through its threads (two chained tracebacks): one line instead.
             how = "Ctrl-C" if isinstance(err, KeyboardInterrupt) else "SIGTERM"
@@ -329,12 +334,44 @@ def run(pipeline, params: dict[str, Any], args: argparse.Namespace) -> int:
         finally:
             signal.signal(signal.SIGTERM, previous)
             restore()
+            os.environ.pop("FINETUNE_RUN_LOCAL", None)
             if saved_tmpdir is None:
                 os.environ.pop("TMPDIR", None)
             else:
                 os.environ["TMPDIR"] = saved_tmpdir
             if not params.get("keep_serving"):
                 shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def pending_tasks_cancelled():
+    """While a run lasts, kfp.local's ParallelFor drops its queued iterations when it stops early.
+
+    Its executor's `shutdown(wait=True)` runs every iteration still queued before an interrupt
+    (Ctrl-C, SIGTERM) or a failed trial gets out: a sweep would go on training its remaining
+    trials (hours each on real models) while the command looks hung. The iterations already
+    running still end (their processes got the signal); the queued ones never start."""
+    import concurrent.futures
+    import types
+
+    try:
+        from kfp.local.orchestrator import enhanced_dag_orchestrator as orchestrator
+    except ImportError:  # another kfp: its own behaviour
+        yield
+        return
+    saved = orchestrator.concurrent
+
+    class Executor(concurrent.futures.ThreadPoolExecutor):
+        def shutdown(self, wait=True, *, cancel_futures=False):
+            super().shutdown(wait=wait, cancel_futures=True)
+
+    # Only that module's name `concurrent` is replaced: every other thread pool is untouched.
+    orchestrator.concurrent = types.SimpleNamespace(futures=types.SimpleNamespace(
+        ThreadPoolExecutor=Executor, as_completed=concurrent.futures.as_completed))
+    try:
+        yield
+    finally:
+        orchestrator.concurrent = saved
 
 
 def _child_pids(pid: int) -> list[int]:

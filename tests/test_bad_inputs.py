@@ -534,10 +534,16 @@ def test_validate_params_step_in_a_cluster_pod_refuses_what_submit_refuses(capsy
     from components.validate_params import validate_params
 
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.delenv("FINETUNE_RUN_LOCAL", raising=False)
     with pytest.raises(SystemExit) as exit_info:
         validate_params.python_func(dataset_source="./mine.jsonl")
     err = _fails_cleanly(capsys, exit_info, "launcher=local would train inside one pipeline pod")
     assert "is a path on this machine" in err
+    # run_local inside a pod (a Kubeflow Notebook): the tasks run in that pod, as on a laptop.
+    monkeypatch.setenv("FINETUNE_RUN_LOCAL", "1")
+    validate_params.python_func()
+    assert "parameters OK" in capsys.readouterr().out
+    monkeypatch.delenv("FINETUNE_RUN_LOCAL")
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST")
     validate_params.python_func()  # the defaults are a valid local run
     assert "parameters OK" in capsys.readouterr().out

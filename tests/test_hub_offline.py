@@ -24,6 +24,9 @@ def no_dns(monkeypatch):
         raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
 
     monkeypatch.setattr(socket, "getaddrinfo", unresolvable)
+    for var in ("https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(sources.time, "sleep", lambda s: None)  # the two re-asks of a temporary failure
 
 
 @pytest.mark.parametrize("load", [lambda: sources._load_dataset("someorg/somedata", ""),
@@ -34,3 +37,34 @@ def test_an_unresolvable_hub_is_one_error_at_once_without_retries(no_dns, load, 
         load()
     assert not [r for r in caplog.records if "Retrying" in r.getMessage()]  # huggingface_hub's 5 retries, 24 s
     assert "does not resolve (offline?)" in capsys.readouterr().out
+
+
+def test_a_dns_blip_or_a_proxy_does_not_switch_the_hub_off(no_dns, monkeypatch):
+    """A temporary failure that heals on the second ask (a cluster DNS blip) and a host that
+    resolves only through the proxy (egress proxy, no outside DNS) leave the Hub on."""
+    from huggingface_hub import constants
+
+    answers = [socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution"), [("ok",)]]
+
+    def blip(host, *args, **kwargs):
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(socket, "getaddrinfo", blip)
+    assert sources.offline_if_hub_unresolvable() is False and not answers and not constants.HF_HUB_OFFLINE
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **k: pytest.fail("resolved locally despite the proxy"))
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.corp:3128")
+    assert sources.offline_if_hub_unresolvable() is False and not constants.HF_HUB_OFFLINE
+
+
+def test_no_such_name_is_final_at_once(no_dns, monkeypatch):
+    asked = []
+
+    def no_name(host, *args, **kwargs):
+        asked.append(host)
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_name)
+    assert sources.offline_if_hub_unresolvable() is True and len(asked) == 1

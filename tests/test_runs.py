@@ -593,3 +593,55 @@ def test_a_converted_dataset_is_announced_by_the_step_that_converts_not_by_each_
     assert "converted" not in capsys.readouterr().out
     sources.materialize_dataset(sources.Source("local", str(path)), "", 0.25, 1)
     assert capsys.readouterr().out.count("rows converted to chat messages") == 1
+
+
+def test_run_local_drops_a_parallel_for_s_queued_iterations_when_the_run_stops():
+    """Ctrl-C / SIGTERM / a failed trial: kfp.local's ParallelFor executor (through the name its
+    module uses) must not start the iterations still queued (they would train for hours)."""
+    import threading
+
+    from kfp.local.orchestrator import enhanced_dag_orchestrator as orchestrator
+
+    from pipelines.run_local import pending_tasks_cancelled
+
+    saved = orchestrator.concurrent
+    started, release = [], threading.Event()
+    with pending_tasks_cancelled():
+        pool = orchestrator.concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        first = pool.submit(lambda: (started.append(1), release.wait(30)))
+        queued = [pool.submit(started.append, n) for n in (2, 3)]
+        while not started:
+            time.sleep(0.01)
+        threading.Timer(0.2, release.set).start()  # the running iteration ends while shutdown waits
+        pool.shutdown(wait=True)  # what kfp's `finally` calls on the way out
+    assert first.done() and all(f.cancelled() for f in queued) and started == [1]
+    assert orchestrator.concurrent is saved  # put back after the run
+
+
+def test_a_closed_terminal_pipe_inside_kfp_logging_prints_no_logging_traceback(tmp_path, capsys):
+    """`run_local | head`: the pipe closes while kfp logs through the console; logging would print
+    its own "--- Logging error ---" traceback on the real stderr. Put back after the run."""
+    from pipelines import console as console_mod
+
+    class ClosedPipe(io.StringIO):
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    before = logging.raiseExceptions
+    logger = logging.getLogger("kfp-like-closed-pipe")
+    with open(tmp_path / "run.log", "w") as log:
+        saved_stdout = sys.stdout
+        sys.stdout = ClosedPipe()
+        try:
+            console, restore = console_mod.install(log)
+            handler = logging.StreamHandler(sys.stdout)  # kfp.local logs to the console so
+            logger.addHandler(handler)
+            try:
+                logger.warning("Task finetune finished")
+            finally:
+                logger.removeHandler(handler)
+                restore()
+        finally:
+            sys.stdout = saved_stdout
+    assert "Logging error" not in capsys.readouterr().err
+    assert logging.raiseExceptions is before
