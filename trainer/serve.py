@@ -163,14 +163,7 @@ def stored_tool_call_parser(store: Any, uri: str) -> str:
     files = {f["path"] for f in store.get_json(f"{prefix}/{MANIFEST}")["files"]}
 
     def read(name: str) -> str | None:
-        if name not in files:
-            return None
-        resp = store.client.get_object(store.bucket, f"{prefix}/{name}")
-        try:
-            return resp.read().decode()
-        finally:
-            resp.close()
-            resp.release_conn()
+        return store.get_bytes(f"{prefix}/{name}").decode() if name in files else None
 
     return tree_tool_call_parser(read)
 

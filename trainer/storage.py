@@ -159,13 +159,16 @@ class Store:
         self._call("download", self.client.fget_object, self.bucket, key, str(dest))
         return Path(dest)
 
-    def get_json(self, key: str) -> Any:
+    def get_bytes(self, key: str) -> bytes:
         resp = self._call("download", self.client.get_object, self.bucket, key)
         try:
-            return json.loads(resp.read())
+            return resp.read()
         finally:
             resp.close()
             resp.release_conn()
+
+    def get_json(self, key: str) -> Any:
+        return json.loads(self.get_bytes(key))
 
     def put_tree(self, local_dir: str | Path, kind: str, workers: int = 8) -> tuple[str, dict[str, Any]]:
         """Upload `local_dir` to `<kind>/sha256-<tree>/`; returns (uri, manifest).
