@@ -103,64 +103,8 @@ def validate(params: dict[str, Any], recurring: str | None = None, extra: list[s
     checks = sweep_problems if sweep else pipeline_problems
     problems = [*extra] + checks(params, check_local_files=False) + on_cluster_problems(params)
     if recurring is not None:
-        problems += rules.cron(recurring, "--recurring") or schedule_value_problems(recurring)
+        problems += rules.schedule(recurring, "--recurring")
     collect(problems, what="invalid sweep parameters" if sweep else "invalid pipeline parameters")
-
-
-# robfig/cron's bounds per field (KFP's parser): croniter, which checks the syntax, also takes
-# weekday 7 and day 0, which KFP refuses only after the upload.
-_CRON_BOUNDS = (("second", 0, 59), ("minute", 0, 59), ("hour", 0, 23), ("day-of-month", 1, 31), ("month", 1, 12),
-                ("day-of-week", 0, 6))
-MIN_INTERVAL_S = 60  # a pipeline run takes minutes: more than one a minute is a seconds field misread
-
-
-def _every_seconds(schedule: str) -> float:
-    """The interval of an '@every <Go duration>' schedule (already checked by rules.cron)."""
-    from trainer.k8s import rules
-
-    units = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}
-    return sum(float(n) * units[u] for n, u in rules._GO_DURATION_PART.findall(schedule.strip()[len("@every "):]))
-
-
-def schedule_value_problems(schedule: str) -> list[str]:
-    """What a syntactically valid --recurring schedule still gets wrong: a field value out of
-    robfig/cron's range, or runs more often than once a minute (usually '*' typed in the
-    seconds field, as in a crontab line with a field added at the end)."""
-    import re
-    from datetime import datetime, timezone
-
-    from croniter import CroniterBadDateError, croniter
-
-    from trainer.k8s import rules
-
-    schedule = schedule.strip()
-    if schedule.startswith("@every "):
-        gaps = [_every_seconds(schedule)]
-    elif schedule.startswith("@"):
-        return []
-    else:
-        fields = schedule.split()
-        for value, (name, low, high) in zip(fields, _CRON_BOUNDS):
-            names = rules._CRON_NAMES.sub("", value) != value
-            numbers = [int(n) for part in value.split(",") for n in re.findall(r"\d+", part.split("/")[0])]
-            if not names and any(not low <= n <= high for n in numbers):
-                return [f"--recurring={schedule!r}: the {name} field {value!r} is out of range {low}-{high} (KFP's "
-                        "cron" + (": Sunday is 0" if name == "day-of-week" else "") + ")"]
-        it = croniter(schedule, datetime(2026, 1, 5, tzinfo=timezone.utc), second_at_beginning=True)
-        try:
-            times = [it.get_next(float) for _ in range(4)]
-        except CroniterBadDateError:  # a day the month never has, e.g. 30 2 (KFP would accept it and wait forever)
-            return [f"--recurring={schedule!r} never starts a run: no date matches its day-of-month, month and "
-                    "day-of-week fields together (e.g. February 30); fix the day or the month"]
-        gaps = [b - a for a, b in zip(times, times[1:])]
-    if min(gaps) < MIN_INTERVAL_S and schedule.startswith("@every"):
-        return [f"--recurring={schedule!r} starts a run every {min(gaps):g}s, before a pipeline run could end: "
-                "give at least a minute, e.g. '@every 6h'"]
-    if min(gaps) < MIN_INTERVAL_S:
-        return [f"--recurring={schedule!r} starts a run every {min(gaps):g}s: KFP's first cron field is seconds "
-                "(e.g. '0 */5 * * * *' is every 5 minutes, '0 0 3 * * *' daily at 03:00); give at least a minute "
-                "between runs"]
-    return []
 
 
 MAX_CONCURRENCY = 10  # KFP's API server refuses a recurring run's max_concurrency outside 1-10
@@ -234,7 +178,9 @@ def missed_runs(schedule: str, start, now, cap: int = 10_000) -> int:
 
     schedule = schedule.strip()
     if schedule.startswith("@every "):
-        return min(cap, int((now - start) / timedelta(seconds=_every_seconds(schedule))))
+        from trainer.k8s import rules
+
+        return min(cap, int((now - start) / timedelta(seconds=rules.every_seconds(schedule))))
     it = croniter(schedule, start, second_at_beginning=not schedule.startswith("@"))
     count = 0
     while count < cap and it.get_next(type(start)) <= now:

@@ -523,7 +523,9 @@ def test_schedules_kfp_would_refuse_or_run_every_few_seconds_are_refused_fake_ap
 @pytest.mark.parametrize("schedule", ["@every 1m", "0 */5 * * * *", "0 0 3 * * SUN", "0 0 3 1,15 JAN-MAR *",
                                       "0 0 3 ? * 1-5", "0 0 3 29 2 *"])  # Feb 29: leap years only
 def test_schedules_at_least_a_minute_apart_pass(schedule):
-    assert submit.schedule_value_problems(schedule) == []
+    from trainer.k8s import rules
+
+    assert rules.schedule(schedule, "--recurring") == []
 
 
 def test_a_missing_host_is_reported_with_the_parameter_problems(monkeypatch, capsys):

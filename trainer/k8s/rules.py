@@ -260,8 +260,7 @@ def cron(expr: Any, what: str = "cron") -> list[str]:
             return [f"{what}={expr!r}: write one space after @every, e.g. '@every 6h' (robfig/cron's form)"]
         duration = expr[len("@every "):]
         if _GO_DURATION.fullmatch(duration):
-            units = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}
-            seconds = sum(float(n) * units[u] for n, u in _GO_DURATION_PART.findall(duration))
+            seconds = every_seconds(expr)
             if seconds < 1:  # robfig/cron rounds it up to one second: a new run every second
                 return [f"{what}={expr!r} is shorter than a second (KFP would start a run every second): "
                         "give a real interval, e.g. '@every 6h'"]
@@ -282,6 +281,58 @@ def cron(expr: Any, what: str = "cron") -> list[str]:
     if bad or not croniter.is_valid(expr, second_at_beginning=True):
         return [f"{what}={expr!r} is not a valid cron expression; KFP recurring runs take {CRON_FORMAT} "
                 f"(ranges: second/minute 0-59, hour 0-23, day 1-31, month 1-12 or JAN-DEC, weekday 0-6 or SUN-SAT)"]
+    return []
+
+
+# robfig/cron's bounds per field (KFP's parser): croniter, which checks the syntax, also takes
+# weekday 7 and day 0, which KFP refuses only after the upload.
+_CRON_BOUNDS = (("second", 0, 59), ("minute", 0, 59), ("hour", 0, 23), ("day-of-month", 1, 31), ("month", 1, 12),
+                ("day-of-week", 0, 6))
+MIN_INTERVAL_S = 60  # a pipeline run takes minutes: more than one a minute is a seconds field misread
+
+
+def every_seconds(expr: str) -> float:
+    """The interval of an '@every <Go duration>' schedule, in seconds."""
+    units = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}
+    return sum(float(n) * units[u] for n, u in _GO_DURATION_PART.findall(expr.strip()[len("@every "):]))
+
+
+def schedule(expr: Any, what: str = "schedule") -> list[str]:
+    """A recurring run's schedule: `cron()`'s syntax, then what a valid expression still gets
+    wrong: a field value out of robfig/cron's range, no date it ever fires on, or runs more often
+    than once a minute (usually '*' typed in the seconds field, as in a crontab line with a field
+    added at the end)."""
+    if problems := cron(expr, what):
+        return problems
+    expr = expr.strip()
+    if expr.startswith("@every "):
+        if (seconds := every_seconds(expr)) < MIN_INTERVAL_S:
+            return [f"{what}={expr!r} starts a run every {seconds:g}s, before a pipeline run could end: "
+                    "give at least a minute, e.g. '@every 6h'"]
+        return []
+    if expr.startswith("@"):
+        return []
+    from datetime import datetime, timezone
+
+    from croniter import CroniterBadDateError, croniter
+
+    for value, (name, low, high) in zip(expr.split(), _CRON_BOUNDS):
+        names = _CRON_NAMES.sub("", value) != value
+        numbers = [int(n) for part in value.split(",") for n in re.findall(r"\d+", part.split("/")[0])]
+        if not names and any(not low <= n <= high for n in numbers):
+            return [f"{what}={expr!r}: the {name} field {value!r} is out of range {low}-{high} (KFP's "
+                    "cron" + (": Sunday is 0" if name == "day-of-week" else "") + ")"]
+    it = croniter(expr, datetime(2026, 1, 5, tzinfo=timezone.utc), second_at_beginning=True)
+    try:
+        times = [it.get_next(float) for _ in range(4)]
+    except CroniterBadDateError:  # a day the month never has, e.g. 30 2 (KFP would accept it and wait forever)
+        return [f"{what}={expr!r} never starts a run: no date matches its day-of-month, month and "
+                "day-of-week fields together (e.g. February 30); fix the day or the month"]
+    gap = min(b - a for a, b in zip(times, times[1:]))
+    if gap < MIN_INTERVAL_S:
+        return [f"{what}={expr!r} starts a run every {gap:g}s: KFP's first cron field is seconds "
+                "(e.g. '0 */5 * * * *' is every 5 minutes, '0 0 3 * * *' daily at 03:00); give at least a minute "
+                "between runs"]
     return []
 
 
