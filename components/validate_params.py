@@ -19,6 +19,7 @@ from trainer import settings
 def validate_params(
     model_source: str = "builtin:tiny-llama",
     model_revision: str = "",
+    chat_template: str = "model",
     dataset_source: str = "builtin:function-calling",
     dataset_revision: str = "",
     eval_fraction: float = 0.1,

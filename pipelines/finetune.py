@@ -66,11 +66,12 @@ def inputs_for(component, args: dict) -> dict:
     return {name: value for name, value in args.items() if name in component.component_spec.inputs}
 
 
-def deliver_inputs(model_source, model_revision, dataset_source, dataset_revision, eval_fraction, seed,
+def deliver_inputs(model_source, model_revision, dataset_source, dataset_revision, eval_fraction, seed, chat_template,
                    after: dsl.PipelineTask | None = None) -> tuple[dsl.PipelineTask, dsl.PipelineTask]:
     """The deliver-model and deliver-dataset tasks (HF token from an optional Secret)."""
     tasks = []
-    for task in (deliver_model(source=model_source, revision=model_revision).set_display_name("deliver model"),
+    for task in (deliver_model(source=model_source, revision=model_revision, chat_template=chat_template)
+                 .set_display_name("deliver model"),
                  deliver_dataset(source=dataset_source, revision=dataset_revision, eval_fraction=eval_fraction,
                                  seed=seed).set_display_name("deliver dataset")):
         kubernetes.use_secret_as_env(task, secret_name=settings.get("HF_SECRET_NAME"),
@@ -84,6 +85,7 @@ def deliver_inputs(model_source, model_revision, dataset_source, dataset_revisio
 def finetune_pipeline(
     model_source: str = "builtin:tiny-llama",
     model_revision: str = "",
+    chat_template: str = "model",
     dataset_source: str = "builtin:function-calling",
     dataset_revision: str = "",
     eval_fraction: float = 0.1,
@@ -140,6 +142,10 @@ def finetune_pipeline(
             -m trainer deliver-model`, or builtin:tiny-llama (a tiny random model for demos).
         model_revision: Hub branch, tag or commit of model_source; empty means main. Pin a commit for reproducible
             runs.
+        chat_template: The chat template training, evaluation and serving all use: model (the model's own), a
+            built-in name (chatml-tools: ChatML with <tool_call> JSON, for ChatML models whose own template drops
+            tools, e.g. SmolLM2-Instruct), a .jinja file (run_local) or an s3:// URI of one. It is checked against the
+            data before training: tools and tool calls must render and read back through the served tool parser.
         dataset_source: Chat data (rows of {"messages": [...], "tools"?: [...]} or {"prompt", "completion"}; ShareGPT
             {"conversations"} and Alpaca {"instruction", "output"} rows are converted on load; an assistant message
             with "weight": 0 is not trained on): a Hub dataset id (its default config), an s3:// URI printed by
@@ -230,7 +236,7 @@ def finetune_pipeline(
     checked = restricted(validate_params(**inputs_for(validate_params, args)).set_display_name("validate parameters"))
     checked.set_caching_options(False)  # local files it reads may change between runs
     model, data = deliver_inputs(model_source, model_revision, dataset_source, dataset_revision, eval_fraction, seed,
-                                 after=checked)
+                                 chat_template, after=checked)
     train = with_s3(finetune(
         base_model=model.outputs["model"], dataset=data.outputs["dataset"], run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
         launcher=launcher, nodes=nodes, procs_per_node=procs_per_node, method=method, lora_r=lora_r,

@@ -53,6 +53,7 @@ def build(parallelism: int = 2):
         min_gain: float = 0.1,
         model_source: str = "builtin:tiny-llama",
         model_revision: str = "",
+        chat_template: str = "model",
         dataset_source: str = "builtin:function-calling",
         dataset_revision: str = "",
         eval_fraction: float = 0.1,
@@ -104,6 +105,10 @@ def build(parallelism: int = 2):
                 `python -m trainer deliver-model`, or builtin:tiny-llama (a tiny random model for demos).
             model_revision: Hub branch, tag or commit of model_source; empty means main. Pin a commit for reproducible
                 runs.
+            chat_template: The chat template training, evaluation and serving all use: model (the model's own), a
+                built-in name (chatml-tools: ChatML with <tool_call> JSON, for ChatML models whose own template drops
+                tools, e.g. SmolLM2-Instruct), a .jinja file (run_local) or an s3:// URI of one. It is checked against the
+                data before training: tools and tool calls must render and read back through the served tool parser.
             dataset_source: Chat data (rows of {"messages": [...], "tools"?: [...]} or {"prompt", "completion"};
                 ShareGPT {"conversations"} and Alpaca {"instruction", "output"} rows are converted on load; an
                 assistant message with "weight": 0 is not trained on): a Hub dataset id (its default config), an s3://
@@ -182,7 +187,7 @@ def build(parallelism: int = 2):
                              .set_display_name("validate parameters"))
         checked.set_caching_options(False)  # local files it reads may change between runs
         model, data = deliver_inputs(model_source, model_revision, dataset_source, dataset_revision, eval_fraction,
-                                     seed, after=checked)
+                                     seed, chat_template, after=checked)
         with dsl.ParallelFor(trials, parallelism=parallelism) as trial:
             # Every shared setting by name, as the finetune pipeline passes them; the trial's own on top.
             train = with_s3(finetune(

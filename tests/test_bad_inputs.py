@@ -75,7 +75,7 @@ def drops_tool_calls(d):
     """A template that shows the tools but renders an assistant turn from its content only."""
     (d / "chat_template.jinja").write_text(
         "{% if tools %}{{ tools | tojson }}{% endif %}{% for m in messages %}<|{{ m.role }}|>{{ m.content or '' }}"
-        "{% generation %}{% endgeneration %}{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}")
+        "{% generation %}{% endgeneration %}<|end|>{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}")
 
 
 def as_adapter(d):
@@ -150,7 +150,7 @@ CASES = [
      "data.jsonl': only 11 training rows, fewer than batch_size x processes = 16 x 2"),
     ("template-drops-tool-calls", lambda t, m: [f"model_source={model_variant(t, m, drops_tool_calls)}",
                                                 f"dataset_source={jsonl(t, *[TOOL_ROW] * 4, *[GOOD_ROW] * 8)}"],
-     "the model's chat template leaves out the tool calls of 4 of 4 rows with tool_calls"),
+     "calls dropped: 4 of 12 assistant turns (the model would learn empty answers where the calls belong)"),
     ("adapter-as-model", lambda t, m: [f"model_source={model_variant(t, m, as_adapter)}"],
      "is a LoRA adapter (adapter_config.json), not a whole model: merge it into its base first"),
     ("dataset-dir-as-model", lambda t, m: [f"model_source={jsonl(t, GOOD_ROW, name='train.jsonl') and t}"],

@@ -24,7 +24,7 @@ import contextlib
 import contextvars
 import json
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from trainer.batching import collate, collate_packed, real_tokens  # noqa: F401 - moved there, importable here
 from trainer.errors import UserError, collect
@@ -875,14 +875,12 @@ def encode_rows(rows: list[dict[str, Any]], tokenizer, max_seq_len: int,
                 what: str = "the dataset") -> list[dict[str, list[int]] | None]:
     """`encode` of every row (None for one over max_seq_len). Rows the chat template refuses
     raise one UserError naming them, after every row was tried (exit 2: a restart cannot help)."""
-    from jinja2 import TemplateError
-
     out, refused = [], {}
     for row in rows:
         try:
             out.append(encode(row, tokenizer, max_seq_len))
-        except TemplateError as err:
-            refused.setdefault(str(err)[:200], []).append(row)
+        except Exception as err:  # noqa: BLE001 - a template is code: TypeError on content null is a refusal too
+            refused.setdefault(_reason(err), []).append(row)
     collect(_refusal_lines(refused, len(rows)), what=f"the model's chat template cannot render {what}")
     return out
 
@@ -897,38 +895,33 @@ def encode_all(rows: list[dict[str, Any]], tokenizer, max_seq_len: int) -> tuple
 TEMPLATE_CHECK_ROWS = 1000  # ~2 s on 2 cores; such problems are systematic, and training checks every row
 
 
-def template_problems(rows: list[dict[str, Any]], tokenizer, where: str) -> list[str]:
+def template_problems(rows: list[dict[str, Any]], tokenizer, where: str, eos_ids: Sequence[int] = ()) -> list[str]:
     """Rows the model's chat template refuses to render (Gemma's refuses a system turn, some
-    refuse tools or non-alternating roles) or renders without their tool calls, found before
-    training in the first TEMPLATE_CHECK_ROWS rows: one line per distinct problem."""
-    from jinja2 import TemplateError
+    refuse tools or non-alternating roles; any exception counts: SmolLM2's raises TypeError on
+    `content: null`), then the train/serve parity check (trainer.parity) on the rows it renders:
+    tools and tool calls rendered, read back by the tool-call parser that will serve the model.
+    The first TEMPLATE_CHECK_ROWS rows, before training: one line per distinct problem."""
+    from trainer import parity
 
     rows = rows[:TEMPLATE_CHECK_ROWS]
     refused: dict[str, list[dict[str, Any]]] = {}
-    dropped, with_calls = [], 0
+    rendered = []
     for row in rows:
         try:
-            text = tokenizer.apply_chat_template(row["messages"], tools=row.get("tools") or None, tokenize=False)
-        except TemplateError as err:
-            refused.setdefault(str(err)[:200], []).append(row)
+            tokenizer.apply_chat_template(row["messages"], tools=row.get("tools") or None, tokenize=False)
+        except Exception as err:  # noqa: BLE001 - a template is code: whatever it raises, it refuses the row
+            refused.setdefault(_reason(err), []).append(row)
             continue
-        if not any(m.get("tool_calls") for m in row["messages"]):
-            continue
-        with_calls += 1
-        bare = [{**{k: v for k, v in m.items() if k != "tool_calls"}, "content": m.get("content") or ""}
-                for m in row["messages"]]
-        try:  # the same text without the calls: the template never rendered them
-            if tokenizer.apply_chat_template(bare, tools=row.get("tools") or None, tokenize=False) == text:
-                dropped.append(row)
-        except TemplateError:
-            pass
-    lines = _refusal_lines(refused, len(rows))
-    if dropped:  # the model would be trained on empty assistant turns where the calls should be
-        lines.append(f"the model's chat template leaves out the tool calls of {len(dropped)} of {with_calls} rows "
-                     "with tool_calls (they render as if the calls were not there): use a model whose "
-                     "template renders tool_calls (e.g. Qwen2.5-Instruct, Llama 3.1+), or give it such a template "
-                     "as chat_template.jinja")
-    return [f"{where}: {line}" for line in lines]
+        rendered.append(row)
+    lines = [f"{where}: {line}" for line in _refusal_lines(refused, len(rows))]
+    return lines + parity.model_problems(rendered, tokenizer, where, eos_ids)
+
+
+def _reason(err: Exception) -> str:
+    from jinja2 import TemplateError
+
+    text = str(err)[:200]
+    return text if isinstance(err, TemplateError) else f"{type(err).__name__}: {text}"
 
 
 def length_problems(splits: dict[str, list[dict[str, Any]]], tokenizer, max_seq_len: int,
@@ -957,8 +950,8 @@ def _length_problems(splits, tokenizer, max_seq_len: int, context: int | None) -
             try:
                 lengths.append(len(tokenizer.apply_chat_template(row["messages"], tools=row.get("tools") or None,
                                                                  tokenize=True, return_dict=True)["input_ids"]))
-            except TemplateError:
-                lengths.append(0)  # reported by template_problems
+            except Exception:  # noqa: BLE001 - reported by template_problems
+                lengths.append(0)
         if checked and not any(n <= max_seq_len for n in lengths):
             shortest = f"the shortest has {min(lengths)} tokens" if lengths else "all are far longer"
             if context and max_seq_len >= context:
@@ -978,5 +971,5 @@ def _refusal_lines(refused: dict[str, list[dict[str, Any]]], total: int) -> list
         lines.append(f"the model's chat template refuses {len(rows)} of {total} rows ({reason}; e.g. the row whose "
                      f"first message is {first.get('role')}: {str(first.get('content'))[:60]!r}): change those rows "
                      "(e.g. fold a system message into the first user turn), or use a model whose template accepts "
-                     "them")
+                     "them, or give one with chat_template= (a built-in name or a .jinja file)")
     return lines

@@ -226,6 +226,12 @@ def run_training(cfg, launcher: str, spec, store, run_id: str = "") -> dict:
     if launcher not in LAUNCHERS:
         problems.append(f"launcher must be one of {LAUNCHERS}, got {launcher!r}")
     collect(problems, what="invalid training launch")
+    # The delivered template against the delivered rows, for every dataset kind (local files were
+    # also checked at validate-params): a template that drops tools or calls never reaches training.
+    from trainer import parity
+
+    collect(parity.delivered_problems(store, cfg.model_uri, cfg.dataset_uri),
+            what="the chat template does not fit the data")
     if launcher in CLUSTER_LAUNCHERS:
         from trainer.k8s import launcher_for
         from trainer.k8s.common import job_name

@@ -466,19 +466,29 @@ def _already_delivered(src: Source, store) -> tuple[str, dict[str, Any]]:
     return src.ref, {**store.get_json(f"{prefix}/{MANIFEST}"), "uploaded_bytes": 0}
 
 
-def deliver_model(source: str, revision: str, store) -> tuple[str, dict[str, Any]]:
-    """Put a model into the bucket; returns (s3 uri, metadata for the Model artifact)."""
+def deliver_model(source: str, revision: str, store, chat_template: str = "model") -> tuple[str, dict[str, Any]]:
+    """Put a model into the bucket; returns (s3 uri, metadata for the Model artifact).
+
+    `chat_template` other than "model" (trainer.templates) is written into the delivered tree as
+    chat_template.jinja: a new tree (its hash covers the template) that every later stage reads."""
+    from trainer import templates
+
     src = parse(source, "model")
+    text = templates.resolve(chat_template, store)  # a bad template fails before any download
+    meta = {"source": source, "chat_template": (chat_template or templates.MODEL).strip()}
     if src.kind == "s3":
         uri, manifest = _already_delivered(src, store)
         collect(model_tree_problems({f["path"] for f in manifest.get("files", [])}, uri), what="not a model")
-        return uri, {"source": source, "revision": "", **manifest}
+        if text is None:
+            return uri, {**meta, "revision": "", **manifest}
     with tempfile.TemporaryDirectory() as tmp:
-        path = materialize_model(src, revision, Path(tmp))
-        if src.kind != "builtin":  # built here and tested; everything else is checked before upload
+        path = store.get_tree(src.ref) if src.kind == "s3" else materialize_model(src, revision, Path(tmp))
+        if src.kind not in ("builtin", "s3"):  # built here and tested; everything else is checked before upload
             collect(model_dir_problems(path), what=f"model {source} cannot be trained")
+        if text is not None:
+            path = templates.with_template(path, text, Path(tmp) / "templated")
         uri, manifest = store.put_tree(path, "models")
-    return uri, {"source": source, "revision": revision if src.kind == "hub" else "", **manifest}
+    return uri, {**meta, "revision": revision if src.kind == "hub" else "", **manifest}
 
 
 def _uploaded_file(src: Source, store) -> str | None:

@@ -159,8 +159,9 @@ class Store:
         self._call("download", self.client.fget_object, self.bucket, key, str(dest))
         return Path(dest)
 
-    def get_bytes(self, key: str) -> bytes:
-        resp = self._call("download", self.client.get_object, self.bucket, key)
+    def get_bytes(self, key: str, length: int = 0) -> bytes:
+        """An object's bytes; with `length`, at most its first `length` bytes."""
+        resp = self._call("download", self.client.get_object, self.bucket, key, **({"length": length} if length else {}))
         try:
             return resp.read()
         finally:

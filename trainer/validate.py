@@ -20,7 +20,7 @@ import os
 from dataclasses import fields
 from typing import Any
 
-from trainer import serve, sources
+from trainer import serve, sources, templates
 from trainer.batching import check_rows
 from trainer.config import TrainConfig
 from trainer.errors import UserError, collect
@@ -38,6 +38,7 @@ DEFAULTS: dict[str, Any] = {
     "trials": [], "select_metric": "fc_accuracy", "min_gain": 0.1,
     "training_runtime": "torch-distributed", "vllm_image": "", "eval_gpus": 0, "eval_accelerator_type": "nvidia.com/gpu",
     "eval_node_selector": {}, "eval_tolerations": [], "registry_address": "", "deploy_all_trials": False,
+    "chat_template": templates.MODEL,
 }
 _TRAIN_DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
 _TRAIN_PARAMS = {k: v for k, v in _TRAIN_DEFAULTS.items() if k not in ("model_uri", "dataset_uri", "output_prefix")}
@@ -201,12 +202,14 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True,
                 if splits_out is not None:
                     splits_out.update(splits)
                 problems += _template_problems(params["model_source"], splits, problems, params["max_seq_len"],
-                                               params["model_revision"])
+                                               params["model_revision"], params["chat_template"])
                 try:  # the trainer's own rule, now instead of after delivery
                     check_rows(len(splits["train"]), params["batch_size"], params["nodes"] * params["procs_per_node"],
                                params["batch_tokens"])
                 except UserError as err:
                     problems.append(f"dataset_source {params['dataset_source'].strip()!r}: {err}")
+    if "chat_template" not in bad:
+        problems += templates.spec_problems(params["chat_template"], check_local_files)
     problems += TrainConfig.from_params(params, model_uri="s3://check/model", dataset_uri="s3://check/data",
                                         output_prefix="runs/check").problems()
     if params["nodes"] < 1:
@@ -244,11 +247,12 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True,
 
 
 def _template_problems(model_source: str, splits: dict[str, list], found: list[str], max_seq_len: int,
-                       revision: str = "") -> list[str]:
-    """A model's chat template against a local dataset's rows (a second or two for a thousand
-    rows): rows it refuses or renders without their tool calls, and a split with no row short
-    enough for max_seq_len. For the built-in model, a local one that passed its checks, or a
-    Hub model whose tokenizer is in the local HF cache (nothing is downloaded here)."""
+                       revision: str = "", chat_template: str = templates.MODEL) -> list[str]:
+    """A model's chat template (or the one chat_template names) against a local dataset's rows (a
+    second or two for a thousand rows): rows it refuses, the train/serve parity check
+    (trainer.parity), and a split with no row short enough for max_seq_len. For the built-in model,
+    a local one that passed its checks, or a Hub model whose tokenizer is in the local HF cache
+    (nothing is downloaded here); a template in s3:// is checked at the finetune step."""
     from trainer import data
 
     try:
@@ -277,8 +281,19 @@ def _template_problems(model_source: str, splits: dict[str, list], found: list[s
             return []  # delivery refuses the model with its own message
     else:
         return []
+    if not isinstance(chat_template, str) or templates.spec_problems(chat_template) \
+            or chat_template.strip().startswith("s3://"):
+        return []  # reported on its own, or read from the bucket at the finetune step
+    templates.apply_to_tokenizer(tokenizer, chat_template)
+    if not tokenizer.chat_template:
+        return []  # delivery refuses the model with its own message
     where = f"dataset_source with model {model_source.strip()}"
-    problems = data.template_problems(splits["train"] + splits["eval"], tokenizer, where)
+    eos = []
+    if model.kind == "local" and (gen := os.path.join(model.ref, "generation_config.json")) and os.path.isfile(gen):
+        with open(gen, encoding="utf-8") as f:
+            ids = json.load(f).get("eos_token_id")
+        eos = ids if isinstance(ids, list) else [ids] if isinstance(ids, int) else []
+    problems = data.template_problems(splits["train"] + splits["eval"], tokenizer, where, eos)
     if max_seq_len > 0:  # else TrainConfig says so
         context = sources.model_max_length(model_source)
         problems += [f"{where}: {p}" for p in data.length_problems(splits, tokenizer, max_seq_len, context)]
@@ -339,6 +354,10 @@ def on_cluster_problems(params: dict[str, Any]) -> list[str]:
             problems.append(f"{what}_source {source!r} is a path on this machine, which the cluster cannot read: "
                             f"deliver it first (python -m trainer deliver-{what} ... with S3_ENDPOINT at the "
                             "cluster's MinIO) and pass the printed s3:// URI")
+    template = params.get("chat_template", templates.MODEL)
+    if isinstance(template, str) and templates.is_local(template) and not templates.spec_problems(template, False):
+        problems.append(f"chat_template {template!r} is a file on this machine, which the cluster cannot read: upload "
+                        "it to the run's bucket (mc cp FILE minio/BUCKET/templates/) and pass its s3:// URI")
     if params.get("launcher", DEFAULTS["launcher"]) == "local":
         problems.append("launcher=local would train inside one pipeline pod; use launcher=trainjob (Kubeflow Trainer v2) "
                         "or launcher=pytorchjob (Training Operator v1) on a cluster")

@@ -1,0 +1,133 @@
+"""The chat_template parameter and the train/serve parity check (trainer.templates, trainer.parity)
+on the built-in model's tokenizer; real templates are in test_real_templates.py."""
+
+import json
+
+import pytest
+
+from trainer import builtin_data, data, parity, sources, templates
+from trainer.errors import UserError
+from trainer.validate import on_cluster_problems, pipeline_problems
+
+TOOL_ROWS = [r for r in builtin_data.generate(n_train=200, n_eval=0, seed=3)["train"]
+             if any(m.get("tool_calls") for m in r["messages"])][:20]
+# The built-in data has calls only: text answers (no tool fits) beside the same tools.
+TEXT_ROWS = [{"tools": r["tools"], "messages": [r["messages"][0], {"role": "assistant", "content": f"No tool for that {i}."}]}
+             for i, r in enumerate(TOOL_ROWS[:10])]
+NO_TOOLS = ("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}<|end|>{% endfor %}"
+            "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+@pytest.fixture
+def tok(tokenizer):
+    saved = tokenizer.chat_template
+    yield tokenizer
+    tokenizer.chat_template = saved
+
+
+def test_the_builtin_models_own_template_passes(tok):
+    verdict = parity.check(TOOL_ROWS + TEXT_ROWS, tok, "hermes")
+    assert verdict.ok and verdict.turns == 30 and verdict.with_tools == 30
+
+
+def test_a_template_that_drops_tools_and_calls_is_refused_with_counts_and_the_fix(tok):
+    tok.chat_template = NO_TOOLS
+    [line] = data.template_problems(TOOL_ROWS + TEXT_ROWS, tok, "here")
+    assert "tools dropped: 30 of 30 rows with tools" in line
+    assert "calls dropped: 20 of 30 assistant turns" in line
+    assert "Nothing was trained" in line and "chat_template=" in line
+
+
+def test_calls_in_a_format_the_parser_does_not_read_are_refused(tok):
+    # renders the call, but as a bare JSON object that the hermes parser returns as plain content
+    tok.chat_template = tok.chat_template.replace("<tool_call>", "").replace("</tool_call>", "")
+    verdict = parity.check(TOOL_ROWS, tok, "hermes")
+    assert set(verdict.problems) == {"calls unreadable"} and len(verdict.problems["calls unreadable"]) == 20
+
+
+def test_a_turn_without_a_stop_token_is_refused(tok):
+    tok.chat_template = tok.chat_template.replace("<|end|>{% endgeneration %}", "{% endgeneration %}")
+    assert "no stop" in parity.check(TEXT_ROWS, tok, "hermes").problems
+
+
+def test_the_chatml_template_on_a_model_that_stops_elsewhere_is_refused(tok):
+    # tiny-llama stops at <|end|>, not ChatML's <|im_end|>: the served model would never stop
+    tok.chat_template = templates.CHATML_TOOLS
+    [line] = parity.model_problems(TOOL_ROWS, tok, "here")
+    assert "no stop: 20 of 20" in line and "chat_template=FILE.jinja" in line
+
+
+def test_template_exceptions_of_any_type_are_refusals(tok):
+    tok.chat_template = "{{ messages[0].content + 1 }}"  # TypeError, not jinja's TemplateError
+    [line] = data.template_problems(TOOL_ROWS[:3], tok, "here")
+    assert "refuses 3 of 3 rows (TypeError" in line
+    with pytest.raises(UserError, match="refuses 3 of 3 rows"):
+        data.encode_rows(TOOL_ROWS[:3], tok, 512)
+
+
+@pytest.mark.parametrize("text,parser,calls,content", [
+    ('<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>', "hermes", [{"name": "f", "arguments": {"a": 1}}],
+     None),
+    ("Hello there", "hermes", [], "Hello there"),
+    ('<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call><tool_call>{"name": "g", "arguments": {}}'
+     '</tool_call>', "hermes", [{"name": "f", "arguments": {"a": 1}}, {"name": "g", "arguments": {}}], None),
+    ("<tool_call>not json</tool_call>", "hermes", [], "<tool_call>not json</tool_call>"),
+    ('<|python_tag|>{"name": "f", "parameters": {"a": 1}}', "llama3_json", [{"name": "f", "arguments": {"a": 1}}],
+     None),
+    ('{"name": "f", "parameters": {"a": 1}}; {"name": "g", "parameters": {}}', "llama3_json",
+     [{"name": "f", "arguments": {"a": 1}}, {"name": "g", "arguments": {}}], None),
+    ('[TOOL_CALLS][{"name": "f", "arguments": {"a": 1}}]', "mistral", [{"name": "f", "arguments": {"a": 1}}], None),
+])
+def test_the_projects_parsers_agree_with_vllms(tok, text, parser, calls, content):
+    ours = parity.parse(parser, text)
+    assert ours.calls == calls and ours.content == content
+    if parser == "hermes":  # vLLM's llama3_json and mistral parsers need their model's special tokens: with real
+        # tokenizers in test_real_templates.py
+        theirs = parity.vllm_parse(parser, text, tok, None)
+        assert theirs.calls == ours.calls and (theirs.content or None) == (ours.content or None)
+
+
+def test_template_values(tmp_path):
+    good = tmp_path / "t.jinja"
+    good.write_text("{{ messages }}")
+    assert templates.spec_problems("model") == templates.spec_problems("chatml-tools") == []
+    assert templates.spec_problems(str(good)) == []
+    assert "did you mean chatml-tools" in templates.spec_problems("chatml_tools")[0]
+    assert "not found" in templates.spec_problems(str(tmp_path / "missing.jinja"))[0]
+    assert "is empty" in templates.spec_problems(" ")[0]
+    assert templates.resolve("model") is None and templates.resolve(str(good)) == "{{ messages }}"
+    [cluster] = [p for p in on_cluster_problems({"chat_template": str(good)}) if "chat_template" in p]
+    assert "upload it to the run's bucket" in cluster
+
+
+def test_validate_params_checks_the_chosen_template_against_local_data(tmp_path):
+    rows = tmp_path / "rows.jsonl"
+    data.write_jsonl(TOOL_ROWS + TEXT_ROWS, rows)
+    plain = tmp_path / "plain.jinja"
+    plain.write_text(NO_TOOLS)
+    assert pipeline_problems({"dataset_source": str(rows)}) == []
+    [problem] = pipeline_problems({"dataset_source": str(rows), "chat_template": str(plain)})
+    assert "tools dropped: 30 of 30" in problem and "calls dropped" in problem
+
+
+def test_delivery_writes_the_template_into_a_new_tree_and_the_finetune_check_reads_it(store, tmp_path):
+    model_uri, meta = sources.deliver_model("builtin:tiny-llama", "", store)
+    data_uri, _ = sources.deliver_dataset("builtin:function-calling", "", store)
+    assert meta["chat_template"] == "model"
+    assert parity.delivered_problems(store, model_uri, data_uri) == []
+    plain = tmp_path / "plain.jinja"
+    plain.write_text(NO_TOOLS)
+    other_uri, other = sources.deliver_model("builtin:tiny-llama", "", store, chat_template=str(plain))
+    assert other_uri != model_uri and other["chat_template"] == str(plain)
+    files = {f["path"] for f in other["files"]}
+    prefix = other_uri.split("/", 3)[3]
+    assert store.get_bytes(f"{prefix}/chat_template.jinja").decode() == NO_TOOLS
+    assert "chat_template" not in json.loads(store.get_bytes(f"{prefix}/tokenizer_config.json"))
+    assert {f["path"] for f in meta["files"]} <= files | {"chat_template.jinja"}
+    [problem] = parity.delivered_problems(store, other_uri, data_uri)
+    assert "tools dropped" in problem and "Nothing was trained" in problem
+    # an already delivered tree with another template: a new tree again, the same as from the source
+    again_uri, _ = sources.deliver_model(model_uri, "", store, chat_template=str(plain))
+    assert again_uri == other_uri
+    with pytest.raises(UserError, match="unknown chat_template"):
+        sources.deliver_model("builtin:tiny-llama", "", store, chat_template="chatm-tools")

@@ -1,0 +1,314 @@
+"""Train/serve parity: what training teaches is what the served model's parser reads back.
+
+The most reported fine-tuning failure in LLaMA-Factory and Axolotl is a chat template that renders
+tools or tool calls differently from serving (or not at all): training then teaches empty answers,
+or calls in a format the server's tool-call parser never turns into `message.tool_calls`. This
+module checks, before any training, on the rows that will be trained (the first CHECK_ROWS):
+
+  - the template renders every row (any exception is a refusal, TypeError included);
+  - for rows with tools, every tool's name appears in the prompt the server would render;
+  - every assistant turn trained on is the continuation of that prompt (vLLM renders the prompt
+    with add_generation_prompt and the model continues it), and ends with a token the server
+    stops at (the tokenizer's EOS or the generation config's);
+  - the tool-call parser the model will be served with (read off the same template) parses that
+    rendered turn back into the message's own calls, names and arguments, and a text answer into
+    the same text with no call.
+
+`parse` is the project's reading of vLLM's hermes, llama3_json and mistral parsers (the image
+without vLLM uses it); with vLLM installed (locally), `vllm_parse` asks vLLM's own parser classes,
+and tests hold the two to the same verdicts on real templates.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+CHECK_ROWS = 1000  # a second or two on 2 cores; such problems are systematic
+
+# End-of-turn markers of common templates, for tokenizers whose EOS is another token (Llama 3's
+# <|end_of_text|> vs its turn end <|eot_id|>): generation configs list them as extra EOS ids.
+END_MARKERS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>", "<|end|>", "<|return|>", "<|call|>",
+               "<｜end▁of▁sentence｜>", "</s>", "<|endoftext|>")
+
+
+@dataclass
+class Parsed:
+    calls: list[dict[str, Any]]  # [{"name": str, "arguments": dict}]
+    content: str | None
+
+
+@dataclass
+class Verdict:
+    """What the check found: rows per problem kind, with the first example of each."""
+    checked: int = 0
+    with_tools: int = 0
+    turns: int = 0
+    problems: dict[str, list[str]] = field(default_factory=dict)  # kind -> example descriptions
+
+    def add(self, kind: str, example: str) -> None:
+        self.problems.setdefault(kind, []).append(example)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _json_args(raw: Any) -> Any:
+    if isinstance(raw, str):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw
+    return raw
+
+
+def parse(parser: str, text: str) -> Parsed | None:
+    """The calls and content vLLM's `parser` extracts from a complete model output; None for a
+    parser this module does not know (only vLLM itself can say)."""
+    if parser == "hermes":
+        if "<tool_call>" not in text:
+            return Parsed([], text)
+        calls = []
+        for closed, open_ in re.findall(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)", text, re.DOTALL):
+            try:
+                obj = json.loads(closed or open_)
+                calls.append({"name": obj["name"], "arguments": _json_args(obj["arguments"])})
+            except (ValueError, KeyError, TypeError):
+                return Parsed([], text)  # vLLM logs the error and returns the text as content
+        content = text[: text.find("<tool_call>")]
+        return Parsed(calls, content or None)
+    if parser == "llama3_json":
+        body = text.split("<|python_tag|>", 1)[-1].lstrip() if "<|python_tag|>" in text else text.lstrip()
+        if not body.startswith("{"):
+            return Parsed([], text)
+        calls, decoder, pos = [], json.JSONDecoder(), 0
+        try:
+            while pos < len(body):
+                obj, end = decoder.raw_decode(body, pos)
+                args = obj.get("arguments", obj.get("parameters"))
+                calls.append({"name": obj["name"], "arguments": _json_args(args)})
+                pos = end
+                rest = body[pos:].lstrip()
+                if not rest:
+                    break
+                if not rest.startswith(";"):
+                    return Parsed([], text)
+                pos = len(body) - len(rest) + 1
+                while pos < len(body) and body[pos].isspace():
+                    pos += 1
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return Parsed([], text)
+        return Parsed(calls, None)
+    if parser == "mistral":
+        if "[TOOL_CALLS]" not in text:
+            return Parsed([], text)
+        content, raw = text.split("[TOOL_CALLS]", 1)
+        try:
+            items = json.loads(raw.strip())
+            items = items if isinstance(items, list) else [items]
+            calls = [{"name": c["name"], "arguments": _json_args(c["arguments"])} for c in items]
+        except (ValueError, KeyError, TypeError):
+            return Parsed([], text)
+        return Parsed(calls, content or None)
+    return None
+
+
+def vllm_parse(parser: str, text: str, tokenizer, tools: list | None) -> Parsed | None:
+    """The same through vLLM's own parser class; None where vLLM is not installed."""
+    try:
+        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+        from vllm.tool_parsers import ToolParserManager
+    except ImportError:
+        return None
+    request = ChatCompletionRequest(model="parity", messages=[{"role": "user", "content": "-"}],
+                                    tools=tools or None)
+    instance = ToolParserManager.get_tool_parser(parser)(tokenizer)
+    info = instance.extract_tool_calls(text, request)
+    calls = [{"name": c.function.name, "arguments": _json_args(c.function.arguments)} for c in info.tool_calls] \
+        if info.tools_called else []
+    return Parsed(calls, info.content)
+
+
+def stop_texts(tokenizer, eos_ids: Sequence[int] = ()) -> list[str]:
+    """The texts of the tokens generation stops at: the EOS token and the generation config's ids."""
+    ids = {i for i in (tokenizer.eos_token_id, *eos_ids) if isinstance(i, int)}
+    return sorted({tokenizer.convert_ids_to_tokens(i) for i in ids} - {None}, key=len, reverse=True)
+
+
+def _render(tokenizer, messages, tools, generation: bool) -> str:
+    return tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=generation)
+
+
+def _expected(message: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"name": c["function"]["name"], "arguments": _json_args(c["function"].get("arguments"))}
+            for c in message.get("tool_calls") or []]
+
+
+def _same_calls(got: list[dict[str, Any]], want: list[dict[str, Any]]) -> bool:
+    key = lambda c: json.dumps(c, sort_keys=True)  # noqa: E731
+    return sorted(map(key, got)) == sorted(map(key, want))
+
+
+def _short(value: Any, n: int = 160) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def check(rows: Sequence[dict[str, Any]], tokenizer, parser: str, eos_ids: Sequence[int] = (),
+          parse_fn: Callable[[str, str], Parsed | None] | None = None, limit: int = CHECK_ROWS) -> Verdict:
+    """Check the first `limit` rows (see the module docstring); `parse_fn(parser, text)` defaults to
+    `parse`."""
+    parse_fn = parse_fn or parse
+    stops = stop_texts(tokenizer, eos_ids) or list(END_MARKERS)
+    verdict = Verdict()
+    for row in rows[:limit]:
+        verdict.checked += 1
+        messages, tools = row["messages"], row.get("tools") or None
+        try:
+            _render(tokenizer, messages, tools, False)
+        except Exception as err:  # noqa: BLE001 - a template is code: anything it raises is a refusal
+            verdict.add("refused", f"{type(err).__name__}: {_short(str(err), 120)} (first message "
+                                   f"{_short(messages[0].get('content'), 60)!r})")
+            continue
+        answers = [i for i, m in enumerate(messages) if m["role"] == "assistant" and m.get("weight") != 0]
+        if tools:
+            verdict.with_tools += 1
+            prompt = _render(tokenizer, messages[: answers[0]] if answers else messages, tools, True)
+            missing = [t["function"]["name"] for t in tools if t["function"]["name"] not in prompt]
+            if missing:
+                verdict.add("tools dropped", f"tools {missing[:3]} are not in the rendered prompt")
+        for i in answers:
+            verdict.turns += 1
+            _check_turn(verdict, tokenizer, messages, i, tools, parser, stops, parse_fn)
+    return verdict
+
+
+def _check_turn(verdict: Verdict, tokenizer, messages, i: int, tools, parser: str, stops: list[str],
+                parse_fn) -> None:
+    message = messages[i]
+    prompt = _render(tokenizer, messages[:i], tools, True)
+    full = _render(tokenizer, messages[: i + 1], tools, False)
+    if not full.startswith(prompt):
+        verdict.add("prompt mismatch", f"the training text of turn {i} does not start with the prompt the server "
+                                       f"renders (it renders ...{_short(prompt[-60:])!r})")
+        return
+    target = full[len(prompt):]
+    ends = [target.find(s) for s in stops if s and s in target]
+    answer = target[: min(ends)] if ends else target
+    want = _expected(message)
+    if want and not all(c["name"] in answer for c in want):
+        verdict.add("calls dropped", f"the calls {[c['name'] for c in want]} render as {_short(answer, 80)!r}")
+        return
+    if not ends:
+        verdict.add("no stop", f"the assistant turn {_short(target, 80)!r} does not end with a token generation "
+                               f"stops at ({', '.join(stops[:3])})")
+        return
+    got = parse_fn(parser, answer)
+    if got is None:
+        verdict.add("unknown parser", f"no check for the {parser!r} parser here")
+        return
+    if want and not _same_calls(got.calls, want):
+        verdict.add("calls unreadable", f"{parser} reads {_short(got.calls) if got.calls else 'no call'} from "
+                                        f"{_short(answer, 100)!r}; the row has {_short(want)}")
+    elif not want and got.calls:
+        verdict.add("text read as call", f"{parser} reads the text answer {_short(answer, 80)!r} as calls")
+    elif not want and (got.content or "").strip() != (message.get("content") or "").strip():
+        verdict.add("text changed", f"the text answer {_short(message.get('content'), 60)!r} comes back as "
+                                    f"{_short(got.content or '', 60)!r}")
+
+
+_FIX = {
+    "refused": "change those rows, or give a template that accepts them",
+    "tools dropped": "the model would never see its tools",
+    "calls dropped": "the model would learn empty answers where the calls belong",
+    "calls unreadable": "the served model's calls would come back as plain text, not message.tool_calls",
+    "text read as call": "text answers would come back as tool calls",
+    "text changed": "text answers would come back changed",
+    "prompt mismatch": "the served prompt differs from the trained one",
+    "no stop": "the served model would not stop after its answer",
+    "unknown parser": "the parser's reading cannot be checked",
+}
+_COUNTED_BY = {"refused": "checked", "tools dropped": "with_tools"}
+
+
+def problems(verdict: Verdict, where: str, parser: str, chatml: bool = True) -> list[str]:
+    """One line per problem kind with counts, an example and the fix; [] when the rows pass.
+    `chatml`: the tokenizer has ChatML's turn tokens, so the built-in chatml-tools template fits it."""
+    if verdict.ok:
+        return []
+    lines = []
+    for kind, examples in verdict.problems.items():
+        total = getattr(verdict, _COUNTED_BY.get(kind, "turns"))
+        unit = {"checked": "rows", "with_tools": "rows with tools"}.get(_COUNTED_BY.get(kind, ""), "assistant turns")
+        lines.append(f"{kind}: {len(examples)} of {total} {unit} ({_FIX[kind]}); e.g. {examples[0]}")
+    fix = ("chat_template=chatml-tools (the built-in ChatML template with <tool_call> JSON, which this tokenizer's "
+           "<|im_start|>/<|im_end|> tokens fit), or a .jinja file of your own" if chatml else
+           "chat_template=FILE.jinja, a template in the model's own turn format that renders tools and tool calls "
+           "(<tool_call> JSON reads back with vLLM's hermes parser)")
+    return [f"{where}: the chat template fails the train/serve check with the {parser!r} tool-call parser: "
+            + "; ".join(lines) + f". Nothing was trained. Fix: {fix}"]
+
+
+def _parse_fn(tokenizer) -> Callable[[str, str], Parsed | None]:
+    """vLLM's own parser classes where vLLM is installed (the local server), else `parse`."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        return parse
+    return lambda parser, text: vllm_parse(parser, text, tokenizer, None)
+
+
+def model_problems(rows: Sequence[dict[str, Any]], tokenizer, where: str, eos_ids: Sequence[int] = ()) -> list[str]:
+    """The check with the parser this tokenizer's template will be served with (trainer.serve reads
+    it off the template, as every deploy does)."""
+    from trainer.serve import tool_call_parser
+
+    if not rows:
+        return []
+    parser = tool_call_parser(tokenizer.chat_template, list(tokenizer.get_added_vocab()))
+    verdict = check(rows, tokenizer, parser, eos_ids, parse_fn=_parse_fn(tokenizer))
+    vocab = tokenizer.get_vocab()
+    return problems(verdict, where, parser, chatml="<|im_start|>" in vocab and "<|im_end|>" in vocab)
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json",
+                   "tokenizer.model", "vocab.json", "merges.txt", "added_tokens.json", "generation_config.json",
+                   "config.json")
+_HEAD_BYTES = 64 << 20  # enough for CHECK_ROWS rows of any sane chat data
+
+
+def delivered_problems(store, model_uri: str, dataset_uri: str) -> list[str]:
+    """The parity check on a delivered model tree and dataset (the finetune step, before a job
+    starts, for every dataset kind): only the tokenizer files and the first rows are read."""
+    import tempfile
+    from pathlib import Path
+
+    from transformers import AutoTokenizer
+
+    from trainer import data
+    from trainer.storage import MANIFEST, split_uri
+
+    _, model_prefix = split_uri(model_uri)
+    _, data_prefix = split_uri(dataset_uri)
+    present = {f["path"] for f in store.get_json(f"{model_prefix}/{MANIFEST}")["files"]}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in TOKENIZER_FILES:
+            if name in present:
+                Path(tmp, name).write_bytes(store.get_bytes(f"{model_prefix}/{name}"))
+        tokenizer = AutoTokenizer.from_pretrained(tmp, local_files_only=True)
+        eos = []
+        if (gen := Path(tmp, "generation_config.json")).is_file():
+            ids = json.loads(gen.read_text()).get("eos_token_id")
+            eos = ids if isinstance(ids, list) else [ids] if isinstance(ids, int) else []
+    rows = []
+    for split in ("train", "eval"):
+        head = store.get_bytes(f"{data_prefix}/{split}.jsonl", length=_HEAD_BYTES).decode("utf-8", errors="replace")
+        lines = head.splitlines()
+        if len(head.encode()) >= _HEAD_BYTES:
+            lines = lines[:-1]  # the last line may be cut
+        rows += [json.loads(line) for line in lines[:CHECK_ROWS] if line.strip()]
+    return data.template_problems(rows, tokenizer, "the delivered dataset with the delivered model", eos)
