@@ -100,6 +100,43 @@ def test_smoke_check_demands_what_an_openai_tool_loop_reads():
                                                              require_tool_call=False)
 
 
+@pytest.mark.parametrize("ending", ["refused", "vllm-exits", "sigterm"])
+def test_serve_forever_puts_back_the_signal_handlers_it_found(monkeypatch, tiny_model_dir, ending):
+    """`trainer serve` turns SIGTERM / SIGHUP into an exit that takes vLLM down; in a process that
+    goes on afterwards (this one), the handlers that were there before are back however it ends."""
+    from types import SimpleNamespace
+
+    from trainer.errors import UserError
+
+    def wait():
+        if ending == "sigterm":
+            signal.raise_signal(signal.SIGTERM)  # runs serve_forever's handler here, synchronously
+        return 0
+
+    stopped = []
+    fake = SimpleNamespace(url="http://127.0.0.1:8123", names=[TUNED], log_path="server.log",
+                           proc=SimpleNamespace(wait=wait), log_tail=lambda: "", stop=lambda: stopped.append(1))
+    if ending != "refused":  # refused: the real start(), which refuses port 70000 before starting anything
+        monkeypatch.setattr(serve, "start", lambda *args, **kwargs: fake)
+        monkeypatch.setattr(serve, "wait_ready", lambda *args, **kwargs: 1.0)
+    sigs = (signal.SIGTERM, signal.SIGHUP)
+    before = {sig: signal.getsignal(sig) for sig in sigs}
+    try:
+        if ending == "refused":
+            with pytest.raises(UserError, match="port 70000 is not a TCP port"):
+                serve.serve_forever(tiny_model_dir, TUNED, port=70000)
+        elif ending == "sigterm":
+            with pytest.raises(SystemExit) as exit_info:
+                serve.serve_forever(tiny_model_dir, TUNED)
+            assert exit_info.value.code == 128 + signal.SIGTERM and stopped == [1]
+        else:
+            assert serve.serve_forever(tiny_model_dir, TUNED) == 1 and stopped == [1]  # status 0: still a failure
+        assert {sig: signal.getsignal(sig) for sig in sigs} == before
+    finally:  # a failure above must not leave pytest with serve_forever's handlers
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
 def sse(*chunks) -> list[bytes]:
     """A streamed completion as the server sends it, line by line."""
     lines = [f"data: {json.dumps({'object': 'chat.completion.chunk', 'model': TUNED, 'choices': [c]})}\n".encode()

@@ -648,21 +648,26 @@ def serve_forever(model_dir: Path, served_model_name: str = "", *, host: str = "
     def _exit(signum, _frame):
         raise SystemExit(128 + signum)  # unwinds through the finally below
 
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _exit)
-    server = start(model_dir, name, host=host, port=port, lora_modules=lora_modules, log_path=log_path,
-                   problems=problems, name_flag="--served-model-name")
-    print(f"vLLM log: {server.log_path}", flush=True)
+    # Put back on the way out (a caller in the same process, e.g. a test, keeps its own handling).
+    # None: a handler not set from Python, which signal.signal cannot take back; the default stands in.
+    previous = {sig: signal.signal(sig, _exit) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        ready_s = wait_ready(server.url, server, timeout=ready_timeout)
-        port = int(server.url.rsplit(":", 1)[1])  # with --port 0, the one picked
-        print(f"serving {', '.join(server.names)} at http://{host}:{port}/v1 (tool calls read by vLLM's "
-              f"{model_tool_call_parser(model_dir)} parser; ready in {ready_s:.0f}s; Ctrl-C stops)", flush=True)
-        code = server.proc.wait()
-        print(f"vLLM exited with status {code}; its log {server.log_path} ends with:\n{server.log_tail()}",
-              file=sys.stderr, flush=True)
-        return code or 1
-    except KeyboardInterrupt:
-        return 130
+        server = start(model_dir, name, host=host, port=port, lora_modules=lora_modules, log_path=log_path,
+                       problems=problems, name_flag="--served-model-name")
+        print(f"vLLM log: {server.log_path}", flush=True)
+        try:
+            ready_s = wait_ready(server.url, server, timeout=ready_timeout)
+            port = int(server.url.rsplit(":", 1)[1])  # with --port 0, the one picked
+            print(f"serving {', '.join(server.names)} at http://{host}:{port}/v1 (tool calls read by vLLM's "
+                  f"{model_tool_call_parser(model_dir)} parser; ready in {ready_s:.0f}s; Ctrl-C stops)", flush=True)
+            code = server.proc.wait()
+            print(f"vLLM exited with status {code}; its log {server.log_path} ends with:\n{server.log_tail()}",
+                  file=sys.stderr, flush=True)
+            return code or 1
+        except KeyboardInterrupt:
+            return 130
+        finally:
+            server.stop()
     finally:
-        server.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
