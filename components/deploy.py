@@ -66,11 +66,12 @@ def deploy(
 
             # vLLM refuses adapters above --max-lora-rank; adapters are small, so read their configs.
             rank = max([lora_rank(store.get_tree(uri)) for uri in adapters.values()] or [16])
-            from trainer.serve import stored_tool_call_parser
+            from trainer.serve import stored_has_template, stored_tool_call_parser
 
             spec = vllm.ServeSpec(name=served, model_uri=serve_uri, gpus=gpus, cluster=placement, adapters=adapters,
                                   vllm_image=vllm_image, max_lora_rank=rank,
-                                  tool_call_parser=stored_tool_call_parser(store, serve_uri))
+                                  tool_call_parser=stored_tool_call_parser(store, serve_uri),
+                                  chat_template=stored_has_template(store, serve_uri))
             out = (kserve if backend == "kserve" else vllm).deploy(spec, messages, tools)
         else:
             from trainer.serve import deploy_local

@@ -1,9 +1,11 @@
 """Cluster mode against the real kubernetes / kubeflow-training clients, with a fake only at
 the HTTP boundary (tests/k8s_fake_api.py), plus schema validation of every object we create."""
 
+import functools
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -509,6 +511,7 @@ def test_sweep_trials_side_by_side_on_the_cluster_fake_api(store, tmp_path, monk
     cmd = body["spec"]["template"]["spec"]["containers"][0]["command"]
     assert cmd[cmd.index("--max-lora-rank") + 1] == "64"
     assert cmd[cmd.index("--tool-call-parser") + 1] == "llama3_json"
+    assert cmd[cmd.index("--chat-template") + 1] == "/models/model/chat_template.jinja"  # the tree's, as trained
     assert out["names"] == ["sweep-base", "sweep-trial-0", "sweep-trial-1"] and out["smoke_ok"]
     assert asked == [("sweep-base", False), ("sweep-trial-0", True), ("sweep-trial-1", True)]
 
@@ -563,15 +566,30 @@ def test_kserve_redeploy_in_the_other_mode_leaves_one_storage_field_fake_api(fir
         validate(api.state.objects[("InferenceService", "ml", "tuned")])
 
 
-def test_a_restarted_pod_waiting_for_a_node_is_not_a_stall_fake_api():
+def test_a_restarted_pod_waiting_for_a_node_is_not_a_stall_fake_api(monkeypatch):
     """After a restart (preemption: the pod is recreated), time Pending for a node or an image is
-    not a stall, as before the first start: the watchdog restarts with the new pod's first line."""
-    script = JobScript(conditions=["Created"] + ["Running"] * 400 + ["Succeeded"],
-                       pod_phases=["Running"] * 2 + ["Pending"] * 150 + ["Running"],
+    not a stall, as before the first start: the watchdog restarts with the new pod's first line.
+
+    Time is scripted, not waited out: a second passes each time the log reader lists the pods,
+    and each status poll waits for the next listing. So the job runs on well past the Pending
+    spell (10 s against stall_timeout_s=5), and a watchdog left running through it would fire,
+    however fast or loaded this machine is."""
+    from trainer.k8s import pytorchjob
+
+    script = JobScript(conditions=["Created"] + ["Running"] * 20 + ["Succeeded"],
+                       pod_phases=["Running"] * 2 + ["Pending"] * 10 + ["Running"],
                        master_log="progress: step=3 stage=train\n")
     with FakeKubeAPI(script) as api:
-        spec = ClusterSpec(namespace="ml", poll_interval_s=0.005, stall_timeout_s=0.3, cleanup="never")
+        def next_listing(_seconds: float) -> None:
+            seen, limit = api.state.pod_listings, time.monotonic() + 30
+            while api.state.pod_listings == seen and time.monotonic() < limit:
+                time.sleep(0.001)
+
+        monkeypatch.setattr(pytorchjob, "follow_job", functools.partial(
+            cluster.follow_job, clock=lambda: float(api.state.pod_listings), sleep=next_listing))
+        spec = ClusterSpec(namespace="ml", poll_interval_s=0.005, stall_timeout_s=5, cleanup="never")
         PyTorchJobLauncher(spec, api.configuration).run(ARGS, "ft-preempted")
+        assert api.state.pod_listings >= 20  # the job outlived the Pending spell by more than the stall timeout
 
 
 def test_trainjob_retry_after_failure_starts_it_again_fake_api(capsys):

@@ -282,6 +282,9 @@ def test_tool_call_parser_follows_the_chat_template(tmp_path, tiny_model_dir):
     assert serve.tool_call_parser("{{ raise_exception('no tools here') }}") == "hermes"
     args = serve.local_args(_write_tree(tmp_path / "llama", LLAMA3_TEMPLATE, LLAMA3_TOKENS), "m")
     assert args[args.index("--tool-call-parser") + 1] == "llama3_json"
+    # the delivered template file (the one training used) is what vLLM renders with; none: the tokenizer's
+    assert args[args.index("--chat-template") + 1] == str(tmp_path / "llama" / "chat_template.jinja")
+    assert "--chat-template" not in serve.local_args(_write_tree(tmp_path / "named2", None, LLAMA3_TOKENS, named), "m")
 
 
 @pytest.mark.integration

@@ -37,6 +37,11 @@ def main(argv: list[str] | None = None) -> None:
         p.add_argument("source", help="builtin:..., a local path, an s3:// URI or a Hugging Face Hub id "
                                       "(README: Sources)")
         p.add_argument("--revision", default="", help="Hub branch, tag or commit (default: main)")
+        if kind == "model":
+            from trainer.templates import describe
+
+            p.add_argument("--chat-template", default="model",
+                           help=f"the chat template to deliver with the model: {describe()} (default: model)")
         if kind == "dataset":
             p.add_argument("--eval-fraction", type=float, default=0.1,
                            help="share of rows held out for evaluation when the data has no eval split (default 0.1)")
@@ -229,6 +234,10 @@ def run(args: argparse.Namespace) -> None:
         # A local source's problems and missing S3 settings in one message, not one per attempt.
         problems = _local_source_problems(args.command.removeprefix("deliver-"), args.source,
                                           getattr(args, "eval_fraction", 0.1), getattr(args, "seed", 0))
+        if args.command == "deliver-model":
+            from trainer.templates import spec_problems
+
+            problems += [p.replace("chat_template", "--chat-template", 1) for p in spec_problems(args.chat_template)]
         try:
             store = Store.from_env()
         except UserError as err:
@@ -254,7 +263,8 @@ def run(args: argparse.Namespace) -> None:
         collect(problems, what=f"cannot {args.command}")
     if args.command in ("deliver-model", "deliver-dataset"):
         deliver = sources.deliver_model if args.command == "deliver-model" else sources.deliver_dataset
-        split = {"eval_fraction": args.eval_fraction, "seed": args.seed} if args.command == "deliver-dataset" else {}
+        split = {"eval_fraction": args.eval_fraction, "seed": args.seed} if args.command == "deliver-dataset" \
+            else {"chat_template": args.chat_template}
         uri, meta = deliver(args.source, args.revision, store, **split)
         print(json.dumps({"uri": uri, **{k: v for k, v in meta.items() if k != "files"}}, indent=1))
     elif args.command == "evaluate":

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.errors import UserError, collect
+from trainer.templates import TEMPLATE_FILE
 
 # vLLM accepts only these LoRA ranks for --max-lora-rank.
 _LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -41,7 +42,8 @@ DEFAULT_TOOL_PARSER = "hermes"
 def vllm_args(model: str, served_model_name: str, *, host: str = "127.0.0.1", port: int = 8000,
               lora_modules: Mapping[str, str] | None = None, max_lora_rank: int = 0,
               max_model_len: int = 0, dtype: str = "auto", tensor_parallel_size: int = 1,
-              enforce_eager: bool = False, tool_call_parser: str = DEFAULT_TOOL_PARSER) -> list[str]:
+              enforce_eager: bool = False, tool_call_parser: str = DEFAULT_TOOL_PARSER,
+              chat_template: str = "") -> list[str]:
     """Arguments for vLLM's OpenAI server, the same for every backend.
 
     They follow `vllm serve` (cluster image `vllm/vllm-openai`) and
@@ -62,6 +64,8 @@ def vllm_args(model: str, served_model_name: str, *, host: str = "127.0.0.1", po
         enforce_eager: skip graph capture / compilation (start-up 34 s instead of 100 s on CPU).
         tool_call_parser: vLLM's parser for the model's tool-call format (`tool_call_parser()`
             reads it off the chat template).
+        chat_template: path of the template file to render prompts with (the delivered tree's
+            chat_template.jinja, the one training used: trainer.templates); empty: the tokenizer's.
 
     Returns:
         The argument list, without the program (`vllm serve` / `python -m ...`). Everything from
@@ -71,6 +75,8 @@ def vllm_args(model: str, served_model_name: str, *, host: str = "127.0.0.1", po
     args = ["--model", str(model), "--served-model-name", served_model_name, "--host", host,
             "--port", str(port), "--dtype", dtype, "--enable-auto-tool-choice",
             "--tool-call-parser", tool_call_parser]
+    if chat_template:
+        args += ["--chat-template", chat_template]
     if max_model_len:
         args += ["--max-model-len", str(max_model_len)]
     if tensor_parallel_size > 1:
@@ -152,6 +158,14 @@ def model_tool_call_parser(model_dir: str | Path) -> str:
         return path.read_text() if path.is_file() else None
 
     return tree_tool_call_parser(read)
+
+
+def stored_has_template(store: Any, uri: str) -> bool:
+    """Whether a model tree in S3 carries chat_template.jinja (then vLLM is told to use that file)."""
+    from trainer.storage import MANIFEST, split_uri
+
+    _, prefix = split_uri(uri)
+    return any(f["path"] == TEMPLATE_FILE for f in store.get_json(f"{prefix}/{MANIFEST}")["files"])
 
 
 def stored_tool_call_parser(store: Any, uri: str) -> str:
@@ -323,9 +337,11 @@ def local_args(model_dir: str | Path, served_model_name: str, *, host: str = "12
     if cpu and not max_model_len:
         max_model_len = min(_model_context(Path(model_dir)) or 2048, 2048)
     rank = max((lora_rank(p) for p in lora_modules.values()), default=0)
+    template = Path(model_dir) / TEMPLATE_FILE
     return vllm_args(str(model_dir), served_model_name, host=host, port=port, lora_modules=lora_modules,
                      max_lora_rank=rank, max_model_len=max_model_len, dtype="float32" if cpu else "auto",
-                     enforce_eager=cpu, tool_call_parser=model_tool_call_parser(model_dir))
+                     enforce_eager=cpu, tool_call_parser=model_tool_call_parser(model_dir),
+                     chat_template=str(template) if template.is_file() else "")
 
 
 def start(model_dir: str | Path, served_model_name: str, *, host: str = "127.0.0.1", port: int = 0,

@@ -50,6 +50,8 @@ class ServeSpec:
     rollout_timeout_s: int = 1800
     # The model's tool-call format (trainer.serve.stored_tool_call_parser reads it off the chat template).
     tool_call_parser: str = "hermes"
+    # The tree carries chat_template.jinja (trainer.templates): vLLM renders with that file, as training did.
+    chat_template: bool = False
 
     def problems(self) -> list[str]:
         p = rules.served_model_name(self.name, "served_model_name")
@@ -93,7 +95,8 @@ def server_args(spec: ServeSpec, served_name: str, model_path: str, port: int,
 
     return vllm_args(model_path, served_name, host="0.0.0.0", port=port, lora_modules=adapters or None,
                      max_lora_rank=spec.max_lora_rank if adapters else 0, max_model_len=spec.max_model_len,
-                     tensor_parallel_size=max(spec.gpus, 1), tool_call_parser=spec.tool_call_parser)
+                     tensor_parallel_size=max(spec.gpus, 1), tool_call_parser=spec.tool_call_parser,
+                     chat_template=f"{model_path}/chat_template.jinja" if spec.chat_template else "")
 
 
 def split_args(spec: ServeSpec, served_name: str, model_path: str, port: int,
@@ -290,11 +293,12 @@ def deploy_side_by_side(backend: str, spec: ServeSpec, store, messages: list[dic
     loopback from downloaded copies; kubernetes: Deployment; kserve: InferenceService), each
     smoke-tested by name. --max-lora-rank follows the largest adapter (adapters are small:
     reading their configs costs little)."""
-    from trainer.serve import deploy_local, lora_rank, stored_tool_call_parser
+    from trainer.serve import deploy_local, lora_rank, stored_has_template, stored_tool_call_parser
 
     dirs = {n: store.get_tree(uri) for n, uri in spec.adapters.items()}
     spec.max_lora_rank = max([lora_rank(d) for d in dirs.values()] or [16])
     spec.tool_call_parser = stored_tool_call_parser(store, spec.model_uri)
+    spec.chat_template = stored_has_template(store, spec.model_uri)
     if backend == "local":
         return deploy_local(store.get_tree(spec.model_uri), spec.name, messages, tools,
                             lora_modules={n: str(d) for n, d in dirs.items()})
