@@ -58,10 +58,23 @@ def pytorchjob_schema() -> dict:
     return crd_schema("PyTorchJob")
 
 
+@functools.cache
+def crd_validator(kind: str) -> jsonschema.protocols.Validator:
+    """The CRD's schema checked once (a second per CRD: jsonschema.validate re-checked it on every
+    call) and compiled into a validator that every later object of the kind reuses."""
+    schema = crd_schema(kind)
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
 def validate(obj: dict) -> None:
     """Raise if `obj` is not a valid object of its kind."""
     if obj["kind"] in CRDS:
-        jsonschema.validate(obj, crd_schema(obj["kind"]))
+        # what jsonschema.validate raises, the schema check aside: the most relevant error
+        error = jsonschema.exceptions.best_match(crd_validator(obj["kind"]).iter_errors(obj))
+        if error is not None:
+            raise error
     else:
         import kubernetes_validate
 
