@@ -309,13 +309,16 @@ class _Stopped(Exception):
 
 
 def follow_job(status: Callable[[], str], core, namespace: str, pod_selector: str, container: str,
-               spec: ClusterSpec) -> None:
+               spec: ClusterSpec, *, clock: Callable[[], float] = time.monotonic,
+               sleep: Callable[[float], None] = time.sleep) -> None:
     """Stream the main pod's log into ours while polling the job until it succeeds.
 
     `status()` returns 'succeeded', 'failed' or anything else (still going). Every log line
     feeds the progress watchdog (trainer.watchdog, `spec.stall_timeout_s`, 0 = off), so a job
     whose step counter stops moving ends with a message naming the stuck stage, as does one
     that outlives `spec.wait_timeout_s` (0 = no limit). Raises _Stopped with the reason.
+    `clock` (the watchdog's and the time limit's) and `sleep` (between status polls) are
+    for tests that script time instead of waiting it out.
     """
     from trainer.watchdog import Watchdog
 
@@ -328,7 +331,7 @@ def follow_job(status: Callable[[], str], core, namespace: str, pod_selector: st
         print(line, flush=True)
         with lock:
             if not dogs:
-                dogs.append(Watchdog(spec.stall_timeout_s))
+                dogs.append(Watchdog(spec.stall_timeout_s, clock=clock))
             dogs[0].feed(line)
 
     def idle() -> None:
@@ -340,7 +343,7 @@ def follow_job(status: Callable[[], str], core, namespace: str, pod_selector: st
     reader = threading.Thread(target=_stream_logs, args=(core, namespace, pod_selector, container, feed, done,
                                                          drained, spec.poll_interval_s, idle), daemon=True)
     reader.start()
-    deadline = time.monotonic() + spec.wait_timeout_s if spec.wait_timeout_s else None
+    deadline = clock() + spec.wait_timeout_s if spec.wait_timeout_s else None
     try:
         while True:
             state = status()
@@ -353,9 +356,9 @@ def follow_job(status: Callable[[], str], core, namespace: str, pod_selector: st
                 stalled = dogs[0].check() if dogs else None
             if stalled:
                 raise _Stopped(f"stalled: {stalled}")
-            if deadline is not None and time.monotonic() > deadline:
+            if deadline is not None and clock() > deadline:
                 raise _Stopped(f"timed out after wait_timeout_s={spec.wait_timeout_s}")
-            time.sleep(spec.poll_interval_s)
+            sleep(spec.poll_interval_s)
     finally:
         done.set()
 
