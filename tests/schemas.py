@@ -60,8 +60,8 @@ def pytorchjob_schema() -> dict:
 
 @functools.cache
 def crd_validator(kind: str) -> jsonschema.protocols.Validator:
-    """The CRD's schema checked once (a second per CRD: jsonschema.validate re-checked it on every
-    call) and compiled into a validator that every later object of the kind reuses."""
+    """The CRD's schema checked once (seconds for InferenceService's; jsonschema.validate checked
+    it again on every call) and compiled into a validator that every later object of the kind reuses."""
     schema = crd_schema(kind)
     cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)

@@ -437,6 +437,30 @@ def test_kserve_objects_are_valid_and_share_vllm_flags():
     assert isvc["spec"]["predictor"]["serviceAccountName"] == kserve.SERVICE_ACCOUNT
 
 
+def test_the_schema_check_refuses_what_the_api_server_would_prune_or_reject():
+    """tests/schemas.validate, whose CRD validators are built once and reused: an unknown field
+    (pruned in silence by the API server) or a wrong type fails on every call, not only the first."""
+    import copy
+
+    import jsonschema
+
+    from trainer.k8s import kserve
+
+    _, isvc = kserve.build(kserve_spec())
+    job_obj = job(ClusterSpec())
+    for _ in range(2):
+        validate(isvc)
+        validate(job_obj)
+        unknown = copy.deepcopy(isvc)
+        unknown["spec"]["predictor"]["model"]["storageUrl"] = "s3://b/typo"
+        with pytest.raises(jsonschema.ValidationError, match="'storageUrl' was unexpected"):
+            validate(unknown)
+        wrong_type = copy.deepcopy(job_obj)
+        wrong_type["spec"]["runPolicy"]["backoffLimit"] = "3"
+        with pytest.raises(jsonschema.ValidationError, match="'3' is not of type 'integer'"):
+            validate(wrong_type)
+
+
 def test_kserve_create_ready_smoke_and_replace_on_redeploy_fake_api(monkeypatch):
     from kubernetes import client as k
 
