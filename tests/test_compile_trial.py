@@ -1,7 +1,6 @@
 """compile=true never makes training slower than eager: the trainer times both early in the run
 (trainer/train.py `_CompileTrial`) and keeps the faster."""
 
-import time
 from types import SimpleNamespace
 
 import pytest
@@ -70,21 +69,37 @@ def test_a_run_too_short_to_compare_keeps_compiled_and_says_so(capsys, monkeypat
     assert _CompileTrial.plan(fake_recipe(max_steps=30)) is None
 
 
+class ScriptedClock:
+    """The recipe's timer (Recipe.clock) on a script: each reading moves it on by a millisecond
+    (a step with no compiled code in it takes that long), and each call of a compiled graph costs
+    30 ms more. Which setting is faster is then the script's, not this machine's speed."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 0.001
+        return self.now
+
+
 @pytest.mark.integration
 def test_compiled_layers_slower_than_eager_are_dropped_in_a_real_run(s3_env, monkeypatch, capsys):
-    """A real training run whose compiled layers are slow (a backend that sleeps per call):
-    the run continues eager, finishes and reports both rates."""
+    """A real training run whose compiled layers are slow (a backend whose every call costs 30 ms
+    on the recipe's clock): the run continues eager, finishes and reports both rates."""
     from trainer import model as model_mod
     from trainer import train as train_mod
 
+    clock = ScriptedClock()
+
     def slow_backend(gm, example_inputs):
         def run(*args):
-            time.sleep(0.03)
+            clock.now += 0.03
             return gm.forward(*args)
         return run
 
     real = model_mod.compile_layers
     monkeypatch.setattr(train_mod, "compile_layers", lambda model, dynamic: real(model, dynamic, backend=slow_backend))
+    monkeypatch.setattr(train_mod.Recipe, "clock", staticmethod(clock))
     torch._dynamo.reset()
     store = Store.from_env()
     model_uri, _ = sources.deliver_model("builtin:tiny-llama", "", store)
