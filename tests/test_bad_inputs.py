@@ -3,7 +3,7 @@
 opens both pipelines in the KFP UI. Each must exit with status 2 and one message naming the
 problem and its fix, print no traceback, and start nothing: no S3 server, no pipeline root, no
 Kubernetes object rendered, no request to KFP. Most run in process (a second for the whole
-table); tests/test_cli_errors.py runs the same entry points as subprocesses.
+table); tests/test_cli_errors.py runs a few of the same entry points as subprocesses, end to end.
 """
 
 import json

@@ -1,7 +1,11 @@
 """Bad input fails before any work: one message naming the problem and the fix, exit 2,
-no traceback. These run the real entry points as a user would."""
+no traceback. A few cases run the real entry points as a user would, in a new Python process
+(`python -m pipelines.run_local`, `python -m pipelines.submit`, `python -m trainer train`): the exit
+status and stderr end to end. The others call the same entry point's main() with the same
+arguments in this process (`in_process`) and assert the same, without five seconds of imports each."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +17,40 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def run(*args, env=None):
     return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+
+
+def in_process(capsys, main, *args) -> subprocess.CompletedProcess:
+    """`python -m <entry point> ARGS` as its `__main__` block runs it, `sys.exit(main(args))`, here:
+    the exit status, stdout and stderr that run() would give. A traceback cannot print here; any
+    exception but SystemExit fails the test instead."""
+    capsys.readouterr()
+    try:
+        code = main(list(args))
+    except SystemExit as exit_info:
+        code = exit_info.code
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(args, code or 0, out, err)
+
+
+def without_s3_settings(monkeypatch, tmp_path) -> None:
+    """The environment of a user with no S3 or AWS settings (run()'s `env` in a new process)."""
+    monkeypatch.setenv("S3_ENDPOINT", "")  # put back after the test: run_local's start_s3 sets it
+    for key in list(os.environ):
+        if key.startswith(("AWS_", "S3_")):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("HOME", str(tmp_path))
+
+
+@pytest.fixture
+def no_s3(monkeypatch):
+    """run_local's throwaway S3 server, never started by a refused run (in a new process it would
+    be gone with the process; here it would stay)."""
+    from pipelines import run_local
+
+    started = []
+    monkeypatch.setattr(run_local, "start_s3", lambda *a: started.append(1))
+    yield
+    assert not started
 
 
 @pytest.fixture(scope="module")
@@ -32,9 +70,11 @@ def bad_rows(tmp_path_factory):
     (["max_stepz=3"], "unknown parameter 'max_stepz'"),
     (["max_steps=many"], "max_steps='many' is not a valid whole number"),
 ])
-def test_run_local_rejects_bad_parameters(params, needle, tmp_path):
-    proc = run("-m", "pipelines.run_local", "--pipeline-root", str(tmp_path / "root"),
-               *[a for p in params for a in ("--param", p)])
+def test_run_local_rejects_bad_parameters(params, needle, tmp_path, capsys, no_s3):
+    from pipelines import run_local
+
+    proc = in_process(capsys, run_local.main, "--pipeline-root", str(tmp_path / "root"),
+                      *[a for p in params for a in ("--param", p)])
     assert proc.returncode == 2, proc.stderr
     assert needle in proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
@@ -49,9 +89,11 @@ def test_row_without_messages_names_file_and_line(bad_rows, tmp_path):
     assert "Traceback" not in proc.stderr
 
 
-def test_trainer_cli_rejects_bad_config():
-    proc = run("-m", "trainer", "train", "--model-uri", "nope", "--dataset-uri", "s3://b/d", "--output-prefix", "r",
-               "--lora-r", "0")
+def test_trainer_cli_rejects_bad_config(capsys):
+    from trainer.__main__ import main
+
+    proc = in_process(capsys, main, "train", "--model-uri", "nope", "--dataset-uri", "s3://b/d", "--output-prefix",
+                      "r", "--lora-r", "0")
     assert proc.returncode == 2
     assert "model_uri must be an s3:// URI" in proc.stderr and "lora_r must be > 0" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -73,32 +115,34 @@ def test_run_local_starts_its_own_s3_with_throwaway_credentials(monkeypatch):
         server.stop()
 
 
-def test_s3_endpoint_without_credentials_is_refused(tmp_path):
-    import os
+def test_s3_endpoint_without_credentials_is_refused(tmp_path, capsys, monkeypatch):
+    from pipelines import run_local
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    proc = run("-m", "pipelines.run_local", "--s3-endpoint", "http://127.0.0.1:9", "--pipeline-root",
-               str(tmp_path / "r"), env=env)
+    without_s3_settings(monkeypatch, tmp_path)
+    proc = in_process(capsys, run_local.main, "--s3-endpoint", "http://127.0.0.1:9", "--pipeline-root",
+                      str(tmp_path / "r"))
     assert proc.returncode == 2 and "--s3-endpoint=http://127.0.0.1:9 needs AWS_ACCESS_KEY_ID" in proc.stderr
 
 
-def test_s3_endpoint_from_the_environment_without_credentials_names_the_variable(tmp_path):
+def test_s3_endpoint_from_the_environment_without_credentials_names_the_variable(tmp_path, capsys, monkeypatch):
     """The user never typed --s3-endpoint: the message names S3_ENDPOINT, and how to do without it."""
-    import os
+    from pipelines import run_local
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env["S3_ENDPOINT"] = "http://127.0.0.1:9"
-    proc = run("-m", "pipelines.run_local", "--pipeline-root", str(tmp_path / "r"), env=env)
+    without_s3_settings(monkeypatch, tmp_path)
+    monkeypatch.setenv("S3_ENDPOINT", "http://127.0.0.1:9")
+    proc = in_process(capsys, run_local.main, "--pipeline-root", str(tmp_path / "r"))
     assert proc.returncode == 2
     assert "S3_ENDPOINT=http://127.0.0.1:9 needs AWS_ACCESS_KEY_ID" in proc.stderr
     assert "--s3-endpoint" not in proc.stderr and "unset S3_ENDPOINT" in proc.stderr
 
 
-def test_trainer_cli_rejects_non_finite_floats_and_out_of_range_seed():
+def test_trainer_cli_rejects_non_finite_floats_and_out_of_range_seed(capsys):
     """NaN passes every comparison and inf passed validation: the run trained to a NaN adapter."""
-    proc = run("-m", "trainer", "train", "--model-uri", "s3://b/m", "--dataset-uri", "s3://b/d", "--output-prefix",
-               "runs/r", "--learning-rate", "inf", "--lora-dropout", "nan", "--weight-decay=-inf",
-               "--seed", str(2**64 + 1))
+    from trainer.__main__ import main
+
+    proc = in_process(capsys, main, "train", "--model-uri", "s3://b/m", "--dataset-uri", "s3://b/d", "--output-prefix",
+                      "runs/r", "--learning-rate", "inf", "--lora-dropout", "nan", "--weight-decay=-inf",
+                      "--seed", str(2**64 + 1))
     assert proc.returncode == 2, proc.stderr
     for needle in ("learning_rate must be a finite number, got inf", "lora_dropout must be a finite number",
                    "weight_decay must be a finite number", "seed must be between 0 and 4294967295"):
@@ -106,9 +150,11 @@ def test_trainer_cli_rejects_non_finite_floats_and_out_of_range_seed():
     assert "Traceback" not in proc.stderr
 
 
-def test_sweep_trial_with_a_quoted_number_names_the_fix(tmp_path):
-    proc = run("-m", "pipelines.run_local", "--pipeline", "sweep", "--pipeline-root", str(tmp_path / "root"),
-               "--param", 'trials=[{"lora_r": "16", "lora_alpha": null, "learning_rate": 0.001}]')
+def test_sweep_trial_with_a_quoted_number_names_the_fix(tmp_path, capsys, no_s3):
+    from pipelines import run_local
+
+    proc = in_process(capsys, run_local.main, "--pipeline", "sweep", "--pipeline-root", str(tmp_path / "root"),
+                      "--param", 'trials=[{"lora_r": "16", "lora_alpha": null, "learning_rate": 0.001}]')
     assert proc.returncode == 2, proc.stderr
     assert "trials[0].lora_r must be a whole number, got '16' (a string): write 16 without quotes" in proc.stderr
     assert "trials[0].lora_alpha must be a whole number, got null" in proc.stderr
@@ -124,9 +170,11 @@ def test_unreachable_kfp_host_is_one_error_line(tmp_path):
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
 
 
-def test_deploy_k8s_refuses_names_and_counts_the_api_server_would():
-    proc = run("-m", "trainer", "deploy-k8s", "--dry-run", "--name", "My_Model", "--gpus", "-3", "--model-uri",
-               "s3://bucket/models/sha256-x")
+def test_deploy_k8s_refuses_names_and_counts_the_api_server_would(capsys):
+    from trainer.__main__ import main
+
+    proc = in_process(capsys, main, "deploy-k8s", "--dry-run", "--name", "My_Model", "--gpus", "-3", "--model-uri",
+                      "s3://bucket/models/sha256-x")
     assert proc.returncode == 2, proc.stdout
     assert "'My_Model' is not a valid Kubernetes Service name" in proc.stderr and "-3" in proc.stderr
     assert "Traceback" not in proc.stderr and not proc.stdout.strip()  # nothing rendered
@@ -140,10 +188,13 @@ def test_deploy_k8s_refuses_names_and_counts_the_api_server_would():
      json.dumps([{"conversations": [{"from": "human", "value": "hi"}, {"from": "bot", "value": "yo"}]}] * 5),
      "rows 1, 2, 3 and 2 more: conversations[1] has unknown 'from' 'bot': ShareGPT turns are from human, user, gpt"),
 ])
-def test_a_dataset_in_another_shape_is_one_line_with_the_fix(tmp_path, name, content, needle):
+def test_a_dataset_in_another_shape_is_one_line_with_the_fix(tmp_path, capsys, no_s3, name, content, needle):
+    from pipelines import run_local
+
     path = tmp_path / name
     path.write_bytes(content if isinstance(content, bytes) else content.encode())
-    proc = run("-m", "pipelines.run_local", "--pipeline-root", str(tmp_path / "root"), "--param", f"dataset_source={path}")
+    proc = in_process(capsys, run_local.main, "--pipeline-root", str(tmp_path / "root"), "--param",
+                      f"dataset_source={path}")
     assert proc.returncode == 2, proc.stderr
     assert needle in proc.stderr and "(1 problem" in proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout and not (tmp_path / "root").exists()
@@ -156,23 +207,41 @@ def test_a_dataset_in_another_shape_is_one_line_with_the_fix(tmp_path, name, con
     (["merge", "--model-uri", "s3://b/m", "--adapter-uri", "adapter/", "--out", "/tmp/x"],
      ["2 problems", "--adapter-uri 'adapter/' is not an s3:// URI"]),
 ])
-def test_s3_stages_name_every_bad_uri_with_the_missing_credentials(args, needles, tmp_path):
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}  # no S3 settings: one more problem, same message
-    proc = run("-m", "trainer", *args, env=env)
+def test_s3_stages_name_every_bad_uri_with_the_missing_credentials(args, needles, tmp_path, capsys, monkeypatch):
+    from trainer.__main__ import main
+
+    without_s3_settings(monkeypatch, tmp_path)  # one more problem, same message
+    proc = in_process(capsys, main, *args)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "S3 credentials missing" in proc.stderr
     for needle in needles:
         assert needle in proc.stderr
 
 
-@pytest.mark.parametrize("args, message", [
-    (("-m", "trainer", "build-tiny-model", "{out}"), "cannot write the tiny model to {out}: "),
-    (("-m", "pipelines.compile", "--out-dir", "{out}"), "cannot write to --out-dir {out}: ")])
-def test_writing_into_an_unwritable_place_is_one_line(tmp_path, args, message):
+def compile_main(argv: list[str]) -> None:
+    """`python -m pipelines.compile`'s main, which reads sys.argv itself."""
+    from unittest import mock
+
+    from pipelines import compile as compile_module
+
+    with mock.patch.object(sys, "argv", ["python -m pipelines.compile", *argv]):
+        compile_module.main()
+
+
+def trainer_main(argv: list[str]) -> None:
+    from trainer.__main__ import main
+
+    main(argv)
+
+
+@pytest.mark.parametrize("main, args, message", [
+    (trainer_main, ("build-tiny-model", "{out}"), "cannot write the tiny model to {out}: "),
+    (compile_main, ("--out-dir", "{out}"), "cannot write to --out-dir {out}: ")], ids=["trainer", "compile"])
+def test_writing_into_an_unwritable_place_is_one_line(tmp_path, capsys, main, args, message):
     blocker = tmp_path / "file"  # a file where a directory must be created
     blocker.write_text("")
     out = str(blocker / "out")
-    proc = run(*(a.format(out=out) for a in args))
+    proc = in_process(capsys, main, *(a.format(out=out) for a in args))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.startswith("error: " + message.format(out=out))
     assert "pass a writable directory" in proc.stderr
@@ -195,15 +264,21 @@ def test_param_typos_name_the_fix_and_spaces_around_the_name_are_typing(capsys):
 @pytest.mark.parametrize("argv", [
     ["launch-k8s", "--model-uri", "s3://b/m", "--dataset-uri", "s3://b/d", "--output-prefix", "runs/r"],
     ["deploy-k8s", "--name", "my-model", "--model-uri", "s3://b/m"]])
-def test_an_unreachable_cluster_is_one_line_before_anything_is_created(tmp_path, argv):
+def test_an_unreachable_cluster_is_one_line_before_anything_is_created(tmp_path, capsys, monkeypatch, argv):
+    from trainer.__main__ import main
+
     kubeconfig = tmp_path / "config"
     kubeconfig.write_text(json.dumps({
         "apiVersion": "v1", "kind": "Config", "current-context": "c",
         "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:9"}}],  # nothing listens on port 9
         "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
         "users": [{"name": "u", "user": {"token": "kube-topsecret"}}]}))
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "KUBECONFIG": str(kubeconfig)}
-    proc = run("-m", "trainer", *argv, env=env)
+    without_s3_settings(monkeypatch, tmp_path)
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    # the kubernetes client reads KUBECONFIG once, at import
+    monkeypatch.setattr("kubernetes.config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    proc = in_process(capsys, main, *argv)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.startswith("error: cannot reach the Kubernetes API server at https://127.0.0.1:9 (")
     assert "kubectl get nodes" in proc.stderr and "topsecret" not in proc.stderr + proc.stdout
@@ -428,8 +503,6 @@ def test_a_huge_number_typed_into_the_kfp_form_arrives_as_a_float_and_gets_a_san
 def test_trainer_cli_refuses_too_few_rows_before_downloading_the_model(store, tmp_path):
     """27 rows (24 to train on), batch_size 32: refused from the delivered data alone. The model
     URI names no stored tree, so a run that downloaded the model first fails on that instead."""
-    import os
-
     from trainer import sources
 
     path = tmp_path / "few.jsonl"
