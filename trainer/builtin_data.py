@@ -4,10 +4,16 @@ Each row is a chat in the format the rest of the project expects (OpenAI / Huggi
 Face style): `messages` with one user request and one assistant turn that calls a
 tool, and the `tools` the assistant may call. The same seed gives the same rows on
 every machine, so the built-in demo is reproducible and needs no network.
+
+Those rows are BFCL's `multiple` category (one call among five tools). `generate(...,
+categories=True)` appends rows of the other categories `trainer.fc_check` reports (`simple`,
+`parallel`, `irrelevance`, `multi_turn`), from their own random stream, so the rows before them
+are the same as without the flag.
 """
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
@@ -86,8 +92,13 @@ def make_row(rng: random.Random) -> dict[str, Any]:
     }
 
 
-def generate(n_train: int = 3000, n_eval: int = 200, seed: int = 0) -> dict[str, list[dict[str, Any]]]:
-    """Return `{"train": rows, "eval": rows}`; eval rows never repeat a train request."""
+def generate(n_train: int = 3000, n_eval: int = 200, seed: int = 0,
+             categories: bool = False) -> dict[str, list[dict[str, Any]]]:
+    """Return `{"train": rows, "eval": rows}`; eval rows never repeat a train request.
+
+    `categories`: append `CATEGORY_SHARE` more rows to each split, of the other function-calling
+    categories (see `category_rows`); the first `n_train` / `n_eval` rows stay as without it.
+    """
     rng = random.Random(seed)
     eval_rows: list[dict[str, Any]] = []
     eval_requests: set[str] = set()
@@ -102,4 +113,153 @@ def generate(n_train: int = 3000, n_eval: int = 200, seed: int = 0) -> dict[str,
         row = make_row(rng)
         if row["messages"][0]["content"] not in eval_requests:
             train_rows.append(row)
+    if categories:
+        category_rows(train_rows, eval_rows, seed)
     return {"train": train_rows, "eval": eval_rows}
+
+
+# --- Rows of the other function-calling categories (generate(..., categories=True)) ---
+
+# Each new category adds this share of a split's rows (4 categories: 20% more rows in all):
+# enough rows for a tiny model to learn to decline and to answer from a result, few enough that
+# the `multiple` rows it learns first still dominate.
+CATEGORY_SHARE = 0.05
+LANGUAGES = ["French", "German", "Spanish", "Italian", "Japanese", "Korean"]
+CONDITIONS = ["sunny", "cloudy", "rainy", "windy", "snowy"]
+AIRLINES = ["AF", "BA", "LH", "IB", "UA", "KL"]
+DEPARTURES = ["07:15", "09:40", "13:05", "18:30", "21:55"]
+RATES = [0.5, 0.8, 0.9, 1.1, 1.25, 1.5, 2]
+
+# Requests no tool fits, some close to a tool (cancel is not schedule, a hotel is not a flight):
+# (what the assistant cannot do, user phrasings, argument sampler).
+_IRRELEVANT: list[tuple[str, list[str], Any]] = [
+    ("send emails", ["Send an email to {person} saying I'm late.", "Email {person} that the report is done."],
+     lambda r: {"person": r.choice(PEOPLE)}),
+    ("tell jokes", ["Tell me a joke about {city}.", "Make me laugh with a joke about {city}."],
+     lambda r: {"city": r.choice(CITIES)}),
+    ("translate text", ["Translate 'good morning' into {language}.", "How do I say thank you in {language}?"],
+     lambda r: {"language": r.choice(LANGUAGES)}),
+    ("cancel meetings", ["Cancel my meeting with {person} on {day}.", "Call off the {day} meeting with {person}."],
+     lambda r: {"person": r.choice(PEOPLE), "day": r.choice(DAYS)}),
+    ("remove alarms", ["Delete my alarm for {day} at {time}.", "Turn off the {time} alarm on {day}."],
+     lambda r: {"day": r.choice(DAYS), "time": r.choice(TIMES)}),
+    ("book hotels", ["Book a hotel in {city} for {day}.", "Find me a hotel in {city} on {day}."],
+     lambda r: {"city": r.choice(CITIES), "day": r.choice(DAYS)}),
+    ("look up city facts", ["What is the population of {city}?", "How many people live in {city}?"],
+     lambda r: {"city": r.choice(CITIES)}),
+    ("buy or sell assets", ["Buy {amount} {currency} worth of gold.", "Sell {amount} {currency} of my shares."],
+     lambda r: {"amount": r.choice(AMOUNTS), "currency": r.choice(CURRENCIES)}),
+]
+_PAIRS = ["{a} {b}", "{a} Also: {b}", "Two things. {a} {b}"]
+
+
+def _call_row(rng: random.Random) -> tuple[str, dict[str, Any]]:
+    """A user request and the call that answers it, as `make_row` draws them."""
+    row = make_row(rng)
+    return row["messages"][0]["content"], row["messages"][1]["tool_calls"][0]
+
+
+def make_simple_row(rng: random.Random) -> dict[str, Any]:
+    """`simple`: the request's own tool is the only one offered."""
+    row = make_row(rng)
+    name = row["messages"][1]["tool_calls"][0]["function"]["name"]
+    return {**row, "tools": [t for t in TOOLS if t["function"]["name"] == name]}
+
+
+def make_parallel_row(rng: random.Random) -> dict[str, Any]:
+    """`parallel`: two requests in one message, answered with two calls in one turn."""
+    first, call_a = _call_row(rng)
+    second, call_b = _call_row(rng)
+    while call_b == call_a:
+        second, call_b = _call_row(rng)
+    return {
+        "messages": [
+            {"role": "user", "content": rng.choice(_PAIRS).format(a=first, b=second)},
+            {"role": "assistant", "content": "", "tool_calls": [call_a, call_b]},
+        ],
+        "tools": TOOLS,
+    }
+
+
+def make_irrelevance_row(rng: random.Random) -> dict[str, Any]:
+    """`irrelevance`: a request no tool fits, answered in text that says so."""
+    action, phrasings, sample = rng.choice(_IRRELEVANT)
+    return {
+        "messages": [
+            {"role": "user", "content": rng.choice(phrasings).format(**sample(rng))},
+            {"role": "assistant", "content": f"Sorry, I can't {action}: none of my tools does that."},
+        ],
+        "tools": TOOLS,
+    }
+
+
+def _tool_result(rng: random.Random, name: str, args: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """What the tool returns for `args`, and the answer that reports it to the user."""
+    if name == "get_weather":
+        temp = rng.randint(-5, 35) if args["unit"] == "celsius" else rng.randint(25, 95)
+        cond = rng.choice(CONDITIONS)
+        return ({"temperature": temp, "unit": args["unit"], "conditions": cond},
+                f"It is {temp} degrees {args['unit']} and {cond} in {args['city']}.")
+    if name == "convert_currency":
+        converted = round(args["amount"] * rng.choice(RATES), 2)
+        return ({"amount": converted, "currency": args["to_currency"]},
+                f"{args['amount']} {args['from_currency']} is {converted} {args['to_currency']}.")
+    if name == "schedule_meeting":
+        meeting = f"M{rng.randint(100, 999)}"
+        return ({"status": "booked", "meeting_id": meeting},
+                f"Your meeting with {args['person']} on {args['day']} at {args['time']} is booked ({meeting}).")
+    if name == "set_alarm":
+        return {"status": "set"}, f"Your alarm is set for {args['day']} at {args['time']}."
+    route = f"from {args['origin']} to {args['destination']} on {args['day']}"
+    if rng.random() < 0.25:  # an empty result: the answer must come from the result, not the request
+        return {"flights": []}, f"There are no flights {route}."
+    flight, departs = f"{rng.choice(AIRLINES)}{rng.randint(100, 999)}", rng.choice(DEPARTURES)
+    return ({"flights": [{"flight": flight, "departs": departs}]},
+            f"I found flight {flight} {route}, departing at {departs}.")
+
+
+def make_multi_turn_row(rng: random.Random) -> dict[str, Any]:
+    """`multi_turn`: request, call, the tool's result, then a text answer built from the result."""
+    request, call = _call_row(rng)
+    fn = call["function"]
+    result, answer = _tool_result(rng, fn["name"], fn["arguments"])
+    return {
+        "messages": [
+            {"role": "user", "content": request},
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "call_0", **call}]},
+            {"role": "tool", "tool_call_id": "call_0", "content": json.dumps(result)},
+            {"role": "assistant", "content": answer},
+        ],
+        "tools": TOOLS,
+    }
+
+
+CATEGORY_MAKERS = [make_simple_row, make_parallel_row, make_irrelevance_row, make_multi_turn_row]
+
+
+def category_rows(train_rows: list[dict[str, Any]], eval_rows: list[dict[str, Any]], seed: int) -> None:
+    """Append `CATEGORY_SHARE` of each split per category (at least 1 in a non-empty split),
+    the categories interleaved.
+
+    A random stream of their own leaves the rows before them alone. New eval rows repeat no eval
+    request and no train request; new train rows repeat no eval request.
+    """
+    rng = random.Random(f"builtin-categories:{seed}")
+    _append(eval_rows, rng, avoid={_request(r) for r in train_rows + eval_rows}, unique=True)
+    _append(train_rows, rng, avoid={_request(r) for r in eval_rows}, unique=False)
+
+
+def _append(rows: list[dict[str, Any]], rng: random.Random, avoid: set[str], unique: bool) -> None:
+    per_category = max(1, round(len(rows) * CATEGORY_SHARE)) if rows else 0
+    for k in range(per_category * len(CATEGORY_MAKERS)):
+        make = CATEGORY_MAKERS[k % len(CATEGORY_MAKERS)]
+        row = make(rng)
+        while _request(row) in avoid:
+            row = make(rng)
+        if unique:
+            avoid.add(_request(row))
+        rows.append(row)
+
+
+def _request(row: dict[str, Any]) -> str:
+    return row["messages"][0]["content"]
