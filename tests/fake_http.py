@@ -72,7 +72,8 @@ class LoopbackServer:
     def __init__(self, handler: type, state: Any):
         bound = type(f"Bound{handler.__name__}", (handler,), {"state": state})
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), bound)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        # close() waits for the serving loop's next poll: 0.5 s by default, at the end of every test
+        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
 
     def close(self) -> None:
