@@ -162,7 +162,7 @@ def problems(namespace: str, pipeline_sa: str, storage: str) -> list[str]:
     """The API server's rules for the three inputs (trainer.k8s.rules), before anything is rendered."""
     from trainer.k8s import rules
 
-    return (rules.dns1123_label(namespace, "--namespace") + rules.service_account_ref(pipeline_sa, "--pipeline-sa")
+    return (rules.namespace(namespace, "--namespace") + rules.service_account_ref(pipeline_sa, "--pipeline-sa")
             + storage_problems(storage))
 
 

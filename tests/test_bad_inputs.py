@@ -68,6 +68,17 @@ def refuses_system(d):
 
 
 LONG_ROW = {"messages": [{"role": "user", "content": "word " * 400}, {"role": "assistant", "content": "ok"}]}
+
+
+def calling(arguments):
+    """A tool-calling row whose call has these arguments (a JSON string, as OpenAI sends them)."""
+    return {"messages": [{"role": "user", "content": "Weather?"}, {**CALL, "tool_calls": [
+        {"type": "function", "function": {"name": "get_weather", "arguments": arguments}}]}], "tools": [TOOL]}
+
+
+BIG_NUMBER_ROW = '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}], "n": ' \
+                 + "9" * 5000 + "}"
+NAN_ARGS, TWICE_ARGS = '{"city": NaN}', '{"city": "Paris", "city": "Rome"}'
 TOOL_ROW = {"messages": [{"role": "user", "content": "Weather in Paris?"}, CALL], "tools": [TOOL]}
 
 
@@ -207,8 +218,29 @@ CASES = [
     ("repeated-key", lambda t, m: [f"dataset_source={jsonl(t, *[GOOD_ROW] * 10, REPEATED_KEY)}"],
      "data.jsonl:11: has the key 'prompt' twice (a JSON reader keeps only the last value): keep one"),
     ("empty-train-split", lambda t, m: [f"dataset_source={jsonl(t, GOOD_ROW)}"], "empty train split"),
+    # values Python reads but nothing downstream can write, parse or learn from (issue 20)
+    ("lone-surrogate-in-content", lambda t, m: [f"dataset_source={rows(t, {'messages': [{'role': 'user', 'content': 'a' + chr(0xd800)}, GOOD_ROW['messages'][1]]})}"],
+     "data.jsonl:11: messages[0].content holds a lone surrogate ('\\ud800', half of a UTF-16 pair written as a \\u "
+     "escape), which is not text and cannot be stored as UTF-8"),
+    ("lone-surrogate-in-arguments", lambda t, m: [f"dataset_source={rows(t, calling(json.dumps({'city': chr(0xdfff)})))}"],
+     "messages[1].tool_calls[0].function.arguments.city holds a lone surrogate ('\\udfff'"),
+    ("number-of-5000-digits", lambda t, m: [f"dataset_source={jsonl(t, *[GOOD_ROW] * 10, BIG_NUMBER_ROW)}"],
+     "data.jsonl:11: not valid JSON (a number of more than 4300 digits (Python reads at most 4300) at column 94)"),
+    ("nan-in-arguments", lambda t, m: [f"dataset_source={rows(t, calling(NAN_ARGS))}"],
+     "messages[1].tool_calls[0].function.arguments['city'] must be a finite number, not NaN or Infinity"),
+    ("1e999-in-arguments", lambda t, m: [f"dataset_source={rows(t, calling({'city': 'Paris', 'days': float('inf')}))}"],
+     "messages[1].tool_calls[0].function.arguments['days'] must be a finite number"),
+    ("key-twice-in-arguments", lambda t, m: [f"dataset_source={rows(t, calling(TWICE_ARGS))}"],
+     "data.jsonl:11: messages[1].tool_calls[0].function.arguments has the key 'city' twice (a JSON reader keeps only "
+     "the last value): keep one"),
+    ("parameter-not-utf8", lambda t, m: ["served_model_name=tuned" + chr(0xdcff)],
+     "served_model_name holds '\\udcff', which is not text (bytes that are not UTF-8"),
     # values
     ("lora-rank-zero", lambda t, m: ["lora_r=0"], "lora_r must be > 0"),
+    ("lora-rank-above-width", lambda t, m: ["lora_r=100000"],
+     "lora_r=100000 is above the hidden size of model_source 'builtin:tiny-llama' (128)"),
+    ("lora-rank-above-local-width", lambda t, m: [f"model_source={m}", "lora_r=129"],
+     "(128): a rank above the layer width adds memory and no capacity"),
     ("negative-lr", lambda t, m: ["learning_rate=-0.1"], "learning_rate must be > 0"),
     ("zero-nodes", lambda t, m: ["nodes=0"], "nodes must be >= 1"),
     ("zero-batch", lambda t, m: ["batch_size=0"], "batch_size must be > 0"),
@@ -263,6 +295,8 @@ CASES = [
     ("k8s-namespace", lambda t, m: ["launcher=kubernetes", "namespace=LLM_Finetune"],
      "namespace='LLM_Finetune' is not a valid Kubernetes name (RFC 1123 label)"),
     ("k8s-node-selector-int", lambda t, m: ["launcher=kubernetes", 'node_selector={"pool": 1}'], "quote it"),
+    ("k8s-system-namespace", lambda t, m: ["launcher=kubernetes", "namespace=kube-system"],
+     "namespace='kube-system' is a Kubernetes system namespace"),
 ]
 
 SWEEP_CASES = [
@@ -360,6 +394,8 @@ def test_unreachable_s3_endpoint_is_refused_before_the_pipeline_starts(tmp_path,
 
 @pytest.mark.parametrize("command, source, problem", [
     ("deliver-dataset", lambda t: raw_file(t, LATIN1), "not UTF-8 text"),
+    ("deliver-dataset", lambda t: rows(t, {"messages": [{"role": "user", "content": chr(0xd800)},
+                                                        GOOD_ROW["messages"][1]]}), "holds a lone surrogate"),
     ("deliver-model", lambda t: str(t / "nope"), "model path not found"),
 ])
 def test_deliver_reports_the_source_and_missing_s3_settings_together(tmp_path, capsys, monkeypatch, command, source,
@@ -372,6 +408,17 @@ def test_deliver_reports_the_source_and_missing_s3_settings_together(tmp_path, c
         main([command, source(tmp_path)])
     err = _fails_cleanly(capsys, exit_info, "(2 problems)")
     assert problem in err and "S3 credentials missing" in err
+
+
+def test_build_tiny_model_refuses_a_folder_with_files(tmp_path, capsys):
+    from trainer.__main__ import main
+
+    (tmp_path / "config.json").write_text('{"mine": true}')
+    with pytest.raises(SystemExit) as exit_info:
+        main(["build-tiny-model", str(tmp_path)])
+    _fails_cleanly(capsys, exit_info, "is not empty (it holds config.json): build-tiny-model writes config.json")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]
+    assert (tmp_path / "config.json").read_text() == '{"mine": true}'
 
 
 @pytest.mark.parametrize("argv, expected", [
@@ -421,6 +468,8 @@ CLUSTER = ["launcher=kubernetes", "deploy_backend=kubernetes", "model_source=Qwe
 # Values the Kubernetes API server would refuse, most of them after training has finished.
 K8S_CASES = [
     ("namespace-underscore", ["namespace=LLM_Finetune"], "is not a valid Kubernetes name (RFC 1123 label)"),
+    ("namespace-kube-public", ["namespace=kube-public"], "namespace='kube-public' is a Kubernetes system namespace"),
+    ("namespace-kube-node-lease", ["namespace=kube-node-lease"], "is a Kubernetes system namespace"),
     ("served-name-underscore", ["served_model_name=My_Model"],
      "served_model_name='My_Model' is not a valid Kubernetes Service name (RFC 1035 label)"),
     ("served-name-70-chars", ["served_model_name=" + "m" * 70], "(it has 70 characters): use at most 63"),

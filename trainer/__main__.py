@@ -215,6 +215,11 @@ def run(args: argparse.Namespace) -> None:
         from trainer.errors import UserError
 
         try:
+            held = sorted(p.name for p in args.out.iterdir()) if args.out.is_dir() else []
+            if held:  # the user's files: build would replace their config.json, weights and tokenizer
+                raise UserError(f"{args.out} is not empty (it holds {', '.join(held[:4])}"
+                                f"{', ...' if len(held) > 4 else ''}): build-tiny-model writes config.json, "
+                                "model.safetensors and the tokenizer there; give a new or empty directory")
             print(builtin_model.build(args.out))
         except OSError as err:  # a path that cannot be created or written: the user's to fix
             raise UserError(f"cannot write the tiny model to {args.out}: {err.strerror or err}; pass a writable "

@@ -13,6 +13,7 @@ from pathlib import Path
 from trainer import builtin_data
 
 MAX_POSITIONS = 512
+HIDDEN_SIZE = 128
 SPECIAL_TOKENS = ["<|pad|>", "<|bos|>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>",
                   "<tool_call>", "</tool_call>"]
 
@@ -66,7 +67,7 @@ def build_tokenizer(vocab_size: int = 1024):
     )
 
 
-def build(out_dir: str | Path, *, hidden_size: int = 128, layers: int = 4, heads: int = 4, seed: int = 0) -> Path:
+def build(out_dir: str | Path, *, hidden_size: int = HIDDEN_SIZE, layers: int = 4, heads: int = 4, seed: int = 0) -> Path:
     """Write the tiny model and its tokenizer to `out_dir` (created if missing)."""
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM

@@ -23,6 +23,9 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import json
+import math
+import re
+import sys
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -112,18 +115,25 @@ def row_problems(row: Any) -> list[str]:
             if declared is not None and fn["name"] not in declared:
                 problems.append(f"messages[{i}].tool_calls[{j}] calls {fn['name']!r}, which is not in the row's "
                                 f"tools {sorted(declared)}; declare it in 'tools' or fix the name")
-            args = fn.get("arguments", {})
+            args, at = fn.get("arguments", {}), f"messages[{i}].tool_calls[{j}].function.arguments"
             if isinstance(args, str):
                 try:
-                    args = json.loads(args)
+                    args, repeated = _loads(args)
                 except json.JSONDecodeError as err:
-                    problems.append(f"messages[{i}].tool_calls[{j}].function.arguments is not valid JSON ({err.msg})")
+                    problems.append(f"{at} is not valid JSON ({err.msg})")
                     continue
                 except RecursionError:
-                    problems.append(f"messages[{i}].tool_calls[{j}].function.arguments is nested too deeply")
+                    problems.append(f"{at} is nested too deeply")
                     continue
+                problems += [f"{at} {_repeated(k)}" for k in dict.fromkeys(repeated)]
+                if _ESCAPED_SURROGATE.search(fn["arguments"]) and (problem := surrogate_problem(args, at)):
+                    problems.append(problem)
             if not isinstance(args, dict):
-                problems.append(f"messages[{i}].tool_calls[{j}].function.arguments must be a JSON object")
+                problems.append(f"{at} must be a JSON object")
+            elif bad := non_finite_paths(args, at):
+                # json reads NaN and 1e999; the model would learn to write what no tool parser reads
+                problems.append(f"{', '.join(bad[:3])} must be a finite number, not NaN or Infinity (not JSON, "
+                                "and no tool-call parser reads it back): give a real number, a string or null")
     answers = [m for m in messages if isinstance(m, dict) and m.get("role") == "assistant"]
     if not answers:
         problems.append("no assistant message: there is nothing to learn from this row")
@@ -135,6 +145,56 @@ def row_problems(row: Any) -> list[str]:
         problems.append("every assistant message is empty (no content, no tool_calls): there is nothing to learn "
                         "from this row but an end-of-turn token; fill them in, or drop the row")
     return problems
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# How a lone surrogate gets into a str: a JSON escape (UTF-8 bytes cannot encode one, and Arrow
+# strings are UTF-8), so only rows whose JSON text has one are searched.
+_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def lone_surrogate(value: Any, path: str) -> tuple[str, str] | None:
+    """(where, which) of the first lone surrogate in a JSON value, or None: json reads the escape
+    `"\\ud800"`, and Python a command-line argument that is not UTF-8, into a str that no UTF-8
+    writer accepts (a delivery, a log line or the KFP API would fail on it)."""
+    try:
+        json.dumps(value, ensure_ascii=False, default=str).encode("utf-8")
+        return None
+    except UnicodeEncodeError:
+        pass
+
+    def find(v: Any, at: str) -> tuple[str, str] | None:
+        if isinstance(v, str):
+            return (at, m[0]) if (m := _SURROGATE.search(v)) else None
+        items = v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, list) else ()
+        for k, item in items:
+            if isinstance(k, str) and (m := _SURROGATE.search(k)):
+                return f"{at} (a key)", m[0]
+            if found := find(item, (f"{at}.{k}" if at else k) if isinstance(v, dict) else f"{at}[{k}]"):
+                return found
+        return None
+
+    return find(value, path) or (path, "?")
+
+
+def surrogate_problem(row: Any, path: str) -> str | None:
+    """A row's lone surrogate, as a problem with its fix (None when it has none)."""
+    if not (found := lone_surrogate(row, path)):
+        return None
+    return (f"{found[0] or 'the row'} holds a lone surrogate ({found[1]!a}, half of a UTF-16 pair written as a "
+            "\\u escape), which is not text and cannot be stored as UTF-8: fix the escape (a pair such as "
+            "\\ud83d\\ude00 is one character) or drop the row")
+
+
+def non_finite_paths(value: Any, path: str) -> list[str]:
+    """Paths of NaN and infinity anywhere inside a JSON value (json reads NaN, Infinity, 1e999)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return [path]
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in non_finite_paths(v, f"{path}[{k!r}]")]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in non_finite_paths(v, f"{path}[{i}]")]
+    return []
 
 
 # Other dataset formats, recognised by their keys, and what to do with each.
@@ -220,7 +280,7 @@ def _json_text(value: Any) -> Any:
     """JSON text (a CSV or Parquet cell) parsed when it parses; anything else unchanged."""
     if isinstance(value, str):
         try:
-            return json.loads(value)
+            return json_loads(value)
         except (json.JSONDecodeError, RecursionError):
             return value
     return value
@@ -391,7 +451,7 @@ def convert(row: Any) -> tuple[Any, str | None]:
     for key in ("tools", "messages"):  # JSON text in a column, as CSV and Parquet often hold them
         if isinstance(row, dict) and isinstance(row.get(key), str):
             try:
-                value = json.loads(row[key])
+                value = json_loads(row[key])
             except (json.JSONDecodeError, RecursionError):
                 value = None
             if isinstance(value, list):
@@ -469,6 +529,8 @@ def validate_rows(rows: Iterable[Any], where: str, columnar: bool = False) -> li
     (`columnar`: rows from Arrow; see `normalise`)."""
     rows, formats = zip(*map(convert, rows)) if rows else ((), ())
     problems = [(i + 1, p) for i, row in enumerate(rows) for p in row_problems(row)]
+    if not columnar:  # JSON or CSV cells; Arrow strings are UTF-8, without surrogates
+        problems += [(i + 1, p) for i, row in enumerate(rows) if (p := surrogate_problem(row, ""))]
     problems += format_problems(list(enumerate(formats, 1)))
     if not rows:
         problems.append((None, "has no rows"))
@@ -572,6 +634,8 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
             problems += [(lineno, _repeated(k)) for k in repeated]
             row, fmt = convert(row)
             problems += [(lineno, p) for p in row_problems(row)]
+            if _ESCAPED_SURROGATE.search(line) and (problem := surrogate_problem(row, "")):
+                problems.append((lineno, problem))
             rows.append(row)
             formats.append((lineno, fmt))
     problems += format_problems(formats)
@@ -641,7 +705,23 @@ def _loads(text: str) -> tuple[Any, list[str]]:
             repeated.extend(k for k, _ in items if k in seen or seen.add(k))
         return out
 
-    return json.loads(text, object_pairs_hook=pairs), repeated
+    return json_loads(text, object_pairs_hook=pairs), repeated
+
+
+def json_loads(text: str, **kwargs: Any) -> Any:
+    """json.loads, with a whole number longer than Python's int limit (4300 digits) as a
+    JSONDecodeError at its place, as any other malformed JSON, instead of a bare ValueError."""
+    try:
+        return json.loads(text, **kwargs)
+    except json.JSONDecodeError:
+        raise
+    except ValueError as err:
+        limit = sys.get_int_max_str_digits()
+        if "integer string conversion" not in str(err) or not isinstance(text, str):
+            raise
+        at = re.search(r"\d{%d,}" % (limit + 1), text)
+        raise json.JSONDecodeError(f"a number of more than {limit} digits (Python reads at most {limit})", text,
+                                   at.start() if at else 0) from None
 
 
 def _repeated(key: str) -> str:
@@ -732,7 +812,7 @@ def _csv_rows(path: Path, text: str, delimiter: str = ",") -> list[dict[str, Any
                 value = cells.get(key)
                 if isinstance(value, str) and value.lstrip().startswith("["):
                     try:
-                        parsed = json.loads(value)
+                        parsed = json_loads(value)
                     except (json.JSONDecodeError, RecursionError):
                         continue  # text that starts with '[': a prompt like any other
                     if isinstance(parsed, list) and parsed and all(isinstance(m, dict) for m in parsed):

@@ -18,11 +18,13 @@ import json
 import math
 import os
 from dataclasses import fields
+from pathlib import Path
 from typing import Any
 
 from trainer import serve, sources, templates
 from trainer.batching import check_rows
 from trainer.config import TrainConfig
+from trainer.data import lone_surrogate, non_finite_paths
 from trainer.errors import UserError, collect
 
 # Every pipeline parameter that is not a TrainConfig field, with the default a caller that
@@ -97,17 +99,6 @@ def value_problem(name: str, value: Any, kind: type, example: Any = None, in_jso
     return f"{name} must be {_KIND.get(kind, kind.__name__)}, got {_json_repr(value)}{fix}"
 
 
-def _non_finite(value: Any, path: str) -> list[str]:
-    """Paths of NaN/infinity anywhere inside a JSON value."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return [path]
-    if isinstance(value, dict):
-        return [p for k, v in value.items() for p in _non_finite(v, f"{path}[{k!r}]")]
-    if isinstance(value, list):
-        return [p for i, v in enumerate(value) for p in _non_finite(v, f"{path}[{i}]")]
-    return []
-
-
 # Whole numbers beyond this are typos (1e30 typed for 1e3): the Kubernetes API holds counts in
 # 32-bit integers, and no step, row, token or second count of a fine-tune comes near it.
 # The seed and max_steps have their own ranges, with their own messages (TrainConfig.problems).
@@ -133,16 +124,27 @@ def _padded(name: str, value: Any) -> str | None:
     return None
 
 
+def _not_text(name: str, value: Any) -> str | None:
+    """A value holding a lone surrogate: bytes that are not UTF-8 on the command line (Python
+    keeps them as \\udcff) or a \\ud800 escape in JSON. No log line, record or API carries it."""
+    if found := lone_surrogate(value, name):
+        return (f"{found[0]} holds {found[1]!a}, which is not text (bytes that are not UTF-8, or half of a UTF-16 "
+                "pair written as a \\u escape): type the value again as UTF-8 text")
+    return None
+
+
 def type_problems(params: dict[str, Any]) -> tuple[list[str], set[str]]:
     """(problems, names of the parameters that have them): each known parameter against its
     type and, for whole numbers, INT_MAX; for every parameter, no NaN or infinity anywhere inside it."""
     problems, bad = [], set()
     for name, value in params.items():
         d = default(name)
-        problem = value_problem(name, value, type(d)) if name in _TRAIN_DEFAULTS or name in DEFAULTS else None
+        problem = _not_text(name, value)
+        if problem is None and (name in _TRAIN_DEFAULTS or name in DEFAULTS):
+            problem = value_problem(name, value, type(d))
         problem = problem or _too_large(name, value) or _padded(name, value)
         if problem is None and not isinstance(value, float):
-            nested = _non_finite(value, name)
+            nested = non_finite_paths(value, name)
             if nested:
                 problem = (f"{', '.join(nested)} must be finite numbers (NaN and Infinity are not numbers "
                            "a run can use): give real values")
@@ -190,6 +192,12 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True,
                                 f"set max_seq_len <= {limit}")
             if src.kind == "local":  # a model directory on this machine: checked fully now
                 problems += sources.model_dir_problems(src.ref)
+            width = _hidden_size(src)
+            if params["method"] == "lora" and width and params["lora_r"] > width:
+                problems.append(f"lora_r={params['lora_r']} is above the hidden size of model_source "
+                                f"{params['model_source'].strip()!r} ({width}): a rank above the layer width adds "
+                                f"memory and no capacity (an update is at most full rank); use e.g. "
+                                f"lora_r={min(16, width)}, at most {width}")
         if what == "dataset" and src.kind == "local" and check_local_files:
             try:  # local files are cheap to check fully now; Hub data is checked on delivery
                 from trainer.data import quiet_conversions
@@ -244,6 +252,25 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True,
     problems += cluster_problems(params)
     seen: set[str] = set()
     return [p for p in problems if not (p in seen or seen.add(p))]
+
+
+def _hidden_size(src: sources.Source) -> int | None:
+    """The model's layer width when it is known without a download: the built-in model's, or
+    config.json's of a local one (None for the rest, and for a config that model_dir_problems refuses)."""
+    if src.kind == "builtin":
+        from trainer import builtin_model
+
+        return builtin_model.HIDDEN_SIZE
+    try:
+        config = json.loads((Path(src.ref) / "config.json").read_text(encoding="utf-8-sig")) \
+            if src.kind == "local" else None
+    except (OSError, ValueError, RecursionError):
+        return None
+    config = config if isinstance(config, dict) else {}
+    if isinstance(config.get("text_config"), dict):  # a multimodal model's language model
+        config = config["text_config"]
+    width = next((config[k] for k in ("hidden_size", "n_embd", "d_model") if k in config), None)
+    return width if isinstance(width, int) and not isinstance(width, bool) and width > 0 else None
 
 
 def _template_problems(model_source: str, splits: dict[str, list], found: list[str], max_seq_len: int,

@@ -67,6 +67,21 @@ def dns1123_label(value: Any, what: str) -> list[str]:
     return []
 
 
+# The control plane's own namespaces: a job, a server or the Secrets they read has no place there
+# (the API server accepts them, and a cluster admin's RBAC may too).
+SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
+
+
+def namespace(value: Any, what: str = "namespace") -> list[str]:
+    """A namespace the project may create objects in: an RFC 1123 label, not a system namespace."""
+    if p := dns1123_label(value, what):
+        return p
+    if value in SYSTEM_NAMESPACES:
+        return [f"{what}={value!r} is a Kubernetes system namespace, kept for the cluster's own components: use "
+                "the project's namespace (e.g. 'llm-finetune') or your Kubeflow profile's"]
+    return []
+
+
 def dns1123_subdomain(value: Any, what: str) -> list[str]:
     """Service accounts, Secrets, ConfigMaps, LocalQueues: RFC 1123 labels joined by '.', <= 253."""
     if p := _is_str(value, what):
@@ -402,7 +417,7 @@ def cluster_spec_problems(spec: Any) -> list[str]:
     this module stays free of imports from the rest of the project)."""
     p = []
     if spec.namespace:
-        p += dns1123_label(spec.namespace, "namespace")
+        p += namespace(spec.namespace)
     if spec.accelerator_resource:
         p += resource_name(spec.accelerator_resource, "accelerator_resource")
     for name in ("cpu", "memory", "shm_size", "cache_size"):
