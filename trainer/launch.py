@@ -15,7 +15,8 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
 from trainer.errors import UserError
 from trainer.exitcodes import EXIT_TRANSIENT, PERMANENT
@@ -43,6 +44,7 @@ class LocalLauncher:
     nproc_per_node: int = 1
     max_restarts: int = 0
     stall_timeout_s: float = 0.0  # > 0: fail when rank 0's progress stops that long (trainer.watchdog)
+    clock: Callable[[], float] = field(default=time.monotonic, repr=False)  # the watchdog's; tests script it
 
     def run(self, train_args: list[str]) -> None:
         """Run the job to completion; raise UserError naming the failed node otherwise."""
@@ -73,7 +75,7 @@ class LocalLauncher:
         # once (run_local sets it for sweeps).
         cpus = int(os.environ.get("FINETUNE_LOCAL_CPUS") or os.cpu_count() or 1)
         threads = max(1, cpus // world)
-        dog = Watchdog(self.stall_timeout_s)
+        dog = Watchdog(self.stall_timeout_s, clock=self.clock)
         procs = []
         for node in range(self.nnodes):
             env = {**os.environ, "PET_NNODES": str(self.nnodes), "PET_NODE_RANK": str(node),
