@@ -16,6 +16,7 @@ def evaluate(
     examples: Output[Markdown],
     max_rows: int = 200,
     max_seq_len: int = 512,
+    eval_engine: str = "auto",
 ):
     """Score base and tuned on the held-out split; metric names are the same in every run
     (see trainer.evaluate for what each measures)."""
@@ -30,11 +31,11 @@ def evaluate(
         store = Store.from_env()
         result = run_eval(store.get_tree(read_uri(base_model)), store.get_tree(read_uri(tuned_model)),
                           store.get_tree(read_uri(dataset)) / "eval.jsonl", max_rows=max_rows,
-                          max_seq_len=max_seq_len)
+                          max_seq_len=max_seq_len, engine=eval_engine)
     log_metrics(metrics, logged_metrics(result))  # a kind of row the split lacks logs no accuracy, not 0
     with open(examples.path, "w") as f:
         f.write(examples_markdown(result))
-    print(f"{result['rows']} rows ({result['fc_rows']} tool-call, {result['text_rows']} text; "
+    print(f"{result['rows']} rows through {result['engine']} ({result['fc_rows']} tool-call, {result['text_rows']} text; "
           f"{result['skipped_long_rows']} skipped as longer than max_seq_len): "
           + (f"fc accuracy {result['base']['fc_accuracy']:.1%} -> {result['tuned']['fc_accuracy']:.1%}, "
              if result["fc_rows"] else "fc accuracy n/a (no tool-call rows), ")

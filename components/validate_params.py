@@ -43,6 +43,7 @@ def validate_params(
     checkpoint_every: int = 100,
     max_restarts: int = 2,
     eval_max_rows: int = 200,
+    eval_engine: str = "auto",
     deploy_backend: str = "local",
     keep_serving: bool = False,
     serve_adapters: bool = False,

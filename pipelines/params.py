@@ -9,6 +9,7 @@ import json
 import math
 from typing import Any
 
+from trainer import settings
 from trainer.errors import collect
 
 
@@ -119,8 +120,9 @@ def parse_params(pipeline, pairs: list[str], problems: list[str] | None = None) 
         if len(problems) > found:  # the value is reported; later checks see the previous one, not NaN
             params[key] = before
         elif key in given and params[key] != before:
-            problems.append(f"parameter {key} is given twice with different values ({key}={given[key]!r}, then "
-                            f"{key}={raw!r}): give it once")
+            first, then = (settings.url_credentials(v) or v for v in (given[key], raw))  # no password shown
+            problems.append(f"parameter {key} is given twice with different values ({key}={first!r}, then "
+                            f"{key}={then!r}): give it once")
         given.setdefault(key, raw)
     if raise_here:
         collect(problems, what="bad --param")

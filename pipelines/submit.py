@@ -46,6 +46,7 @@ from typing import Any
 
 from pipelines.finetune import finetune_pipeline
 from pipelines.params import parse_params, pipeline_defaults
+from trainer import settings
 from trainer.errors import UserError, collect, exit_on_user_error
 
 
@@ -57,7 +58,7 @@ def option_problems(args: argparse.Namespace) -> list[str]:
     if args.parallelism is not None and args.parallelism < 0:  # as KFP's ParallelFor: 0 is no limit
         problems.append(f"--parallelism {args.parallelism}: give how many sweep trials run at once, e.g. "
                         "--parallelism 2, or 0 for all at once (KFP's ParallelFor meaning of 0)")
-    if args.host and not args.dry_run and (at := host_credentials(args.host)):
+    if args.host and not args.dry_run and (at := settings.url_credentials(args.host)):
         problems.append(f"--host / KFP_HOST {at!r} carries a user name or password in the URL, which would end up in "
                         "logs and the printed run URL: drop it and put a bearer token in KFP_TOKEN")
     if args.wait and args.recurring is not None:
@@ -78,18 +79,6 @@ def option_problems(args: argparse.Namespace) -> list[str]:
                         "`kubectl port-forward -n kubeflow svc/ml-pipeline-ui 8080:80`), or --dry-run to contact "
                         "nothing")
     return problems
-
-
-def host_credentials(host: str) -> str:
-    """`host` with its user-info part masked when it has one (`https://***@kfp.example.com`), else ''."""
-    from urllib.parse import urlsplit
-
-    host = host.strip()
-    parts = urlsplit(host if "://" in host else "//" + host)  # user:pass@host without a scheme too
-    if "@" not in parts.netloc:
-        return ""
-    masked = parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]).geturl()
-    return masked if "://" in host else masked.removeprefix("//")
 
 
 def validate(params: dict[str, Any], recurring: str | None = None, extra: list[str] | tuple = (),

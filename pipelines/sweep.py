@@ -72,6 +72,7 @@ def build(parallelism: int = 2):
         seed: int = DEFAULT.seed,
         max_restarts: int = 2,
         eval_max_rows: int = 100,
+        eval_engine: str = "auto",
         deploy_backend: str = "local",
         keep_serving: bool = False,
         served_model_name: str = "llm-finetune",
@@ -142,6 +143,11 @@ def build(parallelism: int = 2):
                 4294967295.
             max_restarts: Times a failed trial is restarted from its last checkpoint before it fails; 2-3.
             eval_max_rows: Held-out rows scored per trial for base vs tuned metrics, e.g. 500.
+            eval_engine: How base and tuned answer the held-out rows: vllm (through vLLM's OpenAI server started as deploy
+                starts it, base and adapter side by side: the score is what users get, and about 10x faster than HF generate
+                for real models), hf (HF generate in the evaluate step, calls read with the serving tool parser), or auto
+                (vllm where vLLM is installed, i.e. run_local, for models of 20M parameters and more; hf otherwise: the
+                cluster image has no vLLM).
             deploy_backend: Where the winner is served: local (run_local only: the cluster image has no vLLM), kubernetes
                 (a vLLM Deployment and Service) or kserve (an InferenceService); one of the last two on a cluster.
             keep_serving: Leave the local server running after the smoke test (local backend only); false on a
@@ -197,7 +203,7 @@ def build(parallelism: int = 2):
             ).set_display_name("trial: fine-tune")
             scores = with_s3(evaluate(base_model=model.outputs["model"], tuned_model=train.outputs["adapter"],
                                       dataset=data.outputs["dataset"], max_rows=eval_max_rows,
-                                      max_seq_len=max_seq_len)).set_display_name("trial: evaluate")
+                                      max_seq_len=max_seq_len, eval_engine=eval_engine)).set_display_name("trial: evaluate")
             on_gpus(scores, eval_gpus, eval_accelerator_type, eval_node_selector, eval_tolerations)
         best = restricted(pick_best(trials=trials, trial_metrics=dsl.Collected(scores.outputs["metrics"]),
                                     adapters=dsl.Collected(train.outputs["adapter"]), select_metric=select_metric,

@@ -87,8 +87,14 @@ def test_finetune_evaluate_merge_components(delivered, tmp_path):
     evaluate.python_func(base_model=model, tuned_model=adapter, dataset=data, metrics=scores, examples=examples,
                          max_rows=8)
     # no text rows in these 8: no text_match / text_eval_loss (a logged 0 would read as measured)
-    names = {f"{m}_{k}" for m in ("base", "tuned") for k in ("eval_loss", "fc_accuracy")}
-    assert set(scores.metadata) == names | {"fc_accuracy_gain", "eval_rows", "fc_rows", "text_rows", "skipped_long_rows"}
+    # and of the BFCL categories only `multiple` (five tools offered, one call): the others are not measured
+    ast = {"fc_ast_accuracy", "fc_exact_accuracy", "fc_multiple_accuracy"}
+    names = {f"{m}_{k}" for m in ("base", "tuned") for k in ("eval_loss", "fc_accuracy", *ast)}
+    assert set(scores.metadata) == names | ast | {"fc_accuracy_gain", "fc_ast_accuracy_gain", "eval_rows", "fc_rows",
+                                                  "text_rows", "skipped_long_rows"} \
+        | {f"fc_{c}_rows" for c in ("simple", "multiple", "parallel", "irrelevance", "multi_turn")}
+    assert scores.metadata["fc_multiple_rows"] == 8 and scores.metadata["fc_irrelevance_rows"] == 0
+    assert scores.metadata["fc_ast_accuracy"] == scores.metadata["tuned_fc_ast_accuracy"]
     assert scores.metadata["skipped_long_rows"] == 0
     assert scores.metadata["eval_rows"] == 8 and scores.metadata["fc_rows"] == 8 and scores.metadata["text_rows"] == 0
     assert scores.metadata["tuned_eval_loss"] < scores.metadata["base_eval_loss"]

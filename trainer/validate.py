@@ -40,7 +40,7 @@ DEFAULTS: dict[str, Any] = {
     "trials": [], "select_metric": "fc_accuracy", "min_gain": 0.1,
     "training_runtime": "torch-distributed", "vllm_image": "", "eval_gpus": 0, "eval_accelerator_type": "nvidia.com/gpu",
     "eval_node_selector": {}, "eval_tolerations": [], "registry_address": "", "deploy_all_trials": False,
-    "chat_template": templates.MODEL,
+    "chat_template": templates.MODEL, "eval_engine": "auto",
 }
 _TRAIN_DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
 _TRAIN_PARAMS = {k: v for k, v in _TRAIN_DEFAULTS.items() if k not in ("model_uri", "dataset_uri", "output_prefix")}
@@ -133,13 +133,29 @@ def _not_text(name: str, value: Any) -> str | None:
     return None
 
 
+def _credentials(name: str, value: Any) -> str | None:
+    """A user name or password inside a URL parameter (registry_address=http://user:pass@host): it
+    would show on the console, in the run's record and log, `runs list`, submit --dry-run and as a
+    KFP run parameter. Refused, and masked in the message; credentials come from Secrets."""
+    from trainer import settings
+
+    if not (isinstance(value, str) and "://" in value and (masked := settings.url_credentials(value))):
+        return None
+    fix = (f"the registry's bearer token goes into the Secret {settings.get('REGISTRY_SECRET_NAME')!r} (key "
+           "`token`)" if name == "registry_address" else
+           f"credentials come from Kubernetes Secrets ({settings.get('S3_SECRET_NAME')!r} for S3, "
+           f"{settings.get('HF_SECRET_NAME')!r} for the Hub's HF_TOKEN)")
+    return (f"{name}={masked!r} carries a user name or password in the URL, which would show on the console, in the "
+            f"run's record and in the KFP run's parameters: remove it; {fix}")
+
+
 def type_problems(params: dict[str, Any]) -> tuple[list[str], set[str]]:
     """(problems, names of the parameters that have them): each known parameter against its
     type and, for whole numbers, INT_MAX; for every parameter, no NaN or infinity anywhere inside it."""
     problems, bad = [], set()
     for name, value in params.items():
         d = default(name)
-        problem = _not_text(name, value)
+        problem = _not_text(name, value) or _credentials(name, value)
         if problem is None and (name in _TRAIN_DEFAULTS or name in DEFAULTS):
             problem = value_problem(name, value, type(d))
         problem = problem or _too_large(name, value) or _padded(name, value)
@@ -218,6 +234,11 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True,
                     problems.append(f"dataset_source {params['dataset_source'].strip()!r}: {err}")
     if "chat_template" not in bad:
         problems += templates.spec_problems(params["chat_template"], check_local_files)
+    from trainer.evaluate import ENGINES
+
+    if params["eval_engine"] not in ENGINES:
+        problems.append(f"eval_engine must be one of {', '.join(ENGINES)}, got {params['eval_engine']!r}: auto picks "
+                        "vllm where vLLM is installed")
     problems += TrainConfig.from_params(params, model_uri="s3://check/model", dataset_uri="s3://check/data",
                                         output_prefix="runs/check").problems()
     if params["nodes"] < 1:
@@ -385,6 +406,9 @@ def on_cluster_problems(params: dict[str, Any]) -> list[str]:
     if isinstance(template, str) and templates.is_local(template) and not templates.spec_problems(template, False):
         problems.append(f"chat_template {template!r} is a file on this machine, which the cluster cannot read: upload "
                         "it to the run's bucket (mc cp FILE minio/BUCKET/templates/) and pass its s3:// URI")
+    if params.get("eval_engine") == "vllm":
+        problems.append("eval_engine=vllm runs vLLM inside the evaluate pod, whose image (docker/Dockerfile) has no "
+                        "vLLM: on a cluster use eval_engine=auto or hf (HF generate, calls read with the serving parser)")
     if params.get("launcher", DEFAULTS["launcher"]) == "local":
         problems.append("launcher=local would train inside one pipeline pod; use launcher=trainjob (Kubeflow Trainer v2) "
                         "or launcher=pytorchjob (Training Operator v1) on a cluster")
