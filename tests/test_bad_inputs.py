@@ -295,6 +295,8 @@ CASES = [
     ("k8s-namespace", lambda t, m: ["launcher=kubernetes", "namespace=LLM_Finetune"],
      "namespace='LLM_Finetune' is not a valid Kubernetes name (RFC 1123 label)"),
     ("k8s-node-selector-int", lambda t, m: ["launcher=kubernetes", 'node_selector={"pool": 1}'], "quote it"),
+    ("registry-address-with-password", lambda t, m: ["registry_address=https://me:pw@registry.example.com"],
+     "registry_address='https://***@registry.example.com' carries a user name or password in the URL"),
     ("k8s-system-namespace", lambda t, m: ["launcher=kubernetes", "namespace=kube-system"],
      "namespace='kube-system' is a Kubernetes system namespace"),
 ]
@@ -408,6 +410,48 @@ def test_deliver_reports_the_source_and_missing_s3_settings_together(tmp_path, c
         main([command, source(tmp_path)])
     err = _fails_cleanly(capsys, exit_info, "(2 problems)")
     assert problem in err and "S3 credentials missing" in err
+
+
+@pytest.mark.parametrize("entry", ["run_local", "submit --dry-run", "validate-params"])
+def test_a_password_in_a_url_parameter_is_refused_and_never_shown(tmp_path, capsys, monkeypatch, no_s3, entry):
+    """registry_address=http://user:pass@host showed its password on the console, in run.json, run.log,
+    `runs list` and submit --dry-run: refused before anything prints it, with the Secret that holds it."""
+    params = ["registry_address=http://admin:s3cret@registry:8080", "registry_address=http://admin:s3cret@registry:8080"]
+    if entry == "run_local":
+        call = lambda: run_local.main(["--pipeline-root", str(tmp_path / "r"), "--runs-dir", str(tmp_path / "runs"),
+                                       *[a for p in params for a in ("--param", p)]])
+    elif entry == "submit --dry-run":
+        monkeypatch.setattr(submit, "dry_run_objects", lambda p: pytest.fail("rendered"))
+        call = lambda: submit.main(["--dry-run", *[a for p in params + CLUSTER for a in ("--param", p)]])
+    else:
+        from components.validate_params import validate_params
+
+        call = lambda: validate_params.python_func(registry_address="http://admin:s3cret@registry:8080")
+    with pytest.raises(SystemExit) as exit_info:
+        call()
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 2 and "s3cret" not in out + err, out + err
+    assert "registry_address='http://***@registry:8080' carries a user name or password in the URL" in err
+    assert "the registry's bearer token goes into the Secret 'llm-finetune-registry'" in err
+    assert not (tmp_path / "runs").exists() and not no_s3
+
+
+def test_a_password_in_the_s3_endpoint_is_refused_and_never_shown(tmp_path, capsys, monkeypatch):
+    from trainer.__main__ import main
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    monkeypatch.setenv("S3_ENDPOINT", "")
+    with pytest.raises(SystemExit) as exit_info:
+        run_local.main(["--s3-endpoint", "http://minio:s3cret@127.0.0.1:9", "--pipeline-root", str(tmp_path / "r"),
+                        "--runs-dir", str(tmp_path / "runs")])
+    err = _fails_cleanly(capsys, exit_info, "--s3-endpoint 'http://***@127.0.0.1:9' carries a user name or password")
+    assert "s3cret" not in err and "AWS_SECRET_ACCESS_KEY" in err and not (tmp_path / "runs").exists()
+    monkeypatch.setenv("S3_ENDPOINT", "minio:s3cret@127.0.0.1:9")  # as the components and the CLI read it
+    with pytest.raises(SystemExit) as exit_info:
+        main(["deliver-dataset", "builtin:function-calling"])
+    err = _fails_cleanly(capsys, exit_info, "S3_ENDPOINT '***@127.0.0.1:9' carries a user name or password")
+    assert "s3cret" not in err
 
 
 def test_build_tiny_model_refuses_a_folder_with_files(tmp_path, capsys):

@@ -62,3 +62,20 @@ def switched_off(name: str) -> bool:
 def image() -> str:
     """The project image used by every component."""
     return get("FINETUNE_IMAGE")
+
+
+def url_credentials(url: str) -> str:
+    """`url` with its user-info part masked (`https://***@host`) when it carries one, else ''.
+    A user name or password in a URL ends up on the console, in logs, run records and KFP's run
+    parameters; every endpoint and address with one is refused (credentials come from Secrets)."""
+    from urllib.parse import urlsplit
+
+    url = url.strip()
+    try:
+        parts = urlsplit(url if "://" in url else "//" + url)  # user:pass@host without a scheme too
+    except ValueError:  # e.g. an unclosed [IPv6 literal: not a URL this could mask
+        return ""
+    if "@" not in parts.netloc:
+        return ""
+    masked = parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]).geturl()
+    return masked if "://" in url else masked.removeprefix("//")

@@ -103,6 +103,10 @@ class Store:
         except ValueError:
             raise UserError(f"invalid bucket name {self.bucket!r}: S3_BUCKET must be 3-63 characters of "
                             "lowercase letters, digits, '-' and '.'") from None
+        if masked := settings.url_credentials(self.endpoint):  # minio would send them as a host name
+            raise UserError(f"S3_ENDPOINT {masked!r} carries a user name or password in the URL, which would show in "
+                            "messages and logs: set it to the endpoint alone, and the keys in AWS_ACCESS_KEY_ID and "
+                            f"AWS_SECRET_ACCESS_KEY (on a cluster the Secret {settings.get('S3_SECRET_NAME')!r})")
         url = urlparse(self.endpoint if "://" in self.endpoint else f"http://{self.endpoint}")
         # Bounded retries with backoff for flaky networks; a dead endpoint fails in ~10 s.
         http = urllib3.PoolManager(
