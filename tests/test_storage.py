@@ -74,6 +74,45 @@ def test_unreachable_endpoint_is_one_clear_error(s3_env):
         dead.ensure_bucket()
 
 
+def test_an_endpoint_that_accepts_and_never_answers_fails_at_first_contact(monkeypatch):
+    """A wrong port or a hung proxy: the kernel completes the connection, nothing ever answers.
+    The bucket check waited 300 s x 4 tries; it gets FIRST_CONTACT_S and names the endpoint."""
+    import socket
+
+    from trainer import storage
+
+    monkeypatch.setattr(storage, "FIRST_CONTACT_S", 0.2)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)  # never accepted: connections complete, requests are never read
+        endpoint = f"http://127.0.0.1:{s.getsockname()[1]}"
+        with pytest.raises(UserError) as err:
+            Store(endpoint=endpoint, bucket="bucket", access_key="k", secret_key="s").ensure_bucket()
+    assert str(err.value).startswith(f"S3 endpoint {endpoint} accepted the connection but did not answer the bucket "
+                                     "check within 0.2 s: check S3_ENDPOINT")
+
+
+def test_an_endpoint_that_is_not_s3_is_one_clear_error():
+    """A web server (or MinIO's console) where the S3 API belongs: an HTML page, not S3's XML."""
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+        with pytest.raises(UserError, match=f"{endpoint} answered the bucket creation with something that is not "
+                                            r"S3 \(HTTP 501, not S3's XML\): check S3_ENDPOINT"):
+            Store(endpoint=endpoint, bucket="bucket", access_key="k", secret_key="s").ensure_bucket()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_credentials_are_required_and_never_shown(monkeypatch, s3_env):
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
     with pytest.raises(UserError, match="AWS_SECRET_ACCESS_KEY"):

@@ -32,6 +32,7 @@ from trainer import settings
 from trainer.errors import Unavailable, UserError
 
 MANIFEST = "_manifest.json"
+FIRST_CONTACT_S = 10.0  # seconds the endpoint has to answer its first request (transfers get 300 s a read)
 _CHUNK = 8 << 20
 
 
@@ -108,12 +109,21 @@ class Store:
                             "messages and logs: set it to the endpoint alone, and the keys in AWS_ACCESS_KEY_ID and "
                             f"AWS_SECRET_ACCESS_KEY (on a cluster the Secret {settings.get('S3_SECRET_NAME')!r})")
         url = urlparse(self.endpoint if "://" in self.endpoint else f"http://{self.endpoint}")
-        # Bounded retries with backoff for flaky networks; a dead endpoint fails in ~10 s.
-        http = urllib3.PoolManager(
-            timeout=urllib3.Timeout(connect=5, read=300), maxsize=16,
-            retries=urllib3.Retry(total=3, backoff_factor=0.5, status_forcelist=[500, 502, 503, 504]))
-        self.client = minio.Minio(url.netloc, access_key=self.access_key, secret_key=self.secret_key,
-                                  secure=url.scheme == "https", region=self.region, http_client=http)
+
+        def client(timeout: urllib3.Timeout, retries: urllib3.Retry) -> minio.Minio:
+            http = urllib3.PoolManager(timeout=timeout, maxsize=16, retries=retries)
+            return minio.Minio(url.netloc, access_key=self.access_key, secret_key=self.secret_key,
+                               secure=url.scheme == "https", region=self.region, http_client=http)
+
+        # Transfers: bounded retries with backoff for flaky networks, a long read for large objects
+        # on a busy server; a dead endpoint fails in ~10 s.
+        self.client = client(urllib3.Timeout(connect=5, read=300),
+                             urllib3.Retry(total=3, backoff_factor=0.5, status_forcelist=[500, 502, 503, 504]))
+        # The first contact (ensure_bucket) is a few bytes: an endpoint that accepts connections and
+        # never answers (a wrong port, a hung proxy) fails in FIRST_CONTACT_S, not 300 s x 4 tries.
+        self._first_contact = client(urllib3.Timeout(connect=min(5.0, FIRST_CONTACT_S), read=FIRST_CONTACT_S),
+                                     urllib3.Retry(total=2, read=0, backoff_factor=0.5,
+                                                   status_forcelist=[500, 502, 503, 504]))
 
     def __repr__(self) -> str:  # keep keys out of logs and tracebacks
         return f"Store(endpoint={self.endpoint!r}, bucket={self.bucket!r})"
@@ -123,8 +133,8 @@ class Store:
 
     def _call(self, what: str, fn, *args, **kwargs):
         """Run a client call, turning connection and auth failures into one clear UserError."""
-        from minio.error import S3Error
-        from urllib3.exceptions import HTTPError
+        from minio.error import InvalidResponseError, S3Error
+        from urllib3.exceptions import HTTPError, ReadTimeoutError
 
         try:
             return fn(*args, **kwargs)
@@ -133,12 +143,23 @@ class Store:
                 raise UserError(f"S3 refused {what} at {self.endpoint} ({err.code}): check AWS_ACCESS_KEY_ID / "
                                 f"AWS_SECRET_ACCESS_KEY (Secret {settings.get('S3_SECRET_NAME')!r})") from None
             raise
+        except InvalidResponseError as err:  # a web server, a console or a proxy's page: not S3's XML
+            status = str(err).split("Response code: ", 1)[-1].split(",", 1)[0]
+            raise UserError(f"{self.endpoint} answered the {what} with something that is not S3 (HTTP {status}, not "
+                            "S3's XML): check S3_ENDPOINT / --s3-endpoint points at the S3 API (MinIO's is port 9000, "
+                            "not its web console)") from None
         except HTTPError as err:
+            if ReadTimeoutError in (type(err), type(getattr(err, "reason", None))):
+                first = getattr(fn, "__self__", None) is self._first_contact
+                raise Unavailable(f"S3 endpoint {self.endpoint} accepted the connection but did not answer the {what} "
+                                  f"within {FIRST_CONTACT_S if first else 300:g} s: check S3_ENDPOINT / --s3-endpoint "
+                                  "is the S3 API (MinIO's is port 9000) and that the server is not hung") from None
             raise Unavailable(f"S3 endpoint {self.endpoint} unreachable during {what} after retries "
                               f"({type(err).__name__}): check S3_ENDPOINT and that MinIO is running") from None
 
     def ensure_bucket(self) -> None:
-        if not self._call("bucket check", self.client.bucket_exists, self.bucket):
+        """The bucket, created when missing: the first request to the endpoint, under FIRST_CONTACT_S."""
+        if not self._call("bucket check", self._first_contact.bucket_exists, self.bucket):
             self._call("bucket creation", self.client.make_bucket, self.bucket)
 
     def exists(self, key: str) -> bool:
