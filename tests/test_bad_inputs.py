@@ -78,6 +78,7 @@ def calling(arguments):
 
 BIG_NUMBER_ROW = '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}], "n": ' \
                  + "9" * 5000 + "}"
+OVERFLOWS = b"{% for i in range(200000) %}{% endfor %}{{ messages[0].content }}"  # Jinja's sandbox: OverflowError
 NAN_ARGS, TWICE_ARGS = '{"city": NaN}', '{"city": "Paris", "city": "Rome"}'
 TOOL_ROW = {"messages": [{"role": "user", "content": "Weather in Paris?"}, CALL], "tools": [TOOL]}
 
@@ -159,6 +160,9 @@ CASES = [
     ("too-few-train-rows", lambda t, m: [f"dataset_source={jsonl(t, *[GOOD_ROW] * 12)}", "batch_tokens=0",
                                          "batch_size=16"],
      "data.jsonl': only 11 training rows, fewer than batch_size x processes = 16 x 2"),
+    # with the built-in rows too: a template that raises was found only in finetune, after delivery
+    ("template-overflow-with-builtin-data", lambda t, m: [f"chat_template={raw_file(t, OVERFLOWS, 'big.jinja')}"],
+     "the model's chat template refuses 200 of 200 rows (OverflowError: Range too big."),
     ("template-drops-tool-calls", lambda t, m: [f"model_source={model_variant(t, m, drops_tool_calls)}",
                                                 f"dataset_source={jsonl(t, *[TOOL_ROW] * 4, *[GOOD_ROW] * 8)}"],
      "calls dropped: 4 of 12 assistant turns (the model would learn empty answers where the calls belong)"),
@@ -452,6 +456,24 @@ def test_a_password_in_the_s3_endpoint_is_refused_and_never_shown(tmp_path, caps
         main(["deliver-dataset", "builtin:function-calling"])
     err = _fails_cleanly(capsys, exit_info, "S3_ENDPOINT '***@127.0.0.1:9' carries a user name or password")
     assert "s3cret" not in err
+
+
+RUNAWAY = "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}"
+
+
+def test_a_template_that_runs_away_is_one_refusal_within_the_budget(tmp_path, capsys, monkeypatch, no_s3):
+    """Nested range(99999) loops hung validation with no limit: rendering runs under a wall-clock budget."""
+    from trainer import data
+
+    monkeypatch.setattr(data, "TEMPLATE_BUDGET_S", 0.5)
+    template = tmp_path / "runaway.jinja"
+    template.write_text(RUNAWAY + "{{ messages[0].content }}")
+    with pytest.raises(SystemExit) as exit_info:
+        run_local.main(["--pipeline-root", str(tmp_path / "r"), "--param", f"chat_template={template}",
+                        "--param", f"dataset_source={jsonl(tmp_path, *[GOOD_ROW] * 12)}"])
+    err = _fails_cleanly(capsys, exit_info, f"(1 problem):\n  - dataset_source with model builtin:tiny-llama: the chat "
+                         f"template {template} did not finish rendering 12 rows within 0.5 s (a template is code")
+    assert "fix the template, or give another with chat_template=" in err and not no_s3
 
 
 def test_build_tiny_model_refuses_a_folder_with_files(tmp_path, capsys):

@@ -553,3 +553,36 @@ def test_a_parquet_file_with_a_repeated_column_is_one_line(tmp_path):
     pq.write_table(table, tmp_path / "d.parquet")
     msg = str(pytest.raises(UserError, data.read_rows, tmp_path / "d.parquet").value)
     assert "d.parquet has the column 'prompt' twice: rename or drop one" in msg and "\n" not in msg
+
+
+def test_length_check_of_a_runaway_template_stops_at_the_budget(monkeypatch):
+    """length_problems tokenizes rows with the chat template: under the same budget as template_problems."""
+    from trainer import builtin_model
+
+    monkeypatch.setattr(data, "TEMPLATE_BUDGET_S", 0.3)
+    tok = builtin_model.build_tokenizer()
+    tok.chat_template = "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}"
+    row = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]}
+    assert data.length_problems({"train": [row]}, tok, 64) == [
+        "the chat template did not finish tokenizing the rows within 0.3 s (a template is code, and this one runs "
+        "away: e.g. a loop like range(99999) inside another): fix the template, or give another with chat_template= "
+        "(a built-in name or a .jinja file)"]
+
+
+def test_the_render_budget_puts_back_an_outer_timer():
+    """SIGALRM and its timer are the process's: the budget restores whatever was there."""
+    import signal
+
+    fired = []
+    handler = lambda *a: fired.append(1)  # noqa: E731
+    previous = signal.signal(signal.SIGALRM, handler)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 100)
+        with data._time_limit(5):
+            assert signal.getitimer(signal.ITIMER_REAL)[0] <= 5
+        left = signal.getitimer(signal.ITIMER_REAL)[0]
+        assert 90 < left <= 100 and signal.getsignal(signal.SIGALRM) is handler
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert not fired

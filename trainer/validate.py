@@ -232,6 +232,14 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True,
                                params["batch_tokens"])
                 except UserError as err:
                     problems.append(f"dataset_source {params['dataset_source'].strip()!r}: {err}")
+        elif what == "dataset" and src.kind == "builtin" and check_local_files and (
+                params["chat_template"].strip() != templates.MODEL or not params["model_source"].strip().startswith(
+                    "builtin:")):  # the built-in rows with another template: checked now, not in finetune
+            from trainer import builtin_data
+
+            splits = {name: rows[:BUILTIN_CHECK_ROWS] for name, rows in builtin_data.generate().items()}
+            problems += _template_problems(params["model_source"], splits, problems, params["max_seq_len"],
+                                           params["model_revision"], params["chat_template"])
     if "chat_template" not in bad:
         problems += templates.spec_problems(params["chat_template"], check_local_files)
     from trainer.evaluate import ENGINES
@@ -294,6 +302,9 @@ def _hidden_size(src: sources.Source) -> int | None:
     return width if isinstance(width, int) and not isinstance(width, bool) and width > 0 else None
 
 
+BUILTIN_CHECK_ROWS = 100  # of each built-in split: its rows are few kinds, each one well represented
+
+
 def _template_problems(model_source: str, splits: dict[str, list], found: list[str], max_seq_len: int,
                        revision: str = "", chat_template: str = templates.MODEL) -> list[str]:
     """A model's chat template (or the one chat_template names) against a local dataset's rows (a
@@ -341,7 +352,8 @@ def _template_problems(model_source: str, splits: dict[str, list], found: list[s
         with open(gen, encoding="utf-8") as f:
             ids = json.load(f).get("eos_token_id")
         eos = ids if isinstance(ids, list) else [ids] if isinstance(ids, int) else []
-    problems = data.template_problems(splits["train"] + splits["eval"], tokenizer, where, eos)
+    named = chat_template.strip() if chat_template.strip() != templates.MODEL else ""
+    problems = data.template_problems(splits["train"] + splits["eval"], tokenizer, where, eos, named)
     if max_seq_len > 0:  # else TrainConfig says so
         context = sources.model_max_length(model_source)
         problems += [f"{where}: {p}" for p in data.length_problems(splits, tokenizer, max_seq_len, context)]
