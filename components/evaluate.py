@@ -1,6 +1,8 @@
 """evaluate: base vs tuned on the held-out split (function-calling accuracy over tool-call rows,
 text match over text rows, eval loss), plus example outputs."""
 
+from typing import NamedTuple
+
 from kfp import dsl
 from kfp.dsl import Dataset, Input, Markdown, Metrics, Model, Output
 
@@ -17,13 +19,18 @@ def evaluate(
     max_rows: int = 200,
     max_seq_len: int = 512,
     eval_engine: str = "auto",
-):
+    min_fc_accuracy: float = 0.0,
+    min_gain: float = 0.0,
+) -> NamedTuple("Outputs", promoted=bool, reason=str):
     """Score base and tuned on the held-out split; metric names are the same in every run
-    (see trainer.evaluate for what each measures)."""
+    (see trainer.evaluate for what each measures). `promoted`: the tuned model passes the gate
+    (trainer.evaluate.promotion); the pipeline deploys and registers only then."""
+    from collections import namedtuple
+
     from components.artifacts import log_metrics, read_uri
     from trainer.errors import exit_on_user_error
     from trainer.evaluate import evaluate as run_eval
-    from trainer.evaluate import logged_metrics
+    from trainer.evaluate import logged_metrics, promotion
     from trainer.report import examples_markdown
     from trainer.storage import Store
 
@@ -32,11 +39,15 @@ def evaluate(
         result = run_eval(store.get_tree(read_uri(base_model)), store.get_tree(read_uri(tuned_model)),
                           store.get_tree(read_uri(dataset)) / "eval.jsonl", max_rows=max_rows,
                           max_seq_len=max_seq_len, engine=eval_engine)
-    log_metrics(metrics, logged_metrics(result))  # a kind of row the split lacks logs no accuracy, not 0
+    logged = logged_metrics(result)  # a kind of row the split lacks logs no accuracy, not 0
+    promoted, reason = promotion(logged, min_fc_accuracy, min_gain)
+    log_metrics(metrics, {**logged, "promoted": float(promoted)})
     with open(examples.path, "w") as f:
         f.write(examples_markdown(result))
-    print(f"{result['rows']} rows through {result['engine']} ({result['fc_rows']} tool-call, {result['text_rows']} text; "
+    print(f"{result['rows']} rows ({result['fc_rows']} tool-call, {result['text_rows']} text; "
           f"{result['skipped_long_rows']} skipped as longer than max_seq_len): "
           + (f"fc accuracy {result['base']['fc_accuracy']:.1%} -> {result['tuned']['fc_accuracy']:.1%}, "
              if result["fc_rows"] else "fc accuracy n/a (no tool-call rows), ")
-          + f"eval loss {result['base']['eval_loss']:.4f} -> {result['tuned']['eval_loss']:.4f}")
+          + f"eval loss {result['base']['eval_loss']:.4f} -> {result['tuned']['eval_loss']:.4f} (eval_engine={result['engine']})")
+    print(reason if promoted else f"WARNING: {reason}", flush=True)
+    return namedtuple("Outputs", ["promoted", "reason"])(promoted, reason)

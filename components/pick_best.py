@@ -18,6 +18,7 @@ def pick_best(
     summary: Output[Markdown],
     select_metric: str = "fc_accuracy",
     min_gain: float = 0.1,
+    min_fc_accuracy: float = 0.0,
 ) -> NamedTuple("Outputs", deploy=bool, reason=str, best_trial=int):
     """Rank trials by tuned-vs-base gain in `select_metric` (fc_accuracy up, eval_loss down);
     `deploy` is true when the best gain is at least `min_gain`."""
@@ -30,7 +31,7 @@ def pick_best(
 
     with exit_on_user_error():
         try:
-            picked = pick(trials, [dict(m.metadata) for m in trial_metrics], select_metric, min_gain)
+            picked = pick(trials, [dict(m.metadata) for m in trial_metrics], select_metric, min_gain, min_fc_accuracy)
         except ValueError as err:
             raise UserError(str(err)) from None
     best = picked["best"]

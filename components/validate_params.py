@@ -44,6 +44,7 @@ def validate_params(
     max_restarts: int = 2,
     eval_max_rows: int = 200,
     eval_engine: str = "auto",
+    min_fc_accuracy: float = 0.0,
     deploy_backend: str = "local",
     keep_serving: bool = False,
     serve_adapters: bool = False,

@@ -19,6 +19,7 @@ from components.deploy import deploy
 from components.evaluate import evaluate
 from components.finetune import finetune
 from components.merge_lora import merge_lora
+from components.not_deployed import not_deployed
 from components.register import register
 from components.validate_params import validate_params
 from trainer import settings
@@ -110,6 +111,8 @@ def finetune_pipeline(
     max_restarts: int = 2,
     eval_max_rows: int = 200,
     eval_engine: str = "auto",
+    min_fc_accuracy: float = 0.0,
+    min_gain: float = 0.0,
     deploy_backend: str = "local",
     keep_serving: bool = False,
     serve_adapters: bool = False,
@@ -195,6 +198,11 @@ def finetune_pipeline(
             for real models), hf (HF generate in the evaluate step, calls read with the serving tool parser), or auto
             (vllm where vLLM is installed, i.e. run_local, for models of 20M parameters and more; hf otherwise: the
             cluster image has no vLLM).
+        min_fc_accuracy: Promotion gate: the tuned model is deployed and registered only when its function-calling
+            accuracy (fc_ast_accuracy, every category, as a fraction) reaches this, e.g. 0.9; 0 asks nothing.
+        min_gain: Promotion gate: ... and only when that accuracy beats the base model's by at least this (a fraction:
+            0.05 is 5 points); 0 refuses only a model worse than its base. A model that fails the gate ends the run green
+            with a "not promoted: ..." line, its metrics logged, nothing deployed or registered.
         deploy_backend: Where the merged model is served: local (run_local only: the cluster image has no vLLM), kubernetes
             (a vLLM Deployment and Service) or kserve (an InferenceService); one of the last two on a cluster.
         keep_serving: Leave the local server running after the smoke test (local backend only); false on a cluster.
@@ -255,25 +263,32 @@ def finetune_pipeline(
     )).set_display_name("fine-tune")
     scores = with_s3(evaluate(base_model=model.outputs["model"], tuned_model=train.outputs["adapter"],
                                dataset=data.outputs["dataset"], max_rows=eval_max_rows,
-                               max_seq_len=max_seq_len, eval_engine=eval_engine)).set_display_name("evaluate")
+                               max_seq_len=max_seq_len, eval_engine=eval_engine, min_fc_accuracy=min_fc_accuracy,
+                               min_gain=min_gain)).set_display_name("evaluate")
     merged = with_s3(merge_lora(base_model=model.outputs["model"], adapter=train.outputs["adapter"]))
     merged.set_display_name("merge LoRA")
     for task in (scores, merged):
         on_gpus(task, eval_gpus, eval_accelerator_type, eval_node_selector, eval_tolerations)
-    served = with_s3(deploy(model=merged.outputs["merged"], dataset=data.outputs["dataset"],
-                             base_model=model.outputs["model"], adapter=train.outputs["adapter"],
-                             serve_adapters=serve_adapters, backend=deploy_backend, keep_serving=keep_serving, name=served_model_name,
-                             gpus=serve_gpus, vllm_image=vllm_image, kueue_queue=kueue_queue,
-                             **placement)).set_display_name("deploy")
-    with dsl.If(registry_address != "", name="registry-set"):
-        registered = register(merged=merged.outputs["merged"], adapter=train.outputs["adapter"],
-                              base_model=model.outputs["model"], dataset=data.outputs["dataset"],
-                              train_metrics=train.outputs["metrics"], eval_metrics=scores.outputs["metrics"],
-                              registry_address=registry_address, model_name=served_model_name,
-                              run_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER, run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER)
-        kubernetes.use_secret_as_env(restricted(registered.set_display_name("register model")),
-                                     secret_name=settings.get("REGISTRY_SECRET_NAME"),
-                                     secret_key_to_env={"token": "REGISTRY_TOKEN"}, optional=True)
+    # The promotion gate (min_fc_accuracy, min_gain): deploy and register only a model that passes it;
+    # otherwise the run ends green with the evaluate step's "not promoted: ..." line and no endpoint.
+    with dsl.If(scores.outputs["promoted"] == True, name="promoted"):  # noqa: E712 - a KFP condition
+        served = with_s3(deploy(model=merged.outputs["merged"], dataset=data.outputs["dataset"],
+                                base_model=model.outputs["model"], adapter=train.outputs["adapter"],
+                                serve_adapters=serve_adapters, backend=deploy_backend, keep_serving=keep_serving,
+                                name=served_model_name, gpus=serve_gpus, vllm_image=vllm_image, kueue_queue=kueue_queue,
+                                **placement)).set_display_name("deploy")
+        with dsl.If(registry_address != "", name="registry-set"):
+            registered = register(merged=merged.outputs["merged"], adapter=train.outputs["adapter"],
+                                  base_model=model.outputs["model"], dataset=data.outputs["dataset"],
+                                  train_metrics=train.outputs["metrics"], eval_metrics=scores.outputs["metrics"],
+                                  registry_address=registry_address, model_name=served_model_name,
+                                  run_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER, run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER)
+            kubernetes.use_secret_as_env(restricted(registered.set_display_name("register model")),
+                                         secret_name=settings.get("REGISTRY_SECRET_NAME"),
+                                         secret_key_to_env={"token": "REGISTRY_TOKEN"}, optional=True)
+    with dsl.Else(name="not-promoted"):
+        skipped = restricted(not_deployed(reason=scores.outputs["reason"]).set_display_name("not promoted"))
     outputs = NamedTuple("Outputs", eval_metrics=Metrics, train_metrics=Metrics, merged_model=Model, endpoint=str)
     return outputs(eval_metrics=scores.outputs["metrics"], train_metrics=train.outputs["metrics"],
-                   merged_model=merged.outputs["merged"], endpoint=served.outputs["endpoint"])
+                   merged_model=merged.outputs["merged"],
+                   endpoint=dsl.OneOf(served.outputs["endpoint"], skipped.outputs["Output"]))

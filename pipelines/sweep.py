@@ -51,6 +51,7 @@ def build(parallelism: int = 2):
         trials: list = DEFAULT_TRIALS,
         select_metric: str = "fc_accuracy",
         min_gain: float = 0.1,
+        min_fc_accuracy: float = 0.0,
         model_source: str = "builtin:tiny-llama",
         model_revision: str = "",
         chat_template: str = "model",
@@ -102,6 +103,8 @@ def build(parallelism: int = 2):
                 or eval_loss (lower is better).
             min_gain: Least improvement over the base model, in the metric's own units, for the best trial to be
                 deployed: e.g. 0.05 (5 points of accuracy) or 0.1 (eval loss).
+            min_fc_accuracy: The finetune pipeline's promotion gate: the best trial is deployed only when its
+                function-calling accuracy (fc_ast_accuracy, a fraction) reaches this, e.g. 0.9; 0 asks nothing.
             model_source: Base model: a Hugging Face Hub id (Qwen/Qwen2.5-1.5B-Instruct), an s3:// URI printed by
                 `python -m trainer deliver-model`, or builtin:tiny-llama (a tiny random model for demos).
             model_revision: Hub branch, tag or commit of model_source; empty means main. Pin a commit for reproducible
@@ -207,7 +210,7 @@ def build(parallelism: int = 2):
             on_gpus(scores, eval_gpus, eval_accelerator_type, eval_node_selector, eval_tolerations)
         best = restricted(pick_best(trials=trials, trial_metrics=dsl.Collected(scores.outputs["metrics"]),
                                     adapters=dsl.Collected(train.outputs["adapter"]), select_metric=select_metric,
-                                    min_gain=min_gain).set_display_name("pick best"))
+                                    min_gain=min_gain, min_fc_accuracy=min_fc_accuracy).set_display_name("pick best"))
         # KFP 2.17 cannot compile dsl.Collected inside a condition, so this task always runs and
         # returns at once unless deploy_all_trials is set.
         with_s3(deploy_trials(enabled=deploy_all_trials, base_model=model.outputs["model"],

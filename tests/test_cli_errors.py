@@ -427,7 +427,7 @@ def test_sweep_min_gain_in_percent_and_one_trial_object_without_brackets_name_th
                      "--param", "deploy_backend=kubernetes"])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2
-    assert "min_gain=10 can never be reached with select_metric=fc_accuracy" in err and "write 0.1" in err
+    assert "min_gain=10 can never be reached: the gain in function-calling accuracy" in err and "write 0.1" in err
     # in loss units a gain above 1 is possible
     assert submit.main(["--dry-run", "--pipeline", "sweep", "--param", "launcher=trainjob", "--param", "min_gain=10",
                         "--param", "select_metric=eval_loss", "--param", "deploy_backend=kubernetes"]) == 0

@@ -76,10 +76,21 @@ def test_yaml_parses_into_pipeline_spec():
     spec = json_format.ParseDict(docs()[0], pipeline_spec_pb2.PipelineSpec())
     tasks = set(spec.root.dag.tasks)
     assert tasks == {"validate-params", "deliver-model", "deliver-dataset", "finetune", "evaluate", "merge-lora",
-                     "deploy", "condition-1"}
-    # register runs only when registry_address is set
-    assert set(spec.components["comp-condition-1"].dag.tasks) == {"register"}
-    assert "registry_address" in spec.root.dag.tasks["condition-1"].trigger_policy.condition
+                     "condition-branches-1"}
+    # the promotion gate: deploy (and register, when registry_address is set) only when evaluate promoted the
+    # model; otherwise "not deployed" says why, and the pipeline's endpoint comes from whichever branch ran
+    branches = spec.components["comp-condition-branches-1"].dag.tasks
+    promoted, other = branches["condition-3"], branches["condition-4"]
+    assert promoted.trigger_policy.condition == "inputs.parameter_values['pipelinechannel--evaluate-promoted'] == true"
+    assert other.trigger_policy.condition == f"!({promoted.trigger_policy.condition})"
+    assert set(spec.components["comp-condition-3"].dag.tasks) == {"deploy", "condition-2"}
+    assert set(spec.components["comp-condition-4"].dag.tasks) == {"not-deployed"}
+    assert set(spec.components["comp-condition-2"].dag.tasks) == {"register"}
+    assert "registry_address" in spec.components["comp-condition-3"].dag.tasks["condition-2"].trigger_policy.condition
+    endpoint = spec.root.dag.outputs.parameters["endpoint"].value_from_parameter
+    assert endpoint.producer_subtask == "condition-branches-1"
+    assert spec.components["comp-condition-branches-1"].dag.outputs.parameters[endpoint.output_parameter_key] \
+        .WhichOneof("kind") == "value_from_oneof"
     assert list(spec.root.dag.tasks["deliver-model"].dependent_tasks) == ["validate-params"]
     assert list(spec.root.dag.tasks["evaluate"].dependent_tasks) or \
         spec.root.dag.tasks["evaluate"].inputs.artifacts["tuned_model"].task_output_artifact.producer_task == \
@@ -93,13 +104,15 @@ def test_credentials_come_from_secrets_not_parameters():
     params = docs()[0]["root"]["inputDefinitions"]["parameters"]
     assert not [p for p in params if re.search(r"(^|_)token$|secret|password|access_key|api_key", p, re.I)]
     platform = docs()[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
-    # every S3-using task; validate-params needs no credentials, register only the registry token
+    # every S3-using task; validate-params and not-deployed need no credentials (only the restricted security
+    # context), register only the registry token
     assert set(platform) == {f"exec-{t}" for t in ("deliver-model", "deliver-dataset", "finetune", "evaluate",
-                                                   "merge-lora", "deploy", "register", "validate-params")}
+                                                   "merge-lora", "deploy", "register", "validate-params",
+                                                   "not-deployed")}
     [registry] = platform["exec-register"]["secretAsEnv"]
     assert registry["optional"] is True and [e["envVar"] for e in registry["keyToEnv"]] == ["REGISTRY_TOKEN"]
     for name, executor in platform.items():
-        if name in ("exec-register", "exec-validate-params"):
+        if name in ("exec-register", "exec-validate-params", "exec-not-deployed"):
             assert "configMapAsEnv" not in executor
             continue
         envs = {e["envVar"] for s in executor["secretAsEnv"] for e in s["keyToEnv"]}

@@ -324,3 +324,18 @@ def test_a_row_is_scored_on_its_last_answer_of_weight_1():
     assert target_index(row) == 1
     row["messages"][3]["weight"] = 1
     assert target_index(row) == 3
+
+
+def test_promotion_gate_both_ways():
+    from trainer.evaluate import promotion
+
+    metrics = {"base_fc_ast_accuracy": 0.10, "fc_ast_accuracy": 0.95}
+    ok, reason = promotion(metrics, min_fc_accuracy=0.9, min_gain=0.5)
+    assert ok and reason.startswith("promoted: fc_ast_accuracy 10.0% -> 95.0% (+85.0 points)")
+    ok, reason = promotion(metrics, min_fc_accuracy=0.96, min_gain=0.9)
+    assert not ok and reason.startswith("not promoted:")
+    assert "95.0% < min_fc_accuracy 96.0%" in reason and "+85.0 points < min_gain 90.0" in reason
+    assert promotion({"base_fc_ast_accuracy": 0.5, "fc_ast_accuracy": 0.4})[0] is False  # worse than its base
+    assert promotion({})[0] is True  # chat-only data and a gate that asks nothing
+    ok, reason = promotion({}, min_fc_accuracy=0.5)
+    assert not ok and "measures nothing" in reason

@@ -93,3 +93,27 @@ def test_local_sweep_copies_the_winner_out_and_shows_each_trials_lines(tmp_path,
     (run_dir,) = [p for p in runs_dir.iterdir() if (p / "run.json").exists()]
     record = json.loads((run_dir / "run.json").read_text())
     assert record["status"] == "succeeded" and record["merged_model"].startswith("s3://")
+
+
+def test_a_model_that_fails_the_promotion_gate_is_neither_deployed_nor_registered(tmp_path, s3_env):
+    """min_fc_accuracy no 5-step model reaches: the run ends green, says why, and nothing is served or
+    registered (the registry is set, so the only thing keeping register out is the gate)."""
+    from tests.registry_fake_api import FakeRegistry
+
+    runs_dir = tmp_path / "runs"
+    with FakeRegistry() as registry:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pipelines.run_local", "--pipeline-root", str(tmp_path / "root"),
+             "--output-dir", str(tmp_path / "out"), "--runs-dir", str(runs_dir), "--s3-endpoint",
+             s3_env["S3_ENDPOINT"], "--param", "max_steps=5", "--param", "eval_max_rows=20",
+             "--param", "min_fc_accuracy=0.99", "--param", f"registry_address={registry.url}"],
+            cwd=ROOT, capture_output=True, text=True, timeout=900)
+        assert not registry.state.versions
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-5000:]
+    assert re.search(r"not promoted: fc_ast_accuracy [\d.]+% -> [\d.]+% .*< min_fc_accuracy 99\.0%", out), out[-3000:]
+    done = {p.parent.name for p in (tmp_path / "root").rglob("executor_output.json")}
+    assert {"evaluate", "not-deployed"} <= done and not {"deploy", "register"} & done, done
+    (run_dir,) = [p for p in runs_dir.iterdir() if (p / "run.json").exists()]
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "succeeded" and record["metrics"]["evaluate"]["promoted"] == 0

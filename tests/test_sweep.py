@@ -153,3 +153,12 @@ def test_the_sweep_wires_the_cluster_settings_to_its_tasks_as_the_finetune_pipel
             if tasks & {"comp-evaluate", "comp-merge-lora"}:
                 inputs = component["inputDefinitions"]["parameters"]
                 assert {"pipelinechannel--eval_gpus", "pipelinechannel--eval_accelerator_type"} <= set(inputs), name
+
+
+def test_the_sweeps_pick_applies_the_promotion_gates_accuracy():
+    metrics = [{**m(0.3, 1.0), "fc_ast_accuracy": 0.3}, {**m(0.6, 2.0), "fc_ast_accuracy": 0.6}]
+    assert pick(TRIALS, metrics, "fc_accuracy", min_gain=0.5, min_fc_accuracy=0.6)["deploy"]
+    blocked = pick(TRIALS, metrics, "fc_accuracy", min_gain=0.5, min_fc_accuracy=0.7)
+    assert not blocked["deploy"] and "fc_ast_accuracy that is 60.0%, below min_fc_accuracy 70.0%" in blocked["reason"]
+    unmeasured = pick(TRIALS, [m(0.3, 1.0), m(0.6, 2.0)], "eval_loss", min_gain=0.0, min_fc_accuracy=0.5)
+    assert not unmeasured["deploy"] and "is not measured" in unmeasured["reason"]

@@ -9,7 +9,7 @@ SELECT = {"fc_accuracy": "higher", "eval_loss": "lower"}
 
 
 def pick(trials: list[dict[str, Any]], metrics: list[dict[str, float]], select_metric: str,
-         min_gain: float) -> dict[str, Any]:
+         min_gain: float, min_fc_accuracy: float = 0.0) -> dict[str, Any]:
     """The best trial by `select_metric`, and whether it beats the base model by `min_gain`.
 
     `metrics[i]` are trial i's evaluate metrics (base_* and tuned_* keys). Gain is measured in
@@ -42,6 +42,12 @@ def pick(trials: list[dict[str, Any]], metrics: list[dict[str, float]], select_m
         reason = (f"not deployed: fc_accuracy measures nothing here, the eval split has no tool-call rows "
                   f"({int(metrics[0].get('text_rows', 0))} text rows): run the sweep with select_metric=eval_loss")
         return {"best": best, "deploy": False, "reason": reason, "rows": rows, "measured": False}
+    accuracy = metrics[best].get("fc_ast_accuracy")  # the finetune pipeline's promotion gate, the same rule
+    if min_fc_accuracy > 0 and (accuracy is None or accuracy < min_fc_accuracy):
+        said = "is not measured (no function-calling rows)" if accuracy is None else f"is {accuracy:.1%}"
+        reason = (f"not deployed: the best trial {best} ({desc}) has fc_ast_accuracy that {said}, below "
+                  f"min_fc_accuracy {min_fc_accuracy:.1%}")
+        return {"best": best, "deploy": False, "reason": reason, "rows": rows}
     if gains[best] >= min_gain:
         reason = (f"deploying trial {best} ({desc}): {select_metric} {b['base']:.4g} -> {b['tuned']:.4g}, "
                   f"gain {gains[best]:.4g} >= min_gain {min_gain}")

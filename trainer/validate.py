@@ -40,7 +40,7 @@ DEFAULTS: dict[str, Any] = {
     "trials": [], "select_metric": "fc_accuracy", "min_gain": 0.1,
     "training_runtime": "torch-distributed", "vllm_image": "", "eval_gpus": 0, "eval_accelerator_type": "nvidia.com/gpu",
     "eval_node_selector": {}, "eval_tolerations": [], "registry_address": "", "deploy_all_trials": False,
-    "chat_template": templates.MODEL, "eval_engine": "auto",
+    "chat_template": templates.MODEL, "eval_engine": "auto", "min_fc_accuracy": 0.0,
 }
 _TRAIN_DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
 _TRAIN_PARAMS = {k: v for k, v in _TRAIN_DEFAULTS.items() if k not in ("model_uri", "dataset_uri", "output_prefix")}
@@ -244,6 +244,7 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True,
         problems += templates.spec_problems(params["chat_template"], check_local_files)
     from trainer.evaluate import ENGINES
 
+    problems += _gate_problems(params, bad)
     if params["eval_engine"] not in ENGINES:
         problems.append(f"eval_engine must be one of {', '.join(ENGINES)}, got {params['eval_engine']!r}: auto picks "
                         "vllm where vLLM is installed")
@@ -300,6 +301,25 @@ def _hidden_size(src: sources.Source) -> int | None:
         config = config["text_config"]
     width = next((config[k] for k in ("hidden_size", "n_embd", "d_model") if k in config), None)
     return width if isinstance(width, int) and not isinstance(width, bool) and width > 0 else None
+
+
+def _gate_problems(params: dict[str, Any], bad: set[str]) -> list[str]:
+    """The promotion gate (trainer.evaluate.promotion) and the sweep's pick: fractions of an accuracy."""
+    problems = []
+    accuracy = params.get("min_fc_accuracy", 0.0)
+    if "min_fc_accuracy" not in bad and not 0 <= accuracy <= 1:
+        problems.append(f"min_fc_accuracy={accuracy:g} is a fraction of the function-calling accuracy, from 0 to 1: "
+                        + (f"write {accuracy / 100:g} for {accuracy:g}%" if accuracy > 1 else "0 asks nothing"))
+    gain = params.get("min_gain", DEFAULTS["min_gain"])
+    if "min_gain" in bad:
+        pass
+    elif gain < 0:
+        problems.append(f"min_gain must be >= 0, got {gain}: a negative gain would deploy a model worse than the "
+                        f"base model; 0 deploys any improvement")
+    elif params.get("select_metric", "fc_accuracy") == "fc_accuracy" and gain > 1:  # 10 meant as 10% never deploys
+        problems.append(f"min_gain={gain:g} can never be reached: the gain in function-calling accuracy is a "
+                        f"fraction of at most 1: write {gain / 100:g} for {gain:g} percentage points")
+    return problems
 
 
 BUILTIN_CHECK_ROWS = 100  # of each built-in split: its rows are few kinds, each one well represented
@@ -455,7 +475,7 @@ def validate_pipeline_params(params: dict[str, Any], check_local_files: bool = T
 
 TRIAL_KEYS = {"lora_r": int, "lora_alpha": int, "learning_rate": float}
 TRIAL_EXAMPLE = '{"lora_r": 16, "lora_alpha": 32, "learning_rate": 0.0002}'
-SWEEP_ONLY = ("trials", "select_metric", "min_gain")
+SWEEP_ONLY = ("trials",)
 
 
 def sweep_problems(params: dict[str, Any], check_local_files: bool = True) -> list[str]:
@@ -498,15 +518,6 @@ def sweep_problems(params: dict[str, Any], check_local_files: bool = True) -> li
             problems.append(f"select_metric=fc_accuracy measures tool calls, but the eval split of dataset_source "
                             f"{str(params.get('dataset_source', '')).strip()!r} has none ({counts['text_rows']} text "
                             "rows), so no trial could be picked or deployed: set select_metric=eval_loss")
-    gain = params.get("min_gain", DEFAULTS["min_gain"])
-    if p := value_problem("min_gain", gain, float):
-        problems.append(p)
-    elif gain < 0:
-        problems.append(f"min_gain must be >= 0, got {gain}: a negative gain would deploy a trial worse than the "
-                        f"base model; 0 deploys any improvement")
-    elif select == "fc_accuracy" and gain > 1:  # accuracies are fractions: 10 meant as 10% would never deploy
-        problems.append(f"min_gain={gain:g} can never be reached with select_metric=fc_accuracy, whose gain is a "
-                        f"fraction of at most 1: write {gain / 100:g} for {gain:g} percentage points")
     seen: set[str] = set()
     return [p for p in problems if not (p in seen or seen.add(p))]
 
