@@ -292,8 +292,8 @@ def test_a_finetune_parameter_given_to_the_sweep_says_so(capsys):
     err = capsys.readouterr().err
     assert "parameter 'registry_address' belongs to llm-finetune, not to llm-finetune-sweep" in err
     with pytest.raises(SystemExit):
-        submit.main(["--dry-run", "--param", "min_gain=0.1"])
-    assert "parameter 'min_gain' belongs to llm-finetune-sweep, not to llm-finetune;" in capsys.readouterr().err
+        submit.main(["--dry-run", "--param", "select_metric=eval_loss"])
+    assert "parameter 'select_metric' belongs to llm-finetune-sweep, not to llm-finetune;" in capsys.readouterr().err
 
 
 def test_a_silent_or_refusing_api_server_is_one_line_and_never_a_hang(tmp_path, monkeypatch):

@@ -72,9 +72,11 @@ def compiled():
 
 def test_register_is_gated_and_eval_merge_take_gpu_parameters():
     spec, platform = compiled()
-    dag = spec["root"]["dag"]["tasks"]
-    [gate] = [t for name, t in dag.items() if name.startswith("condition")]
+    # register: inside the promotion gate's branch, and only when registry_address is set
+    [gate] = [t for name, t in spec["components"]["comp-condition-3"]["dag"]["tasks"].items()
+              if name.startswith("condition")]
     assert "registry_address" in gate["triggerPolicy"]["condition"]
+    assert "register" in spec["components"][gate["componentRef"]["name"]]["dag"]["tasks"]
     executors = spec["deploymentSpec"]["executors"]
     for name in ("exec-evaluate", "exec-merge-lora"):
         acc = executors[name]["container"]["resources"]["accelerator"]
