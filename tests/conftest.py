@@ -70,7 +70,8 @@ def smollm2_gguf() -> Path:
     try:
         return real_models.smollm2_gguf()
     except real_models.ModelFetchError as err:
-        pytest.fail(str(err), pytrace=False)
+        message = str(err)
+    pytest.fail(message, pytrace=False)  # outside the except: the message alone, no chained traceback
 
 
 @pytest.fixture(scope="session")
