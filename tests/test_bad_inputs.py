@@ -105,6 +105,13 @@ def arch(name, **config):
     return change
 
 
+def fifo(t):
+    import os
+
+    os.mkfifo(t / "chats.jsonl")
+    return t / "chats.jsonl"
+
+
 def sharded(d):
     (d / "model.safetensors").rename(d / "model-00001-of-00002.safetensors")
     (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
@@ -124,6 +131,17 @@ CASES = [
      "dataset_revision='main ' is not a branch, tag or commit name"),
     ("missing-dataset-file", lambda t, m: [f"dataset_source={t}/train.jsonl"], "dataset path not found"),
     ("malformed-s3-uri", lambda t, m: ["dataset_source=s3://B/x"], "expected s3://bucket/prefix"),
+    ("source-of-300-characters", lambda t, m: ["dataset_source=" + "a" * 300 + ".jsonl"],
+     "(306 characters) is no path this machine can open (File name too long; a name between slashes has at most "
+     "255 bytes)"),
+    ("model-source-of-300-characters", lambda t, m: ["model_source=" + "m" * 300], "(300 characters) is no path"),
+    ("file-url-relative", lambda t, m: ["model_source=file://mymodels/llama"],
+     "model_source file://mymodels/llama: a file:// URL takes an absolute path, with three slashes "
+     "(file:///abs/path); for a path relative to this folder write ./mymodels/llama"),
+    ("dataset-is-a-fifo", lambda t, m: [f"dataset_source={fifo(t)}"],
+     "chats.jsonl is a FIFO (named pipe), not a file or a folder: pass a .jsonl"),
+    ("dataset-is-a-device", lambda t, m: ["dataset_source=/dev/null"],
+     "dataset /dev/null is a character device, not a file or a folder"),
     # a model that cannot train, found now rather than inside training (issue 9, item 3)
     ("model-without-weights", lambda t, m: [f"model_source={model_variant(t, m, lambda d: (d / 'model.safetensors').unlink())}"],
      "has config.json but no weights (*.safetensors or pytorch_model*.bin): download the whole model"),
@@ -403,6 +421,7 @@ def test_unreachable_s3_endpoint_is_refused_before_the_pipeline_starts(tmp_path,
     ("deliver-dataset", lambda t: rows(t, {"messages": [{"role": "user", "content": chr(0xd800)},
                                                         GOOD_ROW["messages"][1]]}), "holds a lone surrogate"),
     ("deliver-model", lambda t: str(t / "nope"), "model path not found"),
+    ("deliver-dataset", lambda t: "/dev/zero", "dataset /dev/zero is a character device"),
 ])
 def test_deliver_reports_the_source_and_missing_s3_settings_together(tmp_path, capsys, monkeypatch, command, source,
                                                                     problem):

@@ -74,12 +74,20 @@ def parse(source: str, what: str) -> Source:
             raise UserError(f"unknown built-in {what} {source!r}; use one of: "
                             + ", ".join(f"builtin:{b}" for b in builtins))
         return Source("builtin", name)
-    if looks_local(source) or (source and Path(source).exists()):
-        source = source.removeprefix("file://")
-        path = Path(source).expanduser()
-        if not path.exists():
-            raise UserError(f"{what} path not found: {path}. Check the path, or use {forms}")
-        return Source("local", str(path.resolve()))
+    if source.startswith("file://") and not source.startswith("file:///"):  # file://a/b names the host 'a'
+        raise UserError(f"{what}_source {source}: a file:// URL takes an absolute path, with three slashes "
+                        f"(file:///abs/path); for a path relative to this folder write ./{source[len('file://'):]}")
+    try:
+        if looks_local(source) or (source and Path(source).exists()):
+            source = source.removeprefix("file://")
+            path = Path(source).expanduser()
+            if not path.exists():
+                raise UserError(f"{what} path not found: {path}. Check the path, or use {forms}")
+            return Source("local", str(path.resolve()))
+    except OSError as err:  # ENAMETOOLONG: a name above the file system's 255 bytes (pasted text)
+        raise UserError(f"{what}_source {source[:48]!r}... ({len(source)} characters) is no path this machine can "
+                        f"open ({err.strerror}; a name between slashes has at most 255 bytes): check the value, "
+                        f"or use {forms}") from None
     if _HUB_ID.match(source) or (what == "model" and _HUB_GGUF.match(source)):
         return Source("hub", source)
     if (hub := re.match(r"([A-Za-z0-9][\w.-]*/[\w.-]+)\s*([:@\[].*)", source)) and not hub[1].endswith("."):
@@ -100,8 +108,11 @@ def looks_local(source: str) -> bool:
         return False
     if source.startswith("file://"):
         return True
-    return (source.startswith(("/", "./", "../", "~")) or source.endswith(LOCAL_SUFFIXES) or Path(source).exists()
-            or (is_gguf(source) and not _HUB_GGUF.match(source)))
+    try:
+        return (source.startswith(("/", "./", "../", "~")) or source.endswith(LOCAL_SUFFIXES) or Path(source).exists()
+                or (is_gguf(source) and not _HUB_GGUF.match(source)))
+    except OSError:  # a name too long to be a path: parse says so
+        return False
 
 
 def model_max_length(source: str) -> int | None:
@@ -383,6 +394,9 @@ def _materialize(src: Source, revision: str, eval_fraction: float, seed: int) ->
         return builtin_data.generate()
     if src.kind == "local":
         path = Path(src.ref)
+        if kind := _special_file(path):  # reading it could block forever or never end
+            raise UserError(f"dataset {path} is {kind}, not a file or a folder: pass a .jsonl (or .json, .csv, .tsv, "
+                            ".parquet) file, or a folder holding train.jsonl")
         if path.is_file():
             return _split(data.read_rows(path), eval_fraction, seed)
         if any((path / name).is_file() for name in SAVED_DATASET_FILES):
@@ -407,6 +421,16 @@ def _materialize(src: Source, revision: str, eval_fraction: float, seed: int) ->
     if held_out is None:
         return _split(train, eval_fraction, seed)
     return {"train": train, "eval": data.validate_rows(ds[held_out].to_list(), f"{src.ref}[{held_out}]", columnar=True)}
+
+
+def _special_file(path: Path) -> str | None:
+    """What `path` is when it is neither a regular file nor a folder (a FIFO, a device, a socket)."""
+    import stat
+
+    mode = path.stat().st_mode
+    return next((kind for test, kind in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                                         (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")) if test(mode)),
+                None)
 
 
 SAVED_DATASET_FILES = ("dataset_dict.json", "state.json")  # what datasets' save_to_disk writes
