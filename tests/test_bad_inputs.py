@@ -105,6 +105,28 @@ def arch(name, **config):
     return change
 
 
+def truncated(d):
+    """An interrupted download: the weights file cut short."""
+    data = (d / "model.safetensors").read_bytes()
+    (d / "model.safetensors").write_bytes(data[: len(data) // 2])
+
+
+def huge_header(d):
+    data = (d / "model.safetensors").read_bytes()
+    (d / "model.safetensors").write_bytes((2**62).to_bytes(8, "little") + data[8:])
+
+
+def pickle_only(d):
+    (d / "model.safetensors").unlink()
+    (d / "pytorch_model.bin").write_bytes(b"\x80\x02c__builtin__\neval\n")  # never unpickled
+
+
+def module_prefix(d):
+    from safetensors.torch import load_file, save_file
+
+    save_file({f"module.{k}": v for k, v in load_file(d / "model.safetensors").items()}, d / "model.safetensors")
+
+
 def fifo(t):
     import os
 
@@ -155,6 +177,18 @@ CASES = [
      "lists 1 shard(s) that are missing (model-00002-of-00002.safetensors): the download is incomplete"),
     ("model-without-tokenizer", lambda t, m: [f"model_source={model_variant(t, m, lambda d: (d / 'tokenizer.json').unlink())}"],
      "has no tokenizer"),
+    # corrupt or mismatched weights: every rank died in finetune, or trained from random weights (issue 20)
+    ("weights-truncated", lambda t, m: [f"model_source={model_variant(t, m, truncated)}"],
+     "model/model.safetensors is truncated: 25 of its 39 tensors lie beyond the end of the file"),
+    ("weights-header-2**62", lambda t, m: [f"model_source={model_variant(t, m, huge_header)}"],
+     "model/model.safetensors's header claims 4,611,686,018,427,387,904 bytes but the file has"),
+    ("weights-pickle-only", lambda t, m: [f"model_source={model_variant(t, m, pickle_only)}"],
+     "model has its weights only as pickle (pytorch_model.bin): loading a pickle runs code from the file, which "
+     "this trainer never does; convert them to safetensors"),
+    ("weights-module-prefix", lambda t, m: [f"model_source={model_variant(t, m, module_prefix)}"],
+     "the weights do not match config.json: 39 of the model's 39 weights are missing"),
+    ("weights-of-another-model", lambda t, m: [f"model_source={model_variant(t, m, arch('GPT2LMHeadModel', model_type='gpt2', n_embd=128, n_layer=2, n_head=4))}"],
+     "config.json and the weights are of different models"),
     # not a causal LM: AutoModelForCausalLM fails, or trains from a random lm_head
     ("model-is-a-classifier", lambda t, m: [f"model_source={model_variant(t, m, arch('LlamaForSequenceClassification'))}"],
      "holds a LlamaForSequenceClassification, not a text-generating model"),

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainer import weights
 from trainer.config import SEED_MAX
 from trainer.errors import UserError, collect
 
@@ -219,6 +220,8 @@ def model_dir_problems(path: str | Path, check_tokenizer: bool = True) -> list[s
                 shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
                 problems.append(f"{root}/{index} lists {len(missing)} shard(s) that are missing ({shown}): "
                                 "the download is incomplete; download again")
+    if not problems:  # safetensors headers and sizes, names against the config: no tensor is read
+        problems = weights.dir_problems(root, config)
     if problems or not check_tokenizer:
         return problems
     return tokenizer_problems(root)
@@ -546,7 +549,8 @@ def deliver_model(source: str, revision: str, store, chat_template: str = "model
     upload = _uploaded_file(src, store, (GGUF_SUFFIX,), "a .gguf model") if src.kind == "s3" else None
     if src.kind == "s3" and not upload:
         uri, manifest = _already_delivered(src, store)
-        collect(model_tree_problems({f["path"] for f in manifest.get("files", [])}, uri), what="not a model")
+        collect(model_tree_problems({f["path"] for f in manifest.get("files", [])}, uri)
+                or weights.store_problems(store, uri, manifest), what="not a model")
         if text is None:
             return uri, {**meta, "revision": "", **manifest}
     with tempfile.TemporaryDirectory() as tmp:
