@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.finetune import finetune_pipeline
-from trainer import settings
+from trainer import fc_check, settings
 from trainer.errors import UserError, exit_on_user_error
 
 
@@ -152,7 +152,17 @@ def summarize(metrics: dict[str, dict[str, float]], endpoint: str | None, keep_s
         if text_rows:
             rows.append((f"text match ({text_rows} rows)", f"{ev['base_text_match']:.1%}",
                          f"{ev['tuned_text_match']:.1%}"))
+        # BFCL-style AST accuracy over every function-calling category, then each category the split has
+        categories = {c: int(ev.get(f"fc_{c}_rows", 0)) for c in fc_check.CATEGORIES}
+        if "tuned_fc_ast_accuracy" in ev:
+            rows.append((f"function-calling AST accuracy ({sum(categories.values())} rows)",
+                         f"{ev['base_fc_ast_accuracy']:.1%}", f"{ev['tuned_fc_ast_accuracy']:.1%}"))
+        rows += [(f"  {c} ({n} rows)", f"{ev[f'base_fc_{c}_accuracy']:.1%}", f"{ev[f'tuned_fc_{c}_accuracy']:.1%}")
+                 for c, n in categories.items() if n and f"tuned_fc_{c}_accuracy" in ev]
         lines += ["", "== base vs tuned ==", table(rows, ("metric", "base", "tuned"))]
+        if ev.get("promoted") == 0:
+            lines.append("not promoted: the tuned model failed the gate (min_fc_accuracy / min_gain; the evaluate "
+                         "step's line says by how much): nothing was deployed or registered")
         if ev.get("eval_rows", 50) < 50:
             lines.append(f"warning: only {int(ev['eval_rows'])} eval rows: these numbers move a lot with one row")
         if ev.get("skipped_long_rows"):

@@ -91,7 +91,7 @@ def test_finetune_evaluate_merge_components(delivered, tmp_path):
     ast = {"fc_ast_accuracy", "fc_exact_accuracy", "fc_multiple_accuracy"}
     names = {f"{m}_{k}" for m in ("base", "tuned") for k in ("eval_loss", "fc_accuracy", *ast)}
     assert set(scores.metadata) == names | ast | {"fc_accuracy_gain", "fc_ast_accuracy_gain", "eval_rows", "fc_rows",
-                                                  "text_rows", "skipped_long_rows"} \
+                                                  "text_rows", "skipped_long_rows", "promoted"} \
         | {f"fc_{c}_rows" for c in ("simple", "multiple", "parallel", "irrelevance", "multi_turn")}
     assert scores.metadata["fc_multiple_rows"] == 8 and scores.metadata["fc_irrelevance_rows"] == 0
     assert scores.metadata["fc_ast_accuracy"] == scores.metadata["tuned_fc_ast_accuracy"]

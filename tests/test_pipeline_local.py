@@ -45,6 +45,9 @@ def test_run_local_end_to_end(tmp_path, s3_env):
     assert acc and loss, out[-3000:]
     assert float(acc.group(2)) > float(acc.group(1)) + 20, acc.group(0)
     assert float(loss.group(2)) < float(loss.group(1)), loss.group(0)
+    # the BFCL-style table: AST accuracy over every category, then the one category the built-in eval split has
+    assert re.search(r"function-calling AST accuracy \(100 rows\)\s+[\d.]+%\s+[\d.]+%", out), out[-3000:]
+    assert re.search(r"(?m)^  multiple \(100 rows\)\s+[\d.]+%", out) and "  simple (" not in out
     # The server is stopped after the run: no URL to a dead endpoint, and the verdict is the smoke test's.
     assert "endpoint: stopped after the run (smoke test passed in" in out
     assert not re.search(r"http://127\.0\.0\.1:\d+/v1", out.split("== base vs tuned ==")[1])
@@ -117,3 +120,4 @@ def test_a_model_that_fails_the_promotion_gate_is_neither_deployed_nor_registere
     (run_dir,) = [p for p in runs_dir.iterdir() if (p / "run.json").exists()]
     record = json.loads((run_dir / "run.json").read_text())
     assert record["status"] == "succeeded" and record["metrics"]["evaluate"]["promoted"] == 0
+    assert "not promoted: the tuned model failed the gate" in proc.stdout and "endpoint:" not in proc.stdout
