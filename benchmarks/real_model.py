@@ -33,9 +33,13 @@ default 512 would skip every row), lora_train_embeddings false, the other LoRA s
 on a busy 2-core machine (2026-11-24): 30 steps gave 115/128 (89.8%) exact calls through the endpoint, 60 steps
 128/128 in 11.2 min of training (~250 tokens/s steady): 60 leaves a margin within the 20-minute target. The whole
 default run takes ~36 min there (pipeline ~18, endpoint questions ~6, throughput runs ~11).
+It also sends each held-out row's prompt (messages before the scored turn, with its tools) to the server's
+/tokenize endpoint for base and adapter and compares vLLM's token ids with the training encoder's prompt ids
+(trainer.data.encode, the tokens before the scored turn's labels): every pair must be equal.
 --quick: 2 steps, 8 held-out rows, a small slice of the built-in data (32 train / 8 held-out rows) as a local
-dataset (so the trainer's final eval loss and the evaluate step stay short), one throughput run of 2 steps each;
-it checks that every path runs (~4.5 min on 2 busy cores, the pipeline alone ~3 min), its figures mean nothing.
+dataset (so the trainer's final eval loss and the evaluate step stay short; the evaluate step still answers
+through vLLM: HF generate took 35-50 s a row here), one throughput run of 2 steps each; it checks that every
+path runs, its figures mean nothing.
 """
 
 from __future__ import annotations
@@ -257,6 +261,59 @@ def endpoint_accuracy(base_url: str, rows: list[dict[str, Any]]) -> dict[str, An
     return out
 
 
+def prompt_ids(row: dict[str, Any], tokenizer, max_seq_len: int) -> list[int] | None:
+    """The training encoder's prompt for a row's scored turn: its token ids before that turn's first trained label
+    (trainer.data.encode, as the trainer runs it), or None for a row the trainer skips as too long."""
+    from trainer.data import encode
+
+    enc = encode(row, tokenizer, max_seq_len)
+    if enc is None:
+        return None
+    trained = [label != -100 for label in enc["labels"]]
+    end = max(i for i, t in enumerate(trained) if t)  # the scored turn is the last run of trained tokens
+    start = end
+    while start > 0 and trained[start - 1]:
+        start -= 1
+    return enc["input_ids"][:start]
+
+
+def prompt_parity(base_url: str, model_dir: Path, rows: list[dict[str, Any]], max_seq_len: int) -> dict[str, Any]:
+    """vLLM's own rendering of each row's conversation before its scored turn, with the row's tools (the server's
+    /tokenize endpoint, messages + tools + add_generation_prompt, as chat completions render them), beside the
+    training encoder's prompt ids for the same row: equal means the served model sees what training taught."""
+    import urllib.request
+
+    from transformers import AutoTokenizer
+
+    from trainer.evaluate import target_index
+    from trainer.serve import openai_messages
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)  # as the trainer loads it: the delivered tree's template
+    root = base_url.removesuffix("/v1")
+    out: dict[str, Any] = {"rows": 0, "equal": 0, "first_difference": None}
+    for model in (f"{SERVED}-base", SERVED):
+        for row in rows:
+            want = prompt_ids(row, tokenizer, max_seq_len)
+            if want is None:
+                continue
+            body = {"model": model, "messages": openai_messages(row["messages"][:target_index(row)]),
+                    "tools": row.get("tools"), "add_generation_prompt": True}
+            req = urllib.request.Request(f"{root}/tokenize", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                got = json.loads(resp.read())["tokens"]
+            out["rows"] += 1
+            if got == want:
+                out["equal"] += 1
+            elif out["first_difference"] is None:
+                at = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+                out["first_difference"] = {"model": model, "token": at, "vllm": tokenizer.decode(got[at:at + 12]),
+                                           "training": tokenizer.decode(want[at:at + 12])}
+    print(f"prompt tokens: vLLM /tokenize == the training encoder on {out['equal']}/{out['rows']} (row, model) "
+          "pairs", flush=True)
+    return out
+
+
 def serve_own(base_dir: Path, adapter_dir: Path, log_path: Path) -> tuple[str, int]:
     """Base and adapter side by side, started here (when the pipeline kept no server: a model not promoted)."""
     from trainer import serve
@@ -447,6 +504,12 @@ def report(res: dict[str, Any]) -> str:
         got = "; ".join(f"{n} {a}" for n, a in miss["calls"]) or repr((miss["content"] or "")[:80])
         want = miss["expected"] and f"{miss['expected']['name']} {json.dumps(miss['expected']['arguments'])}"
         lines.append(f"a tuned miss: {miss['request']!r}: expected {want or 'a text answer'}, got {got}")
+    pp = res["prompt_parity"]
+    lines.append(f"prompt tokens as vLLM renders them (/tokenize, messages + tools) == the training encoder's: "
+                 f"{pp['equal']}/{pp['rows']} (row, model) pairs")
+    if d := pp["first_difference"]:
+        lines.append(f"  first difference ({d['model']}, token {d['token']}): vLLM {d['vllm']!r}, training "
+                     f"{d['training']!r}")
     ev = res.get("pipeline_eval") or {}
     if "tuned_fc_accuracy" in ev:
         lines.append(f"(the pipeline's evaluate step, {int(ev.get('fc_rows', ev.get('eval_rows', 0)))} rows: "
@@ -526,7 +589,7 @@ def main() -> int:
         # at the end: vLLM binds its ZMQ sockets there, and a socket path may not exceed 107 characters.
         tmp = tempfile.mkdtemp(prefix="rmb-")
         env = {**os.environ, "FINETUNE_CACHE_DIR": str(work / "cache"), "TMPDIR": tmp,
-               "OMP_NUM_THREADS": str(os.cpu_count() or 1), "PYTHONUNBUFFERED": "1"}
+               "OMP_NUM_THREADS": os.environ.get("FINETUNE_LOCAL_CPUS") or str(os.cpu_count() or 1), "PYTHONUNBUFFERED": "1"}
         os.environ["FINETUNE_CACHE_DIR"] = env["FINETUNE_CACHE_DIR"]
         res: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "quick": args.quick, "settings": s,
                                "machine": f"{os.cpu_count()} CPU cores ({platform.machine()}, "
@@ -551,6 +614,7 @@ def main() -> int:
                                               work / "vllm.log")
         print(f"asking {endpoint} ({len(rows)} held-out rows per model)", flush=True)
         res["accuracy"] = {"endpoint": endpoint, **endpoint_accuracy(endpoint, rows)}
+        res["prompt_parity"] = prompt_parity(endpoint, store.get_tree(model_uri), rows, s["max_seq_len"])
         _stop_group(run["pgid"])  # the server's cores go to the throughput runs
         res["throughput"] = None if args.skip_trl else compare(model_uri, data_uri, s, work, env,
                                                                args.trl_padding_free)

@@ -238,13 +238,14 @@ def test_real_model_quick_run_prints_every_figure_and_leaves_no_process(tmp_path
 
     import psutil
 
-    from tests.real_models import smollm2_gguf
+    from tests.real_models import smollm2_model_dir
 
-    smollm2_gguf()  # fetched (or found) before the clock starts
+    # the cached conversion of the GGUF (tests/test_gguf.py delivers the .gguf itself): the run skips converting it
+    model = smollm2_model_dir()
     work, out = tmp_path / "work", tmp_path / "rm.json"
     trl = importlib.util.find_spec("trl") is not None
     proc = subprocess.run([sys.executable, "-m", "benchmarks.real_model", "--quick", "--work-dir", str(work),
-                           "--json", str(out), *([] if trl else ["--skip-trl"])],
+                           "--model-source", str(model), "--json", str(out), *([] if trl else ["--skip-trl"])],
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     table = proc.stdout[proc.stdout.index("== real-model benchmark: SmolLM2-135M-Instruct"):]
@@ -258,6 +259,9 @@ def test_real_model_quick_run_prints_every_figure_and_leaves_no_process(tmp_path
     assert "held-out tool-call exact match through the endpoint (http://127.0.0.1:" in table
     for model in ("base", "tuned"):  # rows, exact, accuracy, answered with a tool call, seconds
         assert re.search(rf"^{model}\s+8\s+\d\s+\d+\.\d%\s+\d\s+\d+\s*$", table, re.M), table
+    # issue 18's parity: the served model (base and trained adapter) renders each held-out prompt with its tools
+    # into exactly the token ids the training encoder made of it (vLLM's /tokenize)
+    assert "== the training encoder's: 16/16 (row, model) pairs" in table and "first difference" not in table
     if trl:
         assert re.search(r"^\s+this trainer\s+TRL SFTTrainer \(pad to longest, fp32\)\s+ratio", table, re.M)
         assert re.search(r"^median\s+\d+\s+\d+\s+\d+\.\d\dx\s*$", table, re.M), table
@@ -266,6 +270,7 @@ def test_real_model_quick_run_prints_every_figure_and_leaves_no_process(tmp_path
         assert "training tokens/s beside TRL: skipped (--skip-trl)" in table
     got = json.loads(out.read_text())
     assert got["quick"] and got["accuracy"]["rows"] == 8 and got["settings"]["steps"] == 2
+    assert got["prompt_parity"]["equal"] == got["prompt_parity"]["rows"] == 16
     assert (got["throughput"] is not None) == trl
     leftovers = [p.info for p in psutil.process_iter(["pid", "cmdline"])
                  if str(work) in " ".join(p.info["cmdline"] or [])]

@@ -76,19 +76,30 @@ def test_local_sweep_copies_the_winner_out_and_shows_each_trials_lines(tmp_path,
     """A sweep that deploys its winner (picked by eval loss) ends like a finetune run: the merged
     model copied out, the endpoint's smoke verdict; the console shows each trial's own messages
     and none of kfp.local's `----` rules."""
+    from tests.test_sweep import statuses
+
     runs_dir, out_dir = tmp_path / "runs", tmp_path / "out"
-    trials = '[{"lora_r": 4, "lora_alpha": 8, "learning_rate": 0.003}, {"lora_r": 8, "lora_alpha": 16, "learning_rate": 0.003}]'
+    trials = '[{"lora_r": 4, "lora_alpha": 8, "learning_rate": 0.003}, {"lora_r": 8, "lora_alpha": 16, "learning_rate": 0.001}]'
     proc = subprocess.run(
-        [sys.executable, "-m", "pipelines.run_local", "--pipeline", "sweep", "--pipeline-root", str(tmp_path / "root"),
+        [sys.executable, "-m", "pipelines.run_local", "--pipeline", "sweep", "--parallelism", "2",
+         "--pipeline-root", str(tmp_path / "root"),
          "--output-dir", str(out_dir), "--runs-dir", str(runs_dir), "--s3-endpoint", s3_env["S3_ENDPOINT"],
-         "--param", f"trials={trials}", "--param", "max_steps=60", "--param", "eval_max_rows=20",
-         "--param", "select_metric=eval_loss", "--param", "min_gain=0.01"],
+         "--param", f"trials={trials}", "--param", "max_steps=40", "--param", "eval_max_rows=20",
+         "--param", "select_metric=eval_loss", "--param", "min_gain=0.5"],
         cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-5000:]
     out = proc.stdout
+    # both trials trained and scored, the winner (eval loss at least 0.5 under the base's) merged and deployed
+    done = statuses(tmp_path / "root")
+    assert done.count(("finetune", "SUCCESS")) == 2 and done.count(("evaluate", "SUCCESS")) == 2
+    assert ("deploy", "SUCCESS") in done and ("merge-lora", "SUCCESS") in done
+    assert not any(t == "not-deployed" for t, _ in done)
+    assert "deploying trial" in out and "| 0" in out and "| 1" in out
+    reports = list((tmp_path / "root").rglob("finetune/report"))
+    assert len(reports) == 2 and all("data:image/png;base64," in r.read_text() for r in reports)
     assert (out_dir / "merged-model" / "config.json").exists(), out[-3000:]
     assert f"copied to {out_dir / 'merged-model'}" in out
-    # 60 steps may leave the winner too undertrained to call tools: the endpoint's line either way, as for finetune.
+    # 40 steps may leave the winner too undertrained to call tools: the endpoint's line either way, as for finetune.
     assert "endpoint: stopped after the run (" in out, out[-3000:]
     assert not re.search(r"(?m)^\s*-{20,}\s*$", out), out
     # Each trial's evaluation says its numbers ("20 rows (20 tool-call, ...)"), once per trial.

@@ -48,37 +48,25 @@ def test_pick_by_accuracy_without_tool_call_rows_deploys_nothing_and_names_eval_
     assert "(best)" not in table
 
 
-def run_sweep(tmp_path, min_gain):
+def run_sweep(tmp_path, min_gain, max_steps=40):
+    """The sweep deploying its winner is tests/test_pipeline_local.py's sweep run."""
     return subprocess.run(
         [sys.executable, "-m", "pipelines.run_local", "--pipeline", "sweep", "--parallelism", "2",
          "--pipeline-root", str(tmp_path / "root"), "--runs-dir", str(tmp_path / "runs"),
          "--param", f"trials={json.dumps(TRIALS)}",
-         "--param", "max_steps=40", "--param", "eval_max_rows=20", "--param", "select_metric=eval_loss",
+         "--param", f"max_steps={max_steps}", "--param", "eval_max_rows=20", "--param", "select_metric=eval_loss",
          "--param", f"min_gain={min_gain}"], cwd=ROOT, capture_output=True, text=True, timeout=900)
 
 
-def statuses(root):
+def statuses(root) -> list[tuple[str, str]]:
     """(task, "SUCCESS") for every task that finished: kfp.local writes a task's executor output
     only on success. Read from disk, not from the log, where parallel trials interleave lines."""
     return [(p.parent.name, "SUCCESS") for p in root.rglob("executor_output.json")]
 
 
 @pytest.mark.integration
-def test_sweep_deploys_a_winner_that_beats_the_base(tmp_path):
-    proc = run_sweep(tmp_path, min_gain=0.5)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    done = statuses(tmp_path / "root")
-    assert done.count(("finetune", "SUCCESS")) == 2 and done.count(("evaluate", "SUCCESS")) == 2
-    assert ("deploy", "SUCCESS") in done and ("merge-lora", "SUCCESS") in done
-    assert not any(t == "not-deployed" for t, _ in done)
-    assert "deploying trial" in proc.stdout and "| 0" in proc.stdout and "| 1" in proc.stdout
-    reports = list((tmp_path / "root").rglob("finetune/report"))
-    assert len(reports) == 2 and all("data:image/png;base64," in r.read_text() for r in reports)
-
-
-@pytest.mark.integration
 def test_sweep_says_why_it_did_not_deploy(tmp_path):
-    proc = run_sweep(tmp_path, min_gain=100)
+    proc = run_sweep(tmp_path, min_gain=100, max_steps=5)  # no model gains 100: a few steps say so
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     done = statuses(tmp_path / "root")
     assert ("not-deployed", "SUCCESS") in done
