@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     # Under the current directory, as MLflow's ./mlruns: a user running from their project
     # finds the runs there, not inside wherever this package is installed.
     parser.add_argument("--pipeline-root", type=Path, default=Path(".runs") / "pipeline-root",
-                        help="kfp.local's artifact directory (default ./.runs/pipeline-root)")
+                        help="kfp.local's artifact directory, a folder per run in it (default ./.runs/pipeline-root)")
     parser.add_argument("--output-dir", type=Path, default=Path(".runs") / "outputs",
                         help="where the merged model is copied, as <dir>/merged-model (default ./.runs/outputs)")
     parser.add_argument("--runs-dir", type=Path, default=runs.RUNS_DIR,
@@ -327,8 +327,10 @@ def run(pipeline, params: dict[str, Any], args: argparse.Namespace) -> int:
     with open(log_path, "w", buffering=1) as log:
         console, restore = console_mod.install(log)
         try:
-            local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(args.pipeline_root),
-                       raise_on_error=True)
+            # Each run gets kfp.local's root of its own, named as its record: two runs in one folder at once
+            # (or a second before the first ends) can never read each other's task outputs.
+            local.init(runner=local.SubprocessRunner(use_venv=False),
+                       pipeline_root=str(args.pipeline_root / run_dir.name), raise_on_error=True)
             changed = {k: v for k, v in params.items() if pipeline_defaults(pipeline).get(k) != v}
             console.say(f"local run {run_dir.name} (full log: {log_path})")
             console.say(f"parameters: defaults{''.join(f', {k}={json.dumps(v)}' for k, v in changed.items())}; "
@@ -420,10 +422,10 @@ def _run(pipeline, params, args, console, run_dir) -> int:
     except RuntimeError as err:  # kfp.local: a task failed
         error = err
     elapsed = time.perf_counter() - start
-    # kfp.local names a run "<pipeline name>-<timestamp>"; the sweep's name extends this one's.
-    kfp_runs = [p for p in args.pipeline_root.glob(f"{pipeline.name}-*")
+    # kfp.local names a run "<pipeline name>-<timestamp>" under this run's own root (one run there)
+    kfp_runs = [p for p in (args.pipeline_root / run_dir.name).glob(f"{pipeline.name}-*")
                 if re.fullmatch(rf"{re.escape(pipeline.name)}(-\d+){{7}}", p.name)]
-    kfp_run_dir = max(kfp_runs, key=lambda p: p.stat().st_mtime) if kfp_runs else None
+    kfp_run_dir = kfp_runs[0] if len(kfp_runs) == 1 else None
     metrics, reports = runs.collect_task_outputs(kfp_run_dir) if kfp_run_dir else ({}, {})
     report_files = runs.save_reports(run_dir, reports)
     try:

@@ -864,3 +864,13 @@ def test_a_users_own_dataset_formats_pass_validation(tmp_path, capsys, no_s3, fm
                         "--param", "lora_r=0"])
     err = capsys.readouterr().err
     assert "(1 problem)" in err and "lora_r must be > 0" in err, err
+
+
+def test_a_max_seq_len_no_built_in_row_fits_is_refused_at_validate():
+    """max_seq_len=1 on the built-in pair used to pass validate-params and stop in finetune, after
+    delivery; a max_seq_len at or above the default costs no check (the demo's validate stays instant)."""
+    from trainer.validate import pipeline_problems
+
+    problems = pipeline_problems({"max_seq_len": 1})
+    assert len(problems) == 2 and all("fits max_seq_len=1 tokens" in p and "raise max_seq_len" in p for p in problems)
+    assert pipeline_problems({"max_seq_len": 160}) == []  # some rows fit: the rest are skipped and counted

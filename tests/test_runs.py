@@ -645,3 +645,42 @@ def test_a_closed_terminal_pipe_inside_kfp_logging_prints_no_logging_traceback(t
             sys.stdout = saved_stdout
     assert "Logging error" not in capsys.readouterr().err
     assert logging.raiseExceptions is before
+
+
+def test_a_run_reads_only_its_own_kfp_run_even_when_another_run_writes_beside_it(tmp_path, s3_env, capsys):
+    """Two run_local in one folder, the second started while the first runs: the first's record used to take the
+    newest kfp.local run directory by modification time, i.e. the second run's metrics. Each run now has kfp.local's
+    root of its own (pipeline-root/<run id>/)."""
+    import argparse
+
+    from pathlib import Path
+
+    from kfp.local import config
+
+    from pipelines import run_local
+    from pipelines.finetune import finetune_pipeline
+    from pipelines.params import pipeline_defaults
+
+    def write_run(root: Path, stamp: str, steps: int) -> Path:
+        out = root / f"llm-finetune-2026-11-24-10-00-{stamp}-000000" / "finetune" / "executor_output.json"
+        out.parent.mkdir(parents=True)
+        out.write_text(json.dumps({"artifacts": {"metrics": {"artifacts": [{"metadata": {"train_steps": steps}}]}}}))
+        return out.parent.parent
+
+    class Pipeline:  # the run as kfp.local would make it: a task's outputs under the configured root, then a failure
+        name = "llm-finetune"
+        pipeline_func = finetune_pipeline.pipeline_func
+
+        def __call__(self, **params):
+            self.own = write_run(Path(config.LocalExecutionConfig.instance.pipeline_root), "00", 10)
+            time.sleep(0.05)
+            write_run(tmp_path / "root", "04", 99)  # the other run, newer, where runs used to share one root
+            raise RuntimeError("Task finetune failed")
+
+    pipeline = Pipeline()
+    args = argparse.Namespace(pipeline="finetune", runs_dir=tmp_path / "runs", pipeline_root=tmp_path / "root")
+    assert run_local.run(pipeline, pipeline_defaults(finetune_pipeline), args) == 1
+    [run_dir] = (tmp_path / "runs").iterdir()
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["metrics"] == {"finetune": {"train_steps": 10}} and record["kfp_run_dir"] == str(pipeline.own)
+    assert pipeline.own.parent == tmp_path / "root" / run_dir.name

@@ -233,8 +233,11 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True,
                 except UserError as err:
                     problems.append(f"dataset_source {params['dataset_source'].strip()!r}: {err}")
         elif what == "dataset" and src.kind == "builtin" and check_local_files and (
-                params["chat_template"].strip() != templates.MODEL or not params["model_source"].strip().startswith(
-                    "builtin:")):  # the built-in rows with another template: checked now, not in finetune
+                params["chat_template"].strip() != templates.MODEL
+                or not params["model_source"].strip().startswith("builtin:")
+                or 0 < params["max_seq_len"] < _TRAIN_DEFAULTS["max_seq_len"]):
+            # the built-in rows with another model or template, or a max_seq_len under the default the demo runs
+            # at (max_seq_len=1 would skip every row): checked now, not after delivery in finetune
             from trainer import builtin_data
 
             splits = {name: rows[:BUILTIN_CHECK_ROWS] for name, rows in builtin_data.generate().items()}
