@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast compile manifests clean chromium
+.PHONY: demo test test-fast test-bench compile manifests clean chromium
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -31,12 +31,16 @@ ifeq ($(CHROMIUM),)
 endif
 
 # Two workers, whole files each (module fixtures such as the served model start once), slowest files first
-# (tests/conftest.py): about 1.5x faster than one process on 2 cores.
+# (tests/conftest.py): 757 s against 1335 s in one process on this 2-core machine (2026-11-24).
 test: $(STAMP) chromium
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not integration"
+	$(BIN)/python -m pytest -q -m "not integration and not bench"
+
+# The benchmarks' --quick runs end to end (benchmarks.real_model: the whole pipeline on SmolLM2, 4-5 min)
+test-bench: $(STAMP)
+	$(BIN)/python -m pytest -q -m bench
 
 compile: $(STAMP)
 	$(BIN)/python -m pipelines.compile

@@ -261,54 +261,15 @@ def endpoint_accuracy(base_url: str, rows: list[dict[str, Any]]) -> dict[str, An
     return out
 
 
-def prompt_ids(row: dict[str, Any], tokenizer, max_seq_len: int) -> list[int] | None:
-    """The training encoder's prompt for a row's scored turn: its token ids before that turn's first trained label
-    (trainer.data.encode, as the trainer runs it), or None for a row the trainer skips as too long."""
-    from trainer.data import encode
-
-    enc = encode(row, tokenizer, max_seq_len)
-    if enc is None:
-        return None
-    trained = [label != -100 for label in enc["labels"]]
-    end = max(i for i, t in enumerate(trained) if t)  # the scored turn is the last run of trained tokens
-    start = end
-    while start > 0 and trained[start - 1]:
-        start -= 1
-    return enc["input_ids"][:start]
-
-
 def prompt_parity(base_url: str, model_dir: Path, rows: list[dict[str, Any]], max_seq_len: int) -> dict[str, Any]:
-    """vLLM's own rendering of each row's conversation before its scored turn, with the row's tools (the server's
-    /tokenize endpoint, messages + tools + add_generation_prompt, as chat completions render them), beside the
-    training encoder's prompt ids for the same row: equal means the served model sees what training taught."""
-    import urllib.request
-
+    """vLLM's rendering of each held-out prompt with its tools (/tokenize) against the training encoder's prompt
+    ids, for base and adapter (trainer.parity.served_prompts), with the tokenizer as the trainer loads it."""
     from transformers import AutoTokenizer
 
-    from trainer.evaluate import target_index
-    from trainer.serve import openai_messages
+    from trainer.parity import served_prompts
 
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)  # as the trainer loads it: the delivered tree's template
-    root = base_url.removesuffix("/v1")
-    out: dict[str, Any] = {"rows": 0, "equal": 0, "first_difference": None}
-    for model in (f"{SERVED}-base", SERVED):
-        for row in rows:
-            want = prompt_ids(row, tokenizer, max_seq_len)
-            if want is None:
-                continue
-            body = {"model": model, "messages": openai_messages(row["messages"][:target_index(row)]),
-                    "tools": row.get("tools"), "add_generation_prompt": True}
-            req = urllib.request.Request(f"{root}/tokenize", data=json.dumps(body).encode(),
-                                         headers={"Content-Type": "application/json"})
-            with urllib.request.urlopen(req, timeout=60) as resp:
-                got = json.loads(resp.read())["tokens"]
-            out["rows"] += 1
-            if got == want:
-                out["equal"] += 1
-            elif out["first_difference"] is None:
-                at = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
-                out["first_difference"] = {"model": model, "token": at, "vllm": tokenizer.decode(got[at:at + 12]),
-                                           "training": tokenizer.decode(want[at:at + 12])}
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)  # the delivered tree's chat_template.jinja
+    out = served_prompts(base_url, tokenizer, rows, (f"{SERVED}-base", SERVED), max_seq_len)
     print(f"prompt tokens: vLLM /tokenize == the training encoder on {out['equal']}/{out['rows']} (row, model) "
           "pairs", flush=True)
     return out

@@ -136,7 +136,10 @@ def finetune_pipeline(
 ) -> NamedTuple("Outputs", eval_metrics=Metrics, train_metrics=Metrics, merged_model=Model, endpoint=str):
     """Defaults run the built-in tiny model and dataset (offline, about a minute on 2 CPU cores).
 
-    For a pretrained model set lora_train_embeddings=False and a learning rate near 2e-4.
+    For a pretrained model set lora_train_embeddings=False and a learning rate near 2e-4. A real model on a laptop
+    CPU (README: "Fine-tune a real model on a laptop"): model_source=<SmolLM2-135M-Instruct .gguf>
+    chat_template=chatml-tools lora_train_embeddings=false nodes=1 learning_rate=1e-3 max_steps=60
+    batch_tokens=2200 max_seq_len=640.
     On a cluster set launcher=trainjob (or pytorchjob) and deploy_backend=kubernetes (or kserve); `nodes` x
     `procs_per_node` (= GPUs per node) processes train. Every parameter is checked by the first
     step (validate-params) before anything is downloaded or started.
@@ -172,11 +175,16 @@ def finetune_pipeline(
         lora_train_embeddings: Also train the token embeddings. true only for the built-in random model; false for
             pretrained models.
         learning_rate: Peak learning rate (cosine decay after warm-up). About 2e-4 for LoRA on a pretrained model,
-            1e-5 for full fine-tuning; 1.5e-3 suits only the built-in model (6e-3 never learned it: README).
-        max_steps: Optimizer steps to train. A few hundred to a few thousand: about 2-3 passes over the data.
+            1e-5 for full fine-tuning; 1.5e-3 suits only the built-in model (6e-3 never learned it: README). A real
+            model on a laptop CPU, SmolLM2-135M-Instruct on the built-in data: 1e-3 with max_steps=60,
+            batch_tokens=2200, max_seq_len=640, nodes=1, chat_template=chatml-tools (README: "Fine-tune a real
+            model on a laptop").
+        max_steps: Optimizer steps to train. A few hundred to a few thousand: about 2-3 passes over the data; 60 for
+            SmolLM2-135M on the built-in data on a CPU.
         batch_size: Rows per process per micro-batch when batch_tokens is 0. 4-16 on one GPU.
         batch_tokens: Tokens per process per micro-batch (rows packed without padding); 0 uses batch_size rows
-            instead. 16384 on an 80 GB GPU for a 1-8B model; 512 for the built-in model; must be >= max_seq_len.
+            instead. 16384 on an 80 GB GPU for a 1-8B model; 512 for the built-in model; 2200 (4 rows) for
+            SmolLM2-135M on a CPU; must be >= max_seq_len.
         tokens_per_step: Tokens per optimizer step across all processes, reached by gradient accumulation; 0 means one
             micro-batch per step. e.g. 262144.
         gradient_checkpointing: Recompute activations in the backward pass: less GPU memory, about 30% more compute.
@@ -186,7 +194,8 @@ def finetune_pipeline(
             faster runs the rest of the training (the log and metrics say which), so it never runs slower than eager
             beyond those steps. Worth trying on long GPU runs.
         max_seq_len: Longest row in tokens; longer rows are skipped and counted. 2048-4096 for chat data; at most the
-            model's context length.
+            model's context length. 640 for the built-in data on a real tokenizer (its rows are 509-531 tokens once
+            the five tools are rendered: 512 would skip them all).
         seed: Random seed for the data split, shuffling and initialisation, 0 to 4294967295.
         checkpoint_every: Steps between checkpoints to the bucket (one is always written at the end). Every 10-30
             minutes of training, e.g. 200.

@@ -228,10 +228,12 @@ def test_this_trainers_runs_use_the_hf_baselines_lora_setting_whatever_the_defau
     assert parsed(["--lora-train-embeddings=true"]).lora_train_embeddings  # a variant still wins
 
 
-@pytest.mark.integration
+@pytest.mark.bench
 def test_real_model_quick_run_prints_every_figure_and_leaves_no_process(tmp_path):
     """benchmarks.real_model --quick end to end (SmolLM2 from the PyPI cache, the whole pipeline, vLLM, TRL where the
-    `bench` extra is installed): the printed table's structure, not its figures, and nothing left running."""
+    `bench` extra is installed): the printed table's structure, not its figures, and nothing left running.
+    `make test-bench` (4-5 min); `make test` has the same model trained and served in
+    tests/test_real_model_serving.py."""
     import importlib.util
     import json
     import re
