@@ -339,3 +339,35 @@ def test_promotion_gate_both_ways():
     assert promotion({})[0] is True  # chat-only data and a gate that asks nothing
     ok, reason = promotion({}, min_fc_accuracy=0.5)
     assert not ok and "measures nothing" in reason
+
+
+def test_the_report_has_the_category_table_and_the_tuned_models_failures_with_raw_output():
+    """Issue 19's report: base vs tuned per BFCL-style category (only the categories the split has), then a few
+    rows per category the tuned model got wrong, with why and both raw outputs."""
+    from trainer import evaluate as ev
+    from trainer.builtin_data import generate
+    from trainer.report import examples_markdown, markdown_html
+
+    rows = generate(n_train=0, n_eval=4, seed=1, categories=True)["eval"]
+    rows = [r for r in rows if ev.expected_call(r) is not None][:3]  # tool-call rows
+    right = [{"calls": [ev.expected_call(r)], "content": None, "raw": f"<tool_call>{i}</tool_call>"}
+             for i, r in enumerate(rows)]
+    wrong = [{"calls": [], "content": "no idea", "raw": "no idea"} for _ in rows]
+    tuned = [right[0], wrong[1], right[2]]
+    failures = ev.failures(rows, {"base": wrong, "tuned": tuned})
+    [(category, [shown])] = failures.items()
+    assert shown["tuned"] == "no idea" and shown["base"] == "no idea" and shown["why"]
+    assert shown["prompt"] == ev.last_user_request(rows[1])
+
+    base, tuned_metrics = ev.score_predictions(rows, wrong), ev.score_predictions(rows, tuned)
+    result = {"base": {**base, "eval_loss": 2.0}, "tuned": {**tuned_metrics, "eval_loss": 1.0}, "rows": 3,
+              "fc_rows": 3, "text_rows": 0, "categories": ev.category_rows(rows), "failures": failures,
+              "examples": []}
+    md = examples_markdown(result)
+    counts = {c.removeprefix("fc_").removesuffix("_rows"): n for c, n in result["categories"].items() if n}
+    assert "| all | 3 | 0.0% | 66.7% |" in md
+    for c, n in counts.items():
+        assert f"| {c} | {n} | 0.0% | {tuned_metrics[f'fc_{c}_accuracy']:.1%} |" in md
+    assert "| irrelevance |" not in md or counts.get("irrelevance")  # a category the split lacks is not shown
+    assert f"| {category} | {shown['prompt']} |" in md and "| no idea | no idea |" in md
+    assert "<table>" in markdown_html(md, "x")

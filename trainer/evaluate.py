@@ -308,6 +308,25 @@ def score_predictions(rows: list[dict[str, Any]], predictions: list[dict[str, An
     return {"fc_accuracy": sum(fc) / max(len(fc), 1), "text_match": sum(text) / max(len(text), 1), **ast}
 
 
+def failures(rows: list[dict[str, Any]], outputs: dict[str, list[dict[str, Any]]], per_category: int = 3
+             ) -> dict[str, list[dict[str, Any]]]:
+    """A few rows per function-calling category that the tuned model got wrong by the AST check,
+    with why (trainer.fc_check) and both models' raw output: what the report shows under its table."""
+    from trainer import fc_check
+
+    out: dict[str, list[dict[str, Any]]] = {}
+    for i, row in enumerate(rows):
+        tuned = outputs["tuned"][i]
+        verdict = fc_check.score(row, tuned["calls"], tuned["content"])
+        if verdict["category"] == fc_check.CHAT or verdict["ok"]:
+            continue
+        shown = out.setdefault(verdict["category"], [])
+        if len(shown) < per_category:
+            shown.append({"prompt": last_user_request(row), "expected": expected_call(row) or expected_text(row),
+                          "why": verdict["reason"], "base": outputs["base"][i]["raw"], "tuned": tuned["raw"]})
+    return out
+
+
 def category_rows(rows: list[dict[str, Any]]) -> dict[str, int]:
     """Rows per function-calling category (trainer.fc_check), the same for base and tuned."""
     from trainer import fc_check
@@ -318,10 +337,11 @@ def category_rows(rows: list[dict[str, Any]]) -> dict[str, int]:
 
 def score(model, tokenizer, rows: list[dict[str, Any]], examples: list[dict[str, list[int]]],
           desc: str = "evaluate", predictions: list[dict[str, Any]] | None = None
-          ) -> tuple[dict[str, float], list[str]]:
+          ) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """All metrics for one model on `rows` and their encodings `examples` (the rows that fit:
-    `fitting_rows`), and its outputs. `predictions` from the served model (eval_engine=vllm);
-    None generates here (HF generate) and reads the texts with the serving parser."""
+    `fitting_rows`), and its predictions ({"calls", "content", "raw"} per row). `predictions` from
+    the served model (eval_engine=vllm); None generates here (HF generate) and reads the texts
+    with the serving parser."""
     from trainer.serve import tool_call_parser
 
     text_examples = [e for r, e in zip(rows, examples) if expected_call(r) is None]
@@ -330,8 +350,7 @@ def score(model, tokenizer, rows: list[dict[str, Any]], examples: list[dict[str,
         predictions = parsed_outputs(generate(model, tokenizer, rows, desc=desc), parser)
     return {"eval_loss": eval_loss(model, examples, tokenizer.pad_token_id),
             "text_eval_loss": eval_loss(model, text_examples, tokenizer.pad_token_id),
-            **score_predictions(rows, predictions, tuple(tokenizer.all_special_tokens))}, \
-        [p["raw"] for p in predictions]
+            **score_predictions(rows, predictions, tuple(tokenizer.all_special_tokens))}, predictions
 
 
 ENGINES = ("auto", "vllm", "hf")
@@ -504,7 +523,8 @@ def evaluate(model_dir: Path, tuned_dir: Path, eval_path: Path, max_rows: int = 
     """Metrics for base and tuned, plus a few side-by-side examples for the report.
 
     Returns {"base": metrics, "tuned": metrics, "rows", "fc_rows", "text_rows",
-    "skipped_long_rows", "warnings", "examples"}: the counts are of the rows scored (the
+    "skipped_long_rows", "warnings", "examples", "categories", "failures" (a few wrong rows per
+    category, `failures`)}: the counts are of the rows scored (the
     accuracies' denominators), rows too long for max_seq_len are counted apart and score
     nothing; metric names are the same in every run (a kind with no rows scores 0).
     Progress (rows generated) goes to stderr. `engine` (ENGINES): vllm answers through the served
@@ -538,10 +558,10 @@ def evaluate(model_dir: Path, tuned_dir: Path, eval_path: Path, max_rows: int = 
                                              predictions=served.get(name))
         del model
     examples = [{"prompt": last_user_request(r), "expected": expected_call(r) or expected_text(r),
-                 "base": outputs["base"][i], "tuned": outputs["tuned"][i]}
+                 "base": outputs["base"][i]["raw"], "tuned": outputs["tuned"][i]["raw"]}
                 for i, r in enumerate(scored[:n_examples])]
     return {"base": results["base"], "tuned": results["tuned"], "rows": len(scored), **row_counts(scored),
-            "categories": category_rows(scored), "engine": engine,
+            "categories": category_rows(scored), "failures": failures(scored, outputs), "engine": engine,
             "skipped_long_rows": len(rows) - len(scored), "warnings": warnings, "examples": examples}
 
 

@@ -34,6 +34,20 @@ def examples_markdown(result: dict[str, Any]) -> str:
     if text_rows:
         lines += [f"| text match ({text_rows} text rows) | {b['text_match']:.1%} | {t['text_match']:.1%} |",
                   f"| eval loss, text rows | {b['text_eval_loss']:.4f} | {t['text_eval_loss']:.4f} |"]
+    categories = {k.removeprefix("fc_").removesuffix("_rows"): n for k, n in result.get("categories", {}).items()
+                  if n and f"fc_{k.removeprefix('fc_').removesuffix('_rows')}_accuracy" in t}
+    if categories:  # BFCL-style AST check by category (trainer.fc_check); a category the split lacks is not shown
+        lines += ["", "## Function calling by category (AST check)", "", "| category | rows | base | tuned |",
+                  "|---|---|---|---|",
+                  f"| all | {sum(categories.values())} | {b['fc_ast_accuracy']:.1%} | {t['fc_ast_accuracy']:.1%} |"]
+        lines += [f"| {c} | {n} | {b[f'fc_{c}_accuracy']:.1%} | {t[f'fc_{c}_accuracy']:.1%} |"
+                  for c, n in categories.items()]
+    if result.get("failures"):
+        lines += ["", "## Where the tuned model failed, by category", "",
+                  "| category | last user request | expected | why | base output | tuned output |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {c} | {_cell(f['prompt'])} | {_cell(f['expected'])} | {_cell(f['why'])} | {_cell(f['base'])} | "
+                  f"{_cell(f['tuned'])} |" for c, shown in result["failures"].items() for f in shown]
     lines += ["", "## Examples", "",
               "| last user request | expected | base output | tuned output |", "|---|---|---|---|"]
     lines += [f"| {_cell(e['prompt'])} | {_cell(e['expected'])} | {_cell(e['base'])} | {_cell(e['tuned'])} |"
