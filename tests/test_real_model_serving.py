@@ -34,7 +34,7 @@ def test_served_smollm2_and_its_adapter_render_prompts_as_training_encoded_them(
     from tests.real_models import smollm2_model_dir
     from trainer.parity import served_prompts
 
-    source = tmp_path / "data"
+    source = tmp_path / "rows"
     source.mkdir()
     rows = builtin_data.generate(n_train=16, n_eval=6, seed=3)
     write_jsonl(rows["train"], source / "train.jsonl")
