@@ -69,7 +69,8 @@ def finetune(
 
             check_rows(int(rows), batch_size, nodes * procs_per_node, batch_tokens)
         result = run_training(cfg, launcher, cluster_from_params(params), Store.from_env(), run_id)
-    write_pointer(adapter, result["output_uri"], {"method": method, "total_bytes": result["output_bytes"]})
+    write_pointer(adapter, result["output_uri"], {"method": method, "total_bytes": result["output_bytes"],
+                                                  "tensorboard_uri": result["tensorboard_uri"]})
     log_metrics(metrics, result["metrics"])
     with open(report.path, "w") as f:  # loss curve (train + eval) and summary, in the KFP UI
         f.write(training_html(result, title=f"Fine-tuning {run_id}"))

@@ -429,7 +429,8 @@ def _run(pipeline, params, args, console, run_dir) -> int:
     metrics, reports = runs.collect_task_outputs(kfp_run_dir) if kfp_run_dir else ({}, {})
     report_files = runs.save_reports(run_dir, reports)
     try:
-        events = runs.save_tensorboard(run_dir, Store.from_env(), started)
+        events = runs.save_tensorboard(run_dir, Store.from_env(), started,
+                                       runs.tensorboard_prefixes(kfp_run_dir) if kfp_run_dir else None)
     except UserError as err:  # S3 gone mid-run: the record and the error below still matter more
         console.say(f"TensorBoard events not kept: {err}")
         events = None

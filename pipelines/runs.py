@@ -157,9 +157,23 @@ def keep_logs(tmp_dir: Path, run_dir: Path) -> list[Path]:
     return kept
 
 
-def save_tensorboard(run_dir: Path, store, since: float) -> Path | None:
-    """Copy the trainer's TensorBoard events written since `since` (epoch seconds) from
-    runs/<id>/tensorboard/ in the bucket to run_dir/tensorboard/<id>/; None if there were none."""
+def tensorboard_prefixes(kfp_run_dir: Path) -> list[str]:
+    """The TensorBoard prefixes (s3://bucket/runs/<id>/tensorboard) of a kfp.local run's finetune
+    tasks, from their adapters' metadata: one per trial in a sweep."""
+    found = set()
+    for out in kfp_run_dir.rglob("executor_output.json"):
+        for entry in json.loads(out.read_text()).get("artifacts", {}).values():
+            for artifact in entry.get("artifacts", []):
+                if uri := (artifact.get("metadata") or {}).get("tensorboard_uri"):
+                    found.add(uri)
+    return sorted(found)
+
+
+def save_tensorboard(run_dir: Path, store, since: float, prefixes: list[str] | None = None) -> Path | None:
+    """Copy the trainer's TensorBoard events from runs/<id>/tensorboard/ in the bucket to
+    run_dir/tensorboard/<id>/; None if there were none. `prefixes` (tensorboard_prefixes): this
+    run's own, whatever else runs beside it; without them (no finetune task finished) the events
+    written since `since` (epoch seconds)."""
     from minio.error import S3Error
 
     try:
@@ -169,8 +183,14 @@ def save_tensorboard(run_dir: Path, store, since: float) -> Path | None:
         if err.code == "NoSuchBucket":  # every task failed before writing anything: no events
             return None
         raise
-    found = [o for o in listed if "/tensorboard/" in o.object_name and o.last_modified.timestamp() >= since - 5
-             and not o.object_name.endswith("_manifest.json")]
+    own = [p.split("/", 3)[3].rstrip("/") + "/" for p in prefixes or [] if p.count("/") >= 3]
+
+    def ours(o) -> bool:
+        if own:
+            return o.object_name.startswith(tuple(own))
+        return "/tensorboard/" in o.object_name and o.last_modified.timestamp() >= since - 5
+
+    found = [o for o in listed if ours(o) and not o.object_name.endswith("_manifest.json")]
     if not found:
         return None
     target = run_dir / "tensorboard"

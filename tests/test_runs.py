@@ -273,6 +273,26 @@ def test_tensorboard_events_of_this_run_are_copied_out_of_the_bucket(store, tmp_
     assert copied and copied[0].stat().st_size > 0
 
 
+def test_a_runs_tensorboard_events_are_its_own_finetune_tasks_not_whatever_was_written_meanwhile(store, tmp_path):
+    """Two runs at once: copying by time took both runs' events; the finetune tasks' adapters name their prefix."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    events = tmp_path / "tb"
+    writer = SummaryWriter(str(events))
+    writer.add_scalar("train/loss", 1.5, 1)
+    writer.close()
+    store.put_dir(events, "runs/ours-1/tensorboard")
+    store.put_dir(events, "runs/theirs-2/tensorboard")  # another run's, written while this one ran
+    out = tmp_path / "kfp" / "finetune" / "executor_output.json"
+    out.parent.mkdir(parents=True)
+    out.write_text(json.dumps({"artifacts": {"adapter": {"artifacts": [{"metadata": {
+        "uri": store.uri("models/sha256-x"), "tensorboard_uri": store.uri("runs/ours-1/tensorboard")}}]}}}))
+    prefixes = runs.tensorboard_prefixes(tmp_path / "kfp")
+    assert prefixes == [store.uri("runs/ours-1/tensorboard")]
+    target = runs.save_tensorboard(tmp_path / "run", store, since=0, prefixes=prefixes)
+    assert [p.name for p in target.iterdir()] == ["ours-1"] and list((target / "ours-1").glob("events.out.*"))
+
+
 def test_tensorboard_copy_from_a_dead_endpoint_is_a_user_error(tmp_path):
     from trainer.errors import UserError
     from trainer.storage import Store
