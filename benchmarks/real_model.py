@@ -194,14 +194,12 @@ def _end(proc: subprocess.Popen) -> None:
 
 
 def task_outputs(kfp_run_dir: Path) -> dict[str, str]:
-    """Every task's artifact URIs in the bucket, as "<task>.<output>" -> s3://..."""
-    found = {}
-    for out in kfp_run_dir.rglob("executor_output.json"):
-        for name, entry in json.loads(out.read_text()).get("artifacts", {}).items():
-            for artifact in entry.get("artifacts", []):
-                if uri := (artifact.get("metadata") or {}).get("uri"):
-                    found[f"{out.parent.name}.{name}"] = uri
-    return found
+    """Every task's artifact URIs in the bucket, as "<task>.<output>" -> s3://... (the task's own name, also
+    for a task inside a sub-DAG)."""
+    from pipelines.runs import task_artifacts
+
+    return {f"{task.rsplit('.', 1)[-1]}.{name}": uri for task, name, artifact in task_artifacts(kfp_run_dir)
+            if (uri := (artifact.get("metadata") or {}).get("uri"))}
 
 
 # --- accuracy through the served endpoint --------------------------------------------------------------------------

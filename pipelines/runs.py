@@ -33,6 +33,7 @@ import socket
 import sys
 import time
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 from trainer.errors import UserError, exit_on_user_error
@@ -81,18 +82,25 @@ def collect_task_outputs(kfp_run_dir: Path) -> tuple[dict[str, dict[str, float]]
     """
     metrics: dict[str, dict[str, float]] = {}
     reports: dict[str, str] = {}
+    for task, name, artifact in task_artifacts(kfp_run_dir):
+        meta = artifact.get("metadata") or {}
+        numbers = {k: v for k, v in meta.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        if numbers and "uri" not in meta:
+            metrics.setdefault(task, {}).update(numbers)
+        path = Path(artifact.get("uri", ""))
+        if not meta and path.is_file() and path.read_bytes()[:1] in (b"<", b"#"):
+            reports[f"{task}-{name}"] = str(path)
+    return metrics, reports
+
+
+def task_artifacts(kfp_run_dir: Path) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """(task, output name, artifact) for every output artifact of a kfp.local run, tasks in path
+    order; a task inside a sub-DAG is named "<dag>.<task>"."""
     for out in sorted(kfp_run_dir.rglob("executor_output.json")):
         task = out.parent.relative_to(kfp_run_dir).as_posix().replace("/", ".")
         for name, entry in json.loads(out.read_text()).get("artifacts", {}).items():
             for artifact in entry.get("artifacts", []):
-                meta = artifact.get("metadata") or {}
-                numbers = {k: v for k, v in meta.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-                if numbers and "uri" not in meta:
-                    metrics.setdefault(task, {}).update(numbers)
-                path = Path(artifact.get("uri", ""))
-                if not meta and path.is_file() and path.read_bytes()[:1] in (b"<", b"#"):
-                    reports[f"{task}-{name}"] = str(path)
-    return metrics, reports
+                yield task, name, artifact
 
 
 def deployed_outputs(kfp_run_dir: Path) -> dict[str, str]:
@@ -160,13 +168,8 @@ def keep_logs(tmp_dir: Path, run_dir: Path) -> list[Path]:
 def tensorboard_prefixes(kfp_run_dir: Path) -> list[str]:
     """The TensorBoard prefixes (s3://bucket/runs/<id>/tensorboard) of a kfp.local run's finetune
     tasks, from their adapters' metadata: one per trial in a sweep."""
-    found = set()
-    for out in kfp_run_dir.rglob("executor_output.json"):
-        for entry in json.loads(out.read_text()).get("artifacts", {}).values():
-            for artifact in entry.get("artifacts", []):
-                if uri := (artifact.get("metadata") or {}).get("tensorboard_uri"):
-                    found.add(uri)
-    return sorted(found)
+    return sorted({uri for _, _, artifact in task_artifacts(kfp_run_dir)
+                   if (uri := (artifact.get("metadata") or {}).get("tensorboard_uri"))})
 
 
 def save_tensorboard(run_dir: Path, store, since: float, prefixes: list[str] | None = None) -> Path | None:

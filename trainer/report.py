@@ -8,6 +8,8 @@ import io
 import json
 from typing import Any
 
+from trainer.fc_check import CATEGORIES
+
 
 def _cell(text: Any) -> str:
     text = text if isinstance(text, str) else json.dumps(text)
@@ -34,8 +36,9 @@ def examples_markdown(result: dict[str, Any]) -> str:
     if text_rows:
         lines += [f"| text match ({text_rows} text rows) | {b['text_match']:.1%} | {t['text_match']:.1%} |",
                   f"| eval loss, text rows | {b['text_eval_loss']:.4f} | {t['text_eval_loss']:.4f} |"]
-    categories = {k.removeprefix("fc_").removesuffix("_rows"): n for k, n in result.get("categories", {}).items()
-                  if n and f"fc_{k.removeprefix('fc_').removesuffix('_rows')}_accuracy" in t}
+    counts = result.get("categories", {})
+    categories = {c: counts[f"fc_{c}_rows"] for c in CATEGORIES
+                  if counts.get(f"fc_{c}_rows") and f"fc_{c}_accuracy" in t}
     if categories:  # BFCL-style AST check by category (trainer.fc_check); a category the split lacks is not shown
         lines += ["", "## Function calling by category (AST check)", "", "| category | rows | base | tuned |",
                   "|---|---|---|---|",
