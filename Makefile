@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast test-bench compile manifests clean chromium
+.PHONY: demo test test-fast test-bench test-signals compile manifests clean chromium
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -36,11 +36,15 @@ test: $(STAMP) chromium
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not integration and not bench"
+	$(BIN)/python -m pytest -q -m "not integration and not bench and not signals"
 
 # The benchmarks' --quick runs end to end (benchmarks.real_model: the whole pipeline on SmolLM2, 4-5 min)
 test-bench: $(STAMP)
 	$(BIN)/python -m pytest -q -m bench
+
+# run_local interrupted in each stage by SIGTERM / SIGINT to it and to its group (20 runs, ~15 min)
+test-signals: $(STAMP)
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m signals tests/test_procs.py
 
 compile: $(STAMP)
 	$(BIN)/python -m pipelines.compile

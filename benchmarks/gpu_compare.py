@@ -195,7 +195,7 @@ def run_logged(cmd: list[str], log: Path, timeout_s: float = 0, env: dict[str, s
     """Run `cmd` with its output in `log`; RunFailed on a non-zero status or after `timeout_s`
     (0: none), when it is killed with every process below it (inductor's compile workers too).
     It stays in this process group, so a time limit that stops this command stops it too."""
-    from trainer.launch import descendants
+    from trainer.procs import descendants
 
     def kill(proc) -> None:
         # Each process is stopped before its children are listed, so none starts one unseen.

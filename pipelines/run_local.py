@@ -300,6 +300,7 @@ def run(pipeline, params: dict[str, Any], args: argparse.Namespace) -> int:
     from pipelines import console as console_mod
     from pipelines import runs
     from pipelines.params import pipeline_defaults
+    from trainer import procs
 
     run_dir = runs.new_run(args.pipeline, params, args.runs_dir, pipeline_defaults(pipeline))
     log_path = run_dir / "run.log"
@@ -313,17 +314,19 @@ def run(pipeline, params: dict[str, Any], args: argparse.Namespace) -> int:
     os.environ["FINETUNE_RUN_LOCAL"] = "1"
     os.environ["TMPDIR"] = tmp
 
-    def terminated(signum, frame):  # SIGTERM (kill, a CI timeout): clean up as for Ctrl-C
-        # Ctrl-C reaches the components' processes with the terminal's process group; a SIGTERM sent to
-        # this process alone does not, and kfp.local waits for the running one before letting go.
-        for child in _child_pids(os.getpid()):
-            try:
-                os.kill(child, signal.SIGTERM)
-            except OSError:
-                pass
-        raise Terminated()
+    # Every process the run starts (executors, trainers, model servers, whatever they orphan) is found
+    # again and stopped on the way out (trainer.procs): nothing outlives the command.
+    started = procs.Started()
 
-    previous = signal.signal(signal.SIGTERM, terminated)
+    def interrupted(signum, frame):  # Ctrl-C, SIGTERM (kill, a CI timeout), SIGHUP (the terminal closed)
+        # SIGTERM to what runs now first: kfp.local waits for the running task before letting the
+        # exception through, and a signal sent to this process alone does not reach it.
+        started.signal(signal.SIGTERM)
+        raise KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signal.Signals(signum).name)
+
+    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.signal(sig, interrupted) for sig in handled}
+    succeeded = False
     with open(log_path, "w", buffering=1) as log:
         console, restore = console_mod.install(log)
         try:
@@ -337,19 +340,28 @@ def run(pipeline, params: dict[str, Any], args: argparse.Namespace) -> int:
                         f"S3 {settings.get('S3_ENDPOINT')} bucket {settings.get('S3_BUCKET')}")
             console.log.write(f"all parameters: {json.dumps(params)}\n")
             with pending_tasks_cancelled():
-                return _run(pipeline, params, args, console, run_dir)
+                code = _run(pipeline, params, args, console, run_dir)
+            succeeded = code == 0
+            return code
         except (KeyboardInterrupt, Terminated) as err:
             # kfp.local lets the interrupt through its threads (two chained tracebacks): one line instead.
-            how = "Ctrl-C" if isinstance(err, KeyboardInterrupt) else "SIGTERM"
+            how = "Ctrl-C" if isinstance(err, KeyboardInterrupt) else str(err)
             runs.update_run(run_dir, status="interrupted", summary=f"interrupted ({how})")
             print(f"interrupted ({how}); the run's record: {run_dir}", file=sys.stderr)
-            return 130 if how == "Ctrl-C" else 143
+            return 130 if how == "Ctrl-C" else 128 + signal.Signals[how]
         except BaseException as err:
             # A failure of this command itself (not of a task): the record must not stay "running".
             runs.update_run(run_dir, status="failed", summary=f"run_local failed: {type(err).__name__}: {err}"[:120])
             raise
         finally:
-            signal.signal(signal.SIGTERM, previous)
+            for sig in handled:  # a second Ctrl-C must not cut the clean-up short
+                signal.signal(sig, signal.SIG_IGN)
+            if succeeded and params.get("keep_serving"):
+                started.release()  # the model server stays up, as asked
+            else:
+                started.stop(grace=20, say=lambda line: print(line, file=sys.stderr, flush=True))
+            for sig, handler in previous.items():
+                signal.signal(sig, signal.SIG_DFL if handler is None else handler)
             restore()
             os.environ.pop("FINETUNE_RUN_LOCAL", None)
             if saved_tmpdir is None:
@@ -391,21 +403,10 @@ def pending_tasks_cancelled():
         orchestrator.concurrent = saved
 
 
-def _child_pids(pid: int) -> list[int]:
-    """This process's direct children, from /proc (Linux; elsewhere none are found)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(stat.parent.name))
-        except (OSError, ValueError, IndexError):
-            continue  # a process that ended meanwhile
-    return found
-
-
 class Terminated(BaseException):
-    """SIGTERM, raised in the main thread so that the run's record and temporary files are handled
-    as for Ctrl-C (a BaseException, like KeyboardInterrupt, so that no `except Exception` swallows it)."""
+    """SIGTERM or SIGHUP (its name the argument), raised in the main thread so that the run's record,
+    processes and temporary files are handled as for Ctrl-C (a BaseException, like KeyboardInterrupt,
+    so that no `except Exception` swallows it)."""
 
 
 def _run(pipeline, params, args, console, run_dir) -> int:

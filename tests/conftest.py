@@ -18,7 +18,7 @@ if _workers := int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0):
 # The slowest files first: whole files go to the workers in this order (--no-loadscope-reorder), so that the
 # longest runs start at once and the short files fill in beside them instead of one long file running alone at
 # the end (order from --durations on 2 cores, 2026-11-24).
-HEAVY_FIRST = ("test_pipeline_local.py", "test_resilience.py", "test_serve_openai.py", "test_real_model_serving.py",
+HEAVY_FIRST = ("test_pipeline_local.py", "test_procs.py", "test_resilience.py", "test_serve_openai.py", "test_real_model_serving.py",
                "test_train_integration.py", "test_benchmarks.py", "test_sweep.py", "test_gguf.py",
                "test_eval_served.py", "test_components.py")
 

@@ -486,7 +486,6 @@ def test_an_interrupted_local_run_is_one_line_a_record_and_no_temporary_folder(t
     from pipelines.params import pipeline_defaults
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    monkeypatch.setattr(run_local, "_child_pids", lambda pid: [])  # pytest's other children are not ours
 
     def interrupted_run(*_):
         assert os.environ["TMPDIR"].startswith(str(tmp_path / "finetune-run-"))
@@ -506,20 +505,6 @@ def test_an_interrupted_local_run_is_one_line_a_record_and_no_temporary_folder(t
     assert err.strip() == f"interrupted ({how}); the run's record: {run_dir}" and "Traceback" not in err
     assert not list(tmp_path.glob("finetune-run-*")) and os.environ.get("TMPDIR") == before
     assert signal.getsignal(signal.SIGTERM) == handler
-
-
-def test_children_of_a_run_are_found_to_stop_them_on_sigterm():
-    import os
-    import subprocess
-
-    from pipelines import run_local
-
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-    try:
-        assert child.pid in run_local._child_pids(os.getpid())
-    finally:
-        child.kill()
-        child.wait()
 
 
 def test_an_output_folder_that_cannot_be_written_is_refused_before_the_run(tmp_path, capsys):

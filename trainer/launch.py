@@ -8,9 +8,7 @@ running the same `torchrun -m trainer train ...` command as the cluster's contai
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -18,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from trainer import procs as procs_mod
 from trainer.errors import UserError
 from trainer.exitcodes import EXIT_TRANSIENT, PERMANENT
 from trainer.serve import free_port
@@ -153,47 +152,9 @@ def _stop(procs: list[subprocess.Popen]) -> None:
     """SIGTERM every node's processes (workers checkpoint and exit 143), SIGKILL what is left
     after 15 s. torchrun starts its workers in sessions of their own, and they outlive a killed
     agent, so the whole process tree is collected first."""
-    pids = [pid for p in procs for pid in [p.pid, *descendants(p.pid)]]
-    for sig in (signal.SIGTERM, signal.SIGCONT):  # a stopped (frozen) process handles SIGTERM once resumed
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-    deadline = time.monotonic() + 15
-    for p in procs:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            p.wait(timeout=max(0.1, deadline - time.monotonic()))
-    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
-        time.sleep(0.2)
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    procs_mod.stop([pid for p in procs for pid in [p.pid, *procs_mod.descendants(p.pid)]], grace=15)
     for p in procs:
         p.wait()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process below `pid`, from /proc (Linux)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-                children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [pid]
-    while todo:
-        kids = children.get(todo.pop(), [])
-        out += kids
-        todo += kids
-    return out
 
 
 LAUNCHERS = ("local", "pytorchjob", "kubernetes", "trainjob")

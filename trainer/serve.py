@@ -373,24 +373,17 @@ def start(model_dir: str | Path, served_model_name: str, *, host: str = "127.0.0
            # No usage statistics sent home from a local run.
            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", *args],
+        # Under trainer.procs' guard, which takes vLLM's whole tree down when stopped or, unless
+        # detached, when this process is gone (SIGKILL included): vLLM alone outlives both while loading.
+        guard = [sys.executable, "-m", "trainer.procs", *([] if detach else ["--parent", str(os.getpid())]), "--"]
+        proc = subprocess.Popen([*guard, sys.executable, "-m", "vllm.entrypoints.openai.api_server", *args],
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, env=env, preexec_fn=None if detach else _die_with_parent)
+                                start_new_session=True, env=env)
     server = Server(proc, f"http://{host if host != '0.0.0.0' else '127.0.0.1'}:{port}", log_path,
                     [served_model_name, *lora_modules])
     if not detach:
         atexit.register(server.stop)
     return server
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM it when its parent dies, even by SIGKILL, which no
-    handler or atexit of ours sees (Linux; elsewhere the handlers are all there is). The kernel
-    ties this to the thread that started the server: start it from a thread that outlives it."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
 
 
 def _model_context(model_dir: Path) -> int:

@@ -1,0 +1,210 @@
+"""Nothing we start outlives us (trainer.procs): the guard around vLLM, what run_local started, and
+the whole process tree and /tmp after SIGTERM / SIGINT to run_local (the process alone and its group)
+in each stage, and after SIGKILL of `trainer serve` while vLLM loads.
+
+Processes are found by a marker in their environment (every process the commands start inherits it),
+wherever they were re-parented to. The end-to-end cases in make test are the faults seen (SIGTERM to the
+group during deploy, SIGINT to the process during finetune, SIGKILL of trainer serve); the whole matrix
+of stages x signals is the `signals` tier (make test-signals)."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from trainer import procs
+
+ROOT = Path(__file__).resolve().parent.parent
+TAG = "FINETUNE_TEST_TAG"
+
+
+def tagged(tag: str) -> list[int]:
+    """Running processes whose environment carries the marker."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                env = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if f"{TAG}={tag}".encode() in env and procs.alive(int(entry)):
+                found.append(int(entry))
+    return found
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def survivors(tag: str, within: float = 5.0) -> list[str]:
+    """What still runs `within` seconds from now (a few seconds' allowance for a process on its way out)."""
+    deadline = time.monotonic() + within
+    while (left := tagged(tag)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return [f"{pid}: {cmdline(pid)[:200]}" for pid in left]
+
+
+def wait_for(what, limit: float, proc: subprocess.Popen | None = None, why: str = ""):
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if found := what():
+            return found
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"ended (status {proc.returncode}) before {why}")
+        time.sleep(0.2)
+    pytest.fail(f"not seen within {limit:.0f}s: {why}")
+
+
+# A process that ignores SIGTERM and starts another in a session of its own that ignores it too:
+# what vLLM's api_server and its EngineCore do while a model loads.
+STUBBORN = textwrap.dedent("""
+    import signal, subprocess, sys, time
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if sys.argv[1:] != ["child"]:
+        subprocess.Popen([sys.executable, __file__, "child"], start_new_session=True)
+    time.sleep(300)
+""")
+
+
+@pytest.fixture
+def stubborn(tmp_path):
+    path = tmp_path / "stubborn.py"
+    path.write_text(STUBBORN)
+    return path
+
+
+def test_the_guard_takes_down_a_tree_deaf_to_sigterm_when_its_parent_is_killed(tmp_path, stubborn):
+    tag = uuid.uuid4().hex
+    # The parent starts the guard as trainer.serve does (own session, --parent), then waits: we SIGKILL it.
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "import os, subprocess, sys, time; subprocess.Popen([sys.executable, '-m', "
+         "'trainer.procs', '--parent', str(os.getpid()), '--grace', '1', '--', sys.executable, sys.argv[1]], "
+         "start_new_session=True); time.sleep(300)", str(stubborn)],
+        cwd=ROOT, env={**os.environ, TAG: tag})
+    try:
+        # the parent, the guard, the command and its child in its own session
+        wait_for(lambda: len(tagged(tag)) == 4, 60, parent, "the whole tree")
+        parent.kill()
+        parent.wait()
+        assert survivors(tag, within=10) == []
+    finally:
+        procs.stop(tagged(tag), grace=0)
+
+
+def test_the_guard_passes_the_status_on_and_stops_what_the_command_left(tmp_path):
+    tag = uuid.uuid4().hex
+    # The command leaves a process in a session of its own behind, and exits 3.
+    done = subprocess.run([sys.executable, "-m", "trainer.procs", "--grace", "1", "--", "sh", "-c",
+                           "setsid sleep 300 & sleep 0.5; exit 3"],
+                          cwd=ROOT, env={**os.environ, TAG: tag}, timeout=60)
+    try:
+        assert done.returncode == 3
+        assert survivors(tag, within=2) == []
+    finally:
+        procs.stop(tagged(tag), grace=0)
+
+
+def test_a_signalled_guard_exits_128_plus_the_signal_and_its_tree_is_gone(stubborn):
+    tag = uuid.uuid4().hex
+    guard = subprocess.Popen([sys.executable, "-m", "trainer.procs", "--grace", "1", "--", sys.executable,
+                              str(stubborn)], cwd=ROOT, env={**os.environ, TAG: tag}, start_new_session=True)
+    try:
+        wait_for(lambda: len(tagged(tag)) == 3, 60, guard, "the whole tree")
+        guard.send_signal(signal.SIGTERM)  # the guard alone, not its group: it must reach the rest itself
+        assert guard.wait(timeout=30) == 128 + signal.SIGTERM
+        assert survivors(tag, within=2) == []
+    finally:
+        procs.stop(tagged(tag), grace=0)
+
+
+def test_started_stops_what_was_started_since_and_only_that(stubborn):
+    before = subprocess.Popen(["sleep", "300"])  # ours, but there before: not the run's to stop
+    tag = uuid.uuid4().hex
+    started = procs.Started()
+    try:
+        # a child that orphans its own child (re-parented to us, the subreaper) and ignores SIGTERM
+        child = subprocess.Popen([sys.executable, str(stubborn)], env={**os.environ, TAG: tag})
+        wait_for(lambda: len(tagged(tag)) == 2, 60, child, "the child and its child")
+        killed = started.stop(grace=1)
+        assert child.pid in killed and len(killed) == 2  # the child and the orphan: both deaf to SIGTERM
+        assert survivors(tag, within=2) == [] and child.poll() == -signal.SIGKILL
+        assert before.poll() is None
+    finally:
+        before.kill()
+        before.wait()
+        procs.stop(tagged(tag), grace=0)
+
+
+# (stage as the console announces it, a process that shows the stage is under way, the marker in its command line)
+STAGES = {"deliver-model": "", "finetune": "trainer train", "evaluate": "", "merge-lora": "",
+          "deploy": "vllm.entrypoints"}
+HOW = {"SIGTERM to the process": (signal.SIGTERM, False), "SIGTERM to the group": (signal.SIGTERM, True),
+       "SIGINT to the process": (signal.SIGINT, False), "SIGINT to the group": (signal.SIGINT, True)}
+IN_MAKE_TEST = {("deploy", "SIGTERM to the group"), ("finetune", "SIGINT to the process")}
+
+
+def matrix():
+    for stage in STAGES:
+        for how in HOW:
+            marks = [] if (stage, how) in IN_MAKE_TEST else [pytest.mark.signals]
+            yield pytest.param(stage, how, marks=[pytest.mark.integration, *marks], id=f"{stage}-{how}")
+
+
+@pytest.mark.parametrize("stage, how", matrix())
+def test_an_interrupted_run_local_leaves_no_process_and_no_temporary_folder(tmp_path, s3_env, stage, how):
+    tag, tmp = uuid.uuid4().hex, tmp_path / "tmp"
+    tmp.mkdir()
+    out = tmp_path / "console.txt"
+    with open(out, "w") as console:
+        run = subprocess.Popen(
+            [sys.executable, "-m", "pipelines.run_local", "--pipeline-root", str(tmp_path / "root"),
+             "--output-dir", str(tmp_path / "out"), "--runs-dir", str(tmp_path / "runs"), "--s3-endpoint",
+             s3_env["S3_ENDPOINT"], "--param", "max_steps=3", "--param", "eval_max_rows=5"],
+            cwd=ROOT, env={**os.environ, TAG: tag, "TMPDIR": str(tmp)}, stdout=console, stderr=subprocess.STDOUT,
+            start_new_session=True)  # a group of its own, as a shell's job: the group can be signalled
+    sig, group = HOW[how]
+    try:
+        wait_for(lambda: f"▶ {stage}" in out.read_text(), 600, run, f"stage {stage}")
+        if STAGES[stage]:
+            wait_for(lambda: any(STAGES[stage] in cmdline(p) for p in tagged(tag)), 120, run, STAGES[stage])
+        else:
+            time.sleep(1)  # inside the stage's component
+        (os.killpg if group else os.kill)(run.pid, sig)
+        status = run.wait(timeout=120)
+        text = out.read_text()
+        assert status == (130 if sig == signal.SIGINT else 143), text[-3000:]
+        assert survivors(tag) == [], text[-3000:]
+        assert list(tmp.iterdir()) == [], text[-3000:]  # the run's temporary folder, not re-created after
+        assert "Traceback" not in text and f"interrupted ({'Ctrl-C' if sig == signal.SIGINT else 'SIGTERM'})" in text
+    finally:
+        if run.poll() is None:
+            run.kill()
+        procs.stop(tagged(tag), grace=0)
+
+
+@pytest.mark.integration
+def test_sigkill_of_trainer_serve_while_vllm_loads_leaves_nothing(tmp_path, tiny_model_dir):
+    """SIGKILL runs no handler of ours: the guard sees its parent gone and takes vLLM down."""
+    tag = uuid.uuid4().hex
+    cli = subprocess.Popen([sys.executable, "-m", "trainer", "serve", str(tiny_model_dir), "--port", "0",
+                            "--log", str(tmp_path / "vllm.log")],
+                           cwd=ROOT, env={**os.environ, TAG: tag}, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    try:
+        # vLLM's api_server started and still loading (its EngineCore may not be there yet)
+        wait_for(lambda: any("vllm.entrypoints" in cmdline(p) for p in tagged(tag)), 120, cli, "vLLM starting")
+        time.sleep(3)
+        cli.kill()
+        cli.wait()
+        assert survivors(tag, within=20) == []
+    finally:
+        procs.stop(tagged(tag), grace=0)

@@ -1,0 +1,183 @@
+"""python -m trainer.procs [--parent PID] [--grace S] -- COMMAND [ARG ...]
+
+Processes we start never outlive us. Two pieces (Linux; elsewhere the callers' own handlers are all
+there is):
+
+- `guard`: the command above. It runs COMMAND as its child, in the process group it leads (the
+  caller starts it with start_new_session=True), and takes the whole tree down -- SIGTERM, then
+  SIGKILL after `--grace` seconds -- when it is signalled (SIGTERM, SIGINT, SIGHUP), when COMMAND
+  exits (its helpers with it), or when the process `--parent` names is gone, however it died
+  (SIGKILL included). vLLM needs it: while it loads a model its api_server does not act on SIGTERM
+  and the parent-death signal, and its EngineCore and Worker outlive a killed api_server. The
+  guard is a subreaper, so whatever COMMAND orphans is still its to stop.
+- `Started`: what a long command (run_local) started, found again at its end from /proc --
+  whichever process it was handed to once its parent died (the command is a subreaper while it
+  lasts) -- and stopped the same way, so that Ctrl-C, SIGTERM to it or to its group, or a failed
+  task leave no executor, trainer or model server behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _stat(pid: int | str) -> list[str] | None:
+    """/proc/PID/stat's fields after the command name (state, ppid, pgrp, ...), or None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid`, from /proc (Linux)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (fields := _stat(entry)) is not None:
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        out += kids
+        todo += kids
+    return out
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie has ended: only its status is left to collect)."""
+    fields = _stat(pid)
+    return fields is not None and fields[0] != "Z"
+
+
+def start_time(pid: int) -> str:
+    """When `pid` started (clock ticks since boot): with the pid, a process's identity (pids are reused)."""
+    fields = _stat(pid)
+    return fields[19] if fields else ""
+
+
+def subreaper(on: bool = True) -> None:
+    """Orphaned descendants are handed to this process instead of PID 1, so it can still find them."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0)
+
+
+def stop(pids: Iterable[int], grace: float, sleep: Callable[[float], None] = time.sleep) -> list[int]:
+    """SIGTERM (and SIGCONT: a stopped process handles SIGTERM once resumed) each of `pids`, SIGKILL
+    what is still running after `grace` seconds; returns the pids that had to be killed. Exit statuses
+    are left to the processes' owners (a Popen whose status we took would read 0, a success): an
+    ended child is a zombie until then, which counts as ended."""
+    pids = [p for p in pids if p != os.getpid()]
+    for sig in (signal.SIGTERM, signal.SIGCONT):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        sleep(0.1)
+    killed = [p for p in pids if alive(p)]
+    for pid in killed:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    for _ in range(50):  # SIGKILL is not instant: a process frees its memory first
+        if not any(alive(p) for p in pids):
+            break
+        sleep(0.1)
+    return killed
+
+
+class Started:
+    """The processes started below this one from now on (see the module's docstring).
+
+    Usage: `started = Started()` before starting work, `started.stop(grace)` on the way out."""
+
+    def __init__(self) -> None:
+        self.me = os.getpid()
+        self.before = {(p, start_time(p)) for p in descendants(self.me)}
+        subreaper(True)
+
+    def running(self) -> list[int]:
+        """Processes below us now that were not there at the start (a reused pid is a new process)."""
+        return [p for p in descendants(self.me) if alive(p) and (p, start_time(p)) not in self.before]
+
+    def signal(self, sig: int) -> None:
+        """Send `sig` to every process started since, without waiting."""
+        for pid in self.running():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+
+    def release(self) -> None:
+        """Leave what runs running (a server kept up on purpose); subreaping ends."""
+        subreaper(False)
+
+    def stop(self, grace: float, say: Callable[[str], None] = lambda _: None) -> list[int]:
+        """Stop every process started since; returns those that had to be killed. Subreaping ends."""
+        try:
+            todo = self.running()
+            if todo:
+                say(f"stopping {len(todo)} process(es) this run started (SIGTERM, SIGKILL after {grace:.0f}s)")
+            killed = []
+            # A process may start another while we stop it (a trainer's torchrun restarting a worker):
+            # go round again until nothing new is left.
+            for _ in range(3):
+                if not todo:
+                    break
+                killed += stop(todo, grace)
+                todo = self.running()
+            return killed
+        finally:
+            subreaper(False)
+
+
+def guard(command: list[str], parent: int = 0, grace: float = 10.0) -> int:
+    """Run `command` and keep its whole tree tied to us and to `parent` (see the module's docstring);
+    returns its exit status (128 + N when we were stopped by signal N first)."""
+    subreaper(True)
+    stopping: list[int] = []
+
+    def on_signal(signum, _frame):
+        stopping.append(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    child = subprocess.Popen(command)
+    while child.poll() is None and not stopping:
+        if parent and os.getppid() != parent:  # our parent died: we were handed to its reaper
+            print(f"procs: parent {parent} is gone; stopping {command[0]}", file=sys.stderr, flush=True)
+            stopping.append(signal.SIGTERM)
+            break
+        time.sleep(0.2)
+    if stopping:
+        print(f"procs: stopping the server ({signal.Signals(stopping[0]).name})", file=sys.stderr, flush=True)
+    # The command first (vLLM's api_server shuts its engine down on SIGTERM once it can), then
+    # whatever of its tree is left: group members and orphans handed to us.
+    stop([child.pid, *descendants(os.getpid())] if child.poll() is None else descendants(os.getpid()), grace)
+    code = child.wait()
+    return 128 + stopping[0] if stopping else code
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trainer.procs", description=__doc__.split("\n\n")[1])
+    parser.add_argument("--parent", type=int, default=0, help="stop when this process is gone (0: never)")
+    parser.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARG ...]")
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command: give it after --")
+    return guard(command, args.parent, args.grace)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
