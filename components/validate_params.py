@@ -91,5 +91,10 @@ def validate_params(
         # KUBERNETES_SERVICE_HOST is set in every pod; run_local in a notebook pod runs the tasks locally.
         if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("FINETUNE_RUN_LOCAL"):
             problems += on_cluster_problems(params)
+        address = params.get("registry_address") or ""
+        if address and not any("registry_address" in p for p in problems):  # a registry that answers, now
+            from trainer.k8s.registry import reach_problem
+
+            problems += [p for p in [reach_problem(address)] if p]
         collect(problems, what=what)
     print("parameters OK")

@@ -124,3 +124,51 @@ def test_component_registers_with_lineage_from_its_inputs_fake_api(registry):
     props = {k: next(x for key, x in v.items() if key != "metadataType") for k, v in mv["customProperties"].items()}
     assert props["base_model_source"] == "builtin:tiny-llama" and props["method"] == "lora"
     assert props["eval_tuned_fc_accuracy"] == 0.9 and props["kfp_run_id"] == "0123456789"
+
+
+def test_the_registry_is_probed_at_validation_before_any_training_fake_api(registry, monkeypatch, capsys):
+    """An unreachable registry was found only after training (the register step, the run's last):
+    validate-params asks it for its model list first, with a short limit."""
+    import socket
+    import threading
+
+    from components.validate_params import validate_params
+    from trainer.k8s import registry as registry_mod
+
+    validate_params.python_func(registry_address=registry.url)  # a registry that answers: accepted
+    assert registry.state.calls("GET", "registered_models")
+    monkeypatch.setattr(registry_mod, "PROBE_TIMEOUT_S", 0.5)
+    silent = socket.socket()  # accepts connections and never answers
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    closed = socket.socket()  # nothing listens there
+    closed.bind(("127.0.0.1", 0))
+    port_closed = closed.getsockname()[1]
+    closed.close()
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class NotARegistry(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(404)
+            self.end_headers()
+
+        def log_message(self, *_):
+            pass
+
+    other = ThreadingHTTPServer(("127.0.0.1", 0), NotARegistry)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        for address, expected in [
+                (f"http://127.0.0.1:{silent.getsockname()[1]}", "cannot reach the model registry at http://127.0.0.1:"),
+                (f"http://127.0.0.1:{port_closed}", "Connection refused"),
+                (f"http://127.0.0.1:{other.server_port}", "answered 404 Not Found to GET /api/model_registry/")]:
+            with pytest.raises(SystemExit) as exit_:
+                validate_params.python_func(registry_address=address)
+            err = capsys.readouterr().err
+            assert exit_.value.code == 2 and expected in err and "Traceback" not in err, err
+            assert "leave it empty to skip registration" in err
+    finally:
+        silent.close()
+        other.shutdown()
+    # A registry that wants a token it was not given still answered: the register step brings the token.
+    assert registry_mod.reach_problem(registry.url, token="") is None

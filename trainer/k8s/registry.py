@@ -72,6 +72,46 @@ def lineage(base_source: str, base_revision: str, dataset_uri: str, train_metric
     return meta
 
 
+# The registry's REST list of registered models: what every Kubeflow Model Registry answers (JSON).
+PROBE_PATH = "/api/model_registry/v1alpha3/registered_models?pageSize=1"
+PROBE_TIMEOUT_S = 10.0
+
+
+def reach_problem(address: str, token: str | None = None, timeout: float | None = None) -> str | None:
+    """One GET of the registry's model list, before any training: a registry found unreachable only
+    after hours of training loses the run's registration. None when it answers as a Model Registry.
+
+    A 401/403 without a token is an answer (the register step gets the token from its Secret)."""
+    import http.client
+    import json
+    import urllib.error
+    import urllib.request
+
+    timeout = PROBE_TIMEOUT_S if timeout is None else timeout
+    token = token if token is not None else os.environ.get("REGISTRY_TOKEN") or ""
+    url = address.rstrip("/") + PROBE_PATH
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as resp:  # connect and each read
+            json.load(resp)
+        return None
+    except urllib.error.HTTPError as err:
+        if err.code in (401, 403):
+            return None if not token else (
+                f"the model registry at {address} refused the token ({err.code} {err.reason}): renew the token in "
+                "the registry Secret")
+        return (f"registry_address={address!r} answered {err.code} {err.reason} to GET {PROBE_PATH}: not a Kubeflow "
+                "Model Registry REST API there; check the address and port (e.g. http://model-registry-service."
+                "kubeflow.svc.cluster.local:8080), or leave it empty to skip registration")
+    except (ValueError, http.client.HTTPException):
+        return (f"registry_address={address!r} answered GET {PROBE_PATH} with something other than JSON: not a "
+                "Kubeflow Model Registry REST API there; check the address and port")
+    except OSError as err:  # URLError, refused, DNS, timeouts
+        reason = getattr(err, "reason", None) or err or "no answer"
+        return (f"cannot reach the model registry at {address} within {timeout:.0f}s ({str(reason)[:200]}): check "
+                "registry_address, or leave it empty to skip registration (it is checked now, not after training)")
+
+
 def plan(reg: Registration) -> list[str]:
     """The calls `register` makes, in words (what --dry-run prints)."""
     collect(reg.problems(), what="invalid model registration")
