@@ -22,6 +22,7 @@ replaces that helper with a per-thread one that writes indent and line in one ca
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import re
 import sys
@@ -316,3 +317,36 @@ def _patch_kfp_indent():
             builtins.print = real_print
 
     return unpatch
+
+
+class SafeLog:
+    """The run's log file, which a full disk (or any write error) closes instead of failing the run:
+    the terminal gets one line saying so, and the run goes on without the rest of the log."""
+
+    def __init__(self, file: IO[str], terminal: IO[str]):
+        self.file, self.terminal, self.broken = file, terminal, False
+
+    def _guard(self, call, *args) -> None:
+        if self.broken:
+            return
+        try:
+            call(*args)
+        except (OSError, ValueError) as err:  # ENOSPC, EIO; ValueError: the file was closed
+            self.broken = True
+            with contextlib.suppress(OSError, ValueError):
+                self.terminal.write(f"note: the log {getattr(self.file, 'name', '')} stopped here ({err}); "
+                                    "the run goes on\n")
+
+    def write(self, text: str) -> int:
+        self._guard(self.file.write, text)
+        return len(text)
+
+    def flush(self) -> None:
+        self._guard(self.file.flush)
+
+    def __enter__(self) -> SafeLog:
+        return self
+
+    def __exit__(self, *_) -> None:
+        with contextlib.suppress(OSError, ValueError):  # closing flushes: the same full disk
+            self.file.close()

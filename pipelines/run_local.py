@@ -327,7 +327,8 @@ def run(pipeline, params: dict[str, Any], args: argparse.Namespace) -> int:
     handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     previous = {sig: signal.signal(sig, interrupted) for sig in handled}
     succeeded = False
-    with open(log_path, "w", buffering=1) as log:
+    # A full disk ends the log, not the run.
+    with console_mod.SafeLog(open(log_path, "w", buffering=1), sys.stderr) as log:
         console, restore = console_mod.install(log)
         try:
             # Each run gets kfp.local's root of its own, named as its record: two runs in one folder at once
@@ -351,7 +352,9 @@ def run(pipeline, params: dict[str, Any], args: argparse.Namespace) -> int:
             return 130 if how == "Ctrl-C" else 128 + signal.Signals[how]
         except BaseException as err:
             # A failure of this command itself (not of a task): the record must not stay "running".
-            runs.update_run(run_dir, status="failed", summary=f"run_local failed: {type(err).__name__}: {err}"[:120])
+            with contextlib.suppress(OSError):  # a full disk: the error itself matters more
+                runs.update_run(run_dir, status="failed",
+                                summary=f"run_local failed: {type(err).__name__}: {err}"[:120])
             raise
         finally:
             for sig in handled:  # a second Ctrl-C must not cut the clean-up short
@@ -469,11 +472,18 @@ def _run(pipeline, params, args, console, run_dir) -> int:
         # The tuned model answers as served_model_name (beside its base too: that one is '<name>-base').
         console.say(summarize(metrics, endpoint, params.get("keep_serving", False), elapsed, served_name))
         merged_uri = task.outputs["merged_model"].metadata["uri"]
-    if merged_uri:
-        out = export_model(merged_uri, args.output_dir / "merged-model")
-        console.say(f"merged model: {merged_uri}\n  copied to {out}  (serve it: python -m trainer serve {out})")
     record.update(endpoint=endpoint if params.get("keep_serving") and endpoint else "", merged_model=merged_uri)
-    runs.update_run(run_dir, **record)
+    runs.update_run(run_dir, **record)  # before copying the model out: a full disk there must not lose the run
+    copy_failed = False
+    if merged_uri:
+        try:
+            out = export_model(merged_uri, args.output_dir / "merged-model")
+            console.say(f"merged model: {merged_uri}\n  copied to {out}  (serve it: python -m trainer serve {out})")
+        except UserError as err:
+            copy_failed = True
+            print(f"error: the merged model was not copied out: {err}; it stays in the bucket (fetch it later: "
+                  f"python -m trainer download {merged_uri} DIR, with the same S3 settings)", file=sys.stderr)
+            runs.update_run(run_dir, copy_error=str(err))
     console.say("")
     for path in report_files:
         if path.suffix == ".html":
@@ -486,7 +496,7 @@ def _run(pipeline, params, args, console, run_dir) -> int:
     console.say(f"full log: {run_dir / 'run.log'}")
     if console.hidden_warnings:
         console.say(f"({console.hidden_warnings} warnings from components are in the log)")
-    return 0
+    return 1 if copy_failed else 0
 
 
 def local_error_text(err: Exception) -> str:

@@ -60,15 +60,25 @@ def new_run(pipeline: str, params: dict[str, Any], runs_dir: Path = RUNS_DIR,
               "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "params": params, "metrics": {},
               "pid": os.getpid(), "host": socket.gethostname(),  # so that a killed run reads as gone
               "changed": {k: v for k, v in params.items() if defaults is not None and defaults.get(k) != v}}
-    (run_dir / RECORD).write_text(json.dumps(record, indent=1))
+    write_record(run_dir, record)
     return run_dir
 
 
 def update_run(run_dir: Path, **fields: Any) -> dict[str, Any]:
     record = json.loads((run_dir / RECORD).read_text())
     record.update(fields)
-    (run_dir / RECORD).write_text(json.dumps(record, indent=1))
+    write_record(run_dir, record)
     return record
+
+
+def write_record(run_dir: Path, record: dict[str, Any]) -> None:
+    """run.json replaced whole or not at all: a full disk leaves the previous record, never half of one."""
+    tmp = run_dir / f".{RECORD}.tmp"
+    try:
+        tmp.write_text(json.dumps(record, indent=1))
+        os.replace(tmp, run_dir / RECORD)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def collect_task_outputs(kfp_run_dir: Path) -> tuple[dict[str, dict[str, float]], dict[str, str]]:

@@ -689,3 +689,71 @@ def test_a_run_reads_only_its_own_kfp_run_even_when_another_run_writes_beside_it
     record = json.loads((run_dir / "run.json").read_text())
     assert record["metrics"] == {"finetune": {"train_steps": 10}} and record["kfp_run_dir"] == str(pipeline.own)
     assert pipeline.own.parent == tmp_path / "root" / run_dir.name
+
+
+def test_a_full_disk_when_copying_the_model_out_keeps_the_runs_record_and_says_so_once(tmp_path, monkeypatch,
+                                                                                       capsys, s3_env):
+    """With 2 MB free the pipeline succeeded, then the copy out hit ENOSPC and the record said
+    'failed' with every metric lost: the record is written first, the copy's failure is one line."""
+    import argparse
+    import types
+
+    from pipelines import run_local
+    from pipelines.finetune import finetune_pipeline
+    from pipelines.params import pipeline_defaults
+    from trainer.errors import UserError
+
+    merged = types.SimpleNamespace(metadata={"uri": "s3://test-bucket/models/sha256-abc"})
+
+    def pipeline(**_):  # a run that succeeded, as kfp.local hands it back
+        return types.SimpleNamespace(outputs={"endpoint": "", "merged_model": merged})
+
+    pipeline.name, pipeline.pipeline_func = finetune_pipeline.name, finetune_pipeline.pipeline_func
+
+    def disk_full(uri, out):
+        raise UserError(f"not enough space in {out.parent} for {uri}: it needs 540.0 MB, 2.0 MB are free; "
+                        "free space there or choose another folder")
+
+    monkeypatch.setattr(run_local, "export_model", disk_full)
+    args = argparse.Namespace(pipeline="finetune", runs_dir=tmp_path / "runs", pipeline_root=tmp_path / "root",
+                              output_dir=tmp_path / "out")
+    assert run_local.run(pipeline, pipeline_defaults(finetune_pipeline), args) == 1
+    [run_dir] = (tmp_path / "runs").iterdir()
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "succeeded" and record["merged_model"] == merged.metadata["uri"]
+    assert "2.0 MB are free" in record["copy_error"]
+    err = capsys.readouterr().err
+    [line] = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert "not copied out" in line and f"python -m trainer download {merged.metadata['uri']} DIR" in line
+    assert "Traceback" not in err
+
+
+def test_a_record_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
+    import errno
+    from pathlib import Path
+
+    run_dir = runs.new_run("finetune", {"max_steps": 3}, tmp_path)
+    real = Path.write_text
+
+    def full(self, text, *a, **kw):
+        real(self, text[:10], *a, **kw)  # what a full disk leaves: the start of the file
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full)
+    with pytest.raises(OSError):
+        runs.update_run(run_dir, status="succeeded", metrics={"evaluate": {"tuned_fc_accuracy": 0.9}})
+    monkeypatch.undo()
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "running"  # the previous record, whole
+    assert [p.name for p in run_dir.iterdir()] == ["run.json"]
+
+
+def test_a_log_on_a_full_disk_stops_with_one_note_and_the_run_goes_on():
+    from pipelines.console import SafeLog
+
+    terminal = io.StringIO()
+    with SafeLog(open("/dev/full", "w", buffering=1), terminal) as log:  # every write: ENOSPC
+        for _ in range(3):
+            log.write("a line\n")
+            log.flush()
+    [note] = terminal.getvalue().splitlines()
+    assert note.startswith("note: the log /dev/full stopped here (") and "No space left on device" in note

@@ -203,3 +203,31 @@ def test_an_explicit_folder_gets_this_tree_even_when_it_holds_another(store, tmp
     (out / "w.bin").write_bytes(b"edited")  # the same tree again: reused as it is (like the cache)
     store.get_tree(second, out)
     assert (out / "w.bin").read_bytes() == b"edited"
+
+
+def test_a_download_that_would_not_fit_is_refused_before_writing(store, tmp_path, monkeypatch):
+    import collections
+    import errno
+    import shutil
+
+    from trainer import storage
+    from trainer.errors import UserError
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "model.safetensors").write_bytes(b"x" * 4096)
+    uri, _ = store.put_tree(src, "models")
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: usage(10 << 20, 9 << 20, 1 << 20))
+    with pytest.raises(UserError, match=r"not enough space in .* it needs 0\.0 MB, 1\.0 MB are free"):
+        store.get_tree(uri, tmp_path / "out" / "model")
+    assert list((tmp_path / "out").iterdir()) == []  # nothing started
+    monkeypatch.undo()
+
+    def full(*_, **__):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(storage, "sha256_file", full)  # the disk fills up during the download
+    with pytest.raises(UserError, match="no space left in .* while downloading"):
+        store.get_tree(uri, tmp_path / "out" / "model")
+    assert list((tmp_path / "out").iterdir()) == []  # no half-written folder

@@ -17,6 +17,7 @@ show a byte progress bar (rate, ETA) on stderr.
 from __future__ import annotations
 
 import concurrent.futures
+import errno
 import hashlib
 import io
 import json
@@ -266,6 +267,7 @@ class Store:
         if (target / MANIFEST).exists() and (not local_dir or _tree_sha(target) == manifest["tree_sha256"]):
             return target  # a cache entry is named by its hash; an explicit folder must hold this very tree
         target.parent.mkdir(parents=True, exist_ok=True)
+        space_problem(target.parent, manifest["total_bytes"], uri)
         tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".partial-"))
         from trainer.progress import TransferProgress
 
@@ -297,9 +299,23 @@ class Store:
                     raise
             if old is not None:
                 shutil.rmtree(old, ignore_errors=True)
+        except OSError as err:
+            if err.errno != errno.ENOSPC:
+                raise
+            raise UserError(f"no space left in {target.parent} while downloading {uri} "
+                            f"({manifest['total_bytes'] / 1e6:.1f} MB): free space there or choose another "
+                            "folder; nothing was left half-written") from None
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return target
+
+
+def space_problem(folder: Path, size: int, what: str) -> None:
+    """Refuse before writing `size` bytes into `folder` when the disk has less free (a margin kept)."""
+    free = shutil.disk_usage(folder).free
+    if free < size + (16 << 20):  # the filesystem's own bookkeeping, a log line or two
+        raise UserError(f"not enough space in {folder} for {what}: it needs {size / 1e6:.1f} MB, "
+                        f"{free / 1e6:.1f} MB are free; free space there or choose another folder")
 
 
 def _tree_sha(local_dir: Path) -> str | None:
