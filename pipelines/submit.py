@@ -47,6 +47,7 @@ from typing import Any
 from pipelines.finetune import finetune_pipeline
 from pipelines.params import parse_params, pipeline_defaults
 from trainer import settings
+from trainer.config import ADAPTER_METHODS
 from trainer.errors import UserError, collect, exit_on_user_error
 
 
@@ -281,7 +282,7 @@ def registry_calls(params: dict[str, Any]) -> list[str]:
     return plan(Registration(address=params["registry_address"], name=params["served_model_name"],
                              version="<run name>", run_id="<run id>", metadata=meta,
                              model_uri="s3://<bucket>/models/<from merge-lora>",
-                             adapter_uri="s3://<bucket>/models/<from finetune>" if params["method"] == "lora" else ""))
+                             adapter_uri="s3://<bucket>/models/<from finetune>" if params["method"] in ADAPTER_METHODS else ""))
 
 
 def package(out_dir: Path, pipeline=finetune_pipeline) -> tuple[Path, str]:

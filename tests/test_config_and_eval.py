@@ -371,3 +371,16 @@ def test_the_report_has_the_category_table_and_the_tuned_models_failures_with_ra
     assert "| irrelevance |" not in md or counts.get("irrelevance")  # a category the split lacks is not shown
     assert f"| {category} | {shown['prompt']} |" in md and "| no idea | no idea |" in md
     assert "<table>" in markdown_html(md, "x")
+
+
+def test_qlora_without_bitsandbytes_is_refused_with_the_install_line(monkeypatch):
+    import importlib.util
+
+    from trainer.config import TrainConfig
+
+    cfg = TrainConfig(model_uri="s3://b/m", dataset_uri="s3://b/d", output_prefix="runs/x", method="qlora")
+    assert not [p for p in cfg.problems() if "bitsandbytes" in p]  # installed here (a dependency)
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "bitsandbytes" else real(name, *a))
+    [problem] = [p for p in cfg.problems() if "bitsandbytes" in p]
+    assert "pip install 'bitsandbytes>=0.50'" in problem and "method=lora" in problem

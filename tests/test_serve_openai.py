@@ -413,6 +413,9 @@ def test_adapter_vllm_cannot_load_is_refused_before_starting(tmp_path):
     (tmp_path / "adapter" / "adapter_config.json").write_text(json.dumps({"r": 16, "modules_to_save": ["embed_tokens"]}))
     with pytest.raises(UserError, match=r"trains \['embed_tokens'\] in full.*lora_train_embeddings=false"):
         serve.start(tmp_path / "model", "m", lora_modules={"a": str(tmp_path / "adapter")})
+    (tmp_path / "adapter" / "adapter_config.json").write_text(json.dumps({"r": 16, "use_dora": True}))
+    with pytest.raises(UserError, match=r"a DoRA adapter, which vLLM cannot load; serve the merged model"):
+        serve.start(tmp_path / "model", "m", lora_modules={"a": str(tmp_path / "adapter")})
 
 
 @pytest.mark.parametrize("params, expected", [

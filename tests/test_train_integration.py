@@ -53,20 +53,44 @@ def test_shards_are_disjoint_and_cover_each_epoch():
     assert seen0 == [x for _ in range(4) for x in next(again)]  # order depends only on the seed
 
 
-@pytest.mark.parametrize("train_embeddings", [False, True])
-def test_merged_model_matches_adapter(delivered, store, tmp_path, train_embeddings):
+@pytest.mark.parametrize("method, train_embeddings", [("lora", False), ("lora", True), ("dora", False),
+                                                       ("qlora", False)])
+def test_merged_model_matches_adapter(delivered, store, tmp_path, method, train_embeddings):
+    """The merged model is the trained one: for DoRA peft merges the magnitudes too; for QLoRA the
+    adapter is merged onto the de-quantized 4-bit base, and compared with the adapter over the 4-bit
+    base as training ran it (bitsandbytes on CPU)."""
+    import json
+
     from transformers import AutoModelForCausalLM
 
-    from trainer.evaluate import load
+    from trainer.evaluate import _served_lora, load
     from trainer.merge import merge
+    from trainer.model import BASE_QUANTIZATION, load_base, qlora_config
     from trainer.train import train
 
     model_uri, data_uri = delivered
-    result = train(TrainConfig(model_uri=model_uri, dataset_uri=data_uri, output_prefix=f"runs/merge-{train_embeddings}",
-                               max_steps=5, batch_size=4, lora_train_embeddings=train_embeddings), store)
+    result = train(TrainConfig(model_uri=model_uri, dataset_uri=data_uri, method=method, max_steps=5, batch_size=4,
+                               output_prefix=f"runs/merge-{method}-{train_embeddings}",
+                               lora_train_embeddings=train_embeddings), store)
     base_dir, adapter_dir = store.get_tree(model_uri), store.get_tree(result["output_uri"])
+    assert json.loads((adapter_dir / "adapter_config.json").read_text())["use_dora"] == (method == "dora")
+    assert (adapter_dir / BASE_QUANTIZATION).is_file() == (method == "qlora")
+    assert _served_lora(adapter_dir) == (method == "lora" and not train_embeddings)  # else evaluated merged
     merged = AutoModelForCausalLM.from_pretrained(merge(base_dir, adapter_dir, tmp_path / "merged")).eval()
-    peft_model = load(base_dir, adapter_dir)
+    if method == "qlora":
+        # The base the adapter is merged onto holds exactly the weights the 4-bit layers trained with
+        # (their de-quantization; bitsandbytes' no-grad CPU kernel multiplies in bf16, so logits are not compared).
+        from bitsandbytes.functional import dequantize_4bit
+
+        quantized = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32, device_map={"": "cpu"},
+                                                         quantization_config=qlora_config(torch.float32))
+        dequantized = load_base(base_dir, adapter_dir)
+        layers = [(n, m) for n, m in quantized.named_modules() if type(m).__name__ == "Linear4bit"]
+        assert len(layers) == 28  # 4 decoder layers x 7 projections; the embeddings and head stay as they are
+        for name, layer in layers:
+            torch.testing.assert_close(dequantized.get_submodule(name).weight,
+                                       dequantize_4bit(layer.weight.data, layer.weight.quant_state), atol=0, rtol=0)
+    peft_model = load(base_dir, adapter_dir)  # QLoRA: the adapter over that de-quantized base
     ids = torch.tensor([[1, 50, 60, 70, 80]])
     with torch.no_grad():
         torch.testing.assert_close(merged(ids).logits, peft_model(ids).logits, atol=1e-4, rtol=1e-4)

@@ -18,12 +18,18 @@ MAX_STEPS = 100_000_000  # beyond any fine-tune: a larger value is a typo that w
 # These field defaults are the only ones: `python -m trainer train`, the pipelines' signatures and
 # the components all read them (DEFAULT), so a run started any way trains the same. They are tuned
 # for the built-in model and data, the pipelines' default sources (README "Built-ins").
+# lora: low-rank adapters; dora: LoRA with the weights' magnitudes trained apart (peft use_dora);
+# qlora: LoRA over the base loaded in 4-bit NF4 (bitsandbytes); full: every weight.
+METHODS = ("lora", "dora", "qlora", "full")
+ADAPTER_METHODS = ("lora", "dora", "qlora")
+
+
 @dataclass
 class TrainConfig:
     model_uri: str = ""  # s3://bucket/models/sha256-... (from deliver_model)
     dataset_uri: str = ""  # s3://bucket/datasets/sha256-... (from deliver_dataset)
     output_prefix: str = ""  # runs/<run id>: where result.json goes
-    method: str = "lora"  # lora | full
+    method: str = "lora"  # one of METHODS
     lora_r: int = 16  # LoRA rank: adapter size and capacity
     lora_alpha: int = 32  # LoRA scaling numerator (the update is scaled by alpha / r)
     lora_dropout: float = 0.0  # dropout on the LoRA input, in [0, 1)
@@ -78,12 +84,21 @@ class TrainConfig:
             p.append(f"dataset_uri must be an s3:// URI from deliver_dataset, got {self.dataset_uri!r}")
         if not self.output_prefix:
             p.append("output_prefix is empty: pass runs/<run id>")
-        if self.method not in ("lora", "full"):
-            p.append(f"method must be 'lora' or 'full', got {self.method!r}")
-        if self.method == "lora" and self.lora_r <= 0:
+        if self.method not in METHODS:
+            p.append(f"method must be one of {', '.join(METHODS)}, got {self.method!r}")
+        if self.method in ADAPTER_METHODS and self.lora_r <= 0:
             p.append(f"lora_r must be > 0, got {self.lora_r}")
-        if self.method == "lora" and self.lora_alpha <= 0:
+        if self.method in ADAPTER_METHODS and self.lora_alpha <= 0:
             p.append(f"lora_alpha must be > 0, got {self.lora_alpha}")
+        if self.method == "qlora":
+            import importlib.util
+
+            if importlib.util.find_spec("bitsandbytes") is None:
+                p.append("method=qlora loads the base in 4-bit with bitsandbytes, which is not installed: "
+                         "pip install 'bitsandbytes>=0.50' (CPU and CUDA), or use method=lora")
+            if self.compile:
+                p.append("method=qlora with compile=true: torch.compile is not used over bitsandbytes' 4-bit layers "
+                         "here; set compile=false")
         if not 0 <= self.lora_dropout < 1:
             p.append(f"lora_dropout must be in [0, 1), got {self.lora_dropout}")
         if self.learning_rate <= 0:

@@ -379,9 +379,15 @@ def choose_engine(engine: str, model_dir: Path) -> str:
 
 def _served_lora(tuned_dir: Path) -> bool:
     """vLLM loads this output as a LoRA adapter beside its base (not a full model, no trained
-    embeddings: vLLM refuses modules_to_save)."""
+    embeddings: vLLM refuses modules_to_save; not DoRA, which vLLM refuses; not QLoRA, whose base
+    is the de-quantized one, not the base vLLM would load)."""
+    from trainer.model import BASE_QUANTIZATION
+
     config = Path(tuned_dir) / "adapter_config.json"
-    return config.is_file() and not json.loads(config.read_text()).get("modules_to_save")
+    if not config.is_file() or (Path(tuned_dir) / BASE_QUANTIZATION).is_file():
+        return False
+    settings = json.loads(config.read_text())
+    return not settings.get("modules_to_save") and not settings.get("use_dora")
 
 
 def _reply(resp: dict[str, Any]) -> dict[str, Any]:
@@ -463,12 +469,13 @@ def served_predictions(model_dir: Path, tuned_dir: Path, rows: list[dict[str, An
 def load(model_dir: Path, adapter_dir: Path | None = None):
     """Base model, or base + adapter (an output without adapter_config.json is a full model)."""
     import torch
-    from transformers import AutoModelForCausalLM
+
+    from trainer.model import load_base
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if adapter_dir is not None and not (Path(adapter_dir) / "adapter_config.json").exists():
         model_dir, adapter_dir = adapter_dir, None
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="auto").to(device)
+    model = load_base(model_dir, adapter_dir, device)
     if adapter_dir is not None:
         from peft import PeftModel
 

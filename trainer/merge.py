@@ -12,7 +12,9 @@ def merge(model_dir: Path, adapter_dir: Path, out_dir: Path) -> Path:
     """Write base+adapter merged into `out_dir`. A full fine-tune's output is already a
     complete model and is copied as is. Each stage says how long it took (loading and
     writing a multi-GB model takes minutes); the merge itself shows a per-layer bar."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
+
+    from trainer.model import load_base
 
     out_dir = Path(out_dir)
     if not (Path(adapter_dir) / "adapter_config.json").exists():
@@ -23,7 +25,7 @@ def merge(model_dir: Path, adapter_dir: Path, out_dir: Path) -> Path:
     from peft import PeftModel
 
     start = time.perf_counter()
-    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype="auto")
+    base = load_base(model_dir, adapter_dir)  # a QLoRA adapter's base: the de-quantized 4-bit one
     model = PeftModel.from_pretrained(base, adapter_dir)
     print(f"merge: base + adapter loaded in {time.perf_counter() - start:.1f}s", flush=True)
     merged = model.merge_and_unload(progressbar=True)

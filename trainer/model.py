@@ -69,11 +69,22 @@ def build_model(cfg: TrainConfig, model_dir: Path, device, attn: str | None = No
     from trainer import fused_lora, settings
 
     dtype = torch.bfloat16 if device.type == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
+    # method=qlora: the frozen base in 4-bit NF4 (bitsandbytes), loaded straight onto this rank's device
+    quantized = {"quantization_config": qlora_config(dtype), "device_map": {"": str(device)}} \
+        if cfg.method == "qlora" else {}
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, **(
-        {"attn_implementation": attn} if attn else {})).to(device)
+        {"attn_implementation": attn} if attn else {}), **quantized)
+    if not quantized:
+        model = model.to(device)
     if liger_available(device) and not cfg.compile:  # compiled layers: inductor fuses these itself
         _apply_liger(model)
-    if cfg.gradient_checkpointing:
+    if quantized:
+        from peft import prepare_model_for_kbit_training
+
+        # norms and embeddings to float32, inputs that carry gradients through checkpointed 4-bit layers
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=cfg.gradient_checkpointing,
+                                                gradient_checkpointing_kwargs={"use_reentrant": False})
+    elif cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if cfg.method == "full":
         return model
@@ -86,10 +97,39 @@ def build_model(cfg: TrainConfig, model_dir: Path, device, attn: str | None = No
         modules_to_save=["embed_tokens"] if cfg.lora_train_embeddings else None,
         # keeps a tied lm_head tied to the trained embedding copy, so merge gives the same model
         ensure_weight_tying=cfg.lora_train_embeddings and bool(model.config.tie_word_embeddings),
+        use_dora=cfg.method == "dora",  # the weight's magnitude trained apart from its direction
     )
-    if not settings.switched_off("FINETUNE_FUSED_LORA"):
+    # The fused layers replace plain LoRA on nn.Linear only: DoRA's magnitude and the 4-bit base are peft's.
+    if cfg.method == "lora" and not settings.switched_off("FINETUNE_FUSED_LORA"):
         fused_lora.register(lora)  # same adapters, scale and add inside the matmuls (trainer/fused_lora.py)
     return get_peft_model(model, lora)
+
+
+# In an adapter trained over a 4-bit base (method=qlora): the quantization it was trained against.
+BASE_QUANTIZATION = "base_quantization.json"
+
+
+def qlora_config(dtype):
+    """QLoRA's base: NF4 with double quantization, computing in `dtype` (bf16 on GPUs that have it, else fp32)."""
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                              bnb_4bit_compute_dtype=dtype)
+
+
+def load_base(model_dir: Path, adapter_dir: Path | None = None, device: str = "cpu"):
+    """The base model an adapter was trained on, in the model's dtype. For a QLoRA adapter that is the
+    base through the same NF4 round trip (quantized, then de-quantized): merged or served with it, the
+    adapter sees the weights it was trained against, and merged logits equal the trained model's."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if adapter_dir is None or not (Path(adapter_dir) / BASE_QUANTIZATION).is_file():
+        return AutoModelForCausalLM.from_pretrained(model_dir, dtype="auto").to(device)
+    dtype = getattr(AutoConfig.from_pretrained(model_dir), "dtype", None) or torch.float32
+    dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, quantization_config=qlora_config(dtype),
+                                                 device_map={"": device})
+    return model.dequantize(dtype=dtype)
 
 
 def _apply_liger(model) -> None:

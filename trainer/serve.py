@@ -270,8 +270,12 @@ def _check_dirs(model_dir: Path, lora_modules: Mapping[str, str], problems: Sequ
         if not cfg.exists():
             problems.append(f"--lora {name}={path}: no adapter_config.json there; pass a LoRA adapter directory")
             continue
-        full = set(json.loads(cfg.read_text()).get("modules_to_save") or []) - {"classifier", "score"}
-        if full:
+        adapter = json.loads(cfg.read_text())
+        full = set(adapter.get("modules_to_save") or []) - {"classifier", "score"}
+        if adapter.get("use_dora"):  # vLLM: "vLLM does not yet support DoRA."
+            problems.append(f"--lora {name}={path}: a DoRA adapter, which vLLM cannot load; serve the merged model "
+                            "instead (python -m trainer merge)")
+        elif full:
             problems.append(f"--lora {name}={path}: the adapter also trains {sorted(full)} in full, which vLLM's "
                             "LoRA support cannot load; serve the merged model instead, or train with "
                             "lora_train_embeddings=false")

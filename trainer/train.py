@@ -36,6 +36,7 @@ import contextlib
 import json
 import math
 import os
+import pathlib
 import signal
 import sys
 import tempfile
@@ -556,6 +557,10 @@ class Recipe:
             with tempfile.TemporaryDirectory() as tmp:
                 self.model.save_pretrained(tmp)
                 self.tokenizer.save_pretrained(tmp)
+                if cfg.method == "qlora":  # merge and serve over the same de-quantized base (model.load_base)
+                    from trainer.model import BASE_QUANTIZATION, qlora_config
+
+                    (pathlib.Path(tmp) / BASE_QUANTIZATION).write_text(qlora_config(torch.float32).to_json_string())
                 uri, manifest = self.store.put_tree(tmp, "models")
             final = next(h["loss"] for h in reversed(self.history) if "loss" in h)
             result = {

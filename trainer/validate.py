@@ -23,7 +23,7 @@ from typing import Any
 
 from trainer import serve, sources, templates
 from trainer.batching import check_rows
-from trainer.config import TrainConfig
+from trainer.config import ADAPTER_METHODS, TrainConfig
 from trainer.data import lone_surrogate, non_finite_paths
 from trainer.errors import UserError, collect
 
@@ -209,7 +209,7 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True,
             if src.kind == "local":  # a model directory on this machine: checked fully now
                 problems += sources.model_dir_problems(src.ref)
             width = _hidden_size(src)
-            if params["method"] == "lora" and width and params["lora_r"] > width:
+            if params["method"] in ADAPTER_METHODS and width and params["lora_r"] > width:
                 problems.append(f"lora_r={params['lora_r']} is above the hidden size of model_source "
                                 f"{params['model_source'].strip()!r} ({width}): a rank above the layer width adds "
                                 f"memory and no capacity (an update is at most full rank); use e.g. "
@@ -275,7 +275,15 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True,
     if params["launcher"] == "trainjob" and not params["training_runtime"]:
         problems.append("training_runtime is empty, but launcher=trainjob needs the (Cluster)TrainingRuntime its "
                         "TrainJob runs on: e.g. training_runtime=torch-distributed")
-    if params["serve_adapters"] and params["method"] != "lora":
+    if params["serve_adapters"] and params["method"] == "dora":
+        # vLLM's own check (vllm/lora/peft_helper.py): "vLLM does not yet support DoRA."
+        problems.append("serve_adapters=true: vLLM cannot load DoRA adapters (it refuses use_dora); "
+                        "set serve_adapters=false to serve the merged model, or method=lora")
+    elif params["serve_adapters"] and params["method"] == "qlora":
+        problems.append("serve_adapters=true: a QLoRA adapter was trained against the 4-bit base, and vLLM would "
+                        "serve it over the full-precision one; set serve_adapters=false to serve it merged onto "
+                        "the de-quantized base (what was trained and evaluated), or method=lora")
+    elif params["serve_adapters"] and params["method"] != "lora":
         problems.append("serve_adapters=true serves the LoRA adapter beside its base model, but method="
                         f"{params['method']!r} makes no adapter: set method=lora or serve_adapters=false")
     elif params["serve_adapters"] and params["lora_train_embeddings"]:
