@@ -348,5 +348,6 @@ class SafeLog:
         return self
 
     def __exit__(self, *_) -> None:
+        self.broken = True  # the run is over: late lines (a library's handler bound to the console) are dropped
         with contextlib.suppress(OSError, ValueError):  # closing flushes: the same full disk
             self.file.close()

@@ -747,7 +747,7 @@ def test_a_record_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
     assert [p.name for p in run_dir.iterdir()] == ["run.json"]
 
 
-def test_a_log_on_a_full_disk_stops_with_one_note_and_the_run_goes_on():
+def test_a_log_on_a_full_disk_stops_with_one_note_and_the_run_goes_on(tmp_path):
     from pipelines.console import SafeLog
 
     terminal = io.StringIO()
@@ -757,3 +757,7 @@ def test_a_log_on_a_full_disk_stops_with_one_note_and_the_run_goes_on():
             log.flush()
     [note] = terminal.getvalue().splitlines()
     assert note.startswith("note: the log /dev/full stopped here (") and "No space left on device" in note
+    with SafeLog(open(tmp_path / "run.log", "w"), terminal) as log:
+        log.write("the last line\n")
+    log.write("a library's late line, after the run\n")  # dropped without a word
+    assert (tmp_path / "run.log").read_text() == "the last line\n" and len(terminal.getvalue().splitlines()) == 1
