@@ -21,9 +21,6 @@ class _NonFinite(ValueError):
     pass
 
 
-_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
-
-
 def _whole_number(raw: str) -> int:
     """`16`, ` 16 `, `1e3`, `100.0` (as people type step counts); not `16.5`, not NaN."""
     try:
@@ -88,9 +85,7 @@ def parse_params(pipeline, pairs: list[str], problems: list[str] | None = None) 
         found = len(problems)
         try:
             if kind is bool:
-                if raw.strip().lower() not in _TRUE + _FALSE:
-                    raise ValueError
-                params[key] = raw.strip().lower() in _TRUE
+                params[key] = settings.parse_bool(raw)
             elif kind in (int, float) and not raw.isascii():  # Python reads '١٢' as 12; KFP and people do not
                 raise ValueError
             elif kind is int:

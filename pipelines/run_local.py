@@ -92,20 +92,12 @@ def throwaway_s3_problems(params: dict[str, Any], endpoint: str | None) -> list[
 
 
 def params_help(pipeline) -> str:
-    """Every parameter with its default and description: the text the KFP UI shows, which KFP
-    takes from the pipeline docstring's Args section."""
-    import textwrap
+    """Every parameter by group with its type, default and description (trainer.params: the same
+    text the KFP UI shows, which KFP takes from the pipeline docstring made from that table)."""
+    from trainer import params
 
-    from pipelines.params import pipeline_defaults
-
-    lines = [f"Parameters of {pipeline.name} (set with --param KEY=VALUE; lists and dicts as JSON):", ""]
-    for name, default in pipeline_defaults(pipeline).items():
-        spec = pipeline.component_spec.inputs.get(name)
-        lines.append(f"  {name} = {json.dumps(default)}  ({type(default).__name__})")
-        desc = " ".join((spec.description or "").split()) if spec else ""
-        lines += textwrap.wrap(desc or "(no description)", width=96, initial_indent=" " * 6,
-                               subsequent_indent=" " * 6, break_on_hyphens=False, break_long_words=False)
-    return "\n".join(lines)
+    return params.listing("sweep" if "sweep" in pipeline.name else "finetune",
+                          f"Parameters of {pipeline.name} (set with --param KEY=VALUE; lists and dicts as JSON):")
 
 
 def endpoint_line(endpoint: str, smoke: dict[str, float], keep_serving: bool, model: str = "") -> str:

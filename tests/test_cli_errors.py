@@ -495,7 +495,7 @@ def test_a_huge_number_typed_into_the_kfp_form_arrives_as_a_float_and_gets_a_san
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "(3 problems)" in err
     assert "lora_r must be a whole number, got 1e+30: use a whole number, e.g. 16" in err
-    assert "nodes must be a whole number, got -1e+30: use a whole number, e.g. 1" in err
+    assert "nodes must be a whole number, got -1e+30: use a whole number, e.g. 2" in err  # the default
     assert "lora_alpha must be a whole number, got 16.0: use a whole number, e.g. 16" in err
     assert "100000000000000" not in err
 

@@ -182,11 +182,12 @@ def _field_comments(cls) -> dict[str, str]:
 
 
 def _parse_bool(value: str) -> bool:
-    if value.lower() in ("1", "true", "yes"):
-        return True
-    if value.lower() in ("0", "false", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
+    from trainer.settings import parse_bool
+
+    try:
+        return parse_bool(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 DEFAULT = TrainConfig()  # e.g. `learning_rate: float = DEFAULT.learning_rate` in a pipeline signature

@@ -54,9 +54,21 @@ def get(name: str) -> str:
     return os.environ.get(name) or _DEFAULTS[name]
 
 
+# The words every entry point reads as true or false (--param, the trainer CLI, these settings).
+TRUE_WORDS, FALSE_WORDS = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+def parse_bool(raw: str) -> bool:
+    """`raw` as a true/false value, case and surrounding spaces ignored; ValueError otherwise."""
+    word = raw.strip().lower()
+    if word in TRUE_WORDS or word in FALSE_WORDS:
+        return word in TRUE_WORDS
+    raise ValueError(f"expected one of {', '.join(TRUE_WORDS)} or {', '.join(FALSE_WORDS)}, got {raw!r}")
+
+
 def switched_off(name: str) -> bool:
     """A switch setting (FINETUNE_LIGER, FINETUNE_FUSED_LORA) set to 0/false/no/off."""
-    return get(name).strip().lower() in ("0", "false", "no", "off")
+    return get(name).strip().lower() in FALSE_WORDS
 
 
 def image() -> str:

@@ -21,6 +21,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from trainer import params as param_table
 from trainer import serve, sources, templates
 from trainer.batching import check_rows
 from trainer.config import ADAPTER_METHODS, TrainConfig
@@ -28,20 +29,10 @@ from trainer.data import lone_surrogate, non_finite_paths
 from trainer.errors import UserError, collect
 
 # Every pipeline parameter that is not a TrainConfig field, with the default a caller that
-# lacks it gets (the sweep has no `method`, the CLI no `served_model_name`, ...). The types
-# of these defaults are the parameters' types. Cluster settings a caller lacks keep
-# ClusterSpec's defaults (see trainer.launch.cluster_from_params).
-DEFAULTS: dict[str, Any] = {
-    "model_source": "builtin:tiny-llama", "model_revision": "", "dataset_source": "builtin:function-calling",
-    "dataset_revision": "", "eval_fraction": 0.1, "launcher": "local", "nodes": 1, "procs_per_node": 1,
-    "max_restarts": 0, "eval_max_rows": 1, "deploy_backend": "local", "keep_serving": False, "serve_adapters": False,
-    "served_model_name": "llm-finetune", "serve_gpus": 1, "namespace": "", "accelerator_resource": "nvidia.com/gpu",
-    "node_selector": {}, "tolerations": [], "kueue_queue": "", "cleanup": "on-success", "wait_timeout_s": 0,
-    "trials": [], "select_metric": "fc_accuracy", "min_gain": 0.1,
-    "training_runtime": "torch-distributed", "vllm_image": "", "eval_gpus": 0, "eval_accelerator_type": "nvidia.com/gpu",
-    "eval_node_selector": {}, "eval_tolerations": [], "registry_address": "", "deploy_all_trials": False,
-    "chat_template": templates.MODEL, "eval_engine": "auto", "min_fc_accuracy": 0.0,
-}
+# lacks it gets (the sweep has no `method`, the CLI no `served_model_name`, ...): the finetune
+# pipeline's, from the one table (trainer.params). The types of these defaults are the parameters'
+# types. Cluster settings a caller lacks keep ClusterSpec's defaults (see trainer.launch.cluster_from_params).
+DEFAULTS: dict[str, Any] = {p.name: p.default for p in param_table.PARAMS if p.name not in param_table.train_fields()}
 _TRAIN_DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
 _TRAIN_PARAMS = {k: v for k, v in _TRAIN_DEFAULTS.items() if k not in ("model_uri", "dataset_uri", "output_prefix")}
 _KIND = {bool: "true or false", int: "a whole number", float: "a number", str: "a string", dict: "a JSON object",
