@@ -104,3 +104,12 @@ def test_one_true_false_reading_for_every_entry_point(word, value):
     assert parse_params(finetune_pipeline, [f"keep_serving={word}"])["keep_serving"] is value
     with pytest.raises(argparse.ArgumentTypeError, match="expected one of true, 1, yes, on or false, 0, no, off"):
         _parse_bool("maybe")
+
+
+def test_the_trainer_cli_help_is_the_tables_for_pipeline_parameters(capsys):
+    from trainer.__main__ import main
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert " ".join(params.BY_NAME["method"].help.split()) in out  # dora and qlora included

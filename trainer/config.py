@@ -140,8 +140,11 @@ class TrainConfig:
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        """One option per field; its help is the field's comment above (one place to document it)."""
-        helps = _field_comments(cls)
+        """One option per field; its help is the pipeline parameter's (trainer.params) when there is one,
+        else the field's comment above (one place to document each)."""
+        from trainer import params  # imports this module: here, not at the top
+
+        helps = {**_field_comments(cls), **{p.name: p.help for p in params.PARAMS}}
         for f in fields(cls):
             kind = type(f.default)
             parser.add_argument(f"--{f.name.replace('_', '-')}", default=f.default,
