@@ -524,7 +524,7 @@ def test_a_template_that_runs_away_is_one_refusal_within_the_budget(tmp_path, ca
     """Nested range(99999) loops hung validation with no limit: rendering runs under a wall-clock budget."""
     from trainer import data
 
-    monkeypatch.setattr(data, "TEMPLATE_BUDGET_S", 0.5)
+    monkeypatch.setattr(data.preflight, "TEMPLATE_BUDGET_S", 0.5)
     template = tmp_path / "runaway.jinja"
     template.write_text(RUNAWAY + "{{ messages[0].content }}")
     with pytest.raises(SystemExit) as exit_info:

@@ -20,9 +20,9 @@ def test_every_config_problem_is_reported_at_once():
                    "batch_size"):
         assert needle in msg
     assert "7 problems" in msg
-    assert "method must be 'lora' or 'full'" in str(pytest.raises(
+    assert "method must be one of lora, dora, qlora, full, got 'adapter'" in str(pytest.raises(
         UserError, TrainConfig(model_uri="s3://b/m", dataset_uri="s3://b/d", output_prefix="r",
-                               method="qlora").validate).value)
+                               method="adapter").validate).value)
 
 
 def test_batch_tokens_below_max_seq_len_says_what_to_set():

@@ -559,7 +559,7 @@ def test_length_check_of_a_runaway_template_stops_at_the_budget(monkeypatch):
     """length_problems tokenizes rows with the chat template: under the same budget as template_problems."""
     from trainer import builtin_model
 
-    monkeypatch.setattr(data, "TEMPLATE_BUDGET_S", 0.3)
+    monkeypatch.setattr(data.preflight, "TEMPLATE_BUDGET_S", 0.3)
     tok = builtin_model.build_tokenizer()
     tok.chat_template = "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}"
     row = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]}

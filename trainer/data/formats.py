@@ -1,22 +1,6 @@
-"""Chat data: read and validate rows, tokenize with an assistant-only loss mask.
-
-Row format (OpenAI / Hugging Face chat): `{"messages": [{"role", "content",
-"tool_calls"?, "weight"?}, ...], "tools"?: [...]}`. A tool call's `arguments` may be a dict
-or a JSON string (OpenAI's wire format); it is normalised to a dict on load. An assistant
-message with `"weight": 0` is not trained on (OpenAI's fine-tuning format). Other formats
-become messages on load, deterministically, with one line saying how many rows were converted:
-  prompt-completion  `{"prompt", "completion", "system"?}`, strings or message lists (TRL)
-  ShareGPT           `{"conversations": [{"from", "value"}], "system"?, "tools"?}` (axolotl,
-                     LLaMA-Factory): human -> user, gpt (chatgpt, bing) -> assistant, observation/tool
-                     -> tool, function_call (JSON `{"name", "arguments"}`) -> an assistant tool call;
-                     a turn's `weight` is kept on assistant turns only, empty system turns skipped
-  Alpaca             `{"instruction", "input"?, "output", "system"?, "history"?}`: the user turn
-                     is instruction and input joined by a newline (as LLaMA-Factory joins them)
-  OpenAI legacy      `functions` -> `tools`, `function_call` -> `tool_calls`, role function -> tool
-A file mixing ShareGPT or Alpaca rows with rows of another format is refused (row numbers named).
-Files: JSONL, a JSON list of rows (or one row), CSV (JSON text in the `messages` / `tools` cells)
-and Parquet; every reader ends in the same row checks.
-"""
+"""Row formats and row checks: what a chat row must hold, the formats converted to it on load
+(prompt-completion, ShareGPT, Alpaca, OpenAI legacy), and the JSON text inside rows (tool-call
+arguments) read strictly: repeated keys, NaN and lone surrogates refused. See trainer.data."""
 
 from __future__ import annotations
 
@@ -26,11 +10,10 @@ import json
 import math
 import re
 import sys
-from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable
 
-from trainer.batching import collate, collate_packed, real_tokens  # noqa: F401 - moved there, importable here
-from trainer.errors import UserError, collect
+from trainer.errors import collect
+
 
 ROLES = {"system", "user", "assistant", "tool"}
 # Other formats' names for ROLES (OpenAI's newer 'developer', ShareGPT's, Gemini's), named in the fix.
@@ -50,7 +33,7 @@ def row_problems(row: Any) -> list[str]:
         return [f"row is {'null' if row is None else 'a ' + _json_type(row)}, expected a JSON object with 'messages'"]
     fmt = row_format(row)
     if fmt in ("sharegpt", "alpaca"):  # to_chat converts such rows unless they are broken: say how
-        return (_from_sharegpt if fmt == "sharegpt" else _from_alpaca)(row)[1]
+        return CONVERTERS[fmt](row)[1]
     messages = row.get("messages")
     if messages is None:
         return [_no_messages(row)]
@@ -407,7 +390,7 @@ def _from_alpaca(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]
     return (None, problems) if problems else ({"messages": messages}, [])
 
 
-def _from_functions(row: dict[str, Any]) -> dict[str, Any]:
+def _from_functions(row: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """OpenAI's legacy function calling as tools: `functions` -> `tools`, an assistant's
     `function_call` -> one tool call, role `function` -> `tool`. Parts that are not in that
     shape stay, for row_problems to name."""
@@ -429,7 +412,32 @@ def _from_functions(row: dict[str, Any]) -> dict[str, Any]:
             out["functions"] = row["functions"]  # not a list, or beside 'tools': row_problems names it
         elif tools is not None:
             out["tools"] = tools
-    return out
+    return out, []
+
+
+def _from_prompt_completion(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
+    """`prompt` / `completion` as strings (a user turn and an assistant turn) or message lists (TRL's
+    conversational prompt-completion); a `system` string becomes the first message, `tools` is kept.
+    Other shapes are not converted (None), for row_problems to name."""
+    prompt, completion = row.get("prompt"), row.get("completion")
+    if isinstance(prompt, str):
+        prompt = [{"role": "user", "content": prompt}]
+    if isinstance(completion, str):
+        completion = [{"role": "assistant", "content": completion}]
+    if not (isinstance(prompt, list) and isinstance(completion, list)):
+        return None, []
+    system = row.get("system")
+    out = {"messages": ([{"role": "system", "content": system}] if isinstance(system, str) and system else [])
+           + prompt + completion}
+    if row.get("tools") is not None:
+        out["tools"] = row["tools"]
+    return out, []
+
+
+# Every format converted on load, by row_format's name: row -> (the chat row or None, problems),
+# None or problems leaving the row as it was for row_problems to name.
+CONVERTERS = {"sharegpt": _from_sharegpt, "alpaca": _from_alpaca, "functions": _from_functions,
+              "prompt-completion": _from_prompt_completion}
 
 
 def to_chat(row: Any) -> Any:
@@ -459,27 +467,11 @@ def convert(row: Any) -> tuple[Any, str | None]:
             elif key == "tools" and (value is None and row[key].strip() in ("", "null")):
                 row = {k: v for k, v in row.items() if k != "tools"}  # a row without tools, as JSON text
     fmt = row_format(row)
-    if fmt in ("sharegpt", "alpaca"):
-        converted, problems = (_from_sharegpt if fmt == "sharegpt" else _from_alpaca)(row)
-        if problems:
+    if fmt in CONVERTERS:
+        converted, problems = CONVERTERS[fmt](row)
+        if problems or converted is None:
             return row, fmt
         row = converted
-    elif fmt == "functions":
-        row = _from_functions(row)
-    elif fmt == "prompt-completion":
-        prompt, completion = row.get("prompt"), row.get("completion")
-        if isinstance(prompt, str):
-            prompt = [{"role": "user", "content": prompt}]
-        if isinstance(completion, str):
-            completion = [{"role": "assistant", "content": completion}]
-        if not (isinstance(prompt, list) and isinstance(completion, list)):
-            return row, fmt
-        system = row.get("system")
-        out = {"messages": ([{"role": "system", "content": system}] if isinstance(system, str) and system else [])
-               + prompt + completion}
-        if row.get("tools") is not None:
-            out["tools"] = row["tools"]
-        row = out
     if isinstance(row, dict) and isinstance(row.get("messages"), list) and any(
             isinstance(m, dict) and isinstance(m.get("content"), list) for m in row["messages"]):
         row = {**row, "messages": [{**m, "content": _text_parts(m["content"])} if isinstance(m, dict) and
@@ -586,113 +578,6 @@ def announce(formats: Iterable[str | None], where: str) -> None:
             print(f"{where}: {n} {FORMAT_NAMES[fmt]} row{'s' if n > 1 else ''} converted to chat messages", flush=True)
 
 
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """Read and validate a JSONL file; errors name the file, the line and the reason.
-
-    UTF-8, with or without the byte-order mark some editors write; gzip-compressed when the
-    name ends in .gz. A file in another encoding, or not text at all, fails with one line
-    saying so, not one per row.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"dataset file not found: {path}. Pass an existing .jsonl file or directory.")
-    rows, problems, formats = [], [], []
-    with _open_bytes(path) as f:
-        head = f.read(8)
-        f.seek(0)
-        if (kind := _binary_kind(head)) or b"\0" in f.read(1 << 16):
-            fix = {"gzip-compressed": "gunzip", "zstd-compressed": "unzstd", "bzip2-compressed": "bunzip2",
-                   "a zip archive": "unzip"}.get(kind)
-            also = (f" (decompress it first: {fix} {path.name})" if fix else
-                    " (name it .parquet and it is read as Parquet)" if kind == "Parquet" else "")
-            raise UserError(f"{path} is not JSONL text ({kind or 'binary data'}): give a UTF-8 .jsonl file with "
-                            f"one JSON object per line{also}")
-        f.seek(0)
-        if f.read(1 << 16).lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"["):  # a JSON list named .jsonl
-            value = _whole_json(path)
-            if isinstance(value, list):
-                return validate_rows(value, str(path))
-        f.seek(0)
-        for lineno, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
-            except UnicodeDecodeError as err:
-                raise UserError(f"{path}:{lineno}: not UTF-8 text (byte 0x{raw[err.start]:02x} at column "
-                                f"{err.start + 1}); save the file as UTF-8, e.g. `iconv -f latin1 -t utf-8 "
-                                f"{path.name} > fixed.jsonl`") from None
-            if not line.strip():
-                continue
-            try:
-                row, repeated = _loads(line)
-            except json.JSONDecodeError as err:
-                problems.append((lineno, f"not valid JSON ({err.msg} at column {err.colno})"))
-                continue
-            except RecursionError:
-                problems.append((lineno, "JSON nested too deeply for the parser (about 1000 levels or more); a "
-                                         "chat row needs a handful: check how the file was generated"))
-                continue
-            problems += [(lineno, _repeated(k)) for k in repeated]
-            row, fmt = convert(row)
-            problems += [(lineno, p) for p in row_problems(row)]
-            if _ESCAPED_SURROGATE.search(line) and (problem := surrogate_problem(row, "")):
-                problems.append((lineno, problem))
-            rows.append(row)
-            formats.append((lineno, fmt))
-    problems += format_problems(formats)
-    if not rows and not problems:
-        problems.append((None, "file has no rows"))
-    _raise_grouped(problems, str(path), "line")
-    announce((fmt for _, fmt in formats), str(path))
-    return [normalise(r) for r in rows]
-
-
-FILE_TYPES = (".jsonl", ".json", ".csv", ".tsv", ".parquet")  # what read_rows reads, by extension
-
-
-def read_rows(path: str | Path) -> list[dict[str, Any]]:
-    """Read and validate a dataset file of any FILE_TYPES; other extensions are read as JSONL.
-
-    A `.json` file is a JSON list of rows, or JSON Lines under another name (common on the
-    Hub). Problems name the file and the line (JSONL) or row (other formats).
-    """
-    path = Path(path)
-    suffix = _suffix(path)
-    if not path.is_file() or suffix not in (".json", ".csv", ".tsv", ".parquet"):
-        return read_jsonl(path)
-    if suffix == ".parquet":
-        return validate_rows(_parquet_rows(path), str(path), columnar=True)
-    text = _utf8_text(path)
-    if suffix in (".csv", ".tsv"):
-        return validate_rows(_csv_rows(path, text, "\t" if suffix == ".tsv" else ","), str(path))
-    try:
-        value, repeated = _loads(text)
-    except json.JSONDecodeError as err:
-        if text.lstrip().startswith("["):
-            raise UserError(f"{path}: not valid JSON ({err.msg}: line {err.lineno}, column {err.colno}); a .json "
-                            "dataset is one JSON list of row objects (or JSONL, one object per line)") from None
-        return read_jsonl(path)  # JSON Lines named .json
-    except RecursionError:
-        raise UserError(f"{path}: JSON nested too deeply for the parser; a chat dataset needs a handful of "
-                        "levels: check how the file was generated") from None
-    collect([f"{path}: an object {_repeated(k)}" for k in dict.fromkeys(repeated)], what=f"bad dataset {path}")
-    if isinstance(value, dict) and row_format(value):
-        value = [value]  # one row, in any format
-    if not isinstance(value, list):
-        raise UserError(f"{path} holds a JSON {_json_type(value)}, not a list of rows: give a JSON list of "
-                        "{\"messages\": [...]} objects, or JSONL (one object per line)")
-    return validate_rows(value, str(path))
-
-
-def _whole_json(path: Path) -> Any:
-    """The file parsed as one JSON value, or None when it is not one."""
-    try:
-        value, repeated = _loads(_utf8_text(path))
-    except (json.JSONDecodeError, RecursionError):
-        return None
-    collect([f"{path}: an object {_repeated(k)}" for k in dict.fromkeys(repeated)], what=f"bad dataset {path}")
-    return value
-
-
 def _loads(text: str) -> tuple[Any, list[str]]:
     """json.loads, and the keys that an object repeats: json keeps only the last value of
     `{"prompt": "a", "prompt": "b"}`, so one of them would be dropped without a word."""
@@ -728,126 +613,6 @@ def _repeated(key: str) -> str:
     return f"has the key {key!r} twice (a JSON reader keeps only the last value): keep one"
 
 
-def _suffix(path: Path) -> str:
-    """The format's extension: `.jsonl` for both data.jsonl and data.jsonl.gz."""
-    suffixes = [s.lower() for s in path.suffixes]
-    return suffixes[-2] if suffixes[-1:] == [".gz"] and len(suffixes) > 1 else path.suffix.lower()
-
-
-def _open_bytes(path: Path):
-    """The file's bytes, gunzipped when its name ends in .gz (a file that is not gzip fails
-    with one UserError, not gzip's traceback, on the first read)."""
-    if path.suffix.lower() != ".gz":
-        return path.open("rb")
-    import gzip
-
-    return _GzipReader(gzip.open(path, "rb"), path)
-
-
-class _GzipReader:
-    """gzip.GzipFile whose decompression errors are UserErrors naming the file."""
-
-    def __init__(self, f, path: Path):
-        self._f, self._path = f, path
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self._f.close()
-
-    def _guard(self, call, *args):
-        import gzip
-        import zlib
-
-        try:
-            return call(*args)
-        except (gzip.BadGzipFile, EOFError, zlib.error) as err:
-            raise UserError(f"{self._path} is not a readable gzip file ({err}); give it uncompressed, or compress it "
-                            "again with gzip") from None
-
-    def read(self, *args):
-        return self._guard(self._f.read, *args)
-
-    def seek(self, *args):
-        return self._guard(self._f.seek, *args)
-
-    def __iter__(self):
-        while line := self._guard(self._f.readline):
-            yield line
-
-
-def _utf8_text(path: Path) -> str:
-    """The file as text: UTF-8 with or without BOM, else one line saying how to convert it."""
-    with _open_bytes(path) as f:
-        raw = f.read()
-    if kind := _binary_kind(raw[:8]):
-        raise UserError(f"{path} is {kind}, not {path.suffix[1:].upper()} text: give UTF-8 text, or name the file "
-                        "by its format (.jsonl, .json, .csv, .tsv, .parquet)")
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        line = raw.count(b"\n", 0, err.start) + 1
-        raise UserError(f"{path}:{line}: not UTF-8 text (byte 0x{raw[err.start]:02x}); save the file as UTF-8, "
-                        f"e.g. `iconv -f latin1 -t utf-8 {path.name} > fixed{path.suffix}`") from None
-
-
-def _csv_rows(path: Path, text: str, delimiter: str = ",") -> list[dict[str, Any]]:
-    """CSV (or TSV) rows with a header; empty cells are absent, and a prompt or completion cell
-    holding a JSON list of messages is parsed (one that is plain text stays text)."""
-    import csv
-    import io
-
-    csv.field_size_limit(1 << 30)  # the default 128 KiB refuses a long conversation in one cell
-    out = []
-    try:
-        reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter)
-        header = reader.fieldnames or []
-        if twice := sorted({k for k in header if header.count(k) > 1 and k}):
-            raise UserError(f"{path}: the header names the column{'s' if len(twice) > 1 else ''} "
-                            f"{', '.join(map(repr, twice))} twice (only the last would be read): rename or drop one")
-        for row in reader:
-            cells = {k: v for k, v in row.items() if k is not None and v not in (None, "")}
-            for key in ("prompt", "completion"):  # messages and tools as JSON text: to_chat parses them
-                value = cells.get(key)
-                if isinstance(value, str) and value.lstrip().startswith("["):
-                    try:
-                        parsed = json_loads(value)
-                    except (json.JSONDecodeError, RecursionError):
-                        continue  # text that starts with '[': a prompt like any other
-                    if isinstance(parsed, list) and parsed and all(isinstance(m, dict) for m in parsed):
-                        cells[key] = parsed  # a conversational prompt / completion
-            out.append(cells)
-    except csv.Error as err:
-        raise UserError(f"{path} is not readable CSV ({err}); give a CSV with a header row, e.g. prompt,completion "
-                        "or messages (JSON text)") from None
-    return out
-
-
-def _parquet_rows(path: Path) -> list[dict[str, Any]]:
-    import pyarrow
-    import pyarrow.parquet as pq
-
-    try:
-        names = pq.read_schema(path).names
-        if twice := sorted({k for k in names if names.count(k) > 1}):
-            raise UserError(f"{path} has the column{'s' if len(twice) > 1 else ''} {', '.join(map(repr, twice))} "
-                            "twice: rename or drop one")
-        return pq.read_table(path).to_pylist()
-    except (pyarrow.ArrowException, OSError) as err:
-        raise UserError(f"{path} is not a readable Parquet file ({str(err).splitlines()[0][:200]}); write it again, "
-                        "e.g. with pandas `df.to_parquet(path)`") from None
-
-
-_MAGIC = {b"\x1f\x8b": "gzip-compressed", b"PK\x03\x04": "a zip archive", b"PAR1": "Parquet",
-          b"\x28\xb5\x2f\xfd": "zstd-compressed", b"BZh": "bzip2-compressed", b"\xff\xfe": "UTF-16 text",
-          b"\xfe\xff": "UTF-16 text", b"ARROW1": "Arrow"}
-
-
-def _binary_kind(head: bytes) -> str | None:
-    return next((kind for magic, kind in _MAGIC.items() if head.startswith(magic)), None)
-
-
 def _raise_grouped(problems: list[tuple[int | None, str]], where: str, unit: str) -> None:
     """One UserError for (line or row number, problem) pairs: the same problem on many rows
     is one line naming the first few ("lines 1, 2, 3 and 37 more"), so a file in another
@@ -867,253 +632,3 @@ def _raise_grouped(problems: list[tuple[int | None, str]], where: str, unit: str
     if len(lines) > MAX_REPORTED:
         lines = lines[:MAX_REPORTED] + [f"... and {len(lines) - MAX_REPORTED} more"]
     collect(lines, what=f"bad dataset {where}")
-
-
-def write_jsonl(rows: Iterable[dict[str, Any]], path: str | Path) -> int:
-    """Write rows as JSONL; returns the row count."""
-    n = 0
-    with Path(path).open("w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-            n += 1
-    return n
-
-
-def encode(row: dict[str, Any], tokenizer, max_seq_len: int) -> dict[str, list[int]] | None:
-    """Token ids and labels (-100 outside assistant turns) for one row, or None if too long.
-
-    Uses the chat template's `{% generation %}` mask when it has one (exact, all assistant
-    turns). Otherwise the last assistant turn is found by rendering the conversation
-    without it: a common approximation for templates (e.g. Llama 3's) that lack the mask.
-    Assistant messages with `"weight": 0` are not trained on (with the mask: their tokens
-    are masked; without it: the last assistant turn of weight 1 is the one trained).
-    """
-    if text_chars(row) > max_seq_len * max_token_chars(tokenizer):
-        return None  # certainly too long: skipped without tokenizing (a 50 MB row costs nothing)
-    tools = row.get("tools") or None
-    messages = row["messages"]
-    if "{% generation %}" in (tokenizer.chat_template or ""):
-        enc = tokenizer.apply_chat_template(messages, tools=tools, tokenize=True, return_dict=True,
-                                            return_assistant_tokens_mask=True)
-        ids, mask = list(enc["input_ids"]), list(enc["assistant_masks"])
-        if any(m["role"] == "assistant" and m.get("weight") == 0 for m in messages):
-            mask = _unweighted(mask, messages, tokenizer, tools)
-    else:
-        last = max(i for i, m in enumerate(messages) if m["role"] == "assistant" and m.get("weight") != 0)
-        prompt = tokenizer.apply_chat_template(messages[:last], tools=tools, tokenize=True, return_dict=True,
-                                               add_generation_prompt=True)["input_ids"]
-        ids = list(tokenizer.apply_chat_template(messages[: last + 1], tools=tools, tokenize=True,
-                                                 return_dict=True)["input_ids"])
-        mask = [0] * len(prompt) + [1] * (len(ids) - len(prompt))
-    if len(ids) > max_seq_len:
-        return None
-    return {"input_ids": ids, "labels": [t if m else -100 for t, m in zip(ids, mask)]}
-
-
-def _unweighted(mask: list[int], messages: list[dict[str, Any]], tokenizer, tools) -> list[int]:
-    """The generation mask without the tokens of weight-0 assistant messages. Each assistant
-    message is one run of masked tokens when the runs and messages are as many; otherwise (two
-    assistant messages in a row render as one run) a message's tokens are found by rendering
-    the conversation up to it."""
-    runs = [i for i, m in enumerate(mask) if m and (i == 0 or not mask[i - 1])]
-    ends = [i + 1 for i, m in enumerate(mask) if m and (i + 1 == len(mask) or not mask[i + 1])]
-    answers = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
-    if len(runs) == len(answers):
-        spans = list(zip(runs, ends))
-    else:
-        def length(upto: int) -> int:
-            return len(tokenizer.apply_chat_template(messages[:upto], tools=tools, tokenize=True,
-                                                     return_dict=True)["input_ids"])
-
-        spans = [(length(i), length(i + 1)) for i in answers]  # header included: it is the message's too
-    mask = mask[:]
-    for (start, end), i in zip(spans, answers):
-        if messages[i].get("weight") == 0:
-            mask[start:end] = [0] * (end - start)
-    return mask
-
-
-def text_chars(row: dict[str, Any]) -> int:
-    """Characters of message text in a row: a lower bound on what its chat template renders."""
-    return sum(len(m["content"]) for m in row["messages"] if isinstance(m.get("content"), str))
-
-
-def max_token_chars(tokenizer) -> int:
-    """The longest token's length in characters: a row of C characters has at least
-    C / this many tokens, so rows above max_seq_len x this are too long for certain."""
-    cached = getattr(tokenizer, "_max_token_chars", None)
-    if cached is None:
-        cached = max((len(t) for t in tokenizer.get_vocab()), default=1) or 1
-        try:
-            tokenizer._max_token_chars = cached
-        except AttributeError:  # a tokenizer that refuses new attributes is measured each time
-            pass
-    return cached
-
-
-def encode_rows(rows: list[dict[str, Any]], tokenizer, max_seq_len: int,
-                what: str = "the dataset") -> list[dict[str, list[int]] | None]:
-    """`encode` of every row (None for one over max_seq_len). Rows the chat template refuses
-    raise one UserError naming them, after every row was tried (exit 2: a restart cannot help)."""
-    out, refused = [], {}
-    for row in rows:
-        try:
-            out.append(encode(row, tokenizer, max_seq_len))
-        except Exception as err:  # noqa: BLE001 - a template is code: TypeError on content null is a refusal too
-            refused.setdefault(_reason(err), []).append(row)
-    collect(_refusal_lines(refused, len(rows)), what=f"the model's chat template cannot render {what}")
-    return out
-
-
-def encode_all(rows: list[dict[str, Any]], tokenizer, max_seq_len: int) -> tuple[list[dict[str, list[int]]], int]:
-    """Encode rows; over-long rows are dropped (policy: skip, counted in the metrics)."""
-    encoded = encode_rows(rows, tokenizer, max_seq_len)
-    kept = [e for e in encoded if e is not None]
-    return kept, len(encoded) - len(kept)
-
-
-TEMPLATE_CHECK_ROWS = 1000  # ~2 s on 2 cores; such problems are systematic, and training checks every row
-# A template is code: nested `range(99999)` loops never end. The checks before training render
-# under this wall-clock budget (each check's rows together, the parity check included), 10-20x what
-# real templates take for TEMPLATE_CHECK_ROWS rows on a busy 2-core machine.
-TEMPLATE_BUDGET_S = 30.0
-
-
-class _OverBudget(BaseException):
-    """Raised by the budget's timer inside a template's rendering: a BaseException, so that the
-    checks' `except Exception` (whatever a template raises refuses that row) lets it through."""
-
-
-@contextlib.contextmanager
-def _time_limit(seconds: float) -> Iterator[None]:
-    """_OverBudget in the body after `seconds` of wall-clock time: SIGALRM through setitimer, whose
-    handler interrupts Jinja's loops (Python bytecode) where they are. Only the main thread gets
-    signals; elsewhere, or under an outer timer due sooner, the body runs without a limit. An outer
-    timer is put back with what is left of it."""
-    import signal
-    import threading
-    import time
-
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
-        yield
-        return
-    armed = [True]
-
-    def expired(signum, frame):
-        if armed[0]:
-            raise _OverBudget
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    outer, _ = signal.setitimer(signal.ITIMER_REAL, seconds)
-    if outer and outer < seconds:  # someone else's deadline comes first: theirs stands
-        signal.setitimer(signal.ITIMER_REAL, outer)
-        armed[0] = False
-    start = time.monotonic()
-    try:
-        yield
-    finally:
-        armed[0] = False
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-        if outer:
-            signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - start), 1e-3))
-
-
-def _over_budget(tokenizer, where: str, template: str, what: str) -> str:
-    with contextlib.suppress(AttributeError):  # the next check of this template would wait as long again
-        tokenizer._over_budget = True
-    return (f"{where}: the chat template{f' {template}' if template else ''} did not finish {what} within "
-            f"{TEMPLATE_BUDGET_S:g} s (a template is code, and this one runs away: e.g. a loop like range(99999) "
-            "inside another): fix the template, or give another with chat_template= (a built-in name or a .jinja "
-            "file)")
-
-
-def template_problems(rows: list[dict[str, Any]], tokenizer, where: str, eos_ids: Sequence[int] = (),
-                      template: str = "") -> list[str]:
-    """Rows the model's chat template refuses to render (Gemma's refuses a system turn, some
-    refuse tools or non-alternating roles; any exception counts: SmolLM2's raises TypeError on
-    `content: null`), then the train/serve parity check (trainer.parity) on the rows it renders:
-    tools and tool calls rendered, read back by the tool-call parser that will serve the model.
-    The first TEMPLATE_CHECK_ROWS rows, before training, within TEMPLATE_BUDGET_S: one line per
-    distinct problem. `template` names the template in the message when it runs out of time."""
-    from trainer import parity
-
-    rows = rows[:TEMPLATE_CHECK_ROWS]
-    refused: dict[str, list[dict[str, Any]]] = {}
-    rendered = []
-    try:
-        with _time_limit(TEMPLATE_BUDGET_S):
-            for row in rows:
-                try:
-                    tokenizer.apply_chat_template(row["messages"], tools=row.get("tools") or None, tokenize=False)
-                except Exception as err:  # noqa: BLE001 - a template is code: whatever it raises, it refuses the row
-                    refused.setdefault(_reason(err), []).append(row)
-                    continue
-                rendered.append(row)
-            parity_lines = parity.model_problems(rendered, tokenizer, where, eos_ids)
-    except _OverBudget:
-        return [_over_budget(tokenizer, where, template, f"rendering {len(rows)} rows")]
-    return [f"{where}: {line}" for line in _refusal_lines(refused, len(rows))] + parity_lines
-
-
-def _reason(err: Exception) -> str:
-    from jinja2 import TemplateError
-
-    text = str(err)[:200]
-    return text if isinstance(err, TemplateError) else f"{type(err).__name__}: {text}"
-
-
-def length_problems(splits: dict[str, list[dict[str, Any]]], tokenizer, max_seq_len: int,
-                    context: int | None = None) -> list[str]:
-    """A split none of whose (first TEMPLATE_CHECK_ROWS) rows fits max_seq_len: training would
-    find no rows, or evaluation none to score, only after delivery and (for eval) training."""
-    from transformers.utils import logging as hf_logging
-
-    if getattr(tokenizer, "_over_budget", False):  # template_problems said so
-        return []
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # "sequence length is longer than ..." is what this check reports
-    try:
-        with _time_limit(TEMPLATE_BUDGET_S):
-            return _length_problems(splits, tokenizer, max_seq_len, context)
-    except _OverBudget:
-        return [_over_budget(tokenizer, "", "", "tokenizing the rows").removeprefix(": ")]
-    finally:
-        hf_logging.set_verbosity(verbosity)
-
-
-def _length_problems(splits, tokenizer, max_seq_len: int, context: int | None) -> list[str]:
-    from jinja2 import TemplateError
-
-    problems = []
-    for split, rows in splits.items():
-        lengths, checked = [], rows[:TEMPLATE_CHECK_ROWS]
-        for row in checked:
-            if text_chars(row) > max_seq_len * max_token_chars(tokenizer):
-                continue  # certainly too long; not worth tokenizing
-            try:
-                lengths.append(len(tokenizer.apply_chat_template(row["messages"], tools=row.get("tools") or None,
-                                                                 tokenize=True, return_dict=True)["input_ids"]))
-            except Exception:  # noqa: BLE001 - reported by template_problems
-                lengths.append(0)
-        if checked and not any(n <= max_seq_len for n in lengths):
-            shortest = f"the shortest has {min(lengths)} tokens" if lengths else "all are far longer"
-            if context and max_seq_len >= context:
-                fix = f"shorten the conversations, or use a model with a longer context (this one allows {context})"
-            else:
-                fix = "raise max_seq_len" + (f" (the model allows {context})" if context else "") + \
-                      ", or shorten the conversations"
-            problems.append(f"no {split} row of the {len(checked)} checked fits max_seq_len={max_seq_len} tokens "
-                            f"({shortest}): {fix}")
-    return problems
-
-
-def _refusal_lines(refused: dict[str, list[dict[str, Any]]], total: int) -> list[str]:
-    lines = []
-    for reason, rows in refused.items():
-        first = rows[0]["messages"][0]
-        lines.append(f"the model's chat template refuses {len(rows)} of {total} rows ({reason}; e.g. the row whose "
-                     f"first message is {first.get('role')}: {str(first.get('content'))[:60]!r}): change those rows "
-                     "(e.g. fold a system message into the first user turn), or use a model whose template accepts "
-                     "them, or give one with chat_template= (a built-in name or a .jinja file)")
-    return lines

@@ -1,0 +1,35 @@
+"""Chat data: read and validate rows, tokenize with an assistant-only loss mask.
+
+Row format (OpenAI / Hugging Face chat): `{"messages": [{"role", "content",
+"tool_calls"?, "weight"?}, ...], "tools"?: [...]}`. A tool call's `arguments` may be a dict
+or a JSON string (OpenAI's wire format); it is normalised to a dict on load. An assistant
+message with `"weight": 0` is not trained on (OpenAI's fine-tuning format). Other formats
+become messages on load, deterministically, with one line saying how many rows were converted:
+  prompt-completion  `{"prompt", "completion", "system"?}`, strings or message lists (TRL)
+  ShareGPT           `{"conversations": [{"from", "value"}], "system"?, "tools"?}` (axolotl,
+                     LLaMA-Factory): human -> user, gpt (chatgpt, bing) -> assistant, observation/tool
+                     -> tool, function_call (JSON `{"name", "arguments"}`) -> an assistant tool call;
+                     a turn's `weight` is kept on assistant turns only, empty system turns skipped
+  Alpaca             `{"instruction", "input"?, "output", "system"?, "history"?}`: the user turn
+                     is instruction and input joined by a newline (as LLaMA-Factory joins them)
+  OpenAI legacy      `functions` -> `tools`, `function_call` -> `tool_calls`, role function -> tool
+A file mixing ShareGPT or Alpaca rows with rows of another format is refused (row numbers named).
+Files: JSONL, a JSON list of rows (or one row), CSV (JSON text in the `messages` / `tools` cells)
+and Parquet; every reader ends in the same row checks.
+
+The package: formats (row checks and conversions), readers (files), encode (token ids and loss
+masks), preflight (template and length checks before training); every name is importable from
+`trainer.data` as before.
+"""
+
+from trainer.batching import collate, collate_packed, real_tokens  # noqa: F401 - moved there, importable here
+from trainer.data.formats import (  # noqa: F401
+    ROLES, MAX_REPORTED, row_problems, lone_surrogate, surrogate_problem, non_finite_paths,
+    SHAREGPT_ROLES, FORMAT_NAMES, CONVERTED, row_format, to_chat, convert, normalise, validate_rows,
+    format_problems, quiet_conversions, announce, json_loads)
+from trainer.data.readers import (  # noqa: F401
+    read_jsonl, FILE_TYPES, read_rows, _suffix, write_jsonl)
+from trainer.data.encode import (  # noqa: F401
+    encode, text_chars, max_token_chars, encode_rows, encode_all)
+from trainer.data.preflight import (  # noqa: F401
+    TEMPLATE_CHECK_ROWS, TEMPLATE_BUDGET_S, _time_limit, template_problems, length_problems)

@@ -1,0 +1,138 @@
+"""Checks before any training: the chat template renders every row within a time budget, and
+the rows fit max_seq_len (refusals counted and shown)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator, Sequence
+
+from trainer.data.encode import _reason, _refusal_lines, max_token_chars, text_chars
+
+
+TEMPLATE_CHECK_ROWS = 1000  # ~2 s on 2 cores; such problems are systematic, and training checks every row
+# A template is code: nested `range(99999)` loops never end. The checks before training render
+# under this wall-clock budget (each check's rows together, the parity check included), 10-20x what
+# real templates take for TEMPLATE_CHECK_ROWS rows on a busy 2-core machine.
+TEMPLATE_BUDGET_S = 30.0
+
+
+class _OverBudget(BaseException):
+    """Raised by the budget's timer inside a template's rendering: a BaseException, so that the
+    checks' `except Exception` (whatever a template raises refuses that row) lets it through."""
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float) -> Iterator[None]:
+    """_OverBudget in the body after `seconds` of wall-clock time: SIGALRM through setitimer, whose
+    handler interrupts Jinja's loops (Python bytecode) where they are. Only the main thread gets
+    signals; elsewhere, or under an outer timer due sooner, the body runs without a limit. An outer
+    timer is put back with what is left of it."""
+    import signal
+    import threading
+    import time
+
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+    armed = [True]
+
+    def expired(signum, frame):
+        if armed[0]:
+            raise _OverBudget
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    outer, _ = signal.setitimer(signal.ITIMER_REAL, seconds)
+    if outer and outer < seconds:  # someone else's deadline comes first: theirs stands
+        signal.setitimer(signal.ITIMER_REAL, outer)
+        armed[0] = False
+    start = time.monotonic()
+    try:
+        yield
+    finally:
+        armed[0] = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if outer:
+            signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - start), 1e-3))
+
+
+def _over_budget(tokenizer, where: str, template: str, what: str) -> str:
+    with contextlib.suppress(AttributeError):  # the next check of this template would wait as long again
+        tokenizer._over_budget = True
+    return (f"{where}: the chat template{f' {template}' if template else ''} did not finish {what} within "
+            f"{TEMPLATE_BUDGET_S:g} s (a template is code, and this one runs away: e.g. a loop like range(99999) "
+            "inside another): fix the template, or give another with chat_template= (a built-in name or a .jinja "
+            "file)")
+
+
+def template_problems(rows: list[dict[str, Any]], tokenizer, where: str, eos_ids: Sequence[int] = (),
+                      template: str = "") -> list[str]:
+    """Rows the model's chat template refuses to render (Gemma's refuses a system turn, some
+    refuse tools or non-alternating roles; any exception counts: SmolLM2's raises TypeError on
+    `content: null`), then the train/serve parity check (trainer.parity) on the rows it renders:
+    tools and tool calls rendered, read back by the tool-call parser that will serve the model.
+    The first TEMPLATE_CHECK_ROWS rows, before training, within TEMPLATE_BUDGET_S: one line per
+    distinct problem. `template` names the template in the message when it runs out of time."""
+    from trainer import parity
+
+    rows = rows[:TEMPLATE_CHECK_ROWS]
+    refused: dict[str, list[dict[str, Any]]] = {}
+    rendered = []
+    try:
+        with _time_limit(TEMPLATE_BUDGET_S):
+            for row in rows:
+                try:
+                    tokenizer.apply_chat_template(row["messages"], tools=row.get("tools") or None, tokenize=False)
+                except Exception as err:  # noqa: BLE001 - a template is code: whatever it raises, it refuses the row
+                    refused.setdefault(_reason(err), []).append(row)
+                    continue
+                rendered.append(row)
+            parity_lines = parity.model_problems(rendered, tokenizer, where, eos_ids)
+    except _OverBudget:
+        return [_over_budget(tokenizer, where, template, f"rendering {len(rows)} rows")]
+    return [f"{where}: {line}" for line in _refusal_lines(refused, len(rows))] + parity_lines
+
+
+def length_problems(splits: dict[str, list[dict[str, Any]]], tokenizer, max_seq_len: int,
+                    context: int | None = None) -> list[str]:
+    """A split none of whose (first TEMPLATE_CHECK_ROWS) rows fits max_seq_len: training would
+    find no rows, or evaluation none to score, only after delivery and (for eval) training."""
+    from transformers.utils import logging as hf_logging
+
+    if getattr(tokenizer, "_over_budget", False):  # template_problems said so
+        return []
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # "sequence length is longer than ..." is what this check reports
+    try:
+        with _time_limit(TEMPLATE_BUDGET_S):
+            return _length_problems(splits, tokenizer, max_seq_len, context)
+    except _OverBudget:
+        return [_over_budget(tokenizer, "", "", "tokenizing the rows").removeprefix(": ")]
+    finally:
+        hf_logging.set_verbosity(verbosity)
+
+
+def _length_problems(splits, tokenizer, max_seq_len: int, context: int | None) -> list[str]:
+    from jinja2 import TemplateError
+
+    problems = []
+    for split, rows in splits.items():
+        lengths, checked = [], rows[:TEMPLATE_CHECK_ROWS]
+        for row in checked:
+            if text_chars(row) > max_seq_len * max_token_chars(tokenizer):
+                continue  # certainly too long; not worth tokenizing
+            try:
+                lengths.append(len(tokenizer.apply_chat_template(row["messages"], tools=row.get("tools") or None,
+                                                                 tokenize=True, return_dict=True)["input_ids"]))
+            except Exception:  # noqa: BLE001 - reported by template_problems
+                lengths.append(0)
+        if checked and not any(n <= max_seq_len for n in lengths):
+            shortest = f"the shortest has {min(lengths)} tokens" if lengths else "all are far longer"
+            if context and max_seq_len >= context:
+                fix = f"shorten the conversations, or use a model with a longer context (this one allows {context})"
+            else:
+                fix = "raise max_seq_len" + (f" (the model allows {context})" if context else "") + \
+                      ", or shorten the conversations"
+            problems.append(f"no {split} row of the {len(checked)} checked fits max_seq_len={max_seq_len} tokens "
+                            f"({shortest}): {fix}")
+    return problems

@@ -1,0 +1,250 @@
+"""Data files: JSONL, JSON, CSV/TSV and Parquet, plain or gzip-compressed, UTF-8 (a BOM allowed);
+every reader ends in the same row checks (trainer.data.formats)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+from trainer.errors import UserError, collect
+from trainer.data.formats import (_ESCAPED_SURROGATE, _json_type, _loads, _raise_grouped,
+                                   _repeated, announce, convert, format_problems, json_loads, normalise, row_format,
+                                   row_problems, surrogate_problem, validate_rows)
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """Read and validate a JSONL file; errors name the file, the line and the reason.
+
+    UTF-8, with or without the byte-order mark some editors write; gzip-compressed when the
+    name ends in .gz. A file in another encoding, or not text at all, fails with one line
+    saying so, not one per row.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"dataset file not found: {path}. Pass an existing .jsonl file or directory.")
+    rows, problems, formats = [], [], []
+    with _open_bytes(path) as f:
+        head = f.read(8)
+        f.seek(0)
+        if (kind := _binary_kind(head)) or b"\0" in f.read(1 << 16):
+            fix = {"gzip-compressed": "gunzip", "zstd-compressed": "unzstd", "bzip2-compressed": "bunzip2",
+                   "a zip archive": "unzip"}.get(kind)
+            also = (f" (decompress it first: {fix} {path.name})" if fix else
+                    " (name it .parquet and it is read as Parquet)" if kind == "Parquet" else "")
+            raise UserError(f"{path} is not JSONL text ({kind or 'binary data'}): give a UTF-8 .jsonl file with "
+                            f"one JSON object per line{also}")
+        f.seek(0)
+        if f.read(1 << 16).lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"["):  # a JSON list named .jsonl
+            value = _whole_json(path)
+            if isinstance(value, list):
+                return validate_rows(value, str(path))
+        f.seek(0)
+        for lineno, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as err:
+                raise UserError(f"{path}:{lineno}: not UTF-8 text (byte 0x{raw[err.start]:02x} at column "
+                                f"{err.start + 1}); save the file as UTF-8, e.g. `iconv -f latin1 -t utf-8 "
+                                f"{path.name} > fixed.jsonl`") from None
+            if not line.strip():
+                continue
+            try:
+                row, repeated = _loads(line)
+            except json.JSONDecodeError as err:
+                problems.append((lineno, f"not valid JSON ({err.msg} at column {err.colno})"))
+                continue
+            except RecursionError:
+                problems.append((lineno, "JSON nested too deeply for the parser (about 1000 levels or more); a "
+                                         "chat row needs a handful: check how the file was generated"))
+                continue
+            problems += [(lineno, _repeated(k)) for k in repeated]
+            row, fmt = convert(row)
+            problems += [(lineno, p) for p in row_problems(row)]
+            if _ESCAPED_SURROGATE.search(line) and (problem := surrogate_problem(row, "")):
+                problems.append((lineno, problem))
+            rows.append(row)
+            formats.append((lineno, fmt))
+    problems += format_problems(formats)
+    if not rows and not problems:
+        problems.append((None, "file has no rows"))
+    _raise_grouped(problems, str(path), "line")
+    announce((fmt for _, fmt in formats), str(path))
+    return [normalise(r) for r in rows]
+
+
+FILE_TYPES = (".jsonl", ".json", ".csv", ".tsv", ".parquet")  # what read_rows reads, by extension
+
+
+def read_rows(path: str | Path) -> list[dict[str, Any]]:
+    """Read and validate a dataset file of any FILE_TYPES; other extensions are read as JSONL.
+
+    A `.json` file is a JSON list of rows, or JSON Lines under another name (common on the
+    Hub). Problems name the file and the line (JSONL) or row (other formats).
+    """
+    path = Path(path)
+    suffix = _suffix(path)
+    if not path.is_file() or suffix not in (".json", ".csv", ".tsv", ".parquet"):
+        return read_jsonl(path)
+    if suffix == ".parquet":
+        return validate_rows(_parquet_rows(path), str(path), columnar=True)
+    text = _utf8_text(path)
+    if suffix in (".csv", ".tsv"):
+        return validate_rows(_csv_rows(path, text, "\t" if suffix == ".tsv" else ","), str(path))
+    try:
+        value, repeated = _loads(text)
+    except json.JSONDecodeError as err:
+        if text.lstrip().startswith("["):
+            raise UserError(f"{path}: not valid JSON ({err.msg}: line {err.lineno}, column {err.colno}); a .json "
+                            "dataset is one JSON list of row objects (or JSONL, one object per line)") from None
+        return read_jsonl(path)  # JSON Lines named .json
+    except RecursionError:
+        raise UserError(f"{path}: JSON nested too deeply for the parser; a chat dataset needs a handful of "
+                        "levels: check how the file was generated") from None
+    collect([f"{path}: an object {_repeated(k)}" for k in dict.fromkeys(repeated)], what=f"bad dataset {path}")
+    if isinstance(value, dict) and row_format(value):
+        value = [value]  # one row, in any format
+    if not isinstance(value, list):
+        raise UserError(f"{path} holds a JSON {_json_type(value)}, not a list of rows: give a JSON list of "
+                        "{\"messages\": [...]} objects, or JSONL (one object per line)")
+    return validate_rows(value, str(path))
+
+
+def _whole_json(path: Path) -> Any:
+    """The file parsed as one JSON value, or None when it is not one."""
+    try:
+        value, repeated = _loads(_utf8_text(path))
+    except (json.JSONDecodeError, RecursionError):
+        return None
+    collect([f"{path}: an object {_repeated(k)}" for k in dict.fromkeys(repeated)], what=f"bad dataset {path}")
+    return value
+
+
+def _suffix(path: Path) -> str:
+    """The format's extension: `.jsonl` for both data.jsonl and data.jsonl.gz."""
+    suffixes = [s.lower() for s in path.suffixes]
+    return suffixes[-2] if suffixes[-1:] == [".gz"] and len(suffixes) > 1 else path.suffix.lower()
+
+
+def _open_bytes(path: Path):
+    """The file's bytes, gunzipped when its name ends in .gz (a file that is not gzip fails
+    with one UserError, not gzip's traceback, on the first read)."""
+    if path.suffix.lower() != ".gz":
+        return path.open("rb")
+    import gzip
+
+    return _GzipReader(gzip.open(path, "rb"), path)
+
+
+class _GzipReader:
+    """gzip.GzipFile whose decompression errors are UserErrors naming the file."""
+
+    def __init__(self, f, path: Path):
+        self._f, self._path = f, path
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._f.close()
+
+    def _guard(self, call, *args):
+        import gzip
+        import zlib
+
+        try:
+            return call(*args)
+        except (gzip.BadGzipFile, EOFError, zlib.error) as err:
+            raise UserError(f"{self._path} is not a readable gzip file ({err}); give it uncompressed, or compress it "
+                            "again with gzip") from None
+
+    def read(self, *args):
+        return self._guard(self._f.read, *args)
+
+    def seek(self, *args):
+        return self._guard(self._f.seek, *args)
+
+    def __iter__(self):
+        while line := self._guard(self._f.readline):
+            yield line
+
+
+def _utf8_text(path: Path) -> str:
+    """The file as text: UTF-8 with or without BOM, else one line saying how to convert it."""
+    with _open_bytes(path) as f:
+        raw = f.read()
+    if kind := _binary_kind(raw[:8]):
+        raise UserError(f"{path} is {kind}, not {path.suffix[1:].upper()} text: give UTF-8 text, or name the file "
+                        "by its format (.jsonl, .json, .csv, .tsv, .parquet)")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        raise UserError(f"{path}:{line}: not UTF-8 text (byte 0x{raw[err.start]:02x}); save the file as UTF-8, "
+                        f"e.g. `iconv -f latin1 -t utf-8 {path.name} > fixed{path.suffix}`") from None
+
+
+def _csv_rows(path: Path, text: str, delimiter: str = ",") -> list[dict[str, Any]]:
+    """CSV (or TSV) rows with a header; empty cells are absent, and a prompt or completion cell
+    holding a JSON list of messages is parsed (one that is plain text stays text)."""
+    import csv
+    import io
+
+    csv.field_size_limit(1 << 30)  # the default 128 KiB refuses a long conversation in one cell
+    out = []
+    try:
+        reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter)
+        header = reader.fieldnames or []
+        if twice := sorted({k for k in header if header.count(k) > 1 and k}):
+            raise UserError(f"{path}: the header names the column{'s' if len(twice) > 1 else ''} "
+                            f"{', '.join(map(repr, twice))} twice (only the last would be read): rename or drop one")
+        for row in reader:
+            cells = {k: v for k, v in row.items() if k is not None and v not in (None, "")}
+            for key in ("prompt", "completion"):  # messages and tools as JSON text: to_chat parses them
+                value = cells.get(key)
+                if isinstance(value, str) and value.lstrip().startswith("["):
+                    try:
+                        parsed = json_loads(value)
+                    except (json.JSONDecodeError, RecursionError):
+                        continue  # text that starts with '[': a prompt like any other
+                    if isinstance(parsed, list) and parsed and all(isinstance(m, dict) for m in parsed):
+                        cells[key] = parsed  # a conversational prompt / completion
+            out.append(cells)
+    except csv.Error as err:
+        raise UserError(f"{path} is not readable CSV ({err}); give a CSV with a header row, e.g. prompt,completion "
+                        "or messages (JSON text)") from None
+    return out
+
+
+def _parquet_rows(path: Path) -> list[dict[str, Any]]:
+    import pyarrow
+    import pyarrow.parquet as pq
+
+    try:
+        names = pq.read_schema(path).names
+        if twice := sorted({k for k in names if names.count(k) > 1}):
+            raise UserError(f"{path} has the column{'s' if len(twice) > 1 else ''} {', '.join(map(repr, twice))} "
+                            "twice: rename or drop one")
+        return pq.read_table(path).to_pylist()
+    except (pyarrow.ArrowException, OSError) as err:
+        raise UserError(f"{path} is not a readable Parquet file ({str(err).splitlines()[0][:200]}); write it again, "
+                        "e.g. with pandas `df.to_parquet(path)`") from None
+
+
+_MAGIC = {b"\x1f\x8b": "gzip-compressed", b"PK\x03\x04": "a zip archive", b"PAR1": "Parquet",
+          b"\x28\xb5\x2f\xfd": "zstd-compressed", b"BZh": "bzip2-compressed", b"\xff\xfe": "UTF-16 text",
+          b"\xfe\xff": "UTF-16 text", b"ARROW1": "Arrow"}
+
+
+def _binary_kind(head: bytes) -> str | None:
+    return next((kind for magic, kind in _MAGIC.items() if head.startswith(magic)), None)
+
+
+def write_jsonl(rows: Iterable[dict[str, Any]], path: str | Path) -> int:
+    """Write rows as JSONL; returns the row count."""
+    n = 0
+    with Path(path).open("w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            n += 1
+    return n
