@@ -53,6 +53,8 @@ def finetune(
     steps, in runs/<run_id>/checkpoints). The loss history stays in runs/<run_id>/result.json.
     """
     params = dict(locals())  # first statement: only the parameters are local yet
+    import os
+
     from components.artifacts import log_metrics, read_uri, write_pointer
     from trainer.config import TrainConfig
     from trainer.errors import exit_on_user_error
@@ -68,7 +70,10 @@ def finetune(
             from trainer.batching import check_rows
 
             check_rows(int(rows), batch_size, nodes * procs_per_node, batch_tokens)
-        result = run_training(cfg, launcher, cluster_from_params(params), Store.from_env(), run_id)
+        store = Store.from_env()
+        if local_run := os.environ.get("FINETUNE_LOCAL_RUN"):  # run_local: a failed run finds its events by this
+            store.put_json(f"runs/{run_id}/local-run/{local_run}", {})
+        result = run_training(cfg, launcher, cluster_from_params(params), store, run_id)
     write_pointer(adapter, result["output_uri"], {"method": method, "total_bytes": result["output_bytes"],
                                                   "tensorboard_uri": result["tensorboard_uri"]})
     log_metrics(metrics, result["metrics"])

@@ -304,6 +304,7 @@ def run(pipeline, params: dict[str, Any], args: argparse.Namespace) -> int:
     # The tasks run here even inside a pod (a Kubeflow Notebook sets KUBERNETES_SERVICE_HOST):
     # validate-params must not apply the cluster rules (launcher=local refused) to a local run.
     os.environ["FINETUNE_RUN_LOCAL"] = "1"
+    os.environ["FINETUNE_LOCAL_RUN"] = run_dir.name  # the finetune tasks mark their TensorBoard prefix with it
     os.environ["TMPDIR"] = tmp
 
     # Every process the run starts (executors, trainers, model servers, whatever they orphan) is found
@@ -359,6 +360,7 @@ def run(pipeline, params: dict[str, Any], args: argparse.Namespace) -> int:
                 signal.signal(sig, signal.SIG_DFL if handler is None else handler)
             restore()
             os.environ.pop("FINETUNE_RUN_LOCAL", None)
+            os.environ.pop("FINETUNE_LOCAL_RUN", None)
             if saved_tmpdir is None:
                 os.environ.pop("TMPDIR", None)
             else:
@@ -410,7 +412,6 @@ def _run(pipeline, params, args, console, run_dir) -> int:
     from pipelines import runs
     from trainer.storage import Store
 
-    started = time.time()
     start = time.perf_counter()
     task, error = None, None
     try:
@@ -425,8 +426,8 @@ def _run(pipeline, params, args, console, run_dir) -> int:
     metrics, reports = runs.collect_task_outputs(kfp_run_dir) if kfp_run_dir else ({}, {})
     report_files = runs.save_reports(run_dir, reports)
     try:
-        events = runs.save_tensorboard(run_dir, Store.from_env(), started,
-                                       runs.tensorboard_prefixes(kfp_run_dir) if kfp_run_dir else None)
+        events = runs.save_tensorboard(run_dir, Store.from_env(),
+                                       runs.tensorboard_prefixes(kfp_run_dir) if kfp_run_dir else None, run_dir.name)
     except UserError as err:  # S3 gone mid-run: the record and the error below still matter more
         console.say(f"TensorBoard events not kept: {err}")
         events = None

@@ -182,11 +182,15 @@ def tensorboard_prefixes(kfp_run_dir: Path) -> list[str]:
                    if (uri := (artifact.get("metadata") or {}).get("tensorboard_uri"))})
 
 
-def save_tensorboard(run_dir: Path, store, since: float, prefixes: list[str] | None = None) -> Path | None:
-    """Copy the trainer's TensorBoard events from runs/<id>/tensorboard/ in the bucket to
-    run_dir/tensorboard/<id>/; None if there were none. `prefixes` (tensorboard_prefixes): this
-    run's own, whatever else runs beside it; without them (no finetune task finished) the events
-    written since `since` (epoch seconds)."""
+LOCAL_RUN_MARK = "local-run"  # runs/<id>/local-run/<run_local's run name>: written by the finetune component
+
+
+def save_tensorboard(run_dir: Path, store, prefixes: list[str] | None = None, local_run: str = "") -> Path | None:
+    """Copy this run's TensorBoard events from runs/<id>/tensorboard/ in the bucket to
+    run_dir/tensorboard/<id>/; None if there were none. Found by identity, never by time (two runs
+    at once write to one bucket): `prefixes` (tensorboard_prefixes) are the finished finetune tasks';
+    without them (training failed) the tasks that marked runs/<id>/local-run/<local_run> before
+    training."""
     from minio.error import S3Error
 
     try:
@@ -197,11 +201,14 @@ def save_tensorboard(run_dir: Path, store, since: float, prefixes: list[str] | N
             return None
         raise
     own = [p.split("/", 3)[3].rstrip("/") + "/" for p in prefixes or [] if p.count("/") >= 3]
+    if not own and local_run:
+        own = [o.object_name.rsplit(f"/{LOCAL_RUN_MARK}/", 1)[0] + "/tensorboard/" for o in listed
+               if o.object_name.endswith(f"/{LOCAL_RUN_MARK}/{local_run}")]
+    if not own:
+        return None
 
     def ours(o) -> bool:
-        if own:
-            return o.object_name.startswith(tuple(own))
-        return "/tensorboard/" in o.object_name and o.last_modified.timestamp() >= since - 5
+        return o.object_name.startswith(tuple(own))
 
     found = [o for o in listed if ours(o) and not o.object_name.endswith("_manifest.json")]
     if not found:

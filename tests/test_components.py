@@ -103,3 +103,20 @@ def test_finetune_evaluate_merge_components(delivered, tmp_path):
     merged = art(Model, tmp_path, "merged")
     merge_lora.python_func(base_model=model, adapter=adapter, merged=merged)
     assert merged.metadata["uri"] not in (model.metadata["uri"], adapter.metadata["uri"])
+
+
+def test_a_local_finetune_marks_its_tensorboard_prefix_before_training(delivered, tmp_path, monkeypatch, store):
+    """run_local finds a failed run's TensorBoard events by this mark (runs/<id>/local-run/<run name>), not by time."""
+    from trainer.errors import UserError
+
+    model, data = delivered
+
+    def fails(*_, **__):
+        raise UserError("training failed on node 0 (exit status 3)")
+
+    monkeypatch.setattr("trainer.launch.run_training", fails)
+    monkeypatch.setenv("FINETUNE_LOCAL_RUN", "20261124-101500-finetune")
+    with pytest.raises(SystemExit):
+        finetune.python_func(base_model=model, dataset=data, run_id="marked-run", adapter=art(Model, tmp_path, "a"),
+                             metrics=art(Metrics, tmp_path, "m"), report=art(HTML, tmp_path, "r"), nodes=1)
+    assert store.exists("runs/marked-run/local-run/20261124-101500-finetune")

@@ -264,11 +264,14 @@ def test_tensorboard_events_of_this_run_are_copied_out_of_the_bucket(store, tmp_
     writer = SummaryWriter(str(events))
     writer.add_scalar("train/loss", 1.5, 1)
     writer.close()
-    start = time.time()
     store.put_dir(events, "runs/job-42/tensorboard")
+    store.put_dir(events, "runs/job-43/tensorboard")  # another run's, at the same time
     run_dir = tmp_path / "run"
-    assert runs.save_tensorboard(run_dir, store, since=start + 3600) is None  # older than the run: not ours
-    target = runs.save_tensorboard(run_dir, store, since=start)
+    # A run whose training failed: no adapter names its prefix, and time says nothing about whose events are whose.
+    assert runs.save_tensorboard(run_dir, store, local_run="20261124-101500-finetune") is None
+    store.put_json("runs/job-42/local-run/20261124-101500-finetune", {})  # what its finetune task marked
+    target = runs.save_tensorboard(run_dir, store, local_run="20261124-101500-finetune")
+    assert [p.name for p in target.iterdir()] == ["job-42"]
     copied = list((target / "job-42").glob("events.out.tfevents.*"))
     assert copied and copied[0].stat().st_size > 0
 
@@ -289,7 +292,7 @@ def test_a_runs_tensorboard_events_are_its_own_finetune_tasks_not_whatever_was_w
         "uri": store.uri("models/sha256-x"), "tensorboard_uri": store.uri("runs/ours-1/tensorboard")}}]}}}))
     prefixes = runs.tensorboard_prefixes(tmp_path / "kfp")
     assert prefixes == [store.uri("runs/ours-1/tensorboard")]
-    target = runs.save_tensorboard(tmp_path / "run", store, since=0, prefixes=prefixes)
+    target = runs.save_tensorboard(tmp_path / "run", store, prefixes=prefixes)
     assert [p.name for p in target.iterdir()] == ["ours-1"] and list((target / "ours-1").glob("events.out.*"))
 
 
@@ -300,7 +303,7 @@ def test_tensorboard_copy_from_a_dead_endpoint_is_a_user_error(tmp_path):
     dead = Store(endpoint="http://127.0.0.1:9", bucket="llm-finetune", access_key="k", secret_key="s",
                  region="us-east-1")
     with pytest.raises(UserError, match="unreachable during TensorBoard listing"):
-        runs.save_tensorboard(tmp_path / "run", dead, since=0)
+        runs.save_tensorboard(tmp_path / "run", dead)
 
 
 def test_summary_says_smoke_tested_only_when_the_smoke_test_passed_and_hides_stopped_endpoints():
@@ -470,7 +473,7 @@ def test_tensorboard_copy_when_no_task_created_the_bucket_finds_no_events(s3_env
 
     empty = Store.from_env()
     empty.bucket = "never-created-bucket"
-    assert runs.save_tensorboard(tmp_path / "run", empty, since=0) is None
+    assert runs.save_tensorboard(tmp_path / "run", empty) is None
 
 
 @pytest.mark.parametrize("how, status", [("Ctrl-C", 130), ("SIGTERM", 143)])
