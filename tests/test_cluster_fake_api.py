@@ -15,7 +15,7 @@ from tests.schemas import assert_restricted, validate
 from trainer.errors import UserError
 from trainer.k8s import common as cluster, vllm as cluster_serve
 from trainer.k8s.common import ClusterSpec, JobFailed, to_dict
-from trainer.k8s.pytorchjob import KubernetesLauncher, PyTorchJobLauncher, build_pytorchjob
+from trainer.k8s.pytorchjob import PyTorchJobLauncher, build_pytorchjob
 
 ROOT = Path(__file__).resolve().parent.parent
 ARGS = ["--model-uri=s3://b/models/m", "--dataset-uri=s3://b/datasets/d", "--output-prefix=runs/r1"]
@@ -95,7 +95,7 @@ def test_bad_cluster_settings_are_all_reported():
 
 def test_launcher_creates_streams_waits_and_cleans_up_fake_api(capsys):
     with FakeKubeAPI() as api:
-        KubernetesLauncher(ClusterSpec(namespace="ml", nodes=2, poll_interval_s=0.01), api.configuration).run(
+        PyTorchJobLauncher(ClusterSpec(namespace="ml", nodes=2, poll_interval_s=0.01), api.configuration).run(
             ARGS, "ft-ok")
         [(_, path, body)] = api.state.calls("POST", "pytorchjobs")
         assert path.endswith("/namespaces/ml/pytorchjobs") and body["metadata"]["name"] == "ft-ok"
@@ -111,7 +111,7 @@ def test_failure_report_has_phases_events_and_last_logs_fake_api():
                        exit_code=137, master_log="loading\nstep 9\nCUDA out of memory\n",
                        events=[("Warning", "BackOff", "Back-off restarting failed container")])
     with FakeKubeAPI(script) as api:
-        launcher = KubernetesLauncher(ClusterSpec(namespace="ml", nodes=2, poll_interval_s=0.01, cleanup="never"),
+        launcher = PyTorchJobLauncher(ClusterSpec(namespace="ml", nodes=2, poll_interval_s=0.01, cleanup="never"),
                                       api.configuration)
         with pytest.raises(JobFailed) as err:
             launcher.run(ARGS, "ft-bad")
@@ -127,7 +127,7 @@ def test_failure_report_has_phases_events_and_last_logs_fake_api():
 def test_failed_job_is_deleted_with_cleanup_always_fake_api():
     with FakeKubeAPI(JobScript(conditions=["Created", "Failed"])) as api:
         with pytest.raises(JobFailed):
-            KubernetesLauncher(ClusterSpec(namespace="ml", poll_interval_s=0.01, cleanup="always"),
+            PyTorchJobLauncher(ClusterSpec(namespace="ml", poll_interval_s=0.01, cleanup="always"),
                                api.configuration).run(ARGS, "ft-gone")
         assert api.state.calls("DELETE", "pytorchjobs/ft-gone")
 
@@ -135,9 +135,9 @@ def test_failed_job_is_deleted_with_cleanup_always_fake_api():
 def test_retried_task_attaches_to_existing_job_fake_api(capsys):
     with FakeKubeAPI() as api:
         spec = ClusterSpec(namespace="ml", poll_interval_s=0.01, cleanup="never")
-        KubernetesLauncher(spec, api.configuration).run(ARGS, "ft-same")
+        PyTorchJobLauncher(spec, api.configuration).run(ARGS, "ft-same")
         api.state.job_reads.clear()
-        KubernetesLauncher(spec, api.configuration).run(ARGS, "ft-same")  # 409 -> follow it
+        PyTorchJobLauncher(spec, api.configuration).run(ARGS, "ft-same")  # 409 -> follow it
         assert len(api.state.calls("POST", "pytorchjobs")) == 2
     assert "already exists; following it" in capsys.readouterr().out
 
@@ -147,11 +147,11 @@ def test_retry_after_a_failed_job_starts_it_again_fake_api(capsys):
     with FakeKubeAPI(JobScript(conditions=["Created", "Failed"])) as api:
         spec = ClusterSpec(namespace="ml", poll_interval_s=0.01, cleanup="on-success")
         with pytest.raises(JobFailed):
-            KubernetesLauncher(spec, api.configuration).run(ARGS, "ft-retry")
+            PyTorchJobLauncher(spec, api.configuration).run(ARGS, "ft-retry")
         assert not api.state.calls("DELETE", "pytorchjobs")  # kept for inspection
         capsys.readouterr()
         with pytest.raises(JobFailed):  # the new job runs its own (scripted, failing) lifecycle
-            KubernetesLauncher(spec, api.configuration).run(ARGS, "ft-retry")
+            PyTorchJobLauncher(spec, api.configuration).run(ARGS, "ft-retry")
         assert len(api.state.calls("POST", "pytorchjobs")) == 3  # first, the 409, the new job
         assert len(api.state.calls("DELETE", "pytorchjobs/ft-retry")) == 1
     out = capsys.readouterr().out
@@ -162,7 +162,7 @@ def test_retry_after_a_failed_job_starts_it_again_fake_api(capsys):
 def test_wait_timeout_is_a_parameter_fake_api():
     with FakeKubeAPI(JobScript(conditions=["Created"] * 100)) as api:
         with pytest.raises(JobFailed, match="timed out after wait_timeout_s=1") as err:
-            KubernetesLauncher(ClusterSpec(namespace="ml", poll_interval_s=0.1, wait_timeout_s=1, cleanup="never"),
+            PyTorchJobLauncher(ClusterSpec(namespace="ml", poll_interval_s=0.1, wait_timeout_s=1, cleanup="never"),
                                api.configuration).run(ARGS, "ft-slow")
         [(_, _, body)] = api.state.calls("POST", "pytorchjobs")
         assert body["spec"]["runPolicy"]["activeDeadlineSeconds"] == 1  # enforced by the cluster as well
@@ -565,7 +565,7 @@ def test_a_master_pod_recreated_under_the_same_name_is_streamed_from_its_start_f
     script = JobScript(conditions=["Created"] + ["Running"] * 40 + ["Succeeded"],
                        master_log="step 1\nstep 2\nSIGTERM: exiting\n", recreated_log="resuming\nstep 3\nfinal\n")
     with FakeKubeAPI(script) as api:
-        KubernetesLauncher(ClusterSpec(namespace="ml", poll_interval_s=0.01), api.configuration).run(ARGS, "ft-re")
+        PyTorchJobLauncher(ClusterSpec(namespace="ml", poll_interval_s=0.01), api.configuration).run(ARGS, "ft-re")
     out = capsys.readouterr().out
     assert "SIGTERM: exiting" in out and "resuming" in out and "final" in out
     assert out.count("step 1") == 1
@@ -712,7 +712,7 @@ def test_a_log_stream_cut_mid_line_loses_and_repeats_nothing_fake_api(capsys):
     script = JobScript(conditions=["Created"] + ["Running"] * 40 + ["Succeeded"],
                        master_log="step 1\nstep 2 loss 1.0\nstep 3\n", first_read_cut_at=len("step 1\nstep 2 lo"))
     with FakeKubeAPI(script) as api:
-        KubernetesLauncher(ClusterSpec(namespace="ml", poll_interval_s=0.01), api.configuration).run(ARGS, "ft-cut")
+        PyTorchJobLauncher(ClusterSpec(namespace="ml", poll_interval_s=0.01), api.configuration).run(ARGS, "ft-cut")
         assert api.state.master_log_reads >= 2
     shown = [line for line in capsys.readouterr().out.splitlines() if line.startswith("step")]
     assert shown == ["step 1", "step 2 loss 1.0", "step 3"]
@@ -723,7 +723,7 @@ def test_a_finished_pods_unterminated_last_line_is_shown_once_fake_api(capsys):
     script = JobScript(conditions=["Created"] + ["Running"] * 40 + ["Succeeded"],
                        master_log="step 1\nsaved to s3://b/runs/r1")
     with FakeKubeAPI(script) as api:
-        KubernetesLauncher(ClusterSpec(namespace="ml", poll_interval_s=0.01), api.configuration).run(ARGS, "ft-eof")
+        PyTorchJobLauncher(ClusterSpec(namespace="ml", poll_interval_s=0.01), api.configuration).run(ARGS, "ft-eof")
         assert api.state.master_log_reads >= 3  # re-read while running, then finished, then again
     out = capsys.readouterr().out.splitlines()
     assert [line for line in out if line.startswith(("step", "saved"))] == ["step 1", "saved to s3://b/runs/r1"]
@@ -735,7 +735,7 @@ def test_a_finished_pods_log_cut_mid_line_shows_the_rest_after_the_reconnect_fak
     script = JobScript(conditions=["Created"] + ["Running"] * 40 + ["Succeeded"], pod_phase="Succeeded",
                        master_log="step 1\nstep 2 loss 1.0\nstep 3\n", first_read_cut_at=len("step 1\nstep 2 lo"))
     with FakeKubeAPI(script) as api:
-        KubernetesLauncher(ClusterSpec(namespace="ml", poll_interval_s=0.01), api.configuration).run(ARGS, "ft-cut2")
+        PyTorchJobLauncher(ClusterSpec(namespace="ml", poll_interval_s=0.01), api.configuration).run(ARGS, "ft-cut2")
     out = capsys.readouterr().out.splitlines()
     start = out.index("step 1")
     assert out[start:start + 4] == ["step 1", "step 2 lo", "ss 1.0", "step 3"]
@@ -748,7 +748,7 @@ def test_a_container_restarted_in_place_shows_its_unterminated_last_line_fake_ap
     script = JobScript(conditions=["Created"] + ["Running"] * 40 + ["Succeeded"],
                        master_log="step 1\nstep 2\nRuntimeError: NCCL timeout", restarted_log="resuming\nstep 3\n")
     with FakeKubeAPI(script) as api:
-        KubernetesLauncher(ClusterSpec(namespace="ml", poll_interval_s=0.01), api.configuration).run(ARGS, "ft-inplace")
+        PyTorchJobLauncher(ClusterSpec(namespace="ml", poll_interval_s=0.01), api.configuration).run(ARGS, "ft-inplace")
         assert api.state.calls("GET", r"/pods/ft-inplace-master-0/log\?.*previous=")
     out = capsys.readouterr().out.splitlines()
     shown = [line for line in out if line.startswith(("step", "RuntimeError", "resuming", "---"))]
@@ -763,7 +763,7 @@ def test_a_restarted_containers_log_streams_when_the_ended_ones_is_gone_fake_api
     script = JobScript(conditions=["Created"] + ["Running"] * 40 + ["Succeeded"],
                        master_log="step 1\nstep 2\n", restarted_log="resuming\nstep 3\n", previous_log_gone=True)
     with FakeKubeAPI(script) as api:
-        KubernetesLauncher(ClusterSpec(namespace="ml", poll_interval_s=0.01), api.configuration).run(ARGS, "ft-gone")
+        PyTorchJobLauncher(ClusterSpec(namespace="ml", poll_interval_s=0.01), api.configuration).run(ARGS, "ft-gone")
         assert len(api.state.calls("GET", r"/pods/ft-gone-master-0/log\?.*previous=")) == 1
     out = capsys.readouterr().out.splitlines()
     assert [line for line in out if line.startswith(("step", "resuming"))] == ["step 1", "step 2", "resuming", "step 3"]

@@ -23,10 +23,12 @@ from trainer.serve import free_port
 from trainer.watchdog import Watchdog
 
 
-def train_command(train_args: list[str]) -> list[str]:
-    """The command every node runs; torchrun reads topology from PET_* env vars. trainer.torchrun
-    is torchrun passing on its worker's exit status (see there)."""
-    return [sys.executable, "-m", "trainer.torchrun", "-m", "trainer", "train", *train_args]
+def train_command(train_args: list[str], python: str = sys.executable) -> list[str]:
+    """The command every node runs, here and in a training pod (python="python", the image's);
+    torchrun reads the topology from PET_* env vars. trainer.torchrun is torchrun passing on its
+    worker's exit status (plain torchrun exits 1 whatever happened), so that ExitCode restarts and
+    podFailurePolicy can tell 2 from 137 (see there)."""
+    return [python, "-m", "trainer.torchrun", "-m", "trainer", "train", *train_args]
 
 
 

@@ -27,42 +27,33 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 
+import psutil
+
 PR_SET_CHILD_SUBREAPER = 36
 
 
-def _stat(pid: int | str) -> list[str] | None:
-    """/proc/PID/stat's fields after the command name (state, ppid, pgrp, ...), or None if gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
 def descendants(pid: int) -> list[int]:
-    """Every process below `pid`, from /proc (Linux)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (fields := _stat(entry)) is not None:
-            children.setdefault(int(fields[1]), []).append(int(entry))
-    out, todo = [], [pid]
-    while todo:
-        kids = children.get(todo.pop(), [])
-        out += kids
-        todo += kids
-    return out
+    """Every process below `pid` (none when it is gone)."""
+    try:
+        return [p.pid for p in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return []
 
 
 def alive(pid: int) -> bool:
     """Running (a zombie has ended: only its status is left to collect)."""
-    fields = _stat(pid)
-    return fields is not None and fields[0] != "Z"
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
-def start_time(pid: int) -> str:
-    """When `pid` started (clock ticks since boot): with the pid, a process's identity (pids are reused)."""
-    fields = _stat(pid)
-    return fields[19] if fields else ""
+def start_time(pid: int) -> float:
+    """When `pid` started: with the pid, a process's identity (pids are reused)."""
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return 0.0
 
 
 def subreaper(on: bool = True) -> None:

@@ -26,7 +26,7 @@ from trainer import serve, sources, templates
 from trainer.batching import check_rows
 from trainer.config import ADAPTER_METHODS, TrainConfig
 from trainer.data import lone_surrogate, non_finite_paths
-from trainer.errors import UserError, collect
+from trainer.errors import UserError
 
 # Every pipeline parameter that is not a TrainConfig field, with the default a caller that
 # lacks it gets (the sweep has no `method`, the CLI no `served_model_name`, ...): the finetune
@@ -471,10 +471,6 @@ def run_namespace_problems(params: dict[str, Any], run_namespace: str) -> list[s
     return rules.deploy_name(name, "kserve", run_namespace, side_by_side)
 
 
-def validate_pipeline_params(params: dict[str, Any], check_local_files: bool = True) -> None:
-    collect(pipeline_problems(params, check_local_files), what="invalid pipeline parameters")
-
-
 TRIAL_KEYS = {"lora_r": int, "lora_alpha": int, "learning_rate": float}
 TRIAL_EXAMPLE = '{"lora_r": 16, "lora_alpha": 32, "learning_rate": 0.0002}'
 SWEEP_ONLY = ("trials",)
@@ -522,7 +518,3 @@ def sweep_problems(params: dict[str, Any], check_local_files: bool = True) -> li
                             "rows), so no trial could be picked or deployed: set select_metric=eval_loss")
     seen: set[str] = set()
     return [p for p in problems if not (p in seen or seen.add(p))]
-
-
-def validate_sweep(params: dict[str, Any], check_local_files: bool = True) -> None:
-    collect(sweep_problems(params, check_local_files), what="invalid sweep parameters")

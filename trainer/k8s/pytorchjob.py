@@ -37,9 +37,10 @@ PERMANENT_EXIT_CODES = tuple(PERMANENT)
 
 
 def train_command(train_args: list[str]) -> list[str]:
-    """torchrun as trainer.torchrun, which exits with its failed worker's status (plain torchrun
-    exits 1 whatever happened), so ExitCode restarts and podFailurePolicy can tell 2 from 137."""
-    return ["python", "-m", "trainer.torchrun", "-m", "trainer", "train", *train_args]
+    """The training pod's command: the local launcher's, with the image's python."""
+    from trainer.launch import train_command as command
+
+    return command(train_args, python="python")
 
 
 def pod_template(spec: ClusterSpec, train_args: list[str], container_name: str, extra_labels: dict | None = None):
@@ -166,6 +167,3 @@ def _status(tc, name: str, namespace: str) -> str:
 
 def _is_master(pod) -> bool:
     return (pod.metadata.labels or {}).get("training.kubeflow.org/job-role") == "master"
-
-
-KubernetesLauncher = PyTorchJobLauncher  # the launcher's first name (launcher=kubernetes)
