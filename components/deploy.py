@@ -40,64 +40,47 @@ def deploy(
     from collections import namedtuple
 
     from components.artifacts import read_uri
+    from trainer import serving
     from trainer.errors import UserError, exit_on_user_error
+    from trainer.k8s.vllm import ServeSpec
+    from trainer.launch import cluster_from_params
     from trainer.serve import smoke_outcome, smoke_request
     from trainer.storage import Store
 
     with exit_on_user_error():
-        if backend not in ("local", "kubernetes", "kserve"):
-            raise UserError(f"deploy backend must be 'local', 'kubernetes' or 'kserve', got {backend!r}")
         if serve_adapters and (base_model is None or adapter is None):
             raise UserError("serve_adapters=true needs the base_model and adapter inputs wired to deploy")
         store = Store.from_env()
         with open(store.get_tree(read_uri(dataset)) / "eval.jsonl") as f:
             messages, tools = smoke_request([json.loads(line) for line in f if line.strip()])
-        serve_uri = read_uri(base_model) if serve_adapters else read_uri(model)
-        adapters = {name: read_uri(adapter)} if serve_adapters else {}
-        served = f"{name}-base" if serve_adapters else name
-        if backend in ("kubernetes", "kserve"):
-            from trainer.k8s import kserve, vllm
-            from trainer.launch import cluster_from_params
-
-            placement = cluster_from_params(dict(namespace=namespace, accelerator_resource=accelerator_resource,
-                                                 node_selector=node_selector, tolerations=tolerations,
-                                                 kueue_queue=kueue_queue))
-            from trainer.serve import lora_rank
-
-            # vLLM refuses adapters above --max-lora-rank; adapters are small, so read their configs.
-            rank = max([lora_rank(store.get_tree(uri)) for uri in adapters.values()] or [16])
-            from trainer.serve import stored_has_template, stored_tool_call_parser
-
-            spec = vllm.ServeSpec(name=served, model_uri=serve_uri, gpus=gpus, cluster=placement, adapters=adapters,
-                                  vllm_image=vllm_image, max_lora_rank=rank,
-                                  tool_call_parser=stored_tool_call_parser(store, serve_uri),
-                                  chat_template=stored_has_template(store, serve_uri))
-            out = (kserve if backend == "kserve" else vllm).deploy(spec, messages, tools)
-        else:
-            from trainer.serve import deploy_local
-
-            loras = {n: str(store.get_tree(uri)) for n, uri in adapters.items()}
-            out = deploy_local(store.get_tree(serve_uri), served, messages, tools, lora_modules=loras,
-                               keep_serving=keep_serving)
-    names = out.get("names") or out.get("models") or [served]
-    outcome = smoke_outcome(out.get("results") or {served: out})
+        placement = cluster_from_params(dict(namespace=namespace, accelerator_resource=accelerator_resource,
+                                             node_selector=node_selector, tolerations=tolerations,
+                                             kueue_queue=kueue_queue))
+        # serve_adapters: the base as `name`-base and the adapter as `name`; else the merged model as `name`
+        spec = ServeSpec(name=f"{name}-base" if serve_adapters else name,
+                         model_uri=read_uri(base_model) if serve_adapters else read_uri(model), gpus=gpus,
+                         cluster=placement, adapters={name: read_uri(adapter)} if serve_adapters else {},
+                         vllm_image=vllm_image)
+        out = serving.deploy(backend, spec, store, messages, tools, keep_serving=keep_serving)
+    names = out.names
+    outcome = smoke_outcome(out.results)
     ok = outcome["smoke_ok"]
     smoke.log_metric("smoke_ok", float(ok))  # 1 only when every served name answered a well-formed tool call
     # 1 when the server kept to the OpenAI protocol: smoke_ok 0 with this 1 is the model's answer (undertrained)
     smoke.log_metric("smoke_server_ok", float(outcome["server_ok"]))
-    smoke.log_metric("smoke_latency_s", out["latency_s"])
-    if "ready_s" in out:
-        smoke.log_metric("vllm_ready_s", out["ready_s"])
-    smoke.metadata.update(endpoint=out["endpoint"], served_names=names, reason=out.get("reason", ""),
-                          still_serving=bool(out.get("pgid")) or backend != "local")
-    for n, r in (out.get("results") or {served: out}).items():
+    smoke.log_metric("smoke_latency_s", out.latency_s)
+    if out.ready_s is not None:
+        smoke.log_metric("vllm_ready_s", out.ready_s)
+    smoke.metadata.update(endpoint=out.endpoint, served_names=names, reason=out.reason,
+                          still_serving=bool(out.pgid) or backend != "local")
+    for n, r in out.results.items():
         smoke.metadata[f"reply_{n}"] = r["reply"][:300]
         print(f"  {n}: {'ok' if r['ok'] else 'FAILED: ' + r['reason']} in {r['latency_s']:.2f}s: {r['reply'][:160]}")
-    stopped = backend == "local" and not out.get("pgid")  # its URL would mislead: say it is gone
-    print(f"{'served at (now stopped)' if stopped else 'endpoint'} {out['endpoint']} ({', '.join(names)}): "
-          + ("smoke-tested" if ok else f"smoke test FAILED: {out.get('reason', '')}"))
-    if out.get("pgid"):
-        print(f"still serving; stop with: kill -- -{out['pgid']}  (log: {out['log']})")
+    stopped = backend == "local" and not out.pgid  # its URL would mislead: say it is gone
+    print(f"{'served at (now stopped)' if stopped else 'endpoint'} {out.endpoint} ({', '.join(names)}): "
+          + ("smoke-tested" if ok else f"smoke test FAILED: {out.reason}"))
+    if out.pgid:
+        print(f"still serving; stop with: kill -- -{out.pgid}  (log: {out.log})")
     if outcome["warning"]:
         print(outcome["warning"], flush=True)
     if outcome["error"]:  # a broken server is no deployment: fail the step (the metrics above are kept)
@@ -105,4 +88,4 @@ def deploy(
 
         print(f"error: deploy: {outcome['error']}", file=sys.stderr, flush=True)
         sys.exit(1)
-    return namedtuple("Outputs", ["endpoint", "smoke_ok"])(out["endpoint"], ok)
+    return namedtuple("Outputs", ["endpoint", "smoke_ok"])(out.endpoint, ok)

@@ -39,7 +39,8 @@ def deploy_trials(
 
     from components.artifacts import read_uri
     from trainer.errors import exit_on_user_error
-    from trainer.k8s.vllm import ServeSpec, deploy_side_by_side, trial_adapters
+    from trainer import serving
+    from trainer.k8s.vllm import ServeSpec, trial_adapters
     from trainer.launch import cluster_from_params
     from trainer.serve import smoke_outcome, smoke_request
     from trainer.storage import Store
@@ -53,14 +54,14 @@ def deploy_trials(
                                              kueue_queue=kueue_queue))
         spec = ServeSpec(name=f"{name}-base", model_uri=read_uri(base_model), gpus=gpus, cluster=placement,
                          adapters=trial_adapters(name, [read_uri(a) for a in adapters]), vllm_image=vllm_image)
-        out = deploy_side_by_side(backend, spec, store, messages, tools)
-    outcome = smoke_outcome(out.get("results") or {"": out})  # the same verdict as the deploy step's
+        out = serving.deploy(backend, spec, store, messages, tools)
+    outcome = smoke_outcome(out.results)  # the same verdict as the deploy step's
     smoke.log_metric("smoke_ok", float(outcome["smoke_ok"]))
     smoke.log_metric("smoke_server_ok", float(outcome["server_ok"]))
-    smoke.log_metric("smoke_latency_s", out["latency_s"])
-    smoke.metadata.update(endpoint=out["endpoint"], served_names=out["names"], reason=out["reason"])
-    print(f"endpoint {out['endpoint']} serves {', '.join(out['names'])}"
-          + ("" if outcome["smoke_ok"] else f"; smoke test FAILED: {out['reason']}"))
+    smoke.log_metric("smoke_latency_s", out.latency_s)
+    smoke.metadata.update(endpoint=out.endpoint, served_names=out.names, reason=out.reason)
+    print(f"endpoint {out.endpoint} serves {', '.join(out.names)}"
+          + ("" if outcome["smoke_ok"] else f"; smoke test FAILED: {out.reason}"))
     if outcome["warning"]:
         print(outcome["warning"], flush=True)
     if outcome["error"]:  # a broken server is no deployment: fail the step
@@ -68,4 +69,4 @@ def deploy_trials(
 
         print(f"error: deploy all trials: {outcome['error']}", file=sys.stderr, flush=True)
         sys.exit(1)
-    return namedtuple("Outputs", ["endpoint", "models"])(out["endpoint"], out["names"])
+    return namedtuple("Outputs", ["endpoint", "models"])(out.endpoint, out.names)

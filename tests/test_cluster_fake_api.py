@@ -512,7 +512,8 @@ def test_sweep_trials_side_by_side_on_the_cluster_fake_api(store, tmp_path, monk
     import json as json_
 
     from tests.test_serve_openai import LLAMA3_TEMPLATE, LLAMA3_TOKENS, _write_tree
-    from trainer.k8s.vllm import ServeSpec, deploy_side_by_side, trial_adapters
+    from trainer import serving
+    from trainer.k8s.vllm import ServeSpec, trial_adapters
 
     base_uri, _ = store.put_tree(_write_tree(tmp_path / "base", LLAMA3_TEMPLATE, LLAMA3_TOKENS), "models")
     uris = []
@@ -529,14 +530,14 @@ def test_sweep_trials_side_by_side_on_the_cluster_fake_api(store, tmp_path, monk
     spec = ServeSpec(name="sweep-base", model_uri=base_uri, adapters=trial_adapters("sweep", uris),
                      cluster=ClusterSpec(namespace="ml"))
     with FakeKubeAPI() as api:
-        out = deploy_side_by_side("kubernetes", spec, store, [{"role": "user", "content": "hi"}],
-                                  client_configuration=api.configuration, poll_s=0.01)
+        out = serving.deploy("kubernetes", spec, store, [{"role": "user", "content": "hi"}],
+                             client_configuration=api.configuration, poll_s=0.01)
         [(_, _, body)] = api.state.calls("POST", "deployments")
     cmd = body["spec"]["template"]["spec"]["containers"][0]["command"]
     assert cmd[cmd.index("--max-lora-rank") + 1] == "64"
     assert cmd[cmd.index("--tool-call-parser") + 1] == "llama3_json"
     assert cmd[cmd.index("--chat-template") + 1] == "/models/model/chat_template.jinja"  # the tree's, as trained
-    assert out["names"] == ["sweep-base", "sweep-trial-0", "sweep-trial-1"] and out["smoke_ok"]
+    assert out.names == ["sweep-base", "sweep-trial-0", "sweep-trial-1"] and out.smoke_ok
     assert asked == [("sweep-base", False), ("sweep-trial-0", True), ("sweep-trial-1", True)]
 
 

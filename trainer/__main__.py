@@ -199,10 +199,9 @@ def run(args: argparse.Namespace) -> None:
         spec = vllm.ServeSpec(name=args.name, model_uri=args.model_uri, gpus=args.gpus, cluster=_cluster_spec(args),
                               adapters=vllm.parse_adapters(args.adapter), max_lora_rank=args.max_lora_rank,
                               vllm_image=args.vllm_image, tool_call_parser=args.tool_call_parser)
-        if args.backend == "kserve":
-            from trainer.k8s import kserve as backend
-        else:
-            backend = vllm
+        from trainer.serving import backend_module
+
+        backend = backend_module(args.backend)
         if args.dry_run:
             print_yaml(backend.build(spec))
         else:

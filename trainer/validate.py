@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer import params as param_table
-from trainer import serve, sources, templates
+from trainer import serve, serving, sources, templates
 from trainer.batching import check_rows
 from trainer.config import ADAPTER_METHODS, TrainConfig
 from trainer.data import lone_surrogate, non_finite_paths
@@ -421,7 +421,7 @@ def cluster_problems(params: dict[str, Any]) -> list[str]:
     return problems
 
 
-DEPLOY_BACKENDS = ("local", "kubernetes", "kserve")  # all but the first run on the cluster
+DEPLOY_BACKENDS = serving.BACKENDS  # all but the first run on the cluster
 
 
 def on_cluster_problems(params: dict[str, Any]) -> list[str]:

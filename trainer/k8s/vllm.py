@@ -284,28 +284,3 @@ def parse_adapters(pairs: list[str]) -> dict[str, str]:
 def trial_adapters(name: str, uris: list[str]) -> dict[str, str]:
     """Served names for a sweep's adapters, in trial order: `name`-trial-0, `name`-trial-1, ..."""
     return {f"{name}-trial-{i}": uri for i, uri in enumerate(uris)}
-
-
-def deploy_side_by_side(backend: str, spec: ServeSpec, store, messages: list[dict[str, Any]],
-                        tools: list | None = None, client_configuration: Any = None,
-                        poll_s: float = 5.0) -> dict[str, Any]:
-    """Serve spec.model_uri as spec.name with every adapter beside it on `backend` (local: vLLM on
-    loopback from downloaded copies; kubernetes: Deployment; kserve: InferenceService), each
-    smoke-tested by name. --max-lora-rank follows the largest adapter (adapters are small:
-    reading their configs costs little)."""
-    from trainer.serve import deploy_local, lora_rank, stored_has_template, stored_tool_call_parser
-
-    dirs = {n: store.get_tree(uri) for n, uri in spec.adapters.items()}
-    spec.max_lora_rank = max([lora_rank(d) for d in dirs.values()] or [16])
-    spec.tool_call_parser = stored_tool_call_parser(store, spec.model_uri)
-    spec.chat_template = stored_has_template(store, spec.model_uri)
-    if backend == "local":
-        return deploy_local(store.get_tree(spec.model_uri), spec.name, messages, tools,
-                            lora_modules={n: str(d) for n, d in dirs.items()})
-    if backend == "kserve":
-        from trainer.k8s import kserve
-
-        return kserve.deploy(spec, messages, tools, client_configuration, poll_s)
-    if backend == "kubernetes":
-        return deploy(spec, messages, tools, client_configuration, poll_s)
-    raise UserError(f"deploy backend must be 'local', 'kubernetes' or 'kserve', got {backend!r}")
