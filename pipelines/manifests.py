@@ -133,7 +133,7 @@ def render(namespace: str, pipeline_sa: str, storage: str = "100Gi") -> list[dic
               "verbs": ["create", "get", "list", "watch", "delete"]},
              {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"],
               "verbs": ["create", "get", "list", "watch", "delete"]},
-             {"apiGroups": ["serving.kserve.io"], "resources": ["inferenceservices", "servingruntimes"],
+             {"apiGroups": ["serving.kserve.io"], "resources": ["inferenceservices", "servingruntimes", "llminferenceservices"],
               "verbs": ["create", "get", "list", "watch", "patch", "update", "delete"]},
              {"apiGroups": ["apps"], "resources": ["deployments"],
               "verbs": ["create", "get", "list", "watch", "patch", "update", "delete"]},

@@ -46,7 +46,7 @@ from typing import Any
 
 from pipelines.finetune import finetune_pipeline
 from pipelines.params import parse_params, pipeline_defaults
-from trainer import settings
+from trainer import serving, settings
 from trainer.config import ADAPTER_METHODS
 from trainer.errors import UserError, collect, exit_on_user_error
 
@@ -227,8 +227,8 @@ def sweep_dry_run_objects(params: dict[str, Any]) -> list:
         [job, *_] = dry_run_objects({**base, **trial, "deploy_backend": "none"}, job_name(f"run-id-trial-{i}"))
         objects.append(job)
     objects += dry_run_objects({**base, "launcher": "local"})  # the winner, if it beats the base by min_gain
-    if params.get("deploy_all_trials") and params["deploy_backend"] in ("kubernetes", "kserve"):
-        from trainer.k8s import kserve, vllm
+    if params.get("deploy_all_trials") and params["deploy_backend"] in serving.CLUSTER_BACKENDS:
+        from trainer.k8s import vllm
         from trainer.launch import cluster_from_params
 
         name = params["served_model_name"]
@@ -238,14 +238,14 @@ def sweep_dry_run_objects(params: dict[str, Any]) -> list:
             adapters=vllm.trial_adapters(name, [f"s3://<bucket>/models/<from-trial-{i}>"
                                                 for i in range(len(params["trials"]))]),
             max_lora_rank=max(int(t["lora_r"]) for t in params["trials"]))
-        objects += (kserve if params["deploy_backend"] == "kserve" else vllm).build(side_by_side)
+        objects += serving.backend_module(params["deploy_backend"]).build(side_by_side)
     return objects
 
 
 def dry_run_objects(params: dict[str, Any], name: str = "") -> list:
     """The Kubernetes objects this run would create, as model objects."""
     from trainer.config import TrainConfig
-    from trainer.k8s import kserve, vllm
+    from trainer.k8s import vllm
     from trainer.k8s.common import job_name
     from trainer.k8s.pytorchjob import build_pytorchjob
     from trainer.k8s.trainjob import build_trainjob
@@ -259,7 +259,7 @@ def dry_run_objects(params: dict[str, Any], name: str = "") -> list:
                                       output_prefix="runs/<run id>")
         build = build_trainjob if params["launcher"] == "trainjob" else build_pytorchjob
         objects.append(build(name or job_name("run-id"), cfg.to_args(), spec))
-    if params["deploy_backend"] in ("kubernetes", "kserve"):
+    if params["deploy_backend"] in serving.CLUSTER_BACKENDS:
         name, side_by_side = params["served_model_name"], params.get("serve_adapters", False)
         serve = vllm.ServeSpec(
             name=f"{name}-base" if side_by_side else name, gpus=params["serve_gpus"], cluster=spec,
@@ -267,7 +267,7 @@ def dry_run_objects(params: dict[str, Any], name: str = "") -> list:
             else "s3://<bucket>/models/<from merge-lora>",
             adapters={name: "s3://<bucket>/models/<from finetune>"} if side_by_side else {},
             vllm_image=params.get("vllm_image", ""))
-        objects += (kserve if params["deploy_backend"] == "kserve" else vllm).build(serve)
+        objects += serving.backend_module(params["deploy_backend"]).build(serve)
     return objects
 
 
@@ -424,8 +424,14 @@ def main(argv: list[str] | None = None) -> int:
             print(params_help(pipeline))
             return 0
         problems: list[str] = []  # --param, the options and the parameters: all in one message
-        params = parse_params(pipeline, args.param, problems)
+        # The pipelines' default, launcher=local, is run_local's, and a cluster refuses it: a submitted run
+        # trains as a TrainJob unless told otherwise.
+        default_launcher = not any(p.partition("=")[0].strip() == "launcher" for p in args.param)
+        params = parse_params(pipeline, [*args.param, *(["launcher=trainjob"] if default_launcher else [])], problems)
         validate(params, args.recurring, problems + option_problems(args) + schedule_problems(args), sweep=sweep)
+        if default_launcher:
+            print("note: launcher not given: trainjob (a Kubeflow Trainer v2 TrainJob; launcher=pytorchjob for the "
+                  "Training Operator v1)", file=sys.stderr)
         # Times go to KFP as RFC 3339 in UTC ('2026-12-01T02:00:00Z' for 2026-12-01 03:00+01:00), as KFP shows them.
         schedule = {k: _time(v, "", []).astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
                     for k, v in (("start_time", args.start_time), ("end_time", args.end_time)) if v is not None}

@@ -60,6 +60,7 @@ class State:
     rollout_after_reads: int = 2
     status_reads: dict[str, int] = field(default_factory=dict)
     isvc_ready_after_reads: int = 2
+    llmisvc_not_ready: str = ""  # set: the LLMInferenceService's Ready condition stays False with this message
     master_log_reads: int = 0  # streamed (follow) reads of the master pod's log
     pod_listings: int = 0
     resource_version: int = 0  # the last one handed out (the API server's etcd revision)
@@ -76,6 +77,7 @@ ROUTES = [
     ("_trainjob", r"^/apis/trainer\.kubeflow\.org/v1alpha1/namespaces/([^/]+)/trainjobs(?:/([^/]+))?$"),
     ("_isvc", r"^/apis/serving\.kserve\.io/v1beta1/namespaces/([^/]+)/inferenceservices(?:/([^/]+))?$"),
     ("_runtime", r"^/apis/serving\.kserve\.io/v1alpha1/namespaces/([^/]+)/servingruntimes(?:/([^/]+))?$"),
+    ("_llmisvc", r"^/apis/serving\.kserve\.io/v1alpha2/namespaces/([^/]+)/llminferenceservices(?:/([^/]+))?$"),
     ("_deployment_status", r"^/apis/apps/v1/namespaces/([^/]+)/deployments/([^/]+)/status$"),
     ("_deployment", r"^/apis/apps/v1/namespaces/([^/]+)/deployments(?:/([^/]+))?$"),
     ("_service", r"^/api/v1/namespaces/([^/]+)/services(?:/([^/]+))?$"),
@@ -203,6 +205,21 @@ class Handler(RoutedHandler):
             out = {**out, "status": {"observedGeneration": out["metadata"]["generation"], "conditions": [
                 {"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": "2026-11-22T00:00:00Z"}],
                 **({"address": {"url": f"http://{name}-predictor.{ns}.svc.cluster.local"}} if ready else {})}}
+        return code, out
+
+    def _llmisvc(self, method, ns, name, *, query, body):
+        """LLMInferenceService: Ready after `isvc_ready_after_reads` reads of a generation, with its URL
+        (KServe's gateway address); `llmisvc_not_ready` scripts a condition that stays False."""
+        code, out = self._crud("LLMInferenceService", method, ns, name, body)
+        if method == "GET" and code == 200:
+            key = f"llmisvc:{name}@{out['metadata']['generation']}"
+            reads = self.state.status_reads[key] = self.state.status_reads.get(key, 0) + 1
+            ready = reads >= self.state.isvc_ready_after_reads and not self.state.llmisvc_not_ready
+            why = {"reason": "MinimumReplicasUnavailable", "message": self.state.llmisvc_not_ready} \
+                if self.state.llmisvc_not_ready else {}
+            out = {**out, "status": {"observedGeneration": out["metadata"]["generation"], "conditions": [
+                {"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": "2026-11-22T00:00:00Z",
+                 **why}], **({"url": f"http://{name}.{ns}.example.com"} if ready else {})}}
         return code, out
 
     def _runtime(self, method, ns, name, *, query, body):

@@ -24,6 +24,7 @@ CRDS = {  # kind -> (file, version)
     "ClusterTrainingRuntime": ("trainer.kubeflow.org_clustertrainingruntimes.yaml", "v1alpha1"),
     "InferenceService": ("serving.kserve.io_inferenceservices.yaml", "v1beta1"),
     "ServingRuntime": ("serving.kserve.io_servingruntimes.yaml", "v1alpha1"),
+    "LLMInferenceService": ("serving.kserve.io_llminferenceservices.yaml", "v1alpha2"),
 }
 
 

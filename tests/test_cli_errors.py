@@ -253,7 +253,7 @@ def test_param_typos_name_the_fix_and_spaces_around_the_name_are_typing(capsys):
     with pytest.raises(SystemExit) as exit_info:
         submit.main(["--dry-run", "--param", "=1", "--param", "max_stepz=3", "--param", "lora_r = 16"])
     err = capsys.readouterr().err
-    assert exit_info.value.code == 2 and "invalid pipeline parameters (4 problems)" in err  # + launcher, deploy_backend
+    assert exit_info.value.code == 2 and "invalid pipeline parameters (3 problems)" in err  # + deploy_backend (launcher: trainjob when not given)
     assert "--param '=1' has no name before '='" in err
     assert "unknown parameter 'max_stepz'; did you mean max_steps?" in err
     assert submit.main(["--dry-run", "--param", "launcher=trainjob", "--param", "deploy_backend=kserve", "--param",
@@ -530,7 +530,7 @@ def test_submit_refuses_the_local_deploy_backend_naming_the_cluster_ones(capsys,
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "(1 problem)" in err, err
     assert "deploy_backend=local serves inside the pipeline pod, whose image (docker/Dockerfile) has no vLLM" in err
-    assert "use deploy_backend=kubernetes" in err and "deploy_backend=kserve" in err
+    assert "use deploy_backend=kubernetes" in err and "kserve (an InferenceService) or llmisvc" in err
     assert submit.main(["--dry-run", "--param", "launcher=trainjob", "--param", "deploy_backend=kserve"]) == 0
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")  # the step as it runs in a cluster pod
     with pytest.raises(SystemExit) as exit_info:

@@ -80,8 +80,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--name", required=True, help="Deployment/Service name; also the served model name")
     p.add_argument("--model-uri", required=True, help="the merged (or base) model, s3:// URI")
     p.add_argument("--gpus", type=int, default=1, help="GPUs per replica; > 1 = tensor parallel")
-    p.add_argument("--backend", default="kubernetes", choices=("kubernetes", "kserve"),
-                   help="kubernetes: a vLLM Deployment and Service; kserve: an InferenceService (default kubernetes)")
+    p.add_argument("--backend", default="kubernetes", choices=("kubernetes", "kserve", "llmisvc"),
+                   help="kubernetes: a vLLM Deployment and Service; kserve: an InferenceService; llmisvc: an "
+                        "LLMInferenceService (default kubernetes)")
     p.add_argument("--adapter", action="append", default=[], metavar="NAME=S3_URI",
                    help="serve this LoRA adapter beside the base model (--model-uri) under NAME; repeatable")
     p.add_argument("--max-lora-rank", type=int, default=16, help="vLLM --max-lora-rank: at least the adapters' r")

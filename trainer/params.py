@@ -153,8 +153,9 @@ PARAMS: tuple[Param, ...] = (
                       'deployed: e.g. 0.05 (5 points of accuracy) or 0.1 (eval loss).')),
     Param('deploy_backend', str, 'local', SERVING, BOTH,
           help=('Where the model (in the sweep: the winner) is served: local (run_local only: the cluster image has no '
-                'vLLM), kubernetes (a vLLM Deployment and Service) or kserve (an InferenceService); one of the last two '
-                'on a cluster.')),
+                'vLLM), kubernetes (a vLLM Deployment and Service), kserve (an InferenceService) or llmisvc (KServe\'s '
+                'LLMInferenceService; with serve_adapters the base and the adapter from the bucket, no merged copy); '
+                'one of the last three on a cluster.')),
     Param('keep_serving', bool, False, SERVING, BOTH,
           help='Leave the local server running after the smoke test (local backend only); false on a cluster.'),
     Param('serve_adapters', bool, False, SERVING, FINETUNE,

@@ -3,6 +3,7 @@
   local       vLLM on loopback from downloaded copies (trainer.serve; run_local only)
   kubernetes  a vLLM Deployment and Service (trainer.k8s.vllm)
   kserve      an InferenceService on the project's vLLM ServingRuntime (trainer.k8s.kserve)
+  llmisvc     KServe's LLMInferenceService, adapters under spec.model.lora (trainer.k8s.llmisvc)
 
 The backend is chosen here and nowhere else (the deploy and deploy-all-trials steps, `python -m
 trainer deploy-k8s`). Every backend serves `spec.name` (the model, or the base beside
@@ -18,7 +19,7 @@ from typing import Any
 
 from trainer.errors import UserError
 
-BACKENDS = ("local", "kubernetes", "kserve")
+BACKENDS = ("local", "kubernetes", "kserve", "llmisvc")
 CLUSTER_BACKENDS = BACKENDS[1:]
 
 
@@ -58,6 +59,10 @@ def backend_module(backend: str):
         from trainer.k8s import kserve
 
         return kserve
+    if backend == "llmisvc":
+        from trainer.k8s import llmisvc
+
+        return llmisvc
     raise UserError(f"deploy backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
 
 

@@ -394,8 +394,8 @@ def cluster_problems(params: dict[str, Any]) -> list[str]:
     if params["launcher"] not in launch.LAUNCHERS:
         problems.append(f"launcher must be one of {launch.LAUNCHERS}, got {params['launcher']!r}")
     if params["deploy_backend"] not in DEPLOY_BACKENDS:
-        problems.append(f"deploy_backend must be 'local', 'kubernetes' (vLLM Deployment) or 'kserve' "
-                        f"(InferenceService), got {params['deploy_backend']!r}")
+        problems.append(f"deploy_backend must be 'local', 'kubernetes' (vLLM Deployment), 'kserve' "
+                        f"(InferenceService) or 'llmisvc' (LLMInferenceService), got {params['deploy_backend']!r}")
     on_cluster = params["deploy_backend"] in DEPLOY_BACKENDS[1:]
     if params["cleanup"] not in CLEANUP:  # also for a local run, so that it and submit accept the same values
         problems.append(f"cleanup must be one of {CLEANUP}, got {params['cleanup']!r}")
@@ -449,10 +449,10 @@ def on_cluster_problems(params: dict[str, Any]) -> list[str]:
     if params.get("deploy_backend", DEFAULTS["deploy_backend"]) == "local":  # the default, for run_local
         problems.append("deploy_backend=local serves inside the pipeline pod, whose image (docker/Dockerfile) has no "
                         "vLLM, so it would fail after training; on a cluster use deploy_backend=kubernetes (a vLLM "
-                        "Deployment and Service) or deploy_backend=kserve (an InferenceService)")
+                        "Deployment and Service), kserve (an InferenceService) or llmisvc (an LLMInferenceService)")
     if params.get("keep_serving") is True:  # the local server would end with its pod
         problems.append("keep_serving=true keeps a server on the machine of a local run only; on a cluster use "
-                        "deploy_backend=kubernetes or deploy_backend=kserve for a server that stays up")
+                        "deploy_backend=kubernetes, kserve or llmisvc for a server that stays up")
     # In a pod (the validate-params step) the run's own namespace is known: see run_namespace_problems.
     return problems + run_namespace_problems(params, rules.pod_namespace())
 

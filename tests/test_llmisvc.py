@@ -1,0 +1,119 @@
+"""deploy_backend=llmisvc: KServe's LLMInferenceService (v1alpha2, the v0.20.0 CRD, strict) rendered,
+created / replaced / awaited / smoke-tested against the real kubernetes client and a fake API server,
+and printed by `pipelines.submit --dry-run` as issue 22 asks."""
+
+import shlex
+
+import pytest
+import yaml
+from kubernetes import client as k
+
+from tests.k8s_fake_api import FakeKubeAPI
+from tests.schemas import assert_restricted, validate
+from tests.test_kubeflow_native import submit_dry_run
+from trainer.errors import UserError
+from trainer.k8s import llmisvc
+from trainer.k8s.common import ClusterSpec
+from trainer.k8s.vllm import ServeSpec
+
+ADAPTER = "s3://llm-finetune/models/sha256-adapter"
+
+
+def spec(**kw):
+    return ServeSpec(**{"name": "tuned-base", "model_uri": "s3://llm-finetune/models/sha256-base",
+                        "adapters": {"tuned": ADAPTER}, "max_lora_rank": 64, "chat_template": True,
+                        "tool_call_parser": "llama3_json",
+                        "cluster": ClusterSpec(namespace="ml", node_selector={"pool": "h100"}, queue="team-a",
+                                               tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists",
+                                                             "effect": "NoSchedule"}]), **kw})
+
+
+def test_base_and_adapter_from_the_bucket_valid_against_the_crd_and_restricted():
+    [obj] = llmisvc.build(spec(gpus=2))
+    validate(obj)  # the v0.20.0 CRD, unknown fields refused
+    assert_restricted(obj)
+    assert obj["apiVersion"] == "serving.kserve.io/v1alpha2" and obj["kind"] == "LLMInferenceService"
+    model = obj["spec"]["model"]
+    assert model["uri"] == "s3://llm-finetune/models/sha256-base" and model["name"] == "tuned-base"
+    assert model["lora"] == {"adapters": [{"name": "tuned", "uri": ADAPTER}], "maxRank": 64, "maxAdapters": 1}
+    assert obj["spec"]["parallelism"] == {"tensor": 2} and obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    template = obj["spec"]["template"]
+    assert template["serviceAccountName"] == "llm-finetune-kserve"  # its Secret: KServe's S3 annotations
+    assert template["nodeSelector"] == {"pool": "h100"} and template["tolerations"][0]["key"] == "nvidia.com/gpu"
+    [main] = template["containers"]
+    assert main["name"] == "main" and main["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    [extra] = [e["value"] for e in main["env"] if e["name"] == "VLLM_ADDITIONAL_ARGS"]
+    args = shlex.split(extra)
+    # the one argument builder's flags, less what KServe sets from the object (model, name, port, LoRA, TP)
+    assert args[args.index("--tool-call-parser") + 1] == "llama3_json" and "--enable-auto-tool-choice" in args
+    assert args[args.index("--chat-template") + 1] == "/mnt/models/chat_template.jinja"  # the template trained with
+    assert not {"--model", "--served-model-name", "--port", "--lora-modules", "--enable-lora", "--max-lora-rank",
+                "--tensor-parallel-size"} & set(args)
+
+
+def test_a_merged_model_has_no_lora_section_and_a_name_kserve_cannot_use_is_refused():
+    [obj] = llmisvc.build(spec(name="tuned", adapters={}, model_uri="s3://llm-finetune/models/sha256-merged"))
+    validate(obj)
+    assert "lora" not in obj["spec"]["model"] and "parallelism" not in obj["spec"]
+    with pytest.raises(UserError, match="KServe names the LLMInferenceService's Service 'x{44}-kserve-workload-svc'"):
+        llmisvc.build(spec(name="x" * 44, adapters={}))
+
+
+def test_create_ready_smoke_and_replace_on_redeploy_fake_api(monkeypatch):
+    seen = []
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")  # in a pod of this (fake) cluster
+    monkeypatch.setattr("trainer.serve.wait_ready", lambda url, timeout: seen.append(("ready", url)) or 1.0)
+    monkeypatch.setattr("trainer.serve.smoke_test", lambda url, model, messages, tools=None, require_tool_call=True: (
+        seen.append(("chat", model, require_tool_call)) or {"ok": True, "reason": "", "latency_s": 0.1,
+                                                            "reply": "get_weather {}", "model": model}))
+    with FakeKubeAPI() as api:
+        out = llmisvc.deploy(spec(), [{"role": "user", "content": "hi"}], client_configuration=api.configuration,
+                             poll_s=0.01)
+        assert out["action"] == "created" and out["endpoint"] == "http://tuned-base.ml.example.com/v1"
+        assert out["smoke_ok"] and out["names"] == ["tuned-base", "tuned"]
+        # the base only has to answer; the adapter must call the tool
+        assert seen == [("ready", "http://tuned-base.ml.example.com"), ("chat", "tuned-base", False),
+                        ("chat", "tuned", True)]
+        [(_, _, body)] = api.state.calls("POST", "llminferenceservices")
+        validate(body)
+        custom = k.CustomObjectsApi(k.ApiClient(api.configuration))
+        [merged] = llmisvc.build(spec(adapters={}, model_uri="s3://llm-finetune/models/sha256-merged"))
+        assert llmisvc.apply(custom, merged, "ml") == "replaced" and api.state.calls("PUT", "llminferenceservices/")
+        stored = api.state.objects[("LLMInferenceService", "ml", "tuned-base")]
+        assert stored["metadata"]["generation"] == 2 and "lora" not in stored["spec"]["model"]  # exactly the new render
+        assert llmisvc.wait_ready(custom, "tuned-base", "ml", timeout_s=5, poll_s=0)  # the new generation's
+
+
+def test_not_ready_names_the_condition_and_what_to_check_fake_api(capsys):
+    with FakeKubeAPI() as api:
+        api.state.llmisvc_not_ready = "0/1 replicas available: Insufficient nvidia.com/gpu"
+        custom = k.CustomObjectsApi(k.ApiClient(api.configuration))
+        llmisvc.apply(custom, llmisvc.build(spec())[0], "ml")
+        with pytest.raises(UserError, match=r"not Ready after 0s \(Ready=False MinimumReplicasUnavailable 0/1 "
+                                            r"replicas available: Insufficient nvidia.com/gpu\); see `kubectl -n ml "
+                                            r"describe llminferenceservice/tuned-base`"):
+            llmisvc.wait_ready(custom, "tuned-base", "ml", timeout_s=0.3, poll_s=0.02, progress_every_s=0.1)
+    assert "LLMInferenceService ml/tuned-base not Ready after 0 s (limit 0 s): Ready=False" in capsys.readouterr().out
+
+
+def test_submit_dry_run_prints_the_llminferenceservice_with_the_adapters_s3_uri():
+    """Issue 22's command, as given."""
+    proc = submit_dry_run("--param", "deploy_backend=llmisvc", "--param", "serve_adapters=true",
+                          "--param", "lora_train_embeddings=false", "--param", "launcher=trainjob")
+    assert proc.returncode == 0, proc.stderr
+    objs = list(yaml.safe_load_all(proc.stdout))
+    [obj] = [o for o in objs if o and o["kind"] == "LLMInferenceService"]
+    validate(obj)
+    assert_restricted(obj)
+    [adapter] = obj["spec"]["model"]["lora"]["adapters"]
+    assert adapter == {"name": "llm-finetune", "uri": "s3://<bucket>/models/<from finetune>"}
+    assert obj["spec"]["model"] == {**obj["spec"]["model"], "name": "llm-finetune-base",
+                                    "uri": "s3://<bucket>/models/<from deliver-model>"}
+
+
+def test_the_pipeline_role_may_manage_llminferenceservices():
+    from pipelines import manifests
+
+    rules = [r for o in manifests.render("llm-finetune", "pipeline-runner") if o["kind"] == "Role" for r in o["rules"]]
+    assert any("llminferenceservices" in r["resources"] and {"create", "get", "update", "delete"} <= set(r["verbs"])
+               for r in rules)

@@ -1,0 +1,189 @@
+"""deploy_backend=llmisvc: KServe's LLMInferenceService (serving.kserve.io/v1alpha2, KServe v0.20.0),
+its current API for generative models, with the model -- or the base and LoRA adapters -- from the bucket.
+
+  python -m trainer deploy-k8s --backend llmisvc --dry-run --model-uri s3://... --name my-model \\
+      [--adapter my-model=s3://.../adapter]
+
+`spec.model.uri` is the model's s3:// tree and `spec.model.name` the name clients ask for; adapters go
+to `spec.model.lora.adapters` (name + s3:// URI each, `maxRank` from their configs, `maxAdapters` their
+count), which KServe downloads and turns into vLLM's LoRA flags itself: one base, many adapters, no
+merged copy (serve_adapters=true, and the sweep's deploy_all_trials). KServe's storage initializer
+reads the bucket with the ServiceAccount `llm-finetune-kserve` (its Secret carries KServe's S3
+annotations, rendered by pipelines.manifests). The vLLM container `main` of `spec.template` gets the
+image for the accelerator, the resources, the restricted security context, and in
+VLLM_ADDITIONAL_ARGS the flags of the one argument builder that KServe does not set itself (the
+tool-call parser read off the chat template, the delivered chat template, the context length);
+tensor parallelism is `spec.parallelism.tensor`. Re-deploying replaces the object (common.replace),
+Ready is its `Ready` condition of the newest generation, and the same OpenAI smoke test as every
+backend runs on every served name: at the workload Service from a pod, through the API server's proxy
+to a workload pod from outside the cluster (trainer.k8s.reach).
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from typing import Any
+
+from trainer.errors import UserError, collect
+from trainer.k8s import reach, rules
+from trainer.k8s.common import (RUN_AS_USER, accelerators, api_client, container_security, default_namespace,
+                                labels as app_labels, pod_security, queue_labels, replace, to_dict, tolerations)
+from trainer.k8s.kserve import SERVICE_ACCOUNT
+from trainer.k8s.vllm import ServeSpec, image, server_args
+
+GROUP, VERSION, PLURAL, KIND = "serving.kserve.io", "v1alpha2", "llminferenceservices", "LLMInferenceService"
+PORT = 8000  # vLLM in the workload pod; KServe's workload Service serves it on the same port
+MOUNT = "/mnt/models"  # where KServe's storage initializer puts spec.model.uri
+WORKLOAD_LABELS = "app.kubernetes.io/name={name},kserve.io/component=workload"
+# Flags KServe sets itself from the object (model path and name, listening address, LoRA from
+# spec.model.lora, tensor parallelism from spec.parallelism): left out of VLLM_ADDITIONAL_ARGS.
+_KSERVE_OWNS = {"--model": 1, "--served-model-name": 1, "--host": 1, "--port": 1, "--enable-lora": 0,
+                "--max-loras": 1, "--lora-modules": -1, "--max-lora-rank": 1, "--tensor-parallel-size": 1}
+
+
+def additional_args(spec: ServeSpec) -> list[str]:
+    """trainer.serve.vllm_args for this deploy, less what KServe sets from the object itself."""
+    full, out, i = server_args(spec, spec.name, MOUNT, PORT, {n: n for n in spec.adapters}), [], 0
+    while i < len(full):
+        takes = _KSERVE_OWNS.get(full[i])
+        if takes is None:
+            out.append(full[i])
+            i += 1
+        elif takes == -1:  # --lora-modules NAME=PATH ...: every value up to the next flag
+            i += 1
+            while i < len(full) and not full[i].startswith("--"):
+                i += 1
+        else:
+            i += 1 + takes
+    return out
+
+
+def llm_inference_service(spec: ServeSpec) -> dict:
+    c = spec.cluster
+    gpus = accelerators(c, spec.gpus)
+    model: dict[str, Any] = {"uri": spec.model_uri, "name": spec.name}
+    if spec.adapters:
+        model["lora"] = {"adapters": [{"name": n, "uri": uri} for n, uri in spec.adapters.items()],
+                         "maxRank": spec.max_lora_rank, "maxAdapters": len(spec.adapters)}
+    container = {
+        "name": "main", "image": image(spec),
+        "env": [{"name": "VLLM_ADDITIONAL_ARGS", "value": shlex.join(additional_args(spec))},
+                {"name": "HF_HUB_OFFLINE", "value": "1"}],
+        "resources": {"requests": {"cpu": c.cpu, "memory": c.memory, **gpus}, "limits": {"memory": c.memory, **gpus}},
+        "securityContext": to_dict(container_security()),
+    }
+    template: dict[str, Any] = {
+        "serviceAccountName": c.service_account or SERVICE_ACCOUNT,
+        "securityContext": to_dict(pod_security(RUN_AS_USER)), "containers": [container],
+        **({"nodeSelector": c.node_selector} if c.node_selector else {}),
+        **({"tolerations": tolerations(c)} if c.tolerations else {}),
+    }
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": KIND,
+        "metadata": {"name": spec.name, **({"namespace": c.namespace} if c.namespace else {}),
+                     "labels": {**app_labels("server", **{"app.kubernetes.io/instance": spec.name}), **queue_labels(c)},
+                     "annotations": {"llm-finetune/model-uri": spec.model_uri}},
+        "spec": {"model": model, "replicas": spec.replicas, "template": template,
+                 **({"parallelism": {"tensor": spec.gpus}} if spec.gpus > 1 else {})},
+    }
+
+
+def build(spec: ServeSpec) -> list[dict]:
+    """[LLMInferenceService] for `spec`, not yet sent anywhere."""
+    problems = spec.problems()
+    if not rules.served_model_name(spec.name):  # else reported once, above
+        problems += rules.llmisvc_name(spec.name)
+    collect(problems, what="invalid serving settings")
+    return [llm_inference_service(spec)]
+
+
+def apply(custom, obj: dict, namespace: str) -> str:
+    """Create the object, or replace it when it exists (exactly the new render: a JSON merge patch
+    would keep the previous deploy's adapters and placement keys). Returns 'created' or 'replaced'."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, obj)
+        return "created"
+    except ApiException as err:
+        if err.status != 409:
+            raise
+    name = obj["metadata"]["name"]
+    replace(lambda: custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name),
+            lambda body: custom.replace_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, body),
+            obj, f"{KIND} {namespace}/{name}")
+    return "replaced"
+
+
+def wait_ready(custom, name: str, namespace: str, timeout_s: float, poll_s: float = 5.0,
+               progress_every_s: float = 30.0) -> str:
+    """Until the newest generation is Ready; returns its URL (status.url, else the first address,
+    else the workload Service). A line of progress (the conditions not yet True) every `progress_every_s`."""
+    start = time.monotonic()
+    deadline, said = start + timeout_s, start
+    while True:
+        obj = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        st = obj.get("status") or {}
+        conditions = st.get("conditions") or []
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+        if ready and st.get("observedGeneration", 0) >= obj["metadata"].get("generation", 0):
+            return (st.get("url") or next((a.get("url") for a in st.get("addresses") or [] if a.get("url")), None)
+                    or workload_url(name, namespace))
+        why = [f"{c.get('type')}={c.get('status')} {c.get('reason', '')} {c.get('message', '')}".strip()
+               for c in conditions]
+        if time.monotonic() - said >= progress_every_s:
+            said = time.monotonic()
+            print(f"  {KIND} {namespace}/{name} not Ready after {said - start:.0f} s (limit {timeout_s:.0f} s): "
+                  f"{'; '.join(c for c in why if '=True' not in c) or 'no status yet'}", flush=True)
+        if time.monotonic() > deadline:
+            raise UserError(f"{KIND} {namespace}/{name} not Ready after {timeout_s:.0f}s "
+                            f"({'; '.join(why) or 'no status yet'}); see `kubectl -n {namespace} describe "
+                            f"llminferenceservice/{name}` and the workload pod's storage-initializer log")
+        time.sleep(poll_s)
+
+
+def workload_url(name: str, namespace: str) -> str:
+    """KServe's per-service workload Service (gateway-independent), serving TLS on vLLM's port."""
+    return f"https://{name}-kserve-workload-svc.{namespace}.svc.cluster.local:{PORT}"
+
+
+def workload_pod(core, name: str, namespace: str) -> str:
+    """The newest ready workload pod of LLMInferenceService `name`."""
+    selector = WORKLOAD_LABELS.format(name=name)
+    pods = core.list_namespaced_pod(namespace, label_selector=selector).items
+    ready = [p for p in pods if p.status and p.status.phase == "Running"
+             and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])]
+    if not ready:
+        raise UserError(f"{KIND} {namespace}/{name} is Ready but none of its workload pods is; see "
+                        f"`kubectl -n {namespace} get pods -l {selector}`")
+    return max(ready, key=lambda p: p.metadata.creation_timestamp).metadata.name
+
+
+def deploy(spec: ServeSpec, messages: list[dict[str, Any]], tools: list | None = None,
+           client_configuration: Any = None, poll_s: float = 5.0, ready_timeout_s: float = 300) -> dict[str, Any]:
+    """Apply, wait for Ready and /v1/models, smoke-test every served name; the same result as the
+    other backends (trainer.serving.Deployed), plus `access`, the `kubectl port-forward` command."""
+    from kubernetes import client as k
+
+    from trainer.k8s.vllm import smoke_all
+
+    [obj] = build(spec)  # validates: bad settings are reported before the cluster is contacted
+    api = api_client(client_configuration)
+    custom = k.CustomObjectsApi(api)
+    namespace = spec.cluster.namespace or default_namespace()
+    action = apply(custom, obj, namespace)
+    print(f"{action} {KIND} {namespace}/{spec.name}; waiting until Ready (at most {spec.rollout_timeout_s} s)",
+          flush=True)
+    t0 = time.monotonic()
+    url = wait_ready(custom, spec.name, namespace, spec.rollout_timeout_s, poll_s).rstrip("/")
+    if reach.in_cluster(api):
+        out = smoke_all(url, spec, messages, tools, ready_timeout_s, t0)
+    else:  # the workload Service resolves only in the cluster; the API server proxies to the pod (https)
+        pod = workload_pod(k.CoreV1Api(api), spec.name, namespace)
+        with reach.proxied(api, f"/api/v1/namespaces/{namespace}/pods/https:{pod}:{PORT}/proxy") as relay:
+            out = smoke_all(relay, spec, messages, tools, ready_timeout_s, t0)
+    access = reach.port_forward(namespace, f"$(kubectl -n {namespace} get pod -l {WORKLOAD_LABELS.format(name=spec.name)}"
+                                           " -o name | head -n 1)", PORT)
+    print(f"in the cluster: {url}/v1; from your machine: {access}", flush=True)
+    return {**out, "endpoint": f"{url}/v1", "access": access, "action": action}
