@@ -142,6 +142,8 @@ def render(namespace: str, pipeline_sa: str, storage: str = "100Gi") -> list[dic
               "verbs": ["create", "get", "list", "patch", "update", "delete"]},
              # read-only: the launcher streams logs and reports pod phases and events on failure
              {"apiGroups": [""], "resources": ["pods", "pods/log", "events"], "verbs": ["get", "list", "watch"]},
+             # the smoke test of an LLMInferenceService served over KServe's TLS: through the API server
+             {"apiGroups": [""], "resources": ["pods/proxy"], "verbs": ["get", "create"]},
          ]},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
          "metadata": {"name": "llm-finetune-pipeline", "namespace": namespace},

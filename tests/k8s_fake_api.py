@@ -61,6 +61,7 @@ class State:
     status_reads: dict[str, int] = field(default_factory=dict)
     isvc_ready_after_reads: int = 2
     llmisvc_not_ready: str = ""  # set: the LLMInferenceService's Ready condition stays False with this message
+    llmisvc_scheme: str = "http"  # https: the cluster turned KServe's enableLLMInferenceServiceTLS on
     master_log_reads: int = 0  # streamed (follow) reads of the master pod's log
     pod_listings: int = 0
     resource_version: int = 0  # the last one handed out (the API server's etcd revision)
@@ -81,7 +82,7 @@ ROUTES = [
     ("_deployment_status", r"^/apis/apps/v1/namespaces/([^/]+)/deployments/([^/]+)/status$"),
     ("_deployment", r"^/apis/apps/v1/namespaces/([^/]+)/deployments(?:/([^/]+))?$"),
     ("_service", r"^/api/v1/namespaces/([^/]+)/services(?:/([^/]+))?$"),
-    ("_service_proxy", r"^/api/v1/namespaces/([^/]+)/(services|pods)/([^/:]+):(\d+)/proxy(/.*)?$"),
+    ("_service_proxy", r"^/api/v1/namespaces/([^/]+)/(services|pods)/(?:(https?):)?([^/:]+):(\d+)/proxy(/.*)?$"),
     ("_pod_log", r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/log$"),
     ("_pods", r"^/api/v1/namespaces/([^/]+)/pods()$"),
     ("_events", r"^/api/v1/namespaces/([^/]+)/events()$"),
@@ -217,9 +218,12 @@ class Handler(RoutedHandler):
             ready = reads >= self.state.isvc_ready_after_reads and not self.state.llmisvc_not_ready
             why = {"reason": "MinimumReplicasUnavailable", "message": self.state.llmisvc_not_ready} \
                 if self.state.llmisvc_not_ready else {}
+            # As KServe v0.20.0 without spec.router: no status.url, the workload Service as the address, no port
+            address = {"addresses": [{"url": f"{self.state.llmisvc_scheme}://{name}-kserve-workload-svc.{ns}"
+                                             ".svc.cluster.local"}]} if ready else {}
             out = {**out, "status": {"observedGeneration": out["metadata"]["generation"], "conditions": [
                 {"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": "2026-11-22T00:00:00Z",
-                 **why}], **({"url": f"http://{name}.{ns}.example.com"} if ready else {})}}
+                 **why}], **address}}
         return code, out
 
     def _runtime(self, method, ns, name, *, query, body):
@@ -280,10 +284,15 @@ class Handler(RoutedHandler):
                                "labels": {"serving.kserve.io/inferenceservice": isvc, "component": "predictor"}},
                   "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
                  for (kind, pns, isvc) in list(self.state.objects) if kind == "InferenceService" and pns == ns]
+        pods += [{"metadata": {"name": f"{svc}-kserve-7c9d8f", "namespace": ns, "uid": f"uid-{svc}",
+                               "labels": {"app.kubernetes.io/name": svc, "kserve.io/component": "workload"}},
+                  "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+                 for (kind, pns, svc) in list(self.state.objects) if kind == "LLMInferenceService" and pns == ns]
         pods = [p for p in pods if all(p["metadata"]["labels"].get(k) == v for k, v in selector.items())]
         return 200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": pods}
 
-    def _service_proxy(self, method, ns, kind, name, port, path, *, query, body):
+    def _service_proxy(self, method, ns, kind, scheme, name, port, path, *, query, body):
+        scheme = scheme or "http"
         """The API server's proxy to a Service (or a pod) of ours, and vLLM's OpenAI API behind it:
         the model names it serves come from the Deployment's (or InferenceService's) arguments."""
         self.state.proxy_auth.append(self.headers.get("Authorization"))
@@ -293,6 +302,12 @@ class Handler(RoutedHandler):
                 return 503, _status(503, "ServiceUnavailable", f'no endpoints available for service "{name}:{port}"')
             args = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
             names = [args[args.index("--served-model-name") + 1]]
+        elif "-kserve-" in name:  # an LLMInferenceService's workload pod: names from spec.model, adapters from lora
+            svc = self.state.objects.get(("LLMInferenceService", ns, name.split("-kserve-")[0]))
+            if not svc or port != "8000" or scheme != self.state.llmisvc_scheme:
+                return 502, _status(502, "BadGateway", f"error trying to reach service: {scheme} {name}:{port}")
+            model = svc["spec"]["model"]
+            args, names = [], [model["name"], *(a["name"] for a in (model.get("lora") or {}).get("adapters", []))]
         else:
             isvc = self.state.objects.get(("InferenceService", ns, name.split("-predictor-")[0]))
             if not isvc or port != "8080":

@@ -76,6 +76,14 @@ def validate(obj: dict) -> None:
         error = jsonschema.exceptions.best_match(crd_validator(obj["kind"]).iter_errors(obj))
         if error is not None:
             raise error
+        if obj["kind"] == "LLMInferenceService":
+            # The CRD leaves spec.model.lora.adapters unchecked (x-kubernetes-preserve-unknown-fields); each
+            # is a model spec (KServe's LLMModelSpec: name, uri), checked as one, strictly.
+            model = crd_schema("LLMInferenceService")["properties"]["spec"]["properties"]["model"]
+            for adapter in ((obj["spec"].get("model") or {}).get("lora") or {}).get("adapters") or []:
+                jsonschema.validate(adapter, model)
+                if not adapter.get("name"):
+                    raise jsonschema.ValidationError(f"a LoRA adapter needs its name: {adapter}")
     else:
         import kubernetes_validate
 

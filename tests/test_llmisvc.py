@@ -37,6 +37,10 @@ def test_base_and_adapter_from_the_bucket_valid_against_the_crd_and_restricted()
     assert model["uri"] == "s3://llm-finetune/models/sha256-base" and model["name"] == "tuned-base"
     assert model["lora"] == {"adapters": [{"name": "tuned", "uri": ADAPTER}], "maxRank": 64, "maxAdapters": 1}
     assert obj["spec"]["parallelism"] == {"tensor": 2} and obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    assert obj["spec"]["labels"] == {"kueue.x-k8s.io/queue-name": "team-a"}  # what KServe copies onto the pods
+    # KServe hands maxRank to vLLM as it is: rounded up to a rank vLLM accepts, as the one builder does
+    [odd] = llmisvc.build(spec(max_lora_rank=24))
+    assert odd["spec"]["model"]["lora"]["maxRank"] == 32
     template = obj["spec"]["template"]
     assert template["serviceAccountName"] == "llm-finetune-kserve"  # its Secret: KServe's S3 annotations
     assert template["nodeSelector"] == {"pool": "h100"} and template["tolerations"][0]["key"] == "nvidia.com/gpu"
@@ -51,12 +55,19 @@ def test_base_and_adapter_from_the_bucket_valid_against_the_crd_and_restricted()
                 "--tensor-parallel-size"} & set(args)
 
 
-def test_a_merged_model_has_no_lora_section_and_a_name_kserve_cannot_use_is_refused():
-    [obj] = llmisvc.build(spec(name="tuned", adapters={}, model_uri="s3://llm-finetune/models/sha256-merged"))
-    validate(obj)
+def test_a_merged_model_has_no_lora_section_and_a_misspelled_adapter_is_caught():
+    import copy
+
+    import jsonschema
+
+    [obj] = llmisvc.build(spec(name="t" * 63, adapters={}, model_uri="s3://llm-finetune/models/sha256-merged"))
+    validate(obj)  # 63 characters: KServe shortens the names it derives (knative's ChildName)
     assert "lora" not in obj["spec"]["model"] and "parallelism" not in obj["spec"]
-    with pytest.raises(UserError, match="KServe names the LLMInferenceService's Service 'x{44}-kserve-workload-svc'"):
-        llmisvc.build(spec(name="x" * 44, adapters={}))
+    [with_adapter] = llmisvc.build(spec())
+    typo = copy.deepcopy(with_adapter)
+    typo["spec"]["model"]["lora"]["adapters"][0] = {"name": "tuned", "url": ADAPTER}  # the CRD itself lets it through
+    with pytest.raises(jsonschema.ValidationError):
+        validate(typo)
 
 
 def test_create_ready_smoke_and_replace_on_redeploy_fake_api(monkeypatch):
@@ -69,11 +80,12 @@ def test_create_ready_smoke_and_replace_on_redeploy_fake_api(monkeypatch):
     with FakeKubeAPI() as api:
         out = llmisvc.deploy(spec(), [{"role": "user", "content": "hi"}], client_configuration=api.configuration,
                              poll_s=0.01)
-        assert out["action"] == "created" and out["endpoint"] == "http://tuned-base.ml.example.com/v1"
+        # KServe without spec.router publishes the workload Service without its port: vLLM's is added
+        url = "http://tuned-base-kserve-workload-svc.ml.svc.cluster.local:8000"
+        assert out["action"] == "created" and out["endpoint"] == f"{url}/v1"
         assert out["smoke_ok"] and out["names"] == ["tuned-base", "tuned"]
         # the base only has to answer; the adapter must call the tool
-        assert seen == [("ready", "http://tuned-base.ml.example.com"), ("chat", "tuned-base", False),
-                        ("chat", "tuned", True)]
+        assert seen == [("ready", url), ("chat", "tuned-base", False), ("chat", "tuned", True)]
         [(_, _, body)] = api.state.calls("POST", "llminferenceservices")
         validate(body)
         custom = k.CustomObjectsApi(k.ApiClient(api.configuration))
@@ -82,6 +94,25 @@ def test_create_ready_smoke_and_replace_on_redeploy_fake_api(monkeypatch):
         stored = api.state.objects[("LLMInferenceService", "ml", "tuned-base")]
         assert stored["metadata"]["generation"] == 2 and "lora" not in stored["spec"]["model"]  # exactly the new render
         assert llmisvc.wait_ready(custom, "tuned-base", "ml", timeout_s=5, poll_s=0)  # the new generation's
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_from_outside_the_cluster_the_smoke_test_goes_through_the_api_servers_pod_proxy_fake_api(scheme):
+    """The workload Service resolves only in the cluster, and over KServe's TLS (when the cluster turns it
+    on) its certificate is KServe's own: the API server's proxy to a workload pod, with the pod's scheme."""
+    import json
+
+    with FakeKubeAPI() as api:
+        api.state.llmisvc_scheme = scheme
+        out = llmisvc.deploy(spec(), [{"role": "user", "content": "What is the weather in Paris?"}],
+                             [{"type": "function", "function": {"name": "get_weather", "parameters": {
+                                 "type": "object", "properties": {"city": {"type": "string"}}}}}],
+                             client_configuration=api.configuration, poll_s=0.01)
+        proxied = [path for method, path, _ in api.state.requests if "/proxy/" in path]
+    assert out["smoke_ok"], json.dumps(out)[:500]
+    target = "tuned-base-kserve-7c9d8f:8000" if scheme == "http" else "https:tuned-base-kserve-7c9d8f:8000"
+    assert proxied and all(f"/pods/{target}/proxy/" in p for p in proxied), proxied
+    assert out["endpoint"] == f"{scheme}://tuned-base-kserve-workload-svc.ml.svc.cluster.local:8000/v1"
 
 
 def test_not_ready_names_the_condition_and_what_to_check_fake_api(capsys):

@@ -197,6 +197,35 @@ def replace(read: Callable[[], Any], put: Callable[[dict], Any], obj: Any, ref: 
                     "deploy again when it has finished")
 
 
+def wait_until(check: Callable[[], tuple[Any, Any]], timeout_s: float, poll_s: float, progress_every_s: float,
+               waiting: Callable[[float, Any], str], failed: Callable[[Any], str]) -> Any:
+    """Every backend's readiness wait: `check()` -> (a value once ready, else None; the state seen)
+    every `poll_s`; the line `waiting(seconds so far, state)` every `progress_every_s` (pulling a vLLM
+    image and loading weights take minutes); UserError(`failed(state)`) after `timeout_s`."""
+    start = time.monotonic()
+    said = start
+    while True:
+        value, state = check()
+        if value is not None:
+            return value
+        if time.monotonic() - said >= progress_every_s:
+            said = time.monotonic()
+            print(waiting(said - start, state), flush=True)
+        if time.monotonic() > start + timeout_s:
+            raise UserError(failed(state))
+        time.sleep(poll_s)
+
+
+def ready_condition(obj: dict) -> tuple[bool, list[str]]:
+    """(the newest generation is Ready, every condition in words) of a KServe custom object."""
+    st = obj.get("status") or {}
+    conditions = st.get("conditions") or []
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    why = [f"{c.get('type')}={c.get('status')} {c.get('reason', '')} {c.get('message', '')}".strip()
+           for c in conditions]
+    return ready and st.get("observedGeneration", 0) >= obj["metadata"].get("generation", 0), why
+
+
 def default_namespace() -> str:
     """The namespace this pod runs in, else the kubeconfig context's, else `default`."""
     from kubeflow.training.utils import utils

@@ -29,8 +29,8 @@ from trainer import settings
 from trainer.errors import UserError, collect
 from trainer.k8s import reach, rules
 from trainer.k8s.common import (RUN_AS_USER, accelerators, api_client, container_security, default_namespace,
-                                labels as app_labels, pod_security, queue_labels, replace, to_dict,
-                                tolerations)
+                                labels as app_labels, pod_security, queue_labels, ready_condition, replace,
+                                to_dict, tolerations, wait_until)
 from trainer.k8s.vllm import ServeSpec, image, smoke_all, split_args
 
 GROUP = "serving.kserve.io"
@@ -136,27 +136,29 @@ def wait_ready(custom, name: str, namespace: str, timeout_s: float, poll_s: floa
                progress_every_s: float = 30.0) -> str:
     """Until the newest generation is Ready; returns the predictor's in-cluster URL. A line of
     progress (the conditions not yet True) every `progress_every_s`."""
-    start = time.monotonic()
-    deadline, said = start + timeout_s, start
-    while True:
+    def check() -> tuple[str | None, str]:
         obj = custom.get_namespaced_custom_object(GROUP, "v1beta1", namespace, "inferenceservices", name)
+        ready, why = ready_condition(obj)
         st = obj.get("status") or {}
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in st.get("conditions", []))
-        if ready and st.get("observedGeneration", 0) >= obj["metadata"].get("generation", 0):
-            return ((st.get("address") or {}).get("url") or st.get("url")
-                    or reach.dns_url(f"{name}-predictor", namespace, 80))
-        why = [f"{c.get('type')}={c.get('status')} {c.get('reason', '')} {c.get('message', '')}".strip()
-               for c in st.get("conditions", [])]
-        if time.monotonic() - said >= progress_every_s:
-            said = time.monotonic()
-            print(f"  InferenceService {namespace}/{name} not Ready after {said - start:.0f} s (limit "
-                  f"{timeout_s:.0f} s): {'; '.join(c for c in why if '=True' not in c) or 'no status yet'}",
-                  flush=True)
-        if time.monotonic() > deadline:
-            raise UserError(f"InferenceService {namespace}/{name} not Ready after {timeout_s:.0f}s "
-                            f"({'; '.join(why) or 'no status yet'}); see `kubectl -n {namespace} describe "
-                            f"inferenceservice/{name}` and the predictor pod's storage-initializer log")
-        time.sleep(poll_s)
+        url = ((st.get("address") or {}).get("url") or st.get("url")
+               or reach.dns_url(f"{name}-predictor", namespace, 80)) if ready else None
+        return url, why
+
+    return wait_until(check, timeout_s, poll_s, progress_every_s, *not_ready_lines(
+        "InferenceService", name, namespace, timeout_s, "inferenceservice", "the predictor pod"))
+
+
+def not_ready_lines(kind: str, name: str, namespace: str, timeout_s: float, resource: str, pod: str):
+    """(the progress line, the failure message) of a KServe object's readiness wait, from its conditions."""
+    def waiting(seconds: float, why: list[str]) -> str:
+        return (f"  {kind} {namespace}/{name} not Ready after {seconds:.0f} s (limit {timeout_s:.0f} s): "
+                f"{'; '.join(c for c in why if '=True' not in c) or 'no status yet'}")
+
+    def failed(why: list[str]) -> str:
+        return (f"{kind} {namespace}/{name} not Ready after {timeout_s:.0f}s ({'; '.join(why) or 'no status yet'}); "
+                f"see `kubectl -n {namespace} describe {resource}/{name}` and {pod}'s storage-initializer log")
+
+    return waiting, failed
 
 
 def deploy(spec: ServeSpec, messages: list[dict[str, Any]], tools: list | None = None,

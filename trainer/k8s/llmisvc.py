@@ -26,10 +26,11 @@ import time
 from typing import Any
 
 from trainer.errors import UserError, collect
-from trainer.k8s import reach, rules
+from trainer.k8s import reach
 from trainer.k8s.common import (RUN_AS_USER, accelerators, api_client, container_security, default_namespace,
-                                labels as app_labels, pod_security, queue_labels, replace, to_dict, tolerations)
-from trainer.k8s.kserve import SERVICE_ACCOUNT
+                                labels as app_labels, pod_security, queue_labels, ready_condition, replace, to_dict,
+                                tolerations, wait_until)
+from trainer.k8s.kserve import SERVICE_ACCOUNT, not_ready_lines
 from trainer.k8s.vllm import ServeSpec, image, server_args
 
 GROUP, VERSION, PLURAL, KIND = "serving.kserve.io", "v1alpha2", "llminferenceservices", "LLMInferenceService"
@@ -42,9 +43,17 @@ _KSERVE_OWNS = {"--model": 1, "--served-model-name": 1, "--host": 1, "--port": 1
                 "--max-loras": 1, "--lora-modules": -1, "--max-lora-rank": 1, "--tensor-parallel-size": 1}
 
 
+def _full_args(spec: ServeSpec) -> list[str]:
+    return server_args(spec, spec.name, MOUNT, PORT, {n: n for n in spec.adapters})
+
+
+def _flag(args: list[str], flag: str) -> int:
+    return int(args[args.index(flag) + 1])
+
+
 def additional_args(spec: ServeSpec) -> list[str]:
     """trainer.serve.vllm_args for this deploy, less what KServe sets from the object itself."""
-    full, out, i = server_args(spec, spec.name, MOUNT, PORT, {n: n for n in spec.adapters}), [], 0
+    full, out, i = _full_args(spec), [], 0
     while i < len(full):
         takes = _KSERVE_OWNS.get(full[i])
         if takes is None:
@@ -64,8 +73,10 @@ def llm_inference_service(spec: ServeSpec) -> dict:
     gpus = accelerators(c, spec.gpus)
     model: dict[str, Any] = {"uri": spec.model_uri, "name": spec.name}
     if spec.adapters:
+        # KServe passes these to vLLM as they are: the builder's values (the rank rounded up to one vLLM accepts)
+        full = _full_args(spec)
         model["lora"] = {"adapters": [{"name": n, "uri": uri} for n, uri in spec.adapters.items()],
-                         "maxRank": spec.max_lora_rank, "maxAdapters": len(spec.adapters)}
+                         "maxRank": _flag(full, "--max-lora-rank"), "maxAdapters": _flag(full, "--max-loras")}
     container = {
         "name": "main", "image": image(spec),
         "env": [{"name": "VLLM_ADDITIONAL_ARGS", "value": shlex.join(additional_args(spec))},
@@ -84,17 +95,18 @@ def llm_inference_service(spec: ServeSpec) -> dict:
         "metadata": {"name": spec.name, **({"namespace": c.namespace} if c.namespace else {}),
                      "labels": {**app_labels("server", **{"app.kubernetes.io/instance": spec.name}), **queue_labels(c)},
                      "annotations": {"llm-finetune/model-uri": spec.model_uri}},
+        # KServe copies spec.labels (not the object's) onto the workload pods, where Kueue looks.
         "spec": {"model": model, "replicas": spec.replicas, "template": template,
+                 **({"labels": queue_labels(c)} if queue_labels(c) else {}),
                  **({"parallelism": {"tensor": spec.gpus}} if spec.gpus > 1 else {})},
     }
 
 
 def build(spec: ServeSpec) -> list[dict]:
     """[LLMInferenceService] for `spec`, not yet sent anywhere."""
-    problems = spec.problems()
-    if not rules.served_model_name(spec.name):  # else reported once, above
-        problems += rules.llmisvc_name(spec.name)
-    collect(problems, what="invalid serving settings")
+    # KServe shortens the names of the objects it creates (knative's ChildName) and routes by path:
+    # served_model_name's own rules (spec.problems) are the only limit.
+    collect(spec.problems(), what="invalid serving settings")
     return [llm_inference_service(spec)]
 
 
@@ -120,32 +132,35 @@ def wait_ready(custom, name: str, namespace: str, timeout_s: float, poll_s: floa
                progress_every_s: float = 30.0) -> str:
     """Until the newest generation is Ready; returns its URL (status.url, else the first address,
     else the workload Service). A line of progress (the conditions not yet True) every `progress_every_s`."""
-    start = time.monotonic()
-    deadline, said = start + timeout_s, start
-    while True:
+    def check() -> tuple[str | None, str]:
         obj = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        ready, why = ready_condition(obj)
         st = obj.get("status") or {}
-        conditions = st.get("conditions") or []
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-        if ready and st.get("observedGeneration", 0) >= obj["metadata"].get("generation", 0):
-            return (st.get("url") or next((a.get("url") for a in st.get("addresses") or [] if a.get("url")), None)
-                    or workload_url(name, namespace))
-        why = [f"{c.get('type')}={c.get('status')} {c.get('reason', '')} {c.get('message', '')}".strip()
-               for c in conditions]
-        if time.monotonic() - said >= progress_every_s:
-            said = time.monotonic()
-            print(f"  {KIND} {namespace}/{name} not Ready after {said - start:.0f} s (limit {timeout_s:.0f} s): "
-                  f"{'; '.join(c for c in why if '=True' not in c) or 'no status yet'}", flush=True)
-        if time.monotonic() > deadline:
-            raise UserError(f"{KIND} {namespace}/{name} not Ready after {timeout_s:.0f}s "
-                            f"({'; '.join(why) or 'no status yet'}); see `kubectl -n {namespace} describe "
-                            f"llminferenceservice/{name}` and the workload pod's storage-initializer log")
-        time.sleep(poll_s)
+        return (served_url(st, name, namespace) if ready else None), why
+
+    return wait_until(check, timeout_s, poll_s, progress_every_s, *not_ready_lines(
+        KIND, name, namespace, timeout_s, "llminferenceservice", "the workload pod"))
 
 
-def workload_url(name: str, namespace: str) -> str:
-    """KServe's per-service workload Service (gateway-independent), serving TLS on vLLM's port."""
-    return f"https://{name}-kserve-workload-svc.{namespace}.svc.cluster.local:{PORT}"
+def workload_url(name: str, namespace: str, scheme: str = "http") -> str:
+    """KServe's per-service workload Service (gateway-independent), on vLLM's port; plain HTTP unless
+    the cluster turned enableLLMInferenceServiceTLS on."""
+    return f"{scheme}://{name}-kserve-workload-svc.{namespace}.svc.cluster.local:{PORT}"
+
+
+def served_url(status: dict, name: str, namespace: str) -> str:
+    """Where the service answers. Without spec.router (ours) KServe sets no status.url and publishes
+    the workload Service as status.addresses[0].url, without a port, while the Service listens on
+    vLLM's only: the port is added; the scheme (TLS on or off) is KServe's."""
+    if status.get("url"):
+        return status["url"]
+    from urllib.parse import urlsplit
+
+    address = next((a["url"] for a in status.get("addresses") or [] if a.get("url")), "")
+    if not address:
+        return workload_url(name, namespace)
+    parts = urlsplit(address)
+    return f"{parts.scheme}://{parts.hostname}:{parts.port or PORT}{parts.path.rstrip('/')}"
 
 
 def workload_pod(core, name: str, namespace: str) -> str:
@@ -177,11 +192,15 @@ def deploy(spec: ServeSpec, messages: list[dict[str, Any]], tools: list | None =
           flush=True)
     t0 = time.monotonic()
     url = wait_ready(custom, spec.name, namespace, spec.rollout_timeout_s, poll_s).rstrip("/")
-    if reach.in_cluster(api):
+    scheme = url.split("://", 1)[0]
+    if reach.in_cluster(api) and scheme == "http":
         out = smoke_all(url, spec, messages, tools, ready_timeout_s, t0)
-    else:  # the workload Service resolves only in the cluster; the API server proxies to the pod (https)
+    else:
+        # Outside the cluster the Service's name does not resolve, and KServe's TLS certificate (when the
+        # cluster turned it on) is its own: the API server's proxy to a workload pod reaches it either way.
         pod = workload_pod(k.CoreV1Api(api), spec.name, namespace)
-        with reach.proxied(api, f"/api/v1/namespaces/{namespace}/pods/https:{pod}:{PORT}/proxy") as relay:
+        target = f"{pod}:{PORT}" if scheme == "http" else f"https:{pod}:{PORT}"
+        with reach.proxied(api, f"/api/v1/namespaces/{namespace}/pods/{target}/proxy") as relay:
             out = smoke_all(relay, spec, messages, tools, ready_timeout_s, t0)
     access = reach.port_forward(namespace, f"$(kubectl -n {namespace} get pod -l {WORKLOAD_LABELS.format(name=spec.name)}"
                                            " -o name | head -n 1)", PORT)

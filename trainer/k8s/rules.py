@@ -409,24 +409,7 @@ def deploy_name(name: Any, backend: str, namespace: str = "", side_by_side: bool
         return [f"{what}={name!r} has {len(name)} characters: served beside its adapters the base model is "
                 f"{full!r}, a Service name of at most {DNS1123_LABEL_MAX}; use at most "
                 f"{DNS1123_LABEL_MAX - len('-base')} characters"]
-    if backend == "llmisvc":
-        return llmisvc_name(full, what)
     return kserve_name(name, namespace, what, full[len(name):]) if backend == "kserve" else []
-
-
-# KServe names an LLMInferenceService's Service `<name>-kserve-workload-svc` (and its other objects
-# with shorter suffixes): a Service name of at most 63 characters.
-LLMISVC_SUFFIX = "-kserve-workload-svc"
-
-
-def llmisvc_name(name: Any, what: str = "served_model_name") -> list[str]:
-    if p := dns1035_label(name, what):
-        return p
-    limit = DNS1123_LABEL_MAX - len(LLMISVC_SUFFIX)
-    if len(name) > limit:
-        return [f"{what}={name!r} has {len(name)} characters: KServe names the LLMInferenceService's Service "
-                f"{name + LLMISVC_SUFFIX!r}, at most {DNS1123_LABEL_MAX}; use at most {limit} characters"]
-    return []
 
 
 def cluster_spec_problems(spec: Any) -> list[str]:

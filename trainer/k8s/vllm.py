@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainer import settings
-from trainer.errors import UserError, collect
+from trainer.errors import collect
 from trainer.k8s import reach, rules
 from trainer.k8s.common import (RUN_AS_USER, ClusterSpec, accelerators, api_client, container_security,
                                 default_namespace, labels as app_labels, pod_security, queue_labels, replace,
-                                scheduling, secret_env)
+                                scheduling, secret_env, wait_until)
 
 PORT = 8000
 ROCM_RESOURCE = "amd.com/gpu"
@@ -206,23 +206,18 @@ def wait_rollout(apps, name: str, namespace: str, timeout_s: float, poll_s: floa
                  progress_every_s: float = 30.0) -> None:
     """Until the newest generation's replicas are all updated and available; a line of progress
     every `progress_every_s` (pulling a vLLM image and loading weights take minutes)."""
-    start = time.monotonic()
-    deadline, said = start + timeout_s, start
-    while True:
+    def check() -> tuple[bool | None, tuple[int, int, int]]:
         d = apps.read_namespaced_deployment_status(name, namespace)
         st, want = d.status, d.spec.replicas
-        if st and (st.observed_generation or 0) >= (d.metadata.generation or 0) \
-                and (st.updated_replicas or 0) == want and (st.available_replicas or 0) == want:
-            return
-        if time.monotonic() - said >= progress_every_s:
-            said = time.monotonic()
-            print(f"  rollout of {namespace}/{name}: {(st.available_replicas or 0) if st else 0}/{want} available "
-                  f"after {said - start:.0f} s (limit {timeout_s:.0f} s)", flush=True)
-        if time.monotonic() > deadline:
-            raise UserError(f"deployment {namespace}/{name} not rolled out after {timeout_s:.0f}s "
-                            f"(updated={st.updated_replicas if st else 0}, available={st.available_replicas if st else 0}"
-                            f", wanted={want}); see `kubectl -n {namespace} describe deploy/{name}`")
-        time.sleep(poll_s)
+        updated, available = (st.updated_replicas or 0, st.available_replicas or 0) if st else (0, 0)
+        done = st and (st.observed_generation or 0) >= (d.metadata.generation or 0) and updated == available == want
+        return (True if done else None), (updated, available, want)
+
+    wait_until(check, timeout_s, poll_s, progress_every_s,
+               lambda s, n: f"  rollout of {namespace}/{name}: {n[1]}/{n[2]} available after {s:.0f} s "
+                            f"(limit {timeout_s:.0f} s)",
+               lambda n: f"deployment {namespace}/{name} not rolled out after {timeout_s:.0f}s (updated={n[0]}, "
+                         f"available={n[1]}, wanted={n[2]}); see `kubectl -n {namespace} describe deploy/{name}`")
 
 
 def deploy(spec: ServeSpec, messages: list[dict[str, Any]], tools: list | None = None,
