@@ -1,5 +1,7 @@
-"""The GPU benchmark's CPU-checkable parts: FLOP accounting and its command line without CUDA."""
+"""The benchmarks' checkable parts: the GPU benchmark's FLOP accounting and command line without CUDA, eval_speed's
+figures and command line, and (marked bench) the benchmarks' --quick runs end to end."""
 
+import re
 import subprocess
 import sys
 
@@ -236,7 +238,6 @@ def test_real_model_quick_run_prints_every_figure_and_leaves_no_process(tmp_path
     tests/test_real_model_serving.py."""
     import importlib.util
     import json
-    import re
 
     import psutil
 
@@ -277,3 +278,128 @@ def test_real_model_quick_run_prints_every_figure_and_leaves_no_process(tmp_path
     leftovers = [p.info for p in psutil.process_iter(["pid", "cmdline"])
                  if str(work) in " ".join(p.info["cmdline"] or [])]
     assert not leftovers  # the kept vLLM server, trainers and TRL runs are all stopped
+
+
+# --- benchmarks.eval_speed: HF generate vs the endpoint path (issue 19 item 4) ------------------------------------
+
+@pytest.mark.parametrize("argv, said", [
+    (["--rows", "0"], "--rows '0': give a whole number of at least 1"),
+    (["--rows", "many"], "--rows 'many': give a whole number of at least 1"),
+    (["--rows", "-3", "--steps", "x"], "--rows '-3': give a whole number of at least 1; --steps 'x': give a whole"),
+])
+def test_eval_speed_refuses_bad_counts_with_one_error_line(argv, said, capsys):
+    from benchmarks.eval_speed import parse_args
+
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith("error: " + said) and err.count("\n") == 1
+
+
+def test_eval_speed_command_exits_2_before_starting_anything():
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.eval_speed", "--rows", "0"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("error: --rows '0'") and proc.stderr.count("\n") == 1
+
+
+def test_eval_speed_defaults_follow_quick():
+    from benchmarks.eval_speed import QUICK_ROWS, QUICK_STEPS, ROWS, STEPS, parse_args
+
+    assert (parse_args([]).rows, parse_args([]).steps) == (ROWS, STEPS) == (200, 30)
+    assert (parse_args(["--quick"]).rows, parse_args(["--quick"]).steps) == (QUICK_ROWS, QUICK_STEPS)
+    assert parse_args(["--quick", "--rows", "7"]).rows == 7
+
+
+def _eval_speed_result():
+    from benchmarks.eval_speed import agreement, profile, ratios
+
+    hf = profile([("load", "base", 2.0), ("generate", "base", 50.0), ("eval_loss", "", 5.0), ("load", "tuned", 2.0),
+                  ("generate", "tuned", 30.0), ("eval_loss", "", 5.0)], total_s=100.0, rows=10, engine="hf")
+    ep = profile([("start", "", 1.0), ("wait_ready", "", 29.0), ("ask", "base", 6.0), ("ask", "tuned", 4.0),
+                  ("served_predictions", "", 40.0), ("load", "base", 2.0), ("eval_loss", "", 5.0),
+                  ("load", "tuned", 2.0), ("eval_loss", "", 5.0)], total_s=55.0, rows=10, engine="vllm")
+    call = {"calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}], "content": None}
+    answers = {"hf": {"base": [call, {"calls": [], "content": "Hi!"}], "tuned": [call, call]},
+               "vllm": {"base": [call, {"calls": [], "content": "hi"}], "tuned": [call, {"calls": [], "content": ""}]}}
+    metrics = {"hf": {"base": {"fc_ast_accuracy": 0.5, "text_match": 1.0}, "tuned": {"fc_ast_accuracy": 1.0}},
+               "vllm": {"base": {"fc_ast_accuracy": 0.5, "text_match": 1.0}, "tuned": {"fc_ast_accuracy": 0.9}}}
+    return hf, ep, ratios(hf, ep), agreement(metrics, answers)
+
+
+def test_eval_speed_profile_ratio_and_agreement():
+    hf, ep, ratio, ag = _eval_speed_result()
+    assert hf["answered"] == 20 and hf["answer_s"] == 80.0 and hf["answer_rows_per_s"] == pytest.approx(0.25)
+    assert hf["per_row_s"] == pytest.approx(4.0) and hf["rows_per_s"] == pytest.approx(0.2)
+    assert hf["load_s"] == 4.0 and hf["eval_loss_s"] == 10.0 and hf["other_s"] == pytest.approx(6.0)
+    # the endpoint's answering time is served_predictions, its server start included
+    assert ep["answer_s"] == 40.0 and ep["server_start_s"] == 30.0 and ep["per_row_s"] == pytest.approx(0.5)
+    assert ratio["answer_rows_per_s"] == pytest.approx(2.0) and ratio["rows_per_s"] == pytest.approx(100 / 55)
+    assert ag["max_difference_points"] == pytest.approx(10.0) and not ag["agree"]
+    assert set(ag["accuracies"]) == {"base fc_ast_accuracy", "base text_match", "tuned fc_ast_accuracy"}
+    assert ag["same_answers"] == {"base": 2, "tuned": 1} and ag["rows"] == 2  # "Hi!" == "hi" once normalised
+
+
+def test_eval_speed_report_shows_rows_per_second_ratio_and_the_profile():
+    from benchmarks.eval_speed import report
+
+    hf, ep, ratio, ag = _eval_speed_result()
+    res = {"date": "2026-11-24 10:00 UTC", "machine": "2 CPU cores (x86_64)", "versions": "torch x", "quick": False,
+           "steps": 20, "train_seconds": 200.0, "dataset": "builtin:function-calling", "ratio": ratio, "agreement": ag,
+           "paths": {"hf": {"profile": hf, "load_average": [1.0, 2.0]},
+                     "vllm": {"profile": ep, "load_average": [2.0, 2.0]}}}
+    text = report(res)
+    assert "10 held-out rows x base + tuned" in text
+    assert re.search(r"^HF generate\s+20\s+80\.0\s+0\.250\s+100\.0\s+0\.200\s+1\.0 -> 2\.0", text, re.M), text
+    assert re.search(r"^endpoint \(vLLM\)\s+20\s+40\.0\s+0\.500\s+55\.0\s+0\.364", text, re.M), text
+    assert re.search(r"^endpoint / HF\s+2\.00x\s+1\.82x", text, re.M), text
+    assert re.search(r"^endpoint \(vLLM\)\s+30\.0\s+6\.0\s+4\.0\s+0\.50\s+4\.0\s+10\.0", text, re.M), text
+    assert "target endpoint >= 3x HF (whole evaluate()): not met (1.82x; answering alone 2.00x)" in text
+    assert "HF 4.00s per row vs endpoint 0.50s per row (8.0x) once the server is up" in text
+    assert "accuracy by path (DIFFER: largest difference 10.0 points, allowed 5)" in text
+    assert re.search(r"^tuned fc_ast_accuracy\s+100\.0%\s+90\.0%\s+-10\.0", text, re.M), text
+    assert "same answer on both paths (calls, or normalised text): base 2/2, tuned 1/2" in text
+
+
+def test_eval_speed_times_the_evaluate_functions_and_puts_them_back(monkeypatch):
+    from benchmarks.eval_speed import instrumented
+    from trainer import evaluate as ev
+
+    monkeypatch.setattr(ev, "generate", lambda model, tok, rows, desc="": ["x"] * len(rows))
+    original = ev.generate
+    spans, answers = [], {}
+    with instrumented(spans, answers):
+        assert ev.generate is not original
+        assert ev.generate(None, None, [1, 2], desc="evaluate tuned") == ["x", "x"]
+    assert ev.generate is original
+    assert [(name, model) for name, model, _ in spans] == [("generate", "tuned")] and spans[0][2] >= 0
+
+
+@pytest.mark.bench
+def test_eval_speed_quick_run_measures_both_paths_and_leaves_no_process(tmp_path):
+    """benchmarks.eval_speed --quick end to end (SmolLM2 from the PyPI cache, a 2-step adapter, evaluate() with
+    engine=hf and engine=vllm on the same rows): the report's structure, not its figures, and nothing left running.
+    ~2-3 min here."""
+    import json
+
+    import psutil
+
+    from tests.real_models import smollm2_model_dir
+
+    work, out = tmp_path / "work", tmp_path / "es.json"
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.eval_speed", "--quick", "--work-dir", str(work),
+                           "--model-source", str(smollm2_model_dir()), "--json", str(out)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    text = proc.stdout[proc.stdout.index("== evaluation speed: SmolLM2-135M-Instruct"):]
+    assert re.search(r"^HF generate\s+8\s+\d+\.\d\s+\d+\.\d{3}\s", text, re.M), text
+    assert re.search(r"^endpoint \(vLLM\)\s+8\s+\d+\.\d\s+\d+\.\d{3}\s", text, re.M), text
+    assert re.search(r"^endpoint / HF\s+\d+\.\d\dx\s+\d+\.\d\dx", text, re.M), text
+    assert re.search(r"^same answer on both paths .*: base \d/4, tuned \d/4$", text, re.M), text
+    got = json.loads(out.read_text())
+    assert [got["paths"][e]["engine"] for e in ("hf", "vllm")] == ["hf", "vllm"]
+    assert got["paths"]["vllm"]["profile"]["server_start_s"] > 0 and got["paths"]["hf"]["profile"]["rows"] == 4
+    assert set(got["agreement"]["same_answers"]) == {"base", "tuned"}
+    leftovers = [p.info for p in psutil.process_iter(["pid", "cmdline"])
+                 if str(work) in " ".join(p.info["cmdline"] or [])]
+    assert not leftovers  # the trainer and the vLLM server are stopped
