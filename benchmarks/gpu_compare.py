@@ -430,7 +430,7 @@ def main() -> None:
     if missing := [m for m in ("moto", "minio", "flask") if importlib.util.find_spec(m) is None]:
         raise SystemExit(f"gpu_compare needs {', '.join(missing)} (the S3 stand-in the trainer reads from): "
                          "pip install 'moto[server]' minio, or on a machine without internet the wheels "
-                         "(README, \"For the next session with a GPU\")")
+                         "(docs/performance.md, \"For the next session with a GPU\")")
     cuda = torch.cuda.is_available()
     if not cuda and not args.allow_cpu:
         raise SystemExit("gpu_compare needs a CUDA GPU; none is visible here (torch.cuda.is_available() is False). "

@@ -10,7 +10,7 @@ letting the pipeline's service account manage PyTorchJobs, TrainJobs, InferenceS
 ServingRuntimes, Deployments and Services in that namespace only.
 
 The Secret templates hold placeholders, never real keys: replace them before applying, or
-create the Secrets with kubectl (see README "Run on a cluster"). MinIO refuses to start while
+create the Secrets with kubectl (see docs/cluster.md). MinIO refuses to start while
 its password is the placeholder (or shorter than MinIO's 8 characters). Every pod runs under
 restricted Pod Security. `make manifests` writes docker/manifests/namespace.yaml, which is
 committed and kept fresh by a test.
@@ -40,7 +40,7 @@ CHECK_PASSWORD = (
     "p = os.environ['MINIO_ROOT_PASSWORD']\n"
     f"if p == {PLACEHOLDER!r} or len(p) < 8:\n"
     "    sys.exit('refusing to start MinIO: the Secret " + "{secret}" + " still holds the template placeholder (or a "
-    "password under 8 characters); create it with kubectl create secret generic ... (README: Run on a cluster)')\n"
+    "password under 8 characters); create it with kubectl create secret generic ... (docs/cluster.md)')\n"
 )
 
 

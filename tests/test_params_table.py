@@ -1,6 +1,6 @@
 """One table for every pipeline parameter (trainer.params): the pipelines' signatures and the
 components' inputs agree with it, the KFP UI's descriptions and --list-params come from it, the
-README's reference is its current rendering, and every entry point reads true/false alike."""
+parameter reference page (docs/parameters.md) is its current rendering, and every entry point reads true/false alike."""
 
 import argparse
 import inspect
@@ -85,11 +85,11 @@ def test_list_params_groups_the_tables_text(capsys):
     assert "trainjob (a Kubeflow Trainer v2 TrainJob" in " ".join(out.split())
 
 
-def test_the_readme_parameter_reference_is_the_tables_rendering():
-    readme = (ROOT / "README.md").read_text()
-    found = re.search(r"<!-- parameters: python -m trainer.params -->\n(.*?)<!-- /parameters -->", readme, re.S)
-    assert found, "README lacks the generated parameter reference"
-    assert found.group(1) == params.markdown(), "README's parameter reference is stale: python -m trainer.params"
+def test_the_parameter_reference_page_is_the_tables_rendering():
+    page = (ROOT / "docs" / "parameters.md").read_text()
+    found = re.search(r"<!-- parameters: python -m trainer.params -->\n(.*?)<!-- /parameters -->", page, re.S)
+    assert found, "docs/parameters.md lacks the generated parameter reference"
+    assert found.group(1) == params.markdown(), "docs/parameters.md is stale: python -m trainer.params"
 
 
 @pytest.mark.parametrize("word, value", [("true", True), (" Yes ", True), ("ON", True), ("1", True),

@@ -3,7 +3,7 @@
 peft's `lora.Linear` computes `base(x) + lora_B(lora_A(x)) * scaling` as three full-size
 passes over the [tokens, out_features] output besides the matmuls (the B product, the scale,
 the add), and autograd adds the same again on the way back (the scaled gradient, the sum of the
-two input gradients). On an H100 profile of a 1B LoRA step (README "Performance / On a GPU")
+two input gradients). On an H100 profile of a 1B LoRA step (docs/performance.md, "On a GPU")
 elementwise kernels took 44% of the step time. Here the LoRA product is accumulated into the
 base output by the GEMM itself (`addmm_` with beta=1: cuBLAS reads the output once in its
 epilogue), the scale is applied to the [tokens, r] intermediate, and the backward pass is five

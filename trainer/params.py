@@ -2,7 +2,7 @@
 
 From it come the pipelines' docstrings (the descriptions the KFP UI shows for each run parameter),
 the pipelines' signature defaults, `validate`'s defaults for callers that lack a parameter,
-`--list-params` of run_local and submit, and the README's parameter reference; tests check every
+`--list-params` of run_local and submit, and the parameter reference (docs/parameters.md); tests check every
 pipeline's and component's signature (names, types, defaults) against it. A new parameter is one
 row here plus its use.
 
@@ -23,7 +23,7 @@ _T = TrainConfig()
 FINETUNE, SWEEP = ("finetune",), ("sweep",)
 BOTH = FINETUNE + SWEEP
 
-# Groups, in the order --list-params and the README show them.
+# Groups, in the order --list-params and docs/parameters.md show them.
 INPUTS, TRAINING, EVALUATION, SWEEP_GROUP, SERVING, PLACEMENT, REGISTRY = (
     "inputs", "training", "evaluation and promotion", "sweep", "serving", "placement (cluster)", "registry")
 GROUPS = (INPUTS, TRAINING, EVALUATION, SWEEP_GROUP, SERVING, PLACEMENT, REGISTRY)
@@ -277,7 +277,7 @@ def listing(pipeline: str, title: str) -> str:
 
 
 def markdown() -> str:
-    """The README's parameter reference (`python -m trainer.params` prints it; a test keeps the README current)."""
+    """docs/parameters.md's reference (`python -m trainer.params` prints it; a test keeps the page current)."""
     out = []
     for group in GROUPS:
         out += [f"**{group[0].upper() + group[1:]}**", "", "| parameter | default | pipelines | what it does |",

@@ -22,7 +22,7 @@ _DEFAULTS = {
     # vLLM's x86 CPU build, used when the server gets no accelerator (serve_gpus=0): the images
     # above exit at start-up without a GPU (tag from vLLM's CPU release repository, not pulled here).
     "VLLM_CPU_IMAGE": "public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo:v0.11.0",
-    # In-cluster MinIO installed by docker/manifests (see README "Run on a cluster").
+    # In-cluster MinIO installed by docker/manifests (see docs/cluster.md).
     "S3_ENDPOINT": "http://minio.llm-finetune.svc.cluster.local:9000",
     "S3_BUCKET": "llm-finetune",
     "S3_REGION": "us-east-1",

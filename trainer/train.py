@@ -245,7 +245,7 @@ class Recipe:
         self.accum = max(1, math.ceil(cfg.tokens_per_step / (micro_tokens * world))) if cfg.tokens_per_step else 1
         pad = tokenizer.pad_token_id
         # Compiled padded batches are padded to a few bucket widths: on an H100 this read 24.2k
-        # tokens/s against 20.5k with every length left to dynamic shapes (README Performance).
+        # tokens/s against 20.5k with every length left to dynamic shapes (docs/performance.md).
         self.bucketed = cfg.compile  # off again if _CompileTrial finds eager faster
         width = lambda rows: bucket(max(len(e["input_ids"]) for e in rows)) if self.bucketed else 0  # noqa: E731
         self.collate = ((lambda rows: collate_packed(rows, self.packed_len, pad)) if flatten
@@ -262,7 +262,7 @@ class Recipe:
             if flatten and attn is None:  # CPU: sdpa with a block-diagonal mask, every cross-row pair computed
                 print("packing=flatten here attends over the whole packed sequence behind a mask (no flash or flex "
                       "attention on this device): measured 2x slower than packing=auto's length-bucketed padding "
-                      "on CPU (README Performance); use packing=auto", flush=True)
+                      "on CPU (docs/performance.md); use packing=auto", flush=True)
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay,
                                            fused=device.type == "cuda")
