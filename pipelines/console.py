@@ -13,10 +13,8 @@ write() call and a component's output one line at a time, under a 4-space indent
 rules below look at one line at a time, without state per task, because trials of a sweep
 run in parallel threads and their lines interleave.
 
-kfp.local indents by swapping `builtins.print` for the duration of a task, which is not
-thread-safe: with trials side by side the indents stack (8, 12 spaces) and one trial's
-restore can leave print indented for the runner's own lines (its `----` rules). `install`
-replaces that helper with a per-thread one that writes indent and line in one call.
+kfp.local indents a task's lines by swapping `builtins.print`, which is not thread-safe: `install`
+puts a per-thread helper in its place (pipelines.kfp_local_patches.thread_safe_indent).
 """
 
 from __future__ import annotations
@@ -29,6 +27,8 @@ import sys
 import threading
 import time
 from typing import IO
+
+from pipelines import kfp_local_patches
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _KFP_RECORD = re.compile(r"^\d\d:\d\d:\d\d\.\d{3} - (?P<level>[A-Z]+) - (?P<msg>.*)", re.S)
@@ -251,7 +251,7 @@ def install(log: IO[str]):
     saved = sys.stdout, sys.stderr, warnings.showwarning
     console = Console(sys.stdout, log)
     sys.stdout, sys.stderr = console, Tee(saved[1], log)
-    unpatch = _patch_kfp_indent()
+    unpatch = kfp_local_patches.thread_safe_indent()
     # A closed terminal pipe (`run_local | head`) raised inside kfp's logging call: logging would
     # print its own 40-line "Logging error" traceback; the command still ends with status 141.
     raise_exceptions, logging.raiseExceptions = logging.raiseExceptions, False
@@ -272,51 +272,6 @@ def install(log: IO[str]):
         unpatch()
 
     return console, restore
-
-
-_indent = threading.local()
-
-
-def _patch_kfp_indent():
-    """Put a thread-safe `indented_print` in kfp.local's place (see the module docstring);
-    returns the function that puts kfp's back."""
-    import builtins
-    import contextlib
-
-    try:
-        from kfp.local import logging_utils
-    except ImportError:
-        return lambda: None
-    original = getattr(logging_utils, "indented_print", None)
-    if original is None:  # another kfp: its own helper stays
-        return lambda: None
-    real_print = builtins.print
-
-    def print_in_thread(*args, sep=" ", end="\n", file=None, flush=False):
-        spaces = getattr(_indent, "spaces", 0)
-        if not spaces or (file is not None and file is not sys.stdout):
-            return real_print(*args, sep=sep, end=end, file=file, flush=flush)
-        text = (" " if sep is None else sep).join(map(str, args)) + ("\n" if end is None else end)
-        sys.stdout.write(" " * spaces + text)  # one write: another thread's line cannot land inside it
-
-    @contextlib.contextmanager
-    def indented_print(num_spaces: int = 4):
-        outer = getattr(_indent, "spaces", 0)
-        _indent.spaces = num_spaces  # not stacked: a nested task's lines are still a component's
-        try:
-            yield
-        finally:
-            _indent.spaces = outer
-
-    logging_utils.indented_print = indented_print
-    builtins.print = print_in_thread  # prints as before in every thread outside a task's lines
-
-    def unpatch() -> None:
-        logging_utils.indented_print = original
-        if builtins.print is print_in_thread:
-            builtins.print = real_print
-
-    return unpatch
 
 
 class SafeLog:

@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pipelines import kfp_local_patches
 from pipelines.finetune import finetune_pipeline
 from trainer import fc_check, settings
 from trainer.errors import UserError, exit_on_user_error
@@ -333,7 +334,7 @@ def run(pipeline, params: dict[str, Any], args: argparse.Namespace) -> int:
             console.say(f"parameters: defaults{''.join(f', {k}={json.dumps(v)}' for k, v in changed.items())}; "
                         f"S3 {settings.get('S3_ENDPOINT')} bucket {settings.get('S3_BUCKET')}")
             console.log.write(f"all parameters: {json.dumps(params)}\n")
-            with pending_tasks_cancelled():
+            with kfp_local_patches.pending_tasks_cancelled():
                 code = _run(pipeline, params, args, console, run_dir)
             succeeded = code == 0
             return code
@@ -367,37 +368,6 @@ def run(pipeline, params: dict[str, Any], args: argparse.Namespace) -> int:
                 os.environ["TMPDIR"] = saved_tmpdir
             if not params.get("keep_serving"):
                 shutil.rmtree(tmp, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def pending_tasks_cancelled():
-    """While a run lasts, kfp.local's ParallelFor drops its queued iterations when it stops early.
-
-    Its executor's `shutdown(wait=True)` runs every iteration still queued before an interrupt
-    (Ctrl-C, SIGTERM) or a failed trial gets out: a sweep would go on training its remaining
-    trials (hours each on real models) while the command looks hung. The iterations already
-    running still end (their processes got the signal); the queued ones never start."""
-    import concurrent.futures
-    import types
-
-    try:
-        from kfp.local.orchestrator import enhanced_dag_orchestrator as orchestrator
-    except ImportError:  # another kfp: its own behaviour
-        yield
-        return
-    saved = orchestrator.concurrent
-
-    class Executor(concurrent.futures.ThreadPoolExecutor):
-        def shutdown(self, wait=True, *, cancel_futures=False):
-            super().shutdown(wait=wait, cancel_futures=True)
-
-    # Only that module's name `concurrent` is replaced: every other thread pool is untouched.
-    orchestrator.concurrent = types.SimpleNamespace(futures=types.SimpleNamespace(
-        ThreadPoolExecutor=Executor, as_completed=concurrent.futures.as_completed))
-    try:
-        yield
-    finally:
-        orchestrator.concurrent = saved
 
 
 class Terminated(BaseException):

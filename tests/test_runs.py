@@ -610,7 +610,7 @@ def test_run_local_drops_a_parallel_for_s_queued_iterations_when_the_run_stops()
 
     from kfp.local.orchestrator import enhanced_dag_orchestrator as orchestrator
 
-    from pipelines.run_local import pending_tasks_cancelled
+    from pipelines.kfp_local_patches import pending_tasks_cancelled
 
     saved = orchestrator.concurrent
     started, release = [], threading.Event()

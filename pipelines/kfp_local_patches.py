@@ -1,0 +1,97 @@
+"""Every change this project makes to kfp.local's behaviour, in one place, for kfp 2.17.0 (the pinned
+version; tests/test_kfp_local_patches.py fails on another, so that each patch is looked at again).
+
+- `thread_safe_indent`: kfp.local indents a task's lines by swapping `builtins.print` for the
+  duration of the task, which is not thread-safe: with sweep trials side by side the indents stack
+  (8, 12 spaces) and one trial's restore can leave print indented for the runner's own lines (its
+  `----` rules). Replaced by a per-thread helper that writes indent and line in one call.
+- `pending_tasks_cancelled`: its ParallelFor executor's `shutdown(wait=True)` runs every queued
+  iteration before an interrupt or a failed trial gets out; queued iterations are dropped instead.
+
+Each patch is undone when the run ends; with another kfp where the patched name is missing, the
+patch does nothing and kfp's own behaviour stays.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+
+KFP_VERSION = "2.17.0"
+
+
+_indent = threading.local()
+
+
+def thread_safe_indent():
+    """Put a thread-safe `indented_print` in kfp.local's place (see the module docstring);
+    returns the function that puts kfp's back."""
+    import builtins
+    import contextlib
+
+    try:
+        from kfp.local import logging_utils
+    except ImportError:
+        return lambda: None
+    original = getattr(logging_utils, "indented_print", None)
+    if original is None:  # another kfp: its own helper stays
+        return lambda: None
+    real_print = builtins.print
+
+    def print_in_thread(*args, sep=" ", end="\n", file=None, flush=False):
+        spaces = getattr(_indent, "spaces", 0)
+        if not spaces or (file is not None and file is not sys.stdout):
+            return real_print(*args, sep=sep, end=end, file=file, flush=flush)
+        text = (" " if sep is None else sep).join(map(str, args)) + ("\n" if end is None else end)
+        sys.stdout.write(" " * spaces + text)  # one write: another thread's line cannot land inside it
+
+    @contextlib.contextmanager
+    def indented_print(num_spaces: int = 4):
+        outer = getattr(_indent, "spaces", 0)
+        _indent.spaces = num_spaces  # not stacked: a nested task's lines are still a component's
+        try:
+            yield
+        finally:
+            _indent.spaces = outer
+
+    logging_utils.indented_print = indented_print
+    builtins.print = print_in_thread  # prints as before in every thread outside a task's lines
+
+    def unpatch() -> None:
+        logging_utils.indented_print = original
+        if builtins.print is print_in_thread:
+            builtins.print = real_print
+
+    return unpatch
+
+
+@contextlib.contextmanager
+def pending_tasks_cancelled():
+    """While a run lasts, kfp.local's ParallelFor drops its queued iterations when it stops early.
+
+    Its executor's `shutdown(wait=True)` runs every iteration still queued before an interrupt
+    (Ctrl-C, SIGTERM) or a failed trial gets out: a sweep would go on training its remaining
+    trials (hours each on real models) while the command looks hung. The iterations already
+    running still end (their processes got the signal); the queued ones never start."""
+    import concurrent.futures
+    import types
+
+    try:
+        from kfp.local.orchestrator import enhanced_dag_orchestrator as orchestrator
+    except ImportError:  # another kfp: its own behaviour
+        yield
+        return
+    saved = orchestrator.concurrent
+
+    class Executor(concurrent.futures.ThreadPoolExecutor):
+        def shutdown(self, wait=True, *, cancel_futures=False):
+            super().shutdown(wait=wait, cancel_futures=True)
+
+    # Only that module's name `concurrent` is replaced: every other thread pool is untouched.
+    orchestrator.concurrent = types.SimpleNamespace(futures=types.SimpleNamespace(
+        ThreadPoolExecutor=Executor, as_completed=concurrent.futures.as_completed))
+    try:
+        yield
+    finally:
+        orchestrator.concurrent = saved
