@@ -208,3 +208,27 @@ def test_sigkill_of_trainer_serve_while_vllm_loads_leaves_nothing(tmp_path, tiny
         assert survivors(tag, within=20) == []
     finally:
         procs.stop(tagged(tag), grace=0)
+
+
+def test_a_group_of_zombies_counts_as_stopped():
+    """Server.stop waited its whole 20 s timeout on every deploy: os.killpg(pgid, 0) counts the zombies
+    left in vLLM's group (dead helpers handed to run_local, a subreaper that reaps them only at its end)."""
+    import psutil
+
+    procs.subreaper(True)  # as run_local is while it runs
+    zombies = []
+    try:
+        # a group leader whose forked child exits at once: a zombie of the group until someone reaps it
+        leader = subprocess.Popen([sys.executable, "-c", "import os, time; os.fork() and time.sleep(300)"],
+                                  start_new_session=True)
+        zombies = wait_for(lambda: [c.pid for c in psutil.Process(leader.pid).children() if c.status() == "zombie"],
+                           30, leader, "a zombie in the group")
+        assert procs.group_alive(leader.pid)  # the leader runs
+        leader.kill()
+        leader.wait()
+        os.killpg(leader.pid, 0)  # the old check: the zombie, now ours and not reaped, still "alive"
+        assert not procs.group_alive(leader.pid)
+    finally:
+        procs.subreaper(False)
+        for pid in zombies:
+            os.waitpid(pid, 0)

@@ -48,6 +48,17 @@ def alive(pid: int) -> bool:
         return False
 
 
+def group_alive(pgid: int) -> bool:
+    """A running (not zombie) process is in process group `pgid`."""
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
+                return True
+        except (psutil.Error, OSError):
+            continue
+    return False
+
+
 def start_time(pid: int) -> float:
     """When `pid` started: with the pid, a process's identity (pids are reused)."""
     try:
@@ -155,6 +166,9 @@ def guard(command: list[str], parent: int = 0, grace: float = 10.0) -> int:
     # whatever of its tree is left: group members and orphans handed to us.
     stop([child.pid, *descendants(os.getpid())] if child.poll() is None else descendants(os.getpid()), grace)
     code = child.wait()
+    for pid in descendants(os.getpid()):  # orphans handed to us that have ended: their status is ours to take
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, os.WNOHANG)
     return 128 + stopping[0] if stopping else code
 
 

@@ -325,11 +325,12 @@ def _signal_group(pgid: int, sig: int) -> None:
 
 
 def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
+    """A running process is left in the group. Not os.killpg(pgid, 0), which also counts zombies: the
+    guard's dead helpers wait there for a reaper (run_local, a subreaper, reaps at its end), and the
+    stop waited its whole timeout for them on every deploy."""
+    from trainer.procs import group_alive
+
+    return group_alive(pgid)
 
 
 def local_args(model_dir: str | Path, served_model_name: str, *, host: str = "127.0.0.1", port: int = 8000,
