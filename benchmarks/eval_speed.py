@@ -15,14 +15,16 @@ on the delivered files, one path after the other on an otherwise idle process:
   (--enable-lora), every row sent through the OpenAI API, 8 requests in flight, `message.tool_calls` /
   `message.content` scored.
 
-Both paths then compute the eval loss with transformers (the same work in both). It prints, per path: rows/s of
+The eval loss is the HF path's transformers forward passes over every scored row, and the endpoint path's prompt
+log-probabilities from the same server (no model loaded in the step). It prints, per path: rows/s of
 answering (base + tuned rows over the seconds spent producing the answers; for the endpoint that includes the
 server's start and readiness) and of the whole evaluate() call (model loads and eval loss included), the ratio
 endpoint / HF of both, a profile (server start seconds, seconds per answered row, model loads, eval loss), both
 paths' accuracies side by side (fc_ast_accuracy, fc_exact_accuracy, fc_accuracy, text_match, base and tuned) and
 on how many rows the two paths gave the same answer (same calls, or same normalised text). The timings are
-taken by wrapping trainer.evaluate's own functions (generate, ask, load, eval_loss, served_predictions) and
-trainer.serve's start / wait_ready for the length of the run; nothing in the evaluate path is changed.
+taken by wrapping trainer.evaluate's own functions (generate, ask, load, eval_loss, served_losses,
+served_predictions) and trainer.serve's start / wait_ready for the length of the run; nothing in the evaluate
+path is changed.
 
 Every server and process this command starts is stopped before it ends, on Ctrl-C and SIGTERM too.
 --quick: 2 training steps on a small slice of the built-in data (32 train / 8 held-out rows) and 4 rows per path:
@@ -128,7 +130,8 @@ def instrumented(spans: list[tuple[str, str, float]], answers: dict[str, list[di
 
         return fn, wrapper
 
-    targets = [(ev, n) for n in ("generate", "ask", "load", "eval_loss", "served_predictions", "score")]
+    targets = [(ev, n) for n in ("generate", "ask", "load", "eval_loss", "served_losses", "served_predictions",
+                                 "score")]
     targets += [(serve, "start"), (serve, "wait_ready")]
     saved = []
     try:
@@ -150,12 +153,13 @@ def profile(spans: list[tuple[str, str, float]], total_s: float, rows: int, engi
         return sum(s for n, m, s in spans if n == name and (model is None or m == model))
 
     per_model = "generate" if engine == "hf" else "ask"
-    answer_s = total("generate") if engine == "hf" else total("served_predictions")
+    # The endpoint's eval loss (served_losses) runs inside served_predictions, on the same server.
+    answer_s = total("generate") if engine == "hf" else total("served_predictions") - total("served_losses")
     answered = 2 * rows
     out = {"rows": rows, "answered": answered, "total_s": total_s, "answer_s": answer_s,
            "base_answer_s": total(per_model, "base"), "tuned_answer_s": total(per_model, "tuned"),
            "server_start_s": total("start") + total("wait_ready"), "load_s": total("load"),
-           "eval_loss_s": total("eval_loss")}
+           "eval_loss_s": total("eval_loss") + total("served_losses")}
     out["per_row_s"] = (out["base_answer_s"] + out["tuned_answer_s"]) / max(answered, 1)
     out["other_s"] = total_s - answer_s - out["load_s"] - out["eval_loss_s"]
     out["answer_rows_per_s"] = answered / answer_s if answer_s > 0 else 0.0
@@ -286,7 +290,8 @@ def report(res: dict[str, Any]) -> str:
         lines.append(f"  HF {hf['per_row_s']:.2f}s per row vs endpoint {ep['per_row_s']:.2f}s per row "
                      f"({hf['per_row_s'] / ep['per_row_s']:.1f}x) once the server is up; the server's start "
                      f"({ep['server_start_s']:.0f}s) is worth {ep['server_start_s'] / max(hf['per_row_s'], 1e-9):.0f} "
-                     f"HF rows; model loads + eval loss ({ep['load_s'] + ep['eval_loss_s']:.0f}s) are paid by both")
+                     f"HF rows; model loads + eval loss: HF {hf['load_s'] + hf['eval_loss_s']:.0f}s, endpoint "
+                     f"{ep['load_s'] + ep['eval_loss_s']:.0f}s")
     lines += ["", f"accuracy by path ({'agree' if ag['agree'] else 'DIFFER'}: largest difference "
                   f"{ag['max_difference_points']:.1f} points, allowed {AGREE_POINTS:g})",
               table([(k, f"{v['hf']:.1%}", f"{v['vllm']:.1%}", f"{(v['vllm'] - v['hf']) * 100:+.1f}")

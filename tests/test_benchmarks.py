@@ -316,9 +316,10 @@ def _eval_speed_result():
 
     hf = profile([("load", "base", 2.0), ("generate", "base", 50.0), ("eval_loss", "", 5.0), ("load", "tuned", 2.0),
                   ("generate", "tuned", 30.0), ("eval_loss", "", 5.0)], total_s=100.0, rows=10, engine="hf")
-    ep = profile([("start", "", 1.0), ("wait_ready", "", 29.0), ("ask", "base", 6.0), ("ask", "tuned", 4.0),
-                  ("served_predictions", "", 40.0), ("load", "base", 2.0), ("eval_loss", "", 5.0),
-                  ("load", "tuned", 2.0), ("eval_loss", "", 5.0)], total_s=55.0, rows=10, engine="vllm")
+    # the endpoint: answers and losses from one server, inside served_predictions; no model loads
+    ep = profile([("start", "", 1.0), ("wait_ready", "", 29.0), ("ask", "base", 6.0), ("served_losses", "base", 3.0),
+                  ("ask", "tuned", 4.0), ("served_losses", "tuned", 2.0), ("served_predictions", "", 45.0)],
+                 total_s=55.0, rows=10, engine="vllm")
     call = {"calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}], "content": None}
     answers = {"hf": {"base": [call, {"calls": [], "content": "Hi!"}], "tuned": [call, call]},
                "vllm": {"base": [call, {"calls": [], "content": "hi"}], "tuned": [call, {"calls": [], "content": ""}]}}
@@ -332,8 +333,9 @@ def test_eval_speed_profile_ratio_and_agreement():
     assert hf["answered"] == 20 and hf["answer_s"] == 80.0 and hf["answer_rows_per_s"] == pytest.approx(0.25)
     assert hf["per_row_s"] == pytest.approx(4.0) and hf["rows_per_s"] == pytest.approx(0.2)
     assert hf["load_s"] == 4.0 and hf["eval_loss_s"] == 10.0 and hf["other_s"] == pytest.approx(6.0)
-    # the endpoint's answering time is served_predictions, its server start included
+    # the endpoint's answering time is served_predictions, its server start included, less its eval loss
     assert ep["answer_s"] == 40.0 and ep["server_start_s"] == 30.0 and ep["per_row_s"] == pytest.approx(0.5)
+    assert ep["eval_loss_s"] == 5.0 and ep["load_s"] == 0.0 and ep["other_s"] == pytest.approx(10.0)
     assert ratio["answer_rows_per_s"] == pytest.approx(2.0) and ratio["rows_per_s"] == pytest.approx(100 / 55)
     assert ag["max_difference_points"] == pytest.approx(10.0) and not ag["agree"]
     assert set(ag["accuracies"]) == {"base fc_ast_accuracy", "base text_match", "tuned fc_ast_accuracy"}
@@ -353,7 +355,8 @@ def test_eval_speed_report_shows_rows_per_second_ratio_and_the_profile():
     assert re.search(r"^HF generate\s+20\s+80\.0\s+0\.250\s+100\.0\s+0\.200\s+1\.0 -> 2\.0", text, re.M), text
     assert re.search(r"^endpoint \(vLLM\)\s+20\s+40\.0\s+0\.500\s+55\.0\s+0\.364", text, re.M), text
     assert re.search(r"^endpoint / HF\s+2\.00x\s+1\.82x", text, re.M), text
-    assert re.search(r"^endpoint \(vLLM\)\s+30\.0\s+6\.0\s+4\.0\s+0\.50\s+4\.0\s+10\.0", text, re.M), text
+    assert re.search(r"^endpoint \(vLLM\)\s+30\.0\s+6\.0\s+4\.0\s+0\.50\s+0\.0\s+5\.0\s+10\.0", text, re.M), text
+    assert "model loads + eval loss: HF 14s, endpoint 5s" in text
     assert "target endpoint >= 3x HF (whole evaluate()): not met (1.82x; answering alone 2.00x)" in text
     assert "HF 4.00s per row vs endpoint 0.50s per row (8.0x) once the server is up" in text
     assert "accuracy by path (DIFFER: largest difference 10.0 points, allowed 5)" in text

@@ -9,14 +9,17 @@ from trainer import builtin_data, data
 from trainer import evaluate as ev
 
 
-def _adapter(base_dir, out_dir, modules_to_save=None):
-    """An untrained LoRA adapter (B = 0: it answers exactly as its base)."""
+def _adapter(base_dir, out_dir, modules_to_save=None, zero=True):
+    """An untrained LoRA adapter: B = 0 answers exactly as its base; `zero=False` draws B at random
+    too (peft's init_lora_weights=False), an adapter that changes the model."""
+    import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    torch.manual_seed(0)
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(base_dir),
                            LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"],
-                                      modules_to_save=modules_to_save))
+                                      modules_to_save=modules_to_save, init_lora_weights=zero))
     model.save_pretrained(out_dir)
     AutoTokenizer.from_pretrained(base_dir).save_pretrained(out_dir)
     return out_dir
@@ -34,7 +37,7 @@ def test_engine_choice(tiny_model_dir, tmp_path):
 def test_base_and_adapter_answer_through_one_vllm_server(tiny_model_dir, tmp_path, monkeypatch):
     rows = builtin_data.generate(n_train=0, n_eval=6, seed=5)["eval"]
     data.write_jsonl(rows, tmp_path / "eval.jsonl")
-    adapter = _adapter(tiny_model_dir, tmp_path / "adapter")
+    adapter = _adapter(tiny_model_dir, tmp_path / "adapter", zero=False)
     started = []
 
     import trainer.serve as serve
@@ -53,9 +56,51 @@ def test_base_and_adapter_answer_through_one_vllm_server(tiny_model_dir, tmp_pat
     [(served, loras, server)] = started  # one server: the base, with the adapter beside it
     assert str(served) == str(tiny_model_dir) and loras == {"tuned": str(adapter)}
     assert server.proc.poll() is not None  # stopped before evaluate returned
-    # B = 0: the adapter answers as its base does, row for row, through the same server
-    assert [e["base"] for e in result["examples"]] == [e["tuned"] for e in result["examples"]]
     for key in ("fc_accuracy", "fc_ast_accuracy", "fc_exact_accuracy", "fc_multiple_accuracy"):
-        assert result["base"][key] == result["tuned"][key]
+        assert 0 <= result["base"][key] <= 1 and 0 <= result["tuned"][key] <= 1
     assert result["categories"]["fc_multiple_rows"] == 6
+    # The eval losses came from the same server (prompt log-probabilities; no weights loaded here)
+    # and equal what transformers computes on the same encodings, the adapter's included: the
+    # adapter was applied to every prompt token.
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    _, examples = ev.fitting_rows(rows, tok, 512, None)
+    hf = {name: ev.eval_loss(ev.load(tiny_model_dir, a), examples, tok.pad_token_id)
+          for name, a in (("base", None), ("tuned", adapter))}
+    assert abs(hf["tuned"] - hf["base"]) > 0.01  # the adapter changes the model
+    for name in ("base", "tuned"):
+        assert result[name]["eval_loss"] == pytest.approx(hf[name], rel=1e-3), name
     json.dumps(result)  # the step writes it out
+
+
+def test_served_loss_reads_the_scored_tokens_of_the_prompt_and_the_last_at_the_generated_position(monkeypatch):
+    import trainer.serve as serve
+
+    sent = []
+
+    def completion(url, body, timeout=0):
+        sent.append(body)
+        # log-probability of token t at position i: -(i + t / 100), so the sum names what was read
+        prompt = [None] + [{str(t): {"logprob": -(i + t / 100)}} for i, t in enumerate(body["prompt"]) if i]
+        choice = {"prompt_logprobs": prompt}
+        if "logprob_token_ids" in body:
+            [t] = body["logprob_token_ids"]
+            choice["logprobs"] = {"top_logprobs": [{f"token_id:{t}": -(len(body["prompt"]) + t / 100),
+                                                    "token_id:999": -0.01}]}
+        return {"choices": [choice]}
+
+    monkeypatch.setattr(serve, "completion", completion)
+    ids = [10, 11, 12, 13, 14]
+    # scored: positions 2 and 4 (the last one, asked for at the generated position)
+    total, n = ev.served_nll("http://x", "tuned", {"input_ids": ids, "labels": [-100, -100, 12, -100, 14]})
+    assert n == 2 and total == pytest.approx((2 + 0.12) + (4 + 0.14))
+    assert sent[-1]["prompt"] == ids[:-1] and sent[-1]["model"] == "tuned" and sent[-1]["logprob_token_ids"] == [14]
+    # the last token not scored: nothing asked for it
+    total, n = ev.served_nll("http://x", "base", {"input_ids": ids, "labels": [-100, 11, 12, -100, -100]})
+    assert n == 2 and total == pytest.approx((1 + 0.11) + (2 + 0.12)) and "logprob_token_ids" not in sent[-1]
+    # nothing scored (the first token never is): no request at all
+    before = len(sent)
+    assert ev.served_nll("http://x", "base", {"input_ids": ids, "labels": [10] + [-100] * 4}) == (0.0, 0)
+    assert len(sent) == before
+    assert ev.mean_loss([(3.0, 2), (0.0, 0), (1.0, 2)]) == pytest.approx(1.0)

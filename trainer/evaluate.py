@@ -28,6 +28,11 @@ from trainer.errors import UserError
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
 # Below this many rows one row moves accuracy by more than 2 points: say so.
 MIN_RELIABLE_ROWS = 50
+ENGINES = ("auto", "vllm", "hf")
+# eval_engine=auto serves through vLLM from this many parameters up: below it HF generate on the
+# demo's 0.9M-parameter model takes seconds, less than a vLLM server's start (~35 s on 2 cores).
+VLLM_FROM_PARAMS = 20_000_000
+CONCURRENCY = 8  # requests in flight to the server: vLLM batches them
 
 
 def parse_tool_call(text: str) -> dict[str, Any] | None:
@@ -154,6 +159,53 @@ def eval_loss(model, examples: list[dict[str, list[int]]], pad_id: int, batch_si
             total += losses.item()
             count += int((labels != -100).sum())
     return total / max(count, 1)
+
+
+def served_nll(url: str, model: str, example: dict[str, list[int]], timeout: float = 600.0) -> tuple[float, int]:
+    """The summed loss of one example's scored tokens (labels other than -100) and their count,
+    from the served model's log-probabilities of the example's own tokens: what `eval_loss`
+    computes with transformers, by the weights and the kernels that serve. The prompt is every
+    token but the last, read back with vLLM's prompt_logprobs; the last token's log-probability
+    is asked for at the one generated position (logprob_token_ids), so that an example as long
+    as the server's context still fits (vLLM wants room for one generated token)."""
+    ids, labels = example["input_ids"], example["labels"]
+    if len(ids) < 2 or all(t == -100 for t in labels[1:]):
+        return 0.0, 0  # nothing scored: no request
+    from trainer.serve import completion
+
+    body = {"model": model, "prompt": ids[:-1], "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": 0}
+    last = labels[-1] != -100
+    if last:
+        body.update(logprobs=0, logprob_token_ids=[labels[-1]], return_tokens_as_token_ids=True)
+    choice = completion(url, body, timeout=timeout)["choices"][0]
+    # prompt_logprobs[i]: {str(token id): {"logprob": ...}} for the prompt's token i (None for the
+    # first, which nothing predicts); with prompt_logprobs=0 the token itself is the one key.
+    prompt = choice["prompt_logprobs"]
+    scored = [(pos, t) for pos, t in enumerate(labels[:-1]) if pos and t != -100]
+    total = -sum(prompt[pos][str(t)]["logprob"] for pos, t in scored)
+    if last:
+        total -= choice["logprobs"]["top_logprobs"][0][f"token_id:{labels[-1]}"]
+    return total, len(scored) + last
+
+
+def served_losses(url: str, model: str, examples: list[dict[str, list[int]]], desc: str,
+                  concurrency: int = CONCURRENCY) -> list[tuple[float, int]]:
+    """`served_nll` of every example, `concurrency` requests at a time, with a progress bar."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from trainer.progress import bar
+
+    out: list[tuple[float, int]] = []
+    with bar(len(examples), desc, unit="row") as progress, ThreadPoolExecutor(concurrency) as pool:
+        for part in pool.map(lambda e: served_nll(url, model, e), examples):
+            out.append(part)
+            progress.update(1)
+    return out
+
+
+def mean_loss(parts: list[tuple[float, int]]) -> float:
+    """Mean loss per scored token over (summed loss, tokens) parts: token-weighted, as `eval_loss`."""
+    return sum(t for t, _ in parts) / max(sum(n for _, n in parts), 1)
 
 
 def _answer_budget(tokenizer, rows: list[dict[str, Any]]) -> int:
@@ -336,28 +388,26 @@ def category_rows(rows: list[dict[str, Any]]) -> dict[str, int]:
 
 
 def score(model, tokenizer, rows: list[dict[str, Any]], examples: list[dict[str, list[int]]],
-          desc: str = "evaluate", predictions: list[dict[str, Any]] | None = None
-          ) -> tuple[dict[str, float], list[dict[str, Any]]]:
+          desc: str = "evaluate", predictions: list[dict[str, Any]] | None = None,
+          losses: list[tuple[float, int]] | None = None) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """All metrics for one model on `rows` and their encodings `examples` (the rows that fit:
-    `fitting_rows`), and its predictions ({"calls", "content", "raw"} per row). `predictions` from
-    the served model (eval_engine=vllm); None generates here (HF generate) and reads the texts
-    with the serving parser."""
+    `fitting_rows`), and its predictions ({"calls", "content", "raw"} per row). `predictions` and
+    `losses` (per example, `served_nll`) from the served model (eval_engine=vllm; `model` is then
+    not used); None generates here (HF generate, the texts read with the serving parser) and
+    computes the losses with transformers."""
     from trainer.serve import tool_call_parser
 
-    text_examples = [e for r, e in zip(rows, examples) if expected_call(r) is None]
+    text = [expected_call(r) is None for r in rows]
     if predictions is None:
         parser = tool_call_parser(tokenizer.chat_template, list(tokenizer.get_added_vocab()))
         predictions = parsed_outputs(generate(model, tokenizer, rows, desc=desc), parser)
-    return {"eval_loss": eval_loss(model, examples, tokenizer.pad_token_id),
-            "text_eval_loss": eval_loss(model, text_examples, tokenizer.pad_token_id),
-            **score_predictions(rows, predictions, tuple(tokenizer.all_special_tokens))}, predictions
-
-
-ENGINES = ("auto", "vllm", "hf")
-# eval_engine=auto serves through vLLM from this many parameters up: below it HF generate on the
-# demo's 0.9M-parameter model takes seconds, less than a vLLM server's start (~35 s on 2 cores).
-VLLM_FROM_PARAMS = 20_000_000
-CONCURRENCY = 8  # requests in flight to the server: vLLM batches them
+    if losses is None:
+        losses_of = {"eval_loss": eval_loss(model, examples, tokenizer.pad_token_id),
+                     "text_eval_loss": eval_loss(model, [e for e, t in zip(examples, text) if t],
+                                                 tokenizer.pad_token_id)}
+    else:
+        losses_of = {"eval_loss": mean_loss(losses), "text_eval_loss": mean_loss([p for p, t in zip(losses, text) if t])}
+    return {**losses_of, **score_predictions(rows, predictions, tuple(tokenizer.all_special_tokens))}, predictions
 
 
 def choose_engine(engine: str, model_dir: Path) -> str:
@@ -428,11 +478,15 @@ def ask(url: str, model: str, rows: list[dict[str, Any]], budgets: list[int], de
 
 
 def served_predictions(model_dir: Path, tuned_dir: Path, rows: list[dict[str, Any]], tokenizer,
-                       max_seq_len: int, context: int | None = None) -> dict[str, list[dict[str, Any]]]:
+                       max_seq_len: int, context: int | None = None,
+                       examples: list[dict[str, list[int]]] | None = None) -> dict[str, dict[str, list]]:
     """Base and tuned answers through vLLM's OpenAI server, started as deploy starts it (the same
     argument builder, the delivered chat template, the tool-call parser read off it): one server with
     the adapter beside the base where vLLM can load it, else one after the other with the tuned model
-    merged (full fine-tuning, or trained embeddings). Every server is stopped before this returns."""
+    merged (full fine-tuning, or trained embeddings). Every server is stopped before this returns.
+
+    Returns {"base"/"tuned": {"predictions": per row, "losses": `served_nll` per example}}: the
+    losses of `examples` (the rows' encodings) from the same server, so no model is loaded here."""
     import tempfile
 
     from trainer import serve
@@ -448,7 +502,7 @@ def served_predictions(model_dir: Path, tuned_dir: Path, rows: list[dict[str, An
         plans = [(model_dir, {"tuned": str(tuned_dir)}, ("base", "tuned"))]
     else:
         plans = [(model_dir, {}, ("base",)), (tuned_dir, {}, ("tuned",))]
-    answers: dict[str, list[dict[str, Any]]] = {}
+    answers: dict[str, dict[str, list]] = {}
     with tempfile.TemporaryDirectory(prefix="eval-merged-") as tmp:
         for served_dir, loras, names in plans:
             if names == ("tuned",) and (Path(served_dir) / "adapter_config.json").is_file():
@@ -460,7 +514,13 @@ def served_predictions(model_dir: Path, tuned_dir: Path, rows: list[dict[str, An
             try:
                 serve.wait_ready(server.url, server, timeout=900)
                 for name in names:
-                    answers[name] = ask(server.url, name, rows, budgets, desc=f"evaluate {name} (vLLM)")
+                    answers[name] = {"predictions": ask(server.url, name, rows, budgets, desc=f"evaluate {name} (vLLM)"),
+                                     # One at a time beside an adapter: vLLM 0.32's CPU LoRA path
+                                     # fails on a batch of prompt log-probabilities (bgmv_shrink
+                                     # sizes by requests, not tokens) and the engine dies.
+                                     "losses": served_losses(server.url, name, examples or [],
+                                                             desc=f"eval loss {name} (vLLM)",
+                                                             concurrency=1 if loras else CONCURRENCY)}
             finally:
                 server.stop()
     return answers
@@ -535,8 +595,9 @@ def evaluate(model_dir: Path, tuned_dir: Path, eval_path: Path, max_rows: int = 
     accuracies' denominators), rows too long for max_seq_len are counted apart and score
     nothing; metric names are the same in every run (a kind with no rows scores 0).
     Progress (rows generated) goes to stderr. `engine` (ENGINES): vllm answers through the served
-    model (`served_predictions`), hf generates here and reads the texts with the serving parser;
-    auto picks by `choose_engine`.
+    model and reads the eval loss off the same server's prompt log-probabilities
+    (`served_predictions`; no model is loaded here), hf generates here, reads the texts with the
+    serving parser and computes the loss with transformers; auto picks by `choose_engine`.
 
     Raises:
         UserError: every row is too long, found before any model loads.
@@ -556,13 +617,15 @@ def evaluate(model_dir: Path, tuned_dir: Path, eval_path: Path, max_rows: int = 
     engine = choose_engine(engine, model_dir)
     print(f"evaluating {len(scored)} rows with {'the vLLM server' if engine == 'vllm' else 'HF generate'} "
           f"(eval_engine={engine})", flush=True)
-    served = served_predictions(model_dir, tuned_dir, scored, tokenizer, max_seq_len, context) \
+    served = served_predictions(model_dir, tuned_dir, scored, tokenizer, max_seq_len, context, examples) \
         if engine == "vllm" else {}
     results, outputs = {}, {}
     for name, adapter in (("base", None), ("tuned", tuned_dir)):
-        model = load(model_dir, adapter)  # the eval loss needs the weights either way
+        # Served: answers and losses came from the server, no weights load here.
+        model = None if name in served else load(model_dir, adapter)
         results[name], outputs[name] = score(model, tokenizer, scored, examples, desc=f"evaluate {name}",
-                                             predictions=served.get(name))
+                                             predictions=served.get(name, {}).get("predictions"),
+                                             losses=served.get(name, {}).get("losses"))
         del model
     examples = [{"prompt": last_user_request(r), "expected": expected_call(r) or expected_text(r),
                  "base": outputs["base"][i]["raw"], "tuned": outputs["tuned"][i]["raw"]}

@@ -476,16 +476,29 @@ def chat(url: str, model: str, messages: list[dict[str, Any]], tools: list | Non
         body["tools"] = tools
     if stream:
         body["stream"] = True
-    req = urllib.request.Request(f"{url}/v1/chat/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
     start_t = time.perf_counter()
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            resp = _assemble_stream(r) if stream else json.loads(r.read())
-    except urllib.error.HTTPError as err:
-        raise UserError(f"chat completion for {model!r} failed: HTTP {err.code}: {err.read()[:500]!r}") from None
+    resp = post(f"{url}/v1/chat/completions", body, timeout, f"chat completion for {model!r}",
+                _assemble_stream if stream else None)
     resp["latency_s"] = time.perf_counter() - start_t
     return resp
+
+
+def completion(url: str, body: dict[str, Any], timeout: float = 120.0) -> dict[str, Any]:
+    """One OpenAI (legacy) completion over plain HTTP: `body` as vLLM takes it, vLLM's own fields
+    (prompt_logprobs, logprob_token_ids) included; the response JSON."""
+    return post(f"{url}/v1/completions", body, timeout, f"completion for {body.get('model')!r}")
+
+
+def post(url: str, body: dict[str, Any], timeout: float, what: str,
+         read: Callable[[Any], dict[str, Any]] | None = None) -> dict[str, Any]:
+    """POST `body` as JSON; the answer read by `read` (JSON by default). An HTTP error raises
+    UserError naming `what` with the server's own words."""
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return read(r) if read else json.loads(r.read())
+    except urllib.error.HTTPError as err:
+        raise UserError(f"{what} failed: HTTP {err.code}: {err.read()[:500]!r}") from None
 
 
 def _assemble_stream(lines) -> dict[str, Any]:
