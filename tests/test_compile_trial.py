@@ -17,21 +17,26 @@ class FakeDecoderLayer(torch.nn.Module):  # decoder_layers() finds modules by th
 
 
 def fake_recipe(max_steps=20, done=0):
-    layers = torch.nn.ModuleList([FakeDecoderLayer(), FakeDecoderLayer()])
+    layers = [FakeDecoderLayer(), FakeDecoderLayer()]
     for layer in layers:
         layer._compiled_call_impl = f"compiled code of {id(layer)}"
-    return SimpleNamespace(model=layers, device=torch.device("cpu"), world=1, rank=0, real_tokens=0, done=done,
-                           bucketed=True, cfg=SimpleNamespace(max_steps=max_steps))
+    return SimpleNamespace(model=layers, real_tokens=0, done=done, bucketed=True, max_steps=max_steps, clock=[0.0])
+
+
+def plan(recipe):
+    """The trial as the recipe plans it, with the fake's clock and bucketing switch injected."""
+    return _CompileTrial.plan(recipe.done, recipe.max_steps, recipe.model,
+                              mark=lambda: (recipe.clock[0], recipe.real_tokens),
+                              use_bucketing=lambda on: setattr(recipe, "bucketed", on), device=torch.device("cpu"))
 
 
 def run_trial(recipe, seconds_per_step):
     """Drive the trial's hooks over the run's steps, with scripted step times: the recipe's
     'compiled' flag is read from the layers, so each step takes what its mode costs."""
-    clock = [0.0]
-    recipe.mark = lambda: (clock[0], recipe.real_tokens)
-    trial = _CompileTrial.plan(recipe)
+    clock = recipe.clock
+    trial = plan(recipe)
     assert trial is not None
-    for step in range(recipe.done + 1, recipe.cfg.max_steps + 1):
+    for step in range(recipe.done + 1, recipe.max_steps + 1):
         trial.before(step)
         compiled = recipe.model[0]._compiled_call_impl is not None
         clock[0] += seconds_per_step["compiled" if compiled else "eager"]
@@ -57,16 +62,16 @@ def test_the_faster_setting_runs_the_rest_of_training(capsys, compiled_s, eager_
 
 
 def test_a_run_too_short_to_compare_keeps_compiled_and_says_so(capsys, monkeypatch):
-    assert _CompileTrial.plan(fake_recipe(max_steps=11)) is None  # the choice would come after the last step
+    assert plan(fake_recipe(max_steps=11)) is None  # the choice would come after the last step
     assert "too few to time compiled layers against eager" in capsys.readouterr().out
-    assert _CompileTrial.plan(fake_recipe(max_steps=12)).last == 11
-    assert _CompileTrial.plan(fake_recipe(max_steps=30, done=25)) is None  # resumed near the end
-    assert _CompileTrial.plan(fake_recipe(max_steps=30, done=30)) is None
+    assert plan(fake_recipe(max_steps=12)).last == 11
+    assert plan(fake_recipe(max_steps=30, done=25)) is None  # resumed near the end
+    assert plan(fake_recipe(max_steps=30, done=30)) is None
     assert capsys.readouterr().out.count("too few") == 1  # nothing left to run: nothing to say
-    trial = _CompileTrial.plan(fake_recipe(max_steps=30, done=10))
+    trial = plan(fake_recipe(max_steps=30, done=10))
     assert (trial.first, trial.switch, trial.last) == (14, 18, 21)  # counted from the resumed step
     monkeypatch.setenv("FINETUNE_COMPILE_TRIAL", "0")
-    assert _CompileTrial.plan(fake_recipe(max_steps=30)) is None
+    assert plan(fake_recipe(max_steps=30)) is None
 
 
 class ScriptedClock:

@@ -110,7 +110,7 @@ def test_eval_during_compiled_training_compiles_nothing_more(tiny_model_dir, tok
 
     from torch._dynamo.utils import counters
 
-    from trainer.train import Recipe
+    from trainer.train import Recipe, RunState
 
     if shutil.which("cc") is None and shutil.which("gcc") is None:
         pytest.skip("no C compiler: torch.compile cannot build CPU code here")
@@ -125,10 +125,10 @@ def test_eval_during_compiled_training_compiles_nothing_more(tiny_model_dir, tok
     assert compiled >= 1
     r = Recipe.__new__(Recipe)
     r.cfg, r.rank, r.model, r.eval_examples, r.tokenizer = TrainConfig(compile=True), 0, model, rows, tokenizer
-    r.history, r.board = [], SimpleNamespace(scalar=lambda *_: None)
+    r.state, r.board = RunState(), SimpleNamespace(scalar=lambda *_: None)
     r.measure_eval(10)
     assert counters["stats"]["unique_graphs"] == compiled, dict(counters["stats"])
-    assert r.history[0]["step"] == 10 and r.history[0]["eval_loss"] > 0 and model.training
+    assert r.state.history[0]["step"] == 10 and r.state.history[0]["eval_loss"] > 0 and model.training
 
 
 def test_packing_plan_picks_an_attention_that_skips_other_rows():

@@ -14,7 +14,7 @@ import torch
 from trainer import train as train_mod
 from trainer.config import TrainConfig
 from trainer.serve import free_port
-from trainer.train import Recipe
+from trainer.train import Recipe, RunState
 
 
 class _Stopped(Exception):
@@ -25,8 +25,8 @@ def _recipe(max_steps=10, log_every=5):
     r = Recipe.__new__(Recipe)
     r.cfg = TrainConfig(model_uri="s3://b/models/x", dataset_uri="s3://b/datasets/x", output_prefix="runs/x",
                         max_steps=max_steps, log_every=log_every, eval_every=1000, checkpoint_every=1000)
-    r.rank, r.world, r.device, r.done = 0, 1, torch.device("cpu"), 0
-    r.history, r.real_tokens, r.board = [], 0, None
+    r.rank, r.world, r.device, r.state = 0, 1, torch.device("cpu"), RunState()
+    r.real_tokens, r.board = 0, None
     r.window_loss, r.window_n = torch.zeros((), dtype=torch.float64), 0
     r.ddp = torch.nn.Linear(1, 1)
     r.scheduler = SimpleNamespace(get_last_lr=lambda: [0.1])
@@ -52,7 +52,7 @@ def test_sigterm_on_a_log_step_keeps_that_steps_log_line(monkeypatch):
     monkeypatch.setattr(r, "_stop_for_sigterm", stop)
     with pytest.raises(_Stopped):
         r.train()
-    assert r.history == [{"step": 5, "loss": 3.0, "lr": 0.1}]  # mean of steps 1..5, as uninterrupted
+    assert r.state.history == [{"step": 5, "loss": 3.0, "lr": 0.1}]  # mean of steps 1..5, as uninterrupted
     assert r.saved == (5, 0.0, 0)  # the checkpoint's window: empty, the next log line covers 6..10 only
 
 
@@ -167,3 +167,15 @@ def test_sigterm_in_the_instant_after_the_recipe_ends_exits_0_once_committed(sto
     proc = subprocess.run([sys.executable, str(script), *cfg.to_args()], capture_output=True, text=True, timeout=300)
     assert store.exists("runs/late-sigterm/result.json"), proc.stderr[-2000:]
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+
+
+def test_run_state_resumes_what_a_checkpoint_saved_and_counts_on():
+    """A checkpoint's state.json (its step + RunState.saved) read back by a restarted process:
+    the counters go on from there, restarts counted, the history kept."""
+    fresh = RunState()
+    first = RunState.resumed({"step": 5, **fresh.saved(tokens=100, seconds=2.0)})
+    assert first == RunState(step=5, history=[], train_tokens=100, train_seconds=2.0, restarts=1)
+    first.history.append({"step": 6, "loss": 1.5, "lr": 0.1})
+    second = RunState.resumed({"step": 9, **first.saved(tokens=50, seconds=1.0)})
+    assert (second.step, second.train_tokens, second.train_seconds, second.restarts) == (9, 150, 3.0, 2)
+    assert second.history == [{"step": 6, "loss": 1.5, "lr": 0.1}]

@@ -180,13 +180,13 @@ def test_the_loop_reads_values_back_only_at_log_and_checkpoint_steps(delivered, 
 def test_a_run_resumed_at_its_last_step_traces_nothing_and_reaches_cleanup():
     """profile_steps with no step left to run (a crash while writing the result resumes
     straight to cleanup): no profiler, so nothing asks an unstarted one for its table."""
-    from trainer.train import Recipe
+    from trainer.train import Recipe, RunState
 
     recipe = Recipe.__new__(Recipe)
     recipe.cfg, recipe.device = TrainConfig(profile_steps=2, max_steps=4), __import__("torch").device("cpu")
-    recipe.done = 4
+    recipe.state = RunState(step=4)
     assert recipe._profiler() is None
-    recipe.done = 1
+    recipe.state = RunState(step=1)
     prof = recipe._profiler()
     assert prof is not None
     prof.stop()

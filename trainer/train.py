@@ -6,9 +6,10 @@ Run:
   (one process: python -m trainer train ...; two nodes: set PET_NNODES / PET_NODE_RANK /
   PET_MASTER_ADDR on each, as the PyTorchJob operator does, and run the same command)
 
-Shape (as torchtune's recipes): `Recipe.setup` (process group, data, model, resume),
-`Recipe.train` (the step loop), `Recipe.save_checkpoint`, `Recipe.cleanup` (rank 0 saves and
-uploads the result). Model building lives in trainer/model.py, batching in trainer/batching.py.
+Shape (as torchtune's recipes): `Recipe.setup` (process group, then `_setup_data`,
+`_setup_model`, `_setup_batching`, `_setup_optimizer`, `_resume`), `Recipe.train` (the step
+loop), `Recipe.save_checkpoint`, `Recipe.cleanup` (rank 0 saves and uploads the result). What a
+checkpoint carries besides weights, optimizer and RNG is one `RunState`. Model building lives in trainer/model.py, batching in trainer/batching.py.
 Only rank 0 logs, writes files and talks to the bucket for outputs; every rank reads inputs
 from the bucket itself, exactly as pods of a PyTorchJob would. Rank 0 prints progress lines
 (trainer/watchdog.py) that launchers watch for stalls.
@@ -42,7 +43,8 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from trainer import data
 from trainer.batching import batches, bucket, check_rows, collate, collate_packed
@@ -180,6 +182,30 @@ def exit_now(code: int) -> None:
     os._exit(code)
 
 
+@dataclass
+class RunState:
+    """The run's counters as this process starts: what a checkpoint's state.json carries besides
+    weights, optimizer and RNG, resumed whole (a fresh run starts from the defaults)."""
+
+    step: int = 0  # optimizer steps done before this process: the loop goes on from step + 1
+    history: list[dict[str, Any]] = field(default_factory=list)  # logged loss / lr and eval_loss
+    train_tokens: int = 0  # every rank's real tokens before this process
+    train_seconds: float = 0.0  # seconds of training before this process
+    restarts: int = 0
+
+    @classmethod
+    def resumed(cls, saved: dict[str, Any]) -> "RunState":
+        """The state of a checkpoint (`saved`), as the restarted process starts from it."""
+        return cls(step=saved["step"], history=saved["history"], train_tokens=saved["train_tokens"],
+                   train_seconds=saved["train_seconds"], restarts=saved["restarts"] + 1)
+
+    def saved(self, tokens: int, seconds: float) -> dict[str, Any]:
+        """What a checkpoint's state.json holds beside its step: this process's `tokens` (every
+        rank's) and `seconds` added to those before it."""
+        return {"history": self.history, "train_tokens": self.train_tokens + tokens,
+                "train_seconds": self.train_seconds + seconds, "restarts": self.restarts}
+
+
 class Recipe:
     """One training run: `setup()`, `train()`, `cleanup()`; `run()` does all three."""
 
@@ -200,34 +226,53 @@ class Recipe:
     # -- setup
     def setup(self) -> None:
         import torch
-        from transformers import AutoTokenizer, get_scheduler
 
         cfg = self.cfg
         COMMITTED.clear()  # an earlier run in this process committed its own result, not this one's
         self.shutdown = Shutdown(cfg.shutdown_grace_s)  # first: a rank stuck in setup must end too
         self.say("setup: process group")
-        self.rank, self.world, self.device = rank, world, device = _dist_setup()
+        self.rank, self.world, self.device = _dist_setup()
         torch.manual_seed(cfg.seed)
-        store = self.store = self.store or Store.from_env()
+        self.store = self.store or Store.from_env()
+        examples, model_dir = self._setup_data()
+        self.say("setup: loading model")
+        self._setup_model(model_dir)
+        self._setup_batching(examples)
+        self._setup_optimizer()
+        self.say("setup: resuming")
+        self._resume(examples)
+        self.board = _Board(self.store, cfg.output_prefix) if self.rank == MASTER else None
+        self.real_tokens = 0  # this rank's, since this process started
 
-        # every rank reads its inputs from the bucket (cached per node by content hash)
+    def _setup_data(self) -> tuple[list[dict[str, list[int]]], pathlib.Path]:
+        """Every rank reads its inputs from the bucket (cached per node by content hash): the
+        training rows tokenized (long ones skipped and counted), up to 64 eval rows for the
+        in-training eval loss, the tokenizer; returns (train examples, model directory)."""
+        from transformers import AutoTokenizer
+
+        cfg, store = self.cfg, self.store
         self.say("setup: downloading model and data")
         data_dir = store.get_tree(cfg.dataset_uri)
         # The data is small and the model may be many GB: too few rows fails before the model downloads
         # (rows skipped as too long are known only after tokenizing, below).
         with open(data_dir / "train.jsonl") as f:
-            check_rows(sum(1 for line in f if line.strip()), cfg.batch_size, world, cfg.batch_tokens)
+            check_rows(sum(1 for line in f if line.strip()), cfg.batch_size, self.world, cfg.batch_tokens)
         model_dir = store.get_tree(cfg.model_uri)
         self.say("setup: tokenizing")
         self.tokenizer = tokenizer = AutoTokenizer.from_pretrained(model_dir)
         examples, self.skipped = data.encode_all(data.read_jsonl(data_dir / "train.jsonl"), tokenizer, cfg.max_seq_len)
         self.eval_examples = data.encode_all(data.read_jsonl(data_dir / "eval.jsonl")[:64], tokenizer,
                                              cfg.max_seq_len)[0]
-        check_rows(len(examples), cfg.batch_size, world, cfg.batch_tokens, self.skipped)  # before the model loads
+        check_rows(len(examples), cfg.batch_size, self.world, cfg.batch_tokens, self.skipped)  # before the model loads
+        return examples, model_dir
 
-        self.say("setup: loading model")
-        flatten, attn, self.packed_len = plan_packing(cfg, device)
-        self.model = model = build_model(cfg, model_dir, device, attn)
+    def _setup_model(self, model_dir: pathlib.Path) -> None:
+        """The model (LoRA / DoRA / QLoRA / full: trainer.model), compiled layers, the loss wrapper, DDP."""
+        import torch
+
+        cfg, device = self.cfg, self.device
+        self.flatten, self.attn, self.packed_len = plan_packing(cfg, device)
+        self.model = model = build_model(cfg, model_dir, device, self.attn)
         limit = getattr(model.config, "max_position_embeddings", None)
         if limit and cfg.max_seq_len > limit:  # Hub models: known only once loaded
             from trainer.errors import UserError
@@ -239,58 +284,67 @@ class Recipe:
             # Packed batches have one shape (packed_len); padded ones vary in length: dynamic.
             compile_layers(model, dynamic=not self.packed_len)
         self.loss_model = LossModel(model, device)
-        self.ddp = torch.nn.parallel.DistributedDataParallel(self.loss_model) if world > 1 else self.loss_model
+        self.ddp = torch.nn.parallel.DistributedDataParallel(self.loss_model) if self.world > 1 else self.loss_model
+
+    def _setup_batching(self, examples: list[dict[str, list[int]]]) -> None:
+        """Micro-batches per step (tokens_per_step) and how rows become a batch; the plan to the log."""
+        cfg, world = self.cfg, self.world
         mean_len = sum(len(e["input_ids"]) for e in examples) / len(examples)
         micro_tokens = cfg.batch_tokens or cfg.batch_size * mean_len
         self.accum = max(1, math.ceil(cfg.tokens_per_step / (micro_tokens * world))) if cfg.tokens_per_step else 1
-        pad = tokenizer.pad_token_id
+        pad = self.tokenizer.pad_token_id
         # Compiled padded batches are padded to a few bucket widths: on an H100 this read 24.2k
         # tokens/s against 20.5k with every length left to dynamic shapes (docs/performance.md).
         self.bucketed = cfg.compile  # off again if _CompileTrial finds eager faster
         width = lambda rows: bucket(max(len(e["input_ids"]) for e in rows)) if self.bucketed else 0  # noqa: E731
-        self.collate = ((lambda rows: collate_packed(rows, self.packed_len, pad)) if flatten
+        self.collate = ((lambda rows: collate_packed(rows, self.packed_len, pad)) if self.flatten
                         else (lambda rows: collate(rows, pad, width=width(rows))))
-        if rank == MASTER:
-            per_micro = (f"{'flattened' if flatten else 'length-bucketed'} <= {cfg.batch_tokens} tokens"
+        if self.rank == MASTER:
+            per_micro = (f"{'flattened' if self.flatten else 'length-bucketed'} <= {cfg.batch_tokens} tokens"
                          if cfg.batch_tokens else f"{cfg.batch_size} rows")
             if self.skipped:  # never truncated: a cut row could lose every token it is trained on
                 print(f"{self.skipped} training rows longer than max_seq_len={cfg.max_seq_len} tokens skipped "
                       "(raise max_seq_len to keep them)", flush=True)
             print(f"{len(examples)} rows (mean {mean_len:.0f} tokens), {world} process(es), {per_micro} per "
-                  f"micro-batch, {self.accum} micro-batch(es) per step; attention {attn or 'default'}, "
+                  f"micro-batch, {self.accum} micro-batch(es) per step; attention {self.attn or 'default'}, "
                   f"loss {self.loss_model.fused}{', compiled layers' if cfg.compile else ''}", flush=True)
-            if flatten and attn is None:  # CPU: sdpa with a block-diagonal mask, every cross-row pair computed
+            if self.flatten and self.attn is None:  # CPU: sdpa with a block-diagonal mask, every cross-row pair computed
                 print("packing=flatten here attends over the whole packed sequence behind a mask (no flash or flex "
                       "attention on this device): measured 2x slower than packing=auto's length-bucketed padding "
                       "on CPU (docs/performance.md); use packing=auto", flush=True)
-        self.params = [p for p in model.parameters() if p.requires_grad]
+
+    def _setup_optimizer(self) -> None:
+        import torch
+        from transformers import get_scheduler
+
+        cfg = self.cfg
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay,
-                                           fused=device.type == "cuda")
+                                           fused=self.device.type == "cuda")
         self.scheduler = get_scheduler(cfg.lr_scheduler, self.optimizer,
                                        num_warmup_steps=int(cfg.warmup_ratio * cfg.max_steps),
                                        num_training_steps=cfg.max_steps)
 
-        # resume: the newest complete checkpoint of this output prefix, if any
-        self.say("setup: resuming")
-        self.ckpt = Checkpointer(store, cfg.output_prefix, cfg.keep_checkpoints, rank)
-        self.history: list[dict[str, float]] = []
-        self.done, self.tokens_before, self.seconds_before, self.restarts = 0, 0, 0.0, 0
+    def _resume(self, examples: list[dict[str, list[int]]]) -> None:
+        """The newest complete checkpoint of this output prefix, if any: weights, optimizer,
+        scheduler, this rank's RNG and log window, the RunState; the batch stream from that step."""
+        import torch
+
+        cfg, rank = self.cfg, self.rank
+        self.ckpt = Checkpointer(self.store, cfg.output_prefix, cfg.keep_checkpoints, rank)
+        self.state = RunState()
         window = (0.0, 0)  # this rank's summed step losses since the last log line, and their count
         latest = self.ckpt.latest()
         if latest is not None:
-            state, mine = self.ckpt.load(latest, model, self.optimizer, self.scheduler, rank)
-            window, self.done, self.history = mine["window"], state["step"], state["history"]
-            self.tokens_before, self.seconds_before = state["train_tokens"], state["train_seconds"]
-            self.restarts = state["restarts"] + 1
+            saved, mine = self.ckpt.load(latest, self.model, self.optimizer, self.scheduler, rank)
+            self.state, window = RunState.resumed(saved), mine["window"]
             if rank == MASTER:
-                print(f"resuming from checkpoint step {self.done} of {cfg.max_steps} (restart {self.restarts})",
-                      flush=True)
-        self.window_loss = torch.tensor(float(window[0]), device=device, dtype=torch.float64)
+                print(f"resuming from checkpoint step {self.state.step} of {cfg.max_steps} "
+                      f"(restart {self.state.restarts})", flush=True)
+        self.window_loss = torch.tensor(float(window[0]), device=self.device, dtype=torch.float64)
         self.window_n = int(window[1])
-        self.stream = batches(examples, cfg.batch_size, rank, world, cfg.seed, start=self.done * self.accum,
-                              batch_tokens=cfg.batch_tokens, flatten=flatten)
-        self.board = _Board(store, cfg.output_prefix) if rank == MASTER else None
-        self.real_tokens = 0  # this rank's, since this process started
+        self.stream = batches(examples, cfg.batch_size, rank, self.world, cfg.seed, start=self.state.step * self.accum,
+                              batch_tokens=cfg.batch_tokens, flatten=self.flatten)
 
     # -- train
     def train(self) -> None:
@@ -298,23 +352,24 @@ class Recipe:
         from tqdm import tqdm
 
         cfg, device, world = self.cfg, self.device, self.world
-        bar = tqdm(total=cfg.max_steps, initial=self.done, desc="train", unit="step", mininterval=2,
+        done = self.state.step
+        bar = tqdm(total=cfg.max_steps, initial=done, desc="train", unit="step", mininterval=2,
                    disable=self.rank != MASTER, dynamic_ncols=True)
         bad = torch.zeros((), dtype=torch.bool, device=device)  # a non-finite loss or gradient norm
         profiler = self._profiler()
         self.ddp.train()
-        self.say("train", self.done)
+        self.say("train", done)
         self.start = last_say = time.perf_counter()
         # Steady-state throughput is timed over the second half of the steps, once kernels are
         # compiled / JIT-ed and the allocator is warm: one device sync, there.
-        self.half_step, self.half = self.done + max(1, (cfg.max_steps - self.done) // 2), None
+        self.half_step, self.half = done + max(1, (cfg.max_steps - done) // 2), None
         self.steady = None
-        self.trial = _CompileTrial.plan(self) if cfg.compile else None
-        for step in range(self.done + 1, cfg.max_steps + 1):
+        self.trial = self._plan_compile_trial() if cfg.compile else None
+        for step in range(done + 1, cfg.max_steps + 1):
             if self.trial:
                 self.trial.before(step)
             step_loss, norm = self._step()
-            if cfg.compile and step == self.done + 1 and self.rank == MASTER:
+            if cfg.compile and step == done + 1 and self.rank == MASTER:
                 self._say_compiled()
             if self.trial:
                 self.trial.after(step)
@@ -356,6 +411,14 @@ class Recipe:
         bar.close()
         if profiler:
             self._save_profile(profiler)
+
+    def _plan_compile_trial(self) -> "_CompileTrial | None":
+        def use_bucketing(on: bool) -> None:
+            self.bucketed = on
+
+        return _CompileTrial.plan(self.state.step, self.cfg.max_steps, decoder_layers(self.model), mark=self.mark,
+                                  use_bucketing=use_bucketing, world=self.world, device=self.device,
+                                  master=self.rank == MASTER)
 
     def _say_compiled(self) -> None:
         """After the first step: what torch.compile built. compile_layers lets a failed compile
@@ -428,7 +491,7 @@ class Recipe:
 
     def _fail_nonfinite(self, step: int) -> None:
         if self.rank == MASTER:
-            seen = [h["loss"] for h in self.history if "loss" in h]
+            seen = [h["loss"] for h in self.state.history if "loss" in h]
             print(f"error: the training loss or its gradients became NaN or infinite by step {step}"
                   f"{f' (last logged loss {seen[-1]:.4g})' if seen else ''}; training stopped and nothing was "
                   f"saved as a result. Lower learning_rate (now {self.cfg.learning_rate:g}) or check the data "
@@ -461,7 +524,7 @@ class Recipe:
             dist.all_reduce(mean)
             mean /= self.world
         value, lr = mean.item(), self.scheduler.get_last_lr()[0]
-        self.history.append({"step": step, "loss": value, "lr": lr})
+        self.state.history.append({"step": step, "loss": value, "lr": lr})
         # tokens/s estimated from this rank's count: an all-reduce per log line is not worth it
         tok_s = self.real_tokens * self.world / (time.perf_counter() - self.start)
         if self.board:
@@ -486,7 +549,7 @@ class Recipe:
         with torch.compiler.set_stance("force_eager") if self.cfg.compile else contextlib.nullcontext():
             value = eval_loss(self.model, self.eval_examples, self.tokenizer.pad_token_id)
         self.model.train()
-        self.history.append({"step": step, "eval_loss": value})
+        self.state.history.append({"step": step, "eval_loss": value})
         self.board.scalar("eval/loss", value, step)
 
     def save_checkpoint(self, step: int) -> None:
@@ -502,13 +565,12 @@ class Recipe:
             dist.all_gather_object(per_rank, mine)
             tokens = tokens.to(self.device)
             dist.all_reduce(tokens)
-        self.ckpt.save(step, self.model, self.optimizer, self.scheduler, per_rank, {
-            "history": self.history, "train_tokens": self.tokens_before + int(tokens.item()),
-            "restarts": self.restarts, "train_seconds": self.seconds_before + time.perf_counter() - self.start})
+        self.ckpt.save(step, self.model, self.optimizer, self.scheduler, per_rank,
+                       self.state.saved(int(tokens.item()), time.perf_counter() - self.start))
 
     def _profiler(self):
         """With profile_steps > 0: a torch.profiler trace of that many steps after two warm-up steps."""
-        if not self.cfg.profile_steps or self.done >= self.cfg.max_steps:
+        if not self.cfg.profile_steps or self.state.step >= self.cfg.max_steps:
             return None  # no step to run (resumed straight to cleanup): nothing to trace
         from torch.profiler import ProfilerActivity, profile, schedule
 
@@ -538,18 +600,18 @@ class Recipe:
         import torch.distributed as dist
 
         cfg = self.cfg
-        if self.done < cfg.max_steps:
+        if self.state.step < cfg.max_steps:
             self.save_checkpoint(cfg.max_steps)  # a crash while writing the result resumes straight to cleanup
         if self.board:
             self.board.upload()
         self.ckpt.wait()
-        wall = self.seconds_before + time.perf_counter() - self.start
+        wall = self.state.train_seconds + time.perf_counter() - self.start
         window = getattr(self, "steady", None)  # (this rank's tokens, seconds) of the steady window
         tokens = torch.tensor([self.real_tokens, window[0] if window else 0], device=self.device)
         if self.world > 1:
             dist.all_reduce(tokens)  # every rank's real tokens: ranks' padded batches differ
         total, window_tokens = tokens.tolist()  # the device is done here
-        total += self.tokens_before
+        total += self.state.train_tokens
         steady = window_tokens / window[1] if window else None
         result: dict[str, Any] = {}
         self.say("cleanup: saving the result", cfg.max_steps)
@@ -562,20 +624,20 @@ class Recipe:
 
                     (pathlib.Path(tmp) / BASE_QUANTIZATION).write_text(qlora_config(torch.float32).to_json_string())
                 uri, manifest = self.store.put_tree(tmp, "models")
-            final = next(h["loss"] for h in reversed(self.history) if "loss" in h)
+            final = next(h["loss"] for h in reversed(self.state.history) if "loss" in h)
             result = {
                 "output_uri": uri, "method": cfg.method, "output_bytes": manifest["total_bytes"],
                 "metrics": {"train_loss": final, "train_steps": float(cfg.max_steps), "world_size": float(self.world),
                             "train_tokens": float(total), "tokens_per_second": total / wall,
                             "train_seconds": wall, "skipped_long_rows": float(self.skipped),
-                            "restarts": float(self.restarts), "checkpoint_bytes": float(self.ckpt.last_bytes),
+                            "restarts": float(self.state.restarts), "checkpoint_bytes": float(self.ckpt.last_bytes),
                             "checkpoint_upload_seconds": float(self.ckpt.last_upload_s or 0.0),
                             "grad_accum": float(self.accum), "peak_memory_mb": _peak_memory_mb(self.device),
                             "perplexity": math.exp(min(final, 50.0)),
                             **(self.trial.metrics() if getattr(self, "trial", None) else {}),
                             **(self._compile_metrics() if cfg.compile else {}),
                             **({"steady_tokens_per_second": steady} if steady else {})},
-                "history": self.history, "config": cfg.asdict(),
+                "history": self.state.history, "config": cfg.asdict(),
                 "tensorboard_uri": self.store.uri(f"{cfg.output_prefix}/tensorboard"),
             }
             self.store.put_json(f"{cfg.output_prefix}/result.json", result)
@@ -618,29 +680,35 @@ class _CompileTrial:
 
     WARM, TIMED = 3, 4
 
-    def __init__(self, recipe: "Recipe", first: int):
-        self.recipe, self.first = recipe, first
+    def __init__(self, first: int, layers: list, mark: Callable[[], tuple[float, int]],
+                 use_bucketing: Callable[[bool], None], world: int = 1, device: Any = "cpu", master: bool = True):
+        """`layers`: the compiled decoder layers; `mark()`: (now, this rank's real tokens so far)
+        after the device's queued work (Recipe.mark: the clock a test scripts); `use_bucketing`:
+        pad compiled batches to bucket widths (on) or to their longest row (off, eager)."""
+        self.first, self.layers, self.mark, self.use_bucketing = first, layers, mark, use_bucketing
+        self.world, self.device, self.master = world, device, master
         self.switch, self.last = first + self.TIMED, first + 2 * self.TIMED - 1
-        self.layers = decoder_layers(recipe.model)
         self.code: dict[int, Any] = {}
         self.sums = [0, 0.0, 0, 0.0]  # compiled tokens, seconds; eager tokens, seconds (this rank)
         self.rates: tuple[float, float] | None = None  # (compiled, eager) real tokens/s, all ranks
         self.started: tuple[float, int] = (0.0, 0)  # the timed step's start: (time, tokens)
 
     @classmethod
-    def plan(cls, recipe: "Recipe") -> "_CompileTrial | None":
+    def plan(cls, done: int, max_steps: int, layers: list, **parts: Any) -> "_CompileTrial | None":
+        """The trial for a run at step `done` of `max_steps` (`parts`: the rest of __init__'s
+        arguments), or None where the run is too short for it or FINETUNE_COMPILE_TRIAL=0."""
         from trainer import settings
 
         if settings.switched_off("FINETUNE_COMPILE_TRIAL"):
             return None
-        first = recipe.done + 1 + cls.WARM
-        if first + 2 * cls.TIMED - 1 >= recipe.cfg.max_steps:  # a choice needs a step left to use it
-            if recipe.rank == MASTER and recipe.done < recipe.cfg.max_steps:
-                print(f"compile=true: {recipe.cfg.max_steps - recipe.done} steps to run, too few to time compiled "
+        first = done + 1 + cls.WARM
+        if first + 2 * cls.TIMED - 1 >= max_steps:  # a choice needs a step left to use it
+            if parts.get("master", True) and done < max_steps:
+                print(f"compile=true: {max_steps - done} steps to run, too few to time compiled "
                       f"layers against eager and use the faster (that takes {cls.WARM + 2 * cls.TIMED + 1}); "
                       "keeping them compiled", flush=True)
             return None
-        return cls(recipe, first)
+        return cls(first, layers, **parts)
 
     def _use_compiled(self, on: bool) -> None:
         for layer in self.layers:
@@ -648,18 +716,18 @@ class _CompileTrial:
                 layer._compiled_call_impl = self.code[id(layer)]
             else:
                 self.code[id(layer)], layer._compiled_call_impl = layer._compiled_call_impl, None
-        self.recipe.bucketed = on
+        self.use_bucketing(on)
 
     def before(self, step: int) -> None:
         if self.first <= step <= self.last:
             if step == self.switch:
                 self._use_compiled(False)
-            self.started = self.recipe.mark()
+            self.started = self.mark()
 
     def after(self, step: int) -> None:
         if not self.first <= step <= self.last:
             return
-        t, n = self.recipe.mark()
+        t, n = self.mark()
         at = 0 if step < self.switch else 2
         self.sums[at] += n - self.started[1]
         self.sums[at + 1] += t - self.started[0]
@@ -670,15 +738,15 @@ class _CompileTrial:
         import torch
         import torch.distributed as dist
 
-        sums = torch.tensor(self.sums, dtype=torch.float64, device=self.recipe.device)
-        if self.recipe.world > 1:
+        sums = torch.tensor(self.sums, dtype=torch.float64, device=self.device)
+        if self.world > 1:
             dist.all_reduce(sums)  # every rank decides the same
         c_tok, c_s, e_tok, e_s = sums.tolist()
         self.rates = (c_tok / c_s, e_tok / e_s)
         keep = self.rates[0] >= self.rates[1]
         if keep:
             self._use_compiled(True)
-        if self.recipe.rank == MASTER:
+        if self.master:
             print(f"compile=true: compiled layers {self.rates[0]:,.0f} real tokens/s, eager {self.rates[1]:,.0f}, "
                   f"{self.TIMED} steps each ({self.rates[0] / self.rates[1]:.2f}x): "
                   f"{'keeping the compiled layers' if keep else 'continuing eager, the faster here'}", flush=True)
