@@ -9,7 +9,8 @@ from kfp.dsl import Dataset, Input, Markdown, Metrics, Model, Output
 from trainer import settings
 
 
-@dsl.component(base_image=settings.image(), install_kfp_package=False)
+# The project on vLLM's image (docker/Dockerfile.eval): eval_engine=vllm serves in this pod.
+@dsl.component(base_image=settings.get("EVAL_IMAGE"), install_kfp_package=False)
 def evaluate(
     base_model: Input[Model],
     tuned_model: Input[Model],

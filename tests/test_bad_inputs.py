@@ -8,6 +8,7 @@ table); tests/test_cli_errors.py runs a few of the same entry points as subproce
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -619,6 +620,10 @@ K8S_CASES = [
     ("kueue-queue", ["kueue_queue=bad queue!"], "kueue_queue='bad queue!' is not a valid label value"),
     ("accelerator-resource", ["accelerator_resource=gpu"], "accelerator_resource"),
     ("launcher-local-on-cluster", ["launcher=local"], "launcher=local would train inside one pipeline pod"),
+    ("eval-vllm-without-gpu", ["eval_engine=vllm"], "eval_engine=vllm serves the models inside the evaluate pod with "
+                                                    "the CUDA vLLM of its image (docker/Dockerfile.eval)"),
+    ("eval-vllm-on-amd", ["eval_engine=vllm", "eval_gpus=1", "eval_accelerator_type=amd.com/gpu"],
+     "which needs an NVIDIA GPU: set eval_gpus=1"),
     ("local-dataset-on-cluster", ["dataset_source=./data.jsonl"], "is a path on this machine, which the cluster "
                                                                   "cannot read: deliver it first"),
 ]
@@ -882,3 +887,18 @@ def test_a_max_seq_len_no_built_in_row_fits_is_refused_at_validate():
     problems = pipeline_problems({"max_seq_len": 1})
     assert len(problems) == 2 and all("fits max_seq_len=1 tokens" in p and "raise max_seq_len" in p for p in problems)
     assert pipeline_problems({"max_seq_len": 160}) == []  # some rows fit: the rest are skipped and counted
+
+
+def test_eval_engine_vllm_on_a_cluster_runs_on_an_nvidia_gpu_in_the_eval_image():
+    """The evaluate step's image is the project on vLLM's (docker/Dockerfile.eval): eval_engine=vllm
+    passes with an NVIDIA GPU for the step, and the compiled step runs that image."""
+    from components.evaluate import evaluate
+    from trainer import settings, validate
+
+    gpu = {"eval_engine": "vllm", "eval_gpus": 1, "eval_accelerator_type": "nvidia.com/gpu"}
+    assert not [p for p in validate.on_cluster_problems(gpu) if "eval_engine" in p]
+    assert [p for p in validate.on_cluster_problems({**gpu, "eval_gpus": 0}) if "eval_engine=vllm" in p]
+    assert evaluate.component_spec.implementation.container.image == settings.get("EVAL_IMAGE")
+    assert settings.get("EVAL_IMAGE") != settings.image()
+    dockerfile = (Path(__file__).parent.parent / "docker" / "Dockerfile.eval").read_text()
+    assert f"ARG VLLM_IMAGE={settings.get('VLLM_IMAGE')}" in dockerfile  # scored with the vLLM that serves

