@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from trainer import builtin_data, data, fc_check
+from trainer import builtin_data, data, fc_check, sources
 
 
 def _tool(name, properties, required=()):
@@ -235,12 +235,20 @@ def with_categories():
     return builtin_data.generate(300, 100, seed=5, categories=True)
 
 
-def test_builtin_categories_are_opt_in_and_leave_the_current_rows_alone(with_categories):
+def test_builtin_categories_leave_the_current_rows_alone_and_spread_through_eval(with_categories):
     plain = builtin_data.generate(300, 100, seed=5)
     assert json.dumps(builtin_data.generate(300, 100, seed=5, categories=False)) == json.dumps(plain)
-    assert json.dumps(with_categories["train"][:300]) == json.dumps(plain["train"])
-    assert json.dumps(with_categories["eval"][:100]) == json.dumps(plain["eval"])
+    assert json.dumps(with_categories["train"][:300]) == json.dumps(plain["train"])  # train: appended
+    kept = [r for r in with_categories["eval"] if fc_check.category(r) == "multiple"]
+    assert json.dumps(kept) == json.dumps(plain["eval"])  # eval: the same rows in the same order, others among them
+    for first in (30, 60):  # eval_max_rows scores a prefix: it holds every category, in proportion
+        head = [fc_check.category(r) for r in with_categories["eval"][:first]]
+        assert set(head) == set(fc_check.CATEGORIES) and head.count("multiple") >= first * 0.8, head
     assert json.dumps(builtin_data.generate(300, 100, seed=5, categories=True)) == json.dumps(with_categories)
+    bfcl = builtin_data.dataset("function-calling-bfcl")  # what builtin:function-calling-bfcl delivers
+    assert {fc_check.category(r) for r in bfcl["eval"][:200]} == set(fc_check.CATEGORIES)
+    assert json.dumps(builtin_data.dataset()) == json.dumps(builtin_data.generate())  # the demo's: multiple only
+    assert set(builtin_data.DATASETS) == set(sources.BUILTIN_DATASETS)
     counts = {s: {c: sum(fc_check.category(r) == c for r in rows) for c in fc_check.CATEGORIES}
               for s, rows in with_categories.items()}
     assert counts == {"train": {"multiple": 300, "simple": 15, "parallel": 15, "irrelevance": 15, "multi_turn": 15},
@@ -253,7 +261,7 @@ def test_builtin_category_rows_are_valid_learnable_and_disjoint(with_categories)
     eval_requests = [r["messages"][0]["content"] for r in evals]
     assert len(set(eval_requests)) == len(eval_requests)
     assert not set(eval_requests) & {r["messages"][0]["content"] for r in train}
-    for row in train[300:] + evals[100:]:
+    for row in train[300:] + [r for r in evals if fc_check.category(r) != "multiple"]:
         request, answer = row["messages"][0]["content"], row["messages"][-1]
         for call in answer.get("tool_calls") or []:  # every value readable from the request
             assert all(str(v) in request for v in call["function"]["arguments"].values()), (request, call)

@@ -447,3 +447,18 @@ def test_a_hub_dataset_without_a_train_split_says_a_split_cannot_be_chosen(tmp_p
                                         "  - split: test_sft\n    path: test_sft.jsonl\n---\n")
     msg = str(pytest.raises(UserError, sources.materialize_dataset, sources.Source("hub", str(tmp_path)), "").value)
     assert f"has no 'train' split (it has ['train_sft', 'test_sft']): a split cannot be chosen here: download" in msg
+
+
+def test_builtin_bfcl_dataset_delivers_every_category(store):
+    """builtin:function-calling-bfcl: the demo's rows plus rows of every other BFCL category, spread
+    through the eval split (eval_max_rows scores a prefix); builtin:function-calling stays the demo's."""
+    from trainer import fc_check
+
+    uri, meta = sources.deliver_dataset("builtin:function-calling-bfcl", "", store)
+    assert meta["rows"] == {"train": 3600, "eval": 240}
+    evals = data.read_jsonl(store.get_tree(uri) / "eval.jsonl")
+    assert {fc_check.category(r) for r in evals[:100]} == set(fc_check.CATEGORIES)
+    _, plain = sources.deliver_dataset("builtin:function-calling", "", store)
+    assert plain["rows"] == {"train": 3000, "eval": 200}
+    err = str(pytest.raises(UserError, sources.parse, "builtin:function-calling-all", "dataset").value)
+    assert "builtin:function-calling, builtin:function-calling-bfcl" in err

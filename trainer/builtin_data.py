@@ -6,9 +6,12 @@ tool, and the `tools` the assistant may call. The same seed gives the same rows 
 every machine, so the built-in demo is reproducible and needs no network.
 
 Those rows are BFCL's `multiple` category (one call among five tools). `generate(...,
-categories=True)` appends rows of the other categories `trainer.fc_check` reports (`simple`,
-`parallel`, `irrelevance`, `multi_turn`), from their own random stream, so the rows before them
-are the same as without the flag.
+categories=True)` adds rows of the other categories `trainer.fc_check` reports (`simple`,
+`parallel`, `irrelevance`, `multi_turn`), from their own random stream, so the `multiple` rows
+are the same as without the flag, in the same order: appended to the train split (training
+shuffles), spread evenly through the eval split (eval_max_rows scores its first rows, which then
+hold every category). `builtin:function-calling-bfcl` delivers them; `builtin:function-calling`,
+the demo's, does not (its tiny model learns the calls in the demo's steps).
 """
 
 from __future__ import annotations
@@ -96,8 +99,8 @@ def generate(n_train: int = 3000, n_eval: int = 200, seed: int = 0,
              categories: bool = False) -> dict[str, list[dict[str, Any]]]:
     """Return `{"train": rows, "eval": rows}`; eval rows never repeat a train request.
 
-    `categories`: append `CATEGORY_SHARE` more rows to each split, of the other function-calling
-    categories (see `category_rows`); the first `n_train` / `n_eval` rows stay as without it.
+    `categories`: `CATEGORY_SHARE` more rows in each split per other function-calling category
+    (see `category_rows`); the rows without it stay, in their order.
     """
     rng = random.Random(seed)
     eval_rows: list[dict[str, Any]] = []
@@ -116,6 +119,15 @@ def generate(n_train: int = 3000, n_eval: int = 200, seed: int = 0,
     if categories:
         category_rows(train_rows, eval_rows, seed)
     return {"train": train_rows, "eval": eval_rows}
+
+
+DATASETS = {"function-calling": {}, "function-calling-bfcl": {"categories": True}}
+
+
+def dataset(name: str = "function-calling") -> dict[str, list[dict[str, Any]]]:
+    """What `builtin:<name>` delivers (a key of DATASETS): `function-calling` the `multiple` rows
+    (the demo's), `function-calling-bfcl` with every other function-calling category as well."""
+    return generate(**DATASETS[name])
 
 
 # --- Rows of the other function-calling categories (generate(..., categories=True)) ---
@@ -238,19 +250,22 @@ CATEGORY_MAKERS = [make_simple_row, make_parallel_row, make_irrelevance_row, mak
 
 
 def category_rows(train_rows: list[dict[str, Any]], eval_rows: list[dict[str, Any]], seed: int) -> None:
-    """Append `CATEGORY_SHARE` of each split per category (at least 1 in a non-empty split),
-    the categories interleaved.
+    """Add `CATEGORY_SHARE` of each split per category (at least 1 in a non-empty split), the
+    categories interleaved: appended to `train_rows`, spread evenly through `eval_rows` (any
+    first N eval rows hold every kind in proportion: eval_max_rows scores a prefix).
 
-    A random stream of their own leaves the rows before them alone. New eval rows repeat no eval
+    A random stream of their own leaves the other rows alone. New eval rows repeat no eval
     request and no train request; new train rows repeat no eval request.
     """
     rng = random.Random(f"builtin-categories:{seed}")
-    _append(eval_rows, rng, avoid={_request(r) for r in train_rows + eval_rows}, unique=True)
-    _append(train_rows, rng, avoid={_request(r) for r in eval_rows}, unique=False)
+    extra = _new_rows(len(eval_rows), rng, avoid={_request(r) for r in train_rows + eval_rows}, unique=True)
+    eval_rows[:] = _spread(eval_rows, extra)
+    train_rows += _new_rows(len(train_rows), rng, avoid={_request(r) for r in eval_rows}, unique=False)
 
 
-def _append(rows: list[dict[str, Any]], rng: random.Random, avoid: set[str], unique: bool) -> None:
-    per_category = max(1, round(len(rows) * CATEGORY_SHARE)) if rows else 0
+def _new_rows(n_rows: int, rng: random.Random, avoid: set[str], unique: bool) -> list[dict[str, Any]]:
+    per_category = max(1, round(n_rows * CATEGORY_SHARE)) if n_rows else 0
+    rows = []
     for k in range(per_category * len(CATEGORY_MAKERS)):
         make = CATEGORY_MAKERS[k % len(CATEGORY_MAKERS)]
         row = make(rng)
@@ -259,6 +274,14 @@ def _append(rows: list[dict[str, Any]], rng: random.Random, avoid: set[str], uni
         if unique:
             avoid.add(_request(row))
         rows.append(row)
+    return rows
+
+
+def _spread(rows: list[dict[str, Any]], extra: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`rows` and `extra` merged, each in its order, each row at its relative position in its list."""
+    keyed = [((i + 0.5) / len(rows), 0, i) for i in range(len(rows))] + \
+            [((j + 0.5) / len(extra), 1, j) for j in range(len(extra))]
+    return [(extra if which else rows)[i] for _, which, i in sorted(keyed)]
 
 
 def _request(row: dict[str, Any]) -> str:

@@ -62,7 +62,9 @@ PARAMS: tuple[Param, ...] = (
           help=('Chat data (rows of {"messages": [...], "tools"?: [...]} or {"prompt", "completion"}; ShareGPT '
                 '{"conversations"} and Alpaca {"instruction", "output"} rows are converted on load; an assistant '
                 'message with "weight": 0 is not trained on): a Hub dataset id (its default config), an s3:// URI '
-                'printed by `python -m trainer deliver-dataset`, or builtin:function-calling; with run_local also a '
+                'printed by `python -m trainer deliver-dataset`, builtin:function-calling (the demo\'s: one call among '
+                'five tools) or builtin:function-calling-bfcl (also rows of every other BFCL category: simple, parallel, '
+                'irrelevance, multi_turn); with run_local also a '
                 '.jsonl/.json/.csv/.parquet file or a directory of train/test files.')),
     Param('dataset_revision', str, '', INPUTS, BOTH,
           help='Hub branch, tag or commit of dataset_source; empty means main.'),

@@ -31,7 +31,7 @@ from trainer.config import SEED_MAX
 from trainer.errors import UserError, collect
 
 BUILTIN_MODELS = ("tiny-llama",)
-BUILTIN_DATASETS = ("function-calling",)
+BUILTIN_DATASETS = ("function-calling", "function-calling-bfcl")  # trainer.builtin_data.DATASETS
 LOCAL_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv", ".parquet", ".gz")  # a name ending so is a file, never a Hub id
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 GGUF_SUFFIX = ".gguf"
@@ -394,7 +394,7 @@ def _materialize(src: Source, revision: str, eval_fraction: float, seed: int) ->
     from trainer import builtin_data, data
 
     if src.kind == "builtin":
-        return builtin_data.generate()
+        return builtin_data.dataset(src.ref)
     if src.kind == "local":
         path = Path(src.ref)
         if kind := _special_file(path):  # reading it could block forever or never end

@@ -231,7 +231,7 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True,
             # at (max_seq_len=1 would skip every row): checked now, not after delivery in finetune
             from trainer import builtin_data
 
-            splits = {name: rows[:BUILTIN_CHECK_ROWS] for name, rows in builtin_data.generate().items()}
+            splits = {name: rows[:BUILTIN_CHECK_ROWS] for name, rows in builtin_data.dataset(src.ref).items()}
             problems += _template_problems(params["model_source"], splits, problems, params["max_seq_len"],
                                            params["model_revision"], params["chat_template"])
     if "chat_template" not in bad:
