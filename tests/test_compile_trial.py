@@ -6,7 +6,6 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from trainer import sources
 from trainer.config import TrainConfig
 from trainer.storage import Store
 from trainer.train import _CompileTrial
@@ -88,7 +87,7 @@ class ScriptedClock:
 
 
 @pytest.mark.integration
-def test_compiled_layers_slower_than_eager_are_dropped_in_a_real_run(s3_env, monkeypatch, capsys):
+def test_compiled_layers_slower_than_eager_are_dropped_in_a_real_run(builtin_uris, monkeypatch, capsys):
     """A real training run whose compiled layers are slow (a backend whose every call costs 30 ms
     on the recipe's clock): the run continues eager, finishes and reports both rates."""
     from trainer import model as model_mod
@@ -107,8 +106,7 @@ def test_compiled_layers_slower_than_eager_are_dropped_in_a_real_run(s3_env, mon
     monkeypatch.setattr(train_mod.Recipe, "clock", staticmethod(clock))
     torch._dynamo.reset()
     store = Store.from_env()
-    model_uri, _ = sources.deliver_model("builtin:tiny-llama", "", store)
-    data_uri, _ = sources.deliver_dataset("builtin:function-calling", "", store)
+    model_uri, data_uri = builtin_uris
     result = train_mod.train(TrainConfig(model_uri=model_uri, dataset_uri=data_uri, output_prefix="runs/compile-trial",
                                          max_steps=14, batch_size=4, compile=True), store)
     metrics = result["metrics"]
@@ -123,7 +121,7 @@ def test_compiled_layers_slower_than_eager_are_dropped_in_a_real_run(s3_env, mon
 
 
 @pytest.mark.integration
-def test_a_compile_that_fails_is_said_to_have_compiled_nothing(s3_env, monkeypatch, capsys):
+def test_a_compile_that_fails_is_said_to_have_compiled_nothing(builtin_uris, monkeypatch, capsys):
     """torch.compile errors fall back to eager (compile_layers): the run says so and its metrics
     show 0 graphs, so an eager run cannot pass for a compiled measurement."""
     from trainer import model as model_mod
@@ -138,8 +136,7 @@ def test_a_compile_that_fails_is_said_to_have_compiled_nothing(s3_env, monkeypat
     monkeypatch.setenv("FINETUNE_COMPILE_TRIAL", "0")
     torch._dynamo.reset()
     store = Store.from_env()
-    model_uri, _ = sources.deliver_model("builtin:tiny-llama", "", store)
-    data_uri, _ = sources.deliver_dataset("builtin:function-calling", "", store)
+    model_uri, data_uri = builtin_uris
     result = train_mod.train(TrainConfig(model_uri=model_uri, dataset_uri=data_uri, output_prefix="runs/compile-broken",
                                          max_steps=3, batch_size=4, compile=True), store)
     assert result["metrics"]["compiled_graphs"] == 0.0

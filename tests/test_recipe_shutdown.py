@@ -150,16 +150,13 @@ main(["train", *sys.argv[1:]])
 
 
 @pytest.mark.integration
-def test_sigterm_in_the_instant_after_the_recipe_ends_exits_0_once_committed(store, tmp_path):
+def test_sigterm_in_the_instant_after_the_recipe_ends_exits_0_once_committed(store, builtin_uris, tmp_path):
     """`python -m trainer train` without trainer.torchrun: a SIGTERM right after the recipe's
     handler is restored (the result committed) ends the process with 0, not the retryable 143."""
     import subprocess
     import sys
 
-    from trainer import sources
-
-    model_uri = sources.deliver_model("builtin:tiny-llama", "", store)[0]
-    data_uri = sources.deliver_dataset("builtin:function-calling", "", store)[0]
+    model_uri, data_uri = builtin_uris
     cfg = TrainConfig(model_uri=model_uri, dataset_uri=data_uri, output_prefix="runs/late-sigterm", max_steps=2,
                       batch_size=2, eval_every=1000)
     script = tmp_path / "late_sigterm.py"

@@ -22,10 +22,8 @@ STEPS, EVERY = 60, 10
 
 
 @pytest.fixture(scope="module")
-def inputs(s3_env):
-    store = Store.from_env()
-    return (sources.deliver_model("builtin:tiny-llama", "", store)[0],
-            sources.deliver_dataset("builtin:function-calling", "", store)[0])
+def inputs(builtin_uris):
+    return builtin_uris
 
 
 def config(inputs, prefix):

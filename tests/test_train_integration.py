@@ -10,18 +10,13 @@ from trainer import sources
 from trainer.config import TrainConfig
 from trainer.k8s.common import ClusterSpec
 from trainer.launch import run_training
-from trainer.storage import Store
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def delivered(s3_env):
-    store = Store.from_env()
-    model_uri, _ = sources.deliver_model("builtin:tiny-llama", "", store)
-    data_uri, meta = sources.deliver_dataset("builtin:function-calling", "", store)
-    assert meta["rows"] == {"train": 3000, "eval": 200}
-    return model_uri, data_uri
+def delivered(builtin_uris):
+    return builtin_uris
 
 
 def test_two_node_lora_run_learns_and_reports(delivered, store):

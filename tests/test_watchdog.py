@@ -57,13 +57,8 @@ def test_progress_lines_round_trip():
 # -- in the local launcher (real torchrun jobs)
 
 @pytest.fixture(scope="module")
-def inputs(s3_env):
-    from trainer import sources
-    from trainer.storage import Store
-
-    store = Store.from_env()
-    return (sources.deliver_model("builtin:tiny-llama", "", store)[0],
-            sources.deliver_dataset("builtin:function-calling", "", store)[0])
+def inputs(builtin_uris):
+    return builtin_uris
 
 
 def workers():
