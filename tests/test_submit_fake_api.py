@@ -461,7 +461,9 @@ def test_schedule_options_without_recurring_are_refused_all_in_one_message(capsy
 def test_a_past_start_time_says_what_kfp_will_do_with_and_without_catchup(capsys):
     from datetime import datetime, timedelta, timezone
 
-    start = (datetime.now(timezone.utc) - timedelta(days=3, hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # 1 am three days ago: @daily has run at the last three midnights since, whatever the time of day now
+    midnight = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    start = (midnight - timedelta(days=3) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
     args = [*CLUSTER, "--dry-run", "--recurring", "@daily", "--start-time", start]
     assert submit.main(args) == 0
     assert "the first run is the next scheduled time from now (no catch-up" in capsys.readouterr().err
