@@ -219,7 +219,7 @@ def check_host(host: str, token: str | None, timeout: float = PROBE_TIMEOUT_S) -
 def sweep_dry_run_objects(params: dict[str, Any]) -> list:
     """The sweep's objects: one training job per trial (the finetune pipeline's defaults for
     what the sweep does not set), then the winner's serving objects."""
-    from trainer.k8s.common import job_name
+    from trainer.k8s.podspec import job_name
 
     base = {**pipeline_defaults(finetune_pipeline), **params, "method": "lora"}
     objects = []
@@ -246,7 +246,7 @@ def dry_run_objects(params: dict[str, Any], name: str = "") -> list:
     """The Kubernetes objects this run would create, as model objects."""
     from trainer.config import TrainConfig
     from trainer.k8s import vllm
-    from trainer.k8s.common import job_name
+    from trainer.k8s.podspec import job_name
     from trainer.k8s.pytorchjob import build_pytorchjob
     from trainer.k8s.trainjob import build_trainjob
     from trainer.launch import cluster_from_params

@@ -13,8 +13,9 @@ import pytest
 from tests.k8s_fake_api import FakeKubeAPI, JobScript
 from tests.schemas import assert_restricted, validate
 from trainer.errors import UserError
-from trainer.k8s import common as cluster, vllm as cluster_serve
-from trainer.k8s.common import ClusterSpec, JobFailed, to_dict
+from trainer.k8s import lifecycle, podspec, vllm as cluster_serve
+from trainer.k8s.lifecycle import JobFailed, to_dict
+from trainer.k8s.podspec import ClusterSpec
 from trainer.k8s.pytorchjob import PyTorchJobLauncher, build_pytorchjob
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,8 +81,8 @@ def test_scheduling_shm_queue_and_name():
     assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"}} in pod["volumes"]
     assert obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
-    assert cluster.job_name("8F3C2A10-1111-2222-3333-444455556666") == "ft-8f3c2a10-1111-2222-3333-444455556666"
-    assert len(cluster.job_name("x" * 100)) <= 45
+    assert podspec.job_name("8F3C2A10-1111-2222-3333-444455556666") == "ft-8f3c2a10-1111-2222-3333-444455556666"
+    assert len(podspec.job_name("x" * 100)) <= 45
 
 
 def test_bad_cluster_settings_are_all_reported():
@@ -611,7 +612,7 @@ def test_a_restarted_pod_waiting_for_a_node_is_not_a_stall_fake_api(monkeypatch)
                 time.sleep(0.001)
 
         monkeypatch.setattr(pytorchjob, "follow_job", functools.partial(
-            cluster.follow_job, clock=lambda: float(api.state.pod_listings), sleep=next_listing))
+            lifecycle.follow_job, clock=lambda: float(api.state.pod_listings), sleep=next_listing))
         spec = ClusterSpec(namespace="ml", poll_interval_s=0.005, stall_timeout_s=5, cleanup="never")
         PyTorchJobLauncher(spec, api.configuration).run(ARGS, "ft-preempted")
         assert api.state.pod_listings >= 20  # the job outlived the Pending spell by more than the stall timeout

@@ -150,7 +150,7 @@ def test_pipeline_refuses_names_its_deploy_cannot_create_before_training():
 def test_kserve_build_checks_the_host_name_in_its_namespace():
     from trainer.errors import UserError
     from trainer.k8s import kserve
-    from trainer.k8s.common import ClusterSpec
+    from trainer.k8s.podspec import ClusterSpec
     from trainer.k8s.vllm import ServeSpec
 
     spec = ServeSpec(name="a" * 40, model_uri="s3://b/m", cluster=ClusterSpec(namespace="team-machine-learning-prod"))

@@ -122,7 +122,8 @@ def rendered_objects(accelerator: str, gpus: int, name: str = "llama32-1b-fc") -
     import json
 
     from trainer.k8s import kserve, pytorchjob, trainjob, vllm
-    from trainer.k8s.common import ClusterSpec, job_name, to_dict
+    from trainer.k8s.lifecycle import to_dict
+    from trainer.k8s.podspec import ClusterSpec, job_name
 
     cluster = ClusterSpec(nodes=2, procs_per_node=max(gpus, 1), accelerator_resource=accelerator, **UI_PLACEMENT)
     job = job_name("Run_ÜBER.long-" * 6)

@@ -13,7 +13,7 @@ from tests.schemas import assert_restricted, validate
 from tests.test_kubeflow_native import submit_dry_run
 from trainer.errors import UserError
 from trainer.k8s import llmisvc
-from trainer.k8s.common import ClusterSpec
+from trainer.k8s.podspec import ClusterSpec
 from trainer.k8s.vllm import ServeSpec
 
 ADAPTER = "s3://llm-finetune/models/sha256-adapter"

@@ -8,7 +8,7 @@ import torch
 
 from trainer import sources
 from trainer.config import TrainConfig
-from trainer.k8s.common import ClusterSpec
+from trainer.k8s.podspec import ClusterSpec
 from trainer.launch import run_training
 
 pytestmark = pytest.mark.integration

@@ -115,7 +115,7 @@ def _cluster_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _cluster_spec(args: argparse.Namespace):
-    from trainer.k8s.common import ClusterSpec
+    from trainer.k8s.podspec import ClusterSpec
 
     return ClusterSpec(namespace=args.namespace, nodes=args.nodes, procs_per_node=args.procs_per_node,
                        accelerator_resource=args.accelerator_resource, node_selector=args.node_selector,
@@ -126,7 +126,7 @@ def _cluster_spec(args: argparse.Namespace):
 def print_yaml(objects) -> None:
     import yaml
 
-    from trainer.k8s.common import to_dict
+    from trainer.k8s.lifecycle import to_dict
 
     print(yaml.safe_dump_all([to_dict(o) for o in objects], sort_keys=False), end="")
 
@@ -142,7 +142,7 @@ def reach_cluster(timeout: float = 10.0) -> None:
     from urllib3.exceptions import HTTPError
 
     from trainer.errors import UserError
-    from trainer.k8s.common import api_client
+    from trainer.k8s.lifecycle import api_client
 
     configuration = copy.copy(api_client().configuration)
     configuration.retries = False  # one try: urllib3's default 3 retries would multiply the limit
@@ -179,7 +179,7 @@ def run(args: argparse.Namespace) -> None:
     if args.command == "launch-k8s":
         from trainer.errors import collect
         from trainer.k8s import launcher_for
-        from trainer.k8s.common import job_name
+        from trainer.k8s.podspec import job_name
         from trainer.k8s.pytorchjob import build_pytorchjob
         from trainer.k8s.trainjob import build_trainjob
 

@@ -172,7 +172,7 @@ _CLUSTER_PARAMS = ("namespace", "nodes", "procs_per_node", "accelerator_resource
 def cluster_from_params(params: dict):
     """The ClusterSpec that pipeline parameters describe: the one place that maps their names
     to ClusterSpec fields. Missing settings keep ClusterSpec's defaults; other keys are ignored."""
-    from trainer.k8s.common import ClusterSpec
+    from trainer.k8s.podspec import ClusterSpec
 
     return ClusterSpec(**{_RENAMED.get(k, k): params[k] for k in _CLUSTER_PARAMS if k in params})
 
@@ -199,7 +199,7 @@ def run_training(cfg, launcher: str, spec, store, run_id: str = "") -> dict:
             what="the chat template does not fit the data")
     if launcher in CLUSTER_LAUNCHERS:
         from trainer.k8s import launcher_for
-        from trainer.k8s.common import job_name
+        from trainer.k8s.podspec import job_name
 
         spec.stall_timeout_s = cfg.stall_timeout_s  # the watchdog reads the job's streamed log
         launcher_for(launcher)(spec).run(cfg.to_args(), job_name(run_id or cfg.output_prefix.rsplit("/", 1)[-1]))

@@ -387,7 +387,7 @@ def cluster_problems(params: dict[str, Any]) -> list[str]:
     setting against the API server's rules (trainer.k8s.rules, through ClusterSpec)."""
     from trainer import launch
     from trainer.k8s import rules
-    from trainer.k8s.common import CLEANUP
+    from trainer.k8s.podspec import CLEANUP
 
     problems = []
     cluster_launchers = getattr(launch, "CLUSTER_LAUNCHERS", ("kubernetes",))

@@ -12,7 +12,7 @@ serves every deploy in the namespace.
 KServe's storage initializer downloads `storageUri` (s3://) into /mnt/models, with the S3
 credentials of the ServiceAccount `llm-finetune-kserve`, whose Secret carries KServe's S3
 annotations (rendered by pipelines.manifests). Adapters side by side use `storageUris`, one
-mount per adapter. Re-deploying replaces both objects (common.replace: exactly the new render,
+mount per adapter. Re-deploying replaces both objects (lifecycle.replace: exactly the new render,
 nothing of the previous deploy's storage fields or placement kept); the service is ready when
 the InferenceService says Ready and its predictor answers /v1/models, then the same OpenAI
 smoke test as every other backend runs: at the predictor's URL from a pod, through the API
@@ -28,9 +28,9 @@ from typing import Any
 from trainer import settings
 from trainer.errors import UserError, collect
 from trainer.k8s import reach, rules
-from trainer.k8s.common import (RUN_AS_USER, accelerators, api_client, container_security, default_namespace,
-                                labels as app_labels, pod_security, queue_labels, ready_condition, replace,
-                                to_dict, tolerations, wait_until)
+from trainer.k8s.lifecycle import api_client, default_namespace, ready_condition, replace, to_dict, wait_until
+from trainer.k8s.podspec import (RUN_AS_USER, accelerators, container_security, labels as app_labels, pod_security,
+                                 queue_labels, tolerations)
 from trainer.k8s.vllm import ServeSpec, image, smoke_all, split_args
 
 GROUP = "serving.kserve.io"

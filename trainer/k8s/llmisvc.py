@@ -13,7 +13,7 @@ annotations, rendered by pipelines.manifests). The vLLM container `main` of `spe
 image for the accelerator, the resources, the restricted security context, and in
 VLLM_ADDITIONAL_ARGS the flags of the one argument builder that KServe does not set itself (the
 tool-call parser read off the chat template, the delivered chat template, the context length);
-tensor parallelism is `spec.parallelism.tensor`. Re-deploying replaces the object (common.replace),
+tensor parallelism is `spec.parallelism.tensor`. Re-deploying replaces the object (lifecycle.replace),
 Ready is its `Ready` condition of the newest generation, and the same OpenAI smoke test as every
 backend runs on every served name: at the workload Service from a pod, through the API server's proxy
 to a workload pod from outside the cluster (trainer.k8s.reach).
@@ -27,9 +27,9 @@ from typing import Any
 
 from trainer.errors import UserError, collect
 from trainer.k8s import reach
-from trainer.k8s.common import (RUN_AS_USER, accelerators, api_client, container_security, default_namespace,
-                                labels as app_labels, pod_security, queue_labels, ready_condition, replace, to_dict,
-                                tolerations, wait_until)
+from trainer.k8s.lifecycle import api_client, default_namespace, ready_condition, replace, to_dict, wait_until
+from trainer.k8s.podspec import (RUN_AS_USER, accelerators, container_security, labels as app_labels, pod_security,
+                                 queue_labels, tolerations)
 from trainer.k8s.kserve import SERVICE_ACCOUNT, not_ready_lines
 from trainer.k8s.vllm import ServeSpec, image, server_args
 

@@ -24,9 +24,10 @@ from typing import Any
 from trainer import settings
 from trainer.errors import collect
 from trainer.exitcodes import PERMANENT
-from trainer.k8s.common import (ClusterSpec, JobFailed, _Stopped, accelerators, container_security, create_or_attach,
-                                default_namespace, failure_report, follow_job, kube_config_errors, labels,
-                                pod_security, queue_labels, scheduling, secret_env)
+from trainer.k8s.lifecycle import (JobFailed, _Stopped, create_or_attach, default_namespace, failure_report, follow_job,
+                                   kube_config_errors)
+from trainer.k8s.podspec import (ClusterSpec, accelerators, container_security, labels, pod_security, queue_labels,
+                                 scheduling, secret_env)
 
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 CONTAINER = "pytorch"  # the operator requires this name

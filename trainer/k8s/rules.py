@@ -413,7 +413,7 @@ def deploy_name(name: Any, backend: str, namespace: str = "", side_by_side: bool
 
 
 def cluster_spec_problems(spec: Any) -> list[str]:
-    """Every API-server rule for a trainer.k8s.common.ClusterSpec (attribute access only, so
+    """Every API-server rule for a trainer.k8s.podspec.ClusterSpec (attribute access only, so
     this module stays free of imports from the rest of the project)."""
     p = []
     if spec.namespace:

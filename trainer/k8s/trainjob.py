@@ -33,10 +33,10 @@ from typing import Any
 
 from trainer import settings
 from trainer.errors import collect
-from trainer.k8s.common import (ClusterSpec, JobFailed, _Stopped, accelerators, api_client, container_security,
-                                create_or_attach,
-                                default_namespace, failure_report, follow_job, labels, pod_security, queue_labels,
-                                secret_env, to_dict, tolerations)
+from trainer.k8s.lifecycle import (JobFailed, _Stopped, api_client, create_or_attach, default_namespace, failure_report,
+                                   follow_job, to_dict)
+from trainer.k8s.podspec import (ClusterSpec, accelerators, container_security, labels, pod_security, queue_labels,
+                                 secret_env, tolerations)
 from trainer.k8s.pytorchjob import train_command, volume_shm
 
 GROUP, VERSION, PLURAL = "trainer.kubeflow.org", "v1alpha1", "trainjobs"

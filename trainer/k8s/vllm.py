@@ -26,9 +26,9 @@ from typing import Any
 from trainer import settings
 from trainer.errors import collect
 from trainer.k8s import reach, rules
-from trainer.k8s.common import (RUN_AS_USER, ClusterSpec, accelerators, api_client, container_security,
-                                default_namespace, labels as app_labels, pod_security, queue_labels, replace,
-                                scheduling, secret_env, wait_until)
+from trainer.k8s.lifecycle import api_client, default_namespace, replace, wait_until
+from trainer.k8s.podspec import (RUN_AS_USER, ClusterSpec, accelerators, container_security, labels as app_labels,
+                                 pod_security, queue_labels, scheduling, secret_env)
 
 PORT = 8000
 ROCM_RESOURCE = "amd.com/gpu"
@@ -174,7 +174,7 @@ def build(spec: ServeSpec):
 
 
 def apply(apps, core, deployment, service, namespace: str) -> str:
-    """Create both, or when they exist replace the Deployment (common.replace: a patch would keep
+    """Create both, or when they exist replace the Deployment (lifecycle.replace: a patch would keep
     the old placement) and patch the Service. Returns 'created' or 'replaced'.
 
     A patch is exact for the Service because its render depends on the name only (selector, port),
