@@ -26,12 +26,12 @@ import time
 from typing import Any
 
 from trainer import settings
-from trainer.errors import UserError, collect
+from trainer.errors import collect
 from trainer.k8s import reach, rules
 from trainer.k8s.lifecycle import api_client, default_namespace, ready_condition, replace, to_dict, wait_until
 from trainer.k8s.podspec import (RUN_AS_USER, accelerators, container_security, labels as app_labels, pod_security,
                                  queue_labels, tolerations)
-from trainer.k8s.vllm import ServeSpec, image, smoke_all, split_args
+from trainer.k8s.vllm import ServeSpec, image, smoke_reached, split_args
 
 GROUP = "serving.kserve.io"
 RUNTIME_NAME = "llm-finetune-vllm"
@@ -178,28 +178,12 @@ def deploy(spec: ServeSpec, messages: list[dict[str, Any]], tools: list | None =
           f"(at most {spec.rollout_timeout_s} s)", flush=True)
     t0 = time.monotonic()
     url = wait_ready(custom, spec.name, namespace, spec.rollout_timeout_s, poll_s).rstrip("/")
-    if reach.in_cluster(api):
-        out = smoke_all(url, spec, messages, tools, ready_timeout_s, t0)
-    else:
-        # The predictor's URL resolves only in the cluster, and in Serverless mode its Service is an
-        # ExternalName (to Knative's gateway) that the API server cannot proxy: the pod it can.
-        pod = predictor_pod(k.CoreV1Api(api), spec.name, namespace)
-        with reach.proxied(api, f"/api/v1/namespaces/{namespace}/pods/{pod}:{PORT}/proxy") as relay:
-            out = smoke_all(relay, spec, messages, tools, ready_timeout_s, t0)
-    # By label: valid in either KServe mode, and after the pod is replaced.
-    access = reach.port_forward(namespace, f"$(kubectl -n {namespace} get pod -l {ISVC_LABEL}={spec.name} -o name "
-                                           "| head -n 1)", PORT)
-    print(f"in the cluster: {url}/v1; from your machine: {access}", flush=True)
-    return {**out, "endpoint": f"{url}/v1", "access": access, "action": action}
-
-
-def predictor_pod(core, name: str, namespace: str) -> str:
-    """The newest ready predictor pod of InferenceService `name` (KServe labels them with it)."""
-    pods = core.list_namespaced_pod(namespace, label_selector=f"{ISVC_LABEL}={name}").items
-    ready = [p for p in pods if p.status and p.status.phase == "Running"
-             and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])]
-    if not ready:
-        raise UserError(f"InferenceService {namespace}/{name} is Ready but none of its predictor pods is; see "
-                        f"`kubectl -n {namespace} get pods -l {ISVC_LABEL}={name}`")
-    ready.sort(key=lambda p: p.metadata.creation_timestamp.timestamp() if p.metadata.creation_timestamp else 0)
-    return ready[-1].metadata.name
+    # The predictor's URL resolves only in the cluster, and in Serverless mode its Service is an
+    # ExternalName (to Knative's gateway) that the API server cannot proxy: the pod it can. KServe
+    # labels the predictor's pods with the InferenceService's name: valid in either KServe mode.
+    selector = f"{ISVC_LABEL}={spec.name}"
+    out = smoke_reached(reach.pod(api, namespace, url, PORT, selector, f"InferenceService {namespace}/{spec.name}",
+                                  "predictor"),
+                        url, reach.port_forward(namespace, reach.newest_pod(namespace, selector), PORT),
+                        spec, messages, tools, ready_timeout_s, t0)
+    return {**out, "action": action}

@@ -81,6 +81,19 @@ def ready_condition(obj: dict) -> tuple[bool, list[str]]:
     return ready and st.get("observedGeneration", 0) >= obj["metadata"].get("generation", 0), why
 
 
+def ready_pod(core, namespace: str, selector: str, what: str, role: str) -> str:
+    """The newest ready pod matching `selector`: one that serves `what` (e.g. `InferenceService
+    ml/tuned`), whose pods are its `role` pods (predictor, workload), as the error names them."""
+    pods = core.list_namespaced_pod(namespace, label_selector=selector).items
+    ready = [p for p in pods if p.status and p.status.phase == "Running"
+             and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])]
+    if not ready:
+        raise UserError(f"{what} is Ready but none of its {role} pods is; see "
+                        f"`kubectl -n {namespace} get pods -l {selector}`")
+    return max(ready, key=lambda p: p.metadata.creation_timestamp.timestamp()
+               if p.metadata.creation_timestamp else 0).metadata.name
+
+
 def default_namespace() -> str:
     """The namespace this pod runs in, else the kubeconfig context's, else `default`."""
     from kubeflow.training.utils import utils

@@ -25,13 +25,13 @@ import shlex
 import time
 from typing import Any
 
-from trainer.errors import UserError, collect
+from trainer.errors import collect
 from trainer.k8s import reach
 from trainer.k8s.lifecycle import api_client, default_namespace, ready_condition, replace, to_dict, wait_until
 from trainer.k8s.podspec import (RUN_AS_USER, accelerators, container_security, labels as app_labels, pod_security,
                                  queue_labels, tolerations)
 from trainer.k8s.kserve import SERVICE_ACCOUNT, not_ready_lines
-from trainer.k8s.vllm import ServeSpec, image, server_args
+from trainer.k8s.vllm import ServeSpec, image, server_args, smoke_reached
 
 GROUP, VERSION, PLURAL, KIND = "serving.kserve.io", "v1alpha2", "llminferenceservices", "LLMInferenceService"
 PORT = 8000  # vLLM in the workload pod; KServe's workload Service serves it on the same port
@@ -163,25 +163,11 @@ def served_url(status: dict, name: str, namespace: str) -> str:
     return f"{parts.scheme}://{parts.hostname}:{parts.port or PORT}{parts.path.rstrip('/')}"
 
 
-def workload_pod(core, name: str, namespace: str) -> str:
-    """The newest ready workload pod of LLMInferenceService `name`."""
-    selector = WORKLOAD_LABELS.format(name=name)
-    pods = core.list_namespaced_pod(namespace, label_selector=selector).items
-    ready = [p for p in pods if p.status and p.status.phase == "Running"
-             and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])]
-    if not ready:
-        raise UserError(f"{KIND} {namespace}/{name} is Ready but none of its workload pods is; see "
-                        f"`kubectl -n {namespace} get pods -l {selector}`")
-    return max(ready, key=lambda p: p.metadata.creation_timestamp).metadata.name
-
-
 def deploy(spec: ServeSpec, messages: list[dict[str, Any]], tools: list | None = None,
            client_configuration: Any = None, poll_s: float = 5.0, ready_timeout_s: float = 300) -> dict[str, Any]:
     """Apply, wait for Ready and /v1/models, smoke-test every served name; the same result as the
     other backends (trainer.serving.Deployed), plus `access`, the `kubectl port-forward` command."""
     from kubernetes import client as k
-
-    from trainer.k8s.vllm import smoke_all
 
     [obj] = build(spec)  # validates: bad settings are reported before the cluster is contacted
     api = api_client(client_configuration)
@@ -192,17 +178,11 @@ def deploy(spec: ServeSpec, messages: list[dict[str, Any]], tools: list | None =
           flush=True)
     t0 = time.monotonic()
     url = wait_ready(custom, spec.name, namespace, spec.rollout_timeout_s, poll_s).rstrip("/")
-    scheme = url.split("://", 1)[0]
-    if reach.in_cluster(api) and scheme == "http":
-        out = smoke_all(url, spec, messages, tools, ready_timeout_s, t0)
-    else:
-        # Outside the cluster the Service's name does not resolve, and KServe's TLS certificate (when the
-        # cluster turned it on) is its own: the API server's proxy to a workload pod reaches it either way.
-        pod = workload_pod(k.CoreV1Api(api), spec.name, namespace)
-        target = f"{pod}:{PORT}" if scheme == "http" else f"https:{pod}:{PORT}"
-        with reach.proxied(api, f"/api/v1/namespaces/{namespace}/pods/{target}/proxy") as relay:
-            out = smoke_all(relay, spec, messages, tools, ready_timeout_s, t0)
-    access = reach.port_forward(namespace, f"$(kubectl -n {namespace} get pod -l {WORKLOAD_LABELS.format(name=spec.name)}"
-                                           " -o name | head -n 1)", PORT)
-    print(f"in the cluster: {url}/v1; from your machine: {access}", flush=True)
-    return {**out, "endpoint": f"{url}/v1", "access": access, "action": action}
+    # Outside the cluster the Service's name does not resolve, and KServe's TLS certificate (when the
+    # cluster turned it on) is its own: the API server's proxy to a workload pod reaches it either way.
+    selector = WORKLOAD_LABELS.format(name=spec.name)
+    out = smoke_reached(reach.pod(api, namespace, url, PORT, selector, f"{KIND} {namespace}/{spec.name}", "workload",
+                                  tls=url.split("://", 1)[0] != "http"),
+                        url, reach.port_forward(namespace, reach.newest_pod(namespace, selector), PORT),
+                        spec, messages, tools, ready_timeout_s, t0)
+    return {**out, "action": action}

@@ -74,6 +74,30 @@ def service(api_client, namespace: str, name: str, port: int) -> Iterator[str]:
         yield url
 
 
+@contextlib.contextmanager
+def pod(api_client, namespace: str, url: str, port: int, selector: str, what: str, role: str,
+        tls: bool = False) -> Iterator[str]:
+    """The base URL by which this process reaches a server at `url` in the cluster: `url` itself in
+    a pod, else the API server's pod proxy to the newest ready pod matching `selector` (`what`'s
+    `role` pods, trainer.k8s.lifecycle.ready_pod) behind a loopback relay. `tls`: the pod serves
+    HTTPS with a certificate of its own, which this process would not trust: the proxy even in a pod."""
+    if in_cluster(api_client) and not tls:
+        yield url
+        return
+    from kubernetes import client as k
+
+    from trainer.k8s.lifecycle import ready_pod
+
+    target = f"{'https:' if tls else ''}{ready_pod(k.CoreV1Api(api_client), namespace, selector, what, role)}:{port}"
+    with proxied(api_client, f"/api/v1/namespaces/{namespace}/pods/{target}/proxy") as relay:
+        yield relay
+
+
+def newest_pod(namespace: str, selector: str) -> str:
+    """A port-forward target that names the pod by label: still right after the pod is replaced."""
+    return f"$(kubectl -n {namespace} get pod -l {selector} -o name | head -n 1)"
+
+
 def port_forward(namespace: str, target: str, port: int, remote_port: int | None = None) -> str:
     """What the user runs to reach `target` (svc/NAME, pod/NAME) from their machine, and the URL then."""
     return (f"kubectl -n {namespace} port-forward {target} {port}:{remote_port or port}  "

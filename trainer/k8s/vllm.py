@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ContextManager
 
 from trainer import settings
 from trainer.errors import collect
@@ -236,11 +236,23 @@ def deploy(spec: ServeSpec, messages: list[dict[str, Any]], tools: list | None =
     t0 = time.monotonic()
     wait_rollout(k.AppsV1Api(api), spec.name, namespace, spec.rollout_timeout_s, poll_s)
     # Outside the cluster the Service's DNS name does not resolve: through the API server (reach).
-    with reach.service(api, namespace, spec.name, PORT) as url:
-        out = smoke_all(url, spec, messages, tools, ready_timeout_s, t0)
-    access = reach.port_forward(namespace, f"svc/{spec.name}", PORT)
-    print(f"in the cluster: {service_url(spec.name, namespace)}/v1; from your machine: {access}", flush=True)
-    return {**out, "endpoint": f"{service_url(spec.name, namespace)}/v1", "access": access, "action": action}
+    out = smoke_reached(reach.service(api, namespace, spec.name, PORT), service_url(spec.name, namespace),
+                        reach.port_forward(namespace, f"svc/{spec.name}", PORT),
+                        spec, messages, tools, ready_timeout_s, t0)
+    return {**out, "action": action}
+
+
+def smoke_reached(reached: ContextManager[str], url: str, access: str, spec: ServeSpec,
+                  messages: list[dict[str, Any]], tools: list | None, ready_timeout_s: float,
+                  t0: float) -> dict[str, Any]:
+    """Every cluster backend's last step: smoke_all where this process reaches the server
+    (`reached`: trainer.k8s.reach.service or .pod), then one line on where clients reach it: `url`
+    from a pod of the cluster, `access` (a `kubectl port-forward` command) from the user's machine.
+    Returns smoke_all's result with `url` as the endpoint, plus `access`."""
+    with reached as here:
+        out = smoke_all(here, spec, messages, tools, ready_timeout_s, t0)
+    print(f"in the cluster: {url}/v1; from your machine: {access}", flush=True)
+    return {**out, "endpoint": f"{url}/v1", "access": access}
 
 
 def smoke_all(url: str, spec: ServeSpec, messages: list[dict[str, Any]], tools: list | None,
