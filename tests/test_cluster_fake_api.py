@@ -13,6 +13,7 @@ import pytest
 from tests.k8s_fake_api import FakeKubeAPI, JobScript
 from tests.schemas import assert_restricted, validate
 from trainer.errors import UserError
+from trainer.serving import Deployed
 from trainer.k8s import lifecycle, podspec, vllm as cluster_serve
 from trainer.k8s.lifecycle import JobFailed, to_dict
 from trainer.k8s.podspec import ClusterSpec
@@ -813,6 +814,45 @@ def test_deploy_from_outside_the_cluster_smoke_tests_through_the_api_server_fake
         assert out["endpoint"] == "http://tuned.ml.svc.cluster.local:8000/v1"
         assert out["access"] == "kubectl -n ml port-forward svc/tuned 8000:8000  (then http://127.0.0.1:8000/v1)"
     assert f"from your machine: {out['access']}" in printed
+    # what deploy-k8s prints, through trainer.serving: the backend's result, keys in its order
+    assert list(Deployed.from_backend(out).as_dict().items()) == list(out.items())
+
+
+def test_deploy_k8s_deploys_through_serving_and_prints_the_result_fake_api(monkeypatch, capsys, tmp_path):
+    """`python -m trainer deploy-k8s` without --dry-run: the backend chosen in trainer.serving, as for
+    the pipeline's deploy step, with the flags' settings (no store to read them off), the result as JSON."""
+    import json
+
+    from trainer import serving
+    from trainer.__main__ import main
+
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setattr("trainer.__main__.reach_cluster", lambda: None)  # the fake serves no /version
+    calls = []
+    deploy = serving.deploy
+    monkeypatch.setattr(serving, "deploy", lambda backend, spec, store, *a, **kw: (
+        calls.append((backend, spec.max_lora_rank, spec.tool_call_parser, store))
+        or deploy(backend, spec, store, *a, **kw)))
+    with FakeKubeAPI() as api:
+        config = tmp_path / "kubeconfig"
+        config.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "c",
+            "clusters": [{"name": "c", "cluster": {"server": api.configuration.host}}],
+            "users": [{"name": "u", "user": {"token": "t"}}],
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+        monkeypatch.setattr("kubernetes.config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION", str(config))
+        main(["deploy-k8s", "--backend", "kserve", "--name", "tuned", "--model-uri", "s3://b/models/m",
+              "--namespace", "ml", "--max-lora-rank", "32", "--tool-call-parser", "llama3_json"])
+        [(_, _, body)] = api.state.calls("POST", "inferenceservices")
+    assert calls == [("kserve", 32, "llama3_json", None)]
+    args = body["spec"]["predictor"]["model"]["args"]
+    assert args[args.index("--tool-call-parser") + 1] == "llama3_json"
+    printed = capsys.readouterr().out
+    out = json.loads(printed[printed.index("{\n"):])
+    assert list(out) == ["endpoint", "names", "ready_s", "smoke_ok", "reason", "latency_s", "results", "pgid",
+                         "access", "action"]
+    assert out["smoke_ok"] and out["action"] == "created"
+    assert out["endpoint"] == "http://tuned-predictor.ml.svc.cluster.local/v1"
 
 
 def test_deploy_inside_the_cluster_uses_the_service_dns_name_fake_api(monkeypatch):

@@ -195,20 +195,20 @@ def run(args: argparse.Namespace) -> None:
             launcher_for(args.launcher)(spec).run(cfg.to_args(), name)
         return
     if args.command == "deploy-k8s":
+        from trainer import serving
         from trainer.k8s import vllm
 
         spec = vllm.ServeSpec(name=args.name, model_uri=args.model_uri, gpus=args.gpus, cluster=_cluster_spec(args),
                               adapters=vllm.parse_adapters(args.adapter), max_lora_rank=args.max_lora_rank,
                               vllm_image=args.vllm_image, tool_call_parser=args.tool_call_parser)
-        from trainer.serving import backend_module
-
-        backend = backend_module(args.backend)
+        objects = serving.backend_module(args.backend).build(spec)  # the settings' problems first; contacts nothing
         if args.dry_run:
-            print_yaml(backend.build(spec))
+            print_yaml(objects)
         else:
-            backend.build(spec)  # the settings' problems first, as with --dry-run; it contacts nothing
             reach_cluster()
-            print(json.dumps(backend.deploy(spec, [{"role": "user", "content": "Hello!"}]), indent=1))
+            # No store: the flags (--max-lora-rank, --tool-call-parser) are the settings the pipeline reads off it.
+            out = serving.deploy(args.backend, spec, None, [{"role": "user", "content": "Hello!"}])
+            print(json.dumps(out.as_dict(), indent=1))
         return
     if args.command == "build-tiny-model":
         from trainer import builtin_model

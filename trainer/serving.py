@@ -42,6 +42,14 @@ class Deployed:
     def smoke_ok(self) -> bool:
         return all(r["ok"] for r in self.results.values())
 
+    def as_dict(self) -> dict[str, Any]:
+        """The result as the cluster backends return it, keys in their order (what `python -m trainer
+        deploy-k8s` prints): smoke_ok among them, `log` and `access` only when set."""
+        return {"endpoint": self.endpoint, "names": self.names, "ready_s": self.ready_s, "smoke_ok": self.smoke_ok,
+                "reason": self.reason, "latency_s": self.latency_s, "results": self.results, "pgid": self.pgid,
+                **({"log": self.log} if self.log else {}), **({"access": self.access} if self.access else {}),
+                **self.extra}
+
     @classmethod
     def from_backend(cls, out: dict[str, Any]) -> Deployed:
         known = {"endpoint", "names", "results", "latency_s", "reason", "ready_s", "log", "pgid", "access"}
@@ -71,15 +79,19 @@ def deploy(backend: str, spec, store, messages: list[dict[str, Any]], tools: lis
     """Serve `spec` (a trainer.k8s.vllm.ServeSpec: spec.model_uri as spec.name, each of spec.adapters
     beside it by its own name) on `backend` and smoke-test every served name. The settings read off the
     stored model and adapters (rank, tool-call parser, chat template) are filled in here, for all
-    backends alike. `keep_serving` leaves a local server running (cluster servers stay anyway)."""
+    backends alike; with no `store` (deploy-k8s, a cluster backend) they are the spec's as given.
+    `keep_serving` leaves a local server running (cluster servers stay anyway)."""
     from trainer.serve import deploy_local, lora_rank, stored_has_template, stored_tool_call_parser
 
     if backend not in BACKENDS:
         raise UserError(f"deploy backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
-    dirs = {n: store.get_tree(uri) for n, uri in spec.adapters.items()}  # adapters are small
-    spec.max_lora_rank = max([lora_rank(d) for d in dirs.values()] or [16])  # vLLM refuses adapters above it
-    spec.tool_call_parser = stored_tool_call_parser(store, spec.model_uri)
-    spec.chat_template = stored_has_template(store, spec.model_uri)
+    if store is None and backend == "local":
+        raise ValueError("the local backend serves downloaded copies: it needs the store")
+    if store is not None:
+        dirs = {n: store.get_tree(uri) for n, uri in spec.adapters.items()}  # adapters are small
+        spec.max_lora_rank = max([lora_rank(d) for d in dirs.values()] or [16])  # vLLM refuses adapters above it
+        spec.tool_call_parser = stored_tool_call_parser(store, spec.model_uri)
+        spec.chat_template = stored_has_template(store, spec.model_uri)
     if backend == "local":
         out = deploy_local(store.get_tree(spec.model_uri), spec.name, messages, tools,
                            lora_modules={n: str(d) for n, d in dirs.items()}, keep_serving=keep_serving)
