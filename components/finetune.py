@@ -47,7 +47,7 @@ def finetune(
     """Train on `nodes` x `procs_per_node` processes; output the adapter (or full model) and metrics.
 
     The cluster settings (namespace ... wait_timeout_s, 0 = no limit) shape the PyTorchJob of the
-    kubernetes launcher; see trainer.k8s.common.ClusterSpec.
+    kubernetes launcher; see trainer.k8s.podspec.ClusterSpec.
     A failed node restarts the job up to `max_restarts` times (locally: all nodes; on a cluster:
     the PyTorchJob backoff limit), resuming from the last checkpoint (every `checkpoint_every`
     steps, in runs/<run_id>/checkpoints). The loss history stays in runs/<run_id>/result.json.
