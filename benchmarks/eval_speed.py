@@ -113,7 +113,8 @@ def instrumented(spans: list[tuple[str, str, float]], answers: dict[str, list[di
     def model_of(name: str, args: tuple, kwargs: dict) -> str:
         if name == "load":
             return "tuned" if (args[1:2] or [kwargs.get("adapter_dir")])[0] is not None else "base"
-        return str(kwargs.get("desc", "")).replace("evaluate ", "").replace(" (vLLM)", "")
+        desc = str(kwargs.get("desc", "")).removesuffix(" (vLLM)")
+        return desc.removeprefix("evaluate ").removeprefix("eval loss ")
 
     def timed(module, name: str):
         fn = getattr(module, name)

@@ -369,13 +369,16 @@ def test_eval_speed_times_the_evaluate_functions_and_puts_them_back(monkeypatch)
     from trainer import evaluate as ev
 
     monkeypatch.setattr(ev, "generate", lambda model, tok, rows, desc="": ["x"] * len(rows))
+    monkeypatch.setattr(ev, "served_losses", lambda url, model, examples, desc="": [(1.0, 1)])
     original = ev.generate
     spans, answers = [], {}
     with instrumented(spans, answers):
         assert ev.generate is not original
         assert ev.generate(None, None, [1, 2], desc="evaluate tuned") == ["x", "x"]
+        assert ev.served_losses("u", "base", [], desc="eval loss base (vLLM)") == [(1.0, 1)]
     assert ev.generate is original
-    assert [(name, model) for name, model, _ in spans] == [("generate", "tuned")] and spans[0][2] >= 0
+    assert [(name, model) for name, model, _ in spans] == [("generate", "tuned"), ("served_losses", "base")]
+    assert spans[0][2] >= 0
 
 
 @pytest.mark.bench

@@ -113,8 +113,9 @@ def test_base_and_adapter_answer_through_one_vllm_server(tiny_model_dir, tmp_pat
     rows = builtin_data.generate(n_train=0, n_eval=6, seed=5)["eval"]
     data.write_jsonl(rows, tmp_path / "eval.jsonl")
     adapter = _adapter(tiny_model_dir, tmp_path / "adapter", zero=False)
-    # as on a GPU build: one server, the adapter beside the base (test_server_plans: CPU merges)
-    monkeypatch.setattr(ev, "vllm_cpu_build", lambda: False)
+    # the GPU build's plan, one server with the adapter beside the base (test_server_plans: the CPU
+    # build merges), run on this CPU build
+    monkeypatch.setattr(ev, "server_plans", lambda base, tuned: [(base, {"tuned": str(tuned)}, ("base", "tuned"))])
     result = ev.evaluate(tiny_model_dir, adapter, tmp_path / "eval.jsonl", max_rows=6, max_seq_len=512,
                          engine="vllm")
     assert result["engine"] == "vllm" and result["rows"] == 6
@@ -169,3 +170,7 @@ def test_served_loss_reads_the_scored_tokens_of_the_prompt_and_the_last_at_the_g
     assert ev.served_nll("http://x", "base", {"input_ids": ids, "labels": [10] + [-100] * 4}) == (0.0, 0)
     assert len(sent) == before
     assert ev.mean_loss([(3.0, 2), (0.0, 0), (1.0, 2)]) == pytest.approx(1.0)
+    # a server that ignores the fields (another vLLM): one message naming the fix, no KeyError
+    monkeypatch.setattr(serve, "completion", lambda url, body, timeout=0: {"choices": [{"text": ""}]})
+    with pytest.raises(ev.UserError, match="returned no prompt log-probabilities.*or eval_engine=hf"):
+        ev.served_nll("http://x", "base", {"input_ids": ids, "labels": [-100, 11, 12, 13, 14]})

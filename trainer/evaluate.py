@@ -20,7 +20,7 @@ import json
 import re
 import string
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from trainer import data
 from trainer.errors import UserError
@@ -178,6 +178,10 @@ def served_nll(url: str, model: str, example: dict[str, list[int]], timeout: flo
     if last:
         body.update(logprobs=0, logprob_token_ids=[labels[-1]], return_tokens_as_token_ids=True)
     choice = completion(url, body, timeout=timeout)["choices"][0]
+    if not choice.get("prompt_logprobs") or (last and not (choice.get("logprobs") or {}).get("top_logprobs")):
+        raise UserError(f"the vLLM server at {url} returned no prompt log-probabilities for {model!r}: the eval loss "
+                        "reads them (prompt_logprobs, logprob_token_ids: vLLM 0.32, the release of VLLM_IMAGE); "
+                        "use that vLLM, or eval_engine=hf")
     # prompt_logprobs[i]: {str(token id): {"logprob": ...}} for the prompt's token i (None for the
     # first, which nothing predicts); with prompt_logprobs=0 the token itself is the one key.
     prompt = choice["prompt_logprobs"]
@@ -188,19 +192,25 @@ def served_nll(url: str, model: str, example: dict[str, list[int]], timeout: flo
     return total, len(scored) + last
 
 
-def served_losses(url: str, model: str, examples: list[dict[str, list[int]]], desc: str,
-                  concurrency: int = CONCURRENCY) -> list[tuple[float, int]]:
-    """`served_nll` of every example, `concurrency` requests at a time, with a progress bar."""
+def _each(request: Callable[[Any], Any], items: list[Any], desc: str, concurrency: int = CONCURRENCY) -> list[Any]:
+    """`request(item)` for every item, `concurrency` in flight to the server (vLLM batches them),
+    with a progress bar; the results in the items' order."""
     from concurrent.futures import ThreadPoolExecutor
 
     from trainer.progress import bar
 
-    out: list[tuple[float, int]] = []
-    with bar(len(examples), desc, unit="row") as progress, ThreadPoolExecutor(concurrency) as pool:
-        for part in pool.map(lambda e: served_nll(url, model, e), examples):
-            out.append(part)
+    out = []
+    with bar(len(items), desc, unit="row") as progress, ThreadPoolExecutor(concurrency) as pool:
+        for result in pool.map(request, items):
+            out.append(result)
             progress.update(1)
     return out
+
+
+def served_losses(url: str, model: str, examples: list[dict[str, list[int]]], desc: str,
+                  concurrency: int = CONCURRENCY) -> list[tuple[float, int]]:
+    """`served_nll` of every example, `concurrency` requests at a time, with a progress bar."""
+    return _each(lambda e: served_nll(url, model, e), examples, desc, concurrency)
 
 
 def mean_loss(parts: list[tuple[float, int]]) -> float:
@@ -495,9 +505,6 @@ def _reply(resp: dict[str, Any]) -> dict[str, Any]:
 def ask(url: str, model: str, rows: list[dict[str, Any]], budgets: list[int], desc: str) -> list[dict[str, Any]]:
     """Each row's prompt (the conversation before its scored turn) with its tools through the
     OpenAI API, CONCURRENCY at a time; the reply as an app reads it."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from trainer.progress import bar
     from trainer.serve import chat, openai_messages
 
     def one(i: int) -> dict[str, Any]:
@@ -505,17 +512,12 @@ def ask(url: str, model: str, rows: list[dict[str, Any]], budgets: list[int], de
         return _reply(chat(url, model, openai_messages(row["messages"][:target_index(row)]), row.get("tools") or None,
                            max_tokens=budgets[i], timeout=600))
 
-    out: list[dict[str, Any]] = [{}] * len(rows)
-    with bar(len(rows), desc, unit="row") as progress, ThreadPoolExecutor(CONCURRENCY) as pool:
-        for i, reply in zip(range(len(rows)), pool.map(one, range(len(rows)))):
-            out[i] = reply
-            progress.update(1)
-    return out
+    return _each(one, list(range(len(rows))), desc)
 
 
-def served_predictions(model_dir: Path, tuned_dir: Path, rows: list[dict[str, Any]], tokenizer,
-                       max_seq_len: int, context: int | None = None,
-                       examples: list[dict[str, list[int]]] | None = None) -> dict[str, dict[str, list]]:
+def served_predictions(model_dir: Path, tuned_dir: Path, rows: list[dict[str, Any]],
+                       examples: list[dict[str, list[int]]], tokenizer, max_seq_len: int,
+                       context: int | None = None) -> dict[str, dict[str, list]]:
     """Base and tuned answers through vLLM's OpenAI server, started as deploy starts it (the same
     argument builder, the delivered chat template, the tool-call parser read off it), on the
     servers of `server_plans`. Every server is stopped before this returns.
@@ -546,11 +548,13 @@ def served_predictions(model_dir: Path, tuned_dir: Path, rows: list[dict[str, An
                 serve.wait_ready(server.url, server, timeout=900)
                 for name in names:
                     answers[name] = {"predictions": ask(server.url, name, rows, budgets, desc=f"evaluate {name} (vLLM)"),
-                                     # Beside an adapter one at a time: vLLM's LoRA logits path
-                                     # sizes a batch by requests (see server_plans; seen on CPU).
-                                     "losses": served_losses(server.url, name, examples or [],
+                                     # Beside an adapter on the CPU build, one at a time: its
+                                     # LoRA logits path (punica_cpu) sizes a batch by requests,
+                                     # not tokens (server_plans); the GPU's maps tokens.
+                                     "losses": served_losses(server.url, name, examples,
                                                              desc=f"eval loss {name} (vLLM)",
-                                                             concurrency=1 if loras else CONCURRENCY)}
+                                                             concurrency=1 if loras and vllm_cpu_build()
+                                                             else CONCURRENCY)}
             finally:
                 server.stop()
     return answers
@@ -647,7 +651,7 @@ def evaluate(model_dir: Path, tuned_dir: Path, eval_path: Path, max_rows: int = 
     engine = choose_engine(engine, model_dir)
     print(f"evaluating {len(scored)} rows with {'the vLLM server' if engine == 'vllm' else 'HF generate'} "
           f"(eval_engine={engine})", flush=True)
-    served = served_predictions(model_dir, tuned_dir, scored, tokenizer, max_seq_len, context, examples) \
+    served = served_predictions(model_dir, tuned_dir, scored, examples, tokenizer, max_seq_len, context) \
         if engine == "vllm" else {}
     results, outputs = {}, {}
     for name, adapter in (("base", None), ("tuned", tuned_dir)):
