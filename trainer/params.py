@@ -137,7 +137,8 @@ PARAMS: tuple[Param, ...] = (
                 '500.')),
     Param('eval_engine', str, 'auto', EVALUATION, BOTH,
           help=("How base and tuned answer the held-out rows: vllm (through vLLM's OpenAI server started as deploy "
-                "starts it, base and adapter side by side, the eval loss from the same server: the score is what "
+                "starts it -- base and adapter side by side on a GPU, base then the merged model on the CPU build -- the "
+                "eval loss from the same server: the score is what "
                 "users get; on a cluster it needs eval_gpus=1 on NVIDIA, the evaluate image being vLLM's), hf (HF "
                 'generate in the evaluate step, calls read with the serving tool parser), or auto (vllm where vLLM '
                 'can run -- run_local, or a GPU on a cluster -- for models of 20M parameters and more; hf '
@@ -155,7 +156,7 @@ PARAMS: tuple[Param, ...] = (
           sweep_help=("Least improvement over the base model, in the metric's own units, for the best trial to be "
                       'deployed: e.g. 0.05 (5 points of accuracy) or 0.1 (eval loss).')),
     Param('deploy_backend', str, 'local', SERVING, BOTH,
-          help=('Where the model (in the sweep: the winner) is served: local (run_local only: the cluster image has no '
+          help=('Where the model (in the sweep: the winner) is served: local (run_local only: the project image the deploy step runs has no '
                 'vLLM), kubernetes (a vLLM Deployment and Service), kserve (an InferenceService) or llmisvc (KServe\'s '
                 'LLMInferenceService; with serve_adapters the base and the adapter from the bucket, no merged copy); '
                 'one of the last three on a cluster.')),
