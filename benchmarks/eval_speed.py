@@ -23,8 +23,8 @@ endpoint / HF of both, a profile (server start seconds, seconds per answered row
 paths' accuracies side by side (fc_ast_accuracy, fc_exact_accuracy, fc_accuracy, text_match, base and tuned) and
 on how many rows the two paths gave the same answer (same calls, or same normalised text). The timings are
 taken by wrapping trainer.evaluate's own functions (generate, ask, load, eval_loss, served_losses,
-served_predictions) and trainer.serve's start / wait_ready for the length of the run; nothing in the evaluate
-path is changed.
+served_predictions), trainer.serving.local's start and trainer.serving.client's wait_ready for the length of the
+run; nothing in the evaluate path is changed.
 
 Every server and process this command starts is stopped before it ends, on Ctrl-C and SIGTERM too.
 --quick: 2 training steps on a small slice of the built-in data (32 train / 8 held-out rows) and 4 rows per path:
@@ -105,10 +105,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 @contextlib.contextmanager
 def instrumented(spans: list[tuple[str, str, float]], answers: dict[str, list[dict[str, Any]]]) -> Iterator[None]:
     """For the length of the block, time trainer.evaluate's generate / ask / load / eval_loss /
-    served_predictions and trainer.serve's start / wait_ready into `spans` as (function, model, seconds), and
-    keep each model's predictions (what `score` returns) in `answers`. The originals are restored after."""
+    served_predictions, trainer.serving.local's start and trainer.serving.client's wait_ready into `spans` as
+    (function, model, seconds), and keep each model's predictions (what `score` returns) in `answers`. The
+    originals are restored after."""
     from trainer import evaluate as ev
-    from trainer import serve
+    from trainer.serving import client, local
 
     def model_of(name: str, args: tuple, kwargs: dict) -> str:
         if name == "load":
@@ -133,7 +134,7 @@ def instrumented(spans: list[tuple[str, str, float]], answers: dict[str, list[di
 
     targets = [(ev, n) for n in ("generate", "ask", "load", "eval_loss", "served_losses", "served_predictions",
                                  "score")]
-    targets += [(serve, "start"), (serve, "wait_ready")]
+    targets += [(local, "start"), (client, "wait_ready")]
     saved = []
     try:
         for module, name in targets:

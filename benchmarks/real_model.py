@@ -224,7 +224,7 @@ def ask_endpoint(base_url: str, model: str, rows: list[dict[str, Any]], concurre
     from openai import OpenAI
 
     from trainer.evaluate import target_index
-    from trainer.serve import openai_messages
+    from trainer.serving.client import openai_messages
 
     client = OpenAI(base_url=base_url, api_key="unused", timeout=600, max_retries=0)
 
@@ -275,11 +275,11 @@ def prompt_parity(base_url: str, model_dir: Path, rows: list[dict[str, Any]], ma
 
 def serve_own(base_dir: Path, adapter_dir: Path, log_path: Path) -> tuple[str, int]:
     """Base and adapter side by side, started here (when the pipeline kept no server: a model not promoted)."""
-    from trainer import serve
+    from trainer.serving import client, local
 
-    server = serve.start(base_dir, f"{SERVED}-base", lora_modules={SERVED: str(adapter_dir)}, log_path=log_path)
+    server = local.start(base_dir, f"{SERVED}-base", lora_modules={SERVED: str(adapter_dir)}, log_path=log_path)
     _GROUPS.add(server.pgid)
-    serve.wait_ready(server.url, server, timeout=900)
+    client.wait_ready(server.url, server, timeout=900)
     return f"{server.url}/v1", server.pgid
 
 

@@ -19,7 +19,8 @@ import urllib.request
 from pathlib import Path
 
 from benchmarks.common import median
-from trainer import builtin_data, serve
+from trainer import builtin_data
+from trainer.serving import client, local
 
 
 def first_chunk_s(url: str, model: str, messages: list, tools: list) -> float:
@@ -46,13 +47,13 @@ def main() -> None:
 
         model = builtin_model.build(Path(tempfile.mkdtemp()) / "tiny")
     rows = builtin_data.generate(0, 50, seed=1)["eval"]
-    messages, tools = serve.smoke_request(rows)
+    messages, tools = client.smoke_request(rows)
     t0 = time.perf_counter()
-    server = serve.start(model, "bench")
+    server = local.start(model, "bench")
     try:
-        serve.wait_ready(server.url, server, timeout=600)
+        client.wait_ready(server.url, server, timeout=600)
         ready = time.perf_counter() - t0
-        results = [serve.smoke_test(server.url, "bench", messages, tools) for _ in range(args.requests)]
+        results = [client.smoke_test(server.url, "bench", messages, tools) for _ in range(args.requests)]
         firsts = [first_chunk_s(server.url, "bench", messages, tools) for _ in range(args.requests)]
     finally:
         server.stop()

@@ -35,7 +35,7 @@ def deploy(
     the first eval row that expects a tool call: smoke_ok only when every answer is a
     well-formed OpenAI tool call (metrics smoke_ok, smoke_server_ok, smoke_latency_s, vllm_ready_s).
     A server that breaks the OpenAI protocol fails the step; a model whose answer is unusable
-    (undertrained) leaves it green with smoke_ok 0 and a WARNING line (trainer.serve.smoke_outcome)."""
+    (undertrained) leaves it green with smoke_ok 0 and a WARNING line (trainer.serving.client.smoke_outcome)."""
     import json
     from collections import namedtuple
 
@@ -44,7 +44,7 @@ def deploy(
     from trainer.errors import UserError, exit_on_user_error
     from trainer.k8s.vllm import ServeSpec
     from trainer.launch import cluster_from_params
-    from trainer.serve import smoke_outcome, smoke_request
+    from trainer.serving.client import smoke_outcome, smoke_request
     from trainer.storage import Store
 
     with exit_on_user_error():

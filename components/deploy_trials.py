@@ -42,7 +42,7 @@ def deploy_trials(
     from trainer import serving
     from trainer.k8s.vllm import ServeSpec, trial_adapters
     from trainer.launch import cluster_from_params
-    from trainer.serve import smoke_outcome, smoke_request
+    from trainer.serving.client import smoke_outcome, smoke_request
     from trainer.storage import Store
 
     with exit_on_user_error():

@@ -410,7 +410,7 @@ def test_vllm_image_follows_the_accelerator():
 
 
 def test_local_and_cluster_vllm_flags_are_the_same_function():
-    from trainer.serve import vllm_args
+    from trainer.serving.args import vllm_args
 
     d, _ = cluster_serve.build(serve_spec())
     cmd = to_dict(d)["spec"]["template"]["spec"]["containers"][0]["command"]
@@ -470,8 +470,8 @@ def test_kserve_create_ready_smoke_and_replace_on_redeploy_fake_api(monkeypatch)
 
     seen = []
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")  # in a pod of this (fake) cluster: DNS resolves
-    monkeypatch.setattr("trainer.serve.wait_ready", lambda url, timeout: seen.append(("ready", url)) or 1.0)
-    monkeypatch.setattr("trainer.serve.smoke_test", lambda url, model, messages, tools=None, require_tool_call=True: (
+    monkeypatch.setattr("trainer.serving.client.wait_ready", lambda url, timeout: seen.append(("ready", url)) or 1.0)
+    monkeypatch.setattr("trainer.serving.client.smoke_test", lambda url, model, messages, tools=None, require_tool_call=True: (
         seen.append(("chat", url, model, require_tool_call)) or {"ok": True, "reason": "", "latency_s": 0.1,
                                                                  "reply": "get_weather {}", "model": model}))
     with FakeKubeAPI() as api:
@@ -525,8 +525,8 @@ def test_sweep_trials_side_by_side_on_the_cluster_fake_api(store, tmp_path, monk
         (d / "adapter_config.json").write_text(json_.dumps({"r": r, "peft_type": "LORA"}))
         uris.append(store.put_tree(d, "models")[0])
     asked = []
-    monkeypatch.setattr("trainer.serve.wait_ready", lambda url, timeout: 1.0)
-    monkeypatch.setattr("trainer.serve.smoke_test", lambda url, model, messages, tools=None, require_tool_call=True: (
+    monkeypatch.setattr("trainer.serving.client.wait_ready", lambda url, timeout: 1.0)
+    monkeypatch.setattr("trainer.serving.client.smoke_test", lambda url, model, messages, tools=None, require_tool_call=True: (
         asked.append((model, require_tool_call)) or {"ok": True, "reason": "", "latency_s": 0.2, "reply": "x",
                                                      "model": model}))
     spec = ServeSpec(name="sweep-base", model_uri=base_uri, adapters=trial_adapters("sweep", uris),
@@ -860,8 +860,8 @@ def test_deploy_inside_the_cluster_uses_the_service_dns_name_fake_api(monkeypatc
     resolves: no proxy, which the pipeline's service account may not be allowed to use."""
     seen = []
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")  # the fake API server's address
-    monkeypatch.setattr("trainer.serve.wait_ready", lambda url, timeout: seen.append(url) or 1.0)
-    monkeypatch.setattr("trainer.serve.smoke_test", lambda url, model, messages, tools=None, require_tool_call=True: (
+    monkeypatch.setattr("trainer.serving.client.wait_ready", lambda url, timeout: seen.append(url) or 1.0)
+    monkeypatch.setattr("trainer.serving.client.smoke_test", lambda url, model, messages, tools=None, require_tool_call=True: (
         seen.append(url) or {"ok": True, "reason": "", "latency_s": 0.1, "reply": "get_weather {}", "model": model}))
     with FakeKubeAPI() as api:
         out = cluster_serve.deploy(serve_spec(), ASK, WEATHER, client_configuration=api.configuration, poll_s=0.01)
@@ -880,7 +880,7 @@ def test_a_service_without_endpoints_fails_the_smoke_test_within_its_limit_fake_
     with FakeKubeAPI() as api:
         with pytest.raises(UserError, match="not ready after 1s") as err:
             with reach.service(k.ApiClient(api.configuration), "ml", "nothing", 8000) as url:
-                __import__("trainer.serve", fromlist=["x"]).wait_ready(url, timeout=1)
+                __import__("trainer.serving.client", fromlist=["x"]).wait_ready(url, timeout=1)
         assert len(api.state.calls("GET", "/services/nothing:8000/proxy/v1/models")) >= 2
     # The message names the way it went and the API server's answer, not a loopback relay's address.
     assert f"{api.server.url}/api/v1/namespaces/ml/services/nothing:8000/proxy not ready" in str(err.value)

@@ -28,17 +28,17 @@ def _adapter(base_dir, out_dir, modules_to_save=None, zero=True):
 
 @pytest.fixture
 def started(monkeypatch):
-    """Every vLLM server trainer.serve.start starts, as (model directory, {adapter name: directory}, Server)."""
-    import trainer.serve as serve
+    """Every vLLM server trainer.serving.local.start starts, as (model directory, {adapter name: directory}, Server)."""
+    from trainer.serving import local
 
-    servers, original = [], serve.start
+    servers, original = [], local.start
 
     def counting(*args, **kwargs):
         server = original(*args, **kwargs)
         servers.append((args[0], dict(kwargs.get("lora_modules") or {}), server))
         return server
 
-    monkeypatch.setattr(serve, "start", counting)
+    monkeypatch.setattr(local, "start", counting)
     return servers
 
 
@@ -141,7 +141,7 @@ def test_base_and_adapter_answer_through_one_vllm_server(tiny_model_dir, tmp_pat
 
 
 def test_served_loss_reads_the_scored_tokens_of_the_prompt_and_the_last_at_the_generated_position(monkeypatch):
-    import trainer.serve as serve
+    from trainer.serving import client
 
     sent = []
 
@@ -156,7 +156,7 @@ def test_served_loss_reads_the_scored_tokens_of_the_prompt_and_the_last_at_the_g
                                                     "token_id:999": -0.01}]}
         return {"choices": [choice]}
 
-    monkeypatch.setattr(serve, "completion", completion)
+    monkeypatch.setattr(client, "completion", completion)
     ids = [10, 11, 12, 13, 14]
     # scored: positions 2 and 4 (the last one, asked for at the generated position)
     total, n = ev.served_nll("http://x", "tuned", {"input_ids": ids, "labels": [-100, -100, 12, -100, 14]})
@@ -171,6 +171,6 @@ def test_served_loss_reads_the_scored_tokens_of_the_prompt_and_the_last_at_the_g
     assert len(sent) == before
     assert ev.mean_loss([(3.0, 2), (0.0, 0), (1.0, 2)]) == pytest.approx(1.0)
     # a server that ignores the fields (another vLLM): one message naming the fix, no KeyError
-    monkeypatch.setattr(serve, "completion", lambda url, body, timeout=0: {"choices": [{"text": ""}]})
+    monkeypatch.setattr(client, "completion", lambda url, body, timeout=0: {"choices": [{"text": ""}]})
     with pytest.raises(ev.UserError, match="returned no prompt log-probabilities.*or eval_engine=hf"):
         ev.served_nll("http://x", "base", {"input_ids": ids, "labels": [-100, 11, 12, 13, 14]})

@@ -73,8 +73,8 @@ def test_a_merged_model_has_no_lora_section_and_a_misspelled_adapter_is_caught()
 def test_create_ready_smoke_and_replace_on_redeploy_fake_api(monkeypatch):
     seen = []
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")  # in a pod of this (fake) cluster
-    monkeypatch.setattr("trainer.serve.wait_ready", lambda url, timeout: seen.append(("ready", url)) or 1.0)
-    monkeypatch.setattr("trainer.serve.smoke_test", lambda url, model, messages, tools=None, require_tool_call=True: (
+    monkeypatch.setattr("trainer.serving.client.wait_ready", lambda url, timeout: seen.append(("ready", url)) or 1.0)
+    monkeypatch.setattr("trainer.serving.client.smoke_test", lambda url, model, messages, tools=None, require_tool_call=True: (
         seen.append(("chat", model, require_tool_call)) or {"ok": True, "reason": "", "latency_s": 0.1,
                                                             "reply": "get_weather {}", "model": model}))
     with FakeKubeAPI() as api:

@@ -84,7 +84,7 @@ def stubborn(tmp_path):
 
 def test_the_guard_takes_down_a_tree_deaf_to_sigterm_when_its_parent_is_killed(tmp_path, stubborn):
     tag = uuid.uuid4().hex
-    # The parent starts the guard as trainer.serve does (own session, --parent), then waits: we SIGKILL it.
+    # The parent starts the guard as trainer.serving.local does (own session, --parent), then waits: we SIGKILL it.
     parent = subprocess.Popen(
         [sys.executable, "-c", "import os, subprocess, sys, time; subprocess.Popen([sys.executable, '-m', "
          "'trainer.procs', '--parent', str(os.getpid()), '--grace', '1', '--', sys.executable, sys.argv[1]], "

@@ -12,7 +12,8 @@ import json
 import pytest
 from kfp.dsl import HTML, Dataset, Metrics, Model
 
-from trainer import builtin_data, serve
+from trainer import builtin_data
+from trainer.serving import client as serve_client, local as serve_local
 from trainer.data import write_jsonl
 
 MAX_SEQ_LEN = 640  # the built-in rows are 509-531 tokens once SmolLM2's tokenizer renders the five tools
@@ -49,17 +50,17 @@ def test_served_smollm2_and_its_adapter_render_prompts_as_training_encoded_them(
     base_dir, adapter_dir = store.get_tree(read_uri(model)), store.get_tree(read_uri(adapter))
     assert "<tool_call>" in (base_dir / "chat_template.jinja").read_text()  # chatml-tools went in with the model
 
-    server = serve.start(base_dir, "smol-base", lora_modules={"smol": str(adapter_dir)},
+    server = serve_local.start(base_dir, "smol-base", lora_modules={"smol": str(adapter_dir)},
                          log_path=tmp_path / "vllm.log")
     try:
-        serve.wait_ready(server.url, server, timeout=600)
+        serve_client.wait_ready(server.url, server, timeout=600)
         tokenizer = AutoTokenizer.from_pretrained(base_dir)  # as the trainer loads it
         held_out = [json.loads(line) for line in open(store.get_tree(read_uri(data)) / "eval.jsonl")]
         parity = served_prompts(server.url, tokenizer, held_out, ("smol-base", "smol"), MAX_SEQ_LEN)
         assert parity["rows"] == 2 * len(held_out) and parity["equal"] == parity["rows"], parity["first_difference"]
 
         client = OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=120)
-        messages, tools = serve.smoke_request(held_out)
+        messages, tools = serve_client.smoke_request(held_out)
         for name in ("smol-base", "smol"):  # two models behind one server, each by its name
             reply = client.chat.completions.create(model=name, messages=messages, tools=tools, temperature=0,
                                                    max_tokens=48)

@@ -7,7 +7,7 @@ import pytest
 from tests import real_tokenizers as rt
 from tests.test_parity import TEXT_ROWS, TOOL_ROWS
 from trainer import data, parity, sources, templates
-from trainer.serve import tool_call_parser
+from trainer.serving.args import tool_call_parser
 
 ROWS = TOOL_ROWS[:10] + TEXT_ROWS[:5]  # 10 tool-call answers and 5 text answers, all with tools
 

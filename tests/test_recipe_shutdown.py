@@ -13,7 +13,7 @@ import torch
 
 from trainer import train as train_mod
 from trainer.config import TrainConfig
-from trainer.serve import free_port
+from trainer.serving.local import free_port
 from trainer.train import Recipe, RunState
 
 

@@ -150,7 +150,7 @@ def test_sigterm_ends_a_rank_stuck_outside_the_step_loop(tmp_path):
     import subprocess
     import sys
 
-    from trainer.serve import free_port
+    from trainer.serving.local import free_port
 
     cfg = TrainConfig(model_uri="s3://b/models/x", dataset_uri="s3://b/datasets/x", output_prefix="runs/stuck",
                       shutdown_grace_s=3)

@@ -20,7 +20,7 @@ import time
 import pytest
 from kfp.dsl import HTML, Dataset, Metrics, Model
 
-from trainer import serve
+from trainer.serving import args as serve_args, client as serve_client, local as serve_local
 
 TUNED = "tiny-tuned"
 
@@ -52,7 +52,7 @@ def call(name: str, arguments: str) -> dict:
     (call("get_time", "{}"), "is not one of the offered tools"),
 ])
 def test_smoke_check_accepts_only_a_well_formed_tool_call(message, reason):
-    got = serve.check_response(completion(message), TUNED, TOOLS)
+    got = serve_client.check_response(completion(message), TUNED, TOOLS)
     assert (reason in got and got) if reason else got == ""
 
 
@@ -60,8 +60,8 @@ def test_an_unusable_reply_warns_and_a_broken_server_fails_the_deploy():
     """A 20-step model that stops at once: the endpoint works, the reply does not. The run says
     so plainly (undertrained: more max_steps) and goes on; a protocol break fails the step."""
     def result(resp, tools=TOOLS):
-        reason = serve.check_response(resp, TUNED, tools)
-        return {"ok": not reason, "reason": reason, "verdict": serve.verdict(reason)}
+        reason = serve_client.check_response(resp, TUNED, tools)
+        return {"ok": not reason, "reason": reason, "verdict": serve_client.verdict(reason)}
 
     empty = result(completion({"content": ""}), tools=None)
     assert empty["reason"] == "empty reply" and empty["verdict"] == "unusable_reply"
@@ -69,16 +69,17 @@ def test_an_unusable_reply_warns_and_a_broken_server_fails_the_deploy():
     wrong_name = result(completion({}, model="other"))
     good = result(completion(call("get_weather", "{}")))
     assert good["verdict"] == "ok" and wrong_name["verdict"] == "server_error"
-    assert serve.verdict("streamed: no message.tool_calls (content: '')") == "server_error"  # plain passed
+    assert serve_client.verdict("streamed: no message.tool_calls (content: '')") == "server_error"  # plain passed
 
-    weak = serve.smoke_outcome({TUNED: empty, f"{TUNED}-base": good})
+    weak = serve_client.smoke_outcome({TUNED: empty, f"{TUNED}-base": good})
     assert not weak["smoke_ok"] and weak["server_ok"] and not weak["error"]
     assert weak["warning"].startswith("WARNING: the endpoint works, but the model's reply is unusable")
     assert "undertrained: more max_steps" in weak["warning"] and f"{TUNED}: empty reply" in weak["warning"]
-    broken = serve.smoke_outcome({TUNED: no_call, "other": wrong_name})
+    broken = serve_client.smoke_outcome({TUNED: no_call, "other": wrong_name})
     assert not broken["smoke_ok"] and not broken["server_ok"]
     assert "answered as model 'other'" in broken["error"] and "no message.tool_calls" in broken["warning"]
-    assert serve.smoke_outcome({TUNED: good}) == {"smoke_ok": True, "server_ok": True, "warning": "", "error": ""}
+    assert serve_client.smoke_outcome({TUNED: good}) == {"smoke_ok": True, "server_ok": True, "warning": "",
+                                                         "error": ""}
     from pipelines.run_local import endpoint_line
 
     line = endpoint_line("http://127.0.0.1:1/v1", {"smoke_ok": 0.0, "smoke_server_ok": 1.0}, keep_serving=False)
@@ -89,14 +90,15 @@ def test_smoke_check_demands_what_an_openai_tool_loop_reads():
     """The usual application loop: `if choice.finish_reason == "tool_calls"`, run each call, answer
     it with a tool message carrying the call's `id`."""
     ok = call("get_weather", '{"city": "Paris"}')
-    assert "finish_reason is 'stop'" in serve.check_response(completion(ok, finish_reason="stop"), TUNED, TOOLS)
-    assert "finish_reason is 'length'" in serve.check_response(completion(ok, finish_reason="length"), TUNED, TOOLS)
+    assert "finish_reason is 'stop'" in serve_client.check_response(completion(ok, finish_reason="stop"), TUNED, TOOLS)
+    assert "finish_reason is 'length'" in serve_client.check_response(completion(ok, finish_reason="length"), TUNED,
+                                                                      TOOLS)
     no_id = {"tool_calls": [{**ok["tool_calls"][0], "id": ""}]}
-    assert "no id" in serve.check_response(completion(no_id), TUNED, TOOLS)
+    assert "no id" in serve_client.check_response(completion(no_id), TUNED, TOOLS)
     not_function = {"tool_calls": [{**ok["tool_calls"][0], "type": "code"}]}
-    assert "type is 'code'" in serve.check_response(completion(not_function), TUNED, TOOLS)
+    assert "type is 'code'" in serve_client.check_response(completion(not_function), TUNED, TOOLS)
     # a base model beside an adapter may answer in text, but a call it does make is held to the same rules
-    assert "finish_reason is 'stop'" in serve.check_response(completion(ok, finish_reason="stop"), TUNED, TOOLS,
+    assert "finish_reason is 'stop'" in serve_client.check_response(completion(ok, finish_reason="stop"), TUNED, TOOLS,
                                                              require_tool_call=False)
 
 
@@ -117,20 +119,20 @@ def test_serve_forever_puts_back_the_signal_handlers_it_found(monkeypatch, tiny_
     fake = SimpleNamespace(url="http://127.0.0.1:8123", names=[TUNED], log_path="server.log",
                            proc=SimpleNamespace(wait=wait), log_tail=lambda: "", stop=lambda: stopped.append(1))
     if ending != "refused":  # refused: the real start(), which refuses port 70000 before starting anything
-        monkeypatch.setattr(serve, "start", lambda *args, **kwargs: fake)
-        monkeypatch.setattr(serve, "wait_ready", lambda *args, **kwargs: 1.0)
+        monkeypatch.setattr(serve_local, "start", lambda *args, **kwargs: fake)
+        monkeypatch.setattr(serve_local, "wait_ready", lambda *args, **kwargs: 1.0)  # as serve_forever looks it up
     sigs = (signal.SIGTERM, signal.SIGHUP)
     before = {sig: signal.getsignal(sig) for sig in sigs}
     try:
         if ending == "refused":
             with pytest.raises(UserError, match="port 70000 is not a TCP port"):
-                serve.serve_forever(tiny_model_dir, TUNED, port=70000)
+                serve_local.serve_forever(tiny_model_dir, TUNED, port=70000)
         elif ending == "sigterm":
             with pytest.raises(SystemExit) as exit_info:
-                serve.serve_forever(tiny_model_dir, TUNED)
+                serve_local.serve_forever(tiny_model_dir, TUNED)
             assert exit_info.value.code == 128 + signal.SIGTERM and stopped == [1]
         else:
-            assert serve.serve_forever(tiny_model_dir, TUNED) == 1 and stopped == [1]  # status 0: still a failure
+            assert serve_local.serve_forever(tiny_model_dir, TUNED) == 1 and stopped == [1]  # status 0: still a failure
         assert {sig: signal.getsignal(sig) for sig in sigs} == before
     finally:  # a failure above must not leave pytest with serve_forever's handlers
         for sig, handler in before.items():
@@ -150,25 +152,27 @@ def test_a_streamed_tool_call_is_assembled_as_openai_clients_do():
     name = delta({"tool_calls": [{"index": 0, "id": "c1", "type": "function",
                                   "function": {"name": "get_weather", "arguments": ""}}]})
     args = [delta({"tool_calls": [{"index": 0, "function": {"arguments": part}}]}) for part in ('{"city"', ': "Oslo"}')]
-    resp = serve._assemble_stream(sse(head, name, *args, delta({}, "tool_calls")))
-    assert serve.check_response(resp, TUNED, TOOLS) == ""
+    resp = serve_client._assemble_stream(sse(head, name, *args, delta({}, "tool_calls")))
+    assert serve_client.check_response(resp, TUNED, TOOLS) == ""
     assert resp["choices"][0]["message"]["tool_calls"][0]["function"] == {"name": "get_weather",
                                                                           "arguments": '{"city": "Oslo"}'}
     # the call's text left unparsed in the stream (a parser that only works on whole answers)
-    text = serve._assemble_stream(sse(head, delta({"content": '<tool_call>{"name": "get_weather"}'}),
+    text = serve_client._assemble_stream(sse(head, delta({"content": '<tool_call>{"name": "get_weather"}'}),
                                       delta({}, "stop")))
-    assert "no message.tool_calls" in serve.check_response(text, TUNED, TOOLS)
+    assert "no message.tool_calls" in serve_client.check_response(text, TUNED, TOOLS)
     # arguments cut off mid-stream: the joined JSON does not parse
-    cut = serve._assemble_stream(sse(head, name, args[0], delta({}, "tool_calls")))
-    assert "arguments is not JSON" in serve.check_response(cut, TUNED, TOOLS)
+    cut = serve_client._assemble_stream(sse(head, name, args[0], delta({}, "tool_calls")))
+    assert "arguments is not JSON" in serve_client.check_response(cut, TUNED, TOOLS)
 
 
 def test_smoke_check_rejects_other_shapes():
-    assert "not an OpenAI chat completion" in serve.check_response({"detail": "boom"}, TUNED, TOOLS)
-    assert "answered as model" in serve.check_response(completion(call("get_weather", "{}"), "other"), TUNED, TOOLS)
+    assert "not an OpenAI chat completion" in serve_client.check_response({"detail": "boom"}, TUNED, TOOLS)
+    assert "answered as model" in serve_client.check_response(completion(call("get_weather", "{}"), "other"), TUNED,
+                                                              TOOLS)
     # A base model beside an adapter may answer in text, but only as text.
-    assert serve.check_response(completion({"content": "sunny"}), TUNED, TOOLS, require_tool_call=False) == ""
-    assert "not text" in serve.check_response(completion({"content": None}), TUNED, TOOLS, require_tool_call=False)
+    assert serve_client.check_response(completion({"content": "sunny"}), TUNED, TOOLS, require_tool_call=False) == ""
+    assert "not text" in serve_client.check_response(completion({"content": None}), TUNED, TOOLS,
+                                                     require_tool_call=False)
 
 
 def test_smoke_request_picks_a_row_that_expects_a_tool_call():
@@ -177,13 +181,13 @@ def test_smoke_request_picks_a_row_that_expects_a_tool_call():
     tool_row = {"messages": [{"role": "user", "content": "weather?"},
                              {"role": "assistant", "content": "", **call("get_weather", '{"city": "Oslo"}')}],
                 "tools": TOOLS}
-    assert serve.smoke_request([text_row, tool_row]) == ([{"role": "user", "content": "weather?"}], TOOLS)
+    assert serve_client.smoke_request([text_row, tool_row]) == ([{"role": "user", "content": "weather?"}], TOOLS)
     # no row expects a call: a text answer is checked, so no tools are offered (with tools every check demands one)
-    assert serve.smoke_request([text_row]) == ([{"role": "user", "content": "hi"}], None)
+    assert serve_client.smoke_request([text_row]) == ([{"role": "user", "content": "hi"}], None)
 
 
 def test_server_args_carry_names_parser_and_adapters():
-    args = serve.vllm_args("/m", "base", lora_modules={"a": "/ad/a", "b": "/ad/b"}, max_lora_rank=12,
+    args = serve_args.vllm_args("/m", "base", lora_modules={"a": "/ad/a", "b": "/ad/b"}, max_lora_rank=12,
                            tensor_parallel_size=2)
     assert_openai_flags(args, "base", {"a", "b"})
     assert args[args.index("--max-lora-rank") + 1] == "16"  # rounded up to a rank vLLM accepts
@@ -213,14 +217,14 @@ def test_smoke_request_sends_earlier_tool_calls_in_openai_wire_format():
         {"type": "function", "function": {"name": "get_weather", "arguments": {"city": city}}}]}
     row = {"tools": TOOLS, "messages": [{"role": "user", "content": "Paris, then Rome?"}, call("Paris"),
                                         {"role": "tool", "content": "sunny"}, call("Rome")]}
-    messages, tools = serve.smoke_request([row])
+    messages, tools = serve_client.smoke_request([row])
     assert tools == TOOLS and [m["role"] for m in messages] == ["user", "assistant", "tool"]
     sent = messages[1]["tool_calls"][0]
     assert sent["function"]["arguments"] == '{"city": "Paris"}' and sent["id"] and sent["type"] == "function"
     assert messages[2]["tool_call_id"] == sent["id"]
     assert row["messages"][1]["tool_calls"][0]["function"]["arguments"] == {"city": "Paris"}  # the row is untouched
     answered = {**row, "messages": [*row["messages"][:3], {"role": "assistant", "content": "Sunny in Paris."}]}
-    messages, tools = serve.smoke_request([answered])  # a text answer is expected: no tools, so no call demanded
+    messages, tools = serve_client.smoke_request([answered])  # a text answer is expected: no tools, so no call demanded
     assert tools is None and messages[1]["tool_calls"][0]["function"]["arguments"] == '{"city": "Paris"}'
 
 
@@ -264,27 +268,30 @@ def test_tool_call_parser_follows_the_chat_template(tmp_path, tiny_model_dir):
     every tool request with the call as plain `content`, and the smoke test fails after training."""
     from transformers.utils.chat_template_utils import render_jinja_template  # noqa: F401 - what the probe uses
 
-    assert serve.model_tool_call_parser(tiny_model_dir) == "hermes"  # <tool_call>{...}</tool_call>
-    assert serve.model_tool_call_parser(_write_tree(tmp_path / "llama", LLAMA3_TEMPLATE, LLAMA3_TOKENS)) \
+    assert serve_args.model_tool_call_parser(tiny_model_dir) == "hermes"  # <tool_call>{...}</tool_call>
+    assert serve_args.model_tool_call_parser(_write_tree(tmp_path / "llama", LLAMA3_TEMPLATE, LLAMA3_TOKENS)) \
         == "llama3_json"
     # vLLM's llama3_json parser will not start without <|python_tag|> in the vocabulary: not chosen then
-    assert serve.model_tool_call_parser(_write_tree(tmp_path / "no-tag", LLAMA3_TEMPLATE, ["<|eot_id|>"])) == "hermes"
+    assert serve_args.model_tool_call_parser(_write_tree(tmp_path / "no-tag", LLAMA3_TEMPLATE, ["<|eot_id|>"])) \
+        == "hermes"
     mistral = ("{%- for m in messages %}{%- if m.tool_calls %}[TOOL_CALLS]{{ m.tool_calls | map(attribute='function') "
                "| list | tojson }}{%- else %}[INST]{{ m.content }}[/INST]{%- endif %}{%- endfor %}")
-    assert serve.tool_call_parser(mistral) == "mistral"
+    assert serve_args.tool_call_parser(mistral) == "mistral"
     # tokenizer_config.json's named templates (Hermes / Qwen style): the tool_use one decides
     named = [{"name": "default", "template": "{% for m in messages %}{{ m.content }}{% endfor %}"},
              {"name": "tool_use", "template": LLAMA3_TEMPLATE}]
-    assert serve.model_tool_call_parser(_write_tree(tmp_path / "named", None, LLAMA3_TOKENS, named)) == "llama3_json"
+    assert serve_args.model_tool_call_parser(_write_tree(tmp_path / "named", None, LLAMA3_TOKENS, named)) \
+        == "llama3_json"
     # no template, one that drops tool calls, one that cannot render them: hermes, as before
-    assert serve.model_tool_call_parser(_write_tree(tmp_path / "none", None)) == "hermes"
-    assert serve.tool_call_parser("{% for m in messages %}{{ m.content }}{% endfor %}") == "hermes"
-    assert serve.tool_call_parser("{{ raise_exception('no tools here') }}") == "hermes"
-    args = serve.local_args(_write_tree(tmp_path / "llama", LLAMA3_TEMPLATE, LLAMA3_TOKENS), "m")
+    assert serve_args.model_tool_call_parser(_write_tree(tmp_path / "none", None)) == "hermes"
+    assert serve_args.tool_call_parser("{% for m in messages %}{{ m.content }}{% endfor %}") == "hermes"
+    assert serve_args.tool_call_parser("{{ raise_exception('no tools here') }}") == "hermes"
+    args = serve_local.local_args(_write_tree(tmp_path / "llama", LLAMA3_TEMPLATE, LLAMA3_TOKENS), "m")
     assert args[args.index("--tool-call-parser") + 1] == "llama3_json"
     # the delivered template file (the one training used) is what vLLM renders with; none: the tokenizer's
     assert args[args.index("--chat-template") + 1] == str(tmp_path / "llama" / "chat_template.jinja")
-    assert "--chat-template" not in serve.local_args(_write_tree(tmp_path / "named2", None, LLAMA3_TOKENS, named), "m")
+    assert "--chat-template" not in serve_local.local_args(_write_tree(tmp_path / "named2", None, LLAMA3_TOKENS, named),
+                                                           "m")
 
 
 @pytest.mark.integration
@@ -302,7 +309,8 @@ def test_the_chosen_vllm_parser_reads_what_the_template_writes(template, tiny_mo
     if template == "llama3":
         tokenizer.add_special_tokens({"additional_special_tokens": LLAMA3_TOKENS})
         chat_template = LLAMA3_TEMPLATE
-    parser_name = serve.tool_call_parser(chat_template, [t.content for t in tokenizer.added_tokens_decoder.values()])
+    parser_name = serve_args.tool_call_parser(chat_template,
+                                              [t.content for t in tokenizer.added_tokens_decoder.values()])
     assert parser_name == {"builtin": "hermes", "llama3": "llama3_json"}[template]
     user = [{"role": "user", "content": "Weather in Oslo?"}]
     answer = {"role": "assistant", "content": "", "tool_calls": [
@@ -329,7 +337,7 @@ def test_stored_model_parser_reads_only_the_tokenizer_files(store, tmp_path):
     real_get = store.client.get_object
     store.client.get_object = lambda bucket, key, *a, **kw: fetched.append(key.rsplit("/", 1)[1]) or \
         real_get(bucket, key, *a, **kw)
-    assert serve.stored_tool_call_parser(store, uri) == "llama3_json"
+    assert serve_args.stored_tool_call_parser(store, uri) == "llama3_json"
     assert "model.safetensors" not in fetched and "chat_template.jinja" in fetched
 
 
@@ -364,19 +372,19 @@ def test_one_served_name_rule_for_the_pipeline_and_the_server(name):
     from trainer.errors import UserError
     from trainer.validate import pipeline_problems
 
-    [expected] = serve.served_name_problems(name)
+    [expected] = serve_args.served_name_problems(name)
     for backend in ("local", "kubernetes"):  # on a cluster the Service name rule is not piled on top
         found = [p for p in pipeline_problems({"served_model_name": name, "deploy_backend": backend})
                  if "served_model_name" in p]
         assert found == [expected]
     with pytest.raises(UserError) as err:
-        serve.start("/nonexistent", name, port=70000)
+        serve_local.start("/nonexistent", name, port=70000)
     assert expected in str(err.value)
 
 
 def test_default_served_name_is_a_valid_name(tmp_path):
-    assert serve.default_served_name(tmp_path / "my merged model") == "my-merged-model"
-    assert serve.served_name_problems(serve.default_served_name(tmp_path / "-x")) == []
+    assert serve_args.default_served_name(tmp_path / "my merged model") == "my-merged-model"
+    assert serve_args.served_name_problems(serve_args.default_served_name(tmp_path / "-x")) == []
 
 
 @pytest.mark.parametrize("host, expected", [
@@ -412,10 +420,10 @@ def test_adapter_vllm_cannot_load_is_refused_before_starting(tmp_path):
     (tmp_path / "adapter").mkdir()
     (tmp_path / "adapter" / "adapter_config.json").write_text(json.dumps({"r": 16, "modules_to_save": ["embed_tokens"]}))
     with pytest.raises(UserError, match=r"trains \['embed_tokens'\] in full.*lora_train_embeddings=false"):
-        serve.start(tmp_path / "model", "m", lora_modules={"a": str(tmp_path / "adapter")})
+        serve_local.start(tmp_path / "model", "m", lora_modules={"a": str(tmp_path / "adapter")})
     (tmp_path / "adapter" / "adapter_config.json").write_text(json.dumps({"r": 16, "use_dora": True}))
     with pytest.raises(UserError, match=r"a DoRA adapter, which vLLM cannot load; serve the merged model"):
-        serve.start(tmp_path / "model", "m", lora_modules={"a": str(tmp_path / "adapter")})
+        serve_local.start(tmp_path / "model", "m", lora_modules={"a": str(tmp_path / "adapter")})
 
 
 @pytest.mark.parametrize("params, expected", [
@@ -491,13 +499,13 @@ def rows(tree):
 def server(tree, tmp_path_factory):
     """`python -m trainer serve` on the merged model, as a user starts it."""
     log = tmp_path_factory.mktemp("log") / "vllm.log"
-    port = serve.free_port()
+    port = serve_local.free_port()
     cli = subprocess.Popen([sys.executable, "-m", "trainer", "serve", str(tree("merged")), "--served-model-name",
                             TUNED, "--port", str(port), "--log", str(log)],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        serve.wait_ready(url, timeout=300)
+        serve_client.wait_ready(url, timeout=300)
     except BaseException:
         cli.kill()
         raise AssertionError(f"trainer serve did not become ready:\n{cli.stdout.read() if cli.poll() else ''}\n"
@@ -516,7 +524,7 @@ def client(server):
 
 
 def tool_request(rows):
-    messages, tools = serve.smoke_request(rows)
+    messages, tools = serve_client.smoke_request(rows)
     return dict(model=TUNED, messages=messages, tools=tools, temperature=0, max_tokens=64), tools
 
 
@@ -560,8 +568,8 @@ def test_bad_requests_raise_the_clients_errors(client):
 
 @pytest.mark.integration
 def test_smoke_test_passes_against_the_endpoint(server, rows):
-    messages, tools = serve.smoke_request(rows)
-    result = serve.smoke_test(server[1], TUNED, messages, tools)
+    messages, tools = serve_client.smoke_request(rows)
+    result = serve_client.smoke_test(server[1], TUNED, messages, tools)
     assert result["ok"], result["reason"]
     assert result["latency_s"] > 0 and result["reply"].split()[0] in {t["function"]["name"] for t in tools}
 
@@ -569,7 +577,7 @@ def test_smoke_test_passes_against_the_endpoint(server, rows):
 @pytest.mark.integration
 def test_local_server_and_cluster_deployment_get_the_same_flags(server, capsys):
     """The same flag checks on the running local vLLM's command line and on the cluster
-    Deployment that `deploy-k8s --dry-run` prints (both built by trainer.serve.vllm_args)."""
+    Deployment that `deploy-k8s --dry-run` prints (both built by trainer.serving.args.vllm_args)."""
     import psutil
     import yaml
 

@@ -226,9 +226,9 @@ def run(args: argparse.Namespace) -> None:
                             "directory") from None
         return
     if args.command == "serve":
-        from trainer import serve
+        from trainer.serving import local
 
-        sys.exit(serve.serve_forever(args.model_dir, args.served_model_name, host=args.host, port=args.port,
+        sys.exit(local.serve_forever(args.model_dir, args.served_model_name, host=args.host, port=args.port,
                                      loras=args.lora, log_path=args.log))
 
     from trainer import sources

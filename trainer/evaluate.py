@@ -171,7 +171,7 @@ def served_nll(url: str, model: str, example: dict[str, list[int]], timeout: flo
     ids, labels = example["input_ids"], example["labels"]
     if len(ids) < 2 or all(t == -100 for t in labels[1:]):
         return 0.0, 0  # nothing scored: no request
-    from trainer.serve import completion
+    from trainer.serving.client import completion
 
     body = {"model": model, "prompt": ids[:-1], "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": 0}
     last = labels[-1] != -100
@@ -405,7 +405,7 @@ def score(model, tokenizer, rows: list[dict[str, Any]], examples: list[dict[str,
     `losses` (per example, `served_nll`) from the served model (eval_engine=vllm; `model` is then
     not used); None generates here (HF generate, the texts read with the serving parser) and
     computes the losses with transformers."""
-    from trainer.serve import tool_call_parser
+    from trainer.serving.args import tool_call_parser
 
     text = [expected_call(r) is None for r in rows]
     if predictions is None:
@@ -505,7 +505,7 @@ def _reply(resp: dict[str, Any]) -> dict[str, Any]:
 def ask(url: str, model: str, rows: list[dict[str, Any]], budgets: list[int], desc: str) -> list[dict[str, Any]]:
     """Each row's prompt (the conversation before its scored turn) with its tools through the
     OpenAI API, CONCURRENCY at a time; the reply as an app reads it."""
-    from trainer.serve import chat, openai_messages
+    from trainer.serving.client import chat, openai_messages
 
     def one(i: int) -> dict[str, Any]:
         row = rows[i]
@@ -526,7 +526,7 @@ def served_predictions(model_dir: Path, tuned_dir: Path, rows: list[dict[str, An
     losses of `examples` (the rows' encodings) from the same server, so no model is loaded here."""
     import tempfile
 
-    from trainer import serve
+    from trainer.serving import client, local
 
     budgets = [_answer_budget(tokenizer, [r]) for r in rows]
     # the KV cache for the longest prompt plus its answer (a row fits max_seq_len), within the context
@@ -542,10 +542,10 @@ def served_predictions(model_dir: Path, tuned_dir: Path, rows: list[dict[str, An
                 from trainer.merge import merge
 
                 served_dir = merge(model_dir, tuned_dir, Path(tmp) / "merged")
-            server = serve.start(served_dir, names[0], lora_modules=loras, max_model_len=max_model_len,
+            server = local.start(served_dir, names[0], lora_modules=loras, max_model_len=max_model_len,
                                  log_path=Path(tmp) / f"vllm-{names[0]}.log")
             try:
-                serve.wait_ready(server.url, server, timeout=900)
+                client.wait_ready(server.url, server, timeout=900)
                 for name in names:
                     answers[name] = {"predictions": ask(server.url, name, rows, budgets, desc=f"evaluate {name} (vLLM)"),
                                      # Beside an adapter on the CPU build, one at a time: its

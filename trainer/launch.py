@@ -19,7 +19,7 @@ from typing import Callable
 from trainer import procs as procs_mod
 from trainer.errors import UserError
 from trainer.exitcodes import EXIT_TRANSIENT, PERMANENT
-from trainer.serve import free_port
+from trainer.serving.local import free_port
 from trainer.watchdog import Watchdog
 
 

@@ -263,9 +263,9 @@ def _parse_fn(tokenizer) -> Callable[[str, str], Parsed | None]:
 
 
 def model_problems(rows: Sequence[dict[str, Any]], tokenizer, where: str, eos_ids: Sequence[int] = ()) -> list[str]:
-    """The check with the parser this tokenizer's template will be served with (trainer.serve reads
+    """The check with the parser this tokenizer's template will be served with (trainer.serving.args reads
     it off the template, as every deploy does)."""
-    from trainer.serve import tool_call_parser
+    from trainer.serving.args import tool_call_parser
 
     if not rows:
         return []
@@ -341,7 +341,7 @@ def served_prompts(base_url: str, tokenizer, rows: Sequence[dict[str, Any]], mod
     import urllib.request
 
     from trainer.evaluate import target_index
-    from trainer.serve import openai_messages
+    from trainer.serving.client import openai_messages
 
     root = base_url.removesuffix("/").removesuffix("/v1")
     out: dict[str, Any] = {"rows": 0, "equal": 0, "first_difference": None}

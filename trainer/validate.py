@@ -22,11 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from trainer import params as param_table
-from trainer import serve, serving, sources, templates
+from trainer import serving, sources, templates
 from trainer.batching import check_rows
 from trainer.config import ADAPTER_METHODS, TrainConfig
 from trainer.data import lone_surrogate, non_finite_paths
 from trainer.errors import UserError
+from trainer.serving.args import served_name_problems
 
 # Every pipeline parameter that is not a TrainConfig field, with the default a caller that
 # lacks it gets (the sweep has no `method`, the CLI no `served_model_name`, ...): the finetune
@@ -256,7 +257,7 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True,
         problems.append(f"eval_max_rows must be >= 1, got {params['eval_max_rows']}")
     if params["serve_gpus"] < 0:
         problems.append(f"serve_gpus must be >= 0 (0 serves on CPU), got {params['serve_gpus']}")
-    problems += serve.served_name_problems(params["served_model_name"])
+    problems += served_name_problems(params["served_model_name"])
     world = params["nodes"] * params["procs_per_node"]
     local_max = max(8, os.cpu_count() or 1)
     if params["launcher"] == "local" and world > local_max:
@@ -413,7 +414,7 @@ def cluster_problems(params: dict[str, Any]) -> list[str]:
     image = params["vllm_image"]
     if image and (not isinstance(image, str) or ":" not in image.rsplit("/", 1)[-1] or image.endswith(":latest")):
         problems.append(f"vllm_image={image!r} must be pinned by tag, e.g. vllm/vllm-openai:v0.32.0 (not :latest)")
-    if on_cluster and not serve.served_name_problems(params["served_model_name"]):  # else reported once, above
+    if on_cluster and not served_name_problems(params["served_model_name"]):  # else reported once, above
         # The objects' names: `<name>-base` beside adapters; KServe's predictor host adds the namespace.
         namespace = params["namespace"] if not rules.dns1123_label(params["namespace"], "namespace") else ""
         problems += rules.deploy_name(params["served_model_name"], params["deploy_backend"], namespace,

@@ -4,7 +4,7 @@ ServingRuntime the project ships (`serving.kserve.io`, validated against the v0.
   python -m trainer deploy-k8s --backend kserve --dry-run --model-uri s3://... --name my-model
 
 The ServingRuntime `llm-finetune-vllm` holds the vLLM flags every model shares with the
-Deployment backend (trainer.serve.vllm_args: auto tool choice, the served model name = the
+Deployment backend (trainer.serving.args.vllm_args: auto tool choice, the served model name = the
 InferenceService name through KServe's `{{.Name}}`); the InferenceService adds what varies per
 model and deploy (the image for its accelerator, the tool-call parser its chat template calls
 for, tensor parallelism, LoRA adapters), the accelerator resource and placement: one runtime
@@ -164,7 +164,7 @@ def not_ready_lines(kind: str, name: str, namespace: str, timeout_s: float, reso
 def deploy(spec: ServeSpec, messages: list[dict[str, Any]], tools: list | None = None,
            client_configuration: Any = None, poll_s: float = 5.0, ready_timeout_s: float = 300) -> dict[str, Any]:
     """Apply, wait for Ready and /v1/models, smoke-test every served name; returns what
-    trainer.serve.deploy_local returns (endpoint: the predictor's in-cluster URL, names, smoke_ok,
+    trainer.serving.local.deploy_local returns (endpoint: the predictor's in-cluster URL, names, smoke_ok,
     ...) plus `access`, the `kubectl port-forward` command for the user's machine."""
     from kubernetes import client as k
 

@@ -52,7 +52,7 @@ def _flag(args: list[str], flag: str) -> int:
 
 
 def additional_args(spec: ServeSpec) -> list[str]:
-    """trainer.serve.vllm_args for this deploy, less what KServe sets from the object itself."""
+    """trainer.serving.args.vllm_args for this deploy, less what KServe sets from the object itself."""
     full, out, i = _full_args(spec), [], 0
     while i < len(full):
         takes = _KSERVE_OWNS.get(full[i])

@@ -6,7 +6,7 @@ resolve; there the requests go through the API server's proxy
 (`/api/v1/namespaces/NS/services/NAME:PORT/proxy/...`, or `pods/NAME:PORT/proxy/...`), sent by
 the kubernetes client, so they carry the kubeconfig's credentials (token, client certificate,
 exec plugin) and trust its CA, as every other API call does. A loopback relay puts that proxy
-behind a plain http://127.0.0.1 URL, so the OpenAI smoke test (trainer.serve) runs unchanged
+behind a plain http://127.0.0.1 URL, so the OpenAI smoke test (trainer.serving.client) runs unchanged
 either way; the relay stops with the smoke test. What the user can use afterwards is a
 `kubectl port-forward` command, which the deploy backends print.
 """
@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Iterator
 from urllib.parse import urlparse
 
-# Longer than trainer.serve.chat's own timeout (120 s): the client gives up first, with its message.
+# Longer than trainer.serving.client.chat's own timeout (120 s): the client gives up first, with its message.
 RELAY_TIMEOUT_S = 130
 
 

@@ -48,7 +48,7 @@ class ServeSpec:
     max_lora_rank: int = 16  # the largest adapter rank (vLLM refuses adapters above its limit)
     max_model_len: int = 0  # 0: the model's own context length
     rollout_timeout_s: int = 1800
-    # The model's tool-call format (trainer.serve.stored_tool_call_parser reads it off the chat template).
+    # The model's tool-call format (trainer.serving.args.stored_tool_call_parser reads it off the chat template).
     tool_call_parser: str = "hermes"
     # The tree carries chat_template.jinja (trainer.templates): vLLM renders with that file, as training did.
     chat_template: bool = False
@@ -89,9 +89,9 @@ def image(spec: ServeSpec) -> str:
 
 def server_args(spec: ServeSpec, served_name: str, model_path: str, port: int,
                 adapters: dict[str, str] | None = None) -> list[str]:
-    """vLLM's arguments for this deploy, from trainer.serve.vllm_args: one function for local and
+    """vLLM's arguments for this deploy, from trainer.serving.args.vllm_args: one function for local and
     cluster serving, so their flags (tool-call parser, LoRA, tensor parallelism) cannot drift."""
-    from trainer.serve import vllm_args
+    from trainer.serving.args import vllm_args
 
     return vllm_args(model_path, served_name, host="0.0.0.0", port=port, lora_modules=adapters or None,
                      max_lora_rank=spec.max_lora_rank if adapters else 0, max_model_len=spec.max_model_len,
@@ -223,7 +223,7 @@ def wait_rollout(apps, name: str, namespace: str, timeout_s: float, poll_s: floa
 def deploy(spec: ServeSpec, messages: list[dict[str, Any]], tools: list | None = None,
            client_configuration: Any = None, poll_s: float = 5.0, ready_timeout_s: float = 300) -> dict[str, Any]:
     """Apply, wait for rollout, smoke-test through the Service (the base model and every adapter
-    by name); returns what trainer.serve.deploy_local returns (endpoint: the in-cluster URL, names,
+    by name); returns what trainer.serving.local.deploy_local returns (endpoint: the in-cluster URL, names,
     smoke_ok, ...) plus `access`, the `kubectl port-forward` command for the user's machine."""
     from kubernetes import client as k
 
@@ -259,7 +259,7 @@ def smoke_all(url: str, spec: ServeSpec, messages: list[dict[str, Any]], tools: 
               ready_timeout_s: float, t0: float) -> dict[str, Any]:
     """Wait for /v1/models, then the same OpenAI smoke test as locally for every served name: the
     tuned model (each adapter when there are some, else the model) must answer with a tool call."""
-    from trainer.serve import smoke_test, wait_ready
+    from trainer.serving.client import smoke_test, wait_ready
 
     print(f"waiting for {', '.join([spec.name, *spec.adapters])} on /v1/models (at most {ready_timeout_s:.0f} s)",
           flush=True)
@@ -281,7 +281,7 @@ def service_url(name: str, namespace: str) -> str:
 
 def parse_adapters(pairs: list[str]) -> dict[str, str]:
     """`NAME=s3://...` strings -> {name: uri}; every malformed one reported at once."""
-    from trainer.serve import parse_loras
+    from trainer.serving.args import parse_loras
 
     out, problems = parse_loras(pairs, "--adapter", "NAME=s3://bucket/adapters/... (e.g. trial-a=s3://...)")
     collect(problems, what="invalid --adapter")

@@ -1,15 +1,21 @@
 """One way to serve a model, whatever the backend: `deploy(backend, spec, store, ...) -> Deployed`.
 
-  local       vLLM on loopback from downloaded copies (trainer.serve; run_local only)
+  local       vLLM on loopback from downloaded copies (trainer.serving.local; run_local only)
   kubernetes  a vLLM Deployment and Service (trainer.k8s.vllm)
   kserve      an InferenceService on the project's vLLM ServingRuntime (trainer.k8s.kserve)
   llmisvc     KServe's LLMInferenceService, adapters under spec.model.lora (trainer.k8s.llmisvc)
 
 The backend is chosen here and nowhere else (the deploy and deploy-all-trials steps, `python -m
 trainer deploy-k8s`). Every backend serves `spec.name` (the model, or the base beside
-`spec.adapters`), with the flags trainer.serve.vllm_args builds from the stored model (its chat
+`spec.adapters`), with the flags trainer.serving.args.vllm_args builds from the stored model (its chat
 template, the tool-call parser read off it, --max-lora-rank from the adapters' configs), waits until
-it answers /v1/models, and runs the same OpenAI smoke test on every served name.
+it answers /v1/models, and runs the same OpenAI smoke test on every served name (trainer.serving.client).
+
+The pieces every backend shares are modules of this package that import no backend: args (the
+server's arguments and what is read off the model for them) and client (readiness polling, requests,
+the smoke test). The backends import them, and this module imports the backends only when a deploy
+asks for one: nothing imports in a cycle, and the trainer CLI and the KFP components import this
+module without loading any backend.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ class Deployed:
 
     endpoint: str  # the OpenAI base URL (…/v1): in-cluster for the cluster backends
     names: list[str]  # served model names, base first
-    results: dict[str, dict[str, Any]]  # per name: ok, reason, reply, latency_s (trainer.serve.smoke_test)
+    results: dict[str, dict[str, Any]]  # per name: ok, reason, reply, latency_s (trainer.serving.client.smoke_test)
     latency_s: float  # the slowest name's smoke-test answer
     reason: str = ""  # the failures, "name: why; ..."
     ready_s: float | None = None  # start (or rollout) until /v1/models answered
@@ -81,7 +87,8 @@ def deploy(backend: str, spec, store, messages: list[dict[str, Any]], tools: lis
     stored model and adapters (rank, tool-call parser, chat template) are filled in here, for all
     backends alike; with no `store` (deploy-k8s, a cluster backend) they are the spec's as given.
     `keep_serving` leaves a local server running (cluster servers stay anyway)."""
-    from trainer.serve import deploy_local, lora_rank, stored_has_template, stored_tool_call_parser
+    from trainer.serving.args import lora_rank, stored_has_template, stored_tool_call_parser
+    from trainer.serving.local import deploy_local
 
     if backend not in BACKENDS:
         raise UserError(f"deploy backend must be one of {', '.join(BACKENDS)}, got {backend!r}")

@@ -1,0 +1,211 @@
+"""vLLM's server arguments, the same for every backend, and what is read off a model to build them.
+
+`vllm_args` builds the server's arguments once for every backend (the local process,
+trainer.serving.local; the cluster Deployment, trainer.k8s.vllm; KServe and its LLMInferenceService),
+so the tool-call parser, served names and LoRA adapters are the same everywhere. What those depend on
+is read off the model here: the tool-call parser off its chat template (a directory on this machine,
+or a tree in the bucket without downloading its weights), whether it carries chat_template.jinja,
+the adapters' rank, and the one rule for a served name.
+
+A module of its own so the local backend and the cluster backends share it without importing each
+other (the cluster ones need no local process code). Kept light: the trainer CLI and the KFP
+components import it; transformers is imported only when a template is rendered.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Collection, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from trainer.templates import TEMPLATE_FILE
+
+# vLLM accepts only these LoRA ranks for --max-lora-rank.
+_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+# vLLM's tool-call parser when the chat template says nothing else (see tool_call_parser).
+DEFAULT_TOOL_PARSER = "hermes"
+
+
+def vllm_args(model: str, served_model_name: str, *, host: str = "127.0.0.1", port: int = 8000,
+              lora_modules: Mapping[str, str] | None = None, max_lora_rank: int = 0,
+              max_model_len: int = 0, dtype: str = "auto", tensor_parallel_size: int = 1,
+              enforce_eager: bool = False, tool_call_parser: str = DEFAULT_TOOL_PARSER,
+              chat_template: str = "") -> list[str]:
+    """Arguments for vLLM's OpenAI server, the same for every backend.
+
+    They follow `vllm serve` (cluster image `vllm/vllm-openai`) and
+    `python -m vllm.entrypoints.openai.api_server` (local CPU build) alike: the model is
+    passed as `--model`, which both accept.
+
+    Args:
+        model: model directory (or Hub id / path inside the pod) to load.
+        served_model_name: the name clients pass as `model`; listed by /v1/models.
+        host, port: where to listen ("0.0.0.0" in a pod, loopback locally).
+        lora_modules: {served name: adapter directory}; adds --enable-lora, so the base model
+            (as `served_model_name`) and each adapter answer side by side by name.
+        max_lora_rank: the largest adapter rank (rounded up to a rank vLLM accepts); 0 leaves
+            vLLM's default (16).
+        max_model_len: context length to reserve KV cache for; 0 leaves the model's own.
+        dtype: "auto", "float32", "bfloat16", ...
+        tensor_parallel_size: GPUs to shard one replica over.
+        enforce_eager: skip graph capture / compilation (start-up 34 s instead of 100 s on CPU).
+        tool_call_parser: vLLM's parser for the model's tool-call format (`tool_call_parser()`
+            reads it off the chat template).
+        chat_template: path of the template file to render prompts with (the delivered tree's
+            chat_template.jinja, the one training used: trainer.templates); empty: the tokenizer's.
+
+    Returns:
+        The argument list, without the program (`vllm serve` / `python -m ...`). Everything from
+        `--tool-call-parser` on depends on the model and the deploy; what comes before it does not
+        (the KServe ServingRuntime holds that part, trainer.k8s.vllm.split_args).
+    """
+    args = ["--model", str(model), "--served-model-name", served_model_name, "--host", host,
+            "--port", str(port), "--dtype", dtype, "--enable-auto-tool-choice",
+            "--tool-call-parser", tool_call_parser]
+    if chat_template:
+        args += ["--chat-template", chat_template]
+    if max_model_len:
+        args += ["--max-model-len", str(max_model_len)]
+    if tensor_parallel_size > 1:
+        args += ["--tensor-parallel-size", str(tensor_parallel_size)]
+    if enforce_eager:
+        args.append("--enforce-eager")
+    if lora_modules:
+        args += ["--enable-lora", "--max-loras", str(len(lora_modules)),
+                 "--lora-modules", *(f"{name}={path}" for name, path in lora_modules.items())]
+        if max_lora_rank:
+            args += ["--max-lora-rank", str(next((r for r in _LORA_RANKS if r >= max_lora_rank), max_lora_rank))]
+    return args
+
+
+# A fine-tuned model writes tool calls the way its chat template rendered them in training, so the
+# template decides which vLLM parser turns them back into `message.tool_calls`: hermes reads
+# <tool_call>{...}</tool_call> (the built-in template, Qwen, Hermes), llama3_json a bare
+# {"name": ..., "parameters": ...} (Llama 3.x), mistral [TOOL_CALLS][...]. With hermes on a Llama
+# model every tool call would come back as plain `content`.
+_PROBE_TOOL, _PROBE_ARGS = "probe_tool_fn", {"probe_arg": "probe-value"}
+
+
+def tool_call_parser(chat_template: str | None, special_tokens: Collection[str] = ()) -> str:
+    """The vLLM `--tool-call-parser` that reads tool calls in the format `chat_template` writes
+    them, found by rendering one assistant tool call with it; hermes when the template writes none
+    of the known formats (or cannot render a tool call at all). `special_tokens`: the tokenizer's
+    added tokens (some parsers need one of them)."""
+    if not chat_template:
+        return DEFAULT_TOOL_PARSER
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    tool = {"type": "function", "function": {"name": _PROBE_TOOL, "description": "A probe.", "parameters": {
+        "type": "object", "properties": {"probe_arg": {"type": "string"}}, "required": ["probe_arg"]}}}
+    user = [{"role": "user", "content": "Call the probe."}]
+    call = {"role": "assistant", "content": "", "tool_calls": [{"id": "call00001", "type": "function", "function": {
+        "name": _PROBE_TOOL, "arguments": _PROBE_ARGS}}]}
+    try:
+        render = [render_jinja_template(conversations=[conv], tools=[tool], chat_template=chat_template,
+                                        add_generation_prompt=gen, bos_token="", eos_token="")[0][0]
+                  for conv, gen in ((user, True), ([*user, call], False))]
+    except Exception:  # noqa: BLE001 - a template that cannot render a tool call: no format to read
+        return DEFAULT_TOOL_PARSER
+    # Only what the assistant's turn adds: the tool list in the prompt also names the tool.
+    answer = render[1][len(os.path.commonprefix(render)):]
+    if "<tool_call>" in answer:
+        return "hermes"
+    if "[TOOL_CALLS]" in answer:
+        return "mistral"
+    # vLLM's llama3_json parser refuses to start without Llama 3's <|python_tag|> token.
+    if "<|python_tag|>" in special_tokens and re.search(r'\{\s*"name"\s*:\s*"' + _PROBE_TOOL + '"', answer):
+        return "llama3_json"
+    return DEFAULT_TOOL_PARSER
+
+
+def chat_template_text(read: Callable[[str], str | None]) -> str | None:
+    """A model tree's chat template: chat_template.jinja, else tokenizer_config.json's (its
+    `tool_use` template when it names several). `read(path)` returns a file's text or None."""
+    if text := read("chat_template.jinja"):
+        return text
+    config = read("tokenizer_config.json")
+    template = json.loads(config).get("chat_template") if config else None
+    if isinstance(template, list):  # [{"name": "default", "template": ...}, {"name": "tool_use", ...}]
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("tool_use") or named.get("default")
+    return template if isinstance(template, str) else None
+
+
+def tree_tool_call_parser(read: Callable[[str], str | None]) -> str:
+    """tool_call_parser() for a model tree; `read(path)` returns one of its files' text or None."""
+    tokenizer = read("tokenizer.json")
+    added = [t.get("content") for t in json.loads(tokenizer).get("added_tokens", [])] if tokenizer else []
+    return tool_call_parser(chat_template_text(read), added)
+
+
+def model_tool_call_parser(model_dir: str | Path) -> str:
+    """tool_call_parser() for a model directory on this machine."""
+    def read(name: str) -> str | None:
+        path = Path(model_dir) / name
+        return path.read_text() if path.is_file() else None
+
+    return tree_tool_call_parser(read)
+
+
+def stored_has_template(store: Any, uri: str) -> bool:
+    """Whether a model tree in S3 carries chat_template.jinja (then vLLM is told to use that file)."""
+    from trainer.storage import MANIFEST, split_uri
+
+    _, prefix = split_uri(uri)
+    return any(f["path"] == TEMPLATE_FILE for f in store.get_json(f"{prefix}/{MANIFEST}")["files"])
+
+
+def stored_tool_call_parser(store: Any, uri: str) -> str:
+    """tool_call_parser() for a model tree in S3 (trainer.storage), reading only its tokenizer
+    files: a cluster deploy decides the flag without downloading the weights."""
+    from trainer.storage import MANIFEST, split_uri
+
+    _, prefix = split_uri(uri)
+    files = {f["path"] for f in store.get_json(f"{prefix}/{MANIFEST}")["files"]}
+
+    def read(name: str) -> str | None:
+        return store.get_bytes(f"{prefix}/{name}").decode() if name in files else None
+
+    return tree_tool_call_parser(read)
+
+
+def lora_rank(adapter_dir: str | Path) -> int:
+    """The adapter's rank `r` from its adapter_config.json (0 when absent)."""
+    cfg = Path(adapter_dir) / "adapter_config.json"
+    return int(json.loads(cfg.read_text()).get("r", 0)) if cfg.exists() else 0
+
+
+def served_name_problems(name: Any, what: str = "served_model_name") -> list[str]:
+    """The one rule for a name vLLM serves (the pipeline's served_model_name, `serve
+    --served-model-name`, a `--lora NAME`), wherever it is given: not empty, no leading '-'
+    (vLLM would read it as an option and fail at deploy, after training) and no whitespace (it
+    is the `model` clients pass). A cluster adds the Service name rule (trainer.k8s.rules)."""
+    if not isinstance(name, str) or not name.strip():
+        return [f"{what} is empty: give the name clients will ask for as `model`, e.g. 'llm-finetune'"]
+    if name.startswith("-") or name.split() != [name]:
+        return [f"{what}={name!r} must not start with '-' or hold spaces (it is the name clients pass as `model`): "
+                f"e.g. {'-'.join(name.split()).strip('-') or 'llm-finetune'!r}"]
+    return []
+
+
+def default_served_name(model_dir: str | Path) -> str:
+    """The directory's name, made a valid served name ('my model' -> 'my-model')."""
+    return "-".join(Path(model_dir).resolve().name.split()).strip("-") or "model"
+
+
+def parse_loras(specs: Sequence[str], flag: str = "--lora",
+                form: str = "NAME=ADAPTER_DIR") -> tuple[dict[str, str], list[str]]:
+    """`name=path` strings (the CLI's --lora; deploy-k8s's --adapter) -> ({name: path}, problems)."""
+    out, problems = {}, []
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            problems.append(f"{flag} expects {form}, got {spec!r}")
+        elif name_problems := served_name_problems(name, f"{flag} name"):
+            problems += name_problems
+        else:
+            out[name] = path
+    return out, problems
