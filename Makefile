@@ -35,8 +35,9 @@ endif
 test: $(STAMP) chromium
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
+# The unit tier: in-process tests, no servers or trainings (tests/conftest.py says what each tier holds)
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not integration and not bench and not signals"
+	$(BIN)/python -m pytest -q tests/unit
 
 # The benchmarks' --quick runs end to end (benchmarks.real_model: the whole pipeline on SmolLM2, 4-5 min)
 test-bench: $(STAMP)
@@ -44,7 +45,7 @@ test-bench: $(STAMP)
 
 # run_local interrupted in each stage by SIGTERM / SIGINT to it and to its group (20 runs, ~15 min)
 test-signals: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m signals tests/test_procs.py
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m signals tests/integration/test_procs.py
 
 compile: $(STAMP)
 	$(BIN)/python -m pipelines.compile

@@ -1,5 +1,5 @@
 """Every change this project makes to kfp.local's behaviour, in one place, for kfp 2.17.0 (the pinned
-version; tests/test_kfp_local_patches.py fails on another, so that each patch is looked at again).
+version; tests/unit/test_kfp_local_patches.py fails on another, so that each patch is looked at again).
 
 - `thread_safe_indent`: kfp.local indents a task's lines by swapping `builtins.print` for the
   duration of the task, which is not thread-safe: with sweep trials side by side the indents stack

@@ -15,17 +15,30 @@ if _workers := int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0):
     _share = str(max(1, (os.cpu_count() or 1) // _workers))
     os.environ.update(FINETUNE_LOCAL_CPUS=_share, OMP_NUM_THREADS=_share)
 
+# Three tiers, one folder each: unit (in-process, seconds: `make test-fast`), fake_api (cluster, KFP and
+# Model Registry logic against the real clients, faked at the HTTP boundary: tests/fakes/), integration
+# (real processes: torchrun, kfp.local, vLLM, real models). The folder is the tier: its tests carry the
+# `integration` marker from here, so `-m "not integration"` still selects the first two.
+#
 # The slowest files first: whole files go to the workers in this order (--no-loadscope-reorder), so that the
 # longest runs start at once and the short files fill in beside them instead of one long file running alone at
-# the end (order from --durations on 2 cores, 2026-11-24).
-HEAVY_FIRST = ("test_pipeline_local.py", "test_procs.py", "test_resilience.py", "test_serve_openai.py", "test_real_model_serving.py",
-               "test_train_integration.py", "test_benchmarks.py", "test_sweep.py", "test_gguf.py",
-               "test_eval_served.py", "test_components.py")
+# the end (order from --durations on 2 cores, 2026-11-25).
+HEAVY_FIRST = tuple(f"integration/test_{name}.py" for name in (
+    "pipeline_local", "resilience", "procs", "eval_served", "real_model_serving", "train_integration",
+    "serve_openai", "sweep", "gguf", "model", "benchmarks", "watchdog", "real_tokenizers", "real_templates",
+    "components", "recipe_shutdown", "compile_trial")) + ("fake_api/test_cluster_fake_api.py",
+                                                        "fake_api/test_submit_fake_api.py")
+TESTS = Path(__file__).parent
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: the marker must be on by then
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+    for item in items:
+        if item.path.parent.name == "integration":
+            item.add_marker(pytest.mark.integration)
+    # stable: the rest keep their order
+    items.sort(key=lambda item: rank.get(item.path.relative_to(TESTS).as_posix(), len(rank)))
 
 
 @pytest.fixture(scope="session")

@@ -203,7 +203,7 @@ class LossModel(torch.nn.Module):
         # Instead, bf16 autocast with that cast off: the (tiny) fp32 adapter weights are cast to
         # bf16, the inputs stay as they are, and the adapters still train in fp32. Measured on
         # CPU in bf16 (Llama-1B layer shapes): 27% fewer bytes saved for backward, loss equal
-        # within 3e-5 (tests/test_model.py). Default: on CUDA with a bf16 base and adapters.
+        # within 3e-5 (tests/unit/test_model.py). Default: on CUDA with a bf16 base and adapters.
         # trainer/fused_lora.py's layers (the default) compute in the input's dtype anyway; this
         # still covers FINETUNE_FUSED_LORA=0 and the layers the fused path hands back to peft.
         from peft.tuners.tuners_utils import BaseTunerLayer

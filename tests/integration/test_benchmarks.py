@@ -1,0 +1,129 @@
+"""The benchmarks' checkable parts: the GPU benchmark's FLOP accounting and command line without CUDA, eval_speed's
+figures and command line, and (marked bench) the benchmarks' --quick runs end to end."""
+
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.unit.test_benchmarks import _gone
+
+
+def test_a_run_past_its_time_limit_is_killed_with_its_children_and_reported(tmp_path):
+    import time
+
+    from benchmarks.gpu_compare import RunFailed, run_logged
+
+    pid_file = tmp_path / "child.pid"
+    script = ("import subprocess, sys, time; "
+              "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+              f"open({str(pid_file)!r}, 'w').write(str(c.pid)); print('step 1\\rstep 2', flush=True); time.sleep(60)")
+    start = time.monotonic()
+    with pytest.raises(RunFailed, match=r"timed out after 10 s") as err:  # time to start under load
+        run_logged([sys.executable, "-c", script], tmp_path / "run.log", timeout_s=10)
+    assert time.monotonic() - start < 40
+    assert err.value.tail() == "step 2"  # a progress bar's last state
+    assert _gone(int(pid_file.read_text()))  # no orphan
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU path of the script; on a GPU run it for real")
+def test_every_path_runs_on_cpu_and_a_failing_variant_costs_only_its_row(tmp_path):
+    """The script end to end (--allow-cpu, the tiny shape): this trainer, the HF baseline, a
+    variant that fails (exit 2), --json, and the per-run logs."""
+    import json
+
+    out = tmp_path / "gc.json"
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu_compare", "--allow-cpu", "--shapes", "tiny",
+                           "--steps", "2", "--runs", "1", "--batch-tokens", "512", "--variants", "default;lora_r=0",
+                           "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "tiny lora_r=0 run 1: FAILED, exit status 2" in proc.stdout and "lora_r must be > 0" in proc.stdout
+    got = json.loads(out.read_text())
+    assert got["complete"] and [f["run"] for f in got["failures"]] == ["tiny lora_r=0 run 1"]
+    trainers = {f["trainer"]: f for f in got["figures"]}
+    assert trainers["this trainer (default)"]["tokens_per_second"] > 0
+    assert trainers["HF Trainer, pad to longest, bf16"]["tokens_per_second"] > 0
+    assert trainers["this trainer (lora_r=0); 1 of 1 run(s) failed"]["error"] == "every run failed"
+    assert (tmp_path / "gc-logs" / "compare-tiny-0-0.log").exists()
+
+
+@pytest.mark.bench
+def test_real_model_quick_run_prints_every_figure_and_leaves_no_process(tmp_path):
+    """benchmarks.real_model --quick end to end (SmolLM2 from the PyPI cache, the whole pipeline, vLLM, TRL where the
+    `bench` extra is installed): the printed table's structure, not its figures, and nothing left running.
+    `make test-bench` (4-5 min); `make test` has the same model trained and served in
+    tests/test_real_model_serving.py."""
+    import importlib.util
+    import json
+
+    import psutil
+
+    from tests.real_models import smollm2_model_dir
+
+    # the cached conversion of the GGUF (tests/test_gguf.py delivers the .gguf itself): the run skips converting it
+    model = smollm2_model_dir()
+    work, out = tmp_path / "work", tmp_path / "rm.json"
+    trl = importlib.util.find_spec("trl") is not None
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.real_model", "--quick", "--work-dir", str(work),
+                           "--model-source", str(model), "--json", str(out), *([] if trl else ["--skip-trl"])],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    table = proc.stdout[proc.stdout.index("== real-model benchmark: SmolLM2-135M-Instruct"):]
+    assert re.search(r"^date \d{4}-\d\d-\d\d \d\d:\d\d.*; machine \d+ CPU cores", table, re.M)
+    stages = dict(re.findall(r"^(validate-params|deliver-model|deliver-dataset|finetune|evaluate|merge-lora|deploy)"
+                             r"\s+(\d+\.\d)\s*$", table, re.M))
+    assert set(stages) == {"validate-params", "deliver-model", "deliver-dataset", "finetune", "evaluate", "merge-lora",
+                           "deploy"}, table
+    assert re.search(r"^pipeline \(run_local\) wall time\s+\d+\.\d", table, re.M)
+    assert re.search(r"^trainer: 2 steps, [\d,]+ tokens in", table, re.M)
+    assert "held-out tool-call exact match through the endpoint (http://127.0.0.1:" in table
+    for model in ("base", "tuned"):  # rows, exact, accuracy, answered with a tool call, seconds
+        assert re.search(rf"^{model}\s+8\s+\d\s+\d+\.\d%\s+\d\s+\d+\s*$", table, re.M), table
+    # issue 18's parity: the served model (base and trained adapter) renders each held-out prompt with its tools
+    # into exactly the token ids the training encoder made of it (vLLM's /tokenize)
+    assert "== the training encoder's: 16/16 (row, model) pairs" in table and "first difference" not in table
+    if trl:
+        assert re.search(r"^\s+this trainer\s+TRL SFTTrainer \(pad to longest, fp32\)\s+ratio", table, re.M)
+        assert re.search(r"^median\s+\d+\s+\d+\s+\d+\.\d\dx\s*$", table, re.M), table
+        assert re.search(r"^tokens per step\s+\d+\s+\d+", table, re.M)
+    else:
+        assert "training tokens/s beside TRL: skipped (--skip-trl)" in table
+    got = json.loads(out.read_text())
+    assert got["quick"] and got["accuracy"]["rows"] == 8 and got["settings"]["steps"] == 2
+    assert got["prompt_parity"]["equal"] == got["prompt_parity"]["rows"] == 16
+    assert (got["throughput"] is not None) == trl
+    leftovers = [p.info for p in psutil.process_iter(["pid", "cmdline"])
+                 if str(work) in " ".join(p.info["cmdline"] or [])]
+    assert not leftovers  # the kept vLLM server, trainers and TRL runs are all stopped
+
+
+@pytest.mark.bench
+def test_eval_speed_quick_run_measures_both_paths_and_leaves_no_process(tmp_path):
+    """benchmarks.eval_speed --quick end to end (SmolLM2 from the PyPI cache, a 2-step adapter, evaluate() with
+    engine=hf and engine=vllm on the same rows): the report's structure, not its figures, and nothing left running.
+    ~2-3 min here."""
+    import json
+
+    import psutil
+
+    from tests.real_models import smollm2_model_dir
+
+    work, out = tmp_path / "work", tmp_path / "es.json"
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.eval_speed", "--quick", "--work-dir", str(work),
+                           "--model-source", str(smollm2_model_dir()), "--json", str(out)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    text = proc.stdout[proc.stdout.index("== evaluation speed: SmolLM2-135M-Instruct"):]
+    assert re.search(r"^HF generate\s+8\s+\d+\.\d\s+\d+\.\d{3}\s", text, re.M), text
+    assert re.search(r"^endpoint \(vLLM\)\s+8\s+\d+\.\d\s+\d+\.\d{3}\s", text, re.M), text
+    assert re.search(r"^endpoint / HF\s+\d+\.\d\dx\s+\d+\.\d\dx", text, re.M), text
+    assert re.search(r"^same answer on both paths .*: base \d/4, tuned \d/4$", text, re.M), text
+    got = json.loads(out.read_text())
+    assert [got["paths"][e]["engine"] for e in ("hf", "vllm")] == ["hf", "vllm"]
+    assert got["paths"]["vllm"]["profile"]["server_start_s"] > 0 and got["paths"]["hf"]["profile"]["rows"] == 4
+    assert set(got["agreement"]["same_answers"]) == {"base", "tuned"}
+    leftovers = [p.info for p in psutil.process_iter(["pid", "cmdline"])
+                 if str(work) in " ".join(p.info["cmdline"] or [])]
+    assert not leftovers  # the trainer and the vLLM server are stopped

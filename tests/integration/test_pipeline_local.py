@@ -1,0 +1,132 @@
+"""The whole pipeline under kfp.local, as `make demo` runs it (defaults: built-in tiny model
+and data), checking that the tuned model beats the base one, that the console stays short
+while the log file keeps everything, and that the run is kept under the runs directory."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+
+ROOT = Path(__file__).resolve().parents[2]
+MAX_CONSOLE_LINES = 84  # 80, plus the register step's three lines
+
+
+def test_run_local_end_to_end(tmp_path, s3_env):
+    """Against an S3 endpoint given on the command line (as with a real MinIO), registering the
+    model in a (fake) Kubeflow Model Registry."""
+    from tests.fakes.registry_fake_api import FakeRegistry
+
+    env = {**os.environ, "AWS_SECRET_ACCESS_KEY": "very-secret-value-42"}
+    runs_dir = tmp_path / "runs"
+    with FakeRegistry() as registry:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pipelines.run_local", "--pipeline-root", str(tmp_path / "root"),
+             "--output-dir", str(tmp_path / "out"), "--runs-dir", str(runs_dir), "--s3-endpoint",
+             s3_env["S3_ENDPOINT"], "--param", "eval_max_rows=100", "--param", f"registry_address={registry.url}"],
+            cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-5000:]
+    [version] = registry.state.versions.values()  # the register step ran, with the run's lineage
+    assert version["customProperties"]["base_model_source"]["string_value"] == "builtin:tiny-llama"
+    assert "eval_tuned_fc_accuracy" in version["customProperties"]
+    out = proc.stdout
+    lines = (out + proc.stderr).splitlines()
+    assert len(lines) <= MAX_CONSOLE_LINES, f"{len(lines)} console lines:\n" + out
+    for task in ("validate-params", "deliver-model", "deliver-dataset", "finetune", "evaluate", "merge-lora", "deploy",
+                 "register"):
+        assert re.search(rf"✓ {task} \(\d+\.\ds\)", out), task
+    assert "executor_input" not in out and "parameterValues" not in out
+    acc = re.search(r"function-calling accuracy \(100 rows\)\s+([\d.]+)%\s+([\d.]+)%", out)
+    loss = re.search(r"eval loss\s+([\d.]+)\s+([\d.]+)", out)
+    assert acc and loss, out[-3000:]
+    assert float(acc.group(2)) > float(acc.group(1)) + 20, acc.group(0)
+    assert float(loss.group(2)) < float(loss.group(1)), loss.group(0)
+    # the BFCL-style table: AST accuracy over every category, then the one category the built-in eval split has
+    assert re.search(r"function-calling AST accuracy \(100 rows\)\s+[\d.]+%\s+[\d.]+%", out), out[-3000:]
+    assert re.search(r"(?m)^  multiple \(100 rows\)\s+[\d.]+%", out) and "  simple (" not in out
+    # The server is stopped after the run: no URL to a dead endpoint, and the verdict is the smoke test's.
+    assert "endpoint: stopped after the run (smoke test passed in" in out
+    assert not re.search(r"http://127\.0\.0\.1:\d+/v1", out.split("== base vs tuned ==")[1])
+    merged = tmp_path / "out" / "merged-model"
+    assert (merged / "config.json").exists() and (merged / "model.safetensors").exists()
+
+    # The run is kept: record, full log (path printed), HTML reports, TensorBoard events.
+    (run_dir,) = [p for p in runs_dir.iterdir() if (p / "run.json").exists()]
+    assert f"full log: {run_dir / 'run.log'}" in out
+    log = (run_dir / "run.log").read_text()
+    assert "Got executor_input" in log and len(log.splitlines()) > len(lines)
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "succeeded" and record["params"]["eval_max_rows"] == 100
+    assert record["metrics"]["evaluate"]["fc_rows"] == 100 and record["metrics"]["deploy"]["smoke_ok"] == 1
+    assert {p.name for p in (run_dir / "reports").glob("*.html")} >= {"finetune-report.html",
+                                                                       "evaluate-examples.html"}
+    assert list((run_dir / "tensorboard").rglob("events.out.tfevents.*"))
+    # credentials handed to components through env must not leak into logs or artifacts
+    assert "very-secret-value-42" not in out + proc.stderr
+    for path in [*(tmp_path / "root").rglob("*"), *runs_dir.rglob("*")]:
+        if path.is_file():
+            assert b"very-secret-value-42" not in path.read_bytes(), path
+
+
+def test_local_sweep_copies_the_winner_out_and_shows_each_trials_lines(tmp_path, s3_env):
+    """A sweep that deploys its winner (picked by eval loss) ends like a finetune run: the merged
+    model copied out, the endpoint's smoke verdict; the console shows each trial's own messages
+    and none of kfp.local's `----` rules."""
+    from tests.integration.test_sweep import statuses
+
+    runs_dir, out_dir = tmp_path / "runs", tmp_path / "out"
+    trials = '[{"lora_r": 4, "lora_alpha": 8, "learning_rate": 0.003}, {"lora_r": 8, "lora_alpha": 16, "learning_rate": 0.001}]'
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipelines.run_local", "--pipeline", "sweep", "--parallelism", "2",
+         "--pipeline-root", str(tmp_path / "root"),
+         "--output-dir", str(out_dir), "--runs-dir", str(runs_dir), "--s3-endpoint", s3_env["S3_ENDPOINT"],
+         "--param", f"trials={trials}", "--param", "max_steps=40", "--param", "eval_max_rows=20",
+         "--param", "select_metric=eval_loss", "--param", "min_gain=0.5"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-5000:]
+    out = proc.stdout
+    # both trials trained and scored, the winner (eval loss at least 0.5 under the base's) merged and deployed
+    done = statuses(tmp_path / "root")
+    assert done.count(("finetune", "SUCCESS")) == 2 and done.count(("evaluate", "SUCCESS")) == 2
+    assert ("deploy", "SUCCESS") in done and ("merge-lora", "SUCCESS") in done
+    assert not any(t == "not-deployed" for t, _ in done)
+    assert "deploying trial" in out and "| 0" in out and "| 1" in out
+    reports = list((tmp_path / "root").rglob("finetune/report"))
+    assert len(reports) == 2 and all("data:image/png;base64," in r.read_text() for r in reports)
+    assert (out_dir / "merged-model" / "config.json").exists(), out[-3000:]
+    assert f"copied to {out_dir / 'merged-model'}" in out
+    # 40 steps may leave the winner too undertrained to call tools: the endpoint's line either way, as for finetune.
+    assert "endpoint: stopped after the run (" in out, out[-3000:]
+    assert not re.search(r"(?m)^\s*-{20,}\s*$", out), out
+    # Each trial's evaluation says its numbers ("20 rows (20 tool-call, ...)"), once per trial.
+    assert len(re.findall(r"(?m)^    \d+ rows \(\d+ tool-call", out)) == 2, out
+    (run_dir,) = [p for p in runs_dir.iterdir() if (p / "run.json").exists()]
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "succeeded" and record["merged_model"].startswith("s3://")
+
+
+def test_a_model_that_fails_the_promotion_gate_is_neither_deployed_nor_registered(tmp_path, s3_env):
+    """min_fc_accuracy no 5-step model reaches: the run ends green, says why, and nothing is served or
+    registered (the registry is set, so the only thing keeping register out is the gate)."""
+    from tests.fakes.registry_fake_api import FakeRegistry
+
+    runs_dir = tmp_path / "runs"
+    with FakeRegistry() as registry:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pipelines.run_local", "--pipeline-root", str(tmp_path / "root"),
+             "--output-dir", str(tmp_path / "out"), "--runs-dir", str(runs_dir), "--s3-endpoint",
+             s3_env["S3_ENDPOINT"], "--param", "max_steps=5", "--param", "eval_max_rows=20",
+             "--param", "min_fc_accuracy=0.99", "--param", f"registry_address={registry.url}"],
+            cwd=ROOT, capture_output=True, text=True, timeout=900)
+        assert not registry.state.versions
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-5000:]
+    assert re.search(r"not promoted: fc_ast_accuracy [\d.]+% -> [\d.]+% .*< min_fc_accuracy 99\.0%", out), out[-3000:]
+    done = {p.parent.name for p in (tmp_path / "root").rglob("executor_output.json")}
+    assert {"evaluate", "not-deployed"} <= done and not {"deploy", "register"} & done, done
+    (run_dir,) = [p for p in runs_dir.iterdir() if (p / "run.json").exists()]
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "succeeded" and record["metrics"]["evaluate"]["promoted"] == 0
+    assert "not promoted: the tuned model failed the gate" in proc.stdout and "endpoint:" not in proc.stdout

@@ -1,0 +1,87 @@
+"""Component tier: each component's Python function with real temp-path artifacts and S3.
+
+The fast checks; the ones that train, serve or run the pipeline are tests/integration/test_components.py (the integration tier)."""
+
+import json
+
+import pytest
+from kfp.dsl import HTML, Dataset, Metrics, Model
+
+from components.deliver_dataset import deliver_dataset
+from components.deliver_model import deliver_model
+from components.finetune import finetune
+
+
+def art(cls, tmp_path, name):
+    return cls(name=name, uri=str(tmp_path / name), metadata={})
+
+
+@pytest.fixture(scope="module")
+def delivered(s3_env, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("art")
+    model, data = art(Model, tmp, "model"), art(Dataset, tmp, "dataset")
+    deliver_model.python_func(source="builtin:tiny-llama", revision="", model=model)
+    deliver_dataset.python_func(source="builtin:function-calling", revision="", eval_fraction=0.1, seed=0,
+                                dataset=data)
+    return model, data
+
+
+def test_deliver_records_pointer_and_checksums(delivered):
+    model, data = delivered
+    assert model.metadata["uri"].startswith("s3://test-bucket/models/sha256-")
+    assert model.metadata["source"] == "builtin:tiny-llama" and model.metadata["total_bytes"] > 1_000_000
+    pointer = json.loads(open(model.path).read())
+    assert pointer["uri"] == model.metadata["uri"]
+    assert {f["path"] for f in pointer["files"]} >= {"config.json", "model.safetensors", "tokenizer.json"}
+    assert all(len(f["sha256"]) == 64 for f in pointer["files"])
+    assert data.metadata["rows"] == {"train": 3000, "eval": 200}
+
+
+def test_delivery_is_idempotent(delivered, tmp_path):
+    again = art(Model, tmp_path, "again")
+    deliver_model.python_func(source="builtin:tiny-llama", revision="", model=again)
+    assert again.metadata["uri"] == delivered[0].metadata["uri"] and again.metadata["uploaded_bytes"] == 0
+
+
+def test_bad_source_exits_with_one_message(s3_env, tmp_path, capsys):
+    out = art(Model, tmp_path, "m")
+    with pytest.raises(SystemExit) as exit_info:
+        deliver_model.python_func(source="builtin:nope", revision="", model=out)
+    assert exit_info.value.code == 2
+    assert "unknown built-in model" in capsys.readouterr().err
+    assert not (tmp_path / "m").exists()  # no artifact written for a failed delivery
+
+
+def test_validate_params_component(capsys):
+    from components.validate_params import validate_params
+
+    good = dict(model_source="builtin:tiny-llama", dataset_source="builtin:function-calling", eval_fraction=0.1,
+                launcher="local", nodes=2, procs_per_node=1, method="lora", lora_r=16, lora_alpha=32,
+                lora_dropout=0.0, lora_train_embeddings=True, learning_rate=3e-3, max_steps=10, batch_size=8,
+                batch_tokens=1024, max_seq_len=512, seed=0, checkpoint_every=100, max_restarts=2, eval_max_rows=10,
+                deploy_backend="local", accelerator_resource="nvidia.com/gpu", tolerations=[], cleanup="on-success",
+                wait_timeout_s=0)
+    validate_params.python_func(**good)
+    assert "parameters OK" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_info:
+        validate_params.python_func(**{**good, "lora_r": 0, "nodes": 0, "launcher": "kubernetes",
+                                       "cleanup": "sometimes"})
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "3 problems" in err and "cleanup must be one of" in err
+
+
+def test_a_local_finetune_marks_its_tensorboard_prefix_before_training(delivered, tmp_path, monkeypatch, store):
+    """run_local finds a failed run's TensorBoard events by this mark (runs/<id>/local-run/<run name>), not by time."""
+    from trainer.errors import UserError
+
+    model, data = delivered
+
+    def fails(*_, **__):
+        raise UserError("training failed on node 0 (exit status 3)")
+
+    monkeypatch.setattr("trainer.launch.run_training", fails)
+    monkeypatch.setenv("FINETUNE_LOCAL_RUN", "20261124-101500-finetune")
+    with pytest.raises(SystemExit):
+        finetune.python_func(base_model=model, dataset=data, run_id="marked-run", adapter=art(Model, tmp_path, "a"),
+                             metrics=art(Metrics, tmp_path, "m"), report=art(HTML, tmp_path, "r"), nodes=1)
+    assert store.exists("runs/marked-run/local-run/20261124-101500-finetune")

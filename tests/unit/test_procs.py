@@ -1,0 +1,165 @@
+"""Nothing we start outlives us (trainer.procs): the guard around vLLM, what run_local started, and
+the whole process tree and /tmp after SIGTERM / SIGINT to run_local (the process alone and its group)
+in each stage, and after SIGKILL of `trainer serve` while vLLM loads.
+
+The fast checks; the ones that train, serve or run the pipeline are tests/integration/test_procs.py (the integration tier)."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from trainer import procs
+
+ROOT = Path(__file__).resolve().parents[2]
+TAG = "FINETUNE_TEST_TAG"
+
+
+def tagged(tag: str) -> list[int]:
+    """Running processes whose environment carries the marker."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                env = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if f"{TAG}={tag}".encode() in env and procs.alive(int(entry)):
+                found.append(int(entry))
+    return found
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def survivors(tag: str, within: float = 5.0) -> list[str]:
+    """What still runs `within` seconds from now (a few seconds' allowance for a process on its way out)."""
+    deadline = time.monotonic() + within
+    while (left := tagged(tag)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return [f"{pid}: {cmdline(pid)[:200]}" for pid in left]
+
+
+def wait_for(what, limit: float, proc: subprocess.Popen | None = None, why: str = ""):
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if found := what():
+            return found
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"ended (status {proc.returncode}) before {why}")
+        time.sleep(0.2)
+    pytest.fail(f"not seen within {limit:.0f}s: {why}")
+
+
+# A process that ignores SIGTERM and starts another in a session of its own that ignores it too:
+# what vLLM's api_server and its EngineCore do while a model loads.
+STUBBORN = textwrap.dedent("""
+    import signal, subprocess, sys, time
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if sys.argv[1:] != ["child"]:
+        subprocess.Popen([sys.executable, __file__, "child"], start_new_session=True)
+    time.sleep(300)
+""")
+
+
+@pytest.fixture
+def stubborn(tmp_path):
+    path = tmp_path / "stubborn.py"
+    path.write_text(STUBBORN)
+    return path
+
+
+def test_the_guard_takes_down_a_tree_deaf_to_sigterm_when_its_parent_is_killed(tmp_path, stubborn):
+    tag = uuid.uuid4().hex
+    # The parent starts the guard as trainer.serving.local does (own session, --parent), then waits: we SIGKILL it.
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "import os, subprocess, sys, time; subprocess.Popen([sys.executable, '-m', "
+         "'trainer.procs', '--parent', str(os.getpid()), '--grace', '1', '--', sys.executable, sys.argv[1]], "
+         "start_new_session=True); time.sleep(300)", str(stubborn)],
+        cwd=ROOT, env={**os.environ, TAG: tag})
+    try:
+        # the parent, the guard, the command and its child in its own session
+        wait_for(lambda: len(tagged(tag)) == 4, 60, parent, "the whole tree")
+        parent.kill()
+        parent.wait()
+        assert survivors(tag, within=10) == []
+    finally:
+        procs.stop(tagged(tag), grace=0)
+
+
+def test_the_guard_passes_the_status_on_and_stops_what_the_command_left(tmp_path):
+    tag = uuid.uuid4().hex
+    # The command leaves a process in a session of its own behind, and exits 3.
+    done = subprocess.run([sys.executable, "-m", "trainer.procs", "--grace", "1", "--", "sh", "-c",
+                           "setsid sleep 300 & sleep 0.5; exit 3"],
+                          cwd=ROOT, env={**os.environ, TAG: tag}, timeout=60)
+    try:
+        assert done.returncode == 3
+        assert survivors(tag, within=2) == []
+    finally:
+        procs.stop(tagged(tag), grace=0)
+
+
+def test_a_signalled_guard_exits_128_plus_the_signal_and_its_tree_is_gone(stubborn):
+    tag = uuid.uuid4().hex
+    guard = subprocess.Popen([sys.executable, "-m", "trainer.procs", "--grace", "1", "--", sys.executable,
+                              str(stubborn)], cwd=ROOT, env={**os.environ, TAG: tag}, start_new_session=True)
+    try:
+        wait_for(lambda: len(tagged(tag)) == 3, 60, guard, "the whole tree")
+        guard.send_signal(signal.SIGTERM)  # the guard alone, not its group: it must reach the rest itself
+        assert guard.wait(timeout=30) == 128 + signal.SIGTERM
+        assert survivors(tag, within=2) == []
+    finally:
+        procs.stop(tagged(tag), grace=0)
+
+
+def test_started_stops_what_was_started_since_and_only_that(stubborn):
+    before = subprocess.Popen(["sleep", "300"])  # ours, but there before: not the run's to stop
+    tag = uuid.uuid4().hex
+    started = procs.Started()
+    try:
+        # a child that orphans its own child (re-parented to us, the subreaper) and ignores SIGTERM
+        child = subprocess.Popen([sys.executable, str(stubborn)], env={**os.environ, TAG: tag})
+        wait_for(lambda: len(tagged(tag)) == 2, 60, child, "the child and its child")
+        killed = started.stop(grace=1)
+        assert child.pid in killed and len(killed) == 2  # the child and the orphan: both deaf to SIGTERM
+        assert survivors(tag, within=2) == [] and child.poll() == -signal.SIGKILL
+        assert before.poll() is None
+    finally:
+        before.kill()
+        before.wait()
+        procs.stop(tagged(tag), grace=0)
+
+
+def test_a_group_of_zombies_counts_as_stopped():
+    """Server.stop waited its whole 20 s timeout on every deploy: os.killpg(pgid, 0) counts the zombies
+    left in vLLM's group (dead helpers handed to run_local, a subreaper that reaps them only at its end)."""
+    import psutil
+
+    procs.subreaper(True)  # as run_local is while it runs
+    zombies = []
+    try:
+        # a group leader whose forked child exits at once: a zombie of the group until someone reaps it
+        leader = subprocess.Popen([sys.executable, "-c", "import os, time; os.fork() and time.sleep(300)"],
+                                  start_new_session=True)
+        zombies = wait_for(lambda: [c.pid for c in psutil.Process(leader.pid).children() if c.status() == "zombie"],
+                           30, leader, "a zombie in the group")
+        assert procs.group_alive(leader.pid)  # the leader runs
+        leader.kill()
+        leader.wait()
+        os.killpg(leader.pid, 0)  # the old check: the zombie, now ours and not reaped, still "alive"
+        assert not procs.group_alive(leader.pid)
+    finally:
+        procs.subreaper(False)
+        for pid in zombies:
+            os.waitpid(pid, 0)

@@ -1,0 +1,413 @@
+"""The served endpoint as an OpenAI application sees it: the official `openai` client against
+vLLM serving the merged model the demo deploys (started once, through `python -m trainer serve`),
+the same flag checks on the cluster Deployment's arguments (--dry-run), base + adapter side by
+side through the deploy component, and SIGTERM taking the whole server down.
+
+The fast checks; the ones that train, serve or run the pipeline are tests/integration/test_serve_openai.py (the integration tier)."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+
+from trainer.serving import args as serve_args, client as serve_client, local as serve_local
+
+TUNED = "tiny-tuned"
+
+
+def art(cls, tmp_path, name):
+    return cls(name=name, uri=str(tmp_path / name), metadata={})
+
+
+# --- the smoke test's checks (no server) ------------------------------------------------------
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+
+
+def completion(message: dict, model: str = TUNED, finish_reason: str = "") -> dict:
+    finish_reason = finish_reason or ("tool_calls" if message.get("tool_calls") else "stop")
+    return {"object": "chat.completion", "model": model,
+            "choices": [{"index": 0, "finish_reason": finish_reason, "message": {"role": "assistant", **message}}]}
+
+
+def call(name: str, arguments: str) -> dict:
+    return {"tool_calls": [{"id": "c1", "type": "function", "function": {"name": name, "arguments": arguments}}]}
+
+
+@pytest.mark.parametrize("message, reason", [
+    (call("get_weather", '{"city": "Paris"}'), ""),
+    ({"content": '{"name": "get_weather", "arguments": {"city": "Paris"}}'}, "no message.tool_calls"),
+    (call("get_weather", '{"name": "arguments": 1'), "arguments is not JSON"),
+    (call("get_weather", '["Paris"]'), "not a JSON object"),
+    (call("get_time", "{}"), "is not one of the offered tools"),
+])
+def test_smoke_check_accepts_only_a_well_formed_tool_call(message, reason):
+    got = serve_client.check_response(completion(message), TUNED, TOOLS)
+    assert (reason in got and got) if reason else got == ""
+
+
+def test_an_unusable_reply_warns_and_a_broken_server_fails_the_deploy():
+    """A 20-step model that stops at once: the endpoint works, the reply does not. The run says
+    so plainly (undertrained: more max_steps) and goes on; a protocol break fails the step."""
+    def result(resp, tools=TOOLS):
+        reason = serve_client.check_response(resp, TUNED, tools)
+        return {"ok": not reason, "reason": reason, "verdict": serve_client.verdict(reason)}
+
+    empty = result(completion({"content": ""}), tools=None)
+    assert empty["reason"] == "empty reply" and empty["verdict"] == "unusable_reply"
+    no_call = result(completion({"content": "sunny"}))
+    wrong_name = result(completion({}, model="other"))
+    good = result(completion(call("get_weather", "{}")))
+    assert good["verdict"] == "ok" and wrong_name["verdict"] == "server_error"
+    assert serve_client.verdict("streamed: no message.tool_calls (content: '')") == "server_error"  # plain passed
+
+    weak = serve_client.smoke_outcome({TUNED: empty, f"{TUNED}-base": good})
+    assert not weak["smoke_ok"] and weak["server_ok"] and not weak["error"]
+    assert weak["warning"].startswith("WARNING: the endpoint works, but the model's reply is unusable")
+    assert "undertrained: more max_steps" in weak["warning"] and f"{TUNED}: empty reply" in weak["warning"]
+    broken = serve_client.smoke_outcome({TUNED: no_call, "other": wrong_name})
+    assert not broken["smoke_ok"] and not broken["server_ok"]
+    assert "answered as model 'other'" in broken["error"] and "no message.tool_calls" in broken["warning"]
+    assert serve_client.smoke_outcome({TUNED: good}) == {"smoke_ok": True, "server_ok": True, "warning": "",
+                                                         "error": ""}
+    from pipelines.run_local import endpoint_line
+
+    line = endpoint_line("http://127.0.0.1:1/v1", {"smoke_ok": 0.0, "smoke_server_ok": 1.0}, keep_serving=False)
+    assert "the server works, but the model's smoke-test reply was unusable: undertrained: more max_steps" in line
+
+
+def test_smoke_check_demands_what_an_openai_tool_loop_reads():
+    """The usual application loop: `if choice.finish_reason == "tool_calls"`, run each call, answer
+    it with a tool message carrying the call's `id`."""
+    ok = call("get_weather", '{"city": "Paris"}')
+    assert "finish_reason is 'stop'" in serve_client.check_response(completion(ok, finish_reason="stop"), TUNED, TOOLS)
+    assert "finish_reason is 'length'" in serve_client.check_response(completion(ok, finish_reason="length"), TUNED,
+                                                                      TOOLS)
+    no_id = {"tool_calls": [{**ok["tool_calls"][0], "id": ""}]}
+    assert "no id" in serve_client.check_response(completion(no_id), TUNED, TOOLS)
+    not_function = {"tool_calls": [{**ok["tool_calls"][0], "type": "code"}]}
+    assert "type is 'code'" in serve_client.check_response(completion(not_function), TUNED, TOOLS)
+    # a base model beside an adapter may answer in text, but a call it does make is held to the same rules
+    assert "finish_reason is 'stop'" in serve_client.check_response(completion(ok, finish_reason="stop"), TUNED, TOOLS,
+                                                             require_tool_call=False)
+
+
+@pytest.mark.parametrize("ending", ["refused", "vllm-exits", "sigterm"])
+def test_serve_forever_puts_back_the_signal_handlers_it_found(monkeypatch, tiny_model_dir, ending):
+    """`trainer serve` turns SIGTERM / SIGHUP into an exit that takes vLLM down; in a process that
+    goes on afterwards (this one), the handlers that were there before are back however it ends."""
+    from types import SimpleNamespace
+
+    from trainer.errors import UserError
+
+    def wait():
+        if ending == "sigterm":
+            signal.raise_signal(signal.SIGTERM)  # runs serve_forever's handler here, synchronously
+        return 0
+
+    stopped = []
+    fake = SimpleNamespace(url="http://127.0.0.1:8123", names=[TUNED], log_path="server.log",
+                           proc=SimpleNamespace(wait=wait), log_tail=lambda: "", stop=lambda: stopped.append(1))
+    if ending != "refused":  # refused: the real start(), which refuses port 70000 before starting anything
+        monkeypatch.setattr(serve_local, "start", lambda *args, **kwargs: fake)
+        monkeypatch.setattr(serve_local, "wait_ready", lambda *args, **kwargs: 1.0)  # as serve_forever looks it up
+    sigs = (signal.SIGTERM, signal.SIGHUP)
+    before = {sig: signal.getsignal(sig) for sig in sigs}
+    try:
+        if ending == "refused":
+            with pytest.raises(UserError, match="port 70000 is not a TCP port"):
+                serve_local.serve_forever(tiny_model_dir, TUNED, port=70000)
+        elif ending == "sigterm":
+            with pytest.raises(SystemExit) as exit_info:
+                serve_local.serve_forever(tiny_model_dir, TUNED)
+            assert exit_info.value.code == 128 + signal.SIGTERM and stopped == [1]
+        else:
+            assert serve_local.serve_forever(tiny_model_dir, TUNED) == 1 and stopped == [1]  # status 0: still a failure
+        assert {sig: signal.getsignal(sig) for sig in sigs} == before
+    finally:  # a failure above must not leave pytest with serve_forever's handlers
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
+def sse(*chunks) -> list[bytes]:
+    """A streamed completion as the server sends it, line by line."""
+    lines = [f"data: {json.dumps({'object': 'chat.completion.chunk', 'model': TUNED, 'choices': [c]})}\n".encode()
+             for c in chunks]
+    return [line for pair in zip(lines, [b"\n"] * len(lines)) for line in pair] + [b"data: [DONE]\n", b"\n"]
+
+
+def test_a_streamed_tool_call_is_assembled_as_openai_clients_do():
+    delta = lambda d, finish=None: {"index": 0, "delta": d, "finish_reason": finish}  # noqa: E731
+    head = delta({"role": "assistant", "content": ""})
+    name = delta({"tool_calls": [{"index": 0, "id": "c1", "type": "function",
+                                  "function": {"name": "get_weather", "arguments": ""}}]})
+    args = [delta({"tool_calls": [{"index": 0, "function": {"arguments": part}}]}) for part in ('{"city"', ': "Oslo"}')]
+    resp = serve_client._assemble_stream(sse(head, name, *args, delta({}, "tool_calls")))
+    assert serve_client.check_response(resp, TUNED, TOOLS) == ""
+    assert resp["choices"][0]["message"]["tool_calls"][0]["function"] == {"name": "get_weather",
+                                                                          "arguments": '{"city": "Oslo"}'}
+    # the call's text left unparsed in the stream (a parser that only works on whole answers)
+    text = serve_client._assemble_stream(sse(head, delta({"content": '<tool_call>{"name": "get_weather"}'}),
+                                      delta({}, "stop")))
+    assert "no message.tool_calls" in serve_client.check_response(text, TUNED, TOOLS)
+    # arguments cut off mid-stream: the joined JSON does not parse
+    cut = serve_client._assemble_stream(sse(head, name, args[0], delta({}, "tool_calls")))
+    assert "arguments is not JSON" in serve_client.check_response(cut, TUNED, TOOLS)
+
+
+def test_smoke_check_rejects_other_shapes():
+    assert "not an OpenAI chat completion" in serve_client.check_response({"detail": "boom"}, TUNED, TOOLS)
+    assert "answered as model" in serve_client.check_response(completion(call("get_weather", "{}"), "other"), TUNED,
+                                                              TOOLS)
+    # A base model beside an adapter may answer in text, but only as text.
+    assert serve_client.check_response(completion({"content": "sunny"}), TUNED, TOOLS, require_tool_call=False) == ""
+    assert "not text" in serve_client.check_response(completion({"content": None}), TUNED, TOOLS,
+                                                     require_tool_call=False)
+
+
+def test_smoke_request_picks_a_row_that_expects_a_tool_call():
+    text_row = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}],
+                "tools": TOOLS}
+    tool_row = {"messages": [{"role": "user", "content": "weather?"},
+                             {"role": "assistant", "content": "", **call("get_weather", '{"city": "Oslo"}')}],
+                "tools": TOOLS}
+    assert serve_client.smoke_request([text_row, tool_row]) == ([{"role": "user", "content": "weather?"}], TOOLS)
+    # no row expects a call: a text answer is checked, so no tools are offered (with tools every check demands one)
+    assert serve_client.smoke_request([text_row]) == ([{"role": "user", "content": "hi"}], None)
+
+
+def test_server_args_carry_names_parser_and_adapters():
+    args = serve_args.vllm_args("/m", "base", lora_modules={"a": "/ad/a", "b": "/ad/b"}, max_lora_rank=12,
+                           tensor_parallel_size=2)
+    assert_openai_flags(args, "base", {"a", "b"})
+    assert args[args.index("--max-lora-rank") + 1] == "16"  # rounded up to a rank vLLM accepts
+    assert args[args.index("--tensor-parallel-size") + 1] == "2"
+
+
+def test_trainer_serve_reports_every_bad_input_at_once(tmp_path, capsys):
+    from trainer.__main__ import main
+
+    with __import__("socket").socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        with pytest.raises(SystemExit) as exit_:
+            main(["serve", str(tmp_path / "missing"), "--port", str(busy.getsockname()[1]), "--lora", "no-equals",
+                  "--lora", f"a={tmp_path}"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "cannot serve (4 problems)" in err and "Traceback" not in err
+    for what in ("NAME=ADAPTER_DIR, got 'no-equals'", "no config.json", "no adapter_config.json", "is in use"):
+        assert what in err
+
+
+def test_smoke_request_sends_earlier_tool_calls_in_openai_wire_format():
+    """A multi-turn row (call, tool result, call): the earlier call's arguments go out as a JSON
+    string with an id, and the tool result names it; vLLM answered 400 to the loaded dicts."""
+    call = lambda city: {"role": "assistant", "content": None, "tool_calls": [  # noqa: E731
+        {"type": "function", "function": {"name": "get_weather", "arguments": {"city": city}}}]}
+    row = {"tools": TOOLS, "messages": [{"role": "user", "content": "Paris, then Rome?"}, call("Paris"),
+                                        {"role": "tool", "content": "sunny"}, call("Rome")]}
+    messages, tools = serve_client.smoke_request([row])
+    assert tools == TOOLS and [m["role"] for m in messages] == ["user", "assistant", "tool"]
+    sent = messages[1]["tool_calls"][0]
+    assert sent["function"]["arguments"] == '{"city": "Paris"}' and sent["id"] and sent["type"] == "function"
+    assert messages[2]["tool_call_id"] == sent["id"]
+    assert row["messages"][1]["tool_calls"][0]["function"]["arguments"] == {"city": "Paris"}  # the row is untouched
+    answered = {**row, "messages": [*row["messages"][:3], {"role": "assistant", "content": "Sunny in Paris."}]}
+    messages, tools = serve_client.smoke_request([answered])  # a text answer is expected: no tools, so no call demanded
+    assert tools is None and messages[1]["tool_calls"][0]["function"]["arguments"] == '{"city": "Paris"}'
+
+
+# --- the tool-call parser follows the model's chat template ------------------------------------
+
+# How Llama 3.x's own chat template writes an assistant's tool call (the branch of
+# meta-llama/Llama-3.2-1B-Instruct's template that custom tools take, verbatim), which a Llama
+# fine-tuned on tool-call rows learns to emit: a bare JSON object, no <tool_call> tags.
+LLAMA3_TEMPLATE = (
+    "{{- bos_token }}{%- if tools is not none %}{{- '<|start_header_id|>system<|end_header_id|>\n\n"
+    "Environment: ipython\n<|eot_id|>' }}{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if not (message.role == 'ipython' or message.role == 'tool' or 'tool_calls' in message) %}"
+    "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' }}"
+    "{%- elif 'tool_calls' in message %}"
+    "{%- if not message.tool_calls|length == 1 %}"
+    "{{- raise_exception(\"This model only supports single tool-calls at once!\") }}{%- endif %}"
+    "{%- set tool_call = message.tool_calls[0].function %}"
+    "{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' -}}"
+    "{{- '{\"name\": \"' + tool_call.name + '\", ' }}{{- '\"parameters\": ' }}{{- tool_call.arguments | tojson }}"
+    "{{- \"}\" }}{{- \"<|eot_id|>\" }}"
+    "{%- else %}{{- \"<|start_header_id|>ipython<|end_header_id|>\n\n\" + message.content + \"<|eot_id|>\" }}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{%- endif %}")
+LLAMA3_TOKENS = ["<|begin_of_text|>", "<|eot_id|>", "<|python_tag|>", "<|start_header_id|>", "<|end_header_id|>"]
+
+
+def _write_tree(root, template: str | None = None, tokens=(), config_template=None):
+    root.mkdir(parents=True, exist_ok=True)
+    if template is not None:
+        (root / "chat_template.jinja").write_text(template)
+    (root / "tokenizer.json").write_text(json.dumps({"added_tokens": [{"id": i, "content": t, "special": True}
+                                                                      for i, t in enumerate(tokens)]}))
+    (root / "tokenizer_config.json").write_text(json.dumps({"chat_template": config_template} if config_template
+                                                           else {}))
+    return root
+
+
+def test_tool_call_parser_follows_the_chat_template(tmp_path, tiny_model_dir):
+    """hermes only for templates that write <tool_call>: a Llama 3 model served with hermes answers
+    every tool request with the call as plain `content`, and the smoke test fails after training."""
+    from transformers.utils.chat_template_utils import render_jinja_template  # noqa: F401 - what the probe uses
+
+    assert serve_args.model_tool_call_parser(tiny_model_dir) == "hermes"  # <tool_call>{...}</tool_call>
+    assert serve_args.model_tool_call_parser(_write_tree(tmp_path / "llama", LLAMA3_TEMPLATE, LLAMA3_TOKENS)) \
+        == "llama3_json"
+    # vLLM's llama3_json parser will not start without <|python_tag|> in the vocabulary: not chosen then
+    assert serve_args.model_tool_call_parser(_write_tree(tmp_path / "no-tag", LLAMA3_TEMPLATE, ["<|eot_id|>"])) \
+        == "hermes"
+    mistral = ("{%- for m in messages %}{%- if m.tool_calls %}[TOOL_CALLS]{{ m.tool_calls | map(attribute='function') "
+               "| list | tojson }}{%- else %}[INST]{{ m.content }}[/INST]{%- endif %}{%- endfor %}")
+    assert serve_args.tool_call_parser(mistral) == "mistral"
+    # tokenizer_config.json's named templates (Hermes / Qwen style): the tool_use one decides
+    named = [{"name": "default", "template": "{% for m in messages %}{{ m.content }}{% endfor %}"},
+             {"name": "tool_use", "template": LLAMA3_TEMPLATE}]
+    assert serve_args.model_tool_call_parser(_write_tree(tmp_path / "named", None, LLAMA3_TOKENS, named)) \
+        == "llama3_json"
+    # no template, one that drops tool calls, one that cannot render them: hermes, as before
+    assert serve_args.model_tool_call_parser(_write_tree(tmp_path / "none", None)) == "hermes"
+    assert serve_args.tool_call_parser("{% for m in messages %}{{ m.content }}{% endfor %}") == "hermes"
+    assert serve_args.tool_call_parser("{{ raise_exception('no tools here') }}") == "hermes"
+    args = serve_local.local_args(_write_tree(tmp_path / "llama", LLAMA3_TEMPLATE, LLAMA3_TOKENS), "m")
+    assert args[args.index("--tool-call-parser") + 1] == "llama3_json"
+    # the delivered template file (the one training used) is what vLLM renders with; none: the tokenizer's
+    assert args[args.index("--chat-template") + 1] == str(tmp_path / "llama" / "chat_template.jinja")
+    assert "--chat-template" not in serve_local.local_args(_write_tree(tmp_path / "named2", None, LLAMA3_TOKENS, named),
+                                                           "m")
+
+
+def test_stored_model_parser_reads_only_the_tokenizer_files(store, tmp_path):
+    """A cluster deploy decides --tool-call-parser from the model tree in S3 without its weights."""
+    tree = _write_tree(tmp_path / "llama", LLAMA3_TEMPLATE, LLAMA3_TOKENS)
+    (tree / "model.safetensors").write_bytes(b"\0" * 1024)
+    uri, _ = store.put_tree(tree, "models")
+    fetched = []
+    real_get = store.client.get_object
+    store.client.get_object = lambda bucket, key, *a, **kw: fetched.append(key.rsplit("/", 1)[1]) or \
+        real_get(bucket, key, *a, **kw)
+    assert serve_args.stored_tool_call_parser(store, uri) == "llama3_json"
+    assert "model.safetensors" not in fetched and "chat_template.jinja" in fetched
+
+
+def test_cluster_servers_get_the_models_parser_and_kserve_runtime_stays_model_free():
+    """The parser is per model: on the Deployment's command line, and on the InferenceService (not
+    the ServingRuntime, which one Llama and one Qwen deploy in a namespace share)."""
+    from trainer.k8s import kserve, vllm
+
+    spec = vllm.ServeSpec(name="llama-fc", model_uri="s3://b/models/sha256-a", tool_call_parser="llama3_json")
+    deployment, _ = vllm.build(spec)
+    command = deployment.spec.template.spec.containers[0].command
+    assert command[command.index("--tool-call-parser") + 1] == "llama3_json"
+    runtime, isvc = kserve.build(spec)
+    assert "--tool-call-parser" not in runtime["spec"]["containers"][0]["args"]
+    assert isvc["spec"]["predictor"]["model"]["args"][:2] == ["--tool-call-parser", "llama3_json"]
+    assert "--enable-auto-tool-choice" in runtime["spec"]["containers"][0]["args"]
+
+
+def test_deploy_k8s_refuses_a_parser_name_vllm_would_read_as_a_flag(capsys):
+    from trainer.__main__ import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["deploy-k8s", "--dry-run", "--name", "m", "--model-uri", "s3://b/m", "--tool-call-parser=--hermes"])
+    assert exit_.value.code == 2 and "tool_call_parser='--hermes' is not a vLLM tool-call parser" in \
+        capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["", "   ", "-tuned", "my model", "tab\tname", "--served"])
+def test_one_served_name_rule_for_the_pipeline_and_the_server(name):
+    """served_model_name in run_local / submit / the validate-params step and the server's own
+    check (serve, deploy) give the same message, from one rule."""
+    from trainer.errors import UserError
+    from trainer.validate import pipeline_problems
+
+    [expected] = serve_args.served_name_problems(name)
+    for backend in ("local", "kubernetes"):  # on a cluster the Service name rule is not piled on top
+        found = [p for p in pipeline_problems({"served_model_name": name, "deploy_backend": backend})
+                 if "served_model_name" in p]
+        assert found == [expected]
+    with pytest.raises(UserError) as err:
+        serve_local.start("/nonexistent", name, port=70000)
+    assert expected in str(err.value)
+
+
+def test_default_served_name_is_a_valid_name(tmp_path):
+    assert serve_args.default_served_name(tmp_path / "my merged model") == "my-merged-model"
+    assert serve_args.served_name_problems(serve_args.default_served_name(tmp_path / "-x")) == []
+
+
+@pytest.mark.parametrize("host, expected", [
+    ("nonsense.invalid", "--host 'nonsense.invalid' does not resolve; use 127.0.0.1"),
+    ("192.0.2.1", "--host '192.0.2.1' is not an address of this machine"),  # TEST-NET-1: never ours
+])
+def test_trainer_serve_names_a_host_it_cannot_listen_on(tmp_path, capsys, host, expected):
+    """Not "port in use": the host is what is wrong."""
+    from trainer.__main__ import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["serve", str(tmp_path / "missing"), "--host", host, "--port", "8123"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and expected in err and "in use" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("port", ["70000", "-1"])
+def test_trainer_serve_refuses_a_port_out_of_range(tmp_path, capsys, port):
+    from trainer.__main__ import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["serve", str(tmp_path / "missing"), "--port", port])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"port {port} is not a TCP port" in err and "no config.json" in err and "Traceback" not in err
+
+
+def test_adapter_vllm_cannot_load_is_refused_before_starting(tmp_path):
+    from trainer.errors import UserError
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    (tmp_path / "adapter").mkdir()
+    (tmp_path / "adapter" / "adapter_config.json").write_text(json.dumps({"r": 16, "modules_to_save": ["embed_tokens"]}))
+    with pytest.raises(UserError, match=r"trains \['embed_tokens'\] in full.*lora_train_embeddings=false"):
+        serve_local.start(tmp_path / "model", "m", lora_modules={"a": str(tmp_path / "adapter")})
+    (tmp_path / "adapter" / "adapter_config.json").write_text(json.dumps({"r": 16, "use_dora": True}))
+    with pytest.raises(UserError, match=r"a DoRA adapter, which vLLM cannot load; serve the merged model"):
+        serve_local.start(tmp_path / "model", "m", lora_modules={"a": str(tmp_path / "adapter")})
+
+
+@pytest.mark.parametrize("params, expected", [
+    ({"serve_adapters": True, "lora_train_embeddings": True}, "set lora_train_embeddings=false"),
+    ({"serve_adapters": True, "method": "full", "lora_train_embeddings": False}, "makes no adapter"),
+    ({"serve_adapters": True, "lora_train_embeddings": False}, None),
+])
+def test_serve_adapters_needs_an_adapter_vllm_can_load(params, expected):
+    from trainer.validate import pipeline_problems
+
+    problems = [p for p in pipeline_problems(params) if "serve_adapters" in p]
+    assert (expected in problems[0] and len(problems) == 1) if expected else problems == []
+
+
+def assert_openai_flags(args: list[str], name: str, adapters: set[str] = frozenset()) -> None:
+    """What makes an endpoint behave the same everywhere: the name clients use, tool calls parsed
+    into `tool_calls`, and each adapter answering under its own name."""
+    assert args[args.index("--served-model-name") + 1] == name
+    assert "--enable-auto-tool-choice" in args and args[args.index("--tool-call-parser") + 1] == "hermes"
+    if adapters:
+        assert "--enable-lora" in args
+        i = args.index("--lora-modules") + 1
+        mods = []
+        while i < len(args) and not args[i].startswith("--"):
+            mods.append(args[i].split("=", 1)[0])
+            i += 1
+        assert set(mods) == adapters
+    else:
+        assert "--enable-lora" not in args

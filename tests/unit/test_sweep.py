@@ -1,0 +1,124 @@
+"""The sweep: picking the winner, and the deploy gate in both directions, under kfp.local.
+
+The fast checks; the ones that train, serve or run the pipeline are tests/integration/test_sweep.py (the integration tier)."""
+
+import json
+
+import pytest
+
+from trainer.sweep import pick
+
+TRIALS = [{"lora_r": 4, "lora_alpha": 8, "learning_rate": 0.003}, {"lora_r": 8, "lora_alpha": 16, "learning_rate": 0.001}]
+
+
+def m(acc, loss):
+    return {"base_fc_accuracy": 0.0, "tuned_fc_accuracy": acc, "base_eval_loss": 7.0, "tuned_eval_loss": loss}
+
+
+def test_pick_by_accuracy_and_gate():
+    picked = pick(TRIALS, [m(0.3, 1.0), m(0.6, 2.0)], "fc_accuracy", min_gain=0.5)
+    assert picked["best"] == 1 and picked["deploy"] and "gain 0.6 >= min_gain 0.5" in picked["reason"]
+    blocked = pick(TRIALS, [m(0.3, 1.0), m(0.6, 2.0)], "fc_accuracy", min_gain=0.7)
+    assert blocked["best"] == 1 and not blocked["deploy"] and blocked["reason"].startswith("not deployed:")
+
+
+def test_pick_by_eval_loss_prefers_lower_and_ties_go_to_the_first():
+    assert pick(TRIALS, [m(0.3, 1.0), m(0.6, 2.0)], "eval_loss", min_gain=1.0)["best"] == 0
+    assert pick(TRIALS, [m(0.5, 1.0), m(0.5, 1.0)], "fc_accuracy", min_gain=0.0)["best"] == 0
+    with pytest.raises(ValueError, match="select_metric"):
+        pick(TRIALS, [m(0.3, 1.0), m(0.6, 2.0)], "bleu", 0.0)
+    with pytest.raises(ValueError, match="2 trials but 1"):
+        pick(TRIALS, [m(0.3, 1.0)], "fc_accuracy", 0.0)
+
+
+def test_pick_by_accuracy_without_tool_call_rows_deploys_nothing_and_names_eval_loss():
+    # A text-only eval split: every trial's accuracy is 0 -> 0, so "the best" would be a tie.
+    text_only = [{**m(0.0, 1.0), "fc_rows": 0.0, "text_rows": 4.0}, {**m(0.0, 0.5), "fc_rows": 0.0, "text_rows": 4.0}]
+    picked = pick(TRIALS, text_only, "fc_accuracy", min_gain=-1.0)
+    assert not picked["deploy"] and "no tool-call rows (4 text rows)" in picked["reason"]
+    assert "select_metric=eval_loss" in picked["reason"]
+    assert pick(TRIALS, text_only, "eval_loss", min_gain=0.1)["best"] == 1
+    # README: a metric is never shown as a measured-looking 0; and no trial is "best" on a tie of nothing
+    from trainer.report import sweep_markdown
+
+    table = sweep_markdown(picked, "fc_accuracy")
+    assert "| 0 | 4 | 8 | 0.003 | not measured | not measured | not measured |" in table
+    assert "(best)" not in table
+
+
+def test_a_sweep_on_text_only_data_by_fc_accuracy_is_refused_before_any_trial(tmp_path):
+    """Every trial trained, then scored 0 -> 0 and nothing deployed. The rows are read by
+    validation anyway (a local file): refuse up front, naming select_metric=eval_loss."""
+    from trainer.validate import sweep_problems
+
+    path = tmp_path / "chat.jsonl"
+    path.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"hello {i}"},
+                                                     {"role": "assistant", "content": f"hi {i}"}]}) + "\n"
+                            for i in range(40)))
+    params = {"trials": TRIALS, "dataset_source": str(path)}
+    problems = sweep_problems(params)
+    assert len(problems) == 1, problems
+    assert "select_metric=fc_accuracy measures tool calls, but the eval split of dataset_source" in problems[0]
+    assert "has none (4 text rows)" in problems[0] and problems[0].endswith("set select_metric=eval_loss")
+    assert sweep_problems({**params, "select_metric": "eval_loss"}) == []
+    assert sweep_problems({"trials": TRIALS}) == []  # the built-in data has tool-call rows
+
+
+def _task_wiring(pipeline, tmp_path, task_prefix):
+    """{component input: pipeline parameter it is wired to} for each task named task_prefix*."""
+    import yaml
+    from kfp import compiler
+
+    path = tmp_path / f"{pipeline.name}.yaml"
+    compiler.Compiler().compile(pipeline, str(path))
+    spec = next(yaml.safe_load_all(path.read_text()))
+    dags = [spec["root"]["dag"], *(c["dag"] for c in spec["components"].values() if "dag" in c)]
+    out = {}
+    for dag in dags:
+        for name, task in dag["tasks"].items():
+            if name == task_prefix or name.startswith(f"{task_prefix}-"):
+                out[name] = {k: v.get("componentInputParameter", "").removeprefix("pipelinechannel--")
+                             for k, v in task["inputs"].get("parameters", {}).items()}
+    return out, spec
+
+
+def test_the_sweep_wires_the_cluster_settings_to_its_tasks_as_the_finetune_pipeline_does(tmp_path):
+    """A sweep on a cluster needs the same placement, queueing, watchdog and serving settings as
+    one run: every setting both pipelines take reaches the same component input in both."""
+    from pipelines.finetune import finetune_pipeline
+    from pipelines.params import pipeline_defaults
+    from pipelines.sweep import sweep_pipeline
+
+    sweep_params = set(pipeline_defaults(sweep_pipeline))
+    for name in ("kueue_queue", "training_runtime", "serve_gpus", "vllm_image", "eval_gpus", "eval_accelerator_type",
+                 "eval_node_selector", "eval_tolerations", "wait_timeout_s", "stall_timeout_s", "compile",
+                 "checkpoint_every", "cleanup", "gradient_checkpointing"):
+        assert name in sweep_params, name
+    for task in ("finetune", "deploy"):
+        single = _task_wiring(finetune_pipeline, tmp_path, task)[0][task]
+        sweep_tasks, spec = _task_wiring(sweep_pipeline, tmp_path, task)
+        wired = sweep_tasks[task]
+        shared = {k: v for k, v in single.items() if v in sweep_params}
+        assert len(shared) >= (20 if task == "finetune" else 8), shared
+        assert {k: wired.get(k) for k in shared} == shared, task
+    executors = spec["deploymentSpec"]["executors"]
+    for name in ("exec-evaluate", "exec-merge-lora"):  # placed on GPUs by the same parameters as in finetune
+        acc = executors[name]["container"]["resources"]["accelerator"]
+        assert "eval_accelerator_type" in acc["resourceType"] and "eval_gpus" in acc["resourceCount"]
+    # ... which must reach the loop's and the condition's sub-DAGs (KFP 2.17 does not pass them by itself:
+    # the run failed with "Parent pipeline input argument 'pipelinechannel--eval_accelerator_type' not found")
+    for name, component in spec["components"].items():
+        if name.startswith(("comp-for-loop", "comp-condition")) and "dag" in component:
+            tasks = {t["componentRef"]["name"] for t in component["dag"]["tasks"].values()}
+            if tasks & {"comp-evaluate", "comp-merge-lora"}:
+                inputs = component["inputDefinitions"]["parameters"]
+                assert {"pipelinechannel--eval_gpus", "pipelinechannel--eval_accelerator_type"} <= set(inputs), name
+
+
+def test_the_sweeps_pick_applies_the_promotion_gates_accuracy():
+    metrics = [{**m(0.3, 1.0), "fc_ast_accuracy": 0.3}, {**m(0.6, 2.0), "fc_ast_accuracy": 0.6}]
+    assert pick(TRIALS, metrics, "fc_accuracy", min_gain=0.5, min_fc_accuracy=0.6)["deploy"]
+    blocked = pick(TRIALS, metrics, "fc_accuracy", min_gain=0.5, min_fc_accuracy=0.7)
+    assert not blocked["deploy"] and "fc_ast_accuracy that is 60.0%, below min_fc_accuracy 70.0%" in blocked["reason"]
+    unmeasured = pick(TRIALS, [m(0.3, 1.0), m(0.6, 2.0)], "eval_loss", min_gain=0.0, min_fc_accuracy=0.5)
+    assert not unmeasured["deploy"] and "is not measured" in unmeasured["reason"]
