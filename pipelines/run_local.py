@@ -328,7 +328,8 @@ def run(pipeline, params: dict[str, Any], args: argparse.Namespace) -> int:
             # Each run gets kfp.local's root of its own, named as its record: two runs in one folder at once
             # (or a second before the first ends) can never read each other's task outputs.
             local.init(runner=local.SubprocessRunner(use_venv=False),
-                       pipeline_root=str(args.pipeline_root / run_dir.name), raise_on_error=True)
+                       pipeline_root=str(args.pipeline_root / run_dir.name), raise_on_error=True,
+                       workspace_root=tmp)  # its default: a new directory in /tmp, never removed
             changed = {k: v for k, v in params.items() if pipeline_defaults(pipeline).get(k) != v}
             console.say(f"local run {run_dir.name} (full log: {log_path})")
             console.say(f"parameters: defaults{''.join(f', {k}={json.dumps(v)}' for k, v in changed.items())}; "

@@ -9,8 +9,10 @@ running the same `torchrun -m trainer train ...` command as the cluster's contai
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -77,11 +79,20 @@ class LocalLauncher:
         cpus = int(os.environ.get("FINETUNE_LOCAL_CPUS") or os.cpu_count() or 1)
         threads = max(1, cpus // world)
         dog = Watchdog(self.stall_timeout_s, clock=self.clock)
+        # The job's temporary files (torchrun's torchelastic_* logs, TensorBoard staging, checkpoints on
+        # their way up) go to one directory removed with the job, however its processes ended.
+        tmp = tempfile.mkdtemp(prefix="finetune-job-")
+        # ... except inductor's compile cache, kept where torch keeps it (in the launcher's TMPDIR): a
+        # restarted or repeated job reuses the compiled kernels.
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+        inductor = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or default_cache_dir()
         procs = []
         for node in range(self.nnodes):
             env = {**os.environ, "PET_NNODES": str(self.nnodes), "PET_NODE_RANK": str(node),
                    "PET_NPROC_PER_NODE": str(self.nproc_per_node), "PET_MASTER_ADDR": "127.0.0.1",
                    "PET_MASTER_PORT": str(port), "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1",
+                   "TMPDIR": tmp, "TORCHINDUCTOR_CACHE_DIR": inductor,
                    **({"CUDA_VISIBLE_DEVICES": self.devices[node]} if self.devices is not None else {})}
             # Own process group: stopping a node stops its workers too, even a frozen one.
             procs.append(subprocess.Popen(train_command(train_args), env=env, start_new_session=True,
@@ -112,6 +123,7 @@ class LocalLauncher:
         finally:
             _stop(procs)
             reader.join(timeout=5)
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def visible_gpus() -> list[str]:

@@ -38,6 +38,7 @@ import json
 import math
 import os
 import pathlib
+import shutil
 import signal
 import sys
 import tempfile
@@ -103,6 +104,12 @@ class _Board:
     def upload(self) -> None:
         self.writer.flush()
         self.store.put_dir(self.dir, self.prefix)
+
+    def close(self) -> None:
+        """The last upload, then the local copy goes."""
+        self.upload()
+        self.writer.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def _peak_memory_mb(device) -> float:
@@ -603,7 +610,7 @@ class Recipe:
         if self.state.step < cfg.max_steps:
             self.save_checkpoint(cfg.max_steps)  # a crash while writing the result resumes straight to cleanup
         if self.board:
-            self.board.upload()
+            self.board.close()
         self.ckpt.wait()
         wall = self.state.train_seconds + time.perf_counter() - self.start
         window = getattr(self, "steady", None)  # (this rank's tokens, seconds) of the steady window

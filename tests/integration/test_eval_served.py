@@ -60,6 +60,7 @@ def test_base_and_adapter_answer_through_one_vllm_server(tiny_model_dir, tmp_pat
     [(served, loras, server)] = started  # one server: the base, with the adapter beside it
     assert str(served) == str(tiny_model_dir) and loras == {"tuned": str(adapter)}
     assert server.proc.poll() is not None  # stopped before evaluate returned
+    assert server.tmp and not Path(server.tmp).exists()  # with its temporary files (vLLM's IPC sockets)
     for key in ("fc_accuracy", "fc_ast_accuracy", "fc_exact_accuracy", "fc_multiple_accuracy"):
         assert 0 <= result["base"][key] <= 1 and 0 <= result["tuned"][key] <= 1
     assert result["categories"]["fc_multiple_rows"] == 6

@@ -19,7 +19,9 @@ def test_run_local_end_to_end(tmp_path, s3_env):
     model in a (fake) Kubeflow Model Registry."""
     from tests.fakes.registry_fake_api import FakeRegistry
 
-    env = {**os.environ, "AWS_SECRET_ACCESS_KEY": "very-secret-value-42"}
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "AWS_SECRET_ACCESS_KEY": "very-secret-value-42", "TMPDIR": str(tmp)}
     runs_dir = tmp_path / "runs"
     with FakeRegistry() as registry:
         proc = subprocess.run(
@@ -28,6 +30,7 @@ def test_run_local_end_to_end(tmp_path, s3_env):
              s3_env["S3_ENDPOINT"], "--param", "eval_max_rows=100", "--param", f"registry_address={registry.url}"],
             cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-5000:]
+    assert not list(tmp.iterdir()), list(tmp.iterdir())  # kfp.local's workspace and the tasks' files went too
     [version] = registry.state.versions.values()  # the register step ran, with the run's lineage
     assert version["customProperties"]["base_model_source"]["string_value"] == "builtin:tiny-llama"
     assert "eval_tuned_fc_accuracy" in version["customProperties"]

@@ -3,6 +3,8 @@
 Marked `integration`; `make test` runs them too (about a minute on 2 cores).
 """
 
+import tempfile
+
 import pytest
 import torch
 
@@ -18,11 +20,18 @@ def delivered(builtin_uris):
     return builtin_uris
 
 
-def test_two_node_lora_run_learns_and_reports(delivered, store):
+def test_two_node_lora_run_learns_and_reports(delivered, store, tmp_path, monkeypatch):
     model_uri, data_uri = delivered
     cfg = TrainConfig(model_uri=model_uri, dataset_uri=data_uri, output_prefix="runs/it-2node", max_steps=40,
                       batch_size=4, lora_train_embeddings=True, log_every=5)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
     result = run_training(cfg, "local", ClusterSpec(nodes=2, procs_per_node=1, backoff_limit=0), store)
+    # torchrun's logs, TensorBoard's staging and the checkpoints' went with the job
+    assert not list(tmp.iterdir()), list(tmp.iterdir())
+    assert list(store.get_tree(result["tensorboard_uri"], tmp_path / "tb").rglob("events.out.tfevents.*"))
     assert result == store.get_json("runs/it-2node/result.json")
     m = result["metrics"]
     assert m["world_size"] == 2 and m["train_steps"] == 40

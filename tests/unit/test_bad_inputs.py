@@ -758,7 +758,7 @@ def test_utf8_bom_file_is_accepted(tmp_path, capsys, no_s3):
     assert "1 problem)" in err and "lora_r must be > 0" in err and "data.jsonl" not in err
 
 
-def test_validate_params_under_kfp_local_reads_trials_as_kfp_sends_them(tmp_path):
+def test_validate_params_under_kfp_local_reads_trials_as_kfp_sends_them(tmp_path, monkeypatch):
     """KFP hands JSON list members over as floats (lora_r 4 arrives as 4.0): a good sweep passes,
     a quoted number still fails, in the same subprocess executor a cluster pod runs."""
     import warnings
@@ -768,7 +768,9 @@ def test_validate_params_under_kfp_local_reads_trials_as_kfp_sends_them(tmp_path
     from components.validate_params import validate_params
 
     warnings.filterwarnings("ignore", message=".*non-Python base image.*")
-    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path), raise_on_error=True)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the executors' component sources
+    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path), raise_on_error=True,
+               workspace_root=str(tmp_path))
     validate_params(trials=[{"lora_r": 4, "lora_alpha": 8, "learning_rate": 0.003}],
                     tolerations=[{"key": "a", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 60}],
                     launcher="kubernetes")

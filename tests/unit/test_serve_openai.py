@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import signal
+import uuid
 
 import pytest
 
@@ -382,6 +383,29 @@ def test_adapter_vllm_cannot_load_is_refused_before_starting(tmp_path):
     (tmp_path / "adapter" / "adapter_config.json").write_text(json.dumps({"r": 16, "use_dora": True}))
     with pytest.raises(UserError, match=r"a DoRA adapter, which vLLM cannot load; serve the merged model"):
         serve_local.start(tmp_path / "model", "m", lora_modules={"a": str(tmp_path / "adapter")})
+
+
+def test_vllms_sockets_go_where_their_paths_fit_a_unix_socket(tmp_path, monkeypatch):
+    """vLLM names its IPC sockets <VLLM_RPC_BASE_PATH>/<uuid4>; under a deep TMPDIR (run_local's inside
+    a test's) the path passes 107 characters and vLLM fails to start (ZMQError)."""
+    import tempfile
+
+    from trainer.errors import UserError
+
+    with tempfile.TemporaryDirectory(dir="/tmp") as short:  # a short TMPDIR is used as it is
+        monkeypatch.setattr(tempfile, "tempdir", short)
+        assert serve_local._socket_base() == short
+    deep = tmp_path / ("d" * 80)
+    deep.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    base = serve_local._socket_base()
+    assert base == "/tmp" and len(f"{base}/vllm-rpc-XXXXXXXX/{uuid.uuid4()}") <= 107
+    monkeypatch.setattr(serve_local.os, "access", lambda path, mode: False)  # nowhere short to write
+    monkeypatch.delenv("VLLM_RPC_BASE_PATH", raising=False)
+    with pytest.raises(UserError, match=f"TMPDIR {deep} is too long for vLLM's Unix sockets .* set TMPDIR "
+                                        "to a shorter directory") as err:
+        serve_local.start(tmp_path / "model", "m")
+    assert "no config.json" in str(err.value)  # with the other problems, before anything starts
 
 
 @pytest.mark.parametrize("params, expected", [

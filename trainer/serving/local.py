@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -103,6 +104,7 @@ class Server:
     url: str  # http://host:port, without /v1
     log_path: Path
     names: list[str] = field(default_factory=list)  # served model names (base first)
+    tmp: str = ""  # the directory of its IPC sockets, removed once it is stopped
 
     @property
     def pgid(self) -> int:
@@ -121,6 +123,8 @@ class Server:
                 time.sleep(0.2)
             _signal_group(self.pgid, signal.SIGKILL)
             self.proc.wait(timeout=10)
+        if self.tmp:
+            shutil.rmtree(self.tmp, ignore_errors=True)
         atexit.unregister(self.stop)
 
     def log_tail(self, lines: int = 20) -> str:
@@ -180,6 +184,12 @@ def start(model_dir: str | Path, served_model_name: str, *, host: str = "127.0.0
         problems = [*problems, f"port {port} is not a TCP port; pick one in 1-65535 with --port"]
     elif problem := bind_problem(host, port):  # port 0: any free port, on a host that must still be ours
         problems = [*problems, problem]
+    own_rpc = not os.environ.get("VLLM_RPC_BASE_PATH")  # the user's choice stands
+    rpc_base = _socket_base() if own_rpc else ""
+    if rpc_base is None:
+        problems = [*problems, f"TMPDIR {tempfile.gettempdir()} is too long for vLLM's Unix sockets (at most "
+                               f"{_SUN_PATH} characters with their names) and /tmp is not writable; set TMPDIR "
+                               "to a shorter directory"]
     _check_dirs(Path(model_dir), lora_modules, problems)
     port = port or free_port()
     args = local_args(model_dir, served_model_name, host=host, port=port, lora_modules=lora_modules,
@@ -193,7 +203,10 @@ def start(model_dir: str | Path, served_model_name: str, *, host: str = "127.0.0
     # 1.04 s vs 3.78 s (the evaluate step's pattern), one request at a time 0.054 s vs 0.047 s median.
     # A GPU keeps vLLM's default.
     engine = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if not _cuda() else {}
+    # vLLM's IPC sockets (left behind when it is stopped) go to a directory of the server's own, removed by stop().
+    tmp = tempfile.mkdtemp(prefix="vllm-rpc-", dir=rpc_base) if own_rpc else ""
     env = {"VLLM_CPU_KVCACHE_SPACE": "1", **engine, **os.environ, "HF_HUB_OFFLINE": "1",
+           **({"VLLM_RPC_BASE_PATH": tmp} if tmp else {}),
            # No usage statistics sent home from a local run.
            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
     with open(log_path, "ab") as log:
@@ -204,10 +217,23 @@ def start(model_dir: str | Path, served_model_name: str, *, host: str = "127.0.0
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, env=env)
     server = Server(proc, f"http://{host if host != '0.0.0.0' else '127.0.0.1'}:{port}", log_path,
-                    [served_model_name, *lora_modules])
+                    [served_model_name, *lora_modules], tmp)
     if not detach:
         atexit.register(server.stop)
     return server
+
+
+_SUN_PATH = 107  # the longest path a Unix socket can have (sockaddr_un.sun_path, less its NUL)
+
+
+def _socket_base() -> str | None:
+    """Where the directory for vLLM's sockets (`<dir>/vllm-rpc-XXXXXXXX/<uuid4>`) can go: TMPDIR, unless
+    those paths would be too long for a Unix socket (a deep TMPDIR, as run_local's inside a long one: vLLM
+    then fails to start, ZMQError), then /tmp."""
+    for base in (tempfile.gettempdir(), "/tmp"):
+        if len(base) + len("/vllm-rpc-XXXXXXXX/") + 36 <= _SUN_PATH and os.access(base, os.W_OK):
+            return base
+    return None
 
 
 def _model_context(model_dir: Path) -> int:
