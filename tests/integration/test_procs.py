@@ -48,7 +48,7 @@ def test_an_interrupted_run_local_leaves_no_process_and_no_temporary_folder(tmp_
         run = subprocess.Popen(
             [sys.executable, "-m", "pipelines.run_local", "--pipeline-root", str(tmp_path / "root"),
              "--output-dir", str(tmp_path / "out"), "--runs-dir", str(tmp_path / "runs"), "--s3-endpoint",
-             s3_env["S3_ENDPOINT"], "--param", "max_steps=3", "--param", "eval_max_rows=5"],
+             s3_env["S3_ENDPOINT"], "--param", "max_steps=3", "--param", "eval_max_rows=5", "--param", "nodes=1"],
             cwd=ROOT, env={**os.environ, TAG: tag, "TMPDIR": str(tmp)}, stdout=console, stderr=subprocess.STDOUT,
             start_new_session=True)  # a group of its own, as a shell's job: the group can be signalled
     sig, group = HOW[how]
