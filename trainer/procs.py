@@ -1,4 +1,4 @@
-"""python -m trainer.procs [--parent PID] [--grace S] -- COMMAND [ARG ...]
+"""python -m trainer.procs [--parent PID] [--grace S] [--remove DIR ...] -- COMMAND [ARG ...]
 
 Processes we start never outlive us. Two pieces (Linux; elsewhere the callers' own handlers are all
 there is):
@@ -21,11 +21,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import psutil
 
@@ -142,9 +143,10 @@ class Started:
             subreaper(False)
 
 
-def guard(command: list[str], parent: int = 0, grace: float = 10.0) -> int:
+def guard(command: list[str], parent: int = 0, grace: float = 10.0, remove: Sequence[str] = ()) -> int:
     """Run `command` and keep its whole tree tied to us and to `parent` (see the module's docstring);
-    returns its exit status (128 + N when we were stopped by signal N first)."""
+    the directories in `remove` (its temporary files) go once the tree is down, however it ended.
+    Returns its exit status (128 + N when we were stopped by signal N first)."""
     subreaper(True)
     stopping: list[int] = []
 
@@ -169,6 +171,8 @@ def guard(command: list[str], parent: int = 0, grace: float = 10.0) -> int:
     for pid in descendants(os.getpid()):  # orphans handed to us that have ended: their status is ours to take
         with contextlib.suppress(ChildProcessError, OSError):
             os.waitpid(pid, os.WNOHANG)
+    for path in remove:
+        shutil.rmtree(path, ignore_errors=True)
     return 128 + stopping[0] if stopping else code
 
 
@@ -176,12 +180,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trainer.procs", description=__doc__.split("\n\n")[1])
     parser.add_argument("--parent", type=int, default=0, help="stop when this process is gone (0: never)")
     parser.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
+    parser.add_argument("--remove", action="append", default=[], metavar="DIR",
+                        help="a directory to remove once the command's tree is down (repeatable)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARG ...]")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command: give it after --")
-    return guard(command, args.parent, args.grace)
+    return guard(command, args.parent, args.grace, args.remove)
 
 
 if __name__ == "__main__":

@@ -80,19 +80,23 @@ def stubborn(tmp_path):
 
 
 def test_the_guard_takes_down_a_tree_deaf_to_sigterm_when_its_parent_is_killed(tmp_path, stubborn):
-    tag = uuid.uuid4().hex
+    tag, scratch = uuid.uuid4().hex, tmp_path / "scratch"  # the command's temporary files (vLLM's sockets)
+    (scratch / "sub").mkdir(parents=True)
+    (scratch / "sub" / "socket").write_text("")
     # The parent starts the guard as trainer.serving.local does (own session, --parent), then waits: we SIGKILL it.
     parent = subprocess.Popen(
         [sys.executable, "-c", "import os, subprocess, sys, time; subprocess.Popen([sys.executable, '-m', "
-         "'trainer.procs', '--parent', str(os.getpid()), '--grace', '1', '--', sys.executable, sys.argv[1]], "
-         "start_new_session=True); time.sleep(300)", str(stubborn)],
+         "'trainer.procs', '--parent', str(os.getpid()), '--grace', '1', '--remove', sys.argv[2], '--', "
+         "sys.executable, sys.argv[1]], start_new_session=True); time.sleep(300)", str(stubborn), str(scratch)],
         cwd=ROOT, env={**os.environ, TAG: tag})
     try:
         # the parent, the guard, the command and its child in its own session
         wait_for(lambda: len(tagged(tag)) == 4, 60, parent, "the whole tree")
+        assert scratch.exists()  # kept while the command runs
         parent.kill()
         parent.wait()
         assert survivors(tag, within=10) == []
+        assert not scratch.exists()  # removed by the guard, after the tree
     finally:
         procs.stop(tagged(tag), grace=0)
 

@@ -203,16 +203,18 @@ def start(model_dir: str | Path, served_model_name: str, *, host: str = "127.0.0
     # 1.04 s vs 3.78 s (the evaluate step's pattern), one request at a time 0.054 s vs 0.047 s median.
     # A GPU keeps vLLM's default.
     engine = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if not _cuda() else {}
-    # vLLM's IPC sockets (left behind when it is stopped) go to a directory of the server's own, removed by stop().
+    # vLLM's IPC sockets and temporary files (left behind when it is stopped) go to a directory of the
+    # server's own, which its guard removes once the server is down, however it ended.
     tmp = tempfile.mkdtemp(prefix="vllm-rpc-", dir=rpc_base) if own_rpc else ""
     env = {"VLLM_CPU_KVCACHE_SPACE": "1", **engine, **os.environ, "HF_HUB_OFFLINE": "1",
-           **({"VLLM_RPC_BASE_PATH": tmp} if tmp else {}),
+           **({"VLLM_RPC_BASE_PATH": tmp, "TMPDIR": tmp} if tmp else {}),
            # No usage statistics sent home from a local run.
            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
     with open(log_path, "ab") as log:
         # Under trainer.procs' guard, which takes vLLM's whole tree down when stopped or, unless
         # detached, when this process is gone (SIGKILL included): vLLM alone outlives both while loading.
-        guard = [sys.executable, "-m", "trainer.procs", *([] if detach else ["--parent", str(os.getpid())]), "--"]
+        guard = [sys.executable, "-m", "trainer.procs", *([] if detach else ["--parent", str(os.getpid())]),
+                 *(["--remove", tmp] if tmp else []), "--"]
         proc = subprocess.Popen([*guard, sys.executable, "-m", "vllm.entrypoints.openai.api_server", *args],
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, env=env)
