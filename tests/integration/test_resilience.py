@@ -2,6 +2,7 @@
 the local launcher; the job restarts, resumes from the last checkpoint, and ends exactly
 where an uninterrupted run ends, with the same data order."""
 
+import os
 import signal
 import threading
 import time
@@ -132,7 +133,6 @@ def test_compiled_two_rank_run_with_fused_lora_resumes_exactly(inputs, store, ca
 def test_sigterm_ends_a_rank_stuck_outside_the_step_loop(tmp_path):
     """A rank waiting for a peer that never comes (blocked in C++ inside init_process_group,
     where Python signal handlers cannot run) still exits 143 within shutdown_grace_s of SIGTERM."""
-    import os
     import subprocess
     import sys
 
@@ -211,7 +211,8 @@ def agent(tmp_path, *args: str):
     script.write_text(WORKER)
     return subprocess.Popen([sys.executable, "-m", "trainer.torchrun", "--nproc-per-node", "1",
                              "--master-port", "0", str(script), *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+                            stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "TMPDIR": str(tmp_path)})  # torchrun's torchelastic_* logs
 
 
 def sigterm_when_up(proc) -> str:
@@ -265,7 +266,7 @@ def test_a_rendezvous_that_cannot_reach_the_master_is_retried(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "trainer.torchrun", "--nnodes", "2", "--node-rank", "1",
                            "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", "9",
                            "--rdzv-conf", "timeout=2", str(tmp_path / "w.py")], capture_output=True, text=True,
-                          timeout=120)
+                          timeout=120, env={**os.environ, "TMPDIR": str(tmp_path)})
     assert proc.returncode == EXIT_TRANSIENT, proc.stderr[-2000:]
     assert "(transient)" in proc.stderr and "never" not in proc.stdout
 
@@ -273,7 +274,6 @@ def test_a_rendezvous_that_cannot_reach_the_master_is_retried(tmp_path):
 def test_training_exits_transient_when_s3_is_down_and_2_when_the_input_is_missing(store, tmp_path):
     """The same download path: an endpoint that does not answer is retried (the job restarts and
     resumes), an object that is not there is the user's input (2, never retried)."""
-    import os
     import socket
     import subprocess
     import sys
