@@ -8,6 +8,7 @@ running the same `torchrun -m trainer train ...` command as the cluster's contai
 
 from __future__ import annotations
 
+import getpass
 import os
 import shutil
 import subprocess
@@ -84,9 +85,7 @@ class LocalLauncher:
         tmp = tempfile.mkdtemp(prefix="finetune-job-")
         # ... except inductor's compile cache, kept where torch keeps it (in the launcher's TMPDIR): a
         # restarted or repeated job reuses the compiled kernels.
-        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
-
-        inductor = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or default_cache_dir()
+        inductor = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or _inductor_cache_dir()
         procs = []
         for node in range(self.nnodes):
             env = {**os.environ, "PET_NNODES": str(self.nnodes), "PET_NODE_RANK": str(node),
@@ -124,6 +123,15 @@ class LocalLauncher:
             _stop(procs)
             reader.join(timeout=5)
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _inductor_cache_dir() -> str:
+    """Where torch keeps inductor's compiled kernels when TORCHINDUCTOR_CACHE_DIR is not set."""
+    try:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    except ImportError:  # a private module: if it moves, its rule as of torch 2.13
+        return os.path.join(tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}")
+    return default_cache_dir()
 
 
 def visible_gpus() -> list[str]:

@@ -4,7 +4,9 @@ where an uninterrupted run ends, with the same data order.
 
 The fast checks; the ones that train, serve or run the pipeline are tests/integration/test_resilience.py (the integration tier)."""
 
-
+import getpass
+import json
+from pathlib import Path
 
 from trainer.checkpoint import Checkpointer
 from trainer.train import batches
@@ -33,3 +35,27 @@ def test_incomplete_checkpoint_is_ignored(store):
 # --- exit statuses under `restartPolicy: ExitCode` (trainer.exitcodes) --------------------------
 
 
+
+
+def test_each_local_job_gets_a_temporary_folder_removed_with_it(tmp_path, monkeypatch):
+    """The nodes' TMPDIR (torchrun's torchelastic_* logs, TensorBoard staging, checkpoints on their way up) is
+    the job's own and goes with it, whatever its processes left there; inductor's cache stays where torch keeps
+    it, so that a restarted job reuses its compiled kernels."""
+    import sys
+    import tempfile
+
+    from trainer import launch
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    node = ("import json, os, pathlib; d = os.environ['TMPDIR']; pathlib.Path(d, 'left-behind').mkdir(); "
+            "print(json.dumps([d, os.environ['TORCHINDUCTOR_CACHE_DIR']]), flush=True)")
+    monkeypatch.setattr(launch, "train_command", lambda args: [sys.executable, "-c", node])
+    seen = []
+    monkeypatch.setattr(launch, "_relay", lambda stream, dog: seen.extend(stream))
+    launch.LocalLauncher(nnodes=1).run([])
+    job_tmp, inductor = json.loads(seen[0])
+    assert Path(job_tmp).parent == tmp_path and Path(job_tmp).name.startswith("finetune-job-")
+    cache = f"torchinductor_{getpass.getuser()}"
+    assert not Path(job_tmp).exists() and {p.name for p in tmp_path.iterdir()} <= {cache}
+    assert inductor == launch._inductor_cache_dir() == str(tmp_path / cache)
