@@ -36,7 +36,8 @@ ifeq ($(CHROMIUM),)
 endif
 
 # Two workers, whole files each (module fixtures such as the served model start once), slowest files first
-# (tests/conftest.py): 757 s against 1335 s in one process on this 2-core machine (2026-11-24).
+# (tests/conftest.py): 757 s against 1335 s in one process on this 2-core machine (2026-11-24). A third
+# worker does not help: with three the cores were 98% busy and the suite took 549 s (2026-11-25).
 test: $(STAMP) chromium
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
