@@ -8,7 +8,6 @@ running the same `torchrun -m trainer train ...` command as the cluster's contai
 
 from __future__ import annotations
 
-import getpass
 import os
 import shutil
 import subprocess
@@ -83,15 +82,12 @@ class LocalLauncher:
         # The job's temporary files (torchrun's torchelastic_* logs, TensorBoard staging, checkpoints on
         # their way up) go to one directory removed with the job, however its processes ended.
         tmp = tempfile.mkdtemp(prefix="finetune-job-")
-        # ... except inductor's compile cache, kept where torch keeps it (in the launcher's TMPDIR): a
-        # restarted or repeated job reuses the compiled kernels.
-        inductor = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or _inductor_cache_dir()
         procs = []
         for node in range(self.nnodes):
             env = {**os.environ, "PET_NNODES": str(self.nnodes), "PET_NODE_RANK": str(node),
                    "PET_NPROC_PER_NODE": str(self.nproc_per_node), "PET_MASTER_ADDR": "127.0.0.1",
                    "PET_MASTER_PORT": str(port), "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1",
-                   "TMPDIR": tmp, "TORCHINDUCTOR_CACHE_DIR": inductor,
+                   **procs_mod.private_tmpdir_env(tmp),
                    **({"CUDA_VISIBLE_DEVICES": self.devices[node]} if self.devices is not None else {})}
             # Own process group: stopping a node stops its workers too, even a frozen one.
             procs.append(subprocess.Popen(train_command(train_args), env=env, start_new_session=True,
@@ -123,15 +119,6 @@ class LocalLauncher:
             _stop(procs)
             reader.join(timeout=5)
             shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _inductor_cache_dir() -> str:
-    """Where torch keeps inductor's compiled kernels when TORCHINDUCTOR_CACHE_DIR is not set."""
-    try:
-        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
-    except ImportError:  # a private module: if it moves, its rule as of torch 2.13
-        return os.path.join(tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}")
-    return default_cache_dir()
 
 
 def visible_gpus() -> list[str]:

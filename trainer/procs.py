@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import getpass
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 
@@ -141,6 +143,22 @@ class Started:
             return killed
         finally:
             subreaper(False)
+
+
+def private_tmpdir_env(tmp: str) -> dict[str, str]:
+    """Environment for a child whose temporary files go to `tmp`, a directory removed after it, except
+    inductor's compile cache, kept where torch keeps it for us: a restarted job or server reuses its
+    compiled kernels."""
+    return {"TMPDIR": tmp, "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR") or inductor_cache_dir()}
+
+
+def inductor_cache_dir() -> str:
+    """Where torch keeps inductor's compiled kernels when TORCHINDUCTOR_CACHE_DIR is not set."""
+    try:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    except ImportError:  # a private module: if it moves, its rule as of torch 2.13
+        return os.path.join(tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}")
+    return default_cache_dir()
 
 
 def guard(command: list[str], parent: int = 0, grace: float = 10.0, remove: Sequence[str] = ()) -> int:

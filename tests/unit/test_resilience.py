@@ -44,7 +44,7 @@ def test_each_local_job_gets_a_temporary_folder_removed_with_it(tmp_path, monkey
     import sys
     import tempfile
 
-    from trainer import launch
+    from trainer import launch, procs
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
@@ -58,4 +58,4 @@ def test_each_local_job_gets_a_temporary_folder_removed_with_it(tmp_path, monkey
     assert Path(job_tmp).parent == tmp_path and Path(job_tmp).name.startswith("finetune-job-")
     cache = f"torchinductor_{getpass.getuser()}"
     assert not Path(job_tmp).exists() and {p.name for p in tmp_path.iterdir()} <= {cache}
-    assert inductor == launch._inductor_cache_dir() == str(tmp_path / cache)
+    assert inductor == procs.inductor_cache_dir() == str(tmp_path / cache)

@@ -104,7 +104,7 @@ class Server:
     url: str  # http://host:port, without /v1
     log_path: Path
     names: list[str] = field(default_factory=list)  # served model names (base first)
-    tmp: str = ""  # the directory of its IPC sockets, removed once it is stopped
+    tmp: str = ""  # the directory of its IPC sockets and temporary files, removed once it is stopped
 
     @property
     def pgid(self) -> int:
@@ -205,9 +205,11 @@ def start(model_dir: str | Path, served_model_name: str, *, host: str = "127.0.0
     engine = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if not _cuda() else {}
     # vLLM's IPC sockets and temporary files (left behind when it is stopped) go to a directory of the
     # server's own, which its guard removes once the server is down, however it ended.
+    from trainer.procs import private_tmpdir_env
+
     tmp = tempfile.mkdtemp(prefix="vllm-rpc-", dir=rpc_base) if own_rpc else ""
     env = {"VLLM_CPU_KVCACHE_SPACE": "1", **engine, **os.environ, "HF_HUB_OFFLINE": "1",
-           **({"VLLM_RPC_BASE_PATH": tmp, "TMPDIR": tmp} if tmp else {}),
+           **({"VLLM_RPC_BASE_PATH": tmp, **private_tmpdir_env(tmp)} if tmp else {}),
            # No usage statistics sent home from a local run.
            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
     with open(log_path, "ab") as log:
