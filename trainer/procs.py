@@ -199,12 +199,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parent", type=int, default=0, help="stop when this process is gone (0: never)")
     parser.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
     parser.add_argument("--remove", action="append", default=[], metavar="DIR",
-                        help="a directory to remove once the command's tree is down (repeatable)")
+                        help="the command's own temporary directory, empty as the guard starts, removed once the "
+                             "command's tree is down (repeatable)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARG ...]")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command: give it after --")
+    for path in args.remove:  # never a folder with anything in it yet: `--remove ~` removes nothing
+        if not os.path.isdir(path) or os.path.islink(path) or os.listdir(path):
+            parser.error(f"--remove {path}: not an empty directory; give the command's own temporary "
+                         "directory, created empty for it")
     return guard(command, args.parent, args.grace, args.remove)
 
 

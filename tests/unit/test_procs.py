@@ -80,9 +80,8 @@ def stubborn(tmp_path):
 
 
 def test_the_guard_takes_down_a_tree_deaf_to_sigterm_when_its_parent_is_killed(tmp_path, stubborn):
-    tag, scratch = uuid.uuid4().hex, tmp_path / "scratch"  # the command's temporary files (vLLM's sockets)
-    (scratch / "sub").mkdir(parents=True)
-    (scratch / "sub" / "socket").write_text("")
+    tag, scratch = uuid.uuid4().hex, tmp_path / "scratch"  # the command's temporary directory (vLLM's sockets)
+    scratch.mkdir()
     # The parent starts the guard as trainer.serving.local does (own session, --parent), then waits: we SIGKILL it.
     parent = subprocess.Popen(
         [sys.executable, "-c", "import os, subprocess, sys, time; subprocess.Popen([sys.executable, '-m', "
@@ -92,7 +91,8 @@ def test_the_guard_takes_down_a_tree_deaf_to_sigterm_when_its_parent_is_killed(t
     try:
         # the parent, the guard, the command and its child in its own session
         wait_for(lambda: len(tagged(tag)) == 4, 60, parent, "the whole tree")
-        assert scratch.exists()  # kept while the command runs
+        (scratch / "sub").mkdir()  # what the command writes there
+        (scratch / "sub" / "socket").write_text("")
         parent.kill()
         parent.wait()
         assert survivors(tag, within=10) == []
@@ -167,3 +167,16 @@ def test_a_group_of_zombies_counts_as_stopped():
         procs.subreaper(False)
         for pid in zombies:
             os.waitpid(pid, 0)
+
+
+def test_the_guard_removes_only_a_directory_that_was_empty_as_it_started(tmp_path, capsys):
+    """--remove takes the command's own temporary directory: a folder with files in it (a typo, `~`) is
+    refused before anything runs, and kept."""
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "notes.txt").write_text("mine")
+    for path in (kept, tmp_path / "missing"):
+        with pytest.raises(SystemExit) as err:
+            procs.main(["--remove", str(path), "--", "true"])
+        assert err.value.code == 2 and f"--remove {path}: not an empty directory" in capsys.readouterr().err
+    assert (kept / "notes.txt").read_text() == "mine"
