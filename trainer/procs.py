@@ -161,6 +161,13 @@ def inductor_cache_dir() -> str:
     return default_cache_dir()
 
 
+def _say(line: str) -> None:
+    """A line to our stderr (the server's log file), which a full disk must not turn into a guard that
+    stops nothing."""
+    with contextlib.suppress(OSError):
+        print(line, file=sys.stderr, flush=True)
+
+
 def guard(command: list[str], parent: int = 0, grace: float = 10.0, remove: Sequence[str] = ()) -> int:
     """Run `command` and keep its whole tree tied to us and to `parent` (see the module's docstring);
     the directories in `remove` (its temporary files) go once the tree is down, however it ended.
@@ -173,24 +180,28 @@ def guard(command: list[str], parent: int = 0, grace: float = 10.0, remove: Sequ
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, on_signal)
-    child = subprocess.Popen(command)
-    while child.poll() is None and not stopping:
-        if parent and os.getppid() != parent:  # our parent died: we were handed to its reaper
-            print(f"procs: parent {parent} is gone; stopping {command[0]}", file=sys.stderr, flush=True)
-            stopping.append(signal.SIGTERM)
-            break
-        time.sleep(0.2)
-    if stopping:
-        print(f"procs: stopping the server ({signal.Signals(stopping[0]).name})", file=sys.stderr, flush=True)
-    # The command first (vLLM's api_server shuts its engine down on SIGTERM once it can), then
-    # whatever of its tree is left: group members and orphans handed to us.
-    stop([child.pid, *descendants(os.getpid())] if child.poll() is None else descendants(os.getpid()), grace)
-    code = child.wait()
-    for pid in descendants(os.getpid()):  # orphans handed to us that have ended: their status is ours to take
-        with contextlib.suppress(ChildProcessError, OSError):
-            os.waitpid(pid, os.WNOHANG)
-    for path in remove:
-        shutil.rmtree(path, ignore_errors=True)
+    child = None
+    try:
+        child = subprocess.Popen(command)
+        while child.poll() is None and not stopping:
+            if parent and os.getppid() != parent:  # our parent died: we were handed to its reaper
+                _say(f"procs: parent {parent} is gone; stopping {command[0]}")
+                stopping.append(signal.SIGTERM)
+                break
+            time.sleep(0.2)
+        if stopping:
+            _say(f"procs: stopping the server ({signal.Signals(stopping[0]).name})")
+    finally:  # whatever happened above, the tree goes down and its temporary files with it
+        # The command first (vLLM's api_server shuts its engine down on SIGTERM once it can), then
+        # whatever of its tree is left: group members and orphans handed to us.
+        stop([child.pid, *descendants(os.getpid())] if child and child.poll() is None else descendants(os.getpid()),
+             grace)
+        code = child.wait() if child else 127
+        for pid in descendants(os.getpid()):  # orphans handed to us that have ended: their status is ours to take
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, os.WNOHANG)
+        for path in remove:
+            shutil.rmtree(path, ignore_errors=True)
     return 128 + stopping[0] if stopping else code
 
 

@@ -180,3 +180,22 @@ def test_the_guard_removes_only_a_directory_that_was_empty_as_it_started(tmp_pat
             procs.main(["--remove", str(path), "--", "true"])
         assert err.value.code == 2 and f"--remove {path}: not an empty directory" in capsys.readouterr().err
     assert (kept / "notes.txt").read_text() == "mine"
+
+
+def test_a_guard_that_cannot_write_to_its_log_still_stops_the_tree():
+    """A full disk under the server's log (here /dev/full): the guard's own lines cannot be written, and
+    the tree still goes down when the parent is gone."""
+    tag = uuid.uuid4().hex
+    with open("/dev/full", "w") as full:
+        parent = subprocess.Popen(
+            [sys.executable, "-c", "import os, subprocess, sys, time; subprocess.Popen([sys.executable, '-m', "
+             "'trainer.procs', '--parent', str(os.getpid()), '--grace', '1', '--', 'sleep', '300'], "
+             "start_new_session=True); time.sleep(300)"],
+            cwd=ROOT, env={**os.environ, TAG: tag}, stderr=full)
+    try:
+        wait_for(lambda: len(tagged(tag)) == 3, 60, parent, "the whole tree")  # the parent, the guard, sleep
+        parent.kill()
+        parent.wait()
+        assert survivors(tag, within=10) == []
+    finally:
+        procs.stop(tagged(tag), grace=0)
