@@ -6,9 +6,9 @@ eager mode, float32): seconds until /v1/models answers, then the latency of tool
 first streamed chunk. Without --model it serves the built-in tiny model untrained, which
 measures the server, not the answers (its replies are not tool calls).
 
-Twice, in one run: as trainer.serving.local starts it on CPU (the engine core and its worker in the
-API server's process, VLLM_ENABLE_V1_MULTIPROCESSING=0), and with vLLM's default of a process each
-(the baseline); the last lines are the ratios.
+Twice, in one run: as trainer.serving.local starts it on CPU (the worker in the engine core's
+process, VLLM_ENABLE_V1_MULTIPROCESSING=0: the API server and the engine core), and with vLLM's
+default of a worker process of its own (the baseline); the last lines are the ratios.
 
 Run on a quiet machine: start-up is CPU-bound, and on 2 cores any other work stretches it.
 """
@@ -67,7 +67,7 @@ def main() -> None:
         print(f"tool request, streaming: first chunk after median {median(firsts):.3f} s")
         print(f"{4 * args.requests} tool requests, 8 in flight: {batch_s:.2f} s")
     (ours, base) = got.values()
-    print(f"start-up: {base[0] / ours[0]:.2f}x faster in one process; median latency ratio (default / ours): "
+    print(f"start-up: {base[0] / ours[0]:.2f}x faster without the worker process; median latency ratio (default / ours): "
           f"{median(base[1]) / median(ours[1]):.2f}, first chunk: {median(base[2]) / median(ours[2]):.2f}, "
           f"8 in flight: {base[4] / ours[4]:.2f} (above 1: ours faster)")
 

@@ -12,7 +12,7 @@ from tests.unit.test_sweep import TRIALS
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_sweep(tmp_path, min_gain, max_steps=40, trials=TRIALS):
+def run_sweep(tmp_path, min_gain, max_steps, trials):
     """The sweep deploying its winner is tests/integration/test_pipeline_local.py's sweep run."""
     return subprocess.run(
         [sys.executable, "-m", "pipelines.run_local", "--pipeline", "sweep", "--parallelism", "2",

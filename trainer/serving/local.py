@@ -123,7 +123,7 @@ class Server:
                 time.sleep(0.2)
             _signal_group(self.pgid, signal.SIGKILL)
             self.proc.wait(timeout=10)
-        if self.tmp:
+        if self.tmp:  # the guard removes it too, unless the SIGKILL above reached the guard first
             shutil.rmtree(self.tmp, ignore_errors=True)
         atexit.unregister(self.stop)
 
@@ -197,8 +197,9 @@ def start(model_dir: str | Path, served_model_name: str, *, host: str = "127.0.0
     if log_path is None:
         log_path = Path(tempfile.mkdtemp(prefix="vllm-")) / "server.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    # On CPU the engine core and its one worker run in the API server's process (vLLM's default is a
-    # process each, three imports of vLLM). benchmarks/serve_vllm.py, tiny model, 2 cores, 2026-11-25:
+    # On CPU the worker runs in the engine core's process (vLLM's default gives it a process of its own:
+    # three imports of vLLM instead of two; the API server always spawns the engine core, and the CPU
+    # platform forces spawn). benchmarks/serve_vllm.py, tiny model, 2 cores, 2026-11-25:
     # ready in 18.7 s vs 20.5 s idle (19 s vs 32 s with other work beside it), 40 requests 8 in flight
     # 1.04 s vs 3.78 s (the evaluate step's pattern), one request at a time 0.054 s vs 0.047 s median.
     # A GPU keeps vLLM's default.
