@@ -147,9 +147,15 @@ class Started:
 
 def private_tmpdir_env(tmp: str) -> dict[str, str]:
     """Environment for a child whose temporary files go to `tmp`, a directory removed after it, except
-    inductor's compile cache, kept where torch keeps it for us: a restarted job or server reuses its
-    compiled kernels."""
-    return {"TMPDIR": tmp, "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR") or inductor_cache_dir()}
+    inductor's compile caches, kept where torch keeps them for us: a restarted job or server reuses its
+    compiled kernels. Two places: TORCHINDUCTOR_CACHE_DIR, and inductor's precompiled headers, which it
+    keeps under TMPDIR whatever that variable says (torch 2.13): a link in `tmp` to torch's folder, where
+    one exists, spares each compiling process 4 s of g++ (2 cores, 2026-11-25)."""
+    shared = inductor_cache_dir()
+    if os.path.isdir(shared):
+        with contextlib.suppress(OSError):  # only time is lost without it
+            os.symlink(shared, os.path.join(tmp, os.path.basename(shared)))
+    return {"TMPDIR": tmp, "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR") or shared}
 
 
 def inductor_cache_dir() -> str:
@@ -210,15 +216,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parent", type=int, default=0, help="stop when this process is gone (0: never)")
     parser.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
     parser.add_argument("--remove", action="append", default=[], metavar="DIR",
-                        help="the command's own temporary directory, empty as the guard starts, removed once the "
-                             "command's tree is down (repeatable)")
+                        help="the command's own temporary directory, holding nothing but links as the guard "
+                             "starts, removed once the command's tree is down (repeatable)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARG ...]")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command: give it after --")
     for path in args.remove:  # never a folder with anything in it yet: `--remove ~` removes nothing
-        if not os.path.isdir(path) or os.path.islink(path) or os.listdir(path):
+        # (links aside: removing one leaves what it points to; private_tmpdir_env makes one)
+        if not os.path.isdir(path) or os.path.islink(path) or any(
+                not os.path.islink(os.path.join(path, name)) for name in os.listdir(path)):
             parser.error(f"--remove {path}: not an empty directory; give the command's own temporary "
                          "directory, created empty for it")
     return guard(command, args.parent, args.grace, args.remove)

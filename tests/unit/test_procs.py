@@ -180,6 +180,14 @@ def test_the_guard_removes_only_a_directory_that_was_empty_as_it_started(tmp_pat
             procs.main(["--remove", str(path), "--", "true"])
         assert err.value.code == 2 and f"--remove {path}: not an empty directory" in capsys.readouterr().err
     assert (kept / "notes.txt").read_text() == "mine"
+    # links (trainer.procs.private_tmpdir_env's to inductor's cache) do not count, and removing them keeps
+    # what they point to
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "kept").symlink_to(kept)
+    guarded = subprocess.run([sys.executable, "-m", "trainer.procs", "--remove", str(own), "--", "true"], cwd=ROOT)
+    assert guarded.returncode == 0
+    assert not own.exists() and (kept / "notes.txt").read_text() == "mine"
 
 
 def test_a_guard_that_cannot_write_to_its_log_still_stops_the_tree():

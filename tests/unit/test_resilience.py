@@ -8,6 +8,8 @@ import getpass
 import json
 from pathlib import Path
 
+import pytest
+
 from trainer.checkpoint import Checkpointer
 from trainer.train import batches
 
@@ -37,10 +39,13 @@ def test_incomplete_checkpoint_is_ignored(store):
 
 
 
-def test_each_local_job_gets_a_temporary_folder_removed_with_it(tmp_path, monkeypatch):
+@pytest.mark.parametrize("compiled_before", [True, False], ids=["cache-exists", "no-cache-yet"])
+def test_each_local_job_gets_a_temporary_folder_removed_with_it(tmp_path, monkeypatch, compiled_before):
     """The nodes' TMPDIR (torchrun's torchelastic_* logs, TensorBoard staging, checkpoints on their way up) is
-    the job's own and goes with it, whatever its processes left there; inductor's cache stays where torch keeps
-    it, so that a restarted job reuses its compiled kernels."""
+    the job's own and goes with it, whatever its processes left there; inductor's caches stay where torch keeps
+    them, so that a restarted job reuses its compiled kernels: TORCHINDUCTOR_CACHE_DIR, and the precompiled
+    headers inductor keeps under TMPDIR, through a link in the job's TMPDIR to torch's folder once it exists
+    (nothing is created for a job that compiles nothing)."""
     import sys
     import tempfile
 
@@ -48,14 +53,23 @@ def test_each_local_job_gets_a_temporary_folder_removed_with_it(tmp_path, monkey
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    cache = f"torchinductor_{getpass.getuser()}"
+    if compiled_before:
+        (tmp_path / cache / "precompiled_headers").mkdir(parents=True)
+        (tmp_path / cache / "precompiled_headers" / "kept.h").write_text("kept")
     node = ("import json, os, pathlib; d = os.environ['TMPDIR']; pathlib.Path(d, 'left-behind').mkdir(); "
-            "print(json.dumps([d, os.environ['TORCHINDUCTOR_CACHE_DIR']]), flush=True)")
+            "print(json.dumps([d, os.environ['TORCHINDUCTOR_CACHE_DIR'], "
+            f"os.path.realpath(os.path.join(d, {cache!r}, 'precompiled_headers'))]), flush=True)")
     monkeypatch.setattr(launch, "train_command", lambda args: [sys.executable, "-c", node])
     seen = []
     monkeypatch.setattr(launch, "_relay", lambda stream, dog: seen.extend(stream))
     launch.LocalLauncher(nnodes=1).run([])
-    job_tmp, inductor = json.loads(seen[0])
+    job_tmp, inductor, headers = json.loads(seen[0])
     assert Path(job_tmp).parent == tmp_path and Path(job_tmp).name.startswith("finetune-job-")
-    cache = f"torchinductor_{getpass.getuser()}"
     assert not Path(job_tmp).exists() and {p.name for p in tmp_path.iterdir()} <= {cache}
     assert inductor == procs.inductor_cache_dir() == str(tmp_path / cache)
+    if compiled_before:  # where torch keeps them for this machine's TMPDIR; removing the job kept them
+        assert headers == str(tmp_path / cache / "precompiled_headers")
+        assert (tmp_path / cache / "precompiled_headers" / "kept.h").read_text() == "kept"
+    else:
+        assert headers == str(Path(job_tmp) / cache / "precompiled_headers") and not (tmp_path / cache).exists()
