@@ -24,9 +24,9 @@ if _workers := int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0):
 # longest runs start at once and the short files fill in beside them instead of one long file running alone at
 # the end (order from --durations on 2 cores, 2026-11-25).
 HEAVY_FIRST = tuple(f"integration/test_{name}.py" for name in (
-    "pipeline_local", "resilience", "procs", "eval_served", "real_model_serving", "train_integration",
-    "serve_openai", "sweep", "gguf", "model", "benchmarks", "watchdog", "real_tokenizers", "real_templates",
-    "components", "recipe_shutdown", "compile_trial")) + ("fake_api/test_cluster_fake_api.py",
+    "pipeline_local", "resilience", "serve_openai", "real_model_serving", "procs", "train_integration",
+    "eval_served", "sweep", "gguf", "benchmarks", "watchdog", "model", "real_tokenizers", "recipe_shutdown",
+    "real_templates", "compile_trial")) + ("fake_api/test_cluster_fake_api.py",
                                                         "fake_api/test_submit_fake_api.py")
 TESTS = Path(__file__).parent
 

@@ -3,9 +3,9 @@ vLLM serving the merged model the demo deploys (started once, through `python -m
 the same flag checks on the cluster Deployment's arguments (--dry-run), base + adapter side by
 side through the deploy component, and SIGTERM taking the whole server down.
 
-The model is the built-in tiny one, fine-tuned briefly (LoRA, 150 steps) so that it answers a
-tool request with `<tool_call>{...}</tool_call>`, which vLLM's hermes parser turns into
-`message.tool_calls`.
+The model is the built-in tiny one, fine-tuned briefly (LoRA, 150 steps) through the pipeline's
+component functions (their outputs checked here too, evaluate's included) so that it answers a tool
+request with `<tool_call>{...}</tool_call>`, which vLLM's hermes parser turns into `message.tool_calls`.
 """
 
 from __future__ import annotations
@@ -18,13 +18,15 @@ import sys
 import time
 
 import pytest
-from kfp.dsl import HTML, Dataset, Metrics, Model
+from kfp.dsl import HTML, Dataset, Markdown, Metrics, Model
 
 from trainer.serving import args as serve_args, client as serve_client, local as serve_local
 from tests.unit.test_serve_openai import LLAMA3_TEMPLATE, LLAMA3_TOKENS, TOOLS, TUNED, art, assert_openai_flags
 
 
 # --- the real server --------------------------------------------------------------------------
+
+STEPS = 150
 
 
 @pytest.fixture(scope="module")
@@ -38,15 +40,47 @@ def tuned(s3_env, tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("served")
     a = {n: art(Model, tmp, n) for n in ("model", "adapter", "merged")}
-    a["dataset"] = art(Dataset, tmp, "dataset")
+    a.update(dataset=art(Dataset, tmp, "dataset"), train_metrics=art(Metrics, tmp, "m"), report=art(HTML, tmp, "r"))
     deliver_model.python_func(source="builtin:tiny-llama", revision="", model=a["model"])
     deliver_dataset.python_func(source="builtin:function-calling", revision="", eval_fraction=0.1, seed=0,
                                 dataset=a["dataset"])
     finetune.python_func(base_model=a["model"], dataset=a["dataset"], run_id="serve-test", adapter=a["adapter"],
-                         metrics=art(Metrics, tmp, "m"), report=art(HTML, tmp, "r"), nodes=1, max_steps=150,
+                         metrics=a["train_metrics"], report=a["report"], nodes=1, max_steps=STEPS,
                          batch_tokens=1024, lora_train_embeddings=False)
     merge_lora.python_func(base_model=a["model"], adapter=a["adapter"], merged=a["merged"])
     return a
+
+
+def test_the_finetune_evaluate_and_merge_components_record_their_outputs(tuned, tmp_path):
+    """Each component's Python function on real temp-path artifacts and S3 (the chain above), evaluate
+    included."""
+    from components.evaluate import evaluate
+
+    model, adapter, merged = tuned["model"], tuned["adapter"], tuned["merged"]
+    page = open(tuned["report"].path).read()
+    assert page.startswith("<!doctype html>") and "data:image/png;base64," in page and "train_loss" in page
+    assert adapter.metadata["uri"] != model.metadata["uri"] and adapter.metadata["method"] == "lora"
+    assert tuned["train_metrics"].metadata["train_steps"] == STEPS
+    assert tuned["train_metrics"].metadata["world_size"] == 1
+
+    scores, examples = art(Metrics, tmp_path, "scores"), art(Markdown, tmp_path, "examples")
+    evaluate.python_func(base_model=model, tuned_model=adapter, dataset=tuned["dataset"], metrics=scores,
+                         examples=examples, max_rows=8)
+    # no text rows in these 8: no text_match / text_eval_loss (a logged 0 would read as measured)
+    # and of the BFCL categories only `multiple` (five tools offered, one call): the others are not measured
+    ast = {"fc_ast_accuracy", "fc_exact_accuracy", "fc_multiple_accuracy"}
+    names = {f"{m}_{k}" for m in ("base", "tuned") for k in ("eval_loss", "fc_accuracy", *ast)}
+    assert set(scores.metadata) == names | ast | {"fc_accuracy_gain", "fc_ast_accuracy_gain", "eval_rows", "fc_rows",
+                                                  "text_rows", "skipped_long_rows", "promoted"} \
+        | {f"fc_{c}_rows" for c in ("simple", "multiple", "parallel", "irrelevance", "multi_turn")}
+    assert scores.metadata["fc_multiple_rows"] == 8 and scores.metadata["fc_irrelevance_rows"] == 0
+    assert scores.metadata["fc_ast_accuracy"] == scores.metadata["tuned_fc_ast_accuracy"]
+    assert scores.metadata["skipped_long_rows"] == 0
+    assert scores.metadata["eval_rows"] == 8 and scores.metadata["fc_rows"] == 8 and scores.metadata["text_rows"] == 0
+    assert scores.metadata["tuned_eval_loss"] < scores.metadata["base_eval_loss"]
+    assert "| function-calling accuracy (8 tool-call rows) |" in open(examples.path).read()
+
+    assert merged.metadata["uri"] not in (model.metadata["uri"], adapter.metadata["uri"])
 
 
 @pytest.fixture(scope="module")

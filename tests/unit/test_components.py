@@ -1,6 +1,7 @@
 """Component tier: each component's Python function with real temp-path artifacts and S3.
 
-The fast checks; the ones that train, serve or run the pipeline are tests/integration/test_components.py (the integration tier)."""
+The fast checks; the ones that train, evaluate and merge are in tests/integration/test_serve_openai.py (the
+integration tier), on the chain that serves."""
 
 import json
 
