@@ -12,18 +12,15 @@ from tests.unit.test_benchmarks import _gone
 
 
 def test_a_run_past_its_time_limit_is_killed_with_its_children_and_reported(tmp_path):
-    import time
-
+    """The timeout's own path (its message), and no child left: decided by what happened, not by the clock."""
     from benchmarks.gpu_compare import RunFailed, run_logged
 
     pid_file = tmp_path / "child.pid"
     script = ("import subprocess, sys, time; "
               "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
               f"open({str(pid_file)!r}, 'w').write(str(c.pid)); print('step 1\\rstep 2', flush=True); time.sleep(60)")
-    start = time.monotonic()
     with pytest.raises(RunFailed, match=r"timed out after 10 s") as err:  # time to start under load
         run_logged([sys.executable, "-c", script], tmp_path / "run.log", timeout_s=10)
-    assert time.monotonic() - start < 40
     assert err.value.tail() == "step 2"  # a progress bar's last state
     assert _gone(int(pid_file.read_text()))  # no orphan
 
