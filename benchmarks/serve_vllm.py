@@ -67,8 +67,9 @@ def main() -> None:
         print(f"tool request, streaming: first chunk after median {median(firsts):.3f} s")
         print(f"{4 * args.requests} tool requests, 8 in flight: {batch_s:.2f} s")
     (ours, base) = got.values()
-    print(f"start-up: {base[0] / ours[0]:.2f}x faster without the worker process; median latency ratio (default / ours): "
-          f"{median(base[1]) / median(ours[1]):.2f}, first chunk: {median(base[2]) / median(ours[2]):.2f}, "
+    print(f"start-up: {base[0] / ours[0]:.2f}x faster without the worker process; median latency ratio "
+          f"(default / ours): {median(base[1]) / median(ours[1]):.2f}, "
+          f"first chunk: {median(base[2]) / median(ours[2]):.2f}, "
           f"8 in flight: {base[4] / ours[4]:.2f} (above 1: ours faster)")
 
 

@@ -2,7 +2,8 @@
 the local launcher; the job restarts, resumes from the last checkpoint, and ends exactly
 where an uninterrupted run ends, with the same data order.
 
-The fast checks; the ones that train, serve or run the pipeline are tests/integration/test_resilience.py (the integration tier)."""
+The fast checks; the ones that train, serve or run the pipeline are tests/integration/test_resilience.py (the
+integration tier)."""
 
 import getpass
 import json
@@ -12,7 +13,6 @@ import pytest
 
 from trainer.checkpoint import Checkpointer
 from trainer.train import batches
-
 
 
 def test_data_position_is_exact_after_a_skip():
@@ -34,9 +34,7 @@ def test_incomplete_checkpoint_is_ignored(store):
     assert ckpt.latest() == 10
 
 
-# --- exit statuses under `restartPolicy: ExitCode` (trainer.exitcodes) --------------------------
-
-
+# --- the local launcher's temporary folder -------------------------------------------------------
 
 
 @pytest.mark.parametrize("compiled_before", [True, False], ids=["cache-exists", "no-cache-yet"])
