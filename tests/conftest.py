@@ -98,6 +98,15 @@ def tokenizer(tiny_model_dir):
 
 
 @pytest.fixture
+def no_retry_backoff(monkeypatch):
+    """urllib3 still retries as configured but does not sleep between tries: a test of what a dead
+    endpoint says need not wait out the client's backoff (0.5 + 1 + 2 s for a Store's transfers)."""
+    from urllib3.util.retry import Retry
+
+    monkeypatch.setattr(Retry, "_sleep_backoff", lambda self: None)
+
+
+@pytest.fixture
 def default_settings(monkeypatch):
     """Every trainer.settings value at its default (other fixtures point S3_* at moto)."""
     from trainer import settings

@@ -832,7 +832,7 @@ def test_deploy_k8s_deploys_through_serving_and_prints_the_result_fake_api(monke
     deploy = serving.deploy
     monkeypatch.setattr(serving, "deploy", lambda backend, spec, store, *a, **kw: (
         calls.append((backend, spec.max_lora_rank, spec.tool_call_parser, store))
-        or deploy(backend, spec, store, *a, **kw)))
+        or deploy(backend, spec, store, *a, **{**kw, "poll_s": 0.01})))  # the fake is Ready at the first poll
     with FakeKubeAPI() as api:
         config = tmp_path / "kubeconfig"
         config.write_text(json.dumps({

@@ -445,7 +445,8 @@ def test_s3_source_without_s3_endpoint_is_refused_before_the_throwaway_server(tm
     assert not no_s3 and not root.exists() and not (tmp_path / "runs").exists()
 
 
-def test_unreachable_s3_endpoint_is_refused_before_the_pipeline_starts(tmp_path, capsys, monkeypatch):
+def test_unreachable_s3_endpoint_is_refused_before_the_pipeline_starts(tmp_path, capsys, monkeypatch,
+                                                                      no_retry_backoff):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
     monkeypatch.setenv("S3_ENDPOINT", "")  # restored after the test (start_s3 sets it)

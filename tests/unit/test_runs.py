@@ -296,7 +296,7 @@ def test_a_runs_tensorboard_events_are_its_own_finetune_tasks_not_whatever_was_w
     assert [p.name for p in target.iterdir()] == ["ours-1"] and list((target / "ours-1").glob("events.out.*"))
 
 
-def test_tensorboard_copy_from_a_dead_endpoint_is_a_user_error(tmp_path):
+def test_tensorboard_copy_from_a_dead_endpoint_is_a_user_error(tmp_path, no_retry_backoff):
     from trainer.errors import UserError
     from trainer.storage import Store
 

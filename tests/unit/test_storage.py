@@ -63,7 +63,7 @@ def test_cache_reuses_a_complete_download(store, tmp_path):
     assert first == store.get_tree(uri) and (first / MANIFEST).exists()
 
 
-def test_unreachable_endpoint_is_one_clear_error(s3_env):
+def test_unreachable_endpoint_is_one_clear_error(s3_env, no_retry_backoff):
     import socket
 
     with socket.socket() as s:  # a port nobody listens on
