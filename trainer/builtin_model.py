@@ -3,11 +3,18 @@
 It is saved as an ordinary Hugging Face model directory (config, safetensors weights,
 tokenizer with a chat template), so every later stage treats it exactly like a model
 from the Hub. It exists so that the whole pipeline runs offline in about a minute.
+
+Delivery takes it from the local cache (`cached`: FINETUNE_CACHE_DIR/builtin/), built there once:
+building imports transformers and trains the tokenizer, ~3 s of every run's deliver-model step.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 from trainer import builtin_data
@@ -98,3 +105,57 @@ def build(out_dir: str | Path, *, hidden_size: int = HIDDEN_SIZE, layers: int = 
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
+
+
+# What a built directory is made of: the builder's code (this file and the rows its tokenizer is trained
+# on) and the libraries that write the files. A change to any of them builds again.
+_KEYED_BY = ("torch", "transformers", "tokenizers", "safetensors")
+_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+          "chat_template.jinja")
+
+
+def cache_key() -> str:
+    from importlib.metadata import version
+
+    h = hashlib.sha256()
+    for path in (Path(__file__), Path(builtin_data.__file__)):
+        h.update(path.read_bytes())
+    for name in _KEYED_BY:
+        h.update(f"{name}=={version(name)};".encode())
+    return h.hexdigest()[:16]
+
+
+def cached(fallback_dir: str | Path, cache_dir: str | Path | None = None) -> Path:
+    """The built model in `cache_dir` (default FINETUNE_CACHE_DIR)/builtin/tiny-llama-<cache_key>, built
+    there on first use; the same files `build` writes (it is deterministic), so the delivered tree and its
+    hash do not depend on the cache. Built beside its final name and renamed into place, so a process that
+    reads it never sees half a model, and two that build at once keep one. Where the cache cannot be
+    written it is built into `fallback_dir`. Treat the directory as read-only."""
+    from trainer import settings
+
+    final = Path(cache_dir or settings.get("FINETUNE_CACHE_DIR")) / "builtin" / f"tiny-llama-{cache_key()}"
+
+    def complete() -> bool:
+        return all((final / name).is_file() for name in _FILES)
+
+    if complete():
+        return final
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=".tiny-llama-", dir=final.parent))
+    except OSError:
+        return build(fallback_dir)
+    try:
+        build(work)
+        if complete():  # another process renamed its build into place meanwhile: the same files, kept
+            return final
+        if final.exists():  # damaged (a file of it removed): replaced by this build
+            shutil.rmtree(final, ignore_errors=True)
+        try:
+            os.rename(work, final)
+        except OSError:  # another process's build went into place between the two lines above
+            if not complete():
+                raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return final

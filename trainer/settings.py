@@ -47,8 +47,8 @@ _DEFAULTS = {
     # "0" (or false/no/off): compile=true keeps the compiled layers without timing them against
     # eager first (trainer.train._CompileTrial; to benchmark compiled layers as such).
     "FINETUNE_COMPILE_TRIAL": "auto",
-    # Local cache of content-addressed downloads; safe to share between runs because a
-    # prefix's content never changes.
+    # Local cache of content-addressed downloads (a prefix's content never changes) and of the built-in
+    # model (keyed by its builder's code and library versions): safe to share between runs.
     "FINETUNE_CACHE_DIR": os.path.join(os.path.expanduser("~"), ".cache", "llm-finetune"),
 }
 

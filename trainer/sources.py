@@ -281,7 +281,7 @@ def materialize_model(src: Source, revision: str, workdir: Path) -> Path:
     if src.kind == "builtin":
         from trainer import builtin_model
 
-        return builtin_model.build(workdir / "model")
+        return builtin_model.cached(workdir / "model")
     if src.kind == "local":
         path = Path(src.ref)
         collect(model_dir_problems(path, check_tokenizer=False), what=f"model {path} cannot be trained")
