@@ -20,6 +20,7 @@ one does.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import time
@@ -119,6 +120,36 @@ def dtype_name(tensor_types: list[str]) -> str:
     return "bfloat16" if "BF16" in tensor_types else "float16" if "F16" in tensor_types else "float32"
 
 
+@contextlib.contextmanager
+def read_once(path: str | Path):
+    """transformers reads a GGUF three times (config, tokenizer, weights), each time with a new
+    gguf.GGUFReader, which parses every metadata field (for SmolLM2's 49k-token vocabulary and merges,
+    ~2.5 s), and it rebuilds gguf's tensor-name table for every module of the model (~4 s for 30 layers).
+    Both are pure functions of their arguments and only read: within this block one reader of `path`
+    and one table per (architecture, layers) serve every call. transformers looks both names up in the
+    gguf module when it calls them (modeling_gguf_pytorch_utils imports them inside its functions), so
+    replacing the module's names reaches it; they are restored on leaving. Blocks nest (an inner one's
+    reader comes from the outer one's)."""
+    import gguf
+
+    reader_class, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    ours = os.path.realpath(path)
+    shared: dict[str, Any] = {}
+
+    def reader(p, mode="r"):
+        if mode != "r" or os.path.realpath(p) != ours:
+            return reader_class(p, mode)
+        if "reader" not in shared:
+            shared["reader"] = reader_class(p, mode)
+        return shared["reader"]
+
+    gguf.GGUFReader, gguf.get_tensor_name_map = reader, functools.cache(name_map)
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = reader_class, name_map
+
+
 def convert(path: str | Path, out_dir: str | Path) -> Path:
     """De-quantize the GGUF file `path` into the model directory `out_dir` (config.json, model.safetensors,
     generation_config.json, tokenizer files, chat_template.jinja); returns out_dir.
@@ -140,15 +171,16 @@ def convert(path: str | Path, out_dir: str | Path) -> Path:
         dense = {"quantization_config": GgufConfig(dequantize=True)}
 
     path, out = Path(path), Path(out_dir)
-    # The chat template is the caller's to require (sources.deliver_model checks the converted directory).
-    collect(file_problems(path, check_tokenizer=False), what=f"model {path} cannot be converted")
-    info = metadata(path)
-    dtype = dtype_name(info["tensor_types"])
     start = time.monotonic()
     where = {"pretrained_model_name_or_path": str(path.parent), "gguf_file": path.name}  # a local file: no network
     try:
-        tokenizer = AutoTokenizer.from_pretrained(**where)
-        model = AutoModelForCausalLM.from_pretrained(**where, dtype=getattr(torch, dtype), **dense)
+        with read_once(path):
+            # The chat template is the caller's to require (sources.deliver_model checks the converted directory).
+            collect(file_problems(path, check_tokenizer=False), what=f"model {path} cannot be converted")
+            info = metadata(path)
+            dtype = dtype_name(info["tensor_types"])
+            tokenizer = AutoTokenizer.from_pretrained(**where)
+            model = AutoModelForCausalLM.from_pretrained(**where, dtype=getattr(torch, dtype), **dense)
     except NotImplementedError as err:  # gguf's dequantize for a tensor type it does not know
         raise UserError(f"model {path}: {str(err).splitlines()[0][:200]}: re-quantize it with llama.cpp to a type the "
                         f"gguf package de-quantizes (Q8_0, Q4_K_M, F16, ...) or upgrade gguf ({_INSTALL})") from None

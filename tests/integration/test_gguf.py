@@ -116,6 +116,32 @@ def test_a_tiny_gguf_converts_to_a_plain_model_directory_in_its_dtype(tmp_path, 
     assert tokenizer.model_max_length == 256
 
 
+def test_a_conversion_reads_the_gguf_once_and_leaves_the_gguf_module_as_it_was(tmp_path, monkeypatch):
+    """transformers reads the file three times (config, tokenizer, weights) and the check before a conversion once
+    more: one gguf.GGUFReader serves them all; another file read meanwhile gets its own; after the conversion
+    gguf's names are its own again. The converted model is compared with transformers' own reading above."""
+    import gguf
+
+    opened = []
+
+    class Counted(gguf.GGUFReader):
+        def __init__(self, path, mode="r"):
+            opened.append(Path(path).name)
+            super().__init__(path, mode)
+
+    monkeypatch.setattr(gguf, "GGUFReader", Counted)
+    name_map = gguf.get_tensor_name_map
+    path, other = tiny_gguf(tmp_path / "tiny.Q8_0.gguf"), tiny_gguf(tmp_path / "other.Q8_0.gguf")
+    with trainer_gguf.read_once(path):
+        out = sources.materialize_model(sources.Source("local", str(path)), "", tmp_path / "work")
+        assert gguf.GGUFReader(str(other)) is not gguf.GGUFReader(str(path))
+    assert (out / "model.safetensors").is_file()
+    assert opened == ["tiny.Q8_0.gguf", "other.Q8_0.gguf"]
+    assert gguf.GGUFReader is Counted and gguf.get_tensor_name_map is name_map
+    trainer_gguf.convert(path, tmp_path / "again")  # on its own, outside any block: one reader too
+    assert opened[2:] == ["tiny.Q8_0.gguf"]
+
+
 def test_a_gguf_uploaded_to_the_bucket_or_local_is_delivered_once(tmp_path, store, capsys):
     """s3://bucket/uploads/x.gguf and the same file on this machine convert into the same tree: delivering the
     .gguf again uploads nothing."""
