@@ -20,14 +20,18 @@ if _workers := int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0):
 # (real processes: torchrun, kfp.local, vLLM, real models). The folder is the tier: its tests carry the
 # `integration` marker from here, so `-m "not integration"` still selects the first two.
 #
-# The slowest files first: whole files go to the workers in this order (--no-loadscope-reorder), so that the
-# longest runs start at once and the short files fill in beside them instead of one long file running alone at
-# the end (order from --durations on 2 cores, 2026-11-25).
-HEAVY_FIRST = tuple(f"integration/test_{name}.py" for name in (
+# The order whole files go to the workers in (--no-loadscope-reorder): the slowest first, so that the longest
+# runs start at once and the short files fill in beside them instead of one long file running alone at the end
+# (order from --durations on 2 cores, 2026-11-25). The files whose tests mostly wait (fake servers answering
+# late, timeouts, signals: a core idle for 8-13 s of their 6-20 s) go third, beside the heavy files, whose
+# processes take up the idle core; what is left for the end keeps both cores busy.
+SLOWEST = tuple(f"integration/test_{name}.py" for name in (
     "pipeline_local", "resilience", "serve_openai", "real_model_serving", "procs", "train_integration",
     "eval_served", "sweep", "gguf", "benchmarks", "watchdog", "model", "real_tokenizers", "recipe_shutdown",
-    "real_templates", "compile_trial")) + ("fake_api/test_cluster_fake_api.py",
-                                                        "fake_api/test_submit_fake_api.py")
+    "real_templates", "compile_trial"))
+MOSTLY_WAITING = ("fake_api/test_cluster_fake_api.py", "unit/test_procs.py", "fake_api/test_submit_fake_api.py",
+                  "fake_api/test_registry_fake_api.py", "fake_api/test_llmisvc.py", "unit/test_cli_errors.py")
+HEAVY_FIRST = SLOWEST[:2] + MOSTLY_WAITING + SLOWEST[2:]
 TESTS = Path(__file__).parent
 
 
