@@ -129,7 +129,8 @@ def read_once(path: str | Path):
     and one table per (architecture, layers) serve every call. transformers looks both names up in the
     gguf module when it calls them (modeling_gguf_pytorch_utils imports them inside its functions), so
     replacing the module's names reaches it; they are restored on leaving. Blocks nest (an inner one's
-    reader comes from the outer one's)."""
+    reader comes from the outer one's); one conversion at a time per process, as the deliver step and the
+    CLI run them (the names are the module's, not a thread's)."""
     import gguf
 
     reader_class, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
