@@ -174,21 +174,22 @@ def convert(path: str | Path, out_dir: str | Path) -> Path:
     path, out = Path(path), Path(out_dir)
     start = time.monotonic()
     where = {"pretrained_model_name_or_path": str(path.parent), "gguf_file": path.name}  # a local file: no network
-    try:
-        with read_once(path):
-            # The chat template is the caller's to require (sources.deliver_model checks the converted directory).
-            collect(file_problems(path, check_tokenizer=False), what=f"model {path} cannot be converted")
-            info = metadata(path)
-            dtype = dtype_name(info["tensor_types"])
+    with read_once(path):
+        # The chat template is the caller's to require (sources.deliver_model checks the converted directory).
+        collect(file_problems(path, check_tokenizer=False), what=f"model {path} cannot be converted")
+        info = metadata(path)
+        dtype = dtype_name(info["tensor_types"])
+        try:
             tokenizer = AutoTokenizer.from_pretrained(**where)
             model = AutoModelForCausalLM.from_pretrained(**where, dtype=getattr(torch, dtype), **dense)
-    except NotImplementedError as err:  # gguf's dequantize for a tensor type it does not know
-        raise UserError(f"model {path}: {str(err).splitlines()[0][:200]}: re-quantize it with llama.cpp to a type the "
-                        f"gguf package de-quantizes (Q8_0, Q4_K_M, F16, ...) or upgrade gguf ({_INSTALL})") from None
-    except (ValueError, KeyError, IndexError, OSError) as err:  # a GGUF whose metadata transformers does not follow
-        raise UserError(f"model {path} does not load with transformers ({type(err).__name__}: "
-                        f"{str(err).splitlines()[0][:200]}): use the original Hugging Face model (a directory or "
-                        "Hub id) instead of its GGUF") from None
+        except NotImplementedError as err:  # gguf's dequantize for a tensor type it does not know
+            raise UserError(f"model {path}: {str(err).splitlines()[0][:200]}: re-quantize it with llama.cpp to a type "
+                            f"the gguf package de-quantizes (Q8_0, Q4_K_M, F16, ...) or upgrade gguf ({_INSTALL})"
+                            ) from None
+        except (ValueError, KeyError, IndexError, OSError) as err:  # metadata transformers does not follow
+            raise UserError(f"model {path} does not load with transformers ({type(err).__name__}: "
+                            f"{str(err).splitlines()[0][:200]}): use the original Hugging Face model (a directory "
+                            "or Hub id) instead of its GGUF") from None
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.model_max_length = info["context_length"] or tokenizer.model_max_length
