@@ -283,15 +283,14 @@ def materialize_model(src: Source, revision: str, workdir: Path) -> Path:
 
         return builtin_model.cached(workdir / "model")
     if src.kind == "local":
-        path = Path(src.ref)
-        if not (is_gguf(src.ref) and path.is_file()):
-            collect(model_dir_problems(path, check_tokenizer=False), what=f"model {path} cannot be trained")
-            return path
         from trainer import gguf
 
-        with gguf.read_once(path):  # the check reads the file's metadata as the conversion does: once
+        path = Path(src.ref)
+        a_gguf = is_gguf(src.ref) and path.is_file()
+        # a .gguf's check reads its metadata, as its conversion does: once for both
+        with gguf.read_once(path) if a_gguf else contextlib.nullcontext():
             collect(model_dir_problems(path, check_tokenizer=False), what=f"model {path} cannot be trained")
-            return _converted(path, workdir)
+            return _converted(path, workdir) if a_gguf else path
     from huggingface_hub import hf_hub_download, snapshot_download  # read HF_TOKEN from the environment
 
     offline_if_hub_unresolvable()
