@@ -86,7 +86,9 @@ def throwaway_s3_problems(params: dict[str, Any], endpoint: str | None) -> list[
     """An s3:// source can only be in a real S3: the throwaway server starts empty."""
     if endpoint:
         return []
-    return [f"{key}={params[key]!r} is an object in S3, but without --s3-endpoint this run starts an empty "
+    # The source as the other problems show it: a password in it (refused too) is never printed.
+    return [f"{key}={settings.url_credentials(str(params[key])) or params[key]!r} is an object in S3, but without "
+            "--s3-endpoint this run starts an empty "
             "throwaway S3 server: give --s3-endpoint (or S3_ENDPOINT) of the S3/MinIO that holds it, or a local "
             "path or Hub id instead"
             for key in ("model_source", "dataset_source") if str(params.get(key, "")).startswith("s3://")]

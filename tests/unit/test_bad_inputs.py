@@ -501,6 +501,18 @@ def test_a_password_in_a_url_parameter_is_refused_and_never_shown(tmp_path, caps
     assert not (tmp_path / "runs").exists() and not no_s3
 
 
+def test_a_password_in_an_s3_source_is_never_shown_by_the_throwaway_server_check(tmp_path, capsys, no_s3):
+    """Without --s3-endpoint an s3:// source is refused twice (a password in it; no S3 holds it): the second
+    message printed the source as given, password included."""
+    with pytest.raises(SystemExit) as exit_info:
+        run_local.main(["--pipeline-root", str(tmp_path / "r"), "--runs-dir", str(tmp_path / "runs"),
+                        "--param", "dataset_source=s3://AKID:SECRETX@bucket/data.jsonl",
+                        "--param", "model_source=s3://AKID:SECRETM@bucket/models/x"])
+    err = _fails_cleanly(capsys, exit_info, "dataset_source='s3://***@bucket/data.jsonl' is an object in S3")
+    assert "model_source='s3://***@bucket/models/x' is an object in S3" in err
+    assert "SECRET" not in err and "AKID" not in err and not (tmp_path / "runs").exists() and not no_s3
+
+
 def test_a_password_in_the_s3_endpoint_is_refused_and_never_shown(tmp_path, capsys, monkeypatch):
     from trainer.__main__ import main
 
