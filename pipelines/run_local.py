@@ -94,6 +94,22 @@ def throwaway_s3_problems(params: dict[str, Any], endpoint: str | None) -> list[
             for key in ("model_source", "dataset_source") if str(params.get(key, "")).startswith("s3://")]
 
 
+def cluster_config_problems(params: dict[str, Any]) -> list[str]:
+    """A step sent to a cluster (a TrainJob or PyTorchJob, a Deployment or KServe object) needs a
+    Kubernetes configuration here: without one it failed only in that step, after delivering and training."""
+    from trainer.launch import CLUSTER_LAUNCHERS
+    from trainer.validate import DEPLOY_BACKENDS
+
+    on_cluster = [f"{key}={params[key]}" for key, names in (("launcher", CLUSTER_LAUNCHERS),
+                                                          ("deploy_backend", DEPLOY_BACKENDS[1:]))
+                  if params.get(key) in names]
+    if not on_cluster:
+        return []
+    from trainer.k8s.lifecycle import kube_config_problem
+
+    return [p for p in [kube_config_problem(" and ".join(on_cluster))] if p]
+
+
 def params_help(pipeline) -> str:
     """Every parameter by group with its type, default and description (trainer.params: the same
     text the KFP UI shows, which KFP takes from the pipeline docstring made from that table)."""
@@ -260,6 +276,7 @@ def _main(args: argparse.Namespace) -> int:
             return 0
         params = parse(pipeline, args.param + (["keep_serving=true"] if args.keep_serving else []), problems)
         problems += throwaway_s3_problems(params, args.s3_endpoint)
+        problems += cluster_config_problems(params)
         if args.s3_endpoint and (masked := settings.url_credentials(args.s3_endpoint)):  # before anything prints it
             problems.append(f"{'S3_ENDPOINT' if os.environ.get('S3_ENDPOINT') == args.s3_endpoint else '--s3-endpoint'}"
                             f" {masked!r} carries a user name or password in the URL, which would show in messages "

@@ -445,6 +445,35 @@ def test_s3_source_without_s3_endpoint_is_refused_before_the_throwaway_server(tm
     assert not no_s3 and not root.exists() and not (tmp_path / "runs").exists()
 
 
+def test_a_local_run_sending_a_step_to_a_cluster_needs_a_kubeconfig_before_it_starts(tmp_path, capsys, monkeypatch,
+                                                                                   no_s3):
+    """launcher=trainjob or deploy_backend=kubernetes with no kubeconfig passed validate-params, delivered and
+    (for a deploy backend) trained, then failed in that step with exit status 1, suggesting a --dry-run
+    run_local does not have."""
+    from trainer.k8s.lifecycle import kube_config_problem
+
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setattr("kubernetes.config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION", str(tmp_path / "none"))
+    root = tmp_path / "root"
+    with pytest.raises(SystemExit) as exit_info:
+        run_local.main(["--pipeline-root", str(root), "--runs-dir", str(tmp_path / "runs"),
+                        "--param", "launcher=trainjob", "--param", "deploy_backend=kserve"])
+    err = _fails_cleanly(capsys, exit_info, "with launcher=trainjob and deploy_backend=kserve a step runs on a "
+                                            "Kubernetes cluster, but no usable Kubernetes configuration is here")
+    assert "point KUBECONFIG" in err and "launcher=local and deploy_backend=local" in err and "--dry-run" not in err
+    assert not no_s3 and not root.exists() and not (tmp_path / "runs").exists()
+    # a kubeconfig that loads is enough (the API server is not asked)
+    config = tmp_path / "kubeconfig"
+    config.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:9"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    monkeypatch.setattr("kubernetes.config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION", str(config))
+    assert kube_config_problem("launcher=pytorchjob") is None
+    assert run_local.cluster_config_problems({"launcher": "pytorchjob", "deploy_backend": "local"}) == []
+
+
 def test_unreachable_s3_endpoint_is_refused_before_the_pipeline_starts(tmp_path, capsys, monkeypatch,
                                                                       no_retry_backoff):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
@@ -501,9 +530,11 @@ def test_a_password_in_a_url_parameter_is_refused_and_never_shown(tmp_path, caps
     assert not (tmp_path / "runs").exists() and not no_s3
 
 
-def test_a_password_in_an_s3_source_is_never_shown_by_the_throwaway_server_check(tmp_path, capsys, no_s3):
+def test_a_password_in_an_s3_source_is_never_shown_by_the_throwaway_server_check(tmp_path, capsys, monkeypatch,
+                                                                                  no_s3):
     """Without --s3-endpoint an s3:// source is refused twice (a password in it; no S3 holds it): the second
     message printed the source as given, password included."""
+    monkeypatch.delenv("S3_ENDPOINT", raising=False)
     with pytest.raises(SystemExit) as exit_info:
         run_local.main(["--pipeline-root", str(tmp_path / "r"), "--runs-dir", str(tmp_path / "runs"),
                         "--param", "dataset_source=s3://AKID:SECRETX@bucket/data.jsonl",

@@ -113,6 +113,27 @@ def api_client(client_configuration: Any = None):
     return k.ApiClient(client_configuration)
 
 
+def kube_config_problem(what: str) -> str | None:
+    """Why a run with `what` (e.g. "launcher=trainjob") cannot reach a cluster from here, else None: the
+    in-cluster or kubeconfig settings are loaded as api_client loads them (into a throwaway
+    Configuration; the API server is not contacted), so that a local run which sends a step to a
+    cluster is refused before it delivers and trains, not in that step."""
+    from kubeflow.training.utils import utils
+    from kubernetes import client as k, config
+    from kubernetes.config.config_exception import ConfigException
+
+    try:
+        if utils.is_running_in_k8s():
+            config.load_incluster_config(client_configuration=k.Configuration())
+        else:
+            config.load_kube_config(client_configuration=k.Configuration())
+    except ConfigException as err:
+        return (f"with {what} a step runs on a Kubernetes cluster, but no usable Kubernetes configuration is here ({err}): "
+                "point KUBECONFIG (or ~/.kube/config) at the cluster, e.g. check `kubectl get nodes`; or use "
+                "launcher=local and deploy_backend=local to run every step on this machine")
+    return None
+
+
 @contextlib.contextmanager
 def kube_config_errors() -> Iterator[None]:
     """No kubeconfig (or a broken one) outside a pod is the user's to fix: one line, not a traceback."""
