@@ -215,7 +215,10 @@ CASES = [
      "data.jsonl': only 11 training rows, fewer than batch_size x processes = 16 x 2"),
     # with the built-in rows too: a template that raises was found only in finetune, after delivery
     ("template-overflow-with-builtin-data", lambda t, m: [f"chat_template={raw_file(t, OVERFLOWS, 'big.jinja')}"],
-     "the model's chat template refuses 200 of 200 rows (OverflowError: Range too big."),
+     "big.jinja' refuses 200 of 200 rows (OverflowError: Range too big."),
+    # a user's template that does not parse: said so, not as 200 refused rows to change
+    ("template-syntax-error", lambda t, m: [f"chat_template={raw_file(t, b'{% for m in messages %}{{ m.content }', 'bad.jinja')}"],
+     "bad.jinja' is not valid Jinja (unexpected '}', line 1): fix the template"),
     ("template-drops-tool-calls", lambda t, m: [f"model_source={model_variant(t, m, drops_tool_calls)}",
                                                 f"dataset_source={jsonl(t, *[TOOL_ROW] * 4, *[GOOD_ROW] * 8)}"],
      "calls dropped: 4 of 12 assistant turns (the model would learn empty answers where the calls belong)"),

@@ -65,6 +65,20 @@ def test_template_exceptions_of_any_type_are_refusals(tok):
         data.encode_rows(TOOL_ROWS[:3], tok, 512)
 
 
+def test_a_template_that_does_not_parse_is_said_so_once_not_as_rows_to_change(tok):
+    """Every row was "refused" for a syntax error, with the advice to change the rows."""
+    tok.chat_template = "{% for m in messages %}{{ m.content }"
+    [line] = data.template_problems(TOOL_ROWS[:3], tok, "here")
+    assert line.startswith("here: the model's chat template is not valid Jinja (unexpected '}', line 1)")
+    assert "chat_template=" in line and "rows" not in line
+    [line] = data.template_problems(TOOL_ROWS[:3], tok, "here", template="mine.jinja")
+    assert line == "chat_template 'mine.jinja' is not valid Jinja (unexpected '}', line 1): fix the template"
+    # a template that parses but raises names the user's file and its fix too
+    tok.chat_template = "{{ messages[0].content + 1 }}"
+    [line] = data.template_problems(TOOL_ROWS[:3], tok, "here", template="mine.jinja")
+    assert "chat_template 'mine.jinja' refuses 3 of 3 rows (TypeError" in line and "fix the template" in line
+
+
 @pytest.mark.parametrize("text,parser,calls,content", [
     ('<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>', "hermes", [{"name": "f", "arguments": {"a": 1}}],
      None),

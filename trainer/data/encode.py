@@ -107,12 +107,18 @@ def _reason(err: Exception) -> str:
     return text if isinstance(err, TemplateError) else f"{type(err).__name__}: {text}"
 
 
-def _refusal_lines(refused: dict[str, list[dict[str, Any]]], total: int) -> list[str]:
+def _refusal_lines(refused: dict[str, list[dict[str, Any]]], total: int, template: str = "") -> list[str]:
+    """One line per reason; `template` names a chat_template the user gave, whose fix is theirs."""
+    from trainer.templates import BUILTIN
+
+    who = f"chat_template {template!r}" if template else "the model's chat template"
+    other = ("use a model whose template accepts them, or give one with chat_template=" if not template else
+             "give another with chat_template=" if template in BUILTIN else
+             "fix the template, or give another with chat_template=")
     lines = []
     for reason, rows in refused.items():
         first = rows[0]["messages"][0]
-        lines.append(f"the model's chat template refuses {len(rows)} of {total} rows ({reason}; e.g. the row whose "
-                     f"first message is {first.get('role')}: {str(first.get('content'))[:60]!r}): change those rows "
-                     "(e.g. fold a system message into the first user turn), or use a model whose template accepts "
-                     "them, or give one with chat_template= (a built-in name or a .jinja file)")
+        lines.append(f"{who} refuses {len(rows)} of {total} rows ({reason}; e.g. the row whose first message is "
+                     f"{first.get('role')}: {str(first.get('content'))[:60]!r}): change those rows (e.g. fold a "
+                     f"system message into the first user turn), or {other} (a built-in name or a .jinja file)")
     return lines

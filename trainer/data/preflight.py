@@ -75,6 +75,8 @@ def template_problems(rows: list[dict[str, Any]], tokenizer, where: str, eos_ids
     distinct problem. `template` names the template in the message when it runs out of time."""
     from trainer import parity
 
+    if syntax := _syntax_problem(tokenizer, where, template):
+        return [syntax]  # every row would be "refused" for it, and the advice would be to change the rows
     rows = rows[:TEMPLATE_CHECK_ROWS]
     refused: dict[str, list[dict[str, Any]]] = {}
     rendered = []
@@ -90,7 +92,28 @@ def template_problems(rows: list[dict[str, Any]], tokenizer, where: str, eos_ids
             parity_lines = parity.model_problems(rendered, tokenizer, where, eos_ids)
     except _OverBudget:
         return [_over_budget(tokenizer, where, template, f"rendering {len(rows)} rows")]
-    return [f"{where}: {line}" for line in _refusal_lines(refused, len(rows))] + parity_lines
+    return [f"{where}: {line}" for line in _refusal_lines(refused, len(rows), template)] + parity_lines
+
+
+def _syntax_problem(tokenizer, where: str, template: str) -> str | None:
+    """A template that does not compile, said as such: compiled as apply_chat_template compiles
+    it (transformers' sandboxed environment, with its `generation` tag), once."""
+    from jinja2 import TemplateSyntaxError
+
+    try:
+        from transformers.utils.chat_template_utils import _compile_jinja_template
+    except ImportError:  # another transformers: rendering the rows reports it, as a refusal
+        return None
+    text = getattr(tokenizer, "chat_template", None)
+    if not isinstance(text, str):
+        return None  # none, or named templates: rendering the rows reports what fails
+    try:
+        _compile_jinja_template(text)
+    except TemplateSyntaxError as err:
+        what = f"chat_template {template!r}" if template else f"{where}: the model's chat template"
+        return (f"{what} is not valid Jinja ({err.message}, line {err.lineno}): fix the template"
+                + ("" if template else ", or give one with chat_template= (a built-in name or a .jinja file)"))
+    return None
 
 
 def length_problems(splits: dict[str, list[dict[str, Any]]], tokenizer, max_seq_len: int,
@@ -113,8 +136,6 @@ def length_problems(splits: dict[str, list[dict[str, Any]]], tokenizer, max_seq_
 
 
 def _length_problems(splits, tokenizer, max_seq_len: int, context: int | None) -> list[str]:
-    from jinja2 import TemplateError
-
     problems = []
     for split, rows in splits.items():
         lengths, checked = [], rows[:TEMPLATE_CHECK_ROWS]
