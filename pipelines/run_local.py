@@ -346,9 +346,14 @@ def run(pipeline, params: dict[str, Any], args: argparse.Namespace) -> int:
         try:
             # Each run gets kfp.local's root of its own, named as its record: two runs in one folder at once
             # (or a second before the first ends) can never read each other's task outputs.
+            # kfp.local's workspace (its default: a new directory in /tmp, never removed) is a folder of its
+            # own: kfp.local removes it as the pipeline ends, before keep_logs copies the model servers' logs
+            # from TMPDIR (and while a server kept serving still has its sockets there).
+            workspace = os.path.join(tmp, "kfp-workspace")
+            os.mkdir(workspace)
             local.init(runner=local.SubprocessRunner(use_venv=False),
                        pipeline_root=str(args.pipeline_root / run_dir.name), raise_on_error=True,
-                       workspace_root=tmp)  # its default: a new directory in /tmp, never removed
+                       workspace_root=workspace)
             changed = {k: v for k, v in params.items() if pipeline_defaults(pipeline).get(k) != v}
             console.say(f"local run {run_dir.name} (full log: {log_path})")
             console.say(f"parameters: defaults{''.join(f', {k}={json.dumps(v)}' for k, v in changed.items())}; "

@@ -69,6 +69,10 @@ def test_run_local_end_to_end(tmp_path, s3_env):
     assert {p.name for p in (run_dir / "reports").glob("*.html")} >= {"finetune-report.html",
                                                                        "evaluate-examples.html"}
     assert list((run_dir / "tensorboard").rglob("events.out.tfevents.*"))
+    # the model server's log, which kfp.local's clean-up of its workspace took away with TMPDIR's files
+    assert f"component logs (the model server's too): {run_dir / 'logs'}" in out
+    [server_log] = (run_dir / "logs").glob("vllm-*-server.log")
+    assert "/v1/chat/completions" in server_log.read_text(errors="replace")
     # credentials handed to components through env must not leak into logs or artifacts
     assert "very-secret-value-42" not in out + proc.stderr
     for path in [*(tmp_path / "root").rglob("*"), *runs_dir.rglob("*")]:
