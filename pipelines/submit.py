@@ -422,6 +422,11 @@ def main(argv: list[str] | None = None) -> int:
             from pipelines.run_local import params_help
 
             print(params_help(pipeline))
+            # The defaults above are the compiled pipeline's (the KFP UI's), which are run_local's: two of them
+            # a submitted run does not keep.
+            print("\nsubmit: launcher not given is trainjob (launcher=local trains inside one pipeline pod, which a "
+                  "cluster refuses); deploy_backend must be given: kubernetes, kserve or llmisvc (local would serve "
+                  "inside the pipeline pod, whose image has no vLLM)")
             return 0
         problems: list[str] = []  # --param, the options and the parameters: all in one message
         # The pipelines' default, launcher=local, is run_local's, and a cluster refuses it: a submitted run

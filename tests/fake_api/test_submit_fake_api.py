@@ -241,6 +241,9 @@ def test_list_params_shows_the_chosen_pipelines_parameters(pipeline, own, capsys
     assert submit.main(["--pipeline", pipeline, "--list-params"]) == 0
     out = capsys.readouterr().out
     assert f"  {own}" in out and "served_model_name = " in out and "(no description)" not in out
+    # the two defaults (run_local's) that a submitted run does not keep are said so
+    assert "launcher = 'local'" in out or 'launcher = "local"' in out
+    assert "submit: launcher not given is trainjob" in out and "deploy_backend must be given: kubernetes" in out
 
 
 def test_a_login_page_instead_of_the_api_is_one_line_naming_the_token_fake_api(kfp_api, capsys):
