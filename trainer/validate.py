@@ -131,8 +131,14 @@ def _credentials(name: str, value: Any) -> str | None:
     KFP run parameter. Refused, and masked in the message; credentials come from Secrets."""
     from trainer import settings
 
-    if not (isinstance(value, str) and "://" in value and (masked := settings.url_credentials(value))):
+    image = name == "vllm_image"  # user:pass@registry/name:tag is not an image reference, and would be shown
+    if not (isinstance(value, str) and ("://" in value or image) and (masked := settings.url_credentials(value))):
         return None
+    if image:
+        return (f"vllm_image={masked!r} carries a user name or password, which would show in the Deployment or "
+                "InferenceService, the run's record and the KFP run's parameters: give the image alone (e.g. "
+                "vllm/vllm-openai:v0.32.0); a private registry's credentials go into an imagePullSecret of the "
+                "namespace's service account (kubectl create secret docker-registry)")
     fix = (f"the registry's bearer token goes into the Secret {settings.get('REGISTRY_SECRET_NAME')!r} (key "
            "`token`)" if name == "registry_address" else
            f"credentials come from Kubernetes Secrets ({settings.get('S3_SECRET_NAME')!r} for S3, "
@@ -412,7 +418,7 @@ def cluster_problems(params: dict[str, Any]) -> list[str]:
         problems.append(f"registry_address={address!r} must be an http:// or https:// URL, e.g. "
                         "http://model-registry-service.kubeflow.svc.cluster.local:8080 (empty skips registration)")
     image = params["vllm_image"]
-    if image and (not isinstance(image, str) or ":" not in image.rsplit("/", 1)[-1] or image.endswith(":latest")):
+    if image and not _credentials("vllm_image", image) and (not isinstance(image, str) or ":" not in image.rsplit("/", 1)[-1] or image.endswith(":latest")):
         problems.append(f"vllm_image={image!r} must be pinned by tag, e.g. vllm/vllm-openai:v0.32.0 (not :latest)")
     if on_cluster and not served_name_problems(params["served_model_name"]):  # else reported once, above
         # The objects' names: `<name>-base` beside adapters; KServe's predictor host adds the namespace.

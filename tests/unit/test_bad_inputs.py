@@ -533,6 +533,29 @@ def test_a_password_in_a_url_parameter_is_refused_and_never_shown(tmp_path, caps
     assert not (tmp_path / "runs").exists() and not no_s3
 
 
+@pytest.mark.parametrize("entry", ["run_local", "submit --dry-run"])
+def test_a_password_in_the_vllm_image_is_refused_and_never_shown(tmp_path, capsys, monkeypatch, no_s3, entry):
+    """vllm_image=user:pass@registry/name:tag passed the tag rule and went into the rendered Deployment."""
+    param = ["--param", "vllm_image=user:SECRETPW@registry.io/vllm:1"]
+    if entry == "run_local":
+        call = lambda: run_local.main(["--pipeline-root", str(tmp_path / "r"), "--runs-dir", str(tmp_path / "runs"),
+                                       *param])
+    else:
+        monkeypatch.setattr(submit, "dry_run_objects", lambda p: pytest.fail("rendered"))
+        call = lambda: submit.main(["--dry-run", *param, *[a for p in CLUSTER for a in ("--param", p)]])
+    with pytest.raises(SystemExit) as exit_info:
+        call()
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 2 and "SECRETPW" not in out + err, out + err
+    assert "vllm_image='***@registry.io/vllm:1' carries a user name or password" in err and "imagePullSecret" in err
+    assert not (tmp_path / "runs").exists() and not no_s3
+    # an image pinned by digest has an @ too, after the name: accepted
+    from trainer.validate import pipeline_problems
+
+    digest = "vllm/vllm-openai@sha256:" + "0" * 64
+    assert not [p for p in pipeline_problems({"vllm_image": digest}) if "vllm_image" in p]
+
+
 def test_a_password_in_an_s3_source_is_never_shown_by_the_throwaway_server_check(tmp_path, capsys, monkeypatch,
                                                                                   no_s3):
     """Without --s3-endpoint an s3:// source is refused twice (a password in it; no S3 holds it): the second
