@@ -23,6 +23,16 @@ class Unavailable(UserError):
     exits with a status that restarts the job for it (trainer.exitcodes)."""
 
 
+def brief(err: BaseException | str, limit: int = 240) -> str:
+    """A library's error as part of a message: its first line, cut at a word (not inside one) when
+    longer than `limit`; the exception's type when it has no text."""
+    text = str(err).strip()
+    line = text.splitlines()[0].strip() if text else type(err).__name__
+    if len(line) <= limit:
+        return line
+    return line[:limit].rsplit(" ", 1)[0].rstrip(" ,;:") + " ..."
+
+
 def collect(problems: Iterable[str], what: str = "invalid configuration") -> None:
     """Raise one UserError listing every problem, if there are any.
 

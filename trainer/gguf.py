@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trainer.errors import brief
+
 # Part of what keys a cached conversion (tests/real_models.py): raise it when the output of convert changes.
 CONVERTER_VERSION = 1
 MAGIC = b"GGUF"
@@ -84,7 +86,7 @@ def _metadata(path: str, mtime_ns: int, size: int) -> dict[str, Any]:
         arch = str(reader.fields["general.architecture"].contents())
     except (ValueError, IndexError, KeyError, OSError) as err:  # what GGUFReader raises on a cut-off or damaged file
         what = "has no general.architecture" if isinstance(err, KeyError) else \
-            f"does not read as GGUF ({str(err).splitlines()[0][:160]})"
+            f"does not read as GGUF ({brief(err)})"
         return {"problem": f"{path} {what}: the file is damaged or cut short ({size:,} bytes); download it again "
                            "(a partial download is the usual cause)"}
     model_type = _MODEL_TYPES.get(arch, arch.replace("-", "_"))
@@ -183,12 +185,12 @@ def convert(path: str | Path, out_dir: str | Path) -> Path:
             tokenizer = AutoTokenizer.from_pretrained(**where)
             model = AutoModelForCausalLM.from_pretrained(**where, dtype=getattr(torch, dtype), **dense)
         except NotImplementedError as err:  # gguf's dequantize for a tensor type it does not know
-            raise UserError(f"model {path}: {str(err).splitlines()[0][:200]}: re-quantize it with llama.cpp to a type "
+            raise UserError(f"model {path}: {brief(err)}: re-quantize it with llama.cpp to a type "
                             f"the gguf package de-quantizes (Q8_0, Q4_K_M, F16, ...) or upgrade gguf ({_INSTALL})"
                             ) from None
         except (ValueError, KeyError, IndexError, OSError) as err:  # metadata transformers does not follow
             raise UserError(f"model {path} does not load with transformers ({type(err).__name__}: "
-                            f"{str(err).splitlines()[0][:200]}): use the original Hugging Face model (a directory "
+                            f"{brief(err)}): use the original Hugging Face model (a directory "
                             "or Hub id) instead of its GGUF") from None
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)

@@ -28,7 +28,7 @@ from typing import Any
 
 from trainer import weights
 from trainer.config import SEED_MAX
-from trainer.errors import UserError, collect
+from trainer.errors import UserError, brief, collect
 
 BUILTIN_MODELS = ("tiny-llama",)
 BUILTIN_DATASETS = ("function-calling", "function-calling-bfcl")  # trainer.builtin_data.DATASETS
@@ -324,12 +324,12 @@ def _hub_errors(repo: str, what: str):
                         "dataset, pass it as dataset_source") from None
     except LocalEntryNotFoundError as err:  # before EntryNotFoundError, its base class
         raise UserError(f"model {what!r} is not in the local Hugging Face cache and the Hub cannot be reached "
-                        f"({str(err).splitlines()[0][:160]}); download it first or allow network access") from None
+                        f"({brief(err)}); download it first or allow network access") from None
     except EntryNotFoundError:
         raise UserError(f"model repo {repo!r} has no file {what[len(repo) + 1:] or what!r}: check the file name in "
                         "the repo's file list (names are case-sensitive), and model_revision") from None
     except HfHubHTTPError as err:
-        raise UserError(f"downloading model {what!r} failed: {str(err).splitlines()[0][:200]}") from None
+        raise UserError(f"downloading model {what!r} failed: {brief(err)}") from None
 
 
 def offline_if_hub_unresolvable() -> bool:
@@ -486,7 +486,7 @@ def _load_dataset(ref: str, revision: str):
                         "is a model, pass it as model_source") from None
     except ConnectionError as err:  # offline, or the Hub unreachable, and not in the local cache
         raise UserError(f"dataset {ref!r} is not in the local Hugging Face cache and the Hub cannot be reached "
-                        f"({str(err).splitlines()[0][:160]}); download it first (`hf download --repo-type dataset "
+                        f"({brief(err)}); download it first (`hf download --repo-type dataset "
                         f"{ref}`), allow network access, or pass a local file") from None
     except ValueError as err:
         if str(err).startswith("Config name is missing"):  # a dataset of several configs and no default
@@ -497,10 +497,10 @@ def _load_dataset(ref: str, revision: str):
                             f"default one, and a config cannot be chosen here: {fetch}pass one config's folder or file "
                             "as the dataset path") from None
         raise UserError(f"dataset {ref!r} does not load with `datasets` ({type(err).__name__}: "
-                        f"{str(err).splitlines()[0][:200]}); check its files, or pass a single .jsonl file") from None
+                        f"{brief(err)}); check its files, or pass a single .jsonl file") from None
     except (datasets.exceptions.DatasetGenerationError, FileNotFoundError) as err:
         raise UserError(f"dataset {ref!r} does not load with `datasets` ({type(err).__name__}: "
-                        f"{str(err).splitlines()[0][:200]}); check its files, or pass a single .jsonl file") from None
+                        f"{brief(err)}); check its files, or pass a single .jsonl file") from None
 
 
 def _hub_layout(path: Path) -> bool:
@@ -524,7 +524,7 @@ def _load_from_disk(path: Path):
         return datasets.load_from_disk(str(path))
     except (FileNotFoundError, ValueError, OSError) as err:
         raise UserError(f"{path} looks like a `datasets` save_to_disk directory but does not load "
-                        f"({type(err).__name__}: {str(err).splitlines()[0][:200]}); save it again") from None
+                        f"({type(err).__name__}: {brief(err)}); save it again") from None
 
 
 def _already_delivered(src: Source, store) -> tuple[str, dict[str, Any]]:

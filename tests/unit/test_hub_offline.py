@@ -68,3 +68,20 @@ def test_no_such_name_is_final_at_once(no_dns, monkeypatch):
 
     monkeypatch.setattr(socket, "getaddrinfo", no_name)
     assert sources.offline_if_hub_unresolvable() is True and len(asked) == 1
+
+
+def test_a_model_missing_from_the_cache_offline_is_said_with_the_hubs_whole_sentence(no_dns):
+    """The Hub's reason was cut at 160 characters, mid-word ("To enable repo look-ups a); download it first")."""
+    with pytest.raises(UserError) as err:
+        sources.materialize_model(sources.Source("hub", "org/doesnotexist-xyz"), "", None)
+    text = str(err.value)
+    assert text.startswith("model 'org/doesnotexist-xyz' is not in the local Hugging Face cache")
+    assert "as environment variable.); download it first" in text
+
+
+def test_brief_cuts_a_long_reason_at_a_word_and_names_an_empty_one():
+    from trainer.errors import brief
+
+    assert brief(ValueError("first line\nsecond")) == "first line"
+    assert brief(ValueError("alpha beta gamma"), limit=12) == "alpha beta ..."
+    assert brief(KeyError()) == "KeyError"  # str(err).splitlines()[0] was an IndexError here

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
-from trainer.errors import UserError, collect
+from trainer.errors import UserError, brief, collect
 from trainer.data.formats import (_ESCAPED_SURROGATE, _json_type, _loads, _raise_grouped,
                                    _repeated, announce, convert, format_problems, json_loads, normalise, row_format,
                                    row_problems, surrogate_problem, validate_rows)
@@ -227,7 +227,7 @@ def _parquet_rows(path: Path) -> list[dict[str, Any]]:
                             "twice: rename or drop one")
         return pq.read_table(path).to_pylist()
     except (pyarrow.ArrowException, OSError) as err:
-        raise UserError(f"{path} is not a readable Parquet file ({str(err).splitlines()[0][:200]}); write it again, "
+        raise UserError(f"{path} is not a readable Parquet file ({brief(err)}); write it again, "
                         "e.g. with pandas `df.to_parquet(path)`") from None
 
 
