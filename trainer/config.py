@@ -74,10 +74,12 @@ class TrainConfig:
 
     def problems(self) -> list[str]:
         p = []
+        bad = set()  # non-finite: said once, not again by the range checks below
         for f in fields(self):  # NaN passes every comparison below, and inf is never meant
             value = getattr(self, f.name)
             if isinstance(value, float) and not math.isfinite(value):
                 p.append(f"{f.name} must be a finite number, got {value}; e.g. {f.name}={f.default}")
+                bad.add(f.name)
         if not self.model_uri.startswith("s3://"):
             p.append(f"model_uri must be an s3:// URI from deliver_model, got {self.model_uri!r}")
         if not self.dataset_uri.startswith("s3://"):
@@ -87,9 +89,9 @@ class TrainConfig:
         if self.method not in METHODS:
             p.append(f"method must be one of {', '.join(METHODS)}, got {self.method!r}")
         if self.method in ADAPTER_METHODS and self.lora_r <= 0:
-            p.append(f"lora_r must be > 0, got {self.lora_r}")
+            p.append(f"lora_r must be > 0, got {self.lora_r}; e.g. lora_r=16 (8-64 is usual)")
         if self.method in ADAPTER_METHODS and self.lora_alpha <= 0:
-            p.append(f"lora_alpha must be > 0, got {self.lora_alpha}")
+            p.append(f"lora_alpha must be > 0, got {self.lora_alpha}; e.g. lora_alpha=32 (twice lora_r is usual)")
         if self.method == "qlora":
             import importlib.util
 
@@ -99,17 +101,20 @@ class TrainConfig:
             if self.compile:
                 p.append("method=qlora with compile=true: torch.compile is not used over bitsandbytes' 4-bit layers "
                          "here; set compile=false")
-        if not 0 <= self.lora_dropout < 1:
+        if "lora_dropout" not in bad and not 0 <= self.lora_dropout < 1:
             p.append(f"lora_dropout must be in [0, 1), got {self.lora_dropout}")
-        if self.learning_rate <= 0:
-            p.append(f"learning_rate must be > 0, got {self.learning_rate}")
+        if "learning_rate" in bad:
+            pass
+        elif self.learning_rate <= 0:
+            p.append(f"learning_rate must be > 0, got {self.learning_rate:g}; about 2e-4 for LoRA on a pretrained "
+                     "model, 1e-5 for full fine-tuning")
         elif self.learning_rate >= 1:  # AdamW moves every weight by about the rate per step: NaN within steps
             p.append(f"learning_rate must be below 1, got {self.learning_rate:g}: such a rate diverges at once; "
                      "about 2e-4 for LoRA on a pretrained model, 1e-5 for full fine-tuning")
         if self.max_steps > MAX_STEPS:
             p.append(f"max_steps must be <= {MAX_STEPS:,}, got {self.max_steps:,}; fine-tunes take hundreds to "
                      f"a few hundred thousand steps")
-        if not 0 <= self.warmup_ratio < 1:
+        if "warmup_ratio" not in bad and not 0 <= self.warmup_ratio < 1:
             p.append(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
         if self.packing not in ("auto", "flatten", "pad"):
             p.append(f"packing must be auto, flatten or pad, got {self.packing!r}")
@@ -125,9 +130,11 @@ class TrainConfig:
                      "keep_checkpoints"):
             if getattr(self, name) <= 0:
                 p.append(f"{name} must be > 0, got {getattr(self, name)}")
-        if self.stall_timeout_s < 0 or self.shutdown_grace_s < 0:
-            p.append("stall_timeout_s and shutdown_grace_s must be >= 0 seconds (stall_timeout_s=0 turns the "
-                     "watchdog off)")
+        for name in ("stall_timeout_s", "shutdown_grace_s"):
+            if name not in bad and getattr(self, name) < 0:
+                p.append(f"{name} must be >= 0 seconds, got {getattr(self, name):g}"
+                         + (" (0 turns the watchdog off)" if name == "stall_timeout_s" else
+                            "; e.g. 90, the time a final checkpoint has to upload after SIGTERM"))
         return p
 
     def validate(self) -> "TrainConfig":

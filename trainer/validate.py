@@ -181,6 +181,7 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True,
     params = {**_TRAIN_PARAMS, **DEFAULTS, **params}
     problems, bad = type_problems(params)
     params.update({name: default(name) for name in bad if name in _TRAIN_DEFAULTS or name in DEFAULTS})
+    context = None  # the model's, when max_seq_len is over it: the other checks then take it as max_seq_len
     for what in ("model", "dataset"):
         try:
             src = sources.parse(params[f"{what}_source"], what)
@@ -204,6 +205,7 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True,
             if limit and params["max_seq_len"] > limit:
                 problems.append(f"max_seq_len={params['max_seq_len']} exceeds the model's context length {limit}; "
                                 f"set max_seq_len <= {limit}")
+                context = limit
             if src.kind == "local":  # a model directory on this machine: checked fully now
                 problems += sources.model_dir_problems(src.ref)
             width = _hidden_size(src)
@@ -249,7 +251,10 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True,
     if params["eval_engine"] not in ENGINES:
         problems.append(f"eval_engine must be one of {', '.join(ENGINES)}, got {params['eval_engine']!r}: auto picks "
                         "vllm where vLLM is installed")
-    problems += TrainConfig.from_params(params, model_uri="s3://check/model", dataset_uri="s3://check/data",
+    # With max_seq_len over the model's context, batch_tokens is checked against the context (what max_seq_len
+    # must become), not against the value just refused: "set batch_tokens >= 100000000" would contradict it.
+    problems += TrainConfig.from_params({**params, **({"max_seq_len": context} if context else {})},
+                                        model_uri="s3://check/model", dataset_uri="s3://check/data",
                                         output_prefix="runs/check").problems()
     if params["nodes"] < 1:
         problems.append(f"nodes must be >= 1, got {params['nodes']}")

@@ -25,6 +25,32 @@ def test_every_config_problem_is_reported_at_once():
                                method="adapter").validate).value)
 
 
+def test_a_non_finite_value_is_one_problem_and_each_bad_setting_is_named_with_an_example():
+    """learning_rate=inf was said twice (not finite; must be below 1); a negative stall_timeout_s was said as
+    "stall_timeout_s and shutdown_grace_s must be >= 0"; lora_r=0 and learning_rate<=0 gave no value to use."""
+    s3 = dict(model_uri="s3://b/m", dataset_uri="s3://b/d", output_prefix="r")
+    for name, value in [("learning_rate", float("inf")), ("lora_dropout", float("nan")),
+                        ("warmup_ratio", float("-inf")), ("shutdown_grace_s", float("-inf"))]:
+        problems = TrainConfig(**s3, **{name: value}).problems()
+        assert len(problems) == 1 and problems[0].startswith(f"{name} must be a finite number"), problems
+    assert TrainConfig(**s3, stall_timeout_s=-1).problems() == [
+        "stall_timeout_s must be >= 0 seconds, got -1 (0 turns the watchdog off)"]
+    [lr, rank] = sorted(TrainConfig(**s3, learning_rate=-1, lora_r=0).problems())
+    assert "about 2e-4 for LoRA" in lr and "e.g. lora_r=16" in rank
+
+
+def test_max_seq_len_over_the_models_context_is_not_also_a_batch_tokens_problem():
+    """max_seq_len=100000000 with the tiny model (context 512) also said "set batch_tokens >= 100000000"."""
+    from trainer.validate import pipeline_problems
+
+    problems = pipeline_problems({"max_seq_len": 100_000_000})
+    assert any("exceeds the model's context length 512" in p for p in problems)
+    assert not [p for p in problems if p.startswith("batch_tokens")], problems
+    # a batch_tokens below the context is still refused
+    assert any(p.startswith("batch_tokens=256 must be >= max_seq_len=512")
+               for p in pipeline_problems({"max_seq_len": 100_000, "batch_tokens": 256}))
+
+
 def test_batch_tokens_below_max_seq_len_says_what_to_set():
     cfg = TrainConfig(model_uri="s3://b/m", dataset_uri="s3://b/d", output_prefix="r", batch_tokens=512,
                       max_seq_len=2048)
