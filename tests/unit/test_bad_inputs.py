@@ -297,6 +297,9 @@ CASES = [
      "served_model_name holds '\\udcff', which is not text (bytes that are not UTF-8"),
     # values
     ("lora-rank-zero", lambda t, m: ["lora_r=0"], "lora_r must be > 0"),
+    # typed beside full fine-tuning, it did nothing without a word
+    ("adapter-settings-with-full", lambda t, m: ["method=full", "lora_r=64", "lora_alpha=128"],
+     "lora_r=64, lora_alpha=128 set an adapter, which method=full does not train: drop them, or use method=lora"),
     ("lora-rank-above-width", lambda t, m: ["lora_r=100000"],
      "lora_r=100000 is above the hidden size of model_source 'builtin:tiny-llama' (128)"),
     ("lora-rank-above-local-width", lambda t, m: [f"model_source={m}", "lora_r=129"],
