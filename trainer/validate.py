@@ -270,6 +270,12 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True,
         problems.append(f"serve_gpus must be >= 0 (0 serves on CPU), got {params['serve_gpus']}")
     problems += served_name_problems(params["served_model_name"])
     world = params["nodes"] * params["procs_per_node"]
+    micro = params["batch_tokens"] * world  # tokens one micro-batch on every process takes (0: data-dependent)
+    if world > 0 and micro > 0 and 0 < params["tokens_per_step"] < micro:
+        problems.append(f"tokens_per_step={params['tokens_per_step']} is less than one micro-batch on every process "
+                        f"(batch_tokens {params['batch_tokens']} x {world} processes = {micro}), so a step takes "
+                        f"that many anyway: give a multiple of {micro} (e.g. {4 * micro}), or 0 for one micro-batch "
+                        "per step")
     local_max = max(8, os.cpu_count() or 1)
     if params["launcher"] == "local" and world > local_max:
         problems.append(f"launcher=local starts nodes x procs_per_node = {world} training processes on this machine "

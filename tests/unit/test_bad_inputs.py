@@ -297,6 +297,9 @@ CASES = [
      "served_model_name holds '\\udcff', which is not text (bytes that are not UTF-8"),
     # values
     ("lora-rank-zero", lambda t, m: ["lora_r=0"], "lora_r must be > 0"),
+    # accumulation rounds up to one micro-batch per process: the value did nothing
+    ("tokens-per-step-below-a-micro-batch", lambda t, m: ["tokens_per_step=100"],
+     "tokens_per_step=100 is less than one micro-batch on every process (batch_tokens 512 x 2 processes = 1024)"),
     # typed beside full fine-tuning, it did nothing without a word
     ("adapter-settings-with-full", lambda t, m: ["method=full", "lora_r=64", "lora_alpha=128"],
      "lora_r=64, lora_alpha=128 set an adapter, which method=full does not train: drop them, or use method=lora"),
