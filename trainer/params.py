@@ -301,5 +301,16 @@ def train_fields() -> set[str]:
     return {f.name for f in fields(TrainConfig)}
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> int:
+    """`python -m trainer.params`: the parameter reference's table (docs/parameters.md) as Markdown."""
+    import argparse
+
+    argparse.ArgumentParser(prog="python -m trainer.params",
+                            description="Print the table of every pipeline parameter as Markdown: the table in "
+                                        "docs/parameters.md, which a test keeps equal to this output.").parse_args(argv)
     print(markdown(), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -450,7 +450,7 @@ def on_cluster_problems(params: dict[str, Any]) -> list[str]:
     problems = []
     for what in ("model", "dataset"):
         source = params.get(f"{what}_source", DEFAULTS[f"{what}_source"])
-        if isinstance(source, str) and sources.looks_local(source):
+        if isinstance(source, str) and source.strip() and sources.looks_local(source):  # empty: said on its own
             problems.append(f"{what}_source {source!r} is a path on this machine, which the cluster cannot read: "
                             f"deliver it first (python -m trainer deliver-{what} ... with S3_ENDPOINT at the "
                             "cluster's MinIO) and pass the printed s3:// URI")

@@ -679,6 +679,8 @@ K8S_CASES = [
     ("served-name-70-chars", ["served_model_name=" + "m" * 70], "(it has 70 characters): use at most 63"),
     ("served-name-digit-first", ["served_model_name=7b-chat"], "starting with a letter"),
     ("served-name-empty", ["served_model_name="], "served_model_name is empty"),
+    # once: it was also "model_source '' is a path on this machine, which the cluster cannot read"
+    ("model-source-empty", ["model_source="], "(1 problem)"),
     ("node-selector-int-value", ['node_selector={"pool": 1}'], "node_selector['pool'] must be a string"),
     ("node-selector-bad-key", ['node_selector={"gpu type": "h100"}'], "is not a valid label key"),
     ("node-selector-long-value", ['node_selector={"pool": "' + "x" * 64 + '"}'], "is not a valid label value"),

@@ -126,3 +126,14 @@ def test_the_train_cli_the_pipelines_and_the_components_share_one_set_of_trainin
         assert len(shared) >= 6, entry.name
         want = {k: overrides.get(entry.name, {}).get(k, expected[k]) for k in shared}
         assert shared == want, entry.name
+
+
+def test_the_parameter_table_command_answers_help_instead_of_printing_the_table(capsys):
+    """`python -m trainer.params --help` printed the Markdown table, ignoring --help."""
+    from trainer import params
+
+    with pytest.raises(SystemExit) as exit_info:
+        params.main(["--help"])
+    out = capsys.readouterr().out
+    assert exit_info.value.code == 0 and out.startswith("usage: python -m trainer.params") and "| parameter |" not in out
+    assert params.main([]) == 0 and capsys.readouterr().out == params.markdown()
