@@ -117,11 +117,28 @@ def parse(parser: str, text: str) -> Parsed | None:
     return None
 
 
-def vllm_parse(parser: str, text: str, tokenizer, tools: list | None) -> Parsed | None:
-    """The same through vLLM's own parser class; None where vLLM is not installed."""
+def _vllm_parser_classes():
+    """vLLM's request and parser classes, imported without vLLM's notes about this platform ("Triton is
+    installed, but doesn't include CPU backend"), which printed before a refusal's message: they are logged
+    during the import, before vLLM configures its loggers, so Python's last-resort handler printed them."""
+    import logging
+
+    vllm_logger = logging.getLogger("vllm")
+    level = vllm_logger.level
+    vllm_logger.setLevel(logging.ERROR)
     try:
         from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
         from vllm.tool_parsers import ToolParserManager
+    finally:
+        if vllm_logger.level == logging.ERROR:  # as it was, unless vLLM set its own level meanwhile
+            vllm_logger.setLevel(level)
+    return ChatCompletionRequest, ToolParserManager
+
+
+def vllm_parse(parser: str, text: str, tokenizer, tools: list | None) -> Parsed | None:
+    """The same through vLLM's own parser class; None where vLLM is not installed."""
+    try:
+        ChatCompletionRequest, ToolParserManager = _vllm_parser_classes()
     except ImportError:
         return None
     request = ChatCompletionRequest(model="parity", messages=[{"role": "user", "content": "-"}],

@@ -106,3 +106,15 @@ def test_assistant_masks_on_a_real_tokenizer():
             assert qwen.decode(encoded["input_ids"][:first]) == prompt  # the served prompt, token for token
     finally:
         qwen.chat_template = saved
+
+
+def test_importing_vllms_parsers_for_the_parity_check_prints_nothing():
+    """vLLM's import logged "Triton is installed, but doesn't include CPU backend. Disabling Triton." through
+    Python's last-resort handler: the line came before every refusal the parity check led to."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", "from trainer import parity; parity._vllm_parser_classes(); "
+                           "import logging; assert logging.getLogger('vllm').level == logging.NOTSET"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout + proc.stderr == "", proc.stdout + proc.stderr
