@@ -228,10 +228,16 @@ def test_local_server_and_cluster_deployment_get_the_same_flags(server, capsys):
         assert_openai_flags([*container.get("command", []), *container.get("args", [])], name, adapters)
 
 
-def test_deploy_serves_base_and_adapter_side_by_side(tuned, tmp_path, capsys):
+def test_deploy_serves_base_and_adapter_side_by_side(tuned, tmp_path, capsys, monkeypatch):
     """serve_adapters=true: one vLLM serves the base model and the LoRA adapter, each by name."""
+    import tempfile
+
     from components.deploy import deploy
 
+    # As under run_local, whose TMPDIR keeps the server's log until the run copies it out: called here
+    # in-process, the log folder was left in the machine's /tmp after every test run.
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
     smoke = art(Metrics, tmp_path, "smoke")
     out = deploy.python_func(model=tuned["merged"], dataset=tuned["dataset"], smoke=smoke,
                              base_model=tuned["model"], adapter=tuned["adapter"], serve_adapters=True, name=TUNED)
@@ -242,6 +248,7 @@ def test_deploy_serves_base_and_adapter_side_by_side(tuned, tmp_path, capsys):
     assert smoke.metadata["smoke_latency_s"] > 0 and smoke.metadata["vllm_ready_s"] > 0
     assert f"{TUNED}: ok" in printed and "smoke-tested" in printed
     assert smoke.metadata[f"reply_{TUNED}"] != smoke.metadata[f"reply_{TUNED}-base"]  # two models, not one
+    assert f"(log: {tmp_path}/vllm-" in printed  # the server's log went where TMPDIR says
 
 
 def _listening(port: int) -> bool:
