@@ -128,11 +128,12 @@ def parse_params(pipeline, pairs: list[str], problems: list[str] | None = None) 
 def _ignored_adapter_settings(params: dict[str, Any], defaults: dict[str, Any], given: dict[str, str]) -> list[str]:
     """An adapter setting typed beside method=full, which trains no adapter: it would do nothing without a
     word. Only what was typed here (the KFP UI sends every parameter, so validate cannot tell)."""
-    from trainer.config import ADAPTER_METHODS
+    from trainer.config import ADAPTER_METHODS, METHODS
 
-    if "method" not in params or params["method"] in ADAPTER_METHODS:
-        return []
-    typed = [f"{key}={given[key]}" for key in ("lora_r", "lora_alpha", "lora_dropout", "lora_train_embeddings")
+    if params.get("method") not in METHODS or params["method"] in ADAPTER_METHODS:
+        return []  # an unknown method is refused on its own
+    # Not lora_train_embeddings: the pipeline's help advises false for pretrained models, whatever the method.
+    typed = [f"{key}={given[key]}" for key in ("lora_r", "lora_alpha", "lora_dropout")
              if key in given and params.get(key) != defaults.get(key)]
     return [f"{', '.join(typed)} set{'s' if len(typed) == 1 else ''} an adapter, which method={params['method']} "
             f"does not train: drop {'it' if len(typed) == 1 else 'them'}, or use method={ADAPTER_METHODS[0]}"] \

@@ -391,7 +391,7 @@ def run(pipeline, params: dict[str, Any], args: argparse.Namespace) -> int:
                 os.environ.pop("TMPDIR", None)
             else:
                 os.environ["TMPDIR"] = saved_tmpdir
-            if not params.get("keep_serving"):
+            if not (succeeded and params.get("keep_serving")):  # else the server kept up still uses it
                 shutil.rmtree(tmp, ignore_errors=True)
 
 

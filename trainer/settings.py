@@ -86,7 +86,16 @@ def url_credentials(url: str) -> str:
     parameters; every endpoint and address with one is refused (credentials come from Secrets)."""
     from urllib.parse import urlsplit
 
+    import re
+
     url = url.strip()
+    # A password holding '/', '?' or '#' (AWS secret keys hold '/') ends the host early for urlsplit, which
+    # then sees no user info: `user:password@` before the first '@' counts too, unless what follows the
+    # colon is a port (host:8080/path@x).
+    scheme = r"[a-z][a-z0-9+.-]*://" if "://" in url else ""
+    found = re.match(rf"({scheme})([^:/?#@\s]+):([^@\s]*)@(.*)", url, re.I | re.S)
+    if found and not re.fullmatch(r"\d+([/?#].*)?", found.group(3), re.S):
+        return f"{found.group(1) or ''}***@{found.group(4)}"
     try:
         parts = urlsplit(url if "://" in url else "//" + url)  # user:pass@host without a scheme too
     except ValueError:  # e.g. an unclosed [IPv6 literal: not a URL this could mask

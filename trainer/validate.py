@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -132,6 +133,8 @@ def _credentials(name: str, value: Any) -> str | None:
     from trainer import settings
 
     image = name == "vllm_image"  # user:pass@registry/name:tag is not an image reference, and would be shown
+    if image and isinstance(value, str):  # the one '@' an image reference may hold: its digest, at the end
+        value = re.sub(r"@sha256:[0-9a-fA-F]{64}$", "", value.strip())
     if not (isinstance(value, str) and ("://" in value or image) and (masked := settings.url_credentials(value))):
         return None
     if image:

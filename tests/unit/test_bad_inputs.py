@@ -410,6 +410,33 @@ def _fails_cleanly(capsys, exit_info, expected):
     return err
 
 
+def test_adapter_settings_beside_full_fine_tuning_only_when_typed_and_meaningful():
+    """Refused: an adapter setting typed beside method=full. Not refused: lora_train_embeddings=false (the
+    pipeline's help advises it for any pretrained model), the defaults, and anything beside a misspelt
+    method (which is refused on its own)."""
+    from pipelines.finetune import finetune_pipeline
+    from pipelines.params import parse_params
+
+    def problems(*pairs):
+        found = []
+        parse_params(finetune_pipeline, list(pairs), found)
+        return found
+
+    assert problems("method=full", "lora_dropout=0.1") == [
+        "lora_dropout=0.1 sets an adapter, which method=full does not train: drop it, or use method=lora"]
+    assert problems("method=full", "lora_train_embeddings=false") == []
+    assert problems("method=full", "lora_r=16") == []  # the default, typed
+    assert problems("method=FULL", "lora_r=64") == [] and problems("method=lora", "lora_r=64") == []
+
+
+@pytest.fixture(autouse=True)
+def no_kubeconfig(monkeypatch, tmp_path):
+    """run_local loads the Kubernetes settings for a step that runs on a cluster: never this machine's own (a
+    developer's kubeconfig, its credential plugins, a pod's service account) in these tests."""
+    monkeypatch.setattr("kubernetes.config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION", str(tmp_path / "no-kubeconfig"))
+    monkeypatch.setattr("kubeflow.training.utils.utils.is_running_in_k8s", lambda: False)
+
+
 @pytest.fixture
 def no_s3(monkeypatch):
     started = []
@@ -461,9 +488,7 @@ def test_a_local_run_sending_a_step_to_a_cluster_needs_a_kubeconfig_before_it_st
     run_local does not have."""
     from trainer.k8s.lifecycle import kube_config_problem
 
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    monkeypatch.setattr("kubernetes.config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION", str(tmp_path / "none"))
-    root = tmp_path / "root"
+    root = tmp_path / "root"  # no kubeconfig here, and not in a pod (no_kubeconfig)
     with pytest.raises(SystemExit) as exit_info:
         run_local.main(["--pipeline-root", str(root), "--runs-dir", str(tmp_path / "runs"),
                         "--param", "launcher=trainjob", "--param", "deploy_backend=kserve"])
@@ -481,6 +506,11 @@ def test_a_local_run_sending_a_step_to_a_cluster_needs_a_kubeconfig_before_it_st
     monkeypatch.setattr("kubernetes.config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION", str(config))
     assert kube_config_problem("launcher=pytorchjob") is None
     assert run_local.cluster_config_problems({"launcher": "pytorchjob", "deploy_backend": "local"}) == []
+    # one that is not YAML, or a folder: the same refusal, not a traceback
+    config.write_text("apiVersion: v1\nclusters: [\n  - {")
+    assert "the kubeconfig is not valid YAML" in kube_config_problem("launcher=pytorchjob")
+    monkeypatch.setattr("kubernetes.config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION", str(tmp_path))
+    assert "Is a directory" in kube_config_problem("launcher=pytorchjob")
 
 
 def test_unreachable_s3_endpoint_is_refused_before_the_pipeline_starts(tmp_path, capsys, monkeypatch,
@@ -574,6 +604,26 @@ def test_a_password_in_an_s3_source_is_never_shown_by_the_throwaway_server_check
     err = _fails_cleanly(capsys, exit_info, "dataset_source='s3://***@bucket/data.jsonl' is an object in S3")
     assert "model_source='s3://***@bucket/models/x' is an object in S3" in err
     assert "SECRET" not in err and "AKID" not in err and not (tmp_path / "runs").exists() and not no_s3
+
+
+def test_a_password_holding_a_slash_hash_or_question_mark_is_masked_too(tmp_path, capsys, monkeypatch, no_s3):
+    """AWS secret keys hold '/': urlsplit ended the host there and saw no user info, so the whole key was
+    printed twice; an image reference with '#' in its password passed and was rendered."""
+    from trainer.settings import url_credentials
+    from trainer.validate import pipeline_problems
+
+    monkeypatch.delenv("S3_ENDPOINT", raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        run_local.main(["--pipeline-root", str(tmp_path / "r"), "--runs-dir", str(tmp_path / "runs"),
+                        "--param", "dataset_source=s3://AKIAEXAMPLE:wJalr/K7MD+x@bucket/data.jsonl"])
+    err = _fails_cleanly(capsys, exit_info, "dataset_source='s3://***@bucket/data.jsonl'")
+    assert "wJalr" not in err and "AKIAEXAMPLE" not in err
+    [problem] = [p for p in pipeline_problems({"vllm_image": "user:pa#ss@registry.io/vllm:v1"}) if "vllm_image" in p]
+    assert "'***@registry.io/vllm:v1' carries a user name or password" in problem and "pa#ss" not in problem
+    # not credentials: a port before a path with an '@', an '@' in an object key, images pinned by digest
+    assert url_credentials("http://registry:8080/api@v1") == url_credentials("s3://bucket/key@v1") == ""
+    for image in ("vllm-cpu:v1@sha256:" + "0" * 64, "ubuntu@sha256:" + "a" * 64):
+        assert not [p for p in pipeline_problems({"vllm_image": image}) if "vllm_image" in p], image
 
 
 def test_a_password_in_the_s3_endpoint_is_refused_and_never_shown(tmp_path, capsys, monkeypatch):

@@ -122,15 +122,26 @@ def kube_config_problem(what: str) -> str | None:
     from kubernetes import client as k, config
     from kubernetes.config.config_exception import ConfigException
 
+    in_pod = utils.is_running_in_k8s()
     try:
-        if utils.is_running_in_k8s():
+        if in_pod:
             config.load_incluster_config(client_configuration=k.Configuration())
         else:
             config.load_kube_config(client_configuration=k.Configuration())
-    except ConfigException as err:
-        return (f"with {what} a step runs on a Kubernetes cluster, but no usable Kubernetes configuration is here ({err}): "
-                "point KUBECONFIG (or ~/.kube/config) at the cluster, e.g. check `kubectl get nodes`; or use "
-                "launcher=local and deploy_backend=local to run every step on this machine")
+    # A kubeconfig that is not YAML (yaml's errors), a folder or an unreadable file (OSError): the user's too.
+    except (ConfigException, OSError, ValueError, TypeError, AttributeError) as err:
+        reason = " ".join(str(err).split())[:200] or type(err).__name__
+        fix = ("this pod's service account token (in-cluster settings, which are used in a pod whatever "
+               "KUBECONFIG says) must be mounted" if in_pod else
+               "point KUBECONFIG (or ~/.kube/config) at the cluster, e.g. check `kubectl get nodes`")
+        return (f"with {what} a step runs on a Kubernetes cluster, but no usable Kubernetes configuration is here "
+                f"({reason}): {fix}; or use launcher=local and deploy_backend=local to run every step on this machine")
+    except Exception as err:  # noqa: BLE001 - e.g. yaml.YAMLError, whose module this need not import
+        if type(err).__module__.split(".")[0] != "yaml":
+            raise
+        return (f"with {what} a step runs on a Kubernetes cluster, but the kubeconfig is not valid YAML "
+                f"({' '.join(str(err).split())[:200]}): fix it, or point KUBECONFIG at another; or use launcher=local "
+                "and deploy_backend=local to run every step on this machine")
     return None
 
 
