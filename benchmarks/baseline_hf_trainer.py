@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import tempfile
 import time
 
 
@@ -53,7 +54,10 @@ def main() -> None:
     model = AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=torch.bfloat16 if args.bf16 else torch.float32)
     model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", task_type="CAUSAL_LM",
                                              modules_to_save=["embed_tokens"] if args.train_embeddings else None))
-    targs = TrainingArguments(output_dir="/tmp/baseline-hf", max_steps=args.steps,
+    # Trainer wants an output folder even when it saves nothing: one of its own in TMPDIR, removed at exit
+    # (a fixed /tmp/baseline-hf was left behind by every run, and shared by two at once).
+    out_dir = tempfile.TemporaryDirectory(prefix="baseline-hf-")
+    targs = TrainingArguments(output_dir=out_dir.name, max_steps=args.steps,
                               per_device_train_batch_size=args.batch_size, learning_rate=3e-3, logging_steps=10,
                               save_strategy="no", report_to=[], use_cpu=not cuda, bf16=args.bf16,
                               dataloader_num_workers=0, disable_tqdm=True)

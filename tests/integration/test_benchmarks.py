@@ -4,6 +4,7 @@ figures and command line, and (marked bench) the benchmarks' --quick runs end to
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -31,11 +32,21 @@ def test_every_path_runs_on_cpu_and_a_failing_variant_costs_only_its_row(tmp_pat
     variant that fails (exit 2), --json, and the per-run logs."""
     import json
 
+    import os
+
     out = tmp_path / "gc.json"
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    fixed = Path("/tmp/baseline-hf")  # where the HF baseline wrote, whatever TMPDIR said
+    fixed_before = fixed.exists()
     proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu_compare", "--allow-cpu", "--shapes", "tiny",
                            "--steps", "2", "--runs", "1", "--batch-tokens", "512", "--variants", "default;lora_r=0",
-                           "--json", str(out)], capture_output=True, text=True, timeout=600)
+                           "--json", str(out)], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "TMPDIR": str(tmp)})
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # the HF baseline left /tmp/baseline-hf behind; torch's compile cache (torchinductor_<user>) stays on purpose
+    left = [p.name for p in tmp.iterdir() if not p.name.startswith("torchinductor_")]
+    assert not left and (fixed_before or not fixed.exists()), left
     assert "tiny lora_r=0 run 1: FAILED, exit status 2" in proc.stdout and "lora_r must be > 0" in proc.stdout
     got = json.loads(out.read_text())
     assert got["complete"] and [f["run"] for f in got["failures"]] == ["tiny lora_r=0 run 1"]
