@@ -84,9 +84,8 @@ def url_credentials(url: str) -> str:
     """`url` with its user-info part masked (`https://***@host`) when it carries one, else ''.
     A user name or password in a URL ends up on the console, in logs, run records and KFP's run
     parameters; every endpoint and address with one is refused (credentials come from Secrets)."""
-    from urllib.parse import urlsplit
-
     import re
+    from urllib.parse import urlsplit
 
     url = url.strip()
     # A password holding '/', '?' or '#' (AWS secret keys hold '/') ends the host early for urlsplit, which

@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Any, Callable, Iterator
 
-from trainer.errors import UserError
+from trainer.errors import UserError, brief
 from trainer.k8s.podspec import ClusterSpec
 
 
@@ -104,57 +104,70 @@ def default_namespace() -> str:
 
 def api_client(client_configuration: Any = None):
     """A kubernetes ApiClient: the given configuration, else in-cluster, else kubeconfig."""
-    from kubeflow.training.utils import utils
-    from kubernetes import client as k, config
+    from kubernetes import client as k
 
     if client_configuration is None:
         with kube_config_errors():
-            config.load_incluster_config() if utils.is_running_in_k8s() else config.load_kube_config()
+            _load_config()
     return k.ApiClient(client_configuration)
+
+
+def _load_config(configuration: Any = None) -> None:
+    """In-cluster settings in a pod, else the kubeconfig, into `configuration` (None: the client's default)."""
+    from kubeflow.training.utils import utils
+    from kubernetes import config
+
+    load = config.load_incluster_config if utils.is_running_in_k8s() else config.load_kube_config
+    load(client_configuration=configuration)
+
+
+def _config_failure(err: BaseException) -> tuple[str, str]:
+    """(why the settings did not load, what to do)."""
+    import yaml
+    from kubeflow.training.utils import utils
+
+    why = brief(" ".join(str(err).split())) or type(err).__name__  # YAML's errors take several lines
+    why = f"the kubeconfig is not valid YAML: {why}" if isinstance(err, yaml.YAMLError) else why
+    fix = ("this pod's service account token must be mounted (in a pod the in-cluster settings are used, whatever "
+           "KUBECONFIG says)" if utils.is_running_in_k8s() else
+           "point KUBECONFIG (or ~/.kube/config) at the cluster, e.g. check `kubectl get nodes`")
+    return why, fix
+
+
+def _config_errors() -> tuple[type[BaseException], ...]:
+    """What loading the settings raises for the user's settings: none or a broken one (ConfigException), one
+    that is not YAML, a folder or an unreadable file, or YAML of the wrong shape."""
+    import yaml
+    from kubernetes.config.config_exception import ConfigException
+
+    return ConfigException, yaml.YAMLError, OSError, ValueError, TypeError, AttributeError
 
 
 def kube_config_problem(what: str) -> str | None:
     """Why a run with `what` (e.g. "launcher=trainjob") cannot reach a cluster from here, else None: the
-    in-cluster or kubeconfig settings are loaded as api_client loads them (into a throwaway
-    Configuration; the API server is not contacted), so that a local run which sends a step to a
-    cluster is refused before it delivers and trains, not in that step."""
-    from kubeflow.training.utils import utils
-    from kubernetes import client as k, config
-    from kubernetes.config.config_exception import ConfigException
+    settings are loaded as api_client loads them (into a throwaway Configuration; the API server is not
+    contacted), so that a local run which sends a step to a cluster is refused before it delivers and
+    trains, not in that step."""
+    from kubernetes import client as k
 
-    in_pod = utils.is_running_in_k8s()
     try:
-        if in_pod:
-            config.load_incluster_config(client_configuration=k.Configuration())
-        else:
-            config.load_kube_config(client_configuration=k.Configuration())
-    # A kubeconfig that is not YAML (yaml's errors), a folder or an unreadable file (OSError): the user's too.
-    except (ConfigException, OSError, ValueError, TypeError, AttributeError) as err:
-        reason = " ".join(str(err).split())[:200] or type(err).__name__
-        fix = ("this pod's service account token (in-cluster settings, which are used in a pod whatever "
-               "KUBECONFIG says) must be mounted" if in_pod else
-               "point KUBECONFIG (or ~/.kube/config) at the cluster, e.g. check `kubectl get nodes`")
+        _load_config(k.Configuration())
+    except _config_errors() as err:
+        why, fix = _config_failure(err)
         return (f"with {what} a step runs on a Kubernetes cluster, but no usable Kubernetes configuration is here "
-                f"({reason}): {fix}; or use launcher=local and deploy_backend=local to run every step on this machine")
-    except Exception as err:  # noqa: BLE001 - e.g. yaml.YAMLError, whose module this need not import
-        if type(err).__module__.split(".")[0] != "yaml":
-            raise
-        return (f"with {what} a step runs on a Kubernetes cluster, but the kubeconfig is not valid YAML "
-                f"({' '.join(str(err).split())[:200]}): fix it, or point KUBECONFIG at another; or use launcher=local "
-                "and deploy_backend=local to run every step on this machine")
+                f"({why}): {fix}; or use launcher=local and deploy_backend=local to run every step on this machine")
     return None
 
 
 @contextlib.contextmanager
 def kube_config_errors() -> Iterator[None]:
-    """No kubeconfig (or a broken one) outside a pod is the user's to fix: one line, not a traceback."""
-    from kubernetes.config.config_exception import ConfigException
-
+    """No kubeconfig (or a broken one) is the user's to fix: one line, not a traceback."""
+    errors = _config_errors()
     try:
         yield
-    except ConfigException as err:
-        raise UserError(f"no usable Kubernetes configuration ({err}): point KUBECONFIG (or ~/.kube/config) at "
-                        "the cluster, e.g. check `kubectl get nodes`; or add --dry-run to print the objects "
+    except errors as err:
+        why, fix = _config_failure(err)
+        raise UserError(f"no usable Kubernetes configuration ({why}): {fix}; or add --dry-run to print the objects "
                         "instead") from None
 
 
