@@ -32,12 +32,15 @@ def evaluate(
     from trainer.errors import exit_on_user_error
     from trainer.evaluate import evaluate as run_eval
     from trainer.evaluate import logged_metrics, promotion
+    from trainer.model import skip_bitsandbytes
     from trainer.report import examples_markdown
     from trainer.storage import Store
 
     with exit_on_user_error():
         store = Store.from_env()
-        result = run_eval(store.get_tree(read_uri(base_model)), store.get_tree(read_uri(tuned_model)),
+        tuned = store.get_tree(read_uri(tuned_model))
+        skip_bitsandbytes(adapter_dir=tuned)  # unless the adapter's base is 4-bit: 1.4 s less
+        result = run_eval(store.get_tree(read_uri(base_model)), tuned,
                           store.get_tree(read_uri(dataset)) / "eval.jsonl", max_rows=max_rows,
                           max_seq_len=max_seq_len, engine=eval_engine)
     logged = logged_metrics(result)  # a kind of row the split lacks logs no accuracy, not 0

@@ -167,6 +167,9 @@ def run(args: argparse.Namespace) -> None:
         cfg = TrainConfig.from_namespace(args).validate()  # before importing torch: bad input fails in a second
         import signal
 
+        from trainer.model import skip_bitsandbytes
+
+        skip_bitsandbytes(cfg.method)
         from trainer.exitcodes import retry_transient_failures
         from trainer.train import sigterm_exit, train
 
@@ -274,8 +277,11 @@ def run(args: argparse.Namespace) -> None:
         print(json.dumps({"uri": uri, **{k: v for k, v in meta.items() if k != "files"}}, indent=1))
     elif args.command == "evaluate":
         from trainer.evaluate import evaluate
+        from trainer.model import skip_bitsandbytes
 
-        result = evaluate(store.get_tree(args.model_uri), store.get_tree(args.tuned_uri),
+        tuned = store.get_tree(args.tuned_uri)
+        skip_bitsandbytes(adapter_dir=tuned)
+        result = evaluate(store.get_tree(args.model_uri), tuned,
                           store.get_tree(args.dataset_uri) / "eval.jsonl", max_rows=args.max_rows,
                           max_seq_len=args.max_seq_len)
         print(json.dumps(result, indent=1))
@@ -283,8 +289,11 @@ def run(args: argparse.Namespace) -> None:
         print(store.get_tree(args.uri, args.out))
     elif args.command == "merge":
         from trainer.merge import merge
+        from trainer.model import skip_bitsandbytes
 
-        print(merge(store.get_tree(args.model_uri), store.get_tree(args.adapter_uri), args.out))
+        adapter = store.get_tree(args.adapter_uri)
+        skip_bitsandbytes(adapter_dir=adapter)
+        print(merge(store.get_tree(args.model_uri), adapter, args.out))
 
 
 def _local_source_problems(what: str, source: str, eval_fraction: float = 0.1, seed: int = 0) -> list[str]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import sys
 from pathlib import Path
 
 import torch
@@ -107,6 +108,23 @@ def build_model(cfg: TrainConfig, model_dir: Path, device, attn: str | None = No
 
 # In an adapter trained over a 4-bit base (method=qlora): the quantization it was trained against.
 BASE_QUANTIZATION = "base_quantization.json"
+
+
+def skip_bitsandbytes(method: str = "", adapter_dir: Path | None = None) -> bool:
+    """At an entry point, before peft is imported: unless this process loads a 4-bit base (method=qlora, or
+    an adapter trained over one: BASE_QUANTIZATION), bitsandbytes is made absent for it. peft imports
+    bitsandbytes whenever it is installed, and that import wraps its kernels in torch.compile, which imports
+    inductor: 1.4 s of every training rank's, merge's and evaluation's start on CPU (2026-11-27), and
+    nothing there uses it. A None in sys.modules is Python's own "not installed" (an import raises
+    ImportError, importlib.util.find_spec answers None, which is what peft and transformers ask). Only where
+    the whole process's work is known: a 4-bit load later in the same process would find it missing.
+    Returns whether it was skipped."""
+    if method == "qlora" or (adapter_dir is not None and (Path(adapter_dir) / BASE_QUANTIZATION).is_file()):
+        return False
+    if "peft" in sys.modules:  # too late: it has imported bitsandbytes already, if installed
+        return False
+    sys.modules.setdefault("bitsandbytes", None)
+    return sys.modules["bitsandbytes"] is None
 
 
 def qlora_config(dtype):
