@@ -121,28 +121,3 @@ def test_cuda_default_autocasts_only_bf16_bases_with_adapters(tiny_model_dir):
     assert not LossModel(get_peft_model(fp32, LoraConfig(r=4, target_modules="all-linear",
                                                          task_type="CAUSAL_LM")), cuda).autocast
 
-
-def test_a_process_loading_no_4bit_model_trains_lora_without_importing_bitsandbytes(tiny_model_dir, tmp_path):
-    """peft imports bitsandbytes whenever it is installed, and that import pulls in inductor (1.4 s of every
-    rank's start): skipped unless the process loads a 4-bit base. In a fresh process, as the entry points call it."""
-    import subprocess
-    import sys
-
-    (tmp_path / "qlora-adapter").mkdir()
-    (tmp_path / "qlora-adapter" / "base_quantization.json").write_text("{}")
-    code = f"""
-import sys
-from pathlib import Path
-from trainer.model import skip_bitsandbytes
-assert not skip_bitsandbytes("qlora") and not skip_bitsandbytes(adapter_dir=Path({str(tmp_path / "qlora-adapter")!r}))
-assert "bitsandbytes" not in sys.modules  # still importable: a QLoRA rank, merge or evaluation needs it
-assert skip_bitsandbytes("lora")
-from peft import LoraConfig, get_peft_model
-from transformers import AutoModelForCausalLM
-model = get_peft_model(AutoModelForCausalLM.from_pretrained({str(tiny_model_dir)!r}), LoraConfig(r=4, target_modules="all-linear"))
-model(input_ids=__import__("torch").tensor([[1, 2, 3]])).logits.sum().backward()
-print(sys.modules["bitsandbytes"], "torch._inductor.compile_fx" in sys.modules)
-"""
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.split() == ["None", "False"], proc.stdout
