@@ -51,9 +51,10 @@ endif
 test: $(STAMP) chromium
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
-# The unit tier: in-process tests, no servers or trainings (tests/conftest.py says what each tier holds)
+# The unit tier: in-process tests, no servers or trainings (tests/conftest.py says what each tier holds);
+# on two workers as `test`: 52 s against 92 s in one process on this 2-core machine (2026-11-27)
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q tests/unit
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile tests/unit
 
 # The benchmarks' --quick runs end to end (benchmarks.real_model: the whole pipeline on SmolLM2, 4-5 min)
 test-bench: $(STAMP)
