@@ -45,6 +45,14 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank.get(item.path.relative_to(TESTS).as_posix(), len(rank)))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def peft_with_bitsandbytes():
+    """peft imported, with bitsandbytes, before any test: the tests call several components' bodies in one process,
+    which KFP never does, and the merge and evaluate bodies mark bitsandbytes absent for the rest of their process
+    when it loads no 4-bit model (trainer.model.skip_bitsandbytes), which a QLoRA test run after them would need."""
+    import peft  # noqa: F401
+
+
 @pytest.fixture(scope="session")
 def s3_env(tmp_path_factory):
     """Start moto's S3 server once and point S3_* / AWS_* env (and the cache) at it."""

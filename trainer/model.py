@@ -117,8 +117,8 @@ def skip_bitsandbytes(method: str = "", adapter_dir: Path | None = None) -> bool
     inductor: 1.4 s of every training rank's, merge's and evaluation's start on CPU (2026-11-27), and
     nothing there uses it. A None in sys.modules is Python's own "not installed" (an import raises
     ImportError, importlib.util.find_spec answers None, which is what peft and transformers ask). Only where
-    the whole process's work is known: a 4-bit load later in the same process would find it missing.
-    Returns whether it was skipped."""
+    the whole process's work is known: a 4-bit load later in the same process would find it missing (a KFP
+    component's body is such a place: KFP runs each in a process of its own). Returns whether it was skipped."""
     if method == "qlora" or (adapter_dir is not None and (Path(adapter_dir) / BASE_QUANTIZATION).is_file()):
         return False
     if "peft" in sys.modules:  # too late: it has imported bitsandbytes already, if installed
