@@ -311,7 +311,10 @@ def _local_source_problems(what: str, source: str, eval_fraction: float = 0.1, s
         if src.kind == "local" and what == "model":
             return problems + sources.model_dir_problems(src.ref)
         if src.kind == "local":
-            sources.materialize_dataset(src, "", eval_fraction, seed)
+            from trainer.data import quiet_conversions
+
+            with quiet_conversions():  # checked only: the delivery that follows says what it converts, once
+                sources.materialize_dataset(src, "", eval_fraction, seed)
     except UserError as err:
         return problems + [str(err)]
     return problems

@@ -603,6 +603,17 @@ def test_a_converted_dataset_is_announced_by_the_step_that_converts_not_by_each_
     assert capsys.readouterr().out.count("rows converted to chat messages") == 1
 
 
+def test_the_trainer_cli_delivering_a_converted_dataset_says_so_once(tmp_path, capsys, s3_env):
+    """`python -m trainer deliver-dataset FILE` checks the file, then delivers it: one line, from the delivery."""
+    from tests.unit.test_data import SHAREGPT, write
+    from trainer.__main__ import main
+
+    path = write(tmp_path, [json.dumps(SHAREGPT)] * 12)
+    main(["deliver-dataset", str(path)])
+    out = capsys.readouterr().out
+    assert out.count("rows converted to chat messages") == 1 and '"uri": "s3://' in out, out
+
+
 def test_run_local_drops_a_parallel_for_s_queued_iterations_when_the_run_stops():
     """Ctrl-C / SIGTERM / a failed trial: kfp.local's ParallelFor executor (through the name its
     module uses) must not start the iterations still queued (they would train for hours)."""
