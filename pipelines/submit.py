@@ -97,6 +97,9 @@ def validate(params: dict[str, Any], recurring: str | None = None, extra: list[s
     collect(problems, what="invalid sweep parameters" if sweep else "invalid pipeline parameters")
 
 
+# What a submitted run trains with when launcher is not given: the pipelines' default, local, is run_local's,
+# and a cluster refuses it.
+SUBMIT_LAUNCHER = "trainjob"
 MAX_CONCURRENCY = 10  # KFP's API server refuses a recurring run's max_concurrency outside 1-10
 
 
@@ -424,19 +427,19 @@ def main(argv: list[str] | None = None) -> int:
             print(params_help(pipeline))
             # The defaults above are the compiled pipeline's (the KFP UI's), which are run_local's: two of them
             # a submitted run does not keep.
-            print("\nsubmit: launcher not given is trainjob (launcher=local trains inside one pipeline pod, which a "
-                  "cluster refuses); deploy_backend must be given: kubernetes, kserve or llmisvc (local would serve "
-                  "inside the pipeline pod, whose image has no vLLM)")
+            *others, last = serving.CLUSTER_BACKENDS
+            print(f"\nsubmit: launcher not given is {SUBMIT_LAUNCHER} (launcher=local trains inside one pipeline pod, "
+                  f"which a cluster refuses); deploy_backend must be given: {', '.join(others)} or {last} (local "
+                  "would serve inside the pipeline pod, whose image has no vLLM)")
             return 0
         problems: list[str] = []  # --param, the options and the parameters: all in one message
-        # The pipelines' default, launcher=local, is run_local's, and a cluster refuses it: a submitted run
-        # trains as a TrainJob unless told otherwise.
         default_launcher = not any(p.partition("=")[0].strip() == "launcher" for p in args.param)
-        params = parse_params(pipeline, [*args.param, *(["launcher=trainjob"] if default_launcher else [])], problems)
+        params = parse_params(pipeline, [*args.param, *([f"launcher={SUBMIT_LAUNCHER}"] if default_launcher else [])],
+                              problems)
         validate(params, args.recurring, problems + option_problems(args) + schedule_problems(args), sweep=sweep)
         if default_launcher:
-            print("note: launcher not given: trainjob (a Kubeflow Trainer v2 TrainJob; launcher=pytorchjob for the "
-                  "Training Operator v1)", file=sys.stderr)
+            print(f"note: launcher not given: {SUBMIT_LAUNCHER} (a Kubeflow Trainer v2 TrainJob; "
+                  "launcher=pytorchjob for the Training Operator v1)", file=sys.stderr)
         # Times go to KFP as RFC 3339 in UTC ('2026-12-01T02:00:00Z' for 2026-12-01 03:00+01:00), as KFP shows them.
         schedule = {k: _time(v, "", []).astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
                     for k, v in (("start_time", args.start_time), ("end_time", args.end_time)) if v is not None}

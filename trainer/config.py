@@ -103,14 +103,13 @@ class TrainConfig:
                          "here; set compile=false")
         if "lora_dropout" not in bad and not 0 <= self.lora_dropout < 1:
             p.append(f"lora_dropout must be in [0, 1), got {self.lora_dropout}")
-        if "learning_rate" in bad:
-            pass
-        elif self.learning_rate <= 0:
-            p.append(f"learning_rate must be > 0, got {self.learning_rate:g}; about 2e-4 for LoRA on a pretrained "
-                     "model, 1e-5 for full fine-tuning")
-        elif self.learning_rate >= 1:  # AdamW moves every weight by about the rate per step: NaN within steps
-            p.append(f"learning_rate must be below 1, got {self.learning_rate:g}: such a rate diverges at once; "
-                     "about 2e-4 for LoRA on a pretrained model, 1e-5 for full fine-tuning")
+        if "learning_rate" not in bad:
+            if self.learning_rate <= 0:
+                p.append(f"learning_rate must be > 0, got {self.learning_rate:g}; about 2e-4 for LoRA on a "
+                         "pretrained model, 1e-5 for full fine-tuning")
+            elif self.learning_rate >= 1:  # AdamW moves every weight by about the rate per step: NaN within steps
+                p.append(f"learning_rate must be below 1, got {self.learning_rate:g}: such a rate diverges at once; "
+                         "about 2e-4 for LoRA on a pretrained model, 1e-5 for full fine-tuning")
         if self.max_steps > MAX_STEPS:
             p.append(f"max_steps must be <= {MAX_STEPS:,}, got {self.max_steps:,}; fine-tunes take hundreds to "
                      f"a few hundred thousand steps")
