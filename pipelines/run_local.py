@@ -277,11 +277,14 @@ def _main(args: argparse.Namespace) -> int:
         params = parse(pipeline, args.param + (["keep_serving=true"] if args.keep_serving else []), problems)
         problems += throwaway_s3_problems(params, args.s3_endpoint)
         problems += cluster_config_problems(params)
+        endpoint = 'S3_ENDPOINT' if os.environ.get('S3_ENDPOINT') == args.s3_endpoint else '--s3-endpoint'
         if args.s3_endpoint and (masked := settings.url_credentials(args.s3_endpoint)):  # before anything prints it
-            problems.append(f"{'S3_ENDPOINT' if os.environ.get('S3_ENDPOINT') == args.s3_endpoint else '--s3-endpoint'}"
-                            f" {masked!r} carries a user name or password in the URL, which would show in messages "
-                            "and logs: give the endpoint alone, and the keys in AWS_ACCESS_KEY_ID and "
+            problems.append(f"{endpoint} {masked!r} carries a user name or password in the URL, which would show in "
+                            "messages and logs: give the endpoint alone, and the keys in AWS_ACCESS_KEY_ID and "
                             "AWS_SECRET_ACCESS_KEY")
+        elif args.s3_endpoint and (problem := settings.endpoint_problem(args.s3_endpoint)):
+            problems.append(f"{endpoint} {args.s3_endpoint!r} is not an S3 endpoint ({problem}): give "
+                            "http(s)://HOST:PORT of the S3/MinIO, e.g. http://127.0.0.1:9000")
         problems += writable_dir_problems({"--output-dir": args.output_dir, "--runs-dir": args.runs_dir,
                                            "--pipeline-root": args.pipeline_root})
         if args.pipeline == "sweep":  # before starting anything expensive

@@ -103,3 +103,27 @@ def url_credentials(url: str) -> str:
         return ""
     masked = parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]).geturl()
     return masked if "://" in url else masked.removeprefix("//")
+
+
+def endpoint_problem(url: str) -> str:
+    """Why `url` cannot be an S3 endpoint as the minio client takes one (`[http[s]://]HOST[:PORT]`),
+    or '' when it can. Without this a typo reads as "unreachable" after retries (`ftp://...`, a bare
+    word), or as minio's traceback (a port that is not a number). User info is `url_credentials`' to
+    refuse, with the URL masked."""
+    from urllib.parse import urlsplit
+
+    url = url.strip()
+    if "://" in url and url.split("://", 1)[0].lower() not in ("http", "https"):
+        return f"scheme {url.split('://', 1)[0]!r}: S3 speaks http or https"
+    try:
+        parts = urlsplit(url if "://" in url else "//" + url)
+        port = parts.port  # raises for a port that is not a number in 0-65535
+    except ValueError as err:  # urllib's words for a port ("Port could not be cast to integer value as 'x'")
+        return "the port is not a number from 1 to 65535" if "port" in str(err).lower() else str(err)
+    if not parts.hostname:
+        return "no host name"
+    if port == 0:
+        return "the port is not a number from 1 to 65535"
+    if parts.path.strip("/") or parts.query or parts.fragment:
+        return "a path or query after the host: the bucket is S3_BUCKET, not part of the endpoint"
+    return ""

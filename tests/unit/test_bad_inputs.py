@@ -644,6 +644,38 @@ def test_a_password_in_the_s3_endpoint_is_refused_and_never_shown(tmp_path, caps
     assert "s3cret" not in err
 
 
+
+@pytest.mark.parametrize("endpoint, reason", [
+    ("ftp://127.0.0.1:9000", "scheme 'ftp': S3 speaks http or https"),
+    ("http://127.0.0.1:notaport", "the port is not a number from 1 to 65535"),  # was minio's ValueError, exit 1
+    ("http://127.0.0.1:99999", "the port is not a number from 1 to 65535"),
+    ("https://minio.example.com/my-bucket", "a path or query after the host: the bucket is S3_BUCKET"),
+    ("http://[::1", "Invalid IPv6 URL")])
+def test_an_s3_endpoint_that_is_no_url_is_refused_before_any_contact(endpoint, reason, tmp_path, capsys, monkeypatch):
+    """Said at once, with the form to give: not "unreachable" after retries, not a traceback; the trainer CLI and
+    the components (Store) too. The forms minio takes are accepted (`Store` builds its client without contact)."""
+    from trainer.__main__ import main
+    from trainer.settings import endpoint_problem
+    from trainer.storage import Store
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    monkeypatch.setenv("S3_ENDPOINT", "")
+    with pytest.raises(SystemExit) as exit_info:
+        run_local.main(["--s3-endpoint", endpoint, "--pipeline-root", str(tmp_path / "r"),
+                        "--runs-dir", str(tmp_path / "runs")])
+    err = _fails_cleanly(capsys, exit_info, f"--s3-endpoint {endpoint!r} is not an S3 endpoint ({reason}")
+    assert "give http(s)://HOST:PORT" in err and not (tmp_path / "runs").exists()
+    monkeypatch.setenv("S3_ENDPOINT", endpoint)  # as the components and the CLI read it
+    with pytest.raises(SystemExit) as exit_info:
+        main(["deliver-dataset", "builtin:function-calling"])
+    _fails_cleanly(capsys, exit_info, f"S3_ENDPOINT {endpoint!r} is not an S3 endpoint ({reason}")
+    for fine in ("http://127.0.0.1:9000", "https://minio.example.com", "minio.llm-finetune.svc:9000",
+                 "http://[::1]:9000/", "HTTP://minio:9000"):
+        assert endpoint_problem(fine) == "", fine
+        monkeypatch.setenv("S3_ENDPOINT", fine)
+        Store.from_env()
+
 RUNAWAY = "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}"
 
 
