@@ -282,9 +282,9 @@ def _main(args: argparse.Namespace) -> int:
             problems.append(f"{endpoint} {masked!r} carries a user name or password in the URL, which would show in "
                             "messages and logs: give the endpoint alone, and the keys in AWS_ACCESS_KEY_ID and "
                             "AWS_SECRET_ACCESS_KEY")
-        elif args.s3_endpoint and (problem := settings.endpoint_problem(args.s3_endpoint)):
+        elif args.s3_endpoint and (problem := settings.url_problem(args.s3_endpoint, need_scheme=False, path=False)):
             problems.append(f"{endpoint} {args.s3_endpoint!r} is not an S3 endpoint ({problem}): give "
-                            "http(s)://HOST:PORT of the S3/MinIO, e.g. http://127.0.0.1:9000")
+                            "http(s)://HOST:PORT of the S3/MinIO (the bucket is S3_BUCKET), e.g. http://127.0.0.1:9000")
         problems += writable_dir_problems({"--output-dir": args.output_dir, "--runs-dir": args.runs_dir,
                                            "--pipeline-root": args.pipeline_root})
         if args.pipeline == "sweep":  # before starting anything expensive

@@ -194,8 +194,8 @@ def check_host(host: str, token: str | None, timeout: float = PROBE_TIMEOUT_S) -
     url = f"{host.rstrip('/')}/apis/v2beta1/healthz"
     fix = ("check --host / KFP_HOST (e.g. http://localhost:8080 while `kubectl port-forward -n kubeflow "
            "svc/ml-pipeline-ui 8080:80` runs)")
-    if not url.startswith(("http://", "https://")):
-        raise UserError(f"--host {host!r} is not an http(s):// URL; {fix}")
+    if bad := settings.url_problem(host):
+        raise UserError(f"--host {host!r} is not an http(s):// URL ({bad}); {fix}")
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:

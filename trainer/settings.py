@@ -105,16 +105,20 @@ def url_credentials(url: str) -> str:
     return masked if "://" in url else masked.removeprefix("//")
 
 
-def endpoint_problem(url: str) -> str:
-    """Why `url` cannot be an S3 endpoint as the minio client takes one (`[http[s]://]HOST[:PORT]`),
-    or '' when it can. Without this a typo reads as "unreachable" after retries (`ftp://...`, a bare
-    word), or as minio's traceback (a port that is not a number). User info is `url_credentials`' to
-    refuse, with the URL masked."""
+
+def url_problem(url: str, *, need_scheme: bool = True, path: bool = True) -> str:
+    """Why `url` cannot be the address of an HTTP server (`http[s]://HOST[:PORT][/path]`), or '' when it
+    can: the scheme (optional with `need_scheme=False`, as the minio client takes `HOST:PORT`), a host, a
+    port that is a number, and a path only where `path` allows one. A typo then reads as what it is, not
+    as "unreachable" after retries or a client's traceback (a port that is not a number). User info is
+    `url_credentials`' to refuse, with the URL masked."""
     from urllib.parse import urlsplit
 
     url = url.strip()
+    if "://" not in url and need_scheme:
+        return "no http:// or https://"
     if "://" in url and url.split("://", 1)[0].lower() not in ("http", "https"):
-        return f"scheme {url.split('://', 1)[0]!r}: S3 speaks http or https"
+        return f"scheme {url.split('://', 1)[0]!r}: give http:// or https://"
     try:
         parts = urlsplit(url if "://" in url else "//" + url)
         port = parts.port  # raises for a port that is not a number in 0-65535
@@ -124,6 +128,6 @@ def endpoint_problem(url: str) -> str:
         return "no host name"
     if port == 0:
         return "the port is not a number from 1 to 65535"
-    if parts.path.strip("/") or parts.query or parts.fragment:
-        return "a path or query after the host: the bucket is S3_BUCKET, not part of the endpoint"
+    if not path and (parts.path.strip("/") or parts.query or parts.fragment):
+        return "a path or query after the host"
     return ""

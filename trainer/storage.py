@@ -109,9 +109,9 @@ class Store:
             raise UserError(f"S3_ENDPOINT {masked!r} carries a user name or password in the URL, which would show in "
                             "messages and logs: set it to the endpoint alone, and the keys in AWS_ACCESS_KEY_ID and "
                             f"AWS_SECRET_ACCESS_KEY (on a cluster the Secret {settings.get('S3_SECRET_NAME')!r})")
-        if problem := settings.endpoint_problem(self.endpoint):
+        if problem := settings.url_problem(self.endpoint, need_scheme=False, path=False):
             raise UserError(f"S3_ENDPOINT {self.endpoint!r} is not an S3 endpoint ({problem}): set it to "
-                            "http(s)://HOST:PORT of the S3/MinIO, e.g. http://127.0.0.1:9000")
+                            "http(s)://HOST:PORT of the S3/MinIO (the bucket is S3_BUCKET), e.g. http://127.0.0.1:9000")
         url = urlparse(self.endpoint if "://" in self.endpoint else f"http://{self.endpoint}")
 
         def client(timeout: urllib3.Timeout, retries: urllib3.Retry) -> minio.Minio:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer import params as param_table
-from trainer import serving, sources, templates
+from trainer import serving, settings, sources, templates
 from trainer.batching import check_rows
 from trainer.config import ADAPTER_METHODS, TrainConfig
 from trainer.data import lone_surrogate, non_finite_paths
@@ -428,8 +428,9 @@ def cluster_problems(params: dict[str, Any]) -> list[str]:
     problems += rules.node_selector(params["eval_node_selector"], "eval_node_selector")
     problems += rules.tolerations(params["eval_tolerations"], "eval_tolerations")
     address = params["registry_address"]
-    if address and not (isinstance(address, str) and address.startswith(("http://", "https://"))):
-        problems.append(f"registry_address={address!r} must be an http:// or https:// URL, e.g. "
+    if address and (not isinstance(address, str) or (bad := settings.url_problem(address))):
+        problems.append(f"registry_address={address!r} must be an http:// or https:// URL"
+                        f"{f' ({bad})' if isinstance(address, str) else ''}, e.g. "
                         "http://model-registry-service.kubeflow.svc.cluster.local:8080 (empty skips registration)")
     image = params["vllm_image"]  # one with credentials is refused by type_problems and reset to the default by now
     if image and (not isinstance(image, str) or ":" not in image.rsplit("/", 1)[-1] or image.endswith(":latest")):

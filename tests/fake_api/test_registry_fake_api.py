@@ -92,6 +92,8 @@ def test_token_is_sent_as_bearer_fake_api(registry, monkeypatch):
 def test_bad_address_and_unreachable_registry_are_user_errors():
     with pytest.raises(UserError, match="must be an http:// or https:// URL"):
         register(registration("model-registry:8080"))
+    with pytest.raises(UserError, match=r"must be an http:// or https:// URL \(the port is not a number"):
+        register(registration("http://model-registry:port"))  # was "answered ... with something other than JSON"
     with pytest.raises(UserError, match="cannot use the model registry at http://127.0.0.1:9"):
         register(registration("http://127.0.0.1:9"))
 

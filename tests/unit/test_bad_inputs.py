@@ -369,6 +369,9 @@ CASES = [
     ("k8s-node-selector-int", lambda t, m: ["launcher=kubernetes", 'node_selector={"pool": 1}'], "quote it"),
     ("registry-address-with-password", lambda t, m: ["registry_address=https://me:pw@registry.example.com"],
      "registry_address='https://***@registry.example.com' carries a user name or password in the URL"),
+    # was found only by validate-params' probe, after the run had started ("answered ... with something other than JSON")
+    ("registry-address-port-no-number", lambda t, m: ["registry_address=http://model-registry:port"],
+     "registry_address='http://model-registry:port' must be an http:// or https:// URL (the port is not a number"),
     ("k8s-system-namespace", lambda t, m: ["launcher=kubernetes", "namespace=kube-system"],
      "namespace='kube-system' is a Kubernetes system namespace"),
 ]
@@ -646,16 +649,16 @@ def test_a_password_in_the_s3_endpoint_is_refused_and_never_shown(tmp_path, caps
 
 
 @pytest.mark.parametrize("endpoint, reason", [
-    ("ftp://127.0.0.1:9000", "scheme 'ftp': S3 speaks http or https"),
+    ("ftp://127.0.0.1:9000", "scheme 'ftp': give http:// or https://"),
     ("http://127.0.0.1:notaport", "the port is not a number from 1 to 65535"),  # was minio's ValueError, exit 1
     ("http://127.0.0.1:99999", "the port is not a number from 1 to 65535"),
-    ("https://minio.example.com/my-bucket", "a path or query after the host: the bucket is S3_BUCKET"),
+    ("https://minio.example.com/my-bucket", "a path or query after the host)"),
     ("http://[::1", "Invalid IPv6 URL")])
 def test_an_s3_endpoint_that_is_no_url_is_refused_before_any_contact(endpoint, reason, tmp_path, capsys, monkeypatch):
     """Said at once, with the form to give: not "unreachable" after retries, not a traceback; the trainer CLI and
     the components (Store) too. The forms minio takes are accepted (`Store` builds its client without contact)."""
     from trainer.__main__ import main
-    from trainer.settings import endpoint_problem
+    from trainer.settings import url_problem
     from trainer.storage import Store
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
@@ -672,7 +675,7 @@ def test_an_s3_endpoint_that_is_no_url_is_refused_before_any_contact(endpoint, r
     _fails_cleanly(capsys, exit_info, f"S3_ENDPOINT {endpoint!r} is not an S3 endpoint ({reason}")
     for fine in ("http://127.0.0.1:9000", "https://minio.example.com", "minio.llm-finetune.svc:9000",
                  "http://[::1]:9000/", "HTTP://minio:9000"):
-        assert endpoint_problem(fine) == "", fine
+        assert url_problem(fine, need_scheme=False, path=False) == "", fine
         monkeypatch.setenv("S3_ENDPOINT", fine)
         Store.from_env()
 
@@ -826,8 +829,9 @@ def test_bad_cron_is_refused_before_anything_is_uploaded(kfp_api, capsys, cron, 
 
 @pytest.mark.parametrize("host, expected", [
     ("http://127.0.0.1:9", "cannot reach KFP at http://127.0.0.1:9"),
-    ("localhost:8080", "is not an http(s):// URL"),
-], ids=["unreachable", "no-scheme"])
+    ("localhost:8080", "is not an http(s):// URL (no http:// or https://)"),
+    ("http://localhost:80800", "is not an http(s):// URL (the port is not a number from 1 to 65535)"),
+], ids=["unreachable", "no-scheme", "bad-port"])
 def test_unreachable_kfp_host_is_one_line(capsys, host, expected):
     with pytest.raises(SystemExit) as exit_info:
         submit.main(["--host", host, *[a for p in CLUSTER for a in ("--param", p)]])

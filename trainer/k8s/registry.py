@@ -26,6 +26,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainer import settings
 from trainer.errors import UserError, collect
 
 MODEL_FORMAT = ("huggingface", "1")  # a transformers model directory (safetensors), as KServe names it
@@ -46,8 +47,8 @@ class Registration:
 
     def problems(self) -> list[str]:
         p = []
-        if not self.address.startswith(("http://", "https://")):
-            p.append(f"registry_address {self.address!r} must be an http:// or https:// URL, e.g. "
+        if bad := settings.url_problem(self.address):
+            p.append(f"registry_address {self.address!r} must be an http:// or https:// URL ({bad}), e.g. "
                      "http://model-registry-service.kubeflow.svc.cluster.local:8080")
         if not self.name:
             p.append("the registered model name is empty (it is served_model_name)")
