@@ -681,9 +681,12 @@ def promotion(metrics: dict[str, float], min_fc_accuracy: float = 0.0, min_gain:
                            f"nothing and cannot pass min_fc_accuracy={min_fc_accuracy:g} / min_gain={min_gain:g}: set "
                            "both to 0 for chat-only data")
         return True, "promoted: no function-calling rows to gate on (min_fc_accuracy=0, min_gain=0)"
+    from trainer.sweep import meets
+
     gain = tuned - base
-    failed = [f"fc_ast_accuracy {tuned:.1%} < min_fc_accuracy {min_fc_accuracy:.1%}" if tuned < min_fc_accuracy else "",
-              f"gain {gain * 100:+.1f} points < min_gain {min_gain * 100:.1f}" if gain < min_gain else ""]
+    failed = [f"fc_ast_accuracy {tuned:.1%} < min_fc_accuracy {min_fc_accuracy:.1%}"
+              if not meets(tuned, min_fc_accuracy) else "",
+              f"gain {gain * 100:+.1f} points < min_gain {min_gain * 100:.1f}" if not meets(gain, min_gain) else ""]
     failed = [f for f in failed if f]
     said = f"fc_ast_accuracy {base:.1%} -> {tuned:.1%} ({gain * 100:+.1f} points)"
     if failed:

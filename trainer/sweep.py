@@ -8,6 +8,13 @@ from typing import Any
 SELECT = {"fc_accuracy": "higher", "eval_loss": "lower"}
 
 
+def meets(value: float, floor: float) -> bool:
+    """`value >= floor` for a gate on metrics: accuracies are fractions k/n and a gain is their difference, which
+    floating point can leave a hair under a gate it meets (0.7 - 0.6 = 0.09999999999999998 < 0.1, refused
+    as "+10.0 points < min_gain 10.0"). Far below any difference one eval row makes."""
+    return value >= floor - 1e-9
+
+
 def pick(trials: list[dict[str, Any]], metrics: list[dict[str, float]], select_metric: str,
          min_gain: float, min_fc_accuracy: float = 0.0) -> dict[str, Any]:
     """The best trial by `select_metric`, and whether it beats the base model by `min_gain`.
@@ -43,12 +50,12 @@ def pick(trials: list[dict[str, Any]], metrics: list[dict[str, float]], select_m
                   f"({int(metrics[0].get('text_rows', 0))} text rows): run the sweep with select_metric=eval_loss")
         return {"best": best, "deploy": False, "reason": reason, "rows": rows, "measured": False}
     accuracy = metrics[best].get("fc_ast_accuracy")  # the finetune pipeline's promotion gate, the same rule
-    if min_fc_accuracy > 0 and (accuracy is None or accuracy < min_fc_accuracy):
+    if min_fc_accuracy > 0 and (accuracy is None or not meets(accuracy, min_fc_accuracy)):
         said = "is not measured (no function-calling rows)" if accuracy is None else f"is {accuracy:.1%}"
         reason = (f"not deployed: the best trial {best} ({desc}) has fc_ast_accuracy that {said}, below "
                   f"min_fc_accuracy {min_fc_accuracy:.1%}")
         return {"best": best, "deploy": False, "reason": reason, "rows": rows}
-    if gains[best] >= min_gain:
+    if meets(gains[best], min_gain):
         reason = (f"deploying trial {best} ({desc}): {select_metric} {b['base']:.4g} -> {b['tuned']:.4g}, "
                   f"gain {gains[best]:.4g} >= min_gain {min_gain}")
         return {"best": best, "deploy": True, "reason": reason, "rows": rows}

@@ -367,6 +367,19 @@ def test_promotion_gate_both_ways():
     assert not ok and "measures nothing" in reason
 
 
+
+def test_a_gate_met_exactly_passes_whatever_floating_point_makes_of_it():
+    """0.7 - 0.6 is 0.09999999999999998 in floating point: a gain of exactly min_gain was refused as
+    "+10.0 points < min_gain 10.0" (k/100 accuracies meet such gates in practice); one row less still fails."""
+    from trainer.evaluate import promotion
+
+    assert 0.7 - 0.6 < 0.1  # the arithmetic this is about
+    ok, reason = promotion({"base_fc_ast_accuracy": 0.6, "fc_ast_accuracy": 0.7}, min_fc_accuracy=0.7, min_gain=0.1)
+    assert ok, reason
+    ok, reason = promotion({"base_fc_ast_accuracy": 0.6, "fc_ast_accuracy": 0.69}, min_fc_accuracy=0.7, min_gain=0.1)
+    assert not ok and "< min_fc_accuracy 70.0%" in reason and "+9.0 points < min_gain 10.0" in reason
+
+
 def test_the_report_has_the_category_table_and_the_tuned_models_failures_with_raw_output():
     """Issue 19's report: base vs tuned per BFCL-style category (only the categories the split has), then a few
     rows per category the tuned model got wrong, with why and both raw outputs."""

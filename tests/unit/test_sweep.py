@@ -22,6 +22,15 @@ def test_pick_by_accuracy_and_gate():
     assert blocked["best"] == 1 and not blocked["deploy"] and blocked["reason"].startswith("not deployed:")
 
 
+def test_a_trial_that_meets_min_gain_exactly_is_deployed():
+    """0.6 -> 0.7 against the default min_gain 0.1: deployed (floating point makes the gain 0.09999999999999998)."""
+    exact = [{**m(0.7, 1.0), "base_fc_accuracy": 0.6, "fc_ast_accuracy": 0.7}]
+    picked = pick(TRIALS[:1], exact, "fc_accuracy", min_gain=0.1, min_fc_accuracy=0.7)
+    assert picked["deploy"], picked["reason"]
+    short = [{**m(0.69, 1.0), "base_fc_accuracy": 0.6}]
+    assert not pick(TRIALS[:1], short, "fc_accuracy", min_gain=0.1)["deploy"]
+
+
 def test_pick_by_eval_loss_prefers_lower_and_ties_go_to_the_first():
     assert pick(TRIALS, [m(0.3, 1.0), m(0.6, 2.0)], "eval_loss", min_gain=1.0)["best"] == 0
     assert pick(TRIALS, [m(0.5, 1.0), m(0.5, 1.0)], "fc_accuracy", min_gain=0.0)["best"] == 0
