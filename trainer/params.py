@@ -232,7 +232,8 @@ PARAMS: tuple[Param, ...] = (
     Param('deploy_all_trials', bool, False, SWEEP_GROUP, SWEEP,
           help=("Also serve every trial's adapter side by side on one base model (`served_model_name`-base and "
                 '`served_model_name`-trial-0, -1, ...), to compare the trials through one endpoint by model name; '
-                'false serves only the winner.')),
+                'false serves only the winner. Needs lora_train_embeddings=false: vLLM cannot load an adapter that trains '
+                'the embeddings in full.')),
 )
 
 BY_NAME = {p.name: p for p in PARAMS}

@@ -528,6 +528,12 @@ def sweep_problems(params: dict[str, Any], check_local_files: bool = True) -> li
         # Only what this trial's own values add (the shared problems are reported once above).
         problems += [f"trials[{i}]: {p}" for p in pipeline_problems({**shared, **t, "method": "lora"},
                                                                     check_local_files=False) if p not in problems]
+    if params.get("deploy_all_trials") is True and shared.get("lora_train_embeddings",
+                                                               _TRAIN_DEFAULTS["lora_train_embeddings"]) is True:
+        # As serve_adapters in pipeline_problems: found after every trial trained, by deploy-trials, without this.
+        problems.append("deploy_all_trials=true serves every trial's adapter beside the base model, and vLLM cannot "
+                        "load an adapter that trains the embeddings in full: set lora_train_embeddings=false, or "
+                        "deploy_all_trials=false to deploy the winner merged")
     select = params.get("select_metric", DEFAULTS["select_metric"])
     if select not in SELECT:
         problems.append(f"select_metric must be one of {sorted(SELECT)}, got {select!r}")

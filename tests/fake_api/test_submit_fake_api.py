@@ -266,7 +266,8 @@ def test_dry_run_of_a_recurring_run_states_the_schedule_as_a_yaml_comment(capsys
 def test_sweep_dry_run_with_deploy_all_trials_shows_the_side_by_side_server():
     proc = subprocess.run([sys.executable, "-m", "pipelines.submit", "--dry-run", "--pipeline", "sweep",
                            "--param", "launcher=trainjob", "--param", "deploy_backend=kubernetes",
-                           "--param", "deploy_all_trials=true", "--param", "served_model_name=bot"],
+                           "--param", "deploy_all_trials=true", "--param", "lora_train_embeddings=false",
+                           "--param", "served_model_name=bot"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     objs = list(yaml.safe_load_all(proc.stdout))

@@ -395,6 +395,10 @@ SWEEP_CASES = [
     ("trial-missing-key", ['trials=[{"lora_r": 16, "learning_rate": 0.001}]'],
      "trials[0] must have exactly the keys ['learning_rate', 'lora_alpha', 'lora_r']"),
     ("trials-empty", ["trials=[]"], "trials must be a non-empty JSON list"),
+    # found by deploy-trials after every trial had trained, without this
+    ("deploy-all-trials-with-embeddings", ["deploy_all_trials=true"],
+     "deploy_all_trials=true serves every trial's adapter beside the base model, and vLLM cannot load an adapter "
+     "that trains the embeddings in full: set lora_train_embeddings=false"),
     ("trial-repeated", ['trials=[{"lora_r": 16, "lora_alpha": 32, "learning_rate": 0.001}, '
                         '{"lora_r": 16.0, "lora_alpha": 32, "learning_rate": 0.001}]'],
      "trials[1] repeats trials[0]"),
