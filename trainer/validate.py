@@ -174,12 +174,14 @@ def type_problems(params: dict[str, Any]) -> tuple[list[str], set[str]]:
 
 
 def pipeline_problems(params: dict[str, Any], check_local_files: bool = True,
-                      splits_out: dict | None = None) -> list[str]:
+                      splits_out: dict | None = None, gate: bool = True) -> list[str]:
     """Every problem in a set of finetune-pipeline parameters (missing optional keys take defaults).
 
     `check_local_files` reads local dataset files fully (run_local); submit turns it off
     because a cluster cannot read this machine's files anyway. `splits_out` receives the local
-    dataset's rows read on the way ({"train": [...], "eval": [...]}), for the sweep's own checks.
+    dataset's rows read on the way ({"train": [...], "eval": [...]}), for the sweep's own checks. `gate`: the
+    finetune pipeline's promotion gate reads min_gain as fc_ast_accuracy points (the sweep's, as its
+    select_metric's: sweep_problems checks it).
     """
     params = {**_TRAIN_PARAMS, **DEFAULTS, **params}
     problems, bad = type_problems(params)
@@ -229,7 +231,10 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True,
                 if splits_out is not None:
                     splits_out.update(splits)
                 problems += _template_problems(params["model_source"], splits, problems, params["max_seq_len"],
-                                               params["model_revision"], params["chat_template"])
+                                               params["model_revision"], params["chat_template"],
+                                               _scored(params))
+                if gate:
+                    problems += _gate_rows_problems(params, splits["eval"], "min_fc_accuracy", "min_gain")
                 try:  # the trainer's own rule, now instead of after delivery
                     check_rows(len(splits["train"]), params["batch_size"], params["nodes"] * params["procs_per_node"],
                                params["batch_tokens"])
@@ -345,11 +350,42 @@ def _gate_problems(params: dict[str, Any], bad: set[str]) -> list[str]:
     return problems
 
 
+def _scored(params: dict[str, Any]) -> int | None:
+    """How many eval rows the evaluate step scores (its first eval_max_rows), None when eval_max_rows is refused."""
+    n = params.get("eval_max_rows", DEFAULTS["eval_max_rows"])
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else None
+
+
+def _gate_rows_problems(params: dict[str, Any], eval_rows: list[dict[str, Any]], *gates: str) -> list[str]:
+    """A gate on the function-calling accuracy over eval rows, of which the ones evaluate scores (the first
+    eval_max_rows) hold no tool call: it could only refuse, after training. `gates`: the parameters that gate on
+    that accuracy here (min_gain does in the finetune pipeline, not in a sweep picking by eval_loss)."""
+    from trainer.evaluate import row_counts
+
+    asked = [f"{g}={params[g]:g}" for g in gates if isinstance(params.get(g), (int, float)) and params[g] > 0]
+    n = _scored(params)
+    if not asked or not eval_rows or n is None:
+        return []
+    counts = row_counts(eval_rows[:n])
+    if counts["fc_rows"]:
+        return []
+    source = str(params.get("dataset_source", "")).strip()
+    later = row_counts(eval_rows)["fc_rows"]
+    where = (f"the {min(n, len(eval_rows))} eval rows evaluate scores (the first eval_max_rows={n}) of dataset_source "
+             f"{source!r} hold" if later else f"the eval split of dataset_source {source!r} has")
+    fix = (f"raise eval_max_rows (the split's {len(eval_rows)} rows hold {later} tool-call rows), or set "
+           if later else "set ")
+    return [f"{' and '.join(asked)} {'gate' if len(asked) > 1 else 'gates'} on the function-calling accuracy, but "
+            f"{where} no tool-call rows ({counts['text_rows']} text rows), so the tuned model could never pass: {fix}"
+            f"{' and '.join(g + '=0' for g in gates)} for chat-only data"]
+
+
 BUILTIN_CHECK_ROWS = 100  # of each built-in split: its rows are few kinds, each one well represented
 
 
 def _template_problems(model_source: str, splits: dict[str, list], found: list[str], max_seq_len: int,
-                       revision: str = "", chat_template: str = templates.MODEL) -> list[str]:
+                       revision: str = "", chat_template: str = templates.MODEL,
+                       eval_max_rows: int | None = None) -> list[str]:
     """A model's chat template (or the one chat_template names) against a local dataset's rows (a
     second or two for a thousand rows): rows it refuses, the train/serve parity check
     (trainer.parity), and a split with no row short enough for max_seq_len. For the built-in model,
@@ -399,7 +435,8 @@ def _template_problems(model_source: str, splits: dict[str, list], found: list[s
     problems = data.template_problems(splits["train"] + splits["eval"], tokenizer, where, eos, named)
     if max_seq_len > 0:  # else TrainConfig says so
         context = sources.model_max_length(model_source)
-        problems += [f"{where}: {p}" for p in data.length_problems(splits, tokenizer, max_seq_len, context)]
+        problems += [f"{where}: {p}" for p in data.length_problems(splits, tokenizer, max_seq_len, context,
+                                                                   eval_max_rows)]
     return problems
 
 
@@ -507,7 +544,7 @@ def sweep_problems(params: dict[str, Any], check_local_files: bool = True) -> li
     trials = params.get("trials", DEFAULTS["trials"])
     shared = {k: v for k, v in params.items() if k not in SWEEP_ONLY}
     splits: dict[str, list] = {}
-    problems = pipeline_problems({**shared, "method": "lora"}, check_local_files, splits_out=splits)
+    problems = pipeline_problems({**shared, "method": "lora"}, check_local_files, splits_out=splits, gate=False)
     if not isinstance(trials, list) or not trials:
         problems.append(f"trials must be a non-empty JSON list of objects like {TRIAL_EXAMPLE}, got {trials!r}")
         trials = []
@@ -527,7 +564,8 @@ def sweep_problems(params: dict[str, Any], check_local_files: bool = True) -> li
             problems.append(f"trials[{i}] repeats trials[{same}] ({json.dumps(t)}): drop it or change a value")
         # Only what this trial's own values add (the shared problems are reported once above).
         problems += [f"trials[{i}]: {p}" for p in pipeline_problems({**shared, **t, "method": "lora"},
-                                                                    check_local_files=False) if p not in problems]
+                                                                    check_local_files=False, gate=False)
+                     if p not in problems]
     if params.get("deploy_all_trials") is True and shared.get("lora_train_embeddings",
                                                                _TRAIN_DEFAULTS["lora_train_embeddings"]) is True:
         # As serve_adapters in pipeline_problems: found after every trial trained, by deploy-trials, without this.
@@ -537,14 +575,18 @@ def sweep_problems(params: dict[str, Any], check_local_files: bool = True) -> li
     select = params.get("select_metric", DEFAULTS["select_metric"])
     if select not in SELECT:
         problems.append(f"select_metric must be one of {sorted(SELECT)}, got {select!r}")
-    elif select == "fc_accuracy" and splits.get("eval"):
+    elif select == "fc_accuracy" and splits.get("eval") and (n := _scored({**DEFAULTS, **shared})):
         from trainer.evaluate import row_counts
 
         # Every trial would train, then score 0 -> 0 and nothing deploys: say so before the first.
-        counts = row_counts(splits["eval"])
+        counts, later = row_counts(splits["eval"][:n]), row_counts(splits["eval"])["fc_rows"]
         if not counts["fc_rows"]:
-            problems.append(f"select_metric=fc_accuracy measures tool calls, but the eval split of dataset_source "
-                            f"{str(params.get('dataset_source', '')).strip()!r} has none ({counts['text_rows']} text "
-                            "rows), so no trial could be picked or deployed: set select_metric=eval_loss")
+            source = str(params.get("dataset_source", "")).strip()
+            where = (f"the {min(n, len(splits['eval']))} eval rows evaluate scores (the first eval_max_rows={n}) of "
+                     f"dataset_source {source!r} hold" if later else f"the eval split of dataset_source {source!r} has")
+            fix = f"raise eval_max_rows (the split holds {later} tool-call rows), or " if later else ""
+            problems.append(f"select_metric=fc_accuracy measures tool calls, but {where} none ({counts['text_rows']} "
+                            f"text rows), so no trial could be picked or deployed: {fix}set select_metric=eval_loss")
+    problems += _gate_rows_problems({**DEFAULTS, **shared}, splits.get("eval") or [], "min_fc_accuracy")
     seen: set[str] = set()
     return [p for p in problems if not (p in seen or seen.add(p))]

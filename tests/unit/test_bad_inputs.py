@@ -141,6 +141,28 @@ def sharded(d):
         "a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}))
 
 
+def _eval_led_by(tmp_path, rows: str) -> str:
+    """A dataset folder whose eval split starts with 20 rows evaluate cannot use (`rows`: "long", longer than
+    max_seq_len; "text", no tool call), then 40 tool-call rows: which rows count depends on eval_max_rows."""
+    from trainer import builtin_data
+
+    d, built = tmp_path / f"led-by-{rows}", builtin_data.dataset("function-calling")
+    d.mkdir(exist_ok=True)
+    chat = [{"messages": [{"role": "user", "content": "x " * 3000 if rows == "long" else f"hello {i}"},
+                          {"role": "assistant", "content": f"hi {i}"}]} for i in range(20)]
+    (d / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in built["train"][:300]))
+    (d / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in chat + built["eval"][:40]))
+    return f"dataset_source={d}"
+
+
+def _chat_only(tmp_path) -> str:
+    path = tmp_path / "chat.jsonl"
+    path.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"q{i}"},
+                                                     {"role": "assistant", "content": f"a{i}"}]}) + "\n"
+                            for i in range(40)))
+    return f"dataset_source={path}"
+
+
 # (id, params: callable (tmp_path, tiny model dir) -> ["key=value", ...], expected message with the fix)
 CASES = [
     # sources
@@ -363,6 +385,16 @@ CASES = [
      "parameter max_steps is given twice with different values (max_steps='5', then max_steps='7'): give it once"),
     ("json-param-nested-deep", lambda t, m: ["tolerations=" + "[" * 100_000 + "]" * 100_000],
      "the JSON is nested too deeply"),
+    # The eval rows evaluate scores are the split's first eval_max_rows: each of these trained to the end, then
+    # failed in evaluate or could never pass the gate.
+    ("eval-rows-scored-all-too-long", lambda t, m: [_eval_led_by(t, "long"), "eval_max_rows=20"],
+     "no eval row of the first 20 (eval_max_rows=20: the rows evaluate scores) fits max_seq_len=512 tokens"),
+    ("gate-on-chat-only-data", lambda t, m: [_chat_only(t), "min_gain=0.1"],
+     "min_gain=0.1 gates on the function-calling accuracy, but the eval split of dataset_source"),
+    ("gate-on-eval-rows-scored-without-tool-calls", lambda t, m: [_eval_led_by(t, "text"), "eval_max_rows=20",
+                                                                  "min_fc_accuracy=0.5"],
+     "hold no tool-call rows (20 text rows), so the tuned model could never pass: raise eval_max_rows (the split's 60 "
+     "rows hold 40 tool-call rows), or set min_fc_accuracy=0 and min_gain=0 for chat-only data"),
     # Kubernetes values, checked locally too when a cluster is named (item 5)
     ("k8s-namespace", lambda t, m: ["launcher=kubernetes", "namespace=LLM_Finetune"],
      "namespace='LLM_Finetune' is not a valid Kubernetes name (RFC 1123 label)"),

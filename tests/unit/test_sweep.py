@@ -73,6 +73,23 @@ def test_a_sweep_on_text_only_data_by_fc_accuracy_is_refused_before_any_trial(tm
     assert sweep_problems({"trials": TRIALS}) == []  # the built-in data has tool-call rows
 
 
+
+def test_a_sweep_whose_scored_eval_rows_hold_no_tool_call_is_refused_naming_eval_max_rows(tmp_path):
+    """evaluate scores the split's first eval_max_rows rows: 20 text rows first, 40 tool-call rows after passed the
+    check on the whole split, then every trial trained and "the eval split has no tool-call rows" (it had 40)."""
+    from tests.unit.test_bad_inputs import _eval_led_by
+    from trainer.validate import sweep_problems
+
+    params = {"trials": TRIALS, "dataset_source": _eval_led_by(tmp_path, "text").split("=", 1)[1]}
+    [problem] = sweep_problems({**params, "eval_max_rows": 20})
+    assert "the 20 eval rows evaluate scores (the first eval_max_rows=20)" in problem
+    assert "raise eval_max_rows (the split holds 40 tool-call rows), or set select_metric=eval_loss" in problem
+    assert sweep_problems({**params, "eval_max_rows": 21}) == []
+    assert "min_fc_accuracy=0.5 gates" in sweep_problems({**params, "eval_max_rows": 20, "select_metric": "eval_loss",
+                                                         "min_fc_accuracy": 0.5})[0]
+    assert sweep_problems({**params, "eval_max_rows": 20, "select_metric": "eval_loss"}) == []  # min_gain: eval loss
+
+
 def _task_wiring(pipeline, tmp_path, task_prefix):
     """{component input: pipeline parameter it is wired to} for each task named task_prefix*."""
     import yaml

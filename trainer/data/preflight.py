@@ -117,9 +117,10 @@ def _syntax_problem(tokenizer, where: str, template: str) -> str | None:
 
 
 def length_problems(splits: dict[str, list[dict[str, Any]]], tokenizer, max_seq_len: int,
-                    context: int | None = None) -> list[str]:
+                    context: int | None = None, eval_max_rows: int | None = None) -> list[str]:
     """A split none of whose (first TEMPLATE_CHECK_ROWS) rows fits max_seq_len: training would
-    find no rows, or evaluation none to score, only after delivery and (for eval) training."""
+    find no rows, or evaluation none to score, only after delivery and (for eval) training.
+    `eval_max_rows`: the evaluate step scores only the eval split's first rows, so only those count."""
     from transformers.utils import logging as hf_logging
 
     if getattr(tokenizer, "_over_budget", False):  # template_problems said so
@@ -128,17 +129,19 @@ def length_problems(splits: dict[str, list[dict[str, Any]]], tokenizer, max_seq_
     hf_logging.set_verbosity_error()  # "sequence length is longer than ..." is what this check reports
     try:
         with _time_limit(TEMPLATE_BUDGET_S):
-            return _length_problems(splits, tokenizer, max_seq_len, context)
+            return _length_problems(splits, tokenizer, max_seq_len, context, eval_max_rows)
     except _OverBudget:
         return [_over_budget(tokenizer, "", "", "tokenizing the rows").removeprefix(": ")]
     finally:
         hf_logging.set_verbosity(verbosity)
 
 
-def _length_problems(splits, tokenizer, max_seq_len: int, context: int | None) -> list[str]:
+def _length_problems(splits, tokenizer, max_seq_len: int, context: int | None,
+                     eval_max_rows: int | None = None) -> list[str]:
     problems = []
     for split, rows in splits.items():
-        lengths, checked = [], rows[:TEMPLATE_CHECK_ROWS]
+        scored = split == "eval" and eval_max_rows is not None and eval_max_rows < len(rows)
+        lengths, checked = [], rows[:min(TEMPLATE_CHECK_ROWS, eval_max_rows if scored else TEMPLATE_CHECK_ROWS)]
         for row in checked:
             if text_chars(row) > max_seq_len * max_token_chars(tokenizer):
                 continue  # certainly too long; not worth tokenizing
@@ -154,6 +157,8 @@ def _length_problems(splits, tokenizer, max_seq_len: int, context: int | None) -
             else:
                 fix = "raise max_seq_len" + (f" (the model allows {context})" if context else "") + \
                       ", or shorten the conversations"
-            problems.append(f"no {split} row of the {len(checked)} checked fits max_seq_len={max_seq_len} tokens "
-                            f"({shortest}): {fix}")
+            which = (f"of the first {len(checked)} (eval_max_rows={eval_max_rows}: the rows evaluate scores)"
+                     if scored and eval_max_rows <= TEMPLATE_CHECK_ROWS else f"of the {len(checked)} checked")
+            problems.append(f"no {split} row {which} fits max_seq_len={max_seq_len} tokens ({shortest}): {fix}"
+                            + (", or raise eval_max_rows" if scored else ""))
     return problems
