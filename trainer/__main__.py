@@ -291,9 +291,14 @@ def run(args: argparse.Namespace) -> None:
         from trainer.merge import merge
         from trainer.model import skip_bitsandbytes
 
+        from trainer.merge import input_problems
+
         adapter = store.get_tree(args.adapter_uri)
+        collect(input_problems(None, adapter, args.model_uri, args.adapter_uri), what="cannot merge")
+        model = store.get_tree(args.model_uri)  # the large one second: a wrong adapter is said before it downloads
+        collect(input_problems(model, adapter, args.model_uri, args.adapter_uri), what="cannot merge")
         skip_bitsandbytes(adapter_dir=adapter)
-        print(merge(store.get_tree(args.model_uri), adapter, args.out))
+        print(merge(model, adapter, args.out))
 
 
 def _local_source_problems(what: str, source: str, eval_fraction: float = 0.1, seed: int = 0) -> list[str]:

@@ -22,6 +22,10 @@ MAX_STEPS = 100_000_000  # beyond any fine-tune: a larger value is a typo that w
 # qlora: LoRA over the base loaded in 4-bit NF4 (bitsandbytes); full: every weight.
 METHODS = ("lora", "dora", "qlora", "full")
 ADAPTER_METHODS = ("lora", "dora", "qlora")
+# transformers' schedulers (get_scheduler) that run on warm-up and step counts alone: the others need a metric
+# (reduce_lr_on_plateau, greedy) or further arguments (cosine_with_min_lr, warmup_stable_decay), and failed at setup
+LR_SCHEDULERS = ("cosine", "linear", "constant", "constant_with_warmup", "cosine_with_restarts", "polynomial",
+                 "inverse_sqrt")
 
 
 @dataclass
@@ -41,7 +45,7 @@ class TrainConfig:
     learning_rate: float = 1.5e-3
     weight_decay: float = 0.0  # AdamW weight decay
     warmup_ratio: float = 0.05  # share of max_steps spent warming the learning rate up
-    lr_scheduler: str = "cosine"  # a transformers scheduler name: cosine, linear, constant, ...
+    lr_scheduler: str = "cosine"  # a transformers scheduler: cosine, linear, constant, constant_with_warmup, ...
     max_steps: int = 650  # optimizer steps to train
     batch_size: int = 8  # rows per rank per micro-batch (when batch_tokens is 0)
     # > 0: padding-free batches of up to this many tokens per rank (rows packed, no padding,
@@ -88,6 +92,8 @@ class TrainConfig:
             p.append("output_prefix is empty: pass runs/<run id>")
         if self.method not in METHODS:
             p.append(f"method must be one of {', '.join(METHODS)}, got {self.method!r}")
+        if self.lr_scheduler not in LR_SCHEDULERS:
+            p.append(f"lr_scheduler must be one of {', '.join(LR_SCHEDULERS)}, got {self.lr_scheduler!r}")
         if self.method in ADAPTER_METHODS and self.lora_r <= 0:
             p.append(f"lora_r must be > 0, got {self.lora_r}; e.g. lora_r=16 (8-64 is usual)")
         if self.method in ADAPTER_METHODS and self.lora_alpha <= 0:

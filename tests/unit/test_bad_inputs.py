@@ -1104,3 +1104,29 @@ def test_eval_engine_vllm_on_a_cluster_runs_on_an_nvidia_gpu_in_the_eval_image()
     assert settings.get("EVAL_IMAGE") != settings.image()
     dockerfile = (Path(__file__).parents[2] / "docker" / "Dockerfile.eval").read_text()
     assert f"ARG VLLM_IMAGE={settings.get('VLLM_IMAGE')}" in dockerfile  # scored with the vLLM that serves
+
+
+def test_merge_with_the_two_trees_swapped_or_not_a_model_is_refused(store, tiny_model_dir, tmp_path, capsys):
+    """`trainer merge` with --model-uri and --adapter-uri swapped exited 0 with "full fine-tune: nothing to merge,
+    model copied" and the unchanged base model; a dataset as --model-uri was transformers' traceback."""
+    from tests.unit.test_eval_served import _adapter
+    from trainer.__main__ import main
+
+    model, _ = store.put_dir(tiny_model_dir, "models/merge-base")
+    adapter, _ = store.put_dir(_adapter(tiny_model_dir, tmp_path / "adapter"), "runs/merge-in/adapter")
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    (data_dir / "train.jsonl").write_text("{}\n")
+    dataset, _ = store.put_dir(data_dir, "datasets/merge-in")
+    capsys.readouterr()  # the adapter's making
+    for argv, expected in (
+            (["--model-uri", adapter, "--adapter-uri", model],
+             f"{adapter} is an adapter (adapter_config.json), not a base model: the two look swapped"),
+            (["--model-uri", dataset, "--adapter-uri", adapter], f"{dataset} is not a model (no config.json)"),
+            (["--model-uri", model, "--adapter-uri", dataset], f"{dataset} is neither an adapter")):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["merge", *argv, "--out", str(tmp_path / "out")])
+        _fails_cleanly(capsys, exit_info, expected)
+        assert not (tmp_path / "out").exists()
+    main(["merge", "--model-uri", model, "--adapter-uri", adapter, "--out", str(tmp_path / "out")])
+    assert (tmp_path / "out" / "config.json").exists() and not (tmp_path / "out" / "adapter_config.json").exists()

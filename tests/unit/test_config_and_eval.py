@@ -25,6 +25,27 @@ def test_every_config_problem_is_reported_at_once():
                                method="adapter").validate).value)
 
 
+
+def test_every_lr_scheduler_offered_runs_and_the_others_are_refused_before_setup():
+    """`trainer train --lr-scheduler bogus` was a ValueError traceback after loading; reduce_lr_on_plateau and greedy
+    (need a metric), cosine_with_min_lr (needs min_lr) failed at their first step or at setup."""
+    import torch
+    from transformers import get_scheduler
+
+    from trainer.config import LR_SCHEDULERS
+
+    s3 = dict(model_uri="s3://b/m", dataset_uri="s3://b/d", output_prefix="r")
+    for name in LR_SCHEDULERS:  # as trainer.train sets it up, and a few steps
+        assert TrainConfig(**s3, lr_scheduler=name).problems() == [], name
+        optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=1e-3)
+        scheduler = get_scheduler(name, optimizer, num_warmup_steps=1, num_training_steps=10)
+        for _ in range(3):
+            optimizer.step()
+            scheduler.step()
+    for name in ("bogus", "reduce_lr_on_plateau", "greedy", "cosine_with_min_lr", "warmup_stable_decay"):
+        [problem] = TrainConfig(**s3, lr_scheduler=name).problems()
+        assert problem == f"lr_scheduler must be one of {', '.join(LR_SCHEDULERS)}, got {name!r}"
+
 def test_a_non_finite_value_is_one_problem_and_each_bad_setting_is_named_with_an_example():
     """learning_rate=inf was said twice (not finite; must be below 1); a negative stall_timeout_s was said as
     "stall_timeout_s and shutdown_grace_s must be >= 0"; lora_r=0 and learning_rate<=0 gave no value to use."""
