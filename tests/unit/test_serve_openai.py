@@ -187,20 +187,48 @@ def test_server_args_carry_names_parser_and_adapters():
     assert args[args.index("--tensor-parallel-size") + 1] == "2"
 
 
-def test_trainer_serve_reports_every_bad_input_at_once(tmp_path, capsys):
+def test_trainer_serve_reports_every_bad_input_at_once(tmp_path, capsys, monkeypatch):
+    """A folder as --log was a traceback, after vLLM's temporary folder was made (and left): now one of the problems,
+    said before anything is made."""
     from trainer.__main__ import main
 
+    def made(*args, **kwargs):
+        raise AssertionError("a temporary folder made before the problems were said")
+
+    monkeypatch.setattr(serve_local.tempfile, "mkdtemp", made)
     with __import__("socket").socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         with pytest.raises(SystemExit) as exit_:
             main(["serve", str(tmp_path / "missing"), "--port", str(busy.getsockname()[1]), "--lora", "no-equals",
-                  "--lora", f"a={tmp_path}"])
+                  "--lora", f"a={tmp_path}", "--log", str(tmp_path)])
     assert exit_.value.code == 2
     err = capsys.readouterr().err
-    assert "cannot serve (4 problems)" in err and "Traceback" not in err
-    for what in ("NAME=ADAPTER_DIR, got 'no-equals'", "no config.json", "no adapter_config.json", "is in use"):
+    assert "cannot serve (5 problems)" in err and "Traceback" not in err
+    for what in ("NAME=ADAPTER_DIR, got 'no-equals'", "no config.json", "no adapter_config.json", "is in use",
+                 f"the server's log {tmp_path} is a directory: give a file in it, e.g. --log {tmp_path}/vllm.log"):
         assert what in err
+
+
+def test_a_port_whose_last_connection_is_in_time_wait_is_free_to_serve_on():
+    """A server just stopped leaves its port's connections in TIME_WAIT: vLLM (uvicorn, SO_REUSEADDR) binds it, so
+    the check must too; it said "port ... is in use (another server?)" with nothing listening."""
+    import socket
+
+    from trainer.serving.local import bind_problem
+
+    with socket.socket() as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn's listening socket
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)):
+            conn, _ = server.accept()
+            conn.close()  # the server's side closes first: its end of the connection waits in TIME_WAIT
+    with socket.socket() as plain:  # what the check did: refused
+        with pytest.raises(OSError):
+            plain.bind(("127.0.0.1", port))
+    assert bind_problem("127.0.0.1", port) is None
 
 
 def test_smoke_request_sends_earlier_tool_calls_in_openai_wire_format():

@@ -51,6 +51,9 @@ def bind_problem(host: str, port: int) -> str | None:
     except socket.gaierror:
         return f"--host {host!r} does not resolve; use 127.0.0.1 (this machine only) or 0.0.0.0 (every interface)"
     with socket.socket(family) as s:
+        # As vLLM's server (uvicorn) binds: a port whose last connections are in TIME_WAIT (a server just stopped)
+        # is free to it, and a port with a listener is in use either way.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError as err:
@@ -67,6 +70,19 @@ def _cuda() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+def _log_problem(log_path: Path) -> str | None:
+    """Why the server's log cannot be written at `log_path` (a directory, or under a file or a read-only folder):
+    said with the other problems, before vLLM's temporary folder exists (it was a traceback, and the folder stayed)."""
+    if log_path.is_dir():
+        return f"the server's log {log_path} is a directory: give a file in it, e.g. --log {log_path / 'vllm.log'}"
+    folder = log_path.parent
+    while not folder.exists() and folder != folder.parent:  # the nearest existing folder: the rest is created
+        folder = folder.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK):
+        return f"the server's log {log_path} cannot be written ({folder} is not a writable folder): give another --log"
+    return None
 
 
 def _check_dirs(model_dir: Path, lora_modules: Mapping[str, str], problems: Sequence[str] = ()) -> None:
@@ -190,6 +206,8 @@ def start(model_dir: str | Path, served_model_name: str, *, host: str = "127.0.0
         problems = [*problems, f"TMPDIR {tempfile.gettempdir()} is too long for vLLM's Unix sockets (at most "
                                f"{_SUN_PATH} characters with their names) and /tmp is not writable; set TMPDIR "
                                "to a shorter directory"]
+    if log_path is not None and (problem := _log_problem(Path(log_path))):
+        problems = [*problems, problem]
     _check_dirs(Path(model_dir), lora_modules, problems)
     port = port or free_port()
     args = local_args(model_dir, served_model_name, host=host, port=port, lora_modules=lora_modules,
