@@ -81,6 +81,23 @@ def transient(err: BaseException) -> str:
     return ""
 
 
+def _stdout_gone() -> bool:
+    """True when stdout is a pipe whose reader has gone: poll reports POLLERR on the write end of such a pipe (a file
+    or a terminal never does)."""
+    import io
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+    except io.UnsupportedOperation:  # no file behind it (captured output, a StringIO)
+        return False
+    except ValueError:  # closed
+        return True
+    poller = select.poll()
+    poller.register(fd, 0)  # errors are always reported
+    return any(events & select.POLLERR for _, events in poller.poll(0))
+
+
 @contextlib.contextmanager
 def retry_transient_failures() -> Iterator[None]:
     """Exit with EXIT_TRANSIENT, so that the job restarts and resumes, when a transient
@@ -89,6 +106,12 @@ def retry_transient_failures() -> Iterator[None]:
     try:
         yield
     except Exception as err:  # noqa: BLE001 - classified here; everything else is re-raised as it was
+        if isinstance(err, BrokenPipeError) and _stdout_gone():
+            # Whoever read our output went away (`| head`, a launcher or run_local stopped): no network failed, and a
+            # restart would write to the same closed pipe. BrokenPipeError is a ConnectionError, so it read as one.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
+            print("error: the output's reader closed the pipe (stdout): stopping", file=sys.stderr, flush=True)
+            os._exit(1)
         why = transient(err)
         if not why:
             raise

@@ -71,3 +71,23 @@ def test_each_local_job_gets_a_temporary_folder_removed_with_it(tmp_path, monkey
         assert (tmp_path / cache / "precompiled_headers" / "kept.h").read_text() == "kept"
     else:
         assert headers == str(Path(job_tmp) / cache / "precompiled_headers") and not (tmp_path / cache).exists()
+
+
+def test_a_closed_output_pipe_stops_training_as_itself_not_as_a_network_failure():
+    """`trainer train ... | head -2`: BrokenPipeError is a ConnectionError, and it said "network failure ... exiting
+    with status 203 (transient): the job restarts" (a restart writes to the same closed pipe)."""
+    import subprocess
+    import sys
+
+    from trainer.exitcodes import EXIT_TRANSIENT
+
+    code = ("from trainer.exitcodes import retry_transient_failures\n"
+            "with retry_transient_failures():\n"
+            "    while True:\n"
+            "        print('step ' * 200, flush=True)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.read(100)
+    proc.stdout.close()  # as `head` exits
+    status, err = proc.wait(timeout=60), proc.stderr.read().decode()
+    assert status == 1 and status != EXIT_TRANSIENT, err
+    assert err == "error: the output's reader closed the pipe (stdout): stopping\n", err
