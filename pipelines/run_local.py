@@ -87,11 +87,13 @@ def throwaway_s3_problems(params: dict[str, Any], endpoint: str | None) -> list[
     if endpoint:
         return []
     # The source as the other problems show it: a password in it (refused too) is never printed.
+    instead = {"model_source": "a local path or Hub id", "dataset_source": "a local path or Hub id",
+               "chat_template": "a local .jinja file or a built-in template's name"}
     return [f"{key}={settings.url_credentials(str(params[key])) or params[key]!r} is an object in S3, but without "
             "--s3-endpoint this run starts an empty "
-            "throwaway S3 server: give --s3-endpoint (or S3_ENDPOINT) of the S3/MinIO that holds it, or a local "
-            "path or Hub id instead"
-            for key in ("model_source", "dataset_source") if str(params.get(key, "")).startswith("s3://")]
+            "throwaway S3 server: give --s3-endpoint (or S3_ENDPOINT) of the S3/MinIO that holds it, or "
+            f"{instead[key]} instead"
+            for key in instead if str(params.get(key, "")).strip().startswith("s3://")]
 
 
 def cluster_config_problems(params: dict[str, Any]) -> list[str]:

@@ -512,11 +512,14 @@ def test_s3_source_without_s3_endpoint_is_refused_before_the_throwaway_server(tm
     monkeypatch.delenv("S3_ENDPOINT", raising=False)
     root = tmp_path / "root"
     argv = ["--pipeline", pipeline, "--pipeline-root", str(root), "--runs-dir", str(tmp_path / "runs"),
-            "--param", "model_source=s3://llm-finetune/datasets/sha256-abc", "--param", "nodes=0"]
+            "--param", "model_source=s3://llm-finetune/datasets/sha256-abc", "--param", "nodes=0",
+            "--param", "chat_template=s3://llm-finetune/templates/chat.jinja"]  # a template too: it failed in deliver
     with pytest.raises(SystemExit) as exit_info:
         run_local.main(argv)
     err = _fails_cleanly(capsys, exit_info, "give --s3-endpoint (or S3_ENDPOINT) of the S3/MinIO that holds it")
     assert "nodes must be >= 1" in err  # reported together with the other problems
+    assert "chat_template='s3://llm-finetune/templates/chat.jinja' is an object in S3" in err
+    assert "or a local .jinja file or a built-in template's name instead" in err
     assert not no_s3 and not root.exists() and not (tmp_path / "runs").exists()
 
 
