@@ -12,6 +12,9 @@ from trainer.errors import collect
 # torch.manual_seed takes any 64-bit value, but numpy's seed (set through transformers.set_seed)
 # must fit in 32 bits: the common range.
 SEED_MAX = 2**32 - 1
+# Micro-batches accumulated into one optimizer step (tokens_per_step): far above any real setting (a few to 64);
+# tokens_per_step=1e9 made 1,953,125 of them, hundreds of passes over the data for one step.
+MAX_ACCUM = 1024
 MAX_STEPS = 100_000_000  # beyond any fine-tune: a larger value is a typo that would never finish
 
 

@@ -50,7 +50,7 @@ from typing import Any, Callable
 from trainer import data
 from trainer.batching import batches, bucket, check_rows, collate, collate_packed
 from trainer.checkpoint import Checkpointer, rng_state
-from trainer.config import TrainConfig
+from trainer.config import MAX_ACCUM, TrainConfig
 from trainer.model import LossModel, build_model, compile_layers, decoder_layers, label_positions_of, plan_packing
 from trainer.storage import Store
 from trainer.watchdog import progress_line
@@ -299,6 +299,13 @@ class Recipe:
         mean_len = sum(len(e["input_ids"]) for e in examples) / len(examples)
         micro_tokens = cfg.batch_tokens or cfg.batch_size * mean_len
         self.accum = max(1, math.ceil(cfg.tokens_per_step / (micro_tokens * world))) if cfg.tokens_per_step else 1
+        if self.accum > MAX_ACCUM:  # the pipeline refuses it earlier where batch_tokens is set; here for the CLI
+            from trainer.errors import UserError
+
+            raise UserError(f"tokens_per_step={cfg.tokens_per_step} is {self.accum} micro-batches per optimizer step "
+                            f"(about {round(micro_tokens * world)} tokens each on {world} processes), more than "
+                            f"{MAX_ACCUM}: give at most {MAX_ACCUM * round(micro_tokens * world)}, or 0 for one "
+                            "micro-batch per step")
         pad = self.tokenizer.pad_token_id
         # Compiled padded batches are padded to a few bucket widths: on an H100 this read 24.2k
         # tokens/s against 20.5k with every length left to dynamic shapes (docs/performance.md).

@@ -25,7 +25,7 @@ from typing import Any
 from trainer import params as param_table
 from trainer import serving, settings, sources, templates
 from trainer.batching import check_rows
-from trainer.config import ADAPTER_METHODS, TrainConfig
+from trainer.config import ADAPTER_METHODS, MAX_ACCUM, TrainConfig
 from trainer.data import lone_surrogate, non_finite_paths
 from trainer.errors import UserError
 from trainer.serving.args import served_name_problems
@@ -284,6 +284,11 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True,
                         f"(batch_tokens {params['batch_tokens']} x {world} processes = {micro}), so a step takes "
                         f"that many anyway: give a multiple of {micro} (e.g. {4 * micro}), or 0 for one micro-batch "
                         "per step")
+    elif world > 0 and micro > 0 and params["tokens_per_step"] > MAX_ACCUM * micro:
+        problems.append(f"tokens_per_step={params['tokens_per_step']} is {-(-params['tokens_per_step'] // micro)} "
+                        f"micro-batches per optimizer step (batch_tokens {params['batch_tokens']} x {world} processes "
+                        f"= {micro} tokens each), more than {MAX_ACCUM}: give at most {MAX_ACCUM * micro} (e.g. "
+                        f"{4 * micro}), or 0 for one micro-batch per step")
     local_max = max(8, os.cpu_count() or 1)
     if params["launcher"] == "local" and world > local_max:
         problems.append(f"launcher=local starts nodes x procs_per_node = {world} training processes on this machine "

@@ -322,6 +322,10 @@ CASES = [
     # accumulation rounds up to one micro-batch per process: the value did nothing
     ("tokens-per-step-below-a-micro-batch", lambda t, m: ["tokens_per_step=100"],
      "tokens_per_step=100 is less than one micro-batch on every process (batch_tokens 512 x 2 processes = 1024)"),
+    # 976563 micro-batches per step, hundreds of passes over the data for one step: accepted before
+    ("tokens-per-step-of-a-thousand-steps", lambda t, m: ["tokens_per_step=1000000000"],
+     "tokens_per_step=1000000000 is 976563 micro-batches per optimizer step (batch_tokens 512 x 2 processes = 1024 "
+     "tokens each), more than 1024: give at most 1048576"),
     # typed beside full fine-tuning, it did nothing without a word
     ("adapter-settings-with-full", lambda t, m: ["method=full", "lora_r=64", "lora_alpha=128"],
      "lora_r=64, lora_alpha=128 set an adapter, which method=full does not train: drop them, or use method=lora"),

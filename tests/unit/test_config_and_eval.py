@@ -444,3 +444,20 @@ def test_qlora_without_bitsandbytes_is_refused_with_the_install_line(monkeypatch
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "bitsandbytes" else real(name, *a))
     [problem] = [p for p in cfg.problems() if "bitsandbytes" in p]
     assert "pip install 'bitsandbytes>=0.50'" in problem and "method=lora" in problem
+
+
+def test_trainer_train_refuses_tokens_per_step_of_more_than_max_accum_micro_batches_at_setup():
+    """The pipeline refuses it with the parameters when batch_tokens is set; `trainer train` with batch_tokens=0 (rows
+    padded: the micro-batch's tokens known only from the data) at setup, before any step."""
+    from trainer.config import MAX_ACCUM
+    from trainer.errors import UserError
+    from trainer.train import Recipe
+
+    recipe = Recipe.__new__(Recipe)
+    recipe.cfg = TrainConfig(model_uri="s3://b/m", dataset_uri="s3://b/d", output_prefix="r", batch_tokens=0,
+                             batch_size=8, tokens_per_step=10**9)
+    recipe.world = 2
+    examples = [{"input_ids": [1] * 100, "labels": [1] * 100}] * 16  # 8 rows x 100 tokens x 2 processes: 1600
+    with pytest.raises(UserError, match=rf"tokens_per_step=1000000000 is 625000 micro-batches per optimizer step "
+                                        rf"\(about 1600 tokens each on 2 processes\), more than {MAX_ACCUM}"):
+        recipe._setup_batching(examples)
