@@ -12,8 +12,9 @@ The console shows each task's start and end, the components' messages and progre
 then a summary. Everything (kfp.local's executor dumps and warnings too) goes to the
 run's log file. Each run is kept under .runs/<run id>/ in the current directory (as MLflow's
 ./mlruns): run.json (parameters, metrics), run.log, reports/*.html, tensorboard/; the merged
-model goes to .runs/outputs/merged-model (replaced by each run that gets that far). List and
-compare runs with `python -m pipelines.runs` (from the same directory, or with --runs-dir).
+model goes to .runs/outputs/merged-model (replaced by each run whose model passes the promotion
+gate). List and compare runs with `python -m pipelines.runs` (from the same directory, or with
+--runs-dir).
 Ctrl-C (or SIGTERM) stops the run: one line, the record says "interrupted", exit status 130
 (143 for SIGTERM).
 
@@ -468,7 +469,12 @@ def _run(pipeline, params, args, console, run_dir) -> int:
     record.update(endpoint=endpoint if params.get("keep_serving") and endpoint else "", merged_model=merged_uri)
     runs.update_run(run_dir, **record)  # before copying the model out: a full disk there must not lose the run
     copy_failed = False
-    if merged_uri:
+    if merged_uri and metrics.get("evaluate", {}).get("promoted") == 0:
+        # The gate said no: the copy out is what a user serves next (its line says "serve it"), and the last
+        # promoted model there stays. The merged model is in the bucket, as any run's.
+        console.say(f"merged model: {merged_uri}\n  not copied to {args.output_dir / 'merged-model'} (not promoted: "
+                    f"that keeps the last promoted model); fetch it: python -m trainer download {merged_uri} DIR")
+    elif merged_uri:
         try:
             out = export_model(merged_uri, args.output_dir / "merged-model")
             console.say(f"merged model: {merged_uri}\n  copied to {out}  (serve it: python -m trainer serve {out})")

@@ -140,3 +140,7 @@ def test_a_model_that_fails_the_promotion_gate_is_neither_deployed_nor_registere
     record = json.loads((run_dir / "run.json").read_text())
     assert record["status"] == "succeeded" and record["metrics"]["evaluate"]["promoted"] == 0
     assert "not promoted: the tuned model failed the gate" in proc.stdout and "endpoint:" not in proc.stdout
+    # not copied out beside the last promoted model with "serve it" (it was), but named where it is
+    assert not (tmp_path / "out" / "merged-model").exists() and "serve it" not in proc.stdout
+    assert re.search(r"merged model: s3://\S+\n  not copied to \S+merged-model \(not promoted: that keeps the last "
+                     r"promoted model\); fetch it: python -m trainer download s3://", proc.stdout), proc.stdout[-3000:]
