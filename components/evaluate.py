@@ -22,10 +22,13 @@ def evaluate(
     eval_engine: str = "auto",
     min_fc_accuracy: float = 0.0,
     min_gain: float = 0.0,
+    gate: bool = True,
 ) -> NamedTuple("Outputs", promoted=bool, reason=str):
     """Score base and tuned on the held-out split; metric names are the same in every run
     (see trainer.evaluate for what each measures). `promoted`: the tuned model passes the gate
-    (trainer.evaluate.promotion); the pipeline deploys and registers only then."""
+    (trainer.evaluate.promotion); the pipeline deploys and registers only then. `gate=False`: a
+    sweep's trial, which its pick_best step gates (on select_metric): no promotion line or metric,
+    which would read "promoted" against a gate nobody set."""
     from collections import namedtuple
 
     from components.artifacts import log_metrics, read_uri
@@ -44,8 +47,8 @@ def evaluate(
                           store.get_tree(read_uri(dataset)) / "eval.jsonl", max_rows=max_rows,
                           max_seq_len=max_seq_len, engine=eval_engine)
     logged = logged_metrics(result)  # a kind of row the split lacks logs no accuracy, not 0
-    promoted, reason = promotion(logged, min_fc_accuracy, min_gain)
-    log_metrics(metrics, {**logged, "promoted": float(promoted)})
+    promoted, reason = promotion(logged, min_fc_accuracy, min_gain) if gate else (True, "")
+    log_metrics(metrics, {**logged, **({"promoted": float(promoted)} if gate else {})})
     with open(examples.path, "w") as f:
         f.write(examples_markdown(result))
     print(f"{result['rows']} rows ({result['fc_rows']} tool-call, {result['text_rows']} text; "
@@ -53,5 +56,6 @@ def evaluate(
           + (f"fc accuracy {result['base']['fc_accuracy']:.1%} -> {result['tuned']['fc_accuracy']:.1%}, "
              if result["fc_rows"] else "fc accuracy n/a (no tool-call rows), ")
           + f"eval loss {result['base']['eval_loss']:.4f} -> {result['tuned']['eval_loss']:.4f} (eval_engine={result['engine']})")
-    print(reason if promoted else f"WARNING: {reason}", flush=True)
+    if gate:
+        print(reason if promoted else f"WARNING: {reason}", flush=True)
     return namedtuple("Outputs", ["promoted", "reason"])(promoted, reason)

@@ -109,7 +109,8 @@ def build(parallelism: int = 2):
             ).set_display_name("trial: fine-tune")
             scores = with_s3(evaluate(base_model=model.outputs["model"], tuned_model=train.outputs["adapter"],
                                       dataset=data.outputs["dataset"], max_rows=eval_max_rows,
-                                      max_seq_len=max_seq_len, eval_engine=eval_engine)).set_display_name("trial: evaluate")
+                                      max_seq_len=max_seq_len, eval_engine=eval_engine,
+                                      gate=False)).set_display_name("trial: evaluate")  # pick best gates
             on_gpus(scores, eval_gpus, eval_accelerator_type, eval_node_selector, eval_tolerations)
         best = restricted(pick_best(trials=trials, trial_metrics=dsl.Collected(scores.outputs["metrics"]),
                                     adapters=dsl.Collected(train.outputs["adapter"]), select_metric=select_metric,

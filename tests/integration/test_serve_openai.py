@@ -51,7 +51,7 @@ def tuned(s3_env, tmp_path_factory):
     return a
 
 
-def test_the_finetune_evaluate_and_merge_components_record_their_outputs(tuned, tmp_path):
+def test_the_finetune_evaluate_and_merge_components_record_their_outputs(tuned, tmp_path, capsys):
     """Each component's Python function on real temp-path artifacts and S3 (the chain above), evaluate
     included."""
     from components.evaluate import evaluate
@@ -79,6 +79,13 @@ def test_the_finetune_evaluate_and_merge_components_record_their_outputs(tuned, 
     assert scores.metadata["eval_rows"] == 8 and scores.metadata["fc_rows"] == 8 and scores.metadata["text_rows"] == 0
     assert scores.metadata["tuned_eval_loss"] < scores.metadata["base_eval_loss"]
     assert "| function-calling accuracy (8 tool-call rows) |" in open(examples.path).read()
+    # a sweep's trial: pick_best gates it, so no "promoted" against the gate of 0 nobody set
+    capsys.readouterr()
+    trial = art(Metrics, tmp_path, "trial")
+    evaluate.python_func(base_model=model, tuned_model=adapter, dataset=tuned["dataset"], metrics=trial,
+                         examples=art(Markdown, tmp_path, "trial-examples"), max_rows=4, gate=False)
+    assert "promoted" not in trial.metadata and trial.metadata["eval_rows"] == 4
+    assert "promoted" not in capsys.readouterr().out
 
     assert merged.metadata["uri"] not in (model.metadata["uri"], adapter.metadata["uri"])
 
