@@ -309,7 +309,6 @@ def _main(args: argparse.Namespace) -> int:
 
 def run(pipeline, params: dict[str, Any], args: argparse.Namespace) -> int:
     """Run under kfp.local with the console filtered, then keep the run's record."""
-    import shutil
     import signal
     import tempfile
 
@@ -397,8 +396,20 @@ def run(pipeline, params: dict[str, Any], args: argparse.Namespace) -> int:
                 os.environ.pop("TMPDIR", None)
             else:
                 os.environ["TMPDIR"] = saved_tmpdir
-            if not (succeeded and params.get("keep_serving")):  # else the server kept up still uses it
-                shutil.rmtree(tmp, ignore_errors=True)
+            remove_run_tmp(Path(tmp), keep_server=succeeded and params.get("keep_serving", False))
+
+
+def remove_run_tmp(tmp: Path, keep_server: bool) -> None:
+    """The run's temporary folder, or, with a model server kept serving, all of it but that server's own folders (its
+    log, its sockets: vllm-*): the rest (compile caches, kfp.local's files; ~150 MB) stayed in /tmp for good."""
+    import shutil
+
+    if not keep_server:
+        shutil.rmtree(tmp, ignore_errors=True)
+        return
+    for path in tmp.iterdir():
+        if not path.name.startswith("vllm-"):
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
 
 
 class Terminated(BaseException):

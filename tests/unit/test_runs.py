@@ -340,6 +340,21 @@ def test_component_log_files_outlive_the_runs_temporary_directory(tmp_path):
     assert kept[0].read_text() == "INFO: Started server process\n"
 
 
+def test_a_run_that_keeps_its_server_up_leaves_only_the_servers_folders(tmp_path):
+    """keep_serving left the run's whole temporary folder in /tmp (~150 MB: compile caches, kfp.local's files)."""
+    from pipelines.run_local import remove_run_tmp
+
+    for keep in (True, False):
+        tmp = tmp_path / f"finetune-run-{keep}"
+        for folder in ("vllm-abc", "vllm-rpc-x", "torchinductor_root", "kfp-workspace", "tb-1"):
+            (tmp / folder).mkdir(parents=True)
+            (tmp / folder / "f").write_bytes(b"x" * 1000)
+        (tmp / "stray.txt").write_text("x")
+        remove_run_tmp(tmp, keep_server=keep)
+        assert (sorted(p.name for p in tmp.iterdir()) == ["vllm-abc", "vllm-rpc-x"]) if keep else not tmp.exists()
+    assert (tmp_path / "finetune-run-True" / "vllm-abc" / "f").exists()  # the kept server's log
+
+
 class Terminal(io.StringIO):
     def isatty(self):
         return True
