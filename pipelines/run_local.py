@@ -290,15 +290,21 @@ def _main(args: argparse.Namespace) -> int:
                             "http(s)://HOST:PORT of the S3/MinIO (the bucket is S3_BUCKET), e.g. http://127.0.0.1:9000")
         problems += writable_dir_problems({"--output-dir": args.output_dir, "--runs-dir": args.runs_dir,
                                            "--pipeline-root": args.pipeline_root})
+        problems = (sweep_problems(params) if args.pipeline == "sweep" else pipeline_problems(params)) + problems
+        if (address := params.get("registry_address") or "") and not any("registry_address" in p for p in problems):
+            from trainer.k8s.registry import reach_problem
+
+            # as validate-params asks it, before the throwaway S3 server and the run's record exist (exit 2)
+            problems += [p for p in [reach_problem(address)] if p]
         if args.pipeline == "sweep":  # before starting anything expensive
-            collect(sweep_problems(params) + problems, what="invalid sweep parameters")
+            collect(problems, what="invalid sweep parameters")
             # Trials run side by side on this machine: each gets its share of the cores
             # (inherited by the components' processes and the trainers they launch).
             at_once = min(parallelism or len(params["trials"]), len(params["trials"]), 2)  # kfp.local: at most 2
             share = str(max(1, (os.cpu_count() or 1) // max(at_once, 1)))
             os.environ.update(FINETUNE_LOCAL_CPUS=share, OMP_NUM_THREADS=share)
         else:
-            collect(pipeline_problems(params) + problems, what="invalid pipeline parameters")
+            collect(problems, what="invalid pipeline parameters")
         server = start_s3(args.s3_endpoint)
         try:
             return run(pipeline, params, args)

@@ -408,6 +408,9 @@ CASES = [
     # was found only by validate-params' probe, after the run had started ("answered ... with something other than JSON")
     ("registry-address-port-no-number", lambda t, m: ["registry_address=http://model-registry:port"],
      "registry_address='http://model-registry:port' must be an http:// or https:// URL (the port is not a number"),
+    # was found by the validate-params step: exit 1 and a failed run's record, after the S3 server started
+    ("registry-unreachable", lambda t, m: ["registry_address=http://127.0.0.1:9"],
+     "cannot reach the model registry at http://127.0.0.1:9 within 10s"),
     ("k8s-system-namespace", lambda t, m: ["launcher=kubernetes", "namespace=kube-system"],
      "namespace='kube-system' is a Kubernetes system namespace"),
 ]
