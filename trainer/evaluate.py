@@ -578,13 +578,17 @@ def load(model_dir: Path, adapter_dir: Path | None = None):
 
 
 def warnings_for(rows: list[dict[str, Any]], skipped: int = 0, max_seq_len: int = 512,
-                 context: int | None = None) -> list[str]:
-    """What makes these numbers weak, in words for the log and the report (`rows`: those scored)."""
+                 context: int | None = None, split_rows: int = 0) -> list[str]:
+    """What makes these numbers weak, in words for the log and the report (`rows`: those scored; `split_rows`: the
+    eval split's, when max_rows took fewer)."""
     out = []
     if skipped:
         out.append(f"{skipped} of {len(rows) + skipped} eval rows are longer than {_too_long(max_seq_len, context)} "
                    f"and were not scored (no loss, no accuracy): {_fix(max_seq_len, context)}, or shorten them")
-    if len(rows) < MIN_RELIABLE_ROWS:
+    if len(rows) < MIN_RELIABLE_ROWS and split_rows > len(rows) + skipped:  # eval_max_rows took these few
+        out.append(f"only {len(rows)} eval rows scored (< {MIN_RELIABLE_ROWS}; the split has {split_rows}): one row "
+                   f"moves accuracy by {1 / max(len(rows), 1):.0%}; raise eval_max_rows")
+    elif len(rows) < MIN_RELIABLE_ROWS:
         out.append(f"the eval split has only {len(rows)} rows (< {MIN_RELIABLE_ROWS}): one row moves accuracy by "
                    f"{1 / max(len(rows), 1):.0%}; raise eval_fraction or add eval rows")
     return out
@@ -638,14 +642,15 @@ def evaluate(model_dir: Path, tuned_dir: Path, eval_path: Path, max_rows: int = 
     """
     from transformers import AutoConfig, AutoTokenizer
 
-    rows = data.read_jsonl(eval_path)[:max_rows]
+    split = data.read_jsonl(eval_path)
+    rows = split[:max_rows]
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     context = context_length(AutoConfig.from_pretrained(model_dir))
     kept, examples = fitting_rows(rows, tokenizer, max_seq_len, context)
     if not kept:
         raise UserError(long_rows_problem(len(rows), max_seq_len, context))
     scored = [rows[i] for i in kept]
-    warnings = warnings_for(scored, len(rows) - len(scored), max_seq_len, context)
+    warnings = warnings_for(scored, len(rows) - len(scored), max_seq_len, context, len(split))
     for w in warnings:
         print(f"WARNING: {w}", flush=True)
     engine = choose_engine(engine, model_dir)

@@ -156,6 +156,12 @@ def test_random_model_scores_zero_on_a_mixed_split(tiny_model_dir, tmp_path, cap
     assert result["warnings"] and "only 20 rows" in result["warnings"][0]
     assert "WARNING: the eval split has only 20 rows" in capsys.readouterr().out
     assert result["examples"][0]["prompt"] == rows[0]["messages"][0]["content"]
+    # fewer rows because eval_max_rows took them: the fix is eval_max_rows, not eval_fraction (it said that)
+    from trainer.evaluate import warnings_for
+
+    [warning] = warnings_for(rows[:10], split_rows=20)
+    assert warning.startswith("only 10 eval rows scored (< 50; the split has 20)") and warning.endswith(
+        "raise eval_max_rows")
 
 
 def test_examples_report_states_counts_warnings_and_requests():
