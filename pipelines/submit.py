@@ -51,6 +51,9 @@ from trainer.config import ADAPTER_METHODS
 from trainer.errors import UserError, collect, exit_on_user_error
 
 
+WAIT_S = 24 * 3600  # --wait's default limit
+
+
 def option_problems(args: argparse.Namespace) -> list[str]:
     """The command's own options: KFP would refuse a blank name only after the upload."""
     problems = [f"--{opt.replace('_', '-')} is empty: give a name, e.g. --{opt.replace('_', '-')} llm-finetune"
@@ -73,8 +76,14 @@ def option_problems(args: argparse.Namespace) -> list[str]:
         if given:
             problems.append(f"{', '.join(given)} set(s) a recurring run's schedule, but there is no --recurring: "
                             "add --recurring '0 0 3 * * *' (or @daily, @every 6h), or drop them")
-    if args.timeout <= 0:
+    if args.timeout is not None and args.timeout <= 0:
         problems.append(f"--timeout {args.timeout}: give the --wait limit in seconds, e.g. --timeout 86400")
+    elif args.timeout is not None and not args.wait:  # as --catchup without --recurring: it would do nothing
+        problems.append(f"--timeout {args.timeout} limits --wait, which is not given: add --wait, or drop --timeout")
+    if args.kfp_namespace is not None:  # KFP would answer for a profile that cannot exist only after the upload
+        from trainer.k8s import rules
+
+        problems += rules.dns1123_label(args.kfp_namespace, "--kfp-namespace")
     if not args.dry_run and not (args.host or "").strip():  # with the other problems, not after them
         problems.append("no KFP host: pass --host URL or set KFP_HOST (e.g. http://localhost:8080 after "
                         "`kubectl port-forward -n kubeflow svc/ml-pipeline-ui 8080:80`), or --dry-run to contact "
@@ -406,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="--recurring: start the runs missed while the schedule was paused or before now "
                              "(default: no catch-up, the next run is the next scheduled time)")
     parser.add_argument("--wait", action="store_true", help="follow the run to its end")
-    parser.add_argument("--timeout", type=int, default=24 * 3600, help="--wait limit in seconds")
+    parser.add_argument("--timeout", type=int, default=None, help=f"--wait limit in seconds (default {WAIT_S})")
     parser.add_argument("--dry-run", action="store_true", help="print the Kubernetes objects; contact nothing")
     args = parser.parse_args(argv)
 
@@ -497,9 +506,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{key}: {value}")
         if args.wait and "run_id" in result:
             try:
-                run = client.wait_for_run_completion(result["run_id"], timeout=args.timeout)
+                run = client.wait_for_run_completion(result["run_id"], timeout=args.timeout or WAIT_S)
             except TimeoutError:  # the run itself goes on: this is no failure of it, nor bad input
-                print(f"error: the run has not finished within --timeout {args.timeout}s; it goes on in KFP: "
+                print(f"error: the run has not finished within --timeout {args.timeout or WAIT_S}s; it goes on in KFP: "
                       f"{result['url']}", file=sys.stderr)
                 return 1
             except ApiException as err:

@@ -786,6 +786,14 @@ def test_submit_options_are_checked_with_the_parameters(monkeypatch, capsys):
     # launcher not given: a submitted run trains as a TrainJob (launcher=local, the pipelines' default, is run_local's)
     assert "launcher=local would train" not in err
     assert not rendered
+    # silently ignored before: --timeout without --wait (as --catchup without --recurring is refused), a
+    # --kfp-namespace no Kubernetes namespace (profile) can have
+    with pytest.raises(SystemExit) as exit_info:
+        submit.main(["--dry-run", "--timeout", "5", "--kfp-namespace", "Bad_NS!", "--param", "deploy_backend=kserve"])
+    err = _fails_cleanly(capsys, exit_info, "(2 problems)")
+    assert "--timeout 5 limits --wait, which is not given: add --wait, or drop --timeout" in err
+    assert "--kfp-namespace='Bad_NS!' is not a valid Kubernetes name (RFC 1123 label)" in err
+    assert not rendered
 
 
 @pytest.mark.parametrize("pipeline", ["sweep", "finetune"])
