@@ -504,11 +504,13 @@ def _run(pipeline, params, args, console, run_dir) -> int:
     for path in report_files:
         if path.suffix == ".html":
             console.say(f"report: {path}")
+    # The commands as they find this run: from another folder than ./.runs' they need --runs-dir too.
+    where = runs.runs_dir_flag(args.runs_dir)
     if events:
-        console.say(f"TensorBoard events: {events}  (python -m pipelines.runs tensorboard --launch)")
+        console.say(f"TensorBoard events: {events}  (python -m pipelines.runs tensorboard --launch{where})")
     if logs:
         console.say(f"component logs (the model server's too): {run_dir / 'logs'}")
-    console.say(f"run kept in {run_dir}  (compare runs: python -m pipelines.runs compare)")
+    console.say(f"run kept in {run_dir}  (compare runs: python -m pipelines.runs compare{where})")
     console.say(f"full log: {run_dir / 'run.log'}")
     if console.hidden_warnings:
         console.say(f"({console.hidden_warnings} warnings from components are in the log)")

@@ -39,6 +39,13 @@ from typing import Any
 from trainer.errors import UserError, exit_on_user_error
 
 RUNS_DIR = Path(".runs")  # under the current directory, as MLflow's ./mlruns
+
+
+def runs_dir_flag(runs_dir: Path) -> str:
+    """` --runs-dir DIR` for a command line that must find runs kept under `runs_dir`, '' for the default."""
+    import shlex
+
+    return "" if Path(runs_dir) == RUNS_DIR else f" --runs-dir {shlex.quote(str(runs_dir))}"
 RECORD = "run.json"
 
 
@@ -375,6 +382,10 @@ def main(argv: list[str] | None = None) -> int:
     args.runs_dir = args.runs_dir.absolute()  # named in messages: say which .runs was read
 
     with exit_on_user_error():
+        for flag, command in (("all_params", "compare"), ("launch", "tensorboard")):  # else silently ignored
+            if getattr(args, flag) and args.command != command:
+                raise UserError(f"--{flag.replace('_', '-')} applies to `{command}`, not `{args.command}`: drop it, or "
+                                f"run python -m pipelines.runs {command} --{flag.replace('_', '-')}")
         if args.last is not None and args.last < 1:
             raise UserError(f"-n {args.last}: give how many of the latest runs to show, at least 1 (e.g. -n 2)")
         runs = load_runs(args.runs_dir)

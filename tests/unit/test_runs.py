@@ -243,6 +243,23 @@ def test_two_runs_listed_and_compared_with_one_command(tmp_path, capsys):
     assert exit_info.value.code == 2 and "no local run no-such-run" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, expected", [
+    (["list", "--launch"], "--launch applies to `tensorboard`, not `list`"),
+    (["compare", "--launch"], "--launch applies to `tensorboard`, not `compare`"),
+    (["list", "--all-params"], "--all-params applies to `compare`, not `list`")])
+def test_a_flag_of_another_command_is_refused_not_ignored(tmp_path, capsys, argv, expected):
+    with pytest.raises(SystemExit) as exit_info:
+        runs.main([*argv, "--runs-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith(f"error: {expected}: drop it") and "Traceback" not in err
+
+
+def test_run_locals_closing_hints_name_its_runs_dir(tmp_path):
+    """With another --runs-dir, `python -m pipelines.runs compare` as run_local printed it read ./.runs, not the run's."""
+    assert runs.runs_dir_flag(runs.RUNS_DIR) == ""
+    assert runs.runs_dir_flag(tmp_path / "my runs") == f" --runs-dir '{tmp_path}/my runs'"
+
+
 @pytest.mark.parametrize("n", ["0", "-3"])
 def test_compare_refuses_a_count_below_one(tmp_path, capsys, n):
     with pytest.raises(SystemExit) as exit_info:
