@@ -398,6 +398,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise UserError(f"none of the {len(runs)} runs under {args.runs_dir} has TensorBoard events (a run "
                                 "that failed before training has none); see: python -m pipelines.runs list")
             runs = with_events
+        if args.command == "compare" and not args.runs:  # the latest runs it can compare: a broken record has nothing
+            runs = [r for r in runs if r.get("status") != "broken"] or runs  # (list names it, and why)
         chosen = select(runs, args.runs, args.last or (len(runs) if args.command == "list" else 2), args.runs_dir)
         if args.command == "list":
             print(list_table(chosen))

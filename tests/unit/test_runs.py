@@ -405,7 +405,7 @@ def test_sweep_trial_reports_are_titled_by_trial(tmp_path):
 def test_a_broken_run_record_is_listed_as_broken_and_the_others_still_show(tmp_path, capsys, content, needle):
     runs_dir = tmp_path / "runs"
     good = record_run(runs_dir, tmp_path, 3e-3, 0.8)
-    broken = runs_dir / "20991231-235959-finetune"  # the latest: `compare` picks it by default
+    broken = runs_dir / "20991231-235959-finetune"  # the latest: `compare` picked it by default, a column of nothing
     broken.mkdir()
     if content is not None:
         (broken / "run.json").write_text(content)
@@ -419,8 +419,9 @@ def test_a_broken_run_record_is_listed_as_broken_and_the_others_still_show(tmp_p
 
     assert runs.main(["compare", "--runs-dir", str(runs_dir)]) == 0
     table = capsys.readouterr().out
-    assert good in table and broken.name in table and "0.8" in table
-    assert runs.main(["compare", broken.name, "--runs-dir", str(runs_dir)]) == 0
+    assert good in table and broken.name not in table and "0.8" in table
+    assert runs.main(["compare", broken.name, "--runs-dir", str(runs_dir)]) == 0  # named: shown, as broken
+    assert broken.name in capsys.readouterr().out
     assert runs.main(["tensorboard", "-n", "2", "--runs-dir", str(runs_dir)]) == 0
     assert f"{good}:" in capsys.readouterr().out
 
