@@ -246,7 +246,7 @@ class Recipe:
         self._setup_model(model_dir)
         self._setup_batching(examples)
         self._setup_optimizer()
-        self.say("setup: resuming")
+        self.say("setup: checkpoints")  # the newest one, if any, is resumed from
         self._resume(examples)
         self.board = _Board(self.store, cfg.output_prefix) if self.rank == MASTER else None
         self.real_tokens = 0  # this rank's, since this process started
