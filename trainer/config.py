@@ -126,6 +126,9 @@ class TrainConfig:
             p.append(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
         if self.packing not in ("auto", "flatten", "pad"):
             p.append(f"packing must be auto, flatten or pad, got {self.packing!r}")
+        elif self.packing in ("flatten", "pad") and self.batch_tokens == 0:  # else ignored without a word
+            p.append(f"packing={self.packing} arranges token-budget batches, but batch_tokens=0 takes batch_size rows "
+                     "padded to the longest: set batch_tokens (e.g. 512), or packing=auto")
         if self.batch_tokens < 0 or self.tokens_per_step < 0:
             p.append("batch_tokens and tokens_per_step must be >= 0 (0 turns them off)")
         if 0 < self.batch_tokens < self.max_seq_len:

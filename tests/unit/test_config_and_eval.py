@@ -26,6 +26,14 @@ def test_every_config_problem_is_reported_at_once():
 
 
 
+def test_a_packing_without_a_token_budget_is_refused_not_ignored():
+    s3 = dict(model_uri="s3://b/m", dataset_uri="s3://b/d", output_prefix="r")
+    for packing in ("flatten", "pad"):
+        [problem] = TrainConfig(**s3, packing=packing, batch_tokens=0).problems()
+        assert problem.startswith(f"packing={packing} arranges token-budget batches, but batch_tokens=0")
+    assert TrainConfig(**s3, packing="auto", batch_tokens=0).problems() == []
+
+
 def test_every_lr_scheduler_offered_runs_and_the_others_are_refused_before_setup():
     """`trainer train --lr-scheduler bogus` was a ValueError traceback after loading; reduce_lr_on_plateau and greedy
     (need a metric), cosine_with_min_lr (needs min_lr) failed at their first step or at setup."""
