@@ -274,6 +274,19 @@ def test_csv_prompt_cells_stay_text_unless_they_hold_messages(tmp_path):
     assert second["messages"] == [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
 
 
+def test_a_csv_row_with_empty_prompt_or_completion_cells_is_named_for_what_it_lacks(tmp_path):
+    """The empty cells were dropped, and the row read as "row has no 'messages' field (its keys: none)"."""
+    path = tmp_path / "pairs.csv"
+    path.write_text("prompt,completion,system\nhello,hi,\n,,\nq,,\n")
+    with pytest.raises(UserError) as err:
+        data.read_rows(path)
+    assert "rows 2, 3: every assistant message is empty" in str(err.value)
+    assert "no 'messages' field" not in str(err.value)
+    path.write_text("prompt,completion,system\nhello,hi,\n")
+    assert data.read_rows(path)[0]["messages"] == [{"role": "user", "content": "hello"},  # an empty system: absent
+                                                   {"role": "assistant", "content": "hi"}]
+
+
 def test_too_few_rows_names_the_rows_skipped_as_too_long():
     from trainer.batching import check_rows
 

@@ -185,8 +185,8 @@ def _utf8_text(path: Path) -> str:
 
 
 def _csv_rows(path: Path, text: str, delimiter: str = ",") -> list[dict[str, Any]]:
-    """CSV (or TSV) rows with a header; empty cells are absent, and a prompt or completion cell
-    holding a JSON list of messages is parsed (one that is plain text stays text)."""
+    """CSV (or TSV) rows with a header; empty cells are absent (but an empty prompt or completion), and a prompt or
+    completion cell holding a JSON list of messages is parsed (one that is plain text stays text)."""
     import csv
     import io
 
@@ -199,7 +199,10 @@ def _csv_rows(path: Path, text: str, delimiter: str = ",") -> list[dict[str, Any
             raise UserError(f"{path}: the header names the column{'s' if len(twice) > 1 else ''} "
                             f"{', '.join(map(repr, twice))} twice (only the last would be read): rename or drop one")
         for row in reader:
-            cells = {k: v for k, v in row.items() if k is not None and v not in (None, "")}
+            # An empty prompt or completion cell stays an empty string, which the row checks name ("every assistant
+            # message is empty"); absent, it read as "row has no 'messages' field (its keys: none)".
+            cells = {k: v for k, v in row.items()
+                     if k is not None and (v not in (None, "") or (v == "" and k in ("prompt", "completion")))}
             for key in ("prompt", "completion"):  # messages and tools as JSON text: to_chat parses them
                 value = cells.get(key)
                 if isinstance(value, str) and value.lstrip().startswith("["):
