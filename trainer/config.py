@@ -15,6 +15,7 @@ SEED_MAX = 2**32 - 1
 # Micro-batches accumulated into one optimizer step (tokens_per_step): far above any real setting (a few to 64);
 # tokens_per_step=1e9 made 1,953,125 of them, hundreds of passes over the data for one step.
 MAX_ACCUM = 1024
+MIN_STALL_S = 60  # a watchdog (stall_timeout_s) below this fires while a process starts, before any progress line
 MAX_STEPS = 100_000_000  # beyond any fine-tune: a larger value is a typo that would never finish
 
 
@@ -146,6 +147,11 @@ class TrainConfig:
                 p.append(f"{name} must be >= 0 seconds, got {getattr(self, name):g}"
                          + (" (0 turns the watchdog off)" if name == "stall_timeout_s" else
                             "; e.g. 90, the time a final checkpoint has to upload after SIGTERM"))
+        if "stall_timeout_s" not in bad and 0 < self.stall_timeout_s < MIN_STALL_S:
+            p.append(f"stall_timeout_s={self.stall_timeout_s:g} is shorter than a training process takes to start "
+                     "(importing torch and loading the model take tens of seconds before its first progress line), "
+                     f"so the watchdog would stop every job: give at least {MIN_STALL_S} (e.g. 1800), or 0 to turn "
+                     "it off")
         return p
 
     def validate(self) -> "TrainConfig":

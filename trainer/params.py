@@ -216,7 +216,8 @@ PARAMS: tuple[Param, ...] = (
                 'http://model-registry-service.kubeflow.svc.cluster.local:8080')),
     Param('stall_timeout_s', float, _T.stall_timeout_s, TRAINING, BOTH,
           help=("Seconds without training progress (rank 0's step or setup stage) after which the job is stopped and "
-                'failed, not restarted, naming the stuck stage; 0 turns the watchdog off. e.g. 1800.')),
+                'failed, not restarted, naming the stuck stage; 0 turns the watchdog off, else at least 60. e.g. '
+                '1800.')),
     # Around the finetune demo's learning rate (1.5e-3), at the demo's 650 steps: on 2 cores the
     # built-in data gave 96% / 86% / 99% function-calling accuracy (300 steps at 3e-3 / 3e-3 / 1e-3:
     # 62% / 26% / 54%), so the sweep's pick means something.

@@ -26,6 +26,15 @@ def test_every_config_problem_is_reported_at_once():
 
 
 
+def test_a_watchdog_shorter_than_a_process_start_is_refused():
+    """stall_timeout_s=1 was accepted, and stopped every job while it imported torch."""
+    s3 = dict(model_uri="s3://b/m", dataset_uri="s3://b/d", output_prefix="r")
+    [problem] = TrainConfig(**s3, stall_timeout_s=1).problems()
+    assert problem.startswith("stall_timeout_s=1 is shorter than a training process takes to start")
+    assert problem.endswith("give at least 60 (e.g. 1800), or 0 to turn it off")
+    assert TrainConfig(**s3, stall_timeout_s=0).problems() == TrainConfig(**s3, stall_timeout_s=60).problems() == []
+
+
 def test_a_packing_without_a_token_budget_is_refused_not_ignored():
     s3 = dict(model_uri="s3://b/m", dataset_uri="s3://b/d", output_prefix="r")
     for packing in ("flatten", "pad"):
