@@ -45,6 +45,33 @@ _S3_BUSY = {"InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout",
 _GLOO_LOST = ("Connection closed by peer", "Connection reset by peer", "Timed out waiting", "gloo/transport")
 
 
+# Local folders this process removes however it exits: at interpreter exit, and in `hard_exit`, which skips
+# interpreter exit (a crashed or stopped trainer left its TensorBoard staging folder, tb-*, in /tmp).
+_REMOVE: list[str] = []
+
+
+def remove_at_exit(path: str) -> None:
+    import atexit
+    import shutil
+
+    if not _REMOVE:
+        atexit.register(lambda: [shutil.rmtree(p, ignore_errors=True) for p in _REMOVE])
+    _REMOVE.append(path)
+
+
+def hard_exit(code: int) -> None:
+    """os._exit(code) after the folders of `remove_at_exit`, with stdout and stderr flushed: at once, without the
+    interpreter's teardown (which can hang on a process group whose peer is gone)."""
+    import shutil
+
+    for path in _REMOVE:
+        shutil.rmtree(path, ignore_errors=True)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed pipe: nothing more to say there
+            stream.flush()
+    os._exit(code)
+
+
 def retryable(code: int) -> bool:
     """True for the statuses a PyTorchJob's ExitCode policy restarts."""
     return 128 <= code <= 255
@@ -111,7 +138,7 @@ def retry_transient_failures() -> Iterator[None]:
             # restart would write to the same closed pipe. BrokenPipeError is a ConnectionError, so it read as one.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
             print("error: the output's reader closed the pipe (stdout): stopping", file=sys.stderr, flush=True)
-            os._exit(1)
+            hard_exit(1)
         why = transient(err)
         if not why:
             raise
@@ -121,6 +148,5 @@ def retry_transient_failures() -> Iterator[None]:
             traceback.print_exc()
         print(f"error: {why}: {err}\nexiting with status {EXIT_TRANSIENT} (transient): the job restarts and "
               "resumes from its last checkpoint", file=sys.stderr, flush=True)
-        sys.stdout.flush()
         # At once: a normal exit tears down the process group, which can hang once a peer is gone.
-        os._exit(EXIT_TRANSIENT)
+        hard_exit(EXIT_TRANSIENT)

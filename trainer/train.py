@@ -51,6 +51,7 @@ from trainer import data
 from trainer.batching import batches, bucket, check_rows, collate, collate_packed
 from trainer.checkpoint import Checkpointer, rng_state
 from trainer.config import MAX_ACCUM, TrainConfig
+from trainer.exitcodes import hard_exit, remove_at_exit
 from trainer.model import LossModel, build_model, compile_layers, decoder_layers, label_positions_of, plan_packing
 from trainer.storage import Store
 from trainer.watchdog import progress_line
@@ -96,6 +97,7 @@ class _Board:
 
         self.store, self.prefix = store, f"{output_prefix}/tensorboard"
         self.dir = tempfile.mkdtemp(prefix="tb-")
+        remove_at_exit(self.dir)  # also when the process crashes or is stopped
         self.writer = SummaryWriter(self.dir)
 
     def scalar(self, tag: str, value: float, step: int) -> None:
@@ -175,18 +177,16 @@ class Shutdown:
         if COMMITTED.is_set():  # stuck in the teardown after the result was written: the work is done
             print("SIGTERM: the result is committed; exiting with 0 without waiting for the teardown",
                   file=sys.stderr, flush=True)
-            os._exit(0)
+            hard_exit(0)
         print("SIGTERM: no step boundary reached within shutdown_grace_s; exiting without a checkpoint",
               file=sys.stderr, flush=True)
-        os._exit(143)
+        hard_exit(143)
 
 
 def exit_now(code: int) -> None:
     """Exit at once: a normal interpreter exit tears down the process group, which can hang
     once a peer has gone, and would hold up torchrun's exit and the restart."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    hard_exit(code)
 
 
 @dataclass

@@ -91,3 +91,21 @@ def test_a_closed_output_pipe_stops_training_as_itself_not_as_a_network_failure(
     status, err = proc.wait(timeout=60), proc.stderr.read().decode()
     assert status == 1 and status != EXIT_TRANSIENT, err
     assert err == "error: the output's reader closed the pipe (stdout): stopping\n", err
+
+
+@pytest.mark.parametrize("end, status", [("hard_exit(143)", 143), ("raise RuntimeError('crash')", 1)])
+def test_a_trainers_local_folders_go_however_it_exits(tmp_path, end, status):
+    """The TensorBoard staging folder (tb-*) stayed in /tmp when trainer train crashed or was stopped: the SIGTERM,
+    watchdog and transient paths leave through os._exit, which runs no clean-up."""
+    import subprocess
+    import sys
+
+    staging = tmp_path / "tb-x"
+    code = ("import os, sys\n"
+            "from trainer.exitcodes import hard_exit, remove_at_exit\n"
+            f"os.mkdir({str(staging)!r}); open(os.path.join({str(staging)!r}, 'events'), 'w').write('x')\n"
+            f"remove_at_exit({str(staging)!r})\n"
+            f"{end}\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == status, proc.stderr
+    assert not staging.exists()
