@@ -449,6 +449,20 @@ def test_a_hub_dataset_without_a_train_split_says_a_split_cannot_be_chosen(tmp_p
     assert f"has no 'train' split (it has ['train_sft', 'test_sft']): a split cannot be chosen here: download" in msg
 
 
+def test_eval_rows_that_are_also_train_rows_are_warned_about_at_delivery(store, tmp_path, capsys):
+    """Nothing said a user's eval split repeated train rows: the tuned model was scored on rows it trained on."""
+    rows = builtin_data.dataset("function-calling")
+    folder = tmp_path / "dup"
+    folder.mkdir()
+    data.write_jsonl(rows["train"][:40], folder / "train.jsonl")
+    data.write_jsonl(rows["train"][:3] + rows["eval"][:17], folder / "eval.jsonl")
+    sources.deliver_dataset(str(folder), "", store)
+    assert "WARNING: 3 of 20 eval rows are also train rows: the tuned model is scored on rows it trained on" \
+        in capsys.readouterr().out
+    sources.deliver_dataset("builtin:function-calling", "", store)  # its splits share no row: nothing said
+    assert "WARNING" not in capsys.readouterr().out
+
+
 def test_builtin_bfcl_dataset_delivers_every_category(store):
     """builtin:function-calling-bfcl: the demo's rows plus rows of every other BFCL category, spread
     through the eval split (eval_max_rows scores a prefix); builtin:function-calling stays the demo's."""

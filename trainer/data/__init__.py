@@ -32,4 +32,4 @@ from trainer.data.readers import (  # noqa: F401
 from trainer.data.encode import (  # noqa: F401
     encode, text_chars, max_token_chars, encode_rows, encode_all)
 from trainer.data.preflight import (  # noqa: F401
-    TEMPLATE_CHECK_ROWS, TEMPLATE_BUDGET_S, _time_limit, template_problems, length_problems)
+    TEMPLATE_CHECK_ROWS, TEMPLATE_BUDGET_S, _time_limit, template_problems, length_problems, eval_overlap)

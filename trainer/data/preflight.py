@@ -162,3 +162,18 @@ def _length_problems(splits, tokenizer, max_seq_len: int, context: int | None,
             problems.append(f"no {split} row {which} fits max_seq_len={max_seq_len} tokens ({shortest}): {fix}"
                             + (", or raise eval_max_rows" if scored else ""))
     return problems
+
+
+def eval_overlap(splits: dict[str, list[dict[str, Any]]]) -> str:
+    """A warning when eval rows are also train rows (the same conversation and tools), '' otherwise: the tuned model
+    is then scored on rows it trained on, and its accuracy reads higher than it is on new requests."""
+    import json
+
+    seen = {json.dumps(r, sort_keys=True, ensure_ascii=False) for r in splits.get("train", [])}
+    both = sum(json.dumps(r, sort_keys=True, ensure_ascii=False) in seen for r in splits.get("eval", []))
+    if not both:
+        return ""
+    return (f"{both} of {len(splits['eval'])} eval rows are also train rows: the tuned model is scored on rows it "
+            "trained on, which flatters its accuracy; remove them from the eval split (or deduplicate the data before "
+            "it is split)")
+
