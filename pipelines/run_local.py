@@ -406,16 +406,19 @@ def run(pipeline, params: dict[str, Any], args: argparse.Namespace) -> int:
 
 
 def remove_run_tmp(tmp: Path, keep_server: bool) -> None:
-    """The run's temporary folder, or, with a model server kept serving, all of it but that server's own folders (its
-    log, its sockets: vllm-*): the rest (compile caches, kfp.local's files; ~150 MB) stayed in /tmp for good."""
+    """The run's temporary folder, or, with a model server kept serving, all of it but what that server uses (its log
+    and sockets, vllm-*; its compile cache, torchinductor_*): the rest (kfp.local's files, the trainers' and
+    components' leftovers) stayed in /tmp for good, and the folder itself when no server was kept."""
     import shutil
 
     if not keep_server:
         shutil.rmtree(tmp, ignore_errors=True)
         return
-    for path in tmp.iterdir():
-        if not path.name.startswith("vllm-"):
+    for path in tmp.iterdir():  # the server's compile cache (TORCHINDUCTOR_CACHE_DIR, trainer.procs) is here too
+        if not path.name.startswith(("vllm-", "torchinductor_")):
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # no server was kept after all (not promoted, nothing deployed)
+        tmp.rmdir()
 
 
 class Terminated(BaseException):
@@ -486,15 +489,19 @@ def _run(pipeline, params, args, console, run_dir) -> int:
     record.update(endpoint=endpoint if params.get("keep_serving") and endpoint else "", merged_model=merged_uri)
     runs.update_run(run_dir, **record)  # before copying the model out: a full disk there must not lose the run
     copy_failed = False
-    if merged_uri and metrics.get("evaluate", {}).get("promoted") == 0:
-        # The gate said no: the copy out is what a user serves next (its line says "serve it"), and the last
-        # promoted model there stays. The merged model is in the bucket, as any run's.
+    # The gate said no: <output-dir>/merged-model is what a user serves next (its line says "serve it"), and the last
+    # promoted model there stays. A bucket that outlives the run keeps the model; the throwaway one vanishes with
+    # the run, so the model goes into the run's own folder instead.
+    not_promoted = metrics.get("evaluate", {}).get("promoted") == 0
+    if merged_uri and not_promoted and args.s3_endpoint:
         console.say(f"merged model: {merged_uri}\n  not copied to {args.output_dir / 'merged-model'} (not promoted: "
                     f"that keeps the last promoted model); fetch it: python -m trainer download {merged_uri} DIR")
     elif merged_uri:
         try:
-            out = export_model(merged_uri, args.output_dir / "merged-model")
-            console.say(f"merged model: {merged_uri}\n  copied to {out}  (serve it: python -m trainer serve {out})")
+            out = export_model(merged_uri, (run_dir if not_promoted else args.output_dir) / "merged-model")
+            console.say(f"merged model: {merged_uri}\n  copied to {out}  " + (
+                f"(not promoted, so not to {args.output_dir / 'merged-model'}, which keeps the last promoted model)"
+                if not_promoted else f"(serve it: python -m trainer serve {out})"))
         except UserError as err:
             copy_failed = True
             print(f"error: the merged model was not copied out: {err}; it stays in the bucket (fetch it later: "

@@ -45,7 +45,7 @@ def runs_dir_flag(runs_dir: Path) -> str:
     """` --runs-dir DIR` for a command line that must find runs kept under `runs_dir`, '' for the default."""
     import shlex
 
-    return "" if Path(runs_dir) == RUNS_DIR else f" --runs-dir {shlex.quote(str(runs_dir))}"
+    return "" if Path(runs_dir).absolute() == RUNS_DIR.absolute() else f" --runs-dir {shlex.quote(str(runs_dir))}"
 RECORD = "run.json"
 
 

@@ -59,14 +59,15 @@ def remove_at_exit(path: str) -> None:
     _REMOVE.append(path)
 
 
-def hard_exit(code: int) -> None:
+def hard_exit(code: int, flush: bool = True) -> None:
     """os._exit(code) after the folders of `remove_at_exit`, with stdout and stderr flushed: at once, without the
-    interpreter's teardown (which can hang on a process group whose peer is gone)."""
+    interpreter's teardown (which can hang on a process group whose peer is gone). `flush=False` from another thread
+    than the main one: a flush waits for the stream's lock, which a main thread stuck writing to a full pipe holds."""
     import shutil
 
     for path in _REMOVE:
         shutil.rmtree(path, ignore_errors=True)
-    for stream in (sys.stdout, sys.stderr):
+    for stream in (sys.stdout, sys.stderr) if flush else ():
         with contextlib.suppress(Exception):  # a closed pipe: nothing more to say there
             stream.flush()
     os._exit(code)
@@ -137,7 +138,8 @@ def retry_transient_failures() -> Iterator[None]:
             # Whoever read our output went away (`| head`, a launcher or run_local stopped): no network failed, and a
             # restart would write to the same closed pipe. BrokenPipeError is a ConnectionError, so it read as one.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
-            print("error: the output's reader closed the pipe (stdout): stopping", file=sys.stderr, flush=True)
+            with contextlib.suppress(OSError):  # stderr into the same closed pipe (2>&1 | head)
+                print("error: the output's reader closed the pipe (stdout): stopping", file=sys.stderr, flush=True)
             hard_exit(1)
         why = transient(err)
         if not why:

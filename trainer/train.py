@@ -177,10 +177,10 @@ class Shutdown:
         if COMMITTED.is_set():  # stuck in the teardown after the result was written: the work is done
             print("SIGTERM: the result is committed; exiting with 0 without waiting for the teardown",
                   file=sys.stderr, flush=True)
-            hard_exit(0)
+            hard_exit(0, flush=False)  # this timer's thread: see hard_exit
         print("SIGTERM: no step boundary reached within shutdown_grace_s; exiting without a checkpoint",
               file=sys.stderr, flush=True)
-        hard_exit(143)
+        hard_exit(143, flush=False)
 
 
 def exit_now(code: int) -> None:
@@ -304,7 +304,7 @@ class Recipe:
 
             raise UserError(f"tokens_per_step={cfg.tokens_per_step} is {self.accum} micro-batches per optimizer step "
                             f"(about {round(micro_tokens * world)} tokens each on {world} processes), more than "
-                            f"{MAX_ACCUM}: give at most {MAX_ACCUM * round(micro_tokens * world)}, or 0 for one "
+                            f"{MAX_ACCUM}: give at most {MAX_ACCUM * math.floor(micro_tokens * world)}, or 0 for one "
                             "micro-batch per step")
         pad = self.tokenizer.pad_token_id
         # Compiled padded batches are padded to a few bucket widths: on an H100 this read 24.2k

@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import math
 import random
 
 import pytest
@@ -484,3 +485,9 @@ def test_trainer_train_refuses_tokens_per_step_of_more_than_max_accum_micro_batc
     with pytest.raises(UserError, match=rf"tokens_per_step=1000000000 is 625000 micro-batches per optimizer step "
                                         rf"\(about 1600 tokens each on 2 processes\), more than {MAX_ACCUM}"):
         recipe._setup_batching(examples)
+    # the largest value it suggests is accepted: 5 rows of 100.6 tokens on average make micro-batches of 1609.6
+    examples = [{"input_ids": [1] * n, "labels": [1] * n} for n in (100, 100, 101, 101, 101)]
+    with pytest.raises(UserError) as err:
+        recipe._setup_batching(examples)
+    most = int(str(err.value).split("give at most ")[1].split(",")[0])
+    assert math.ceil(most / (8 * 100.6 * 2)) <= MAX_ACCUM < math.ceil((most + 8 * 2 * 101) / (8 * 100.6 * 2))

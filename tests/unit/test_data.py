@@ -599,3 +599,17 @@ def test_the_render_budget_puts_back_an_outer_timer():
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     assert not fired
+
+
+def test_the_eval_length_check_advises_raising_eval_max_rows_only_where_that_could_help():
+    """It reads at most TEMPLATE_CHECK_ROWS rows: past that, raising eval_max_rows changes nothing it can see."""
+    from trainer import builtin_model
+
+    tokenizer = builtin_model.build_tokenizer()
+    long = {"messages": [{"role": "user", "content": "x " * 3000}, {"role": "assistant", "content": "y"}]}
+    short = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}
+    beyond = data.TEMPLATE_CHECK_ROWS + 50
+    for n, advised in ((20, True), (beyond, False)):
+        splits = {"train": [short], "eval": [long] * beyond + [short] * 10}
+        [problem] = data.length_problems(splits, tokenizer, 512, eval_max_rows=n)
+        assert problem.startswith("no eval row of the ") and problem.endswith(", or raise eval_max_rows") is advised

@@ -256,7 +256,7 @@ def test_a_flag_of_another_command_is_refused_not_ignored(tmp_path, capsys, argv
 
 def test_run_locals_closing_hints_name_its_runs_dir(tmp_path):
     """With another --runs-dir, `python -m pipelines.runs compare` as run_local printed it read ./.runs, not the run's."""
-    assert runs.runs_dir_flag(runs.RUNS_DIR) == ""
+    assert runs.runs_dir_flag(runs.RUNS_DIR) == runs.runs_dir_flag(runs.RUNS_DIR.absolute()) == ""  # as run_local has it
     assert runs.runs_dir_flag(tmp_path / "my runs") == f" --runs-dir '{tmp_path}/my runs'"
 
 
@@ -358,7 +358,7 @@ def test_component_log_files_outlive_the_runs_temporary_directory(tmp_path):
 
 
 def test_a_run_that_keeps_its_server_up_leaves_only_the_servers_folders(tmp_path):
-    """keep_serving left the run's whole temporary folder in /tmp (~150 MB: compile caches, kfp.local's files)."""
+    """keep_serving left the run's whole temporary folder in /tmp for good (~150 MB)."""
     from pipelines.run_local import remove_run_tmp
 
     for keep in (True, False):
@@ -368,8 +368,13 @@ def test_a_run_that_keeps_its_server_up_leaves_only_the_servers_folders(tmp_path
             (tmp / folder / "f").write_bytes(b"x" * 1000)
         (tmp / "stray.txt").write_text("x")
         remove_run_tmp(tmp, keep_server=keep)
-        assert (sorted(p.name for p in tmp.iterdir()) == ["vllm-abc", "vllm-rpc-x"]) if keep else not tmp.exists()
+        kept = ["torchinductor_root", "vllm-abc", "vllm-rpc-x"]  # its compile cache, log and sockets
+        assert (sorted(p.name for p in tmp.iterdir()) == kept) if keep else not tmp.exists()
     assert (tmp_path / "finetune-run-True" / "vllm-abc" / "f").exists()  # the kept server's log
+    empty = tmp_path / "finetune-run-nothing-deployed"
+    (empty / "kfp-workspace").mkdir(parents=True)
+    remove_run_tmp(empty, keep_server=True)  # keep_serving, but no server was started: nothing stays
+    assert not empty.exists()
 
 
 class Terminal(io.StringIO):

@@ -160,7 +160,7 @@ def _length_problems(splits, tokenizer, max_seq_len: int, context: int | None,
             which = (f"of the first {len(checked)} (eval_max_rows={eval_max_rows}: the rows evaluate scores)"
                      if scored and eval_max_rows <= TEMPLATE_CHECK_ROWS else f"of the {len(checked)} checked")
             problems.append(f"no {split} row {which} fits max_seq_len={max_seq_len} tokens ({shortest}): {fix}"
-                            + (", or raise eval_max_rows" if scored else ""))
+                            + (", or raise eval_max_rows" if scored and eval_max_rows <= TEMPLATE_CHECK_ROWS else ""))
     return problems
 
 

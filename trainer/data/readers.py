@@ -201,8 +201,9 @@ def _csv_rows(path: Path, text: str, delimiter: str = ",") -> list[dict[str, Any
         for row in reader:
             # An empty prompt or completion cell stays an empty string, which the row checks name ("every assistant
             # message is empty"); absent, it read as "row has no 'messages' field (its keys: none)".
+            pair = not row.get("messages")  # a chat row's empty prompt and completion columns say nothing
             cells = {k: v for k, v in row.items()
-                     if k is not None and (v not in (None, "") or (v == "" and k in ("prompt", "completion")))}
+                     if k is not None and (v not in (None, "") or (pair and v == "" and k in ("prompt", "completion")))}
             for key in ("prompt", "completion"):  # messages and tools as JSON text: to_chat parses them
                 value = cells.get(key)
                 if isinstance(value, str) and value.lstrip().startswith("["):
