@@ -362,14 +362,25 @@ def _scored(params: dict[str, Any]) -> int | None:
 
 
 def _gate_rows_problems(params: dict[str, Any], eval_rows: list[dict[str, Any]], *gates: str) -> list[str]:
-    """A gate on the function-calling accuracy over eval rows, of which the ones evaluate scores (the first
-    eval_max_rows) hold no tool call: it could only refuse, after training. `gates`: the parameters that gate on
-    that accuracy here (min_gain does in the finetune pipeline, not in a sweep picking by eval_loss)."""
+    """The gates among `gates` that are set (min_gain gates on the function-calling accuracy in the finetune
+    pipeline, not in a sweep picking by eval_loss) over scored eval rows without a tool call (`_tool_rows_problem`)."""
+    asked = [f"{g}={params[g]:g}" for g in gates if isinstance(params.get(g), (int, float)) and params[g] > 0]
+    if not asked:
+        return []
+    return _tool_rows_problem(params, eval_rows, f"{' and '.join(asked)} {'gate' if len(asked) > 1 else 'gates'} on "
+                              "the function-calling accuracy", "no tool-call rows", "the tuned model could never pass",
+                              f"set {' and '.join(g + '=0' for g in gates)} for chat-only data")
+
+
+def _tool_rows_problem(params: dict[str, Any], eval_rows: list[dict[str, Any]], claim: str, none: str, outcome: str,
+                       fix: str) -> list[str]:
+    """`claim` (a gate, select_metric=fc_accuracy) measures tool calls, but the eval rows evaluate scores (the split's
+    first eval_max_rows) hold none: every trial or the run would train, then score 0 -> 0 or fail the gate. Where
+    later rows hold some, raising eval_max_rows is a fix too."""
     from trainer.evaluate import row_counts
 
-    asked = [f"{g}={params[g]:g}" for g in gates if isinstance(params.get(g), (int, float)) and params[g] > 0]
     n = _scored(params)
-    if not asked or not eval_rows or n is None:
+    if not eval_rows or n is None:
         return []
     counts = row_counts(eval_rows[:n])
     if counts["fc_rows"]:
@@ -378,11 +389,8 @@ def _gate_rows_problems(params: dict[str, Any], eval_rows: list[dict[str, Any]],
     later = row_counts(eval_rows)["fc_rows"]
     where = (f"the {min(n, len(eval_rows))} eval rows evaluate scores (the first eval_max_rows={n}) of dataset_source "
              f"{source!r} hold" if later else f"the eval split of dataset_source {source!r} has")
-    fix = (f"raise eval_max_rows (the split's {len(eval_rows)} rows hold {later} tool-call rows), or set "
-           if later else "set ")
-    return [f"{' and '.join(asked)} {'gate' if len(asked) > 1 else 'gates'} on the function-calling accuracy, but "
-            f"{where} no tool-call rows ({counts['text_rows']} text rows), so the tuned model could never pass: {fix}"
-            f"{' and '.join(g + '=0' for g in gates)} for chat-only data"]
+    more = f"raise eval_max_rows (the split's {len(eval_rows)} rows hold {later} tool-call rows), or " if later else ""
+    return [f"{claim}, but {where} {none} ({counts['text_rows']} text rows), so {outcome}: {more}{fix}"]
 
 
 BUILTIN_CHECK_ROWS = 100  # of each built-in split: its rows are few kinds, each one well represented
@@ -580,18 +588,10 @@ def sweep_problems(params: dict[str, Any], check_local_files: bool = True) -> li
     select = params.get("select_metric", DEFAULTS["select_metric"])
     if select not in SELECT:
         problems.append(f"select_metric must be one of {sorted(SELECT)}, got {select!r}")
-    elif select == "fc_accuracy" and splits.get("eval") and (n := _scored({**DEFAULTS, **shared})):
-        from trainer.evaluate import row_counts
-
-        # Every trial would train, then score 0 -> 0 and nothing deploys: say so before the first.
-        counts, later = row_counts(splits["eval"][:n]), row_counts(splits["eval"])["fc_rows"]
-        if not counts["fc_rows"]:
-            source = str(params.get("dataset_source", "")).strip()
-            where = (f"the {min(n, len(splits['eval']))} eval rows evaluate scores (the first eval_max_rows={n}) of "
-                     f"dataset_source {source!r} hold" if later else f"the eval split of dataset_source {source!r} has")
-            fix = f"raise eval_max_rows (the split holds {later} tool-call rows), or " if later else ""
-            problems.append(f"select_metric=fc_accuracy measures tool calls, but {where} none ({counts['text_rows']} "
-                            f"text rows), so no trial could be picked or deployed: {fix}set select_metric=eval_loss")
+    elif select == "fc_accuracy":  # every trial would train, then score 0 -> 0 and nothing deploys
+        problems += _tool_rows_problem({**DEFAULTS, **shared}, splits.get("eval") or [],
+                                       "select_metric=fc_accuracy measures tool calls", "none",
+                                       "no trial could be picked or deployed", "set select_metric=eval_loss")
     problems += _gate_rows_problems({**DEFAULTS, **shared}, splits.get("eval") or [], "min_fc_accuracy")
     seen: set[str] = set()
     return [p for p in problems if not (p in seen or seen.add(p))]

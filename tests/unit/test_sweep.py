@@ -83,7 +83,7 @@ def test_a_sweep_whose_scored_eval_rows_hold_no_tool_call_is_refused_naming_eval
     params = {"trials": TRIALS, "dataset_source": _eval_led_by(tmp_path, "text").split("=", 1)[1]}
     [problem] = sweep_problems({**params, "eval_max_rows": 20})
     assert "the 20 eval rows evaluate scores (the first eval_max_rows=20)" in problem
-    assert "raise eval_max_rows (the split holds 40 tool-call rows), or set select_metric=eval_loss" in problem
+    assert "raise eval_max_rows (the split's 60 rows hold 40 tool-call rows), or set select_metric=eval_loss" in problem
     assert sweep_problems({**params, "eval_max_rows": 21}) == []
     assert "min_fc_accuracy=0.5 gates" in sweep_problems({**params, "eval_max_rows": 20, "select_metric": "eval_loss",
                                                          "min_fc_accuracy": 0.5})[0]
