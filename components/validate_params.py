@@ -80,7 +80,8 @@ def validate_params(
     import os
 
     from trainer.errors import collect, exit_on_user_error
-    from trainer.validate import SWEEP_ONLY, on_cluster_problems, pipeline_problems, sweep_problems
+    from trainer.validate import (SWEEP_ONLY, on_cluster_problems, pipeline_problems, registry_problems,
+                                  sweep_problems)
 
     with exit_on_user_error():
         if sweep or params["trials"]:
@@ -91,10 +92,6 @@ def validate_params(
         # KUBERNETES_SERVICE_HOST is set in every pod; run_local in a notebook pod runs the tasks locally.
         if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("FINETUNE_RUN_LOCAL"):
             problems += on_cluster_problems(params)
-        address = params.get("registry_address") or ""
-        if address and not any("registry_address" in p for p in problems):  # a registry that answers, now
-            from trainer.k8s.registry import reach_problem
-
-            problems += [p for p in [reach_problem(address)] if p]
+        problems += registry_problems(params, problems)  # a registry that answers, now
         collect(problems, what=what)
     print("parameters OK")

@@ -271,7 +271,7 @@ def _main(args: argparse.Namespace) -> int:
         from pipelines import sweep
         from pipelines.params import parse_params as parse
         from trainer.errors import collect
-        from trainer.validate import pipeline_problems, sweep_problems
+        from trainer.validate import pipeline_problems, registry_problems, sweep_problems
 
         pipeline = sweep.build(parallelism) if args.pipeline == "sweep" else finetune_pipeline
         if args.list_params:
@@ -291,11 +291,7 @@ def _main(args: argparse.Namespace) -> int:
         problems += writable_dir_problems({"--output-dir": args.output_dir, "--runs-dir": args.runs_dir,
                                            "--pipeline-root": args.pipeline_root})
         problems = (sweep_problems(params) if args.pipeline == "sweep" else pipeline_problems(params)) + problems
-        if (address := params.get("registry_address") or "") and not any("registry_address" in p for p in problems):
-            from trainer.k8s.registry import reach_problem
-
-            # as validate-params asks it, before the throwaway S3 server and the run's record exist (exit 2)
-            problems += [p for p in [reach_problem(address)] if p]
+        problems += registry_problems(params, problems)  # as validate-params asks it, before anything starts (exit 2)
         if args.pipeline == "sweep":  # before starting anything expensive
             collect(problems, what="invalid sweep parameters")
             # Trials run side by side on this machine: each gets its share of the cores

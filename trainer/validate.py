@@ -355,6 +355,17 @@ def _gate_problems(params: dict[str, Any], bad: set[str]) -> list[str]:
     return problems
 
 
+def registry_problems(params: dict[str, Any], found: list[str]) -> list[str]:
+    """registry_address asked once, now (one GET), unless it is empty or `found` already refuses it: a registry found
+    unreachable only after training loses the run's registration."""
+    address = params.get("registry_address") or ""
+    if not address or any("registry_address" in p for p in found):
+        return []
+    from trainer.k8s.registry import reach_problem
+
+    return [p for p in [reach_problem(address)] if p]
+
+
 def _scored(params: dict[str, Any]) -> int | None:
     """How many eval rows the evaluate step scores (its first eval_max_rows), None when eval_max_rows is refused."""
     n = params.get("eval_max_rows", DEFAULTS["eval_max_rows"])
