@@ -39,13 +39,6 @@ from typing import Any
 from trainer.errors import UserError, exit_on_user_error
 
 RUNS_DIR = Path(".runs")  # under the current directory, as MLflow's ./mlruns
-
-
-def runs_dir_flag(runs_dir: Path) -> str:
-    """` --runs-dir DIR` for a command line that must find runs kept under `runs_dir`, '' for the default."""
-    import shlex
-
-    return "" if Path(runs_dir).absolute() == RUNS_DIR.absolute() else f" --runs-dir {shlex.quote(str(runs_dir))}"
 RECORD = "run.json"
 
 
@@ -277,6 +270,13 @@ def _gone(record: dict[str, Any]) -> bool:
     except OSError:  # exists, another user's
         return False
     return False
+
+
+def runs_dir_flag(runs_dir: Path) -> str:
+    """` --runs-dir DIR` for a command line that must find runs kept under `runs_dir`, '' for the default."""
+    import shlex
+
+    return "" if Path(runs_dir).absolute() == RUNS_DIR.absolute() else f" --runs-dir {shlex.quote(str(runs_dir))}"
 
 
 def load_runs(runs_dir: Path = RUNS_DIR) -> list[dict[str, Any]]:

@@ -288,10 +288,8 @@ def run(args: argparse.Namespace) -> None:
     elif args.command == "download":
         print(store.get_tree(args.uri, args.out))
     elif args.command == "merge":
-        from trainer.merge import merge
+        from trainer.merge import input_problems, merge
         from trainer.model import skip_bitsandbytes
-
-        from trainer.merge import input_problems
 
         adapter = store.get_tree(args.adapter_uri)
         collect(input_problems(None, adapter, args.model_uri, args.adapter_uri), what="cannot merge")

@@ -105,7 +105,6 @@ def url_credentials(url: str) -> str:
     return masked if "://" in url else masked.removeprefix("//")
 
 
-
 def url_problem(url: str, *, need_scheme: bool = True, path: bool = True) -> str:
     """Why `url` cannot be the address of an HTTP server (`http[s]://HOST[:PORT][/path]`), or '' when it
     can: the scheme (optional with `need_scheme=False`, as the minio client takes `HOST:PORT`), a host, a

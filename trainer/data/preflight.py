@@ -140,8 +140,10 @@ def _length_problems(splits, tokenizer, max_seq_len: int, context: int | None,
                      eval_max_rows: int | None = None) -> list[str]:
     problems = []
     for split, rows in splits.items():
-        scored = split == "eval" and eval_max_rows is not None and eval_max_rows < len(rows)
-        lengths, checked = [], rows[:min(TEMPLATE_CHECK_ROWS, eval_max_rows if scored else TEMPLATE_CHECK_ROWS)]
+        # evaluate scores the eval split's first eval_max_rows: where that is no more than this check reads, only those
+        scored = split == "eval" and eval_max_rows is not None and eval_max_rows < len(rows) \
+            and eval_max_rows <= TEMPLATE_CHECK_ROWS
+        lengths, checked = [], rows[:eval_max_rows if scored else TEMPLATE_CHECK_ROWS]
         for row in checked:
             if text_chars(row) > max_seq_len * max_token_chars(tokenizer):
                 continue  # certainly too long; not worth tokenizing
@@ -158,9 +160,9 @@ def _length_problems(splits, tokenizer, max_seq_len: int, context: int | None,
                 fix = "raise max_seq_len" + (f" (the model allows {context})" if context else "") + \
                       ", or shorten the conversations"
             which = (f"of the first {len(checked)} (eval_max_rows={eval_max_rows}: the rows evaluate scores)"
-                     if scored and eval_max_rows <= TEMPLATE_CHECK_ROWS else f"of the {len(checked)} checked")
+                     if scored else f"of the {len(checked)} checked")
             problems.append(f"no {split} row {which} fits max_seq_len={max_seq_len} tokens ({shortest}): {fix}"
-                            + (", or raise eval_max_rows" if scored and eval_max_rows <= TEMPLATE_CHECK_ROWS else ""))
+                            + (", or raise eval_max_rows" if scored else ""))
     return problems
 
 
