@@ -14,7 +14,8 @@ rules below look at one line at a time, without state per task, because trials o
 run in parallel threads and their lines interleave.
 
 kfp.local indents a task's lines by swapping `builtins.print`, which is not thread-safe: `install`
-puts a per-thread helper in its place (pipelines.kfp_local_patches.thread_safe_indent).
+puts a per-thread helper in its place (pipelines.kfp_local_patches.thread_safe_indent), and one log
+handler shared by the threads in place of its per-task swap (thread_safe_logger), which lost lines.
 """
 
 from __future__ import annotations
@@ -251,7 +252,7 @@ def install(log: IO[str]):
     saved = sys.stdout, sys.stderr, warnings.showwarning
     console = Console(sys.stdout, log)
     sys.stdout, sys.stderr = console, Tee(saved[1], log)
-    unpatch = kfp_local_patches.thread_safe_indent()
+    unpatches = [kfp_local_patches.thread_safe_indent(), kfp_local_patches.thread_safe_logger()]
     # A closed terminal pipe (`run_local | head`) raised inside kfp's logging call: logging would
     # print its own 40-line "Logging error" traceback; the command still ends with status 141.
     raise_exceptions, logging.raiseExceptions = logging.raiseExceptions, False
@@ -269,7 +270,8 @@ def install(log: IO[str]):
         console.flush()
         sys.stdout, sys.stderr, warnings.showwarning = saved
         logging.raiseExceptions = raise_exceptions
-        unpatch()
+        for unpatch in unpatches:
+            unpatch()
 
     return console, restore
 

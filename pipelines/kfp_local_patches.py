@@ -5,6 +5,11 @@ version; tests/unit/test_kfp_local_patches.py fails on another, so that each pat
   duration of the task, which is not thread-safe: with sweep trials side by side the indents stack
   (8, 12 spaces) and one trial's restore can leave print indented for the runner's own lines (its
   `----` rules). Replaced by a per-thread helper that writes indent and line in one call.
+- `thread_safe_logger`: kfp.local swaps the root logger's handlers for each task
+  (`local_logger_context`), which is not thread-safe either: when one sweep trial's task ended, its
+  restore cleared the handler the other trial's task was about to log with, and that task's
+  "Task 'evaluate' finished" line (run_local's "✓ evaluate") was lost. Replaced by one handler
+  shared by every thread inside it, put back when the last one leaves.
 - `pending_tasks_cancelled`: its ParallelFor executor's `shutdown(wait=True)` runs every queued
   iteration before an interrupt or a failed trial gets out; queued iterations are dropped instead.
 
@@ -24,20 +29,25 @@ KFP_VERSION = "2.17.0"
 _indent = threading.local()
 
 
+def _logging_utils(*names: str):
+    """kfp.local's logging_utils where it has each of `names` (what a patch replaces or uses), else None:
+    with another kfp, or none, kfp's own behaviour stays."""
+    try:
+        from kfp.local import logging_utils
+    except ImportError:
+        return None
+    return logging_utils if all(hasattr(logging_utils, name) for name in names) else None
+
+
 def thread_safe_indent():
     """Put a thread-safe `indented_print` in kfp.local's place (see the module docstring);
     returns the function that puts kfp's back."""
     import builtins
-    import contextlib
 
-    try:
-        from kfp.local import logging_utils
-    except ImportError:
+    logging_utils = _logging_utils("indented_print")
+    if logging_utils is None:
         return lambda: None
-    original = getattr(logging_utils, "indented_print", None)
-    if original is None:  # another kfp: its own helper stays
-        return lambda: None
-    real_print = builtins.print
+    original, real_print = logging_utils.indented_print, builtins.print
 
     def print_in_thread(*args, sep=" ", end="\n", file=None, flush=False):
         spaces = getattr(_indent, "spaces", 0)
@@ -62,6 +72,45 @@ def thread_safe_indent():
         logging_utils.indented_print = original
         if builtins.print is print_in_thread:
             builtins.print = real_print
+
+    return unpatch
+
+
+def thread_safe_logger():
+    """Put a thread-safe `local_logger_context` in kfp.local's place (see the module docstring);
+    returns the function that puts kfp's back."""
+    import logging
+
+    logging_utils = _logging_utils("local_logger_context", "MillisecondFormatter")
+    if logging_utils is None:
+        return lambda: None
+    original, formatter = logging_utils.local_logger_context, logging_utils.MillisecondFormatter
+    lock, inside, saved = threading.Lock(), [0], []
+
+    @contextlib.contextmanager
+    def local_logger_context():
+        logger = logging.getLogger()
+        with lock:
+            if not inside[0]:  # the first in installs kfp's handler, as kfp's own does
+                saved[:] = [logger.level, logger.handlers[:]]
+                handler = logging.StreamHandler(sys.stdout)
+                handler.setFormatter(formatter(fmt="%(asctime)s - %(levelname)s - %(message)s", datefmt="%H:%M:%S.%f"))
+                logger.handlers[:] = [handler]
+                logger.setLevel(logging.INFO)
+            inside[0] += 1
+        try:
+            yield
+        finally:
+            with lock:
+                inside[0] -= 1
+                if not inside[0]:  # the last out puts back what was there
+                    logger.setLevel(saved[0])
+                    logger.handlers[:] = saved[1]
+
+    logging_utils.local_logger_context = local_logger_context
+
+    def unpatch() -> None:
+        logging_utils.local_logger_context = original
 
     return unpatch
 
