@@ -4,7 +4,7 @@ text match over text rows, eval loss), plus example outputs."""
 from typing import NamedTuple
 
 from kfp import dsl
-from kfp.dsl import Dataset, Input, Markdown, Metrics, Model, Output
+from kfp.dsl import Artifact, Dataset, Input, Markdown, Metrics, Model, Output
 
 from trainer import settings
 
@@ -23,12 +23,15 @@ def evaluate(
     min_fc_accuracy: float = 0.0,
     min_gain: float = 0.0,
     gate: bool = True,
+    base_scores: Input[Artifact] = None,
 ) -> NamedTuple("Outputs", promoted=bool, reason=str):
     """Score base and tuned on the held-out split; metric names are the same in every run
     (see trainer.evaluate for what each measures). `promoted`: the tuned model passes the gate
     (trainer.evaluate.promotion); the pipeline deploys and registers only then. `gate=False`: a
     sweep's trial, which its pick_best step gates (on select_metric): no promotion line or metric,
-    which would read "promoted" against a gate nobody set."""
+    which would read "promoted" against a gate nobody set. `base_scores`: the evaluate_base step's
+    (a sweep scores its base once for every trial); none scores the base here too."""
+    import json
     from collections import namedtuple
 
     from components.artifacts import log_metrics, read_uri
@@ -43,9 +46,10 @@ def evaluate(
         store = Store.from_env()
         tuned = store.get_tree(read_uri(tuned_model))
         skip_bitsandbytes(adapter_dir=tuned)  # unless the adapter's base is 4-bit: 1.4 s less
+        base = json.loads(open(base_scores.path).read()) if base_scores is not None else None
         result = run_eval(store.get_tree(read_uri(base_model)), tuned,
                           store.get_tree(read_uri(dataset)) / "eval.jsonl", max_rows=max_rows,
-                          max_seq_len=max_seq_len, engine=eval_engine)
+                          max_seq_len=max_seq_len, engine=eval_engine, base=base)
     logged = logged_metrics(result)  # a kind of row the split lacks logs no accuracy, not 0
     promoted, reason = promotion(logged, min_fc_accuracy, min_gain) if gate else (True, "")
     log_metrics(metrics, {**logged, **({"promoted": float(promoted)} if gate else {})})

@@ -4,7 +4,8 @@ when it beats the base model by a margin.
 Run locally:  python -m pipelines.run_local --pipeline sweep [--parallelism 2] [--param trials='[...]']
 Compile:      python -m pipelines.compile   (writes compiled/sweep.yaml with parallelism 2)
 
-validate -> deliver model + dataset -> ParallelFor(trials): finetune + evaluate
+validate -> deliver model + dataset -> evaluate_base (the base scored once)
+                                    ParallelFor(trials): finetune + evaluate (the tuned model)
 -> pick_best (dsl.Collected metrics and adapters) -> If(deploy): merge + deploy
                                                    Else: not_deployed (says why)
 
@@ -23,6 +24,7 @@ from kfp.dsl import Markdown, Metrics
 from components.deploy import deploy
 from components.deploy_trials import deploy_trials
 from components.evaluate import evaluate
+from components.evaluate_base import evaluate_base
 from components.finetune import finetune
 from components.merge_lora import merge_lora
 from components.not_deployed import not_deployed
@@ -100,6 +102,11 @@ def build(parallelism: int = 2):
         checked.set_caching_options(False)  # local files it reads may change between runs
         model, data = deliver_inputs(model_source, model_revision, dataset_source, dataset_revision, eval_fraction,
                                      seed, chat_template, after=checked)
+        # The base once, beside the trials' training: each trial's evaluate then scores only its own model.
+        base = with_s3(evaluate_base(base_model=model.outputs["model"], dataset=data.outputs["dataset"],
+                                     max_rows=eval_max_rows, max_seq_len=max_seq_len, eval_engine=eval_engine)
+                       ).set_display_name("evaluate base")
+        on_gpus(base, eval_gpus, eval_accelerator_type, eval_node_selector, eval_tolerations)
         with dsl.ParallelFor(trials, parallelism=parallelism) as trial:
             # Every shared setting by name, as the finetune pipeline passes them; the trial's own on top.
             train = with_s3(finetune(
@@ -110,7 +117,7 @@ def build(parallelism: int = 2):
             scores = with_s3(evaluate(base_model=model.outputs["model"], tuned_model=train.outputs["adapter"],
                                       dataset=data.outputs["dataset"], max_rows=eval_max_rows,
                                       max_seq_len=max_seq_len, eval_engine=eval_engine,
-                                      gate=False)).set_display_name("trial: evaluate")  # pick best gates
+                                      base_scores=base.outputs["scores"], gate=False)).set_display_name("trial: evaluate")  # pick best gates
             on_gpus(scores, eval_gpus, eval_accelerator_type, eval_node_selector, eval_tolerations)
         best = restricted(pick_best(trials=trials, trial_metrics=dsl.Collected(scores.outputs["metrics"]),
                                     adapters=dsl.Collected(train.outputs["adapter"]), select_metric=select_metric,

@@ -515,12 +515,14 @@ def ask(url: str, model: str, rows: list[dict[str, Any]], budgets: list[int], de
     return _each(one, list(range(len(rows))), desc)
 
 
-def served_predictions(model_dir: Path, tuned_dir: Path, rows: list[dict[str, Any]],
+def served_predictions(model_dir: Path, tuned_dir: Path | None, rows: list[dict[str, Any]],
                        examples: list[dict[str, list[int]]], tokenizer, max_seq_len: int,
-                       context: int | None = None) -> dict[str, dict[str, list]]:
-    """Base and tuned answers through vLLM's OpenAI server, started as deploy starts it (the same
-    argument builder, the delivered chat template, the tool-call parser read off it), on the
-    servers of `server_plans`. Every server is stopped before this returns.
+                       context: int | None = None, names: tuple[str, ...] = ("base", "tuned")
+                       ) -> dict[str, dict[str, list]]:
+    """The answers of `names` (base, tuned) through vLLM's OpenAI server, started as deploy starts
+    it (the same argument builder, the delivered chat template, the tool-call parser read off it),
+    on the servers of `server_plans`; a server that would answer for none of `names` is not
+    started (tuned_dir None: the base alone). Every server is stopped before this returns.
 
     Returns {"base"/"tuned": {"predictions": per row, "losses": `served_nll` per example}}: the
     losses of `examples` (the rows' encodings) from the same server, so no model is loaded here."""
@@ -537,16 +539,19 @@ def served_predictions(model_dir: Path, tuned_dir: Path, rows: list[dict[str, An
     budgets = [max(1, min(b, max_model_len - p)) for b, p in zip(budgets, prompts)]  # vLLM refuses more
     answers: dict[str, dict[str, list]] = {}
     with tempfile.TemporaryDirectory(prefix="eval-merged-") as tmp:
-        for served_dir, loras, names in server_plans(model_dir, tuned_dir):
-            if names == ("tuned",) and (Path(served_dir) / "adapter_config.json").is_file():
+        plans = server_plans(model_dir, tuned_dir) if tuned_dir is not None else [(model_dir, {}, ("base",))]
+        for served_dir, loras, serves in plans:
+            if not set(serves) & set(names):
+                continue
+            if serves == ("tuned",) and (Path(served_dir) / "adapter_config.json").is_file():
                 from trainer.merge import merge
 
                 served_dir = merge(model_dir, tuned_dir, Path(tmp) / "merged")
-            server = local.start(served_dir, names[0], lora_modules=loras, max_model_len=max_model_len,
-                                 log_path=Path(tmp) / f"vllm-{names[0]}.log")
+            server = local.start(served_dir, serves[0], lora_modules=loras, max_model_len=max_model_len,
+                                 log_path=Path(tmp) / f"vllm-{serves[0]}.log")
             try:
                 client.wait_ready(server.url, server, timeout=900)
-                for name in names:
+                for name in (n for n in serves if n in names):
                     answers[name] = {"predictions": ask(server.url, name, rows, budgets, desc=f"evaluate {name} (vLLM)"),
                                      # Beside an adapter on the CPU build, one at a time: its
                                      # LoRA logits path (punica_cpu) sizes a batch by requests,
@@ -623,23 +628,9 @@ def logged_metrics(result: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def evaluate(model_dir: Path, tuned_dir: Path, eval_path: Path, max_rows: int = 200,
-             max_seq_len: int = 512, n_examples: int = 5, engine: str = "auto") -> dict[str, Any]:
-    """Metrics for base and tuned, plus a few side-by-side examples for the report.
-
-    Returns {"base": metrics, "tuned": metrics, "rows", "fc_rows", "text_rows",
-    "skipped_long_rows", "warnings", "examples", "categories", "failures" (a few wrong rows per
-    category, `failures`)}: the counts are of the rows scored (the
-    accuracies' denominators), rows too long for max_seq_len are counted apart and score
-    nothing; metric names are the same in every run (a kind with no rows scores 0).
-    Progress (rows generated) goes to stderr. `engine` (ENGINES): vllm answers through the served
-    model and reads the eval loss off the same server's prompt log-probabilities
-    (`served_predictions`; no model is loaded here), hf generates here, reads the texts with the
-    serving parser and computes the loss with transformers; auto picks by `choose_engine`.
-
-    Raises:
-        UserError: every row is too long, found before any model loads.
-    """
+def _prepared(model_dir: Path, eval_path: Path, max_rows: int, max_seq_len: int, engine: str) -> dict[str, Any]:
+    """What scoring any model on the eval split starts from: the rows scored (the first `max_rows`
+    that fit `max_seq_len`), their encodings, the warnings (printed), the engine chosen."""
     from transformers import AutoConfig, AutoTokenizer
 
     split = data.read_jsonl(eval_path)
@@ -656,22 +647,86 @@ def evaluate(model_dir: Path, tuned_dir: Path, eval_path: Path, max_rows: int = 
     engine = choose_engine(engine, model_dir)
     print(f"evaluating {len(scored)} rows with {'the vLLM server' if engine == 'vllm' else 'HF generate'} "
           f"(eval_engine={engine})", flush=True)
-    served = served_predictions(model_dir, tuned_dir, scored, examples, tokenizer, max_seq_len, context) \
-        if engine == "vllm" else {}
+    return {"rows": rows, "scored": scored, "examples": examples, "tokenizer": tokenizer, "context": context,
+            "warnings": warnings, "engine": engine}
+
+
+def _scored_key(prep: dict[str, Any], max_seq_len: int) -> dict[str, Any]:
+    """What base scores are valid for: the same rows scored (their content), the same length limit
+    and engine. The base's answers are greedy, so on these they are the same in every trial."""
+    import hashlib
+
+    digest = hashlib.sha256(json.dumps(prep["scored"], sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+    return {"rows_sha256": digest, "rows": len(prep["scored"]), "max_seq_len": max_seq_len, "engine": prep["engine"]}
+
+
+def _score_models(model_dir: Path, tuned_dir: Path | None, prep: dict[str, Any], max_seq_len: int,
+                  names: tuple[str, ...]) -> tuple[dict[str, dict[str, float]], dict[str, list[dict[str, Any]]]]:
+    """Metrics and per-row predictions of `names` (base: `model_dir`; tuned: `tuned_dir` on it)."""
+    scored, examples, tokenizer = prep["scored"], prep["examples"], prep["tokenizer"]
+    served = served_predictions(model_dir, tuned_dir, scored, examples, tokenizer, max_seq_len, prep["context"],
+                                names=names) if prep["engine"] == "vllm" else {}
     results, outputs = {}, {}
-    for name, adapter in (("base", None), ("tuned", tuned_dir)):
+    for name in names:
         # Served: answers and losses came from the server, no weights load here.
-        model = None if name in served else load(model_dir, adapter)
+        model = None if name in served else load(model_dir, tuned_dir if name == "tuned" else None)
         results[name], outputs[name] = score(model, tokenizer, scored, examples, desc=f"evaluate {name}",
                                              predictions=served.get(name, {}).get("predictions"),
                                              losses=served.get(name, {}).get("losses"))
         del model
+    return results, outputs
+
+
+def score_base(model_dir: Path, eval_path: Path, max_rows: int = 200, max_seq_len: int = 512,
+               engine: str = "auto") -> dict[str, Any]:
+    """The base model's scores on the rows `evaluate` scores with the same arguments, for its
+    `base`: a sweep scores its base once for all its trials instead of once in each. Returns
+    {"key": what they are valid for (`_scored_key`), "metrics", "predictions" (per row)}: JSON."""
+    prep = _prepared(model_dir, eval_path, max_rows, max_seq_len, engine)
+    results, outputs = _score_models(model_dir, None, prep, max_seq_len, ("base",))
+    return {"key": _scored_key(prep, max_seq_len), "metrics": results["base"], "predictions": outputs["base"]}
+
+
+def evaluate(model_dir: Path, tuned_dir: Path, eval_path: Path, max_rows: int = 200,
+             max_seq_len: int = 512, n_examples: int = 5, engine: str = "auto",
+             base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Metrics for base and tuned, plus a few side-by-side examples for the report.
+
+    Returns {"base": metrics, "tuned": metrics, "rows", "fc_rows", "text_rows",
+    "skipped_long_rows", "warnings", "examples", "categories", "failures" (a few wrong rows per
+    category, `failures`)}: the counts are of the rows scored (the
+    accuracies' denominators), rows too long for max_seq_len are counted apart and score
+    nothing; metric names are the same in every run (a kind with no rows scores 0).
+    Progress (rows generated) goes to stderr. `engine` (ENGINES): vllm answers through the served
+    model and reads the eval loss off the same server's prompt log-probabilities
+    (`served_predictions`; no model is loaded here), hf generates here, reads the texts with the
+    serving parser and computes the loss with transformers; auto picks by `choose_engine`.
+    `base`: `score_base`'s result for the same arguments, used instead of scoring the base again;
+    made for other rows, another max_seq_len or engine, it is set aside, said, and the base scored here.
+
+    Raises:
+        UserError: every row is too long, found before any model loads.
+    """
+    prep = _prepared(model_dir, eval_path, max_rows, max_seq_len, engine)
+    scored = prep["scored"]
+    key = _scored_key(prep, max_seq_len)
+    if base is not None and base.get("key") != key:
+        given = base.get("key") or {}
+        differ = [f"{k} {given.get(k)} instead of {v}" for k, v in key.items()
+                  if given.get(k) != v and k != "rows_sha256"]
+        print(f"WARNING: the base scores given are not of these rows and settings "
+              f"({', '.join(differ) or 'other rows'}): scoring the base model here", flush=True)
+        base = None
+    results, outputs = _score_models(model_dir, tuned_dir, prep, max_seq_len,
+                                     ("tuned",) if base is not None else ("base", "tuned"))
+    if base is not None:
+        results["base"], outputs["base"] = base["metrics"], base["predictions"]
     examples = [{"prompt": last_user_request(r), "expected": expected_call(r) or expected_text(r),
                  "base": outputs["base"][i]["raw"], "tuned": outputs["tuned"][i]["raw"]}
                 for i, r in enumerate(scored[:n_examples])]
     return {"base": results["base"], "tuned": results["tuned"], "rows": len(scored), **row_counts(scored),
-            "categories": category_rows(scored), "failures": failures(scored, outputs), "engine": engine,
-            "skipped_long_rows": len(rows) - len(scored), "warnings": warnings, "examples": examples}
+            "categories": category_rows(scored), "failures": failures(scored, outputs), "engine": prep["engine"],
+            "skipped_long_rows": len(prep["rows"]) - len(scored), "warnings": prep["warnings"], "examples": examples}
 
 
 def promotion(metrics: dict[str, float], min_fc_accuracy: float = 0.0, min_gain: float = 0.0) -> tuple[bool, str]:

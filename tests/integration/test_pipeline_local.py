@@ -100,6 +100,8 @@ def test_local_sweep_copies_the_winner_out_and_shows_each_trials_lines(tmp_path,
     # both trials trained and scored, the winner (eval loss at least 0.5 under the base's) merged and deployed
     done = statuses(tmp_path / "root")
     assert done.count(("finetune", "SUCCESS")) == 2 and done.count(("evaluate", "SUCCESS")) == 2
+    assert done.count(("evaluate-base", "SUCCESS")) == 1  # the base scored once, not in each trial
+    assert out.count("✓ evaluate (") == 2 and out.count("✓ finetune (") == 2  # no trial's line lost
     assert ("deploy", "SUCCESS") in done and ("merge-lora", "SUCCESS") in done
     assert not any(t == "not-deployed" for t, _ in done)
     assert "deploying trial" in out and "| 0" in out and "| 1" in out

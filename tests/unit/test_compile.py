@@ -137,6 +137,10 @@ def test_sweep_yaml_has_parallel_trials_a_collected_pick_and_a_gate():
     assert set(spec.components["comp-condition-3"].dag.tasks) == {"merge-lora", "deploy"}
     assert set(spec.components["comp-condition-4"].dag.tasks) == {"not-deployed"}
     finetune = spec.components["comp-for-loop-1"].dag.tasks["finetune"]
+    # the base is scored once, outside the loop, and every trial's evaluate reads those scores
+    trial_eval = spec.components["comp-for-loop-1"].dag.tasks["evaluate"]
+    scores = trial_eval.inputs.artifacts["base_scores"].component_input_artifact
+    assert root["for-loop-1"].inputs.artifacts[scores].task_output_artifact.producer_task == "evaluate-base"
     assert finetune.inputs.parameters["run_id"].runtime_value.constant.string_value == "{{$.pipeline_task_uuid}}"
     # trials and the server land where the user places them (GPU nodes, taints, namespace)
     placement = ("namespace", "accelerator_resource", "node_selector", "tolerations")

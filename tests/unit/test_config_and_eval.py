@@ -491,3 +491,28 @@ def test_trainer_train_refuses_tokens_per_step_of_more_than_max_accum_micro_batc
         recipe._setup_batching(examples)
     most = int(str(err.value).split("give at most ")[1].split(",")[0])
     assert math.ceil(most / (8 * 100.6 * 2)) <= MAX_ACCUM < math.ceil((most + 8 * 2 * 101) / (8 * 100.6 * 2))
+
+
+def test_base_scores_made_once_stand_in_for_scoring_the_base_and_only_for_the_same_rows(tiny_model_dir, tmp_path,
+                                                                                       monkeypatch, capsys):
+    """A sweep scores its base once (evaluate_base) and each trial reuses it: the result is the one scoring the base
+    again gives, with the base never loaded; scores of other rows (here max_rows) are set aside, said, and redone."""
+    from trainer import evaluate as ev
+
+    path = tmp_path / "eval.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in mixed_rows(6, 4, seed=2)))
+    both = ev.evaluate(tiny_model_dir, tiny_model_dir, path, max_rows=10)
+    base = json.loads(json.dumps(ev.score_base(tiny_model_dir, path, max_rows=10)))  # as the artifact carries it
+    assert base["metrics"] == both["base"] and base["key"]["rows"] == 10 and base["key"]["engine"] == "hf"
+    real_load, loaded = ev.load, []
+    monkeypatch.setattr(ev, "load", lambda model_dir, adapter=None: loaded.append(adapter) or real_load(model_dir,
+                                                                                                       adapter))
+    reused = ev.evaluate(tiny_model_dir, tiny_model_dir, path, max_rows=10, base=base)
+    assert loaded == [tiny_model_dir]  # the tuned model alone
+    assert reused == both  # metrics, examples, failures: the base's answers came from the scores
+    capsys.readouterr()
+    loaded.clear()
+    fewer = ev.evaluate(tiny_model_dir, tiny_model_dir, path, max_rows=8, base=base)
+    assert loaded == [None, tiny_model_dir] and fewer["rows"] == 8
+    assert "WARNING: the base scores given are not of these rows and settings (rows 10 instead of 8): scoring the " \
+           "base model here" in capsys.readouterr().out

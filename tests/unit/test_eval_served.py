@@ -3,6 +3,7 @@ starts it, base and adapter side by side in one server, every row through the Op
 
 The fast checks; the ones that train, serve or run the pipeline are tests/integration/test_eval_served.py (the integration tier)."""
 
+from pathlib import Path
 
 import pytest
 
@@ -43,6 +44,50 @@ def test_server_plans_put_the_adapter_beside_its_base_except_on_the_cpu_build(ti
     monkeypatch.setattr(ev, "vllm_cpu_build", lambda: True)  # the CPU build: base, then the tuned model merged
     assert ev.server_plans(tiny_model_dir, plain) == [(tiny_model_dir, {}, ("base",)), (plain, {}, ("tuned",))]
 
+
+
+def test_only_the_servers_that_answer_for_the_models_asked_start(tiny_model_dir, tmp_path, monkeypatch):
+    """A trial given its sweep's base scores asks for the tuned model alone: on the CPU build no base server starts
+    (only the merged tuned one); beside its base (the GPU plan) one server starts and only the tuned name is asked;
+    the base alone (evaluate_base) is one server of the base. vLLM's start, readiness and answers are faked here:
+    tests/integration/test_eval_served.py starts real servers."""
+    from trainer import merge
+    from trainer.serving import client, local
+
+    class Server:
+        url = "http://127.0.0.1:1"
+
+        def stop(self):
+            pass
+
+    started, asked = [], []
+    monkeypatch.setattr(local, "start", lambda served, name, lora_modules=None, **kw: started.append(
+        (str(served), dict(lora_modules or {}))) or Server())
+    monkeypatch.setattr(client, "wait_ready", lambda *a, **kw: None)
+    monkeypatch.setattr(merge, "merge", lambda base, adapter, out: out)
+    monkeypatch.setattr(ev, "ask", lambda url, name, rows, budgets, desc: asked.append(name) or [])
+    monkeypatch.setattr(ev, "served_losses", lambda url, name, examples, desc, concurrency: [])
+    from transformers import AutoTokenizer
+
+    from trainer import builtin_data
+
+    tok, plain = AutoTokenizer.from_pretrained(tiny_model_dir), _adapter(tiny_model_dir, tmp_path / "plain")
+    rows = builtin_data.generate(n_train=0, n_eval=2, seed=1)["eval"]
+
+    def served(tuned, names):
+        started.clear(), asked.clear()
+        answers = ev.served_predictions(tiny_model_dir, tuned, rows, [], tok, 512, names=names)
+        return started[:], asked[:], sorted(answers)
+
+    monkeypatch.setattr(ev, "vllm_cpu_build", lambda: True)
+    servers, names, answered = served(plain, ("tuned",))
+    assert [(Path(d).name, loras) for d, loras in servers] == [("merged", {})] and names == answered == ["tuned"]
+    servers, names, answered = served(plain, ("base", "tuned"))  # the finetune pipeline's evaluate: both
+    assert [(Path(d).name, loras) for d, loras in servers] == [(tiny_model_dir.name, {}), ("merged", {})]
+    assert names == answered == ["base", "tuned"]
+    monkeypatch.setattr(ev, "vllm_cpu_build", lambda: False)
+    assert served(plain, ("tuned",)) == ([(str(tiny_model_dir), {"tuned": str(plain)})], ["tuned"], ["tuned"])
+    assert served(None, ("base",)) == ([(str(tiny_model_dir), {})], ["base"], ["base"])
 
 def test_auto_serves_through_vllm_only_where_it_can_start(tmp_path, monkeypatch):
     """auto takes vLLM for a real-sized model where vLLM can run: the CPU build (run_local), or
