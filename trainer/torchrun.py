@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import sys
+import tempfile
 
 from trainer.exitcodes import EXIT_TRANSIENT, retryable, transient
+from trainer.procs import private_tmpdir_env
 
 SHUTDOWN_MARGIN_S = 15  # on top of shutdown_grace_s: the worker's own hard exit comes first
 
@@ -54,8 +57,6 @@ def committed(output_prefix: str | None) -> bool:
 
 
 def main() -> None:
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun
 
     from trainer.config import TrainConfig
@@ -63,9 +64,25 @@ def main() -> None:
     argv = sys.argv[1:]
     grace = float(_option(argv, "--shutdown-grace-s") or TrainConfig.shutdown_grace_s)
     os.environ.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(math.ceil(grace) + SHUTDOWN_MARGIN_S))
+    # torchelastic's per-run log folder (/tmp/torchelastic_*) and the workers' temporary files go to a folder of
+    # this run's, removed when the agent exits: plain torchrun leaves one behind on every run.
+    tmp = tempfile.mkdtemp(prefix="torchrun-")
+    os.environ.update(private_tmpdir_env(tmp))
+    tempfile.tempdir = tmp  # this process's own: tempfile read TMPDIR once already
+    try:
+        sys.exit(_run(torchrun, argv))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run(torchrun, argv: list[str]) -> int:
+    """torchrun's run, its outcome as the exit status (the module docstring's rules)."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
     try:
         torchrun()
-        return
+        return 0
     except ChildFailedError as err:
         code = err.get_first_failure()[1].exitcode
         code = code if code > 0 else 128 - code if code < 0 else 1
@@ -85,7 +102,7 @@ def main() -> None:
         print(f"trainer.torchrun: status {code} came after the result was committed; the run is done: exit 0",
               file=sys.stderr, flush=True)
         code = 0
-    sys.exit(code)
+    return code
 
 
 if __name__ == "__main__":
