@@ -177,6 +177,13 @@ def run(args: argparse.Namespace) -> None:
         # instant after the run committed its result killed the process (status 143, retried).
         signal.signal(signal.SIGTERM, sigterm_exit)
         with retry_transient_failures():  # S3 or a peer gone: a status that restarts the job (trainer.exitcodes)
+            # The chat template against the rows, as the pipeline's launch checks them (and records it: not again
+            # here). Every rank, so that each refuses at once: one left waiting at the rendezvous stopped only
+            # when torchrun's grace ran out (37 s).
+            from trainer import parity
+            from trainer.storage import Store
+
+            parity.check_delivered(Store.from_env(), cfg.model_uri, cfg.dataset_uri, cfg.output_prefix)
             train(cfg)
         return
     if args.command == "launch-k8s":

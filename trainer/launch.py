@@ -202,8 +202,7 @@ def run_training(cfg, launcher: str, spec, store, run_id: str = "") -> dict:
     # also checked at validate-params): a template that drops tools or calls never reaches training.
     from trainer import parity
 
-    collect(parity.delivered_problems(store, cfg.model_uri, cfg.dataset_uri),
-            what="the chat template does not fit the data")
+    parity.check_delivered(store, cfg.model_uri, cfg.dataset_uri, cfg.output_prefix)
     if launcher in CLUSTER_LAUNCHERS:
         from trainer.k8s import launcher_for
         from trainer.k8s.podspec import job_name

@@ -331,6 +331,25 @@ def delivered_problems(store, model_uri: str, dataset_uri: str) -> list[str]:
     return data.template_problems(rows, tokenizer, "the delivered dataset with the delivered model", eos)
 
 
+
+CHECKED = "template-check.json"  # under a run's output prefix: the pair of inputs the check passed
+
+
+def check_delivered(store, model_uri: str, dataset_uri: str, output_prefix: str) -> None:
+    """`delivered_problems` for a training run, raised as one UserError before anything trains; once passed, the
+    pair is recorded under `output_prefix`, so the job's own `trainer train` processes, which check too for
+    those who run them without the pipeline, do not check the same content-addressed inputs again."""
+    from trainer.errors import collect
+
+    for uri in (dataset_uri, model_uri):  # as training reads them: a missing one is named, not a traceback
+        store.check_tree(uri)
+    record = f"{output_prefix}/{CHECKED}"
+    pair = {"model_uri": model_uri, "dataset_uri": dataset_uri}
+    if store.exists(record) and store.get_json(record) == pair:
+        return
+    collect(delivered_problems(store, model_uri, dataset_uri), what="the chat template does not fit the data")
+    store.put_json(record, pair)
+
 # --- the running server against the training encoder ----------------------------------------------------------
 
 def prompt_ids(row: dict[str, Any], tokenizer, max_seq_len: int) -> list[int] | None:

@@ -253,6 +253,15 @@ class Store:
         if errors:
             raise RuntimeError(f"could not delete {len(errors)} objects under {prefix}: {errors[0]}")
 
+    def check_tree(self, uri: str) -> str:
+        """The key prefix of a complete delivered tree at `uri`; UserError naming the fix otherwise."""
+        bucket, prefix = split_uri(uri)
+        if bucket != self.bucket:
+            raise UserError(f"{uri} is not in bucket {self.bucket!r} (set S3_BUCKET)")
+        if not self.exists(f"{prefix}/{MANIFEST}"):
+            raise UserError(f"{uri} is incomplete or missing (no {MANIFEST}); deliver it again")
+        return prefix
+
     def get_tree(self, uri: str, local_dir: str | Path | None = None, workers: int = 8) -> Path:
         """Download a complete tree, verifying every file's sha256.
 
@@ -260,11 +269,7 @@ class Store:
         its tree hash, and a cached copy is reused. Files land in a temporary directory that
         is renamed into place only when all are verified: no half-written cache entries.
         """
-        bucket, prefix = split_uri(uri)
-        if bucket != self.bucket:
-            raise UserError(f"{uri} is not in bucket {self.bucket!r} (set S3_BUCKET)")
-        if not self.exists(f"{prefix}/{MANIFEST}"):
-            raise UserError(f"{uri} is incomplete or missing (no {MANIFEST}); deliver it again")
+        prefix = self.check_tree(uri)
         manifest = self.get_json(f"{prefix}/{MANIFEST}")
         target = Path(local_dir) if local_dir else Path(settings.get("FINETUNE_CACHE_DIR")) / manifest["tree_sha256"]
         if (target / MANIFEST).exists() and (not local_dir or _tree_sha(target) == manifest["tree_sha256"]):

@@ -158,7 +158,7 @@ def test_compiled_two_rank_run_with_fused_lora_resumes_exactly(inputs, store, ca
     assert all(abs(loss - want[k]) < 1e-4 for k, loss in after), (after, want)
 
 
-def test_sigterm_ends_a_rank_stuck_outside_the_step_loop(tmp_path):
+def test_sigterm_ends_a_rank_stuck_outside_the_step_loop(tmp_path, builtin_uris):
     """A rank waiting for a peer that never comes (blocked in C++ inside init_process_group,
     where Python signal handlers cannot run) still exits 143 within shutdown_grace_s of SIGTERM."""
     import subprocess
@@ -166,8 +166,8 @@ def test_sigterm_ends_a_rank_stuck_outside_the_step_loop(tmp_path):
 
     from trainer.serving.local import free_port
 
-    cfg = TrainConfig(model_uri="s3://b/models/x", dataset_uri="s3://b/datasets/x", output_prefix="runs/stuck",
-                      shutdown_grace_s=3)
+    cfg = TrainConfig(model_uri=builtin_uris[0], dataset_uri=builtin_uris[1], output_prefix="runs/stuck",
+                      shutdown_grace_s=3)  # real inputs: the chat template's check passes before the process group
     env = {**os.environ, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": str(free_port()), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "trainer", "train", *cfg.to_args()], env=env,
@@ -281,6 +281,8 @@ def test_sigterm_to_the_agent_is_retried_unless_the_result_is_committed(tmp_path
     else:
         assert proc.returncode == 143, out
         assert "Traceback" not in out
+    # torchelastic's log folder and the worker's files went with the agent (plain torchrun leaves torchelastic_*)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["worker.py"]
 
 
 def test_a_rendezvous_that_cannot_reach_the_master_is_retried(tmp_path):
@@ -297,6 +299,7 @@ def test_a_rendezvous_that_cannot_reach_the_master_is_retried(tmp_path):
                           timeout=120, env={**os.environ, "TMPDIR": str(tmp_path)})
     assert proc.returncode == EXIT_TRANSIENT, proc.stderr[-2000:]
     assert "(transient)" in proc.stderr and "never" not in proc.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.py"]  # no torchelastic_* left
 
 
 def test_training_exits_transient_when_s3_is_down_and_2_when_the_input_is_missing(store, tmp_path):

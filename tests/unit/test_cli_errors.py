@@ -501,8 +501,8 @@ def test_a_huge_number_typed_into_the_kfp_form_arrives_as_a_float_and_gets_a_san
 
 
 def test_trainer_cli_refuses_too_few_rows_before_downloading_the_model(store, tmp_path):
-    """27 rows (24 to train on), batch_size 32: refused from the delivered data alone. The model
-    URI names no stored tree, so a run that downloaded the model first fails on that instead."""
+    """27 rows (24 to train on), batch_size 32: refused from the delivered data alone, the model's weights never
+    downloaded (only its tokenizer is read, for the chat template's check); a missing model is named first."""
     from trainer import sources
 
     path = tmp_path / "few.jsonl"
@@ -510,13 +510,18 @@ def test_trainer_cli_refuses_too_few_rows_before_downloading_the_model(store, tm
                                                      {"role": "assistant", "content": "yo"}]}) + "\n"
                             for i in range(27)))
     data_uri, meta = sources.deliver_dataset(str(path), "", store)
-    missing_model = "s3://test-bucket/models/sha256-" + "0" * 64
-    proc = run("-m", "trainer", "train", "--model-uri", missing_model, "--dataset-uri", data_uri,
-               "--output-prefix", "runs/few", "--batch-tokens", "0", "--batch-size", "32",
-               env=dict(os.environ))
+    model_uri, _ = sources.deliver_model("builtin:tiny-llama", "", store)
+    cache = tmp_path / "cache"
+    args = ["-m", "trainer", "train", "--dataset-uri", data_uri, "--output-prefix", "runs/few", "--batch-tokens", "0",
+            "--batch-size", "32"]
+    proc = run(*args, "--model-uri", model_uri, env={**os.environ, "FINETUNE_CACHE_DIR": str(cache)})
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert f"only {meta['rows']['train']} training rows, fewer than batch_size x processes = 32 x 1" in proc.stderr
     assert "lower batch_size" in proc.stderr and "Traceback" not in proc.stderr
+    assert not list(cache.rglob("model.safetensors"))  # the data was read, the weights were not
+    missing_model = "s3://test-bucket/models/sha256-" + "0" * 64
+    proc = run(*args, "--model-uri", missing_model, env=dict(os.environ))
+    assert proc.returncode == 2 and f"{missing_model} is incomplete or missing" in proc.stderr, proc.stderr[-2000:]
 
 
 def test_submit_refuses_the_local_deploy_backend_naming_the_cluster_ones(capsys, monkeypatch):

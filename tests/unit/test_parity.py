@@ -145,3 +145,37 @@ def test_delivery_writes_the_template_into_a_new_tree_and_the_finetune_check_rea
     assert again_uri == other_uri
     with pytest.raises(UserError, match="unknown chat_template"):
         sources.deliver_model("builtin:tiny-llama", "", store, chat_template="chatm-tools")
+
+
+def test_trainer_train_run_alone_refuses_a_template_that_drops_tools_and_the_launchers_pass_is_not_redone(
+        store, tmp_path, monkeypatch, capsys):
+    """`python -m trainer train` without the pipeline (its documented use) checks the delivered template against the
+    rows before anything trains, as the pipeline's launch does; a pair the launch passed for a run's prefix is
+    recorded there, so the job's ranks do not check the same content-addressed inputs again."""
+    import signal
+
+    from trainer import train as recipe
+    from trainer.__main__ import main
+
+    model_uri, _ = sources.deliver_model("builtin:tiny-llama", "", store)
+    data_uri, _ = sources.deliver_dataset("builtin:function-calling", "", store)
+    plain = tmp_path / "plain.jinja"
+    plain.write_text(NO_TOOLS)
+    dropping_uri, _ = sources.deliver_model("builtin:tiny-llama", "", store, chat_template=str(plain))
+    monkeypatch.setattr(recipe, "train", lambda *a, **kw: pytest.fail("trained"))
+    monkeypatch.setattr(signal, "signal", lambda *a: None)  # the CLI's SIGTERM handler stays out of pytest
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "--model-uri", dropping_uri, "--dataset-uri", data_uri, "--output-prefix", "runs/cli-parity"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "tools dropped" in err and "Traceback" not in err, err
+    assert not store.exists(f"runs/cli-parity/{parity.CHECKED}")
+
+    checked = []
+    real = parity.delivered_problems
+    monkeypatch.setattr(parity, "delivered_problems", lambda *a: checked.append(a[1:]) or real(*a))
+    parity.check_delivered(store, model_uri, data_uri, "runs/p")  # the launch: checked, recorded
+    parity.check_delivered(store, model_uri, data_uri, "runs/p")  # the job's ranks: the record answers
+    assert checked == [(model_uri, data_uri)]
+    with pytest.raises(UserError, match="tools dropped"):  # another pair under the same prefix is checked anew
+        parity.check_delivered(store, dropping_uri, data_uri, "runs/p")
+    assert checked == [(model_uri, data_uri), (dropping_uri, data_uri)]
