@@ -106,6 +106,10 @@ class Checkpointer:
         names = self.store.complete_children(self.prefix)
         return int(names[-1].split("-")[1]) if names else None
 
+    def state(self, step: int) -> dict[str, Any]:
+        """The state.json of the checkpoint at `step` alone: what its run was, before any weights load."""
+        return self.store.get_json(f"{self.prefix}/{CKPT.format(step)}/state.json")
+
     def load(self, step: int, model, optimizer, scheduler, rank: int) -> tuple[dict[str, Any], dict[str, Any]]:
         """Restore everything saved at `step` (every rank calls this).
 

@@ -158,6 +158,26 @@ class TrainConfig:
         collect(self.problems(), what="invalid training config")
         return self
 
+    # What a run resumed from its checkpoint may change: how often it logs, evaluates and checkpoints, how it
+    # stops, and how each step is computed (the same step either way); every other field defines the run.
+    MAY_CHANGE_ON_RESUME = ("output_prefix", "log_every", "eval_every", "checkpoint_every", "keep_checkpoints",
+                            "shutdown_grace_s", "stall_timeout_s", "profile_steps", "compile", "gradient_checkpointing")
+
+    def run_settings(self) -> dict:
+        """The fields that define the run (not MAY_CHANGE_ON_RESUME): a checkpoint records them, a resume compares."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in self.MAY_CHANGE_ON_RESUME}
+
+    def resume_problem(self, saved: dict, where: str) -> str:
+        """Why a checkpoint whose run had the settings `saved` (`run_settings`) cannot be resumed with these;
+        "" when it can (a checkpoint from before settings were recorded: nothing to compare)."""
+        now = self.run_settings()
+        changed = [f"{k} {saved[k]!r} (now {now[k]!r})" for k in now if k in saved and saved[k] != now[k]]
+        if not changed:
+            return ""
+        return (f"{where} holds a checkpoint of a run with other settings: {', '.join(changed)}. Resuming it would "
+                "mix two runs (or fail to load its weights): give the run a new output_prefix (a new run id), or "
+                "resume it with the settings it was started with")
+
     def to_args(self) -> list[str]:
         """CLI arguments that rebuild this config in `python -m trainer train`."""
         return [f"--{f.name.replace('_', '-')}={getattr(self, f.name)}" for f in fields(self)]

@@ -206,11 +206,11 @@ class RunState:
         return cls(step=saved["step"], history=saved["history"], train_tokens=saved["train_tokens"],
                    train_seconds=saved["train_seconds"], restarts=saved["restarts"] + 1)
 
-    def saved(self, tokens: int, seconds: float) -> dict[str, Any]:
+    def saved(self, tokens: int, seconds: float, settings: dict[str, Any]) -> dict[str, Any]:
         """What a checkpoint's state.json holds beside its step: this process's `tokens` (every
-        rank's) and `seconds` added to those before it."""
+        rank's) and `seconds` added to those before it, and the run's `settings` (a resume compares)."""
         return {"history": self.history, "train_tokens": self.train_tokens + tokens,
-                "train_seconds": self.train_seconds + seconds, "restarts": self.restarts}
+                "train_seconds": self.train_seconds + seconds, "restarts": self.restarts, "settings": settings}
 
 
 class Recipe:
@@ -350,6 +350,11 @@ class Recipe:
         window = (0.0, 0)  # this rank's summed step losses since the last log line, and their count
         latest = self.ckpt.latest()
         if latest is not None:
+            problem = cfg.resume_problem(self.ckpt.state(latest).get("settings", {}), cfg.output_prefix)
+            if problem:  # before any weights load: a LoRA of another rank failed there with a size mismatch
+                from trainer.errors import UserError
+
+                raise UserError(problem)
             saved, mine = self.ckpt.load(latest, self.model, self.optimizer, self.scheduler, rank)
             self.state, window = RunState.resumed(saved), mine["window"]
             if rank == MASTER:
@@ -580,7 +585,8 @@ class Recipe:
             tokens = tokens.to(self.device)
             dist.all_reduce(tokens)
         self.ckpt.save(step, self.model, self.optimizer, self.scheduler, per_rank,
-                       self.state.saved(int(tokens.item()), time.perf_counter() - self.start))
+                       self.state.saved(int(tokens.item()), time.perf_counter() - self.start,
+                                        self.cfg.run_settings()))
 
     def _profiler(self):
         """With profile_steps > 0: a torch.profiler trace of that many steps after two warm-up steps."""

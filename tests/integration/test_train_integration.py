@@ -236,3 +236,33 @@ def test_emulated_nodes_get_gpus_of_their_own_or_run_on_cpu(capsys, monkeypatch)
     if not torch.cuda.is_available():
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,2")
         assert visible_gpus() == []  # what CUDA cannot open is not handed out
+
+
+def test_a_prefix_resumed_with_other_settings_is_refused_before_its_weights_load(delivered, store, monkeypatch):
+    """A run resumed under its output prefix with another lora_r failed loading the checkpoint with torch's
+    size-mismatch traceback; with another learning_rate it resumed and returned the old result, the new rate
+    silently ignored. Now the settings the checkpoint recorded are compared first; how often it logs or
+    checkpoints may change."""
+    from trainer import checkpoint
+    from trainer.errors import UserError
+    from trainer.train import train
+
+    model_uri, data_uri = delivered
+
+    def cfg(**kw):
+        return TrainConfig(**{"model_uri": model_uri, "dataset_uri": data_uri, "output_prefix": "runs/resume-settings",
+                              "max_steps": 2, "batch_size": 2, "checkpoint_every": 2, "lora_r": 4, "lora_alpha": 8,
+                              **kw})
+
+    first = train(cfg(), store)
+    loaded = []
+    monkeypatch.setattr(checkpoint.Checkpointer, "load", lambda *a: loaded.append(a) or pytest.fail("loaded"))
+    with pytest.raises(UserError) as err:
+        train(cfg(learning_rate=0.01, lora_r=8), store)
+    message = str(err.value)
+    assert "runs/resume-settings holds a checkpoint of a run with other settings" in message
+    assert "lora_r 4 (now 8)" in message and "learning_rate 0.0015 (now 0.01)" in message
+    assert "new output_prefix" in message and not loaded
+    monkeypatch.undo()
+    again = train(cfg(log_every=1, checkpoint_every=1), store)  # the same run, logged and checkpointed otherwise
+    assert again["output_uri"] == first["output_uri"]

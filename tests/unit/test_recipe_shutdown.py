@@ -86,9 +86,9 @@ def test_run_state_resumes_what_a_checkpoint_saved_and_counts_on():
     """A checkpoint's state.json (its step + RunState.saved) read back by a restarted process:
     the counters go on from there, restarts counted, the history kept."""
     fresh = RunState()
-    first = RunState.resumed({"step": 5, **fresh.saved(tokens=100, seconds=2.0)})
+    first = RunState.resumed({"step": 5, **fresh.saved(tokens=100, seconds=2.0, settings={})})
     assert first == RunState(step=5, history=[], train_tokens=100, train_seconds=2.0, restarts=1)
     first.history.append({"step": 6, "loss": 1.5, "lr": 0.1})
-    second = RunState.resumed({"step": 9, **first.saved(tokens=50, seconds=1.0)})
+    second = RunState.resumed({"step": 9, **first.saved(tokens=50, seconds=1.0, settings={})})
     assert (second.step, second.train_tokens, second.train_seconds, second.restarts) == (9, 150, 3.0, 2)
     assert second.history == [{"step": 6, "loss": 1.5, "lr": 0.1}]
