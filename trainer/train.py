@@ -404,7 +404,6 @@ class Recipe:
             self.window_n += 1
             if profiler:
                 profiler.step()
-            bar.update(1)
             logs = step % cfg.log_every == 0 or step == cfg.max_steps
             evals, saves = step % cfg.eval_every == 0 or step == cfg.max_steps, step % cfg.checkpoint_every == 0
             stop = False
@@ -414,6 +413,7 @@ class Recipe:
                     self._fail_nonfinite(step)
             if logs:
                 self._log(step, bar)
+            bar.update(1)  # after the log's postfix: drawn first, the bar's 100% line showed the loss before
             if stop:  # after this step's log line: the resumed run must not lose it (nor fold it into the next)
                 self._stop_for_sigterm(step)
             if logs or time.perf_counter() - last_say > 60:
@@ -550,7 +550,7 @@ class Recipe:
             self.board.scalar("train/loss", value, step)
             self.board.scalar("train/lr", lr, step)
             self.board.scalar("train/tokens_per_second", tok_s, step)
-        bar.set_postfix(loss=f"{value:.3f}", tok_s=f"{int(tok_s)}")
+        bar.set_postfix(loss=f"{value:.3f}", tok_s=f"{int(tok_s)}", refresh=False)  # shown by the step's update
         self.window_loss.zero_()
         self.window_n = 0
 

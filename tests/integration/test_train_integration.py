@@ -266,3 +266,25 @@ def test_a_prefix_resumed_with_other_settings_is_refused_before_its_weights_load
     monkeypatch.undo()
     again = train(cfg(log_every=1, checkpoint_every=1), store)  # the same run, logged and checkpointed otherwise
     assert again["output_uri"] == first["output_uri"]
+
+
+def test_the_progress_bars_last_line_shows_the_last_logged_loss(delivered, store, capfd, monkeypatch):
+    """The bar at 100% showed the loss of the log line before the last (its update drew before the last step's
+    log set the loss); run_local's console keeps a bar's first 100% line, not the repeat tqdm draws as it closes,
+    so that stale loss read as the run's final one. Every update is drawn here (a slow step's is, in a run)."""
+    import re
+
+    from tqdm import tqdm
+
+    from trainer.train import train
+
+    drawn = tqdm.__init__
+    monkeypatch.setattr(tqdm, "__init__", lambda self, *a, **kw: drawn(self, *a, **{**kw, "mininterval": 0}))
+    model_uri, data_uri = delivered
+    result = train(TrainConfig(model_uri=model_uri, dataset_uri=data_uri, output_prefix="runs/bar-loss", max_steps=4,
+                               batch_size=2, log_every=2, learning_rate=0.01), store)
+    err = capfd.readouterr().err
+    last = next(part for part in re.split(r"[\r\n]", err) if "4/4" in part)  # the first: what the console keeps
+    losses = [h["loss"] for h in result["history"] if "loss" in h]
+    assert len(losses) == 2 and f"{losses[0]:.3f}" != f"{losses[1]:.3f}"  # the two logged windows differ
+    assert f"loss={losses[1]:.3f}" in last, last
