@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 # metric -> (direction, the Metrics keys written by the evaluate component)
@@ -34,7 +35,9 @@ def pick(trials: list[dict[str, Any]], metrics: list[dict[str, float]], select_m
                for m in metrics]
     sign = 1.0 if SELECT[select_metric] == "higher" else -1.0
     gains = [sign * (m[f"tuned_{select_metric}"] - m[f"base_{select_metric}"]) for m in metrics]
-    best = max(range(len(gains)), key=lambda i: (gains[i], -i))  # ties: the earlier trial
+    # ties: the earlier trial; a trial whose gain is not a number (a NaN eval loss) is never the best of others
+    best = max(range(len(gains)), key=lambda i: (math.isfinite(gains[i]), gains[i] if math.isfinite(gains[i]) else 0,
+                                                 -i))
     # KFP passes list parameters through protobuf, where every number is a float: show 4, not 4.0.
     trials = [{k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in t.items()} for t in trials]
     rows = [{"trial": i, **trials[i], "base": metrics[i][f"base_{select_metric}"],

@@ -34,6 +34,12 @@ def test_a_trial_that_meets_min_gain_exactly_is_deployed():
 def test_pick_by_eval_loss_prefers_lower_and_ties_go_to_the_first():
     assert pick(TRIALS, [m(0.3, 1.0), m(0.6, 2.0)], "eval_loss", min_gain=1.0)["best"] == 0
     assert pick(TRIALS, [m(0.5, 1.0), m(0.5, 1.0)], "fc_accuracy", min_gain=0.0)["best"] == 0
+    # a trial whose eval loss is not a number is never the best of others (max() over a NaN key picked it)
+    nan = float("nan")
+    assert pick(TRIALS, [m(0.3, nan), m(0.6, 3.0)], "eval_loss", min_gain=1.0)["best"] == 1
+    assert pick(TRIALS, [m(0.3, 3.0), m(0.6, float("inf"))], "eval_loss", min_gain=1.0)["best"] == 0
+    alone = pick(TRIALS[:1], [m(0.3, nan)], "eval_loss", min_gain=0.0)
+    assert alone["best"] == 0 and not alone["deploy"]
     with pytest.raises(ValueError, match="select_metric"):
         pick(TRIALS, [m(0.3, 1.0), m(0.6, 2.0)], "bleu", 0.0)
     with pytest.raises(ValueError, match="2 trials but 1"):
