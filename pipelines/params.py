@@ -32,6 +32,21 @@ def _whole_number(raw: str) -> int:
         return int(value)
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json.loads keeps the last of a key given twice in one object: a value the user typed would be dropped."""
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _DuplicateKey(f"{k!r} appears twice in one JSON object ({json.dumps(out[k])}, then "
+                                f"{json.dumps(v)})")
+        out[k] = v
+    return out
+
+
 def _no_constant(name: str):
     """json.loads accepts NaN, Infinity and -Infinity by default; no parameter may hold them."""
     raise _NonFinite(name)
@@ -91,7 +106,7 @@ def parse_params(pipeline, pairs: list[str], problems: list[str] | None = None) 
             elif kind is int:
                 params[key] = _whole_number(raw)
             elif kind in (dict, list):
-                params[key] = json.loads(raw, parse_constant=_no_constant)
+                params[key] = json.loads(raw, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
                 if not isinstance(params[key], kind):
                     raise ValueError
             else:
@@ -101,6 +116,8 @@ def parse_params(pipeline, pairs: list[str], problems: list[str] | None = None) 
                                     f"nothing; give a real value, e.g. {key}={defaults[key]}")
         except RecursionError:
             problems.append(f"parameter {key}: the JSON is nested too deeply; give a flat object or list")
+        except _DuplicateKey as err:
+            problems.append(f"parameter {key}: {err}: give each key once")
         except _NonFinite:
             problems.append(f"parameter {key}={raw!r} holds NaN or Infinity, which JSON does not allow and no run "
                             "can use: give real numbers")

@@ -387,6 +387,8 @@ CASES = [
     ("not-key-value", lambda t, m: ["max_steps"], "is not key=value"),
     ("param-given-twice", lambda t, m: ["max_steps=5", "max_steps=7"],
      "parameter max_steps is given twice with different values (max_steps='5', then max_steps='7'): give it once"),
+    ("json-key-given-twice", lambda t, m: ['node_selector={"pool": "a100", "pool": "h100"}'],
+     'parameter node_selector: \'pool\' appears twice in one JSON object ("a100", then "h100"): give each key once'),
     ("json-param-nested-deep", lambda t, m: ["tolerations=" + "[" * 100_000 + "]" * 100_000],
      "the JSON is nested too deeply"),
     # The eval rows evaluate scores are the split's first eval_max_rows: each of these trained to the end, then
