@@ -17,6 +17,7 @@ def deploy_trials(
     smoke: Output[Metrics],
     enabled: bool = False,
     backend: str = "local",
+    keep_serving: bool = False,
     name: str = "llm-finetune",
     gpus: int = 1,
     namespace: str = "",
@@ -29,7 +30,8 @@ def deploy_trials(
     """Serve the base model as `name`-base and trial i's adapter as `name`-trial-i (vLLM
     --enable-lora; locally, as a vLLM Deployment, or as an InferenceService), smoke-test each
     with the deploy step's verdict (a broken server fails the step, an unusable reply warns).
-    Does nothing unless `enabled` (the sweep's deploy_all_trials)."""
+    Does nothing unless `enabled` (the sweep's deploy_all_trials). `keep_serving`: the local server
+    stays up after the step, as the deploy step's does, to compare the trials through it."""
     import json
     from collections import namedtuple
 
@@ -54,14 +56,17 @@ def deploy_trials(
                                              kueue_queue=kueue_queue))
         spec = ServeSpec(name=f"{name}-base", model_uri=read_uri(base_model), gpus=gpus, cluster=placement,
                          adapters=trial_adapters(name, [read_uri(a) for a in adapters]), vllm_image=vllm_image)
-        out = serving.deploy(backend, spec, store, messages, tools)
+        out = serving.deploy(backend, spec, store, messages, tools, keep_serving=keep_serving)
     outcome = smoke_outcome(out.results)  # the same verdict as the deploy step's
     smoke.log_metric("smoke_ok", float(outcome["smoke_ok"]))
     smoke.log_metric("smoke_server_ok", float(outcome["server_ok"]))
     smoke.log_metric("smoke_latency_s", out.latency_s)
-    smoke.metadata.update(endpoint=out.endpoint, served_names=out.names, reason=out.reason)
-    print(f"endpoint {out.endpoint} serves {', '.join(out.names)}"
+    stopped = backend == "local" and not out.pgid  # its URL would mislead: say it is gone
+    smoke.metadata.update(endpoint=out.endpoint, served_names=out.names, reason=out.reason, still_serving=not stopped)
+    print(f"{'served at (now stopped)' if stopped else 'endpoint'} {out.endpoint}: {', '.join(out.names)}"
           + ("" if outcome["smoke_ok"] else f"; smoke test FAILED: {out.reason}"))
+    if out.pgid:
+        print(f"still serving; stop with: kill -- -{out.pgid}  (log: {out.log})")
     if outcome["warning"]:
         print(outcome["warning"], flush=True)
     if outcome["error"]:  # a broken server is no deployment: fail the step
@@ -69,4 +74,4 @@ def deploy_trials(
 
         print(f"error: deploy all trials: {outcome['error']}", file=sys.stderr, flush=True)
         sys.exit(1)
-    return namedtuple("Outputs", ["endpoint", "models"])(out.endpoint, out.names)
+    return namedtuple("Outputs", ["endpoint", "models"])("" if stopped else out.endpoint, out.names)

@@ -470,11 +470,15 @@ def _run(pipeline, params, args, console, run_dir) -> int:
         decision = str(task.outputs["decision"])
         console.say("\n" + Path(task.outputs["summary"].path).read_text().strip())
         # The winner's model and endpoint come from inside the sweep's dsl.If, which has no pipeline outputs.
-        winner = runs.deployed_outputs(kfp_run_dir) if kfp_run_dir else {"merged_model": "", "endpoint": ""}
-        endpoint, merged_uri = winner["endpoint"], winner["merged_model"]
+        winner = runs.deployed_outputs(kfp_run_dir) if kfp_run_dir else {}
+        endpoint, merged_uri = winner.get("endpoint", ""), winner.get("merged_model", "")
         if endpoint:
             console.say("\n" + endpoint_line(endpoint, metrics.get("deploy", {}), params.get("keep_serving", False),
                                               served_name))
+        if winner.get("trials_endpoint"):  # deploy_all_trials with keep_serving: every trial beside the base
+            console.say(f"trials side by side (still serving): {winner['trials_endpoint']}, models "
+                        f"{winner['trials_models']}")
+            record.update(trials_endpoint=winner["trials_endpoint"])
         console.say(f"pipeline wall time: {elapsed:.1f}s")
         record.update(summary=decision[:120])
     else:

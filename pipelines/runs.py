@@ -116,8 +116,9 @@ def task_artifacts(kfp_run_dir: Path) -> Iterator[tuple[str, str, dict[str, Any]
 def deployed_outputs(kfp_run_dir: Path) -> dict[str, str]:
     """What the sweep's conditional branch produced, which its pipeline outputs cannot carry (KFP
     returns no output from inside a dsl.If): the merged model's URI and the endpoint, "" for each
-    that did not run (no trial beat the base model)."""
-    found = {"merged_model": "", "endpoint": ""}
+    that did not run (no trial beat the base model); and the endpoint serving every trial side by
+    side (deploy_all_trials) with its model names, "" unless it is still serving."""
+    found = {"merged_model": "", "endpoint": "", "trials_endpoint": "", "trials_models": ""}
     for out in kfp_run_dir.rglob("executor_output.json"):
         try:
             entry = json.loads(out.read_text())
@@ -128,6 +129,10 @@ def deployed_outputs(kfp_run_dir: Path) -> dict[str, str]:
                 found["merged_model"] = (artifact.get("metadata") or {}).get("uri", "") or found["merged_model"]
         elif out.parent.name == "deploy":
             found["endpoint"] = str(entry.get("parameterValues", {}).get("endpoint", "")) or found["endpoint"]
+        elif out.parent.name == "deploy-trials":  # deploy_all_trials: the trials side by side, still serving
+            values = entry.get("parameterValues", {})
+            found["trials_endpoint"] = str(values.get("endpoint", ""))
+            found["trials_models"] = ", ".join(map(str, values.get("models") or []))
     return found
 
 

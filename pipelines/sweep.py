@@ -126,8 +126,8 @@ def build(parallelism: int = 2):
         # returns at once unless deploy_all_trials is set.
         with_s3(deploy_trials(enabled=deploy_all_trials, base_model=model.outputs["model"],
                               adapters=dsl.Collected(train.outputs["adapter"]), dataset=data.outputs["dataset"],
-                              backend=deploy_backend, name=served_model_name, gpus=serve_gpus, vllm_image=vllm_image,
-                              kueue_queue=kueue_queue, **placement)
+                              backend=deploy_backend, keep_serving=keep_serving, name=served_model_name,
+                              gpus=serve_gpus, vllm_image=vllm_image, kueue_queue=kueue_queue, **placement)
                 ).set_display_name("deploy all trials side by side")
         with dsl.If(best.outputs["deploy"] == True, name="beats-base"):  # noqa: E712 - a KFP condition
             merged = with_s3(merge_lora(base_model=model.outputs["model"], adapter=best.outputs["best_adapter"]))

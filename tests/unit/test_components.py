@@ -86,3 +86,33 @@ def test_a_local_finetune_marks_its_tensorboard_prefix_before_training(delivered
         finetune.python_func(base_model=model, dataset=data, run_id="marked-run", adapter=art(Model, tmp_path, "a"),
                              metrics=art(Metrics, tmp_path, "m"), report=art(HTML, tmp_path, "r"), nodes=1)
     assert store.exists("runs/marked-run/local-run/20261124-101500-finetune")
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_deploy_trials_keeps_its_server_up_only_with_keep_serving(delivered, tmp_path, monkeypatch, capsys, keep):
+    """deploy_all_trials is there to compare the trials through one endpoint by model name: it always stopped its
+    server, even with --keep-serving, so the endpoint it printed was dead when the run ended. Now it keeps it as the
+    deploy step keeps its own, says how to stop it, and returns an endpoint only while it serves (the server start
+    is faked: tests/fake_api has its cluster backends)."""
+    from components.deploy_trials import deploy_trials
+    from trainer import serving
+
+    model, data = delivered
+    asked = {}
+
+    def deploy(backend, spec, store, messages, tools, keep_serving=False, **kw):
+        asked.update(backend=backend, keep_serving=keep_serving, names=[spec.name, *spec.adapters])
+        return serving.Deployed(endpoint="http://127.0.0.1:9/v1", names=asked["names"],
+                                results={n: {"ok": True, "reason": "", "reply": "x", "latency_s": 0.1}
+                                         for n in asked["names"]}, latency_s=0.1, log="/tmp/vllm.log",
+                                pgid=4242 if keep_serving else None)
+
+    monkeypatch.setattr(serving, "deploy", deploy)
+    out = deploy_trials.python_func(base_model=model, adapters=[model, model], dataset=data,
+                                    smoke=art(Metrics, tmp_path, "smoke"), enabled=True, keep_serving=keep)
+    said = capsys.readouterr().out
+    assert asked == {"backend": "local", "keep_serving": keep,
+                     "names": ["llm-finetune-base", "llm-finetune-trial-0", "llm-finetune-trial-1"]}
+    assert out.models == asked["names"] and out.endpoint == ("http://127.0.0.1:9/v1" if keep else "")
+    assert ("still serving; stop with: kill -- -4242" in said) == keep
+    assert ("served at (now stopped) http://127.0.0.1:9/v1" in said) != keep

@@ -587,11 +587,19 @@ def test_a_sweeps_winner_model_and_endpoint_are_found_inside_its_condition(tmp_p
                 {"name": "adapter", "uri": "/x/a", "metadata": {"uri": "s3://llm-finetune/models/sha256-aa"}}]}}}}.items():
         (kfp_run / task).mkdir(parents=True)
         (kfp_run / task / "executor_output.json").write_text(json.dumps(entry))
+    none = {"trials_endpoint": "", "trials_models": ""}
     assert runs.deployed_outputs(kfp_run) == {"merged_model": "s3://llm-finetune/models/sha256-dd42",
-                                              "endpoint": "http://127.0.0.1:54359/v1"}
+                                              "endpoint": "http://127.0.0.1:54359/v1", **none}
     (kfp_run / "merge-lora" / "executor_output.json").unlink()  # no trial beat the base: nothing deployed
     (kfp_run / "deploy" / "executor_output.json").unlink()
-    assert runs.deployed_outputs(kfp_run) == {"merged_model": "", "endpoint": ""}
+    assert runs.deployed_outputs(kfp_run) == {"merged_model": "", "endpoint": "", **none}
+    # deploy_all_trials with keep_serving: the trials' server, still up, with the names to ask it for
+    (kfp_run / "deploy-trials").mkdir()
+    (kfp_run / "deploy-trials" / "executor_output.json").write_text(json.dumps({"parameterValues": {
+        "endpoint": "http://127.0.0.1:5/v1", "models": ["m-base", "m-trial-0"]}}))
+    assert runs.deployed_outputs(kfp_run) == {"merged_model": "", "endpoint": "",
+                                              "trials_endpoint": "http://127.0.0.1:5/v1",
+                                              "trials_models": "m-base, m-trial-0"}
 
 
 @pytest.mark.parametrize("command", [["pipelines.submit", "--list-params"], ["pipelines.runs", "compare"]])
