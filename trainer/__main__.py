@@ -301,7 +301,10 @@ def run(args: argparse.Namespace) -> None:
         adapter = store.get_tree(args.adapter_uri)
         collect(input_problems(None, adapter, args.model_uri, args.adapter_uri), what="cannot merge")
         model = store.get_tree(args.model_uri)  # the large one second: a wrong adapter is said before it downloads
-        collect(input_problems(model, adapter, args.model_uri, args.adapter_uri), what="cannot merge")
+        from trainer.weights import adapter_fit_problems
+
+        collect(input_problems(model, adapter, args.model_uri, args.adapter_uri)
+                or adapter_fit_problems(model, adapter, args.adapter_uri), what="cannot merge")
         skip_bitsandbytes(adapter_dir=adapter)
         print(merge(model, adapter, args.out))
 

@@ -230,3 +230,53 @@ def _ignored(model) -> tuple[re.Pattern | None, re.Pattern | None]:
         r"rotary_emb\.inv_freq", r"(^|\.)position_ids$"}
     join = lambda patterns: re.compile("|".join(f"({p})" for p in patterns)) if patterns else None  # noqa: E731
     return join(missing), join(unexpected)
+
+
+def _dir_tensors(root: Path) -> dict[str, Any]:
+    """Every tensor's header entry in a local directory's safetensors files (headers only; a broken file adds none:
+    the checks above name it)."""
+    tensors: dict[str, Any] = {}
+    for path in sorted(Path(root).glob("*.safetensors")):
+        def read(n: int, path: Path = path) -> bytes:
+            with open(path, "rb") as f:
+                return f.read(n)
+
+        header, _ = header_problem(str(path), path.stat().st_size, read)
+        tensors.update(header or {})
+    return tensors
+
+
+_LORA_KEY = re.compile(r"^(?:base_model\.model\.)?(?P<module>.+)\.lora_(?P<side>[AB])(?:\.[^.]+)?\.weight$")
+
+
+def adapter_fit_problems(model_dir: str | Path, adapter_dir: str | Path, label: str) -> list[str]:
+    """A LoRA adapter against the base model it is about to be served or merged on, from the two directories'
+    safetensors headers: every module it adapts must be in the base, with the input (lora_A) and output (lora_B)
+    sizes it was trained for. An adapter of another model loaded for half a minute in vLLM, then failed with
+    "The size of tensor a (128) must match the size of tensor b (576)" (or peft's size-mismatch traceback)."""
+    adapter, base = _dir_tensors(Path(adapter_dir)), _dir_tensors(Path(model_dir))
+    if not adapter or not base:
+        return []  # no weights to compare: the directory checks say what is missing
+    wrong = []
+    for key, info in adapter.items():
+        m = _LORA_KEY.match(key)
+        if not m or not isinstance(info.get("shape"), list) or len(info["shape"]) != 2:
+            continue  # embeddings' lora_embedding_*, modules_to_save copies: not compared
+        target = base.get(f"{m['module']}.weight")
+        if target is None:
+            wrong.append(f"it adapts {m['module']}, which the base does not have")
+        else:
+            side = 1 if m["side"] == "A" else 0  # lora_A: [r, in]; lora_B: [out, r]; the base's weight: [out, in]
+            if info["shape"][side] != target["shape"][side]:
+                wrong.append(f"{m['module']} has {target['shape'][side]} {('inputs', 'outputs')[side == 0]} in the "
+                             f"base, {info['shape'][side]} in the adapter")
+        if len(wrong) == SHOWN:
+            break
+    if not wrong:
+        return []
+    try:
+        trained_on = json.loads((Path(adapter_dir) / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    except (OSError, ValueError, AttributeError):
+        trained_on = None
+    return [f"{label} was not trained on this base model ({'; '.join(wrong)}): use it with the model it was trained "
+            f"from" + (f" (its adapter_config.json names {trained_on!r})" if trained_on else "")]

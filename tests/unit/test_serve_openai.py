@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import signal
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -412,6 +413,41 @@ def test_adapter_vllm_cannot_load_is_refused_before_starting(tmp_path):
     with pytest.raises(UserError, match=r"a DoRA adapter, which vLLM cannot load; serve the merged model"):
         serve_local.start(tmp_path / "model", "m", lora_modules={"a": str(tmp_path / "adapter")})
 
+
+
+def test_an_adapter_of_another_model_or_trained_on_another_template_is_refused_before_starting(tiny_model_dir,
+                                                                                              tmp_path):
+    """vLLM loaded an adapter of another base for half a minute, then failed with "The size of tensor a (128) must
+    match ... (576)"; an adapter trained with another chat template was served under the base's and answered '' to
+    tool requests, without a word. Both are refused up front (and merge refuses the first: trainer.weights)."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from tests.unit.test_eval_served import _adapter
+    from trainer.errors import UserError
+    from trainer.weights import adapter_fit_problems
+
+    adapter = _adapter(tiny_model_dir, tmp_path / "adapter")
+    assert adapter_fit_problems(tiny_model_dir, adapter, "a") == []  # its own base: fits
+    other = Path(shutil.copytree(adapter, tmp_path / "other"))
+    weights = load_file(other / "adapter_model.safetensors")
+    key = next(k for k in weights if k.endswith("q_proj.lora_A.weight"))
+    weights[key] = weights[key].new_zeros((weights[key].shape[0], weights[key].shape[1] * 2))  # a wider model's
+    weights["base_model.model.model.vision_tower.proj.lora_B.weight"] = weights[key][:4, :8].clone()
+    save_file(weights, other / "adapter_model.safetensors")
+    [problem] = adapter_fit_problems(tiny_model_dir, other, "--lora x")
+    hidden = weights[key].shape[1] // 2
+    assert problem.startswith("--lora x was not trained on this base model (")
+    assert f"{key.removeprefix('base_model.model.').removesuffix('.lora_A.weight')} has {hidden} inputs in the base, " \
+           f"{hidden * 2} in the adapter" in problem and "adapts model.vision_tower.proj, which the base does not " \
+           "have" in problem
+    retemplated = Path(shutil.copytree(adapter, tmp_path / "retemplated"))
+    (retemplated / "chat_template.jinja").write_text("{% for m in messages %}{{ m.content }}{% endfor %}")
+    with pytest.raises(UserError) as err:
+        serve_local.start(tiny_model_dir, "m", lora_modules={"x": str(other), "y": str(retemplated)})
+    assert "(2 problems)" in str(err.value) and "--lora x=" in str(err.value)
+    assert f"--lora y={retemplated} was trained with another chat template than {tiny_model_dir}'s" in str(err.value)
 
 def test_vllms_sockets_go_where_their_paths_fit_a_unix_socket(tmp_path, monkeypatch):
     """vLLM names its IPC sockets <VLLM_RPC_BASE_PATH>/<uuid4>; under a deep TMPDIR (run_local's inside

@@ -85,8 +85,22 @@ def _log_problem(log_path: Path) -> str | None:
     return None
 
 
+def _local_template(root: Path) -> str | None:
+    """A model or adapter directory's chat template (trainer.serving.args.chat_template_text)."""
+    from trainer.serving.args import chat_template_text
+
+    def read(name: str) -> str | None:
+        return (Path(root) / name).read_text() if (Path(root) / name).is_file() else None
+
+    try:
+        return chat_template_text(read)
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None  # a broken tokenizer_config.json: the directory checks name it
+
+
 def _check_dirs(model_dir: Path, lora_modules: Mapping[str, str], problems: Sequence[str] = ()) -> None:
     problems = list(problems)
+    base_template = _local_template(model_dir)
     if not (Path(model_dir) / "config.json").exists():
         problems.append(f"{model_dir} is not a model directory (no config.json); pass a merged or base model")
     else:  # weights missing or config.json broken: vLLM would fail after half a minute with a traceback
@@ -109,6 +123,17 @@ def _check_dirs(model_dir: Path, lora_modules: Mapping[str, str], problems: Sequ
             problems.append(f"--lora {name}={path}: the adapter also trains {sorted(full)} in full, which vLLM's "
                             "LoRA support cannot load; serve the merged model instead, or train with "
                             "lora_train_embeddings=false")
+        from trainer.weights import adapter_fit_problems
+
+        problems += adapter_fit_problems(model_dir, path, f"--lora {name}={path}")
+        # The server prompts every name with the base's template: an adapter trained on other prompts would be
+        # asked in a format it never saw (and answer '' to a tool request), without a word.
+        trained = _local_template(Path(path))
+        if trained and base_template and trained.strip() != base_template.strip():
+            problems.append(f"--lora {name}={path} was trained with another chat template than {model_dir}'s (its "
+                            f"chat_template.jinja differs), and the server prompts every model with the base's: serve "
+                            "it on the base delivered with the template it was trained with (deliver-model "
+                            "--chat-template), or serve the merged model")
     collect(problems, "cannot serve")
 
 
