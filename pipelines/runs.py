@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shutil
@@ -59,6 +60,7 @@ def new_run(pipeline: str, params: dict[str, Any], runs_dir: Path = RUNS_DIR,
     record = {"id": run_dir.name, "pipeline": pipeline, "status": "running",
               "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "params": params, "metrics": {},
               "pid": os.getpid(), "host": socket.gethostname(),  # so that a killed run reads as gone
+              "pid_started": _started_at(os.getpid()),  # ... even once its pid is another process's
               "changed": {k: v for k, v in params.items() if defaults is not None and defaults.get(k) != v}}
     write_record(run_dir, record)
     return run_dir
@@ -255,6 +257,13 @@ def read_record(run_dir: Path) -> dict[str, Any]:
     if problem:
         record = {"status": "broken", "summary": f"{problem}; remove {run_dir} if the run is gone",
                   "started": "", "params": {}, "metrics": {}}
+    # What a hand edit (or a bug) can put there must not reach the terminal or the tables as if measured: a NaN or
+    # infinite metric reads as not measured (blank); control characters (a newline, an escape sequence) as spaces.
+    record["metrics"] = {task: {k: v for k, v in ms.items() if math.isfinite(v)}
+                         for task, ms in record.get("metrics", {}).items()}
+    for key in ("summary", "status", "started", "pipeline"):
+        if isinstance(record.get(key), str):
+            record[key] = _CONTROL.sub(" ", record[key])
     if record.get("status") == "running" and _gone(record):
         record["status"] = "gone"
         record.setdefault("summary", f"its process {record['pid']} ended without finishing the record (killed?)")
@@ -263,18 +272,32 @@ def read_record(run_dir: Path) -> dict[str, Any]:
     return record
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _started_at(pid: int) -> float | None:
+    """When process `pid` started (seconds since the epoch), None if there is none."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.Error, ValueError):
+        return None
+
+
 def _gone(record: dict[str, Any]) -> bool:
-    """A run recorded as running on this machine whose process no longer exists."""
+    """A run recorded as running on this machine whose process no longer exists: no process with its pid, or one
+    that started at another time (the pid reused after the run was killed)."""
     pid = record.get("pid")
     if not isinstance(pid, int) or isinstance(pid, bool) or record.get("host") != socket.gethostname():
         return False  # another machine's run (a shared .runs/), or a record from before pids were kept
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    if pid <= 0:  # kill(0) and kill(-1) reach whole groups: no run's own process
         return True
-    except OSError:  # exists, another user's
-        return False
-    return False
+    started = _started_at(pid)
+    if started is None:
+        return True
+    recorded = record.get("pid_started")
+    return isinstance(recorded, (int, float)) and abs(started - recorded) > 1.0
 
 
 def runs_dir_flag(runs_dir: Path) -> str:

@@ -5,6 +5,7 @@ import io
 import json
 import logging
 import re
+import os
 import sys
 import time
 
@@ -467,9 +468,35 @@ def test_a_run_whose_process_was_killed_reads_as_gone_not_running(tmp_path, caps
     dead.wait()
     killed = runs.new_run("finetune", {"max_steps": 2}, runs_dir)
     runs.update_run(killed, pid=dead.pid)
+    # its pid now another process's (pid reuse: here this one's, started earlier), and pids that are no process's
+    reused = runs.new_run("finetune", {"max_steps": 3}, runs_dir)
+    runs.update_run(reused, pid_started=runs._started_at(os.getpid()) - 3600)
+    groups = [runs.new_run("finetune", {"max_steps": n}, runs_dir) for n in (4, 5)]
+    for run_dir, pid in zip(groups, (0, -1)):
+        runs.update_run(run_dir, pid=pid)
     by_id = {r["id"]: r for r in runs.load_runs(runs_dir)}
     assert by_id[alive.name]["status"] == "running"
     assert by_id[killed.name]["status"] == "gone" and str(dead.pid) in by_id[killed.name]["summary"]
+    assert [by_id[d.name]["status"] for d in (reused, *groups)] == ["gone"] * 3
+
+
+def test_a_hand_edited_record_shows_no_nan_as_a_number_and_no_control_character(tmp_path, capsys):
+    """run.json is a file anyone can edit: NaN and Infinity are JSON to Python and read as "nan" / "inf% -> 0.0%";
+    a newline or an escape sequence in the summary broke the table and reached the terminal."""
+    import json
+
+    (tmp_path / "20261122-100000-finetune").mkdir()
+    (tmp_path / "20261122-100000-finetune" / "run.json").write_text(json.dumps({
+        "status": "succeeded", "started": "x", "params": {}, "changed": {}, "elapsed_s": 5.0,
+        "summary": "line one\nline two \x1b[31mred\x1b[0m",
+        "metrics": {"evaluate": {"tuned_fc_accuracy": float("nan"), "base_fc_accuracy": float("inf"),
+                                 "fc_rows": 20.0}}}))
+    [record] = runs.load_runs(tmp_path)
+    assert record["metrics"] == {"evaluate": {"fc_rows": 20.0}}  # blank where nothing real was measured
+    assert "\n" not in record["summary"] and "\x1b" not in record["summary"] and "line two" in record["summary"]
+    assert runs.main(["list", "--runs-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "nan" not in out.lower() and "inf" not in out.lower()
 
 
 def test_compare_shows_large_numbers_in_full_and_small_ones_to_four_digits():
