@@ -134,9 +134,12 @@ def score_outputs(rows: list[dict[str, Any]], outputs: list[str],
 LOGITS_BUDGET = 1 << 30  # bytes of float32 logits per eval batch
 
 
-def eval_loss(model, examples: list[dict[str, list[int]]], pad_id: int, batch_size: int = 32) -> float:
-    """Mean loss per assistant token over all examples (token-weighted, not batch-weighted)."""
+def eval_loss(model, examples: list[dict[str, list[int]]], pad_id: int, batch_size: int = 32,
+              desc: str = "") -> float:
+    """Mean loss per assistant token over all examples (token-weighted, not batch-weighted); with `desc`, a
+    progress bar of the rows done (stderr)."""
     import torch
+    from tqdm import tqdm
 
     if not examples:
         return 0.0
@@ -147,7 +150,7 @@ def eval_loss(model, examples: list[dict[str, list[int]]], pad_id: int, batch_si
     vocab = model.get_output_embeddings().weight.shape[0]
     longest = max(len(e["input_ids"]) for e in examples)
     batch_size = max(1, min(batch_size, LOGITS_BUDGET // (4 * longest * vocab)))
-    with torch.no_grad():
+    with torch.no_grad(), tqdm(total=len(examples), desc=desc, unit="row", disable=not desc, mininterval=2) as bar:
         for i in range(0, len(examples), batch_size):
             batch = {k: v.to(device) for k, v in data.collate(examples[i:i + batch_size], pad_id).items()}
             logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
@@ -158,6 +161,7 @@ def eval_loss(model, examples: list[dict[str, list[int]]], pad_id: int, batch_si
                 reduction="sum")
             total += losses.item()
             count += int((labels != -100).sum())
+            bar.update(len(batch["input_ids"]))
     return total / max(count, 1)
 
 

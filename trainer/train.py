@@ -219,6 +219,7 @@ class Recipe:
     # The timer behind mark(), and so behind the compile trial's choice: a test scripts it, so
     # that the choice it checks does not depend on how busy the machine is.
     clock = staticmethod(time.perf_counter)
+    eval_s = 0.0  # this process's seconds in measure_eval: not training (train_seconds, tokens/s)
 
     def __init__(self, cfg: TrainConfig, store: Store | None = None):
         self.cfg = cfg.validate()
@@ -545,7 +546,7 @@ class Recipe:
         value, lr = mean.item(), self.scheduler.get_last_lr()[0]
         self.state.history.append({"step": step, "loss": value, "lr": lr})
         # tokens/s estimated from this rank's count: an all-reduce per log line is not worth it
-        tok_s = self.real_tokens * self.world / (time.perf_counter() - self.start)
+        tok_s = self.real_tokens * self.world / self._trained_s()
         if self.board:
             self.board.scalar("train/loss", value, step)
             self.board.scalar("train/lr", lr, step)
@@ -554,20 +555,28 @@ class Recipe:
         self.window_loss.zero_()
         self.window_n = 0
 
+    def _trained_s(self) -> float:
+        """This process's seconds since the loop started, less those spent measuring the eval loss."""
+        return time.perf_counter() - self.start - self.eval_s
+
     def measure_eval(self, step: int) -> None:
-        """Rank 0: eval loss on a few held-out rows; the other ranks wait at the next collective."""
+        """Rank 0: eval loss on a few held-out rows, with a bar (on a real model on CPU, minutes); the other ranks
+        wait at the next collective. Its time is not training's (train_seconds, tokens_per_second)."""
         if self.rank != MASTER or not self.eval_examples:
             return
         from trainer.evaluate import eval_loss
 
         import torch
 
+        began = time.perf_counter()
         self.model.eval()
         # Compiled layers would recompile for eval mode and no_grad (on an H100 as long as the
         # first compile, ~100 s) to run 64 rows once: eager instead, the compiled code kept.
         with torch.compiler.set_stance("force_eager") if self.cfg.compile else contextlib.nullcontext():
-            value = eval_loss(self.model, self.eval_examples, self.tokenizer.pad_token_id)
+            value = eval_loss(self.model, self.eval_examples, self.tokenizer.pad_token_id,
+                              desc=f"eval loss at step {step}")
         self.model.train()
+        self.eval_s += time.perf_counter() - began
         self.state.history.append({"step": step, "eval_loss": value})
         self.board.scalar("eval/loss", value, step)
 
@@ -585,7 +594,7 @@ class Recipe:
             tokens = tokens.to(self.device)
             dist.all_reduce(tokens)
         self.ckpt.save(step, self.model, self.optimizer, self.scheduler, per_rank,
-                       self.state.saved(int(tokens.item()), time.perf_counter() - self.start,
+                       self.state.saved(int(tokens.item()), self._trained_s(),
                                         self.cfg.run_settings()))
 
     def _profiler(self):
@@ -625,7 +634,7 @@ class Recipe:
         if self.board:
             self.board.close()
         self.ckpt.wait()
-        wall = self.state.train_seconds + time.perf_counter() - self.start
+        wall = self.state.train_seconds + self._trained_s()
         window = getattr(self, "steady", None)  # (this rank's tokens, seconds) of the steady window
         tokens = torch.tensor([self.real_tokens, window[0] if window else 0], device=self.device)
         if self.world > 1:
