@@ -251,32 +251,37 @@ _LORA_KEY = re.compile(r"^(?:base_model\.model\.)?(?P<module>.+)\.lora_(?P<side>
 
 def adapter_fit_problems(model_dir: str | Path, adapter_dir: str | Path, label: str) -> list[str]:
     """A LoRA adapter against the base model it is about to be served or merged on, from the two directories'
-    safetensors headers: every module it adapts must be in the base, with the input (lora_A) and output (lora_B)
-    sizes it was trained for. An adapter of another model loaded for half a minute in vLLM, then failed with
-    "The size of tensor a (128) must match the size of tensor b (576)" (or peft's size-mismatch traceback)."""
+    safetensors headers: a module it adapts that the base stores under the same name must have the input (lora_A)
+    and output (lora_B) sizes the adapter was trained for. An adapter of another model loaded for half a minute in
+    vLLM, then failed with "The size of tensor a (128) must match the size of tensor b (576)" (or peft's
+    size-mismatch traceback). Only a size that differs refuses: a module stored under another name (a checkpoint's
+    own prefix, a tied lm_head), a quantized base or a model this cannot read are not judged here."""
+    try:
+        base_config = json.loads((Path(model_dir) / "config.json").read_text())
+        adapter_config = json.loads((Path(adapter_dir) / "adapter_config.json").read_text())
+    except (OSError, ValueError):
+        return []  # the directory checks say what is missing
+    if not isinstance(base_config, dict) or not isinstance(adapter_config, dict) \
+            or base_config.get("quantization_config"):
+        return []  # packed weights (AWQ, GPTQ, ...): their stored shapes are not the module's
     adapter, base = _dir_tensors(Path(adapter_dir)), _dir_tensors(Path(model_dir))
-    if not adapter or not base:
-        return []  # no weights to compare: the directory checks say what is missing
-    wrong = []
+    # fan_in_fan_out (GPT-2's Conv1D): the base stores its weight as [in, out], not [out, in]
+    out_at, in_at = (1, 0) if adapter_config.get("fan_in_fan_out") else (0, 1)
+    wrong: dict[str, str] = {}
     for key, info in adapter.items():
         m = _LORA_KEY.match(key)
-        if not m or not isinstance(info.get("shape"), list) or len(info["shape"]) != 2:
-            continue  # embeddings' lora_embedding_*, modules_to_save copies: not compared
-        target = base.get(f"{m['module']}.weight")
-        if target is None:
-            wrong.append(f"it adapts {m['module']}, which the base does not have")
-        else:
-            side = 1 if m["side"] == "A" else 0  # lora_A: [r, in]; lora_B: [out, r]; the base's weight: [out, in]
-            if info["shape"][side] != target["shape"][side]:
-                wrong.append(f"{m['module']} has {target['shape'][side]} {('inputs', 'outputs')[side == 0]} in the "
-                             f"base, {info['shape'][side]} in the adapter")
+        target = base.get(f"{m['module']}.weight") if m else None
+        if target is None or m["module"] in wrong or len(info.get("shape") or []) != 2 \
+                or len(target.get("shape") or []) != 2:
+            continue  # not a LoRA matrix, or not stored under that name: not judged
+        side, stored = (1, target["shape"][in_at]) if m["side"] == "A" else (0, target["shape"][out_at])
+        if info["shape"][side] != stored:  # lora_A: [r, in]; lora_B: [out, r]
+            wrong[m["module"]] = (f"{m['module']} has {stored} {'inputs' if m['side'] == 'A' else 'outputs'} in the "
+                                  f"base, {info['shape'][side]} in the adapter")
         if len(wrong) == SHOWN:
             break
     if not wrong:
         return []
-    try:
-        trained_on = json.loads((Path(adapter_dir) / "adapter_config.json").read_text()).get("base_model_name_or_path")
-    except (OSError, ValueError, AttributeError):
-        trained_on = None
-    return [f"{label} was not trained on this base model ({'; '.join(wrong)}): use it with the model it was trained "
-            f"from" + (f" (its adapter_config.json names {trained_on!r})" if trained_on else "")]
+    trained_on = adapter_config.get("base_model_name_or_path")
+    return [f"{label} was not trained on this base model ({'; '.join(wrong.values())}): use it with the model it "
+            "was trained from" + (f" (its adapter_config.json names {trained_on!r})" if trained_on else "")]

@@ -433,21 +433,51 @@ def test_an_adapter_of_another_model_or_trained_on_another_template_is_refused_b
     other = Path(shutil.copytree(adapter, tmp_path / "other"))
     weights = load_file(other / "adapter_model.safetensors")
     key = next(k for k in weights if k.endswith("q_proj.lora_A.weight"))
-    weights[key] = weights[key].new_zeros((weights[key].shape[0], weights[key].shape[1] * 2))  # a wider model's
+    # modules the base stores under other names (its own prefix, a tied lm_head) are not judged: not a refusal
     weights["base_model.model.model.vision_tower.proj.lora_B.weight"] = weights[key][:4, :8].clone()
+    save_file(weights, other / "adapter_model.safetensors")
+    assert adapter_fit_problems(tiny_model_dir, other, "--lora x") == []
+    weights[key] = weights[key].new_zeros((weights[key].shape[0], weights[key].shape[1] * 2))  # a wider model's
     save_file(weights, other / "adapter_model.safetensors")
     [problem] = adapter_fit_problems(tiny_model_dir, other, "--lora x")
     hidden = weights[key].shape[1] // 2
     assert problem.startswith("--lora x was not trained on this base model (")
     assert f"{key.removeprefix('base_model.model.').removesuffix('.lora_A.weight')} has {hidden} inputs in the base, " \
-           f"{hidden * 2} in the adapter" in problem and "adapts model.vision_tower.proj, which the base does not " \
-           "have" in problem
+           f"{hidden * 2} in the adapter)" in problem  # once per module
+    # fan_in_fan_out (GPT-2's Conv1D stores [in, out]): the base's weight is read the other way round
+    import torch
+
+    mlp = tmp_path / "mlp"
+    mlp.mkdir()
+    save_file({"base_model.model.model.layers.0.mlp.up_proj.lora_A.weight": torch.zeros(8, 128),  # up_proj: 128 -> 256
+               "base_model.model.model.layers.0.mlp.up_proj.lora_B.weight": torch.zeros(256, 8)},
+              mlp / "adapter_model.safetensors")
+    for flag, found in ((False, []), (True, ["model.layers.0.mlp.up_proj has 256 inputs in the base, 128 in the "
+                                             "adapter"])):
+        (mlp / "adapter_config.json").write_text(json.dumps({"r": 8, "fan_in_fan_out": flag}))
+        assert [p.split(" (", 1)[1].split(")")[0] for p in adapter_fit_problems(tiny_model_dir, mlp, "m")] == found
     retemplated = Path(shutil.copytree(adapter, tmp_path / "retemplated"))
     (retemplated / "chat_template.jinja").write_text("{% for m in messages %}{{ m.content }}{% endfor %}")
     with pytest.raises(UserError) as err:
         serve_local.start(tiny_model_dir, "m", lora_modules={"x": str(other), "y": str(retemplated)})
     assert "(2 problems)" in str(err.value) and "--lora x=" in str(err.value)
-    assert f"--lora y={retemplated} was trained with another chat template than {tiny_model_dir}'s" in str(err.value)
+    assert f"--lora y={retemplated} was trained with another chat template than {tiny_model_dir}'s (its default " \
+           "template differs)" in str(err.value)
+    # a base that keeps the older format (named templates in tokenizer_config.json) and its adapter as transformers 5
+    # saves it (default in chat_template.jinja, the others under additional_chat_templates/): the same templates
+    from trainer.serving.local import _named_templates
+
+    listed = Path(shutil.copytree(tiny_model_dir, tmp_path / "listed"))
+    default = (listed / "chat_template.jinja").read_text()
+    (listed / "chat_template.jinja").unlink()
+    config = json.loads((listed / "tokenizer_config.json").read_text())
+    (listed / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": [
+        {"name": "default", "template": default}, {"name": "tool_use", "template": default + "{# tools #}"}]}))
+    saved = Path(shutil.copytree(adapter, tmp_path / "saved"))
+    (saved / "additional_chat_templates").mkdir()
+    (saved / "additional_chat_templates" / "tool_use.jinja").write_text(default + "{# tools #}\n")
+    assert _named_templates(listed) == _named_templates(saved) and len(_named_templates(saved)) == 2
+    serve_local._check_dirs(listed, {"z": str(saved)})  # not refused
 
 def test_vllms_sockets_go_where_their_paths_fit_a_unix_socket(tmp_path, monkeypatch):
     """vLLM names its IPC sockets <VLLM_RPC_BASE_PATH>/<uuid4>; under a deep TMPDIR (run_local's inside

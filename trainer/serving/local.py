@@ -85,22 +85,32 @@ def _log_problem(log_path: Path) -> str | None:
     return None
 
 
-def _local_template(root: Path) -> str | None:
-    """A model or adapter directory's chat template (trainer.serving.args.chat_template_text)."""
-    from trainer.serving.args import chat_template_text
-
-    def read(name: str) -> str | None:
-        return (Path(root) / name).read_text() if (Path(root) / name).is_file() else None
-
+def _named_templates(root: Path) -> dict[str, str]:
+    """Every chat template a model or adapter directory holds, by name, stripped: chat_template.jinja or
+    tokenizer_config.json's string as "default", an older tokenizer_config.json's list by its names, and
+    additional_chat_templates/<name>.jinja (where transformers 5 saves such a list's other entries)."""
+    root, out = Path(root), {}
     try:
-        return chat_template_text(read)
+        config = json.loads((root / "tokenizer_config.json").read_text()) \
+            if (root / "tokenizer_config.json").is_file() else {}
+        template = config.get("chat_template") if isinstance(config, dict) else None
+        if isinstance(template, str):
+            out["default"] = template
+        elif isinstance(template, list):
+            out.update({t["name"]: t["template"] for t in template if isinstance(t, dict)
+                        and isinstance(t.get("name"), str) and isinstance(t.get("template"), str)})
+        if (root / "chat_template.jinja").is_file():
+            out["default"] = (root / "chat_template.jinja").read_text()
+        for path in sorted((root / "additional_chat_templates").glob("*.jinja")):
+            out[path.stem] = path.read_text()
     except (OSError, ValueError, UnicodeDecodeError):
-        return None  # a broken tokenizer_config.json: the directory checks name it
+        return {}  # unreadable: the directory checks name it
+    return {name: text.strip() for name, text in out.items()}
 
 
 def _check_dirs(model_dir: Path, lora_modules: Mapping[str, str], problems: Sequence[str] = ()) -> None:
     problems = list(problems)
-    base_template = _local_template(model_dir)
+    base_templates = _named_templates(model_dir)
     if not (Path(model_dir) / "config.json").exists():
         problems.append(f"{model_dir} is not a model directory (no config.json); pass a merged or base model")
     else:  # weights missing or config.json broken: vLLM would fail after half a minute with a traceback
@@ -128,12 +138,13 @@ def _check_dirs(model_dir: Path, lora_modules: Mapping[str, str], problems: Sequ
         problems += adapter_fit_problems(model_dir, path, f"--lora {name}={path}")
         # The server prompts every name with the base's template: an adapter trained on other prompts would be
         # asked in a format it never saw (and answer '' to a tool request), without a word.
-        trained = _local_template(Path(path))
-        if trained and base_template and trained.strip() != base_template.strip():
+        trained = _named_templates(Path(path))
+        differ = sorted(n for n in trained.keys() & base_templates.keys() if trained[n] != base_templates[n])
+        if differ:
             problems.append(f"--lora {name}={path} was trained with another chat template than {model_dir}'s (its "
-                            f"chat_template.jinja differs), and the server prompts every model with the base's: serve "
-                            "it on the base delivered with the template it was trained with (deliver-model "
-                            "--chat-template), or serve the merged model")
+                            f"{', '.join(differ)} template differs), and the server prompts every model with the "
+                            "base's: serve it on the base delivered with the template it was trained with "
+                            "(deliver-model --chat-template), or serve the merged model")
     collect(problems, "cannot serve")
 
 
