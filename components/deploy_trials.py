@@ -56,7 +56,17 @@ def deploy_trials(
                                              kueue_queue=kueue_queue))
         spec = ServeSpec(name=f"{name}-base", model_uri=read_uri(base_model), gpus=gpus, cluster=placement,
                          adapters=trial_adapters(name, [read_uri(a) for a in adapters]), vllm_image=vllm_image)
-        out = serving.deploy(backend, spec, store, messages, tools, keep_serving=keep_serving)
+        keep = keep_serving
+        if keep and backend == "local":
+            import torch
+
+            if torch.cuda.is_available():  # vLLM takes 90% of the GPU: the winner's merge and server need it next
+                keep = False
+                print("WARNING: keep_serving: the trials' server is stopped after its smoke test all the same: on "
+                      "this machine's GPU it would hold the memory the winner's merge and server need; compare the "
+                      "trials with `python -m trainer serve BASE_DIR --lora NAME=ADAPTER_DIR ...` after the run",
+                      flush=True)
+        out = serving.deploy(backend, spec, store, messages, tools, keep_serving=keep)
     outcome = smoke_outcome(out.results)  # the same verdict as the deploy step's
     smoke.log_metric("smoke_ok", float(outcome["smoke_ok"]))
     smoke.log_metric("smoke_server_ok", float(outcome["server_ok"]))

@@ -108,6 +108,9 @@ def test_deploy_trials_keeps_its_server_up_only_with_keep_serving(delivered, tmp
                                 pgid=4242 if keep_serving else None)
 
     monkeypatch.setattr(serving, "deploy", deploy)
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     out = deploy_trials.python_func(base_model=model, adapters=[model, model], dataset=data,
                                     smoke=art(Metrics, tmp_path, "smoke"), enabled=True, keep_serving=keep)
     said = capsys.readouterr().out
@@ -116,3 +119,9 @@ def test_deploy_trials_keeps_its_server_up_only_with_keep_serving(delivered, tmp
     assert out.models == asked["names"] and out.endpoint == ("http://127.0.0.1:9/v1" if keep else "")
     assert ("still serving; stop with: kill -- -4242" in said) == keep
     assert ("served at (now stopped) http://127.0.0.1:9/v1" in said) != keep
+    # on a GPU the kept server would hold the memory the winner's merge and server need next: stopped, and said so
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    out = deploy_trials.python_func(base_model=model, adapters=[model], dataset=data,
+                                    smoke=art(Metrics, tmp_path, "smoke2"), enabled=True, keep_serving=keep)
+    assert not asked["keep_serving"] and out.endpoint == ""
+    assert ("is stopped after its smoke test all the same" in capsys.readouterr().out) == keep
