@@ -259,8 +259,7 @@ def read_record(run_dir: Path) -> dict[str, Any]:
                   "started": "", "params": {}, "metrics": {}}
     # What a hand edit (or a bug) can put there must not reach the terminal or the tables as if measured: a NaN or
     # infinite metric reads as not measured (blank); control characters (a newline, an escape sequence) as spaces.
-    record["metrics"] = {task: {k: v for k, v in ms.items() if math.isfinite(v)}
-                         for task, ms in record.get("metrics", {}).items()}
+    record["metrics"] = {task: {k: v for k, v in ms.items() if _real(v)} for task, ms in record.get("metrics", {}).items()}
     for key in ("summary", "status", "started", "pipeline"):
         if isinstance(record.get(key), str):
             record[key] = _CONTROL.sub(" ", record[key])
@@ -272,16 +271,25 @@ def read_record(run_dir: Path) -> dict[str, Any]:
     return record
 
 
+def _real(value: float) -> bool:
+    """A number a table can show: finite, and within a float's range (a JSON integer has no bound)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
-def _started_at(pid: int) -> float | None:
-    """When process `pid` started (seconds since the epoch), None if there is none."""
-    import psutil
-
+def _started_at(pid: int) -> str | None:
+    """When process `pid` started, as "<boot id>:<clock ticks since boot>" (Linux's /proc: unlike a wall-clock time,
+    no clock step moves it), None if there is no such process or no /proc to read it from."""
     try:
-        return psutil.Process(pid).create_time()
-    except (psutil.Error, ValueError):
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return f"{boot}:{fields[19]}"  # field 22, starttime: the fields after the name start at 3
+    except (OSError, IndexError, ValueError):
         return None
 
 
@@ -293,11 +301,14 @@ def _gone(record: dict[str, Any]) -> bool:
         return False  # another machine's run (a shared .runs/), or a record from before pids were kept
     if pid <= 0:  # kill(0) and kill(-1) reach whole groups: no run's own process
         return True
-    started = _started_at(pid)
-    if started is None:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
         return True
-    recorded = record.get("pid_started")
-    return isinstance(recorded, (int, float)) and abs(started - recorded) > 1.0
+    except OSError:  # exists, another user's
+        pass
+    recorded, started = record.get("pid_started"), _started_at(pid)
+    return isinstance(recorded, str) and started is not None and started != recorded
 
 
 def runs_dir_flag(runs_dir: Path) -> str:

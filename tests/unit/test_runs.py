@@ -470,7 +470,8 @@ def test_a_run_whose_process_was_killed_reads_as_gone_not_running(tmp_path, caps
     runs.update_run(killed, pid=dead.pid)
     # its pid now another process's (pid reuse: here this one's, started earlier), and pids that are no process's
     reused = runs.new_run("finetune", {"max_steps": 3}, runs_dir)
-    runs.update_run(reused, pid_started=runs._started_at(os.getpid()) - 3600)
+    boot, ticks = runs._started_at(os.getpid()).rsplit(":", 1)
+    runs.update_run(reused, pid_started=f"{boot}:{int(ticks) - 100}")
     groups = [runs.new_run("finetune", {"max_steps": n}, runs_dir) for n in (4, 5)]
     for run_dir, pid in zip(groups, (0, -1)):
         runs.update_run(run_dir, pid=pid)
@@ -490,7 +491,7 @@ def test_a_hand_edited_record_shows_no_nan_as_a_number_and_no_control_character(
         "status": "succeeded", "started": "x", "params": {}, "changed": {}, "elapsed_s": 5.0,
         "summary": "line one\nline two \x1b[31mred\x1b[0m",
         "metrics": {"evaluate": {"tuned_fc_accuracy": float("nan"), "base_fc_accuracy": float("inf"),
-                                 "fc_rows": 20.0}}}))
+                                 "fc_rows": 20.0, "eval_rows": 10 ** 400}}}))
     [record] = runs.load_runs(tmp_path)
     assert record["metrics"] == {"evaluate": {"fc_rows": 20.0}}  # blank where nothing real was measured
     assert "\n" not in record["summary"] and "\x1b" not in record["summary"] and "line two" in record["summary"]
