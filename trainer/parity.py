@@ -309,13 +309,19 @@ def delivered_problems(store, model_uri: str, dataset_uri: str) -> list[str]:
     from trainer import data
     from trainer.storage import MANIFEST, split_uri
 
+    from trainer import settings
+
     _, model_prefix = split_uri(model_uri)
     _, data_prefix = split_uri(dataset_uri)
-    present = {f["path"] for f in store.get_json(f"{model_prefix}/{MANIFEST}")["files"]}
+    manifest = store.get_json(f"{model_prefix}/{MANIFEST}")
+    present = {f["path"] for f in manifest["files"]}
+    # a tree already in this machine's cache (get_tree's, named by its hash) is read there, not fetched again
+    cached = Path(settings.get("FINETUNE_CACHE_DIR")) / str(manifest.get("tree_sha256"))
     with tempfile.TemporaryDirectory() as tmp:
         for name in TOKENIZER_FILES:
             if name in present:
-                Path(tmp, name).write_bytes(store.get_bytes(f"{model_prefix}/{name}"))
+                Path(tmp, name).write_bytes((cached / name).read_bytes() if (cached / MANIFEST).is_file()
+                                            else store.get_bytes(f"{model_prefix}/{name}"))
         tokenizer = AutoTokenizer.from_pretrained(tmp, local_files_only=True)
         eos = []
         if (gen := Path(tmp, "generation_config.json")).is_file():
