@@ -449,13 +449,14 @@ class Recipe:
               "above): the layers run eagerly", flush=True)
 
     def mark(self) -> tuple[float, int]:
-        """(now, this rank's real tokens so far), after the device has finished its queued work:
-        the one device sync behind every timing (steady throughput, the compile trial)."""
+        """(now, less the seconds spent measuring the eval loss; this rank's real tokens so far), after the device
+        has finished its queued work: the one device sync behind every timing (steady throughput, the compile
+        trial)."""
         import torch
 
         if self.device.type == "cuda":
             torch.cuda.synchronize()
-        return self.clock(), self.real_tokens
+        return self.clock() - self.eval_s, self.real_tokens  # the eval loss's seconds are not training's
 
     def _step(self):
         """One optimizer step over `accum` micro-batches: (summed loss, gradient norm), both left
