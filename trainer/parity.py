@@ -339,22 +339,36 @@ def delivered_problems(store, model_uri: str, dataset_uri: str) -> list[str]:
 
 
 CHECKED = "template-check.json"  # under a run's output prefix: the pair of inputs the check passed
+# Content-addressed inputs (deliver's sha256-<tree hash> URIs) passed once pass for every run: recorded here in the
+# bucket, by version of the check (a check that asks more checks every pair again).
+CHECKS, CHECK_VERSION = "template-checks", 1
+_ADDRESSED = re.compile(r"s3://[^/]+/(?:.+/)?sha256-([0-9a-f]{64})/?")
+
+
+def _record(model_uri: str, dataset_uri: str, output_prefix: str) -> str:
+    """Where a passed check of this pair is recorded: by the two trees' hashes, else under the run's prefix."""
+    model, data = _ADDRESSED.fullmatch(model_uri), _ADDRESSED.fullmatch(dataset_uri)
+    if model and data:
+        return f"{CHECKS}/v{CHECK_VERSION}/{model[1]}-{data[1]}.json"
+    return f"{output_prefix}/{CHECKED}"
 
 
 def check_delivered(store, model_uri: str, dataset_uri: str, output_prefix: str) -> None:
-    """`delivered_problems` for a training run, raised as one UserError before anything trains; once passed, the
-    pair is recorded under `output_prefix`, so the job's own `trainer train` processes, which check too for
-    those who run them without the pipeline, do not check the same content-addressed inputs again."""
+    """`delivered_problems` for a training run, raised as one UserError before anything trains. A passed pair is
+    recorded (`_record`), so the job's own `trainer train` processes, which check too for those who run them
+    without the pipeline, and later runs of the same inputs do not check the same trees again (each rank would
+    import vLLM's parsers: ~3 CPU-s)."""
     from trainer.errors import collect
 
     for uri in (dataset_uri, model_uri):  # as training reads them: a missing one is named, not a traceback
         store.check_tree(uri)
-    record = f"{output_prefix}/{CHECKED}"
+    record = _record(model_uri, dataset_uri, output_prefix)
     pair = {"model_uri": model_uri, "dataset_uri": dataset_uri}
     if store.exists(record) and store.get_json(record) == pair:
         return
     collect(delivered_problems(store, model_uri, dataset_uri), what="the chat template does not fit the data")
     store.put_json(record, pair)
+
 
 # --- the running server against the training encoder ----------------------------------------------------------
 

@@ -150,8 +150,8 @@ def test_delivery_writes_the_template_into_a_new_tree_and_the_finetune_check_rea
 def test_trainer_train_run_alone_refuses_a_template_that_drops_tools_and_the_launchers_pass_is_not_redone(
         store, tmp_path, monkeypatch, capsys):
     """`python -m trainer train` without the pipeline (its documented use) checks the delivered template against the
-    rows before anything trains, as the pipeline's launch does; a pair the launch passed for a run's prefix is
-    recorded there, so the job's ranks do not check the same content-addressed inputs again."""
+    rows before anything trains, as the pipeline's launch does; a pair of content-addressed trees that passed is
+    recorded in the bucket, so the job's ranks and later runs do not check the same trees again."""
     import signal
 
     from trainer import train as recipe
@@ -168,14 +168,20 @@ def test_trainer_train_run_alone_refuses_a_template_that_drops_tools_and_the_lau
         main(["train", "--model-uri", dropping_uri, "--dataset-uri", data_uri, "--output-prefix", "runs/cli-parity"])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and "tools dropped" in err and "Traceback" not in err, err
-    assert not store.exists(f"runs/cli-parity/{parity.CHECKED}")
+    assert not store.exists(parity._record(dropping_uri, data_uri, "runs/cli-parity"))  # a refusal is not recorded
 
+    import uuid
+
+    monkeypatch.setattr(parity, "CHECK_VERSION", uuid.uuid4().hex)  # no pass recorded by an earlier test counts
     checked = []
     real = parity.delivered_problems
     monkeypatch.setattr(parity, "delivered_problems", lambda *a: checked.append(a[1:]) or real(*a))
     parity.check_delivered(store, model_uri, data_uri, "runs/p")  # the launch: checked, recorded
     parity.check_delivered(store, model_uri, data_uri, "runs/p")  # the job's ranks: the record answers
+    parity.check_delivered(store, model_uri, data_uri, "runs/q")  # another run of the same trees: the same
     assert checked == [(model_uri, data_uri)]
-    with pytest.raises(UserError, match="tools dropped"):  # another pair under the same prefix is checked anew
+    with pytest.raises(UserError, match="tools dropped"):  # another pair is checked anew
         parity.check_delivered(store, dropping_uri, data_uri, "runs/p")
     assert checked == [(model_uri, data_uri), (dropping_uri, data_uri)]
+    # inputs that are not content-addressed: recorded for the run's prefix alone
+    assert parity._record("s3://b/mine/model", data_uri, "runs/r") == f"runs/r/{parity.CHECKED}"
