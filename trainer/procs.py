@@ -145,13 +145,13 @@ class Started:
             subreaper(False)
 
 
-def private_tmpdir_env(tmp: str) -> dict[str, str]:
+def private_tmpdir_env(tmp: str, shared: str = "") -> dict[str, str]:
     """Environment for a child whose temporary files go to `tmp`, a directory removed after it, except
     inductor's compile caches, kept where torch keeps them for us: a restarted job or server reuses its
     compiled kernels. Two places: TORCHINDUCTOR_CACHE_DIR, and inductor's precompiled headers, which it
     keeps under TMPDIR whatever that variable says (torch 2.13): a link in `tmp` to torch's folder, where
     one exists, spares each compiling process 4 s of g++ (2 cores, 2026-11-25)."""
-    shared = inductor_cache_dir()
+    shared = shared or inductor_cache_dir()  # given: the caller spares importing inductor (~2 s) to find it
     if os.path.isdir(shared):
         with contextlib.suppress(OSError):  # only time is lost without it
             os.symlink(shared, os.path.join(tmp, os.path.basename(shared)))

@@ -19,8 +19,10 @@ pod would fail (or needlessly restart) a job that is done.
 
 from __future__ import annotations
 
+import getpass
 import math
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -66,8 +68,12 @@ def main() -> None:
     os.environ.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(math.ceil(grace) + SHUTDOWN_MARGIN_S))
     # torchelastic's per-run log folder (/tmp/torchelastic_*) and the workers' temporary files go to a folder of
     # this run's, removed when the agent exits: plain torchrun leaves one behind on every run.
+    # Where torch keeps inductor's kernels, by its rule (trainer.procs.inductor_cache_dir imports inductor to ask:
+    # ~2 s of every agent, which compiles nothing itself).
+    user = re.sub(r'[\\/:*?"<>|]', "_", getpass.getuser())
+    shared = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(tempfile.gettempdir(), f"torchinductor_{user}")
     tmp = tempfile.mkdtemp(prefix="torchrun-")
-    os.environ.update(private_tmpdir_env(tmp))
+    os.environ.update(private_tmpdir_env(tmp, shared))
     tempfile.tempdir = tmp  # this process's own: tempfile read TMPDIR once already
     try:
         sys.exit(_run(torchrun, argv))
