@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast test-bench test-signals compile manifests clean chromium
+.PHONY: demo test test-fast test-bench test-signals compile manifests clean chromium gpu-check gpu-wheels
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -63,6 +63,15 @@ test-bench: $(STAMP)
 # run_local interrupted in each stage by SIGTERM / SIGINT to it and to its group (20 runs, ~15 min)
 test-signals: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m signals tests/integration/test_procs.py
+
+# On a GPU machine (issue 38), in the repository root, with the wheels `make gpu-wheels` put in .whl/:
+# its own python3, torch, transformers and peft (no venv, no network there); figures under $$OUT.
+gpu-check:
+	PYTHONUNBUFFERED=1 python3 -m benchmarks.gpu_check --wheels .whl $(GPU_CHECK_ARGS)
+
+# Here, before: the wheels the GPU machine lacks (benchmarks/gpu_check.py GPU_WHEELS), ~33 MB.
+gpu-wheels:
+	$(PY) -m benchmarks.gpu_check --fetch-wheels .whl
 
 compile: $(STAMP)
 	$(BIN)/python -m pipelines.compile

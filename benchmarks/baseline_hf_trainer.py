@@ -1,5 +1,5 @@
 """python -m benchmarks.baseline_hf_trainer MODEL_DIR TRAIN_JSONL --steps N --batch-size B --out result.json
-       [--padding longest] [--bf16]
+       [--padding longest] [--bf16] [--trainer hf|trl] [--method lora|full] [--liger]
 
 The baseline for benchmarks.train_throughput (CPU) and benchmarks.gpu_compare (CUDA): LoRA
 fine-tuning written the common way: Hugging Face Trainer + peft, loss on all tokens, Trainer
@@ -7,6 +7,14 @@ defaults otherwise. By default every row is padded to max_length 512 (the usual 
 example); `--padding longest --bf16` is the stronger baseline (pad each batch to its longest
 row, bf16 weights and autocast). Reports real (non-pad) tokens per second and peak memory
 (GPU memory on CUDA, resident memory otherwise).
+
+`--trainer trl` runs TRL's SFTTrainer (the `bench` extra) on the same pre-tokenized rows instead,
+with the same settings: TRL 1.x turns gradient checkpointing on by default, which is set off here
+as for every other trainer compared (memory is not short at these sizes, and it costs a third more
+compute). `--method full` trains every weight (no peft); `--liger` turns on the trainer's own
+`use_liger_kernel` (Liger's fused linear cross-entropy, RMSNorm, SwiGLU, RoPE), each trainer's best
+setting on a GPU where liger-kernel is installed. Padding-free batches (TRL's `padding_free`) need
+flash-attention, which the GPU machines lack: without it they attend across the whole packed batch.
 """
 
 from __future__ import annotations
@@ -33,6 +41,10 @@ def main() -> None:
     p.add_argument("--padding", choices=("max_length", "longest"), default="max_length")
     p.add_argument("--bf16", action="store_true")
     p.add_argument("--train-embeddings", action="store_true", help="peft modules_to_save=[embed_tokens]")
+    p.add_argument("--trainer", choices=("hf", "trl"), default="hf")
+    p.add_argument("--method", choices=("lora", "full"), default="lora")
+    p.add_argument("--learning-rate", type=float, default=3e-3)
+    p.add_argument("--liger", action="store_true", help="use_liger_kernel=True (liger-kernel installed)")
     p.add_argument("--out", required=True)
     args = p.parse_args()
 
@@ -52,22 +64,40 @@ def main() -> None:
 
     cuda = torch.cuda.is_available()
     model = AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=torch.bfloat16 if args.bf16 else torch.float32)
-    model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", task_type="CAUSAL_LM",
-                                             modules_to_save=["embed_tokens"] if args.train_embeddings else None))
+    lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM",
+                      modules_to_save=["embed_tokens"] if args.train_embeddings else None)
+    if args.method == "lora" and args.trainer == "hf":
+        model = get_peft_model(model, lora)
     # Trainer wants an output folder even when it saves nothing: one of its own in TMPDIR, removed at exit
     # (a fixed /tmp/baseline-hf was left behind by every run, and shared by two at once).
     out_dir = tempfile.TemporaryDirectory(prefix="baseline-hf-")
-    targs = TrainingArguments(output_dir=out_dir.name, max_steps=args.steps,
-                              per_device_train_batch_size=args.batch_size, learning_rate=3e-3, logging_steps=10,
-                              save_strategy="no", report_to=[], use_cpu=not cuda, bf16=args.bf16,
-                              dataloader_num_workers=0, disable_tqdm=True)
+    common = dict(output_dir=out_dir.name, max_steps=args.steps, per_device_train_batch_size=args.batch_size,
+                  learning_rate=args.learning_rate, logging_steps=10, save_strategy="no", report_to=[],
+                  use_cpu=not cuda, bf16=args.bf16, dataloader_num_workers=0, disable_tqdm=True,
+                  gradient_checkpointing=False, use_liger_kernel=args.liger)
+    if args.trainer == "trl":
+        from datasets import Dataset
+        from trl import SFTConfig, SFTTrainer
+
+        # pre-tokenized rows (input_ids): TRL tokenizes nothing, and pads each batch to its longest row
+        targs = SFTConfig(**common, max_length=None, padding_free=False, packing=False)
+        make = lambda collator, callbacks: SFTTrainer(  # noqa: E731
+            model=model, args=targs, train_dataset=Dataset.from_list([{"input_ids": i} for i in enc["input_ids"]]),
+            processing_class=tok, peft_config=lora if args.method == "lora" else None, callbacks=callbacks)
+    else:
+        targs = TrainingArguments(**common)
+        make = lambda collator, callbacks: Trainer(model=model, args=targs, train_dataset=ds,  # noqa: E731
+                                                   data_collator=collator, callbacks=callbacks)
     inner = default_data_collator if fixed else DataCollatorForSeq2Seq(tok, padding="longest", label_pad_token_id=-100)
     counts: list[int] = []  # real tokens of each batch, in order (accelerate collates one batch ahead)
 
-    def collator(features):
-        batch = inner(features)
-        counts.append(int(batch["attention_mask"].sum()))
-        return batch
+    def counting(inner):
+        def collate(features):
+            batch = inner(features)
+            mask = batch.get("attention_mask")
+            counts.append(int(mask.sum()) if mask is not None else int(batch["input_ids"].numel()))
+            return batch
+        return collate
 
     class Half(TrainerCallback):
         """Steady state: the second half of the steps, timed as the trainer's own figure is."""
@@ -79,7 +109,9 @@ def main() -> None:
                 half.extend([time.perf_counter(), state.global_step])
 
     half: list = []
-    trainer = Trainer(model=model, args=targs, train_dataset=ds, data_collator=collator, callbacks=[Half()])
+    trainer = make(counting(inner), [Half()])
+    if args.trainer == "trl":  # TRL's own collator (its padding and completion masks), counted the same way
+        trainer.data_collator = counting(trainer.data_collator)
     start = time.perf_counter()
     trainer.train()
     end = time.perf_counter()

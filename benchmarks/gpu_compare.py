@@ -1,6 +1,7 @@
 """python -m benchmarks.gpu_compare [--steps 40] [--runs 2] [--batch-tokens 16384] [--batch-tokens-8b 8192]
        [--shapes 1b,8b] [--variants "default;compile=true;FINETUNE_FUSED_LORA=0;FINETUNE_LIGER=0"]
-       [--peak-tflops auto] [--profile] [--json out.json] [--log-dir DIR] [--run-timeout-s 0] [--no-hf]
+       [--peak-tflops auto] [--profile] [--json out.json] [--log-dir DIR] [--run-timeout-s 0] [--baselines hf,trl | --no-hf]
+       [--method lora|full]
    smoke test of this script on CPU (figures meaningless, a minute or two):
        python -m benchmarks.gpu_compare --allow-cpu --shapes tiny --steps 4 --runs 1 --batch-tokens 512 \
            --variants "default;compile=true" --profile --json /tmp/gc.json
@@ -14,8 +15,13 @@ interleaved (ours, HF, ours, HF, ...) so that clock and thermal drift hit both a
   activations at 16,384 tokens would not fit in 80 GB next to its 16 GB of weights without
   gradient checkpointing), one variant per `--variants` entry (space-separated TrainConfig fields
   or trainer.settings names, "default" for none);
-- HF Trainer + peft (benchmarks/baseline_hf_trainer.py), each batch padded to its longest row,
-  bf16, as many rows per step as hold `--batch-tokens` real tokens on average.
+- the baselines (`--baselines`, benchmarks/baseline_hf_trainer.py): HF Trainer + peft and TRL's
+  SFTTrainer, each batch padded to its longest row, bf16, Liger's kernels where liger-kernel is
+  installed (each one's best settings on a GPU without flash-attn), as many rows per step as hold
+  `--batch-tokens` real tokens on average.
+
+`--method full` trains every weight, in this trainer and the baselines alike (learning rate 1e-5:
+random weights under a LoRA rate diverge, and this trainer stops on a non-finite loss).
 
 A `compile=true` run times its compiled layers against eager early on and keeps the faster
 (trainer.train._CompileTrial); its row notes both rates and what was kept. To time compiled
@@ -94,6 +100,9 @@ SHAPES = {
     "tiny": Shape(layers=2, hidden=64, mlp=128, heads=4, kv_heads=2, vocab=1024, tied=True),
 }
 HF_LABEL = "HF Trainer, pad to longest, bf16"
+TRL_LABEL = "TRL SFTTrainer, pad to longest, bf16"
+BASELINES = {"hf": HF_LABEL, "trl": TRL_LABEL}
+LEARNING_RATE = {"lora": 2e-4, "full": 1e-5}  # full: random weights diverge at a LoRA rate
 MAX_SEQ_LEN = 512  # the trainer's, for every run; a micro-batch's token budget must hold one row
 TAIL_LINES = 25  # of a failed run's log, printed and kept in --json
 
@@ -229,15 +238,15 @@ def run_logged(cmd: list[str], log: Path, timeout_s: float = 0, env: dict[str, s
 
 
 def trainer_command(model_uri: str, data_uri: str, prefix: str, steps: int, batch_tokens: int,
-                    extra_args: list[str], *more: str) -> list[str]:
+                    extra_args: list[str], *more: str, method: str = "lora") -> list[str]:
     """`python -m trainer train` for one run: the LoRA setting pinned to the HF baseline's (r16,
     alpha 32, all linear layers, no trained embedding) whatever TrainConfig's defaults (tuned
     for the built-in demo) become; the variant's arguments last, so they win."""
     lora = ["--method=lora", "--lora-r=16", "--lora-alpha=32", "--lora-dropout=0", "--lora-target-modules=all-linear",
-            "--lora-train-embeddings=false"]
+            "--lora-train-embeddings=false"] if method == "lora" else ["--method=full"]
     return [sys.executable, "-m", "trainer", "train", f"--model-uri={model_uri}", f"--dataset-uri={data_uri}",
             f"--output-prefix={prefix}", f"--max-steps={steps}", f"--batch-tokens={batch_tokens}",
-            "--learning-rate=2e-4", f"--max-seq-len={MAX_SEQ_LEN}", *lora, "--log-every=10", "--eval-every=100000",
+            f"--learning-rate={LEARNING_RATE[method]}", f"--max-seq-len={MAX_SEQ_LEN}", *lora, "--log-every=10", "--eval-every=100000",
             "--checkpoint-every=100000", *more, *extra_args]
 
 
@@ -245,7 +254,7 @@ def _train(model_uri: str, data_uri: str, prefix: str, steps: int, batch_tokens:
            extra: tuple[list[str], dict[str, str]], args, *more: str) -> None:
     """One `python -m trainer train` process (its own peak memory), the variant's args and env."""
     extra_args, env = extra
-    run_logged(trainer_command(model_uri, data_uri, prefix, steps, batch_tokens, extra_args, *more),
+    run_logged(trainer_command(model_uri, data_uri, prefix, steps, batch_tokens, extra_args, *more, method=args.method),
                args.log_dir / f"{prefix.split('/')[-1]}.log", args.run_timeout_s, env={**os.environ, **env})
 
 
@@ -289,6 +298,20 @@ def profile_breakdown(trace: dict, steps: int) -> dict[str, float]:
     return out
 
 
+def top_kernels(trace: dict, steps: int, n: int = 12) -> list[dict]:
+    """The `n` kernels that take the most GPU time: per step (ms), calls per step, share of all kernel time."""
+    per: dict[str, list[float]] = {}
+    for event in trace.get("traceEvents", []):
+        if event.get("cat") == "kernel":
+            got = per.setdefault(event.get("name", "?"), [0.0, 0])
+            got[0] += event.get("dur", 0) / 1000
+            got[1] += 1
+    total = sum(ms for ms, _ in per.values()) or 1.0
+    ranked = sorted(per.items(), key=lambda kv: -kv[1][0])[:n]
+    return [{"kernel": name[:160], "ms_per_step": ms / steps, "calls_per_step": calls / steps, "share": ms / total}
+            for name, (ms, calls) in ranked]
+
+
 def trial_note(results: list[dict]) -> str:
     """For compile=true runs: what the trainer's own compiled-vs-eager trial measured and kept
     (its steady figure is then the kept setting's, which may be eager)."""
@@ -321,13 +344,19 @@ def run_profiled(model_uri: str, data_uri: str, args, extra, tag: str, steps: in
     prefix = f"runs/profile-{tag}"
     _train(model_uri, data_uri, prefix, steps + 3, args.batch_tokens, extra, args, f"--profile-steps={steps}")
     trace = _written(Store.from_env(), f"{prefix}/profile/trace.json", args.log_dir / f"profile-{tag}.log")
-    return profile_breakdown(trace, steps)
+    return {**profile_breakdown(trace, steps), "top_kernels": top_kernels(trace, steps)}
 
 
-def run_hf(model_dir: Path, train_jsonl: Path, args, rows_per_step: int, out: Path) -> dict:
+def run_baseline(kind: str, model_dir: Path, train_jsonl: Path, args, rows_per_step: int, out: Path) -> dict:
+    """One baseline run (`kind`: hf or trl) in its own process, in its best settings here (Liger's
+    kernels where liger-kernel is installed, as this trainer uses them)."""
+    import importlib.util
+
+    liger = ["--liger"] if importlib.util.find_spec("liger_kernel") and args.cuda else []
     run_logged([sys.executable, "-m", "benchmarks.baseline_hf_trainer", str(model_dir), str(train_jsonl),
                 f"--steps={args.steps}", f"--batch-size={rows_per_step}", "--padding=longest", "--bf16",
-                f"--out={out}"], args.log_dir / f"{out.stem}.log", args.run_timeout_s)
+                f"--trainer={kind}", f"--method={args.method}", f"--learning-rate={LEARNING_RATE[args.method]}",
+                *liger, f"--out={out}"], args.log_dir / f"{out.stem}.log", args.run_timeout_s)
     return json.loads(out.read_text())
 
 
@@ -363,7 +392,7 @@ def figure_rows(name: str, shape: Shape, batch_tokens: int, mean_len: float, pea
     figures, rows = [], []
     for label, results in runs.items():
         ok = [r for r in results if r]
-        trainer = label if label == HF_LABEL else f"this trainer ({label}){trial_note(ok)}{compile_note(ok)}"
+        trainer = label if label in BASELINES.values() else f"this trainer ({label}){trial_note(ok)}{compile_note(ok)}"
         failed = len(results) - len(ok)
         if failed:
             trainer += f"; {failed} of {len(results)} run(s) failed"
@@ -404,8 +433,12 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true",
                         help="after the timed runs, profile each variant on the 1b shape: GPU time per step by "
                         "kernel kind")
-    parser.add_argument("--no-hf", action="store_true", help="skip the HF Trainer baseline (e.g. when only "
-                        "comparing this trainer's variants; its runs take as long as this trainer's)")
+    parser.add_argument("--baselines", default="hf", help="comma-separated: hf (HF Trainer + peft), trl (TRL "
+                        "SFTTrainer, needs the bench extra); empty for none. Not on the 8b shape")
+    parser.add_argument("--no-hf", action="store_true", help="no baseline (--baselines ''), e.g. when only "
+                        "comparing this trainer's variants; its runs take as long as this trainer's")
+    parser.add_argument("--method", choices=tuple(LEARNING_RATE), default="lora",
+                        help="lora (r16 on all linear layers) or full (every weight), for every trainer compared")
     parser.add_argument("--allow-cpu", action="store_true",
                         help="run on CPU when there is no GPU: checks this script end to end, figures meaningless")
     args = parser.parse_args()
@@ -416,8 +449,11 @@ def main() -> None:
     shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
     if unknown := [s for s in shapes if s not in SHAPES]:
         raise SystemExit(f"--shapes: unknown {unknown}; choose from {sorted(SHAPES)}")
-    if HF_LABEL in variants:
-        raise SystemExit(f"--variants: {HF_LABEL!r} is the baseline's name")
+    baselines = [] if args.no_hf else [b.strip() for b in args.baselines.split(",") if b.strip()]
+    if unknown := [b for b in baselines if b not in BASELINES]:
+        raise SystemExit(f"--baselines: unknown {unknown}; choose from {', '.join(BASELINES)}")
+    if clash := set(variants) & set(BASELINES.values()):
+        raise SystemExit(f"--variants: {sorted(clash)} is a baseline's name")
     if min(args.batch_tokens, args.batch_tokens_8b) < MAX_SEQ_LEN:
         raise SystemExit(f"--batch-tokens and --batch-tokens-8b must be at least {MAX_SEQ_LEN} (the runs' max_seq_len)")
     if args.steps < 2 or args.runs < 1:
@@ -431,7 +467,7 @@ def main() -> None:
         raise SystemExit(f"gpu_compare needs {', '.join(missing)} (the S3 stand-in the trainer reads from): "
                          "pip install 'moto[server]' minio, or on a machine without internet the wheels "
                          "(docs/performance.md, \"For the next session with a GPU\")")
-    cuda = torch.cuda.is_available()
+    cuda = args.cuda = torch.cuda.is_available()
     if not cuda and not args.allow_cpu:
         raise SystemExit("gpu_compare needs a CUDA GPU; none is visible here (torch.cuda.is_available() is False). "
                          "Run it on a GPU machine; on CPU use python -m benchmarks.train_throughput (or --allow-cpu "
@@ -486,8 +522,8 @@ def main() -> None:
                 encoded = data.encode_all(data.read_jsonl(train_jsonl), tok, MAX_SEQ_LEN)[0]
                 lengths = [len(e["input_ids"]) for e in encoded]
                 mean_len = sum(lengths) / len(lengths)
-                with_hf = name != "8b" and not args.no_hf
-                runs: dict[str, list] = {v: [] for v in variants} | ({HF_LABEL: []} if with_hf else {})
+                with_base = baselines if name != "8b" else []
+                runs: dict[str, list] = {v: [] for v in variants} | {BASELINES[b]: [] for b in with_base}
                 raw[name] = runs
                 for i in range(args.runs):
                     for k, (v, extra) in enumerate(variants.items()):
@@ -496,11 +532,11 @@ def main() -> None:
                                                                          f"{name}-{i}-{k}", batch_tokens),
                             failures, _summary))
                         save()
-                    if with_hf:
-                        runs[HF_LABEL].append(attempt(
-                            f"{name} HF Trainer run {i + 1}", lambda: run_hf(
-                                model_dir, train_jsonl, args, round(batch_tokens / mean_len),
-                                Path(tmp) / f"hf-{name}-{i}.json"),
+                    for b in with_base:
+                        runs[BASELINES[b]].append(attempt(
+                            f"{name} {BASELINES[b].split(',')[0]} run {i + 1}", lambda: run_baseline(
+                                b, model_dir, train_jsonl, args, round(batch_tokens / mean_len),
+                                Path(tmp) / f"{b}-{name}-{i}.json"),
                             failures, _summary))
                         save()
                 shape_figures, shape_rows = figure_rows(name, shape, batch_tokens, mean_len, peak, runs)
@@ -526,9 +562,14 @@ def main() -> None:
         kinds = [k for k, _ in KERNEL_KINDS]
         print(f"\n{'GPU' if cuda else 'CPU'} kernel time per step (ms), profiled shape, torch.profiler over 3 steps "
               "after warm-up")
-        print(table([(v, *(f"{p[k]:.1f}" for k in kinds), f"{sum(p.values()):.1f}") if "error" not in p
+        print(table([(v, *(f"{p[k]:.1f}" for k in kinds), f"{sum(p[k] for k in kinds):.1f}") if "error" not in p
                      else (v, f"failed: {p['error']}", *[""] * len(kinds)) for v, p in profiles.items()],
                     ("variant", *kinds, "total")))
+        for v, p in profiles.items():
+            if p.get("top_kernels"):
+                print(f"\ntop kernels, {v} (ms per step, calls per step, share of kernel time)")
+                print(table([(k["kernel"][:90], f"{k['ms_per_step']:.1f}", f"{k['calls_per_step']:.0f}",
+                              f"{k['share']:.1%}") for k in p["top_kernels"]], ("kernel", "ms", "calls", "share")))
     save(complete=True)
     if failures:
         print(f"\n{len(failures)} run(s) failed: " + "; ".join(f"{f['run']} ({f['error']})" for f in failures)

@@ -1,8 +1,12 @@
 """CUDA-only checks of what CPU cannot exercise: Liger's fused kernels give the same loss and
-gradients as the plain path, packed rows under flex attention equal rows alone on the GPU, and
-compiled layers (inductor) do not recompile per batch length. Run on a GPU machine:
-`pytest tests/test_gpu.py`; where CUDA is absent (CI) they are skipped, since what they check
-only exists on CUDA (the CPU equivalents are in test_model.py)."""
+gradients as the plain path, packed rows under flex attention equal rows alone on the GPU, fused
+LoRA equals peft in bf16, bf16 autocast equals fp32 within bf16 tolerance, DDP over NCCL (one
+rank, or two processes through the real launcher where the machine has two GPUs), and compiled
+layers (inductor) do not recompile per batch length. Run on a GPU machine: `make gpu-check`
+(benchmarks/gpu_check.py runs this file first) or `pytest tests/integration/test_gpu.py`; where
+CUDA is absent (CI) they are skipped, since what they check only exists on CUDA (the CPU
+equivalents are in tests/unit/test_model.py, test_fused_lora.py and test_batching.py;
+`make test` runs gpu_check's --dry-run)."""
 
 import importlib.util
 
@@ -89,6 +93,78 @@ def test_fused_lora_on_cuda_matches_peft_in_bf16(tiny_model_dir, tokenizer, monk
     assert all(g.dtype == torch.float32 for g in out["auto"][1])
     rel = max(((a - b).norm() / b.norm()).item() for a, b in zip(out["auto"][1], out["0"][1]))
     assert rel < 0.05, rel
+
+
+def test_bf16_autocast_matches_fp32_within_bf16_tolerance(tiny_model_dir, tokenizer, monkeypatch):
+    """A bf16 base trains under bf16 autocast on CUDA (LossModel.autocast, peft's fp32 input cast
+    off); the same weights in fp32 give the reference: loss and adapter gradients within bf16's."""
+    import copy
+
+    model, loss_model = lora_model(tiny_model_dir, monkeypatch, liger=False)
+    assert next(model.parameters()).dtype == torch.bfloat16 and loss_model.autocast
+    reference = copy.deepcopy(model).float()
+    ref_loss_model = LossModel(reference, CUDA)
+    assert not ref_loss_model.autocast
+    batch = on_cuda(collate(rows(tokenizer), tokenizer.pad_token_id))
+    got = []
+    for m, lm in ((model, loss_model), (reference, ref_loss_model)):
+        params = [p for n, p in m.named_parameters() if p.requires_grad]
+        loss = lm(**batch)
+        got.append((loss.float(), torch.autograd.grad(loss, params)))
+    (loss16, g16), (loss32, g32) = got
+    assert torch.isfinite(loss16) and abs(loss16.item() - loss32.item()) < 2e-2 * max(1.0, abs(loss32.item()))
+    assert all(g.dtype == torch.float32 for g in g16)  # the adapters train in fp32
+    rel = max(((a.float() - b).norm() / b.norm().clamp_min(1e-12)).item() for a, b in zip(g16, g32))
+    assert rel < 0.05, rel
+
+
+def test_ddp_over_nccl_gives_the_gradients_of_one_process(tiny_model_dir, tokenizer, monkeypatch):
+    """The trainer's DDP wrapping over NCCL, one rank (the machine's first GPU): gradients after
+    DDP's all-reduce equal the unwrapped model's, and a collective reaches the device."""
+    import socket
+
+    import torch.distributed as dist
+
+    model, loss_model = lora_model(tiny_model_dir, monkeypatch, liger=False)
+    batch = on_cuda(collate(rows(tokenizer), tokenizer.pad_token_id))
+    params = [p for p in model.parameters() if p.requires_grad]
+    plain = torch.autograd.grad(loss_model(**batch), params)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1, device_id=CUDA)
+    try:
+        ddp = torch.nn.parallel.DistributedDataParallel(loss_model)
+        ddp(**batch).backward()
+        for p, g in zip(params, plain):
+            torch.testing.assert_close(p.grad, g, atol=1e-5, rtol=1e-4)
+        x = torch.full((4,), 3.0, device=CUDA)
+        dist.all_reduce(x)
+        assert x.tolist() == [3.0] * 4 and dist.get_backend() == "nccl"
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="two processes over NCCL need two GPUs")
+def test_two_gpus_learn_what_one_process_learns(builtin_uris, store):
+    """Two ranks through the real launcher (torchrun, NCCL), each with a GPU of its own, against one
+    rank in this process, on the same rows (as tests/integration/test_train_integration.py on CPU)."""
+    from trainer.k8s.podspec import ClusterSpec
+    from trainer.launch import run_training
+    from trainer.train import train
+
+    model_uri, data_uri = builtin_uris
+
+    def cfg(prefix, batch_size):
+        return TrainConfig(model_uri=model_uri, dataset_uri=data_uri, output_prefix=prefix, max_steps=8,
+                           batch_size=batch_size, batch_tokens=0, log_every=2, eval_every=100, learning_rate=1e-3)
+
+    one = train(cfg("runs/gpu-1rank", 8), store)
+    two = run_training(cfg("runs/gpu-2rank", 4), "local", ClusterSpec(nodes=1, procs_per_node=2, backoff_limit=0),
+                       store)
+    assert two["metrics"]["world_size"] == 2 and two["metrics"]["train_tokens"] == one["metrics"]["train_tokens"]
+    a, b = ([h["loss"] for h in r["history"] if "loss" in h] for r in (one, two))
+    assert len(a) == len(b) == 4 and all(abs(x - y) < 2e-2 * max(1.0, abs(x)) for x, y in zip(a, b)), (a, b)
 
 
 # Last in the file: Liger patches transformers' Llama module functions (RoPE) process-wide.
