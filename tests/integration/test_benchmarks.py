@@ -39,9 +39,10 @@ def test_every_path_runs_on_cpu_and_a_failing_variant_costs_only_its_row(tmp_pat
     tmp.mkdir()
     fixed = Path("/tmp/baseline-hf")  # where the HF baseline wrote, whatever TMPDIR said
     fixed_before = fixed.exists()
+    # the baselines' runs are gpu_check's dry run's (below)
     proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu_compare", "--allow-cpu", "--shapes", "tiny",
                            "--steps", "2", "--runs", "1", "--batch-tokens", "512", "--variants", "default;lora_r=0",
-                           "--json", str(out)], capture_output=True, text=True, timeout=600,
+                           "--no-hf", "--json", str(out)], capture_output=True, text=True, timeout=600,
                           env={**os.environ, "TMPDIR": str(tmp)})
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     # the HF baseline left /tmp/baseline-hf behind; torch's compile cache (torchinductor_<user>) stays on purpose
@@ -52,9 +53,48 @@ def test_every_path_runs_on_cpu_and_a_failing_variant_costs_only_its_row(tmp_pat
     assert got["complete"] and [f["run"] for f in got["failures"]] == ["tiny lora_r=0 run 1"]
     trainers = {f["trainer"]: f for f in got["figures"]}
     assert trainers["this trainer (default)"]["tokens_per_second"] > 0
-    assert trainers["HF Trainer, pad to longest, bf16"]["tokens_per_second"] > 0
     assert trainers["this trainer (lora_r=0); 1 of 1 run(s) failed"]["error"] == "every run failed"
     assert (tmp_path / "gc-logs" / "compare-tiny-0-0.log").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU path of the script; on a GPU run make gpu-check")
+def test_gpu_checks_dry_run_runs_every_part_on_cpu_and_writes_its_figures(tmp_path):
+    """make gpu-check's script end to end on CPU (tiny shapes), so that what runs on a lent GPU
+    once in a while has run here on every commit: each part's processes (this trainer, HF
+    Trainer, TRL, full fine-tuning, QLoRA, the profiler), the JSON the device tool brings back,
+    the targets read from it, the logs, and nothing left behind."""
+    import json
+    import os
+    import tarfile
+
+    out, tmp = tmp_path / "out", tmp_path / "tmp"
+    tmp.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check", "--dry-run", "--steps", "4", "--out",
+                           str(out)], capture_output=True, text=True, timeout=900, env={**os.environ, "TMPDIR": str(tmp)})
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    got = json.loads((out / "gpu-check.json").read_text())
+    status = {name: part["status"] for name, part in got["parts"].items()}
+    assert status == {"env": "ok", "lora-1b": "ok", "lora-8b": "skipped", "tests": "ok", "full-1b": "ok",
+                      "qlora-1b": "ok", "compile-1b": "skipped"}, status
+    assert got["parts"]["tests"]["counts"]["skipped"] >= 7  # CUDA-only tests, each collected and skipped
+    trainers = {f["trainer"] for f in got["parts"]["lora-1b"]["figures"]}
+    assert trainers == {"this trainer (default)", "HF Trainer, pad to longest, bf16",
+                        "TRL SFTTrainer, pad to longest, bf16"}, trainers
+    assert {f["trainer"] for f in got["parts"]["full-1b"]["figures"]} == {
+        "this trainer (default)", "HF Trainer, pad to longest, bf16"}
+    assert all(f["tokens_per_second"] > 0 for p in ("lora-1b", "full-1b", "qlora-1b")
+               for f in got["parts"][p]["figures"])
+    lora = json.loads((out / "lora-1b.json").read_text())
+    assert "default" in lora["profiles"] and "error" not in lora["profiles"]["default"]
+    targets = {t["target"]: t for t in got["targets"]}
+    assert targets["LoRA 1B peak GB"]["met"] is True and targets["LoRA 8B MFU"]["met"] is None  # not measured
+    with tarfile.open(out / "logs.tar.gz") as tar:
+        assert "logs/lora-1b/trl-tiny-0.log" in tar.getnames()
+    # the device tool brings back at most 8 files, none deeper than 2 folders
+    assert len(list(out.iterdir())) <= 8 and all(p.is_file() for p in out.iterdir())
+    left = [p.name for p in tmp.iterdir() if not p.name.startswith("torchinductor_")]
+    assert not left, left
+    assert "TRL SFTTrainer" in proc.stdout and "LoRA 1B MFU" in proc.stdout
 
 
 @pytest.mark.bench

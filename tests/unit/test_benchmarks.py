@@ -3,9 +3,11 @@ figures and command line, and (marked bench) the benchmarks' --quick runs end to
 
 The fast checks; the ones that train, serve or run the pipeline are tests/integration/test_benchmarks.py (the integration tier)."""
 
+import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -294,3 +296,101 @@ def test_eval_speed_times_the_evaluate_functions_and_puts_them_back(monkeypatch)
     assert spans[0][2] >= 0
 
 
+
+
+# --- benchmarks.gpu_check: make gpu-check (issue 38) ----------------------------------------------------------------
+
+def _figure(trainer, tps, mfu, peak, vs_hf=None):
+    return {"shape": "1b", "trainer": trainer, "tokens_per_second": tps, "mfu": mfu, "peak_memory_gb": peak,
+            "vs_hf": vs_hf}
+
+
+def test_gpu_checks_targets_are_met_missed_or_not_measured():
+    from benchmarks.gpu_check import targets
+
+    trial = {"compile_trial_compiled_tokens_per_second": 900.0, "compile_trial_eager_tokens_per_second": 1000.0,
+             "compiled_layers": 0.0}
+    parts = {"lora-1b": {"figures": [_figure("this trainer (default)", 60000, 0.46, 31.0, 2.6),
+                                     _figure("HF Trainer, pad to longest, bf16", 23000, 0.2, 29.0, 1.0)]},
+             "lora-8b": {"figures": [{"trainer": "this trainer (default)", "error": "every run failed"}]},
+             "compile-1b": {"runs": {"1b": {"compile=true": [None, trial]}}}}
+    got = {t["target"]: t["met"] for t in targets(parts)}
+    assert got == {"LoRA 1B MFU": True, "LoRA 1B tokens/s vs HF Trainer (pad to longest)": True,
+                   "LoRA 1B peak GB": False,  # 31 GB over 30
+                   "LoRA 8B MFU": None,  # its run failed: not measured, never "missed"
+                   # the trial found compiled slower and kept eager: what runs is eager's speed, not slower
+                   "compile=true kept / eager tokens/s in its trial": True}
+    trial["compiled_layers"] = 16.0  # kept the slower compiled layers: the target is missed
+    assert {t["target"]: t["met"] for t in targets(parts)}["compile=true kept / eager tokens/s in its trial"] is False
+    assert all(t["met"] is None for t in targets({}))
+
+
+def test_gpu_checks_test_results_are_read_from_junit_or_from_a_run_stopped_early(tmp_path):
+    from benchmarks.gpu_check import _tests_part
+
+    junit = tmp_path / "junit.xml"
+    junit.write_text('<testsuites><testsuite><testcase name="test_a" time="1.5"/>'
+                     '<testcase name="test_b" time="2"><failure message="assert 34 &lt;= 4">tb</failure></testcase>'
+                     '<testcase name="test_c" time="0"><skipped message="two GPUs"/></testcase>'
+                     '</testsuite></testsuites>')
+    got = _tests_part(junit, tmp_path / "none.log")
+    assert got["complete"] and got["counts"] == {"passed": 1, "failed": 1, "error": 0, "skipped": 1}
+    assert got["tests"][1] == {"test": "test_b", "outcome": "failed", "seconds": 2.0, "message": "assert 34 <= 4"}
+    log = tmp_path / "tests.log"  # pytest -v, stopped by the time limit before its report
+    log.write_text("tests/integration/test_gpu.py::test_a PASSED                [ 12%]\n"
+                   "tests/integration/test_gpu.py::test_b FAILED                [ 25%]\n"
+                   "tests/integration/test_gpu.py::test_c \n")
+    got = _tests_part(tmp_path / "missing.xml", log)
+    assert not got["complete"] and [(t["test"], t["outcome"]) for t in got["tests"]] == [
+        ("test_a", "passed"), ("test_b", "failed")]
+
+
+def test_a_slimmed_wheel_keeps_the_named_libraries_and_a_record_pip_accepts(tmp_path):
+    import zipfile
+
+    from benchmarks.gpu_check import BNB_KEEP, slim_wheel
+
+    wheel = tmp_path / "bitsandbytes-0.50.2-py3-none-manylinux_2_24_x86_64.whl"
+    files = {"bitsandbytes/__init__.py": b"x = 1\n", "bitsandbytes/libbitsandbytes_cuda130.so": b"keep",
+             "bitsandbytes/libbitsandbytes_cuda118.so": b"drop" * 100, "bitsandbytes/libbitsandbytes_cpu.so": b"cpu"}
+    record = "".join(f"{name},sha256=x,{len(data)}\n" for name, data in files.items())
+    with zipfile.ZipFile(wheel, "w") as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+        z.writestr("bitsandbytes-0.50.2.dist-info/RECORD", record + "bitsandbytes-0.50.2.dist-info/RECORD,,\n")
+    slim_wheel(wheel, lambda name: not name.endswith(".so") or name.rsplit("/", 1)[-1] in BNB_KEEP)
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+        kept_record = z.read("bitsandbytes-0.50.2.dist-info/RECORD").decode()
+    assert "bitsandbytes/libbitsandbytes_cuda118.so" not in names and "cuda118" not in kept_record
+    assert {"bitsandbytes/libbitsandbytes_cuda130.so", "bitsandbytes/libbitsandbytes_cpu.so",
+            "bitsandbytes/__init__.py"} <= names and "cuda130" in kept_record and "RECORD,," in kept_record
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--parts", "lora-1b,nope", "--dry-run", "--out", "x"], "--parts: unknown 'nope'"),
+    (["--budget-s", "5", "--dry-run", "--out", "x"], "--budget-s must be between 60 and 3600, got 5"),
+    (["--steps", "2", "--dry-run", "--out", "x"], "--steps must be at least 4"),
+    (["--dry-run"], "--out: where should the figures go?"),
+    (["--out", "x"], "no CUDA GPU is visible"),
+])
+def test_gpu_check_refuses_bad_input_in_one_line_before_any_work(argv, said, tmp_path):
+    if torch.cuda.is_available() and argv == ["--out", "x"]:
+        pytest.skip("a GPU is visible here")
+    env = {k: v for k, v in os.environ.items() if k != "OUT"}
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check", *argv], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path, env={**env, "PYTHONPATH": str(Path(__file__).parents[2])})
+    assert proc.returncode == 2 and said in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert not (tmp_path / "x").exists()  # nothing written
+
+
+def test_top_kernels_rank_by_gpu_time_per_step():
+    from benchmarks.gpu_compare import top_kernels
+
+    trace = {"traceEvents": [{"cat": "kernel", "name": "gemm_a", "dur": 3000}, {"cat": "kernel", "name": "gemm_a",
+                                                                                "dur": 3000},
+                             {"cat": "kernel", "name": "elementwise", "dur": 2000},
+                             {"cat": "cpu_op", "name": "aten::mm", "dur": 99999}]}
+    got = top_kernels(trace, steps=2)
+    assert [k["kernel"] for k in got] == ["gemm_a", "elementwise"]
+    assert got[0]["ms_per_step"] == 3.0 and got[0]["calls_per_step"] == 1.0 and got[0]["share"] == 0.75
