@@ -223,8 +223,8 @@ def ask_endpoint(base_url: str, model: str, rows: list[dict[str, Any]], concurre
 
     from openai import OpenAI
 
-    from trainer.evaluate import target_index
-    from trainer.serving.client import openai_messages
+    from trainer.chat.messages import openai_messages
+    from trainer.chat.turns import target_index
 
     client = OpenAI(base_url=base_url, api_key="unused", timeout=600, max_retries=0)
 
@@ -241,7 +241,7 @@ def ask_endpoint(base_url: str, model: str, rows: list[dict[str, Any]], concurre
 
 
 def endpoint_accuracy(base_url: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    from trainer.evaluate import expected_call, last_user_request
+    from trainer.chat.turns import expected_call, last_user_request
 
     expected = [expected_call(r) for r in rows]
     out: dict[str, Any] = {"rows": len(rows), "call_rows": sum(e is not None for e in expected)}

@@ -17,15 +17,16 @@ accuracies are over the rows scored.
 from __future__ import annotations
 
 import json
-import re
 import string
 from pathlib import Path
 from typing import Any, Callable
 
-from trainer import data
+from trainer import data, fc_check
+from trainer.chat.messages import openai_messages
+from trainer.chat.parsers import Parsed, parse, parse_tool_call, tool_call_parser
+from trainer.chat.turns import expected_call, expected_text, last_user_request, target_index
 from trainer.errors import UserError
 
-_TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
 # Below this many rows one row moves accuracy by more than 2 points: say so.
 MIN_RELIABLE_ROWS = 50
 ENGINES = ("auto", "vllm", "hf")
@@ -33,63 +34,6 @@ ENGINES = ("auto", "vllm", "hf")
 # demo's 0.9M-parameter model takes seconds, less than a vLLM server's start (~35 s on 2 cores).
 VLLM_FROM_PARAMS = 20_000_000
 CONCURRENCY = 8  # requests in flight to the server: vLLM batches them
-
-
-def parse_tool_call(text: str) -> dict[str, Any] | None:
-    """The first tool call in a model's output, as {"name", "arguments"}, or None.
-
-    Accepts `<tool_call>{...}</tool_call>` (our template, Qwen, Hermes) and a bare JSON
-    object (Llama 3 style, which says "parameters" instead of "arguments").
-    """
-    m = _TOOL_CALL.search(text)
-    candidate = m.group(1) if m else text.strip()
-    start = candidate.find("{")
-    if start < 0:
-        return None
-    try:
-        obj, _ = json.JSONDecoder().raw_decode(candidate[start:])
-    except json.JSONDecodeError:
-        return None
-    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-        return None
-    args = obj.get("arguments", obj.get("parameters", {}))
-    if isinstance(args, str):
-        try:
-            args = json.loads(args)
-        except json.JSONDecodeError:
-            return None
-    return {"name": obj["name"], "arguments": args}
-
-
-def target_index(row: dict[str, Any]) -> int:
-    """Index of the turn a row is scored on: its last assistant message, of weight 1 (a weight-0
-    answer is one the data says not to learn, so not one to score the model against)."""
-    return max(i for i, m in enumerate(row["messages"]) if m["role"] == "assistant" and m.get("weight") != 0)
-
-
-def expected_call(row: dict[str, Any]) -> dict[str, Any] | None:
-    """The tool call a row expects, or None when it expects text."""
-    calls = row["messages"][target_index(row)].get("tool_calls") or []
-    if not calls:
-        return None
-    fn = calls[0]["function"]
-    args = fn.get("arguments") or {}
-    if isinstance(args, str):  # OpenAI format carries arguments as a JSON string
-        try:
-            args = json.loads(args)
-        except json.JSONDecodeError:
-            pass  # kept as text: no parsed call can equal it, so the row scores 0
-    return {"name": fn["name"], "arguments": args}
-
-
-def expected_text(row: dict[str, Any]) -> str:
-    return row["messages"][target_index(row)].get("content") or ""
-
-
-def last_user_request(row: dict[str, Any]) -> str:
-    """What the user last asked before the scored turn (not a tool result)."""
-    before = row["messages"][:target_index(row)]
-    return next((m.get("content") or "" for m in reversed(before) if m["role"] == "user"), "")
 
 
 def is_correct(predicted: dict[str, Any] | None, expected: dict[str, Any] | None) -> bool:
@@ -337,16 +281,14 @@ def generate(model, tokenizer, rows: list[dict[str, Any]], batch_size: int = 32,
 
 def parsed_outputs(outputs: list[str], parser: str) -> list[dict[str, Any]]:
     """Generated texts read as the server reads them: `parser` is the vLLM tool-call parser the
-    model is served with (trainer.parity.parse, the project's reading of it); a parser it does
+    model is served with (trainer.chat.parsers.parse, the project's reading of it); a parser it does
     not know falls back to parse_tool_call. Each: {"calls": [...], "content": str | None, "raw"}."""
-    from trainer import parity
-
     out = []
     for text in outputs:
-        parsed = parity.parse(parser, text)
+        parsed = parse(parser, text)
         if parsed is None:
             call = parse_tool_call(text)
-            parsed = parity.Parsed([call] if call else [], None if call else text)
+            parsed = Parsed([call] if call else [], None if call else text)
         out.append({"calls": parsed.calls, "content": parsed.content, "raw": text})
     return out
 
@@ -358,8 +300,6 @@ def score_predictions(rows: list[dict[str, Any]], predictions: list[dict[str, An
     call), text_match (no call and the text equal, normalised, over rows that expect text), and the
     BFCL-style AST check by category (trainer.fc_check: fc_ast_accuracy, fc_exact_accuracy,
     fc_<category>_accuracy). A kind with no rows scores 0 here; logged_metrics leaves it out."""
-    from trainer import fc_check
-
     fc, text = [], []
     for row, p in zip(rows, predictions):
         if expected_call(row) is not None:
@@ -378,8 +318,6 @@ def failures(rows: list[dict[str, Any]], outputs: dict[str, list[dict[str, Any]]
              ) -> dict[str, list[dict[str, Any]]]:
     """A few rows per function-calling category that the tuned model got wrong by the AST check,
     with why (trainer.fc_check) and both models' raw output: what the report shows under its table."""
-    from trainer import fc_check
-
     out: dict[str, list[dict[str, Any]]] = {}
     for i, row in enumerate(rows):
         tuned = outputs["tuned"][i]
@@ -395,8 +333,6 @@ def failures(rows: list[dict[str, Any]], outputs: dict[str, list[dict[str, Any]]
 
 def category_rows(rows: list[dict[str, Any]]) -> dict[str, int]:
     """Rows per function-calling category (trainer.fc_check), the same for base and tuned."""
-    from trainer import fc_check
-
     summary = fc_check.summarize([{"category": fc_check.category(r), "ok": False, "exact": False} for r in rows])
     return {f"fc_{cat}_rows": c["rows"] for cat, c in summary["categories"].items()}
 
@@ -409,7 +345,6 @@ def score(model, tokenizer, rows: list[dict[str, Any]], examples: list[dict[str,
     `losses` (per example, `served_nll`) from the served model (eval_engine=vllm; `model` is then
     not used); None generates here (HF generate, the texts read with the serving parser) and
     computes the losses with transformers."""
-    from trainer.serving.args import tool_call_parser
 
     text = [expected_call(r) is None for r in rows]
     if predictions is None:
@@ -509,7 +444,7 @@ def _reply(resp: dict[str, Any]) -> dict[str, Any]:
 def ask(url: str, model: str, rows: list[dict[str, Any]], budgets: list[int], desc: str) -> list[dict[str, Any]]:
     """Each row's prompt (the conversation before its scored turn) with its tools through the
     OpenAI API, CONCURRENCY at a time; the reply as an app reads it."""
-    from trainer.serving.client import chat, openai_messages
+    from trainer.serving.client import chat
 
     def one(i: int) -> dict[str, Any]:
         row = rows[i]

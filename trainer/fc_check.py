@@ -2,7 +2,7 @@
 
 A row is a chat row (`{"messages": [...], "tools": [...]}`, OpenAI format) scored on its
 expected answer: the last assistant message (of weight 1; weight 0 marks a turn the data says
-not to learn, as in `trainer.evaluate.target_index`). The model's answer is what an OpenAI
+not to learn, `trainer.chat.turns.target_index`). The model's answer is what an OpenAI
 client reads: `message.tool_calls` as `[{"name", "arguments"}]` (arguments a dict or JSON
 text) and `message.content`.
 
@@ -30,9 +30,11 @@ JSON-equal arguments (2 == 2.0, but True is not 1), with no normalisation.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any, Callable
+
+from trainer.chat.calls import as_call
+from trainer.chat.turns import expected_calls, target_index
 
 CATEGORIES = ("simple", "multiple", "parallel", "irrelevance", "multi_turn")
 CHAT = "chat"  # no tools offered, text expected: not a function-calling row
@@ -59,42 +61,9 @@ def standardize_string(text: str) -> str:
     return _IGNORED.sub("", text).lower().replace("'", '"')
 
 
-def _target_index(row: dict[str, Any]) -> int:
-    return max(i for i, m in enumerate(row["messages"]) if m.get("role") == "assistant" and m.get("weight") != 0)
-
-
-def _as_call(call: Any, where: str) -> dict[str, Any]:
-    """`{"name", "arguments": dict}` from a call as a client or a row holds it; ValueError if malformed."""
-    if isinstance(call, dict) and isinstance(call.get("function"), dict):
-        call = call["function"]  # the OpenAI wire shape {"type": "function", "function": {...}}
-    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-        raise ValueError(f"{where} has no function name")
-    args = call.get("arguments")
-    if args is None or (isinstance(args, str) and not args.strip()):
-        args = {}  # some servers send "" for a call without arguments
-    if isinstance(args, str):
-        try:
-            args = json.loads(args)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{where} ({call['name']}): arguments are not valid JSON ({err.msg})") from None
-    if not isinstance(args, dict):
-        raise ValueError(f"{where} ({call['name']}): arguments are not a JSON object")
-    return {"name": call["name"], "arguments": args}
-
-
-def expected_calls(row: dict[str, Any]) -> list[dict[str, Any]]:
-    """The calls the row's expected answer makes, as `{"name", "arguments"}` (empty: text expected).
-
-    Raises:
-        ValueError: the row's own call is malformed (arguments that are not a JSON object).
-    """
-    calls = row["messages"][_target_index(row)].get("tool_calls") or []
-    return [_as_call(c, f"the row's expected call {k}") for k, c in enumerate(calls)]
-
-
 def category(row: dict[str, Any]) -> str:
     """The row's category: one of CATEGORIES, or CHAT for a row with no tools and a text answer."""
-    target = _target_index(row)
+    target = target_index(row)
     if any(m.get("role") == "tool" for m in row["messages"][:target]):
         return "multi_turn"
     n_calls = len(row["messages"][target].get("tool_calls") or [])
@@ -224,7 +193,7 @@ def _compare(row: dict[str, Any], predicted_calls: list[Any] | None, predicted_c
     except ValueError as err:
         return False, f"cannot score this row: {err}"
     try:
-        got = [_as_call(c, f"predicted call {k}") for k, c in enumerate(predicted_calls or [])]
+        got = [as_call(c, f"predicted call {k}") for k, c in enumerate(predicted_calls or [])]
     except ValueError as err:
         return False, str(err)
     if not want:

@@ -14,9 +14,9 @@ module checks, before any training, on the rows that will be trained (the first 
     rendered turn back into the message's own calls, names and arguments, and a text answer into
     the same text with no call.
 
-`parse` is the project's reading of vLLM's hermes, llama3_json and mistral parsers (the image
-without vLLM uses it); with vLLM installed (locally), `vllm_parse` asks vLLM's own parser classes,
-and tests hold the two to the same verdicts on real templates.
+The parsers are trainer.chat.parsers': `parse`, the project's reading of vLLM's hermes, llama3_json
+and mistral parsers (the image without vLLM uses it), and with vLLM installed (locally) `vllm_parse`,
+vLLM's own parser classes; tests hold the two to the same verdicts on real templates.
 """
 
 from __future__ import annotations
@@ -27,19 +27,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainer.chat.calls import message_calls, same_calls
+from trainer.chat.messages import openai_messages
+from trainer.chat.parsers import END_MARKERS, Parsed, parse, stop_texts, tool_call_parser, vllm_parse
+from trainer.chat.turns import target_index, trained_turns
+
 CHECK_ROWS = 1000  # a second or two on 2 cores; such problems are systematic
-
-# End-of-turn markers of common templates, for tokenizers whose EOS is another token (Llama 3's
-# <|end_of_text|> vs its turn end <|eot_id|>): generation configs list them as extra EOS ids.
-END_MARKERS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>", "<|end|>", "<|return|>", "<|call|>",
-               "<｜end▁of▁sentence｜>", "</s>", "<|endoftext|>")
-
-
-@dataclass
-class Parsed:
-    calls: list[dict[str, Any]]  # [{"name": str, "arguments": dict}]
-    content: str | None
-
 
 @dataclass
 class Verdict:
@@ -57,117 +50,8 @@ class Verdict:
         return not self.problems
 
 
-def _json_args(raw: Any) -> Any:
-    if isinstance(raw, str):
-        try:
-            return json.loads(raw)
-        except ValueError:
-            return raw
-    return raw
-
-
-def parse(parser: str, text: str) -> Parsed | None:
-    """The calls and content vLLM's `parser` extracts from a complete model output; None for a
-    parser this module does not know (only vLLM itself can say)."""
-    if parser == "hermes":
-        if "<tool_call>" not in text:
-            return Parsed([], text)
-        calls = []
-        for closed, open_ in re.findall(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)", text, re.DOTALL):
-            try:
-                obj = json.loads(closed or open_)
-                calls.append({"name": obj["name"], "arguments": _json_args(obj["arguments"])})
-            except (ValueError, KeyError, TypeError):
-                return Parsed([], text)  # vLLM logs the error and returns the text as content
-        content = text[: text.find("<tool_call>")]
-        return Parsed(calls, content or None)
-    if parser == "llama3_json":
-        body = text.split("<|python_tag|>", 1)[-1].lstrip() if "<|python_tag|>" in text else text.lstrip()
-        if not body.startswith("{"):
-            return Parsed([], text)
-        calls, decoder, pos = [], json.JSONDecoder(), 0
-        try:
-            while pos < len(body):
-                obj, end = decoder.raw_decode(body, pos)
-                args = obj.get("arguments", obj.get("parameters"))
-                calls.append({"name": obj["name"], "arguments": _json_args(args)})
-                pos = end
-                rest = body[pos:].lstrip()
-                if not rest:
-                    break
-                if not rest.startswith(";"):
-                    return Parsed([], text)
-                pos = len(body) - len(rest) + 1
-                while pos < len(body) and body[pos].isspace():
-                    pos += 1
-        except (ValueError, KeyError, TypeError, AttributeError):
-            return Parsed([], text)
-        return Parsed(calls, None)
-    if parser == "mistral":
-        if "[TOOL_CALLS]" not in text:
-            return Parsed([], text)
-        content, raw = text.split("[TOOL_CALLS]", 1)
-        try:
-            items = json.loads(raw.strip())
-            items = items if isinstance(items, list) else [items]
-            calls = [{"name": c["name"], "arguments": _json_args(c["arguments"])} for c in items]
-        except (ValueError, KeyError, TypeError):
-            return Parsed([], text)
-        return Parsed(calls, content or None)
-    return None
-
-
-def _vllm_parser_classes():
-    """vLLM's request and parser classes, imported without vLLM's notes about this platform ("Triton is
-    installed, but doesn't include CPU backend"), which printed before a refusal's message: they are logged
-    during the import, before vLLM configures its loggers, so Python's last-resort handler printed them."""
-    import logging
-
-    vllm_logger = logging.getLogger("vllm")
-    level = vllm_logger.level
-    vllm_logger.setLevel(logging.ERROR)
-    try:
-        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
-        from vllm.tool_parsers import ToolParserManager
-    finally:
-        if vllm_logger.level == logging.ERROR:  # as it was, unless vLLM set its own level meanwhile
-            vllm_logger.setLevel(level)
-    return ChatCompletionRequest, ToolParserManager
-
-
-def vllm_parse(parser: str, text: str, tokenizer, tools: list | None) -> Parsed | None:
-    """The same through vLLM's own parser class; None where vLLM is not installed."""
-    try:
-        ChatCompletionRequest, ToolParserManager = _vllm_parser_classes()
-    except ImportError:
-        return None
-    request = ChatCompletionRequest(model="parity", messages=[{"role": "user", "content": "-"}],
-                                    tools=tools or None)
-    instance = ToolParserManager.get_tool_parser(parser)(tokenizer)
-    info = instance.extract_tool_calls(text, request)
-    calls = [{"name": c.function.name, "arguments": _json_args(c.function.arguments)} for c in info.tool_calls] \
-        if info.tools_called else []
-    return Parsed(calls, info.content)
-
-
-def stop_texts(tokenizer, eos_ids: Sequence[int] = ()) -> list[str]:
-    """The texts of the tokens generation stops at: the EOS token and the generation config's ids."""
-    ids = {i for i in (tokenizer.eos_token_id, *eos_ids) if isinstance(i, int)}
-    return sorted({tokenizer.convert_ids_to_tokens(i) for i in ids} - {None}, key=len, reverse=True)
-
-
 def _render(tokenizer, messages, tools, generation: bool) -> str:
     return tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=generation)
-
-
-def _expected(message: dict[str, Any]) -> list[dict[str, Any]]:
-    return [{"name": c["function"]["name"], "arguments": _json_args(c["function"].get("arguments"))}
-            for c in message.get("tool_calls") or []]
-
-
-def _same_calls(got: list[dict[str, Any]], want: list[dict[str, Any]]) -> bool:
-    key = lambda c: json.dumps(c, sort_keys=True)  # noqa: E731
-    return sorted(map(key, got)) == sorted(map(key, want))
 
 
 def _short(value: Any, n: int = 160) -> str:
@@ -191,7 +75,7 @@ def check(rows: Sequence[dict[str, Any]], tokenizer, parser: str, eos_ids: Seque
             verdict.add("refused", f"{type(err).__name__}: {_short(str(err), 120)} (first message "
                                    f"{_short(messages[0].get('content'), 60)!r})")
             continue
-        answers = [i for i, m in enumerate(messages) if m["role"] == "assistant" and m.get("weight") != 0]
+        answers = trained_turns(messages)
         if tools:
             verdict.with_tools += 1
             prompt = _render(tokenizer, messages[: answers[0]] if answers else messages, tools, True)
@@ -216,7 +100,7 @@ def _check_turn(verdict: Verdict, tokenizer, messages, i: int, tools, parser: st
     target = full[len(prompt):]
     ends = [target.find(s) for s in stops if s and s in target]
     answer = target[: min(ends)] if ends else target
-    want = _expected(message)
+    want = message_calls(message)
     if want and not all(c["name"] in answer for c in want):
         verdict.add("calls dropped", f"the calls {[c['name'] for c in want]} render as {_short(answer, 80)!r}")
         return
@@ -228,7 +112,7 @@ def _check_turn(verdict: Verdict, tokenizer, messages, i: int, tools, parser: st
     if got is None:
         verdict.add("unknown parser", f"no check for the {parser!r} parser here")
         return
-    if want and not _same_calls(got.calls, want):
+    if want and not same_calls(got.calls, want):
         verdict.add("calls unreadable", f"{parser} reads {_short(got.calls) if got.calls else 'no call'} from "
                                         f"{_short(answer, 100)!r}; the row has {_short(want)}")
     elif not want and got.calls:
@@ -282,8 +166,6 @@ def _parse_fn(tokenizer) -> Callable[[str, str], Parsed | None]:
 def model_problems(rows: Sequence[dict[str, Any]], tokenizer, where: str, eos_ids: Sequence[int] = ()) -> list[str]:
     """The check with the parser this tokenizer's template will be served with (trainer.serving.args reads
     it off the template, as every deploy does)."""
-    from trainer.serving.args import tool_call_parser
-
     if not rows:
         return []
     parser = tool_call_parser(tokenizer.chat_template, list(tokenizer.get_added_vocab()))
@@ -396,8 +278,6 @@ def served_prompts(base_url: str, tokenizer, rows: Sequence[dict[str, Any]], mod
     pairs compared, how many were equal, and the first difference decoded (None when all were equal)."""
     import urllib.request
 
-    from trainer.evaluate import target_index
-    from trainer.serving.client import openai_messages
 
     root = base_url.removesuffix("/").removesuffix("/v1")
     out: dict[str, Any] = {"rows": 0, "equal": 0, "first_difference": None}

@@ -7,7 +7,7 @@ import pytest
 from tests import real_tokenizers as rt
 from tests.unit.test_parity import TEXT_ROWS, TOOL_ROWS
 from trainer import data, parity, sources, templates
-from trainer.serving.args import tool_call_parser
+from trainer.chat.parsers import tool_call_parser, vllm_parse
 
 ROWS = TOOL_ROWS[:10] + TEXT_ROWS[:5]  # 10 tool-call answers and 5 text answers, all with tools
 
@@ -33,7 +33,7 @@ def family_tok(request):
 def _verdicts(tok):
     parser = tool_call_parser(tok.chat_template, list(tok.get_added_vocab()))
     ours = parity.check(ROWS, tok, parser)
-    theirs = parity.check(ROWS, tok, parser, parse_fn=lambda p, text: parity.vllm_parse(p, text, tok, None))
+    theirs = parity.check(ROWS, tok, parser, parse_fn=lambda p, text: vllm_parse(p, text, tok, None))
     return parser, ours, theirs
 
 
@@ -114,7 +114,7 @@ def test_importing_vllms_parsers_for_the_parity_check_prints_nothing():
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-c", "from trainer import parity; parity._vllm_parser_classes(); "
+    proc = subprocess.run([sys.executable, "-c", "from trainer.chat import parsers; parsers._vllm_parser_classes(); "
                            "import logging; assert logging.getLogger('vllm').level == logging.NOTSET"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout + proc.stderr == "", proc.stdout + proc.stderr

@@ -9,8 +9,9 @@ import pytest
 
 from trainer.config import TrainConfig
 from trainer.errors import UserError
-from trainer.evaluate import (evaluate, is_correct, last_user_request, parse_tool_call, row_counts, score_outputs,
-                              text_matches)
+from trainer.chat.parsers import parse_tool_call
+from trainer.chat.turns import last_user_request
+from trainer.evaluate import evaluate, is_correct, row_counts, score_outputs, text_matches
 
 
 def test_every_config_problem_is_reported_at_once():
@@ -388,7 +389,7 @@ def test_a_kind_of_row_the_split_lacks_logs_no_score_rather_than_a_measured_look
 
 def test_a_row_is_scored_on_its_last_answer_of_weight_1():
     """A weight-0 answer is one the data says not to learn: never the one the model is scored on."""
-    from trainer.evaluate import target_index
+    from trainer.chat.turns import target_index
 
     row = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
                         {"role": "user", "content": "again"}, {"role": "assistant", "content": "bad", "weight": 0}]}

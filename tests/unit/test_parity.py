@@ -6,6 +6,7 @@ import json
 import pytest
 
 from trainer import builtin_data, data, parity, sources, templates
+from trainer.chat import parsers
 from trainer.errors import UserError
 from trainer.validate import on_cluster_problems, pipeline_problems
 
@@ -93,11 +94,11 @@ def test_a_template_that_does_not_parse_is_said_so_once_not_as_rows_to_change(to
     ('[TOOL_CALLS][{"name": "f", "arguments": {"a": 1}}]', "mistral", [{"name": "f", "arguments": {"a": 1}}], None),
 ])
 def test_the_projects_parsers_agree_with_vllms(tok, text, parser, calls, content):
-    ours = parity.parse(parser, text)
+    ours = parsers.parse(parser, text)
     assert ours.calls == calls and ours.content == content
     if parser == "hermes":  # vLLM's llama3_json and mistral parsers need their model's special tokens: with real
         # tokenizers in test_real_templates.py
-        theirs = parity.vllm_parse(parser, text, tok, None)
+        theirs = parsers.vllm_parse(parser, text, tok, None)
         assert theirs.calls == ours.calls and (theirs.content or None) == (ours.content or None)
 
 

@@ -12,6 +12,7 @@ import re
 import sys
 from typing import Any, Iterable
 
+from trainer.chat.calls import decode_arguments
 from trainer.errors import collect
 
 
@@ -501,8 +502,8 @@ def normalise(row: dict[str, Any], columnar: bool = False) -> dict[str, Any]:
     row["messages"] = [{k: v for k, v in m.items() if v is not None or k == "content"} for m in row["messages"]]
     for m in row["messages"]:
         for tc in m.get("tool_calls") or []:
-            if isinstance(tc["function"].get("arguments"), str):
-                tc["function"]["arguments"] = json.loads(tc["function"]["arguments"])
+            if isinstance(tc["function"].get("arguments"), str):  # checked above: JSON text
+                tc["function"]["arguments"] = decode_arguments(tc["function"]["arguments"])
             elif columnar:
                 tc["function"]["arguments"] = _drop_nulls(tc["function"].get("arguments", {}))
     return row

@@ -15,18 +15,16 @@ components import it; transformers is imported only when a template is rendered.
 from __future__ import annotations
 
 import json
-import os
-import re
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from trainer.chat.parsers import DEFAULT_TOOL_PARSER, chat_template_text, tool_call_parser
 from trainer.templates import TEMPLATE_FILE
 
 # vLLM accepts only these LoRA ranks for --max-lora-rank.
 _LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 # vLLM's tool-call parser when the chat template says nothing else (see tool_call_parser).
-DEFAULT_TOOL_PARSER = "hermes"
 
 
 def vllm_args(model: str, served_model_name: str, *, host: str = "127.0.0.1", port: int = 8000,
@@ -79,59 +77,6 @@ def vllm_args(model: str, served_model_name: str, *, host: str = "127.0.0.1", po
         if max_lora_rank:
             args += ["--max-lora-rank", str(next((r for r in _LORA_RANKS if r >= max_lora_rank), max_lora_rank))]
     return args
-
-
-# A fine-tuned model writes tool calls the way its chat template rendered them in training, so the
-# template decides which vLLM parser turns them back into `message.tool_calls`: hermes reads
-# <tool_call>{...}</tool_call> (the built-in template, Qwen, Hermes), llama3_json a bare
-# {"name": ..., "parameters": ...} (Llama 3.x), mistral [TOOL_CALLS][...]. With hermes on a Llama
-# model every tool call would come back as plain `content`.
-_PROBE_TOOL, _PROBE_ARGS = "probe_tool_fn", {"probe_arg": "probe-value"}
-
-
-def tool_call_parser(chat_template: str | None, special_tokens: Collection[str] = ()) -> str:
-    """The vLLM `--tool-call-parser` that reads tool calls in the format `chat_template` writes
-    them, found by rendering one assistant tool call with it; hermes when the template writes none
-    of the known formats (or cannot render a tool call at all). `special_tokens`: the tokenizer's
-    added tokens (some parsers need one of them)."""
-    if not chat_template:
-        return DEFAULT_TOOL_PARSER
-    from transformers.utils.chat_template_utils import render_jinja_template
-
-    tool = {"type": "function", "function": {"name": _PROBE_TOOL, "description": "A probe.", "parameters": {
-        "type": "object", "properties": {"probe_arg": {"type": "string"}}, "required": ["probe_arg"]}}}
-    user = [{"role": "user", "content": "Call the probe."}]
-    call = {"role": "assistant", "content": "", "tool_calls": [{"id": "call00001", "type": "function", "function": {
-        "name": _PROBE_TOOL, "arguments": _PROBE_ARGS}}]}
-    try:
-        render = [render_jinja_template(conversations=[conv], tools=[tool], chat_template=chat_template,
-                                        add_generation_prompt=gen, bos_token="", eos_token="")[0][0]
-                  for conv, gen in ((user, True), ([*user, call], False))]
-    except Exception:  # noqa: BLE001 - a template that cannot render a tool call: no format to read
-        return DEFAULT_TOOL_PARSER
-    # Only what the assistant's turn adds: the tool list in the prompt also names the tool.
-    answer = render[1][len(os.path.commonprefix(render)):]
-    if "<tool_call>" in answer:
-        return "hermes"
-    if "[TOOL_CALLS]" in answer:
-        return "mistral"
-    # vLLM's llama3_json parser refuses to start without Llama 3's <|python_tag|> token.
-    if "<|python_tag|>" in special_tokens and re.search(r'\{\s*"name"\s*:\s*"' + _PROBE_TOOL + '"', answer):
-        return "llama3_json"
-    return DEFAULT_TOOL_PARSER
-
-
-def chat_template_text(read: Callable[[str], str | None]) -> str | None:
-    """A model tree's chat template: chat_template.jinja, else tokenizer_config.json's (its
-    `tool_use` template when it names several). `read(path)` returns a file's text or None."""
-    if text := read("chat_template.jinja"):
-        return text
-    config = read("tokenizer_config.json")
-    template = json.loads(config).get("chat_template") if config else None
-    if isinstance(template, list):  # [{"name": "default", "template": ...}, {"name": "tool_use", ...}]
-        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
-        template = named.get("tool_use") or named.get("default")
-    return template if isinstance(template, str) else None
 
 
 def tree_tool_call_parser(read: Callable[[str], str | None]) -> str:

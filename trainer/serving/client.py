@@ -18,6 +18,8 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from trainer.chat.messages import openai_messages
+from trainer.chat.turns import expected_call, target_index
 from trainer.errors import UserError
 
 if TYPE_CHECKING:  # wait_ready reads a local Server's process and log; only for the annotation
@@ -58,34 +60,11 @@ def smoke_request(rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]],
     """(messages, tools) for the smoke test: the first row that expects a tool call, cut before
     its answer; else the first row, sent without its tools (a text answer is what is checked:
     with tools offered, every caller's check demands a call, which that row does not expect)."""
-    from trainer.evaluate import expected_call, target_index
-
     if not rows:
         raise UserError("the eval split is empty: nothing to smoke-test the endpoint with")
     row = next((r for r in rows if r.get("tools") and expected_call(r)), None)
     chosen = row or rows[0]
     return openai_messages(chosen["messages"][:target_index(chosen)]), row and row["tools"]
-
-
-def openai_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Dataset messages as the OpenAI API takes them: an earlier turn's tool call carries its
-    `arguments` as a JSON string (rows hold them as objects once loaded), an `id` and `type`,
-    and a tool message the `tool_call_id` it answers (vLLM refuses the request otherwise)."""
-    out, last_ids = [], []
-    for i, m in enumerate(messages):
-        m = dict(m)
-        if m.get("tool_calls"):
-            calls = []
-            for j, tc in enumerate(m["tool_calls"]):
-                fn = dict(tc["function"])
-                if not isinstance(fn.get("arguments"), str):
-                    fn["arguments"] = json.dumps(fn.get("arguments") or {})
-                calls.append({**tc, "id": tc.get("id") or f"call_{i}_{j}", "type": "function", "function": fn})
-            m["tool_calls"], last_ids = calls, [c["id"] for c in calls]
-        elif m.get("role") == "tool" and not m.get("tool_call_id") and last_ids:
-            m["tool_call_id"] = last_ids.pop(0)
-        out.append(m)
-    return out
 
 
 def chat(url: str, model: str, messages: list[dict[str, Any]], tools: list | None = None,

@@ -1,0 +1,203 @@
+"""The tool-call parsers: what a served model's answer means as calls and text.
+
+- `tool_call_parser`: the vLLM `--tool-call-parser` a chat template calls for (rendering one call
+  with it), and `chat_template_text`, a model tree's template;
+- `parse`: the project's reading of vLLM's hermes, llama3_json and mistral parsers (the images
+  without vLLM use it), and `vllm_parse`, vLLM's own parser classes where vLLM is installed
+  (tests hold the two to the same verdicts on real templates);
+- `parse_tool_call`: the first call in raw generated text, whatever the format (HF generate).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from trainer.chat.calls import arguments_or_raw, decode_arguments
+
+DEFAULT_TOOL_PARSER = "hermes"
+_TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
+
+# End-of-turn markers of common templates, for tokenizers whose EOS is another token (Llama 3's
+# <|end_of_text|> vs its turn end <|eot_id|>): generation configs list them as extra EOS ids.
+END_MARKERS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>", "<|end|>", "<|return|>", "<|call|>",
+               "<｜end▁of▁sentence｜>", "</s>", "<|endoftext|>")
+
+
+@dataclass
+class Parsed:
+    calls: list[dict[str, Any]]  # [{"name": str, "arguments": dict}]
+    content: str | None
+
+
+def parse(parser: str, text: str) -> Parsed | None:
+    """The calls and content vLLM's `parser` extracts from a complete model output; None for a
+    parser this module does not know (only vLLM itself can say)."""
+    if parser == "hermes":
+        if "<tool_call>" not in text:
+            return Parsed([], text)
+        calls = []
+        for closed, open_ in re.findall(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)", text, re.DOTALL):
+            try:
+                obj = json.loads(closed or open_)
+                calls.append({"name": obj["name"], "arguments": arguments_or_raw(obj["arguments"])})
+            except (ValueError, KeyError, TypeError):
+                return Parsed([], text)  # vLLM logs the error and returns the text as content
+        content = text[: text.find("<tool_call>")]
+        return Parsed(calls, content or None)
+    if parser == "llama3_json":
+        body = text.split("<|python_tag|>", 1)[-1].lstrip() if "<|python_tag|>" in text else text.lstrip()
+        if not body.startswith("{"):
+            return Parsed([], text)
+        calls, decoder, pos = [], json.JSONDecoder(), 0
+        try:
+            while pos < len(body):
+                obj, end = decoder.raw_decode(body, pos)
+                args = obj.get("arguments", obj.get("parameters"))
+                calls.append({"name": obj["name"], "arguments": arguments_or_raw(args)})
+                pos = end
+                rest = body[pos:].lstrip()
+                if not rest:
+                    break
+                if not rest.startswith(";"):
+                    return Parsed([], text)
+                pos = len(body) - len(rest) + 1
+                while pos < len(body) and body[pos].isspace():
+                    pos += 1
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return Parsed([], text)
+        return Parsed(calls, None)
+    if parser == "mistral":
+        if "[TOOL_CALLS]" not in text:
+            return Parsed([], text)
+        content, raw = text.split("[TOOL_CALLS]", 1)
+        try:
+            items = json.loads(raw.strip())
+            items = items if isinstance(items, list) else [items]
+            calls = [{"name": c["name"], "arguments": arguments_or_raw(c["arguments"])} for c in items]
+        except (ValueError, KeyError, TypeError):
+            return Parsed([], text)
+        return Parsed(calls, content or None)
+    return None
+
+
+def _vllm_parser_classes():
+    """vLLM's request and parser classes, imported without vLLM's notes about this platform ("Triton is
+    installed, but doesn't include CPU backend"), which printed before a refusal's message: they are logged
+    during the import, before vLLM configures its loggers, so Python's last-resort handler printed them."""
+    import logging
+
+    vllm_logger = logging.getLogger("vllm")
+    level = vllm_logger.level
+    vllm_logger.setLevel(logging.ERROR)
+    try:
+        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+        from vllm.tool_parsers import ToolParserManager
+    finally:
+        if vllm_logger.level == logging.ERROR:  # as it was, unless vLLM set its own level meanwhile
+            vllm_logger.setLevel(level)
+    return ChatCompletionRequest, ToolParserManager
+
+
+def vllm_parse(parser: str, text: str, tokenizer, tools: list | None) -> Parsed | None:
+    """The same through vLLM's own parser class; None where vLLM is not installed."""
+    try:
+        ChatCompletionRequest, ToolParserManager = _vllm_parser_classes()
+    except ImportError:
+        return None
+    request = ChatCompletionRequest(model="parity", messages=[{"role": "user", "content": "-"}],
+                                    tools=tools or None)
+    instance = ToolParserManager.get_tool_parser(parser)(tokenizer)
+    info = instance.extract_tool_calls(text, request)
+    calls = [{"name": c.function.name, "arguments": arguments_or_raw(c.function.arguments)} for c in info.tool_calls] \
+        if info.tools_called else []
+    return Parsed(calls, info.content)
+
+
+def stop_texts(tokenizer, eos_ids: Sequence[int] = ()) -> list[str]:
+    """The texts of the tokens generation stops at: the EOS token and the generation config's ids."""
+    ids = {i for i in (tokenizer.eos_token_id, *eos_ids) if isinstance(i, int)}
+    return sorted({tokenizer.convert_ids_to_tokens(i) for i in ids} - {None}, key=len, reverse=True)
+
+
+def parse_tool_call(text: str) -> dict[str, Any] | None:
+    """The first tool call in a model's output, as {"name", "arguments"}, or None.
+
+    Accepts `<tool_call>{...}</tool_call>` (our template, Qwen, Hermes) and a bare JSON
+    object (Llama 3 style, which says "parameters" instead of "arguments").
+    """
+    m = _TOOL_CALL.search(text)
+    candidate = m.group(1) if m else text.strip()
+    start = candidate.find("{")
+    if start < 0:
+        return None
+    try:
+        obj, _ = json.JSONDecoder().raw_decode(candidate[start:])
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        return None
+    args = obj.get("arguments", obj.get("parameters", {}))
+    try:
+        args = decode_arguments(args)
+    except ValueError:
+        return None
+    return {"name": obj["name"], "arguments": args}
+
+
+# A fine-tuned model writes tool calls the way its chat template rendered them in training, so the
+# template decides which vLLM parser turns them back into `message.tool_calls`: hermes reads
+# <tool_call>{...}</tool_call> (the built-in template, Qwen, Hermes), llama3_json a bare
+# {"name": ..., "parameters": ...} (Llama 3.x), mistral [TOOL_CALLS][...]. With hermes on a Llama
+# model every tool call would come back as plain `content`.
+_PROBE_TOOL, _PROBE_ARGS = "probe_tool_fn", {"probe_arg": "probe-value"}
+
+
+def tool_call_parser(chat_template: str | None, special_tokens: Collection[str] = ()) -> str:
+    """The vLLM `--tool-call-parser` that reads tool calls in the format `chat_template` writes
+    them, found by rendering one assistant tool call with it; hermes when the template writes none
+    of the known formats (or cannot render a tool call at all). `special_tokens`: the tokenizer's
+    added tokens (some parsers need one of them)."""
+    if not chat_template:
+        return DEFAULT_TOOL_PARSER
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    tool = {"type": "function", "function": {"name": _PROBE_TOOL, "description": "A probe.", "parameters": {
+        "type": "object", "properties": {"probe_arg": {"type": "string"}}, "required": ["probe_arg"]}}}
+    user = [{"role": "user", "content": "Call the probe."}]
+    call = {"role": "assistant", "content": "", "tool_calls": [{"id": "call00001", "type": "function", "function": {
+        "name": _PROBE_TOOL, "arguments": _PROBE_ARGS}}]}
+    try:
+        render = [render_jinja_template(conversations=[conv], tools=[tool], chat_template=chat_template,
+                                        add_generation_prompt=gen, bos_token="", eos_token="")[0][0]
+                  for conv, gen in ((user, True), ([*user, call], False))]
+    except Exception:  # noqa: BLE001 - a template that cannot render a tool call: no format to read
+        return DEFAULT_TOOL_PARSER
+    # Only what the assistant's turn adds: the tool list in the prompt also names the tool.
+    answer = render[1][len(os.path.commonprefix(render)):]
+    if "<tool_call>" in answer:
+        return "hermes"
+    if "[TOOL_CALLS]" in answer:
+        return "mistral"
+    # vLLM's llama3_json parser refuses to start without Llama 3's <|python_tag|> token.
+    if "<|python_tag|>" in special_tokens and re.search(r'\{\s*"name"\s*:\s*"' + _PROBE_TOOL + '"', answer):
+        return "llama3_json"
+    return DEFAULT_TOOL_PARSER
+
+
+def chat_template_text(read: Callable[[str], str | None]) -> str | None:
+    """A model tree's chat template: chat_template.jinja, else tokenizer_config.json's (its
+    `tool_use` template when it names several). `read(path)` returns a file's text or None."""
+    if text := read("chat_template.jinja"):
+        return text
+    config = read("tokenizer_config.json")
+    template = json.loads(config).get("chat_template") if config else None
+    if isinstance(template, list):  # [{"name": "default", "template": ...}, {"name": "tool_use", ...}]
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("tool_use") or named.get("default")
+    return template if isinstance(template, str) else None
+
