@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer import params as param_table
-from trainer import serving, settings, sources, templates
+from trainer import parity, serving, settings, sources, templates
 from trainer.batching import check_rows
 from trainer.config import ADAPTER_METHODS, MAX_ACCUM, TrainConfig
 from trainer.data import lone_surrogate, non_finite_paths
@@ -456,7 +456,7 @@ def _template_problems(model_source: str, splits: dict[str, list], found: list[s
             ids = json.load(f).get("eos_token_id")
         eos = ids if isinstance(ids, list) else [ids] if isinstance(ids, int) else []
     named = chat_template.strip() if chat_template.strip() != templates.MODEL else ""
-    problems = data.template_problems(splits["train"] + splits["eval"], tokenizer, where, eos, named)
+    problems = parity.template_problems(splits["train"] + splits["eval"], tokenizer, where, eos, named)
     if max_seq_len > 0:  # else TrainConfig says so
         context = sources.model_max_length(model_source)
         problems += [f"{where}: {p}" for p in data.length_problems(splits, tokenizer, max_seq_len, context,

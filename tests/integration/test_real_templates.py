@@ -75,12 +75,12 @@ def test_template_exceptions_are_refusals_whatever_their_type():
     qwen = rt.load_tokenizer("qwen3")
     row = {"tools": TOOL_ROWS[0]["tools"], "messages": [TOOL_ROWS[0]["messages"][0],
                                                         {**TOOL_ROWS[0]["messages"][1], "content": None}]}
-    [line] = data.template_problems([row], qwen, "here")  # Qwen3's template: TypeError on content null
+    [line] = parity.template_problems([row], qwen, "here")  # Qwen3's template: TypeError on content null
     assert "refuses 1 of 1 rows (TypeError" in line
     saved = qwen.chat_template
     try:
         qwen.chat_template = templates.CHATML_TOOLS  # renders content null beside calls as nothing
-        assert data.template_problems([row], qwen, "here") == []
+        assert parity.template_problems([row], qwen, "here") == []
     finally:
         qwen.chat_template = saved
 

@@ -33,7 +33,7 @@ def test_the_builtin_models_own_template_passes(tok):
 
 def test_a_template_that_drops_tools_and_calls_is_refused_with_counts_and_the_fix(tok):
     tok.chat_template = NO_TOOLS
-    [line] = data.template_problems(TOOL_ROWS + TEXT_ROWS, tok, "here")
+    [line] = parity.template_problems(TOOL_ROWS + TEXT_ROWS, tok, "here")
     assert "tools dropped: 30 of 30 rows with tools" in line
     assert "calls dropped: 20 of 30 assistant turns" in line
     assert "Nothing was trained" in line and "chat_template=" in line
@@ -60,7 +60,7 @@ def test_the_chatml_template_on_a_model_that_stops_elsewhere_is_refused(tok):
 
 def test_template_exceptions_of_any_type_are_refusals(tok):
     tok.chat_template = "{{ messages[0].content + 1 }}"  # TypeError, not jinja's TemplateError
-    [line] = data.template_problems(TOOL_ROWS[:3], tok, "here")
+    [line] = parity.template_problems(TOOL_ROWS[:3], tok, "here")
     assert "refuses 3 of 3 rows (TypeError" in line
     with pytest.raises(UserError, match="refuses 3 of 3 rows"):
         data.encode_rows(TOOL_ROWS[:3], tok, 512)
@@ -69,14 +69,14 @@ def test_template_exceptions_of_any_type_are_refusals(tok):
 def test_a_template_that_does_not_parse_is_said_so_once_not_as_rows_to_change(tok):
     """Every row was "refused" for a syntax error, with the advice to change the rows."""
     tok.chat_template = "{% for m in messages %}{{ m.content }"
-    [line] = data.template_problems(TOOL_ROWS[:3], tok, "here")
+    [line] = parity.template_problems(TOOL_ROWS[:3], tok, "here")
     assert line.startswith("here: the model's chat template is not valid Jinja (unexpected '}', line 1)")
     assert "chat_template=" in line and "rows" not in line
-    [line] = data.template_problems(TOOL_ROWS[:3], tok, "here", template="mine.jinja")
+    [line] = parity.template_problems(TOOL_ROWS[:3], tok, "here", template="mine.jinja")
     assert line == "chat_template 'mine.jinja' is not valid Jinja (unexpected '}', line 1): fix the template"
     # a template that parses but raises names the user's file and its fix too
     tok.chat_template = "{{ messages[0].content + 1 }}"
-    [line] = data.template_problems(TOOL_ROWS[:3], tok, "here", template="mine.jinja")
+    [line] = parity.template_problems(TOOL_ROWS[:3], tok, "here", template="mine.jinja")
     assert "chat_template 'mine.jinja' refuses 3 of 3 rows (TypeError" in line and "fix the template" in line
 
 
@@ -173,10 +173,10 @@ def test_trainer_train_run_alone_refuses_a_template_that_drops_tools_and_the_lau
 
     import uuid
 
-    monkeypatch.setattr(parity, "CHECK_VERSION", uuid.uuid4().hex)  # no pass recorded by an earlier test counts
+    monkeypatch.setattr(parity.delivered, "CHECK_VERSION", uuid.uuid4().hex)  # no pass recorded by an earlier test counts
     checked = []
     real = parity.delivered_problems
-    monkeypatch.setattr(parity, "delivered_problems", lambda *a: checked.append(a[1:]) or real(*a))
+    monkeypatch.setattr(parity.delivered, "delivered_problems", lambda *a: checked.append(a[1:]) or real(*a))
     parity.check_delivered(store, model_uri, data_uri, "runs/p")  # the launch: checked, recorded
     parity.check_delivered(store, model_uri, data_uri, "runs/p")  # the job's ranks: the record answers
     parity.check_delivered(store, model_uri, data_uri, "runs/q")  # another run of the same trees: the same

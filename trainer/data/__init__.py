@@ -18,8 +18,8 @@ Files: JSONL, a JSON list of rows (or one row), CSV (JSON text in the `messages`
 and Parquet; every reader ends in the same row checks.
 
 The package: formats (row checks and conversions), readers (files), encode (token ids and loss
-masks), preflight (template and length checks before training); every name is importable from
-`trainer.data` as before.
+masks), preflight (length checks before training, and the time budget the template check of
+trainer.parity.preflight shares); every name is importable from `trainer.data`.
 """
 
 from trainer.batching import collate, collate_packed, real_tokens  # noqa: F401 - moved there, importable here
@@ -32,4 +32,4 @@ from trainer.data.readers import (  # noqa: F401
 from trainer.data.encode import (  # noqa: F401
     encode, text_chars, max_token_chars, encode_rows, encode_all)
 from trainer.data.preflight import (  # noqa: F401
-    TEMPLATE_CHECK_ROWS, TEMPLATE_BUDGET_S, _time_limit, template_problems, length_problems, eval_overlap)
+    TEMPLATE_CHECK_ROWS, TEMPLATE_BUDGET_S, _time_limit, length_problems, eval_overlap)

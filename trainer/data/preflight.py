@@ -1,12 +1,13 @@
-"""Checks before any training: the chat template renders every row within a time budget, and
-the rows fit max_seq_len (refusals counted and shown)."""
+"""Checks of the rows before any training: they fit max_seq_len (refusals counted and shown),
+within a time budget (a chat template is code); and the budget itself, which the template check
+(trainer.parity.preflight) renders under too."""
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator
 
-from trainer.data.encode import _reason, _refusal_lines, max_token_chars, text_chars
+from trainer.data.encode import max_token_chars, text_chars
 
 
 TEMPLATE_CHECK_ROWS = 1000  # ~2 s on 2 cores; such problems are systematic, and training checks every row
@@ -63,57 +64,6 @@ def _over_budget(tokenizer, where: str, template: str, what: str) -> str:
             f"{TEMPLATE_BUDGET_S:g} s (a template is code, and this one runs away: e.g. a loop like range(99999) "
             "inside another): fix the template, or give another with chat_template= (a built-in name or a .jinja "
             "file)")
-
-
-def template_problems(rows: list[dict[str, Any]], tokenizer, where: str, eos_ids: Sequence[int] = (),
-                      template: str = "") -> list[str]:
-    """Rows the model's chat template refuses to render (Gemma's refuses a system turn, some
-    refuse tools or non-alternating roles; any exception counts: SmolLM2's raises TypeError on
-    `content: null`), then the train/serve parity check (trainer.parity) on the rows it renders:
-    tools and tool calls rendered, read back by the tool-call parser that will serve the model.
-    The first TEMPLATE_CHECK_ROWS rows, before training, within TEMPLATE_BUDGET_S: one line per
-    distinct problem. `template` names the template in the message when it runs out of time."""
-    from trainer import parity
-
-    if syntax := _syntax_problem(tokenizer, where, template):
-        return [syntax]  # every row would be "refused" for it, and the advice would be to change the rows
-    rows = rows[:TEMPLATE_CHECK_ROWS]
-    refused: dict[str, list[dict[str, Any]]] = {}
-    rendered = []
-    try:
-        with _time_limit(TEMPLATE_BUDGET_S):
-            for row in rows:
-                try:
-                    tokenizer.apply_chat_template(row["messages"], tools=row.get("tools") or None, tokenize=False)
-                except Exception as err:  # noqa: BLE001 - a template is code: whatever it raises, it refuses the row
-                    refused.setdefault(_reason(err), []).append(row)
-                    continue
-                rendered.append(row)
-            parity_lines = parity.model_problems(rendered, tokenizer, where, eos_ids)
-    except _OverBudget:
-        return [_over_budget(tokenizer, where, template, f"rendering {len(rows)} rows")]
-    return [f"{where}: {line}" for line in _refusal_lines(refused, len(rows), template)] + parity_lines
-
-
-def _syntax_problem(tokenizer, where: str, template: str) -> str | None:
-    """A template that does not compile, said as such: compiled as apply_chat_template compiles
-    it (transformers' sandboxed environment, with its `generation` tag), once."""
-    from jinja2 import TemplateSyntaxError
-
-    try:
-        from transformers.utils.chat_template_utils import _compile_jinja_template
-    except ImportError:  # another transformers: rendering the rows reports it, as a refusal
-        return None
-    text = getattr(tokenizer, "chat_template", None)
-    if not isinstance(text, str):
-        return None  # none, or named templates: rendering the rows reports what fails
-    try:
-        _compile_jinja_template(text)
-    except TemplateSyntaxError as err:
-        what = f"chat_template {template!r}" if template else f"{where}: the model's chat template"
-        return (f"{what} is not valid Jinja ({err.message}, line {err.lineno}): fix the template"
-                + ("" if template else ", or give one with chat_template= (a built-in name or a .jinja file)"))
-    return None
 
 
 def length_problems(splits: dict[str, list[dict[str, Any]]], tokenizer, max_seq_len: int,

@@ -22,15 +22,13 @@ vLLM's own parser classes; tests hold the two to the same verdicts on real templ
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from trainer.chat.calls import message_calls, same_calls
-from trainer.chat.messages import openai_messages
 from trainer.chat.parsers import END_MARKERS, Parsed, parse, stop_texts, tool_call_parser, vllm_parse
-from trainer.chat.turns import target_index, trained_turns
+from trainer.chat.turns import trained_turns
 
 CHECK_ROWS = 1000  # a second or two on 2 cores; such problems are systematic
 
@@ -172,131 +170,3 @@ def model_problems(rows: Sequence[dict[str, Any]], tokenizer, where: str, eos_id
     verdict = check(rows, tokenizer, parser, eos_ids, parse_fn=_parse_fn(tokenizer))
     vocab = tokenizer.get_vocab()
     return problems(verdict, where, parser, chatml="<|im_start|>" in vocab and "<|im_end|>" in vocab)
-
-
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json",
-                   "tokenizer.model", "vocab.json", "merges.txt", "added_tokens.json", "generation_config.json",
-                   "config.json")
-_HEAD_BYTES = 64 << 20  # enough for CHECK_ROWS rows of any sane chat data
-
-
-def delivered_problems(store, model_uri: str, dataset_uri: str) -> list[str]:
-    """The parity check on a delivered model tree and dataset (the finetune step, before a job
-    starts, for every dataset kind): only the tokenizer files and the first rows are read."""
-    import tempfile
-    from pathlib import Path
-
-    from transformers import AutoTokenizer
-
-    from trainer import data
-    from trainer.storage import MANIFEST, split_uri
-
-    from trainer import settings
-
-    _, model_prefix = split_uri(model_uri)
-    _, data_prefix = split_uri(dataset_uri)
-    manifest = store.get_json(f"{model_prefix}/{MANIFEST}")
-    present = {f["path"] for f in manifest["files"]}
-    # a tree already in this machine's cache (get_tree's, named by its hash) is read there, not fetched again
-    cached = Path(settings.get("FINETUNE_CACHE_DIR")) / str(manifest.get("tree_sha256"))
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in TOKENIZER_FILES:
-            if name in present:
-                Path(tmp, name).write_bytes((cached / name).read_bytes() if (cached / MANIFEST).is_file()
-                                            else store.get_bytes(f"{model_prefix}/{name}"))
-        tokenizer = AutoTokenizer.from_pretrained(tmp, local_files_only=True)
-        eos = []
-        if (gen := Path(tmp, "generation_config.json")).is_file():
-            ids = json.loads(gen.read_text()).get("eos_token_id")
-            eos = ids if isinstance(ids, list) else [ids] if isinstance(ids, int) else []
-    rows = []
-    for split in ("train", "eval"):
-        head = store.get_bytes(f"{data_prefix}/{split}.jsonl", length=_HEAD_BYTES).decode("utf-8", errors="replace")
-        lines = head.splitlines()
-        if len(head.encode()) >= _HEAD_BYTES:
-            lines = lines[:-1]  # the last line may be cut
-        rows += [json.loads(line) for line in lines[:CHECK_ROWS] if line.strip()]
-    return data.template_problems(rows, tokenizer, "the delivered dataset with the delivered model", eos)
-
-
-
-CHECKED = "template-check.json"  # under a run's output prefix: the pair of inputs the check passed
-# Content-addressed inputs (deliver's sha256-<tree hash> URIs) passed once pass for every run: recorded here in the
-# bucket, by version of the check (a check that asks more checks every pair again).
-CHECKS, CHECK_VERSION = "template-checks", 1
-_ADDRESSED = re.compile(r"s3://[^/]+/(?:.+/)?sha256-([0-9a-f]{64})/?")
-
-
-def _record(model_uri: str, dataset_uri: str, output_prefix: str) -> str:
-    """Where a passed check of this pair is recorded: by the two trees' hashes, else under the run's prefix."""
-    model, data = _ADDRESSED.fullmatch(model_uri), _ADDRESSED.fullmatch(dataset_uri)
-    if model and data:
-        return f"{CHECKS}/v{CHECK_VERSION}/{model[1]}-{data[1]}.json"
-    return f"{output_prefix}/{CHECKED}"
-
-
-def check_delivered(store, model_uri: str, dataset_uri: str, output_prefix: str) -> None:
-    """`delivered_problems` for a training run, raised as one UserError before anything trains. A passed pair is
-    recorded (`_record`), so the job's own `trainer train` processes, which check too for those who run them
-    without the pipeline, and later runs of the same inputs do not check the same trees again (each rank would
-    import vLLM's parsers: ~3 CPU-s)."""
-    from trainer.errors import collect
-
-    for uri in (dataset_uri, model_uri):  # as training reads them: a missing one is named, not a traceback
-        store.check_tree(uri)
-    record = _record(model_uri, dataset_uri, output_prefix)
-    pair = {"model_uri": model_uri, "dataset_uri": dataset_uri}
-    if store.exists(record) and store.get_json(record) == pair:
-        return
-    collect(delivered_problems(store, model_uri, dataset_uri), what="the chat template does not fit the data")
-    store.put_json(record, pair)
-
-
-# --- the running server against the training encoder ----------------------------------------------------------
-
-def prompt_ids(row: dict[str, Any], tokenizer, max_seq_len: int) -> list[int] | None:
-    """The training encoder's prompt for a row's scored turn: its token ids before that turn's first trained label
-    (trainer.data.encode, as the trainer encodes the row), or None for a row the trainer skips as too long."""
-    from trainer.data import encode
-
-    enc = encode(row, tokenizer, max_seq_len)
-    if enc is None:
-        return None
-    trained = [label != -100 for label in enc["labels"]]
-    end = max(i for i, t in enumerate(trained) if t)  # the scored turn is the last run of trained tokens
-    start = end
-    while start > 0 and trained[start - 1]:
-        start -= 1
-    return enc["input_ids"][:start]
-
-
-def served_prompts(base_url: str, tokenizer, rows: Sequence[dict[str, Any]], models: Sequence[str],
-                   max_seq_len: int, timeout_s: float = 60.0) -> dict[str, Any]:
-    """vLLM's own rendering of each row's conversation before its scored turn, with the row's tools (a running
-    server's /tokenize endpoint: messages + tools + add_generation_prompt, the path chat completions render
-    through), beside the training encoder's prompt ids, for each served model name. Returns the (row, model)
-    pairs compared, how many were equal, and the first difference decoded (None when all were equal)."""
-    import urllib.request
-
-
-    root = base_url.removesuffix("/").removesuffix("/v1")
-    out: dict[str, Any] = {"rows": 0, "equal": 0, "first_difference": None}
-    for model in models:
-        for row in rows:
-            want = prompt_ids(row, tokenizer, max_seq_len)
-            if want is None:
-                continue
-            body = {"model": model, "messages": openai_messages(row["messages"][:target_index(row)]),
-                    "tools": row.get("tools"), "add_generation_prompt": True}
-            req = urllib.request.Request(f"{root}/tokenize", data=json.dumps(body).encode(),
-                                         headers={"Content-Type": "application/json"})
-            with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-                got = json.loads(resp.read())["tokens"]
-            out["rows"] += 1
-            if got == want:
-                out["equal"] += 1
-            elif out["first_difference"] is None:
-                at = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
-                out["first_difference"] = {"model": model, "token": at, "vllm": tokenizer.decode(got[at:at + 12]),
-                                           "training": tokenizer.decode(want[at:at + 12])}
-    return out
