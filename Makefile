@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast test-bench test-signals compile manifests clean chromium gpu-check gpu-wheels
+.PHONY: demo test test-fast test-bench test-signals compile manifests clean chromium gpu-check gpu-wheels lint
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -55,6 +55,11 @@ test: $(STAMP) chromium
 # on two workers as `test`: 52 s against 92 s in one process on this 2-core machine (2026-11-27)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile tests/unit
+
+# Imports flow one way: the contracts in pyproject.toml ([tool.importlinter]); make test runs them too
+# (tests/unit/test_layering.py)
+lint: $(STAMP)
+	$(BIN)/lint-imports --no-cache
 
 # The benchmarks' --quick runs end to end (benchmarks.real_model: the whole pipeline on SmolLM2, 4-5 min)
 test-bench: $(STAMP)

@@ -108,7 +108,7 @@ def instrumented(spans: list[tuple[str, str, float]], answers: dict[str, list[di
     served_predictions, trainer.serving.local's start and trainer.serving.client's wait_ready into `spans` as
     (function, model, seconds), and keep each model's predictions (what `score` returns) in `answers`. The
     originals are restored after."""
-    from trainer import evaluate as ev
+    from trainer.evaluate import generation, losses, run, served
     from trainer.serving import client, local
 
     def model_of(name: str, args: tuple, kwargs: dict) -> str:
@@ -132,8 +132,9 @@ def instrumented(spans: list[tuple[str, str, float]], answers: dict[str, list[di
 
         return fn, wrapper
 
-    targets = [(ev, n) for n in ("generate", "ask", "load", "eval_loss", "served_losses", "served_predictions",
-                                 "score")]
+    # each where the evaluation looks it up (trainer.evaluate's modules call each other through the module)
+    targets = [(generation, "generate"), (served, "ask"), (generation, "load"), (losses, "eval_loss"),
+               (losses, "served_losses"), (served, "served_predictions"), (run, "score")]
     targets += [(local, "start"), (client, "wait_ready")]
     saved = []
     try:

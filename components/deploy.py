@@ -40,7 +40,7 @@ def deploy(
     from collections import namedtuple
 
     from components.artifacts import read_uri
-    from trainer import serving
+    from trainer import deploy
     from trainer.errors import UserError, exit_on_user_error
     from trainer.k8s.vllm import ServeSpec
     from trainer.launch import cluster_from_params
@@ -61,7 +61,7 @@ def deploy(
                          model_uri=read_uri(base_model) if serve_adapters else read_uri(model), gpus=gpus,
                          cluster=placement, adapters={name: read_uri(adapter)} if serve_adapters else {},
                          vllm_image=vllm_image)
-        out = serving.deploy(backend, spec, store, messages, tools, keep_serving=keep_serving)
+        out = deploy.deploy(backend, spec, store, messages, tools, keep_serving=keep_serving)
     names = out.names
     outcome = smoke_outcome(out.results)
     ok = outcome["smoke_ok"]

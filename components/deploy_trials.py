@@ -41,7 +41,7 @@ def deploy_trials(
 
     from components.artifacts import read_uri
     from trainer.errors import exit_on_user_error
-    from trainer import serving
+    from trainer import deploy
     from trainer.k8s.vllm import ServeSpec, trial_adapters
     from trainer.launch import cluster_from_params
     from trainer.serving.client import smoke_outcome, smoke_request
@@ -66,7 +66,7 @@ def deploy_trials(
                       "this machine's GPU it would hold the memory the winner's merge and server need; compare the "
                       "trials with `python -m trainer serve BASE_DIR --lora NAME=ADAPTER_DIR ...` after the run",
                       flush=True)
-        out = serving.deploy(backend, spec, store, messages, tools, keep_serving=keep)
+        out = deploy.deploy(backend, spec, store, messages, tools, keep_serving=keep)
     outcome = smoke_outcome(out.results)  # the same verdict as the deploy step's
     smoke.log_metric("smoke_ok", float(outcome["smoke_ok"]))
     smoke.log_metric("smoke_server_ok", float(outcome["server_ok"]))

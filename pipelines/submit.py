@@ -46,7 +46,7 @@ from typing import Any
 
 from pipelines.finetune import finetune_pipeline
 from pipelines.params import parse_params, pipeline_defaults
-from trainer import serving, settings
+from trainer import deploy, settings
 from trainer.config import ADAPTER_METHODS
 from trainer.errors import UserError, collect, exit_on_user_error
 
@@ -239,7 +239,7 @@ def sweep_dry_run_objects(params: dict[str, Any]) -> list:
         [job, *_] = dry_run_objects({**base, **trial, "deploy_backend": "none"}, job_name(f"run-id-trial-{i}"))
         objects.append(job)
     objects += dry_run_objects({**base, "launcher": "local"})  # the winner, if it beats the base by min_gain
-    if params.get("deploy_all_trials") and params["deploy_backend"] in serving.CLUSTER_BACKENDS:
+    if params.get("deploy_all_trials") and params["deploy_backend"] in deploy.CLUSTER_BACKENDS:
         from trainer.k8s import vllm
         from trainer.launch import cluster_from_params
 
@@ -250,7 +250,7 @@ def sweep_dry_run_objects(params: dict[str, Any]) -> list:
             adapters=vllm.trial_adapters(name, [f"s3://<bucket>/models/<from-trial-{i}>"
                                                 for i in range(len(params["trials"]))]),
             max_lora_rank=max(int(t["lora_r"]) for t in params["trials"]))
-        objects += serving.backend_module(params["deploy_backend"]).build(side_by_side)
+        objects += deploy.backend_module(params["deploy_backend"]).build(side_by_side)
     return objects
 
 
@@ -271,7 +271,7 @@ def dry_run_objects(params: dict[str, Any], name: str = "") -> list:
                                       output_prefix="runs/<run id>")
         build = build_trainjob if params["launcher"] == "trainjob" else build_pytorchjob
         objects.append(build(name or job_name("run-id"), cfg.to_args(), spec))
-    if params["deploy_backend"] in serving.CLUSTER_BACKENDS:
+    if params["deploy_backend"] in deploy.CLUSTER_BACKENDS:
         name, side_by_side = params["served_model_name"], params.get("serve_adapters", False)
         serve = vllm.ServeSpec(
             name=f"{name}-base" if side_by_side else name, gpus=params["serve_gpus"], cluster=spec,
@@ -279,7 +279,7 @@ def dry_run_objects(params: dict[str, Any], name: str = "") -> list:
             else "s3://<bucket>/models/<from merge-lora>",
             adapters={name: "s3://<bucket>/models/<from finetune>"} if side_by_side else {},
             vllm_image=params.get("vllm_image", ""))
-        objects += serving.backend_module(params["deploy_backend"]).build(serve)
+        objects += deploy.backend_module(params["deploy_backend"]).build(serve)
     return objects
 
 
@@ -436,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
             print(params_help(pipeline))
             # The defaults above are the compiled pipeline's (the KFP UI's), which are run_local's: two of them
             # a submitted run does not keep.
-            *others, last = serving.CLUSTER_BACKENDS
+            *others, last = deploy.CLUSTER_BACKENDS
             print(f"\nsubmit: launcher not given is {SUBMIT_LAUNCHER} (launcher=local trains inside one pipeline pod, "
                   f"which a cluster refuses); deploy_backend must be given: {', '.join(others)} or {last} (local "
                   "would serve inside the pipeline pod, whose image has no vLLM)")

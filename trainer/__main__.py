@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from trainer.config import TrainConfig
+from trainer.params import add_train_arguments
 from trainer.errors import exit_on_user_error
 
 
@@ -28,7 +29,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m trainer", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    TrainConfig.add_arguments(sub.add_parser(
+    add_train_arguments(sub.add_parser(
         "train", help="fine-tune (run under torchrun for DDP)",
         description="Fine-tune a delivered model on a delivered dataset; under torchrun every process trains "
                     "(DDP), rank 0 logs, checkpoints and writes <output-prefix>/result.json."))
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("uri", help="s3:// URI of a delivered tree")
     p.add_argument("out", type=Path, help="local directory to write it to")
     p = sub.add_parser("launch-k8s", help="run training as a PyTorchJob or TrainJob (--dry-run prints it)")
-    TrainConfig.add_arguments(p)
+    add_train_arguments(p)
     _cluster_arguments(p)
     p.add_argument("--launcher", default="pytorchjob", choices=("pytorchjob", "kubernetes", "trainjob"),
                    help="the Training Operator's PyTorchJob (kubernetes is the same) or Kubeflow Trainer's TrainJob")
@@ -205,19 +206,19 @@ def run(args: argparse.Namespace) -> None:
             launcher_for(args.launcher)(spec).run(cfg.to_args(), name)
         return
     if args.command == "deploy-k8s":
-        from trainer import serving
+        from trainer import deploy
         from trainer.k8s import vllm
 
         spec = vllm.ServeSpec(name=args.name, model_uri=args.model_uri, gpus=args.gpus, cluster=_cluster_spec(args),
                               adapters=vllm.parse_adapters(args.adapter), max_lora_rank=args.max_lora_rank,
                               vllm_image=args.vllm_image, tool_call_parser=args.tool_call_parser)
-        objects = serving.backend_module(args.backend).build(spec)  # the settings' problems first; contacts nothing
+        objects = deploy.backend_module(args.backend).build(spec)  # the settings' problems first; contacts nothing
         if args.dry_run:
             print_yaml(objects)
         else:
             reach_cluster()
             # No store: the flags (--max-lora-rank, --tool-call-parser) are the settings the pipeline reads off it.
-            out = serving.deploy(args.backend, spec, None, [{"role": "user", "content": "Hello!"}])
+            out = deploy.deploy(args.backend, spec, None, [{"role": "user", "content": "Hello!"}])
             print(json.dumps(out.as_dict(), indent=1))
         return
     if args.command == "build-tiny-model":

@@ -183,19 +183,6 @@ class TrainConfig:
         return [f"--{f.name.replace('_', '-')}={getattr(self, f.name)}" for f in fields(self)]
 
     @classmethod
-    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        """One option per field; its help is the pipeline parameter's (trainer.params) when there is one,
-        else the field's comment above (one place to document each)."""
-        from trainer import params  # imports this module: here, not at the top
-
-        helps = {**_field_comments(cls), **{p.name: p.help for p in params.PARAMS}}
-        for f in fields(cls):
-            kind = type(f.default)
-            parser.add_argument(f"--{f.name.replace('_', '-')}", default=f.default,
-                                type=_parse_bool if kind is bool else kind,
-                                help=f"{helps.get(f.name, '')} (default: {f.default!r})".lstrip().replace("%", "%%"))
-
-    @classmethod
     def from_params(cls, params: dict, **fields_) -> "TrainConfig":
         """A config from pipeline parameters: every key that names a field, plus `fields_`;
         other keys (artifacts, cluster settings) are ignored."""
@@ -208,33 +195,6 @@ class TrainConfig:
 
     def asdict(self) -> dict:
         return dataclasses.asdict(self)
-
-
-def _field_comments(cls) -> dict[str, str]:
-    """Each dataclass field's comment: the lines right above it plus the one at its end."""
-    import inspect
-    import re
-
-    helps, above = {}, []
-    for line in inspect.getsource(cls).splitlines()[1:]:
-        stripped = line.strip()
-        if stripped.startswith("#"):
-            above.append(stripped.lstrip("# "))
-        elif m := re.match(r"\s+(\w+): [^=]+=.*?(?:#\s*(.*))?$", line):
-            helps[m[1]] = " ".join([*above, m[2] or ""]).strip()
-            above = []
-        else:
-            above = []
-    return helps
-
-
-def _parse_bool(value: str) -> bool:
-    from trainer.settings import parse_bool
-
-    try:
-        return parse_bool(value)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 DEFAULT = TrainConfig()  # e.g. `learning_rate: float = DEFAULT.learning_rate` in a pipeline signature

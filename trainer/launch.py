@@ -22,16 +22,8 @@ from trainer import procs as procs_mod
 from trainer.errors import UserError
 from trainer.exitcodes import EXIT_TRANSIENT, PERMANENT
 from trainer.serving.local import free_port
+from trainer.torchrun import train_command
 from trainer.watchdog import Watchdog
-
-
-def train_command(train_args: list[str], python: str = sys.executable) -> list[str]:
-    """The command every node runs, here and in a training pod (python="python", the image's);
-    torchrun reads the topology from PET_* env vars. trainer.torchrun is torchrun passing on its
-    worker's exit status (plain torchrun exits 1 whatever happened), so that ExitCode restarts and
-    podFailurePolicy can tell 2 from 137 (see there)."""
-    return [python, "-m", "trainer.torchrun", "-m", "trainer", "train", *train_args]
-
 
 
 @dataclass

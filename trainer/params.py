@@ -12,11 +12,15 @@ CLI (`python -m trainer train`) and a pipeline run train alike when given nothin
 
 from __future__ import annotations
 
+import argparse
+import inspect
+import re
 import textwrap
 from dataclasses import dataclass, fields
 from typing import Any
 
 from trainer.config import TrainConfig
+from trainer.settings import parse_bool
 
 _T = TrainConfig()
 
@@ -316,3 +320,37 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    """One `python -m trainer train` option per TrainConfig field; its help is the pipeline
+    parameter's (PARAMS) when there is one, else the field's comment in TrainConfig (one place to
+    document each)."""
+    helps = {**_field_comments(TrainConfig), **{p.name: p.help for p in PARAMS}}
+    for f in fields(TrainConfig):
+        kind = type(f.default)
+        parser.add_argument(f"--{f.name.replace('_', '-')}", default=f.default,
+                            type=_parse_bool if kind is bool else kind,
+                            help=f"{helps.get(f.name, '')} (default: {f.default!r})".lstrip().replace("%", "%%"))
+
+
+def _field_comments(cls) -> dict[str, str]:
+    """Each dataclass field's comment: the lines right above it plus the one at its end."""
+    helps, above = {}, []
+    for line in inspect.getsource(cls).splitlines()[1:]:
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            above.append(stripped.lstrip("# "))
+        elif m := re.match(r"\s+(\w+): [^=]+=.*?(?:#\s*(.*))?$", line):
+            helps[m[1]] = " ".join([*above, m[2] or ""]).strip()
+            above = []
+        else:
+            above = []
+    return helps
+
+
+def _parse_bool(value: str) -> bool:
+    try:
+        return parse_bool(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None

@@ -33,6 +33,14 @@ from trainer.procs import private_tmpdir_env
 SHUTDOWN_MARGIN_S = 15  # on top of shutdown_grace_s: the worker's own hard exit comes first
 
 
+def train_command(train_args: list[str], python: str = sys.executable) -> list[str]:
+    """The command every node runs, here and in a training pod (python="python", the image's);
+    torchrun reads the topology from PET_* env vars. trainer.torchrun is torchrun passing on its
+    worker's exit status (plain torchrun exits 1 whatever happened), so that ExitCode restarts and
+    podFailurePolicy can tell 2 from 137 (see there)."""
+    return [python, "-m", "trainer.torchrun", "-m", "trainer", "train", *train_args]
+
+
 def _option(argv: list[str], name: str) -> str | None:
     """The value of `--name=value` / `--name value` in the training arguments, if given."""
     for i, arg in enumerate(argv):

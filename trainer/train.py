@@ -51,6 +51,7 @@ from trainer import data
 from trainer.batching import batches, bucket, check_rows, collate, collate_packed
 from trainer.checkpoint import Checkpointer, rng_state
 from trainer.config import MAX_ACCUM, TrainConfig
+from trainer.evaluate import losses
 from trainer.exitcodes import hard_exit, remove_at_exit
 from trainer.model import LossModel, build_model, compile_layers, decoder_layers, label_positions_of, plan_packing
 from trainer.storage import Store
@@ -565,8 +566,6 @@ class Recipe:
         wait at the next collective. Its time is not training's (train_seconds, tokens_per_second)."""
         if self.rank != MASTER or not self.eval_examples:
             return
-        from trainer.evaluate import eval_loss
-
         import torch
 
         began = time.perf_counter()
@@ -574,7 +573,7 @@ class Recipe:
         # Compiled layers would recompile for eval mode and no_grad (on an H100 as long as the
         # first compile, ~100 s) to run 64 rows once: eager instead, the compiled code kept.
         with torch.compiler.set_stance("force_eager") if self.cfg.compile else contextlib.nullcontext():
-            value = eval_loss(self.model, self.eval_examples, self.tokenizer.pad_token_id,
+            value = losses.eval_loss(self.model, self.eval_examples, self.tokenizer.pad_token_id,
                               desc=f"eval loss at step {step}")
         self.model.train()
         self.eval_s += time.perf_counter() - began

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer import params as param_table
-from trainer import parity, serving, settings, sources, templates
+from trainer import deploy, parity, settings, sources, templates
 from trainer.batching import check_rows
 from trainer.config import ADAPTER_METHODS, MAX_ACCUM, TrainConfig
 from trainer.data import lone_surrogate, non_finite_paths
@@ -504,7 +504,7 @@ def cluster_problems(params: dict[str, Any]) -> list[str]:
     return problems
 
 
-DEPLOY_BACKENDS = serving.BACKENDS  # all but the first run on the cluster
+DEPLOY_BACKENDS = deploy.BACKENDS  # all but the first run on the cluster
 
 
 def on_cluster_problems(params: dict[str, Any]) -> list[str]:

@@ -13,7 +13,7 @@ import pytest
 from tests.fakes.k8s_fake_api import FakeKubeAPI, JobScript
 from tests.schemas import assert_restricted, validate
 from trainer.errors import UserError
-from trainer.serving import Deployed
+from trainer.deploy import Deployed
 from trainer.k8s import lifecycle, podspec, vllm as cluster_serve
 from trainer.k8s.lifecycle import JobFailed, to_dict
 from trainer.k8s.podspec import ClusterSpec
@@ -514,7 +514,7 @@ def test_sweep_trials_side_by_side_on_the_cluster_fake_api(store, tmp_path, monk
     import json as json_
 
     from tests.unit.test_serve_openai import LLAMA3_TEMPLATE, LLAMA3_TOKENS, _write_tree
-    from trainer import serving
+    from trainer import deploy as deploying
     from trainer.k8s.vllm import ServeSpec, trial_adapters
 
     base_uri, _ = store.put_tree(_write_tree(tmp_path / "base", LLAMA3_TEMPLATE, LLAMA3_TOKENS), "models")
@@ -532,7 +532,7 @@ def test_sweep_trials_side_by_side_on_the_cluster_fake_api(store, tmp_path, monk
     spec = ServeSpec(name="sweep-base", model_uri=base_uri, adapters=trial_adapters("sweep", uris),
                      cluster=ClusterSpec(namespace="ml"))
     with FakeKubeAPI() as api:
-        out = serving.deploy("kubernetes", spec, store, [{"role": "user", "content": "hi"}],
+        out = deploying.deploy("kubernetes", spec, store, [{"role": "user", "content": "hi"}],
                              client_configuration=api.configuration, poll_s=0.01)
         [(_, _, body)] = api.state.calls("POST", "deployments")
     cmd = body["spec"]["template"]["spec"]["containers"][0]["command"]
@@ -823,14 +823,14 @@ def test_deploy_k8s_deploys_through_serving_and_prints_the_result_fake_api(monke
     the pipeline's deploy step, with the flags' settings (no store to read them off), the result as JSON."""
     import json
 
-    from trainer import serving
+    from trainer import deploy as deploying
     from trainer.__main__ import main
 
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setattr("trainer.__main__.reach_cluster", lambda: None)  # the fake serves no /version
     calls = []
-    deploy = serving.deploy
-    monkeypatch.setattr(serving, "deploy", lambda backend, spec, store, *a, **kw: (
+    deploy = deploying.deploy
+    monkeypatch.setattr(deploying, "deploy", lambda backend, spec, store, *a, **kw: (
         calls.append((backend, spec.max_lora_rank, spec.tool_call_parser, store))
         or deploy(backend, spec, store, *a, **{**kw, "poll_s": 0.01})))  # the fake is Ready at the first poll
     with FakeKubeAPI() as api:

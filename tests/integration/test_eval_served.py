@@ -31,7 +31,7 @@ def test_the_cpu_build_scores_base_then_the_merged_tuned_model_losses_included(t
     rows = builtin_data.generate(n_train=0, n_eval=4, seed=6)["eval"]
     data.write_jsonl(rows, tmp_path / "eval.jsonl")
     adapter = _adapter(tiny_model_dir, tmp_path / "adapter", zero=False)
-    assert ev.vllm_cpu_build()  # this machine's vLLM
+    assert ev.served.vllm_cpu_build()  # this machine's vLLM
     result = ev.evaluate(tiny_model_dir, adapter, tmp_path / "eval.jsonl", max_rows=4, max_seq_len=512,
                          engine="vllm")
     (base_dir, base_loras, base_server), (tuned_dir, tuned_loras, tuned_server) = started
@@ -53,7 +53,7 @@ def test_base_and_adapter_answer_through_one_vllm_server(tiny_model_dir, tmp_pat
     adapter = _adapter(tiny_model_dir, tmp_path / "adapter", zero=False)
     # the GPU build's plan, one server with the adapter beside the base (test_server_plans: the CPU
     # build merges), run on this CPU build
-    monkeypatch.setattr(ev, "server_plans", lambda base, tuned: [(base, {"tuned": str(tuned)}, ("base", "tuned"))])
+    monkeypatch.setattr(ev.served, "server_plans", lambda base, tuned: [(base, {"tuned": str(tuned)}, ("base", "tuned"))])
     result = ev.evaluate(tiny_model_dir, adapter, tmp_path / "eval.jsonl", max_rows=6, max_seq_len=512,
                          engine="vllm")
     assert result["engine"] == "vllm" and result["rows"] == 6

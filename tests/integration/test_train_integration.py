@@ -40,7 +40,8 @@ def test_merged_model_matches_adapter(delivered, store, tmp_path, method, train_
 
     from transformers import AutoModelForCausalLM
 
-    from trainer.evaluate import _served_lora, load
+    from trainer.evaluate.generation import load
+    from trainer.evaluate.served import _served_lora
     from trainer.merge import merge
     from trainer.model import BASE_QUANTIZATION, load_base, qlora_config
     from trainer.train import train
@@ -308,7 +309,7 @@ def test_eval_loss_during_training_shows_a_bar_and_is_not_counted_as_training_ti
         shift[0] += 1000.0
         return real_eval(*a, **kw)
 
-    monkeypatch.setattr(evaluate, "eval_loss", slow_eval)
+    monkeypatch.setattr(evaluate.losses, "eval_loss", slow_eval)
     model_uri, data_uri = delivered
     result = train(TrainConfig(model_uri=model_uri, dataset_uri=data_uri, output_prefix="runs/eval-time", max_steps=2,
                                batch_size=2, eval_every=1), store)

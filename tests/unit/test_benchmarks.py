@@ -180,10 +180,11 @@ def test_this_trainers_runs_use_the_hf_baselines_lora_setting_whatever_the_defau
 
     from benchmarks.gpu_compare import trainer_command
     from trainer.config import TrainConfig
+    from trainer.params import add_train_arguments
 
     def parsed(extra):
         parser = argparse.ArgumentParser()
-        TrainConfig.add_arguments(parser)
+        add_train_arguments(parser)
         cmd = trainer_command("s3://b/models/m", "s3://b/datasets/d", "runs/x", 40, 16384, extra)
         assert cmd[1:4] == ["-m", "trainer", "train"]
         return TrainConfig.from_namespace(parser.parse_args(cmd[4:]))
@@ -283,15 +284,15 @@ def test_eval_speed_times_the_evaluate_functions_and_puts_them_back(monkeypatch)
     from benchmarks.eval_speed import instrumented
     from trainer import evaluate as ev
 
-    monkeypatch.setattr(ev, "generate", lambda model, tok, rows, desc="": ["x"] * len(rows))
-    monkeypatch.setattr(ev, "served_losses", lambda url, model, examples, desc="": [(1.0, 1)])
-    original = ev.generate
+    monkeypatch.setattr(ev.generation, "generate", lambda model, tok, rows, desc="": ["x"] * len(rows))
+    monkeypatch.setattr(ev.losses, "served_losses", lambda url, model, examples, desc="": [(1.0, 1)])
+    original = ev.generation.generate
     spans, answers = [], {}
     with instrumented(spans, answers):
-        assert ev.generate is not original
-        assert ev.generate(None, None, [1, 2], desc="evaluate tuned") == ["x", "x"]
-        assert ev.served_losses("u", "base", [], desc="eval loss base (vLLM)") == [(1.0, 1)]
-    assert ev.generate is original
+        assert ev.generation.generate is not original
+        assert ev.generation.generate(None, None, [1, 2], desc="evaluate tuned") == ["x", "x"]
+        assert ev.losses.served_losses("u", "base", [], desc="eval loss base (vLLM)") == [(1.0, 1)]
+    assert ev.generation.generate is original
     assert [(name, model) for name, model, _ in spans] == [("generate", "tuned"), ("served_losses", "base")]
     assert spans[0][2] >= 0
 

@@ -95,19 +95,19 @@ def test_deploy_trials_keeps_its_server_up_only_with_keep_serving(delivered, tmp
     deploy step keeps its own, says how to stop it, and returns an endpoint only while it serves (the server start
     is faked: tests/fake_api has its cluster backends)."""
     from components.deploy_trials import deploy_trials
-    from trainer import serving
+    from trainer import deploy as deploying
 
     model, data = delivered
     asked = {}
 
     def deploy(backend, spec, store, messages, tools, keep_serving=False, **kw):
         asked.update(backend=backend, keep_serving=keep_serving, names=[spec.name, *spec.adapters])
-        return serving.Deployed(endpoint="http://127.0.0.1:9/v1", names=asked["names"],
+        return deploying.Deployed(endpoint="http://127.0.0.1:9/v1", names=asked["names"],
                                 results={n: {"ok": True, "reason": "", "reply": "x", "latency_s": 0.1}
                                          for n in asked["names"]}, latency_s=0.1, log="/tmp/vllm.log",
                                 pgid=4242 if keep_serving else None)
 
-    monkeypatch.setattr(serving, "deploy", deploy)
+    monkeypatch.setattr(deploying, "deploy", deploy)
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)

@@ -7,10 +7,13 @@ import random
 
 import pytest
 
-from trainer.config import TrainConfig
-from trainer.errors import UserError
+from trainer import data
+from trainer.chat import turns
 from trainer.chat.parsers import parse_tool_call
 from trainer.chat.turns import last_user_request
+from trainer.config import TrainConfig
+from trainer.params import add_train_arguments
+from trainer.errors import UserError
 from trainer.evaluate import evaluate, is_correct, row_counts, score_outputs, text_matches
 
 
@@ -103,7 +106,7 @@ def test_config_survives_the_command_line():
     cfg = TrainConfig(model_uri="s3://b/m", dataset_uri="s3://b/d", output_prefix="runs/x", lora_r=4,
                       lora_train_embeddings=True, learning_rate=1e-4)
     parser = argparse.ArgumentParser()
-    TrainConfig.add_arguments(parser)
+    add_train_arguments(parser)
     assert TrainConfig.from_namespace(parser.parse_args(cfg.to_args())) == cfg
 
 
@@ -215,7 +218,7 @@ def test_eval_loss_batches_fit_the_logits_budget(tiny_model_dir, monkeypatch):
     real_collate = data.collate
     monkeypatch.setattr(data, "collate", lambda rows, pad: sizes.append(len(rows)) or real_collate(rows, pad))
     longest = max(len(e["input_ids"]) for e in examples)
-    monkeypatch.setattr(ev, "LOGITS_BUDGET", 4 * longest * model.config.vocab_size * 3)  # 3 rows' worth
+    monkeypatch.setattr(ev.losses, "LOGITS_BUDGET", 4 * longest * model.config.vocab_size * 3)  # 3 rows' worth
     assert ev.eval_loss(model, examples, tok.pad_token_id) == pytest.approx(whole, rel=1e-5)
     assert sizes == [3, 3, 3, 1]
 
@@ -246,10 +249,10 @@ def test_eval_rows_longer_than_max_seq_len_are_skipped_before_generating_and_cou
         accuracy shows its denominator: 100% over the rows scored, 6/8 if a long row counted."""
         generated.extend(scored)
         real_generate(model, tokenizer, scored, **kw)
-        return ["<tool_call>" + json.dumps(ev.expected_call(r)) + "</tool_call>" if ev.expected_call(r)
-                else ev.expected_text(r) for r in scored]
+        return ["<tool_call>" + json.dumps(turns.expected_call(r)) + "</tool_call>" if turns.expected_call(r)
+                else turns.expected_text(r) for r in scored]
 
-    monkeypatch.setattr(ev, "generate", oracle)
+    monkeypatch.setattr(ev.generation, "generate", oracle)
     result = ev.evaluate(tiny_model_dir, tiny_model_dir, path, max_seq_len=512)
     assert len(generated) == 2 * 8 and not any("please please" in json.dumps(r) for r in generated)
     assert (result["rows"], result["fc_rows"], result["text_rows"], result["skipped_long_rows"]) == (8, 6, 2, 3)
@@ -257,7 +260,7 @@ def test_eval_rows_longer_than_max_seq_len_are_skipped_before_generating_and_cou
         assert result[name]["fc_accuracy"] == 1.0 and result[name]["text_match"] == 1.0, result[name]
     assert result["warnings"][0].startswith("3 of 11 eval rows are longer than max_seq_len=512 tokens")
     assert "(no loss, no accuracy): use a model with a longer context, or shorten them" in result["warnings"][0]
-    assert [e["prompt"] for e in result["examples"]] == [ev.last_user_request(r) for r in rows[:5]]
+    assert [e["prompt"] for e in result["examples"]] == [turns.last_user_request(r) for r in rows[:5]]
 
 
 def test_eval_split_with_no_row_short_enough_fails_before_any_model_loads(tiny_model_dir, tmp_path, monkeypatch):
@@ -267,7 +270,7 @@ def test_eval_split_with_no_row_short_enough_fails_before_any_model_loads(tiny_m
     path = tmp_path / "eval.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in mixed_rows(3, 1)))
     loaded = []
-    monkeypatch.setattr(ev, "load", lambda *a: loaded.append(a))
+    monkeypatch.setattr(ev.generation, "load", lambda *a: loaded.append(a))
     msg = str(pytest.raises(UserError, ev.evaluate, tiny_model_dir, tiny_model_dir, path, max_seq_len=24).value)
     assert msg == ("all 4 eval rows are longer than max_seq_len=24 tokens (prompt and expected answer), so none can "
                    "be scored: raise max_seq_len (at most the model's context, 512), or add shorter rows to the "
@@ -291,7 +294,7 @@ def test_generation_never_runs_past_a_learned_position_table(tiny_model_dir, tmp
     tok.save_pretrained(model_dir)
     rows = mixed_rows(4, 0, seed=3)
     near = lengthened(rows[0], 40)  # ~150 tokens with its answer: fits 160, but not with 96 tokens of slack
-    full = ev.data.encode(near, tok, 10_000)
+    full = data.encode(near, tok, 10_000)
     assert 160 - 96 < len(full["input_ids"]) - sum(label != -100 for label in full["labels"]) \
         and len(full["input_ids"]) <= 160, len(full["input_ids"])
     path = tmp_path / "eval.jsonl"
@@ -434,19 +437,19 @@ def test_the_report_has_the_category_table_and_the_tuned_models_failures_with_ra
     from trainer.report import examples_markdown, markdown_html
 
     rows = generate(n_train=0, n_eval=4, seed=1, categories=True)["eval"]
-    rows = [r for r in rows if ev.expected_call(r) is not None][:3]  # tool-call rows
-    right = [{"calls": [ev.expected_call(r)], "content": None, "raw": f"<tool_call>{i}</tool_call>"}
+    rows = [r for r in rows if turns.expected_call(r) is not None][:3]  # tool-call rows
+    right = [{"calls": [turns.expected_call(r)], "content": None, "raw": f"<tool_call>{i}</tool_call>"}
              for i, r in enumerate(rows)]
     wrong = [{"calls": [], "content": "no idea", "raw": "no idea"} for _ in rows]
     tuned = [right[0], wrong[1], right[2]]
-    failures = ev.failures(rows, {"base": wrong, "tuned": tuned})
+    failures = ev.scoring.failures(rows, {"base": wrong, "tuned": tuned})
     [(category, [shown])] = failures.items()
     assert shown["tuned"] == "no idea" and shown["base"] == "no idea" and shown["why"]
-    assert shown["prompt"] == ev.last_user_request(rows[1])
+    assert shown["prompt"] == turns.last_user_request(rows[1])
 
     base, tuned_metrics = ev.score_predictions(rows, wrong), ev.score_predictions(rows, tuned)
     result = {"base": {**base, "eval_loss": 2.0}, "tuned": {**tuned_metrics, "eval_loss": 1.0}, "rows": 3,
-              "fc_rows": 3, "text_rows": 0, "categories": ev.category_rows(rows), "failures": failures,
+              "fc_rows": 3, "text_rows": 0, "categories": ev.scoring.category_rows(rows), "failures": failures,
               "examples": []}
     md = examples_markdown(result)
     counts = {c.removeprefix("fc_").removesuffix("_rows"): n for c, n in result["categories"].items() if n}
@@ -506,7 +509,7 @@ def test_base_scores_made_once_stand_in_for_scoring_the_base_and_only_for_the_sa
     base = json.loads(json.dumps(ev.score_base(tiny_model_dir, path, max_rows=10)))  # as the artifact carries it
     assert base["metrics"] == both["base"] and base["key"]["rows"] == 10 and base["key"]["engine"] == "hf"
     real_load, loaded = ev.load, []
-    monkeypatch.setattr(ev, "load", lambda model_dir, adapter=None: loaded.append(adapter) or real_load(model_dir,
+    monkeypatch.setattr(ev.generation, "load", lambda model_dir, adapter=None: loaded.append(adapter) or real_load(model_dir,
                                                                                                        adapter))
     reused = ev.evaluate(tiny_model_dir, tiny_model_dir, path, max_rows=10, base=base)
     assert loaded == [tiny_model_dir]  # the tuned model alone

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from trainer import evaluate as ev
+from trainer.errors import UserError
 
 
 def _adapter(base_dir, out_dir, modules_to_save=None, zero=True):
@@ -31,17 +32,17 @@ def test_engine_choice(tiny_model_dir, tmp_path):
     assert ev.choose_engine("auto", tiny_model_dir) == "hf"  # 0.9M parameters: a server start costs more
     plain = _adapter(tiny_model_dir, tmp_path / "plain")
     embed = _adapter(tiny_model_dir, tmp_path / "embed", modules_to_save=["embed_tokens"])
-    assert ev._served_lora(plain) and not ev._served_lora(embed) and not ev._served_lora(tiny_model_dir)
+    assert ev.served._served_lora(plain) and not ev.served._served_lora(embed) and not ev.served._served_lora(tiny_model_dir)
 
 
 def test_server_plans_put_the_adapter_beside_its_base_except_on_the_cpu_build(tiny_model_dir, tmp_path, monkeypatch):
     plain = _adapter(tiny_model_dir, tmp_path / "plain")
     embed = _adapter(tiny_model_dir, tmp_path / "embed", modules_to_save=["embed_tokens"])
-    monkeypatch.setattr(ev, "vllm_cpu_build", lambda: False)
+    monkeypatch.setattr(ev.served, "vllm_cpu_build", lambda: False)
     assert ev.server_plans(tiny_model_dir, plain) == [(tiny_model_dir, {"tuned": str(plain)}, ("base", "tuned"))]
     apart = [(tiny_model_dir, {}, ("base",)), (embed, {}, ("tuned",))]  # vLLM cannot load trained embeddings
     assert ev.server_plans(tiny_model_dir, embed) == apart
-    monkeypatch.setattr(ev, "vllm_cpu_build", lambda: True)  # the CPU build: base, then the tuned model merged
+    monkeypatch.setattr(ev.served, "vllm_cpu_build", lambda: True)  # the CPU build: base, then the tuned model merged
     assert ev.server_plans(tiny_model_dir, plain) == [(tiny_model_dir, {}, ("base",)), (plain, {}, ("tuned",))]
 
 
@@ -65,8 +66,8 @@ def test_only_the_servers_that_answer_for_the_models_asked_start(tiny_model_dir,
         (str(served), dict(lora_modules or {}))) or Server())
     monkeypatch.setattr(client, "wait_ready", lambda *a, **kw: None)
     monkeypatch.setattr(merge, "merge", lambda base, adapter, out: out)
-    monkeypatch.setattr(ev, "ask", lambda url, name, rows, budgets, desc: asked.append(name) or [])
-    monkeypatch.setattr(ev, "served_losses", lambda url, name, examples, desc, concurrency: [])
+    monkeypatch.setattr(ev.served, "ask", lambda url, name, rows, budgets, desc: asked.append(name) or [])
+    monkeypatch.setattr(ev.losses, "served_losses", lambda url, name, examples, desc, concurrency: [])
     from transformers import AutoTokenizer
 
     from trainer import builtin_data
@@ -76,16 +77,16 @@ def test_only_the_servers_that_answer_for_the_models_asked_start(tiny_model_dir,
 
     def served(tuned, names):
         started.clear(), asked.clear()
-        answers = ev.served_predictions(tiny_model_dir, tuned, rows, [], tok, 512, names=names)
+        answers = ev.served.served_predictions(tiny_model_dir, tuned, rows, [], tok, 512, names=names)
         return started[:], asked[:], sorted(answers)
 
-    monkeypatch.setattr(ev, "vllm_cpu_build", lambda: True)
+    monkeypatch.setattr(ev.served, "vllm_cpu_build", lambda: True)
     servers, names, answered = served(plain, ("tuned",))
     assert [(Path(d).name, loras) for d, loras in servers] == [("merged", {})] and names == answered == ["tuned"]
     servers, names, answered = served(plain, ("base", "tuned"))  # the finetune pipeline's evaluate: both
     assert [(Path(d).name, loras) for d, loras in servers] == [(tiny_model_dir.name, {}), ("merged", {})]
     assert names == answered == ["base", "tuned"]
-    monkeypatch.setattr(ev, "vllm_cpu_build", lambda: False)
+    monkeypatch.setattr(ev.served, "vllm_cpu_build", lambda: False)
     assert served(plain, ("tuned",)) == ([(str(tiny_model_dir), {"tuned": str(plain)})], ["tuned"], ["tuned"])
     assert served(None, ("base",)) == ([(str(tiny_model_dir), {})], ["base"], ["base"])
 
@@ -134,18 +135,18 @@ def test_served_loss_reads_the_scored_tokens_of_the_prompt_and_the_last_at_the_g
     monkeypatch.setattr(client, "completion", completion)
     ids = [10, 11, 12, 13, 14]
     # scored: positions 2 and 4 (the last one, asked for at the generated position)
-    total, n = ev.served_nll("http://x", "tuned", {"input_ids": ids, "labels": [-100, -100, 12, -100, 14]})
+    total, n = ev.losses.served_nll("http://x", "tuned", {"input_ids": ids, "labels": [-100, -100, 12, -100, 14]})
     assert n == 2 and total == pytest.approx((2 + 0.12) + (4 + 0.14))
     assert sent[-1]["prompt"] == ids[:-1] and sent[-1]["model"] == "tuned" and sent[-1]["logprob_token_ids"] == [14]
     # the last token not scored: nothing asked for it
-    total, n = ev.served_nll("http://x", "base", {"input_ids": ids, "labels": [-100, 11, 12, -100, -100]})
+    total, n = ev.losses.served_nll("http://x", "base", {"input_ids": ids, "labels": [-100, 11, 12, -100, -100]})
     assert n == 2 and total == pytest.approx((1 + 0.11) + (2 + 0.12)) and "logprob_token_ids" not in sent[-1]
     # nothing scored (the first token never is): no request at all
     before = len(sent)
-    assert ev.served_nll("http://x", "base", {"input_ids": ids, "labels": [10] + [-100] * 4}) == (0.0, 0)
+    assert ev.losses.served_nll("http://x", "base", {"input_ids": ids, "labels": [10] + [-100] * 4}) == (0.0, 0)
     assert len(sent) == before
     assert ev.mean_loss([(3.0, 2), (0.0, 0), (1.0, 2)]) == pytest.approx(1.0)
     # a server that ignores the fields (another vLLM): one message naming the fix, no KeyError
     monkeypatch.setattr(client, "completion", lambda url, body, timeout=0: {"choices": [{"text": ""}]})
-    with pytest.raises(ev.UserError, match="returned no prompt log-probabilities.*or eval_engine=hf"):
-        ev.served_nll("http://x", "base", {"input_ids": ids, "labels": [-100, 11, 12, 13, 14]})
+    with pytest.raises(UserError, match="returned no prompt log-probabilities.*or eval_engine=hf"):
+        ev.losses.served_nll("http://x", "base", {"input_ids": ids, "labels": [-100, 11, 12, 13, 14]})

@@ -51,9 +51,10 @@ def test_list_params_shows_every_parameter_with_default_and_ui_description(capsy
 
 def test_every_train_option_has_help():
     from trainer.config import TrainConfig
+    from trainer.params import add_train_arguments
 
     parser = argparse.ArgumentParser()
-    TrainConfig.add_arguments(parser)
+    add_train_arguments(parser)
     options = [a for a in parser._actions if a.option_strings and a.dest != "help"]
     assert len(options) > 20
     for action in options:

@@ -97,7 +97,7 @@ def test_the_parameter_reference_page_is_the_tables_rendering():
 def test_one_true_false_reading_for_every_entry_point(word, value):
     from pipelines.finetune import finetune_pipeline
     from pipelines.params import parse_params
-    from trainer.config import _parse_bool
+    from trainer.params import _parse_bool
     from trainer.settings import parse_bool
 
     assert parse_bool(word) is value and _parse_bool(word) is value

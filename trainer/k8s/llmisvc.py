@@ -166,7 +166,7 @@ def served_url(status: dict, name: str, namespace: str) -> str:
 def deploy(spec: ServeSpec, messages: list[dict[str, Any]], tools: list | None = None,
            client_configuration: Any = None, poll_s: float = 5.0, ready_timeout_s: float = 300) -> dict[str, Any]:
     """Apply, wait for Ready and /v1/models, smoke-test every served name; the same result as the
-    other backends (trainer.serving.Deployed), plus `access`, the `kubectl port-forward` command."""
+    other backends (trainer.deploy.Deployed), plus `access`, the `kubectl port-forward` command."""
     from kubernetes import client as k
 
     [obj] = build(spec)  # validates: bad settings are reported before the cluster is contacted

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from trainer import settings
+from trainer import settings, torchrun
 from trainer.errors import collect
 from trainer.exitcodes import PERMANENT
 from trainer.k8s.lifecycle import (JobFailed, _Stopped, create_or_attach, default_namespace, failure_report, follow_job,
@@ -39,9 +39,7 @@ PERMANENT_EXIT_CODES = tuple(PERMANENT)
 
 def train_command(train_args: list[str]) -> list[str]:
     """The training pod's command: the local launcher's, with the image's python."""
-    from trainer.launch import train_command as command
-
-    return command(train_args, python="python")
+    return torchrun.train_command(train_args, python="python")
 
 
 def pod_template(spec: ClusterSpec, train_args: list[str], container_name: str, extra_labels: dict | None = None):

@@ -1,0 +1,29 @@
+"""The promotion gate: whether the tuned model is deployed and registered."""
+
+from __future__ import annotations
+
+from trainer.sweep import meets
+
+
+def promotion(metrics: dict[str, float], min_fc_accuracy: float = 0.0, min_gain: float = 0.0) -> tuple[bool, str]:
+    """The promotion gate on the evaluate step's logged metrics: the tuned model's BFCL-style
+    accuracy (fc_ast_accuracy, every function-calling category) at least `min_fc_accuracy`, and
+    at least `min_gain` above the base's (fractions: 0.05 is 5 points). Returns (promoted, the
+    line that says why); an accuracy the split cannot measure passes only a gate that asks nothing."""
+    tuned, base = metrics.get("fc_ast_accuracy"), metrics.get("base_fc_ast_accuracy")
+    if tuned is None or base is None:
+        if min_fc_accuracy > 0 or min_gain > 0:
+            return False, ("not promoted: the eval split has no function-calling rows, so fc_ast_accuracy measures "
+                           f"nothing and cannot pass min_fc_accuracy={min_fc_accuracy:g} / min_gain={min_gain:g}: set "
+                           "both to 0 for chat-only data")
+        return True, "promoted: no function-calling rows to gate on (min_fc_accuracy=0, min_gain=0)"
+    gain = tuned - base
+    failed = [f"fc_ast_accuracy {tuned:.1%} < min_fc_accuracy {min_fc_accuracy:.1%}"
+              if not meets(tuned, min_fc_accuracy) else "",
+              f"gain {gain * 100:+.1f} points < min_gain {min_gain * 100:.1f}" if not meets(gain, min_gain) else ""]
+    failed = [f for f in failed if f]
+    said = f"fc_ast_accuracy {base:.1%} -> {tuned:.1%} ({gain * 100:+.1f} points)"
+    if failed:
+        return False, (f"not promoted: {said}; {'; '.join(failed)}. Nothing is deployed or registered: train longer "
+                       "(max_steps), or lower the gate")
+    return True, f"promoted: {said}, min_fc_accuracy {min_fc_accuracy:.1%}, min_gain {min_gain * 100:.1f} points"

@@ -1,0 +1,189 @@
+"""The evaluation of base and tuned on the held-out split: the rows scored, every metric of each
+model (`score`), the numbers the evaluate step logs, and a sweep's base scored once (`score_base`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from trainer import data
+from trainer.chat.parsers import tool_call_parser
+from trainer.chat.turns import expected_call, expected_text, last_user_request
+from trainer.errors import UserError
+from trainer.evaluate import generation, losses
+from trainer.evaluate import served as served_mod
+from trainer.evaluate.generation import _fix, _too_long, context_length, fitting_rows, long_rows_problem
+from trainer.evaluate.scoring import category_rows, failures, parsed_outputs, row_counts, score_predictions
+
+
+# Below this many rows one row moves accuracy by more than 2 points: say so.
+MIN_RELIABLE_ROWS = 50
+
+
+def score(model, tokenizer, rows: list[dict[str, Any]], examples: list[dict[str, list[int]]],
+          desc: str = "evaluate", predictions: list[dict[str, Any]] | None = None,
+          scored_losses: list[tuple[float, int]] | None = None) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """All metrics for one model on `rows` and their encodings `examples` (the rows that fit:
+    `fitting_rows`), and its predictions ({"calls", "content", "raw"} per row). `predictions` and
+    `scored_losses` (per example, `served_nll`) from the served model (eval_engine=vllm; `model` is then
+    not used); None generates here (HF generate, the texts read with the serving parser) and
+    computes the losses with transformers."""
+
+    text = [expected_call(r) is None for r in rows]
+    if predictions is None:
+        parser = tool_call_parser(tokenizer.chat_template, list(tokenizer.get_added_vocab()))
+        predictions = parsed_outputs(generation.generate(model, tokenizer, rows, desc=desc), parser)
+    if scored_losses is None:
+        losses_of = {"eval_loss": losses.eval_loss(model, examples, tokenizer.pad_token_id),
+                     "text_eval_loss": losses.eval_loss(model, [e for e, t in zip(examples, text) if t],
+                                                 tokenizer.pad_token_id)}
+    else:
+        losses_of = {"eval_loss": losses.mean_loss(scored_losses), "text_eval_loss": losses.mean_loss([p for p, t in zip(scored_losses, text) if t])}
+    return {**losses_of, **score_predictions(rows, predictions, tuple(tokenizer.all_special_tokens))}, predictions
+
+
+def warnings_for(rows: list[dict[str, Any]], skipped: int = 0, max_seq_len: int = 512,
+                 context: int | None = None, split_rows: int = 0) -> list[str]:
+    """What makes these numbers weak, in words for the log and the report (`rows`: those scored; `split_rows`: the
+    eval split's, when max_rows took fewer)."""
+    out = []
+    if skipped:
+        out.append(f"{skipped} of {len(rows) + skipped} eval rows are longer than {_too_long(max_seq_len, context)} "
+                   f"and were not scored (no loss, no accuracy): {_fix(max_seq_len, context)}, or shorten them")
+    if len(rows) < MIN_RELIABLE_ROWS and split_rows > len(rows) + skipped:  # eval_max_rows took these few
+        out.append(f"only {len(rows)} eval rows scored (< {MIN_RELIABLE_ROWS}; the split has {split_rows}): one row "
+                   f"moves accuracy by {1 / max(len(rows), 1):.0%}; raise eval_max_rows")
+    elif len(rows) < MIN_RELIABLE_ROWS:
+        out.append(f"the eval split has only {len(rows)} rows (< {MIN_RELIABLE_ROWS}): one row moves accuracy by "
+                   f"{1 / max(len(rows), 1):.0%}; raise eval_fraction or add eval rows")
+    return out
+
+
+def logged_metrics(result: dict[str, Any]) -> dict[str, float]:
+    """The numbers the evaluate step logs from `evaluate()`'s result, under names that are the
+    same in every run (KFP's Compare view lines runs up by name): base_* and tuned_* of each
+    metric, fc_accuracy_gain, and the row counts. A kind of row the split lacks scores 0 in
+    `score_outputs`; logged, that 0 would read as a measurement next to other runs, so such
+    metrics are left out (blank in Compare) and the count of 0 rows says why."""
+    unmeasured = set()
+    if not result["fc_rows"]:
+        unmeasured |= {"fc_accuracy"}
+    if not result["text_rows"]:
+        unmeasured |= {"text_match", "text_eval_loss"}
+    out = {f"{name}_{k}": float(v) for name in ("base", "tuned") for k, v in result[name].items()
+           if k not in unmeasured}
+    # The BFCL-style accuracies of the tuned model also under their plain names (fc_ast_accuracy,
+    # fc_<category>_accuracy: what KFP Compare lines up), with each category's row count; an
+    # accuracy a split cannot measure is absent (fc_check), never 0.
+    out.update({k: float(v) for k, v in result["tuned"].items() if k.startswith(("fc_ast", "fc_exact", "fc_simple",
+                "fc_multiple", "fc_parallel", "fc_irrelevance", "fc_multi_turn"))})
+    out.update({k: float(v) for k, v in result.get("categories", {}).items()})
+    if result["fc_rows"]:
+        out["fc_accuracy_gain"] = result["tuned"]["fc_accuracy"] - result["base"]["fc_accuracy"]
+    if "fc_ast_accuracy" in result["tuned"] and "fc_ast_accuracy" in result["base"]:
+        out["fc_ast_accuracy_gain"] = result["tuned"]["fc_ast_accuracy"] - result["base"]["fc_ast_accuracy"]
+    out.update({k: float(result[src]) for k, src in (("eval_rows", "rows"), ("fc_rows", "fc_rows"),
+                                                     ("text_rows", "text_rows"),
+                                                     ("skipped_long_rows", "skipped_long_rows"))})
+    return out
+
+
+def _prepared(model_dir: Path, eval_path: Path, max_rows: int, max_seq_len: int, engine: str) -> dict[str, Any]:
+    """What scoring any model on the eval split starts from: the rows scored (the first `max_rows`
+    that fit `max_seq_len`), their encodings, the warnings (printed), the engine chosen."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    split = data.read_jsonl(eval_path)
+    rows = split[:max_rows]
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    context = context_length(AutoConfig.from_pretrained(model_dir))
+    kept, examples = fitting_rows(rows, tokenizer, max_seq_len, context)
+    if not kept:
+        raise UserError(long_rows_problem(len(rows), max_seq_len, context))
+    scored = [rows[i] for i in kept]
+    warnings = warnings_for(scored, len(rows) - len(scored), max_seq_len, context, len(split))
+    for w in warnings:
+        print(f"WARNING: {w}", flush=True)
+    engine = served_mod.choose_engine(engine, model_dir)
+    print(f"evaluating {len(scored)} rows with {'the vLLM server' if engine == 'vllm' else 'HF generate'} "
+          f"(eval_engine={engine})", flush=True)
+    return {"rows": rows, "scored": scored, "examples": examples, "tokenizer": tokenizer, "context": context,
+            "warnings": warnings, "engine": engine}
+
+
+def _scored_key(prep: dict[str, Any], max_seq_len: int) -> dict[str, Any]:
+    """What base scores are valid for: the same rows scored (their content), the same length limit
+    and engine. The base's answers are greedy, so on these they are the same in every trial."""
+    digest = hashlib.sha256(json.dumps(prep["scored"], sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+    return {"rows_sha256": digest, "rows": len(prep["scored"]), "max_seq_len": max_seq_len, "engine": prep["engine"]}
+
+
+def _score_models(model_dir: Path, tuned_dir: Path | None, prep: dict[str, Any], max_seq_len: int,
+                  names: tuple[str, ...]) -> tuple[dict[str, dict[str, float]], dict[str, list[dict[str, Any]]]]:
+    """Metrics and per-row predictions of `names` (base: `model_dir`; tuned: `tuned_dir` on it)."""
+    scored, examples, tokenizer = prep["scored"], prep["examples"], prep["tokenizer"]
+    served = served_mod.served_predictions(model_dir, tuned_dir, scored, examples, tokenizer, max_seq_len, prep["context"],
+                                names=names) if prep["engine"] == "vllm" else {}
+    results, outputs = {}, {}
+    for name in names:
+        # Served: answers and losses came from the server, no weights load here.
+        model = None if name in served else generation.load(model_dir, tuned_dir if name == "tuned" else None)
+        results[name], outputs[name] = score(model, tokenizer, scored, examples, desc=f"evaluate {name}",
+                                             predictions=served.get(name, {}).get("predictions"),
+                                             scored_losses=served.get(name, {}).get("losses"))
+        del model
+    return results, outputs
+
+
+def score_base(model_dir: Path, eval_path: Path, max_rows: int = 200, max_seq_len: int = 512,
+               engine: str = "auto") -> dict[str, Any]:
+    """The base model's scores on the rows `evaluate` scores with the same arguments, for its
+    `base`: a sweep scores its base once for all its trials instead of once in each. Returns
+    {"key": what they are valid for (`_scored_key`), "metrics", "predictions" (per row)}: JSON."""
+    prep = _prepared(model_dir, eval_path, max_rows, max_seq_len, engine)
+    results, outputs = _score_models(model_dir, None, prep, max_seq_len, ("base",))
+    return {"key": _scored_key(prep, max_seq_len), "metrics": results["base"], "predictions": outputs["base"]}
+
+
+def evaluate(model_dir: Path, tuned_dir: Path, eval_path: Path, max_rows: int = 200,
+             max_seq_len: int = 512, n_examples: int = 5, engine: str = "auto",
+             base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Metrics for base and tuned, plus a few side-by-side examples for the report.
+
+    Returns {"base": metrics, "tuned": metrics, "rows", "fc_rows", "text_rows",
+    "skipped_long_rows", "warnings", "examples", "categories", "failures" (a few wrong rows per
+    category, `failures`)}: the counts are of the rows scored (the
+    accuracies' denominators), rows too long for max_seq_len are counted apart and score
+    nothing; metric names are the same in every run (a kind with no rows scores 0).
+    Progress (rows generated) goes to stderr. `engine` (ENGINES): vllm answers through the served
+    model and reads the eval loss off the same server's prompt log-probabilities
+    (`served_predictions`; no model is loaded here), hf generates here, reads the texts with the
+    serving parser and computes the loss with transformers; auto picks by `choose_engine`.
+    `base`: `score_base`'s result for the same arguments, used instead of scoring the base again;
+    made for other rows, another max_seq_len or engine, it is set aside, said, and the base scored here.
+
+    Raises:
+        UserError: every row is too long, found before any model loads.
+    """
+    prep = _prepared(model_dir, eval_path, max_rows, max_seq_len, engine)
+    scored = prep["scored"]
+    key = _scored_key(prep, max_seq_len)
+    if base is not None and base.get("key") != key:
+        given = base.get("key") or {}
+        differ = [f"{k} {given.get(k)} instead of {v}" for k, v in key.items()
+                  if given.get(k) != v and k != "rows_sha256"]
+        print(f"WARNING: the base scores given are not of these rows and settings "
+              f"({', '.join(differ) or 'other rows'}): scoring the base model here", flush=True)
+        base = None
+    results, outputs = _score_models(model_dir, tuned_dir, prep, max_seq_len,
+                                     ("tuned",) if base is not None else ("base", "tuned"))
+    if base is not None:
+        results["base"], outputs["base"] = base["metrics"], base["predictions"]
+    examples = [{"prompt": last_user_request(r), "expected": expected_call(r) or expected_text(r),
+                 "base": outputs["base"][i]["raw"], "tuned": outputs["tuned"][i]["raw"]}
+                for i, r in enumerate(scored[:n_examples])]
+    return {"base": results["base"], "tuned": results["tuned"], "rows": len(scored), **row_counts(scored),
+            "categories": category_rows(scored), "failures": failures(scored, outputs), "engine": prep["engine"],
+            "skipped_long_rows": len(prep["rows"]) - len(scored), "warnings": prep["warnings"], "examples": examples}

@@ -1,0 +1,108 @@
+"""A model's answers against the rows: exact calls and text (fc_accuracy, text_match), and the
+BFCL-style AST check by category (trainer.fc_check), from generated text or an app's reply."""
+
+from __future__ import annotations
+
+import string
+from typing import Any
+
+from trainer import fc_check
+from trainer.chat.parsers import Parsed, parse, parse_tool_call
+from trainer.chat.turns import expected_call, expected_text, last_user_request
+
+
+def is_correct(predicted: dict[str, Any] | None, expected: dict[str, Any] | None) -> bool:
+    """Exact tool-call match; only meaningful for rows that expect a call."""
+    return expected is not None and predicted is not None and predicted["name"] == expected["name"] \
+        and predicted["arguments"] == expected["arguments"]
+
+
+def normalize_text(text: str) -> str:
+    """Lowercase, punctuation dropped, whitespace collapsed (SQuAD-style, without article removal)."""
+    text = text.lower().translate(str.maketrans("", "", string.punctuation))
+    return " ".join(text.split())
+
+
+def text_matches(output: str, expected: str, special_tokens: tuple[str, ...] = ()) -> bool:
+    """A text answer is right when it is no tool call and equals the expected text, normalised
+    (the tokenizer's special tokens, e.g. an end-of-turn marker, removed first)."""
+    if parse_tool_call(output) is not None:
+        return False
+    for t in special_tokens:
+        output = output.replace(t, "")
+    return normalize_text(output) == normalize_text(expected)
+
+
+def row_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
+    fc = sum(expected_call(r) is not None for r in rows)
+    return {"fc_rows": fc, "text_rows": len(rows) - fc}
+
+
+def score_outputs(rows: list[dict[str, Any]], outputs: list[str],
+                  special_tokens: tuple[str, ...] = ()) -> dict[str, float]:
+    """Accuracy per kind of row from the model's outputs (one per row, same order); a kind
+    with no rows scores 0 (its count, from `row_counts`, says so)."""
+    fc = [(o, r) for o, r in zip(outputs, rows) if expected_call(r) is not None]
+    text = [(o, r) for o, r in zip(outputs, rows) if expected_call(r) is None]
+    return {
+        "fc_accuracy": sum(is_correct(parse_tool_call(o), expected_call(r)) for o, r in fc) / max(len(fc), 1),
+        "text_match": sum(text_matches(o, expected_text(r), special_tokens) for o, r in text) / max(len(text), 1),
+    }
+
+
+def parsed_outputs(outputs: list[str], parser: str) -> list[dict[str, Any]]:
+    """Generated texts read as the server reads them: `parser` is the vLLM tool-call parser the
+    model is served with (trainer.chat.parsers.parse, the project's reading of it); a parser it does
+    not know falls back to parse_tool_call. Each: {"calls": [...], "content": str | None, "raw"}."""
+    out = []
+    for text in outputs:
+        parsed = parse(parser, text)
+        if parsed is None:
+            call = parse_tool_call(text)
+            parsed = Parsed([call] if call else [], None if call else text)
+        out.append({"calls": parsed.calls, "content": parsed.content, "raw": text})
+    return out
+
+
+def score_predictions(rows: list[dict[str, Any]], predictions: list[dict[str, Any]],
+                      special_tokens: tuple[str, ...] = ()) -> dict[str, float]:
+    """Every accuracy for one model from its predictions ({"calls", "content"} per row, as an app
+    reads message.tool_calls / message.content): fc_accuracy (exact calls, over rows that expect a
+    call), text_match (no call and the text equal, normalised, over rows that expect text), and the
+    BFCL-style AST check by category (trainer.fc_check: fc_ast_accuracy, fc_exact_accuracy,
+    fc_<category>_accuracy). A kind with no rows scores 0 here; logged_metrics leaves it out."""
+    fc, text = [], []
+    for row, p in zip(rows, predictions):
+        if expected_call(row) is not None:
+            fc.append(fc_check.exact(row, p["calls"], p["content"]))
+        else:
+            content = p["content"] or ""
+            for t in special_tokens:
+                content = content.replace(t, "")
+            text.append(not p["calls"] and normalize_text(content) == normalize_text(expected_text(row)))
+    summary = fc_check.summarize([fc_check.score(r, p["calls"], p["content"]) for r, p in zip(rows, predictions)])
+    ast = {k: v for k, v in fc_check.metrics(summary).items() if not k.endswith("_rows")}
+    return {"fc_accuracy": sum(fc) / max(len(fc), 1), "text_match": sum(text) / max(len(text), 1), **ast}
+
+
+def failures(rows: list[dict[str, Any]], outputs: dict[str, list[dict[str, Any]]], per_category: int = 3
+             ) -> dict[str, list[dict[str, Any]]]:
+    """A few rows per function-calling category that the tuned model got wrong by the AST check,
+    with why (trainer.fc_check) and both models' raw output: what the report shows under its table."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for i, row in enumerate(rows):
+        tuned = outputs["tuned"][i]
+        verdict = fc_check.score(row, tuned["calls"], tuned["content"])
+        if verdict["category"] == fc_check.CHAT or verdict["ok"]:
+            continue
+        shown = out.setdefault(verdict["category"], [])
+        if len(shown) < per_category:
+            shown.append({"prompt": last_user_request(row), "expected": expected_call(row) or expected_text(row),
+                          "why": verdict["reason"], "base": outputs["base"][i]["raw"], "tuned": tuned["raw"]})
+    return out
+
+
+def category_rows(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Rows per function-calling category (trainer.fc_check), the same for base and tuned."""
+    summary = fc_check.summarize([{"category": fc_check.category(r), "ok": False, "exact": False} for r in rows])
+    return {f"fc_{cat}_rows": c["rows"] for cat, c in summary["categories"].items()}
