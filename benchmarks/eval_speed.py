@@ -322,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
 
     s3 = None
     try:
-        from trainer import sources
+        from trainer import delivery
         from trainer.storage import Store
 
         if args.model_source:
@@ -340,8 +340,8 @@ def main(argv: list[str] | None = None) -> int:
                                "rows_asked": args.rows, "machine": f"{os.cpu_count()} CPU cores ({platform.machine()})",
                                "versions": versions(), "model_source": model_source, "dataset": dataset_source}
         print(f"delivering {model_source} (chat_template={TEMPLATE}) and {dataset_source}", flush=True)
-        model_uri, _ = sources.deliver_model(model_source, "", store, chat_template=TEMPLATE)
-        data_uri, _ = sources.deliver_dataset(dataset_source, "", store)
+        model_uri, _ = delivery.deliver_model(model_source, "", store, chat_template=TEMPLATE)
+        data_uri, _ = delivery.deliver_dataset(dataset_source, "", store)
         print(f"training the adapter ({args.steps} steps)", flush=True)
         start = time.perf_counter()
         trained = train(model_uri, data_uri, args.steps, work, env)

@@ -17,7 +17,7 @@ every figure as JSON under `--out` (default `$OUT`, the device tool's folder tha
 4. `lora-8b`: LoRA on a Llama-3.1-8B shape, this trainer alone.
 5. `full-1b`: full fine-tuning of the 1B shape, this trainer against HF Trainer.
 6. `qlora-1b`: QLoRA (bitsandbytes' CUDA build, where it imports) on the 1B shape.
-7. `compile-1b`: `compile=true` with its compiled-vs-eager trial (trainer.train._CompileTrial).
+7. `compile-1b`: `compile=true` with its compiled-vs-eager trial (trainer.compile_trial.CompileTrial).
 
 Parts run in this order, each in its own processes with a time limit cut from what is left of the
 budget; a part that fails or runs out of time costs only itself, and `gpu-check.json` (the

@@ -24,7 +24,7 @@ interleaved (ours, HF, ours, HF, ...) so that clock and thermal drift hit both a
 random weights under a LoRA rate diverge, and this trainer stops on a non-finite loss).
 
 A `compile=true` run times its compiled layers against eager early on and keeps the faster
-(trainer.train._CompileTrial); its row notes both rates and what was kept. To time compiled
+(trainer.compile_trial.CompileTrial); its row notes both rates and what was kept. To time compiled
 layers as such, add FINETUNE_COMPILE_TRIAL=0 to the variant.
 
 Prints, with the GPU's name: real (non-pad) tokens/s over the second half of each run's steps
@@ -486,7 +486,7 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     from benchmarks.common import local_s3
-    from trainer import data, sources
+    from trainer import data, delivery
     from trainer.report import table
     from trainer.storage import Store
 
@@ -502,7 +502,7 @@ def main() -> None:
     store = Store.from_env()
     cache = tempfile.TemporaryDirectory(prefix="gpu-compare-cache-")  # the trainer processes inherit it
     os.environ["FINETUNE_CACHE_DIR"] = cache.name
-    data_uri, _ = sources.deliver_dataset("builtin:function-calling", "", store)
+    data_uri, _ = delivery.deliver_dataset("builtin:function-calling", "", store)
     train_jsonl = store.get_tree(data_uri) / "train.jsonl"
     try:
         with tempfile.TemporaryDirectory() as tmp:

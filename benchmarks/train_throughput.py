@@ -46,13 +46,13 @@ def main() -> None:
     args = parser.parse_args()
 
     server = local_s3()
-    from trainer import sources
+    from trainer import delivery
     from trainer.report import table
     from trainer.storage import Store
 
     store = Store.from_env()
-    model_uri, _ = sources.deliver_model("builtin:tiny-llama", "", store)
-    data_uri, _ = sources.deliver_dataset("builtin:function-calling", "", store)
+    model_uri, _ = delivery.deliver_model("builtin:tiny-llama", "", store)
+    data_uri, _ = delivery.deliver_dataset("builtin:function-calling", "", store)
     model_dir, data_dir = store.get_tree(model_uri), store.get_tree(data_uri)
     ours, base = [], []
     with tempfile.TemporaryDirectory() as tmp:

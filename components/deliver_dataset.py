@@ -17,11 +17,11 @@ from trainer import settings
 def deliver_dataset(source: str, revision: str, eval_fraction: float, seed: int, dataset: Output[Dataset]):
     """Put a chat dataset (Hub id, local JSONL/dir or builtin:function-calling) into the bucket."""
     from components.artifacts import write_pointer
-    from trainer import sources
+    from trainer import delivery
     from trainer.errors import exit_on_user_error
     from trainer.storage import Store
 
     with exit_on_user_error():
-        uri, meta = sources.deliver_dataset(source, revision, Store.from_env(), eval_fraction, seed)
+        uri, meta = delivery.deliver_dataset(source, revision, Store.from_env(), eval_fraction, seed)
     write_pointer(dataset, uri, meta)
     print(f"dataset {source} -> {uri} rows={meta['rows']}")

@@ -18,11 +18,11 @@ def deliver_model(source: str, revision: str, model: Output[Model], chat_templat
     """Put a model (Hub id, local dir, .gguf file or builtin:tiny-llama) into the bucket, with the
     chat template `chat_template` names (trainer.templates) as its chat_template.jinja."""
     from components.artifacts import write_pointer
-    from trainer import sources
+    from trainer import delivery
     from trainer.errors import exit_on_user_error
     from trainer.storage import Store
 
     with exit_on_user_error():
-        uri, meta = sources.deliver_model(source, revision, Store.from_env(), chat_template)
+        uri, meta = delivery.deliver_model(source, revision, Store.from_env(), chat_template)
     write_pointer(model, uri, meta)
     print(f"model {source} -> {uri} ({meta['total_bytes']} bytes, {meta['uploaded_bytes']} uploaded)")

@@ -27,7 +27,7 @@ def pick_best(
     from components.artifacts import log_metrics, read_uri, write_pointer
     from trainer.errors import UserError, exit_on_user_error
     from trainer.report import sweep_markdown
-    from trainer.sweep import pick
+    from trainer.selection import pick
 
     with exit_on_user_error():
         try:

@@ -1,5 +1,5 @@
 """register: the merged model (and its adapter) as a new version in the Kubeflow Model Registry,
-with the lineage and metrics to compare and trace runs (trainer.k8s.registry)."""
+with the lineage and metrics to compare and trace runs (trainer.registry)."""
 
 from typing import NamedTuple
 
@@ -29,7 +29,7 @@ def register(
 
     from components.artifacts import read_uri
     from trainer.errors import exit_on_user_error
-    from trainer.k8s.registry import Registration, lineage, register as register_version
+    from trainer.registry import Registration, lineage, register as register_version
 
     adapter_uri = read_uri(adapter)
     with exit_on_user_error():

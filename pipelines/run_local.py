@@ -49,7 +49,7 @@ from trainer.errors import UserError, exit_on_user_error
 
 
 def parse_params(pairs: list[str], pipeline=finetune_pipeline) -> dict[str, Any]:
-    from pipelines.params import parse_params as parse
+    from pipelines.cli_params import parse_params as parse
 
     return parse(pipeline, pairs)
 
@@ -269,7 +269,7 @@ def _main(args: argparse.Namespace) -> int:
                   "runs one training", file=sys.stderr)
         parallelism = 2 if args.parallelism is None else max(args.parallelism, 0)
         from pipelines import sweep
-        from pipelines.params import parse_params as parse
+        from pipelines.cli_params import parse_params as parse
         from trainer.errors import collect
         from trainer.validate import pipeline_problems, registry_problems, sweep_problems
 
@@ -318,7 +318,7 @@ def run(pipeline, params: dict[str, Any], args: argparse.Namespace) -> int:
 
     from pipelines import console as console_mod
     from pipelines import runs
-    from pipelines.params import pipeline_defaults
+    from pipelines.cli_params import pipeline_defaults
     from trainer import procs
 
     run_dir = runs.new_run(args.pipeline, params, args.runs_dir, pipeline_defaults(pipeline))

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.finetune import finetune_pipeline
-from pipelines.params import parse_params, pipeline_defaults
+from pipelines.cli_params import parse_params, pipeline_defaults
 from trainer import deploy, settings
 from trainer.config import ADAPTER_METHODS
 from trainer.errors import UserError, collect, exit_on_user_error
@@ -287,7 +287,7 @@ def registry_calls(params: dict[str, Any]) -> list[str]:
     """What the register step would do (nothing when registry_address is empty)."""
     if not params.get("registry_address"):
         return []
-    from trainer.k8s.registry import Registration, lineage, plan
+    from trainer.registry import Registration, lineage, plan
 
     meta = lineage(params["model_source"], params["model_revision"], "s3://<bucket>/datasets/<from deliver-dataset>",
                    {"<every train metric>": 0.0}, {"<every eval metric>": 0.0}, "<run id>")

@@ -87,12 +87,12 @@ def store(s3_env):
 def builtin_uris(s3_env) -> tuple[str, str]:
     """(model URI, dataset URI) of builtin:tiny-llama and builtin:function-calling, delivered
     once per test process: the inputs every training test starts from."""
-    from trainer import sources
+    from trainer import delivery
     from trainer.storage import Store
 
     store = Store.from_env()
-    return (sources.deliver_model("builtin:tiny-llama", "", store)[0],
-            sources.deliver_dataset("builtin:function-calling", "", store)[0])
+    return (delivery.deliver_model("builtin:tiny-llama", "", store)[0],
+            delivery.deliver_dataset("builtin:function-calling", "", store)[0])
 
 
 @pytest.fixture(scope="session")

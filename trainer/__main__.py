@@ -20,9 +20,12 @@ import json
 import sys
 from pathlib import Path
 
+from trainer import delivery, model_tree, sources
 from trainer.config import TrainConfig
+from trainer.errors import UserError, collect, exit_on_user_error
 from trainer.params import add_train_arguments
-from trainer.errors import exit_on_user_error
+from trainer.storage import Store, split_uri
+from trainer.templates import describe, spec_problems
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -39,8 +42,6 @@ def main(argv: list[str] | None = None) -> None:
                                       "(README: Sources)")
         p.add_argument("--revision", default="", help="Hub branch, tag or commit (default: main)")
         if kind == "model":
-            from trainer.templates import describe
-
             p.add_argument("--chat-template", default="model",
                            help=f"the chat template to deliver with the model: {describe()} (default: model)")
         if kind == "dataset":
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     with exit_on_user_error():
-        run(args)
+        COMMANDS[args.command](args)
 
 
 def _cluster_arguments(p: argparse.ArgumentParser) -> None:
@@ -142,7 +143,6 @@ def reach_cluster(timeout: float = 10.0) -> None:
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
 
-    from trainer.errors import UserError
     from trainer.k8s.lifecycle import api_client
 
     configuration = copy.copy(api_client().configuration)
@@ -163,159 +163,167 @@ def reach_cluster(timeout: float = 10.0) -> None:
                         "print the objects instead") from None
 
 
-def run(args: argparse.Namespace) -> None:
-    if args.command == "train":
-        cfg = TrainConfig.from_namespace(args).validate()  # before importing torch: bad input fails in a second
-        import signal
+def cmd_train(args: argparse.Namespace) -> None:
+    cfg = TrainConfig.from_namespace(args).validate()  # before importing torch: bad input fails in a second
+    import signal
 
-        from trainer.model import skip_bitsandbytes
+    from trainer.model import skip_bitsandbytes
 
-        skip_bitsandbytes(cfg.method)
-        from trainer.exitcodes import retry_transient_failures
-        from trainer.train import sigterm_exit, train
+    skip_bitsandbytes(cfg.method)
+    from trainer.exitcodes import retry_transient_failures
+    from trainer.shutdown import sigterm_exit
+    from trainer.train import train
 
-        # What the recipe's own handler hands back to when it ends: without it, a SIGTERM in the
-        # instant after the run committed its result killed the process (status 143, retried).
-        signal.signal(signal.SIGTERM, sigterm_exit)
-        with retry_transient_failures():  # S3 or a peer gone: a status that restarts the job (trainer.exitcodes)
-            # The chat template against the rows, as the pipeline's launch checks them (and records it: not again
-            # here). Every rank, so that each refuses at once: one left waiting at the rendezvous stopped only
-            # when torchrun's grace ran out (37 s).
-            from trainer import parity
-            from trainer.storage import Store
+    # What the recipe's own handler hands back to when it ends: without it, a SIGTERM in the
+    # instant after the run committed its result killed the process (status 143, retried).
+    signal.signal(signal.SIGTERM, sigterm_exit)
+    with retry_transient_failures():  # S3 or a peer gone: a status that restarts the job (trainer.exitcodes)
+        # The chat template against the rows, as the pipeline's launch checks them (and records it: not again
+        # here). Every rank, so that each refuses at once: one left waiting at the rendezvous stopped only
+        # when torchrun's grace ran out (37 s).
+        from trainer import parity
 
-            parity.check_delivered(Store.from_env(), cfg.model_uri, cfg.dataset_uri, cfg.output_prefix)
-            train(cfg)
-        return
-    if args.command == "launch-k8s":
-        from trainer.errors import collect
-        from trainer.k8s import launcher_for
-        from trainer.k8s.podspec import job_name
-        from trainer.k8s.pytorchjob import build_pytorchjob
-        from trainer.k8s.trainjob import build_trainjob
+        parity.check_delivered(Store.from_env(), cfg.model_uri, cfg.dataset_uri, cfg.output_prefix)
+        train(cfg)
 
-        cfg, spec = TrainConfig.from_namespace(args), _cluster_spec(args)
-        collect(cfg.problems() + spec.problems(), what="invalid training or cluster settings")
-        spec.stall_timeout_s = cfg.stall_timeout_s
-        name = job_name(args.run_id)
-        if args.dry_run:
-            build = build_trainjob if args.launcher == "trainjob" else build_pytorchjob
-            print_yaml([build(name, cfg.to_args(), spec)])
-        else:
-            reach_cluster()
-            launcher_for(args.launcher)(spec).run(cfg.to_args(), name)
-        return
-    if args.command == "deploy-k8s":
-        from trainer import deploy
-        from trainer.k8s import vllm
 
-        spec = vllm.ServeSpec(name=args.name, model_uri=args.model_uri, gpus=args.gpus, cluster=_cluster_spec(args),
-                              adapters=vllm.parse_adapters(args.adapter), max_lora_rank=args.max_lora_rank,
-                              vllm_image=args.vllm_image, tool_call_parser=args.tool_call_parser)
-        objects = deploy.backend_module(args.backend).build(spec)  # the settings' problems first; contacts nothing
-        if args.dry_run:
-            print_yaml(objects)
-        else:
-            reach_cluster()
-            # No store: the flags (--max-lora-rank, --tool-call-parser) are the settings the pipeline reads off it.
-            out = deploy.deploy(args.backend, spec, None, [{"role": "user", "content": "Hello!"}])
-            print(json.dumps(out.as_dict(), indent=1))
-        return
-    if args.command == "build-tiny-model":
-        from trainer import builtin_model
-        from trainer.errors import UserError
+def cmd_launch_k8s(args: argparse.Namespace) -> None:
+    from trainer.k8s import launcher_for
+    from trainer.k8s.podspec import job_name
+    from trainer.k8s.pytorchjob import build_pytorchjob
+    from trainer.k8s.trainjob import build_trainjob
 
+    cfg, spec = TrainConfig.from_namespace(args), _cluster_spec(args)
+    collect(cfg.problems() + spec.problems(), what="invalid training or cluster settings")
+    spec.stall_timeout_s = cfg.stall_timeout_s
+    name = job_name(args.run_id)
+    if args.dry_run:
+        build = build_trainjob if args.launcher == "trainjob" else build_pytorchjob
+        print_yaml([build(name, cfg.to_args(), spec)])
+    else:
+        reach_cluster()
+        launcher_for(args.launcher)(spec).run(cfg.to_args(), name)
+
+
+def cmd_deploy_k8s(args: argparse.Namespace) -> None:
+    from trainer import deploy
+    from trainer.k8s import vllm
+
+    spec = vllm.ServeSpec(name=args.name, model_uri=args.model_uri, gpus=args.gpus, cluster=_cluster_spec(args),
+                          adapters=vllm.parse_adapters(args.adapter), max_lora_rank=args.max_lora_rank,
+                          vllm_image=args.vllm_image, tool_call_parser=args.tool_call_parser)
+    objects = deploy.backend_module(args.backend).build(spec)  # the settings' problems first; contacts nothing
+    if args.dry_run:
+        print_yaml(objects)
+    else:
+        reach_cluster()
+        # No store: the flags (--max-lora-rank, --tool-call-parser) are the settings the pipeline reads off it.
+        out = deploy.deploy(args.backend, spec, None, [{"role": "user", "content": "Hello!"}])
+        print(json.dumps(out.as_dict(), indent=1))
+
+
+def cmd_build_tiny_model(args: argparse.Namespace) -> None:
+    from trainer import builtin_model
+
+    try:
+        held = sorted(p.name for p in args.out.iterdir()) if args.out.is_dir() else []
+        if held:  # the user's files: build would replace their config.json, weights and tokenizer
+            raise UserError(f"{args.out} is not empty (it holds {', '.join(held[:4])}"
+                            f"{', ...' if len(held) > 4 else ''}): build-tiny-model writes config.json, "
+                            "model.safetensors and the tokenizer there; give a new or empty directory")
+        print(builtin_model.build(args.out))
+    except OSError as err:  # a path that cannot be created or written: the user's to fix
+        raise UserError(f"cannot write the tiny model to {args.out}: {err.strerror or err}; pass a writable "
+                        "directory") from None
+
+
+def cmd_serve(args: argparse.Namespace) -> None:
+    from trainer.serving import local
+
+    sys.exit(local.serve_forever(args.model_dir, args.served_model_name, host=args.host, port=args.port,
+                                 loras=args.lora, log_path=args.log))
+
+
+def cmd_deliver(args: argparse.Namespace) -> None:
+    """deliver-model, deliver-dataset: a local source's problems and missing S3 settings in one message, not
+    one per attempt."""
+    problems = _local_source_problems(args.command.removeprefix("deliver-"), args.source,
+                                      getattr(args, "eval_fraction", 0.1), getattr(args, "seed", 0))
+    if args.command == "deliver-model":
+        problems += [p.replace("chat_template", "--chat-template", 1) for p in spec_problems(args.chat_template)]
+    store = _store(problems, what=f"cannot {args.command} {args.source}")
+    deliver = delivery.deliver_model if args.command == "deliver-model" else delivery.deliver_dataset
+    split = {"eval_fraction": args.eval_fraction, "seed": args.seed} if args.command == "deliver-dataset" \
+        else {"chat_template": args.chat_template}
+    uri, meta = deliver(args.source, args.revision, store, **split)
+    print(json.dumps({"uri": uri, **{k: v for k, v in meta.items() if k != "files"}}, indent=1))
+
+
+def cmd_evaluate(args: argparse.Namespace) -> None:
+    from trainer.evaluate import evaluate
+    from trainer.model import skip_bitsandbytes
+
+    store = _store(_uri_problems(args), what=f"cannot {args.command}")
+    tuned = store.get_tree(args.tuned_uri)
+    skip_bitsandbytes(adapter_dir=tuned)
+    result = evaluate(store.get_tree(args.model_uri), tuned, store.get_tree(args.dataset_uri) / "eval.jsonl",
+                      max_rows=args.max_rows, max_seq_len=args.max_seq_len)
+    print(json.dumps(result, indent=1))
+
+
+def cmd_download(args: argparse.Namespace) -> None:
+    store = _store(_uri_problems(args), what=f"cannot {args.command}")
+    print(store.get_tree(args.uri, args.out))
+
+
+def cmd_merge(args: argparse.Namespace) -> None:
+    from trainer.merge import input_problems, merge
+    from trainer.model import skip_bitsandbytes
+    from trainer.weights import adapter_fit_problems
+
+    store = _store(_uri_problems(args), what=f"cannot {args.command}")
+    adapter = store.get_tree(args.adapter_uri)
+    collect(input_problems(None, adapter, args.model_uri, args.adapter_uri), what="cannot merge")
+    model = store.get_tree(args.model_uri)  # the large one second: a wrong adapter is said before it downloads
+    collect(input_problems(model, adapter, args.model_uri, args.adapter_uri)
+            or adapter_fit_problems(model, adapter, args.adapter_uri), what="cannot merge")
+    skip_bitsandbytes(adapter_dir=adapter)
+    print(merge(model, adapter, args.out))
+
+
+# litgpt's shape: one function per command; main() parses and calls it.
+COMMANDS = {"train": cmd_train, "launch-k8s": cmd_launch_k8s, "deploy-k8s": cmd_deploy_k8s,
+            "build-tiny-model": cmd_build_tiny_model, "serve": cmd_serve, "deliver-model": cmd_deliver,
+            "deliver-dataset": cmd_deliver, "evaluate": cmd_evaluate, "download": cmd_download, "merge": cmd_merge}
+
+
+def _uri_problems(args: argparse.Namespace) -> list[str]:
+    """evaluate, download, merge: every URI and count checked, to be said in one message with the S3 settings'."""
+    problems = []
+    for flag in ("model_uri", "tuned_uri", "dataset_uri", "adapter_uri", "uri"):
         try:
-            held = sorted(p.name for p in args.out.iterdir()) if args.out.is_dir() else []
-            if held:  # the user's files: build would replace their config.json, weights and tokenizer
-                raise UserError(f"{args.out} is not empty (it holds {', '.join(held[:4])}"
-                                f"{', ...' if len(held) > 4 else ''}): build-tiny-model writes config.json, "
-                                "model.safetensors and the tokenizer there; give a new or empty directory")
-            print(builtin_model.build(args.out))
-        except OSError as err:  # a path that cannot be created or written: the user's to fix
-            raise UserError(f"cannot write the tiny model to {args.out}: {err.strerror or err}; pass a writable "
-                            "directory") from None
-        return
-    if args.command == "serve":
-        from trainer.serving import local
+            split_uri(getattr(args, flag, None) or "s3://ok")
+        except UserError:
+            problems.append(f"{'--' + flag.replace('_', '-') if flag != 'uri' else 'URI'} "
+                            f"{getattr(args, flag)!r} is not an s3:// URI: pass the s3://bucket/... URI that "
+                            "deliver-model, deliver-dataset or train printed")
+    return problems + [f"--{flag.replace('_', '-')} {getattr(args, flag)}: give a whole number of at least 1"
+                       for flag in ("max_rows", "max_seq_len") if getattr(args, flag, 1) < 1]
 
-        sys.exit(local.serve_forever(args.model_dir, args.served_model_name, host=args.host, port=args.port,
-                                     loras=args.lora, log_path=args.log))
 
-    from trainer import sources
-    from trainer.errors import UserError, collect
-    from trainer.storage import Store
-
-    if args.command in ("deliver-model", "deliver-dataset"):
-        # A local source's problems and missing S3 settings in one message, not one per attempt.
-        problems = _local_source_problems(args.command.removeprefix("deliver-"), args.source,
-                                          getattr(args, "eval_fraction", 0.1), getattr(args, "seed", 0))
-        if args.command == "deliver-model":
-            from trainer.templates import spec_problems
-
-            problems += [p.replace("chat_template", "--chat-template", 1) for p in spec_problems(args.chat_template)]
-        try:
-            store = Store.from_env()
-        except UserError as err:
-            problems.append(str(err))
-        collect(problems, what=f"cannot {args.command} {args.source}")
-    else:  # evaluate, download, merge: every URI and count checked with the S3 settings, in one message
-        from trainer.storage import split_uri
-
-        problems = []
-        for flag in ("model_uri", "tuned_uri", "dataset_uri", "adapter_uri", "uri"):
-            try:
-                split_uri(getattr(args, flag, None) or "s3://ok")
-            except UserError:
-                problems.append(f"{'--' + flag.replace('_', '-') if flag != 'uri' else 'URI'} "
-                                f"{getattr(args, flag)!r} is not an s3:// URI: pass the s3://bucket/... URI that "
-                                "deliver-model, deliver-dataset or train printed")
-        problems += [f"--{flag.replace('_', '-')} {getattr(args, flag)}: give a whole number of at least 1"
-                     for flag in ("max_rows", "max_seq_len") if getattr(args, flag, 1) < 1]
-        try:
-            store = Store.from_env()
-        except UserError as err:
-            problems.append(str(err))
-        collect(problems, what=f"cannot {args.command}")
-    if args.command in ("deliver-model", "deliver-dataset"):
-        deliver = sources.deliver_model if args.command == "deliver-model" else sources.deliver_dataset
-        split = {"eval_fraction": args.eval_fraction, "seed": args.seed} if args.command == "deliver-dataset" \
-            else {"chat_template": args.chat_template}
-        uri, meta = deliver(args.source, args.revision, store, **split)
-        print(json.dumps({"uri": uri, **{k: v for k, v in meta.items() if k != "files"}}, indent=1))
-    elif args.command == "evaluate":
-        from trainer.evaluate import evaluate
-        from trainer.model import skip_bitsandbytes
-
-        tuned = store.get_tree(args.tuned_uri)
-        skip_bitsandbytes(adapter_dir=tuned)
-        result = evaluate(store.get_tree(args.model_uri), tuned,
-                          store.get_tree(args.dataset_uri) / "eval.jsonl", max_rows=args.max_rows,
-                          max_seq_len=args.max_seq_len)
-        print(json.dumps(result, indent=1))
-    elif args.command == "download":
-        print(store.get_tree(args.uri, args.out))
-    elif args.command == "merge":
-        from trainer.merge import input_problems, merge
-        from trainer.model import skip_bitsandbytes
-
-        adapter = store.get_tree(args.adapter_uri)
-        collect(input_problems(None, adapter, args.model_uri, args.adapter_uri), what="cannot merge")
-        model = store.get_tree(args.model_uri)  # the large one second: a wrong adapter is said before it downloads
-        from trainer.weights import adapter_fit_problems
-
-        collect(input_problems(model, adapter, args.model_uri, args.adapter_uri)
-                or adapter_fit_problems(model, adapter, args.adapter_uri), what="cannot merge")
-        skip_bitsandbytes(adapter_dir=adapter)
-        print(merge(model, adapter, args.out))
+def _store(problems: list[str], what: str) -> Store:
+    """The bucket from the S3 settings, after every problem found so far and the settings' own in one UserError."""
+    try:
+        store = Store.from_env()
+    except UserError as err:
+        problems.append(str(err))
+    collect(problems, what=what)
+    return store
 
 
 def _local_source_problems(what: str, source: str, eval_fraction: float = 0.1, seed: int = 0) -> list[str]:
     """What is wrong with a source on this machine (cheap to check fully); [] for other kinds,
     which deliver checks as it fetches them."""
-    from trainer import sources
-    from trainer.errors import UserError
-
     problems = []
     if what == "dataset" and not 0 < eval_fraction < 1:
         problems.append(f"--eval-fraction must be between 0 and 1 (exclusive), got {eval_fraction}: e.g. 0.1")
@@ -323,12 +331,12 @@ def _local_source_problems(what: str, source: str, eval_fraction: float = 0.1, s
     try:
         src = sources.parse(source, what)
         if src.kind == "local" and what == "model":
-            return problems + sources.model_dir_problems(src.ref)
+            return problems + model_tree.model_dir_problems(src.ref)
         if src.kind == "local":
             from trainer.data import quiet_conversions
 
             with quiet_conversions():  # checked only: the delivery that follows says what it converts, once
-                sources.materialize_dataset(src, "", eval_fraction, seed)
+                delivery.materialize_dataset(src, "", eval_fraction, seed)
     except UserError as err:
         return problems + [str(err)]
     return problems

@@ -17,7 +17,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from trainer import builtin_data
+from trainer import builtin_data, settings
 
 MAX_POSITIONS = 512
 HIDDEN_SIZE = 128
@@ -131,8 +131,6 @@ def cached(fallback_dir: str | Path, cache_dir: str | Path | None = None) -> Pat
     hash do not depend on the cache. Built beside its final name and renamed into place, so a process that
     reads it never sees half a model, and two that build at once keep one. Where the cache cannot be
     written it is built into `fallback_dir`. Treat the directory as read-only."""
-    from trainer import settings
-
     final = Path(cache_dir or settings.get("FINETUNE_CACHE_DIR")) / "builtin" / f"tiny-llama-{cache_key()}"
 
     def complete() -> bool:

@@ -33,6 +33,8 @@ import sys
 import traceback
 from typing import Iterator
 
+from trainer.errors import Unavailable, UserError
+
 EXIT_INPUT = 2
 EXIT_NONFINITE = 3
 EXIT_SIGTERM = 128 + 15
@@ -80,8 +82,6 @@ def retryable(code: int) -> bool:
 
 def transient(err: BaseException) -> str:
     """What kind of transient infrastructure failure `err` is ('' when it is not one)."""
-    from trainer.errors import Unavailable, UserError
-
     if isinstance(err, Unavailable):
         return "storage unavailable"
     if isinstance(err, UserError):
@@ -144,7 +144,6 @@ def retry_transient_failures() -> Iterator[None]:
         why = transient(err)
         if not why:
             raise
-        from trainer.errors import UserError
 
         if not isinstance(err, UserError):
             traceback.print_exc()

@@ -1,6 +1,6 @@
 """A GGUF file (llama.cpp's one-file format) turned into a plain model directory.
 
-    python -m trainer deliver-model /path/SmolLM2-135M-Instruct.Q4_1.gguf   (trainer.sources calls convert)
+    python -m trainer deliver-model /path/SmolLM2-135M-Instruct.Q4_1.gguf   (trainer.delivery calls convert)
 
 transformers reads a GGUF itself: `from_pretrained(dir, gguf_file=name)`, the `gguf` package de-quantizing every
 tensor. By default (transformers 5.19) the model it returns is flagged as GGUF-quantized and `save_pretrained`
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainer.errors import brief
+from trainer.errors import UserError, brief, collect
 
 # Part of what keys a cached conversion (tests/real_models.py): raise it when the output of convert changes.
 CONVERTER_VERSION = 1
@@ -164,7 +164,6 @@ def convert(path: str | Path, out_dir: str | Path) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trainer.errors import UserError, collect
 
     try:
         from transformers import GgufConfig
@@ -177,7 +176,7 @@ def convert(path: str | Path, out_dir: str | Path) -> Path:
     start = time.monotonic()
     where = {"pretrained_model_name_or_path": str(path.parent), "gguf_file": path.name}  # a local file: no network
     with read_once(path):
-        # The chat template is the caller's to require (sources.deliver_model checks the converted directory).
+        # The chat template is the caller's to require (delivery.deliver_model checks the converted directory).
         collect(file_problems(path, check_tokenizer=False), what=f"model {path} cannot be converted")
         info = metadata(path)
         dtype = dtype_name(info["tensor_types"])

@@ -18,9 +18,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from trainer import procs as procs_mod
-from trainer.errors import UserError
+from trainer import parity, procs as procs_mod
+from trainer.errors import UserError, collect
 from trainer.exitcodes import EXIT_TRANSIENT, PERMANENT
+from trainer.k8s import launcher_for
+from trainer.k8s.podspec import ClusterSpec, job_name
 from trainer.serving.local import free_port
 from trainer.torchrun import train_command
 from trainer.watchdog import Watchdog
@@ -171,8 +173,6 @@ _CLUSTER_PARAMS = ("namespace", "nodes", "procs_per_node", "accelerator_resource
 def cluster_from_params(params: dict):
     """The ClusterSpec that pipeline parameters describe: the one place that maps their names
     to ClusterSpec fields. Missing settings keep ClusterSpec's defaults; other keys are ignored."""
-    from trainer.k8s.podspec import ClusterSpec
-
     return ClusterSpec(**{_RENAMED.get(k, k): params[k] for k in _CLUSTER_PARAMS if k in params})
 
 
@@ -182,8 +182,6 @@ def run_training(cfg, launcher: str, spec, store, run_id: str = "") -> dict:
     `spec` (a ClusterSpec) gives the topology and restart budget for both launchers; its
     Kubernetes settings matter only to the kubernetes one.
     """
-    from trainer.errors import collect
-
     problems = cfg.problems() + spec.topology_problems()
     if launcher in CLUSTER_LAUNCHERS:
         problems += spec.kubernetes_problems()
@@ -192,13 +190,9 @@ def run_training(cfg, launcher: str, spec, store, run_id: str = "") -> dict:
     collect(problems, what="invalid training launch")
     # The delivered template against the delivered rows, for every dataset kind (local files were
     # also checked at validate-params): a template that drops tools or calls never reaches training.
-    from trainer import parity
 
     parity.check_delivered(store, cfg.model_uri, cfg.dataset_uri, cfg.output_prefix)
     if launcher in CLUSTER_LAUNCHERS:
-        from trainer.k8s import launcher_for
-        from trainer.k8s.podspec import job_name
-
         spec.stall_timeout_s = cfg.stall_timeout_s  # the watchdog reads the job's streamed log
         launcher_for(launcher)(spec).run(cfg.to_args(), job_name(run_id or cfg.output_prefix.rsplit("/", 1)[-1]))
     else:

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from trainer import settings
 from trainer.config import TrainConfig
 
 CHUNK_ROWS = 4096  # label positions per cross-entropy chunk: [4096, 128256] fp32 logits = 2 GB
@@ -41,8 +42,6 @@ def flash_attention_available() -> bool:
 
 
 def liger_available(device) -> bool:
-    from trainer import settings
-
     return (device.type == "cuda" and not settings.switched_off("FINETUNE_LIGER")
             and importlib.util.find_spec("liger_kernel") is not None)
 

@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 from trainer.fc_check import CATEGORIES
+from trainer.validate import TRIAL_KEYS
 
 
 def _cell(text: Any) -> str:
@@ -121,8 +122,6 @@ td{{border:1px solid #ccc;padding:3px 10px}} td:first-child{{color:#555}}</style
 
 def sweep_markdown(picked: dict[str, Any], select_metric: str) -> str:
     """The sweep's trials side by side, the winner marked, and the deploy decision."""
-    from trainer.validate import TRIAL_KEYS
-
     # one column order whatever order the trials' keys came in (KFP's JSON round trip sorts them)
     keys = sorted((k for k in picked["rows"][0] if k not in ("trial", "base", "tuned", "gain")),
                   key=lambda k: (list(TRIAL_KEYS).index(k) if k in TRIAL_KEYS else len(TRIAL_KEYS), k))

@@ -45,7 +45,7 @@ _DEFAULTS = {
     # trainer/fused_lora.py's (same adapters and results; for comparisons and debugging).
     "FINETUNE_FUSED_LORA": "auto",
     # "0" (or false/no/off): compile=true keeps the compiled layers without timing them against
-    # eager first (trainer.train._CompileTrial; to benchmark compiled layers as such).
+    # eager first (trainer.compile_trial.CompileTrial; to benchmark compiled layers as such).
     "FINETUNE_COMPILE_TRIAL": "auto",
     # Local cache of content-addressed downloads (a prefix's content never changes) and of the built-in
     # model (keyed by its builder's code and library versions): safe to share between runs.

@@ -31,6 +31,7 @@ from urllib.parse import urlparse
 
 from trainer import settings
 from trainer.errors import Unavailable, UserError
+from trainer.progress import TransferProgress
 
 MANIFEST = "_manifest.json"
 FIRST_CONTACT_S = 10.0  # seconds the endpoint has to answer its first request (transfers get 300 s a read)
@@ -47,8 +48,6 @@ def sha256_file(path: str | Path) -> str:
 
 def tree_manifest(local_dir: str | Path) -> dict[str, Any]:
     """Files (relative path, sha256, size) under `local_dir` and the tree hash over them."""
-    from trainer.progress import TransferProgress
-
     root = Path(local_dir)
     paths = [p for p in sorted(root.rglob("*")) if p.is_file() and p.name != MANIFEST]
     files = []
@@ -219,8 +218,6 @@ class Store:
         Files go up in parallel (each multipart on its own), the manifest last: until it
         exists the prefix is an incomplete upload that readers ignore.
         """
-        from trainer.progress import TransferProgress
-
         manifest = manifest or tree_manifest(local_dir)
         self.ensure_bucket()
         with concurrent.futures.ThreadPoolExecutor(workers) as pool, \
@@ -277,7 +274,6 @@ class Store:
         target.parent.mkdir(parents=True, exist_ok=True)
         space_problem(target.parent, manifest["total_bytes"], uri)
         tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".partial-"))
-        from trainer.progress import TransferProgress
 
         try:
             def fetch(f: dict[str, Any]) -> None:

@@ -21,6 +21,7 @@ import re
 from pathlib import Path
 
 from trainer.errors import UserError
+from trainer.storage import split_uri
 
 MODEL = "model"
 TEMPLATE_FILE = "chat_template.jinja"
@@ -115,8 +116,6 @@ def resolve(spec: str, store=None) -> str | None:
     if value in BUILTIN:
         return BUILTIN[value][0]
     if value.startswith("s3://"):
-        from trainer.storage import split_uri
-
         bucket, key = split_uri(value)
         if store is None or bucket != store.bucket:
             raise UserError(f"chat_template {value} is not in this run's bucket"

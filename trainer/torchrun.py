@@ -27,8 +27,10 @@ import shutil
 import sys
 import tempfile
 
+from trainer.config import TrainConfig
 from trainer.exitcodes import EXIT_TRANSIENT, retryable, transient
 from trainer.procs import private_tmpdir_env
+from trainer.storage import Store
 
 SHUTDOWN_MARGIN_S = 15  # on top of shutdown_grace_s: the worker's own hard exit comes first
 
@@ -57,8 +59,6 @@ def committed(output_prefix: str | None) -> bool:
     if not output_prefix:
         return False
     try:
-        from trainer.storage import Store
-
         return Store.from_env().exists(f"{output_prefix.rstrip('/')}/result.json")
     except Exception as err:  # noqa: BLE001 - a check that cannot be made leaves the status as it was
         print(f"trainer.torchrun: could not check for {output_prefix}/result.json ({type(err).__name__}); "
@@ -69,7 +69,6 @@ def committed(output_prefix: str | None) -> bool:
 def main() -> None:
     from torch.distributed.run import main as torchrun
 
-    from trainer.config import TrainConfig
 
     argv = sys.argv[1:]
     grace = float(_option(argv, "--shutdown-grace-s") or TrainConfig.shutdown_grace_s)

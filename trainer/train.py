@@ -9,7 +9,9 @@ Run:
 Shape (as torchtune's recipes): `Recipe.setup` (process group, then `_setup_data`,
 `_setup_model`, `_setup_batching`, `_setup_optimizer`, `_resume`), `Recipe.train` (the step
 loop), `Recipe.save_checkpoint`, `Recipe.cleanup` (rank 0 saves and uploads the result). What a
-checkpoint carries besides weights, optimizer and RNG is one `RunState`. Model building lives in trainer/model.py, batching in trainer/batching.py.
+checkpoint carries besides weights, optimizer and RNG is one `RunState` (trainer/runtime.py, with the
+process group, TensorBoard, profiling and peak memory). Beside it: model.py, batching.py, shutdown.py
+(SIGTERM), compile_trial.py (compile=true's trial).
 Only rank 0 logs, writes files and talks to the bucket for outputs; every rank reads inputs
 from the bucket itself, exactly as pods of a PyTorchJob would. Rank 0 prints progress lines
 (trainer/watchdog.py) that launchers watch for stalls.
@@ -20,8 +22,8 @@ accumulate on the device and are read once per step (or per log step with one pr
 Exit statuses: 0 done; 2 the input is invalid (UserError); 3 the loss or gradients became NaN
 or infinite (nothing is saved as a result; a restart would fail the same way); 143 stopped
 by SIGTERM (0 once the result is committed: the work is done); 203 a transient S3 or network
-failure. Launchers restart only the last two kinds
-(trainer.exitcodes has the table; `python -m trainer train` maps the transient failures).
+failure. Launchers restart only the last two kinds (trainer.exitcodes has the table; `python -m
+trainer train` maps the transient failures).
 
 Resilience: a restarted run (the local launcher restarting the job, or the PyTorchJob
 restarting its pods) resumes from the newest complete checkpoint of the same output_prefix, at
@@ -38,180 +40,26 @@ import json
 import math
 import os
 import pathlib
-import shutil
-import signal
 import sys
 import tempfile
-import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from trainer import data
 from trainer.batching import batches, bucket, check_rows, collate, collate_packed
 from trainer.checkpoint import Checkpointer, rng_state
+from trainer.compile_trial import CompileTrial, compile_metrics, compiled_graphs, say_compiled
 from trainer.config import MAX_ACCUM, TrainConfig
+from trainer.errors import UserError
 from trainer.evaluate import losses
-from trainer.exitcodes import hard_exit, remove_at_exit
 from trainer.model import LossModel, build_model, compile_layers, decoder_layers, label_positions_of, plan_packing
+from trainer.runtime import Board, RunState, dist_setup, peak_memory_mb, save_profile, start_profiler
+from trainer.shutdown import COMMITTED, Shutdown, exit_now
 from trainer.storage import Store
 from trainer.watchdog import progress_line
 
 MASTER = 0
 EXIT_NONFINITE = 3
-# Set once this process's run has its result committed (rank 0: result.json written; every rank:
-# past the final barrier). From then on a SIGTERM ends the process with 0, not 143: the work
-# is saved, and a retryable status would fail or needlessly restart a job that is done.
-COMMITTED = threading.Event()
-
-
-def sigterm_exit(*_) -> None:
-    """SIGTERM handler for `python -m trainer train` outside the recipe's own (before its setup
-    installs it, after `Shutdown.close` restores this): 0 once the result is committed, else 143."""
-    exit_now(0 if COMMITTED.is_set() else 143)
-
-
-def _dist_setup():
-    """(rank, world_size, device) from the env torchrun / the operator set; inits the process group."""
-    import torch
-    import torch.distributed as dist
-
-    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    if torch.cuda.is_available():
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-        torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
-    if world > 1 and not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo", device_id=
-                                device if device.type == "cuda" else None)
-    return rank, world, device
-
-
-class _Board:
-    """TensorBoard event files on rank 0, uploaded next to the checkpoints
-    (`<output_prefix>/tensorboard/`), so `tensorboard --logdir` on a copy of that prefix
-    shows the run while it trains."""
-
-    def __init__(self, store: Store, output_prefix: str):
-        from torch.utils.tensorboard import SummaryWriter
-
-        self.store, self.prefix = store, f"{output_prefix}/tensorboard"
-        self.dir = tempfile.mkdtemp(prefix="tb-")
-        remove_at_exit(self.dir)  # also when the process crashes or is stopped
-        self.writer = SummaryWriter(self.dir)
-
-    def scalar(self, tag: str, value: float, step: int) -> None:
-        self.writer.add_scalar(tag, value, step)
-
-    def upload(self) -> None:
-        self.writer.flush()
-        self.store.put_dir(self.dir, self.prefix)
-
-    def close(self) -> None:
-        """The last upload, then the local copy goes."""
-        self.upload()
-        self.writer.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def _peak_memory_mb(device) -> float:
-    """Peak GPU memory on CUDA, else peak resident memory of this process."""
-    import resource
-
-    import torch
-
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-class Shutdown:
-    """SIGTERM at any point. `requested` is read at step boundaries, where every rank stops
-    together and writes a checkpoint. Whatever the main thread is doing, a watcher thread is
-    woken by the signal itself (signal.set_wakeup_fd: Python handlers cannot run while the main
-    thread is blocked in C code, such as a collective waiting for a dead peer) and exits the
-    process with 143 once `grace_s` has passed without the orderly exit having happened."""
-
-    def __init__(self, grace_s: float):
-        self.requested, self.grace_s, self.deadline = False, grace_s, None
-        self._lock = threading.Lock()
-        self._restore, self._timer = None, None
-        if threading.current_thread() is not threading.main_thread():
-            return  # signals reach only the main thread's handlers: an in-process caller's concern
-        read, self._write = os.pipe()
-        os.set_blocking(self._write, False)
-        self._restore = (signal.set_wakeup_fd(self._write), signal.signal(signal.SIGTERM, lambda *_: self._arm()))
-        threading.Thread(target=self._watch, args=(read,), daemon=True, name="sigterm-watch").start()
-
-    def close(self) -> None:
-        """Restore what was there before (for in-process callers that train more than once)."""
-        with self._lock:
-            if self._timer is not None:  # a SIGTERM during cleanup: the run ended in time
-                self._timer.cancel()
-        if self._restore is not None:
-            signal.set_wakeup_fd(self._restore[0])
-            signal.signal(signal.SIGTERM, self._restore[1])
-            os.close(self._write)  # ends the watcher
-            self._restore = None
-
-    def _watch(self, fd: int) -> None:
-        with contextlib.closing(os.fdopen(fd, "rb", buffering=0)) as f:
-            while got := f.read(64):
-                if signal.SIGTERM in got:
-                    self._arm()
-
-    def _arm(self) -> None:
-        with self._lock:
-            self.requested = True
-            if self.deadline is None:
-                self.deadline = time.monotonic() + self.grace_s
-                self._timer = threading.Timer(self.grace_s, self._hard_exit)
-                self._timer.daemon = True
-                self._timer.start()
-
-    def remaining(self) -> float:
-        return max(0.0, self.deadline - time.monotonic()) if self.deadline else self.grace_s
-
-    @staticmethod
-    def _hard_exit() -> None:
-        if COMMITTED.is_set():  # stuck in the teardown after the result was written: the work is done
-            print("SIGTERM: the result is committed; exiting with 0 without waiting for the teardown",
-                  file=sys.stderr, flush=True)
-            hard_exit(0, flush=False)  # this timer's thread: see hard_exit
-        print("SIGTERM: no step boundary reached within shutdown_grace_s; exiting without a checkpoint",
-              file=sys.stderr, flush=True)
-        hard_exit(143, flush=False)
-
-
-def exit_now(code: int) -> None:
-    """Exit at once: a normal interpreter exit tears down the process group, which can hang
-    once a peer has gone, and would hold up torchrun's exit and the restart."""
-    hard_exit(code)
-
-
-@dataclass
-class RunState:
-    """The run's counters as this process starts: what a checkpoint's state.json carries besides
-    weights, optimizer and RNG, resumed whole (a fresh run starts from the defaults)."""
-
-    step: int = 0  # optimizer steps done before this process: the loop goes on from step + 1
-    history: list[dict[str, Any]] = field(default_factory=list)  # logged loss / lr and eval_loss
-    train_tokens: int = 0  # every rank's real tokens before this process
-    train_seconds: float = 0.0  # seconds of training before this process
-    restarts: int = 0
-
-    @classmethod
-    def resumed(cls, saved: dict[str, Any]) -> "RunState":
-        """The state of a checkpoint (`saved`), as the restarted process starts from it."""
-        return cls(step=saved["step"], history=saved["history"], train_tokens=saved["train_tokens"],
-                   train_seconds=saved["train_seconds"], restarts=saved["restarts"] + 1)
-
-    def saved(self, tokens: int, seconds: float, settings: dict[str, Any]) -> dict[str, Any]:
-        """What a checkpoint's state.json holds beside its step: this process's `tokens` (every
-        rank's) and `seconds` added to those before it, and the run's `settings` (a resume compares)."""
-        return {"history": self.history, "train_tokens": self.train_tokens + tokens,
-                "train_seconds": self.train_seconds + seconds, "restarts": self.restarts, "settings": settings}
 
 
 class Recipe:
@@ -232,7 +80,6 @@ class Recipe:
         if self.rank == MASTER:
             print(progress_line(stage, step), flush=True)
 
-    # -- setup
     def setup(self) -> None:
         import torch
 
@@ -240,7 +87,7 @@ class Recipe:
         COMMITTED.clear()  # an earlier run in this process committed its own result, not this one's
         self.shutdown = Shutdown(cfg.shutdown_grace_s)  # first: a rank stuck in setup must end too
         self.say("setup: process group")
-        self.rank, self.world, self.device = _dist_setup()
+        self.rank, self.world, self.device = dist_setup()
         torch.manual_seed(cfg.seed)
         self.store = self.store or Store.from_env()
         examples, model_dir = self._setup_data()
@@ -250,7 +97,7 @@ class Recipe:
         self._setup_optimizer()
         self.say("setup: checkpoints")  # the newest one, if any, is resumed from
         self._resume(examples)
-        self.board = _Board(self.store, cfg.output_prefix) if self.rank == MASTER else None
+        self.board = Board(self.store, cfg.output_prefix) if self.rank == MASTER else None
         self.real_tokens = 0  # this rank's, since this process started
 
     def _setup_data(self) -> tuple[list[dict[str, list[int]]], pathlib.Path]:
@@ -284,7 +131,6 @@ class Recipe:
         self.model = model = build_model(cfg, model_dir, device, self.attn)
         limit = getattr(model.config, "max_position_embeddings", None)
         if limit and cfg.max_seq_len > limit:  # Hub models: known only once loaded
-            from trainer.errors import UserError
 
             raise UserError(f"max_seq_len={cfg.max_seq_len} exceeds the model's context length {limit}; "
                             f"set max_seq_len <= {limit}")
@@ -302,7 +148,6 @@ class Recipe:
         micro_tokens = cfg.batch_tokens or cfg.batch_size * mean_len
         self.accum = max(1, math.ceil(cfg.tokens_per_step / (micro_tokens * world))) if cfg.tokens_per_step else 1
         if self.accum > MAX_ACCUM:  # the pipeline refuses it earlier where batch_tokens is set; here for the CLI
-            from trainer.errors import UserError
 
             raise UserError(f"tokens_per_step={cfg.tokens_per_step} is {self.accum} micro-batches per optimizer step "
                             f"(about {round(micro_tokens * world)} tokens each on {world} processes), more than "
@@ -311,7 +156,7 @@ class Recipe:
         pad = self.tokenizer.pad_token_id
         # Compiled padded batches are padded to a few bucket widths: on an H100 this read 24.2k
         # tokens/s against 20.5k with every length left to dynamic shapes (docs/performance.md).
-        self.bucketed = cfg.compile  # off again if _CompileTrial finds eager faster
+        self.bucketed = cfg.compile  # off again if CompileTrial finds eager faster
         width = lambda rows: bucket(max(len(e["input_ids"]) for e in rows)) if self.bucketed else 0  # noqa: E731
         self.collate = ((lambda rows: collate_packed(rows, self.packed_len, pad)) if self.flatten
                         else (lambda rows: collate(rows, pad, width=width(rows))))
@@ -354,7 +199,6 @@ class Recipe:
         if latest is not None:
             problem = cfg.resume_problem(self.ckpt.state(latest).get("settings", {}), cfg.output_prefix)
             if problem:  # before any weights load: a LoRA of another rank failed there with a size mismatch
-                from trainer.errors import UserError
 
                 raise UserError(problem)
             saved, mine = self.ckpt.load(latest, self.model, self.optimizer, self.scheduler, rank)
@@ -367,7 +211,6 @@ class Recipe:
         self.stream = batches(examples, cfg.batch_size, rank, self.world, cfg.seed, start=self.state.step * self.accum,
                               batch_tokens=cfg.batch_tokens, flatten=self.flatten)
 
-    # -- train
     def train(self) -> None:
         import torch
         from tqdm import tqdm
@@ -377,7 +220,7 @@ class Recipe:
         bar = tqdm(total=cfg.max_steps, initial=done, desc="train", unit="step", mininterval=2,
                    disable=self.rank != MASTER, dynamic_ncols=True)
         bad = torch.zeros((), dtype=torch.bool, device=device)  # a non-finite loss or gradient norm
-        profiler = self._profiler()
+        profiler = start_profiler(cfg.profile_steps, self.device) if self.state.step < cfg.max_steps else None
         self.ddp.train()
         self.say("train", done)
         self.start = last_say = time.perf_counter()
@@ -385,13 +228,15 @@ class Recipe:
         # compiled / JIT-ed and the allocator is warm: one device sync, there.
         self.half_step, self.half = done + max(1, (cfg.max_steps - done) // 2), None
         self.steady = None
-        self.trial = self._plan_compile_trial() if cfg.compile else None
+        self.trial = CompileTrial.plan(done, cfg.max_steps, decoder_layers(self.model), mark=self.mark,
+                                       use_bucketing=lambda on: setattr(self, "bucketed", on), world=world,
+                                       device=device, master=self.rank == MASTER) if cfg.compile else None
         for step in range(done + 1, cfg.max_steps + 1):
             if self.trial:
                 self.trial.before(step)
             step_loss, norm = self._step()
             if cfg.compile and step == done + 1 and self.rank == MASTER:
-                self._say_compiled()
+                say_compiled(compiled_graphs() - self.graphs[0])
             if self.trial:
                 self.trial.after(step)
             if (step == self.half_step and step < cfg.max_steps) or (step == cfg.max_steps and self.half):
@@ -431,23 +276,7 @@ class Recipe:
                     self.board.upload()
         bar.close()
         if profiler:
-            self._save_profile(profiler)
-
-    def _plan_compile_trial(self) -> "_CompileTrial | None":
-        def use_bucketing(on: bool) -> None:
-            self.bucketed = on
-
-        return _CompileTrial.plan(self.state.step, self.cfg.max_steps, decoder_layers(self.model), mark=self.mark,
-                                  use_bucketing=use_bucketing, world=self.world, device=self.device,
-                                  master=self.rank == MASTER)
-
-    def _say_compiled(self) -> None:
-        """After the first step: what torch.compile built. compile_layers lets a failed compile
-        run eager (suppress_errors), which must not pass for a compiled measurement."""
-        n = compiled_graphs() - self.graphs[0]
-        print(f"compile=true: the first step compiled {n} graph(s)" if n else
-              "compile=true: nothing was compiled (torch.compile failed and fell back to eager; see the warnings "
-              "above): the layers run eagerly", flush=True)
+            save_profile(profiler, self.store if self.rank == MASTER else None, cfg.output_prefix, self.device)
 
     def mark(self) -> tuple[float, int]:
         """(now, less the seconds spent measuring the eval loss; this rank's real tokens so far), after the device
@@ -597,32 +426,6 @@ class Recipe:
                        self.state.saved(int(tokens.item()), self._trained_s(),
                                         self.cfg.run_settings()))
 
-    def _profiler(self):
-        """With profile_steps > 0: a torch.profiler trace of that many steps after two warm-up steps."""
-        if not self.cfg.profile_steps or self.state.step >= self.cfg.max_steps:
-            return None  # no step to run (resumed straight to cleanup): nothing to trace
-        from torch.profiler import ProfilerActivity, profile, schedule
-
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
-        prof = profile(activities=activities, schedule=schedule(wait=1, warmup=1, active=self.cfg.profile_steps,
-                                                                repeat=1), record_shapes=True)
-        prof.start()
-        return prof
-
-    def _save_profile(self, prof) -> None:
-        """Rank 0: the trace to `<output_prefix>/profile/` (open it in Perfetto or chrome://tracing)
-        and the top operators by time to the log."""
-        prof.stop()
-        if self.rank != MASTER:
-            return
-        sort = "self_device_time_total" if self.device.type == "cuda" else "self_cpu_time_total"
-        print(prof.key_averages().table(sort_by=sort, row_limit=15), flush=True)
-        with tempfile.TemporaryDirectory() as tmp:
-            prof.export_chrome_trace(os.path.join(tmp, "trace.json"))
-            self.store.put_dir(tmp, f"{self.cfg.output_prefix}/profile")
-        print(f"profile: {self.store.uri(self.cfg.output_prefix + '/profile/trace.json')}", flush=True)
-
-    # -- cleanup
     def cleanup(self) -> dict[str, Any]:
         """Rank 0 saves and uploads the result, and writes result.json last."""
         import torch
@@ -661,10 +464,10 @@ class Recipe:
                             "train_seconds": wall, "skipped_long_rows": float(self.skipped),
                             "restarts": float(self.state.restarts), "checkpoint_bytes": float(self.ckpt.last_bytes),
                             "checkpoint_upload_seconds": float(self.ckpt.last_upload_s or 0.0),
-                            "grad_accum": float(self.accum), "peak_memory_mb": _peak_memory_mb(self.device),
+                            "grad_accum": float(self.accum), "peak_memory_mb": peak_memory_mb(self.device),
                             "perplexity": math.exp(min(final, 50.0)),
                             **(self.trial.metrics() if getattr(self, "trial", None) else {}),
-                            **(self._compile_metrics() if cfg.compile else {}),
+                            **(compile_metrics(self.graphs) if cfg.compile else {}),
                             **({"steady_tokens_per_second": steady} if steady else {})},
                 "history": self.state.history, "config": cfg.asdict(),
                 "tensorboard_uri": self.store.uri(f"{cfg.output_prefix}/tensorboard"),
@@ -678,14 +481,6 @@ class Recipe:
             dist.destroy_process_group()
         return result
 
-    def _compile_metrics(self) -> dict[str, float]:
-        """Graphs dynamo compiled in all, and inside the steady window (a recompile there puts
-        compile time into the throughput figure)."""
-        out = {"compiled_graphs": float(compiled_graphs() - self.graphs[0])}
-        if len(self.graphs) >= 3:
-            out["graphs_compiled_in_steady_window"] = float(self.graphs[2] - self.graphs[1])
-        return out
-
     def run(self) -> dict[str, Any]:
         try:
             self.setup()
@@ -694,107 +489,6 @@ class Recipe:
         finally:
             if hasattr(self, "shutdown"):
                 self.shutdown.close()
-
-
-class _CompileTrial:
-    """compile=true must never make training slower than eager, and whether it does depends on
-    the model, the GPU and the batch shapes (on an H100 the 1B shape's compiled step spent less
-    kernel time than eager but more on padding; on CPU the tiny model's is slower). So the run
-    measures it: after WARM compiled steps (compilation and any recompile), TIMED steps are timed
-    with the compiled layers, then TIMED with the same layers run eagerly (their compiled code
-    kept, rows padded only to their longest); only the steps themselves are timed, not logging,
-    eval or checkpoints. The faster setting, over all ranks' tokens, runs the rest of the
-    training, and the log says which and by how much. A run too short for the comparison keeps
-    the compiled layers and says so."""
-
-    WARM, TIMED = 3, 4
-
-    def __init__(self, first: int, layers: list, mark: Callable[[], tuple[float, int]],
-                 use_bucketing: Callable[[bool], None], world: int = 1, device: Any = "cpu", master: bool = True):
-        """`layers`: the compiled decoder layers; `mark()`: (now, this rank's real tokens so far)
-        after the device's queued work (Recipe.mark: the clock a test scripts); `use_bucketing`:
-        pad compiled batches to bucket widths (on) or to their longest row (off, eager)."""
-        self.first, self.layers, self.mark, self.use_bucketing = first, layers, mark, use_bucketing
-        self.world, self.device, self.master = world, device, master
-        self.switch, self.last = first + self.TIMED, first + 2 * self.TIMED - 1
-        self.code: dict[int, Any] = {}
-        self.sums = [0, 0.0, 0, 0.0]  # compiled tokens, seconds; eager tokens, seconds (this rank)
-        self.rates: tuple[float, float] | None = None  # (compiled, eager) real tokens/s, all ranks
-        self.started: tuple[float, int] = (0.0, 0)  # the timed step's start: (time, tokens)
-
-    @classmethod
-    def plan(cls, done: int, max_steps: int, layers: list, **parts: Any) -> "_CompileTrial | None":
-        """The trial for a run at step `done` of `max_steps` (`parts`: the rest of __init__'s
-        arguments), or None where the run is too short for it or FINETUNE_COMPILE_TRIAL=0."""
-        from trainer import settings
-
-        if settings.switched_off("FINETUNE_COMPILE_TRIAL"):
-            return None
-        first = done + 1 + cls.WARM
-        if first + 2 * cls.TIMED - 1 >= max_steps:  # a choice needs a step left to use it
-            if parts.get("master", True) and done < max_steps:
-                print(f"compile=true: {max_steps - done} steps to run, too few to time compiled "
-                      f"layers against eager and use the faster (that takes {cls.WARM + 2 * cls.TIMED + 1}); "
-                      "keeping them compiled", flush=True)
-            return None
-        return cls(first, layers, **parts)
-
-    def _use_compiled(self, on: bool) -> None:
-        for layer in self.layers:
-            if on:
-                layer._compiled_call_impl = self.code[id(layer)]
-            else:
-                self.code[id(layer)], layer._compiled_call_impl = layer._compiled_call_impl, None
-        self.use_bucketing(on)
-
-    def before(self, step: int) -> None:
-        if self.first <= step <= self.last:
-            if step == self.switch:
-                self._use_compiled(False)
-            self.started = self.mark()
-
-    def after(self, step: int) -> None:
-        if not self.first <= step <= self.last:
-            return
-        t, n = self.mark()
-        at = 0 if step < self.switch else 2
-        self.sums[at] += n - self.started[1]
-        self.sums[at + 1] += t - self.started[0]
-        if step == self.last:
-            self._decide()
-
-    def _decide(self) -> None:
-        import torch
-        import torch.distributed as dist
-
-        sums = torch.tensor(self.sums, dtype=torch.float64, device=self.device)
-        if self.world > 1:
-            dist.all_reduce(sums)  # every rank decides the same
-        c_tok, c_s, e_tok, e_s = sums.tolist()
-        self.rates = (c_tok / c_s, e_tok / e_s)
-        keep = self.rates[0] >= self.rates[1]
-        if keep:
-            self._use_compiled(True)
-        if self.master:
-            print(f"compile=true: compiled layers {self.rates[0]:,.0f} real tokens/s, eager {self.rates[1]:,.0f}, "
-                  f"{self.TIMED} steps each ({self.rates[0] / self.rates[1]:.2f}x): "
-                  f"{'keeping the compiled layers' if keep else 'continuing eager, the faster here'}", flush=True)
-
-    def metrics(self) -> dict[str, float]:
-        if self.rates is None:
-            return {}
-        return {"compiled_layers": float(self.rates[0] >= self.rates[1]),
-                "compile_trial_compiled_tokens_per_second": self.rates[0],
-                "compile_trial_eager_tokens_per_second": self.rates[1]}
-
-
-def compiled_graphs() -> int:
-    """Graphs torch.compile has built in this process so far (0 without torch._dynamo loaded)."""
-    if "torch._dynamo" not in sys.modules:
-        return 0
-    from torch._dynamo.utils import counters
-
-    return int(counters["stats"]["unique_graphs"])
 
 
 def train(cfg: TrainConfig, store: Store | None = None) -> dict[str, Any]:

@@ -26,6 +26,8 @@ import re
 from pathlib import Path
 from typing import Any, Callable
 
+from trainer.storage import split_uri
+
 HEADER_MAX = 100_000_000  # the safetensors format's own limit on the header
 _DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "F8_E8M0": 1, "I16": 2, "U16": 2, "F16": 2,
                 "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
@@ -130,8 +132,6 @@ def dir_problems(root: str | Path, config: dict[str, Any] | None) -> list[str]:
 def store_problems(store, uri: str, manifest: dict[str, Any]) -> list[str]:
     """`problems` for a tree already delivered to the bucket: headers by ranged reads, sizes and
     config.json from the manifest and the tree, no weights downloaded."""
-    from trainer.storage import split_uri
-
     _, prefix = split_uri(uri)
     sizes = {f["path"]: f["bytes"] for f in manifest.get("files", []) if "/" not in f["path"]}
     if "config.json" not in sizes:
@@ -150,7 +150,6 @@ def key_problems(where: str, names: set[str], config: dict[str, Any]) -> list[st
     import torch
     from transformers import AutoModelForCausalLM
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
     from transformers.utils import logging as hf_logging
 
     verbosity = hf_logging.get_verbosity()

@@ -1,5 +1,5 @@
 """compile=true never makes training slower than eager: the trainer times both early in the run
-(trainer/train.py `_CompileTrial`) and keeps the faster."""
+(trainer/train.py `CompileTrial`) and keeps the faster."""
 
 
 import torch

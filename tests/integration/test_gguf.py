@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from trainer import gguf as trainer_gguf
-from trainer import sources
+from trainer import delivery, model_tree, sources
 from trainer.errors import UserError
 
 TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -99,10 +99,10 @@ def test_a_tiny_gguf_converts_to_a_plain_model_directory_in_its_dtype(tmp_path, 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = tiny_gguf(tmp_path / f"tiny.{qtype}.gguf", qtype=qtype)
-    assert sources.model_max_length(str(path)) == 256
+    assert model_tree.model_max_length(str(path)) == 256
     out = trainer_gguf.convert(path, tmp_path / "model")
     assert f"converted tiny.{qtype}.gguf (llama, 11 tensors: " in capsys.readouterr().out
-    assert sources.model_dir_problems(out) == []
+    assert model_tree.model_dir_problems(out) == []
     config = json.loads((out / "config.json").read_text())
     assert config["dtype"] == str(dtype).removeprefix("torch.") and "quantization_config" not in config
     with safe_open(out / "model.safetensors", "pt") as f:
@@ -133,7 +133,7 @@ def test_a_conversion_reads_the_gguf_once_and_leaves_the_gguf_module_as_it_was(t
     name_map = gguf.get_tensor_name_map
     path, other = tiny_gguf(tmp_path / "tiny.Q8_0.gguf"), tiny_gguf(tmp_path / "other.Q8_0.gguf")
     with trainer_gguf.read_once(path):
-        out = sources.materialize_model(sources.Source("local", str(path)), "", tmp_path / "work")
+        out = delivery.materialize_model(sources.Source("local", str(path)), "", tmp_path / "work")
         assert gguf.GGUFReader(str(other)) is not gguf.GGUFReader(str(path))
     assert (out / "model.safetensors").is_file()
     assert opened == ["tiny.Q8_0.gguf", "other.Q8_0.gguf"]
@@ -148,12 +148,12 @@ def test_a_gguf_uploaded_to_the_bucket_or_local_is_delivered_once(tmp_path, stor
     path = tiny_gguf(tmp_path / "tiny.Q8_0.gguf")
     store.ensure_bucket()
     store.client.fput_object(store.bucket, "uploads/tiny.Q8_0.gguf", str(path))
-    uri, meta = sources.deliver_model(store.uri("uploads/tiny.Q8_0.gguf"), "", store)
+    uri, meta = delivery.deliver_model(store.uri("uploads/tiny.Q8_0.gguf"), "", store)
     assert uri.startswith(store.uri("models/sha256-")) and meta["uploaded_bytes"] > 0
     assert {f["path"] for f in meta["files"]} >= {"config.json", "model.safetensors", "tokenizer.json",
                                                    "chat_template.jinja"}
     assert "converted tiny.Q8_0.gguf (llama, 11 tensors: F32/Q8_0) into a float32" in capsys.readouterr().out
-    again, meta = sources.deliver_model(f"file://{path}", "", store)
+    again, meta = delivery.deliver_model(f"file://{path}", "", store)
     assert (again, meta["uploaded_bytes"]) == (uri, 0)  # the conversion is deterministic: the same tree
 
 
@@ -180,9 +180,9 @@ def test_bad_gguf_files_are_one_error_with_the_fix(tmp_path, store):
     before = _objects(store, "models/")
     for name, words in expected.items():
         path = tmp_path / f"{name}.gguf"
-        problems = sources.model_dir_problems(path)
+        problems = model_tree.model_dir_problems(path)
         assert len(problems) == 1 and words in problems[0], (name, problems)
-        err = str(pytest.raises(UserError, sources.deliver_model, str(path), "", store).value)
+        err = str(pytest.raises(UserError, delivery.deliver_model, str(path), "", store).value)
         assert words in err and str(path) in err and "Traceback" not in err, (name, err)
     assert _objects(store, "models/") == before  # nothing uploaded
 
@@ -190,7 +190,7 @@ def test_bad_gguf_files_are_one_error_with_the_fix(tmp_path, store):
 def test_the_gguf_package_missing_is_named_with_the_install_command(tmp_path, monkeypatch):
     path = tiny_gguf(tmp_path / "tiny.gguf")
     monkeypatch.setitem(sys.modules, "gguf", None)  # `import gguf` raises ImportError
-    problems = sources.model_dir_problems(path)
+    problems = model_tree.model_dir_problems(path)
     assert problems == [f"reading {path} needs the gguf package, which is not installed: pip install gguf (a "
                         "dependency of this project: `pip install -e .` installs it)"]
 
@@ -210,9 +210,9 @@ def test_a_gguf_in_a_hub_repo_from_the_cache_and_the_hub_errors(tmp_path, monkey
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     src = sources.parse("acme/tiny-GGUF/tiny.Q8_0.gguf", "model")
-    out = sources.materialize_model(src, "", tmp_path / "work")
-    assert out == tmp_path / "work" / "model" and sources.model_dir_problems(out) == []
-    err = str(pytest.raises(UserError, sources.materialize_model, sources.parse("acme/tiny-GGUF/other.gguf", "model"),
+    out = delivery.materialize_model(src, "", tmp_path / "work")
+    assert out == tmp_path / "work" / "model" and model_tree.model_dir_problems(out) == []
+    err = str(pytest.raises(UserError, delivery.materialize_model, sources.parse("acme/tiny-GGUF/other.gguf", "model"),
                             "", tmp_path / "work2").value)
     assert err.startswith("model 'acme/tiny-GGUF/other.gguf' is not in the local Hugging Face cache and the Hub "
                           "cannot be reached")
@@ -224,7 +224,7 @@ def test_a_gguf_in_a_hub_repo_from_the_cache_and_the_hub_errors(tmp_path, monkey
         raise EntryNotFoundError("404 Client Error: Entry Not Found")
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", no_such_file)
-    err = str(pytest.raises(UserError, sources.materialize_model, sources.parse("acme/tiny-GGUF/sub/x.gguf", "model"),
+    err = str(pytest.raises(UserError, delivery.materialize_model, sources.parse("acme/tiny-GGUF/sub/x.gguf", "model"),
                             "v1.0", tmp_path / "work3").value)
     assert asked == [("acme/tiny-GGUF", "sub/x.gguf", "v1.0")]
     assert err == ("model repo 'acme/tiny-GGUF' has no file 'sub/x.gguf': check the file name in the repo's file list "
@@ -235,9 +235,9 @@ def test_an_uploaded_gguf_object_is_named_in_messages(tmp_path, store):
     store.ensure_bucket()
     (tmp_path / "bad.gguf").write_bytes(b"<html>not found</html>")
     store.client.fput_object(store.bucket, "uploads/bad.gguf", str(tmp_path / "bad.gguf"))
-    err = str(pytest.raises(UserError, sources.deliver_model, store.uri("uploads/bad.gguf"), "", store).value)
+    err = str(pytest.raises(UserError, delivery.deliver_model, store.uri("uploads/bad.gguf"), "", store).value)
     assert f"{store.uri('uploads/bad.gguf')} is not a GGUF file" in err and str(tmp_path) not in err
-    err = str(pytest.raises(UserError, sources.deliver_model, store.uri("uploads/none.gguf"), "", store).value)
+    err = str(pytest.raises(UserError, delivery.deliver_model, store.uri("uploads/none.gguf"), "", store).value)
     assert err == (f"{store.uri('uploads/none.gguf')}: no such object in bucket 'test-bucket'; check the key (a .gguf "
                    "model uploaded there is read as it is, like a local file)")
 
@@ -247,7 +247,7 @@ def test_smollm2_converted_computes_what_the_gguf_model_does(smollm2_gguf, smoll
     those of transformers' GGUF-loaded model, and its tokenizer carries SmolLM2's own ChatML template."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    assert sources.model_dir_problems(smollm2_model_dir) == []
+    assert model_tree.model_dir_problems(smollm2_model_dir) == []
     config = json.loads((smollm2_model_dir / "config.json").read_text())
     assert (config["model_type"], config["dtype"], config["tie_word_embeddings"]) == ("llama", "float32", True)
     tokenizer = AutoTokenizer.from_pretrained(smollm2_model_dir)
@@ -269,7 +269,7 @@ def test_smollm2_gguf_is_delivered_as_the_tree_any_conversion_of_it_gives(smollm
                                                                           capsys):
     """Converting the same .gguf again (here, and before in tests/real_models.py) gives the same tree:
     delivering it again uploads nothing."""
-    uri, meta = sources.deliver_model(str(smollm2_gguf), "", store)
+    uri, meta = delivery.deliver_model(str(smollm2_gguf), "", store)
     assert "converted SmolLM2-135M-Instruct.Q4_1.gguf (llama, 272 tensors: F32/Q4_1/Q8_0) into a float32 model " \
            "directory" in capsys.readouterr().out
     assert uri.startswith(store.uri("models/sha256-")) and meta["source"] == str(smollm2_gguf)

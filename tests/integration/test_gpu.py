@@ -134,7 +134,7 @@ def test_ddp_over_nccl_gives_the_gradients_of_one_process(tiny_model_dir, tokeni
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    # device_id as the trainer gives it (trainer/train.py _dist_setup): an indexed device, NCCL refuses a bare "cuda"
+    # device_id as the trainer gives it (trainer/runtime.py dist_setup): an indexed device, NCCL refuses a bare "cuda"
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1,
                             device_id=torch.device("cuda", torch.cuda.current_device()))
     try:

@@ -66,7 +66,8 @@ def test_eval_during_compiled_training_compiles_nothing_more(tiny_model_dir, tok
 
     from torch._dynamo.utils import counters
 
-    from trainer.train import Recipe, RunState
+    from trainer.runtime import RunState
+    from trainer.train import Recipe
 
     if shutil.which("cc") is None and shutil.which("gcc") is None:
         pytest.skip("no C compiler: torch.compile cannot build CPU code here")

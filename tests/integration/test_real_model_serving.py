@@ -80,7 +80,7 @@ def test_smollm2s_own_template_is_refused_before_training_naming_the_built_in_on
     and at the finetune step, before any job, on the delivered tree (where a .gguf's or a Hub model's tokenizer is
     first read); with chat_template=chatml-tools validate passes (and the test above trains with it)."""
     from tests.real_models import smollm2_model_dir
-    from trainer import parity, sources
+    from trainer import delivery, parity
     from trainer.validate import pipeline_problems
 
     params = {"model_source": str(smollm2_model_dir()), "lora_train_embeddings": False, "max_seq_len": MAX_SEQ_LEN,
@@ -92,7 +92,7 @@ def test_smollm2s_own_template_is_refused_before_training_naming_the_built_in_on
 
     # a .gguf, Hub or s3:// model's tokenizer is read only once delivered: the finetune step checks the delivered
     # tree before any job starts (trainer.launch.run_training), as here
-    model_uri, _ = sources.deliver_model(str(smollm2_model_dir()), "", store)
-    data_uri, _ = sources.deliver_dataset("builtin:function-calling", "", store, 0.1, 0)
+    model_uri, _ = delivery.deliver_model(str(smollm2_model_dir()), "", store)
+    data_uri, _ = delivery.deliver_dataset("builtin:function-calling", "", store, 0.1, 0)
     [problem] = parity.delivered_problems(store, model_uri, data_uri)
     assert "tools dropped" in problem and "Fix: chat_template=chatml-tools" in problem

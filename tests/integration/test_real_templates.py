@@ -6,7 +6,7 @@ import pytest
 
 from tests import real_tokenizers as rt
 from tests.unit.test_parity import TEXT_ROWS, TOOL_ROWS
-from trainer import data, parity, sources, templates
+from trainer import data, model_tree, parity, templates
 from trainer.chat.parsers import tool_call_parser, vllm_parse
 
 ROWS = TOOL_ROWS[:10] + TEXT_ROWS[:5]  # 10 tool-call answers and 5 text answers, all with tools
@@ -45,7 +45,7 @@ def test_each_familys_own_template_gets_its_verdict_and_vllms_parsers_agree(fami
     family, tok = family_tok
     if family in rt.NO_CHAT_TEMPLATE:  # gpt-oss ships none: delivery refuses the model before any check
         assert not tok.chat_template
-        problems = sources.tokenizer_problems(rt.tokenizer_dir(family))
+        problems = model_tree.tokenizer_problems(rt.tokenizer_dir(family))
         assert len(problems) == 1 and "has no chat template" in problems[0]
         return
     parser, ours, theirs = _verdicts(tok)

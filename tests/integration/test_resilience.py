@@ -12,7 +12,7 @@ import psutil
 import pytest
 import torch
 
-from trainer import sources
+from trainer import delivery
 from trainer.config import TrainConfig
 from trainer.launch import LocalLauncher
 from trainer.storage import Store
@@ -204,7 +204,7 @@ def test_nonfinite_loss_stops_every_rank_uploads_nothing_and_is_not_restarted(in
         model.model.layers[0].mlp.down_proj.weight[0, 0] = float("inf")
     model.save_pretrained(tmp_path / "broken")
     AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(tmp_path / "broken")
-    broken_uri, _ = sources.deliver_model(str(tmp_path / "broken"), "", store)
+    broken_uri, _ = delivery.deliver_model(str(tmp_path / "broken"), "", store)
     prefix = "runs/nan"
     cfg = TrainConfig(model_uri=broken_uri, dataset_uri=inputs[1], output_prefix=prefix, max_steps=40, batch_size=4,
                       log_every=20, checkpoint_every=30)

@@ -6,7 +6,7 @@ Marked `integration`; `make test` runs them too (about a minute on 2 cores).
 import pytest
 import torch
 
-from trainer import sources
+from trainer import delivery
 from trainer.config import TrainConfig
 from trainer.k8s.podspec import ClusterSpec
 from trainer.launch import run_training
@@ -97,8 +97,8 @@ def test_tiny_dataset_of_short_rows_trains_on_two_processes(store, tmp_path):
     path.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"hi {i}"},
                                                      {"role": "assistant", "content": "hello"}]}) + "\n"
                             for i in range(40)))
-    model_uri, _ = sources.deliver_model("builtin:tiny-llama", "", store)
-    data_uri, meta = sources.deliver_dataset(str(path), "", store)
+    model_uri, _ = delivery.deliver_model("builtin:tiny-llama", "", store)
+    data_uri, meta = delivery.deliver_dataset(str(path), "", store)
     assert meta["rows"]["train"] == 36
     cfg = TrainConfig(model_uri=model_uri, dataset_uri=data_uri, output_prefix="runs/small", max_steps=5,
                       batch_tokens=1024, log_every=1, stall_timeout_s=60)
@@ -158,7 +158,8 @@ def test_the_loop_reads_values_back_only_at_log_and_checkpoint_steps(delivered, 
 def test_a_run_resumed_at_its_last_step_traces_nothing_and_reaches_cleanup():
     """profile_steps with no step left to run (a crash while writing the result resumes
     straight to cleanup): no profiler, so nothing asks an unstarted one for its table."""
-    from trainer.train import Recipe, RunState
+    from trainer.runtime import RunState
+    from trainer.train import Recipe
 
     recipe = Recipe.__new__(Recipe)
     recipe.cfg, recipe.device = TrainConfig(profile_steps=2, max_steps=4), __import__("torch").device("cpu")

@@ -463,7 +463,7 @@ def test_adapter_settings_beside_full_fine_tuning_only_when_typed_and_meaningful
     pipeline's help advises it for any pretrained model), the defaults, and anything beside a misspelt
     method (which is refused on its own)."""
     from pipelines.finetune import finetune_pipeline
-    from pipelines.params import parse_params
+    from pipelines.cli_params import parse_params
 
     def problems(*pairs):
         found = []
@@ -1051,7 +1051,7 @@ def test_kubernetes_clis_refuse_before_rendering(capsys, monkeypatch, tmp_path, 
 def test_values_as_people_type_them_are_read(pair, value):
     """What a user types on the command line (or pastes from the KFP UI) reads as they meant it."""
     from pipelines.finetune import finetune_pipeline
-    from pipelines.params import parse_params
+    from pipelines.cli_params import parse_params
 
     key = pair.partition("=")[0]
     got = parse_params(finetune_pipeline, [pair])[key]

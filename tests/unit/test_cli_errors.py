@@ -384,7 +384,7 @@ def test_the_largest_seed_and_a_32_bit_count_still_pass():
 @pytest.mark.parametrize("raw", ["١٢", "１６", "1６"])
 def test_non_ascii_digits_are_not_read_as_numbers(raw, capsys):
     from pipelines.finetune import finetune_pipeline
-    from pipelines.params import parse_params
+    from pipelines.cli_params import parse_params
     from trainer.errors import UserError
 
     for key in ("lora_r", "learning_rate"):
@@ -503,14 +503,14 @@ def test_a_huge_number_typed_into_the_kfp_form_arrives_as_a_float_and_gets_a_san
 def test_trainer_cli_refuses_too_few_rows_before_downloading_the_model(store, tmp_path):
     """27 rows (24 to train on), batch_size 32: refused from the delivered data alone, the model's weights never
     downloaded (only its tokenizer is read, for the chat template's check); a missing model is named first."""
-    from trainer import sources
+    from trainer import delivery
 
     path = tmp_path / "few.jsonl"
     path.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"hi {i}"},
                                                      {"role": "assistant", "content": "yo"}]}) + "\n"
                             for i in range(27)))
-    data_uri, meta = sources.deliver_dataset(str(path), "", store)
-    model_uri, _ = sources.deliver_model("builtin:tiny-llama", "", store)
+    data_uri, meta = delivery.deliver_dataset(str(path), "", store)
+    model_uri, _ = delivery.deliver_model("builtin:tiny-llama", "", store)
     cache = tmp_path / "cache"
     args = ["-m", "trainer", "train", "--dataset-uri", data_uri, "--output-prefix", "runs/few", "--batch-tokens", "0",
             "--batch-size", "32"]

@@ -1,5 +1,5 @@
 """compile=true never makes training slower than eager: the trainer times both early in the run
-(trainer/train.py `_CompileTrial`) and keeps the faster.
+(trainer/compile_trial.py `CompileTrial`) and keeps the faster.
 
 The fast checks; the ones that train, serve or run the pipeline are tests/integration/test_compile_trial.py (the integration tier)."""
 
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from trainer.train import _CompileTrial
+from trainer.compile_trial import CompileTrial
 
 
 class FakeDecoderLayer(torch.nn.Module):  # decoder_layers() finds modules by this name suffix
@@ -24,7 +24,7 @@ def fake_recipe(max_steps=20, done=0):
 
 def plan(recipe):
     """The trial as the recipe plans it, with the fake's clock and bucketing switch injected."""
-    return _CompileTrial.plan(recipe.done, recipe.max_steps, recipe.model,
+    return CompileTrial.plan(recipe.done, recipe.max_steps, recipe.model,
                               mark=lambda: (recipe.clock[0], recipe.real_tokens),
                               use_bucketing=lambda on: setattr(recipe, "bucketed", on), device=torch.device("cpu"))
 

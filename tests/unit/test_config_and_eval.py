@@ -308,7 +308,7 @@ def test_generation_never_runs_past_a_learned_position_table(tiny_model_dir, tmp
 def test_a_param_given_twice_with_different_values_is_refused_with_the_other_problems():
     """`--param max_steps=5 --param max_steps=7` used to keep 7 silently."""
     from pipelines.finetune import finetune_pipeline
-    from pipelines.params import parse_params
+    from pipelines.cli_params import parse_params
 
     msg = str(pytest.raises(UserError, parse_params, finetune_pipeline,
                             ["max_steps=5", "lora_r=8", "max_stepz=1", "max_steps=7", "max_steps=9"]).value)
@@ -375,7 +375,7 @@ def test_logged_metrics_have_the_same_names_and_types_in_every_measured_run():
 
 def test_a_kind_of_row_the_split_lacks_logs_no_score_rather_than_a_measured_looking_zero():
     from trainer.evaluate import logged_metrics
-    from trainer.sweep import pick
+    from trainer.selection import pick
 
     text_only = logged_metrics(_result(0, 30))
     assert not {k for k in text_only if "fc_accuracy" in k}  # blank in KFP's Compare, not 0%

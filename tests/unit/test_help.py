@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from pipelines.params import pipeline_defaults
+from pipelines.cli_params import pipeline_defaults
 
 ENTRY_POINTS = ["pipelines.run_local", "pipelines.runs", "pipelines.compile", "pipelines.manifests",
                 "pipelines.submit", "trainer.__main__"]
@@ -50,7 +50,6 @@ def test_list_params_shows_every_parameter_with_default_and_ui_description(capsy
 
 
 def test_every_train_option_has_help():
-    from trainer.config import TrainConfig
     from trainer.params import add_train_arguments
 
     parser = argparse.ArgumentParser()

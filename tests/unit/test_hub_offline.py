@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from trainer import sources
+from trainer import delivery, sources
 from trainer.errors import UserError
 
 
@@ -26,11 +26,11 @@ def no_dns(monkeypatch):
     monkeypatch.setattr(socket, "getaddrinfo", unresolvable)
     for var in ("https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
         monkeypatch.delenv(var, raising=False)
-    monkeypatch.setattr(sources.time, "sleep", lambda s: None)  # the two re-asks of a temporary failure
+    monkeypatch.setattr(delivery.time, "sleep", lambda s: None)  # the two re-asks of a temporary failure
 
 
-@pytest.mark.parametrize("load", [lambda: sources._load_dataset("someorg/somedata", ""),
-                                  lambda: sources.materialize_model(sources.Source("hub", "someorg/somemodel"), "",
+@pytest.mark.parametrize("load", [lambda: delivery._load_dataset("someorg/somedata", ""),
+                                  lambda: delivery.materialize_model(sources.Source("hub", "someorg/somemodel"), "",
                                                                     None)], ids=["dataset", "model"])
 def test_an_unresolvable_hub_is_one_error_at_once_without_retries(no_dns, load, caplog, capsys):
     with caplog.at_level(logging.WARNING), pytest.raises(UserError, match="not in the local Hugging Face cache"):
@@ -53,10 +53,10 @@ def test_a_dns_blip_or_a_proxy_does_not_switch_the_hub_off(no_dns, monkeypatch):
         return answer
 
     monkeypatch.setattr(socket, "getaddrinfo", blip)
-    assert sources.offline_if_hub_unresolvable() is False and not answers and not constants.HF_HUB_OFFLINE
+    assert delivery.offline_if_hub_unresolvable() is False and not answers and not constants.HF_HUB_OFFLINE
     monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **k: pytest.fail("resolved locally despite the proxy"))
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.corp:3128")
-    assert sources.offline_if_hub_unresolvable() is False and not constants.HF_HUB_OFFLINE
+    assert delivery.offline_if_hub_unresolvable() is False and not constants.HF_HUB_OFFLINE
 
 
 def test_no_such_name_is_final_at_once(no_dns, monkeypatch):
@@ -67,13 +67,13 @@ def test_no_such_name_is_final_at_once(no_dns, monkeypatch):
         raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
 
     monkeypatch.setattr(socket, "getaddrinfo", no_name)
-    assert sources.offline_if_hub_unresolvable() is True and len(asked) == 1
+    assert delivery.offline_if_hub_unresolvable() is True and len(asked) == 1
 
 
 def test_a_model_missing_from_the_cache_offline_is_said_with_the_hubs_whole_sentence(no_dns):
     """The Hub's reason was cut at 160 characters, mid-word ("To enable repo look-ups a); download it first")."""
     with pytest.raises(UserError) as err:
-        sources.materialize_model(sources.Source("hub", "org/doesnotexist-xyz"), "", None)
+        delivery.materialize_model(sources.Source("hub", "org/doesnotexist-xyz"), "", None)
     text = str(err.value)
     assert text.startswith("model 'org/doesnotexist-xyz' is not in the local Hugging Face cache")
     assert "as environment variable.); download it first" in text

@@ -96,7 +96,7 @@ def test_the_parameter_reference_page_is_the_tables_rendering():
                                          ("false", False), ("no", False), ("off", False), ("0", False)])
 def test_one_true_false_reading_for_every_entry_point(word, value):
     from pipelines.finetune import finetune_pipeline
-    from pipelines.params import parse_params
+    from pipelines.cli_params import parse_params
     from trainer.params import _parse_bool
     from trainer.settings import parse_bool
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from trainer import builtin_data, data, parity, sources, templates
+from trainer import builtin_data, data, delivery, parity, templates
 from trainer.chat import parsers
 from trainer.errors import UserError
 from trainer.validate import on_cluster_problems, pipeline_problems
@@ -126,13 +126,13 @@ def test_validate_params_checks_the_chosen_template_against_local_data(tmp_path)
 
 
 def test_delivery_writes_the_template_into_a_new_tree_and_the_finetune_check_reads_it(store, tmp_path):
-    model_uri, meta = sources.deliver_model("builtin:tiny-llama", "", store)
-    data_uri, _ = sources.deliver_dataset("builtin:function-calling", "", store)
+    model_uri, meta = delivery.deliver_model("builtin:tiny-llama", "", store)
+    data_uri, _ = delivery.deliver_dataset("builtin:function-calling", "", store)
     assert meta["chat_template"] == "model"
     assert parity.delivered_problems(store, model_uri, data_uri) == []
     plain = tmp_path / "plain.jinja"
     plain.write_text(NO_TOOLS)
-    other_uri, other = sources.deliver_model("builtin:tiny-llama", "", store, chat_template=str(plain))
+    other_uri, other = delivery.deliver_model("builtin:tiny-llama", "", store, chat_template=str(plain))
     assert other_uri != model_uri and other["chat_template"] == str(plain)
     files = {f["path"] for f in other["files"]}
     prefix = other_uri.split("/", 3)[3]
@@ -142,10 +142,10 @@ def test_delivery_writes_the_template_into_a_new_tree_and_the_finetune_check_rea
     [problem] = parity.delivered_problems(store, other_uri, data_uri)
     assert "tools dropped" in problem and "Nothing was trained" in problem
     # an already delivered tree with another template: a new tree again, the same as from the source
-    again_uri, _ = sources.deliver_model(model_uri, "", store, chat_template=str(plain))
+    again_uri, _ = delivery.deliver_model(model_uri, "", store, chat_template=str(plain))
     assert again_uri == other_uri
     with pytest.raises(UserError, match="unknown chat_template"):
-        sources.deliver_model("builtin:tiny-llama", "", store, chat_template="chatm-tools")
+        delivery.deliver_model("builtin:tiny-llama", "", store, chat_template="chatm-tools")
 
 
 def test_trainer_train_run_alone_refuses_a_template_that_drops_tools_and_the_launchers_pass_is_not_redone(
@@ -158,11 +158,11 @@ def test_trainer_train_run_alone_refuses_a_template_that_drops_tools_and_the_lau
     from trainer import train as recipe
     from trainer.__main__ import main
 
-    model_uri, _ = sources.deliver_model("builtin:tiny-llama", "", store)
-    data_uri, _ = sources.deliver_dataset("builtin:function-calling", "", store)
+    model_uri, _ = delivery.deliver_model("builtin:tiny-llama", "", store)
+    data_uri, _ = delivery.deliver_dataset("builtin:function-calling", "", store)
     plain = tmp_path / "plain.jinja"
     plain.write_text(NO_TOOLS)
-    dropping_uri, _ = sources.deliver_model("builtin:tiny-llama", "", store, chat_template=str(plain))
+    dropping_uri, _ = delivery.deliver_model("builtin:tiny-llama", "", store, chat_template=str(plain))
     monkeypatch.setattr(recipe, "train", lambda *a, **kw: pytest.fail("trained"))
     monkeypatch.setattr(signal, "signal", lambda *a: None)  # the CLI's SIGTERM handler stays out of pytest
     with pytest.raises(SystemExit) as exit_:

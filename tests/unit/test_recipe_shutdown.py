@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from trainer.config import TrainConfig
-from trainer.train import Recipe, RunState
+from trainer.runtime import RunState
+from trainer.train import Recipe
 
 
 class _Stopped(Exception):

@@ -552,7 +552,7 @@ def test_an_interrupted_local_run_is_one_line_a_record_and_no_temporary_folder(t
 
     from pipelines import run_local
     from pipelines.finetune import finetune_pipeline
-    from pipelines.params import pipeline_defaults
+    from pipelines.cli_params import pipeline_defaults
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
@@ -667,13 +667,13 @@ def test_a_converted_dataset_is_announced_by_the_step_that_converts_not_by_each_
     """run_local checks the parameters, then validate-params, then deliver-dataset reads the file:
     the "N ShareGPT rows converted" line is deliver-dataset's alone."""
     from tests.unit.test_data import SHAREGPT, write
-    from trainer import sources
+    from trainer import delivery, sources
     from trainer.validate import DEFAULTS, pipeline_problems
 
     path = write(tmp_path, [json.dumps(SHAREGPT)] * 12)
     assert pipeline_problems({**DEFAULTS, "dataset_source": str(path), "batch_size": 1}) == []
     assert "converted" not in capsys.readouterr().out
-    sources.materialize_dataset(sources.Source("local", str(path)), "", 0.25, 1)
+    delivery.materialize_dataset(sources.Source("local", str(path)), "", 0.25, 1)
     assert capsys.readouterr().out.count("rows converted to chat messages") == 1
 
 
@@ -752,7 +752,7 @@ def test_a_run_reads_only_its_own_kfp_run_even_when_another_run_writes_beside_it
 
     from pipelines import run_local
     from pipelines.finetune import finetune_pipeline
-    from pipelines.params import pipeline_defaults
+    from pipelines.cli_params import pipeline_defaults
 
     def write_run(root: Path, stamp: str, steps: int) -> Path:
         out = root / f"llm-finetune-2026-11-24-10-00-{stamp}-000000" / "finetune" / "executor_output.json"
@@ -788,7 +788,7 @@ def test_a_full_disk_when_copying_the_model_out_keeps_the_runs_record_and_says_s
 
     from pipelines import run_local
     from pipelines.finetune import finetune_pipeline
-    from pipelines.params import pipeline_defaults
+    from pipelines.cli_params import pipeline_defaults
     from trainer.errors import UserError
 
     merged = types.SimpleNamespace(metadata={"uri": "s3://test-bucket/models/sha256-abc"})

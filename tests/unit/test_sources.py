@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from trainer import builtin_data, data, sources
+from trainer import builtin_data, data, delivery, model_tree, sources
 from trainer.errors import UserError
 
 
@@ -35,9 +35,9 @@ def test_local_file_is_split_with_a_seed(tmp_path):
     rows = builtin_data.generate(90, 10)["train"]
     data.write_jsonl(rows, tmp_path / "all.jsonl")
     src = sources.parse(str(tmp_path / "all.jsonl"), "dataset")
-    a = sources.materialize_dataset(src, "", eval_fraction=0.2, seed=1)
+    a = delivery.materialize_dataset(src, "", eval_fraction=0.2, seed=1)
     assert (len(a["train"]), len(a["eval"])) == (72, 18)
-    assert a == sources.materialize_dataset(src, "", eval_fraction=0.2, seed=1)
+    assert a == delivery.materialize_dataset(src, "", eval_fraction=0.2, seed=1)
 
 
 def test_local_directory_needs_a_train_file(tmp_path):
@@ -45,7 +45,7 @@ def test_local_directory_needs_a_train_file(tmp_path):
     with pytest.raises(UserError, match=r"has no train file \(train.jsonl, .json, .csv, .tsv or .parquet, the text ones "
                                         r"optionally .gz; it holds "
                                         r"\['notes.txt'\]\) and is not a `datasets` save_to_disk directory"):
-        sources.materialize_dataset(sources.Source("local", str(tmp_path)), "")
+        delivery.materialize_dataset(sources.Source("local", str(tmp_path)), "")
 
 
 CHATS = builtin_data.generate(40, 8)["train"]
@@ -77,7 +77,7 @@ def test_chat_rows_read_the_same_from_every_file_format(tmp_path, fmt):
     data.write_jsonl(CHATS, tmp_path / "chats.jsonl")
     expected = data.read_rows(tmp_path / "chats.jsonl")
     assert data.read_rows(path) == expected
-    split = sources.materialize_dataset(sources.parse(str(path), "dataset"), "", eval_fraction=0.25, seed=0)
+    split = delivery.materialize_dataset(sources.parse(str(path), "dataset"), "", eval_fraction=0.25, seed=0)
     assert (len(split["train"]), len(split["eval"])) == (30, 10)
 
 
@@ -110,14 +110,14 @@ def test_directory_with_a_test_split_uses_it_for_eval(tmp_path):
     """train + test (or validation) files, as many datasets ship: the held-out file is the eval split."""
     data.write_jsonl(CHATS[:30], tmp_path / "train.jsonl")
     _chat_rows_as("parquet", tmp_path / "test.parquet")
-    out = sources.materialize_dataset(sources.Source("local", str(tmp_path)), "")
+    out = delivery.materialize_dataset(sources.Source("local", str(tmp_path)), "")
     assert (len(out["train"]), len(out["eval"])) == (30, 40)
     data.write_jsonl(CHATS[30:], tmp_path / "validation.jsonl")  # train / validation / test: validation is eval
-    out = sources.materialize_dataset(sources.Source("local", str(tmp_path)), "")
+    out = delivery.materialize_dataset(sources.Source("local", str(tmp_path)), "")
     assert (len(out["train"]), len(out["eval"])) == (30, 10)
     (tmp_path / "train.csv").write_text("prompt,completion\na,b\n")
     with pytest.raises(UserError, match=r"has train in 2 formats \(train.jsonl, train.csv\): keep one"):
-        sources.materialize_dataset(sources.Source("local", str(tmp_path)), "")
+        delivery.materialize_dataset(sources.Source("local", str(tmp_path)), "")
 
 
 @pytest.mark.parametrize("splits", [False, True], ids=["Dataset", "DatasetDict"])
@@ -130,7 +130,7 @@ def test_save_to_disk_directory_is_read(tmp_path, splits):
         ds = datasets.DatasetDict({"train": datasets.Dataset.from_list(rows[:30]),
                                    "validation": datasets.Dataset.from_list(rows[30:])})
     ds.save_to_disk(str(tmp_path / "saved"))
-    out = sources.materialize_dataset(sources.parse(str(tmp_path / "saved"), "dataset"), "", 0.25, 0)
+    out = delivery.materialize_dataset(sources.parse(str(tmp_path / "saved"), "dataset"), "", 0.25, 0)
     assert (len(out["train"]), len(out["eval"])) == (30, 10)
     assert all(m.get("tool_calls", []) is not None for r in out["train"] + out["eval"] for m in r["messages"])
     canonical = lambda row: json.dumps(row, sort_keys=True)  # noqa: E731 - Arrow reorders struct keys
@@ -143,7 +143,7 @@ def test_hub_dataset_code_path_on_a_local_repo(tmp_path):
     splits = builtin_data.generate(40, 8)
     data.write_jsonl(splits["train"], tmp_path / "train.jsonl")
     data.write_jsonl(splits["eval"], tmp_path / "validation.jsonl")
-    out = sources.materialize_dataset(sources.Source("hub", str(tmp_path)), "")
+    out = delivery.materialize_dataset(sources.Source("hub", str(tmp_path)), "")
     assert (len(out["train"]), len(out["eval"])) == (40, 8)
     assert out["eval"][0]["messages"][0] == splits["eval"][0]["messages"][0]
 
@@ -161,7 +161,7 @@ def test_hub_model_from_offline_cache(tmp_path, tiny_model_dir, monkeypatch):
     (cache / "models--acme--tiny" / "refs" / "main").write_text("a" * 40)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    path = sources.materialize_model(sources.parse("acme/tiny", "model"), "", tmp_path)
+    path = delivery.materialize_model(sources.parse("acme/tiny", "model"), "", tmp_path)
     assert json.loads((path / "config.json").read_text())["model_type"] == "llama"
 
 
@@ -177,7 +177,7 @@ def test_model_without_weights_is_refused_before_upload(tmp_path, tiny_model_dir
     shutil.copytree(tiny_model_dir, broken)
     (broken / "model.safetensors").unlink()
     before = _objects(store, "models/")
-    err = str(pytest.raises(UserError, sources.deliver_model, str(broken), "", store).value)
+    err = str(pytest.raises(UserError, delivery.deliver_model, str(broken), "", store).value)
     assert "no weights" in err and "download the whole model" in err
     assert _objects(store, "models/") == before  # nothing uploaded
 
@@ -188,14 +188,14 @@ def test_dataset_uri_as_model_source_and_model_uri_as_dataset_source(tmp_path, t
     data.write_jsonl(splits["eval"], tmp_path / "eval.jsonl")
     dataset_uri, _ = store.put_tree(tmp_path, "datasets")
     model_uri, _ = store.put_tree(tiny_model_dir, "models")
-    err = str(pytest.raises(UserError, sources.deliver_model, dataset_uri, "", store).value)
+    err = str(pytest.raises(UserError, delivery.deliver_model, dataset_uri, "", store).value)
     assert "holds a dataset, not a model: pass it as dataset_source" in err
-    err = str(pytest.raises(UserError, sources.deliver_dataset, model_uri, "", store).value)
+    err = str(pytest.raises(UserError, delivery.deliver_dataset, model_uri, "", store).value)
     assert "is a delivered model, not a dataset: pass it as model_source" in err
 
 
 def test_delivered_model_passes_the_checks(tiny_model_dir):
-    assert sources.model_dir_problems(tiny_model_dir) == []
+    assert model_tree.model_dir_problems(tiny_model_dir) == []
 
 
 def test_hub_model_missing_offline_is_one_clear_error(tmp_path, monkeypatch):
@@ -203,13 +203,13 @@ def test_hub_model_missing_offline_is_one_clear_error(tmp_path, monkeypatch):
 
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    err = str(pytest.raises(UserError, sources.materialize_model, sources.parse("acme/absent", "model"), "",
+    err = str(pytest.raises(UserError, delivery.materialize_model, sources.parse("acme/absent", "model"), "",
                             tmp_path).value)
     assert "not in the local Hugging Face cache" in err
 
 
 def test_seed_out_of_range_is_refused_at_delivery(store):
-    err = str(pytest.raises(UserError, sources.deliver_dataset, "builtin:function-calling", "", store,
+    err = str(pytest.raises(UserError, delivery.deliver_dataset, "builtin:function-calling", "", store,
                             0.1, 2**64).value)
     assert "seed must be between 0 and 4294967295" in err
 
@@ -223,7 +223,7 @@ def test_a_clone_of_a_hub_dataset_repo_is_read_with_its_layout(tmp_path):
         pd.DataFrame({"messages": [json.dumps(r["messages"]) for r in part],  # messages as JSON text
                       "tools": [json.dumps(r.get("tools")) for r in part]}).to_parquet(
             tmp_path / "data" / f"{split}-00000-of-00001.parquet")
-    out = sources.materialize_dataset(sources.parse(str(tmp_path), "dataset"), "")
+    out = delivery.materialize_dataset(sources.parse(str(tmp_path), "dataset"), "")
     assert (len(out["train"]), len(out["eval"])) == (30, 10)
     assert out["eval"][0]["messages"][0] == CHATS[30]["messages"][0]
 
@@ -260,7 +260,7 @@ def test_hub_dataset_offline_and_not_cached_is_one_clear_error(monkeypatch):
 
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    err = str(pytest.raises(UserError, sources.materialize_dataset, sources.Source("hub", "someorg/not-cached"), "").value)
+    err = str(pytest.raises(UserError, delivery.materialize_dataset, sources.Source("hub", "someorg/not-cached"), "").value)
     assert "is not in the local Hugging Face cache and the Hub cannot be reached" in err
     assert "hf download --repo-type dataset someorg/not-cached" in err
 
@@ -328,15 +328,15 @@ def test_gzipped_split_files_hub_layouts_and_csv_models_are_recognised(tmp_path)
     with gzip.open(d / "train.jsonl.gz", "wt") as f:
         f.write(lines)
     (d / "validation.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:5]))
-    out = sources.materialize_dataset(sources.parse(str(d), "dataset"), "")
+    out = delivery.materialize_dataset(sources.parse(str(d), "dataset"), "")
     assert (len(out["train"]), len(out["eval"])) == (20, 5)
     hub = tmp_path / "hub" / "data"
     hub.mkdir(parents=True)
     with gzip.open(hub / "train-00000-of-00001.jsonl.gz", "wt") as f:
         f.write(lines)
-    assert sources._hub_layout(hub.parent)
+    assert delivery._hub_layout(hub.parent)
     (tmp_path / "pairs.csv").write_text("prompt,completion\na,b\n")
-    assert "holds a dataset, not a model" in sources.model_dir_problems(tmp_path / "pairs.csv")[0]
+    assert "holds a dataset, not a model" in model_tree.model_dir_problems(tmp_path / "pairs.csv")[0]
 
 
 WEATHER = {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
@@ -372,7 +372,7 @@ def test_sharegpt_parquet_in_a_hub_repo_layout_is_converted(tmp_path, capsys):
     for split, cities in (("train", CITIES[:4]), ("test", CITIES[4:])):
         pd.DataFrame([sharegpt_row(c) for c in cities]).to_parquet(
             tmp_path / "data" / f"{split}-00000-of-00001.parquet")
-    out = sources.materialize_dataset(sources.parse(str(tmp_path), "dataset"), "")
+    out = delivery.materialize_dataset(sources.parse(str(tmp_path), "dataset"), "")
     assert out == {"train": [as_messages(c) for c in CITIES[:4]], "eval": [as_messages(c) for c in CITIES[4:]]}
     log = capsys.readouterr().out
     assert f"{tmp_path}[train]: 4 ShareGPT" in log and f"{tmp_path}[test]: 2 ShareGPT" in log
@@ -381,7 +381,7 @@ def test_sharegpt_parquet_in_a_hub_repo_layout_is_converted(tmp_path, capsys):
 def test_a_delivered_sharegpt_file_is_chat_rows_in_the_bucket(tmp_path, store):
     """What training reads (train.jsonl, eval.jsonl) holds the converted rows, not ShareGPT."""
     (tmp_path / "sg.jsonl").write_text("".join(json.dumps(sharegpt_row(c)) + "\n" for c in CITIES))
-    uri, meta = sources.deliver_dataset(str(tmp_path / "sg.jsonl"), "", store, eval_fraction=0.34, seed=0)
+    uri, meta = delivery.deliver_dataset(str(tmp_path / "sg.jsonl"), "", store, eval_fraction=0.34, seed=0)
     root = store.get_tree(uri)
     delivered = data.read_jsonl(root / "train.jsonl") + data.read_jsonl(root / "eval.jsonl")
     assert meta["rows"] == {"train": 4, "eval": 2}
@@ -397,11 +397,11 @@ def test_a_hub_repo_whose_card_declares_configs(tmp_path):
         (tmp_path / name).mkdir()
         (tmp_path / name / "train.jsonl").write_text("".join(json.dumps(as_messages(c)) + "\n" for c in CITIES))
     (tmp_path / "README.md").write_text(card + "---\n# Weather chats\n")
-    msg = str(pytest.raises(UserError, sources.materialize_dataset, sources.parse(str(tmp_path), "dataset"), "").value)
+    msg = str(pytest.raises(UserError, delivery.materialize_dataset, sources.parse(str(tmp_path), "dataset"), "").value)
     assert f"dataset '{tmp_path}' has several configs (['a', 'b']) and no default one" in msg
     assert "pass one config's folder or file as the dataset path" in msg
     (tmp_path / "README.md").write_text(card.split("- config_name: b")[0] + "---\n")  # one config: read
-    out = sources.materialize_dataset(sources.parse(str(tmp_path), "dataset"), "", eval_fraction=0.5)
+    out = delivery.materialize_dataset(sources.parse(str(tmp_path), "dataset"), "", eval_fraction=0.5)
     assert (len(out["train"]), len(out["eval"])) == (3, 3)
 
 
@@ -423,7 +423,7 @@ def test_a_dataset_file_uploaded_to_the_bucket_is_read_like_a_local_file(tmp_pat
     store.ensure_bucket()
     (tmp_path / "sg.jsonl").write_text("".join(json.dumps(sharegpt_row(c)) + "\n" for c in CITIES))
     store.client.fput_object(store.bucket, "uploads/sg.jsonl", str(tmp_path / "sg.jsonl"))
-    uri, meta = sources.deliver_dataset(store.uri("uploads/sg.jsonl"), "", store, eval_fraction=0.34, seed=0)
+    uri, meta = delivery.deliver_dataset(store.uri("uploads/sg.jsonl"), "", store, eval_fraction=0.34, seed=0)
     assert uri.startswith(store.uri("datasets/sha256-")) and meta["rows"] == {"train": 4, "eval": 2}
     said = f"{store.uri('uploads/sg.jsonl')}: 6 ShareGPT ('conversations' of {{from, value}}) rows converted"
     assert capsys.readouterr().out == said + " to chat messages\n"
@@ -432,9 +432,9 @@ def test_a_dataset_file_uploaded_to_the_bucket_is_read_like_a_local_file(tmp_pat
     assert sorted(map(json.dumps, delivered)) == sorted(json.dumps(as_messages(c)) for c in CITIES)
     (tmp_path / "bad.jsonl").write_text(json.dumps(sharegpt_row("Oslo")) + "\n{oops\n")
     store.client.fput_object(store.bucket, "uploads/bad.jsonl", str(tmp_path / "bad.jsonl"))
-    msg = str(pytest.raises(UserError, sources.deliver_dataset, store.uri("uploads/bad.jsonl"), "", store).value)
+    msg = str(pytest.raises(UserError, delivery.deliver_dataset, store.uri("uploads/bad.jsonl"), "", store).value)
     assert f"{store.uri('uploads/bad.jsonl')}:2: not valid JSON" in msg
-    msg = str(pytest.raises(UserError, sources.deliver_dataset, store.uri("uploads/none.jsonl"), "", store).value)
+    msg = str(pytest.raises(UserError, delivery.deliver_dataset, store.uri("uploads/none.jsonl"), "", store).value)
     assert f"{store.uri('uploads/none.jsonl')}: no such object in bucket '{store.bucket}'; check the key" in msg
 
 
@@ -445,7 +445,7 @@ def test_a_hub_dataset_without_a_train_split_says_a_split_cannot_be_chosen(tmp_p
     (tmp_path / "README.md").write_text("---\nconfigs:\n- config_name: default\n  data_files:\n"
                                         "  - split: train_sft\n    path: train_sft.jsonl\n"
                                         "  - split: test_sft\n    path: test_sft.jsonl\n---\n")
-    msg = str(pytest.raises(UserError, sources.materialize_dataset, sources.Source("hub", str(tmp_path)), "").value)
+    msg = str(pytest.raises(UserError, delivery.materialize_dataset, sources.Source("hub", str(tmp_path)), "").value)
     assert f"has no 'train' split (it has ['train_sft', 'test_sft']): a split cannot be chosen here: download" in msg
 
 
@@ -456,10 +456,10 @@ def test_eval_rows_that_are_also_train_rows_are_warned_about_at_delivery(store, 
     folder.mkdir()
     data.write_jsonl(rows["train"][:40], folder / "train.jsonl")
     data.write_jsonl(rows["train"][:3] + rows["eval"][:17], folder / "eval.jsonl")
-    sources.deliver_dataset(str(folder), "", store)
+    delivery.deliver_dataset(str(folder), "", store)
     assert "WARNING: 3 of 20 eval rows are also train rows: the tuned model is scored on rows it trained on" \
         in capsys.readouterr().out
-    sources.deliver_dataset("builtin:function-calling", "", store)  # its splits share no row: nothing said
+    delivery.deliver_dataset("builtin:function-calling", "", store)  # its splits share no row: nothing said
     assert "WARNING" not in capsys.readouterr().out
 
 
@@ -468,11 +468,11 @@ def test_builtin_bfcl_dataset_delivers_every_category(store):
     through the eval split (eval_max_rows scores a prefix); builtin:function-calling stays the demo's."""
     from trainer import fc_check
 
-    uri, meta = sources.deliver_dataset("builtin:function-calling-bfcl", "", store)
+    uri, meta = delivery.deliver_dataset("builtin:function-calling-bfcl", "", store)
     assert meta["rows"] == {"train": 3600, "eval": 240}
     evals = data.read_jsonl(store.get_tree(uri) / "eval.jsonl")
     assert {fc_check.category(r) for r in evals[:100]} == set(fc_check.CATEGORIES)
-    _, plain = sources.deliver_dataset("builtin:function-calling", "", store)
+    _, plain = delivery.deliver_dataset("builtin:function-calling", "", store)
     assert plain["rows"] == {"train": 3000, "eval": 200}
     err = str(pytest.raises(UserError, sources.parse, "builtin:function-calling-all", "dataset").value)
     assert "builtin:function-calling, builtin:function-calling-bfcl" in err

@@ -132,20 +132,20 @@ def test_manifest_ignores_itself(tmp_path):
 
 
 def test_s3_sources_pass_through_delivered_trees(store, tmp_path):
-    from trainer import builtin_data, data, sources
+    from trainer import builtin_data, data, delivery, sources
 
     d = tmp_path / "ds"
     d.mkdir()
     splits = builtin_data.generate(20, 5)
     data.write_jsonl(splits["train"], d / "train.jsonl")
     data.write_jsonl(splits["eval"], d / "eval.jsonl")
-    uri, meta = sources.deliver_dataset(str(d), "", store)
-    again_uri, again = sources.deliver_dataset(uri, "", store)
+    uri, meta = delivery.deliver_dataset(str(d), "", store)
+    again_uri, again = delivery.deliver_dataset(uri, "", store)
     assert again_uri == uri and again["rows"] == {"train": 20, "eval": 5} and again["uploaded_bytes"] == 0
     with pytest.raises(UserError, match="not a complete delivered tree"):
-        sources.deliver_model(store.uri("models/sha256-nothing-here"), "", store)
+        delivery.deliver_model(store.uri("models/sha256-nothing-here"), "", store)
     with pytest.raises(UserError, match=r"is in bucket 'datasets', but this run uses bucket '.+' \(S3_BUCKET\)"):
-        sources.deliver_model("s3://datasets/foo/train.jsonl", "", store)
+        delivery.deliver_model("s3://datasets/foo/train.jsonl", "", store)
     with pytest.raises(UserError, match="malformed model URI"):
         sources.parse("s3://", "model")
 

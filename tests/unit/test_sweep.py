@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from trainer.sweep import pick
+from trainer.selection import pick
 
 TRIALS = [{"lora_r": 4, "lora_alpha": 8, "learning_rate": 0.003}, {"lora_r": 8, "lora_alpha": 16, "learning_rate": 0.001}]
 
@@ -118,7 +118,7 @@ def test_the_sweep_wires_the_cluster_settings_to_its_tasks_as_the_finetune_pipel
     """A sweep on a cluster needs the same placement, queueing, watchdog and serving settings as
     one run: every setting both pipelines take reaches the same component input in both."""
     from pipelines.finetune import finetune_pipeline
-    from pipelines.params import pipeline_defaults
+    from pipelines.cli_params import pipeline_defaults
     from pipelines.sweep import sweep_pipeline
 
     sweep_params = set(pipeline_defaults(sweep_pipeline))

@@ -138,7 +138,7 @@ def test_a_delivered_tree_is_checked_in_the_bucket_without_downloading_weights(s
 
 def test_delivery_refuses_a_delivered_tree_with_corrupt_weights(store, tmp_path, tiny_model_dir):
     """An s3:// model source passes through deliver-model as it is: its headers are read there."""
-    from trainer import sources
+    from trainer import delivery
     from trainer.errors import UserError
 
     out = tmp_path / "model"
@@ -147,4 +147,4 @@ def test_delivery_refuses_a_delivered_tree_with_corrupt_weights(store, tmp_path,
     (out / "model.safetensors").write_bytes((2**62).to_bytes(8, "little") + data[8:])
     uri, _ = store.put_tree(out, "models")
     with pytest.raises(UserError, match=r"header claims 4,611,686,018,427,387,904 bytes"):
-        sources.deliver_model(uri, "", store)
+        delivery.deliver_model(uri, "", store)

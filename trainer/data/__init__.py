@@ -17,16 +17,18 @@ A file mixing ShareGPT or Alpaca rows with rows of another format is refused (ro
 Files: JSONL, a JSON list of rows (or one row), CSV (JSON text in the `messages` / `tools` cells)
 and Parquet; every reader ends in the same row checks.
 
-The package: formats (row checks and conversions), readers (files), encode (token ids and loss
+The package: formats (which format, and conversions to chat rows), rows (row checks), jsontext (JSON
+text inside rows, read strictly), readers (files), encode (token ids and loss
 masks), preflight (length checks before training, and the time budget the template check of
 trainer.parity.preflight shares); every name is importable from `trainer.data`.
 """
 
 from trainer.batching import collate, collate_packed, real_tokens  # noqa: F401 - moved there, importable here
 from trainer.data.formats import (  # noqa: F401
-    ROLES, MAX_REPORTED, row_problems, lone_surrogate, surrogate_problem, non_finite_paths,
-    SHAREGPT_ROLES, FORMAT_NAMES, CONVERTED, row_format, to_chat, convert, normalise, validate_rows,
-    format_problems, quiet_conversions, announce, json_loads)
+    SHAREGPT_ROLES, FORMAT_NAMES, CONVERTED, row_format, to_chat, convert, format_problems, quiet_conversions,
+    announce)
+from trainer.data.jsontext import lone_surrogate, surrogate_problem, non_finite_paths, json_loads  # noqa: F401
+from trainer.data.rows import ROLES, MAX_REPORTED, row_problems, normalise, validate_rows  # noqa: F401
 from trainer.data.readers import (  # noqa: F401
     read_jsonl, FILE_TYPES, read_rows, _suffix, write_jsonl)
 from trainer.data.encode import (  # noqa: F401

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainer.errors import collect
+from trainer.templates import BUILTIN
 
 
 def encode(row: dict[str, Any], tokenizer, max_seq_len: int) -> dict[str, list[int]] | None:
@@ -109,8 +110,6 @@ def _reason(err: Exception) -> str:
 
 def _refusal_lines(refused: dict[str, list[dict[str, Any]]], total: int, template: str = "") -> list[str]:
     """One line per reason; `template` names a chat_template the user gave, whose fix is theirs."""
-    from trainer.templates import BUILTIN
-
     who = f"chat_template {template!r}" if template else "the model's chat template"
     other = ("use a model whose template accepts them, or give one with chat_template=" if not template else
              "give another with chat_template=" if template in BUILTIN else

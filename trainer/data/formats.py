@@ -1,184 +1,14 @@
-"""Row formats and row checks: what a chat row must hold, the formats converted to it on load
-(prompt-completion, ShareGPT, Alpaca, OpenAI legacy), and the JSON text inside rows (tool-call
-arguments) read strictly: repeated keys, NaN and lone surrogates refused. See trainer.data."""
+"""Row formats: which format a row is in, and the formats converted to chat rows on load
+(prompt-completion, ShareGPT, Alpaca, OpenAI legacy), announced once. See trainer.data."""
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
 import json
-import math
-import re
-import sys
 from typing import Any, Iterable
 
-from trainer.chat.calls import decode_arguments
-from trainer.errors import collect
-
-
-ROLES = {"system", "user", "assistant", "tool"}
-# Other formats' names for ROLES (OpenAI's newer 'developer', ShareGPT's, Gemini's), named in the fix.
-_ROLE_NAMES = {"developer": "system", "human": "user", "gpt": "assistant", "model": "assistant", "bot": "assistant",
-               "function": "tool", "ipython": "tool"}
-MAX_REPORTED = 20  # problems listed before "... and N more": enough to see a pattern
-
-
-def row_problems(row: Any) -> list[str]:
-    """Every reason `row` is not a valid chat row (empty list when it is valid).
-
-    Field types are checked here, at delivery, because the chat template would fail on them
-    only inside training: `tools` a list of functions, `content` a string (null only next to
-    tool_calls), and tool calls naming a declared tool when the row declares `tools`.
-    """
-    if not isinstance(row, dict):
-        return [f"row is {'null' if row is None else 'a ' + _json_type(row)}, expected a JSON object with 'messages'"]
-    fmt = row_format(row)
-    if fmt in ("sharegpt", "alpaca"):  # to_chat converts such rows unless they are broken: say how
-        return CONVERTERS[fmt](row)[1]
-    messages = row.get("messages")
-    if messages is None:
-        return [_no_messages(row)]
-    if isinstance(messages, str):  # JSON text that did not parse (to_chat parses the text that does)
-        repr_like = messages.lstrip().startswith(("[{'", "[ {'"))
-        return ["'messages' is text that is not a JSON list of messages"
-                + ("; it looks like a Python repr (single quotes): write the column with json.dumps"
-                   if repr_like else "; store the list itself, or valid JSON text")]
-    if not isinstance(messages, list) or not messages:
-        return ["'messages' must be a non-empty list"]
-    problems = []
-    if row.get("functions") is not None:  # left by to_chat: not a list, or beside 'tools'
-        problems.append("'functions' (OpenAI's legacy format) must be a list of function schemas, and not given "
-                        "beside 'tools': keep one of them")
-    tools, declared = row.get("tools"), None
-    if tools is not None:
-        if not isinstance(tools, list):
-            problems.append(f"'tools' must be a list of {{\"type\": \"function\", \"function\": {{\"name\": ...}}}} "
-                            f"objects (or that list as JSON text), got a {_json_type(tools)}")
-        else:
-            declared = set()
-            for k, t in enumerate(tools):
-                fn = t.get("function", t) if isinstance(t, dict) else None
-                if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-                    problems.append(f"tools[{k}] needs function.name (OpenAI tool format)")
-                else:
-                    declared.add(fn["name"])
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict):
-            problems.append(f"messages[{i}] is not an object")
-            continue
-        if m.get("role") not in ROLES:
-            same = _ROLE_NAMES.get(str(m.get("role")).lower())
-            problems.append(f"messages[{i}] has unknown role {m.get('role')!r}; use one of {sorted(ROLES)}"
-                            + (f" ({m.get('role')!r} is {same!r} here)" if same else ""))
-        weight = m.get("weight")
-        if weight is not None and m.get("role") != "assistant":
-            problems.append(f"messages[{i}] has a weight, which only assistant messages take (OpenAI's format): "
-                            "remove it")
-        elif weight is not None and (isinstance(weight, bool) or weight not in (0, 1)):
-            problems.append(f"messages[{i}].weight must be 0 (do not train on this message) or 1, got {weight!r}")
-        if m.get("function_call") is not None:  # left by to_chat when it is not {name, arguments}
-            problems.append(f"messages[{i}].function_call must be {{\"name\": ..., \"arguments\": ...}} "
-                            "(OpenAI's legacy format), or give tool_calls")
-        calls = m.get("tool_calls")
-        if calls is not None and not isinstance(calls, list):
-            problems.append(f"messages[{i}].tool_calls must be a list, got a {_json_type(calls)}")
-            calls = []
-        content = m.get("content")
-        if content is None and not calls:
-            problems.append(f"messages[{i}].content is missing or null; it must be a string (null only in an "
-                            "assistant message with tool_calls)")
-        elif content is not None and not isinstance(content, str):
-            problems.append(f"messages[{i}].content must be a string, got a {_json_type(content)}"
-                            + (f"; only text parts can be trained on, and this one has "
-                               f"{_part_types(content)}" if isinstance(content, list) else ""))
-        for j, tc in enumerate(calls or []):
-            fn = tc.get("function") if isinstance(tc, dict) else None
-            if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-                problems.append(f"messages[{i}].tool_calls[{j}] needs function.name")
-                continue
-            if declared is not None and fn["name"] not in declared:
-                problems.append(f"messages[{i}].tool_calls[{j}] calls {fn['name']!r}, which is not in the row's "
-                                f"tools {sorted(declared)}; declare it in 'tools' or fix the name")
-            args, at = fn.get("arguments", {}), f"messages[{i}].tool_calls[{j}].function.arguments"
-            if isinstance(args, str):
-                try:
-                    args, repeated = _loads(args)
-                except json.JSONDecodeError as err:
-                    problems.append(f"{at} is not valid JSON ({err.msg})")
-                    continue
-                except RecursionError:
-                    problems.append(f"{at} is nested too deeply")
-                    continue
-                problems += [f"{at} {_repeated(k)}" for k in dict.fromkeys(repeated)]
-                if _ESCAPED_SURROGATE.search(fn["arguments"]) and (problem := surrogate_problem(args, at)):
-                    problems.append(problem)
-            if not isinstance(args, dict):
-                problems.append(f"{at} must be a JSON object")
-            elif bad := non_finite_paths(args, at):
-                # json reads NaN and 1e999; the model would learn to write what no tool parser reads
-                problems.append(f"{', '.join(bad[:3])} must be a finite number, not NaN or Infinity (not JSON, "
-                                "and no tool-call parser reads it back): give a real number, a string or null")
-    answers = [m for m in messages if isinstance(m, dict) and m.get("role") == "assistant"]
-    if not answers:
-        problems.append("no assistant message: there is nothing to learn from this row")
-    elif all(m.get("weight") == 0 for m in answers):
-        problems.append("every assistant message has weight 0: there is nothing to learn from this row; set "
-                        "weight 1 on the turns to learn, or drop the row")
-    elif not any(m.get("tool_calls") or not isinstance(m.get("content"), (str, type(None)))
-                 or (m["content"] or "").strip() for m in answers):  # (content of another type is named above)
-        problems.append("every assistant message is empty (no content, no tool_calls): there is nothing to learn "
-                        "from this row but an end-of-turn token; fill them in, or drop the row")
-    return problems
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-# How a lone surrogate gets into a str: a JSON escape (UTF-8 bytes cannot encode one, and Arrow
-# strings are UTF-8), so only rows whose JSON text has one are searched.
-_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
-
-
-def lone_surrogate(value: Any, path: str) -> tuple[str, str] | None:
-    """(where, which) of the first lone surrogate in a JSON value, or None: json reads the escape
-    `"\\ud800"`, and Python a command-line argument that is not UTF-8, into a str that no UTF-8
-    writer accepts (a delivery, a log line or the KFP API would fail on it)."""
-    try:
-        json.dumps(value, ensure_ascii=False, default=str).encode("utf-8")
-        return None
-    except UnicodeEncodeError:
-        pass
-
-    def find(v: Any, at: str) -> tuple[str, str] | None:
-        if isinstance(v, str):
-            return (at, m[0]) if (m := _SURROGATE.search(v)) else None
-        items = v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, list) else ()
-        for k, item in items:
-            if isinstance(k, str) and (m := _SURROGATE.search(k)):
-                return f"{at} (a key)", m[0]
-            if found := find(item, (f"{at}.{k}" if at else k) if isinstance(v, dict) else f"{at}[{k}]"):
-                return found
-        return None
-
-    return find(value, path) or (path, "?")
-
-
-def surrogate_problem(row: Any, path: str) -> str | None:
-    """A row's lone surrogate, as a problem with its fix (None when it has none)."""
-    if not (found := lone_surrogate(row, path)):
-        return None
-    return (f"{found[0] or 'the row'} holds a lone surrogate ({found[1]!a}, half of a UTF-16 pair written as a "
-            "\\u escape), which is not text and cannot be stored as UTF-8: fix the escape (a pair such as "
-            "\\ud83d\\ude00 is one character) or drop the row")
-
-
-def non_finite_paths(value: Any, path: str) -> list[str]:
-    """Paths of NaN and infinity anywhere inside a JSON value (json reads NaN, Infinity, 1e999)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return [path]
-    if isinstance(value, dict):
-        return [p for k, v in value.items() for p in non_finite_paths(v, f"{path}[{k!r}]")]
-    if isinstance(value, list):
-        return [p for i, v in enumerate(value) for p in non_finite_paths(v, f"{path}[{i}]")]
-    return []
+from trainer.data.jsontext import _json_type, json_loads
 
 
 # Other dataset formats, recognised by their keys, and what to do with each.
@@ -228,10 +58,13 @@ def _text_parts(content: Any) -> Any:
 SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system",
                   "function_call": "assistant", "observation": "tool", "tool": "tool", "chatgpt": "assistant",
                   "bing": "assistant", "bard": "assistant"}
+
+
 FORMAT_NAMES = {"chat": "chat ('messages' of {role, content})", "prompt-completion": "prompt-completion",
                 "sharegpt": "ShareGPT ('conversations' of {from, value})",
                 "alpaca": "Alpaca (instruction, input, output)",
                 "functions": "OpenAI legacy functions / function_call"}
+
 CONVERTED = ("sharegpt", "alpaca", "functions")  # formats whose conversion is announced
 
 
@@ -480,58 +313,6 @@ def convert(row: Any) -> tuple[Any, str | None]:
     return row, fmt
 
 
-def _json_type(value: Any) -> str:
-    return {str: "string", dict: "object", list: "list", bool: "boolean", int: "number", float: "number"}.get(
-        type(value), "null" if value is None else type(value).__name__)
-
-
-def normalise(row: dict[str, Any], columnar: bool = False) -> dict[str, Any]:
-    """Tool-call arguments as dicts (chat templates render them with `tojson`); null fields
-    dropped (Parquet and `datasets` give every message every column, null where absent, and
-    templates test `'tool_calls' in message`).
-
-    `columnar`: rows from Arrow (Parquet, `datasets`), where one struct type spans every row,
-    so each tool call's arguments and each tool schema hold every other row's keys as nulls
-    (`{"city": "Paris", "amount": null, ...}`); those nulls are dropped, or the model would
-    learn to write them. (Arguments stored as JSON text keep their own nulls.)
-    """
-    if row.get("tools") is None:
-        row.pop("tools", None)
-    elif columnar:
-        row["tools"] = _drop_nulls(row["tools"])
-    row["messages"] = [{k: v for k, v in m.items() if v is not None or k == "content"} for m in row["messages"]]
-    for m in row["messages"]:
-        for tc in m.get("tool_calls") or []:
-            if isinstance(tc["function"].get("arguments"), str):  # checked above: JSON text
-                tc["function"]["arguments"] = decode_arguments(tc["function"]["arguments"])
-            elif columnar:
-                tc["function"]["arguments"] = _drop_nulls(tc["function"].get("arguments", {}))
-    return row
-
-
-def _drop_nulls(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _drop_nulls(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_drop_nulls(v) for v in value]
-    return value
-
-
-def validate_rows(rows: Iterable[Any], where: str, columnar: bool = False) -> list[dict[str, Any]]:
-    """Check every row; raise one UserError naming each bad row, else return them normalised
-    (`columnar`: rows from Arrow; see `normalise`)."""
-    rows, formats = zip(*map(convert, rows)) if rows else ((), ())
-    problems = [(i + 1, p) for i, row in enumerate(rows) for p in row_problems(row)]
-    if not columnar:  # JSON or CSV cells; Arrow strings are UTF-8, without surrogates
-        problems += [(i + 1, p) for i, row in enumerate(rows) if (p := surrogate_problem(row, ""))]
-    problems += format_problems(list(enumerate(formats, 1)))
-    if not rows:
-        problems.append((None, "has no rows"))
-    _raise_grouped(problems, where, "row")
-    announce(formats, where)
-    return [normalise(r, columnar) for r in rows]
-
-
 def _family(fmt: str | None) -> str | None:
     """ShareGPT, Alpaca, or the OpenAI/TRL family (chat, prompt-completion, legacy functions)."""
     return fmt if fmt in ("sharegpt", "alpaca", None) else "chat"
@@ -577,59 +358,3 @@ def announce(formats: Iterable[str | None], where: str) -> None:
     for fmt in CONVERTED:
         if n := formats.count(fmt):
             print(f"{where}: {n} {FORMAT_NAMES[fmt]} row{'s' if n > 1 else ''} converted to chat messages", flush=True)
-
-
-def _loads(text: str) -> tuple[Any, list[str]]:
-    """json.loads, and the keys that an object repeats: json keeps only the last value of
-    `{"prompt": "a", "prompt": "b"}`, so one of them would be dropped without a word."""
-    repeated: list[str] = []
-
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        out = dict(items)
-        if len(out) < len(items):
-            seen: set[str] = set()
-            repeated.extend(k for k, _ in items if k in seen or seen.add(k))
-        return out
-
-    return json_loads(text, object_pairs_hook=pairs), repeated
-
-
-def json_loads(text: str, **kwargs: Any) -> Any:
-    """json.loads, with a whole number longer than Python's int limit (4300 digits) as a
-    JSONDecodeError at its place, as any other malformed JSON, instead of a bare ValueError."""
-    try:
-        return json.loads(text, **kwargs)
-    except json.JSONDecodeError:
-        raise
-    except ValueError as err:
-        limit = sys.get_int_max_str_digits()
-        if "integer string conversion" not in str(err) or not isinstance(text, str):
-            raise
-        at = re.search(r"\d{%d,}" % (limit + 1), text)
-        raise json.JSONDecodeError(f"a number of more than {limit} digits (Python reads at most {limit})", text,
-                                   at.start() if at else 0) from None
-
-
-def _repeated(key: str) -> str:
-    return f"has the key {key!r} twice (a JSON reader keeps only the last value): keep one"
-
-
-def _raise_grouped(problems: list[tuple[int | None, str]], where: str, unit: str) -> None:
-    """One UserError for (line or row number, problem) pairs: the same problem on many rows
-    is one line naming the first few ("lines 1, 2, 3 and 37 more"), so a file in another
-    format says so once; different problems are capped at MAX_REPORTED."""
-    groups: dict[str, list[int | None]] = {}
-    for at, text in problems:
-        groups.setdefault(text, []).append(at)
-    lines = []
-    for text, ats in groups.items():
-        if ats == [None]:
-            lines.append(f"{where}: {text}")
-        elif len(ats) == 1:
-            lines.append(f"{where}:{ats[0]}: {text}" if unit == "line" else f"{where} {unit} {ats[0]}: {text}")
-        else:
-            shown = ", ".join(map(str, ats[:3])) + (f" and {len(ats) - 3} more" if len(ats) > 3 else "")
-            lines.append(f"{where} {unit}s {shown}: {text}")
-    if len(lines) > MAX_REPORTED:
-        lines = lines[:MAX_REPORTED] + [f"... and {len(lines) - MAX_REPORTED} more"]
-    collect(lines, what=f"bad dataset {where}")

@@ -1,5 +1,5 @@
 """Data files: JSONL, JSON, CSV/TSV and Parquet, plain or gzip-compressed, UTF-8 (a BOM allowed);
-every reader ends in the same row checks (trainer.data.formats)."""
+every reader ends in the same row checks (trainer.data.rows)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from trainer.errors import UserError, brief, collect
-from trainer.data.formats import (_ESCAPED_SURROGATE, _json_type, _loads, _raise_grouped,
-                                   _repeated, announce, convert, format_problems, json_loads, normalise, row_format,
-                                   row_problems, surrogate_problem, validate_rows)
+from trainer.data.formats import announce, convert, format_problems, row_format
+from trainer.data.jsontext import _ESCAPED_SURROGATE, _json_type, _loads, _repeated, json_loads, surrogate_problem
+from trainer.data.rows import _raise_grouped, normalise, row_problems, validate_rows
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:

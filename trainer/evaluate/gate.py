@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainer.sweep import meets
+from trainer.selection import meets
 
 
 def promotion(metrics: dict[str, float], min_fc_accuracy: float = 0.0, min_gain: float = 0.0) -> tuple[bool, str]:

@@ -9,7 +9,6 @@ from typing import Any
 
 from trainer import data
 from trainer.chat.turns import expected_call, expected_text, target_index
-from trainer.model import load_base
 from trainer.progress import bar
 
 
@@ -127,6 +126,8 @@ def generate(model, tokenizer, rows: list[dict[str, Any]], batch_size: int = 32,
 def load(model_dir: Path, adapter_dir: Path | None = None):
     """Base model, or base + adapter (an output without adapter_config.json is a full model)."""
     import torch
+
+    from trainer.model import load_base  # imports torch: here, so that importing the evaluation stays light
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if adapter_dir is not None and not (Path(adapter_dir) / "adapter_config.json").exists():

@@ -40,7 +40,8 @@ def score(model, tokenizer, rows: list[dict[str, Any]], examples: list[dict[str,
                      "text_eval_loss": losses.eval_loss(model, [e for e, t in zip(examples, text) if t],
                                                  tokenizer.pad_token_id)}
     else:
-        losses_of = {"eval_loss": losses.mean_loss(scored_losses), "text_eval_loss": losses.mean_loss([p for p, t in zip(scored_losses, text) if t])}
+        losses_of = {"eval_loss": losses.mean_loss(scored_losses),
+                     "text_eval_loss": losses.mean_loss([p for p, t in zip(scored_losses, text) if t])}
     return {**losses_of, **score_predictions(rows, predictions, tuple(tokenizer.all_special_tokens))}, predictions
 
 
@@ -124,8 +125,8 @@ def _score_models(model_dir: Path, tuned_dir: Path | None, prep: dict[str, Any],
                   names: tuple[str, ...]) -> tuple[dict[str, dict[str, float]], dict[str, list[dict[str, Any]]]]:
     """Metrics and per-row predictions of `names` (base: `model_dir`; tuned: `tuned_dir` on it)."""
     scored, examples, tokenizer = prep["scored"], prep["examples"], prep["tokenizer"]
-    served = served_mod.served_predictions(model_dir, tuned_dir, scored, examples, tokenizer, max_seq_len, prep["context"],
-                                names=names) if prep["engine"] == "vllm" else {}
+    served = served_mod.served_predictions(model_dir, tuned_dir, scored, examples, tokenizer, max_seq_len,
+                                           prep["context"], names=names) if prep["engine"] == "vllm" else {}
     results, outputs = {}, {}
     for name in names:
         # Served: answers and losses came from the server, no weights load here.

@@ -13,8 +13,6 @@ from trainer.chat.calls import arguments_or_raw
 from trainer.chat.messages import openai_messages
 from trainer.chat.turns import target_index
 from trainer.evaluate import generation, losses
-from trainer.merge import merge
-from trainer.model import BASE_QUANTIZATION
 from trainer.serving import client, local
 
 
@@ -70,6 +68,8 @@ def _served_lora(tuned_dir: Path) -> bool:
     """vLLM loads this output as a LoRA adapter beside its base (not a full model, no trained
     embeddings: vLLM refuses modules_to_save; not DoRA, which vLLM refuses; not QLoRA, whose base
     is the de-quantized one, not the base vLLM would load)."""
+    from trainer.model import BASE_QUANTIZATION  # imports torch: here, as in generation.load
+
     config = Path(tuned_dir) / "adapter_config.json"
     if not config.is_file() or (Path(tuned_dir) / BASE_QUANTIZATION).is_file():
         return False
@@ -107,8 +107,8 @@ def ask(url: str, model: str, rows: list[dict[str, Any]], budgets: list[int], de
     OpenAI API, losses.CONCURRENCY at a time; the reply as an app reads it."""
     def one(i: int) -> dict[str, Any]:
         row = rows[i]
-        return _reply(client.chat(url, model, openai_messages(row["messages"][:target_index(row)]), row.get("tools") or None,
-                           max_tokens=budgets[i], timeout=600))
+        return _reply(client.chat(url, model, openai_messages(row["messages"][:target_index(row)]),
+                                  row.get("tools") or None, max_tokens=budgets[i], timeout=600))
 
     return losses._each(one, list(range(len(rows))), desc)
 
@@ -138,6 +138,8 @@ def served_predictions(model_dir: Path, tuned_dir: Path | None, rows: list[dict[
             if not set(serves) & set(names):
                 continue
             if serves == ("tuned",) and (Path(served_dir) / "adapter_config.json").is_file():
+                from trainer.merge import merge  # imports torch: here, as in generation.load
+
                 served_dir = merge(model_dir, tuned_dir, Path(tmp) / "merged")
             server = local.start(served_dir, serves[0], lora_modules=loras, max_model_len=max_model_len,
                                  log_path=Path(tmp) / f"vllm-{serves[0]}.log")

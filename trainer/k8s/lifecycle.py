@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterator
 
 from trainer.errors import UserError, brief
 from trainer.k8s.podspec import ClusterSpec
+from trainer.watchdog import Watchdog
 
 
 def to_dict(obj) -> dict[str, Any]:
@@ -262,8 +263,6 @@ def follow_job(status: Callable[[], str], core, namespace: str, pod_selector: st
     `clock` (the watchdog's and the time limit's) and `sleep` (between status polls) are
     for tests that script time instead of waiting it out.
     """
-    from trainer.watchdog import Watchdog
-
     # The watchdog starts with the main pod's first log line: time spent queued (Kueue), pulling
     # images or waiting for nodes is not a stall.
     dogs: list[Watchdog] = []

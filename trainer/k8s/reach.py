@@ -21,6 +21,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Iterator
 from urllib.parse import urlparse
 
+from trainer.errors import UserError
+from trainer.k8s.lifecycle import ready_pod
+
 # Longer than trainer.serving.client.chat's own timeout (120 s): the client gives up first, with its message.
 RELAY_TIMEOUT_S = 130
 
@@ -41,8 +44,6 @@ def dns_url(service: str, namespace: str, port: int) -> str:
 def proxied(api_client, proxy_path: str) -> Iterator[str]:
     """A loopback base URL whose requests go to the API server's proxy at `proxy_path`
     (`/api/v1/namespaces/NS/services/NAME:PORT/proxy`); closed on exit."""
-    from trainer.errors import UserError
-
     server = ThreadingHTTPServer(("127.0.0.1", 0), type("Relay", (_Relay,), {"api": api_client,
                                                                               "prefix": proxy_path.rstrip("/")}))
     server.daemon_threads = True
@@ -86,7 +87,6 @@ def pod(api_client, namespace: str, url: str, port: int, selector: str, what: st
         return
     from kubernetes import client as k
 
-    from trainer.k8s.lifecycle import ready_pod
 
     target = f"{'https:' if tls else ''}{ready_pod(k.CoreV1Api(api_client), namespace, selector, what, role)}:{port}"
     with proxied(api_client, f"/api/v1/namespaces/{namespace}/pods/{target}/proxy") as relay:

@@ -29,6 +29,8 @@ from trainer.k8s import reach, rules
 from trainer.k8s.lifecycle import api_client, default_namespace, replace, wait_until
 from trainer.k8s.podspec import (RUN_AS_USER, ClusterSpec, accelerators, container_security, labels as app_labels,
                                  pod_security, queue_labels, scheduling, secret_env)
+from trainer.serving import client
+from trainer.serving.args import parse_loras, vllm_args
 
 PORT = 8000
 ROCM_RESOURCE = "amd.com/gpu"
@@ -91,8 +93,6 @@ def server_args(spec: ServeSpec, served_name: str, model_path: str, port: int,
                 adapters: dict[str, str] | None = None) -> list[str]:
     """vLLM's arguments for this deploy, from trainer.serving.args.vllm_args: one function for local and
     cluster serving, so their flags (tool-call parser, LoRA, tensor parallelism) cannot drift."""
-    from trainer.serving.args import vllm_args
-
     return vllm_args(model_path, served_name, host="0.0.0.0", port=port, lora_modules=adapters or None,
                      max_lora_rank=spec.max_lora_rank if adapters else 0, max_model_len=spec.max_model_len,
                      tensor_parallel_size=max(spec.gpus, 1), tool_call_parser=spec.tool_call_parser,
@@ -259,15 +259,13 @@ def smoke_all(url: str, spec: ServeSpec, messages: list[dict[str, Any]], tools: 
               ready_timeout_s: float, t0: float) -> dict[str, Any]:
     """Wait for /v1/models, then the same OpenAI smoke test as locally for every served name: the
     tuned model (each adapter when there are some, else the model) must answer with a tool call."""
-    from trainer.serving.client import smoke_test, wait_ready
-
     print(f"waiting for {', '.join([spec.name, *spec.adapters])} on /v1/models (at most {ready_timeout_s:.0f} s)",
           flush=True)
-    wait_ready(url, timeout=ready_timeout_s)
+    client.wait_ready(url, timeout=ready_timeout_s)
     ready_s = time.monotonic() - t0
     names = [spec.name, *spec.adapters]
     tuned = set(spec.adapters) or {spec.name}
-    results = {n: smoke_test(url, n, messages, tools, require_tool_call=n in tuned) for n in names}
+    results = {n: client.smoke_test(url, n, messages, tools, require_tool_call=n in tuned) for n in names}
     failed = [f"{n}: {r['reason']}" for n, r in results.items() if not r["ok"]]
     return {"endpoint": f"{url}/v1", "names": names, "ready_s": ready_s, "smoke_ok": not failed,
             "reason": "; ".join(failed), "latency_s": max(r["latency_s"] for r in results.values()),
@@ -281,8 +279,6 @@ def service_url(name: str, namespace: str) -> str:
 
 def parse_adapters(pairs: list[str]) -> dict[str, str]:
     """`NAME=s3://...` strings -> {name: uri}; every malformed one reported at once."""
-    from trainer.serving.args import parse_loras
-
     out, problems = parse_loras(pairs, "--adapter", "NAME=s3://bucket/adapters/... (e.g. trial-a=s3://...)")
     collect(problems, what="invalid --adapter")
     return out

@@ -8,7 +8,6 @@ import re
 import tempfile
 from pathlib import Path
 
-from transformers import AutoTokenizer
 
 from trainer import settings
 from trainer.errors import collect
@@ -26,6 +25,8 @@ _HEAD_BYTES = 64 << 20  # enough for CHECK_ROWS rows of any sane chat data
 def delivered_problems(store, model_uri: str, dataset_uri: str) -> list[str]:
     """The parity check on a delivered model tree and dataset (the finetune step, before a job
     starts, for every dataset kind): only the tokenizer files and the first rows are read."""
+    from transformers import AutoTokenizer  # here: importing trainer.parity (validate, the CLIs) stays light
+
     _, model_prefix = split_uri(model_uri)
     _, data_prefix = split_uri(dataset_uri)
     manifest = store.get_json(f"{model_prefix}/{MANIFEST}")

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.chat.parsers import DEFAULT_TOOL_PARSER, chat_template_text, tool_call_parser
+from trainer.storage import MANIFEST, split_uri
 from trainer.templates import TEMPLATE_FILE
 
 # vLLM accepts only these LoRA ranks for --max-lora-rank.
@@ -97,8 +98,6 @@ def model_tool_call_parser(model_dir: str | Path) -> str:
 
 def stored_has_template(store: Any, uri: str) -> bool:
     """Whether a model tree in S3 carries chat_template.jinja (then vLLM is told to use that file)."""
-    from trainer.storage import MANIFEST, split_uri
-
     _, prefix = split_uri(uri)
     return any(f["path"] == TEMPLATE_FILE for f in store.get_json(f"{prefix}/{MANIFEST}")["files"])
 
@@ -106,8 +105,6 @@ def stored_has_template(store: Any, uri: str) -> bool:
 def stored_tool_call_parser(store: Any, uri: str) -> str:
     """tool_call_parser() for a model tree in S3 (trainer.storage), reading only its tokenizer
     files: a cluster deploy decides the flag without downloading the weights."""
-    from trainer.storage import MANIFEST, split_uri
-
     _, prefix = split_uri(uri)
     files = {f["path"] for f in store.get_json(f"{prefix}/{MANIFEST}")["files"]}
 

@@ -12,21 +12,30 @@ backend imports it without the local process code, and the local backend imports
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from trainer.chat.messages import openai_messages
 from trainer.chat.turns import expected_call, target_index
 from trainer.errors import UserError
 
-if TYPE_CHECKING:  # wait_ready reads a local Server's process and log; only for the annotation
-    from trainer.serving.local import Server
+
+class Running(Protocol):
+    """What wait_ready reads of a local server (trainer.serving.local.Server) it waits for: its process
+    and its log."""
+
+    proc: subprocess.Popen
+    log_path: Path
+
+    def log_tail(self, lines: int = ...) -> str: ...
 
 
-def wait_ready(url: str, server: Server | None = None, timeout: float = 300.0,
+def wait_ready(url: str, server: Running | None = None, timeout: float = 300.0,
                progress_every: float = 10.0) -> float:
     """Poll /v1/models (readiness, not just liveness) until it answers 200; returns seconds waited.
 

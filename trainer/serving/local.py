@@ -29,10 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from trainer.errors import collect
+from trainer.model_tree import model_dir_problems, tokenizer_problems
+from trainer.procs import group_alive, private_tmpdir_env
 from trainer.serving.args import (default_served_name, lora_rank, model_tool_call_parser, parse_loras,
                                   served_name_problems, vllm_args)
 from trainer.serving.client import smoke_test, wait_ready
 from trainer.templates import TEMPLATE_FILE
+from trainer.weights import adapter_fit_problems
 
 
 def free_port() -> int:
@@ -114,7 +117,6 @@ def _check_dirs(model_dir: Path, lora_modules: Mapping[str, str], problems: Sequ
     if not (Path(model_dir) / "config.json").exists():
         problems.append(f"{model_dir} is not a model directory (no config.json); pass a merged or base model")
     else:  # weights missing or config.json broken: vLLM would fail after half a minute with a traceback
-        from trainer.sources import model_dir_problems, tokenizer_problems
 
         found = model_dir_problems(model_dir, check_tokenizer=False)
         # Without a chat template vLLM starts, then answers every chat request with an error.
@@ -133,7 +135,6 @@ def _check_dirs(model_dir: Path, lora_modules: Mapping[str, str], problems: Sequ
             problems.append(f"--lora {name}={path}: the adapter also trains {sorted(full)} in full, which vLLM's "
                             "LoRA support cannot load; serve the merged model instead, or train with "
                             "lora_train_embeddings=false")
-        from trainer.weights import adapter_fit_problems
 
         problems += adapter_fit_problems(model_dir, path, f"--lora {name}={path}")
         # The server prompts every name with the base's template: an adapter trained on other prompts would be
@@ -197,8 +198,6 @@ def _group_alive(pgid: int) -> bool:
     """A running process is left in the group. Not os.killpg(pgid, 0), which also counts zombies: the
     guard's dead helpers wait there for a reaper (run_local, a subreaper, reaps at its end), and the
     stop waited its whole timeout for them on every deploy."""
-    from trainer.procs import group_alive
-
     return group_alive(pgid)
 
 
@@ -260,7 +259,6 @@ def start(model_dir: str | Path, served_model_name: str, *, host: str = "127.0.0
     engine = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if not _cuda() else {}
     # vLLM's IPC sockets and temporary files (left behind when it is stopped) go to a directory of the
     # server's own, which its guard removes once the server is down, however it ended.
-    from trainer.procs import private_tmpdir_env
 
     tmp = tempfile.mkdtemp(prefix="vllm-rpc-", dir=rpc_base) if own_rpc else ""
     env = {"VLLM_CPU_KVCACHE_SPACE": "1", **engine, **os.environ, "HF_HUB_OFFLINE": "1",

@@ -1,4 +1,4 @@
-"""Choosing a sweep's winner and deciding whether to deploy it."""
+"""Choosing a sweep's winner and deciding whether to deploy it (the sweep pipeline is pipelines/sweep.py)."""
 
 from __future__ import annotations
 
