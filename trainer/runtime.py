@@ -93,10 +93,11 @@ class RunState:
                 "train_seconds": self.train_seconds + seconds, "restarts": self.restarts, "settings": settings}
 
 
-def start_profiler(steps: int, device):
+def start_profiler(steps: int, device, steps_left: int):
     """With `steps` > 0: a torch.profiler trace of that many steps after two warm-up steps, started;
-    None otherwise (or with no step left to run: a run resumed straight to cleanup)."""
-    if not steps:
+    None otherwise, and with no step left to run (a run resumed straight to cleanup): nothing then
+    asks an unstarted profiler for its table."""
+    if not steps or steps_left <= 0:
         return None
     from torch.profiler import ProfilerActivity, profile, schedule
 

@@ -220,7 +220,7 @@ class Recipe:
         bar = tqdm(total=cfg.max_steps, initial=done, desc="train", unit="step", mininterval=2,
                    disable=self.rank != MASTER, dynamic_ncols=True)
         bad = torch.zeros((), dtype=torch.bool, device=device)  # a non-finite loss or gradient norm
-        profiler = start_profiler(cfg.profile_steps, self.device) if self.state.step < cfg.max_steps else None
+        profiler = start_profiler(cfg.profile_steps, self.device, steps_left=cfg.max_steps - done)
         self.ddp.train()
         self.say("train", done)
         self.start = last_say = time.perf_counter()

@@ -158,15 +158,12 @@ def test_the_loop_reads_values_back_only_at_log_and_checkpoint_steps(delivered, 
 def test_a_run_resumed_at_its_last_step_traces_nothing_and_reaches_cleanup():
     """profile_steps with no step left to run (a crash while writing the result resumes
     straight to cleanup): no profiler, so nothing asks an unstarted one for its table."""
-    from trainer.runtime import RunState
-    from trainer.train import Recipe
+    from trainer.runtime import start_profiler
 
-    recipe = Recipe.__new__(Recipe)
-    recipe.cfg, recipe.device = TrainConfig(profile_steps=2, max_steps=4), __import__("torch").device("cpu")
-    recipe.state = RunState(step=4)
-    assert recipe._profiler() is None
-    recipe.state = RunState(step=1)
-    prof = recipe._profiler()
+    cpu = torch.device("cpu")
+    assert start_profiler(2, cpu, steps_left=0) is None  # resumed at its last step
+    assert start_profiler(0, cpu, steps_left=3) is None  # profile_steps=0
+    prof = start_profiler(2, cpu, steps_left=3)
     assert prof is not None
     prof.stop()
 
