@@ -260,10 +260,10 @@ def cmd_deliver(args: argparse.Namespace) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
+    store = _store(_uri_problems(args), what=f"cannot {args.command}")  # before torch loads: bad input in 0.1 s
     from trainer.evaluate import evaluate
     from trainer.model import skip_bitsandbytes
 
-    store = _store(_uri_problems(args), what=f"cannot {args.command}")
     tuned = store.get_tree(args.tuned_uri)
     skip_bitsandbytes(adapter_dir=tuned)
     result = evaluate(store.get_tree(args.model_uri), tuned, store.get_tree(args.dataset_uri) / "eval.jsonl",
@@ -277,11 +277,11 @@ def cmd_download(args: argparse.Namespace) -> None:
 
 
 def cmd_merge(args: argparse.Namespace) -> None:
+    store = _store(_uri_problems(args), what=f"cannot {args.command}")  # before torch loads: bad input in 0.1 s
     from trainer.merge import input_problems, merge
     from trainer.model import skip_bitsandbytes
     from trainer.weights import adapter_fit_problems
 
-    store = _store(_uri_problems(args), what=f"cannot {args.command}")
     adapter = store.get_tree(args.adapter_uri)
     collect(input_problems(None, adapter, args.model_uri, args.adapter_uri), what="cannot merge")
     model = store.get_tree(args.model_uri)  # the large one second: a wrong adapter is said before it downloads

@@ -24,7 +24,7 @@ from typing import Any
 from trainer.errors import UserError
 from trainer.k8s import kserve, llmisvc, vllm
 from trainer.serving.args import lora_rank, stored_has_template, stored_tool_call_parser
-from trainer.serving.local import deploy_local
+from trainer.serving import local
 
 BACKENDS = ("local", "kubernetes", "kserve", "llmisvc")
 CLUSTER_BACKENDS = BACKENDS[1:]
@@ -88,7 +88,7 @@ def deploy(backend: str, spec, store, messages: list[dict[str, Any]], tools: lis
         spec.tool_call_parser = stored_tool_call_parser(store, spec.model_uri)
         spec.chat_template = stored_has_template(store, spec.model_uri)
     if backend == "local":
-        out = deploy_local(store.get_tree(spec.model_uri), spec.name, messages, tools,
+        out = local.deploy_local(store.get_tree(spec.model_uri), spec.name, messages, tools,
                            lora_modules={n: str(d) for n, d in dirs.items()}, keep_serving=keep_serving)
     else:
         out = backend_module(backend).deploy(spec, messages, tools, client_configuration, poll_s)

@@ -322,6 +322,10 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
+# A sweep trial's settings (pipeline parameter `trials`): their names and types, and an example.
+TRIAL_KEYS = {"lora_r": int, "lora_alpha": int, "learning_rate": float}
+TRIAL_EXAMPLE = '{"lora_r": 16, "lora_alpha": 32, "learning_rate": 0.0002}'
+
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     """One `python -m trainer train` option per TrainConfig field; its help is the pipeline
     parameter's (PARAMS) when there is one, else the field's comment in TrainConfig (one place to

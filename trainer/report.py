@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from trainer.fc_check import CATEGORIES
-from trainer.validate import TRIAL_KEYS
+from trainer.params import TRIAL_KEYS
 
 
 def _cell(text: Any) -> str:

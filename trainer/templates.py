@@ -9,7 +9,7 @@ The template is chosen once, at delivery: deliver-model writes it into the deliv
 `chat_template.jinja` (which transformers and vLLM both prefer over tokenizer_config.json's), so
 the tree's content hash covers it and every later stage reads the same file: training encodes rows
 with it, the adapter and the merged model carry it, vLLM is started with `--chat-template` on it,
-and the tool-call parser is read off it (trainer.serving.args.tool_call_parser). Nothing downstream can
+and the tool-call parser is read off it (trainer.chat.parsers.tool_call_parser). Nothing downstream can
 pick up another template by accident.
 """
 

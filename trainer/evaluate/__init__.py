@@ -15,9 +15,10 @@ accuracies are over the rows scored.
 
 The package: `scoring` (answers against rows), `losses` (eval losses, local or served),
 `generation` (HF generate), `served` (through vLLM's server), `gate` (promotion), `run` (the
-evaluation of base and tuned that the evaluate step calls). Calls between them go through the
-module (`generation.generate`), so a test or benchmark that replaces one function replaces it
-for all.
+evaluation of base and tuned that the evaluate step calls). The functions tests and benchmarks
+replace (generate, load, eval_loss, served_losses, ask, served_predictions, score) are called
+through their module (`generation.generate`): replace them there, on the module that defines
+them; the names this package re-exports are for calling, not for replacing.
 """
 
 from trainer.evaluate.gate import promotion  # noqa: F401

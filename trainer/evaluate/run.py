@@ -12,7 +12,8 @@ from trainer import data
 from trainer.chat.parsers import tool_call_parser
 from trainer.chat.turns import expected_call, expected_text, last_user_request
 from trainer.errors import UserError
-from trainer.evaluate import generation, losses
+from trainer.evaluate import generation
+from trainer.evaluate import losses as losses_mod
 from trainer.evaluate import served as served_mod
 from trainer.evaluate.generation import _fix, _too_long, context_length, fitting_rows, long_rows_problem
 from trainer.evaluate.scoring import category_rows, failures, parsed_outputs, row_counts, score_predictions
@@ -24,10 +25,10 @@ MIN_RELIABLE_ROWS = 50
 
 def score(model, tokenizer, rows: list[dict[str, Any]], examples: list[dict[str, list[int]]],
           desc: str = "evaluate", predictions: list[dict[str, Any]] | None = None,
-          scored_losses: list[tuple[float, int]] | None = None) -> tuple[dict[str, float], list[dict[str, Any]]]:
+          losses: list[tuple[float, int]] | None = None) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """All metrics for one model on `rows` and their encodings `examples` (the rows that fit:
     `fitting_rows`), and its predictions ({"calls", "content", "raw"} per row). `predictions` and
-    `scored_losses` (per example, `served_nll`) from the served model (eval_engine=vllm; `model` is then
+    `losses` (per example, `served_nll`) from the served model (eval_engine=vllm; `model` is then
     not used); None generates here (HF generate, the texts read with the serving parser) and
     computes the losses with transformers."""
 
@@ -35,13 +36,13 @@ def score(model, tokenizer, rows: list[dict[str, Any]], examples: list[dict[str,
     if predictions is None:
         parser = tool_call_parser(tokenizer.chat_template, list(tokenizer.get_added_vocab()))
         predictions = parsed_outputs(generation.generate(model, tokenizer, rows, desc=desc), parser)
-    if scored_losses is None:
-        losses_of = {"eval_loss": losses.eval_loss(model, examples, tokenizer.pad_token_id),
-                     "text_eval_loss": losses.eval_loss(model, [e for e, t in zip(examples, text) if t],
+    if losses is None:
+        losses_of = {"eval_loss": losses_mod.eval_loss(model, examples, tokenizer.pad_token_id),
+                     "text_eval_loss": losses_mod.eval_loss(model, [e for e, t in zip(examples, text) if t],
                                                  tokenizer.pad_token_id)}
     else:
-        losses_of = {"eval_loss": losses.mean_loss(scored_losses),
-                     "text_eval_loss": losses.mean_loss([p for p, t in zip(scored_losses, text) if t])}
+        losses_of = {"eval_loss": losses_mod.mean_loss(losses),
+                     "text_eval_loss": losses_mod.mean_loss([p for p, t in zip(losses, text) if t])}
     return {**losses_of, **score_predictions(rows, predictions, tuple(tokenizer.all_special_tokens))}, predictions
 
 
@@ -133,7 +134,7 @@ def _score_models(model_dir: Path, tuned_dir: Path | None, prep: dict[str, Any],
         model = None if name in served else generation.load(model_dir, tuned_dir if name == "tuned" else None)
         results[name], outputs[name] = score(model, tokenizer, scored, examples, desc=f"evaluate {name}",
                                              predictions=served.get(name, {}).get("predictions"),
-                                             scored_losses=served.get(name, {}).get("losses"))
+                                             losses=served.get(name, {}).get("losses"))
         del model
     return results, outputs
 

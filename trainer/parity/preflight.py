@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from jinja2 import TemplateSyntaxError
 
 from trainer.data import preflight as data_preflight
 from trainer.data.encode import _reason, _refusal_lines
@@ -45,6 +44,8 @@ def template_problems(rows: list[dict[str, Any]], tokenizer, where: str, eos_ids
 def _syntax_problem(tokenizer, where: str, template: str) -> str | None:
     """A template that does not compile, said as such: compiled as apply_chat_template compiles
     it (transformers' sandboxed environment, with its `generation` tag), once."""
+    from jinja2 import TemplateSyntaxError  # here: importing trainer.parity (validate, the CLIs) stays light
+
     try:
         from transformers.utils.chat_template_utils import _compile_jinja_template
     except ImportError:  # another transformers: rendering the rows reports it, as a refusal

@@ -25,7 +25,6 @@ from trainer.templates import TEMPLATE_FILE
 
 # vLLM accepts only these LoRA ranks for --max-lora-rank.
 _LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
-# vLLM's tool-call parser when the chat template says nothing else (see tool_call_parser).
 
 
 def vllm_args(model: str, served_model_name: str, *, host: str = "127.0.0.1", port: int = 8000,

@@ -5,14 +5,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from trainer.params import TRIAL_EXAMPLE, TRIAL_KEYS
 from trainer.selection import SELECT
 from trainer.validate.pipeline import _gate_rows_problems, _tool_rows_problem, pipeline_problems
 from trainer.validate.values import _TRAIN_DEFAULTS, DEFAULTS, value_problem
 
 
-TRIAL_KEYS = {"lora_r": int, "lora_alpha": int, "learning_rate": float}
-
-TRIAL_EXAMPLE = '{"lora_r": 16, "lora_alpha": 32, "learning_rate": 0.0002}'
 
 SWEEP_ONLY = ("trials",)
 
