@@ -75,19 +75,6 @@ def main() -> None:
                   learning_rate=args.learning_rate, logging_steps=10, save_strategy="no", report_to=[],
                   use_cpu=not cuda, bf16=args.bf16, dataloader_num_workers=0, disable_tqdm=True,
                   gradient_checkpointing=False, use_liger_kernel=args.liger)
-    if args.trainer == "trl":
-        from datasets import Dataset
-        from trl import SFTConfig, SFTTrainer
-
-        # pre-tokenized rows (input_ids): TRL tokenizes nothing, and pads each batch to its longest row
-        targs = SFTConfig(**common, max_length=None, padding_free=False, packing=False)
-        make = lambda collator, callbacks: SFTTrainer(  # noqa: E731
-            model=model, args=targs, train_dataset=Dataset.from_list([{"input_ids": i} for i in enc["input_ids"]]),
-            processing_class=tok, peft_config=lora if args.method == "lora" else None, callbacks=callbacks)
-    else:
-        targs = TrainingArguments(**common)
-        make = lambda collator, callbacks: Trainer(model=model, args=targs, train_dataset=ds,  # noqa: E731
-                                                   data_collator=collator, callbacks=callbacks)
     inner = default_data_collator if fixed else DataCollatorForSeq2Seq(tok, padding="longest", label_pad_token_id=-100)
     counts: list[int] = []  # real tokens of each batch, in order (accelerate collates one batch ahead)
 
@@ -109,9 +96,19 @@ def main() -> None:
                 half.extend([time.perf_counter(), state.global_step])
 
     half: list = []
-    trainer = make(counting(inner), [Half()])
-    if args.trainer == "trl":  # TRL's own collator (its padding and completion masks), counted the same way
-        trainer.data_collator = counting(trainer.data_collator)
+    if args.trainer == "trl":
+        from datasets import Dataset
+        from trl import SFTConfig, SFTTrainer
+
+        # pre-tokenized rows (input_ids): TRL tokenizes nothing, and pads each batch to its longest row
+        targs = SFTConfig(**common, max_length=None, padding_free=False, packing=False)
+        trainer = SFTTrainer(model=model, args=targs, processing_class=tok, callbacks=[Half()],
+                             train_dataset=Dataset.from_list([{"input_ids": i} for i in enc["input_ids"]]),
+                             peft_config=lora if args.method == "lora" else None)
+        trainer.data_collator = counting(trainer.data_collator)  # TRL's own (its padding), counted the same way
+    else:
+        trainer = Trainer(model=model, args=TrainingArguments(**common), train_dataset=ds,
+                          data_collator=counting(inner), callbacks=[Half()])
     start = time.perf_counter()
     trainer.train()
     end = time.perf_counter()
