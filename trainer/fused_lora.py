@@ -26,6 +26,13 @@ import torch
 from peft.tuners.lora import Linear as LoraLinear
 
 
+# Asked once here, not in forward: torch 2.11's dynamo cannot trace torch.amp.is_autocast_available, so
+# compile=true broke every decoder layer's graph at each LoRA layer and recompiled per projection shape
+# (34 frames for 8 batch shapes on an H200, 2026-11-27; tests/integration/test_gpu.py).
+_AUTOCAST_DEVICES = frozenset(t for t in ("cpu", "cuda", "xpu", "mps", "hpu", "mtia", "maia", "xla", "ipu")
+                              if torch.amp.is_autocast_available(t))
+
+
 class _LoraLinearFunction(torch.autograd.Function):
     """y = x W^T + b + scale * (x A^T) B^T, with every add inside a GEMM."""
 
@@ -74,7 +81,7 @@ class FusedLoraLinear(LoraLinear):
                 or not isinstance(self.lora_dropout[name], torch.nn.Identity)
                 or self.lora_A[name].bias is not None or self.lora_B[name].bias is not None
                 or type(base) is not torch.nn.Linear or x.dtype != base.weight.dtype
-                or (torch.amp.is_autocast_available(x.device.type) and torch.is_autocast_enabled(x.device.type)
+                or (x.device.type in _AUTOCAST_DEVICES and torch.is_autocast_enabled(x.device.type)
                     and torch.get_autocast_dtype(x.device.type) != x.dtype)):
             return super().forward(x, *args, **kwargs)
         return _LoraLinearFunction.apply(x, base.weight, base.bias, self.lora_A[name].weight,

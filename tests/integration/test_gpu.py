@@ -8,7 +8,9 @@ CUDA is absent (CI) they are skipped, since what they check only exists on CUDA 
 equivalents are in tests/unit/test_model.py, test_fused_lora.py and test_batching.py;
 `make test` runs gpu_check's --dry-run)."""
 
+import collections
 import importlib.util
+import logging
 
 import pytest
 import torch
@@ -62,19 +64,37 @@ def test_packed_rows_under_flex_attention_equal_rows_alone_on_cuda(tiny_model_di
     assert abs(packed.float().item() - total / count) < 2e-2 * max(1.0, total / count)
 
 
+class _Lines(logging.Handler):
+    """Keeps the first line of each of dynamo's recompile and graph-break reports, so a failure says why."""
+
+    def __init__(self):
+        super().__init__()
+        self.lines = collections.Counter()
+
+    def emit(self, record):
+        msg = record.getMessage()
+        self.lines[" | ".join(line.strip() for line in msg.splitlines()[:3] if line.strip())] += 1
+
+
 def test_inductor_compiled_layers_do_not_recompile_per_length(tiny_model_dir, monkeypatch):
     from torch._dynamo.utils import counters
 
     torch._dynamo.reset()
     counters.clear()
+    reasons = _Lines()
+    torch._logging.set_logs(recompiles=True, graph_breaks=True)
+    logging.getLogger("torch._dynamo").addHandler(reasons)
     model, loss_model = lora_model(tiny_model_dir, monkeypatch, liger=False)
     assert compile_layers(model, dynamic=True) == len(decoder_layers(model))
     vocab = model.config.vocab_size
     for n_rows, width in [(4, 64), (8, 128), (2, 192), (5, 256), (3, 64), (6, 384), (1, 512), (7, 192)]:
         ids = torch.randint(0, vocab, (n_rows, width), device=CUDA)
         loss_model(input_ids=ids, labels=ids, attention_mask=torch.ones_like(ids)).backward()
-    assert 1 <= counters["frames"]["ok"] <= 4, dict(counters["frames"])
-    assert counters["stats"]["unique_graphs"] <= 4
+    logging.getLogger("torch._dynamo").removeHandler(reasons)
+    torch._logging.set_logs()
+    why = f"{dict(counters['frames'])}; why: {reasons.lines.most_common(12)}"
+    assert 1 <= counters["frames"]["ok"] <= 4, why
+    assert counters["stats"]["unique_graphs"] <= 4, why
 
 
 def test_fused_lora_on_cuda_matches_peft_in_bf16(tiny_model_dir, tokenizer, monkeypatch):
