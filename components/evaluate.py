@@ -24,22 +24,31 @@ def evaluate(
     min_gain: float = 0.0,
     gate: bool = True,
     base_scores: Input[Artifact] = None,
+    eval_suites: str = "heldout",
+    bfcl: Input[Dataset] = None,
+    bfcl_rows: int = 10,
+    seed: int = 0,
+    max_category_drop: float = 10.0,
 ) -> NamedTuple("Outputs", promoted=bool, reason=str):
     """Score base and tuned on the held-out split; metric names are the same in every run
     (see trainer.evaluate for what each measures). `promoted`: the tuned model passes the gate
     (trainer.evaluate.promotion); the pipeline deploys and registers only then. `gate=False`: a
     sweep's trial, which its pick_best step gates (on select_metric): no promotion line or metric,
     which would read "promoted" against a gate nobody set. `base_scores`: the evaluate_base step's
-    (a sweep scores its base once for every trial); none scores the base here too."""
+    (a sweep scores its base once for every trial); none scores the base here too. `eval_suites`
+    with bfcl: `bfcl_rows` rows per BFCL category (drawn with `seed`) from the deliver_bfcl step's
+    `bfcl`, on the same servers (trainer.evaluate.bfcl); `max_category_drop`: the gate's per-category
+    floor (trainer.evaluate.promotion)."""
     import json
     from collections import namedtuple
 
     from components.artifacts import log_metrics, read_uri
-    from trainer.errors import exit_on_user_error
+    from trainer.data.bfcl import parse_suites
+    from trainer.errors import UserError, exit_on_user_error
     from trainer.evaluate import evaluate as run_eval
     from trainer.evaluate import logged_metrics, promotion
     from trainer.model import skip_bitsandbytes
-    from trainer.report import examples_markdown
+    from trainer.report import examples_markdown, summary_lines
     from trainer.storage import Store
 
     with exit_on_user_error():
@@ -47,19 +56,22 @@ def evaluate(
         tuned = store.get_tree(read_uri(tuned_model))
         skip_bitsandbytes(adapter_dir=tuned)  # unless the adapter's base is 4-bit: 1.4 s less
         base = json.loads(open(base_scores.path).read()) if base_scores is not None else None
+        suites = parse_suites(eval_suites)
+        bfcl_uri = read_uri(bfcl) if bfcl is not None and "bfcl" in suites else ""
+        if "bfcl" in suites and not bfcl_uri:
+            raise UserError("eval_suites scores bfcl, but no BFCL data was delivered to this step (its bfcl input "
+                            "points nowhere): run the deliver_bfcl step with the same eval_suites")
         result = run_eval(store.get_tree(read_uri(base_model)), tuned,
                           store.get_tree(read_uri(dataset)) / "eval.jsonl", max_rows=max_rows,
-                          max_seq_len=max_seq_len, engine=eval_engine, base=base)
+                          max_seq_len=max_seq_len, engine=eval_engine, base=base, suites=suites,
+                          bfcl_dir=store.get_tree(bfcl_uri) if bfcl_uri else None, bfcl_rows=bfcl_rows, seed=seed)
     logged = logged_metrics(result)  # a kind of row the split lacks logs no accuracy, not 0
-    promoted, reason = promotion(logged, min_fc_accuracy, min_gain) if gate else (True, "")
+    promoted, reason = promotion(logged, min_fc_accuracy, min_gain, max_category_drop) if gate else (True, "")
     log_metrics(metrics, {**logged, **({"promoted": float(promoted)} if gate else {})})
     with open(examples.path, "w") as f:
         f.write(examples_markdown(result))
-    print(f"{result['rows']} rows ({result['fc_rows']} tool-call, {result['text_rows']} text; "
-          f"{result['skipped_long_rows']} skipped as longer than max_seq_len): "
-          + (f"fc accuracy {result['base']['fc_accuracy']:.1%} -> {result['tuned']['fc_accuracy']:.1%}, "
-             if result["fc_rows"] else "fc accuracy n/a (no tool-call rows), ")
-          + f"eval loss {result['base']['eval_loss']:.4f} -> {result['tuned']['eval_loss']:.4f} (eval_engine={result['engine']})")
+    for line in summary_lines(result):
+        print(line, flush=True)
     if gate:
         print(reason if promoted else f"WARNING: {reason}", flush=True)
     return namedtuple("Outputs", ["promoted", "reason"])(promoted, reason)

@@ -13,6 +13,7 @@ from typing import NamedTuple
 from kfp import dsl, kubernetes
 from kfp.dsl import Metrics, Model
 
+from components.deliver_bfcl import deliver_bfcl
 from components.deliver_dataset import deliver_dataset
 from components.deliver_model import deliver_model
 from components.deploy import deploy
@@ -125,6 +126,10 @@ def finetune_pipeline(
     eval_engine: str = F["eval_engine"],
     min_fc_accuracy: float = F["min_fc_accuracy"],
     min_gain: float = F["min_gain"],
+    eval_suites: str = F["eval_suites"],
+    bfcl_rows: int = F["bfcl_rows"],
+    bfcl_source: str = F["bfcl_source"],
+    max_category_drop: float = F["max_category_drop"],
     deploy_backend: str = F["deploy_backend"],
     keep_serving: bool = F["keep_serving"],
     serve_adapters: bool = F["serve_adapters"],
@@ -165,6 +170,9 @@ def finetune_pipeline(
     checked.set_caching_options(False)  # local files it reads may change between runs
     model, data = deliver_inputs(model_source, model_revision, dataset_source, dataset_revision, eval_fraction, seed,
                                  chat_template, after=checked)
+    # BFCL's data, when scored, delivered before training: a dataset holding its questions is refused here.
+    bfcl = with_s3(deliver_bfcl(source=bfcl_source, eval_suites=eval_suites, dataset=data.outputs["dataset"]))
+    bfcl.set_display_name("deliver BFCL")
     train = with_s3(finetune(
         base_model=model.outputs["model"], dataset=data.outputs["dataset"], run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
         launcher=launcher, nodes=nodes, procs_per_node=procs_per_node, method=method, lora_r=lora_r,
@@ -174,11 +182,13 @@ def finetune_pipeline(
         max_seq_len=max_seq_len, seed=seed, checkpoint_every=checkpoint_every, max_restarts=max_restarts, kueue_queue=kueue_queue, cleanup=cleanup,
         wait_timeout_s=wait_timeout_s, training_runtime=training_runtime, stall_timeout_s=stall_timeout_s,
         **placement,
-    )).set_display_name("fine-tune")
+    )).set_display_name("fine-tune").after(bfcl)
     scores = with_s3(evaluate(base_model=model.outputs["model"], tuned_model=train.outputs["adapter"],
                                dataset=data.outputs["dataset"], max_rows=eval_max_rows,
                                max_seq_len=max_seq_len, eval_engine=eval_engine, min_fc_accuracy=min_fc_accuracy,
-                               min_gain=min_gain)).set_display_name("evaluate")
+                               min_gain=min_gain, eval_suites=eval_suites, bfcl=bfcl.outputs["bfcl"],
+                               bfcl_rows=bfcl_rows, seed=seed, max_category_drop=max_category_drop)
+                      ).set_display_name("evaluate")
     merged = with_s3(merge_lora(base_model=model.outputs["model"], adapter=train.outputs["adapter"]))
     merged.set_display_name("merge LoRA")
     for task in (scores, merged):

@@ -44,6 +44,7 @@ from typing import Any
 from pipelines import kfp_local_patches
 from pipelines.finetune import finetune_pipeline
 from trainer import fc_check, settings
+from trainer.data import bfcl as bfcl_data
 from trainer.errors import UserError, exit_on_user_error
 
 
@@ -162,7 +163,8 @@ def summarize(metrics: dict[str, dict[str, float]], endpoint: str | None, keep_s
         fc_rows, text_rows = int(ev.get("fc_rows", ev.get("eval_rows", 0))), int(ev.get("text_rows", 0))
         rows = [("eval loss", f"{ev['base_eval_loss']:.4f}", f"{ev['tuned_eval_loss']:.4f}"),
                 (f"function-calling accuracy ({fc_rows} rows)",
-                 *((f"{ev['base_fc_accuracy']:.1%}", f"{ev['tuned_fc_accuracy']:.1%}") if fc_rows else ("n/a", "n/a")))]
+                 *((f"{ev['base_fc_accuracy']:.1%}", f"{ev['tuned_fc_accuracy']:.1%}") if fc_rows else ("n/a", "n/a")))
+                ] if "base_eval_loss" in ev else []  # eval_suites=bfcl: no held-out rows
         if text_rows:
             rows.append((f"text match ({text_rows} rows)", f"{ev['base_text_match']:.1%}",
                          f"{ev['tuned_text_match']:.1%}"))
@@ -173,11 +175,20 @@ def summarize(metrics: dict[str, dict[str, float]], endpoint: str | None, keep_s
                          f"{ev['base_fc_ast_accuracy']:.1%}", f"{ev['tuned_fc_ast_accuracy']:.1%}"))
         rows += [(f"  {c} ({n} rows)", f"{ev[f'base_fc_{c}_accuracy']:.1%}", f"{ev[f'tuned_fc_{c}_accuracy']:.1%}")
                  for c, n in categories.items() if n and f"tuned_fc_{c}_accuracy" in ev]
+        bfcl = [(f"  {c}" + (f" ({int(ev[f'bfcl_{c}_rows'])} rows)" if f"bfcl_{c}_rows" in ev else ""),
+                 f"{ev[f'base_bfcl_{c}_accuracy']:.1%}", f"{ev[f'tuned_bfcl_{c}_accuracy']:.1%}")
+                for c in ("non_live_ast", "live_ast", "hallucination", *bfcl_data.CATEGORIES)
+                if f"tuned_bfcl_{c}_accuracy" in ev and f"base_bfcl_{c}_accuracy" in ev]
+        if bfcl:
+            number = int(ev.get("bfcl_version", 0))
+            version = f"{number // 10_000}.{number // 100 % 100}.{number % 100}" if number else "(version unknown)"
+            rows += [*([("", "", "")] if rows else []), (f"BFCL {version}", "", ""), *bfcl]
         lines += ["", "== base vs tuned ==", table(rows, ("metric", "base", "tuned"))]
         if ev.get("promoted") == 0:
-            lines.append("not promoted: the tuned model failed the gate (min_fc_accuracy / min_gain; the evaluate "
-                         "step's line says by how much): nothing was deployed or registered")
-        if ev.get("eval_rows", 50) < 50:
+            lines.append("not promoted: the tuned model failed the gate (min_fc_accuracy / min_gain / "
+                         "max_category_drop; the evaluate step's line says which and by how much): nothing was "
+                         "deployed or registered")
+        if "eval_rows" in ev and ev["eval_rows"] < 50:
             lines.append(f"warning: only {int(ev['eval_rows'])} eval rows: these numbers move a lot with one row")
         if ev.get("skipped_long_rows"):
             lines.append(f"warning: {int(ev['skipped_long_rows'])} eval rows longer than max_seq_len were not scored")

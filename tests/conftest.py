@@ -145,3 +145,24 @@ def smollm2_model_dir(smollm2_gguf) -> Path:
     from tests import real_models
 
     return real_models.smollm2_model_dir()
+
+
+@pytest.fixture(scope="session")
+def bfcl_wheel() -> Path:
+    """bfcl-eval's wheel from PyPI, cached (tests/real_bfcl.py); a failed fetch fails the test."""
+    from tests import real_bfcl
+    from trainer.errors import UserError
+
+    try:
+        return real_bfcl.bfcl_wheel()
+    except UserError as err:
+        message = str(err)
+    pytest.fail(message, pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def bfcl_tree(bfcl_wheel) -> Path:
+    """BFCL's data as trainer.data.bfcl.extract lays it out (what delivery uploads); read-only."""
+    from tests import real_bfcl
+
+    return real_bfcl.bfcl_tree()

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer import builtin_data, builtin_model, data, gguf, templates, weights
+from trainer.data import bfcl
 from trainer.config import SEED_MAX
 from trainer.errors import UserError, brief, collect
 from trainer.model_tree import model_dir_problems, model_tree_problems
@@ -359,3 +360,40 @@ def deliver_dataset(source: str, revision: str, store, eval_fraction: float = 0.
         uri, manifest = store.put_tree(tmp, "datasets")
     return uri, {"source": source, "revision": revision if src.kind == "hub" else "",
                  "rows": counts, **manifest}
+
+
+def deliver_bfcl(source: str, store) -> tuple[str, dict[str, Any]]:
+    """Put BFCL's data (trainer.data.bfcl: the single-turn categories, their possible answers, VERSION)
+    into the bucket, content-addressed under bfcl/; returns (s3 uri, metadata: source, version, rows per
+    category). `source`: empty (the pinned wheel, fetched with `pip download --no-deps`), a wheel or a
+    folder here, a wheel uploaded to the run's bucket, or a tree delivered before (passed through)."""
+    source = (source or "").strip()
+    if problem := bfcl.source_problem(source):
+        raise UserError(problem)
+    with tempfile.TemporaryDirectory(prefix="bfcl-") as tmp:
+        tree = Path(tmp) / "tree"
+        if not source:
+            bfcl.fetched(tree)
+        elif source.startswith("s3://"):
+            bucket, key = split_uri(source)
+            if key.lower().endswith(".whl") and bucket == store.bucket and store.exists(key):
+                bfcl.extract(store.get_file(key, Path(tmp) / Path(key).name), tree)
+            else:
+                uri, manifest = _already_delivered(Source("s3", source.rstrip("/")), store)
+                if bfcl.VERSION_FILE not in {f["path"] for f in manifest.get("files", [])}:
+                    raise UserError(f"bfcl_source {source} is a delivered tree but not BFCL's data (no "
+                                    f"{bfcl.VERSION_FILE}): give the s3:// URI a run delivered BFCL to, or the wheel")
+                tree = store.get_tree(uri)
+        else:
+            bfcl.extract(Path(source.removeprefix("file://")).expanduser(), tree)
+        meta = {"source": source or bfcl.PACKAGE, "version": bfcl.version(tree),
+                "rows": {c: len(bfcl.read(tree, c)) for c in bfcl.CATEGORIES}}
+        uri, manifest = store.put_tree(tree, "bfcl")
+    return uri, {**meta, **manifest}
+
+
+def bfcl_contamination(dataset_uri: str, bfcl_uri: str, store) -> None:
+    """Refuse (UserError) a delivered dataset whose training rows ask BFCL's questions (trainer.data.bfcl)."""
+    train = data.read_jsonl(store.get_tree(dataset_uri) / "train.jsonl")
+    if problem := bfcl.contamination(train, store.get_tree(bfcl_uri)):
+        raise UserError(problem)

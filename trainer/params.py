@@ -159,6 +159,25 @@ PARAMS: tuple[Param, ...] = (
                 'metrics logged, nothing deployed or registered.'),
           sweep_help=("Least improvement over the base model, in the metric's own units, for the best trial to be "
                       'deployed: e.g. 0.05 (5 points of accuracy) or 0.1 (eval loss).')),
+    Param('eval_suites', str, 'heldout', EVALUATION, FINETUNE,
+          help=('What evaluate scores base and tuned on, comma-separated: heldout (the dataset\'s eval split), bfcl '
+                '(the Berkeley Function Calling Leaderboard v4\'s single-turn categories, asked as BFCL asks an FC model '
+                'and scored by its rules: bfcl_<category>_accuracy), or heldout,bfcl. BFCL\'s rows are never trained '
+                'on: a dataset holding one of its questions is refused before training.')),
+    Param('bfcl_rows', int, 10, EVALUATION, FINETUNE,
+          help=('BFCL rows per category (10 categories), a sample drawn with `seed` (the same rows in every run of the '
+                'same seed); 0 scores every row (3,475 in all: hours on a CPU). One row moves a category of 10 by 10 '
+                'points: raise it on a GPU, e.g. 100.')),
+    Param('bfcl_source', str, '', EVALUATION, FINETUNE,
+          help=('Where BFCL\'s data comes from: empty fetches the pinned wheel (bfcl-eval==2026.3.23) with `pip download '
+                '--no-deps`; for pods that reach no package index, that wheel or its bfcl_eval/data folder as a path, '
+                'or the wheel uploaded to the run\'s bucket (s3://bucket/uploads/bfcl_eval-....whl), or the s3:// URI a '
+                'run delivered it to. Delivered content-addressed, its version in the metrics\' report.')),
+    Param('max_category_drop', float, 10.0, EVALUATION, FINETUNE,
+          help=('Promotion gate: the tuned model is not deployed or registered when any category measured on both '
+                'models (held-out fc_<category>_accuracy, BFCL bfcl_<category>_accuracy) falls more than this many '
+                'points below the base model\'s, e.g. irrelevance 100 -> 64 with 10: the message names the category '
+                'and both numbers. 100 turns it off.')),
     Param('deploy_backend', str, 'local', SERVING, BOTH,
           help=('Where the model (in the sweep: the winner) is served: local (run_local only: the project image the deploy step runs has no '
                 'vLLM), kubernetes (a vLLM Deployment and Service), kserve (an InferenceService) or llmisvc (KServe\'s '

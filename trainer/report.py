@@ -8,6 +8,8 @@ import io
 import json
 from typing import Any
 
+from trainer.data.bfcl import ANCHORS
+from trainer.data.bfcl import CATEGORIES as BFCL_CATEGORIES
 from trainer.fc_check import CATEGORIES
 from trainer.params import TRIAL_KEYS
 
@@ -21,12 +23,75 @@ def _pct(value: float, rows: int) -> str:
     return f"{value:.1%}" if rows else "n/a"
 
 
-def examples_markdown(result: dict[str, Any]) -> str:
-    """Base vs tuned metrics, warnings about them, and a few eval rows side by side."""
+def summary_lines(result: dict[str, Any]) -> list[str]:
+    """What the evaluate step prints: held-out counts and scores, and BFCL's per category, base -> tuned."""
+    lines = []
     b, t = result["base"], result["tuned"]
-    fc_rows, text_rows = result.get("fc_rows", result["rows"]), result.get("text_rows", 0)
+    if "heldout" in result.get("suites", ("heldout",)):
+        lines.append(f"held-out: {result['rows']} rows ({result['fc_rows']} tool-call, {result['text_rows']} text; "
+                     f"{result['skipped_long_rows']} skipped as longer than max_seq_len): "
+                     + (f"fc accuracy {b['fc_accuracy']:.1%} -> {t['fc_accuracy']:.1%}, "
+                        if result["fc_rows"] else "fc accuracy n/a (no tool-call rows), ")
+                     + f"eval loss {b['eval_loss']:.4f} -> {t['eval_loss']:.4f} (eval_engine={result['engine']})")
+    if "bfcl" in result:
+        s = result["bfcl"]
+        lines.append(f"BFCL {s['version']} ({_sampled(s)}, eval_engine={result['engine']}), base -> tuned:")
+        for name, rows, base, tuned in bfcl_rows(s):
+            lines.append(f"  {name:<28} {rows:>5}  {base:>6} -> {tuned}")
+    return lines
+
+
+def _sampled(suite: dict[str, Any]) -> str:
+    n = suite["rows_per_category"]
+    return f"{n} rows per category, seed {suite['seed']}" if n else "every row"
+
+
+def bfcl_rows(suite: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(category or aggregate, rows, base, tuned) in BFCL's order, aggregates first; rows too long to ask said."""
+    b, t, counts = suite["base"], suite["tuned"], suite["counts"]
+    out = []
+    for agg, label in (("non_live_ast", "non-live AST (mean of 4)"), ("live_ast", "live AST (rows pooled)"),
+                       ("hallucination", "irrelevance (mean of 2)")):
+        if f"bfcl_{agg}_accuracy" in t:
+            out.append((label, "", f"{b[f'bfcl_{agg}_accuracy']:.1%}", f"{t[f'bfcl_{agg}_accuracy']:.1%}"))
+    for c in BFCL_CATEGORIES:
+        if f"bfcl_{c}_accuracy" in t:
+            long = int(counts.get(f"bfcl_{c}_too_long", 0))
+            rows = f"{int(counts[f'bfcl_{c}_rows'])}" + (f" ({long} too long)" if long else "")
+            out.append((c, rows, f"{b[f'bfcl_{c}_accuracy']:.1%}", f"{t[f'bfcl_{c}_accuracy']:.1%}"))
+    return out
+
+
+def _bfcl_markdown(suite: dict[str, Any]) -> list[str]:
+    models = list(ANCHORS)
+    lines = ["", f"## BFCL {suite['version']} (Berkeley Function Calling Leaderboard): base vs tuned", "",
+             f"Asked as BFCL asks an FC model, scored by its rules; {_sampled(suite)}. Leaderboard anchors (FC, "
+             "published, whole categories) beside them.", "",
+             "| category | rows | base | tuned | " + " | ".join(models) + " |", "|---|---|---|---|" + "---|" * len(models)]
+    keys = {"non-live AST (mean of 4)": "non_live_ast"}
+    for name, rows, base, tuned in bfcl_rows(suite):
+        anchors = [ANCHORS[m].get(keys.get(name, name)) for m in models]
+        lines.append(f"| {name} | {rows} | {base} | {tuned} | "
+                     + " | ".join("" if a is None else f"{a:.1f}%" for a in anchors) + " |")
+    if suite.get("failures"):
+        lines += ["", "### Where the tuned model failed on BFCL, by category", "",
+                  "| category | id | question | why | base output | tuned output |", "|---|---|---|---|---|---|"]
+        lines += [f"| {c} | {f['id']} | {_cell(f['prompt'])} | {_cell(f['why'])} | {_cell(f['base'])} | "
+                  f"{_cell(f['tuned'])} |" for c, shown in suite["failures"].items() for f in shown]
+    return lines
+
+
+def examples_markdown(result: dict[str, Any]) -> str:
+    """Base vs tuned metrics, warnings about them, and a few eval rows side by side; BFCL's table when scored."""
     lines = ["# Evaluation: base vs tuned", ""]
     lines += [f"> **Warning:** {w}" for w in result.get("warnings", [])]
+    if "bfcl" in result:
+        lines += _bfcl_markdown(result["bfcl"])
+    if "heldout" not in result.get("suites", ("heldout",)):
+        return "\n".join(lines) + "\n"
+    b, t = result["base"], result["tuned"]
+    fc_rows, text_rows = result.get("fc_rows", result["rows"]), result.get("text_rows", 0)
+    lines += ["", "## Held-out rows", ""]
     lines += [
         "", f"Held-out rows: {result['rows']} ({fc_rows} expect a tool call, {text_rows} expect text)", "",
         "| metric | base | tuned |", "|---|---|---|",

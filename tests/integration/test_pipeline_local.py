@@ -149,3 +149,47 @@ def test_a_model_that_fails_the_promotion_gate_is_neither_deployed_nor_registere
     assert (run_dir / "merged-model" / "config.json").exists()
     assert f"copied to {run_dir / 'merged-model'}  (not promoted, so not to {tmp_path / 'out' / 'merged-model'}" \
         in proc.stdout, proc.stdout[-3000:]
+
+
+def test_bfcl_scored_in_the_pipeline_and_a_dataset_holding_its_questions_refused_before_training(tmp_path, bfcl_wheel,
+                                                                                                  bfcl_tree):
+    """eval_suites=heldout,bfcl: BFCL's data delivered from the wheel given as bfcl_source, both suites printed per
+    category for base and tuned with the gate's verdict, the metrics in the run's record. Then the same with a
+    dataset one of whose training rows is a BFCL question (case and spaces changed): exit 2 before training."""
+    from trainer import builtin_data, data
+    from trainer.data import bfcl
+
+    def run(name, *params):
+        return subprocess.run(
+            [sys.executable, "-m", "pipelines.run_local", "--pipeline-root", str(tmp_path / name / "root"),
+             "--output-dir", str(tmp_path / name / "out"), "--runs-dir", str(tmp_path / name / "runs"),
+             "--param", "max_steps=5", "--param", "eval_max_rows=20", "--param", "nodes=1",
+             "--param", "eval_suites=heldout,bfcl", "--param", "bfcl_rows=1", "--param", f"bfcl_source={bfcl_wheel}",
+             *params], cwd=ROOT, capture_output=True, text=True, timeout=900)
+
+    proc = run("clean", "--param", "min_fc_accuracy=0.99")  # no deploy: the gate is what this run checks
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-5000:]
+    assert re.search(r"✓ deliver-bfcl \(\d+\.\ds\)", out) and f"\nBFCL {bfcl.VERSION}  " in out, out[-3000:]
+    for c in bfcl.CATEGORIES:
+        assert re.search(rf"\n  {c} \(1 rows\)\s+[\d.]+%\s+[\d.]+%", out), c
+    assert re.search(r"\n  non_live_ast\s+[\d.]+%\s+[\d.]+%", out)
+    assert re.search(r"function-calling accuracy \(20 rows\)", out) and "not promoted:" in out
+    [run_dir] = [p for p in (tmp_path / "clean" / "runs").iterdir() if (p / "run.json").exists()]
+    metrics = json.loads((run_dir / "run.json").read_text())["metrics"]["evaluate"]
+    assert metrics["bfcl_simple_python_rows"] == 1 and "base_bfcl_irrelevance_accuracy" in metrics
+    assert metrics["bfcl_version"] == 20260323
+    assert "BFCL" in (run_dir / "reports" / "evaluate-examples.html").read_text()
+
+    splits = builtin_data.generate(n_train=40, n_eval=10, seed=1)
+    question = bfcl.read(bfcl_tree, "multiple")[3]["messages"][-1]["content"]
+    splits["train"][7]["messages"] = [{"role": "user", "content": "  " + question.upper()},
+                                      {"role": "assistant", "content": "An answer."}]
+    (tmp_path / "mine").mkdir()
+    for name, split in splits.items():  # split files: the row stays in train
+        data.write_jsonl(split, tmp_path / "mine" / f"{name}.jsonl")
+    proc = run("contaminated", "--param", f"dataset_source={tmp_path / 'mine'}")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out[-5000:]
+    assert re.search(r"1 training rows ask BFCL .* categories multiple\)", out), out[-3000:]
+    assert "Traceback" not in out and "Running pipeline" not in out  # refused by the parameters' check: nothing ran

@@ -415,6 +415,17 @@ CASES = [
      "cannot reach the model registry at http://127.0.0.1:9 within 10s"),
     ("k8s-system-namespace", lambda t, m: ["launcher=kubernetes", "namespace=kube-system"],
      "namespace='kube-system' is a Kubernetes system namespace"),
+    # BFCL as an evaluation suite (issue 35)
+    ("eval-suites-misspelled", lambda t, m: ["eval_suites=heldout,bcfl"],
+     "eval_suites='heldout,bcfl': unknown 'bcfl'; give heldout, bfcl or heldout,bfcl"),
+    ("bfcl-rows-negative", lambda t, m: ["eval_suites=bfcl", "bfcl_rows=-1"], "bfcl_rows must be >= 0"),
+    ("bfcl-source-missing", lambda t, m: ["eval_suites=heldout,bfcl", f"bfcl_source={t}/bfcl.whl"],
+     "bfcl.whl: no such file or folder; give bfcl-eval==2026.3.23's wheel"),
+    ("bfcl-source-without-the-suite", lambda t, m: [f"bfcl_source={t}"],
+     "bfcl_source is set but eval_suites='heldout' does not score bfcl"),
+    ("max-category-drop-as-a-fraction", lambda t, m: ["max_category_drop=-0.1"],
+     "max_category_drop=-0.1 is in points of accuracy, from 0 (no category may fall) to 100 (off)"),
+    ("max-category-drop-nan", lambda t, m: ["max_category_drop=nan"], "max_category_drop"),
 ]
 
 SWEEP_CASES = [

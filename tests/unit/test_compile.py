@@ -75,8 +75,10 @@ def test_yaml_parses_into_pipeline_spec():
 
     spec = json_format.ParseDict(docs()[0], pipeline_spec_pb2.PipelineSpec())
     tasks = set(spec.root.dag.tasks)
-    assert tasks == {"validate-params", "deliver-model", "deliver-dataset", "finetune", "evaluate", "merge-lora",
-                     "condition-branches-1"}
+    assert tasks == {"validate-params", "deliver-model", "deliver-dataset", "deliver-bfcl", "finetune", "evaluate",
+                     "merge-lora", "condition-branches-1"}
+    # BFCL's data (and the check that no training row asks its questions) before training
+    assert "deliver-bfcl" in spec.root.dag.tasks["finetune"].dependent_tasks
     # the promotion gate: deploy (and register, when registry_address is set) only when evaluate promoted the
     # model; otherwise "not deployed" says why, and the pipeline's endpoint comes from whichever branch ran
     branches = spec.components["comp-condition-branches-1"].dag.tasks
@@ -106,7 +108,7 @@ def test_credentials_come_from_secrets_not_parameters():
     platform = docs()[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
     # every S3-using task; validate-params and not-deployed need no credentials (only the restricted security
     # context), register only the registry token
-    assert set(platform) == {f"exec-{t}" for t in ("deliver-model", "deliver-dataset", "finetune", "evaluate",
+    assert set(platform) == {f"exec-{t}" for t in ("deliver-model", "deliver-dataset", "deliver-bfcl", "finetune", "evaluate",
                                                    "merge-lora", "deploy", "register", "validate-params",
                                                    "not-deployed")}
     [registry] = platform["exec-register"]["secretAsEnv"]

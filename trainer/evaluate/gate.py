@@ -2,14 +2,44 @@
 
 from __future__ import annotations
 
+from trainer import fc_check
+from trainer.data import bfcl
 from trainer.selection import meets
 
 
-def promotion(metrics: dict[str, float], min_fc_accuracy: float = 0.0, min_gain: float = 0.0) -> tuple[bool, str]:
+def category_drops(metrics: dict[str, float], max_drop: float) -> list[str]:
+    """Every category measured on both models (held-out fc_<category>_accuracy, BFCL
+    bfcl_<category>_accuracy) whose accuracy fell more than `max_drop` points below the base's."""
+    names = [f"fc_{c}_accuracy" for c in fc_check.CATEGORIES] + [f"bfcl_{c}_accuracy" for c in bfcl.CATEGORIES]
+    out = []
+    for name in names:
+        base, tuned = metrics.get(f"base_{name}"), metrics.get(f"tuned_{name}", metrics.get(name))
+        if base is not None and tuned is not None and (base - tuned) * 100 > max_drop:
+            out.append(f"{name.removesuffix('_accuracy')} fell {base:.1%} -> {tuned:.1%} "
+                       f"({(tuned - base) * 100:+.1f} points; max_category_drop {max_drop:g})")
+    return out
+
+
+def promotion(metrics: dict[str, float], min_fc_accuracy: float = 0.0, min_gain: float = 0.0,
+              max_category_drop: float = 100.0) -> tuple[bool, str]:
     """The promotion gate on the evaluate step's logged metrics: the tuned model's BFCL-style
     accuracy (fc_ast_accuracy, every function-calling category) at least `min_fc_accuracy`, and
-    at least `min_gain` above the base's (fractions: 0.05 is 5 points). Returns (promoted, the
-    line that says why); an accuracy the split cannot measure passes only a gate that asks nothing."""
+    at least `min_gain` above the base's (fractions: 0.05 is 5 points), and no category of any suite
+    more than `max_category_drop` points below the base's (`category_drops`; 100: off). Returns
+    (promoted, the line that says why); an accuracy the split cannot measure passes only a gate that
+    asks nothing."""
+    promoted, said = _accuracy_gate(metrics, min_fc_accuracy, min_gain)
+    drops = category_drops(metrics, max_category_drop) if max_category_drop < 100 else []
+    if not drops:
+        return promoted, said
+    fix = ("fine-tuning took away what the base model could do: train on rows of that kind too (e.g. text answers "
+           "where no offered tool fits), or raise max_category_drop")
+    if not promoted:  # both: one line, the accuracy's reason first (its fix follows "Nothing is deployed...")
+        return False, f"{said.rstrip('.')}; and {'; '.join(drops)}: {fix}"
+    return False, f"not promoted: {'; '.join(drops)}. Nothing is deployed or registered: {fix}"
+
+
+def _accuracy_gate(metrics: dict[str, float], min_fc_accuracy: float, min_gain: float) -> tuple[bool, str]:
     tuned, base = metrics.get("fc_ast_accuracy"), metrics.get("base_fc_ast_accuracy")
     if tuned is None or base is None:
         if min_fc_accuracy > 0 or min_gain > 0:

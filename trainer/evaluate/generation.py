@@ -62,10 +62,11 @@ def long_rows_problem(n_rows: int, max_seq_len: int, context: int | None) -> str
             f"{_fix(max_seq_len, context)}, or add shorter rows to the eval split")
 
 
-def generate(model, tokenizer, rows: list[dict[str, Any]], batch_size: int = 32, desc: str = "generate") -> list[str]:
+def generate(model, tokenizer, rows: list[dict[str, Any]], batch_size: int = 32, desc: str = "generate",
+             budgets: list[int] | None = None) -> list[str]:
     """Greedy completions for each row's prompt (the conversation before its scored turn).
 
-    Each row may generate its expected answer's length plus slack (`_answer_budget`), clamped
+    Each row may generate its expected answer's length plus slack (`_answer_budget`; or `budgets`), clamped
     to what the model's context leaves after its prompt; rows that must be skipped for length
     are skipped by the caller (`fitting_rows`), so every prompt here leaves room for its answer.
     Rows run in order of prompt length, so a batch pads its prompts to similar lengths, and a
@@ -80,7 +81,7 @@ def generate(model, tokenizer, rows: list[dict[str, Any]], batch_size: int = 32,
     prompts = [tokenizer(tokenizer.apply_chat_template(r["messages"][:target_index(r)], tools=r.get("tools") or None,
                                                        add_generation_prompt=True, tokenize=False),
                          add_special_tokens=False)["input_ids"] for r in rows]
-    budgets = [_answer_budget(tokenizer, [r]) for r in rows]
+    budgets = list(budgets) if budgets is not None else [_answer_budget(tokenizer, [r]) for r in rows]
     if context:
         budgets = [min(b, context - len(p)) for b, p in zip(budgets, prompts)]
     too_long = [i for i, b in enumerate(budgets) if b < 1]

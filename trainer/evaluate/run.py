@@ -12,7 +12,8 @@ from trainer import data
 from trainer.chat.parsers import tool_call_parser
 from trainer.chat.turns import expected_call, expected_text, last_user_request
 from trainer.errors import UserError
-from trainer.evaluate import generation
+from trainer.data import bfcl as bfcl_data
+from trainer.evaluate import bfcl, generation
 from trainer.evaluate import losses as losses_mod
 from trainer.evaluate import served as served_mod
 from trainer.evaluate.generation import _fix, _too_long, context_length, fitting_rows, long_rows_problem
@@ -86,30 +87,39 @@ def logged_metrics(result: dict[str, Any]) -> dict[str, float]:
         out["fc_accuracy_gain"] = result["tuned"]["fc_accuracy"] - result["base"]["fc_accuracy"]
     if "fc_ast_accuracy" in result["tuned"] and "fc_ast_accuracy" in result["base"]:
         out["fc_ast_accuracy_gain"] = result["tuned"]["fc_ast_accuracy"] - result["base"]["fc_ast_accuracy"]
-    out.update({k: float(result[src]) for k, src in (("eval_rows", "rows"), ("fc_rows", "fc_rows"),
-                                                     ("text_rows", "text_rows"),
-                                                     ("skipped_long_rows", "skipped_long_rows"))})
+    if "heldout" in result.get("suites", ("heldout",)):
+        out.update({k: float(result[src]) for k, src in (("eval_rows", "rows"), ("fc_rows", "fc_rows"),
+                                                         ("text_rows", "text_rows"),
+                                                         ("skipped_long_rows", "skipped_long_rows"))})
+    if "bfcl" in result:  # as the held-out ones: base_ and tuned_, the tuned model's also plain, and the counts
+        suite = result["bfcl"]
+        out.update({f"{name}_{k}": float(v) for name in ("base", "tuned") for k, v in suite[name].items()})
+        out.update({k: float(v) for k, v in suite["tuned"].items()})
+        out.update({k: float(v) for k, v in suite["counts"].items()})
+        if (number := bfcl_data.version_number(suite["version"])) is not None:
+            out["bfcl_version"] = number  # 2026.3.23 -> 20260323: Compare runs shows which data scored them
     return out
 
 
-def _prepared(model_dir: Path, eval_path: Path, max_rows: int, max_seq_len: int, engine: str) -> dict[str, Any]:
+def _prepared(model_dir: Path, eval_path: Path | None, max_rows: int, max_seq_len: int, engine: str) -> dict[str, Any]:
     """What scoring any model on the eval split starts from: the rows scored (the first `max_rows`
-    that fit `max_seq_len`), their encodings, the warnings (printed), the engine chosen."""
+    that fit `max_seq_len`), their encodings, the warnings (printed), the engine chosen. `eval_path`
+    None: the held-out suite is not scored (no rows)."""
     from transformers import AutoConfig, AutoTokenizer
 
-    split = data.read_jsonl(eval_path)
+    split = data.read_jsonl(eval_path) if eval_path is not None else []
     rows = split[:max_rows]
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     context = context_length(AutoConfig.from_pretrained(model_dir))
-    kept, examples = fitting_rows(rows, tokenizer, max_seq_len, context)
-    if not kept:
+    kept, examples = fitting_rows(rows, tokenizer, max_seq_len, context) if rows else ([], [])
+    if rows and not kept:
         raise UserError(long_rows_problem(len(rows), max_seq_len, context))
     scored = [rows[i] for i in kept]
-    warnings = warnings_for(scored, len(rows) - len(scored), max_seq_len, context, len(split))
+    warnings = warnings_for(scored, len(rows) - len(scored), max_seq_len, context, len(split)) if rows else []
     for w in warnings:
         print(f"WARNING: {w}", flush=True)
     engine = served_mod.choose_engine(engine, model_dir)
-    print(f"evaluating {len(scored)} rows with {'the vLLM server' if engine == 'vllm' else 'HF generate'} "
+    print(f"evaluating {len(scored)} held-out rows with {'the vLLM server' if engine == 'vllm' else 'HF generate'} "
           f"(eval_engine={engine})", flush=True)
     return {"rows": rows, "scored": scored, "examples": examples, "tokenizer": tokenizer, "context": context,
             "warnings": warnings, "engine": engine}
@@ -122,21 +132,43 @@ def _scored_key(prep: dict[str, Any], max_seq_len: int) -> dict[str, Any]:
     return {"rows_sha256": digest, "rows": len(prep["scored"]), "max_seq_len": max_seq_len, "engine": prep["engine"]}
 
 
+def _generated_suite(model, tokenizer, asked: list[dict[str, Any]], prompts: list[int], context: int | None,
+                     desc: str) -> list[dict[str, Any] | None]:
+    """HF generate's answers to a suite's rows (bfcl.budgets new tokens each), read with the serving parser;
+    None for a row whose prompt leaves no room in the context."""
+    budgets = bfcl.budgets(prompts, context)
+    keep = [i for i, b in enumerate(budgets) if b >= 1]
+    parser = tool_call_parser(tokenizer.chat_template, list(tokenizer.get_added_vocab()))
+    texts = generation.generate(model, tokenizer, [asked[i] for i in keep], desc=desc,
+                                budgets=[budgets[i] for i in keep])
+    out: list[dict[str, Any] | None] = [None] * len(asked)
+    for i, p in zip(keep, parsed_outputs(texts, parser)):
+        out[i] = p
+    return out
+
+
 def _score_models(model_dir: Path, tuned_dir: Path | None, prep: dict[str, Any], max_seq_len: int,
-                  names: tuple[str, ...]) -> tuple[dict[str, dict[str, float]], dict[str, list[dict[str, Any]]]]:
-    """Metrics and per-row predictions of `names` (base: `model_dir`; tuned: `tuned_dir` on it)."""
+                  names: tuple[str, ...], suite: tuple[list[dict[str, Any]], list[int]] | None = None
+                  ) -> tuple[dict[str, dict[str, float]], dict[str, list[dict[str, Any]]],
+                             dict[str, list[dict[str, Any] | None]]]:
+    """Metrics and per-row predictions of `names` (base: `model_dir`; tuned: `tuned_dir` on it) on the
+    held-out rows, and their answers to `suite` (BFCL's rows and prompt lengths: trainer.evaluate.bfcl)."""
     scored, examples, tokenizer = prep["scored"], prep["examples"], prep["tokenizer"]
     served = served_mod.served_predictions(model_dir, tuned_dir, scored, examples, tokenizer, max_seq_len,
-                                           prep["context"], names=names) if prep["engine"] == "vllm" else {}
-    results, outputs = {}, {}
+                                           prep["context"], names=names, suite=suite) if prep["engine"] == "vllm" else {}
+    results, outputs, suite_outputs = {}, {}, {}
     for name in names:
         # Served: answers and losses came from the server, no weights load here.
         model = None if name in served else generation.load(model_dir, tuned_dir if name == "tuned" else None)
-        results[name], outputs[name] = score(model, tokenizer, scored, examples, desc=f"evaluate {name}",
-                                             predictions=served.get(name, {}).get("predictions"),
-                                             losses=served.get(name, {}).get("losses"))
+        if scored:
+            results[name], outputs[name] = score(model, tokenizer, scored, examples, desc=f"evaluate {name}",
+                                                 predictions=served.get(name, {}).get("predictions"),
+                                                 losses=served.get(name, {}).get("losses"))
+        if suite is not None:
+            suite_outputs[name] = (served[name]["suite"] if name in served else
+                                   _generated_suite(model, tokenizer, *suite, prep["context"], f"BFCL {name}"))
         del model
-    return results, outputs
+    return results, outputs, suite_outputs
 
 
 def score_base(model_dir: Path, eval_path: Path, max_rows: int = 200, max_seq_len: int = 512,
@@ -145,14 +177,20 @@ def score_base(model_dir: Path, eval_path: Path, max_rows: int = 200, max_seq_le
     `base`: a sweep scores its base once for all its trials instead of once in each. Returns
     {"key": what they are valid for (`_scored_key`), "metrics", "predictions" (per row)}: JSON."""
     prep = _prepared(model_dir, eval_path, max_rows, max_seq_len, engine)
-    results, outputs = _score_models(model_dir, None, prep, max_seq_len, ("base",))
+    results, outputs, _ = _score_models(model_dir, None, prep, max_seq_len, ("base",))
     return {"key": _scored_key(prep, max_seq_len), "metrics": results["base"], "predictions": outputs["base"]}
 
 
 def evaluate(model_dir: Path, tuned_dir: Path, eval_path: Path, max_rows: int = 200,
              max_seq_len: int = 512, n_examples: int = 5, engine: str = "auto",
-             base: dict[str, Any] | None = None) -> dict[str, Any]:
+             base: dict[str, Any] | None = None, suites: tuple[str, ...] = ("heldout",),
+             bfcl_dir: Path | None = None, bfcl_rows: int = 10, seed: int = 0) -> dict[str, Any]:
     """Metrics for base and tuned, plus a few side-by-side examples for the report.
+
+    `suites` (trainer.data.bfcl.SUITES): heldout scores the eval split (below); bfcl asks `bfcl_rows`
+    rows per BFCL category from `bfcl_dir` (drawn with `seed`) on the same servers or loaded weights
+    and scores them by BFCL's rules (trainer.evaluate.bfcl): the result's "bfcl" holds both models'
+    metrics, the counts, the failures and BFCL's version. Without heldout, base/tuned are empty.
 
     Returns {"base": metrics, "tuned": metrics, "rows", "fc_rows", "text_rows",
     "skipped_long_rows", "warnings", "examples", "categories", "failures" (a few wrong rows per
@@ -169,7 +207,8 @@ def evaluate(model_dir: Path, tuned_dir: Path, eval_path: Path, max_rows: int = 
     Raises:
         UserError: every row is too long, found before any model loads.
     """
-    prep = _prepared(model_dir, eval_path, max_rows, max_seq_len, engine)
+    heldout = "heldout" in suites
+    prep = _prepared(model_dir, eval_path if heldout else None, max_rows, max_seq_len, engine)
     scored = prep["scored"]
     key = _scored_key(prep, max_seq_len)
     if base is not None and base.get("key") != key:
@@ -179,13 +218,31 @@ def evaluate(model_dir: Path, tuned_dir: Path, eval_path: Path, max_rows: int = 
         print(f"WARNING: the base scores given are not of these rows and settings "
               f"({', '.join(differ) or 'other rows'}): scoring the base model here", flush=True)
         base = None
-    results, outputs = _score_models(model_dir, tuned_dir, prep, max_seq_len,
-                                     ("tuned",) if base is not None else ("base", "tuned"))
-    if base is not None:
+    suite = None
+    if "bfcl" in suites:
+        asked = bfcl.rows(bfcl_dir, bfcl_rows, seed)
+        suite = (asked, bfcl.prompt_lengths(prep["tokenizer"], asked))
+    names = ("tuned",) if base is not None and heldout and suite is None else ("base", "tuned")
+    results, outputs, suite_outputs = _score_models(model_dir, tuned_dir, prep, max_seq_len, names, suite)
+    if base is not None and "base" not in names:
         results["base"], outputs["base"] = base["metrics"], base["predictions"]
     examples = [{"prompt": last_user_request(r), "expected": expected_call(r) or expected_text(r),
                  "base": outputs["base"][i]["raw"], "tuned": outputs["tuned"][i]["raw"]}
                 for i, r in enumerate(scored[:n_examples])]
-    return {"base": results["base"], "tuned": results["tuned"], "rows": len(scored), **row_counts(scored),
-            "categories": category_rows(scored), "failures": failures(scored, outputs), "engine": prep["engine"],
-            "skipped_long_rows": len(prep["rows"]) - len(scored), "warnings": prep["warnings"], "examples": examples}
+    result = {"base": results.get("base", {}), "tuned": results.get("tuned", {}), "rows": len(scored),
+              **row_counts(scored), "categories": category_rows(scored),
+              "failures": failures(scored, outputs) if scored else {}, "engine": prep["engine"],
+              "skipped_long_rows": len(prep["rows"]) - len(scored), "warnings": prep["warnings"],
+              "examples": examples, "suites": list(suites)}
+    if suite is not None:
+        asked, prompts = suite
+        too_long = [b < 1 for b in bfcl.budgets(prompts, prep["context"])]
+        result["bfcl"] = {"version": bfcl_data.version(bfcl_dir), "rows_per_category": bfcl_rows, "seed": seed,
+                          "base": bfcl.score(asked, suite_outputs["base"]),
+                          "tuned": bfcl.score(asked, suite_outputs["tuned"]),
+                          "counts": bfcl.counts(asked, too_long), "failures": bfcl.failures(asked, suite_outputs)}
+        if any(too_long):
+            result["warnings"].append(f"{sum(too_long)} BFCL rows have prompts longer than the model's context "
+                                      f"({prep['context']} tokens) leaves room to answer in: counted as wrong "
+                                      "(bfcl_<category>_too_long); use a model with a longer context")
+    return result

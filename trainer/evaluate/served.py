@@ -12,7 +12,7 @@ from typing import Any
 from trainer.chat.calls import arguments_or_raw
 from trainer.chat.messages import openai_messages
 from trainer.chat.turns import target_index
-from trainer.evaluate import generation, losses
+from trainer.evaluate import bfcl, generation, losses
 from trainer.serving import client, local
 
 
@@ -115,18 +115,26 @@ def ask(url: str, model: str, rows: list[dict[str, Any]], budgets: list[int], de
 
 def served_predictions(model_dir: Path, tuned_dir: Path | None, rows: list[dict[str, Any]],
                        examples: list[dict[str, list[int]]], tokenizer, max_seq_len: int,
-                       context: int | None = None, names: tuple[str, ...] = ("base", "tuned")
-                       ) -> dict[str, dict[str, list]]:
+                       context: int | None = None, names: tuple[str, ...] = ("base", "tuned"),
+                       suite: tuple[list[dict[str, Any]], list[int]] | None = None) -> dict[str, dict[str, list]]:
     """The answers of `names` (base, tuned) through vLLM's OpenAI server, started as deploy starts
     it (the same argument builder, the delivered chat template, the tool-call parser read off it),
     on the servers of `server_plans`; a server that would answer for none of `names` is not
     started (tuned_dir None: the base alone). Every server is stopped before this returns.
 
     Returns {"base"/"tuned": {"predictions": per row, "losses": `served_nll` per example}}: the
-    losses of `examples` (the rows' encodings) from the same server, so no model is loaded here."""
+    losses of `examples` (the rows' encodings) from the same server, so no model is loaded here.
+    `suite`: more rows (BFCL's, trainer.evaluate.bfcl) with their prompt lengths, asked on the same
+    servers with bfcl.ANSWER_TOKENS each where the context leaves room ({"suite": answers, None for a
+    row not asked}); the server's context then fits their longest prompt and answer too."""
     budgets = [generation._answer_budget(tokenizer, [r]) for r in rows]
     # the KV cache for the longest prompt plus its answer (a row fits max_seq_len), within the context
-    max_model_len = min(max_seq_len + max(budgets), context) if context else max_seq_len + max(budgets)
+    max_model_len = max_seq_len + max(budgets, default=0)
+    suite_rows, suite_budgets = suite if suite is not None else ([], [])
+    if suite_rows:
+        suite_budgets = bfcl.budgets(suite_budgets, context)
+        max_model_len = max(max_model_len, max((p + b for p, b in zip(suite[1], suite_budgets) if b >= 1), default=0))
+    max_model_len = min(max_model_len, context) if context else max_model_len
     prompts = [len(tokenizer.apply_chat_template(r["messages"][:target_index(r)], tools=r.get("tools") or None,
                                                  add_generation_prompt=True, tokenize=True, return_dict=True)
                    ["input_ids"]) for r in rows]
@@ -146,14 +154,24 @@ def served_predictions(model_dir: Path, tuned_dir: Path | None, rows: list[dict[
             try:
                 client.wait_ready(server.url, server, timeout=900)
                 for name in (n for n in serves if n in names):
-                    answers[name] = {"predictions": ask(server.url, name, rows, budgets, desc=f"evaluate {name} (vLLM)"),
+                    if suite_rows:
+                        asked = [i for i, b in enumerate(suite_budgets) if b >= 1]
+                        got = ask(server.url, name, [suite_rows[i] for i in asked], [suite_budgets[i] for i in asked],
+                                  desc=f"BFCL {name} (vLLM)")
+                        answers.setdefault(name, {})["suite"] = [None] * len(suite_rows)
+                        for i, g in zip(asked, got):
+                            answers[name]["suite"][i] = g
+                    if not rows:
+                        continue
+                    answers.setdefault(name, {}).update(
+                        {"predictions": ask(server.url, name, rows, budgets, desc=f"evaluate {name} (vLLM)"),
                                      # Beside an adapter on the CPU build, one at a time: its
                                      # LoRA logits path (punica_cpu) sizes a batch by requests,
                                      # not tokens (server_plans); the GPU's maps tokens.
                                      "losses": losses.served_losses(server.url, name, examples,
                                                              desc=f"eval loss {name} (vLLM)",
                                                              concurrency=1 if loras and vllm_cpu_build()
-                                                             else losses.CONCURRENCY)}
+                                                             else losses.CONCURRENCY)})
             finally:
                 server.stop()
     return answers

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from trainer import builtin_data, builtin_model, data, delivery, model_tree, parity, sources, templates
-from trainer.data import quiet_conversions
+from trainer.data import bfcl, quiet_conversions
 from trainer.evaluate import ENGINES, row_counts
 from trainer.registry import reach_problem
 from trainer.batching import check_rows
@@ -118,6 +119,7 @@ def _dataset_problems(src: sources.Source, params: dict[str, Any], found: list[s
                                            _scored(params))
             if gate:
                 problems += _gate_rows_problems(params, splits["eval"], "min_fc_accuracy", "min_gain")
+            problems += _bfcl_contamination_problems(params, splits["train"])
             try:  # the trainer's own rule, now instead of after delivery
                 check_rows(len(splits["train"]), params["batch_size"], params["nodes"] * params["procs_per_node"],
                            params["batch_tokens"])
@@ -156,6 +158,7 @@ def _settings_problems(params: dict[str, Any], context: int | None) -> list[str]
         problems.append(f"max_restarts must be >= 0, got {params['max_restarts']}")
     if params["eval_max_rows"] < 1:
         problems.append(f"eval_max_rows must be >= 1, got {params['eval_max_rows']}")
+    problems += _suite_problems(params)
     if params["serve_gpus"] < 0:
         problems.append(f"serve_gpus must be >= 0 (0 serves on CPU), got {params['serve_gpus']}")
     problems += served_name_problems(params["served_model_name"])
@@ -180,6 +183,51 @@ def _settings_problems(params: dict[str, Any], context: int | None) -> list[str]
         problems.append("training_runtime is empty, but launcher=trainjob needs the (Cluster)TrainingRuntime its "
                         "TrainJob runs on: e.g. training_runtime=torch-distributed")
     return problems
+
+
+def _suite_problems(params: dict[str, Any]) -> list[str]:
+    """eval_suites, bfcl_rows, bfcl_source and max_category_drop (finetune only: absent from the sweep's)."""
+    if "eval_suites" not in params:
+        return []
+    problems: list[str] = []
+    try:
+        suites = bfcl.parse_suites(params["eval_suites"])
+    except UserError as err:
+        problems.append(str(err))
+        suites = ()
+    if params.get("bfcl_rows", 0) < 0:
+        problems.append(f"bfcl_rows must be >= 0 (rows per BFCL category; 0 for all), got {params['bfcl_rows']}")
+    if "bfcl" in suites and (problem := bfcl.source_problem(params.get("bfcl_source", ""))):
+        problems.append(problem)
+    elif "bfcl" not in suites and suites and (params.get("bfcl_source") or "").strip():
+        problems.append(f"bfcl_source is set but eval_suites={params['eval_suites']!r} does not score bfcl: add it "
+                        "(eval_suites=heldout,bfcl), or leave bfcl_source empty")
+    drop = params.get("max_category_drop", 100.0)
+    if not 0 <= drop <= 100:
+        problems.append(f"max_category_drop={drop:g} is in points of accuracy, from 0 (no category may fall) to 100 "
+                        "(off), e.g. 10")
+    return problems
+
+
+def _bfcl_contamination_problems(params: dict[str, Any], train_rows: list[dict[str, Any]]) -> list[str]:
+    """A local dataset's training rows against BFCL's questions now, before anything is delivered, where BFCL's
+    data is at hand: a local bfcl_source, or the pinned wheel (one `pip download`, ~2 MB). An s3:// source is
+    checked by the deliver-bfcl step, still before training."""
+    source = (params.get("bfcl_source") or "").strip()
+    try:
+        suites = bfcl.parse_suites(params.get("eval_suites", "heldout"))
+    except UserError:  # _suite_problems says so
+        return []
+    if "bfcl" not in suites or source.startswith("s3://") or bfcl.source_problem(source):
+        return []
+    try:
+        with tempfile.TemporaryDirectory(prefix="bfcl-check-") as tmp:
+            tree = (bfcl.extract(Path(source.removeprefix("file://")).expanduser(), Path(tmp) / "tree") if source
+                    else bfcl.fetched(Path(tmp) / "tree"))
+            problem = bfcl.contamination(train_rows, tree)
+    except UserError as err:
+        return [str(err)]
+    return [f"dataset_source {params['dataset_source'].strip()!r}: {problem}"] if problem else []
 
 
 def _serving_problems(params: dict[str, Any]) -> list[str]:

@@ -1,0 +1,294 @@
+"""The Berkeley Function Calling Leaderboard's data (BFCL v4), read from its PyPI wheel.
+
+BFCL's questions, function documents and possible answers ship in the wheel `bfcl-eval` (Apache-2.0)
+under `bfcl_eval/data/`. Its package dependencies are every vendor SDK and a numpy pin, so it is never a
+dependency of this project: `fetch` runs `pip download --no-deps` of the pinned version (into a folder the
+caller owns), and `extract` copies the files of the single-turn categories below, plus a VERSION file, into
+a tree that delivery uploads content-addressed like any dataset (trainer.delivery.deliver_bfcl).
+
+A BFCL row read here (`read`) is a chat row the evaluation asks as BFCL asks an OpenAI-style FC model
+(model_handler/utils.py `convert_to_tool`): its functions as OpenAI tools, Gorilla's types mapped to JSON
+schema (`dict` -> object, `float` -> number, `tuple` -> array, `any` -> string, ...), `.` in names written
+as `_`; its first turn's messages as given. The original function documents and BFCL's possible answers
+travel with it for the checker (trainer.evaluate.bfcl).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from trainer.errors import UserError
+
+VERSION = "2026.3.23"
+PACKAGE = f"bfcl-eval=={VERSION}"
+FETCH_TIMEOUT_S = 300
+
+# The single-turn categories (multi-turn later); BFCL's own names. Irrelevance rows have no answer file:
+# right means no call.
+NON_LIVE_AST = ("simple_python", "multiple", "parallel", "parallel_multiple")
+LIVE_AST = ("live_simple", "live_multiple", "live_parallel", "live_parallel_multiple")
+IRRELEVANCE = ("irrelevance", "live_irrelevance")
+CATEGORIES = NON_LIVE_AST + ("irrelevance",) + LIVE_AST + ("live_irrelevance",)
+
+_DATA = "bfcl_eval/data"
+VERSION_FILE = "VERSION"
+
+# constants/type_mappings.py GORILLA_TO_OPENAPI (the names BFCL's function documents use)
+GORILLA_TO_OPENAPI = {
+    "integer": "integer", "number": "number", "float": "number", "string": "string", "boolean": "boolean",
+    "bool": "boolean", "array": "array", "list": "array", "dict": "object", "object": "object", "tuple": "array",
+    "any": "string", "byte": "integer", "short": "integer", "long": "integer", "double": "number",
+    "char": "string", "ArrayList": "array", "Array": "array", "HashMap": "object", "Hashtable": "object",
+    "Queue": "array", "Stack": "array", "Any": "string", "String": "string", "Bigint": "integer",
+}
+
+
+def data_file(category: str) -> str:
+    return f"BFCL_v4_{category}.json"
+
+
+def fetch(dest: Path) -> Path:
+    """`pip download --no-deps bfcl-eval==VERSION -d dest` (the index pip is configured with); the wheel."""
+    dest.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q",
+           "--only-binary=:all:", PACKAGE, "-d", str(dest)]
+    fix = (f"where pods reach no package index, download it once (`pip download --no-deps {PACKAGE}`) and pass "
+           "the wheel, its unpacked bfcl_eval/data folder, or its s3:// upload as bfcl_source")
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=FETCH_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise UserError(f"cannot fetch {PACKAGE}: `pip download` ran past {FETCH_TIMEOUT_S} s; {fix}") from None
+    wheels = sorted(dest.glob("bfcl_eval-*.whl"))
+    if proc.returncode != 0 or len(wheels) != 1:
+        tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-1:]
+        raise UserError(f"cannot fetch {PACKAGE} from the package index (pip exited {proc.returncode}"
+                        f"{': ' + tail[0] if tail else ''}); {fix}")
+    return wheels[0]
+
+
+def _version_of_wheel(name: str) -> str:
+    got = re.match(r"bfcl_eval-([^-]+)-", name)
+    return got[1] if got else "unknown"
+
+
+def _listed(missing: list[str]) -> str:
+    return ", ".join(missing[:4]) + (f" and {len(missing) - 4} more of its files" if len(missing) > 4 else "")
+
+
+def extract(source: Path, dest: Path) -> Path:
+    """The tree the evaluation reads, from a bfcl-eval wheel or a folder (its `bfcl_eval/data` folder, or
+    a tree made here before): `BFCL_v4_<category>.json` and `possible_answer/` for every category in
+    CATEGORIES, and VERSION. Every missing file is named at once."""
+    dest.mkdir(parents=True, exist_ok=True)
+    wanted = [data_file(c) for c in CATEGORIES] + [f"possible_answer/{data_file(c)}" for c in CATEGORIES
+                                                   if c not in IRRELEVANCE]
+    if source.is_file():
+        if source.suffix != ".whl":
+            raise UserError(f"bfcl_source {source}: expected a bfcl-eval wheel (.whl) or a folder of BFCL's data")
+        try:
+            with zipfile.ZipFile(source) as whl:
+                names = set(whl.namelist())
+                missing = [w for w in wanted if f"{_DATA}/{w}" not in names]
+                if missing:
+                    raise UserError(f"bfcl_source {source}: the wheel lacks {_listed(missing)}: use {PACKAGE}")
+                for w in wanted:
+                    (dest / w).parent.mkdir(parents=True, exist_ok=True)
+                    (dest / w).write_bytes(whl.read(f"{_DATA}/{w}"))
+        except zipfile.BadZipFile:
+            raise UserError(f"bfcl_source {source}: not a wheel (not a zip file); use {PACKAGE}'s wheel") from None
+        (dest / VERSION_FILE).write_text(_version_of_wheel(source.name) + "\n")
+        return dest
+    if not source.is_dir():
+        raise UserError(f"bfcl_source {source}: no such file or folder")
+    root = source / _DATA if (source / _DATA).is_dir() else source
+    missing = [w for w in wanted if not (root / w).is_file()]
+    if missing:
+        raise UserError(f"bfcl_source {source}: lacks {_listed(missing)}: give the bfcl_eval/data folder of {PACKAGE} "
+                        "(or the wheel itself)")
+    for w in wanted:
+        (dest / w).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(root / w, dest / w)
+    version = (root / VERSION_FILE).read_text().strip() if (root / VERSION_FILE).is_file() else "unknown (a folder)"
+    (dest / VERSION_FILE).write_text(version + "\n")
+    return dest
+
+
+def fetched(dest: Path) -> Path:
+    """The pinned wheel from the package index, extracted into `dest`."""
+    with tempfile.TemporaryDirectory(prefix="bfcl-wheel-") as tmp:
+        return extract(fetch(Path(tmp)), dest)
+
+
+def version(tree: Path) -> str:
+    path = Path(tree) / VERSION_FILE
+    return path.read_text().strip() if path.is_file() else "unknown"
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise UserError(f"{path.name} line {n}: not JSON ({err.msg}); re-deliver BFCL's data") from None
+    return rows
+
+
+def _cast(properties: dict[str, Any]) -> dict[str, Any]:
+    """BFCL's `_cast_to_openai_type`: Gorilla types to JSON schema, nested properties and items too."""
+    for value in properties.values():
+        kind = value.get("type")
+        if kind is None:
+            value["type"] = "string"
+        else:
+            if kind == "float":
+                value["format"] = "float"
+                value["description"] = value.get("description", "") + " This is a float type value."
+            value["type"] = GORILLA_TO_OPENAPI.get(kind, "string")
+        if value["type"] in ("array", "object"):
+            if "properties" in value:
+                value["properties"] = _cast(value["properties"])
+            elif "items" in value:
+                items = value["items"]
+                items["type"] = GORILLA_TO_OPENAPI.get(items.get("type"), "string")
+                if items["type"] == "array" and "items" in items:
+                    items["items"]["type"] = GORILLA_TO_OPENAPI.get(items["items"].get("type"), "string")
+                elif items["type"] == "object" and "properties" in items:
+                    items["properties"] = _cast(items["properties"])
+    return properties
+
+
+def served_name(name: str) -> str:
+    """A function's name as BFCL gives it to OpenAI-style models: `.` written as `_`."""
+    return name.replace(".", "_")
+
+
+def to_tools(functions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """BFCL's function documents as OpenAI tools (`convert_to_tool` for OpenAI-style models)."""
+    tools = []
+    for fn in copy.deepcopy(functions):
+        fn["name"] = served_name(fn["name"])
+        params = fn.setdefault("parameters", {})
+        params["type"] = "object"
+        params["properties"] = _cast(params.get("properties") or {})
+        tools.append({"type": "function", "function": fn})
+    return tools
+
+
+def read(tree: Path, category: str) -> list[dict[str, Any]]:
+    """Every row of `category`: {"id", "category", "messages", "tools", "functions", "ground_truth"}
+    (ground_truth None for irrelevance: right is no call)."""
+    if category not in CATEGORIES:
+        raise UserError(f"unknown BFCL category {category!r}: one of {', '.join(CATEGORIES)}")
+    questions = _jsonl(Path(tree) / data_file(category))
+    answers = {} if category in IRRELEVANCE else {
+        r["id"]: r["ground_truth"] for r in _jsonl(Path(tree) / "possible_answer" / data_file(category))}
+    rows = []
+    for q in questions:
+        if category not in IRRELEVANCE and q["id"] not in answers:
+            raise UserError(f"BFCL row {q['id']} has no possible answer; re-deliver BFCL's data")
+        rows.append({"id": q["id"], "category": category, "messages": list(q["question"][0]),
+                     "tools": to_tools(q["function"]), "functions": q["function"],
+                     "ground_truth": answers.get(q["id"])})
+    return rows
+
+
+def sample(rows: list[dict[str, Any]], n: int, seed: int) -> list[dict[str, Any]]:
+    """`n` rows drawn with `seed` (the same rows in every run with the same seed), in the file's order; 0: all."""
+    if n <= 0 or n >= len(rows):
+        return list(rows)
+    keep = set(random.Random(f"bfcl-{seed}").sample(range(len(rows)), n))
+    return [r for i, r in enumerate(rows) if i in keep]
+
+
+def normalized(text: str) -> str:
+    """A question as the contamination check compares it: case and white space ignored."""
+    return " ".join(str(text).lower().split())
+
+
+def questions(tree: Path) -> dict[str, str]:
+    """Every user message of every category (normalised) -> the category it is from."""
+    out: dict[str, str] = {}
+    for category in CATEGORIES:
+        for q in _jsonl(Path(tree) / data_file(category)):
+            for turn in q["question"]:
+                for m in turn:
+                    if m.get("role") == "user" and isinstance(m.get("content"), str) and m["content"].strip():
+                        out.setdefault(normalized(m["content"]), category)
+    return out
+
+
+def contamination(train_rows: list[dict[str, Any]], tree: Path) -> str | None:
+    """None, or the problem: training rows whose user message is a BFCL question (after case and white
+    space normalisation), with the rows (1-based) and the categories they are from."""
+    asked = questions(tree)
+    hits: list[tuple[int, str]] = []
+    for n, row in enumerate(train_rows, 1):
+        for m in row.get("messages") or []:
+            if isinstance(m, dict) and m.get("role") == "user" and isinstance(m.get("content"), str):
+                if (cat := asked.get(normalized(m["content"]))) is not None:
+                    hits.append((n, cat))
+                    break
+    if not hits:
+        return None
+    cats = sorted({c for _, c in hits})
+    shown = ", ".join(str(n) for n, _ in hits[:10]) + (" and more" if len(hits) > 10 else "")
+    return (f"{len(hits)} training rows ask BFCL {version(tree)} questions (rows {shown}; categories "
+            f"{', '.join(cats)}): a score on BFCL after training on its test rows measures nothing. Remove those "
+            "rows from the dataset, or drop bfcl from eval_suites")
+
+
+SUITES = ("heldout", "bfcl")
+
+
+def parse_suites(value: str) -> tuple[str, ...]:
+    """`eval_suites` ("heldout", "bfcl", "heldout,bfcl") as a tuple in SUITES' order, or one UserError."""
+    names = [v.strip().lower() for v in str(value or "").split(",") if v.strip()]
+    unknown = [n for n in names if n not in SUITES]
+    if unknown or not names:
+        raise UserError(f"eval_suites={value!r}: {'unknown ' + ', '.join(map(repr, unknown)) if unknown else 'empty'}; "
+                        "give heldout, bfcl or heldout,bfcl (comma-separated)")
+    return tuple(s for s in SUITES if s in names)
+
+
+def source_problem(source: str) -> str | None:
+    """What is wrong with `bfcl_source` from its value alone (a local path must exist), or None."""
+    source = (source or "").strip()
+    if not source or source.startswith("s3://"):
+        return None if not source or re.fullmatch(r"s3://[a-z0-9.-]{3,63}/\S+", source) else (
+            f"bfcl_source {source!r}: expected s3://bucket/key")
+    path = Path(source.removeprefix("file://")).expanduser()
+    if not path.exists():
+        return (f"bfcl_source {source}: no such file or folder; give {PACKAGE}'s wheel or its bfcl_eval/data folder, "
+                "or leave it empty to fetch the wheel from the package index")
+    if path.is_file() and path.suffix != ".whl":
+        return f"bfcl_source {source}: expected a bfcl-eval wheel (.whl) or a folder of BFCL's data"
+    return None
+
+
+# The leaderboard's published scores (BFCL v4, FC mode, non-live; percent) that a report sets beside ours:
+# {model: {"non_live_ast": overall, category: score}}. Where only the overall was published, only it.
+ANCHORS = {
+    "Qwen3-0.6B": {"non_live_ast": 68.6, "simple_python": 84.8, "multiple": 82.0, "parallel": 69.0,
+                   "parallel_multiple": 59.0, "irrelevance": 84.2},
+    "Hammer2.1-0.5b": {"non_live_ast": 68.6},
+    "xLAM-2-1b-fc-r": {"non_live_ast": 76.6},
+    "Llama-3.2-1B-Instruct": {"non_live_ast": 37.9},
+}
+
+
+def version_number(text: str) -> float | None:
+    """A version as a number KFP can log and compare (metrics are numbers): 2026.3.23 -> 20260323."""
+    got = re.fullmatch(r"(\d{4})\.(\d{1,2})\.(\d{1,2})", text.strip())
+    return float(int(got[1]) * 10_000 + int(got[2]) * 100 + int(got[3])) if got else None

@@ -1,0 +1,104 @@
+"""BFCL as an evaluation suite: the rows asked (a seeded sample per category of trainer.data.bfcl's), how
+many new tokens each may take, and the scores by BFCL's rules (trainer.evaluate.bfcl_check) per category,
+with BFCL's own aggregates.
+
+Rows are asked as BFCL asks an OpenAI-style FC model, through the same engine as the held-out rows
+(trainer.evaluate.served: the served endpoint, its chat template and tool parser; or HF generate, read with
+that parser), greedy. A row whose prompt leaves no room to answer in the served context is not asked: it
+counts as wrong in its category and is reported (`bfcl_<category>_too_long`), never dropped from the
+denominator.
+
+Metrics of one model: `bfcl_<category>_accuracy` for every category sampled; `bfcl_non_live_ast_accuracy`
+(BFCL's non-live AST summary: the unweighted mean of simple_python, multiple, parallel and
+parallel_multiple), `bfcl_live_ast_accuracy` (its live AST summary: the live categories' rows pooled), and
+`bfcl_hallucination_accuracy` (irrelevance and live_irrelevance, unweighted, as its hallucination
+measurement); each aggregate only where every category it averages was measured.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from trainer.data import bfcl as bfcl_data
+from trainer.evaluate import bfcl_check
+
+# New tokens per answer: BFCL's longest expected answers (parallel_multiple: four calls with their
+# arguments) take ~250 tokens as <tool_call> JSON; a model still writing past this is wrong anyway.
+ANSWER_TOKENS = 384
+
+# The placeholder turn a BFCL row is asked before: the evaluation asks for the turn at target_index.
+_ASKED = {"role": "assistant", "content": ""}
+
+
+def rows(tree: Path, per_category: int, seed: int) -> list[dict[str, Any]]:
+    """Every category's rows to ask (`per_category` drawn with `seed`; 0: all), with the turn to answer."""
+    out = []
+    for category in bfcl_data.CATEGORIES:
+        for row in bfcl_data.sample(bfcl_data.read(tree, category), per_category, seed):
+            out.append({**row, "messages": [*row["messages"], dict(_ASKED)]})
+    return out
+
+
+def prompt_lengths(tokenizer, asked: list[dict[str, Any]]) -> list[int]:
+    """Each row's prompt in tokens, as the chat template renders it with its tools."""
+    return [len(tokenizer.apply_chat_template(r["messages"][:-1], tools=r["tools"] or None,
+                                              add_generation_prompt=True, tokenize=True, return_dict=True)
+                ["input_ids"]) for r in asked]
+
+
+def budgets(prompts: list[int], context: int | None) -> list[int]:
+    """New tokens per row: ANSWER_TOKENS, within what the context leaves after the prompt (< 1: not asked)."""
+    return [min(ANSWER_TOKENS, context - p) if context else ANSWER_TOKENS for p in prompts]
+
+
+def _verdict(row: dict[str, Any], prediction: dict[str, Any]) -> tuple[bool, str]:
+    """bfcl_check.check on a prediction as trainer.evaluate reads replies: arguments already decoded once from
+    the wire (or kept as text that did not decode). BFCL decodes once, so text left over (not JSON, or JSON
+    of a string: double-encoded) is no JSON object: passed on encoded, never decoded a second time."""
+    calls = [{**c, "arguments": json.dumps(c["arguments"]) if isinstance(c.get("arguments"), str)
+              else c.get("arguments")} for c in prediction["calls"]]
+    return bfcl_check.check(row, calls, prediction["content"])
+
+
+def score(asked: list[dict[str, Any]], predictions: list[dict[str, Any] | None]) -> dict[str, float]:
+    """One model's metrics from its predictions ({"calls", "content"} per row, None for a row not asked)."""
+    per: dict[str, list[bool]] = {}
+    for row, p in zip(asked, predictions):
+        per.setdefault(row["category"], []).append(p is not None and _verdict(row, p)[0])
+    acc = {c: sum(v) / len(v) for c, v in per.items()}
+    out = {f"bfcl_{c}_accuracy": a for c, a in acc.items()}
+    if all(c in acc for c in bfcl_data.NON_LIVE_AST):
+        out["bfcl_non_live_ast_accuracy"] = sum(acc[c] for c in bfcl_data.NON_LIVE_AST) / len(bfcl_data.NON_LIVE_AST)
+    live = [ok for c in bfcl_data.LIVE_AST if c in per for ok in per[c]]
+    if all(c in per for c in bfcl_data.LIVE_AST):
+        out["bfcl_live_ast_accuracy"] = sum(live) / len(live)
+    if all(c in acc for c in bfcl_data.IRRELEVANCE):
+        out["bfcl_hallucination_accuracy"] = sum(acc[c] for c in bfcl_data.IRRELEVANCE) / len(bfcl_data.IRRELEVANCE)
+    return out
+
+
+def counts(asked: list[dict[str, Any]], too_long: list[bool]) -> dict[str, float]:
+    """Rows per category (the accuracies' denominators) and those too long to ask: the same for both models."""
+    out: dict[str, float] = {}
+    for row, long in zip(asked, too_long):
+        out[f"bfcl_{row['category']}_rows"] = out.get(f"bfcl_{row['category']}_rows", 0) + 1
+        out[f"bfcl_{row['category']}_too_long"] = out.get(f"bfcl_{row['category']}_too_long", 0) + long
+    return out
+
+
+def failures(asked: list[dict[str, Any]], outputs: dict[str, list[dict[str, Any] | None]],
+             per_category: int = 3) -> dict[str, list[dict[str, Any]]]:
+    """A few rows per category the tuned model got wrong, with the checker's reason and both raw answers."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for i, row in enumerate(asked):
+        tuned = outputs["tuned"][i]
+        ok, why = (_verdict(row, tuned) if tuned is not None
+                   else (False, "not asked: the prompt leaves no room to answer in the served context"))
+        shown = out.setdefault(row["category"], [])
+        if not ok and len(shown) < per_category:
+            base = outputs["base"][i]
+            shown.append({"id": row["id"], "prompt": row["messages"][-2].get("content", ""), "why": why,
+                          "base": base["raw"] if base else "", "tuned": tuned["raw"] if tuned else ""})
+    return {c: v for c, v in out.items() if v}
