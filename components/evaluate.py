@@ -26,7 +26,7 @@ def evaluate(
     base_scores: Input[Artifact] = None,
     eval_suites: str = "heldout",
     bfcl: Input[Dataset] = None,
-    bfcl_rows: int = 10,
+    bfcl_rows: int = 25,
     seed: int = 0,
     max_category_drop: float = 10.0,
 ) -> NamedTuple("Outputs", promoted=bool, reason=str):

@@ -46,7 +46,7 @@ def validate_params(
     eval_engine: str = "auto",
     min_fc_accuracy: float = 0.0,
     eval_suites: str = "heldout",
-    bfcl_rows: int = 10,
+    bfcl_rows: int = 25,
     bfcl_source: str = "",
     max_category_drop: float = 10.0,
     deploy_backend: str = "local",

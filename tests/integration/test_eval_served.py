@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from trainer import builtin_data, data
+from trainer.data import bfcl
 from trainer import evaluate as ev
 from tests.unit.test_eval_served import _adapter
 
@@ -27,13 +28,19 @@ def started(monkeypatch):
     return servers
 
 
-def test_the_cpu_build_scores_base_then_the_merged_tuned_model_losses_included(tiny_model_dir, tmp_path, started):
+def test_the_cpu_build_scores_base_then_the_merged_tuned_model_losses_included(tiny_model_dir, tmp_path, started,
+                                                                              bfcl_tree, monkeypatch):
+    """BFCL's rows (one per category) are asked on the same two servers as the held-out rows, none generated here."""
     rows = builtin_data.generate(n_train=0, n_eval=4, seed=6)["eval"]
     data.write_jsonl(rows, tmp_path / "eval.jsonl")
     adapter = _adapter(tiny_model_dir, tmp_path / "adapter", zero=False)
     assert ev.served.vllm_cpu_build()  # this machine's vLLM
+    monkeypatch.setattr(ev.generation, "generate", lambda *a, **kw: pytest.fail("generated here, not served"))
     result = ev.evaluate(tiny_model_dir, adapter, tmp_path / "eval.jsonl", max_rows=4, max_seq_len=512,
-                         engine="vllm")
+                         engine="vllm", suites=("heldout", "bfcl"), bfcl_dir=bfcl_tree, bfcl_rows=1)
+    counts = result["bfcl"]["counts"]
+    assert all(counts[f"bfcl_{c}_rows"] == 1 for c in bfcl.CATEGORIES)
+    assert set(result["bfcl"]["tuned"]) >= {f"bfcl_{c}_accuracy" for c in bfcl.CATEGORIES}
     (base_dir, base_loras, base_server), (tuned_dir, tuned_loras, tuned_server) = started
     assert str(base_dir) == str(tiny_model_dir) and not base_loras and not tuned_loras
     assert Path(tuned_dir).name == "merged" and str(tuned_dir) != str(adapter)  # the merge's output, removed since

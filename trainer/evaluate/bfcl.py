@@ -28,6 +28,11 @@ from trainer.evaluate import bfcl_check
 # arguments) take ~250 tokens as <tool_call> JSON; a model still writing past this is wrong anyway.
 ANSWER_TOKENS = 384
 
+# Requests in flight to the server: vLLM batches the decoding of all of them, and BFCL's answers run long (a base
+# model writes code where a call is wanted). SmolLM2-135M on vLLM's CPU build, 2 cores, 30 rows: 32 in flight
+# answered in 55 s, 8 in 82 s (benchmarks/bfcl_speed.py, 2026-11-27); its KV cache holds what it can and queues the rest.
+IN_FLIGHT = 32
+
 # The placeholder turn a BFCL row is asked before: the evaluation asks for the turn at target_index.
 _ASKED = {"role": "assistant", "content": ""}
 

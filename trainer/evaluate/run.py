@@ -184,7 +184,7 @@ def score_base(model_dir: Path, eval_path: Path, max_rows: int = 200, max_seq_le
 def evaluate(model_dir: Path, tuned_dir: Path, eval_path: Path, max_rows: int = 200,
              max_seq_len: int = 512, n_examples: int = 5, engine: str = "auto",
              base: dict[str, Any] | None = None, suites: tuple[str, ...] = ("heldout",),
-             bfcl_dir: Path | None = None, bfcl_rows: int = 10, seed: int = 0) -> dict[str, Any]:
+             bfcl_dir: Path | None = None, bfcl_rows: int = 25, seed: int = 0) -> dict[str, Any]:
     """Metrics for base and tuned, plus a few side-by-side examples for the report.
 
     `suites` (trainer.data.bfcl.SUITES): heldout scores the eval split (below); bfcl asks `bfcl_rows`

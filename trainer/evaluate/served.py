@@ -102,15 +102,16 @@ def _reply(resp: dict[str, Any]) -> dict[str, Any]:
     return {"calls": calls, "content": content, "raw": raw}
 
 
-def ask(url: str, model: str, rows: list[dict[str, Any]], budgets: list[int], desc: str) -> list[dict[str, Any]]:
+def ask(url: str, model: str, rows: list[dict[str, Any]], budgets: list[int], desc: str,
+        concurrency: int = losses.CONCURRENCY) -> list[dict[str, Any]]:
     """Each row's prompt (the conversation before its scored turn) with its tools through the
-    OpenAI API, losses.CONCURRENCY at a time; the reply as an app reads it."""
+    OpenAI API, `concurrency` at a time; the reply as an app reads it."""
     def one(i: int) -> dict[str, Any]:
         row = rows[i]
         return _reply(client.chat(url, model, openai_messages(row["messages"][:target_index(row)]),
                                   row.get("tools") or None, max_tokens=budgets[i], timeout=600))
 
-    return losses._each(one, list(range(len(rows))), desc)
+    return losses._each(one, list(range(len(rows))), desc, concurrency)
 
 
 def served_predictions(model_dir: Path, tuned_dir: Path | None, rows: list[dict[str, Any]],
@@ -157,7 +158,7 @@ def served_predictions(model_dir: Path, tuned_dir: Path | None, rows: list[dict[
                     if suite_rows:
                         asked = [i for i, b in enumerate(suite_budgets) if b >= 1]
                         got = ask(server.url, name, [suite_rows[i] for i in asked], [suite_budgets[i] for i in asked],
-                                  desc=f"BFCL {name} (vLLM)")
+                                  desc=f"BFCL {name} (vLLM)", concurrency=bfcl.IN_FLIGHT)
                         answers.setdefault(name, {})["suite"] = [None] * len(suite_rows)
                         for i, g in zip(asked, got):
                             answers[name]["suite"][i] = g

@@ -202,9 +202,10 @@ def _group_alive(pgid: int) -> bool:
 
 
 def local_args(model_dir: str | Path, served_model_name: str, *, host: str = "127.0.0.1", port: int = 8000,
-               lora_modules: Mapping[str, str] | None = None, max_model_len: int = 0) -> list[str]:
-    """`vllm_args` as this machine runs them: on CPU float32, eager mode (start-up 34 s instead
-    of 100 s) and a context of at most 2048 tokens (the KV cache is 1 GiB)."""
+               lora_modules: Mapping[str, str] | None = None, max_model_len: int = 0,
+               dtype: str | None = None) -> list[str]:
+    """`vllm_args` as this machine runs them: on CPU float32 (`dtype` overrides), eager mode (start-up
+    34 s instead of 100 s) and a context of at most 2048 tokens (the KV cache is 1 GiB)."""
     lora_modules = dict(lora_modules or {})
     cpu = not _cuda()
     if cpu and not max_model_len:
@@ -212,7 +213,7 @@ def local_args(model_dir: str | Path, served_model_name: str, *, host: str = "12
     rank = max((lora_rank(p) for p in lora_modules.values()), default=0)
     template = Path(model_dir) / TEMPLATE_FILE
     return vllm_args(str(model_dir), served_model_name, host=host, port=port, lora_modules=lora_modules,
-                     max_lora_rank=rank, max_model_len=max_model_len, dtype="float32" if cpu else "auto",
+                     max_lora_rank=rank, max_model_len=max_model_len, dtype=dtype or ("float32" if cpu else "auto"),
                      enforce_eager=cpu, tool_call_parser=model_tool_call_parser(model_dir),
                      chat_template=str(template) if template.is_file() else "")
 
@@ -220,7 +221,7 @@ def local_args(model_dir: str | Path, served_model_name: str, *, host: str = "12
 def start(model_dir: str | Path, served_model_name: str, *, host: str = "127.0.0.1", port: int = 0,
           lora_modules: Mapping[str, str] | None = None, max_model_len: int = 0,
           log_path: Path | None = None, detach: bool = False, problems: Sequence[str] = (),
-          name_flag: str = "served_model_name") -> Server:
+          name_flag: str = "served_model_name", dtype: str | None = None) -> Server:
     """Start vLLM's OpenAI server on `model_dir` in its own process group; returns at once.
 
     `detach` leaves the server running after this process exits (the pipeline's keep_serving);
@@ -246,7 +247,7 @@ def start(model_dir: str | Path, served_model_name: str, *, host: str = "127.0.0
     _check_dirs(Path(model_dir), lora_modules, problems)
     port = port or free_port()
     args = local_args(model_dir, served_model_name, host=host, port=port, lora_modules=lora_modules,
-                      max_model_len=max_model_len)
+                      max_model_len=max_model_len, dtype=dtype)
     if log_path is None:
         log_path = Path(tempfile.mkdtemp(prefix="vllm-")) / "server.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
