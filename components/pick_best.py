@@ -19,9 +19,11 @@ def pick_best(
     select_metric: str = "fc_accuracy",
     min_gain: float = 0.1,
     min_fc_accuracy: float = 0.0,
+    max_category_drop: float = 10.0,
 ) -> NamedTuple("Outputs", deploy=bool, reason=str, best_trial=int):
-    """Rank trials by tuned-vs-base gain in `select_metric` (fc_accuracy up, eval_loss down);
-    `deploy` is true when the best gain is at least `min_gain`."""
+    """Rank trials by tuned-vs-base gain in `select_metric` (fc_accuracy up, eval_loss down), those
+    that lost more than `max_category_drop` points in a category last (trainer.selection.pick);
+    `deploy` is true when the best gain is at least `min_gain` and the best lost no category."""
     from collections import namedtuple
 
     from components.artifacts import log_metrics, read_uri, write_pointer
@@ -31,7 +33,8 @@ def pick_best(
 
     with exit_on_user_error():
         try:
-            picked = pick(trials, [dict(m.metadata) for m in trial_metrics], select_metric, min_gain, min_fc_accuracy)
+            picked = pick(trials, [dict(m.metadata) for m in trial_metrics], select_metric, min_gain, min_fc_accuracy,
+                          max_category_drop)
         except ValueError as err:
             raise UserError(str(err)) from None
     best = picked["best"]

@@ -49,6 +49,7 @@ def build(parallelism: int = 2):
         select_metric: str = S["select_metric"],
         min_gain: float = S["min_gain"],
         min_fc_accuracy: float = S["min_fc_accuracy"],
+        max_category_drop: float = S["max_category_drop"],
         model_source: str = S["model_source"],
         model_revision: str = S["model_revision"],
         chat_template: str = S["chat_template"],
@@ -121,7 +122,8 @@ def build(parallelism: int = 2):
             on_gpus(scores, eval_gpus, eval_accelerator_type, eval_node_selector, eval_tolerations)
         best = restricted(pick_best(trials=trials, trial_metrics=dsl.Collected(scores.outputs["metrics"]),
                                     adapters=dsl.Collected(train.outputs["adapter"]), select_metric=select_metric,
-                                    min_gain=min_gain, min_fc_accuracy=min_fc_accuracy).set_display_name("pick best"))
+                                    min_gain=min_gain, min_fc_accuracy=min_fc_accuracy,
+                                    max_category_drop=max_category_drop).set_display_name("pick best"))
         # KFP 2.17 cannot compile dsl.Collected inside a condition, so this task always runs and
         # returns at once unless deploy_all_trials is set.
         with_s3(deploy_trials(enabled=deploy_all_trials, base_model=model.outputs["model"],

@@ -174,11 +174,14 @@ PARAMS: tuple[Param, ...] = (
                 '--no-deps`; for pods that reach no package index, that wheel or its bfcl_eval/data folder as a path, '
                 'or the wheel uploaded to the run\'s bucket (s3://bucket/uploads/bfcl_eval-....whl), or the s3:// URI a '
                 'run delivered it to. Delivered content-addressed, its version in the metrics\' report.')),
-    Param('max_category_drop', float, 10.0, EVALUATION, FINETUNE,
+    Param('max_category_drop', float, 10.0, EVALUATION, BOTH,
           help=('Promotion gate: the tuned model is not deployed or registered when any category measured on both '
                 'models (held-out fc_<category>_accuracy, BFCL bfcl_<category>_accuracy) falls more than this many '
                 'points below the base model\'s, e.g. irrelevance 100 -> 64 with 10: the message names the category '
-                'and both numbers. 100 turns it off.')),
+                'and both numbers. 100 turns it off.'),
+          sweep_help=('The pick: a trial with a held-out category (fc_<category>_accuracy) more than this many points '
+                      'below the base model\'s is not picked while another passes; where none does, nothing is '
+                      'deployed. 100 turns it off.')),
     Param('deploy_backend', str, 'local', SERVING, BOTH,
           help=('Where the model (in the sweep: the winner) is served: local (run_local only: the project image the deploy step runs has no '
                 'vLLM), kubernetes (a vLLM Deployment and Service), kserve (an InferenceService) or llmisvc (KServe\'s '

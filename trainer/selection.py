@@ -5,6 +5,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from trainer import fc_check
+from trainer.data import bfcl
+
 # metric -> (direction, the Metrics keys written by the evaluate component)
 SELECT = {"fc_accuracy": "higher", "eval_loss": "lower"}
 
@@ -16,9 +19,24 @@ def meets(value: float, floor: float) -> bool:
     return value >= floor - 1e-9
 
 
+def category_drops(metrics: dict[str, float], max_drop: float) -> list[str]:
+    """Every category measured on both models (held-out fc_<category>_accuracy, BFCL
+    bfcl_<category>_accuracy) whose accuracy fell more than `max_drop` points below the base's."""
+    names = [f"fc_{c}_accuracy" for c in fc_check.CATEGORIES] + [f"bfcl_{c}_accuracy" for c in bfcl.CATEGORIES]
+    out = []
+    for name in names:
+        base, tuned = metrics.get(f"base_{name}"), metrics.get(f"tuned_{name}", metrics.get(name))
+        if base is not None and tuned is not None and (base - tuned) * 100 > max_drop:
+            out.append(f"{name.removesuffix('_accuracy')} fell {base:.1%} -> {tuned:.1%} "
+                       f"({(tuned - base) * 100:+.1f} points; max_category_drop {max_drop:g})")
+    return out
+
+
 def pick(trials: list[dict[str, Any]], metrics: list[dict[str, float]], select_metric: str,
-         min_gain: float, min_fc_accuracy: float = 0.0) -> dict[str, Any]:
-    """The best trial by `select_metric`, and whether it beats the base model by `min_gain`.
+         min_gain: float, min_fc_accuracy: float = 0.0, max_category_drop: float = 100.0) -> dict[str, Any]:
+    """The best trial by `select_metric`, and whether it beats the base model by `min_gain`. A trial
+    with a category more than `max_category_drop` points below the base's (`category_drops`) is not
+    picked while another passes; where none does, nothing is deployed.
 
     `metrics[i]` are trial i's evaluate metrics (base_* and tuned_* keys). Gain is measured in
     the metric's own units, in the improving direction (accuracy up, loss down).
@@ -36,8 +54,9 @@ def pick(trials: list[dict[str, Any]], metrics: list[dict[str, float]], select_m
     sign = 1.0 if SELECT[select_metric] == "higher" else -1.0
     gains = [sign * (m[f"tuned_{select_metric}"] - m[f"base_{select_metric}"]) for m in metrics]
     # ties: the earlier trial; a trial whose gain is not a number (a NaN eval loss) is never the best of others
-    best = max(range(len(gains)), key=lambda i: (math.isfinite(gains[i]), gains[i] if math.isfinite(gains[i]) else 0,
-                                                 -i))
+    drops = [category_drops(m, max_category_drop) if max_category_drop < 100 else [] for m in metrics]
+    best = max(range(len(gains)), key=lambda i: (not drops[i], math.isfinite(gains[i]),
+                                                 gains[i] if math.isfinite(gains[i]) else 0, -i))
     # KFP passes list parameters through protobuf, where every number is a float: show 4, not 4.0.
     trials = [{k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in t.items()} for t in trials]
     rows = [{"trial": i, **trials[i], "base": metrics[i][f"base_{select_metric}"],
@@ -52,6 +71,10 @@ def pick(trials: list[dict[str, Any]], metrics: list[dict[str, float]], select_m
         reason = (f"not deployed: fc_accuracy measures nothing here, the eval split has no tool-call rows "
                   f"({int(metrics[0].get('text_rows', 0))} text rows): run the sweep with select_metric=eval_loss")
         return {"best": best, "deploy": False, "reason": reason, "rows": rows, "measured": False}
+    if drops[best]:  # every trial lost a category the base had
+        reason = (f"not deployed: every trial fell in a category more than max_category_drop {max_category_drop:g} "
+                  f"points below the base; the best, trial {best} ({desc}): {'; '.join(drops[best])}")
+        return {"best": best, "deploy": False, "reason": reason, "rows": rows}
     accuracy = metrics[best].get("fc_ast_accuracy")  # the finetune pipeline's promotion gate, the same rule
     if min_fc_accuracy > 0 and (accuracy is None or not meets(accuracy, min_fc_accuracy)):
         said = "is not measured (no function-calling rows)" if accuracy is None else f"is {accuracy:.1%}"

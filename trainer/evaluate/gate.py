@@ -2,22 +2,7 @@
 
 from __future__ import annotations
 
-from trainer import fc_check
-from trainer.data import bfcl
-from trainer.selection import meets
-
-
-def category_drops(metrics: dict[str, float], max_drop: float) -> list[str]:
-    """Every category measured on both models (held-out fc_<category>_accuracy, BFCL
-    bfcl_<category>_accuracy) whose accuracy fell more than `max_drop` points below the base's."""
-    names = [f"fc_{c}_accuracy" for c in fc_check.CATEGORIES] + [f"bfcl_{c}_accuracy" for c in bfcl.CATEGORIES]
-    out = []
-    for name in names:
-        base, tuned = metrics.get(f"base_{name}"), metrics.get(f"tuned_{name}", metrics.get(name))
-        if base is not None and tuned is not None and (base - tuned) * 100 > max_drop:
-            out.append(f"{name.removesuffix('_accuracy')} fell {base:.1%} -> {tuned:.1%} "
-                       f"({(tuned - base) * 100:+.1f} points; max_category_drop {max_drop:g})")
-    return out
+from trainer.selection import category_drops, meets
 
 
 def promotion(metrics: dict[str, float], min_fc_accuracy: float = 0.0, min_gain: float = 0.0,

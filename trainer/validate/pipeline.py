@@ -187,9 +187,13 @@ def _settings_problems(params: dict[str, Any], context: int | None) -> list[str]
 
 def _suite_problems(params: dict[str, Any]) -> list[str]:
     """eval_suites, bfcl_rows, bfcl_source and max_category_drop (finetune only: absent from the sweep's)."""
-    if "eval_suites" not in params:
-        return []
     problems: list[str] = []
+    drop = params.get("max_category_drop", 100.0)
+    if not 0 <= drop <= 100:
+        problems.append(f"max_category_drop={drop:g} is in points of accuracy, from 0 (no category may fall) to 100 "
+                        "(off), e.g. 10")
+    if "eval_suites" not in params:
+        return problems
     try:
         suites = bfcl.parse_suites(params["eval_suites"])
     except UserError as err:
@@ -202,10 +206,6 @@ def _suite_problems(params: dict[str, Any]) -> list[str]:
     elif "bfcl" not in suites and suites and (params.get("bfcl_source") or "").strip():
         problems.append(f"bfcl_source is set but eval_suites={params['eval_suites']!r} does not score bfcl: add it "
                         "(eval_suites=heldout,bfcl), or leave bfcl_source empty")
-    drop = params.get("max_category_drop", 100.0)
-    if not 0 <= drop <= 100:
-        problems.append(f"max_category_drop={drop:g} is in points of accuracy, from 0 (no category may fall) to 100 "
-                        "(off), e.g. 10")
     return problems
 
 
