@@ -17,6 +17,7 @@ def evaluate(
     dataset: Input[Dataset],
     metrics: Output[Metrics],
     examples: Output[Markdown],
+    bfcl_answers: Output[Dataset],
     max_rows: int = 200,
     max_seq_len: int = 512,
     eval_engine: str = "auto",
@@ -70,6 +71,8 @@ def evaluate(
     log_metrics(metrics, {**logged, **({"promoted": float(promoted)} if gate else {})})
     with open(examples.path, "w") as f:
         f.write(examples_markdown(result))
+    with open(bfcl_answers.path, "w") as f:  # every BFCL row's answers and verdicts (empty without the suite)
+        f.writelines(json.dumps(a, ensure_ascii=False) + "\n" for a in result.get("bfcl", {}).get("answers", []))
     for line in summary_lines(result):
         print(line, flush=True)
     if gate:

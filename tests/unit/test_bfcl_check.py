@@ -18,6 +18,7 @@ import sys
 import types
 import zipfile
 from collections import Counter
+from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
 import pytest
@@ -716,3 +717,24 @@ def test_reasons_say_why(row, calls, content, words):
     right, reason = check(row, calls, content)
     assert not right and "\n" not in reason
     assert all(w in reason for w in words), reason
+
+
+# SmolLM2-135M-Instruct's real answers to BFCL rows, base and tuned (the README's run: the PyPI GGUF, chatml-tools,
+# 60 steps on builtin:function-calling), asked by trainer.evaluate through vLLM's CPU server with bfcl_rows=25
+# seed=1 on 2026-11-27 (trainer.evaluate.evaluate(base, merged, suites=("bfcl",), engine="vllm"), its "answers",
+# which the evaluate step writes as bfcl_answers); each line: BFCL's row id, the model, the calls as
+# trainer.evaluate.bfcl._verdict passes them to the checker (arguments decoded once from the reply; text left over
+# JSON-encoded), and the text. The tuned model called a tool in 188 of 240 answers, the base in 1.
+RECORDED = Path(__file__).resolve().parents[1] / "data" / "bfcl_recorded_smollm2.jsonl"
+
+
+def test_same_verdicts_as_bfcl_on_recorded_smollm2_answers(rows, official):
+    by_id = {r["id"]: r for category in rows.values() for r in category}
+    recorded = [json.loads(line) for line in RECORDED.read_text().splitlines() if line.strip()]
+    cases = [Case(f"recorded {a['model']}", by_id[a["id"]], a["calls"], a["content"]) for a in recorded]
+    # 240 rows (25 per category; live_parallel has 16) x 2 models: with the 49 hand-written cases, 529 answers
+    assert len(cases) == 480 and {a["model"] for a in recorded} == {"base", "tuned"}
+    disagreements, verdicts = _compare(cases, official)
+    assert not disagreements, f"{len(disagreements)} of {len(cases)} verdicts differ from BFCL's:\n" + \
+        _shown(disagreements)
+    assert sum(v[True] for v in verdicts.values()) and sum(v[False] for v in verdicts.values()), verdicts

@@ -73,6 +73,12 @@ def test_bfcl_rows_asked_scored_and_too_long_ones_counted_wrong(tiny_model_dir, 
         sum(tuned[f"bfcl_{c}_accuracy"] for c in bfcl_data.NON_LIVE_AST) / 4)
     live = [tuned[f"bfcl_{c}_accuracy"] * 2 for c in bfcl_data.LIVE_AST]
     assert tuned["bfcl_live_ast_accuracy"] == pytest.approx(sum(live) / 8)
+    # every row's answers, as the step writes them out: verdicts that make the accuracies
+    lines = suite["answers"]
+    assert len(lines) == 20 and json.loads(json.dumps(lines)) == lines
+    for c in bfcl_data.CATEGORIES:
+        verdicts = [a["tuned"] is not None and a["tuned"]["right"] for a in lines if a["category"] == c]
+        assert sum(verdicts) / 2 == tuned[f"bfcl_{c}_accuracy"], c
     # a too-long row is a failure the report shows, with why
     shown = [f for fs in suite["failures"].values() for f in fs]
     assert shown and all(f["why"] for f in shown)

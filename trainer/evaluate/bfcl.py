@@ -107,3 +107,18 @@ def failures(asked: list[dict[str, Any]], outputs: dict[str, list[dict[str, Any]
             shown.append({"id": row["id"], "prompt": row["messages"][-2].get("content", ""), "why": why,
                           "base": base["raw"] if base else "", "tuned": tuned["raw"] if tuned else ""})
     return {c: v for c, v in out.items() if v}
+
+
+def answers(asked: list[dict[str, Any]], outputs: dict[str, list[dict[str, Any] | None]]) -> list[dict[str, Any]]:
+    """Every row's answers as JSON lines: BFCL's id and category, and per model the calls and text read off the
+    reply, BFCL's verdict and why (None: not asked, its prompt too long). What the evaluate step writes out
+    (bfcl_answers), and what tests/unit/test_bfcl_check.py's recorded answers are taken from."""
+    out = []
+    for i, row in enumerate(asked):
+        line: dict[str, Any] = {"id": row["id"], "category": row["category"]}
+        for name, got in outputs.items():
+            p = got[i]
+            ok, why = _verdict(row, p) if p is not None else (False, "not asked: its prompt is too long")
+            line[name] = None if p is None else {"calls": p["calls"], "content": p["content"], "right": ok, "why": why}
+        out.append(line)
+    return out

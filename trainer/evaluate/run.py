@@ -240,7 +240,8 @@ def evaluate(model_dir: Path, tuned_dir: Path, eval_path: Path, max_rows: int = 
         result["bfcl"] = {"version": bfcl_data.version(bfcl_dir), "rows_per_category": bfcl_rows, "seed": seed,
                           "base": bfcl.score(asked, suite_outputs["base"]),
                           "tuned": bfcl.score(asked, suite_outputs["tuned"]),
-                          "counts": bfcl.counts(asked, too_long), "failures": bfcl.failures(asked, suite_outputs)}
+                          "counts": bfcl.counts(asked, too_long), "failures": bfcl.failures(asked, suite_outputs),
+                          "answers": bfcl.answers(asked, suite_outputs)}
         if any(too_long):
             result["warnings"].append(f"{sum(too_long)} BFCL rows have prompts longer than the model's context "
                                       f"({prep['context']} tokens) leaves room to answer in: counted as wrong "
