@@ -239,6 +239,8 @@ def read_record(run_dir: Path) -> dict[str, Any]:
     that one broken run neither hides the others nor stops `list` and `compare`."""
     path = run_dir / RECORD
     try:
+        if path.exists() and not path.is_file():  # a FIFO or a device: reading it would wait for a writer forever
+            raise OSError(f"{RECORD} is not a regular file")
         record = json.loads(path.read_text())
         problem = "" if isinstance(record, dict) else f"{RECORD} holds no JSON object"
     except FileNotFoundError:

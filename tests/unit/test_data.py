@@ -613,3 +613,20 @@ def test_the_eval_length_check_advises_raising_eval_max_rows_only_where_that_cou
         splits = {"train": [short], "eval": [long] * beyond + [short] * 10}
         [problem] = data.length_problems(splits, tokenizer, 512, eval_max_rows=n)
         assert problem.startswith("no eval row of the ") and problem.endswith(", or raise eval_max_rows") is advised
+
+
+def test_tools_as_bare_function_schemas_read_as_openai_tools_everywhere(tmp_path):
+    """`tools: [{"name", "description", "parameters"}]` (a common shape) passed the row check and then crashed the
+    template check with KeyError: 'function' (a traceback, exit 1): read as OpenAI tools when the row is read."""
+    from trainer import builtin_data
+    from trainer.validate import pipeline_problems
+
+    rows = builtin_data.generate(60, 20, seed=4)
+    for split in rows.values():
+        for row in split:
+            row["tools"] = [t["function"] for t in row["tools"]]
+    data.write_jsonl(rows["train"] + rows["eval"], tmp_path / "bare.jsonl")
+    problems = pipeline_problems({"dataset_source": str(tmp_path / "bare.jsonl")})
+    assert not problems, problems
+    converted = data.to_chat(rows["train"][0])
+    assert converted["tools"] == builtin_data.generate(60, 20, seed=4)["train"][0]["tools"]

@@ -407,13 +407,19 @@ def test_sweep_trial_reports_are_titled_by_trial(tmp_path):
     ('{"id": "2026', "unreadable run.json (JSONDecodeError"),
     ("[1, 2]", "holds no JSON object"),
     ('{"params": [], "metrics": {"evaluate": {"fc_accuracy": "high"}}}', "wrong type: params, metrics"),
+    ("fifo", "run.json is not a regular file"),  # reading it waited for a writer: list and compare hung
+    ("dir", "run.json is not a regular file"),
 ])
 def test_a_broken_run_record_is_listed_as_broken_and_the_others_still_show(tmp_path, capsys, content, needle):
     runs_dir = tmp_path / "runs"
     good = record_run(runs_dir, tmp_path, 3e-3, 0.8)
     broken = runs_dir / "20991231-235959-finetune"  # the latest: `compare` picked it by default, a column of nothing
     broken.mkdir()
-    if content is not None:
+    if content == "fifo":
+        os.mkfifo(broken / "run.json")
+    elif content == "dir":
+        (broken / "run.json").mkdir()
+    elif content is not None:
         (broken / "run.json").write_text(content)
     (runs_dir / "outputs").mkdir()  # run_local's exported models live beside the runs: not a run
 

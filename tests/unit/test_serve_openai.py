@@ -211,6 +211,23 @@ def test_trainer_serve_reports_every_bad_input_at_once(tmp_path, capsys, monkeyp
         assert what in err
 
 
+def test_an_adapter_name_given_twice_or_the_bases_own_is_refused_from_the_arguments(tmp_path, capsys, monkeypatch):
+    """`--lora a=A --lora a=B` served only B; `--served-model-name x --lora x=A` started vLLM for 42 s and ended in
+    its traceback. Both are refused before anything starts."""
+    from trainer.__main__ import main
+    from trainer.serving import local as serve_local
+
+    monkeypatch.setattr(serve_local.subprocess, "Popen", lambda *a, **kw: pytest.fail("vLLM started"))
+    for argv, said in ((["--lora", f"a={tmp_path}/A", "--lora", f"a={tmp_path}/B"],
+                        f"--lora a= is given twice ({tmp_path}/A and {tmp_path}/B): vLLM would serve only the last"),
+                       (["--served-model-name", "x", "--lora", f"x={tmp_path}/A"],
+                        "'x' is the base model's served name too")):
+        with pytest.raises(SystemExit) as exit_:
+            main(["serve", str(tmp_path), *argv])
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and said in err and "Traceback" not in err, err
+
+
 def test_a_port_whose_last_connection_is_in_time_wait_is_free_to_serve_on():
     """A server just stopped leaves its port's connections in TIME_WAIT: vLLM (uvicorn, SO_REUSEADDR) binds it, so
     the check must too; it said "port ... is in use (another server?)" with nothing listening."""

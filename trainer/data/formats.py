@@ -117,6 +117,11 @@ def _as_tools(tools: Any, problems: list[str]) -> list | None:
             for t in tools]
 
 
+def _bare_schema(tool: Any) -> bool:
+    """A tool given as its function schema alone, without OpenAI's {"type": "function", "function": ...}."""
+    return isinstance(tool, dict) and "function" not in tool and isinstance(tool.get("name"), str)
+
+
 def _blank(value: Any) -> bool:
     """No text at all: null, or a string of white space only."""
     return value is None or (isinstance(value, str) and not value.strip())
@@ -300,6 +305,10 @@ def convert(row: Any) -> tuple[Any, str | None]:
                 row = {**row, key: value}
             elif key == "tools" and (value is None and row[key].strip() in ("", "null")):
                 row = {k: v for k, v in row.items() if k != "tools"}  # a row without tools, as JSON text
+    if isinstance(row, dict) and isinstance(row.get("tools"), list) and any(map(_bare_schema, row["tools"])):
+        # bare function schemas ({"name", "description", "parameters"}, a common shape) read as OpenAI tools, so
+        # that every later step (the template check, training, evaluation) sees one shape
+        row = {**row, "tools": [{"type": "function", "function": t} if _bare_schema(t) else t for t in row["tools"]]}
     fmt = row_format(row)
     if fmt in CONVERTERS:
         converted, problems = CONVERTERS[fmt](row)

@@ -137,9 +137,11 @@ def default_served_name(model_dir: str | Path) -> str:
     return "-".join(Path(model_dir).resolve().name.split()).strip("-") or "model"
 
 
-def parse_loras(specs: Sequence[str], flag: str = "--lora",
-                form: str = "NAME=ADAPTER_DIR") -> tuple[dict[str, str], list[str]]:
-    """`name=path` strings (the CLI's --lora; deploy-k8s's --adapter) -> ({name: path}, problems)."""
+def parse_loras(specs: Sequence[str], flag: str = "--lora", form: str = "NAME=ADAPTER_DIR",
+                served_name: str = "") -> tuple[dict[str, str], list[str]]:
+    """`name=path` strings (the CLI's --lora; deploy-k8s's --adapter) -> ({name: path}, problems). A name
+    given twice, or the same as `served_name` (the base model's), is refused: vLLM would serve only the
+    last adapter of a name, and fail at start-up (a traceback after its load) on the base's own name."""
     out, problems = {}, []
     for spec in specs:
         name, sep, path = spec.partition("=")
@@ -147,6 +149,12 @@ def parse_loras(specs: Sequence[str], flag: str = "--lora",
             problems.append(f"{flag} expects {form}, got {spec!r}")
         elif name_problems := served_name_problems(name, f"{flag} name"):
             problems += name_problems
+        elif name in out:
+            problems.append(f"{flag} {name}= is given twice ({out[name]} and {path}): vLLM would serve only the "
+                            "last; give each adapter its own name")
+        elif served_name and name == served_name:
+            problems.append(f"{flag} {name}={path}: {name!r} is the base model's served name too; give the "
+                            "adapter another name, or the base another --served-model-name")
         else:
             out[name] = path
     return out, problems

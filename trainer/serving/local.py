@@ -342,8 +342,8 @@ def serve_forever(model_dir: Path, served_model_name: str = "", *, host: str = "
                   loras: Sequence[str] = (), log_path: Path | None = None, ready_timeout: float = 600.0) -> int:
     """`python -m trainer serve`: run vLLM until Ctrl-C / SIGTERM / SIGHUP, then take its whole
     process group down; returns the exit status."""
-    lora_modules, problems = parse_loras(loras)
     name = served_model_name or default_served_name(model_dir)
+    lora_modules, problems = parse_loras(loras, served_name=name)
 
     def _exit(signum, _frame):
         raise SystemExit(128 + signum)  # unwinds through the finally below
