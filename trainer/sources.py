@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote
 
 from trainer.errors import UserError
 
@@ -72,12 +73,17 @@ def parse(source: str, what: str) -> Source:
             raise UserError(f"unknown built-in {what} {source!r}; use one of: "
                             + ", ".join(f"builtin:{b}" for b in builtins))
         return Source("builtin", name)
+    if source.startswith("file://localhost/"):  # RFC 8089: the host 'localhost' is this machine
+        source = "file://" + source[len("file://localhost"):]
     if source.startswith("file://") and not source.startswith("file:///"):  # file://a/b names the host 'a'
-        raise UserError(f"{what}_source {source}: a file:// URL takes an absolute path, with three slashes "
-                        f"(file:///abs/path); for a path relative to this folder write ./{source[len('file://'):]}")
+        raise UserError(f"{what}_source {source}: a file:// URL names a file on this machine with an absolute "
+                        f"path (file:///abs/path, or file://localhost/abs/path), not on host "
+                        f"{source[len('file://'):].split('/')[0]!r}; for a path relative to this folder write "
+                        f"./{source[len('file://'):]}")
     try:
         if looks_local(source) or (source and Path(source).exists()):
-            source = source.removeprefix("file://")
+            # a URL's path is percent-encoded (%20 a space); a plain path is taken as it is
+            source = unquote(source.removeprefix("file://")) if source.startswith("file://") else source
             path = Path(source).expanduser()
             if not path.exists():
                 raise UserError(f"{what} path not found: {path}. Check the path, or use {forms}")

@@ -181,8 +181,9 @@ CASES = [
      "255 bytes)"),
     ("model-source-of-300-characters", lambda t, m: ["model_source=" + "m" * 300], "(300 characters) is no path"),
     ("file-url-relative", lambda t, m: ["model_source=file://mymodels/llama"],
-     "model_source file://mymodels/llama: a file:// URL takes an absolute path, with three slashes "
-     "(file:///abs/path); for a path relative to this folder write ./mymodels/llama"),
+     "model_source file://mymodels/llama: a file:// URL names a file on this machine with an absolute path "
+     "(file:///abs/path, or file://localhost/abs/path), not on host 'mymodels'; for a path relative to this folder "
+     "write ./mymodels/llama"),
     ("dataset-is-a-fifo", lambda t, m: [f"dataset_source={fifo(t)}"],
      "chats.jsonl is a FIFO (named pipe), not a file or a folder: pass a .jsonl"),
     ("dataset-is-a-device", lambda t, m: ["dataset_source=/dev/null"],

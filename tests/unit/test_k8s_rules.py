@@ -219,3 +219,12 @@ def test_the_validate_step_checks_kserves_host_in_its_own_namespace_before_train
     (tmp_path / "namespace").write_text("ml")
     validate_params.python_func(**params)
     assert capsys.readouterr().out.count("parameters OK") == 4
+
+
+def test_a_label_value_that_is_no_string_is_shown_as_typed_and_quoted_as_labels_are():
+    """node_selector={"gpu": true} suggested "True" (Python's spelling), where labels are "true"."""
+    from trainer.k8s.rules import label_value
+
+    [problem] = label_value(True, "node_selector['gpu']")
+    assert "got true (bool)" in problem and '{"pool": "true"}' in problem and "True" not in problem
+    assert '{"pool": "1"}' in label_value(1, "x")[0]

@@ -476,3 +476,16 @@ def test_builtin_bfcl_dataset_delivers_every_category(store):
     assert plain["rows"] == {"train": 3000, "eval": 200}
     err = str(pytest.raises(UserError, sources.parse, "builtin:function-calling-all", "dataset").value)
     assert "builtin:function-calling, builtin:function-calling-bfcl" in err
+
+
+def test_a_file_url_of_localhost_and_with_percent_escapes_names_the_local_file(tmp_path):
+    """file://localhost/abs was refused with a fix that did not apply, and %20 was not decoded (RFC 8089)."""
+    from trainer import sources
+
+    folder = tmp_path / "my data"
+    folder.mkdir()
+    (folder / "rows.jsonl").write_text("{}\n")
+    want = str((folder / "rows.jsonl").resolve())
+    for url in (f"file://localhost{str(folder).replace(' ', '%20')}/rows.jsonl",
+                f"file://{str(folder).replace(' ', '%20')}/rows.jsonl"):
+        assert sources.parse(url, "dataset") == sources.Source("local", want), url

@@ -14,6 +14,7 @@ trainer launch-k8s / deploy-k8s and pipelines.manifests: one set of rules for ev
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from typing import Any
@@ -129,8 +130,10 @@ def label_key(key: Any, what: str) -> list[str]:
 def label_value(value: Any, what: str) -> list[str]:
     """Empty, or <= 63 letters, digits, '-', '_', '.', starting and ending alphanumeric."""
     if not isinstance(value, str):
-        return [f"{what} must be a string, got {value!r} ({type(value).__name__}): quote it, e.g. "
-                f"{{\"pool\": \"{value}\"}} (Kubernetes label values are strings)"]
+        # written as the JSON the user typed: true, not Python's True (labels such as "true" are lower case)
+        text = json.dumps(value) if isinstance(value, (bool, int, float)) or value is None else str(value)
+        return [f"{what} must be a string, got {text} ({type(value).__name__}): quote it, e.g. "
+                f"{{\"pool\": \"{text}\"}} (Kubernetes label values are strings)"]
     if value and (len(value) > LABEL_VALUE_MAX or not _QUALIFIED_NAME.fullmatch(value)):
         return [f"{what}={value!r} is not a valid label value{_length(value, LABEL_VALUE_MAX)}: "
                 f"use at most {LABEL_VALUE_MAX} letters, digits, "
