@@ -186,3 +186,17 @@ def test_trainer_train_run_alone_refuses_a_template_that_drops_tools_and_the_lau
     assert checked == [(model_uri, data_uri), (dropping_uri, data_uri)]
     # inputs that are not content-addressed: recorded for the run's prefix alone
     assert parity._record("s3://b/mine/model", data_uri, "runs/r") == f"runs/r/{parity.CHECKED}"
+
+
+def test_a_generation_block_that_marks_nothing_is_refused_before_training(tok):
+    """A template whose {% generation %} block is empty trained with loss 0.000 on every step, a green run."""
+    from trainer.parity.preflight import template_problems
+
+    assert not [p for p in template_problems(TOOL_ROWS + TEXT_ROWS, tok, "the model") if "marks no token" in p]
+    # the same template with its block moved after the assistant's content: the block holds nothing
+    tok.chat_template = tok.chat_template.replace("{% generation %}", "").replace(
+        "{% endgeneration %}", "{% generation %}{% endgeneration %}")
+    problems = template_problems(TOOL_ROWS + TEXT_ROWS, tok, "the model", template="empty.jinja")
+    [line] = [p for p in problems if "marks no token" in p]
+    assert line.startswith("chat_template 'empty.jinja' marks no token of the assistant turns as trained in any of "
+                           "30 rows") and "{% endgeneration %}" in line

@@ -8,7 +8,7 @@ from typing import Any, Sequence
 
 
 from trainer.data import preflight as data_preflight
-from trainer.data.encode import _reason, _refusal_lines
+from trainer.data.encode import _reason, _refusal_lines, encode
 from trainer.data.preflight import _OverBudget, _over_budget, _time_limit
 from trainer.parity.check import model_problems
 
@@ -36,9 +36,25 @@ def template_problems(rows: list[dict[str, Any]], tokenizer, where: str, eos_ids
                     continue
                 rendered.append(row)
             parity_lines = model_problems(rendered, tokenizer, where, eos_ids)
+            mask_lines = _mask_problems(rendered, tokenizer, where, template)
     except _OverBudget:
         return [_over_budget(tokenizer, where, template, f"rendering {len(rows)} rows")]
-    return [f"{where}: {line}" for line in _refusal_lines(refused, len(rows), template)] + parity_lines
+    return [f"{where}: {line}" for line in _refusal_lines(refused, len(rows), template)] + mask_lines + parity_lines
+
+
+def _mask_problems(rows: list[dict[str, Any]], tokenizer, where: str, template: str) -> list[str]:
+    """A `{% generation %}` block that marks no token of the rows' assistant turns: the loss mask would cover
+    nothing and every step train on a loss of 0.000, a green run that learned nothing."""
+    if "{% generation %}" not in (getattr(tokenizer, "chat_template", None) or "") or not rows:
+        return []
+    trained = [encode(r, tokenizer, 1 << 30) for r in rows if any(m.get("role") == "assistant" for m in r["messages"])]
+    if not trained or any(e is not None and any(t != -100 for t in e["labels"]) for e in trained):
+        return []
+    what = f"chat_template {template!r}" if template else f"{where}: the model's chat template"
+    return [f"{what} marks no token of the assistant turns as trained in any of {len(trained)} rows (its "
+            "{% generation %} block renders nothing): every step would train on a loss of 0 and learn nothing; "
+            "put the assistant's content inside {% generation %} ... {% endgeneration %}, or drop the block (then "
+            "the last assistant turn is trained)"]
 
 
 def _syntax_problem(tokenizer, where: str, template: str) -> str | None:
