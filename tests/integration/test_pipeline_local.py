@@ -112,8 +112,8 @@ def test_local_sweep_copies_the_winner_out_and_shows_each_trials_lines(tmp_path,
     # 40 steps may leave the winner too undertrained to call tools: the endpoint's line either way, as for finetune.
     assert "endpoint: stopped after the run (" in out, out[-3000:]
     assert not re.search(r"(?m)^\s*-{20,}\s*$", out), out
-    # Each trial's evaluation says its numbers ("20 rows (20 tool-call, ...)"), once per trial.
-    assert len(re.findall(r"(?m)^    \d+ rows \(\d+ tool-call", out)) == 2, out
+    # Each trial's evaluation says its numbers ("held-out: 20 rows (20 tool-call, ...)"), once per trial.
+    assert len(re.findall(r"(?m)^    held-out: \d+ rows \(\d+ tool-call", out)) == 2, out
     (run_dir,) = [p for p in runs_dir.iterdir() if (p / "run.json").exists()]
     record = json.loads((run_dir / "run.json").read_text())
     assert record["status"] == "succeeded" and record["merged_model"].startswith("s3://")

@@ -64,8 +64,10 @@ def test_the_finetune_evaluate_and_merge_components_record_their_outputs(tuned, 
     assert tuned["train_metrics"].metadata["world_size"] == 1
 
     scores, examples = art(Metrics, tmp_path, "scores"), art(Markdown, tmp_path, "examples")
+    answers = art(Dataset, tmp_path, "bfcl-answers")
     evaluate.python_func(base_model=model, tuned_model=adapter, dataset=tuned["dataset"], metrics=scores,
-                         examples=examples, max_rows=8)
+                         examples=examples, bfcl_answers=answers, max_rows=8)
+    assert open(answers.path).read() == ""  # eval_suites=heldout: no BFCL rows asked
     # no text rows in these 8: no text_match / text_eval_loss (a logged 0 would read as measured)
     # and of the BFCL categories only `multiple` (five tools offered, one call): the others are not measured
     ast = {"fc_ast_accuracy", "fc_exact_accuracy", "fc_multiple_accuracy"}
@@ -83,7 +85,8 @@ def test_the_finetune_evaluate_and_merge_components_record_their_outputs(tuned, 
     capsys.readouterr()
     trial = art(Metrics, tmp_path, "trial")
     evaluate.python_func(base_model=model, tuned_model=adapter, dataset=tuned["dataset"], metrics=trial,
-                         examples=art(Markdown, tmp_path, "trial-examples"), max_rows=4, gate=False)
+                         examples=art(Markdown, tmp_path, "trial-examples"),
+                         bfcl_answers=art(Dataset, tmp_path, "trial-answers"), max_rows=4, gate=False)
     assert "promoted" not in trial.metadata and trial.metadata["eval_rows"] == 4
     assert "promoted" not in capsys.readouterr().out
 
