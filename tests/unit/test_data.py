@@ -630,3 +630,32 @@ def test_tools_as_bare_function_schemas_read_as_openai_tools_everywhere(tmp_path
     assert not problems, problems
     converted = data.to_chat(rows["train"][0])
     assert converted["tools"] == builtin_data.generate(60, 20, seed=4)["train"][0]["tools"]
+
+
+@pytest.mark.parametrize("change, said", [
+    (lambda r: r["tools"][0]["function"].update(name=""), "tools[0].function.name '' is empty"),
+    (lambda r: r["tools"][0]["function"].update(name="get weather"), "holds ' ' (white space or control"),
+    (lambda r: r["tools"][0]["function"].update(name="get\x07w"), "holds '\\x07'"),
+    (lambda r: r["tools"].append(r["tools"][0]), "is declared twice in the row"),
+    (lambda r: r["messages"].append({"role": "tool", "tool_call_id": "call_9", "content": "22C"}),
+     "messages[2].tool_call_id 'call_9' answers no call made before it (the calls' ids: ['call_1'])"),
+])
+def test_tool_names_no_application_can_call_and_results_answering_no_call_are_refused(change, said):
+    """An empty tool name was accepted and trained; so were names with white space, duplicate tools and a tool
+    result whose tool_call_id matches no call. Dotted names (BFCL's math.factorial) are real and kept."""
+    from trainer.data import row_problems
+
+    def row():
+        return {"tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}],
+                "messages": [{"role": "user", "content": "Weather?"},
+                             {"role": "assistant", "content": None, "tool_calls": [
+                                 {"id": "call_1", "type": "function",
+                                  "function": {"name": "get_weather", "arguments": "{}"}}]}]}
+
+    assert row_problems(row()) == []
+    dotted = row()
+    dotted["tools"][0]["function"]["name"] = dotted["messages"][1]["tool_calls"][0]["function"]["name"] = "math.factorial"
+    assert row_problems(dotted) == []
+    bad = row()
+    change(bad)
+    assert any(said in p for p in row_problems(bad)), row_problems(bad)

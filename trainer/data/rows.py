@@ -5,6 +5,7 @@ validated as one (every format converted, mixed formats refused). See trainer.da
 from __future__ import annotations
 
 import json
+import unicodedata
 from typing import Any, Iterable
 
 from trainer.chat.calls import decode_arguments
@@ -24,6 +25,18 @@ _ROLE_NAMES = {"developer": "system", "human": "user", "gpt": "assistant", "mode
 
 
 MAX_REPORTED = 20  # problems listed before "... and N more": enough to see a pattern
+
+
+def _tool_name_problem(name: str) -> str | None:
+    """What makes `name` a name no application can call: empty, or holding white space or control characters.
+    Dots and other punctuation are real (BFCL's math.factorial) and kept; OpenAI's API itself takes only
+    ^[a-zA-Z0-9_-]{1,64}$, which the serving side maps as it must."""
+    if not name.strip():
+        return "is empty: no application can call a tool without a name; name it, or drop the tool"
+    if bad := sorted({repr(c) for c in name if c.isspace() or unicodedata.category(c).startswith("C")}):
+        return (f"holds {', '.join(bad)} (white space or control characters): no tool-call parser reads it back; "
+                "use letters, digits, '_', '-' or '.' (OpenAI's API takes ^[a-zA-Z0-9_-]{1,64}$)")
+    return None
 
 
 def row_problems(row: Any) -> list[str]:
@@ -63,12 +76,22 @@ def row_problems(row: Any) -> list[str]:
                 fn = t.get("function", t) if isinstance(t, dict) else None
                 if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
                     problems.append(f"tools[{k}] needs function.name (OpenAI tool format)")
+                elif problem := _tool_name_problem(fn["name"]):
+                    problems.append(f"tools[{k}].function.name {fn['name']!r} {problem}")
+                elif fn["name"] in declared:
+                    problems.append(f"tools[{k}].function.name {fn['name']!r} is declared twice in the row: a call "
+                                    "could not say which it means; give each tool its own name")
                 else:
                     declared.add(fn["name"])
+    call_ids: set[str] = set()  # the ids of the calls made so far: what a tool result answers
     for i, m in enumerate(messages):
         if not isinstance(m, dict):
             problems.append(f"messages[{i}] is not an object")
             continue
+        answered = m.get("tool_call_id")
+        if m.get("role") == "tool" and isinstance(answered, str) and call_ids and answered not in call_ids:
+            problems.append(f"messages[{i}].tool_call_id {answered!r} answers no call made before it (the calls' "
+                            f"ids: {sorted(call_ids)}); fix the id, or the result belongs to another row")
         if m.get("role") not in ROLES:
             same = _ROLE_NAMES.get(str(m.get("role")).lower())
             problems.append(f"messages[{i}] has unknown role {m.get('role')!r}; use one of {sorted(ROLES)}"
@@ -95,9 +118,14 @@ def row_problems(row: Any) -> list[str]:
                             + (f"; only text parts can be trained on, and this one has "
                                f"{_part_types(content)}" if isinstance(content, list) else ""))
         for j, tc in enumerate(calls or []):
+            if isinstance(tc, dict) and isinstance(tc.get("id"), str):
+                call_ids.add(tc["id"])
             fn = tc.get("function") if isinstance(tc, dict) else None
             if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
                 problems.append(f"messages[{i}].tool_calls[{j}] needs function.name")
+                continue
+            if problem := _tool_name_problem(fn["name"]):
+                problems.append(f"messages[{i}].tool_calls[{j}] calls {fn['name']!r}, which {problem}")
                 continue
             if declared is not None and fn["name"] not in declared:
                 problems.append(f"messages[{i}].tool_calls[{j}] calls {fn['name']!r}, which is not in the row's "
