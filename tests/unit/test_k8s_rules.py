@@ -228,3 +228,26 @@ def test_a_label_value_that_is_no_string_is_shown_as_typed_and_quoted_as_labels_
     [problem] = label_value(True, "node_selector['gpu']")
     assert "got true (bool)" in problem and '{"pool": "true"}' in problem and "True" not in problem
     assert '{"pool": "1"}' in label_value(1, "x")[0]
+
+
+@pytest.mark.parametrize("image, said", [
+    ("x:v0.1 --trust-remote-code", "it holds white space"),
+    ("vllm/vllm-openai:v0.32.0\n--port 1", "it holds white space"),
+    ("vllm/vllm-openai@sha256:abc", "is not an image reference"),
+    ("vllm/vllm-openai@sha256:" + "a" * 40, "a sha256 digest has 64 hex digits, this one 40"),
+    ("vllm//vllm:v1", "is not an image reference"),
+])
+def test_an_image_reference_is_checked_by_the_registrys_grammar_before_it_renders(image, said):
+    """vllm_image values that rendered into the Deployment and would fail at pull, after training."""
+    from trainer.validate import pipeline_problems
+
+    problems = [p for p in pipeline_problems({"vllm_image": image}) if "vllm_image" in p]
+    assert len(problems) == 1 and said in problems[0], problems
+
+
+@pytest.mark.parametrize("image", ["vllm/vllm-openai:v0.32.0", "public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo:v0.32.0",
+                                   "localhost:5000/team/vllm@sha256:" + "0" * 64, "rocm/vllm:rocm6.4.1_vllm_0.10.1"])
+def test_real_image_references_pass(image):
+    from trainer.k8s.rules import image_reference
+
+    assert image_reference(image, "vllm_image") == []

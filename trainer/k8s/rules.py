@@ -445,3 +445,32 @@ def cluster_spec_problems(spec: Any) -> list[str]:
     if isinstance(poll, float) and not math.isfinite(poll):
         p.append(f"poll_interval_s must be a finite number of seconds, got {poll}")
     return p
+
+
+# The image reference grammar (distribution/reference, what the kubelet and every registry parse):
+# [domain[:port]/]path[:tag][@digest], path components lower case separated by '.', '_', '__' or dashes.
+_DOMAIN = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])(?:\.(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*(?::[0-9]+)?"
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE = re.compile(rf"(?:{_DOMAIN}/)?{_COMPONENT}(?:/{_COMPONENT})*(?::[\w][\w.-]{{0,127}})?"
+                    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?")
+_DIGEST_HEX = {"sha256": 64, "sha512": 128}
+
+
+def image_reference(value: Any, what: str) -> list[str]:
+    """A container image reference by the registry's grammar: no spaces or newlines, a path in lower case,
+    a tag of at most 128 characters, a digest of the algorithm's full length."""
+    if not isinstance(value, str):
+        return [f"{what} must be a string, got {type(value).__name__}"]
+    shown = json.dumps(value)
+    if not value or any(c.isspace() for c in value):
+        return [f"{what}={shown} is not an image reference: it holds white space (a flag or a second word "
+                "does not belong in it); give registry/path:tag, e.g. vllm/vllm-openai:v0.32.0"]
+    if not _IMAGE.fullmatch(value):
+        return [f"{what}={shown} is not an image reference (registry/path:tag or path@sha256:<64 hex digits>, the "
+                "path in lower case): check it, e.g. vllm/vllm-openai:v0.32.0"]
+    if "@" in value:
+        algorithm, _, hex_digits = value.rsplit("@", 1)[1].partition(":")
+        if algorithm in _DIGEST_HEX and len(hex_digits) != _DIGEST_HEX[algorithm]:
+            return [f"{what}={shown}: a {algorithm} digest has {_DIGEST_HEX[algorithm]} hex digits, this one "
+                    f"{len(hex_digits)}: copy the whole digest"]
+    return []

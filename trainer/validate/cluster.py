@@ -38,7 +38,9 @@ def cluster_problems(params: dict[str, Any]) -> list[str]:
                         f"{f' ({bad})' if isinstance(address, str) else ''}, e.g. "
                         "http://model-registry-service.kubeflow.svc.cluster.local:8080 (empty skips registration)")
     image = params["vllm_image"]  # one with credentials is refused by type_problems and reset to the default by now
-    if image and (not isinstance(image, str) or ":" not in image.rsplit("/", 1)[-1] or image.endswith(":latest")):
+    if image and (grammar := rules.image_reference(image, "vllm_image")):
+        problems += grammar  # before the tag rule: "x:v0.1 --trust-remote-code" has a tag, and is no image
+    elif image and (":" not in image.rsplit("/", 1)[-1] or image.endswith(":latest")):
         problems.append(f"vllm_image={image!r} must be pinned by tag, e.g. vllm/vllm-openai:v0.32.0 (not :latest)")
     if on_cluster and not served_name_problems(params["served_model_name"]):  # else reported once, above
         # The objects' names: `<name>-base` beside adapters; KServe's predictor host adds the namespace.
