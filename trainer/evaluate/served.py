@@ -131,10 +131,11 @@ def served_predictions(model_dir: Path, tuned_dir: Path | None, rows: list[dict[
     budgets = [generation._answer_budget(tokenizer, [r]) for r in rows]
     # the KV cache for the longest prompt plus its answer (a row fits max_seq_len), within the context
     max_model_len = max_seq_len + max(budgets, default=0)
-    suite_rows, suite_budgets = suite if suite is not None else ([], [])
+    suite_rows, suite_prompts = suite if suite is not None else ([], [])
+    suite_budgets = bfcl.budgets(suite_prompts, context)
     if suite_rows:
-        suite_budgets = bfcl.budgets(suite_budgets, context)
-        max_model_len = max(max_model_len, max((p + b for p, b in zip(suite[1], suite_budgets) if b >= 1), default=0))
+        max_model_len = max(max_model_len, max((p + b for p, b in zip(suite_prompts, suite_budgets) if b >= 1),
+                                               default=0))
     max_model_len = min(max_model_len, context) if context else max_model_len
     prompts = [len(tokenizer.apply_chat_template(r["messages"][:target_index(r)], tools=r.get("tools") or None,
                                                  add_generation_prompt=True, tokenize=True, return_dict=True)
