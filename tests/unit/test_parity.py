@@ -200,3 +200,24 @@ def test_a_generation_block_that_marks_nothing_is_refused_before_training(tok):
     [line] = [p for p in problems if "marks no token" in p]
     assert line.startswith("chat_template 'empty.jinja' marks no token of the assistant turns as trained in any of "
                            "30 rows") and "{% endgeneration %}" in line
+
+
+def test_a_template_that_renders_tool_results_as_nothing_is_refused(tok):
+    """Multi-turn rows trained from the call straight to the final answer, the tool's result gone."""
+    import random
+
+    rows = [builtin_data.make_multi_turn_row(random.Random(i)) for i in range(6)]
+    assert parity.check(rows, tok, "hermes").ok and parity.check(rows, tok, "hermes").with_results == 6
+    # a tool result written as JSON (Llama 3.1 writes `content | tojson`) is still the result
+    tok.chat_template = tok.chat_template.replace("<|{{ m.role }}|>{{ m.content }}", "<|{{ m.role }}|>{{ m.content | tojson }}")
+    assert parity.check(rows, tok, "hermes").ok
+    tok.chat_template = tok.chat_template.replace("{%- else %}<|{{ m.role }}|>", "{%- elif m.role != 'tool' %}<|{{ m.role }}|>")
+    [line] = parity.template_problems(rows, tok, "here")
+    assert "tool results dropped: 6 of 6 rows with tool results" in line and "is not in the rendered row" in line
+    # a later result that repeats part of an earlier one is looked for after it, where it is
+    swapped = {"tools": rows[0]["tools"], "messages": rows[0]["messages"][:3] + [
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", **rows[1]["messages"][1]["tool_calls"][0]}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": rows[0]["messages"][2]["content"][:5]},
+        {"role": "assistant", "content": "done"}]}
+    tok.chat_template = tok.chat_template.replace("{%- elif m.role != 'tool' %}", "{%- else %}")
+    assert parity.check([swapped], tok, "hermes").ok

@@ -7,6 +7,8 @@ module checks, before any training, on the rows that will be trained (the first 
 
   - the template renders every row (any exception is a refusal, TypeError included);
   - for rows with tools, every tool's name appears in the prompt the server would render;
+  - every tool result (`role: tool` content) appears in the rendered row, in order: a template that
+    renders results as nothing trains multi-turn rows straight from the call to the final answer;
   - every assistant turn trained on is the continuation of that prompt (vLLM renders the prompt
     with add_generation_prompt and the model continues it), and ends with a token the server
     stops at (the tokenizer's EOS or the generation config's);
@@ -37,6 +39,7 @@ class Verdict:
     """What the check found: rows per problem kind, with the first example of each."""
     checked: int = 0
     with_tools: int = 0
+    with_results: int = 0
     turns: int = 0
     problems: dict[str, list[str]] = field(default_factory=dict)  # kind -> example descriptions
 
@@ -68,11 +71,14 @@ def check(rows: Sequence[dict[str, Any]], tokenizer, parser: str, eos_ids: Seque
         verdict.checked += 1
         messages, tools = row["messages"], row.get("tools") or None
         try:
-            _render(tokenizer, messages, tools, False)
+            whole = _render(tokenizer, messages, tools, False)
         except Exception as err:  # noqa: BLE001 - a template is code: anything it raises is a refusal
             verdict.add("refused", f"{type(err).__name__}: {_short(str(err), 120)} (first message "
                                    f"{_short(messages[0].get('content'), 60)!r})")
             continue
+        verdict.with_results += any(m.get("role") == "tool" for m in messages)
+        if lost := _results_dropped(messages, whole):
+            verdict.add("tool results dropped", lost)
         answers = trained_turns(messages)
         if tools:
             verdict.with_tools += 1
@@ -84,6 +90,24 @@ def check(rows: Sequence[dict[str, Any]], tokenizer, parser: str, eos_ids: Seque
             verdict.turns += 1
             _check_turn(verdict, tokenizer, messages, i, tools, parser, stops, parse_fn)
     return verdict
+
+
+def _results_dropped(messages, rendered: str) -> str | None:
+    """The first tool result that is not in the rendered row after the one before it, described; None when
+    all are. Templates write a result as it is or as JSON (Llama 3.1's `| tojson`), trimmed or not."""
+    at = 0
+    for n, m in enumerate(m for m in messages if m.get("role") == "tool"):
+        content = m.get("content")
+        text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+        forms = [f for f in (text, text.strip(), json.dumps(text, ensure_ascii=False)[1:-1].strip()) if f]
+        found = [rendered.find(f, at) for f in forms]
+        found = [(i, len(f)) for i, f in zip(found, forms) if i >= 0]
+        if forms and not found:
+            return f"tool result {n + 1} {_short(text, 60)!r} is not in the rendered row"
+        if found:
+            i, size = min(found)
+            at = i + size
+    return None
 
 
 def _check_turn(verdict: Verdict, tokenizer, messages, i: int, tools, parser: str, stops: list[str],
@@ -123,6 +147,7 @@ def _check_turn(verdict: Verdict, tokenizer, messages, i: int, tools, parser: st
 _FIX = {
     "refused": "change those rows, or give a template that accepts them",
     "tools dropped": "the model would never see its tools",
+    "tool results dropped": "multi-turn rows would train from the call straight to the answer, the result unseen",
     "calls dropped": "the model would learn empty answers where the calls belong",
     "calls unreadable": "the served model's calls would come back as plain text, not message.tool_calls",
     "text read as call": "text answers would come back as tool calls",
@@ -131,7 +156,7 @@ _FIX = {
     "no stop": "the served model would not stop after its answer",
     "unknown parser": "the parser's reading cannot be checked",
 }
-_COUNTED_BY = {"refused": "checked", "tools dropped": "with_tools"}
+_COUNTED_BY = {"refused": "checked", "tools dropped": "with_tools", "tool results dropped": "with_results"}
 
 
 def problems(verdict: Verdict, where: str, parser: str, chatml: bool = True) -> list[str]:
@@ -142,7 +167,7 @@ def problems(verdict: Verdict, where: str, parser: str, chatml: bool = True) -> 
     lines = []
     for kind, examples in verdict.problems.items():
         total = getattr(verdict, _COUNTED_BY.get(kind, "turns"))
-        unit = {"checked": "rows", "with_tools": "rows with tools"}.get(_COUNTED_BY.get(kind, ""), "assistant turns")
+        unit = {"checked": "rows", "with_tools": "rows with tools", "with_results": "rows with tool results"}.get(_COUNTED_BY.get(kind, ""), "assistant turns")
         lines.append(f"{kind}: {len(examples)} of {total} {unit} ({_FIX[kind]}); e.g. {examples[0]}")
     fix = ("chat_template=chatml-tools (the built-in ChatML template with <tool_call> JSON, which this tokenizer's "
            "<|im_start|>/<|im_end|> tokens fit), or a .jinja file of your own" if chatml else
