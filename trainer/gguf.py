@@ -153,13 +153,29 @@ def read_once(path: str | Path):
         gguf.GGUFReader, gguf.get_tensor_name_map = reader_class, name_map
 
 
+def _incomplete(path: Path, arch: str, report: dict[str, Any]) -> str | None:
+    """The load report's missing, unexpected or mismatched weights, said as a refusal: transformers fills a missing
+    one with newly initialized values and carries on, so the model would train (and be uploaded) with random layers."""
+    kinds = {"missing": "missing_keys", "unexpected": "unexpected_keys", "of the wrong shape": "mismatched_keys"}
+    found = {what: sorted(str(k[0] if isinstance(k, tuple) else k) for k in report.get(key) or ())
+             for what, key in kinds.items()}
+    said = [f"{len(keys)} {what} ({', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''})"
+            for what, keys in found.items() if keys]
+    if not said:
+        return None
+    return (f"model {path}: its tensors do not make a whole {arch!r} model: weights {'; '.join(said)}. transformers "
+            "would fill the missing ones with random values and training would start from them; nothing was "
+            "uploaded. Download the file again (or convert it again with llama.cpp's convert_hf_to_gguf.py), or use "
+            "the original Hugging Face model (a directory or Hub id)")
+
+
 def convert(path: str | Path, out_dir: str | Path) -> Path:
     """De-quantize the GGUF file `path` into the model directory `out_dir` (config.json, model.safetensors,
     generation_config.json, tokenizer files, chat_template.jinja); returns out_dir.
 
     Raises:
-        UserError: the file is not a GGUF transformers can read (see file_problems), or its tensors do not
-            de-quantize.
+        UserError: the file is not a GGUF transformers can read (see file_problems), its tensors do not
+            de-quantize, or they are not the whole model (weights missing, unexpected or of the wrong shape).
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -182,7 +198,8 @@ def convert(path: str | Path, out_dir: str | Path) -> Path:
         dtype = dtype_name(info["tensor_types"])
         try:
             tokenizer = AutoTokenizer.from_pretrained(**where)
-            model = AutoModelForCausalLM.from_pretrained(**where, dtype=getattr(torch, dtype), **dense)
+            model, report = AutoModelForCausalLM.from_pretrained(**where, dtype=getattr(torch, dtype), **dense,
+                                                                 output_loading_info=True)
         except NotImplementedError as err:  # gguf's dequantize for a tensor type it does not know
             raise UserError(f"model {path}: {brief(err)}: re-quantize it with llama.cpp to a type "
                             f"the gguf package de-quantizes (Q8_0, Q4_K_M, F16, ...) or upgrade gguf ({_INSTALL})"
@@ -191,6 +208,8 @@ def convert(path: str | Path, out_dir: str | Path) -> Path:
             raise UserError(f"model {path} does not load with transformers ({type(err).__name__}: "
                             f"{brief(err)}): use the original Hugging Face model (a directory "
                             "or Hub id) instead of its GGUF") from None
+    if problem := _incomplete(path, info["architecture"], report):
+        raise UserError(problem)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.model_max_length = info["context_length"] or tokenizer.model_max_length

@@ -28,9 +28,10 @@ def _byte_level_alphabet() -> list[str]:
     return [chr(b if b in printable else next(extra)) for b in range(256)]
 
 
-def tiny_gguf(path: Path, arch: str = "llama", qtype: str = "Q8_0", tokenizer: bool = True, hidden: int = 32) -> Path:
+def tiny_gguf(path: Path, arch: str = "llama", qtype: str = "Q8_0", tokenizer: bool = True, hidden: int = 32,
+              keep=lambda name: True) -> Path:
     """A 1-layer Llama as llama.cpp writes it (weights in `qtype`, norms F32; a byte-level tokenizer with
-    ChatML specials and a chat template), in ~0.1 s."""
+    ChatML specials and a chat template), in ~0.1 s; only the tensors whose names `keep` keeps."""
     import gguf
 
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -63,6 +64,8 @@ def tiny_gguf(path: Path, arch: str = "llama", qtype: str = "Q8_0", tokenizer: b
               "blk.0.ffn_up.weight": (2 * hidden, hidden), "blk.0.ffn_down.weight": (hidden, 2 * hidden),
               "output_norm.weight": (hidden,)}  # no output.weight: tied embeddings
     for name, shape in shapes.items():
+        if not keep(name):
+            continue
         values = rng.normal(0.0, 0.2, shape).astype(np.float32)
         if len(shape) == 1:
             w.add_tensor(name, values)
@@ -185,6 +188,19 @@ def test_bad_gguf_files_are_one_error_with_the_fix(tmp_path, store):
         err = str(pytest.raises(UserError, delivery.deliver_model, str(path), "", store).value)
         assert words in err and str(path) in err and "Traceback" not in err, (name, err)
     assert _objects(store, "models/") == before  # nothing uploaded
+
+
+def test_a_gguf_missing_weights_its_architecture_needs_is_refused_before_upload(tmp_path, store):
+    """transformers filled a missing tensor with new random values and the model was uploaded and trained."""
+    no_q = tiny_gguf(tmp_path / "no_q.gguf", keep=lambda name: name != "blk.0.attn_q.weight")
+    only_embd = tiny_gguf(tmp_path / "only_embd.gguf", keep=lambda name: name == "token_embd.weight")
+    before = _objects(store, "models/")
+    err = str(pytest.raises(UserError, delivery.deliver_model, str(no_q), "", store).value)
+    assert err.startswith(f"model {no_q}: its tensors do not make a whole 'llama' model: weights 1 missing "
+                          "(model.layers.0.self_attn.q_proj.weight)") and "nothing was uploaded" in err
+    err = str(pytest.raises(UserError, trainer_gguf.convert, only_embd, tmp_path / "out").value)
+    assert "weights 10 missing (model.layers.0.input_layernorm.weight, " in err and ", ...)" in err
+    assert _objects(store, "models/") == before and not (tmp_path / "out").exists()
 
 
 def test_the_gguf_package_missing_is_named_with_the_install_command(tmp_path, monkeypatch):
