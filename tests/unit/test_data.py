@@ -659,3 +659,55 @@ def test_tool_names_no_application_can_call_and_results_answering_no_call_are_re
     bad = row()
     change(bad)
     assert any(said in p for p in row_problems(bad)), row_problems(bad)
+
+
+_SCHEMA = {"type": "object", "required": ["n"], "properties": {
+    "n": {"type": "integer"}, "x": {"type": "number"}, "on": {"type": "boolean"},
+    "unit": {"type": "string", "enum": ["c", "f"]}, "days": {"type": "array", "items": {"type": "integer"}}}}
+
+
+def _call_row(args):
+    return {"tools": [{"type": "function", "function": {"name": "forecast", "parameters": _SCHEMA}}],
+            "messages": [{"role": "user", "content": "Forecast?"},
+                         {"role": "assistant", "content": None, "tool_calls": [
+                             {"type": "function", "function": {"name": "forecast", "arguments": json.dumps(args)}}]}]}
+
+
+@pytest.mark.parametrize("args, said", [
+    ({"n": "five"}, "(forecast.n: expected type integer, got string 'five')"),
+    ({"n": True}, "(forecast.n: expected type integer, got boolean True)"),
+    ({"n": "007"}, "(forecast.n: expected type integer, got string '007')"),  # not the same value as 7
+    ({"x": 1.5}, "(missing required parameter 'n')"),
+    ({"n": 1, "city": "Oslo"}, "(parameter 'city' is not declared by the schema)"),
+    ({"n": 1, "unit": "k"}, "(forecast.unit: 'k' is not one of the schema's enum ['c', 'f'])"),
+    ({"n": 1, "days": [1, "two"]}, "(forecast.days[1]: expected type integer, got string 'two')"),
+])
+def test_an_expected_call_that_breaks_its_own_tool_schema_is_refused(args, said):
+    """Accepted before, and the checker then scored an exact copy of the answer as wrong (0/60), so
+    min_fc_accuracy could turn a perfect model down."""
+    with pytest.raises(UserError) as err:
+        data.validate_rows([_call_row({"n": 1}), _call_row(args)], "d.jsonl")
+    assert f"d.jsonl row 2: messages[1].tool_calls[0].function.arguments breaks its own tool's schema {said}: the " \
+           "evaluation would score an exact copy of this call as wrong" in str(err.value)
+
+
+def test_values_spelled_in_another_type_than_the_schemas_are_read_as_its_type_and_said_once(capsys):
+    from trainer import fc_check
+
+    rows = [_call_row({"n": "5", "x": "2.5", "on": "true", "days": ["1", 2.0]}), _call_row({"n": 3.0}),
+            _call_row({"n": 4, "x": "1e400"})]
+    with pytest.raises(UserError, match=r"row 3: .*forecast.x: expected type number, got string '1e400'"):
+        data.validate_rows(rows, "d.jsonl")  # text that is no finite number stays text, and is refused
+    out = data.validate_rows(rows[:2], "d.jsonl")
+    said = capsys.readouterr().out
+    assert said.count("d.jsonl: 2 calls gave values in another spelling than their tool's schema types") == 1
+    assert 'e.g. row 1: {"n": "5", "x": "2.5", "on": "true", "days": ["1", 2.0]} -> ' \
+           '{"n": 5, "x": 2.5, "on": true, "days": [1, 2]}' in said
+    first = out[0]["messages"][1]["tool_calls"][0]["function"]["arguments"]
+    assert first == {"n": 5, "x": 2.5, "on": True, "days": [1, 2]} and type(first["n"]) is int
+    assert out[1]["messages"][1]["tool_calls"][0]["function"]["arguments"] == {"n": 3}
+    # the row is now its own right answer
+    call = out[0]["messages"][1]["tool_calls"][0]["function"]
+    assert fc_check.check(out[0], [call], None) == (True, "call matched")
+    data.validate_rows([_call_row({"n": 1})], "d.jsonl")
+    assert "another spelling" not in capsys.readouterr().out

@@ -5,13 +5,16 @@ validated as one (every format converted, mixed formats refused). See trainer.da
 from __future__ import annotations
 
 import json
+import math
+import re
 import unicodedata
 from typing import Any, Iterable
 
 from trainer.chat.calls import decode_arguments
 from trainer.errors import collect
-from trainer.data.formats import (CONVERTERS, _no_messages, _part_types, announce, convert, format_problems,
-                                   row_format)
+from trainer.fc_check import check_call
+from trainer.data.formats import (CONVERTERS, _QUIET, _no_messages, _part_types, announce, convert,
+                                   format_problems, row_format)
 from trainer.data.jsontext import (_ESCAPED_SURROGATE, _json_type, _loads, _repeated, non_finite_paths,
                                     surrogate_problem)
 
@@ -36,6 +39,46 @@ def _tool_name_problem(name: str) -> str | None:
     if bad := sorted({repr(c) for c in name if c.isspace() or unicodedata.category(c).startswith("C")}):
         return (f"holds {', '.join(bad)} (white space or control characters): no tool-call parser reads it back; "
                 "use letters, digits, '_', '-' or '.' (OpenAI's API takes ^[a-zA-Z0-9_-]{1,64}$)")
+    return None
+
+
+_INTEGER = re.compile(r"-?(0|[1-9][0-9]*)")
+_NUMBER = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+
+
+def _parameters(tools: list, name: str) -> Any:
+    fn = next(t.get("function", t) for t in tools if isinstance(t, dict) and t.get("function", t).get("name") == name)
+    return fn.get("parameters") or {}
+
+
+def typed(schema: Any, value: Any) -> Any:
+    """`value` in the type its JSON schema gives, where it says the same value in another spelling: "5" or 5.0 for an
+    integer, "2.5" for a number, "true" for a boolean (datasets write numbers as text); anything else unchanged."""
+    if not isinstance(schema, dict):
+        return value
+    kind = {"int": "integer", "float": "number", "bool": "boolean"}.get(schema.get("type"), schema.get("type"))
+    if isinstance(value, dict) and isinstance(schema.get("properties"), dict):
+        return {k: typed(schema["properties"].get(k), v) for k, v in value.items()}
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [typed(schema["items"], v) for v in value]
+    if isinstance(value, str) and kind in ("integer", "number") and _NUMBER.fullmatch(value):
+        number = int(value) if _INTEGER.fullmatch(value) else float(value)
+        return number if kind == "number" and math.isfinite(number) or isinstance(number, int) else value
+    if isinstance(value, str) and kind == "boolean" and value in ("true", "false"):
+        return value == "true"
+    if isinstance(value, float) and kind == "integer" and value.is_integer():
+        return int(value)
+    return value
+
+
+def _schema_problem(tools: list, name: str, args: dict[str, Any], at: str) -> str | None:
+    """Why a row's own call breaks its tool's schema (a type, an undeclared or a missing required parameter), read
+    as `typed` reads it: the checker scores answers by the schema, so it would score an exact copy of the call wrong."""
+    call = {"name": name, "arguments": typed(_parameters(tools, name), args)}
+    if why := check_call({"tools": tools}, call, call):
+        return (f"{at} breaks its own tool's schema ({why.removeprefix(name + ': ')}): the evaluation would score an "
+                "exact copy of this call as wrong, and training would teach it; fix the call's value or the tool's "
+                "parameters")
     return None
 
 
@@ -149,6 +192,8 @@ def row_problems(row: Any) -> list[str]:
                 # json reads NaN and 1e999; the model would learn to write what no tool parser reads
                 problems.append(f"{', '.join(bad[:3])} must be a finite number, not NaN or Infinity (not JSON, "
                                 "and no tool-call parser reads it back): give a real number, a string or null")
+            elif declared and fn["name"] in declared and (problem := _schema_problem(tools, fn["name"], args, at)):
+                problems.append(problem)
     answers = [m for m in messages if isinstance(m, dict) and m.get("role") == "assistant"]
     if not answers:
         problems.append("no assistant message: there is nothing to learn from this row")
@@ -206,7 +251,30 @@ def validate_rows(rows: Iterable[Any], where: str, columnar: bool = False) -> li
         problems.append((None, "has no rows"))
     _raise_grouped(problems, where, "row")
     announce(formats, where)
-    return [normalise(r, columnar) for r in rows]
+    rows = [normalise(r, columnar) for r in rows]
+    _retype(rows, where)
+    return rows
+
+
+def _retype(rows: list[dict[str, Any]], where: str) -> None:
+    """Call arguments spelled in another type than their schema's ("5" for an integer) read as the schema's type
+    (`typed`), in place, said once with a count and an example: the model learns the type the server's callers get."""
+    changed, example = 0, ""
+    for n, row in enumerate(rows, 1):
+        for m in row["messages"]:
+            for tc in m.get("tool_calls") or []:
+                fn = tc["function"]
+                if not row.get("tools") or not isinstance(fn.get("arguments"), dict):
+                    continue
+                new = typed(_parameters(row["tools"], fn["name"]), fn["arguments"])
+                if json.dumps(new) != json.dumps(fn["arguments"]):
+                    changed += 1
+                    example = example or f"row {n}: {json.dumps(fn['arguments'])} -> {json.dumps(new)}"
+                    fn["arguments"] = new
+    if changed and not _QUIET.get():
+        print(f"{where}: {changed} call{'s' if changed > 1 else ''} gave values in another spelling than their tool's "
+              f"schema types (text for a number or a boolean, 2.0 for an integer), read as the schema's type; e.g. "
+              f"{example}", flush=True)
 
 
 def _raise_grouped(problems: list[tuple[int | None, str]], where: str, unit: str) -> None:
