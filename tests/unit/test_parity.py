@@ -100,6 +100,7 @@ def test_the_projects_parsers_agree_with_vllms(tok, text, parser, calls, content
         # tokenizers in test_real_templates.py
         theirs = parsers.vllm_parse(parser, text, tok, None)
         assert theirs.calls == ours.calls and (theirs.content or None) == (ours.content or None)
+        assert (theirs.error is None) == (ours.error is None) == ("not json" not in text)
 
 
 def test_template_values(tmp_path):
@@ -221,3 +222,19 @@ def test_a_template_that_renders_tool_results_as_nothing_is_refused(tok):
         {"role": "assistant", "content": "done"}]}
     tok.chat_template = tok.chat_template.replace("{%- elif m.role != 'tool' %}", "{%- else %}")
     assert parity.check([swapped], tok, "hermes").ok
+
+
+def test_a_template_the_tool_parser_raises_on_is_one_counted_line_not_a_traceback_per_row(tok, capfd):
+    """Calls rendered as Python's repr (single quotes): vLLM's hermes parser raised on each and printed one
+    traceback per row (200 tracebacks, 1,802 lines) before the refusal."""
+    tok.chat_template = tok.chat_template.replace(
+        "{{ {'name': tc.function.name, 'arguments': tc.function.arguments} | tojson }}",
+        "{{ {'name': tc.function.name, 'arguments': tc.function.arguments} }}")
+    for parse_fn in (None, lambda p, text: parsers.vllm_parse(p, text, tok, None)):  # the image's, and vLLM's own
+        verdict = parity.check(TOOL_ROWS + TEXT_ROWS, tok, "hermes", parse_fn=parse_fn)
+        assert set(verdict.problems) == {"parser error"} and len(verdict.problems["parser error"]) == 20
+        assert verdict.problems["parser error"][0].startswith("hermes raised JSONDecodeError: Expecting property name")
+        [line] = parity.problems(verdict, "here", "hermes")
+        assert "parser error: 20 of 30 assistant turns (the server's parser would fail" in line
+    printed = capfd.readouterr()
+    assert "Traceback" not in printed.out + printed.err and "Error in extracting" not in printed.out + printed.err

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from collections.abc import Callable, Collection, Sequence
@@ -32,6 +33,7 @@ END_MARKERS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>", "<|end
 class Parsed:
     calls: list[dict[str, Any]]  # [{"name": str, "arguments": dict}]
     content: str | None
+    error: str | None = None  # what the parser raised (vLLM logs it with a traceback and returns the text)
 
 
 def parse(parser: str, text: str) -> Parsed | None:
@@ -45,8 +47,8 @@ def parse(parser: str, text: str) -> Parsed | None:
             try:
                 obj = json.loads(closed or open_)
                 calls.append({"name": obj["name"], "arguments": arguments_or_raw(obj["arguments"])})
-            except (ValueError, KeyError, TypeError):
-                return Parsed([], text)  # vLLM logs the error and returns the text as content
+            except (ValueError, KeyError, TypeError) as err:
+                return Parsed([], text, _error(err))  # vLLM logs the error and returns the text as content
         content = text[: text.find("<tool_call>")]
         return Parsed(calls, content or None)
     if parser == "llama3_json":
@@ -68,8 +70,8 @@ def parse(parser: str, text: str) -> Parsed | None:
                 pos = len(body) - len(rest) + 1
                 while pos < len(body) and body[pos].isspace():
                     pos += 1
-        except (ValueError, KeyError, TypeError, AttributeError):
-            return Parsed([], text)
+        except (ValueError, KeyError, TypeError, AttributeError) as err:
+            return Parsed([], text, _error(err))
         return Parsed(calls, None)
     if parser == "mistral":
         if "[TOOL_CALLS]" not in text:
@@ -79,18 +81,33 @@ def parse(parser: str, text: str) -> Parsed | None:
             items = json.loads(raw.strip())
             items = items if isinstance(items, list) else [items]
             calls = [{"name": c["name"], "arguments": arguments_or_raw(c["arguments"])} for c in items]
-        except (ValueError, KeyError, TypeError):
-            return Parsed([], text)
+        except (ValueError, KeyError, TypeError) as err:
+            return Parsed([], text, _error(err))
         return Parsed(calls, content or None)
     return None
+
+
+def _error(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}"
+
+
+class _Held(logging.Filter):
+    """Keeps a logger's records instead of printing them: vLLM's parsers log each failure with a traceback
+    (`logger.exception`), one per row checked, which buried the check's one-line verdict."""
+
+    def __init__(self):
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.records.append(record)
+        return False
 
 
 def _vllm_parser_classes():
     """vLLM's request and parser classes, imported without vLLM's notes about this platform ("Triton is
     installed, but doesn't include CPU backend"), which printed before a refusal's message: they are logged
     during the import, before vLLM configures its loggers, so Python's last-resort handler printed them."""
-    import logging
-
     vllm_logger = logging.getLogger("vllm")
     level = vllm_logger.level
     vllm_logger.setLevel(logging.ERROR)
@@ -112,10 +129,16 @@ def vllm_parse(parser: str, text: str, tokenizer, tools: list | None) -> Parsed 
     request = ChatCompletionRequest(model="parity", messages=[{"role": "user", "content": "-"}],
                                     tools=tools or None)
     instance = ToolParserManager.get_tool_parser(parser)(tokenizer)
-    info = instance.extract_tool_calls(text, request)
+    held, log = _Held(), logging.getLogger(type(instance).__module__)
+    log.addFilter(held)
+    try:
+        info = instance.extract_tool_calls(text, request)
+    finally:
+        log.removeFilter(held)
     calls = [{"name": c.function.name, "arguments": arguments_or_raw(c.function.arguments)} for c in info.tool_calls] \
         if info.tools_called else []
-    return Parsed(calls, info.content)
+    raised = next((r.exc_info[1] for r in held.records if r.exc_info and r.exc_info[1]), None)
+    return Parsed(calls, info.content, _error(raised) if raised else None)
 
 
 def stop_texts(tokenizer, eos_ids: Sequence[int] = ()) -> list[str]:

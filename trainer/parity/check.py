@@ -134,6 +134,9 @@ def _check_turn(verdict: Verdict, tokenizer, messages, i: int, tools, parser: st
     if got is None:
         verdict.add("unknown parser", f"no check for the {parser!r} parser here")
         return
+    if got.error:  # counted like any kind: vLLM's own traceback per row buried the verdict
+        verdict.add("parser error", f"{parser} raised {_short(got.error, 100)} reading {_short(answer, 80)!r}")
+        return
     if want and not same_calls(got.calls, want):
         verdict.add("calls unreadable", f"{parser} reads {_short(got.calls) if got.calls else 'no call'} from "
                                         f"{_short(answer, 100)!r}; the row has {_short(want)}")
@@ -149,6 +152,7 @@ _FIX = {
     "tools dropped": "the model would never see its tools",
     "tool results dropped": "multi-turn rows would train from the call straight to the answer, the result unseen",
     "calls dropped": "the model would learn empty answers where the calls belong",
+    "parser error": "the server's parser would fail on every such answer and return it as plain text",
     "calls unreadable": "the served model's calls would come back as plain text, not message.tool_calls",
     "text read as call": "text answers would come back as tool calls",
     "text changed": "text answers would come back changed",
