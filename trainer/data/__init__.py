@@ -13,11 +13,18 @@ become messages on load, deterministically, with one line saying how many rows w
   Alpaca             `{"instruction", "input"?, "output", "system"?, "history"?}`: the user turn
                      is instruction and input joined by a newline (as LLaMA-Factory joins them)
   OpenAI legacy      `functions` -> `tools`, `function_call` -> `tool_calls`, role function -> tool
-A file mixing ShareGPT or Alpaca rows with rows of another format is refused (row numbers named).
+  glaive-v2          `{"system", "chat"}`: functions in the system text, USER/ASSISTANT/FUNCTION RESPONSE
+                     turns, `<functioncall> {...}` -> a tool call (arguments in single quotes read)
+  Hermes             ShareGPT with `<tools>` (system), `<tool_call>` (gpt), `<tool_response>` (tool)
+  xLAM / APIGen      `{"query", "tools", "answers"}`: parameter types as JSON schema, answers -> calls
+  (see trainer.data.fc_formats; their calls get ids call_0, call_1, ... and results the id they answer).
+A file mixing ShareGPT, Alpaca, glaive or xLAM rows with rows of another format is refused (row numbers
+named).
 Files: JSONL, a JSON list of rows (or one row), CSV (JSON text in the `messages` / `tools` cells)
 and Parquet; every reader ends in the same row checks.
 
-The package: formats (which format, and conversions to chat rows), rows (row checks), jsontext (JSON
+The package: formats (which format, and conversions to chat rows; fc_formats the function-calling
+datasets' readers), rows (row checks), jsontext (JSON
 text inside rows, read strictly), readers (files), encode (token ids and loss
 masks), preflight (length checks before training, and the time budget the template check of
 trainer.parity.preflight shares); every name is importable from `trainer.data`.

@@ -1,5 +1,6 @@
 """Row formats: which format a row is in, and the formats converted to chat rows on load
-(prompt-completion, ShareGPT, Alpaca, OpenAI legacy), announced once. See trainer.data."""
+(prompt-completion, ShareGPT, Alpaca, OpenAI legacy; the function-calling datasets of
+trainer.data.fc_formats: glaive, Hermes, xLAM), announced once. See trainer.data."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import contextvars
 import json
 from typing import Any, Iterable
 
+from trainer.data.fc_formats import from_glaive, from_openai, from_xlam, hermes_turns, is_hermes, link_results
 from trainer.data.jsontext import _json_type, json_loads
 
 
@@ -19,11 +21,15 @@ _OTHER_FORMATS = (
     ({"output"}, "Alpaca rows need 'instruction' and 'output' (and may have 'input', 'system')"),
     ({"chosen", "rejected"}, "preference pairs (DPO) are not supervised fine-tuning data: train on 'chosen' as "
                              "'messages'"),
+    ({"query"}, "xLAM rows need 'query', 'tools' and 'answers' (a list of calls {\"name\", \"arguments\"})"),
 )
 
 
 def _no_messages(row: dict[str, Any]) -> str:
-    """Why a row without 'messages' is not chat, naming its keys and the format they suggest."""
+    """Why a row without 'messages' is not chat, naming its keys and the format they suggest; for a
+    row in a format converted whole (glaive, xLAM, Hermes), why its conversion failed."""
+    if refused := conversion_problems(row):
+        return "; ".join(refused)
     keys = sorted(map(str, row))
     shown = ", ".join(repr(k) for k in keys[:8]) + (", ..." if len(keys) > 8 else "")
     hint = next((h for needed, h in _OTHER_FORMATS if needed & set(row) == needed
@@ -63,29 +69,38 @@ SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistan
 FORMAT_NAMES = {"chat": "chat ('messages' of {role, content})", "prompt-completion": "prompt-completion",
                 "sharegpt": "ShareGPT ('conversations' of {from, value})",
                 "alpaca": "Alpaca (instruction, input, output)",
-                "functions": "OpenAI legacy functions / function_call"}
+                "functions": "OpenAI legacy functions / function_call",
+                "glaive": "glaive-function-calling-v2 (system, chat)",
+                "hermes": "Hermes function calling (ShareGPT with <tools>, <tool_call>, <tool_response>)",
+                "xlam": "xLAM / APIGen (query, tools, answers)",
+                "openai": "OpenAI fine-tuning chat (messages, tools, parallel_tool_calls)"}
 
-CONVERTED = ("sharegpt", "alpaca", "functions")  # formats whose conversion is announced
+CONVERTED = ("sharegpt", "alpaca", "functions", "glaive", "hermes", "xlam")  # formats whose conversion is announced
 
 
 def row_format(row: Any) -> str | None:
     """Which of FORMAT_NAMES a raw row is in (None: none of them; row_problems says why).
 
     ShareGPT turns under 'messages' (`{"messages": [{"from", "value"}]}`, as some Hub datasets
-    store them) count as ShareGPT."""
+    store them) count as ShareGPT; ShareGPT turns holding Hermes's tags (<tools>, <tool_call>,
+    <tool_response>) are Hermes."""
     if not isinstance(row, dict):
         return None
     messages = row.get("messages")
     if isinstance(messages, list) and messages and all(
             isinstance(m, dict) and "from" in m and m.get("role") is None for m in messages):
-        return "sharegpt"
+        return "hermes" if is_hermes(messages, SHAREGPT_ROLES) else "sharegpt"
     if messages is not None:
         legacy = row.get("functions") is not None or (isinstance(messages, list) and any(
             isinstance(m, dict) and (m.get("function_call") is not None or m.get("role") == "function")
             for m in messages))
-        return "functions" if legacy else "chat"
+        return "functions" if legacy else "openai" if row.get("parallel_tool_calls") is not None else "chat"
     if row.get("conversations") is not None:
-        return "sharegpt"
+        return "hermes" if is_hermes(_json_text(row["conversations"]), SHAREGPT_ROLES) else "sharegpt"
+    if row.get("chat") is not None:
+        return "glaive"
+    if row.get("query") is not None and row.get("answers") is not None:
+        return "xlam"
     if row.get("prompt") is not None or row.get("completion") is not None:
         return "prompt-completion"
     if row.get("instruction") is not None:
@@ -191,6 +206,23 @@ def _from_sharegpt(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str
     return (None, problems) if problems else (out, [])
 
 
+def _from_hermes(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
+    """NousResearch's hermes-function-calling-v1: ShareGPT, read by _from_sharegpt (whose checks run on
+    the turns as given, so that they name them as given), with the tools, calls and results that its
+    tags hold made real (fc_formats.hermes_turns). The <tools> block leaves the system prompt (the
+    chat template writes the tools); the rest of the prompt stays."""
+    if problems := _from_sharegpt(row)[1]:
+        return None, problems
+    key = "conversations" if row.get("messages") is None else "messages"
+    turns, tools, problems = hermes_turns(_json_text(row[key]), key, SHAREGPT_ROLES)
+    if tools and _as_tools(row.get("tools"), []):
+        problems.append("has tools both in 'tools' and in the system turn's <tools>: keep one")
+    if problems:
+        return None, problems
+    out, problems = _from_sharegpt({**row, key: turns, **({"tools": tools} if tools else {})})
+    return ({**out, "messages": link_results(out["messages"])} if out else None), problems
+
+
 def _from_alpaca(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
     """(the chat row, []) or (None, every problem): [system], history pairs, then the user turn
     (instruction, a newline, input; either alone when the other is empty) and the output."""
@@ -276,7 +308,22 @@ def _from_prompt_completion(row: dict[str, Any]) -> tuple[dict[str, Any] | None,
 # Every format converted on load, by row_format's name: row -> (the chat row or None, problems),
 # None or problems leaving the row as it was for row_problems to name.
 CONVERTERS = {"sharegpt": _from_sharegpt, "alpaca": _from_alpaca, "functions": _from_functions,
-              "prompt-completion": _from_prompt_completion}
+              "prompt-completion": _from_prompt_completion, "glaive": from_glaive, "hermes": _from_hermes,
+              "xlam": from_xlam, "openai": from_openai}
+
+# Formats whose converter refuses a row whole: a row of them that was not converted is named by its
+# converter's problems, not checked as chat (its turns are not messages, or a setting of it forbids them).
+REFUSED_WHOLE = ("sharegpt", "alpaca", "glaive", "hermes", "xlam", "openai")
+
+
+def conversion_problems(row: Any) -> list[str] | None:
+    """Why a row of REFUSED_WHOLE's formats is not converted (an empty list: it is), or None when its
+    messages are to be checked as chat: what row_problems reports first."""
+    fmt = row_format(row)
+    if fmt not in REFUSED_WHOLE:
+        return None
+    problems = CONVERTERS[fmt](row)[1]
+    return (problems or None) if fmt == "openai" else problems  # an OpenAI row converted is checked as chat
 
 
 def to_chat(row: Any) -> Any:
@@ -291,9 +338,10 @@ def convert(row: Any) -> tuple[Any, str | None]:
     `prompt` / `completion` are strings (a user turn and an assistant turn) or message lists
     (TRL's conversational prompt-completion); a `system` string becomes the first message,
     `tools` is kept. ShareGPT, Alpaca and OpenAI's legacy functions are converted as the module
-    docstring says. `tools` and `messages` as JSON text (how CSV, Parquet and Hub datasets often
-    store them: one column type for every tool schema) are parsed, and content given as text
-    parts is joined.
+    docstring says; glaive, Hermes and xLAM rows as trainer.data.fc_formats says, and an OpenAI
+    fine-tuning row's `parallel_tool_calls` is checked against its calls. `tools` and `messages`
+    as JSON text (how CSV, Parquet and Hub datasets often store them: one column type for every
+    tool schema) are parsed, and content given as text parts is joined.
     """
     for key in ("tools", "messages"):  # JSON text in a column, as CSV and Parquet often hold them
         if isinstance(row, dict) and isinstance(row.get(key), str):
@@ -323,13 +371,15 @@ def convert(row: Any) -> tuple[Any, str | None]:
 
 
 def _family(fmt: str | None) -> str | None:
-    """ShareGPT, Alpaca, or the OpenAI/TRL family (chat, prompt-completion, legacy functions)."""
-    return fmt if fmt in ("sharegpt", "alpaca", None) else "chat"
+    """ShareGPT (Hermes's rows are ShareGPT: a file of them may have rows without tools), Alpaca,
+    glaive, xLAM, or the OpenAI/TRL family (chat, prompt-completion, legacy functions, fine-tuning)."""
+    fmt = "sharegpt" if fmt == "hermes" else fmt
+    return fmt if fmt in ("sharegpt", "alpaca", "glaive", "xlam", None) else "chat"
 
 
 def format_problems(formats: list[tuple[int, str | None]]) -> list[tuple[int, str]]:
-    """A file mixing ShareGPT or Alpaca rows with rows of another format: each row outside the
-    file's most common format, named. (Usually files appended by mistake; and a converted file
+    """A file mixing ShareGPT, Alpaca, glaive or xLAM rows with rows of another format: each row
+    outside the file's most common format, named. (Usually files appended by mistake; and a converted file
     must mean one thing, since the conversion is silent row by row.)"""
     counts: dict[str, int] = {}
     for _, fmt in formats:

@@ -1,0 +1,325 @@
+"""The function-calling datasets users name (glaive-function-calling-v2, hermes-function-calling-v1,
+xLAM / APIGen, OpenAI's fine-tuning format) read into chat rows with tools, calls and results
+(trainer.data.fc_formats). Every row here is written by hand after the dataset cards' formats."""
+
+import json
+
+import pytest
+
+from trainer import data, parity
+from trainer.data import formats
+from trainer.errors import UserError
+
+CONVERT = {"name": "convert_currency", "description": "Convert an amount between currencies",
+           "parameters": {"type": "object", "properties": {"amount": {"type": "number"}, "from": {"type": "string"},
+                                                           "to": {"type": "string"}},
+                          "required": ["amount", "from", "to"]}}
+CLOCK = {"name": "get_time", "description": "The current time", "parameters": {"type": "object", "properties": {}}}
+NOTE = {"name": "save_note", "description": "Save a note", "parameters": {
+    "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}
+
+
+def tools(*schemas):
+    return [{"type": "function", "function": s} for s in schemas]
+
+
+def call(name, args, n):
+    return {"id": f"call_{n}", "type": "function", "function": {"name": name, "arguments": args}}
+
+
+def write(tmp_path, rows, name="d.jsonl"):
+    path = tmp_path / name
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def refusal(tmp_path, rows):
+    msg = str(pytest.raises(UserError, data.read_rows, write(tmp_path, rows)).value)
+    assert "Traceback" not in msg
+    return msg
+
+
+# glaive-function-calling-v2 ---------------------------------------------------------------------------
+
+GLAIVE_SYSTEM = ("SYSTEM: You are a helpful assistant with access to the following functions. Use them if "
+                 "required -\n" + json.dumps(CONVERT, indent=4) + "\n\n" + json.dumps(CLOCK, indent=4) + "\n\n"
+                 + json.dumps(NOTE, indent=4) + "\n")
+GLAIVE = {"system": GLAIVE_SYSTEM, "chat": (
+    "USER: How much is 20 euros in dollars?\n\n\n"
+    "ASSISTANT: <functioncall> {\"name\": \"convert_currency\", \"arguments\": "
+    "'{\"amount\": 20, \"from\": \"EUR\", \"to\": \"USD\"}'} <|endoftext|>\n\n\n"
+    "FUNCTION RESPONSE: {\"converted_amount\": 21.7}\n\n\n"
+    "ASSISTANT: 20 euros are 21.70 dollars. <|endoftext|>\n\n\n"
+    "USER: And what time is it? Also note that it's done.\n\n\n"
+    "ASSISTANT: Let me check. <functioncall> {\"name\": \"get_time\", \"arguments\": '{}'} <|endoftext|>\n\n\n"
+    "FUNCTION RESPONSE: {\"time\": \"10:30\"}\n\n\n"
+    # an apostrophe inside the single-quoted arguments: no JSON or Python reader takes the call whole
+    "ASSISTANT: <functioncall> {\"name\": \"save_note\", \"arguments\": '{\"text\": \"it's done\"}'} <|endoftext|>"
+    "\n\n\nFUNCTION RESPONSE: {\"saved\": true}\n\n\n"
+    "ASSISTANT: It is 10:30, and the note is saved. <|endoftext|>")}
+GLAIVE_NO_TOOLS = {"system": "SYSTEM: You are a helpful assistant, with no access to external functions.",
+                   "chat": "USER: Tell me a joke. ASSISTANT: Why did the chicken cross the road? <|endoftext|>"}
+
+
+def test_glaive_rows_become_tools_calls_and_linked_results(tmp_path, capsys):
+    path = write(tmp_path, [GLAIVE, GLAIVE_NO_TOOLS])
+    row, plain = data.read_rows(path)
+    assert row["tools"] == tools(CONVERT, CLOCK, NOTE)
+    assert row["messages"] == [
+        {"role": "system", "content": "You are a helpful assistant with access to the following functions. Use "
+                                      "them if required -"},
+        {"role": "user", "content": "How much is 20 euros in dollars?"},
+        {"role": "assistant", "content": "",
+         "tool_calls": [call("convert_currency", {"amount": 20, "from": "EUR", "to": "USD"}, 0)]},
+        {"role": "tool", "content": "{\"converted_amount\": 21.7}", "tool_call_id": "call_0"},
+        {"role": "assistant", "content": "20 euros are 21.70 dollars."},
+        {"role": "user", "content": "And what time is it? Also note that it's done."},
+        {"role": "assistant", "content": "Let me check.", "tool_calls": [call("get_time", {}, 1)]},
+        {"role": "tool", "content": "{\"time\": \"10:30\"}", "tool_call_id": "call_1"},
+        {"role": "assistant", "content": "", "tool_calls": [call("save_note", {"text": "it's done"}, 2)]},
+        {"role": "tool", "content": "{\"saved\": true}", "tool_call_id": "call_2"},
+        {"role": "assistant", "content": "It is 10:30, and the note is saved."}]
+    assert plain == {"messages": [
+        {"role": "system", "content": "You are a helpful assistant, with no access to external functions."},
+        {"role": "user", "content": "Tell me a joke."},
+        {"role": "assistant", "content": "Why did the chicken cross the road?"}]}
+    assert formats.convert(GLAIVE)[1] == "glaive"
+    assert f"{path}: 2 glaive-function-calling-v2 (system, chat) rows converted to chat messages" in \
+        capsys.readouterr().out
+
+
+@pytest.mark.parametrize("row, expected", [
+    ({"system": GLAIVE_SYSTEM, "chat": "USER: 20 EUR?\n\nASSISTANT: <functioncall> {\"name\": \"convert_currency\", "
+                                       "\"arguments\": '{amount: 20}'} <|endoftext|>"},
+     "d.jsonl:1: 'chat' turn 2 (ASSISTANT): the arguments of 'convert_currency' are not JSON (Expecting property name "
+     "enclosed in double quotes): glaive writes a call as <functioncall> {\"name\": \"f\", \"arguments\": '{\"a\": 1}'}"
+     "; fix them, or drop the row"),
+    ({"system": GLAIVE_SYSTEM, "chat": "USER: hi\n\nASSISTANT: <functioncall> convert_currency(20) <|endoftext|>"},
+     "'chat' turn 2 (ASSISTANT): the call 'convert_currency(20)' is not {\"name\": ..., \"arguments\": ...}"),
+    ({"system": "SYSTEM: Use these -\n{\"name\": \"f\", \"parameters\": {", "chat": "USER: hi\nASSISTANT: yo"},
+     "'system' holds '{\"name\": \"f\", \"parameters\": {'..., not a function's JSON schema (Expecting property "
+     "name enclosed in double quotes): glaive's system is \"SYSTEM: <text> -\" then one JSON object per function"),
+    ({"system": "", "chat": "Hello there\nUSER: hi\nASSISTANT: yo"}, "'chat' starts with 'Hello there', not a turn"),
+    ({"system": "", "chat": "USER: hi\nASSISTANT: <|endoftext|>"}, "'chat' turn 2 (ASSISTANT) is empty"),
+    ({"system": "", "chat": ["USER: hi"]}, "'chat' must be glaive's conversation as text"),
+], ids=["args-not-json", "not-a-call", "bad-schema", "text-before-turns", "empty-turn", "chat-not-text"])
+def test_glaive_rows_that_do_not_parse_are_refused_with_the_problem_and_the_fix(tmp_path, row, expected):
+    assert expected in refusal(tmp_path, [row])
+
+
+# hermes-function-calling-v1 ---------------------------------------------------------------------------
+
+def hermes_system(listed):
+    return ("You are a function calling AI model. Function signatures are given within <tools> </tools> XML "
+            f"tags. Here are the tools: <tools> {listed} </tools> Reply with each call as JSON within "
+            "<tool_call> </tool_call> tags.")
+
+
+HERMES = {"conversations": [
+    # tools and calls as Python reprs (single quotes), as the dataset writes some of them
+    {"from": "system", "value": hermes_system(str(tools(CONVERT, CLOCK)))},
+    {"from": "human", "value": "Convert 20 EUR and 30 GBP to USD, and tell me the time."},
+    {"from": "gpt", "value": "On it.\n<tool_call>\n"
+     + str({"arguments": {"amount": 20, "from": "EUR", "to": "USD"}, "name": "convert_currency"})
+     + "\n</tool_call>\n<tool_call>\n"
+     + json.dumps({"name": "convert_currency", "arguments": {"amount": 30, "from": "GBP", "to": "USD"}})
+     + "\n</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>"},
+    {"from": "tool", "value": "<tool_response>\n{\"converted_amount\": 21.7}\n</tool_response>\n"
+                              "<tool_response>\n{\"converted_amount\": 38.1}\n</tool_response>\n"
+                              "<tool_response>\n{\"time\": \"10:30\"}\n</tool_response>"},
+    {"from": "gpt", "value": "20 EUR are 21.70 USD, 30 GBP are 38.10 USD, and it is 10:30."}]}
+HERMES_MESSAGES = [
+    # the prose around the tools stays (a line each); the tools are the chat template's to write
+    {"role": "system", "content": "You are a function calling AI model. Function signatures are given within <tools> "
+                                  "</tools> XML tags. Here are the tools:\nReply with each call as JSON within "
+                                  "<tool_call> </tool_call> tags."},
+    {"role": "user", "content": "Convert 20 EUR and 30 GBP to USD, and tell me the time."},
+    {"role": "assistant", "content": "On it.", "tool_calls": [
+        call("convert_currency", {"amount": 20, "from": "EUR", "to": "USD"}, 0),
+        call("convert_currency", {"amount": 30, "from": "GBP", "to": "USD"}, 1), call("get_time", {}, 2)]},
+    {"role": "tool", "content": "{\"converted_amount\": 21.7}", "tool_call_id": "call_0"},
+    {"role": "tool", "content": "{\"converted_amount\": 38.1}", "tool_call_id": "call_1"},
+    {"role": "tool", "content": "{\"time\": \"10:30\"}", "tool_call_id": "call_2"},
+    {"role": "assistant", "content": "20 EUR are 21.70 USD, 30 GBP are 38.10 USD, and it is 10:30."}]
+PLAIN_SHAREGPT = {"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "hello"}]}
+
+
+def test_hermes_rows_become_parallel_calls_with_one_result_each(tmp_path, capsys):
+    assert formats.row_format(HERMES) == "hermes"
+    path = write(tmp_path, [HERMES, PLAIN_SHAREGPT])  # a Hermes file may hold rows without tools
+    row, plain = data.read_rows(path)
+    assert row["tools"] == tools(CONVERT, CLOCK)
+    assert row["messages"] == HERMES_MESSAGES
+    assert plain == {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
+    out = capsys.readouterr().out
+    assert "1 Hermes function calling (ShareGPT with <tools>, <tool_call>, <tool_response>) row converted" in out
+    assert "1 ShareGPT ('conversations' of {from, value}) row converted" in out
+
+
+def test_hermes_under_messages_and_a_call_alone_keep_the_turns_weight():
+    row = {"messages": [{"from": "system", "value": f"<tools>{json.dumps(tools(CLOCK))}</tools>"},
+                        {"from": "human", "value": "Time?"},
+                        {"from": "gpt", "value": "<tool_call>{'name': 'get_time'}</tool_call>", "weight": 0},
+                        {"from": "tool", "value": "10:30"}, {"from": "gpt", "value": "It is 10:30."}]}
+    [out] = data.validate_rows([row], "rows")
+    assert out == {"tools": tools(CLOCK), "messages": [  # the system turn held the tools only: no prompt left
+        {"role": "user", "content": "Time?"},
+        {"role": "assistant", "content": "", "tool_calls": [call("get_time", {}, 0)], "weight": 0},
+        {"role": "tool", "content": "10:30", "tool_call_id": "call_0"},
+        {"role": "assistant", "content": "It is 10:30."}]}
+
+
+@pytest.mark.parametrize("turn, expected", [
+    ({"from": "gpt", "value": "<tool_call>{'name': 'get_time', 'arguments': </tool_call>"},
+     "d.jsonl:1: conversations[2]: <tool_call> holds \"{'name': 'get_time', 'arguments':\", not {\"name\": ..., "
+     "\"arguments\": {...}} (Expecting property name enclosed in double quotes at character 1); fix it, or drop the "
+     "row"),
+    ({"from": "gpt", "value": "<tool_call>{\"name\": \"get_time\", \"arguments\": \"{x\"}</tool_call>"},
+     "conversations[2]: the arguments of 'get_time' are not JSON (Expecting property name"),
+    ({"from": "gpt", "value": "<tool_call>{\"name\": \"get_time\"}"},
+     "conversations[2] has a <tool_call> without its </tool_call>: close it, or drop the row"),
+], ids=["call-not-json", "arguments-not-json", "unclosed"])
+def test_hermes_rows_that_do_not_parse_are_refused_naming_the_turn(tmp_path, turn, expected):
+    row = {"conversations": [HERMES["conversations"][0], {"from": "human", "value": "Time?"}, turn]}
+    assert expected in refusal(tmp_path, [row])
+    without_tools = {"conversations": row["conversations"][1:]}  # still Hermes: by its call
+    assert expected.replace("d.jsonl:1: ", "").replace("[2]", "[1]") in refusal(tmp_path, [without_tools])
+
+
+def test_hermes_tools_that_do_not_parse_and_shareGPT_problems_are_named_as_given(tmp_path):
+    row = {"conversations": [{"from": "system", "value": "<tools>[{'name': </tools>"},
+                             {"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]}
+    assert "conversations[0]: <tools> holds \"[{'name':\", not a JSON list of function schemas" in \
+        refusal(tmp_path, [row])
+    row = {"conversations": [{"from": "gpt", "value": "<tool_call>{\"name\": \"f\"}</tool_call>"},
+                             {"from": "bot", "value": "x"}]}
+    assert "conversations[1] has unknown 'from' 'bot'" in refusal(tmp_path, [row])
+
+
+# xLAM / APIGen ----------------------------------------------------------------------------------------
+
+XLAM_TOOLS = [
+    {"name": "convert_currency", "description": "Convert an amount between currencies.", "parameters": {
+        "amount": {"description": "How much.", "type": "float"},
+        "currency": {"description": "ISO code to convert to.", "type": "str, optional", "default": "USD"},
+        "rounding": {"description": "Decimal places.", "type": "Optional[int]"}}},
+    {"name": "sum_list", "description": "Add numbers.", "parameters": {
+        "numbers": {"description": "The numbers.", "type": "List[int]"},
+        "strict": {"description": "Refuse non-numbers.", "type": "bool", "default": False},
+        "callback": {"description": "Called with the sum.", "type": "Callable"}}},
+    {"name": "get_time", "description": "The current time.", "parameters": {}}]
+XLAM = {"id": 7, "query": "Convert 20 EUR, add 1, 2 and 3, and tell me the time.", "tools": json.dumps(XLAM_TOOLS),
+        "answers": json.dumps([{"name": "convert_currency", "arguments": {"amount": 20.0}},
+                               {"name": "sum_list", "arguments": {"numbers": [1, 2, 3], "callback": "print"}},
+                               {"name": "get_time", "arguments": {}}])}
+
+
+def test_xlam_rows_become_json_schema_tools_and_parallel_calls(tmp_path, capsys):
+    assert formats.row_format(XLAM) == "xlam"
+    path = write(tmp_path, [XLAM, {**XLAM, "tools": XLAM_TOOLS, "answers": json.loads(XLAM["answers"])}])
+    row, as_lists = data.read_rows(path)
+    assert row == as_lists  # the columns as JSON text (the dataset's) or as lists
+    assert [t["function"]["parameters"] for t in row["tools"]] == [
+        {"type": "object", "required": ["amount"], "properties": {
+            "amount": {"type": "number", "description": "How much."},
+            "currency": {"type": "string", "description": "ISO code to convert to.", "default": "USD"},
+            "rounding": {"type": "integer", "description": "Decimal places."}}},
+        {"type": "object", "required": ["numbers", "callback"], "properties": {
+            "numbers": {"type": "array", "items": {"type": "integer"}, "description": "The numbers."},
+            "strict": {"type": "boolean", "description": "Refuse non-numbers.", "default": False},
+            "callback": {"description": "Called with the sum."}}},  # no JSON schema type: left open
+        {"type": "object", "properties": {}, "required": []}]
+    assert row["messages"] == [
+        {"role": "user", "content": XLAM["query"]},
+        {"role": "assistant", "content": "", "tool_calls": [
+            call("convert_currency", {"amount": 20.0}, 0),
+            call("sum_list", {"numbers": [1, 2, 3], "callback": "print"}, 1), call("get_time", {}, 2)]}]
+    assert "2 xLAM / APIGen (query, tools, answers) rows converted to chat messages" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("row, expected", [
+    ({**XLAM, "answers": "[]"}, "d.jsonl:1: 'answers' is empty: an xLAM row teaches the calls that answer its query, "
+                                "and this one has none and no text answer to learn instead; for a request no tool "
+                                "fits, write the row as {\"messages\""),
+    ({**XLAM, "answers": "[{'name': 'get_time'}]"}, "'answers' is text that is not JSON (Expecting property name"),
+    ({**XLAM, "answers": json.dumps([{"name": "get_time", "arguments": "{x"}])},
+     "answers[0]: the arguments of 'get_time' are not JSON"),
+    ({**XLAM, "answers": json.dumps([{"name": "book_flight", "arguments": {}}])},
+     "messages[1].tool_calls[0] calls 'book_flight', which is not in the row's tools"),
+    ({**XLAM, "tools": "[]", "answers": json.dumps([{"name": "get_time", "arguments": {}}])},
+     "calls 'get_time', which is not in the row's tools []"),
+    ({"query": "hi", "tools": "[]"}, "xLAM rows need 'query', 'tools' and 'answers'"),
+], ids=["no-answers", "answers-python-repr", "arguments-not-json", "undeclared-call", "no-tools", "no-answers-key"])
+def test_xlam_rows_that_cannot_be_read_are_refused_with_the_fix(tmp_path, row, expected):
+    assert expected in refusal(tmp_path, [row])
+
+
+# OpenAI's fine-tuning chat format -----------------------------------------------------------------------
+
+OPENAI = {"tools": tools(CONVERT, CLOCK), "parallel_tool_calls": True, "messages": [
+    {"role": "system", "content": "You convert currencies."},
+    {"role": "user", "content": "20 EUR and 30 GBP in USD?"},
+    {"role": "assistant", "content": None, "weight": 1, "tool_calls": [  # arguments as JSON text: OpenAI's
+        {"id": "call_a", "type": "function", "function": {
+            "name": "convert_currency", "arguments": "{\"amount\": 20, \"from\": \"EUR\", \"to\": \"USD\"}"}},
+        {"id": "call_b", "type": "function", "function": {
+            "name": "convert_currency", "arguments": "{\"amount\": 30, \"from\": \"GBP\", \"to\": \"USD\"}"}}]},
+    {"role": "tool", "tool_call_id": "call_a", "content": "21.7"},
+    {"role": "tool", "tool_call_id": "call_b", "content": "38.1"},
+    {"role": "assistant", "content": "21.70 and 38.10 USD.", "weight": 0}]}
+
+
+def test_openai_fine_tuning_rows_are_read_and_weight_0_is_not_trained(tokenizer):
+    [row] = data.validate_rows([OPENAI], "openai")
+    assert "parallel_tool_calls" not in row and row["tools"] == OPENAI["tools"]
+    assert row["messages"][2]["tool_calls"][1]["function"]["arguments"] == {"amount": 30, "from": "GBP", "to": "USD"}
+    trained = tokenizer.decode([t for t in data.encode(row, tokenizer, 1024)["labels"] if t != -100])
+    assert "convert_currency" in trained and "21.70" not in trained  # the weight-0 answer is context only
+    one_each = {**OPENAI, "parallel_tool_calls": False, "messages": OPENAI["messages"][:2] + [
+        {**OPENAI["messages"][2], "tool_calls": OPENAI["messages"][2]["tool_calls"][:1]}, OPENAI["messages"][3]]}
+    assert data.validate_rows([one_each], "openai")[0]["messages"][2]["tool_calls"][0]["id"] == "call_a"
+
+
+def test_parallel_tool_calls_false_beside_parallel_calls_is_the_rows_problem():
+    row = {**OPENAI, "parallel_tool_calls": False}
+    assert formats.conversion_problems(row) == [
+        "'parallel_tool_calls' is false, but messages[2] makes 2 calls at once: the model would learn calls its "
+        "requests forbid; set parallel_tool_calls to true, or give each call its own turn"]
+    assert formats.conversion_problems({**OPENAI, "parallel_tool_calls": "no"}) == [
+        "'parallel_tool_calls' must be true or false (OpenAI's fine-tuning format), got 'no'"]
+    assert formats.conversion_problems(OPENAI) is None  # converted: its messages are checked as chat
+
+
+@pytest.mark.xfail(strict=True, reason="row_problems (trainer/data/rows.py) reports converter problems for ShareGPT "
+                                       "and Alpaca only; it should ask formats.conversion_problems(row) instead")
+@pytest.mark.parametrize("row", [
+    {**OPENAI, "parallel_tool_calls": False},
+    # refused today too, but as chat messages without roles, not for its call
+    {"messages": [{"from": "human", "value": "Time?"}, {"from": "gpt", "value": "<tool_call>{'name': </tool_call>"}]},
+], ids=["parallel-false", "hermes-under-messages"])
+def test_rows_refused_by_their_converter_while_holding_messages_are_refused_for_it(row):
+    [problem] = formats.conversion_problems(row)
+    assert problem in str(pytest.raises(UserError, data.validate_rows, [row], "rows").value)
+
+
+# every format --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("rows, expected", [
+    ([GLAIVE, GLAIVE_NO_TOOLS, XLAM], "d.jsonl:3: row is xLAM / APIGen (query, tools, answers), but 2 of the file's "
+                                      "3 rows are glaive-function-calling-v2 (system, chat): a file holds one format"),
+    ([HERMES, PLAIN_SHAREGPT, OPENAI], "d.jsonl:3: row is chat ('messages') or prompt-completion, but 2 of the "
+                                       "file's 3 rows are ShareGPT ('conversations' of {from, value})"),
+    ([OPENAI, OPENAI, GLAIVE], "d.jsonl:3: row is glaive-function-calling-v2 (system, chat), but 2 of the file's 3 "
+                               "rows are chat ('messages') or prompt-completion"),
+], ids=["glaive-and-xlam", "hermes-and-openai", "openai-and-glaive"])
+def test_a_file_mixing_formats_is_refused_row_by_row(tmp_path, rows, expected):
+    assert expected in refusal(tmp_path, rows)
+
+
+def test_converted_rows_pass_the_row_checks_and_the_builtin_templates_parity_check(tokenizer):
+    rows = data.validate_rows([GLAIVE], "g") + data.validate_rows([HERMES], "h") + \
+        data.validate_rows([XLAM], "x") + data.validate_rows([OPENAI], "o")
+    assert [data.row_problems(r) for r in rows] == [[]] * 4
+    verdict = parity.check(rows, tokenizer, "hermes")
+    assert verdict.ok, verdict.problems
+    assert verdict.with_tools == 4 and verdict.turns == 5 + 2 + 1 + 1  # OPENAI's weight-0 answer is not trained
