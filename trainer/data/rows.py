@@ -71,10 +71,18 @@ def typed(schema: Any, value: Any) -> Any:
     return value
 
 
-def _schema_problem(tools: list, name: str, args: dict[str, Any], at: str) -> str | None:
-    """Why a row's own call breaks its tool's schema (a type, an undeclared or a missing required parameter), read
-    as `typed` reads it: the checker scores answers by the schema, so it would score an exact copy of the call wrong."""
-    call = {"name": name, "arguments": typed(_parameters(tools, name), args)}
+def schema_problems(row: dict[str, Any]) -> list[str]:
+    """Why the calls of a checked, normalised row (nulls of columnar files dropped) break their tools' schemas (a
+    type, an enum, an undeclared or a missing required parameter), read as `typed` reads them: the checker scores
+    answers by the schema, so it would score an exact copy of such a call wrong."""
+    return [problem for i, m in enumerate(row["messages"]) for j, tc in enumerate(m.get("tool_calls") or [])
+            if row.get("tools") and (problem := _schema_problem(row["tools"], tc["function"], f"messages[{i}]."
+                                                                f"tool_calls[{j}].function.arguments"))]
+
+
+def _schema_problem(tools: list, fn: dict[str, Any], at: str) -> str | None:
+    name = fn["name"]
+    call = {"name": name, "arguments": typed(_parameters(tools, name), fn.get("arguments", {}))}
     if why := check_call({"tools": tools}, call, call):
         return (f"{at} breaks its own tool's schema ({why.removeprefix(name + ': ')}): the evaluation would score an "
                 "exact copy of this call as wrong, and training would teach it; fix the call's value or the tool's "
@@ -192,8 +200,6 @@ def row_problems(row: Any) -> list[str]:
                 # json reads NaN and 1e999; the model would learn to write what no tool parser reads
                 problems.append(f"{', '.join(bad[:3])} must be a finite number, not NaN or Infinity (not JSON, "
                                 "and no tool-call parser reads it back): give a real number, a string or null")
-            elif declared and fn["name"] in declared and (problem := _schema_problem(tools, fn["name"], args, at)):
-                problems.append(problem)
     answers = [m for m in messages if isinstance(m, dict) and m.get("role") == "assistant"]
     if not answers:
         problems.append("no assistant message: there is nothing to learn from this row")
@@ -249,9 +255,11 @@ def validate_rows(rows: Iterable[Any], where: str, columnar: bool = False) -> li
     problems += format_problems(list(enumerate(formats, 1)))
     if not rows:
         problems.append((None, "has no rows"))
+    bad = {at for at, _ in problems}
+    rows = [r if i in bad else normalise(r, columnar) for i, r in enumerate(rows, 1)]
+    problems += [(i, p) for i, r in enumerate(rows, 1) if i not in bad for p in schema_problems(r)]
     _raise_grouped(problems, where, "row")
     announce(formats, where)
-    rows = [normalise(r, columnar) for r in rows]
     _retype(rows, where)
     return rows
 
