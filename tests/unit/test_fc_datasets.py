@@ -202,7 +202,8 @@ XLAM_TOOLS = [
     {"name": "convert_currency", "description": "Convert an amount between currencies.", "parameters": {
         "amount": {"description": "How much.", "type": "float"},
         "currency": {"description": "ISO code to convert to.", "type": "str, optional", "default": "USD"},
-        "rounding": {"description": "Decimal places.", "type": "Optional[int]"}}},
+        "rounding": {"description": "Decimal places.", "type": "Optional[int]"},
+        "fee": {"description": "A fee to add.", "type": "Union[int, float, None]", "default": 0}}},
     {"name": "sum_list", "description": "Add numbers.", "parameters": {
         "numbers": {"description": "The numbers.", "type": "List[int]"},
         "strict": {"description": "Refuse non-numbers.", "type": "bool", "default": False},
@@ -223,7 +224,8 @@ def test_xlam_rows_become_json_schema_tools_and_parallel_calls(tmp_path, capsys)
         {"type": "object", "required": ["amount"], "properties": {
             "amount": {"type": "number", "description": "How much."},
             "currency": {"type": "string", "description": "ISO code to convert to.", "default": "USD"},
-            "rounding": {"type": "integer", "description": "Decimal places."}}},
+            "rounding": {"type": "integer", "description": "Decimal places."},
+            "fee": {"type": "number", "description": "A fee to add.", "default": 0}}},
         {"type": "object", "required": ["numbers", "callback"], "properties": {
             "numbers": {"type": "array", "items": {"type": "integer"}, "description": "The numbers."},
             "strict": {"type": "boolean", "description": "Refuse non-numbers.", "default": False},

@@ -265,13 +265,15 @@ _OPTIONAL = re.compile(r",\s*optional\s*$")  # "str, optional"
 
 
 def _schema(text: str) -> dict[str, Any]:
-    """A Python type's JSON schema. A type JSON schema has no word for (Callable, datetime) is left
-    open, not guessed: the parameter's description still says what it is."""
+    """A Python type's JSON schema. A type JSON schema has no word for (Callable, datetime), or says
+    only as a list of types (Union[int, str]), is left open, not guessed: the parameter's description
+    still says what it is."""
     m = _TYPE.fullmatch(text)
     base, inner = (m[1].lower(), m[2]) if m else ("", None)
-    if base == "union" and inner and "[" not in inner:
-        kinds = [_schema(t).get("type") for t in inner.split(",")]
-        return {"type": kinds} if all(kinds) else {}
+    if base == "union" and inner and "[" not in inner:  # one type when the members say one (None: nullable)
+        kinds = {_schema(t).get("type") for t in inner.split(",")} - {"null"}
+        kinds = {"number"} if kinds == {"integer", "number"} else kinds
+        return {"type": kinds.pop()} if len(kinds) == 1 and None not in kinds else {}
     if base not in _TYPES:
         return {}
     items = _schema(inner) if inner and _TYPES[base] == "array" and "," not in inner else {}
