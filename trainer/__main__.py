@@ -20,7 +20,7 @@ import json
 import sys
 from pathlib import Path
 
-from trainer import delivery, model_tree, sources
+from trainer import delivery, model_tree, sources, templates
 from trainer.config import TrainConfig
 from trainer.errors import UserError, collect, exit_on_user_error
 from trainer.params import add_train_arguments
@@ -248,7 +248,8 @@ def cmd_deliver(args: argparse.Namespace) -> None:
     """deliver-model, deliver-dataset: a local source's problems and missing S3 settings in one message, not
     one per attempt."""
     problems = _local_source_problems(args.command.removeprefix("deliver-"), args.source,
-                                      getattr(args, "eval_fraction", 0.1), getattr(args, "seed", 0))
+                                      getattr(args, "eval_fraction", 0.1), getattr(args, "seed", 0),
+                                      getattr(args, "chat_template", templates.MODEL))
     if args.command == "deliver-model":
         problems += [p.replace("chat_template", "--chat-template", 1) for p in spec_problems(args.chat_template)]
     store = _store(problems, what=f"cannot {args.command} {args.source}")
@@ -321,7 +322,8 @@ def _store(problems: list[str], what: str) -> Store:
     return store
 
 
-def _local_source_problems(what: str, source: str, eval_fraction: float = 0.1, seed: int = 0) -> list[str]:
+def _local_source_problems(what: str, source: str, eval_fraction: float = 0.1, seed: int = 0,
+                           chat_template: str = templates.MODEL) -> list[str]:
     """What is wrong with a source on this machine (cheap to check fully); [] for other kinds,
     which deliver checks as it fetches them."""
     problems = []
@@ -331,7 +333,8 @@ def _local_source_problems(what: str, source: str, eval_fraction: float = 0.1, s
     try:
         src = sources.parse(source, what)
         if src.kind == "local" and what == "model":
-            return problems + model_tree.model_dir_problems(src.ref)
+            return problems + model_tree.model_dir_problems(
+                src.ref, own_template=templates.resolves_to_model(chat_template))
         if src.kind == "local":
             from trainer.data import quiet_conversions
 

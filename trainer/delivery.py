@@ -297,7 +297,7 @@ def deliver_model(source: str, revision: str, store, chat_template: str = "model
         else:
             path = store.get_tree(src.ref) if src.kind == "s3" else materialize_model(src, revision, Path(tmp))
         if src.kind != "builtin" and (upload or src.kind != "s3"):  # built here and tested, or delivered before
-            collect(model_dir_problems(path), what=f"model {source} cannot be trained")
+            collect(model_dir_problems(path, own_template=text is None), what=f"model {source} cannot be trained")
         if text is not None:
             path = templates.with_template(path, text, Path(tmp) / "templated")
         uri, manifest = store.put_tree(path, "models")

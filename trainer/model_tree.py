@@ -59,16 +59,16 @@ def model_tree_problems(names: set[str], where: str) -> list[str]:
     return []
 
 
-def model_dir_problems(path: str | Path, check_tokenizer: bool = True) -> list[str]:
+def model_dir_problems(path: str | Path, check_tokenizer: bool = True, own_template: bool = True) -> list[str]:
     """Every reason the directory cannot be trained: config.json that parses with a
-    model_type, weights present (every shard an index lists), a tokenizer that loads and has
-    a chat template."""
+    model_type, weights present (every shard an index lists), a tokenizer that loads and (unless
+    `own_template` is False: the run gives chat_template=) has a chat template."""
     root = Path(path)
     if root.is_file() and root.name.lower().endswith(LOCAL_SUFFIXES):
         return model_tree_problems({root.name}, f"model path {root}")
     if root.is_file() and is_gguf(root.name):  # converted at delivery (trainer.gguf); its header is checked now
 
-        return gguf.file_problems(root, check_tokenizer)
+        return gguf.file_problems(root, check_tokenizer and own_template)
     if not root.is_dir():
         return [f"model path {root} is not a directory: pass the directory holding config.json"]
     names = {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
@@ -98,7 +98,7 @@ def model_dir_problems(path: str | Path, check_tokenizer: bool = True) -> list[s
         problems = weights.dir_problems(root, config)
     if problems or not check_tokenizer:
         return problems
-    return tokenizer_problems(root)
+    return tokenizer_problems(root, own_template=own_template)
 
 
 # Heads whose weights generate text; any other head (a classifier, a masked LM, a bare encoder)
@@ -132,8 +132,9 @@ def causal_lm_problem(config: dict[str, Any], root: Path) -> str | None:
     return None
 
 
-def tokenizer_problems(root: Path, needs: str = "training needs to render conversations") -> list[str]:
-    """The tokenizer loads, offline, and has a chat template (training renders every row with it;
+def tokenizer_problems(root: Path, needs: str = "training needs to render conversations",
+                       own_template: bool = True) -> list[str]:
+    """The tokenizer loads, offline, and (`own_template`) has a chat template (training renders every row with it;
     a server's /v1/chat/completions renders every request: `needs` says which)."""
     from transformers import AutoTokenizer
 
@@ -143,9 +144,10 @@ def tokenizer_problems(root: Path, needs: str = "training needs to render conver
         first = (str(err).strip().splitlines() or [""])[0][:200]
         return [f"the tokenizer in {root} does not load ({type(err).__name__}: {first}); copy the base model's "
                 "tokenizer files into the directory"]
-    if not tok.chat_template:
-        return [f"the tokenizer in {root} has no chat template, which {needs}: "
-                "use an instruct/chat model, or add the base model's template as chat_template.jinja"]
+    if own_template and not tok.chat_template:
+        return [f"the tokenizer in {root} has no chat template, which {needs}: give one with chat_template= (a "
+                "built-in name such as chatml-tools, or a .jinja file), use an instruct/chat model, or add the base "
+                "model's template as chat_template.jinja"]
     return []
 
 

@@ -108,10 +108,15 @@ def is_local(spec: str) -> bool:
     return value not in (MODEL, *BUILTIN) and not value.startswith("s3://")
 
 
+def resolves_to_model(spec: str) -> bool:
+    """`spec` keeps the model's own template (so the model must have one)."""
+    return (spec or MODEL).strip() == MODEL
+
+
 def resolve(spec: str, store=None) -> str | None:
     """The template text `spec` names; None for `model` (keep the model's own)."""
     value = (spec or MODEL).strip()
-    if value == MODEL:
+    if resolves_to_model(value):
         return None
     if value in BUILTIN:
         return BUILTIN[value][0]

@@ -29,7 +29,7 @@ def _byte_level_alphabet() -> list[str]:
 
 
 def tiny_gguf(path: Path, arch: str = "llama", qtype: str = "Q8_0", tokenizer: bool = True, hidden: int = 32,
-              keep=lambda name: True) -> Path:
+              keep=lambda name: True, template: str | None = TEMPLATE) -> Path:
     """A 1-layer Llama as llama.cpp writes it (weights in `qtype`, norms F32; a byte-level tokenizer with
     ChatML specials and a chat template), in ~0.1 s; only the tensors whose names `keep` keeps."""
     import gguf
@@ -55,7 +55,8 @@ def tiny_gguf(path: Path, arch: str = "llama", qtype: str = "Q8_0", tokenizer: b
         w.add_bos_token_id(1)
         w.add_eos_token_id(2)
         w.add_pad_token_id(2)
-        w.add_chat_template(TEMPLATE)
+        if template:
+            w.add_chat_template(template)
     rng = np.random.default_rng(0)
     kind = gguf.GGMLQuantizationType[qtype]
     shapes = {"token_embd.weight": (len(tokens), hidden), "blk.0.attn_norm.weight": (hidden,),
@@ -201,6 +202,26 @@ def test_a_gguf_missing_weights_its_architecture_needs_is_refused_before_upload(
     err = str(pytest.raises(UserError, trainer_gguf.convert, only_embd, tmp_path / "out").value)
     assert "weights 10 missing (model.layers.0.input_layernorm.weight, " in err and ", ...)" in err
     assert _objects(store, "models/") == before and not (tmp_path / "out").exists()
+
+
+def test_a_model_without_a_template_of_its_own_is_trained_with_the_template_the_run_gives(tmp_path, store):
+    """It was refused with "add a template" even though chat_template=chatml-tools gave one."""
+    from trainer import templates
+    from trainer.validate.pipeline import _model_problems
+
+    path = tiny_gguf(tmp_path / "bare.gguf", template=None)
+    [problem] = model_tree.model_dir_problems(path)
+    assert "has no chat template" in problem
+    assert model_tree.model_dir_problems(path, own_template=False) == []
+    uri, meta = delivery.deliver_model(str(path), "", store, chat_template="chatml-tools")
+    assert meta["chat_template"] == "chatml-tools"
+    assert store.get_bytes(f"{uri.split('/', 3)[3]}/chat_template.jinja").decode() == templates.CHATML_TOOLS
+    with pytest.raises(UserError, match="has no chat template"):
+        delivery.deliver_model(str(path), "", store)
+    src = sources.parse(str(path), "model")
+    params = {"model_source": str(path), "max_seq_len": 128, "method": "lora", "lora_r": 8}
+    assert not [p for p in _model_problems(src, {**params, "chat_template": "chatml-tools"})[0] if "template" in p]
+    assert any("give one with chat_template=" in p for p in _model_problems(src, {**params, "chat_template": "model"})[0])
 
 
 def test_the_gguf_package_missing_is_named_with_the_install_command(tmp_path, monkeypatch):

@@ -89,7 +89,8 @@ def _model_problems(src: sources.Source, params: dict[str, Any]) -> tuple[list[s
                         f"set max_seq_len <= {limit}")
         context = limit
     if src.kind == "local":  # a model directory on this machine: checked fully now
-        problems += model_tree.model_dir_problems(src.ref)
+        problems += model_tree.model_dir_problems(src.ref, own_template=templates.resolves_to_model(
+            params.get("chat_template", templates.MODEL)))
     width = _hidden_size(src)
     if params["method"] in ADAPTER_METHODS and width and params["lora_r"] > width:
         problems.append(f"lora_r={params['lora_r']} is above the hidden size of model_source "
