@@ -711,3 +711,16 @@ def test_values_spelled_in_another_type_than_the_schemas_are_read_as_its_type_an
     assert fc_check.check(out[0], [call], None) == (True, "call matched")
     data.validate_rows([_call_row({"n": 1})], "d.jsonl")
     assert "another spelling" not in capsys.readouterr().out
+
+
+def test_a_schema_type_given_as_a_list_of_types_is_checked_as_json_schema_reads_it():
+    """typed() raised TypeError (unhashable list) on `"type": ["integer", "string"]`, valid JSON schema."""
+    row = _call_row({"n": 1})
+    row["tools"][0]["function"]["parameters"]["properties"]["n"]["type"] = ["integer", "string"]
+    for value in (1, "one"):
+        row["messages"][1]["tool_calls"][0]["function"]["arguments"] = json.dumps({"n": value})
+        [out] = data.validate_rows([row], "d.jsonl")
+        assert out["messages"][1]["tool_calls"][0]["function"]["arguments"] == {"n": value}
+    row["messages"][1]["tool_calls"][0]["function"]["arguments"] = json.dumps({"n": [1]})
+    with pytest.raises(UserError, match="expected type integer/string, got array"):
+        data.validate_rows([row], "d.jsonl")

@@ -292,8 +292,6 @@ def test_parallel_tool_calls_false_beside_parallel_calls_is_the_rows_problem():
     assert formats.conversion_problems(OPENAI) is None  # converted: its messages are checked as chat
 
 
-@pytest.mark.xfail(strict=True, reason="row_problems (trainer/data/rows.py) reports converter problems for ShareGPT "
-                                       "and Alpaca only; it should ask formats.conversion_problems(row) instead")
 @pytest.mark.parametrize("row", [
     {**OPENAI, "parallel_tool_calls": False},
     # refused today too, but as chat messages without roles, not for its call

@@ -13,8 +13,8 @@ from typing import Any, Iterable
 from trainer.chat.calls import decode_arguments
 from trainer.errors import collect
 from trainer.fc_check import check_call
-from trainer.data.formats import (CONVERTERS, _QUIET, _no_messages, _part_types, announce, convert,
-                                   format_problems, row_format)
+from trainer.data.formats import (_QUIET, _no_messages, _part_types, announce, conversion_problems, convert,
+                                   format_problems)
 from trainer.data.jsontext import (_ESCAPED_SURROGATE, _json_type, _loads, _repeated, non_finite_paths,
                                     surrogate_problem)
 
@@ -56,7 +56,8 @@ def typed(schema: Any, value: Any) -> Any:
     integer, "2.5" for a number, "true" for a boolean (datasets write numbers as text); anything else unchanged."""
     if not isinstance(schema, dict):
         return value
-    kind = {"int": "integer", "float": "number", "bool": "boolean"}.get(schema.get("type"), schema.get("type"))
+    kind = schema.get("type")
+    kind = {"int": "integer", "float": "number", "bool": "boolean"}.get(kind, kind) if isinstance(kind, str) else None
     if isinstance(value, dict) and isinstance(schema.get("properties"), dict):
         return {k: typed(schema["properties"].get(k), v) for k, v in value.items()}
     if isinstance(value, list) and isinstance(schema.get("items"), dict):
@@ -99,9 +100,8 @@ def row_problems(row: Any) -> list[str]:
     """
     if not isinstance(row, dict):
         return [f"row is {'null' if row is None else 'a ' + _json_type(row)}, expected a JSON object with 'messages'"]
-    fmt = row_format(row)
-    if fmt in ("sharegpt", "alpaca"):  # to_chat converts such rows unless they are broken: say how
-        return CONVERTERS[fmt](row)[1]
+    if (refused := conversion_problems(row)) is not None:  # to_chat converts such rows unless they are broken
+        return refused
     messages = row.get("messages")
     if messages is None:
         return [_no_messages(row)]
