@@ -86,6 +86,7 @@ def validate_params(
     from trainer.errors import collect, exit_on_user_error
     from trainer.validate import (SWEEP_ONLY, on_cluster_problems, pipeline_problems, registry_problems,
                                   sweep_problems)
+    from trainer.validate.objects import object_problems
 
     with exit_on_user_error():
         if sweep or params["trials"]:
@@ -97,5 +98,6 @@ def validate_params(
         if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("FINETUNE_RUN_LOCAL"):
             problems += on_cluster_problems(params)
         problems += registry_problems(params, problems)  # a registry that answers, now
+        problems += object_problems(params)  # s3:// values in the run's bucket, one HEAD each
         collect(problems, what=what)
     print("parameters OK")

@@ -166,7 +166,8 @@ def finetune_pipeline(
     args = dict(locals())  # first statement: the pipeline's own parameters, by name
     placement = dict(namespace=namespace, accelerator_resource=accelerator_resource, node_selector=node_selector,
                      tolerations=tolerations)
-    checked = restricted(validate_params(**inputs_for(validate_params, args)).set_display_name("validate parameters"))
+    # with S3: s3:// values are checked against the run's bucket (one HEAD each) before anything is delivered
+    checked = with_s3(validate_params(**inputs_for(validate_params, args)).set_display_name("validate parameters"))
     checked.set_caching_options(False)  # local files it reads may change between runs
     model, data = deliver_inputs(model_source, model_revision, dataset_source, dataset_revision, eval_fraction, seed,
                                  chat_template, after=checked)

@@ -314,6 +314,10 @@ def _main(args: argparse.Namespace) -> int:
             collect(problems, what="invalid pipeline parameters")
         server = start_s3(args.s3_endpoint)
         try:
+            if server is None:  # a real S3: its s3:// values named and found now, as validate-params will
+                from trainer.validate.objects import object_problems
+
+                collect(object_problems(params), what="invalid pipeline parameters")
             return run(pipeline, params, args)
         finally:
             if server is not None:

@@ -98,8 +98,8 @@ def build(parallelism: int = 2):
         args = dict(locals())  # first statement: the pipeline's own parameters, by name
         placement = dict(namespace=namespace, accelerator_resource=accelerator_resource, node_selector=node_selector,
                          tolerations=tolerations)
-        checked = restricted(validate_params(**inputs_for(validate_params, args), sweep=True)
-                             .set_display_name("validate parameters"))
+        checked = with_s3(validate_params(**inputs_for(validate_params, args), sweep=True)
+                          .set_display_name("validate parameters"))
         checked.set_caching_options(False)  # local files it reads may change between runs
         model, data = deliver_inputs(model_source, model_revision, dataset_source, dataset_revision, eval_fraction,
                                      seed, chat_template, after=checked)

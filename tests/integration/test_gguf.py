@@ -224,6 +224,18 @@ def test_a_model_without_a_template_of_its_own_is_trained_with_the_template_the_
     assert any("give one with chat_template=" in p for p in _model_problems(src, {**params, "chat_template": "model"})[0])
 
 
+def test_a_gguf_whose_own_template_drops_tools_is_refused_at_validate(tmp_path):
+    """Its metadata was read at validate, but the template was checked only after the conversion and upload."""
+    from trainer.validate import pipeline_problems
+
+    path = tiny_gguf(tmp_path / "own.gguf")  # TEMPLATE renders no tools
+    problems = pipeline_problems({"model_source": str(path), "max_seq_len": 256})
+    assert any(f"dataset_source with model {path}: the chat template fails the train/serve check" in p
+               and "tools dropped" in p for p in problems), problems
+    assert not [p for p in pipeline_problems({"model_source": str(path), "max_seq_len": 256,
+                                              "chat_template": "chatml-tools"}) if "tools dropped" in p]
+
+
 def test_the_gguf_package_missing_is_named_with_the_install_command(tmp_path, monkeypatch):
     path = tiny_gguf(tmp_path / "tiny.gguf")
     monkeypatch.setitem(sys.modules, "gguf", None)  # `import gguf` raises ImportError

@@ -106,15 +106,15 @@ def test_credentials_come_from_secrets_not_parameters():
     params = docs()[0]["root"]["inputDefinitions"]["parameters"]
     assert not [p for p in params if re.search(r"(^|_)token$|secret|password|access_key|api_key", p, re.I)]
     platform = docs()[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
-    # every S3-using task; validate-params and not-deployed need no credentials (only the restricted security
-    # context), register only the registry token
+    # every S3-using task (validate-params too: it looks the s3:// values up in the run's bucket); not-deployed needs
+    # no credentials (only the restricted security context), register only the registry token
     assert set(platform) == {f"exec-{t}" for t in ("deliver-model", "deliver-dataset", "deliver-bfcl", "finetune", "evaluate",
                                                    "merge-lora", "deploy", "register", "validate-params",
                                                    "not-deployed")}
     [registry] = platform["exec-register"]["secretAsEnv"]
     assert registry["optional"] is True and [e["envVar"] for e in registry["keyToEnv"]] == ["REGISTRY_TOKEN"]
     for name, executor in platform.items():
-        if name in ("exec-register", "exec-validate-params", "exec-not-deployed"):
+        if name in ("exec-register", "exec-not-deployed"):
             assert "configMapAsEnv" not in executor
             continue
         envs = {e["envVar"] for s in executor["secretAsEnv"] for e in s["keyToEnv"]}

@@ -3,13 +3,14 @@ template and the gates, training and serving settings, then the cluster's (valid
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from trainer import builtin_data, builtin_model, data, delivery, model_tree, parity, sources, templates
+from trainer import builtin_data, builtin_model, data, delivery, gguf, model_tree, parity, sources, templates
 from trainer.data import bfcl, quiet_conversions
 from trainer.evaluate import ENGINES, row_counts
 from trainer.registry import reach_problem
@@ -353,8 +354,13 @@ def _template_problems(model_source: str, splits: dict[str, list], found: list[s
     elif model.kind == "local" and not any(model.ref in p for p in found):
         from transformers import AutoTokenizer
 
+        path = Path(model.ref)
+        # a GGUF's tokenizer and template are in its metadata: checked now, not after its conversion and upload
+        load = {"pretrained_model_name_or_path": str(path.parent), "gguf_file": path.name} \
+            if sources.is_gguf(model.ref) and path.is_file() else {"pretrained_model_name_or_path": model.ref}
         try:
-            tokenizer = AutoTokenizer.from_pretrained(model.ref, local_files_only=True)
+            with gguf.read_once(path) if "gguf_file" in load else contextlib.nullcontext():
+                tokenizer = AutoTokenizer.from_pretrained(**load, local_files_only=True)
         except (OSError, ValueError):  # model_dir_problems names what is wrong with the directory
             return []
     elif model.kind == "hub":
