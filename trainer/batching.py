@@ -42,7 +42,7 @@ def check_rows(rows: int, batch_size: int, world: int, batch_tokens: int = 0, sk
     """Raise UserError when `rows` cannot give every rank one micro-batch per epoch; `skipped`
     rows (longer than max_seq_len) are named, since they are usually why."""
     if rows < (world if batch_tokens else batch_size * world):
-        raise UserError(f"only {rows} training rows"
+        raise UserError(f"only {rows} training row{'' if rows == 1 else 's'}"
                         + (f" ({skipped} more were longer than max_seq_len and skipped: raise max_seq_len or "
                            "shorten them)" if skipped else "") + ", fewer than "
                         + (f"the {world} processes (every process needs one row at least); add rows or use "

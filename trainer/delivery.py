@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer import builtin_data, builtin_model, data, gguf, templates, weights
-from trainer.data import bfcl
+from trainer.data import bfcl, masking
 from trainer.config import SEED_MAX
 from trainer.errors import UserError, brief, collect
 from trainer.model_tree import model_dir_problems, model_tree_problems
@@ -123,6 +123,10 @@ def materialize_dataset(src: Source, revision: str, eval_fraction: float = 0.1,
     """Validated, non-empty `{"train": rows, "eval": rows}` from any source (see _materialize)."""
     splits = _materialize(src, revision, eval_fraction, seed)
     empty = [name for name, rows in splits.items() if not rows]
+    if empty == ["train"] and len(splits["eval"]) == 1:  # split from one row: no eval_fraction keeps it in train
+        raise UserError(f"dataset {src.ref} has one row, which the split puts into eval, leaving nothing to train on: "
+                        "add rows (at least 2: one to train on, one to evaluate), or give a directory with its own "
+                        "train.jsonl and eval.jsonl")
     if empty:
         raise UserError(f"dataset {src.ref} has an empty {' and '.join(empty)} split "
                         f"({len(splits['train'])} train / {len(splits['eval'])} eval rows); add rows or change "
@@ -326,11 +330,17 @@ def _uploaded_file(src: Source, store, suffixes: tuple[str, ...] = LOCAL_SUFFIXE
 
 
 def deliver_dataset(source: str, revision: str, store, eval_fraction: float = 0.1,
-                    seed: int = 0) -> tuple[str, dict[str, Any]]:
-    """Put a dataset (train.jsonl + eval.jsonl) into the bucket; returns (s3 uri, metadata)."""
+                    seed: int = 0, irrelevance_share: float = 0.0) -> tuple[str, dict[str, Any]]:
+    """Put a dataset (train.jsonl + eval.jsonl) into the bucket; returns (s3 uri, metadata).
+
+    `irrelevance_share` of each split's rows are made by function masking after the split
+    (trainer.data.masking), counted in the metadata (`irrelevance_rows`); a delivered tree is passed
+    through as it is, so it takes none."""
     src = parse(source, "dataset")
     if not 0 <= seed <= SEED_MAX:
         raise UserError(f"seed must be between 0 and {SEED_MAX}, got {seed}")
+    if problem := masking.share_problem(irrelevance_share):
+        raise UserError(problem)
     if src.kind == "s3" and (upload := _uploaded_file(src, store)):
         with tempfile.TemporaryDirectory() as tmp:
             path = store.get_file(upload, Path(tmp) / Path(upload).name)
@@ -346,6 +356,10 @@ def deliver_dataset(source: str, revision: str, store, eval_fraction: float = 0.
         if "config.json" in names:  # checked before downloading what may be gigabytes of weights
             raise UserError(f"{uri} is a delivered model, not a dataset: pass it as model_source, and a dataset "
                             "(train.jsonl) as dataset_source")
+        if irrelevance_share:  # masking it again would add copies to the copies a delivery may have made
+            raise UserError(f"irrelevance_share={irrelevance_share:g}, but dataset_source {uri} is a delivered tree, "
+                            "passed through as it is: set irrelevance_share=0, or deliver its source with the share "
+                            f"(python -m trainer deliver-dataset SOURCE --irrelevance-share {irrelevance_share:g})")
         root = store.get_tree(uri)
         counts = {p.stem: sum(1 for line in p.open() if line.strip()) for p in sorted(root.glob("*.jsonl"))}
         if set(counts) != {"train", "eval"}:
@@ -355,11 +369,12 @@ def deliver_dataset(source: str, revision: str, store, eval_fraction: float = 0.
         splits = materialize_dataset(src, revision, eval_fraction, seed)
     if overlap := data.eval_overlap(splits):
         print(f"WARNING: {overlap}", flush=True)
+    splits, made = masking.mask_splits(splits, irrelevance_share, seed, f"dataset {source}")
     with tempfile.TemporaryDirectory() as tmp:
         counts = {name: data.write_jsonl(rows, os.path.join(tmp, f"{name}.jsonl")) for name, rows in splits.items()}
         uri, manifest = store.put_tree(tmp, "datasets")
     return uri, {"source": source, "revision": revision if src.kind == "hub" else "",
-                 "rows": counts, **manifest}
+                 "rows": counts, "irrelevance_share": irrelevance_share, "irrelevance_rows": made, **manifest}
 
 
 def deliver_bfcl(source: str, store) -> tuple[str, dict[str, Any]]:

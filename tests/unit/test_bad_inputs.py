@@ -300,7 +300,7 @@ CASES = [
      "data.jsonl lines 1, 2, 3 and 9 more: every assistant message is empty (no content, no tool_calls)"),
     ("repeated-key", lambda t, m: [f"dataset_source={jsonl(t, *[GOOD_ROW] * 10, REPEATED_KEY)}"],
      "data.jsonl:11: has the key 'prompt' twice (a JSON reader keeps only the last value): keep one"),
-    ("empty-train-split", lambda t, m: [f"dataset_source={jsonl(t, GOOD_ROW)}"], "empty train split"),
+    ("one-row", lambda t, m: [f"dataset_source={jsonl(t, GOOD_ROW)}"], "has one row, which the split puts into eval"),
     # values Python reads but nothing downstream can write, parse or learn from (issue 20)
     ("lone-surrogate-in-content", lambda t, m: [f"dataset_source={rows(t, {'messages': [{'role': 'user', 'content': 'a' + chr(0xd800)}, GOOD_ROW['messages'][1]]})}"],
      "data.jsonl:11: messages[0].content holds a lone surrogate ('\\ud800', half of a UTF-16 pair written as a \\u "
