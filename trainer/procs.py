@@ -1,15 +1,19 @@
 """python -m trainer.procs [--parent PID] [--grace S] [--remove DIR ...] -- COMMAND [ARG ...]
 
-Processes we start never outlive us. Two pieces (Linux; elsewhere the callers' own handlers are all
+Processes we start never outlive us. Three pieces (Linux; elsewhere the callers' own handlers are all
 there is):
 
 - `guard`: the command above. It runs COMMAND as its child, in the process group it leads (the
   caller starts it with start_new_session=True), and takes the whole tree down -- SIGTERM, then
   SIGKILL after `--grace` seconds -- when it is signalled (SIGTERM, SIGINT, SIGHUP), when COMMAND
   exits (its helpers with it), or when the process `--parent` names is gone, however it died
-  (SIGKILL included). vLLM needs it: while it loads a model its api_server does not act on SIGTERM
-  and the parent-death signal, and its EngineCore and Worker outlive a killed api_server. The
-  guard is a subreaper, so whatever COMMAND orphans is still its to stop.
+  (SIGKILL included). vLLM needs it: while it loads a model its api_server does not act on SIGTERM,
+  and its EngineCore and Worker outlive a killed api_server unless tied (below). The guard is a
+  subreaper, so whatever COMMAND orphans is still its to stop.
+- `die_with_parent`: a process ties itself to the one that started it: the kernel sends it SIGKILL
+  when that one dies (PR_SET_PDEATHSIG), however it died. The line of defence that needs no code of
+  ours to run: a guard killed with SIGKILL, with its command (a user's `kill -9` of what looks hung),
+  runs nothing. trainer.serving.vllm_server ties each of vLLM's processes so.
 - `Started`: what a long command (run_local) started, found again at its end from /proc --
   whichever process it was handed to once its parent died (the command is a subreaper while it
   lasts) -- and stopped the same way, so that Ctrl-C, SIGTERM to it or to its group, or a failed
@@ -27,12 +31,16 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 
 import psutil
 
-PR_SET_CHILD_SUBREAPER = 36
+PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
+# The pid of the process that started this one, set by that process (the guard for its command,
+# die_with_parent for what the process starts next): a tie made after the starter died catches it.
+STARTER_ENV = "FINETUNE_STARTED_BY"
 
 
 def descendants(pid: int) -> list[int]:
@@ -76,6 +84,54 @@ def subreaper(on: bool = True) -> None:
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0)
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """Have the kernel send this process `sig` when the process that started it dies (Linux's
+    PR_SET_PDEATHSIG; elsewhere nothing), and do the same for every process forked from this one from
+    now on (a forked child does not inherit it). A process started with exec (multiprocessing's spawn,
+    subprocess) must call this itself (trainer.serving.vllm_server: spawn runs the main module in the
+    child first).
+
+    The kernel's "parent" is the *thread* that started the process: a tied process whose starting
+    thread ends gets `sig` then, its parent process alive. A child forked from a thread other than the
+    main one is not tied for that reason; a spawned child ties itself whichever thread started it.
+    vLLM's API server starts its EngineCore from its main thread, which lasts as long as the process.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl(PR_SET_PDEATHSIG): {os.strerror(err)}")
+    starter = os.environ.get(STARTER_ENV, "")
+    # Gone before the line above took effect: the kernel sends nothing for a death that came before. A parent
+    # other than the starter is not enough (a shell in between is no death): the starter must have ended.
+    if starter.isdigit() and os.getppid() != int(starter) and not alive(int(starter)):
+        os.kill(os.getpid(), sig)
+    os.environ[STARTER_ENV] = str(os.getpid())  # what this process starts finds its starter here
+    global _tie_forks
+    if _tie_forks is None:
+        os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
+    _tie_forks = sig
+
+
+_tie_forks: int | None = None  # the signal forked children get, once die_with_parent was called
+_forking_from_main = False
+
+
+def _before_fork() -> None:
+    # os.fork holds the GIL from these hooks to the fork itself: no other thread can change this between.
+    global _forking_from_main
+    _forking_from_main = threading.current_thread() is threading.main_thread()
+
+
+def _after_fork_in_child() -> None:
+    # The child's memory is the forking thread's copy: its flag, and STARTER_ENV naming the parent.
+    if _forking_from_main and _tie_forks is not None:
+        die_with_parent(_tie_forks)
 
 
 def stop(pids: Iterable[int], grace: float, sleep: Callable[[float], None] = time.sleep) -> list[int]:
@@ -188,7 +244,8 @@ def guard(command: list[str], parent: int = 0, grace: float = 10.0, remove: Sequ
         signal.signal(sig, on_signal)
     child = None
     try:
-        child = subprocess.Popen(command)
+        # Our pid for the command's own tie (die_with_parent): a SIGKILL to us before it is made is seen.
+        child = subprocess.Popen(command, env={**os.environ, STARTER_ENV: str(os.getpid())})
         while child.poll() is None and not stopping:
             if parent and os.getppid() != parent:  # our parent died: we were handed to its reaper
                 _say(f"procs: parent {parent} is gone; stopping {command[0]}")

@@ -224,7 +224,7 @@ def test_local_server_and_cluster_deployment_get_the_same_flags(server, capsys):
     from trainer.__main__ import main
 
     vllm = [p for p in psutil.Process(server[0].pid).children(recursive=True)  # vLLM, not its guard (trainer.procs)
-            if p.cmdline()[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]]
+            if p.cmdline()[1:3] == ["-m", serve_local.SERVER_MODULE]]
     assert len(vllm) == 1
     assert_openai_flags(vllm[0].cmdline(), TUNED)
 

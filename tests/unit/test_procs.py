@@ -4,6 +4,7 @@ in each stage, and after SIGKILL of `trainer serve` while vLLM loads.
 
 The fast checks; the ones that train, serve or run the pipeline are tests/integration/test_procs.py (the integration tier)."""
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -207,3 +208,67 @@ def test_a_guard_that_cannot_write_to_its_log_still_stops_the_tree():
         assert survivors(tag, within=10) == []
     finally:
         procs.stop(tagged(tag), grace=0)
+
+
+# A main module tied as trainer.serving.vllm_server ties vLLM's API server, starting what vLLM's API server
+# starts: a process by multiprocessing's spawn (the EngineCore on CPU) and one by fork (elsewhere); then it waits.
+TIED_MAIN = textwrap.dedent("""
+    import multiprocessing, time
+    from trainer.procs import die_with_parent
+
+    if __name__ in ("__main__", "__mp_main__"):
+        die_with_parent()
+
+    def wait():
+        time.sleep(300)
+
+    if __name__ == "__main__":
+        for method in ("spawn", "fork"):
+            multiprocessing.get_context(method).Process(target=wait, name=method).start()
+        time.sleep(300)
+""")
+
+
+def test_what_a_tied_main_module_starts_dies_with_it_under_sigkill(tmp_path):
+    """SIGKILL of the middle process (an API server killed with `kill -9`) runs none of its code; its children, spawned
+    and forked, die with it (they were left running, re-parented to init), and multiprocessing's resource tracker
+    with them (it ends when the last of them has). Followed by pid: a process title can hide the marker."""
+    import psutil
+
+    (tmp_path / "tied_main.py").write_text(TIED_MAIN)
+    tag = uuid.uuid4().hex
+    middle = subprocess.Popen([sys.executable, "-m", "tied_main"], cwd=tmp_path,
+                              env={**os.environ, TAG: tag, "PYTHONPATH": str(ROOT)})
+    children: list[psutil.Process] = []
+    try:
+        # the spawned child, the forked one and the resource tracker
+        wait_for(lambda: len(psutil.Process(middle.pid).children()) == 3, 60, middle, "the children")
+        children = psutil.Process(middle.pid).children()
+        middle.kill()  # the spawned child may still be starting: it then finds its starter gone as it ties itself
+        middle.wait()
+        deadline = time.monotonic() + 20
+        while any(procs.alive(p.pid) for p in children) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert [" ".join(p.cmdline()) for p in children if procs.alive(p.pid)] == []
+    finally:
+        for proc in children:  # psutil checks the pid is still that process's
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        procs.stop(tagged(tag), grace=0)
+
+
+@pytest.mark.parametrize("starter", ["alive", "gone"])
+def test_a_process_whose_starter_died_before_it_tied_itself_dies_at_once(starter):
+    """The kernel sends nothing for a parent that died before the tie was made: the starter's pid, left in the
+    environment by it (the guard, or a tied process), says so."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    pid = gone.pid if starter == "gone" else os.getpid()
+    done = subprocess.run([sys.executable, "-c", "import os; from trainer.procs import die_with_parent, STARTER_ENV; "
+                           "die_with_parent(); print(os.environ[STARTER_ENV] == str(os.getpid()))"],
+                          cwd=ROOT, env={**os.environ, procs.STARTER_ENV: str(pid)}, capture_output=True, text=True,
+                          timeout=60)
+    if starter == "gone":
+        assert done.returncode == -signal.SIGKILL and done.stdout == ""
+    else:
+        assert done.returncode == 0 and done.stdout == "True\n", done.stderr

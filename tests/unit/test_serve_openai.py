@@ -115,7 +115,7 @@ def test_serve_forever_puts_back_the_signal_handlers_it_found(monkeypatch, tiny_
     if ending != "refused":  # refused: the real start(), which refuses port 70000 before starting anything
         monkeypatch.setattr(serve_local, "start", lambda *args, **kwargs: fake)
         monkeypatch.setattr(serve_local, "wait_ready", lambda *args, **kwargs: 1.0)  # as serve_forever looks it up
-    sigs = (signal.SIGTERM, signal.SIGHUP)
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     before = {sig: signal.getsignal(sig) for sig in sigs}
     try:
         if ending == "refused":
@@ -131,6 +131,46 @@ def test_serve_forever_puts_back_the_signal_handlers_it_found(monkeypatch, tiny_
     finally:  # a failure above must not leave pytest with serve_forever's handlers
         for sig, handler in before.items():
             signal.signal(sig, handler)
+
+
+# `python -m trainer serve` with a stand-in for vLLM (tests/fakes/fake_vllm.py), which is slow to stop as vLLM is.
+FAKE_SERVE = ("import runpy, sys; from trainer.serving import local; local.SERVER_MODULE = 'tests.fakes.fake_vllm'; "
+              "sys.argv[0] = 'trainer'; runpy.run_module('trainer', run_name='__main__', alter_sys=True)")
+
+
+def test_a_second_ctrl_c_while_trainer_serve_stops_is_one_line_not_a_traceback(tmp_path, tiny_model_dir):
+    """Ctrl-C stops the server, which takes a while; a second one (or SIGTERM) then printed a traceback and cut the
+    stop short. Now it is said in a line and the stop goes on: exit 130, nothing left."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.unit.test_procs import ROOT, TAG, survivors, tagged, wait_for
+    from trainer import procs
+
+    tag, release, log, console = uuid.uuid4().hex, tmp_path / "release", tmp_path / "vllm.log", tmp_path / "out.txt"
+    with open(console, "w") as out:
+        cli = subprocess.Popen([sys.executable, "-c", FAKE_SERVE, "serve", str(tiny_model_dir), "--port", "0",
+                                "--log", str(log)], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                               env={**os.environ, TAG: tag, "FAKE_VLLM_RELEASE": str(release)})
+    try:
+        wait_for(lambda: "Ctrl-C stops" in console.read_text(), 120, cli, "the server ready")
+        cli.send_signal(signal.SIGINT)
+        wait_for(lambda: "fake vLLM: SIGTERM" in log.read_text(), 60, cli, "the server told to stop")
+        for n, sig in enumerate((signal.SIGINT, signal.SIGINT, signal.SIGTERM), 1):  # impatient, then a kill
+            cli.send_signal(sig)  # one at a time: two pending signals of a kind are one
+            wait_for(lambda: console.read_text().count("already stopping") == n, 60, cli, f"note {n}")
+        release.touch()  # the server stops now
+        assert cli.wait(timeout=60) == 130
+        text = console.read_text()
+        assert "Traceback" not in text and "KeyboardInterrupt" not in text, text
+        assert "interrupted (Ctrl-C); stopping the server" in text, text
+        assert survivors(tag) == [], text
+    finally:
+        release.touch()
+        if cli.poll() is None:
+            cli.kill()
+        procs.stop(tagged(tag), grace=0)
 
 
 def sse(*chunks) -> list[bytes]:

