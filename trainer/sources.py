@@ -11,10 +11,15 @@ Source strings (the same grammar for models and datasets):
   /x/model.Q4_1.gguf, s3://bucket/uploads/m.gguf,   (models) a GGUF file, local, uploaded to the
   org/name/model.Q4_1.gguf                          run's bucket, or in a Hub repo: de-quantized
                                                     into a model directory (trainer.gguf)
+  [{"source": "org/name", "weight": 3},             (datasets) several sources mixed, each any of the
+   {"source": "./mine.jsonl", "weight": 1}]          above but a mix; weights are shares of the training
+                                                    rows (trainer.data.mix)
 """
 
 from __future__ import annotations
 
+import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,8 +45,49 @@ _HUB_GGUF = re.compile(r"^([A-Za-z0-9][\w.-]*/[\w.-]+)/((?:[\w.-]+/)*[\w.-]+\.gg
 
 @dataclass(frozen=True)
 class Source:
-    kind: str  # "builtin" | "local" | "hub" | "s3"
-    ref: str  # builtin name, local path, hub repo id (or repo id/file.gguf), or s3:// URI
+    kind: str  # "builtin" | "local" | "hub" | "s3" | "mix"
+    ref: str  # builtin name, local path, hub repo id (or repo id/file.gguf), s3:// URI, or a mix's JSON
+
+
+MIX_MAX = 8  # sources in one mix: each is read and checked in full
+
+
+def mix_parts(source: str) -> list[tuple[str, float]]:
+    """A mixed dataset_source, `[{"source": ..., "weight": ...}, ...]` (JSON), as (source, weight) pairs, each
+    source checked by `parse`; one UserError naming every problem."""
+    example = '[{"source": "org/name", "weight": 3}, {"source": "./mine.jsonl", "weight": 1}]'
+    try:
+        items = json.loads(source)
+    except json.JSONDecodeError as err:
+        raise UserError(f"dataset_source starts with '[' but is not a JSON list ({err.msg} at character {err.pos}): "
+                        f"a mix of sources is written {example}") from None
+    if not isinstance(items, list) or not 1 <= len(items) <= MIX_MAX:
+        raise UserError(f"dataset_source: a mix is a JSON list of 1 to {MIX_MAX} sources, e.g. {example}")
+    problems, parts = [], []
+    for k, item in enumerate(items):
+        if not isinstance(item, dict) or set(item) != {"source", "weight"}:
+            problems.append(f"dataset_source[{k}] must be {{\"source\": ..., \"weight\": ...}}, got {json.dumps(item)}")
+            continue
+        name, weight = item["source"], item["weight"]
+        if not isinstance(weight, (int, float)) or isinstance(weight, bool) or not math.isfinite(weight) \
+                or weight <= 0:
+            problems.append(f"dataset_source[{k}].weight must be a finite number above 0 (a share of the training "
+                            f"rows, relative to the others), got {json.dumps(weight)}")
+        if not isinstance(name, str) or name.strip().startswith("["):
+            problems.append(f"dataset_source[{k}].source must be one source's text (not a mix), got {json.dumps(name)}")
+            continue
+        try:  # a local path as the absolute one it names: the steps that read it may run in another folder
+            part = parse(name, "dataset")
+            name = part.ref if part.kind == "local" else name.strip()
+        except UserError as err:
+            problems.append(f"dataset_source[{k}]: {err}")
+        if any(name.strip() == other for other, _ in parts):
+            problems.append(f"dataset_source[{k}] names {name.strip()!r} again: give each source once, with the sum "
+                            "of the weights")
+        parts.append((name.strip(), weight))
+    if problems:
+        raise UserError("; ".join(problems))
+    return parts
 
 
 def is_gguf(ref: str) -> bool:
@@ -63,6 +109,9 @@ def parse(source: str, what: str) -> Source:
     source = (source or "").strip()
     if not source:
         raise UserError(f"{what}_source is empty: give {forms}")
+    if what == "dataset" and source.startswith("["):
+        parts = mix_parts(source)
+        return Source("mix", json.dumps([{"source": s, "weight": w} for s, w in parts]))
     if source.startswith("s3://"):
         if not re.fullmatch(r"s3://[a-z0-9.-]{3,63}/\S+", source):
             raise UserError(f"malformed {what} URI {source!r}: expected s3://bucket/prefix")

@@ -7,6 +7,7 @@ import string
 from typing import Any
 
 from trainer import fc_check
+from trainer.data import mix
 from trainer.chat.parsers import Parsed, parse, parse_tool_call
 from trainer.chat.turns import expected_call, expected_text, last_user_request
 
@@ -80,9 +81,24 @@ def score_predictions(rows: list[dict[str, Any]], predictions: list[dict[str, An
             for t in special_tokens:
                 content = content.replace(t, "")
             text.append(not p["calls"] and normalize_text(content) == normalize_text(expected_text(row)))
-    summary = fc_check.summarize([fc_check.score(r, p["calls"], p["content"]) for r, p in zip(rows, predictions)])
-    ast = {k: v for k, v in fc_check.metrics(summary).items() if not k.endswith("_rows")}
-    return {"fc_accuracy": sum(fc) / max(len(fc), 1), "text_match": sum(text) / max(len(text), 1), **ast}
+    scores = [fc_check.score(r, p["calls"], p["content"]) for r, p in zip(rows, predictions)]
+    ast = {k: v for k, v in fc_check.metrics(fc_check.summarize(scores)).items() if not k.endswith("_rows")}
+    return {"fc_accuracy": sum(fc) / max(len(fc), 1), "text_match": sum(text) / max(len(text), 1), **ast,
+            **_per_source(rows, scores)}
+
+
+def _per_source(rows: list[dict[str, Any]], scores: list[dict[str, Any]]) -> dict[str, float]:
+    """A mixed dataset's rows by source (trainer.data.mix): `mix<k>_fc_ast_accuracy` over its function-calling rows
+    and `mix<k>_text_kept`, its rows answered in text where text is wanted (BFCL's irrelevance: no call made)."""
+    out = {}
+    for k in mix.sources_of(rows):
+        mine = [s for r, s in zip(rows, scores) if r.get(mix.TAG) == k]
+        summary = fc_check.summarize(mine)
+        if summary["fc_ast_accuracy"] is not None:
+            out[f"mix{k}_fc_ast_accuracy"] = summary["fc_ast_accuracy"]
+        if (kept := summary["categories"]["irrelevance"]["accuracy"]) is not None:
+            out[f"mix{k}_text_kept"] = kept
+    return out
 
 
 def failures(rows: list[dict[str, Any]], outputs: dict[str, list[dict[str, Any]]], per_category: int = 3

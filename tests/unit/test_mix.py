@@ -1,0 +1,89 @@
+"""Several datasets in one run (trainer.data.mix, trainer.sources.mix_parts)."""
+
+import json
+
+import pytest
+
+from trainer import sources
+from trainer.data import mix
+from trainer.errors import UserError
+
+
+def _rows(name, n):
+    return [{"messages": [{"role": "user", "content": f"{name} {i}"}, {"role": "assistant", "content": "ok"}]}
+            for i in range(n)]
+
+
+def _parts():
+    return [("a", 3, {"train": _rows("a", 90), "eval": _rows("a-eval", 9)}),
+            ("b", 1, {"train": _rows("b", 10), "eval": _rows("b-eval", 3)})]
+
+
+def test_weights_are_shares_of_all_training_rows_and_a_small_source_repeats_in_whole_passes():
+    assert mix.take_counts([90, 10], [3, 1]) == [75, 25]
+    assert mix.take_counts([5, 5, 5], [1, 1, 1]) == [5, 5, 5] and sum(mix.take_counts([7, 4], [2.5, 1])) == 11
+    assert mix.take_counts([1000, 3], [1, 1e-9]) == [1003, 1]  # every source gives a row
+    splits, record = mix.mix(_parts(), seed=0)
+    b = [r["messages"][0]["content"] for r in splits["train"] if r[mix.TAG] == 1]
+    assert len(b) == 25 and all(b.count(f"b {i}") in (2, 3) for i in range(10))  # 2.5 passes over b's 10 rows
+    a = [r["messages"][0]["content"] for r in splits["train"] if r[mix.TAG] == 0]
+    assert len(a) == len(set(a)) == 75  # a seeded sample of a's 90, none twice
+    assert record == [{"source": "a", "weight": 3, "train_rows": 90, "train_taken": 75, "eval_rows": 9},
+                      {"source": "b", "weight": 1, "train_rows": 10, "train_taken": 25, "eval_rows": 3}]
+    assert mix.mix(_parts(), seed=0) == (splits, record) and mix.mix(_parts(), seed=1)[0] != splits
+
+
+def test_every_eval_row_is_kept_once_and_any_prefix_holds_each_source():
+    splits, _ = mix.mix(_parts(), seed=0)
+    evals = splits["eval"]
+    assert sorted(r["messages"][0]["content"] for r in evals) == sorted(
+        [f"a-eval {i}" for i in range(9)] + [f"b-eval {i}" for i in range(3)])
+    assert {r[mix.TAG] for r in evals[:4]} == {0, 1}
+    assert [r["messages"][0]["content"] for r in evals if r[mix.TAG] == 0] == [f"a-eval {i}" for i in range(9)]
+    assert mix.sources_of(evals) == [0, 1] and mix.sources_of(_rows("x", 3)) == []
+    said = mix.describe(mix.mix(_parts(), 0)[1], "dataset d")
+    assert "[0] a (weight 3): 75 training rows of its 90 (a sample), 9 eval rows" in said
+    assert "[1] b (weight 1): 25 training rows of its 10 (each about 2.5 times), 3 eval rows" in said
+
+
+def test_a_mixed_dataset_source_is_parsed_with_every_problem_named(tmp_path):
+    (tmp_path / "mine.jsonl").write_text("{}\n")
+    value = json.dumps([{"source": "builtin:function-calling", "weight": 2},
+                        {"source": f"file://{tmp_path}/mine.jsonl", "weight": 1}])
+    src = sources.parse(f"  {value} ", "dataset")
+    assert src.kind == "mix" and sources.mix_parts(src.ref) == [("builtin:function-calling", 2),
+                                                                (str(tmp_path / "mine.jsonl"), 1)]
+    with pytest.raises(UserError) as err:
+        sources.parse(json.dumps([{"source": "builtin:function-calling", "weight": float("nan")},
+                                  {"source": "builtin:nope", "weight": 1}, {"source": "builtin:function-calling",
+                                                                            "weight": True}, ["x"]]), "dataset")
+    for said in ("dataset_source[0].weight must be a finite number above 0", "got NaN",
+                 "dataset_source[1]: unknown built-in dataset 'builtin:nope'",
+                 "dataset_source[2].weight must be", "dataset_source[2] names 'builtin:function-calling' again",
+                 'dataset_source[3] must be {"source": ..., "weight": ...}, got ["x"]'):
+        assert said in str(err.value)
+    for bad, said in (("[{", "is not a JSON list"), ("[]", "a mix is a JSON list of 1 to 8 sources"),
+                      (json.dumps([{"source": "[1]", "weight": 1}]), "must be one source's text (not a mix)")):
+        with pytest.raises(UserError, match=said.replace("(", r"\(").replace(")", r"\)")):
+            sources.parse(bad, "dataset")
+    with pytest.raises(UserError, match="unknown model source"):  # a model is one model
+        sources.parse(value, "model")
+
+
+def test_the_evaluation_scores_each_source_of_a_mix():
+    from trainer import builtin_data
+    from trainer.evaluate.scoring import score_predictions
+
+    rows = builtin_data.generate(0, 40, seed=2)["eval"]
+    tools = [r for r in rows if r["messages"][-1].get("tool_calls")][:6]
+    texts = [{"tools": r["tools"], "messages": [r["messages"][0], {"role": "assistant", "content": "None fits."}]}
+             for r in tools[:4]]
+    tagged = [{**r, mix.TAG: 0} for r in tools[:4]] + [{**r, mix.TAG: 1} for r in tools[4:] + texts]
+    right = [{"calls": [tc["function"] for tc in r["messages"][-1]["tool_calls"]], "content": None} for r in tools]
+    # source 0: 3 of 4 calls right; source 1: both calls right, and 1 of 4 text rows answered with a call
+    predictions = right[:3] + [{"calls": [], "content": "no"}] + right[4:] + [right[0]] + [
+        {"calls": [], "content": "None fits."}] * 3
+    scores = score_predictions(tagged, predictions)
+    assert scores["mix0_fc_ast_accuracy"] == 0.75 and "mix0_text_kept" not in scores
+    assert scores["mix1_fc_ast_accuracy"] == 5 / 6 and scores["mix1_text_kept"] == 0.75
+    assert not [k for k in score_predictions(tools, right) if k.startswith("mix")]
