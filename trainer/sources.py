@@ -23,6 +23,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote
 
 from trainer.errors import UserError
@@ -152,6 +153,17 @@ def parse(source: str, what: str) -> Source:
                if what == "dataset" else "a model source is the repository id alone")
         raise UserError(f"{what}_source {source!r}: a Hub {what} is its id alone ({hub[1]}); {fix}")
     raise UserError(f"unknown {what} source {source!r}: use {forms}")
+
+
+def dataset_parts(source: Any) -> list[str]:
+    """The sources a dataset_source names: a mix's parts, or the value itself; [] for a mix that does not parse
+    (parse says why), so that checks of each part's kind (a path, an s3:// object) see the parts."""
+    if not isinstance(source, str) or not source.strip().startswith("["):
+        return [source] if isinstance(source, str) else []
+    try:
+        return [name for name, _ in mix_parts(source.strip())]
+    except UserError:
+        return []
 
 
 def looks_local(source: str) -> bool:

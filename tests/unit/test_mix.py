@@ -87,3 +87,21 @@ def test_the_evaluation_scores_each_source_of_a_mix():
     assert scores["mix0_fc_ast_accuracy"] == 0.75 and "mix0_text_kept" not in scores
     assert scores["mix1_fc_ast_accuracy"] == 5 / 6 and scores["mix1_text_kept"] == 0.75
     assert not [k for k in score_predictions(tools, right) if k.startswith("mix")]
+
+
+def test_each_part_of_a_mix_is_checked_as_its_kind_on_a_cluster_and_in_the_bucket(store, tmp_path):
+    from trainer.validate import on_cluster_problems
+    from trainer.validate.objects import object_problems
+
+    (tmp_path / "mine.jsonl").write_text("{}\n")
+    store.ensure_bucket()
+    store.put_json("uploads/there.jsonl", {})
+    value = json.dumps([{"source": str(tmp_path / "mine.jsonl"), "weight": 1},
+                        {"source": f"s3://{store.bucket}/uploads/there.jsonl", "weight": 1},
+                        {"source": f"s3://{store.bucket}/uploads/gone.jsonl", "weight": 1}])
+    assert [p for p in on_cluster_problems({"dataset_source": value}) if "is a path on this machine" in p] == [
+        f"dataset_source {str(tmp_path / 'mine.jsonl')!r} is a path on this machine, which the cluster cannot read: "
+        "deliver it first (python -m trainer deliver-dataset ... with S3_ENDPOINT at the cluster's MinIO) and pass "
+        "the printed s3:// URI"]
+    [gone] = object_problems({"dataset_source": value}, store)
+    assert gone.startswith(f"dataset_source s3://{store.bucket}/uploads/gone.jsonl: no such object")

@@ -59,10 +59,12 @@ def on_cluster_problems(params: dict[str, Any]) -> list[str]:
     problems = []
     for what in ("model", "dataset"):
         source = params.get(f"{what}_source", DEFAULTS[f"{what}_source"])
-        if isinstance(source, str) and source.strip() and sources.looks_local(source):  # empty: said on its own
-            problems.append(f"{what}_source {source!r} is a path on this machine, which the cluster cannot read: "
-                            f"deliver it first (python -m trainer deliver-{what} ... with S3_ENDPOINT at the "
-                            "cluster's MinIO) and pass the printed s3:// URI")
+        names = sources.dataset_parts(source) if what == "dataset" else [source] if isinstance(source, str) else []
+        for name in names:
+            if name.strip() and sources.looks_local(name):  # empty: said on its own
+                problems.append(f"{what}_source {name!r} is a path on this machine, which the cluster cannot read: "
+                                f"deliver it first (python -m trainer deliver-{what} ... with S3_ENDPOINT at the "
+                                "cluster's MinIO) and pass the printed s3:// URI")
     template = params.get("chat_template", templates.MODEL)
     if isinstance(template, str) and templates.is_local(template) and not templates.spec_problems(template, False):
         problems.append(f"chat_template {template!r} is a file on this machine, which the cluster cannot read: upload "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainer import sources
 from trainer.errors import UserError
 from trainer.storage import MANIFEST, Store, split_uri
 
@@ -20,8 +21,9 @@ _S3_VALUES = {"model_source": "a .gguf upload or a delivered model tree",
 def object_problems(params: dict[str, Any], store: Store | None = None) -> list[str]:
     """One line per s3:// value in another bucket than the run's (`store`, else the environment's: asked only when
     there is an s3:// value) or naming nothing there; [] when all are found."""
-    values = {name: value.strip().rstrip("/") for name in _S3_VALUES
-              if isinstance(value := params.get(name), str) and value.strip().startswith("s3://")}
+    values = [(name, value.strip().rstrip("/")) for name in _S3_VALUES
+              for value in (sources.dataset_parts(params.get(name)) if name == "dataset_source" else [params.get(name)])
+              if isinstance(value, str) and value.strip().startswith("s3://")]  # a mix's parts one by one
     if not values:
         return []
     try:
@@ -29,7 +31,7 @@ def object_problems(params: dict[str, Any], store: Store | None = None) -> list[
     except UserError as err:  # no keys or endpoint here: what every step after would say
         return [str(err)]
     problems = []
-    for name, value in values.items():
+    for name, value in values:
         names = _S3_VALUES[name]
         try:
             bucket, key = split_uri(value)
