@@ -1,0 +1,144 @@
+"""Irrelevance rows made by function masking (pipeline parameter `irrelevance_share`).
+
+Training on tool rows alone teaches "always call": a model tuned on them calls some tool even when none
+fits the request (SmolLM2-135M tuned here went from 100% to 64% of text-wanted rows answered in text).
+Hammer's recipe against it (xLAM's 60k rows + 7.5k such rows) is function masking: a copy of a tool row
+whose called function is removed from the offered tools, answered with a text reply that no offered tool
+fits. The copy keeps the conversation up to the call, so the model learns to read the offered tools
+rather than the request alone: the same request gets the call while its function is offered, and the
+reply once it is not.
+
+From the user's own tool rows (rows whose scored assistant turn, trainer.chat.turns.target_index, makes
+calls): every function that turn calls is removed from the row's tools, the turn becomes
+`IRRELEVANCE_REPLY`, and the tools left are kept (an `irrelevance` row for trainer.fc_check); where the
+called functions were all the row offered, the copy offers no tools at all (a plain `chat` row, which
+teaches the model not to call a tool it was never given). A row whose earlier turns call one of those
+functions is not masked: its history would call a tool the row no longer declares.
+
+Each split is masked on its own, after the train/eval split (a masked copy of an eval row never lands in
+train), with the same share, so the eval split measures the `irrelevance` category; the copies are drawn
+with the seed and spread evenly through their split (evaluate scores a prefix of eval_max_rows rows).
+`irrelevance_share` is the share of each delivered split's rows that are such copies: 0.15 makes 15 of
+every 100 rows delivered (15 copies beside 85 rows of the data), at most as many as the split has rows to
+mask.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+from trainer.chat.turns import target_index, trained_turns
+from trainer.data.formats import _QUIET
+from trainer.errors import UserError
+
+# The masked turn's answer: short, neutral, the same in every row (so the model learns one behaviour, and
+# the held-out text match can score it). Change it here for another wording; a pipeline parameter for it is
+# left out until someone needs it (issue 37).
+IRRELEVANCE_REPLY = "None of the available tools can do that."
+SHARE_MAX = 0.5  # above it, declining would outnumber calling in the data the model learns from
+
+
+def share_problem(share: Any, name: str = "irrelevance_share") -> str | None:
+    """Why `share` is not a usable irrelevance share (None when it is), with the fix."""
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not math.isfinite(share):
+        return f"{name} must be a finite number from 0 to {SHARE_MAX}, got {share!r}: e.g. {name}=0.1"
+    if not 0 <= share <= SHARE_MAX:
+        return (f"{name}={share:g} is out of range: it is the share of each split's rows made by function masking, "
+                f"from 0 (none) to {SHARE_MAX} (half); e.g. {name}=0.1")
+    return None
+
+
+def _name(tool: Any) -> Any:
+    fn = tool.get("function", tool) if isinstance(tool, dict) else None
+    return fn.get("name") if isinstance(fn, dict) else None
+
+
+def called(row: dict[str, Any]) -> set[str]:
+    """The functions the row's scored turn calls (empty: it answers in text, or no turn is trained)."""
+    if not trained_turns(row["messages"]):
+        return set()
+    return {c["function"]["name"] for c in row["messages"][target_index(row)].get("tool_calls") or []}
+
+
+def maskable(row: dict[str, Any]) -> bool:
+    """A row whose scored turn calls only tools it offers, none of them called in an earlier turn."""
+    names = called(row)
+    if not names:
+        return False
+    target = target_index(row)
+    earlier = {c["function"]["name"] for m in row["messages"][:target] for c in m.get("tool_calls") or []}
+    return names <= {_name(t) for t in row.get("tools") or []} and not names & earlier
+
+
+def masked(row: dict[str, Any], reply: str = IRRELEVANCE_REPLY) -> dict[str, Any]:
+    """A copy of `row` (maskable) without the functions its scored turn calls, answered with `reply`;
+    without `tools` when none is left. The row's other fields and earlier turns stay as they are."""
+    names, target = called(row), target_index(row)
+    left = [t for t in row["tools"] if _name(t) not in names]
+    out = {k: v for k, v in row.items() if k not in ("messages", "tools")}
+    out["messages"] = [*row["messages"][:target], {"role": "assistant", "content": reply}]
+    if left:
+        out["tools"] = left
+    return out
+
+
+def copies_for(n_rows: int, share: float) -> int:
+    """How many masked copies make `share` of a split of `n_rows` rows plus the copies."""
+    return round(n_rows * share / (1 - share)) if n_rows and share > 0 else 0
+
+
+def spread(rows: list[Any], extra: list[Any]) -> list[Any]:
+    """`rows` and `extra` merged, each in its order, each row at its relative position in its list:
+    any first N rows of the result hold both kinds in proportion."""
+    keyed = [((i + 0.5) / len(rows), 0, i) for i in range(len(rows))] + \
+            [((j + 0.5) / len(extra), 1, j) for j in range(len(extra))]
+    return [(extra if which else rows)[i] for _, which, i in sorted(keyed)]
+
+
+def mask_split(rows: list[dict[str, Any]], share: float, seed: int,
+               split: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(`rows` with masked copies of some of them spread through, the copies): `copies_for` of them, at
+    most one per maskable row, drawn with `seed` and the split's name (the same copies on every machine)."""
+    candidates = [r for r in rows if maskable(r)]
+    n = min(copies_for(len(rows), share), len(candidates))
+    if not n:
+        return rows, []
+    picked = random.Random(f"irrelevance-masking:{seed}:{split}").sample(range(len(candidates)), n)
+    copies = [masked(candidates[i]) for i in sorted(picked)]
+    return spread(rows, copies), copies
+
+
+def data_problem(splits: dict[str, list[dict[str, Any]]], share: float, what: str = "the dataset",
+                 name: str = "irrelevance_share") -> str | None:
+    """The refusal of a share above 0 for data whose training rows have no call to mask (None otherwise)."""
+    if share > 0 and not any(maskable(r) for r in splits.get("train", [])):
+        return (f"{name}={share:g}, but {what} has no training row whose answer calls a tool it offers, so function "
+                f"masking has nothing to make irrelevance rows from: set {name}=0, or use data with tool calls (rows "
+                "whose last assistant turn has tool_calls)")
+    return None
+
+
+def mask_splits(splits: dict[str, list[dict[str, Any]]], share: float, seed: int,
+                what: str = "the dataset") -> tuple[dict[str, list[dict[str, Any]]], dict[str, int]]:
+    """Every split with its masked copies (`mask_split`), and the copies made per split; says how many
+    (one line, unless the reading is quiet: trainer.data.quiet_conversions).
+
+    Raises:
+        UserError: the share is out of range, or above 0 for data with no tool-call row to mask.
+    """
+    if problem := share_problem(share) or data_problem(splits, share, what):
+        raise UserError(problem)
+    out, copies = {}, {}
+    for name, rows in splits.items():
+        out[name], copies[name] = mask_split(rows, share, seed, name)
+    made = {name: len(rows) for name, rows in copies.items()}
+    if share > 0 and not _QUIET.get():
+        toolless = sum(1 for rows in copies.values() for r in rows if not r.get("tools"))
+        print(f"{sum(made.values())} irrelevance rows made by function masking (irrelevance_share={share:g}: "
+              + ", ".join(f"{made[n]} of {len(out[n])} {n} rows" for n in out)
+              + f"): the called functions removed from the offered tools, answered {IRRELEVANCE_REPLY!r}"
+              + (f"; {toolless} of them offer no tool (the called ones were all the row had)" if toolless else ""),
+              flush=True)
+    return out, made
