@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from trainer import builtin_data, builtin_model, data, gguf, templates, weights
-from trainer.data import bfcl, masking
+from trainer.data import bfcl, masking, mix
 from trainer.config import SEED_MAX
 from trainer.errors import UserError, brief, collect
 from trainer.model_tree import model_dir_problems, model_tree_problems
-from trainer.sources import _HUB_GGUF, GGUF_SUFFIX, LOCAL_SUFFIXES, Source, is_gguf, parse
+from trainer.sources import _HUB_GGUF, GGUF_SUFFIX, LOCAL_SUFFIXES, Source, is_gguf, mix_parts, parse
 from trainer.storage import MANIFEST, split_uri
 
 
@@ -144,6 +144,9 @@ def _materialize(src: Source, revision: str, eval_fraction: float, seed: int) ->
     """
     if src.kind == "builtin":
         return builtin_data.dataset(src.ref)
+    if src.kind == "mix":  # without the bucket: the parts' checks before a run (parts in S3 are the deliver step's)
+        parts = [(name, weight, _part_splits(name, None, eval_fraction, seed)) for name, weight in mix_parts(src.ref)]
+        return mix.mix(parts, seed)[0]
     if src.kind == "local":
         path = Path(src.ref)
         if kind := _special_file(path):  # reading it could block forever or never end
@@ -341,15 +344,13 @@ def deliver_dataset(source: str, revision: str, store, eval_fraction: float = 0.
         raise UserError(f"seed must be between 0 and {SEED_MAX}, got {seed}")
     if problem := masking.share_problem(irrelevance_share):
         raise UserError(problem)
-    if src.kind == "s3" and (upload := _uploaded_file(src, store)):
-        with tempfile.TemporaryDirectory() as tmp:
-            path = store.get_file(upload, Path(tmp) / Path(upload).name)
-            try:  # messages and the conversion line name the object, not the temporary copy
-                with contextlib.redirect_stdout(io.StringIO()) as said:
-                    splits = materialize_dataset(Source("local", str(path)), "", eval_fraction, seed)
-            except UserError as err:
-                raise UserError(str(err).replace(str(path), src.ref)) from None
-            print(said.getvalue().replace(str(path), src.ref), end="", flush=True)
+    record = None
+    if src.kind == "mix":  # each part read and split as it would be alone, then mixed (trainer.data.mix)
+        parts = [(name, weight, _part_splits(name, store, eval_fraction, seed)) for name, weight in mix_parts(src.ref)]
+        splits, record = mix.mix(parts, seed)
+        print(mix.describe(record, "dataset_source"), flush=True)
+    elif src.kind == "s3" and (upload := _uploaded_file(src, store)):
+        splits = _upload_splits(src, upload, store, eval_fraction, seed)
     elif src.kind == "s3":
         uri, manifest = _already_delivered(src, store)
         names = {f["path"] for f in manifest.get("files", [])}
@@ -374,7 +375,40 @@ def deliver_dataset(source: str, revision: str, store, eval_fraction: float = 0.
         counts = {name: data.write_jsonl(rows, os.path.join(tmp, f"{name}.jsonl")) for name, rows in splits.items()}
         uri, manifest = store.put_tree(tmp, "datasets")
     return uri, {"source": source, "revision": revision if src.kind == "hub" else "",
-                 "rows": counts, "irrelevance_share": irrelevance_share, "irrelevance_rows": made, **manifest}
+                 "rows": counts, "irrelevance_share": irrelevance_share, "irrelevance_rows": made,
+                 **({"mix": record} if record else {}), **manifest}
+
+
+def _upload_splits(src: Source, upload: str, store, eval_fraction: float, seed: int) -> dict[str, list[dict[str, Any]]]:
+    """A dataset file uploaded to the bucket, read and split like a local one."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = store.get_file(upload, Path(tmp) / Path(upload).name)
+        try:  # messages and the conversion line name the object, not the temporary copy
+            with contextlib.redirect_stdout(io.StringIO()) as said:
+                splits = materialize_dataset(Source("local", str(path)), "", eval_fraction, seed)
+        except UserError as err:
+            raise UserError(str(err).replace(str(path), src.ref)) from None
+        print(said.getvalue().replace(str(path), src.ref), end="", flush=True)
+    return splits
+
+
+def _part_splits(name: str, store, eval_fraction: float, seed: int) -> dict[str, list[dict[str, Any]]]:
+    """One part of a mix as `{"train", "eval"}`: read and split as alone (a Hub part at its main branch: one
+    dataset_revision cannot name a revision of each), an s3:// part from the bucket (`store`; None where there is
+    none, as in the parameters' check, which leaves such mixes to the deliver step)."""
+    part = parse(name, "dataset")
+    if part.kind != "s3":
+        return materialize_dataset(part, "", eval_fraction, seed)
+    if store is None:
+        raise UserError(f"dataset_source part {name} is in S3: a mix with one is read by the deliver-dataset step")
+    if upload := _uploaded_file(part, store):
+        return _upload_splits(part, upload, store, eval_fraction, seed)
+    uri, manifest = _already_delivered(part, store)
+    if not {"train.jsonl", "eval.jsonl"} <= {f["path"] for f in manifest.get("files", [])}:
+        raise UserError(f"dataset_source part {uri} is not a delivered dataset (train.jsonl and eval.jsonl): give a "
+                        "dataset file or a tree deliver-dataset wrote")
+    root = store.get_tree(uri)
+    return {split: data.read_jsonl(root / f"{split}.jsonl") for split in ("train", "eval")}
 
 
 def deliver_bfcl(source: str, store) -> tuple[str, dict[str, Any]]:

@@ -105,3 +105,31 @@ def test_each_part_of_a_mix_is_checked_as_its_kind_on_a_cluster_and_in_the_bucke
         "the printed s3:// URI"]
     [gone] = object_problems({"dataset_source": value}, store)
     assert gone.startswith(f"dataset_source s3://{store.bucket}/uploads/gone.jsonl: no such object")
+
+
+def test_a_two_source_weighted_mix_is_delivered_content_addressed_with_its_record(store, tmp_path, capsys):
+    from trainer import builtin_data, data, delivery
+
+    mine = builtin_data.generate(60, 0, seed=7)["train"]
+    data.write_jsonl(mine, tmp_path / "mine.jsonl")
+    store.ensure_bucket()
+    store.client.fput_object(store.bucket, "uploads/mine.jsonl", str(tmp_path / "mine.jsonl"))
+    tree, _ = delivery.deliver_dataset(str(tmp_path / "mine.jsonl"), "", store, eval_fraction=0.25, seed=5)
+    for second in (str(tmp_path / "mine.jsonl"), f"s3://{store.bucket}/uploads/mine.jsonl", tree):
+        value = json.dumps([{"source": "builtin:function-calling", "weight": 1}, {"source": second, "weight": 1}])
+        uri, meta = delivery.deliver_dataset(value, "", store, eval_fraction=0.25, seed=5)
+        read, taken = [r["train_rows"] for r in meta["mix"]], [r["train_taken"] for r in meta["mix"]]
+        assert read[1] == 45 and taken == [sum(read) - sum(read) // 2, sum(read) // 2], meta["mix"]
+        assert [r["eval_rows"] for r in meta["mix"]][1] == 15 and meta["rows"]["train"] == sum(read)
+        assert "dataset_source: a mix of 2 sources" in capsys.readouterr().out
+        root = store.get_tree(uri)
+        evals = data.read_jsonl(root / "eval.jsonl")
+        assert {r[mix.TAG] for r in evals} == {0, 1} and len(evals) == meta["rows"]["eval"]
+        assert delivery.deliver_dataset(value, "", store, eval_fraction=0.25, seed=5)[0] == uri  # content-addressed
+    # without the bucket (the parameters' check) the local parts are mixed the same way
+    local = json.dumps([{"source": "builtin:function-calling", "weight": 1},
+                        {"source": str(tmp_path / "mine.jsonl"), "weight": 1}])
+    splits = delivery.materialize_dataset(sources.parse(local, "dataset"), "", 0.25, 5)
+    assert len(splits["eval"]) == meta["rows"]["eval"]
+    with pytest.raises(UserError, match="a mix with one is read by the deliver-dataset step"):
+        delivery.materialize_dataset(sources.parse(value, "dataset"), "", 0.25, 5)
