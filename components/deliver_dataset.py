@@ -5,7 +5,8 @@ Every row is checked here (trainer.data.row_problems): encodings (UTF-8 with or 
 JSON depth, field types (`tools` a list, `content` a string or null beside tool_calls, tool calls
 naming declared tools); ShareGPT, Alpaca and OpenAI legacy-functions rows are converted to messages
 (trainer.data.convert; the log says how many); a model given as the dataset is refused before it is
-downloaded."""
+downloaded. `irrelevance_share` adds rows made by function masking to each split after it is
+split (trainer.data.masking), counted in the artifact's metadata (`irrelevance_rows`)."""
 
 from kfp import dsl
 from kfp.dsl import Dataset, Output
@@ -14,14 +15,17 @@ from trainer import settings
 
 
 @dsl.component(base_image=settings.image(), install_kfp_package=False)
-def deliver_dataset(source: str, revision: str, eval_fraction: float, seed: int, dataset: Output[Dataset]):
-    """Put a chat dataset (Hub id, local JSONL/dir or builtin:function-calling) into the bucket."""
+def deliver_dataset(source: str, revision: str, eval_fraction: float, seed: int, dataset: Output[Dataset],
+                    irrelevance_share: float = 0.0):
+    """Put a chat dataset (Hub id, local JSONL/dir or builtin:function-calling) into the bucket, with
+    `irrelevance_share` of each split made by function masking (trainer.data.masking)."""
     from components.artifacts import write_pointer
     from trainer import delivery
     from trainer.errors import exit_on_user_error
     from trainer.storage import Store
 
     with exit_on_user_error():
-        uri, meta = delivery.deliver_dataset(source, revision, Store.from_env(), eval_fraction, seed)
+        uri, meta = delivery.deliver_dataset(source, revision, Store.from_env(), eval_fraction, seed,
+                                             irrelevance_share)
     write_pointer(dataset, uri, meta)
     print(f"dataset {source} -> {uri} rows={meta['rows']}")

@@ -23,6 +23,7 @@ def validate_params(
     dataset_source: str = "builtin:function-calling",
     dataset_revision: str = "",
     eval_fraction: float = 0.1,
+    irrelevance_share: float = 0.0,
     launcher: str = "local",
     nodes: int = 1,
     procs_per_node: int = 1,

@@ -465,7 +465,8 @@ def _run(pipeline, params, args, console, run_dir) -> int:
         events = None
     logs = runs.keep_logs(Path(os.environ["TMPDIR"]), run_dir)
     record = dict(status="failed" if error else "succeeded", elapsed_s=round(elapsed, 1), metrics=metrics,
-                  finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), kfp_run_dir=str(kfp_run_dir or ""))
+                  finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), kfp_run_dir=str(kfp_run_dir or ""),
+                  dataset=runs.delivered_dataset(kfp_run_dir) if kfp_run_dir else {})
     if error:
         # The failed task's own error line is on the screen already; its hidden lines (a traceback)
         # come only when there are some, and the closing line names the tasks rather than repeating it.

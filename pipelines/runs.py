@@ -4,7 +4,8 @@ Local runs side by side, like the KFP UI's Compare view. Every `pipelines.run_lo
 keeps a record under .runs/<run id>/ in the directory it ran from (as MLflow's ./mlruns; run
 this command there too, or give --runs-dir), which outlives the run's throwaway S3 server:
 
-  run.json       parameters, metrics of every task, status, times, endpoint, model URI
+  run.json       parameters, metrics of every task, status, times, endpoint, model URI, the delivered
+                 dataset's rows (irrelevance rows made by function masking among them)
   run.log        the full console output, kfp.local's executor dumps and warnings included
   reports/       the run's HTML reports and Markdown reports rendered as HTML
   tensorboard/   the trainer's TensorBoard event files
@@ -103,6 +104,14 @@ def collect_task_outputs(kfp_run_dir: Path) -> tuple[dict[str, dict[str, float]]
         if not meta and path.is_file() and path.read_bytes()[:1] in (b"<", b"#"):
             reports[f"{task}-{name}"] = str(path)
     return metrics, reports
+
+
+def delivered_dataset(kfp_run_dir: Path) -> dict[str, Any]:
+    """What the deliver-dataset task made of the data (its artifact's metadata): rows per split and the rows
+    made by function masking (irrelevance_share, irrelevance_rows); {} when it did not run."""
+    keys = ("uri", "rows", "irrelevance_share", "irrelevance_rows")
+    return next(({k: meta[k] for k in keys if k in meta} for task, _, artifact in task_artifacts(kfp_run_dir)
+                 if task.rsplit(".", 1)[-1] == "deliver-dataset" and (meta := artifact.get("metadata") or {})), {})
 
 
 def task_artifacts(kfp_run_dir: Path) -> Iterator[tuple[str, str, dict[str, Any]]]:

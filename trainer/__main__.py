@@ -22,8 +22,9 @@ from pathlib import Path
 
 from trainer import delivery, model_tree, sources, templates
 from trainer.config import TrainConfig
+from trainer.data import masking
 from trainer.errors import UserError, collect, exit_on_user_error
-from trainer.params import add_train_arguments
+from trainer.params import BY_NAME, add_train_arguments
 from trainer.storage import Store, split_uri
 from trainer.templates import describe, spec_problems
 
@@ -48,6 +49,8 @@ def main(argv: list[str] | None = None) -> None:
             p.add_argument("--eval-fraction", type=float, default=0.1,
                            help="share of rows held out for evaluation when the data has no eval split (default 0.1)")
             p.add_argument("--seed", type=int, default=0, help="seed of that split (default 0)")
+            p.add_argument("--irrelevance-share", type=float, default=0.0,
+                           help=f"{BY_NAME['irrelevance_share'].help} (default 0)")
     p = sub.add_parser("evaluate", help="base vs tuned metrics")
     p.add_argument("--model-uri", required=True, help="the base model (s3:// URI from deliver-model)")
     p.add_argument("--tuned-uri", required=True, help="the adapter or fully tuned model (s3:// URI from train)")
@@ -249,13 +252,14 @@ def cmd_deliver(args: argparse.Namespace) -> None:
     one per attempt."""
     problems = _local_source_problems(args.command.removeprefix("deliver-"), args.source,
                                       getattr(args, "eval_fraction", 0.1), getattr(args, "seed", 0),
-                                      getattr(args, "chat_template", templates.MODEL))
+                                      getattr(args, "chat_template", templates.MODEL),
+                                      getattr(args, "irrelevance_share", 0.0))
     if args.command == "deliver-model":
         problems += [p.replace("chat_template", "--chat-template", 1) for p in spec_problems(args.chat_template)]
     store = _store(problems, what=f"cannot {args.command} {args.source}")
     deliver = delivery.deliver_model if args.command == "deliver-model" else delivery.deliver_dataset
-    split = {"eval_fraction": args.eval_fraction, "seed": args.seed} if args.command == "deliver-dataset" \
-        else {"chat_template": args.chat_template}
+    split = {"eval_fraction": args.eval_fraction, "seed": args.seed, "irrelevance_share": args.irrelevance_share} \
+        if args.command == "deliver-dataset" else {"chat_template": args.chat_template}
     uri, meta = deliver(args.source, args.revision, store, **split)
     print(json.dumps({"uri": uri, **{k: v for k, v in meta.items() if k != "files"}}, indent=1))
 
@@ -323,13 +327,16 @@ def _store(problems: list[str], what: str) -> Store:
 
 
 def _local_source_problems(what: str, source: str, eval_fraction: float = 0.1, seed: int = 0,
-                           chat_template: str = templates.MODEL) -> list[str]:
+                           chat_template: str = templates.MODEL, irrelevance_share: float = 0.0) -> list[str]:
     """What is wrong with a source on this machine (cheap to check fully); [] for other kinds,
     which deliver checks as it fetches them."""
     problems = []
     if what == "dataset" and not 0 < eval_fraction < 1:
         problems.append(f"--eval-fraction must be between 0 and 1 (exclusive), got {eval_fraction}: e.g. 0.1")
         eval_fraction = 0.1  # still check the source itself, so every problem is reported at once
+    if what == "dataset" and (share := masking.share_problem(irrelevance_share, "--irrelevance-share")):
+        problems.append(share)
+        irrelevance_share = 0.0
     try:
         src = sources.parse(source, what)
         if src.kind == "local" and what == "model":
@@ -339,7 +346,9 @@ def _local_source_problems(what: str, source: str, eval_fraction: float = 0.1, s
             from trainer.data import quiet_conversions
 
             with quiet_conversions():  # checked only: the delivery that follows says what it converts, once
-                delivery.materialize_dataset(src, "", eval_fraction, seed)
+                splits = delivery.materialize_dataset(src, "", eval_fraction, seed)
+            if refused := masking.data_problem(splits, irrelevance_share, f"dataset {src.ref}", "--irrelevance-share"):
+                problems.append(refused)
     except UserError as err:
         return problems + [str(err)]
     return problems

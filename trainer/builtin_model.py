@@ -66,7 +66,7 @@ def build_tokenizer(vocab_size: int = 1024):
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator(_corpus(builtin_data.generate(n_train=2000, n_eval=0, seed=1234)["train"]),
+    tok.train_from_iterator(_corpus(builtin_data.generate(n_train=2000, n_eval=0, seed=1234, categories=True)["train"]),
                             trainer=trainer)
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token="<|bos|>", eos_token="<|end|>", pad_token="<|pad|>",

@@ -66,15 +66,22 @@ PARAMS: tuple[Param, ...] = (
           help=('Chat data (rows of {"messages": [...], "tools"?: [...]} or {"prompt", "completion"}; ShareGPT '
                 '{"conversations"} and Alpaca {"instruction", "output"} rows are converted on load; an assistant '
                 'message with "weight": 0 is not trained on): a Hub dataset id (its default config), an s3:// URI '
-                'printed by `python -m trainer deliver-dataset`, builtin:function-calling (the demo\'s: one call among '
-                'five tools) or builtin:function-calling-bfcl (also rows of every other BFCL category: simple, parallel, '
-                'irrelevance, multi_turn); with run_local also a '
+                'printed by `python -m trainer deliver-dataset`, builtin:function-calling (the demo\'s: mostly one call '
+                'among 3-4 of five tools, and rows of every other BFCL category: simple, parallel, irrelevance, '
+                'multi_turn; builtin:function-calling-bfcl is another name for it); with run_local also a '
                 '.jsonl/.json/.csv/.parquet file or a directory of train/test files.')),
     Param('dataset_revision', str, '', INPUTS, BOTH,
           help='Hub branch, tag or commit of dataset_source; empty means main.'),
     Param('eval_fraction', float, 0.1, INPUTS, BOTH,
           help=('Share of rows held out for evaluation when the data has no eval split, between 0 and 1 (exclusive); '
                 '0.05-0.1 is typical.')),
+    Param('irrelevance_share', float, 0.0, INPUTS, BOTH,
+          help=('Share of each split\'s rows made by function masking, from 0 to 0.5: copies of the data\'s tool-call '
+                'rows with the called functions removed from the offered tools (no tools left: none offered), '
+                'answered in a fixed text that no offered tool fits (trainer/data/masking.py; Hammer\'s recipe '
+                'against a tuned model that calls a tool for every request). Made after the train/eval split, drawn with `seed`, so the eval '
+                'split measures the irrelevance category; counted in the log and the dataset\'s metadata. 0 makes '
+                'none; e.g. 0.1. Refused for data without tool calls and for an s3:// tree delivered before.')),
     Param('launcher', str, 'local', PLACEMENT, BOTH,
           help=('Where training runs: local (processes inside the pipeline pod, demos only), trainjob (a Kubeflow '
                 'Trainer v2 TrainJob; use this on a current Kubeflow) or pytorchjob (Training Operator v1; old name '
@@ -127,8 +134,8 @@ PARAMS: tuple[Param, ...] = (
                 'than eager beyond those steps. Worth trying on long GPU runs.')),
     Param('max_seq_len', int, _T.max_seq_len, TRAINING, BOTH,
           help=('Longest row in tokens; longer rows are skipped and counted. 2048-4096 for chat data; at most the '
-                "model's context length. 640 for the built-in data on a real tokenizer (its rows are 509-531 tokens "
-                'once the five tools are rendered: 512 would skip them all).')),
+                "model's context length. 640 for the built-in data on a real tokenizer (SmolLM2 with chatml-tools: "
+                'its rows are 225-625 tokens once their tools are rendered: 512 would skip a quarter of them).')),
     Param('seed', int, _T.seed, TRAINING, BOTH,
           help='Random seed for the data split, shuffling and initialisation, 0 to 4294967295.'),
     Param('checkpoint_every', int, _T.checkpoint_every, TRAINING, BOTH,

@@ -69,13 +69,15 @@ def test_the_finetune_evaluate_and_merge_components_record_their_outputs(tuned, 
                          examples=examples, bfcl_answers=answers, max_rows=8)
     assert open(answers.path).read() == ""  # eval_suites=heldout: no BFCL rows asked
     # no text rows in these 8: no text_match / text_eval_loss (a logged 0 would read as measured)
-    # and of the BFCL categories only `multiple` (five tools offered, one call): the others are not measured
-    ast = {"fc_ast_accuracy", "fc_exact_accuracy", "fc_multiple_accuracy"}
+    # and of the BFCL categories only `multiple` (3-4 tools offered, one call) and `simple` (one tool): the others
+    # are not measured
+    ast = {"fc_ast_accuracy", "fc_exact_accuracy", "fc_multiple_accuracy", "fc_simple_accuracy"}
     names = {f"{m}_{k}" for m in ("base", "tuned") for k in ("eval_loss", "fc_accuracy", *ast)}
     assert set(scores.metadata) == names | ast | {"fc_accuracy_gain", "fc_ast_accuracy_gain", "eval_rows", "fc_rows",
                                                   "text_rows", "skipped_long_rows", "promoted"} \
         | {f"fc_{c}_rows" for c in ("simple", "multiple", "parallel", "irrelevance", "multi_turn")}
-    assert scores.metadata["fc_multiple_rows"] == 8 and scores.metadata["fc_irrelevance_rows"] == 0
+    assert scores.metadata["fc_multiple_rows"] == 7 and scores.metadata["fc_simple_rows"] == 1
+    assert scores.metadata["fc_irrelevance_rows"] == 0
     assert scores.metadata["fc_ast_accuracy"] == scores.metadata["tuned_fc_ast_accuracy"]
     assert scores.metadata["skipped_long_rows"] == 0
     assert scores.metadata["eval_rows"] == 8 and scores.metadata["fc_rows"] == 8 and scores.metadata["text_rows"] == 0

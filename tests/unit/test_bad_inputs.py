@@ -146,7 +146,7 @@ def _eval_led_by(tmp_path, rows: str) -> str:
     max_seq_len; "text", no tool call), then 40 tool-call rows: which rows count depends on eval_max_rows."""
     from trainer import builtin_data
 
-    d, built = tmp_path / f"led-by-{rows}", builtin_data.dataset("function-calling")
+    d, built = tmp_path / f"led-by-{rows}", builtin_data.generate()  # the one-call rows alone: every one a call
     d.mkdir(exist_ok=True)
     chat = [{"messages": [{"role": "user", "content": "x " * 3000 if rows == "long" else f"hello {i}"},
                           {"role": "assistant", "content": f"hi {i}"}]} for i in range(20)]
@@ -203,7 +203,7 @@ CASES = [
      "has no tokenizer"),
     # corrupt or mismatched weights: every rank died in finetune, or trained from random weights (issue 20)
     ("weights-truncated", lambda t, m: [f"model_source={model_variant(t, m, truncated)}"],
-     "model/model.safetensors is truncated: 25 of its 39 tensors lie beyond the end of the file"),
+     "model/model.safetensors is truncated: 27 of its 39 tensors lie beyond the end of the file"),
     ("weights-header-2**62", lambda t, m: [f"model_source={model_variant(t, m, huge_header)}"],
      "model/model.safetensors's header claims 4,611,686,018,427,387,904 bytes but the file has"),
     ("weights-pickle-only", lambda t, m: [f"model_source={model_variant(t, m, pickle_only)}"],

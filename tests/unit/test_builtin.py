@@ -16,6 +16,15 @@ def test_generator_is_deterministic_and_splits_are_disjoint():
     assert not eval_requests & {r["messages"][0]["content"] for r in a["train"]}
 
 
+def _leaves(value):
+    """The values inside a call's arguments: an array's items, a nested object's values."""
+    if isinstance(value, dict):
+        return [leaf for v in value.values() for leaf in _leaves(v)]
+    if isinstance(value, list):
+        return [leaf for v in value for leaf in _leaves(v)]
+    return [value]
+
+
 def test_generated_rows_are_valid_and_arguments_appear_in_the_request():
     rows = builtin_data.generate(200, 10)["train"]
     assert data.validate_rows(rows, "builtin")
@@ -23,7 +32,72 @@ def test_generated_rows_are_valid_and_arguments_appear_in_the_request():
         request = row["messages"][0]["content"]
         args = row["messages"][1]["tool_calls"][0]["function"]["arguments"]
         # every argument value must be readable from the request, or the task is unlearnable
-        assert all(str(v) in request for v in args.values()), (request, args)
+        assert all(str(v) in request for v in _leaves(args)), (request, args)
+        assert row["messages"][1]["tool_calls"][0]["function"]["name"] in {t["function"]["name"] for t in row["tools"]}
+
+
+def test_the_demos_data_holds_every_category_with_multiple_the_majority():
+    """builtin:function-calling, what `make demo` trains and scores: every category the gate reads
+    (fc_<category>_accuracy), in both splits and in the first 200 eval rows the demo scores."""
+    from trainer import fc_check
+
+    splits = builtin_data.dataset("function-calling")
+    counts = {s: {c: sum(fc_check.category(r) == c for r in rows) for c in fc_check.CATEGORIES}
+              for s, rows in splits.items()}
+    assert counts == {"train": {"simple": 150, "multiple": 3000, "parallel": 150, "irrelevance": 150, "multi_turn": 150},
+                      "eval": {"simple": 10, "multiple": 200, "parallel": 10, "irrelevance": 10, "multi_turn": 10}}
+    for name, rows in splits.items():
+        assert counts[name]["multiple"] > len(rows) / 2
+    scored = [fc_check.category(r) for r in splits["eval"][:200]]  # eval_max_rows=200
+    assert all(scored.count(c) >= 8 for c in fc_check.CATEGORIES), scored
+    multi_turn = [r for r in splits["train"] if fc_check.category(r) == "multi_turn"]
+    assert all(r["messages"][2]["role"] == "tool" and r["messages"][3]["content"] for r in multi_turn)  # with results
+    assert data.validate_rows(splits["train"] + splits["eval"], "builtin")
+    assert builtin_data.dataset("function-calling-bfcl") == splits  # the older name: the same rows
+
+
+def _schemas(schema):
+    """Every JSON schema inside a parameters schema, itself included."""
+    yield schema
+    for sub in (schema.get("properties") or {}).values():
+        yield from _schemas(sub)
+    if isinstance(schema.get("items"), dict):
+        yield from _schemas(schema["items"])
+
+
+def test_the_tools_and_calls_hold_every_kind_of_value():
+    """Strings, integers, floats, enums, arrays, nested objects and optional parameters with defaults, in the
+    schemas and in the calls (an optional one left out where the request does not say it, given where it does)."""
+    schemas = [s for t in builtin_data.TOOLS for s in _schemas(t["function"]["parameters"])]
+    assert {s["type"] for s in schemas} == {"object", "string", "integer", "number", "array"}
+    nested = [s for t in builtin_data.TOOLS for s in list(_schemas(t["function"]["parameters"]))[1:]]
+    assert any("enum" in s for s in schemas) and any(s["type"] == "object" for s in nested)
+    optional = {(t["function"]["name"], p): spec["default"] for t in builtin_data.TOOLS
+                for p, spec in t["function"]["parameters"]["properties"].items()
+                if p not in t["function"]["parameters"]["required"]}
+    assert len(optional) >= 3 and all(v is not None for v in optional.values())
+    calls = [c["function"] for r in builtin_data.generate(1000, 0)["train"] for c in r["messages"][1]["tool_calls"]]
+    values = [v for c in calls for v in _leaves(c["arguments"])]
+    assert any(isinstance(v, int) and not isinstance(v, bool) for v in values)
+    results = [json.loads(m["content"]) for r in builtin_data.dataset()["train"] for m in r["messages"]
+               if m["role"] == "tool"]  # `amount` (a number) is whole in requests; converted amounts are decimals
+    assert any(isinstance(v, float) and not v.is_integer() for r in results for v in _leaves(r))
+    assert any(isinstance(v, list) for c in calls for v in c["arguments"].values())
+    assert any(isinstance(v, dict) for c in calls for v in c["arguments"].values())
+    for (tool, param) in optional:
+        given = [param in c["arguments"] for c in calls if c["name"] == tool]
+        assert any(given) and not all(given), (tool, param)  # both ways in the data
+    offered = [len(r["tools"]) for r in builtin_data.generate(300, 0)["train"]]
+    assert set(offered) == {3, 4}  # the call among a list that changes
+
+
+def test_rows_stay_short_for_the_demos_max_seq_len(tokenizer):
+    """The demo trains at max_seq_len 512: every built-in row fits with the built-in tokenizer, and the mean
+    stays about what it was with five tools of plain strings (102 tokens; README laptop settings: the real
+    tokenizer's lengths are tests/integration/test_builtin_lengths.py's)."""
+    splits = builtin_data.dataset("function-calling")
+    lengths = [len(data.encode(r, tokenizer, 512)["input_ids"]) for r in splits["train"][::7] + splits["eval"]]
+    assert max(lengths) <= 200 and sum(lengths) / len(lengths) <= 110, (max(lengths), sum(lengths) / len(lengths))
 
 
 def test_tiny_model_loads_and_masks_only_the_assistant_turn(tiny_model_dir, tokenizer):

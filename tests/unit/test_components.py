@@ -35,7 +35,9 @@ def test_deliver_records_pointer_and_checksums(delivered):
     assert pointer["uri"] == model.metadata["uri"]
     assert {f["path"] for f in pointer["files"]} >= {"config.json", "model.safetensors", "tokenizer.json"}
     assert all(len(f["sha256"]) == 64 for f in pointer["files"])
-    assert data.metadata["rows"] == {"train": 3000, "eval": 200}
+    # 3,000 / 200 one-call rows and 5% of each per other function-calling category (trainer.builtin_data)
+    assert data.metadata["rows"] == {"train": 3600, "eval": 240}
+    assert data.metadata["irrelevance_share"] == 0.0 and data.metadata["irrelevance_rows"] == {"train": 0, "eval": 0}
 
 
 def test_delivery_is_idempotent(delivered, tmp_path):

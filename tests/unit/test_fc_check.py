@@ -247,7 +247,8 @@ def test_builtin_categories_leave_the_current_rows_alone_and_spread_through_eval
     assert json.dumps(builtin_data.generate(300, 100, seed=5, categories=True)) == json.dumps(with_categories)
     bfcl = builtin_data.dataset("function-calling-bfcl")  # what builtin:function-calling-bfcl delivers
     assert {fc_check.category(r) for r in bfcl["eval"][:200]} == set(fc_check.CATEGORIES)
-    assert json.dumps(builtin_data.dataset()) == json.dumps(builtin_data.generate())  # the demo's: multiple only
+    # the demo's data holds them all (builtin:function-calling-bfcl, the older name, the same rows)
+    assert json.dumps(builtin_data.dataset()) == json.dumps(builtin_data.generate(categories=True)) == json.dumps(bfcl)
     assert set(builtin_data.DATASETS) == set(sources.BUILTIN_DATASETS)
     counts = {s: {c: sum(fc_check.category(r) == c for r in rows) for c in fc_check.CATEGORIES}
               for s, rows in with_categories.items()}
@@ -256,6 +257,8 @@ def test_builtin_categories_leave_the_current_rows_alone_and_spread_through_eval
 
 
 def test_builtin_category_rows_are_valid_learnable_and_disjoint(with_categories):
+    from tests.unit.test_builtin import _leaves
+
     train, evals = with_categories["train"], with_categories["eval"]
     assert data.validate_rows(train + evals, "builtin")
     eval_requests = [r["messages"][0]["content"] for r in evals]
@@ -264,7 +267,7 @@ def test_builtin_category_rows_are_valid_learnable_and_disjoint(with_categories)
     for row in train[300:] + [r for r in evals if fc_check.category(r) != "multiple"]:
         request, answer = row["messages"][0]["content"], row["messages"][-1]
         for call in answer.get("tool_calls") or []:  # every value readable from the request
-            assert all(str(v) in request for v in call["function"]["arguments"].values()), (request, call)
+            assert all(str(v) in request for v in _leaves(call["function"]["arguments"])), (request, call)
         if fc_check.category(row) == "multi_turn":  # the answer reports the tool's result
             result = json.loads(row["messages"][2]["content"])
             values = [v for v in result.values() if not isinstance(v, list)] + [

@@ -463,17 +463,16 @@ def test_eval_rows_that_are_also_train_rows_are_warned_about_at_delivery(store, 
     assert "WARNING" not in capsys.readouterr().out
 
 
-def test_builtin_bfcl_dataset_delivers_every_category(store):
-    """builtin:function-calling-bfcl: the demo's rows plus rows of every other BFCL category, spread
-    through the eval split (eval_max_rows scores a prefix); builtin:function-calling stays the demo's."""
+def test_builtin_dataset_delivers_every_category(store):
+    """builtin:function-calling (the demo's): the one-call rows plus rows of every other BFCL category, spread
+    through the eval split (eval_max_rows scores a prefix); builtin:function-calling-bfcl names the same rows."""
     from trainer import fc_check
 
-    uri, meta = delivery.deliver_dataset("builtin:function-calling-bfcl", "", store)
+    uri, meta = delivery.deliver_dataset("builtin:function-calling", "", store)
     assert meta["rows"] == {"train": 3600, "eval": 240}
     evals = data.read_jsonl(store.get_tree(uri) / "eval.jsonl")
     assert {fc_check.category(r) for r in evals[:100]} == set(fc_check.CATEGORIES)
-    _, plain = delivery.deliver_dataset("builtin:function-calling", "", store)
-    assert plain["rows"] == {"train": 3000, "eval": 200}
+    assert delivery.deliver_dataset("builtin:function-calling-bfcl", "", store)[0] == uri
     err = str(pytest.raises(UserError, sources.parse, "builtin:function-calling-all", "dataset").value)
     assert "builtin:function-calling, builtin:function-calling-bfcl" in err
 

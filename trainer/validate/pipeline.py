@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer import builtin_data, builtin_model, data, delivery, gguf, model_tree, parity, sources, templates
-from trainer.data import bfcl, quiet_conversions
+from trainer.data import bfcl, masking, quiet_conversions
 from trainer.evaluate import ENGINES, row_counts
 from trainer.registry import reach_problem
 from trainer.batching import check_rows
@@ -122,6 +122,9 @@ def _dataset_problems(src: sources.Source, params: dict[str, Any], found: list[s
             if gate:
                 problems += _gate_rows_problems(params, splits["eval"], "min_fc_accuracy", "min_gain")
             problems += _bfcl_contamination_problems(params, splits["train"])
+            if refused := masking.data_problem(splits, params["irrelevance_share"],
+                                               f"dataset_source {params['dataset_source'].strip()!r}"):
+                problems.append(refused)
             try:  # the trainer's own rule, now instead of after delivery
                 check_rows(len(splits["train"]), params["batch_size"], params["nodes"] * params["procs_per_node"],
                            params["batch_tokens"])
@@ -156,6 +159,8 @@ def _settings_problems(params: dict[str, Any], context: int | None) -> list[str]
         problems.append(f"procs_per_node must be >= 1, got {params['procs_per_node']}")
     if not 0 < params["eval_fraction"] < 1:
         problems.append(f"eval_fraction must be between 0 and 1, got {params['eval_fraction']}")
+    if share := masking.share_problem(params["irrelevance_share"]):
+        problems.append(share)
     if params["max_restarts"] < 0:
         problems.append(f"max_restarts must be >= 0, got {params['max_restarts']}")
     if params["eval_max_rows"] < 1:

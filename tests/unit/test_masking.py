@@ -1,0 +1,233 @@
+"""Irrelevance rows made by function masking (trainer.data.masking, pipeline parameter irrelevance_share):
+the called functions really gone from the copies' tools, a text answer, the share kept per split, seeded, no
+eval row's copy in train; the parameter's checks at validate, deliver-dataset and its CLI."""
+
+import json
+
+import pytest
+
+from trainer import data, delivery, fc_check, sources
+from trainer.data import masking
+from trainer.errors import UserError
+
+
+def _tool(name):
+    return {"type": "function", "function": {"name": name, "parameters": {
+        "type": "object", "properties": {"x": {"type": "string"}}, "required": ["x"]}}}
+
+
+def _call(name, x="1"):
+    return {"type": "function", "function": {"name": name, "arguments": {"x": x}}}
+
+
+def _row(request, calls, tools, history=()):
+    return {"messages": [{"role": "user", "content": request}, *history,
+                         {"role": "assistant", "content": "", "tool_calls": calls}],
+            "tools": [_tool(t) for t in tools]}
+
+
+def _text_row(request, tools=()):
+    row = {"messages": [{"role": "user", "content": request}, {"role": "assistant", "content": "Hello."}]}
+    return {**row, "tools": [_tool(t) for t in tools]} if tools else row
+
+
+def _splits(n_train=100, n_eval=20):
+    """Tool rows (one call among three tools, every fourth a parallel call, every fifth the row's only tool)
+    and a few text rows, each request unique and named by its split."""
+    def rows(split, n):
+        out = []
+        for i in range(n):
+            if i % 10 == 9:
+                out.append(_text_row(f"{split} chat {i}"))
+            elif i % 5 == 4:
+                out.append(_row(f"{split} simple {i}", [_call("a")], ["a"]))
+            elif i % 4 == 3:
+                out.append(_row(f"{split} parallel {i}", [_call("a"), _call("b")], ["a", "b", "c"]))
+            else:
+                out.append(_row(f"{split} multiple {i}", [_call("b", str(i))], ["a", "b", "c"]))
+        return out
+    return {"train": rows("train", n_train), "eval": rows("eval", n_eval)}
+
+
+def _names(row):
+    return {t["function"]["name"] for t in row.get("tools") or []}
+
+
+def _copies(rows):
+    return [r for r in rows if r["messages"][-1].get("content") == masking.IRRELEVANCE_REPLY]
+
+
+def test_a_copy_offers_every_tool_but_the_called_ones_and_answers_in_text():
+    row = {**_row("book it", [_call("b")], ["a", "b", "c"]), "id": 7}
+    copy = masking.masked(row)
+    assert _names(copy) == {"a", "c"} and copy["id"] == 7
+    assert copy["messages"] == [row["messages"][0], {"role": "assistant", "content": masking.IRRELEVANCE_REPLY}]
+    assert fc_check.category(copy) == "irrelevance" and fc_check.category(row) == "multiple"
+    assert _names(row) == {"a", "b", "c"}  # the source row is left as it was
+    parallel = masking.masked(_row("two", [_call("a"), _call("c")], ["a", "b", "c"]))
+    assert _names(parallel) == {"b"}
+    only = masking.masked(_row("one", [_call("a")], ["a"]))
+    assert "tools" not in only and fc_check.category(only) == fc_check.CHAT  # no tool left: none offered
+    assert data.validate_rows([copy, parallel, only], "copies")  # rows the row checks accept
+
+
+def test_which_rows_are_masked():
+    assert masking.maskable(_row("q", [_call("a")], ["a", "b"]))
+    assert not masking.maskable(_text_row("q", ["a"]))  # answers in text
+    # its history calls the function masking would remove: the copy would call a tool it does not declare
+    history = [{"role": "assistant", "content": "", "tool_calls": [{"id": "c0", **_call("a")}]},
+               {"role": "tool", "tool_call_id": "c0", "content": "{}"}, {"role": "user", "content": "again"}]
+    assert not masking.maskable(_row("q", [_call("a")], ["a", "b"], history))
+    # a multi-turn row whose last turn calls another function than its history: masked after its history
+    row = _row("q", [_call("b")], ["a", "b"], history)
+    copy = masking.masked(row)
+    assert masking.maskable(row) and copy["messages"][:-1] == row["messages"][:-1] and _names(copy) == {"a"}
+    # a weight-0 turn after the scored one is not kept: the copy ends with its answer
+    weighted = _row("q", [_call("a")], ["a", "b"])
+    weighted["messages"].append({"role": "assistant", "content": "ignored", "weight": 0})
+    assert masking.masked(weighted)["messages"][-1]["content"] == masking.IRRELEVANCE_REPLY
+
+
+def test_the_share_of_each_split_is_kept_seeded_and_spread():
+    splits = _splits(300, 60)
+    out, made = masking.mask_splits(splits, 0.15, seed=3)
+    for name in ("train", "eval"):
+        copies = _copies(out[name])
+        assert len(copies) == made[name] == masking.copies_for(len(splits[name]), 0.15)
+        assert abs(made[name] / len(out[name]) - 0.15) <= 1 / len(out[name])  # the share, within rounding
+        assert [r for r in out[name] if r not in copies] == splits[name]  # the data's rows, in their order
+        positions = [i for i, r in enumerate(out[name]) if r in copies]
+        assert positions[0] < len(out[name]) / made[name] + 1 and positions[-1] > len(out[name]) * 0.8  # spread
+        assert sum(fc_check.category(r) == "irrelevance" for r in copies) > 0.5 * len(copies)
+    assert masking.mask_splits(splits, 0.15, seed=3) == (out, made)  # the seed decides
+    assert masking.mask_splits(splits, 0.15, seed=4)[0] != out
+    assert masking.mask_splits(splits, 0.0, seed=3) == (splits, {"train": 0, "eval": 0})
+    # half the rows at most, and never a row masked twice: a split with few tool rows gives what it has
+    few = {"train": [_row("t", [_call("a")], ["a", "b"])] + [_text_row(f"c{i}") for i in range(9)], "eval": []}
+    assert masking.mask_splits(few, 0.5, seed=0)[1] == {"train": 1, "eval": 0}
+
+
+def test_no_eval_rows_copy_lands_in_train():
+    splits = _splits(200, 40)
+    out, _ = masking.mask_splits(splits, 0.3, seed=0)
+    requests = {name: {r["messages"][0]["content"] for r in _copies(rows)} for name, rows in out.items()}
+    assert requests["train"] and requests["eval"]
+    assert all(q.startswith("train ") for q in requests["train"]) and all(q.startswith("eval ") for q in requests["eval"])
+
+
+def test_the_log_line_counts_the_copies(capsys):
+    masking.mask_splits(_splits(100, 20), 0.2, seed=0, what="x")
+    line = capsys.readouterr().out
+    assert line.startswith("30 irrelevance rows made by function masking (irrelevance_share=0.2: 25 of 125 train rows, "
+                           "5 of 25 eval rows)"), line
+    assert masking.IRRELEVANCE_REPLY in line and "offer no tool" in line
+    with data.quiet_conversions():  # a check that only reads the data says nothing
+        masking.mask_splits(_splits(100, 20), 0.2, seed=0)
+    assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize("share, said", [
+    (-0.1, "irrelevance_share=-0.1 is out of range"), (0.6, "irrelevance_share=0.6 is out of range"),
+    (float("nan"), "irrelevance_share must be a finite number from 0 to 0.5, got nan"),
+    (float("inf"), "must be a finite number"), (True, "must be a finite number"), ("0.1", "must be a finite number")])
+def test_a_share_out_of_range_or_not_a_number_is_refused_with_the_fix(share, said):
+    problem = masking.share_problem(share)
+    assert said in problem and "e.g. irrelevance_share=0.1" in problem
+    assert masking.share_problem(0) is None and masking.share_problem(0.5) is None
+
+
+def test_data_without_tool_calls_is_refused_before_any_work():
+    chat = {"train": [_text_row(f"q{i}", ["a"]) for i in range(5)], "eval": [_text_row("e")]}
+    err = str(pytest.raises(UserError, masking.mask_splits, chat, 0.1, 0, "dataset chats.jsonl").value)
+    assert err == ("irrelevance_share=0.1, but dataset chats.jsonl has no training row whose answer calls a tool it "
+                   "offers, so function masking has nothing to make irrelevance rows from: set irrelevance_share=0, "
+                   "or use data with tool calls (rows whose last assistant turn has tool_calls)")
+    assert masking.mask_splits(chat, 0, 0)[0] == chat  # 0: nothing asked, nothing refused
+
+
+def test_deliver_dataset_counts_the_copies_in_its_metadata(store, tmp_path, capsys):
+    path = tmp_path / "tools.jsonl"
+    rows = _splits(110, 0)["train"]
+    data.write_jsonl(rows, path)
+    uri, meta = delivery.deliver_dataset(str(path), "", store, eval_fraction=0.1, seed=0, irrelevance_share=0.1)
+    assert meta["irrelevance_share"] == 0.1 and meta["irrelevance_rows"] == {"train": 11, "eval": 1}
+    assert meta["rows"] == {"train": 99 + 11, "eval": 11 + 1}
+    assert "12 irrelevance rows made by function masking" in capsys.readouterr().out
+    tree = store.get_tree(uri)
+    delivered = {s: data.read_jsonl(tree / f"{s}.jsonl") for s in ("train", "eval")}
+    eval_requests = {r["messages"][0]["content"] for r in delivered["eval"]}
+    assert not eval_requests & {r["messages"][0]["content"] for r in _copies(delivered["train"])}
+    assert len(_copies(delivered["eval"])) == 1
+    _, plain = delivery.deliver_dataset(str(path), "", store)
+    assert plain["irrelevance_rows"] == {"train": 0, "eval": 0} and plain["rows"] == {"train": 99, "eval": 11}
+    # a delivered tree passes through as it is: a share for it is refused, not applied to it again
+    err = str(pytest.raises(UserError, delivery.deliver_dataset, uri, "", store, irrelevance_share=0.1).value)
+    assert "is a delivered tree, passed through as it is: set irrelevance_share=0" in err
+    err = str(pytest.raises(UserError, delivery.deliver_dataset, str(path), "", store, irrelevance_share=0.9).value)
+    assert "irrelevance_share=0.9 is out of range" in err
+
+
+def test_validate_refuses_the_share_at_once(tmp_path):
+    from trainer.validate import pipeline_problems
+
+    chats = tmp_path / "chats.jsonl"
+    data.write_jsonl([_text_row(f"q{i}") for i in range(40)], chats)
+    problems = pipeline_problems({"dataset_source": str(chats), "irrelevance_share": 0.2, "nodes": 1})
+    assert [p for p in problems if "irrelevance_share" in p] == [
+        f"irrelevance_share=0.2, but dataset_source {str(chats)!r} has no training row whose answer calls a tool it "
+        "offers, so function masking has nothing to make irrelevance rows from: set irrelevance_share=0, or use data "
+        "with tool calls (rows whose last assistant turn has tool_calls)"]
+    problems = pipeline_problems({"irrelevance_share": 0.7, "nodes": 1})
+    assert [p for p in problems if "irrelevance_share" in p] == [
+        "irrelevance_share=0.7 is out of range: it is the share of each split's rows made by function masking, from 0 "
+        "(none) to 0.5 (half); e.g. irrelevance_share=0.1"]
+    problems = pipeline_problems({"irrelevance_share": float("nan"), "nodes": 1})
+    assert [p for p in problems if "irrelevance_share" in p] == [
+        "irrelevance_share must be a finite number, got nan: NaN and infinity train nothing; use e.g. 0.0"]
+    assert not [p for p in pipeline_problems({"irrelevance_share": 0.15, "nodes": 1}) if "irrelevance" in p]
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--irrelevance-share", "0.8"], "--irrelevance-share=0.8 is out of range"),
+    (["--irrelevance-share", "nan"], "--irrelevance-share must be a finite number from 0 to 0.5, got nan"),
+    (["--irrelevance-share", "0.1"], "--irrelevance-share=0.1, but dataset {path} has no training row whose answer "
+                                     "calls a tool it offers"),
+])
+def test_deliver_dataset_cli_exits_2_naming_the_fix(tmp_path, capsys, argv, said):
+    from trainer.__main__ import main
+
+    path = tmp_path / "chats.jsonl"
+    data.write_jsonl([_text_row(f"q{i}") for i in range(20)], path)
+    with pytest.raises(SystemExit) as exit_:
+        main(["deliver-dataset", str(path), *argv])
+    assert exit_.value.code == 2
+    assert said.format(path=path) in capsys.readouterr().err
+
+
+def test_the_parameter_is_the_tables_and_reaches_the_deliver_dataset_step():
+    from components.deliver_dataset import deliver_dataset
+    from pipelines.finetune import finetune_pipeline
+    from trainer import params
+
+    p = params.BY_NAME["irrelevance_share"]
+    assert (p.type, p.default, p.pipelines) == (float, 0.0, ("finetune", "sweep"))
+    assert "irrelevance_share" in deliver_dataset.component_spec.inputs
+    spec = json.dumps(finetune_pipeline.pipeline_spec.root.dag.tasks["deliver-dataset"].inputs.parameters["irrelevance_share"]
+                      .component_input_parameter)
+    assert "irrelevance_share" in spec
+    assert sources.parse("builtin:function-calling", "dataset")  # the demo's data has tool rows to mask
+
+
+def test_the_run_record_takes_the_delivered_datasets_counts(tmp_path):
+    """run_local's run.json: the deliver-dataset task's rows and irrelevance rows (inside a sweep's sub-DAG too)."""
+    from pipelines import runs
+
+    meta = {"uri": "s3://b/datasets/sha256-x", "source": "x.jsonl", "rows": {"train": 110.0, "eval": 12.0},
+            "irrelevance_share": 0.1, "irrelevance_rows": {"train": 11.0, "eval": 1.0}, "n_files": 2}
+    task = tmp_path / "kfp" / "deliver-dataset"
+    task.mkdir(parents=True)
+    (task / "executor_output.json").write_text(json.dumps({"artifacts": {"dataset": {"artifacts": [
+        {"name": "dataset", "uri": str(task / "dataset"), "metadata": meta}]}}}))
+    assert runs.delivered_dataset(tmp_path / "kfp") == {k: meta[k] for k in ("uri", "rows", "irrelevance_share",
+                                                                               "irrelevance_rows")}
+    assert runs.delivered_dataset(tmp_path / "nothing") == {}
