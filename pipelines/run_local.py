@@ -43,7 +43,7 @@ from typing import Any
 
 from pipelines import kfp_local_patches
 from pipelines.finetune import finetune_pipeline
-from trainer import fc_check, settings
+from trainer import fc_check, settings, sources
 from trainer.data import bfcl as bfcl_data
 from trainer.errors import UserError, exit_on_user_error
 
@@ -95,7 +95,8 @@ def throwaway_s3_problems(params: dict[str, Any], endpoint: str | None) -> list[
             "--s3-endpoint this run starts an empty "
             "throwaway S3 server: give --s3-endpoint (or S3_ENDPOINT) of the S3/MinIO that holds it, or "
             f"{instead[key]} instead"
-            for key in instead if str(params.get(key, "")).strip().startswith("s3://")]
+            for key in instead if any(str(name).strip().startswith("s3://") for name in (
+                sources.dataset_parts(params.get(key, "")) if key == "dataset_source" else [params.get(key, "")]))]
 
 
 def cluster_config_problems(params: dict[str, Any]) -> list[str]:

@@ -133,3 +133,26 @@ def test_a_two_source_weighted_mix_is_delivered_content_addressed_with_its_recor
     assert len(splits["eval"]) == meta["rows"]["eval"]
     with pytest.raises(UserError, match="a mix with one is read by the deliver-dataset step"):
         delivery.materialize_dataset(sources.parse(value, "dataset"), "", 0.25, 5)
+
+
+def test_a_mix_of_local_and_built_in_parts_is_checked_fully_before_a_run(tmp_path):
+    from pipelines.run_local import throwaway_s3_problems
+    from trainer import builtin_data, data
+    from trainer.validate import pipeline_problems
+
+    data.write_jsonl(builtin_data.generate(40, 0, seed=3)["train"], tmp_path / "mine.jsonl")
+    (tmp_path / "bad.jsonl").write_text('{"messages": [{"role": "user", "content": "hi"}]}\n' * 5)
+    good = json.dumps([{"source": "builtin:function-calling", "weight": 3},
+                       {"source": str(tmp_path / "mine.jsonl"), "weight": 1}])
+    assert pipeline_problems({"dataset_source": good}) == []
+    bad = json.dumps([{"source": "builtin:function-calling", "weight": 3},
+                      {"source": str(tmp_path / "bad.jsonl"), "weight": 1}])
+    assert any("bad.jsonl lines 1, 2, 3 and 2 more: no assistant message" in p
+               for p in pipeline_problems({"dataset_source": bad})), pipeline_problems({"dataset_source": bad})
+    [revision] = pipeline_problems({"dataset_source": good, "dataset_revision": "v1"})
+    assert "is a mix of sources (each Hub part is read at its main branch): leave dataset_revision empty" in revision
+    in_s3 = json.dumps([{"source": "builtin:function-calling", "weight": 1},
+                        {"source": "s3://llm-finetune/uploads/x.jsonl", "weight": 1}])
+    [throwaway] = throwaway_s3_problems({"dataset_source": in_s3, "model_source": "builtin:tiny-llama",
+                                         "chat_template": "model"}, None)
+    assert "is an object in S3, but without --s3-endpoint this run starts an empty throwaway S3 server" in throwaway

@@ -23,7 +23,8 @@ from trainer.validate.values import (_TRAIN_DEFAULTS, _TRAIN_PARAMS, DEFAULTS, d
                                      type_problems)
 
 
-_KIND_WORDS = {"builtin": "built in", "local": "a path on this machine", "s3": "a delivered s3:// tree"}
+_KIND_WORDS = {"builtin": "built in", "local": "a path on this machine", "s3": "a delivered s3:// tree",
+               "mix": "a mix of sources (each Hub part is read at its main branch)"}
 
 
 def pipeline_problems(params: dict[str, Any], check_local_files: bool = True,
@@ -107,7 +108,7 @@ def _dataset_problems(src: sources.Source, params: dict[str, Any], found: list[s
     built-in rows with another model, template or a short max_seq_len; Hub data is checked on delivery.
     `found`: the problems so far, which the template check does not repeat."""
     problems: list[str] = []
-    if src.kind == "local" and check_local_files:
+    if (src.kind == "local" or src.kind == "mix" and _on_this_machine(src)) and check_local_files:
         try:  # local files are cheap to check fully now; Hub data is checked on delivery
             with quiet_conversions():  # deliver-dataset says what it converts, once
                 splits = delivery.materialize_dataset(src, "", params["eval_fraction"], params["seed"])
@@ -140,6 +141,11 @@ def _dataset_problems(src: sources.Source, params: dict[str, Any], found: list[s
         problems += _template_problems(params["model_source"], splits, [*found, *problems], params["max_seq_len"],
                                        params["model_revision"], params["chat_template"])
     return problems
+
+
+def _on_this_machine(src: sources.Source) -> bool:
+    """A mix whose parts are all local or built in: read and checked here like a local file."""
+    return all(sources.parse(name, "dataset").kind in ("local", "builtin") for name in sources.dataset_parts(src.ref))
 
 
 def _settings_problems(params: dict[str, Any], context: int | None) -> list[str]:
