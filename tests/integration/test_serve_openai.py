@@ -26,7 +26,7 @@ from tests.unit.test_serve_openai import LLAMA3_TEMPLATE, LLAMA3_TOKENS, TOOLS, 
 
 # --- the real server --------------------------------------------------------------------------
 
-STEPS = 150
+STEPS = 400
 
 
 @pytest.fixture(scope="module")

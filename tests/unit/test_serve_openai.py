@@ -152,7 +152,10 @@ def test_a_second_ctrl_c_while_trainer_serve_stops_is_one_line_not_a_traceback(t
     with open(console, "w") as out:
         cli = subprocess.Popen([sys.executable, "-c", FAKE_SERVE, "serve", str(tiny_model_dir), "--port", "0",
                                 "--log", str(log)], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                               env={**os.environ, TAG: tag, "FAKE_VLLM_RELEASE": str(release)})
+                               env={**os.environ, TAG: tag, "FAKE_VLLM_RELEASE": str(release)},
+                               # a shell's background job (CI's `make test &`) ignores SIGINT, and a child inherits
+                               # that: Python then never raises KeyboardInterrupt, as a user's terminal would
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         wait_for(lambda: "Ctrl-C stops" in console.read_text(), 120, cli, "the server ready")
         cli.send_signal(signal.SIGINT)
