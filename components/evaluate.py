@@ -66,6 +66,7 @@ def evaluate(
                           store.get_tree(read_uri(dataset)) / "eval.jsonl", max_rows=max_rows,
                           max_seq_len=max_seq_len, engine=eval_engine, base=base, suites=suites,
                           bfcl_dir=store.get_tree(bfcl_uri) if bfcl_uri else None, bfcl_rows=bfcl_rows, seed=seed)
+        result["mix"] = dataset.metadata.get("mix") or []  # the sources' names for the report's by-source table
     logged = logged_metrics(result)  # a kind of row the split lacks logs no accuracy, not 0
     promoted, reason = promotion(logged, min_fc_accuracy, min_gain, max_category_drop) if gate else (True, "")
     log_metrics(metrics, {**logged, **({"promoted": float(promoted)} if gate else {})})

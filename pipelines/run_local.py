@@ -154,9 +154,10 @@ def training_line(tr: dict[str, float]) -> str:
 
 
 def summarize(metrics: dict[str, dict[str, float]], endpoint: str | None, keep_serving: bool, elapsed: float,
-              model: str = "") -> str:
-    """The finetune pipeline's result in a few lines: base vs tuned, training, endpoint."""
-    from trainer.report import table
+              model: str = "", sources: list[str] = ()) -> str:
+    """The finetune pipeline's result in a few lines: base vs tuned, training, endpoint; `sources`: a mixed
+    dataset's sources in order (its record), whose scores get a table of their own."""
+    from trainer.report import source_rows, table
 
     ev, tr, smoke = metrics.get("evaluate", {}), metrics.get("finetune", {}), metrics.get("deploy", {})
     lines = []
@@ -185,6 +186,12 @@ def summarize(metrics: dict[str, dict[str, float]], endpoint: str | None, keep_s
             version = f"{number // 10_000}.{number // 100 % 100}.{number % 100}" if number else "(version unknown)"
             rows += [*([("", "", "")] if rows else []), (f"BFCL {version}", "", ""), *bfcl]
         lines += ["", "== base vs tuned ==", table(rows, ("metric", "base", "tuned"))]
+        scores = {name: {k[len(name) + 1:]: v for k, v in ev.items() if k.startswith(f"{name}_mix")}
+                  for name in ("base", "tuned")}
+        if by_source := source_rows(scores["base"], scores["tuned"], ev, list(sources)):
+            lines += ["", "== by source of the mix (AST accuracy; text kept: rows wanting text answered without a "
+                      "call) ==", table([(name, str(n), *s) for name, n, *s in by_source],
+                                        ("source", "rows", "AST base", "AST tuned", "kept base", "kept tuned"))]
         if ev.get("promoted") == 0:
             lines.append("not promoted: the tuned model failed the gate (min_fc_accuracy / min_gain / "
                          "max_category_drop; the evaluate step's line says which and by how much): nothing was "
@@ -501,7 +508,8 @@ def _run(pipeline, params, args, console, run_dir) -> int:
     else:
         endpoint = task.outputs["endpoint"]
         # The tuned model answers as served_model_name (beside its base too: that one is '<name>-base').
-        console.say(summarize(metrics, endpoint, params.get("keep_serving", False), elapsed, served_name))
+        console.say(summarize(metrics, endpoint, params.get("keep_serving", False), elapsed, served_name,
+                              [m["source"] for m in record["dataset"].get("mix", [])]))
         merged_uri = task.outputs["merged_model"].metadata["uri"]
     record.update(endpoint=endpoint if params.get("keep_serving") and endpoint else "", merged_model=merged_uri)
     runs.update_run(run_dir, **record)  # before copying the model out: a full disk there must not lose the run

@@ -23,6 +23,24 @@ def _pct(value: float, rows: int) -> str:
     return f"{value:.1%}" if rows else "n/a"
 
 
+def source_rows(base: dict[str, float], tuned: dict[str, float], counts: dict[str, float], names: list[str]
+                ) -> list[tuple[str, int, str, str, str, str]]:
+    """A mixed dataset's scores by source (trainer.data.mix): (source, rows scored, AST accuracy base, tuned,
+    text kept base, tuned), from `mix<k>_rows` and the `mix<k>_*` metrics; `names` are the mix's sources in
+    order (its record), a source without one shown by its index. A score the source's rows cannot measure
+    (no tool-call rows, no rows wanting text) reads n/a."""
+    def pct(scores: dict[str, float], key: str) -> str:
+        return f"{scores[key]:.1%}" if key in scores else "n/a"
+
+    out = []
+    for key in sorted((k for k in counts if k.startswith("mix") and k.endswith("_rows")), key=lambda k: int(k[3:-5])):
+        k = int(key[3:-5])
+        name = f"[{k}] " + (names[k] if k < len(names) else f"source {k}")
+        out.append((name, int(counts[key]), *(pct(m, f"mix{k}_{metric}") for metric in
+                                               ("fc_ast_accuracy", "text_kept") for m in (base, tuned))))
+    return out
+
+
 def summary_lines(result: dict[str, Any]) -> list[str]:
     """What the evaluate step prints: held-out counts and scores, and BFCL's per category, base -> tuned."""
     lines = []
@@ -111,6 +129,11 @@ def examples_markdown(result: dict[str, Any]) -> str:
                   f"| all | {sum(categories.values())} | {b['fc_ast_accuracy']:.1%} | {t['fc_ast_accuracy']:.1%} |"]
         lines += [f"| {c} | {n} | {b[f'fc_{c}_accuracy']:.1%} | {t[f'fc_{c}_accuracy']:.1%} |"
                   for c, n in categories.items()]
+    if by_source := source_rows(b, t, result.get("sources", {}), [m["source"] for m in result.get("mix", [])]):
+        lines += ["", "## By source of the mix", "", "AST accuracy over each source's tool-call and irrelevance rows; "
+                  "text kept: its rows that want text answered without a call.", "",
+                  "| source | rows | AST base | AST tuned | text kept base | text kept tuned |", "|---|---|---|---|---|---|"]
+        lines += [f"| {_cell(name)} | {n} | " + " | ".join(scores) + " |" for name, n, *scores in by_source]
     if result.get("failures"):
         lines += ["", "## Where the tuned model failed, by category", "",
                   "| category | last user request | expected | why | base output | tuned output |",

@@ -223,11 +223,12 @@ def test_the_run_record_takes_the_delivered_datasets_counts(tmp_path):
     from pipelines import runs
 
     meta = {"uri": "s3://b/datasets/sha256-x", "source": "x.jsonl", "rows": {"train": 110.0, "eval": 12.0},
-            "irrelevance_share": 0.1, "irrelevance_rows": {"train": 11.0, "eval": 1.0}, "n_files": 2}
+            "irrelevance_share": 0.1, "irrelevance_rows": {"train": 11.0, "eval": 1.0}, "n_files": 2,
+            "mix": [{"source": "x.jsonl", "weight": 1.0, "train_rows": 110.0, "train_taken": 110.0, "eval_rows": 12.0}]}
     task = tmp_path / "kfp" / "deliver-dataset"
     task.mkdir(parents=True)
     (task / "executor_output.json").write_text(json.dumps({"artifacts": {"dataset": {"artifacts": [
         {"name": "dataset", "uri": str(task / "dataset"), "metadata": meta}]}}}))
     assert runs.delivered_dataset(tmp_path / "kfp") == {k: meta[k] for k in ("uri", "rows", "irrelevance_share",
-                                                                               "irrelevance_rows")}
+                                                                               "irrelevance_rows", "mix")}
     assert runs.delivered_dataset(tmp_path / "nothing") == {}

@@ -89,6 +89,48 @@ def test_the_evaluation_scores_each_source_of_a_mix():
     assert not [k for k in score_predictions(tools, right) if k.startswith("mix")]
 
 
+def test_the_report_and_the_run_summary_show_a_table_by_source_with_the_sources_names(tmp_path):
+    from pipelines.run_local import summarize
+    from trainer import builtin_data
+    from trainer.evaluate import logged_metrics
+    from trainer.evaluate.scoring import score_predictions, source_rows
+    from trainer.report import examples_markdown
+
+    rows = builtin_data.generate(0, 40, seed=2)["eval"]
+    tools = [r for r in rows if r["messages"][-1].get("tool_calls")][:4]
+    texts = [{"tools": r["tools"], "messages": [r["messages"][0], {"role": "assistant", "content": "None fits."}]}
+             for r in tools[:2]]
+    tagged = [{**r, mix.TAG: 0} for r in tools] + [{**r, mix.TAG: 1} for r in texts]
+    calls = [{"calls": [tc["function"] for tc in r["messages"][-1]["tool_calls"]], "content": None} for r in tools]
+    nothing = [{"calls": [], "content": "no"}] * 6
+    base, tuned = score_predictions(tagged, nothing), score_predictions(tagged, calls[:3] + nothing[:1] + calls[:2])
+    m = {"eval_loss": 1.0, "fc_accuracy": 0.5, "text_match": 0.5, "text_eval_loss": 1.0}
+    result = {"base": {**m, **base}, "tuned": {**m, **tuned}, "rows": 6, "fc_rows": 4, "text_rows": 2,
+              "skipped_long_rows": 0, "warnings": [], "examples": [], "sources": source_rows(tagged),
+              "mix": [{"source": "builtin:function-calling", "weight": 2}, {"source": "mine.jsonl", "weight": 1}]}
+    assert result["sources"] == {"mix0_rows": 4, "mix1_rows": 2}
+    md = examples_markdown(result)
+    assert "| [0] builtin:function-calling | 4 | 0.0% | 75.0% | n/a | n/a |" in md
+    assert "| [1] mine.jsonl | 2 | 100.0% | 0.0% | 100.0% | 0.0% |" in md
+    logged = logged_metrics(result)
+    assert logged["mix0_rows"] == 4 and logged["tuned_mix1_text_kept"] == 0
+    text = summarize({"evaluate": logged}, None, False, 1.0, sources=[r["source"] for r in result["mix"]])
+    assert "== by source of the mix" in text
+    line = next(x for x in text.splitlines() if "[1] mine.jsonl" in x).split()
+    assert line[-5:] == ["2", "100.0%", "0.0%", "100.0%", "0.0%"], line
+    # the record reaches the dataset artifact's metadata, which the evaluate step reads the names from
+    from types import SimpleNamespace
+
+    from components.artifacts import write_pointer
+    artifact = SimpleNamespace(metadata={}, path=str(tmp_path / "dataset"))
+    write_pointer(artifact, "s3://b/datasets/x", {"mix": result["mix"], "files": []})
+    assert artifact.metadata["mix"] == result["mix"]
+    # one source: no table, in either
+    plain = {**result, "sources": {}, "mix": [], "base": m, "tuned": m}
+    assert "By source" not in examples_markdown(plain)
+    assert "by source" not in summarize({"evaluate": logged_metrics(plain)}, None, False, 1.0)
+
+
 def test_each_part_of_a_mix_is_checked_as_its_kind_on_a_cluster_and_in_the_bucket(store, tmp_path):
     from trainer.validate import on_cluster_problems
     from trainer.validate.objects import object_problems

@@ -17,7 +17,8 @@ from trainer.evaluate import bfcl, generation
 from trainer.evaluate import losses as losses_mod
 from trainer.evaluate import served as served_mod
 from trainer.evaluate.generation import _fix, _too_long, context_length, fitting_rows, long_rows_problem
-from trainer.evaluate.scoring import category_rows, failures, parsed_outputs, row_counts, score_predictions
+from trainer.evaluate.scoring import (category_rows, failures, parsed_outputs, row_counts, score_predictions,
+                                      source_rows)
 
 
 # Below this many rows one row moves accuracy by more than 2 points: say so.
@@ -83,6 +84,7 @@ def logged_metrics(result: dict[str, Any]) -> dict[str, float]:
     out.update({k: float(v) for k, v in result["tuned"].items() if k.startswith(("fc_ast", "fc_exact", "fc_simple",
                 "fc_multiple", "fc_parallel", "fc_irrelevance", "fc_multi_turn"))})
     out.update({k: float(v) for k, v in result.get("categories", {}).items()})
+    out.update({k: float(v) for k, v in result.get("sources", {}).items()})  # mix<k>_rows: a mix's rows per source
     if result["fc_rows"]:
         out["fc_accuracy_gain"] = result["tuned"]["fc_accuracy"] - result["base"]["fc_accuracy"]
     if "fc_ast_accuracy" in result["tuned"] and "fc_ast_accuracy" in result["base"]:
@@ -193,8 +195,8 @@ def evaluate(model_dir: Path, tuned_dir: Path, eval_path: Path, max_rows: int = 
     metrics, the counts, the failures and BFCL's version. Without heldout, base/tuned are empty.
 
     Returns {"base": metrics, "tuned": metrics, "rows", "fc_rows", "text_rows",
-    "skipped_long_rows", "warnings", "examples", "categories", "failures" (a few wrong rows per
-    category, `failures`)}: the counts are of the rows scored (the
+    "skipped_long_rows", "warnings", "examples", "categories", "sources" (a mixed dataset's rows per
+    source, `source_rows`), "failures" (a few wrong rows per category, `failures`)}: the counts are of the rows scored (the
     accuracies' denominators), rows too long for max_seq_len are counted apart and score
     nothing; metric names are the same in every run (a kind with no rows scores 0).
     Progress (rows generated) goes to stderr. `engine` (ENGINES): vllm answers through the served
@@ -230,7 +232,7 @@ def evaluate(model_dir: Path, tuned_dir: Path, eval_path: Path, max_rows: int = 
                  "base": outputs["base"][i]["raw"], "tuned": outputs["tuned"][i]["raw"]}
                 for i, r in enumerate(scored[:n_examples])]
     result = {"base": results.get("base", {}), "tuned": results.get("tuned", {}), "rows": len(scored),
-              **row_counts(scored), "categories": category_rows(scored),
+              **row_counts(scored), "categories": category_rows(scored), "sources": source_rows(scored),
               "failures": failures(scored, outputs) if scored else {}, "engine": prep["engine"],
               "skipped_long_rows": len(prep["rows"]) - len(scored), "warnings": prep["warnings"],
               "examples": examples, "suites": list(suites)}

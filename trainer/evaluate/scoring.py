@@ -101,6 +101,11 @@ def _per_source(rows: list[dict[str, Any]], scores: list[dict[str, Any]]) -> dic
     return out
 
 
+def source_rows(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Rows scored per source of a mixed dataset (`mix<k>_rows`, trainer.data.mix); {} for one source."""
+    return {f"mix{k}_rows": sum(1 for r in rows if r.get(mix.TAG) == k) for k in mix.sources_of(rows)}
+
+
 def failures(rows: list[dict[str, Any]], outputs: dict[str, list[dict[str, Any]]], per_category: int = 3
              ) -> dict[str, list[dict[str, Any]]]:
     """A few rows per function-calling category that the tuned model got wrong by the AST check,
