@@ -75,7 +75,7 @@ def category(row: dict[str, Any]) -> str:
     return "irrelevance" if tools else CHAT
 
 
-def _parameters(row: dict[str, Any], name: str) -> dict[str, Any]:
+def parameters(row: dict[str, Any], name: str) -> dict[str, Any]:
     """The JSON schema of a tool's parameters; {} (anything goes) when the row does not declare it."""
     for tool in row.get("tools") or []:
         fn = tool.get("function", tool) if isinstance(tool, dict) else None
@@ -174,7 +174,7 @@ def check_call(row: dict[str, Any], expected: dict[str, Any], got: dict[str, Any
     """Why the call `got` is not the `expected` one under the row's tool schema, or None when it is."""
     if got["name"] != expected["name"]:
         return f"called {got['name']!r}, expected {expected['name']!r}"
-    return _check_value(_parameters(row, expected["name"]), expected["arguments"], got["arguments"], got["name"])
+    return _check_value(parameters(row, expected["name"]), expected["arguments"], got["arguments"], got["name"])
 
 
 def _text_answer(got: list[dict[str, Any]], content: str | None) -> tuple[bool, str]:

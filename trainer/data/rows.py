@@ -12,7 +12,7 @@ from typing import Any, Iterable
 
 from trainer.chat.calls import decode_arguments
 from trainer.errors import collect
-from trainer.fc_check import check_call
+from trainer.fc_check import check_call, parameters
 from trainer.data.formats import (_QUIET, _no_messages, _part_types, announce, conversion_problems, convert,
                                    format_problems)
 from trainer.data.jsontext import (_ESCAPED_SURROGATE, _json_type, _loads, _repeated, non_finite_paths,
@@ -44,11 +44,6 @@ def _tool_name_problem(name: str) -> str | None:
 
 _INTEGER = re.compile(r"-?(0|[1-9][0-9]*)")
 _NUMBER = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
-
-
-def _parameters(tools: list, name: str) -> Any:
-    fn = next(t.get("function", t) for t in tools if isinstance(t, dict) and t.get("function", t).get("name") == name)
-    return fn.get("parameters") or {}
 
 
 def typed(schema: Any, value: Any) -> Any:
@@ -83,7 +78,7 @@ def schema_problems(row: dict[str, Any]) -> list[str]:
 
 def _schema_problem(tools: list, fn: dict[str, Any], at: str) -> str | None:
     name = fn["name"]
-    call = {"name": name, "arguments": typed(_parameters(tools, name), fn.get("arguments", {}))}
+    call = {"name": name, "arguments": typed(parameters({"tools": tools}, name), fn.get("arguments", {}))}
     if why := check_call({"tools": tools}, call, call):
         return (f"{at} breaks its own tool's schema ({why.removeprefix(name + ': ')}): the evaluation would score an "
                 "exact copy of this call as wrong, and training would teach it; fix the call's value or the tool's "
@@ -274,7 +269,7 @@ def _retype(rows: list[dict[str, Any]], where: str) -> None:
                 fn = tc["function"]
                 if not row.get("tools") or not isinstance(fn.get("arguments"), dict):
                     continue
-                new = typed(_parameters(row["tools"], fn["name"]), fn["arguments"])
+                new = typed(parameters(row, fn["name"]), fn["arguments"])
                 if json.dumps(new) != json.dumps(fn["arguments"]):
                     changed += 1
                     example = example or f"row {n}: {json.dumps(fn['arguments'])} -> {json.dumps(new)}"
