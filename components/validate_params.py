@@ -24,6 +24,7 @@ def validate_params(
     dataset_revision: str = "",
     eval_fraction: float = 0.1,
     irrelevance_share: float = 0.0,
+    irrelevance_reply: str = "None of the available tools can do that.",
     launcher: str = "local",
     nodes: int = 1,
     procs_per_node: int = 1,

@@ -51,6 +51,8 @@ def main(argv: list[str] | None = None) -> None:
             p.add_argument("--seed", type=int, default=0, help="seed of that split (default 0)")
             p.add_argument("--irrelevance-share", type=float, default=0.0,
                            help=f"{BY_NAME['irrelevance_share'].help} (default 0)")
+            p.add_argument("--irrelevance-reply", default=BY_NAME["irrelevance_reply"].default,
+                           help=f"{BY_NAME['irrelevance_reply'].help} (default %(default)r)")
     p = sub.add_parser("evaluate", help="base vs tuned metrics")
     p.add_argument("--model-uri", required=True, help="the base model (s3:// URI from deliver-model)")
     p.add_argument("--tuned-uri", required=True, help="the adapter or fully tuned model (s3:// URI from train)")
@@ -253,12 +255,14 @@ def cmd_deliver(args: argparse.Namespace) -> None:
     problems = _local_source_problems(args.command.removeprefix("deliver-"), args.source,
                                       getattr(args, "eval_fraction", 0.1), getattr(args, "seed", 0),
                                       getattr(args, "chat_template", templates.MODEL),
-                                      getattr(args, "irrelevance_share", 0.0))
+                                      getattr(args, "irrelevance_share", 0.0),
+                                      getattr(args, "irrelevance_reply", masking.IRRELEVANCE_REPLY))
     if args.command == "deliver-model":
         problems += [p.replace("chat_template", "--chat-template", 1) for p in spec_problems(args.chat_template)]
     store = _store(problems, what=f"cannot {args.command} {args.source}")
     deliver = delivery.deliver_model if args.command == "deliver-model" else delivery.deliver_dataset
-    split = {"eval_fraction": args.eval_fraction, "seed": args.seed, "irrelevance_share": args.irrelevance_share} \
+    split = {"eval_fraction": args.eval_fraction, "seed": args.seed, "irrelevance_share": args.irrelevance_share,
+             "irrelevance_reply": args.irrelevance_reply} \
         if args.command == "deliver-dataset" else {"chat_template": args.chat_template}
     uri, meta = deliver(args.source, args.revision, store, **split)
     print(json.dumps({"uri": uri, **{k: v for k, v in meta.items() if k != "files"}}, indent=1))
@@ -327,7 +331,8 @@ def _store(problems: list[str], what: str) -> Store:
 
 
 def _local_source_problems(what: str, source: str, eval_fraction: float = 0.1, seed: int = 0,
-                           chat_template: str = templates.MODEL, irrelevance_share: float = 0.0) -> list[str]:
+                           chat_template: str = templates.MODEL, irrelevance_share: float = 0.0,
+                           irrelevance_reply: str = masking.IRRELEVANCE_REPLY) -> list[str]:
     """What is wrong with a source on this machine (cheap to check fully); [] for other kinds,
     which deliver checks as it fetches them."""
     problems = []
@@ -337,6 +342,8 @@ def _local_source_problems(what: str, source: str, eval_fraction: float = 0.1, s
     if what == "dataset" and (share := masking.share_problem(irrelevance_share, "--irrelevance-share")):
         problems.append(share)
         irrelevance_share = 0.0
+    if what == "dataset" and (reply := masking.reply_problem(irrelevance_reply, "--irrelevance-reply")):
+        problems.append(reply)
     try:
         src = sources.parse(source, what)
         if src.kind == "local" and what == "model":

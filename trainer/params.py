@@ -82,6 +82,11 @@ PARAMS: tuple[Param, ...] = (
                 'against a tuned model that calls a tool for every request). Made after the train/eval split, drawn with `seed`, so the eval '
                 'split measures the irrelevance category; counted in the log and the dataset\'s metadata. 0 makes '
                 'none; e.g. 0.1. Refused for data without tool calls and for an s3:// tree delivered before.')),
+    Param('irrelevance_reply', str, 'None of the available tools can do that.', INPUTS, BOTH,
+          help=('The text answer of the rows irrelevance_share makes: short, neutral and the same in every row, so the '
+                'model learns one behaviour and the held-out text match can score it (e.g. your product\'s wording, or '
+                'another language). Plain text: a reply that reads as a tool call or holds an end-of-turn marker is '
+                'refused.')),
     Param('launcher', str, 'local', PLACEMENT, BOTH,
           help=('Where training runs: local (processes inside the pipeline pod, demos only), trainjob (a Kubeflow '
                 'Trainer v2 TrainJob; use this on a current Kubeflow) or pytorchjob (Training Operator v1; old name '

@@ -232,3 +232,75 @@ def test_the_run_record_takes_the_delivered_datasets_counts(tmp_path):
     assert runs.delivered_dataset(tmp_path / "kfp") == {k: meta[k] for k in ("uri", "rows", "irrelevance_share",
                                                                                "irrelevance_rows", "mix")}
     assert runs.delivered_dataset(tmp_path / "nothing") == {}
+
+
+def test_data_without_a_tool_less_row_gets_some_among_the_copies():
+    # every row offers three tools and calls one: masking alone would leave tools in every copy
+    every = {"train": [_row(f"q{i}", [_call("b", str(i))], ["a", "b", "c"]) for i in range(200)], "eval": []}
+    out, made = masking.mask_splits(every, 0.2, seed=1)
+    copies = _copies(out["train"])
+    toolless = [c for c in copies if not c.get("tools")]
+    assert made["train"] == 50 and len(toolless) == 5  # ceil(50 * TOOLLESS_SHARE)
+    assert all(_names(c) == {"a", "c"} for c in copies if c.get("tools"))  # the others as masking made them
+    assert masking.mask_splits(every, 0.2, seed=1) == (out, made)  # drawn with the seed
+    # data with a tool-less row of its own: the copies stay as masking made them
+    own = {"train": every["train"] + [_text_row("hi")], "eval": []}
+    assert not [c for c in _copies(masking.mask_splits(own, 0.2, seed=1)[0]["train"]) if not c.get("tools")]
+    # copies left with no tool (the called one was all the row had) count toward the share
+    lone = {"train": [_row(f"q{i}", [_call("a")], ["a"] if i % 2 else ["a", "b"]) for i in range(200)], "eval": []}
+    lone_copies = _copies(masking.mask_splits(lone, 0.2, seed=1)[0]["train"])
+    assert sum(1 for c in lone_copies if not c.get("tools")) == sum(1 for r in lone["train"] if len(r["tools"]) == 1
+                                                                     and masking.masked(r) in lone_copies)
+
+
+@pytest.mark.parametrize("reply, said", [
+    ("", "irrelevance_reply must be a text answer, got ''"), ("   ", "must be a text answer"),
+    (None, "must be a text answer, got None"),
+    ('<tool_call>{"name": "x", "arguments": {}}</tool_call>', "reads as a tool call"),
+    ('{"name": "lookup", "arguments": {"q": 1}}', "reads as a tool call"),
+    ("No tool fits.<|im_end|>", "holds the end-of-turn marker '<|im_end|>'"),
+    ("x" * 501, "is 501 characters long (at most 500)")])
+def test_a_reply_that_is_no_plain_short_text_is_refused_with_the_fix(reply, said):
+    problem = masking.reply_problem(reply)
+    assert said in problem and f"e.g. irrelevance_reply={masking.IRRELEVANCE_REPLY!r}" in problem
+    assert masking.reply_problem("Dazu passt keines der angebotenen Werkzeuge.") is None
+
+
+def test_the_reply_is_a_parameter_that_reaches_the_copies_and_the_metadata(store, tmp_path):
+    from components.deliver_dataset import deliver_dataset
+    from pipelines.finetune import finetune_pipeline
+    from trainer import params
+    from trainer.validate import pipeline_problems
+
+    p = params.BY_NAME["irrelevance_reply"]
+    assert (p.type, p.default, p.pipelines) == (str, masking.IRRELEVANCE_REPLY, ("finetune", "sweep"))
+    assert "irrelevance_reply" in deliver_dataset.component_spec.inputs
+    spec = json.dumps(finetune_pipeline.pipeline_spec.root.dag.tasks["deliver-dataset"].inputs.parameters[
+        "irrelevance_reply"].component_input_parameter)
+    assert "irrelevance_reply" in spec
+    path = tmp_path / "tools.jsonl"
+    data.write_jsonl(_splits(110, 0)["train"], path)
+    reply = "Sorry, no tool here does that."
+    uri, meta = delivery.deliver_dataset(str(path), "", store, eval_fraction=0.1, seed=0, irrelevance_share=0.1,
+                                         irrelevance_reply=reply)
+    delivered = data.read_jsonl(store.get_tree(uri) / "train.jsonl")
+    assert meta["irrelevance_reply"] == reply
+    assert sum(r["messages"][-1].get("content") == reply for r in delivered) == meta["irrelevance_rows"]["train"] == 11
+    assert uri != delivery.deliver_dataset(str(path), "", store, eval_fraction=0.1, seed=0, irrelevance_share=0.1)[0]
+    assert "irrelevance_reply" not in delivery.deliver_dataset(str(path), "", store)[1]  # no copies, no reply
+    err = str(pytest.raises(UserError, delivery.deliver_dataset, str(path), "", store, irrelevance_share=0.1,
+                            irrelevance_reply="<tool_call>").value)
+    assert "reads as a tool call" in err
+    assert [x for x in pipeline_problems({"irrelevance_reply": "", "nodes": 1}) if "irrelevance_reply" in x] == [
+        f"irrelevance_reply must be a text answer, got '': e.g. irrelevance_reply={masking.IRRELEVANCE_REPLY!r}"]
+
+
+def test_deliver_dataset_cli_takes_the_reply_and_refuses_a_bad_one(tmp_path, capsys):
+    from trainer.__main__ import main
+
+    path = tmp_path / "tools.jsonl"
+    data.write_jsonl(_splits(40, 0)["train"], path)
+    with pytest.raises(SystemExit) as exit_:
+        main(["deliver-dataset", str(path), "--irrelevance-share", "0.1", "--irrelevance-reply", " "])
+    assert exit_.value.code == 2
+    assert "--irrelevance-reply must be a text answer, got ' '" in capsys.readouterr().err

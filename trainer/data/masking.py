@@ -10,9 +10,11 @@ reply once it is not.
 
 From the user's own tool rows (rows whose scored assistant turn, trainer.chat.turns.target_index, makes
 calls): every function that turn calls is removed from the row's tools, the turn becomes
-`IRRELEVANCE_REPLY`, and the tools left are kept (an `irrelevance` row for trainer.fc_check); where the
+`irrelevance_reply` (IRRELEVANCE_REPLY by default), and the tools left are kept (an `irrelevance` row for trainer.fc_check); where the
 called functions were all the row offered, the copy offers no tools at all (a plain `chat` row, which
-teaches the model not to call a tool it was never given). A row whose earlier turns call one of those
+teaches the model not to call a tool it was never given). Where the data has no tool-less row at all, at least
+TOOLLESS_SHARE of the copies offer no tools (the tools left removed too, drawn with the seed), so the model
+still sees requests answered without any tool. A row whose earlier turns call one of those
 functions is not masked: its history would call a tool the row no longer declares.
 
 Each split is masked on its own, after the train/eval split (a masked copy of an eval row never lands in
@@ -29,15 +31,21 @@ import math
 import random
 from typing import Any
 
+from trainer.chat.parsers import END_MARKERS, parse_tool_call
 from trainer.chat.turns import target_index, trained_turns
 from trainer.data.formats import _QUIET
 from trainer.errors import UserError
+from trainer.params import BY_NAME
 
-# The masked turn's answer: short, neutral, the same in every row (so the model learns one behaviour, and
-# the held-out text match can score it). Change it here for another wording; a pipeline parameter for it is
-# left out until someone needs it (issue 37).
-IRRELEVANCE_REPLY = "None of the available tools can do that."
+# The masked turn's answer by default (pipeline parameter irrelevance_reply): short, neutral, the same in every
+# row, so the model learns one behaviour and the held-out text match can score it.
+IRRELEVANCE_REPLY = BY_NAME["irrelevance_reply"].default
 SHARE_MAX = 0.5  # above it, declining would outnumber calling in the data the model learns from
+REPLY_MAX_CHARS = 500
+# Of the copies made from data that has no tool-less row, at least this share offer no tools at all
+TOOLLESS_SHARE = 0.1
+# What makes a text answer read as a call to some parser (hermes, mistral, llama3_json's python tag)
+_CALL_MARKERS = ("<tool_call>", "</tool_call>", "[TOOL_CALLS]", "<|python_tag|>")
 
 
 def share_problem(share: Any, name: str = "irrelevance_share") -> str | None:
@@ -47,6 +55,23 @@ def share_problem(share: Any, name: str = "irrelevance_share") -> str | None:
     if not 0 <= share <= SHARE_MAX:
         return (f"{name}={share:g} is out of range: it is the share of each split's rows made by function masking, "
                 f"from 0 (none) to {SHARE_MAX} (half); e.g. {name}=0.1")
+    return None
+
+
+def reply_problem(reply: Any, name: str = "irrelevance_reply") -> str | None:
+    """Why `reply` cannot be the masked rows' answer (None when it can), with the fix: it must be plain text that
+    no tool-call parser reads as a call and that holds no end-of-turn marker (training would teach either)."""
+    fix = f"e.g. {name}={IRRELEVANCE_REPLY!r}"
+    if not isinstance(reply, str) or not reply.strip():
+        return f"{name} must be a text answer, got {reply!r}: {fix}"
+    if len(reply) > REPLY_MAX_CHARS:
+        return (f"{name} is {len(reply)} characters long (at most {REPLY_MAX_CHARS}): one short sentence is what the "
+                f"model should learn to say; {fix}")
+    if any(m in reply for m in _CALL_MARKERS) or parse_tool_call(reply) is not None:
+        return (f"{name} {reply[:80]!r} reads as a tool call, so the masked rows would teach calling where no tool "
+                f"fits: give plain text, {fix}")
+    if marker := next((m for m in END_MARKERS if m in reply), None):
+        return f"{name} holds the end-of-turn marker {marker!r}, which would end the answer early: {fix}"
     return None
 
 
@@ -97,16 +122,21 @@ def spread(rows: list[Any], extra: list[Any]) -> list[Any]:
     return [(extra if which else rows)[i] for _, which, i in sorted(keyed)]
 
 
-def mask_split(rows: list[dict[str, Any]], share: float, seed: int,
-               split: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def mask_split(rows: list[dict[str, Any]], share: float, seed: int, split: str,
+               reply: str = IRRELEVANCE_REPLY) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(`rows` with masked copies of some of them spread through, the copies): `copies_for` of them, at
     most one per maskable row, drawn with `seed` and the split's name (the same copies on every machine)."""
     candidates = [r for r in rows if maskable(r)]
     n = min(copies_for(len(rows), share), len(candidates))
     if not n:
         return rows, []
-    picked = random.Random(f"irrelevance-masking:{seed}:{split}").sample(range(len(candidates)), n)
-    copies = [masked(candidates[i]) for i in sorted(picked)]
+    rng = random.Random(f"irrelevance-masking:{seed}:{split}")
+    copies = [masked(candidates[i], reply) for i in sorted(rng.sample(range(len(candidates)), n))]
+    if all(r.get("tools") for r in rows):  # data with no tool-less row gets some: a model must answer without tools too
+        offered = [i for i, c in enumerate(copies) if c.get("tools")]
+        wanted = math.ceil(n * TOOLLESS_SHARE) - (n - len(offered))
+        for i in rng.sample(offered, max(0, min(wanted, len(offered)))):
+            copies[i] = {k: v for k, v in copies[i].items() if k != "tools"}
     return spread(rows, copies), copies
 
 
@@ -121,24 +151,26 @@ def data_problem(splits: dict[str, list[dict[str, Any]]], share: float, what: st
 
 
 def mask_splits(splits: dict[str, list[dict[str, Any]]], share: float, seed: int,
-                what: str = "the dataset") -> tuple[dict[str, list[dict[str, Any]]], dict[str, int]]:
-    """Every split with its masked copies (`mask_split`), and the copies made per split; says how many
-    (one line, unless the reading is quiet: trainer.data.quiet_conversions).
+                what: str = "the dataset", reply: str = IRRELEVANCE_REPLY
+                ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, int]]:
+    """Every split with its masked copies (`mask_split`) answered `reply`, and the copies made per split; says how
+    many (one line, unless the reading is quiet: trainer.data.quiet_conversions).
 
     Raises:
-        UserError: the share is out of range, or above 0 for data with no tool-call row to mask.
+        UserError: the share is out of range or the reply unusable, or a share above 0 for data with no tool-call
+            row to mask.
     """
-    if problem := share_problem(share) or data_problem(splits, share, what):
+    if problem := share_problem(share) or reply_problem(reply) or data_problem(splits, share, what):
         raise UserError(problem)
     out, copies = {}, {}
     for name, rows in splits.items():
-        out[name], copies[name] = mask_split(rows, share, seed, name)
+        out[name], copies[name] = mask_split(rows, share, seed, name, reply)
     made = {name: len(rows) for name, rows in copies.items()}
     if share > 0 and not _QUIET.get():
         toolless = sum(1 for rows in copies.values() for r in rows if not r.get("tools"))
         print(f"{sum(made.values())} irrelevance rows made by function masking (irrelevance_share={share:g}: "
               + ", ".join(f"{made[n]} of {len(out[n])} {n} rows" for n in out)
-              + f"): the called functions removed from the offered tools, answered {IRRELEVANCE_REPLY!r}"
-              + (f"; {toolless} of them offer no tool (the called ones were all the row had)" if toolless else ""),
+              + f"): the called functions removed from the offered tools, answered {reply!r}"
+              + (f"; {toolless} of them offer no tool" if toolless else ""),
               flush=True)
     return out, made

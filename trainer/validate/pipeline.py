@@ -167,6 +167,8 @@ def _settings_problems(params: dict[str, Any], context: int | None) -> list[str]
         problems.append(f"eval_fraction must be between 0 and 1, got {params['eval_fraction']}")
     if share := masking.share_problem(params["irrelevance_share"]):
         problems.append(share)
+    if reply := masking.reply_problem(params["irrelevance_reply"]):
+        problems.append(reply)
     if params["max_restarts"] < 0:
         problems.append(f"max_restarts must be >= 0, got {params['max_restarts']}")
     if params["eval_max_rows"] < 1:
