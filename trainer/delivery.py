@@ -369,9 +369,9 @@ def deliver_dataset(source: str, revision: str, store, eval_fraction: float = 0.
         return uri, {"source": source, "revision": "", "rows": counts, **manifest}
     else:
         splits = materialize_dataset(src, revision, eval_fraction, seed)
-    if overlap := data.eval_overlap(splits):
-        print(f"WARNING: {overlap}", flush=True)
     splits, made = masking.mask_splits(splits, irrelevance_share, seed, f"dataset {source}", irrelevance_reply)
+    if overlap := data.eval_overlap(splits):  # after masking: what is delivered is what the evaluation scores
+        print(f"WARNING: {overlap}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         counts = {name: data.write_jsonl(rows, os.path.join(tmp, f"{name}.jsonl")) for name, rows in splits.items()}
         uri, manifest = store.put_tree(tmp, "datasets")

@@ -32,6 +32,7 @@ from trainer.errors import UserError
 BUILTIN_MODELS = ("tiny-llama",)
 
 BUILTIN_DATASETS = ("function-calling", "function-calling-bfcl")  # trainer.builtin_data.DATASETS
+_SAME_BUILTIN = {"function-calling-bfcl": "function-calling"}  # another name for the same rows (builtin_data)
 
 LOCAL_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv", ".parquet", ".gz")  # a name ending so is a file, never a Hub id
 
@@ -58,37 +59,69 @@ def mix_parts(source: str) -> list[tuple[str, float]]:
     source checked by `parse`; one UserError naming every problem."""
     example = '[{"source": "org/name", "weight": 3}, {"source": "./mine.jsonl", "weight": 1}]'
     try:
-        items = json.loads(source)
+        items = json.loads(source, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as err:
         raise UserError(f"dataset_source starts with '[' but is not a JSON list ({err.msg} at character {err.pos}): "
                         f"a mix of sources is written {example}") from None
+    except _RepeatedKey as err:
+        raise UserError(f"dataset_source: an item has the key {err.args[0]!r} twice (a JSON reader keeps only the "
+                        f"last value): keep one; a mix of sources is written {example}") from None
+    except (ValueError, RecursionError) as err:  # a number of over 4300 digits; lists nested thousands deep
+        what = "nested too deep" if isinstance(err, RecursionError) else str(err).split(";")[0]
+        raise UserError(f"dataset_source starts with '[' but does not read as a JSON list ({what}): a mix of sources "
+                        f"is written {example}") from None
     if not isinstance(items, list) or not 1 <= len(items) <= MIX_MAX:
         raise UserError(f"dataset_source: a mix is a JSON list of 1 to {MIX_MAX} sources, e.g. {example}")
-    problems, parts = [], []
+    problems, parts, keys = [], [], set()
     for k, item in enumerate(items):
         if not isinstance(item, dict) or set(item) != {"source", "weight"}:
             problems.append(f"dataset_source[{k}] must be {{\"source\": ..., \"weight\": ...}}, got {json.dumps(item)}")
             continue
         name, weight = item["source"], item["weight"]
-        if not isinstance(weight, (int, float)) or isinstance(weight, bool) or not math.isfinite(weight) \
-                or weight <= 0:
+        if not _finite_positive(weight):
+            shown = json.dumps(weight)
             problems.append(f"dataset_source[{k}].weight must be a finite number above 0 (a share of the training "
-                            f"rows, relative to the others), got {json.dumps(weight)}")
+                            f"rows, relative to the others), got {shown if len(shown) < 40 else shown[:20] + '...'}")
         if not isinstance(name, str) or name.strip().startswith("["):
             problems.append(f"dataset_source[{k}].source must be one source's text (not a mix), got {json.dumps(name)}")
             continue
+        key = name.strip()
         try:  # a local path as the absolute one it names: the steps that read it may run in another folder
             part = parse(name, "dataset")
-            name = part.ref if part.kind == "local" else name.strip()
+            name = part.ref if part.kind in ("local", "s3") else name.strip()
+            # the same data however it is written: s3://b/x/ and s3://b/x, a built-in under another name
+            key = (part.kind, _SAME_BUILTIN.get(part.ref, part.ref) if part.kind == "builtin" else part.ref)
         except UserError as err:
             problems.append(f"dataset_source[{k}]: {err}")
-        if any(name.strip() == other for other, _ in parts):
+        if key in keys:
             problems.append(f"dataset_source[{k}] names {name.strip()!r} again: give each source once, with the sum "
                             "of the weights")
+        keys.add(key)
         parts.append((name.strip(), weight))
     if problems:
         raise UserError("; ".join(problems))
     return parts
+
+
+class _RepeatedKey(Exception):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [k for k, _ in pairs]
+    if repeated := next((k for k in keys if keys.count(k) > 1), None):
+        raise _RepeatedKey(repeated)
+    return dict(pairs)
+
+
+def _finite_positive(weight: Any) -> bool:
+    """A mix weight: a number above 0 whose float is finite (an integer of 400 digits is not)."""
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(weight)) and weight > 0
+    except OverflowError:
+        return False
 
 
 def is_gguf(ref: str) -> bool:

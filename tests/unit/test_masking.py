@@ -304,3 +304,20 @@ def test_deliver_dataset_cli_takes_the_reply_and_refuses_a_bad_one(tmp_path, cap
         main(["deliver-dataset", str(path), "--irrelevance-share", "0.1", "--irrelevance-reply", " "])
     assert exit_.value.code == 2
     assert "--irrelevance-reply must be a text answer, got ' '" in capsys.readouterr().err
+
+
+def test_no_eval_copy_is_a_train_row_when_two_rows_differ_only_in_a_calls_arguments(store, tmp_path, capsys):
+    from trainer.data import eval_overlap
+
+    # train and eval ask the same with the same tools, calling with other values: their masked copies are alike
+    splits = {"train": [_row("book it", [_call("a", "1")], ["a", "b"]) for _ in range(1)] + _splits(40, 0)["train"],
+              "eval": [_row("book it", [_call("a", "2")], ["a", "b"])] + _splits(0, 8)["eval"]}
+    assert eval_overlap(splits) == ""
+    for seed in range(20):  # whichever rows the seed draws
+        out, _ = masking.mask_splits(splits, 0.5, seed)
+        assert eval_overlap(out) == "", seed
+    # the delivery warns after masking, on what it delivers
+    path = tmp_path / "rows.jsonl"
+    data.write_jsonl(splits["train"] * 2, path)  # every row twice: overlap from the data itself
+    delivery.deliver_dataset(str(path), "", store, eval_fraction=0.2, seed=0, irrelevance_share=0.2)
+    assert "eval rows are also train rows" in capsys.readouterr().out

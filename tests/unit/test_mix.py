@@ -70,6 +70,37 @@ def test_a_mixed_dataset_source_is_parsed_with_every_problem_named(tmp_path):
         sources.parse(value, "model")
 
 
+@pytest.mark.parametrize("text, said", [
+    ('[{"source": "builtin:function-calling", "weight": ' + "9" * 401 + '}]',
+     "dataset_source[0].weight must be a finite number above 0"),
+    ('[{"source": "builtin:function-calling", "weight": ' + "9" * 5001 + '}]', "does not read as a JSON list (Exceeds"),
+    ("[" * 3000, "does not read as a JSON list (nested too deep)"),
+    ('[{"source": "builtin:function-calling", "weight": 1, "weight": 2}]', "has the key 'weight' twice"),
+    ('[{"source": "s3://bkt/up/x.jsonl/", "weight": 1}, {"source": " s3://bkt/up/x.jsonl", "weight": 1}]',
+     "dataset_source[1] names 's3://bkt/up/x.jsonl' again"),
+    ('[{"source": "builtin:function-calling", "weight": 1}, {"source": "builtin:function-calling-bfcl", "weight": 1}]',
+     "dataset_source[1] names 'builtin:function-calling-bfcl' again")])
+def test_a_mix_that_a_json_reader_or_float_cannot_hold_or_that_names_a_source_twice_is_one_message(text, said):
+    with pytest.raises(UserError) as err:
+        sources.mix_parts(text)
+    assert said in str(err.value)
+
+
+def test_huge_weights_are_shares_like_any_others():
+    assert sources.mix_parts('[{"source": "builtin:function-calling", "weight": 1e308}]')[0][1] == 1e308
+    assert mix.take_counts([10, 20], [1e308, 1e308]) == [15, 15] == mix.take_counts([10, 20], [1, 1])
+    assert mix.take_counts([10, 20], [1e308, 1e-300]) == [30, 1]  # at least one row each, as ever
+
+
+def test_the_same_row_from_two_sources_counts_as_train_eval_overlap():
+    from trainer.data import eval_overlap
+
+    row = _rows("same", 1)[0]
+    assert "1 of 1 eval rows are also train rows" in eval_overlap({"train": [{**row, mix.TAG: 0}],
+                                                                    "eval": [{**row, mix.TAG: 1}]})
+    assert eval_overlap({"train": [{**row, mix.TAG: 0}], "eval": _rows("other", 1)}) == ""
+
+
 def test_the_evaluation_scores_each_source_of_a_mix():
     from trainer import builtin_data
     from trainer.evaluate.scoring import score_predictions

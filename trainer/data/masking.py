@@ -34,6 +34,7 @@ from typing import Any
 from trainer.chat.parsers import END_MARKERS, parse_tool_call
 from trainer.chat.turns import target_index, trained_turns
 from trainer.data.formats import _QUIET
+from trainer.data.preflight import conversation_key
 from trainer.errors import UserError
 from trainer.params import BY_NAME
 
@@ -123,10 +124,13 @@ def spread(rows: list[Any], extra: list[Any]) -> list[Any]:
 
 
 def mask_split(rows: list[dict[str, Any]], share: float, seed: int, split: str,
-               reply: str = IRRELEVANCE_REPLY) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+               reply: str = IRRELEVANCE_REPLY, avoid: frozenset[str] = frozenset()
+               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(`rows` with masked copies of some of them spread through, the copies): `copies_for` of them, at
-    most one per maskable row, drawn with `seed` and the split's name (the same copies on every machine)."""
-    candidates = [r for r in rows if maskable(r)]
+    most one per maskable row, drawn with `seed` and the split's name (the same copies on every machine).
+    `avoid`: conversation keys (trainer.data.preflight.conversation_key) no copy may have: the train split's
+    rows, for the eval split's copies (two rows that differ only in a call's arguments mask alike)."""
+    candidates = [r for r in rows if maskable(r) and (not avoid or conversation_key(masked(r, reply)) not in avoid)]
     n = min(copies_for(len(rows), share), len(candidates))
     if not n:
         return rows, []
@@ -134,9 +138,10 @@ def mask_split(rows: list[dict[str, Any]], share: float, seed: int, split: str,
     copies = [masked(candidates[i], reply) for i in sorted(rng.sample(range(len(candidates)), n))]
     if all(r.get("tools") for r in rows):  # data with no tool-less row gets some: a model must answer without tools too
         offered = [i for i, c in enumerate(copies) if c.get("tools")]
-        wanted = math.ceil(n * TOOLLESS_SHARE) - (n - len(offered))
+        wanted = int(n * TOOLLESS_SHARE) - (n - len(offered))
         for i in rng.sample(offered, max(0, min(wanted, len(offered)))):
             copies[i] = {k: v for k, v in copies[i].items() if k != "tools"}
+        copies = [c for c in copies if conversation_key(c) not in avoid]  # one without tools may match a train row
     return spread(rows, copies), copies
 
 
@@ -163,8 +168,11 @@ def mask_splits(splits: dict[str, list[dict[str, Any]]], share: float, seed: int
     if problem := share_problem(share) or reply_problem(reply) or data_problem(splits, share, what):
         raise UserError(problem)
     out, copies = {}, {}
-    for name, rows in splits.items():
-        out[name], copies[name] = mask_split(rows, share, seed, name, reply)
+    for name in sorted(splits, key=lambda n: n != "train"):  # train first: no eval copy may be a train row
+        avoid = frozenset(conversation_key(r) for r in out["train"]) if name != "train" and "train" in out else \
+            frozenset()
+        out[name], copies[name] = mask_split(splits[name], share, seed, name, reply, avoid)
+    out = {name: out[name] for name in splits}
     made = {name: len(rows) for name, rows in copies.items()}
     if share > 0 and not _QUIET.get():
         toolless = sum(1 for rows in copies.values() for r in rows if not r.get("tools"))

@@ -23,8 +23,9 @@ TAG = "mix_source"  # a row's source's index in the mix
 
 def take_counts(sizes: list[int], weights: list[float]) -> list[int]:
     """Training rows taken from each source: its weight's share of sum(sizes), rounded so they add up."""
-    total, weight = sum(sizes), sum(weights)
-    exact = [total * w / weight for w in weights]
+    top = max(weights)  # weights as shares of the largest: 1e308 each adds up to no infinity
+    total, weight = sum(sizes), sum(w / top for w in weights)
+    exact = [total * (w / top) / weight for w in weights]
     counts = [math.floor(x) for x in exact]
     for i in sorted(range(len(exact)), key=lambda i: counts[i] - exact[i])[:total - sum(counts)]:
         counts[i] += 1

@@ -5,8 +5,10 @@ within a time budget (a chat template is code); and the budget itself, which the
 from __future__ import annotations
 
 import contextlib
+import json
 from typing import Any, Iterator
 
+from trainer.data import mix
 from trainer.data.encode import max_token_chars, text_chars
 
 
@@ -116,13 +118,16 @@ def _length_problems(splits, tokenizer, max_seq_len: int, context: int | None,
     return problems
 
 
+def conversation_key(row: dict[str, Any]) -> str:
+    """A row's conversation and tools as text, without its place in a mix (the same row from two sources is one)."""
+    return json.dumps({k: v for k, v in row.items() if k != mix.TAG}, sort_keys=True, ensure_ascii=False)
+
+
 def eval_overlap(splits: dict[str, list[dict[str, Any]]]) -> str:
     """A warning when eval rows are also train rows (the same conversation and tools), '' otherwise: the tuned model
     is then scored on rows it trained on, and its accuracy reads higher than it is on new requests."""
-    import json
-
-    seen = {json.dumps(r, sort_keys=True, ensure_ascii=False) for r in splits.get("train", [])}
-    both = sum(json.dumps(r, sort_keys=True, ensure_ascii=False) in seen for r in splits.get("eval", []))
+    seen = {conversation_key(r) for r in splits.get("train", [])}
+    both = sum(conversation_key(r) in seen for r in splits.get("eval", []))
     if not both:
         return ""
     return (f"{both} of {len(splits['eval'])} eval rows are also train rows: the tuned model is scored on rows it "
