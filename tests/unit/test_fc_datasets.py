@@ -323,3 +323,46 @@ def test_converted_rows_pass_the_row_checks_and_the_builtin_templates_parity_che
     verdict = parity.check(rows, tokenizer, "hermes")
     assert verdict.ok, verdict.problems
     assert verdict.with_tools == 4 and verdict.turns == 5 + 2 + 1 + 1  # OPENAI's weight-0 answer is not trained
+
+
+_GET_X = '{"name": "get_x", "description": "d", "parameters": {"type": "object", "properties": {}}}'
+_HERMES_TOOLS = ('You may call <tools>[{"type": "function", "function": {"name": "get_x", "parameters": '
+                 '{"type": "object", "properties": {}}}}]</tools>')
+
+
+@pytest.mark.parametrize("row, said", [
+    ({"system": f"SYSTEM: x - {_GET_X}", "chat": "USER: hi\n\nASSISTANT: <functioncall> {\"name\": \"get_x\", "
+      "\"arguments\": '{}'}\n\nFUNCTION RESPONSE: 1\n\nFUNCTION RESPONSE: 2\n\nASSISTANT: ok"},
+     "the tool result '2' (message 5) has no call left to answer"),
+    ({"system": f"SYSTEM: x - {_GET_X}", "chat": 'USER: hi\n\nFUNCTION RESPONSE: {"r": 1}\n\nASSISTANT: ok'},
+     "has no call left to answer"),
+    ({"system": f"SYSTEM: x - {_GET_X}", "chat": "USER: hi\n\nASSISTANT: <functioncall> {\"name\": \"get_x\", "
+      "\"arguments\": '{}'} <functioncall> {\"name\": \"get_x\", \"arguments\": '{}'}"},
+     "'chat' turn 2 (ASSISTANT) holds 2 <functioncall>s"),
+    ({"system": 'SYSTEM: x - {"name": "get_x", "n": 1e999}', "chat": "USER: hi\n\nASSISTANT: ok"},
+     "tools[0]['function']['n'] must be a finite number, not NaN or Infinity"),
+    ({"conversations": [{"from": "system", "value": _HERMES_TOOLS}, {"from": "human", "value": "hi"},
+                        {"from": "gpt", "value": "<tool_call>\n</tool_call>"}]},
+     "conversations[2] has an empty <tool_call></tool_call>"),
+    ({"conversations": [{"from": "system", "value": _HERMES_TOOLS}, {"from": "human", "value": "hi"},
+                        {"from": "gpt", "value": '<tool_call>{"name": "get_x", "arguments": {}}</tool_call>'},
+                        {"from": "tool", "value": "<tool_response>1</tool_response>"},
+                        {"from": "tool", "value": "<tool_response>2</tool_response>"}, {"from": "gpt", "value": "ok"}]},
+     "has no call left to answer"),
+    ({"conversations": [{"from": "system", "value": _HERMES_TOOLS}, {"from": "human", "value": "hi"},
+                        {"from": "gpt", "value": '<tool_call>{"name": "get_x", "arguments": {}}</tool_call>'},
+                        {"from": "tool", "value": "<tool_response></tool_response>"}, {"from": "gpt", "value": "ok"}]},
+     "conversations[3] has an empty <tool_response></tool_response>"),
+])
+def test_a_result_of_no_call_an_empty_tag_a_second_call_or_a_non_finite_schema_is_refused(row, said):
+    with pytest.raises(UserError) as err:
+        data.validate_rows([row], "x")
+    assert said in str(err.value)
+
+
+def test_a_plain_rows_tool_schema_with_nan_is_refused():
+    row = {"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "ok"}],
+           "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+               "a": {"type": "number", "default": float("nan")}}}}}]}
+    with pytest.raises(UserError, match=r"\['default'\] must be a finite number, not NaN or Infinity"):
+        data.validate_rows([row], "x")

@@ -60,17 +60,23 @@ def _call(name: str, args: dict) -> dict[str, Any]:
     return {"type": "function", "function": {"name": name, "arguments": args}}
 
 
-def link_results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def link_results(messages: list[dict[str, Any]], problems: list[str] | None = None) -> list[dict[str, Any]]:
     """Ids on the calls (call_0, call_1, ... through the row) and on each tool result the id of the
     first call of the latest call turn it has not answered yet: these datasets give results in the
-    order of the calls, and without ids a result of parallel calls could answer either."""
+    order of the calls, and without ids a result of parallel calls could answer either. A result
+    with no call left to answer goes into `problems` (a result of nothing teaches nothing true)."""
     n, waiting = 0, []
-    for m in messages:
+    for i, m in enumerate(messages):
         if m.get("tool_calls"):
             m["tool_calls"] = [{"id": f"call_{n + j}", **c} for j, c in enumerate(m["tool_calls"])]
             n, waiting = n + len(m["tool_calls"]), [c["id"] for c in m["tool_calls"]]
-        elif m.get("role") == "tool" and waiting and m.get("tool_call_id") is None:
-            m["tool_call_id"] = waiting.pop(0)
+        elif m.get("role") == "tool" and m.get("tool_call_id") is None:
+            if waiting:
+                m["tool_call_id"] = waiting.pop(0)
+            elif problems is not None:
+                problems.append(f"the tool result {str(m.get('content'))[:40]!r} (message {i + 1}) has no call left to "
+                                "answer (each result answers one call made before it, in order): drop the extra "
+                                "result, or the row")
     return messages
 
 
@@ -156,7 +162,11 @@ def from_glaive(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
                         "USER:, ASSISTANT: or FUNCTION RESPONSE:")
     for n, (who, text) in enumerate(zip(turns[::2], turns[1::2]), 1):
         text, where = text.replace("<|endoftext|>", "").strip(), f"'chat' turn {n} ({who})"
-        if who == "ASSISTANT" and "<functioncall>" in text:
+        if who == "ASSISTANT" and text.count("<functioncall>") > 1:
+            problems.append(f"{where} holds {text.count('<functioncall>')} <functioncall>s: glaive makes one call "
+                            "per turn, and the reader cannot tell where the first one ends; split the turn, or drop "
+                            "the row")
+        elif who == "ASSISTANT" and "<functioncall>" in text:
             said, _, call = text.partition("<functioncall>")
             if call := _glaive_call(call, where, problems):
                 messages.append({"role": "assistant", "content": said.strip(), "tool_calls": [call]})
@@ -164,9 +174,10 @@ def from_glaive(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
             problems.append(f"{where} is empty: every turn needs its text; fill it in, or drop the row")
         else:
             messages.append({"role": _GLAIVE_ROLES[who], "content": text})
+    messages = link_results(messages, problems)
     if problems:
         return None, problems
-    return {"messages": link_results(messages), **({"tools": tools} if tools else {})}, []
+    return {"messages": messages, **({"tools": tools} if tools else {})}, []
 
 
 # hermes-function-calling-v1 ---------------------------------------------------------------------------
@@ -191,10 +202,13 @@ def is_hermes(turns: Any, roles: dict[str, str]) -> bool:
 
 
 def _cut(value: str, tag: str, where: str, problems: list[str]) -> tuple[list[str], str]:
-    """(the bodies of value's <tag>...</tag> blocks, the text around them, a line each). A blank body
-    stays in the text: Hermes's system prompt names the tags in prose ("within <tools> </tools> XML tags")."""
+    """(the bodies of value's <tag>...</tag> blocks, the text around them, a line each). A blank <tools> body
+    stays in the text: Hermes's system prompt names the tags in prose ("within <tools> </tools> XML tags");
+    a blank call or result is a problem."""
     bodies, pieces, at = [], [], 0
     for m in _TAGGED[tag].finditer(value):
+        if tag != "tools" and not m[1].strip():  # outside a system prompt's prose, a blank block is a broken one
+            problems.append(f"{where} has an empty <{tag}></{tag}>: fill it in or remove it, or drop the row")
         if m[1].strip():
             bodies.append(m[1].strip())
             pieces.append(value[at:m.start()])

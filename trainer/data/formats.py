@@ -220,7 +220,8 @@ def _from_hermes(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]
     if problems:
         return None, problems
     out, problems = _from_sharegpt({**row, key: turns, **({"tools": tools} if tools else {})})
-    return ({**out, "messages": link_results(out["messages"])} if out else None), problems
+    messages = link_results(out["messages"], problems) if out else None
+    return ({**out, "messages": messages} if out and not problems else None), problems
 
 
 def _from_alpaca(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:

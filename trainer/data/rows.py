@@ -129,6 +129,9 @@ def row_problems(row: Any) -> list[str]:
                                     "could not say which it means; give each tool its own name")
                 else:
                     declared.add(fn["name"])
+            if bad := non_finite_paths(tools, "tools"):  # json reads NaN and 1e999 in a schema's default or enum
+                problems.append(f"{', '.join(bad[:3])} must be a finite number, not NaN or Infinity (not JSON: the "
+                                "delivered file would not read back): give a real number, a string or null")
     call_ids: set[str] = set()  # the ids of the calls made so far: what a tool result answers
     for i, m in enumerate(messages):
         if not isinstance(m, dict):
