@@ -65,7 +65,7 @@ DATASET = "builtin:function-calling"
 SERVED = "llm-finetune"  # the pipeline's served_model_name; with serve_adapters the base is SERVED-base
 CONCURRENCY = 8
 MAX_TOKENS = 96  # an expected call is under 50 tokens; a base model's rambling is cut there
-LORA_R, LORA_ALPHA = 16, 32  # the pipeline's defaults (all linear layers), given to TRL as well
+LORA_R, LORA_ALPHA = 16, 32  # the laptop recipe's rank (all linear layers), given to the pipeline and TRL alike
 
 # steps / rows / batch settings; --quick's set only checks that every path runs
 FULL = dict(steps=60, eval_rows=128, batch_tokens=2200, learning_rate=1e-3, max_seq_len=640, pipeline_eval_rows=32,
@@ -134,7 +134,8 @@ def _run_child(cmd: list[str], log_path: Path, timeout_s: float, env: dict[str, 
 
 def pipeline_params(settings: dict[str, Any], model_source: str, dataset_source: str) -> dict[str, Any]:
     return {"model_source": model_source, "chat_template": TEMPLATE, "dataset_source": dataset_source,
-            "lora_train_embeddings": "false", "nodes": 1, "learning_rate": settings["learning_rate"],
+            "lora_train_embeddings": "false", "lora_r": LORA_R, "lora_alpha": LORA_ALPHA, "nodes": 1,
+            "learning_rate": settings["learning_rate"],
             "max_steps": settings["steps"], "batch_tokens": settings["batch_tokens"],
             "max_seq_len": settings["max_seq_len"], "checkpoint_every": settings["steps"],
             "eval_max_rows": settings["pipeline_eval_rows"], "eval_engine": settings["pipeline_eval_engine"],

@@ -160,7 +160,7 @@ def finetune_pipeline(
     For a pretrained model set lora_train_embeddings=False and a learning rate near 2e-4. A real model on a laptop
     CPU (README: "Fine-tune a real model on a laptop"): model_source=<SmolLM2-135M-Instruct .gguf>
     chat_template=chatml-tools lora_train_embeddings=false nodes=1 learning_rate=1e-3 max_steps=60
-    batch_tokens=2200 max_seq_len=640.
+    batch_tokens=2200 max_seq_len=640 lora_r=16 lora_alpha=32.
     On a cluster set launcher=trainjob (or pytorchjob) and deploy_backend=kubernetes (or kserve); `nodes` x
     `procs_per_node` (= GPUs per node) processes train. Every parameter is checked by the first
     step (validate-params) before anything is downloaded or started.

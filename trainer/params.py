@@ -111,10 +111,10 @@ PARAMS: tuple[Param, ...] = (
                 'models.')),
     Param('learning_rate', float, _T.learning_rate, TRAINING, FINETUNE,
           help=('Peak learning rate (cosine decay after warm-up). About 2e-4 for LoRA on a pretrained model, 1e-5 for '
-                'full fine-tuning; 1.5e-3 suits only the built-in model (6e-3 never learned it: README). A real model '
-                'on a laptop CPU, SmolLM2-135M-Instruct on the built-in data: 1e-3 with max_steps=60, '
-                'batch_tokens=2200, max_seq_len=640, nodes=1, chat_template=chatml-tools (README: "Fine-tune a real '
-                'model on a laptop").')),
+                'full fine-tuning; 1e-3 (with lora_r=64) suits the built-in model (6e-3 never learned it: README). '
+                'A real model on a laptop CPU, SmolLM2-135M-Instruct on the built-in data: 1e-3 with max_steps=60, '
+                'batch_tokens=2200, max_seq_len=640, nodes=1, lora_r=16, lora_alpha=32, chat_template=chatml-tools '
+                '(README: "Fine-tune a real model on a laptop").')),
     Param('max_steps', int, _T.max_steps, TRAINING, BOTH,
           help=('Optimizer steps to train. A few hundred to a few thousand: about 2-3 passes over the data; 60 for '
                 'SmolLM2-135M on the built-in data on a CPU.')),
@@ -257,9 +257,9 @@ PARAMS: tuple[Param, ...] = (
           help=("Seconds without training progress (rank 0's step or setup stage) after which the job is stopped and "
                 'failed, not restarted, naming the stuck stage; 0 turns the watchdog off, else at least 60. e.g. '
                 '1800.')),
-    # Around the finetune demo's learning rate (1.5e-3), at the demo's 650 steps: on 2 cores the
-    # built-in data gave 96% / 86% / 99% function-calling accuracy (300 steps at 3e-3 / 3e-3 / 1e-3:
-    # 62% / 26% / 54%), so the sweep's pick means something.
+    # Around the finetune demo's settings (the third is its default since 2026-11-28): at 650 steps on 2 cores,
+    # on the built-in data of one call among five tools, these gave 96% / 86% / 99% function-calling accuracy
+    # (300 steps at 3e-3 / 3e-3 / 1e-3: 62% / 26% / 54%), so the sweep's pick means something.
     Param('trials', list, [{"lora_r": 4, "lora_alpha": 8, "learning_rate": 0.003},
                            {"lora_r": 16, "lora_alpha": 32, "learning_rate": 0.0015},
                            {"lora_r": 64, "lora_alpha": 64, "learning_rate": 0.001}], SWEEP_GROUP, SWEEP,

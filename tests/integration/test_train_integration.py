@@ -260,7 +260,7 @@ def test_a_prefix_resumed_with_other_settings_is_refused_before_its_weights_load
         train(cfg(learning_rate=0.01, lora_r=8), store)
     message = str(err.value)
     assert "runs/resume-settings holds a checkpoint of a run with other settings" in message
-    assert "lora_r 4 (now 8)" in message and "learning_rate 0.0015 (now 0.01)" in message
+    assert "lora_r 4 (now 8)" in message and "learning_rate 0.001 (now 0.01)" in message
     assert "new output_prefix" in message and not loaded
     monkeypatch.undo()
     again = train(cfg(log_every=1, checkpoint_every=1), store)  # the same run, logged and checkpointed otherwise

@@ -59,7 +59,7 @@ def test_every_train_option_has_help():
     for action in options:
         assert action.help and not action.help.startswith("(default"), action.dest
     lr = next(a for a in options if a.dest == "learning_rate")
-    assert "learning rate" in lr.help and "(default: 0.0015)" in lr.help
+    assert "learning rate" in lr.help and "(default: 0.001)" in lr.help
 
 
 class _Parsed(Exception):
@@ -116,8 +116,8 @@ def test_the_train_cli_the_pipelines_and_the_components_share_one_set_of_trainin
     train = next(p for p in _parsers("trainer.__main__", monkeypatch) if p.prog.endswith(" train"))
     cli = {a.dest: a.default for a in train._actions if a.dest in expected}
     assert cli == expected
-    assert (expected["learning_rate"], expected["max_steps"], expected["batch_tokens"],
-            expected["lora_train_embeddings"]) == (1.5e-3, 650, 512, True)  # the demo's tuned values (README)
+    tuned = ("learning_rate", "max_steps", "batch_tokens", "lora_train_embeddings", "lora_r", "lora_alpha")
+    assert [expected[k] for k in tuned] == [1e-3, 800, 512, True, 64, 64]  # the demo's tuned values (README)
     overrides = {sweep_pipeline.name: {"batch_tokens": 1024}}
     for entry in (finetune_pipeline, sweep_pipeline, finetune, validate_params):
         func = getattr(entry, "pipeline_func", None) or entry.python_func
