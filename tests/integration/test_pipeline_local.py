@@ -1,5 +1,5 @@
 """The whole pipeline under kfp.local, as `make demo` runs it (defaults: built-in tiny model
-and data; 300 training steps instead of the demo's 650, which reach 58% instead of 98%),
+and data; 300 training steps instead of the demo's 800),
 checking that the tuned model beats the base one, that the console stays short while the log
 file keeps everything, and that the run is kept under the runs directory."""
 
@@ -124,29 +124,58 @@ def test_local_sweep_copies_the_winner_out_and_shows_each_trials_lines(tmp_path,
     assert record["status"] == "succeeded" and record["merged_model"].startswith("s3://")
 
 
+def _hermes_file(path: Path) -> Path:
+    """Built-in tool rows written as NousResearch's hermes-function-calling-v1 writes them (a user's own data in a
+    public set's format): <tools> in the system turn, each call a <tool_call> of the gpt turn."""
+    from trainer import builtin_data
+
+    rows = []
+    for r in builtin_data.generate(120, 0, seed=11)["train"]:
+        user, answer = r["messages"][0], r["messages"][-1]
+        if len(r["messages"]) == 2 and answer.get("tool_calls"):
+            calls = "".join(f"<tool_call>{json.dumps(c['function'])}</tool_call>" for c in answer["tool_calls"])
+            rows.append({"conversations": [
+                {"from": "system", "value": f"You are a function calling AI model. <tools>{json.dumps(r['tools'])}</tools>"},
+                {"from": "human", "value": user["content"]}, {"from": "gpt", "value": calls}]})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
 def test_a_model_that_fails_the_promotion_gate_is_neither_deployed_nor_registered(tmp_path):
     """min_fc_accuracy no 5-step model reaches: the run ends green, says why, and nothing is served or
-    registered (the registry is set, so the only thing keeping register out is the gate)."""
+    registered (the registry is set, so the only thing keeping register out is the gate). Its data is a two-source
+    weighted mix (the built-in rows and a Hermes-format file), reported per source."""
     from tests.fakes.registry_fake_api import FakeRegistry
 
     runs_dir = tmp_path / "runs"
+    hermes = _hermes_file(tmp_path / "hermes.jsonl")
+    mixed = json.dumps([{"source": "builtin:function-calling", "weight": 3}, {"source": str(hermes), "weight": 1}])
     throwaway_s3 = {k: v for k, v in os.environ.items() if k != "S3_ENDPOINT"}  # as `make demo`: no S3 of one's own
     with FakeRegistry() as registry:
         proc = subprocess.run(
             [sys.executable, "-m", "pipelines.run_local", "--pipeline-root", str(tmp_path / "root"),
              "--output-dir", str(tmp_path / "out"), "--runs-dir", str(runs_dir), "--param", "max_steps=5",
-             "--param", "eval_max_rows=20", "--param", "nodes=1",
+             "--param", "eval_max_rows=20", "--param", "nodes=1", "--param", f"dataset_source={mixed}",
              "--param", "min_fc_accuracy=0.99", "--param", f"registry_address={registry.url}"],
             cwd=ROOT, capture_output=True, text=True, timeout=900, env=throwaway_s3)
         assert not registry.state.versions
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-5000:]
+    # the mix: both sources read (the Hermes rows converted), weighted, and scored apart
+    assert re.search(r"\d+ Hermes function calling \(ShareGPT with <tools>.* rows converted", out), out[-5000:]
+    assert "dataset_source: a mix of 2 sources" in out and f"[1] {hermes} (weight 1)" in out
+    assert "== by source of the mix" in proc.stdout
+    assert re.search(rf"(?m)^\[0\] builtin:function-calling\s+\d+\s", proc.stdout), proc.stdout[-3000:]
+    assert re.search(rf"(?m)^\[1\] {re.escape(str(hermes))}\s+\d+\s", proc.stdout), proc.stdout[-3000:]
     assert re.search(r"not promoted: fc_ast_accuracy [\d.]+% -> [\d.]+% .*< min_fc_accuracy 99\.0%", out), out[-3000:]
     done = {p.parent.name for p in (tmp_path / "root").rglob("executor_output.json")}
     assert {"evaluate", "not-deployed"} <= done and not {"deploy", "register"} & done, done
     (run_dir,) = [p for p in runs_dir.iterdir() if (p / "run.json").exists()]
     record = json.loads((run_dir / "run.json").read_text())
     assert record["status"] == "succeeded" and record["metrics"]["evaluate"]["promoted"] == 0
+    assert [(m["source"], m["weight"]) for m in record["dataset"]["mix"]] == [("builtin:function-calling", 3),
+                                                                               (str(hermes), 1)]
+    assert {"mix0_rows", "mix1_rows", "tuned_mix1_fc_ast_accuracy"} <= set(record["metrics"]["evaluate"])
     assert "not promoted: the tuned model failed the gate" in proc.stdout and "endpoint:" not in proc.stdout
     # not copied out over the last promoted model with "serve it" (it was), but kept with the run's record: the
     # throwaway S3 server, and the model in it, are gone when the command ends

@@ -51,13 +51,14 @@ def mix(parts: list[tuple[str, float, dict[str, list[dict[str, Any]]]]], seed: i
 
 
 def describe(record: list[dict[str, Any]], where: str) -> str:
-    """One line per source for the log: what was read and what was taken."""
+    """One line per source for the log: what was read and what was taken. Not indented: run_local's console
+    shows a task's lines that start at its margin (deeper ones are traceback frames, for the log file)."""
     lines = [f"{where}: a mix of {len(record)} sources"]
     for k, r in enumerate(record):
         times = r["train_taken"] / max(r["train_rows"], 1)
         how = (f"each about {times:.1f} times" if times > 1.05 else "a sample" if r["train_taken"] < r["train_rows"]
                else "all")
-        lines.append(f"  [{k}] {r['source']} (weight {r['weight']:g}): {r['train_taken']} training rows of its "
+        lines.append(f"{where}[{k}] {r['source']} (weight {r['weight']:g}): {r['train_taken']} training rows of its "
                      f"{r['train_rows']} ({how}), {r['eval_rows']} eval rows")
     return "\n".join(lines)
 
