@@ -46,7 +46,8 @@ def tuned(s3_env, tmp_path_factory):
                                 dataset=a["dataset"])
     finetune.python_func(base_model=a["model"], dataset=a["dataset"], run_id="serve-test", adapter=a["adapter"],
                          metrics=a["train_metrics"], report=a["report"], nodes=1, max_steps=STEPS,
-                         batch_tokens=1024, lora_train_embeddings=False)
+                         batch_tokens=1024, lora_train_embeddings=False,
+                         lora_r=16, lora_alpha=32, learning_rate=1.5e-3)  # what STEPS was chosen with
     merge_lora.python_func(base_model=a["model"], adapter=a["adapter"], merged=a["merged"])
     return a
 
