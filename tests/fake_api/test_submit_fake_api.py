@@ -236,7 +236,7 @@ def test_multi_user_submit_checks_kserves_host_in_the_profile_namespace_fake_api
     assert len(kfp_api.state.runs) == 2
 
 
-@pytest.mark.parametrize("pipeline, own", [("finetune", "lora_r = 16"), ("sweep", "trials = [")])
+@pytest.mark.parametrize("pipeline, own", [("finetune", "lora_r = 64"), ("sweep", "trials = [")])
 def test_list_params_shows_the_chosen_pipelines_parameters(pipeline, own, capsys):
     assert submit.main(["--pipeline", pipeline, "--list-params"]) == 0
     out = capsys.readouterr().out

@@ -328,8 +328,8 @@ CASES = [
      "tokens_per_step=1000000000 is 976563 micro-batches per optimizer step (batch_tokens 512 x 2 processes = 1024 "
      "tokens each), more than 1024: give at most 1048576"),
     # typed beside full fine-tuning, it did nothing without a word
-    ("adapter-settings-with-full", lambda t, m: ["method=full", "lora_r=64", "lora_alpha=128"],
-     "lora_r=64, lora_alpha=128 set an adapter, which method=full does not train: drop them, or use method=lora"),
+    ("adapter-settings-with-full", lambda t, m: ["method=full", "lora_r=32", "lora_alpha=128"],
+     "lora_r=32, lora_alpha=128 set an adapter, which method=full does not train: drop them, or use method=lora"),
     ("lora-rank-above-width", lambda t, m: ["lora_r=100000"],
      "lora_r=100000 is above the hidden size of model_source 'builtin:tiny-llama' (128)"),
     ("lora-rank-above-local-width", lambda t, m: [f"model_source={m}", "lora_r=129"],
@@ -485,8 +485,8 @@ def test_adapter_settings_beside_full_fine_tuning_only_when_typed_and_meaningful
     assert problems("method=full", "lora_dropout=0.1") == [
         "lora_dropout=0.1 sets an adapter, which method=full does not train: drop it, or use method=lora"]
     assert problems("method=full", "lora_train_embeddings=false") == []
-    assert problems("method=full", "lora_r=16") == []  # the default, typed
-    assert problems("method=FULL", "lora_r=64") == [] and problems("method=lora", "lora_r=64") == []
+    assert problems("method=full", "lora_r=64") == []  # the default, typed
+    assert problems("method=FULL", "lora_r=32") == [] and problems("method=lora", "lora_r=32") == []
 
 
 @pytest.fixture(autouse=True)

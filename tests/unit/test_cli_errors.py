@@ -494,7 +494,7 @@ def test_a_huge_number_typed_into_the_kfp_form_arrives_as_a_float_and_gets_a_san
         validate_params.python_func(lora_r=1e30, nodes=-1e30, lora_alpha=16.0)
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "(3 problems)" in err
-    assert "lora_r must be a whole number, got 1e+30: use a whole number, e.g. 16" in err
+    assert "lora_r must be a whole number, got 1e+30: use a whole number, e.g. 64" in err  # the default
     assert "nodes must be a whole number, got -1e+30: use a whole number, e.g. 2" in err  # the default
     assert "lora_alpha must be a whole number, got 16.0: use a whole number, e.g. 16" in err
     assert "100000000000000" not in err
