@@ -15,6 +15,10 @@ reads. Plain torchrun gets three things wrong there:
 And once the run's result is committed (`<output_prefix>/result.json`, written last), a SIGTERM or
 transient failure during the cleanup that follows ends with 0: the work is saved, and a failed
 pod would fail (or needlessly restart) a job that is done.
+It also mends torchrun's exit barrier (pytorch/pytorch#69520, open): node 0's agent hosts the
+rendezvous store and left as soon as it saw every node arrive, so a node still on its way to
+reading that answer found the store gone and printed a C++ stack and "Error waiting on exit
+barrier" after a run that had succeeded. Here node 0 stays until every node has left the barrier.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import re
 import shutil
 import sys
 import tempfile
+import time
 
 from trainer.config import TrainConfig
 from trainer.exitcodes import EXIT_TRANSIENT, retryable, transient
@@ -33,6 +38,8 @@ from trainer.procs import private_tmpdir_env
 from trainer.storage import Store
 
 SHUTDOWN_MARGIN_S = 15  # on top of shutdown_grace_s: the worker's own hard exit comes first
+LEFT_KEY = "trainer/exit_barrier/left"  # how many agents are done with the store after the exit barrier
+LINGER_S = 30.0  # node 0 waits at most this long for them: they leave right after the barrier
 
 
 def train_command(train_args: list[str], python: str = sys.executable) -> list[str]:
@@ -66,10 +73,46 @@ def committed(output_prefix: str | None) -> bool:
         return False
 
 
+def leave_exit_barrier(agent) -> None:
+    """After torch's exit barrier: each agent says it is done with the store, and node 0, whose
+    process hosts it (static rendezvous: node rank 0 is the master), waits until all have, so that
+    no node's last request meets a closed store. Nothing to wait for when the barrier did not
+    complete (a node failed): torch has logged that already."""
+    from torch.distributed.elastic.agent.server.api import _TERMINAL_STATE_SYNC_ID
+    from torch.distributed.elastic.utils.store import _NUM_MEMBERS
+
+    group, store = agent._worker_group, agent._store
+    if group.group_world_size < 2:
+        return
+    try:
+        if store.add(_TERMINAL_STATE_SYNC_ID + _NUM_MEMBERS, 0) < group.group_world_size:
+            return
+        left = store.add(LEFT_KEY, 1)
+        if group.group_rank != 0:
+            return  # its last request, answered: it never touches the store again
+        deadline = time.monotonic() + LINGER_S
+        while left < group.group_world_size and time.monotonic() < deadline:
+            time.sleep(0.05)
+            left = store.add(LEFT_KEY, 0)
+    except Exception as err:  # noqa: BLE001 - the job is done; the store going away now changes nothing
+        print(f"trainer.torchrun: after the exit barrier: {type(err).__name__}", file=sys.stderr, flush=True)
+        return
+    if left < group.group_world_size:
+        print(f"trainer.torchrun: {group.group_world_size - left} node(s) had not left the exit barrier after "
+              f"{LINGER_S:g} s; exiting", file=sys.stderr, flush=True)
+
+
 def main() -> None:
+    from torch.distributed.elastic.agent.server.api import SimpleElasticAgent
     from torch.distributed.run import main as torchrun
 
+    torch_exit_barrier = SimpleElasticAgent._exit_barrier
 
+    def exit_barrier(agent) -> None:
+        torch_exit_barrier(agent)
+        leave_exit_barrier(agent)
+
+    SimpleElasticAgent._exit_barrier = exit_barrier
     argv = sys.argv[1:]
     grace = float(_option(argv, "--shutdown-grace-s") or TrainConfig.shutdown_grace_s)
     os.environ.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(math.ceil(grace) + SHUTDOWN_MARGIN_S))

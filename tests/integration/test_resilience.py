@@ -362,3 +362,52 @@ def test_the_agent_does_not_import_inductor(tmp_path):
                          env={**os.environ, "TMPDIR": str(tmp_path)}).stdout
     assert "inductor imported: False" in out, out[-2000:]
     assert not list(tmp_path.glob("torchrun-*"))  # its folder went with it
+
+
+ARRIVE_IN_ORDER = """
+import os, runpy, sys, time
+from torch.distributed.elastic.utils import store as store_util
+
+arrive = store_util._barrier_nonblocking
+
+
+def in_order(store, world_size, key_prefix):
+    # node 1 reaches the exit barrier first and is slow to ask for the answer; node 0, the store's host, comes last
+    if os.environ["NODE"] == "0":
+        while store.add(key_prefix + store_util._NUM_MEMBERS, 0) < 1:
+            time.sleep(0.05)
+    key = arrive(store=store, world_size=world_size, key_prefix=key_prefix)
+    if os.environ["NODE"] == "1":
+        time.sleep(3)
+    return key
+
+
+store_util._barrier_nonblocking = in_order
+sys.argv = ["trainer.torchrun", *sys.argv[1:]]
+runpy.run_module("trainer.torchrun", run_name="__main__")
+"""
+
+
+def test_node_0_keeps_the_store_until_every_node_has_left_the_exit_barrier(tmp_path):
+    """pytorch#69520: torchrun's node 0 hosts the rendezvous store and left once every node had
+    arrived at the exit barrier, so a node slower to read that answer met a closed store: a C++
+    stack and "Error waiting on exit barrier" on the console of a run that had succeeded (seen in
+    CI at the end of a two-node local run). Here the order that loses is forced."""
+    import subprocess
+    import sys
+
+    from trainer.serving.local import free_port
+
+    (tmp_path / "w.py").write_text("import torch.distributed as dist\ndist.init_process_group('gloo')\n"
+                                   "dist.barrier()\ndist.destroy_process_group()\n")
+    port = str(free_port())
+    nodes = [subprocess.Popen([sys.executable, "-c", ARRIVE_IN_ORDER, "--nnodes", "2", "--node-rank", str(node),
+                               "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", port,
+                               str(tmp_path / "w.py")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env={**os.environ, "NODE": str(node), "TMPDIR": str(tmp_path)})
+             for node in (0, 1)]
+    outs = [p.communicate(timeout=120)[0] for p in nodes]
+    assert [p.returncode for p in nodes] == [0, 0], outs
+    for out in outs:
+        assert "recvValueWithTimeout" not in out and "Error waiting on exit barrier" not in out, out
+        assert "trainer.torchrun" not in out, out  # nothing to report: every node left in time
