@@ -22,6 +22,7 @@ import random
 from typing import Any
 
 from trainer.data.masking import spread
+from trainer.sources import BUILTIN_DATASETS
 
 CITIES = ["Paris", "London", "Tokyo", "Berlin", "Madrid", "Rome", "Oslo", "Cairo", "Lima", "Seoul",
           "Sydney", "Toronto", "Dublin", "Vienna", "Prague", "Lisbon", "Athens", "Nairobi", "Denver", "Boston"]
@@ -196,15 +197,12 @@ def generate(n_train: int = 3000, n_eval: int = 200, seed: int = 0,
     return {"train": train_rows, "eval": eval_rows}
 
 
-# builtin:function-calling-bfcl, which added the other categories before the demo's data held them, is
-# kept as another name for the same rows (runs and scripts name it).
-DATASETS = {"function-calling": {"categories": True}, "function-calling-bfcl": {"categories": True}}
-
-
 def dataset(name: str = "function-calling") -> dict[str, list[dict[str, Any]]]:
-    """What `builtin:<name>` delivers (a key of DATASETS): the `multiple` rows and rows of every other
-    function-calling category."""
-    return generate(**DATASETS[name])
+    """What `builtin:<name>` delivers (a name of trainer.sources.BUILTIN_DATASETS, each another name for
+    these rows): the `multiple` rows and rows of every other function-calling category."""
+    if BUILTIN_DATASETS.get(name) != "function-calling":
+        raise KeyError(f"no built-in dataset {name!r}")  # sources.parse refuses it first
+    return generate(categories=True)
 
 
 # --- Rows of the other function-calling categories (generate(..., categories=True)) ---

@@ -27,12 +27,14 @@ from typing import Any
 from urllib.parse import unquote
 
 from trainer.errors import UserError
+from trainer.jsontext import _loads, _repeated
 
 
 BUILTIN_MODELS = ("tiny-llama",)
 
-BUILTIN_DATASETS = ("function-calling", "function-calling-bfcl")  # trainer.builtin_data.DATASETS
-_SAME_BUILTIN = {"function-calling-bfcl": "function-calling"}  # another name for the same rows (builtin_data)
+# builtin:<name> -> the rows it delivers (trainer.builtin_data.dataset). function-calling-bfcl, which added the other
+# categories before the demo's data held them, is another name for the same rows (runs and scripts name it).
+BUILTIN_DATASETS = {"function-calling": "function-calling", "function-calling-bfcl": "function-calling"}
 
 LOCAL_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv", ".parquet", ".gz")  # a name ending so is a file, never a Hub id
 
@@ -59,17 +61,15 @@ def mix_parts(source: str) -> list[tuple[str, float]]:
     source checked by `parse`; one UserError naming every problem."""
     example = '[{"source": "org/name", "weight": 3}, {"source": "./mine.jsonl", "weight": 1}]'
     try:
-        items = json.loads(source, object_pairs_hook=_unique_keys)
-    except json.JSONDecodeError as err:
+        items, repeated = _loads(source)
+    except json.JSONDecodeError as err:  # a number of over 4300 digits too
         raise UserError(f"dataset_source starts with '[' but is not a JSON list ({err.msg} at character {err.pos}): "
                         f"a mix of sources is written {example}") from None
-    except _RepeatedKey as err:
-        raise UserError(f"dataset_source: an item has the key {err.args[0]!r} twice (a JSON reader keeps only the "
-                        f"last value): keep one; a mix of sources is written {example}") from None
-    except (ValueError, RecursionError) as err:  # a number of over 4300 digits; lists nested thousands deep
-        what = "nested too deep" if isinstance(err, RecursionError) else str(err).split(";")[0]
-        raise UserError(f"dataset_source starts with '[' but does not read as a JSON list ({what}): a mix of sources "
-                        f"is written {example}") from None
+    except RecursionError:  # lists nested thousands deep
+        raise UserError("dataset_source starts with '[' but does not read as a JSON list (nested too deep): a mix of "
+                        f"sources is written {example}") from None
+    if repeated:
+        raise UserError(f"dataset_source: an item {_repeated(repeated[0])}; a mix of sources is written {example}")
     if not isinstance(items, list) or not 1 <= len(items) <= MIX_MAX:
         raise UserError(f"dataset_source: a mix is a JSON list of 1 to {MIX_MAX} sources, e.g. {example}")
     problems, parts, keys = [], [], set()
@@ -90,7 +90,7 @@ def mix_parts(source: str) -> list[tuple[str, float]]:
             part = parse(name, "dataset")
             name = part.ref if part.kind in ("local", "s3") else name.strip()
             # the same data however it is written: s3://b/x/ and s3://b/x, a built-in under another name
-            key = (part.kind, _SAME_BUILTIN.get(part.ref, part.ref) if part.kind == "builtin" else part.ref)
+            key = (part.kind, BUILTIN_DATASETS[part.ref] if part.kind == "builtin" else part.ref)
         except UserError as err:
             problems.append(f"dataset_source[{k}]: {err}")
         if key in keys:
@@ -101,17 +101,6 @@ def mix_parts(source: str) -> list[tuple[str, float]]:
     if problems:
         raise UserError("; ".join(problems))
     return parts
-
-
-class _RepeatedKey(Exception):
-    pass
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    keys = [k for k, _ in pairs]
-    if repeated := next((k for k in keys if keys.count(k) > 1), None):
-        raise _RepeatedKey(repeated)
-    return dict(pairs)
 
 
 def _finite_positive(weight: Any) -> bool:

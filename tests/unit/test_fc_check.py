@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from trainer import builtin_data, data, fc_check, sources
+from trainer import builtin_data, data, fc_check
 
 
 def _tool(name, properties, required=()):
@@ -249,7 +249,6 @@ def test_builtin_categories_leave_the_current_rows_alone_and_spread_through_eval
     assert {fc_check.category(r) for r in bfcl["eval"][:200]} == set(fc_check.CATEGORIES)
     # the demo's data holds them all (builtin:function-calling-bfcl, the older name, the same rows)
     assert json.dumps(builtin_data.dataset()) == json.dumps(builtin_data.generate(categories=True)) == json.dumps(bfcl)
-    assert set(builtin_data.DATASETS) == set(sources.BUILTIN_DATASETS)
     counts = {s: {c: sum(fc_check.category(r) == c for r in rows) for c in fc_check.CATEGORIES}
               for s, rows in with_categories.items()}
     assert counts == {"train": {"multiple": 300, "simple": 15, "parallel": 15, "irrelevance": 15, "multi_turn": 15},

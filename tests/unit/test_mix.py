@@ -73,7 +73,7 @@ def test_a_mixed_dataset_source_is_parsed_with_every_problem_named(tmp_path):
 @pytest.mark.parametrize("text, said", [
     ('[{"source": "builtin:function-calling", "weight": ' + "9" * 401 + '}]',
      "dataset_source[0].weight must be a finite number above 0"),
-    ('[{"source": "builtin:function-calling", "weight": ' + "9" * 5001 + '}]', "does not read as a JSON list (Exceeds"),
+    ('[{"source": "builtin:function-calling", "weight": ' + "9" * 5001 + '}]', "is not a JSON list (a number of more than 4300 digits"),
     ("[" * 3000, "does not read as a JSON list (nested too deep)"),
     ('[{"source": "builtin:function-calling", "weight": 1, "weight": 2}]', "has the key 'weight' twice"),
     ('[{"source": "s3://bkt/up/x.jsonl/", "weight": 1}, {"source": " s3://bkt/up/x.jsonl", "weight": 1}]',

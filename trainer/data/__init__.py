@@ -24,17 +24,17 @@ Files: JSONL, a JSON list of rows (or one row), CSV (JSON text in the `messages`
 and Parquet; every reader ends in the same row checks.
 
 The package: formats (which format, and conversions to chat rows; fc_formats the function-calling
-datasets' readers), rows (row checks), jsontext (JSON
-text inside rows, read strictly), readers (files), encode (token ids and loss
+datasets' readers), rows (row checks), readers (files), encode (token ids and loss
 masks), preflight (length checks before training, and the time budget the template check of
-trainer.parity.preflight shares); every name is importable from `trainer.data`.
+trainer.parity.preflight shares); every name is importable from `trainer.data`. JSON text inside rows is read strictly by
+trainer.jsontext, which dataset_source's mixes (trainer.sources) read with too.
 """
 
 from trainer.batching import collate, collate_packed, real_tokens  # noqa: F401 - moved there, importable here
 from trainer.data.formats import (  # noqa: F401
     SHAREGPT_ROLES, FORMAT_NAMES, CONVERTED, row_format, to_chat, convert, format_problems, quiet_conversions,
     announce)
-from trainer.data.jsontext import lone_surrogate, surrogate_problem, non_finite_paths, json_loads  # noqa: F401
+from trainer.jsontext import lone_surrogate, surrogate_problem, non_finite_paths, json_loads  # noqa: F401
 from trainer.data.rows import ROLES, MAX_REPORTED, row_problems, normalise, validate_rows  # noqa: F401
 from trainer.data.readers import (  # noqa: F401
     read_jsonl, FILE_TYPES, read_rows, _suffix, write_jsonl)

@@ -25,7 +25,7 @@ import json
 import re
 from typing import Any
 
-from trainer.data.jsontext import _json_type, json_loads
+from trainer.jsontext import _json_type, json_loads
 
 
 def _literal(text: str) -> tuple[Any, str | None]:

@@ -10,7 +10,7 @@ import json
 from typing import Any, Iterable
 
 from trainer.data.fc_formats import from_glaive, from_openai, from_xlam, hermes_turns, is_hermes, link_results
-from trainer.data.jsontext import _json_type, json_loads
+from trainer.jsontext import _json_type, json_loads
 
 
 # Other dataset formats, recognised by their keys, and what to do with each.

@@ -9,7 +9,7 @@ from typing import Any, Iterable
 
 from trainer.errors import UserError, brief, collect
 from trainer.data.formats import announce, convert, format_problems, row_format
-from trainer.data.jsontext import _ESCAPED_SURROGATE, _json_type, _loads, _repeated, json_loads, surrogate_problem
+from trainer.jsontext import _ESCAPED_SURROGATE, _json_type, _loads, _repeated, json_loads, surrogate_problem
 from trainer.data.rows import _raise_grouped, normalise, row_problems, validate_rows
 
 

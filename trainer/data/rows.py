@@ -15,7 +15,7 @@ from trainer.errors import collect
 from trainer.fc_check import check_call, parameters
 from trainer.data.formats import (_QUIET, _no_messages, _part_types, announce, conversion_problems, convert,
                                    format_problems)
-from trainer.data.jsontext import (_ESCAPED_SURROGATE, _json_type, _loads, _repeated, non_finite_paths,
+from trainer.jsontext import (_ESCAPED_SURROGATE, _json_type, _loads, _repeated, non_finite_paths,
                                     surrogate_problem)
 
 

@@ -1,5 +1,7 @@
-"""JSON text inside rows (tool-call arguments, CSV and Parquet cells) read strictly: repeated keys
-named, NaN and infinity found, lone surrogates refused, whole numbers past Python's limit read."""
+"""JSON text read strictly: repeated keys named, NaN and infinity found, lone surrogates refused, whole
+numbers past Python's limit a JSONDecodeError at their place. Rows (tool-call arguments, CSV and
+Parquet cells; trainer.data) and a mix's dataset_source (trainer.sources) are read with it; it
+imports nothing of ours, so the light modules may."""
 
 from __future__ import annotations
 
