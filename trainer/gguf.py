@@ -76,14 +76,29 @@ def file_problems(path: str | Path, check_tokenizer: bool = True) -> list[str]:
     return problems
 
 
+@functools.lru_cache(maxsize=1)
+def _reader(path: str, mtime_ns: int, size: int):
+    """The parsed file (a few seconds for a large vocabulary), shared by `metadata` and the reads of
+    transformers within `read_once`: validation and delivery read a file's metadata, then load from it.
+    Kept until the outermost read_once block ends."""
+    import gguf
+
+    return getattr(gguf.GGUFReader, "unpatched", gguf.GGUFReader)(path)  # within read_once, the class it replaced
+
+
+def _current_reader(path: str | Path):
+    stat = os.stat(path)
+    return _reader(os.path.realpath(path), stat.st_mtime_ns, stat.st_size)
+
+
 @functools.lru_cache(maxsize=8)
 def _metadata(path: str, mtime_ns: int, size: int) -> dict[str, Any]:
-    from gguf import GGMLQuantizationType, GGUFReader
+    from gguf import GGMLQuantizationType
     from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     try:
-        reader = GGUFReader(path)
+        reader = _reader(os.path.realpath(path), mtime_ns, size)
         arch = str(reader.fields["general.architecture"].contents())
     except (ValueError, IndexError, KeyError, OSError) as err:  # what GGUFReader raises on a cut-off or damaged file
         what = "has no general.architecture" if isinstance(err, KeyError) else \
@@ -129,6 +144,7 @@ def read_once(path: str | Path):
     gguf.GGUFReader, which parses every metadata field (for SmolLM2's 49k-token vocabulary and merges,
     ~2.5 s), and it rebuilds gguf's tensor-name table for every module of the model (~4 s for 30 layers).
     Both are pure functions of their arguments and only read: within this block one reader of `path`
+    (the one `metadata` parsed, before the block too: validation reads the metadata, then the tokenizer)
     and one table per (architecture, layers) serve every call. transformers looks both names up in the
     gguf module when it calls them (modeling_gguf_pytorch_utils imports them inside its functions), so
     replacing the module's names reaches it; they are restored on leaving. Blocks nest (an inner one's
@@ -138,20 +154,20 @@ def read_once(path: str | Path):
 
     reader_class, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
     ours = os.path.realpath(path)
-    shared: dict[str, Any] = {}
 
     def reader(p, mode="r"):
         if mode != "r" or os.path.realpath(p) != ours:
             return reader_class(p, mode)
-        if "reader" not in shared:
-            shared["reader"] = reader_class(p, mode)
-        return shared["reader"]
+        return _current_reader(p)  # the one `metadata` parsed, if it read this version of the file
 
+    reader.unpatched = getattr(reader_class, "unpatched", reader_class)
     gguf.GGUFReader, gguf.get_tensor_name_map = reader, functools.cache(name_map)
     try:
         yield
     finally:
         gguf.GGUFReader, gguf.get_tensor_name_map = reader_class, name_map
+        if not hasattr(reader_class, "unpatched"):  # the outermost block: the parsed file is not kept past it
+            _reader.cache_clear()
 
 
 def _incomplete(path: Path, arch: str, report: dict[str, Any]) -> str | None:

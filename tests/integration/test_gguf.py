@@ -146,6 +146,30 @@ def test_a_conversion_reads_the_gguf_once_and_leaves_the_gguf_module_as_it_was(t
     assert opened[2:] == ["tiny.Q8_0.gguf"]
 
 
+def test_the_metadata_read_before_a_block_serves_the_reads_within_it_and_is_not_kept_after(tmp_path, monkeypatch):
+    """Validation checks a GGUF's metadata, then loads its tokenizer to check the template: one parse of the file
+    (~2.5 s for SmolLM2's), not two. The parsed file is let go when the block ends."""
+    import gguf
+    from transformers import AutoTokenizer
+
+    opened = []
+
+    class Counted(gguf.GGUFReader):
+        def __init__(self, path, mode="r"):
+            opened.append(Path(path).name)
+            super().__init__(path, mode)
+
+    monkeypatch.setattr(gguf, "GGUFReader", Counted)
+    path = tiny_gguf(tmp_path / "tiny.Q8_0.gguf")
+    assert trainer_gguf.file_problems(path) == []
+    assert opened == ["tiny.Q8_0.gguf"]
+    for _ in range(2):
+        with trainer_gguf.read_once(path):
+            tokenizer = AutoTokenizer.from_pretrained(tmp_path, gguf_file=path.name)
+    assert tokenizer.chat_template == TEMPLATE
+    assert opened == ["tiny.Q8_0.gguf"] * 2  # the second block parses it again
+
+
 def test_a_gguf_uploaded_to_the_bucket_or_local_is_delivered_once(tmp_path, store, capsys):
     """s3://bucket/uploads/x.gguf and the same file on this machine convert into the same tree: delivering the
     .gguf again uploads nothing."""
