@@ -120,10 +120,8 @@ def test_a_tiny_gguf_converts_to_a_plain_model_directory_in_its_dtype(tmp_path, 
     assert tokenizer.model_max_length == 256
 
 
-def test_a_conversion_reads_the_gguf_once_and_leaves_the_gguf_module_as_it_was(tmp_path, monkeypatch):
-    """transformers reads the file three times (config, tokenizer, weights) and the check before a conversion once
-    more: one gguf.GGUFReader serves them all; another file read meanwhile gets its own; after the conversion
-    gguf's names are its own again. The converted model is compared with transformers' own reading above."""
+def counted_readers(monkeypatch) -> list[str]:
+    """The names of the files gguf.GGUFReader parses from now on (the test's end puts the class back)."""
     import gguf
 
     opened = []
@@ -134,6 +132,17 @@ def test_a_conversion_reads_the_gguf_once_and_leaves_the_gguf_module_as_it_was(t
             super().__init__(path, mode)
 
     monkeypatch.setattr(gguf, "GGUFReader", Counted)
+    return opened
+
+
+def test_a_conversion_reads_the_gguf_once_and_leaves_the_gguf_module_as_it_was(tmp_path, monkeypatch):
+    """transformers reads the file three times (config, tokenizer, weights) and the check before a conversion once
+    more: one gguf.GGUFReader serves them all; another file read meanwhile gets its own; after the conversion
+    gguf's names are its own again. The converted model is compared with transformers' own reading above."""
+    import gguf
+
+    opened = counted_readers(monkeypatch)
+    Counted = gguf.GGUFReader
     name_map = gguf.get_tensor_name_map
     path, other = tiny_gguf(tmp_path / "tiny.Q8_0.gguf"), tiny_gguf(tmp_path / "other.Q8_0.gguf")
     with trainer_gguf.read_once(path):
@@ -149,17 +158,9 @@ def test_a_conversion_reads_the_gguf_once_and_leaves_the_gguf_module_as_it_was(t
 def test_the_metadata_read_before_a_block_serves_the_reads_within_it_and_is_not_kept_after(tmp_path, monkeypatch):
     """Validation checks a GGUF's metadata, then loads its tokenizer to check the template: one parse of the file
     (~2.5 s for SmolLM2's), not two. The parsed file is let go when the block ends."""
-    import gguf
     from transformers import AutoTokenizer
 
-    opened = []
-
-    class Counted(gguf.GGUFReader):
-        def __init__(self, path, mode="r"):
-            opened.append(Path(path).name)
-            super().__init__(path, mode)
-
-    monkeypatch.setattr(gguf, "GGUFReader", Counted)
+    opened = counted_readers(monkeypatch)
     path = tiny_gguf(tmp_path / "tiny.Q8_0.gguf")
     assert trainer_gguf.file_problems(path) == []
     assert opened == ["tiny.Q8_0.gguf"]
