@@ -241,6 +241,9 @@ def test_data_without_a_tool_less_row_gets_some_among_the_copies():
     copies = _copies(out["train"])
     toolless = [c for c in copies if not c.get("tools")]
     assert made["train"] == 50 and len(toolless) == 5  # ceil(50 * TOOLLESS_SHARE)
+    few, made_few = masking.mask_splits({"train": every["train"][:36], "eval": every["train"][36:48]}, 0.2, seed=1)
+    for split, n in made_few.items():  # 9 and 3 copies: at least 10% is one, not none (int() rounded down)
+        assert n in (9, 3) and sum(1 for c in _copies(few[split]) if not c.get("tools")) == 1, split
     assert all(_names(c) == {"a", "c"} for c in copies if c.get("tools"))  # the others as masking made them
     assert masking.mask_splits(every, 0.2, seed=1) == (out, made)  # drawn with the seed
     # data with a tool-less row of its own: the copies stay as masking made them

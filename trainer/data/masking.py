@@ -138,7 +138,7 @@ def mask_split(rows: list[dict[str, Any]], share: float, seed: int, split: str,
     copies = [masked(candidates[i], reply) for i in sorted(rng.sample(range(len(candidates)), n))]
     if all(r.get("tools") for r in rows):  # data with no tool-less row gets some: a model must answer without tools too
         offered = [i for i, c in enumerate(copies) if c.get("tools")]
-        wanted = int(n * TOOLLESS_SHARE) - (n - len(offered))
+        wanted = math.ceil(n * TOOLLESS_SHARE) - (n - len(offered))  # at least the share, one of a few copies
         for i in rng.sample(offered, max(0, min(wanted, len(offered)))):
             copies[i] = {k: v for k, v in copies[i].items() if k != "tools"}
         copies = [c for c in copies if conversation_key(c) not in avoid]  # one without tools may match a train row
