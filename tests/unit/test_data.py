@@ -713,6 +713,24 @@ def test_values_spelled_in_another_type_than_the_schemas_are_read_as_its_type_an
     assert "another spelling" not in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+def test_every_file_type_checks_calls_against_their_schemas_and_reads_them_in_its_types(tmp_path, suffix, capsys):
+    """A .jsonl file, the usual one, skipped both (found by a review): a call breaking its own tool's schema trained
+    and was scored wrong against itself, and "5" for an integer stayed text."""
+    def write(name, rows):
+        path = tmp_path / f"{name}{suffix}"
+        path.write_text("\n".join(map(json.dumps, rows)) if suffix == ".jsonl" else json.dumps(rows))
+        return path
+
+    bad = write("bad", [_call_row({"n": 1}), _call_row({"n": 1, "unit": "k"})])
+    with pytest.raises(UserError, match=rf"bad{suffix}(:| row )2: messages\[1\]\.tool_calls\[0\]\.function\.arguments "
+                                        r"breaks its own tool's schema \(forecast\.unit: 'k' is not one of"):
+        data.read_rows(bad)
+    out = data.read_rows(write("good", [_call_row({"n": "5"})]))
+    assert out[0]["messages"][1]["tool_calls"][0]["function"]["arguments"] == {"n": 5}
+    assert f"good{suffix}: 1 call gave values in another spelling" in capsys.readouterr().out
+
+
 def test_a_schema_type_given_as_a_list_of_types_is_checked_as_json_schema_reads_it():
     """typed() raised TypeError (unhashable list) on `"type": ["integer", "string"]`, valid JSON schema."""
     row = _call_row({"n": 1})

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from trainer.errors import UserError, brief, collect
-from trainer.data.formats import announce, convert, format_problems, row_format
+from trainer.data.formats import convert, format_problems, row_format
 from trainer.jsontext import _ESCAPED_SURROGATE, _json_type, _loads, _repeated, json_loads, surrogate_problem
-from trainer.data.rows import _raise_grouped, normalise, row_problems, validate_rows
+from trainer.data.rows import checked_rows, row_problems, validate_rows
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
@@ -68,9 +68,8 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     problems += format_problems(formats)
     if not rows and not problems:
         problems.append((None, "file has no rows"))
-    _raise_grouped(problems, str(path), "line")
-    announce((fmt for _, fmt in formats), str(path))
-    return [normalise(r) for r in rows]
+    return checked_rows(rows, (lineno for lineno, _ in formats), problems, [fmt for _, fmt in formats], str(path),
+                        "line")
 
 
 FILE_TYPES = (".jsonl", ".json", ".csv", ".tsv", ".parquet")  # what read_rows reads, by extension

@@ -253,10 +253,19 @@ def validate_rows(rows: Iterable[Any], where: str, columnar: bool = False) -> li
     problems += format_problems(list(enumerate(formats, 1)))
     if not rows:
         problems.append((None, "has no rows"))
+    return checked_rows(list(rows), range(1, len(rows) + 1), problems, formats, where, "row", columnar)
+
+
+def checked_rows(rows: list[dict[str, Any]], ats: Iterable[int], problems: list[tuple[int | None, str]],
+                 formats: Iterable[str | None], where: str, unit: str, columnar: bool = False) -> list[dict[str, Any]]:
+    """The end of every reader: rows without a problem normalised, their calls checked against their own tools'
+    schemas, one UserError for all problems (rows numbered `ats`, by `unit`: "row" or "line"), else the rows with
+    their conversion said and their arguments read as the schemas' types."""
+    ats = list(ats)
     bad = {at for at, _ in problems}
-    rows = [r if i in bad else normalise(r, columnar) for i, r in enumerate(rows, 1)]
-    problems += [(i, p) for i, r in enumerate(rows, 1) if i not in bad for p in schema_problems(r)]
-    _raise_grouped(problems, where, "row")
+    rows = [r if at in bad else normalise(r, columnar) for at, r in zip(ats, rows)]
+    problems = problems + [(at, p) for at, r in zip(ats, rows) if at not in bad for p in schema_problems(r)]
+    _raise_grouped(problems, where, unit)
     announce(formats, where)
     _retype(rows, where)
     return rows
