@@ -1,5 +1,6 @@
 """Reading, validating, encoding and batching chat rows."""
 
+import copy
 import json
 
 import pytest
@@ -729,6 +730,54 @@ def test_every_file_type_checks_calls_against_their_schemas_and_reads_them_in_it
     out = data.read_rows(write("good", [_call_row({"n": "5"})]))
     assert out[0]["messages"][1]["tool_calls"][0]["function"]["arguments"] == {"n": 5}
     assert f"good{suffix}: 1 call gave values in another spelling" in capsys.readouterr().out
+
+
+def _deep(levels):
+    value = 1
+    for _ in range(levels):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize("change, said", [
+    (lambda r: r["messages"][1].update(content=None, tool_calls=None), "messages[1].content is missing or null"),
+    (lambda r: r["messages"].__setitem__(1, {"role": "assistant"}), "messages[1].content is missing or null"),
+    (lambda r: r["messages"][1].update(role={"name": "assistant"}), "messages[1] has unknown role {'name': 'assistant'}"),
+    (lambda r: r["messages"][1].update(role=["assistant"]), "messages[1] has unknown role ['assistant']"),
+    (lambda r: r["tools"][0]["function"]["parameters"].update(required=5),
+     "tools[0].function.parameters.required must be a list of parameter names, e.g. [\"city\"], got 5"),
+    (lambda r: r["tools"][0]["function"]["parameters"].update(required="n"), "tools[0].function.parameters.required must be a list of "
+                                                                             "parameter names, e.g. [\"city\"], got \"n\""),
+    (lambda r: r["tools"][0]["function"]["parameters"]["properties"].update(unit={"type": "object", "required": True}),
+     "tools[0].function.parameters.properties.unit.required must be a list of parameter names"),
+    (lambda r: r["tools"][0]["function"]["parameters"].update(properties=["n"]),
+     "tools[0].function.parameters.properties must be an object of parameter name -> its schema, got [\"n\"]"),
+    (lambda r: r["tools"][0]["function"]["parameters"]["properties"].update(n=5),
+     "tools[0].function.parameters.properties.n must be a JSON schema object, got 5"),
+    (lambda r: r["tools"][0]["function"]["parameters"]["properties"]["unit"].update(enum="c"),
+     "tools[0].function.parameters.properties.unit.enum must be a list of the allowed values, got \"c\""),
+    (lambda r: r["tools"][0]["function"]["parameters"]["properties"]["days"].update(items=5),
+     "tools[0].function.parameters.properties.days.items must be a JSON schema object, got 5"),
+    (lambda r: r["tools"][0]["function"]["parameters"]["properties"]["n"].update(type=5),
+     "tools[0].function.parameters.properties.n.type must be a type name such as \"string\" (or a list of them), got 5"),
+    (lambda r: r["tools"][0]["function"].update(parameters=5), "tools[0].function.parameters must be a JSON schema "
+                                                               "object, got 5"),
+    (lambda r: r["messages"][1]["tool_calls"][0]["function"].update(arguments={"n": 1, "x": _deep(500)}),
+     "messages[1].tool_calls[0].function.arguments is nested more than 64 levels deep"),
+    (lambda r: r["tools"][0]["function"]["parameters"]["properties"].update(deep=_deep(900)),
+     "'tools' is nested more than 64 levels deep"),
+])
+def test_malformed_messages_and_tool_schemas_are_one_message_each_not_a_traceback(tmp_path, change, said):
+    """Each gave a traceback (KeyError 'content', an unhashable role, 'int' object is not iterable in the checker,
+    RecursionError), or was read wrongly ("required": "n" as the names of its letters), or was accepted and left to
+    fail at the server (found by a review)."""
+    row = copy.deepcopy(_call_row({"n": 1}))  # _call_row's rows share one schema
+    change(row)
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps(_call_row({"n": 2})) + "\n" + json.dumps(row) + "\n")
+    with pytest.raises(UserError) as err:
+        data.read_rows(path)
+    assert f"d.jsonl:2: {said}" in str(err.value)
 
 
 def test_a_schema_type_given_as_a_list_of_types_is_checked_as_json_schema_reads_it():

@@ -86,6 +86,64 @@ def _schema_problem(tools: list, fn: dict[str, Any], at: str) -> str | None:
     return None
 
 
+MAX_DEPTH = 64  # levels of nesting in a call's arguments or a row's tools: real ones have a handful
+
+
+def _too_deep(value: Any) -> bool:
+    """Whether a JSON value nests more than MAX_DEPTH levels (walked without recursion: the checks after this one
+    recurse, and ~500 levels exhaust Python's stack)."""
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, (dict, list)):
+            if depth > MAX_DEPTH:
+                return True
+            stack.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return False
+
+
+def parameters_problems(schema: Any, at: str) -> list[str]:
+    """Where a tool's parameter schema is not JSON Schema in the parts the checker and the templates read (`required`
+    a list of names, `properties` an object of schemas, `type` a name, `enum` a list, `items` and `anyOf` schemas).
+    A null is an absent key: Arrow gives one for every key another row has. Accepted before, `"required": 5`
+    crashed the checker, and `"required": "city"` was read as the names 'c', 'i', 't', 'y'."""
+    if schema is None or isinstance(schema, bool):  # absent; JSON Schema's true / false
+        return []
+    if not isinstance(schema, dict):
+        return [f"{at} must be a JSON schema object, got {_shown(schema)}"]
+    problems = []
+    required = schema.get("required")
+    if required is not None and not (isinstance(required, list) and all(isinstance(k, str) for k in required)):
+        problems.append(f"{at}.required must be a list of parameter names, e.g. [\"city\"], got {_shown(required)}")
+    kind = schema.get("type")
+    if kind is not None and not (isinstance(kind, str) or isinstance(kind, list) and all(isinstance(t, str)
+                                                                                           for t in kind)):
+        problems.append(f"{at}.type must be a type name such as \"string\" (or a list of them), got {_shown(kind)}")
+    if schema.get("enum") is not None and not isinstance(schema["enum"], list):
+        problems.append(f"{at}.enum must be a list of the allowed values, got {_shown(schema['enum'])}")
+    properties = schema.get("properties")
+    if properties is not None and not isinstance(properties, dict):
+        problems.append(f"{at}.properties must be an object of parameter name -> its schema, got {_shown(properties)}")
+    elif properties:
+        problems += [p for name, sub in properties.items() for p in parameters_problems(sub, f"{at}.properties.{name}")]
+    for key in ("items", "additionalProperties"):
+        if isinstance(schema.get(key), list) and key == "items":  # a tuple's schemas (JSON Schema before 2020-12)
+            problems += [p for i, sub in enumerate(schema[key]) for p in parameters_problems(sub, f"{at}.{key}[{i}]")]
+        else:
+            problems += parameters_problems(schema.get(key), f"{at}.{key}")
+    for key in ("anyOf", "oneOf", "allOf"):
+        if schema.get(key) is not None and not isinstance(schema[key], list):
+            problems.append(f"{at}.{key} must be a list of schemas, got {_shown(schema[key])}")
+        else:
+            problems += [p for i, sub in enumerate(schema.get(key) or []) for p in parameters_problems(sub, f"{at}.{key}[{i}]")]
+    return problems
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def row_problems(row: Any) -> list[str]:
     """Every reason `row` is not a valid chat row (empty list when it is valid).
 
@@ -117,7 +175,7 @@ def row_problems(row: Any) -> list[str]:
             problems.append(f"'tools' must be a list of {{\"type\": \"function\", \"function\": {{\"name\": ...}}}} "
                             f"objects (or that list as JSON text), got a {_json_type(tools)}")
         else:
-            declared = set()
+            declared, deep = set(), _too_deep(tools)
             for k, t in enumerate(tools):
                 fn = t.get("function", t) if isinstance(t, dict) else None
                 if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
@@ -129,7 +187,12 @@ def row_problems(row: Any) -> list[str]:
                                     "could not say which it means; give each tool its own name")
                 else:
                     declared.add(fn["name"])
-            if bad := non_finite_paths(tools, "tools"):  # json reads NaN and 1e999 in a schema's default or enum
+                if isinstance(fn, dict) and not deep:
+                    problems += parameters_problems(fn.get("parameters"), f"tools[{k}].function.parameters")
+            if deep:
+                problems.append(f"'tools' is nested more than {MAX_DEPTH} levels deep; a tool's schema needs a handful: "
+                                "check how the data was generated")
+            elif bad := non_finite_paths(tools, "tools"):  # json reads NaN and 1e999 in a schema's default or enum
                 problems.append(f"{', '.join(bad[:3])} must be a finite number, not NaN or Infinity (not JSON: the "
                                 "delivered file would not read back): give a real number, a string or null")
     call_ids: set[str] = set()  # the ids of the calls made so far: what a tool result answers
@@ -141,7 +204,7 @@ def row_problems(row: Any) -> list[str]:
         if m.get("role") == "tool" and isinstance(answered, str) and call_ids and answered not in call_ids:
             problems.append(f"messages[{i}].tool_call_id {answered!r} answers no call made before it (the calls' "
                             f"ids: {sorted(call_ids)}); fix the id, or the result belongs to another row")
-        if m.get("role") not in ROLES:
+        if not isinstance(m.get("role"), str) or m["role"] not in ROLES:
             same = _ROLE_NAMES.get(str(m.get("role")).lower())
             problems.append(f"messages[{i}] has unknown role {m.get('role')!r}; use one of {sorted(ROLES)}"
                             + (f" ({m.get('role')!r} is {same!r} here)" if same else ""))
@@ -194,6 +257,9 @@ def row_problems(row: Any) -> list[str]:
                     problems.append(problem)
             if not isinstance(args, dict):
                 problems.append(f"{at} must be a JSON object")
+            elif _too_deep(args):
+                problems.append(f"{at} is nested more than {MAX_DEPTH} levels deep; no tool takes that: check how the "
+                                "data was generated")
             elif bad := non_finite_paths(args, at):
                 # json reads NaN and 1e999; the model would learn to write what no tool parser reads
                 problems.append(f"{', '.join(bad[:3])} must be a finite number, not NaN or Infinity (not JSON, "
@@ -205,7 +271,7 @@ def row_problems(row: Any) -> list[str]:
         problems.append("every assistant message has weight 0: there is nothing to learn from this row; set "
                         "weight 1 on the turns to learn, or drop the row")
     elif not any(m.get("tool_calls") or not isinstance(m.get("content"), (str, type(None)))
-                 or (m["content"] or "").strip() for m in answers):  # (content of another type is named above)
+                 or (m.get("content") or "").strip() for m in answers):  # (content of another type is named above)
         problems.append("every assistant message is empty (no content, no tool_calls): there is nothing to learn "
                         "from this row but an end-of-turn token; fill them in, or drop the row")
     return problems
