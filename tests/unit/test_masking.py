@@ -258,6 +258,7 @@ def test_data_without_a_tool_less_row_gets_some_among_the_copies():
 
 @pytest.mark.parametrize("reply, said", [
     ("", "irrelevance_reply must be a text answer, got ''"), ("   ", "must be a text answer"),
+    ("caf\udce9", "irrelevance_reply holds '\\udce9', which is not text (a byte that is not UTF-8"),
     (None, "must be a text answer, got None"),
     ('<tool_call>{"name": "x", "arguments": {}}</tool_call>', "reads as a tool call"),
     ('{"name": "lookup", "arguments": {"q": 1}}', "reads as a tool call"),
@@ -307,6 +308,10 @@ def test_deliver_dataset_cli_takes_the_reply_and_refuses_a_bad_one(tmp_path, cap
         main(["deliver-dataset", str(path), "--irrelevance-share", "0.1", "--irrelevance-reply", " "])
     assert exit_.value.code == 2
     assert "--irrelevance-reply must be a text answer, got ' '" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:  # `$(printf 'caf\xe9')`: Latin-1, read by Python as a lone surrogate
+        main(["deliver-dataset", str(path), "--irrelevance-share", "0.1", "--irrelevance-reply", "caf\udce9"])
+    assert exit_.value.code == 2  # was a UnicodeEncodeError traceback from writing the rows, after every check
+    assert "--irrelevance-reply holds '\\udce9', which is not text" in capsys.readouterr().err
 
 
 def test_no_eval_copy_is_a_train_row_when_two_rows_differ_only_in_a_calls_arguments(store, tmp_path, capsys):

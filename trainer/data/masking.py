@@ -36,6 +36,7 @@ from trainer.chat.turns import target_index, trained_turns
 from trainer.data.formats import _QUIET
 from trainer.data.preflight import conversation_key
 from trainer.errors import UserError
+from trainer.jsontext import lone_surrogate
 from trainer.params import BY_NAME
 
 # The masked turn's answer by default (pipeline parameter irrelevance_reply): short, neutral, the same in every
@@ -65,6 +66,9 @@ def reply_problem(reply: Any, name: str = "irrelevance_reply") -> str | None:
     fix = f"e.g. {name}={IRRELEVANCE_REPLY!r}"
     if not isinstance(reply, str) or not reply.strip():
         return f"{name} must be a text answer, got {reply!r}: {fix}"
+    if found := lone_surrogate(reply, name):  # bytes that are no UTF-8 in a command-line argument
+        return (f"{name} holds {found[1]!a}, which is not text (a byte that is not UTF-8, or half of a UTF-16 pair) and "
+                f"cannot be written to the dataset: give the reply as UTF-8 text, {fix}")
     if len(reply) > REPLY_MAX_CHARS:
         return (f"{name} is {len(reply)} characters long (at most {REPLY_MAX_CHARS}): one short sentence is what the "
                 f"model should learn to say; {fix}")
