@@ -239,6 +239,27 @@ def test_xlam_rows_become_json_schema_tools_and_parallel_calls(tmp_path, capsys)
     assert "2 xLAM / APIGen (query, tools, answers) rows converted to chat messages" in capsys.readouterr().out
 
 
+def test_xlam_rows_in_parquet_with_structured_columns_read_as_the_same_rows_in_json(tmp_path):
+    """Arrow gives every row every key another row's tools have, null where absent: a filler "default": null made a
+    required parameter optional, and another row's parameters made the tools unreadable (found by a review)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    weather = {"name": "get_weather", "description": "Weather.", "parameters": {
+        "location": {"description": "City.", "type": "str"}}}
+    rows = [{"query": "Weather in Oslo?", "tools": [weather],
+             "answers": [{"name": "get_weather", "arguments": {"location": "Oslo"}}]},
+            {"query": "Weather here?", "tools": [{**weather, "parameters": {"location": {
+                "description": "City.", "type": "str", "default": "London"}}}],
+             "answers": [{"name": "get_weather", "arguments": {"location": "London"}}]},
+            {**XLAM, "tools": XLAM_TOOLS, "answers": json.loads(XLAM["answers"])}]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "x.parquet")
+    (tmp_path / "x.json").write_text(json.dumps(rows))
+    from_json, from_parquet = data.read_rows(tmp_path / "x.json"), data.read_rows(tmp_path / "x.parquet")
+    assert from_parquet == from_json
+    assert from_json[0]["tools"][0]["function"]["parameters"]["required"] == ["location"]
+
+
 @pytest.mark.parametrize("row, expected", [
     ({**XLAM, "answers": "[]"}, "d.jsonl:1: 'answers' is empty: an xLAM row teaches the calls that answer its query, "
                                 "and this one has none and no text answer to learn instead; for a request no tool "

@@ -301,6 +301,15 @@ def normalise(row: dict[str, Any], columnar: bool = False) -> dict[str, Any]:
     return row
 
 
+def _without_filler(row: Any) -> Any:
+    """A columnar row's structured `tools` and xLAM `answers` without Arrow's filler nulls: an xLAM parameter read a
+    filler `"default": null` as optional, and a parameter of another row's tool as its own (JSON text columns, as
+    the published datasets store them, are read as written)."""
+    if not isinstance(row, dict):
+        return row
+    return {k: _drop_nulls(v) if k in ("tools", "answers") and isinstance(v, (list, dict)) else v for k, v in row.items()}
+
+
 def _drop_nulls(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _drop_nulls(v) for k, v in value.items() if v is not None}
@@ -312,6 +321,8 @@ def _drop_nulls(value: Any) -> Any:
 def validate_rows(rows: Iterable[Any], where: str, columnar: bool = False) -> list[dict[str, Any]]:
     """Check every row; raise one UserError naming each bad row, else return them normalised
     (`columnar`: rows from Arrow; see `normalise`)."""
+    if columnar:  # Arrow gives every struct every key some row has, null where absent: before a conversion reads them
+        rows = [_without_filler(r) for r in rows]
     rows, formats = zip(*map(convert, rows)) if rows else ((), ())
     problems = [(i + 1, p) for i, row in enumerate(rows) for p in row_problems(row)]
     if not columnar:  # JSON or CSV cells; Arrow strings are UTF-8, without surrogates
