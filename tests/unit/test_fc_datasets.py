@@ -84,6 +84,13 @@ def test_glaive_rows_become_tools_calls_and_linked_results(tmp_path, capsys):
         {"role": "user", "content": "Tell me a joke."},
         {"role": "assistant", "content": "Why did the chicken cross the road?"}]}
     assert formats.convert(GLAIVE)[1] == "glaive"
+    # a role's name inside a sentence is text where the turns are on lines of their own (it split the user's turn)
+    quoted = {"system": GLAIVE_NO_TOOLS["system"], "chat": (
+        'USER: My log has lines like "Bot said ASSISTANT: hi". How do I strip ASSISTANT: from them?\n\n\n'
+        "ASSISTANT: Use sed 's/ASSISTANT: //'. <|endoftext|>\n\n\nUSER: Thanks!\n\n\nASSISTANT: You're welcome.")}
+    assert [m["content"] for m in formats.convert(quoted)[0]["messages"][1:]] == [
+        'My log has lines like "Bot said ASSISTANT: hi". How do I strip ASSISTANT: from them?',
+        "Use sed 's/ASSISTANT: //'.", "Thanks!", "You're welcome."]
     assert f"{path}: 2 glaive-function-calling-v2 (system, chat) rows converted to chat messages" in \
         capsys.readouterr().out
 

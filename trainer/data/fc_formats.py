@@ -82,8 +82,10 @@ def link_results(messages: list[dict[str, Any]], problems: list[str] | None = No
 
 # glaive-function-calling-v2 -------------------------------------------------------------------------
 
-# A turn starts at its name after white space (the dataset separates turns by blank lines; some exports
-# by a space): "USER:" inside a sentence is not at a line's start often enough to matter.
+# A turn starts at its name at a line's start (the dataset separates turns by blank lines), so that "ASSISTANT:"
+# inside a sentence stays text; a chat whose turns are not on lines of their own (some exports use a space) splits
+# at the name after any white space.
+_GLAIVE_LINE_TURN = re.compile(r"^[ \t]*(USER|ASSISTANT|FUNCTION RESPONSE):[ \t]*", re.M)
 _GLAIVE_TURN = re.compile(r"(?<!\S)(USER|ASSISTANT|FUNCTION RESPONSE):[ \t]*")
 _GLAIVE_ROLES = {"USER": "user", "ASSISTANT": "assistant", "FUNCTION RESPONSE": "tool"}
 # {"name": "f", "arguments": '<JSON text>'}: everything between the first and the last single quote, so
@@ -156,7 +158,9 @@ def from_glaive(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
         return None, problems
     prompt, tools = _glaive_tools(system or "", problems)
     messages = [{"role": "system", "content": prompt}] if prompt else []
-    before, *turns = _GLAIVE_TURN.split(chat)
+    before, *turns = _GLAIVE_LINE_TURN.split(chat)
+    if len(turns) < 4:  # fewer than two turns on lines of their own: turns separated by spaces
+        before, *turns = _GLAIVE_TURN.split(chat)
     if before.strip():
         problems.append(f"'chat' starts with {before.strip()[:40]!r}, not a turn: glaive's turns start with "
                         "USER:, ASSISTANT: or FUNCTION RESPONSE:")
