@@ -310,6 +310,25 @@ def test_openai_fine_tuning_rows_are_read_and_weight_0_is_not_trained(tokenizer)
     assert data.validate_rows([one_each], "openai")[0]["messages"][2]["tool_calls"][0]["id"] == "call_a"
 
 
+def test_openai_rows_in_csv_read_parallel_tool_calls_as_the_boolean_csv_spells(tmp_path):
+    """Every CSV cell is text: 'false' was refused as not a boolean, so no CSV of this format could be read."""
+    import csv
+
+    single = {**OPENAI, "messages": OPENAI["messages"][:2] + [
+        {**OPENAI["messages"][2], "tool_calls": OPENAI["messages"][2]["tool_calls"][:1]}, OPENAI["messages"][3]]}
+    with (tmp_path / "d.csv").open("w", newline="") as f:
+        out = csv.DictWriter(f, ["messages", "tools", "parallel_tool_calls"])
+        out.writeheader()
+        for row, flag in ((OPENAI, "True"), (single, "false")):
+            out.writerow({"messages": json.dumps(row["messages"]), "tools": json.dumps(row["tools"]),
+                          "parallel_tool_calls": flag})
+    assert data.read_rows(tmp_path / "d.csv") == data.validate_rows([OPENAI, {**single, "parallel_tool_calls": False}],
+                                                                    "d")
+    (tmp_path / "d.csv").write_text((tmp_path / "d.csv").read_text().replace(",false", ",no"))
+    refused = str(pytest.raises(UserError, data.read_rows, tmp_path / "d.csv").value)
+    assert "d.csv row 2: 'parallel_tool_calls' must be true or false (OpenAI's fine-tuning format), got 'no'" in refused
+
+
 def test_parallel_tool_calls_false_beside_parallel_calls_is_the_rows_problem():
     row = {**OPENAI, "parallel_tool_calls": False}
     assert formats.conversion_problems(row) == [

@@ -212,6 +212,9 @@ def _csv_rows(path: Path, text: str, delimiter: str = ",") -> list[dict[str, Any
                         continue  # text that starts with '[': a prompt like any other
                     if isinstance(parsed, list) and parsed and all(isinstance(m, dict) for m in parsed):
                         cells[key] = parsed  # a conversational prompt / completion
+            flag = cells.get("parallel_tool_calls")  # OpenAI's boolean, as CSV writes it (pandas: True / False)
+            if isinstance(flag, str) and flag.strip().lower() in ("true", "false"):
+                cells["parallel_tool_calls"] = flag.strip().lower() == "true"
             out.append(cells)
     except csv.Error as err:
         raise UserError(f"{path} is not readable CSV ({err}); give a CSV with a header row, e.g. prompt,completion "
