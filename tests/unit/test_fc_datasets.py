@@ -109,7 +109,11 @@ def test_glaive_rows_become_tools_calls_and_linked_results(tmp_path, capsys):
     ({"system": "", "chat": "Hello there\nUSER: hi\nASSISTANT: yo"}, "'chat' starts with 'Hello there', not a turn"),
     ({"system": "", "chat": "USER: hi\nASSISTANT: <|endoftext|>"}, "'chat' turn 2 (ASSISTANT) is empty"),
     ({"system": "", "chat": ["USER: hi"]}, "'chat' must be glaive's conversation as text"),
-], ids=["args-not-json", "not-a-call", "bad-schema", "text-before-turns", "empty-turn", "chat-not-text"])
+    ({"system": GLAIVE_SYSTEM, "chat": "USER: Time?\n\nASSISTANT: <functioncall> {\"name\": \"get_time\", "
+                                       "\"arguments\": '{}'} Let me check. <|endoftext|>"},
+     "'chat' turn 2 (ASSISTANT): text follows the call ('Let me check.')"),  # said so for JSON arguments only
+], ids=["args-not-json", "not-a-call", "bad-schema", "text-before-turns", "empty-turn", "chat-not-text",
+        "text-after-quoted-args"])
 def test_glaive_rows_that_do_not_parse_are_refused_with_the_problem_and_the_fix(tmp_path, row, expected):
     assert expected in refusal(tmp_path, [row])
 

@@ -127,8 +127,8 @@ def _glaive_call(text: str, where: str, problems: list[str]) -> dict[str, Any] |
         call, end = json.JSONDecoder().raw_decode(text)
         rest = text[end:].strip()
     except ValueError:
-        m = _QUOTED_ARGS.fullmatch(text)
-        call, rest = ({"name": m["name"], "arguments": m["args"]} if m else None), ""
+        m = _QUOTED_ARGS.match(text)
+        call, rest = ({"name": m["name"], "arguments": m["args"]}, text[m.end():].strip()) if m else (None, "")
     if not isinstance(call, dict) or not isinstance(call.get("name"), str):
         problems.append(f"{where}: the call {text[:80]!r} is not {{\"name\": ..., \"arguments\": ...}}: "
                         f"{_GLAIVE_CALL}; fix it, or drop the row")
