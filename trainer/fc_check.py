@@ -116,7 +116,8 @@ def _check_value(schema: dict[str, Any], expected: Any, got: Any, path: str) -> 
     types = schema.get("type")
     types = [types] if isinstance(types, str) else types if isinstance(types, list) else []
     known = [_ALIASES.get(t, t) for t in types if _ALIASES.get(t, t) in _JSON_TYPES]
-    if known and len(known) == len(types) and not any(_JSON_TYPES[t](got) for t in known):
+    nullable = got is None and schema.get("nullable") is True  # OpenAPI's (and Gemini's) spelling of "or null"
+    if known and len(known) == len(types) and not nullable and not any(_JSON_TYPES[t](got) for t in known):
         return f"{path}: expected type {'/'.join(types)}, got {_json_type(got)} {got!r}"
     enum = schema.get("enum")
     if isinstance(enum, list) and not any(json_equal(got, e) for e in enum):
@@ -142,20 +143,23 @@ def _check_value(schema: dict[str, Any], expected: Any, got: Any, path: str) -> 
 def _check_object(schema: dict[str, Any], expected: dict[str, Any], got: dict[str, Any], path: str) -> str | None:
     props = schema.get("properties") if isinstance(schema.get("properties"), dict) else None
     extra = schema.get("additionalProperties")
+    # Parameters beyond `properties` are allowed when the schema says so ({} and true: any), or may be declared where
+    # this checker does not look (allOf, $ref, patternProperties).
+    open_ = extra is True or isinstance(extra, dict) or any(k in schema for k in ("allOf", "$ref", "patternProperties"))
 
     def sub(key: str) -> dict[str, Any]:
-        if props is not None and key in props:
-            return props[key]
-        return extra if isinstance(extra, dict) else {}
+        value = props.get(key) if props is not None and key in props else extra
+        return value if isinstance(value, dict) else {}  # true (anything) or null (absent): nothing to check
 
     def is_default(key: str, value: Any) -> bool:
         return "default" in sub(key) and json_equal(value, sub(key)["default"])
 
-    for key in schema.get("required") or []:
+    required = schema.get("required")  # a list of names; draft 3's `"required": true` on a property is not read
+    for key in required if isinstance(required, list) else []:
         if key not in got:
             return f"{path}: missing required parameter {key!r}"
     for key, value in got.items():
-        if props is not None and key not in props and not extra:
+        if props is not None and key not in props and not open_:
             return f"{path}: parameter {key!r} is not declared by the schema"
         if key not in expected:
             if is_default(key, value):

@@ -748,7 +748,7 @@ def _deep(levels):
      "tools[0].function.parameters.required must be a list of parameter names, e.g. [\"city\"], got 5"),
     (lambda r: r["tools"][0]["function"]["parameters"].update(required="n"), "tools[0].function.parameters.required must be a list of "
                                                                              "parameter names, e.g. [\"city\"], got \"n\""),
-    (lambda r: r["tools"][0]["function"]["parameters"]["properties"].update(unit={"type": "object", "required": True}),
+    (lambda r: r["tools"][0]["function"]["parameters"]["properties"].update(unit={"type": "object", "required": {"a": 1}}),
      "tools[0].function.parameters.properties.unit.required must be a list of parameter names"),
     (lambda r: r["tools"][0]["function"]["parameters"].update(properties=["n"]),
      "tools[0].function.parameters.properties must be an object of parameter name -> its schema, got [\"n\"]"),
@@ -778,6 +778,32 @@ def test_malformed_messages_and_tool_schemas_are_one_message_each_not_a_tracebac
     with pytest.raises(UserError) as err:
         data.read_rows(path)
     assert f"d.jsonl:2: {said}" in str(err.value)
+
+
+@pytest.mark.parametrize("schema, args", [
+    ({"type": "object", "properties": {"p": {"type": "string", "nullable": True}}}, {"p": None}),  # OpenAPI, Gemini
+    ({"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": {}}, {"a": "x", "b": 1}),
+    ({"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": True}, {"a": "x", "b": 1}),
+    ({"type": "object", "properties": {"a": {"type": "string"}},
+      "allOf": [{"properties": {"b": {"type": "integer"}}}]}, {"a": "x", "b": 1}),
+    ({"type": "object", "properties": {"p": {"type": "string", "required": True}, "q": {  # draft 3 (MCP catalogues)
+        "type": "object", "required": False, "properties": {"r": {"type": "integer", "required": True}}}}},
+     {"p": "x", "q": {"r": 1}}),
+    ({"type": "object", "properties": {"p": True, "q": None}}, {"p": [1], "q": 1}),  # any value; absent
+])
+def test_valid_json_schemas_the_checker_does_not_fully_read_are_accepted_in_every_file_type(tmp_path, schema, args):
+    """Refused as "breaks its own tool's schema" (or a TypeError in the checker) once .jsonl files got the schema
+    check: nullable, additionalProperties {} or true, properties in allOf, draft 3's boolean required (a review)."""
+    from trainer import fc_check
+
+    row = {"tools": [{"type": "function", "function": {"name": "f", "parameters": schema}}],
+           "messages": [{"role": "user", "content": "Do it."},
+                        {"role": "assistant", "content": None, "tool_calls": [
+                            {"type": "function", "function": {"name": "f", "arguments": args}}]}]}
+    (tmp_path / "d.jsonl").write_text(json.dumps(row) + "\n")
+    [read] = data.read_rows(tmp_path / "d.jsonl")
+    assert read["messages"][1]["tool_calls"][0]["function"]["arguments"] == args
+    assert fc_check.check(read, [{"name": "f", "arguments": args}], None) == (True, "call matched")
 
 
 def test_a_schema_type_given_as_a_list_of_types_is_checked_as_json_schema_reads_it():

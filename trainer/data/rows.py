@@ -112,8 +112,9 @@ def parameters_problems(schema: Any, at: str) -> list[str]:
     if not isinstance(schema, dict):
         return [f"{at} must be a JSON schema object, got {_shown(schema)}"]
     problems = []
-    required = schema.get("required")
-    if required is not None and not (isinstance(required, list) and all(isinstance(k, str) for k in required)):
+    required = schema.get("required")  # a bool: JSON Schema draft 3's "this property is required" (MCP tools have it)
+    if required is not None and not isinstance(required, bool) and not (
+            isinstance(required, list) and all(isinstance(k, str) for k in required)):
         problems.append(f"{at}.required must be a list of parameter names, e.g. [\"city\"], got {_shown(required)}")
     kind = schema.get("type")
     if kind is not None and not (isinstance(kind, str) or isinstance(kind, list) and all(isinstance(t, str)
