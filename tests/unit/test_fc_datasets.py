@@ -91,6 +91,11 @@ def test_glaive_rows_become_tools_calls_and_linked_results(tmp_path, capsys):
     assert [m["content"] for m in formats.convert(quoted)[0]["messages"][1:]] == [
         'My log has lines like "Bot said ASSISTANT: hi". How do I strip ASSISTANT: from them?',
         "Use sed 's/ASSISTANT: //'.", "Thanks!", "You're welcome."]
+    # turns on lines of their own in part, by spaces elsewhere: a turn that goes on after <|endoftext|> is split
+    mixed = {"system": GLAIVE_NO_TOOLS["system"], "chat": "USER: Hi\nASSISTANT: Hello! <|endoftext|> USER: A joke? "
+                                                          "ASSISTANT: Why did the chicken cross the road? <|endoftext|>"}
+    assert [m["content"] for m in formats.convert(mixed)[0]["messages"][1:]] == [
+        "Hi", "Hello!", "A joke?", "Why did the chicken cross the road?"]
     assert f"{path}: 2 glaive-function-calling-v2 (system, chat) rows converted to chat messages" in \
         capsys.readouterr().out
 

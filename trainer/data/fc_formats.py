@@ -87,6 +87,7 @@ def link_results(messages: list[dict[str, Any]], problems: list[str] | None = No
 # at the name after any white space.
 _GLAIVE_LINE_TURN = re.compile(r"^[ \t]*(USER|ASSISTANT|FUNCTION RESPONSE):[ \t]*", re.M)
 _GLAIVE_TURN = re.compile(r"(?<!\S)(USER|ASSISTANT|FUNCTION RESPONSE):[ \t]*")
+_ENDED_THEN_MORE = re.compile(r"<\|endoftext\|>\s*\S")
 _GLAIVE_ROLES = {"USER": "user", "ASSISTANT": "assistant", "FUNCTION RESPONSE": "tool"}
 # {"name": "f", "arguments": '<JSON text>'}: everything between the first and the last single quote, so
 # that an apostrophe inside the arguments ('{"note": "it's late"}') stays in them
@@ -159,7 +160,8 @@ def from_glaive(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
     prompt, tools = _glaive_tools(system or "", problems)
     messages = [{"role": "system", "content": prompt}] if prompt else []
     before, *turns = _GLAIVE_LINE_TURN.split(chat)
-    if len(turns) < 4:  # fewer than two turns on lines of their own: turns separated by spaces
+    if len(turns) < 4 or any(_ENDED_THEN_MORE.search(text) for text in turns[1::2]):
+        # fewer than two turns on lines of their own, or a turn going on after its end: turns separated by spaces
         before, *turns = _GLAIVE_TURN.split(chat)
     if before.strip():
         problems.append(f"'chat' starts with {before.strip()[:40]!r}, not a turn: glaive's turns start with "
