@@ -79,6 +79,7 @@ def leave_exit_barrier(agent) -> None:
     no node's last request meets a closed store. Nothing to wait for when the barrier did not
     complete (a node failed): torch has logged that already."""
     from torch.distributed.elastic.agent.server.api import _TERMINAL_STATE_SYNC_ID
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.utils.store import _NUM_MEMBERS
 
     group, store = agent._worker_group, agent._store
@@ -94,6 +95,8 @@ def leave_exit_barrier(agent) -> None:
         while left < group.group_world_size and time.monotonic() < deadline:
             time.sleep(0.05)
             left = store.add(LEFT_KEY, 0)
+    except SignalException:
+        raise  # a SIGTERM while waiting: _run's rules decide the status, as for torch's own barrier
     except Exception as err:  # noqa: BLE001 - the job is done; the store going away now changes nothing
         print(f"trainer.torchrun: after the exit barrier: {type(err).__name__}", file=sys.stderr, flush=True)
         return
