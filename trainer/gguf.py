@@ -77,18 +77,27 @@ def file_problems(path: str | Path, check_tokenizer: bool = True) -> list[str]:
 
 
 @functools.lru_cache(maxsize=1)
-def _reader(path: str, mtime_ns: int, size: int):
-    """The parsed file (a few seconds for a large vocabulary), shared by `metadata` and the reads of
-    transformers within `read_once`: validation and delivery read a file's metadata, then load from it.
-    Kept until the outermost read_once block ends."""
+def _shared_reader(path: str, mtime_ns: int, size: int):
+    """The parsed file (a few seconds for a large vocabulary) that, within a read_once block, `metadata` and the reads
+    of transformers share; let go when the outermost block ends."""
     import gguf
 
-    return getattr(gguf.GGUFReader, "unpatched", gguf.GGUFReader)(path)  # within read_once, the class it replaced
+    return gguf.GGUFReader.unpatched(path)
+
+
+def _parse(path: str, mtime_ns: int, size: int):
+    """A reader of `path`: within a read_once block the shared one, else one of its own (not kept: a parsed file
+    holds ~140 MB for SmolLM2's vocabulary and keeps the file open)."""
+    import gguf
+
+    if hasattr(gguf.GGUFReader, "unpatched"):
+        return _shared_reader(path, mtime_ns, size)
+    return gguf.GGUFReader(path)
 
 
 def _current_reader(path: str | Path):
     stat = os.stat(path)
-    return _reader(os.path.realpath(path), stat.st_mtime_ns, stat.st_size)
+    return _shared_reader(os.path.realpath(path), stat.st_mtime_ns, stat.st_size)
 
 
 @functools.lru_cache(maxsize=8)
@@ -98,7 +107,7 @@ def _metadata(path: str, mtime_ns: int, size: int) -> dict[str, Any]:
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     try:
-        reader = _reader(os.path.realpath(path), mtime_ns, size)
+        reader = _parse(os.path.realpath(path), mtime_ns, size)
         arch = str(reader.fields["general.architecture"].contents())
     except (ValueError, IndexError, KeyError, OSError) as err:  # what GGUFReader raises on a cut-off or damaged file
         what = "has no general.architecture" if isinstance(err, KeyError) else \
@@ -144,8 +153,8 @@ def read_once(path: str | Path):
     gguf.GGUFReader, which parses every metadata field (for SmolLM2's 49k-token vocabulary and merges,
     ~2.5 s), and it rebuilds gguf's tensor-name table for every module of the model (~4 s for 30 layers).
     Both are pure functions of their arguments and only read: within this block one reader of `path`
-    (the one `metadata` parsed, before the block too: validation reads the metadata, then the tokenizer)
-    and one table per (architecture, layers) serve every call. transformers looks both names up in the
+    (`metadata`'s too: validation reads the metadata, then the tokenizer, in one block) and one table per
+    (architecture, layers) serve every call. transformers looks both names up in the
     gguf module when it calls them (modeling_gguf_pytorch_utils imports them inside its functions), so
     replacing the module's names reaches it; they are restored on leaving. Blocks nest (an inner one's
     reader comes from the outer one's); one conversion at a time per process, as the deliver step and the
@@ -167,7 +176,7 @@ def read_once(path: str | Path):
     finally:
         gguf.GGUFReader, gguf.get_tensor_name_map = reader_class, name_map
         if not hasattr(reader_class, "unpatched"):  # the outermost block: the parsed file is not kept past it
-            _reader.cache_clear()
+            _shared_reader.cache_clear()
 
 
 def _incomplete(path: Path, arch: str, report: dict[str, Any]) -> str | None:

@@ -37,6 +37,24 @@ def pipeline_problems(params: dict[str, Any], check_local_files: bool = True,
     finetune pipeline's promotion gate reads min_gain as fc_ast_accuracy points (the sweep's, as its
     select_metric's: sweep_problems checks it).
     """
+    with _one_read_of_a_gguf(params.get("model_source")):
+        return _pipeline_problems(params, check_local_files, splits_out, gate)
+
+
+def _one_read_of_a_gguf(model_source: Any):
+    """A local GGUF model is parsed once for all of validation (its metadata, its tokenizer: ~2.5 s each for
+    SmolLM2's), and let go after it."""
+    try:
+        src = sources.parse(model_source, "model") if isinstance(model_source, str) else None
+    except UserError:
+        src = None
+    if src and src.kind == "local" and sources.is_gguf(src.ref) and Path(src.ref).is_file():
+        return gguf.read_once(src.ref)
+    return contextlib.nullcontext()
+
+
+def _pipeline_problems(params: dict[str, Any], check_local_files: bool, splits_out: dict | None,
+                       gate: bool) -> list[str]:
     params = {**_TRAIN_PARAMS, **DEFAULTS, **params}
     problems, bad = type_problems(params)
     params.update({name: default(name) for name in bad if name in _TRAIN_DEFAULTS or name in DEFAULTS})
