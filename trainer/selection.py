@@ -19,24 +19,58 @@ def meets(value: float, floor: float) -> bool:
     return value >= floor - 1e-9
 
 
-def category_drops(metrics: dict[str, float], max_drop: float) -> list[str]:
+def mcnemar_p(lost: int, won: int) -> float:
+    """McNemar's exact test, two-sided, on the rows tuning changed (trainer.evaluate.paired): were tuning harmless
+    a changed row would be as likely lost as won, so the smaller count is binomial(lost + won, 1/2) in either
+    tail; p = min(1, twice that tail), 1 when no row changed. Exact for any count (integer arithmetic)."""
+    n, k = int(lost) + int(won), min(int(lost), int(won))
+    if n == 0:
+        return 1.0
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n)
+
+
+def category_drops(metrics: dict[str, float], max_drop: float, significance: float = 0.0) -> list[str]:
     """Every category measured on both models (held-out fc_<category>_accuracy, BFCL
-    bfcl_<category>_accuracy) whose accuracy fell more than `max_drop` points below the base's."""
-    names = [f"fc_{c}_accuracy" for c in fc_check.CATEGORIES] + [f"bfcl_{c}_accuracy" for c in bfcl.CATEGORIES]
+    bfcl_<category>_accuracy) whose accuracy fell more than `max_drop` points below the base's: a line
+    each, with its rows and McNemar's exact test on the rows lost and won (trainer.evaluate.paired).
+    `significance` > 0 keeps only the drops that chance explains poorly (p < significance); a drop whose
+    counts were not logged (an older run's metrics) is kept, as without the test."""
+    return [line for line, kept in _drops(metrics, max_drop, significance) if kept]
+
+
+def chance_drops(metrics: dict[str, float], max_drop: float, significance: float) -> list[str]:
+    """The drops larger than `max_drop` that `category_drops` lets pass at `significance` (p >= it)."""
+    return [line for line, kept in _drops(metrics, max_drop, significance) if not kept]
+
+
+def _drops(metrics: dict[str, float], max_drop: float, significance: float) -> list[tuple[str, bool]]:
+    names = [f"fc_{c}" for c in fc_check.CATEGORIES] + [f"bfcl_{c}" for c in bfcl.CATEGORIES]
+    gate = f"max_category_drop {max_drop:g}" + (f", gate_significance {significance:g}" if significance > 0 else "")
     out = []
     for name in names:
-        base, tuned = metrics.get(f"base_{name}"), metrics.get(f"tuned_{name}", metrics.get(name))
-        if base is not None and tuned is not None and (base - tuned) * 100 > max_drop:
-            out.append(f"{name.removesuffix('_accuracy')} fell {base:.1%} -> {tuned:.1%} "
-                       f"({(tuned - base) * 100:+.1f} points; max_category_drop {max_drop:g})")
+        accuracy = f"{name}_accuracy"
+        base, tuned = metrics.get(f"base_{accuracy}"), metrics.get(f"tuned_{accuracy}", metrics.get(accuracy))
+        if base is None or tuned is None or (base - tuned) * 100 <= max_drop:
+            continue
+        rows, lost, won = (metrics.get(f"{name}_{k}") for k in ("rows", "lost", "won"))
+        of = f" on {int(rows)} rows" if rows is not None else ""
+        if lost is None or won is None:
+            test, kept = "lost/won not logged (an older run): taken as significant", True
+        else:
+            p = mcnemar_p(int(lost), int(won))
+            test, kept = f"{int(lost)} lost, {int(won)} won, McNemar p={p:.3g}", not significance > 0 or p < significance
+        out.append((f"{name} fell {base:.1%} -> {tuned:.1%} ({(tuned - base) * 100:+.1f} points{of}; {test}; "
+                    f"{gate})", kept))
     return out
 
 
 def pick(trials: list[dict[str, Any]], metrics: list[dict[str, float]], select_metric: str,
-         min_gain: float, min_fc_accuracy: float = 0.0, max_category_drop: float = 100.0) -> dict[str, Any]:
+         min_gain: float, min_fc_accuracy: float = 0.0, max_category_drop: float = 100.0,
+         gate_significance: float = 0.0) -> dict[str, Any]:
     """The best trial by `select_metric`, and whether it beats the base model by `min_gain`. A trial
     with a category more than `max_category_drop` points below the base's (`category_drops`) is not
-    picked while another passes; where none does, nothing is deployed.
+    picked while another passes; where none does, nothing is deployed. `gate_significance` > 0: only a drop
+    with McNemar's p below it counts (`category_drops`).
 
     `metrics[i]` are trial i's evaluate metrics (base_* and tuned_* keys). Gain is measured in
     the metric's own units, in the improving direction (accuracy up, loss down).
@@ -54,7 +88,8 @@ def pick(trials: list[dict[str, Any]], metrics: list[dict[str, float]], select_m
     sign = 1.0 if SELECT[select_metric] == "higher" else -1.0
     gains = [sign * (m[f"tuned_{select_metric}"] - m[f"base_{select_metric}"]) for m in metrics]
     # ties: the earlier trial; a trial whose gain is not a number (a NaN eval loss) is never the best of others
-    drops = [category_drops(m, max_category_drop) if max_category_drop < 100 else [] for m in metrics]
+    drops = [category_drops(m, max_category_drop, gate_significance) if max_category_drop < 100 else []
+             for m in metrics]
     best = max(range(len(gains)), key=lambda i: (not drops[i], math.isfinite(gains[i]),
                                                  gains[i] if math.isfinite(gains[i]) else 0, -i))
     # KFP passes list parameters through protobuf, where every number is a float: show 4, not 4.0.

@@ -14,8 +14,9 @@ generated, as training skips them, and counted (`skipped_long_rows`): the row co
 accuracies are over the rows scored.
 
 The package: `scoring` (answers against rows), `losses` (eval losses, local or served),
-`generation` (HF generate), `served` (through vLLM's server), `gate` (promotion), `run` (the
-evaluation of base and tuned that the evaluate step calls). The functions tests and benchmarks
+`generation` (HF generate), `served` (through vLLM's server), `paired` (the rows tuning lost and
+won, McNemar's test), `gate` (promotion), `run` (the evaluation of base and tuned that the evaluate
+step calls). The functions tests and benchmarks
 replace (generate, load, eval_loss, served_losses, ask, served_predictions, score) are called
 through their module (`generation.generate`): replace them there, on the module that defines
 them; the names this package re-exports are for calling, not for replacing.

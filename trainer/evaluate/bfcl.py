@@ -12,7 +12,9 @@ Metrics of one model: `bfcl_<category>_accuracy` for every category sampled; `bf
 (BFCL's non-live AST summary: the unweighted mean of simple_python, multiple, parallel and
 parallel_multiple), `bfcl_live_ast_accuracy` (its live AST summary: the live categories' rows pooled), and
 `bfcl_hallucination_accuracy` (irrelevance and live_irrelevance, unweighted, as its hallucination
-measurement); each aggregate only where every category it averages was measured.
+measurement); each aggregate only where every category it averages was measured. Of both, paired:
+`bfcl_<category>_lost` / `_won`, the rows the tuned model got wrong where the base was right and the reverse
+(`counts`), on which the promotion gate tests a category's drop.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 
 from trainer.data import bfcl as bfcl_data
 from trainer.evaluate import bfcl_check
+from trainer.evaluate.paired import paired_counts
 
 # New tokens per answer: BFCL's longest expected answers (parallel_multiple: four calls with their
 # arguments) take ~250 tokens as <tool_call> JSON; a model still writing past this is wrong anyway.
@@ -70,8 +73,8 @@ def _verdict(row: dict[str, Any], prediction: dict[str, Any]) -> tuple[bool, str
 def score(asked: list[dict[str, Any]], predictions: list[dict[str, Any] | None]) -> dict[str, float]:
     """One model's metrics from its predictions ({"calls", "content"} per row, None for a row not asked)."""
     per: dict[str, list[bool]] = {}
-    for row, p in zip(asked, predictions):
-        per.setdefault(row["category"], []).append(p is not None and _verdict(row, p)[0])
+    for v in verdicts(asked, predictions):
+        per.setdefault(v["category"], []).append(v["ok"])
     acc = {c: sum(v) / len(v) for c, v in per.items()}
     out = {f"bfcl_{c}_accuracy": a for c, a in acc.items()}
     if all(c in acc for c in bfcl_data.NON_LIVE_AST):
@@ -84,12 +87,24 @@ def score(asked: list[dict[str, Any]], predictions: list[dict[str, Any] | None])
     return out
 
 
-def counts(asked: list[dict[str, Any]], too_long: list[bool]) -> dict[str, float]:
-    """Rows per category (the accuracies' denominators) and those too long to ask: the same for both models."""
+def verdicts(asked: list[dict[str, Any]], predictions: list[dict[str, Any] | None]) -> list[dict[str, Any]]:
+    """One model's verdict per row, `{"category", "ok"}` (a row not asked is wrong): what `score` counts, and
+    what trainer.evaluate.paired pairs with the other model's."""
+    return [{"category": row["category"], "ok": p is not None and _verdict(row, p)[0]}
+            for row, p in zip(asked, predictions)]
+
+
+def counts(asked: list[dict[str, Any]], too_long: list[bool],
+           outputs: dict[str, list[dict[str, Any] | None]] | None = None) -> dict[str, float]:
+    """Rows per category (the accuracies' denominators) and those too long to ask: the same for both models.
+    With both models' `outputs`, also the rows the tuned model lost and won against the base per category
+    (`bfcl_<category>_lost` / `_won`: trainer.evaluate.paired), which the promotion gate tests a drop on."""
     out: dict[str, float] = {}
     for row, long in zip(asked, too_long):
         out[f"bfcl_{row['category']}_rows"] = out.get(f"bfcl_{row['category']}_rows", 0) + 1
         out[f"bfcl_{row['category']}_too_long"] = out.get(f"bfcl_{row['category']}_too_long", 0) + long
+    if outputs is not None:
+        out.update(paired_counts(verdicts(asked, outputs["base"]), verdicts(asked, outputs["tuned"]), "bfcl"))
     return out
 
 

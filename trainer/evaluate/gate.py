@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
-from trainer.selection import category_drops, meets
+from trainer.selection import category_drops, chance_drops, meets
 
 
 def promotion(metrics: dict[str, float], min_fc_accuracy: float = 0.0, min_gain: float = 0.0,
-              max_category_drop: float = 100.0) -> tuple[bool, str]:
+              max_category_drop: float = 100.0, gate_significance: float = 0.0) -> tuple[bool, str]:
     """The promotion gate on the evaluate step's logged metrics: the tuned model's BFCL-style
     accuracy (fc_ast_accuracy, every function-calling category) at least `min_fc_accuracy`, and
     at least `min_gain` above the base's (fractions: 0.05 is 5 points), and no category of any suite
-    more than `max_category_drop` points below the base's (`category_drops`; 100: off). Returns
-    (promoted, the line that says why); an accuracy the split cannot measure passes only a gate that
-    asks nothing."""
+    more than `max_category_drop` points below the base's (`category_drops`; 100: off). Each
+    category's line gives its rows and McNemar's exact p on the rows lost and won; `gate_significance`
+    > 0 refuses only the drops with p below it (0: every drop past max_category_drop, significant or
+    not), and the promoted line names those let pass. Returns (promoted, the line that says why); an
+    accuracy the split cannot measure passes only a gate that asks nothing."""
     promoted, said = _accuracy_gate(metrics, min_fc_accuracy, min_gain)
-    drops = category_drops(metrics, max_category_drop) if max_category_drop < 100 else []
+    gated = max_category_drop < 100
+    drops = category_drops(metrics, max_category_drop, gate_significance) if gated else []
     if not drops:
+        passed = chance_drops(metrics, max_category_drop, gate_significance) if gated and gate_significance > 0 else []
+        if promoted and passed:
+            return True, f"{said}; within chance, so let pass: {'; '.join(passed)}"
         return promoted, said
     fix = ("fine-tuning took away what the base model could do: train on rows of that kind too (e.g. text answers "
            "where no offered tool fits), or raise max_category_drop")

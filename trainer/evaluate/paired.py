@@ -1,0 +1,46 @@
+"""Base and tuned on the same rows, paired: per category the rows the tuned model lost (the base right, the
+tuned wrong) and won (the base wrong, the tuned right): what McNemar's exact test reads
+(trainer.selection.mcnemar_p).
+
+A category's accuracy can fall 8 points on 25 rows by chance as readily as by harm; the rows that changed
+verdict say which. The evaluate step logs the counts (`fc_<category>_lost` / `_won` on the held-out rows,
+`bfcl_<category>_lost` / `_won` on BFCL's), so the promotion gate (trainer.selection.category_drops) reads
+them from the metrics, as it reads the accuracies.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from trainer import fc_check
+
+
+def paired_counts(base: list[dict[str, Any]], tuned: list[dict[str, Any]], prefix: str,
+                  categories: Iterable[str] | None = None) -> dict[str, float]:
+    """`{prefix}_{category}_lost` and `{prefix}_{category}_won` from both models' verdicts on the same rows
+    (`{"category", "ok"}` per row, in the same order: trainer.fc_check.score's), for every category with a
+    row (of `categories` only, where given): a category measured logs its 0s, so a missing count means
+    an older run, never none changed.
+
+    Raises:
+        ValueError: the two lists are not of the same rows.
+    """
+    if len(base) != len(tuned) or any(b["category"] != t["category"] for b, t in zip(base, tuned)):
+        raise ValueError(f"base and tuned verdicts are not of the same rows ({len(base)} and {len(tuned)})")
+    wanted = None if categories is None else set(categories)
+    out: dict[str, float] = {}
+    for b, t in zip(base, tuned):
+        if wanted is not None and b["category"] not in wanted:
+            continue
+        lost, won = f"{prefix}_{b['category']}_lost", f"{prefix}_{b['category']}_won"
+        out[lost] = out.get(lost, 0.0) + (bool(b["ok"]) and not t["ok"])
+        out[won] = out.get(won, 0.0) + (not b["ok"] and bool(t["ok"]))
+    return out
+
+
+def heldout_counts(rows: list[dict[str, Any]], outputs: dict[str, list[dict[str, Any]]]) -> dict[str, float]:
+    """`fc_<category>_lost` / `_won` on the held-out rows scored, from both models' predictions
+    (`outputs["base"]`, `outputs["tuned"]`: {"calls", "content"} per row) by the AST check (trainer.fc_check)."""
+    verdicts = {name: [fc_check.score(r, p["calls"], p["content"]) for r, p in zip(rows, outputs[name])]
+                for name in ("base", "tuned")}
+    return paired_counts(verdicts["base"], verdicts["tuned"], "fc", fc_check.CATEGORIES)
