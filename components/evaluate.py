@@ -30,6 +30,7 @@ def evaluate(
     bfcl_rows: int = 25,
     seed: int = 0,
     max_category_drop: float = 10.0,
+    gate_significance: float = 0.0,
 ) -> NamedTuple("Outputs", promoted=bool, reason=str):
     """Score base and tuned on the held-out split; metric names are the same in every run
     (see trainer.evaluate for what each measures). `promoted`: the tuned model passes the gate
@@ -39,7 +40,7 @@ def evaluate(
     (a sweep scores its base once for every trial); none scores the base here too. `eval_suites`
     with bfcl: `bfcl_rows` rows per BFCL category (drawn with `seed`) from the deliver_bfcl step's
     `bfcl`, on the same servers (trainer.evaluate.bfcl); `max_category_drop`: the gate's per-category
-    floor (trainer.evaluate.promotion)."""
+    floor, `gate_significance`: McNemar's p a drop must be under to refuse (0: off) (trainer.evaluate.promotion)."""
     import json
     from collections import namedtuple
 
@@ -68,7 +69,8 @@ def evaluate(
                           bfcl_dir=store.get_tree(bfcl_uri) if bfcl_uri else None, bfcl_rows=bfcl_rows, seed=seed)
         result["mix"] = dataset.metadata.get("mix") or []  # the sources' names for the report's by-source table
     logged = logged_metrics(result)  # a kind of row the split lacks logs no accuracy, not 0
-    promoted, reason = promotion(logged, min_fc_accuracy, min_gain, max_category_drop) if gate else (True, "")
+    promoted, reason = promotion(logged, min_fc_accuracy, min_gain, max_category_drop,
+                                 gate_significance) if gate else (True, "")
     log_metrics(metrics, {**logged, **({"promoted": float(promoted)} if gate else {})})
     with open(examples.path, "w") as f:
         f.write(examples_markdown(result))

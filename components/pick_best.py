@@ -20,9 +20,11 @@ def pick_best(
     min_gain: float = 0.1,
     min_fc_accuracy: float = 0.0,
     max_category_drop: float = 10.0,
+    gate_significance: float = 0.0,
 ) -> NamedTuple("Outputs", deploy=bool, reason=str, best_trial=int):
     """Rank trials by tuned-vs-base gain in `select_metric` (fc_accuracy up, eval_loss down), those
-    that lost more than `max_category_drop` points in a category last (trainer.selection.pick);
+    that lost more than `max_category_drop` points in a category last (trainer.selection.pick; with
+    `gate_significance` > 0 only a drop with McNemar's p below it counts);
     `deploy` is true when the best gain is at least `min_gain` and the best lost no category."""
     from collections import namedtuple
 
@@ -34,7 +36,7 @@ def pick_best(
     with exit_on_user_error():
         try:
             picked = pick(trials, [dict(m.metadata) for m in trial_metrics], select_metric, min_gain, min_fc_accuracy,
-                          max_category_drop)
+                          max_category_drop, gate_significance)
         except ValueError as err:
             raise UserError(str(err)) from None
     best = picked["best"]

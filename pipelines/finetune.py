@@ -134,6 +134,7 @@ def finetune_pipeline(
     bfcl_rows: int = F["bfcl_rows"],
     bfcl_source: str = F["bfcl_source"],
     max_category_drop: float = F["max_category_drop"],
+    gate_significance: float = F["gate_significance"],
     deploy_backend: str = F["deploy_backend"],
     keep_serving: bool = F["keep_serving"],
     serve_adapters: bool = F["serve_adapters"],
@@ -192,7 +193,8 @@ def finetune_pipeline(
                                dataset=data.outputs["dataset"], max_rows=eval_max_rows,
                                max_seq_len=max_seq_len, eval_engine=eval_engine, min_fc_accuracy=min_fc_accuracy,
                                min_gain=min_gain, eval_suites=eval_suites, bfcl=bfcl.outputs["bfcl"],
-                               bfcl_rows=bfcl_rows, seed=seed, max_category_drop=max_category_drop)
+                               bfcl_rows=bfcl_rows, seed=seed, max_category_drop=max_category_drop,
+                               gate_significance=gate_significance)
                       ).set_display_name("evaluate")
     merged = with_s3(merge_lora(base_model=model.outputs["model"], adapter=train.outputs["adapter"]))
     merged.set_display_name("merge LoRA")

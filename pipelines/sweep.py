@@ -50,6 +50,7 @@ def build(parallelism: int = 2):
         min_gain: float = S["min_gain"],
         min_fc_accuracy: float = S["min_fc_accuracy"],
         max_category_drop: float = S["max_category_drop"],
+        gate_significance: float = S["gate_significance"],
         model_source: str = S["model_source"],
         model_revision: str = S["model_revision"],
         chat_template: str = S["chat_template"],
@@ -125,7 +126,8 @@ def build(parallelism: int = 2):
         best = restricted(pick_best(trials=trials, trial_metrics=dsl.Collected(scores.outputs["metrics"]),
                                     adapters=dsl.Collected(train.outputs["adapter"]), select_metric=select_metric,
                                     min_gain=min_gain, min_fc_accuracy=min_fc_accuracy,
-                                    max_category_drop=max_category_drop).set_display_name("pick best"))
+                                    max_category_drop=max_category_drop, gate_significance=gate_significance
+                                    ).set_display_name("pick best"))
         # KFP 2.17 cannot compile dsl.Collected inside a condition, so this task always runs and
         # returns at once unless deploy_all_trials is set.
         with_s3(deploy_trials(enabled=deploy_all_trials, base_model=model.outputs["model"],

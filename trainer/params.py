@@ -194,6 +194,15 @@ PARAMS: tuple[Param, ...] = (
           sweep_help=('The pick: a trial with a held-out category (fc_<category>_accuracy) more than this many points '
                       'below the base model\'s is not picked while another passes; where none does, nothing is '
                       'deployed. 100 turns it off.')),
+    Param('gate_significance', float, 0.0, EVALUATION, BOTH,
+          help=('With max_category_drop: refuse a category\'s drop only when chance explains it poorly, McNemar\'s '
+                'exact p on the rows the tuned model lost and won there (fc_<category>_lost/_won, '
+                'bfcl_<category>_lost/_won) below this, e.g. 0.05: 25 rows falling 8 points (2 lost, 0 won, '
+                'p=0.5) then pass, 50 falling 20 (10 lost, 0 won, p=0.002) do not. 0 refuses every drop past '
+                'max_category_drop; a drop whose counts were not logged is refused. From 0 up to, not including, 1.'),
+          sweep_help=('With max_category_drop in the pick: a trial\'s category drop counts only when McNemar\'s '
+                      'exact p on the rows it lost and won there (fc_<category>_lost/_won) is below this, e.g. '
+                      '0.05; 0 counts every drop past max_category_drop. From 0 up to, not including, 1.')),
     Param('deploy_backend', str, 'local', SERVING, BOTH,
           help=('Where the model (in the sweep: the winner) is served: local (run_local only: the project image the deploy step runs has no '
                 'vLLM), kubernetes (a vLLM Deployment and Service), kserve (an InferenceService) or llmisvc (KServe\'s '

@@ -427,6 +427,10 @@ CASES = [
     ("max-category-drop-as-a-fraction", lambda t, m: ["max_category_drop=-0.1"],
      "max_category_drop=-0.1 is in points of accuracy, from 0 (no category may fall) to 100 (off)"),
     ("max-category-drop-nan", lambda t, m: ["max_category_drop=nan"], "max_category_drop"),
+    ("gate-significance-as-a-percentage", lambda t, m: ["gate_significance=5"],
+     "gate_significance=5 is a p-value threshold, from 0 (off: every drop past max_category_drop is refused) up to, "
+     "not including, 1: e.g. 0.05"),
+    ("gate-significance-nan", lambda t, m: ["gate_significance=nan"], "gate_significance='nan' is not a finite number"),
 ]
 
 SWEEP_CASES = [

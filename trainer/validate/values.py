@@ -104,6 +104,16 @@ def _padded(name: str, value: Any) -> str | None:
     return None
 
 
+def _out_of_range(name: str, value: Any) -> str | None:
+    """gate_significance, a p-value threshold: 0 (off) up to, not including, 1 (p < 1 would refuse nearly every
+    drop, p <= 1 every one: that is what 0 does, said plainly)."""
+    if (name == "gate_significance" and isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and not 0 <= value < 1):
+        return (f"gate_significance={value:g} is a p-value threshold, from 0 (off: every drop past max_category_drop "
+                "is refused) up to, not including, 1: e.g. 0.05")
+    return None
+
+
 def _not_text(name: str, value: Any) -> str | None:
     """A value holding a lone surrogate: bytes that are not UTF-8 on the command line (Python
     keeps them as \\udcff) or a \\ud800 escape in JSON. No log line, record or API carries it."""
@@ -144,7 +154,7 @@ def type_problems(params: dict[str, Any]) -> tuple[list[str], set[str]]:
         problem = _not_text(name, value) or _credentials(name, value)
         if problem is None and (name in _TRAIN_DEFAULTS or name in DEFAULTS):
             problem = value_problem(name, value, type(d))
-        problem = problem or _too_large(name, value) or _padded(name, value)
+        problem = problem or _too_large(name, value) or _padded(name, value) or _out_of_range(name, value)
         if problem is None and not isinstance(value, float):
             nested = non_finite_paths(value, name)
             if nested:
