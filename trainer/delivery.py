@@ -5,6 +5,7 @@ and split), then uploaded once under its tree's hash."""
 from __future__ import annotations
 
 import contextlib
+import gzip
 import io
 import os
 import random
@@ -12,7 +13,7 @@ import re
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from trainer import builtin_data, builtin_model, data, gguf, templates, weights
 from trainer.data import bfcl, masking, mix
@@ -444,7 +445,56 @@ def deliver_bfcl(source: str, store) -> tuple[str, dict[str, Any]]:
 
 
 def bfcl_contamination(dataset_uri: str, bfcl_uri: str, store) -> None:
-    """Refuse (UserError) a delivered dataset whose training rows ask BFCL's questions (trainer.data.bfcl)."""
+    """Refuse (UserError) a delivered dataset whose training rows ask BFCL's questions (trainer.data.bfcl),
+    naming their lines in the delivered train.jsonl (a local source was checked, by its own lines, before)."""
     train = data.read_jsonl(store.get_tree(dataset_uri) / "train.jsonl")
-    if problem := bfcl.contamination(train, store.get_tree(bfcl_uri)):
-        raise UserError(problem)
+    if problem := bfcl.contamination(train, store.get_tree(bfcl_uri), where="train.jsonl:{}"):
+        raise UserError(f"dataset {dataset_uri}: {problem}")
+
+
+def row_origins(dataset_source: str) -> Callable[[list[dict[str, Any]]], list[str]]:
+    """Where training rows (after the split and the mix) are in the dataset's own files, for a refusal that
+    names them (trainer.data.bfcl.contamination): "data.jsonl:17" in JSON Lines, "data.csv row 5" in other
+    formats; a row of a source not read from a file here (`datasets`, built in) is named by its source. The
+    files are read again only when called, with the rows found: a rare, short path."""
+    def origins(rows: list[dict[str, Any]]) -> list[str]:
+        places: dict[str, list[str]] = {}
+        for path in _source_files(parse(dataset_source, "dataset")):
+            for place, row in _numbered_rows(path):
+                places.setdefault(bfcl.row_key(row), []).append(place)
+        found = [list(dict.fromkeys(places.get(bfcl.row_key(r), []))) for r in rows]  # a part mixed in twice
+        return [", ".join(at[:5]) + (f" and {len(at) - 5} more" if len(at) > 5 else "") if at
+                else f"a row of {dataset_source.strip()}" for at in found]
+    return origins
+
+
+def _source_files(src: Source) -> list[Path]:
+    """The files here that a source's training rows are read from, in the order read."""
+    if src.kind == "mix":
+        return [f for name, _ in mix_parts(src.ref) for f in _source_files(parse(name, "dataset"))]
+    path = Path(src.ref)
+    if src.kind != "local" or not path.exists():
+        return []
+    if path.is_file():
+        return [path]
+    if any((path / name).is_file() for name in SAVED_DATASET_FILES) or _hub_layout(path):
+        return []  # read through `datasets`
+    return [_split_files(path)[0]]
+
+
+def _numbered_rows(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """(where, row) for every row of a dataset file in its order: "path:line" where each row is one line of
+    its own (JSON Lines), else "path row N"."""
+    with data.quiet_conversions():
+        rows = data.read_rows(path)
+    lines: list[int] = []
+    if data._suffix(path) not in (".csv", ".tsv", ".parquet"):
+        first = ""
+        with (gzip.open(path, "rb") if path.suffix.lower() == ".gz" else path.open("rb")) as f:
+            for n, raw in enumerate(f, 1):
+                if text := raw.decode("utf-8", "replace").lstrip("\ufeff").strip():
+                    first = first or text
+                    lines.append(n)
+        if first.startswith("[") or len(lines) != len(rows):  # a JSON list, or a row over several lines
+            lines = []
+    return [(f"{path}:{lines[i]}" if lines else f"{path} row {i + 1}", row) for i, row in enumerate(rows)]

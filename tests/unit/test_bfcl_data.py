@@ -48,19 +48,94 @@ def test_the_sample_is_seeded_in_file_order_and_zero_takes_all(bfcl_tree):
     assert bfcl.sample(rows, 0, 3) == rows and bfcl.sample(rows, 10_000, 3) == rows
 
 
-def test_a_training_set_holding_bfcl_questions_is_refused_with_rows_and_categories(bfcl_tree):
-    question = bfcl.read(bfcl_tree, "live_irrelevance")[5]["messages"][-1]["content"]
-    other = bfcl.read(bfcl_tree, "parallel")[0]["messages"][0]["content"]
-    rows = [{"messages": [{"role": "user", "content": "What is the weather in Paris?"},
-                          {"role": "assistant", "content": "Sunny."}]},
-            {"messages": [{"role": "user", "content": "  " + question.upper().replace(" ", "\n  ") + " "},
-                          {"role": "assistant", "content": "x"}]},
-            {"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": other},
-                          {"role": "assistant", "content": "y"}]}]
+AREA = "Find the area of a triangle with a base of 10 units and height of 5 units."  # simple_python_0, 16 words
+
+
+def _chat(*turns):
+    return {"messages": [{"role": role, "content": text} for role, text in turns]}
+
+
+def test_greetings_thanks_and_the_builtin_rows_are_not_bfcl_questions(bfcl_tree):
+    """BFCL holds "hi", "thanks", "who are you?", "tell me a joke" (162 of its user messages have three words or
+    fewer): a support chat saying them asks no BFCL question. Nor do the built-in rows the demo trains on (BFCL
+    asks "What's the weather in London?", five words as the check counts them, and so do they)."""
+    from trainer import builtin_data
+
+    chat = _chat(("system", "You are a helpful support agent."), ("user", "Hi"), ("assistant", "Hello!"),
+                 ("user", "Thanks"), ("assistant", "x"), ("user", "who are you?"), ("assistant", "x"),
+                 ("user", "tell me a joke"), ("assistant", "x"), ("user", "help"), ("assistant", "x"))
+    assert bfcl.contamination([chat, _chat(("user", "hello"), ("assistant", "Hi!"))], bfcl_tree) is None
+    demo = builtin_data.dataset()
+    assert bfcl.contamination(demo["train"] + demo["eval"], bfcl_tree) is None
+    # a six-word question is one only as most of a message, not as a phrase in a longer one
+    long = "I was reading about number theory and wondered: find the prime factors of 450, then tell me why " \
+           "that matters for cryptography in everyday life"
+    assert bfcl.contamination([_chat(("user", long), ("assistant", "x"))], bfcl_tree) is None
+
+
+@pytest.mark.parametrize("turns", [
+    [("user", AREA.rstrip("."))],                                           # its final period dropped
+    [("user", "Question: " + AREA)],                                        # a prefix
+    [("user", AREA.replace("triangle", "tri\u200bangle"))],                 # a zero-width space
+    [("user", AREA.replace("10", "\uff11\uff10").replace("5", "\uff15"))],  # full-width digits
+    [("system", "You are a geometry tutor. " + AREA), ("user", "Go on.")],  # inside the system message
+    [("user", "Find the area of a triangle with a base"), ("assistant", "Of what?"),
+     ("user", "of 10 units and height of 5 units.")],                       # split over two user turns
+    [("user", "  " + AREA.upper().replace(" ", "\n  "))],                   # case and white space
+], ids=["period", "prefix", "zero-width", "full-width", "system", "two-turns", "case"])
+def test_a_bfcl_question_written_otherwise_is_refused_naming_row_and_id(bfcl_tree, turns):
+    rows = [_chat(("user", "Thanks"), ("assistant", "You're welcome.")), _chat(*turns, ("assistant", "25"))]
     problem = bfcl.contamination(rows, bfcl_tree)
-    assert "2 training rows" in problem and "rows 2, 3" in problem
-    assert "live_irrelevance" in problem and "parallel" in problem and "Remove those rows" in problem
-    assert bfcl.contamination(rows[:1], bfcl_tree) is None
+    assert problem.startswith("1 training row asks BFCL 2026.3.23 questions")
+    assert 'row 2: its ' in problem and 'holds BFCL simple_python_0 ("' in problem and "Remove those rows" in problem
+
+
+def test_a_short_question_is_refused_as_most_of_a_message_and_repeats_counted_once(bfcl_tree):
+    short = "Find the prime factors of 450"  # simple_python_17, six words
+    rows = [_chat(("user", short + "?"), ("assistant", "2, 3, 3, 5, 5")),
+            _chat(("user", "Q: " + short.lower()), ("assistant", "x")),
+            _chat(("user", "Hi"), ("assistant", "x"))]
+    problem = bfcl.contamination([rows[0], rows[2], rows[0], rows[1], rows[0]], bfcl_tree)
+    assert problem.startswith("2 training rows ask")
+    assert 'row 1, 3, 5: its user message holds BFCL simple_python_17 ("find the prime factors of 450")' in problem
+    assert "row 4: its user message holds BFCL simple_python_17" in problem
+
+
+def test_more_rows_than_shown_are_counted(bfcl_tree):
+    rows = [{"messages": r["messages"]} for r in bfcl.read(bfcl_tree, "simple_python")[:9]]
+    problem = bfcl.contamination(rows, bfcl_tree)
+    assert problem.startswith("9 training rows") and "row 5: " in problem and "row 6: " not in problem
+    assert "\nand 4 more\n" in problem
+
+
+def test_validate_names_the_files_lines_of_rows_a_mix_repeats(tmp_path, bfcl_tree):
+    """The check before a run reads the shuffled, mixed training rows, and names each matched row by its
+    source file's line (blank lines counted), once however often the mix repeats it; an Alpaca row's
+    instruction is its user message."""
+    from trainer import delivery, sources
+    from trainer.validate.pipeline import _bfcl_contamination_problems
+
+    other = bfcl.read(bfcl_tree, "multiple")[3]["messages"][0]["content"]  # multiple_3
+    parts = {"mine": [_chat(("user", "Hi"), ("assistant", "Hello!")), None,
+                      _chat(("user", "Question: " + AREA), ("assistant", "25")),
+                      _chat(("system", "Answer this: " + other), ("user", "ok"), ("assistant", "x"))],
+             "alpaca": [{"instruction": "Find the prime factors of 450", "input": "", "output": "2, 3, 3, 5, 5"}],
+             "a": [_chat(("user", "Thanks"), ("assistant", "x"))], "b": [_chat(("user", "Bye"), ("assistant", "x"))]}
+    for name, rows in parts.items():
+        (tmp_path / name).mkdir()
+        for split in ("train", "eval"):
+            (tmp_path / name / f"{split}.jsonl").write_text("".join((json.dumps(r) if r else "") + "\n" for r in rows))
+    # mine's three rows weighted up: taken in two whole passes, each row twice among the shuffled training rows
+    source = json.dumps([{"source": str(tmp_path / name), "weight": 1000 if name == "mine" else 1} for name in parts])
+    train = delivery.materialize_dataset(sources.parse(source, "dataset"), "", 0.1, 0)["train"]
+    assert len(train) == 9 and sum(r["messages"][0]["content"].startswith("Question") for r in train) == 2
+    problems = _bfcl_contamination_problems({"dataset_source": source, "eval_suites": "heldout,bfcl",
+                                             "bfcl_source": str(bfcl_tree)}, train)
+    assert len(problems) == 1 and "3 training rows ask BFCL" in problems[0]
+    for name, line, which, qid in (("mine", 3, "user message", "simple_python_0"),
+                                   ("mine", 4, "system message", "multiple_3"),
+                                   ("alpaca", 1, "user message", "simple_python_17")):
+        assert f"\n{tmp_path / name / 'train.jsonl'}:{line}: its {which} holds BFCL {qid} (" in problems[0]
 
 
 def test_a_folder_or_a_wheel_missing_files_is_refused_naming_them(tmp_path, bfcl_tree):
@@ -128,7 +203,8 @@ def test_delivered_content_addressed_from_a_wheel_an_upload_or_a_delivered_tree(
     clean, _ = store.put_tree(_dataset(tmp_path / "c", "Hello there"), "datasets")
     delivery.bfcl_contamination(clean, uri, store)
     dirty, _ = store.put_tree(_dataset(tmp_path / "d", question), "datasets")
-    with pytest.raises(UserError, match=r"1 training rows ask BFCL .*rows 1; categories simple_python"):
+    with pytest.raises(UserError, match=r"dataset s3://.*: 1 training row asks BFCL .*\ntrain.jsonl:1: its user "
+                                        r"message holds BFCL simple_python_0 \("):
         delivery.bfcl_contamination(dirty, uri, store)
 
 

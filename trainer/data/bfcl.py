@@ -21,11 +21,13 @@ import random
 import re
 import shutil
 import tempfile
+import unicodedata
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from trainer import pypi
+from trainer.data.mix import TAG
 from trainer.errors import UserError
 
 VERSION = "2026.3.23"
@@ -202,41 +204,163 @@ def sample(rows: list[dict[str, Any]], n: int, seed: int) -> list[dict[str, Any]
     return [r for i, r in enumerate(rows) if i in keep]
 
 
-def normalized(text: str) -> str:
-    """A question as the contamination check compares it: case and white space ignored."""
-    return " ".join(str(text).lower().split())
+# Contamination: training rows that hold BFCL's questions. Language-model papers measure test-set overlap
+# in 13-word n-grams (GPT-3, Brown et al. 2020, section 2.2 and appendix C, removed training documents that
+# share a 13-gram with a benchmark): a run that long is no coincidence. Questions shorter than that count
+# only as most (at least half) of a message, from MIN_WHOLE words up: under six words BFCL's questions are
+# greetings, names and fragments ("hi", "thanks", "who are you", "version", "drink", "who discovered
+# radium": 355 of its 3,495 user messages) that a support chat says too, while at six they name a task and
+# its arguments ("convert 150 euros to canadian dollars").
+NGRAM = 13
+MIN_WHOLE = 6
+SHOWN = 5  # matched rows shown in the refusal; the rest counted
+
+# Scripts written without spaces between words (Thai, Chinese, Japanese kana): one character, one word.
+_UNSPACED = re.compile("([\u0e00-\u0e7f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f])")
 
 
-def questions(tree: Path) -> dict[str, str]:
-    """Every user message of every category (normalised) -> the category it is from."""
-    out: dict[str, str] = {}
-    for category in CATEGORIES:
-        for q in _jsonl(Path(tree) / data_file(category)):
-            for turn in q["question"]:
-                for m in turn:
-                    if m.get("role") == "user" and isinstance(m.get("content"), str) and m["content"].strip():
-                        out.setdefault(normalized(m["content"]), category)
-    return out
+_APOSTROPHES = "'\u2019\u02bc"
 
 
-def contamination(train_rows: list[dict[str, Any]], tree: Path) -> str | None:
-    """None, or the problem: training rows whose user message is a BFCL question (after case and white
-    space normalisation), with the rows (1-based) and the categories they are from."""
-    asked = questions(tree)
-    hits: list[tuple[int, str]] = []
-    for n, row in enumerate(train_rows, 1):
-        for m in row.get("messages") or []:
-            if isinstance(m, dict) and m.get("role") == "user" and isinstance(m.get("content"), str):
-                if (cat := asked.get(normalized(m["content"]))) is not None:
-                    hits.append((n, cat))
-                    break
+class _Spacing(dict):
+    """str.translate's table, filled as characters are met: format characters (zero-width spaces, joiners,
+    byte-order marks: Unicode category Cf) and apostrophes dropped ("what's" is one word, as it is in
+    "what's the weather in london", five words), other punctuation and symbols (P*, S*) read as a space."""
+
+    def __missing__(self, code: int) -> str | None:
+        kind = unicodedata.category(chr(code))
+        self[code] = value = (None if kind == "Cf" or chr(code) in _APOSTROPHES else " " if kind[0] in "PS"
+                              else chr(code))
+        return value
+
+
+_SPACING = _Spacing()
+
+
+def words(text: str) -> list[str]:
+    """Text as the contamination check compares it: Unicode NFKC (full-width digits and letters as ASCII),
+    format characters dropped, punctuation and symbols as spaces, case folded, split at white space."""
+    text = unicodedata.normalize("NFKC", str(text)).translate(_SPACING).casefold()
+    return _UNSPACED.sub(r" \1 ", text).split()
+
+
+class Questions:
+    """BFCL's user messages (every turn of every category, as `words`), indexed once: each 13-word run of a
+    question of NGRAM words or more, and the questions of MIN_WHOLE to NGRAM-1 words whole."""
+
+    def __init__(self, tree: Path):
+        self.asked: list[tuple[str, list[str]]] = []  # (BFCL id, words)
+        self.grams: dict[tuple[str, ...], tuple[int, int]] = {}  # 13 words -> (question, where they start)
+        self.whole: dict[tuple[str, ...], int] = {}
+        for category in CATEGORIES:
+            for q in _jsonl(Path(tree) / data_file(category)):
+                for turn in q["question"]:
+                    for m in turn:
+                        if m.get("role") == "user" and (w := words(_text(m.get("content")))):
+                            self.asked.append((q["id"], w))
+        for k, (_, w) in enumerate(self.asked):
+            if len(w) >= NGRAM:
+                for i in range(len(w) - NGRAM + 1):
+                    self.grams.setdefault(tuple(w[i:i + NGRAM]), (k, i))
+            elif len(w) >= MIN_WHOLE:
+                self.whole.setdefault(tuple(w), k)
+
+    def match(self, w: list[str]) -> tuple[str, list[str]] | None:
+        """(BFCL id, the words matched) where `w` shares a 13-word run with a question, or is mostly (at least
+        half its words) a whole question of MIN_WHOLE to NGRAM-1 words; else None."""
+        for i in range(len(w) - NGRAM + 1):
+            if (got := self.grams.get(tuple(w[i:i + NGRAM]))) is not None:
+                k, s = got
+                qid, q = self.asked[k]
+                start, end = i, i + NGRAM
+                while start > 0 and s > 0 and w[start - 1] == q[s - 1]:
+                    start, s = start - 1, s - 1
+                while end < len(w) and s + end - start < len(q) and w[end] == q[s + end - start]:
+                    end += 1
+                return qid, w[start:end]
+        for n in range(min(len(w), NGRAM - 1), max(MIN_WHOLE, -(-len(w) // 2)) - 1, -1):
+            for i in range(len(w) - n + 1):
+                if (k := self.whole.get(tuple(w[i:i + n]))) is not None:
+                    return self.asked[k][0], w[i:i + n]
+        return None
+
+
+def _text(content: Any) -> str:
+    """A message's text: its content, or the text parts of a list of parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return ""
+
+
+def _texts(row: dict[str, Any]):
+    """(which text, its `words`) of a row the check reads: each user and system message, and the user
+    messages together (a question split over two turns)."""
+    users: list[list[str]] = []
+    for m in row.get("messages") or []:
+        if isinstance(m, dict) and m.get("role") in ("user", "system") and (w := words(_text(m.get("content")))):
+            if m["role"] == "user":
+                users.append(w)
+            yield f"{m['role']} message", w
+    if len(users) > 1:
+        yield "user messages together", [x for w in users for x in w]
+
+
+def row_key(row: dict[str, Any]) -> str:
+    """A row's content, the same for its copies (a mix's repeats carry their source's index, not counted)."""
+    return json.dumps({k: v for k, v in row.items() if k != TAG}, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def contaminated(rows: list[dict[str, Any]], tree: Path) -> list[tuple[int, str, str, list[str]]]:
+    """(index in `rows`, which text, BFCL id, words matched) of each row holding a BFCL question."""
+    asked = Questions(tree)
+    hits = []
+    for n, row in enumerate(rows):
+        for which, w in _texts(row):
+            if got := asked.match(w):
+                hits.append((n, which, *got))
+                break
+    return hits
+
+
+def _shortened(w: list[str], limit: int = 80) -> str:
+    text = " ".join(w)
+    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " ..."
+
+
+def contamination(train_rows: list[dict[str, Any]], tree: Path, where: str = "row {}",
+                  origins: Callable[[list[dict[str, Any]]], list[str]] | None = None) -> str | None:
+    """None, or the problem: training rows holding BFCL questions (`Questions.match` on each user and system
+    message and on the user messages together, as `words`), each distinct row once (a row a mix repeats, or
+    a file holds twice, is one) with where it is, the BFCL id and the words matched; SHOWN of them, the rest
+    counted.
+
+    `origins`: where each of the matched rows (distinct, in order) is, e.g. "data.jsonl:17", for rows that
+    went through a shuffle or a mix; None: their places in `train_rows`, 1-based, in `where`
+    ("train.jsonl:{}")."""
+    hits = contaminated(train_rows, tree)
     if not hits:
         return None
-    cats = sorted({c for _, c in hits})
-    shown = ", ".join(str(n) for n, _ in hits[:10]) + (" and more" if len(hits) > 10 else "")
-    return (f"{len(hits)} training rows ask BFCL {version(tree)} questions (rows {shown}; categories "
-            f"{', '.join(cats)}): a score on BFCL after training on its test rows measures nothing. Remove those "
-            "rows from the dataset, or drop bfcl from eval_suites")
+    distinct: dict[str, tuple[tuple[int, str, str, list[str]], list[int]]] = {}
+    for hit in hits:
+        distinct.setdefault(row_key(train_rows[hit[0]]), (hit, []))[1].append(hit[0] + 1)
+    found = list(distinct.values())
+    shown = found[:SHOWN]
+    places = (origins([train_rows[hit[0]] for hit, _ in shown]) if origins else
+              [where.format(", ".join(map(str, at[:5])) + (f" and {len(at) - 5} more" if len(at) > 5 else ""))
+               for _, at in shown])
+    lines = [f'{place}: its {which} holds BFCL {qid} ("{_shortened(w)}")'
+             for place, ((_, which, qid, w), _) in zip(places, shown)]
+    if len(found) > SHOWN:
+        lines.append(f"and {len(found) - SHOWN} more")
+    n = len(found)
+    return (f"{n} training row{'s' if n > 1 else ''} ask{'' if n > 1 else 's'} BFCL {version(tree)} questions (each "
+            "row counted once, however often the data repeats it): a score on BFCL after training on its test rows "
+            "measures nothing.\n" + "\n".join(lines) + "\nRemove those rows from the dataset (the lines named; "
+            f"trainer.data.bfcl.contaminated(rows, bfcl_tree) lists every one: a user or system message sharing "
+            f"{NGRAM} words in a row with a BFCL question, or mostly a whole one of {MIN_WHOLE} words or more, after "
+            "Unicode NFKC, case, punctuation and white space), or drop bfcl from eval_suites")
 
 
 SUITES = ("heldout", "bfcl")

@@ -257,7 +257,7 @@ def _bfcl_contamination_problems(params: dict[str, Any], train_rows: list[dict[s
         with tempfile.TemporaryDirectory(prefix="bfcl-check-") as tmp:
             tree = (bfcl.extract(Path(source.removeprefix("file://")).expanduser(), Path(tmp) / "tree") if source
                     else bfcl.fetched(Path(tmp) / "tree"))
-            problem = bfcl.contamination(train_rows, tree)
+            problem = bfcl.contamination(train_rows, tree, origins=delivery.row_origins(params["dataset_source"]))
     except UserError as err:
         return [str(err)]
     return [f"dataset_source {params['dataset_source'].strip()!r}: {problem}"] if problem else []
