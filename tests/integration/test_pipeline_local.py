@@ -225,5 +225,6 @@ def test_bfcl_scored_in_the_pipeline_and_a_dataset_holding_its_questions_refused
     proc = run("contaminated", "--param", f"dataset_source={tmp_path / 'mine'}")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, out[-5000:]
-    assert re.search(r"1 training rows ask BFCL .* categories multiple\)", out), out[-3000:]
+    assert "1 training row asks BFCL" in out, out[-3000:]
+    assert f"{tmp_path / 'mine' / 'train.jsonl'}:8: its user message holds BFCL multiple_3 (" in out, out[-3000:]
     assert "Traceback" not in out and "Running pipeline" not in out  # refused by the parameters' check: nothing ran
