@@ -163,19 +163,21 @@ def summarize(metrics: dict[str, dict[str, float]], endpoint: str | None, keep_s
     lines = []
     if ev:
         fc_rows, text_rows = int(ev.get("fc_rows", ev.get("eval_rows", 0))), int(ev.get("text_rows", 0))
+        # every assistant turn is asked: where rows hold several, the counts are of turns
+        unit = "turns" if ev.get("eval_turns", 0) > ev.get("eval_rows", 0) else "rows"
         rows = [("eval loss", f"{ev['base_eval_loss']:.4f}", f"{ev['tuned_eval_loss']:.4f}"),
-                (f"function-calling accuracy ({fc_rows} rows)",
+                (f"function-calling accuracy ({fc_rows} {unit})",
                  *((f"{ev['base_fc_accuracy']:.1%}", f"{ev['tuned_fc_accuracy']:.1%}") if fc_rows else ("n/a", "n/a")))
                 ] if "base_eval_loss" in ev else []  # eval_suites=bfcl: no held-out rows
         if text_rows:
-            rows.append((f"text match ({text_rows} rows)", f"{ev['base_text_match']:.1%}",
+            rows.append((f"text match ({text_rows} {unit})", f"{ev['base_text_match']:.1%}",
                          f"{ev['tuned_text_match']:.1%}"))
         # BFCL-style AST accuracy over every function-calling category, then each category the split has
         categories = {c: int(ev.get(f"fc_{c}_rows", 0)) for c in fc_check.CATEGORIES}
         if "tuned_fc_ast_accuracy" in ev:
-            rows.append((f"function-calling AST accuracy ({sum(categories.values())} rows)",
+            rows.append((f"function-calling AST accuracy ({sum(categories.values())} {unit})",
                          f"{ev['base_fc_ast_accuracy']:.1%}", f"{ev['tuned_fc_ast_accuracy']:.1%}"))
-        rows += [(f"  {c} ({n} rows)", f"{ev[f'base_fc_{c}_accuracy']:.1%}", f"{ev[f'tuned_fc_{c}_accuracy']:.1%}")
+        rows += [(f"  {c} ({n} {unit})", f"{ev[f'base_fc_{c}_accuracy']:.1%}", f"{ev[f'tuned_fc_{c}_accuracy']:.1%}")
                  for c, n in categories.items() if n and f"tuned_fc_{c}_accuracy" in ev]
         bfcl = [(f"  {c}" + (f" ({int(ev[f'bfcl_{c}_rows'])} rows)" if f"bfcl_{c}_rows" in ev else ""),
                  f"{ev[f'base_bfcl_{c}_accuracy']:.1%}", f"{ev[f'tuned_bfcl_{c}_accuracy']:.1%}")

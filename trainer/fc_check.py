@@ -10,10 +10,22 @@ Categories (BFCL's names, decided from the row alone, see `category`):
 - `simple`: one tool offered, one call expected;
 - `multiple`: several tools offered, one call expected;
 - `parallel`: several calls expected in one answer (matched in any order);
-- `irrelevance`: tools offered, a text answer expected: any call is wrong;
-- `multi_turn`: the expected answer follows a tool result (text or a call, as the row says).
+- `irrelevance`: tools offered, a text answer expected (not after a tool result): any call is
+  wrong, any text right;
+- `multi_turn`: a text answer to a tool result (the turn after a `tool` message): right when it
+  makes no call and its words overlap the expected answer's by ROUGE-L F1 >= TEXT_MATCH_MIN. A
+  call turn after a tool result is `simple`, `multiple` or `parallel` by what it calls.
 Rows with no tools and a text answer are plain chat (`chat`), not function calling: they count
-in no `fc_` metric.
+in no `fc_` metric. A row with several assistant turns is scored once per turn by the evaluation
+(`trainer.chat.turns.turn_rows`); each cut row is one of these categories.
+
+Why ROUGE-L for the answer to a tool result: exact match fails every rewording of a right answer
+(a model that reports "18 degrees and sunny in Paris" for "It is sunny and 18 degrees in Paris"),
+and "any text" passes garbage (both models writing byte noise scored 100% here). ROUGE-L F1 is
+the longest run of the expected answer's words, in order, that the answer holds, against both
+lengths (Lin 2004; the standard summary measure): noise and an unrelated sentence score near 0, an
+answer that repeats the result's values in the expected words scores high. 0.5 means half the
+words in order; the number is the threshold, not a measured optimum.
 
 A call is right (the AST check; BFCL `bfcl/eval_checker/ast_eval/ast_checker.py`,
 `simple_function_checker` and helpers) when it names the expected function, gives every
@@ -25,19 +37,22 @@ enum, numbers by value, arrays item by item in order, objects key by key with th
 The expected value is the row's own call, so each parameter has one right value; two cleaner
 allowances stand in for BFCL's lists of possible answers: an optional parameter left out, or
 given, counts as its schema `default`. The exact check is today's: the same name and
-JSON-equal arguments (2 == 2.0, but True is not 1), with no normalisation.
+JSON-equal arguments (2 == 2.0, but True is not 1), with no normalisation (and for an answer to a
+tool result, the same words after `normalize_text`).
 """
 
 from __future__ import annotations
 
 import re
+import string
 from typing import Any, Callable
 
 from trainer.chat.calls import as_call
-from trainer.chat.turns import expected_calls, target_index
+from trainer.chat.turns import after_tool_result, expected_calls, expected_text, target_index
 
 CATEGORIES = ("simple", "multiple", "parallel", "irrelevance", "multi_turn")
 CHAT = "chat"  # no tools offered, text expected: not a function-calling row
+TEXT_MATCH_MIN = 0.5  # ROUGE-L F1 a text answer to a tool result needs (the module docstring says why)
 
 # BFCL's standardize_string: "April 1, 2024" == "april 1,2024" == "April 1 2024". It also reads
 # ' as ", so a Python-ish repr inside a string matches its JSON spelling.
@@ -56,6 +71,32 @@ _JSON_TYPES: dict[str, Callable[[Any], bool]] = {
 _ALIASES = {"float": "number", "dict": "object", "tuple": "array"}
 
 
+def normalize_text(text: str) -> str:
+    """Case folded, punctuation dropped, white space collapsed (SQuAD-style, without article removal)."""
+    text = text.lower().translate(str.maketrans("", "", string.punctuation))
+    return " ".join(text.split())
+
+
+def rouge_l(got: str, want: str) -> float:
+    """ROUGE-L F1 of two texts over their normalised words: the longest common subsequence against
+    both lengths (1.0 for equal texts, 0.0 when either is empty). A dynamic programme over the
+    words, O(len(got) * len(want)): answers here are sentences, not documents."""
+    a, b = normalize_text(got).split(), normalize_text(want).split()
+    if not a or not b:
+        return float(a == b)
+    prev = [0] * (len(b) + 1)
+    for x in a:
+        cur = [0]
+        for j, y in enumerate(b):
+            cur.append(prev[j] + 1 if x == y else max(prev[j + 1], cur[j]))
+        prev = cur
+    lcs = prev[-1]
+    if not lcs:
+        return 0.0
+    precision, recall = lcs / len(a), lcs / len(b)
+    return 2 * precision * recall / (precision + recall)
+
+
 def standardize_string(text: str) -> str:
     """BFCL's normalisation of a string value before comparing it."""
     return _IGNORED.sub("", text).lower().replace("'", '"')
@@ -63,15 +104,14 @@ def standardize_string(text: str) -> str:
 
 def category(row: dict[str, Any]) -> str:
     """The row's category: one of CATEGORIES, or CHAT for a row with no tools and a text answer."""
-    target = target_index(row)
-    if any(m.get("role") == "tool" for m in row["messages"][:target]):
-        return "multi_turn"
-    n_calls = len(row["messages"][target].get("tool_calls") or [])
+    n_calls = len(row["messages"][target_index(row)].get("tool_calls") or [])
     tools = row.get("tools") or []
     if n_calls > 1:
         return "parallel"
     if n_calls == 1:
         return "simple" if len(tools) <= 1 else "multiple"
+    if after_tool_result(row):
+        return "multi_turn"
     return "irrelevance" if tools else CHAT
 
 
@@ -201,7 +241,13 @@ def _compare(row: dict[str, Any], predicted_calls: list[Any] | None, predicted_c
     except ValueError as err:
         return False, str(err)
     if not want:
-        return _text_answer(got, predicted_content)
+        ok, why = _text_answer(got, predicted_content)
+        if ok and after_tool_result(row):  # multi_turn: the answer must report the result, not just be text
+            overlap = rouge_l(predicted_content or "", expected_text(row))
+            ok = overlap >= TEXT_MATCH_MIN
+            why = (f"answer to the tool result: ROUGE-L {overlap:.2f} "
+                   f"{'>=' if ok else '<'} {TEXT_MATCH_MIN} against the expected {expected_text(row)[:120]!r}")
+        return ok, why
     if len(got) != len(want):
         return False, (f"expected {len(want)} call(s) ({', '.join(c['name'] for c in want)}), got {len(got)}"
                        + (f" ({', '.join(c['name'] for c in got)})" if got else ""))
@@ -243,6 +289,8 @@ def exact(row: dict[str, Any], predicted_calls: list[Any] | None, predicted_cont
         same = e["name"] == g["name"] and json_equal(e["arguments"], g["arguments"])
         return None if same else "not equal"
 
+    if not predicted_calls and category(row) == "multi_turn":  # exact: the expected answer's words
+        return normalize_text(predicted_content or "") == normalize_text(expected_text(row))
     return _compare(row, predicted_calls, predicted_content, fits)[0]
 
 

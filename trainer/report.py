@@ -111,20 +111,21 @@ def examples_markdown(result: dict[str, Any]) -> str:
     fc_rows, text_rows = result.get("fc_rows", result["rows"]), result.get("text_rows", 0)
     lines += ["", "## Held-out rows", ""]
     lines += [
-        "", f"Held-out rows: {result['rows']} ({fc_rows} expect a tool call, {text_rows} expect text)", "",
+        "", f"Held-out rows: {result['rows']}; assistant turns asked: {result.get('turns', result['rows'])} "
+        f"({fc_rows} expect a tool call, {text_rows} expect text; each turn asked after the gold turns before it)", "",
         "| metric | base | tuned |", "|---|---|---|",
         f"| eval loss | {b['eval_loss']:.4f} | {t['eval_loss']:.4f} |",
-        f"| function-calling accuracy ({fc_rows} tool-call rows) | {_pct(b['fc_accuracy'], fc_rows)} | "
+        f"| function-calling accuracy ({fc_rows} tool-call turns) | {_pct(b['fc_accuracy'], fc_rows)} | "
         f"{_pct(t['fc_accuracy'], fc_rows)} |",
     ]
     if text_rows:
-        lines += [f"| text match ({text_rows} text rows) | {b['text_match']:.1%} | {t['text_match']:.1%} |",
+        lines += [f"| text match ({text_rows} text turns) | {b['text_match']:.1%} | {t['text_match']:.1%} |",
                   f"| eval loss, text rows | {b['text_eval_loss']:.4f} | {t['text_eval_loss']:.4f} |"]
     counts = result.get("categories", {})
     categories = {c: counts[f"fc_{c}_rows"] for c in CATEGORIES
                   if counts.get(f"fc_{c}_rows") and f"fc_{c}_accuracy" in t}
     if categories:  # BFCL-style AST check by category (trainer.fc_check); a category the split lacks is not shown
-        lines += ["", "## Function calling by category (AST check)", "", "| category | rows | base | tuned |",
+        lines += ["", "## Function calling by category (AST check)", "", "| category | turns | base | tuned |",
                   "|---|---|---|---|",
                   f"| all | {sum(categories.values())} | {b['fc_ast_accuracy']:.1%} | {t['fc_ast_accuracy']:.1%} |"]
         lines += [f"| {c} | {n} | {b[f'fc_{c}_accuracy']:.1%} | {t[f'fc_{c}_accuracy']:.1%} |"
@@ -141,9 +142,9 @@ def examples_markdown(result: dict[str, Any]) -> str:
         lines += [f"| {c} | {_cell(f['prompt'])} | {_cell(f['expected'])} | {_cell(f['why'])} | {_cell(f['base'])} | "
                   f"{_cell(f['tuned'])} |" for c, shown in result["failures"].items() for f in shown]
     lines += ["", "## Examples", "",
-              "| last user request | expected | base output | tuned output |", "|---|---|---|---|"]
-    lines += [f"| {_cell(e['prompt'])} | {_cell(e['expected'])} | {_cell(e['base'])} | {_cell(e['tuned'])} |"
-              for e in result["examples"]]
+              "| last user request | turn | expected | base output | tuned output |", "|---|---|---|---|---|"]
+    lines += [f"| {_cell(e['prompt'])} | {_cell(e.get('turn', ''))} | {_cell(e['expected'])} | {_cell(e['base'])} | "
+              f"{_cell(e['tuned'])} |" for e in result["examples"]]
     return "\n".join(lines) + "\n"
 
 

@@ -83,7 +83,7 @@ def test_the_finetune_evaluate_and_merge_components_record_their_outputs(tuned, 
     assert scores.metadata["skipped_long_rows"] == 0
     assert scores.metadata["eval_rows"] == 8 and scores.metadata["fc_rows"] == 8 and scores.metadata["text_rows"] == 0
     assert scores.metadata["tuned_eval_loss"] < scores.metadata["base_eval_loss"]
-    assert "| function-calling accuracy (8 tool-call rows) |" in open(examples.path).read()
+    assert "| function-calling accuracy (8 tool-call turns) |" in open(examples.path).read()
     # a sweep's trial: pick_best gates it, so no "promoted" against the gate of 0 nobody set
     capsys.readouterr()
     trial = art(Metrics, tmp_path, "trial")

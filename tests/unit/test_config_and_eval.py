@@ -170,7 +170,8 @@ def test_random_model_scores_zero_on_a_mixed_split(tiny_model_dir, tmp_path, cap
     rows = mixed_rows(12, 8, seed=1)
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     result = evaluate(tiny_model_dir, tiny_model_dir, path, max_rows=100)
-    assert (result["rows"], result["fc_rows"], result["text_rows"]) == (20, 12, 8)
+    # every assistant turn asked: the 8 text rows' calls (turn 1) count as call turns, their answers as text turns
+    assert (result["rows"], result["turns"], result["fc_rows"], result["text_rows"]) == (20, 28, 20, 8)
     for name in ("base", "tuned"):
         m = result[name]
         assert m["fc_accuracy"] <= 0.1 and m["text_match"] == 0.0, m
@@ -190,13 +191,15 @@ def test_examples_report_states_counts_warnings_and_requests():
     from trainer.report import examples_markdown, markdown_html
 
     m = {"eval_loss": 2.0, "fc_accuracy": 0.25, "text_match": 0.5, "text_eval_loss": 3.0}
-    md = examples_markdown({"base": m, "tuned": m, "rows": 6, "fc_rows": 4, "text_rows": 2,
+    md = examples_markdown({"base": m, "tuned": m, "rows": 5, "turns": 6, "fc_rows": 4, "text_rows": 2,
                             "warnings": ["the eval split has only 6 rows"],
-                            "examples": [{"prompt": "Wake me at 7", "expected": "Done.", "base": "x", "tuned": "y"}]})
+                            "examples": [{"prompt": "Wake me at 7", "turn": "turn 2, after a tool result",
+                                          "expected": "Done.", "base": "x", "tuned": "y"}]})
     assert "> **Warning:** the eval split has only 6 rows" in md
-    assert "| function-calling accuracy (4 tool-call rows) | 25.0% | 25.0% |" in md
-    assert "| text match (2 text rows) | 50.0% | 50.0% |" in md
-    assert "| Wake me at 7 | Done. | x | y |" in md
+    assert "Held-out rows: 5; assistant turns asked: 6 (4 expect a tool call, 2 expect text" in md
+    assert "| function-calling accuracy (4 tool-call turns) | 25.0% | 25.0% |" in md
+    assert "| text match (2 text turns) | 50.0% | 50.0% |" in md
+    assert "| Wake me at 7 | turn 2, after a tool result | Done. | x | y |" in md
     page = markdown_html(md, "Evaluation of run X")
     assert "<title>Evaluation of run X</title>" in page and "<table>" in page and "<td>Wake me at 7</td>" in page
 
@@ -254,13 +257,17 @@ def test_eval_rows_longer_than_max_seq_len_are_skipped_before_generating_and_cou
 
     monkeypatch.setattr(ev.generation, "generate", oracle)
     result = ev.evaluate(tiny_model_dir, tiny_model_dir, path, max_seq_len=512)
-    assert len(generated) == 2 * 8 and not any("please please" in json.dumps(r) for r in generated)
-    assert (result["rows"], result["fc_rows"], result["text_rows"], result["skipped_long_rows"]) == (8, 6, 2, 3)
+    # 8 rows scored, 10 turns asked per model (each text row's call turn and text turn)
+    assert len(generated) == 2 * 10 and not any("please please" in json.dumps(r) for r in generated)
+    assert (result["rows"], result["fc_rows"], result["text_rows"], result["skipped_long_rows"]) == (8, 8, 2, 3)
     for name in ("base", "tuned"):
         assert result[name]["fc_accuracy"] == 1.0 and result[name]["text_match"] == 1.0, result[name]
     assert result["warnings"][0].startswith("3 of 11 eval rows are longer than max_seq_len=512 tokens")
     assert "(no loss, no accuracy): use a model with a longer context, or shorten them" in result["warnings"][0]
-    assert [e["prompt"] for e in result["examples"]] == [turns.last_user_request(r) for r in rows[:5]]
+    # the examples are of scored turns only, the first of each category first (a text turn after a result among them)
+    scored_requests = {turns.last_user_request(r) for r in rows}
+    assert len(result["examples"]) == 5 and all(e["prompt"] in scored_requests for e in result["examples"])
+    assert any(e["turn"] == "turn 2, after a tool result" for e in result["examples"])
 
 
 def test_eval_split_with_no_row_short_enough_fails_before_any_model_loads(tiny_model_dir, tmp_path, monkeypatch):
@@ -520,3 +527,41 @@ def test_base_scores_made_once_stand_in_for_scoring_the_base_and_only_for_the_sa
     assert loaded == [None, tiny_model_dir] and fewer["rows"] == 8
     assert "WARNING: the base scores given are not of these rows and settings (rows 10 instead of 8): scoring the " \
            "base model here" in capsys.readouterr().out
+
+
+def test_a_glaive_split_is_scored_on_its_call_turns_and_noise_after_a_tool_result_fails(tiny_model_dir, tmp_path,
+                                                                                      monkeypatch):
+    """Issue 44: glaive and Hermes rows end in text after a tool result, and only the last turn was scored: the eval
+    split had "0 tool-call rows, fc accuracy n/a" and both models writing byte noise scored 100% -> 100%. Every
+    assistant turn is now asked after the gold turns before it: the calls are scored as calls, and noise fails."""
+    from tests.unit.test_fc_datasets import GLAIVE, write
+    from trainer import evaluate as ev
+
+    rows = data.read_rows(write(tmp_path, [GLAIVE] * 3, "glaive.jsonl"))
+    path = tmp_path / "eval.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    asked = []
+
+    def answers(noise: bool):
+        def generate(model, tokenizer, scored, **kw):
+            asked.extend(scored)
+            return ["\u00ff\u00fe garbage \u00ff" if noise else
+                    "<tool_call>" + json.dumps(turns.expected_call(r)) + "</tool_call>" if turns.expected_call(r)
+                    else turns.expected_text(r) for r in scored]
+        return generate
+
+    monkeypatch.setattr(ev.generation, "generate", answers(noise=True))
+    noise = ev.evaluate(tiny_model_dir, tiny_model_dir, path, max_seq_len=2048, engine="hf")
+    # each glaive row: 3 call turns (convert, get_time, save_note) and 2 answers to a tool result
+    assert (noise["rows"], noise["turns"], noise["fc_rows"], noise["text_rows"]) == (3, 15, 9, 6)
+    assert [len(turns.trained_turns(r["messages"])) for r in asked[:5]] == [1, 2, 3, 4, 5]  # the gold prefix grows
+    assert noise["categories"]["fc_multi_turn_rows"] == 6
+    for name in ("base", "tuned"):
+        assert noise[name]["fc_ast_accuracy"] == 0.0 and noise[name]["fc_multi_turn_accuracy"] == 0.0, noise[name]
+    logged = ev.logged_metrics(noise)
+    assert (logged["eval_rows"], logged["eval_turns"], logged["fc_rows"]) == (3, 15, 9)
+    assert {e["turn"] for e in noise["examples"]} >= {"turn 1", "turn 2, after a tool result"}
+
+    monkeypatch.setattr(ev.generation, "generate", answers(noise=False))
+    right = ev.evaluate(tiny_model_dir, tiny_model_dir, path, max_seq_len=2048, engine="hf")
+    assert right["tuned"]["fc_ast_accuracy"] == right["tuned"]["fc_multi_turn_accuracy"] == 1.0

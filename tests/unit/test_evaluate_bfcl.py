@@ -88,6 +88,9 @@ def test_bfcl_rows_asked_scored_and_too_long_ones_counted_wrong(tiny_model_dir, 
     assert logged["bfcl_simple_python_accuracy"] == logged["tuned_bfcl_simple_python_accuracy"]
     assert logged["base_bfcl_irrelevance_accuracy"] == base["bfcl_irrelevance_accuracy"]
     assert logged["bfcl_live_parallel_rows"] == 2
+    for c in bfcl_data.CATEGORIES:  # the gate's McNemar counts: the tuned right where asked, the base's text wrong
+        won = 0 if c in bfcl_data.IRRELEVANCE else 2 - counts[f"bfcl_{c}_too_long"]  # on every call: never lost
+        assert logged[f"bfcl_{c}_lost"] == 0 and logged[f"bfcl_{c}_won"] == won, c
     report = examples_markdown(result)
     assert f"## BFCL {bfcl_data.VERSION}" in report and "Qwen3-0.6B" in report and "| 84.8% |" in report
     assert "## Held-out rows" not in report
@@ -106,6 +109,8 @@ def test_both_suites_on_the_same_loaded_models(tiny_model_dir, tmp_path, bfcl_tr
     assert set(scripted) == {"evaluate base", "evaluate tuned", "BFCL base", "BFCL tuned"}
     logged = ev.logged_metrics(result)
     assert logged["eval_rows"] == 4 and "tuned_bfcl_multiple_accuracy" in logged
+    paired = [k for k in logged if k.startswith("fc_") and k.endswith(("_lost", "_won"))]
+    assert paired and all(logged[k] == 0 for k in paired)  # both answer the held-out rows alike: nothing changed
     report = examples_markdown(result)
     assert report.index("## BFCL") < report.index("## Held-out rows")
 

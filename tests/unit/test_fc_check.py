@@ -173,17 +173,30 @@ def test_irrelevance_any_call_is_wrong_and_an_empty_answer_too():
     assert fc_check.check(row, [], "  ") == (False, "expected a text answer, got an empty message")
 
 
-def test_multi_turn_after_a_tool_result_text_or_a_call_as_the_row_says():
+def test_after_a_tool_result_a_call_is_scored_by_its_calls_and_text_by_its_words():
+    """Issue 44: the answer to a tool result passed with any text (both models writing byte noise scored 100%);
+    a call after a tool result is a call (multiple here), not a category of its own."""
     history = [{"role": "assistant", "content": "", "tool_calls": [
                    {"type": "function", "function": _call("get_weather", city="Paris")}]},
                {"role": "tool", "content": '{"temperature": 18}'}]
     text_row = _row("It is 18 degrees in Paris.", [WEATHER], history)
     call_row = _row([_call("convert", amount=18, currency="EUR")], [WEATHER, CONVERT], history)
-    assert fc_check.category(text_row) == fc_check.category(call_row) == "multi_turn"
-    assert fc_check.check(text_row, [], "18 degrees.")[0]
+    assert fc_check.category(text_row) == "multi_turn" and fc_check.category(call_row) == "multiple"
+    assert fc_check.check(text_row, [], "In Paris it is 18 degrees now.")[0]  # reworded: ROUGE-L 0.83
+    for garbage in ("Paris.", "\x00\x9c\xff ÿÿ", "I cannot help with that.", "It is what it is."):
+        ok, why = fc_check.check(text_row, [], garbage)
+        assert not ok and why.startswith("answer to the tool result: ROUGE-L") and "< 0.5" in why, (garbage, why)
     assert not fc_check.check(text_row, [_call("get_weather", city="Paris")], "")[0]
     assert fc_check.check(call_row, [_call("convert", amount=18.0, currency="eur")], None)[0]
     assert not fc_check.check(call_row, [], "18 degrees.")[0]
+    assert fc_check.exact(text_row, [], "it is 18 degrees in paris") and not fc_check.exact(text_row, [], "18 degrees")
+
+
+def test_rouge_l_is_the_longest_common_word_run_against_both_lengths():
+    assert fc_check.rouge_l("the cat sat", "The cat sat.") == 1.0
+    assert fc_check.rouge_l("cat the sat", "the cat sat") == pytest.approx(2 / 3)  # LCS 2 of 3 both ways
+    assert fc_check.rouge_l("a b c d", "a b") == pytest.approx(2 * 0.5 * 1 / 1.5)
+    assert fc_check.rouge_l("", "x") == 0.0 and fc_check.rouge_l("x y", "z") == 0.0
 
 
 def test_categories_from_the_row():
@@ -280,7 +293,8 @@ def test_never_calling_model_scores_zero_on_calls_and_full_on_irrelevance(with_c
     cats = never["categories"]
     assert [cats[c]["accuracy"] for c in ("simple", "multiple", "parallel")] == [0.0, 0.0, 0.0]
     assert cats["irrelevance"]["accuracy"] == 1.0
-    assert cats["multi_turn"]["accuracy"] == 1.0  # the built-in multi_turn rows expect text
+    # the built-in multi_turn rows expect an answer that reports the tool's result: a stock refusal is not one
+    assert cats["multi_turn"]["accuracy"] == 0.0
     perfect = fc_check.summarize([fc_check.score(r, [m["function"] for m in r["messages"][-1].get("tool_calls", [])],
                                                  r["messages"][-1]["content"]) for r in rows])
     assert perfect["fc_ast_accuracy"] == perfect["fc_exact_accuracy"] == 1.0

@@ -1,8 +1,10 @@
 """Which turns of a chat row are trained and scored, and what the scored one expects.
 
 A row is `{"messages": [...], "tools": [...]}` in OpenAI's format. Every assistant message is
-trained unless it has `weight: 0` (a turn the data says not to learn); the row is scored on its
-last trained assistant message, the conversation before it being the prompt.
+trained unless it has `weight: 0` (a turn the data says not to learn). The functions below read a
+row's last trained assistant message, the conversation before it being the prompt; the evaluation
+scores every trained turn by cutting the row after each one (`turn_rows`), as BFCL's multi-turn
+scoring asks each turn with the gold conversation before it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,23 @@ from trainer.chat.calls import as_call, arguments_or_raw
 def trained_turns(messages: list[dict[str, Any]]) -> list[int]:
     """Indexes of the assistant messages training learns (weight not 0)."""
     return [i for i, m in enumerate(messages) if m.get("role") == "assistant" and m.get("weight") != 0]
+
+
+def turn_rows(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per trained assistant turn: the conversation up to and including that turn, the
+    row's other fields kept, so each turn is asked with the gold turns before it (tool results
+    included). A glaive or Hermes row (call, tool result, text answer) gives its call turn and its
+    text turn; a row with one trained turn (or none) is itself."""
+    turns = trained_turns(row["messages"])
+    if len(turns) <= 1:
+        return [row]
+    return [{**row, "messages": row["messages"][:i + 1]} for i in turns]
+
+
+def after_tool_result(row: dict[str, Any]) -> bool:
+    """The scored turn answers a tool result: the message just before it is a tool message."""
+    target = target_index(row)
+    return target > 0 and row["messages"][target - 1].get("role") == "tool"
 
 
 def target_index(row: dict[str, Any]) -> int:

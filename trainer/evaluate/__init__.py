@@ -1,17 +1,21 @@
 """Evaluation of the base and the tuned model on the held-out split.
 
-Each eval row is scored on its last assistant turn (the conversation before it is the
-prompt), by what that turn is:
-- a tool call: function-calling accuracy, exact match. The model's first tool call must
-  have the expected function name and JSON-equal arguments (key order and whitespace do
-  not matter). Only these rows count (`fc_rows`).
-- text: text match, the model's answer equal to the expected text after normalisation
-  (case, punctuation, whitespace); a tool call where text was expected is wrong. Only
-  these rows count (`text_rows`), and their eval loss is reported on its own.
+Every trained assistant turn of an eval row is asked, with the gold conversation before it as
+the prompt (tool results included; trainer.chat.turns.turn_rows), as BFCL's multi-turn scoring
+asks each turn. A glaive or Hermes row (call, tool result, text answer) is scored on its call and
+on its answer. Each turn is scored by what it is:
+- a tool call: function-calling accuracy, exact match (the model's calls with the expected
+  names and JSON-equal arguments), and the BFCL-style AST check by category (simple, multiple,
+  parallel by what it calls; trainer.fc_check). These turns count in `fc_rows`.
+- text: text match, the answer equal to the expected text after normalisation (case,
+  punctuation, whitespace); a tool call where text was expected is wrong. In the AST check, text
+  answering a tool result (`multi_turn`) must overlap the expected answer (ROUGE-L F1 >= 0.5), so
+  noise fails, and text where tools are offered (`irrelevance`) must make no call. These turns
+  count in `text_rows`.
 So a model that never calls a tool scores 0% function-calling accuracy, whatever the mix.
-Rows longer than max_seq_len (prompt and expected answer) are skipped before anything is
-generated, as training skips them, and counted (`skipped_long_rows`): the row counts and
-accuracies are over the rows scored.
+The eval losses are over the rows (each row's encoding once). Rows longer than max_seq_len
+(prompt and expected answer) are skipped before anything is generated, as training skips them,
+and counted (`skipped_long_rows`); `eval_max_rows` counts rows, not turns.
 
 The package: `scoring` (answers against rows), `losses` (eval losses, local or served),
 `generation` (HF generate), `served` (through vLLM's server), `paired` (the rows tuning lost and

@@ -1,5 +1,10 @@
 """The evaluation of base and tuned on the held-out split: the rows scored, every metric of each
-model (`score`), the numbers the evaluate step logs, and a sweep's base scored once (`score_base`)."""
+model (`score`), the numbers the evaluate step logs, and a sweep's base scored once (`score_base`).
+
+Every trained assistant turn of a scored row is asked (trainer.chat.turns.turn_rows: the row cut after
+the turn, the gold turns before it as the prompt), so a glaive or Hermes row's call is scored as a call
+and its answer to the tool result as text; the accuracies and category counts are over these turns,
+the eval losses over the rows (each row's encoding once)."""
 
 from __future__ import annotations
 
@@ -8,14 +13,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-from trainer import data
+from trainer import data, fc_check
 from trainer.chat.parsers import tool_call_parser
-from trainer.chat.turns import expected_call, expected_text, last_user_request
+from trainer.chat.turns import (after_tool_result, expected_call, expected_text, last_user_request, trained_turns,
+                                turn_rows)
 from trainer.errors import UserError
 from trainer.data import bfcl as bfcl_data
 from trainer.evaluate import bfcl, generation
 from trainer.evaluate import losses as losses_mod
 from trainer.evaluate import served as served_mod
+from trainer.evaluate.paired import heldout_counts
 from trainer.evaluate.generation import _fix, _too_long, context_length, fitting_rows, long_rows_problem
 from trainer.evaluate.scoring import (category_rows, failures, parsed_outputs, row_counts, score_predictions,
                                       source_rows)
@@ -23,18 +30,22 @@ from trainer.evaluate.scoring import (category_rows, failures, parsed_outputs, r
 
 # Below this many rows one row moves accuracy by more than 2 points: say so.
 MIN_RELIABLE_ROWS = 50
+# What a base's stored answers were scored as: base scores made before every turn was asked are of other items.
+SCORING = "every-turn"
 
 
 def score(model, tokenizer, rows: list[dict[str, Any]], examples: list[dict[str, list[int]]],
           desc: str = "evaluate", predictions: list[dict[str, Any]] | None = None,
-          losses: list[tuple[float, int]] | None = None) -> tuple[dict[str, float], list[dict[str, Any]]]:
-    """All metrics for one model on `rows` and their encodings `examples` (the rows that fit:
-    `fitting_rows`), and its predictions ({"calls", "content", "raw"} per row). `predictions` and
-    `losses` (per example, `served_nll`) from the served model (eval_engine=vllm; `model` is then
-    not used); None generates here (HF generate, the texts read with the serving parser) and
-    computes the losses with transformers."""
+          losses: list[tuple[float, int]] | None = None, loss_rows: list[dict[str, Any]] | None = None
+          ) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """All metrics for one model on `rows` (the turns asked, `turn_rows`) and the encodings `examples`
+    of `loss_rows` (the rows that fit, `fitting_rows`; None: `rows` themselves), and its predictions
+    ({"calls", "content", "raw"} per row of `rows`). `predictions` and `losses` (per example,
+    `served_nll`) from the served model (eval_engine=vllm; `model` is then not used); None generates
+    here (HF generate, the texts read with the serving parser) and computes the losses with
+    transformers."""
 
-    text = [expected_call(r) is None for r in rows]
+    text = [expected_call(r) is None for r in (rows if loss_rows is None else loss_rows)]
     if predictions is None:
         parser = tool_call_parser(tokenizer.chat_template, list(tokenizer.get_added_vocab()))
         predictions = parsed_outputs(generation.generate(model, tokenizer, rows, desc=desc), parser)
@@ -84,15 +95,17 @@ def logged_metrics(result: dict[str, Any]) -> dict[str, float]:
     out.update({k: float(v) for k, v in result["tuned"].items() if k.startswith(("fc_ast", "fc_exact", "fc_simple",
                 "fc_multiple", "fc_parallel", "fc_irrelevance", "fc_multi_turn"))})
     out.update({k: float(v) for k, v in result.get("categories", {}).items()})
+    out.update({k: float(v) for k, v in result.get("paired", {}).items()})  # fc_<category>_lost / _won
     out.update({k: float(v) for k, v in result.get("sources", {}).items()})  # mix<k>_rows: a mix's rows per source
     if result["fc_rows"]:
         out["fc_accuracy_gain"] = result["tuned"]["fc_accuracy"] - result["base"]["fc_accuracy"]
     if "fc_ast_accuracy" in result["tuned"] and "fc_ast_accuracy" in result["base"]:
         out["fc_ast_accuracy_gain"] = result["tuned"]["fc_ast_accuracy"] - result["base"]["fc_ast_accuracy"]
     if "heldout" in result.get("suites", ("heldout",)):
-        out.update({k: float(result[src]) for k, src in (("eval_rows", "rows"), ("fc_rows", "fc_rows"),
-                                                         ("text_rows", "text_rows"),
-                                                         ("skipped_long_rows", "skipped_long_rows"))})
+        # fc_rows / text_rows: the call and text turns scored (one per row for rows of one assistant turn)
+        out.update({k: float(result[src]) for k, src in (("eval_rows", "rows"), ("eval_turns", "turns"),
+                                                         ("fc_rows", "fc_rows"), ("text_rows", "text_rows"),
+                                                         ("skipped_long_rows", "skipped_long_rows")) if src in result})
     if "bfcl" in result:  # as the held-out ones: base_ and tuned_, the tuned model's also plain, and the counts
         suite = result["bfcl"]
         out.update({f"{name}_{k}": float(v) for name in ("base", "tuned") for k, v in suite[name].items()})
@@ -117,21 +130,42 @@ def _prepared(model_dir: Path, eval_path: Path | None, max_rows: int, max_seq_le
     if rows and not kept:
         raise UserError(long_rows_problem(len(rows), max_seq_len, context))
     scored = [rows[i] for i in kept]
+    turns = [t for r in scored for t in turn_rows(r)]
     warnings = warnings_for(scored, len(rows) - len(scored), max_seq_len, context, len(split)) if rows else []
     for w in warnings:
         print(f"WARNING: {w}", flush=True)
     engine = served_mod.choose_engine(engine, model_dir)
-    print(f"evaluating {len(scored)} held-out rows with {'the vLLM server' if engine == 'vllm' else 'HF generate'} "
+    counts = row_counts(turns)
+    print(f"evaluating {len(scored)} held-out rows, {len(turns)} assistant turns ({counts['fc_rows']} call turns, "
+          f"{counts['text_rows']} text turns), with {'the vLLM server' if engine == 'vllm' else 'HF generate'} "
           f"(eval_engine={engine})", flush=True)
-    return {"rows": rows, "scored": scored, "examples": examples, "tokenizer": tokenizer, "context": context,
-            "warnings": warnings, "engine": engine}
+    return {"rows": rows, "scored": scored, "turns": turns, "examples": examples, "tokenizer": tokenizer,
+            "context": context, "warnings": warnings, "engine": engine}
+
+
+def turn_label(row: dict[str, Any]) -> str:
+    """Which assistant turn a cut row asks, and after what: "turn 2, after a tool result"."""
+    n = len(trained_turns(row["messages"]))
+    return f"turn {n}" + (", after a tool result" if after_tool_result(row) else "")
+
+
+def example_turns(turns: list[dict[str, Any]], n: int) -> list[int]:
+    """The turns the report shows side by side: the first of each category present, then the first turns in
+    order, `n` in all (at least one per category): a glaive split shows a call turn and a text turn."""
+    first: dict[str, int] = {}
+    for i, t in enumerate(turns):
+        first.setdefault(fc_check.category(t), i)
+    chosen = sorted(first.values())
+    chosen += [i for i in range(len(turns)) if i not in first.values()][:max(0, n - len(chosen))]
+    return sorted(chosen)
 
 
 def _scored_key(prep: dict[str, Any], max_seq_len: int) -> dict[str, Any]:
     """What base scores are valid for: the same rows scored (their content), the same length limit
     and engine. The base's answers are greedy, so on these they are the same in every trial."""
     digest = hashlib.sha256(json.dumps(prep["scored"], sort_keys=True, ensure_ascii=False).encode()).hexdigest()
-    return {"rows_sha256": digest, "rows": len(prep["scored"]), "max_seq_len": max_seq_len, "engine": prep["engine"]}
+    return {"rows_sha256": digest, "rows": len(prep["scored"]), "max_seq_len": max_seq_len, "engine": prep["engine"],
+            "scoring": SCORING}
 
 
 def _generated_suite(model, tokenizer, asked: list[dict[str, Any]], prompts: list[int], context: int | None,
@@ -155,17 +189,17 @@ def _score_models(model_dir: Path, tuned_dir: Path | None, prep: dict[str, Any],
                              dict[str, list[dict[str, Any] | None]]]:
     """Metrics and per-row predictions of `names` (base: `model_dir`; tuned: `tuned_dir` on it) on the
     held-out rows, and their answers to `suite` (BFCL's rows and prompt lengths: trainer.evaluate.bfcl)."""
-    scored, examples, tokenizer = prep["scored"], prep["examples"], prep["tokenizer"]
-    served = served_mod.served_predictions(model_dir, tuned_dir, scored, examples, tokenizer, max_seq_len,
+    scored, turns, examples, tokenizer = prep["scored"], prep["turns"], prep["examples"], prep["tokenizer"]
+    served = served_mod.served_predictions(model_dir, tuned_dir, turns, examples, tokenizer, max_seq_len,
                                            prep["context"], names=names, suite=suite) if prep["engine"] == "vllm" else {}
     results, outputs, suite_outputs = {}, {}, {}
     for name in names:
         # Served: answers and losses came from the server, no weights load here.
         model = None if name in served else generation.load(model_dir, tuned_dir if name == "tuned" else None)
         if scored:
-            results[name], outputs[name] = score(model, tokenizer, scored, examples, desc=f"evaluate {name}",
+            results[name], outputs[name] = score(model, tokenizer, turns, examples, desc=f"evaluate {name}",
                                                  predictions=served.get(name, {}).get("predictions"),
-                                                 losses=served.get(name, {}).get("losses"))
+                                                 losses=served.get(name, {}).get("losses"), loss_rows=scored)
         if suite is not None:
             suite_outputs[name] = (served[name]["suite"] if name in served else
                                    _generated_suite(model, tokenizer, *suite, prep["context"], f"BFCL {name}"))
@@ -228,21 +262,26 @@ def evaluate(model_dir: Path, tuned_dir: Path, eval_path: Path, max_rows: int = 
     results, outputs, suite_outputs = _score_models(model_dir, tuned_dir, prep, max_seq_len, names, suite)
     if base is not None and "base" not in names:
         results["base"], outputs["base"] = base["metrics"], base["predictions"]
-    examples = [{"prompt": last_user_request(r), "expected": expected_call(r) or expected_text(r),
+    turns = prep["turns"]
+    examples = [{"prompt": last_user_request(turns[i]), "turn": turn_label(turns[i]),
+                 "expected": expected_call(turns[i]) or expected_text(turns[i]),
                  "base": outputs["base"][i]["raw"], "tuned": outputs["tuned"][i]["raw"]}
-                for i, r in enumerate(scored[:n_examples])]
+                for i in example_turns(turns, n_examples)]
     result = {"base": results.get("base", {}), "tuned": results.get("tuned", {}), "rows": len(scored),
-              **row_counts(scored), "categories": category_rows(scored), "sources": source_rows(scored),
-              "failures": failures(scored, outputs) if scored else {}, "engine": prep["engine"],
+              "turns": len(turns), **row_counts(turns), "categories": category_rows(turns),
+              "sources": source_rows(turns), "failures": failures(turns, outputs) if turns else {},
+              "engine": prep["engine"],
               "skipped_long_rows": len(prep["rows"]) - len(scored), "warnings": prep["warnings"],
               "examples": examples, "suites": list(suites)}
+    result["paired"] = heldout_counts(turns, outputs) if turns else {}  # fc_<category>_lost / _won: the gate's
     if suite is not None:
         asked, prompts = suite
         too_long = [b < 1 for b in bfcl.budgets(prompts, prep["context"])]
         result["bfcl"] = {"version": bfcl_data.version(bfcl_dir), "rows_per_category": bfcl_rows, "seed": seed,
                           "base": bfcl.score(asked, suite_outputs["base"]),
                           "tuned": bfcl.score(asked, suite_outputs["tuned"]),
-                          "counts": bfcl.counts(asked, too_long), "failures": bfcl.failures(asked, suite_outputs),
+                          "counts": bfcl.counts(asked, too_long, suite_outputs),
+                          "failures": bfcl.failures(asked, suite_outputs),
                           "answers": bfcl.answers(asked, suite_outputs)}
         if any(too_long):
             result["warnings"].append(f"{sum(too_long)} BFCL rows have prompts longer than the model's context "

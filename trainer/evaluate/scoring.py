@@ -3,10 +3,10 @@ BFCL-style AST check by category (trainer.fc_check), from generated text or an a
 
 from __future__ import annotations
 
-import string
 from typing import Any
 
 from trainer import fc_check
+from trainer.fc_check import normalize_text
 from trainer.data import mix
 from trainer.chat.parsers import Parsed, parse, parse_tool_call
 from trainer.chat.turns import expected_call, expected_text, last_user_request
@@ -16,12 +16,6 @@ def is_correct(predicted: dict[str, Any] | None, expected: dict[str, Any] | None
     """Exact tool-call match; only meaningful for rows that expect a call."""
     return expected is not None and predicted is not None and predicted["name"] == expected["name"] \
         and predicted["arguments"] == expected["arguments"]
-
-
-def normalize_text(text: str) -> str:
-    """Lowercase, punctuation dropped, whitespace collapsed (SQuAD-style, without article removal)."""
-    text = text.lower().translate(str.maketrans("", "", string.punctuation))
-    return " ".join(text.split())
 
 
 def text_matches(output: str, expected: str, special_tokens: tuple[str, ...] = ()) -> bool:

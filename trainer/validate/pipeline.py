@@ -12,6 +12,7 @@ from typing import Any
 
 from trainer import builtin_data, builtin_model, data, delivery, gguf, model_tree, parity, sources, templates
 from trainer.data import bfcl, masking, quiet_conversions
+from trainer.chat.turns import turn_rows
 from trainer.evaluate import ENGINES, row_counts
 from trainer.registry import reach_problem
 from trainer.batching import check_rows
@@ -354,11 +355,12 @@ def _tool_rows_problem(params: dict[str, Any], eval_rows: list[dict[str, Any]], 
     n = _scored(params)
     if not eval_rows or n is None:
         return []
-    counts = row_counts(eval_rows[:n])
+    # evaluate asks every assistant turn: a glaive row's call counts though its last turn is text
+    counts = row_counts([t for r in eval_rows[:n] for t in turn_rows(r)])
     if counts["fc_rows"]:
         return []
     source = str(params.get("dataset_source", "")).strip()
-    later = row_counts(eval_rows)["fc_rows"]
+    later = row_counts([t for r in eval_rows for t in turn_rows(r)])["fc_rows"]
     where = (f"the {min(n, len(eval_rows))} eval rows evaluate scores (the first eval_max_rows={n}) of dataset_source "
              f"{source!r} hold" if later else f"the eval split of dataset_source {source!r} has")
     more = f"raise eval_max_rows (the split's {len(eval_rows)} rows hold {later} tool-call rows), or " if later else ""
