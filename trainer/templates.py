@@ -67,6 +67,17 @@ BUILTIN = {
 _S3 = re.compile(r"s3://[a-z0-9.-]{3,63}/\S+")
 
 
+# `{% generation %}` in every whitespace-control spelling Jinja has ({%- generation %}, {% generation -%},
+# {%- generation -%}): the pattern transformers' apply_chat_template looks for before it returns
+# assistant_masks, so a template it marks from is one the loss mask is read from.
+_GENERATION = re.compile(r"\{%-?\s*generation\s*-?%\}")
+
+
+def has_generation_block(text: object) -> bool:
+    """Whether a chat template marks the assistant's tokens with a `{% generation %}` block."""
+    return isinstance(text, str) and bool(_GENERATION.search(text))
+
+
 def describe() -> str:
     """The accepted forms, for messages and help texts."""
     names = ", ".join(BUILTIN)

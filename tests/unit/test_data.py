@@ -817,3 +817,26 @@ def test_a_schema_type_given_as_a_list_of_types_is_checked_as_json_schema_reads_
     row["messages"][1]["tool_calls"][0]["function"]["arguments"] = json.dumps({"n": [1]})
     with pytest.raises(UserError, match="expected type integer/string, got array"):
         data.validate_rows([row], "d.jsonl")
+
+
+@pytest.mark.parametrize("open_tag, close_tag", [("{%- generation %}", "{%- endgeneration %}"),
+                                                 ("{% generation -%}", "{% endgeneration -%}"),
+                                                 ("{%- generation -%}", "{%- endgeneration -%}")])
+def test_generation_block_with_whitespace_control_masks_every_assistant_turn(tokenizer, open_tag, close_tag):
+    """`{%- generation %}` is the block transformers marks from: it was not recognised, and a multi-turn
+    row trained its last assistant turn only (9 tokens where transformers' own mask has 29)."""
+    import random
+
+    from trainer import builtin_data
+
+    tok = copy.deepcopy(tokenizer)
+    tok.chat_template = tokenizer.chat_template.replace("{% generation %}", open_tag).replace(
+        "{% endgeneration %}", close_tag)
+    assert open_tag in tok.chat_template
+    row = builtin_data.make_multi_turn_row(random.Random(0))
+    enc = tok.apply_chat_template(row["messages"], tools=row.get("tools") or None, tokenize=True,
+                                  return_dict=True, return_assistant_tokens_mask=True)
+    out = data.encode(row, tok, 4096)
+    assert out["input_ids"] == list(enc["input_ids"])
+    assert [int(label != -100) for label in out["labels"]] == list(enc["assistant_masks"])
+    assert sum(enc["assistant_masks"]) > 0 and out["labels"] == data.encode(row, tokenizer, 4096)["labels"]

@@ -238,3 +238,13 @@ def test_a_template_the_tool_parser_raises_on_is_one_counted_line_not_a_tracebac
         assert "parser error: 20 of 30 assistant turns (the server's parser would fail" in line
     printed = capfd.readouterr()
     assert "Traceback" not in printed.out + printed.err and "Error in extracting" not in printed.out + printed.err
+
+
+def test_an_empty_generation_block_with_whitespace_control_is_refused(tok):
+    """`{%- generation %}{%- endgeneration %}` renders nothing as surely as `{% generation %}` does."""
+    from trainer.parity.preflight import template_problems
+
+    tok.chat_template = tok.chat_template.replace("{% generation %}", "").replace(
+        "{% endgeneration %}", "{%- generation -%}{%- endgeneration %}")
+    problems = template_problems(TOOL_ROWS + TEXT_ROWS, tok, "the model", template="empty.jinja")
+    assert [p for p in problems if "marks no token" in p]

@@ -5,15 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from trainer.errors import collect
-from trainer.templates import BUILTIN
+from trainer.templates import BUILTIN, has_generation_block
 
 
 def encode(row: dict[str, Any], tokenizer, max_seq_len: int) -> dict[str, list[int]] | None:
     """Token ids and labels (-100 outside assistant turns) for one row, or None if too long.
 
-    Uses the chat template's `{% generation %}` mask when it has one (exact, all assistant
-    turns). Otherwise the last assistant turn is found by rendering the conversation
-    without it: a common approximation for templates (e.g. Llama 3's) that lack the mask.
+    Uses the chat template's `{% generation %}` mask when it has one (in any whitespace-control
+    spelling, `{%- generation -%}` too; exact, all assistant turns). Otherwise the last assistant
+    turn is found by rendering the conversation without it: a common approximation for templates
+    (e.g. Llama 3's) that lack the mask.
     Assistant messages with `"weight": 0` are not trained on (with the mask: their tokens
     are masked; without it: the last assistant turn of weight 1 is the one trained).
     """
@@ -21,7 +22,7 @@ def encode(row: dict[str, Any], tokenizer, max_seq_len: int) -> dict[str, list[i
         return None  # certainly too long: skipped without tokenizing (a 50 MB row costs nothing)
     tools = row.get("tools") or None
     messages = row["messages"]
-    if "{% generation %}" in (tokenizer.chat_template or ""):
+    if has_generation_block(tokenizer.chat_template):
         enc = tokenizer.apply_chat_template(messages, tools=tools, tokenize=True, return_dict=True,
                                             return_assistant_tokens_mask=True)
         ids, mask = list(enc["input_ids"]), list(enc["assistant_masks"])

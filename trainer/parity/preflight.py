@@ -11,6 +11,7 @@ from trainer.data import preflight as data_preflight
 from trainer.data.encode import _reason, _refusal_lines, encode
 from trainer.data.preflight import _OverBudget, _over_budget, _time_limit
 from trainer.parity.check import model_problems
+from trainer.templates import has_generation_block
 
 
 def template_problems(rows: list[dict[str, Any]], tokenizer, where: str, eos_ids: Sequence[int] = (),
@@ -45,7 +46,7 @@ def template_problems(rows: list[dict[str, Any]], tokenizer, where: str, eos_ids
 def _mask_problems(rows: list[dict[str, Any]], tokenizer, where: str, template: str) -> list[str]:
     """A `{% generation %}` block that marks no token of the rows' assistant turns: the loss mask would cover
     nothing and every step train on a loss of 0.000, a green run that learned nothing."""
-    if "{% generation %}" not in (getattr(tokenizer, "chat_template", None) or "") or not rows:
+    if not has_generation_block(getattr(tokenizer, "chat_template", None)) or not rows:
         return []
     trained = [encode(r, tokenizer, 1 << 30) for r in rows if any(m.get("role") == "assistant" for m in r["messages"])]
     if not trained or any(e is not None and any(t != -100 for t in e["labels"]) for e in trained):
