@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 SUMMARY_KEYS = ("source", "revision", "tree_sha256", "total_bytes", "uploaded_bytes", "rows", "irrelevance_share",
-                "irrelevance_rows", "irrelevance_reply", "mix", "method", "tensorboard_uri")
+                "irrelevance_rows", "irrelevance_reply", "irrelevance_distractors", "mix", "method", "tensorboard_uri")
 
 
 def write_pointer(artifact, uri: str, meta: dict[str, Any]) -> None:

@@ -68,7 +68,8 @@ def inputs_for(component, args: dict) -> dict:
 
 
 def deliver_inputs(model_source, model_revision, dataset_source, dataset_revision, eval_fraction, seed, chat_template,
-                   irrelevance_share, irrelevance_reply, after: dsl.PipelineTask | None = None
+                   irrelevance_share, irrelevance_reply, irrelevance_distractors,
+                   after: dsl.PipelineTask | None = None
                    ) -> tuple[dsl.PipelineTask, dsl.PipelineTask]:
     """The deliver-model and deliver-dataset tasks (HF token from an optional Secret)."""
     tasks = []
@@ -76,7 +77,8 @@ def deliver_inputs(model_source, model_revision, dataset_source, dataset_revisio
                  .set_display_name("deliver model"),
                  deliver_dataset(source=dataset_source, revision=dataset_revision, eval_fraction=eval_fraction,
                                  seed=seed, irrelevance_share=irrelevance_share,
-                                 irrelevance_reply=irrelevance_reply).set_display_name("deliver dataset")):
+                                 irrelevance_reply=irrelevance_reply, irrelevance_distractors=irrelevance_distractors)
+                 .set_display_name("deliver dataset")):
         kubernetes.use_secret_as_env(task, secret_name=settings.get("HF_SECRET_NAME"),
                                      secret_key_to_env={"token": "HF_TOKEN"}, optional=True)
         tasks.append(with_s3(task.after(after) if after is not None else task))
@@ -107,6 +109,7 @@ def finetune_pipeline(
     eval_fraction: float = F["eval_fraction"],
     irrelevance_share: float = F["irrelevance_share"],
     irrelevance_reply: str = F["irrelevance_reply"],
+    irrelevance_distractors: float = F["irrelevance_distractors"],
     launcher: str = F["launcher"],
     nodes: int = F["nodes"],
     procs_per_node: int = F["procs_per_node"],
@@ -175,7 +178,8 @@ def finetune_pipeline(
     checked = with_s3(validate_params(**inputs_for(validate_params, args)).set_display_name("validate parameters"))
     checked.set_caching_options(False)  # local files it reads may change between runs
     model, data = deliver_inputs(model_source, model_revision, dataset_source, dataset_revision, eval_fraction, seed,
-                                 chat_template, irrelevance_share, irrelevance_reply, after=checked)
+                                 chat_template, irrelevance_share, irrelevance_reply, irrelevance_distractors,
+                                 after=checked)
     # BFCL's data, when scored, delivered before training: a dataset holding its questions is refused here.
     bfcl = with_s3(deliver_bfcl(source=bfcl_source, eval_suites=eval_suites, dataset=data.outputs["dataset"]))
     bfcl.set_display_name("deliver BFCL")

@@ -110,7 +110,7 @@ def delivered_dataset(kfp_run_dir: Path) -> dict[str, Any]:
     """What the deliver-dataset task made of the data (its artifact's metadata): rows per split, the rows made
     by function masking (irrelevance_share, irrelevance_rows, irrelevance_reply), and a mix's record
     (trainer.data.mix: source, weight, rows read and taken); {} when it did not run."""
-    keys = ("uri", "rows", "irrelevance_share", "irrelevance_rows", "irrelevance_reply", "mix")
+    keys = ("uri", "rows", "irrelevance_share", "irrelevance_rows", "irrelevance_reply", "irrelevance_distractors", "mix")
     return next(({k: meta[k] for k in keys if k in meta} for task, _, artifact in task_artifacts(kfp_run_dir)
                  if task.rsplit(".", 1)[-1] == "deliver-dataset" and (meta := artifact.get("metadata") or {})), {})
 

@@ -59,6 +59,7 @@ def build(parallelism: int = 2):
         eval_fraction: float = S["eval_fraction"],
         irrelevance_share: float = S["irrelevance_share"],
         irrelevance_reply: str = S["irrelevance_reply"],
+        irrelevance_distractors: float = S["irrelevance_distractors"],
         launcher: str = S["launcher"],
         nodes: int = S["nodes"],
         procs_per_node: int = S["procs_per_node"],
@@ -105,7 +106,8 @@ def build(parallelism: int = 2):
                           .set_display_name("validate parameters"))
         checked.set_caching_options(False)  # local files it reads may change between runs
         model, data = deliver_inputs(model_source, model_revision, dataset_source, dataset_revision, eval_fraction,
-                                     seed, chat_template, irrelevance_share, irrelevance_reply, after=checked)
+                                     seed, chat_template, irrelevance_share, irrelevance_reply,
+                                     irrelevance_distractors, after=checked)
         # The base once, beside the trials' training: each trial's evaluate then scores only its own model.
         base = with_s3(evaluate_base(base_model=model.outputs["model"], dataset=data.outputs["dataset"],
                                      max_rows=eval_max_rows, max_seq_len=max_seq_len, eval_engine=eval_engine)

@@ -51,6 +51,8 @@ def main(argv: list[str] | None = None) -> None:
             p.add_argument("--seed", type=int, default=0, help="seed of that split (default 0)")
             p.add_argument("--irrelevance-share", type=float, default=0.0,
                            help=f"{BY_NAME['irrelevance_share'].help} (default 0)")
+            p.add_argument("--irrelevance-distractors", type=float, default=0.0,
+                           help=f"{BY_NAME['irrelevance_distractors'].help} (default 0)")
             p.add_argument("--irrelevance-reply", default=BY_NAME["irrelevance_reply"].default,
                            help=f"{BY_NAME['irrelevance_reply'].help} (default %(default)r)")
     p = sub.add_parser("evaluate", help="base vs tuned metrics")
@@ -256,13 +258,14 @@ def cmd_deliver(args: argparse.Namespace) -> None:
                                       getattr(args, "eval_fraction", 0.1), getattr(args, "seed", 0),
                                       getattr(args, "chat_template", templates.MODEL),
                                       getattr(args, "irrelevance_share", 0.0),
-                                      getattr(args, "irrelevance_reply", masking.IRRELEVANCE_REPLY))
+                                      getattr(args, "irrelevance_reply", masking.IRRELEVANCE_REPLY),
+                                      getattr(args, "irrelevance_distractors", 0.0))
     if args.command == "deliver-model":
         problems += [p.replace("chat_template", "--chat-template", 1) for p in spec_problems(args.chat_template)]
     store = _store(problems, what=f"cannot {args.command} {args.source}")
     deliver = delivery.deliver_model if args.command == "deliver-model" else delivery.deliver_dataset
     split = {"eval_fraction": args.eval_fraction, "seed": args.seed, "irrelevance_share": args.irrelevance_share,
-             "irrelevance_reply": args.irrelevance_reply} \
+             "irrelevance_reply": args.irrelevance_reply, "irrelevance_distractors": args.irrelevance_distractors} \
         if args.command == "deliver-dataset" else {"chat_template": args.chat_template}
     uri, meta = deliver(args.source, args.revision, store, **split)
     print(json.dumps({"uri": uri, **{k: v for k, v in meta.items() if k != "files"}}, indent=1))
@@ -332,7 +335,8 @@ def _store(problems: list[str], what: str) -> Store:
 
 def _local_source_problems(what: str, source: str, eval_fraction: float = 0.1, seed: int = 0,
                            chat_template: str = templates.MODEL, irrelevance_share: float = 0.0,
-                           irrelevance_reply: str = masking.IRRELEVANCE_REPLY) -> list[str]:
+                           irrelevance_reply: str = masking.IRRELEVANCE_REPLY,
+                           irrelevance_distractors: float = 0.0) -> list[str]:
     """What is wrong with a source on this machine (cheap to check fully); [] for other kinds,
     which deliver checks as it fetches them."""
     problems = []
@@ -344,6 +348,8 @@ def _local_source_problems(what: str, source: str, eval_fraction: float = 0.1, s
         irrelevance_share = 0.0
     if what == "dataset" and (reply := masking.reply_problem(irrelevance_reply, "--irrelevance-reply")):
         problems.append(reply)
+    if what == "dataset" and (bad := masking.distractors_problem(irrelevance_distractors, "--irrelevance-distractors")):
+        problems.append(bad)
     try:
         src = sources.parse(source, what)
         if src.kind == "local" and what == "model":

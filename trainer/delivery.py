@@ -335,16 +335,19 @@ def _uploaded_file(src: Source, store, suffixes: tuple[str, ...] = LOCAL_SUFFIXE
 
 def deliver_dataset(source: str, revision: str, store, eval_fraction: float = 0.1,
                     seed: int = 0, irrelevance_share: float = 0.0,
-                    irrelevance_reply: str = masking.IRRELEVANCE_REPLY) -> tuple[str, dict[str, Any]]:
+                    irrelevance_reply: str = masking.IRRELEVANCE_REPLY,
+                    irrelevance_distractors: float = 0.0) -> tuple[str, dict[str, Any]]:
     """Put a dataset (train.jsonl + eval.jsonl) into the bucket; returns (s3 uri, metadata).
 
     `irrelevance_share` of each split's rows are made by function masking after the split
-    (trainer.data.masking), answered `irrelevance_reply` and counted in the metadata (`irrelevance_rows`);
+    (trainer.data.masking), answered `irrelevance_reply`, `irrelevance_distractors` of them offering unrelated
+    tools, and counted in the metadata (`irrelevance_rows`);
     a delivered tree is passed through as it is, so it takes none."""
     src = parse(source, "dataset")
     if not 0 <= seed <= SEED_MAX:
         raise UserError(f"seed must be between 0 and {SEED_MAX}, got {seed}")
-    if problem := masking.share_problem(irrelevance_share) or masking.reply_problem(irrelevance_reply):
+    if problem := masking.share_problem(irrelevance_share) or masking.reply_problem(irrelevance_reply) or \
+            masking.distractors_problem(irrelevance_distractors):
         raise UserError(problem)
     record = None
     if src.kind == "mix":  # each part read and split as it would be alone, then mixed (trainer.data.mix)
@@ -370,7 +373,8 @@ def deliver_dataset(source: str, revision: str, store, eval_fraction: float = 0.
         return uri, {"source": source, "revision": "", "rows": counts, **manifest}
     else:
         splits = materialize_dataset(src, revision, eval_fraction, seed)
-    splits, made = masking.mask_splits(splits, irrelevance_share, seed, f"dataset {source}", irrelevance_reply)
+    splits, made = masking.mask_splits(splits, irrelevance_share, seed, f"dataset {source}", irrelevance_reply,
+                                       irrelevance_distractors)
     if overlap := data.eval_overlap(splits):  # after masking: what is delivered is what the evaluation scores
         print(f"WARNING: {overlap}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -378,7 +382,8 @@ def deliver_dataset(source: str, revision: str, store, eval_fraction: float = 0.
         uri, manifest = store.put_tree(tmp, "datasets")
     return uri, {"source": source, "revision": revision if src.kind == "hub" else "",
                  "rows": counts, "irrelevance_share": irrelevance_share, "irrelevance_rows": made,
-                 **({"irrelevance_reply": irrelevance_reply} if irrelevance_share else {}),
+                 **({"irrelevance_reply": irrelevance_reply, "irrelevance_distractors": irrelevance_distractors}
+                    if irrelevance_share else {}),
                  **({"mix": record} if record else {}), **manifest}
 
 

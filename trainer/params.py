@@ -82,6 +82,11 @@ PARAMS: tuple[Param, ...] = (
                 'against a tuned model that calls a tool for every request). Made after the train/eval split, drawn with `seed`, so the eval '
                 'split measures the irrelevance category; counted in the log and the dataset\'s metadata. 0 makes '
                 'none; e.g. 0.1. Refused for data without tool calls and for an s3:// tree delivered before.')),
+    Param('irrelevance_distractors', float, 0.0, INPUTS, BOTH,
+          help=('Share of the irrelevance_share copies, from 0 to 1, that offer unrelated tools (drawn from the '
+                'dataset\'s other rows and a library of 33 schemas across domains) instead of the row\'s remaining '
+                'ones, as BFCL\'s irrelevance rows do: teaches declining when no offered tool fits, not only when '
+                'a familiar one is missing. 0: none.')),
     Param('irrelevance_reply', str, 'None of the available tools can do that.', INPUTS, BOTH,
           help=('The text answer of the rows irrelevance_share makes: short, neutral and the same in every row, so the '
                 'model learns one behaviour and the held-out text match can score it (e.g. your product\'s wording, or '

@@ -74,10 +74,14 @@ def test_a_copy_offers_every_tool_but_the_called_ones_and_answers_in_text():
 def test_which_rows_are_masked():
     assert masking.maskable(_row("q", [_call("a")], ["a", "b"]))
     assert not masking.maskable(_text_row("q", ["a"]))  # answers in text
-    # its history calls the function masking would remove: the copy would call a tool it does not declare
+    # its last call repeats one its history made: the copy is cut at the first call instead (cut later, its history
+    # would call a tool the copy does not declare)
     history = [{"role": "assistant", "content": "", "tool_calls": [{"id": "c0", **_call("a")}]},
                {"role": "tool", "tool_call_id": "c0", "content": "{}"}, {"role": "user", "content": "again"}]
-    assert not masking.maskable(_row("q", [_call("a")], ["a", "b"], history))
+    again = _row("q", [_call("a")], ["a", "b"], history)
+    assert masking.mask_turn(again) == 1 and masking.masked(again)["messages"] == [
+        again["messages"][0], {"role": "assistant", "content": masking.IRRELEVANCE_REPLY}]
+    assert not masking.maskable(_row("q", [_call("z")], ["a", "b"]))  # calls a function the row does not offer
     # a multi-turn row whose last turn calls another function than its history: masked after its history
     row = _row("q", [_call("b")], ["a", "b"], history)
     copy = masking.masked(row)
@@ -139,9 +143,13 @@ def test_a_share_out_of_range_or_not_a_number_is_refused_with_the_fix(share, sai
 def test_data_without_tool_calls_is_refused_before_any_work():
     chat = {"train": [_text_row(f"q{i}", ["a"]) for i in range(5)], "eval": [_text_row("e")]}
     err = str(pytest.raises(UserError, masking.mask_splits, chat, 0.1, 0, "dataset chats.jsonl").value)
-    assert err == ("irrelevance_share=0.1, but dataset chats.jsonl has no training row whose answer calls a tool it "
-                   "offers, so function masking has nothing to make irrelevance rows from: set irrelevance_share=0, "
-                   "or use data with tool calls (rows whose last assistant turn has tool_calls)")
+    assert err == ("irrelevance_share=0.1, but dataset chats.jsonl has nothing function masking can make irrelevance "
+                   "rows from: no training row makes a tool call (no assistant turn has tool_calls); set "
+                   "irrelevance_share=0, or use rows whose calls name functions in the row's tools")
+    # calls, but to tools no row offers (a glaive system prompt without function JSON): said as that
+    untooled = {"train": [{"messages": _row("q", [_call("a")], [])["messages"]}]}
+    err = str(pytest.raises(UserError, masking.mask_splits, untooled, 0.1, 0).value)
+    assert "its 1 training rows with tool calls offer no tools (no `tools` list" in err
     assert masking.mask_splits(chat, 0, 0)[0] == chat  # 0: nothing asked, nothing refused
 
 
@@ -174,9 +182,9 @@ def test_validate_refuses_the_share_at_once(tmp_path):
     data.write_jsonl([_text_row(f"q{i}") for i in range(40)], chats)
     problems = pipeline_problems({"dataset_source": str(chats), "irrelevance_share": 0.2, "nodes": 1})
     assert [p for p in problems if "irrelevance_share" in p] == [
-        f"irrelevance_share=0.2, but dataset_source {str(chats)!r} has no training row whose answer calls a tool it "
-        "offers, so function masking has nothing to make irrelevance rows from: set irrelevance_share=0, or use data "
-        "with tool calls (rows whose last assistant turn has tool_calls)"]
+        f"irrelevance_share=0.2, but dataset_source {str(chats)!r} has nothing function masking can make irrelevance "
+        "rows from: no training row makes a tool call (no assistant turn has tool_calls); set irrelevance_share=0, or "
+        "use rows whose calls name functions in the row's tools"]
     problems = pipeline_problems({"irrelevance_share": 0.7, "nodes": 1})
     assert [p for p in problems if "irrelevance_share" in p] == [
         "irrelevance_share=0.7 is out of range: it is the share of each split's rows made by function masking, from 0 "
@@ -190,8 +198,8 @@ def test_validate_refuses_the_share_at_once(tmp_path):
 @pytest.mark.parametrize("argv, said", [
     (["--irrelevance-share", "0.8"], "--irrelevance-share=0.8 is out of range"),
     (["--irrelevance-share", "nan"], "--irrelevance-share must be a finite number from 0 to 0.5, got nan"),
-    (["--irrelevance-share", "0.1"], "--irrelevance-share=0.1, but dataset {path} has no training row whose answer "
-                                     "calls a tool it offers"),
+    (["--irrelevance-share", "0.1"], "--irrelevance-share=0.1, but dataset {path} has nothing function masking "
+                                     "can make irrelevance rows from: no training row makes a tool call"),
 ])
 def test_deliver_dataset_cli_exits_2_naming_the_fix(tmp_path, capsys, argv, said):
     from trainer.__main__ import main
@@ -329,3 +337,55 @@ def test_no_eval_copy_is_a_train_row_when_two_rows_differ_only_in_a_calls_argume
     data.write_jsonl(splits["train"] * 2, path)  # every row twice: overlap from the data itself
     delivery.deliver_dataset(str(path), "", store, eval_fraction=0.2, seed=0, irrelevance_share=0.2)
     assert "eval rows are also train rows" in capsys.readouterr().out
+
+
+def test_glaive_and_hermes_rows_are_masked_at_their_call():
+    """Issue 44/45: multi-turn rows (call, tool result, text) were refused ("use data with tool calls") though every
+    row has a call; a copy is now cut at the call turn, the called function removed, the reply given there."""
+    from tests.unit.test_fc_datasets import GLAIVE, write
+
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        [row] = data.read_rows(write(Path(tmp), [GLAIVE], "glaive.jsonl"))
+    assert masking.maskable(row) and masking.data_problem({"train": [row]}, 0.2) is None
+    copy = masking.masked(row)
+    turn = masking.mask_turn(row)
+    # the last call turn that answers the user (get_time: save_note follows a tool result), whose function no earlier
+    # turn called; the turns before it kept as they were
+    assert row["messages"][turn]["tool_calls"][0]["function"]["name"] == "get_time"
+    assert copy["messages"][:-1] == row["messages"][:turn]
+    assert copy["messages"][-1] == {"role": "assistant", "content": masking.IRRELEVANCE_REPLY}
+    assert _names(copy) == {"convert_currency", "save_note"}  # the earlier turn's tool stays offered
+    assert data.validate_rows([copy], "copies") and fc_check.category(copy) == "irrelevance"
+
+
+def test_distractor_copies_offer_unrelated_tools_from_the_dataset_and_the_library():
+    from trainer.data.tool_library import LIBRARY
+
+    splits = _splits(200, 40)
+    splits["train"].append(_row("other", [_call("convert_length")], ["convert_length", "zeta_tool"]))
+    out, made = masking.mask_splits(splits, 0.2, seed=1, distractors=0.5)
+    for name in ("train", "eval"):
+        copies = _copies(out[name])
+        offered = [c for c in copies if c.get("tools")]
+        foreign = [c for c in offered if not _names(c) & {"a", "b", "c"}]
+        assert len(foreign) >= made[name] // 2, (name, len(foreign), made[name])  # the share, rounded up
+        for c in foreign:
+            assert 1 <= len(c["tools"]) <= masking.DISTRACTORS_MAX
+    pool = {t["function"]["name"] for t in masking.tool_pool(splits)}
+    assert {"zeta_tool", "a", "b", "c"} <= pool and {t["function"]["name"] for t in LIBRARY} <= pool
+    # no distractor shares a word with the removed function: convert_length is none for convert_currency
+    row = _row("20 EUR in USD", [_call("convert_currency")], ["convert_currency", "get_weather"])
+    import random
+
+    for seed in range(20):
+        drawn = {t["function"]["name"] for t in masking.distractors_for(row, masking.tool_pool(splits),
+                                                                         random.Random(seed))}
+        assert drawn and not drawn & {"convert_currency", "get_weather", "convert_length"}
+    assert masking.mask_splits(splits, 0.2, seed=1, distractors=0.5) == (out, made)  # seeded
+    assert masking.mask_splits(splits, 0.2, seed=1)[0] != out  # 0: the rows' own remaining tools, as before
+    for bad in (-0.1, 1.5, float("nan"), True, "0.5"):
+        err = str(pytest.raises(UserError, masking.mask_splits, splits, 0.2, 1, distractors=bad).value)
+        assert err.startswith("irrelevance_distractors must be a number from 0 to 1") and "e.g." in err

@@ -8,14 +8,23 @@ fits. The copy keeps the conversation up to the call, so the model learns to rea
 rather than the request alone: the same request gets the call while its function is offered, and the
 reply once it is not.
 
-From the user's own tool rows (rows whose scored assistant turn, trainer.chat.turns.target_index, makes
-calls): every function that turn calls is removed from the row's tools, the turn becomes
-`irrelevance_reply` (IRRELEVANCE_REPLY by default), and the tools left are kept (an `irrelevance` row for trainer.fc_check); where the
+From the user's own tool rows, single- or multi-turn: the copy is cut at a call turn (`mask_turn`: the last
+trained assistant turn that calls only functions the row offers, none of them called in an earlier turn, so
+a glaive or Hermes row -- call, tool result, text -- is masked at its call; a turn that answers a user is
+preferred to one right after a tool result, whose copy would read as the answer to that result), every function that turn calls
+is removed from the row's tools, the turn becomes `irrelevance_reply` (IRRELEVANCE_REPLY by default), and
+what follows it is dropped. The tools left are kept (an `irrelevance` row for trainer.fc_check); where the
 called functions were all the row offered, the copy offers no tools at all (a plain `chat` row, which
 teaches the model not to call a tool it was never given). Where the data has no tool-less row at all, at least
 TOOLLESS_SHARE of the copies offer no tools (the tools left removed too, drawn with the seed), so the model
-still sees requests answered without any tool. A row whose earlier turns call one of those
-functions is not masked: its history would call a tool the row no longer declares.
+still sees requests answered without any tool.
+
+Distractors (pipeline parameter `irrelevance_distractors`): that share of the copies offer, instead of the
+row's remaining tools, tools drawn from the whole dataset's other rows and from a library of schemas across
+domains (trainer.data.tool_library), none named like a removed function: the offered tools are then unrelated
+to the request, as in BFCL's irrelevance rows. The remaining tools of a row are often its siblings (the
+built-in data offers 3-4 of the same five), so masking alone teaches "refuse when one of these five is
+missing"; distractors teach "refuse when no offered tool fits". Tools an earlier turn called stay offered.
 
 Each split is masked on its own, after the train/eval split (a masked copy of an eval row never lands in
 train), with the same share, so the eval split measures the `irrelevance` category; the copies are drawn
@@ -32,9 +41,10 @@ import random
 from typing import Any
 
 from trainer.chat.parsers import END_MARKERS, parse_tool_call
-from trainer.chat.turns import target_index, trained_turns
+from trainer.chat.turns import trained_turns
 from trainer.data.formats import _QUIET
 from trainer.data.preflight import conversation_key
+from trainer.data.tool_library import LIBRARY
 from trainer.errors import UserError
 from trainer.jsontext import lone_surrogate
 from trainer.params import BY_NAME
@@ -43,6 +53,7 @@ from trainer.params import BY_NAME
 # row, so the model learns one behaviour and the held-out text match can score it.
 IRRELEVANCE_REPLY = BY_NAME["irrelevance_reply"].default
 SHARE_MAX = 0.5  # above it, declining would outnumber calling in the data the model learns from
+DISTRACTORS_MAX = 4  # tools a copy with distractors offers at most (BFCL's irrelevance rows offer 1-3)
 REPLY_MAX_CHARS = 500
 # Of the copies made from data that has no tool-less row, at least this share offer no tools at all
 TOOLLESS_SHARE = 0.1
@@ -57,6 +68,15 @@ def share_problem(share: Any, name: str = "irrelevance_share") -> str | None:
     if not 0 <= share <= SHARE_MAX:
         return (f"{name}={share:g} is out of range: it is the share of each split's rows made by function masking, "
                 f"from 0 (none) to {SHARE_MAX} (half); e.g. {name}=0.1")
+    return None
+
+
+def distractors_problem(share: Any, name: str = "irrelevance_distractors") -> str | None:
+    """Why `share` is not a usable share of masked copies with distractors (None when it is), with the fix."""
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not math.isfinite(share) or \
+            not 0 <= share <= 1:
+        return (f"{name} must be a number from 0 to 1 (the share of the masked copies that offer unrelated tools "
+                f"instead of the row's own), got {share!r}: e.g. {name}=0.5")
     return None
 
 
@@ -85,33 +105,88 @@ def _name(tool: Any) -> Any:
     return fn.get("name") if isinstance(fn, dict) else None
 
 
+def _calls(message: dict[str, Any]) -> set[str]:
+    return {c["function"]["name"] for c in message.get("tool_calls") or []}
+
+
+def mask_turn(row: dict[str, Any]) -> int | None:
+    """The turn a masked copy is cut at: the last trained assistant turn that calls only functions the row
+    offers, none of them called in an earlier turn (the copy's history would call a tool it no longer
+    declares); None when no turn qualifies."""
+    offered = {_name(t) for t in row.get("tools") or []}
+    trained, earlier, found = set(trained_turns(row["messages"])), set(), []
+    for i, m in enumerate(row["messages"]):
+        names = _calls(m)
+        if i in trained and names and names <= offered and not names & earlier:
+            found.append(i)
+        earlier |= names
+    # a turn that answers a user prefers: its copy is an irrelevance row (a request no offered tool fits), where a
+    # reply right after a tool result would read as the answer to that result (trainer.fc_check's multi_turn)
+    asked = [i for i in found if row["messages"][i - 1].get("role") != "tool"]
+    return (asked or found or [None])[-1]
+
+
 def called(row: dict[str, Any]) -> set[str]:
-    """The functions the row's scored turn calls (empty: it answers in text, or no turn is trained)."""
-    if not trained_turns(row["messages"]):
-        return set()
-    return {c["function"]["name"] for c in row["messages"][target_index(row)].get("tool_calls") or []}
+    """The functions the turn a copy is cut at calls (`mask_turn`; empty: no turn can be masked)."""
+    turn = mask_turn(row)
+    return set() if turn is None else _calls(row["messages"][turn])
 
 
 def maskable(row: dict[str, Any]) -> bool:
-    """A row whose scored turn calls only tools it offers, none of them called in an earlier turn."""
-    names = called(row)
-    if not names:
-        return False
-    target = target_index(row)
-    earlier = {c["function"]["name"] for m in row["messages"][:target] for c in m.get("tool_calls") or []}
-    return names <= {_name(t) for t in row.get("tools") or []} and not names & earlier
+    """A row with a call turn to mask (`mask_turn`)."""
+    return mask_turn(row) is not None
 
 
-def masked(row: dict[str, Any], reply: str = IRRELEVANCE_REPLY) -> dict[str, Any]:
-    """A copy of `row` (maskable) without the functions its scored turn calls, answered with `reply`;
-    without `tools` when none is left. The row's other fields and earlier turns stay as they are."""
-    names, target = called(row), target_index(row)
-    left = [t for t in row["tools"] if _name(t) not in names]
+def _history_tools(row: dict[str, Any], turn: int) -> list[dict[str, Any]]:
+    """The row's tools that the turns before `turn` call: a copy keeps offering them."""
+    earlier = {n for m in row["messages"][:turn] for n in _calls(m)}
+    return [t for t in row.get("tools") or [] if _name(t) in earlier]
+
+
+def masked(row: dict[str, Any], reply: str = IRRELEVANCE_REPLY,
+           distractors: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A copy of `row` (maskable) cut at its `mask_turn`, without the functions that turn calls, answered with
+    `reply`; without `tools` when none is left. `distractors`: tools offered instead of the row's remaining
+    ones (beside those earlier turns call). The row's other fields and earlier turns stay as they are."""
+    turn = mask_turn(row)
+    names = _calls(row["messages"][turn])
+    left = _history_tools(row, turn) + list(distractors) if distractors is not None else \
+        [t for t in row["tools"] if _name(t) not in names]
     out = {k: v for k, v in row.items() if k not in ("messages", "tools")}
-    out["messages"] = [*row["messages"][:target], {"role": "assistant", "content": reply}]
+    out["messages"] = [*row["messages"][:turn], {"role": "assistant", "content": reply}]
     if left:
         out["tools"] = left
     return out
+
+
+def _words(name: Any) -> set[str]:
+    return set(str(name).lower().replace("-", "_").replace(".", "_").split("_")) - {"", "get", "set", "a", "the"}
+
+
+def tool_pool(splits: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Every tool the dataset's rows offer (one per name, first seen) and the library's
+    (trainer.data.tool_library), in a fixed order: what distractors are drawn from."""
+    pool: dict[str, dict[str, Any]] = {}
+    for rows in splits.values():
+        for row in rows:
+            for tool in row.get("tools") or []:
+                if isinstance(_name(tool), str):
+                    pool.setdefault(_name(tool), tool)
+    for tool in LIBRARY:
+        pool.setdefault(_name(tool), tool)
+    return [pool[name] for name in sorted(pool)]
+
+
+def distractors_for(row: dict[str, Any], pool: list[dict[str, Any]], rng: random.Random) -> list[dict[str, Any]]:
+    """As many tools as the copy would otherwise offer (at least 1, at most DISTRACTORS_MAX), drawn from `pool`:
+    none the row offers, none sharing a word of its name with a function the masked turn calls
+    (convert_length is no distractor for convert_currency)."""
+    names = called(row)
+    own = {_name(t) for t in row.get("tools") or []}
+    removed = set().union(*(_words(n) for n in names))
+    fit = [t for t in pool if _name(t) not in own and not _words(_name(t)) & removed]
+    k = min(len(fit), max(1, min(DISTRACTORS_MAX, len(own) - len(names))))
+    return rng.sample(fit, k)
 
 
 def copies_for(n_rows: int, share: float) -> int:
@@ -128,18 +203,23 @@ def spread(rows: list[Any], extra: list[Any]) -> list[Any]:
 
 
 def mask_split(rows: list[dict[str, Any]], share: float, seed: int, split: str,
-               reply: str = IRRELEVANCE_REPLY, avoid: frozenset[str] = frozenset()
-               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+               reply: str = IRRELEVANCE_REPLY, avoid: frozenset[str] = frozenset(), distractors: float = 0.0,
+               pool: list[dict[str, Any]] | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(`rows` with masked copies of some of them spread through, the copies): `copies_for` of them, at
-    most one per maskable row, drawn with `seed` and the split's name (the same copies on every machine).
-    `avoid`: conversation keys (trainer.data.preflight.conversation_key) no copy may have: the train split's
-    rows, for the eval split's copies (two rows that differ only in a call's arguments mask alike)."""
+    most one per maskable row, drawn with `seed` and the split's name (the same copies on every machine);
+    `distractors` of them (a share, rounded up) offer tools drawn from `pool` (`tool_pool`) instead of the
+    row's remaining ones. `avoid`: conversation keys (trainer.data.preflight.conversation_key) no copy may
+    have: the train split's rows, for the eval split's copies (two rows that differ only in a call's
+    arguments mask alike)."""
     candidates = [r for r in rows if maskable(r) and (not avoid or conversation_key(masked(r, reply)) not in avoid)]
     n = min(copies_for(len(rows), share), len(candidates))
     if not n:
         return rows, []
     rng = random.Random(f"irrelevance-masking:{seed}:{split}")
-    copies = [masked(candidates[i], reply) for i in sorted(rng.sample(range(len(candidates)), n))]
+    chosen = [candidates[i] for i in sorted(rng.sample(range(len(candidates)), n))]
+    with_distractors = set(rng.sample(range(n), min(n, math.ceil(n * distractors)))) if distractors > 0 else set()
+    copies = [masked(row, reply, distractors_for(row, pool or tool_pool({split: rows}), rng)
+                     if i in with_distractors else None) for i, row in enumerate(chosen)]
     if all(r.get("tools") for r in rows):  # data with no tool-less row gets some: a model must answer without tools too
         offered = [i for i, c in enumerate(copies) if c.get("tools")]
         wanted = math.ceil(n * TOOLLESS_SHARE) - (n - len(offered))  # at least the share, one of a few copies
@@ -151,31 +231,44 @@ def mask_split(rows: list[dict[str, Any]], share: float, seed: int, split: str,
 
 def data_problem(splits: dict[str, list[dict[str, Any]]], share: float, what: str = "the dataset",
                  name: str = "irrelevance_share") -> str | None:
-    """The refusal of a share above 0 for data whose training rows have no call to mask (None otherwise)."""
-    if share > 0 and not any(maskable(r) for r in splits.get("train", [])):
-        return (f"{name}={share:g}, but {what} has no training row whose answer calls a tool it offers, so function "
-                f"masking has nothing to make irrelevance rows from: set {name}=0, or use data with tool calls (rows "
-                "whose last assistant turn has tool_calls)")
-    return None
+    """The refusal of a share above 0 for data whose training rows have no call to mask (None otherwise), saying
+    which of the conditions the rows miss."""
+    train = splits.get("train", [])
+    if share <= 0 or any(maskable(r) for r in train):
+        return None
+    calls = [r for r in train if any(_calls(m) for m in r["messages"])]
+    if not calls:
+        why = "no training row makes a tool call (no assistant turn has tool_calls)"
+    elif not any(r.get("tools") for r in calls):
+        why = (f"its {len(calls)} training rows with tool calls offer no tools (no `tools` list, or a glaive system "
+               "prompt without function JSON), so there is no offered function to remove")
+    else:
+        why = (f"in each of its {len(calls)} training rows with tool calls, every call turn calls a function the row "
+               "does not offer or one an earlier turn already called")
+    return (f"{name}={share:g}, but {what} has nothing function masking can make irrelevance rows from: {why}; set "
+            f"{name}=0, or use rows whose calls name functions in the row's tools")
 
 
 def mask_splits(splits: dict[str, list[dict[str, Any]]], share: float, seed: int,
-                what: str = "the dataset", reply: str = IRRELEVANCE_REPLY
+                what: str = "the dataset", reply: str = IRRELEVANCE_REPLY, distractors: float = 0.0
                 ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, int]]:
-    """Every split with its masked copies (`mask_split`) answered `reply`, and the copies made per split; says how
-    many (one line, unless the reading is quiet: trainer.data.quiet_conversions).
+    """Every split with its masked copies (`mask_split`) answered `reply`, `distractors` of them offering tools from
+    the whole dataset and the library (`tool_pool`), and the copies made per split; says how many (one line,
+    unless the reading is quiet: trainer.data.quiet_conversions).
 
     Raises:
         UserError: the share is out of range or the reply unusable, or a share above 0 for data with no tool-call
             row to mask.
     """
-    if problem := share_problem(share) or reply_problem(reply) or data_problem(splits, share, what):
+    if problem := share_problem(share) or distractors_problem(distractors) or reply_problem(reply) or \
+            data_problem(splits, share, what):
         raise UserError(problem)
+    pool = tool_pool(splits) if distractors > 0 else []
     out, copies = {}, {}
     for name in sorted(splits, key=lambda n: n != "train"):  # train first: no eval copy may be a train row
         avoid = frozenset(conversation_key(r) for r in out["train"]) if name != "train" and "train" in out else \
             frozenset()
-        out[name], copies[name] = mask_split(splits[name], share, seed, name, reply, avoid)
+        out[name], copies[name] = mask_split(splits[name], share, seed, name, reply, avoid, distractors, pool)
     out = {name: out[name] for name in splits}
     made = {name: len(rows) for name, rows in copies.items()}
     if share > 0 and not _QUIET.get():
@@ -183,6 +276,8 @@ def mask_splits(splits: dict[str, list[dict[str, Any]]], share: float, seed: int
         print(f"{sum(made.values())} irrelevance rows made by function masking (irrelevance_share={share:g}: "
               + ", ".join(f"{made[n]} of {len(out[n])} {n} rows" for n in out)
               + f"): the called functions removed from the offered tools, answered {reply!r}"
-              + (f"; {toolless} of them offer no tool" if toolless else ""),
+              + (f"; {toolless} of them offer no tool" if toolless else "")
+              + (f"; {math.ceil(distractors * 100):g}% offer unrelated tools instead of the row's own "
+                 f"(irrelevance_distractors={distractors:g}, from {len(pool)} tools)" if distractors > 0 else ""),
               flush=True)
     return out, made

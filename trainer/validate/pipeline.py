@@ -188,6 +188,8 @@ def _settings_problems(params: dict[str, Any], context: int | None) -> list[str]
         problems.append(share)
     if reply := masking.reply_problem(params["irrelevance_reply"]):
         problems.append(reply)
+    if bad := masking.distractors_problem(params["irrelevance_distractors"]):
+        problems.append(bad)
     if params["max_restarts"] < 0:
         problems.append(f"max_restarts must be >= 0, got {params['max_restarts']}")
     if params["eval_max_rows"] < 1:
