@@ -40,7 +40,9 @@ def evaluate(
     (a sweep scores its base once for every trial); none scores the base here too. `eval_suites`
     with bfcl: `bfcl_rows` rows per BFCL category (drawn with `seed`) from the deliver_bfcl step's
     `bfcl`, on the same servers (trainer.evaluate.bfcl); `max_category_drop`: the gate's per-category
-    floor, `gate_significance`: McNemar's p a drop must be under to refuse (0: off) (trainer.evaluate.promotion)."""
+    floor, `gate_significance`: McNemar's p a drop must be under to refuse (0: off) (trainer.evaluate.promotion).
+    The base's scores are kept in the bucket by what decides them (trainer.evaluate.kept_base): a later run
+    with the same base tree, template, rows and settings reuses them and does not ask the base."""
     import json
     from collections import namedtuple
 
@@ -49,6 +51,7 @@ def evaluate(
     from trainer.errors import UserError, exit_on_user_error
     from trainer.evaluate import evaluate as run_eval
     from trainer.evaluate import logged_metrics, promotion
+    from trainer.evaluate.kept_base import KeptBase
     from trainer.model import skip_bitsandbytes
     from trainer.report import examples_markdown, summary_lines
     from trainer.storage import Store
@@ -63,10 +66,12 @@ def evaluate(
         if "bfcl" in suites and not bfcl_uri:
             raise UserError("eval_suites scores bfcl, but no BFCL data was delivered to this step (its bfcl input "
                             "points nowhere): run the deliver_bfcl step with the same eval_suites")
+        kept = KeptBase(store, read_uri(base_model), run=metrics.uri.rsplit("/", 1)[0])  # this run's outputs
         result = run_eval(store.get_tree(read_uri(base_model)), tuned,
                           store.get_tree(read_uri(dataset)) / "eval.jsonl", max_rows=max_rows,
                           max_seq_len=max_seq_len, engine=eval_engine, base=base, suites=suites,
-                          bfcl_dir=store.get_tree(bfcl_uri) if bfcl_uri else None, bfcl_rows=bfcl_rows, seed=seed)
+                          bfcl_dir=store.get_tree(bfcl_uri) if bfcl_uri else None, bfcl_rows=bfcl_rows, seed=seed,
+                          kept=kept)
         result["mix"] = dataset.metadata.get("mix") or []  # the sources' names for the report's by-source table
     logged = logged_metrics(result)  # a kind of row the split lacks logs no accuracy, not 0
     promoted, reason = promotion(logged, min_fc_accuracy, min_gain, max_category_drop,

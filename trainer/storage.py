@@ -4,6 +4,7 @@ Layout in the bucket:
   models/sha256-<tree>/...     content-addressed trees (base models, adapters, merged models)
   datasets/sha256-<tree>/...   content-addressed datasets (train.jsonl, eval.jsonl)
   runs/<run id>/...            per-run files (training results, history)
+  base_scores/sha256-<key>.json the base model's evaluation, keyed by what decides it (trainer.evaluate.kept_base)
 
 A tree's `_manifest.json` lists every file with its sha256 and is written last: a
 prefix without it is an interrupted upload and is never read. The tree hash covers

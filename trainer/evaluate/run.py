@@ -19,7 +19,7 @@ from trainer.chat.turns import (after_tool_result, expected_call, expected_text,
                                 turn_rows)
 from trainer.errors import UserError
 from trainer.data import bfcl as bfcl_data
-from trainer.evaluate import bfcl, generation
+from trainer.evaluate import bfcl, generation, kept_base
 from trainer.evaluate import losses as losses_mod
 from trainer.evaluate import served as served_mod
 from trainer.evaluate.paired import heldout_counts
@@ -220,7 +220,8 @@ def score_base(model_dir: Path, eval_path: Path, max_rows: int = 200, max_seq_le
 def evaluate(model_dir: Path, tuned_dir: Path, eval_path: Path, max_rows: int = 200,
              max_seq_len: int = 512, n_examples: int = 5, engine: str = "auto",
              base: dict[str, Any] | None = None, suites: tuple[str, ...] = ("heldout",),
-             bfcl_dir: Path | None = None, bfcl_rows: int = 25, seed: int = 0) -> dict[str, Any]:
+             bfcl_dir: Path | None = None, bfcl_rows: int = 25, seed: int = 0,
+             kept: kept_base.KeptBase | None = None) -> dict[str, Any]:
     """Metrics for base and tuned, plus a few side-by-side examples for the report.
 
     `suites` (trainer.data.bfcl.SUITES): heldout scores the eval split (below); bfcl asks `bfcl_rows`
@@ -239,6 +240,9 @@ def evaluate(model_dir: Path, tuned_dir: Path, eval_path: Path, max_rows: int = 
     serving parser and computes the loss with transformers; auto picks by `choose_engine`.
     `base`: `score_base`'s result for the same arguments, used instead of scoring the base again;
     made for other rows, another max_seq_len or engine, it is set aside, said, and the base scored here.
+    `kept`: the base's scores kept in the bucket (trainer.evaluate.kept_base): scores an earlier run made with
+    the same base tree, chat template, rows and engine settings are used (held-out and BFCL; the base is not
+    asked), otherwise the base's scores made here are kept there for the next run.
 
     Raises:
         UserError: every row is too long, found before any model loads.
@@ -258,10 +262,19 @@ def evaluate(model_dir: Path, tuned_dir: Path, eval_path: Path, max_rows: int = 
     if "bfcl" in suites:
         asked = bfcl.rows(bfcl_dir, bfcl_rows, seed)
         suite = (asked, bfcl.prompt_lengths(prep["tokenizer"], asked))
-    names = ("tuned",) if base is not None and heldout and suite is None else ("base", "tuned")
+    sha = None
+    if kept is not None and (base is None or suite is not None):  # an earlier run's, for the same inputs
+        sha = kept_base.digest(kept.model_uri, prep["tokenizer"].chat_template, key, suite and kept_base.suite_key(
+            suite[0], bfcl_data.version(bfcl_dir), bfcl_rows, seed))
+        base = kept.load(sha, len(prep["turns"]), suite and len(suite[0])) or base
+    names = ("tuned",) if base is not None and (suite is None or base.get("suite") is not None) else ("base", "tuned")
     results, outputs, suite_outputs = _score_models(model_dir, tuned_dir, prep, max_seq_len, names, suite)
     if base is not None and "base" not in names:
         results["base"], outputs["base"] = base["metrics"], base["predictions"]
+        if suite is not None:
+            suite_outputs["base"] = base["suite"]
+    elif sha is not None:
+        kept.save(sha, results.get("base", {}), outputs.get("base", []), suite_outputs.get("base"))
     turns = prep["turns"]
     examples = [{"prompt": last_user_request(turns[i]), "turn": turn_label(turns[i]),
                  "expected": expected_call(turns[i]) or expected_text(turns[i]),

@@ -1,0 +1,114 @@
+"""The base scored once (issue 44, trainer/evaluate/kept_base.py through trainer.evaluate.evaluate): a second
+evaluation with the same base tree, chat template, rows and settings takes the base's held-out and BFCL scores
+from the bucket and never asks the base; another row, template or max_seq_len scores it again; a damaged kept
+object is set aside in one line; a store that refuses the write costs a warning, not the run."""
+
+import hashlib
+import io
+import json
+import shutil
+
+import pytest
+
+from trainer import builtin_data, data
+from trainer import evaluate as ev
+from trainer.errors import Unavailable
+from trainer.evaluate.kept_base import KeptBase
+
+
+@pytest.fixture
+def asked(monkeypatch):
+    """HF generate replaced (each model answers every row with a call): the `desc` of every call, in order."""
+    calls = []
+
+    def generate(model, tokenizer, rows, batch_size=32, desc="generate", budgets=None):
+        calls.append(desc)
+        name = "get_weather" if "tuned" in desc else "search"
+        return [f'<tool_call>{{"name": "{name}", "arguments": {{}}}}</tool_call>' for _ in rows]
+
+    monkeypatch.setattr(ev.generation, "generate", generate)
+    return calls
+
+
+@pytest.fixture
+def kept(store, tmp_path):
+    """The base's kept scores for a base tree of this test's own (its URI unique to the test)."""
+    tree = hashlib.sha256(str(tmp_path).encode()).hexdigest()
+    return KeptBase(store, f"s3://{store.bucket}/models/sha256-{tree}", run="run-1")
+
+
+def _eval_file(tmp_path, rows=None):
+    path = tmp_path / "eval.jsonl"
+    data.write_jsonl(rows if rows is not None else builtin_data.generate(n_train=0, n_eval=4, seed=2)["eval"], path)
+    return path
+
+
+def test_a_second_evaluation_reuses_the_base_and_changed_inputs_score_it_again(tiny_model_dir, tmp_path, kept,
+                                                                               asked, capsys):
+    path = _eval_file(tmp_path)
+    first = ev.evaluate(tiny_model_dir, tiny_model_dir, path, engine="hf", kept=kept)
+    assert asked == ["evaluate base", "evaluate tuned"]
+    out = capsys.readouterr().out
+    where = out.split("base scores kept at ", 1)[1].split(" ", 1)[0]
+    assert where.startswith(f"s3://{kept.store.bucket}/base_scores/sha256-")
+
+    asked.clear()
+    again = ev.evaluate(tiny_model_dir, tiny_model_dir, path, engine="hf", kept=kept)
+    assert asked == ["evaluate tuned"]  # the base is not asked
+    assert f"base scores reused from {where} (scored by run run-1)" in capsys.readouterr().out
+    assert again["base"] == first["base"] and again == first  # metrics, examples, failures, paired counts
+
+    # what decides the base's answers, each changed: scored again
+    asked.clear()
+    ev.evaluate(tiny_model_dir, tiny_model_dir, path, max_seq_len=500, engine="hf", kept=kept)
+    rows = data.read_jsonl(path)
+    rows[0]["messages"][0]["content"] += " Please."
+    ev.evaluate(tiny_model_dir, tiny_model_dir, _eval_file(tmp_path, rows), engine="hf", kept=kept)
+    other = shutil.copytree(tiny_model_dir, tmp_path / "other-template")
+    (other / "chat_template.jinja").write_text((other / "chat_template.jinja").read_text() + "\n")
+    ev.evaluate(other, other, path, engine="hf", kept=kept)  # the same tree URI: the template alone differs
+    assert asked.count("evaluate base") == 3
+
+
+def test_a_damaged_kept_object_is_set_aside_and_the_base_scored(tiny_model_dir, tmp_path, kept, asked, capsys):
+    path = _eval_file(tmp_path)
+    first = ev.evaluate(tiny_model_dir, tiny_model_dir, path, engine="hf", kept=kept)
+    where = capsys.readouterr().out.split("base scores kept at ", 1)[1].split(" ", 1)[0]
+    key = where.split(f"s3://{kept.store.bucket}/", 1)[1]
+    good = kept.store.get_json(key)
+    for damage, said in ((b'{"format": 1, "dig', "not JSON"),
+                         (json.dumps({**good, "digest": "0" * 64}).encode(), "it names digest 000000000000"),
+                         (json.dumps({**good, "predictions": good["predictions"][:1]}).encode(), "1 held-out answers")):
+        kept.store.client.put_object(kept.store.bucket, key, io.BytesIO(damage), len(damage))
+        asked.clear()
+        again = ev.evaluate(tiny_model_dir, tiny_model_dir, path, engine="hf", kept=kept)
+        out = capsys.readouterr().out
+        assert f"WARNING: the kept base scores at {where} are damaged ({said}" in out
+        assert asked == ["evaluate base", "evaluate tuned"] and again["base"] == first["base"]
+        assert f"base scores kept at {where}" in out  # and kept again, whole
+    assert kept.store.get_json(key)["digest"] == good["digest"]
+
+
+def test_a_store_that_refuses_the_write_costs_one_warning(tiny_model_dir, tmp_path, kept, asked, capsys, monkeypatch):
+    def refuse(key, obj):
+        raise Unavailable("S3 endpoint unreachable during upload after retries")
+
+    monkeypatch.setattr(kept.store, "put_json", refuse)
+    result = ev.evaluate(tiny_model_dir, tiny_model_dir, _eval_file(tmp_path), engine="hf", kept=kept)
+    out = capsys.readouterr().out
+    assert result["rows"] == 4 and out.count("WARNING: could not keep the base scores at") == 1
+
+
+def test_bfcl_base_answers_are_kept_with_the_held_out_ones(tiny_model_dir, tmp_path, bfcl_tree, kept, asked, capsys):
+    path = _eval_file(tmp_path)
+    args = dict(engine="hf", suites=("heldout", "bfcl"), bfcl_dir=bfcl_tree, bfcl_rows=1, seed=0, kept=kept)
+    first = ev.evaluate(tiny_model_dir, tiny_model_dir, path, **args)
+    assert asked == ["evaluate base", "BFCL base", "evaluate tuned", "BFCL tuned"]
+    asked.clear()
+    again = ev.evaluate(tiny_model_dir, tiny_model_dir, path, **args)
+    assert asked == ["evaluate tuned", "BFCL tuned"]
+    assert "base scores reused from" in capsys.readouterr().out
+    assert again["bfcl"] == first["bfcl"] and again["base"] == first["base"]
+    asked.clear()
+    ev.evaluate(tiny_model_dir, tiny_model_dir, path, **{**args, "seed": 1})  # other BFCL rows drawn
+    assert asked == ["evaluate base", "BFCL base", "evaluate tuned", "BFCL tuned"]
