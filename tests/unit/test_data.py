@@ -59,7 +59,8 @@ def test_missing_and_empty_files(tmp_path):
 
 def test_string_arguments_are_normalised_to_dicts(tmp_path):
     row = {"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "", "tool_calls": [
-        {"type": "function", "function": {"name": "f", "arguments": "{\"a\": 1}"}}]}]}
+        {"type": "function", "function": {"name": "f", "arguments": "{\"a\": 1}"}}]}],
+           "tools": [{"type": "function", "function": {"name": "f"}}]}
     [out] = data.read_jsonl(write(tmp_path, [json.dumps(row)]))
     assert out["messages"][1]["tool_calls"][0]["function"]["arguments"] == {"a": 1}
 
@@ -203,8 +204,11 @@ def test_valid_tool_rows_pass():
                                         "tool_calls": [{"function": {"name": "get_weather", "arguments": "{}"}}]},
                                        {"role": "tool", "content": "sunny"}, {"role": "assistant", "content": "ok"}]}
     assert data.row_problems(ok) == []
-    no_tools_declared = {"messages": ok["messages"]}  # calls are only checked against declared tools
-    assert data.row_problems(no_tools_declared) == []
+    no_tools_declared = {"messages": ok["messages"]}  # a call to a tool never offered, as with `tools: []`
+    assert data.row_problems(no_tools_declared) == [
+        "messages[1].tool_calls[0] calls 'get_weather', but the row has no 'tools' (a call to a tool never offered): "
+        "add the tool's schema to the row's 'tools' ({\"type\": \"function\", \"function\": {\"name\", "
+        "\"description\", \"parameters\"}}), or drop the row"]
 
 
 class CountingTokenizer:
@@ -366,7 +370,8 @@ def test_sharegpt_turns_under_messages_and_a_call_after_text_join_one_turn():
     its function_call is one assistant turn (text, then the call)."""
     row = {"messages": [{"from": "user", "value": "Paris?"}, {"from": "gpt", "value": "Checking."},
                         {"from": "function_call", "value": json.dumps({"name": "get_weather", "arguments": {}})},
-                        {"from": "tool", "value": "sunny"}, {"from": "assistant", "value": "Sunny."}]}
+                        {"from": "tool", "value": "sunny"}, {"from": "assistant", "value": "Sunny."}],
+           "tools": TOOLS}
     [out] = data.validate_rows([row], "rows")
     assert [(m["role"], m["content"], bool(m.get("tool_calls"))) for m in out["messages"]] == [
         ("user", "Paris?", False), ("assistant", "Checking.", True), ("tool", "sunny", False),

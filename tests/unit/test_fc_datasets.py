@@ -422,3 +422,43 @@ def test_a_plain_rows_tool_schema_with_nan_is_refused():
                "a": {"type": "number", "default": float("nan")}}}}}]}
     with pytest.raises(UserError, match=r"\['default'\] must be a finite number, not NaN or Infinity"):
         data.validate_rows([row], "x")
+
+
+# a call with no tool list (issue 45) ---------------------------------------------------------------------
+
+_TIME_CALL = "<tool_call>{\"name\": \"get_time\", \"arguments\": {}}</tool_call>"
+
+
+@pytest.mark.parametrize("row, expected", [
+    ({"system": "SYSTEM: You are a helpful assistant.",
+      "chat": "USER: Time?\n\nASSISTANT: <functioncall> {\"name\": \"get_time\", \"arguments\": '{}'} <|endoftext|>"
+              "\n\nFUNCTION RESPONSE: {\"time\": \"10:30\"}\n\nASSISTANT: It is 10:30. <|endoftext|>"},
+     "d.jsonl:1: 'chat' turn 2 (ASSISTANT) calls 'get_time', but 'system' lists no function (a call to a tool never "
+     "offered): add the function's JSON schema to 'system'"),
+    ({"conversations": [{"from": "system", "value": "You call functions."}, {"from": "human", "value": "Time?"},
+                        {"from": "gpt", "value": _TIME_CALL}]},
+     "d.jsonl:1: conversations[2] calls 'get_time', but no system turn offers a tool in <tools>[...]</tools> (a call "
+     "to a tool never offered): add the tool's schema to the system turn's <tools> list, or drop the row"),
+    ({"conversations": [{"from": "human", "value": f"<tools>{json.dumps(tools(CLOCK))}</tools> Time?"},
+                        {"from": "gpt", "value": _TIME_CALL}]},
+     "conversations[1] calls 'get_time', but no system turn offers a tool in <tools>[...]</tools> (a call to a tool "
+     "never offered); the <tools> in conversations[0] is not read there, only in the system turn"),
+    ({"parallel_tool_calls": True, "messages": [
+        {"role": "user", "content": "Time?"},
+        {"role": "assistant", "content": None, "tool_calls": [call("get_time", {}, 0)]}]},
+     "d.jsonl:1: messages[1].tool_calls[0] calls 'get_time', but the row has no 'tools' (a call to a tool never "
+     "offered): add the tool's schema to the row's 'tools'"),
+    ({"messages": [{"role": "user", "content": "Time?"},
+                   {"role": "assistant", "content": None, "tool_calls": [call("get_time", {}, 0)]}]},
+     "messages[1].tool_calls[0] calls 'get_time', but the row has no 'tools'"),
+], ids=["glaive-no-functions", "hermes-no-tools", "hermes-tools-in-user-turn", "openai-no-tools", "chat-no-tools"])
+def test_a_call_with_no_tool_list_is_refused_as_with_an_empty_one(tmp_path, row, expected):
+    """The same row with `tools: []` was refused; without a tool list it trained a call to a tool never offered."""
+    assert expected in refusal(tmp_path, [row])
+
+
+def test_a_hermes_call_with_its_tools_in_the_rows_tools_column_is_read():
+    row = {"tools": tools(CLOCK), "conversations": [{"from": "human", "value": "Time?"},
+                                                    {"from": "gpt", "value": _TIME_CALL}]}
+    [out] = data.validate_rows([row], "rows")
+    assert out["tools"] == tools(CLOCK) and out["messages"][1]["tool_calls"] == [call("get_time", {}, 0)]

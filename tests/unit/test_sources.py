@@ -284,7 +284,7 @@ def test_hub_model_in_the_cache_has_its_template_checked_against_local_rows(tmp_
     (cache / "models--acme--tiny" / "refs" / "main").write_text("a" * 40)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    rows = [{"messages": [{"role": "system", "content": "Be terse."}, *r["messages"]]} for r in CHATS[:20]]
+    rows = [{**r, "messages": [{"role": "system", "content": "Be terse."}, *r["messages"]]} for r in CHATS[:20]]
     data.write_jsonl(rows, tmp_path / "chats.jsonl")
     problems = pipeline_problems({"model_source": "acme/tiny", "dataset_source": str(tmp_path / "chats.jsonl")})
     assert len(problems) == 1 and "dataset_source with model acme/tiny: the model's chat template refuses 20 of 20 " \

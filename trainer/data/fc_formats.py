@@ -174,7 +174,11 @@ def from_glaive(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
                             "the row")
         elif who == "ASSISTANT" and "<functioncall>" in text:
             said, _, call = text.partition("<functioncall>")
-            if call := _glaive_call(call, where, problems):
+            if (call := _glaive_call(call, where, problems)) and not tools:
+                problems.append(f"{where} calls {call['function']['name']!r}, but 'system' lists no function (a call "
+                                "to a tool never offered): add the function's JSON schema to 'system' (glaive's system "
+                                "is \"SYSTEM: <text> -\" then one JSON object per function), or drop the row")
+            elif call:
                 messages.append({"role": "assistant", "content": said.strip(), "tool_calls": [call]})
         elif not text:
             problems.append(f"{where} is empty: every turn needs its text; fill it in, or drop the row")
@@ -225,11 +229,13 @@ def _cut(value: str, tag: str, where: str, problems: list[str]) -> tuple[list[st
     return bodies, rest
 
 
-def hermes_turns(turns: list, key: str, roles: dict[str, str]) -> tuple[list, list, list[str]]:
+def hermes_turns(turns: list, key: str, roles: dict[str, str], offered: bool = False) -> tuple[list, list, list[str]]:
     """(ShareGPT turns with Hermes's tags made real, the tools, problems): a call becomes a
     `function_call` turn (which ShareGPT's reader joins to the text before it), each result a tool
-    turn of its own; problems name the turns as given."""
-    out, tools, problems = [], [], []
+    turn of its own; problems name the turns as given. A call with no tool offered (no system turn's
+    <tools>, and not `offered` by the row's own 'tools') is a problem: the model would learn to call a
+    tool it was never given."""
+    out, tools, problems, called, misplaced = [], [], [], [], None
     for i, turn in enumerate(turns):
         who = turn.get("from") if isinstance(turn, dict) else None
         role = roles.get(who.strip().lower()) if isinstance(who, str) else None
@@ -259,6 +265,7 @@ def hermes_turns(turns: list, key: str, roles: dict[str, str]) -> tuple[list, li
                     problems.append(f"{where}: the arguments of {call['name']!r} {args[1]}; fix them, or drop the row")
                 else:
                     calls.append({"name": call["name"], "arguments": args[0]})
+                    called.append((where, call["name"]))
             # The text around the calls is the turn's text, before them (templates write text, then calls).
             out += [{**turn, "value": rest}] if rest or not bodies else []
             if calls:
@@ -270,6 +277,15 @@ def hermes_turns(turns: list, key: str, roles: dict[str, str]) -> tuple[list, li
                 problems.append(f"{where} has text outside its <tool_response> blocks ({rest[:40]!r}): a tool turn "
                                 "holds results only; move it, or drop the row")
             out += [{"from": who, "value": body} for body in bodies] if bodies else [turn]
+        if misplaced is None and role not in ("system", None) and isinstance(value, str) and \
+                any(body.strip() for body in _TAGGED["tools"].findall(value)):
+            misplaced = where
+    if called and not tools and not offered:
+        where, name = called[0]
+        problems.append(f"{where} calls {name!r}, but no system turn offers a tool in <tools>[...]</tools> (a call to a "
+                        "tool never offered)" + (f"; the <tools> in {misplaced} is not read there, only in the system "
+                                                 "turn" if misplaced else "")
+                        + ": add the tool's schema to the system turn's <tools> list, or drop the row")
     return out, tools, problems
 
 

@@ -214,8 +214,9 @@ def _from_hermes(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]
     if problems := _from_sharegpt(row)[1]:
         return None, problems
     key = "conversations" if row.get("messages") is None else "messages"
-    turns, tools, problems = hermes_turns(_json_text(row[key]), key, SHAREGPT_ROLES)
-    if tools and _as_tools(row.get("tools"), []):
+    given = _as_tools(row.get("tools"), [])
+    turns, tools, problems = hermes_turns(_json_text(row[key]), key, SHAREGPT_ROLES, offered=bool(given))
+    if tools and given:
         problems.append("has tools both in 'tools' and in the system turn's <tools>: keep one")
     if problems:
         return None, problems

@@ -150,7 +150,8 @@ def row_problems(row: Any) -> list[str]:
 
     Field types are checked here, at delivery, because the chat template would fail on them
     only inside training: `tools` a list of functions, `content` a string (null only next to
-    tool_calls), and tool calls naming a declared tool when the row declares `tools`.
+    tool_calls), and tool calls naming a tool the row declares in `tools` (a row without `tools`
+    refuses its calls as `tools: []` does).
     """
     if not isinstance(row, dict):
         return [f"row is {'null' if row is None else 'a ' + _json_type(row)}, expected a JSON object with 'messages'"]
@@ -243,6 +244,11 @@ def row_problems(row: Any) -> list[str]:
             if declared is not None and fn["name"] not in declared:
                 problems.append(f"messages[{i}].tool_calls[{j}] calls {fn['name']!r}, which is not in the row's "
                                 f"tools {sorted(declared)}; declare it in 'tools' or fix the name")
+            elif tools is None:  # as `tools: []`: the model would learn to call a tool it was never offered
+                problems.append(f"messages[{i}].tool_calls[{j}] calls {fn['name']!r}, but the row has no 'tools' (a "
+                                "call to a tool never offered): add the tool's schema to the row's 'tools' ({\"type\": "
+                                "\"function\", \"function\": {\"name\", \"description\", \"parameters\"}}), or drop "
+                                "the row")
             args, at = fn.get("arguments", {}), f"messages[{i}].tool_calls[{j}].function.arguments"
             if isinstance(args, str):
                 try:
