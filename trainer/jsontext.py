@@ -70,11 +70,9 @@ def _json_type(value: Any) -> str:
         type(value), "null" if value is None else type(value).__name__)
 
 
-def _loads(text: str) -> tuple[Any, list[str]]:
-    """json.loads, and the keys that an object repeats: json keeps only the last value of
-    `{"prompt": "a", "prompt": "b"}`, so one of them would be dropped without a word."""
-    repeated: list[str] = []
-
+def _repeats_hook(repeated: list[str]):
+    """An object_pairs_hook (json.loads, json.JSONDecoder) that builds each object as json does
+    and adds the keys it repeats to `repeated`."""
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
         out = dict(items)
         if len(out) < len(items):
@@ -82,7 +80,14 @@ def _loads(text: str) -> tuple[Any, list[str]]:
             repeated.extend(k for k, _ in items if k in seen or seen.add(k))
         return out
 
-    return json_loads(text, object_pairs_hook=pairs), repeated
+    return pairs
+
+
+def _loads(text: str, **kwargs: Any) -> tuple[Any, list[str]]:
+    """json.loads (json_loads, with `kwargs`), and the keys that an object repeats: json keeps only
+    the last value of `{"prompt": "a", "prompt": "b"}`, so one of them would be dropped without a word."""
+    repeated: list[str] = []
+    return json_loads(text, object_pairs_hook=_repeats_hook(repeated), **kwargs), repeated
 
 
 def json_loads(text: str, **kwargs: Any) -> Any:

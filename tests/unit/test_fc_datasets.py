@@ -462,3 +462,65 @@ def test_a_hermes_call_with_its_tools_in_the_rows_tools_column_is_read():
                                                     {"from": "gpt", "value": _TIME_CALL}]}
     [out] = data.validate_rows([row], "rows")
     assert out["tools"] == tools(CLOCK) and out["messages"][1]["tool_calls"] == [call("get_time", {}, 0)]
+
+
+# a key repeated inside a call's JSON (issue 45) -------------------------------------------------------------
+
+_TWICE = "repeats the key 'from' (a reader keeps only the last value, and the others would be dropped without a word)"
+_HUMAN = {"from": "human", "value": "20 EUR?"}
+
+
+@pytest.mark.parametrize("row, expected", [
+    ({"system": GLAIVE_SYSTEM, "chat": "USER: 20 EUR?\n\nASSISTANT: <functioncall> {\"name\": \"convert_currency\", "
+                                       "\"arguments\": '{\"amount\": 20, \"from\": \"EUR\", \"from\": \"GBP\", \"to\": "
+                                       "\"USD\"}'} <|endoftext|>"},
+     "d.jsonl:1: 'chat' turn 2 (ASSISTANT): the arguments of 'convert_currency' repeat the key 'from'"),
+    ({"system": GLAIVE_SYSTEM, "chat": "USER: 20 EUR?\n\nASSISTANT: <functioncall> {\"name\": \"convert_currency\", "
+                                       "\"arguments\": {\"amount\": 20, \"from\": \"EUR\", \"from\": \"GBP\", \"to\": "
+                                       "\"USD\"}} <|endoftext|>"},
+     "d.jsonl:1: 'chat' turn 2 (ASSISTANT): the call '{\"name\": \"convert_currency\""),
+    ({"conversations": [HERMES["conversations"][0], _HUMAN, {"from": "gpt", "value": (
+        "<tool_call>{\"name\": \"convert_currency\", \"arguments\": {\"amount\": 20, \"from\": \"EUR\", \"from\": "
+        "\"GBP\", \"to\": \"USD\"}}</tool_call>")}]},
+     "d.jsonl:1: conversations[2]: <tool_call> "),
+    ({"conversations": [HERMES["conversations"][0], _HUMAN, {"from": "gpt", "value": (
+        "<tool_call>{'name': 'convert_currency', 'arguments': {'amount': 20, 'from': 'EUR', 'from': 'GBP', "
+        "'to': 'USD'}}</tool_call>")}]},
+     "d.jsonl:1: conversations[2]: <tool_call> "),
+    ({"conversations": [HERMES["conversations"][0], _HUMAN, {"from": "gpt", "value": (
+        "<tool_call>{\"name\": \"convert_currency\", \"arguments\": \"{\\\"amount\\\": 20, \\\"from\\\": \\\"EUR\\\", "
+        "\\\"from\\\": \\\"GBP\\\", \\\"to\\\": \\\"USD\\\"}\"}</tool_call>")}]},
+     "d.jsonl:1: conversations[2]: the arguments of 'convert_currency' repeat the key 'from'"),
+    ({"query": "20 EUR?", "tools": json.dumps([CONVERT]), "answers": (
+        "[{\"name\": \"convert_currency\", \"arguments\": {\"amount\": 20, \"from\": \"EUR\", \"from\": \"GBP\", "
+        "\"to\": \"USD\"}}]")},
+     "d.jsonl:1: 'answers' " + _TWICE),
+    ({"query": "20 EUR?", "tools": json.dumps([CONVERT]), "answers": json.dumps([{
+        "name": "convert_currency", "arguments": "{\"amount\": 20, \"from\": \"EUR\", \"from\": \"GBP\", \"to\": \"USD\"}"
+    }])},
+     "d.jsonl:1: answers[0]: the arguments of 'convert_currency' repeat the key 'from'"),
+], ids=["glaive-quoted-args", "glaive-json-args", "hermes-json", "hermes-python-repr", "hermes-args-text",
+        "xlam-answers", "xlam-args-text"])
+def test_a_key_repeated_in_a_calls_json_is_refused_in_every_format(tmp_path, row, expected):
+    """json keeps the last value of a repeated key: the call trained would be one nobody wrote."""
+    msg = refusal(tmp_path, [row])
+    assert expected in msg and "'from'" in msg and "keep one" in msg
+
+
+# a Python literal read by joining two strings (issue 45) ---------------------------------------------------
+
+def test_a_missing_comma_between_two_strings_is_refused_not_joined(tmp_path):
+    """`"Bern" "Oslo"` is one string to Python: the row was trained as a call for "BernOslo"."""
+    places = {"name": "places", "description": "Places", "parameters": {"type": "object", "properties": {
+        "cities": {"type": "array", "items": {"type": "string"}}}}}
+    row = {"conversations": [{"from": "system", "value": hermes_system(json.dumps(tools(places)))},
+                             {"from": "human", "value": "Bern and Oslo?"},
+                             {"from": "gpt", "value": "<tool_call>{'name': 'places', 'arguments': "
+                                                      "{'cities': ['Bern' 'Oslo']}}</tool_call>"}]}
+    msg = refusal(tmp_path, [row])
+    assert "d.jsonl:1: conversations[2]: <tool_call>" in msg
+    assert "reads 'Bern' 'Oslo' as one string 'BernOslo': a comma is missing between two strings" in msg
+    assert "add the comma, or drop the row" in msg
+    fixed = json.loads(json.dumps(row).replace("'Bern' 'Oslo'", "'Bern', 'Oslo'"))
+    [out] = data.read_rows(write(tmp_path, [fixed]))
+    assert out["messages"][-1]["tool_calls"][0]["function"]["arguments"] == {"cities": ["Bern", "Oslo"]}

@@ -21,38 +21,84 @@ answers, in order (as the built-in data and OpenAI's format write them). Readers
 from __future__ import annotations
 
 import ast
+import io
 import json
 import re
+import tokenize
 from typing import Any
 
-from trainer.jsontext import _json_type, json_loads
+from trainer.jsontext import _json_type, _loads, _repeats_hook, json_loads
 
 
-def _literal(text: str) -> tuple[Any, str | None]:
-    """(value, None) for JSON text or a Python literal, else (None, why the JSON did not parse).
-    Hermes's data writes some tools and calls as Python reprs ({'name': ...}); literal_eval reads
-    those and runs no code."""
+def _twice(repeated: list[str]) -> str:
+    keys = ", ".join(repr(k) for k in dict.fromkeys(repeated))
+    return (f"repeats the key {keys} (a reader keeps only the last value, and the others would be dropped "
+            "without a word): keep one")
+
+
+def _literal(text: str) -> tuple[Any, str | None, str | None]:
+    """(value, None, None) for JSON text or a Python literal; (None, why the JSON did not parse, None)
+    for neither; (None, None, the problem) for text that reads only by changing a value: a key an
+    object repeats (a reader keeps the last value) or, in a Python literal, two strings with no comma
+    between them (Python joins them into one). Hermes's data writes some tools and calls as Python
+    reprs ({'name': ...}); literal_eval reads those and runs no code."""
     try:
-        return json_loads(text), None
+        value, repeated = _loads(text)
+        return (None, None, _twice(repeated)) if repeated else (value, None, None)
     except json.JSONDecodeError as err:
         why = f"{err.msg} at character {err.pos}"
     except RecursionError:
-        return None, "nested too deeply"
+        return None, "nested too deeply", None
     try:
-        return json_loads(json.dumps(ast.literal_eval(text.strip()))), None  # tuples as lists, as JSON has them
+        tree = ast.parse(text.strip(), mode="eval")
+        value = ast.literal_eval(tree)
+        if problem := _changed_by_reading(tree, text.strip()):
+            return None, None, problem
+        return json_loads(json.dumps(value)), None, None  # tuples as lists, as JSON has them
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return None, why
+        return None, why, None
+
+
+_SKIPPED = {tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
+
+
+def _changed_by_reading(tree: ast.Expression, text: str) -> str | None:
+    """What reading a Python literal would change, or None: a dict's repeated key (the last value is
+    kept) or adjacent strings, which ast joins into one ("Bern" "Oslo" is "BernOslo"), so they are
+    found in the tokens."""
+    repeated: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            seen: list[Any] = []
+            for key in node.keys:
+                k = ast.literal_eval(key) if key is not None else None
+                if k in seen:
+                    repeated.append(k)
+                seen.append(k)
+    if repeated:
+        return _twice(repeated)
+    tokens = [t for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type not in _SKIPPED]
+    for a, b in zip(tokens, tokens[1:]):
+        if a.type == b.type == tokenize.STRING:
+            joined = ast.literal_eval(a.string + " " + b.string)
+            return (f"reads {a.string} {b.string} as one string {joined!r}: a comma is missing between two strings "
+                    "(Python joins strings written side by side); add the comma")
+    return None
 
 
 def _arguments(args: Any) -> tuple[dict | None, str | None]:
-    """A call's arguments as an object: JSON text read, none as {}; (None, why) otherwise."""
+    """A call's arguments as an object: JSON text read, none as {}; (None, why) otherwise (a key
+    the JSON repeats is a why: a reader keeps only its last value)."""
     if args is None or (isinstance(args, str) and not args.strip()):
         return {}, None
     if isinstance(args, str):
         try:
-            args = json_loads(args, strict=False)  # control characters in strings: generated text has raw newlines
+            # control characters in strings: generated text has raw newlines
+            args, repeated = _loads(args, strict=False)
         except (json.JSONDecodeError, RecursionError) as err:
             return None, f"are not JSON ({getattr(err, 'msg', 'nested too deeply')})"
+        if repeated:
+            return None, _twice(repeated).replace("repeats", "repeat", 1)
     return (args, None) if isinstance(args, dict) else (None, f"are a {_json_type(args)}, not a JSON object")
 
 
@@ -101,7 +147,8 @@ def _glaive_tools(system: str, problems: list[str]) -> tuple[str, list[dict[str,
     """(the system prompt's text, its function schemas as OpenAI tools)."""
     text = system.strip()
     text = text[len("SYSTEM:"):].strip() if text.upper().startswith("SYSTEM:") else text
-    start, tools, decoder = text.find("{"), [], json.JSONDecoder()
+    repeated: list[str] = []
+    start, tools, decoder = text.find("{"), [], json.JSONDecoder(object_pairs_hook=_repeats_hook(repeated))
     if start < 0:  # "with no access to external functions": a prompt without tools
         return text, []
     pos = start
@@ -113,6 +160,9 @@ def _glaive_tools(system: str, problems: list[str]) -> tuple[str, list[dict[str,
                             f"({getattr(err, 'msg', err)}): glaive's system is \"SYSTEM: <text> -\" then one JSON "
                             "object per function; fix it, or drop the row")
             return text, []
+        if repeated:
+            problems.append(f"'system' function {len(tools) + 1} {_twice(repeated)}, or drop the row")
+            return text, []
         if not (isinstance(schema, dict) and isinstance(schema.get("name"), str)):
             problems.append(f"'system' function {len(tools) + 1} has no 'name': each function is a JSON schema "
                             "{\"name\", \"description\", \"parameters\"}")
@@ -123,13 +173,17 @@ def _glaive_tools(system: str, problems: list[str]) -> tuple[str, list[dict[str,
 
 def _glaive_call(text: str, where: str, problems: list[str]) -> dict[str, Any] | None:
     """The call after <functioncall>: JSON, or JSON but for its arguments in single quotes."""
-    text = text.strip()
+    text, repeated = text.strip(), []
     try:
-        call, end = json.JSONDecoder().raw_decode(text)
+        call, end = json.JSONDecoder(object_pairs_hook=_repeats_hook(repeated)).raw_decode(text)
         rest = text[end:].strip()
     except ValueError:
         m = _QUOTED_ARGS.match(text)
         call, rest = ({"name": m["name"], "arguments": m["args"]}, text[m.end():].strip()) if m else (None, "")
+        repeated = []  # of a call that did not parse whole: its arguments are read below
+    if repeated:
+        problems.append(f"{where}: the call {text[:80]!r} {_twice(repeated)}, or drop the row")
+        return None
     if not isinstance(call, dict) or not isinstance(call.get("name"), str):
         problems.append(f"{where}: the call {text[:80]!r} is not {{\"name\": ..., \"arguments\": ...}}: "
                         f"{_GLAIVE_CALL}; fix it, or drop the row")
@@ -246,8 +300,10 @@ def hermes_turns(turns: list, key: str, roles: dict[str, str], offered: bool = F
         elif role == "system":
             bodies, rest = _cut(value, "tools", where, problems)
             for body in bodies:
-                found, why = _literal(body)
-                if why or not isinstance(found, (list, dict)):
+                found, why, refused = _literal(body)
+                if refused:
+                    problems.append(f"{where}: <tools> {refused}, or drop the row")
+                elif why or not isinstance(found, (list, dict)):
                     problems.append(f"{where}: <tools> holds {body[:60]!r}, not a JSON list of function schemas "
                                     f"({why or 'a ' + _json_type(found)}); fix it, or drop the row")
                 else:
@@ -257,8 +313,10 @@ def hermes_turns(turns: list, key: str, roles: dict[str, str], offered: bool = F
             bodies, rest = _cut(value, "tool_call", where, problems)
             calls = []
             for body in bodies:
-                call, why = _literal(body)
-                if why or not isinstance(call, dict) or not isinstance(call.get("name"), str):
+                call, why, refused = _literal(body)
+                if refused:
+                    problems.append(f"{where}: <tool_call> {body[:60]!r} {refused}, or drop the row")
+                elif why or not isinstance(call, dict) or not isinstance(call.get("name"), str):
                     problems.append(f"{where}: <tool_call> holds {body[:60]!r}, not {{\"name\": ..., \"arguments\": "
                                     f"{{...}}}}{' (' + why + ')' if why else ''}; fix it, or drop the row")
                 elif (args := _arguments(call.get("arguments")))[1]:
@@ -345,10 +403,13 @@ def _listed(value: Any, key: str, shape: str, problems: list[str]) -> list | Non
     """A list given as itself or as JSON text (the dataset's columns are text)."""
     if isinstance(value, str):
         try:
-            value = json_loads(value)
+            value, repeated = _loads(value)
         except (json.JSONDecodeError, RecursionError) as err:
             problems.append(f"'{key}' is text that is not JSON ({getattr(err, 'msg', 'nested too deeply')}): give "
                             f"{shape}, or it as JSON text")
+            return None
+        if repeated:
+            problems.append(f"'{key}' {_twice(repeated)}, or drop the row")
             return None
     if not isinstance(value, list):
         problems.append(f"'{key}' must be {shape} (or it as JSON text), got "
