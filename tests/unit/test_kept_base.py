@@ -55,7 +55,7 @@ def test_a_second_evaluation_reuses_the_base_and_changed_inputs_score_it_again(t
     asked.clear()
     again = ev.evaluate(tiny_model_dir, tiny_model_dir, path, engine="hf", kept=kept)
     assert asked == ["evaluate tuned"]  # the base is not asked
-    assert f"base scores reused from {where} (scored by run run-1)" in capsys.readouterr().out
+    assert f"base scores reused from {where} (heldout, scored by run run-1)" in capsys.readouterr().out
     assert again["base"] == first["base"] and again == first  # metrics, examples, failures, paired counts
 
     # what decides the base's answers, each changed: scored again
@@ -99,7 +99,7 @@ def test_a_store_that_refuses_the_write_costs_one_warning(tiny_model_dir, tmp_pa
     assert result["rows"] == 4 and out.count("WARNING: could not keep the base scores at") == 1
 
 
-def test_bfcl_base_answers_are_kept_with_the_held_out_ones(tiny_model_dir, tmp_path, bfcl_tree, kept, asked, capsys):
+def test_bfcl_base_answers_are_kept_beside_the_held_out_ones(tiny_model_dir, tmp_path, bfcl_tree, kept, asked, capsys):
     path = _eval_file(tmp_path)
     args = dict(engine="hf", suites=("heldout", "bfcl"), bfcl_dir=bfcl_tree, bfcl_rows=1, seed=0, kept=kept)
     first = ev.evaluate(tiny_model_dir, tiny_model_dir, path, **args)
@@ -111,4 +111,26 @@ def test_bfcl_base_answers_are_kept_with_the_held_out_ones(tiny_model_dir, tmp_p
     assert again["bfcl"] == first["bfcl"] and again["base"] == first["base"]
     asked.clear()
     ev.evaluate(tiny_model_dir, tiny_model_dir, path, **{**args, "seed": 1})  # other BFCL rows drawn
-    assert asked == ["evaluate base", "BFCL base", "evaluate tuned", "BFCL tuned"]
+    assert asked == ["evaluate tuned", "BFCL tuned", "BFCL base"]  # the held-out part kept, BFCL's asked again
+
+
+def test_the_bfcl_part_is_reused_on_another_dataset(tiny_model_dir, tmp_path, bfcl_tree, kept, asked, capsys):
+    """The base's BFCL answers do not depend on the held-out rows: a run on other data with the same base, template
+    and BFCL rows asks the base its held-out rows only (BFCL was two thirds of the evaluation's time here)."""
+    args = dict(engine="hf", suites=("heldout", "bfcl"), bfcl_dir=bfcl_tree, bfcl_rows=1, seed=0, kept=kept)
+    first = ev.evaluate(tiny_model_dir, tiny_model_dir, _eval_file(tmp_path), **args)
+    capsys.readouterr()
+    other = tmp_path / "other"
+    other.mkdir()
+    asked.clear()
+    again = ev.evaluate(tiny_model_dir, tiny_model_dir,
+                        _eval_file(other, builtin_data.generate(n_train=0, n_eval=6, seed=5)["eval"]), **args)
+    assert asked == ["evaluate tuned", "BFCL tuned", "evaluate base"]
+    out = capsys.readouterr().out
+    assert "(bfcl, scored by run run-1)" in out and out.count("base scores kept at") == 1  # the new held-out part
+    assert again["bfcl"]["base"] == first["bfcl"]["base"] and again["rows"] == 6
+    asked.clear()
+    ev.evaluate(tiny_model_dir, tiny_model_dir, _eval_file(other, builtin_data.generate(n_train=0, n_eval=6,
+                                                                                         seed=5)["eval"]),
+                **{**args, "suites": ("bfcl",)})  # BFCL alone: the base asked nothing
+    assert asked == ["BFCL tuned"]

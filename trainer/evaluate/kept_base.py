@@ -1,11 +1,13 @@
 """The base model's scores kept in the bucket, so that the base is scored once per model tree, template, rows
 and engine settings rather than in every run (issue 44).
 
-The base answers greedily: on the same model tree, chat template, held-out rows, BFCL rows and engine
-settings its answers, and so its metrics, are the same in every run. `KeptBase` names them by a sha256 over
-exactly these (`digest`) and keeps one JSON object per digest at `base_scores/sha256-<digest>.json`: the
-held-out metrics and per-turn predictions, and the answers to BFCL's rows (what bfcl.score, bfcl.counts,
-bfcl.failures and bfcl.answers take from the base). One PUT writes the whole object, so it is there whole or
+The base answers greedily: on the same model tree, chat template, rows and engine settings its answers, and
+so its metrics, are the same in every run. `KeptBase` names them by a sha256 over exactly these (`digest`)
+and keeps one JSON object per digest and part at `base_scores/sha256-<digest>.json`: the held-out part (its
+metrics and per-turn predictions, keyed by the held-out rows) and the BFCL part (its answers to BFCL's rows,
+what bfcl.score, bfcl.counts, bfcl.failures and bfcl.answers take from the base, keyed by those rows alone).
+The parts are kept apart because they change apart: a run on another dataset with the same base and BFCL
+rows asks the base nothing about BFCL, which was two thirds of the evaluation here (base 8:05 of 12 min). One PUT writes the whole object, so it is there whole or
 not at all; it names its own digest, so an object that is not what its name says is set aside. Reading or
 writing it never fails a run: a store that does not answer, or an object that is damaged, is said in one
 line and the base is scored.
@@ -22,20 +24,21 @@ from trainer.errors import Unavailable, UserError
 from trainer.evaluate import bfcl
 
 PREFIX = "base_scores"
-FORMAT = 1
+FORMAT = 2  # 1: one object for both parts
+PARTS = ("heldout", "bfcl")
 # What decides the base's answers besides the rows: greedy decoding and BFCL's answer budget (HF generate's
 # held-out budgets follow each row's expected answer, which the rows' digest covers).
 ENGINE_SETTINGS = {"decoding": "greedy", "bfcl_answer_tokens": bfcl.ANSWER_TOKENS}
 
 
-def digest(model_uri: str, chat_template: str | None, scored_key: dict[str, Any],
-           suite: dict[str, Any] | None) -> str:
-    """The sha256 the base's scores are kept under: the base model tree's content address (`model_uri`, a
-    sha256-named tree), the chat template the tokenizer applies, the held-out rows scored and their settings
-    (run._scored_key: the rows' digest, max_seq_len, engine, scoring version) and, with BFCL, its rows asked
-    (`suite`: their digest, BFCL's version, rows per category, seed)."""
-    what = {"format": FORMAT, "model": model_uri, "chat_template": chat_template or "", "heldout": scored_key,
-            "bfcl": suite, "engine": ENGINE_SETTINGS}
+def digest(model_uri: str, chat_template: str | None, part: str, rows_key: dict[str, Any]) -> str:
+    """The sha256 one part of the base's scores is kept under: the base model tree's content address
+    (`model_uri`, a sha256-named tree), the chat template the tokenizer applies, the part (PARTS) and what it
+    was asked: for heldout the rows scored and their settings (run._scored_key: the rows' digest, max_seq_len,
+    engine, scoring version), for bfcl its rows (`suite_key`: their digest, BFCL's version, rows per category,
+    seed)."""
+    what = {"format": FORMAT, "model": model_uri, "chat_template": chat_template or "", "part": part,
+            "rows": rows_key, "engine": ENGINE_SETTINGS}
     return hashlib.sha256(json.dumps(what, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
@@ -56,10 +59,10 @@ class KeptBase:
     def key(self, sha: str) -> str:
         return f"{PREFIX}/sha256-{sha}.json"
 
-    def load(self, sha: str, rows: int, suite_rows: int | None) -> dict[str, Any] | None:
-        """The kept scores for digest `sha` ({"metrics", "predictions", "suite"}), None when there are none
-        (said in one line when they are damaged or the store does not answer). `rows`, `suite_rows`: how many
-        held-out turns and BFCL rows they must hold answers for."""
+    def load(self, sha: str, part: str, rows: int) -> dict[str, Any] | None:
+        """The kept `part` for digest `sha` (heldout: {"metrics", "predictions"}; bfcl: {"answers"}), None when
+        there is none (said in one line when it is damaged or the store does not answer). `rows`: how many
+        held-out turns or BFCL rows it must hold answers for."""
         from minio.error import S3Error
 
         key = self.key(sha)
@@ -75,23 +78,22 @@ class KeptBase:
             print(f"WARNING: could not read the kept base scores at {where} ({err}): scoring the base model",
                   flush=True)
             return None
-        problem, kept = _damage(raw, sha, rows, suite_rows)
+        problem, kept = _damage(raw, sha, part, rows)
         if problem:
             print(f"WARNING: the kept base scores at {where} are damaged ({problem}): set aside, scoring the base "
                   "model", flush=True)
             return None
-        print(f"base scores reused from {where} (scored by run {kept.get('run') or 'unknown'})", flush=True)
+        print(f"base scores reused from {where} ({part}, scored by run {kept.get('run') or 'unknown'})", flush=True)
         return kept
 
-    def save(self, sha: str, metrics: dict[str, Any], predictions: list[dict[str, Any]],
-             suite: list[dict[str, Any] | None] | None) -> None:
-        """Keep the base's scores under `sha`; a store that refuses costs one warning, never the run."""
+    def save(self, sha: str, part: str, scores: dict[str, Any]) -> None:
+        """Keep the base's `part` (heldout: {"metrics", "predictions"}; bfcl: {"answers"}) under `sha`; a store
+        that refuses costs one warning, never the run."""
         from minio.error import S3Error
 
         key = self.key(sha)
-        obj = {"format": FORMAT, "digest": sha, "model": self.model_uri, "run": self.run,
-               "scored_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-               "metrics": metrics, "predictions": predictions, "suite": suite}
+        obj = {"format": FORMAT, "digest": sha, "part": part, "model": self.model_uri, "run": self.run,
+               "scored_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), **scores}
         try:
             self.store.ensure_bucket()
             self.store.put_json(key, obj)
@@ -99,23 +101,24 @@ class KeptBase:
             print(f"WARNING: could not keep the base scores at {self.store.uri(key)} ({err}): the next run "
                   "scores the base again", flush=True)
             return
-        print(f"base scores kept at {self.store.uri(key)} for later runs", flush=True)
+        print(f"base scores kept at {self.store.uri(key)} ({part}) for later runs", flush=True)
 
 
-def _damage(raw: bytes, sha: str, rows: int, suite_rows: int | None) -> tuple[str, dict[str, Any]]:
-    """("", the object) when `raw` is whole kept scores for `sha`; otherwise what is wrong with it."""
+def _damage(raw: bytes, sha: str, part: str, rows: int) -> tuple[str, dict[str, Any]]:
+    """("", the object) when `raw` is the whole kept `part` for `sha`; otherwise what is wrong with it."""
     try:
         kept = json.loads(raw)
     except ValueError as err:
         return f"not JSON: {err}", {}
     if not isinstance(kept, dict):
         return "not a JSON object", {}
-    if kept.get("format") != FORMAT or kept.get("digest") != sha:
-        return f"it names digest {str(kept.get('digest'))[:12]}, format {kept.get('format')}", {}
-    if not isinstance(kept.get("metrics"), dict) or not isinstance(kept.get("predictions"), list) \
-            or len(kept["predictions"]) != rows:
+    if kept.get("format") != FORMAT or kept.get("digest") != sha or kept.get("part") != part:
+        return (f"it names digest {str(kept.get('digest'))[:12]}, format {kept.get('format')}, "
+                f"part {kept.get('part')}"), {}
+    if part == "heldout" and (not isinstance(kept.get("metrics"), dict) or not isinstance(kept.get("predictions"), list)
+                              or len(kept["predictions"]) != rows):
         return f"{len(kept.get('predictions') or [])} held-out answers instead of {rows}", {}
-    suite = kept.get("suite")
-    if suite_rows is not None and (not isinstance(suite, list) or len(suite) != suite_rows):
-        return f"{len(suite or [])} BFCL answers instead of {suite_rows}", {}
+    answers = kept.get("answers")
+    if part == "bfcl" and (not isinstance(answers, list) or len(answers) != rows):
+        return f"{len(answers or [])} BFCL answers instead of {rows}", {}
     return "", kept

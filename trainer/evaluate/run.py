@@ -240,9 +240,9 @@ def evaluate(model_dir: Path, tuned_dir: Path, eval_path: Path, max_rows: int = 
     serving parser and computes the loss with transformers; auto picks by `choose_engine`.
     `base`: `score_base`'s result for the same arguments, used instead of scoring the base again;
     made for other rows, another max_seq_len or engine, it is set aside, said, and the base scored here.
-    `kept`: the base's scores kept in the bucket (trainer.evaluate.kept_base): scores an earlier run made with
-    the same base tree, chat template, rows and engine settings are used (held-out and BFCL; the base is not
-    asked), otherwise the base's scores made here are kept there for the next run.
+    `kept`: the base's scores kept in the bucket (trainer.evaluate.kept_base), the held-out part and the BFCL
+    part apart: a part an earlier run made with the same base tree, chat template, rows and engine settings is
+    used (the base is not asked it), a part scored here is kept there for the next run.
 
     Raises:
         UserError: every row is too long, found before any model loads.
@@ -262,19 +262,38 @@ def evaluate(model_dir: Path, tuned_dir: Path, eval_path: Path, max_rows: int = 
     if "bfcl" in suites:
         asked = bfcl.rows(bfcl_dir, bfcl_rows, seed)
         suite = (asked, bfcl.prompt_lengths(prep["tokenizer"], asked))
-    sha = None
-    if kept is not None and (base is None or suite is not None):  # an earlier run's, for the same inputs
-        sha = kept_base.digest(kept.model_uri, prep["tokenizer"].chat_template, key, suite and kept_base.suite_key(
-            suite[0], bfcl_data.version(bfcl_dir), bfcl_rows, seed))
-        base = kept.load(sha, len(prep["turns"]), suite and len(suite[0])) or base
-    names = ("tuned",) if base is not None and (suite is None or base.get("suite") is not None) else ("base", "tuned")
-    results, outputs, suite_outputs = _score_models(model_dir, tuned_dir, prep, max_seq_len, names, suite)
-    if base is not None and "base" not in names:
-        results["base"], outputs["base"] = base["metrics"], base["predictions"]
+    base_suite, shas = None, {}
+    if kept is not None:  # an earlier run's answers, each part for the same inputs (trainer.evaluate.kept_base)
+        template = prep["tokenizer"].chat_template
+        if scored and base is None:
+            shas["heldout"] = kept_base.digest(kept.model_uri, template, "heldout", key)
+            base = kept.load(shas["heldout"], "heldout", len(prep["turns"]))
         if suite is not None:
-            suite_outputs["base"] = base["suite"]
-    elif sha is not None:
-        kept.save(sha, results.get("base", {}), outputs.get("base", []), suite_outputs.get("base"))
+            shas["bfcl"] = kept_base.digest(kept.model_uri, template, "bfcl", kept_base.suite_key(
+                suite[0], bfcl_data.version(bfcl_dir), bfcl_rows, seed))
+            base_suite = (kept.load(shas["bfcl"], "bfcl", len(suite[0])) or {}).get("answers")
+    # The base is asked only what no earlier answer covers; both parts at once where it needs both (one
+    # server for base and tuned where vLLM serves the adapter beside its base).
+    need = {"heldout"} if scored and base is None else set()
+    need |= {"bfcl"} if suite is not None and base_suite is None else set()
+    have = ({"heldout"} if scored else set()) | ({"bfcl"} if suite is not None else set())
+    if need and need == have:
+        results, outputs, suite_outputs = _score_models(model_dir, tuned_dir, prep, max_seq_len, ("base", "tuned"),
+                                                        suite)
+    else:
+        results, outputs, suite_outputs = _score_models(model_dir, tuned_dir, prep, max_seq_len, ("tuned",), suite)
+        if need:  # the part left to ask: the held-out rows or BFCL's
+            part = prep if "heldout" in need else {**prep, "scored": [], "turns": [], "examples": []}
+            more = _score_models(model_dir, None, part, max_seq_len, ("base",), suite if "bfcl" in need else None)
+            for got, add in zip((results, outputs, suite_outputs), more):
+                got.update(add)
+    if "heldout" not in need and base is not None:
+        results["base"], outputs["base"] = base["metrics"], base["predictions"]
+    if "bfcl" not in need and base_suite is not None:
+        suite_outputs["base"] = base_suite
+    for part in need & set(shas):
+        kept.save(shas[part], part, {"metrics": results["base"], "predictions": outputs["base"]}
+                  if part == "heldout" else {"answers": suite_outputs["base"]})
     turns = prep["turns"]
     examples = [{"prompt": last_user_request(turns[i]), "turn": turn_label(turns[i]),
                  "expected": expected_call(turns[i]) or expected_text(turns[i]),
