@@ -292,6 +292,21 @@ def _real(value: float) -> bool:
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# What a terminal acts on instead of showing: control characters (C0, DEL, C1), bidirectional overrides and isolates
+# (which reorder what is shown), and lone surrogates (no UTF-8 writer takes one).
+_UNSHOWABLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _shown(value: Any) -> str:
+    """A record's value as the terminal should print it: what it would act on escaped as Python writes it
+    (`\\x1b[2J`, `\\u202e`), so that a parameter with an escape sequence neither clears the screen nor breaks the table."""
+    return _UNSHOWABLE.sub(lambda m: m[0].encode("unicode_escape", "backslashreplace").decode("ascii"), str(value))
+
+
+def _shown_table(rows: list[tuple[Any, ...]], header: tuple[Any, ...]) -> str:
+    from trainer.report import table
+
+    return table([tuple(map(_shown, r)) for r in rows], tuple(map(_shown, header)))
 
 
 def _started_at(pid: int) -> str | None:
@@ -356,8 +371,6 @@ def _fmt(value: Any) -> str:
 
 
 def list_table(runs: list[dict[str, Any]]) -> str:
-    from trainer.report import table
-
     rows = []
     for r in runs:
         ms = r.get("metrics", {})
@@ -369,7 +382,7 @@ def list_table(runs: list[dict[str, Any]]) -> str:
         changed = ", ".join(f"{k}={_fmt(v)}" for k, v in r.get("changed", {}).items()) or "defaults"
         rows.append((r["id"], r.get("status", "?"), f"{r['elapsed_s']:.0f}s" if "elapsed_s" in r else "", acc,
                      r.get("summary") or changed))
-    return table(rows, ("run", "status", "time", "fc accuracy", "parameters set (or what happened)"))
+    return _shown_table(rows, ("run", "status", "time", "fc accuracy", "parameters set (or what happened)"))
 
 
 def task_label(task: str) -> str:
@@ -379,8 +392,6 @@ def task_label(task: str) -> str:
 
 def compare_table(runs: list[dict[str, Any]], all_params: bool = False) -> str:
     """Runs as columns: the parameters that differ (all with `all_params`), then every metric."""
-    from trainer.report import table
-
     ids = [r["id"] for r in runs]
     names = sorted({k for r in runs for k in r.get("params", {})})
     rows = []
@@ -395,7 +406,7 @@ def compare_table(runs: list[dict[str, Any]], all_params: bool = False) -> str:
     for task, m in keys:  # "-": not logged (a stage that failed, did not run yet, or had nothing to measure)
         rows.append((f"{task_label(task)}: {m}", *[_fmt(r.get("metrics", {}).get(task, {}).get(m, "-")) for r in runs]))
     rows.append(("status", *[r.get("status", "?") for r in runs]))
-    return table(rows, ("", *ids))
+    return _shown_table(rows, ("", *ids))
 
 
 def tensorboard_command(runs: list[dict[str, Any]]) -> list[str]:

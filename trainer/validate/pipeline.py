@@ -10,7 +10,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from trainer import builtin_data, builtin_model, data, delivery, gguf, model_tree, parity, sources, templates
+from trainer import (builtin_data, builtin_model, data, delivery, gguf, model_tree, parity, sources, templates,
+                     usertext)
 from trainer.data import bfcl, masking, quiet_conversions
 from trainer.chat.turns import turn_rows
 from trainer.evaluate import ENGINES, row_counts
@@ -138,7 +139,7 @@ def _dataset_problems(src: sources.Source, params: dict[str, Any], found: list[s
                 splits_out.update(splits)
             problems += _template_problems(params["model_source"], splits, [*found, *problems], params["max_seq_len"],
                                            params["model_revision"], params["chat_template"],
-                                           _scored(params))
+                                           _scored(params), params["irrelevance_reply"])
             if gate:
                 problems += _gate_rows_problems(params, splits["eval"], "min_fc_accuracy", "min_gain")
             problems += _bfcl_contamination_problems(params, splits["train"])
@@ -158,7 +159,8 @@ def _dataset_problems(src: sources.Source, params: dict[str, Any], found: list[s
         # at (max_seq_len=1 would skip every row): checked now, not after delivery in finetune
         splits = {name: rows[:BUILTIN_CHECK_ROWS] for name, rows in builtin_data.dataset(src.ref).items()}
         problems += _template_problems(params["model_source"], splits, [*found, *problems], params["max_seq_len"],
-                                       params["model_revision"], params["chat_template"])
+                                       params["model_revision"], params["chat_template"],
+                                       irrelevance_reply=params["irrelevance_reply"])
     return problems
 
 
@@ -188,6 +190,9 @@ def _settings_problems(params: dict[str, Any], context: int | None) -> list[str]
         problems.append(share)
     if reply := masking.reply_problem(params["irrelevance_reply"]):
         problems.append(reply)
+    elif _is_builtin(params["model_source"]):  # its special tokens are known without building its tokenizer
+        problems += _reply_token_problems(params["irrelevance_reply"], builtin_model.SPECIAL_TOKENS,
+                                          params["model_source"])
     if bad := masking.distractors_problem(params["irrelevance_distractors"]):
         problems.append(bad)
     if params["max_restarts"] < 0:
@@ -374,10 +379,11 @@ BUILTIN_CHECK_ROWS = 100  # of each built-in split: its rows are few kinds, each
 
 def _template_problems(model_source: str, splits: dict[str, list], found: list[str], max_seq_len: int,
                        revision: str = "", chat_template: str = templates.MODEL,
-                       eval_max_rows: int | None = None) -> list[str]:
+                       eval_max_rows: int | None = None, irrelevance_reply: Any = None) -> list[str]:
     """A model's chat template (or the one chat_template names) against a local dataset's rows (a
     second or two for a thousand rows): rows it refuses, the train/serve parity check
-    (trainer.parity), and a split with no row short enough for max_seq_len. For the built-in model,
+    (trainer.parity), a split with no row short enough for max_seq_len, and an irrelevance_reply that holds
+    one of the tokenizer's special tokens. For the built-in model,
     a local one that passed its checks, or a Hub model whose tokenizer is in the local HF cache
     (nothing is downloaded here); a template in s3:// is checked at the finetune step."""
     try:
@@ -409,12 +415,15 @@ def _template_problems(model_source: str, splits: dict[str, list], found: list[s
             return []  # delivery refuses the model with its own message
     else:
         return []
+    # before the template's checks, which return early: the reply is the tokenizer's business, not the template's
+    replied = [] if model.kind == "builtin" else _reply_token_problems(  # the built-in's: _settings_problems
+        irrelevance_reply, usertext.special_tokens(tokenizer), model_source)
     if not isinstance(chat_template, str) or templates.spec_problems(chat_template) \
             or chat_template.strip().startswith("s3://"):
-        return []  # reported on its own, or read from the bucket at the finetune step
+        return replied  # the template is reported on its own, or read from the bucket at the finetune step
     templates.apply_to_tokenizer(tokenizer, chat_template)
     if not tokenizer.chat_template:
-        return []  # delivery refuses the model with its own message
+        return replied  # delivery refuses the model with its own message
     where = f"dataset_source with model {model_source.strip()}"
     eos = []
     if model.kind == "local" and (gen := os.path.join(model.ref, "generation_config.json")) and os.path.isfile(gen):
@@ -427,4 +436,21 @@ def _template_problems(model_source: str, splits: dict[str, list], found: list[s
         context = model_tree.model_max_length(model_source)
         problems += [f"{where}: {p}" for p in data.length_problems(splits, tokenizer, max_seq_len, context,
                                                                    eval_max_rows)]
-    return problems
+    return replied + problems
+
+
+def _is_builtin(model_source: Any) -> bool:
+    try:
+        return sources.parse(model_source, "model").kind == "builtin"
+    except UserError:
+        return False
+
+
+def _reply_token_problems(reply: Any, tokens: list[str], model_source: str) -> list[str]:
+    """irrelevance_reply against the model's special tokens, when masking.reply_problem passed it (one
+    message per reply)."""
+    if reply is None or masking.reply_problem(reply):
+        return []
+    found = usertext.special_token_problem(reply, tokens, "irrelevance_reply", model_source.strip(),
+                                           f"e.g. irrelevance_reply={masking.IRRELEVANCE_REPLY!r}")
+    return [found] if found else []
