@@ -255,12 +255,14 @@ def read_record(run_dir: Path) -> dict[str, Any]:
         problem = "" if isinstance(record, dict) else f"{RECORD} holds no JSON object"
     except FileNotFoundError:
         record, problem = {}, f"no {RECORD}"
-    except (OSError, UnicodeDecodeError, ValueError) as err:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:  # RecursionError: nested past the reader's depth
         record, problem = {}, f"unreadable {RECORD} ({type(err).__name__}: {str(err)[:80]})"
     if not problem:
         wrong = [k for k, kind in (("params", dict), ("metrics", dict), ("changed", dict), ("started", str),
                                    ("elapsed_s", (int, float)), ("status", str), ("summary", str))
                  if k in record and not isinstance(record[k], kind)]
+        if "elapsed_s" in record and "elapsed_s" not in wrong and not _real(record["elapsed_s"]):
+            wrong.append("elapsed_s (a finite number of seconds)")
         if isinstance(record.get("metrics"), dict) and not all(
                 isinstance(ms, dict) and all(isinstance(v, (int, float)) for v in ms.values())
                 for ms in record["metrics"].values()):
@@ -330,7 +332,7 @@ def _gone(record: dict[str, Any]) -> bool:
         return True
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # OverflowError: a pid past what the OS can have
         return True
     except OSError:  # exists, another user's
         pass
@@ -442,6 +444,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs-dir", type=Path, default=RUNS_DIR, help="where run_local keeps runs (default ./.runs)")
     args = parser.parse_args(argv)
     args.runs_dir = args.runs_dir.absolute()  # named in messages: say which .runs was read
+    for stream in (sys.stdout, sys.stderr):  # what a terminal cannot encode (a damaged record's) printed escaped
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
 
     with exit_on_user_error():
         for flag, command in (("all_params", "compare"), ("launch", "tensorboard")):  # else silently ignored

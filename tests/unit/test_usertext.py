@@ -4,6 +4,7 @@ tokens; and `pipelines.runs` prints a record's control characters escaped."""
 from __future__ import annotations
 
 import json
+import socket
 
 import pytest
 
@@ -62,3 +63,41 @@ def test_runs_list_and_compare_print_a_records_control_characters_escaped(tmp_pa
     compared = capsys.readouterr().out
     assert "\x1b" not in compared and "\u202e" not in compared
     assert "b\\x1b]0;x\\x07" in compared and "evaluate\\x1b[1m: loss\\u202e" in compared
+
+
+@pytest.mark.parametrize("text, needle", [
+    ('{"params": ' + "[" * 100_000 + "]" * 100_000 + "}", "unreadable run.json (RecursionError"),
+    ('{"status": "succeeded", "elapsed_s": 1' + "0" * 400 + "}", "wrong type: elapsed_s"),
+])
+def test_runs_list_shows_a_damaged_record_as_one_line_and_the_others(tmp_path, capsys, text, needle):
+    from pipelines import runs
+
+    good, bad = tmp_path / "20261122-100000-finetune", tmp_path / "20261122-100001-finetune"
+    for d in (good, bad):
+        d.mkdir()
+    (good / "run.json").write_text(json.dumps({"status": "succeeded", "params": {}, "metrics": {}}))
+    (bad / "run.json").write_text(text)
+    assert runs.main(["list", "--runs-dir", str(tmp_path)]) == 0
+    listed = capsys.readouterr().out
+    [line] = [line for line in listed.splitlines() if line.startswith(bad.name)]
+    assert " broken " in line and needle in line and f"remove {bad}" in line
+    assert any(line.startswith(good.name) and " succeeded " in line for line in listed.splitlines())
+
+
+@pytest.mark.parametrize("field", [{"params": {"irrelevance_reply": "caf\udce9"}, "changed": {"x": "\udce9"}},
+                                   {"status": "running", "pid": 10 ** 30, "host": socket.gethostname()},
+                                   {"params": {"deep": json.loads("[" * 900 + "]" * 900)}}])
+def test_runs_compare_and_list_survive_a_damaged_value(tmp_path, capfd, field):
+    from pipelines import runs
+
+    for name in ("20261122-100000-finetune", "20261122-100001-finetune"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "run.json").write_text(json.dumps({"status": "succeeded", "params": {"x": name},
+                                                              "metrics": {}, **field}))
+    for command in ("list", "compare"):
+        extra = ["--all-params"] if command == "compare" else []
+        assert runs.main([command, *extra, "--runs-dir", str(tmp_path)]) == 0
+        out = capfd.readouterr().out
+        assert "20261122-100001-finetune" in out
+        if "changed" in field:  # list shows what a run changed, compare its parameters
+            assert ("x=\\udce9" if command == "list" else "caf\\udce9") in out
