@@ -255,7 +255,7 @@ def read_record(run_dir: Path) -> dict[str, Any]:
         problem = "" if isinstance(record, dict) else f"{RECORD} holds no JSON object"
     except FileNotFoundError:
         record, problem = {}, f"no {RECORD}"
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:  # RecursionError: nested past the reader's depth
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:  # Recursion: nested past json's depth
         record, problem = {}, f"unreadable {RECORD} ({type(err).__name__}: {str(err)[:80]})"
     if not problem:
         wrong = [k for k, kind in (("params", dict), ("metrics", dict), ("changed", dict), ("started", str),
@@ -301,7 +301,7 @@ _UNSHOWABLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\u
 
 def _shown(value: Any) -> str:
     """A record's value as the terminal should print it: what it would act on escaped as Python writes it
-    (`\\x1b[2J`, `\\u202e`), so that a parameter with an escape sequence neither clears the screen nor breaks the table."""
+    (`\\x1b[2J`, `\\u202e`): a parameter with an escape sequence neither clears the screen nor breaks the table."""
     return _UNSHOWABLE.sub(lambda m: m[0].encode("unicode_escape", "backslashreplace").decode("ascii"), str(value))
 
 

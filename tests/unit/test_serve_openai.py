@@ -589,3 +589,22 @@ def assert_openai_flags(args: list[str], name: str, adapters: set[str] = frozens
         assert set(mods) == adapters
     else:
         assert "--enable-lora" not in args
+
+
+@pytest.mark.parametrize("text, said", [('{"r": 16, "lora_alpha"', "cannot be read (Expecting"),
+                                        ("[16]", "holds no JSON object"), ('{"r": "16"}', "gives the rank r='16'")])
+def test_serve_with_a_damaged_adapter_config_is_one_line_naming_the_file(tmp_path, capsys, text, said):
+    """A damaged adapter_config.json was a JSONDecodeError traceback."""
+    from trainer.__main__ import main
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    (tmp_path / "adapter").mkdir()
+    cfg = tmp_path / "adapter" / "adapter_config.json"
+    cfg.write_text(text)
+    with pytest.raises(SystemExit) as exit_:
+        main(["serve", str(tmp_path / "model"), "--lora", f"q={tmp_path / 'adapter'}"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--lora q={tmp_path / 'adapter'}: {cfg} {said}" in err and "Traceback" not in err
+    assert "copy the adapter directory again from its run's output, or pass another adapter" in err

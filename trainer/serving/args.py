@@ -113,10 +113,33 @@ def stored_tool_call_parser(store: Any, uri: str) -> str:
     return tree_tool_call_parser(read)
 
 
+def adapter_config(adapter_dir: str | Path, label: str = "") -> dict[str, Any]:
+    """An adapter directory's adapter_config.json ({} when it has none), read once for every caller; a file that is
+    not a JSON object, or whose rank `r` is no whole number above 0, is a UserError naming it and the fix (peft
+    and vLLM would fail on it with a traceback)."""
+    from trainer.errors import UserError, brief
+
+    cfg = Path(adapter_dir) / "adapter_config.json"
+    if not cfg.exists():
+        return {}
+    fix = ("it is damaged (a copy cut short, a hand edit): copy the adapter directory again from its run's output, "
+           "or pass another adapter")
+    where = f"{label}: " if label else ""
+    try:
+        config = json.loads(cfg.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
+        raise UserError(f"{where}{cfg} cannot be read ({brief(err, 120)}): {fix}") from None
+    if not isinstance(config, dict):
+        raise UserError(f"{where}{cfg} holds no JSON object: {fix}")
+    rank = config.get("r", 1)
+    if not isinstance(rank, int) or isinstance(rank, bool) or rank < 1:
+        raise UserError(f"{where}{cfg} gives the rank r={rank!r}, not a whole number above 0: {fix}")
+    return config
+
+
 def lora_rank(adapter_dir: str | Path) -> int:
     """The adapter's rank `r` from its adapter_config.json (0 when absent)."""
-    cfg = Path(adapter_dir) / "adapter_config.json"
-    return int(json.loads(cfg.read_text()).get("r", 0)) if cfg.exists() else 0
+    return int(adapter_config(adapter_dir).get("r", 0))
 
 
 def served_name_problems(name: Any, what: str = "served_model_name") -> list[str]:

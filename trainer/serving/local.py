@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainer.errors import collect
+from trainer.errors import UserError, collect
 from trainer.model_tree import model_dir_problems, tokenizer_problems
 from trainer.procs import group_alive, private_tmpdir_env
-from trainer.serving.args import (default_served_name, lora_rank, model_tool_call_parser, parse_loras,
+from trainer.serving.args import (adapter_config, default_served_name, lora_rank, model_tool_call_parser, parse_loras,
                                   served_name_problems, vllm_args)
 from trainer.serving.client import smoke_test, wait_ready
 from trainer.templates import TEMPLATE_FILE
@@ -132,7 +132,11 @@ def _check_dirs(model_dir: Path, lora_modules: Mapping[str, str], problems: Sequ
         if not cfg.exists():
             problems.append(f"--lora {name}={path}: no adapter_config.json there; pass a LoRA adapter directory")
             continue
-        adapter = json.loads(cfg.read_text())
+        try:
+            adapter = adapter_config(path, f"--lora {name}={path}")
+        except UserError as err:
+            problems.append(str(err))
+            continue
         full = set(adapter.get("modules_to_save") or []) - {"classifier", "score"}
         if adapter.get("use_dora"):  # vLLM: "vLLM does not yet support DoRA."
             problems.append(f"--lora {name}={path}: a DoRA adapter, which vLLM cannot load; serve the merged model "
