@@ -195,6 +195,52 @@ def _incomplete(path: Path, arch: str, report: dict[str, Any]) -> str | None:
             "the original Hugging Face model (a directory or Hub id)")
 
 
+# Architectures whose tensors transformers maps one to one by name (its TensorProcessor, or one that only permutes or
+# offsets values): a tensor's shape and name say what it must be. Mixture-of-experts and fused-QKV processors split or
+# rename tensors on the way, so their files are left to the load report.
+_ONE_TO_ONE = ("TensorProcessor", "LlamaTensorProcessor", "Gemma2TensorProcessor")
+# What llama.cpp writes beside the weights that transformers derives from the config instead (RoPE scaling factors).
+_DERIVED = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
+
+
+def tensor_problems(path: str | Path) -> list[str]:
+    """Every tensor of the GGUF file whose shape is not what its metadata's config gives the parameter it loads into,
+    and every tensor that loads into none (transformers drops it without a word), from the header alone and a model
+    built on the meta device (no weights read). A wrong shape was converted and uploaded, and training then failed
+    with a traceback on every rank."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.modeling_gguf_pytorch_utils import (TENSOR_PROCESSORS, TensorProcessor,
+                                                          get_gguf_hf_weights_map, load_gguf_checkpoint)
+
+    path = Path(path)
+    arch = metadata(path)["architecture"]
+    processor_class = TENSOR_PROCESSORS.get(arch, TensorProcessor)
+    if processor_class.__name__ not in _ONE_TO_ONE:
+        return []
+    config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    parsed = load_gguf_checkpoint(str(path), return_tensors=False)
+    names = get_gguf_hf_weights_map(model, processor_class(config=parsed.get("config", {})))
+    shapes = {name: tuple(value.shape) for name, value in model.state_dict().items()}
+    fix = ("the file is damaged or holds a model of another architecture than its metadata says: download it again, "
+           "or use the original Hugging Face model (a directory or Hub id)")
+    problems = []
+    stat = os.stat(path)
+    for tensor in _parse(os.path.realpath(path), stat.st_mtime_ns, stat.st_size).tensors:
+        stored = tuple(int(n) for n in reversed(tensor.shape))  # GGUF lists the fastest-moving dimension first
+        target = names.get(tensor.name)
+        if target is None:
+            if tensor.name not in _DERIVED:
+                problems.append(f"model {path}: tensor {tensor.name} {list(stored)} is no parameter of a {arch!r} "
+                                f"model with this metadata's config (it would be dropped without a word): {fix}")
+        elif target in shapes and stored != shapes[target]:
+            problems.append(f"model {path}: tensor {tensor.name} is {list(stored)}, but the config in its metadata "
+                            f"makes {target} {list(shapes[target])}: {fix}")
+    return problems
+
+
 def convert(path: str | Path, out_dir: str | Path) -> Path:
     """De-quantize the GGUF file `path` into the model directory `out_dir` (config.json, model.safetensors,
     generation_config.json, tokenizer files, chat_template.jinja); returns out_dir.
@@ -221,6 +267,7 @@ def convert(path: str | Path, out_dir: str | Path) -> Path:
         # The chat template is the caller's to require (delivery.deliver_model checks the converted directory).
         collect(file_problems(path, check_tokenizer=False), what=f"model {path} cannot be converted")
         info = metadata(path)
+        collect(tensor_problems(path), what=f"model {path} cannot be converted")  # before de-quantizing every tensor
         dtype = dtype_name(info["tensor_types"])
         try:
             tokenizer = AutoTokenizer.from_pretrained(**where)
