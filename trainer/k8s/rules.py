@@ -473,4 +473,7 @@ def image_reference(value: Any, what: str) -> list[str]:
         if algorithm in _DIGEST_HEX and len(hex_digits) != _DIGEST_HEX[algorithm]:
             return [f"{what}={shown}: a {algorithm} digest has {_DIGEST_HEX[algorithm]} hex digits, this one "
                     f"{len(hex_digits)}: copy the whole digest"]
+        if algorithm in _DIGEST_HEX and hex_digits != hex_digits.lower():  # registries refuse upper case (OCI)
+            return [f"{what}={shown}: a {algorithm} digest is '{algorithm}:' and {_DIGEST_HEX[algorithm]} lower-case "
+                    "hex digits: copy the digest as the registry prints it"]
     return []

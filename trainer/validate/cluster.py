@@ -3,6 +3,7 @@ and what only a cluster run needs."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from trainer import deploy, launch, settings, sources, templates
@@ -37,17 +38,27 @@ def cluster_problems(params: dict[str, Any]) -> list[str]:
         problems.append(f"registry_address={address!r} must be an http:// or https:// URL"
                         f"{f' ({bad})' if isinstance(address, str) else ''}, e.g. "
                         "http://model-registry-service.kubeflow.svc.cluster.local:8080 (empty skips registration)")
-    image = params["vllm_image"]  # one with credentials is refused by type_problems and reset to the default by now
-    if image and (grammar := rules.image_reference(image, "vllm_image")):
-        problems += grammar  # before the tag rule: "x:v0.1 --trust-remote-code" has a tag, and is no image
-    elif image and (":" not in image.rsplit("/", 1)[-1] or image.endswith(":latest")):
-        problems.append(f"vllm_image={image!r} must be pinned by tag, e.g. vllm/vllm-openai:v0.32.0 (not :latest)")
+    # vllm_image with credentials is refused by type_problems and reset to the default by now
+    problems += _image_problems(params["vllm_image"], "vllm_image", "vllm/vllm-openai:v0.32.0")
+    for variable in ("FINETUNE_IMAGE", "VLLM_IMAGE"):  # the environment's overrides are rendered as they are
+        if os.environ.get(variable):
+            problems += _image_problems(os.environ[variable], f"environment variable {variable}",
+                                        settings._DEFAULTS[variable])
     if on_cluster and not served_name_problems(params["served_model_name"]):  # else reported once, above
         # The objects' names: `<name>-base` beside adapters; KServe's predictor host adds the namespace.
         namespace = params["namespace"] if not rules.dns1123_label(params["namespace"], "namespace") else ""
         problems += rules.deploy_name(params["served_model_name"], params["deploy_backend"], namespace,
                                       params["serve_adapters"] is True or params["deploy_all_trials"] is True)
     return problems
+
+
+def _image_problems(image: str, what: str, example: str) -> list[str]:
+    """An image reference by the registry's grammar, then pinned by a tag that is not :latest."""
+    if image and (grammar := rules.image_reference(image, what)):
+        return grammar  # before the tag rule: "x:v0.1 --trust-remote-code" has a tag, and is no image
+    if image and "@" not in image and (":" not in image.rsplit("/", 1)[-1] or image.endswith(":latest")):
+        return [f"{what}={image!r} must be pinned by tag, e.g. {example} (not :latest)"]
+    return []
 
 
 DEPLOY_BACKENDS = deploy.BACKENDS  # all but the first run on the cluster
