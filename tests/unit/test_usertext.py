@@ -101,3 +101,18 @@ def test_runs_compare_and_list_survive_a_damaged_value(tmp_path, capfd, field):
         assert "20261122-100001-finetune" in out
         if "changed" in field:  # list shows what a run changed, compare its parameters
             assert ("x=\\udce9" if command == "list" else "caf\\udce9") in out
+
+
+@pytest.mark.parametrize("reply", ["Nope\x1b[2J", "Nope\x1b]0;title\x07", "No \u202etool"])
+def test_a_reply_with_a_control_character_is_refused_everywhere_it_is_given(reply, tmp_path, capsys):
+    from trainer.__main__ import main
+    from trainer.data import masking
+
+    assert "holds the control character" in masking.reply_problem(reply)
+    found = [p for p in pipeline_problems({"irrelevance_reply": reply}) if "irrelevance_reply" in p]
+    assert len(found) == 1 and "holds the control character" in found[0]
+    rows = tmp_path / "rows.jsonl"
+    data.write_jsonl(builtin_data.generate(n_train=20, n_eval=0, seed=0)["train"], rows)
+    with pytest.raises(SystemExit) as exit_:
+        main(["deliver-dataset", str(rows), "--irrelevance-share", "0.1", "--irrelevance-reply", reply])
+    assert exit_.value.code == 2 and "--irrelevance-reply holds the control character" in capsys.readouterr().err

@@ -97,7 +97,8 @@ def reply_problem(reply: Any, name: str = "irrelevance_reply") -> str | None:
                 f"fits: give plain text, {fix}")
     if marker := next((m for m in END_MARKERS if m in reply), None):
         return f"{name} holds the end-of-turn marker {marker!r}, which would end the answer early: {fix}"
-    return None
+    from trainer.usertext import control_problem  # an escape sequence or a bidi override would be trained
+    return control_problem(reply, name, fix)
 
 
 def _name(tool: Any) -> Any:
