@@ -48,6 +48,7 @@ from trainer.data.tool_library import LIBRARY
 from trainer.errors import UserError
 from trainer.jsontext import lone_surrogate
 from trainer.params import BY_NAME
+from trainer.usertext import control_problem
 
 # The masked turn's answer by default (pipeline parameter irrelevance_reply): short, neutral, the same in every
 # row, so the model learns one behaviour and the held-out text match can score it.
@@ -97,7 +98,6 @@ def reply_problem(reply: Any, name: str = "irrelevance_reply") -> str | None:
                 f"fits: give plain text, {fix}")
     if marker := next((m for m in END_MARKERS if m in reply), None):
         return f"{name} holds the end-of-turn marker {marker!r}, which would end the answer early: {fix}"
-    from trainer.usertext import control_problem  # an escape sequence or a bidi override would be trained
     return control_problem(reply, name, fix)
 
 
