@@ -90,13 +90,15 @@ def throwaway_s3_problems(params: dict[str, Any], endpoint: str | None) -> list[
         return []
     # The source as the other problems show it: a password in it (refused too) is never printed.
     instead = {"model_source": "a local path or Hub id", "dataset_source": "a local path or Hub id",
-               "chat_template": "a local .jinja file or a built-in template's name"}
+               "chat_template": "a local .jinja file or a built-in template's name",
+               "bfcl_source": "bfcl-eval's wheel or its bfcl_eval/data folder as a local path (or empty: the wheel "
+                              "from the package index)"}
     return [f"{key}={settings.url_credentials(str(params[key])) or params[key]!r} is an object in S3, but without "
             "--s3-endpoint this run starts an empty "
             "throwaway S3 server: give --s3-endpoint (or S3_ENDPOINT) of the S3/MinIO that holds it, or "
             f"{instead[key]} instead"
             for key in instead if any(str(name).strip().startswith("s3://") for name in (
-                sources.dataset_parts(params.get(key, "")) if key == "dataset_source" else [params.get(key, "")]))]
+                sources.dataset_parts(params.get(key, "")) if key == "dataset_source" else [params.get(key) or ""]))]
 
 
 def cluster_config_problems(params: dict[str, Any]) -> list[str]:

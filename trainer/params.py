@@ -188,9 +188,9 @@ PARAMS: tuple[Param, ...] = (
                 'e.g. 100.')),
     Param('bfcl_source', str, '', EVALUATION, FINETUNE,
           help=('Where BFCL\'s data comes from: empty fetches the pinned wheel (bfcl-eval==2026.3.23) with `pip download '
-                '--no-deps`; for pods that reach no package index, that wheel or its bfcl_eval/data folder as a path, '
-                'or the wheel uploaded to the run\'s bucket (s3://bucket/uploads/bfcl_eval-....whl), or the s3:// URI a '
-                'run delivered it to. Delivered content-addressed, its version in the metrics\' report.')),
+                '--no-deps`; for pods that reach no package index, the wheel uploaded to the run\'s bucket '
+                '(s3://bucket/uploads/bfcl_eval-....whl) or the s3:// URI a run delivered it to; with run_local also '
+                'that wheel or its bfcl_eval/data folder as a path, read fully at validate. Delivered content-addressed, its version in the metrics\' report.')),
     Param('max_category_drop', float, 10.0, EVALUATION, BOTH,
           help=('Promotion gate: the tuned model is not deployed or registered when any category measured on both '
                 'models (held-out fc_<category>_accuracy, BFCL bfcl_<category>_accuracy) falls more than this many '

@@ -214,3 +214,43 @@ def _dataset(folder, question):
         (folder / f"{name}.jsonl").write_text(json.dumps({"messages": [
             {"role": "user", "content": question}, {"role": "assistant", "content": "ok"}]}) + "\n")
     return folder
+
+
+@pytest.mark.parametrize("dataset", ["builtin:function-calling", "someorg/some-dataset"])
+def test_a_local_bfcl_source_is_read_fully_at_validate_whatever_the_dataset(tmp_path, dataset):
+    """Beside a dataset not read at validate (built in, on the Hub), a fake wheel or an empty folder was passed and
+    refused by deliver-bfcl after delivery (exit 1): now validate reads it, naming what it lacks (exit 2)."""
+    from trainer.validate import pipeline_problems
+
+    (tmp_path / "bfcl_eval-9-py3-none-any.whl").write_text("not a zip")
+    (tmp_path / "empty").mkdir()
+    for source, said in ((tmp_path / "bfcl_eval-9-py3-none-any.whl", "not a wheel (not a zip file)"),
+                         (tmp_path / "empty", "lacks BFCL_v4_simple_python.json")):
+        problems = pipeline_problems({"dataset_source": dataset, "eval_suites": "heldout,bfcl",
+                                      "bfcl_source": str(source)})
+        assert [p for p in problems if p.startswith(f"bfcl_source {source}") and said in p], problems
+
+
+def test_a_local_bfcl_source_that_holds_the_data_passes_validate(bfcl_wheel, bfcl_tree):
+    from trainer.validate import pipeline_problems
+
+    for source in (bfcl_wheel, bfcl_tree):
+        assert not [p for p in pipeline_problems({"dataset_source": "someorg/some-dataset",
+                                                  "eval_suites": "heldout,bfcl", "bfcl_source": str(source)})
+                    if "bfcl" in p]
+
+
+def test_bfcl_source_in_s3_without_an_endpoint_and_a_local_one_on_a_cluster_are_refused(tmp_path):
+    """As chat_template and dataset_source: an s3:// bfcl_source with run_local's throwaway S3 names the endpoint
+    (it was "upload it" at deliver-bfcl, exit 1), and a local path sent to a cluster (submit checked it on the
+    submitting machine, the pod cannot read it) is refused naming the upload."""
+    from pipelines.run_local import throwaway_s3_problems
+    from trainer.validate import on_cluster_problems
+
+    [throwaway] = throwaway_s3_problems({"model_source": "builtin:tiny-llama", "dataset_source": "builtin:function-calling",
+                                         "chat_template": "model", "bfcl_source": "s3://bucket/uploads/b.whl"}, None)
+    assert throwaway.startswith("bfcl_source='s3://bucket/uploads/b.whl' is an object in S3") and "--s3-endpoint" in throwaway
+    assert not throwaway_s3_problems({"bfcl_source": "s3://bucket/uploads/b.whl"}, "http://127.0.0.1:9000")
+    [cluster] = [p for p in on_cluster_problems({"bfcl_source": str(tmp_path)}) if "bfcl_source" in p]
+    assert "is a path on this machine, which the cluster cannot read" in cluster and "s3:// URI" in cluster
+    assert not [p for p in on_cluster_problems({"bfcl_source": "s3://bucket/uploads/b.whl"}) if "bfcl_source" in p]

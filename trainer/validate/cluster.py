@@ -80,6 +80,11 @@ def on_cluster_problems(params: dict[str, Any]) -> list[str]:
     if isinstance(template, str) and templates.is_local(template) and not templates.spec_problems(template, False):
         problems.append(f"chat_template {template!r} is a file on this machine, which the cluster cannot read: upload "
                         "it to the run's bucket (mc cp FILE minio/BUCKET/templates/) and pass its s3:// URI")
+    bfcl_source = params.get("bfcl_source") or ""
+    if isinstance(bfcl_source, str) and bfcl_source.strip() and not bfcl_source.strip().startswith("s3://"):
+        problems.append(f"bfcl_source {bfcl_source.strip()!r} is a path on this machine, which the cluster cannot "
+                        "read: upload the wheel to the run's bucket (mc cp bfcl_eval-....whl minio/BUCKET/uploads/) "
+                        "and pass its s3:// URI, or leave bfcl_source empty to fetch the wheel from the package index")
     if params.get("eval_engine") == "vllm" and (not params.get("eval_gpus") or params.get(
             "eval_accelerator_type", DEFAULTS["eval_accelerator_type"]) != "nvidia.com/gpu"):
         problems.append("eval_engine=vllm serves the models inside the evaluate pod with the CUDA vLLM of its image "

@@ -77,6 +77,8 @@ def _pipeline_problems(params: dict[str, Any], check_local_files: bool, splits_o
         problems += templates.spec_problems(params["chat_template"], check_local_files)
     problems += _gate_problems(params, bad)
     problems += _settings_problems(params, context)
+    if check_local_files:
+        problems += _local_bfcl_problems(params)
     problems += _serving_problems(params)
     problems += cluster_problems(params)
     seen: set[str] = set()
@@ -248,6 +250,25 @@ def _suite_problems(params: dict[str, Any]) -> list[str]:
         problems.append(f"bfcl_source is set but eval_suites={params['eval_suites']!r} does not score bfcl: add it "
                         "(eval_suites=heldout,bfcl), or leave bfcl_source empty")
     return problems
+
+
+def _local_bfcl_problems(params: dict[str, Any]) -> list[str]:
+    """A local bfcl_source read fully now, whatever the dataset (deliver-bfcl would refuse a fake wheel or an
+    empty folder only after the dataset and the model were delivered): a wheel holding bfcl_eval/data's files,
+    or a folder holding them."""
+    source = (params.get("bfcl_source") or "").strip()
+    try:
+        suites = bfcl.parse_suites(params.get("eval_suites", "heldout"))
+    except UserError:  # _suite_problems says so
+        return []
+    if "bfcl" not in suites or not source or source.startswith("s3://") or bfcl.source_problem(source):
+        return []  # the value's own problems: _suite_problems
+    try:
+        with tempfile.TemporaryDirectory(prefix="bfcl-check-") as tmp:
+            bfcl.extract(Path(source.removeprefix("file://")).expanduser(), Path(tmp) / "tree")
+    except UserError as err:
+        return [str(err)]
+    return []
 
 
 def _bfcl_contamination_problems(params: dict[str, Any], train_rows: list[dict[str, Any]]) -> list[str]:
