@@ -272,6 +272,16 @@ def _load_from_disk(path: Path):
                         f"({type(err).__name__}: {brief(err)}); save it again") from None
 
 
+def delivered_share_problem(uri: str, irrelevance_share: float) -> str | None:
+    """irrelevance_share beside a delivered dataset tree, which is passed through as it is: masking it again would
+    add copies to the copies a delivery may have made (deliver-dataset, and validate where the bucket answers)."""
+    if not irrelevance_share:
+        return None
+    return (f"irrelevance_share={irrelevance_share:g}, but dataset_source {uri} is a delivered tree, passed through "
+            "as it is: set irrelevance_share=0, or deliver its source with the share "
+            f"(python -m trainer deliver-dataset SOURCE --irrelevance-share {irrelevance_share:g})")
+
+
 def _already_delivered(src: Source, store) -> tuple[str, dict[str, Any]]:
     """An s3:// source: a complete tree (manifest present) is passed through as is."""
     bucket, prefix = split_uri(src.ref)
@@ -362,10 +372,8 @@ def deliver_dataset(source: str, revision: str, store, eval_fraction: float = 0.
         if "config.json" in names:  # checked before downloading what may be gigabytes of weights
             raise UserError(f"{uri} is a delivered model, not a dataset: pass it as model_source, and a dataset "
                             "(train.jsonl) as dataset_source")
-        if irrelevance_share:  # masking it again would add copies to the copies a delivery may have made
-            raise UserError(f"irrelevance_share={irrelevance_share:g}, but dataset_source {uri} is a delivered tree, "
-                            "passed through as it is: set irrelevance_share=0, or deliver its source with the share "
-                            f"(python -m trainer deliver-dataset SOURCE --irrelevance-share {irrelevance_share:g})")
+        if problem := delivered_share_problem(uri, irrelevance_share):
+            raise UserError(problem)
         root = store.get_tree(uri)
         counts = {p.stem: sum(1 for line in p.open() if line.strip()) for p in sorted(root.glob("*.jsonl"))}
         if set(counts) != {"train", "eval"}:

@@ -55,3 +55,24 @@ def test_an_unreachable_bucket_is_one_problem(store, monkeypatch):
     b = store.bucket
     assert object_problems({"model_source": f"s3://{b}/m", "dataset_source": f"s3://{b}/d"}, store) == [
         "S3 endpoint http://x unreachable"]
+
+
+def test_irrelevance_share_beside_a_delivered_dataset_tree_is_refused_at_validate(store):
+    """README promises exit 2 before any work: validate said OK, and deliver-dataset refused it while deliver-model
+    ran. Now validate refuses it with deliver-dataset's own message; an upload or a share of 0 passes."""
+    from trainer import delivery
+    from trainer.errors import UserError
+
+    store.ensure_bucket()
+    b = store.bucket
+    store.put_json(f"datasets/sha256-abc/{MANIFEST}", {"files": [{"path": "train.jsonl"}, {"path": "eval.jsonl"}]})
+    store.put_json("uploads/chats.jsonl", {})
+    tree = f"s3://{b}/datasets/sha256-abc"
+    [problem] = object_problems({"dataset_source": tree + "/", "irrelevance_share": 0.1}, store)
+    with pytest.raises(UserError) as deliver:
+        delivery.deliver_dataset(tree, "", store, irrelevance_share=0.1)
+    assert problem == str(deliver.value)
+    assert problem.startswith(f"irrelevance_share=0.1, but dataset_source {tree} is a delivered tree")
+    assert "set irrelevance_share=0" in problem
+    assert object_problems({"dataset_source": tree, "irrelevance_share": 0.0}, store) == []
+    assert object_problems({"dataset_source": f"s3://{b}/uploads/chats.jsonl", "irrelevance_share": 0.1}, store) == []

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainer import sources
+from trainer.delivery import delivered_share_problem
 from trainer.errors import UserError
 from trainer.storage import MANIFEST, Store, split_uri
 
@@ -43,9 +44,15 @@ def object_problems(params: dict[str, Any], store: Store | None = None) -> list[
                             "for the whole run")
             continue
         try:
-            found = store.exists(key) or (name != "chat_template" and store.exists(f"{key}/{MANIFEST}"))
+            upload = store.exists(key)
+            tree = not upload and name != "chat_template" and store.exists(f"{key}/{MANIFEST}")
         except UserError as err:  # the endpoint does not answer, or the keys are refused: said once
             return problems + [str(err)]
+        found = upload or tree
+        if tree and name == "dataset_source" and value == (params.get(name) or "").strip().rstrip("/") \
+                and isinstance(share := params.get("irrelevance_share"), (int, float)) \
+                and (problem := delivered_share_problem(value, share)):
+            problems.append(problem)  # a delivered tree alone (not a mix's part): what deliver-dataset would refuse
         if not found:
             problems.append(f"{name} {value}: no such object in bucket {bucket!r} (it should be {names}); check the "
                             f"key (mc ls {bucket}/{key.rsplit('/', 1)[0] if '/' in key else ''}), or upload it")
