@@ -229,3 +229,22 @@ def test_a_mix_of_local_and_built_in_parts_is_checked_fully_before_a_run(tmp_pat
     [throwaway] = throwaway_s3_problems({"dataset_source": in_s3, "model_source": "builtin:tiny-llama",
                                          "chat_template": "model"}, None)
     assert "is an object in S3, but without --s3-endpoint this run starts an empty throwaway S3 server" in throwaway
+
+
+@pytest.mark.parametrize("other", ["s3://llm-finetune/uploads/x.jsonl", "someorg/some-dataset"])
+def test_a_local_part_beside_an_s3_or_hub_part_is_read_and_checked_at_validate(tmp_path, other):
+    """A mix with a part not on this machine was left whole to deliver-dataset, its local part unread until then:
+    now each local part is read and checked as a lone local dataset is, whatever the other parts are."""
+    from trainer.validate import pipeline_problems
+
+    (tmp_path / "bad.jsonl").write_text('{"messages": [{"role": "user", "content": "hi"}]}\n' * 5)
+    (tmp_path / "empty.jsonl").write_text("")
+    bad = json.dumps([{"source": other, "weight": 1}, {"source": str(tmp_path / "bad.jsonl"), "weight": 1}])
+    problems = pipeline_problems({"dataset_source": bad})
+    assert any("bad.jsonl lines 1, 2, 3 and 2 more: no assistant message" in p for p in problems), problems
+    alone = pipeline_problems({"dataset_source": str(tmp_path / "empty.jsonl")})
+    mixed = pipeline_problems({"dataset_source": json.dumps([{"source": other, "weight": 1},
+                                                             {"source": str(tmp_path / "empty.jsonl"), "weight": 2}])})
+    assert alone and [p for p in alone if "empty.jsonl" in p] == [p for p in mixed if "empty.jsonl" in p], mixed
+    # submit does not read this machine's files (on_cluster_problems refuses the local part)
+    assert not [p for p in pipeline_problems({"dataset_source": bad}, check_local_files=False) if "bad.jsonl" in p]

@@ -153,6 +153,21 @@ def _dataset_problems(src: sources.Source, params: dict[str, Any], found: list[s
                            params["batch_tokens"])
             except UserError as err:
                 problems.append(f"dataset_source {params['dataset_source'].strip()!r}: {err}")
+    elif src.kind == "mix" and check_local_files:  # beside an s3:// or Hub part: each local part read now
+        for name in sources.dataset_parts(src.ref):
+            part = sources.parse(name, "dataset")
+            if part.kind != "local":
+                continue  # a Hub or s3:// part: read by deliver-dataset; a built-in one is known good
+            try:
+                with quiet_conversions():
+                    splits = delivery.materialize_dataset(part, "", params["eval_fraction"], params["seed"])
+            except UserError as err:
+                problems.append(str(err))  # it names the part's file, as for a lone local dataset
+                continue
+            problems += _template_problems(params["model_source"], splits, [*found, *problems], params["max_seq_len"],
+                                           params["model_revision"], params["chat_template"],
+                                           _scored(params), params["irrelevance_reply"])
+            problems += _bfcl_contamination_problems(params, splits["train"])
     elif src.kind == "builtin" and check_local_files and (
             params["chat_template"].strip() != templates.MODEL
             or not params["model_source"].strip().startswith("builtin:")
