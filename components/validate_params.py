@@ -88,8 +88,8 @@ def validate_params(
     import os
 
     from trainer.errors import collect, exit_on_user_error
-    from trainer.validate import (SWEEP_ONLY, on_cluster_problems, pipeline_problems, registry_problems,
-                                  sweep_problems)
+    from trainer.validate import (SWEEP_ONLY, on_cluster_problems, pipeline_problems, pipeline_warnings,
+                                  registry_problems, sweep_problems)
     from trainer.validate.objects import object_problems
 
     with exit_on_user_error():
@@ -103,5 +103,7 @@ def validate_params(
             problems += on_cluster_problems(params)
         problems += registry_problems(params, problems)  # a registry that answers, now
         problems += object_problems(params)  # s3:// values in the run's bucket, one HEAD each
+        for warning in pipeline_warnings(params):  # settings that would do nothing: said, not refused
+            print(f"WARNING: {warning}", flush=True)
         collect(problems, what=what)
     print("parameters OK")

@@ -294,7 +294,7 @@ def _main(args: argparse.Namespace) -> int:
         from pipelines import sweep
         from pipelines.cli_params import parse_params as parse
         from trainer.errors import collect
-        from trainer.validate import pipeline_problems, registry_problems, sweep_problems
+        from trainer.validate import pipeline_problems, pipeline_warnings, registry_problems, sweep_problems
 
         pipeline = sweep.build(parallelism) if args.pipeline == "sweep" else finetune_pipeline
         if args.list_params:
@@ -315,6 +315,8 @@ def _main(args: argparse.Namespace) -> int:
                                            "--pipeline-root": args.pipeline_root})
         problems = (sweep_problems(params) if args.pipeline == "sweep" else pipeline_problems(params)) + problems
         problems += registry_problems(params, problems)  # as validate-params asks it, before anything starts (exit 2)
+        for warning in pipeline_warnings(params):  # settings that would do nothing: said, not refused
+            print(f"WARNING: {warning}", file=sys.stderr, flush=True)
         if args.pipeline == "sweep":  # before starting anything expensive
             collect(problems, what="invalid sweep parameters")
             # Trials run side by side on this machine: each gets its share of the cores

@@ -389,3 +389,45 @@ def test_distractor_copies_offer_unrelated_tools_from_the_dataset_and_the_librar
     for bad in (-0.1, 1.5, float("nan"), True, "0.5"):
         err = str(pytest.raises(UserError, masking.mask_splits, splits, 0.2, 1, distractors=bad).value)
         assert err.startswith("irrelevance_distractors must be a number from 0 to 1") and "e.g." in err
+
+
+def test_a_share_that_makes_no_row_is_refused_at_validate_naming_the_least_that_makes_one(tmp_path):
+    """Refused, not warned: irrelevance_share was set to add rows, and copies_for rounds each split's count to 0,
+    so the run would train without them and no later line would say so; the fix names the least share that makes
+    one row."""
+    from trainer import builtin_data, data
+    from trainer.validate import pipeline_problems
+
+    data.write_jsonl(builtin_data.generate(40, 0, seed=3)["train"], tmp_path / "mine.jsonl")
+    source = str(tmp_path / "mine.jsonl")
+    [refused] = [p for p in pipeline_problems({"dataset_source": source, "irrelevance_share": 0.005})
+                 if "irrelevance_share" in p]
+    assert refused.startswith(f"irrelevance_share=0.005 makes no irrelevance row from dataset_source {source!r}'s "
+                              "36 train and 4 eval rows (each split's count rounds to 0): give at least "
+                              "irrelevance_share=0.014, or 0 for none"), refused
+    assert masking.copies_for(36, 0.014) == 1 and masking.copies_for(36, 0.013) == 0
+    assert not [p for p in pipeline_problems({"dataset_source": source, "irrelevance_share": 0.014})
+                if "irrelevance_share" in p]
+
+
+def test_settings_that_do_nothing_are_warned_at_validate(capsys):
+    """Warned, not refused: irrelevance_reply or irrelevance_distractors without a share, and bfcl_rows without the
+    bfcl suite, are harmless and often left set while the share or the suite is turned off for one run (a
+    comparison, a quick held-out score); a bfcl_source without the suite stays refused (_suite_problems: a path or
+    upload given is meant to be read). One line each, printed by the validate-params step (and run_local)."""
+    from components.validate_params import validate_params
+    from trainer.validate import pipeline_warnings
+
+    assert pipeline_warnings({}) == [] and pipeline_warnings({"irrelevance_share": 0.1, "irrelevance_distractors": 0.5,
+                                                              "irrelevance_reply": "No tool fits."}) == []
+    [both] = pipeline_warnings({"irrelevance_share": 0.0, "irrelevance_reply": "No tool fits.",
+                                "irrelevance_distractors": 0.5})
+    assert both == ("irrelevance_reply='No tool fits.' and irrelevance_distractors=0.5 apply to the rows function "
+                    "masking makes, but irrelevance_share is 0, so none are made: set irrelevance_share (e.g. 0.1), or "
+                    "leave them at the default")
+    [rows] = pipeline_warnings({"eval_suites": "heldout", "bfcl_rows": 100})
+    assert rows.startswith("bfcl_rows=100 applies to the bfcl suite, but eval_suites='heldout' does not score it")
+    assert pipeline_warnings({"eval_suites": "heldout,bfcl", "bfcl_rows": 100}) == []
+    validate_params.python_func(irrelevance_distractors=0.5)
+    out = capsys.readouterr().out
+    assert out.count("WARNING: irrelevance_distractors=0.5 applies to the rows") == 1 and "parameters OK" in out

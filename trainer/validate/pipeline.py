@@ -146,7 +146,8 @@ def _dataset_problems(src: sources.Source, params: dict[str, Any], found: list[s
                 problems += _gate_rows_problems(params, splits["eval"], "min_fc_accuracy", "min_gain")
             problems += _bfcl_contamination_problems(params, splits["train"])
             if refused := masking.data_problem(splits, params["irrelevance_share"],
-                                               f"dataset_source {params['dataset_source'].strip()!r}"):
+                                               f"dataset_source {params['dataset_source'].strip()!r}") \
+                    or _no_copies_problem(params, splits):
                 problems.append(refused)
             try:  # the trainer's own rule, now instead of after delivery
                 check_rows(len(splits["train"]), params["batch_size"], params["nodes"] * params["procs_per_node"],
@@ -179,6 +180,48 @@ def _dataset_problems(src: sources.Source, params: dict[str, Any], found: list[s
                                        params["model_revision"], params["chat_template"],
                                        irrelevance_reply=params["irrelevance_reply"])
     return problems
+
+
+def _no_copies_problem(params: dict[str, Any], splits: dict[str, list]) -> str | None:
+    """An irrelevance_share so small that masking makes no row (masking.copies_for rounds each split's count to 0):
+    refused, not warned, as the share was set to add rows and would add none, which no later line would say; the
+    fix is the least share that makes one."""
+    share = params["irrelevance_share"]
+    if masking.share_problem(share) or share <= 0 or any(masking.copies_for(len(rows), share) for rows in splits.values()):
+        return None
+    largest = max(len(rows) for rows in splits.values())
+    least = next((k / 1000 for k in range(1, 501) if masking.copies_for(largest, k / 1000)), masking.SHARE_MAX)
+    sizes = " and ".join(f"{len(rows)} {name}" for name, rows in splits.items())
+    return (f"irrelevance_share={share:g} makes no irrelevance row from dataset_source "
+            f"{params['dataset_source'].strip()!r}'s {sizes} rows (each split's count rounds to 0): give at least "
+            f"irrelevance_share={least:g}, or 0 for none")
+
+
+def pipeline_warnings(params: dict[str, Any]) -> list[str]:
+    """Settings that would do nothing, said once at validate (run_local and the validate-params step print each as a
+    WARNING line) and not refused: each is harmless, and often left set while another is turned off for one run
+    (irrelevance_share=0 to compare, eval_suites=heldout for a quick one). A bfcl_source without the bfcl suite is
+    refused instead (_suite_problems): a path or an upload given is meant to be read."""
+    warnings = []
+    share, reply = params.get("irrelevance_share", 0), params.get("irrelevance_reply", masking.IRRELEVANCE_REPLY)
+    distractors = params.get("irrelevance_distractors", 0)
+    if isinstance(share, (int, float)) and not share:
+        unused = ([f"irrelevance_reply={reply!r}"] if isinstance(reply, str) and reply != masking.IRRELEVANCE_REPLY
+                  else []) + ([f"irrelevance_distractors={distractors:g}"]
+                              if isinstance(distractors, (int, float)) and distractors > 0 else [])
+        if unused:
+            warnings.append(f"{' and '.join(unused)} {'apply' if len(unused) > 1 else 'applies'} to the rows function masking makes, but irrelevance_share "
+                            "is 0, so none are made: set irrelevance_share (e.g. 0.1), or leave "
+                            f"{'them' if len(unused) > 1 else 'it'} at the default")
+    rows = params.get("bfcl_rows", default("bfcl_rows"))
+    try:
+        suites = bfcl.parse_suites(params["eval_suites"]) if "eval_suites" in params else ("bfcl",)
+    except UserError:  # _suite_problems says so
+        suites = ("bfcl",)
+    if "bfcl" not in suites and isinstance(rows, int) and rows != default("bfcl_rows"):
+        warnings.append(f"bfcl_rows={rows} applies to the bfcl suite, but eval_suites={params['eval_suites']!r} does "
+                        "not score it: add it (eval_suites=heldout,bfcl), or leave bfcl_rows at the default")
+    return warnings
 
 
 def _on_this_machine(src: sources.Source) -> bool:
