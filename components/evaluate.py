@@ -29,7 +29,7 @@ def evaluate(
     bfcl: Input[Dataset] = None,
     bfcl_rows: int = 25,
     seed: int = 0,
-    max_category_drop: float = 10.0,
+    max_category_drop: float = 0.1,
     gate_significance: float = 0.0,
 ) -> NamedTuple("Outputs", promoted=bool, reason=str):
     """Score base and tuned on the held-out split; metric names are the same in every run

@@ -19,11 +19,11 @@ def pick_best(
     select_metric: str = "fc_accuracy",
     min_gain: float = 0.1,
     min_fc_accuracy: float = 0.0,
-    max_category_drop: float = 10.0,
+    max_category_drop: float = 0.1,
     gate_significance: float = 0.0,
 ) -> NamedTuple("Outputs", deploy=bool, reason=str, best_trial=int):
     """Rank trials by tuned-vs-base gain in `select_metric` (fc_accuracy up, eval_loss down), those
-    that lost more than `max_category_drop` points in a category last (trainer.selection.pick; with
+    that lost more than `max_category_drop` (a fraction: 0.1 is 10 points) in a category last (trainer.selection.pick; with
     `gate_significance` > 0 only a drop with McNemar's p below it counts);
     `deploy` is true when the best gain is at least `min_gain` and the best lost no category."""
     from collections import namedtuple

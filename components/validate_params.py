@@ -51,7 +51,7 @@ def validate_params(
     eval_suites: str = "heldout",
     bfcl_rows: int = 25,
     bfcl_source: str = "",
-    max_category_drop: float = 10.0,
+    max_category_drop: float = 0.1,
     gate_significance: float = 0.0,
     deploy_backend: str = "local",
     keep_serving: bool = False,

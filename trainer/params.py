@@ -191,14 +191,14 @@ PARAMS: tuple[Param, ...] = (
                 '--no-deps`; for pods that reach no package index, the wheel uploaded to the run\'s bucket '
                 '(s3://bucket/uploads/bfcl_eval-....whl) or the s3:// URI a run delivered it to; with run_local also '
                 'that wheel or its bfcl_eval/data folder as a path, read fully at validate. Delivered content-addressed, its version in the metrics\' report.')),
-    Param('max_category_drop', float, 10.0, EVALUATION, BOTH,
+    Param('max_category_drop', float, 0.1, EVALUATION, BOTH,
           help=('Promotion gate: the tuned model is not deployed or registered when any category measured on both '
-                'models (held-out fc_<category>_accuracy, BFCL bfcl_<category>_accuracy) falls more than this many '
-                'points below the base model\'s, e.g. irrelevance 100 -> 64 with 10: the message names the category '
-                'and both numbers. 100 turns it off.'),
-          sweep_help=('The pick: a trial with a held-out category (fc_<category>_accuracy) more than this many points '
-                      'below the base model\'s is not picked while another passes; where none does, nothing is '
-                      'deployed. 100 turns it off.')),
+                'models (held-out fc_<category>_accuracy, BFCL bfcl_<category>_accuracy) falls more than this below '
+                'the base model\'s, a fraction of accuracy like min_gain (0.1 is 10 points), e.g. irrelevance 100% -> '
+                '64% with 0.1: the message names the category and both numbers. 1.0 turns it off.'),
+          sweep_help=('The pick: a trial with a held-out category (fc_<category>_accuracy) more than this below the '
+                      'base model\'s, a fraction of accuracy (0.1 is 10 points), is not picked while another passes; '
+                      'where none does, nothing is deployed. 1.0 turns it off.')),
     Param('gate_significance', float, 0.0, EVALUATION, BOTH,
           help=('With max_category_drop: refuse a category\'s drop only when chance explains it poorly, McNemar\'s '
                 'exact p on the rows the tuned model lost and won there (fc_<category>_lost/_won, '

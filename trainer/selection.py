@@ -31,7 +31,8 @@ def mcnemar_p(lost: int, won: int) -> float:
 
 def category_drops(metrics: dict[str, float], max_drop: float, significance: float = 0.0) -> list[str]:
     """Every category measured on both models (held-out fc_<category>_accuracy, BFCL
-    bfcl_<category>_accuracy) whose accuracy fell more than `max_drop` points below the base's: a line
+    bfcl_<category>_accuracy) whose accuracy fell more than `max_drop` below the base's (a fraction, as the
+    accuracies are: 0.1 is 10 points; a hair's float error, 1.0 - 0.9 > 0.1, is not a drop past it): a line
     each, with its rows and McNemar's exact test on the rows lost and won (trainer.evaluate.paired).
     `significance` > 0 keeps only the drops that chance explains poorly (p < significance); a drop whose
     counts were not logged (an older run's metrics) is kept, as without the test."""
@@ -50,7 +51,7 @@ def _drops(metrics: dict[str, float], max_drop: float, significance: float) -> l
     for name in names:
         accuracy = f"{name}_accuracy"
         base, tuned = metrics.get(f"base_{accuracy}"), metrics.get(f"tuned_{accuracy}", metrics.get(accuracy))
-        if base is None or tuned is None or (base - tuned) * 100 <= max_drop:
+        if base is None or tuned is None or base - tuned <= max_drop + 1e-9:
             continue
         rows, lost, won = (metrics.get(f"{name}_{k}") for k in ("rows", "lost", "won"))
         of = f" on {int(rows)} rows" if rows is not None else ""
@@ -65,10 +66,10 @@ def _drops(metrics: dict[str, float], max_drop: float, significance: float) -> l
 
 
 def pick(trials: list[dict[str, Any]], metrics: list[dict[str, float]], select_metric: str,
-         min_gain: float, min_fc_accuracy: float = 0.0, max_category_drop: float = 100.0,
+         min_gain: float, min_fc_accuracy: float = 0.0, max_category_drop: float = 1.0,
          gate_significance: float = 0.0) -> dict[str, Any]:
     """The best trial by `select_metric`, and whether it beats the base model by `min_gain`. A trial
-    with a category more than `max_category_drop` points below the base's (`category_drops`) is not
+    with a category more than `max_category_drop` (a fraction: 0.1 is 10 points) below the base's (`category_drops`) is not
     picked while another passes; where none does, nothing is deployed. `gate_significance` > 0: only a drop
     with McNemar's p below it counts (`category_drops`).
 
@@ -88,7 +89,7 @@ def pick(trials: list[dict[str, Any]], metrics: list[dict[str, float]], select_m
     sign = 1.0 if SELECT[select_metric] == "higher" else -1.0
     gains = [sign * (m[f"tuned_{select_metric}"] - m[f"base_{select_metric}"]) for m in metrics]
     # ties: the earlier trial; a trial whose gain is not a number (a NaN eval loss) is never the best of others
-    drops = [category_drops(m, max_category_drop, gate_significance) if max_category_drop < 100 else []
+    drops = [category_drops(m, max_category_drop, gate_significance) if max_category_drop < 1 else []
              for m in metrics]
     best = max(range(len(gains)), key=lambda i: (not drops[i], math.isfinite(gains[i]),
                                                  gains[i] if math.isfinite(gains[i]) else 0, -i))
@@ -108,7 +109,7 @@ def pick(trials: list[dict[str, Any]], metrics: list[dict[str, float]], select_m
         return {"best": best, "deploy": False, "reason": reason, "rows": rows, "measured": False}
     if drops[best]:  # every trial lost a category the base had
         reason = (f"not deployed: every trial fell in a category more than max_category_drop {max_category_drop:g} "
-                  f"points below the base; the best, trial {best} ({desc}): {'; '.join(drops[best])}")
+                  f"({max_category_drop * 100:g} points) below the base; the best, trial {best} ({desc}): {'; '.join(drops[best])}")
         return {"best": best, "deploy": False, "reason": reason, "rows": rows}
     accuracy = metrics[best].get("fc_ast_accuracy")  # the finetune pipeline's promotion gate, the same rule
     if min_fc_accuracy > 0 and (accuracy is None or not meets(accuracy, min_fc_accuracy)):

@@ -31,7 +31,7 @@ def test_run_local_end_to_end(tmp_path, s3_env):
              s3_env["S3_ENDPOINT"], "--param", "eval_max_rows=100", "--param", "max_steps=300",
              # 300 steps call tools on some irrelevance rows (62.5% of them answered in text, against the random
              # base's 100%): the per-category gate is the gate tests', this run must deploy and register
-             "--param", "max_category_drop=100", "--param", f"registry_address={registry.url}"],
+             "--param", "max_category_drop=1.0", "--param", f"registry_address={registry.url}"],
             cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-5000:]
     assert not list(tmp.iterdir()), list(tmp.iterdir())  # kfp.local's workspace and the tasks' files went too
@@ -98,7 +98,7 @@ def test_local_sweep_copies_the_winner_out_and_shows_each_trials_lines(tmp_path,
          "--output-dir", str(out_dir), "--runs-dir", str(runs_dir), "--s3-endpoint", s3_env["S3_ENDPOINT"],
          "--param", f"trials={trials}", "--param", "max_steps=40", "--param", "eval_max_rows=20", "--param", "nodes=1",
          "--param", "select_metric=eval_loss", "--param", "min_gain=0.5",
-         "--param", "max_category_drop=100"],  # 40 steps may call tools where the random base answered text
+         "--param", "max_category_drop=1.0"],  # 40 steps may call tools where the random base answered text
         cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-5000:]
     out = proc.stdout

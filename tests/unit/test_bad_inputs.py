@@ -424,8 +424,12 @@ CASES = [
      "bfcl.whl: no such file or folder; give bfcl-eval==2026.3.23's wheel"),
     ("bfcl-source-without-the-suite", lambda t, m: [f"bfcl_source={t}"],
      "bfcl_source is set but eval_suites='heldout' does not score bfcl"),
-    ("max-category-drop-as-a-fraction", lambda t, m: ["max_category_drop=-0.1"],
-     "max_category_drop=-0.1 is in points of accuracy, from 0 (no category may fall) to 100 (off)"),
+    ("max-category-drop-negative", lambda t, m: ["max_category_drop=-0.1"],
+     "max_category_drop=-0.1 is a fraction of accuracy, as min_gain and min_fc_accuracy are, from 0 (no category may "
+     "fall) to 1.0 (off): a fraction: 0.1 is 10 points"),
+    ("max-category-drop-in-points", lambda t, m: ["max_category_drop=10"],
+     "max_category_drop=10 is a fraction of accuracy, as min_gain and min_fc_accuracy are, from 0 (no category may "
+     "fall) to 1.0 (off): a fraction: 0.1 is 10 points, so give max_category_drop=0.1"),
     ("max-category-drop-nan", lambda t, m: ["max_category_drop=nan"], "max_category_drop"),
     ("gate-significance-as-a-percentage", lambda t, m: ["gate_significance=5"],
      "gate_significance=5 is a p-value threshold, from 0 (off: every drop past max_category_drop is refused) up to, "

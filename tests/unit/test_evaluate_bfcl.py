@@ -120,15 +120,15 @@ def test_the_gate_refuses_a_category_that_fell_more_than_allowed():
                "base_fc_irrelevance_accuracy": 1.0, "tuned_fc_irrelevance_accuracy": 0.64,
                "base_bfcl_irrelevance_accuracy": 1.0, "tuned_bfcl_irrelevance_accuracy": 0.067,
                "base_bfcl_multiple_accuracy": 0.0, "tuned_bfcl_multiple_accuracy": 0.27}
-    assert [d.split()[0] for d in category_drops(metrics, 10)] == ["fc_irrelevance", "bfcl_irrelevance"]
-    assert [d.split()[0] for d in category_drops(metrics, 40)] == ["bfcl_irrelevance"]
-    ok, why = promotion(metrics, 0.9, 0.1, 40)
+    assert [d.split()[0] for d in category_drops(metrics, 0.1)] == ["fc_irrelevance", "bfcl_irrelevance"]
+    assert [d.split()[0] for d in category_drops(metrics, 0.4)] == ["bfcl_irrelevance"]
+    ok, why = promotion(metrics, 0.9, 0.1, 0.4)
     assert not ok and ("bfcl_irrelevance fell 100.0% -> 6.7% (-93.3 points; lost/won not logged (an older run): "
-                       "taken as significant; max_category_drop 40)") in why
+                       "taken as significant; max_category_drop 0.4)") in why
     assert "raise max_category_drop" in why and why.count("Nothing is deployed") == 1
-    assert promotion(metrics, 0.9, 0.1, 100)[0]  # 100: off
-    assert promotion(metrics, 0.9, 0.1, 93.4)[0]
-    both = promotion(metrics, 0.99, 0.1, 40)[1]
+    assert promotion(metrics, 0.9, 0.1, 1.0)[0]  # 1.0: off
+    assert promotion(metrics, 0.9, 0.1, 0.934)[0]
+    both = promotion(metrics, 0.99, 0.1, 0.4)[1]
     assert "< min_fc_accuracy" in both and "bfcl_irrelevance fell" in both and both.count("Nothing is deployed") == 1
 
 

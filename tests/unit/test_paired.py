@@ -85,40 +85,40 @@ def _metrics(base, tuned, rows=None, lost=None, won=None, name="fc_irrelevance")
 
 
 def test_the_gate_line_gives_rows_and_mcnemar_beside_the_drop():
-    ok, why = promotion(_metrics(1.0, 0.6, 25, 10, 0), max_category_drop=10)
+    ok, why = promotion(_metrics(1.0, 0.6, 25, 10, 0), max_category_drop=0.1)
     assert not ok and ("fc_irrelevance fell 100.0% -> 60.0% (-40.0 points on 25 rows; 10 lost, 0 won, McNemar "
-                       "p=0.00195; max_category_drop 10)") in why
+                       "p=0.00195; max_category_drop 0.1)") in why
 
 
 def test_a_big_significant_drop_is_refused_with_or_without_gate_significance():
     metrics = _metrics(1.0, 0.6, 25, 10, 0, name="bfcl_irrelevance")
-    assert not promotion(metrics, max_category_drop=10)[0]
-    ok, why = promotion(metrics, max_category_drop=10, gate_significance=0.05)
-    assert not ok and "McNemar p=0.00195; max_category_drop 10, gate_significance 0.05)" in why
+    assert not promotion(metrics, max_category_drop=0.1)[0]
+    ok, why = promotion(metrics, max_category_drop=0.1, gate_significance=0.05)
+    assert not ok and "McNemar p=0.00195; max_category_drop 0.1, gate_significance 0.05)" in why
 
 
 def test_a_big_drop_within_chance_passes_only_when_gate_significance_asks():
-    """25 rows, 1.0 -> 0.92: 8 points past max_category_drop 5, but 2 lost and none won is p=0.5."""
+    """25 rows, 1.0 -> 0.92: 8 points past max_category_drop 0.05, but 2 lost and none won is p=0.5."""
     metrics = _metrics(1.0, 0.92, 25, 2, 0)
-    ok, why = promotion(metrics, max_category_drop=5)  # the default, 0: refused as before
-    assert not ok and "2 lost, 0 won, McNemar p=0.5; max_category_drop 5)" in why
-    ok, why = promotion(metrics, max_category_drop=5, gate_significance=0.05)
+    ok, why = promotion(metrics, max_category_drop=0.05)  # gate_significance 0, the default: refused as before
+    assert not ok and "2 lost, 0 won, McNemar p=0.5; max_category_drop 0.05)" in why
+    ok, why = promotion(metrics, max_category_drop=0.05, gate_significance=0.05)
     assert ok and why.startswith("promoted: ") and "within chance, so let pass: fc_irrelevance fell" in why
-    assert category_drops(metrics, 5, 0.05) == [] and len(category_drops(metrics, 5)) == 1
-    assert not promotion(metrics, max_category_drop=5, gate_significance=0.6)[0]  # p 0.5 < 0.6: refused
+    assert category_drops(metrics, 0.05, 0.05) == [] and len(category_drops(metrics, 0.05)) == 1
+    assert not promotion(metrics, max_category_drop=0.05, gate_significance=0.6)[0]  # p 0.5 < 0.6: refused
 
 
 def test_a_drop_without_logged_counts_is_taken_as_significant():
-    ok, why = promotion(_metrics(1.0, 0.6), max_category_drop=10, gate_significance=0.05)
+    ok, why = promotion(_metrics(1.0, 0.6), max_category_drop=0.1, gate_significance=0.05)
     assert not ok and "(-40.0 points; lost/won not logged (an older run): taken as significant;" in why
 
 
 def test_the_default_gate_is_unchanged():
     """gate_significance left out: every drop past max_category_drop refuses, whatever its p; none within it does."""
     for counts in ((25, 2, 0), (25, 0, 0), (None, None, None)):
-        assert not promotion(_metrics(1.0, 0.92, *counts), max_category_drop=5)[0]
-        assert promotion(_metrics(1.0, 0.92, *counts), max_category_drop=10)[0]
-    assert promotion(_metrics(1.0, 0.0, 25, 25, 0), max_category_drop=100)[0]  # 100: off
+        assert not promotion(_metrics(1.0, 0.92, *counts), max_category_drop=0.05)[0]
+        assert promotion(_metrics(1.0, 0.92, *counts), max_category_drop=0.1)[0]
+    assert promotion(_metrics(1.0, 0.0, 25, 25, 0), max_category_drop=1.0)[0]  # 1.0: off
 
 
 TRIALS = [{"lora_r": 4, "lora_alpha": 8, "learning_rate": 0.003}, {"lora_r": 8, "lora_alpha": 16, "learning_rate": 0.001}]
@@ -129,10 +129,10 @@ def test_the_sweeps_pick_reads_gate_significance_as_the_gate_does():
         return {"base_fc_accuracy": 0.0, "tuned_fc_accuracy": acc, **_metrics(1.0, tuned_irrelevance, 25, lost, 0)}
 
     chance, harm = trial(0.9, 0.92, 2), trial(0.6, 0.6, 10)
-    assert pick(TRIALS, [chance, harm], "fc_accuracy", min_gain=0.1, max_category_drop=5)["deploy"] is False
-    picked = pick(TRIALS, [chance, harm], "fc_accuracy", min_gain=0.1, max_category_drop=5, gate_significance=0.05)
+    assert pick(TRIALS, [chance, harm], "fc_accuracy", min_gain=0.1, max_category_drop=0.05)["deploy"] is False
+    picked = pick(TRIALS, [chance, harm], "fc_accuracy", min_gain=0.1, max_category_drop=0.05, gate_significance=0.05)
     assert picked["best"] == 0 and picked["deploy"], picked["reason"]
-    none = pick(TRIALS, [harm, harm], "fc_accuracy", min_gain=0.1, max_category_drop=5, gate_significance=0.05)
+    none = pick(TRIALS, [harm, harm], "fc_accuracy", min_gain=0.1, max_category_drop=0.05, gate_significance=0.05)
     assert not none["deploy"] and "10 lost, 0 won, McNemar p=0.00195" in none["reason"]
 
 
@@ -151,3 +151,18 @@ def test_gate_significance_out_of_range_is_one_problem(value, problem):
 @pytest.mark.parametrize("value", [0.0, 0, 0.05, 0.999])
 def test_gate_significance_in_range_passes(value):
     assert type_problems({"gate_significance": value}) == ([], set())
+
+
+def test_max_category_drop_is_a_fraction_like_the_other_thresholds():
+    """min_gain and min_fc_accuracy are fractions; max_category_drop was points, so 0.1 passed validate and refused
+    every drop over a tenth of a point. Now 0.1 is 10 points: a 10-point fall passes (float error included), 12 do
+    not; validate refuses a value in points, naming the fraction."""
+    from trainer import params
+    from trainer.validate import pipeline_problems
+
+    assert params.BY_NAME["max_category_drop"].default == 0.1
+    assert promotion(_metrics(1.0, 0.9), max_category_drop=0.1)[0] and promotion(_metrics(0.7, 0.6), max_category_drop=0.1)[0]
+    assert not promotion(_metrics(1.0, 0.88), max_category_drop=0.1)[0]
+    [points] = [p for p in pipeline_problems({"max_category_drop": 10.0}) if "max_category_drop" in p]
+    assert points.endswith("a fraction: 0.1 is 10 points, so give max_category_drop=0.1")
+    assert not [p for p in pipeline_problems({"max_category_drop": 0.1}) if "max_category_drop" in p]

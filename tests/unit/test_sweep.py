@@ -27,13 +27,13 @@ def test_a_trial_that_lost_a_category_is_not_picked_while_another_passes():
     over; where every trial lost it, nothing is deployed and the message names the category and both numbers."""
     lost = {**m(0.9, 1.0), "base_fc_irrelevance_accuracy": 1.0, "tuned_fc_irrelevance_accuracy": 0.5}
     kept = {**m(0.6, 2.0), "base_fc_irrelevance_accuracy": 1.0, "tuned_fc_irrelevance_accuracy": 0.95}
-    picked = pick(TRIALS, [lost, kept], "fc_accuracy", min_gain=0.1, max_category_drop=10)
+    picked = pick(TRIALS, [lost, kept], "fc_accuracy", min_gain=0.1, max_category_drop=0.1)
     assert picked["best"] == 1 and picked["deploy"], picked["reason"]
-    assert pick(TRIALS, [lost, kept], "fc_accuracy", min_gain=0.1)["best"] == 0  # 100, the default here: off
-    none = pick(TRIALS, [lost, lost], "fc_accuracy", min_gain=0.1, max_category_drop=10)
+    assert pick(TRIALS, [lost, kept], "fc_accuracy", min_gain=0.1)["best"] == 0  # 1.0, the default here: off
+    none = pick(TRIALS, [lost, lost], "fc_accuracy", min_gain=0.1, max_category_drop=0.1)
     assert not none["deploy"] and none["best"] == 0
     assert ("fc_irrelevance fell 100.0% -> 50.0% (-50.0 points; lost/won not logged (an older run): taken as "
-            "significant; max_category_drop 10)") in none["reason"]
+            "significant; max_category_drop 0.1)") in none["reason"]
 
 
 def test_a_trial_that_meets_min_gain_exactly_is_deployed():

@@ -6,17 +6,17 @@ from trainer.selection import category_drops, chance_drops, meets
 
 
 def promotion(metrics: dict[str, float], min_fc_accuracy: float = 0.0, min_gain: float = 0.0,
-              max_category_drop: float = 100.0, gate_significance: float = 0.0) -> tuple[bool, str]:
+              max_category_drop: float = 1.0, gate_significance: float = 0.0) -> tuple[bool, str]:
     """The promotion gate on the evaluate step's logged metrics: the tuned model's BFCL-style
     accuracy (fc_ast_accuracy, every function-calling category) at least `min_fc_accuracy`, and
     at least `min_gain` above the base's (fractions: 0.05 is 5 points), and no category of any suite
-    more than `max_category_drop` points below the base's (`category_drops`; 100: off). Each
+    more than `max_category_drop` below the base's (a fraction too: 0.1 is 10 points; `category_drops`; 1: off). Each
     category's line gives its rows and McNemar's exact p on the rows lost and won; `gate_significance`
     > 0 refuses only the drops with p below it (0: every drop past max_category_drop, significant or
     not), and the promoted line names those let pass. Returns (promoted, the line that says why); an
     accuracy the split cannot measure passes only a gate that asks nothing."""
     promoted, said = _accuracy_gate(metrics, min_fc_accuracy, min_gain)
-    gated = max_category_drop < 100
+    gated = max_category_drop < 1
     drops = category_drops(metrics, max_category_drop, gate_significance) if gated else []
     if not drops:
         passed = chance_drops(metrics, max_category_drop, gate_significance) if gated and gate_significance > 0 else []

@@ -289,10 +289,11 @@ def _settings_problems(params: dict[str, Any], context: int | None) -> list[str]
 def _suite_problems(params: dict[str, Any]) -> list[str]:
     """eval_suites, bfcl_rows, bfcl_source and max_category_drop (finetune only: absent from the sweep's)."""
     problems: list[str] = []
-    drop = params.get("max_category_drop", 100.0)
-    if not 0 <= drop <= 100:
-        problems.append(f"max_category_drop={drop:g} is in points of accuracy, from 0 (no category may fall) to 100 "
-                        "(off), e.g. 10")
+    drop = params.get("max_category_drop", 1.0)
+    if not 0 <= drop <= 1:
+        problems.append(f"max_category_drop={drop:g} is a fraction of accuracy, as min_gain and min_fc_accuracy are, "
+                        "from 0 (no category may fall) to 1.0 (off): a fraction: 0.1 is 10 points"
+                        + (f", so give max_category_drop={drop / 100:g}" if 1 < drop <= 100 else ""))
     if "eval_suites" not in params:
         return problems
     try:
