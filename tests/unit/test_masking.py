@@ -431,3 +431,25 @@ def test_settings_that_do_nothing_are_warned_at_validate(capsys):
     validate_params.python_func(irrelevance_distractors=0.5)
     out = capsys.readouterr().out
     assert out.count("WARNING: irrelevance_distractors=0.5 applies to the rows") == 1 and "parameters OK" in out
+
+
+def test_no_train_copy_is_an_eval_row_so_the_overlap_warning_is_the_datas_own(store, tmp_path, capsys):
+    """A train row whose masked copy equals an eval row (the eval split already holds that text answer): the copy
+    was made, and deliver-dataset's overlap warning then blamed the user's data. Train's copies now avoid the eval
+    rows as eval's avoid the train rows; the warning fires only for duplicates the data itself holds."""
+    from trainer.data import eval_overlap
+
+    book = _row("book it", [_call("a")], ["a", "b"])
+    splits = {"train": [book] + _splits(40, 0)["train"],
+              "eval": [masking.masked(book, masking.IRRELEVANCE_REPLY)] + _splits(0, 8)["eval"]}
+    assert eval_overlap(splits) == ""
+    for seed in range(10):  # a share of 0.5 masks every maskable train row it may
+        out, made = masking.mask_splits(splits, 0.5, seed)
+        assert eval_overlap(out) == "" and made["train"] > 0, seed
+        assert not [c for c in _copies(out["train"]) if c["messages"][0]["content"] == "book it"]
+    path = tmp_path / "rows"
+    path.mkdir()
+    data.write_jsonl(splits["train"], path / "train.jsonl")
+    data.write_jsonl(splits["eval"], path / "eval.jsonl")
+    delivery.deliver_dataset(str(path), "", store, seed=0, irrelevance_share=0.5)
+    assert "eval rows are also train rows" not in capsys.readouterr().out

@@ -211,7 +211,7 @@ def mask_split(rows: list[dict[str, Any]], share: float, seed: int, split: str,
     `distractors` of them (a share, rounded up) offer tools drawn from `pool` (`tool_pool`) instead of the
     row's remaining ones. `avoid`: conversation keys (trainer.data.preflight.conversation_key) no copy may
     have: the train split's rows, for the eval split's copies (two rows that differ only in a call's
-    arguments mask alike)."""
+    arguments mask alike), and the eval split's rows, for the train split's copies."""
     candidates = [r for r in rows if maskable(r) and (not avoid or conversation_key(masked(r, reply)) not in avoid)]
     n = min(copies_for(len(rows), share), len(candidates))
     if not n:
@@ -266,9 +266,12 @@ def mask_splits(splits: dict[str, list[dict[str, Any]]], share: float, seed: int
         raise UserError(problem)
     pool = tool_pool(splits) if distractors > 0 else []
     out, copies = {}, {}
-    for name in sorted(splits, key=lambda n: n != "train"):  # train first: no eval copy may be a train row
+    # Train first: no eval copy may be a train row (a copy included); and no train copy may be an eval row, which
+    # would score the tuned model on a row it trained on (data.eval_overlap then blamed the user's data for it).
+    evals = frozenset(conversation_key(r) for n, rows in splits.items() if n != "train" for r in rows)
+    for name in sorted(splits, key=lambda n: n != "train"):
         avoid = frozenset(conversation_key(r) for r in out["train"]) if name != "train" and "train" in out else \
-            frozenset()
+            evals if name == "train" else frozenset()
         out[name], copies[name] = mask_split(splits[name], share, seed, name, reply, avoid, distractors, pool)
     out = {name: out[name] for name in splits}
     made = {name: len(rows) for name, rows in copies.items()}
