@@ -453,3 +453,16 @@ def test_no_train_copy_is_an_eval_row_so_the_overlap_warning_is_the_datas_own(st
     data.write_jsonl(splits["eval"], path / "eval.jsonl")
     delivery.deliver_dataset(str(path), "", store, seed=0, irrelevance_share=0.5)
     assert "eval rows are also train rows" not in capsys.readouterr().out
+
+
+def test_the_log_counts_the_copies_that_offer_distractors(capsys):
+    """With every copy asked to offer distractors, the tool-less tenth (data with no tool-less row) is said apart:
+    the line said "100% offer unrelated tools" beside "N of them offer no tool"."""
+    splits = {k: [r for r in v if r.get("tools")] for k, v in _splits(200, 40).items()}
+    out, made = masking.mask_splits(splits, 0.3, seed=2, distractors=1.0)
+    copies = [c for rows in out.values() for c in _copies(rows)]
+    toolless = sum(not c.get("tools") for c in copies)
+    foreign = sum(bool(c.get("tools")) and not _names(c) & {"a", "b", "c"} for c in copies)
+    assert toolless and foreign == len(copies) - toolless
+    line = capsys.readouterr().out
+    assert f"; {toolless} of them offer no tool; {foreign} offer unrelated tools instead of the row's own" in line

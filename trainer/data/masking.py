@@ -205,13 +205,15 @@ def spread(rows: list[Any], extra: list[Any]) -> list[Any]:
 
 def mask_split(rows: list[dict[str, Any]], share: float, seed: int, split: str,
                reply: str = IRRELEVANCE_REPLY, avoid: frozenset[str] = frozenset(), distractors: float = 0.0,
-               pool: list[dict[str, Any]] | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+               pool: list[dict[str, Any]] | None = None, stats: dict[str, int] | None = None
+               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(`rows` with masked copies of some of them spread through, the copies): `copies_for` of them, at
     most one per maskable row, drawn with `seed` and the split's name (the same copies on every machine);
     `distractors` of them (a share, rounded up) offer tools drawn from `pool` (`tool_pool`) instead of the
     row's remaining ones. `avoid`: conversation keys (trainer.data.preflight.conversation_key) no copy may
     have: the train split's rows, for the eval split's copies (two rows that differ only in a call's
-    arguments mask alike), and the eval split's rows, for the train split's copies."""
+    arguments mask alike), and the eval split's rows, for the train split's copies. `stats["distractors"]` (when
+    given) counts the copies that offer distractors."""
     candidates = [r for r in rows if maskable(r) and (not avoid or conversation_key(masked(r, reply)) not in avoid)]
     n = min(copies_for(len(rows), share), len(candidates))
     if not n:
@@ -223,10 +225,20 @@ def mask_split(rows: list[dict[str, Any]], share: float, seed: int, split: str,
                      if i in with_distractors else None) for i, row in enumerate(chosen)]
     if all(r.get("tools") for r in rows):  # data with no tool-less row gets some: a model must answer without tools too
         offered = [i for i, c in enumerate(copies) if c.get("tools")]
-        wanted = math.ceil(n * TOOLLESS_SHARE) - (n - len(offered))  # at least the share, one of a few copies
-        for i in rng.sample(offered, max(0, min(wanted, len(offered)))):
+        wanted = max(0, math.ceil(n * TOOLLESS_SHARE) - (n - len(offered)))  # at least the share, one of a few copies
+        # taken from the copies without distractors first, so that the distractors' share holds where it can
+        plain = [i for i in offered if i not in with_distractors]
+        taken = rng.sample(plain, min(wanted, len(plain)))
+        taken += rng.sample([i for i in offered if i in with_distractors], min(wanted - len(taken),
+                                                                              len(offered) - len(plain)))
+        for i in taken:
             copies[i] = {k: v for k, v in copies[i].items() if k != "tools"}
-        copies = [c for c in copies if conversation_key(c) not in avoid]  # one without tools may match a train row
+            with_distractors.discard(i)
+        kept = [i for i, c in enumerate(copies) if conversation_key(c) not in avoid]  # one without tools may match
+        with_distractors &= set(kept)
+        copies = [copies[i] for i in kept]
+    if stats is not None:
+        stats["distractors"] = stats.get("distractors", 0) + len(with_distractors)
     return spread(rows, copies), copies
 
 
@@ -265,14 +277,14 @@ def mask_splits(splits: dict[str, list[dict[str, Any]]], share: float, seed: int
             data_problem(splits, share, what):
         raise UserError(problem)
     pool = tool_pool(splits) if distractors > 0 else []
-    out, copies = {}, {}
+    out, copies, stats = {}, {}, {"distractors": 0}
     # Train first: no eval copy may be a train row (a copy included); and no train copy may be an eval row, which
     # would score the tuned model on a row it trained on (data.eval_overlap then blamed the user's data for it).
     evals = frozenset(conversation_key(r) for n, rows in splits.items() if n != "train" for r in rows)
     for name in sorted(splits, key=lambda n: n != "train"):
         avoid = frozenset(conversation_key(r) for r in out["train"]) if name != "train" and "train" in out else \
             evals if name == "train" else frozenset()
-        out[name], copies[name] = mask_split(splits[name], share, seed, name, reply, avoid, distractors, pool)
+        out[name], copies[name] = mask_split(splits[name], share, seed, name, reply, avoid, distractors, pool, stats)
     out = {name: out[name] for name in splits}
     made = {name: len(rows) for name, rows in copies.items()}
     if share > 0 and not _QUIET.get():
@@ -281,7 +293,7 @@ def mask_splits(splits: dict[str, list[dict[str, Any]]], share: float, seed: int
               + ", ".join(f"{made[n]} of {len(out[n])} {n} rows" for n in out)
               + f"): the called functions removed from the offered tools, answered {reply!r}"
               + (f"; {toolless} of them offer no tool" if toolless else "")
-              + (f"; {math.ceil(distractors * 100):g}% offer unrelated tools instead of the row's own "
+              + (f"; {stats['distractors']} offer unrelated tools instead of the row's own "
                  f"(irrelevance_distractors={distractors:g}, from {len(pool)} tools)" if distractors > 0 else ""),
               flush=True)
     return out, made
