@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.chat.parsers import DEFAULT_TOOL_PARSER, chat_template_text, tool_call_parser
+from trainer.errors import UserError, brief
 from trainer.storage import MANIFEST, split_uri
 from trainer.templates import TEMPLATE_FILE
 
@@ -117,7 +118,6 @@ def adapter_config(adapter_dir: str | Path, label: str = "") -> dict[str, Any]:
     """An adapter directory's adapter_config.json ({} when it has none), read once for every caller; a file that is
     not a JSON object, or whose rank `r` is no whole number above 0, is a UserError naming it and the fix (peft
     and vLLM would fail on it with a traceback)."""
-    from trainer.errors import UserError, brief
 
     cfg = Path(adapter_dir) / "adapter_config.json"
     if not cfg.exists():
