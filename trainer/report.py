@@ -84,7 +84,8 @@ def _bfcl_markdown(suite: dict[str, Any]) -> list[str]:
     models = list(ANCHORS)
     lines = ["", f"## BFCL {suite['version']} (Berkeley Function Calling Leaderboard): base vs tuned", "",
              f"Asked as BFCL asks an FC model, scored by its rules; {_sampled(suite)}. Leaderboard anchors (FC, "
-             "published, whole categories) beside them.", "",
+             "the board of 2026-04-12 evaluated with bfcl-eval 2025.12.17, whole categories; its simple, the mean of "
+             "three languages, is not shown beside simple_python) beside them.", "",
              "| category | rows | base | tuned | " + " | ".join(models) + " |", "|---|---|---|---|" + "---|" * len(models)]
     keys = {"non-live AST (mean of 4)": "non_live_ast"}
     for name, rows, base, tuned in bfcl_rows(suite):
