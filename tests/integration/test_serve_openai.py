@@ -74,9 +74,12 @@ def test_the_finetune_evaluate_and_merge_components_record_their_outputs(tuned, 
     # are not measured
     ast = {"fc_ast_accuracy", "fc_exact_accuracy", "fc_multiple_accuracy", "fc_simple_accuracy"}
     names = {f"{m}_{k}" for m in ("base", "tuned") for k in ("eval_loss", "fc_accuracy", *ast)}
+    # eval_turns: the assistant turns asked; fc_<category>_lost / _won: the gate's McNemar counts, for the
+    # categories the rows have
     assert set(scores.metadata) == names | ast | {"fc_accuracy_gain", "fc_ast_accuracy_gain", "eval_rows", "fc_rows",
-                                                  "text_rows", "skipped_long_rows", "promoted"} \
-        | {f"fc_{c}_rows" for c in ("simple", "multiple", "parallel", "irrelevance", "multi_turn")}
+                                                  "text_rows", "skipped_long_rows", "promoted", "eval_turns"} \
+        | {f"fc_{c}_rows" for c in ("simple", "multiple", "parallel", "irrelevance", "multi_turn")} \
+        | {f"fc_{c}_{k}" for c in ("simple", "multiple") for k in ("lost", "won")}
     assert scores.metadata["fc_multiple_rows"] == 7 and scores.metadata["fc_simple_rows"] == 1
     assert scores.metadata["fc_irrelevance_rows"] == 0
     assert scores.metadata["fc_ast_accuracy"] == scores.metadata["tuned_fc_ast_accuracy"]
