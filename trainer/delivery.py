@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from trainer import builtin_data, builtin_model, data, gguf, templates, weights
 from trainer.data import bfcl, masking, mix
+from trainer.data.preflight import conversation_key
 from trainer.config import SEED_MAX
 from trainer.errors import UserError, brief, collect
 from trainer.model_tree import model_dir_problems, model_tree_problems
@@ -474,8 +475,8 @@ def row_origins(dataset_source: str) -> Callable[[list[dict[str, Any]]], list[st
         places: dict[str, list[str]] = {}
         for path in _source_files(parse(dataset_source, "dataset")):
             for place, row in _numbered_rows(path):
-                places.setdefault(bfcl.row_key(row), []).append(place)
-        found = [list(dict.fromkeys(places.get(bfcl.row_key(r), []))) for r in rows]  # a part mixed in twice
+                places.setdefault(conversation_key(row), []).append(place)
+        found = [list(dict.fromkeys(places.get(conversation_key(r), []))) for r in rows]  # a part mixed in twice
         return [", ".join(at[:5]) + (f" and {len(at) - 5} more" if len(at) > 5 else "") if at
                 else f"a row of {dataset_source.strip()}" for at in found]
     return origins

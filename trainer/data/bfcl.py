@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from trainer import pypi
-from trainer.data.mix import TAG
+from trainer.data.preflight import conversation_key
 from trainer.errors import UserError
 
 VERSION = "2026.3.23"
@@ -307,11 +307,6 @@ def _texts(row: dict[str, Any]):
         yield "user messages together", [x for w in users for x in w]
 
 
-def row_key(row: dict[str, Any]) -> str:
-    """A row's content, the same for its copies (a mix's repeats carry their source's index, not counted)."""
-    return json.dumps({k: v for k, v in row.items() if k != TAG}, sort_keys=True, ensure_ascii=False, default=str)
-
-
 def contaminated(rows: list[dict[str, Any]], tree: Path) -> list[tuple[int, str, str, list[str]]]:
     """(index in `rows`, which text, BFCL id, words matched) of each row holding a BFCL question."""
     asked = Questions(tree)
@@ -344,7 +339,7 @@ def contamination(train_rows: list[dict[str, Any]], tree: Path, where: str = "ro
         return None
     distinct: dict[str, tuple[tuple[int, str, str, list[str]], list[int]]] = {}
     for hit in hits:
-        distinct.setdefault(row_key(train_rows[hit[0]]), (hit, []))[1].append(hit[0] + 1)
+        distinct.setdefault(conversation_key(train_rows[hit[0]]), (hit, []))[1].append(hit[0] + 1)
     found = list(distinct.values())
     shown = found[:SHOWN]
     places = (origins([train_rows[hit[0]] for hit, _ in shown]) if origins else
