@@ -21,7 +21,8 @@ import json
 import random
 from typing import Any
 
-from trainer.data.masking import spread
+from trainer.data import tool_library
+from trainer.data.masking import DISTRACTORS_MAX, IRRELEVANCE_REPLY, distractors_for, spread
 from trainer.sources import BUILTIN_DATASETS
 
 CITIES = ["Paris", "London", "Tokyo", "Berlin", "Madrid", "Rome", "Oslo", "Cairo", "Lima", "Seoul",
@@ -172,37 +173,40 @@ def make_row(rng: random.Random) -> dict[str, Any]:
 
 
 def generate(n_train: int = 3000, n_eval: int = 200, seed: int = 0,
-             categories: bool = False) -> dict[str, list[dict[str, Any]]]:
+             categories: bool = False, wide: bool = False) -> dict[str, list[dict[str, Any]]]:
     """Return `{"train": rows, "eval": rows}`; eval rows never repeat a train request.
 
     `categories`: `CATEGORY_SHARE` more rows in each split per other function-calling category
-    (see `category_rows`); the rows without it stay, in their order.
+    (see `category_rows`); the rows without it stay, in their order. `wide`: the rows of
+    `builtin:function-calling-wide` (`make_wide_row`), calling the library's tools too.
     """
     rng = random.Random(seed)
+    make = make_wide_row if wide else make_row
     eval_rows: list[dict[str, Any]] = []
     eval_requests: set[str] = set()
     while len(eval_rows) < n_eval:
-        row = make_row(rng)
+        row = make(rng)
         request = row["messages"][0]["content"]
         if request not in eval_requests:
             eval_requests.add(request)
             eval_rows.append(row)
     train_rows: list[dict[str, Any]] = []
     while len(train_rows) < n_train:
-        row = make_row(rng)
+        row = make(rng)
         if row["messages"][0]["content"] not in eval_requests:
             train_rows.append(row)
     if categories:
-        category_rows(train_rows, eval_rows, seed)
+        category_rows(train_rows, eval_rows, seed, WIDE_MAKERS if wide else CATEGORY_MAKERS)
     return {"train": train_rows, "eval": eval_rows}
 
 
 def dataset(name: str = "function-calling") -> dict[str, list[dict[str, Any]]]:
-    """What `builtin:<name>` delivers (a name of trainer.sources.BUILTIN_DATASETS, each another name for
-    these rows): the `multiple` rows and rows of every other function-calling category."""
-    if BUILTIN_DATASETS.get(name) != "function-calling":
+    """What `builtin:<name>` delivers (a name of trainer.sources.BUILTIN_DATASETS): the `multiple` rows and
+    rows of every other function-calling category; `function-calling-wide`'s call the library's tools too."""
+    canonical = BUILTIN_DATASETS.get(name)
+    if canonical not in ("function-calling", "function-calling-wide"):
         raise KeyError(f"no built-in dataset {name!r}")  # sources.parse refuses it first
-    return generate(categories=True)
+    return generate(categories=True, wide=canonical == "function-calling-wide")
 
 
 # --- Rows of the other function-calling categories (generate(..., categories=True)) ---
@@ -326,7 +330,8 @@ def make_multi_turn_row(rng: random.Random) -> dict[str, Any]:
 CATEGORY_MAKERS = [make_simple_row, make_parallel_row, make_irrelevance_row, make_multi_turn_row]
 
 
-def category_rows(train_rows: list[dict[str, Any]], eval_rows: list[dict[str, Any]], seed: int) -> None:
+def category_rows(train_rows: list[dict[str, Any]], eval_rows: list[dict[str, Any]], seed: int,
+                  makers: list[Any] = CATEGORY_MAKERS) -> None:
     """Add `CATEGORY_SHARE` of each split per category (at least 1 in a non-empty split), the
     categories interleaved: appended to `train_rows`, spread evenly through `eval_rows` (any
     first N eval rows hold every kind in proportion: eval_max_rows scores a prefix).
@@ -335,16 +340,18 @@ def category_rows(train_rows: list[dict[str, Any]], eval_rows: list[dict[str, An
     request and no train request; new train rows repeat no eval request.
     """
     rng = random.Random(f"builtin-categories:{seed}")
-    extra = _new_rows(len(eval_rows), rng, avoid={_request(r) for r in train_rows + eval_rows}, unique=True)
+    extra = _new_rows(len(eval_rows), rng, avoid={_request(r) for r in train_rows + eval_rows}, unique=True,
+                      makers=makers)
     eval_rows[:] = spread(eval_rows, extra)
-    train_rows += _new_rows(len(train_rows), rng, avoid={_request(r) for r in eval_rows}, unique=False)
+    train_rows += _new_rows(len(train_rows), rng, avoid={_request(r) for r in eval_rows}, unique=False, makers=makers)
 
 
-def _new_rows(n_rows: int, rng: random.Random, avoid: set[str], unique: bool) -> list[dict[str, Any]]:
+def _new_rows(n_rows: int, rng: random.Random, avoid: set[str], unique: bool, makers: list[Any]
+              ) -> list[dict[str, Any]]:
     per_category = max(1, round(n_rows * CATEGORY_SHARE)) if n_rows else 0
     rows = []
-    for k in range(per_category * len(CATEGORY_MAKERS)):
-        make = CATEGORY_MAKERS[k % len(CATEGORY_MAKERS)]
+    for k in range(per_category * len(makers)):
+        make = makers[k % len(makers)]
         row = make(rng)
         while _request(row) in avoid:
             row = make(rng)
@@ -356,3 +363,83 @@ def _new_rows(n_rows: int, rng: random.Random, avoid: set[str], unique: bool) ->
 
 def _request(row: dict[str, Any]) -> str:
     return row["messages"][0]["content"]
+
+
+# --- builtin:function-calling-wide: the five tools and the library's 33 (trainer.data.tool_library) ---
+# A model tuned on rows offering the same five tools learns to call those five; SmolLM2 so tuned called an
+# unrelated BFCL function on 24% of BFCL's irrelevance rows and got 13% of its non-live calls right. These
+# rows call 38 tools across domains, among others drawn from all 38, so what the model learns is to read the
+# offered schemas. The multi_turn rows stay on the five (their tool results and answers are written for them).
+
+LIBRARY_SHARE = 0.5  # of the wide rows' calls go to a library tool (~45 train rows each), the rest to the five
+WIDE_TOOLS = sorted(TOOLS + tool_library.LIBRARY, key=lambda t: t["function"]["name"])
+
+
+def offered_wide(rng: random.Random, called: set[str] | frozenset[str] = frozenset()) -> list[dict[str, Any]]:
+    """Every tool in `called` and others drawn from WIDE_TOOLS, 3 or 4 in all, in a random order (a model
+    must not learn that the called tool comes first)."""
+    others = [t for t in WIDE_TOOLS if t["function"]["name"] not in called]
+    tools = [t for t in WIDE_TOOLS if t["function"]["name"] in called]
+    tools += rng.sample(others, max(0, rng.choice(OFFERED) - len(tools)))
+    rng.shuffle(tools)
+    return tools
+
+
+def _wide_call(rng: random.Random) -> tuple[str, dict[str, Any]]:
+    """A request and the call answering it: a library tool's (LIBRARY_SHARE of them) or one of the five's."""
+    if rng.random() < LIBRARY_SHARE:
+        name = rng.choice(sorted(tool_library.REQUESTS))
+        request, args = tool_library.request(name, rng)
+        return request, {"type": "function", "function": {"name": name, "arguments": args}}
+    return _call_row(rng)
+
+
+def _one_call_row(request: str, call: dict[str, Any], tools: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"messages": [{"role": "user", "content": request},
+                         {"role": "assistant", "content": "", "tool_calls": [call]}], "tools": tools}
+
+
+def make_wide_row(rng: random.Random) -> dict[str, Any]:
+    """`multiple` over 38 tools: a request, its call, 3 or 4 tools offered."""
+    request, call = _wide_call(rng)
+    return _one_call_row(request, call, offered_wide(rng, {call["function"]["name"]}))
+
+
+def make_wide_simple_row(rng: random.Random) -> dict[str, Any]:
+    request, call = _wide_call(rng)
+    return _one_call_row(request, call, [t for t in WIDE_TOOLS if t["function"]["name"] == call["function"]["name"]])
+
+
+def make_wide_parallel_row(rng: random.Random) -> dict[str, Any]:
+    first, call_a = _wide_call(rng)
+    second, call_b = _wide_call(rng)
+    while call_b == call_a:
+        second, call_b = _wide_call(rng)
+    return {"messages": [{"role": "user", "content": rng.choice(_PAIRS).format(a=first, b=second)},
+                         {"role": "assistant", "content": "", "tool_calls": [call_a, call_b]}],
+            "tools": offered_wide(rng, {call_a["function"]["name"], call_b["function"]["name"]})}
+
+
+def make_wide_irrelevance_row(rng: random.Random) -> dict[str, Any]:
+    """Half the built-in irrelevance rows (a request none of the five does, the five offered); half a request
+    a library tool answers, offered 1-3 other tools sharing no word of its name (trainer.data.masking's
+    distractors), as BFCL's irrelevance rows offer functions unrelated to the question."""
+    if rng.random() < 0.5:
+        return make_irrelevance_row(rng)
+    return decline_row(*_wide_call(rng), rng)
+
+
+def decline_row(request: str, call: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    """`request` (which `call` answers) declined, among 1-4 tools none of which shares a word of the call's name."""
+    own = [t for t in WIDE_TOOLS if t["function"]["name"] == call["function"]["name"]]
+    tools = distractors_for(_one_call_row(request, call, own), WIDE_TOOLS, rng, k=rng.randint(1, DISTRACTORS_MAX))
+    return {"messages": [{"role": "user", "content": request}, {"role": "assistant", "content": IRRELEVANCE_REPLY}],
+            "tools": tools}
+
+
+def make_wide_multi_turn_row(rng: random.Random) -> dict[str, Any]:
+    row = make_multi_turn_row(rng)
+    return {**row, "tools": offered_wide(rng, {row["messages"][1]["tool_calls"][0]["function"]["name"]})}
+
+
+WIDE_MAKERS = [make_wide_simple_row, make_wide_parallel_row, make_wide_irrelevance_row, make_wide_multi_turn_row]

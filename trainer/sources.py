@@ -34,7 +34,9 @@ BUILTIN_MODELS = ("tiny-llama",)
 
 # builtin:<name> -> the rows it delivers (trainer.builtin_data.dataset). function-calling-bfcl, which added the other
 # categories before the demo's data held them, is another name for the same rows (runs and scripts name it).
-BUILTIN_DATASETS = {"function-calling": "function-calling", "function-calling-bfcl": "function-calling"}
+# function-calling-wide calls 33 more tools across domains beside the five (trainer.data.tool_library).
+BUILTIN_DATASETS = {"function-calling": "function-calling", "function-calling-bfcl": "function-calling",
+                    "function-calling-wide": "function-calling-wide"}
 
 LOCAL_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv", ".parquet", ".gz")  # a name ending so is a file, never a Hub id
 

@@ -1,17 +1,21 @@
 """The built-in data on a real tokenizer: SmolLM2-135M-Instruct with chatml-tools (the README's laptop settings,
-max_seq_len=640) skips none of builtin:function-calling's rows, whatever their category."""
+max_seq_len=640) skips none of builtin:function-calling's rows, nor of builtin:function-calling-wide's, whatever
+their category."""
+
+import pytest
 
 from trainer import builtin_data, fc_check, templates
 
 LAPTOP_MAX_SEQ_LEN = 640  # README: "Fine-tune a real model on a laptop"
 
 
-def test_every_builtin_row_fits_the_laptop_settings_on_smollm2(smollm2_model_dir):
+@pytest.mark.parametrize("name", ["function-calling", "function-calling-wide"])
+def test_every_builtin_row_fits_the_laptop_settings_on_smollm2(smollm2_model_dir, name):
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(smollm2_model_dir)
     tokenizer.chat_template = templates.resolve("chatml-tools")
-    splits = builtin_data.dataset("function-calling")
+    splits = builtin_data.dataset(name)
     lengths: dict[str, list[int]] = {}
     for row in splits["train"][::5] + splits["eval"]:
         ids = tokenizer.apply_chat_template(row["messages"], tools=row.get("tools"), tokenize=True,

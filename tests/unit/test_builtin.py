@@ -1,9 +1,10 @@
 """The built-in dataset and model: deterministic, valid, and shaped as the pipeline expects."""
 
 import json
+import random
 from pathlib import Path
 
-from trainer import builtin_data, data
+from trainer import builtin_data, data, fc_check
 
 
 def test_generator_is_deterministic_and_splits_are_disjoint():
@@ -177,3 +178,72 @@ def test_the_cache_key_covers_the_builders_code_and_the_libraries_that_write_the
     real = metadata.version
     monkeypatch.setattr(metadata, "version", lambda name: "0.0" if name == "transformers" else real(name))
     assert builtin_model.cache_key() != key
+
+
+def _valid_against(args, schema):
+    """A call's arguments hold every required parameter, no other one, and each value of its schema's type."""
+    kinds = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "array": list, "object": dict}
+    props = schema.get("properties") or {}
+    assert set(schema.get("required") or []) <= set(args) <= set(props), (args, schema)
+    for key, value in args.items():
+        spec = props[key]
+        assert isinstance(value, kinds[spec["type"]]) and not (spec["type"] in ("integer", "number")
+                                                                and isinstance(value, bool)), (key, value)
+        assert "enum" not in spec or value in spec["enum"], (key, value)
+        if spec["type"] == "array":
+            assert all(isinstance(v, kinds[spec["items"]["type"]]) for v in value), (key, value)
+
+
+def test_the_wide_dataset_calls_all_38_tools_with_arguments_read_from_the_request():
+    """builtin:function-calling-wide: the five tools' rows and the library's 33 tools', each call valid against
+    the schema it calls, every argument in the request, the called tool among 3 or 4 offered at any position;
+    eval requests never in train; the demo's dataset unchanged beside it."""
+    from trainer.data import tool_library
+
+    splits = builtin_data.dataset("function-calling-wide")
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in builtin_data.WIDE_TOOLS}
+    assert len(schemas) == 38 and set(tool_library.REQUESTS) == {t["function"]["name"] for t in tool_library.LIBRARY}
+    called: dict[str, int] = {}
+    positions = set()
+    for row in splits["train"]:
+        offered = [t["function"]["name"] for t in row["tools"]]
+        for m in row["messages"]:
+            for c in m.get("tool_calls") or []:
+                name, args = c["function"]["name"], c["function"]["arguments"]
+                called[name] = called.get(name, 0) + 1
+                _valid_against(args, schemas[name])
+                assert name in offered
+                assert all(str(v) in row["messages"][0]["content"] for v in _leaves(args)), (row["messages"][0], args)
+        if fc_check.category(row) == "multiple":
+            positions.add(offered.index(row["messages"][1]["tool_calls"][0]["function"]["name"]))
+    assert set(called) == set(schemas) and min(called.values()) >= 20, sorted(called.items(), key=lambda kv: kv[1])[:3]
+    assert positions == {0, 1, 2, 3}
+    counts = {s: {c: sum(fc_check.category(r) == c for r in rows) for c in fc_check.CATEGORIES}
+              for s, rows in splits.items()}
+    assert counts["eval"] == {"simple": 10, "multiple": 200, "parallel": 10, "irrelevance": 10, "multi_turn": 10}
+    assert not {r["messages"][0]["content"] for r in splits["eval"]} & {r["messages"][0]["content"] for r in splits["train"]}
+    assert data.validate_rows(splits["train"] + splits["eval"], "builtin")
+    assert splits != builtin_data.dataset("function-calling")
+    assert builtin_data.dataset("function-calling") == builtin_data.generate(categories=True)
+
+
+def test_the_wide_datasets_irrelevance_rows_offer_no_tool_named_like_the_one_the_request_needs():
+    """Half its irrelevance rows are the built-in five's; half ask what one of the 38 tools does and offer 1-4
+    others, none sharing a word of the needed tool's name (convert_length is no distractor for convert_currency)."""
+    from trainer.data.masking import IRRELEVANCE_REPLY
+
+    rows = [builtin_data.make_wide_irrelevance_row(random.Random(k)) for k in range(200)]
+    declined = [r for r in rows if r["messages"][1]["content"] == IRRELEVANCE_REPLY]
+    assert 70 <= len(declined) <= 130 and all(r["messages"][1]["content"].startswith("Sorry, I can't")
+                                              for r in rows if r not in declined)
+    sizes = set()
+    for k in range(300):
+        rng = random.Random(k)
+        request, call = builtin_data._wide_call(rng)
+        row = builtin_data.decline_row(request, call, rng)
+        needed = set(call["function"]["name"].split("_")) - {"get", "set"}
+        offered = [t["function"]["name"] for t in row["tools"]]
+        sizes.add(len(offered))
+        assert call["function"]["name"] not in offered and not any(needed & set(n.split("_")) for n in offered)
+        assert row["messages"][0]["content"] == request and "tool_calls" not in row["messages"][1]
+    assert sizes == {1, 2, 3, 4}

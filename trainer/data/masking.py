@@ -178,16 +178,17 @@ def tool_pool(splits: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return [pool[name] for name in sorted(pool)]
 
 
-def distractors_for(row: dict[str, Any], pool: list[dict[str, Any]], rng: random.Random) -> list[dict[str, Any]]:
-    """As many tools as the copy would otherwise offer (at least 1, at most DISTRACTORS_MAX), drawn from `pool`:
-    none the row offers, none sharing a word of its name with a function the masked turn calls
+def distractors_for(row: dict[str, Any], pool: list[dict[str, Any]], rng: random.Random,
+                    k: int | None = None) -> list[dict[str, Any]]:
+    """`k` tools, or as many as the copy would otherwise offer (at least 1, at most DISTRACTORS_MAX), drawn from
+    `pool`: none the row offers, none sharing a word of its name with a function the masked turn calls
     (convert_length is no distractor for convert_currency)."""
     names = called(row)
     own = {_name(t) for t in row.get("tools") or []}
     removed = set().union(*(_words(n) for n in names))
     fit = [t for t in pool if _name(t) not in own and not _words(_name(t)) & removed]
-    k = min(len(fit), max(1, min(DISTRACTORS_MAX, len(own) - len(names))))
-    return rng.sample(fit, k)
+    k = max(1, min(DISTRACTORS_MAX, len(own) - len(names))) if k is None else k
+    return rng.sample(fit, min(len(fit), k))
 
 
 def copies_for(n_rows: int, share: float) -> int:
