@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import io
+import json
 import os
 import random
 import re
@@ -21,6 +22,7 @@ from trainer.data.preflight import conversation_key
 from trainer.config import SEED_MAX
 from trainer.errors import UserError, brief, collect
 from trainer.model_tree import model_dir_problems, model_tree_problems
+from trainer.parity import choose_template
 from trainer.sources import _HUB_GGUF, GGUF_SUFFIX, LOCAL_SUFFIXES, Source, is_gguf, mix_parts, parse
 from trainer.storage import MANIFEST, split_uri
 
@@ -301,14 +303,16 @@ def deliver_model(source: str, revision: str, store, chat_template: str = "model
     `chat_template` other than "model" (trainer.templates) is written into the delivered tree as
     chat_template.jinja: a new tree (its hash covers the template) that every later stage reads."""
     src = parse(source, "model")
-    text = templates.resolve(chat_template, store)  # a bad template fails before any download
-    meta = {"source": source, "chat_template": (chat_template or templates.MODEL).strip()}
+    spec = (chat_template or templates.MODEL).strip()
+    auto = spec == templates.AUTO
+    text = None if auto else templates.resolve(spec, store)  # a bad template fails before any download
+    meta = {"source": source, "chat_template": spec}
     upload = _uploaded_file(src, store, (GGUF_SUFFIX,), "a .gguf model") if src.kind == "s3" else None
     if src.kind == "s3" and not upload:
         uri, manifest = _already_delivered(src, store)
         collect(model_tree_problems({f["path"] for f in manifest.get("files", [])}, uri)
                 or weights.store_problems(store, uri, manifest), what="not a model")
-        if text is None:
+        if text is None and not auto:
             return uri, {**meta, "revision": "", **manifest}
     with tempfile.TemporaryDirectory() as tmp:
         if upload:
@@ -316,11 +320,32 @@ def deliver_model(source: str, revision: str, store, chat_template: str = "model
         else:
             path = store.get_tree(src.ref) if src.kind == "s3" else materialize_model(src, revision, Path(tmp))
         if src.kind != "builtin" and (upload or src.kind != "s3"):  # built here and tested, or delivered before
-            collect(model_dir_problems(path, own_template=text is None), what=f"model {source} cannot be trained")
+            collect(model_dir_problems(path, own_template=text is None and not auto),
+                    what=f"model {source} cannot be trained")
+        if auto or spec in templates.BUILTIN:
+            from transformers import AutoTokenizer  # here: deliver-dataset and the CLI's other verbs stay light
+
+            tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+            if auto:
+                spec, why = choose_template(tokenizer, _eos_ids(path))
+                print(f"chat_template=auto -> {spec}: {why}", flush=True)
+                meta.update(chat_template=spec, chat_template_auto=why)
+                text = templates.resolve(spec, store)
         if text is not None:
             path = templates.with_template(path, text, Path(tmp) / "templated")
+            if spec in templates.BUILTIN and (added := templates.with_stops(path, tokenizer, spec)):
+                print(f"chat_template={spec}: generation now also stops at {templates.BUILTIN[spec].turn_end} (id "
+                      f"{added[0]}), the token its assistant turns end with, added to generation_config.json's "
+                      "eos_token_id", flush=True)
         uri, manifest = store.put_tree(path, "models")
     return uri, {**meta, "revision": revision if src.kind == "hub" else "", **manifest}
+
+
+def _eos_ids(model_dir: Path) -> list[int]:
+    """The generation config's stop ids of a model directory ([] without one)."""
+    path = Path(model_dir) / templates.GENERATION_CONFIG
+    ids = json.loads(path.read_text(encoding="utf-8")).get("eos_token_id") if path.is_file() else None
+    return ids if isinstance(ids, list) else [ids] if isinstance(ids, int) else []
 
 
 def _converted_upload(uri: str, local: Path, workdir: Path) -> Path:

@@ -71,8 +71,8 @@ def file_problems(path: str | Path, check_tokenizer: bool = True) -> list[str]:
                         "llama.cpp's convert_hf_to_gguf.py, which writes it, or pass the original model directory")
     elif check_tokenizer and not info["has_chat_template"]:
         problems.append(f"{path} has no chat template in its metadata (tokenizer.chat_template), which training "
-                        "needs to render conversations: give one with chat_template= (a built-in name such as chatml-tools, or a "
-                        ".jinja file), or use the GGUF of an instruct/chat model")
+                        "needs to render conversations: give one with chat_template= (auto: the built-in template of the "
+                        "model's family, a built-in name such as gemma-tools, or a .jinja file), or use the GGUF of an instruct/chat model")
     return problems
 
 

@@ -145,8 +145,8 @@ def tokenizer_problems(root: Path, needs: str = "training needs to render conver
         return [f"the tokenizer in {root} does not load ({type(err).__name__}: {first}); copy the base model's "
                 "tokenizer files into the directory"]
     if own_template and not tok.chat_template:
-        return [f"the tokenizer in {root} has no chat template, which {needs}: give one with chat_template= (a "
-                "built-in name such as chatml-tools, or a .jinja file), use an instruct/chat model, or add the base "
+        return [f"the tokenizer in {root} has no chat template, which {needs}: give one with chat_template= (auto: the "
+                "built-in template of the model's family, a built-in name such as gemma-tools, or a .jinja file), use an instruct/chat model, or add the base "
                 "model's template as chat_template.jinja"]
     return []
 

@@ -58,10 +58,13 @@ PARAMS: tuple[Param, ...] = (
     Param('model_revision', str, '', INPUTS, BOTH,
           help='Hub branch, tag or commit of model_source; empty means main. Pin a commit for reproducible runs.'),
     Param('chat_template', str, 'model', INPUTS, BOTH,
-          help=("The chat template training, evaluation and serving all use: model (the model's own), a built-in name "
-                '(chatml-tools: ChatML with <tool_call> JSON, for ChatML models whose own template drops tools, e.g. '
-                'SmolLM2-Instruct), a .jinja file (run_local) or an s3:// URI of one. It is checked against the data '
-                'before training: tools and tool calls must render and read back through the served tool parser.')),
+          help=("The chat template training, evaluation and serving all use: model (the model's own), auto (the "
+                "model's own where it renders tools and calls as its served parser reads them, else the built-in one "
+                'of its tokenizer\'s family), a built-in name (chatml-tools: ChatML with <tool_call> JSON, Qwen/Hermes/'
+                'SmolLM2; gemma-tools: Gemma turns, base models too; llama3-json: Llama 3.1+ JSON calls; '
+                'llama3-pythonic: Llama 3 turns with [f(a=1)] calls), a .jinja file (run_local) or an s3:// URI of '
+                'one. It is checked against the data before training: tools and tool calls must render and read back '
+                'through the served tool parser, and each turn end where generation stops.')),
     Param('dataset_source', str, 'builtin:function-calling', INPUTS, BOTH,
           help=('Chat data (rows of {"messages": [...], "tools"?: [...]} or {"prompt", "completion"}; ShareGPT '
                 '{"conversations"} and Alpaca {"instruction", "output"} rows are converted on load; an assistant '

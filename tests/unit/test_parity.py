@@ -92,21 +92,78 @@ def test_a_template_that_does_not_parse_is_said_so_once_not_as_rows_to_change(to
     ('{"name": "f", "parameters": {"a": 1}}; {"name": "g", "parameters": {}}', "llama3_json",
      [{"name": "f", "arguments": {"a": 1}}, {"name": "g", "arguments": {}}], None),
     ('[TOOL_CALLS][{"name": "f", "arguments": {"a": 1}}]', "mistral", [{"name": "f", "arguments": {"a": 1}}], None),
+    ('[f(a=1, b="x")]', "pythonic", [{"name": "f", "arguments": {"a": 1, "b": "x"}}], None),
+    ('[f(a=-1.5), g(b=[1, "two"], c={"k": true, "n": null}, d=False)]', "pythonic",
+     [{"name": "f", "arguments": {"a": -1.5}}, {"name": "g", "arguments": {"b": [1, "two"], "c": {"k": True, "n": None},
+                                                                            "d": False}}], None),
+    ("Sure: [f(a=1)]", "pythonic", [], "Sure: [f(a=1)]"),
+    ("[f(1)]", "pythonic", [], "[f(1)]"),
+    ("[f(a=1), 3]", "pythonic", [], "[f(a=1), 3]"),
+    ("[f(a=x)]", "pythonic", [], "[f(a=x)]"),  # a name that is no literal: the parser raises, the text stays
 ])
 def test_the_projects_parsers_agree_with_vllms(tok, text, parser, calls, content):
     ours = parsers.parse(parser, text)
     assert ours.calls == calls and ours.content == content
-    if parser == "hermes":  # vLLM's llama3_json and mistral parsers need their model's special tokens: with real
-        # tokenizers in test_real_templates.py
+    if parser in ("hermes", "pythonic"):  # vLLM's llama3_json and mistral parsers need their model's special
+        # tokens: with real tokenizers in test_real_templates.py
         theirs = parsers.vllm_parse(parser, text, tok, None)
         assert theirs.calls == ours.calls and (theirs.content or None) == (ours.content or None)
-        assert (theirs.error is None) == (ours.error is None) == ("not json" not in text)
+        assert (theirs.error is None) == (ours.error is None) == ("not json" not in text and "=x)" not in text)
+
+
+def test_each_builtin_templates_calls_are_read_by_the_parser_it_declares():
+    """tool_call_parser reads the format off each template's rendering: hermes for the <tool_call> ones,
+    llama3_json where the vocabulary has <|python_tag|> (hermes otherwise: vLLM's llama3_json refuses to start
+    without it, and the check then refuses the template), pythonic for [f(a=1)]."""
+    declared = {"chatml-tools": "hermes", "gemma-tools": "hermes", "llama3-json": "llama3_json",
+                "llama3-pythonic": "pythonic"}
+    assert set(declared) == set(templates.BUILTIN)
+    for name, parser in declared.items():
+        assert parsers.tool_call_parser(templates.BUILTIN[name].text, ["<|python_tag|>"]) == parser
+    assert parsers.tool_call_parser(templates.BUILTIN["llama3-json"].text, []) == "hermes"
+    assert templates.family_template({"<|im_start|>": 1, "<|im_end|>": 2}) == "chatml-tools"
+    assert templates.family_template({"<|start_header_id|>": 1, "<|eot_id|>": 2}) == "llama3-pythonic"
+    assert templates.family_template({"<|start_header_id|>": 1, "<|eot_id|>": 2, "<|python_tag|>": 3}) == "llama3-json"
+    assert templates.family_template({"<|end|>": 1}) is None
+
+
+def test_a_builtin_templates_turn_end_is_added_to_the_generation_config_where_it_is_not_a_stop(tiny_model_dir,
+                                                                                            tmp_path):
+    """A base model stops at its EOS only: the built-in template's turn end joins generation_config.json's
+    eos_token_id (a link into the source tree is replaced, not written through); nothing is added where the
+    token is a stop already, is not in the vocabulary, or the template is not a built-in one."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)  # a copy: a token is added to it
+    source = tmp_path / "source.json"
+    source.write_text(json.dumps({"eos_token_id": 7, "max_new_tokens": 5}))
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / templates.GENERATION_CONFIG).symlink_to(source)
+    vocab = tok.get_vocab()
+    end = templates.BUILTIN["chatml-tools"].turn_end
+    assert end not in vocab  # tiny-llama's turns end with <|end|>
+    assert templates.with_stops(tree, tok, "chatml-tools") == []
+    tok.add_special_tokens({"additional_special_tokens": [end]})
+    added = templates.with_stops(tree, tok, "chatml-tools")
+    assert added == [tok.convert_tokens_to_ids(end)]
+    assert json.loads((tree / templates.GENERATION_CONFIG).read_text()) == {"eos_token_id": [7, added[0]],
+                                                                            "max_new_tokens": 5}
+    assert json.loads(source.read_text())["eos_token_id"] == 7 and not (tree / "generation_config.json").is_symlink()
+    assert templates.with_stops(tree, tok, "chatml-tools") == []  # a stop already
+    assert templates.with_stops(tree, tok, "model") == [] and templates.extra_stop_ids(tok, "x.jinja") == []
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()  # no generation config: written with the tokenizer's EOS first
+    assert templates.with_stops(fresh, tok, "chatml-tools") == added
+    assert json.loads((fresh / "generation_config.json").read_text())["eos_token_id"] == [tok.eos_token_id, *added]
 
 
 def test_template_values(tmp_path):
     good = tmp_path / "t.jinja"
     good.write_text("{{ messages }}")
     assert templates.spec_problems("model") == templates.spec_problems("chatml-tools") == []
+    assert templates.spec_problems("auto") == templates.spec_problems("gemma-tools") == []
+    assert "did you mean llama3-json" in templates.spec_problems("llama3_json")[0]
     assert templates.spec_problems(str(good)) == []
     assert "did you mean chatml-tools" in templates.spec_problems("chatml_tools")[0]
     assert "not found" in templates.spec_problems(str(tmp_path / "missing.jinja"))[0]

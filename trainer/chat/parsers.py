@@ -2,7 +2,7 @@
 
 - `tool_call_parser`: the vLLM `--tool-call-parser` a chat template calls for (rendering one call
   with it), and `chat_template_text`, a model tree's template;
-- `parse`: the project's reading of vLLM's hermes, llama3_json and mistral parsers (the images
+- `parse`: the project's reading of vLLM's hermes, llama3_json, mistral and pythonic parsers (the images
   without vLLM use it), and `vllm_parse`, vLLM's own parser classes where vLLM is installed
   (tests hold the two to the same verdicts on real templates);
 - `parse_tool_call`: the first call in raw generated text, whatever the format (HF generate).
@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import logging
 import os
@@ -73,6 +74,8 @@ def parse(parser: str, text: str) -> Parsed | None:
         except (ValueError, KeyError, TypeError, AttributeError) as err:
             return Parsed([], text, _error(err))
         return Parsed(calls, None)
+    if parser == "pythonic":
+        return _parse_pythonic(text)
     if parser == "mistral":
         if "[TOOL_CALLS]" not in text:
             return Parsed([], text)
@@ -85,6 +88,45 @@ def parse(parser: str, text: str) -> Parsed | None:
             return Parsed([], text, _error(err))
         return Parsed(calls, content or None)
     return None
+
+
+# vLLM's pythonic parser first matches this shape (a list of name(key=value, ...) calls), then reads it with `ast`.
+_PYTHONIC = re.compile(r"\[([a-zA-Z]+\w*\(([a-zA-Z]+\w*=.*,\s*)*([a-zA-Z]+\w*=.*\s)?\),\s*)*([a-zA-Z]+\w*\(([a-zA-Z]+\w*=.*,"
+                       r"\s*)*([a-zA-Z]+\w*=.*\s*)?\)\s*)+\]", re.DOTALL)
+_JSON_NAMES = {"true": True, "false": False, "null": None}
+
+
+def _literal(node: ast.expr) -> Any:
+    """A call argument as vLLM's pythonic parser reads it: constants, lists, dicts with literal keys, and JSON's
+    true / false / null written as names."""
+    if isinstance(node, ast.Constant) and (node.value is None or isinstance(node.value, (str, int, float))):
+        return node.value
+    if isinstance(node, ast.Dict) and all(isinstance(k, ast.Constant) for k in node.keys):
+        return {k.value: _literal(v) for k, v in zip(node.keys, node.values)}  # type: ignore[union-attr]
+    if isinstance(node, ast.List):
+        return [_literal(v) for v in node.elts]
+    if isinstance(node, ast.Name) and node.id in _JSON_NAMES:
+        return _JSON_NAMES[node.id]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) \
+            and isinstance(node.operand.value, (int, float)):
+        return -node.operand.value
+    raise ValueError(f"not a literal: {ast.dump(node)[:80]}")
+
+
+def _parse_pythonic(text: str) -> Parsed:
+    """`[f(a=1), g(b="x")]`: the whole output a list of calls, else it is text."""
+    if not _PYTHONIC.match(text):
+        return Parsed([], text)
+    try:
+        value = getattr(ast.parse(text.strip()).body[0], "value", None)
+        if not isinstance(value, ast.List) or not all(isinstance(e, ast.Call) and isinstance(e.func, ast.Name)
+                                                      for e in value.elts):
+            raise ValueError("Tool output must be a list of function calls")
+        calls = [{"name": e.func.id, "arguments": {k.arg: _literal(k.value) for k in e.keywords}}  # type: ignore
+                 for e in value.elts]
+    except (SyntaxError, ValueError, IndexError) as err:
+        return Parsed([], text, _error(err))
+    return Parsed(calls, None)
 
 
 def _error(err: BaseException) -> str:
@@ -206,6 +248,8 @@ def tool_call_parser(chat_template: str | None, special_tokens: Collection[str] 
         return "hermes"
     if "[TOOL_CALLS]" in answer:
         return "mistral"
+    if answer.lstrip().startswith(f"[{_PROBE_TOOL}("):
+        return "pythonic"
     # vLLM's llama3_json parser refuses to start without Llama 3's <|python_tag|> token.
     if "<|python_tag|>" in special_tokens and re.search(r'\{\s*"name"\s*:\s*"' + _PROBE_TOOL + '"', answer):
         return "llama3_json"

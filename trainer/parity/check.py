@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainer import templates
 from trainer.chat.calls import message_calls, same_calls
 from trainer.chat.parsers import END_MARKERS, Parsed, parse, stop_texts, tool_call_parser, vllm_parse
 from trainer.chat.turns import trained_turns
@@ -163,9 +164,9 @@ _FIX = {
 _COUNTED_BY = {"refused": "checked", "tools dropped": "with_tools", "tool results dropped": "with_results"}
 
 
-def problems(verdict: Verdict, where: str, parser: str, chatml: bool = True) -> list[str]:
+def problems(verdict: Verdict, where: str, parser: str, family: str | None = "chatml-tools") -> list[str]:
     """One line per problem kind with counts, an example and the fix; [] when the rows pass.
-    `chatml`: the tokenizer has ChatML's turn tokens, so the built-in chatml-tools template fits it."""
+    `family`: the built-in template whose family's turn tokens the tokenizer has (templates.family_template)."""
     if verdict.ok:
         return []
     lines = []
@@ -173,8 +174,9 @@ def problems(verdict: Verdict, where: str, parser: str, chatml: bool = True) -> 
         total = getattr(verdict, _COUNTED_BY.get(kind, "turns"))
         unit = {"checked": "rows", "with_tools": "rows with tools", "with_results": "rows with tool results"}.get(_COUNTED_BY.get(kind, ""), "assistant turns")
         lines.append(f"{kind}: {len(examples)} of {total} {unit} ({_FIX[kind]}); e.g. {examples[0]}")
-    fix = ("chat_template=chatml-tools (the built-in ChatML template with <tool_call> JSON, which this tokenizer's "
-           "<|im_start|>/<|im_end|> tokens fit), or a .jinja file of your own" if chatml else
+    fix = (f"chat_template={family} (the built-in template of this tokenizer's family: {templates.BUILTIN[family].about}; "
+           f"its turns end with {templates.BUILTIN[family].turn_end}, added to the delivered model's stop tokens where "
+           "it is not one yet), or a .jinja file of your own" if family else
            "chat_template=FILE.jinja, a template in the model's own turn format that renders tools and tool calls "
            "(<tool_call> JSON reads back with vLLM's hermes parser)")
     return [f"{where}: the chat template fails the train/serve check with the {parser!r} tool-call parser: "
@@ -197,5 +199,4 @@ def model_problems(rows: Sequence[dict[str, Any]], tokenizer, where: str, eos_id
         return []
     parser = tool_call_parser(tokenizer.chat_template, list(tokenizer.get_added_vocab()))
     verdict = check(rows, tokenizer, parser, eos_ids, parse_fn=_parse_fn(tokenizer))
-    vocab = tokenizer.get_vocab()
-    return problems(verdict, where, parser, chatml="<|im_start|>" in vocab and "<|im_end|>" in vocab)
+    return problems(verdict, where, parser, templates.family_template(tokenizer.get_vocab()))

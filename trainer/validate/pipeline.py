@@ -501,16 +501,23 @@ def _template_problems(model_source: str, splits: dict[str, list], found: list[s
     if not isinstance(chat_template, str) or templates.spec_problems(chat_template) \
             or chat_template.strip().startswith("s3://"):
         return replied  # the template is reported on its own, or read from the bucket at the finetune step
-    templates.apply_to_tokenizer(tokenizer, chat_template)
-    if not tokenizer.chat_template:
-        return replied  # delivery refuses the model with its own message
-    where = f"dataset_source with model {model_source.strip()}"
     eos = []
     if model.kind == "local" and (gen := os.path.join(model.ref, "generation_config.json")) and os.path.isfile(gen):
         with open(gen, encoding="utf-8") as f:
             ids = json.load(f).get("eos_token_id")
         eos = ids if isinstance(ids, list) else [ids] if isinstance(ids, int) else []
-    named = chat_template.strip() if chat_template.strip() != templates.MODEL else ""
+    chat_template = chat_template.strip()
+    if chat_template == templates.AUTO:  # what deliver-model will choose, on the same tokenizer
+        try:
+            chat_template, _ = parity.choose_template(tokenizer, eos)
+        except UserError as err:
+            return replied + [str(err)]
+    templates.apply_to_tokenizer(tokenizer, chat_template)
+    if not tokenizer.chat_template:
+        return replied  # delivery refuses the model with its own message
+    where = f"dataset_source with model {model_source.strip()}"
+    eos += templates.extra_stop_ids(tokenizer, chat_template, eos)  # as deliver-model adds them
+    named = chat_template if chat_template != templates.MODEL else ""
     problems = parity.template_problems(splits["train"] + splits["eval"], tokenizer, where, eos, named)
     if max_seq_len > 0:  # else TrainConfig says so
         context = model_tree.model_max_length(model_source)
