@@ -39,9 +39,10 @@ def category_drops(metrics: dict[str, float], max_drop: float, significance: flo
     return [line for line, kept in _drops(metrics, max_drop, significance) if kept]
 
 
-def chance_drops(metrics: dict[str, float], max_drop: float, significance: float) -> list[str]:
-    """The drops larger than `max_drop` that `category_drops` lets pass at `significance` (p >= it)."""
-    return [line for line, kept in _drops(metrics, max_drop, significance) if not kept]
+def gate_drops(metrics: dict[str, float], max_drop: float, significance: float) -> tuple[list[str], list[str]]:
+    """(`category_drops`, the drops larger than `max_drop` it lets pass at `significance`: p >= it), found once."""
+    found = _drops(metrics, max_drop, significance)
+    return [line for line, kept in found if kept], [line for line, kept in found if not kept]
 
 
 def _drops(metrics: dict[str, float], max_drop: float, significance: float) -> list[tuple[str, bool]]:

@@ -30,6 +30,11 @@ def turn_rows(row: dict[str, Any]) -> list[dict[str, Any]]:
     return [{**row, "messages": row["messages"][:i + 1]} for i in turns]
 
 
+def split_turns(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`turn_rows` of every row, in order: what evaluate asks of a split's scored rows."""
+    return [turn for row in rows for turn in turn_rows(row)]
+
+
 def after_tool_result(row: dict[str, Any]) -> bool:
     """The scored turn answers a tool result: the message just before it is a tool message."""
     target = target_index(row)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainer.selection import category_drops, chance_drops, meets
+from trainer.selection import gate_drops, meets
 
 
 def promotion(metrics: dict[str, float], min_fc_accuracy: float = 0.0, min_gain: float = 0.0,
@@ -17,9 +17,8 @@ def promotion(metrics: dict[str, float], min_fc_accuracy: float = 0.0, min_gain:
     accuracy the split cannot measure passes only a gate that asks nothing."""
     promoted, said = _accuracy_gate(metrics, min_fc_accuracy, min_gain)
     gated = max_category_drop < 1
-    drops = category_drops(metrics, max_category_drop, gate_significance) if gated else []
+    drops, passed = gate_drops(metrics, max_category_drop, gate_significance) if gated else ([], [])
     if not drops:
-        passed = chance_drops(metrics, max_category_drop, gate_significance) if gated and gate_significance > 0 else []
         if promoted and passed:
             return True, f"{said}; within chance, so let pass: {'; '.join(passed)}"
         return promoted, said

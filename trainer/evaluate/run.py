@@ -15,8 +15,8 @@ from typing import Any
 
 from trainer import data, fc_check
 from trainer.chat.parsers import tool_call_parser
-from trainer.chat.turns import (after_tool_result, expected_call, expected_text, last_user_request, trained_turns,
-                                turn_rows)
+from trainer.chat.turns import (after_tool_result, expected_call, expected_text, last_user_request, split_turns,
+                                trained_turns)
 from trainer.errors import UserError
 from trainer.data import bfcl as bfcl_data
 from trainer.evaluate import bfcl, generation, kept_base
@@ -130,7 +130,7 @@ def _prepared(model_dir: Path, eval_path: Path | None, max_rows: int, max_seq_le
     if rows and not kept:
         raise UserError(long_rows_problem(len(rows), max_seq_len, context))
     scored = [rows[i] for i in kept]
-    turns = [t for r in scored for t in turn_rows(r)]
+    turns = split_turns(scored)
     warnings = warnings_for(scored, len(rows) - len(scored), max_seq_len, context, len(split)) if rows else []
     for w in warnings:
         print(f"WARNING: {w}", flush=True)

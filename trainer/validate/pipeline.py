@@ -13,7 +13,7 @@ from typing import Any
 from trainer import (builtin_data, builtin_model, data, delivery, gguf, model_tree, parity, sources, templates,
                      usertext)
 from trainer.data import bfcl, masking, quiet_conversions
-from trainer.chat.turns import turn_rows
+from trainer.chat.turns import split_turns
 from trainer.evaluate import ENGINES, row_counts
 from trainer.registry import reach_problem
 from trainer.batching import check_rows
@@ -443,11 +443,11 @@ def _tool_rows_problem(params: dict[str, Any], eval_rows: list[dict[str, Any]], 
     if not eval_rows or n is None:
         return []
     # evaluate asks every assistant turn: a glaive row's call counts though its last turn is text
-    counts = row_counts([t for r in eval_rows[:n] for t in turn_rows(r)])
+    counts = row_counts(split_turns(eval_rows[:n]))
     if counts["fc_rows"]:
         return []
     source = str(params.get("dataset_source", "")).strip()
-    later = row_counts([t for r in eval_rows for t in turn_rows(r)])["fc_rows"]
+    later = row_counts(split_turns(eval_rows))["fc_rows"]
     where = (f"the {min(n, len(eval_rows))} eval rows evaluate scores (the first eval_max_rows={n}) of dataset_source "
              f"{source!r} hold" if later else f"the eval split of dataset_source {source!r} has")
     more = f"raise eval_max_rows (the split's {len(eval_rows)} rows hold {later} tool-call rows), or " if later else ""
