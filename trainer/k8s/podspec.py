@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainer import settings
+from trainer import settings, tracking
 from trainer.errors import UserError
 from trainer.k8s import rules
 
@@ -114,6 +114,14 @@ def secret_env() -> list:
         ref("AWS_SECRET_ACCESS_KEY", settings.get("S3_SECRET_NAME"), "secretkey"),
         ref("HF_TOKEN", settings.get("HF_SECRET_NAME"), "token", optional=True),
     ]
+
+
+def tracking_env() -> list:
+    """The MLflow settings of this step (KFP's plugin sets them on its pod) for the training pods, whose rank 0 logs
+    to the same run; none when tracking is off. Credentials are not copied (trainer.tracking.FORWARDED)."""
+    from kubernetes.client import V1EnvVar
+
+    return [V1EnvVar(name=k, value=v) for k, v in tracking.forwarded_env().items()]
 
 
 def tolerations(spec: ClusterSpec) -> list[dict[str, Any]]:

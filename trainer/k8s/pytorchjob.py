@@ -27,7 +27,7 @@ from trainer.exitcodes import PERMANENT
 from trainer.k8s.lifecycle import (JobFailed, _Stopped, create_or_attach, default_namespace, failure_report, follow_job,
                                    kube_config_errors)
 from trainer.k8s.podspec import (ClusterSpec, accelerators, container_security, labels, pod_security, queue_labels,
-                                 scheduling, secret_env)
+                                 scheduling, secret_env, tracking_env)
 
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 CONTAINER = "pytorch"  # the operator requires this name
@@ -51,7 +51,7 @@ def pod_template(spec: ClusterSpec, train_args: list[str], container_name: str, 
     gpus = accelerators(spec, spec.procs_per_node)
     container = V1Container(
         name=container_name, image=spec.image or settings.image(), command=train_command(train_args),
-        env=[*secret_env(), V1EnvVar(name="FINETUNE_CACHE_DIR", value="/cache"),
+        env=[*secret_env(), *tracking_env(), V1EnvVar(name="FINETUNE_CACHE_DIR", value="/cache"),
              V1EnvVar(name="PYTHONUNBUFFERED", value="1")],
         resources=V1ResourceRequirements(requests={"cpu": spec.cpu, "memory": spec.memory, **gpus},
                                          limits={"memory": spec.memory, **gpus}),

@@ -36,7 +36,7 @@ from trainer.errors import collect
 from trainer.k8s.lifecycle import (JobFailed, _Stopped, api_client, create_or_attach, default_namespace, failure_report,
                                    follow_job, to_dict)
 from trainer.k8s.podspec import (ClusterSpec, accelerators, container_security, labels, pod_security, queue_labels,
-                                 secret_env, tolerations)
+                                 secret_env, tolerations, tracking_env)
 from trainer.k8s.pytorchjob import train_command, volume_shm
 
 GROUP, VERSION, PLURAL = "trainer.kubeflow.org", "v1alpha1", "trainjobs"
@@ -52,7 +52,7 @@ def build_trainjob(name: str, train_args: list[str], spec: ClusterSpec, run_labe
 
     collect(spec.problems(), what="invalid cluster settings")
     gpus = accelerators(spec, spec.procs_per_node)
-    env = [*secret_env(), V1EnvVar(name="FINETUNE_CACHE_DIR", value="/cache"),
+    env = [*secret_env(), *tracking_env(), V1EnvVar(name="FINETUNE_CACHE_DIR", value="/cache"),
            V1EnvVar(name="PYTHONUNBUFFERED", value="1")]
     pod = {
         "nodeSelector": spec.node_selector or None,
