@@ -1,7 +1,7 @@
 """Kubeflow Model Registry: each trained model as a new version, with its lineage.
 
-  python -m trainer register --registry-address http://model-registry.kubeflow:8080 --name my-model \\
-      --version run-7 --model-uri s3://... [--adapter-uri s3://...] [--dry-run]
+Used by the pipeline's register step (components/register.py, where `registry_address` is set),
+after the promotion gate let the tuned model through.
 
 The merged model is registered as version `version` (the KFP run name) of the registered
 model `name`, its artifact the s3:// URI of the merged weights; the LoRA adapter, when there

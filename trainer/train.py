@@ -53,6 +53,7 @@ from trainer.compile_trial import CompileTrial, compile_metrics, compiled_graphs
 from trainer.config import MAX_ACCUM, TrainConfig
 from trainer.errors import UserError
 from trainer.evaluate import losses
+from trainer.exitcodes import EXIT_NONFINITE
 from trainer.model import LossModel, build_model, compile_layers, decoder_layers, label_positions_of, plan_packing
 from trainer.runtime import Board, RunState, dist_setup, peak_memory_mb, save_profile, start_profiler
 from trainer.shutdown import COMMITTED, Shutdown, exit_now
@@ -61,7 +62,6 @@ from trainer.tracking import Tracker
 from trainer.watchdog import progress_line
 
 MASTER = 0
-EXIT_NONFINITE = 3
 
 
 class Recipe:

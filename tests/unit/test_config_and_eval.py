@@ -14,7 +14,7 @@ from trainer.chat.turns import last_user_request
 from trainer.config import TrainConfig
 from trainer.params import add_train_arguments
 from trainer.errors import UserError
-from trainer.evaluate import evaluate, is_correct, row_counts, score_outputs, text_matches
+from trainer.evaluate import evaluate, parsed_outputs, row_counts, score_predictions
 
 
 def test_every_config_problem_is_reported_at_once():
@@ -124,12 +124,16 @@ def test_parse_tool_call(text, expected):
 
 
 def test_exact_match_ignores_key_order_but_not_values():
-    exp = {"name": "f", "arguments": {"a": 1, "b": "x"}}
-    assert is_correct({"name": "f", "arguments": {"b": "x", "a": 1}}, exp)
-    assert not is_correct({"name": "f", "arguments": {"a": 1, "b": "y"}}, exp)
-    assert not is_correct({"name": "g", "arguments": {"a": 1, "b": "x"}}, exp)
-    assert not is_correct(None, exp)
-    assert not is_correct(None, None) and not is_correct(exp, None)  # no call expected: not an fc row
+    row = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "f", "arguments": {"a": 1, "b": "x"}}}]}]}
+
+    def exact(call):
+        return score_predictions([row], [{"calls": [call] if call else [], "content": None}])["fc_accuracy"]
+
+    assert exact({"name": "f", "arguments": {"b": "x", "a": 1}}) == 1.0
+    assert exact({"name": "f", "arguments": {"a": 1, "b": "y"}}) == 0.0
+    assert exact({"name": "g", "arguments": {"a": 1, "b": "x"}}) == 0.0
+    assert exact(None) == 0.0
 
 
 def mixed_rows(n_fc: int, n_text: int, seed: int = 0) -> list[dict]:
@@ -153,13 +157,20 @@ def test_text_rows_have_their_own_metric_and_never_count_for_function_calling():
     calls = ["<tool_call>" + json.dumps(r["messages"][1]["tool_calls"][0]["function"]) + "</tool_call>" for r in rows]
     texts = [r["messages"][-1]["content"] for r in rows]
     assert row_counts(rows) == {"fc_rows": 4, "text_rows": 2}
+
+    def scored(outputs, special=()):
+        got = score_predictions(rows, parsed_outputs(outputs, "hermes"), special)
+        return {k: got[k] for k in ("fc_accuracy", "text_match")}
+
     # The old bug: a model that never calls a tool scored 1/3 here (text rows counted as right).
-    assert score_outputs(rows, ["I cannot help with that."] * 6) == {"fc_accuracy": 0.0, "text_match": 0.0}
-    assert score_outputs(rows, calls[:4] + texts[4:]) == {"fc_accuracy": 1.0, "text_match": 1.0}
-    # A tool call where text was expected is wrong; text compares case/punctuation/space-insensitively.
-    assert score_outputs(rows, calls[:4] + calls[4:]) == {"fc_accuracy": 1.0, "text_match": 0.0}
-    assert text_matches("  done FUNC ran,  with 2 arguments<|end|>", "Done: func ran with 2 arguments.", ("<|end|>",))
-    assert not text_matches("Done: func ran with 3 arguments.", "Done: func ran with 2 arguments.")
+    assert scored(["I cannot help with that."] * 6) == {"fc_accuracy": 0.0, "text_match": 0.0}
+    assert scored(calls[:4] + texts[4:]) == {"fc_accuracy": 1.0, "text_match": 1.0}
+    # A tool call where text was expected is wrong; text compares case/punctuation/space-insensitively, with the
+    # tokenizer's special tokens (an end-of-turn marker) removed first.
+    assert scored(calls[:4] + calls[4:]) == {"fc_accuracy": 1.0, "text_match": 0.0}
+    loose = [t.upper().replace(":", "") + "  <|end|>" for t in texts[4:]]
+    assert scored(calls[:4] + loose, ("<|end|>",)) == {"fc_accuracy": 1.0, "text_match": 1.0}
+    assert scored(calls[:4] + [t.replace("request", "reply") for t in texts[4:]])["text_match"] == 0.0
     # The report shows what the user asked, not the tool result before the scored turn.
     assert last_user_request(rows[5]) == rows[5]["messages"][0]["content"]
 

@@ -634,7 +634,7 @@ def test_tools_as_bare_function_schemas_read_as_openai_tools_everywhere(tmp_path
     data.write_jsonl(rows["train"] + rows["eval"], tmp_path / "bare.jsonl")
     problems = pipeline_problems({"dataset_source": str(tmp_path / "bare.jsonl")})
     assert not problems, problems
-    converted = data.to_chat(rows["train"][0])
+    converted, _ = data.convert(rows["train"][0])
     assert converted["tools"] == builtin_data.generate(60, 20, seed=4)["train"][0]["tools"]
 
 

@@ -76,7 +76,3 @@ def last_user_request(row: dict[str, Any]) -> str:
     before = row["messages"][:target_index(row)]
     return next((m.get("content") or "" for m in reversed(before) if m["role"] == "user"), "")
 
-
-def prompt_messages(row: dict[str, Any]) -> list[dict[str, Any]]:
-    """The conversation before the scored turn: what the model is asked."""
-    return row["messages"][:target_index(row)]

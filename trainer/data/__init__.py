@@ -32,7 +32,7 @@ trainer.jsontext, which dataset_source's mixes (trainer.sources) read with too.
 
 from trainer.batching import collate, collate_packed, real_tokens  # noqa: F401 - moved there, importable here
 from trainer.data.formats import (  # noqa: F401
-    SHAREGPT_ROLES, FORMAT_NAMES, CONVERTED, row_format, to_chat, convert, format_problems, quiet_conversions,
+    SHAREGPT_ROLES, FORMAT_NAMES, CONVERTED, row_format, convert, format_problems, quiet_conversions,
     announce)
 from trainer.jsontext import lone_surrogate, surrogate_problem, non_finite_paths, json_loads  # noqa: F401
 from trainer.data.rows import ROLES, MAX_REPORTED, row_problems, normalise, validate_rows  # noqa: F401

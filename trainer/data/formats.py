@@ -328,11 +328,6 @@ def conversion_problems(row: Any) -> list[str] | None:
     return (problems or None) if fmt == "openai" else problems  # an OpenAI row converted is checked as chat
 
 
-def to_chat(row: Any) -> Any:
-    """`convert(row)` without the format name."""
-    return convert(row)[0]
-
-
 def convert(row: Any) -> tuple[Any, str | None]:
     """(the row as a chat row, the format it was in: see FORMAT_NAMES); a row this cannot turn
     into messages is returned as it is, for `row_problems` to name.

@@ -203,7 +203,7 @@ def _csv_rows(path: Path, text: str, delimiter: str = ",") -> list[dict[str, Any
             pair = not row.get("messages")  # a chat row's empty prompt and completion columns say nothing
             cells = {k: v for k, v in row.items()
                      if k is not None and (v not in (None, "") or (pair and v == "" and k in ("prompt", "completion")))}
-            for key in ("prompt", "completion"):  # messages and tools as JSON text: to_chat parses them
+            for key in ("prompt", "completion"):  # messages and tools as JSON text: convert parses them
                 value = cells.get(key)
                 if isinstance(value, str) and value.lstrip().startswith("["):
                     try:

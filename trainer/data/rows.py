@@ -155,12 +155,12 @@ def row_problems(row: Any) -> list[str]:
     """
     if not isinstance(row, dict):
         return [f"row is {'null' if row is None else 'a ' + _json_type(row)}, expected a JSON object with 'messages'"]
-    if (refused := conversion_problems(row)) is not None:  # to_chat converts such rows unless they are broken
+    if (refused := conversion_problems(row)) is not None:  # convert converts such rows unless they are broken
         return refused
     messages = row.get("messages")
     if messages is None:
         return [_no_messages(row)]
-    if isinstance(messages, str):  # JSON text that did not parse (to_chat parses the text that does)
+    if isinstance(messages, str):  # JSON text that did not parse (convert parses the text that does)
         repr_like = messages.lstrip().startswith(("[{'", "[ {'"))
         return ["'messages' is text that is not a JSON list of messages"
                 + ("; it looks like a Python repr (single quotes): write the column with json.dumps"
@@ -168,7 +168,7 @@ def row_problems(row: Any) -> list[str]:
     if not isinstance(messages, list) or not messages:
         return ["'messages' must be a non-empty list"]
     problems = []
-    if row.get("functions") is not None:  # left by to_chat: not a list, or beside 'tools'
+    if row.get("functions") is not None:  # left by convert: not a list, or beside 'tools'
         problems.append("'functions' (OpenAI's legacy format) must be a list of function schemas, and not given "
                         "beside 'tools': keep one of them")
     tools, declared = row.get("tools"), None
@@ -216,7 +216,7 @@ def row_problems(row: Any) -> list[str]:
                             "remove it")
         elif weight is not None and (isinstance(weight, bool) or weight not in (0, 1)):
             problems.append(f"messages[{i}].weight must be 0 (do not train on this message) or 1, got {weight!r}")
-        if m.get("function_call") is not None:  # left by to_chat when it is not {name, arguments}
+        if m.get("function_call") is not None:  # left by convert when it is not {name, arguments}
             problems.append(f"messages[{i}].function_call must be {{\"name\": ..., \"arguments\": ...}} "
                             "(OpenAI's legacy format), or give tool_calls")
         calls = m.get("tool_calls")

@@ -31,6 +31,5 @@ from trainer.evaluate.generation import context_length, fitting_rows, generate, 
 from trainer.evaluate.losses import CONCURRENCY, eval_loss, mean_loss, served_losses  # noqa: F401
 from trainer.evaluate.run import (MIN_RELIABLE_ROWS, evaluate, logged_metrics, score, score_base,  # noqa: F401
                                   warnings_for)
-from trainer.evaluate.scoring import (is_correct, normalize_text, row_counts, score_outputs,  # noqa: F401
-                                      score_predictions, text_matches)
+from trainer.evaluate.scoring import normalize_text, parsed_outputs, row_counts, score_predictions  # noqa: F401
 from trainer.evaluate.served import ENGINES, choose_engine, server_plans  # noqa: F401

@@ -80,7 +80,7 @@ def logged_metrics(result: dict[str, Any]) -> dict[str, float]:
     """The numbers the evaluate step logs from `evaluate()`'s result, under names that are the
     same in every run (KFP's Compare view lines runs up by name): base_* and tuned_* of each
     metric, fc_accuracy_gain, and the row counts. A kind of row the split lacks scores 0 in
-    `score_outputs`; logged, that 0 would read as a measurement next to other runs, so such
+    `score_predictions`; logged, that 0 would read as a measurement next to other runs, so such
     metrics are left out (blank in Compare) and the count of 0 rows says why."""
     unmeasured = set()
     if not result["fc_rows"]:

@@ -12,37 +12,9 @@ from trainer.chat.parsers import Parsed, parse, parse_tool_call
 from trainer.chat.turns import expected_call, expected_text, last_user_request
 
 
-def is_correct(predicted: dict[str, Any] | None, expected: dict[str, Any] | None) -> bool:
-    """Exact tool-call match; only meaningful for rows that expect a call."""
-    return expected is not None and predicted is not None and predicted["name"] == expected["name"] \
-        and predicted["arguments"] == expected["arguments"]
-
-
-def text_matches(output: str, expected: str, special_tokens: tuple[str, ...] = ()) -> bool:
-    """A text answer is right when it is no tool call and equals the expected text, normalised
-    (the tokenizer's special tokens, e.g. an end-of-turn marker, removed first)."""
-    if parse_tool_call(output) is not None:
-        return False
-    for t in special_tokens:
-        output = output.replace(t, "")
-    return normalize_text(output) == normalize_text(expected)
-
-
 def row_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
     fc = sum(expected_call(r) is not None for r in rows)
     return {"fc_rows": fc, "text_rows": len(rows) - fc}
-
-
-def score_outputs(rows: list[dict[str, Any]], outputs: list[str],
-                  special_tokens: tuple[str, ...] = ()) -> dict[str, float]:
-    """Accuracy per kind of row from the model's outputs (one per row, same order); a kind
-    with no rows scores 0 (its count, from `row_counts`, says so)."""
-    fc = [(o, r) for o, r in zip(outputs, rows) if expected_call(r) is not None]
-    text = [(o, r) for o, r in zip(outputs, rows) if expected_call(r) is None]
-    return {
-        "fc_accuracy": sum(is_correct(parse_tool_call(o), expected_call(r)) for o, r in fc) / max(len(fc), 1),
-        "text_match": sum(text_matches(o, expected_text(r), special_tokens) for o, r in text) / max(len(text), 1),
-    }
 
 
 def parsed_outputs(outputs: list[str], parser: str) -> list[dict[str, Any]]:

@@ -153,10 +153,6 @@ def node_selector(selector: Any, what: str = "node_selector") -> list[str]:
     return problems
 
 
-def labels(mapping: dict, what: str = "labels") -> list[str]:
-    return node_selector(mapping, what)
-
-
 def tolerations(items: Any, what: str = "tolerations") -> list[str]:
     """A list of Toleration objects as the API server validates them."""
     if not isinstance(items, list):
