@@ -13,36 +13,28 @@ import json
 import pytest
 from kfp.dsl import HTML, Dataset, Metrics, Model
 
+from tests.integration.test_real_model_serving import art, serve_and_ask
 from trainer import builtin_data
 from trainer.data import write_jsonl
-from trainer.serving import client as serve_client, local as serve_local
 
 pytestmark = pytest.mark.gemma
 MAX_SEQ_LEN = 768  # Gemma's tokenizer renders the built-in rows' tool lists a little longer than SmolLM2's
 
 
-def art(cls, tmp_path, name):
-    return cls(name=name, uri=str(tmp_path / name), metadata={})
-
-
 def test_gemma3_base_trains_merges_and_serves_with_its_familys_template(store, tmp_path, capfd):
-    from openai import OpenAI
-    from transformers import AutoTokenizer
-
     from components.artifacts import read_uri
     from components.deliver_dataset import deliver_dataset
     from components.deliver_model import deliver_model
     from components.finetune import finetune
     from tests.real_models import gemma3_gguf
     from trainer import merge
-    from trainer.parity import served_prompts
 
     source = tmp_path / "rows"
     source.mkdir()
     rows = builtin_data.generate(n_train=16, n_eval=1, seed=3, categories=True)
     multi = [r for r in builtin_data.dataset("function-calling")["train"] if len(r["messages"]) == 4][:2]
     write_jsonl(rows["train"] + multi, source / "train.jsonl")
-    write_jsonl(rows["eval"], source / "eval.jsonl")
+    write_jsonl(rows["eval"], source / "eval.jsonl")  # one held-out row, as serve_and_ask reads it
     model, data, adapter = art(Model, tmp_path, "model"), art(Dataset, tmp_path, "data"), art(Model, tmp_path, "ad")
     deliver_model.python_func(source=str(gemma3_gguf()), revision="", model=model, chat_template="auto")
     out = capfd.readouterr().out
@@ -58,22 +50,5 @@ def test_gemma3_base_trains_merges_and_serves_with_its_familys_template(store, t
     merged = merge.merge(base_dir, adapter_dir, tmp_path / "merged")
     assert (merged / "chat_template.jinja").read_text() == (base_dir / "chat_template.jinja").read_text()
 
-    server = serve_local.start(base_dir, "gemma-base", lora_modules={"gemma": str(adapter_dir)},
-                               log_path=tmp_path / "vllm.log")
-    try:
-        serve_client.wait_ready(server.url, server, timeout=900)
-        tokenizer = AutoTokenizer.from_pretrained(base_dir)
-        delivered = store.get_tree(read_uri(data))
-        checked = [json.loads(line) for line in open(delivered / "train.jsonl")][:5] + \
-            [json.loads(line) for line in open(delivered / "eval.jsonl")]
-        parity = served_prompts(server.url, tokenizer, checked, ("gemma-base", "gemma"), MAX_SEQ_LEN)
-        assert parity["rows"] == 2 * len(checked) and parity["equal"] == parity["rows"], parity["first_difference"]
-        client = OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=300)
-        messages, tools = serve_client.smoke_request(checked)
-        for name in ("gemma-base", "gemma"):
-            reply = client.chat.completions.create(model=name, messages=messages, tools=tools, temperature=0,
-                                                   max_tokens=8)
-            assert reply.model == name and reply.choices[0].finish_reason in ("stop", "length", "tool_calls")
-    finally:
-        server.stop()
-    assert server.proc.poll() is not None
+    serve_and_ask(base_dir, adapter_dir, store.get_tree(read_uri(data)), ("gemma-base", "gemma"), tmp_path,
+                  MAX_SEQ_LEN, timeout=900)

@@ -24,15 +24,11 @@ def art(cls, tmp_path, name):
 
 
 def test_served_smollm2_and_its_adapter_render_prompts_as_training_encoded_them(store, tmp_path):
-    from openai import OpenAI
-    from transformers import AutoTokenizer
-
     from components.artifacts import read_uri
     from components.deliver_dataset import deliver_dataset
     from components.deliver_model import deliver_model
     from components.finetune import finetune
     from tests.real_models import smollm2_model_dir
-    from trainer.parity import served_prompts
 
     source = tmp_path / "rows"
     source.mkdir()
@@ -50,22 +46,32 @@ def test_served_smollm2_and_its_adapter_render_prompts_as_training_encoded_them(
                          lora_train_embeddings=False, checkpoint_every=1)
     base_dir, adapter_dir = store.get_tree(read_uri(model)), store.get_tree(read_uri(adapter))
     assert "<tool_call>" in (base_dir / "chat_template.jinja").read_text()  # chatml-tools went in with the model
+    serve_and_ask(base_dir, adapter_dir, store.get_tree(read_uri(data)), ("smol-base", "smol"), tmp_path)
 
-    server = serve_local.start(base_dir, "smol-base", lora_modules={"smol": str(adapter_dir)},
-                         log_path=tmp_path / "vllm.log")
+
+def serve_and_ask(base_dir, adapter_dir, delivered, names, tmp_path, max_seq_len=MAX_SEQ_LEN, timeout=600):
+    """Serve the base and the adapter side by side as deploy does (`names`: base's, adapter's); vLLM renders five
+    delivered training rows and the held-out one into the training encoder's token ids, and both names answer a
+    tool request through the official `openai` client; the server is stopped whatever happens."""
+    from openai import OpenAI
+    from transformers import AutoTokenizer
+
+    from trainer.parity import served_prompts
+
+    server = serve_local.start(base_dir, names[0], lora_modules={names[1]: str(adapter_dir)},
+                               log_path=tmp_path / "vllm.log")
     try:
-        serve_client.wait_ready(server.url, server, timeout=600)
+        serve_client.wait_ready(server.url, server, timeout=timeout)
         tokenizer = AutoTokenizer.from_pretrained(base_dir)  # as the trainer loads it
-        delivered = store.get_tree(read_uri(data))
         [held_out] = [json.loads(line) for line in open(delivered / "eval.jsonl")]
         checked = [json.loads(line) for line in open(delivered / "train.jsonl")][:5] + [held_out]
-        parity = served_prompts(server.url, tokenizer, checked, ("smol-base", "smol"), MAX_SEQ_LEN)
+        parity = served_prompts(server.url, tokenizer, checked, names, max_seq_len)
         assert parity["rows"] == 2 * len(checked) and parity["equal"] == parity["rows"], parity["first_difference"]
 
-        client = OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=120)
+        client = OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=300)
         messages, tools = serve_client.smoke_request(checked)
         assert tools  # a row that expects a tool call: a tool request
-        for name in ("smol-base", "smol"):  # two models behind one server, each by its name
+        for name in names:  # two models behind one server, each by its name
             reply = client.chat.completions.create(model=name, messages=messages, tools=tools, temperature=0,
                                                    max_tokens=8)
             assert reply.model == name and reply.choices[0].finish_reason in ("stop", "length", "tool_calls")
