@@ -102,3 +102,23 @@ def test_smollm2s_own_template_is_refused_before_training_naming_the_built_in_on
     data_uri, _ = delivery.deliver_dataset("builtin:function-calling", "", store, 0.1, 0)
     [problem] = parity.delivered_problems(store, model_uri, data_uri)
     assert "tools dropped" in problem and "Fix: chat_template=chatml-tools" in problem
+
+
+def test_auto_on_smollm2s_gguf_picks_chatml_tools_and_says_why(store, smollm2_gguf, capsys):
+    """chat_template=auto on SmolLM2's GGUF (its own ChatML template drops tools): validate passes (it checks what
+    delivery will choose), and deliver-model writes chatml-tools, saying which and why; the delivered tree is the
+    one chat_template=chatml-tools delivers, byte for byte (the same content address)."""
+    from trainer import delivery
+    from trainer.validate import pipeline_problems
+
+    params = {"model_source": str(smollm2_gguf), "lora_train_embeddings": False, "max_seq_len": MAX_SEQ_LEN,
+              "batch_tokens": MAX_SEQ_LEN, "chat_template": "auto"}
+    assert pipeline_problems(params) == []
+    auto_uri, meta = delivery.deliver_model(str(smollm2_gguf), "", store, chat_template="auto")
+    out = capsys.readouterr().out
+    assert meta["chat_template"] == "chatml-tools"
+    assert "chat_template=auto -> chatml-tools: the model's own chat template fails the train/serve check (tools " \
+           "dropped, calls dropped" in out and "its vocabulary holds <|im_start|>, <|im_end|>" in out
+    assert "generation now also stops" not in out  # <|im_end|> is SmolLM2's EOS already
+    named_uri, _ = delivery.deliver_model(str(smollm2_gguf), "", store, chat_template="chatml-tools")
+    assert named_uri == auto_uri
