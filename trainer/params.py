@@ -71,7 +71,8 @@ PARAMS: tuple[Param, ...] = (
                 'message with "weight": 0 is not trained on): a Hub dataset id (its default config), an s3:// URI '
                 'printed by `python -m trainer deliver-dataset`, builtin:function-calling (the demo\'s: mostly one call '
                 'among 3-4 of five tools, and rows of every other BFCL category: simple, parallel, irrelevance, '
-                'multi_turn; builtin:function-calling-bfcl is another name for it); with run_local also a '
+                'multi_turn; builtin:function-calling-bfcl is another name for it), builtin:function-calling-wide (the same '
+                'categories, calls over 38 tools across domains); with run_local also a '
                 '.jsonl/.json/.csv/.parquet file or a directory of train/test files.')),
     Param('dataset_revision', str, '', INPUTS, BOTH,
           help='Hub branch, tag or commit of dataset_source; empty means main.'),
