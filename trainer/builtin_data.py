@@ -22,6 +22,7 @@ import random
 from typing import Any
 
 from trainer.data import tool_library
+from trainer.data.tool_library import tool
 from trainer.data.masking import DISTRACTORS_MAX, IRRELEVANCE_REPLY, distractors_for, spread
 from trainer.sources import BUILTIN_DATASETS
 
@@ -44,35 +45,20 @@ PASSENGERS = [2, 3, 4, 5, 10, 20]  # travellers (1, the default, otherwise)
 OPTIONAL_GIVEN = 0.3
 
 
-def _tool(name: str, description: str, required: dict[str, Any], optional: dict[str, Any] | None = None
-          ) -> dict[str, Any]:
-    """An OpenAI tool; `required` and `optional` map each parameter to its JSON schema (an optional one
-    carries its `default`, which the call leaves out when the request does not say otherwise)."""
-    return {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": description,
-            "parameters": {"type": "object", "properties": {**required, **(optional or {})},
-                           "required": list(required)},
-        },
-    }
-
-
 _TEXT = {"type": "string"}
 
 # Five tools whose schemas hold every kind a call's arguments take: strings, an enum, a float (`amount`),
 # integers, an array, a nested object, and optional parameters with defaults.
 TOOLS = [
-    _tool("get_weather", "Current weather in a city", {"city": _TEXT},
+    tool("get_weather", "Current weather in a city", {"city": _TEXT},
           {"unit": {"type": "string", "enum": UNITS, "default": "celsius"}}),
-    _tool("convert_currency", "Convert money between currencies",
+    tool("convert_currency", "Convert money between currencies",
           {"amount": {"type": "number"}, "from_currency": _TEXT, "to_currency": _TEXT}),
-    _tool("schedule_meeting", "Book a meeting",
+    tool("schedule_meeting", "Book a meeting",
           {"attendees": {"type": "array", "items": _TEXT}, "day": _TEXT, "time": _TEXT},
           {"minutes": {"type": "integer", "default": 30}}),
-    _tool("set_alarm", "Set an alarm", {"day": _TEXT, "time": _TEXT}),
-    _tool("search_flights", "Find flights",
+    tool("set_alarm", "Set an alarm", {"day": _TEXT, "time": _TEXT}),
+    tool("search_flights", "Find flights",
           {"route": {"type": "object", "properties": {"origin": _TEXT, "destination": _TEXT},
                      "required": ["origin", "destination"]}, "day": _TEXT},
           {"passengers": {"type": "integer", "default": 1}}),

@@ -327,7 +327,7 @@ def deliver_model(source: str, revision: str, store, chat_template: str = "model
 
             tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
             if auto:
-                spec, why = choose_template(tokenizer, _eos_ids(path))
+                spec, why = choose_template(tokenizer, templates.generation_stop_ids(path))
                 print(f"chat_template=auto -> {spec}: {why}", flush=True)
                 meta.update(chat_template=spec, chat_template_auto=why)
                 text = templates.resolve(spec, store)
@@ -339,13 +339,6 @@ def deliver_model(source: str, revision: str, store, chat_template: str = "model
                       "eos_token_id", flush=True)
         uri, manifest = store.put_tree(path, "models")
     return uri, {**meta, "revision": revision if src.kind == "hub" else "", **manifest}
-
-
-def _eos_ids(model_dir: Path) -> list[int]:
-    """The generation config's stop ids of a model directory ([] without one)."""
-    path = Path(model_dir) / templates.GENERATION_CONFIG
-    ids = json.loads(path.read_text(encoding="utf-8")).get("eos_token_id") if path.is_file() else None
-    return ids if isinstance(ids, list) else [ids] if isinstance(ids, int) else []
 
 
 def _converted_upload(uri: str, local: Path, workdir: Path) -> Path:

@@ -215,13 +215,23 @@ def extra_stop_ids(tokenizer, spec: str, eos_ids=()) -> list[int]:
     return [token_id]
 
 
+def stop_ids(value) -> list[int]:
+    """A generation config's `eos_token_id` (one id, a list of them, or absent) as a list of ids."""
+    return [i for i in (value if isinstance(value, list) else [value]) if isinstance(i, int)]
+
+
+def generation_stop_ids(model_dir: str | Path) -> list[int]:
+    """The stop ids of `model_dir`'s generation_config.json ([] without one)."""
+    path = Path(model_dir) / GENERATION_CONFIG
+    return stop_ids(json.loads(path.read_text(encoding="utf-8")).get("eos_token_id")) if path.is_file() else []
+
+
 def with_stops(model_dir: str | Path, tokenizer, spec: str) -> list[int]:
     """Add `extra_stop_ids` to `model_dir`'s generation_config.json (written if missing): the ids generation stops
     at, as transformers' generate and vLLM read them. Returns the ids added."""
     path = Path(model_dir) / GENERATION_CONFIG
     config = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    eos = config.get("eos_token_id", tokenizer.eos_token_id)
-    eos = [i for i in (eos if isinstance(eos, list) else [eos]) if isinstance(i, int)]
+    eos = stop_ids(config.get("eos_token_id", tokenizer.eos_token_id))
     added = extra_stop_ids(tokenizer, spec, eos)
     if added:
         if path.is_symlink():  # a link into the source tree (with_template): written as a file of its own

@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 
-from trainer import settings
+from trainer import settings, templates
 from trainer.errors import collect
 from trainer.parity.check import CHECK_ROWS
 from trainer.parity.preflight import template_problems
@@ -39,10 +39,7 @@ def delivered_problems(store, model_uri: str, dataset_uri: str) -> list[str]:
                 Path(tmp, name).write_bytes((cached / name).read_bytes() if (cached / MANIFEST).is_file()
                                             else store.get_bytes(f"{model_prefix}/{name}"))
         tokenizer = AutoTokenizer.from_pretrained(tmp, local_files_only=True)
-        eos = []
-        if (gen := Path(tmp, "generation_config.json")).is_file():
-            ids = json.loads(gen.read_text()).get("eos_token_id")
-            eos = ids if isinstance(ids, list) else [ids] if isinstance(ids, int) else []
+        eos = templates.generation_stop_ids(tmp)
     rows = []
     for split in ("train", "eval"):
         head = store.get_bytes(f"{data_prefix}/{split}.jsonl", length=_HEAD_BYTES).decode("utf-8", errors="replace")

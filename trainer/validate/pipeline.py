@@ -501,11 +501,7 @@ def _template_problems(model_source: str, splits: dict[str, list], found: list[s
     if not isinstance(chat_template, str) or templates.spec_problems(chat_template) \
             or chat_template.strip().startswith("s3://"):
         return replied  # the template is reported on its own, or read from the bucket at the finetune step
-    eos = []
-    if model.kind == "local" and (gen := os.path.join(model.ref, "generation_config.json")) and os.path.isfile(gen):
-        with open(gen, encoding="utf-8") as f:
-            ids = json.load(f).get("eos_token_id")
-        eos = ids if isinstance(ids, list) else [ids] if isinstance(ids, int) else []
+    eos = templates.generation_stop_ids(model.ref) if model.kind == "local" else []
     chat_template = chat_template.strip()
     if chat_template == templates.AUTO:  # what deliver-model will choose, on the same tokenizer
         try:
