@@ -16,22 +16,21 @@ def pick_best(
     best_adapter: Output[Model],
     best_metrics: Output[Metrics],
     summary: Output[Markdown],
-    select_metric: str = "fc_accuracy",
+    select_metric: str = "fc_ast_accuracy",
     min_gain: float = 0.1,
     min_fc_accuracy: float = 0.0,
     max_category_drop: float = 0.1,
     gate_significance: float = 0.0,
 ) -> NamedTuple("Outputs", deploy=bool, reason=str, best_trial=int):
-    """Rank trials by tuned-vs-base gain in `select_metric` (fc_accuracy up, eval_loss down), those
-    that lost more than `max_category_drop` (a fraction: 0.1 is 10 points) in a category last (trainer.selection.pick; with
-    `gate_significance` > 0 only a drop with McNemar's p below it counts);
-    `deploy` is true when the best gain is at least `min_gain` and the best lost no category."""
+    """Rank trials by tuned-vs-base gain in `select_metric` (fc_ast_accuracy up, eval_loss down), those
+    that lost more than `max_category_drop` (a fraction: 0.1 is 10 points) in a category last; `deploy` is whether
+    the winner passes the finetune pipeline's promotion gate (trainer.evaluate.gate.pick: one rule for both)."""
     from collections import namedtuple
 
     from components.artifacts import log_metrics, read_uri, write_pointer
     from trainer.errors import UserError, exit_on_user_error
     from trainer.report import sweep_markdown
-    from trainer.selection import pick
+    from trainer.evaluate.gate import pick
 
     with exit_on_user_error():
         try:

@@ -75,7 +75,7 @@ def validate_params(
     stall_timeout_s: float = 1800.0,
     deploy_all_trials: bool = False,
     trials: list = [],
-    select_metric: str = "fc_accuracy",
+    select_metric: str = "fc_ast_accuracy",
     min_gain: float = 0.1,
     sweep: bool = False,
 ):

@@ -284,9 +284,10 @@ PARAMS: tuple[Param, ...] = (
           help=('JSON list of trials, each exactly {"lora_r": int, "lora_alpha": int, "learning_rate": float}, e.g. '
                 '[{"lora_r": 16, "lora_alpha": 32, "learning_rate": 0.0002}, {"lora_r": 64, "lora_alpha": 128, '
                 '"learning_rate": 0.0001}]. Numbers without quotes.')),
-    Param('select_metric', str, 'fc_accuracy', SWEEP_GROUP, SWEEP,
-          help=('Metric that picks the best trial: fc_accuracy (function-calling accuracy, higher is better) or '
-                'eval_loss (lower is better).')),
+    Param('select_metric', str, 'fc_ast_accuracy', SWEEP_GROUP, SWEEP,
+          help=('Metric that picks the best trial: fc_ast_accuracy (the finetune gate\'s BFCL-style accuracy over every '
+                'function-calling category, higher is better; the winner is deployed when that gate would promote it) '
+                'or eval_loss (lower is better, for data without tool calls).')),
     Param('deploy_all_trials', bool, False, SWEEP_GROUP, SWEEP,
           help=("Also serve every trial's adapter side by side on one base model (`served_model_name`-base and "
                 '`served_model_name`-trial-0, -1, ...), to compare the trials through one endpoint by model name; '

@@ -465,7 +465,7 @@ SWEEP_CASES = [
      "trials[1] repeats trials[0]"),
     ("trial-not-object", ['trials=[16]'], "trials[0] must have exactly the keys"),
     ("min-gain-nan", ["min_gain=nan"], "min_gain='nan' is not a finite number"),
-    ("select-metric", ["select_metric=bleu"], "select_metric must be one of ['eval_loss', 'fc_accuracy']"),
+    ("select-metric", ["select_metric=bleu"], "select_metric must be one of ['eval_loss', 'fc_ast_accuracy']"),
     ("shared-nodes", ["nodes=0"], "nodes must be >= 1"),
 ]
 

@@ -393,7 +393,7 @@ def test_logged_metrics_have_the_same_names_and_types_in_every_measured_run():
 
 def test_a_kind_of_row_the_split_lacks_logs_no_score_rather_than_a_measured_looking_zero():
     from trainer.evaluate import logged_metrics
-    from trainer.selection import pick
+    from trainer.evaluate.gate import pick
 
     text_only = logged_metrics(_result(0, 30))
     assert not {k for k in text_only if "fc_accuracy" in k}  # blank in KFP's Compare, not 0%
@@ -401,9 +401,9 @@ def test_a_kind_of_row_the_split_lacks_logs_no_score_rather_than_a_measured_look
     tools_only = logged_metrics(_result(30, 0))
     assert not {k for k in tools_only if "text_" in k and k != "text_rows"}
     assert tools_only["text_rows"] == 0.0 and tools_only["tuned_fc_accuracy"] == 0.5
-    # the sweep's pick reads these very metrics: by fc_accuracy nothing is deployed, by eval_loss it works
+    # the sweep's pick reads these very metrics: by fc_ast_accuracy nothing is deployed, by eval_loss it works
     trials = [{"lora_r": 4, "lora_alpha": 8, "learning_rate": 0.003}] * 2
-    picked = pick(trials, [text_only, text_only], "fc_accuracy", min_gain=0.0)
+    picked = pick(trials, [text_only, text_only], "fc_ast_accuracy", min_gain=0.0)
     assert not picked["deploy"] and "select_metric=eval_loss" in picked["reason"]
     assert pick(trials, [text_only, text_only], "eval_loss", min_gain=0.0)["best"] == 0
 

@@ -11,7 +11,7 @@ from trainer import evaluate as ev
 from trainer.data import bfcl as bfcl_data
 from trainer.evaluate import bfcl
 from trainer.evaluate.gate import promotion
-from trainer.selection import category_drops
+from trainer.evaluate.gate import category_drops
 from trainer.report import examples_markdown, summary_lines
 
 

@@ -1,5 +1,5 @@
 """A gate that knows how many rows it stands on (issue 44, item 4): the rows tuning lost and won per category
-(trainer.evaluate.paired), McNemar's exact test on them (trainer.selection.mcnemar_p), and the promotion gate and
+(trainer.evaluate.paired), McNemar's exact test on them (trainer.evaluate.gate.mcnemar_p), and the promotion gate and
 the sweep's pick refusing a category's drop only when it is also significant, once gate_significance asks."""
 
 import math
@@ -11,7 +11,7 @@ from trainer.chat.turns import expected_calls
 from trainer.evaluate import bfcl
 from trainer.evaluate.gate import promotion
 from trainer.evaluate.paired import heldout_counts, paired_counts
-from trainer.selection import category_drops, mcnemar_p, pick
+from trainer.evaluate.gate import category_drops, mcnemar_p, pick
 from trainer.validate import type_problems
 
 
@@ -126,13 +126,14 @@ TRIALS = [{"lora_r": 4, "lora_alpha": 8, "learning_rate": 0.003}, {"lora_r": 8, 
 
 def test_the_sweeps_pick_reads_gate_significance_as_the_gate_does():
     def trial(acc, tuned_irrelevance, lost):
-        return {"base_fc_accuracy": 0.0, "tuned_fc_accuracy": acc, **_metrics(1.0, tuned_irrelevance, 25, lost, 0)}
+        return {"base_fc_ast_accuracy": 0.0, "tuned_fc_ast_accuracy": acc, "fc_ast_accuracy": acc,
+                **_metrics(1.0, tuned_irrelevance, 25, lost, 0)}
 
     chance, harm = trial(0.9, 0.92, 2), trial(0.6, 0.6, 10)
-    assert pick(TRIALS, [chance, harm], "fc_accuracy", min_gain=0.1, max_category_drop=0.05)["deploy"] is False
-    picked = pick(TRIALS, [chance, harm], "fc_accuracy", min_gain=0.1, max_category_drop=0.05, gate_significance=0.05)
+    assert pick(TRIALS, [chance, harm], "fc_ast_accuracy", min_gain=0.1, max_category_drop=0.05)["deploy"] is False
+    picked = pick(TRIALS, [chance, harm], "fc_ast_accuracy", min_gain=0.1, max_category_drop=0.05, gate_significance=0.05)
     assert picked["best"] == 0 and picked["deploy"], picked["reason"]
-    none = pick(TRIALS, [harm, harm], "fc_accuracy", min_gain=0.1, max_category_drop=0.05, gate_significance=0.05)
+    none = pick(TRIALS, [harm, harm], "fc_ast_accuracy", min_gain=0.1, max_category_drop=0.05, gate_significance=0.05)
     assert not none["deploy"] and "10 lost, 0 won, McNemar p=0.00195" in none["reason"]
 
 

@@ -6,19 +6,23 @@ import json
 
 import pytest
 
-from trainer.selection import pick
+from trainer.evaluate.gate import pick
 
 TRIALS = [{"lora_r": 4, "lora_alpha": 8, "learning_rate": 0.003}, {"lora_r": 8, "lora_alpha": 16, "learning_rate": 0.001}]
 
 
-def m(acc, loss):
-    return {"base_fc_accuracy": 0.0, "tuned_fc_accuracy": acc, "base_eval_loss": 7.0, "tuned_eval_loss": loss}
+def m(acc, loss, base=0.0):
+    """A trial's evaluate metrics as logged: the primary accuracy as base_, tuned_ and plain (the tuned model's)."""
+    return {"base_fc_ast_accuracy": base, "tuned_fc_ast_accuracy": acc, "fc_ast_accuracy": acc,
+            "base_eval_loss": 7.0, "tuned_eval_loss": loss}
 
 
 def test_pick_by_accuracy_and_gate():
-    picked = pick(TRIALS, [m(0.3, 1.0), m(0.6, 2.0)], "fc_accuracy", min_gain=0.5)
-    assert picked["best"] == 1 and picked["deploy"] and "gain 0.6 >= min_gain 0.5" in picked["reason"]
-    blocked = pick(TRIALS, [m(0.3, 1.0), m(0.6, 2.0)], "fc_accuracy", min_gain=0.7)
+    picked = pick(TRIALS, [m(0.3, 1.0), m(0.6, 2.0)], "fc_ast_accuracy", min_gain=0.5)
+    assert picked["best"] == 1 and picked["deploy"]
+    assert picked["reason"] == ("deploying trial 1 (lora_r=8, lora_alpha=16, learning_rate=0.001): fc_ast_accuracy "
+                                "0.0% -> 60.0% (+60.0 points), min_fc_accuracy 0.0%, min_gain 50.0 points")
+    blocked = pick(TRIALS, [m(0.3, 1.0), m(0.6, 2.0)], "fc_ast_accuracy", min_gain=0.7)
     assert blocked["best"] == 1 and not blocked["deploy"] and blocked["reason"].startswith("not deployed:")
 
 
@@ -27,10 +31,10 @@ def test_a_trial_that_lost_a_category_is_not_picked_while_another_passes():
     over; where every trial lost it, nothing is deployed and the message names the category and both numbers."""
     lost = {**m(0.9, 1.0), "base_fc_irrelevance_accuracy": 1.0, "tuned_fc_irrelevance_accuracy": 0.5}
     kept = {**m(0.6, 2.0), "base_fc_irrelevance_accuracy": 1.0, "tuned_fc_irrelevance_accuracy": 0.95}
-    picked = pick(TRIALS, [lost, kept], "fc_accuracy", min_gain=0.1, max_category_drop=0.1)
+    picked = pick(TRIALS, [lost, kept], "fc_ast_accuracy", min_gain=0.1, max_category_drop=0.1)
     assert picked["best"] == 1 and picked["deploy"], picked["reason"]
-    assert pick(TRIALS, [lost, kept], "fc_accuracy", min_gain=0.1)["best"] == 0  # 1.0, the default here: off
-    none = pick(TRIALS, [lost, lost], "fc_accuracy", min_gain=0.1, max_category_drop=0.1)
+    assert pick(TRIALS, [lost, kept], "fc_ast_accuracy", min_gain=0.1)["best"] == 0  # 1.0, the default here: off
+    none = pick(TRIALS, [lost, lost], "fc_ast_accuracy", min_gain=0.1, max_category_drop=0.1)
     assert not none["deploy"] and none["best"] == 0
     assert ("fc_irrelevance fell 100.0% -> 50.0% (-50.0 points; lost/won not logged (an older run): taken as "
             "significant; max_category_drop 0.1)") in none["reason"]
@@ -38,16 +42,16 @@ def test_a_trial_that_lost_a_category_is_not_picked_while_another_passes():
 
 def test_a_trial_that_meets_min_gain_exactly_is_deployed():
     """0.6 -> 0.7 against the default min_gain 0.1: deployed (floating point makes the gain 0.09999999999999998)."""
-    exact = [{**m(0.7, 1.0), "base_fc_accuracy": 0.6, "fc_ast_accuracy": 0.7}]
-    picked = pick(TRIALS[:1], exact, "fc_accuracy", min_gain=0.1, min_fc_accuracy=0.7)
+    exact = [m(0.7, 1.0, base=0.6)]
+    picked = pick(TRIALS[:1], exact, "fc_ast_accuracy", min_gain=0.1, min_fc_accuracy=0.7)
     assert picked["deploy"], picked["reason"]
-    short = [{**m(0.69, 1.0), "base_fc_accuracy": 0.6}]
-    assert not pick(TRIALS[:1], short, "fc_accuracy", min_gain=0.1)["deploy"]
+    short = [m(0.69, 1.0, base=0.6)]
+    assert not pick(TRIALS[:1], short, "fc_ast_accuracy", min_gain=0.1)["deploy"]
 
 
 def test_pick_by_eval_loss_prefers_lower_and_ties_go_to_the_first():
     assert pick(TRIALS, [m(0.3, 1.0), m(0.6, 2.0)], "eval_loss", min_gain=1.0)["best"] == 0
-    assert pick(TRIALS, [m(0.5, 1.0), m(0.5, 1.0)], "fc_accuracy", min_gain=0.0)["best"] == 0
+    assert pick(TRIALS, [m(0.5, 1.0), m(0.5, 1.0)], "fc_ast_accuracy", min_gain=0.0)["best"] == 0
     # a trial whose eval loss is not a number is never the best of others (max() over a NaN key picked it)
     nan = float("nan")
     assert pick(TRIALS, [m(0.3, nan), m(0.6, 3.0)], "eval_loss", min_gain=1.0)["best"] == 1
@@ -57,25 +61,59 @@ def test_pick_by_eval_loss_prefers_lower_and_ties_go_to_the_first():
     with pytest.raises(ValueError, match="select_metric"):
         pick(TRIALS, [m(0.3, 1.0), m(0.6, 2.0)], "bleu", 0.0)
     with pytest.raises(ValueError, match="2 trials but 1"):
-        pick(TRIALS, [m(0.3, 1.0)], "fc_accuracy", 0.0)
+        pick(TRIALS, [m(0.3, 1.0)], "fc_ast_accuracy", 0.0)
 
 
 def test_pick_by_accuracy_without_tool_call_rows_deploys_nothing_and_names_eval_loss():
     # A text-only eval split: every trial's accuracy is 0 -> 0, so "the best" would be a tie.
-    text_only = [{**m(0.0, 1.0), "fc_rows": 0.0, "text_rows": 4.0}, {**m(0.0, 0.5), "fc_rows": 0.0, "text_rows": 4.0}]
-    picked = pick(TRIALS, text_only, "fc_accuracy", min_gain=-1.0)
+    text_only = [{"base_eval_loss": 7.0, "tuned_eval_loss": loss, "fc_rows": 0.0, "text_rows": 4.0} for loss in (1.0, 0.5)]
+    picked = pick(TRIALS, text_only, "fc_ast_accuracy", min_gain=-1.0)
     assert not picked["deploy"] and "no tool-call rows (4 text rows)" in picked["reason"]
     assert "select_metric=eval_loss" in picked["reason"]
     assert pick(TRIALS, text_only, "eval_loss", min_gain=0.1)["best"] == 1
     # README: a metric is never shown as a measured-looking 0; and no trial is "best" on a tie of nothing
     from trainer.report import sweep_markdown
 
-    table = sweep_markdown(picked, "fc_accuracy")
+    table = sweep_markdown(picked, "fc_ast_accuracy")
     assert "| 0 | 4 | 8 | 0.003 | not measured | not measured | not measured |" in table
     assert "(best)" not in table
 
 
-def test_a_sweep_on_text_only_data_by_fc_accuracy_is_refused_before_any_trial(tmp_path):
+@pytest.mark.parametrize("base, tuned, irrelevance, floor, gain, drop, significance", [
+    (0.3, 0.9, 1.0, 0.0, 0.1, 0.1, 0.0),  # promoted
+    (0.3, 0.35, 1.0, 0.0, 0.1, 0.1, 0.0),  # gain short of min_gain
+    (0.3, 0.8, 1.0, 0.9, 0.1, 0.1, 0.0),  # under min_fc_accuracy
+    (0.3, 0.9, 0.5, 0.0, 0.1, 0.1, 0.0),  # irrelevance fell 50 points
+    (0.3, 0.9, 0.85, 0.0, 0.1, 0.1, 0.05),  # fell 15 points on rows within chance, let pass
+    (0.3, 0.9, 0.85, 0.0, 0.1, 1.0, 0.0),  # the category gate off
+])
+def test_the_sweep_deploys_its_winner_exactly_when_the_finetune_gate_would_promote_it(
+        base, tuned, irrelevance, floor, gain, drop, significance):
+    """One promotion rule (trainer.evaluate.gate): the same metrics, thresholds and verdict for a lone trial."""
+    from trainer.evaluate.gate import promotion
+
+    metrics = {**m(tuned, 1.0, base=base), "base_fc_irrelevance_accuracy": 1.0,
+               "tuned_fc_irrelevance_accuracy": irrelevance, "fc_irrelevance_rows": 20.0,
+               "fc_irrelevance_lost": round((1 - irrelevance) * 20), "fc_irrelevance_won": 0.0}
+    promoted, said = promotion(metrics, floor, gain, drop, significance)
+    picked = pick(TRIALS[:1], [metrics], "fc_ast_accuracy", gain, floor, drop, significance)
+    assert picked["deploy"] is promoted
+    assert said.split(": ", 1)[1].split(". Nothing is deployed")[0] in picked["reason"]  # the gate's own words
+
+
+def test_select_metric_fc_accuracy_names_the_metric_it_became():
+    """The sweep's former exact-match metric: refused with the one the finetune gate reads, before any trial."""
+    from trainer.validate.sweep import sweep_problems
+
+    problems = sweep_problems({"select_metric": "fc_accuracy"})
+    assert ("select_metric=fc_accuracy is no longer a choice: the sweep now picks and gates on the finetune "
+            "pipeline's metric, fc_ast_accuracy") in " ".join(problems)
+    assert any(p.endswith("set select_metric=fc_ast_accuracy") for p in problems)
+    with pytest.raises(ValueError, match="set select_metric=fc_ast_accuracy"):
+        pick(TRIALS, [m(0.3, 1.0), m(0.6, 2.0)], "fc_accuracy", 0.0)
+
+
+def test_a_sweep_on_text_only_data_by_fc_ast_accuracy_is_refused_before_any_trial(tmp_path):
     """Every trial trained, then scored 0 -> 0 and nothing deployed. The rows are read by
     validation anyway (a local file): refuse up front, naming select_metric=eval_loss."""
     from trainer.validate import sweep_problems
@@ -87,7 +125,7 @@ def test_a_sweep_on_text_only_data_by_fc_accuracy_is_refused_before_any_trial(tm
     params = {"trials": TRIALS, "dataset_source": str(path)}
     problems = sweep_problems(params)
     assert len(problems) == 1, problems
-    assert "select_metric=fc_accuracy measures tool calls, but the eval split of dataset_source" in problems[0]
+    assert "select_metric=fc_ast_accuracy measures tool calls, but the eval split of dataset_source" in problems[0]
     assert "has none (4 text rows)" in problems[0] and problems[0].endswith("set select_metric=eval_loss")
     assert sweep_problems({**params, "select_metric": "eval_loss"}) == []
     assert sweep_problems({"trials": TRIALS}) == []  # the built-in data has tool-call rows
@@ -163,8 +201,14 @@ def test_the_sweep_wires_the_cluster_settings_to_its_tasks_as_the_finetune_pipel
 
 def test_the_sweeps_pick_applies_the_promotion_gates_accuracy():
     metrics = [{**m(0.3, 1.0), "fc_ast_accuracy": 0.3}, {**m(0.6, 2.0), "fc_ast_accuracy": 0.6}]
-    assert pick(TRIALS, metrics, "fc_accuracy", min_gain=0.5, min_fc_accuracy=0.6)["deploy"]
-    blocked = pick(TRIALS, metrics, "fc_accuracy", min_gain=0.5, min_fc_accuracy=0.7)
-    assert not blocked["deploy"] and "fc_ast_accuracy that is 60.0%, below min_fc_accuracy 70.0%" in blocked["reason"]
-    unmeasured = pick(TRIALS, [m(0.3, 1.0), m(0.6, 2.0)], "eval_loss", min_gain=0.0, min_fc_accuracy=0.5)
-    assert not unmeasured["deploy"] and "is not measured" in unmeasured["reason"]
+    assert pick(TRIALS, metrics, "fc_ast_accuracy", min_gain=0.5, min_fc_accuracy=0.6)["deploy"]
+    blocked = pick(TRIALS, metrics, "fc_ast_accuracy", min_gain=0.5, min_fc_accuracy=0.7)
+    assert not blocked["deploy"] and "fc_ast_accuracy 60.0% < min_fc_accuracy 70.0%" in blocked["reason"]
+    text_only = [{"base_eval_loss": 7.0, "tuned_eval_loss": loss} for loss in (1.0, 2.0)]
+    unmeasured = pick(TRIALS, text_only, "eval_loss", min_gain=0.0, min_fc_accuracy=0.5)
+    assert not unmeasured["deploy"] and unmeasured["reason"] == (
+        "not deployed: trial 0 (lora_r=4, lora_alpha=8, learning_rate=0.003): the eval split has no function-calling "
+        "rows, so fc_ast_accuracy measures nothing and cannot pass min_fc_accuracy=0.5: set it to 0 for chat-only data")
+    # by eval loss a fall in the accuracy is not asked about, only its floor
+    fell = [m(0.2, 1.0, base=0.5)]
+    assert pick(TRIALS[:1], fell, "eval_loss", min_gain=1.0, min_fc_accuracy=0.1)["deploy"]

@@ -1,10 +1,10 @@
 """Base and tuned on the same rows, paired: per category the rows the tuned model lost (the base right, the
 tuned wrong) and won (the base wrong, the tuned right): what McNemar's exact test reads
-(trainer.selection.mcnemar_p).
+(trainer.evaluate.gate.mcnemar_p).
 
 A category's accuracy can fall 8 points on 25 rows by chance as readily as by harm; the rows that changed
 verdict say which. The evaluate step logs the counts (`fc_<category>_lost` / `_won` on the held-out rows,
-`bfcl_<category>_lost` / `_won` on BFCL's), so the promotion gate (trainer.selection.category_drops) reads
+`bfcl_<category>_lost` / `_won` on BFCL's), so the promotion gate (trainer.evaluate.gate.category_drops) reads
 them from the metrics, as it reads the accuracies.
 """
 

@@ -402,7 +402,7 @@ def _gate_problems(params: dict[str, Any], bad: set[str]) -> list[str]:
     elif gain < 0:
         problems.append(f"min_gain must be >= 0, got {gain}: a negative gain would deploy a model worse than the "
                         f"base model; 0 deploys any improvement")
-    elif params.get("select_metric", "fc_accuracy") == "fc_accuracy" and gain > 1:  # 10 meant as 10% never deploys
+    elif params.get("select_metric", DEFAULTS["select_metric"]) != "eval_loss" and gain > 1:  # 10 meant as 10% never deploys
         problems.append(f"min_gain={gain:g} can never be reached: the gain in function-calling accuracy is a "
                         f"fraction of at most 1: write {gain / 100:g} for {gain:g} percentage points")
     return problems

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from trainer.params import TRIAL_EXAMPLE, TRIAL_KEYS
-from trainer.selection import SELECT
+from trainer.evaluate.gate import PRIMARY, select_problem
 from trainer.validate.pipeline import _gate_rows_problems, _tool_rows_problem, pipeline_problems
 from trainer.validate.values import _TRAIN_DEFAULTS, DEFAULTS, value_problem
 
@@ -49,11 +49,11 @@ def sweep_problems(params: dict[str, Any], check_local_files: bool = True) -> li
                         "load an adapter that trains the embeddings in full: set lora_train_embeddings=false, or "
                         "deploy_all_trials=false to deploy the winner merged")
     select = params.get("select_metric", DEFAULTS["select_metric"])
-    if select not in SELECT:
-        problems.append(f"select_metric must be one of {sorted(SELECT)}, got {select!r}")
-    elif select == "fc_accuracy":  # every trial would train, then score 0 -> 0 and nothing deploys
+    if problem := select_problem(select):
+        problems.append(problem)
+    elif select == PRIMARY:  # every trial would train, then score nothing and nothing deploys
         problems += _tool_rows_problem({**DEFAULTS, **shared}, splits.get("eval") or [],
-                                       "select_metric=fc_accuracy measures tool calls", "none",
+                                       f"select_metric={PRIMARY} measures tool calls", "none",
                                        "no trial could be picked or deployed", "set select_metric=eval_loss")
     problems += _gate_rows_problems({**DEFAULTS, **shared}, splits.get("eval") or [], "min_fc_accuracy")
     seen: set[str] = set()
