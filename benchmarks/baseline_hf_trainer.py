@@ -110,7 +110,7 @@ def main() -> None:
         trainer = Trainer(model=model, args=TrainingArguments(**common), train_dataset=ds,
                           data_collator=counting(inner), callbacks=[Half()])
     start = time.perf_counter()
-    trainer.train()
+    trainer.recipe.train()
     end = time.perf_counter()
     seconds = end - start
     peak = (torch.cuda.max_memory_allocated() / 2**20 if cuda

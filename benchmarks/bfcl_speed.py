@@ -50,7 +50,7 @@ def matmul_gflops(dtype: torch.dtype, n: int = 4096, repeat: int = 5) -> float:
 def model_dir(work: Path) -> Path:
     """SmolLM2 with the chatml-tools template written in (as deliver-model writes it)."""
     from tests.real_models import smollm2_model_dir
-    from trainer import templates
+    from trainer.chat import templates
 
     return templates.with_template(smollm2_model_dir(), templates.resolve(TEMPLATE, None), work / "model")
 

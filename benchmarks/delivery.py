@@ -59,8 +59,8 @@ def main() -> None:
 
     server, endpoint = start_s3()
     os.environ.update(S3_ENDPOINT=endpoint, S3_BUCKET="bench", AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="x" * 16)
-    from trainer.report import table
-    from trainer.storage import Store
+    from trainer.evaluate.report import table
+    from trainer.core.storage import Store
 
     store = Store.from_env()
     copy_s, upload_s = [], []

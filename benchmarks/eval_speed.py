@@ -224,7 +224,7 @@ def _run_shown(cmd: list[str], log_path: Path, env: dict[str, str], timeout_s: f
 
 def train(model_uri: str, data_uri: str, steps: int, work: Path, env: dict[str, str]) -> dict[str, Any]:
     """A LoRA adapter by `python -m trainer train`; returns its result.json (output_uri, metrics)."""
-    from trainer.storage import Store
+    from trainer.core.storage import Store
 
     prefix = "runs/eval-speed"
     t = TRAIN
@@ -260,7 +260,7 @@ def run_path(engine: str, model_dir: Path, tuned_dir: Path, eval_path: Path, row
 
 def report(res: dict[str, Any]) -> str:
     """The printed summary: settings, rows/s per path and the ratios, the profile, the accuracies of both paths."""
-    from trainer.report import table
+    from trainer.evaluate.report import table
 
     hf, ep = res["paths"]["hf"]["profile"], res["paths"]["vllm"]["profile"]
     r, ag = res["ratio"], res["agreement"]
@@ -318,12 +318,12 @@ def main(argv: list[str] | None = None) -> int:
     tmp = tempfile.mkdtemp(prefix="evs-")
     os.environ.update(TMPDIR=tmp, FINETUNE_CACHE_DIR=str(work / "cache"))
     tempfile.tempdir = None
-    from trainer.errors import UserError
+    from trainer.core.errors import UserError
 
     s3 = None
     try:
-        from trainer import delivery
-        from trainer.storage import Store
+        from trainer.store import delivery
+        from trainer.core.storage import Store
 
         if args.model_source:
             model_source = args.model_source

@@ -18,7 +18,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from trainer import builtin_data
+from trainer.data import builtin_data
 
 SYSTEM = "SYSTEM: You are a helpful assistant with access to the following functions. Use them if required -\n"
 END = " <|endoftext|>"

@@ -17,7 +17,7 @@ every figure as JSON under `--out` (default `$OUT`, the device tool's folder tha
 4. `lora-8b`: LoRA on a Llama-3.1-8B shape, this trainer alone.
 5. `full-1b`: full fine-tuning of the 1B shape, this trainer against HF Trainer.
 6. `qlora-1b`: QLoRA (bitsandbytes' CUDA build, where it imports) on the 1B shape.
-7. `compile-1b`: `compile=true` with its compiled-vs-eager trial (trainer.compile_trial.CompileTrial).
+7. `compile-1b`: `compile=true` with its compiled-vs-eager trial (trainer.recipe.compile_trial.CompileTrial).
 
 Parts run in this order, each in its own processes with a time limit cut from what is left of the
 budget; a part that fails or runs out of time costs only itself, and `gpu-check.json` (the
@@ -357,7 +357,7 @@ def qlora_ready(cuda: bool) -> bool:
 
 
 def print_summary(summary: dict, figures: dict) -> None:
-    from trainer.report import table
+    from trainer.evaluate.report import table
 
     env = figures.get("env") or {}
     print(f"\n{env.get('gpu') or 'CPU (dry run: figures meaningless)'}; torch {env.get('torch')}, transformers "

@@ -14,7 +14,7 @@ interleaved (ours, HF, ours, HF, ...) so that clock and thermal drift hit both a
 - this trainer: `--batch-tokens` tokens per micro-batch (`--batch-tokens-8b` on the 8B shape, whose
   activations at 16,384 tokens would not fit in 80 GB next to its 16 GB of weights without
   gradient checkpointing), one variant per `--variants` entry (space-separated TrainConfig fields
-  or trainer.settings names, "default" for none);
+  or trainer.core.settings names, "default" for none);
 - the baselines (`--baselines`, benchmarks/baseline_hf_trainer.py): HF Trainer + peft and TRL's
   SFTTrainer, each batch padded to its longest row, bf16, Liger's kernels where liger-kernel is
   installed (each one's best settings on a GPU without flash-attn), as many rows per step as hold
@@ -24,7 +24,7 @@ interleaved (ours, HF, ours, HF, ...) so that clock and thermal drift hit both a
 random weights under a LoRA rate diverge, and this trainer stops on a non-finite loss).
 
 A `compile=true` run times its compiled layers against eager early on and keeps the faster
-(trainer.compile_trial.CompileTrial); its row notes both rates and what was kept. To time compiled
+(trainer.recipe.compile_trial.CompileTrial); its row notes both rates and what was kept. To time compiled
 layers as such, add FINETUNE_COMPILE_TRIAL=0 to the variant.
 
 Prints, with the GPU's name: real (non-pad) tokens/s over the second half of each run's steps
@@ -118,9 +118,9 @@ def steady(result: dict) -> float:
 
 def parse_variants(text: str) -> dict[str, tuple[list[str], dict[str, str]]]:
     """"default;compile=true packing=flatten FINETUNE_LIGER=0" -> {name: (trainer CLI args,
-    environment)}: lower-case keys are TrainConfig fields, upper-case ones trainer.settings names."""
-    from trainer import settings
-    from trainer.config import TrainConfig
+    environment)}: lower-case keys are TrainConfig fields, upper-case ones trainer.core.settings names."""
+    from trainer.core import settings
+    from trainer.config.training import TrainConfig
 
     known = {f.replace("_", "-") for f in TrainConfig.__dataclass_fields__}
     out = {}
@@ -129,13 +129,13 @@ def parse_variants(text: str) -> dict[str, tuple[list[str], dict[str, str]]]:
         args, env = [], {}
         for pair in pairs:
             key, sep, value = pair.partition("=")
-            if sep and key in settings._DEFAULTS:
+            if sep and key in settings.SETTING_DEFAULTS:
                 env[key] = value
             elif sep and key.replace("_", "-") in known:
                 args.append(f"--{key.replace('_', '-')}={value}")
             else:
                 raise SystemExit(f"--variants: {pair!r} is not FIELD=VALUE with a TrainConfig field "
-                                 f"(or a trainer.settings name such as FINETUNE_LIGER=0)")
+                                 f"(or a trainer.core.settings name such as FINETUNE_LIGER=0)")
         out[entry] = (args, env)
     return out
 
@@ -146,8 +146,8 @@ def seed_model(store, model_dir: Path) -> str:
     nothing. Spares the 8B shape a 16 GB upload and download through moto (minutes) that says
     nothing about training speed. Files are hard-linked into the cache where the file system
     allows (no second 16 GB write)."""
-    from trainer import settings
-    from trainer.storage import MANIFEST, tree_manifest
+    from trainer.core import settings
+    from trainer.core.storage import MANIFEST, tree_manifest
 
     manifest = tree_manifest(model_dir)
     # not under models/: a manifest without its files must never stand where deliveries look
@@ -174,7 +174,7 @@ def build_model(shape: Shape, out: Path) -> Path:
     import torch
     from transformers import LlamaForCausalLM
 
-    from trainer import builtin_model
+    from trainer.models import builtin_model
 
     tok = builtin_model.build_tokenizer()
     with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
@@ -204,7 +204,7 @@ def run_logged(cmd: list[str], log: Path, timeout_s: float = 0, env: dict[str, s
     """Run `cmd` with its output in `log`; RunFailed on a non-zero status or after `timeout_s`
     (0: none), when it is killed with every process below it (inductor's compile workers too).
     It stays in this process group, so a time limit that stops this command stops it too."""
-    from trainer.procs import descendants
+    from trainer.core.procs import descendants
 
     def kill(proc) -> None:
         # Each process is stopped before its children are listed, so none starts one unseen.
@@ -260,7 +260,7 @@ def _train(model_uri: str, data_uri: str, prefix: str, steps: int, batch_tokens:
 
 def run_ours(model_uri: str, data_uri: str, args, extra: tuple[list[str], dict[str, str]], tag: str,
              batch_tokens: int) -> dict:
-    from trainer.storage import Store
+    from trainer.core.storage import Store
 
     prefix = f"runs/compare-{tag}"
     _train(model_uri, data_uri, prefix, args.steps, batch_tokens, extra, args)
@@ -339,7 +339,7 @@ def compile_note(results: list[dict]) -> str:
 
 def run_profiled(model_uri: str, data_uri: str, args, extra, tag: str, steps: int = 3) -> dict[str, float]:
     """One more run of a variant with torch.profiler on `steps` steps; its kernel time by kind."""
-    from trainer.storage import Store
+    from trainer.core.storage import Store
 
     prefix = f"runs/profile-{tag}"
     _train(model_uri, data_uri, prefix, steps + 3, args.batch_tokens, extra, args, f"--profile-steps={steps}")
@@ -486,9 +486,10 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     from benchmarks.common import local_s3
-    from trainer import data, delivery
-    from trainer.report import table
-    from trainer.storage import Store
+    from trainer import data
+    from trainer.store import delivery
+    from trainer.evaluate.report import table
+    from trainer.core.storage import Store
 
     rows, figures, profiles, failures = [], [], {}, []
     raw: dict[str, dict[str, list]] = {}

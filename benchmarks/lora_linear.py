@@ -1,10 +1,10 @@
 """python -m benchmarks.lora_linear [--tokens N] [--repeats 5] [--shape 1b|8b] [--json out.json]
 
 One training step's worth of LoRA linear layers, peft's `lora.Linear` against
-`trainer.fused_lora.FusedLoraLinear`, on the layer shapes of one Llama decoder block (q, k, v,
+`trainer.models.fused_lora.FusedLoraLinear`, on the layer shapes of one Llama decoder block (q, k, v,
 o, gate, up, down), forward + backward, with the same weights and the same input, the way
 the trainer runs them: on CUDA a bf16 base with fp32 adapters under bf16 autocast and peft's
-input upcast off (trainer.model.LossModel), on CPU fp32. Interleaved (peft, fused, peft, ...);
+input upcast off (trainer.models.model.LossModel), on CPU fp32. Interleaved (peft, fused, peft, ...);
 prints the median time of each, the ratio, the largest output/gradient difference, and on
 CUDA the peak memory above the weights.
 """
@@ -28,7 +28,7 @@ def layers(shape: str, fused: bool, device, dtype) -> list:
     from peft import LoraConfig
     from peft.tuners.lora import Linear as LoraLinear
 
-    from trainer.fused_lora import FusedLoraLinear
+    from trainer.models.fused_lora import FusedLoraLinear
 
     hidden, inter, kv = SHAPES[shape]
     dims = [(hidden, hidden), (hidden, kv), (hidden, kv), (hidden, hidden), (hidden, inter), (hidden, inter),

@@ -291,7 +291,7 @@ def serve_own(base_dir: Path, adapter_dir: Path, log_path: Path) -> tuple[str, i
 # --- training throughput: this trainer beside TRL's SFTTrainer -----------------------------------------------------
 
 def run_ours(model_uri: str, data_uri: str, s: dict[str, Any], i: int, work: Path, env: dict[str, str]) -> dict:
-    from trainer.storage import Store
+    from trainer.core.storage import Store
 
     prefix, steps = f"runs/compare-{i}", s["compare_steps"]
     _run_child([sys.executable, "-m", "trainer", "train", f"--model-uri={model_uri}", f"--dataset-uri={data_uri}",
@@ -378,7 +378,7 @@ def trl_worker(spec: dict[str, Any]) -> None:
 
     trainer.data_collator = counting
     start = time.perf_counter()
-    trainer.train()
+    trainer.recipe.train()
     seconds = time.perf_counter() - start
     real = sum(counts[:steps])
     result = {"tokens_per_second": real / seconds, "train_seconds": seconds, "train_tokens": real,
@@ -395,7 +395,7 @@ def steady(run: dict[str, Any]) -> float:
 
 def compare(model_uri: str, data_uri: str, s: dict[str, Any], work: Path, env: dict[str, str],
             padding_free: bool) -> dict[str, Any]:
-    from trainer.storage import Store
+    from trainer.core.storage import Store
 
     store = Store.from_env()
     model_dir, train_jsonl = store.get_tree(model_uri), store.get_tree(data_uri) / "train.jsonl"
@@ -414,7 +414,7 @@ def compare(model_uri: str, data_uri: str, s: dict[str, Any], work: Path, env: d
 
 def quick_dataset(work: Path) -> Path:
     """--quick's data: a small slice of the built-in generator as a local dataset directory."""
-    from trainer import builtin_data
+    from trainer.data import builtin_data
     from trainer.data import write_jsonl
 
     n_train, n_eval = QUICK_DATA_ROWS
@@ -439,7 +439,7 @@ def versions() -> str:
 
 
 def report(res: dict[str, Any]) -> str:
-    from trainer.report import table
+    from trainer.evaluate.report import table
 
     s, lines = res["settings"], []
     lines += ["", f"== real-model benchmark: {res.get('model', 'SmolLM2-135M-Instruct (GGUF Q4_1)')} + "
@@ -542,7 +542,7 @@ def main() -> int:
     temp = None if args.work_dir else tempfile.TemporaryDirectory(prefix="real-model-bench-")
     work = (args.work_dir or Path(temp.name)).absolute()
     work.mkdir(parents=True, exist_ok=True)
-    from trainer.errors import UserError
+    from trainer.core.errors import UserError
 
     s3 = tmp = None
     try:
@@ -574,7 +574,7 @@ def main() -> int:
                    pipeline_eval=record.get("metrics", {}).get("evaluate", {}))
         uris = task_outputs(Path(record["kfp_run_dir"]))
         model_uri, data_uri = uris["deliver-model.model"], uris["deliver-dataset.dataset"]
-        from trainer.storage import Store
+        from trainer.core.storage import Store
 
         store = Store.from_env()
         with open(store.get_tree(data_uri) / "eval.jsonl") as f:

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from benchmarks.common import median
-from trainer import builtin_data
+from trainer.data import builtin_data
 from trainer.serving import client, local
 
 
@@ -49,7 +49,7 @@ def main() -> None:
     args = parser.parse_args()
     model = args.model
     if model is None:
-        from trainer import builtin_model
+        from trainer.models import builtin_model
 
         model = builtin_model.build(Path(tempfile.mkdtemp()) / "tiny")
     rows = builtin_data.generate(0, 50, seed=1)["eval"]

@@ -20,7 +20,7 @@ from benchmarks.common import local_s3, median
 
 
 def run_ours(model_uri: str, data_uri: str, steps: int, batch_tokens: int, i: int) -> dict:
-    from trainer.storage import Store
+    from trainer.core.storage import Store
 
     prefix = f"runs/bench-{i}"
     subprocess.run([sys.executable, "-m", "trainer", "train", f"--model-uri={model_uri}", f"--dataset-uri={data_uri}",
@@ -46,9 +46,9 @@ def main() -> None:
     args = parser.parse_args()
 
     server = local_s3()
-    from trainer import delivery
-    from trainer.report import table
-    from trainer.storage import Store
+    from trainer.store import delivery
+    from trainer.evaluate.report import table
+    from trainer.core.storage import Store
 
     store = Store.from_env()
     model_uri, _ = delivery.deliver_model("builtin:tiny-llama", "", store)

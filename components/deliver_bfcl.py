@@ -4,18 +4,18 @@ when eval_suites scores bfcl; and the training rows checked against its question
 from kfp import dsl
 from kfp.dsl import Dataset, Input, Output
 
-from trainer import settings
+from trainer.core import settings
 
 
 @dsl.component(base_image=settings.image(), install_kfp_package=False)
 def deliver_bfcl(source: str, eval_suites: str, dataset: Input[Dataset], bfcl: Output[Dataset]):
-    """Deliver BFCL's data (trainer.delivery.deliver_bfcl) and refuse a dataset whose training rows ask
+    """Deliver BFCL's data (trainer.store.delivery.deliver_bfcl) and refuse a dataset whose training rows ask
     one of its questions; with eval_suites not scoring bfcl, an empty pointer and nothing fetched."""
     from components.artifacts import read_uri, write_pointer
-    from trainer import delivery
+    from trainer.store import delivery
     from trainer.data import bfcl as bfcl_data
-    from trainer.errors import exit_on_user_error
-    from trainer.storage import Store
+    from trainer.core.errors import exit_on_user_error
+    from trainer.core.storage import Store
 
     with exit_on_user_error():
         if "bfcl" not in bfcl_data.parse_suites(eval_suites):

@@ -11,7 +11,7 @@ split (trainer.data.masking), counted in the artifact's metadata (`irrelevance_r
 from kfp import dsl
 from kfp.dsl import Dataset, Output
 
-from trainer import settings
+from trainer.core import settings
 
 
 @dsl.component(base_image=settings.image(), install_kfp_package=False)
@@ -23,9 +23,9 @@ def deliver_dataset(source: str, revision: str, eval_fraction: float, seed: int,
     `irrelevance_share` of each split made by function masking (trainer.data.masking), answered
     `irrelevance_reply`, `irrelevance_distractors` of them offering unrelated tools."""
     from components.artifacts import write_pointer
-    from trainer import delivery
-    from trainer.errors import exit_on_user_error
-    from trainer.storage import Store
+    from trainer.store import delivery
+    from trainer.core.errors import exit_on_user_error
+    from trainer.core.storage import Store
 
     with exit_on_user_error():
         uri, meta = delivery.deliver_dataset(source, revision, Store.from_env(), eval_fraction, seed,

@@ -6,7 +6,7 @@ from typing import NamedTuple
 from kfp import dsl
 from kfp.dsl import Dataset, Input, Metrics, Model, Output
 
-from trainer import settings
+from trainer.core import settings
 
 
 @dsl.component(base_image=settings.image(), install_kfp_package=False)
@@ -41,11 +41,11 @@ def deploy(
 
     from components.artifacts import read_uri
     from trainer import deploy
-    from trainer.errors import UserError, exit_on_user_error
+    from trainer.core.errors import UserError, exit_on_user_error
     from trainer.k8s.vllm import ServeSpec
     from trainer.launch import cluster_from_params
     from trainer.serving.client import smoke_outcome, smoke_request
-    from trainer.storage import Store
+    from trainer.core.storage import Store
 
     with exit_on_user_error():
         if serve_adapters and (base_model is None or adapter is None):

@@ -6,7 +6,7 @@ from typing import List, NamedTuple
 from kfp import dsl
 from kfp.dsl import Dataset, Input, Metrics, Model, Output
 
-from trainer import settings
+from trainer.core import settings
 
 
 @dsl.component(base_image=settings.image(), install_kfp_package=False)
@@ -40,12 +40,12 @@ def deploy_trials(
         return namedtuple("Outputs", ["endpoint", "models"])("", [])
 
     from components.artifacts import read_uri
-    from trainer.errors import exit_on_user_error
+    from trainer.core.errors import exit_on_user_error
     from trainer import deploy
     from trainer.k8s.vllm import ServeSpec, trial_adapters
     from trainer.launch import cluster_from_params
     from trainer.serving.client import smoke_outcome, smoke_request
-    from trainer.storage import Store
+    from trainer.core.storage import Store
 
     with exit_on_user_error():
         store = Store.from_env()

@@ -6,7 +6,7 @@ from typing import NamedTuple
 from kfp import dsl
 from kfp.dsl import Artifact, Dataset, Input, Markdown, Metrics, Model, Output
 
-from trainer import settings
+from trainer.core import settings
 
 
 # The project on vLLM's image (docker/Dockerfile.eval): eval_engine=vllm serves in this pod.
@@ -43,20 +43,20 @@ def evaluate(
     floor, `gate_significance`: McNemar's p a drop must be under to refuse (0: off) (trainer.evaluate.promotion).
     The base's scores are kept in the bucket by what decides them (trainer.evaluate.kept_base): a later run
     with the same base tree, template, rows and settings reuses them and does not ask the base.
-    Where MLFLOW_TRACKING_URI is set, the metrics, the verdict and the report go to MLflow too (trainer.tracking)."""
+    Where MLFLOW_TRACKING_URI is set, the metrics, the verdict and the report go to MLflow too (trainer.core.tracking)."""
     import json
     from collections import namedtuple
 
     from components.artifacts import log_metrics, read_uri
     from trainer.data.bfcl import parse_suites
-    from trainer.errors import UserError, exit_on_user_error
+    from trainer.core.errors import UserError, exit_on_user_error
     from trainer.evaluate import evaluate as run_eval
     from trainer.evaluate import logged_metrics, promotion
     from trainer.evaluate.kept_base import KeptBase
-    from trainer.model import skip_bitsandbytes
-    from trainer.report import examples_markdown, summary_lines
-    from trainer.storage import Store
-    from trainer.tracking import Tracker
+    from trainer.models.model import skip_bitsandbytes
+    from trainer.evaluate.report import examples_markdown, summary_lines
+    from trainer.core.storage import Store
+    from trainer.core.tracking import Tracker
 
     with exit_on_user_error():
         store = Store.from_env()

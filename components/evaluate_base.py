@@ -3,7 +3,7 @@
 from kfp import dsl
 from kfp.dsl import Artifact, Dataset, Input, Model, Output
 
-from trainer import settings
+from trainer.core import settings
 
 
 # The evaluate step's image and placement: the same engine scores base and tuned (trainer.evaluate.score_base).
@@ -22,10 +22,10 @@ def evaluate_base(
     import json
 
     from components.artifacts import read_uri
-    from trainer.errors import exit_on_user_error
+    from trainer.core.errors import exit_on_user_error
     from trainer.evaluate import score_base
-    from trainer.model import skip_bitsandbytes
-    from trainer.storage import Store
+    from trainer.models.model import skip_bitsandbytes
+    from trainer.core.storage import Store
 
     with exit_on_user_error():
         store = Store.from_env()

@@ -4,7 +4,7 @@ processes on this machine) or `kubernetes` (a PyTorchJob of `nodes` pods)."""
 from kfp import dsl
 from kfp.dsl import HTML, Dataset, Input, Metrics, Model, Output
 
-from trainer import settings
+from trainer.core import settings
 
 
 @dsl.component(base_image=settings.image(), install_kfp_package=False)
@@ -51,32 +51,32 @@ def finetune(
     A failed node restarts the job up to `max_restarts` times (locally: all nodes; on a cluster:
     the PyTorchJob backoff limit), resuming from the last checkpoint (every `checkpoint_every`
     steps, in runs/<run_id>/checkpoints). The loss history stays in runs/<run_id>/result.json.
-    Where MLFLOW_TRACKING_URI is set, training logs its settings and losses to MLflow (trainer.tracking).
+    Where MLFLOW_TRACKING_URI is set, training logs its settings and losses to MLflow (trainer.core.tracking).
     """
     params = dict(locals())  # first statement: only the parameters are local yet
     import os
 
     from components.artifacts import log_metrics, read_uri, write_pointer
-    from trainer.config import TrainConfig
-    from trainer.errors import exit_on_user_error
+    from trainer.config.training import TrainConfig
+    from trainer.core.errors import exit_on_user_error
     from trainer.launch import cluster_from_params, run_training
-    from trainer.report import training_html
-    from trainer.storage import Store
-    from trainer.tracking import Tracker
+    from trainer.evaluate.report import training_html
+    from trainer.core.storage import Store
+    from trainer.core.tracking import Tracker
 
     cfg = TrainConfig.from_params(params, model_uri=read_uri(base_model), dataset_uri=read_uri(dataset),
                                   output_prefix=f"runs/{run_id}")
     with exit_on_user_error():
         rows = (dataset.metadata.get("rows") or {}).get("train")  # counted on delivery: too few fails before a job
         if rows is not None:
-            from trainer.batching import check_rows
+            from trainer.data.batching import check_rows
 
             check_rows(int(rows), batch_size, nodes * procs_per_node, batch_tokens)
         store = Store.from_env()
         if local_run := os.environ.get("FINETUNE_LOCAL_RUN"):  # run_local: a failed run finds its events by this
             store.put_json(f"runs/{run_id}/local-run/{local_run}", {})
         tracker = Tracker.from_env(run_name=f"finetune {run_id}")
-        tracker.share()  # rank 0 logs to this run, restarted or on the job's pods (trainer.tracking.forwarded_env)
+        tracker.share()  # rank 0 logs to this run, restarted or on the job's pods (trainer.core.tracking.forwarded_env)
         with tracker:
             result = run_training(cfg, launcher, cluster_from_params(params), store, run_id)
     write_pointer(adapter, result["output_uri"], {"method": method, "total_bytes": result["output_bytes"],

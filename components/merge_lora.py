@@ -3,7 +3,7 @@
 from kfp import dsl
 from kfp.dsl import Input, Model, Output
 
-from trainer import settings
+from trainer.core import settings
 
 
 @dsl.component(base_image=settings.image(), install_kfp_package=False)
@@ -12,10 +12,10 @@ def merge_lora(base_model: Input[Model], adapter: Input[Model], merged: Output[M
     import tempfile
 
     from components.artifacts import read_uri, write_pointer
-    from trainer.errors import exit_on_user_error
-    from trainer.merge import merge
-    from trainer.model import skip_bitsandbytes
-    from trainer.storage import Store
+    from trainer.core.errors import exit_on_user_error
+    from trainer.models.merge import merge
+    from trainer.models.model import skip_bitsandbytes
+    from trainer.core.storage import Store
 
     with exit_on_user_error(), tempfile.TemporaryDirectory() as tmp:
         store = Store.from_env()

@@ -3,7 +3,7 @@
 from kfp import dsl
 from kfp.dsl import Markdown, Output
 
-from trainer import settings
+from trainer.core import settings
 
 
 @dsl.component(base_image=settings.image(), install_kfp_package=False)

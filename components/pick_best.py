@@ -5,7 +5,7 @@ from typing import List, NamedTuple
 from kfp import dsl
 from kfp.dsl import Input, Markdown, Metrics, Model, Output
 
-from trainer import settings
+from trainer.core import settings
 
 
 @dsl.component(base_image=settings.image(), install_kfp_package=False)
@@ -28,8 +28,8 @@ def pick_best(
     from collections import namedtuple
 
     from components.artifacts import log_metrics, read_uri, write_pointer
-    from trainer.errors import UserError, exit_on_user_error
-    from trainer.report import sweep_markdown
+    from trainer.core.errors import UserError, exit_on_user_error
+    from trainer.evaluate.report import sweep_markdown
     from trainer.evaluate.gate import pick
 
     with exit_on_user_error():

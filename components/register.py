@@ -1,12 +1,12 @@
 """register: the merged model (and its adapter) as a new version in the Kubeflow Model Registry,
-with the lineage and metrics to compare and trace runs (trainer.registry)."""
+with the lineage and metrics to compare and trace runs (trainer.store.registry)."""
 
 from typing import NamedTuple
 
 from kfp import dsl
 from kfp.dsl import Dataset, Input, Metrics, Model
 
-from trainer import settings
+from trainer.core import settings
 
 
 @dsl.component(base_image=settings.image(), install_kfp_package=False)
@@ -28,8 +28,8 @@ def register(
     from collections import namedtuple
 
     from components.artifacts import read_uri
-    from trainer.errors import exit_on_user_error
-    from trainer.registry import Registration, lineage, register as register_version
+    from trainer.core.errors import exit_on_user_error
+    from trainer.store.registry import Registration, lineage, register as register_version
 
     adapter_uri = read_uri(adapter)
     with exit_on_user_error():

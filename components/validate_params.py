@@ -12,7 +12,7 @@ passes it) checks the sweep's own parameters too, trials=[] included.
 
 from kfp import dsl
 
-from trainer import settings
+from trainer.core import settings
 
 
 @dsl.component(base_image=settings.image(), install_kfp_package=False)
@@ -87,7 +87,7 @@ def validate_params(
     sweep = params.pop("sweep")
     import os
 
-    from trainer.errors import collect, exit_on_user_error
+    from trainer.core.errors import collect, exit_on_user_error
     from trainer.validate import (SWEEP_ONLY, on_cluster_problems, pipeline_problems, pipeline_warnings,
                                   registry_problems, sweep_problems)
     from trainer.validate.objects import object_problems

@@ -9,8 +9,8 @@ import json
 import math
 from typing import Any
 
-from trainer import settings
-from trainer.errors import collect
+from trainer.core import settings
+from trainer.core.errors import collect
 
 
 _KIND = {bool: "true/false", int: "whole number", float: "number", str: "string", dict: "JSON object",
@@ -145,7 +145,7 @@ def parse_params(pipeline, pairs: list[str], problems: list[str] | None = None) 
 def _ignored_adapter_settings(params: dict[str, Any], defaults: dict[str, Any], given: dict[str, str]) -> list[str]:
     """An adapter setting typed beside method=full, which trains no adapter: it would do nothing without a
     word. Only what was typed here (the KFP UI sends every parameter, so validate cannot tell)."""
-    from trainer.config import ADAPTER_METHODS, METHODS
+    from trainer.config.training import ADAPTER_METHODS, METHODS
 
     if params.get("method") not in METHODS or params["method"] in ADAPTER_METHODS:
         return []  # an unknown method is refused on its own

@@ -58,7 +58,7 @@ def main() -> None:
     parser.add_argument("--out-dir", type=Path, default=ROOT / "compiled",
                         help="where the YAML files go (default: compiled/, which a test compares)")
     out_dir = parser.parse_args().out_dir
-    from trainer.errors import UserError, exit_on_user_error
+    from trainer.core.errors import UserError, exit_on_user_error
 
     with exit_on_user_error():
         try:

@@ -41,7 +41,7 @@ _RULE = re.compile(r"^\s*-{20,}$")  # kfp.local's line between tasks
 # Lines of a JSON dump (the executor input kfp.local's executor prints): brackets, or "key": ...
 _JSON_LINE = re.compile(r'^\s*([\[\]{}(),]+|"[^"]*":.*|"[^"]*",?)$')
 _WARNING = re.compile(r"^\S.*:\d+: \w*Warning: ")
-# The trainer's heartbeat for the launchers' watchdog (trainer/watchdog.py), not for people.
+# The trainer's heartbeat for the launchers' watchdog (trainer/core/watchdog.py), not for people.
 _HEARTBEAT = re.compile(r"^progress: step=\d+ stage=")
 _TORCH_LOG = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d")  # torch.distributed's glog-style lines
 # Parent-process warnings that say nothing to a local user (kept in the log file).

@@ -5,7 +5,7 @@ Compile:      python -m pipelines.compile   (writes compiled/finetune.yaml)
 
 This module only wires tasks: no I/O, cluster look-ups or random names at compile time.
 The run-unique training prefix comes from the KFP run id placeholder at run time, and
-credentials come from Kubernetes Secrets (names in trainer.settings), never parameters.
+credentials come from Kubernetes Secrets (names in trainer.core.settings), never parameters.
 """
 
 from typing import NamedTuple
@@ -23,7 +23,8 @@ from components.merge_lora import merge_lora
 from components.not_deployed import not_deployed
 from components.register import register
 from components.validate_params import validate_params
-from trainer import params, settings
+from trainer.config import params
+from trainer.core import settings
 
 PIPELINE_NAME = "llm-finetune"
 
@@ -86,7 +87,7 @@ def deliver_inputs(model_source, model_revision, dataset_source, dataset_revisio
 
 
 def documented(pipeline: str):
-    """The function's docstring with the Args section of `pipeline`'s parameters from trainer.params,
+    """The function's docstring with the Args section of `pipeline`'s parameters from trainer.config.params,
     before dsl.pipeline reads it (the KFP UI's descriptions of the run parameters)."""
     def apply(func):
         func.__doc__ = params.docstring(pipeline, func.__doc__.split("Args:")[0])
@@ -169,7 +170,7 @@ def finetune_pipeline(
     `procs_per_node` (= GPUs per node) processes train. Every parameter is checked by the first
     step (validate-params) before anything is downloaded or started.
 
-    Args: from trainer.params (one table for every parameter's type, default and help).
+    Args: from trainer.config.params (one table for every parameter's type, default and help).
     """
     args = dict(locals())  # first statement: the pipeline's own parameters, by name
     placement = dict(namespace=namespace, accelerator_resource=accelerator_resource, node_selector=node_selector,

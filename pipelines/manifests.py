@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import argparse
 
-from trainer import settings
-from trainer.errors import collect, exit_on_user_error
+from trainer.core import settings
+from trainer.core.errors import collect, exit_on_user_error
 
 MINIO_IMAGE = "minio/minio:RELEASE.2025-04-22T22-12-26Z"
 CHECK_IMAGE = "python:3.11-slim-bookworm"  # the project image's base: small, has python

@@ -43,9 +43,11 @@ from typing import Any
 
 from pipelines import kfp_local_patches
 from pipelines.finetune import finetune_pipeline
-from trainer import fc_check, settings, sources
+from trainer.chat import fc_check
+from trainer.core import settings
+from trainer.config import sources
 from trainer.data import bfcl as bfcl_data
-from trainer.errors import UserError, exit_on_user_error
+from trainer.core.errors import UserError, exit_on_user_error
 
 
 
@@ -64,7 +66,7 @@ def start_s3(endpoint: str | None):
             raise UserError(f"{'S3_ENDPOINT' if from_env else '--s3-endpoint'}={endpoint} needs AWS_ACCESS_KEY_ID and "
                             "AWS_SECRET_ACCESS_KEY in the environment (that S3/MinIO's keys)"
                             + ("; or unset S3_ENDPOINT to run on a throwaway S3 server on loopback" if from_env else ""))
-        from trainer.storage import Store
+        from trainer.core.storage import Store
 
         # A dead endpoint or wrong keys: one error now, not a failure in every task and a traceback after.
         Store.from_env().ensure_bucket()
@@ -118,9 +120,9 @@ def cluster_config_problems(params: dict[str, Any]) -> list[str]:
 
 
 def params_help(pipeline) -> str:
-    """Every parameter by group with its type, default and description (trainer.params: the same
+    """Every parameter by group with its type, default and description (trainer.config.params: the same
     text the KFP UI shows, which KFP takes from the pipeline docstring made from that table)."""
-    from trainer import params
+    from trainer.config import params
 
     return params.listing("sweep" if "sweep" in pipeline.name else "finetune",
                           f"Parameters of {pipeline.name} (set with --param KEY=VALUE; lists and dicts as JSON):")
@@ -159,7 +161,7 @@ def summarize(metrics: dict[str, dict[str, float]], endpoint: str | None, keep_s
               model: str = "", sources: list[str] = ()) -> str:
     """The finetune pipeline's result in a few lines: base vs tuned, training, endpoint; `sources`: a mixed
     dataset's sources in order (its record), whose scores get a table of their own."""
-    from trainer.report import source_rows, table
+    from trainer.evaluate.report import source_rows, table
 
     ev, tr, smoke = metrics.get("evaluate", {}), metrics.get("finetune", {}), metrics.get("deploy", {})
     lines = []
@@ -213,7 +215,7 @@ def summarize(metrics: dict[str, dict[str, float]], endpoint: str | None, keep_s
 
 
 def export_model(merged_uri: str, out_dir: Path) -> Path:
-    from trainer.storage import Store
+    from trainer.core.storage import Store
 
     return Store.from_env().get_tree(merged_uri, out_dir)
 
@@ -293,7 +295,7 @@ def _main(args: argparse.Namespace) -> int:
         parallelism = 2 if args.parallelism is None else max(args.parallelism, 0)
         from pipelines import sweep
         from pipelines.cli_params import parse_params as parse
-        from trainer.errors import collect
+        from trainer.core.errors import collect
         from trainer.validate import pipeline_problems, pipeline_warnings, registry_problems, sweep_problems
 
         pipeline = sweep.build(parallelism) if args.pipeline == "sweep" else finetune_pipeline
@@ -348,7 +350,7 @@ def run(pipeline, params: dict[str, Any], args: argparse.Namespace) -> int:
     from pipelines import console as console_mod
     from pipelines import runs
     from pipelines.cli_params import pipeline_defaults
-    from trainer import procs
+    from trainer.core import procs
 
     run_dir = runs.new_run(args.pipeline, params, args.runs_dir, pipeline_defaults(pipeline))
     log_path = run_dir / "run.log"
@@ -364,7 +366,7 @@ def run(pipeline, params: dict[str, Any], args: argparse.Namespace) -> int:
     os.environ["TMPDIR"] = tmp
 
     # Every process the run starts (executors, trainers, model servers, whatever they orphan) is found
-    # again and stopped on the way out (trainer.procs): nothing outlives the command.
+    # again and stopped on the way out (trainer.core.procs): nothing outlives the command.
     started = procs.Started()
 
     def interrupted(signum, frame):  # Ctrl-C, SIGTERM (kill, a CI timeout), SIGHUP (the terminal closed)
@@ -439,7 +441,7 @@ def remove_run_tmp(tmp: Path, keep_server: bool) -> None:
     if not keep_server:
         shutil.rmtree(tmp, ignore_errors=True)
         return
-    for path in tmp.iterdir():  # the server's compile cache (TORCHINDUCTOR_CACHE_DIR, trainer.procs) is here too
+    for path in tmp.iterdir():  # the server's compile cache (TORCHINDUCTOR_CACHE_DIR, trainer.core.procs) is here too
         if not path.name.startswith(("vllm-", "torchinductor_")):
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
     with contextlib.suppress(OSError):  # no server was kept after all (not promoted, nothing deployed)
@@ -456,7 +458,7 @@ def _run(pipeline, params, args, console, run_dir) -> int:
     import re
 
     from pipelines import runs
-    from trainer.storage import Store
+    from trainer.core.storage import Store
 
     start = time.perf_counter()
     task, error = None, None

@@ -38,7 +38,7 @@ from pathlib import Path
 from collections.abc import Iterator
 from typing import Any
 
-from trainer.errors import UserError, exit_on_user_error
+from trainer.core.errors import UserError, exit_on_user_error
 
 RUNS_DIR = Path(".runs")  # under the current directory, as MLflow's ./mlruns
 RECORD = "run.json"
@@ -158,7 +158,7 @@ def save_reports(run_dir: Path, reports: dict[str, str]) -> list[Path]:
     titled with what it is and the run it belongs to."""
     import re
 
-    from trainer.report import markdown_html
+    from trainer.evaluate.report import markdown_html
 
     out_dir = run_dir / "reports"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -306,7 +306,7 @@ def _shown(value: Any) -> str:
 
 
 def _shown_table(rows: list[tuple[Any, ...]], header: tuple[Any, ...]) -> str:
-    from trainer.report import table
+    from trainer.evaluate.report import table
 
     return table([tuple(map(_shown, r)) for r in rows], tuple(map(_shown, header)))
 

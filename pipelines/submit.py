@@ -46,9 +46,10 @@ from typing import Any
 
 from pipelines.finetune import finetune_pipeline
 from pipelines.cli_params import parse_params, pipeline_defaults
-from trainer import deploy, settings
-from trainer.config import ADAPTER_METHODS
-from trainer.errors import UserError, collect, exit_on_user_error
+from trainer import deploy
+from trainer.core import settings
+from trainer.config.training import ADAPTER_METHODS
+from trainer.core.errors import UserError, collect, exit_on_user_error
 
 
 WAIT_S = 24 * 3600  # --wait's default limit
@@ -256,7 +257,7 @@ def sweep_dry_run_objects(params: dict[str, Any]) -> list:
 
 def dry_run_objects(params: dict[str, Any], name: str = "") -> list:
     """The Kubernetes objects this run would create, as model objects."""
-    from trainer.config import TrainConfig
+    from trainer.config.training import TrainConfig
     from trainer.k8s import vllm
     from trainer.k8s.podspec import job_name
     from trainer.k8s.pytorchjob import build_pytorchjob
@@ -287,7 +288,7 @@ def registry_calls(params: dict[str, Any]) -> list[str]:
     """What the register step would do (nothing when registry_address is empty)."""
     if not params.get("registry_address"):
         return []
-    from trainer.registry import Registration, lineage, plan
+    from trainer.store.registry import Registration, lineage, plan
 
     meta = lineage(params["model_source"], params["model_revision"], "s3://<bucket>/datasets/<from deliver-dataset>",
                    {"<every train metric>": 0.0}, {"<every eval metric>": 0.0}, "<run id>")

@@ -31,7 +31,7 @@ from components.not_deployed import not_deployed
 from components.pick_best import pick_best
 from components.validate_params import validate_params
 from pipelines.finetune import deliver_inputs, documented, inputs_for, on_gpus, restricted, with_s3
-from trainer import params
+from trainer.config import params
 
 SWEEP_NAME = "llm-finetune-sweep"
 DEFAULT_TRIALS = params.BY_NAME["trials"].default
@@ -97,7 +97,7 @@ def build(parallelism: int = 2):
     ) -> NamedTuple("Outputs", best_metrics=Metrics, summary=Markdown, decision=str):
         """LoRA trials in parallel; the best one is merged and deployed only if it beats the base model.
 
-        Args: from trainer.params (one table for every parameter's type, default and help).
+        Args: from trainer.config.params (one table for every parameter's type, default and help).
         """
         args = dict(locals())  # first statement: the pipeline's own parameters, by name
         placement = dict(namespace=namespace, accelerator_resource=accelerator_resource, node_selector=node_selector,

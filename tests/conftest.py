@@ -49,7 +49,7 @@ def pytest_collection_modifyitems(config, items):
 def peft_with_bitsandbytes():
     """peft imported, with bitsandbytes, before any test: the tests call several components' bodies in one process,
     which KFP never does, and the merge and evaluate bodies mark bitsandbytes absent for the rest of their process
-    when it loads no 4-bit model (trainer.model.skip_bitsandbytes), which a QLoRA test run after them would need."""
+    when it loads no 4-bit model (trainer.models.model.skip_bitsandbytes), which a QLoRA test run after them would need."""
     import peft  # noqa: F401
 
 
@@ -78,7 +78,7 @@ def s3_env(tmp_path_factory):
 
 @pytest.fixture
 def store(s3_env):
-    from trainer.storage import Store
+    from trainer.core.storage import Store
 
     return Store.from_env()
 
@@ -87,8 +87,8 @@ def store(s3_env):
 def builtin_uris(s3_env) -> tuple[str, str]:
     """(model URI, dataset URI) of builtin:tiny-llama and builtin:function-calling, delivered
     once per test process: the inputs every training test starts from."""
-    from trainer import delivery
-    from trainer.storage import Store
+    from trainer.store import delivery
+    from trainer.core.storage import Store
 
     store = Store.from_env()
     return (delivery.deliver_model("builtin:tiny-llama", "", store)[0],
@@ -97,7 +97,7 @@ def builtin_uris(s3_env) -> tuple[str, str]:
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
-    from trainer import builtin_model
+    from trainer.models import builtin_model
 
     return builtin_model.build(tmp_path_factory.mktemp("tiny") / "model")
 
@@ -120,10 +120,10 @@ def no_retry_backoff(monkeypatch):
 
 @pytest.fixture
 def default_settings(monkeypatch):
-    """Every trainer.settings value at its default (other fixtures point S3_* at moto)."""
-    from trainer import settings
+    """Every trainer.core.settings value at its default (other fixtures point S3_* at moto)."""
+    from trainer.core import settings
 
-    for name in settings._DEFAULTS:
+    for name in settings.SETTING_DEFAULTS:
         monkeypatch.delenv(name, raising=False)
 
 
@@ -153,7 +153,7 @@ def gemma3_gguf() -> Path:
 
 @pytest.fixture(scope="session")
 def smollm2_model_dir(smollm2_gguf) -> Path:
-    """That GGUF converted by trainer.gguf into a model directory, cached; read-only (copy it to change it)."""
+    """That GGUF converted by trainer.models.gguf into a model directory, cached; read-only (copy it to change it)."""
     from tests import real_models
 
     return real_models.smollm2_model_dir()
@@ -163,7 +163,7 @@ def smollm2_model_dir(smollm2_gguf) -> Path:
 def bfcl_wheel() -> Path:
     """bfcl-eval's wheel from PyPI, cached (tests/real_bfcl.py); a failed fetch fails the test."""
     from tests import real_bfcl
-    from trainer.errors import UserError
+    from trainer.core.errors import UserError
 
     try:
         return real_bfcl.bfcl_wheel()

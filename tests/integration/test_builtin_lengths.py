@@ -4,7 +4,8 @@ their category."""
 
 import pytest
 
-from trainer import builtin_data, fc_check, templates
+from trainer.data import builtin_data
+from trainer.chat import fc_check, templates
 
 LAPTOP_MAX_SEQ_LEN = 640  # README: "Fine-tune a real model on a laptop"
 

@@ -1,11 +1,11 @@
 """compile=true never makes training slower than eager: the trainer times both early in the run
-(trainer/train.py `CompileTrial`) and keeps the faster."""
+(trainer/recipe/train.py `CompileTrial`) and keeps the faster."""
 
 
 import torch
 
-from trainer.config import TrainConfig
-from trainer.storage import Store
+from trainer.config.training import TrainConfig
+from trainer.core.storage import Store
 
 
 class ScriptedClock:
@@ -24,8 +24,8 @@ class ScriptedClock:
 def test_compiled_layers_slower_than_eager_are_dropped_in_a_real_run(builtin_uris, monkeypatch, capsys):
     """A real training run whose compiled layers are slow (a backend whose every call costs 30 ms
     on the recipe's clock): the run continues eager, finishes and reports both rates."""
-    from trainer import model as model_mod
-    from trainer import train as train_mod
+    from trainer.models import model as model_mod
+    from trainer.recipe import train as train_mod
 
     clock = ScriptedClock()
 
@@ -57,8 +57,8 @@ def test_compiled_layers_slower_than_eager_are_dropped_in_a_real_run(builtin_uri
 def test_a_compile_that_fails_is_said_to_have_compiled_nothing(builtin_uris, monkeypatch, capsys):
     """torch.compile errors fall back to eager (compile_layers): the run says so and its metrics
     show 0 graphs, so an eager run cannot pass for a compiled measurement."""
-    from trainer import model as model_mod
-    from trainer import train as train_mod
+    from trainer.models import model as model_mod
+    from trainer.recipe import train as train_mod
 
     def broken_backend(gm, example_inputs):
         raise RuntimeError("no compiler here")

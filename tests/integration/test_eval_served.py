@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from trainer import builtin_data, data
+from trainer.data import builtin_data
+from trainer import data
 from trainer.data import bfcl
 from trainer import evaluate as ev
 from tests.unit.test_eval_served import _adapter

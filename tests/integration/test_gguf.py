@@ -1,4 +1,4 @@
-"""A .gguf file as a model source (trainer/gguf.py, trainer/sources.py): the source forms, the conversion of
+"""A .gguf file as a model source (trainer/models/gguf.py, trainer/config/sources.py): the source forms, the conversion of
 a tiny GGUF written here and of the real SmolLM2-135M-Instruct Q4_1 (tests/real_models.py), delivery into the
 bucket, and one UserError with the fix for every bad file."""
 
@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from trainer import gguf as trainer_gguf
-from trainer import delivery, model_tree, sources
-from trainer.errors import UserError
+from trainer.models import gguf as trainer_gguf
+from trainer.store import delivery
+from trainer.models import model_tree
+from trainer.config import sources
+from trainer.core.errors import UserError
 
 TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
             "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
@@ -232,7 +234,7 @@ def test_a_gguf_missing_weights_its_architecture_needs_is_refused_before_upload(
 
 def test_a_model_without_a_template_of_its_own_is_trained_with_the_template_the_run_gives(tmp_path, store):
     """It was refused with "add a template" even though chat_template=chatml-tools gave one."""
-    from trainer import templates
+    from trainer.chat import templates
     from trainer.validate.pipeline import _model_problems
 
     path = tiny_gguf(tmp_path / "bare.gguf", template=None)

@@ -15,10 +15,11 @@ import logging
 import pytest
 import torch
 
-from trainer import builtin_data, data
-from trainer.batching import collate, collate_packed
-from trainer.config import TrainConfig
-from trainer.model import LossModel, build_model, compile_layers, decoder_layers
+from trainer.data import builtin_data
+from trainer import data
+from trainer.data.batching import collate, collate_packed
+from trainer.config.training import TrainConfig
+from trainer.models.model import LossModel, build_model, compile_layers, decoder_layers
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA-only kernels; CPU versions in test_model.py")
 CUDA = torch.device("cuda")
@@ -154,7 +155,7 @@ def test_ddp_over_nccl_gives_the_gradients_of_one_process(tiny_model_dir, tokeni
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    # device_id as the trainer gives it (trainer/runtime.py dist_setup): an indexed device, NCCL refuses a bare "cuda"
+    # device_id as the trainer gives it (trainer/recipe/runtime.py dist_setup): an indexed device, NCCL refuses a bare "cuda"
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1,
                             device_id=torch.device("cuda", torch.cuda.current_device()))
     try:
@@ -175,7 +176,7 @@ def test_two_gpus_learn_what_one_process_learns(builtin_uris, store):
     rank in this process, on the same rows (as tests/integration/test_train_integration.py on CPU)."""
     from trainer.k8s.podspec import ClusterSpec
     from trainer.launch import run_training
-    from trainer.train import train
+    from trainer.recipe.train import train
 
     model_uri, data_uri = builtin_uris
 

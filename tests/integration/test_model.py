@@ -1,4 +1,4 @@
-"""Model building (trainer/model.py): the loss without full logits equals the usual loss and
+"""Model building (trainer/models/model.py): the loss without full logits equals the usual loss and
 gradients; packed rows with flex attention equal rows alone; compiled layers do not recompile
 for every new batch shape."""
 
@@ -7,9 +7,9 @@ import shutil
 import pytest
 import torch
 
-from trainer.batching import collate, collate_packed
-from trainer.config import TrainConfig
-from trainer.model import (LossModel, build_model, compile_layers, decoder_layers)
+from trainer.data.batching import collate, collate_packed
+from trainer.config.training import TrainConfig
+from trainer.models.model import (LossModel, build_model, compile_layers, decoder_layers)
 from tests.unit.test_model import examples
 
 
@@ -66,8 +66,8 @@ def test_eval_during_compiled_training_compiles_nothing_more(tiny_model_dir, tok
 
     from torch._dynamo.utils import counters
 
-    from trainer.runtime import RunState
-    from trainer.train import Recipe
+    from trainer.recipe.runtime import RunState
+    from trainer.recipe.train import Recipe
 
     if shutil.which("cc") is None and shutil.which("gcc") is None:
         pytest.skip("no C compiler: torch.compile cannot build CPU code here")
@@ -99,7 +99,7 @@ def test_a_process_loading_no_4bit_model_trains_lora_without_importing_bitsandby
     code = f"""
 import sys
 from pathlib import Path
-from trainer.model import skip_bitsandbytes
+from trainer.models.model import skip_bitsandbytes
 assert not skip_bitsandbytes("qlora") and not skip_bitsandbytes(adapter_dir=Path({str(tmp_path / "qlora-adapter")!r}))
 assert "bitsandbytes" not in sys.modules  # still importable: a QLoRA rank, merge or evaluation needs it
 assert skip_bitsandbytes("lora")

@@ -129,7 +129,7 @@ def test_local_sweep_copies_the_winner_out_and_shows_each_trials_lines(tmp_path,
 def _hermes_file(path: Path) -> Path:
     """Built-in tool rows written as NousResearch's hermes-function-calling-v1 writes them (a user's own data in a
     public set's format): <tools> in the system turn, each call a <tool_call> of the gpt turn."""
-    from trainer import builtin_data
+    from trainer.data import builtin_data
 
     rows = []
     for r in builtin_data.generate(120, 0, seed=11)["train"]:
@@ -192,7 +192,8 @@ def test_bfcl_scored_in_the_pipeline_and_a_dataset_holding_its_questions_refused
     """eval_suites=heldout,bfcl: BFCL's data delivered from the wheel given as bfcl_source, both suites printed per
     category for base and tuned with the gate's verdict, the metrics in the run's record. Then the same with a
     dataset one of whose training rows is a BFCL question (case and spaces changed): exit 2 before training."""
-    from trainer import builtin_data, data
+    from trainer.data import builtin_data
+    from trainer import data
     from trainer.data import bfcl
 
     def run(name, *params):

@@ -1,4 +1,4 @@
-"""Nothing we start outlives us (trainer.procs): the guard around vLLM, what run_local started, and
+"""Nothing we start outlives us (trainer.core.procs): the guard around vLLM, what run_local started, and
 the whole process tree and /tmp after SIGTERM / SIGINT to run_local (the process alone and its group)
 in each stage, after SIGKILL of `trainer serve` while vLLM loads, and after SIGKILL of `trainer serve`, its
 guard and vLLM's API server while a request runs.
@@ -18,7 +18,7 @@ import uuid
 
 import pytest
 
-from trainer import procs
+from trainer.core import procs
 from tests.unit.test_procs import ROOT, TAG, cmdline, survivors, tagged, wait_for
 
 

@@ -14,7 +14,7 @@ import pytest
 from kfp.dsl import HTML, Dataset, Metrics, Model
 
 from tests.integration.test_real_model_serving import art, serve_and_ask
-from trainer import builtin_data
+from trainer.data import builtin_data
 from trainer.data import write_jsonl
 
 pytestmark = pytest.mark.gemma
@@ -27,7 +27,7 @@ def test_gemma3_base_trains_merges_and_serves_with_its_familys_template(store, t
     from components.deliver_model import deliver_model
     from components.finetune import finetune
     from tests.real_models import gemma3_gguf
-    from trainer import merge
+    from trainer.models import merge
 
     source = tmp_path / "rows"
     source.mkdir()

@@ -12,7 +12,7 @@ import json
 
 from kfp.dsl import HTML, Dataset, Metrics, Model
 
-from trainer import builtin_data
+from trainer.data import builtin_data
 from trainer.serving import client as serve_client, local as serve_local
 from trainer.data import write_jsonl
 
@@ -86,7 +86,8 @@ def test_smollm2s_own_template_is_refused_before_training_naming_the_built_in_on
     and at the finetune step, before any job, on the delivered tree (where a .gguf's or a Hub model's tokenizer is
     first read); with chat_template=chatml-tools validate passes (and the test above trains with it)."""
     from tests.real_models import smollm2_model_dir
-    from trainer import delivery, parity
+    from trainer.store import delivery
+    from trainer import parity
     from trainer.validate import pipeline_problems
 
     params = {"model_source": str(smollm2_model_dir()), "lora_train_embeddings": False, "max_seq_len": MAX_SEQ_LEN,
@@ -108,7 +109,7 @@ def test_auto_on_smollm2s_gguf_picks_chatml_tools_and_says_why(store, smollm2_gg
     """chat_template=auto on SmolLM2's GGUF (its own ChatML template drops tools): validate passes (it checks what
     delivery will choose), and deliver-model writes chatml-tools, saying which and why; the delivered tree is the
     one chat_template=chatml-tools delivers, byte for byte (the same content address)."""
-    from trainer import delivery
+    from trainer.store import delivery
     from trainer.validate import pipeline_problems
 
     params = {"model_source": str(smollm2_gguf), "lora_train_embeddings": False, "max_seq_len": MAX_SEQ_LEN,

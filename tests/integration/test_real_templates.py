@@ -8,8 +8,11 @@ import pytest
 
 from tests import real_tokenizers as rt
 from tests.unit.test_parity import TEXT_ROWS, TOOL_ROWS
-from trainer import builtin_data, data, model_tree, parity, templates
-from trainer.errors import UserError
+from trainer.data import builtin_data
+from trainer import data, parity
+from trainer.models import model_tree
+from trainer.chat import templates
+from trainer.core.errors import UserError
 from trainer.chat.parsers import tool_call_parser, vllm_parse
 
 ROWS = TOOL_ROWS[:10] + TEXT_ROWS[:5]  # 10 tool-call answers and 5 text answers, all with tools
@@ -199,7 +202,7 @@ def test_deliver_model_with_auto_on_a_base_gemma_writes_gemma_tools_and_its_stop
     """A tiny model with Gemma 3's tokenizer as a base model has it (EOS <eos>, no chat template): auto delivers
     gemma-tools and <end_of_turn> among the generation config's stops, says which and why, and the finetune
     step's check on the delivered tree passes; the model's own template, where it passes, is kept as it is."""
-    from trainer import delivery
+    from trainer.store import delivery
 
     model = rt.tiny_model_dir("gemma3", tmp_path / "gemma-base", hidden_size=16, layers=1, heads=2)
     config = json.loads((model / "tokenizer_config.json").read_text())

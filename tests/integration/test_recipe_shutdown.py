@@ -1,4 +1,4 @@
-"""SIGTERM at a step boundary (trainer/train.py Recipe): the stopped run keeps that step's log
+"""SIGTERM at a step boundary (trainer/recipe/train.py Recipe): the stopped run keeps that step's log
 line, and no rank exits before rank 0's checkpoint upload is done (an early exit makes torchrun
 or the local launcher kill rank 0 mid-upload)."""
 
@@ -9,10 +9,10 @@ import time
 from types import SimpleNamespace
 
 
-from trainer import train as train_mod
-from trainer.config import TrainConfig
+from trainer.recipe import train as train_mod
+from trainer.config.training import TrainConfig
 from trainer.serving.local import free_port
-from trainer.train import Recipe
+from trainer.recipe.train import Recipe
 
 
 def _rank(rank: int, port: int, out: str) -> None:
@@ -61,7 +61,7 @@ def test_no_rank_exits_for_sigterm_before_rank0_uploaded(tmp_path):
 
 SIGTERM_AFTER_RESTORE = """
 import os, signal, sys, time
-from trainer import train as train_mod
+from trainer.recipe import train as train_mod
 from trainer.__main__ import main
 
 close = train_mod.Shutdown.close
@@ -79,7 +79,7 @@ main(["train", *sys.argv[1:]])
 
 
 def test_sigterm_in_the_instant_after_the_recipe_ends_exits_0_once_committed(store, builtin_uris, tmp_path):
-    """`python -m trainer train` without trainer.torchrun: a SIGTERM right after the recipe's
+    """`python -m trainer train` without trainer.recipe.torchrun: a SIGTERM right after the recipe's
     handler is restored (the result committed) ends the process with 0, not the retryable 143."""
     import subprocess
     import sys

@@ -6,7 +6,7 @@ from pathlib import Path
 import subprocess
 
 
-from trainer.report import training_html
+from trainer.evaluate.report import training_html
 
 
 
@@ -46,7 +46,7 @@ def test_report_renders_in_headless_chromium(tmp_path):
 
 
 def test_sweep_table_columns_keep_one_order_whatever_the_trials_key_order():
-    from trainer.report import sweep_markdown
+    from trainer.evaluate.report import sweep_markdown
 
     rows = [{"trial": 0, "learning_rate": 0.003, "lora_alpha": 8, "lora_r": 4, "base": 0.0, "tuned": 0.9, "gain": 0.9},
             {"trial": 1, "learning_rate": 0.001, "lora_alpha": 64, "lora_r": 64, "base": 0.0, "tuned": 0.5, "gain": 0.5}]

@@ -12,10 +12,10 @@ import psutil
 import pytest
 import torch
 
-from trainer import delivery
-from trainer.config import TrainConfig
+from trainer.store import delivery
+from trainer.config.training import TrainConfig
 from trainer.launch import LocalLauncher
-from trainer.storage import Store
+from trainer.core.storage import Store
 
 
 STEPS, EVERY = 60, 10
@@ -195,7 +195,7 @@ def test_nonfinite_loss_stops_every_rank_uploads_nothing_and_is_not_restarted(in
                                                                              tiny_model_dir):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trainer.errors import UserError
+    from trainer.core.errors import UserError
 
     # A base model with one infinite weight (as a broken conversion leaves one): the loss is
     # NaN from the first step. (A huge learning_rate, the earlier way, is now refused up front.)
@@ -231,13 +231,13 @@ time.sleep(120)
 
 
 def agent(tmp_path, *args: str):
-    """trainer.torchrun with one worker running WORKER (not the trainer: seconds, not a model load)."""
+    """trainer.recipe.torchrun with one worker running WORKER (not the trainer: seconds, not a model load)."""
     import subprocess
     import sys
 
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    return subprocess.Popen([sys.executable, "-m", "trainer.torchrun", "--nproc-per-node", "1",
+    return subprocess.Popen([sys.executable, "-m", "trainer.recipe.torchrun", "--nproc-per-node", "1",
                              "--master-port", "0", str(script), *args], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "TMPDIR": str(tmp_path)})  # torchrun's torchelastic_* logs
@@ -290,10 +290,10 @@ def test_a_rendezvous_that_cannot_reach_the_master_is_retried(tmp_path):
     import subprocess
     import sys
 
-    from trainer.exitcodes import EXIT_TRANSIENT
+    from trainer.core.exitcodes import EXIT_TRANSIENT
 
     (tmp_path / "w.py").write_text("print('never')\n")
-    proc = subprocess.run([sys.executable, "-m", "trainer.torchrun", "--nnodes", "2", "--node-rank", "1",
+    proc = subprocess.run([sys.executable, "-m", "trainer.recipe.torchrun", "--nnodes", "2", "--node-rank", "1",
                            "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", "9",
                            "--rdzv-conf", "timeout=2", str(tmp_path / "w.py")], capture_output=True, text=True,
                           timeout=120, env={**os.environ, "TMPDIR": str(tmp_path)})
@@ -309,7 +309,7 @@ def test_training_exits_transient_when_s3_is_down_and_2_when_the_input_is_missin
     import subprocess
     import sys
 
-    from trainer.exitcodes import EXIT_TRANSIENT
+    from trainer.core.exitcodes import EXIT_TRANSIENT
 
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
@@ -334,8 +334,8 @@ def test_what_counts_as_transient():
     import torch.distributed as dist
     from minio.error import S3Error
 
-    from trainer.errors import Unavailable, UserError
-    from trainer.exitcodes import retryable, transient
+    from trainer.core.errors import Unavailable, UserError
+    from trainer.core.exitcodes import retryable, transient
 
     busy = S3Error(None, "SlowDown", "reduce your request rate", "/b/k", "r", "h")
     assert transient(Unavailable("S3 endpoint unreachable")) and transient(busy)
@@ -350,13 +350,13 @@ def test_what_counts_as_transient():
 
 
 def test_the_agent_does_not_import_inductor(tmp_path):
-    """trainer.torchrun finds torch's inductor cache folder by torch's rule, without importing inductor to ask: the
+    """trainer.recipe.torchrun finds torch's inductor cache folder by torch's rule, without importing inductor to ask: the
     import cost every agent ~2 s (35 agents in `make test`: the suite took 13 min instead of 11 and a half)."""
     import subprocess
     import sys
 
-    probe = ("import runpy, sys\nsys.argv = ['trainer.torchrun', '--help']\ntry:\n"
-             "    runpy.run_module('trainer.torchrun', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+    probe = ("import runpy, sys\nsys.argv = ['trainer.recipe.torchrun', '--help']\ntry:\n"
+             "    runpy.run_module('trainer.recipe.torchrun', run_name='__main__')\nexcept SystemExit:\n    pass\n"
              "print('inductor imported:', 'torch._inductor' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "TMPDIR": str(tmp_path)}).stdout
@@ -383,8 +383,8 @@ def in_order(store, world_size, key_prefix):
 
 
 store_util._barrier_nonblocking = in_order
-sys.argv = ["trainer.torchrun", *sys.argv[1:]]
-runpy.run_module("trainer.torchrun", run_name="__main__")
+sys.argv = ["trainer.recipe.torchrun", *sys.argv[1:]]
+runpy.run_module("trainer.recipe.torchrun", run_name="__main__")
 """
 
 
@@ -410,4 +410,4 @@ def test_node_0_keeps_the_store_until_every_node_has_left_the_exit_barrier(tmp_p
     assert [p.returncode for p in nodes] == [0, 0], outs
     for out in outs:
         assert "recvValueWithTimeout" not in out and "Error waiting on exit barrier" not in out, out
-        assert "trainer.torchrun" not in out, out  # nothing to report: every node left in time
+        assert "trainer.recipe.torchrun" not in out, out  # nothing to report: every node left in time

@@ -102,7 +102,7 @@ def test_the_finetune_evaluate_and_merge_components_record_their_outputs(tuned, 
 @pytest.fixture(scope="module")
 def tree(tuned):
     from components.artifacts import read_uri
-    from trainer.storage import Store
+    from trainer.core.storage import Store
 
     store = Store.from_env()
     return lambda name: store.get_tree(read_uri(tuned[name]))
@@ -229,7 +229,7 @@ def test_local_server_and_cluster_deployment_get_the_same_flags(server, capsys):
 
     from trainer.__main__ import main
 
-    vllm = [p for p in psutil.Process(server[0].pid).children(recursive=True)  # vLLM, not its guard (trainer.procs)
+    vllm = [p for p in psutil.Process(server[0].pid).children(recursive=True)  # vLLM, not its guard (trainer.core.procs)
             if p.cmdline()[1:3] == ["-m", serve_local.SERVER_MODULE]]
     assert len(vllm) == 1
     assert_openai_flags(vllm[0].cmdline(), TUNED)

@@ -33,9 +33,9 @@ def mlflow_uri(tmp_path_factory):
     log = open(tmp / "server.log", "w")
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}  # no job runner (huey) for a test store
     env.pop("MLFLOW_TRACKING_URI", None)
-    # Under trainer.procs' guard: the server's uvicorn workers go with it, even if this process is killed.
+    # Under trainer.core.procs' guard: the server's uvicorn workers go with it, even if this process is killed.
     guard = subprocess.Popen(
-        [sys.executable, "-m", "trainer.procs", "--parent", str(os.getpid()), "--grace", "10", "--",
+        [sys.executable, "-m", "trainer.core.procs", "--parent", str(os.getpid()), "--grace", "10", "--",
          sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{tmp}/mlflow.db",
          "--artifacts-destination", str(tmp / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
          "--workers", "1"],
@@ -128,8 +128,8 @@ def test_evaluate_logs_metrics_verdict_and_report_to_the_run_it_is_given(trackin
                                                                          tmp_path, monkeypatch, capsys):
     """As on a cluster with KFP's plugin: MLFLOW_RUN_ID names the task's run, which is logged to and left running."""
     from components.evaluate import evaluate
-    from trainer.config import TrainConfig
-    from trainer.train import train
+    from trainer.config.training import TrainConfig
+    from trainer.recipe.train import train
 
     model, data = delivered
     experiment = client.create_experiment("tracking-test-evaluate")
@@ -162,7 +162,7 @@ def test_evaluate_logs_metrics_verdict_and_report_to_the_run_it_is_given(trackin
 def test_a_new_run_without_a_name_and_no_credentials_in_params(tracking_env, client):
     """Without MLFLOW_RUN_ID or MLFLOW_EXPERIMENT_NAME: a new run in the server's default experiment. Params that
     look like credentials are not logged, nor a URL's user:password."""
-    from trainer.tracking import Tracker
+    from trainer.core.tracking import Tracker
 
     with Tracker.from_env(run_name="by hand") as tracker:
         tracker.log_params({"learning_rate": 0.001, "aws_secret_access_key": "s", "HF_TOKEN": "t",
@@ -176,7 +176,7 @@ def test_a_new_run_without_a_name_and_no_credentials_in_params(tracking_env, cli
 
 
 def test_a_run_id_the_server_does_not_have_is_one_warning_naming_it(tracking_env, monkeypatch, capsys):
-    from trainer.tracking import Tracker
+    from trainer.core.tracking import Tracker
 
     monkeypatch.setenv("MLFLOW_RUN_ID", "0" * 32)
     tracker = Tracker.from_env(run_name="x")

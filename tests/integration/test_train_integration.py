@@ -6,8 +6,8 @@ Marked `integration`; `make test` runs them too (about a minute on 2 cores).
 import pytest
 import torch
 
-from trainer import delivery
-from trainer.config import TrainConfig
+from trainer.store import delivery
+from trainer.config.training import TrainConfig
 from trainer.k8s.podspec import ClusterSpec
 from trainer.launch import run_training
 
@@ -19,7 +19,7 @@ def delivered(builtin_uris):
 
 
 def test_shards_are_disjoint_and_cover_each_epoch():
-    from trainer.train import batches
+    from trainer.recipe.train import batches
 
     examples = list(range(40))
     r0, r1 = batches(examples, 5, 0, 2, seed=1), batches(examples, 5, 1, 2, seed=1)
@@ -42,9 +42,9 @@ def test_merged_model_matches_adapter(delivered, store, tmp_path, method, train_
 
     from trainer.evaluate.generation import load
     from trainer.evaluate.served import _served_lora
-    from trainer.merge import merge
-    from trainer.model import BASE_QUANTIZATION, load_base, qlora_config
-    from trainer.train import train
+    from trainer.models.merge import merge
+    from trainer.models.model import BASE_QUANTIZATION, load_base, qlora_config
+    from trainer.recipe.train import train
 
     model_uri, data_uri = delivered
     result = train(TrainConfig(model_uri=model_uri, dataset_uri=data_uri, method=method, max_steps=5, batch_size=4,
@@ -77,8 +77,8 @@ def test_merged_model_matches_adapter(delivered, store, tmp_path, method, train_
 
 
 def test_full_finetune_outputs_a_complete_model(delivered, store, tmp_path):
-    from trainer.merge import merge
-    from trainer.train import train
+    from trainer.models.merge import merge
+    from trainer.recipe.train import train
 
     model_uri, data_uri = delivered
     result = train(TrainConfig(model_uri=model_uri, dataset_uri=data_uri, output_prefix="runs/full", method="full",
@@ -115,7 +115,7 @@ def test_tiny_dataset_of_short_rows_trains_on_two_processes(store, tmp_path):
 
 
 def test_profile_steps_write_a_trace_next_to_the_run(delivered, store, capfd):
-    from trainer.train import train
+    from trainer.recipe.train import train
 
     model_uri, data_uri = delivered
     train(TrainConfig(model_uri=model_uri, dataset_uri=data_uri, output_prefix="runs/profiled", max_steps=4,
@@ -132,7 +132,7 @@ def test_the_loop_reads_values_back_only_at_log_and_checkpoint_steps(delivered, 
     import sys
     from pathlib import Path
 
-    from trainer.train import train
+    from trainer.recipe.train import train
 
     ours = {str(Path(__file__).parents[2] / "trainer" / f) for f in ("train.py", "model.py", "batching.py")}
     reads = []
@@ -158,7 +158,7 @@ def test_the_loop_reads_values_back_only_at_log_and_checkpoint_steps(delivered, 
 def test_a_run_resumed_at_its_last_step_traces_nothing_and_reaches_cleanup():
     """profile_steps with no step left to run (a crash while writing the result resumes
     straight to cleanup): no profiler, so nothing asks an unstarted one for its table."""
-    from trainer.runtime import start_profiler
+    from trainer.recipe.runtime import start_profiler
 
     cpu = torch.device("cpu")
     assert start_profiler(2, cpu, steps_left=0) is None  # resumed at its last step
@@ -170,7 +170,7 @@ def test_a_run_resumed_at_its_last_step_traces_nothing_and_reaches_cleanup():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on CUDA flatten gets flash or flex attention: no message")
 def test_flatten_packing_on_cpu_says_it_is_the_slower_choice(delivered, store, capsys):
-    from trainer.train import train
+    from trainer.recipe.train import train
 
     model_uri, data_uri = delivered
     train(TrainConfig(model_uri=model_uri, dataset_uri=data_uri, output_prefix="runs/flatten-cpu", max_steps=2,
@@ -185,7 +185,7 @@ def test_flatten_packing_on_cpu_says_it_is_the_slower_choice(delivered, store, c
 def test_rows_over_max_seq_len_are_skipped_and_said_never_truncated(delivered, store, capsys):
     """A row cut at max_seq_len could lose every token it is trained on (the answer comes last):
     such rows are skipped, counted in the metrics, and said in the log."""
-    from trainer.train import train
+    from trainer.recipe.train import train
 
     model_uri, data_uri = delivered
     result = train(TrainConfig(model_uri=model_uri, dataset_uri=data_uri, output_prefix="runs/long-rows", max_steps=2,
@@ -196,12 +196,12 @@ def test_rows_over_max_seq_len_are_skipped_and_said_never_truncated(delivered, s
 
 
 def test_two_ranks_learn_exactly_what_one_rank_learns_from_the_same_rows(delivered, store):
-    """DDP's gradient averaging and the token-weighted loss (trainer/train.py `_step`): 2 ranks
+    """DDP's gradient averaging and the token-weighted loss (trainer/recipe/train.py `_step`): 2 ranks
     of batch_size 4 take, each step, the same 8 rows that 1 rank of batch_size 8 takes (rank r
     reads every 2nd row of the seeded order), so the loss curves match, although each rank
     holds a different number of labelled tokens and pads to its own longest row. The one rank
     trains in this process (the recipe without torchrun: world size 1), the two under torchrun."""
-    from trainer.train import train
+    from trainer.recipe.train import train
 
     model_uri, data_uri = delivered
 
@@ -242,9 +242,9 @@ def test_a_prefix_resumed_with_other_settings_is_refused_before_its_weights_load
     size-mismatch traceback; with another learning_rate it resumed and returned the old result, the new rate
     silently ignored. Now the settings the checkpoint recorded are compared first; how often it logs or
     checkpoints may change."""
-    from trainer import checkpoint
-    from trainer.errors import UserError
-    from trainer.train import train
+    from trainer.recipe import checkpoint
+    from trainer.core.errors import UserError
+    from trainer.recipe.train import train
 
     model_uri, data_uri = delivered
 
@@ -275,7 +275,7 @@ def test_the_progress_bars_last_line_shows_the_last_logged_loss(delivered, store
 
     from tqdm import tqdm
 
-    from trainer.train import train
+    from trainer.recipe.train import train
 
     drawn = tqdm.__init__
     monkeypatch.setattr(tqdm, "__init__", lambda self, *a, **kw: drawn(self, *a, **{**kw, "mininterval": 0}))
@@ -297,7 +297,7 @@ def test_eval_loss_during_training_shows_a_bar_and_is_not_counted_as_training_ti
     import time as time_
 
     from trainer import evaluate
-    from trainer.train import train
+    from trainer.recipe.train import train
 
     shift = [0.0]
     real_clock, real_eval = time_.perf_counter, evaluate.eval_loss

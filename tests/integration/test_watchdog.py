@@ -1,4 +1,4 @@
-"""The progress watchdog (trainer/watchdog.py) alone, and in the local launcher: a job whose
+"""The progress watchdog (trainer/core/watchdog.py) alone, and in the local launcher: a job whose
 steps stop moving is stopped and not restarted; a user error (exit 2) is not restarted."""
 
 import re
@@ -30,8 +30,8 @@ def workers():
 
 
 def test_a_frozen_rank_is_caught_by_the_watchdog_and_not_restarted(inputs, store, capfd):
-    from trainer.config import TrainConfig
-    from trainer.errors import UserError
+    from trainer.config.training import TrainConfig
+    from trainer.core.errors import UserError
     from trainer.launch import LocalLauncher
 
     prefix = "runs/stall"
@@ -70,8 +70,8 @@ def test_a_frozen_rank_is_caught_by_the_watchdog_and_not_restarted(inputs, store
 
 
 def test_user_error_in_training_is_not_restarted(inputs, capfd):
-    from trainer.config import TrainConfig
-    from trainer.errors import UserError
+    from trainer.config.training import TrainConfig
+    from trainer.core.errors import UserError
     from trainer.launch import LocalLauncher
 
     # The tiny model's context (1024) is known only once it loads: a UserError inside training. One node: the

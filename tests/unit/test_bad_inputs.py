@@ -144,7 +144,7 @@ def sharded(d):
 def _eval_led_by(tmp_path, rows: str) -> str:
     """A dataset folder whose eval split starts with 20 rows evaluate cannot use (`rows`: "long", longer than
     max_seq_len; "text", no tool call), then 40 tool-call rows: which rows count depends on eval_max_rows."""
-    from trainer import builtin_data
+    from trainer.data import builtin_data
 
     d, built = tmp_path / f"led-by-{rows}", builtin_data.generate()  # the one-call rows alone: every one a call
     d.mkdir(exist_ok=True)
@@ -680,7 +680,7 @@ def test_a_password_in_an_s3_source_is_never_shown_by_the_throwaway_server_check
 def test_a_password_holding_a_slash_hash_or_question_mark_is_masked_too(tmp_path, capsys, monkeypatch, no_s3):
     """AWS secret keys hold '/': urlsplit ended the host there and saw no user info, so the whole key was
     printed twice; an image reference with '#' in its password passed and was rendered."""
-    from trainer.settings import url_credentials
+    from trainer.core.settings import url_credentials
     from trainer.validate import pipeline_problems
 
     monkeypatch.delenv("S3_ENDPOINT", raising=False)
@@ -726,8 +726,8 @@ def test_an_s3_endpoint_that_is_no_url_is_refused_before_any_contact(endpoint, r
     """Said at once, with the form to give: not "unreachable" after retries, not a traceback; the trainer CLI and
     the components (Store) too. The forms minio takes are accepted (`Store` builds its client without contact)."""
     from trainer.__main__ import main
-    from trainer.settings import url_problem
-    from trainer.storage import Store
+    from trainer.core.settings import url_problem
+    from trainer.core.storage import Store
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
@@ -1135,7 +1135,8 @@ def test_eval_engine_vllm_on_a_cluster_runs_on_an_nvidia_gpu_in_the_eval_image()
     """The evaluate step's image is the project on vLLM's (docker/Dockerfile.eval): eval_engine=vllm
     passes with an NVIDIA GPU for the step, and the compiled step runs that image."""
     from components.evaluate import evaluate
-    from trainer import settings, validate
+    from trainer.core import settings
+    from trainer import validate
 
     gpu = {"eval_engine": "vllm", "eval_gpus": 1, "eval_accelerator_type": "nvidia.com/gpu"}
     assert not [p for p in validate.on_cluster_problems(gpu) if "eval_engine" in p]

@@ -1,11 +1,11 @@
-"""Unit tests of micro-batch planning and collation (trainer/batching.py)."""
+"""Unit tests of micro-batch planning and collation (trainer/data/batching.py)."""
 
 import itertools
 
 import pytest
 
-from trainer.batching import batches, bucket, collate_packed, real_tokens
-from trainer.errors import UserError
+from trainer.data.batching import batches, bucket, collate_packed, real_tokens
+from trainer.core.errors import UserError
 
 
 def rows(*lengths):

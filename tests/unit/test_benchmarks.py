@@ -24,7 +24,7 @@ def test_shapes_have_the_published_parameter_counts():
 def test_parameter_count_matches_a_real_model_of_that_shape(tied):
     from transformers import LlamaForCausalLM
 
-    from trainer import builtin_model
+    from trainer.models import builtin_model
 
     shape = Shape(layers=2, hidden=64, mlp=160, heads=4, kv_heads=2, vocab=300, tied=tied)
     model = LlamaForCausalLM(shape.config(builtin_model.build_tokenizer()))
@@ -79,7 +79,7 @@ def test_seeded_model_is_found_in_the_cache_without_a_download(store, tiny_model
     """gpu_compare's shortcut past a 16 GB round trip through moto: the trainer's get_tree finds
     the seeded copy (same files) and never reads the weights from S3, which hold only the manifest."""
     from benchmarks.gpu_compare import seed_model
-    from trainer.storage import MANIFEST
+    from trainer.core.storage import MANIFEST
 
     monkeypatch.setenv("FINETUNE_CACHE_DIR", str(tmp_path / "cache"))
     uri = seed_model(store, tiny_model_dir)
@@ -179,8 +179,8 @@ def test_this_trainers_runs_use_the_hf_baselines_lora_setting_whatever_the_defau
     import argparse
 
     from benchmarks.gpu_compare import trainer_command
-    from trainer.config import TrainConfig
-    from trainer.params import add_train_arguments
+    from trainer.config.training import TrainConfig
+    from trainer.config.params import add_train_arguments
 
     def parsed(extra):
         parser = argparse.ArgumentParser()

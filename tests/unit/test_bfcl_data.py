@@ -7,7 +7,7 @@ import zipfile
 import pytest
 
 from trainer.data import bfcl
-from trainer.errors import UserError
+from trainer.core.errors import UserError
 
 
 def test_every_category_is_read_with_its_answers(bfcl_tree):
@@ -59,7 +59,7 @@ def test_greetings_thanks_and_the_builtin_rows_are_not_bfcl_questions(bfcl_tree)
     """BFCL holds "hi", "thanks", "who are you?", "tell me a joke" (162 of its user messages have three words or
     fewer): a support chat saying them asks no BFCL question. Nor do the built-in rows the demo trains on (BFCL
     asks "What's the weather in London?", five words as the check counts them, and so do they)."""
-    from trainer import builtin_data
+    from trainer.data import builtin_data
 
     chat = _chat(("system", "You are a helpful support agent."), ("user", "Hi"), ("assistant", "Hello!"),
                  ("user", "Thanks"), ("assistant", "x"), ("user", "who are you?"), ("assistant", "x"),
@@ -112,7 +112,8 @@ def test_validate_names_the_files_lines_of_rows_a_mix_repeats(tmp_path, bfcl_tre
     """The check before a run reads the shuffled, mixed training rows, and names each matched row by its
     source file's line (blank lines counted), once however often the mix repeats it; an Alpaca row's
     instruction is its user message."""
-    from trainer import delivery, sources
+    from trainer.store import delivery
+    from trainer.config import sources
     from trainer.validate.pipeline import _bfcl_contamination_problems
 
     other = bfcl.read(bfcl_tree, "multiple")[3]["messages"][0]["content"]  # multiple_3
@@ -187,7 +188,7 @@ def test_bfcl_source_checked_from_its_value(tmp_path, bfcl_wheel):
 def test_delivered_content_addressed_from_a_wheel_an_upload_or_a_delivered_tree(store, bfcl_wheel, tmp_path):
     """deliver-bfcl's library: the same tree (one URI) whichever way the data comes; a dataset already delivered
     whose training rows ask a BFCL question is refused there, before training."""
-    from trainer import delivery
+    from trainer.store import delivery
 
     uri, meta = delivery.deliver_bfcl(str(bfcl_wheel), store)
     assert uri.startswith(f"s3://{store.bucket}/bfcl/sha256-") and meta["version"] == bfcl.VERSION

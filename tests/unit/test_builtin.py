@@ -4,7 +4,9 @@ import json
 import random
 from pathlib import Path
 
-from trainer import builtin_data, data, fc_check
+from trainer.data import builtin_data
+from trainer import data
+from trainer.chat import fc_check
 
 
 def test_generator_is_deterministic_and_splits_are_disjoint():
@@ -40,7 +42,7 @@ def test_generated_rows_are_valid_and_arguments_appear_in_the_request():
 def test_the_demos_data_holds_every_category_with_multiple_the_majority():
     """builtin:function-calling, what `make demo` trains and scores: every category the gate reads
     (fc_<category>_accuracy), in both splits and in the first 200 eval rows the demo scores."""
-    from trainer import fc_check
+    from trainer.chat import fc_check
 
     splits = builtin_data.dataset("function-calling")
     counts = {s: {c: sum(fc_check.category(r) == c for r in rows) for c in fc_check.CATEGORIES}
@@ -120,7 +122,7 @@ def test_the_cached_model_is_the_built_one_built_once_per_key(tmp_path, monkeypa
     """Delivery reads builtin:tiny-llama from the local cache: byte for byte what `build` writes, built on the
     first call only; a changed builder or library (another key) or a damaged entry builds again, and where the
     cache cannot be written it is built in the caller's working directory."""
-    from trainer import builtin_model
+    from trainer.models import builtin_model
 
     fresh = builtin_model.build(tmp_path / "fresh")
     builds = []
@@ -152,7 +154,7 @@ def test_two_processes_building_the_cached_model_at_once_keep_one(tmp_path, monk
     (which that process may be reading) kept, nothing else left."""
     import shutil
 
-    from trainer import builtin_model
+    from trainer.models import builtin_model
 
     real_build, real_rmtree = builtin_model.build, shutil.rmtree
     final = tmp_path / "builtin" / f"tiny-llama-{builtin_model.cache_key()}"
@@ -171,7 +173,7 @@ def test_two_processes_building_the_cached_model_at_once_keep_one(tmp_path, monk
 def test_the_cache_key_covers_the_builders_code_and_the_libraries_that_write_the_files(monkeypatch):
     from importlib import metadata
 
-    from trainer import builtin_model
+    from trainer.models import builtin_model
 
     key = builtin_model.cache_key()
     assert key == builtin_model.cache_key() and len(key) == 16

@@ -101,7 +101,7 @@ def test_trainer_cli_rejects_bad_config(capsys):
 
 def test_run_local_starts_its_own_s3_with_throwaway_credentials(monkeypatch):
     from pipelines.run_local import start_s3
-    from trainer.storage import Store
+    from trainer.core.storage import Store
 
     for key in ("S3_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.delenv(key, raising=False)
@@ -305,7 +305,7 @@ def test_a_silent_or_refusing_api_server_is_one_line_and_never_a_hang(tmp_path, 
     import threading
 
     from trainer.__main__ import reach_cluster
-    from trainer.errors import UserError
+    from trainer.core.errors import UserError
 
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
@@ -385,7 +385,7 @@ def test_the_largest_seed_and_a_32_bit_count_still_pass():
 def test_non_ascii_digits_are_not_read_as_numbers(raw, capsys):
     from pipelines.finetune import finetune_pipeline
     from pipelines.cli_params import parse_params
-    from trainer.errors import UserError
+    from trainer.core.errors import UserError
 
     for key in ("lora_r", "learning_rate"):
         with pytest.raises(UserError, match=f"parameter {key}='{raw}' is not a valid"):
@@ -503,7 +503,7 @@ def test_a_huge_number_typed_into_the_kfp_form_arrives_as_a_float_and_gets_a_san
 def test_trainer_cli_refuses_too_few_rows_before_downloading_the_model(store, tmp_path):
     """27 rows (24 to train on), batch_size 32: refused from the delivered data alone, the model's weights never
     downloaded (only its tokenizer is read, for the chat template's check); a missing model is named first."""
-    from trainer import delivery
+    from trainer.store import delivery
 
     path = tmp_path / "few.jsonl"
     path.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"hi {i}"},

@@ -19,12 +19,12 @@ def fresh(tmp_path_factory):
     import subprocess
     import sys
 
-    from trainer import settings
+    from trainer.core import settings
 
     outs = []
     for seed in ("1", "2"):
         out = tmp_path_factory.mktemp(f"compiled-seed{seed}")
-        env = {**{k: v for k, v in os.environ.items() if k not in settings._DEFAULTS}, "PYTHONHASHSEED": seed}
+        env = {**{k: v for k, v in os.environ.items() if k not in settings.SETTING_DEFAULTS}, "PYTHONHASHSEED": seed}
         subprocess.run([sys.executable, "-m", "pipelines.compile", "--out-dir", str(out)], cwd=ROOT, env=env,
                        check=True, capture_output=True)
         outs.append(out)
@@ -153,7 +153,7 @@ def test_sweep_yaml_has_parallel_trials_a_collected_pick_and_a_gate():
 
 
 def test_the_project_images_pinned_the_evaluate_step_on_the_vllm_one():
-    from trainer import settings
+    from trainer.core import settings
 
     for name in ("finetune", "sweep"):
         text = (ROOT / "compiled" / f"{name}.yaml").read_text()

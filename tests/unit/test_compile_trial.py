@@ -1,5 +1,5 @@
 """compile=true never makes training slower than eager: the trainer times both early in the run
-(trainer/compile_trial.py `CompileTrial`) and keeps the faster.
+(trainer/recipe/compile_trial.py `CompileTrial`) and keeps the faster.
 
 The fast checks; the ones that train, serve or run the pipeline are tests/integration/test_compile_trial.py (the integration tier)."""
 
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from trainer.compile_trial import CompileTrial
+from trainer.recipe.compile_trial import CompileTrial
 
 
 class FakeDecoderLayer(torch.nn.Module):  # decoder_layers() finds modules by this name suffix

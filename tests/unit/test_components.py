@@ -35,7 +35,7 @@ def test_deliver_records_pointer_and_checksums(delivered):
     assert pointer["uri"] == model.metadata["uri"]
     assert {f["path"] for f in pointer["files"]} >= {"config.json", "model.safetensors", "tokenizer.json"}
     assert all(len(f["sha256"]) == 64 for f in pointer["files"])
-    # 3,000 / 200 one-call rows and 5% of each per other function-calling category (trainer.builtin_data)
+    # 3,000 / 200 one-call rows and 5% of each per other function-calling category (trainer.data.builtin_data)
     assert data.metadata["rows"] == {"train": 3600, "eval": 240}
     assert data.metadata["irrelevance_share"] == 0.0 and data.metadata["irrelevance_rows"] == {"train": 0, "eval": 0}
 
@@ -75,7 +75,7 @@ def test_validate_params_component(capsys):
 
 def test_a_local_finetune_marks_its_tensorboard_prefix_before_training(delivered, tmp_path, monkeypatch, store):
     """run_local finds a failed run's TensorBoard events by this mark (runs/<id>/local-run/<run name>), not by time."""
-    from trainer.errors import UserError
+    from trainer.core.errors import UserError
 
     model, data = delivered
 

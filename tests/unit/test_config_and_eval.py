@@ -11,9 +11,9 @@ from trainer import data
 from trainer.chat import turns
 from trainer.chat.parsers import parse_tool_call
 from trainer.chat.turns import last_user_request
-from trainer.config import TrainConfig
-from trainer.params import add_train_arguments
-from trainer.errors import UserError
+from trainer.config.training import TrainConfig
+from trainer.config.params import add_train_arguments
+from trainer.core.errors import UserError
 from trainer.evaluate import evaluate, parsed_outputs, row_counts, score_predictions
 
 
@@ -54,10 +54,10 @@ def test_every_lr_scheduler_offered_runs_and_the_others_are_refused_before_setup
     import torch
     from transformers import get_scheduler
 
-    from trainer.config import LR_SCHEDULERS
+    from trainer.config.training import LR_SCHEDULERS
 
     s3 = dict(model_uri="s3://b/m", dataset_uri="s3://b/d", output_prefix="r")
-    for name in LR_SCHEDULERS:  # as trainer.train sets it up, and a few steps
+    for name in LR_SCHEDULERS:  # as trainer.recipe.train sets it up, and a few steps
         assert TrainConfig(**s3, lr_scheduler=name).problems() == [], name
         optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=1e-3)
         scheduler = get_scheduler(name, optimizer, num_warmup_steps=1, num_training_steps=10)
@@ -138,7 +138,7 @@ def test_exact_match_ignores_key_order_but_not_values():
 
 def mixed_rows(n_fc: int, n_text: int, seed: int = 0) -> list[dict]:
     """Built-in tool-call rows plus rows whose scored turn is text after a tool result."""
-    from trainer.builtin_data import make_row
+    from trainer.data.builtin_data import make_row
 
     rng = random.Random(seed)
     rows = [make_row(rng) for _ in range(n_fc)]
@@ -199,7 +199,7 @@ def test_random_model_scores_zero_on_a_mixed_split(tiny_model_dir, tmp_path, cap
 
 
 def test_examples_report_states_counts_warnings_and_requests():
-    from trainer.report import examples_markdown, markdown_html
+    from trainer.evaluate.report import examples_markdown, markdown_html
 
     m = {"eval_loss": 2.0, "fc_accuracy": 0.25, "text_match": 0.5, "text_eval_loss": 3.0}
     md = examples_markdown({"base": m, "tuned": m, "rows": 5, "turns": 6, "fc_rows": 4, "text_rows": 2,
@@ -222,7 +222,7 @@ def test_eval_loss_batches_fit_the_logits_budget(tiny_model_dir, monkeypatch):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from trainer import data, evaluate as ev
-    from trainer.builtin_data import generate
+    from trainer.data.builtin_data import generate
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
@@ -451,8 +451,8 @@ def test_the_report_has_the_category_table_and_the_tuned_models_failures_with_ra
     """Issue 19's report: base vs tuned per BFCL-style category (only the categories the split has), then a few
     rows per category the tuned model got wrong, with why and both raw outputs."""
     from trainer import evaluate as ev
-    from trainer.builtin_data import generate
-    from trainer.report import examples_markdown, markdown_html
+    from trainer.data.builtin_data import generate
+    from trainer.evaluate.report import examples_markdown, markdown_html
 
     rows = generate(n_train=0, n_eval=4, seed=1, categories=True)["eval"]
     rows = [r for r in rows if turns.expected_call(r) is not None][:3]  # tool-call rows
@@ -482,7 +482,7 @@ def test_the_report_has_the_category_table_and_the_tuned_models_failures_with_ra
 def test_qlora_without_bitsandbytes_is_refused_with_the_install_line(monkeypatch):
     import importlib.util
 
-    from trainer.config import TrainConfig
+    from trainer.config.training import TrainConfig
 
     cfg = TrainConfig(model_uri="s3://b/m", dataset_uri="s3://b/d", output_prefix="runs/x", method="qlora")
     assert not [p for p in cfg.problems() if "bitsandbytes" in p]  # installed here (a dependency)
@@ -495,9 +495,9 @@ def test_qlora_without_bitsandbytes_is_refused_with_the_install_line(monkeypatch
 def test_trainer_train_refuses_tokens_per_step_of_more_than_max_accum_micro_batches_at_setup():
     """The pipeline refuses it with the parameters when batch_tokens is set; `trainer train` with batch_tokens=0 (rows
     padded: the micro-batch's tokens known only from the data) at setup, before any step."""
-    from trainer.config import MAX_ACCUM
-    from trainer.errors import UserError
-    from trainer.train import Recipe
+    from trainer.config.training import MAX_ACCUM
+    from trainer.core.errors import UserError
+    from trainer.recipe.train import Recipe
 
     recipe = Recipe.__new__(Recipe)
     recipe.cfg = TrainConfig(model_uri="s3://b/m", dataset_uri="s3://b/d", output_prefix="r", batch_tokens=0,

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from trainer import data
-from trainer.errors import UserError
+from trainer.core.errors import UserError
 
 
 def write(tmp_path, lines, name="d.jsonl"):
@@ -108,7 +108,7 @@ def test_packed_batch_loss_equals_per_row_losses(tiny_model_dir, tokenizer):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from trainer import builtin_data
+    from trainer.data import builtin_data
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     with torch.no_grad():  # make attention matter, so cross-row leakage would show in the loss
@@ -132,7 +132,7 @@ def test_packed_batch_loss_equals_per_row_losses(tiny_model_dir, tokenizer):
 
 
 def test_token_budget_batches_respect_the_budget_and_resume_exactly():
-    from trainer.train import batches
+    from trainer.recipe.train import batches
 
     examples = [{"input_ids": [0] * n} for n in [30, 70, 50, 90, 20, 60, 40, 80, 10, 100] * 3]
     for flatten, cost in ((True, lambda b: sum(len(e["input_ids"]) for e in b)),
@@ -293,7 +293,7 @@ def test_a_csv_row_with_empty_prompt_or_completion_cells_is_named_for_what_it_la
 
 
 def test_too_few_rows_names_the_rows_skipped_as_too_long():
-    from trainer.batching import check_rows
+    from trainer.data.batching import check_rows
 
     with pytest.raises(UserError, match=r"only 0 training rows \(40 more were longer than max_seq_len and skipped: "
                                         r"raise max_seq_len or shorten them\), fewer than the 2 processes"):
@@ -576,7 +576,7 @@ def test_a_parquet_file_with_a_repeated_column_is_one_line(tmp_path):
 
 def test_length_check_of_a_runaway_template_stops_at_the_budget(monkeypatch):
     """length_problems tokenizes rows with the chat template: under the same budget as template_problems."""
-    from trainer import builtin_model
+    from trainer.models import builtin_model
 
     monkeypatch.setattr(data.preflight, "TEMPLATE_BUDGET_S", 0.3)
     tok = builtin_model.build_tokenizer()
@@ -597,7 +597,7 @@ def test_the_render_budget_puts_back_an_outer_timer():
     previous = signal.signal(signal.SIGALRM, handler)
     try:
         signal.setitimer(signal.ITIMER_REAL, 100)
-        with data._time_limit(5):
+        with data.time_limit(5):
             assert signal.getitimer(signal.ITIMER_REAL)[0] <= 5
         left = signal.getitimer(signal.ITIMER_REAL)[0]
         assert 90 < left <= 100 and signal.getsignal(signal.SIGALRM) is handler
@@ -609,7 +609,7 @@ def test_the_render_budget_puts_back_an_outer_timer():
 
 def test_the_eval_length_check_advises_raising_eval_max_rows_only_where_that_could_help():
     """It reads at most TEMPLATE_CHECK_ROWS rows: past that, raising eval_max_rows changes nothing it can see."""
-    from trainer import builtin_model
+    from trainer.models import builtin_model
 
     tokenizer = builtin_model.build_tokenizer()
     long = {"messages": [{"role": "user", "content": "x " * 3000}, {"role": "assistant", "content": "y"}]}
@@ -624,7 +624,7 @@ def test_the_eval_length_check_advises_raising_eval_max_rows_only_where_that_cou
 def test_tools_as_bare_function_schemas_read_as_openai_tools_everywhere(tmp_path):
     """`tools: [{"name", "description", "parameters"}]` (a common shape) passed the row check and then crashed the
     template check with KeyError: 'function' (a traceback, exit 1): read as OpenAI tools when the row is read."""
-    from trainer import builtin_data
+    from trainer.data import builtin_data
     from trainer.validate import pipeline_problems
 
     rows = builtin_data.generate(60, 20, seed=4)
@@ -698,7 +698,7 @@ def test_an_expected_call_that_breaks_its_own_tool_schema_is_refused(args, said)
 
 
 def test_values_spelled_in_another_type_than_the_schemas_are_read_as_its_type_and_said_once(capsys):
-    from trainer import fc_check
+    from trainer.chat import fc_check
 
     rows = [_call_row({"n": "5", "x": "2.5", "on": "true", "days": ["1", 2.0]}), _call_row({"n": 3.0}),
             _call_row({"n": 4, "x": "1e400"})]
@@ -799,7 +799,7 @@ def test_malformed_messages_and_tool_schemas_are_one_message_each_not_a_tracebac
 def test_valid_json_schemas_the_checker_does_not_fully_read_are_accepted_in_every_file_type(tmp_path, schema, args):
     """Refused as "breaks its own tool's schema" (or a TypeError in the checker) once .jsonl files got the schema
     check: nullable, additionalProperties {} or true, properties in allOf, draft 3's boolean required (a review)."""
-    from trainer import fc_check
+    from trainer.chat import fc_check
 
     row = {"tools": [{"type": "function", "function": {"name": "f", "parameters": schema}}],
            "messages": [{"role": "user", "content": "Do it."},
@@ -832,7 +832,7 @@ def test_generation_block_with_whitespace_control_masks_every_assistant_turn(tok
     row trained its last assistant turn only (9 tokens where transformers' own mask has 29)."""
     import random
 
-    from trainer import builtin_data
+    from trainer.data import builtin_data
 
     tok = copy.deepcopy(tokenizer)
     tok.chat_template = tokenizer.chat_template.replace("{% generation %}", open_tag).replace(

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from trainer import evaluate as ev
-from trainer.errors import UserError
+from trainer.core.errors import UserError
 
 
 def _adapter(base_dir, out_dir, modules_to_save=None, zero=True):
@@ -52,7 +52,7 @@ def test_only_the_servers_that_answer_for_the_models_asked_start(tiny_model_dir,
     (only the merged tuned one); beside its base (the GPU plan) one server starts and only the tuned name is asked;
     the base alone (evaluate_base) is one server of the base. vLLM's start, readiness and answers are faked here:
     tests/integration/test_eval_served.py starts real servers."""
-    from trainer import merge
+    from trainer.models import merge
     from trainer.serving import client, local
 
     class Server:
@@ -70,7 +70,7 @@ def test_only_the_servers_that_answer_for_the_models_asked_start(tiny_model_dir,
     monkeypatch.setattr(ev.losses, "served_losses", lambda url, name, examples, desc, concurrency: [])
     from transformers import AutoTokenizer
 
-    from trainer import builtin_data
+    from trainer.data import builtin_data
 
     tok, plain = AutoTokenizer.from_pretrained(tiny_model_dir), _adapter(tiny_model_dir, tmp_path / "plain")
     rows = builtin_data.generate(n_train=0, n_eval=2, seed=1)["eval"]

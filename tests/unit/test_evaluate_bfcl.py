@@ -12,7 +12,7 @@ from trainer.data import bfcl as bfcl_data
 from trainer.evaluate import bfcl
 from trainer.evaluate.gate import promotion
 from trainer.evaluate.gate import category_drops
-from trainer.report import examples_markdown, summary_lines
+from trainer.evaluate.report import examples_markdown, summary_lines
 
 
 def _first(accepted):
@@ -101,7 +101,7 @@ def test_bfcl_rows_asked_scored_and_too_long_ones_counted_wrong(tiny_model_dir, 
 
 
 def test_both_suites_on_the_same_loaded_models(tiny_model_dir, tmp_path, bfcl_tree, scripted):
-    from trainer import builtin_data
+    from trainer.data import builtin_data
 
     data.write_jsonl(builtin_data.generate(n_train=0, n_eval=4, seed=2)["eval"], tmp_path / "eval.jsonl")
     result = ev.evaluate(tiny_model_dir, tiny_model_dir, tmp_path / "eval.jsonl", engine="hf",

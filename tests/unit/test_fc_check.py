@@ -1,11 +1,13 @@
-"""The BFCL-style function-calling checker (trainer/fc_check.py): each rule passes and fails on
+"""The BFCL-style function-calling checker (trainer/chat/fc_check.py): each rule passes and fails on
 hand-written cases; categories and their summary; the built-in dataset's rows of every category."""
 
 import json
 
 import pytest
 
-from trainer import builtin_data, data, fc_check
+from trainer.data import builtin_data
+from trainer import data
+from trainer.chat import fc_check
 
 
 def _tool(name, properties, required=()):

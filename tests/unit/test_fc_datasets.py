@@ -8,7 +8,7 @@ import pytest
 
 from trainer import data, parity
 from trainer.data import formats
-from trainer.errors import UserError
+from trainer.core.errors import UserError
 
 CONVERT = {"name": "convert_currency", "description": "Convert an amount between currencies",
            "parameters": {"type": "object", "properties": {"amount": {"type": "number"}, "from": {"type": "string"},

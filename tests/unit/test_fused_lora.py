@@ -1,14 +1,15 @@
-"""trainer/fused_lora.py: the fused LoRA layer gives peft's outputs and gradients, falls back to
+"""trainer/models/fused_lora.py: the fused LoRA layer gives peft's outputs and gradients, falls back to
 peft where it does not apply, and leaves adapters that plain peft saves, loads and merges."""
 
 import pytest
 import torch
 
-from trainer import builtin_data, data
-from trainer.batching import collate
-from trainer.config import TrainConfig
-from trainer.fused_lora import FusedLoraLinear, _LoraLinearFunction
-from trainer.model import LossModel, build_model
+from trainer.data import builtin_data
+from trainer import data
+from trainer.data.batching import collate
+from trainer.config.training import TrainConfig
+from trainer.models.fused_lora import FusedLoraLinear, _LoraLinearFunction
+from trainer.models.model import LossModel, build_model
 
 
 def examples(tokenizer, n=6):
@@ -131,7 +132,7 @@ def test_adapters_trained_fused_save_load_and_merge_as_plain_peft(tiny_model_dir
 
 
 def test_a_compiled_decoder_layer_traces_the_fused_layers_whole(tiny_model_dir, tokenizer, monkeypatch):
-    """compile=true compiles each decoder layer (trainer.model.compile_layers): the fused
+    """compile=true compiles each decoder layer (trainer.models.model.compile_layers): the fused
     autograd.Function and FusedLoraLinear's checks (autocast state included) must trace into
     one graph, not break it at each of the 7 LoRA layers. As on CUDA: a bf16 base, fp32
     adapters, bf16 autocast with peft's input cast off (LossModel)."""
@@ -140,8 +141,8 @@ def test_a_compiled_decoder_layer_traces_the_fused_layers_whole(tiny_model_dir, 
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from trainer import fused_lora
-    from trainer.model import decoder_layers
+    from trainer.models import fused_lora
+    from trainer.models.model import decoder_layers
 
     lora = LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM")
     fused_lora.register(lora)

@@ -1,4 +1,4 @@
-"""A GGUF's tensors against what its metadata's config makes of each parameter (trainer.gguf.tensor_problems): a
+"""A GGUF's tensors against what its metadata's config makes of each parameter (trainer.models.gguf.tensor_problems): a
 tensor of the wrong shape, or one that is no parameter, refused before de-quantizing anything."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from tests.integration.test_gguf import tiny_gguf
-from trainer import gguf as trainer_gguf
-from trainer.errors import UserError
+from trainer.models import gguf as trainer_gguf
+from trainer.core.errors import UserError
 
 
 def _with_tensor(path, name, shape):

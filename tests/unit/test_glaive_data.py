@@ -5,7 +5,8 @@ import json
 import random
 
 from benchmarks import glaive_data
-from trainer import builtin_data, data
+from trainer.data import builtin_data
+from trainer import data
 from trainer.chat.turns import trained_turns
 
 

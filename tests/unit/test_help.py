@@ -50,7 +50,7 @@ def test_list_params_shows_every_parameter_with_default_and_ui_description(capsy
 
 
 def test_every_train_option_has_help():
-    from trainer.params import add_train_arguments
+    from trainer.config.params import add_train_arguments
 
     parser = argparse.ArgumentParser()
     add_train_arguments(parser)
@@ -110,7 +110,7 @@ def test_the_train_cli_the_pipelines_and_the_components_share_one_set_of_trainin
     from components.validate_params import validate_params
     from pipelines.finetune import finetune_pipeline
     from pipelines.sweep import sweep_pipeline
-    from trainer.config import TrainConfig
+    from trainer.config.training import TrainConfig
 
     expected = {f.name: f.default for f in fields(TrainConfig)}
     train = next(p for p in _parsers("trainer.__main__", monkeypatch) if p.prog.endswith(" train"))
@@ -129,11 +129,11 @@ def test_the_train_cli_the_pipelines_and_the_components_share_one_set_of_trainin
 
 
 def test_the_parameter_table_command_answers_help_instead_of_printing_the_table(capsys):
-    """`python -m trainer.params --help` printed the Markdown table, ignoring --help."""
-    from trainer import params
+    """`python -m trainer.config.params --help` printed the Markdown table, ignoring --help."""
+    from trainer.config import params
 
     with pytest.raises(SystemExit) as exit_info:
         params.main(["--help"])
     out = capsys.readouterr().out
-    assert exit_info.value.code == 0 and out.startswith("usage: python -m trainer.params") and "| parameter |" not in out
+    assert exit_info.value.code == 0 and out.startswith("usage: python -m trainer.config.params") and "| parameter |" not in out
     assert params.main([]) == 0 and capsys.readouterr().out == params.markdown()

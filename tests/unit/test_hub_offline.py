@@ -6,8 +6,9 @@ import socket
 
 import pytest
 
-from trainer import delivery, sources
-from trainer.errors import UserError
+from trainer.store import delivery
+from trainer.config import sources
+from trainer.core.errors import UserError
 
 
 @pytest.fixture
@@ -80,7 +81,7 @@ def test_a_model_missing_from_the_cache_offline_is_said_with_the_hubs_whole_sent
 
 
 def test_brief_cuts_a_long_reason_at_a_word_and_names_an_empty_one():
-    from trainer.errors import brief
+    from trainer.core.errors import brief
 
     assert brief(ValueError("first line\nsecond")) == "first line"
     assert brief(ValueError("alpha beta gamma"), limit=12) == "alpha beta ..."

@@ -148,7 +148,7 @@ def test_pipeline_refuses_names_its_deploy_cannot_create_before_training():
 
 
 def test_kserve_build_checks_the_host_name_in_its_namespace():
-    from trainer.errors import UserError
+    from trainer.core.errors import UserError
     from trainer.k8s import kserve
     from trainer.k8s.podspec import ClusterSpec
     from trainer.k8s.vllm import ServeSpec

@@ -10,9 +10,10 @@ import shutil
 
 import pytest
 
-from trainer import builtin_data, data
+from trainer.data import builtin_data
+from trainer import data
 from trainer import evaluate as ev
-from trainer.errors import Unavailable
+from trainer.core.errors import Unavailable
 from trainer.evaluate.kept_base import KeptBase
 
 

@@ -165,7 +165,7 @@ def test_the_vllm_image_fits_the_accelerator_and_kserve_sets_it_per_service(acce
     """vLLM's CUDA image exits at start-up on a pod without a GPU (the docstring's "0 serves on
     CPU" needs its CPU build); the shared ServingRuntime keeps one image, each InferenceService
     names its own, so a CPU or ROCm deploy does not change the image of the others."""
-    from trainer import settings
+    from trainer.core import settings
 
     objs = {o["kind"]: o for o in rendered_objects(accelerator, gpus)}
     [vllm] = [c for c in objs["Deployment"]["spec"]["template"]["spec"]["containers"] if c["name"] == "vllm"]

@@ -6,9 +6,12 @@ import json
 
 import pytest
 
-from trainer import data, delivery, fc_check, sources
+from trainer import data
+from trainer.store import delivery
+from trainer.chat import fc_check
+from trainer.config import sources
 from trainer.data import masking
-from trainer.errors import UserError
+from trainer.core.errors import UserError
 
 
 def _tool(name):
@@ -215,7 +218,7 @@ def test_deliver_dataset_cli_exits_2_naming_the_fix(tmp_path, capsys, argv, said
 def test_the_parameter_is_the_tables_and_reaches_the_deliver_dataset_step():
     from components.deliver_dataset import deliver_dataset
     from pipelines.finetune import finetune_pipeline
-    from trainer import params
+    from trainer.config import params
 
     p = params.BY_NAME["irrelevance_share"]
     assert (p.type, p.default, p.pipelines) == (float, 0.0, ("finetune", "sweep"))
@@ -281,7 +284,7 @@ def test_a_reply_that_is_no_plain_short_text_is_refused_with_the_fix(reply, said
 def test_the_reply_is_a_parameter_that_reaches_the_copies_and_the_metadata(store, tmp_path):
     from components.deliver_dataset import deliver_dataset
     from pipelines.finetune import finetune_pipeline
-    from trainer import params
+    from trainer.config import params
     from trainer.validate import pipeline_problems
 
     p = params.BY_NAME["irrelevance_reply"]
@@ -395,7 +398,8 @@ def test_a_share_that_makes_no_row_is_refused_at_validate_naming_the_least_that_
     """Refused, not warned: irrelevance_share was set to add rows, and copies_for rounds each split's count to 0,
     so the run would train without them and no later line would say so; the fix names the least share that makes
     one row."""
-    from trainer import builtin_data, data
+    from trainer.data import builtin_data
+    from trainer import data
     from trainer.validate import pipeline_problems
 
     data.write_jsonl(builtin_data.generate(40, 0, seed=3)["train"], tmp_path / "mine.jsonl")

@@ -1,12 +1,12 @@
-"""Several datasets in one run (trainer.data.mix, trainer.sources.mix_parts)."""
+"""Several datasets in one run (trainer.data.mix, trainer.config.sources.mix_parts)."""
 
 import json
 
 import pytest
 
-from trainer import sources
+from trainer.config import sources
 from trainer.data import mix
-from trainer.errors import UserError
+from trainer.core.errors import UserError
 
 
 def _rows(name, n):
@@ -102,7 +102,7 @@ def test_the_same_row_from_two_sources_counts_as_train_eval_overlap():
 
 
 def test_the_evaluation_scores_each_source_of_a_mix():
-    from trainer import builtin_data
+    from trainer.data import builtin_data
     from trainer.evaluate.scoring import score_predictions
 
     rows = builtin_data.generate(0, 40, seed=2)["eval"]
@@ -122,10 +122,10 @@ def test_the_evaluation_scores_each_source_of_a_mix():
 
 def test_the_report_and_the_run_summary_show_a_table_by_source_with_the_sources_names(tmp_path):
     from pipelines.run_local import summarize
-    from trainer import builtin_data
+    from trainer.data import builtin_data
     from trainer.evaluate import logged_metrics
     from trainer.evaluate.scoring import score_predictions, source_rows
-    from trainer.report import examples_markdown
+    from trainer.evaluate.report import examples_markdown
 
     rows = builtin_data.generate(0, 40, seed=2)["eval"]
     tools = [r for r in rows if r["messages"][-1].get("tool_calls")][:4]
@@ -181,7 +181,9 @@ def test_each_part_of_a_mix_is_checked_as_its_kind_on_a_cluster_and_in_the_bucke
 
 
 def test_a_two_source_weighted_mix_is_delivered_content_addressed_with_its_record(store, tmp_path, capsys):
-    from trainer import builtin_data, data, delivery
+    from trainer.data import builtin_data
+    from trainer import data
+    from trainer.store import delivery
 
     mine = builtin_data.generate(60, 0, seed=7)["train"]
     data.write_jsonl(mine, tmp_path / "mine.jsonl")
@@ -210,7 +212,8 @@ def test_a_two_source_weighted_mix_is_delivered_content_addressed_with_its_recor
 
 def test_a_mix_of_local_and_built_in_parts_is_checked_fully_before_a_run(tmp_path):
     from pipelines.run_local import throwaway_s3_problems
-    from trainer import builtin_data, data
+    from trainer.data import builtin_data
+    from trainer import data
     from trainer.validate import pipeline_problems
 
     data.write_jsonl(builtin_data.generate(40, 0, seed=3)["train"], tmp_path / "mine.jsonl")

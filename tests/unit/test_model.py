@@ -1,4 +1,4 @@
-"""Model building (trainer/model.py): the loss without full logits equals the usual loss and
+"""Model building (trainer/models/model.py): the loss without full logits equals the usual loss and
 gradients; packed rows with flex attention equal rows alone; compiled layers do not recompile
 for every new batch shape.
 
@@ -8,10 +8,11 @@ The fast checks; the ones that train, serve or run the pipeline are tests/integr
 import pytest
 import torch
 
-from trainer import builtin_data, data
-from trainer.batching import collate, collate_packed
-from trainer.config import TrainConfig
-from trainer.model import (LossModel, build_model, chunked_cross_entropy, label_positions_of)
+from trainer.data import builtin_data
+from trainer import data
+from trainer.data.batching import collate, collate_packed
+from trainer.config.training import TrainConfig
+from trainer.models.model import (LossModel, build_model, chunked_cross_entropy, label_positions_of)
 
 
 @pytest.mark.parametrize("weight_grad", [False, True])
@@ -55,7 +56,7 @@ def test_loss_model_equals_the_models_own_loss_and_gradients(tiny_model_dir, tok
 
 
 def test_packing_plan_picks_an_attention_that_skips_other_rows():
-    from trainer.model import plan_packing
+    from trainer.models.model import plan_packing
 
     cuda, cpu = torch.device("cuda"), torch.device("cpu")  # only the device type is read
     flat = TrainConfig(batch_tokens=16384, packing="flatten")

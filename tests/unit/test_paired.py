@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from trainer import builtin_data, fc_check
+from trainer.data import builtin_data
+from trainer.chat import fc_check
 from trainer.chat.turns import expected_calls
 from trainer.evaluate import bfcl
 from trainer.evaluate.gate import promotion
@@ -158,7 +159,7 @@ def test_max_category_drop_is_a_fraction_like_the_other_thresholds():
     """min_gain and min_fc_accuracy are fractions; max_category_drop was points, so 0.1 passed validate and refused
     every drop over a tenth of a point. Now 0.1 is 10 points: a 10-point fall passes (float error included), 12 do
     not; validate refuses a value in points, naming the fraction."""
-    from trainer import params
+    from trainer.config import params
     from trainer.validate import pipeline_problems
 
     assert params.BY_NAME["max_category_drop"].default == 0.1

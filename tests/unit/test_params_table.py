@@ -1,4 +1,4 @@
-"""One table for every pipeline parameter (trainer.params): the pipelines' signatures and the
+"""One table for every pipeline parameter (trainer.config.params): the pipelines' signatures and the
 components' inputs agree with it, the KFP UI's descriptions and --list-params come from it, the
 parameter reference page (docs/parameters.md) is its current rendering, and every entry point reads true/false alike."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer import params
+from trainer.config import params
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -87,9 +87,9 @@ def test_list_params_groups_the_tables_text(capsys):
 
 def test_the_parameter_reference_page_is_the_tables_rendering():
     page = (ROOT / "docs" / "parameters.md").read_text()
-    found = re.search(r"<!-- parameters: python -m trainer.params -->\n(.*?)<!-- /parameters -->", page, re.S)
+    found = re.search(r"<!-- parameters: python -m trainer.config.params -->\n(.*?)<!-- /parameters -->", page, re.S)
     assert found, "docs/parameters.md lacks the generated parameter reference"
-    assert found.group(1) == params.markdown(), "docs/parameters.md is stale: python -m trainer.params"
+    assert found.group(1) == params.markdown(), "docs/parameters.md is stale: python -m trainer.config.params"
 
 
 @pytest.mark.parametrize("word, value", [("true", True), (" Yes ", True), ("ON", True), ("1", True),
@@ -97,8 +97,8 @@ def test_the_parameter_reference_page_is_the_tables_rendering():
 def test_one_true_false_reading_for_every_entry_point(word, value):
     from pipelines.finetune import finetune_pipeline
     from pipelines.cli_params import parse_params
-    from trainer.params import _parse_bool
-    from trainer.settings import parse_bool
+    from trainer.config.params import _parse_bool
+    from trainer.core.settings import parse_bool
 
     assert parse_bool(word) is value and _parse_bool(word) is value
     assert parse_params(finetune_pipeline, [f"keep_serving={word}"])["keep_serving"] is value

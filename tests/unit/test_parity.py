@@ -1,13 +1,16 @@
-"""The chat_template parameter and the train/serve parity check (trainer.templates, trainer.parity)
+"""The chat_template parameter and the train/serve parity check (trainer.chat.templates, trainer.parity)
 on the built-in model's tokenizer; real templates are in test_real_templates.py."""
 
 import json
 
 import pytest
 
-from trainer import builtin_data, data, delivery, parity, templates
+from trainer.data import builtin_data
+from trainer import data, parity
+from trainer.store import delivery
+from trainer.chat import templates
 from trainer.chat import parsers
-from trainer.errors import UserError
+from trainer.core.errors import UserError
 from trainer.validate import on_cluster_problems, pipeline_problems
 
 TOOL_ROWS = [r for r in builtin_data.generate(n_train=200, n_eval=0, seed=3)["train"]
@@ -213,7 +216,7 @@ def test_trainer_train_run_alone_refuses_a_template_that_drops_tools_and_the_lau
     recorded in the bucket, so the job's ranks and later runs do not check the same trees again."""
     import signal
 
-    from trainer import train as recipe
+    from trainer.recipe import train as recipe
     from trainer.__main__ import main
 
     model_uri, _ = delivery.deliver_model("builtin:tiny-llama", "", store)
@@ -227,7 +230,7 @@ def test_trainer_train_run_alone_refuses_a_template_that_drops_tools_and_the_lau
         main(["train", "--model-uri", dropping_uri, "--dataset-uri", data_uri, "--output-prefix", "runs/cli-parity"])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and "tools dropped" in err and "Traceback" not in err, err
-    assert not store.exists(parity._record(dropping_uri, data_uri, "runs/cli-parity"))  # a refusal is not recorded
+    assert not store.exists(parity.record_key(dropping_uri, data_uri, "runs/cli-parity"))  # a refusal is not recorded
 
     import uuid
 
@@ -243,7 +246,7 @@ def test_trainer_train_run_alone_refuses_a_template_that_drops_tools_and_the_lau
         parity.check_delivered(store, dropping_uri, data_uri, "runs/p")
     assert checked == [(model_uri, data_uri), (dropping_uri, data_uri)]
     # inputs that are not content-addressed: recorded for the run's prefix alone
-    assert parity._record("s3://b/mine/model", data_uri, "runs/r") == f"runs/r/{parity.CHECKED}"
+    assert parity.record_key("s3://b/mine/model", data_uri, "runs/r") == f"runs/r/{parity.CHECKED}"
 
 
 def test_a_generation_block_that_marks_nothing_is_refused_before_training(tok):

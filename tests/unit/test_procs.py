@@ -1,4 +1,4 @@
-"""Nothing we start outlives us (trainer.procs): the guard around vLLM, what run_local started, and
+"""Nothing we start outlives us (trainer.core.procs): the guard around vLLM, what run_local started, and
 the whole process tree and /tmp after SIGTERM / SIGINT to run_local (the process alone and its group)
 in each stage, and after SIGKILL of `trainer serve` while vLLM loads.
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer import procs
+from trainer.core import procs
 
 ROOT = Path(__file__).resolve().parents[2]
 TAG = "FINETUNE_TEST_TAG"
@@ -86,7 +86,7 @@ def test_the_guard_takes_down_a_tree_deaf_to_sigterm_when_its_parent_is_killed(t
     # The parent starts the guard as trainer.serving.local does (own session, --parent), then waits: we SIGKILL it.
     parent = subprocess.Popen(
         [sys.executable, "-c", "import os, subprocess, sys, time; subprocess.Popen([sys.executable, '-m', "
-         "'trainer.procs', '--parent', str(os.getpid()), '--grace', '1', '--remove', sys.argv[2], '--', "
+         "'trainer.core.procs', '--parent', str(os.getpid()), '--grace', '1', '--remove', sys.argv[2], '--', "
          "sys.executable, sys.argv[1]], start_new_session=True); time.sleep(300)", str(stubborn), str(scratch)],
         cwd=ROOT, env={**os.environ, TAG: tag})
     try:
@@ -105,7 +105,7 @@ def test_the_guard_takes_down_a_tree_deaf_to_sigterm_when_its_parent_is_killed(t
 def test_the_guard_passes_the_status_on_and_stops_what_the_command_left(tmp_path):
     tag = uuid.uuid4().hex
     # The command leaves a process in a session of its own behind, and exits 3.
-    done = subprocess.run([sys.executable, "-m", "trainer.procs", "--grace", "1", "--", "sh", "-c",
+    done = subprocess.run([sys.executable, "-m", "trainer.core.procs", "--grace", "1", "--", "sh", "-c",
                            "setsid sleep 300 & sleep 0.5; exit 3"],
                           cwd=ROOT, env={**os.environ, TAG: tag}, timeout=60)
     try:
@@ -117,7 +117,7 @@ def test_the_guard_passes_the_status_on_and_stops_what_the_command_left(tmp_path
 
 def test_a_signalled_guard_exits_128_plus_the_signal_and_its_tree_is_gone(stubborn):
     tag = uuid.uuid4().hex
-    guard = subprocess.Popen([sys.executable, "-m", "trainer.procs", "--grace", "1", "--", sys.executable,
+    guard = subprocess.Popen([sys.executable, "-m", "trainer.core.procs", "--grace", "1", "--", sys.executable,
                               str(stubborn)], cwd=ROOT, env={**os.environ, TAG: tag}, start_new_session=True)
     try:
         wait_for(lambda: len(tagged(tag)) == 3, 60, guard, "the whole tree")
@@ -181,12 +181,12 @@ def test_the_guard_removes_only_a_directory_that_was_empty_as_it_started(tmp_pat
             procs.main(["--remove", str(path), "--", "true"])
         assert err.value.code == 2 and f"--remove {path}: not an empty directory" in capsys.readouterr().err
     assert (kept / "notes.txt").read_text() == "mine"
-    # links (trainer.procs.private_tmpdir_env's to inductor's cache) do not count, and removing them keeps
+    # links (trainer.core.procs.private_tmpdir_env's to inductor's cache) do not count, and removing them keeps
     # what they point to
     own = tmp_path / "own"
     own.mkdir()
     (own / "kept").symlink_to(kept)
-    guarded = subprocess.run([sys.executable, "-m", "trainer.procs", "--remove", str(own), "--", "true"], cwd=ROOT)
+    guarded = subprocess.run([sys.executable, "-m", "trainer.core.procs", "--remove", str(own), "--", "true"], cwd=ROOT)
     assert guarded.returncode == 0
     assert not own.exists() and (kept / "notes.txt").read_text() == "mine"
 
@@ -198,7 +198,7 @@ def test_a_guard_that_cannot_write_to_its_log_still_stops_the_tree():
     with open("/dev/full", "w") as full:
         parent = subprocess.Popen(
             [sys.executable, "-c", "import os, subprocess, sys, time; subprocess.Popen([sys.executable, '-m', "
-             "'trainer.procs', '--parent', str(os.getpid()), '--grace', '1', '--', 'sleep', '300'], "
+             "'trainer.core.procs', '--parent', str(os.getpid()), '--grace', '1', '--', 'sleep', '300'], "
              "start_new_session=True); time.sleep(300)"],
             cwd=ROOT, env={**os.environ, TAG: tag}, stderr=full)
     try:
@@ -214,7 +214,7 @@ def test_a_guard_that_cannot_write_to_its_log_still_stops_the_tree():
 # starts: a process by multiprocessing's spawn (the EngineCore on CPU) and one by fork (elsewhere); then it waits.
 TIED_MAIN = textwrap.dedent("""
     import multiprocessing, time
-    from trainer.procs import die_with_parent
+    from trainer.core.procs import die_with_parent
 
     if __name__ in ("__main__", "__mp_main__"):
         die_with_parent()
@@ -264,7 +264,7 @@ def test_a_process_whose_starter_died_before_it_tied_itself_dies_at_once(starter
     gone = subprocess.Popen(["true"])
     gone.wait()
     pid = gone.pid if starter == "gone" else os.getpid()
-    done = subprocess.run([sys.executable, "-c", "import os; from trainer.procs import die_with_parent, STARTER_ENV; "
+    done = subprocess.run([sys.executable, "-c", "import os; from trainer.core.procs import die_with_parent, STARTER_ENV; "
                            "die_with_parent(); print(os.environ[STARTER_ENV] == str(os.getpid()))"],
                           cwd=ROOT, env={**os.environ, procs.STARTER_ENV: str(pid)}, capture_output=True, text=True,
                           timeout=60)

@@ -2,7 +2,7 @@
 that run_local puts between kfp.local and the terminal."""
 
 
-from trainer import progress
+from trainer.core import progress
 
 
 def test_transfers_show_bytes_rate_and_eta_only_for_large_trees(store, tmp_path, capfd, monkeypatch):

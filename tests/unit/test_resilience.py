@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from trainer.checkpoint import Checkpointer
-from trainer.train import batches
+from trainer.recipe.checkpoint import Checkpointer
+from trainer.recipe.train import batches
 
 
 def test_data_position_is_exact_after_a_skip():
@@ -47,7 +47,8 @@ def test_each_local_job_gets_a_temporary_folder_removed_with_it(tmp_path, monkey
     import sys
     import tempfile
 
-    from trainer import launch, procs
+    from trainer import launch
+    from trainer.core import procs
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
@@ -79,9 +80,9 @@ def test_a_closed_output_pipe_stops_training_as_itself_not_as_a_network_failure(
     import subprocess
     import sys
 
-    from trainer.exitcodes import EXIT_TRANSIENT
+    from trainer.core.exitcodes import EXIT_TRANSIENT
 
-    code = ("from trainer.exitcodes import retry_transient_failures\n"
+    code = ("from trainer.core.exitcodes import retry_transient_failures\n"
             "with retry_transient_failures():\n"
             "    while True:\n"
             "        print('step ' * 200, flush=True)\n")
@@ -102,7 +103,7 @@ def test_a_trainers_local_folders_go_however_it_exits(tmp_path, end, status):
 
     staging = tmp_path / "tb-x"
     code = ("import os, sys\n"
-            "from trainer.exitcodes import hard_exit, remove_at_exit\n"
+            "from trainer.core.exitcodes import hard_exit, remove_at_exit\n"
             f"os.mkdir({str(staging)!r}); open(os.path.join({str(staging)!r}, 'events'), 'w').write('x')\n"
             f"remove_at_exit({str(staging)!r})\n"
             f"{end}\n")

@@ -315,8 +315,8 @@ def test_a_runs_tensorboard_events_are_its_own_finetune_tasks_not_whatever_was_w
 
 
 def test_tensorboard_copy_from_a_dead_endpoint_is_a_user_error(tmp_path, no_retry_backoff):
-    from trainer.errors import UserError
-    from trainer.storage import Store
+    from trainer.core.errors import UserError
+    from trainer.core.storage import Store
 
     dead = Store(endpoint="http://127.0.0.1:9", bucket="llm-finetune", access_key="k", secret_key="s",
                  region="us-east-1")
@@ -541,7 +541,7 @@ def test_compare_shows_failed_and_running_runs_with_their_status_and_no_number_t
 
 def test_tensorboard_copy_when_no_task_created_the_bucket_finds_no_events(s3_env, tmp_path):
     """Every delivery failed (e.g. offline), so nothing ever created the bucket: no events, no traceback."""
-    from trainer.storage import Store
+    from trainer.core.storage import Store
 
     empty = Store.from_env()
     empty.bucket = "never-created-bucket"
@@ -673,7 +673,8 @@ def test_a_converted_dataset_is_announced_by_the_step_that_converts_not_by_each_
     """run_local checks the parameters, then validate-params, then deliver-dataset reads the file:
     the "N ShareGPT rows converted" line is deliver-dataset's alone."""
     from tests.unit.test_data import SHAREGPT, write
-    from trainer import delivery, sources
+    from trainer.store import delivery
+    from trainer.config import sources
     from trainer.validate import DEFAULTS, pipeline_problems
 
     path = write(tmp_path, [json.dumps(SHAREGPT)] * 12)
@@ -795,7 +796,7 @@ def test_a_full_disk_when_copying_the_model_out_keeps_the_runs_record_and_says_s
     from pipelines import run_local
     from pipelines.finetune import finetune_pipeline
     from pipelines.cli_params import pipeline_defaults
-    from trainer.errors import UserError
+    from trainer.core.errors import UserError
 
     merged = types.SimpleNamespace(metadata={"uri": "s3://test-bucket/models/sha256-abc"})
 

@@ -102,7 +102,7 @@ def test_serve_forever_puts_back_the_signal_handlers_it_found(monkeypatch, tiny_
     goes on afterwards (this one), the handlers that were there before are back however it ends."""
     from types import SimpleNamespace
 
-    from trainer.errors import UserError
+    from trainer.core.errors import UserError
 
     def wait():
         if ending == "sigterm":
@@ -146,7 +146,7 @@ def test_a_second_ctrl_c_while_trainer_serve_stops_is_one_line_not_a_traceback(t
     import sys
 
     from tests.unit.test_procs import ROOT, TAG, survivors, tagged, wait_for
-    from trainer import procs
+    from trainer.core import procs
 
     tag, release, log, console = uuid.uuid4().hex, tmp_path / "release", tmp_path / "vllm.log", tmp_path / "out.txt"
     with open(console, "w") as out:
@@ -417,7 +417,7 @@ def test_deploy_k8s_refuses_a_parser_name_vllm_would_read_as_a_flag(capsys):
 def test_one_served_name_rule_for_the_pipeline_and_the_server(name):
     """served_model_name in run_local / submit / the validate-params step and the server's own
     check (serve, deploy) give the same message, from one rule."""
-    from trainer.errors import UserError
+    from trainer.core.errors import UserError
     from trainer.validate import pipeline_problems
 
     [expected] = serve_args.served_name_problems(name)
@@ -461,7 +461,7 @@ def test_trainer_serve_refuses_a_port_out_of_range(tmp_path, capsys, port):
 
 
 def test_adapter_vllm_cannot_load_is_refused_before_starting(tmp_path):
-    from trainer.errors import UserError
+    from trainer.core.errors import UserError
 
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text("{}")
@@ -479,14 +479,14 @@ def test_an_adapter_of_another_model_or_trained_on_another_template_is_refused_b
                                                                                               tmp_path):
     """vLLM loaded an adapter of another base for half a minute, then failed with "The size of tensor a (128) must
     match ... (576)"; an adapter trained with another chat template was served under the base's and answered '' to
-    tool requests, without a word. Both are refused up front (and merge refuses the first: trainer.weights)."""
+    tool requests, without a word. Both are refused up front (and merge refuses the first: trainer.models.weights)."""
     import shutil
 
     from safetensors.torch import load_file, save_file
 
     from tests.unit.test_eval_served import _adapter
-    from trainer.errors import UserError
-    from trainer.weights import adapter_fit_problems
+    from trainer.core.errors import UserError
+    from trainer.models.weights import adapter_fit_problems
 
     adapter = _adapter(tiny_model_dir, tmp_path / "adapter")
     assert adapter_fit_problems(tiny_model_dir, adapter, "a") == []  # its own base: fits
@@ -544,7 +544,7 @@ def test_vllms_sockets_go_where_their_paths_fit_a_unix_socket(tmp_path, monkeypa
     a test's) the path passes 107 characters and vLLM fails to start (ZMQError)."""
     import tempfile
 
-    from trainer.errors import UserError
+    from trainer.core.errors import UserError
 
     with tempfile.TemporaryDirectory(dir="/tmp") as short:  # a short TMPDIR is used as it is
         monkeypatch.setattr(tempfile, "tempdir", short)

@@ -4,8 +4,12 @@ import json
 
 import pytest
 
-from trainer import builtin_data, data, delivery, model_tree, sources
-from trainer.errors import UserError
+from trainer.data import builtin_data
+from trainer import data
+from trainer.store import delivery
+from trainer.models import model_tree
+from trainer.config import sources
+from trainer.core.errors import UserError
 
 
 @pytest.mark.parametrize("source, kind", [
@@ -466,7 +470,7 @@ def test_eval_rows_that_are_also_train_rows_are_warned_about_at_delivery(store, 
 def test_builtin_dataset_delivers_every_category(store):
     """builtin:function-calling (the demo's): the one-call rows plus rows of every other BFCL category, spread
     through the eval split (eval_max_rows scores a prefix); builtin:function-calling-bfcl names the same rows."""
-    from trainer import fc_check
+    from trainer.chat import fc_check
 
     uri, meta = delivery.deliver_dataset("builtin:function-calling", "", store)
     assert meta["rows"] == {"train": 3600, "eval": 240}
@@ -479,7 +483,7 @@ def test_builtin_dataset_delivers_every_category(store):
 
 def test_a_file_url_of_localhost_and_with_percent_escapes_names_the_local_file(tmp_path):
     """file://localhost/abs was refused with a fix that did not apply, and %20 was not decoded (RFC 8089)."""
-    from trainer import sources
+    from trainer.config import sources
 
     folder = tmp_path / "my data"
     folder.mkdir()

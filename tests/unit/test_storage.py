@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from trainer.errors import UserError
-from trainer.storage import MANIFEST, Store, tree_manifest
+from trainer.core.errors import UserError
+from trainer.core.storage import MANIFEST, Store, tree_manifest
 
 
 def make_tree(root, files):
@@ -79,7 +79,7 @@ def test_an_endpoint_that_accepts_and_never_answers_fails_at_first_contact(monke
     The bucket check waited 300 s x 4 tries; it gets FIRST_CONTACT_S and names the endpoint."""
     import socket
 
-    from trainer import storage
+    from trainer.core import storage
 
     monkeypatch.setattr(storage, "FIRST_CONTACT_S", 0.2)
     with socket.socket() as s:
@@ -132,7 +132,10 @@ def test_manifest_ignores_itself(tmp_path):
 
 
 def test_s3_sources_pass_through_delivered_trees(store, tmp_path):
-    from trainer import builtin_data, data, delivery, sources
+    from trainer.data import builtin_data
+    from trainer import data
+    from trainer.store import delivery
+    from trainer.config import sources
 
     d = tmp_path / "ds"
     d.mkdir()
@@ -210,8 +213,8 @@ def test_a_download_that_would_not_fit_is_refused_before_writing(store, tmp_path
     import errno
     import shutil
 
-    from trainer import storage
-    from trainer.errors import UserError
+    from trainer.core import storage
+    from trainer.core.errors import UserError
 
     src = tmp_path / "src"
     src.mkdir()

@@ -72,7 +72,7 @@ def test_pick_by_accuracy_without_tool_call_rows_deploys_nothing_and_names_eval_
     assert "select_metric=eval_loss" in picked["reason"]
     assert pick(TRIALS, text_only, "eval_loss", min_gain=0.1)["best"] == 1
     # README: a metric is never shown as a measured-looking 0; and no trial is "best" on a tie of nothing
-    from trainer.report import sweep_markdown
+    from trainer.evaluate.report import sweep_markdown
 
     table = sweep_markdown(picked, "fc_ast_accuracy")
     assert "| 0 | 4 | 8 | 0.003 | not measured | not measured | not measured |" in table

@@ -1,4 +1,4 @@
-"""trainer.torchrun.leave_exit_barrier against a real TCPStore: node 0, the store's host, stays until every node
+"""trainer.recipe.torchrun.leave_exit_barrier against a real TCPStore: node 0, the store's host, stays until every node
 has left torchrun's exit barrier (the race itself, with two torchrun agents: tests/integration/test_resilience.py)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from torch.distributed.elastic.agent.server.api import _TERMINAL_STATE_SYNC_ID
 from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.utils.store import _NUM_MEMBERS
 
-from trainer import torchrun
+from trainer.recipe import torchrun
 
 
 def agent(store, rank, world=2):

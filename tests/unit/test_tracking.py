@@ -1,4 +1,4 @@
-"""trainer.tracking without a working server: off when MLFLOW_TRACKING_URI is unset (mlflow not even imported), one
+"""trainer.core.tracking without a working server: off when MLFLOW_TRACKING_URI is unset (mlflow not even imported), one
 warning and no more tries against a server that never answers, what training pods are handed. The real server's
 side (params, per-step losses, the evaluation's metrics and verdict) is tests/integration/test_tracking.py."""
 
@@ -12,15 +12,15 @@ import threading
 
 import pytest
 
-from trainer import tracking
-from trainer.tracking import Tracker
+from trainer.core import tracking
+from trainer.core.tracking import Tracker
 
 
 def test_unset_uri_turns_tracking_off_without_importing_mlflow(monkeypatch):
     """The training image need not have mlflow: the recipe, the components and the job's pod spec run without it."""
     code = ("import sys\n"
-            "import components.evaluate, components.finetune, trainer.k8s.pytorchjob, trainer.train\n"
-            "from trainer.tracking import Tracker\n"
+            "import components.evaluate, components.finetune, trainer.k8s.pytorchjob, trainer.recipe.train\n"
+            "from trainer.core.tracking import Tracker\n"
             "t = Tracker.from_env(run_name='x')\n"
             "t.share(); t.log_params({'a': 1}); t.log_metrics({'m': 1.0}, step=1); t.set_tags({'k': 'v'})\n"
             "t.log_artifact(sys.executable); t.close()\n"
@@ -36,7 +36,7 @@ def test_without_mlflow_installed_tracking_is_one_warning_and_the_work_goes_on()
     """A training image without mlflow, on a cluster whose KFP plugin sets MLFLOW_TRACKING_URI."""
     code = ("import sys\n"
             "sys.modules['mlflow'] = None  # as if not installed: its import raises ImportError\n"
-            "from trainer.tracking import Tracker\n"
+            "from trainer.core.tracking import Tracker\n"
             "t = Tracker.from_env(run_name='x'); t.log_metrics({'m': 1.0}, step=1); t.close()\n"
             "print('went on', t.on)\n")
     env = {**os.environ, "MLFLOW_TRACKING_URI": "http://user:pw@mlflow.kubeflow:5000"}

@@ -8,7 +8,9 @@ import socket
 
 import pytest
 
-from trainer import builtin_data, data, usertext
+from trainer.data import builtin_data
+from trainer import data
+from trainer.chat import usertext
 from trainer.validate import pipeline_problems
 
 

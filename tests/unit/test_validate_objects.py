@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from trainer.storage import MANIFEST
+from trainer.core.storage import MANIFEST
 from trainer.validate.objects import object_problems
 
 
@@ -46,7 +46,7 @@ def test_the_validate_step_refuses_a_missing_template_with_exit_2_before_anythin
 
 
 def test_an_unreachable_bucket_is_one_problem(store, monkeypatch):
-    from trainer.errors import UserError
+    from trainer.core.errors import UserError
 
     def refuse(key):
         raise UserError("S3 endpoint http://x unreachable")
@@ -60,8 +60,8 @@ def test_an_unreachable_bucket_is_one_problem(store, monkeypatch):
 def test_irrelevance_share_beside_a_delivered_dataset_tree_is_refused_at_validate(store):
     """README promises exit 2 before any work: validate said OK, and deliver-dataset refused it while deliver-model
     ran. Now validate refuses it with deliver-dataset's own message; an upload or a share of 0 passes."""
-    from trainer import delivery
-    from trainer.errors import UserError
+    from trainer.store import delivery
+    from trainer.core.errors import UserError
 
     store.ensure_bucket()
     b = store.bucket

@@ -1,11 +1,11 @@
-"""The progress watchdog (trainer/watchdog.py) alone, and in the local launcher: a job whose
+"""The progress watchdog (trainer/core/watchdog.py) alone, and in the local launcher: a job whose
 steps stop moving is stopped and not restarted; a user error (exit 2) is not restarted.
 
 The fast checks; the ones that train, serve or run the pipeline are tests/integration/test_watchdog.py (the integration tier)."""
 
 
 
-from trainer.watchdog import Watchdog, parse, progress_line
+from trainer.core.watchdog import Watchdog, parse, progress_line
 
 
 class Clock:

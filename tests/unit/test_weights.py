@@ -1,4 +1,4 @@
-"""trainer.weights: corrupt or mismatched weights are found from headers and sizes, before training."""
+"""trainer.models.weights: corrupt or mismatched weights are found from headers and sizes, before training."""
 
 import json
 import shutil
@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from trainer import weights
+from trainer.models import weights
 
 
 def variant(tmp_path, model_dir, change):
@@ -138,8 +138,8 @@ def test_a_delivered_tree_is_checked_in_the_bucket_without_downloading_weights(s
 
 def test_delivery_refuses_a_delivered_tree_with_corrupt_weights(store, tmp_path, tiny_model_dir):
     """An s3:// model source passes through deliver-model as it is: its headers are read there."""
-    from trainer import delivery
-    from trainer.errors import UserError
+    from trainer.store import delivery
+    from trainer.core.errors import UserError
 
     out = tmp_path / "model"
     shutil.copytree(tiny_model_dir, out)

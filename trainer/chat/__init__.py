@@ -1,5 +1,5 @@
 """The chat vocabulary every layer above shares, and the bottom of trainer's import order: it
-imports nothing of the project's but `trainer.errors` (import-linter holds that, see pyproject.toml).
+imports nothing of the project's but `trainer.core.errors` (import-linter holds that, see pyproject.toml).
 
 - `turns`: which assistant turn a row is scored on and trained on, and what it expects there
   (a call, several, or text);

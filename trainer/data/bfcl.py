@@ -4,7 +4,7 @@ BFCL's questions, function documents and possible answers ship in the wheel `bfc
 under `bfcl_eval/data/`. Its package dependencies are every vendor SDK and a numpy pin, so it is never a
 dependency of this project: `fetch` runs `pip download --no-deps` of the pinned version (into a folder the
 caller owns), and `extract` copies the files of the single-turn categories below, plus a VERSION file, into
-a tree that delivery uploads content-addressed like any dataset (trainer.delivery.deliver_bfcl).
+a tree that delivery uploads content-addressed like any dataset (trainer.store.delivery.deliver_bfcl).
 
 A BFCL row read here (`read`) is a chat row the evaluation asks as BFCL asks an OpenAI-style FC model
 (model_handler/utils.py `convert_to_tool`): its functions as OpenAI tools, Gorilla's types mapped to JSON
@@ -26,9 +26,9 @@ import zipfile
 from pathlib import Path
 from typing import Any, Callable
 
-from trainer import pypi
+from trainer.core import pypi
 from trainer.data.preflight import conversation_key
-from trainer.errors import UserError
+from trainer.core.errors import UserError
 
 VERSION = "2026.3.23"
 PACKAGE = f"bfcl-eval=={VERSION}"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer.errors import collect
-from trainer.templates import BUILTIN, has_generation_block
+from trainer.core.errors import collect
+from trainer.chat.templates import BUILTIN, has_generation_block
 
 
 def encode(row: dict[str, Any], tokenizer, max_seq_len: int) -> dict[str, list[int]] | None:
@@ -90,8 +90,8 @@ def encode_rows(rows: list[dict[str, Any]], tokenizer, max_seq_len: int,
         try:
             out.append(encode(row, tokenizer, max_seq_len))
         except Exception as err:  # noqa: BLE001 - a template is code: TypeError on content null is a refusal too
-            refused.setdefault(_reason(err), []).append(row)
-    collect(_refusal_lines(refused, len(rows)), what=f"the model's chat template cannot render {what}")
+            refused.setdefault(refusal_reason(err), []).append(row)
+    collect(refusal_lines(refused, len(rows)), what=f"the model's chat template cannot render {what}")
     return out
 
 
@@ -102,14 +102,14 @@ def encode_all(rows: list[dict[str, Any]], tokenizer, max_seq_len: int) -> tuple
     return kept, len(encoded) - len(kept)
 
 
-def _reason(err: Exception) -> str:
+def refusal_reason(err: Exception) -> str:
     from jinja2 import TemplateError
 
     text = str(err)[:200]
     return text if isinstance(err, TemplateError) else f"{type(err).__name__}: {text}"
 
 
-def _refusal_lines(refused: dict[str, list[dict[str, Any]]], total: int, template: str = "") -> list[str]:
+def refusal_lines(refused: dict[str, list[dict[str, Any]]], total: int, template: str = "") -> list[str]:
     """One line per reason; `template` names a chat_template the user gave, whose fix is theirs."""
     who = f"chat_template {template!r}" if template else "the model's chat template"
     other = ("use a model whose template accepts them, or give one with chat_template=" if not template else

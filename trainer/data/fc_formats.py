@@ -27,7 +27,7 @@ import re
 import tokenize
 from typing import Any
 
-from trainer.jsontext import _json_type, _loads, _repeats_hook, json_loads
+from trainer.core.jsontext import json_type, loads, repeats_hook, json_loads
 
 
 def _twice(repeated: list[str]) -> str:
@@ -43,7 +43,7 @@ def _literal(text: str) -> tuple[Any, str | None, str | None]:
     between them (Python joins them into one). Hermes's data writes some tools and calls as Python
     reprs ({'name': ...}); literal_eval reads those and runs no code."""
     try:
-        value, repeated = _loads(text)
+        value, repeated = loads(text)
         return (None, None, _twice(repeated)) if repeated else (value, None, None)
     except json.JSONDecodeError as err:
         why = f"{err.msg} at character {err.pos}"
@@ -94,12 +94,12 @@ def _arguments(args: Any) -> tuple[dict | None, str | None]:
     if isinstance(args, str):
         try:
             # control characters in strings: generated text has raw newlines
-            args, repeated = _loads(args, strict=False)
+            args, repeated = loads(args, strict=False)
         except (json.JSONDecodeError, RecursionError) as err:
             return None, f"are not JSON ({getattr(err, 'msg', 'nested too deeply')})"
         if repeated:
             return None, _twice(repeated).replace("repeats", "repeat", 1)
-    return (args, None) if isinstance(args, dict) else (None, f"are a {_json_type(args)}, not a JSON object")
+    return (args, None) if isinstance(args, dict) else (None, f"are a {json_type(args)}, not a JSON object")
 
 
 def _call(name: str, args: dict) -> dict[str, Any]:
@@ -148,7 +148,7 @@ def _glaive_tools(system: str, problems: list[str]) -> tuple[str, list[dict[str,
     text = system.strip()
     text = text[len("SYSTEM:"):].strip() if text.upper().startswith("SYSTEM:") else text
     repeated: list[str] = []
-    start, tools, decoder = text.find("{"), [], json.JSONDecoder(object_pairs_hook=_repeats_hook(repeated))
+    start, tools, decoder = text.find("{"), [], json.JSONDecoder(object_pairs_hook=repeats_hook(repeated))
     if start < 0:  # "with no access to external functions": a prompt without tools
         return text, []
     pos = start
@@ -175,7 +175,7 @@ def _glaive_call(text: str, where: str, problems: list[str]) -> dict[str, Any] |
     """The call after <functioncall>: JSON, or JSON but for its arguments in single quotes."""
     text, repeated = text.strip(), []
     try:
-        call, end = json.JSONDecoder(object_pairs_hook=_repeats_hook(repeated)).raw_decode(text)
+        call, end = json.JSONDecoder(object_pairs_hook=repeats_hook(repeated)).raw_decode(text)
         rest = text[end:].strip()
     except ValueError:
         m = _QUOTED_ARGS.match(text)
@@ -205,10 +205,10 @@ def from_glaive(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
     system, chat, problems = row.get("system"), row.get("chat"), []
     if not isinstance(chat, str) or not chat.strip():
         problems.append("'chat' must be glaive's conversation as text (\"USER: ...\\n\\nASSISTANT: ...\"), got "
-                        + (f"a {_json_type(chat)}" if chat is not None and not isinstance(chat, str) else "none"))
+                        + (f"a {json_type(chat)}" if chat is not None and not isinstance(chat, str) else "none"))
     if system is not None and not isinstance(system, str):
         problems.append(f"'system' must be text (\"SYSTEM: ...\" then the functions' JSON), got a "
-                        f"{_json_type(system)}")
+                        f"{json_type(system)}")
     if problems:
         return None, problems
     prompt, tools = _glaive_tools(system or "", problems)
@@ -305,7 +305,7 @@ def hermes_turns(turns: list, key: str, roles: dict[str, str], offered: bool = F
                     problems.append(f"{where}: <tools> {refused}, or drop the row")
                 elif why or not isinstance(found, (list, dict)):
                     problems.append(f"{where}: <tools> holds {body[:60]!r}, not a JSON list of function schemas "
-                                    f"({why or 'a ' + _json_type(found)}); fix it, or drop the row")
+                                    f"({why or 'a ' + json_type(found)}); fix it, or drop the row")
                 else:
                     tools += found if isinstance(found, list) else [found]
             out.append({**turn, "value": rest} if bodies else turn)
@@ -403,7 +403,7 @@ def _listed(value: Any, key: str, shape: str, problems: list[str]) -> list | Non
     """A list given as itself or as JSON text (the dataset's columns are text)."""
     if isinstance(value, str):
         try:
-            value, repeated = _loads(value)
+            value, repeated = loads(value)
         except (json.JSONDecodeError, RecursionError) as err:
             problems.append(f"'{key}' is text that is not JSON ({getattr(err, 'msg', 'nested too deeply')}): give "
                             f"{shape}, or it as JSON text")
@@ -413,7 +413,7 @@ def _listed(value: Any, key: str, shape: str, problems: list[str]) -> list | Non
             return None
     if not isinstance(value, list):
         problems.append(f"'{key}' must be {shape} (or it as JSON text), got "
-                        f"{'none' if value is None else 'a ' + _json_type(value)}")
+                        f"{'none' if value is None else 'a ' + json_type(value)}")
         return None
     return value
 

@@ -10,7 +10,7 @@ import json
 from typing import Any, Iterable
 
 from trainer.data.fc_formats import from_glaive, from_openai, from_xlam, hermes_turns, is_hermes, link_results
-from trainer.jsontext import _json_type, json_loads
+from trainer.core.jsontext import json_type, json_loads
 
 
 # Other dataset formats, recognised by their keys, and what to do with each.
@@ -25,7 +25,7 @@ _OTHER_FORMATS = (
 )
 
 
-def _no_messages(row: dict[str, Any]) -> str:
+def no_messages(row: dict[str, Any]) -> str:
     """Why a row without 'messages' is not chat, naming its keys and the format they suggest; for a
     row in a format converted whole (glaive, xLAM, Hermes), why its conversion failed."""
     if refused := conversion_problems(row):
@@ -39,14 +39,14 @@ def _no_messages(row: dict[str, Any]) -> str:
     if "messages" in row:
         return f"row has no 'messages' field (it is null); {hint}"
     if "prompt" in row or "completion" in row:
-        kinds = {k: _json_type(row[k]) if k in row else "missing" for k in ("prompt", "completion")}
+        kinds = {k: json_type(row[k]) if k in row else "missing" for k in ("prompt", "completion")}
         found = ", ".join(f"'{k}' is {'a ' + t if t not in ('null', 'missing') else t}" for k, t in kinds.items())
         return f"row has no 'messages' field, and of prompt/completion {found}: {hint}"
     return f"row has no 'messages' field (its keys: {shown or 'none'}); {hint}"
 
 
-def _part_types(parts: list) -> str:
-    kinds = sorted({str(p.get("type")) if isinstance(p, dict) else _json_type(p) for p in parts} - {"text"})
+def part_types(parts: list) -> str:
+    kinds = sorted({str(p.get("type")) if isinstance(p, dict) else json_type(p) for p in parts} - {"text"})
     return ", ".join(kinds) + " parts"
 
 
@@ -126,7 +126,7 @@ def _as_tools(tools: Any, problems: list[str]) -> list | None:
         return None
     if not isinstance(tools, list):
         problems.append(f"'tools' must be a list of function schemas (or that list as JSON text), got a "
-                        f"{_json_type(tools)}")
+                        f"{json_type(tools)}")
         return None
     return [t if isinstance(t, dict) and isinstance(t.get("function"), dict) else {"type": "function", "function": t}
             for t in tools]
@@ -155,7 +155,7 @@ def _from_sharegpt(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str
         return None, [f"'{key}' must be a non-empty list of ShareGPT turns {{\"from\": ..., \"value\": ...}}"]
     system = row.get("system")
     if system is not None and not isinstance(system, str):
-        problems.append(f"'system' must be a string, got a {_json_type(system)}")
+        problems.append(f"'system' must be a string, got a {json_type(system)}")
     elif system and system.strip():
         if any(isinstance(t, dict) and str(t.get("from")).strip().lower() == "system" and not _blank(t.get("value"))
                for t in turns):
@@ -164,7 +164,7 @@ def _from_sharegpt(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str
     for i, turn in enumerate(turns):
         where = f"{key}[{i}]"
         if not isinstance(turn, dict):
-            problems.append(f"{where} is a {_json_type(turn)}, expected a {{\"from\": ..., \"value\": ...}} object")
+            problems.append(f"{where} is a {json_type(turn)}, expected a {{\"from\": ..., \"value\": ...}} object")
             continue
         who, value = turn.get("from"), turn.get("value")
         who = who.strip().lower() if isinstance(who, str) else who  # "Human", "GPT" as some exports write them
@@ -176,7 +176,7 @@ def _from_sharegpt(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str
             continue
         if not isinstance(value, str) or not value.strip():
             got = "an empty value" if isinstance(value, str) else (
-                "no value" if value is None else f"a {_json_type(value)} value")
+                "no value" if value is None else f"a {json_type(value)} value")
             problems.append(f"{where} (from {who!r}) has {got}: every turn needs its text as a string; fill it in, "
                             "or drop the row")
             continue
@@ -236,8 +236,8 @@ def _from_alpaca(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]
             return ""
         if isinstance(value, str):
             return value
-        fix = f' (write it as text: "{value}")' if _json_type(value) == "number" else ""
-        problems.append(f"'{key}' must be a string, got a {_json_type(value)}{fix}")
+        fix = f' (write it as text: "{value}")' if json_type(value) == "number" else ""
+        problems.append(f"'{key}' must be a string, got a {json_type(value)}{fix}")
         return ""
 
     instruction, given, output, system = text("instruction"), text("input"), text("output"), text("system")
@@ -257,7 +257,7 @@ def _from_alpaca(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]
             continue
         messages += [{"role": "user", "content": pair[0]}, {"role": "assistant", "content": pair[1]}]
     if history is not None and not isinstance(history, list):
-        problems.append(f"'history' must be a list of [request, answer] pairs, got a {_json_type(history)}")
+        problems.append(f"'history' must be a list of [request, answer] pairs, got a {json_type(history)}")
     request = "\n".join(t for t in (instruction, given) if t.strip())
     messages += [{"role": "user", "content": request}, {"role": "assistant", "content": output}]
     return (None, problems) if problems else ({"messages": messages}, [])
@@ -391,7 +391,7 @@ def format_problems(formats: list[tuple[int, str | None]]) -> list[tuple[int, st
             for at, fmt in formats if _family(fmt) and _family(fmt) != major]
 
 
-_QUIET = contextvars.ContextVar("quiet_conversions", default=False)
+QUIET = contextvars.ContextVar("quiet_conversions", default=False)
 
 
 @contextlib.contextmanager
@@ -399,16 +399,16 @@ def quiet_conversions():
     """A context in which reading a dataset says nothing of its conversion: for checks that read
     it only to validate it (run_local's before the run, validate-params), so that a run says it
     once, from the step that converts (deliver-dataset), instead of three times."""
-    token = _QUIET.set(True)
+    token = QUIET.set(True)
     try:
         yield
     finally:
-        _QUIET.reset(token)
+        QUIET.reset(token)
 
 
 def announce(formats: Iterable[str | None], where: str) -> None:
     """One line per converted format, so that a run's log says what the trainer made of the file."""
-    if _QUIET.get():
+    if QUIET.get():
         return
     formats = list(formats)
     for fmt in CONVERTED:

@@ -13,7 +13,7 @@ trained assistant turn that calls only functions the row offers, none of them ca
 a glaive or Hermes row -- call, tool result, text -- is masked at its call; a turn that answers a user is
 preferred to one right after a tool result, whose copy would read as the answer to that result), every function that turn calls
 is removed from the row's tools, the turn becomes `irrelevance_reply` (IRRELEVANCE_REPLY by default), and
-what follows it is dropped. The tools left are kept (an `irrelevance` row for trainer.fc_check); where the
+what follows it is dropped. The tools left are kept (an `irrelevance` row for trainer.chat.fc_check); where the
 called functions were all the row offered, the copy offers no tools at all (a plain `chat` row, which
 teaches the model not to call a tool it was never given). Where the data has no tool-less row at all, at least
 TOOLLESS_SHARE of the copies offer no tools (the tools left removed too, drawn with the seed), so the model
@@ -42,13 +42,13 @@ from typing import Any
 
 from trainer.chat.parsers import END_MARKERS, parse_tool_call
 from trainer.chat.turns import trained_turns
-from trainer.data.formats import _QUIET
+from trainer.data.formats import QUIET
 from trainer.data.preflight import conversation_key
 from trainer.data.tool_library import LIBRARY
-from trainer.errors import UserError
-from trainer.jsontext import lone_surrogate
-from trainer.params import BY_NAME
-from trainer.usertext import control_problem
+from trainer.core.errors import UserError
+from trainer.core.jsontext import lone_surrogate
+from trainer.config.params import BY_NAME
+from trainer.chat.usertext import control_problem
 
 # The masked turn's answer by default (pipeline parameter irrelevance_reply): short, neutral, the same in every
 # row, so the model learns one behaviour and the held-out text match can score it.
@@ -122,7 +122,7 @@ def mask_turn(row: dict[str, Any]) -> int | None:
             found.append(i)
         earlier |= names
     # a turn that answers a user prefers: its copy is an irrelevance row (a request no offered tool fits), where a
-    # reply right after a tool result would read as the answer to that result (trainer.fc_check's multi_turn)
+    # reply right after a tool result would read as the answer to that result (trainer.chat.fc_check's multi_turn)
     asked = [i for i in found if row["messages"][i - 1].get("role") != "tool"]
     return (asked or found or [None])[-1]
 
@@ -288,7 +288,7 @@ def mask_splits(splits: dict[str, list[dict[str, Any]]], share: float, seed: int
         out[name], copies[name] = mask_split(splits[name], share, seed, name, reply, avoid, distractors, pool, stats)
     out = {name: out[name] for name in splits}
     made = {name: len(rows) for name, rows in copies.items()}
-    if share > 0 and not _QUIET.get():
+    if share > 0 and not QUIET.get():
         toolless = sum(1 for rows in copies.values() for r in rows if not r.get("tools"))
         print(f"{sum(made.values())} irrelevance rows made by function masking (irrelevance_share={share:g}: "
               + ", ".join(f"{made[n]} of {len(out[n])} {n} rows" for n in out)

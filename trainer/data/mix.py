@@ -1,5 +1,5 @@
 """Several datasets in one run: dataset_source as a JSON list of `{"source": ..., "weight": ...}`
-(trainer.sources.mix_parts). Each source is read, checked and split as it would be alone; then:
+(trainer.config.sources.mix_parts). Each source is read, checked and split as it would be alone; then:
 
   - train: the weights are shares of all the sources' training rows together (largest-remainder rounding, at
     least one row each). A source is taken in a seeded order, in whole passes: its rows repeat only where its

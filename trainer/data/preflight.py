@@ -19,14 +19,14 @@ TEMPLATE_CHECK_ROWS = 1000  # ~2 s on 2 cores; such problems are systematic, and
 TEMPLATE_BUDGET_S = 30.0
 
 
-class _OverBudget(BaseException):
+class OverBudget(BaseException):
     """Raised by the budget's timer inside a template's rendering: a BaseException, so that the
     checks' `except Exception` (whatever a template raises refuses that row) lets it through."""
 
 
 @contextlib.contextmanager
-def _time_limit(seconds: float) -> Iterator[None]:
-    """_OverBudget in the body after `seconds` of wall-clock time: SIGALRM through setitimer, whose
+def time_limit(seconds: float) -> Iterator[None]:
+    """OverBudget in the body after `seconds` of wall-clock time: SIGALRM through setitimer, whose
     handler interrupts Jinja's loops (Python bytecode) where they are. Only the main thread gets
     signals; elsewhere, or under an outer timer due sooner, the body runs without a limit. An outer
     timer is put back with what is left of it."""
@@ -41,7 +41,7 @@ def _time_limit(seconds: float) -> Iterator[None]:
 
     def expired(signum, frame):
         if armed[0]:
-            raise _OverBudget
+            raise OverBudget
 
     previous = signal.signal(signal.SIGALRM, expired)
     outer, _ = signal.setitimer(signal.ITIMER_REAL, seconds)
@@ -59,9 +59,9 @@ def _time_limit(seconds: float) -> Iterator[None]:
             signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - start), 1e-3))
 
 
-def _over_budget(tokenizer, where: str, template: str, what: str) -> str:
+def over_budget(tokenizer, where: str, template: str, what: str) -> str:
     with contextlib.suppress(AttributeError):  # the next check of this template would wait as long again
-        tokenizer._over_budget = True
+        tokenizer.over_budget = True
     return (f"{where}: the chat template{f' {template}' if template else ''} did not finish {what} within "
             f"{TEMPLATE_BUDGET_S:g} s (a template is code, and this one runs away: e.g. a loop like range(99999) "
             "inside another): fix the template, or give another with chat_template= (a built-in name or a .jinja "
@@ -75,15 +75,15 @@ def length_problems(splits: dict[str, list[dict[str, Any]]], tokenizer, max_seq_
     `eval_max_rows`: the evaluate step scores only the eval split's first rows, so only those count."""
     from transformers.utils import logging as hf_logging
 
-    if getattr(tokenizer, "_over_budget", False):  # template_problems said so
+    if getattr(tokenizer, "over_budget", False):  # template_problems said so
         return []
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # "sequence length is longer than ..." is what this check reports
     try:
-        with _time_limit(TEMPLATE_BUDGET_S):
+        with time_limit(TEMPLATE_BUDGET_S):
             return _length_problems(splits, tokenizer, max_seq_len, context, eval_max_rows)
-    except _OverBudget:
-        return [_over_budget(tokenizer, "", "", "tokenizing the rows").removeprefix(": ")]
+    except OverBudget:
+        return [over_budget(tokenizer, "", "", "tokenizing the rows").removeprefix(": ")]
     finally:
         hf_logging.set_verbosity(verbosity)
 

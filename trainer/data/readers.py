@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
-from trainer.errors import UserError, brief, collect
+from trainer.core.errors import UserError, brief, collect
 from trainer.data.formats import convert, format_problems, row_format
-from trainer.jsontext import _ESCAPED_SURROGATE, _json_type, _loads, _repeated, json_loads, surrogate_problem
+from trainer.core.jsontext import ESCAPED_SURROGATE, json_type, loads, repeated_key, json_loads, surrogate_problem
 from trainer.data.rows import checked_rows, row_problems, validate_rows
 
 
@@ -50,7 +50,7 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
             if not line.strip():
                 continue
             try:
-                row, repeated = _loads(line)
+                row, repeated = loads(line)
             except json.JSONDecodeError as err:
                 problems.append((lineno, f"not valid JSON ({err.msg} at column {err.colno})"))
                 continue
@@ -58,10 +58,10 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
                 problems.append((lineno, "JSON nested too deeply for the parser (about 1000 levels or more); a "
                                          "chat row needs a handful: check how the file was generated"))
                 continue
-            problems += [(lineno, _repeated(k)) for k in repeated]
+            problems += [(lineno, repeated_key(k)) for k in repeated]
             row, fmt = convert(row)
             problems += [(lineno, p) for p in row_problems(row)]
-            if _ESCAPED_SURROGATE.search(line) and (problem := surrogate_problem(row, "")):
+            if ESCAPED_SURROGATE.search(line) and (problem := surrogate_problem(row, "")):
                 problems.append((lineno, problem))
             rows.append(row)
             formats.append((lineno, fmt))
@@ -82,7 +82,7 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
     Hub). Problems name the file and the line (JSONL) or row (other formats).
     """
     path = Path(path)
-    suffix = _suffix(path)
+    suffix = suffix_of(path)
     if not path.is_file() or suffix not in (".json", ".csv", ".tsv", ".parquet"):
         return read_jsonl(path)
     if suffix == ".parquet":
@@ -91,7 +91,7 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
     if suffix in (".csv", ".tsv"):
         return validate_rows(_csv_rows(path, text, "\t" if suffix == ".tsv" else ","), str(path))
     try:
-        value, repeated = _loads(text)
+        value, repeated = loads(text)
     except json.JSONDecodeError as err:
         if text.lstrip().startswith("["):
             raise UserError(f"{path}: not valid JSON ({err.msg}: line {err.lineno}, column {err.colno}); a .json "
@@ -100,11 +100,11 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
     except RecursionError:
         raise UserError(f"{path}: JSON nested too deeply for the parser; a chat dataset needs a handful of "
                         "levels: check how the file was generated") from None
-    collect([f"{path}: an object {_repeated(k)}" for k in dict.fromkeys(repeated)], what=f"bad dataset {path}")
+    collect([f"{path}: an object {repeated_key(k)}" for k in dict.fromkeys(repeated)], what=f"bad dataset {path}")
     if isinstance(value, dict) and row_format(value):
         value = [value]  # one row, in any format
     if not isinstance(value, list):
-        raise UserError(f"{path} holds a JSON {_json_type(value)}, not a list of rows: give a JSON list of "
+        raise UserError(f"{path} holds a JSON {json_type(value)}, not a list of rows: give a JSON list of "
                         "{\"messages\": [...]} objects, or JSONL (one object per line)")
     return validate_rows(value, str(path))
 
@@ -112,14 +112,14 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
 def _whole_json(path: Path) -> Any:
     """The file parsed as one JSON value, or None when it is not one."""
     try:
-        value, repeated = _loads(_utf8_text(path))
+        value, repeated = loads(_utf8_text(path))
     except (json.JSONDecodeError, RecursionError):
         return None
-    collect([f"{path}: an object {_repeated(k)}" for k in dict.fromkeys(repeated)], what=f"bad dataset {path}")
+    collect([f"{path}: an object {repeated_key(k)}" for k in dict.fromkeys(repeated)], what=f"bad dataset {path}")
     return value
 
 
-def _suffix(path: Path) -> str:
+def suffix_of(path: Path) -> str:
     """The format's extension: `.jsonl` for both data.jsonl and data.jsonl.gz."""
     suffixes = [s.lower() for s in path.suffixes]
     return suffixes[-2] if suffixes[-1:] == [".gz"] and len(suffixes) > 1 else path.suffix.lower()

@@ -11,11 +11,11 @@ import unicodedata
 from typing import Any, Iterable
 
 from trainer.chat.calls import decode_arguments
-from trainer.errors import collect
-from trainer.fc_check import check_call, parameters
-from trainer.data.formats import (_QUIET, _no_messages, _part_types, announce, conversion_problems, convert,
+from trainer.core.errors import collect
+from trainer.chat.fc_check import check_call, parameters
+from trainer.data.formats import (QUIET, no_messages, part_types, announce, conversion_problems, convert,
                                    format_problems)
-from trainer.jsontext import (_ESCAPED_SURROGATE, _json_type, _loads, _repeated, non_finite_paths,
+from trainer.core.jsontext import (ESCAPED_SURROGATE, json_type, loads, repeated_key, non_finite_paths,
                                     surrogate_problem)
 
 
@@ -154,12 +154,12 @@ def row_problems(row: Any) -> list[str]:
     refuses its calls as `tools: []` does).
     """
     if not isinstance(row, dict):
-        return [f"row is {'null' if row is None else 'a ' + _json_type(row)}, expected a JSON object with 'messages'"]
+        return [f"row is {'null' if row is None else 'a ' + json_type(row)}, expected a JSON object with 'messages'"]
     if (refused := conversion_problems(row)) is not None:  # convert converts such rows unless they are broken
         return refused
     messages = row.get("messages")
     if messages is None:
-        return [_no_messages(row)]
+        return [no_messages(row)]
     if isinstance(messages, str):  # JSON text that did not parse (convert parses the text that does)
         repr_like = messages.lstrip().startswith(("[{'", "[ {'"))
         return ["'messages' is text that is not a JSON list of messages"
@@ -175,7 +175,7 @@ def row_problems(row: Any) -> list[str]:
     if tools is not None:
         if not isinstance(tools, list):
             problems.append(f"'tools' must be a list of {{\"type\": \"function\", \"function\": {{\"name\": ...}}}} "
-                            f"objects (or that list as JSON text), got a {_json_type(tools)}")
+                            f"objects (or that list as JSON text), got a {json_type(tools)}")
         else:
             declared, deep = set(), _too_deep(tools)
             for k, t in enumerate(tools):
@@ -221,16 +221,16 @@ def row_problems(row: Any) -> list[str]:
                             "(OpenAI's legacy format), or give tool_calls")
         calls = m.get("tool_calls")
         if calls is not None and not isinstance(calls, list):
-            problems.append(f"messages[{i}].tool_calls must be a list, got a {_json_type(calls)}")
+            problems.append(f"messages[{i}].tool_calls must be a list, got a {json_type(calls)}")
             calls = []
         content = m.get("content")
         if content is None and not calls:
             problems.append(f"messages[{i}].content is missing or null; it must be a string (null only in an "
                             "assistant message with tool_calls)")
         elif content is not None and not isinstance(content, str):
-            problems.append(f"messages[{i}].content must be a string, got a {_json_type(content)}"
+            problems.append(f"messages[{i}].content must be a string, got a {json_type(content)}"
                             + (f"; only text parts can be trained on, and this one has "
-                               f"{_part_types(content)}" if isinstance(content, list) else ""))
+                               f"{part_types(content)}" if isinstance(content, list) else ""))
         for j, tc in enumerate(calls or []):
             if isinstance(tc, dict) and isinstance(tc.get("id"), str):
                 call_ids.add(tc["id"])
@@ -252,15 +252,15 @@ def row_problems(row: Any) -> list[str]:
             args, at = fn.get("arguments", {}), f"messages[{i}].tool_calls[{j}].function.arguments"
             if isinstance(args, str):
                 try:
-                    args, repeated = _loads(args)
+                    args, repeated = loads(args)
                 except json.JSONDecodeError as err:
                     problems.append(f"{at} is not valid JSON ({err.msg})")
                     continue
                 except RecursionError:
                     problems.append(f"{at} is nested too deeply")
                     continue
-                problems += [f"{at} {_repeated(k)}" for k in dict.fromkeys(repeated)]
-                if _ESCAPED_SURROGATE.search(fn["arguments"]) and (problem := surrogate_problem(args, at)):
+                problems += [f"{at} {repeated_key(k)}" for k in dict.fromkeys(repeated)]
+                if ESCAPED_SURROGATE.search(fn["arguments"]) and (problem := surrogate_problem(args, at)):
                     problems.append(problem)
             if not isinstance(args, dict):
                 problems.append(f"{at} must be a JSON object")
@@ -370,7 +370,7 @@ def _retype(rows: list[dict[str, Any]], where: str) -> None:
                     changed += 1
                     example = example or f"row {n}: {json.dumps(fn['arguments'])} -> {json.dumps(new)}"
                     fn["arguments"] = new
-    if changed and not _QUIET.get():
+    if changed and not QUIET.get():
         print(f"{where}: {changed} call{'s' if changed > 1 else ''} gave values in another spelling than their tool's "
               f"schema types (text for a number or a boolean, 2.0 for an integer), read as the schema's type; e.g. "
               f"{example}", flush=True)

@@ -2,7 +2,7 @@
 
 The schemas are the distractors a masked copy may offer (trainer.data.masking); with their requests
 (`REQUESTS`) they are the tools `builtin:function-calling-wide` calls beside the built-in five
-(trainer.builtin_data), so a model learns to read schemas rather than memorise five.
+(trainer.data.builtin_data), so a model learns to read schemas rather than memorise five.
 
 A model tuned on rows that offer the same five tools learns "refuse when one of these five is missing", not
 "refuse when no offered tool fits": BFCL's irrelevance rows offer one function unrelated to the request (an
@@ -97,7 +97,7 @@ LIBRARY: list[dict[str, Any]] = [
 # copied from the request.
 
 Sampler = Callable[[random.Random], dict[str, Any]]
-OPTIONAL_GIVEN = 0.3  # as the built-in five's optional arguments (trainer.builtin_data)
+OPTIONAL_GIVEN = 0.3  # as the built-in five's optional arguments (trainer.data.builtin_data)
 
 PLACES = ["Paris", "Lyon", "Osaka", "Munich", "Porto", "Krakow", "Quebec", "Perth", "Bergen", "Seville"]
 DATES = ["2026-12-03", "2026-12-11", "2027-01-08", "2027-02-14", "2027-03-21"]

@@ -6,7 +6,7 @@ asks each turn. A glaive or Hermes row (call, tool result, text answer) is score
 on its answer. Each turn is scored by what it is:
 - a tool call: function-calling accuracy, exact match (the model's calls with the expected
   names and JSON-equal arguments), and the BFCL-style AST check by category (simple, multiple,
-  parallel by what it calls; trainer.fc_check). These turns count in `fc_rows`.
+  parallel by what it calls; trainer.chat.fc_check). These turns count in `fc_rows`.
 - text: text match, the answer equal to the expected text after normalisation (case,
   punctuation, whitespace); a tool call where text was expected is wrong. In the AST check, text
   answering a tool result (`multi_turn`) must overlap the expected answer (ROUGE-L F1 >= 0.5), so

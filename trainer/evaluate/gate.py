@@ -3,7 +3,7 @@ registered (`promotion`), and which sweep trial wins and whether it is deployed 
 same metric and then asks `promotion` of the winner).
 
 The primary metric is `PRIMARY`, fc_ast_accuracy: the BFCL-style AST accuracy over every function-calling category
-of the held-out split (trainer.fc_check). Every category of every suite is held to `max_category_drop` below the
+of the held-out split (trainer.chat.fc_check). Every category of every suite is held to `max_category_drop` below the
 base's, with McNemar's exact test on the rows lost and won (trainer.evaluate.paired)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from trainer import fc_check
+from trainer.chat import fc_check
 from trainer.data import bfcl
 
 PRIMARY = "fc_ast_accuracy"

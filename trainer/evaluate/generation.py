@@ -9,10 +9,10 @@ from typing import Any
 
 from trainer import data
 from trainer.chat.turns import expected_call, expected_text, target_index
-from trainer.progress import bar
+from trainer.core.progress import bar
 
 
-def _answer_budget(tokenizer, rows: list[dict[str, Any]]) -> int:
+def answer_budget(tokenizer, rows: list[dict[str, Any]]) -> int:
     """New tokens to generate for a batch: the longest expected answer plus slack, so that a
     long text answer is not cut short (and marked wrong) by a fixed limit."""
     lengths = [len(tokenizer(json.dumps(expected_call(r)) if expected_call(r) else expected_text(r),
@@ -44,13 +44,13 @@ def fitting_rows(rows: list[dict[str, Any]], tokenizer, max_seq_len: int,
     return kept, [encoded[i] for i in kept]
 
 
-def _too_long(max_seq_len: int, context: int | None) -> str:
+def length_limit(max_seq_len: int, context: int | None) -> str:
     if context and context < max_seq_len:
         return f"the model's context ({context} tokens; max_seq_len={max_seq_len} is above it)"
     return f"max_seq_len={max_seq_len} tokens (prompt and expected answer)"
 
 
-def _fix(max_seq_len: int, context: int | None) -> str:
+def fix_for_length(max_seq_len: int, context: int | None) -> str:
     if context and context <= max_seq_len:
         return "use a model with a longer context"  # raising max_seq_len cannot help
     return f"raise max_seq_len (at most the model's context, {context})" if context else "raise max_seq_len"
@@ -58,15 +58,15 @@ def _fix(max_seq_len: int, context: int | None) -> str:
 
 def long_rows_problem(n_rows: int, max_seq_len: int, context: int | None) -> str:
     """Why nothing can be scored, and the fix, when every eval row is too long."""
-    return (f"all {n_rows} eval rows are longer than {_too_long(max_seq_len, context)}, so none can be scored: "
-            f"{_fix(max_seq_len, context)}, or add shorter rows to the eval split")
+    return (f"all {n_rows} eval rows are longer than {length_limit(max_seq_len, context)}, so none can be scored: "
+            f"{fix_for_length(max_seq_len, context)}, or add shorter rows to the eval split")
 
 
 def generate(model, tokenizer, rows: list[dict[str, Any]], batch_size: int = 32, desc: str = "generate",
              budgets: list[int] | None = None) -> list[str]:
     """Greedy completions for each row's prompt (the conversation before its scored turn).
 
-    Each row may generate its expected answer's length plus slack (`_answer_budget`; or `budgets`), clamped
+    Each row may generate its expected answer's length plus slack (`answer_budget`; or `budgets`), clamped
     to what the model's context leaves after its prompt; rows that must be skipped for length
     are skipped by the caller (`fitting_rows`), so every prompt here leaves room for its answer.
     Rows run in order of prompt length, so a batch pads its prompts to similar lengths, and a
@@ -81,7 +81,7 @@ def generate(model, tokenizer, rows: list[dict[str, Any]], batch_size: int = 32,
     prompts = [tokenizer(tokenizer.apply_chat_template(r["messages"][:target_index(r)], tools=r.get("tools") or None,
                                                        add_generation_prompt=True, tokenize=False),
                          add_special_tokens=False)["input_ids"] for r in rows]
-    budgets = list(budgets) if budgets is not None else [_answer_budget(tokenizer, [r]) for r in rows]
+    budgets = list(budgets) if budgets is not None else [answer_budget(tokenizer, [r]) for r in rows]
     if context:
         budgets = [min(b, context - len(p)) for b, p in zip(budgets, prompts)]
     too_long = [i for i, b in enumerate(budgets) if b < 1]
@@ -128,7 +128,7 @@ def load(model_dir: Path, adapter_dir: Path | None = None):
     """Base model, or base + adapter (an output without adapter_config.json is a full model)."""
     import torch
 
-    from trainer.model import load_base  # imports torch: here, so that importing the evaluation stays light
+    from trainer.models.model import load_base  # imports torch: here, so that importing the evaluation stays light
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if adapter_dir is not None and not (Path(adapter_dir) / "adapter_config.json").exists():

@@ -20,7 +20,7 @@ import hashlib
 import json
 from typing import Any
 
-from trainer.errors import Unavailable, UserError
+from trainer.core.errors import Unavailable, UserError
 from trainer.evaluate import bfcl
 
 PREFIX = "base_scores"

@@ -7,8 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from trainer import data
-from trainer.errors import UserError
-from trainer.progress import bar
+from trainer.core.errors import UserError
+from trainer.core.progress import bar
 from trainer.serving import client
 
 
@@ -78,7 +78,7 @@ def served_nll(url: str, model: str, example: dict[str, list[int]], timeout: flo
     return total, len(scored) + last
 
 
-def _each(request: Callable[[Any], Any], items: list[Any], desc: str, concurrency: int = CONCURRENCY) -> list[Any]:
+def each_batch(request: Callable[[Any], Any], items: list[Any], desc: str, concurrency: int = CONCURRENCY) -> list[Any]:
     """`request(item)` for every item, `concurrency` in flight to the server (vLLM batches them),
     with a progress bar; the results in the items' order."""
     out = []
@@ -92,7 +92,7 @@ def _each(request: Callable[[Any], Any], items: list[Any], desc: str, concurrenc
 def served_losses(url: str, model: str, examples: list[dict[str, list[int]]], desc: str,
                   concurrency: int = CONCURRENCY) -> list[tuple[float, int]]:
     """`served_nll` of every example, `concurrency` requests at a time, with a progress bar."""
-    return _each(lambda e: served_nll(url, model, e), examples, desc, concurrency)
+    return each_batch(lambda e: served_nll(url, model, e), examples, desc, concurrency)
 
 
 def mean_loss(parts: list[tuple[float, int]]) -> float:

@@ -13,17 +13,18 @@ import json
 from pathlib import Path
 from typing import Any
 
-from trainer import data, fc_check
+from trainer import data
+from trainer.chat import fc_check
 from trainer.chat.parsers import tool_call_parser
 from trainer.chat.turns import (after_tool_result, expected_call, expected_text, last_user_request, split_turns,
                                 trained_turns)
-from trainer.errors import UserError
+from trainer.core.errors import UserError
 from trainer.data import bfcl as bfcl_data
 from trainer.evaluate import bfcl, generation, kept_base
 from trainer.evaluate import losses as losses_mod
 from trainer.evaluate import served as served_mod
 from trainer.evaluate.paired import heldout_counts
-from trainer.evaluate.generation import _fix, _too_long, context_length, fitting_rows, long_rows_problem
+from trainer.evaluate.generation import fix_for_length, length_limit, context_length, fitting_rows, long_rows_problem
 from trainer.evaluate.scoring import (category_rows, failures, parsed_outputs, row_counts, score_predictions,
                                       source_rows)
 
@@ -65,8 +66,8 @@ def warnings_for(rows: list[dict[str, Any]], skipped: int = 0, max_seq_len: int 
     eval split's, when max_rows took fewer)."""
     out = []
     if skipped:
-        out.append(f"{skipped} of {len(rows) + skipped} eval rows are longer than {_too_long(max_seq_len, context)} "
-                   f"and were not scored (no loss, no accuracy): {_fix(max_seq_len, context)}, or shorten them")
+        out.append(f"{skipped} of {len(rows) + skipped} eval rows are longer than {length_limit(max_seq_len, context)} "
+                   f"and were not scored (no loss, no accuracy): {fix_for_length(max_seq_len, context)}, or shorten them")
     if len(rows) < MIN_RELIABLE_ROWS and split_rows > len(rows) + skipped:  # eval_max_rows took these few
         out.append(f"only {len(rows)} eval rows scored (< {MIN_RELIABLE_ROWS}; the split has {split_rows}): one row "
                    f"moves accuracy by {1 / max(len(rows), 1):.0%}; raise eval_max_rows")
@@ -318,5 +319,5 @@ def evaluate(model_dir: Path, tuned_dir: Path, eval_path: Path, max_rows: int = 
         if any(too_long):
             result["warnings"].append(f"{sum(too_long)} BFCL rows have prompts longer than the model's context "
                                       f"({prep['context']} tokens) leaves room to answer in: counted as wrong "
-                                      "(bfcl_<category>_too_long); use a model with a longer context")
+                                      "(bfcl_<category>length_limit); use a model with a longer context")
     return result

@@ -1,12 +1,12 @@
 """A model's answers against the rows: exact calls and text (fc_accuracy, text_match), and the
-BFCL-style AST check by category (trainer.fc_check), from generated text or an app's reply."""
+BFCL-style AST check by category (trainer.chat.fc_check), from generated text or an app's reply."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from trainer import fc_check
-from trainer.fc_check import normalize_text
+from trainer.chat import fc_check
+from trainer.chat.fc_check import normalize_text
 from trainer.data import mix
 from trainer.chat.parsers import Parsed, parse, parse_tool_call
 from trainer.chat.turns import expected_call, expected_text, last_user_request
@@ -36,7 +36,7 @@ def score_predictions(rows: list[dict[str, Any]], predictions: list[dict[str, An
     """Every accuracy for one model from its predictions ({"calls", "content"} per row, as an app
     reads message.tool_calls / message.content): fc_accuracy (exact calls, over rows that expect a
     call), text_match (no call and the text equal, normalised, over rows that expect text), and the
-    BFCL-style AST check by category (trainer.fc_check: fc_ast_accuracy, fc_exact_accuracy,
+    BFCL-style AST check by category (trainer.chat.fc_check: fc_ast_accuracy, fc_exact_accuracy,
     fc_<category>_accuracy). A kind with no rows scores 0 here; logged_metrics leaves it out."""
     fc, text = [], []
     for row, p in zip(rows, predictions):
@@ -75,7 +75,7 @@ def source_rows(rows: list[dict[str, Any]]) -> dict[str, int]:
 def failures(rows: list[dict[str, Any]], outputs: dict[str, list[dict[str, Any]]], per_category: int = 3
              ) -> dict[str, list[dict[str, Any]]]:
     """A few rows per function-calling category that the tuned model got wrong by the AST check,
-    with why (trainer.fc_check) and both models' raw output: what the report shows under its table."""
+    with why (trainer.chat.fc_check) and both models' raw output: what the report shows under its table."""
     out: dict[str, list[dict[str, Any]]] = {}
     for i, row in enumerate(rows):
         tuned = outputs["tuned"][i]
@@ -90,6 +90,6 @@ def failures(rows: list[dict[str, Any]], outputs: dict[str, list[dict[str, Any]]
 
 
 def category_rows(rows: list[dict[str, Any]]) -> dict[str, int]:
-    """Rows per function-calling category (trainer.fc_check), the same for base and tuned."""
+    """Rows per function-calling category (trainer.chat.fc_check), the same for base and tuned."""
     summary = fc_check.summarize([{"category": fc_check.category(r), "ok": False, "exact": False} for r in rows])
     return {f"fc_{cat}_rows": c["rows"] for cat, c in summary["categories"].items()}

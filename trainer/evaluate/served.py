@@ -68,7 +68,7 @@ def _served_lora(tuned_dir: Path) -> bool:
     """vLLM loads this output as a LoRA adapter beside its base (not a full model, no trained
     embeddings: vLLM refuses modules_to_save; not DoRA, which vLLM refuses; not QLoRA, whose base
     is the de-quantized one, not the base vLLM would load)."""
-    from trainer.model import BASE_QUANTIZATION  # imports torch: here, as in generation.load
+    from trainer.models.model import BASE_QUANTIZATION  # imports torch: here, as in generation.load
 
     config = Path(tuned_dir) / "adapter_config.json"
     if not config.is_file() or (Path(tuned_dir) / BASE_QUANTIZATION).is_file():
@@ -111,7 +111,7 @@ def ask(url: str, model: str, rows: list[dict[str, Any]], budgets: list[int], de
         return _reply(client.chat(url, model, openai_messages(row["messages"][:target_index(row)]),
                                   row.get("tools") or None, max_tokens=budgets[i], timeout=600))
 
-    return losses._each(one, list(range(len(rows))), desc, concurrency)
+    return losses.each_batch(one, list(range(len(rows))), desc, concurrency)
 
 
 def served_predictions(model_dir: Path, tuned_dir: Path | None, rows: list[dict[str, Any]],
@@ -128,7 +128,7 @@ def served_predictions(model_dir: Path, tuned_dir: Path | None, rows: list[dict[
     `suite`: more rows (BFCL's, trainer.evaluate.bfcl) with their prompt lengths, asked on the same
     servers with bfcl.ANSWER_TOKENS each where the context leaves room ({"suite": answers, None for a
     row not asked}); the server's context then fits their longest prompt and answer too."""
-    budgets = [generation._answer_budget(tokenizer, [r]) for r in rows]
+    budgets = [generation.answer_budget(tokenizer, [r]) for r in rows]
     # the KV cache for the longest prompt plus its answer (a row fits max_seq_len), within the context
     max_model_len = max_seq_len + max(budgets, default=0)
     suite_rows, suite_prompts = suite if suite is not None else ([], [])
@@ -148,7 +148,7 @@ def served_predictions(model_dir: Path, tuned_dir: Path | None, rows: list[dict[
             if not set(serves) & set(names):
                 continue
             if serves == ("tuned",) and (Path(served_dir) / "adapter_config.json").is_file():
-                from trainer.merge import merge  # imports torch: here, as in generation.load
+                from trainer.models.merge import merge  # imports torch: here, as in generation.load
 
                 served_dir = merge(model_dir, tuned_dir, Path(tmp) / "merged")
             server = local.start(served_dir, serves[0], lora_modules=loras, max_model_len=max_model_len,

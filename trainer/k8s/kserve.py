@@ -25,8 +25,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from trainer import settings
-from trainer.errors import collect
+from trainer.core import settings
+from trainer.core.errors import collect
 from trainer.k8s import reach, rules
 from trainer.k8s.lifecycle import api_client, default_namespace, ready_condition, replace, to_dict, wait_until
 from trainer.k8s.podspec import (RUN_AS_USER, accelerators, container_security, labels as app_labels, pod_security,

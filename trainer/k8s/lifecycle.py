@@ -10,9 +10,9 @@ import threading
 import time
 from typing import Any, Callable, Iterator
 
-from trainer.errors import UserError, brief
+from trainer.core.errors import UserError, brief
 from trainer.k8s.podspec import ClusterSpec
-from trainer.watchdog import Watchdog
+from trainer.core.watchdog import Watchdog
 
 
 def to_dict(obj) -> dict[str, Any]:
@@ -247,7 +247,7 @@ def create_or_attach(kind: str, ref: str, create: Callable[[], None], exists: Ca
     create()
 
 
-class _Stopped(Exception):
+class Stopped(Exception):
     """follow_job's verdict when the job did not succeed: 'failed', 'timed out' or a stall message."""
 
 
@@ -257,9 +257,9 @@ def follow_job(status: Callable[[], str], core, namespace: str, pod_selector: st
     """Stream the main pod's log into ours while polling the job until it succeeds.
 
     `status()` returns 'succeeded', 'failed' or anything else (still going). Every log line
-    feeds the progress watchdog (trainer.watchdog, `spec.stall_timeout_s`, 0 = off), so a job
+    feeds the progress watchdog (trainer.core.watchdog, `spec.stall_timeout_s`, 0 = off), so a job
     whose step counter stops moving ends with a message naming the stuck stage, as does one
-    that outlives `spec.wait_timeout_s` (0 = no limit). Raises _Stopped with the reason.
+    that outlives `spec.wait_timeout_s` (0 = no limit). Raises Stopped with the reason.
     `clock` (the watchdog's and the time limit's) and `sleep` (between status polls) are
     for tests that script time instead of waiting it out.
     """
@@ -292,13 +292,13 @@ def follow_job(status: Callable[[], str], core, namespace: str, pod_selector: st
                 drained.wait(timeout=30)  # the log's last lines
                 return
             if state == "failed":
-                raise _Stopped("failed")
+                raise Stopped("failed")
             with lock:
                 stalled = dogs[0].check() if dogs else None
             if stalled:
-                raise _Stopped(f"stalled: {stalled}")
+                raise Stopped(f"stalled: {stalled}")
             if deadline is not None and clock() > deadline:
-                raise _Stopped(f"timed out after wait_timeout_s={spec.wait_timeout_s}")
+                raise Stopped(f"timed out after wait_timeout_s={spec.wait_timeout_s}")
             sleep(spec.poll_interval_s)
     finally:
         done.set()

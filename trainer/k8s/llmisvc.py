@@ -25,7 +25,7 @@ import shlex
 import time
 from typing import Any
 
-from trainer.errors import collect
+from trainer.core.errors import collect
 from trainer.k8s import reach
 from trainer.k8s.lifecycle import api_client, default_namespace, ready_condition, replace, to_dict, wait_until
 from trainer.k8s.podspec import (RUN_AS_USER, accelerators, container_security, labels as app_labels, pod_security,

@@ -11,8 +11,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainer import settings, tracking
-from trainer.errors import UserError
+from trainer.core import settings, tracking
+from trainer.core.errors import UserError
 from trainer.k8s import rules
 
 KUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -118,7 +118,7 @@ def secret_env() -> list:
 
 def tracking_env() -> list:
     """The MLflow settings of this step (KFP's plugin sets them on its pod) for the training pods, whose rank 0 logs
-    to the same run; none when tracking is off. Credentials are not copied (trainer.tracking.FORWARDED)."""
+    to the same run; none when tracking is off. Credentials are not copied (trainer.core.tracking.FORWARDED)."""
     from kubernetes.client import V1EnvVar
 
     return [V1EnvVar(name=k, value=v) for k, v in tracking.forwarded_env().items()]

@@ -4,14 +4,14 @@
   python -m trainer launch-k8s --dry-run --nodes 2 --procs-per-node 8 [train args...]
 
 One Master + (nodes-1) Workers, each a pod whose container `pytorch` runs the same
-`python -m trainer.torchrun -m trainer train ...` as the local launcher; the operator injects PET_NNODES,
+`python -m trainer.recipe.torchrun -m trainer train ...` as the local launcher; the operator injects PET_NNODES,
 PET_NODE_RANK, PET_NPROC_PER_NODE, PET_MASTER_ADDR and PET_MASTER_PORT, which torchrun
 reads. Credentials come from Kubernetes Secrets by reference (secretKeyRef).
 
 Failures: `restartPolicy: ExitCode` restarts a pod only for exit codes 128-255 (137
 OOM-killed / SIGKILL, 143 SIGTERM on eviction or preemption, 203 a transient S3 or network
 failure); 1-127 (2 = bad input, 3 = a non-finite loss, 1 = a crash) are permanent, so a certain
-failure is never retried (trainer.exitcodes has the table). `cleanPodPolicy: Running` stops the pods
+failure is never retried (trainer.core.exitcodes has the table). `cleanPodPolicy: Running` stops the pods
 still running when the job fails (their GPUs are freed) and keeps the failed ones, whose
 exit codes and logs make the failure report.
 """
@@ -21,10 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from trainer import settings, torchrun
-from trainer.errors import collect
-from trainer.exitcodes import PERMANENT
-from trainer.k8s.lifecycle import (JobFailed, _Stopped, create_or_attach, default_namespace, failure_report, follow_job,
+from trainer.core import settings
+from trainer.recipe import torchrun
+from trainer.core.errors import collect
+from trainer.core.exitcodes import PERMANENT
+from trainer.k8s.lifecycle import (JobFailed, Stopped, create_or_attach, default_namespace, failure_report, follow_job,
                                    kube_config_errors)
 from trainer.k8s.podspec import (ClusterSpec, accelerators, container_security, labels, pod_security, queue_labels,
                                  scheduling, secret_env, tracking_env)
@@ -33,7 +34,7 @@ JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 CONTAINER = "pytorch"  # the operator requires this name
 
 
-# Statuses no restart can cure (trainer.exitcodes): the user's input (2), a non-finite loss (3).
+# Statuses no restart can cure (trainer.core.exitcodes): the user's input (2), a non-finite loss (3).
 PERMANENT_EXIT_CODES = tuple(PERMANENT)
 
 
@@ -147,7 +148,7 @@ class PyTorchJobLauncher:
             follow_job(lambda: _status(tc, name, namespace), tc.core_api, namespace,
                        f"{JOB_NAME_LABEL}={name},training.kubeflow.org/job-role=master", CONTAINER, self.spec)
             succeeded = True
-        except _Stopped as why:
+        except Stopped as why:
             report = failure_report(tc.core_api, namespace, name, f"{JOB_NAME_LABEL}={name}", _is_master, CONTAINER)
             if str(why) != "failed":  # stalled or timed out: nobody waits for it, and a restart would stall again
                 tc.delete_job(name, namespace=namespace)

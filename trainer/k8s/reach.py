@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Iterator
 from urllib.parse import urlparse
 
-from trainer.errors import UserError
+from trainer.core.errors import UserError
 from trainer.k8s.lifecycle import ready_pod
 
 # Longer than trainer.serving.client.chat's own timeout (120 s): the client gives up first, with its message.

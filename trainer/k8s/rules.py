@@ -1,7 +1,7 @@
 """The Kubernetes API server's own rules for names and values, as small pure functions.
 
 Each function returns a list of problems (empty when the value is fine), phrased for the
-user with the fix, so callers can collect every problem into one error (trainer.errors.collect).
+user with the fix, so callers can collect every problem into one error (trainer.core.errors.collect).
 The API server would refuse every value rejected here, usually after training has finished;
 checking them here moves that failure to the first second of a run. The rules follow
 k8s.io/apimachinery/pkg/util/validation (names, labels), resource.Quantity (quantities) and

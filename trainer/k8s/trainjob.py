@@ -6,7 +6,7 @@
 The TrainJob names a training runtime (`training_runtime`, default the ClusterTrainingRuntime
 `torch-distributed` that Trainer installs) and overrides what the run decides: `numNodes`,
 `numProcPerNode` and `resourcesPerNode` (the accelerator resource, count = processes per
-node), the project image and the same `python -m trainer.torchrun -m trainer train ...` command
+node), the project image and the same `python -m trainer.recipe.torchrun -m trainer train ...` command
 as every other launcher (Trainer's torch plugin injects the same PET_* variables), credentials by secretKeyRef.
 Pod-level settings that the Trainer API has no field for (node selector, tolerations, /dev/shm,
 the cache emptyDir, restricted Pod Security, the termination grace period) go in one
@@ -31,9 +31,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from trainer import settings
-from trainer.errors import collect
-from trainer.k8s.lifecycle import (JobFailed, _Stopped, api_client, create_or_attach, default_namespace, failure_report,
+from trainer.core import settings
+from trainer.core.errors import collect
+from trainer.k8s.lifecycle import (JobFailed, Stopped, api_client, create_or_attach, default_namespace, failure_report,
                                    follow_job, to_dict)
 from trainer.k8s.podspec import (ClusterSpec, accelerators, container_security, labels, pod_security, queue_labels,
                                  secret_env, tolerations, tracking_env)
@@ -142,7 +142,7 @@ class TrainJobLauncher:
                        f"{pods},jobset.sigs.k8s.io/replicatedjob-name={NODE},batch.kubernetes.io/job-completion-index=0",
                        NODE, self.spec)
             succeeded = True
-        except _Stopped as why:
+        except Stopped as why:
             report = failure_report(core, namespace, name, pods, _is_node0, NODE)
             if str(why) != "failed":  # stalled or timed out: nobody waits for it, and a restart would stall again
                 custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)

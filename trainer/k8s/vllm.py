@@ -23,8 +23,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, ContextManager
 
-from trainer import settings
-from trainer.errors import collect
+from trainer.core import settings
+from trainer.core.errors import collect
 from trainer.k8s import reach, rules
 from trainer.k8s.lifecycle import api_client, default_namespace, replace, wait_until
 from trainer.k8s.podspec import (RUN_AS_USER, ClusterSpec, accelerators, container_security, labels as app_labels,
@@ -52,7 +52,7 @@ class ServeSpec:
     rollout_timeout_s: int = 1800
     # The model's tool-call format (trainer.serving.args.stored_tool_call_parser reads it off the chat template).
     tool_call_parser: str = "hermes"
-    # The tree carries chat_template.jinja (trainer.templates): vLLM renders with that file, as training did.
+    # The tree carries chat_template.jinja (trainer.chat.templates): vLLM renders with that file, as training did.
     chat_template: bool = False
 
     def problems(self) -> list[str]:

@@ -1,5 +1,5 @@
 """`chat_template=auto`: the model's own template where it passes the train/serve check on tool rows, else the
-built-in template of its tokenizer's family (trainer.templates.BUILTIN, picked by vocabulary), and why.
+built-in template of its tokenizer's family (trainer.chat.templates.BUILTIN, picked by vocabulary), and why.
 
 Decided once, at delivery (deliver-model writes the chosen template into the tree) and at validation (the same
 choice on the source's tokenizer), on PROBE_ROWS: a call, two calls in one turn, a tool result answered in text,
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from trainer import templates
+from trainer.chat import templates
 from trainer.chat.parsers import tool_call_parser
-from trainer.errors import UserError
+from trainer.core.errors import UserError
 from trainer.parity.check import check
 
 _TOOLS = [{"type": "function", "function": {

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainer import templates
+from trainer.chat import templates
 from trainer.chat.calls import message_calls, same_calls
 from trainer.chat.parsers import END_MARKERS, Parsed, parse, stop_texts, tool_call_parser, vllm_parse
 from trainer.chat.turns import trained_turns

@@ -9,11 +9,12 @@ import tempfile
 from pathlib import Path
 
 
-from trainer import settings, templates
-from trainer.errors import collect
+from trainer.core import settings
+from trainer.chat import templates
+from trainer.core.errors import collect
 from trainer.parity.check import CHECK_ROWS
 from trainer.parity.preflight import template_problems
-from trainer.storage import MANIFEST, split_uri
+from trainer.core.storage import MANIFEST, split_uri
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json",
@@ -58,7 +59,7 @@ CHECKS, CHECK_VERSION = "template-checks", 1
 _ADDRESSED = re.compile(r"s3://[^/]+/(?:.+/)?sha256-([0-9a-f]{64})/?")
 
 
-def _record(model_uri: str, dataset_uri: str, output_prefix: str) -> str:
+def record_key(model_uri: str, dataset_uri: str, output_prefix: str) -> str:
     """Where a passed check of this pair is recorded: by the two trees' hashes, else under the run's prefix."""
     model, data = _ADDRESSED.fullmatch(model_uri), _ADDRESSED.fullmatch(dataset_uri)
     if model and data:
@@ -68,12 +69,12 @@ def _record(model_uri: str, dataset_uri: str, output_prefix: str) -> str:
 
 def check_delivered(store, model_uri: str, dataset_uri: str, output_prefix: str) -> None:
     """`delivered_problems` for a training run, raised as one UserError before anything trains. A passed pair is
-    recorded (`_record`), so the job's own `trainer train` processes, which check too for those who run them
+    recorded (`record_key`), so the job's own `trainer train` processes, which check too for those who run them
     without the pipeline, and later runs of the same inputs do not check the same trees again (each rank would
     import vLLM's parsers: ~3 CPU-s)."""
     for uri in (dataset_uri, model_uri):  # as training reads them: a missing one is named, not a traceback
         store.check_tree(uri)
-    record = _record(model_uri, dataset_uri, output_prefix)
+    record = record_key(model_uri, dataset_uri, output_prefix)
     pair = {"model_uri": model_uri, "dataset_uri": dataset_uri}
     if store.exists(record) and store.get_json(record) == pair:
         return

@@ -8,10 +8,10 @@ from typing import Any, Sequence
 
 
 from trainer.data import preflight as data_preflight
-from trainer.data.encode import _reason, _refusal_lines, encode
-from trainer.data.preflight import _OverBudget, _over_budget, _time_limit
+from trainer.data.encode import refusal_reason, refusal_lines, encode
+from trainer.data.preflight import OverBudget, over_budget, time_limit
 from trainer.parity.check import model_problems
-from trainer.templates import has_generation_block
+from trainer.chat.templates import has_generation_block
 
 
 def template_problems(rows: list[dict[str, Any]], tokenizer, where: str, eos_ids: Sequence[int] = (),
@@ -28,19 +28,19 @@ def template_problems(rows: list[dict[str, Any]], tokenizer, where: str, eos_ids
     refused: dict[str, list[dict[str, Any]]] = {}
     rendered = []
     try:
-        with _time_limit(data_preflight.TEMPLATE_BUDGET_S):
+        with time_limit(data_preflight.TEMPLATE_BUDGET_S):
             for row in rows:
                 try:
                     tokenizer.apply_chat_template(row["messages"], tools=row.get("tools") or None, tokenize=False)
                 except Exception as err:  # noqa: BLE001 - a template is code: whatever it raises, it refuses the row
-                    refused.setdefault(_reason(err), []).append(row)
+                    refused.setdefault(refusal_reason(err), []).append(row)
                     continue
                 rendered.append(row)
             parity_lines = model_problems(rendered, tokenizer, where, eos_ids)
             mask_lines = _mask_problems(rendered, tokenizer, where, template)
-    except _OverBudget:
-        return [_over_budget(tokenizer, where, template, f"rendering {len(rows)} rows")]
-    return [f"{where}: {line}" for line in _refusal_lines(refused, len(rows), template)] + mask_lines + parity_lines
+    except OverBudget:
+        return [over_budget(tokenizer, where, template, f"rendering {len(rows)} rows")]
+    return [f"{where}: {line}" for line in refusal_lines(refused, len(rows), template)] + mask_lines + parity_lines
 
 
 def _mask_problems(rows: list[dict[str, Any]], tokenizer, where: str, template: str) -> list[str]:

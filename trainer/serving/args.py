@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from trainer.chat.parsers import DEFAULT_TOOL_PARSER, chat_template_text, tool_call_parser
-from trainer.errors import UserError, brief
-from trainer.storage import MANIFEST, split_uri
-from trainer.templates import TEMPLATE_FILE
+from trainer.core.errors import UserError, brief
+from trainer.core.storage import MANIFEST, split_uri
+from trainer.chat.templates import TEMPLATE_FILE
 
 # vLLM accepts only these LoRA ranks for --max-lora-rank.
 _LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -54,7 +54,7 @@ def vllm_args(model: str, served_model_name: str, *, host: str = "127.0.0.1", po
         tool_call_parser: vLLM's parser for the model's tool-call format (`tool_call_parser()`
             reads it off the chat template).
         chat_template: path of the template file to render prompts with (the delivered tree's
-            chat_template.jinja, the one training used: trainer.templates); empty: the tokenizer's.
+            chat_template.jinja, the one training used: trainer.chat.templates); empty: the tokenizer's.
 
     Returns:
         The argument list, without the program (`vllm serve` / `python -m ...`). Everything from
@@ -103,7 +103,7 @@ def stored_has_template(store: Any, uri: str) -> bool:
 
 
 def stored_tool_call_parser(store: Any, uri: str) -> str:
-    """tool_call_parser() for a model tree in S3 (trainer.storage), reading only its tokenizer
+    """tool_call_parser() for a model tree in S3 (trainer.core.storage), reading only its tokenizer
     files: a cluster deploy decides the flag without downloading the weights."""
     _, prefix = split_uri(uri)
     files = {f["path"] for f in store.get_json(f"{prefix}/{MANIFEST}")["files"]}

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from trainer.chat.messages import openai_messages
 from trainer.chat.turns import expected_call, target_index
-from trainer.errors import UserError
+from trainer.core.errors import UserError
 
 
 class Running(Protocol):

@@ -29,14 +29,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainer.errors import UserError, collect
-from trainer.model_tree import model_dir_problems, tokenizer_problems
-from trainer.procs import group_alive, private_tmpdir_env
+from trainer.core.errors import UserError, collect
+from trainer.models.model_tree import model_dir_problems, tokenizer_problems
+from trainer.core.procs import group_alive, private_tmpdir_env
 from trainer.serving.args import (adapter_config, default_served_name, lora_rank, model_tool_call_parser, parse_loras,
                                   served_name_problems, vllm_args)
 from trainer.serving.client import smoke_test, wait_ready
-from trainer.templates import TEMPLATE_FILE
-from trainer.weights import adapter_fit_problems
+from trainer.chat.templates import TEMPLATE_FILE
+from trainer.models.weights import adapter_fit_problems
 
 
 # vLLM's OpenAI server with its processes tied to their starters (the EngineCore dies with the API server, the API
@@ -280,10 +280,10 @@ def start(model_dir: str | Path, served_model_name: str, *, host: str = "127.0.0
            # No usage statistics sent home from a local run.
            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
     with open(log_path, "ab") as log:
-        # Under trainer.procs' guard, which takes vLLM's whole tree down when stopped or, unless
+        # Under trainer.core.procs' guard, which takes vLLM's whole tree down when stopped or, unless
         # detached, when this process is gone (SIGKILL included): vLLM alone outlives both while loading.
         # The guard itself killed with SIGKILL, vLLM's processes die with it (SERVER_MODULE's tie).
-        guard = [sys.executable, "-m", "trainer.procs", *([] if detach else ["--parent", str(os.getpid())]),
+        guard = [sys.executable, "-m", "trainer.core.procs", *([] if detach else ["--parent", str(os.getpid())]),
                  *(["--remove", tmp] if tmp else []), "--"]
         proc = subprocess.Popen([*guard, sys.executable, "-m", SERVER_MODULE, *args],
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

@@ -2,9 +2,9 @@
 
 vLLM's OpenAI server (what `python -m vllm.entrypoints.openai.api_server` runs, the same arguments),
 each of its processes tied to the one that started it: the kernel sends it SIGKILL when that one
-dies, however it died (trainer.procs.die_with_parent; Linux, elsewhere this is vLLM's server alone).
+dies, however it died (trainer.core.procs.die_with_parent; Linux, elsewhere this is vLLM's server alone).
 
-trainer.serving.local runs it under trainer.procs' guard, which takes vLLM's tree down when it is
+trainer.serving.local runs it under trainer.core.procs' guard, which takes vLLM's tree down when it is
 signalled, when vLLM exits, or when `trainer serve` is gone. A guard killed with SIGKILL runs nothing,
 though, and a user's `kill -9` of what looks hung takes the guard and vLLM's API server alike: vLLM's
 EngineCore, a child of the API server with no watch of its own on it, then spun on under init at
@@ -14,7 +14,7 @@ environment). Tied, the API server dies with the guard and the EngineCore with t
 tests/integration/test_procs.py).
 """
 
-from trainer.procs import die_with_parent
+from trainer.core.procs import die_with_parent
 
 if __name__ in ("__main__", "__mp_main__"):
     # The API server ties itself here, as __main__. multiprocessing's spawn (vLLM's start method for the

@@ -6,7 +6,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from trainer import deploy, launch, settings, sources, templates
+from trainer import deploy, launch
+from trainer.core import settings
+from trainer.config import sources
+from trainer.chat import templates
 from trainer.k8s import rules
 from trainer.k8s.podspec import CLEANUP
 from trainer.serving.args import served_name_problems
@@ -43,7 +46,7 @@ def cluster_problems(params: dict[str, Any]) -> list[str]:
     for variable in ("FINETUNE_IMAGE", "VLLM_IMAGE"):  # the environment's overrides are rendered as they are
         if os.environ.get(variable):
             problems += _image_problems(os.environ[variable], f"environment variable {variable}",
-                                        settings._DEFAULTS[variable])
+                                        settings.SETTING_DEFAULTS[variable])
     if on_cluster and not served_name_problems(params["served_model_name"]):  # else reported once, above
         # The objects' names: `<name>-base` beside adapters; KServe's predictor host adds the namespace.
         namespace = params["namespace"] if not rules.dns1123_label(params["namespace"], "namespace") else ""

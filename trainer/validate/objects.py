@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer import sources
-from trainer.delivery import delivered_share_problem
-from trainer.errors import UserError
-from trainer.storage import MANIFEST, Store, split_uri
+from trainer.config import sources
+from trainer.store.delivery import delivered_share_problem
+from trainer.core.errors import UserError
+from trainer.core.storage import MANIFEST, Store, split_uri
 
 # parameter -> what an s3:// value of it names: an uploaded object, a delivered tree (its manifest), or either
 _S3_VALUES = {"model_source": "a .gguf upload or a delivered model tree",

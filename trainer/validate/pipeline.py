@@ -10,18 +10,22 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from trainer import (builtin_data, builtin_model, data, delivery, gguf, model_tree, parity, sources, templates,
-                     usertext)
+from trainer.data import builtin_data
+from trainer.models import builtin_model, gguf, model_tree
+from trainer import data, parity
+from trainer.store import delivery
+from trainer.config import sources
+from trainer.chat import templates, usertext
 from trainer.data import bfcl, masking, quiet_conversions
 from trainer.chat.turns import split_turns
 from trainer.evaluate import ENGINES, row_counts
-from trainer.registry import reach_problem
-from trainer.batching import check_rows
-from trainer.config import ADAPTER_METHODS, MAX_ACCUM, TrainConfig
-from trainer.errors import UserError
+from trainer.store.registry import reach_problem
+from trainer.data.batching import check_rows
+from trainer.config.training import ADAPTER_METHODS, MAX_ACCUM, TrainConfig
+from trainer.core.errors import UserError
 from trainer.serving.args import served_name_problems
 from trainer.validate.cluster import cluster_problems
-from trainer.validate.values import (_TRAIN_DEFAULTS, _TRAIN_PARAMS, DEFAULTS, default,
+from trainer.validate.values import (TRAIN_DEFAULTS, TRAIN_PARAMS, DEFAULTS, default,
                                      type_problems)
 
 
@@ -57,9 +61,9 @@ def _one_read_of_a_gguf(model_source: Any):
 
 def _pipeline_problems(params: dict[str, Any], check_local_files: bool, splits_out: dict | None,
                        gate: bool) -> list[str]:
-    params = {**_TRAIN_PARAMS, **DEFAULTS, **params}
+    params = {**TRAIN_PARAMS, **DEFAULTS, **params}
     problems, bad = type_problems(params)
-    params.update({name: default(name) for name in bad if name in _TRAIN_DEFAULTS or name in DEFAULTS})
+    params.update({name: default(name) for name in bad if name in TRAIN_DEFAULTS or name in DEFAULTS})
     context = None  # the model's, when max_seq_len is over it: the other checks then take it as max_seq_len
     for what in ("model", "dataset"):
         try:
@@ -143,7 +147,7 @@ def _dataset_problems(src: sources.Source, params: dict[str, Any], found: list[s
                                            params["model_revision"], params["chat_template"],
                                            _scored(params), params["irrelevance_reply"])
             if gate:
-                problems += _gate_rows_problems(params, splits["eval"], "min_fc_accuracy", "min_gain")
+                problems += gate_rows_problems(params, splits["eval"], "min_fc_accuracy", "min_gain")
             problems += _bfcl_contamination_problems(params, splits["train"])
             if refused := masking.data_problem(splits, params["irrelevance_share"],
                                                f"dataset_source {params['dataset_source'].strip()!r}") \
@@ -172,7 +176,7 @@ def _dataset_problems(src: sources.Source, params: dict[str, Any], found: list[s
     elif src.kind == "builtin" and check_local_files and (
             params["chat_template"].strip() != templates.MODEL
             or not params["model_source"].strip().startswith("builtin:")
-            or 0 < params["max_seq_len"] < _TRAIN_DEFAULTS["max_seq_len"]):
+            or 0 < params["max_seq_len"] < TRAIN_DEFAULTS["max_seq_len"]):
         # the built-in rows with another model or template, or a max_seq_len under the default the demo runs
         # at (max_seq_len=1 would skip every row): checked now, not after delivery in finetune
         splits = {name: rows[:BUILTIN_CHECK_ROWS] for name, rows in builtin_data.dataset(src.ref).items()}
@@ -423,18 +427,18 @@ def _scored(params: dict[str, Any]) -> int | None:
     return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else None
 
 
-def _gate_rows_problems(params: dict[str, Any], eval_rows: list[dict[str, Any]], *gates: str) -> list[str]:
+def gate_rows_problems(params: dict[str, Any], eval_rows: list[dict[str, Any]], *gates: str) -> list[str]:
     """The gates among `gates` that are set (min_gain gates on the function-calling accuracy in the finetune
-    pipeline, not in a sweep picking by eval_loss) over scored eval rows without a tool call (`_tool_rows_problem`)."""
+    pipeline, not in a sweep picking by eval_loss) over scored eval rows without a tool call (`tool_rows_problem`)."""
     asked = [f"{g}={params[g]:g}" for g in gates if isinstance(params.get(g), (int, float)) and params[g] > 0]
     if not asked:
         return []
-    return _tool_rows_problem(params, eval_rows, f"{' and '.join(asked)} {'gate' if len(asked) > 1 else 'gates'} on "
+    return tool_rows_problem(params, eval_rows, f"{' and '.join(asked)} {'gate' if len(asked) > 1 else 'gates'} on "
                               "the function-calling accuracy", "no tool-call rows", "the tuned model could never pass",
                               f"set {' and '.join(g + '=0' for g in gates)} for chat-only data")
 
 
-def _tool_rows_problem(params: dict[str, Any], eval_rows: list[dict[str, Any]], claim: str, none: str, outcome: str,
+def tool_rows_problem(params: dict[str, Any], eval_rows: list[dict[str, Any]], claim: str, none: str, outcome: str,
                        fix: str) -> list[str]:
     """`claim` (a gate, select_metric=fc_accuracy) measures tool calls, but the eval rows evaluate scores (the split's
     first eval_max_rows) hold none: every trial or the run would train, then score 0 -> 0 or fail the gate. Where

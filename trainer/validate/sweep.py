@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from trainer.params import TRIAL_EXAMPLE, TRIAL_KEYS
+from trainer.config.params import TRIAL_EXAMPLE, TRIAL_KEYS
 from trainer.evaluate.gate import PRIMARY, select_problem
-from trainer.validate.pipeline import _gate_rows_problems, _tool_rows_problem, pipeline_problems
-from trainer.validate.values import _TRAIN_DEFAULTS, DEFAULTS, value_problem
+from trainer.validate.pipeline import gate_rows_problems, tool_rows_problem, pipeline_problems
+from trainer.validate.values import TRAIN_DEFAULTS, DEFAULTS, value_problem
 
 
 
@@ -29,7 +29,7 @@ def sweep_problems(params: dict[str, Any], check_local_files: bool = True) -> li
             problems.append(f"trials[{i}] must have exactly the keys {sorted(TRIAL_KEYS)}, like {TRIAL_EXAMPLE}; "
                             f"got {t!r}")
             continue
-        typed = [value_problem(f"trials[{i}].{k}", t[k], kind, example=_TRAIN_DEFAULTS[k], in_json=True)
+        typed = [value_problem(f"trials[{i}].{k}", t[k], kind, example=TRAIN_DEFAULTS[k], in_json=True)
                  for k, kind in TRIAL_KEYS.items()]
         if any(typed):
             problems += [p for p in typed if p]
@@ -43,7 +43,7 @@ def sweep_problems(params: dict[str, Any], check_local_files: bool = True) -> li
                                                                     check_local_files=False, gate=False)
                      if p not in problems]
     if params.get("deploy_all_trials") is True and shared.get("lora_train_embeddings",
-                                                               _TRAIN_DEFAULTS["lora_train_embeddings"]) is True:
+                                                               TRAIN_DEFAULTS["lora_train_embeddings"]) is True:
         # As serve_adapters in pipeline_problems: found after every trial trained, by deploy-trials, without this.
         problems.append("deploy_all_trials=true serves every trial's adapter beside the base model, and vLLM cannot "
                         "load an adapter that trains the embeddings in full: set lora_train_embeddings=false, or "
@@ -52,9 +52,9 @@ def sweep_problems(params: dict[str, Any], check_local_files: bool = True) -> li
     if problem := select_problem(select):
         problems.append(problem)
     elif select == PRIMARY:  # every trial would train, then score nothing and nothing deploys
-        problems += _tool_rows_problem({**DEFAULTS, **shared}, splits.get("eval") or [],
+        problems += tool_rows_problem({**DEFAULTS, **shared}, splits.get("eval") or [],
                                        f"select_metric={PRIMARY} measures tool calls", "none",
                                        "no trial could be picked or deployed", "set select_metric=eval_loss")
-    problems += _gate_rows_problems({**DEFAULTS, **shared}, splits.get("eval") or [], "min_fc_accuracy")
+    problems += gate_rows_problems({**DEFAULTS, **shared}, splits.get("eval") or [], "min_fc_accuracy")
     seen: set[str] = set()
     return [p for p in problems if not (p in seen or seen.add(p))]

@@ -8,29 +8,29 @@ import re
 from dataclasses import fields
 from typing import Any
 
-from trainer import params as param_table
-from trainer import settings
-from trainer.config import TrainConfig
+from trainer.config import params as param_table
+from trainer.core import settings
+from trainer.config.training import TrainConfig
 from trainer.data import lone_surrogate, non_finite_paths
 
 
 # Every pipeline parameter that is not a TrainConfig field, with the default a caller that
 # lacks it gets (the sweep has no `method`, the CLI no `served_model_name`, ...): the finetune
-# pipeline's, from the one table (trainer.params). The types of these defaults are the parameters'
+# pipeline's, from the one table (trainer.config.params). The types of these defaults are the parameters'
 # types. Cluster settings a caller lacks keep ClusterSpec's defaults (see trainer.launch.cluster_from_params).
 DEFAULTS: dict[str, Any] = {p.name: p.default for p in param_table.PARAMS if p.name not in param_table.train_fields()}
 
 
-_TRAIN_DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
+TRAIN_DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
 
-_TRAIN_PARAMS = {k: v for k, v in _TRAIN_DEFAULTS.items() if k not in ("model_uri", "dataset_uri", "output_prefix")}
+TRAIN_PARAMS = {k: v for k, v in TRAIN_DEFAULTS.items() if k not in ("model_uri", "dataset_uri", "output_prefix")}
 
 _KIND = {bool: "true or false", int: "a whole number", float: "a number", str: "a string", dict: "a JSON object",
          list: "a JSON list"}
 
 
 def default(name: str) -> Any:
-    return _TRAIN_DEFAULTS[name] if name in _TRAIN_DEFAULTS else DEFAULTS.get(name)
+    return TRAIN_DEFAULTS[name] if name in TRAIN_DEFAULTS else DEFAULTS.get(name)
 
 
 def _json_repr(value: Any) -> str:
@@ -152,7 +152,7 @@ def type_problems(params: dict[str, Any]) -> tuple[list[str], set[str]]:
     for name, value in params.items():
         d = default(name)
         problem = _not_text(name, value) or _credentials(name, value)
-        if problem is None and (name in _TRAIN_DEFAULTS or name in DEFAULTS):
+        if problem is None and (name in TRAIN_DEFAULTS or name in DEFAULTS):
             problem = value_problem(name, value, type(d))
         problem = problem or _too_large(name, value) or _padded(name, value) or _out_of_range(name, value)
         if problem is None and not isinstance(value, float):

@@ -1,0 +1,95 @@
+"""One way to serve a model, whatever the backend: `deploy(backend, spec, store, ...) -> Deployed`.
+
+  local       vLLM on loopback from downloaded copies (trainer.serving.local; run_local only)
+  kubernetes  a vLLM Deployment and Service (trainer.k8s.vllm)
+  kserve      an InferenceService on the project's vLLM ServingRuntime (trainer.k8s.kserve)
+  llmisvc     KServe's LLMInferenceService, adapters under spec.model.lora (trainer.k8s.llmisvc)
+
+The backend is chosen here and nowhere else (the deploy and deploy-all-trials steps, `python -m
+trainer deploy-k8s`). Every backend serves `spec.name` (the model, or the base beside
+`spec.adapters`), with the flags trainer.serving.args.vllm_args builds from the stored model (its chat
+template, the tool-call parser read off it, --max-lora-rank from the adapters' configs), waits until
+it answers /v1/models, and runs the same OpenAI smoke test on every served name (trainer.serving.client).
+
+The pieces every backend shares are trainer.serving's, which imports no backend: args (the server's
+arguments and what is read off the model for them) and client (readiness polling, requests, the
+smoke test). This module sits above trainer.serving and trainer.k8s and imports both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainer.core.errors import UserError
+from trainer.k8s import kserve, llmisvc, vllm
+from trainer.serving.args import lora_rank, stored_has_template, stored_tool_call_parser
+from trainer.serving import local
+
+BACKENDS = ("local", "kubernetes", "kserve", "llmisvc")
+CLUSTER_BACKENDS = BACKENDS[1:]
+
+
+@dataclass
+class Deployed:
+    """What a deploy gives back, the same for every backend."""
+
+    endpoint: str  # the OpenAI base URL (…/v1): in-cluster for the cluster backends
+    names: list[str]  # served model names, base first
+    results: dict[str, dict[str, Any]]  # per name: ok, reason, reply, latency_s (trainer.serving.client.smoke_test)
+    latency_s: float  # the slowest name's smoke-test answer
+    reason: str = ""  # the failures, "name: why; ..."
+    ready_s: float | None = None  # start (or rollout) until /v1/models answered
+    log: str = ""  # the local server's log
+    pgid: int | None = None  # a local server left running (keep_serving): stop with kill -- -PGID
+    access: str = ""  # cluster backends: the kubectl port-forward command for the user's machine
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def smoke_ok(self) -> bool:
+        return all(r["ok"] for r in self.results.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        """The result as the cluster backends return it, keys in their order (what `python -m trainer
+        deploy-k8s` prints): smoke_ok among them, `log` and `access` only when set."""
+        return {"endpoint": self.endpoint, "names": self.names, "ready_s": self.ready_s, "smoke_ok": self.smoke_ok,
+                "reason": self.reason, "latency_s": self.latency_s, "results": self.results, "pgid": self.pgid,
+                **({"log": self.log} if self.log else {}), **({"access": self.access} if self.access else {}),
+                **self.extra}
+
+    @classmethod
+    def from_backend(cls, out: dict[str, Any]) -> Deployed:
+        known = {"endpoint", "names", "results", "latency_s", "reason", "ready_s", "log", "pgid", "access"}
+        return cls(**{k: out[k] for k in known if k in out},
+                   extra={k: v for k, v in out.items() if k not in known and k != "smoke_ok"})
+
+
+def backend_module(backend: str):
+    """The module that serves on `backend` (each has build(spec) and deploy(spec, messages, tools, ...))."""
+    if module := {"kubernetes": vllm, "kserve": kserve, "llmisvc": llmisvc}.get(backend):
+        return module
+    raise UserError(f"deploy backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+
+
+def deploy(backend: str, spec, store, messages: list[dict[str, Any]], tools: list | None = None, *,
+           keep_serving: bool = False, client_configuration: Any = None, poll_s: float = 5.0) -> Deployed:
+    """Serve `spec` (a trainer.k8s.vllm.ServeSpec: spec.model_uri as spec.name, each of spec.adapters
+    beside it by its own name) on `backend` and smoke-test every served name. The settings read off the
+    stored model and adapters (rank, tool-call parser, chat template) are filled in here, for all
+    backends alike; with no `store` (deploy-k8s, a cluster backend) they are the spec's as given.
+    `keep_serving` leaves a local server running (cluster servers stay anyway)."""
+    if backend not in BACKENDS:
+        raise UserError(f"deploy backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if store is None and backend == "local":
+        raise ValueError("the local backend serves downloaded copies: it needs the store")
+    if store is not None:
+        dirs = {n: store.get_tree(uri) for n, uri in spec.adapters.items()}  # adapters are small
+        spec.max_lora_rank = max([lora_rank(d) for d in dirs.values()] or [16])  # vLLM refuses adapters above it
+        spec.tool_call_parser = stored_tool_call_parser(store, spec.model_uri)
+        spec.chat_template = stored_has_template(store, spec.model_uri)
+    if backend == "local":
+        out = local.deploy_local(store.get_tree(spec.model_uri), spec.name, messages, tools,
+                           lora_modules={n: str(d) for n, d in dirs.items()}, keep_serving=keep_serving)
+    else:
+        out = backend_module(backend).deploy(spec, messages, tools, client_configuration, poll_s)
+    return Deployed.from_backend(out)
