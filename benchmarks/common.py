@@ -16,8 +16,12 @@ def local_s3(bucket: str = "bench"):
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    os.environ.update(S3_ENDPOINT=f"http://{host}:{port}", S3_BUCKET=bucket, AWS_ACCESS_KEY_ID="bench",
-                      AWS_SECRET_ACCESS_KEY=secrets.token_hex(8))
+    os.environ.update(
+        S3_ENDPOINT=f"http://{host}:{port}",
+        S3_BUCKET=bucket,
+        AWS_ACCESS_KEY_ID="bench",
+        AWS_SECRET_ACCESS_KEY=secrets.token_hex(8),
+    )
     return server
 
 

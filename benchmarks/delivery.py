@@ -33,7 +33,7 @@ def make_model_dir(root: Path, size_mb: int, shards: int = 4) -> int:
     for i in range(shards):
         with open(root / f"model-{i:05d}-of-{shards:05d}.safetensors", "wb") as f:
             for k in range(size_mb // shards):
-                f.write(chunk[k % 7:] + chunk[:k % 7])  # distinct 1 MiB blocks, incompressible
+                f.write(chunk[k % 7 :] + chunk[: k % 7])  # distinct 1 MiB blocks, incompressible
     return sum(p.stat().st_size for p in root.iterdir())
 
 
@@ -41,10 +41,12 @@ def start_s3() -> tuple[subprocess.Popen, str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    code = ("import logging, time; from moto.server import ThreadedMotoServer; "
-            "logging.getLogger('werkzeug').setLevel(logging.WARNING); "
-            f"s = ThreadedMotoServer(ip_address='127.0.0.1', port={port}, verbose=False); s.start(); "
-            "print('ready', flush=True); time.sleep(3600)")
+    code = (
+        "import logging, time; from moto.server import ThreadedMotoServer; "
+        "logging.getLogger('werkzeug').setLevel(logging.WARNING); "
+        f"s = ThreadedMotoServer(ip_address='127.0.0.1', port={port}, verbose=False); s.start(); "
+        "print('ready', flush=True); time.sleep(3600)"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"
     return proc, f"http://127.0.0.1:{port}"
@@ -58,7 +60,9 @@ def main() -> None:
     args = parser.parse_args()
 
     server, endpoint = start_s3()
-    os.environ.update(S3_ENDPOINT=endpoint, S3_BUCKET="bench", AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="x" * 16)
+    os.environ.update(
+        S3_ENDPOINT=endpoint, S3_BUCKET="bench", AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="x" * 16
+    )
     from trainer.evaluate.report import table
     from trainer.core.storage import Store
 
@@ -79,16 +83,30 @@ def main() -> None:
                 upload_s.append(time.perf_counter() - t)
                 assert meta["uploaded_bytes"] == total
                 store.delete_prefix(uri.split("/", 3)[3])  # so the next run uploads again
-                print(f"run {i + 1}: copy {total / 2**20 / copy_s[-1]:.0f} MB/s, "
-                      f"upload {total / 2**20 / upload_s[-1]:.0f} MB/s", flush=True)
+                print(
+                    f"run {i + 1}: copy {total / 2**20 / copy_s[-1]:.0f} MB/s, "
+                    f"upload {total / 2**20 / upload_s[-1]:.0f} MB/s",
+                    flush=True,
+                )
     finally:
         server.kill()
     mb = total / 2**20
     c, u = median(copy_s), median(upload_s)
     print(f"\n{mb:.0f} MB model directory, {args.runs} interleaved runs, medians")
-    print(table([("local copy (shutil.copytree)", f"{c:.2f}", f"{mb / c:.0f}", "1.00"),
-                 (f"put_tree to S3 (sha256 + {args.workers} parallel multipart)", f"{u:.2f}", f"{mb / u:.0f}",
-                  f"{c / u:.2f}")], ("", "seconds", "MB/s", "ratio")))
+    print(
+        table(
+            [
+                ("local copy (shutil.copytree)", f"{c:.2f}", f"{mb / c:.0f}", "1.00"),
+                (
+                    f"put_tree to S3 (sha256 + {args.workers} parallel multipart)",
+                    f"{u:.2f}",
+                    f"{mb / u:.0f}",
+                    f"{c / u:.2f}",
+                ),
+            ],
+            ("", "seconds", "MB/s", "ratio"),
+        )
+    )
 
 
 if __name__ == "__main__":

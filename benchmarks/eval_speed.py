@@ -71,10 +71,14 @@ class _Parser(argparse.ArgumentParser):
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line, every problem in one `error:` line (exit 2). --rows and --steps become ints."""
-    parser = _Parser(prog="python -m benchmarks.eval_speed", description=__doc__.splitlines()[2],
-                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", help=f"held-out rows each path answers per model (default {ROWS}; "
-                                       f"--quick {QUICK_ROWS})")
+    parser = _Parser(
+        prog="python -m benchmarks.eval_speed",
+        description=__doc__.splitlines()[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--rows", help=f"held-out rows each path answers per model (default {ROWS}; --quick {QUICK_ROWS})"
+    )
     parser.add_argument("--steps", help=f"training steps of the tuned adapter (default {STEPS}; --quick {QUICK_STEPS})")
     parser.add_argument("--quick", action="store_true", help="a tiny run: checks that both paths run")
     parser.add_argument("--model-source", help="the model (default: SmolLM2-135M-Instruct converted from its GGUF)")
@@ -82,8 +86,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, help="also write every figure to this JSON file")
     args = parser.parse_args(argv)
     problems = []
-    for flag, default in (("rows", QUICK_ROWS if args.quick else ROWS),
-                          ("steps", QUICK_STEPS if args.quick else STEPS)):
+    for flag, default in (
+        ("rows", QUICK_ROWS if args.quick else ROWS),
+        ("steps", QUICK_STEPS if args.quick else STEPS),
+    ):
         given = getattr(args, flag)
         if given is None:
             setattr(args, flag, default)
@@ -101,6 +107,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 # --- measuring inside trainer.evaluate ---------------------------------------------------------------------------
+
 
 @contextlib.contextmanager
 def instrumented(spans: list[tuple[str, str, float]], answers: dict[str, list[dict[str, Any]]]) -> Iterator[None]:
@@ -133,8 +140,15 @@ def instrumented(spans: list[tuple[str, str, float]], answers: dict[str, list[di
         return fn, wrapper
 
     # each where the evaluation looks it up (trainer.evaluate's modules call each other through the module)
-    targets = [(generation, "generate"), (served, "ask"), (generation, "load"), (losses, "eval_loss"),
-               (losses, "served_losses"), (served, "served_predictions"), (run, "score")]
+    targets = [
+        (generation, "generate"),
+        (served, "ask"),
+        (generation, "load"),
+        (losses, "eval_loss"),
+        (losses, "served_losses"),
+        (served, "served_predictions"),
+        (run, "score"),
+    ]
     targets += [(local, "start"), (client, "wait_ready")]
     saved = []
     try:
@@ -152,6 +166,7 @@ def profile(spans: list[tuple[str, str, float]], total_s: float, rows: int, engi
     """One path's figures from its spans: answering seconds (HF: generate; endpoint: served_predictions, the
     server's start included), per-model answer seconds, server start-to-ready, model loads, eval loss, and the
     rows/s of answering and of the whole call (base + tuned rows: 2 x rows)."""
+
     def total(name: str, model: str | None = None) -> float:
         return sum(s for n, m, s in spans if n == name and (model is None or m == model))
 
@@ -159,10 +174,17 @@ def profile(spans: list[tuple[str, str, float]], total_s: float, rows: int, engi
     # The endpoint's eval loss (served_losses) runs inside served_predictions, on the same server.
     answer_s = total("generate") if engine == "hf" else total("served_predictions") - total("served_losses")
     answered = 2 * rows
-    out = {"rows": rows, "answered": answered, "total_s": total_s, "answer_s": answer_s,
-           "base_answer_s": total(per_model, "base"), "tuned_answer_s": total(per_model, "tuned"),
-           "server_start_s": total("start") + total("wait_ready"), "load_s": total("load"),
-           "eval_loss_s": total("eval_loss") + total("served_losses")}
+    out = {
+        "rows": rows,
+        "answered": answered,
+        "total_s": total_s,
+        "answer_s": answer_s,
+        "base_answer_s": total(per_model, "base"),
+        "tuned_answer_s": total(per_model, "tuned"),
+        "server_start_s": total("start") + total("wait_ready"),
+        "load_s": total("load"),
+        "eval_loss_s": total("eval_loss") + total("served_losses"),
+    }
     out["per_row_s"] = (out["base_answer_s"] + out["tuned_answer_s"]) / max(answered, 1)
     out["other_s"] = total_s - answer_s - out["load_s"] - out["eval_loss_s"]
     out["answer_rows_per_s"] = answered / answer_s if answer_s > 0 else 0.0
@@ -187,25 +209,44 @@ def same_answer(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 def agreement(results: dict[str, dict[str, Any]], answers: dict[str, dict[str, list]]) -> dict[str, Any]:
     """Accuracy by path side by side, the largest difference in points, and rows answered alike per model."""
-    acc = {f"{model} {k}": {engine: results[engine][model][k] for engine, _ in PATHS if k in results[engine][model]}
-           for model in ("base", "tuned") for k in ACCURACIES}
+    acc = {
+        f"{model} {k}": {engine: results[engine][model][k] for engine, _ in PATHS if k in results[engine][model]}
+        for model in ("base", "tuned")
+        for k in ACCURACIES
+    }
     acc = {k: v for k, v in acc.items() if len(v) == len(PATHS)}
     worst = max((abs(v["vllm"] - v["hf"]) * 100 for v in acc.values()), default=0.0)
-    alike = {model: sum(same_answer(a, b) for a, b in zip(answers["hf"].get(model, []), answers["vllm"].get(model, [])))
-             for model in ("base", "tuned")}
-    return {"accuracies": acc, "max_difference_points": worst, "agree": worst <= AGREE_POINTS,
-            "same_answers": alike, "rows": min(len(answers["hf"].get("base", [])), len(answers["vllm"].get("base", [])))}
+    alike = {
+        model: sum(same_answer(a, b) for a, b in zip(answers["hf"].get(model, []), answers["vllm"].get(model, [])))
+        for model in ("base", "tuned")
+    }
+    return {
+        "accuracies": acc,
+        "max_difference_points": worst,
+        "agree": worst <= AGREE_POINTS,
+        "same_answers": alike,
+        "rows": min(len(answers["hf"].get("base", [])), len(answers["vllm"].get("base", []))),
+    }
 
 
 # --- the run ---------------------------------------------------------------------------------------------------
+
 
 def _run_shown(cmd: list[str], log_path: Path, env: dict[str, str], timeout_s: float = 7200) -> None:
     """Run `cmd` in its own process group, each line shown indented as it comes and kept in `log_path`; the group
     is stopped on the way out (Ctrl-C, SIGTERM, timeout). Raises BenchmarkError on a failure."""
     deadline = time.monotonic() + timeout_s
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                text=True, bufsize=1, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            bufsize=1,
+            env=env,
+            start_new_session=True,
+        )
         _GROUPS.add(proc.pid)
         try:
             for line in proc.stdout:
@@ -228,12 +269,30 @@ def train(model_uri: str, data_uri: str, steps: int, work: Path, env: dict[str, 
 
     prefix = "runs/eval-speed"
     t = TRAIN
-    _run_shown([sys.executable, "-m", "trainer", "train", f"--model-uri={model_uri}", f"--dataset-uri={data_uri}",
-                f"--output-prefix={prefix}", f"--max-steps={steps}", f"--batch-tokens={t['batch_tokens']}",
-                f"--max-seq-len={t['max_seq_len']}", f"--learning-rate={t['learning_rate']}",
-                f"--lora-r={t['lora_r']}", f"--lora-alpha={t['lora_alpha']}", "--lora-target-modules=all-linear",
-                "--lora-train-embeddings=false", f"--checkpoint-every={steps}", f"--log-every={max(1, steps // 10)}",
-                f"--eval-every={10 ** 6}"], work / "train.log", env)
+    _run_shown(
+        [
+            sys.executable,
+            "-m",
+            "trainer",
+            "train",
+            f"--model-uri={model_uri}",
+            f"--dataset-uri={data_uri}",
+            f"--output-prefix={prefix}",
+            f"--max-steps={steps}",
+            f"--batch-tokens={t['batch_tokens']}",
+            f"--max-seq-len={t['max_seq_len']}",
+            f"--learning-rate={t['learning_rate']}",
+            f"--lora-r={t['lora_r']}",
+            f"--lora-alpha={t['lora_alpha']}",
+            "--lora-target-modules=all-linear",
+            "--lora-train-embeddings=false",
+            f"--checkpoint-every={steps}",
+            f"--log-every={max(1, steps // 10)}",
+            f"--eval-every={10**6}",
+        ],
+        work / "train.log",
+        env,
+    )
     return Store.from_env().get_json(f"{prefix}/result.json")
 
 
@@ -246,16 +305,27 @@ def run_path(engine: str, model_dir: Path, tuned_dir: Path, eval_path: Path, row
     load_before = os.getloadavg()[0]
     start = time.perf_counter()
     with instrumented(spans, answers):
-        result = evaluate(model_dir, tuned_dir, eval_path, max_rows=rows, max_seq_len=TRAIN["max_seq_len"],
-                          engine=engine)
+        result = evaluate(
+            model_dir, tuned_dir, eval_path, max_rows=rows, max_seq_len=TRAIN["max_seq_len"], engine=engine
+        )
     seconds = time.perf_counter() - start
     prof = profile(spans, seconds, result["rows"], engine)
-    print(f"{engine}: {prof['answered']} rows answered in {prof['answer_s']:.1f}s "
-          f"({prof['answer_rows_per_s']:.3f} rows/s), evaluate() {seconds:.1f}s", flush=True)
-    return {"engine": result["engine"], "profile": prof, "spans": spans, "answers": answers,
-            "metrics": {m: result[m] for m in ("base", "tuned")}, "fc_rows": result["fc_rows"],
-            "text_rows": result["text_rows"], "skipped_long_rows": result["skipped_long_rows"],
-            "load_average": [load_before, os.getloadavg()[0]]}
+    print(
+        f"{engine}: {prof['answered']} rows answered in {prof['answer_s']:.1f}s "
+        f"({prof['answer_rows_per_s']:.3f} rows/s), evaluate() {seconds:.1f}s",
+        flush=True,
+    )
+    return {
+        "engine": result["engine"],
+        "profile": prof,
+        "spans": spans,
+        "answers": answers,
+        "metrics": {m: result[m] for m in ("base", "tuned")},
+        "fc_rows": result["fc_rows"],
+        "text_rows": result["text_rows"],
+        "skipped_long_rows": result["skipped_long_rows"],
+        "load_average": [load_before, os.getloadavg()[0]],
+    }
 
 
 def report(res: dict[str, Any]) -> str:
@@ -264,43 +334,82 @@ def report(res: dict[str, Any]) -> str:
 
     hf, ep = res["paths"]["hf"]["profile"], res["paths"]["vllm"]["profile"]
     r, ag = res["ratio"], res["agreement"]
-    lines = ["", f"== evaluation speed: SmolLM2-135M-Instruct + chat_template={TEMPLATE}, {res['dataset']}, "
-                 f"{hf['rows']} held-out rows x base + tuned ==",
-             f"date {res['date']}; machine {res['machine']}", res["versions"],
-             f"tuned: LoRA r{TRAIN['lora_r']}/alpha {TRAIN['lora_alpha']} all-linear, {res['steps']} steps "
-             f"(train {res['train_seconds']:.0f}s){' (--quick: the figures mean nothing)' if res['quick'] else ''}",
-             ""]
+    lines = [
+        "",
+        f"== evaluation speed: SmolLM2-135M-Instruct + chat_template={TEMPLATE}, {res['dataset']}, "
+        f"{hf['rows']} held-out rows x base + tuned ==",
+        f"date {res['date']}; machine {res['machine']}",
+        res["versions"],
+        f"tuned: LoRA r{TRAIN['lora_r']}/alpha {TRAIN['lora_alpha']} all-linear, {res['steps']} steps "
+        f"(train {res['train_seconds']:.0f}s){' (--quick: the figures mean nothing)' if res['quick'] else ''}",
+        "",
+    ]
     rows = []
     for engine, label in PATHS:
         p, path = res["paths"][engine]["profile"], res["paths"][engine]
-        rows.append((label, f"{p['answered']}", f"{p['answer_s']:.1f}", f"{p['answer_rows_per_s']:.3f}",
-                     f"{p['total_s']:.1f}", f"{p['rows_per_s']:.3f}",
-                     "{:.1f} -> {:.1f}".format(*path["load_average"])))
+        rows.append(
+            (
+                label,
+                f"{p['answered']}",
+                f"{p['answer_s']:.1f}",
+                f"{p['answer_rows_per_s']:.3f}",
+                f"{p['total_s']:.1f}",
+                f"{p['rows_per_s']:.3f}",
+                "{:.1f} -> {:.1f}".format(*path["load_average"]),
+            )
+        )
     rows.append(("endpoint / HF", "", "", f"{r['answer_rows_per_s']:.2f}x", "", f"{r['rows_per_s']:.2f}x", ""))
-    lines.append(table(rows, ("path", "rows answered", "answering s", "rows/s", "evaluate() s", "rows/s (whole)",
-                              "load avg")))
-    lines += ["", "where the time goes (seconds)",
-              table([(label, f"{p['server_start_s']:.1f}" if engine == "vllm" else "-", f"{p['base_answer_s']:.1f}",
-                      f"{p['tuned_answer_s']:.1f}", f"{p['per_row_s']:.2f}", f"{p['load_s']:.1f}",
-                      f"{p['eval_loss_s']:.1f}", f"{p['other_s']:.1f}")
-                     for engine, label in PATHS for p in [res["paths"][engine]["profile"]]],
-                    ("path", "server start", "base answers", "tuned answers", "per row", "model loads", "eval loss",
-                     "other"))]
+    lines.append(
+        table(rows, ("path", "rows answered", "answering s", "rows/s", "evaluate() s", "rows/s (whole)", "load avg"))
+    )
+    lines += [
+        "",
+        "where the time goes (seconds)",
+        table(
+            [
+                (
+                    label,
+                    f"{p['server_start_s']:.1f}" if engine == "vllm" else "-",
+                    f"{p['base_answer_s']:.1f}",
+                    f"{p['tuned_answer_s']:.1f}",
+                    f"{p['per_row_s']:.2f}",
+                    f"{p['load_s']:.1f}",
+                    f"{p['eval_loss_s']:.1f}",
+                    f"{p['other_s']:.1f}",
+                )
+                for engine, label in PATHS
+                for p in [res["paths"][engine]["profile"]]
+            ],
+            ("path", "server start", "base answers", "tuned answers", "per row", "model loads", "eval loss", "other"),
+        ),
+    ]
     met = "met" if r["rows_per_s"] >= TARGET_RATIO else "not met"
-    lines.append(f"target endpoint >= {TARGET_RATIO:g}x HF (whole evaluate()): {met} ({r['rows_per_s']:.2f}x; "
-                 f"answering alone {r['answer_rows_per_s']:.2f}x)")
+    lines.append(
+        f"target endpoint >= {TARGET_RATIO:g}x HF (whole evaluate()): {met} ({r['rows_per_s']:.2f}x; "
+        f"answering alone {r['answer_rows_per_s']:.2f}x)"
+    )
     if ep["per_row_s"] > 0:
-        lines.append(f"  HF {hf['per_row_s']:.2f}s per row vs endpoint {ep['per_row_s']:.2f}s per row "
-                     f"({hf['per_row_s'] / ep['per_row_s']:.1f}x) once the server is up; the server's start "
-                     f"({ep['server_start_s']:.0f}s) is worth {ep['server_start_s'] / max(hf['per_row_s'], 1e-9):.0f} "
-                     f"HF rows; model loads + eval loss: HF {hf['load_s'] + hf['eval_loss_s']:.0f}s, endpoint "
-                     f"{ep['load_s'] + ep['eval_loss_s']:.0f}s")
-    lines += ["", f"accuracy by path ({'agree' if ag['agree'] else 'DIFFER'}: largest difference "
-                  f"{ag['max_difference_points']:.1f} points, allowed {AGREE_POINTS:g})",
-              table([(k, f"{v['hf']:.1%}", f"{v['vllm']:.1%}", f"{(v['vllm'] - v['hf']) * 100:+.1f}")
-                     for k, v in ag["accuracies"].items()], ("metric", "HF generate", "endpoint", "points")),
-              "same answer on both paths (calls, or normalised text): " + ", ".join(
-                  f"{m} {n}/{ag['rows']}" for m, n in ag["same_answers"].items())]
+        lines.append(
+            f"  HF {hf['per_row_s']:.2f}s per row vs endpoint {ep['per_row_s']:.2f}s per row "
+            f"({hf['per_row_s'] / ep['per_row_s']:.1f}x) once the server is up; the server's start "
+            f"({ep['server_start_s']:.0f}s) is worth {ep['server_start_s'] / max(hf['per_row_s'], 1e-9):.0f} "
+            f"HF rows; model loads + eval loss: HF {hf['load_s'] + hf['eval_loss_s']:.0f}s, endpoint "
+            f"{ep['load_s'] + ep['eval_loss_s']:.0f}s"
+        )
+    lines += [
+        "",
+        f"accuracy by path ({'agree' if ag['agree'] else 'DIFFER'}: largest difference "
+        f"{ag['max_difference_points']:.1f} points, allowed {AGREE_POINTS:g})",
+        table(
+            [
+                (k, f"{v['hf']:.1%}", f"{v['vllm']:.1%}", f"{(v['vllm'] - v['hf']) * 100:+.1f}")
+                for k, v in ag["accuracies"].items()
+            ],
+            ("metric", "HF generate", "endpoint", "points"),
+        ),
+        "same answer on both paths (calls, or normalised text): "
+        + ", ".join(f"{m} {n}/{ag['rows']}" for m, n in ag["same_answers"].items()),
+    ]
     return "\n".join(lines)
 
 
@@ -334,11 +443,21 @@ def main(argv: list[str] | None = None) -> int:
         dataset_source = str(quick_dataset(work)) if args.quick else DATASET
         s3 = local_s3()
         store = Store.from_env()
-        env = {**os.environ, "PYTHONUNBUFFERED": "1",
-               "OMP_NUM_THREADS": os.environ.get("FINETUNE_LOCAL_CPUS") or str(os.cpu_count() or 1)}
-        res: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "quick": args.quick, "steps": args.steps,
-                               "rows_asked": args.rows, "machine": f"{os.cpu_count()} CPU cores ({platform.machine()})",
-                               "versions": versions(), "model_source": model_source, "dataset": dataset_source}
+        env = {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "OMP_NUM_THREADS": os.environ.get("FINETUNE_LOCAL_CPUS") or str(os.cpu_count() or 1),
+        }
+        res: dict[str, Any] = {
+            "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+            "quick": args.quick,
+            "steps": args.steps,
+            "rows_asked": args.rows,
+            "machine": f"{os.cpu_count()} CPU cores ({platform.machine()})",
+            "versions": versions(),
+            "model_source": model_source,
+            "dataset": dataset_source,
+        }
         print(f"delivering {model_source} (chat_template={TEMPLATE}) and {dataset_source}", flush=True)
         model_uri, _ = delivery.deliver_model(model_source, "", store, chat_template=TEMPLATE)
         data_uri, _ = delivery.deliver_dataset(dataset_source, "", store)
@@ -370,8 +489,9 @@ def main(argv: list[str] | None = None) -> int:
         if temp is not None:
             temp.cleanup()
     res["ratio"] = ratios(res["paths"]["hf"]["profile"], res["paths"]["vllm"]["profile"])
-    res["agreement"] = agreement({e: p["metrics"] for e, p in res["paths"].items()},
-                                 {e: p["answers"] for e, p in res["paths"].items()})
+    res["agreement"] = agreement(
+        {e: p["metrics"] for e, p in res["paths"].items()}, {e: p["answers"] for e, p in res["paths"].items()}
+    )
     print(report(res))
     if args.json:
         args.json.write_text(json.dumps(res, indent=1, default=str))

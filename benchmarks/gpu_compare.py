@@ -85,12 +85,20 @@ class Shape:
     def config(self, tokenizer):
         from transformers import LlamaConfig
 
-        return LlamaConfig(vocab_size=self.vocab, hidden_size=self.hidden, intermediate_size=self.mlp,
-                           num_hidden_layers=self.layers, num_attention_heads=self.heads,
-                           num_key_value_heads=self.kv_heads, max_position_embeddings=4096,
-                           tie_word_embeddings=self.tied, bos_token_id=tokenizer.bos_token_id,
-                           eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-                           rope_theta=500000.0)
+        return LlamaConfig(
+            vocab_size=self.vocab,
+            hidden_size=self.hidden,
+            intermediate_size=self.mlp,
+            num_hidden_layers=self.layers,
+            num_attention_heads=self.heads,
+            num_key_value_heads=self.kv_heads,
+            max_position_embeddings=4096,
+            tie_word_embeddings=self.tied,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+            rope_theta=500000.0,
+        )
 
 
 SHAPES = {
@@ -117,7 +125,7 @@ def steady(result: dict) -> float:
 
 
 def parse_variants(text: str) -> dict[str, tuple[list[str], dict[str, str]]]:
-    """"default;compile=true packing=flatten FINETUNE_LIGER=0" -> {name: (trainer CLI args,
+    """ "default;compile=true packing=flatten FINETUNE_LIGER=0" -> {name: (trainer CLI args,
     environment)}: lower-case keys are TrainConfig fields, upper-case ones trainer.core.settings names."""
     from trainer.core import settings
     from trainer.config.training import TrainConfig
@@ -134,8 +142,10 @@ def parse_variants(text: str) -> dict[str, tuple[list[str], dict[str, str]]]:
             elif sep and key.replace("_", "-") in known:
                 args.append(f"--{key.replace('_', '-')}={value}")
             else:
-                raise SystemExit(f"--variants: {pair!r} is not FIELD=VALUE with a TrainConfig field "
-                                 f"(or a trainer.core.settings name such as FINETUNE_LIGER=0)")
+                raise SystemExit(
+                    f"--variants: {pair!r} is not FIELD=VALUE with a TrainConfig field "
+                    f"(or a trainer.core.settings name such as FINETUNE_LIGER=0)"
+                )
         out[entry] = (args, env)
     return out
 
@@ -237,29 +247,75 @@ def run_logged(cmd: list[str], log: Path, timeout_s: float = 0, env: dict[str, s
         raise RunFailed(why, log)
 
 
-def trainer_command(model_uri: str, data_uri: str, prefix: str, steps: int, batch_tokens: int,
-                    extra_args: list[str], *more: str, method: str = "lora") -> list[str]:
+def trainer_command(
+    model_uri: str,
+    data_uri: str,
+    prefix: str,
+    steps: int,
+    batch_tokens: int,
+    extra_args: list[str],
+    *more: str,
+    method: str = "lora",
+) -> list[str]:
     """`python -m trainer train` for one run: the LoRA setting pinned to the HF baseline's (r16,
     alpha 32, all linear layers, no trained embedding) whatever TrainConfig's defaults (tuned
     for the built-in demo) become; the variant's arguments last, so they win."""
-    lora = ["--method=lora", "--lora-r=16", "--lora-alpha=32", "--lora-dropout=0", "--lora-target-modules=all-linear",
-            "--lora-train-embeddings=false"] if method == "lora" else ["--method=full"]
-    return [sys.executable, "-m", "trainer", "train", f"--model-uri={model_uri}", f"--dataset-uri={data_uri}",
-            f"--output-prefix={prefix}", f"--max-steps={steps}", f"--batch-tokens={batch_tokens}",
-            f"--learning-rate={LEARNING_RATE[method]}", f"--max-seq-len={MAX_SEQ_LEN}", *lora, "--log-every=10", "--eval-every=100000",
-            "--checkpoint-every=100000", *more, *extra_args]
+    lora = (
+        [
+            "--method=lora",
+            "--lora-r=16",
+            "--lora-alpha=32",
+            "--lora-dropout=0",
+            "--lora-target-modules=all-linear",
+            "--lora-train-embeddings=false",
+        ]
+        if method == "lora"
+        else ["--method=full"]
+    )
+    return [
+        sys.executable,
+        "-m",
+        "trainer",
+        "train",
+        f"--model-uri={model_uri}",
+        f"--dataset-uri={data_uri}",
+        f"--output-prefix={prefix}",
+        f"--max-steps={steps}",
+        f"--batch-tokens={batch_tokens}",
+        f"--learning-rate={LEARNING_RATE[method]}",
+        f"--max-seq-len={MAX_SEQ_LEN}",
+        *lora,
+        "--log-every=10",
+        "--eval-every=100000",
+        "--checkpoint-every=100000",
+        *more,
+        *extra_args,
+    ]
 
 
-def _train(model_uri: str, data_uri: str, prefix: str, steps: int, batch_tokens: int,
-           extra: tuple[list[str], dict[str, str]], args, *more: str) -> None:
+def _train(
+    model_uri: str,
+    data_uri: str,
+    prefix: str,
+    steps: int,
+    batch_tokens: int,
+    extra: tuple[list[str], dict[str, str]],
+    args,
+    *more: str,
+) -> None:
     """One `python -m trainer train` process (its own peak memory), the variant's args and env."""
     extra_args, env = extra
-    run_logged(trainer_command(model_uri, data_uri, prefix, steps, batch_tokens, extra_args, *more, method=args.method),
-               args.log_dir / f"{prefix.split('/')[-1]}.log", args.run_timeout_s, env={**os.environ, **env})
+    run_logged(
+        trainer_command(model_uri, data_uri, prefix, steps, batch_tokens, extra_args, *more, method=args.method),
+        args.log_dir / f"{prefix.split('/')[-1]}.log",
+        args.run_timeout_s,
+        env={**os.environ, **env},
+    )
 
 
-def run_ours(model_uri: str, data_uri: str, args, extra: tuple[list[str], dict[str, str]], tag: str,
-             batch_tokens: int) -> dict:
+def run_ours(
+    model_uri: str, data_uri: str, args, extra: tuple[list[str], dict[str, str]], tag: str, batch_tokens: int
+) -> dict:
     from trainer.core.storage import Store
 
     prefix = f"runs/compare-{tag}"
@@ -308,8 +364,10 @@ def top_kernels(trace: dict, steps: int, n: int = 12) -> list[dict]:
             got[1] += 1
     total = sum(ms for ms, _ in per.values()) or 1.0
     ranked = sorted(per.items(), key=lambda kv: -kv[1][0])[:n]
-    return [{"kernel": name[:160], "ms_per_step": ms / steps, "calls_per_step": calls / steps, "share": ms / total}
-            for name, (ms, calls) in ranked]
+    return [
+        {"kernel": name[:160], "ms_per_step": ms / steps, "calls_per_step": calls / steps, "share": ms / total}
+        for name, (ms, calls) in ranked
+    ]
 
 
 def trial_note(results: list[dict]) -> str:
@@ -323,8 +381,10 @@ def trial_note(results: list[dict]) -> str:
     compiled = median([r["compile_trial_compiled_tokens_per_second"] for r in trials])
     eager = median([r["compile_trial_eager_tokens_per_second"] for r in trials])
     kept = sum(r["compiled_layers"] for r in trials)
-    return (f"; trial: compiled {compiled:,.0f} vs eager {eager:,.0f} tok/s, kept compiled in "
-            f"{kept:.0f} of {len(trials)} run(s)")
+    return (
+        f"; trial: compiled {compiled:,.0f} vs eager {eager:,.0f} tok/s, kept compiled in "
+        f"{kept:.0f} of {len(trials)} run(s)"
+    )
 
 
 def compile_note(results: list[dict]) -> str:
@@ -333,8 +393,9 @@ def compile_note(results: list[dict]) -> str:
     runs = [r for r in results if "compiled_graphs" in r]
     none = sum(1 for r in runs if not r["compiled_graphs"])
     late = sum(1 for r in runs if r.get("graphs_compiled_in_steady_window"))
-    return ((f"; compiled nothing in {none} of {len(runs)} run(s) (eager)" if none else "")
-            + (f"; recompiled inside the timed window in {late} run(s)" if late else ""))
+    return (f"; compiled nothing in {none} of {len(runs)} run(s) (eager)" if none else "") + (
+        f"; recompiled inside the timed window in {late} run(s)" if late else ""
+    )
 
 
 def run_profiled(model_uri: str, data_uri: str, args, extra, tag: str, steps: int = 3) -> dict[str, float]:
@@ -353,10 +414,26 @@ def run_baseline(kind: str, model_dir: Path, train_jsonl: Path, args, rows_per_s
     import importlib.util
 
     liger = ["--liger"] if importlib.util.find_spec("liger_kernel") and args.cuda else []
-    run_logged([sys.executable, "-m", "benchmarks.baseline_hf_trainer", str(model_dir), str(train_jsonl),
-                f"--steps={args.steps}", f"--batch-size={rows_per_step}", "--padding=longest", "--bf16",
-                f"--trainer={kind}", f"--method={args.method}", f"--learning-rate={LEARNING_RATE[args.method]}",
-                *liger, f"--out={out}"], args.log_dir / f"{out.stem}.log", args.run_timeout_s)
+    run_logged(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.baseline_hf_trainer",
+            str(model_dir),
+            str(train_jsonl),
+            f"--steps={args.steps}",
+            f"--batch-size={rows_per_step}",
+            "--padding=longest",
+            "--bf16",
+            f"--trainer={kind}",
+            f"--method={args.method}",
+            f"--learning-rate={LEARNING_RATE[args.method]}",
+            *liger,
+            f"--out={out}",
+        ],
+        args.log_dir / f"{out.stem}.log",
+        args.run_timeout_s,
+    )
     return json.loads(out.read_text())
 
 
@@ -370,8 +447,11 @@ def attempt(what: str, fn, failures: list[dict], summary=None):
         result = fn()
     except RunFailed as err:
         failures.append({"run": what, "error": err.why, "log": str(err.log), "tail": err.tail()})
-        print(f"  {what}: FAILED, {err.why} ({time.perf_counter() - start:.0f} s); last lines of {err.log}:\n"
-              + "\n".join(f"    | {line}" for line in err.tail().splitlines()), flush=True)
+        print(
+            f"  {what}: FAILED, {err.why} ({time.perf_counter() - start:.0f} s); last lines of {err.log}:\n"
+            + "\n".join(f"    | {line}" for line in err.tail().splitlines()),
+            flush=True,
+        )
         return None
     print(f"  {what}: {summary(result) if summary else 'done'} ({time.perf_counter() - start:.0f} s)", flush=True)
     return result
@@ -381,8 +461,9 @@ def _summary(result: dict) -> str:
     return f"{steady(result):,.0f} real tokens/s, peak {result['peak_memory_mb'] / 1024:.1f} GB"
 
 
-def figure_rows(name: str, shape: Shape, batch_tokens: int, mean_len: float, peak: float,
-                runs: dict[str, list[dict | None]]) -> tuple[list[dict], list[tuple]]:
+def figure_rows(
+    name: str, shape: Shape, batch_tokens: int, mean_len: float, peak: float, runs: dict[str, list[dict | None]]
+) -> tuple[list[dict], list[tuple]]:
     """The figures and table rows of one shape; a trainer whose every run failed gets a row
     saying so, one with some failed runs the median of the others and a note."""
     from benchmarks.common import median
@@ -397,18 +478,40 @@ def figure_rows(name: str, shape: Shape, batch_tokens: int, mean_len: float, pea
         if failed:
             trainer += f"; {failed} of {len(results)} run(s) failed"
         if not ok:
-            figures.append({"shape": name, "batch_tokens": batch_tokens, "trainer": trainer,
-                            "error": "every run failed", "runs": 0})
+            figures.append(
+                {
+                    "shape": name,
+                    "batch_tokens": batch_tokens,
+                    "trainer": trainer,
+                    "error": "every run failed",
+                    "runs": 0,
+                }
+            )
             rows.append((f"{name} @ {batch_tokens}", trainer, "failed", "", "", ""))
             continue
         tps = median([steady(r) for r in ok])
         mem = max(r["peak_memory_mb"] for r in ok) / 1024
-        fig = {"shape": name, "batch_tokens": batch_tokens, "trainer": trainer, "tokens_per_second": tps,
-               "mfu": mfu(tps, shape, mean_len, peak), "peak_memory_gb": mem,
-               "vs_hf": tps / hf_tps if hf_tps else None, "runs": len(ok)}
+        fig = {
+            "shape": name,
+            "batch_tokens": batch_tokens,
+            "trainer": trainer,
+            "tokens_per_second": tps,
+            "mfu": mfu(tps, shape, mean_len, peak),
+            "peak_memory_gb": mem,
+            "vs_hf": tps / hf_tps if hf_tps else None,
+            "runs": len(ok),
+        }
         figures.append(fig)
-        rows.append((f"{name} @ {batch_tokens}", trainer, f"{tps:,.0f}", f"{fig['mfu']:.1%}", f"{mem:.1f}",
-                     f"{fig['vs_hf']:.2f}x" if fig["vs_hf"] else ""))
+        rows.append(
+            (
+                f"{name} @ {batch_tokens}",
+                trainer,
+                f"{tps:,.0f}",
+                f"{fig['mfu']:.1%}",
+                f"{mem:.1f}",
+                f"{fig['vs_hf']:.2f}x" if fig["vs_hf"] else "",
+            )
+        )
     return figures, rows
 
 
@@ -421,26 +524,51 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=2, help="interleaved runs of each trainer (median reported)")
     parser.add_argument("--batch-tokens", type=int, default=16384)
     parser.add_argument("--batch-tokens-8b", type=int, default=8192, help="tokens per micro-batch on the 8b shape")
-    parser.add_argument("--shapes", default="1b,8b", help="1b: both trainers; 8b: this trainer alone; "
-                        "tiny: both, for --allow-cpu")
+    parser.add_argument(
+        "--shapes", default="1b,8b", help="1b: both trainers; 8b: this trainer alone; tiny: both, for --allow-cpu"
+    )
     parser.add_argument("--variants", default="default", help='this trainer\'s variants, e.g. "default;compile=true"')
     parser.add_argument("--peak-tflops", default="auto", help="the GPU's dense bf16 TFLOPs (auto: known GPUs)")
     parser.add_argument("--json", type=Path, help="also write the figures here (rewritten after every run)")
-    parser.add_argument("--log-dir", type=Path, help="each run's output (default: <json name>-logs/ next to --json, "
-                        "else a new temporary directory)")
-    parser.add_argument("--run-timeout-s", type=float, default=0,
-                        help="kill a run after this many seconds and go on with the next (0: no limit)")
-    parser.add_argument("--profile", action="store_true",
-                        help="after the timed runs, profile each variant on the 1b shape: GPU time per step by "
-                        "kernel kind")
-    parser.add_argument("--baselines", default="hf", help="comma-separated: hf (HF Trainer + peft), trl (TRL "
-                        "SFTTrainer, needs the bench extra); empty for none. Not on the 8b shape")
-    parser.add_argument("--no-hf", action="store_true", help="no baseline (--baselines ''), e.g. when only "
-                        "comparing this trainer's variants; its runs take as long as this trainer's")
-    parser.add_argument("--method", choices=tuple(LEARNING_RATE), default="lora",
-                        help="lora (r16 on all linear layers) or full (every weight), for every trainer compared")
-    parser.add_argument("--allow-cpu", action="store_true",
-                        help="run on CPU when there is no GPU: checks this script end to end, figures meaningless")
+    parser.add_argument(
+        "--log-dir",
+        type=Path,
+        help="each run's output (default: <json name>-logs/ next to --json, else a new temporary directory)",
+    )
+    parser.add_argument(
+        "--run-timeout-s",
+        type=float,
+        default=0,
+        help="kill a run after this many seconds and go on with the next (0: no limit)",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="after the timed runs, profile each variant on the 1b shape: GPU time per step by kernel kind",
+    )
+    parser.add_argument(
+        "--baselines",
+        default="hf",
+        help="comma-separated: hf (HF Trainer + peft), trl (TRL "
+        "SFTTrainer, needs the bench extra); empty for none. Not on the 8b shape",
+    )
+    parser.add_argument(
+        "--no-hf",
+        action="store_true",
+        help="no baseline (--baselines ''), e.g. when only "
+        "comparing this trainer's variants; its runs take as long as this trainer's",
+    )
+    parser.add_argument(
+        "--method",
+        choices=tuple(LEARNING_RATE),
+        default="lora",
+        help="lora (r16 on all linear layers) or full (every weight), for every trainer compared",
+    )
+    parser.add_argument(
+        "--allow-cpu",
+        action="store_true",
+        help="run on CPU when there is no GPU: checks this script end to end, figures meaningless",
+    )
     args = parser.parse_args()
     # A time limit's SIGTERM (timeout, the device's command limit) unwinds like Ctrl-C: the run in
     # flight is killed, moto stopped, the cache removed, and the JSON keeps what was finished.
@@ -464,22 +592,32 @@ def main() -> None:
     import torch
 
     if missing := [m for m in ("moto", "minio", "flask") if importlib.util.find_spec(m) is None]:
-        raise SystemExit(f"gpu_compare needs {', '.join(missing)} (the S3 stand-in the trainer reads from): "
-                         "pip install 'moto[server]' minio, or on a machine without internet the wheels "
-                         "(docs/performance.md, \"For the next session with a GPU\")")
+        raise SystemExit(
+            f"gpu_compare needs {', '.join(missing)} (the S3 stand-in the trainer reads from): "
+            "pip install 'moto[server]' minio, or on a machine without internet the wheels "
+            "(docs/performance.md, \"For the next session with a GPU\")"
+        )
     cuda = args.cuda = torch.cuda.is_available()
     if not cuda and not args.allow_cpu:
-        raise SystemExit("gpu_compare needs a CUDA GPU; none is visible here (torch.cuda.is_available() is False). "
-                         "Run it on a GPU machine; on CPU use python -m benchmarks.train_throughput (or --allow-cpu "
-                         "--shapes tiny to check this script itself)")
+        raise SystemExit(
+            "gpu_compare needs a CUDA GPU; none is visible here (torch.cuda.is_available() is False). "
+            "Run it on a GPU machine; on CPU use python -m benchmarks.train_throughput (or --allow-cpu "
+            "--shapes tiny to check this script itself)"
+        )
     gpu = torch.cuda.get_device_name() if cuda else "CPU (--allow-cpu: figures not meaningful)"
-    peak = float(args.peak_tflops) if args.peak_tflops != "auto" else next(
-        (v for k, v in PEAK_BF16_TFLOPS.items() if k in gpu), None if cuda else 1.0)
+    peak = (
+        float(args.peak_tflops)
+        if args.peak_tflops != "auto"
+        else next((v for k, v in PEAK_BF16_TFLOPS.items() if k in gpu), None if cuda else 1.0)
+    )
     if peak is None:
         raise SystemExit(f"unknown GPU {gpu!r}: pass --peak-tflops (its dense bf16 TFLOPs)")
     if args.log_dir is None:
-        args.log_dir = (args.json.parent / f"{args.json.stem}-logs" if args.json
-                        else Path(tempfile.mkdtemp(prefix="gpu-compare-logs-")))
+        args.log_dir = (
+            args.json.parent / f"{args.json.stem}-logs"
+            if args.json
+            else Path(tempfile.mkdtemp(prefix="gpu-compare-logs-"))
+        )
     args.log_dir.mkdir(parents=True, exist_ok=True)
     print(f"{gpu}: each run's output in {args.log_dir}", flush=True)
 
@@ -496,8 +634,20 @@ def main() -> None:
 
     def save(complete: bool = False) -> None:
         if args.json:
-            args.json.write_text(json.dumps({"gpu": gpu, "complete": complete, "figures": figures, "profiles": profiles,
-                                             "failures": failures, "runs": raw, "args": sys.argv[1:]}, indent=1))
+            args.json.write_text(
+                json.dumps(
+                    {
+                        "gpu": gpu,
+                        "complete": complete,
+                        "figures": figures,
+                        "profiles": profiles,
+                        "failures": failures,
+                        "runs": raw,
+                        "args": sys.argv[1:],
+                    },
+                    indent=1,
+                )
+            )
 
     server = local_s3()
     store = Store.from_env()
@@ -528,17 +678,31 @@ def main() -> None:
                 raw[name] = runs
                 for i in range(args.runs):
                     for k, (v, extra) in enumerate(variants.items()):
-                        runs[v].append(attempt(
-                            f"{name} {v} run {i + 1}", lambda: run_ours(model_uri, data_uri, args, extra,
-                                                                         f"{name}-{i}-{k}", batch_tokens),
-                            failures, _summary))
+                        runs[v].append(
+                            attempt(
+                                f"{name} {v} run {i + 1}",
+                                lambda: run_ours(model_uri, data_uri, args, extra, f"{name}-{i}-{k}", batch_tokens),
+                                failures,
+                                _summary,
+                            )
+                        )
                         save()
                     for b in with_base:
-                        runs[BASELINES[b]].append(attempt(
-                            f"{name} {BASELINES[b].split(',')[0]} run {i + 1}", lambda: run_baseline(
-                                b, model_dir, train_jsonl, args, round(batch_tokens / mean_len),
-                                Path(tmp) / f"{b}-{name}-{i}.json"),
-                            failures, _summary))
+                        runs[BASELINES[b]].append(
+                            attempt(
+                                f"{name} {BASELINES[b].split(',')[0]} run {i + 1}",
+                                lambda: run_baseline(
+                                    b,
+                                    model_dir,
+                                    train_jsonl,
+                                    args,
+                                    round(batch_tokens / mean_len),
+                                    Path(tmp) / f"{b}-{name}-{i}.json",
+                                ),
+                                failures,
+                                _summary,
+                            )
+                        )
                         save()
                 shape_figures, shape_rows = figure_rows(name, shape, batch_tokens, mean_len, peak, runs)
                 figures += shape_figures
@@ -547,8 +711,11 @@ def main() -> None:
                 print(table(rows, HEADER), flush=True)  # so far: the profiling runs below take minutes
                 if args.profile and name in ("1b", "tiny"):
                     for k, (v, extra) in enumerate(variants.items()):
-                        got = attempt(f"{name} {v} profile", lambda: run_profiled(model_uri, data_uri, args, extra,
-                                                                                  f"{name}-{k}"), failures)
+                        got = attempt(
+                            f"{name} {v} profile",
+                            lambda: run_profiled(model_uri, data_uri, args, extra, f"{name}-{k}"),
+                            failures,
+                        )
                         profiles[v] = got if got is not None else {"error": failures[-1]["error"]}
                         save()
                 store.delete_prefix(model_uri.split("/", 3)[3])  # moto keeps objects in memory
@@ -556,25 +723,53 @@ def main() -> None:
     finally:
         server.stop()
         cache.cleanup()
-    print(f"\n{gpu}, {args.steps} steps, tokens per micro-batch as in the shape column, median of {args.runs} "
-          f"interleaved run(s), peak {peak:g} TFLOPs bf16")
+    print(
+        f"\n{gpu}, {args.steps} steps, tokens per micro-batch as in the shape column, median of {args.runs} "
+        f"interleaved run(s), peak {peak:g} TFLOPs bf16"
+    )
     print(table(rows, HEADER))
     if profiles:
         kinds = [k for k, _ in KERNEL_KINDS]
-        print(f"\n{'GPU' if cuda else 'CPU'} kernel time per step (ms), profiled shape, torch.profiler over 3 steps "
-              "after warm-up")
-        print(table([(v, *(f"{p[k]:.1f}" for k in kinds), f"{sum(p[k] for k in kinds):.1f}") if "error" not in p
-                     else (v, f"failed: {p['error']}", *[""] * len(kinds)) for v, p in profiles.items()],
-                    ("variant", *kinds, "total")))
+        print(
+            f"\n{'GPU' if cuda else 'CPU'} kernel time per step (ms), profiled shape, torch.profiler over 3 steps "
+            "after warm-up"
+        )
+        print(
+            table(
+                [
+                    (v, *(f"{p[k]:.1f}" for k in kinds), f"{sum(p[k] for k in kinds):.1f}")
+                    if "error" not in p
+                    else (v, f"failed: {p['error']}", *[""] * len(kinds))
+                    for v, p in profiles.items()
+                ],
+                ("variant", *kinds, "total"),
+            )
+        )
         for v, p in profiles.items():
             if p.get("top_kernels"):
                 print(f"\ntop kernels, {v} (ms per step, calls per step, share of kernel time)")
-                print(table([(k["kernel"][:90], f"{k['ms_per_step']:.1f}", f"{k['calls_per_step']:.0f}",
-                              f"{k['share']:.1%}") for k in p["top_kernels"]], ("kernel", "ms", "calls", "share")))
+                print(
+                    table(
+                        [
+                            (
+                                k["kernel"][:90],
+                                f"{k['ms_per_step']:.1f}",
+                                f"{k['calls_per_step']:.0f}",
+                                f"{k['share']:.1%}",
+                            )
+                            for k in p["top_kernels"]
+                        ],
+                        ("kernel", "ms", "calls", "share"),
+                    )
+                )
     save(complete=True)
     if failures:
-        print(f"\n{len(failures)} run(s) failed: " + "; ".join(f"{f['run']} ({f['error']})" for f in failures)
-              + f". Logs: {args.log_dir}", flush=True)
+        print(
+            f"\n{len(failures)} run(s) failed: "
+            + "; ".join(f"{f['run']} ({f['error']})" for f in failures)
+            + f". Logs: {args.log_dir}",
+            flush=True,
+        )
         sys.exit(1)
 
 

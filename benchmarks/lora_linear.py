@@ -31,8 +31,15 @@ def layers(shape: str, fused: bool, device, dtype) -> list:
     from trainer.models.fused_lora import FusedLoraLinear
 
     hidden, inter, kv = SHAPES[shape]
-    dims = [(hidden, hidden), (hidden, kv), (hidden, kv), (hidden, hidden), (hidden, inter), (hidden, inter),
-            (inter, hidden)]
+    dims = [
+        (hidden, hidden),
+        (hidden, kv),
+        (hidden, kv),
+        (hidden, hidden),
+        (hidden, inter),
+        (hidden, inter),
+        (inter, hidden),
+    ]
     cls = FusedLoraLinear if fused else LoraLinear
     out = []
     for i, (fan_in, fan_out) in enumerate(dims):
@@ -78,8 +85,10 @@ def main() -> None:
     torch.manual_seed(0)
     xs = [torch.randn(tokens, m.in_features, device=device, dtype=dtype) for m in variants["peft"]]
     results = {name: step(mods, xs, cuda) for name, mods in variants.items()}  # warm-up and check
-    diff = max(((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-30)).item()
-               for a, b in zip(sum(results["fused"], []), sum(results["peft"], [])))
+    diff = max(
+        ((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-30)).item()
+        for a, b in zip(sum(results["fused"], []), sum(results["peft"], []))
+    )
     times: dict[str, list[float]] = {name: [] for name in variants}
     peak: dict[str, float] = {}
     for _ in range(args.repeats):
@@ -96,17 +105,31 @@ def main() -> None:
                 peak[name] = (torch.cuda.max_memory_allocated() - base) / 2**30
     med = {name: sorted(v)[len(v) // 2] * 1000 for name, v in times.items()}
     where = torch.cuda.get_device_name() if cuda else "CPU"
-    print(f"{where}, {args.shape} block's 7 LoRA linears, {tokens} tokens, {dtype}, r16, fwd+bwd, "
-          f"median of {args.repeats}")
+    print(
+        f"{where}, {args.shape} block's 7 LoRA linears, {tokens} tokens, {dtype}, r16, fwd+bwd, "
+        f"median of {args.repeats}"
+    )
     for name in variants:
         mem = f", peak {peak[name]:.2f} GiB above inputs" if cuda else ""
         print(f"  {name:6s} {med[name]:8.2f} ms{mem}")
-    print(f"  fused / peft time: {med['fused'] / med['peft']:.3f}  (speed-up {med['peft'] / med['fused']:.2f}x); "
-          f"largest relative difference of outputs and gradients: {diff:.1e}")
+    print(
+        f"  fused / peft time: {med['fused'] / med['peft']:.3f}  (speed-up {med['peft'] / med['fused']:.2f}x); "
+        f"largest relative difference of outputs and gradients: {diff:.1e}"
+    )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": where, "tokens": tokens, "shape": args.shape, "ms": med, "peak_gib": peak,
-                       "max_rel_diff": diff}, f, indent=1)
+            json.dump(
+                {
+                    "device": where,
+                    "tokens": tokens,
+                    "shape": args.shape,
+                    "ms": med,
+                    "peak_gib": peak,
+                    "max_rel_diff": diff,
+                },
+                f,
+                indent=1,
+            )
 
 
 if __name__ == "__main__":

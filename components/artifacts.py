@@ -12,8 +12,21 @@ import json
 from pathlib import Path
 from typing import Any
 
-SUMMARY_KEYS = ("source", "revision", "tree_sha256", "total_bytes", "uploaded_bytes", "rows", "irrelevance_share",
-                "irrelevance_rows", "irrelevance_reply", "irrelevance_distractors", "mix", "method", "tensorboard_uri")
+SUMMARY_KEYS = (
+    "source",
+    "revision",
+    "tree_sha256",
+    "total_bytes",
+    "uploaded_bytes",
+    "rows",
+    "irrelevance_share",
+    "irrelevance_rows",
+    "irrelevance_reply",
+    "irrelevance_distractors",
+    "mix",
+    "method",
+    "tensorboard_uri",
+)
 
 
 def write_pointer(artifact, uri: str, meta: dict[str, Any]) -> None:

@@ -27,5 +27,7 @@ def deliver_bfcl(source: str, eval_suites: str, dataset: Input[Dataset], bfcl: O
         delivery.bfcl_contamination(read_uri(dataset), uri, store)
     write_pointer(bfcl, uri, meta)
     bfcl.metadata["version"] = meta["version"]
-    print(f"BFCL {meta['version']} ({meta['source']}) -> {uri}: {sum(meta['rows'].values())} single-turn rows in "
-          f"{len(meta['rows'])} categories; no training row asks one of them")
+    print(
+        f"BFCL {meta['version']} ({meta['source']}) -> {uri}: {sum(meta['rows'].values())} single-turn rows in "
+        f"{len(meta['rows'])} categories; no training row asks one of them"
+    )

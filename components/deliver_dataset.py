@@ -15,10 +15,16 @@ from trainer.core import settings
 
 
 @dsl.component(base_image=settings.image(), install_kfp_package=False)
-def deliver_dataset(source: str, revision: str, eval_fraction: float, seed: int, dataset: Output[Dataset],
-                    irrelevance_share: float = 0.0,
-                    irrelevance_reply: str = "None of the available tools can do that.",
-                    irrelevance_distractors: float = 0.0):
+def deliver_dataset(
+    source: str,
+    revision: str,
+    eval_fraction: float,
+    seed: int,
+    dataset: Output[Dataset],
+    irrelevance_share: float = 0.0,
+    irrelevance_reply: str = "None of the available tools can do that.",
+    irrelevance_distractors: float = 0.0,
+):
     """Put a chat dataset (Hub id, local JSONL/dir or builtin:function-calling) into the bucket, with
     `irrelevance_share` of each split made by function masking (trainer.data.masking), answered
     `irrelevance_reply`, `irrelevance_distractors` of them offering unrelated tools."""
@@ -28,7 +34,15 @@ def deliver_dataset(source: str, revision: str, eval_fraction: float, seed: int,
     from trainer.core.storage import Store
 
     with exit_on_user_error():
-        uri, meta = delivery.deliver_dataset(source, revision, Store.from_env(), eval_fraction, seed,
-                                             irrelevance_share, irrelevance_reply, irrelevance_distractors)
+        uri, meta = delivery.deliver_dataset(
+            source,
+            revision,
+            Store.from_env(),
+            eval_fraction,
+            seed,
+            irrelevance_share,
+            irrelevance_reply,
+            irrelevance_distractors,
+        )
     write_pointer(dataset, uri, meta)
     print(f"dataset {source} -> {uri} rows={meta['rows']}")

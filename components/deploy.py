@@ -53,14 +53,24 @@ def deploy(
         store = Store.from_env()
         with open(store.get_tree(read_uri(dataset)) / "eval.jsonl") as f:
             messages, tools = smoke_request([json.loads(line) for line in f if line.strip()])
-        placement = cluster_from_params(dict(namespace=namespace, accelerator_resource=accelerator_resource,
-                                             node_selector=node_selector, tolerations=tolerations,
-                                             kueue_queue=kueue_queue))
+        placement = cluster_from_params(
+            dict(
+                namespace=namespace,
+                accelerator_resource=accelerator_resource,
+                node_selector=node_selector,
+                tolerations=tolerations,
+                kueue_queue=kueue_queue,
+            )
+        )
         # serve_adapters: the base as `name`-base and the adapter as `name`; else the merged model as `name`
-        spec = ServeSpec(name=f"{name}-base" if serve_adapters else name,
-                         model_uri=read_uri(base_model) if serve_adapters else read_uri(model), gpus=gpus,
-                         cluster=placement, adapters={name: read_uri(adapter)} if serve_adapters else {},
-                         vllm_image=vllm_image)
+        spec = ServeSpec(
+            name=f"{name}-base" if serve_adapters else name,
+            model_uri=read_uri(base_model) if serve_adapters else read_uri(model),
+            gpus=gpus,
+            cluster=placement,
+            adapters={name: read_uri(adapter)} if serve_adapters else {},
+            vllm_image=vllm_image,
+        )
         out = deploy.deploy(backend, spec, store, messages, tools, keep_serving=keep_serving)
     names = out.names
     outcome = smoke_outcome(out.results)
@@ -71,14 +81,17 @@ def deploy(
     smoke.log_metric("smoke_latency_s", out.latency_s)
     if out.ready_s is not None:
         smoke.log_metric("vllm_ready_s", out.ready_s)
-    smoke.metadata.update(endpoint=out.endpoint, served_names=names, reason=out.reason,
-                          still_serving=bool(out.pgid) or backend != "local")
+    smoke.metadata.update(
+        endpoint=out.endpoint, served_names=names, reason=out.reason, still_serving=bool(out.pgid) or backend != "local"
+    )
     for n, r in out.results.items():
         smoke.metadata[f"reply_{n}"] = r["reply"][:300]
         print(f"  {n}: {'ok' if r['ok'] else 'FAILED: ' + r['reason']} in {r['latency_s']:.2f}s: {r['reply'][:160]}")
     stopped = backend == "local" and not out.pgid  # its URL would mislead: say it is gone
-    print(f"{'served at (now stopped)' if stopped else 'endpoint'} {out.endpoint} ({', '.join(names)}): "
-          + ("smoke-tested" if ok else f"smoke test FAILED: {out.reason}"))
+    print(
+        f"{'served at (now stopped)' if stopped else 'endpoint'} {out.endpoint} ({', '.join(names)}): "
+        + ("smoke-tested" if ok else f"smoke test FAILED: {out.reason}")
+    )
     if out.pgid:
         print(f"still serving; stop with: kill -- -{out.pgid}  (log: {out.log})")
     if outcome["warning"]:

@@ -51,21 +51,35 @@ def deploy_trials(
         store = Store.from_env()
         with open(store.get_tree(read_uri(dataset)) / "eval.jsonl") as f:
             messages, tools = smoke_request([json.loads(line) for line in f if line.strip()])
-        placement = cluster_from_params(dict(namespace=namespace, accelerator_resource=accelerator_resource,
-                                             node_selector=node_selector, tolerations=tolerations,
-                                             kueue_queue=kueue_queue))
-        spec = ServeSpec(name=f"{name}-base", model_uri=read_uri(base_model), gpus=gpus, cluster=placement,
-                         adapters=trial_adapters(name, [read_uri(a) for a in adapters]), vllm_image=vllm_image)
+        placement = cluster_from_params(
+            dict(
+                namespace=namespace,
+                accelerator_resource=accelerator_resource,
+                node_selector=node_selector,
+                tolerations=tolerations,
+                kueue_queue=kueue_queue,
+            )
+        )
+        spec = ServeSpec(
+            name=f"{name}-base",
+            model_uri=read_uri(base_model),
+            gpus=gpus,
+            cluster=placement,
+            adapters=trial_adapters(name, [read_uri(a) for a in adapters]),
+            vllm_image=vllm_image,
+        )
         keep = keep_serving
         if keep and backend == "local":
             import torch
 
             if torch.cuda.is_available():  # vLLM takes 90% of the GPU: the winner's merge and server need it next
                 keep = False
-                print("WARNING: keep_serving: the trials' server is stopped after its smoke test all the same: on "
-                      "this machine's GPU it would hold the memory the winner's merge and server need; compare the "
-                      "trials with `python -m trainer serve BASE_DIR --lora NAME=ADAPTER_DIR ...` after the run",
-                      flush=True)
+                print(
+                    "WARNING: keep_serving: the trials' server is stopped after its smoke test all the same: on "
+                    "this machine's GPU it would hold the memory the winner's merge and server need; compare the "
+                    "trials with `python -m trainer serve BASE_DIR --lora NAME=ADAPTER_DIR ...` after the run",
+                    flush=True,
+                )
         out = deploy.deploy(backend, spec, store, messages, tools, keep_serving=keep)
     outcome = smoke_outcome(out.results)  # the same verdict as the deploy step's
     smoke.log_metric("smoke_ok", float(outcome["smoke_ok"]))
@@ -73,8 +87,10 @@ def deploy_trials(
     smoke.log_metric("smoke_latency_s", out.latency_s)
     stopped = backend == "local" and not out.pgid  # its URL would mislead: say it is gone
     smoke.metadata.update(endpoint=out.endpoint, served_names=out.names, reason=out.reason, still_serving=not stopped)
-    print(f"{'served at (now stopped)' if stopped else 'endpoint'} {out.endpoint}: {', '.join(out.names)}"
-          + ("" if outcome["smoke_ok"] else f"; smoke test FAILED: {out.reason}"))
+    print(
+        f"{'served at (now stopped)' if stopped else 'endpoint'} {out.endpoint}: {', '.join(out.names)}"
+        + ("" if outcome["smoke_ok"] else f"; smoke test FAILED: {out.reason}")
+    )
     if out.pgid:
         print(f"still serving; stop with: kill -- -{out.pgid}  (log: {out.log})")
     if outcome["warning"]:

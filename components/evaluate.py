@@ -66,18 +66,30 @@ def evaluate(
         suites = parse_suites(eval_suites)
         bfcl_uri = read_uri(bfcl) if bfcl is not None and "bfcl" in suites else ""
         if "bfcl" in suites and not bfcl_uri:
-            raise UserError("eval_suites scores bfcl, but no BFCL data was delivered to this step (its bfcl input "
-                            "points nowhere): run the deliver_bfcl step with the same eval_suites")
+            raise UserError(
+                "eval_suites scores bfcl, but no BFCL data was delivered to this step (its bfcl input "
+                "points nowhere): run the deliver_bfcl step with the same eval_suites"
+            )
         kept = KeptBase(store, read_uri(base_model), run=metrics.uri.rsplit("/", 1)[0])  # this run's outputs
-        result = run_eval(store.get_tree(read_uri(base_model)), tuned,
-                          store.get_tree(read_uri(dataset)) / "eval.jsonl", max_rows=max_rows,
-                          max_seq_len=max_seq_len, engine=eval_engine, base=base, suites=suites,
-                          bfcl_dir=store.get_tree(bfcl_uri) if bfcl_uri else None, bfcl_rows=bfcl_rows, seed=seed,
-                          kept=kept)
+        result = run_eval(
+            store.get_tree(read_uri(base_model)),
+            tuned,
+            store.get_tree(read_uri(dataset)) / "eval.jsonl",
+            max_rows=max_rows,
+            max_seq_len=max_seq_len,
+            engine=eval_engine,
+            base=base,
+            suites=suites,
+            bfcl_dir=store.get_tree(bfcl_uri) if bfcl_uri else None,
+            bfcl_rows=bfcl_rows,
+            seed=seed,
+            kept=kept,
+        )
         result["mix"] = dataset.metadata.get("mix") or []  # the sources' names for the report's by-source table
     logged = logged_metrics(result)  # a kind of row the split lacks logs no accuracy, not 0
-    promoted, reason = promotion(logged, min_fc_accuracy, min_gain, max_category_drop,
-                                 gate_significance) if gate else (True, "")
+    promoted, reason = (
+        promotion(logged, min_fc_accuracy, min_gain, max_category_drop, gate_significance) if gate else (True, "")
+    )
     values = {**logged, **({"promoted": float(promoted)} if gate else {})}
     log_metrics(metrics, values)
     with open(examples.path, "w") as f:

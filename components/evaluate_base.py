@@ -30,11 +30,19 @@ def evaluate_base(
     with exit_on_user_error():
         store = Store.from_env()
         skip_bitsandbytes()  # the base is never 4-bit here: 1.4 s less
-        result = score_base(store.get_tree(read_uri(base_model)), store.get_tree(read_uri(dataset)) / "eval.jsonl",
-                            max_rows=max_rows, max_seq_len=max_seq_len, engine=eval_engine)
+        result = score_base(
+            store.get_tree(read_uri(base_model)),
+            store.get_tree(read_uri(dataset)) / "eval.jsonl",
+            max_rows=max_rows,
+            max_seq_len=max_seq_len,
+            engine=eval_engine,
+        )
     with open(scores.path, "w") as f:
         json.dump(result, f, ensure_ascii=False)
     m = result["metrics"]
-    print(f"base model: {result['key']['rows']} rows scored, "
-          + (f"fc accuracy {m['fc_accuracy']:.1%}, " if "fc_accuracy" in m else "")
-          + f"eval loss {m['eval_loss']:.4f} (eval_engine={result['key']['engine']})", flush=True)
+    print(
+        f"base model: {result['key']['rows']} rows scored, "
+        + (f"fc accuracy {m['fc_accuracy']:.1%}, " if "fc_accuracy" in m else "")
+        + f"eval loss {m['eval_loss']:.4f} (eval_engine={result['key']['engine']})",
+        flush=True,
+    )

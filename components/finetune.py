@@ -64,8 +64,9 @@ def finetune(
     from trainer.core.storage import Store
     from trainer.core.tracking import Tracker
 
-    cfg = TrainConfig.from_params(params, model_uri=read_uri(base_model), dataset_uri=read_uri(dataset),
-                                  output_prefix=f"runs/{run_id}")
+    cfg = TrainConfig.from_params(
+        params, model_uri=read_uri(base_model), dataset_uri=read_uri(dataset), output_prefix=f"runs/{run_id}"
+    )
     with exit_on_user_error():
         rows = (dataset.metadata.get("rows") or {}).get("train")  # counted on delivery: too few fails before a job
         if rows is not None:
@@ -79,8 +80,11 @@ def finetune(
         tracker.share()  # rank 0 logs to this run, restarted or on the job's pods (trainer.core.tracking.forwarded_env)
         with tracker:
             result = run_training(cfg, launcher, cluster_from_params(params), store, run_id)
-    write_pointer(adapter, result["output_uri"], {"method": method, "total_bytes": result["output_bytes"],
-                                                  "tensorboard_uri": result["tensorboard_uri"]})
+    write_pointer(
+        adapter,
+        result["output_uri"],
+        {"method": method, "total_bytes": result["output_bytes"], "tensorboard_uri": result["tensorboard_uri"]},
+    )
     log_metrics(metrics, result["metrics"])
     with open(report.path, "w") as f:  # loss curve (train + eval) and summary, in the KFP UI
         f.write(training_html(result, title=f"Fine-tuning {run_id}"))

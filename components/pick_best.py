@@ -34,8 +34,15 @@ def pick_best(
 
     with exit_on_user_error():
         try:
-            picked = pick(trials, [dict(m.metadata) for m in trial_metrics], select_metric, min_gain, min_fc_accuracy,
-                          max_category_drop, gate_significance)
+            picked = pick(
+                trials,
+                [dict(m.metadata) for m in trial_metrics],
+                select_metric,
+                min_gain,
+                min_fc_accuracy,
+                max_category_drop,
+                gate_significance,
+            )
         except ValueError as err:
             raise UserError(str(err)) from None
     best = picked["best"]

@@ -34,11 +34,23 @@ def register(
     adapter_uri = read_uri(adapter)
     with exit_on_user_error():
         reg = Registration(
-            address=registry_address, name=model_name, version=run_name, run_id=run_id, model_uri=read_uri(merged),
-            adapter_uri=adapter_uri if adapter_uri != read_uri(merged) else "", author=author,
-            metadata=lineage(base_model.metadata.get("source", read_uri(base_model)),
-                             base_model.metadata.get("revision", ""), read_uri(dataset), dict(train_metrics.metadata),
-                             dict(eval_metrics.metadata), run_id, method=adapter.metadata.get("method", "")))
+            address=registry_address,
+            name=model_name,
+            version=run_name,
+            run_id=run_id,
+            model_uri=read_uri(merged),
+            adapter_uri=adapter_uri if adapter_uri != read_uri(merged) else "",
+            author=author,
+            metadata=lineage(
+                base_model.metadata.get("source", read_uri(base_model)),
+                base_model.metadata.get("revision", ""),
+                read_uri(dataset),
+                dict(train_metrics.metadata),
+                dict(eval_metrics.metadata),
+                run_id,
+                method=adapter.metadata.get("method", ""),
+            ),
+        )
         out = register_version(reg)
     print(f"{out['action']}: {model_name} version {out['version']} (id {out['version_id']}) at {registry_address}")
     return namedtuple("Outputs", ["version"])(out["version"])

@@ -88,8 +88,14 @@ def validate_params(
     import os
 
     from trainer.core.errors import collect, exit_on_user_error
-    from trainer.validate import (SWEEP_ONLY, on_cluster_problems, pipeline_problems, pipeline_warnings,
-                                  registry_problems, sweep_problems)
+    from trainer.validate import (
+        SWEEP_ONLY,
+        on_cluster_problems,
+        pipeline_problems,
+        pipeline_warnings,
+        registry_problems,
+        sweep_problems,
+    )
     from trainer.validate.objects import object_problems
 
     with exit_on_user_error():

@@ -18,8 +18,11 @@ def main(argv: list[str] | None = None) -> int:
     if {"-h", "--help"} & set(argv):
         print(commands)
         return 0
-    print(f"error: python -m pipelines runs nothing itself{f' (got {argv[0]!r})' if argv else ''}; run one of:\n"
-          f"{commands}", file=sys.stderr)
+    print(
+        f"error: python -m pipelines runs nothing itself{f' (got {argv[0]!r})' if argv else ''}; run one of:\n"
+        f"{commands}",
+        file=sys.stderr,
+    )
     return 2
 
 

@@ -13,8 +13,14 @@ from trainer.core import settings
 from trainer.core.errors import collect
 
 
-_KIND = {bool: "true/false", int: "whole number", float: "number", str: "string", dict: "JSON object",
-         list: "JSON list"}
+_KIND = {
+    bool: "true/false",
+    int: "whole number",
+    float: "number",
+    str: "string",
+    dict: "JSON object",
+    list: "JSON list",
+}
 
 
 class _NonFinite(ValueError):
@@ -41,8 +47,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in pairs:
         if k in out:
-            raise _DuplicateKey(f"{k!r} appears twice in one JSON object ({json.dumps(out[k])}, then "
-                                f"{json.dumps(v)})")
+            raise _DuplicateKey(f"{k!r} appears twice in one JSON object ({json.dumps(out[k])}, then {json.dumps(v)})")
         out[k] = v
     return out
 
@@ -61,8 +66,9 @@ def _pipelines_with(key: str, pipeline) -> list[str]:
     from pipelines.finetune import finetune_pipeline
     from pipelines.sweep import sweep_pipeline
 
-    return [p.name for p in (finetune_pipeline, sweep_pipeline)
-            if p.name != pipeline.name and key in pipeline_defaults(p)]
+    return [
+        p.name for p in (finetune_pipeline, sweep_pipeline) if p.name != pipeline.name and key in pipeline_defaults(p)
+    ]
 
 
 def parse_params(pipeline, pairs: list[str], problems: list[str] | None = None) -> dict[str, Any]:
@@ -90,10 +96,14 @@ def parse_params(pipeline, pairs: list[str], problems: list[str] | None = None) 
         if key not in params:
             close = difflib.get_close_matches(key, params, n=1)
             other = _pipelines_with(key, pipeline)
-            what = (f"parameter {key!r} belongs to {', '.join(other)}, not to {pipeline.name}" if other
-                    else f"unknown parameter {key!r}")
-            problems.append(f"{what}; " + (f"did you mean {close[0]}? " if close else "")
-                            + f"known: {', '.join(sorted(params))}")
+            what = (
+                f"parameter {key!r} belongs to {', '.join(other)}, not to {pipeline.name}"
+                if other
+                else f"unknown parameter {key!r}"
+            )
+            problems.append(
+                f"{what}; " + (f"did you mean {close[0]}? " if close else "") + f"known: {', '.join(sorted(params))}"
+            )
             continue
         kind = type(params[key])
         before = params[key]
@@ -112,29 +122,37 @@ def parse_params(pipeline, pairs: list[str], problems: list[str] | None = None) 
             else:
                 params[key] = kind(raw)
                 if kind is float and not math.isfinite(params[key]):
-                    problems.append(f"parameter {key}={raw!r} is not a finite number: NaN and infinity train "
-                                    f"nothing; give a real value, e.g. {key}={defaults[key]}")
+                    problems.append(
+                        f"parameter {key}={raw!r} is not a finite number: NaN and infinity train "
+                        f"nothing; give a real value, e.g. {key}={defaults[key]}"
+                    )
         except RecursionError:
             problems.append(f"parameter {key}: the JSON is nested too deeply; give a flat object or list")
         except _DuplicateKey as err:
             problems.append(f"parameter {key}: {err}: give each key once")
         except _NonFinite:
-            problems.append(f"parameter {key}={raw!r} holds NaN or Infinity, which JSON does not allow and no run "
-                            "can use: give real numbers")
+            problems.append(
+                f"parameter {key}={raw!r} holds NaN or Infinity, which JSON does not allow and no run "
+                "can use: give real numbers"
+            )
         except ValueError:
             example = json.dumps(defaults[key]) if kind in (dict, list, bool) else defaults[key]
             quotes = kind in (dict, list) and "'" in raw and '"' not in raw  # a Python literal, not JSON
             wrap = kind is list and raw.strip().startswith("{")  # one object where a list of them belongs
-            problems.append(f"parameter {key}={raw!r} is not a valid {_KIND.get(kind, kind.__name__)}"
-                            + (" (JSON strings take double quotes)" if quotes else "")
-                            + f", e.g. {key}={example}"
-                            + ("; for one object, wrap it in [ ] to make a list of one" if wrap else ""))
+            problems.append(
+                f"parameter {key}={raw!r} is not a valid {_KIND.get(kind, kind.__name__)}"
+                + (" (JSON strings take double quotes)" if quotes else "")
+                + f", e.g. {key}={example}"
+                + ("; for one object, wrap it in [ ] to make a list of one" if wrap else "")
+            )
         if len(problems) > found:  # the value is reported; later checks see the previous one, not NaN
             params[key] = before
         elif key in given and params[key] != before:
             first, then = (settings.url_credentials(v) or v for v in (given[key], raw))  # no password shown
-            problems.append(f"parameter {key} is given twice with different values ({key}={first!r}, then "
-                            f"{key}={then!r}): give it once")
+            problems.append(
+                f"parameter {key} is given twice with different values ({key}={first!r}, then "
+                f"{key}={then!r}): give it once"
+            )
         given.setdefault(key, raw)
     problems += _ignored_adapter_settings(params, defaults, given)
     if raise_here:
@@ -150,8 +168,16 @@ def _ignored_adapter_settings(params: dict[str, Any], defaults: dict[str, Any], 
     if params.get("method") not in METHODS or params["method"] in ADAPTER_METHODS:
         return []  # an unknown method is refused on its own
     # Not lora_train_embeddings: the pipeline's help advises false for pretrained models, whatever the method.
-    typed = [f"{key}={given[key]}" for key in ("lora_r", "lora_alpha", "lora_dropout")
-             if key in given and params.get(key) != defaults.get(key)]
-    return [f"{', '.join(typed)} set{'s' if len(typed) == 1 else ''} an adapter, which method={params['method']} "
-            f"does not train: drop {'it' if len(typed) == 1 else 'them'}, or use method={ADAPTER_METHODS[0]}"] \
-        if typed else []
+    typed = [
+        f"{key}={given[key]}"
+        for key in ("lora_r", "lora_alpha", "lora_dropout")
+        if key in given and params.get(key) != defaults.get(key)
+    ]
+    return (
+        [
+            f"{', '.join(typed)} set{'s' if len(typed) == 1 else ''} an adapter, which method={params['method']} "
+            f"does not train: drop {'it' if len(typed) == 1 else 'them'}, or use method={ADAPTER_METHODS[0]}"
+        ]
+        if typed
+        else []
+    )

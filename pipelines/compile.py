@@ -53,10 +53,15 @@ def compile_all(out_dir: Path = ROOT / "compiled") -> list[Path]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m pipelines.compile", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out-dir", type=Path, default=ROOT / "compiled",
-                        help="where the YAML files go (default: compiled/, which a test compares)")
+    parser = argparse.ArgumentParser(
+        prog="python -m pipelines.compile", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--out-dir",
+        type=Path,
+        default=ROOT / "compiled",
+        help="where the YAML files go (default: compiled/, which a test compares)",
+    )
     out_dir = parser.parse_args().out_dir
     from trainer.core.errors import UserError, exit_on_user_error
 
@@ -65,8 +70,9 @@ def main() -> None:
             for path in compile_all(out_dir):
                 print(f"wrote {path}")
         except OSError as err:  # a directory that cannot be created or written: the user's to fix
-            raise UserError(f"cannot write to --out-dir {out_dir}: {err.strerror or err}; pass a writable "
-                            "directory") from None
+            raise UserError(
+                f"cannot write to --out-dir {out_dir}: {err.strerror or err}; pass a writable directory"
+            ) from None
 
 
 if __name__ == "__main__":

@@ -35,8 +35,10 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _KFP_RECORD = re.compile(r"^\d\d:\d\d:\d\d\.\d{3} - (?P<level>[A-Z]+) - (?P<msg>.*)", re.S)
 _TASK = re.compile(r"^Task '(?P<task>[^']+)' (?P<what>.*)")
 # tqdm's line: "desc:  45%|####5     | 180/400 [00:10<00:12, 17.5it/s, loss=0.3]"
-PROGRESS = re.compile(r"^(?P<desc>.*?):?\s*(?P<pct>\d{1,3})%\|[^|]*\|\s*(?P<n>[^/\s]+)/(?P<total>\S+)\s*"
-                      r"\[(?P<elapsed>[\d:]+)")
+PROGRESS = re.compile(
+    r"^(?P<desc>.*?):?\s*(?P<pct>\d{1,3})%\|[^|]*\|\s*(?P<n>[^/\s]+)/(?P<total>\S+)\s*"
+    r"\[(?P<elapsed>[\d:]+)"
+)
 _RULE = re.compile(r"^\s*-{20,}$")  # kfp.local's line between tasks
 # Lines of a JSON dump (the executor input kfp.local's executor prints): brackets, or "key": ...
 _JSON_LINE = re.compile(r'^\s*([\[\]{}(),]+|"[^"]*":.*|"[^"]*",?)$')
@@ -148,8 +150,10 @@ class Console:
             ok = "SUCCESS" in task["what"]
             if not ok:
                 self._failed.append(task["task"])
-            self._to_terminal(f"{time.strftime('%H:%M:%S')} {'✓' if ok else '✗'} {task['task']}"
-                              f"{'' if ok else ' FAILED'} ({took:.1f}s)")
+            self._to_terminal(
+                f"{time.strftime('%H:%M:%S')} {'✓' if ok else '✗'} {task['task']}"
+                f"{'' if ok else ' FAILED'} ({took:.1f}s)"
+            )
         elif msg.startswith(("Running pipeline", "Pipeline ", "Skipping")) or level in ("WARNING", "ERROR"):
             if not any(k in msg for k in KNOWN_WARNINGS):
                 self._to_terminal(msg)
@@ -171,8 +175,12 @@ class Console:
                 self._to_terminal(line)  # not a component's line: the runner's own
             return
         shown = not self._hidden(body)
-        if body.strip() and not body.startswith("[KFP Executor") and not _JSON_LINE.match(body) \
-                and not _HEARTBEAT.match(body):  # the component's own lines, not kfp's dump of its input
+        if (
+            body.strip()
+            and not body.startswith("[KFP Executor")
+            and not _JSON_LINE.match(body)
+            and not _HEARTBEAT.match(body)
+        ):  # the component's own lines, not kfp's dump of its input
             self.tail.append((body, shown))
             if self._current in self._tails:
                 self._tails[self._current].append((body, shown))
@@ -184,12 +192,19 @@ class Console:
     @staticmethod
     def _hidden(body: str) -> bool:
         """Executor input JSON, tracebacks' frames, kfp's own chatter, warnings: log file only."""
-        return bool(not body.strip() or _RULE.match(body) or body[0].isspace() or body in ("{", "}")
-                    or body.startswith("[KFP Executor")
-                    or (body.startswith('{"') and body.rstrip().endswith("}"))  # JSON for programs (train_result)
-                    or _TORCH_LOG.match(body) or _HEARTBEAT.match(body)
-                    or body.startswith("Traceback (most recent call last)") or _WARNING.match(body)
-                    or body.strip() == "KeyboardInterrupt")  # Ctrl-C reaches the tasks too: run_local says it once
+        return bool(
+            not body.strip()
+            or _RULE.match(body)
+            or body[0].isspace()
+            or body in ("{", "}")
+            or body.startswith("[KFP Executor")
+            or (body.startswith('{"') and body.rstrip().endswith("}"))  # JSON for programs (train_result)
+            or _TORCH_LOG.match(body)
+            or _HEARTBEAT.match(body)
+            or body.startswith("Traceback (most recent call last)")
+            or _WARNING.match(body)
+            or body.strip() == "KeyboardInterrupt"
+        )  # Ctrl-C reaches the tasks too: run_local says it once
 
     def _progress(self, text: str) -> None:
         m = PROGRESS.match(text)
@@ -291,8 +306,9 @@ class SafeLog:
         except (OSError, ValueError) as err:  # ENOSPC, EIO; ValueError: the file was closed
             self.broken = True
             with contextlib.suppress(OSError, ValueError):
-                self.terminal.write(f"note: the log {getattr(self.file, 'name', '')} stopped here ({err}); "
-                                    "the run goes on\n")
+                self.terminal.write(
+                    f"note: the log {getattr(self.file, 'name', '')} stopped here ({err}); the run goes on\n"
+                )
 
     def write(self, text: str) -> int:
         self._guard(self.file.write, text)

@@ -39,12 +39,17 @@ def with_s3(task: dsl.PipelineTask) -> dsl.PipelineTask:
     """S3 credentials from the cluster Secret and the endpoint from an optional ConfigMap
     (kfp.local ignores both; run_local sets the environment itself); restricted Pod Security."""
     restricted(task)
-    kubernetes.use_secret_as_env(task, secret_name=settings.get("S3_SECRET_NAME"),
-                                 secret_key_to_env={"accesskey": "AWS_ACCESS_KEY_ID",
-                                                    "secretkey": "AWS_SECRET_ACCESS_KEY"})
-    kubernetes.use_config_map_as_env(task, config_map_name=settings.get("CONFIG_MAP_NAME"),
-                                     config_map_key_to_env={"S3_ENDPOINT": "S3_ENDPOINT", "S3_BUCKET": "S3_BUCKET"},
-                                     optional=True)
+    kubernetes.use_secret_as_env(
+        task,
+        secret_name=settings.get("S3_SECRET_NAME"),
+        secret_key_to_env={"accesskey": "AWS_ACCESS_KEY_ID", "secretkey": "AWS_SECRET_ACCESS_KEY"},
+    )
+    kubernetes.use_config_map_as_env(
+        task,
+        config_map_name=settings.get("CONFIG_MAP_NAME"),
+        config_map_key_to_env={"S3_ENDPOINT": "S3_ENDPOINT", "S3_BUCKET": "S3_BUCKET"},
+        optional=True,
+    )
     return task
 
 
@@ -68,20 +73,38 @@ def inputs_for(component, args: dict) -> dict:
     return {name: value for name, value in args.items() if name in component.component_spec.inputs}
 
 
-def deliver_inputs(model_source, model_revision, dataset_source, dataset_revision, eval_fraction, seed, chat_template,
-                   irrelevance_share, irrelevance_reply, irrelevance_distractors,
-                   after: dsl.PipelineTask | None = None
-                   ) -> tuple[dsl.PipelineTask, dsl.PipelineTask]:
+def deliver_inputs(
+    model_source,
+    model_revision,
+    dataset_source,
+    dataset_revision,
+    eval_fraction,
+    seed,
+    chat_template,
+    irrelevance_share,
+    irrelevance_reply,
+    irrelevance_distractors,
+    after: dsl.PipelineTask | None = None,
+) -> tuple[dsl.PipelineTask, dsl.PipelineTask]:
     """The deliver-model and deliver-dataset tasks (HF token from an optional Secret)."""
     tasks = []
-    for task in (deliver_model(source=model_source, revision=model_revision, chat_template=chat_template)
-                 .set_display_name("deliver model"),
-                 deliver_dataset(source=dataset_source, revision=dataset_revision, eval_fraction=eval_fraction,
-                                 seed=seed, irrelevance_share=irrelevance_share,
-                                 irrelevance_reply=irrelevance_reply, irrelevance_distractors=irrelevance_distractors)
-                 .set_display_name("deliver dataset")):
-        kubernetes.use_secret_as_env(task, secret_name=settings.get("HF_SECRET_NAME"),
-                                     secret_key_to_env={"token": "HF_TOKEN"}, optional=True)
+    for task in (
+        deliver_model(source=model_source, revision=model_revision, chat_template=chat_template).set_display_name(
+            "deliver model"
+        ),
+        deliver_dataset(
+            source=dataset_source,
+            revision=dataset_revision,
+            eval_fraction=eval_fraction,
+            seed=seed,
+            irrelevance_share=irrelevance_share,
+            irrelevance_reply=irrelevance_reply,
+            irrelevance_distractors=irrelevance_distractors,
+        ).set_display_name("deliver dataset"),
+    ):
+        kubernetes.use_secret_as_env(
+            task, secret_name=settings.get("HF_SECRET_NAME"), secret_key_to_env={"token": "HF_TOKEN"}, optional=True
+        )
         tasks.append(with_s3(task.after(after) if after is not None else task))
     return tasks[0], tasks[1]
 
@@ -89,17 +112,22 @@ def deliver_inputs(model_source, model_revision, dataset_source, dataset_revisio
 def documented(pipeline: str):
     """The function's docstring with the Args section of `pipeline`'s parameters from trainer.config.params,
     before dsl.pipeline reads it (the KFP UI's descriptions of the run parameters)."""
+
     def apply(func):
         func.__doc__ = params.docstring(pipeline, func.__doc__.split("Args:")[0])
         return func
+
     return apply
 
 
 F = params.defaults("finetune")  # the signature's defaults: the table's
 
 
-@dsl.pipeline(name=PIPELINE_NAME, description="Fine-tune a Hugging Face model with LoRA, evaluate base vs "
-              "tuned, merge, and serve it behind an OpenAI-compatible API.")
+@dsl.pipeline(
+    name=PIPELINE_NAME,
+    description="Fine-tune a Hugging Face model with LoRA, evaluate base vs "
+    "tuned, merge, and serve it behind an OpenAI-compatible API.",
+)
 @documented("finetune")
 def finetune_pipeline(
     model_source: str = F["model_source"],
@@ -173,34 +201,85 @@ def finetune_pipeline(
     Args: from trainer.config.params (one table for every parameter's type, default and help).
     """
     args = dict(locals())  # first statement: the pipeline's own parameters, by name
-    placement = dict(namespace=namespace, accelerator_resource=accelerator_resource, node_selector=node_selector,
-                     tolerations=tolerations)
+    placement = dict(
+        namespace=namespace,
+        accelerator_resource=accelerator_resource,
+        node_selector=node_selector,
+        tolerations=tolerations,
+    )
     # with S3: s3:// values are checked against the run's bucket (one HEAD each) before anything is delivered
     checked = with_s3(validate_params(**inputs_for(validate_params, args)).set_display_name("validate parameters"))
     checked.set_caching_options(False)  # local files it reads may change between runs
-    model, data = deliver_inputs(model_source, model_revision, dataset_source, dataset_revision, eval_fraction, seed,
-                                 chat_template, irrelevance_share, irrelevance_reply, irrelevance_distractors,
-                                 after=checked)
+    model, data = deliver_inputs(
+        model_source,
+        model_revision,
+        dataset_source,
+        dataset_revision,
+        eval_fraction,
+        seed,
+        chat_template,
+        irrelevance_share,
+        irrelevance_reply,
+        irrelevance_distractors,
+        after=checked,
+    )
     # BFCL's data, when scored, delivered before training: a dataset holding its questions is refused here.
     bfcl = with_s3(deliver_bfcl(source=bfcl_source, eval_suites=eval_suites, dataset=data.outputs["dataset"]))
     bfcl.set_display_name("deliver BFCL")
-    train = with_s3(finetune(
-        base_model=model.outputs["model"], dataset=data.outputs["dataset"], run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-        launcher=launcher, nodes=nodes, procs_per_node=procs_per_node, method=method, lora_r=lora_r,
-        lora_alpha=lora_alpha, lora_dropout=lora_dropout, lora_train_embeddings=lora_train_embeddings,
-        learning_rate=learning_rate, max_steps=max_steps, batch_size=batch_size, batch_tokens=batch_tokens,
-        tokens_per_step=tokens_per_step, gradient_checkpointing=gradient_checkpointing, compile=compile,
-        max_seq_len=max_seq_len, seed=seed, checkpoint_every=checkpoint_every, max_restarts=max_restarts, kueue_queue=kueue_queue, cleanup=cleanup,
-        wait_timeout_s=wait_timeout_s, training_runtime=training_runtime, stall_timeout_s=stall_timeout_s,
-        **placement,
-    )).set_display_name("fine-tune").after(bfcl)
-    scores = with_s3(evaluate(base_model=model.outputs["model"], tuned_model=train.outputs["adapter"],
-                               dataset=data.outputs["dataset"], max_rows=eval_max_rows,
-                               max_seq_len=max_seq_len, eval_engine=eval_engine, min_fc_accuracy=min_fc_accuracy,
-                               min_gain=min_gain, eval_suites=eval_suites, bfcl=bfcl.outputs["bfcl"],
-                               bfcl_rows=bfcl_rows, seed=seed, max_category_drop=max_category_drop,
-                               gate_significance=gate_significance)
-                      ).set_display_name("evaluate")
+    train = (
+        with_s3(
+            finetune(
+                base_model=model.outputs["model"],
+                dataset=data.outputs["dataset"],
+                run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                launcher=launcher,
+                nodes=nodes,
+                procs_per_node=procs_per_node,
+                method=method,
+                lora_r=lora_r,
+                lora_alpha=lora_alpha,
+                lora_dropout=lora_dropout,
+                lora_train_embeddings=lora_train_embeddings,
+                learning_rate=learning_rate,
+                max_steps=max_steps,
+                batch_size=batch_size,
+                batch_tokens=batch_tokens,
+                tokens_per_step=tokens_per_step,
+                gradient_checkpointing=gradient_checkpointing,
+                compile=compile,
+                max_seq_len=max_seq_len,
+                seed=seed,
+                checkpoint_every=checkpoint_every,
+                max_restarts=max_restarts,
+                kueue_queue=kueue_queue,
+                cleanup=cleanup,
+                wait_timeout_s=wait_timeout_s,
+                training_runtime=training_runtime,
+                stall_timeout_s=stall_timeout_s,
+                **placement,
+            )
+        )
+        .set_display_name("fine-tune")
+        .after(bfcl)
+    )
+    scores = with_s3(
+        evaluate(
+            base_model=model.outputs["model"],
+            tuned_model=train.outputs["adapter"],
+            dataset=data.outputs["dataset"],
+            max_rows=eval_max_rows,
+            max_seq_len=max_seq_len,
+            eval_engine=eval_engine,
+            min_fc_accuracy=min_fc_accuracy,
+            min_gain=min_gain,
+            eval_suites=eval_suites,
+            bfcl=bfcl.outputs["bfcl"],
+            bfcl_rows=bfcl_rows,
+            seed=seed,
+            max_category_drop=max_category_drop,
+            gate_significance=gate_significance,
+        )
+    ).set_display_name("evaluate")
     merged = with_s3(merge_lora(base_model=model.outputs["model"], adapter=train.outputs["adapter"]))
     merged.set_display_name("merge LoRA")
     for task in (scores, merged):
@@ -208,23 +287,47 @@ def finetune_pipeline(
     # The promotion gate (min_fc_accuracy, min_gain): deploy and register only a model that passes it;
     # otherwise the run ends green with the evaluate step's "not promoted: ..." line and no endpoint.
     with dsl.If(scores.outputs["promoted"] == True, name="promoted"):  # noqa: E712 - a KFP condition
-        served = with_s3(deploy(model=merged.outputs["merged"], dataset=data.outputs["dataset"],
-                                base_model=model.outputs["model"], adapter=train.outputs["adapter"],
-                                serve_adapters=serve_adapters, backend=deploy_backend, keep_serving=keep_serving,
-                                name=served_model_name, gpus=serve_gpus, vllm_image=vllm_image, kueue_queue=kueue_queue,
-                                **placement)).set_display_name("deploy")
+        served = with_s3(
+            deploy(
+                model=merged.outputs["merged"],
+                dataset=data.outputs["dataset"],
+                base_model=model.outputs["model"],
+                adapter=train.outputs["adapter"],
+                serve_adapters=serve_adapters,
+                backend=deploy_backend,
+                keep_serving=keep_serving,
+                name=served_model_name,
+                gpus=serve_gpus,
+                vllm_image=vllm_image,
+                kueue_queue=kueue_queue,
+                **placement,
+            )
+        ).set_display_name("deploy")
         with dsl.If(registry_address != "", name="registry-set"):
-            registered = register(merged=merged.outputs["merged"], adapter=train.outputs["adapter"],
-                                  base_model=model.outputs["model"], dataset=data.outputs["dataset"],
-                                  train_metrics=train.outputs["metrics"], eval_metrics=scores.outputs["metrics"],
-                                  registry_address=registry_address, model_name=served_model_name,
-                                  run_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER, run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER)
-            kubernetes.use_secret_as_env(restricted(registered.set_display_name("register model")),
-                                         secret_name=settings.get("REGISTRY_SECRET_NAME"),
-                                         secret_key_to_env={"token": "REGISTRY_TOKEN"}, optional=True)
+            registered = register(
+                merged=merged.outputs["merged"],
+                adapter=train.outputs["adapter"],
+                base_model=model.outputs["model"],
+                dataset=data.outputs["dataset"],
+                train_metrics=train.outputs["metrics"],
+                eval_metrics=scores.outputs["metrics"],
+                registry_address=registry_address,
+                model_name=served_model_name,
+                run_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
+                run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+            )
+            kubernetes.use_secret_as_env(
+                restricted(registered.set_display_name("register model")),
+                secret_name=settings.get("REGISTRY_SECRET_NAME"),
+                secret_key_to_env={"token": "REGISTRY_TOKEN"},
+                optional=True,
+            )
     with dsl.Else(name="not-promoted"):
         skipped = restricted(not_deployed(reason=scores.outputs["reason"]).set_display_name("not promoted"))
     outputs = NamedTuple("Outputs", eval_metrics=Metrics, train_metrics=Metrics, merged_model=Model, endpoint=str)
-    return outputs(eval_metrics=scores.outputs["metrics"], train_metrics=train.outputs["metrics"],
-                   merged_model=merged.outputs["merged"],
-                   endpoint=dsl.OneOf(served.outputs["endpoint"], skipped.outputs["Output"]))
+    return outputs(
+        eval_metrics=scores.outputs["metrics"],
+        train_metrics=train.outputs["metrics"],
+        merged_model=merged.outputs["merged"],
+        endpoint=dsl.OneOf(served.outputs["endpoint"], skipped.outputs["Output"]),
+    )

@@ -138,8 +138,9 @@ def pending_tasks_cancelled():
             super().shutdown(wait=wait, cancel_futures=True)
 
     # Only that module's name `concurrent` is replaced: every other thread pool is untouched.
-    orchestrator.concurrent = types.SimpleNamespace(futures=types.SimpleNamespace(
-        ThreadPoolExecutor=Executor, as_completed=concurrent.futures.as_completed))
+    orchestrator.concurrent = types.SimpleNamespace(
+        futures=types.SimpleNamespace(ThreadPoolExecutor=Executor, as_completed=concurrent.futures.as_completed)
+    )
     try:
         yield
     finally:

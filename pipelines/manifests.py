@@ -29,11 +29,20 @@ PLACEHOLDER = "REPLACE-ME-before-applying"
 KSERVE_SA = "llm-finetune-kserve"  # trainer.k8s.kserve.SERVICE_ACCOUNT
 KSERVE_SECRET = "llm-finetune-kserve-s3"
 RUNTIME = "llm-finetune-torch"
-RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]},
-                        "seccompProfile": {"type": "RuntimeDefault"}}
+RESTRICTED_CONTAINER = {
+    "allowPrivilegeEscalation": False,
+    "runAsNonRoot": True,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
 # MinIO's image runs as root by default; as uid 1000 it writes to the volume through fsGroup.
-RESTRICTED_POD = {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000,
-                  "seccompProfile": {"type": "RuntimeDefault"}}
+RESTRICTED_POD = {
+    "runAsNonRoot": True,
+    "runAsUser": 1000,
+    "runAsGroup": 1000,
+    "fsGroup": 1000,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
 # Refuse the template's placeholder (it would work if applied) and passwords MinIO itself rejects.
 CHECK_PASSWORD = (
     "import os, sys\n"
@@ -45,23 +54,41 @@ CHECK_PASSWORD = (
 
 
 def s3_secret(namespace: str) -> dict:
-    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-            "metadata": {"name": settings.get("S3_SECRET_NAME"), "namespace": namespace},
-            "stringData": {"accesskey": PLACEHOLDER, "secretkey": PLACEHOLDER}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {"name": settings.get("S3_SECRET_NAME"), "namespace": namespace},
+        "stringData": {"accesskey": PLACEHOLDER, "secretkey": PLACEHOLDER},
+    }
 
 
 def kserve_credentials(namespace: str) -> list[dict]:
     """KServe's S3 convention: the predictor's ServiceAccount lists a Secret whose annotations
     say where S3 is; the storage initializer reads AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY from it."""
-    secret = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-              "metadata": {"name": KSERVE_SECRET, "namespace": namespace, "annotations": {
-                  "serving.kserve.io/s3-endpoint": f"minio.{namespace}.svc.cluster.local:9000",
-                  "serving.kserve.io/s3-usehttps": "0", "serving.kserve.io/s3-verifyssl": "0",
-                  "serving.kserve.io/s3-region": settings.get("S3_REGION"),
-                  "serving.kserve.io/s3-useanoncredential": "false"}},
-              "stringData": {"AWS_ACCESS_KEY_ID": PLACEHOLDER, "AWS_SECRET_ACCESS_KEY": PLACEHOLDER}}
-    account = {"apiVersion": "v1", "kind": "ServiceAccount",
-               "metadata": {"name": KSERVE_SA, "namespace": namespace}, "secrets": [{"name": KSERVE_SECRET}]}
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": KSERVE_SECRET,
+            "namespace": namespace,
+            "annotations": {
+                "serving.kserve.io/s3-endpoint": f"minio.{namespace}.svc.cluster.local:9000",
+                "serving.kserve.io/s3-usehttps": "0",
+                "serving.kserve.io/s3-verifyssl": "0",
+                "serving.kserve.io/s3-region": settings.get("S3_REGION"),
+                "serving.kserve.io/s3-useanoncredential": "false",
+            },
+        },
+        "stringData": {"AWS_ACCESS_KEY_ID": PLACEHOLDER, "AWS_SECRET_ACCESS_KEY": PLACEHOLDER},
+    }
+    account = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": KSERVE_SA, "namespace": namespace},
+        "secrets": [{"name": KSERVE_SECRET}],
+    }
     return [secret, account]
 
 
@@ -72,18 +99,55 @@ def training_runtime() -> dict:
     from trainer.k8s.pytorchjob import PERMANENT_EXIT_CODES
 
     return {
-        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "ClusterTrainingRuntime",
         "metadata": {"name": RUNTIME, "labels": {"trainer.kubeflow.org/framework": "torch"}},
-        "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}, "template": {"spec": {
-            "failurePolicy": {"maxRestarts": 3, "rules": [
-                {"name": "permanentExitCode", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}]},
-            "replicatedJobs": [{"name": "node", "template": {
-                "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
-                "spec": {"backoffLimit": 0, "podFailurePolicy": {"rules": [
-                    {"action": "FailJob", "onExitCodes": {"containerName": "node", "operator": "In",
-                                                          "values": list(PERMANENT_EXIT_CODES)}}]},
-                         "template": {"spec": {"restartPolicy": "Never", "containers": [
-                             {"name": "node", "image": settings.image()}]}}}}}]}}},
+        "spec": {
+            "mlPolicy": {"numNodes": 1, "torch": {}},
+            "template": {
+                "spec": {
+                    "failurePolicy": {
+                        "maxRestarts": 3,
+                        "rules": [
+                            {
+                                "name": "permanentExitCode",
+                                "action": "FailJobSet",
+                                "onJobFailureReasons": ["PodFailurePolicy"],
+                            }
+                        ],
+                    },
+                    "replicatedJobs": [
+                        {
+                            "name": "node",
+                            "template": {
+                                "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                                "spec": {
+                                    "backoffLimit": 0,
+                                    "podFailurePolicy": {
+                                        "rules": [
+                                            {
+                                                "action": "FailJob",
+                                                "onExitCodes": {
+                                                    "containerName": "node",
+                                                    "operator": "In",
+                                                    "values": list(PERMANENT_EXIT_CODES),
+                                                },
+                                            }
+                                        ]
+                                    },
+                                    "template": {
+                                        "spec": {
+                                            "restartPolicy": "Never",
+                                            "containers": [{"name": "node", "image": settings.image()}],
+                                        }
+                                    },
+                                },
+                            },
+                        }
+                    ],
+                }
+            },
+        },
     }
 
 
@@ -91,69 +155,141 @@ def render(namespace: str, pipeline_sa: str, storage: str = "100Gi") -> list[dic
     sa_ns, _, sa_name = pipeline_sa.partition(":")
     labels = {"app.kubernetes.io/name": "minio", "app.kubernetes.io/part-of": "llm-finetune"}
     secret_ref = lambda key: {"secretKeyRef": {"name": settings.get("S3_SECRET_NAME"), "key": key}}  # noqa: E731
-    credentials = [{"name": "MINIO_ROOT_USER", "valueFrom": secret_ref("accesskey")},
-                   {"name": "MINIO_ROOT_PASSWORD", "valueFrom": secret_ref("secretkey")}]
+    credentials = [
+        {"name": "MINIO_ROOT_USER", "valueFrom": secret_ref("accesskey")},
+        {"name": "MINIO_ROOT_PASSWORD", "valueFrom": secret_ref("secretkey")},
+    ]
     objects = [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
         s3_secret(namespace),
         *kserve_credentials(namespace),
-        {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-         "metadata": {"name": "minio-data", "namespace": namespace, "labels": labels},
-         "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": storage}}}},
-        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "minio", "namespace": namespace,
-                                                                     "labels": labels},
-         "spec": {"replicas": 1, "strategy": {"type": "Recreate"}, "selector": {"matchLabels": labels},
-                  "template": {"metadata": {"labels": labels}, "spec": {
-                      "securityContext": RESTRICTED_POD,
-                      "initContainers": [{
-                          "name": "check-credentials", "image": CHECK_IMAGE,
-                          "command": ["python", "-c",
-                                      CHECK_PASSWORD.replace("{secret}", settings.get("S3_SECRET_NAME"))],
-                          "env": credentials[1:], "securityContext": RESTRICTED_CONTAINER,
-                          "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}}}],
-                      "containers": [{
-                          "name": "minio", "image": MINIO_IMAGE,
-                          "args": ["server", "/data", "--console-address", ":9001"],
-                          "env": credentials,
-                          "ports": [{"name": "api", "containerPort": 9000}, {"name": "console", "containerPort": 9001}],
-                          "readinessProbe": {"httpGet": {"path": "/minio/health/ready", "port": 9000}},
-                          "livenessProbe": {"httpGet": {"path": "/minio/health/live", "port": 9000}},
-                          "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "4Gi"}},
-                          "securityContext": RESTRICTED_CONTAINER,
-                          "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
-                      "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "minio-data"}}]}}}},
-        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "minio", "namespace": namespace, "labels": labels},
-         "spec": {"selector": labels, "ports": [{"name": "api", "port": 9000, "targetPort": "api"},
-                                                {"name": "console", "port": 9001, "targetPort": "console"}]}},
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "minio-data", "namespace": namespace, "labels": labels},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": storage}}},
+        },
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "minio", "namespace": namespace, "labels": labels},
+            "spec": {
+                "replicas": 1,
+                "strategy": {"type": "Recreate"},
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "securityContext": RESTRICTED_POD,
+                        "initContainers": [
+                            {
+                                "name": "check-credentials",
+                                "image": CHECK_IMAGE,
+                                "command": [
+                                    "python",
+                                    "-c",
+                                    CHECK_PASSWORD.replace("{secret}", settings.get("S3_SECRET_NAME")),
+                                ],
+                                "env": credentials[1:],
+                                "securityContext": RESTRICTED_CONTAINER,
+                                "resources": {
+                                    "requests": {"cpu": "50m", "memory": "32Mi"},
+                                    "limits": {"memory": "64Mi"},
+                                },
+                            }
+                        ],
+                        "containers": [
+                            {
+                                "name": "minio",
+                                "image": MINIO_IMAGE,
+                                "args": ["server", "/data", "--console-address", ":9001"],
+                                "env": credentials,
+                                "ports": [
+                                    {"name": "api", "containerPort": 9000},
+                                    {"name": "console", "containerPort": 9001},
+                                ],
+                                "readinessProbe": {"httpGet": {"path": "/minio/health/ready", "port": 9000}},
+                                "livenessProbe": {"httpGet": {"path": "/minio/health/live", "port": 9000}},
+                                "resources": {
+                                    "requests": {"cpu": "500m", "memory": "1Gi"},
+                                    "limits": {"memory": "4Gi"},
+                                },
+                                "securityContext": RESTRICTED_CONTAINER,
+                                "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                            }
+                        ],
+                        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "minio-data"}}],
+                    },
+                },
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "minio", "namespace": namespace, "labels": labels},
+            "spec": {
+                "selector": labels,
+                "ports": [
+                    {"name": "api", "port": 9000, "targetPort": "api"},
+                    {"name": "console", "port": 9001, "targetPort": "console"},
+                ],
+            },
+        },
         training_runtime(),
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-         "metadata": {"name": "llm-finetune-pipeline", "namespace": namespace},
-         "rules": [
-             {"apiGroups": ["kubeflow.org"], "resources": ["pytorchjobs"],
-              "verbs": ["create", "get", "list", "watch", "delete"]},
-             {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"],
-              "verbs": ["create", "get", "list", "watch", "delete"]},
-             {"apiGroups": ["serving.kserve.io"], "resources": ["inferenceservices", "servingruntimes", "llminferenceservices"],
-              "verbs": ["create", "get", "list", "watch", "patch", "update", "delete"]},
-             {"apiGroups": ["apps"], "resources": ["deployments"],
-              "verbs": ["create", "get", "list", "watch", "patch", "update", "delete"]},
-             {"apiGroups": ["apps"], "resources": ["deployments/status"], "verbs": ["get"]},
-             {"apiGroups": [""], "resources": ["services"],
-              "verbs": ["create", "get", "list", "patch", "update", "delete"]},
-             # read-only: the launcher streams logs and reports pod phases and events on failure
-             {"apiGroups": [""], "resources": ["pods", "pods/log", "events"], "verbs": ["get", "list", "watch"]},
-             # the smoke test of an LLMInferenceService served over KServe's TLS: through the API server
-             {"apiGroups": [""], "resources": ["pods/proxy"], "verbs": ["get", "create"]},
-         ]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-         "metadata": {"name": "llm-finetune-pipeline", "namespace": namespace},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "llm-finetune-pipeline"},
-         "subjects": [{"kind": "ServiceAccount", "name": sa_name, "namespace": sa_ns}]},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "llm-finetune-pipeline", "namespace": namespace},
+            "rules": [
+                {
+                    "apiGroups": ["kubeflow.org"],
+                    "resources": ["pytorchjobs"],
+                    "verbs": ["create", "get", "list", "watch", "delete"],
+                },
+                {
+                    "apiGroups": ["trainer.kubeflow.org"],
+                    "resources": ["trainjobs"],
+                    "verbs": ["create", "get", "list", "watch", "delete"],
+                },
+                {
+                    "apiGroups": ["serving.kserve.io"],
+                    "resources": ["inferenceservices", "servingruntimes", "llminferenceservices"],
+                    "verbs": ["create", "get", "list", "watch", "patch", "update", "delete"],
+                },
+                {
+                    "apiGroups": ["apps"],
+                    "resources": ["deployments"],
+                    "verbs": ["create", "get", "list", "watch", "patch", "update", "delete"],
+                },
+                {"apiGroups": ["apps"], "resources": ["deployments/status"], "verbs": ["get"]},
+                {
+                    "apiGroups": [""],
+                    "resources": ["services"],
+                    "verbs": ["create", "get", "list", "patch", "update", "delete"],
+                },
+                # read-only: the launcher streams logs and reports pod phases and events on failure
+                {"apiGroups": [""], "resources": ["pods", "pods/log", "events"], "verbs": ["get", "list", "watch"]},
+                # the smoke test of an LLMInferenceService served over KServe's TLS: through the API server
+                {"apiGroups": [""], "resources": ["pods/proxy"], "verbs": ["get", "create"]},
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "llm-finetune-pipeline", "namespace": namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "llm-finetune-pipeline"},
+            "subjects": [{"kind": "ServiceAccount", "name": sa_name, "namespace": sa_ns}],
+        },
     ]
-    config = {"apiVersion": "v1", "kind": "ConfigMap",
-              "metadata": {"name": settings.get("CONFIG_MAP_NAME"), "namespace": sa_ns},
-              "data": {"S3_ENDPOINT": f"http://minio.{namespace}.svc.cluster.local:9000",
-                       "S3_BUCKET": settings.get("S3_BUCKET")}}
+    config = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": settings.get("CONFIG_MAP_NAME"), "namespace": sa_ns},
+        "data": {
+            "S3_ENDPOINT": f"http://minio.{namespace}.svc.cluster.local:9000",
+            "S3_BUCKET": settings.get("S3_BUCKET"),
+        },
+    }
     objects.insert(2, config)  # pipeline pods read the endpoint (and below, the Secret) in their namespace
     if sa_ns != namespace:
         objects.insert(2, s3_secret(sa_ns))
@@ -164,8 +300,11 @@ def problems(namespace: str, pipeline_sa: str, storage: str) -> list[str]:
     """The API server's rules for the three inputs (trainer.k8s.rules), before anything is rendered."""
     from trainer.k8s import rules
 
-    return (rules.namespace(namespace, "--namespace") + rules.service_account_ref(pipeline_sa, "--pipeline-sa")
-            + storage_problems(storage))
+    return (
+        rules.namespace(namespace, "--namespace")
+        + rules.service_account_ref(pipeline_sa, "--pipeline-sa")
+        + storage_problems(storage)
+    )
 
 
 def storage_problems(storage: str) -> list[str]:
@@ -177,7 +316,7 @@ def storage_problems(storage: str) -> list[str]:
     fix = "give the MinIO volume size with a unit, e.g. --storage 100Gi"
     if rules.quantity(storage, "--storage"):
         return [f"--storage={storage!r} is not a size; {fix}"]
-    if parse_quantity(storage) < 1024 ** 2:  # '0', or '500m' read as half a byte
+    if parse_quantity(storage) < 1024**2:  # '0', or '500m' read as half a byte
         return [f"--storage={storage!r} is less than a mebibyte, no room for models or datasets; {fix}"]
     return []
 
@@ -185,17 +324,23 @@ def storage_problems(storage: str) -> list[str]:
 def main(argv: list[str] | None = None) -> None:
     import yaml
 
-    parser = argparse.ArgumentParser(prog="python -m pipelines.manifests", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m pipelines.manifests", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--namespace", default="llm-finetune", help="where jobs, MinIO and vLLM run")
-    parser.add_argument("--pipeline-sa", default="kubeflow:pipeline-runner",
-                        help="NAMESPACE:NAME of the service account KFP runs pipeline pods as")
+    parser.add_argument(
+        "--pipeline-sa",
+        default="kubeflow:pipeline-runner",
+        help="NAMESPACE:NAME of the service account KFP runs pipeline pods as",
+    )
     parser.add_argument("--storage", default="100Gi", help="MinIO volume size")
     args = parser.parse_args(argv)
     with exit_on_user_error():
         collect(problems(args.namespace, args.pipeline_sa, args.storage), what="invalid manifest settings")
-    print(f"# rendered by: python -m pipelines.manifests --namespace {args.namespace} "
-          f"--pipeline-sa {args.pipeline_sa} --storage {args.storage}")
+    print(
+        f"# rendered by: python -m pipelines.manifests --namespace {args.namespace} "
+        f"--pipeline-sa {args.pipeline_sa} --storage {args.storage}"
+    )
     print(yaml.safe_dump_all(render(args.namespace, args.pipeline_sa, args.storage), sort_keys=False), end="")
 
 

@@ -50,7 +50,6 @@ from trainer.data import bfcl as bfcl_data
 from trainer.core.errors import UserError, exit_on_user_error
 
 
-
 def parse_params(pairs: list[str], pipeline=finetune_pipeline) -> dict[str, Any]:
     from pipelines.cli_params import parse_params as parse
 
@@ -63,9 +62,11 @@ def start_s3(endpoint: str | None):
         from_env = os.environ.get("S3_ENDPOINT") == endpoint  # --s3-endpoint defaults to it: name what the user set
         os.environ["S3_ENDPOINT"] = endpoint
         if not (os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY")):
-            raise UserError(f"{'S3_ENDPOINT' if from_env else '--s3-endpoint'}={endpoint} needs AWS_ACCESS_KEY_ID and "
-                            "AWS_SECRET_ACCESS_KEY in the environment (that S3/MinIO's keys)"
-                            + ("; or unset S3_ENDPOINT to run on a throwaway S3 server on loopback" if from_env else ""))
+            raise UserError(
+                f"{'S3_ENDPOINT' if from_env else '--s3-endpoint'}={endpoint} needs AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY in the environment (that S3/MinIO's keys)"
+                + ("; or unset S3_ENDPOINT to run on a throwaway S3 server on loopback" if from_env else "")
+            )
         from trainer.core.storage import Store
 
         # A dead endpoint or wrong keys: one error now, not a failure in every task and a traceback after.
@@ -91,16 +92,26 @@ def throwaway_s3_problems(params: dict[str, Any], endpoint: str | None) -> list[
     if endpoint:
         return []
     # The source as the other problems show it: a password in it (refused too) is never printed.
-    instead = {"model_source": "a local path or Hub id", "dataset_source": "a local path or Hub id",
-               "chat_template": "a local .jinja file or a built-in template's name",
-               "bfcl_source": "bfcl-eval's wheel or its bfcl_eval/data folder as a local path (or empty: the wheel "
-                              "from the package index)"}
-    return [f"{key}={settings.url_credentials(str(params[key])) or params[key]!r} is an object in S3, but without "
-            "--s3-endpoint this run starts an empty "
-            "throwaway S3 server: give --s3-endpoint (or S3_ENDPOINT) of the S3/MinIO that holds it, or "
-            f"{instead[key]} instead"
-            for key in instead if any(str(name).strip().startswith("s3://") for name in (
-                sources.dataset_parts(params.get(key, "")) if key == "dataset_source" else [params.get(key) or ""]))]
+    instead = {
+        "model_source": "a local path or Hub id",
+        "dataset_source": "a local path or Hub id",
+        "chat_template": "a local .jinja file or a built-in template's name",
+        "bfcl_source": "bfcl-eval's wheel or its bfcl_eval/data folder as a local path (or empty: the wheel "
+        "from the package index)",
+    }
+    return [
+        f"{key}={settings.url_credentials(str(params[key])) or params[key]!r} is an object in S3, but without "
+        "--s3-endpoint this run starts an empty "
+        "throwaway S3 server: give --s3-endpoint (or S3_ENDPOINT) of the S3/MinIO that holds it, or "
+        f"{instead[key]} instead"
+        for key in instead
+        if any(
+            str(name).strip().startswith("s3://")
+            for name in (
+                sources.dataset_parts(params.get(key, "")) if key == "dataset_source" else [params.get(key) or ""]
+            )
+        )
+    ]
 
 
 def cluster_config_problems(params: dict[str, Any]) -> list[str]:
@@ -109,9 +120,11 @@ def cluster_config_problems(params: dict[str, Any]) -> list[str]:
     from trainer.launch import CLUSTER_LAUNCHERS
     from trainer.validate import DEPLOY_BACKENDS
 
-    on_cluster = [f"{key}={params[key]}" for key, names in (("launcher", CLUSTER_LAUNCHERS),
-                                                          ("deploy_backend", DEPLOY_BACKENDS[1:]))
-                  if params.get(key) in names]
+    on_cluster = [
+        f"{key}={params[key]}"
+        for key, names in (("launcher", CLUSTER_LAUNCHERS), ("deploy_backend", DEPLOY_BACKENDS[1:]))
+        if params.get(key) in names
+    ]
     if not on_cluster:
         return []
     from trainer.k8s.lifecycle import kube_config_problem
@@ -124,8 +137,10 @@ def params_help(pipeline) -> str:
     text the KFP UI shows, which KFP takes from the pipeline docstring made from that table)."""
     from trainer.config import params
 
-    return params.listing("sweep" if "sweep" in pipeline.name else "finetune",
-                          f"Parameters of {pipeline.name} (set with --param KEY=VALUE; lists and dicts as JSON):")
+    return params.listing(
+        "sweep" if "sweep" in pipeline.name else "finetune",
+        f"Parameters of {pipeline.name} (set with --param KEY=VALUE; lists and dicts as JSON):",
+    )
 
 
 def endpoint_line(endpoint: str, smoke: dict[str, float], keep_serving: bool, model: str = "") -> str:
@@ -147,9 +162,11 @@ def endpoint_line(endpoint: str, smoke: dict[str, float], keep_serving: bool, mo
 
 def training_line(tr: dict[str, float]) -> str:
     """The training metrics that matter at a glance; all of them are in the run's record."""
-    line = (f"training: {tr.get('train_steps', 0):.0f} steps in {tr.get('train_seconds', 0):.1f}s on "
-            f"{tr.get('world_size', 1):.0f} process(es), {tr.get('tokens_per_second', 0):.0f} tokens/s, "
-            f"final loss {tr.get('train_loss', float('nan')):.4f}")
+    line = (
+        f"training: {tr.get('train_steps', 0):.0f} steps in {tr.get('train_seconds', 0):.1f}s on "
+        f"{tr.get('world_size', 1):.0f} process(es), {tr.get('tokens_per_second', 0):.0f} tokens/s, "
+        f"final loss {tr.get('train_loss', float('nan')):.4f}"
+    )
     if tr.get("restarts"):
         line += f", {tr['restarts']:.0f} restart(s)"
     if tr.get("skipped_long_rows"):
@@ -157,8 +174,14 @@ def training_line(tr: dict[str, float]) -> str:
     return line
 
 
-def summarize(metrics: dict[str, dict[str, float]], endpoint: str | None, keep_serving: bool, elapsed: float,
-              model: str = "", sources: list[str] = ()) -> str:
+def summarize(
+    metrics: dict[str, dict[str, float]],
+    endpoint: str | None,
+    keep_serving: bool,
+    elapsed: float,
+    model: str = "",
+    sources: list[str] = (),
+) -> str:
     """The finetune pipeline's result in a few lines: base vs tuned, training, endpoint; `sources`: a mixed
     dataset's sources in order (its record), whose scores get a table of their own."""
     from trainer.evaluate.report import source_rows, table
@@ -169,39 +192,73 @@ def summarize(metrics: dict[str, dict[str, float]], endpoint: str | None, keep_s
         fc_rows, text_rows = int(ev.get("fc_rows", ev.get("eval_rows", 0))), int(ev.get("text_rows", 0))
         # every assistant turn is asked: where rows hold several, the counts are of turns
         unit = "turns" if ev.get("eval_turns", 0) > ev.get("eval_rows", 0) else "rows"
-        rows = [("eval loss", f"{ev['base_eval_loss']:.4f}", f"{ev['tuned_eval_loss']:.4f}"),
-                (f"function-calling accuracy ({fc_rows} {unit})",
-                 *((f"{ev['base_fc_accuracy']:.1%}", f"{ev['tuned_fc_accuracy']:.1%}") if fc_rows else ("n/a", "n/a")))
-                ] if "base_eval_loss" in ev else []  # eval_suites=bfcl: no held-out rows
+        rows = (
+            [
+                ("eval loss", f"{ev['base_eval_loss']:.4f}", f"{ev['tuned_eval_loss']:.4f}"),
+                (
+                    f"function-calling accuracy ({fc_rows} {unit})",
+                    *(
+                        (f"{ev['base_fc_accuracy']:.1%}", f"{ev['tuned_fc_accuracy']:.1%}")
+                        if fc_rows
+                        else ("n/a", "n/a")
+                    ),
+                ),
+            ]
+            if "base_eval_loss" in ev
+            else []
+        )  # eval_suites=bfcl: no held-out rows
         if text_rows:
-            rows.append((f"text match ({text_rows} {unit})", f"{ev['base_text_match']:.1%}",
-                         f"{ev['tuned_text_match']:.1%}"))
+            rows.append(
+                (f"text match ({text_rows} {unit})", f"{ev['base_text_match']:.1%}", f"{ev['tuned_text_match']:.1%}")
+            )
         # BFCL-style AST accuracy over every function-calling category, then each category the split has
         categories = {c: int(ev.get(f"fc_{c}_rows", 0)) for c in fc_check.CATEGORIES}
         if "tuned_fc_ast_accuracy" in ev:
-            rows.append((f"function-calling AST accuracy ({sum(categories.values())} {unit})",
-                         f"{ev['base_fc_ast_accuracy']:.1%}", f"{ev['tuned_fc_ast_accuracy']:.1%}"))
-        rows += [(f"  {c} ({n} {unit})", f"{ev[f'base_fc_{c}_accuracy']:.1%}", f"{ev[f'tuned_fc_{c}_accuracy']:.1%}")
-                 for c, n in categories.items() if n and f"tuned_fc_{c}_accuracy" in ev]
-        bfcl = [(f"  {c}" + (f" ({int(ev[f'bfcl_{c}_rows'])} rows)" if f"bfcl_{c}_rows" in ev else ""),
-                 f"{ev[f'base_bfcl_{c}_accuracy']:.1%}", f"{ev[f'tuned_bfcl_{c}_accuracy']:.1%}")
-                for c in ("non_live_ast", "live_ast", "hallucination", *bfcl_data.CATEGORIES)
-                if f"tuned_bfcl_{c}_accuracy" in ev and f"base_bfcl_{c}_accuracy" in ev]
+            rows.append(
+                (
+                    f"function-calling AST accuracy ({sum(categories.values())} {unit})",
+                    f"{ev['base_fc_ast_accuracy']:.1%}",
+                    f"{ev['tuned_fc_ast_accuracy']:.1%}",
+                )
+            )
+        rows += [
+            (f"  {c} ({n} {unit})", f"{ev[f'base_fc_{c}_accuracy']:.1%}", f"{ev[f'tuned_fc_{c}_accuracy']:.1%}")
+            for c, n in categories.items()
+            if n and f"tuned_fc_{c}_accuracy" in ev
+        ]
+        bfcl = [
+            (
+                f"  {c}" + (f" ({int(ev[f'bfcl_{c}_rows'])} rows)" if f"bfcl_{c}_rows" in ev else ""),
+                f"{ev[f'base_bfcl_{c}_accuracy']:.1%}",
+                f"{ev[f'tuned_bfcl_{c}_accuracy']:.1%}",
+            )
+            for c in ("non_live_ast", "live_ast", "hallucination", *bfcl_data.CATEGORIES)
+            if f"tuned_bfcl_{c}_accuracy" in ev and f"base_bfcl_{c}_accuracy" in ev
+        ]
         if bfcl:
             number = int(ev.get("bfcl_version", 0))
             version = f"{number // 10_000}.{number // 100 % 100}.{number % 100}" if number else "(version unknown)"
             rows += [*([("", "", "")] if rows else []), (f"BFCL {version}", "", ""), *bfcl]
         lines += ["", "== base vs tuned ==", table(rows, ("metric", "base", "tuned"))]
-        scores = {name: {k[len(name) + 1:]: v for k, v in ev.items() if k.startswith(f"{name}_mix")}
-                  for name in ("base", "tuned")}
+        scores = {
+            name: {k[len(name) + 1 :]: v for k, v in ev.items() if k.startswith(f"{name}_mix")}
+            for name in ("base", "tuned")
+        }
         if by_source := source_rows(scores["base"], scores["tuned"], ev, list(sources)):
-            lines += ["", "== by source of the mix (AST accuracy; text kept: rows wanting text answered without a "
-                      "call) ==", table([(name, str(n), *s) for name, n, *s in by_source],
-                                        ("source", "rows", "AST base", "AST tuned", "kept base", "kept tuned"))]
+            lines += [
+                "",
+                "== by source of the mix (AST accuracy; text kept: rows wanting text answered without a call) ==",
+                table(
+                    [(name, str(n), *s) for name, n, *s in by_source],
+                    ("source", "rows", "AST base", "AST tuned", "kept base", "kept tuned"),
+                ),
+            ]
         if ev.get("promoted") == 0:
-            lines.append("not promoted: the tuned model failed the gate (min_fc_accuracy / min_gain / "
-                         "max_category_drop; the evaluate step's line says which and by how much): nothing was "
-                         "deployed or registered")
+            lines.append(
+                "not promoted: the tuned model failed the gate (min_fc_accuracy / min_gain / "
+                "max_category_drop; the evaluate step's line says which and by how much): nothing was "
+                "deployed or registered"
+            )
         if "eval_rows" in ev and ev["eval_rows"] < 50:
             lines.append(f"warning: only {int(ev['eval_rows'])} eval rows: these numbers move a lot with one row")
         if ev.get("skipped_long_rows"):
@@ -223,30 +280,64 @@ def export_model(merged_uri: str, out_dir: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     from pipelines import runs
 
-    parser = argparse.ArgumentParser(prog="python -m pipelines.run_local", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pipeline", choices=("finetune", "sweep"), default="finetune",
-                        help="finetune: one training run (default); sweep: parallel LoRA trials, the best deployed")
-    parser.add_argument("--parallelism", type=int, default=None,
-                        help="sweep trials running at once (default 2; 0: all at once, as KFP's ParallelFor; kfp.local "
-                             "itself runs at most 2); not used by the finetune pipeline")
-    parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
-                        help="a pipeline parameter, repeatable; --list-params shows them all with defaults")
-    parser.add_argument("--list-params", action="store_true",
-                        help="print every pipeline parameter with its default and description, then exit")
-    parser.add_argument("--s3-endpoint", default=os.environ.get("S3_ENDPOINT"),
-                        help="a real S3/MinIO endpoint (default: $S3_ENDPOINT, else a throwaway server on loopback)")
+    parser = argparse.ArgumentParser(
+        prog="python -m pipelines.run_local", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--pipeline",
+        choices=("finetune", "sweep"),
+        default="finetune",
+        help="finetune: one training run (default); sweep: parallel LoRA trials, the best deployed",
+    )
+    parser.add_argument(
+        "--parallelism",
+        type=int,
+        default=None,
+        help="sweep trials running at once (default 2; 0: all at once, as KFP's ParallelFor; kfp.local "
+        "itself runs at most 2); not used by the finetune pipeline",
+    )
+    parser.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a pipeline parameter, repeatable; --list-params shows them all with defaults",
+    )
+    parser.add_argument(
+        "--list-params",
+        action="store_true",
+        help="print every pipeline parameter with its default and description, then exit",
+    )
+    parser.add_argument(
+        "--s3-endpoint",
+        default=os.environ.get("S3_ENDPOINT"),
+        help="a real S3/MinIO endpoint (default: $S3_ENDPOINT, else a throwaway server on loopback)",
+    )
     # Under the current directory, as MLflow's ./mlruns: a user running from their project
     # finds the runs there, not inside wherever this package is installed.
-    parser.add_argument("--pipeline-root", type=Path, default=Path(".runs") / "pipeline-root",
-                        help="kfp.local's artifact directory, a folder per run in it (default ./.runs/pipeline-root)")
-    parser.add_argument("--output-dir", type=Path, default=Path(".runs") / "outputs",
-                        help="where the merged model is copied, as <dir>/merged-model (default ./.runs/outputs)")
-    parser.add_argument("--runs-dir", type=Path, default=runs.RUNS_DIR,
-                        help="where each run's record, log, reports and TensorBoard events are kept "
-                             "(default ./.runs)")
-    parser.add_argument("--keep-serving", action="store_true",
-                        help="leave the model server running after the run (it prints how to stop it)")
+    parser.add_argument(
+        "--pipeline-root",
+        type=Path,
+        default=Path(".runs") / "pipeline-root",
+        help="kfp.local's artifact directory, a folder per run in it (default ./.runs/pipeline-root)",
+    )
+    parser.add_argument(
+        "--output-dir",
+        type=Path,
+        default=Path(".runs") / "outputs",
+        help="where the merged model is copied, as <dir>/merged-model (default ./.runs/outputs)",
+    )
+    parser.add_argument(
+        "--runs-dir",
+        type=Path,
+        default=runs.RUNS_DIR,
+        help="where each run's record, log, reports and TensorBoard events are kept (default ./.runs)",
+    )
+    parser.add_argument(
+        "--keep-serving",
+        action="store_true",
+        help="leave the model server running after the run (it prints how to stop it)",
+    )
     args = parser.parse_args(argv)
     # Absolute: the paths are printed, handed to kfp.local and to the components' processes.
     for name in ("pipeline_root", "output_dir", "runs_dir"):
@@ -287,11 +378,16 @@ def _main(args: argparse.Namespace) -> int:
     with exit_on_user_error():
         problems: list[str] = []  # the options', --param's and the parameters' problems: all in one message
         if args.parallelism is not None and args.parallelism < 0:  # as submit: 0 is KFP's "no limit"
-            problems.append(f"--parallelism {args.parallelism}: give how many sweep trials run at once, e.g. "
-                            "--parallelism 2, or 0 for all at once (KFP's ParallelFor meaning of 0)")
+            problems.append(
+                f"--parallelism {args.parallelism}: give how many sweep trials run at once, e.g. "
+                "--parallelism 2, or 0 for all at once (KFP's ParallelFor meaning of 0)"
+            )
         if args.parallelism is not None and args.parallelism >= 0 and args.pipeline != "sweep":
-            print(f"note: --parallelism {args.parallelism} applies to --pipeline sweep only; the finetune pipeline "
-                  "runs one training", file=sys.stderr)
+            print(
+                f"note: --parallelism {args.parallelism} applies to --pipeline sweep only; the finetune pipeline "
+                "runs one training",
+                file=sys.stderr,
+            )
         parallelism = 2 if args.parallelism is None else max(args.parallelism, 0)
         from pipelines import sweep
         from pipelines.cli_params import parse_params as parse
@@ -307,14 +403,19 @@ def _main(args: argparse.Namespace) -> int:
         problems += cluster_config_problems(params)
         endpoint = 'S3_ENDPOINT' if os.environ.get('S3_ENDPOINT') == args.s3_endpoint else '--s3-endpoint'
         if args.s3_endpoint and (masked := settings.url_credentials(args.s3_endpoint)):  # before anything prints it
-            problems.append(f"{endpoint} {masked!r} carries a user name or password in the URL, which would show in "
-                            "messages and logs: give the endpoint alone, and the keys in AWS_ACCESS_KEY_ID and "
-                            "AWS_SECRET_ACCESS_KEY")
+            problems.append(
+                f"{endpoint} {masked!r} carries a user name or password in the URL, which would show in "
+                "messages and logs: give the endpoint alone, and the keys in AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY"
+            )
         elif args.s3_endpoint and (problem := settings.url_problem(args.s3_endpoint, need_scheme=False, path=False)):
-            problems.append(f"{endpoint} {args.s3_endpoint!r} is not an S3 endpoint ({problem}): give "
-                            "http(s)://HOST:PORT of the S3/MinIO (the bucket is S3_BUCKET), e.g. http://127.0.0.1:9000")
-        problems += writable_dir_problems({"--output-dir": args.output_dir, "--runs-dir": args.runs_dir,
-                                           "--pipeline-root": args.pipeline_root})
+            problems.append(
+                f"{endpoint} {args.s3_endpoint!r} is not an S3 endpoint ({problem}): give "
+                "http(s)://HOST:PORT of the S3/MinIO (the bucket is S3_BUCKET), e.g. http://127.0.0.1:9000"
+            )
+        problems += writable_dir_problems(
+            {"--output-dir": args.output_dir, "--runs-dir": args.runs_dir, "--pipeline-root": args.pipeline_root}
+        )
         problems = (sweep_problems(params) if args.pipeline == "sweep" else pipeline_problems(params)) + problems
         problems += registry_problems(params, problems)  # as validate-params asks it, before anything starts (exit 2)
         for warning in pipeline_warnings(params):  # settings that would do nothing: said, not refused
@@ -389,13 +490,18 @@ def run(pipeline, params: dict[str, Any], args: argparse.Namespace) -> int:
             # from TMPDIR (and while a server kept serving still has its sockets there).
             workspace = os.path.join(tmp, "kfp-workspace")
             os.mkdir(workspace)
-            local.init(runner=local.SubprocessRunner(use_venv=False),
-                       pipeline_root=str(args.pipeline_root / run_dir.name), raise_on_error=True,
-                       workspace_root=workspace)
+            local.init(
+                runner=local.SubprocessRunner(use_venv=False),
+                pipeline_root=str(args.pipeline_root / run_dir.name),
+                raise_on_error=True,
+                workspace_root=workspace,
+            )
             changed = {k: v for k, v in params.items() if pipeline_defaults(pipeline).get(k) != v}
             console.say(f"local run {run_dir.name} (full log: {log_path})")
-            console.say(f"parameters: defaults{''.join(f', {k}={json.dumps(v)}' for k, v in changed.items())}; "
-                        f"S3 {settings.get('S3_ENDPOINT')} bucket {settings.get('S3_BUCKET')}")
+            console.say(
+                f"parameters: defaults{''.join(f', {k}={json.dumps(v)}' for k, v in changed.items())}; "
+                f"S3 {settings.get('S3_ENDPOINT')} bucket {settings.get('S3_BUCKET')}"
+            )
             console.log.write(f"all parameters: {json.dumps(params)}\n")
             with kfp_local_patches.pending_tasks_cancelled():
                 code = _run(pipeline, params, args, console, run_dir)
@@ -410,8 +516,9 @@ def run(pipeline, params: dict[str, Any], args: argparse.Namespace) -> int:
         except BaseException as err:
             # A failure of this command itself (not of a task): the record must not stay "running".
             with contextlib.suppress(OSError):  # a full disk: the error itself matters more
-                runs.update_run(run_dir, status="failed",
-                                summary=f"run_local failed: {type(err).__name__}: {err}"[:120])
+                runs.update_run(
+                    run_dir, status="failed", summary=f"run_local failed: {type(err).__name__}: {err}"[:120]
+                )
             raise
         finally:
             for sig in handled:  # a second Ctrl-C must not cut the clean-up short
@@ -468,30 +575,47 @@ def _run(pipeline, params, args, console, run_dir) -> int:
         error = err
     elapsed = time.perf_counter() - start
     # kfp.local names a run "<pipeline name>-<timestamp>" under this run's own root (one run there)
-    kfp_runs = [p for p in (args.pipeline_root / run_dir.name).glob(f"{pipeline.name}-*")
-                if re.fullmatch(rf"{re.escape(pipeline.name)}(-\d+){{7}}", p.name)]
+    kfp_runs = [
+        p
+        for p in (args.pipeline_root / run_dir.name).glob(f"{pipeline.name}-*")
+        if re.fullmatch(rf"{re.escape(pipeline.name)}(-\d+){{7}}", p.name)
+    ]
     kfp_run_dir = kfp_runs[0] if len(kfp_runs) == 1 else None
     metrics, reports = runs.collect_task_outputs(kfp_run_dir) if kfp_run_dir else ({}, {})
     report_files = runs.save_reports(run_dir, reports)
     try:
-        events = runs.save_tensorboard(run_dir, Store.from_env(),
-                                       runs.tensorboard_prefixes(kfp_run_dir) if kfp_run_dir else None, run_dir.name)
+        events = runs.save_tensorboard(
+            run_dir, Store.from_env(), runs.tensorboard_prefixes(kfp_run_dir) if kfp_run_dir else None, run_dir.name
+        )
     except UserError as err:  # S3 gone mid-run: the record and the error below still matter more
         console.say(f"TensorBoard events not kept: {err}")
         events = None
     logs = runs.keep_logs(Path(os.environ["TMPDIR"]), run_dir)
-    record = dict(status="failed" if error else "succeeded", elapsed_s=round(elapsed, 1), metrics=metrics,
-                  finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), kfp_run_dir=str(kfp_run_dir or ""),
-                  dataset=runs.delivered_dataset(kfp_run_dir) if kfp_run_dir else {})
+    record = dict(
+        status="failed" if error else "succeeded",
+        elapsed_s=round(elapsed, 1),
+        metrics=metrics,
+        finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        kfp_run_dir=str(kfp_run_dir or ""),
+        dataset=runs.delivered_dataset(kfp_run_dir) if kfp_run_dir else {},
+    )
     if error:
         # The failed task's own error line is on the screen already; its hidden lines (a traceback)
         # come only when there are some, and the closing line names the tasks rather than repeating it.
         console.show_tail("last lines the failed task printed:")
         failed = console.failed
-        what = (f"task {failed[0]} failed" + (f" (and {', '.join(failed[1:])})" if failed[1:] else "")
-                + ": its lines above say why" if failed else local_error_text(error))
-        print(f"error: {what}; full log: {run_dir / 'run.log'}"
-              + (f"; component logs: {run_dir / 'logs'}" if logs else ""), file=sys.stderr)
+        what = (
+            f"task {failed[0]} failed"
+            + (f" (and {', '.join(failed[1:])})" if failed[1:] else "")
+            + ": its lines above say why"
+            if failed
+            else local_error_text(error)
+        )
+        print(
+            f"error: {what}; full log: {run_dir / 'run.log'}"
+            + (f"; component logs: {run_dir / 'logs'}" if logs else ""),
+            file=sys.stderr,
+        )
         why = console.last_line(failed[0]) if failed else ""
         runs.update_run(run_dir, **record, summary=(f"{failed[0]}: {why}" if why else local_error_text(error))[:120])
         return 1
@@ -505,19 +629,30 @@ def _run(pipeline, params, args, console, run_dir) -> int:
         winner = runs.deployed_outputs(kfp_run_dir) if kfp_run_dir else {}
         endpoint, merged_uri = winner.get("endpoint", ""), winner.get("merged_model", "")
         if endpoint:
-            console.say("\n" + endpoint_line(endpoint, metrics.get("deploy", {}), params.get("keep_serving", False),
-                                              served_name))
+            console.say(
+                "\n"
+                + endpoint_line(endpoint, metrics.get("deploy", {}), params.get("keep_serving", False), served_name)
+            )
         if winner.get("trials_endpoint"):  # deploy_all_trials with keep_serving: every trial beside the base
-            console.say(f"trials side by side (still serving): {winner['trials_endpoint']}, models "
-                        f"{winner['trials_models']}")
+            console.say(
+                f"trials side by side (still serving): {winner['trials_endpoint']}, models {winner['trials_models']}"
+            )
             record.update(trials_endpoint=winner["trials_endpoint"])
         console.say(f"pipeline wall time: {elapsed:.1f}s")
         record.update(summary=decision[:120])
     else:
         endpoint = task.outputs["endpoint"]
         # The tuned model answers as served_model_name (beside its base too: that one is '<name>-base').
-        console.say(summarize(metrics, endpoint, params.get("keep_serving", False), elapsed, served_name,
-                              [m["source"] for m in record["dataset"].get("mix", [])]))
+        console.say(
+            summarize(
+                metrics,
+                endpoint,
+                params.get("keep_serving", False),
+                elapsed,
+                served_name,
+                [m["source"] for m in record["dataset"].get("mix", [])],
+            )
+        )
         merged_uri = task.outputs["merged_model"].metadata["uri"]
     record.update(endpoint=endpoint if params.get("keep_serving") and endpoint else "", merged_model=merged_uri)
     runs.update_run(run_dir, **record)  # before copying the model out: a full disk there must not lose the run
@@ -527,18 +662,28 @@ def _run(pipeline, params, args, console, run_dir) -> int:
     # the run, so the model goes into the run's own folder instead.
     not_promoted = metrics.get("evaluate", {}).get("promoted") == 0
     if merged_uri and not_promoted and args.s3_endpoint:
-        console.say(f"merged model: {merged_uri}\n  not copied to {args.output_dir / 'merged-model'} (not promoted: "
-                    f"that keeps the last promoted model); fetch it: python -m trainer download {merged_uri} DIR")
+        console.say(
+            f"merged model: {merged_uri}\n  not copied to {args.output_dir / 'merged-model'} (not promoted: "
+            f"that keeps the last promoted model); fetch it: python -m trainer download {merged_uri} DIR"
+        )
     elif merged_uri:
         try:
             out = export_model(merged_uri, (run_dir if not_promoted else args.output_dir) / "merged-model")
-            console.say(f"merged model: {merged_uri}\n  copied to {out}  " + (
-                f"(not promoted, so not to {args.output_dir / 'merged-model'}, which keeps the last promoted model)"
-                if not_promoted else f"(serve it: python -m trainer serve {out})"))
+            console.say(
+                f"merged model: {merged_uri}\n  copied to {out}  "
+                + (
+                    f"(not promoted, so not to {args.output_dir / 'merged-model'}, which keeps the last promoted model)"
+                    if not_promoted
+                    else f"(serve it: python -m trainer serve {out})"
+                )
+            )
         except UserError as err:
             copy_failed = True
-            print(f"error: the merged model was not copied out: {err}; it stays in the bucket (fetch it later: "
-                  f"python -m trainer download {merged_uri} DIR, with the same S3 settings)", file=sys.stderr)
+            print(
+                f"error: the merged model was not copied out: {err}; it stays in the bucket (fetch it later: "
+                f"python -m trainer download {merged_uri} DIR, with the same S3 settings)",
+                file=sys.stderr,
+            )
             runs.update_run(run_dir, copy_error=str(err))
     console.say("")
     for path in report_files:

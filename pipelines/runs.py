@@ -46,8 +46,10 @@ RECORD = "run.json"
 
 # --- writing a record (run_local)
 
-def new_run(pipeline: str, params: dict[str, Any], runs_dir: Path = RUNS_DIR,
-            defaults: dict[str, Any] | None = None) -> Path:
+
+def new_run(
+    pipeline: str, params: dict[str, Any], runs_dir: Path = RUNS_DIR, defaults: dict[str, Any] | None = None
+) -> Path:
     """Create .runs/<time>-<pipeline>/ with a run.json saying it is running; returns the directory.
     `defaults` (the pipeline's) lets `list` show what each run changed."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -58,11 +60,18 @@ def new_run(pipeline: str, params: dict[str, Any], runs_dir: Path = RUNS_DIR,
             break
         except FileExistsError:
             continue
-    record = {"id": run_dir.name, "pipeline": pipeline, "status": "running",
-              "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "params": params, "metrics": {},
-              "pid": os.getpid(), "host": socket.gethostname(),  # so that a killed run reads as gone
-              "pid_started": _started_at(os.getpid()),  # ... even once its pid is another process's
-              "changed": {k: v for k, v in params.items() if defaults is not None and defaults.get(k) != v}}
+    record = {
+        "id": run_dir.name,
+        "pipeline": pipeline,
+        "status": "running",
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "params": params,
+        "metrics": {},
+        "pid": os.getpid(),
+        "host": socket.gethostname(),  # so that a killed run reads as gone
+        "pid_started": _started_at(os.getpid()),  # ... even once its pid is another process's
+        "changed": {k: v for k, v in params.items() if defaults is not None and defaults.get(k) != v},
+    }
     write_record(run_dir, record)
     return run_dir
 
@@ -110,9 +119,23 @@ def delivered_dataset(kfp_run_dir: Path) -> dict[str, Any]:
     """What the deliver-dataset task made of the data (its artifact's metadata): rows per split, the rows made
     by function masking (irrelevance_share, irrelevance_rows, irrelevance_reply), and a mix's record
     (trainer.data.mix: source, weight, rows read and taken); {} when it did not run."""
-    keys = ("uri", "rows", "irrelevance_share", "irrelevance_rows", "irrelevance_reply", "irrelevance_distractors", "mix")
-    return next(({k: meta[k] for k in keys if k in meta} for task, _, artifact in task_artifacts(kfp_run_dir)
-                 if task.rsplit(".", 1)[-1] == "deliver-dataset" and (meta := artifact.get("metadata") or {})), {})
+    keys = (
+        "uri",
+        "rows",
+        "irrelevance_share",
+        "irrelevance_rows",
+        "irrelevance_reply",
+        "irrelevance_distractors",
+        "mix",
+    )
+    return next(
+        (
+            {k: meta[k] for k in keys if k in meta}
+            for task, _, artifact in task_artifacts(kfp_run_dir)
+            if task.rsplit(".", 1)[-1] == "deliver-dataset" and (meta := artifact.get("metadata") or {})
+        ),
+        {},
+    )
 
 
 def task_artifacts(kfp_run_dir: Path) -> Iterator[tuple[str, str, dict[str, Any]]]:
@@ -149,8 +172,11 @@ def deployed_outputs(kfp_run_dir: Path) -> dict[str, str]:
 
 
 # Titles for the reports this project's components write; others are named after task and output.
-TITLES = {"finetune-report": "Training report", "evaluate-examples": "Evaluation: base vs tuned",
-          "pick-best-summary": "Sweep results"}
+TITLES = {
+    "finetune-report": "Training report",
+    "evaluate-examples": "Evaluation: base vs tuned",
+    "pick-best-summary": "Sweep results",
+}
 
 
 def save_reports(run_dir: Path, reports: dict[str, str]) -> list[Path]:
@@ -167,8 +193,10 @@ def save_reports(run_dir: Path, reports: dict[str, str]) -> list[Path]:
         text = Path(path).read_text()
         name = key.rsplit(".", 1)[-1]  # a sweep's trials: "for-loop-1-iteration-0.evaluate-examples"
         trial = re.search(r"iteration-(\d+)\.", key)
-        title = (f"{TITLES.get(name, name.replace('-', ' '))}{f', trial {trial[1]}' if trial else ''}"
-                 f" — local run {run_dir.name}")
+        title = (
+            f"{TITLES.get(name, name.replace('-', ' '))}{f', trial {trial[1]}' if trial else ''}"
+            f" — local run {run_dir.name}"
+        )
         if text.lstrip().startswith("<"):
             page = re.sub(r"<title>.*?</title>", lambda _: f"<title>{title}</title>", text, count=1, flags=re.S)
         else:
@@ -195,8 +223,13 @@ def keep_logs(tmp_dir: Path, run_dir: Path) -> list[Path]:
 def tensorboard_prefixes(kfp_run_dir: Path) -> list[str]:
     """The TensorBoard prefixes (s3://bucket/runs/<id>/tensorboard) of a kfp.local run's finetune
     tasks, from their adapters' metadata: one per trial in a sweep."""
-    return sorted({uri for _, _, artifact in task_artifacts(kfp_run_dir)
-                   if (uri := (artifact.get("metadata") or {}).get("tensorboard_uri"))})
+    return sorted(
+        {
+            uri
+            for _, _, artifact in task_artifacts(kfp_run_dir)
+            if (uri := (artifact.get("metadata") or {}).get("tensorboard_uri"))
+        }
+    )
 
 
 LOCAL_RUN_MARK = "local-run"  # runs/<id>/local-run/<run_local's run name>: written by the finetune component
@@ -211,16 +244,20 @@ def save_tensorboard(run_dir: Path, store, prefixes: list[str] | None = None, lo
     from minio.error import S3Error
 
     try:
-        listed = store._call("TensorBoard listing", lambda: list(store.client.list_objects(
-            store.bucket, prefix="runs/", recursive=True)))
+        listed = store._call(
+            "TensorBoard listing", lambda: list(store.client.list_objects(store.bucket, prefix="runs/", recursive=True))
+        )
     except S3Error as err:
         if err.code == "NoSuchBucket":  # every task failed before writing anything: no events
             return None
         raise
     own = [p.split("/", 3)[3].rstrip("/") + "/" for p in prefixes or [] if p.count("/") >= 3]
     if not own and local_run:
-        own = [o.object_name.rsplit(f"/{LOCAL_RUN_MARK}/", 1)[0] + "/tensorboard/" for o in listed
-               if o.object_name.endswith(f"/{LOCAL_RUN_MARK}/{local_run}")]
+        own = [
+            o.object_name.rsplit(f"/{LOCAL_RUN_MARK}/", 1)[0] + "/tensorboard/"
+            for o in listed
+            if o.object_name.endswith(f"/{LOCAL_RUN_MARK}/{local_run}")
+        ]
     if not own:
         return None
 
@@ -258,22 +295,40 @@ def read_record(run_dir: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:  # Recursion: nested past json's depth
         record, problem = {}, f"unreadable {RECORD} ({type(err).__name__}: {str(err)[:80]})"
     if not problem:
-        wrong = [k for k, kind in (("params", dict), ("metrics", dict), ("changed", dict), ("started", str),
-                                   ("elapsed_s", (int, float)), ("status", str), ("summary", str))
-                 if k in record and not isinstance(record[k], kind)]
+        wrong = [
+            k
+            for k, kind in (
+                ("params", dict),
+                ("metrics", dict),
+                ("changed", dict),
+                ("started", str),
+                ("elapsed_s", (int, float)),
+                ("status", str),
+                ("summary", str),
+            )
+            if k in record and not isinstance(record[k], kind)
+        ]
         if "elapsed_s" in record and "elapsed_s" not in wrong and not _real(record["elapsed_s"]):
             wrong.append("elapsed_s (a finite number of seconds)")
         if isinstance(record.get("metrics"), dict) and not all(
-                isinstance(ms, dict) and all(isinstance(v, (int, float)) for v in ms.values())
-                for ms in record["metrics"].values()):
+            isinstance(ms, dict) and all(isinstance(v, (int, float)) for v in ms.values())
+            for ms in record["metrics"].values()
+        ):
             wrong.append("metrics (each task's must be names and numbers)")
         problem = f"{RECORD} field(s) of the wrong type: {', '.join(wrong)}" if wrong else ""
     if problem:
-        record = {"status": "broken", "summary": f"{problem}; remove {run_dir} if the run is gone",
-                  "started": "", "params": {}, "metrics": {}}
+        record = {
+            "status": "broken",
+            "summary": f"{problem}; remove {run_dir} if the run is gone",
+            "started": "",
+            "params": {},
+            "metrics": {},
+        }
     # What a hand edit (or a bug) can put there must not reach the terminal or the tables as if measured: a NaN or
     # infinite metric reads as not measured (blank); control characters (a newline, an escape sequence) as spaces.
-    record["metrics"] = {task: {k: v for k, v in ms.items() if _real(v)} for task, ms in record.get("metrics", {}).items()}
+    record["metrics"] = {
+        task: {k: v for k, v in ms.items() if _real(v)} for task, ms in record.get("metrics", {}).items()
+    }
     for key in ("summary", "status", "started", "pipeline"):
         if isinstance(record.get(key), str):
             record[key] = _CONTROL.sub(" ", record[key])
@@ -377,13 +432,23 @@ def list_table(runs: list[dict[str, Any]]) -> str:
     for r in runs:
         ms = r.get("metrics", {})
         ev = ms.get("evaluate") or ms.get("pick-best") or {}  # a sweep: the winner's numbers
-        acc = (f"{ev['base_fc_accuracy']:.1%} -> {ev['tuned_fc_accuracy']:.1%}"
-               if {"base_fc_accuracy", "tuned_fc_accuracy"} <= set(ev) else "")
+        acc = (
+            f"{ev['base_fc_accuracy']:.1%} -> {ev['tuned_fc_accuracy']:.1%}"
+            if {"base_fc_accuracy", "tuned_fc_accuracy"} <= set(ev)
+            else ""
+        )
         if ev.get("fc_rows", 1) == 0:  # no tool-call rows to score: 0% would read as a measurement
             acc = "n/a (0 rows)"
         changed = ", ".join(f"{k}={_fmt(v)}" for k, v in r.get("changed", {}).items()) or "defaults"
-        rows.append((r["id"], r.get("status", "?"), f"{r['elapsed_s']:.0f}s" if "elapsed_s" in r else "", acc,
-                     r.get("summary") or changed))
+        rows.append(
+            (
+                r["id"],
+                r.get("status", "?"),
+                f"{r['elapsed_s']:.0f}s" if "elapsed_s" in r else "",
+                acc,
+                r.get("summary") or changed,
+            )
+        )
     return _shown_table(rows, ("run", "status", "time", "fc accuracy", "parameters set (or what happened)"))
 
 
@@ -415,9 +480,11 @@ def tensorboard_command(runs: list[dict[str, Any]]) -> list[str]:
     """`tensorboard --logdir_spec name:dir,...` over the runs that have event files."""
     spec = [f"{r['id']}:{Path(r['dir']) / 'tensorboard'}" for r in runs if (Path(r["dir"]) / "tensorboard").is_dir()]
     if not spec:
-        raise UserError(f"none of the runs {', '.join(r['id'] for r in runs)} has TensorBoard events (a run that "
-                        "failed before training has none): name others, or leave the ids out for the latest runs "
-                        "that have some (-n N for how many)")
+        raise UserError(
+            f"none of the runs {', '.join(r['id'] for r in runs)} has TensorBoard events (a run that "
+            "failed before training has none): name others, or leave the ids out for the latest runs "
+            "that have some (-n N for how many)"
+        )
     exe = shutil.which("tensorboard") or str(Path(sys.executable).parent / "tensorboard")
     return [exe, "--logdir_spec", ",".join(spec)]
 
@@ -426,19 +493,30 @@ def tensorboard_missing(exe: str) -> str:
     """Why `exe` cannot be started ('' when it can): said before exec, which would raise a traceback."""
     if Path(exe).is_file() and os.access(exe, os.X_OK):
         return ""
-    return (f"tensorboard is not installed here ({exe} not found): pip install tensorboard, or run the printed "
-            "command where it is")
+    return (
+        f"tensorboard is not installed here ({exe} not found): pip install tensorboard, or run the printed "
+        "command where it is"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipelines.runs", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=("list", "compare", "tensorboard"),
-                        help="list: one line per run; compare: parameters that differ and metrics side by side; "
-                             "tensorboard: the command that shows the runs' training curves")
+    parser = argparse.ArgumentParser(
+        prog="python -m pipelines.runs", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "command",
+        choices=("list", "compare", "tensorboard"),
+        help="list: one line per run; compare: parameters that differ and metrics side by side; "
+        "tensorboard: the command that shows the runs' training curves",
+    )
     parser.add_argument("runs", nargs="*", metavar="RUN", help="run ids (default: the last -n runs)")
-    parser.add_argument("-n", "--last", type=int, default=None,
-                        help="how many of the latest runs (default: all for list, 2 for compare and tensorboard)")
+    parser.add_argument(
+        "-n",
+        "--last",
+        type=int,
+        default=None,
+        help="how many of the latest runs (default: all for list, 2 for compare and tensorboard)",
+    )
     parser.add_argument("--all-params", action="store_true", help="compare: show parameters that are equal too")
     parser.add_argument("--launch", action="store_true", help="tensorboard: start it (Ctrl-C stops)")
     parser.add_argument("--runs-dir", type=Path, default=RUNS_DIR, help="where run_local keeps runs (default ./.runs)")
@@ -451,8 +529,10 @@ def main(argv: list[str] | None = None) -> int:
     with exit_on_user_error():
         for flag, command in (("all_params", "compare"), ("launch", "tensorboard")):  # else silently ignored
             if getattr(args, flag) and args.command != command:
-                raise UserError(f"--{flag.replace('_', '-')} applies to `{command}`, not `{args.command}`: drop it, or "
-                                f"run python -m pipelines.runs {command} --{flag.replace('_', '-')}")
+                raise UserError(
+                    f"--{flag.replace('_', '-')} applies to `{command}`, not `{args.command}`: drop it, or "
+                    f"run python -m pipelines.runs {command} --{flag.replace('_', '-')}"
+                )
         if args.last is not None and args.last < 1:
             raise UserError(f"-n {args.last}: give how many of the latest runs to show, at least 1 (e.g. -n 2)")
         runs = load_runs(args.runs_dir)
@@ -462,8 +542,10 @@ def main(argv: list[str] | None = None) -> int:
             # The latest runs that have curves: a failed run just before must not hide the one before it.
             with_events = [r for r in runs if (Path(r["dir"]) / "tensorboard").is_dir()]
             if not with_events:
-                raise UserError(f"none of the {len(runs)} runs under {args.runs_dir} has TensorBoard events (a run "
-                                "that failed before training has none); see: python -m pipelines.runs list")
+                raise UserError(
+                    f"none of the {len(runs)} runs under {args.runs_dir} has TensorBoard events (a run "
+                    "that failed before training has none); see: python -m pipelines.runs list"
+                )
             runs = with_events
         if args.command == "compare" and not args.runs:  # the latest runs it can compare: a broken record has nothing
             runs = [r for r in runs if r.get("status") != "broken"] or runs  # (list names it, and why)

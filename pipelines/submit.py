@@ -57,26 +57,42 @@ WAIT_S = 24 * 3600  # --wait's default limit
 
 def option_problems(args: argparse.Namespace) -> list[str]:
     """The command's own options: KFP would refuse a blank name only after the upload."""
-    problems = [f"--{opt.replace('_', '-')} is empty: give a name, e.g. --{opt.replace('_', '-')} llm-finetune"
-                for opt in ("experiment", "run_name")
-                if getattr(args, opt) is not None and not getattr(args, opt).strip()]
+    problems = [
+        f"--{opt.replace('_', '-')} is empty: give a name, e.g. --{opt.replace('_', '-')} llm-finetune"
+        for opt in ("experiment", "run_name")
+        if getattr(args, opt) is not None and not getattr(args, opt).strip()
+    ]
     if args.parallelism is not None and args.parallelism < 0:  # as KFP's ParallelFor: 0 is no limit
-        problems.append(f"--parallelism {args.parallelism}: give how many sweep trials run at once, e.g. "
-                        "--parallelism 2, or 0 for all at once (KFP's ParallelFor meaning of 0)")
+        problems.append(
+            f"--parallelism {args.parallelism}: give how many sweep trials run at once, e.g. "
+            "--parallelism 2, or 0 for all at once (KFP's ParallelFor meaning of 0)"
+        )
     if args.host and not args.dry_run and (at := settings.url_credentials(args.host)):
-        problems.append(f"--host / KFP_HOST {at!r} carries a user name or password in the URL, which would end up in "
-                        "logs and the printed run URL: drop it and put a bearer token in KFP_TOKEN")
+        problems.append(
+            f"--host / KFP_HOST {at!r} carries a user name or password in the URL, which would end up in "
+            "logs and the printed run URL: drop it and put a bearer token in KFP_TOKEN"
+        )
     if args.wait and args.recurring is not None:
-        problems.append("--wait follows one run, but --recurring creates a schedule whose runs start later: "
-                        "drop --wait (the schedule's runs are listed under the recurring run's URL)")
+        problems.append(
+            "--wait follows one run, but --recurring creates a schedule whose runs start later: "
+            "drop --wait (the schedule's runs are listed under the recurring run's URL)"
+        )
     if args.recurring is None:
-        given = [flag for flag, value in (("--start-time", args.start_time), ("--end-time", args.end_time),
-                                          ("--max-concurrency", args.max_concurrency),
-                                          ("--catchup", args.catchup or None))
-                 if value is not None]
+        given = [
+            flag
+            for flag, value in (
+                ("--start-time", args.start_time),
+                ("--end-time", args.end_time),
+                ("--max-concurrency", args.max_concurrency),
+                ("--catchup", args.catchup or None),
+            )
+            if value is not None
+        ]
         if given:
-            problems.append(f"{', '.join(given)} set(s) a recurring run's schedule, but there is no --recurring: "
-                            "add --recurring '0 0 3 * * *' (or @daily, @every 6h), or drop them")
+            problems.append(
+                f"{', '.join(given)} set(s) a recurring run's schedule, but there is no --recurring: "
+                "add --recurring '0 0 3 * * *' (or @daily, @every 6h), or drop them"
+            )
     if args.timeout is not None and args.timeout <= 0:
         problems.append(f"--timeout {args.timeout}: give the --wait limit in seconds, e.g. --timeout 86400")
     elif args.timeout is not None and not args.wait:  # as --catchup without --recurring: it would do nothing
@@ -86,14 +102,17 @@ def option_problems(args: argparse.Namespace) -> list[str]:
 
         problems += rules.dns1123_label(args.kfp_namespace, "--kfp-namespace")
     if not args.dry_run and not (args.host or "").strip():  # with the other problems, not after them
-        problems.append("no KFP host: pass --host URL or set KFP_HOST (e.g. http://localhost:8080 after "
-                        "`kubectl port-forward -n kubeflow svc/ml-pipeline-ui 8080:80`), or --dry-run to contact "
-                        "nothing")
+        problems.append(
+            "no KFP host: pass --host URL or set KFP_HOST (e.g. http://localhost:8080 after "
+            "`kubectl port-forward -n kubeflow svc/ml-pipeline-ui 8080:80`), or --dry-run to contact "
+            "nothing"
+        )
     return problems
 
 
-def validate(params: dict[str, Any], recurring: str | None = None, extra: list[str] | tuple = (),
-             sweep: bool = False) -> None:
+def validate(
+    params: dict[str, Any], recurring: str | None = None, extra: list[str] | tuple = (), sweep: bool = False
+) -> None:
     """Every parameter with the rules of the validate-params step, plus what only a cluster
     refuses (local paths, launcher=local) and the --recurring schedule: all before anything
     is compiled, uploaded or contacted."""
@@ -120,8 +139,9 @@ def _time(raw: str, flag: str, problems: list[str]):
     try:
         when = datetime.fromisoformat(raw.strip())
     except ValueError:
-        problems.append(f"{flag} {raw!r} is not a date and time: give RFC 3339 with a zone, e.g. "
-                        f"{flag} 2026-12-01T03:00:00Z")
+        problems.append(
+            f"{flag} {raw!r} is not a date and time: give RFC 3339 with a zone, e.g. {flag} 2026-12-01T03:00:00Z"
+        )
         return None
     if when.tzinfo is None:  # UTC or the local zone would each be a guess, hours apart
         # Suggested in the full form: '2026-12-01Z' (a date alone with a zone) is not ISO 8601.
@@ -143,15 +163,21 @@ def schedule_problems(args: argparse.Namespace, now=None) -> list[str]:
     start = _time(args.start_time, "--start-time", problems) if args.start_time is not None else None
     end = _time(args.end_time, "--end-time", problems) if args.end_time is not None else None
     if end is not None and end <= now:
-        problems.append(f"--end-time {args.end_time} is in the past (now {now:%Y-%m-%dT%H:%M:%SZ}): the schedule "
-                        "would never start a run; give a later end, or none")
+        problems.append(
+            f"--end-time {args.end_time} is in the past (now {now:%Y-%m-%dT%H:%M:%SZ}): the schedule "
+            "would never start a run; give a later end, or none"
+        )
     elif start is not None and end is not None and end <= start:
-        problems.append(f"--end-time {args.end_time} is not after --start-time {args.start_time}: the schedule would "
-                        "never start a run")
+        problems.append(
+            f"--end-time {args.end_time} is not after --start-time {args.start_time}: the schedule would "
+            "never start a run"
+        )
     if args.max_concurrency is not None and not 1 <= args.max_concurrency <= MAX_CONCURRENCY:
-        problems.append(f"--max-concurrency {args.max_concurrency}: KFP takes 1 to {MAX_CONCURRENCY} runs of a "
-                        "recurring run at once, e.g. --max-concurrency 1 (the default: a run that overruns its "
-                        "interval delays the next)")
+        problems.append(
+            f"--max-concurrency {args.max_concurrency}: KFP takes 1 to {MAX_CONCURRENCY} runs of a "
+            "recurring run at once, e.g. --max-concurrency 1 (the default: a run that overruns its "
+            "interval delays the next)"
+        )
     return problems
 
 
@@ -165,12 +191,17 @@ def schedule_notes(args: argparse.Namespace, now=None) -> None:
         return
     if args.catchup:
         n = missed_runs(args.recurring, start, now)
-        print(f"note: --start-time {args.start_time} is in the past and --catchup is on: KFP starts the "
-              f"{n:,}{'+' if n >= 10_000 else ''} run(s) scheduled since then, {args.max_concurrency or 1} at a time",
-              file=sys.stderr)
+        print(
+            f"note: --start-time {args.start_time} is in the past and --catchup is on: KFP starts the "
+            f"{n:,}{'+' if n >= 10_000 else ''} run(s) scheduled since then, {args.max_concurrency or 1} at a time",
+            file=sys.stderr,
+        )
     else:
-        print(f"note: --start-time {args.start_time} is in the past: the first run is the next scheduled time "
-              "from now (no catch-up; --catchup would start the missed ones)", file=sys.stderr)
+        print(
+            f"note: --start-time {args.start_time} is in the past: the first run is the next scheduled time "
+            "from now (no catch-up; --catchup would start the missed ones)",
+            file=sys.stderr,
+        )
 
 
 def missed_runs(schedule: str, start, now, cap: int = 10_000) -> int:
@@ -202,8 +233,10 @@ def check_host(host: str, token: str | None, timeout: float = PROBE_TIMEOUT_S) -
     import urllib.request
 
     url = f"{host.rstrip('/')}/apis/v2beta1/healthz"
-    fix = ("check --host / KFP_HOST (e.g. http://localhost:8080 while `kubectl port-forward -n kubeflow "
-           "svc/ml-pipeline-ui 8080:80` runs)")
+    fix = (
+        "check --host / KFP_HOST (e.g. http://localhost:8080 while `kubectl port-forward -n kubeflow "
+        "svc/ml-pipeline-ui 8080:80` runs)"
+    )
     if bad := settings.url_problem(host):
         raise UserError(f"--host {host!r} is not an http(s):// URL ({bad}); {fix}")
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
@@ -214,15 +247,19 @@ def check_host(host: str, token: str | None, timeout: float = PROBE_TIMEOUT_S) -
             answer = json.loads(body or b"{}")
         except ValueError:  # e.g. Kubeflow's Dex/oauth2-proxy login page after a redirect: not the API
             moved = f" (redirected to {final})" if final != url else ""
-            raise UserError(f"{host} answered {url}{moved} with a web page, not KFP's API: a login page means the "
-                            "gateway wants credentials: set KFP_TOKEN to a token it accepts, or use "
-                            "`kubectl port-forward -n kubeflow svc/ml-pipeline-ui 8080:80` and --host "
-                            "http://localhost:8080") from None
+            raise UserError(
+                f"{host} answered {url}{moved} with a web page, not KFP's API: a login page means the "
+                "gateway wants credentials: set KFP_TOKEN to a token it accepts, or use "
+                "`kubectl port-forward -n kubeflow svc/ml-pipeline-ui 8080:80` and --host "
+                "http://localhost:8080"
+            ) from None
         return answer if isinstance(answer, dict) else {}
     except urllib.error.HTTPError as err:
         if err.code in (401, 403):
-            raise UserError(f"KFP at {host} refused the request (HTTP {err.code}): set KFP_TOKEN to a valid bearer "
-                            "token for this endpoint") from None
+            raise UserError(
+                f"KFP at {host} refused the request (HTTP {err.code}): set KFP_TOKEN to a valid bearer "
+                "token for this endpoint"
+            ) from None
         raise UserError(f"{host} answered HTTP {err.code} for {url}: is it the KFP API endpoint? {fix}") from None
     except (urllib.error.URLError, OSError, ValueError) as err:
         reason = getattr(err, "reason", err)
@@ -246,11 +283,16 @@ def sweep_dry_run_objects(params: dict[str, Any]) -> list:
 
         name = params["served_model_name"]
         side_by_side = vllm.ServeSpec(
-            name=f"{name}-base", model_uri="s3://<bucket>/models/<from deliver-model>", gpus=base["serve_gpus"],
-            cluster=cluster_from_params(base), vllm_image=base.get("vllm_image", ""),
-            adapters=vllm.trial_adapters(name, [f"s3://<bucket>/models/<from-trial-{i}>"
-                                                for i in range(len(params["trials"]))]),
-            max_lora_rank=max(int(t["lora_r"]) for t in params["trials"]))
+            name=f"{name}-base",
+            model_uri="s3://<bucket>/models/<from deliver-model>",
+            gpus=base["serve_gpus"],
+            cluster=cluster_from_params(base),
+            vllm_image=base.get("vllm_image", ""),
+            adapters=vllm.trial_adapters(
+                name, [f"s3://<bucket>/models/<from-trial-{i}>" for i in range(len(params["trials"]))]
+            ),
+            max_lora_rank=max(int(t["lora_r"]) for t in params["trials"]),
+        )
         objects += deploy.backend_module(params["deploy_backend"]).build(side_by_side)
     return objects
 
@@ -267,19 +309,26 @@ def dry_run_objects(params: dict[str, Any], name: str = "") -> list:
     spec = cluster_from_params(params)
     objects = []
     if params["launcher"] != "local":
-        cfg = TrainConfig.from_params(params, model_uri="s3://<bucket>/models/<from deliver-model>",
-                                      dataset_uri="s3://<bucket>/datasets/<from deliver-dataset>",
-                                      output_prefix="runs/<run id>")
+        cfg = TrainConfig.from_params(
+            params,
+            model_uri="s3://<bucket>/models/<from deliver-model>",
+            dataset_uri="s3://<bucket>/datasets/<from deliver-dataset>",
+            output_prefix="runs/<run id>",
+        )
         build = build_trainjob if params["launcher"] == "trainjob" else build_pytorchjob
         objects.append(build(name or job_name("run-id"), cfg.to_args(), spec))
     if params["deploy_backend"] in deploy.CLUSTER_BACKENDS:
         name, side_by_side = params["served_model_name"], params.get("serve_adapters", False)
         serve = vllm.ServeSpec(
-            name=f"{name}-base" if side_by_side else name, gpus=params["serve_gpus"], cluster=spec,
-            model_uri="s3://<bucket>/models/<from deliver-model>" if side_by_side
+            name=f"{name}-base" if side_by_side else name,
+            gpus=params["serve_gpus"],
+            cluster=spec,
+            model_uri="s3://<bucket>/models/<from deliver-model>"
+            if side_by_side
             else "s3://<bucket>/models/<from merge-lora>",
             adapters={name: "s3://<bucket>/models/<from finetune>"} if side_by_side else {},
-            vllm_image=params.get("vllm_image", ""))
+            vllm_image=params.get("vllm_image", ""),
+        )
         objects += deploy.backend_module(params["deploy_backend"]).build(serve)
     return objects
 
@@ -290,12 +339,25 @@ def registry_calls(params: dict[str, Any]) -> list[str]:
         return []
     from trainer.store.registry import Registration, lineage, plan
 
-    meta = lineage(params["model_source"], params["model_revision"], "s3://<bucket>/datasets/<from deliver-dataset>",
-                   {"<every train metric>": 0.0}, {"<every eval metric>": 0.0}, "<run id>")
-    return plan(Registration(address=params["registry_address"], name=params["served_model_name"],
-                             version="<run name>", run_id="<run id>", metadata=meta,
-                             model_uri="s3://<bucket>/models/<from merge-lora>",
-                             adapter_uri="s3://<bucket>/models/<from finetune>" if params["method"] in ADAPTER_METHODS else ""))
+    meta = lineage(
+        params["model_source"],
+        params["model_revision"],
+        "s3://<bucket>/datasets/<from deliver-dataset>",
+        {"<every train metric>": 0.0},
+        {"<every eval metric>": 0.0},
+        "<run id>",
+    )
+    return plan(
+        Registration(
+            address=params["registry_address"],
+            name=params["served_model_name"],
+            version="<run name>",
+            run_id="<run id>",
+            metadata=meta,
+            model_uri="s3://<bucket>/models/<from merge-lora>",
+            adapter_uri="s3://<bucket>/models/<from finetune>" if params["method"] in ADAPTER_METHODS else "",
+        )
+    )
 
 
 def package(out_dir: Path, pipeline=finetune_pipeline) -> tuple[Path, str]:
@@ -315,12 +377,16 @@ def upload(client, path: Path, digest: str, pipeline=finetune_pipeline) -> tuple
     version_name = f"{pipeline.name}-{digest}"
     pipeline_id = client.get_pipeline_id(pipeline.name)
     if pipeline_id is None:
-        pipeline_id = client.upload_pipeline(str(path), pipeline_name=pipeline.name,
-                                             description=pipeline.description).pipeline_id
+        pipeline_id = client.upload_pipeline(
+            str(path), pipeline_name=pipeline.name, description=pipeline.description
+        ).pipeline_id
     # Asked by name: a pipeline with many versions lists them over many pages.
     by_name = json.dumps({"predicates": [{"key": "display_name", "operation": "EQUALS", "string_value": version_name}]})
-    existing = [v for v in client.list_pipeline_versions(pipeline_id, page_size=10, filter=by_name).pipeline_versions
-                or [] if v.display_name == version_name]
+    existing = [
+        v
+        for v in client.list_pipeline_versions(pipeline_id, page_size=10, filter=by_name).pipeline_versions or []
+        if v.display_name == version_name
+    ]
     if existing:
         return pipeline_id, existing[0].pipeline_version_id
     version = client.upload_pipeline_version(str(path), pipeline_version_name=version_name, pipeline_id=pipeline_id)
@@ -333,29 +399,46 @@ def compile_package(pipeline=finetune_pipeline) -> tuple[Path, str]:
     try:
         tmp = Path(tempfile.mkdtemp(prefix="llm-finetune-submit-"))
     except OSError as err:
-        raise UserError(f"cannot create a temporary directory to compile the pipeline in "
-                        f"({err.strerror or err}: {err.filename or tempfile.gettempdir()}): point TMPDIR at a "
-                        "writable directory with free space, e.g. TMPDIR=$HOME/tmp") from None
+        raise UserError(
+            f"cannot create a temporary directory to compile the pipeline in "
+            f"({err.strerror or err}: {err.filename or tempfile.gettempdir()}): point TMPDIR at a "
+            "writable directory with free space, e.g. TMPDIR=$HOME/tmp"
+        ) from None
     try:
         return package(tmp, pipeline)
     except OSError as err:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise UserError(f"cannot write the compiled pipeline to {tmp} ({err.strerror or err}): free disk space "
-                        "there or point TMPDIR at a writable directory with free space") from None
+        raise UserError(
+            f"cannot write the compiled pipeline to {tmp} ({err.strerror or err}): free disk space "
+            "there or point TMPDIR at a writable directory with free space"
+        ) from None
 
 
 def existing_recurring_runs(client, experiment_id: str, name: str, namespace: str | None) -> list:
     """Recurring runs of this experiment already named `name`: KFP would accept a second one with
     the same name, and both schedules would start runs."""
     by_name = json.dumps({"predicates": [{"key": "display_name", "operation": "EQUALS", "string_value": name}]})
-    found = client.list_recurring_runs(experiment_id=experiment_id, namespace=namespace, page_size=10,
-                                       filter=by_name).recurring_runs or []
+    found = (
+        client.list_recurring_runs(
+            experiment_id=experiment_id, namespace=namespace, page_size=10, filter=by_name
+        ).recurring_runs
+        or []
+    )
     return [job for job in found if job.display_name == name]
 
 
-def submit(client, params: dict[str, Any], experiment: str, run_name: str, recurring: str | None,
-           host: str, pipeline=finetune_pipeline, namespace: str | None = None,
-           schedule: dict[str, Any] | None = None, packaged: tuple[Path, str] | None = None) -> dict[str, Any]:
+def submit(
+    client,
+    params: dict[str, Any],
+    experiment: str,
+    run_name: str,
+    recurring: str | None,
+    host: str,
+    pipeline=finetune_pipeline,
+    namespace: str | None = None,
+    schedule: dict[str, Any] | None = None,
+    packaged: tuple[Path, str] | None = None,
+) -> dict[str, Any]:
     """Upload (or reuse) the package and create the run or recurring run. `schedule`: the
     recurring run's start_time, end_time, max_concurrency, no_catchup (checked by schedule_problems)."""
     path, digest = packaged or compile_package(pipeline)
@@ -368,53 +451,108 @@ def submit(client, params: dict[str, Any], experiment: str, run_name: str, recur
     if recurring:  # the schedule was checked by validate(), before the upload above
         same = existing_recurring_runs(client, experiment_id, run_name, namespace)
         if enabled := [job for job in same if str(job.status).upper() != "DISABLED"]:
-            raise UserError(f"experiment {experiment!r} already has a recurring run named {run_name!r} "
-                            f"({host.rstrip('/')}/#/recurringrun/details/{enabled[0].recurring_run_id}); a second one "
-                            "would start runs on its own schedule too: pick another --run-name, or disable or "
-                            "delete that one in the KFP UI (Recurring Runs) first")
+            raise UserError(
+                f"experiment {experiment!r} already has a recurring run named {run_name!r} "
+                f"({host.rstrip('/')}/#/recurringrun/details/{enabled[0].recurring_run_id}); a second one "
+                "would start runs on its own schedule too: pick another --run-name, or disable or "
+                "delete that one in the KFP UI (Recurring Runs) first"
+            )
         if same:  # only disabled ones: replacing a paused schedule is what this usually is
-            print(f"note: experiment {experiment!r} also has {len(same)} disabled recurring run(s) named "
-                  f"{run_name!r}; enabling one again would start runs beside this one", file=sys.stderr)
+            print(
+                f"note: experiment {experiment!r} also has {len(same)} disabled recurring run(s) named "
+                f"{run_name!r}; enabling one again would start runs beside this one",
+                file=sys.stderr,
+            )
         schedule = {"max_concurrency": 1, "no_catchup": True, **(schedule or {})}
-        job = client.create_recurring_run(experiment_id, run_name, cron_expression=recurring.strip(),
-                                          pipeline_id=pipeline_id, version_id=version_id, params=params, **schedule)
-        return {"recurring_run_id": job.recurring_run_id, "pipeline_id": pipeline_id, "version_id": version_id,
-                "url": f"{host.rstrip('/')}/#/recurringrun/details/{job.recurring_run_id}"}
+        job = client.create_recurring_run(
+            experiment_id,
+            run_name,
+            cron_expression=recurring.strip(),
+            pipeline_id=pipeline_id,
+            version_id=version_id,
+            params=params,
+            **schedule,
+        )
+        return {
+            "recurring_run_id": job.recurring_run_id,
+            "pipeline_id": pipeline_id,
+            "version_id": version_id,
+            "url": f"{host.rstrip('/')}/#/recurringrun/details/{job.recurring_run_id}",
+        }
     run = client.run_pipeline(experiment_id, run_name, pipeline_id=pipeline_id, version_id=version_id, params=params)
-    return {"run_id": run.run_id, "pipeline_id": pipeline_id, "version_id": version_id,
-            "url": f"{host.rstrip('/')}/#/runs/details/{run.run_id}"}
+    return {
+        "run_id": run.run_id,
+        "pipeline_id": pipeline_id,
+        "version_id": version_id,
+        "url": f"{host.rstrip('/')}/#/runs/details/{run.run_id}",
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipelines.submit", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pipeline", choices=("finetune", "sweep"), default="finetune",
-                        help="finetune: one training run (default); sweep: parallel LoRA trials, the best deployed")
-    parser.add_argument("--parallelism", type=int, default=None,
-                        help="sweep: trials running at once, compiled into the pipeline (default 2; 0: all at once, "
-                             "as KFP's ParallelFor); not used by the finetune pipeline")
+    parser = argparse.ArgumentParser(
+        prog="python -m pipelines.submit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--pipeline",
+        choices=("finetune", "sweep"),
+        default="finetune",
+        help="finetune: one training run (default); sweep: parallel LoRA trials, the best deployed",
+    )
+    parser.add_argument(
+        "--parallelism",
+        type=int,
+        default=None,
+        help="sweep: trials running at once, compiled into the pipeline (default 2; 0: all at once, "
+        "as KFP's ParallelFor); not used by the finetune pipeline",
+    )
     parser.add_argument("--host", default=os.environ.get("KFP_HOST"), help="KFP API endpoint (or KFP_HOST)")
-    parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
-                        help="a pipeline parameter, repeatable (--list-params lists them)")
-    parser.add_argument("--list-params", action="store_true",
-                        help="print the --pipeline's parameters with defaults and descriptions, then exit")
+    parser.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a pipeline parameter, repeatable (--list-params lists them)",
+    )
+    parser.add_argument(
+        "--list-params",
+        action="store_true",
+        help="print the --pipeline's parameters with defaults and descriptions, then exit",
+    )
     parser.add_argument("--experiment", default="llm-finetune", help="KFP experiment, created if missing")
-    parser.add_argument("--kfp-namespace", default=None, metavar="PROFILE",
-                        help="multi-user Kubeflow: the profile namespace of the experiment and its runs "
-                             "(default: the namespace parameter)")
+    parser.add_argument(
+        "--kfp-namespace",
+        default=None,
+        metavar="PROFILE",
+        help="multi-user Kubeflow: the profile namespace of the experiment and its runs "
+        "(default: the namespace parameter)",
+    )
     parser.add_argument("--run-name", default=None, help="the run's name in the KFP UI (default: the pipeline's name)")
-    parser.add_argument("--recurring", metavar="CRON",
-                        help="create a recurring run instead: 6-field cron ('0 0 3 * * *'), @daily, @every 6h")
-    parser.add_argument("--start-time", metavar="TIME",
-                        help="--recurring: first possible run, RFC 3339 with a zone (2026-12-01T03:00:00Z); "
-                             "default now")
-    parser.add_argument("--end-time", metavar="TIME",
-                        help="--recurring: no runs after this time (RFC 3339 with a zone)")
-    parser.add_argument("--max-concurrency", type=int, default=None, metavar="N",
-                        help=f"--recurring: runs of the schedule at once, 1-{MAX_CONCURRENCY} (default 1)")
-    parser.add_argument("--catchup", action="store_true",
-                        help="--recurring: start the runs missed while the schedule was paused or before now "
-                             "(default: no catch-up, the next run is the next scheduled time)")
+    parser.add_argument(
+        "--recurring",
+        metavar="CRON",
+        help="create a recurring run instead: 6-field cron ('0 0 3 * * *'), @daily, @every 6h",
+    )
+    parser.add_argument(
+        "--start-time",
+        metavar="TIME",
+        help="--recurring: first possible run, RFC 3339 with a zone (2026-12-01T03:00:00Z); default now",
+    )
+    parser.add_argument(
+        "--end-time", metavar="TIME", help="--recurring: no runs after this time (RFC 3339 with a zone)"
+    )
+    parser.add_argument(
+        "--max-concurrency",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"--recurring: runs of the schedule at once, 1-{MAX_CONCURRENCY} (default 1)",
+    )
+    parser.add_argument(
+        "--catchup",
+        action="store_true",
+        help="--recurring: start the runs missed while the schedule was paused or before now "
+        "(default: no catch-up, the next run is the next scheduled time)",
+    )
     parser.add_argument("--wait", action="store_true", help="follow the run to its end")
     parser.add_argument("--timeout", type=int, default=None, help=f"--wait limit in seconds (default {WAIT_S})")
     parser.add_argument("--dry-run", action="store_true", help="print the Kubernetes objects; contact nothing")
@@ -429,8 +567,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             pipeline = finetune_pipeline
             if args.parallelism is not None and args.parallelism >= 0:  # as for the sweep: scripts may pass it to both
-                print(f"note: --parallelism {args.parallelism} applies to --pipeline sweep only; the finetune "
-                      "pipeline runs one training", file=sys.stderr)
+                print(
+                    f"note: --parallelism {args.parallelism} applies to --pipeline sweep only; the finetune "
+                    "pipeline runs one training",
+                    file=sys.stderr,
+                )
         if args.list_params:
             from pipelines.run_local import params_help
 
@@ -438,21 +579,30 @@ def main(argv: list[str] | None = None) -> int:
             # The defaults above are the compiled pipeline's (the KFP UI's), which are run_local's: two of them
             # a submitted run does not keep.
             *others, last = deploy.CLUSTER_BACKENDS
-            print(f"\nsubmit: launcher not given is {SUBMIT_LAUNCHER} (launcher=local trains inside one pipeline pod, "
-                  f"which a cluster refuses); deploy_backend must be given: {', '.join(others)} or {last} (local "
-                  "would serve inside the pipeline pod, whose image has no vLLM)")
+            print(
+                f"\nsubmit: launcher not given is {SUBMIT_LAUNCHER} (launcher=local trains inside one pipeline pod, "
+                f"which a cluster refuses); deploy_backend must be given: {', '.join(others)} or {last} (local "
+                "would serve inside the pipeline pod, whose image has no vLLM)"
+            )
             return 0
         problems: list[str] = []  # --param, the options and the parameters: all in one message
         default_launcher = not any(p.partition("=")[0].strip() == "launcher" for p in args.param)
-        params = parse_params(pipeline, [*args.param, *([f"launcher={SUBMIT_LAUNCHER}"] if default_launcher else [])],
-                              problems)
+        params = parse_params(
+            pipeline, [*args.param, *([f"launcher={SUBMIT_LAUNCHER}"] if default_launcher else [])], problems
+        )
         validate(params, args.recurring, problems + option_problems(args) + schedule_problems(args), sweep=sweep)
         if default_launcher:
-            print(f"note: launcher not given: {SUBMIT_LAUNCHER} (a Kubeflow Trainer v2 TrainJob; "
-                  "launcher=pytorchjob for the Training Operator v1)", file=sys.stderr)
+            print(
+                f"note: launcher not given: {SUBMIT_LAUNCHER} (a Kubeflow Trainer v2 TrainJob; "
+                "launcher=pytorchjob for the Training Operator v1)",
+                file=sys.stderr,
+            )
         # Times go to KFP as RFC 3339 in UTC ('2026-12-01T02:00:00Z' for 2026-12-01 03:00+01:00), as KFP shows them.
-        schedule = {k: _time(v, "", []).astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
-                    for k, v in (("start_time", args.start_time), ("end_time", args.end_time)) if v is not None}
+        schedule = {
+            k: _time(v, "", []).astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+            for k, v in (("start_time", args.start_time), ("end_time", args.end_time))
+            if v is not None
+        }
         if args.max_concurrency is not None:
             schedule["max_concurrency"] = args.max_concurrency
         schedule["no_catchup"] = not args.catchup
@@ -467,9 +617,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"# {line}")
             if args.recurring:
                 window = "".join(f", {w} {t}" for w, t in (("from", args.start_time), ("until", args.end_time)) if t)
-                print(f"# recurring run {run_name!r} in experiment {args.experiment!r}: schedule {args.recurring!r}"
-                      f"{window}, at most {args.max_concurrency or 1} run(s) at a time, "
-                      + ("catch-up of missed runs" if args.catchup else "no catch-up of missed runs"))
+                print(
+                    f"# recurring run {run_name!r} in experiment {args.experiment!r}: schedule {args.recurring!r}"
+                    f"{window}, at most {args.max_concurrency or 1} run(s) at a time, "
+                    + ("catch-up of missed runs" if args.catchup else "no catch-up of missed runs")
+                )
             return 0
         health = check_host(args.host, os.environ.get("KFP_TOKEN") or None)
         # Single-user KFP keeps experiments without a namespace; multi-user needs the profile's.
@@ -490,17 +642,29 @@ def main(argv: list[str] | None = None) -> int:
         packaged = compile_package(pipeline)
         try:
             client = kfp.Client(host=args.host, existing_token=os.environ.get("KFP_TOKEN") or None)
-            result = submit(client, params, args.experiment, run_name, args.recurring, args.host, pipeline, namespace,
-                            schedule, packaged)
+            result = submit(
+                client,
+                params,
+                args.experiment,
+                run_name,
+                args.recurring,
+                args.host,
+                pipeline,
+                namespace,
+                schedule,
+                packaged,
+            )
         except ApiException as err:  # the server's answer, e.g. a permission or validation error
             detail = (err.body or "").strip().replace("\n", " ")[:300]
-            raise UserError(f"KFP at {args.host} refused the request: HTTP {err.status} {err.reason} {detail}") \
-                from None
+            raise UserError(
+                f"KFP at {args.host} refused the request: HTTP {err.status} {err.reason} {detail}"
+            ) from None
         except (HTTPError, OSError) as err:  # it answered healthz, then went away (port-forward ended, restart)
             reason = getattr(err, "reason", None) or err
-            raise UserError(f"lost the connection to KFP at {args.host} ({str(reason)[:200]}): check that it is up "
-                            "(and the port-forward still runs), then submit again; an unchanged package is reused") \
-                from None
+            raise UserError(
+                f"lost the connection to KFP at {args.host} ({str(reason)[:200]}): check that it is up "
+                "(and the port-forward still runs), then submit again; an unchanged package is reused"
+            ) from None
         finally:
             shutil.rmtree(packaged[0].parent, ignore_errors=True)
         for key, value in result.items():
@@ -509,16 +673,23 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 run = client.wait_for_run_completion(result["run_id"], timeout=args.timeout or WAIT_S)
             except TimeoutError:  # the run itself goes on: this is no failure of it, nor bad input
-                print(f"error: the run has not finished within --timeout {args.timeout or WAIT_S}s; it goes on in KFP: "
-                      f"{result['url']}", file=sys.stderr)
+                print(
+                    f"error: the run has not finished within --timeout {args.timeout or WAIT_S}s; it goes on in KFP: "
+                    f"{result['url']}",
+                    file=sys.stderr,
+                )
                 return 1
             except ApiException as err:
-                raise UserError(f"KFP at {args.host} refused a status request for run {result['run_id']}: HTTP "
-                                f"{err.status} {err.reason}; the run goes on: {result['url']}") from None
+                raise UserError(
+                    f"KFP at {args.host} refused a status request for run {result['run_id']}: HTTP "
+                    f"{err.status} {err.reason}; the run goes on: {result['url']}"
+                ) from None
             except (HTTPError, OSError) as err:  # after TimeoutError, an OSError too
                 reason = getattr(err, "reason", None) or err
-                raise UserError(f"lost the connection to KFP at {args.host} while waiting ({str(reason)[:200]}); the "
-                                f"run goes on: {result['url']}") from None
+                raise UserError(
+                    f"lost the connection to KFP at {args.host} while waiting ({str(reason)[:200]}); the "
+                    f"run goes on: {result['url']}"
+                ) from None
             print(f"run finished: {run.state}")
             return 0 if str(run.state).upper() == "SUCCEEDED" else 1
     return 0

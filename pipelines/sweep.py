@@ -41,8 +41,11 @@ S = params.defaults("sweep")  # the signature's defaults: the table's
 def build(parallelism: int = 2):
     """The sweep pipeline with `parallelism` trials running at once."""
 
-    @dsl.pipeline(name=SWEEP_NAME, description="LoRA hyperparameter sweep: parallel trials, the best deployed "
-                  "only if it beats the base model by min_gain.")
+    @dsl.pipeline(
+        name=SWEEP_NAME,
+        description="LoRA hyperparameter sweep: parallel trials, the best deployed "
+        "only if it beats the base model by min_gain.",
+    )
     @documented("sweep")
     def sweep_pipeline(
         trials: list = DEFAULT_TRIALS,
@@ -100,56 +103,123 @@ def build(parallelism: int = 2):
         Args: from trainer.config.params (one table for every parameter's type, default and help).
         """
         args = dict(locals())  # first statement: the pipeline's own parameters, by name
-        placement = dict(namespace=namespace, accelerator_resource=accelerator_resource, node_selector=node_selector,
-                         tolerations=tolerations)
-        checked = with_s3(validate_params(**inputs_for(validate_params, args), sweep=True)
-                          .set_display_name("validate parameters"))
+        placement = dict(
+            namespace=namespace,
+            accelerator_resource=accelerator_resource,
+            node_selector=node_selector,
+            tolerations=tolerations,
+        )
+        checked = with_s3(
+            validate_params(**inputs_for(validate_params, args), sweep=True).set_display_name("validate parameters")
+        )
         checked.set_caching_options(False)  # local files it reads may change between runs
-        model, data = deliver_inputs(model_source, model_revision, dataset_source, dataset_revision, eval_fraction,
-                                     seed, chat_template, irrelevance_share, irrelevance_reply,
-                                     irrelevance_distractors, after=checked)
+        model, data = deliver_inputs(
+            model_source,
+            model_revision,
+            dataset_source,
+            dataset_revision,
+            eval_fraction,
+            seed,
+            chat_template,
+            irrelevance_share,
+            irrelevance_reply,
+            irrelevance_distractors,
+            after=checked,
+        )
         # The base once, beside the trials' training: each trial's evaluate then scores only its own model.
-        base = with_s3(evaluate_base(base_model=model.outputs["model"], dataset=data.outputs["dataset"],
-                                     max_rows=eval_max_rows, max_seq_len=max_seq_len, eval_engine=eval_engine)
-                       ).set_display_name("evaluate base")
+        base = with_s3(
+            evaluate_base(
+                base_model=model.outputs["model"],
+                dataset=data.outputs["dataset"],
+                max_rows=eval_max_rows,
+                max_seq_len=max_seq_len,
+                eval_engine=eval_engine,
+            )
+        ).set_display_name("evaluate base")
         on_gpus(base, eval_gpus, eval_accelerator_type, eval_node_selector, eval_tolerations)
         with dsl.ParallelFor(trials, parallelism=parallelism) as trial:
             # Every shared setting by name, as the finetune pipeline passes them; the trial's own on top.
-            train = with_s3(finetune(
-                base_model=model.outputs["model"], dataset=data.outputs["dataset"],
-                run_id=dsl.PIPELINE_TASK_ID_PLACEHOLDER, **inputs_for(finetune, args),
-                lora_r=trial.lora_r, lora_alpha=trial.lora_alpha, learning_rate=trial.learning_rate)
+            train = with_s3(
+                finetune(
+                    base_model=model.outputs["model"],
+                    dataset=data.outputs["dataset"],
+                    run_id=dsl.PIPELINE_TASK_ID_PLACEHOLDER,
+                    **inputs_for(finetune, args),
+                    lora_r=trial.lora_r,
+                    lora_alpha=trial.lora_alpha,
+                    learning_rate=trial.learning_rate,
+                )
             ).set_display_name("trial: fine-tune")
-            scores = with_s3(evaluate(base_model=model.outputs["model"], tuned_model=train.outputs["adapter"],
-                                      dataset=data.outputs["dataset"], max_rows=eval_max_rows,
-                                      max_seq_len=max_seq_len, eval_engine=eval_engine,
-                                      base_scores=base.outputs["scores"], gate=False)).set_display_name("trial: evaluate")  # pick best gates
+            scores = with_s3(
+                evaluate(
+                    base_model=model.outputs["model"],
+                    tuned_model=train.outputs["adapter"],
+                    dataset=data.outputs["dataset"],
+                    max_rows=eval_max_rows,
+                    max_seq_len=max_seq_len,
+                    eval_engine=eval_engine,
+                    base_scores=base.outputs["scores"],
+                    gate=False,
+                )
+            ).set_display_name("trial: evaluate")  # pick best gates
             on_gpus(scores, eval_gpus, eval_accelerator_type, eval_node_selector, eval_tolerations)
-        best = restricted(pick_best(trials=trials, trial_metrics=dsl.Collected(scores.outputs["metrics"]),
-                                    adapters=dsl.Collected(train.outputs["adapter"]), select_metric=select_metric,
-                                    min_gain=min_gain, min_fc_accuracy=min_fc_accuracy,
-                                    max_category_drop=max_category_drop, gate_significance=gate_significance
-                                    ).set_display_name("pick best"))
+        best = restricted(
+            pick_best(
+                trials=trials,
+                trial_metrics=dsl.Collected(scores.outputs["metrics"]),
+                adapters=dsl.Collected(train.outputs["adapter"]),
+                select_metric=select_metric,
+                min_gain=min_gain,
+                min_fc_accuracy=min_fc_accuracy,
+                max_category_drop=max_category_drop,
+                gate_significance=gate_significance,
+            ).set_display_name("pick best")
+        )
         # KFP 2.17 cannot compile dsl.Collected inside a condition, so this task always runs and
         # returns at once unless deploy_all_trials is set.
-        with_s3(deploy_trials(enabled=deploy_all_trials, base_model=model.outputs["model"],
-                              adapters=dsl.Collected(train.outputs["adapter"]), dataset=data.outputs["dataset"],
-                              backend=deploy_backend, keep_serving=keep_serving, name=served_model_name,
-                              gpus=serve_gpus, vllm_image=vllm_image, kueue_queue=kueue_queue, **placement)
-                ).set_display_name("deploy all trials side by side")
+        with_s3(
+            deploy_trials(
+                enabled=deploy_all_trials,
+                base_model=model.outputs["model"],
+                adapters=dsl.Collected(train.outputs["adapter"]),
+                dataset=data.outputs["dataset"],
+                backend=deploy_backend,
+                keep_serving=keep_serving,
+                name=served_model_name,
+                gpus=serve_gpus,
+                vllm_image=vllm_image,
+                kueue_queue=kueue_queue,
+                **placement,
+            )
+        ).set_display_name("deploy all trials side by side")
         with dsl.If(best.outputs["deploy"] == True, name="beats-base"):  # noqa: E712 - a KFP condition
             merged = with_s3(merge_lora(base_model=model.outputs["model"], adapter=best.outputs["best_adapter"]))
-            on_gpus(merged.set_display_name("merge LoRA"), eval_gpus, eval_accelerator_type, eval_node_selector,
-                    eval_tolerations)
-            with_s3(deploy(model=merged.outputs["merged"], dataset=data.outputs["dataset"], backend=deploy_backend,
-                           keep_serving=keep_serving, name=served_model_name, gpus=serve_gpus, vllm_image=vllm_image,
-                           kueue_queue=kueue_queue, **placement)
-                    ).set_display_name("deploy")
+            on_gpus(
+                merged.set_display_name("merge LoRA"),
+                eval_gpus,
+                eval_accelerator_type,
+                eval_node_selector,
+                eval_tolerations,
+            )
+            with_s3(
+                deploy(
+                    model=merged.outputs["merged"],
+                    dataset=data.outputs["dataset"],
+                    backend=deploy_backend,
+                    keep_serving=keep_serving,
+                    name=served_model_name,
+                    gpus=serve_gpus,
+                    vllm_image=vllm_image,
+                    kueue_queue=kueue_queue,
+                    **placement,
+                )
+            ).set_display_name("deploy")
         with dsl.Else(name="not-good-enough"):
             restricted(not_deployed(reason=best.outputs["reason"]).set_display_name("not deployed"))
         outputs = NamedTuple("Outputs", best_metrics=Metrics, summary=Markdown, decision=str)
-        return outputs(best_metrics=best.outputs["best_metrics"], summary=best.outputs["summary"],
-                       decision=best.outputs["reason"])
+        return outputs(
+            best_metrics=best.outputs["best_metrics"], summary=best.outputs["summary"], decision=best.outputs["reason"]
+        )
 
     return sweep_pipeline
 

@@ -25,12 +25,35 @@ if _workers := int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0):
 # (order from --durations on 2 cores, 2026-11-25). The files whose tests mostly wait (fake servers answering
 # late, timeouts, signals: a core idle for 8-13 s of their 6-20 s) go third, beside the heavy files, whose
 # processes take up the idle core; what is left for the end keeps both cores busy.
-SLOWEST = tuple(f"integration/test_{name}.py" for name in (
-    "pipeline_local", "resilience", "serve_openai", "real_model_serving", "procs", "train_integration",
-    "eval_served", "sweep", "gguf", "benchmarks", "watchdog", "model", "real_tokenizers", "recipe_shutdown",
-    "real_templates", "compile_trial"))
-MOSTLY_WAITING = ("fake_api/test_cluster_fake_api.py", "unit/test_procs.py", "fake_api/test_submit_fake_api.py",
-                  "fake_api/test_registry_fake_api.py", "fake_api/test_llmisvc.py", "unit/test_cli_errors.py")
+SLOWEST = tuple(
+    f"integration/test_{name}.py"
+    for name in (
+        "pipeline_local",
+        "resilience",
+        "serve_openai",
+        "real_model_serving",
+        "procs",
+        "train_integration",
+        "eval_served",
+        "sweep",
+        "gguf",
+        "benchmarks",
+        "watchdog",
+        "model",
+        "real_tokenizers",
+        "recipe_shutdown",
+        "real_templates",
+        "compile_trial",
+    )
+)
+MOSTLY_WAITING = (
+    "fake_api/test_cluster_fake_api.py",
+    "unit/test_procs.py",
+    "fake_api/test_submit_fake_api.py",
+    "fake_api/test_registry_fake_api.py",
+    "fake_api/test_llmisvc.py",
+    "unit/test_cli_errors.py",
+)
 HEAVY_FIRST = SLOWEST[:2] + MOSTLY_WAITING + SLOWEST[2:]
 TESTS = Path(__file__).parent
 
@@ -62,9 +85,13 @@ def s3_env(tmp_path_factory):
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    env = {"S3_ENDPOINT": f"http://{host}:{port}", "S3_BUCKET": "test-bucket", "AWS_ACCESS_KEY_ID": "testkey",
-           "AWS_SECRET_ACCESS_KEY": "testsecret",
-           "FINETUNE_CACHE_DIR": str(tmp_path_factory.mktemp("cache"))}
+    env = {
+        "S3_ENDPOINT": f"http://{host}:{port}",
+        "S3_BUCKET": "test-bucket",
+        "AWS_ACCESS_KEY_ID": "testkey",
+        "AWS_SECRET_ACCESS_KEY": "testsecret",
+        "FINETUNE_CACHE_DIR": str(tmp_path_factory.mktemp("cache")),
+    }
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     yield env
@@ -91,8 +118,10 @@ def builtin_uris(s3_env) -> tuple[str, str]:
     from trainer.core.storage import Store
 
     store = Store.from_env()
-    return (delivery.deliver_model("builtin:tiny-llama", "", store)[0],
-            delivery.deliver_dataset("builtin:function-calling", "", store)[0])
+    return (
+        delivery.deliver_model("builtin:tiny-llama", "", store)[0],
+        delivery.deliver_dataset("builtin:function-calling", "", store)[0],
+    )
 
 
 @pytest.fixture(scope="session")

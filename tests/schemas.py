@@ -39,8 +39,11 @@ def _strict(schema):
     """Reject unknown fields wherever the CRD lists the known ones (the API server prunes them silently)."""
     if isinstance(schema, dict):
         schema = {k: _strict(v) for k, v in schema.items()}
-        if "properties" in schema and "additionalProperties" not in schema \
-                and not schema.get("x-kubernetes-preserve-unknown-fields"):
+        if (
+            "properties" in schema
+            and "additionalProperties" not in schema
+            and not schema.get("x-kubernetes-preserve-unknown-fields")
+        ):
             schema["additionalProperties"] = False
     elif isinstance(schema, list):
         schema = [_strict(s) for s in schema]

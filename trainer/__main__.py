@@ -33,39 +33,65 @@ from trainer.chat.templates import describe, spec_problems
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m trainer", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m trainer", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    add_train_arguments(sub.add_parser(
-        "train", help="fine-tune (run under torchrun for DDP)",
-        description="Fine-tune a delivered model on a delivered dataset; under torchrun every process trains "
-                    "(DDP), rank 0 logs, checkpoints and writes <output-prefix>/result.json."))
+    add_train_arguments(
+        sub.add_parser(
+            "train",
+            help="fine-tune (run under torchrun for DDP)",
+            description="Fine-tune a delivered model on a delivered dataset; under torchrun every process trains "
+            "(DDP), rank 0 logs, checkpoints and writes <output-prefix>/result.json.",
+        )
+    )
     for kind in ("model", "dataset"):
         p = sub.add_parser(f"deliver-{kind}", help=f"put a {kind} into the bucket, print its URI")
-        p.add_argument("source", help="builtin:..., a local path, an s3:// URI or a Hugging Face Hub id "
-                                      "(README: Sources)")
+        p.add_argument(
+            "source", help="builtin:..., a local path, an s3:// URI or a Hugging Face Hub id (README: Sources)"
+        )
         p.add_argument("--revision", default="", help="Hub branch, tag or commit (default: main)")
         if kind == "model":
-            p.add_argument("--chat-template", default="model",
-                           help=f"the chat template to deliver with the model: {describe()} (default: model)")
+            p.add_argument(
+                "--chat-template",
+                default="model",
+                help=f"the chat template to deliver with the model: {describe()} (default: model)",
+            )
         if kind == "dataset":
-            p.add_argument("--eval-fraction", type=float, default=0.1,
-                           help="share of rows held out for evaluation when the data has no eval split (default 0.1)")
+            p.add_argument(
+                "--eval-fraction",
+                type=float,
+                default=0.1,
+                help="share of rows held out for evaluation when the data has no eval split (default 0.1)",
+            )
             p.add_argument("--seed", type=int, default=0, help="seed of that split (default 0)")
-            p.add_argument("--irrelevance-share", type=float, default=0.0,
-                           help=f"{BY_NAME['irrelevance_share'].help} (default 0)")
-            p.add_argument("--irrelevance-distractors", type=float, default=0.0,
-                           help=f"{BY_NAME['irrelevance_distractors'].help} (default 0)")
-            p.add_argument("--irrelevance-reply", default=BY_NAME["irrelevance_reply"].default,
-                           help=f"{BY_NAME['irrelevance_reply'].help} (default %(default)r)")
+            p.add_argument(
+                "--irrelevance-share", type=float, default=0.0, help=f"{BY_NAME['irrelevance_share'].help} (default 0)"
+            )
+            p.add_argument(
+                "--irrelevance-distractors",
+                type=float,
+                default=0.0,
+                help=f"{BY_NAME['irrelevance_distractors'].help} (default 0)",
+            )
+            p.add_argument(
+                "--irrelevance-reply",
+                default=BY_NAME["irrelevance_reply"].default,
+                help=f"{BY_NAME['irrelevance_reply'].help} (default %(default)r)",
+            )
     p = sub.add_parser("evaluate", help="base vs tuned metrics")
     p.add_argument("--model-uri", required=True, help="the base model (s3:// URI from deliver-model)")
     p.add_argument("--tuned-uri", required=True, help="the adapter or fully tuned model (s3:// URI from train)")
-    p.add_argument("--dataset-uri", required=True, help="the dataset (s3:// URI from deliver-dataset); "
-                                                        "its eval.jsonl is scored")
+    p.add_argument(
+        "--dataset-uri", required=True, help="the dataset (s3:// URI from deliver-dataset); its eval.jsonl is scored"
+    )
     p.add_argument("--max-rows", type=int, default=200, help="score at most this many eval rows (default 200)")
-    p.add_argument("--max-seq-len", type=int, default=512,
-                   help="rows longer than this many tokens are skipped and counted, as in training (default 512)")
+    p.add_argument(
+        "--max-seq-len",
+        type=int,
+        default=512,
+        help="rows longer than this many tokens are skipped and counted, as in training (default 512)",
+    )
     p = sub.add_parser("merge", help="merge a LoRA adapter into its base")
     p.add_argument("--model-uri", required=True, help="the base model (s3:// URI)")
     p.add_argument("--adapter-uri", required=True, help="the LoRA adapter (s3:// URI from train)")
@@ -75,8 +101,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to accept connections from other machines")
     p.add_argument("--port", type=int, default=8000, help="default 8000")
     p.add_argument("--served-model-name", default="", help="the `model` clients ask for (default: the directory name)")
-    p.add_argument("--lora", action="append", default=[], metavar="NAME=ADAPTER_DIR",
-                   help="also serve a LoRA adapter of this model under NAME (repeatable)")
+    p.add_argument(
+        "--lora",
+        action="append",
+        default=[],
+        metavar="NAME=ADAPTER_DIR",
+        help="also serve a LoRA adapter of this model under NAME (repeatable)",
+    )
     p.add_argument("--log", type=Path, default=None, help="vLLM's log file (default: a new temporary file)")
     p = sub.add_parser("download", help="download a tree from the bucket (checksums verified)")
     p.add_argument("uri", help="s3:// URI of a delivered tree")
@@ -84,24 +115,44 @@ def main(argv: list[str] | None = None) -> None:
     p = sub.add_parser("launch-k8s", help="run training as a PyTorchJob or TrainJob (--dry-run prints it)")
     add_train_arguments(p)
     _cluster_arguments(p)
-    p.add_argument("--launcher", default="pytorchjob", choices=("pytorchjob", "kubernetes", "trainjob"),
-                   help="the Training Operator's PyTorchJob (kubernetes is the same) or Kubeflow Trainer's TrainJob")
+    p.add_argument(
+        "--launcher",
+        default="pytorchjob",
+        choices=("pytorchjob", "kubernetes", "trainjob"),
+        help="the Training Operator's PyTorchJob (kubernetes is the same) or Kubeflow Trainer's TrainJob",
+    )
     p.add_argument("--training-runtime", default="torch-distributed", help="trainjob: ClusterTrainingRuntime")
     p.add_argument("--run-id", default="manual", help="names the job and its objects (default: manual)")
     p = sub.add_parser("deploy-k8s", help="serve a merged model with vLLM (--dry-run prints the objects)")
     p.add_argument("--name", required=True, help="Deployment/Service name; also the served model name")
     p.add_argument("--model-uri", required=True, help="the merged (or base) model, s3:// URI")
     p.add_argument("--gpus", type=int, default=1, help="GPUs per replica; > 1 = tensor parallel")
-    p.add_argument("--backend", default="kubernetes", choices=("kubernetes", "kserve", "llmisvc"),
-                   help="kubernetes: a vLLM Deployment and Service; kserve: an InferenceService; llmisvc: an "
-                        "LLMInferenceService (default kubernetes)")
-    p.add_argument("--adapter", action="append", default=[], metavar="NAME=S3_URI",
-                   help="serve this LoRA adapter beside the base model (--model-uri) under NAME; repeatable")
+    p.add_argument(
+        "--backend",
+        default="kubernetes",
+        choices=("kubernetes", "kserve", "llmisvc"),
+        help="kubernetes: a vLLM Deployment and Service; kserve: an InferenceService; llmisvc: an "
+        "LLMInferenceService (default kubernetes)",
+    )
+    p.add_argument(
+        "--adapter",
+        action="append",
+        default=[],
+        metavar="NAME=S3_URI",
+        help="serve this LoRA adapter beside the base model (--model-uri) under NAME; repeatable",
+    )
     p.add_argument("--max-lora-rank", type=int, default=16, help="vLLM --max-lora-rank: at least the adapters' r")
-    p.add_argument("--vllm-image", default="", help="default: per accelerator (settings VLLM_IMAGE / VLLM_ROCM_IMAGE / VLLM_CPU_IMAGE)")
-    p.add_argument("--tool-call-parser", default="hermes",
-                   help="vLLM's parser for the model's tool-call format: hermes (<tool_call>, the built-in model, "
-                        "Qwen), llama3_json (Llama 3.x), mistral; the pipeline reads it off the chat template")
+    p.add_argument(
+        "--vllm-image",
+        default="",
+        help="default: per accelerator (settings VLLM_IMAGE / VLLM_ROCM_IMAGE / VLLM_CPU_IMAGE)",
+    )
+    p.add_argument(
+        "--tool-call-parser",
+        default="hermes",
+        help="vLLM's parser for the model's tool-call format: hermes (<tool_call>, the built-in model, "
+        "Qwen), llama3_json (Llama 3.x), mistral; the pipeline reads it off the chat template",
+    )
     _cluster_arguments(p)
     p = sub.add_parser("build-tiny-model", help="write builtin:tiny-llama to a directory")
     p.add_argument("out", type=Path, help="directory to write the model and tokenizer to")
@@ -113,26 +164,38 @@ def main(argv: list[str] | None = None) -> None:
 
 def _cluster_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the Kubernetes objects as YAML, create nothing")
-    p.add_argument("--namespace", default="",
-                   help="default: this pod's namespace, else the kubeconfig context's, else default")
+    p.add_argument(
+        "--namespace", default="", help="default: this pod's namespace, else the kubeconfig context's, else default"
+    )
     p.add_argument("--nodes", type=int, default=1, help="training pods (default 1)")
     p.add_argument("--procs-per-node", type=int, default=1, help="processes (GPUs) per pod (default 1)")
-    p.add_argument("--accelerator-resource", default="nvidia.com/gpu",
-                   help="resource name requested per GPU (default nvidia.com/gpu)")
+    p.add_argument(
+        "--accelerator-resource",
+        default="nvidia.com/gpu",
+        help="resource name requested per GPU (default nvidia.com/gpu)",
+    )
     p.add_argument("--node-selector", type=json.loads, default={}, help='JSON, e.g. {"pool": "h100"}')
     p.add_argument("--tolerations", type=json.loads, default=[], help="JSON list of tolerations")
     p.add_argument("--queue", default="", help="Kueue LocalQueue")
-    p.add_argument("--cleanup", default="on-success", help="delete the job's objects: on-success (default), "
-                                                           "always or never")
+    p.add_argument(
+        "--cleanup", default="on-success", help="delete the job's objects: on-success (default), always or never"
+    )
 
 
 def _cluster_spec(args: argparse.Namespace):
     from trainer.k8s.podspec import ClusterSpec
 
-    return ClusterSpec(namespace=args.namespace, nodes=args.nodes, procs_per_node=args.procs_per_node,
-                       accelerator_resource=args.accelerator_resource, node_selector=args.node_selector,
-                       tolerations=args.tolerations, queue=args.queue, cleanup=args.cleanup,
-                       training_runtime=getattr(args, "training_runtime", "torch-distributed"))
+    return ClusterSpec(
+        namespace=args.namespace,
+        nodes=args.nodes,
+        procs_per_node=args.procs_per_node,
+        accelerator_resource=args.accelerator_resource,
+        node_selector=args.node_selector,
+        tolerations=args.tolerations,
+        queue=args.queue,
+        cleanup=args.cleanup,
+        training_runtime=getattr(args, "training_runtime", "torch-distributed"),
+    )
 
 
 def print_yaml(objects) -> None:
@@ -163,14 +226,18 @@ def reach_cluster(timeout: float = 10.0) -> None:
         # would hold this forever
         k.VersionApi(api).get_code(_request_timeout=(timeout, timeout))
     except ApiException as err:  # it answered: an expired or refused token, or no permission
-        raise UserError(f"the Kubernetes API server at {configuration.host} refused the request ({err.status} "
-                        f"{err.reason}): refresh the kubeconfig's credentials (e.g. `kubectl get nodes` to "
-                        "re-authenticate) or check KUBECONFIG") from None
+        raise UserError(
+            f"the Kubernetes API server at {configuration.host} refused the request ({err.status} "
+            f"{err.reason}): refresh the kubeconfig's credentials (e.g. `kubectl get nodes` to "
+            "re-authenticate) or check KUBECONFIG"
+        ) from None
     except (HTTPError, OSError) as err:
         reason = getattr(err, "reason", None) or err
-        raise UserError(f"cannot reach the Kubernetes API server at {configuration.host} ({str(reason)[:200]}) "
-                        f"within {timeout:.0f}s: check KUBECONFIG and `kubectl get nodes`, or add --dry-run to "
-                        "print the objects instead") from None
+        raise UserError(
+            f"cannot reach the Kubernetes API server at {configuration.host} ({str(reason)[:200]}) "
+            f"within {timeout:.0f}s: check KUBECONFIG and `kubectl get nodes`, or add --dry-run to "
+            "print the objects instead"
+        ) from None
 
 
 def cmd_train(args: argparse.Namespace) -> None:
@@ -219,9 +286,16 @@ def cmd_deploy_k8s(args: argparse.Namespace) -> None:
     from trainer import deploy
     from trainer.k8s import vllm
 
-    spec = vllm.ServeSpec(name=args.name, model_uri=args.model_uri, gpus=args.gpus, cluster=_cluster_spec(args),
-                          adapters=vllm.parse_adapters(args.adapter), max_lora_rank=args.max_lora_rank,
-                          vllm_image=args.vllm_image, tool_call_parser=args.tool_call_parser)
+    spec = vllm.ServeSpec(
+        name=args.name,
+        model_uri=args.model_uri,
+        gpus=args.gpus,
+        cluster=_cluster_spec(args),
+        adapters=vllm.parse_adapters(args.adapter),
+        max_lora_rank=args.max_lora_rank,
+        vllm_image=args.vllm_image,
+        tool_call_parser=args.tool_call_parser,
+    )
     objects = deploy.backend_module(args.backend).build(spec)  # the settings' problems first; contacts nothing
     if args.dry_run:
         print_yaml(objects)
@@ -238,38 +312,56 @@ def cmd_build_tiny_model(args: argparse.Namespace) -> None:
     try:
         held = sorted(p.name for p in args.out.iterdir()) if args.out.is_dir() else []
         if held:  # the user's files: build would replace their config.json, weights and tokenizer
-            raise UserError(f"{args.out} is not empty (it holds {', '.join(held[:4])}"
-                            f"{', ...' if len(held) > 4 else ''}): build-tiny-model writes config.json, "
-                            "model.safetensors and the tokenizer there; give a new or empty directory")
+            raise UserError(
+                f"{args.out} is not empty (it holds {', '.join(held[:4])}"
+                f"{', ...' if len(held) > 4 else ''}): build-tiny-model writes config.json, "
+                "model.safetensors and the tokenizer there; give a new or empty directory"
+            )
         print(builtin_model.build(args.out))
     except OSError as err:  # a path that cannot be created or written: the user's to fix
-        raise UserError(f"cannot write the tiny model to {args.out}: {err.strerror or err}; pass a writable "
-                        "directory") from None
+        raise UserError(
+            f"cannot write the tiny model to {args.out}: {err.strerror or err}; pass a writable directory"
+        ) from None
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
     from trainer.serving import local
 
-    sys.exit(local.serve_forever(args.model_dir, args.served_model_name, host=args.host, port=args.port,
-                                 loras=args.lora, log_path=args.log))
+    sys.exit(
+        local.serve_forever(
+            args.model_dir, args.served_model_name, host=args.host, port=args.port, loras=args.lora, log_path=args.log
+        )
+    )
 
 
 def cmd_deliver(args: argparse.Namespace) -> None:
     """deliver-model, deliver-dataset: a local source's problems and missing S3 settings in one message, not
     one per attempt."""
-    problems = _local_source_problems(args.command.removeprefix("deliver-"), args.source,
-                                      getattr(args, "eval_fraction", 0.1), getattr(args, "seed", 0),
-                                      getattr(args, "chat_template", templates.MODEL),
-                                      getattr(args, "irrelevance_share", 0.0),
-                                      getattr(args, "irrelevance_reply", masking.IRRELEVANCE_REPLY),
-                                      getattr(args, "irrelevance_distractors", 0.0))
+    problems = _local_source_problems(
+        args.command.removeprefix("deliver-"),
+        args.source,
+        getattr(args, "eval_fraction", 0.1),
+        getattr(args, "seed", 0),
+        getattr(args, "chat_template", templates.MODEL),
+        getattr(args, "irrelevance_share", 0.0),
+        getattr(args, "irrelevance_reply", masking.IRRELEVANCE_REPLY),
+        getattr(args, "irrelevance_distractors", 0.0),
+    )
     if args.command == "deliver-model":
         problems += [p.replace("chat_template", "--chat-template", 1) for p in spec_problems(args.chat_template)]
     store = _store(problems, what=f"cannot {args.command} {args.source}")
     deliver = delivery.deliver_model if args.command == "deliver-model" else delivery.deliver_dataset
-    split = {"eval_fraction": args.eval_fraction, "seed": args.seed, "irrelevance_share": args.irrelevance_share,
-             "irrelevance_reply": args.irrelevance_reply, "irrelevance_distractors": args.irrelevance_distractors} \
-        if args.command == "deliver-dataset" else {"chat_template": args.chat_template}
+    split = (
+        {
+            "eval_fraction": args.eval_fraction,
+            "seed": args.seed,
+            "irrelevance_share": args.irrelevance_share,
+            "irrelevance_reply": args.irrelevance_reply,
+            "irrelevance_distractors": args.irrelevance_distractors,
+        }
+        if args.command == "deliver-dataset"
+        else {"chat_template": args.chat_template}
+    )
     uri, meta = deliver(args.source, args.revision, store, **split)
     print(json.dumps({"uri": uri, **{k: v for k, v in meta.items() if k != "files"}}, indent=1))
 
@@ -281,8 +373,13 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
     tuned = store.get_tree(args.tuned_uri)
     skip_bitsandbytes(adapter_dir=tuned)
-    result = evaluate(store.get_tree(args.model_uri), tuned, store.get_tree(args.dataset_uri) / "eval.jsonl",
-                      max_rows=args.max_rows, max_seq_len=args.max_seq_len)
+    result = evaluate(
+        store.get_tree(args.model_uri),
+        tuned,
+        store.get_tree(args.dataset_uri) / "eval.jsonl",
+        max_rows=args.max_rows,
+        max_seq_len=args.max_seq_len,
+    )
     print(json.dumps(result, indent=1))
 
 
@@ -300,16 +397,28 @@ def cmd_merge(args: argparse.Namespace) -> None:
     adapter = store.get_tree(args.adapter_uri)
     collect(input_problems(None, adapter, args.model_uri, args.adapter_uri), what="cannot merge")
     model = store.get_tree(args.model_uri)  # the large one second: a wrong adapter is said before it downloads
-    collect(input_problems(model, adapter, args.model_uri, args.adapter_uri)
-            or adapter_fit_problems(model, adapter, args.adapter_uri), what="cannot merge")
+    collect(
+        input_problems(model, adapter, args.model_uri, args.adapter_uri)
+        or adapter_fit_problems(model, adapter, args.adapter_uri),
+        what="cannot merge",
+    )
     skip_bitsandbytes(adapter_dir=adapter)
     print(merge(model, adapter, args.out))
 
 
 # litgpt's shape: one function per command; main() parses and calls it.
-COMMANDS = {"train": cmd_train, "launch-k8s": cmd_launch_k8s, "deploy-k8s": cmd_deploy_k8s,
-            "build-tiny-model": cmd_build_tiny_model, "serve": cmd_serve, "deliver-model": cmd_deliver,
-            "deliver-dataset": cmd_deliver, "evaluate": cmd_evaluate, "download": cmd_download, "merge": cmd_merge}
+COMMANDS = {
+    "train": cmd_train,
+    "launch-k8s": cmd_launch_k8s,
+    "deploy-k8s": cmd_deploy_k8s,
+    "build-tiny-model": cmd_build_tiny_model,
+    "serve": cmd_serve,
+    "deliver-model": cmd_deliver,
+    "deliver-dataset": cmd_deliver,
+    "evaluate": cmd_evaluate,
+    "download": cmd_download,
+    "merge": cmd_merge,
+}
 
 
 def _uri_problems(args: argparse.Namespace) -> list[str]:
@@ -319,11 +428,16 @@ def _uri_problems(args: argparse.Namespace) -> list[str]:
         try:
             split_uri(getattr(args, flag, None) or "s3://ok")
         except UserError:
-            problems.append(f"{'--' + flag.replace('_', '-') if flag != 'uri' else 'URI'} "
-                            f"{getattr(args, flag)!r} is not an s3:// URI: pass the s3://bucket/... URI that "
-                            "deliver-model, deliver-dataset or train printed")
-    return problems + [f"--{flag.replace('_', '-')} {getattr(args, flag)}: give a whole number of at least 1"
-                       for flag in ("max_rows", "max_seq_len") if getattr(args, flag, 1) < 1]
+            problems.append(
+                f"{'--' + flag.replace('_', '-') if flag != 'uri' else 'URI'} "
+                f"{getattr(args, flag)!r} is not an s3:// URI: pass the s3://bucket/... URI that "
+                "deliver-model, deliver-dataset or train printed"
+            )
+    return problems + [
+        f"--{flag.replace('_', '-')} {getattr(args, flag)}: give a whole number of at least 1"
+        for flag in ("max_rows", "max_seq_len")
+        if getattr(args, flag, 1) < 1
+    ]
 
 
 def _store(problems: list[str], what: str) -> Store:
@@ -336,10 +450,16 @@ def _store(problems: list[str], what: str) -> Store:
     return store
 
 
-def _local_source_problems(what: str, source: str, eval_fraction: float = 0.1, seed: int = 0,
-                           chat_template: str = templates.MODEL, irrelevance_share: float = 0.0,
-                           irrelevance_reply: str = masking.IRRELEVANCE_REPLY,
-                           irrelevance_distractors: float = 0.0) -> list[str]:
+def _local_source_problems(
+    what: str,
+    source: str,
+    eval_fraction: float = 0.1,
+    seed: int = 0,
+    chat_template: str = templates.MODEL,
+    irrelevance_share: float = 0.0,
+    irrelevance_reply: str = masking.IRRELEVANCE_REPLY,
+    irrelevance_distractors: float = 0.0,
+) -> list[str]:
     """What is wrong with a source on this machine (cheap to check fully); [] for other kinds,
     which deliver checks as it fetches them."""
     problems = []
@@ -357,7 +477,8 @@ def _local_source_problems(what: str, source: str, eval_fraction: float = 0.1, s
         src = sources.parse(source, what)
         if src.kind == "local" and what == "model":
             return problems + model_tree.model_dir_problems(
-                src.ref, own_template=templates.resolves_to_model(chat_template))
+                src.ref, own_template=templates.resolves_to_model(chat_template)
+            )
         if src.kind == "local":
             from trainer.data import quiet_conversions
 

@@ -54,14 +54,16 @@ def test_n_nodes_are_one_master_and_n_minus_one_workers():
 
 @pytest.mark.parametrize("resource", ["nvidia.com/gpu", "amd.com/gpu", "habana.ai/gaudi"])
 def test_accelerator_resource_name(resource):
-    c = job(ClusterSpec(nodes=2, procs_per_node=4, accelerator_resource=resource))[
-        "spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    c = job(ClusterSpec(nodes=2, procs_per_node=4, accelerator_resource=resource))["spec"]["pytorchReplicaSpecs"][
+        "Worker"
+    ]["template"]["spec"]["containers"][0]
     assert c["resources"]["limits"][resource] == "4" and c["resources"]["requests"][resource] == "4"
 
 
 def test_cpu_only_requests_no_accelerator():
     c = job(ClusterSpec(accelerator_resource=""))["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"][
-        "containers"][0]
+        "containers"
+    ][0]
     assert set(c["resources"]["limits"]) == {"memory"}
 
 
@@ -75,8 +77,14 @@ def test_credentials_are_secret_references_only():
 
 
 def test_scheduling_shm_queue_and_name():
-    obj = job(ClusterSpec(node_selector={"pool": "h100"}, queue="team-a", shm_size="32Gi", tolerations=[
-        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]))
+    obj = job(
+        ClusterSpec(
+            node_selector={"pool": "h100"},
+            queue="team-a",
+            shm_size="32Gi",
+            tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        )
+    )
     pod = obj["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
     assert pod["nodeSelector"] == {"pool": "h100"}
     assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
@@ -88,8 +96,11 @@ def test_scheduling_shm_queue_and_name():
 
 def test_bad_cluster_settings_are_all_reported():
     with pytest.raises(UserError) as err:
-        build_pytorchjob("ft-x", ARGS, ClusterSpec(nodes=0, cleanup="sometimes", accelerator_resource="GPU!",
-                                                   tolerations=[{"colour": "red"}]))
+        build_pytorchjob(
+            "ft-x",
+            ARGS,
+            ClusterSpec(nodes=0, cleanup="sometimes", accelerator_resource="GPU!", tolerations=[{"colour": "red"}]),
+        )
     msg = str(err.value)
     assert "cleanup must be one of" in msg and "nodes must be >= 1" in msg
     assert "accelerator_resource='GPU!'" in msg and "unknown field(s) ['colour']" in msg
@@ -98,7 +109,8 @@ def test_bad_cluster_settings_are_all_reported():
 def test_launcher_creates_streams_waits_and_cleans_up_fake_api(capsys):
     with FakeKubeAPI() as api:
         PyTorchJobLauncher(ClusterSpec(namespace="ml", nodes=2, poll_interval_s=0.01), api.configuration).run(
-            ARGS, "ft-ok")
+            ARGS, "ft-ok"
+        )
         [(_, path, body)] = api.state.calls("POST", "pytorchjobs")
         assert path.endswith("/namespaces/ml/pytorchjobs") and body["metadata"]["name"] == "ft-ok"
         validate(body)
@@ -109,12 +121,18 @@ def test_launcher_creates_streams_waits_and_cleans_up_fake_api(capsys):
 
 
 def test_failure_report_has_phases_events_and_last_logs_fake_api():
-    script = JobScript(conditions=["Created", "Running", "Failed"], pod_phase="Failed", terminated_reason="OOMKilled",
-                       exit_code=137, master_log="loading\nstep 9\nCUDA out of memory\n",
-                       events=[("Warning", "BackOff", "Back-off restarting failed container")])
+    script = JobScript(
+        conditions=["Created", "Running", "Failed"],
+        pod_phase="Failed",
+        terminated_reason="OOMKilled",
+        exit_code=137,
+        master_log="loading\nstep 9\nCUDA out of memory\n",
+        events=[("Warning", "BackOff", "Back-off restarting failed container")],
+    )
     with FakeKubeAPI(script) as api:
-        launcher = PyTorchJobLauncher(ClusterSpec(namespace="ml", nodes=2, poll_interval_s=0.01, cleanup="never"),
-                                      api.configuration)
+        launcher = PyTorchJobLauncher(
+            ClusterSpec(namespace="ml", nodes=2, poll_interval_s=0.01, cleanup="never"), api.configuration
+        )
         with pytest.raises(JobFailed) as err:
             launcher.run(ARGS, "ft-bad")
         assert not api.state.calls("DELETE", "pytorchjobs")  # cleanup=never keeps it for inspection
@@ -129,8 +147,9 @@ def test_failure_report_has_phases_events_and_last_logs_fake_api():
 def test_failed_job_is_deleted_with_cleanup_always_fake_api():
     with FakeKubeAPI(JobScript(conditions=["Created", "Failed"])) as api:
         with pytest.raises(JobFailed):
-            PyTorchJobLauncher(ClusterSpec(namespace="ml", poll_interval_s=0.01, cleanup="always"),
-                               api.configuration).run(ARGS, "ft-gone")
+            PyTorchJobLauncher(
+                ClusterSpec(namespace="ml", poll_interval_s=0.01, cleanup="always"), api.configuration
+            ).run(ARGS, "ft-gone")
         assert api.state.calls("DELETE", "pytorchjobs/ft-gone")
 
 
@@ -164,8 +183,9 @@ def test_retry_after_a_failed_job_starts_it_again_fake_api(capsys):
 def test_wait_timeout_is_a_parameter_fake_api():
     with FakeKubeAPI(JobScript(conditions=["Created"] * 100)) as api:
         with pytest.raises(JobFailed, match="timed out after wait_timeout_s=1") as err:
-            PyTorchJobLauncher(ClusterSpec(namespace="ml", poll_interval_s=0.1, wait_timeout_s=1, cleanup="never"),
-                               api.configuration).run(ARGS, "ft-slow")
+            PyTorchJobLauncher(
+                ClusterSpec(namespace="ml", poll_interval_s=0.1, wait_timeout_s=1, cleanup="never"), api.configuration
+            ).run(ARGS, "ft-slow")
         [(_, _, body)] = api.state.calls("POST", "pytorchjobs")
         assert body["spec"]["runPolicy"]["activeDeadlineSeconds"] == 1  # enforced by the cluster as well
         assert api.state.calls("DELETE", "pytorchjobs/ft-slow")  # nobody waits for it: its GPUs are freed
@@ -173,8 +193,9 @@ def test_wait_timeout_is_a_parameter_fake_api():
 
 
 def serve_spec(**kw):
-    return cluster_serve.ServeSpec(name="tuned", model_uri="s3://b/models/sha256-abc",
-                                   cluster=ClusterSpec(namespace="ml", **kw))
+    return cluster_serve.ServeSpec(
+        name="tuned", model_uri="s3://b/models/sha256-abc", cluster=ClusterSpec(namespace="ml", **kw)
+    )
 
 
 def test_vllm_objects_are_valid_and_probe_readiness_on_models():
@@ -200,8 +221,11 @@ def test_redeploy_replaces_instead_of_failing_fake_api():
         apps, core = k.AppsV1Api(c), k.CoreV1Api(c)
         d, s = cluster_serve.build(serve_spec())
         assert cluster_serve.apply(apps, core, d, s, "ml") == "created"
-        d2, s2 = cluster_serve.build(cluster_serve.ServeSpec(name="tuned", model_uri="s3://b/models/sha256-new",
-                                                             cluster=ClusterSpec(namespace="ml")))
+        d2, s2 = cluster_serve.build(
+            cluster_serve.ServeSpec(
+                name="tuned", model_uri="s3://b/models/sha256-new", cluster=ClusterSpec(namespace="ml")
+            )
+        )
         assert cluster_serve.apply(apps, core, d2, s2, "ml") == "replaced"
         stored = api.state.objects[("Deployment", "ml", "tuned")]
         assert stored["metadata"]["generation"] == 2
@@ -219,15 +243,24 @@ def test_rollout_timeout_says_what_to_check_fake_api(capsys):
         d, s = cluster_serve.build(serve_spec())
         cluster_serve.apply(k.AppsV1Api(c), k.CoreV1Api(c), d, s, "ml")
         with pytest.raises(UserError, match="kubectl -n ml describe deploy/tuned"):
-            cluster_serve.wait_rollout(k.AppsV1Api(c), "tuned", "ml", timeout_s=0.3, poll_s=0.05,
-                                       progress_every_s=0.1)
+            cluster_serve.wait_rollout(k.AppsV1Api(c), "tuned", "ml", timeout_s=0.3, poll_s=0.05, progress_every_s=0.1)
     assert "rollout of ml/tuned: 0/1 available after 0 s (limit 0 s)" in capsys.readouterr().out  # progress
 
 
 def dry_run(*args):
-    proc = subprocess.run([sys.executable, "-m", "trainer", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=60, env={"PATH": "/usr/bin:/bin", "AWS_SECRET_ACCESS_KEY": "s3cr3t-value",
-                                           "AWS_ACCESS_KEY_ID": "AKIAEXAMPLE", "HF_TOKEN": "hf_secret_token"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainer", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "AWS_SECRET_ACCESS_KEY": "s3cr3t-value",
+            "AWS_ACCESS_KEY_ID": "AKIAEXAMPLE",
+            "HF_TOKEN": "hf_secret_token",
+        },
+    )
     assert proc.returncode == 0, proc.stderr
     for secret in ("s3cr3t-value", "AKIAEXAMPLE", "hf_secret_token"):
         assert secret not in proc.stdout
@@ -238,8 +271,23 @@ def dry_run(*args):
 
 def test_dry_run_2_nodes_x_8_gpus_is_valid_and_secret_free():
     tol = json.dumps([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}])
-    [pj] = dry_run("launch-k8s", "--dry-run", "--nodes", "2", "--procs-per-node", "8", "--namespace", "ml",
-                   "--tolerations", tol, "--queue", "gpu-queue", "--run-id", "run-42", *ARGS)
+    [pj] = dry_run(
+        "launch-k8s",
+        "--dry-run",
+        "--nodes",
+        "2",
+        "--procs-per-node",
+        "8",
+        "--namespace",
+        "ml",
+        "--tolerations",
+        tol,
+        "--queue",
+        "gpu-queue",
+        "--run-id",
+        "run-42",
+        *ARGS,
+    )
     validate(pj)
     assert pj["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 1 and pj["spec"]["nprocPerNode"] == "8"
     objs = dry_run("deploy-k8s", "--dry-run", "--name", "tuned", "--model-uri", "s3://b/models/m", "--namespace", "ml")
@@ -249,6 +297,7 @@ def test_dry_run_2_nodes_x_8_gpus_is_valid_and_secret_free():
 
 
 # --- Kubeflow Trainer v2: TrainJob -------------------------------------------------------
+
 
 def trainjob(spec: ClusterSpec, name="ft-run1") -> dict:
     from trainer.k8s.trainjob import build_trainjob
@@ -260,11 +309,22 @@ def trainjob(spec: ClusterSpec, name="ft-run1") -> dict:
 
 
 def test_trainjob_shape_runtime_resources_and_placement():
-    obj = trainjob(ClusterSpec(nodes=2, procs_per_node=8, accelerator_resource="amd.com/gpu", queue="team-a",
-                               node_selector={"pool": "mi300"}, training_runtime="llm-finetune-torch",
-                               tolerations=[{"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]))
-    assert obj["spec"]["runtimeRef"] == {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime",
-                                         "name": "llm-finetune-torch"}
+    obj = trainjob(
+        ClusterSpec(
+            nodes=2,
+            procs_per_node=8,
+            accelerator_resource="amd.com/gpu",
+            queue="team-a",
+            node_selector={"pool": "mi300"},
+            training_runtime="llm-finetune-torch",
+            tolerations=[{"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        )
+    )
+    assert obj["spec"]["runtimeRef"] == {
+        "apiGroup": "trainer.kubeflow.org",
+        "kind": "ClusterTrainingRuntime",
+        "name": "llm-finetune-torch",
+    }
     t = obj["spec"]["trainer"]
     assert t["numNodes"] == 2 and t["numProcPerNode"] == 8
     assert t["resourcesPerNode"]["limits"]["amd.com/gpu"] == "8"
@@ -300,7 +360,8 @@ def test_trainjob_launcher_creates_streams_waits_and_cleans_up_fake_api(capsys):
 
     with FakeKubeAPI() as api:
         TrainJobLauncher(ClusterSpec(namespace="ml", nodes=2, poll_interval_s=0.01), api.configuration).run(
-            ARGS, "ft-tj")
+            ARGS, "ft-tj"
+        )
         [(_, path, body)] = api.state.calls("POST", "trainjobs")
         assert path == "/apis/trainer.kubeflow.org/v1alpha1/namespaces/ml/trainjobs"
         validate(body)
@@ -313,15 +374,22 @@ def test_trainjob_launcher_creates_streams_waits_and_cleans_up_fake_api(capsys):
 def test_trainjob_failure_report_and_retry_attaches_fake_api(capsys):
     from trainer.k8s.trainjob import TrainJobLauncher
 
-    script = JobScript(conditions=["Created", "Failed"], pod_phase="Failed", terminated_reason="Error", exit_code=2,
-                       master_log="error: dataset_source 'x' not found\n",
-                       events=[("Warning", "BackoffLimitExceeded", "Job has reached the specified backoff limit")])
+    script = JobScript(
+        conditions=["Created", "Failed"],
+        pod_phase="Failed",
+        terminated_reason="Error",
+        exit_code=2,
+        master_log="error: dataset_source 'x' not found\n",
+        events=[("Warning", "BackoffLimitExceeded", "Job has reached the specified backoff limit")],
+    )
     with FakeKubeAPI(script) as api:
         spec = ClusterSpec(namespace="ml", nodes=2, poll_interval_s=0.01, cleanup="never")
-        api.state.objects[("TrainJob", "ml", "ft-tj")] = {"metadata": {"name": "ft-tj", "namespace": "ml",
-                                                                       "generation": 1},
-                                                          "spec": to_dict(__import__("trainer.k8s.trainjob", fromlist=[
-                                                              "x"]).build_trainjob("ft-tj", ARGS, spec))["spec"]}
+        api.state.objects[("TrainJob", "ml", "ft-tj")] = {
+            "metadata": {"name": "ft-tj", "namespace": "ml", "generation": 1},
+            "spec": to_dict(__import__("trainer.k8s.trainjob", fromlist=["x"]).build_trainjob("ft-tj", ARGS, spec))[
+                "spec"
+            ],
+        }
         with pytest.raises(JobFailed) as err:
             TrainJobLauncher(spec, api.configuration).run(ARGS, "ft-tj")
         assert not api.state.calls("DELETE", "trainjobs")  # still running when found: followed, not replaced
@@ -337,8 +405,10 @@ def test_stalled_job_is_stopped_with_the_stuck_stage_fake_api():
     moving the job is deleted (its GPUs freed) and the error names the stage."""
     from trainer.core.watchdog import progress_line
 
-    script = JobScript(conditions=["Created", "Running"] + ["Running"] * 10**4,
-                       master_log=f"{progress_line('loading model', 0)}\n{progress_line('training', 3)}\n")
+    script = JobScript(
+        conditions=["Created", "Running"] + ["Running"] * 10**4,
+        master_log=f"{progress_line('loading model', 0)}\n{progress_line('training', 3)}\n",
+    )
     with FakeKubeAPI(script) as api:
         spec = ClusterSpec(namespace="ml", poll_interval_s=0.05, stall_timeout_s=1, cleanup="never")
         with pytest.raises(JobFailed, match=r"stalled: no progress for \d+ s in stage 'training' at step 3"):
@@ -355,37 +425,80 @@ def test_launcher_names(monkeypatch):
 
 
 def test_dry_run_trainjob_cli_is_valid():
-    [tj] = dry_run("launch-k8s", "--dry-run", "--launcher", "trainjob", "--nodes", "2", "--procs-per-node", "4",
-                   "--namespace", "ml", "--run-id", "run-42", *ARGS)
+    [tj] = dry_run(
+        "launch-k8s",
+        "--dry-run",
+        "--launcher",
+        "trainjob",
+        "--nodes",
+        "2",
+        "--procs-per-node",
+        "4",
+        "--namespace",
+        "ml",
+        "--run-id",
+        "run-42",
+        *ARGS,
+    )
     validate(tj)
     assert tj["kind"] == "TrainJob" and tj["metadata"]["name"] == "ft-run-42"
 
 
-@pytest.mark.parametrize("args, fix", [
-    (["--namespace", "Bad_NS"], "namespace='Bad_NS' is not a valid Kubernetes name"),
-    (["--tolerations", '[{"key": "k", "operator": "Sometimes"}]'], "operator='Sometimes' is not allowed"),
-    (["--node-selector", '{"pool": 1}'], "must be a string"),
-])
+@pytest.mark.parametrize(
+    "args, fix",
+    [
+        (["--namespace", "Bad_NS"], "namespace='Bad_NS' is not a valid Kubernetes name"),
+        (["--tolerations", '[{"key": "k", "operator": "Sometimes"}]'], "operator='Sometimes' is not allowed"),
+        (["--node-selector", '{"pool": 1}'], "must be a string"),
+    ],
+)
 def test_cli_refuses_bad_cluster_values(args, fix):
-    proc = subprocess.run([sys.executable, "-m", "trainer", "launch-k8s", "--dry-run", *args, *ARGS], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainer", "launch-k8s", "--dry-run", *args, *ARGS],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and fix in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
 def test_deploy_cli_refuses_bad_name_and_gpus():
-    proc = subprocess.run([sys.executable, "-m", "trainer", "deploy-k8s", "--dry-run", "--name", "My_Model",
-                           "--gpus", "-3", "--model-uri", "s3://b/m"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainer",
+            "deploy-k8s",
+            "--dry-run",
+            "--name",
+            "My_Model",
+            "--gpus",
+            "-3",
+            "--model-uri",
+            "s3://b/m",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "served_model_name='My_Model'" in proc.stderr and "serve_gpus must be >= 0" in proc.stderr
 
 
 # --- vLLM: tensor parallelism, adapters side by side, images per accelerator ---------------
 
+
 def test_multi_lora_deployment_serves_base_and_adapters_by_name():
-    spec = cluster_serve.ServeSpec(name="base", model_uri="s3://b/models/base", gpus=2, max_lora_rank=64,
-                                   adapters={"trial-a": "s3://b/models/a", "trial-b": "s3://b/models/b"},
-                                   cluster=ClusterSpec(namespace="ml", queue="serve-q"))
+    spec = cluster_serve.ServeSpec(
+        name="base",
+        model_uri="s3://b/models/base",
+        gpus=2,
+        max_lora_rank=64,
+        adapters={"trial-a": "s3://b/models/a", "trial-b": "s3://b/models/b"},
+        cluster=ClusterSpec(namespace="ml", queue="serve-q"),
+    )
     deployment, service = (to_dict(o) for o in cluster_serve.build(spec))
     validate(deployment)
     assert_restricted(deployment)
@@ -394,7 +507,7 @@ def test_multi_lora_deployment_serves_base_and_adapters_by_name():
     assert cmd[cmd.index("--tensor-parallel-size") + 1] == "2"
     assert "--enable-lora" in cmd and cmd[cmd.index("--max-lora-rank") + 1] == "64"
     i = cmd.index("--lora-modules")
-    assert cmd[i + 1:i + 3] == ["trial-a=/models/adapters/trial-a", "trial-b=/models/adapters/trial-b"]
+    assert cmd[i + 1 : i + 3] == ["trial-a=/models/adapters/trial-a", "trial-b=/models/adapters/trial-b"]
     fetch = " ".join(pod["initContainers"][0]["command"])
     assert "download s3://b/models/a /models/adapters/trial-a" in fetch and "s3://b/models/base /models/model" in fetch
     assert deployment["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "serve-q"
@@ -402,11 +515,15 @@ def test_multi_lora_deployment_serves_base_and_adapters_by_name():
 
 
 def test_vllm_image_follows_the_accelerator():
-    amd = cluster_serve.ServeSpec(name="m", model_uri="s3://b/m", cluster=ClusterSpec(accelerator_resource="amd.com/gpu"))
+    amd = cluster_serve.ServeSpec(
+        name="m", model_uri="s3://b/m", cluster=ClusterSpec(accelerator_resource="amd.com/gpu")
+    )
     nv = cluster_serve.ServeSpec(name="m", model_uri="s3://b/m")
     assert "rocm" in cluster_serve.image(amd) and "rocm" not in cluster_serve.image(nv)
-    assert cluster_serve.image(cluster_serve.ServeSpec(name="m", model_uri="s3://b/m", vllm_image="my/vllm:1")) \
+    assert (
+        cluster_serve.image(cluster_serve.ServeSpec(name="m", model_uri="s3://b/m", vllm_image="my/vllm:1"))
         == "my/vllm:1"
+    )
 
 
 def test_local_and_cluster_vllm_flags_are_the_same_function():
@@ -419,9 +536,11 @@ def test_local_and_cluster_vllm_flags_are_the_same_function():
 
 # --- KServe ---------------------------------------------------------------------------------
 
+
 def kserve_spec(**kw):
-    return cluster_serve.ServeSpec(name="tuned", model_uri="s3://b/models/sha256-abc",
-                                   cluster=ClusterSpec(namespace="ml"), **kw)
+    return cluster_serve.ServeSpec(
+        name="tuned", model_uri="s3://b/models/sha256-abc", cluster=ClusterSpec(namespace="ml"), **kw
+    )
 
 
 def test_kserve_objects_are_valid_and_share_vllm_flags():
@@ -435,7 +554,10 @@ def test_kserve_objects_are_valid_and_share_vllm_flags():
     assert "--enable-auto-tool-choice" in args and args[args.index("--served-model-name") + 1] == "{{.Name}}"
     model = isvc["spec"]["predictor"]["model"]
     assert model["storageUri"] == "s3://b/models/sha256-abc" and model["runtime"] == runtime["metadata"]["name"]
-    assert model["args"] == ["--tool-call-parser", "hermes", "--tensor-parallel-size", "4"] and model["resources"]["limits"]["nvidia.com/gpu"] == "4"
+    assert (
+        model["args"] == ["--tool-call-parser", "hermes", "--tensor-parallel-size", "4"]
+        and model["resources"]["limits"]["nvidia.com/gpu"] == "4"
+    )
     assert isvc["spec"]["predictor"]["serviceAccountName"] == kserve.SERVICE_ACCOUNT
 
 
@@ -471,21 +593,35 @@ def test_kserve_create_ready_smoke_and_replace_on_redeploy_fake_api(monkeypatch)
     seen = []
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")  # in a pod of this (fake) cluster: DNS resolves
     monkeypatch.setattr("trainer.serving.client.wait_ready", lambda url, timeout: seen.append(("ready", url)) or 1.0)
-    monkeypatch.setattr("trainer.serving.client.smoke_test", lambda url, model, messages, tools=None, require_tool_call=True: (
-        seen.append(("chat", url, model, require_tool_call)) or {"ok": True, "reason": "", "latency_s": 0.1,
-                                                                 "reply": "get_weather {}", "model": model}))
+    monkeypatch.setattr(
+        "trainer.serving.client.smoke_test",
+        lambda url, model, messages, tools=None, require_tool_call=True: (
+            seen.append(("chat", url, model, require_tool_call))
+            or {"ok": True, "reason": "", "latency_s": 0.1, "reply": "get_weather {}", "model": model}
+        ),
+    )
     with FakeKubeAPI() as api:
-        out = kserve.deploy(kserve_spec(), [{"role": "user", "content": "hi"}], client_configuration=api.configuration,
-                            poll_s=0.01)
+        out = kserve.deploy(
+            kserve_spec(), [{"role": "user", "content": "hi"}], client_configuration=api.configuration, poll_s=0.01
+        )
         assert out["action"] == "created" and out["endpoint"] == "http://tuned-predictor.ml.svc.cluster.local/v1"
         assert out["smoke_ok"] and out["names"] == ["tuned"]
-        assert seen == [("ready", "http://tuned-predictor.ml.svc.cluster.local"),
-                        ("chat", "http://tuned-predictor.ml.svc.cluster.local", "tuned", True)]
+        assert seen == [
+            ("ready", "http://tuned-predictor.ml.svc.cluster.local"),
+            ("chat", "http://tuned-predictor.ml.svc.cluster.local", "tuned", True),
+        ]
         [(_, _, body)] = api.state.calls("POST", "inferenceservices")
         validate(body)
         custom = k.CustomObjectsApi(k.ApiClient(api.configuration))
-        again = kserve.apply(custom, kserve.build(cluster_serve.ServeSpec(
-            name="tuned", model_uri="s3://b/models/sha256-new", cluster=ClusterSpec(namespace="ml"))), "ml")
+        again = kserve.apply(
+            custom,
+            kserve.build(
+                cluster_serve.ServeSpec(
+                    name="tuned", model_uri="s3://b/models/sha256-new", cluster=ClusterSpec(namespace="ml")
+                )
+            ),
+            "ml",
+        )
         assert again == "replaced" and api.state.calls("PUT", "inferenceservices/tuned")
         stored = api.state.objects[("InferenceService", "ml", "tuned")]
         assert stored["metadata"]["generation"] == 2
@@ -526,14 +662,28 @@ def test_sweep_trials_side_by_side_on_the_cluster_fake_api(store, tmp_path, monk
         uris.append(store.put_tree(d, "models")[0])
     asked = []
     monkeypatch.setattr("trainer.serving.client.wait_ready", lambda url, timeout: 1.0)
-    monkeypatch.setattr("trainer.serving.client.smoke_test", lambda url, model, messages, tools=None, require_tool_call=True: (
-        asked.append((model, require_tool_call)) or {"ok": True, "reason": "", "latency_s": 0.2, "reply": "x",
-                                                     "model": model}))
-    spec = ServeSpec(name="sweep-base", model_uri=base_uri, adapters=trial_adapters("sweep", uris),
-                     cluster=ClusterSpec(namespace="ml"))
+    monkeypatch.setattr(
+        "trainer.serving.client.smoke_test",
+        lambda url, model, messages, tools=None, require_tool_call=True: (
+            asked.append((model, require_tool_call))
+            or {"ok": True, "reason": "", "latency_s": 0.2, "reply": "x", "model": model}
+        ),
+    )
+    spec = ServeSpec(
+        name="sweep-base",
+        model_uri=base_uri,
+        adapters=trial_adapters("sweep", uris),
+        cluster=ClusterSpec(namespace="ml"),
+    )
     with FakeKubeAPI() as api:
-        out = deploying.deploy("kubernetes", spec, store, [{"role": "user", "content": "hi"}],
-                             client_configuration=api.configuration, poll_s=0.01)
+        out = deploying.deploy(
+            "kubernetes",
+            spec,
+            store,
+            [{"role": "user", "content": "hi"}],
+            client_configuration=api.configuration,
+            poll_s=0.01,
+        )
         [(_, _, body)] = api.state.calls("POST", "deployments")
     cmd = body["spec"]["template"]["spec"]["containers"][0]["command"]
     assert cmd[cmd.index("--max-lora-rank") + 1] == "64"
@@ -555,8 +705,7 @@ def test_a_queued_job_is_not_a_stalled_one_fake_api():
     wait_timeout_s ends the wait."""
     script = JobScript(conditions=["Created"] * 10**4, pod_phase="Pending")
     with FakeKubeAPI(script) as api:
-        spec = ClusterSpec(namespace="ml", poll_interval_s=0.05, stall_timeout_s=0.2, wait_timeout_s=1,
-                           cleanup="never")
+        spec = ClusterSpec(namespace="ml", poll_interval_s=0.05, stall_timeout_s=0.2, wait_timeout_s=1, cleanup="never")
         with pytest.raises(JobFailed, match="timed out after wait_timeout_s=1") as err:
             PyTorchJobLauncher(spec, api.configuration).run(ARGS, "ft-queued")
         assert "stalled" not in str(err.value)
@@ -565,8 +714,11 @@ def test_a_queued_job_is_not_a_stalled_one_fake_api():
 def test_a_master_pod_recreated_under_the_same_name_is_streamed_from_its_start_fake_api(capsys):
     """The Training Operator replaces a pod that exited with a retryable code (ExitCode policy) by
     a new pod of the same name and restart count 0: its log is new, none of it was shown yet."""
-    script = JobScript(conditions=["Created"] + ["Running"] * 40 + ["Succeeded"],
-                       master_log="step 1\nstep 2\nSIGTERM: exiting\n", recreated_log="resuming\nstep 3\nfinal\n")
+    script = JobScript(
+        conditions=["Created"] + ["Running"] * 40 + ["Succeeded"],
+        master_log="step 1\nstep 2\nSIGTERM: exiting\n",
+        recreated_log="resuming\nstep 3\nfinal\n",
+    )
     with FakeKubeAPI(script) as api:
         PyTorchJobLauncher(ClusterSpec(namespace="ml", poll_interval_s=0.01), api.configuration).run(ARGS, "ft-re")
     out = capsys.readouterr().out
@@ -574,9 +726,11 @@ def test_a_master_pod_recreated_under_the_same_name_is_streamed_from_its_start_f
     assert out.count("step 1") == 1
 
 
-@pytest.mark.parametrize("first,then", [({}, {"adapters": {"a": "s3://b/adapters/a"}}),
-                                        ({"adapters": {"a": "s3://b/adapters/a"}}, {})],
-                         ids=["merged-then-adapters", "adapters-then-merged"])
+@pytest.mark.parametrize(
+    "first,then",
+    [({}, {"adapters": {"a": "s3://b/adapters/a"}}), ({"adapters": {"a": "s3://b/adapters/a"}}, {})],
+    ids=["merged-then-adapters", "adapters-then-merged"],
+)
 def test_kserve_redeploy_in_the_other_mode_leaves_one_storage_field_fake_api(first, then):
     """A JSON merge patch would keep keys the new render does not mention: the previous deploy's
     storageUri / storageUris must be gone, or KServe gets both."""
@@ -603,17 +757,23 @@ def test_a_restarted_pod_waiting_for_a_node_is_not_a_stall_fake_api(monkeypatch)
     however fast or loaded this machine is."""
     from trainer.k8s import pytorchjob
 
-    script = JobScript(conditions=["Created"] + ["Running"] * 20 + ["Succeeded"],
-                       pod_phases=["Running"] * 2 + ["Pending"] * 10 + ["Running"],
-                       master_log="progress: step=3 stage=train\n")
+    script = JobScript(
+        conditions=["Created"] + ["Running"] * 20 + ["Succeeded"],
+        pod_phases=["Running"] * 2 + ["Pending"] * 10 + ["Running"],
+        master_log="progress: step=3 stage=train\n",
+    )
     with FakeKubeAPI(script) as api:
+
         def next_listing(_seconds: float) -> None:
             seen, limit = api.state.pod_listings, time.monotonic() + 30
             while api.state.pod_listings == seen and time.monotonic() < limit:
                 time.sleep(0.001)
 
-        monkeypatch.setattr(pytorchjob, "follow_job", functools.partial(
-            lifecycle.follow_job, clock=lambda: float(api.state.pod_listings), sleep=next_listing))
+        monkeypatch.setattr(
+            pytorchjob,
+            "follow_job",
+            functools.partial(lifecycle.follow_job, clock=lambda: float(api.state.pod_listings), sleep=next_listing),
+        )
         spec = ClusterSpec(namespace="ml", poll_interval_s=0.005, stall_timeout_s=5, cleanup="never")
         PyTorchJobLauncher(spec, api.configuration).run(ARGS, "ft-preempted")
         assert api.state.pod_listings >= 20  # the job outlived the Pending spell by more than the stall timeout
@@ -641,8 +801,10 @@ def test_redeploy_leaves_the_deployment_exactly_as_rendered_fake_api():
     with FakeKubeAPI() as api:
         c = k.ApiClient(api.configuration)
         apps, core = k.AppsV1Api(c), k.CoreV1Api(c)
-        first = serve_spec(node_selector={"a": "x", "b": "y"},
-                           tolerations=[{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}])
+        first = serve_spec(
+            node_selector={"a": "x", "b": "y"},
+            tolerations=[{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        )
         assert cluster_serve.apply(apps, core, *cluster_serve.build(first), "ml") == "created"
         d, s = cluster_serve.build(serve_spec(node_selector={"a": "z"}, accelerator_resource="amd.com/gpu"))
         assert cluster_serve.apply(apps, core, d, s, "ml") == "replaced"
@@ -670,7 +832,8 @@ def test_redeploy_reads_again_once_when_the_deployment_changed_under_it_fake_api
         assert cluster_serve.apply(apps, core, d, s, "ml") == "replaced"
         assert len(api.state.calls("PUT", "deployments/tuned")) == 2  # 409, then the replace on a fresh read
         assert api.state.objects[("Deployment", "ml", "tuned")]["spec"]["template"]["spec"]["nodeSelector"] == {
-            "pool": "a100"}
+            "pool": "a100"
+        }
         api.state.writes_after_read = 2
         with pytest.raises(UserError, match="changed while being replaced.*deploy again"):
             cluster_serve.apply(apps, core, *cluster_serve.build(serve_spec()), "ml")
@@ -680,10 +843,14 @@ def test_the_service_depends_on_the_name_only_so_a_patch_keeps_it_exact():
     """The Service is patched, not replaced (a PUT would have to carry the allocated clusterIP, and
     would drop what others add to it, e.g. a mesh's annotations): exact only because no setting
     but the name and namespace changes its render, which this pins."""
-    other = cluster_serve.ServeSpec(name="tuned", model_uri="s3://b/models/other", gpus=2, replicas=3,
-                                    adapters={"a": "s3://b/adapters/a"}, cluster=ClusterSpec(
-                                        namespace="ml", node_selector={"a": "b"}, queue="q",
-                                        accelerator_resource="amd.com/gpu"))
+    other = cluster_serve.ServeSpec(
+        name="tuned",
+        model_uri="s3://b/models/other",
+        gpus=2,
+        replicas=3,
+        adapters={"a": "s3://b/adapters/a"},
+        cluster=ClusterSpec(namespace="ml", node_selector={"a": "b"}, queue="q", accelerator_resource="amd.com/gpu"),
+    )
     assert to_dict(cluster_serve.build(other)[1]) == to_dict(cluster_serve.build(serve_spec())[1])
 
 
@@ -695,8 +862,9 @@ def test_kserve_redeploy_leaves_the_inference_service_exactly_as_rendered_fake_a
     from trainer.k8s import kserve
 
     def spec(**kw):
-        return cluster_serve.ServeSpec(name="tuned", model_uri="s3://b/models/sha256-abc",
-                                       cluster=ClusterSpec(namespace="ml", **kw))
+        return cluster_serve.ServeSpec(
+            name="tuned", model_uri="s3://b/models/sha256-abc", cluster=ClusterSpec(namespace="ml", **kw)
+        )
 
     with FakeKubeAPI() as api:
         custom = k.CustomObjectsApi(k.ApiClient(api.configuration))
@@ -712,8 +880,11 @@ def test_kserve_redeploy_leaves_the_inference_service_exactly_as_rendered_fake_a
 def test_a_log_stream_cut_mid_line_loses_and_repeats_nothing_fake_api(capsys):
     """The API server ends a log stream cleanly when its upstream breaks, possibly mid-line; the
     reconnect reads the log from its start. Only complete lines count as shown."""
-    script = JobScript(conditions=["Created"] + ["Running"] * 40 + ["Succeeded"],
-                       master_log="step 1\nstep 2 loss 1.0\nstep 3\n", first_read_cut_at=len("step 1\nstep 2 lo"))
+    script = JobScript(
+        conditions=["Created"] + ["Running"] * 40 + ["Succeeded"],
+        master_log="step 1\nstep 2 loss 1.0\nstep 3\n",
+        first_read_cut_at=len("step 1\nstep 2 lo"),
+    )
     with FakeKubeAPI(script) as api:
         PyTorchJobLauncher(ClusterSpec(namespace="ml", poll_interval_s=0.01), api.configuration).run(ARGS, "ft-cut")
         assert api.state.master_log_reads >= 2
@@ -723,8 +894,9 @@ def test_a_log_stream_cut_mid_line_loses_and_repeats_nothing_fake_api(capsys):
 
 def test_a_finished_pods_unterminated_last_line_is_shown_once_fake_api(capsys):
     """A last line without a newline is complete only when the pod has finished: shown then, once."""
-    script = JobScript(conditions=["Created"] + ["Running"] * 40 + ["Succeeded"],
-                       master_log="step 1\nsaved to s3://b/runs/r1")
+    script = JobScript(
+        conditions=["Created"] + ["Running"] * 40 + ["Succeeded"], master_log="step 1\nsaved to s3://b/runs/r1"
+    )
     with FakeKubeAPI(script) as api:
         PyTorchJobLauncher(ClusterSpec(namespace="ml", poll_interval_s=0.01), api.configuration).run(ARGS, "ft-eof")
         assert api.state.master_log_reads >= 3  # re-read while running, then finished, then again
@@ -735,44 +907,70 @@ def test_a_finished_pods_unterminated_last_line_is_shown_once_fake_api(capsys):
 def test_a_finished_pods_log_cut_mid_line_shows_the_rest_after_the_reconnect_fake_api(capsys):
     """A finished pod's log that ends mid-line was shown to that point as its last line; when a
     later read has more, the rest follows: nothing twice, nothing lost."""
-    script = JobScript(conditions=["Created"] + ["Running"] * 40 + ["Succeeded"], pod_phase="Succeeded",
-                       master_log="step 1\nstep 2 loss 1.0\nstep 3\n", first_read_cut_at=len("step 1\nstep 2 lo"))
+    script = JobScript(
+        conditions=["Created"] + ["Running"] * 40 + ["Succeeded"],
+        pod_phase="Succeeded",
+        master_log="step 1\nstep 2 loss 1.0\nstep 3\n",
+        first_read_cut_at=len("step 1\nstep 2 lo"),
+    )
     with FakeKubeAPI(script) as api:
         PyTorchJobLauncher(ClusterSpec(namespace="ml", poll_interval_s=0.01), api.configuration).run(ARGS, "ft-cut2")
     out = capsys.readouterr().out.splitlines()
     start = out.index("step 1")
-    assert out[start:start + 4] == ["step 1", "step 2 lo", "ss 1.0", "step 3"]
+    assert out[start : start + 4] == ["step 1", "step 2 lo", "ss 1.0", "step 3"]
 
 
 def test_a_container_restarted_in_place_shows_its_unterminated_last_line_fake_api(capsys):
     """The kubelet restarts a container in place (same pod, restart count + 1): the container that
     ended may have written its last line without a newline, which was not complete while it ran.
     It is read from the ended container's log (`previous`) once the restart is seen: shown once."""
-    script = JobScript(conditions=["Created"] + ["Running"] * 40 + ["Succeeded"],
-                       master_log="step 1\nstep 2\nRuntimeError: NCCL timeout", restarted_log="resuming\nstep 3\n")
+    script = JobScript(
+        conditions=["Created"] + ["Running"] * 40 + ["Succeeded"],
+        master_log="step 1\nstep 2\nRuntimeError: NCCL timeout",
+        restarted_log="resuming\nstep 3\n",
+    )
     with FakeKubeAPI(script) as api:
         PyTorchJobLauncher(ClusterSpec(namespace="ml", poll_interval_s=0.01), api.configuration).run(ARGS, "ft-inplace")
         assert api.state.calls("GET", r"/pods/ft-inplace-master-0/log\?.*previous=")
     out = capsys.readouterr().out.splitlines()
     shown = [line for line in out if line.startswith(("step", "RuntimeError", "resuming", "---"))]
-    assert shown == ["--- log of pod ml/ft-inplace-master-0 ---", "step 1", "step 2", "RuntimeError: NCCL timeout",
-                     "--- log of pod ml/ft-inplace-master-0 (restart 1) ---", "resuming", "step 3"]
-
+    assert shown == [
+        "--- log of pod ml/ft-inplace-master-0 ---",
+        "step 1",
+        "step 2",
+        "RuntimeError: NCCL timeout",
+        "--- log of pod ml/ft-inplace-master-0 (restart 1) ---",
+        "resuming",
+        "step 3",
+    ]
 
 
 def test_a_restarted_containers_log_streams_when_the_ended_ones_is_gone_fake_api(capsys):
     """The ended container's log can no longer be read (`previous` answers 400): the log of the
     container running now is still streamed, not retried behind that read forever."""
-    script = JobScript(conditions=["Created"] + ["Running"] * 40 + ["Succeeded"],
-                       master_log="step 1\nstep 2\n", restarted_log="resuming\nstep 3\n", previous_log_gone=True)
+    script = JobScript(
+        conditions=["Created"] + ["Running"] * 40 + ["Succeeded"],
+        master_log="step 1\nstep 2\n",
+        restarted_log="resuming\nstep 3\n",
+        previous_log_gone=True,
+    )
     with FakeKubeAPI(script) as api:
         PyTorchJobLauncher(ClusterSpec(namespace="ml", poll_interval_s=0.01), api.configuration).run(ARGS, "ft-gone")
         assert len(api.state.calls("GET", r"/pods/ft-gone-master-0/log\?.*previous=")) == 1
     out = capsys.readouterr().out.splitlines()
     assert [line for line in out if line.startswith(("step", "resuming"))] == ["step 1", "step 2", "resuming", "step 3"]
 
-WEATHER = [{"type": "function", "function": {"name": "get_weather", "description": "weather in a city", "parameters": {
-    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+
+WEATHER = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "weather in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+]
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
@@ -787,19 +985,30 @@ def test_deploy_from_outside_the_cluster_smoke_tests_through_the_api_server_fake
         monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
     else:  # a laptop
         monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    spec = cluster_serve.ServeSpec(name="tuned", model_uri="s3://b/models/base", adapters={"tuned-a": "s3://b/a"},
-                                   cluster=ClusterSpec(namespace="ml"))
+    spec = cluster_serve.ServeSpec(
+        name="tuned",
+        model_uri="s3://b/models/base",
+        adapters={"tuned-a": "s3://b/a"},
+        cluster=ClusterSpec(namespace="ml"),
+    )
     with FakeKubeAPI() as api:
         api.configuration.api_key = {"authorization": "Bearer kubeconfig-token"}
         deploy = kserve.deploy if backend == "kserve" else cluster_serve.deploy
         out = deploy(spec, ASK, WEATHER, client_configuration=api.configuration, poll_s=0.01, ready_timeout_s=3)
-        via = ("/pods/tuned-predictor-00001-deployment-7d9f:8080/proxy" if backend == "kserve"
-               else "/services/tuned:8000/proxy")
+        via = (
+            "/pods/tuned-predictor-00001-deployment-7d9f:8080/proxy"
+            if backend == "kserve"
+            else "/services/tuned:8000/proxy"
+        )
         assert api.state.calls("GET", f"/api/v1/namespaces/ml{via}/v1/models")
         chats = api.state.calls("POST", f"/api/v1/namespaces/ml{via}/v1/chat/completions")
         # each name asked twice: once whole, once streamed (through the relay, SSE and all)
-        assert sorted((body["model"], bool(body.get("stream"))) for _, _, body in chats) == \
-            [("tuned", False), ("tuned", True), ("tuned-a", False), ("tuned-a", True)]
+        assert sorted((body["model"], bool(body.get("stream"))) for _, _, body in chats) == [
+            ("tuned", False),
+            ("tuned", True),
+            ("tuned-a", False),
+            ("tuned-a", True),
+        ]
         assert chats[0][2]["tools"] == WEATHER  # the request arrives as sent
         assert set(api.state.proxy_auth) == {"Bearer kubeconfig-token"}
     assert out["smoke_ok"], out["reason"]
@@ -808,8 +1017,10 @@ def test_deploy_from_outside_the_cluster_smoke_tests_through_the_api_server_fake
     printed = capsys.readouterr().out
     if backend == "kserve":
         assert out["endpoint"] == "http://tuned-predictor.ml.svc.cluster.local/v1"  # what in-cluster clients use
-        assert out["access"].startswith("kubectl -n ml port-forward $(kubectl -n ml get pod -l "
-                                        "serving.kserve.io/inferenceservice=tuned -o name | head -n 1) 8080:8080")
+        assert out["access"].startswith(
+            "kubectl -n ml port-forward $(kubectl -n ml get pod -l "
+            "serving.kserve.io/inferenceservice=tuned -o name | head -n 1) 8080:8080"
+        )
     else:
         assert out["endpoint"] == "http://tuned.ml.svc.cluster.local:8000/v1"
         assert out["access"] == "kubectl -n ml port-forward svc/tuned 8000:8000  (then http://127.0.0.1:8000/v1)"
@@ -830,27 +1041,64 @@ def test_deploy_k8s_deploys_through_serving_and_prints_the_result_fake_api(monke
     monkeypatch.setattr("trainer.__main__.reach_cluster", lambda: None)  # the fake serves no /version
     calls = []
     deploy = deploying.deploy
-    monkeypatch.setattr(deploying, "deploy", lambda backend, spec, store, *a, **kw: (
-        calls.append((backend, spec.max_lora_rank, spec.tool_call_parser, store))
-        or deploy(backend, spec, store, *a, **{**kw, "poll_s": 0.01})))  # the fake is Ready at the first poll
+    monkeypatch.setattr(
+        deploying,
+        "deploy",
+        lambda backend, spec, store, *a, **kw: (
+            calls.append((backend, spec.max_lora_rank, spec.tool_call_parser, store))
+            or deploy(backend, spec, store, *a, **{**kw, "poll_s": 0.01})
+        ),
+    )  # the fake is Ready at the first poll
     with FakeKubeAPI() as api:
         config = tmp_path / "kubeconfig"
-        config.write_text(json.dumps({
-            "apiVersion": "v1", "kind": "Config", "current-context": "c",
-            "clusters": [{"name": "c", "cluster": {"server": api.configuration.host}}],
-            "users": [{"name": "u", "user": {"token": "t"}}],
-            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+        config.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "c",
+                    "clusters": [{"name": "c", "cluster": {"server": api.configuration.host}}],
+                    "users": [{"name": "u", "user": {"token": "t"}}],
+                    "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                }
+            )
+        )
         monkeypatch.setattr("kubernetes.config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION", str(config))
-        main(["deploy-k8s", "--backend", "kserve", "--name", "tuned", "--model-uri", "s3://b/models/m",
-              "--namespace", "ml", "--max-lora-rank", "32", "--tool-call-parser", "llama3_json"])
+        main(
+            [
+                "deploy-k8s",
+                "--backend",
+                "kserve",
+                "--name",
+                "tuned",
+                "--model-uri",
+                "s3://b/models/m",
+                "--namespace",
+                "ml",
+                "--max-lora-rank",
+                "32",
+                "--tool-call-parser",
+                "llama3_json",
+            ]
+        )
         [(_, _, body)] = api.state.calls("POST", "inferenceservices")
     assert calls == [("kserve", 32, "llama3_json", None)]
     args = body["spec"]["predictor"]["model"]["args"]
     assert args[args.index("--tool-call-parser") + 1] == "llama3_json"
     printed = capsys.readouterr().out
-    out = json.loads(printed[printed.index("{\n"):])
-    assert list(out) == ["endpoint", "names", "ready_s", "smoke_ok", "reason", "latency_s", "results", "pgid",
-                         "access", "action"]
+    out = json.loads(printed[printed.index("{\n") :])
+    assert list(out) == [
+        "endpoint",
+        "names",
+        "ready_s",
+        "smoke_ok",
+        "reason",
+        "latency_s",
+        "results",
+        "pgid",
+        "access",
+        "action",
+    ]
     assert out["smoke_ok"] and out["action"] == "created"
     assert out["endpoint"] == "http://tuned-predictor.ml.svc.cluster.local/v1"
 
@@ -861,8 +1109,12 @@ def test_deploy_inside_the_cluster_uses_the_service_dns_name_fake_api(monkeypatc
     seen = []
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")  # the fake API server's address
     monkeypatch.setattr("trainer.serving.client.wait_ready", lambda url, timeout: seen.append(url) or 1.0)
-    monkeypatch.setattr("trainer.serving.client.smoke_test", lambda url, model, messages, tools=None, require_tool_call=True: (
-        seen.append(url) or {"ok": True, "reason": "", "latency_s": 0.1, "reply": "get_weather {}", "model": model}))
+    monkeypatch.setattr(
+        "trainer.serving.client.smoke_test",
+        lambda url, model, messages, tools=None, require_tool_call=True: (
+            seen.append(url) or {"ok": True, "reason": "", "latency_s": 0.1, "reply": "get_weather {}", "model": model}
+        ),
+    )
     with FakeKubeAPI() as api:
         out = cluster_serve.deploy(serve_spec(), ASK, WEATHER, client_configuration=api.configuration, poll_s=0.01)
         assert not api.state.calls("GET", "/proxy/")

@@ -20,12 +20,23 @@ ADAPTER = "s3://llm-finetune/models/sha256-adapter"
 
 
 def spec(**kw):
-    return ServeSpec(**{"name": "tuned-base", "model_uri": "s3://llm-finetune/models/sha256-base",
-                        "adapters": {"tuned": ADAPTER}, "max_lora_rank": 64, "chat_template": True,
-                        "tool_call_parser": "llama3_json",
-                        "cluster": ClusterSpec(namespace="ml", node_selector={"pool": "h100"}, queue="team-a",
-                                               tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists",
-                                                             "effect": "NoSchedule"}]), **kw})
+    return ServeSpec(
+        **{
+            "name": "tuned-base",
+            "model_uri": "s3://llm-finetune/models/sha256-base",
+            "adapters": {"tuned": ADAPTER},
+            "max_lora_rank": 64,
+            "chat_template": True,
+            "tool_call_parser": "llama3_json",
+            "cluster": ClusterSpec(
+                namespace="ml",
+                node_selector={"pool": "h100"},
+                queue="team-a",
+                tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            ),
+            **kw,
+        }
+    )
 
 
 def test_base_and_adapter_from_the_bucket_valid_against_the_crd_and_restricted():
@@ -36,7 +47,10 @@ def test_base_and_adapter_from_the_bucket_valid_against_the_crd_and_restricted()
     model = obj["spec"]["model"]
     assert model["uri"] == "s3://llm-finetune/models/sha256-base" and model["name"] == "tuned-base"
     assert model["lora"] == {"adapters": [{"name": "tuned", "uri": ADAPTER}], "maxRank": 64, "maxAdapters": 1}
-    assert obj["spec"]["parallelism"] == {"tensor": 2} and obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    assert (
+        obj["spec"]["parallelism"] == {"tensor": 2}
+        and obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    )
     assert obj["spec"]["labels"] == {"kueue.x-k8s.io/queue-name": "team-a"}  # what KServe copies onto the pods
     # KServe hands maxRank to vLLM as it is: rounded up to a rank vLLM accepts, as the one builder does
     [odd] = llmisvc.build(spec(max_lora_rank=24))
@@ -51,8 +65,15 @@ def test_base_and_adapter_from_the_bucket_valid_against_the_crd_and_restricted()
     # the one argument builder's flags, less what KServe sets from the object (model, name, port, LoRA, TP)
     assert args[args.index("--tool-call-parser") + 1] == "llama3_json" and "--enable-auto-tool-choice" in args
     assert args[args.index("--chat-template") + 1] == "/mnt/models/chat_template.jinja"  # the template trained with
-    assert not {"--model", "--served-model-name", "--port", "--lora-modules", "--enable-lora", "--max-lora-rank",
-                "--tensor-parallel-size"} & set(args)
+    assert not {
+        "--model",
+        "--served-model-name",
+        "--port",
+        "--lora-modules",
+        "--enable-lora",
+        "--max-lora-rank",
+        "--tensor-parallel-size",
+    } & set(args)
 
 
 def test_a_merged_model_has_no_lora_section_and_a_misspelled_adapter_is_caught():
@@ -74,12 +95,17 @@ def test_create_ready_smoke_and_replace_on_redeploy_fake_api(monkeypatch):
     seen = []
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")  # in a pod of this (fake) cluster
     monkeypatch.setattr("trainer.serving.client.wait_ready", lambda url, timeout: seen.append(("ready", url)) or 1.0)
-    monkeypatch.setattr("trainer.serving.client.smoke_test", lambda url, model, messages, tools=None, require_tool_call=True: (
-        seen.append(("chat", model, require_tool_call)) or {"ok": True, "reason": "", "latency_s": 0.1,
-                                                            "reply": "get_weather {}", "model": model}))
+    monkeypatch.setattr(
+        "trainer.serving.client.smoke_test",
+        lambda url, model, messages, tools=None, require_tool_call=True: (
+            seen.append(("chat", model, require_tool_call))
+            or {"ok": True, "reason": "", "latency_s": 0.1, "reply": "get_weather {}", "model": model}
+        ),
+    )
     with FakeKubeAPI() as api:
-        out = llmisvc.deploy(spec(), [{"role": "user", "content": "hi"}], client_configuration=api.configuration,
-                             poll_s=0.01)
+        out = llmisvc.deploy(
+            spec(), [{"role": "user", "content": "hi"}], client_configuration=api.configuration, poll_s=0.01
+        )
         # KServe without spec.router publishes the workload Service without its port: vLLM's is added
         url = "http://tuned-base-kserve-workload-svc.ml.svc.cluster.local:8000"
         assert out["action"] == "created" and out["endpoint"] == f"{url}/v1"
@@ -104,10 +130,21 @@ def test_from_outside_the_cluster_the_smoke_test_goes_through_the_api_servers_po
 
     with FakeKubeAPI() as api:
         api.state.llmisvc_scheme = scheme
-        out = llmisvc.deploy(spec(), [{"role": "user", "content": "What is the weather in Paris?"}],
-                             [{"type": "function", "function": {"name": "get_weather", "parameters": {
-                                 "type": "object", "properties": {"city": {"type": "string"}}}}}],
-                             client_configuration=api.configuration, poll_s=0.01)
+        out = llmisvc.deploy(
+            spec(),
+            [{"role": "user", "content": "What is the weather in Paris?"}],
+            [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": "get_weather",
+                        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+                    },
+                }
+            ],
+            client_configuration=api.configuration,
+            poll_s=0.01,
+        )
         proxied = [path for method, path, _ in api.state.requests if "/proxy/" in path]
     assert out["smoke_ok"], json.dumps(out)[:500]
     target = "tuned-base-kserve-7c9d8f:8000" if scheme == "http" else "https:tuned-base-kserve-7c9d8f:8000"
@@ -120,17 +157,28 @@ def test_not_ready_names_the_condition_and_what_to_check_fake_api(capsys):
         api.state.llmisvc_not_ready = "0/1 replicas available: Insufficient nvidia.com/gpu"
         custom = k.CustomObjectsApi(k.ApiClient(api.configuration))
         llmisvc.apply(custom, llmisvc.build(spec())[0], "ml")
-        with pytest.raises(UserError, match=r"not Ready after 0s \(Ready=False MinimumReplicasUnavailable 0/1 "
-                                            r"replicas available: Insufficient nvidia.com/gpu\); see `kubectl -n ml "
-                                            r"describe llminferenceservice/tuned-base`"):
+        with pytest.raises(
+            UserError,
+            match=r"not Ready after 0s \(Ready=False MinimumReplicasUnavailable 0/1 "
+            r"replicas available: Insufficient nvidia.com/gpu\); see `kubectl -n ml "
+            r"describe llminferenceservice/tuned-base`",
+        ):
             llmisvc.wait_ready(custom, "tuned-base", "ml", timeout_s=0.3, poll_s=0.02, progress_every_s=0.1)
     assert "LLMInferenceService ml/tuned-base not Ready after 0 s (limit 0 s): Ready=False" in capsys.readouterr().out
 
 
 def test_submit_dry_run_prints_the_llminferenceservice_with_the_adapters_s3_uri():
     """Issue 22's command, as given."""
-    proc = submit_dry_run("--param", "deploy_backend=llmisvc", "--param", "serve_adapters=true",
-                          "--param", "lora_train_embeddings=false", "--param", "launcher=trainjob")
+    proc = submit_dry_run(
+        "--param",
+        "deploy_backend=llmisvc",
+        "--param",
+        "serve_adapters=true",
+        "--param",
+        "lora_train_embeddings=false",
+        "--param",
+        "launcher=trainjob",
+    )
     assert proc.returncode == 0, proc.stderr
     objs = list(yaml.safe_load_all(proc.stdout))
     [obj] = [o for o in objs if o and o["kind"] == "LLMInferenceService"]
@@ -138,13 +186,18 @@ def test_submit_dry_run_prints_the_llminferenceservice_with_the_adapters_s3_uri(
     assert_restricted(obj)
     [adapter] = obj["spec"]["model"]["lora"]["adapters"]
     assert adapter == {"name": "llm-finetune", "uri": "s3://<bucket>/models/<from finetune>"}
-    assert obj["spec"]["model"] == {**obj["spec"]["model"], "name": "llm-finetune-base",
-                                    "uri": "s3://<bucket>/models/<from deliver-model>"}
+    assert obj["spec"]["model"] == {
+        **obj["spec"]["model"],
+        "name": "llm-finetune-base",
+        "uri": "s3://<bucket>/models/<from deliver-model>",
+    }
 
 
 def test_the_pipeline_role_may_manage_llminferenceservices():
     from pipelines import manifests
 
     rules = [r for o in manifests.render("llm-finetune", "pipeline-runner") if o["kind"] == "Role" for r in o["rules"]]
-    assert any("llminferenceservices" in r["resources"] and {"create", "get", "update", "delete"} <= set(r["verbs"])
-               for r in rules)
+    assert any(
+        "llminferenceservices" in r["resources"] and {"create", "get", "update", "delete"} <= set(r["verbs"])
+        for r in rules
+    )

@@ -21,8 +21,16 @@ def registry():
 
 def registration(url, run_id="run-id-0001", version="nightly-7", model="s3://b/models/sha256-merged", **kw):
     meta = lineage("Qwen/Qwen2.5-1.5B-Instruct", "abc123", "s3://b/datasets/sha256-data", TRAIN, EVAL, run_id)
-    return Registration(address=url, name="support-bot", version=version, model_uri=model, run_id=run_id,
-                        adapter_uri="s3://b/models/sha256-adapter", metadata=meta, **kw)
+    return Registration(
+        address=url,
+        name="support-bot",
+        version=version,
+        model_uri=model,
+        run_id=run_id,
+        adapter_uri="s3://b/models/sha256-adapter",
+        metadata=meta,
+        **kw,
+    )
 
 
 def test_registers_version_artifacts_and_lineage_fake_api(registry):
@@ -39,8 +47,11 @@ def test_registers_version_artifacts_and_lineage_fake_api(registry):
     assert "train_bad" not in props  # NaN is not a comparable metric
     merged, adapter = (registry.state.artifacts[i] for i in registry.state.version_artifacts[mv["id"]])
     assert merged["uri"] == "s3://b/models/sha256-merged" and merged["modelFormatName"] == "huggingface"
-    assert (merged["modelSourceKind"], merged["modelSourceClass"], merged["modelSourceId"]) == \
-        ("kfp", "pipelinerun", "run-id-0001")
+    assert (merged["modelSourceKind"], merged["modelSourceClass"], merged["modelSourceId"]) == (
+        "kfp",
+        "pipelinerun",
+        "run-id-0001",
+    )
     assert adapter["name"] == "support-bot-adapter" and adapter["uri"] == "s3://b/models/sha256-adapter"
 
 
@@ -64,8 +75,9 @@ def test_a_second_version_of_the_same_model_fake_api(registry):
     """The next run (another run name) adds a version under the one registered model; artifact names
     repeat across versions (they are unique within a version only)."""
     register(registration(registry.url))
-    out = register(registration(registry.url, run_id="run-id-0002", version="nightly-8",
-                                model="s3://b/models/sha256-merged-8"))
+    out = register(
+        registration(registry.url, run_id="run-id-0002", version="nightly-8", model="s3://b/models/sha256-merged-8")
+    )
     assert out["action"] == "registered" and out["version"] == "nightly-8"
     assert len(registry.state.models) == 1 and len(registry.state.versions) == 2
     assert not registry.state.calls("POST", r"/registered_models$")[1:]  # the model is found, not created again
@@ -119,8 +131,13 @@ def test_component_registers_with_lineage_from_its_inputs_fake_api(registry):
         adapter=artifact(dsl.Model, "adapter", "s3://b/models/sha256-adapter", method="lora"),
         base_model=artifact(dsl.Model, "base", "s3://b/models/sha256-base", source="builtin:tiny-llama"),
         dataset=artifact(dsl.Dataset, "data", "s3://b/datasets/sha256-data"),
-        train_metrics=train, eval_metrics=scores, registry_address=registry.url, model_name="tiny",
-        run_name="demo-run", run_id="0123456789")
+        train_metrics=train,
+        eval_metrics=scores,
+        registry_address=registry.url,
+        model_name="tiny",
+        run_name="demo-run",
+        run_id="0123456789",
+    )
     assert out.version == "demo-run"
     [mv] = registry.state.versions.values()
     props = {k: next(x for key, x in v.items() if key != "metadataType") for k, v in mv["customProperties"].items()}
@@ -161,9 +178,10 @@ def test_the_registry_is_probed_at_validation_before_any_training_fake_api(regis
     threading.Thread(target=other.serve_forever, daemon=True).start()
     try:
         for address, expected in [
-                (f"http://127.0.0.1:{silent.getsockname()[1]}", "cannot reach the model registry at http://127.0.0.1:"),
-                (f"http://127.0.0.1:{port_closed}", "Connection refused"),
-                (f"http://127.0.0.1:{other.server_port}", "answered 404 Not Found to GET /api/model_registry/")]:
+            (f"http://127.0.0.1:{silent.getsockname()[1]}", "cannot reach the model registry at http://127.0.0.1:"),
+            (f"http://127.0.0.1:{port_closed}", "Connection refused"),
+            (f"http://127.0.0.1:{other.server_port}", "answered 404 Not Found to GET /api/model_registry/"),
+        ]:
             with pytest.raises(SystemExit) as exit_:
                 validate_params.python_func(registry_address=address)
             err = capsys.readouterr().err

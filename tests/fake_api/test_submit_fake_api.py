@@ -14,9 +14,22 @@ from tests.fakes.kfp_fake_api import FakeKfpAPI
 from tests.schemas import validate
 
 ROOT = Path(__file__).resolve().parents[2]
-CLUSTER = ["--param", "launcher=kubernetes", "--param", "deploy_backend=kubernetes",
-           "--param", "model_source=meta-llama/Llama-3.2-1B-Instruct", "--param", "lora_train_embeddings=false",
-           "--param", "learning_rate=0.0002", "--param", "nodes=2", "--param", "procs_per_node=8"]
+CLUSTER = [
+    "--param",
+    "launcher=kubernetes",
+    "--param",
+    "deploy_backend=kubernetes",
+    "--param",
+    "model_source=meta-llama/Llama-3.2-1B-Instruct",
+    "--param",
+    "lora_train_embeddings=false",
+    "--param",
+    "learning_rate=0.0002",
+    "--param",
+    "nodes=2",
+    "--param",
+    "procs_per_node=8",
+]
 
 
 @pytest.fixture
@@ -76,8 +89,10 @@ def test_recurring_run_fake_api(kfp_api, capsys):
 
 
 def test_five_field_cron_is_refused(kfp_api, capsys):
-    assert pytest.raises(SystemExit, submit.main, ["--host", kfp_api.url, *CLUSTER, "--recurring",
-                                                   "0 3 * * *"]).value.code == 2
+    assert (
+        pytest.raises(SystemExit, submit.main, ["--host", kfp_api.url, *CLUSTER, "--recurring", "0 3 * * *"]).value.code
+        == 2
+    )
     assert "6-field cron" in capsys.readouterr().err
 
 
@@ -87,8 +102,11 @@ def test_wait_follows_the_run_fake_api(kfp_api, monkeypatch, final, code, capsys
 
     kfp_api.state.final_state = final
     real = kfp.Client.wait_for_run_completion
-    monkeypatch.setattr(kfp.Client, "wait_for_run_completion",
-                        lambda self, run_id, timeout, sleep_duration=0: real(self, run_id, timeout, sleep_duration=0))
+    monkeypatch.setattr(
+        kfp.Client,
+        "wait_for_run_completion",
+        lambda self, run_id, timeout, sleep_duration=0: real(self, run_id, timeout, sleep_duration=0),
+    )
     assert submit.main(["--host", kfp_api.url, *CLUSTER, "--wait"]) == code
     assert f"run finished: {final}" in capsys.readouterr().out
 
@@ -97,9 +115,22 @@ def test_bad_parameters_upload_nothing_fake_api(kfp_api, capsys, tmp_path):
     local = tmp_path / "mine.jsonl"
     local.write_text("{}\n")
     with pytest.raises(SystemExit):
-        submit.main(["--host", kfp_api.url, "--param", "launcher=kubernetes", "--param", "deploy_backend=kubernetes",
-                     "--param", f"dataset_source={local}",
-                     "--param", "cleanup=sometimes", "--param", "lora_r=0"])
+        submit.main(
+            [
+                "--host",
+                kfp_api.url,
+                "--param",
+                "launcher=kubernetes",
+                "--param",
+                "deploy_backend=kubernetes",
+                "--param",
+                f"dataset_source={local}",
+                "--param",
+                "cleanup=sometimes",
+                "--param",
+                "lora_r=0",
+            ]
+        )
     err = capsys.readouterr().err
     assert "cluster cannot read" in err and "3 problems" in err
     assert "lora_r must be > 0" in err and "cleanup must be one of" in err
@@ -107,10 +138,14 @@ def test_bad_parameters_upload_nothing_fake_api(kfp_api, capsys, tmp_path):
 
 
 def test_dry_run_prints_valid_objects_without_secrets():
-    proc = subprocess.run([sys.executable, "-m", "pipelines.submit", "--dry-run", *CLUSTER,
-                           "--param", 'node_selector={"pool": "h100"}'], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, env={"PATH": "/usr/bin:/bin", "AWS_SECRET_ACCESS_KEY": "topsecret-1",
-                                            "HF_TOKEN": "hf_topsecret"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipelines.submit", "--dry-run", *CLUSTER, "--param", 'node_selector={"pool": "h100"}'],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "AWS_SECRET_ACCESS_KEY": "topsecret-1", "HF_TOKEN": "hf_topsecret"},
+    )
     assert proc.returncode == 0, proc.stderr
     assert "topsecret" not in proc.stdout
     objs = list(yaml.safe_load_all(proc.stdout))
@@ -130,9 +165,27 @@ def test_recurring_run_takes_every_schedule_form_kfp_accepts_fake_api(kfp_api, s
 
 def test_sweep_is_submitted_as_its_own_pipeline_fake_api(kfp_api, capsys):
     trials = '[{"lora_r": 8, "lora_alpha": 16, "learning_rate": 0.0002}, {"lora_r": 32, "lora_alpha": 64, "learning_rate": 0.0001}]'
-    assert submit.main(["--host", kfp_api.url, "--pipeline", "sweep", "--parallelism", "3", "--param",
-                        "launcher=trainjob", "--param", "deploy_backend=kubernetes", "--param", f"trials={trials}",
-                        "--param", "min_gain=0.05"]) == 0
+    assert (
+        submit.main(
+            [
+                "--host",
+                kfp_api.url,
+                "--pipeline",
+                "sweep",
+                "--parallelism",
+                "3",
+                "--param",
+                "launcher=trainjob",
+                "--param",
+                "deploy_backend=kubernetes",
+                "--param",
+                f"trials={trials}",
+                "--param",
+                "min_gain=0.05",
+            ]
+        )
+        == 0
+    )
     [pipeline] = kfp_api.state.pipelines.values()
     assert pipeline["display_name"] == "llm-finetune-sweep"
     [run] = kfp_api.state.runs.values()
@@ -147,18 +200,36 @@ def test_sweep_is_submitted_as_its_own_pipeline_fake_api(kfp_api, capsys):
 
 def test_sweep_bad_trials_and_parallelism_upload_nothing_fake_api(kfp_api, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        submit.main(["--host", kfp_api.url, "--pipeline", "sweep", "--parallelism", "-1",
-                     "--param", 'trials=[{"lora_r": 8}]'])
+        submit.main(
+            ["--host", kfp_api.url, "--pipeline", "sweep", "--parallelism", "-1", "--param", 'trials=[{"lora_r": 8}]']
+        )
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "3 problems" in err and "--parallelism -1" in err
-    assert "trials[0] must have exactly the keys" in err and "launcher=local" not in err and "deploy_backend=local" in err
+    assert (
+        "trials[0] must have exactly the keys" in err and "launcher=local" not in err and "deploy_backend=local" in err
+    )
     assert not kfp_api.state.requests
 
 
 def test_sweep_dry_run_prints_one_job_per_trial_and_the_winners_deployment():
-    proc = subprocess.run([sys.executable, "-m", "pipelines.submit", "--dry-run", "--pipeline", "sweep",
-                           "--param", "launcher=pytorchjob", "--param", "deploy_backend=kubernetes"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipelines.submit",
+            "--dry-run",
+            "--pipeline",
+            "sweep",
+            "--param",
+            "launcher=pytorchjob",
+            "--param",
+            "deploy_backend=kubernetes",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     objs = list(yaml.safe_load_all(proc.stdout))
     assert [o["kind"] for o in objs] == ["PyTorchJob"] * 3 + ["Deployment", "Service"]
@@ -166,8 +237,14 @@ def test_sweep_dry_run_prints_one_job_per_trial_and_the_winners_deployment():
         validate(o)
     names = [o["metadata"]["name"] for o in objs[:3]]
     assert len(set(names)) == 3  # trials never share a job
-    ranks = [next(a for a in o["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["command"]
-                  if a.startswith("--lora-r=")) for o in objs[:3]]
+    ranks = [
+        next(
+            a
+            for a in o["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["command"]
+            if a.startswith("--lora-r=")
+        )
+        for o in objs[:3]
+    ]
     assert ranks == ["--lora-r=4", "--lora-r=16", "--lora-r=64"]  # the default trials, in order
 
 
@@ -190,8 +267,11 @@ def test_wait_past_its_timeout_says_the_run_goes_on_without_a_traceback_fake_api
 
     kfp_api.state.final_state = "RUNNING"  # never finishes
     real = kfp.Client.wait_for_run_completion
-    monkeypatch.setattr(kfp.Client, "wait_for_run_completion",
-                        lambda self, run_id, timeout, sleep_duration=0: real(self, run_id, timeout, sleep_duration=0.2))
+    monkeypatch.setattr(
+        kfp.Client,
+        "wait_for_run_completion",
+        lambda self, run_id, timeout, sleep_duration=0: real(self, run_id, timeout, sleep_duration=0.2),
+    )
     assert submit.main(["--host", kfp_api.url, *CLUSTER, "--wait", "--timeout", "1"]) == 1
     [run] = kfp_api.state.runs.values()
     err = capsys.readouterr().err
@@ -215,8 +295,18 @@ def test_multi_user_kfp_gets_the_experiment_in_the_profile_namespace_fake_api(kf
     assert sorted(e["namespace"] for e in kfp_api.state.experiments.values()) == ["team-a", "team-b"]
     assert len(kfp_api.state.runs) == 2
     with pytest.raises(SystemExit) as exit_info:  # the sweep's namespace parameter left empty: nothing to fall back on
-        submit.main(["--host", kfp_api.url, "--pipeline", "sweep", "--param", "launcher=trainjob", "--param",
-                     "deploy_backend=kubernetes"])
+        submit.main(
+            [
+                "--host",
+                kfp_api.url,
+                "--pipeline",
+                "sweep",
+                "--param",
+                "launcher=trainjob",
+                "--param",
+                "deploy_backend=kubernetes",
+            ]
+        )
     assert exit_info.value.code == 2 and "pass --kfp-namespace" in capsys.readouterr().err
 
 
@@ -224,7 +314,14 @@ def test_multi_user_submit_checks_kserves_host_in_the_profile_namespace_fake_api
     """namespace="" deploys into the run's namespace, the profile's: known here, so a too-long
     predictor host name is refused before the upload, not after training."""
     kfp_api.state.multi_user = True
-    kserve = [*CLUSTER[:2], "--param", "deploy_backend=kserve", *CLUSTER[4:], "--param", f"served_model_name={'a' * 40}"]
+    kserve = [
+        *CLUSTER[:2],
+        "--param",
+        "deploy_backend=kserve",
+        *CLUSTER[4:],
+        "--param",
+        f"served_model_name={'a' * 40}",
+    ]
     with pytest.raises(SystemExit) as exit_info:
         submit.main(["--host", kfp_api.url, *kserve, "--kfp-namespace", "team-machine-learning-prod"])
     err = capsys.readouterr().err
@@ -264,15 +361,38 @@ def test_dry_run_of_a_recurring_run_states_the_schedule_as_a_yaml_comment(capsys
 
 
 def test_sweep_dry_run_with_deploy_all_trials_shows_the_side_by_side_server():
-    proc = subprocess.run([sys.executable, "-m", "pipelines.submit", "--dry-run", "--pipeline", "sweep",
-                           "--param", "launcher=trainjob", "--param", "deploy_backend=kubernetes",
-                           "--param", "deploy_all_trials=true", "--param", "lora_train_embeddings=false",
-                           "--param", "served_model_name=bot"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipelines.submit",
+            "--dry-run",
+            "--pipeline",
+            "sweep",
+            "--param",
+            "launcher=trainjob",
+            "--param",
+            "deploy_backend=kubernetes",
+            "--param",
+            "deploy_all_trials=true",
+            "--param",
+            "lora_train_embeddings=false",
+            "--param",
+            "served_model_name=bot",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     objs = list(yaml.safe_load_all(proc.stdout))
     assert [(o["kind"], o["metadata"]["name"]) for o in objs[3:]] == [
-        ("Deployment", "bot"), ("Service", "bot"), ("Deployment", "bot-base"), ("Service", "bot-base")]
+        ("Deployment", "bot"),
+        ("Service", "bot"),
+        ("Deployment", "bot-base"),
+        ("Service", "bot-base"),
+    ]
     for o in objs:
         validate(o)
     served = " ".join(objs[5]["spec"]["template"]["spec"]["containers"][0]["command"])
@@ -300,8 +420,9 @@ def test_unchanged_code_reuses_its_version_among_hundreds_fake_api(kfp_api, monk
     submit.main(["--host", kfp_api.url, *CLUSTER])  # the version of this code, then 250 newer ones
     [pid] = kfp_api.state.pipelines
     for i in range(250):  # the fake lists one page, newest first, as KFP does
-        kfp_api.state.versions[pid].insert(0, {"pipeline_id": pid, "pipeline_version_id": f"v{i}",
-                                               "display_name": f"llm-finetune-{i:012x}"})
+        kfp_api.state.versions[pid].insert(
+            0, {"pipeline_id": pid, "pipeline_version_id": f"v{i}", "display_name": f"llm-finetune-{i:012x}"}
+        )
     submit.main(["--host", kfp_api.url, *CLUSTER])
     versions = {r["pipeline_version_reference"]["pipeline_version_id"] for r in kfp_api.state.runs.values()}
     assert len(kfp_api.state.runs) == 2 and len(versions) == 1 and len(kfp_api.state.versions[pid]) == 252
@@ -348,9 +469,11 @@ def test_keep_serving_is_refused_for_a_cluster_run_fake_api(kfp_api, capsys):
 
 # --- local problems while packaging are named as local, not as KFP going away -----------------
 
+
 @pytest.mark.parametrize("where", ["missing", "a-file"])
-def test_an_unusable_temp_dir_while_compiling_is_named_as_local_not_as_kfp_fake_api(kfp_api, monkeypatch, capsys,
-                                                                                    tmp_path, where):
+def test_an_unusable_temp_dir_while_compiling_is_named_as_local_not_as_kfp_fake_api(
+    kfp_api, monkeypatch, capsys, tmp_path, where
+):
     import tempfile
 
     bad = tmp_path / where
@@ -377,13 +500,31 @@ def test_the_compile_directory_is_removed_after_a_submit_fake_api(kfp_api, monke
 
 # --- --parallelism: KFP's ParallelFor meaning for both pipelines ------------------------------
 
+
 def test_parallelism_zero_means_no_limit_and_the_finetune_pipeline_notes_it_does_not_apply_fake_api(kfp_api, capsys):
     assert submit.main(["--host", kfp_api.url, *CLUSTER, "--parallelism", "0"]) == 0
     assert "--parallelism 0 applies to --pipeline sweep only" in capsys.readouterr().err
     assert len(kfp_api.state.runs) == 1
     trials = '[{"lora_r": 8, "lora_alpha": 16, "learning_rate": 0.0002}]'
-    assert submit.main(["--host", kfp_api.url, "--pipeline", "sweep", "--parallelism", "0", "--param",
-                        "launcher=trainjob", "--param", "deploy_backend=kubernetes", "--param", f"trials={trials}"]) == 0
+    assert (
+        submit.main(
+            [
+                "--host",
+                kfp_api.url,
+                "--pipeline",
+                "sweep",
+                "--parallelism",
+                "0",
+                "--param",
+                "launcher=trainjob",
+                "--param",
+                "deploy_backend=kubernetes",
+                "--param",
+                f"trials={trials}",
+            ]
+        )
+        == 0
+    )
     [sweep_pid] = [pid for pid, p in kfp_api.state.pipelines.items() if p["display_name"] == "llm-finetune-sweep"]
     uploaded = kfp_api.state.uploads[kfp_api.state.versions[sweep_pid][0]["pipeline_version_id"]]
     assert b"parallelismLimit" not in uploaded  # 0: ParallelFor unconstrained, as KFP defines it
@@ -399,10 +540,29 @@ def test_negative_parallelism_is_refused_for_both_pipelines(pipeline, capsys):
 
 # --- recurring runs: schedule window, concurrency, catch-up, names ----------------------------
 
+
 def test_recurring_run_passes_its_window_concurrency_and_catchup_to_kfp_fake_api(kfp_api, capsys):
-    assert submit.main(["--host", kfp_api.url, *CLUSTER, "--recurring", "0 0 3 * * *", "--run-name", "nightly",
-                        "--start-time", "2099-01-01 03:00+01:00", "--end-time", "2099-12-31T00:00:00Z",
-                        "--max-concurrency", "3", "--catchup"]) == 0
+    assert (
+        submit.main(
+            [
+                "--host",
+                kfp_api.url,
+                *CLUSTER,
+                "--recurring",
+                "0 0 3 * * *",
+                "--run-name",
+                "nightly",
+                "--start-time",
+                "2099-01-01 03:00+01:00",
+                "--end-time",
+                "2099-12-31T00:00:00Z",
+                "--max-concurrency",
+                "3",
+                "--catchup",
+            ]
+        )
+        == 0
+    )
     [job] = kfp_api.state.recurring.values()
     cron = job["trigger"]["cron_schedule"]
     # 03:00 at +01:00 is 02:00 UTC: the instant typed, sent in UTC (as KFP's UI shows it)
@@ -417,17 +577,24 @@ def test_recurring_run_defaults_are_one_at_a_time_without_catchup_fake_api(kfp_a
     assert "start_time" not in job["trigger"]["cron_schedule"] or not job["trigger"]["cron_schedule"]["start_time"]
 
 
-@pytest.mark.parametrize("extra, needles", [
-    (["--end-time", "2020-01-01T00:00:00Z"], ["--end-time 2020-01-01T00:00:00Z is in the past", "never start"]),
-    (["--start-time", "2099-06-01T00:00:00Z", "--end-time", "2099-01-01T00:00:00Z"], ["is not after --start-time"]),
-    (["--start-time", "2099-06-01 03:00"], ["has no time zone", "e.g. 2099-06-01T03:00:00Z for UTC"]),
-    (["--start-time", "2099-06-01"], ["has no time zone", "e.g. 2099-06-01T00:00:00Z for UTC or 2099-06-01T00:00:00+01:00"]),
-    (["--start-time", "tomorrow"], ["'tomorrow' is not a date and time", "RFC 3339"]),
-    (["--max-concurrency", "0"], ["--max-concurrency 0", "1 to 10"]),
-    (["--max-concurrency", "11"], ["--max-concurrency 11", "1 to 10"]),
-])
-def test_recurring_run_schedule_mistakes_are_refused_before_anything_is_contacted_fake_api(kfp_api, capsys, extra,
-                                                                                          needles):
+@pytest.mark.parametrize(
+    "extra, needles",
+    [
+        (["--end-time", "2020-01-01T00:00:00Z"], ["--end-time 2020-01-01T00:00:00Z is in the past", "never start"]),
+        (["--start-time", "2099-06-01T00:00:00Z", "--end-time", "2099-01-01T00:00:00Z"], ["is not after --start-time"]),
+        (["--start-time", "2099-06-01 03:00"], ["has no time zone", "e.g. 2099-06-01T03:00:00Z for UTC"]),
+        (
+            ["--start-time", "2099-06-01"],
+            ["has no time zone", "e.g. 2099-06-01T00:00:00Z for UTC or 2099-06-01T00:00:00+01:00"],
+        ),
+        (["--start-time", "tomorrow"], ["'tomorrow' is not a date and time", "RFC 3339"]),
+        (["--max-concurrency", "0"], ["--max-concurrency 0", "1 to 10"]),
+        (["--max-concurrency", "11"], ["--max-concurrency 11", "1 to 10"]),
+    ],
+)
+def test_recurring_run_schedule_mistakes_are_refused_before_anything_is_contacted_fake_api(
+    kfp_api, capsys, extra, needles
+):
     with pytest.raises(SystemExit) as exit_info:
         submit.main(["--host", kfp_api.url, *CLUSTER, "--recurring", "@daily", *extra])
     err = capsys.readouterr().err
@@ -454,12 +621,26 @@ def test_the_time_suggested_for_a_time_without_zone_is_accepted(raw):
 
 def test_schedule_options_without_recurring_are_refused_all_in_one_message(capsys):
     with pytest.raises(SystemExit) as exit_info:
-        submit.main(["--dry-run", *CLUSTER, "--start-time", "2099-01-01T00:00:00Z", "--max-concurrency", "2",
-                     "--catchup", "--param", "eval_max_rows=0"])
+        submit.main(
+            [
+                "--dry-run",
+                *CLUSTER,
+                "--start-time",
+                "2099-01-01T00:00:00Z",
+                "--max-concurrency",
+                "2",
+                "--catchup",
+                "--param",
+                "eval_max_rows=0",
+            ]
+        )
     err = capsys.readouterr().err
     assert exit_info.value.code == 2
-    assert "--start-time, --max-concurrency, --catchup set(s) a recurring run's schedule, but there is no --recurring" \
-        in err and "eval_max_rows must be >= 1" in err
+    assert (
+        "--start-time, --max-concurrency, --catchup set(s) a recurring run's schedule, but there is no --recurring"
+        in err
+        and "eval_max_rows must be >= 1" in err
+    )
 
 
 def test_a_past_start_time_says_what_kfp_will_do_with_and_without_catchup(capsys):
@@ -508,16 +689,19 @@ def test_a_recurring_run_name_already_in_the_experiment_is_refused_fake_api(kfp_
     assert len(kfp_api.state.recurring) == 4
 
 
-@pytest.mark.parametrize("schedule, needle", [
-    ("*/5 * * * * *", "starts a run every 5s: KFP's first cron field is seconds"),  # crontab's */5 + a field
-    ("* 0 3 * * *", "starts a run every 1s"),
-    ("@every 30s", "starts a run every 30s, before a pipeline run could end"),
-    ("0 0 3 * * 7", "the day-of-week field '7' is out of range 0-6 (KFP's cron: Sunday is 0)"),  # croniter takes 7
-    ("@every 1d", "Go durations stop at hours: '@every 24h' for a day"),
-    ("@Daily", "write descriptors in lower case, e.g. '@daily'"),
-    ("0 0 3 30 2 *", "never starts a run: no date matches its day-of-month, month and day-of-week"),  # February 30
-    ("0 0 3 31 4,6 *", "never starts a run"),
-])
+@pytest.mark.parametrize(
+    "schedule, needle",
+    [
+        ("*/5 * * * * *", "starts a run every 5s: KFP's first cron field is seconds"),  # crontab's */5 + a field
+        ("* 0 3 * * *", "starts a run every 1s"),
+        ("@every 30s", "starts a run every 30s, before a pipeline run could end"),
+        ("0 0 3 * * 7", "the day-of-week field '7' is out of range 0-6 (KFP's cron: Sunday is 0)"),  # croniter takes 7
+        ("@every 1d", "Go durations stop at hours: '@every 24h' for a day"),
+        ("@Daily", "write descriptors in lower case, e.g. '@daily'"),
+        ("0 0 3 30 2 *", "never starts a run: no date matches its day-of-month, month and day-of-week"),  # February 30
+        ("0 0 3 31 4,6 *", "never starts a run"),
+    ],
+)
 def test_schedules_kfp_would_refuse_or_run_every_few_seconds_are_refused_fake_api(kfp_api, capsys, schedule, needle):
     with pytest.raises(SystemExit) as exit_info:
         submit.main(["--host", kfp_api.url, *CLUSTER, "--recurring", schedule])
@@ -526,8 +710,9 @@ def test_schedules_kfp_would_refuse_or_run_every_few_seconds_are_refused_fake_ap
     assert not kfp_api.state.requests
 
 
-@pytest.mark.parametrize("schedule", ["@every 1m", "0 */5 * * * *", "0 0 3 * * SUN", "0 0 3 1,15 JAN-MAR *",
-                                      "0 0 3 ? * 1-5", "0 0 3 29 2 *"])  # Feb 29: leap years only
+@pytest.mark.parametrize(
+    "schedule", ["@every 1m", "0 */5 * * * *", "0 0 3 * * SUN", "0 0 3 1,15 JAN-MAR *", "0 0 3 ? * 1-5", "0 0 3 29 2 *"]
+)  # Feb 29: leap years only
 def test_schedules_at_least_a_minute_apart_pass(schedule):
     from trainer.k8s import rules
 
@@ -560,6 +745,8 @@ def test_the_recurring_run_name_filter_uses_a_key_kfp_accepts_fake_api(kfp_api):
     [(_, path, _)] = kfp_api.state.calls("GET", "recurringruns")
     assert '"key": "display_name"' in unquote_plus(path)
     with pytest.raises(ApiException) as refused:
-        client.list_recurring_runs(experiment_id="e1", filter=json.dumps(
-            {"predicates": [{"key": "title", "operation": "EQUALS", "string_value": "nightly"}]}))
+        client.list_recurring_runs(
+            experiment_id="e1",
+            filter=json.dumps({"predicates": [{"key": "title", "operation": "EQUALS", "string_value": "nightly"}]}),
+        )
     assert refused.value.status == 400

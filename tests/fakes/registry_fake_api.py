@@ -109,14 +109,24 @@ class Handler(RoutedHandler):
 
     def _new(self, body: dict, **extra) -> dict:
         now = "1763769600000"
-        return {**body, "id": str(next(self.state.ids)), "createTimeSinceEpoch": now,
-                "lastUpdateTimeSinceEpoch": now, "customProperties": body.get("customProperties") or {}, **extra}
+        return {
+            **body,
+            "id": str(next(self.state.ids)),
+            "createTimeSinceEpoch": now,
+            "lastUpdateTimeSinceEpoch": now,
+            "customProperties": body.get("customProperties") or {},
+            **extra,
+        }
 
     def _registered_models(self, method, _, *, query, body):
         if method == "GET":
             items = list(self.state.models.values())
-            return 200, {"items": items, "size": len(items), "pageSize": int(query.get("pageSize", 100)),
-                         "nextPageToken": ""}
+            return 200, {
+                "items": items,
+                "size": len(items),
+                "pageSize": int(query.get("pageSize", 100)),
+                "nextPageToken": "",
+            }
         if problem := self._check(f"{BASE}/registered_models", "post", body):
             return _error(422, problem)
         if any(m["name"] == body["name"] for m in self.state.models.values()):

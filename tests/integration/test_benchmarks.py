@@ -17,9 +17,11 @@ def test_a_run_past_its_time_limit_is_killed_with_its_children_and_reported(tmp_
     from benchmarks.gpu_compare import RunFailed, run_logged
 
     pid_file = tmp_path / "child.pid"
-    script = ("import subprocess, sys, time; "
-              "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
-              f"open({str(pid_file)!r}, 'w').write(str(c.pid)); print('step 1\\rstep 2', flush=True); time.sleep(60)")
+    script = (
+        "import subprocess, sys, time; "
+        "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+        f"open({str(pid_file)!r}, 'w').write(str(c.pid)); print('step 1\\rstep 2', flush=True); time.sleep(60)"
+    )
     with pytest.raises(RunFailed, match=r"timed out after 10 s") as err:  # time to start under load
         run_logged([sys.executable, "-c", script], tmp_path / "run.log", timeout_s=10)
     assert err.value.tail() == "step 2"  # a progress bar's last state
@@ -40,10 +42,31 @@ def test_every_path_runs_on_cpu_and_a_failing_variant_costs_only_its_row(tmp_pat
     fixed = Path("/tmp/baseline-hf")  # where the HF baseline wrote, whatever TMPDIR said
     fixed_before = fixed.exists()
     # the baselines' runs are gpu_check's dry run's (below)
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu_compare", "--allow-cpu", "--shapes", "tiny",
-                           "--steps", "2", "--runs", "1", "--batch-tokens", "512", "--variants", "default;lora_r=0",
-                           "--no-hf", "--json", str(out)], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "TMPDIR": str(tmp)})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.gpu_compare",
+            "--allow-cpu",
+            "--shapes",
+            "tiny",
+            "--steps",
+            "2",
+            "--runs",
+            "1",
+            "--batch-tokens",
+            "512",
+            "--variants",
+            "default;lora_r=0",
+            "--no-hf",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "TMPDIR": str(tmp)},
+    )
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     # the HF baseline left /tmp/baseline-hf behind; torch's compile cache (torchinductor_<user>) stays on purpose
     left = [p.name for p in tmp.iterdir() if not p.name.startswith("torchinductor_")]
@@ -69,21 +92,39 @@ def test_gpu_checks_dry_run_runs_every_part_on_cpu_and_writes_its_figures(tmp_pa
 
     out, tmp = tmp_path / "out", tmp_path / "tmp"
     tmp.mkdir()
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check", "--dry-run", "--steps", "4", "--out",
-                           str(out)], capture_output=True, text=True, timeout=900, env={**os.environ, "TMPDIR": str(tmp)})
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpu_check", "--dry-run", "--steps", "4", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "TMPDIR": str(tmp)},
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     got = json.loads((out / "gpu-check.json").read_text())
     status = {name: part["status"] for name, part in got["parts"].items()}
-    assert status == {"env": "ok", "lora-1b": "ok", "lora-8b": "skipped", "tests": "ok", "full-1b": "ok",
-                      "qlora-1b": "ok", "compile-1b": "skipped"}, status
+    assert status == {
+        "env": "ok",
+        "lora-1b": "ok",
+        "lora-8b": "skipped",
+        "tests": "ok",
+        "full-1b": "ok",
+        "qlora-1b": "ok",
+        "compile-1b": "skipped",
+    }, status
     assert got["parts"]["tests"]["counts"]["skipped"] >= 7  # CUDA-only tests, each collected and skipped
     trainers = {f["trainer"] for f in got["parts"]["lora-1b"]["figures"]}
-    assert trainers == {"this trainer (default)", "HF Trainer, pad to longest, bf16",
-                        "TRL SFTTrainer, pad to longest, bf16"}, trainers
+    assert trainers == {
+        "this trainer (default)",
+        "HF Trainer, pad to longest, bf16",
+        "TRL SFTTrainer, pad to longest, bf16",
+    }, trainers
     assert {f["trainer"] for f in got["parts"]["full-1b"]["figures"]} == {
-        "this trainer (default)", "HF Trainer, pad to longest, bf16"}
-    assert all(f["tokens_per_second"] > 0 for p in ("lora-1b", "full-1b", "qlora-1b")
-               for f in got["parts"][p]["figures"])
+        "this trainer (default)",
+        "HF Trainer, pad to longest, bf16",
+    }
+    assert all(
+        f["tokens_per_second"] > 0 for p in ("lora-1b", "full-1b", "qlora-1b") for f in got["parts"][p]["figures"]
+    )
     lora = json.loads((out / "lora-1b.json").read_text())
     assert "default" in lora["profiles"] and "error" not in lora["profiles"]["default"]
     targets = {t["target"]: t for t in got["targets"]}
@@ -114,16 +155,44 @@ def test_real_model_quick_run_prints_every_figure_and_leaves_no_process(tmp_path
     model = smollm2_model_dir()
     work, out = tmp_path / "work", tmp_path / "rm.json"
     trl = importlib.util.find_spec("trl") is not None
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.real_model", "--quick", "--work-dir", str(work),
-                           "--model-source", str(model), "--json", str(out), *([] if trl else ["--skip-trl"])],
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.real_model",
+            "--quick",
+            "--work-dir",
+            str(work),
+            "--model-source",
+            str(model),
+            "--json",
+            str(out),
+            *([] if trl else ["--skip-trl"]),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    table = proc.stdout[proc.stdout.index("== real-model benchmark: SmolLM2-135M-Instruct"):]
+    table = proc.stdout[proc.stdout.index("== real-model benchmark: SmolLM2-135M-Instruct") :]
     assert re.search(r"^date \d{4}-\d\d-\d\d \d\d:\d\d.*; machine \d+ CPU cores", table, re.M)
-    stages = dict(re.findall(r"^(validate-params|deliver-model|deliver-dataset|finetune|evaluate|merge-lora|deploy)"
-                             r"\s+(\d+\.\d)\s*$", table, re.M))
-    assert set(stages) == {"validate-params", "deliver-model", "deliver-dataset", "finetune", "evaluate", "merge-lora",
-                           "deploy"}, table
+    stages = dict(
+        re.findall(
+            r"^(validate-params|deliver-model|deliver-dataset|finetune|evaluate|merge-lora|deploy)"
+            r"\s+(\d+\.\d)\s*$",
+            table,
+            re.M,
+        )
+    )
+    assert set(stages) == {
+        "validate-params",
+        "deliver-model",
+        "deliver-dataset",
+        "finetune",
+        "evaluate",
+        "merge-lora",
+        "deploy",
+    }, table
     assert re.search(r"^pipeline \(run_local\) wall time\s+\d+\.\d", table, re.M)
     assert re.search(r"^trainer: 2 steps, [\d,]+ tokens in", table, re.M)
     assert "held-out tool-call exact match through the endpoint (http://127.0.0.1:" in table
@@ -142,8 +211,9 @@ def test_real_model_quick_run_prints_every_figure_and_leaves_no_process(tmp_path
     assert got["quick"] and got["accuracy"]["rows"] == 8 and got["settings"]["steps"] == 2
     assert got["prompt_parity"]["equal"] == got["prompt_parity"]["rows"] == 16
     assert (got["throughput"] is not None) == trl
-    leftovers = [p.info for p in psutil.process_iter(["pid", "cmdline"])
-                 if str(work) in " ".join(p.info["cmdline"] or [])]
+    leftovers = [
+        p.info for p in psutil.process_iter(["pid", "cmdline"]) if str(work) in " ".join(p.info["cmdline"] or [])
+    ]
     assert not leftovers  # the kept vLLM server, trainers and TRL runs are all stopped
 
 
@@ -159,11 +229,25 @@ def test_eval_speed_quick_run_measures_both_paths_and_leaves_no_process(tmp_path
     from tests.real_models import smollm2_model_dir
 
     work, out = tmp_path / "work", tmp_path / "es.json"
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.eval_speed", "--quick", "--work-dir", str(work),
-                           "--model-source", str(smollm2_model_dir()), "--json", str(out)],
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.eval_speed",
+            "--quick",
+            "--work-dir",
+            str(work),
+            "--model-source",
+            str(smollm2_model_dir()),
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    text = proc.stdout[proc.stdout.index("== evaluation speed: SmolLM2-135M-Instruct"):]
+    text = proc.stdout[proc.stdout.index("== evaluation speed: SmolLM2-135M-Instruct") :]
     assert re.search(r"^HF generate\s+8\s+\d+\.\d\s+\d+\.\d{3}\s", text, re.M), text
     assert re.search(r"^endpoint \(vLLM\)\s+8\s+\d+\.\d\s+\d+\.\d{3}\s", text, re.M), text
     assert re.search(r"^endpoint / HF\s+\d+\.\d\dx\s+\d+\.\d\dx", text, re.M), text
@@ -172,6 +256,7 @@ def test_eval_speed_quick_run_measures_both_paths_and_leaves_no_process(tmp_path
     assert [got["paths"][e]["engine"] for e in ("hf", "vllm")] == ["hf", "vllm"]
     assert got["paths"]["vllm"]["profile"]["server_start_s"] > 0 and got["paths"]["hf"]["profile"]["rows"] == 4
     assert set(got["agreement"]["same_answers"]) == {"base", "tuned"}
-    leftovers = [p.info for p in psutil.process_iter(["pid", "cmdline"])
-                 if str(work) in " ".join(p.info["cmdline"] or [])]
+    leftovers = [
+        p.info for p in psutil.process_iter(["pid", "cmdline"]) if str(work) in " ".join(p.info["cmdline"] or [])
+    ]
     assert not leftovers  # the trainer and the vLLM server are stopped

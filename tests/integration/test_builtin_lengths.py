@@ -19,8 +19,9 @@ def test_every_builtin_row_fits_the_laptop_settings_on_smollm2(smollm2_model_dir
     splits = builtin_data.dataset(name)
     lengths: dict[str, list[int]] = {}
     for row in splits["train"][::5] + splits["eval"]:
-        ids = tokenizer.apply_chat_template(row["messages"], tools=row.get("tools"), tokenize=True,
-                                            return_dict=True)["input_ids"]
+        ids = tokenizer.apply_chat_template(row["messages"], tools=row.get("tools"), tokenize=True, return_dict=True)[
+            "input_ids"
+        ]
         lengths.setdefault(fc_check.category(row), []).append(len(ids))
     assert set(lengths) == set(fc_check.CATEGORIES)
     longest = max(max(v) for v in lengths.values())

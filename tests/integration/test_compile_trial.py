@@ -1,7 +1,6 @@
 """compile=true never makes training slower than eager: the trainer times both early in the run
 (trainer/recipe/train.py `CompileTrial`) and keeps the faster."""
 
-
 import torch
 
 from trainer.config.training import TrainConfig
@@ -33,6 +32,7 @@ def test_compiled_layers_slower_than_eager_are_dropped_in_a_real_run(builtin_uri
         def run(*args):
             clock.now += 0.03
             return gm.forward(*args)
+
         return run
 
     real = model_mod.compile_layers
@@ -41,8 +41,17 @@ def test_compiled_layers_slower_than_eager_are_dropped_in_a_real_run(builtin_uri
     torch._dynamo.reset()
     store = Store.from_env()
     model_uri, data_uri = builtin_uris
-    result = train_mod.train(TrainConfig(model_uri=model_uri, dataset_uri=data_uri, output_prefix="runs/compile-trial",
-                                         max_steps=14, batch_size=4, compile=True), store)
+    result = train_mod.train(
+        TrainConfig(
+            model_uri=model_uri,
+            dataset_uri=data_uri,
+            output_prefix="runs/compile-trial",
+            max_steps=14,
+            batch_size=4,
+            compile=True,
+        ),
+        store,
+    )
     metrics = result["metrics"]
     assert metrics["compiled_layers"] == 0.0
     assert metrics["compile_trial_eager_tokens_per_second"] > metrics["compile_trial_compiled_tokens_per_second"] > 0
@@ -64,13 +73,23 @@ def test_a_compile_that_fails_is_said_to_have_compiled_nothing(builtin_uris, mon
         raise RuntimeError("no compiler here")
 
     real = model_mod.compile_layers
-    monkeypatch.setattr(train_mod, "compile_layers",
-                        lambda model, dynamic: real(model, dynamic, backend=broken_backend))
+    monkeypatch.setattr(
+        train_mod, "compile_layers", lambda model, dynamic: real(model, dynamic, backend=broken_backend)
+    )
     monkeypatch.setenv("FINETUNE_COMPILE_TRIAL", "0")
     torch._dynamo.reset()
     store = Store.from_env()
     model_uri, data_uri = builtin_uris
-    result = train_mod.train(TrainConfig(model_uri=model_uri, dataset_uri=data_uri, output_prefix="runs/compile-broken",
-                                         max_steps=3, batch_size=4, compile=True), store)
+    result = train_mod.train(
+        TrainConfig(
+            model_uri=model_uri,
+            dataset_uri=data_uri,
+            output_prefix="runs/compile-broken",
+            max_steps=3,
+            batch_size=4,
+            compile=True,
+        ),
+        store,
+    )
     assert result["metrics"]["compiled_graphs"] == 0.0
     assert "compile=true: nothing was compiled" in capsys.readouterr().out

@@ -29,16 +29,26 @@ def started(monkeypatch):
     return servers
 
 
-def test_the_cpu_build_scores_base_then_the_merged_tuned_model_losses_included(tiny_model_dir, tmp_path, started,
-                                                                              bfcl_tree, monkeypatch):
+def test_the_cpu_build_scores_base_then_the_merged_tuned_model_losses_included(
+    tiny_model_dir, tmp_path, started, bfcl_tree, monkeypatch
+):
     """BFCL's rows (one per category) are asked on the same two servers as the held-out rows, none generated here."""
     rows = builtin_data.generate(n_train=0, n_eval=4, seed=6)["eval"]
     data.write_jsonl(rows, tmp_path / "eval.jsonl")
     adapter = _adapter(tiny_model_dir, tmp_path / "adapter", zero=False)
     assert ev.served.vllm_cpu_build()  # this machine's vLLM
     monkeypatch.setattr(ev.generation, "generate", lambda *a, **kw: pytest.fail("generated here, not served"))
-    result = ev.evaluate(tiny_model_dir, adapter, tmp_path / "eval.jsonl", max_rows=4, max_seq_len=512,
-                         engine="vllm", suites=("heldout", "bfcl"), bfcl_dir=bfcl_tree, bfcl_rows=1)
+    result = ev.evaluate(
+        tiny_model_dir,
+        adapter,
+        tmp_path / "eval.jsonl",
+        max_rows=4,
+        max_seq_len=512,
+        engine="vllm",
+        suites=("heldout", "bfcl"),
+        bfcl_dir=bfcl_tree,
+        bfcl_rows=1,
+    )
     counts = result["bfcl"]["counts"]
     assert all(counts[f"bfcl_{c}_rows"] == 1 for c in bfcl.CATEGORIES)
     assert set(result["bfcl"]["tuned"]) >= {f"bfcl_{c}_accuracy" for c in bfcl.CATEGORIES}
@@ -61,9 +71,10 @@ def test_base_and_adapter_answer_through_one_vllm_server(tiny_model_dir, tmp_pat
     adapter = _adapter(tiny_model_dir, tmp_path / "adapter", zero=False)
     # the GPU build's plan, one server with the adapter beside the base (test_server_plans: the CPU
     # build merges), run on this CPU build
-    monkeypatch.setattr(ev.served, "server_plans", lambda base, tuned: [(base, {"tuned": str(tuned)}, ("base", "tuned"))])
-    result = ev.evaluate(tiny_model_dir, adapter, tmp_path / "eval.jsonl", max_rows=6, max_seq_len=512,
-                         engine="vllm")
+    monkeypatch.setattr(
+        ev.served, "server_plans", lambda base, tuned: [(base, {"tuned": str(tuned)}, ("base", "tuned"))]
+    )
+    result = ev.evaluate(tiny_model_dir, adapter, tmp_path / "eval.jsonl", max_rows=6, max_seq_len=512, engine="vllm")
     assert result["engine"] == "vllm" and result["rows"] == 6
     [(served, loras, server)] = started  # one server: the base, with the adapter beside it
     assert str(served) == str(tiny_model_dir) and loras == {"tuned": str(adapter)}
@@ -79,8 +90,10 @@ def test_base_and_adapter_answer_through_one_vllm_server(tiny_model_dir, tmp_pat
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     _, examples = ev.fitting_rows(rows, tok, 512, None)
-    hf = {name: ev.eval_loss(ev.load(tiny_model_dir, a), examples, tok.pad_token_id)
-          for name, a in (("base", None), ("tuned", adapter))}
+    hf = {
+        name: ev.eval_loss(ev.load(tiny_model_dir, a), examples, tok.pad_token_id)
+        for name, a in (("base", None), ("tuned", adapter))
+    }
     assert abs(hf["tuned"] - hf["base"]) > 0.01  # the adapter changes the model
     for name in ("base", "tuned"):
         assert result[name]["eval_loss"] == pytest.approx(hf[name], rel=1e-3), name

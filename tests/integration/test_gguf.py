@@ -18,8 +18,10 @@ from trainer.models import model_tree
 from trainer.config import sources
 from trainer.core.errors import UserError
 
-TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-            "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 CHAT = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is the capital of France?"}]
 
 
@@ -30,8 +32,15 @@ def _byte_level_alphabet() -> list[str]:
     return [chr(b if b in printable else next(extra)) for b in range(256)]
 
 
-def tiny_gguf(path: Path, arch: str = "llama", qtype: str = "Q8_0", tokenizer: bool = True, hidden: int = 32,
-              keep=lambda name: True, template: str | None = TEMPLATE) -> Path:
+def tiny_gguf(
+    path: Path,
+    arch: str = "llama",
+    qtype: str = "Q8_0",
+    tokenizer: bool = True,
+    hidden: int = 32,
+    keep=lambda name: True,
+    template: str | None = TEMPLATE,
+) -> Path:
     """A 1-layer Llama as llama.cpp writes it (weights in `qtype`, norms F32; a byte-level tokenizer with
     ChatML specials and a chat template), in ~0.1 s; only the tensors whose names `keep` keeps."""
     import gguf
@@ -61,11 +70,16 @@ def tiny_gguf(path: Path, arch: str = "llama", qtype: str = "Q8_0", tokenizer: b
             w.add_chat_template(template)
     rng = np.random.default_rng(0)
     kind = gguf.GGMLQuantizationType[qtype]
-    shapes = {"token_embd.weight": (len(tokens), hidden), "blk.0.attn_norm.weight": (hidden,),
-              **{f"blk.0.{n}.weight": (hidden, hidden) for n in ("attn_q", "attn_k", "attn_v", "attn_output")},
-              "blk.0.ffn_norm.weight": (hidden,), "blk.0.ffn_gate.weight": (2 * hidden, hidden),
-              "blk.0.ffn_up.weight": (2 * hidden, hidden), "blk.0.ffn_down.weight": (hidden, 2 * hidden),
-              "output_norm.weight": (hidden,)}  # no output.weight: tied embeddings
+    shapes = {
+        "token_embd.weight": (len(tokens), hidden),
+        "blk.0.attn_norm.weight": (hidden,),
+        **{f"blk.0.{n}.weight": (hidden, hidden) for n in ("attn_q", "attn_k", "attn_v", "attn_output")},
+        "blk.0.ffn_norm.weight": (hidden,),
+        "blk.0.ffn_gate.weight": (2 * hidden, hidden),
+        "blk.0.ffn_up.weight": (2 * hidden, hidden),
+        "blk.0.ffn_down.weight": (hidden, 2 * hidden),
+        "output_norm.weight": (hidden,),
+    }  # no output.weight: tied embeddings
     for name, shape in shapes.items():
         if not keep(name):
             continue
@@ -182,8 +196,12 @@ def test_a_gguf_uploaded_to_the_bucket_or_local_is_delivered_once(tmp_path, stor
     store.client.fput_object(store.bucket, "uploads/tiny.Q8_0.gguf", str(path))
     uri, meta = delivery.deliver_model(store.uri("uploads/tiny.Q8_0.gguf"), "", store)
     assert uri.startswith(store.uri("models/sha256-")) and meta["uploaded_bytes"] > 0
-    assert {f["path"] for f in meta["files"]} >= {"config.json", "model.safetensors", "tokenizer.json",
-                                                   "chat_template.jinja"}
+    assert {f["path"] for f in meta["files"]} >= {
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "chat_template.jinja",
+    }
     assert "converted tiny.Q8_0.gguf (llama, 11 tensors: F32/Q8_0) into a float32" in capsys.readouterr().out
     again, meta = delivery.deliver_model(f"file://{path}", "", store)
     assert (again, meta["uploaded_bytes"]) == (uri, 0)  # the conversion is deterministic: the same tree
@@ -197,7 +215,7 @@ def _objects(store, prefix):
 def test_bad_gguf_files_are_one_error_with_the_fix(tmp_path, store):
     good = tiny_gguf(tmp_path / "good.gguf").read_bytes()
     (tmp_path / "garbage.gguf").write_text("version https://git-lfs.github.com/spec/v1\noid sha256:0\n")
-    (tmp_path / "cut.gguf").write_bytes(good[:len(good) * 2 // 3])
+    (tmp_path / "cut.gguf").write_bytes(good[: len(good) * 2 // 3])
     tiny_gguf(tmp_path / "rwkv.gguf", arch="rwkv6")
     tiny_gguf(tmp_path / "t5.gguf", arch="t5")
     tiny_gguf(tmp_path / "notok.gguf", tokenizer=False)
@@ -205,7 +223,7 @@ def test_bad_gguf_files_are_one_error_with_the_fix(tmp_path, store):
         "garbage": "is not a GGUF file (it does not start with the bytes 'GGUF'",
         "cut": "the file is damaged or cut short",
         "rwkv": "holds a 'rwkv6' model, an architecture the installed transformers cannot de-quantize from GGUF: use "
-                "the original Hugging Face model",
+        "the original Hugging Face model",
         "t5": "holds a 't5' model, not a decoder-only causal language model",
         "notok": "has no tokenizer in its metadata (tokenizer.ggml.*)",
     }
@@ -225,8 +243,13 @@ def test_a_gguf_missing_weights_its_architecture_needs_is_refused_before_upload(
     only_embd = tiny_gguf(tmp_path / "only_embd.gguf", keep=lambda name: name == "token_embd.weight")
     before = _objects(store, "models/")
     err = str(pytest.raises(UserError, delivery.deliver_model, str(no_q), "", store).value)
-    assert err.startswith(f"model {no_q}: its tensors do not make a whole 'llama' model: weights 1 missing "
-                          "(model.layers.0.self_attn.q_proj.weight)") and "nothing was uploaded" in err
+    assert (
+        err.startswith(
+            f"model {no_q}: its tensors do not make a whole 'llama' model: weights 1 missing "
+            "(model.layers.0.self_attn.q_proj.weight)"
+        )
+        and "nothing was uploaded" in err
+    )
     err = str(pytest.raises(UserError, trainer_gguf.convert, only_embd, tmp_path / "out").value)
     assert "weights 10 missing (model.layers.0.input_layernorm.weight, " in err and ", ...)" in err
     assert _objects(store, "models/") == before and not (tmp_path / "out").exists()
@@ -249,7 +272,9 @@ def test_a_model_without_a_template_of_its_own_is_trained_with_the_template_the_
     src = sources.parse(str(path), "model")
     params = {"model_source": str(path), "max_seq_len": 128, "method": "lora", "lora_r": 8}
     assert not [p for p in _model_problems(src, {**params, "chat_template": "chatml-tools"})[0] if "template" in p]
-    assert any("give one with chat_template=" in p for p in _model_problems(src, {**params, "chat_template": "model"})[0])
+    assert any(
+        "give one with chat_template=" in p for p in _model_problems(src, {**params, "chat_template": "model"})[0]
+    )
 
 
 def test_a_gguf_whose_own_template_drops_tools_is_refused_at_validate(tmp_path):
@@ -258,18 +283,25 @@ def test_a_gguf_whose_own_template_drops_tools_is_refused_at_validate(tmp_path):
 
     path = tiny_gguf(tmp_path / "own.gguf")  # TEMPLATE renders no tools
     problems = pipeline_problems({"model_source": str(path), "max_seq_len": 256})
-    assert any(f"dataset_source with model {path}: the chat template fails the train/serve check" in p
-               and "tools dropped" in p for p in problems), problems
-    assert not [p for p in pipeline_problems({"model_source": str(path), "max_seq_len": 256,
-                                              "chat_template": "chatml-tools"}) if "tools dropped" in p]
+    assert any(
+        f"dataset_source with model {path}: the chat template fails the train/serve check" in p and "tools dropped" in p
+        for p in problems
+    ), problems
+    assert not [
+        p
+        for p in pipeline_problems({"model_source": str(path), "max_seq_len": 256, "chat_template": "chatml-tools"})
+        if "tools dropped" in p
+    ]
 
 
 def test_the_gguf_package_missing_is_named_with_the_install_command(tmp_path, monkeypatch):
     path = tiny_gguf(tmp_path / "tiny.gguf")
     monkeypatch.setitem(sys.modules, "gguf", None)  # `import gguf` raises ImportError
     problems = model_tree.model_dir_problems(path)
-    assert problems == [f"reading {path} needs the gguf package, which is not installed: pip install gguf (a "
-                        "dependency of this project: `pip install -e .` installs it)"]
+    assert problems == [
+        f"reading {path} needs the gguf package, which is not installed: pip install gguf (a "
+        "dependency of this project: `pip install -e .` installs it)"
+    ]
 
 
 def test_a_gguf_in_a_hub_repo_from_the_cache_and_the_hub_errors(tmp_path, monkeypatch, capsys):
@@ -289,10 +321,18 @@ def test_a_gguf_in_a_hub_repo_from_the_cache_and_the_hub_errors(tmp_path, monkey
     src = sources.parse("acme/tiny-GGUF/tiny.Q8_0.gguf", "model")
     out = delivery.materialize_model(src, "", tmp_path / "work")
     assert out == tmp_path / "work" / "model" and model_tree.model_dir_problems(out) == []
-    err = str(pytest.raises(UserError, delivery.materialize_model, sources.parse("acme/tiny-GGUF/other.gguf", "model"),
-                            "", tmp_path / "work2").value)
-    assert err.startswith("model 'acme/tiny-GGUF/other.gguf' is not in the local Hugging Face cache and the Hub "
-                          "cannot be reached")
+    err = str(
+        pytest.raises(
+            UserError,
+            delivery.materialize_model,
+            sources.parse("acme/tiny-GGUF/other.gguf", "model"),
+            "",
+            tmp_path / "work2",
+        ).value
+    )
+    assert err.startswith(
+        "model 'acme/tiny-GGUF/other.gguf' is not in the local Hugging Face cache and the Hub cannot be reached"
+    )
 
     asked = []
 
@@ -301,11 +341,20 @@ def test_a_gguf_in_a_hub_repo_from_the_cache_and_the_hub_errors(tmp_path, monkey
         raise EntryNotFoundError("404 Client Error: Entry Not Found")
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", no_such_file)
-    err = str(pytest.raises(UserError, delivery.materialize_model, sources.parse("acme/tiny-GGUF/sub/x.gguf", "model"),
-                            "v1.0", tmp_path / "work3").value)
+    err = str(
+        pytest.raises(
+            UserError,
+            delivery.materialize_model,
+            sources.parse("acme/tiny-GGUF/sub/x.gguf", "model"),
+            "v1.0",
+            tmp_path / "work3",
+        ).value
+    )
     assert asked == [("acme/tiny-GGUF", "sub/x.gguf", "v1.0")]
-    assert err == ("model repo 'acme/tiny-GGUF' has no file 'sub/x.gguf': check the file name in the repo's file list "
-                   "(names are case-sensitive), and model_revision")
+    assert err == (
+        "model repo 'acme/tiny-GGUF' has no file 'sub/x.gguf': check the file name in the repo's file list "
+        "(names are case-sensitive), and model_revision"
+    )
 
 
 def test_an_uploaded_gguf_object_is_named_in_messages(tmp_path, store):
@@ -315,8 +364,10 @@ def test_an_uploaded_gguf_object_is_named_in_messages(tmp_path, store):
     err = str(pytest.raises(UserError, delivery.deliver_model, store.uri("uploads/bad.gguf"), "", store).value)
     assert f"{store.uri('uploads/bad.gguf')} is not a GGUF file" in err and str(tmp_path) not in err
     err = str(pytest.raises(UserError, delivery.deliver_model, store.uri("uploads/none.gguf"), "", store).value)
-    assert err == (f"{store.uri('uploads/none.gguf')}: no such object in bucket 'test-bucket'; check the key (a .gguf "
-                   "model uploaded there is read as it is, like a local file)")
+    assert err == (
+        f"{store.uri('uploads/none.gguf')}: no such object in bucket 'test-bucket'; check the key (a .gguf "
+        "model uploaded there is read as it is, like a local file)"
+    )
 
 
 def test_smollm2_converted_computes_what_the_gguf_model_does(smollm2_gguf, smollm2_model_dir):
@@ -331,8 +382,10 @@ def test_smollm2_converted_computes_what_the_gguf_model_does(smollm2_gguf, smoll
     assert "You are a helpful AI assistant named SmolLM, trained by Hugging Face" in tokenizer.chat_template
     assert (tokenizer.eos_token, tokenizer.model_max_length) == ("<|im_end|>", 8192)
     prompt = tokenizer.apply_chat_template(CHAT, add_generation_prompt=True, tokenize=False)
-    assert prompt == ("<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nWhat is the capital of "
-                      "France?<|im_end|>\n<|im_start|>assistant\n")
+    assert prompt == (
+        "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nWhat is the capital of "
+        "France?<|im_end|>\n<|im_start|>assistant\n"
+    )
     ids = tokenizer(prompt, return_tensors="pt").input_ids
     model = AutoModelForCausalLM.from_pretrained(smollm2_model_dir)
     reference = AutoModelForCausalLM.from_pretrained(smollm2_gguf.parent, gguf_file=smollm2_gguf.name)
@@ -342,13 +395,16 @@ def test_smollm2_converted_computes_what_the_gguf_model_does(smollm2_gguf, smoll
     assert tokenizer.decode(int(logits[0, -1].argmax())) == tokenizer.decode(int(expected[0, -1].argmax()))
 
 
-def test_smollm2_gguf_is_delivered_as_the_tree_any_conversion_of_it_gives(smollm2_gguf, smollm2_model_dir, store,
-                                                                          capsys):
+def test_smollm2_gguf_is_delivered_as_the_tree_any_conversion_of_it_gives(
+    smollm2_gguf, smollm2_model_dir, store, capsys
+):
     """Converting the same .gguf again (here, and before in tests/real_models.py) gives the same tree:
     delivering it again uploads nothing."""
     uri, meta = delivery.deliver_model(str(smollm2_gguf), "", store)
-    assert "converted SmolLM2-135M-Instruct.Q4_1.gguf (llama, 272 tensors: F32/Q4_1/Q8_0) into a float32 model " \
-           "directory" in capsys.readouterr().out
+    assert (
+        "converted SmolLM2-135M-Instruct.Q4_1.gguf (llama, 272 tensors: F32/Q4_1/Q8_0) into a float32 model "
+        "directory" in capsys.readouterr().out
+    )
     assert uri.startswith(store.uri("models/sha256-")) and meta["source"] == str(smollm2_gguf)
     again, manifest = store.put_tree(smollm2_model_dir, "models")
     assert (again, manifest["uploaded_bytes"]) == (uri, 0)

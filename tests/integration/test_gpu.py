@@ -21,7 +21,9 @@ from trainer.data.batching import collate, collate_packed
 from trainer.config.training import TrainConfig
 from trainer.models.model import LossModel, build_model, compile_layers, decoder_layers
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA-only kernels; CPU versions in test_model.py")
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="CUDA-only kernels; CPU versions in test_model.py"
+)
 CUDA = torch.device("cuda")
 
 
@@ -156,8 +158,13 @@ def test_ddp_over_nccl_gives_the_gradients_of_one_process(tiny_model_dir, tokeni
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     # device_id as the trainer gives it (trainer/recipe/runtime.py dist_setup): an indexed device, NCCL refuses a bare "cuda"
-    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1,
-                            device_id=torch.device("cuda", torch.cuda.current_device()))
+    dist.init_process_group(
+        "nccl",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=0,
+        world_size=1,
+        device_id=torch.device("cuda", torch.cuda.current_device()),
+    )
     try:
         ddp = torch.nn.parallel.DistributedDataParallel(loss_model)
         ddp(**batch).backward()
@@ -181,12 +188,22 @@ def test_two_gpus_learn_what_one_process_learns(builtin_uris, store):
     model_uri, data_uri = builtin_uris
 
     def cfg(prefix, batch_size):
-        return TrainConfig(model_uri=model_uri, dataset_uri=data_uri, output_prefix=prefix, max_steps=8,
-                           batch_size=batch_size, batch_tokens=0, log_every=2, eval_every=100, learning_rate=1e-3)
+        return TrainConfig(
+            model_uri=model_uri,
+            dataset_uri=data_uri,
+            output_prefix=prefix,
+            max_steps=8,
+            batch_size=batch_size,
+            batch_tokens=0,
+            log_every=2,
+            eval_every=100,
+            learning_rate=1e-3,
+        )
 
     one = train(cfg("runs/gpu-1rank", 8), store)
-    two = run_training(cfg("runs/gpu-2rank", 4), "local", ClusterSpec(nodes=1, procs_per_node=2, backoff_limit=0),
-                       store)
+    two = run_training(
+        cfg("runs/gpu-2rank", 4), "local", ClusterSpec(nodes=1, procs_per_node=2, backoff_limit=0), store
+    )
     assert two["metrics"]["world_size"] == 2 and two["metrics"]["train_tokens"] == one["metrics"]["train_tokens"]
     a, b = ([h["loss"] for h in r["history"] if "loss" in h] for r in (one, two))
     assert len(a) == len(b) == 4 and all(abs(x - y) < 2e-2 * max(1.0, abs(x)) for x, y in zip(a, b)), (a, b)

@@ -9,7 +9,7 @@ import torch
 
 from trainer.data.batching import collate, collate_packed
 from trainer.config.training import TrainConfig
-from trainer.models.model import (LossModel, build_model, compile_layers, decoder_layers)
+from trainer.models.model import LossModel, build_model, compile_layers, decoder_layers
 from tests.unit.test_model import examples
 
 

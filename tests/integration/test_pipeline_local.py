@@ -26,13 +26,35 @@ def test_run_local_end_to_end(tmp_path, s3_env):
     runs_dir = tmp_path / "runs"
     with FakeRegistry() as registry:
         proc = subprocess.run(
-            [sys.executable, "-m", "pipelines.run_local", "--pipeline-root", str(tmp_path / "root"),
-             "--output-dir", str(tmp_path / "out"), "--runs-dir", str(runs_dir), "--s3-endpoint",
-             s3_env["S3_ENDPOINT"], "--param", "eval_max_rows=100", "--param", "max_steps=300",
-             # 300 steps call tools on some irrelevance rows (62.5% of them answered in text, against the random
-             # base's 100%): the per-category gate is the gate tests', this run must deploy and register
-             "--param", "max_category_drop=1.0", "--param", f"registry_address={registry.url}"],
-            cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
+            [
+                sys.executable,
+                "-m",
+                "pipelines.run_local",
+                "--pipeline-root",
+                str(tmp_path / "root"),
+                "--output-dir",
+                str(tmp_path / "out"),
+                "--runs-dir",
+                str(runs_dir),
+                "--s3-endpoint",
+                s3_env["S3_ENDPOINT"],
+                "--param",
+                "eval_max_rows=100",
+                "--param",
+                "max_steps=300",
+                # 300 steps call tools on some irrelevance rows (62.5% of them answered in text, against the random
+                # base's 100%): the per-category gate is the gate tests', this run must deploy and register
+                "--param",
+                "max_category_drop=1.0",
+                "--param",
+                f"registry_address={registry.url}",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            env=env,
+        )
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-5000:]
     assert not list(tmp.iterdir()), list(tmp.iterdir())  # kfp.local's workspace and the tasks' files went too
     [version] = registry.state.versions.values()  # the register step ran, with the run's lineage
@@ -41,8 +63,16 @@ def test_run_local_end_to_end(tmp_path, s3_env):
     out = proc.stdout
     lines = (out + proc.stderr).splitlines()
     assert len(lines) <= MAX_CONSOLE_LINES, f"{len(lines)} console lines:\n" + out
-    for task in ("validate-params", "deliver-model", "deliver-dataset", "finetune", "evaluate", "merge-lora", "deploy",
-                 "register"):
+    for task in (
+        "validate-params",
+        "deliver-model",
+        "deliver-dataset",
+        "finetune",
+        "evaluate",
+        "merge-lora",
+        "deploy",
+        "register",
+    ):
         assert re.search(rf"✓ {task} \(\d+\.\ds\)", out), task
     assert "executor_input" not in out and "parameterValues" not in out
     # every assistant turn asked: 100 rows, 104 turns (the 4 multi_turn rows' calls too); 96 of them calls
@@ -72,8 +102,7 @@ def test_run_local_end_to_end(tmp_path, s3_env):
     assert record["metrics"]["evaluate"]["fc_rows"] == 96 and record["metrics"]["evaluate"]["eval_turns"] == 104
     assert record["metrics"]["deploy"]["smoke_ok"] == 1
     assert record["dataset"]["rows"] == {"train": 3600, "eval": 240} and record["dataset"]["irrelevance_share"] == 0
-    assert {p.name for p in (run_dir / "reports").glob("*.html")} >= {"finetune-report.html",
-                                                                       "evaluate-examples.html"}
+    assert {p.name for p in (run_dir / "reports").glob("*.html")} >= {"finetune-report.html", "evaluate-examples.html"}
     assert list((run_dir / "tensorboard").rglob("events.out.tfevents.*"))
     # the model server's log, which kfp.local's clean-up of its workspace took away with TMPDIR's files
     assert f"component logs (the model server's too): {run_dir / 'logs'}" in out
@@ -95,13 +124,42 @@ def test_local_sweep_copies_the_winner_out_and_shows_each_trials_lines(tmp_path,
     runs_dir, out_dir = tmp_path / "runs", tmp_path / "out"
     trials = '[{"lora_r": 4, "lora_alpha": 8, "learning_rate": 0.003}, {"lora_r": 8, "lora_alpha": 16, "learning_rate": 0.001}]'
     proc = subprocess.run(
-        [sys.executable, "-m", "pipelines.run_local", "--pipeline", "sweep", "--parallelism", "2",
-         "--pipeline-root", str(tmp_path / "root"),
-         "--output-dir", str(out_dir), "--runs-dir", str(runs_dir), "--s3-endpoint", s3_env["S3_ENDPOINT"],
-         "--param", f"trials={trials}", "--param", "max_steps=40", "--param", "eval_max_rows=20", "--param", "nodes=1",
-         "--param", "select_metric=eval_loss", "--param", "min_gain=0.5",
-         "--param", "max_category_drop=1.0"],  # 40 steps may call tools where the random base answered text
-        cwd=ROOT, capture_output=True, text=True, timeout=900)
+        [
+            sys.executable,
+            "-m",
+            "pipelines.run_local",
+            "--pipeline",
+            "sweep",
+            "--parallelism",
+            "2",
+            "--pipeline-root",
+            str(tmp_path / "root"),
+            "--output-dir",
+            str(out_dir),
+            "--runs-dir",
+            str(runs_dir),
+            "--s3-endpoint",
+            s3_env["S3_ENDPOINT"],
+            "--param",
+            f"trials={trials}",
+            "--param",
+            "max_steps=40",
+            "--param",
+            "eval_max_rows=20",
+            "--param",
+            "nodes=1",
+            "--param",
+            "select_metric=eval_loss",
+            "--param",
+            "min_gain=0.5",
+            "--param",
+            "max_category_drop=1.0",
+        ],  # 40 steps may call tools where the random base answered text
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-5000:]
     out = proc.stdout
     # both trials trained and scored, the winner (eval loss at least 0.5 under the base's) merged and deployed
@@ -136,9 +194,18 @@ def _hermes_file(path: Path) -> Path:
         user, answer = r["messages"][0], r["messages"][-1]
         if len(r["messages"]) == 2 and answer.get("tool_calls"):
             calls = "".join(f"<tool_call>{json.dumps(c['function'])}</tool_call>" for c in answer["tool_calls"])
-            rows.append({"conversations": [
-                {"from": "system", "value": f"You are a function calling AI model. <tools>{json.dumps(r['tools'])}</tools>"},
-                {"from": "human", "value": user["content"]}, {"from": "gpt", "value": calls}]})
+            rows.append(
+                {
+                    "conversations": [
+                        {
+                            "from": "system",
+                            "value": f"You are a function calling AI model. <tools>{json.dumps(r['tools'])}</tools>",
+                        },
+                        {"from": "human", "value": user["content"]},
+                        {"from": "gpt", "value": calls},
+                    ]
+                }
+            )
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
@@ -155,11 +222,35 @@ def test_a_model_that_fails_the_promotion_gate_is_neither_deployed_nor_registere
     throwaway_s3 = {k: v for k, v in os.environ.items() if k != "S3_ENDPOINT"}  # as `make demo`: no S3 of one's own
     with FakeRegistry() as registry:
         proc = subprocess.run(
-            [sys.executable, "-m", "pipelines.run_local", "--pipeline-root", str(tmp_path / "root"),
-             "--output-dir", str(tmp_path / "out"), "--runs-dir", str(runs_dir), "--param", "max_steps=5",
-             "--param", "eval_max_rows=20", "--param", "nodes=1", "--param", f"dataset_source={mixed}",
-             "--param", "min_fc_accuracy=0.99", "--param", f"registry_address={registry.url}"],
-            cwd=ROOT, capture_output=True, text=True, timeout=900, env=throwaway_s3)
+            [
+                sys.executable,
+                "-m",
+                "pipelines.run_local",
+                "--pipeline-root",
+                str(tmp_path / "root"),
+                "--output-dir",
+                str(tmp_path / "out"),
+                "--runs-dir",
+                str(runs_dir),
+                "--param",
+                "max_steps=5",
+                "--param",
+                "eval_max_rows=20",
+                "--param",
+                "nodes=1",
+                "--param",
+                f"dataset_source={mixed}",
+                "--param",
+                "min_fc_accuracy=0.99",
+                "--param",
+                f"registry_address={registry.url}",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            env=throwaway_s3,
+        )
         assert not registry.state.versions
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-5000:]
@@ -167,7 +258,7 @@ def test_a_model_that_fails_the_promotion_gate_is_neither_deployed_nor_registere
     assert re.search(r"\d+ Hermes function calling \(ShareGPT with <tools>.* rows converted", out), out[-5000:]
     assert "dataset_source: a mix of 2 sources" in out and f"[1] {hermes} (weight 1)" in out
     assert "== by source of the mix" in proc.stdout
-    assert re.search(rf"(?m)^\[0\] builtin:function-calling\s+\d+\s", proc.stdout), proc.stdout[-3000:]
+    assert re.search(r"(?m)^\[0\] builtin:function-calling\s+\d+\s", proc.stdout), proc.stdout[-3000:]
     assert re.search(rf"(?m)^\[1\] {re.escape(str(hermes))}\s+\d+\s", proc.stdout), proc.stdout[-3000:]
     assert re.search(r"not promoted: fc_ast_accuracy [\d.]+% -> [\d.]+% .*< min_fc_accuracy 99\.0%", out), out[-3000:]
     done = {p.parent.name for p in (tmp_path / "root").rglob("executor_output.json")}
@@ -175,20 +266,25 @@ def test_a_model_that_fails_the_promotion_gate_is_neither_deployed_nor_registere
     (run_dir,) = [p for p in runs_dir.iterdir() if (p / "run.json").exists()]
     record = json.loads((run_dir / "run.json").read_text())
     assert record["status"] == "succeeded" and record["metrics"]["evaluate"]["promoted"] == 0
-    assert [(m["source"], m["weight"]) for m in record["dataset"]["mix"]] == [("builtin:function-calling", 3),
-                                                                               (str(hermes), 1)]
+    assert [(m["source"], m["weight"]) for m in record["dataset"]["mix"]] == [
+        ("builtin:function-calling", 3),
+        (str(hermes), 1),
+    ]
     assert {"mix0_rows", "mix1_rows", "tuned_mix1_fc_ast_accuracy"} <= set(record["metrics"]["evaluate"])
     assert "not promoted: the tuned model failed the gate" in proc.stdout and "endpoint:" not in proc.stdout
     # not copied out over the last promoted model with "serve it" (it was), but kept with the run's record: the
     # throwaway S3 server, and the model in it, are gone when the command ends
     assert not (tmp_path / "out" / "merged-model").exists() and "serve it" not in proc.stdout
     assert (run_dir / "merged-model" / "config.json").exists()
-    assert f"copied to {run_dir / 'merged-model'}  (not promoted, so not to {tmp_path / 'out' / 'merged-model'}" \
-        in proc.stdout, proc.stdout[-3000:]
+    assert (
+        f"copied to {run_dir / 'merged-model'}  (not promoted, so not to {tmp_path / 'out' / 'merged-model'}"
+        in proc.stdout
+    ), proc.stdout[-3000:]
 
 
-def test_bfcl_scored_in_the_pipeline_and_a_dataset_holding_its_questions_refused_before_training(tmp_path, bfcl_wheel,
-                                                                                                  bfcl_tree):
+def test_bfcl_scored_in_the_pipeline_and_a_dataset_holding_its_questions_refused_before_training(
+    tmp_path, bfcl_wheel, bfcl_tree
+):
     """eval_suites=heldout,bfcl: BFCL's data delivered from the wheel given as bfcl_source, both suites printed per
     category for base and tuned with the gate's verdict, the metrics in the run's record. Then the same with a
     dataset one of whose training rows is a BFCL question (case and spaces changed): exit 2 before training."""
@@ -198,11 +294,35 @@ def test_bfcl_scored_in_the_pipeline_and_a_dataset_holding_its_questions_refused
 
     def run(name, *params):
         return subprocess.run(
-            [sys.executable, "-m", "pipelines.run_local", "--pipeline-root", str(tmp_path / name / "root"),
-             "--output-dir", str(tmp_path / name / "out"), "--runs-dir", str(tmp_path / name / "runs"),
-             "--param", "max_steps=5", "--param", "eval_max_rows=20", "--param", "nodes=1",
-             "--param", "eval_suites=heldout,bfcl", "--param", "bfcl_rows=1", "--param", f"bfcl_source={bfcl_wheel}",
-             *params], cwd=ROOT, capture_output=True, text=True, timeout=900)
+            [
+                sys.executable,
+                "-m",
+                "pipelines.run_local",
+                "--pipeline-root",
+                str(tmp_path / name / "root"),
+                "--output-dir",
+                str(tmp_path / name / "out"),
+                "--runs-dir",
+                str(tmp_path / name / "runs"),
+                "--param",
+                "max_steps=5",
+                "--param",
+                "eval_max_rows=20",
+                "--param",
+                "nodes=1",
+                "--param",
+                "eval_suites=heldout,bfcl",
+                "--param",
+                "bfcl_rows=1",
+                "--param",
+                f"bfcl_source={bfcl_wheel}",
+                *params,
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
 
     proc = run("clean", "--param", "min_fc_accuracy=0.99")  # no deploy: the gate is what this run checks
     out = proc.stdout + proc.stderr
@@ -220,8 +340,10 @@ def test_bfcl_scored_in_the_pipeline_and_a_dataset_holding_its_questions_refused
 
     splits = builtin_data.generate(n_train=40, n_eval=10, seed=1)
     question = bfcl.read(bfcl_tree, "multiple")[3]["messages"][-1]["content"]
-    splits["train"][7]["messages"] = [{"role": "user", "content": "  " + question.upper()},
-                                      {"role": "assistant", "content": "An answer."}]
+    splits["train"][7]["messages"] = [
+        {"role": "user", "content": "  " + question.upper()},
+        {"role": "assistant", "content": "An answer."},
+    ]
     (tmp_path / "mine").mkdir()
     for name, split in splits.items():  # split files: the row stays in train
         data.write_jsonl(split, tmp_path / "mine" / f"{name}.jsonl")

@@ -23,12 +23,21 @@ from tests.unit.test_procs import ROOT, TAG, cmdline, survivors, tagged, wait_fo
 
 
 # (stage as the console announces it, a process that shows the stage is under way, the marker in its command line)
-STAGES = {"deliver-model": "", "finetune": "trainer train", "evaluate": "", "merge-lora": "",
-          "deploy": "trainer.serving.vllm_server"}
+STAGES = {
+    "deliver-model": "",
+    "finetune": "trainer train",
+    "evaluate": "",
+    "merge-lora": "",
+    "deploy": "trainer.serving.vllm_server",
+}
 
 
-HOW = {"SIGTERM to the process": (signal.SIGTERM, False), "SIGTERM to the group": (signal.SIGTERM, True),
-       "SIGINT to the process": (signal.SIGINT, False), "SIGINT to the group": (signal.SIGINT, True)}
+HOW = {
+    "SIGTERM to the process": (signal.SIGTERM, False),
+    "SIGTERM to the group": (signal.SIGTERM, True),
+    "SIGINT to the process": (signal.SIGINT, False),
+    "SIGINT to the group": (signal.SIGINT, True),
+}
 
 
 IN_MAKE_TEST = {("deploy", "SIGTERM to the group"), ("finetune", "SIGINT to the process")}
@@ -48,11 +57,31 @@ def test_an_interrupted_run_local_leaves_no_process_and_no_temporary_folder(tmp_
     out = tmp_path / "console.txt"
     with open(out, "w") as console:
         run = subprocess.Popen(
-            [sys.executable, "-m", "pipelines.run_local", "--pipeline-root", str(tmp_path / "root"),
-             "--output-dir", str(tmp_path / "out"), "--runs-dir", str(tmp_path / "runs"), "--s3-endpoint",
-             s3_env["S3_ENDPOINT"], "--param", "max_steps=3", "--param", "eval_max_rows=5", "--param", "nodes=1"],
-            cwd=ROOT, env={**os.environ, TAG: tag, "TMPDIR": str(tmp)}, stdout=console, stderr=subprocess.STDOUT,
-            start_new_session=True)  # a group of its own, as a shell's job: the group can be signalled
+            [
+                sys.executable,
+                "-m",
+                "pipelines.run_local",
+                "--pipeline-root",
+                str(tmp_path / "root"),
+                "--output-dir",
+                str(tmp_path / "out"),
+                "--runs-dir",
+                str(tmp_path / "runs"),
+                "--s3-endpoint",
+                s3_env["S3_ENDPOINT"],
+                "--param",
+                "max_steps=3",
+                "--param",
+                "eval_max_rows=5",
+                "--param",
+                "nodes=1",
+            ],
+            cwd=ROOT,
+            env={**os.environ, TAG: tag, "TMPDIR": str(tmp)},
+            stdout=console,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # a group of its own, as a shell's job: the group can be signalled
     sig, group = HOW[how]
     try:
         wait_for(lambda: f"▶ {stage}" in out.read_text(), 600, run, f"stage {stage}")
@@ -76,14 +105,28 @@ def test_an_interrupted_run_local_leaves_no_process_and_no_temporary_folder(tmp_
 def test_sigkill_of_trainer_serve_while_vllm_loads_leaves_nothing(tmp_path, tiny_model_dir):
     """SIGKILL runs no handler of ours: the guard sees its parent gone and takes vLLM down."""
     tag = uuid.uuid4().hex
-    cli = subprocess.Popen([sys.executable, "-m", "trainer", "serve", str(tiny_model_dir), "--port", "0",
-                            "--log", str(tmp_path / "vllm.log")],
-                           cwd=ROOT, env={**os.environ, TAG: tag}, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
+    cli = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "trainer",
+            "serve",
+            str(tiny_model_dir),
+            "--port",
+            "0",
+            "--log",
+            str(tmp_path / "vllm.log"),
+        ],
+        cwd=ROOT,
+        env={**os.environ, TAG: tag},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         # vLLM's api_server started and still loading (its EngineCore may not be there yet)
-        wait_for(lambda: any("trainer.serving.vllm_server" in cmdline(p) for p in tagged(tag)), 120, cli,
-                 "vLLM starting")
+        wait_for(
+            lambda: any("trainer.serving.vllm_server" in cmdline(p) for p in tagged(tag)), 120, cli, "vLLM starting"
+        )
         time.sleep(3)
         cli.kill()
         cli.wait()
@@ -105,17 +148,42 @@ def test_sigkill_of_trainer_serve_its_guard_and_vllms_api_server_mid_request_lea
     from trainer.serving import client, local
 
     tag, port, log = uuid.uuid4().hex, local.free_port(), tmp_path / "vllm.log"
-    cli = subprocess.Popen([sys.executable, "-m", "trainer", "serve", str(tiny_model_dir), "--served-model-name",
-                            "tiny", "--port", str(port), "--log", str(log)],
-                           cwd=ROOT, env={**os.environ, TAG: tag}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cli = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "trainer",
+            "serve",
+            str(tiny_model_dir),
+            "--served-model-name",
+            "tiny",
+            "--port",
+            str(port),
+            "--log",
+            str(log),
+        ],
+        cwd=ROOT,
+        env={**os.environ, TAG: tag},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     engine: list[psutil.Process] = []
     try:
         client.wait_ready(f"http://127.0.0.1:{port}", timeout=300)
         # Eight answers of 480 tokens each, streamed (about 10 s on 2 cores): running once its first chunk is read.
-        body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 480,
-                "ignore_eos": True, "n": 8, "stream": True}
-        request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", json.dumps(body).encode(),
-                                         {"Content-Type": "application/json"})
+        body = {
+            "model": "tiny",
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 480,
+            "ignore_eos": True,
+            "n": 8,
+            "stream": True,
+        }
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v1/chat/completions",
+            json.dumps(body).encode(),
+            {"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(request, timeout=60) as stream:
             assert stream.readline().startswith(b"data: {")
             [guard] = psutil.Process(cli.pid).children()

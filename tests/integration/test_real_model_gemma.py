@@ -40,15 +40,33 @@ def test_gemma3_base_trains_merges_and_serves_with_its_familys_template(store, t
     out = capfd.readouterr().out
     assert "chat_template=auto -> gemma-tools" in out and "stops at <end_of_turn> (id 106)" in out, out[-2000:]
     deliver_dataset.python_func(source=str(source), revision="", eval_fraction=0.1, seed=0, dataset=data)
-    finetune.python_func(base_model=model, dataset=data, run_id="gemma3-serving", adapter=adapter,
-                         metrics=art(Metrics, tmp_path, "metrics"), report=art(HTML, tmp_path, "report"), nodes=1,
-                         max_steps=1, batch_tokens=MAX_SEQ_LEN, max_seq_len=MAX_SEQ_LEN, learning_rate=1e-3,
-                         lora_train_embeddings=False, checkpoint_every=1)
+    finetune.python_func(
+        base_model=model,
+        dataset=data,
+        run_id="gemma3-serving",
+        adapter=adapter,
+        metrics=art(Metrics, tmp_path, "metrics"),
+        report=art(HTML, tmp_path, "report"),
+        nodes=1,
+        max_steps=1,
+        batch_tokens=MAX_SEQ_LEN,
+        max_seq_len=MAX_SEQ_LEN,
+        learning_rate=1e-3,
+        lora_train_embeddings=False,
+        checkpoint_every=1,
+    )
     base_dir, adapter_dir = store.get_tree(read_uri(model)), store.get_tree(read_uri(adapter))
     assert json.loads((base_dir / "config.json").read_text())["model_type"].startswith("gemma3")
     assert json.loads((base_dir / "generation_config.json").read_text())["eos_token_id"] == [1, 106]
     merged = merge.merge(base_dir, adapter_dir, tmp_path / "merged")
     assert (merged / "chat_template.jinja").read_text() == (base_dir / "chat_template.jinja").read_text()
 
-    serve_and_ask(base_dir, adapter_dir, store.get_tree(read_uri(data)), ("gemma-base", "gemma"), tmp_path,
-                  MAX_SEQ_LEN, timeout=900)
+    serve_and_ask(
+        base_dir,
+        adapter_dir,
+        store.get_tree(read_uri(data)),
+        ("gemma-base", "gemma"),
+        tmp_path,
+        MAX_SEQ_LEN,
+        timeout=900,
+    )

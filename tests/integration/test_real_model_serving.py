@@ -40,10 +40,21 @@ def test_served_smollm2_and_its_adapter_render_prompts_as_training_encoded_them(
     model, data, adapter = art(Model, tmp_path, "model"), art(Dataset, tmp_path, "data"), art(Model, tmp_path, "ad")
     deliver_model.python_func(source=str(smollm2_model_dir()), revision="", model=model, chat_template="chatml-tools")
     deliver_dataset.python_func(source=str(source), revision="", eval_fraction=0.1, seed=0, dataset=data)
-    finetune.python_func(base_model=model, dataset=data, run_id="smollm2-serving", adapter=adapter,
-                         metrics=art(Metrics, tmp_path, "metrics"), report=art(HTML, tmp_path, "report"), nodes=1,
-                         max_steps=1, batch_tokens=MAX_SEQ_LEN, max_seq_len=MAX_SEQ_LEN, learning_rate=1e-3,
-                         lora_train_embeddings=False, checkpoint_every=1)
+    finetune.python_func(
+        base_model=model,
+        dataset=data,
+        run_id="smollm2-serving",
+        adapter=adapter,
+        metrics=art(Metrics, tmp_path, "metrics"),
+        report=art(HTML, tmp_path, "report"),
+        nodes=1,
+        max_steps=1,
+        batch_tokens=MAX_SEQ_LEN,
+        max_seq_len=MAX_SEQ_LEN,
+        learning_rate=1e-3,
+        lora_train_embeddings=False,
+        checkpoint_every=1,
+    )
     base_dir, adapter_dir = store.get_tree(read_uri(model)), store.get_tree(read_uri(adapter))
     assert "<tool_call>" in (base_dir / "chat_template.jinja").read_text()  # chatml-tools went in with the model
     serve_and_ask(base_dir, adapter_dir, store.get_tree(read_uri(data)), ("smol-base", "smol"), tmp_path)
@@ -58,8 +69,9 @@ def serve_and_ask(base_dir, adapter_dir, delivered, names, tmp_path, max_seq_len
 
     from trainer.parity import served_prompts
 
-    server = serve_local.start(base_dir, names[0], lora_modules={names[1]: str(adapter_dir)},
-                               log_path=tmp_path / "vllm.log")
+    server = serve_local.start(
+        base_dir, names[0], lora_modules={names[1]: str(adapter_dir)}, log_path=tmp_path / "vllm.log"
+    )
     try:
         serve_client.wait_ready(server.url, server, timeout=timeout)
         tokenizer = AutoTokenizer.from_pretrained(base_dir)  # as the trainer loads it
@@ -72,8 +84,9 @@ def serve_and_ask(base_dir, adapter_dir, delivered, names, tmp_path, max_seq_len
         messages, tools = serve_client.smoke_request(checked)
         assert tools  # a row that expects a tool call: a tool request
         for name in names:  # two models behind one server, each by its name
-            reply = client.chat.completions.create(model=name, messages=messages, tools=tools, temperature=0,
-                                                   max_tokens=8)
+            reply = client.chat.completions.create(
+                model=name, messages=messages, tools=tools, temperature=0, max_tokens=8
+            )
             assert reply.model == name and reply.choices[0].finish_reason in ("stop", "length", "tool_calls")
     finally:
         server.stop()
@@ -90,8 +103,12 @@ def test_smollm2s_own_template_is_refused_before_training_naming_the_built_in_on
     from trainer import parity
     from trainer.validate import pipeline_problems
 
-    params = {"model_source": str(smollm2_model_dir()), "lora_train_embeddings": False, "max_seq_len": MAX_SEQ_LEN,
-              "batch_tokens": MAX_SEQ_LEN}
+    params = {
+        "model_source": str(smollm2_model_dir()),
+        "lora_train_embeddings": False,
+        "max_seq_len": MAX_SEQ_LEN,
+        "batch_tokens": MAX_SEQ_LEN,
+    }
     [problem] = pipeline_problems(params)
     assert "tools dropped" in problem and "calls dropped" in problem and "Nothing was trained" in problem
     assert "Fix: chat_template=chatml-tools" in problem
@@ -112,14 +129,23 @@ def test_auto_on_smollm2s_gguf_picks_chatml_tools_and_says_why(store, smollm2_gg
     from trainer.store import delivery
     from trainer.validate import pipeline_problems
 
-    params = {"model_source": str(smollm2_gguf), "lora_train_embeddings": False, "max_seq_len": MAX_SEQ_LEN,
-              "batch_tokens": MAX_SEQ_LEN, "chat_template": "auto"}
+    params = {
+        "model_source": str(smollm2_gguf),
+        "lora_train_embeddings": False,
+        "max_seq_len": MAX_SEQ_LEN,
+        "batch_tokens": MAX_SEQ_LEN,
+        "chat_template": "auto",
+    }
     assert pipeline_problems(params) == []
     auto_uri, meta = delivery.deliver_model(str(smollm2_gguf), "", store, chat_template="auto")
     out = capsys.readouterr().out
     assert meta["chat_template"] == "chatml-tools"
-    assert "chat_template=auto -> chatml-tools: the model's own chat template fails the train/serve check (tools " \
-           "dropped, calls dropped" in out and "its vocabulary holds <|im_start|>, <|im_end|>" in out
+    assert (
+        "chat_template=auto -> chatml-tools: the model's own chat template fails the train/serve check (tools "
+        "dropped, calls dropped"
+        in out
+        and "its vocabulary holds <|im_start|>, <|im_end|>" in out
+    )
     assert "generation now also stops" not in out  # <|im_end|> is SmolLM2's EOS already
     named_uri, _ = delivery.deliver_model(str(smollm2_gguf), "", store, chat_template="chatml-tools")
     assert named_uri == auto_uri

@@ -63,8 +63,13 @@ def test_each_familys_own_template_gets_its_verdict_and_vllms_parsers_agree(fami
 
 
 # family -> the built-in template its vocabulary fits (templates.family_template); None: none fits
-FAMILY = {"qwen3": "chatml-tools", "llama3_1": "llama3-pythonic", "gemma3": "gemma-tools", "gptoss": None,
-          "deepseek_v3": None}
+FAMILY = {
+    "qwen3": "chatml-tools",
+    "llama3_1": "llama3-pythonic",
+    "gemma3": "gemma-tools",
+    "gptoss": None,
+    "deepseek_v3": None,
+}
 # the npm llama3_1 package's vocabulary is Llama 3.0's (128010 is <|reserved_special_token_5|>); Llama 3.1 names
 # that id <|python_tag|>, which vLLM's llama3_json parser needs: added for llama3-json's own check
 ROWS_MULTI = ROWS + [r for r in builtin_data.dataset("function-calling")["eval"][:60] if len(r["messages"]) > 2]
@@ -106,8 +111,10 @@ def test_llama3_json_on_a_llama_3_1_vocabulary_and_its_exact_loss_mask():
     encoded = data.encode(row, tok, 4096)
     trained = tok.decode([t for t in encoded["labels"] if t != -100])
     call = row["messages"][1]["tool_calls"][0]["function"]
-    assert trained == (f'{{"name": "{call["name"]}", "parameters": {json.dumps(call["arguments"])}}}<|eot_id|>'
-                       f'{row["messages"][3]["content"]}<|eot_id|>')
+    assert trained == (
+        f'{{"name": "{call["name"]}", "parameters": {json.dumps(call["arguments"])}}}<|eot_id|>'
+        f'{row["messages"][3]["content"]}<|eot_id|>'
+    )
 
 
 def test_a_base_gemma_stops_at_end_of_turn_once_delivery_adds_it():
@@ -126,20 +133,27 @@ def test_a_base_gemma_stops_at_end_of_turn_once_delivery_adds_it():
     assert parity.model_problems(ROWS, tok, "here", added) == []
 
 
-@pytest.mark.parametrize("family,own_fits", [("qwen3", False), ("llama3_1", False), ("gemma3", False),
-                                             ("deepseek_v3", False), ("qwen3", True)])
+@pytest.mark.parametrize(
+    "family,own_fits",
+    [("qwen3", False), ("llama3_1", False), ("gemma3", False), ("deepseek_v3", False), ("qwen3", True)],
+)
 def test_auto_takes_the_models_own_template_where_it_passes_else_its_familys(family, own_fits):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(rt.tokenizer_dir(family))
     if own_fits:
         tok.chat_template = templates.CHATML_TOOLS  # as a model whose own template renders tools
-        assert parity.choose_template(tok) == ("model", "the model's own template renders tools, calls and tool "
-                                                        "results as vLLM's 'hermes' parser reads them back")
+        assert parity.choose_template(tok) == (
+            "model",
+            "the model's own template renders tools, calls and tool results as vLLM's 'hermes' parser reads them back",
+        )
         return
     if FAMILY[family] is None:
-        with pytest.raises(UserError, match="chat_template=auto: the model's own chat template fails the train/serve "
-                                            r"check \(tools dropped, calls dropped.*give chat_template=FILE.jinja"):
+        with pytest.raises(
+            UserError,
+            match="chat_template=auto: the model's own chat template fails the train/serve "
+            r"check \(tools dropped, calls dropped.*give chat_template=FILE.jinja",
+        ):
             parity.choose_template(tok)
         return
     spec, why = parity.choose_template(tok)
@@ -151,8 +165,10 @@ def test_auto_takes_the_models_own_template_where_it_passes_else_its_familys(fam
 
 def test_template_exceptions_are_refusals_whatever_their_type():
     qwen = rt.load_tokenizer("qwen3")
-    row = {"tools": TOOL_ROWS[0]["tools"], "messages": [TOOL_ROWS[0]["messages"][0],
-                                                        {**TOOL_ROWS[0]["messages"][1], "content": None}]}
+    row = {
+        "tools": TOOL_ROWS[0]["tools"],
+        "messages": [TOOL_ROWS[0]["messages"][0], {**TOOL_ROWS[0]["messages"][1], "content": None}],
+    }
     [line] = parity.template_problems([row], qwen, "here")  # Qwen3's template: TypeError on content null
     assert "refuses 1 of 1 rows (TypeError" in line
     saved = qwen.chat_template
@@ -174,10 +190,11 @@ def test_assistant_masks_on_a_real_tokenizer():
             qwen.chat_template = template
             encoded = data.encode(row, qwen, 4096)
             trained = qwen.decode([t for t in encoded["labels"] if t != -100])
-            prompt = qwen.apply_chat_template(row["messages"][:1], tools=row["tools"], tokenize=False,
-                                              add_generation_prompt=True)
+            prompt = qwen.apply_chat_template(
+                row["messages"][:1], tools=row["tools"], tokenize=False, add_generation_prompt=True
+            )
             full = qwen.apply_chat_template(row["messages"], tools=row["tools"], tokenize=False)
-            answer = full[len(prompt):]
+            answer = full[len(prompt) :]
             assert trained == answer.rstrip("\n") or trained == answer, (template is saved, trained, answer)
             assert trained.rstrip("\n").endswith("</tool_call><|im_end|>")
             first = encoded["labels"].index(next(t for t in encoded["labels"] if t != -100))
@@ -192,9 +209,17 @@ def test_importing_vllms_parsers_for_the_parity_check_prints_nothing():
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-c", "from trainer.chat import parsers; parsers._vllm_parser_classes(); "
-                           "import logging; assert logging.getLogger('vllm').level == logging.NOTSET"],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from trainer.chat import parsers; parsers._vllm_parser_classes(); "
+            "import logging; assert logging.getLogger('vllm').level == logging.NOTSET",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0 and proc.stdout + proc.stderr == "", proc.stdout + proc.stderr
 
 
@@ -212,8 +237,10 @@ def test_deliver_model_with_auto_on_a_base_gemma_writes_gemma_tools_and_its_stop
     generation = json.loads((model / "generation_config.json").read_text())
     (model / "generation_config.json").write_text(json.dumps({**generation, "eos_token_id": 1}))
     uri, meta = delivery.deliver_model(str(model), "", store, chat_template="auto")
-    assert meta["chat_template"] == "gemma-tools" and "has none; its vocabulary holds <start_of_turn>" in \
-        meta["chat_template_auto"]
+    assert (
+        meta["chat_template"] == "gemma-tools"
+        and "has none; its vocabulary holds <start_of_turn>" in meta["chat_template_auto"]
+    )
     out = capsys.readouterr().out
     assert "chat_template=auto -> gemma-tools" in out and "generation now also stops at <end_of_turn> (id 106)" in out
     _, prefix = uri.split("/", 3)[2:]

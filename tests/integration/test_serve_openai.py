@@ -42,12 +42,24 @@ def tuned(s3_env, tmp_path_factory):
     a = {n: art(Model, tmp, n) for n in ("model", "adapter", "merged")}
     a.update(dataset=art(Dataset, tmp, "dataset"), train_metrics=art(Metrics, tmp, "m"), report=art(HTML, tmp, "r"))
     deliver_model.python_func(source="builtin:tiny-llama", revision="", model=a["model"])
-    deliver_dataset.python_func(source="builtin:function-calling", revision="", eval_fraction=0.1, seed=0,
-                                dataset=a["dataset"])
-    finetune.python_func(base_model=a["model"], dataset=a["dataset"], run_id="serve-test", adapter=a["adapter"],
-                         metrics=a["train_metrics"], report=a["report"], nodes=1, max_steps=STEPS,
-                         batch_tokens=1024, lora_train_embeddings=False,
-                         lora_r=16, lora_alpha=32, learning_rate=1.5e-3)  # what STEPS was chosen with
+    deliver_dataset.python_func(
+        source="builtin:function-calling", revision="", eval_fraction=0.1, seed=0, dataset=a["dataset"]
+    )
+    finetune.python_func(
+        base_model=a["model"],
+        dataset=a["dataset"],
+        run_id="serve-test",
+        adapter=a["adapter"],
+        metrics=a["train_metrics"],
+        report=a["report"],
+        nodes=1,
+        max_steps=STEPS,
+        batch_tokens=1024,
+        lora_train_embeddings=False,
+        lora_r=16,
+        lora_alpha=32,
+        learning_rate=1.5e-3,
+    )  # what STEPS was chosen with
     merge_lora.python_func(base_model=a["model"], adapter=a["adapter"], merged=a["merged"])
     return a
 
@@ -66,8 +78,15 @@ def test_the_finetune_evaluate_and_merge_components_record_their_outputs(tuned, 
 
     scores, examples = art(Metrics, tmp_path, "scores"), art(Markdown, tmp_path, "examples")
     answers = art(Dataset, tmp_path, "bfcl-answers")
-    evaluate.python_func(base_model=model, tuned_model=adapter, dataset=tuned["dataset"], metrics=scores,
-                         examples=examples, bfcl_answers=answers, max_rows=8)
+    evaluate.python_func(
+        base_model=model,
+        tuned_model=adapter,
+        dataset=tuned["dataset"],
+        metrics=scores,
+        examples=examples,
+        bfcl_answers=answers,
+        max_rows=8,
+    )
     assert open(answers.path).read() == ""  # eval_suites=heldout: no BFCL rows asked
     # no text rows in these 8: no text_match / text_eval_loss (a logged 0 would read as measured)
     # and of the BFCL categories only `multiple` (3-4 tools offered, one call) and `simple` (one tool): the others
@@ -76,10 +95,18 @@ def test_the_finetune_evaluate_and_merge_components_record_their_outputs(tuned, 
     names = {f"{m}_{k}" for m in ("base", "tuned") for k in ("eval_loss", "fc_accuracy", *ast)}
     # eval_turns: the assistant turns asked; fc_<category>_lost / _won: the gate's McNemar counts, for the
     # categories the rows have
-    assert set(scores.metadata) == names | ast | {"fc_accuracy_gain", "fc_ast_accuracy_gain", "eval_rows", "fc_rows",
-                                                  "text_rows", "skipped_long_rows", "promoted", "eval_turns"} \
-        | {f"fc_{c}_rows" for c in ("simple", "multiple", "parallel", "irrelevance", "multi_turn")} \
-        | {f"fc_{c}_{k}" for c in ("simple", "multiple") for k in ("lost", "won")}
+    assert set(scores.metadata) == names | ast | {
+        "fc_accuracy_gain",
+        "fc_ast_accuracy_gain",
+        "eval_rows",
+        "fc_rows",
+        "text_rows",
+        "skipped_long_rows",
+        "promoted",
+        "eval_turns",
+    } | {f"fc_{c}_rows" for c in ("simple", "multiple", "parallel", "irrelevance", "multi_turn")} | {
+        f"fc_{c}_{k}" for c in ("simple", "multiple") for k in ("lost", "won")
+    }
     assert scores.metadata["fc_multiple_rows"] == 7 and scores.metadata["fc_simple_rows"] == 1
     assert scores.metadata["fc_irrelevance_rows"] == 0
     assert scores.metadata["fc_ast_accuracy"] == scores.metadata["tuned_fc_ast_accuracy"]
@@ -90,9 +117,16 @@ def test_the_finetune_evaluate_and_merge_components_record_their_outputs(tuned, 
     # a sweep's trial: pick_best gates it, so no "promoted" against the gate of 0 nobody set
     capsys.readouterr()
     trial = art(Metrics, tmp_path, "trial")
-    evaluate.python_func(base_model=model, tuned_model=adapter, dataset=tuned["dataset"], metrics=trial,
-                         examples=art(Markdown, tmp_path, "trial-examples"),
-                         bfcl_answers=art(Dataset, tmp_path, "trial-answers"), max_rows=4, gate=False)
+    evaluate.python_func(
+        base_model=model,
+        tuned_model=adapter,
+        dataset=tuned["dataset"],
+        metrics=trial,
+        examples=art(Markdown, tmp_path, "trial-examples"),
+        bfcl_answers=art(Dataset, tmp_path, "trial-answers"),
+        max_rows=4,
+        gate=False,
+    )
     assert "promoted" not in trial.metadata and trial.metadata["eval_rows"] == 4
     assert "promoted" not in capsys.readouterr().out
 
@@ -122,16 +156,28 @@ def test_the_chosen_vllm_parser_reads_what_the_template_writes(template, tiny_mo
     if template == "llama3":
         tokenizer.add_special_tokens({"additional_special_tokens": LLAMA3_TOKENS})
         chat_template = LLAMA3_TEMPLATE
-    parser_name = serve_args.tool_call_parser(chat_template,
-                                              [t.content for t in tokenizer.added_tokens_decoder.values()])
+    parser_name = serve_args.tool_call_parser(
+        chat_template, [t.content for t in tokenizer.added_tokens_decoder.values()]
+    )
     assert parser_name == {"builtin": "hermes", "llama3": "llama3_json"}[template]
     user = [{"role": "user", "content": "Weather in Oslo?"}]
-    answer = {"role": "assistant", "content": "", "tool_calls": [
-        {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}]}
-    prompt, full = (render_jinja_template(conversations=[conv], tools=TOOLS, chat_template=chat_template,
-                                          add_generation_prompt=gen, bos_token="", eos_token="")[0][0]
-                    for conv, gen in ((user, True), ([*user, answer], False)))
-    emitted = full[len(prompt):]
+    answer = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}],
+    }
+    prompt, full = (
+        render_jinja_template(
+            conversations=[conv],
+            tools=TOOLS,
+            chat_template=chat_template,
+            add_generation_prompt=gen,
+            bos_token="",
+            eos_token="",
+        )[0][0]
+        for conv, gen in ((user, True), ([*user, answer], False))
+    )
+    emitted = full[len(prompt) :]
     for end in ("<|eot_id|>", "<|end|>"):  # generation stops at the end-of-turn token: not in the text
         emitted = emitted.removesuffix(end)
     request = ChatCompletionRequest(model=TUNED, messages=user, tools=TOOLS)
@@ -152,16 +198,33 @@ def server(tree, tmp_path_factory):
     """`python -m trainer serve` on the merged model, as a user starts it."""
     log = tmp_path_factory.mktemp("log") / "vllm.log"
     port = serve_local.free_port()
-    cli = subprocess.Popen([sys.executable, "-m", "trainer", "serve", str(tree("merged")), "--served-model-name",
-                            TUNED, "--port", str(port), "--log", str(log)],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    cli = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "trainer",
+            "serve",
+            str(tree("merged")),
+            "--served-model-name",
+            TUNED,
+            "--port",
+            str(port),
+            "--log",
+            str(log),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         serve_client.wait_ready(url, timeout=300)
     except BaseException:
         cli.kill()
-        raise AssertionError(f"trainer serve did not become ready:\n{cli.stdout.read() if cli.poll() else ''}\n"
-                             f"{log.read_text()[-3000:] if log.exists() else ''}")
+        raise AssertionError(
+            f"trainer serve did not become ready:\n{cli.stdout.read() if cli.poll() else ''}\n"
+            f"{log.read_text()[-3000:] if log.exists() else ''}"
+        )
     yield cli, url, port, log
     if cli.poll() is None:
         cli.send_signal(signal.SIGTERM)
@@ -229,14 +292,27 @@ def test_local_server_and_cluster_deployment_get_the_same_flags(server, capsys):
 
     from trainer.__main__ import main
 
-    vllm = [p for p in psutil.Process(server[0].pid).children(recursive=True)  # vLLM, not its guard (trainer.core.procs)
-            if p.cmdline()[1:3] == ["-m", serve_local.SERVER_MODULE]]
+    vllm = [
+        p
+        for p in psutil.Process(server[0].pid).children(recursive=True)  # vLLM, not its guard (trainer.core.procs)
+        if p.cmdline()[1:3] == ["-m", serve_local.SERVER_MODULE]
+    ]
     assert len(vllm) == 1
     assert_openai_flags(vllm[0].cmdline(), TUNED)
 
     main(["deploy-k8s", "--dry-run", "--name", TUNED, "--model-uri", "s3://b/models/sha256-x"])
-    main(["deploy-k8s", "--dry-run", "--name", f"{TUNED}-base", "--model-uri", "s3://b/models/sha256-x",
-          "--adapter", f"{TUNED}=s3://b/adapters/sha256-y"])
+    main(
+        [
+            "deploy-k8s",
+            "--dry-run",
+            "--name",
+            f"{TUNED}-base",
+            "--model-uri",
+            "s3://b/models/sha256-x",
+            "--adapter",
+            f"{TUNED}=s3://b/adapters/sha256-y",
+        ]
+    )
     deployments = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d and d["kind"] == "Deployment"]
     assert len(deployments) == 2
     for d, (name, adapters) in zip(deployments, [(TUNED, set()), (f"{TUNED}-base", {TUNED})]):
@@ -255,8 +331,15 @@ def test_deploy_serves_base_and_adapter_side_by_side(tuned, tmp_path, capsys, mo
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr(tempfile, "tempdir", None)
     smoke = art(Metrics, tmp_path, "smoke")
-    out = deploy.python_func(model=tuned["merged"], dataset=tuned["dataset"], smoke=smoke,
-                             base_model=tuned["model"], adapter=tuned["adapter"], serve_adapters=True, name=TUNED)
+    out = deploy.python_func(
+        model=tuned["merged"],
+        dataset=tuned["dataset"],
+        smoke=smoke,
+        base_model=tuned["model"],
+        adapter=tuned["adapter"],
+        serve_adapters=True,
+        name=TUNED,
+    )
     printed = capsys.readouterr().out
     assert smoke.metadata["served_names"] == [f"{TUNED}-base", TUNED]
     # the adapter answers the tool request with a tool call; the random base only has to answer

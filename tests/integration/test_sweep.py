@@ -15,12 +15,36 @@ ROOT = Path(__file__).resolve().parents[2]
 def run_sweep(tmp_path, min_gain, max_steps, trials):
     """The sweep deploying its winner is tests/integration/test_pipeline_local.py's sweep run."""
     return subprocess.run(
-        [sys.executable, "-m", "pipelines.run_local", "--pipeline", "sweep", "--parallelism", "2",
-         "--pipeline-root", str(tmp_path / "root"), "--runs-dir", str(tmp_path / "runs"),
-         "--param", f"trials={json.dumps(trials)}",
-         "--param", f"max_steps={max_steps}", "--param", "eval_max_rows=20", "--param", "select_metric=eval_loss",
-         "--param", "nodes=1",
-         "--param", f"min_gain={min_gain}"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+        [
+            sys.executable,
+            "-m",
+            "pipelines.run_local",
+            "--pipeline",
+            "sweep",
+            "--parallelism",
+            "2",
+            "--pipeline-root",
+            str(tmp_path / "root"),
+            "--runs-dir",
+            str(tmp_path / "runs"),
+            "--param",
+            f"trials={json.dumps(trials)}",
+            "--param",
+            f"max_steps={max_steps}",
+            "--param",
+            "eval_max_rows=20",
+            "--param",
+            "select_metric=eval_loss",
+            "--param",
+            "nodes=1",
+            "--param",
+            f"min_gain={min_gain}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 def statuses(root) -> list[tuple[str, str]]:

@@ -12,7 +12,6 @@ from trainer.k8s.podspec import ClusterSpec
 from trainer.launch import run_training
 
 
-
 @pytest.fixture(scope="module")
 def delivered(builtin_uris):
     return builtin_uris
@@ -30,8 +29,9 @@ def test_shards_are_disjoint_and_cover_each_epoch():
     assert seen0 == [x for _ in range(4) for x in next(again)]  # order depends only on the seed
 
 
-@pytest.mark.parametrize("method, train_embeddings", [("lora", False), ("lora", True), ("dora", False),
-                                                       ("qlora", False)])
+@pytest.mark.parametrize(
+    "method, train_embeddings", [("lora", False), ("lora", True), ("dora", False), ("qlora", False)]
+)
 def test_merged_model_matches_adapter(delivered, store, tmp_path, method, train_embeddings):
     """The merged model is the trained one: for DoRA peft merges the magnitudes too; for QLoRA the
     adapter is merged onto the de-quantized 4-bit base, and compared with the adapter over the 4-bit
@@ -47,9 +47,18 @@ def test_merged_model_matches_adapter(delivered, store, tmp_path, method, train_
     from trainer.recipe.train import train
 
     model_uri, data_uri = delivered
-    result = train(TrainConfig(model_uri=model_uri, dataset_uri=data_uri, method=method, max_steps=5, batch_size=4,
-                               output_prefix=f"runs/merge-{method}-{train_embeddings}",
-                               lora_train_embeddings=train_embeddings), store)
+    result = train(
+        TrainConfig(
+            model_uri=model_uri,
+            dataset_uri=data_uri,
+            method=method,
+            max_steps=5,
+            batch_size=4,
+            output_prefix=f"runs/merge-{method}-{train_embeddings}",
+            lora_train_embeddings=train_embeddings,
+        ),
+        store,
+    )
     base_dir, adapter_dir = store.get_tree(model_uri), store.get_tree(result["output_uri"])
     assert json.loads((adapter_dir / "adapter_config.json").read_text())["use_dora"] == (method == "dora")
     assert (adapter_dir / BASE_QUANTIZATION).is_file() == (method == "qlora")
@@ -60,14 +69,19 @@ def test_merged_model_matches_adapter(delivered, store, tmp_path, method, train_
         # (their de-quantization; bitsandbytes' no-grad CPU kernel multiplies in bf16, so logits are not compared).
         from bitsandbytes.functional import dequantize_4bit
 
-        quantized = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32, device_map={"": "cpu"},
-                                                         quantization_config=qlora_config(torch.float32))
+        quantized = AutoModelForCausalLM.from_pretrained(
+            base_dir, dtype=torch.float32, device_map={"": "cpu"}, quantization_config=qlora_config(torch.float32)
+        )
         dequantized = load_base(base_dir, adapter_dir)
         layers = [(n, m) for n, m in quantized.named_modules() if type(m).__name__ == "Linear4bit"]
         assert len(layers) == 28  # 4 decoder layers x 7 projections; the embeddings and head stay as they are
         for name, layer in layers:
-            torch.testing.assert_close(dequantized.get_submodule(name).weight,
-                                       dequantize_4bit(layer.weight.data, layer.weight.quant_state), atol=0, rtol=0)
+            torch.testing.assert_close(
+                dequantized.get_submodule(name).weight,
+                dequantize_4bit(layer.weight.data, layer.weight.quant_state),
+                atol=0,
+                rtol=0,
+            )
     peft_model = load(base_dir, adapter_dir)  # QLoRA: the adapter over that de-quantized base
     ids = torch.tensor([[1, 50, 60, 70, 80]])
     with torch.no_grad():
@@ -81,8 +95,18 @@ def test_full_finetune_outputs_a_complete_model(delivered, store, tmp_path):
     from trainer.recipe.train import train
 
     model_uri, data_uri = delivered
-    result = train(TrainConfig(model_uri=model_uri, dataset_uri=data_uri, output_prefix="runs/full", method="full",
-                               max_steps=3, batch_size=4, learning_rate=1e-4), store)
+    result = train(
+        TrainConfig(
+            model_uri=model_uri,
+            dataset_uri=data_uri,
+            output_prefix="runs/full",
+            method="full",
+            max_steps=3,
+            batch_size=4,
+            learning_rate=1e-4,
+        ),
+        store,
+    )
     out = store.get_tree(result["output_uri"])
     assert (out / "config.json").exists() and not (out / "adapter_config.json").exists()
     assert (merge(store.get_tree(model_uri), out, tmp_path / "m") / "model.safetensors").exists()
@@ -94,14 +118,27 @@ def test_tiny_dataset_of_short_rows_trains_on_two_processes(store, tmp_path):
     import json
 
     path = tmp_path / "small.jsonl"
-    path.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"hi {i}"},
-                                                     {"role": "assistant", "content": "hello"}]}) + "\n"
-                            for i in range(40)))
+    path.write_text(
+        "".join(
+            json.dumps(
+                {"messages": [{"role": "user", "content": f"hi {i}"}, {"role": "assistant", "content": "hello"}]}
+            )
+            + "\n"
+            for i in range(40)
+        )
+    )
     model_uri, _ = delivery.deliver_model("builtin:tiny-llama", "", store)
     data_uri, meta = delivery.deliver_dataset(str(path), "", store)
     assert meta["rows"]["train"] == 36
-    cfg = TrainConfig(model_uri=model_uri, dataset_uri=data_uri, output_prefix="runs/small", max_steps=5,
-                      batch_tokens=1024, log_every=1, stall_timeout_s=60)
+    cfg = TrainConfig(
+        model_uri=model_uri,
+        dataset_uri=data_uri,
+        output_prefix="runs/small",
+        max_steps=5,
+        batch_tokens=1024,
+        log_every=1,
+        stall_timeout_s=60,
+    )
     result = run_training(cfg, "local", ClusterSpec(nodes=2, procs_per_node=1, backoff_limit=0), store)
     assert result["metrics"]["train_steps"] == 5
     from transformers import AutoTokenizer
@@ -118,8 +155,17 @@ def test_profile_steps_write_a_trace_next_to_the_run(delivered, store, capfd):
     from trainer.recipe.train import train
 
     model_uri, data_uri = delivered
-    train(TrainConfig(model_uri=model_uri, dataset_uri=data_uri, output_prefix="runs/profiled", max_steps=4,
-                      batch_size=2, profile_steps=2), store)
+    train(
+        TrainConfig(
+            model_uri=model_uri,
+            dataset_uri=data_uri,
+            output_prefix="runs/profiled",
+            max_steps=4,
+            batch_size=2,
+            profile_steps=2,
+        ),
+        store,
+    )
     trace = store.get_json("runs/profiled/profile/trace.json")  # chrome trace format (Perfetto opens it)
     assert any(e.get("name", "").startswith("aten::") for e in trace["traceEvents"])
     assert "Self CPU time total" in capfd.readouterr().out  # the top-operators table in the log
@@ -143,11 +189,24 @@ def test_the_loop_reads_values_back_only_at_log_and_checkpoint_steps(delivered, 
             if sys._getframe(1).f_code.co_filename in ours:
                 reads.append(_name)
             return _original(self, *args, **kwargs)
+
         monkeypatch.setattr(torch.Tensor, name, counted)
     model_uri, data_uri = delivered
-    result = train(TrainConfig(model_uri=model_uri, dataset_uri=data_uri, output_prefix="runs/syncs", max_steps=6,
-                               batch_size=2, batch_tokens=0, tokens_per_step=600, log_every=3, eval_every=100,
-                               checkpoint_every=100), store)
+    result = train(
+        TrainConfig(
+            model_uri=model_uri,
+            dataset_uri=data_uri,
+            output_prefix="runs/syncs",
+            max_steps=6,
+            batch_size=2,
+            batch_tokens=0,
+            tokens_per_step=600,
+            log_every=3,
+            eval_every=100,
+            checkpoint_every=100,
+        ),
+        store,
+    )
     micro_batches = int(result["metrics"]["grad_accum"]) * 6
     assert micro_batches >= 18
     # per log step (3, 6): the flags and the mean loss; at the end: the final checkpoint's
@@ -173,12 +232,25 @@ def test_flatten_packing_on_cpu_says_it_is_the_slower_choice(delivered, store, c
     from trainer.recipe.train import train
 
     model_uri, data_uri = delivered
-    train(TrainConfig(model_uri=model_uri, dataset_uri=data_uri, output_prefix="runs/flatten-cpu", max_steps=2,
-                      batch_tokens=512, packing="flatten"), store)
+    train(
+        TrainConfig(
+            model_uri=model_uri,
+            dataset_uri=data_uri,
+            output_prefix="runs/flatten-cpu",
+            max_steps=2,
+            batch_tokens=512,
+            packing="flatten",
+        ),
+        store,
+    )
     out = capsys.readouterr().out
     assert "packing=flatten here attends over the whole packed sequence" in out and "use packing=auto" in out
-    train(TrainConfig(model_uri=model_uri, dataset_uri=data_uri, output_prefix="runs/auto-cpu", max_steps=2,
-                      batch_tokens=512), store)
+    train(
+        TrainConfig(
+            model_uri=model_uri, dataset_uri=data_uri, output_prefix="runs/auto-cpu", max_steps=2, batch_tokens=512
+        ),
+        store,
+    )
     assert "packing=flatten here" not in capsys.readouterr().out
 
 
@@ -188,8 +260,12 @@ def test_rows_over_max_seq_len_are_skipped_and_said_never_truncated(delivered, s
     from trainer.recipe.train import train
 
     model_uri, data_uri = delivered
-    result = train(TrainConfig(model_uri=model_uri, dataset_uri=data_uri, output_prefix="runs/long-rows", max_steps=2,
-                               max_seq_len=103), store)
+    result = train(
+        TrainConfig(
+            model_uri=model_uri, dataset_uri=data_uri, output_prefix="runs/long-rows", max_steps=2, max_seq_len=103
+        ),
+        store,
+    )
     skipped = int(result["metrics"]["skipped_long_rows"])
     assert 0 < skipped < 3000  # the built-in rows are 93-109 tokens long
     assert f"{skipped} training rows longer than max_seq_len=103 tokens skipped" in capsys.readouterr().out
@@ -206,12 +282,20 @@ def test_two_ranks_learn_exactly_what_one_rank_learns_from_the_same_rows(deliver
     model_uri, data_uri = delivered
 
     def cfg(prefix, batch_size):
-        return TrainConfig(model_uri=model_uri, dataset_uri=data_uri, output_prefix=prefix, max_steps=12,
-                           batch_size=batch_size, batch_tokens=0, log_every=2, eval_every=6, learning_rate=1e-3)
+        return TrainConfig(
+            model_uri=model_uri,
+            dataset_uri=data_uri,
+            output_prefix=prefix,
+            max_steps=12,
+            batch_size=batch_size,
+            batch_tokens=0,
+            log_every=2,
+            eval_every=6,
+            learning_rate=1e-3,
+        )
 
     one = train(cfg("runs/eq-1rank", 8), store)
-    two = run_training(cfg("runs/eq-2rank", 4), "local", ClusterSpec(nodes=2, procs_per_node=1, backoff_limit=0),
-                       store)
+    two = run_training(cfg("runs/eq-2rank", 4), "local", ClusterSpec(nodes=2, procs_per_node=1, backoff_limit=0), store)
     assert two["metrics"]["world_size"] == 2 and one["metrics"]["world_size"] == 1
     assert two["metrics"]["train_tokens"] == one["metrics"]["train_tokens"]  # the same rows, all counted
     points = lambda r: [(h["step"], h.get("loss", h.get("eval_loss"))) for h in r["history"]]  # noqa: E731
@@ -249,9 +333,19 @@ def test_a_prefix_resumed_with_other_settings_is_refused_before_its_weights_load
     model_uri, data_uri = delivered
 
     def cfg(**kw):
-        return TrainConfig(**{"model_uri": model_uri, "dataset_uri": data_uri, "output_prefix": "runs/resume-settings",
-                              "max_steps": 2, "batch_size": 2, "checkpoint_every": 2, "lora_r": 4, "lora_alpha": 8,
-                              **kw})
+        return TrainConfig(
+            **{
+                "model_uri": model_uri,
+                "dataset_uri": data_uri,
+                "output_prefix": "runs/resume-settings",
+                "max_steps": 2,
+                "batch_size": 2,
+                "checkpoint_every": 2,
+                "lora_r": 4,
+                "lora_alpha": 8,
+                **kw,
+            }
+        )
 
     first = train(cfg(), store)
     loaded = []
@@ -280,8 +374,18 @@ def test_the_progress_bars_last_line_shows_the_last_logged_loss(delivered, store
     drawn = tqdm.__init__
     monkeypatch.setattr(tqdm, "__init__", lambda self, *a, **kw: drawn(self, *a, **{**kw, "mininterval": 0}))
     model_uri, data_uri = delivered
-    result = train(TrainConfig(model_uri=model_uri, dataset_uri=data_uri, output_prefix="runs/bar-loss", max_steps=4,
-                               batch_size=2, log_every=2, learning_rate=0.01), store)
+    result = train(
+        TrainConfig(
+            model_uri=model_uri,
+            dataset_uri=data_uri,
+            output_prefix="runs/bar-loss",
+            max_steps=4,
+            batch_size=2,
+            log_every=2,
+            learning_rate=0.01,
+        ),
+        store,
+    )
     err = capfd.readouterr().err
     last = next(part for part in re.split(r"[\r\n]", err) if "4/4" in part)  # the first: what the console keeps
     losses = [h["loss"] for h in result["history"] if "loss" in h]
@@ -289,8 +393,9 @@ def test_the_progress_bars_last_line_shows_the_last_logged_loss(delivered, store
     assert f"loss={losses[1]:.3f}" in last, last
 
 
-def test_eval_loss_during_training_shows_a_bar_and_is_not_counted_as_training_time(delivered, store, capfd,
-                                                                                    monkeypatch):
+def test_eval_loss_during_training_shows_a_bar_and_is_not_counted_as_training_time(
+    delivered, store, capfd, monkeypatch
+):
     """The eval loss of 64 held-out rows took ~2.5 min on SmolLM2 after the last step without a line, and its
     time counted as training: tokens_per_second read 8.5 against a steady 20.9. Each measurement here is made to
     take 1000 s of a shifted clock (not real time: no test decides by the machine's speed)."""
@@ -309,8 +414,17 @@ def test_eval_loss_during_training_shows_a_bar_and_is_not_counted_as_training_ti
 
     monkeypatch.setattr(evaluate.losses, "eval_loss", slow_eval)
     model_uri, data_uri = delivered
-    result = train(TrainConfig(model_uri=model_uri, dataset_uri=data_uri, output_prefix="runs/eval-time", max_steps=2,
-                               batch_size=2, eval_every=1), store)
+    result = train(
+        TrainConfig(
+            model_uri=model_uri,
+            dataset_uri=data_uri,
+            output_prefix="runs/eval-time",
+            max_steps=2,
+            batch_size=2,
+            eval_every=1,
+        ),
+        store,
+    )
     assert shift[0] == 2000.0 and sum("eval_loss" in h for h in result["history"]) == 2
     assert result["metrics"]["train_seconds"] < 1000, result["metrics"]  # two measurements took 2000 "s"
     assert "eval loss at step 2: 100%" in capfd.readouterr().err

@@ -10,7 +10,6 @@ import psutil
 import pytest
 
 
-
 @pytest.fixture(scope="module")
 def inputs(builtin_uris):
     return builtin_uris
@@ -35,8 +34,16 @@ def test_a_frozen_rank_is_caught_by_the_watchdog_and_not_restarted(inputs, store
     from trainer.launch import LocalLauncher
 
     prefix = "runs/stall"
-    cfg = TrainConfig(model_uri=inputs[0], dataset_uri=inputs[1], output_prefix=prefix, max_steps=3000,
-                      batch_size=4, log_every=2, checkpoint_every=10**6, lora_train_embeddings=True)
+    cfg = TrainConfig(
+        model_uri=inputs[0],
+        dataset_uri=inputs[1],
+        output_prefix=prefix,
+        max_steps=3000,
+        batch_size=4,
+        log_every=2,
+        checkpoint_every=10**6,
+        lora_train_embeddings=True,
+    )
     frozen, frozen_at = [], []
 
     def clock() -> float:
@@ -77,8 +84,15 @@ def test_user_error_in_training_is_not_restarted(inputs, capfd):
     # The tiny model's context (1024) is known only once it loads: a UserError inside training. One node: the
     # launcher's verdict reads its exit status (a node that fails stops the others: the watchdog test above and
     # tests/integration/test_resilience.py's non-finite loss).
-    cfg = TrainConfig(model_uri=inputs[0], dataset_uri=inputs[1], output_prefix="runs/too-long", max_steps=3,
-                      batch_size=4, batch_tokens=0, max_seq_len=100000)  # rows, so the config itself is valid
+    cfg = TrainConfig(
+        model_uri=inputs[0],
+        dataset_uri=inputs[1],
+        output_prefix="runs/too-long",
+        max_steps=3,
+        batch_size=4,
+        batch_tokens=0,
+        max_seq_len=100000,
+    )  # rows, so the config itself is valid
     with pytest.raises(UserError, match="exit status 2: the input is invalid.*not restarted"):
         LocalLauncher(nnodes=1, max_restarts=2).run(cfg.to_args())
     out = capfd.readouterr()

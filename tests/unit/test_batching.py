@@ -34,10 +34,13 @@ def test_every_row_is_used_once_per_epoch_with_token_budgets():
     assert seen == len(examples) and sorted(e["input_ids"][0] for b in epoch for e in b) == list(range(35))
 
 
-@pytest.mark.parametrize("kwargs, fix", [
-    ({"batch_size": 4, "world": 2}, "lower batch_size"),
-    ({"batch_size": 16, "world": 3, "batch_tokens": 512}, "fewer processes"),
-])
+@pytest.mark.parametrize(
+    "kwargs, fix",
+    [
+        ({"batch_size": 4, "world": 2}, "lower batch_size"),
+        ({"batch_size": 16, "world": 3, "batch_tokens": 512}, "fewer processes"),
+    ],
+)
 def test_too_few_rows_for_the_processes_is_refused_up_front(kwargs, fix):
     world = kwargs.pop("world")
     with pytest.raises(UserError, match=fix):

@@ -39,8 +39,10 @@ def test_mfu_counts_six_flops_per_parameter_plus_attention():
 
 def test_variants_become_trainer_arguments_and_typos_are_refused():
     assert parse_variants("default; compile=true packing=flatten;FINETUNE_LIGER=0") == {
-        "default": ([], {}), "compile=true packing=flatten": (["--compile=true", "--packing=flatten"], {}),
-        "FINETUNE_LIGER=0": ([], {"FINETUNE_LIGER": "0"})}
+        "default": ([], {}),
+        "compile=true packing=flatten": (["--compile=true", "--packing=flatten"], {}),
+        "FINETUNE_LIGER=0": ([], {"FINETUNE_LIGER": "0"}),
+    }
     for typo in ("compiel=true", "FINETUNE_LIGRE=0", "compile"):
         with pytest.raises(SystemExit, match="not FIELD=VALUE"):
             parse_variants(typo)
@@ -48,22 +50,25 @@ def test_variants_become_trainer_arguments_and_typos_are_refused():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown where CUDA is absent")
 def test_without_cuda_it_exits_with_a_message_not_a_traceback():
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu_compare", "--shapes", "1b"], capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpu_compare", "--shapes", "1b"], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode != 0
     assert "gpu_compare needs a CUDA GPU" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_profile_breakdown_sums_kernel_time_per_step_by_kind():
-    trace = {"traceEvents": [
-        {"cat": "kernel", "name": "sm90_xmma_gemm_bf16bf16_bf16f32", "dur": 3000},
-        {"cat": "kernel", "name": "nvjet_tst_128x256", "dur": 1000},
-        {"cat": "kernel", "name": "pytorch_flash::flash_fwd_kernel", "dur": 600},
-        {"cat": "kernel", "name": "triton_poi_fused_add_mul_0", "dur": 400},
-        {"cat": "kernel", "name": "void at::native::vectorized_elementwise_kernel<4>", "dur": 200},
-        {"cat": "kernel", "name": "multi_tensor_apply_kernel<FusedAdamMathFunctor>", "dur": 100},
-        {"cat": "cpu_op", "name": "aten::mm", "dur": 99999},  # host-side: not GPU time
-    ]}
+    trace = {
+        "traceEvents": [
+            {"cat": "kernel", "name": "sm90_xmma_gemm_bf16bf16_bf16f32", "dur": 3000},
+            {"cat": "kernel", "name": "nvjet_tst_128x256", "dur": 1000},
+            {"cat": "kernel", "name": "pytorch_flash::flash_fwd_kernel", "dur": 600},
+            {"cat": "kernel", "name": "triton_poi_fused_add_mul_0", "dur": 400},
+            {"cat": "kernel", "name": "void at::native::vectorized_elementwise_kernel<4>", "dur": 200},
+            {"cat": "kernel", "name": "multi_tensor_apply_kernel<FusedAdamMathFunctor>", "dur": 100},
+            {"cat": "cpu_op", "name": "aten::mm", "dur": 99999},  # host-side: not GPU time
+        ]
+    }
     got = profile_breakdown(trace, steps=2)
     assert got["matmul"] == 2.0 and got["attention"] == 0.3 and got["fused (triton / inductor)"] == 0.2
     assert got["elementwise / norm / copies"] == 0.1 and got["optimizer"] == 0.05
@@ -98,10 +103,18 @@ def test_seeded_model_is_found_in_the_cache_without_a_download(store, tiny_model
 
 def test_compile_runs_show_what_their_trial_measured_and_kept():
     assert trial_note([{"tokens_per_second": 1.0}]) == ""
-    runs = [{"compile_trial_compiled_tokens_per_second": 30000.0, "compile_trial_eager_tokens_per_second": 36000.0,
-             "compiled_layers": 0.0},
-            {"compile_trial_compiled_tokens_per_second": 31000.0, "compile_trial_eager_tokens_per_second": 35000.0,
-             "compiled_layers": 0.0}]
+    runs = [
+        {
+            "compile_trial_compiled_tokens_per_second": 30000.0,
+            "compile_trial_eager_tokens_per_second": 36000.0,
+            "compiled_layers": 0.0,
+        },
+        {
+            "compile_trial_compiled_tokens_per_second": 31000.0,
+            "compile_trial_eager_tokens_per_second": 35000.0,
+            "compiled_layers": 0.0,
+        },
+    ]
     assert trial_note(runs) == "; trial: compiled 30,500 vs eager 35,500 tok/s, kept compiled in 0 of 2 run(s)"
 
 
@@ -109,8 +122,14 @@ def test_a_failed_run_keeps_the_others_rows_and_says_why():
     from benchmarks.gpu_compare import HF_LABEL, SHAPES, figure_rows
 
     ok = {"tokens_per_second": 90.0, "steady_tokens_per_second": 100.0, "peak_memory_mb": 2048.0}
-    figures, rows = figure_rows("1b", SHAPES["1b"], 16384, 100.0, 989.0, {
-        "default": [ok, None], "compile=true": [None], HF_LABEL: [dict(ok, steady_tokens_per_second=50.0)]})
+    figures, rows = figure_rows(
+        "1b",
+        SHAPES["1b"],
+        16384,
+        100.0,
+        989.0,
+        {"default": [ok, None], "compile=true": [None], HF_LABEL: [dict(ok, steady_tokens_per_second=50.0)]},
+    )
     by = {f["trainer"]: f for f in figures}
     assert by["this trainer (default); 1 of 2 run(s) failed"]["vs_hf"] == 2.0  # the median of the runs that ran
     assert by["this trainer (compile=true); 1 of 1 run(s) failed"]["error"] == "every run failed"
@@ -142,7 +161,8 @@ def test_compile_runs_that_compiled_nothing_or_inside_the_window_are_named():
     assert compile_note([{"compiled_graphs": 2.0, "graphs_compiled_in_steady_window": 0.0}]) == ""
     runs = [{"compiled_graphs": 0.0}, {"compiled_graphs": 3.0, "graphs_compiled_in_steady_window": 1.0}]
     assert compile_note(runs) == (
-        "; compiled nothing in 1 of 2 run(s) (eager); recompiled inside the timed window in 1 run(s)")
+        "; compiled nothing in 1 of 2 run(s) (eager); recompiled inside the timed window in 1 run(s)"
+    )
 
 
 def test_a_sigterm_to_the_benchmark_takes_its_run_in_flight_with_it(tmp_path):
@@ -158,7 +178,8 @@ def test_a_sigterm_to_the_benchmark_takes_its_run_in_flight_with_it(tmp_path):
         "from benchmarks.gpu_compare import run_logged\n"
         "signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # as gpu_compare.main does\n"
         f"child = \"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)\"\n"
-        f"run_logged([sys.executable, '-c', child], Path({str(tmp_path / 'run.log')!r}))\n")
+        f"run_logged([sys.executable, '-c', child], Path({str(tmp_path / 'run.log')!r}))\n"
+    )
     proc = subprocess.Popen([sys.executable, "-c", parent])
     try:
         deadline = time.monotonic() + 60
@@ -190,19 +211,29 @@ def test_this_trainers_runs_use_the_hf_baselines_lora_setting_whatever_the_defau
         return TrainConfig.from_namespace(parser.parse_args(cmd[4:]))
 
     cfg = parsed([])
-    assert (cfg.method, cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_target_modules,
-            cfg.lora_train_embeddings) == ("lora", 16, 32, 0.0, "all-linear", False)
+    assert (
+        cfg.method,
+        cfg.lora_r,
+        cfg.lora_alpha,
+        cfg.lora_dropout,
+        cfg.lora_target_modules,
+        cfg.lora_train_embeddings,
+    ) == ("lora", 16, 32, 0.0, "all-linear", False)
     assert (cfg.batch_tokens, cfg.max_steps, cfg.learning_rate) == (16384, 40, 2e-4)
     assert parsed(["--lora-train-embeddings=true"]).lora_train_embeddings  # a variant still wins
 
 
 # --- benchmarks.eval_speed: HF generate vs the endpoint path (issue 19 item 4) ------------------------------------
 
-@pytest.mark.parametrize("argv, said", [
-    (["--rows", "0"], "--rows '0': give a whole number of at least 1"),
-    (["--rows", "many"], "--rows 'many': give a whole number of at least 1"),
-    (["--rows", "-3", "--steps", "x"], "--rows '-3': give a whole number of at least 1; --steps 'x': give a whole"),
-])
+
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (["--rows", "0"], "--rows '0': give a whole number of at least 1"),
+        (["--rows", "many"], "--rows 'many': give a whole number of at least 1"),
+        (["--rows", "-3", "--steps", "x"], "--rows '-3': give a whole number of at least 1; --steps 'x': give a whole"),
+    ],
+)
 def test_eval_speed_refuses_bad_counts_with_one_error_line(argv, said, capsys):
     from benchmarks.eval_speed import parse_args
 
@@ -213,8 +244,9 @@ def test_eval_speed_refuses_bad_counts_with_one_error_line(argv, said, capsys):
 
 
 def test_eval_speed_command_exits_2_before_starting_anything():
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.eval_speed", "--rows", "0"], capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.eval_speed", "--rows", "0"], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.startswith("error: --rows '0'") and proc.stderr.count("\n") == 1
 
@@ -230,17 +262,43 @@ def test_eval_speed_defaults_follow_quick():
 def _eval_speed_result():
     from benchmarks.eval_speed import agreement, profile, ratios
 
-    hf = profile([("load", "base", 2.0), ("generate", "base", 50.0), ("eval_loss", "", 5.0), ("load", "tuned", 2.0),
-                  ("generate", "tuned", 30.0), ("eval_loss", "", 5.0)], total_s=100.0, rows=10, engine="hf")
+    hf = profile(
+        [
+            ("load", "base", 2.0),
+            ("generate", "base", 50.0),
+            ("eval_loss", "", 5.0),
+            ("load", "tuned", 2.0),
+            ("generate", "tuned", 30.0),
+            ("eval_loss", "", 5.0),
+        ],
+        total_s=100.0,
+        rows=10,
+        engine="hf",
+    )
     # the endpoint: answers and losses from one server, inside served_predictions; no model loads
-    ep = profile([("start", "", 1.0), ("wait_ready", "", 29.0), ("ask", "base", 6.0), ("served_losses", "base", 3.0),
-                  ("ask", "tuned", 4.0), ("served_losses", "tuned", 2.0), ("served_predictions", "", 45.0)],
-                 total_s=55.0, rows=10, engine="vllm")
+    ep = profile(
+        [
+            ("start", "", 1.0),
+            ("wait_ready", "", 29.0),
+            ("ask", "base", 6.0),
+            ("served_losses", "base", 3.0),
+            ("ask", "tuned", 4.0),
+            ("served_losses", "tuned", 2.0),
+            ("served_predictions", "", 45.0),
+        ],
+        total_s=55.0,
+        rows=10,
+        engine="vllm",
+    )
     call = {"calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}], "content": None}
-    answers = {"hf": {"base": [call, {"calls": [], "content": "Hi!"}], "tuned": [call, call]},
-               "vllm": {"base": [call, {"calls": [], "content": "hi"}], "tuned": [call, {"calls": [], "content": ""}]}}
-    metrics = {"hf": {"base": {"fc_ast_accuracy": 0.5, "text_match": 1.0}, "tuned": {"fc_ast_accuracy": 1.0}},
-               "vllm": {"base": {"fc_ast_accuracy": 0.5, "text_match": 1.0}, "tuned": {"fc_ast_accuracy": 0.9}}}
+    answers = {
+        "hf": {"base": [call, {"calls": [], "content": "Hi!"}], "tuned": [call, call]},
+        "vllm": {"base": [call, {"calls": [], "content": "hi"}], "tuned": [call, {"calls": [], "content": ""}]},
+    }
+    metrics = {
+        "hf": {"base": {"fc_ast_accuracy": 0.5, "text_match": 1.0}, "tuned": {"fc_ast_accuracy": 1.0}},
+        "vllm": {"base": {"fc_ast_accuracy": 0.5, "text_match": 1.0}, "tuned": {"fc_ast_accuracy": 0.9}},
+    }
     return hf, ep, ratios(hf, ep), agreement(metrics, answers)
 
 
@@ -262,10 +320,21 @@ def test_eval_speed_report_shows_rows_per_second_ratio_and_the_profile():
     from benchmarks.eval_speed import report
 
     hf, ep, ratio, ag = _eval_speed_result()
-    res = {"date": "2026-11-24 10:00 UTC", "machine": "2 CPU cores (x86_64)", "versions": "torch x", "quick": False,
-           "steps": 20, "train_seconds": 200.0, "dataset": "builtin:function-calling", "ratio": ratio, "agreement": ag,
-           "paths": {"hf": {"profile": hf, "load_average": [1.0, 2.0]},
-                     "vllm": {"profile": ep, "load_average": [2.0, 2.0]}}}
+    res = {
+        "date": "2026-11-24 10:00 UTC",
+        "machine": "2 CPU cores (x86_64)",
+        "versions": "torch x",
+        "quick": False,
+        "steps": 20,
+        "train_seconds": 200.0,
+        "dataset": "builtin:function-calling",
+        "ratio": ratio,
+        "agreement": ag,
+        "paths": {
+            "hf": {"profile": hf, "load_average": [1.0, 2.0]},
+            "vllm": {"profile": ep, "load_average": [2.0, 2.0]},
+        },
+    }
     text = report(res)
     assert "10 held-out rows x base + tuned" in text
     assert re.search(r"^HF generate\s+20\s+80\.0\s+0\.250\s+100\.0\s+0\.200\s+1\.0 -> 2\.0", text, re.M), text
@@ -297,30 +366,47 @@ def test_eval_speed_times_the_evaluate_functions_and_puts_them_back(monkeypatch)
     assert spans[0][2] >= 0
 
 
-
-
 # --- benchmarks.gpu_check: make gpu-check (issue 38) ----------------------------------------------------------------
 
+
 def _figure(trainer, tps, mfu, peak, vs_hf=None):
-    return {"shape": "1b", "trainer": trainer, "tokens_per_second": tps, "mfu": mfu, "peak_memory_gb": peak,
-            "vs_hf": vs_hf}
+    return {
+        "shape": "1b",
+        "trainer": trainer,
+        "tokens_per_second": tps,
+        "mfu": mfu,
+        "peak_memory_gb": peak,
+        "vs_hf": vs_hf,
+    }
 
 
 def test_gpu_checks_targets_are_met_missed_or_not_measured():
     from benchmarks.gpu_check import targets
 
-    trial = {"compile_trial_compiled_tokens_per_second": 900.0, "compile_trial_eager_tokens_per_second": 1000.0,
-             "compiled_layers": 0.0}
-    parts = {"lora-1b": {"figures": [_figure("this trainer (default)", 60000, 0.46, 31.0, 2.6),
-                                     _figure("HF Trainer, pad to longest, bf16", 23000, 0.2, 29.0, 1.0)]},
-             "lora-8b": {"figures": [{"trainer": "this trainer (default)", "error": "every run failed"}]},
-             "compile-1b": {"runs": {"1b": {"compile=true": [None, trial]}}}}
+    trial = {
+        "compile_trial_compiled_tokens_per_second": 900.0,
+        "compile_trial_eager_tokens_per_second": 1000.0,
+        "compiled_layers": 0.0,
+    }
+    parts = {
+        "lora-1b": {
+            "figures": [
+                _figure("this trainer (default)", 60000, 0.46, 31.0, 2.6),
+                _figure("HF Trainer, pad to longest, bf16", 23000, 0.2, 29.0, 1.0),
+            ]
+        },
+        "lora-8b": {"figures": [{"trainer": "this trainer (default)", "error": "every run failed"}]},
+        "compile-1b": {"runs": {"1b": {"compile=true": [None, trial]}}},
+    }
     got = {t["target"]: t["met"] for t in targets(parts)}
-    assert got == {"LoRA 1B MFU": True, "LoRA 1B tokens/s vs HF Trainer (pad to longest)": True,
-                   "LoRA 1B peak GB": False,  # 31 GB over 30
-                   "LoRA 8B MFU": None,  # its run failed: not measured, never "missed"
-                   # the trial found compiled slower and kept eager: what runs is eager's speed, not slower
-                   "compile=true kept / eager tokens/s in its trial": True}
+    assert got == {
+        "LoRA 1B MFU": True,
+        "LoRA 1B tokens/s vs HF Trainer (pad to longest)": True,
+        "LoRA 1B peak GB": False,  # 31 GB over 30
+        "LoRA 8B MFU": None,  # its run failed: not measured, never "missed"
+        # the trial found compiled slower and kept eager: what runs is eager's speed, not slower
+        "compile=true kept / eager tokens/s in its trial": True,
+    }
     trial["compiled_layers"] = 16.0  # kept the slower compiled layers: the target is missed
     assert {t["target"]: t["met"] for t in targets(parts)}["compile=true kept / eager tokens/s in its trial"] is False
     assert all(t["met"] is None for t in targets({}))
@@ -330,20 +416,26 @@ def test_gpu_checks_test_results_are_read_from_junit_or_from_a_run_stopped_early
     from benchmarks.gpu_check import _tests_part
 
     junit = tmp_path / "junit.xml"
-    junit.write_text('<testsuites><testsuite><testcase name="test_a" time="1.5"/>'
-                     '<testcase name="test_b" time="2"><failure message="assert 34 &lt;= 4">tb</failure></testcase>'
-                     '<testcase name="test_c" time="0"><skipped message="two GPUs"/></testcase>'
-                     '</testsuite></testsuites>')
+    junit.write_text(
+        '<testsuites><testsuite><testcase name="test_a" time="1.5"/>'
+        '<testcase name="test_b" time="2"><failure message="assert 34 &lt;= 4">tb</failure></testcase>'
+        '<testcase name="test_c" time="0"><skipped message="two GPUs"/></testcase>'
+        '</testsuite></testsuites>'
+    )
     got = _tests_part(junit, tmp_path / "none.log")
     assert got["complete"] and got["counts"] == {"passed": 1, "failed": 1, "error": 0, "skipped": 1}
     assert got["tests"][1] == {"test": "test_b", "outcome": "failed", "seconds": 2.0, "message": "assert 34 <= 4"}
     log = tmp_path / "tests.log"  # pytest -v, stopped by the time limit before its report
-    log.write_text("tests/integration/test_gpu.py::test_a PASSED                [ 12%]\n"
-                   "tests/integration/test_gpu.py::test_b FAILED                [ 25%]\n"
-                   "tests/integration/test_gpu.py::test_c \n")
+    log.write_text(
+        "tests/integration/test_gpu.py::test_a PASSED                [ 12%]\n"
+        "tests/integration/test_gpu.py::test_b FAILED                [ 25%]\n"
+        "tests/integration/test_gpu.py::test_c \n"
+    )
     got = _tests_part(tmp_path / "missing.xml", log)
     assert not got["complete"] and [(t["test"], t["outcome"]) for t in got["tests"]] == [
-        ("test_a", "passed"), ("test_b", "failed")]
+        ("test_a", "passed"),
+        ("test_b", "failed"),
+    ]
 
 
 def test_a_slimmed_wheel_keeps_the_named_libraries_and_a_record_pip_accepts(tmp_path):
@@ -352,8 +444,12 @@ def test_a_slimmed_wheel_keeps_the_named_libraries_and_a_record_pip_accepts(tmp_
     from benchmarks.gpu_check import BNB_KEEP, slim_wheel
 
     wheel = tmp_path / "bitsandbytes-0.50.2-py3-none-manylinux_2_24_x86_64.whl"
-    files = {"bitsandbytes/__init__.py": b"x = 1\n", "bitsandbytes/libbitsandbytes_cuda130.so": b"keep",
-             "bitsandbytes/libbitsandbytes_cuda118.so": b"drop" * 100, "bitsandbytes/libbitsandbytes_cpu.so": b"cpu"}
+    files = {
+        "bitsandbytes/__init__.py": b"x = 1\n",
+        "bitsandbytes/libbitsandbytes_cuda130.so": b"keep",
+        "bitsandbytes/libbitsandbytes_cuda118.so": b"drop" * 100,
+        "bitsandbytes/libbitsandbytes_cpu.so": b"cpu",
+    }
     record = "".join(f"{name},sha256=x,{len(data)}\n" for name, data in files.items())
     with zipfile.ZipFile(wheel, "w") as z:
         for name, data in files.items():
@@ -364,23 +460,36 @@ def test_a_slimmed_wheel_keeps_the_named_libraries_and_a_record_pip_accepts(tmp_
         names = set(z.namelist())
         kept_record = z.read("bitsandbytes-0.50.2.dist-info/RECORD").decode()
     assert "bitsandbytes/libbitsandbytes_cuda118.so" not in names and "cuda118" not in kept_record
-    assert {"bitsandbytes/libbitsandbytes_cuda130.so", "bitsandbytes/libbitsandbytes_cpu.so",
-            "bitsandbytes/__init__.py"} <= names and "cuda130" in kept_record and "RECORD,," in kept_record
+    assert (
+        {"bitsandbytes/libbitsandbytes_cuda130.so", "bitsandbytes/libbitsandbytes_cpu.so", "bitsandbytes/__init__.py"}
+        <= names
+        and "cuda130" in kept_record
+        and "RECORD,," in kept_record
+    )
 
 
-@pytest.mark.parametrize("argv, said", [
-    (["--parts", "lora-1b,nope", "--dry-run", "--out", "x"], "--parts: unknown 'nope'"),
-    (["--budget-s", "5", "--dry-run", "--out", "x"], "--budget-s must be between 60 and 3600, got 5"),
-    (["--steps", "2", "--dry-run", "--out", "x"], "--steps must be at least 4"),
-    (["--dry-run"], "--out: where should the figures go?"),
-    (["--out", "x"], "no CUDA GPU is visible"),
-])
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (["--parts", "lora-1b,nope", "--dry-run", "--out", "x"], "--parts: unknown 'nope'"),
+        (["--budget-s", "5", "--dry-run", "--out", "x"], "--budget-s must be between 60 and 3600, got 5"),
+        (["--steps", "2", "--dry-run", "--out", "x"], "--steps must be at least 4"),
+        (["--dry-run"], "--out: where should the figures go?"),
+        (["--out", "x"], "no CUDA GPU is visible"),
+    ],
+)
 def test_gpu_check_refuses_bad_input_in_one_line_before_any_work(argv, said, tmp_path):
     if torch.cuda.is_available() and argv == ["--out", "x"]:
         pytest.skip("a GPU is visible here")
     env = {k: v for k, v in os.environ.items() if k != "OUT"}
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check", *argv], capture_output=True, text=True,
-                          timeout=120, cwd=tmp_path, env={**env, "PYTHONPATH": str(Path(__file__).parents[2])})
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpu_check", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(Path(__file__).parents[2])},
+    )
     assert proc.returncode == 2 and said in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert not (tmp_path / "x").exists()  # nothing written
 
@@ -388,10 +497,14 @@ def test_gpu_check_refuses_bad_input_in_one_line_before_any_work(argv, said, tmp
 def test_top_kernels_rank_by_gpu_time_per_step():
     from benchmarks.gpu_compare import top_kernels
 
-    trace = {"traceEvents": [{"cat": "kernel", "name": "gemm_a", "dur": 3000}, {"cat": "kernel", "name": "gemm_a",
-                                                                                "dur": 3000},
-                             {"cat": "kernel", "name": "elementwise", "dur": 2000},
-                             {"cat": "cpu_op", "name": "aten::mm", "dur": 99999}]}
+    trace = {
+        "traceEvents": [
+            {"cat": "kernel", "name": "gemm_a", "dur": 3000},
+            {"cat": "kernel", "name": "gemm_a", "dur": 3000},
+            {"cat": "kernel", "name": "elementwise", "dur": 2000},
+            {"cat": "cpu_op", "name": "aten::mm", "dur": 99999},
+        ]
+    }
     got = top_kernels(trace, steps=2)
     assert [k["kernel"] for k in got] == ["gemm_a", "elementwise"]
     assert got[0]["ms_per_step"] == 3.0 and got[0]["calls_per_step"] == 1.0 and got[0]["share"] == 0.75

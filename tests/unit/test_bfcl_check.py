@@ -35,8 +35,7 @@ IRRELEVANCE_CASES_PER_ROW = 3
 
 # Answers on which we knowingly differ from BFCL, by case kind: the reason. Nothing else may differ.
 DEVIATIONS = {
-    "list of dicts: an item that is not an object, where '' is accepted":
-        "BFCL's list_dict_checker raises AttributeError there (its whole evaluation stops); we call it wrong",
+    "list of dicts: an item that is not an object, where '' is accepted": "BFCL's list_dict_checker raises AttributeError there (its whole evaluation stops); we call it wrong"
 }
 
 
@@ -58,8 +57,9 @@ def rows(bfcl_tree) -> dict[str, list[dict]]:
 # ---------------------------------------------------------------------------------------- BFCL's own checker
 
 
-def _functions_of(whl: zipfile.ZipFile, path: str, names: tuple[str, ...], namespace: dict,
-                  cls: str | None = None) -> None:
+def _functions_of(
+    whl: zipfile.ZipFile, path: str, names: tuple[str, ...], namespace: dict, cls: str | None = None
+) -> None:
     """Run the named top-level functions (or methods of class `cls`) of one of the wheel's files in `namespace`,
     and nothing else of that file: importing eval_runner, utils or the OpenAI handler would import every vendor
     SDK and make BFCL's result folders."""
@@ -88,15 +88,29 @@ def official(bfcl_wheel) -> Callable[[dict, list[dict], str | None], Any]:
         # nothing beyond the standard library.
         foreign = {m.split(".")[0] for m in set(sys.modules) - before} - {"bfcl_eval"}
         assert foreign <= set(sys.stdlib_module_names), f"ast_checker imports {sorted(foreign)}"
-        namespace = {"json": json, "ast_checker": checker.ast_checker, "Language": enums.Language,
-                     "ReturnFormat": enums.ReturnFormat}
+        namespace = {
+            "json": json,
+            "ast_checker": checker.ast_checker,
+            "Language": enums.Language,
+            "ReturnFormat": enums.ReturnFormat,
+        }
         with zipfile.ZipFile(wheel) as whl:
-            _functions_of(whl, "bfcl_eval/utils.py", ("is_function_calling_format_output", "is_empty_output"),
-                          namespace)
-            _functions_of(whl, "bfcl_eval/eval_checker/eval_runner.py",
-                          ("_evaluate_single_relevance_entry", "_evaluate_single_ast_entry"), namespace)
-            _functions_of(whl, "bfcl_eval/model_handler/api_inference/openai_completion.py", ("decode_ast",),
-                          namespace, cls="OpenAICompletionsHandler")
+            _functions_of(
+                whl, "bfcl_eval/utils.py", ("is_function_calling_format_output", "is_empty_output"), namespace
+            )
+            _functions_of(
+                whl,
+                "bfcl_eval/eval_checker/eval_runner.py",
+                ("_evaluate_single_relevance_entry", "_evaluate_single_ast_entry"),
+                namespace,
+            )
+            _functions_of(
+                whl,
+                "bfcl_eval/model_handler/api_inference/openai_completion.py",
+                ("decode_ast",),
+                namespace,
+                cls="OpenAICompletionsHandler",
+            )
     finally:
         sys.path[:] = saved_path
         sys.path_importer_cache.pop(str(wheel), None)
@@ -109,17 +123,32 @@ def official(bfcl_wheel) -> Callable[[dict, list[dict], str | None], Any]:
     def verdict(row: dict, calls: list[dict], content: str | None) -> Any:
         # What OpenAICompletionsHandler._parse_query_response_FC records: {name: arguments text} per tool call,
         # or the message's text when there is none.
-        result = [{c["name"]: c["arguments"] if isinstance(c["arguments"], str) else json.dumps(c["arguments"])}
-                  for c in calls] if calls else content
+        result = (
+            [
+                {c["name"]: c["arguments"] if isinstance(c["arguments"], str) else json.dumps(c["arguments"])}
+                for c in calls
+            ]
+            if calls
+            else content
+        )
         prompt = {"id": row["id"], "function": row["functions"]}
         try:
             if "irrelevance" in row["category"]:
-                out = namespace["_evaluate_single_relevance_entry"](handler, row["id"], result, prompt, MODEL_NAME,
-                                                                    row["category"])
+                out = namespace["_evaluate_single_relevance_entry"](
+                    handler, row["id"], result, prompt, MODEL_NAME, row["category"]
+                )
             else:
                 out = namespace["_evaluate_single_ast_entry"](
-                    handler, row["id"], result, row["ground_truth"], prompt, MODEL_NAME, row["category"],
-                    language=enums.Language.PYTHON, return_format=enums.ReturnFormat.PYTHON)
+                    handler,
+                    row["id"],
+                    result,
+                    row["ground_truth"],
+                    prompt,
+                    MODEL_NAME,
+                    row["category"],
+                    language=enums.Language.PYTHON,
+                    return_format=enums.ReturnFormat.PYTHON,
+                )
         except Exception as err:  # noqa: BLE001 - a verdict of its own, compared like the others
             return f"raises {type(err).__name__}"
         return out["valid"]
@@ -130,13 +159,29 @@ def official(bfcl_wheel) -> Callable[[dict, list[dict], str | None], Any]:
 # ------------------------------------------------------------------------------- answers built from the rows
 
 OMIT = object()
-DUMMY = {"string": "x", "integer": 1, "float": 1.5, "boolean": True, "array": ["x"], "tuple": ["x"], "dict": {},
-         "any": "x"}
+DUMMY = {
+    "string": "x",
+    "integer": 1,
+    "float": 1.5,
+    "boolean": True,
+    "array": ["x"],
+    "tuple": ["x"],
+    "dict": {},
+    "any": "x",
+}
 # Variants of a string value: some the same after BFCL's standardisation, some not.
 STRING_VARIANTS = (
-    str.upper, str.title, lambda s: s.replace(" ", ""), lambda s: f" {s}  ", lambda s: s.replace(" ", "\t"),
-    lambda s: s + ".", lambda s: s.replace(",", ""), lambda s: "-".join(s.split(" ")),
-    lambda s: s.replace("'", '"'), lambda s: s + "!", lambda s: s[:-1] if len(s) > 1 else s + "s",
+    str.upper,
+    str.title,
+    lambda s: s.replace(" ", ""),
+    lambda s: f" {s}  ",
+    lambda s: s.replace(" ", "\t"),
+    lambda s: s + ".",
+    lambda s: s.replace(",", ""),
+    lambda s: "-".join(s.split(" ")),
+    lambda s: s.replace("'", '"'),
+    lambda s: s + "!",
+    lambda s: s[:-1] if len(s) > 1 else s + "s",
 )
 
 
@@ -178,7 +223,7 @@ def right_calls(row: dict, rng: random.Random, varied: bool) -> list[dict]:
     parameters sometimes left out and parallel calls in any order."""
     calls = []
     for answer in row["ground_truth"]:
-        (name, accepted), = answer.items()
+        ((name, accepted),) = answer.items()
         props = _documents(row)[bfcl.served_name(name)]["parameters"]["properties"]
         args = {}
         for param, values in accepted.items():
@@ -208,8 +253,9 @@ def _set_one(row, calls, rng, kinds, change) -> list[dict] | None:
     """Replace one argument whose declared type is in `kinds` (None: any) by change(value, spec, rng), among those
     it applies to (it returns OMIT for the others, whatever its rng); None where there is none."""
     probe = random.Random(0)
-    options = [(i, p, s) for i, p, s in _present(row, calls, kinds)
-               if change(calls[i]["arguments"][p], s, probe) is not OMIT]
+    options = [
+        (i, p, s) for i, p, s in _present(row, calls, kinds) if change(calls[i]["arguments"][p], s, probe) is not OMIT
+    ]
     if not options:
         return None
     i, param, spec = rng.choice(options)
@@ -251,9 +297,14 @@ def _not_accepted(value: Any, spec: dict, rng: random.Random) -> Any:
 def _list_change(value: Any, spec: dict, rng: random.Random) -> Any:
     if type(value) is not list or spec["items"]["type"] == "dict":
         return OMIT
-    changes = [lambda v: v[::-1], lambda v: v[:-1], lambda v: v + v[:1], lambda v: [],
-               lambda v: [x.upper() if type(x) is str else x for x in v],
-               lambda v: [int(x) if type(x) is float and x.is_integer() else x for x in v]]
+    changes = [
+        lambda v: v[::-1],
+        lambda v: v[:-1],
+        lambda v: v + v[:1],
+        lambda v: [],
+        lambda v: [x.upper() if type(x) is str else x for x in v],
+        lambda v: [int(x) if type(x) is float and x.is_integer() else x for x in v],
+    ]
     return rng.choice(changes)(list(value))
 
 
@@ -271,7 +322,7 @@ def _item_type_change(value: Any, spec: dict, rng: random.Random) -> Any:
         changed = int(item) if item.is_integer() else str(item)
     else:
         changed = rng.choice([1, [item]])
-    return value[:i] + [changed] + value[i + 1:]
+    return value[:i] + [changed] + value[i + 1 :]
 
 
 def _dict_change(one: dict, rng: random.Random) -> dict:
@@ -354,9 +405,13 @@ def m_extra_undeclared(row, calls, rng):
 def m_extra_declared(row, calls, rng):
     """A parameter the function declares but the possible answer does not list."""
     docs, answers = _documents(row), {bfcl.served_name(n): a for g in row["ground_truth"] for n, a in g.items()}
-    options = [(i, p, s) for i, call in enumerate(calls) if call["name"] in docs
-               for p, s in docs[call["name"]]["parameters"]["properties"].items()
-               if p not in call["arguments"] and p not in answers.get(call["name"], {})]
+    options = [
+        (i, p, s)
+        for i, call in enumerate(calls)
+        if call["name"] in docs
+        for p, s in docs[call["name"]]["parameters"]["properties"].items()
+        if p not in call["arguments"] and p not in answers.get(call["name"], {})
+    ]
     if not options:
         return None
     i, param, spec = rng.choice(options)
@@ -369,8 +424,9 @@ def m_wrong_type(row, calls, rng):
 
 
 def m_int_for_float(row, calls, rng):
-    return _set_one(row, calls, rng, ("float",),
-                    lambda v, s, r: int(round(v)) if type(v) is float and abs(v) < 1e15 else OMIT)
+    return _set_one(
+        row, calls, rng, ("float",), lambda v, s, r: int(round(v)) if type(v) is float and abs(v) < 1e15 else OMIT
+    )
 
 
 def m_float_for_int(row, calls, rng):
@@ -382,8 +438,13 @@ def m_bool_for_number(row, calls, rng):
 
 
 def m_string_variant(row, calls, rng):
-    return _set_one(row, calls, rng, ("string", "any"),
-                    lambda v, s, r: r.choice(STRING_VARIANTS)(v) if type(v) is str and v else OMIT)
+    return _set_one(
+        row,
+        calls,
+        rng,
+        ("string", "any"),
+        lambda v, s, r: r.choice(STRING_VARIANTS)(v) if type(v) is str and v else OMIT,
+    )
 
 
 def m_not_accepted(row, calls, rng):
@@ -420,8 +481,12 @@ def m_duplicate_call(row, calls, rng):
 
 
 def m_swap_arguments(row, calls, rng):
-    pairs = [(i, j) for i in range(len(calls)) for j in range(i + 1, len(calls))
-             if calls[i]["name"] == calls[j]["name"] and calls[i]["arguments"] != calls[j]["arguments"]]
+    pairs = [
+        (i, j)
+        for i in range(len(calls))
+        for j in range(i + 1, len(calls))
+        if calls[i]["name"] == calls[j]["name"] and calls[i]["arguments"] != calls[j]["arguments"]
+    ]
     if not pairs:
         return None
     i, j = rng.choice(pairs)
@@ -435,8 +500,7 @@ def m_swap_arguments(row, calls, rng):
 
 def m_json_text(row, calls, rng):
     for call in calls:
-        call["arguments"] = json.dumps(call["arguments"], indent=rng.choice([None, 2]),
-                                       ensure_ascii=rng.random() < 0.5)
+        call["arguments"] = json.dumps(call["arguments"], indent=rng.choice([None, 2]), ensure_ascii=rng.random() < 0.5)
     return calls
 
 
@@ -453,16 +517,38 @@ def m_not_an_object(row, calls, rng):
     return calls
 
 
-AST_MUTATIONS = {f.__name__[2:]: f for f in (
-    m_wrong_name, m_dotted_name, m_name_case, m_missing_required, m_drop_param, m_extra_undeclared,
-    m_extra_declared, m_wrong_type, m_int_for_float, m_float_for_int, m_bool_for_number, m_string_variant,
-    m_not_accepted, m_list_change, m_list_item_type, m_nested_dict_change, m_shuffle, m_drop_call, m_duplicate_call,
-    m_swap_arguments, m_json_text, m_invalid_json, m_not_an_object)}
+AST_MUTATIONS = {
+    f.__name__[2:]: f
+    for f in (
+        m_wrong_name,
+        m_dotted_name,
+        m_name_case,
+        m_missing_required,
+        m_drop_param,
+        m_extra_undeclared,
+        m_extra_declared,
+        m_wrong_type,
+        m_int_for_float,
+        m_float_for_int,
+        m_bool_for_number,
+        m_string_variant,
+        m_not_accepted,
+        m_list_change,
+        m_list_item_type,
+        m_nested_dict_change,
+        m_shuffle,
+        m_drop_call,
+        m_duplicate_call,
+        m_swap_arguments,
+        m_json_text,
+        m_invalid_json,
+        m_not_an_object,
+    )
+}
 NO_CALLS = ("zero_calls", "zero_calls_no_text")
 # Mutations few rows allow (nested values, floats, declared parameters outside the answer, parallel calls of one
 # function): made on every row that allows them, besides the ones drawn.
-ALWAYS = ("extra_declared", "int_for_float", "list_change", "list_item_type", "nested_dict_change",
-          "swap_arguments")
+ALWAYS = ("extra_declared", "int_for_float", "list_change", "list_item_type", "nested_dict_change", "swap_arguments")
 
 
 def _some_call(row: dict, rng: random.Random) -> dict:
@@ -471,12 +557,23 @@ def _some_call(row: dict, rng: random.Random) -> dict:
         return {"name": "search_web", "arguments": {"query": "x"}}
     doc = rng.choice(row["functions"])
     props = doc["parameters"]["properties"]
-    return {"name": bfcl.served_name(doc["name"]),
-            "arguments": {p: DUMMY[props[p]["type"]] for p in doc["parameters"]["required"] if p in props}}
+    return {
+        "name": bfcl.served_name(doc["name"]),
+        "arguments": {p: DUMMY[props[p]["type"]] for p in doc["parameters"]["required"] if p in props},
+    }
 
 
-IRRELEVANCE_KINDS = ("no_call", "no_call_no_text", "call", "call_json_text", "call_invalid_json",
-                     "call_not_an_object", "call_no_arguments", "two_calls", "call_unknown_function")
+IRRELEVANCE_KINDS = (
+    "no_call",
+    "no_call_no_text",
+    "call",
+    "call_json_text",
+    "call_invalid_json",
+    "call_not_an_object",
+    "call_no_arguments",
+    "two_calls",
+    "call_unknown_function",
+)
 
 
 def _irrelevance_case(kind: str, row: dict, rng: random.Random) -> Case:
@@ -504,8 +601,10 @@ def row_cases(row: dict) -> list[Case]:
     rng = random.Random(f"{SEED}/{row['id']}")
     if row["ground_truth"] is None:
         return [_irrelevance_case(kind, row, rng) for kind in rng.sample(IRRELEVANCE_KINDS, IRRELEVANCE_CASES_PER_ROW)]
-    cases = [Case("right", row, right_calls(row, rng, varied=False), None),
-             Case("right_varied", row, right_calls(row, rng, varied=True), None)]
+    cases = [
+        Case("right", row, right_calls(row, rng, varied=False), None),
+        Case("right_varied", row, right_calls(row, rng, varied=True), None),
+    ]
     for kind in ALWAYS:
         if (calls := AST_MUTATIONS[kind](row, right_calls(row, rng, varied=rng.random() < 0.5), rng)) is not None:
             cases.append(Case(kind, row, calls, None))
@@ -529,8 +628,11 @@ def row_cases(row: dict) -> list[Case]:
 
 
 def _fn(name: str, props: dict, required=()) -> dict:
-    return {"name": name, "description": "", "parameters": {"type": "dict", "properties": props,
-                                                             "required": list(required)}}
+    return {
+        "name": name,
+        "description": "",
+        "parameters": {"type": "dict", "properties": props, "required": list(required)},
+    }
 
 
 def _row(category: str, functions: list[dict], answers: list[dict] | None) -> dict:
@@ -543,12 +645,20 @@ def _call(name: str, arguments: Any) -> dict:
 
 AREA = _fn("geometry.area_circle", {"radius": {"type": "float"}, "units": {"type": "string"}}, ["radius"])
 AREA_ROW = _row("simple_python", [AREA], [{"geometry.area_circle": {"radius": [5.0], "units": ["", "meters"]}}])
-COUNT = _fn("count_items", {"n": {"type": "integer"}, "city": {"type": "string"}, "flag": {"type": "boolean"},
-                            "tags": {"type": "array", "items": {"type": "string"}},
-                            "sizes": {"type": "array", "items": {"type": "float"}},
-                            "opts": {"type": "dict", "properties": {}},
-                            "people": {"type": "array", "items": {"type": "dict"}},
-                            "note": {"type": "string"}}, ["n"])
+COUNT = _fn(
+    "count_items",
+    {
+        "n": {"type": "integer"},
+        "city": {"type": "string"},
+        "flag": {"type": "boolean"},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "sizes": {"type": "array", "items": {"type": "float"}},
+        "opts": {"type": "dict", "properties": {}},
+        "people": {"type": "array", "items": {"type": "dict"}},
+        "note": {"type": "string"},
+    },
+    ["n"],
+)
 
 
 def _count_row(**accepted) -> dict:
@@ -566,59 +676,149 @@ EDGE_CASES = [
     # (kind, row, calls, content, BFCL's verdict)
     ("int for a float parameter", AREA_ROW, [_call("geometry_area_circle", {"radius": 5})], None, True),
     ("dotted function called with dots", AREA_ROW, [_call("geometry.area_circle", {"radius": 5.0})], None, False),
-    ("optional left out where '' is accepted", AREA_ROW, [_call("geometry_area_circle", {"radius": 5.0})], None,
-     True),
+    ("optional left out where '' is accepted", AREA_ROW, [_call("geometry_area_circle", {"radius": 5.0})], None, True),
     ("optional given", AREA_ROW, [_call("geometry_area_circle", {"radius": 5.0, "units": "Meters"})], None, True),
     ("float for an int parameter", _count_row(), [_call("count_items", {"n": 3.0})], None, False),
-    ("bool for an int parameter", _row("simple_python", [COUNT], [{"count_items": {"n": [1]}}]),
-     [_call("count_items", {"n": True})], None, False),
-    ("text for a bool parameter", _count_row(flag=[True]), [_call("count_items", {"n": 3, "flag": "true"})], None,
-     False),
-    ("string standardised: case, spaces, punctuation", CITY_ROW,
-     [_call("count_items", {"n": 3, "city": "new-york ny"})], None, True),
-    ("tab is not standardised away", CITY_ROW, [_call("count_items", {"n": 3, "city": "New\tYork, NY"})], None,
-     False),
-    ("'!' is not standardised away", CITY_ROW, [_call("count_items", {"n": 3, "city": "New York, NY!"})], None,
-     False),
+    (
+        "bool for an int parameter",
+        _row("simple_python", [COUNT], [{"count_items": {"n": [1]}}]),
+        [_call("count_items", {"n": True})],
+        None,
+        False,
+    ),
+    (
+        "text for a bool parameter",
+        _count_row(flag=[True]),
+        [_call("count_items", {"n": 3, "flag": "true"})],
+        None,
+        False,
+    ),
+    (
+        "string standardised: case, spaces, punctuation",
+        CITY_ROW,
+        [_call("count_items", {"n": 3, "city": "new-york ny"})],
+        None,
+        True,
+    ),
+    ("tab is not standardised away", CITY_ROW, [_call("count_items", {"n": 3, "city": "New\tYork, NY"})], None, False),
+    ("'!' is not standardised away", CITY_ROW, [_call("count_items", {"n": 3, "city": "New York, NY!"})], None, False),
     ("' read as \"", _count_row(city=["Joe's"]), [_call("count_items", {"n": 3, "city": 'joe"s'})], None, True),
-    ("empty string where '' is accepted", _count_row(city=["", "Paris"]), [_call("count_items", {"n": 3, "city": ""})],
-     None, True),
+    (
+        "empty string where '' is accepted",
+        _count_row(city=["", "Paris"]),
+        [_call("count_items", {"n": 3, "city": ""})],
+        None,
+        True,
+    ),
     ("parameter the answer needs left out", CITY_ROW, [_call("count_items", {"n": 3})], None, False),
     ("required parameter left out", CITY_ROW, [_call("count_items", {"city": "New York, NY"})], None, False),
     ("undeclared parameter", _count_row(), [_call("count_items", {"n": 3, "colour": "red"})], None, False),
-    ("declared parameter outside the answer", _count_row(), [_call("count_items", {"n": 3, "note": "x"})], None,
-     False),
-    ("list order matters", _count_row(tags=[["a", "b"]]), [_call("count_items", {"n": 3, "tags": ["b", "a"]})],
-     None, False),
-    ("list items standardised", _count_row(tags=[["New York"]]), [_call("count_items", {"n": 3, "tags": ["NEW YORK"]})],
-     None, True),
-    ("empty list where '' is accepted", _count_row(tags=["", ["a"]]), [_call("count_items", {"n": 3, "tags": []})],
-     None, True),
-    ("ints in a list of floats", _count_row(sizes=[[1.0, 2.0]]), [_call("count_items", {"n": 3, "sizes": [1, 2]})],
-     None, False),
-    ("dict: a key with '' left out", _count_row(opts=[{"a": [1], "b": ["", 2]}]),
-     [_call("count_items", {"n": 3, "opts": {"a": 1}})], None, True),
-    ("dict: an extra key", _count_row(opts=[{"a": [1]}]), [_call("count_items", {"n": 3, "opts": {"a": 1, "c": 2}})],
-     None, False),
-    ("dict: string value standardised", _count_row(opts=[{"a": ["Big Apple"]}]),
-     [_call("count_items", {"n": 3, "opts": {"a": "big-apple"}})], None, True),
-    ("list of dicts in order", _count_row(people=[PEOPLE]),
-     [_call("count_items", {"n": 3, "people": [{"name": "ann"}, {"name": "Bob", "age": 40}]})], None, True),
-    ("list of dicts out of order", _count_row(people=[PEOPLE]),
-     [_call("count_items", {"n": 3, "people": [{"name": "Bob", "age": 40}, {"name": "Ann"}]})], None, False),
-    ("list of dicts: one item short", _count_row(people=[PEOPLE]),
-     [_call("count_items", {"n": 3, "people": [{"name": "Ann"}]})], None, False),
-    ("list of dicts: an item that is not an object, where '' is accepted", _count_row(people=["", [PEOPLE[0]]]),
-     [_call("count_items", {"n": 3, "people": ["Ann"]})], None, False),
-    ("a variable's name accepted for an int", _row("simple_python", [COUNT], [{"count_items": {"n": ["num"]}}]),
-     [_call("count_items", {"n": "num"})], None, True),
-    ("a variable's name is not standardised", _row("simple_python", [COUNT], [{"count_items": {"n": ["num"]}}]),
-     [_call("count_items", {"n": "NUM"})], None, False),
-    ("null accepted for a string", _count_row(city=["", None]), [_call("count_items", {"n": 3, "city": None})], None,
-     True),
-    ("int accepted for a float, given an int",
-     _row("simple_python", [AREA], [{"geometry.area_circle": {"radius": [5]}}]),
-     [_call("geometry_area_circle", {"radius": 5})], None, True),
+    ("declared parameter outside the answer", _count_row(), [_call("count_items", {"n": 3, "note": "x"})], None, False),
+    (
+        "list order matters",
+        _count_row(tags=[["a", "b"]]),
+        [_call("count_items", {"n": 3, "tags": ["b", "a"]})],
+        None,
+        False,
+    ),
+    (
+        "list items standardised",
+        _count_row(tags=[["New York"]]),
+        [_call("count_items", {"n": 3, "tags": ["NEW YORK"]})],
+        None,
+        True,
+    ),
+    (
+        "empty list where '' is accepted",
+        _count_row(tags=["", ["a"]]),
+        [_call("count_items", {"n": 3, "tags": []})],
+        None,
+        True,
+    ),
+    (
+        "ints in a list of floats",
+        _count_row(sizes=[[1.0, 2.0]]),
+        [_call("count_items", {"n": 3, "sizes": [1, 2]})],
+        None,
+        False,
+    ),
+    (
+        "dict: a key with '' left out",
+        _count_row(opts=[{"a": [1], "b": ["", 2]}]),
+        [_call("count_items", {"n": 3, "opts": {"a": 1}})],
+        None,
+        True,
+    ),
+    (
+        "dict: an extra key",
+        _count_row(opts=[{"a": [1]}]),
+        [_call("count_items", {"n": 3, "opts": {"a": 1, "c": 2}})],
+        None,
+        False,
+    ),
+    (
+        "dict: string value standardised",
+        _count_row(opts=[{"a": ["Big Apple"]}]),
+        [_call("count_items", {"n": 3, "opts": {"a": "big-apple"}})],
+        None,
+        True,
+    ),
+    (
+        "list of dicts in order",
+        _count_row(people=[PEOPLE]),
+        [_call("count_items", {"n": 3, "people": [{"name": "ann"}, {"name": "Bob", "age": 40}]})],
+        None,
+        True,
+    ),
+    (
+        "list of dicts out of order",
+        _count_row(people=[PEOPLE]),
+        [_call("count_items", {"n": 3, "people": [{"name": "Bob", "age": 40}, {"name": "Ann"}]})],
+        None,
+        False,
+    ),
+    (
+        "list of dicts: one item short",
+        _count_row(people=[PEOPLE]),
+        [_call("count_items", {"n": 3, "people": [{"name": "Ann"}]})],
+        None,
+        False,
+    ),
+    (
+        "list of dicts: an item that is not an object, where '' is accepted",
+        _count_row(people=["", [PEOPLE[0]]]),
+        [_call("count_items", {"n": 3, "people": ["Ann"]})],
+        None,
+        False,
+    ),
+    (
+        "a variable's name accepted for an int",
+        _row("simple_python", [COUNT], [{"count_items": {"n": ["num"]}}]),
+        [_call("count_items", {"n": "num"})],
+        None,
+        True,
+    ),
+    (
+        "a variable's name is not standardised",
+        _row("simple_python", [COUNT], [{"count_items": {"n": ["num"]}}]),
+        [_call("count_items", {"n": "NUM"})],
+        None,
+        False,
+    ),
+    (
+        "null accepted for a string",
+        _count_row(city=["", None]),
+        [_call("count_items", {"n": 3, "city": None})],
+        None,
+        True,
+    ),
+    (
+        "int accepted for a float, given an int",
+        _row("simple_python", [AREA], [{"geometry.area_circle": {"radius": [5]}}]),
+        [_call("geometry_area_circle", {"radius": 5})],
+        None,
+        True,
+    ),
     ("simple: two calls", _count_row(), [_call("count_items", {"n": 3})] * 2, None, False),
     ("simple: no call, a text answer", _count_row(), [], "There are 3.", False),
     ("arguments as JSON text", _count_row(), [_call("count_items", '{"n": 3}')], None, True),
@@ -626,13 +826,22 @@ EDGE_CASES = [
     ("arguments JSON null", _count_row(), [_call("count_items", "null")], None, False),
     ("multiple: the right function of several", MULTIPLE_ROW, [_call("count_items", {"n": 3})], None, True),
     ("multiple: another function", MULTIPLE_ROW, [_call("search", {"q": "3"})], None, False),
-    ("multiple: two calls", MULTIPLE_ROW, [_call("count_items", {"n": 3}), _call("search", {"q": "x"})], None,
-     False),
-    ("parallel: in another order", PARALLEL_ROW, [_call("count_items", {"n": 2}), _call("count_items", {"n": 1})],
-     None, True),
+    ("multiple: two calls", MULTIPLE_ROW, [_call("count_items", {"n": 3}), _call("search", {"q": "x"})], None, False),
+    (
+        "parallel: in another order",
+        PARALLEL_ROW,
+        [_call("count_items", {"n": 2}), _call("count_items", {"n": 1})],
+        None,
+        True,
+    ),
     # The first expected call (n: 1 or 2) takes n=1, and the second (n: 1) finds only n=2 left.
-    ("parallel: greedy matching misses an assignment that exists", PARALLEL_ROW,
-     [_call("count_items", {"n": 1}), _call("count_items", {"n": 2})], None, False),
+    (
+        "parallel: greedy matching misses an assignment that exists",
+        PARALLEL_ROW,
+        [_call("count_items", {"n": 1}), _call("count_items", {"n": 2})],
+        None,
+        False,
+    ),
     ("parallel: the same call twice", PARALLEL_ROW, [_call("count_items", {"n": 1})] * 2, None, True),
     ("parallel: one call short", PARALLEL_ROW, [_call("count_items", {"n": 1})], None, False),
     ("irrelevance: a text answer", IRRELEVANT, [], "I can't.", True),
@@ -640,8 +849,13 @@ EDGE_CASES = [
     ("irrelevance: a call without arguments", IRRELEVANT, [_call("search", {})], None, False),
     ("irrelevance: arguments not JSON: no valid call", IRRELEVANT, [_call("search", "{")], None, True),
     ("irrelevance: arguments not an object: no valid call", IRRELEVANT, [_call("search", "[1]")], None, True),
-    ("irrelevance: a call beside one not JSON", IRRELEVANT, [_call("search", {"q": "x"}), _call("search", "{")],
-     None, True),
+    (
+        "irrelevance: a call beside one not JSON",
+        IRRELEVANT,
+        [_call("search", {"q": "x"}), _call("search", "{")],
+        None,
+        True,
+    ),
 ]
 
 
@@ -662,16 +876,19 @@ def _compare(cases: list[Case], official) -> tuple[list[tuple], dict[str, Counte
 
 
 def _shown(disagreements: list[tuple]) -> str:
-    return "\n".join(f"{row_id} [{kind}] calls={json.dumps(calls)[:300]} ours={ours} BFCL={theirs}"
-                     for row_id, kind, calls, ours, theirs in disagreements[:8])
+    return "\n".join(
+        f"{row_id} [{kind}] calls={json.dumps(calls)[:300]} ours={ours} BFCL={theirs}"
+        for row_id, kind, calls, ours, theirs in disagreements[:8]
+    )
 
 
 def test_same_verdicts_as_bfcl_on_real_rows(rows, official):
     cases = [case for category in bfcl.CATEGORIES for row in rows[category] for case in row_cases(row)]
     disagreements, verdicts = _compare(cases, official)
     print("answers compared per category (BFCL's verdicts):", {c: dict(v) for c, v in verdicts.items()})
-    assert not disagreements, f"{len(disagreements)} of {len(cases)} verdicts differ from BFCL's:\n" + \
-        _shown(disagreements)
+    assert not disagreements, f"{len(disagreements)} of {len(cases)} verdicts differ from BFCL's:\n" + _shown(
+        disagreements
+    )
     # The answers must draw both verdicts in every category, and every mutation somewhere.
     assert all(set(verdicts[c]) == {True, False} for c in bfcl.CATEGORIES), verdicts
     made = {c.kind for c in cases}
@@ -695,24 +912,43 @@ def test_same_verdicts_as_bfcl_on_edge_cases(official):
         assert official(row, calls, content) != check(row, calls, content)[0]
 
 
-@pytest.mark.parametrize("row,calls,content,words", [
-    (CITY_ROW, [_call("count_items", {"city": "New York, NY"})], None, ["missing required parameter", "'n'"]),
-    (CITY_ROW, [_call("count_items", {"n": 3})], None, ["missing parameter", "'city'"]),
-    (_count_row(), [_call("count_items", {"n": 3, "colour": "red"})], None, ["unexpected parameter", "'colour'"]),
-    (_count_row(), [_call("count_items", {"n": "3"})], None, ["wrong type", "'n'", "integer", "str"]),
-    (CITY_ROW, [_call("count_items", {"n": 3, "city": "Boston"})], None,
-     ["invalid value", "'city'", "'Boston'", "New York, NY"]),
-    (AREA_ROW, [_call("geometry.area_circle", {"radius": 5.0})], None,
-     ["wrong function name", "'geometry.area_circle'", "'geometry_area_circle'"]),
-    (_count_row(), [_call("count_items", '{"n": 3')], None, ["not valid JSON", "count_items"]),
-    (_count_row(), [], "There are 3.", ["no function call", "text"]),
-    (MULTIPLE_ROW, [_call("count_items", {"n": 3})] * 2, None, ["wrong number of calls", "2", "1"]),
-    (PARALLEL_ROW, [_call("count_items", {"n": 1}), _call("count_items", {"n": 5})], None,
-     ["expected call 2 of 2", "'n'", "5"]),
-    (IRRELEVANT, [_call("search", {"q": "x"})], None, ["none was wanted", "search"]),
-    (_count_row(people=[PEOPLE]), [_call("count_items", {"n": 3, "people": [{"name": "Ann"}, {"name": "Bob"}]})],
-     None, ["missing key", "'age'", "people[1]"]),
-])
+@pytest.mark.parametrize(
+    "row,calls,content,words",
+    [
+        (CITY_ROW, [_call("count_items", {"city": "New York, NY"})], None, ["missing required parameter", "'n'"]),
+        (CITY_ROW, [_call("count_items", {"n": 3})], None, ["missing parameter", "'city'"]),
+        (_count_row(), [_call("count_items", {"n": 3, "colour": "red"})], None, ["unexpected parameter", "'colour'"]),
+        (_count_row(), [_call("count_items", {"n": "3"})], None, ["wrong type", "'n'", "integer", "str"]),
+        (
+            CITY_ROW,
+            [_call("count_items", {"n": 3, "city": "Boston"})],
+            None,
+            ["invalid value", "'city'", "'Boston'", "New York, NY"],
+        ),
+        (
+            AREA_ROW,
+            [_call("geometry.area_circle", {"radius": 5.0})],
+            None,
+            ["wrong function name", "'geometry.area_circle'", "'geometry_area_circle'"],
+        ),
+        (_count_row(), [_call("count_items", '{"n": 3')], None, ["not valid JSON", "count_items"]),
+        (_count_row(), [], "There are 3.", ["no function call", "text"]),
+        (MULTIPLE_ROW, [_call("count_items", {"n": 3})] * 2, None, ["wrong number of calls", "2", "1"]),
+        (
+            PARALLEL_ROW,
+            [_call("count_items", {"n": 1}), _call("count_items", {"n": 5})],
+            None,
+            ["expected call 2 of 2", "'n'", "5"],
+        ),
+        (IRRELEVANT, [_call("search", {"q": "x"})], None, ["none was wanted", "search"]),
+        (
+            _count_row(people=[PEOPLE]),
+            [_call("count_items", {"n": 3, "people": [{"name": "Ann"}, {"name": "Bob"}]})],
+            None,
+            ["missing key", "'age'", "people[1]"],
+        ),
+    ],
+)
 def test_reasons_say_why(row, calls, content, words):
     right, reason = check(row, calls, content)
     assert not right and "\n" not in reason
@@ -735,6 +971,7 @@ def test_same_verdicts_as_bfcl_on_recorded_smollm2_answers(rows, official):
     # 240 rows (25 per category; live_parallel has 16) x 2 models: with the 49 hand-written cases, 529 answers
     assert len(cases) == 480 and {a["model"] for a in recorded} == {"base", "tuned"}
     disagreements, verdicts = _compare(cases, official)
-    assert not disagreements, f"{len(disagreements)} of {len(cases)} verdicts differ from BFCL's:\n" + \
-        _shown(disagreements)
+    assert not disagreements, f"{len(disagreements)} of {len(cases)} verdicts differ from BFCL's:\n" + _shown(
+        disagreements
+    )
     assert sum(v[True] for v in verdicts.values()) and sum(v[False] for v in verdicts.values()), verdicts

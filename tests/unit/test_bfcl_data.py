@@ -13,9 +13,18 @@ from trainer.core.errors import UserError
 def test_every_category_is_read_with_its_answers(bfcl_tree):
     counts = {c: len(bfcl.read(bfcl_tree, c)) for c in bfcl.CATEGORIES}
     # the single-turn categories of v4 (2026.3.23): a new wheel with other rows must be looked at, not taken
-    assert counts == {"simple_python": 400, "multiple": 200, "parallel": 200, "parallel_multiple": 200,
-                      "irrelevance": 240, "live_simple": 258, "live_multiple": 1053, "live_parallel": 16,
-                      "live_parallel_multiple": 24, "live_irrelevance": 884}
+    assert counts == {
+        "simple_python": 400,
+        "multiple": 200,
+        "parallel": 200,
+        "parallel_multiple": 200,
+        "irrelevance": 240,
+        "live_simple": 258,
+        "live_multiple": 1053,
+        "live_parallel": 16,
+        "live_parallel_multiple": 24,
+        "live_irrelevance": 884,
+    }
     assert bfcl.version(bfcl_tree) == bfcl.VERSION
     row = bfcl.read(bfcl_tree, "simple_python")[1]
     assert row["ground_truth"] == [{"math.factorial": {"number": [5]}}]
@@ -23,11 +32,22 @@ def test_every_category_is_read_with_its_answers(bfcl_tree):
 
 
 def test_functions_become_openai_tools_as_bfcl_converts_them():
-    functions = [{"name": "math.hypot", "description": "d", "parameters": {"type": "dict", "properties": {
-        "x": {"type": "float", "description": "x"},
-        "pts": {"type": "array", "items": {"type": "dict", "properties": {"t": {"type": "tuple"}}}},
-        "opts": {"type": "dict", "properties": {"any": {"type": "any"}, "n": {"type": "long"}}},
-        "free": {"description": "no type"}}, "required": ["x"]}}]
+    functions = [
+        {
+            "name": "math.hypot",
+            "description": "d",
+            "parameters": {
+                "type": "dict",
+                "properties": {
+                    "x": {"type": "float", "description": "x"},
+                    "pts": {"type": "array", "items": {"type": "dict", "properties": {"t": {"type": "tuple"}}}},
+                    "opts": {"type": "dict", "properties": {"any": {"type": "any"}, "n": {"type": "long"}}},
+                    "free": {"description": "no type"},
+                },
+                "required": ["x"],
+            },
+        }
+    ]
     tool = bfcl.to_tools(functions)[0]
     assert tool["type"] == "function" and tool["function"]["name"] == "math_hypot"
     p = tool["function"]["parameters"]
@@ -61,28 +81,47 @@ def test_greetings_thanks_and_the_builtin_rows_are_not_bfcl_questions(bfcl_tree)
     asks "What's the weather in London?", five words as the check counts them, and so do they)."""
     from trainer.data import builtin_data
 
-    chat = _chat(("system", "You are a helpful support agent."), ("user", "Hi"), ("assistant", "Hello!"),
-                 ("user", "Thanks"), ("assistant", "x"), ("user", "who are you?"), ("assistant", "x"),
-                 ("user", "tell me a joke"), ("assistant", "x"), ("user", "help"), ("assistant", "x"))
+    chat = _chat(
+        ("system", "You are a helpful support agent."),
+        ("user", "Hi"),
+        ("assistant", "Hello!"),
+        ("user", "Thanks"),
+        ("assistant", "x"),
+        ("user", "who are you?"),
+        ("assistant", "x"),
+        ("user", "tell me a joke"),
+        ("assistant", "x"),
+        ("user", "help"),
+        ("assistant", "x"),
+    )
     assert bfcl.contamination([chat, _chat(("user", "hello"), ("assistant", "Hi!"))], bfcl_tree) is None
     demo = builtin_data.dataset()
     assert bfcl.contamination(demo["train"] + demo["eval"], bfcl_tree) is None
     # a six-word question is one only as most of a message, not as a phrase in a longer one
-    long = "I was reading about number theory and wondered: find the prime factors of 450, then tell me why " \
-           "that matters for cryptography in everyday life"
+    long = (
+        "I was reading about number theory and wondered: find the prime factors of 450, then tell me why "
+        "that matters for cryptography in everyday life"
+    )
     assert bfcl.contamination([_chat(("user", long), ("assistant", "x"))], bfcl_tree) is None
 
 
-@pytest.mark.parametrize("turns", [
-    [("user", AREA.rstrip("."))],                                           # its final period dropped
-    [("user", "Question: " + AREA)],                                        # a prefix
-    [("user", AREA.replace("triangle", "tri\u200bangle"))],                 # a zero-width space
-    [("user", AREA.replace("10", "\uff11\uff10").replace("5", "\uff15"))],  # full-width digits
-    [("system", "You are a geometry tutor. " + AREA), ("user", "Go on.")],  # inside the system message
-    [("user", "Find the area of a triangle with a base"), ("assistant", "Of what?"),
-     ("user", "of 10 units and height of 5 units.")],                       # split over two user turns
-    [("user", "  " + AREA.upper().replace(" ", "\n  "))],                   # case and white space
-], ids=["period", "prefix", "zero-width", "full-width", "system", "two-turns", "case"])
+@pytest.mark.parametrize(
+    "turns",
+    [
+        [("user", AREA.rstrip("."))],  # its final period dropped
+        [("user", "Question: " + AREA)],  # a prefix
+        [("user", AREA.replace("triangle", "tri\u200bangle"))],  # a zero-width space
+        [("user", AREA.replace("10", "\uff11\uff10").replace("5", "\uff15"))],  # full-width digits
+        [("system", "You are a geometry tutor. " + AREA), ("user", "Go on.")],  # inside the system message
+        [
+            ("user", "Find the area of a triangle with a base"),
+            ("assistant", "Of what?"),
+            ("user", "of 10 units and height of 5 units."),
+        ],  # split over two user turns
+        [("user", "  " + AREA.upper().replace(" ", "\n  "))],  # case and white space
+    ],
+    ids=["period", "prefix", "zero-width", "full-width", "system", "two-turns", "case"],
+)
 def test_a_bfcl_question_written_otherwise_is_refused_naming_row_and_id(bfcl_tree, turns):
     rows = [_chat(("user", "Thanks"), ("assistant", "You're welcome.")), _chat(*turns, ("assistant", "25"))]
     problem = bfcl.contamination(rows, bfcl_tree)
@@ -92,9 +131,11 @@ def test_a_bfcl_question_written_otherwise_is_refused_naming_row_and_id(bfcl_tre
 
 def test_a_short_question_is_refused_as_most_of_a_message_and_repeats_counted_once(bfcl_tree):
     short = "Find the prime factors of 450"  # simple_python_17, six words
-    rows = [_chat(("user", short + "?"), ("assistant", "2, 3, 3, 5, 5")),
-            _chat(("user", "Q: " + short.lower()), ("assistant", "x")),
-            _chat(("user", "Hi"), ("assistant", "x"))]
+    rows = [
+        _chat(("user", short + "?"), ("assistant", "2, 3, 3, 5, 5")),
+        _chat(("user", "Q: " + short.lower()), ("assistant", "x")),
+        _chat(("user", "Hi"), ("assistant", "x")),
+    ]
     problem = bfcl.contamination([rows[0], rows[2], rows[0], rows[1], rows[0]], bfcl_tree)
     assert problem.startswith("2 training rows ask")
     assert 'row 1, 3, 5: its user message holds BFCL simple_python_17 ("find the prime factors of 450")' in problem
@@ -117,11 +158,17 @@ def test_validate_names_the_files_lines_of_rows_a_mix_repeats(tmp_path, bfcl_tre
     from trainer.validate.pipeline import _bfcl_contamination_problems
 
     other = bfcl.read(bfcl_tree, "multiple")[3]["messages"][0]["content"]  # multiple_3
-    parts = {"mine": [_chat(("user", "Hi"), ("assistant", "Hello!")), None,
-                      _chat(("user", "Question: " + AREA), ("assistant", "25")),
-                      _chat(("system", "Answer this: " + other), ("user", "ok"), ("assistant", "x"))],
-             "alpaca": [{"instruction": "Find the prime factors of 450", "input": "", "output": "2, 3, 3, 5, 5"}],
-             "a": [_chat(("user", "Thanks"), ("assistant", "x"))], "b": [_chat(("user", "Bye"), ("assistant", "x"))]}
+    parts = {
+        "mine": [
+            _chat(("user", "Hi"), ("assistant", "Hello!")),
+            None,
+            _chat(("user", "Question: " + AREA), ("assistant", "25")),
+            _chat(("system", "Answer this: " + other), ("user", "ok"), ("assistant", "x")),
+        ],
+        "alpaca": [{"instruction": "Find the prime factors of 450", "input": "", "output": "2, 3, 3, 5, 5"}],
+        "a": [_chat(("user", "Thanks"), ("assistant", "x"))],
+        "b": [_chat(("user", "Bye"), ("assistant", "x"))],
+    }
     for name, rows in parts.items():
         (tmp_path / name).mkdir()
         for split in ("train", "eval"):
@@ -130,12 +177,15 @@ def test_validate_names_the_files_lines_of_rows_a_mix_repeats(tmp_path, bfcl_tre
     source = json.dumps([{"source": str(tmp_path / name), "weight": 1000 if name == "mine" else 1} for name in parts])
     train = delivery.materialize_dataset(sources.parse(source, "dataset"), "", 0.1, 0)["train"]
     assert len(train) == 9 and sum(r["messages"][0]["content"].startswith("Question") for r in train) == 2
-    problems = _bfcl_contamination_problems({"dataset_source": source, "eval_suites": "heldout,bfcl",
-                                             "bfcl_source": str(bfcl_tree)}, train)
+    problems = _bfcl_contamination_problems(
+        {"dataset_source": source, "eval_suites": "heldout,bfcl", "bfcl_source": str(bfcl_tree)}, train
+    )
     assert len(problems) == 1 and "3 training rows ask BFCL" in problems[0]
-    for name, line, which, qid in (("mine", 3, "user message", "simple_python_0"),
-                                   ("mine", 4, "system message", "multiple_3"),
-                                   ("alpaca", 1, "user message", "simple_python_17")):
+    for name, line, which, qid in (
+        ("mine", 3, "user message", "simple_python_0"),
+        ("mine", 4, "system message", "multiple_3"),
+        ("alpaca", 1, "user message", "simple_python_17"),
+    ):
         assert f"\n{tmp_path / name / 'train.jsonl'}:{line}: its {which} holds BFCL {qid} (" in problems[0]
 
 
@@ -166,8 +216,16 @@ def test_a_damaged_data_line_is_one_message(tmp_path, bfcl_tree):
         bfcl.read(tree, "multiple")
 
 
-@pytest.mark.parametrize("value, ok", [("heldout", ("heldout",)), ("bfcl, HELDOUT", ("heldout", "bfcl")),
-                                       ("bfcl", ("bfcl",)), ("", None), ("heldout,bcfl", None)])
+@pytest.mark.parametrize(
+    "value, ok",
+    [
+        ("heldout", ("heldout",)),
+        ("bfcl, HELDOUT", ("heldout", "bfcl")),
+        ("bfcl", ("bfcl",)),
+        ("", None),
+        ("heldout,bcfl", None),
+    ],
+)
 def test_eval_suites(value, ok):
     if ok:
         assert bfcl.parse_suites(value) == ok
@@ -204,16 +262,21 @@ def test_delivered_content_addressed_from_a_wheel_an_upload_or_a_delivered_tree(
     clean, _ = store.put_tree(_dataset(tmp_path / "c", "Hello there"), "datasets")
     delivery.bfcl_contamination(clean, uri, store)
     dirty, _ = store.put_tree(_dataset(tmp_path / "d", question), "datasets")
-    with pytest.raises(UserError, match=r"dataset s3://.*: 1 training row asks BFCL .*\ntrain.jsonl:1: its user "
-                                        r"message holds BFCL simple_python_0 \("):
+    with pytest.raises(
+        UserError,
+        match=r"dataset s3://.*: 1 training row asks BFCL .*\ntrain.jsonl:1: its user "
+        r"message holds BFCL simple_python_0 \(",
+    ):
         delivery.bfcl_contamination(dirty, uri, store)
 
 
 def _dataset(folder, question):
     folder.mkdir(parents=True, exist_ok=True)
     for name in ("train", "eval"):
-        (folder / f"{name}.jsonl").write_text(json.dumps({"messages": [
-            {"role": "user", "content": question}, {"role": "assistant", "content": "ok"}]}) + "\n")
+        (folder / f"{name}.jsonl").write_text(
+            json.dumps({"messages": [{"role": "user", "content": question}, {"role": "assistant", "content": "ok"}]})
+            + "\n"
+        )
     return folder
 
 
@@ -225,10 +288,13 @@ def test_a_local_bfcl_source_is_read_fully_at_validate_whatever_the_dataset(tmp_
 
     (tmp_path / "bfcl_eval-9-py3-none-any.whl").write_text("not a zip")
     (tmp_path / "empty").mkdir()
-    for source, said in ((tmp_path / "bfcl_eval-9-py3-none-any.whl", "not a wheel (not a zip file)"),
-                         (tmp_path / "empty", "lacks BFCL_v4_simple_python.json")):
-        problems = pipeline_problems({"dataset_source": dataset, "eval_suites": "heldout,bfcl",
-                                      "bfcl_source": str(source)})
+    for source, said in (
+        (tmp_path / "bfcl_eval-9-py3-none-any.whl", "not a wheel (not a zip file)"),
+        (tmp_path / "empty", "lacks BFCL_v4_simple_python.json"),
+    ):
+        problems = pipeline_problems(
+            {"dataset_source": dataset, "eval_suites": "heldout,bfcl", "bfcl_source": str(source)}
+        )
         assert [p for p in problems if p.startswith(f"bfcl_source {source}") and said in p], problems
 
 
@@ -236,9 +302,13 @@ def test_a_local_bfcl_source_that_holds_the_data_passes_validate(bfcl_wheel, bfc
     from trainer.validate import pipeline_problems
 
     for source in (bfcl_wheel, bfcl_tree):
-        assert not [p for p in pipeline_problems({"dataset_source": "someorg/some-dataset",
-                                                  "eval_suites": "heldout,bfcl", "bfcl_source": str(source)})
-                    if "bfcl" in p]
+        assert not [
+            p
+            for p in pipeline_problems(
+                {"dataset_source": "someorg/some-dataset", "eval_suites": "heldout,bfcl", "bfcl_source": str(source)}
+            )
+            if "bfcl" in p
+        ]
 
 
 def test_bfcl_source_in_s3_without_an_endpoint_and_a_local_one_on_a_cluster_are_refused(tmp_path):
@@ -248,9 +318,19 @@ def test_bfcl_source_in_s3_without_an_endpoint_and_a_local_one_on_a_cluster_are_
     from pipelines.run_local import throwaway_s3_problems
     from trainer.validate import on_cluster_problems
 
-    [throwaway] = throwaway_s3_problems({"model_source": "builtin:tiny-llama", "dataset_source": "builtin:function-calling",
-                                         "chat_template": "model", "bfcl_source": "s3://bucket/uploads/b.whl"}, None)
-    assert throwaway.startswith("bfcl_source='s3://bucket/uploads/b.whl' is an object in S3") and "--s3-endpoint" in throwaway
+    [throwaway] = throwaway_s3_problems(
+        {
+            "model_source": "builtin:tiny-llama",
+            "dataset_source": "builtin:function-calling",
+            "chat_template": "model",
+            "bfcl_source": "s3://bucket/uploads/b.whl",
+        },
+        None,
+    )
+    assert (
+        throwaway.startswith("bfcl_source='s3://bucket/uploads/b.whl' is an object in S3")
+        and "--s3-endpoint" in throwaway
+    )
     assert not throwaway_s3_problems({"bfcl_source": "s3://bucket/uploads/b.whl"}, "http://127.0.0.1:9000")
     [cluster] = [p for p in on_cluster_problems({"bfcl_source": str(tmp_path)}) if "bfcl_source" in p]
     assert "is a path on this machine, which the cluster cannot read" in cluster and "s3:// URI" in cluster

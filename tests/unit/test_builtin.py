@@ -45,10 +45,13 @@ def test_the_demos_data_holds_every_category_with_multiple_the_majority():
     from trainer.chat import fc_check
 
     splits = builtin_data.dataset("function-calling")
-    counts = {s: {c: sum(fc_check.category(r) == c for r in rows) for c in fc_check.CATEGORIES}
-              for s, rows in splits.items()}
-    assert counts == {"train": {"simple": 150, "multiple": 3000, "parallel": 150, "irrelevance": 150, "multi_turn": 150},
-                      "eval": {"simple": 10, "multiple": 200, "parallel": 10, "irrelevance": 10, "multi_turn": 10}}
+    counts = {
+        s: {c: sum(fc_check.category(r) == c for r in rows) for c in fc_check.CATEGORIES} for s, rows in splits.items()
+    }
+    assert counts == {
+        "train": {"simple": 150, "multiple": 3000, "parallel": 150, "irrelevance": 150, "multi_turn": 150},
+        "eval": {"simple": 10, "multiple": 200, "parallel": 10, "irrelevance": 10, "multi_turn": 10},
+    }
     for name, rows in splits.items():
         assert counts[name]["multiple"] > len(rows) / 2
     scored = [fc_check.category(r) for r in splits["eval"][:200]]  # eval_max_rows=200
@@ -75,19 +78,23 @@ def test_the_tools_and_calls_hold_every_kind_of_value():
     assert {s["type"] for s in schemas} == {"object", "string", "integer", "number", "array"}
     nested = [s for t in builtin_data.TOOLS for s in list(_schemas(t["function"]["parameters"]))[1:]]
     assert any("enum" in s for s in schemas) and any(s["type"] == "object" for s in nested)
-    optional = {(t["function"]["name"], p): spec["default"] for t in builtin_data.TOOLS
-                for p, spec in t["function"]["parameters"]["properties"].items()
-                if p not in t["function"]["parameters"]["required"]}
+    optional = {
+        (t["function"]["name"], p): spec["default"]
+        for t in builtin_data.TOOLS
+        for p, spec in t["function"]["parameters"]["properties"].items()
+        if p not in t["function"]["parameters"]["required"]
+    }
     assert len(optional) >= 3 and all(v is not None for v in optional.values())
     calls = [c["function"] for r in builtin_data.generate(1000, 0)["train"] for c in r["messages"][1]["tool_calls"]]
     values = [v for c in calls for v in _leaves(c["arguments"])]
     assert any(isinstance(v, int) and not isinstance(v, bool) for v in values)
-    results = [json.loads(m["content"]) for r in builtin_data.dataset()["train"] for m in r["messages"]
-               if m["role"] == "tool"]  # `amount` (a number) is whole in requests; converted amounts are decimals
+    results = [
+        json.loads(m["content"]) for r in builtin_data.dataset()["train"] for m in r["messages"] if m["role"] == "tool"
+    ]  # `amount` (a number) is whole in requests; converted amounts are decimals
     assert any(isinstance(v, float) and not v.is_integer() for r in results for v in _leaves(r))
     assert any(isinstance(v, list) for c in calls for v in c["arguments"].values())
     assert any(isinstance(v, dict) for c in calls for v in c["arguments"].values())
-    for (tool, param) in optional:
+    for tool, param in optional:
         given = [param in c["arguments"] for c in calls if c["name"] == tool]
         assert any(given) and not all(given), (tool, param)  # both ways in the data
     offered = [len(r["tools"]) for r in builtin_data.generate(300, 0)["train"]]
@@ -113,7 +120,7 @@ def test_tiny_model_loads_and_masks_only_the_assistant_turn(tiny_model_dir, toke
     target = tokenizer.decode([t for t in enc["labels"] if t != -100])
     call = row["messages"][1]["tool_calls"][0]["function"]
     assert target.startswith("<tool_call>") and target.endswith("</tool_call><|end|>")
-    parsed = json.loads(target[len("<tool_call>"):-len("</tool_call><|end|>")])
+    parsed = json.loads(target[len("<tool_call>") : -len("</tool_call><|end|>")])
     assert parsed == {"name": call["name"], "arguments": call["arguments"]}
     assert row["messages"][0]["content"] not in target  # the prompt carries no loss
 
@@ -164,8 +171,12 @@ def test_two_processes_building_the_cached_model_at_once_keep_one(tmp_path, monk
         return real_build(out, **kw)
 
     monkeypatch.setattr(builtin_model, "build", racing)
-    monkeypatch.setattr("shutil.rmtree", lambda path, **kw: (_ for _ in ()).throw(AssertionError(path))
-                        if Path(path) == final else real_rmtree(path, **kw))  # the other's is never removed
+    monkeypatch.setattr(
+        "shutil.rmtree",
+        lambda path, **kw: (
+            (_ for _ in ()).throw(AssertionError(path)) if Path(path) == final else real_rmtree(path, **kw)
+        ),
+    )  # the other's is never removed
     assert builtin_model.cached(tmp_path / "unused", tmp_path) == final
     assert [p.name for p in final.parent.iterdir()] == [final.name] and (final / "model.safetensors").is_file()
 
@@ -189,8 +200,9 @@ def _valid_against(args, schema):
     assert set(schema.get("required") or []) <= set(args) <= set(props), (args, schema)
     for key, value in args.items():
         spec = props[key]
-        assert isinstance(value, kinds[spec["type"]]) and not (spec["type"] in ("integer", "number")
-                                                                and isinstance(value, bool)), (key, value)
+        assert isinstance(value, kinds[spec["type"]]) and not (
+            spec["type"] in ("integer", "number") and isinstance(value, bool)
+        ), (key, value)
         assert "enum" not in spec or value in spec["enum"], (key, value)
         if spec["type"] == "array":
             assert all(isinstance(v, kinds[spec["items"]["type"]]) for v in value), (key, value)
@@ -220,10 +232,13 @@ def test_the_wide_dataset_calls_all_38_tools_with_arguments_read_from_the_reques
             positions.add(offered.index(row["messages"][1]["tool_calls"][0]["function"]["name"]))
     assert set(called) == set(schemas) and min(called.values()) >= 20, sorted(called.items(), key=lambda kv: kv[1])[:3]
     assert positions == {0, 1, 2, 3}
-    counts = {s: {c: sum(fc_check.category(r) == c for r in rows) for c in fc_check.CATEGORIES}
-              for s, rows in splits.items()}
+    counts = {
+        s: {c: sum(fc_check.category(r) == c for r in rows) for c in fc_check.CATEGORIES} for s, rows in splits.items()
+    }
     assert counts["eval"] == {"simple": 10, "multiple": 200, "parallel": 10, "irrelevance": 10, "multi_turn": 10}
-    assert not {r["messages"][0]["content"] for r in splits["eval"]} & {r["messages"][0]["content"] for r in splits["train"]}
+    assert not {r["messages"][0]["content"] for r in splits["eval"]} & {
+        r["messages"][0]["content"] for r in splits["train"]
+    }
     assert data.validate_rows(splits["train"] + splits["eval"], "builtin")
     assert splits != builtin_data.dataset("function-calling")
     assert builtin_data.dataset("function-calling") == builtin_data.generate(categories=True)
@@ -236,8 +251,9 @@ def test_the_wide_datasets_irrelevance_rows_offer_no_tool_named_like_the_one_the
 
     rows = [builtin_data.make_wide_irrelevance_row(random.Random(k)) for k in range(200)]
     declined = [r for r in rows if r["messages"][1]["content"] == IRRELEVANCE_REPLY]
-    assert 70 <= len(declined) <= 130 and all(r["messages"][1]["content"].startswith("Sorry, I can't")
-                                              for r in rows if r not in declined)
+    assert 70 <= len(declined) <= 130 and all(
+        r["messages"][1]["content"].startswith("Sorry, I can't") for r in rows if r not in declined
+    )
     sizes = set()
     for k in range(300):
         rng = random.Random(k)

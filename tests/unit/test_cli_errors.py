@@ -56,25 +56,32 @@ def no_s3(monkeypatch):
 @pytest.fixture(scope="module")
 def bad_rows(tmp_path_factory):
     path = tmp_path_factory.mktemp("data") / "rows.jsonl"
-    path.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"},
-                                             {"role": "assistant", "content": "yo"}]}) + "\n"
-                    + json.dumps({"prompt": "no messages here"}) + "\n")
+    path.write_text(
+        json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})
+        + "\n"
+        + json.dumps({"prompt": "no messages here"})
+        + "\n"
+    )
     return path
 
 
-@pytest.mark.parametrize("params, needle", [
-    (["model_source=builtin:gpt-9"], "unknown built-in model 'builtin:gpt-9'"),
-    (["model_source=not a model!"], "unknown model source"),
-    (["dataset_source=/nonexistent/train.jsonl"], "dataset path not found: /nonexistent/train.jsonl"),
-    (["lora_r=0", "learning_rate=-1"], "2 problems"),
-    (["max_stepz=3"], "unknown parameter 'max_stepz'"),
-    (["max_steps=many"], "max_steps='many' is not a valid whole number"),
-])
+@pytest.mark.parametrize(
+    "params, needle",
+    [
+        (["model_source=builtin:gpt-9"], "unknown built-in model 'builtin:gpt-9'"),
+        (["model_source=not a model!"], "unknown model source"),
+        (["dataset_source=/nonexistent/train.jsonl"], "dataset path not found: /nonexistent/train.jsonl"),
+        (["lora_r=0", "learning_rate=-1"], "2 problems"),
+        (["max_stepz=3"], "unknown parameter 'max_stepz'"),
+        (["max_steps=many"], "max_steps='many' is not a valid whole number"),
+    ],
+)
 def test_run_local_rejects_bad_parameters(params, needle, tmp_path, capsys, no_s3):
     from pipelines import run_local
 
-    proc = in_process(capsys, run_local.main, "--pipeline-root", str(tmp_path / "root"),
-                      *[a for p in params for a in ("--param", p)])
+    proc = in_process(
+        capsys, run_local.main, "--pipeline-root", str(tmp_path / "root"), *[a for p in params for a in ("--param", p)]
+    )
     assert proc.returncode == 2, proc.stderr
     assert needle in proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
@@ -82,8 +89,9 @@ def test_run_local_rejects_bad_parameters(params, needle, tmp_path, capsys, no_s
 
 
 def test_row_without_messages_names_file_and_line(bad_rows, tmp_path):
-    proc = run("-m", "pipelines.run_local", "--pipeline-root", str(tmp_path / "root"),
-               "--param", f"dataset_source={bad_rows}")
+    proc = run(
+        "-m", "pipelines.run_local", "--pipeline-root", str(tmp_path / "root"), "--param", f"dataset_source={bad_rows}"
+    )
     assert proc.returncode == 2
     assert f"{bad_rows}:2: row has no 'messages' field" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -92,8 +100,19 @@ def test_row_without_messages_names_file_and_line(bad_rows, tmp_path):
 def test_trainer_cli_rejects_bad_config(capsys):
     from trainer.__main__ import main
 
-    proc = in_process(capsys, main, "train", "--model-uri", "nope", "--dataset-uri", "s3://b/d", "--output-prefix",
-                      "r", "--lora-r", "0")
+    proc = in_process(
+        capsys,
+        main,
+        "train",
+        "--model-uri",
+        "nope",
+        "--dataset-uri",
+        "s3://b/d",
+        "--output-prefix",
+        "r",
+        "--lora-r",
+        "0",
+    )
     assert proc.returncode == 2
     assert "model_uri must be an s3:// URI" in proc.stderr and "lora_r must be > 0" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -119,8 +138,9 @@ def test_s3_endpoint_without_credentials_is_refused(tmp_path, capsys, monkeypatc
     from pipelines import run_local
 
     without_s3_settings(monkeypatch, tmp_path)
-    proc = in_process(capsys, run_local.main, "--s3-endpoint", "http://127.0.0.1:9", "--pipeline-root",
-                      str(tmp_path / "r"))
+    proc = in_process(
+        capsys, run_local.main, "--s3-endpoint", "http://127.0.0.1:9", "--pipeline-root", str(tmp_path / "r")
+    )
     assert proc.returncode == 2 and "--s3-endpoint=http://127.0.0.1:9 needs AWS_ACCESS_KEY_ID" in proc.stderr
 
 
@@ -140,12 +160,31 @@ def test_trainer_cli_rejects_non_finite_floats_and_out_of_range_seed(capsys):
     """NaN passes every comparison and inf passed validation: the run trained to a NaN adapter."""
     from trainer.__main__ import main
 
-    proc = in_process(capsys, main, "train", "--model-uri", "s3://b/m", "--dataset-uri", "s3://b/d", "--output-prefix",
-                      "runs/r", "--learning-rate", "inf", "--lora-dropout", "nan", "--weight-decay=-inf",
-                      "--seed", str(2**64 + 1))
+    proc = in_process(
+        capsys,
+        main,
+        "train",
+        "--model-uri",
+        "s3://b/m",
+        "--dataset-uri",
+        "s3://b/d",
+        "--output-prefix",
+        "runs/r",
+        "--learning-rate",
+        "inf",
+        "--lora-dropout",
+        "nan",
+        "--weight-decay=-inf",
+        "--seed",
+        str(2**64 + 1),
+    )
     assert proc.returncode == 2, proc.stderr
-    for needle in ("learning_rate must be a finite number, got inf", "lora_dropout must be a finite number",
-                   "weight_decay must be a finite number", "seed must be between 0 and 4294967295"):
+    for needle in (
+        "learning_rate must be a finite number, got inf",
+        "lora_dropout must be a finite number",
+        "weight_decay must be a finite number",
+        "seed must be between 0 and 4294967295",
+    ):
         assert needle in proc.stderr
     assert "Traceback" not in proc.stderr
 
@@ -153,8 +192,16 @@ def test_trainer_cli_rejects_non_finite_floats_and_out_of_range_seed(capsys):
 def test_sweep_trial_with_a_quoted_number_names_the_fix(tmp_path, capsys, no_s3):
     from pipelines import run_local
 
-    proc = in_process(capsys, run_local.main, "--pipeline", "sweep", "--pipeline-root", str(tmp_path / "root"),
-                      "--param", 'trials=[{"lora_r": "16", "lora_alpha": null, "learning_rate": 0.001}]')
+    proc = in_process(
+        capsys,
+        run_local.main,
+        "--pipeline",
+        "sweep",
+        "--pipeline-root",
+        str(tmp_path / "root"),
+        "--param",
+        'trials=[{"lora_r": "16", "lora_alpha": null, "learning_rate": 0.001}]',
+    )
     assert proc.returncode == 2, proc.stderr
     assert "trials[0].lora_r must be a whole number, got '16' (a string): write 16 without quotes" in proc.stderr
     assert "trials[0].lora_alpha must be a whole number, got null" in proc.stderr
@@ -163,8 +210,19 @@ def test_sweep_trial_with_a_quoted_number_names_the_fix(tmp_path, capsys, no_s3)
 
 def test_unreachable_kfp_host_is_one_error_line(tmp_path):
     env = {**__import__("os").environ, "HOME": str(tmp_path)}
-    proc = run("-m", "pipelines.submit", "--host", "http://127.0.0.1:9", "--param", "launcher=kubernetes",
-               "--param", "deploy_backend=kubernetes", "--param", "model_source=Qwen/Qwen2.5-0.5B-Instruct", env=env)
+    proc = run(
+        "-m",
+        "pipelines.submit",
+        "--host",
+        "http://127.0.0.1:9",
+        "--param",
+        "launcher=kubernetes",
+        "--param",
+        "deploy_backend=kubernetes",
+        "--param",
+        "model_source=Qwen/Qwen2.5-0.5B-Instruct",
+        env=env,
+    )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("error: cannot reach KFP at http://127.0.0.1:9")
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
@@ -173,40 +231,66 @@ def test_unreachable_kfp_host_is_one_error_line(tmp_path):
 def test_deploy_k8s_refuses_names_and_counts_the_api_server_would(capsys):
     from trainer.__main__ import main
 
-    proc = in_process(capsys, main, "deploy-k8s", "--dry-run", "--name", "My_Model", "--gpus", "-3", "--model-uri",
-                      "s3://bucket/models/sha256-x")
+    proc = in_process(
+        capsys,
+        main,
+        "deploy-k8s",
+        "--dry-run",
+        "--name",
+        "My_Model",
+        "--gpus",
+        "-3",
+        "--model-uri",
+        "s3://bucket/models/sha256-x",
+    )
     assert proc.returncode == 2, proc.stdout
     assert "'My_Model' is not a valid Kubernetes Service name" in proc.stderr and "-3" in proc.stderr
     assert "Traceback" not in proc.stderr and not proc.stdout.strip()  # nothing rendered
 
 
-@pytest.mark.parametrize("name, content, needle", [
-    ("plain.jsonl", "".join(json.dumps({"text": f"t{i}"}) + "\n" for i in range(30)),
-     "lines 1, 2, 3 and 27 more: row has no 'messages' field (its keys: 'text'); plain 'text' rows are for pretraining"),
-    ("latin1.csv", "prompt,completion\ncafé,oui\n".encode("latin-1"), "latin1.csv:2: not UTF-8 text (byte 0xe9)"),
-    ("sharegpt.json",
-     json.dumps([{"conversations": [{"from": "human", "value": "hi"}, {"from": "bot", "value": "yo"}]}] * 5),
-     "rows 1, 2, 3 and 2 more: conversations[1] has unknown 'from' 'bot': ShareGPT turns are from human, user, gpt"),
-])
+@pytest.mark.parametrize(
+    "name, content, needle",
+    [
+        (
+            "plain.jsonl",
+            "".join(json.dumps({"text": f"t{i}"}) + "\n" for i in range(30)),
+            "lines 1, 2, 3 and 27 more: row has no 'messages' field (its keys: 'text'); plain 'text' rows are for pretraining",
+        ),
+        ("latin1.csv", "prompt,completion\ncafé,oui\n".encode("latin-1"), "latin1.csv:2: not UTF-8 text (byte 0xe9)"),
+        (
+            "sharegpt.json",
+            json.dumps([{"conversations": [{"from": "human", "value": "hi"}, {"from": "bot", "value": "yo"}]}] * 5),
+            "rows 1, 2, 3 and 2 more: conversations[1] has unknown 'from' 'bot': ShareGPT turns are from human, user, gpt",
+        ),
+    ],
+)
 def test_a_dataset_in_another_shape_is_one_line_with_the_fix(tmp_path, capsys, no_s3, name, content, needle):
     from pipelines import run_local
 
     path = tmp_path / name
     path.write_bytes(content if isinstance(content, bytes) else content.encode())
-    proc = in_process(capsys, run_local.main, "--pipeline-root", str(tmp_path / "root"), "--param",
-                      f"dataset_source={path}")
+    proc = in_process(
+        capsys, run_local.main, "--pipeline-root", str(tmp_path / "root"), "--param", f"dataset_source={path}"
+    )
     assert proc.returncode == 2, proc.stderr
     assert needle in proc.stderr and "(1 problem" in proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout and not (tmp_path / "root").exists()
 
 
-@pytest.mark.parametrize("args, needles", [
-    (["download", "notauri", "/tmp/x"], ["cannot download (2 problems)", "URI 'notauri' is not an s3:// URI"]),
-    (["evaluate", "--model-uri", "x", "--tuned-uri", "s3://b/t", "--dataset-uri", "s3://", "--max-rows", "0"],
-     ["4 problems", "--model-uri 'x' is not an s3:// URI", "--dataset-uri 's3://'", "--max-rows 0: give"]),
-    (["merge", "--model-uri", "s3://b/m", "--adapter-uri", "adapter/", "--out", "/tmp/x"],
-     ["2 problems", "--adapter-uri 'adapter/' is not an s3:// URI"]),
-])
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (["download", "notauri", "/tmp/x"], ["cannot download (2 problems)", "URI 'notauri' is not an s3:// URI"]),
+        (
+            ["evaluate", "--model-uri", "x", "--tuned-uri", "s3://b/t", "--dataset-uri", "s3://", "--max-rows", "0"],
+            ["4 problems", "--model-uri 'x' is not an s3:// URI", "--dataset-uri 's3://'", "--max-rows 0: give"],
+        ),
+        (
+            ["merge", "--model-uri", "s3://b/m", "--adapter-uri", "adapter/", "--out", "/tmp/x"],
+            ["2 problems", "--adapter-uri 'adapter/' is not an s3:// URI"],
+        ),
+    ],
+)
 def test_s3_stages_name_every_bad_uri_with_the_missing_credentials(args, needles, tmp_path, capsys, monkeypatch):
     from trainer.__main__ import main
 
@@ -234,9 +318,14 @@ def trainer_main(argv: list[str]) -> None:
     main(argv)
 
 
-@pytest.mark.parametrize("main, args, message", [
-    (trainer_main, ("build-tiny-model", "{out}"), "cannot write the tiny model to {out}: "),
-    (compile_main, ("--out-dir", "{out}"), "cannot write to --out-dir {out}: ")], ids=["trainer", "compile"])
+@pytest.mark.parametrize(
+    "main, args, message",
+    [
+        (trainer_main, ("build-tiny-model", "{out}"), "cannot write the tiny model to {out}: "),
+        (compile_main, ("--out-dir", "{out}"), "cannot write to --out-dir {out}: "),
+    ],
+    ids=["trainer", "compile"],
+)
 def test_writing_into_an_unwritable_place_is_one_line(tmp_path, capsys, main, args, message):
     blocker = tmp_path / "file"  # a file where a directory must be created
     blocker.write_text("")
@@ -253,26 +342,43 @@ def test_param_typos_name_the_fix_and_spaces_around_the_name_are_typing(capsys):
     with pytest.raises(SystemExit) as exit_info:
         submit.main(["--dry-run", "--param", "=1", "--param", "max_stepz=3", "--param", "lora_r = 16"])
     err = capsys.readouterr().err
-    assert exit_info.value.code == 2 and "invalid pipeline parameters (3 problems)" in err  # + deploy_backend (launcher: trainjob when not given)
+    assert (
+        exit_info.value.code == 2 and "invalid pipeline parameters (3 problems)" in err
+    )  # + deploy_backend (launcher: trainjob when not given)
     assert "--param '=1' has no name before '='" in err
     assert "unknown parameter 'max_stepz'; did you mean max_steps?" in err
-    assert submit.main(["--dry-run", "--param", "launcher=trainjob", "--param", "deploy_backend=kserve", "--param",
-                        "lora_r = 16"]) == 0
+    assert (
+        submit.main(
+            ["--dry-run", "--param", "launcher=trainjob", "--param", "deploy_backend=kserve", "--param", "lora_r = 16"]
+        )
+        == 0
+    )
     assert "--lora-r=16" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv", [
-    ["launch-k8s", "--model-uri", "s3://b/m", "--dataset-uri", "s3://b/d", "--output-prefix", "runs/r"],
-    ["deploy-k8s", "--name", "my-model", "--model-uri", "s3://b/m"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["launch-k8s", "--model-uri", "s3://b/m", "--dataset-uri", "s3://b/d", "--output-prefix", "runs/r"],
+        ["deploy-k8s", "--name", "my-model", "--model-uri", "s3://b/m"],
+    ],
+)
 def test_an_unreachable_cluster_is_one_line_before_anything_is_created(tmp_path, capsys, monkeypatch, argv):
     from trainer.__main__ import main
 
     kubeconfig = tmp_path / "config"
-    kubeconfig.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:9"}}],  # nothing listens on port 9
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-        "users": [{"name": "u", "user": {"token": "kube-topsecret"}}]}))
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "c",
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:9"}}],  # nothing listens on port 9
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "users": [{"name": "u", "user": {"token": "kube-topsecret"}}],
+            }
+        )
+    )
     without_s3_settings(monkeypatch, tmp_path)
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
     # the kubernetes client reads KUBECONFIG once, at import
@@ -288,7 +394,9 @@ def test_a_finetune_parameter_given_to_the_sweep_says_so(capsys):
     from pipelines import submit
 
     with pytest.raises(SystemExit):
-        submit.main(["--pipeline", "sweep", "--dry-run", "--param", "registry_address=http://r:8080", "--param", "trials=[]"])
+        submit.main(
+            ["--pipeline", "sweep", "--dry-run", "--param", "registry_address=http://r:8080", "--param", "trials=[]"]
+        )
     err = capsys.readouterr().err
     assert "parameter 'registry_address' belongs to llm-finetune, not to llm-finetune-sweep" in err
     with pytest.raises(SystemExit):
@@ -326,14 +434,23 @@ def test_a_silent_or_refusing_api_server_is_one_line_and_never_a_hang(tmp_path, 
     refusing = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
     threading.Thread(target=refusing.serve_forever, daemon=True).start()
     try:
-        for port, expected in ((silent.getsockname()[1], "cannot reach the Kubernetes API server"),
-                               (refusing.server_address[1], "refused the request (401")):
+        for port, expected in (
+            (silent.getsockname()[1], "cannot reach the Kubernetes API server"),
+            (refusing.server_address[1], "refused the request (401"),
+        ):
             kubeconfig = tmp_path / f"config-{port}"
-            kubeconfig.write_text(json.dumps({
-                "apiVersion": "v1", "kind": "Config", "current-context": "c",
-                "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
-                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-                "users": [{"name": "u", "user": {"token": "kube-topsecret"}}]}))
+            kubeconfig.write_text(
+                json.dumps(
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Config",
+                        "current-context": "c",
+                        "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+                        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                        "users": [{"name": "u", "user": {"token": "kube-topsecret"}}],
+                    }
+                )
+            )
             # the kubernetes client reads KUBECONFIG once, at import
             monkeypatch.setattr("kubernetes.config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))
             monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
@@ -357,14 +474,29 @@ def test_a_silent_or_refusing_api_server_is_one_line_and_never_a_hang(tmp_path, 
 
 # --- values typed into the KFP run form or --param: nothing silently reinterpreted ------------
 
+
 def test_huge_whole_numbers_and_a_diverging_learning_rate_are_all_refused_in_one_message(capsys):
     from pipelines import submit
 
-    huge = ["lora_r=1e30", "batch_size=1e30", "wait_timeout_s=1e30", "serve_gpus=1e30", "eval_max_rows=1e30",
-            "learning_rate=12"]
+    huge = [
+        "lora_r=1e30",
+        "batch_size=1e30",
+        "wait_timeout_s=1e30",
+        "serve_gpus=1e30",
+        "eval_max_rows=1e30",
+        "learning_rate=12",
+    ]
     with pytest.raises(SystemExit) as exit_info:
-        submit.main(["--dry-run", "--param", "launcher=trainjob", "--param", "deploy_backend=kubernetes",
-                     *[a for p in huge for a in ("--param", p)]])
+        submit.main(
+            [
+                "--dry-run",
+                "--param",
+                "launcher=trainjob",
+                "--param",
+                "deploy_backend=kubernetes",
+                *[a for p in huge for a in ("--param", p)],
+            ]
+        )
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "invalid pipeline parameters (6 problems)" in err, err
     for name in ("lora_r", "batch_size", "wait_timeout_s", "serve_gpus", "eval_max_rows"):
@@ -418,38 +550,100 @@ def test_sweep_min_gain_in_percent_and_one_trial_object_without_brackets_name_th
     from pipelines import submit
 
     with pytest.raises(SystemExit) as exit_info:
-        submit.main(["--dry-run", "--pipeline", "sweep", "--param", "launcher=trainjob", "--param",
-                     "deploy_backend=kubernetes", "--param", 'trials={"lora_r": 16, "lora_alpha": 32, "learning_rate": 0.0002}'])
+        submit.main(
+            [
+                "--dry-run",
+                "--pipeline",
+                "sweep",
+                "--param",
+                "launcher=trainjob",
+                "--param",
+                "deploy_backend=kubernetes",
+                "--param",
+                'trials={"lora_r": 16, "lora_alpha": 32, "learning_rate": 0.0002}',
+            ]
+        )
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "for one object, wrap it in [ ] to make a list of one" in err
     with pytest.raises(SystemExit) as exit_info:
-        submit.main(["--dry-run", "--pipeline", "sweep", "--param", "launcher=trainjob", "--param", "min_gain=10",
-                     "--param", "deploy_backend=kubernetes"])
+        submit.main(
+            [
+                "--dry-run",
+                "--pipeline",
+                "sweep",
+                "--param",
+                "launcher=trainjob",
+                "--param",
+                "min_gain=10",
+                "--param",
+                "deploy_backend=kubernetes",
+            ]
+        )
     err = capsys.readouterr().err
     assert exit_info.value.code == 2
     assert "min_gain=10 can never be reached: the gain in function-calling accuracy" in err and "write 0.1" in err
     # in loss units a gain above 1 is possible
-    assert submit.main(["--dry-run", "--pipeline", "sweep", "--param", "launcher=trainjob", "--param", "min_gain=10",
-                        "--param", "select_metric=eval_loss", "--param", "deploy_backend=kubernetes"]) == 0
+    assert (
+        submit.main(
+            [
+                "--dry-run",
+                "--pipeline",
+                "sweep",
+                "--param",
+                "launcher=trainjob",
+                "--param",
+                "min_gain=10",
+                "--param",
+                "select_metric=eval_loss",
+                "--param",
+                "deploy_backend=kubernetes",
+            ]
+        )
+        == 0
+    )
 
 
 def test_names_images_and_urls_with_spaces_at_their_ends_are_refused_naming_the_spaces(capsys):
     """Pasted into the KFP form: ' vllm/vllm-openai:v0.11.0' passed the tag rule and would reach Kubernetes."""
     from pipelines import submit
 
-    padded = ["vllm_image= vllm/vllm-openai:v0.11.0", "registry_address=http://reg:8080 ", "cleanup=always\n",
-              "namespace=\tteam-a"]
+    padded = [
+        "vllm_image= vllm/vllm-openai:v0.11.0",
+        "registry_address=http://reg:8080 ",
+        "cleanup=always\n",
+        "namespace=\tteam-a",
+    ]
     with pytest.raises(SystemExit) as exit_info:
-        submit.main(["--dry-run", "--param", "launcher=trainjob", "--param", "deploy_backend=kubernetes",
-                     *[a for p in padded for a in ("--param", p)]])
+        submit.main(
+            [
+                "--dry-run",
+                "--param",
+                "launcher=trainjob",
+                "--param",
+                "deploy_backend=kubernetes",
+                *[a for p in padded for a in ("--param", p)],
+            ]
+        )
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "(4 problems)" in err, err
     assert "vllm_image=' vllm/vllm-openai:v0.11.0' has spaces or line breaks at its start or end" in err
     assert "e.g. registry_address='http://reg:8080'" in err and "e.g. cleanup='always'" in err
     assert "e.g. namespace='team-a'" in err
     # sources keep being read stripped, as everywhere else
-    assert submit.main(["--dry-run", "--param", "launcher=trainjob", "--param", "deploy_backend=kubernetes", "--param",
-                        "dataset_source= s3://llm-finetune/datasets/sha256-abc "]) == 0
+    assert (
+        submit.main(
+            [
+                "--dry-run",
+                "--param",
+                "launcher=trainjob",
+                "--param",
+                "deploy_backend=kubernetes",
+                "--param",
+                "dataset_source= s3://llm-finetune/datasets/sha256-abc ",
+            ]
+        )
+        == 0
+    )
 
 
 def test_bad_param_values_options_and_parameter_rules_come_in_one_message(capsys, tmp_path):
@@ -457,12 +651,34 @@ def test_bad_param_values_options_and_parameter_rules_come_in_one_message(capsys
     from pipelines import run_local, submit
 
     with pytest.raises(SystemExit) as exit_info:
-        submit.main(["--dry-run", "--param", "max_steps=many", "--param", "lora_r=0", "--param", "launcher=local",
-                     "--recurring", "0 3 * * *", "--max-concurrency", "0", "--experiment", " "])
+        submit.main(
+            [
+                "--dry-run",
+                "--param",
+                "max_steps=many",
+                "--param",
+                "lora_r=0",
+                "--param",
+                "launcher=local",
+                "--recurring",
+                "0 3 * * *",
+                "--max-concurrency",
+                "0",
+                "--experiment",
+                " ",
+            ]
+        )
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.startswith("error: invalid pipeline parameters (7 problems):")
-    for needle in ("max_steps='many' is not a valid whole number", "--experiment is empty", "--max-concurrency 0",
-                   "lora_r must be > 0", "launcher=local would train", "has 5 field(s)", "deploy_backend=local serves"):
+    for needle in (
+        "max_steps='many' is not a valid whole number",
+        "--experiment is empty",
+        "--max-concurrency 0",
+        "lora_r must be > 0",
+        "launcher=local would train",
+        "has 5 field(s)",
+        "deploy_backend=local serves",
+    ):
         assert needle in err
     with pytest.raises(SystemExit) as exit_info:
         run_local.main(["--pipeline-root", str(tmp_path / "r"), "--param", "eval_fraction=nan", "--param", "nodes=0"])
@@ -506,14 +722,29 @@ def test_trainer_cli_refuses_too_few_rows_before_downloading_the_model(store, tm
     from trainer.store import delivery
 
     path = tmp_path / "few.jsonl"
-    path.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"hi {i}"},
-                                                     {"role": "assistant", "content": "yo"}]}) + "\n"
-                            for i in range(27)))
+    path.write_text(
+        "".join(
+            json.dumps({"messages": [{"role": "user", "content": f"hi {i}"}, {"role": "assistant", "content": "yo"}]})
+            + "\n"
+            for i in range(27)
+        )
+    )
     data_uri, meta = delivery.deliver_dataset(str(path), "", store)
     model_uri, _ = delivery.deliver_model("builtin:tiny-llama", "", store)
     cache = tmp_path / "cache"
-    args = ["-m", "trainer", "train", "--dataset-uri", data_uri, "--output-prefix", "runs/few", "--batch-tokens", "0",
-            "--batch-size", "32"]
+    args = [
+        "-m",
+        "trainer",
+        "train",
+        "--dataset-uri",
+        data_uri,
+        "--output-prefix",
+        "runs/few",
+        "--batch-tokens",
+        "0",
+        "--batch-size",
+        "32",
+    ]
     proc = run(*args, "--model-uri", model_uri, env={**os.environ, "FINETUNE_CACHE_DIR": str(cache)})
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert f"only {meta['rows']['train']} training rows, fewer than batch_size x processes = 32 x 1" in proc.stderr
@@ -552,10 +783,19 @@ def test_finetune_step_refuses_too_few_delivered_rows_before_launching_a_job(tmp
 
     art = lambda cls, name, **meta: cls(name=name, uri=str(tmp_path / name), metadata=meta)  # noqa: E731
     with pytest.raises(SystemExit) as exit_info:
-        finetune.python_func(base_model=art(Model, "m", uri="s3://nowhere/models/x"),
-                             dataset=art(Dataset, "d", uri="s3://nowhere/datasets/y", rows={"train": 27, "eval": 3}),
-                             run_id="few", adapter=art(Model, "a"), metrics=art(Metrics, "x"), report=art(HTML, "r"),
-                             launcher="trainjob", nodes=1, procs_per_node=2, batch_tokens=0, batch_size=16)
+        finetune.python_func(
+            base_model=art(Model, "m", uri="s3://nowhere/models/x"),
+            dataset=art(Dataset, "d", uri="s3://nowhere/datasets/y", rows={"train": 27, "eval": 3}),
+            run_id="few",
+            adapter=art(Model, "a"),
+            metrics=art(Metrics, "x"),
+            report=art(HTML, "r"),
+            launcher="trainjob",
+            nodes=1,
+            procs_per_node=2,
+            batch_tokens=0,
+            batch_size=16,
+        )
     err = capsys.readouterr().err
     assert exit_info.value.code == 2
     assert "only 27 training rows, fewer than batch_size x processes = 16 x 2; lower batch_size" in err

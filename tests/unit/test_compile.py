@@ -25,8 +25,13 @@ def fresh(tmp_path_factory):
     for seed in ("1", "2"):
         out = tmp_path_factory.mktemp(f"compiled-seed{seed}")
         env = {**{k: v for k, v in os.environ.items() if k not in settings.SETTING_DEFAULTS}, "PYTHONHASHSEED": seed}
-        subprocess.run([sys.executable, "-m", "pipelines.compile", "--out-dir", str(out)], cwd=ROOT, env=env,
-                       check=True, capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "pipelines.compile", "--out-dir", str(out)],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            capture_output=True,
+        )
         outs.append(out)
     return outs
 
@@ -40,8 +45,9 @@ def test_compile_is_byte_identical_across_hash_seeds(fresh):
 def test_committed_yaml_is_up_to_date(fresh):
     for name in compile_mod.PIPELINES:
         committed = ROOT / "compiled" / f"{name}.yaml"
-        assert committed.read_bytes() == (fresh[0] / f"{name}.yaml").read_bytes(), \
+        assert committed.read_bytes() == (fresh[0] / f"{name}.yaml").read_bytes(), (
             f"{committed} is stale: run `python -m pipelines.compile` and commit the result"
+        )
 
 
 @pytest.mark.parametrize("name", sorted(compile_mod.PIPELINES))
@@ -75,8 +81,16 @@ def test_yaml_parses_into_pipeline_spec():
 
     spec = json_format.ParseDict(docs()[0], pipeline_spec_pb2.PipelineSpec())
     tasks = set(spec.root.dag.tasks)
-    assert tasks == {"validate-params", "deliver-model", "deliver-dataset", "deliver-bfcl", "finetune", "evaluate",
-                     "merge-lora", "condition-branches-1"}
+    assert tasks == {
+        "validate-params",
+        "deliver-model",
+        "deliver-dataset",
+        "deliver-bfcl",
+        "finetune",
+        "evaluate",
+        "merge-lora",
+        "condition-branches-1",
+    }
     # BFCL's data (and the check that no training row asks its questions) before training
     assert "deliver-bfcl" in spec.root.dag.tasks["finetune"].dependent_tasks
     # the promotion gate: deploy (and register, when registry_address is set) only when evaluate promoted the
@@ -91,14 +105,22 @@ def test_yaml_parses_into_pipeline_spec():
     assert "registry_address" in spec.components["comp-condition-3"].dag.tasks["condition-2"].trigger_policy.condition
     endpoint = spec.root.dag.outputs.parameters["endpoint"].value_from_parameter
     assert endpoint.producer_subtask == "condition-branches-1"
-    assert spec.components["comp-condition-branches-1"].dag.outputs.parameters[endpoint.output_parameter_key] \
-        .WhichOneof("kind") == "value_from_oneof"
+    assert (
+        spec.components["comp-condition-branches-1"]
+        .dag.outputs.parameters[endpoint.output_parameter_key]
+        .WhichOneof("kind")
+        == "value_from_oneof"
+    )
     assert list(spec.root.dag.tasks["deliver-model"].dependent_tasks) == ["validate-params"]
-    assert list(spec.root.dag.tasks["evaluate"].dependent_tasks) or \
-        spec.root.dag.tasks["evaluate"].inputs.artifacts["tuned_model"].task_output_artifact.producer_task == \
-        "finetune"
-    assert spec.root.dag.tasks["finetune"].inputs.parameters["run_id"].runtime_value.constant.string_value == \
-        "{{$.pipeline_job_uuid}}"  # run-unique at run time, not baked in at compile time
+    assert (
+        list(spec.root.dag.tasks["evaluate"].dependent_tasks)
+        or spec.root.dag.tasks["evaluate"].inputs.artifacts["tuned_model"].task_output_artifact.producer_task
+        == "finetune"
+    )
+    assert (
+        spec.root.dag.tasks["finetune"].inputs.parameters["run_id"].runtime_value.constant.string_value
+        == "{{$.pipeline_job_uuid}}"
+    )  # run-unique at run time, not baked in at compile time
 
 
 def test_credentials_come_from_secrets_not_parameters():
@@ -108,9 +130,21 @@ def test_credentials_come_from_secrets_not_parameters():
     platform = docs()[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
     # every S3-using task (validate-params too: it looks the s3:// values up in the run's bucket); not-deployed needs
     # no credentials (only the restricted security context), register only the registry token
-    assert set(platform) == {f"exec-{t}" for t in ("deliver-model", "deliver-dataset", "deliver-bfcl", "finetune", "evaluate",
-                                                   "merge-lora", "deploy", "register", "validate-params",
-                                                   "not-deployed")}
+    assert set(platform) == {
+        f"exec-{t}"
+        for t in (
+            "deliver-model",
+            "deliver-dataset",
+            "deliver-bfcl",
+            "finetune",
+            "evaluate",
+            "merge-lora",
+            "deploy",
+            "register",
+            "validate-params",
+            "not-deployed",
+        )
+    }
     [registry] = platform["exec-register"]["secretAsEnv"]
     assert registry["optional"] is True and [e["envVar"] for e in registry["keyToEnv"]] == ["REGISTRY_TOKEN"]
     for name, executor in platform.items():
@@ -146,8 +180,7 @@ def test_sweep_yaml_has_parallel_trials_a_collected_pick_and_a_gate():
     assert finetune.inputs.parameters["run_id"].runtime_value.constant.string_value == "{{$.pipeline_task_uuid}}"
     # trials and the server land where the user places them (GPU nodes, taints, namespace)
     placement = ("namespace", "accelerator_resource", "node_selector", "tolerations")
-    for task in (finetune, spec.components["comp-condition-3"].dag.tasks["deploy"],
-                 root["deploy-trials"]):
+    for task in (finetune, spec.components["comp-condition-3"].dag.tasks["deploy"], root["deploy-trials"]):
         for name in placement:
             assert task.inputs.parameters[name].component_input_parameter.endswith(name), (task, name)
 

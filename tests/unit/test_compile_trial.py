@@ -24,9 +24,14 @@ def fake_recipe(max_steps=20, done=0):
 
 def plan(recipe):
     """The trial as the recipe plans it, with the fake's clock and bucketing switch injected."""
-    return CompileTrial.plan(recipe.done, recipe.max_steps, recipe.model,
-                              mark=lambda: (recipe.clock[0], recipe.real_tokens),
-                              use_bucketing=lambda on: setattr(recipe, "bucketed", on), device=torch.device("cpu"))
+    return CompileTrial.plan(
+        recipe.done,
+        recipe.max_steps,
+        recipe.model,
+        mark=lambda: (recipe.clock[0], recipe.real_tokens),
+        use_bucketing=lambda on: setattr(recipe, "bucketed", on),
+        device=torch.device("cpu"),
+    )
 
 
 def run_trial(recipe, seconds_per_step):
@@ -53,7 +58,8 @@ def test_the_faster_setting_runs_the_rest_of_training(capsys, compiled_s, eager_
     assert all((layer._compiled_call_impl is not None) == keep for layer in recipe.model)
     if keep:
         assert [layer._compiled_call_impl for layer in recipe.model] == [
-            f"compiled code of {id(layer)}" for layer in recipe.model]  # the same compiled code, not a new compile
+            f"compiled code of {id(layer)}" for layer in recipe.model
+        ]  # the same compiled code, not a new compile
     assert recipe.bucketed == keep  # eager pads rows only to their longest
     out = capsys.readouterr().out
     assert ("keeping the compiled layers" if keep else "continuing eager") in out
@@ -71,5 +77,3 @@ def test_a_run_too_short_to_compare_keeps_compiled_and_says_so(capsys, monkeypat
     assert (trial.first, trial.switch, trial.last) == (14, 18, 21)  # counted from the resumed step
     monkeypatch.setenv("FINETUNE_COMPILE_TRIAL", "0")
     assert plan(fake_recipe(max_steps=30)) is None
-
-

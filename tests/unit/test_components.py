@@ -22,8 +22,7 @@ def delivered(s3_env, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("art")
     model, data = art(Model, tmp, "model"), art(Dataset, tmp, "dataset")
     deliver_model.python_func(source="builtin:tiny-llama", revision="", model=model)
-    deliver_dataset.python_func(source="builtin:function-calling", revision="", eval_fraction=0.1, seed=0,
-                                dataset=data)
+    deliver_dataset.python_func(source="builtin:function-calling", revision="", eval_fraction=0.1, seed=0, dataset=data)
     return model, data
 
 
@@ -58,17 +57,39 @@ def test_bad_source_exits_with_one_message(s3_env, tmp_path, capsys):
 def test_validate_params_component(capsys):
     from components.validate_params import validate_params
 
-    good = dict(model_source="builtin:tiny-llama", dataset_source="builtin:function-calling", eval_fraction=0.1,
-                launcher="local", nodes=2, procs_per_node=1, method="lora", lora_r=16, lora_alpha=32,
-                lora_dropout=0.0, lora_train_embeddings=True, learning_rate=3e-3, max_steps=10, batch_size=8,
-                batch_tokens=1024, max_seq_len=512, seed=0, checkpoint_every=100, max_restarts=2, eval_max_rows=10,
-                deploy_backend="local", accelerator_resource="nvidia.com/gpu", tolerations=[], cleanup="on-success",
-                wait_timeout_s=0)
+    good = dict(
+        model_source="builtin:tiny-llama",
+        dataset_source="builtin:function-calling",
+        eval_fraction=0.1,
+        launcher="local",
+        nodes=2,
+        procs_per_node=1,
+        method="lora",
+        lora_r=16,
+        lora_alpha=32,
+        lora_dropout=0.0,
+        lora_train_embeddings=True,
+        learning_rate=3e-3,
+        max_steps=10,
+        batch_size=8,
+        batch_tokens=1024,
+        max_seq_len=512,
+        seed=0,
+        checkpoint_every=100,
+        max_restarts=2,
+        eval_max_rows=10,
+        deploy_backend="local",
+        accelerator_resource="nvidia.com/gpu",
+        tolerations=[],
+        cleanup="on-success",
+        wait_timeout_s=0,
+    )
     validate_params.python_func(**good)
     assert "parameters OK" in capsys.readouterr().out
     with pytest.raises(SystemExit) as exit_info:
-        validate_params.python_func(**{**good, "lora_r": 0, "nodes": 0, "launcher": "kubernetes",
-                                       "cleanup": "sometimes"})
+        validate_params.python_func(
+            **{**good, "lora_r": 0, "nodes": 0, "launcher": "kubernetes", "cleanup": "sometimes"}
+        )
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "3 problems" in err and "cleanup must be one of" in err
 
@@ -85,8 +106,15 @@ def test_a_local_finetune_marks_its_tensorboard_prefix_before_training(delivered
     monkeypatch.setattr("trainer.launch.run_training", fails)
     monkeypatch.setenv("FINETUNE_LOCAL_RUN", "20261124-101500-finetune")
     with pytest.raises(SystemExit):
-        finetune.python_func(base_model=model, dataset=data, run_id="marked-run", adapter=art(Model, tmp_path, "a"),
-                             metrics=art(Metrics, tmp_path, "m"), report=art(HTML, tmp_path, "r"), nodes=1)
+        finetune.python_func(
+            base_model=model,
+            dataset=data,
+            run_id="marked-run",
+            adapter=art(Model, tmp_path, "a"),
+            metrics=art(Metrics, tmp_path, "m"),
+            report=art(HTML, tmp_path, "r"),
+            nodes=1,
+        )
     assert store.exists("runs/marked-run/local-run/20261124-101500-finetune")
 
 
@@ -104,26 +132,45 @@ def test_deploy_trials_keeps_its_server_up_only_with_keep_serving(delivered, tmp
 
     def deploy(backend, spec, store, messages, tools, keep_serving=False, **kw):
         asked.update(backend=backend, keep_serving=keep_serving, names=[spec.name, *spec.adapters])
-        return deploying.Deployed(endpoint="http://127.0.0.1:9/v1", names=asked["names"],
-                                results={n: {"ok": True, "reason": "", "reply": "x", "latency_s": 0.1}
-                                         for n in asked["names"]}, latency_s=0.1, log="/tmp/vllm.log",
-                                pgid=4242 if keep_serving else None)
+        return deploying.Deployed(
+            endpoint="http://127.0.0.1:9/v1",
+            names=asked["names"],
+            results={n: {"ok": True, "reason": "", "reply": "x", "latency_s": 0.1} for n in asked["names"]},
+            latency_s=0.1,
+            log="/tmp/vllm.log",
+            pgid=4242 if keep_serving else None,
+        )
 
     monkeypatch.setattr(deploying, "deploy", deploy)
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    out = deploy_trials.python_func(base_model=model, adapters=[model, model], dataset=data,
-                                    smoke=art(Metrics, tmp_path, "smoke"), enabled=True, keep_serving=keep)
+    out = deploy_trials.python_func(
+        base_model=model,
+        adapters=[model, model],
+        dataset=data,
+        smoke=art(Metrics, tmp_path, "smoke"),
+        enabled=True,
+        keep_serving=keep,
+    )
     said = capsys.readouterr().out
-    assert asked == {"backend": "local", "keep_serving": keep,
-                     "names": ["llm-finetune-base", "llm-finetune-trial-0", "llm-finetune-trial-1"]}
+    assert asked == {
+        "backend": "local",
+        "keep_serving": keep,
+        "names": ["llm-finetune-base", "llm-finetune-trial-0", "llm-finetune-trial-1"],
+    }
     assert out.models == asked["names"] and out.endpoint == ("http://127.0.0.1:9/v1" if keep else "")
     assert ("still serving; stop with: kill -- -4242" in said) == keep
     assert ("served at (now stopped) http://127.0.0.1:9/v1" in said) != keep
     # on a GPU the kept server would hold the memory the winner's merge and server need next: stopped, and said so
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    out = deploy_trials.python_func(base_model=model, adapters=[model], dataset=data,
-                                    smoke=art(Metrics, tmp_path, "smoke2"), enabled=True, keep_serving=keep)
+    out = deploy_trials.python_func(
+        base_model=model,
+        adapters=[model],
+        dataset=data,
+        smoke=art(Metrics, tmp_path, "smoke2"),
+        enabled=True,
+        keep_serving=keep,
+    )
     assert not asked["keep_serving"] and out.endpoint == ""
     assert ("is stopped after its smoke test all the same" in capsys.readouterr().out) == keep

@@ -18,17 +18,19 @@ from trainer.evaluate import evaluate, parsed_outputs, row_counts, score_predict
 
 
 def test_every_config_problem_is_reported_at_once():
-    cfg = TrainConfig(model_uri="hf://x", dataset_uri="", output_prefix="", lora_r=0, learning_rate=0,
-                      max_steps=-1, batch_size=0)
+    cfg = TrainConfig(
+        model_uri="hf://x", dataset_uri="", output_prefix="", lora_r=0, learning_rate=0, max_steps=-1, batch_size=0
+    )
     msg = str(pytest.raises(UserError, cfg.validate).value)
-    for needle in ("model_uri", "dataset_uri", "output_prefix", "lora_r", "learning_rate", "max_steps",
-                   "batch_size"):
+    for needle in ("model_uri", "dataset_uri", "output_prefix", "lora_r", "learning_rate", "max_steps", "batch_size"):
         assert needle in msg
     assert "7 problems" in msg
-    assert "method must be one of lora, dora, qlora, full, got 'adapter'" in str(pytest.raises(
-        UserError, TrainConfig(model_uri="s3://b/m", dataset_uri="s3://b/d", output_prefix="r",
-                               method="adapter").validate).value)
-
+    assert "method must be one of lora, dora, qlora, full, got 'adapter'" in str(
+        pytest.raises(
+            UserError,
+            TrainConfig(model_uri="s3://b/m", dataset_uri="s3://b/d", output_prefix="r", method="adapter").validate,
+        ).value
+    )
 
 
 def test_a_watchdog_shorter_than_a_process_start_is_refused():
@@ -68,16 +70,22 @@ def test_every_lr_scheduler_offered_runs_and_the_others_are_refused_before_setup
         [problem] = TrainConfig(**s3, lr_scheduler=name).problems()
         assert problem == f"lr_scheduler must be one of {', '.join(LR_SCHEDULERS)}, got {name!r}"
 
+
 def test_a_non_finite_value_is_one_problem_and_each_bad_setting_is_named_with_an_example():
     """learning_rate=inf was said twice (not finite; must be below 1); a negative stall_timeout_s was said as
     "stall_timeout_s and shutdown_grace_s must be >= 0"; lora_r=0 and learning_rate<=0 gave no value to use."""
     s3 = dict(model_uri="s3://b/m", dataset_uri="s3://b/d", output_prefix="r")
-    for name, value in [("learning_rate", float("inf")), ("lora_dropout", float("nan")),
-                        ("warmup_ratio", float("-inf")), ("shutdown_grace_s", float("-inf"))]:
+    for name, value in [
+        ("learning_rate", float("inf")),
+        ("lora_dropout", float("nan")),
+        ("warmup_ratio", float("-inf")),
+        ("shutdown_grace_s", float("-inf")),
+    ]:
         problems = TrainConfig(**s3, **{name: value}).problems()
         assert len(problems) == 1 and problems[0].startswith(f"{name} must be a finite number"), problems
     assert TrainConfig(**s3, stall_timeout_s=-1).problems() == [
-        "stall_timeout_s must be >= 0 seconds, got -1 (0 turns the watchdog off)"]
+        "stall_timeout_s must be >= 0 seconds, got -1 (0 turns the watchdog off)"
+    ]
     [lr, rank] = sorted(TrainConfig(**s3, learning_rate=-1, lora_r=0).problems())
     assert "about 2e-4 for LoRA" in lr and "e.g. lora_r=16" in rank
 
@@ -90,42 +98,62 @@ def test_max_seq_len_over_the_models_context_is_not_also_a_batch_tokens_problem(
     assert any("exceeds the model's context length 512" in p for p in problems)
     assert not [p for p in problems if p.startswith("batch_tokens")], problems
     # a batch_tokens below the context is still refused
-    assert any(p.startswith("batch_tokens=256 must be >= max_seq_len=512")
-               for p in pipeline_problems({"max_seq_len": 100_000, "batch_tokens": 256}))
+    assert any(
+        p.startswith("batch_tokens=256 must be >= max_seq_len=512")
+        for p in pipeline_problems({"max_seq_len": 100_000, "batch_tokens": 256})
+    )
 
 
 def test_batch_tokens_below_max_seq_len_says_what_to_set():
-    cfg = TrainConfig(model_uri="s3://b/m", dataset_uri="s3://b/d", output_prefix="r", batch_tokens=512,
-                      max_seq_len=2048)
+    cfg = TrainConfig(
+        model_uri="s3://b/m", dataset_uri="s3://b/d", output_prefix="r", batch_tokens=512, max_seq_len=2048
+    )
     msg = str(pytest.raises(UserError, cfg.validate).value)
     assert "batch_tokens=512 must be >= max_seq_len=2048" in msg
     assert "set batch_tokens >= 2048 (e.g. 16384" in msg and "batch_tokens=0 to use batch_size" in msg
 
 
 def test_config_survives_the_command_line():
-    cfg = TrainConfig(model_uri="s3://b/m", dataset_uri="s3://b/d", output_prefix="runs/x", lora_r=4,
-                      lora_train_embeddings=True, learning_rate=1e-4)
+    cfg = TrainConfig(
+        model_uri="s3://b/m",
+        dataset_uri="s3://b/d",
+        output_prefix="runs/x",
+        lora_r=4,
+        lora_train_embeddings=True,
+        learning_rate=1e-4,
+    )
     parser = argparse.ArgumentParser()
     add_train_arguments(parser)
     assert TrainConfig.from_namespace(parser.parse_args(cfg.to_args())) == cfg
 
 
-@pytest.mark.parametrize("text, expected", [
-    ('<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call>', {"name": "f", "arguments": {"a": 1}}),
-    ('{"name": "f", "parameters": {"a": 1}}', {"name": "f", "arguments": {"a": 1}}),  # Llama 3 style
-    ('<tool_call>{"name": "f", "arguments": "{\\"a\\": 1}"}</tool_call>', {"name": "f", "arguments": {"a": 1}}),
-    ('<tool_call>{"name": "f", "arguments": {"a": 1}} trailing', {"name": "f", "arguments": {"a": 1}}),
-    ("Sure, the weather is nice.", None),
-    ('<tool_call>{"name": "f", "arguments": {"a": </tool_call>', None),
-    ('{"arguments": {}}', None),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ('<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call>', {"name": "f", "arguments": {"a": 1}}),
+        ('{"name": "f", "parameters": {"a": 1}}', {"name": "f", "arguments": {"a": 1}}),  # Llama 3 style
+        ('<tool_call>{"name": "f", "arguments": "{\\"a\\": 1}"}</tool_call>', {"name": "f", "arguments": {"a": 1}}),
+        ('<tool_call>{"name": "f", "arguments": {"a": 1}} trailing', {"name": "f", "arguments": {"a": 1}}),
+        ("Sure, the weather is nice.", None),
+        ('<tool_call>{"name": "f", "arguments": {"a": </tool_call>', None),
+        ('{"arguments": {}}', None),
+    ],
+)
 def test_parse_tool_call(text, expected):
     assert parse_tool_call(text) == expected
 
 
 def test_exact_match_ignores_key_order_but_not_values():
-    row = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "", "tool_calls": [
-        {"type": "function", "function": {"name": "f", "arguments": {"a": 1, "b": "x"}}}]}]}
+    row = {
+        "messages": [
+            {"role": "user", "content": "q"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": {"a": 1, "b": "x"}}}],
+            },
+        ]
+    }
 
     def exact(call):
         return score_predictions([row], [{"calls": [call] if call else [], "content": None}])["fc_accuracy"]
@@ -145,9 +173,13 @@ def mixed_rows(n_fc: int, n_text: int, seed: int = 0) -> list[dict]:
     for i in range(n_text):
         row = make_row(rng)
         call = row["messages"][1]["tool_calls"][0]["function"]
-        row["messages"] += [{"role": "tool", "content": json.dumps({"ok": True})},
-                            {"role": "assistant", "content": f"Done: {call['name']} ran with {len(call['arguments'])} "
-                                                             f"arguments (request {i})."}]
+        row["messages"] += [
+            {"role": "tool", "content": json.dumps({"ok": True})},
+            {
+                "role": "assistant",
+                "content": f"Done: {call['name']} ran with {len(call['arguments'])} arguments (request {i}).",
+            },
+        ]
         rows.append(row)
     return rows
 
@@ -195,17 +227,34 @@ def test_random_model_scores_zero_on_a_mixed_split(tiny_model_dir, tmp_path, cap
 
     [warning] = warnings_for(rows[:10], split_rows=20)
     assert warning.startswith("only 10 eval rows scored (< 50; the split has 20)") and warning.endswith(
-        "raise eval_max_rows")
+        "raise eval_max_rows"
+    )
 
 
 def test_examples_report_states_counts_warnings_and_requests():
     from trainer.evaluate.report import examples_markdown, markdown_html
 
     m = {"eval_loss": 2.0, "fc_accuracy": 0.25, "text_match": 0.5, "text_eval_loss": 3.0}
-    md = examples_markdown({"base": m, "tuned": m, "rows": 5, "turns": 6, "fc_rows": 4, "text_rows": 2,
-                            "warnings": ["the eval split has only 6 rows"],
-                            "examples": [{"prompt": "Wake me at 7", "turn": "turn 2, after a tool result",
-                                          "expected": "Done.", "base": "x", "tuned": "y"}]})
+    md = examples_markdown(
+        {
+            "base": m,
+            "tuned": m,
+            "rows": 5,
+            "turns": 6,
+            "fc_rows": 4,
+            "text_rows": 2,
+            "warnings": ["the eval split has only 6 rows"],
+            "examples": [
+                {
+                    "prompt": "Wake me at 7",
+                    "turn": "turn 2, after a tool result",
+                    "expected": "Done.",
+                    "base": "x",
+                    "tuned": "y",
+                }
+            ],
+        }
+    )
     assert "> **Warning:** the eval split has only 6 rows" in md
     assert "Held-out rows: 5; assistant turns asked: 6 (4 expect a tool call, 2 expect text" in md
     assert "| function-calling accuracy (4 tool-call turns) | 25.0% | 25.0% |" in md
@@ -244,8 +293,9 @@ def lengthened(row: dict, words: int) -> dict:
     return row
 
 
-def test_eval_rows_longer_than_max_seq_len_are_skipped_before_generating_and_counted(tiny_model_dir, tmp_path,
-                                                                                      monkeypatch):
+def test_eval_rows_longer_than_max_seq_len_are_skipped_before_generating_and_counted(
+    tiny_model_dir, tmp_path, monkeypatch
+):
     """Issue: a long eval row was generated anyway (an 8,000-token row took a 10-row eval from 0.4 s
     to 184 s on CPU, padding its whole batch) and counted in the accuracy's denominator while the
     eval loss silently left it out. Now it never reaches generation and is counted apart."""
@@ -263,8 +313,12 @@ def test_eval_rows_longer_than_max_seq_len_are_skipped_before_generating_and_cou
         accuracy shows its denominator: 100% over the rows scored, 6/8 if a long row counted."""
         generated.extend(scored)
         real_generate(model, tokenizer, scored, **kw)
-        return ["<tool_call>" + json.dumps(turns.expected_call(r)) + "</tool_call>" if turns.expected_call(r)
-                else turns.expected_text(r) for r in scored]
+        return [
+            "<tool_call>" + json.dumps(turns.expected_call(r)) + "</tool_call>"
+            if turns.expected_call(r)
+            else turns.expected_text(r)
+            for r in scored
+        ]
 
     monkeypatch.setattr(ev.generation, "generate", oracle)
     result = ev.evaluate(tiny_model_dir, tiny_model_dir, path, max_seq_len=512)
@@ -290,9 +344,11 @@ def test_eval_split_with_no_row_short_enough_fails_before_any_model_loads(tiny_m
     loaded = []
     monkeypatch.setattr(ev.generation, "load", lambda *a: loaded.append(a))
     msg = str(pytest.raises(UserError, ev.evaluate, tiny_model_dir, tiny_model_dir, path, max_seq_len=24).value)
-    assert msg == ("all 4 eval rows are longer than max_seq_len=24 tokens (prompt and expected answer), so none can "
-                   "be scored: raise max_seq_len (at most the model's context, 512), or add shorter rows to the "
-                   "eval split")
+    assert msg == (
+        "all 4 eval rows are longer than max_seq_len=24 tokens (prompt and expected answer), so none can "
+        "be scored: raise max_seq_len (at most the model's context, 512), or add shorter rows to the "
+        "eval split"
+    )
     assert not loaded
 
 
@@ -306,21 +362,34 @@ def test_generation_never_runs_past_a_learned_position_table(tiny_model_dir, tmp
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     model_dir = tmp_path / "gpt2"
-    GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=160, n_embd=32, n_layer=1, n_head=2,
-                               bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                               pad_token_id=tok.pad_token_id)).save_pretrained(model_dir)
+    GPT2LMHeadModel(
+        GPT2Config(
+            vocab_size=len(tok),
+            n_positions=160,
+            n_embd=32,
+            n_layer=1,
+            n_head=2,
+            bos_token_id=tok.bos_token_id,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+        )
+    ).save_pretrained(model_dir)
     tok.save_pretrained(model_dir)
     rows = mixed_rows(4, 0, seed=3)
     near = lengthened(rows[0], 40)  # ~150 tokens with its answer: fits 160, but not with 96 tokens of slack
     full = data.encode(near, tok, 10_000)
-    assert 160 - 96 < len(full["input_ids"]) - sum(label != -100 for label in full["labels"]) \
-        and len(full["input_ids"]) <= 160, len(full["input_ids"])
+    assert (
+        160 - 96 < len(full["input_ids"]) - sum(label != -100 for label in full["labels"])
+        and len(full["input_ids"]) <= 160
+    ), len(full["input_ids"])
     path = tmp_path / "eval.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in [*rows, near, lengthened(rows[1], 300)]))
     result = ev.evaluate(model_dir, model_dir, path, max_seq_len=512)
     assert (result["rows"], result["skipped_long_rows"]) == (5, 1)
-    assert "longer than the model's context (160 tokens; max_seq_len=512 is above it) and were not scored (no " \
+    assert (
+        "longer than the model's context (160 tokens; max_seq_len=512 is above it) and were not scored (no "
         "loss, no accuracy): use a model with a longer context, or shorten them" in result["warnings"][0]
+    )
 
 
 def test_a_param_given_twice_with_different_values_is_refused_with_the_other_problems():
@@ -328,22 +397,37 @@ def test_a_param_given_twice_with_different_values_is_refused_with_the_other_pro
     from pipelines.finetune import finetune_pipeline
     from pipelines.cli_params import parse_params
 
-    msg = str(pytest.raises(UserError, parse_params, finetune_pipeline,
-                            ["max_steps=5", "lora_r=8", "max_stepz=1", "max_steps=7", "max_steps=9"]).value)
+    msg = str(
+        pytest.raises(
+            UserError,
+            parse_params,
+            finetune_pipeline,
+            ["max_steps=5", "lora_r=8", "max_stepz=1", "max_steps=7", "max_steps=9"],
+        ).value
+    )
     assert msg.startswith("bad --param (3 problems):")
     assert "parameter max_steps is given twice with different values (max_steps='5', then max_steps='7')" in msg
     assert "(max_steps='5', then max_steps='9')" in msg and "unknown parameter 'max_stepz'" in msg
     # The same value twice drops nothing (e.g. --keep-serving next to --param keep_serving=true).
-    params = parse_params(finetune_pipeline, ["max_steps=5", "max_steps=05", "node_selector={\"a\": \"b\"}",
-                                              "node_selector={ \"a\":\"b\" }"])
+    params = parse_params(
+        finetune_pipeline,
+        ["max_steps=5", "max_steps=05", "node_selector={\"a\": \"b\"}", "node_selector={ \"a\":\"b\" }"],
+    )
     assert params["max_steps"] == 5 and params["node_selector"] == {"a": "b"}
 
 
 def test_run_summary_says_how_many_eval_rows_were_too_long_to_score():
     from pipelines.run_local import summarize
 
-    ev = {"base_eval_loss": 2.0, "tuned_eval_loss": 1.0, "base_fc_accuracy": 0.5, "tuned_fc_accuracy": 1.0,
-          "eval_rows": 60, "fc_rows": 60, "text_rows": 0}
+    ev = {
+        "base_eval_loss": 2.0,
+        "tuned_eval_loss": 1.0,
+        "base_fc_accuracy": 0.5,
+        "tuned_fc_accuracy": 1.0,
+        "eval_rows": 60,
+        "fc_rows": 60,
+        "text_rows": 0,
+    }
     assert "not scored" not in summarize({"evaluate": {**ev, "skipped_long_rows": 0}}, None, False, 1.0)
     text = summarize({"evaluate": {**ev, "skipped_long_rows": 3}}, None, False, 1.0)
     assert "function-calling accuracy (60 rows)" in text
@@ -358,9 +442,11 @@ def test_eval_rows_the_chat_template_refuses_are_one_user_error(tokenizer):
     from trainer.evaluate import fitting_rows
 
     tok = copy.deepcopy(tokenizer)
-    tok.chat_template = ("{% for m in messages %}{% if m['role'] == 'system' %}"
-                         "{{ raise_exception('System role not supported') }}{% endif %}"
-                         "{{ m['role'] + ': ' + m['content'] + '\n' }}{% endfor %}")
+    tok.chat_template = (
+        "{% for m in messages %}{% if m['role'] == 'system' %}"
+        "{{ raise_exception('System role not supported') }}{% endif %}"
+        "{{ m['role'] + ': ' + m['content'] + '\n' }}{% endfor %}"
+    )
     ok = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
     bad = {"messages": [{"role": "system", "content": "be brief"}, *ok["messages"]]}
     assert fitting_rows([ok, ok], tok, 512)[0] == [0, 1]
@@ -372,21 +458,49 @@ def test_eval_rows_the_chat_template_refuses_are_one_user_error(tokenizer):
 
 # --- what the evaluate step logs: stable names, no 0 standing for "not measured" -------------
 
+
 def _result(fc_rows, text_rows, fc=0.5, text=0.25):
-    scores = {"eval_loss": 1.5, "text_eval_loss": 2.0 if text_rows else 0.0, "fc_accuracy": fc if fc_rows else 0.0,
-              "text_match": text if text_rows else 0.0}
-    return {"base": dict(scores, fc_accuracy=0.0 if fc_rows else 0.0), "tuned": scores, "rows": fc_rows + text_rows,
-            "fc_rows": fc_rows, "text_rows": text_rows, "skipped_long_rows": 0, "warnings": [], "examples": []}
+    scores = {
+        "eval_loss": 1.5,
+        "text_eval_loss": 2.0 if text_rows else 0.0,
+        "fc_accuracy": fc if fc_rows else 0.0,
+        "text_match": text if text_rows else 0.0,
+    }
+    return {
+        "base": dict(scores, fc_accuracy=0.0 if fc_rows else 0.0),
+        "tuned": scores,
+        "rows": fc_rows + text_rows,
+        "fc_rows": fc_rows,
+        "text_rows": text_rows,
+        "skipped_long_rows": 0,
+        "warnings": [],
+        "examples": [],
+    }
 
 
 def test_logged_metrics_have_the_same_names_and_types_in_every_measured_run():
     from trainer.evaluate import logged_metrics
 
     a, b = logged_metrics(_result(12, 8)), logged_metrics(_result(150, 50, fc=0.9, text=0.7))
-    assert set(a) == set(b) == {
-        "base_eval_loss", "tuned_eval_loss", "base_text_eval_loss", "tuned_text_eval_loss", "base_fc_accuracy",
-        "tuned_fc_accuracy", "base_text_match", "tuned_text_match", "fc_accuracy_gain", "eval_rows", "fc_rows",
-        "text_rows", "skipped_long_rows"}
+    assert (
+        set(a)
+        == set(b)
+        == {
+            "base_eval_loss",
+            "tuned_eval_loss",
+            "base_text_eval_loss",
+            "tuned_text_eval_loss",
+            "base_fc_accuracy",
+            "tuned_fc_accuracy",
+            "base_text_match",
+            "tuned_text_match",
+            "fc_accuracy_gain",
+            "eval_rows",
+            "fc_rows",
+            "text_rows",
+            "skipped_long_rows",
+        }
+    )
     assert all(type(v) is float for v in [*a.values(), *b.values()])
     assert a["fc_accuracy_gain"] == 0.5 and a["eval_rows"] == 20.0
 
@@ -412,8 +526,14 @@ def test_a_row_is_scored_on_its_last_answer_of_weight_1():
     """A weight-0 answer is one the data says not to learn: never the one the model is scored on."""
     from trainer.chat.turns import target_index
 
-    row = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
-                        {"role": "user", "content": "again"}, {"role": "assistant", "content": "bad", "weight": 0}]}
+    row = {
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "hello"},
+            {"role": "user", "content": "again"},
+            {"role": "assistant", "content": "bad", "weight": 0},
+        ]
+    }
     assert target_index(row) == 1
     row["messages"][3]["weight"] = 1
     assert target_index(row) == 3
@@ -432,7 +552,6 @@ def test_promotion_gate_both_ways():
     assert promotion({})[0] is True  # chat-only data and a gate that asks nothing
     ok, reason = promotion({}, min_fc_accuracy=0.5)
     assert not ok and "measures nothing" in reason
-
 
 
 def test_a_gate_met_exactly_passes_whatever_floating_point_makes_of_it():
@@ -456,8 +575,10 @@ def test_the_report_has_the_category_table_and_the_tuned_models_failures_with_ra
 
     rows = generate(n_train=0, n_eval=4, seed=1, categories=True)["eval"]
     rows = [r for r in rows if turns.expected_call(r) is not None][:3]  # tool-call rows
-    right = [{"calls": [turns.expected_call(r)], "content": None, "raw": f"<tool_call>{i}</tool_call>"}
-             for i, r in enumerate(rows)]
+    right = [
+        {"calls": [turns.expected_call(r)], "content": None, "raw": f"<tool_call>{i}</tool_call>"}
+        for i, r in enumerate(rows)
+    ]
     wrong = [{"calls": [], "content": "no idea", "raw": "no idea"} for _ in rows]
     tuned = [right[0], wrong[1], right[2]]
     failures = ev.scoring.failures(rows, {"base": wrong, "tuned": tuned})
@@ -466,9 +587,16 @@ def test_the_report_has_the_category_table_and_the_tuned_models_failures_with_ra
     assert shown["prompt"] == turns.last_user_request(rows[1])
 
     base, tuned_metrics = ev.score_predictions(rows, wrong), ev.score_predictions(rows, tuned)
-    result = {"base": {**base, "eval_loss": 2.0}, "tuned": {**tuned_metrics, "eval_loss": 1.0}, "rows": 3,
-              "fc_rows": 3, "text_rows": 0, "categories": ev.scoring.category_rows(rows), "failures": failures,
-              "examples": []}
+    result = {
+        "base": {**base, "eval_loss": 2.0},
+        "tuned": {**tuned_metrics, "eval_loss": 1.0},
+        "rows": 3,
+        "fc_rows": 3,
+        "text_rows": 0,
+        "categories": ev.scoring.category_rows(rows),
+        "failures": failures,
+        "examples": [],
+    }
     md = examples_markdown(result)
     counts = {c.removeprefix("fc_").removesuffix("_rows"): n for c, n in result["categories"].items() if n}
     assert "| all | 3 | 0.0% | 66.7% |" in md
@@ -487,7 +615,9 @@ def test_qlora_without_bitsandbytes_is_refused_with_the_install_line(monkeypatch
     cfg = TrainConfig(model_uri="s3://b/m", dataset_uri="s3://b/d", output_prefix="runs/x", method="qlora")
     assert not [p for p in cfg.problems() if "bitsandbytes" in p]  # installed here (a dependency)
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "bitsandbytes" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "bitsandbytes" else real(name, *a)
+    )
     [problem] = [p for p in cfg.problems() if "bitsandbytes" in p]
     assert "pip install 'bitsandbytes>=0.50'" in problem and "method=lora" in problem
 
@@ -500,12 +630,21 @@ def test_trainer_train_refuses_tokens_per_step_of_more_than_max_accum_micro_batc
     from trainer.recipe.train import Recipe
 
     recipe = Recipe.__new__(Recipe)
-    recipe.cfg = TrainConfig(model_uri="s3://b/m", dataset_uri="s3://b/d", output_prefix="r", batch_tokens=0,
-                             batch_size=8, tokens_per_step=10**9)
+    recipe.cfg = TrainConfig(
+        model_uri="s3://b/m",
+        dataset_uri="s3://b/d",
+        output_prefix="r",
+        batch_tokens=0,
+        batch_size=8,
+        tokens_per_step=10**9,
+    )
     recipe.world = 2
     examples = [{"input_ids": [1] * 100, "labels": [1] * 100}] * 16  # 8 rows x 100 tokens x 2 processes: 1600
-    with pytest.raises(UserError, match=rf"tokens_per_step=1000000000 is 625000 micro-batches per optimizer step "
-                                        rf"\(about 1600 tokens each on 2 processes\), more than {MAX_ACCUM}"):
+    with pytest.raises(
+        UserError,
+        match=rf"tokens_per_step=1000000000 is 625000 micro-batches per optimizer step "
+        rf"\(about 1600 tokens each on 2 processes\), more than {MAX_ACCUM}",
+    ):
         recipe._setup_batching(examples)
     # the largest value it suggests is accepted: 5 rows of 100.6 tokens on average make micro-batches of 1609.6
     examples = [{"input_ids": [1] * n, "labels": [1] * n} for n in (100, 100, 101, 101, 101)]
@@ -515,8 +654,9 @@ def test_trainer_train_refuses_tokens_per_step_of_more_than_max_accum_micro_batc
     assert math.ceil(most / (8 * 100.6 * 2)) <= MAX_ACCUM < math.ceil((most + 8 * 2 * 101) / (8 * 100.6 * 2))
 
 
-def test_base_scores_made_once_stand_in_for_scoring_the_base_and_only_for_the_same_rows(tiny_model_dir, tmp_path,
-                                                                                       monkeypatch, capsys):
+def test_base_scores_made_once_stand_in_for_scoring_the_base_and_only_for_the_same_rows(
+    tiny_model_dir, tmp_path, monkeypatch, capsys
+):
     """A sweep scores its base once (evaluate_base) and each trial reuses it: the result is the one scoring the base
     again gives, with the base never loaded; scores of other rows (here max_rows) are set aside, said, and redone."""
     from trainer import evaluate as ev
@@ -527,8 +667,9 @@ def test_base_scores_made_once_stand_in_for_scoring_the_base_and_only_for_the_sa
     base = json.loads(json.dumps(ev.score_base(tiny_model_dir, path, max_rows=10)))  # as the artifact carries it
     assert base["metrics"] == both["base"] and base["key"]["rows"] == 10 and base["key"]["engine"] == "hf"
     real_load, loaded = ev.load, []
-    monkeypatch.setattr(ev.generation, "load", lambda model_dir, adapter=None: loaded.append(adapter) or real_load(model_dir,
-                                                                                                       adapter))
+    monkeypatch.setattr(
+        ev.generation, "load", lambda model_dir, adapter=None: loaded.append(adapter) or real_load(model_dir, adapter)
+    )
     reused = ev.evaluate(tiny_model_dir, tiny_model_dir, path, max_rows=10, base=base)
     assert loaded == [tiny_model_dir]  # the tuned model alone
     assert reused == both  # metrics, examples, failures: the base's answers came from the scores
@@ -536,12 +677,15 @@ def test_base_scores_made_once_stand_in_for_scoring_the_base_and_only_for_the_sa
     loaded.clear()
     fewer = ev.evaluate(tiny_model_dir, tiny_model_dir, path, max_rows=8, base=base)
     assert loaded == [None, tiny_model_dir] and fewer["rows"] == 8
-    assert "WARNING: the base scores given are not of these rows and settings (rows 10 instead of 8): scoring the " \
-           "base model here" in capsys.readouterr().out
+    assert (
+        "WARNING: the base scores given are not of these rows and settings (rows 10 instead of 8): scoring the "
+        "base model here" in capsys.readouterr().out
+    )
 
 
-def test_a_glaive_split_is_scored_on_its_call_turns_and_noise_after_a_tool_result_fails(tiny_model_dir, tmp_path,
-                                                                                      monkeypatch):
+def test_a_glaive_split_is_scored_on_its_call_turns_and_noise_after_a_tool_result_fails(
+    tiny_model_dir, tmp_path, monkeypatch
+):
     """Issue 44: glaive and Hermes rows end in text after a tool result, and only the last turn was scored: the eval
     split had "0 tool-call rows, fc accuracy n/a" and both models writing byte noise scored 100% -> 100%. Every
     assistant turn is now asked after the gold turns before it: the calls are scored as calls, and noise fails."""
@@ -556,9 +700,15 @@ def test_a_glaive_split_is_scored_on_its_call_turns_and_noise_after_a_tool_resul
     def answers(noise: bool):
         def generate(model, tokenizer, scored, **kw):
             asked.extend(scored)
-            return ["\u00ff\u00fe garbage \u00ff" if noise else
-                    "<tool_call>" + json.dumps(turns.expected_call(r)) + "</tool_call>" if turns.expected_call(r)
-                    else turns.expected_text(r) for r in scored]
+            return [
+                "\u00ff\u00fe garbage \u00ff"
+                if noise
+                else "<tool_call>" + json.dumps(turns.expected_call(r)) + "</tool_call>"
+                if turns.expected_call(r)
+                else turns.expected_text(r)
+                for r in scored
+            ]
+
         return generate
 
     monkeypatch.setattr(ev.generation, "generate", answers(noise=True))

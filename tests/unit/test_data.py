@@ -18,19 +18,39 @@ def write(tmp_path, lines, name="d.jsonl"):
 GOOD = json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]})
 
 
-@pytest.mark.parametrize("line, expected", [
-    ("{not json", "not valid JSON"),
-    (json.dumps({"text": "no messages"}), "no 'messages' field"),
-    (json.dumps({"messages": []}), "non-empty list"),
-    (json.dumps({"messages": [{"role": "robot", "content": "x"}, {"role": "assistant", "content": "y"}]}),
-     "unknown role 'robot'"),
-    (json.dumps({"messages": [{"role": "developer", "content": "x"}, {"role": "assistant", "content": "y"}]}),
-     "unknown role 'developer'; use one of ['assistant', 'system', 'tool', 'user'] ('developer' is 'system' here)"),
-    (json.dumps({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "",
-                 "tool_calls": [{"function": {"name": "f", "arguments": "{bad"}}]}]}), "not valid JSON"),
-    (json.dumps({"messages": [{"role": "user", "content": "x"}]}), "no assistant message"),
-    (json.dumps([1, 2]), "expected a JSON object"),
-])
+@pytest.mark.parametrize(
+    "line, expected",
+    [
+        ("{not json", "not valid JSON"),
+        (json.dumps({"text": "no messages"}), "no 'messages' field"),
+        (json.dumps({"messages": []}), "non-empty list"),
+        (
+            json.dumps({"messages": [{"role": "robot", "content": "x"}, {"role": "assistant", "content": "y"}]}),
+            "unknown role 'robot'",
+        ),
+        (
+            json.dumps({"messages": [{"role": "developer", "content": "x"}, {"role": "assistant", "content": "y"}]}),
+            "unknown role 'developer'; use one of ['assistant', 'system', 'tool', 'user'] ('developer' is 'system' here)",
+        ),
+        (
+            json.dumps(
+                {
+                    "messages": [
+                        {"role": "user", "content": "x"},
+                        {
+                            "role": "assistant",
+                            "content": "",
+                            "tool_calls": [{"function": {"name": "f", "arguments": "{bad"}}],
+                        },
+                    ]
+                }
+            ),
+            "not valid JSON",
+        ),
+        (json.dumps({"messages": [{"role": "user", "content": "x"}]}), "no assistant message"),
+        (json.dumps([1, 2]), "expected a JSON object"),
+    ],
+)
 def test_bad_rows_name_file_line_and_reason(tmp_path, line, expected):
     path = write(tmp_path, [GOOD, line])
     with pytest.raises(UserError) as err:
@@ -58,16 +78,26 @@ def test_missing_and_empty_files(tmp_path):
 
 
 def test_string_arguments_are_normalised_to_dicts(tmp_path):
-    row = {"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "", "tool_calls": [
-        {"type": "function", "function": {"name": "f", "arguments": "{\"a\": 1}"}}]}],
-           "tools": [{"type": "function", "function": {"name": "f"}}]}
+    row = {
+        "messages": [
+            {"role": "user", "content": "x"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{\"a\": 1}"}}],
+            },
+        ],
+        "tools": [{"type": "function", "function": {"name": "f"}}],
+    }
     [out] = data.read_jsonl(write(tmp_path, [json.dumps(row)]))
     assert out["messages"][1]["tool_calls"][0]["function"]["arguments"] == {"a": 1}
 
 
 def test_encode_drops_over_long_rows_and_counts_them(tokenizer):
-    rows = [json.loads(GOOD), {"messages": [{"role": "user", "content": "word " * 400},
-                                            {"role": "assistant", "content": "ok"}]}]
+    rows = [
+        json.loads(GOOD),
+        {"messages": [{"role": "user", "content": "word " * 400}, {"role": "assistant", "content": "ok"}]},
+    ]
     examples, dropped = data.encode_all(rows, tokenizer, max_seq_len=64)
     assert (len(examples), dropped) == (1, 1)
 
@@ -135,8 +165,10 @@ def test_token_budget_batches_respect_the_budget_and_resume_exactly():
     from trainer.recipe.train import batches
 
     examples = [{"input_ids": [0] * n} for n in [30, 70, 50, 90, 20, 60, 40, 80, 10, 100] * 3]
-    for flatten, cost in ((True, lambda b: sum(len(e["input_ids"]) for e in b)),
-                          (False, lambda b: len(b) * max(len(e["input_ids"]) for e in b))):
+    for flatten, cost in (
+        (True, lambda b: sum(len(e["input_ids"]) for e in b)),
+        (False, lambda b: len(b) * max(len(e["input_ids"]) for e in b)),
+    ):
         stream = batches(examples, 0, 0, 2, seed=1, batch_tokens=200, flatten=flatten)
         first = [next(stream) for _ in range(12)]  # several epochs
         assert all(cost(b) <= 200 for b in first)
@@ -154,13 +186,19 @@ def test_utf8_with_and_without_bom_reads_the_same(tmp_path):
     assert data.read_jsonl(bom) == data.read_jsonl(plain)
 
 
-@pytest.mark.parametrize("content, expected", [
-    ((GOOD + "\n").encode() + '{"messages": [{"role": "user", "content": "café"}]}'.encode("latin-1"),
-     "d.jsonl:2: not UTF-8 text (byte 0xe9"),
-    (bytes(range(256)), "is not JSONL text (binary data)"),
-    (b"PAR1" + bytes(100), "is not JSONL text (Parquet)"),
-    (GOOD.encode("utf-16"), "is not JSONL text (UTF-16 text)"),
-], ids=["latin-1", "binary", "parquet", "utf-16"])
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        (
+            (GOOD + "\n").encode() + '{"messages": [{"role": "user", "content": "café"}]}'.encode("latin-1"),
+            "d.jsonl:2: not UTF-8 text (byte 0xe9",
+        ),
+        (bytes(range(256)), "is not JSONL text (binary data)"),
+        (b"PAR1" + bytes(100), "is not JSONL text (Parquet)"),
+        (GOOD.encode("utf-16"), "is not JSONL text (UTF-16 text)"),
+    ],
+    ids=["latin-1", "binary", "parquet", "utf-16"],
+)
 def test_wrong_encodings_fail_with_one_line(tmp_path, content, expected):
     path = tmp_path / "d.jsonl"
     path.write_bytes(content)
@@ -177,38 +215,72 @@ def test_deeply_nested_json_is_a_row_problem_not_a_crash(tmp_path):
 TOOLS = [{"type": "function", "function": {"name": "get_weather"}}]
 
 
-@pytest.mark.parametrize("row, expected", [
-    ({"tools": "[]"}, "'tools' must be a list"),
-    ({"tools": {"get_weather": {}}}, "'tools' must be a list"),
-    ({"tools": [{"type": "function", "function": {}}]}, "tools[0] needs function.name"),
-    ({"messages": [{"role": "user", "content": ["a", "b"]}, {"role": "assistant", "content": "x"}]},
-     "messages[0].content must be a string, got a list"),
-    ({"messages": [{"role": "user"}, {"role": "assistant", "content": "x"}]}, "messages[0].content is missing"),
-    ({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": None}]},
-     "messages[1].content is missing or null"),
-    ({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": None,
-                                                        "tool_calls": "get_weather()"}]},
-     "tool_calls must be a list"),
-    ({"tools": TOOLS, "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": None,
-                                   "tool_calls": [{"function": {"name": "get_time", "arguments": {}}}]}]},
-     "calls 'get_time', which is not in the row's tools ['get_weather']"),
-])
+@pytest.mark.parametrize(
+    "row, expected",
+    [
+        ({"tools": "[]"}, "'tools' must be a list"),
+        ({"tools": {"get_weather": {}}}, "'tools' must be a list"),
+        ({"tools": [{"type": "function", "function": {}}]}, "tools[0] needs function.name"),
+        (
+            {"messages": [{"role": "user", "content": ["a", "b"]}, {"role": "assistant", "content": "x"}]},
+            "messages[0].content must be a string, got a list",
+        ),
+        ({"messages": [{"role": "user"}, {"role": "assistant", "content": "x"}]}, "messages[0].content is missing"),
+        (
+            {"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": None}]},
+            "messages[1].content is missing or null",
+        ),
+        (
+            {
+                "messages": [
+                    {"role": "user", "content": "x"},
+                    {"role": "assistant", "content": None, "tool_calls": "get_weather()"},
+                ]
+            },
+            "tool_calls must be a list",
+        ),
+        (
+            {
+                "tools": TOOLS,
+                "messages": [
+                    {"role": "user", "content": "x"},
+                    {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [{"function": {"name": "get_time", "arguments": {}}}],
+                    },
+                ],
+            },
+            "calls 'get_time', which is not in the row's tools ['get_weather']",
+        ),
+    ],
+)
 def test_field_types_are_checked_at_delivery(row, expected):
     base = json.loads(GOOD)
     assert any(expected in p for p in data.row_problems({**base, **row}))
 
 
 def test_valid_tool_rows_pass():
-    ok = {"tools": TOOLS, "messages": [{"role": "user", "content": "x"},
-                                       {"role": "assistant", "content": None,
-                                        "tool_calls": [{"function": {"name": "get_weather", "arguments": "{}"}}]},
-                                       {"role": "tool", "content": "sunny"}, {"role": "assistant", "content": "ok"}]}
+    ok = {
+        "tools": TOOLS,
+        "messages": [
+            {"role": "user", "content": "x"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"function": {"name": "get_weather", "arguments": "{}"}}],
+            },
+            {"role": "tool", "content": "sunny"},
+            {"role": "assistant", "content": "ok"},
+        ],
+    }
     assert data.row_problems(ok) == []
     no_tools_declared = {"messages": ok["messages"]}  # a call to a tool never offered, as with `tools: []`
     assert data.row_problems(no_tools_declared) == [
         "messages[1].tool_calls[0] calls 'get_weather', but the row has no 'tools' (a call to a tool never offered): "
         "add the tool's schema to the row's 'tools' ({\"type\": \"function\", \"function\": {\"name\", "
-        "\"description\", \"parameters\"}}), or drop the row"]
+        "\"description\", \"parameters\"}}), or drop the row"
+    ]
 
 
 class CountingTokenizer:
@@ -250,8 +322,10 @@ def test_rows_the_chat_template_refuses_are_one_user_error(tokenizer):
     import copy
 
     refusing = copy.copy(tokenizer)
-    refusing.chat_template = ("{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not "
-                              "supported') }}{% endif %}" + tokenizer.chat_template)
+    refusing.chat_template = (
+        "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not "
+        "supported') }}{% endif %}" + tokenizer.chat_template
+    )
     system = {"messages": [{"role": "system", "content": "Be terse."}, *json.loads(GOOD)["messages"]]}
     msg = str(pytest.raises(UserError, data.encode_all, [json.loads(GOOD), system, system], refusing, 512).value)
     assert "refuses 2 of 3 rows (System role not supported; e.g. the row whose first message is system" in msg
@@ -266,14 +340,20 @@ def test_csv_written_by_pandas_with_python_lists_names_the_fix(tmp_path):
     path = tmp_path / "chats.csv"
     pd.DataFrame({"messages": [json.loads(GOOD)["messages"]] * 3}).to_csv(path, index=False)
     msg = str(pytest.raises(UserError, data.read_rows, path).value)
-    assert "(1 problem)" in msg and "rows 1, 2, 3: 'messages' is text that is not a JSON list of messages; it looks " \
-                                   "like a Python repr (single quotes): write the column with json.dumps" in msg
+    assert (
+        "(1 problem)" in msg
+        and "rows 1, 2, 3: 'messages' is text that is not a JSON list of messages; it looks "
+        "like a Python repr (single quotes): write the column with json.dumps"
+        in msg
+    )
 
 
 def test_csv_prompt_cells_stay_text_unless_they_hold_messages(tmp_path):
     path = tmp_path / "pairs.csv"
-    path.write_text('prompt,completion\n"[1, 2] is a list?",yes\n'
-                    '"[{""role"": ""user"", ""content"": ""hi""}]","[{""role"": ""assistant"", ""content"": ""yo""}]"\n')
+    path.write_text(
+        'prompt,completion\n"[1, 2] is a list?",yes\n'
+        '"[{""role"": ""user"", ""content"": ""hi""}]","[{""role"": ""assistant"", ""content"": ""yo""}]"\n'
+    )
     first, second = data.read_rows(path)
     assert first["messages"][0] == {"role": "user", "content": "[1, 2] is a list?"}
     assert second["messages"] == [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
@@ -288,23 +368,32 @@ def test_a_csv_row_with_empty_prompt_or_completion_cells_is_named_for_what_it_la
     assert "rows 2, 3: every assistant message is empty" in str(err.value)
     assert "no 'messages' field" not in str(err.value)
     path.write_text("prompt,completion,system\nhello,hi,\n")
-    assert data.read_rows(path)[0]["messages"] == [{"role": "user", "content": "hello"},  # an empty system: absent
-                                                   {"role": "assistant", "content": "hi"}]
+    assert data.read_rows(path)[0]["messages"] == [
+        {"role": "user", "content": "hello"},  # an empty system: absent
+        {"role": "assistant", "content": "hi"},
+    ]
 
 
 def test_too_few_rows_names_the_rows_skipped_as_too_long():
     from trainer.data.batching import check_rows
 
-    with pytest.raises(UserError, match=r"only 0 training rows \(40 more were longer than max_seq_len and skipped: "
-                                        r"raise max_seq_len or shorten them\), fewer than the 2 processes"):
+    with pytest.raises(
+        UserError,
+        match=r"only 0 training rows \(40 more were longer than max_seq_len and skipped: "
+        r"raise max_seq_len or shorten them\), fewer than the 2 processes",
+    ):
         check_rows(0, 16, 2, batch_tokens=512, skipped=40)
     check_rows(2, 16, 2, batch_tokens=512, skipped=40)  # enough: nothing to say
 
 
 def test_text_content_parts_are_joined():
     """OpenAI's `content: [{"type": "text", "text": ...}]` reads as the string it stands for."""
-    row = {"messages": [{"role": "user", "content": [{"type": "text", "text": "Hello, "}, {"type": "text", "text": "you"}]},
-                        {"role": "assistant", "content": [{"type": "text", "text": "hi"}]}]}
+    row = {
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "Hello, "}, {"type": "text", "text": "you"}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "hi"}]},
+        ]
+    }
     [out] = data.validate_rows([row], "rows")
     assert [m["content"] for m in out["messages"]] == ["Hello, you", "hi"]
 
@@ -314,14 +403,18 @@ def test_gzipped_files_read_as_their_inner_format(tmp_path, name):
     import gzip
 
     rows = [json.loads(GOOD)] * 3
-    text = {"d.jsonl.gz": "".join(json.dumps(r) + "\n" for r in rows), "d.json.gz": json.dumps(rows),
-            "d.csv.gz": "prompt,completion\n" + "hi,hello\n" * 3}[name]
+    text = {
+        "d.jsonl.gz": "".join(json.dumps(r) + "\n" for r in rows),
+        "d.json.gz": json.dumps(rows),
+        "d.csv.gz": "prompt,completion\n" + "hi,hello\n" * 3,
+    }[name]
     (tmp_path / name).write_bytes(gzip.compress(text.encode()))
     assert data.read_rows(tmp_path / name) == rows
 
 
-@pytest.mark.parametrize("content", [b"not gzip at all", __import__("gzip").compress(GOOD.encode() * 50)[:60]],
-                         ids=["not-gzip", "truncated"])
+@pytest.mark.parametrize(
+    "content", [b"not gzip at all", __import__("gzip").compress(GOOD.encode() * 50)[:60]], ids=["not-gzip", "truncated"]
+)
 def test_a_broken_gzip_file_is_one_line(tmp_path, content):
     (tmp_path / "d.jsonl.gz").write_bytes(content)
     msg = str(pytest.raises(UserError, data.read_rows, tmp_path / "d.jsonl.gz").value)
@@ -331,24 +424,39 @@ def test_a_broken_gzip_file_is_one_line(tmp_path, content):
 # Formats users bring from axolotl, LLaMA-Factory, TRL and OpenAI fine-tuning: converted on load,
 # and each must train exactly as the same conversation written as messages by hand.
 
-WEATHER = {"name": "get_weather", "description": "Weather in a city",
-           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
-SHAREGPT = {"system": "Be brief.", "tools": json.dumps([WEATHER]), "conversations": [
-    {"from": "human", "value": "Weather in Paris?"},
-    {"from": "function_call", "value": json.dumps({"name": "get_weather", "arguments": {"city": "Paris"}})},
-    {"from": "observation", "value": "sunny"},
-    {"from": "gpt", "value": "It is sunny."},
-    {"from": "human", "value": "Thanks"},
-    {"from": "gpt", "value": "You're welcome."}]}
-BY_HAND = {"tools": [{"type": "function", "function": WEATHER}], "messages": [
-    {"role": "system", "content": "Be brief."},
-    {"role": "user", "content": "Weather in Paris?"},
-    {"role": "assistant", "content": "", "tool_calls": [
-        {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
-    {"role": "tool", "content": "sunny"},
-    {"role": "assistant", "content": "It is sunny."},
-    {"role": "user", "content": "Thanks"},
-    {"role": "assistant", "content": "You're welcome."}]}
+WEATHER = {
+    "name": "get_weather",
+    "description": "Weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
+SHAREGPT = {
+    "system": "Be brief.",
+    "tools": json.dumps([WEATHER]),
+    "conversations": [
+        {"from": "human", "value": "Weather in Paris?"},
+        {"from": "function_call", "value": json.dumps({"name": "get_weather", "arguments": {"city": "Paris"}})},
+        {"from": "observation", "value": "sunny"},
+        {"from": "gpt", "value": "It is sunny."},
+        {"from": "human", "value": "Thanks"},
+        {"from": "gpt", "value": "You're welcome."},
+    ],
+}
+BY_HAND = {
+    "tools": [{"type": "function", "function": WEATHER}],
+    "messages": [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Weather in Paris?"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}],
+        },
+        {"role": "tool", "content": "sunny"},
+        {"role": "assistant", "content": "It is sunny."},
+        {"role": "user", "content": "Thanks"},
+        {"role": "assistant", "content": "You're welcome."},
+    ],
+}
 
 
 def encoded(rows, tokenizer):
@@ -361,21 +469,32 @@ def test_sharegpt_rows_train_as_the_same_conversation_in_messages(tmp_path, toke
     assert rows == data.validate_rows([BY_HAND] * 3, "by hand")
     assert encoded(rows, tokenizer) == encoded(data.validate_rows([BY_HAND], "x") * 3, tokenizer)
     assert sum(label != -100 for label in encoded(rows, tokenizer)[0]["labels"]) > 10  # every answer trained
-    assert f"{path}: 3 ShareGPT ('conversations' of {{from, value}}) rows converted to chat messages" in \
-        capsys.readouterr().out
+    assert (
+        f"{path}: 3 ShareGPT ('conversations' of {{from, value}}) rows converted to chat messages"
+        in capsys.readouterr().out
+    )
 
 
 def test_sharegpt_turns_under_messages_and_a_call_after_text_join_one_turn():
     """Some Hub datasets keep {from, value} turns under 'messages'; a text answer followed by
     its function_call is one assistant turn (text, then the call)."""
-    row = {"messages": [{"from": "user", "value": "Paris?"}, {"from": "gpt", "value": "Checking."},
-                        {"from": "function_call", "value": json.dumps({"name": "get_weather", "arguments": {}})},
-                        {"from": "tool", "value": "sunny"}, {"from": "assistant", "value": "Sunny."}],
-           "tools": TOOLS}
+    row = {
+        "messages": [
+            {"from": "user", "value": "Paris?"},
+            {"from": "gpt", "value": "Checking."},
+            {"from": "function_call", "value": json.dumps({"name": "get_weather", "arguments": {}})},
+            {"from": "tool", "value": "sunny"},
+            {"from": "assistant", "value": "Sunny."},
+        ],
+        "tools": TOOLS,
+    }
     [out] = data.validate_rows([row], "rows")
     assert [(m["role"], m["content"], bool(m.get("tool_calls"))) for m in out["messages"]] == [
-        ("user", "Paris?", False), ("assistant", "Checking.", True), ("tool", "sunny", False),
-        ("assistant", "Sunny.", False)]
+        ("user", "Paris?", False),
+        ("assistant", "Checking.", True),
+        ("tool", "sunny", False),
+        ("assistant", "Sunny.", False),
+    ]
 
 
 def test_sharegpt_from_names_are_read_in_any_case():
@@ -386,28 +505,56 @@ def test_sharegpt_from_names_are_read_in_any_case():
 def test_sharegpt_weights_on_every_turn_keep_only_the_assistants():
     """axolotl-style exports (SlimOrca) weigh every turn: system null, human 0, gpt 1. Only an
     assistant turn is trained, so the others' weights are dropped, not refused."""
-    slimorca = {"conversations": [{"from": "system", "value": "You are an AI assistant.", "weight": None},
-                                  {"from": "human", "value": "Hi", "weight": 0.0},
-                                  {"from": "gpt", "value": "Hello", "weight": 1.0},
-                                  {"from": "human", "value": "Again", "weight": 0.0},
-                                  {"from": "gpt", "value": "Bye", "weight": 0}]}
+    slimorca = {
+        "conversations": [
+            {"from": "system", "value": "You are an AI assistant.", "weight": None},
+            {"from": "human", "value": "Hi", "weight": 0.0},
+            {"from": "gpt", "value": "Hello", "weight": 1.0},
+            {"from": "human", "value": "Again", "weight": 0.0},
+            {"from": "gpt", "value": "Bye", "weight": 0},
+        ]
+    }
     [out] = data.validate_rows([slimorca], "slimorca")
-    assert out["messages"] == [{"role": "system", "content": "You are an AI assistant."},
-                               {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello", "weight": 1},
-                               {"role": "user", "content": "Again"},
-                               {"role": "assistant", "content": "Bye", "weight": 0}]
+    assert out["messages"] == [
+        {"role": "system", "content": "You are an AI assistant."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello", "weight": 1},
+        {"role": "user", "content": "Again"},
+        {"role": "assistant", "content": "Bye", "weight": 0},
+    ]
     bad = {"conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello", "weight": 0.5}]}
     assert "messages[1].weight must be 0" in str(pytest.raises(UserError, data.validate_rows, [bad], "r").value)
 
 
-@pytest.mark.parametrize("row", [
-    {"conversations": [{"from": "system", "value": ""}, {"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]},
-    {"conversations": [{"from": "system", "value": None}, {"from": "human", "value": "hi"},
-                       {"from": "chatgpt", "value": "yo"}]},
-    {"system": "", "conversations": [{"from": "human", "value": "hi"}, {"from": "bing", "value": "yo"}]},
-    {"system": "Be brief.", "conversations": [{"from": "system", "value": " "}, {"from": "human", "value": "hi"},
-                                              {"from": "gpt", "value": "yo"}]},
-], ids=["empty-system-turn", "null-system-turn-chatgpt", "empty-system-field-bing", "system-field-and-empty-turn"])
+@pytest.mark.parametrize(
+    "row",
+    [
+        {
+            "conversations": [
+                {"from": "system", "value": ""},
+                {"from": "human", "value": "hi"},
+                {"from": "gpt", "value": "yo"},
+            ]
+        },
+        {
+            "conversations": [
+                {"from": "system", "value": None},
+                {"from": "human", "value": "hi"},
+                {"from": "chatgpt", "value": "yo"},
+            ]
+        },
+        {"system": "", "conversations": [{"from": "human", "value": "hi"}, {"from": "bing", "value": "yo"}]},
+        {
+            "system": "Be brief.",
+            "conversations": [
+                {"from": "system", "value": " "},
+                {"from": "human", "value": "hi"},
+                {"from": "gpt", "value": "yo"},
+            ],
+        },
+    ],
+    ids=["empty-system-turn", "null-system-turn-chatgpt", "empty-system-field-bing", "system-field-and-empty-turn"],
+)
 def test_sharegpt_empty_system_turns_are_skipped_and_original_dump_names_are_assistants(row):
     """The original ShareGPT dumps (FastChat's ShareGPT_Vicuna) name assistant turns chatgpt or bing."""
     [out] = data.validate_rows([row], "rows")
@@ -416,13 +563,23 @@ def test_sharegpt_empty_system_turns_are_skipped_and_original_dump_names_are_ass
 
 
 def test_alpaca_rows_train_as_prompt_completion(tmp_path, tokenizer, capsys):
-    alpaca = [{"instruction": "Translate to French.", "input": "cat", "output": "chat"},
-              {"instruction": "Name a colour.", "input": "", "output": "Blue", "system": "Be brief."},
-              {"instruction": "And another?", "output": "Red", "history": [["Name a colour.", "Blue"]]}]
-    by_hand = [{"prompt": "Translate to French.\ncat", "completion": "chat"},
-               {"prompt": "Name a colour.", "completion": "Blue", "system": "Be brief."},
-               {"prompt": [{"role": "user", "content": "Name a colour."}, {"role": "assistant", "content": "Blue"},
-                           {"role": "user", "content": "And another?"}], "completion": "Red"}]
+    alpaca = [
+        {"instruction": "Translate to French.", "input": "cat", "output": "chat"},
+        {"instruction": "Name a colour.", "input": "", "output": "Blue", "system": "Be brief."},
+        {"instruction": "And another?", "output": "Red", "history": [["Name a colour.", "Blue"]]},
+    ]
+    by_hand = [
+        {"prompt": "Translate to French.\ncat", "completion": "chat"},
+        {"prompt": "Name a colour.", "completion": "Blue", "system": "Be brief."},
+        {
+            "prompt": [
+                {"role": "user", "content": "Name a colour."},
+                {"role": "assistant", "content": "Blue"},
+                {"role": "user", "content": "And another?"},
+            ],
+            "completion": "Red",
+        },
+    ]
     (tmp_path / "alpaca.json").write_text(json.dumps(alpaca))
     rows = data.read_rows(tmp_path / "alpaca.json")
     assert rows == data.validate_rows(by_hand, "by hand")
@@ -431,57 +588,125 @@ def test_alpaca_rows_train_as_prompt_completion(tmp_path, tokenizer, capsys):
 
 
 def test_openai_legacy_functions_train_as_tools(tokenizer, capsys):
-    legacy = {"functions": [WEATHER], "messages": [
-        {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "content": None, "function_call": {"name": "get_weather",
-                                                                  "arguments": "{\"city\": \"Paris\"}"}},
-        {"role": "function", "name": "get_weather", "content": "sunny"},
-        {"role": "assistant", "content": "It is sunny."}]}
-    by_hand = {"tools": [{"type": "function", "function": WEATHER}], "messages": [
-        BY_HAND["messages"][1], BY_HAND["messages"][2], {"role": "tool", "name": "get_weather", "content": "sunny"},
-        BY_HAND["messages"][4]]}
+    legacy = {
+        "functions": [WEATHER],
+        "messages": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "function_call": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"},
+            },
+            {"role": "function", "name": "get_weather", "content": "sunny"},
+            {"role": "assistant", "content": "It is sunny."},
+        ],
+    }
+    by_hand = {
+        "tools": [{"type": "function", "function": WEATHER}],
+        "messages": [
+            BY_HAND["messages"][1],
+            BY_HAND["messages"][2],
+            {"role": "tool", "name": "get_weather", "content": "sunny"},
+            BY_HAND["messages"][4],
+        ],
+    }
     rows = data.validate_rows([legacy], "legacy")
     assert rows == data.validate_rows([by_hand], "x")
     assert encoded(rows, tokenizer) == encoded([by_hand], tokenizer)
     assert "1 OpenAI legacy functions / function_call row converted" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("lines, expected", [
-    ([{"conversations": [{"from": "human", "value": "hi"}, {"from": "bot", "value": "yo"}]}],
-     "d.jsonl:1: conversations[1] has unknown 'from' 'bot': ShareGPT turns are from human, user, gpt,"),
-    ([{"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": ""}]}],
-     "d.jsonl:1: conversations[1] (from 'gpt') has an empty value: every turn needs its text"),
-    ([{"conversations": [{"from": "human", "value": "hi"}, {"from": "function_call", "value": "get_weather()"}]}],
-     "conversations[1] (function_call) must be JSON text of {\"name\": ..., \"arguments\": {...}}"),
-    ([{"conversations": [{"from": "System", "value": "a"}, {"from": "human", "value": "hi"},
-                         {"from": "gpt", "value": "yo"}], "system": "b"}],
-     "has both a 'system' field and a system turn: keep one"),
-    ([{"conversations": []}], "'conversations' must be a non-empty list of ShareGPT turns"),
-    ([{"instruction": "2+2"}], "d.jsonl:1: Alpaca row has no 'output'"),
-    ([{"instruction": "Sum up.", "context": "Long text", "response": "Short", "category": "summarization"}],
-     "Alpaca row has no 'output' (its keys: 'category', 'context', 'instruction', 'response'): give the answer to "
-     "learn as 'output' (and any context as 'input')"),
-    ([{"instruction": "2+2", "output": 4}], "'output' must be a string, got a number (write it as text: \"4\")"),
-    ([{"instruction": "Say hi", "output": " "}], "'output' is empty: there is nothing to learn"),
-    ([{"instruction": "", "input": "", "output": "x"}], "'instruction' and 'input' are both empty"),
-    ([{"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]}] * 3
-     + [{"instruction": "Say hi", "output": "hi"}],
-     "d.jsonl:4: row is Alpaca (instruction, input, output), but 3 of the file's 4 rows are ShareGPT"),
-    ([json.loads(GOOD)] * 2 + [{"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]}],
-     "d.jsonl:3: row is ShareGPT ('conversations' of {from, value}), but 2 of the file's 3 rows are chat ('messages') "
-     "or prompt-completion: a file holds one format"),
-    ([{**json.loads(GOOD), "functions": "get_weather", "tools": TOOLS}],
-     "'functions' (OpenAI's legacy format) must be a list of function schemas, and not given beside 'tools'"),
-], ids=["unknown-from", "empty-value", "bad-call", "two-systems", "no-turns", "no-output", "dolly", "number-output",
-        "empty-output", "no-request", "mixed-sharegpt-alpaca", "mixed-chat-sharegpt", "functions-and-tools"])
+@pytest.mark.parametrize(
+    "lines, expected",
+    [
+        (
+            [{"conversations": [{"from": "human", "value": "hi"}, {"from": "bot", "value": "yo"}]}],
+            "d.jsonl:1: conversations[1] has unknown 'from' 'bot': ShareGPT turns are from human, user, gpt,",
+        ),
+        (
+            [{"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": ""}]}],
+            "d.jsonl:1: conversations[1] (from 'gpt') has an empty value: every turn needs its text",
+        ),
+        (
+            [
+                {
+                    "conversations": [
+                        {"from": "human", "value": "hi"},
+                        {"from": "function_call", "value": "get_weather()"},
+                    ]
+                }
+            ],
+            "conversations[1] (function_call) must be JSON text of {\"name\": ..., \"arguments\": {...}}",
+        ),
+        (
+            [
+                {
+                    "conversations": [
+                        {"from": "System", "value": "a"},
+                        {"from": "human", "value": "hi"},
+                        {"from": "gpt", "value": "yo"},
+                    ],
+                    "system": "b",
+                }
+            ],
+            "has both a 'system' field and a system turn: keep one",
+        ),
+        ([{"conversations": []}], "'conversations' must be a non-empty list of ShareGPT turns"),
+        ([{"instruction": "2+2"}], "d.jsonl:1: Alpaca row has no 'output'"),
+        (
+            [{"instruction": "Sum up.", "context": "Long text", "response": "Short", "category": "summarization"}],
+            "Alpaca row has no 'output' (its keys: 'category', 'context', 'instruction', 'response'): give the answer to "
+            "learn as 'output' (and any context as 'input')",
+        ),
+        ([{"instruction": "2+2", "output": 4}], "'output' must be a string, got a number (write it as text: \"4\")"),
+        ([{"instruction": "Say hi", "output": " "}], "'output' is empty: there is nothing to learn"),
+        ([{"instruction": "", "input": "", "output": "x"}], "'instruction' and 'input' are both empty"),
+        (
+            [{"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]}] * 3
+            + [{"instruction": "Say hi", "output": "hi"}],
+            "d.jsonl:4: row is Alpaca (instruction, input, output), but 3 of the file's 4 rows are ShareGPT",
+        ),
+        (
+            [json.loads(GOOD)] * 2
+            + [{"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]}],
+            "d.jsonl:3: row is ShareGPT ('conversations' of {from, value}), but 2 of the file's 3 rows are chat ('messages') "
+            "or prompt-completion: a file holds one format",
+        ),
+        (
+            [{**json.loads(GOOD), "functions": "get_weather", "tools": TOOLS}],
+            "'functions' (OpenAI's legacy format) must be a list of function schemas, and not given beside 'tools'",
+        ),
+    ],
+    ids=[
+        "unknown-from",
+        "empty-value",
+        "bad-call",
+        "two-systems",
+        "no-turns",
+        "no-output",
+        "dolly",
+        "number-output",
+        "empty-output",
+        "no-request",
+        "mixed-sharegpt-alpaca",
+        "mixed-chat-sharegpt",
+        "functions-and-tools",
+    ],
+)
 def test_broken_or_mixed_rows_of_other_formats_are_named_with_the_fix(tmp_path, lines, expected):
     path = write(tmp_path, [json.dumps(r) for r in lines])
     msg = str(pytest.raises(UserError, data.read_rows, path).value)
     assert expected in msg and "Traceback" not in msg
 
 
-WEIGHTED = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello", "weight": 0},
-                         {"role": "user", "content": "again"}, {"role": "assistant", "content": "bye", "weight": 1}]}
+WEIGHTED = {
+    "messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello", "weight": 0},
+        {"role": "user", "content": "again"},
+        {"role": "assistant", "content": "bye", "weight": 1},
+    ]
+}
 
 
 def trained_text(example, tokenizer):
@@ -506,10 +731,16 @@ def test_weight_zero_without_one_mask_run_per_message(tokenizer):
     import copy
 
     joined = copy.copy(tokenizer)
-    joined.chat_template = tokenizer.chat_template.replace("<|assistant|>{% generation %}",
-                                                           "{% generation %}<|assistant|>")
-    row = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello", "weight": 0},
-                        {"role": "assistant", "content": "bye"}]}
+    joined.chat_template = tokenizer.chat_template.replace(
+        "<|assistant|>{% generation %}", "{% generation %}<|assistant|>"
+    )
+    row = {
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "hello", "weight": 0},
+            {"role": "assistant", "content": "bye"},
+        ]
+    }
     assert trained_text(data.encode(row, joined, 512), joined) == "<|assistant|>bye<|end|>"
 
 
@@ -519,18 +750,27 @@ def test_weight_zero_with_a_template_without_generation_mask(tokenizer):
 
     plain = copy.copy(tokenizer)
     plain.chat_template = tokenizer.chat_template.replace("{% generation %}", "").replace("{% endgeneration %}", "")
-    row = {"messages": [*WEIGHTED["messages"][:2], {**WEIGHTED["messages"][1], "weight": 1},
-                        {"role": "user", "content": "more"}, {"role": "assistant", "content": "no", "weight": 0}]}
+    row = {
+        "messages": [
+            *WEIGHTED["messages"][:2],
+            {**WEIGHTED["messages"][1], "weight": 1},
+            {"role": "user", "content": "more"},
+            {"role": "assistant", "content": "no", "weight": 0},
+        ]
+    }
     assert trained_text(data.encode(row, plain, 512), plain) == "hello<|end|>"
 
 
-@pytest.mark.parametrize("change, expected", [
-    ({1: {"weight": 2}}, "messages[1].weight must be 0 (do not train on this message) or 1, got 2"),
-    ({1: {"weight": "0"}}, "messages[1].weight must be 0 (do not train on this message) or 1, got '0'"),
-    ({0: {"weight": 1}}, "messages[0] has a weight, which only assistant messages take"),
-    ({3: {"weight": 0}}, "every assistant message has weight 0: there is nothing to learn"),
-    ({1: {"content": ""}, 3: {"content": "  "}}, "every assistant message is empty (no content, no tool_calls)"),
-])
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        ({1: {"weight": 2}}, "messages[1].weight must be 0 (do not train on this message) or 1, got 2"),
+        ({1: {"weight": "0"}}, "messages[1].weight must be 0 (do not train on this message) or 1, got '0'"),
+        ({0: {"weight": 1}}, "messages[0] has a weight, which only assistant messages take"),
+        ({3: {"weight": 0}}, "every assistant message has weight 0: there is nothing to learn"),
+        ({1: {"content": ""}, 3: {"content": "  "}}, "every assistant message is empty (no content, no tool_calls)"),
+    ],
+)
 def test_weights_and_empty_answers_are_checked(change, expected):
     row = {"messages": [{**m, **change.get(i, {})} for i, m in enumerate(WEIGHTED["messages"])]}
     [problem] = data.row_problems(row)
@@ -552,13 +792,22 @@ def test_a_json_list_named_jsonl_and_one_row_object_in_json(tmp_path):
     assert data.read_rows(tmp_path / "one.json") == [json.loads(GOOD)]
 
 
-@pytest.mark.parametrize("name, content, expected", [
-    ("d.jsonl", GOOD + '\n{"prompt": "a", "prompt": "b", "completion": "c"}\n',
-     "d.jsonl:2: has the key 'prompt' twice (a JSON reader keeps only the last value): keep one"),
-    ("d.json", '[{"prompt": "a", "completion": "b", "completion": "c"}]',
-     "d.json: an object has the key 'completion' twice"),
-    ("d.csv", "prompt,completion,prompt\na,b,c\n", "d.csv: the header names the column 'prompt' twice"),
-])
+@pytest.mark.parametrize(
+    "name, content, expected",
+    [
+        (
+            "d.jsonl",
+            GOOD + '\n{"prompt": "a", "prompt": "b", "completion": "c"}\n',
+            "d.jsonl:2: has the key 'prompt' twice (a JSON reader keeps only the last value): keep one",
+        ),
+        (
+            "d.json",
+            '[{"prompt": "a", "completion": "b", "completion": "c"}]',
+            "d.json: an object has the key 'completion' twice",
+        ),
+        ("d.csv", "prompt,completion,prompt\na,b,c\n", "d.csv: the header names the column 'prompt' twice"),
+    ],
+)
 def test_a_repeated_key_or_column_is_refused_not_dropped(tmp_path, name, content, expected):
     (tmp_path / name).write_text(content)
     assert expected in str(pytest.raises(UserError, data.read_rows, tmp_path / name).value)
@@ -585,7 +834,8 @@ def test_length_check_of_a_runaway_template_stops_at_the_budget(monkeypatch):
     assert data.length_problems({"train": [row]}, tok, 64) == [
         "the chat template did not finish tokenizing the rows within 0.3 s (a template is code, and this one runs "
         "away: e.g. a loop like range(99999) inside another): fix the template, or give another with chat_template= "
-        "(a built-in name or a .jinja file)"]
+        "(a built-in name or a .jinja file)"
+    ]
 
 
 def test_the_render_budget_puts_back_an_outer_timer():
@@ -638,77 +888,117 @@ def test_tools_as_bare_function_schemas_read_as_openai_tools_everywhere(tmp_path
     assert converted["tools"] == builtin_data.generate(60, 20, seed=4)["train"][0]["tools"]
 
 
-@pytest.mark.parametrize("change, said", [
-    (lambda r: r["tools"][0]["function"].update(name=""), "tools[0].function.name '' is empty"),
-    (lambda r: r["tools"][0]["function"].update(name="get weather"), "holds ' ' (white space or control"),
-    (lambda r: r["tools"][0]["function"].update(name="get\x07w"), "holds '\\x07'"),
-    (lambda r: r["tools"].append(r["tools"][0]), "is declared twice in the row"),
-    (lambda r: r["messages"].append({"role": "tool", "tool_call_id": "call_9", "content": "22C"}),
-     "messages[2].tool_call_id 'call_9' answers no call made before it (the calls' ids: ['call_1'])"),
-])
+@pytest.mark.parametrize(
+    "change, said",
+    [
+        (lambda r: r["tools"][0]["function"].update(name=""), "tools[0].function.name '' is empty"),
+        (lambda r: r["tools"][0]["function"].update(name="get weather"), "holds ' ' (white space or control"),
+        (lambda r: r["tools"][0]["function"].update(name="get\x07w"), "holds '\\x07'"),
+        (lambda r: r["tools"].append(r["tools"][0]), "is declared twice in the row"),
+        (
+            lambda r: r["messages"].append({"role": "tool", "tool_call_id": "call_9", "content": "22C"}),
+            "messages[2].tool_call_id 'call_9' answers no call made before it (the calls' ids: ['call_1'])",
+        ),
+    ],
+)
 def test_tool_names_no_application_can_call_and_results_answering_no_call_are_refused(change, said):
     """An empty tool name was accepted and trained; so were names with white space, duplicate tools and a tool
     result whose tool_call_id matches no call. Dotted names (BFCL's math.factorial) are real and kept."""
     from trainer.data import row_problems
 
     def row():
-        return {"tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}],
-                "messages": [{"role": "user", "content": "Weather?"},
-                             {"role": "assistant", "content": None, "tool_calls": [
-                                 {"id": "call_1", "type": "function",
-                                  "function": {"name": "get_weather", "arguments": "{}"}}]}]}
+        return {
+            "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}],
+            "messages": [
+                {"role": "user", "content": "Weather?"},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+                    ],
+                },
+            ],
+        }
 
     assert row_problems(row()) == []
     dotted = row()
-    dotted["tools"][0]["function"]["name"] = dotted["messages"][1]["tool_calls"][0]["function"]["name"] = "math.factorial"
+    dotted["tools"][0]["function"]["name"] = dotted["messages"][1]["tool_calls"][0]["function"]["name"] = (
+        "math.factorial"
+    )
     assert row_problems(dotted) == []
     bad = row()
     change(bad)
     assert any(said in p for p in row_problems(bad)), row_problems(bad)
 
 
-_SCHEMA = {"type": "object", "required": ["n"], "properties": {
-    "n": {"type": "integer"}, "x": {"type": "number"}, "on": {"type": "boolean"},
-    "unit": {"type": "string", "enum": ["c", "f"]}, "days": {"type": "array", "items": {"type": "integer"}}}}
+_SCHEMA = {
+    "type": "object",
+    "required": ["n"],
+    "properties": {
+        "n": {"type": "integer"},
+        "x": {"type": "number"},
+        "on": {"type": "boolean"},
+        "unit": {"type": "string", "enum": ["c", "f"]},
+        "days": {"type": "array", "items": {"type": "integer"}},
+    },
+}
 
 
 def _call_row(args):
-    return {"tools": [{"type": "function", "function": {"name": "forecast", "parameters": _SCHEMA}}],
-            "messages": [{"role": "user", "content": "Forecast?"},
-                         {"role": "assistant", "content": None, "tool_calls": [
-                             {"type": "function", "function": {"name": "forecast", "arguments": json.dumps(args)}}]}]}
+    return {
+        "tools": [{"type": "function", "function": {"name": "forecast", "parameters": _SCHEMA}}],
+        "messages": [
+            {"role": "user", "content": "Forecast?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"type": "function", "function": {"name": "forecast", "arguments": json.dumps(args)}}],
+            },
+        ],
+    }
 
 
-@pytest.mark.parametrize("args, said", [
-    ({"n": "five"}, "(forecast.n: expected type integer, got string 'five')"),
-    ({"n": True}, "(forecast.n: expected type integer, got boolean True)"),
-    ({"n": "007"}, "(forecast.n: expected type integer, got string '007')"),  # not the same value as 7
-    ({"x": 1.5}, "(missing required parameter 'n')"),
-    ({"n": 1, "city": "Oslo"}, "(parameter 'city' is not declared by the schema)"),
-    ({"n": 1, "unit": "k"}, "(forecast.unit: 'k' is not one of the schema's enum ['c', 'f'])"),
-    ({"n": 1, "days": [1, "two"]}, "(forecast.days[1]: expected type integer, got string 'two')"),
-])
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        ({"n": "five"}, "(forecast.n: expected type integer, got string 'five')"),
+        ({"n": True}, "(forecast.n: expected type integer, got boolean True)"),
+        ({"n": "007"}, "(forecast.n: expected type integer, got string '007')"),  # not the same value as 7
+        ({"x": 1.5}, "(missing required parameter 'n')"),
+        ({"n": 1, "city": "Oslo"}, "(parameter 'city' is not declared by the schema)"),
+        ({"n": 1, "unit": "k"}, "(forecast.unit: 'k' is not one of the schema's enum ['c', 'f'])"),
+        ({"n": 1, "days": [1, "two"]}, "(forecast.days[1]: expected type integer, got string 'two')"),
+    ],
+)
 def test_an_expected_call_that_breaks_its_own_tool_schema_is_refused(args, said):
     """Accepted before, and the checker then scored an exact copy of the answer as wrong (0/60), so
     min_fc_accuracy could turn a perfect model down."""
     with pytest.raises(UserError) as err:
         data.validate_rows([_call_row({"n": 1}), _call_row(args)], "d.jsonl")
-    assert f"d.jsonl row 2: messages[1].tool_calls[0].function.arguments breaks its own tool's schema {said}: the " \
-           "evaluation would score an exact copy of this call as wrong" in str(err.value)
+    assert (
+        f"d.jsonl row 2: messages[1].tool_calls[0].function.arguments breaks its own tool's schema {said}: the "
+        "evaluation would score an exact copy of this call as wrong" in str(err.value)
+    )
 
 
 def test_values_spelled_in_another_type_than_the_schemas_are_read_as_its_type_and_said_once(capsys):
     from trainer.chat import fc_check
 
-    rows = [_call_row({"n": "5", "x": "2.5", "on": "true", "days": ["1", 2.0]}), _call_row({"n": 3.0}),
-            _call_row({"n": 4, "x": "1e400"})]
+    rows = [
+        _call_row({"n": "5", "x": "2.5", "on": "true", "days": ["1", 2.0]}),
+        _call_row({"n": 3.0}),
+        _call_row({"n": 4, "x": "1e400"}),
+    ]
     with pytest.raises(UserError, match=r"row 3: .*forecast.x: expected type number, got string '1e400'"):
         data.validate_rows(rows, "d.jsonl")  # text that is no finite number stays text, and is refused
     out = data.validate_rows(rows[:2], "d.jsonl")
     said = capsys.readouterr().out
     assert said.count("d.jsonl: 2 calls gave values in another spelling than their tool's schema types") == 1
-    assert 'e.g. row 1: {"n": "5", "x": "2.5", "on": "true", "days": ["1", 2.0]} -> ' \
-           '{"n": 5, "x": 2.5, "on": true, "days": [1, 2]}' in said
+    assert (
+        'e.g. row 1: {"n": "5", "x": "2.5", "on": "true", "days": ["1", 2.0]} -> '
+        '{"n": 5, "x": 2.5, "on": true, "days": [1, 2]}' in said
+    )
     first = out[0]["messages"][1]["tool_calls"][0]["function"]["arguments"]
     assert first == {"n": 5, "x": 2.5, "on": True, "days": [1, 2]} and type(first["n"]) is int
     assert out[1]["messages"][1]["tool_calls"][0]["function"]["arguments"] == {"n": 3}
@@ -723,14 +1013,18 @@ def test_values_spelled_in_another_type_than_the_schemas_are_read_as_its_type_an
 def test_every_file_type_checks_calls_against_their_schemas_and_reads_them_in_its_types(tmp_path, suffix, capsys):
     """A .jsonl file, the usual one, skipped both (found by a review): a call breaking its own tool's schema trained
     and was scored wrong against itself, and "5" for an integer stayed text."""
+
     def write(name, rows):
         path = tmp_path / f"{name}{suffix}"
         path.write_text("\n".join(map(json.dumps, rows)) if suffix == ".jsonl" else json.dumps(rows))
         return path
 
     bad = write("bad", [_call_row({"n": 1}), _call_row({"n": 1, "unit": "k"})])
-    with pytest.raises(UserError, match=rf"bad{suffix}(:| row )2: messages\[1\]\.tool_calls\[0\]\.function\.arguments "
-                                        r"breaks its own tool's schema \(forecast\.unit: 'k' is not one of"):
+    with pytest.raises(
+        UserError,
+        match=rf"bad{suffix}(:| row )2: messages\[1\]\.tool_calls\[0\]\.function\.arguments "
+        r"breaks its own tool's schema \(forecast\.unit: 'k' is not one of",
+    ):
         data.read_rows(bad)
     out = data.read_rows(write("good", [_call_row({"n": "5"})]))
     assert out[0]["messages"][1]["tool_calls"][0]["function"]["arguments"] == {"n": 5}
@@ -744,34 +1038,64 @@ def _deep(levels):
     return value
 
 
-@pytest.mark.parametrize("change, said", [
-    (lambda r: r["messages"][1].update(content=None, tool_calls=None), "messages[1].content is missing or null"),
-    (lambda r: r["messages"].__setitem__(1, {"role": "assistant"}), "messages[1].content is missing or null"),
-    (lambda r: r["messages"][1].update(role={"name": "assistant"}), "messages[1] has unknown role {'name': 'assistant'}"),
-    (lambda r: r["messages"][1].update(role=["assistant"]), "messages[1] has unknown role ['assistant']"),
-    (lambda r: r["tools"][0]["function"]["parameters"].update(required=5),
-     "tools[0].function.parameters.required must be a list of parameter names, e.g. [\"city\"], got 5"),
-    (lambda r: r["tools"][0]["function"]["parameters"].update(required="n"), "tools[0].function.parameters.required must be a list of "
-                                                                             "parameter names, e.g. [\"city\"], got \"n\""),
-    (lambda r: r["tools"][0]["function"]["parameters"]["properties"].update(unit={"type": "object", "required": {"a": 1}}),
-     "tools[0].function.parameters.properties.unit.required must be a list of parameter names"),
-    (lambda r: r["tools"][0]["function"]["parameters"].update(properties=["n"]),
-     "tools[0].function.parameters.properties must be an object of parameter name -> its schema, got [\"n\"]"),
-    (lambda r: r["tools"][0]["function"]["parameters"]["properties"].update(n=5),
-     "tools[0].function.parameters.properties.n must be a JSON schema object, got 5"),
-    (lambda r: r["tools"][0]["function"]["parameters"]["properties"]["unit"].update(enum="c"),
-     "tools[0].function.parameters.properties.unit.enum must be a list of the allowed values, got \"c\""),
-    (lambda r: r["tools"][0]["function"]["parameters"]["properties"]["days"].update(items=5),
-     "tools[0].function.parameters.properties.days.items must be a JSON schema object, got 5"),
-    (lambda r: r["tools"][0]["function"]["parameters"]["properties"]["n"].update(type=5),
-     "tools[0].function.parameters.properties.n.type must be a type name such as \"string\" (or a list of them), got 5"),
-    (lambda r: r["tools"][0]["function"].update(parameters=5), "tools[0].function.parameters must be a JSON schema "
-                                                               "object, got 5"),
-    (lambda r: r["messages"][1]["tool_calls"][0]["function"].update(arguments={"n": 1, "x": _deep(500)}),
-     "messages[1].tool_calls[0].function.arguments is nested more than 64 levels deep"),
-    (lambda r: r["tools"][0]["function"]["parameters"]["properties"].update(deep=_deep(900)),
-     "'tools' is nested more than 64 levels deep"),
-])
+@pytest.mark.parametrize(
+    "change, said",
+    [
+        (lambda r: r["messages"][1].update(content=None, tool_calls=None), "messages[1].content is missing or null"),
+        (lambda r: r["messages"].__setitem__(1, {"role": "assistant"}), "messages[1].content is missing or null"),
+        (
+            lambda r: r["messages"][1].update(role={"name": "assistant"}),
+            "messages[1] has unknown role {'name': 'assistant'}",
+        ),
+        (lambda r: r["messages"][1].update(role=["assistant"]), "messages[1] has unknown role ['assistant']"),
+        (
+            lambda r: r["tools"][0]["function"]["parameters"].update(required=5),
+            "tools[0].function.parameters.required must be a list of parameter names, e.g. [\"city\"], got 5",
+        ),
+        (
+            lambda r: r["tools"][0]["function"]["parameters"].update(required="n"),
+            "tools[0].function.parameters.required must be a list of parameter names, e.g. [\"city\"], got \"n\"",
+        ),
+        (
+            lambda r: r["tools"][0]["function"]["parameters"]["properties"].update(
+                unit={"type": "object", "required": {"a": 1}}
+            ),
+            "tools[0].function.parameters.properties.unit.required must be a list of parameter names",
+        ),
+        (
+            lambda r: r["tools"][0]["function"]["parameters"].update(properties=["n"]),
+            "tools[0].function.parameters.properties must be an object of parameter name -> its schema, got [\"n\"]",
+        ),
+        (
+            lambda r: r["tools"][0]["function"]["parameters"]["properties"].update(n=5),
+            "tools[0].function.parameters.properties.n must be a JSON schema object, got 5",
+        ),
+        (
+            lambda r: r["tools"][0]["function"]["parameters"]["properties"]["unit"].update(enum="c"),
+            "tools[0].function.parameters.properties.unit.enum must be a list of the allowed values, got \"c\"",
+        ),
+        (
+            lambda r: r["tools"][0]["function"]["parameters"]["properties"]["days"].update(items=5),
+            "tools[0].function.parameters.properties.days.items must be a JSON schema object, got 5",
+        ),
+        (
+            lambda r: r["tools"][0]["function"]["parameters"]["properties"]["n"].update(type=5),
+            "tools[0].function.parameters.properties.n.type must be a type name such as \"string\" (or a list of them), got 5",
+        ),
+        (
+            lambda r: r["tools"][0]["function"].update(parameters=5),
+            "tools[0].function.parameters must be a JSON schema object, got 5",
+        ),
+        (
+            lambda r: r["messages"][1]["tool_calls"][0]["function"].update(arguments={"n": 1, "x": _deep(500)}),
+            "messages[1].tool_calls[0].function.arguments is nested more than 64 levels deep",
+        ),
+        (
+            lambda r: r["tools"][0]["function"]["parameters"]["properties"].update(deep=_deep(900)),
+            "'tools' is nested more than 64 levels deep",
+        ),
+    ],
+)
 def test_malformed_messages_and_tool_schemas_are_one_message_each_not_a_traceback(tmp_path, change, said):
     """Each gave a traceback (KeyError 'content', an unhashable role, 'int' object is not iterable in the checker,
     RecursionError), or was read wrongly ("required": "n" as the names of its letters), or was accepted and left to
@@ -785,26 +1109,53 @@ def test_malformed_messages_and_tool_schemas_are_one_message_each_not_a_tracebac
     assert f"d.jsonl:2: {said}" in str(err.value)
 
 
-@pytest.mark.parametrize("schema, args", [
-    ({"type": "object", "properties": {"p": {"type": "string", "nullable": True}}}, {"p": None}),  # OpenAPI, Gemini
-    ({"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": {}}, {"a": "x", "b": 1}),
-    ({"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": True}, {"a": "x", "b": 1}),
-    ({"type": "object", "properties": {"a": {"type": "string"}},
-      "allOf": [{"properties": {"b": {"type": "integer"}}}]}, {"a": "x", "b": 1}),
-    ({"type": "object", "properties": {"p": {"type": "string", "required": True}, "q": {  # draft 3 (MCP catalogues)
-        "type": "object", "required": False, "properties": {"r": {"type": "integer", "required": True}}}}},
-     {"p": "x", "q": {"r": 1}}),
-    ({"type": "object", "properties": {"p": True, "q": None}}, {"p": [1], "q": 1}),  # any value; absent
-])
+@pytest.mark.parametrize(
+    "schema, args",
+    [
+        ({"type": "object", "properties": {"p": {"type": "string", "nullable": True}}}, {"p": None}),  # OpenAPI, Gemini
+        ({"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": {}}, {"a": "x", "b": 1}),
+        ({"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": True}, {"a": "x", "b": 1}),
+        (
+            {
+                "type": "object",
+                "properties": {"a": {"type": "string"}},
+                "allOf": [{"properties": {"b": {"type": "integer"}}}],
+            },
+            {"a": "x", "b": 1},
+        ),
+        (
+            {
+                "type": "object",
+                "properties": {
+                    "p": {"type": "string", "required": True},
+                    "q": {  # draft 3 (MCP catalogues)
+                        "type": "object",
+                        "required": False,
+                        "properties": {"r": {"type": "integer", "required": True}},
+                    },
+                },
+            },
+            {"p": "x", "q": {"r": 1}},
+        ),
+        ({"type": "object", "properties": {"p": True, "q": None}}, {"p": [1], "q": 1}),  # any value; absent
+    ],
+)
 def test_valid_json_schemas_the_checker_does_not_fully_read_are_accepted_in_every_file_type(tmp_path, schema, args):
     """Refused as "breaks its own tool's schema" (or a TypeError in the checker) once .jsonl files got the schema
     check: nullable, additionalProperties {} or true, properties in allOf, draft 3's boolean required (a review)."""
     from trainer.chat import fc_check
 
-    row = {"tools": [{"type": "function", "function": {"name": "f", "parameters": schema}}],
-           "messages": [{"role": "user", "content": "Do it."},
-                        {"role": "assistant", "content": None, "tool_calls": [
-                            {"type": "function", "function": {"name": "f", "arguments": args}}]}]}
+    row = {
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": schema}}],
+        "messages": [
+            {"role": "user", "content": "Do it."},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": args}}],
+            },
+        ],
+    }
     (tmp_path / "d.jsonl").write_text(json.dumps(row) + "\n")
     [read] = data.read_rows(tmp_path / "d.jsonl")
     assert read["messages"][1]["tool_calls"][0]["function"]["arguments"] == args
@@ -824,9 +1175,14 @@ def test_a_schema_type_given_as_a_list_of_types_is_checked_as_json_schema_reads_
         data.validate_rows([row], "d.jsonl")
 
 
-@pytest.mark.parametrize("open_tag, close_tag", [("{%- generation %}", "{%- endgeneration %}"),
-                                                 ("{% generation -%}", "{% endgeneration -%}"),
-                                                 ("{%- generation -%}", "{%- endgeneration -%}")])
+@pytest.mark.parametrize(
+    "open_tag, close_tag",
+    [
+        ("{%- generation %}", "{%- endgeneration %}"),
+        ("{% generation -%}", "{% endgeneration -%}"),
+        ("{%- generation -%}", "{%- endgeneration -%}"),
+    ],
+)
 def test_generation_block_with_whitespace_control_masks_every_assistant_turn(tokenizer, open_tag, close_tag):
     """`{%- generation %}` is the block transformers marks from: it was not recognised, and a multi-turn
     row trained its last assistant turn only (9 tokens where transformers' own mask has 29)."""
@@ -836,11 +1192,17 @@ def test_generation_block_with_whitespace_control_masks_every_assistant_turn(tok
 
     tok = copy.deepcopy(tokenizer)
     tok.chat_template = tokenizer.chat_template.replace("{% generation %}", open_tag).replace(
-        "{% endgeneration %}", close_tag)
+        "{% endgeneration %}", close_tag
+    )
     assert open_tag in tok.chat_template
     row = builtin_data.make_multi_turn_row(random.Random(0))
-    enc = tok.apply_chat_template(row["messages"], tools=row.get("tools") or None, tokenize=True,
-                                  return_dict=True, return_assistant_tokens_mask=True)
+    enc = tok.apply_chat_template(
+        row["messages"],
+        tools=row.get("tools") or None,
+        tokenize=True,
+        return_dict=True,
+        return_assistant_tokens_mask=True,
+    )
     out = data.encode(row, tok, 4096)
     assert out["input_ids"] == list(enc["input_ids"])
     assert [int(label != -100) for label in out["labels"]] == list(enc["assistant_masks"])

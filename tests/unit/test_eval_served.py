@@ -19,9 +19,16 @@ def _adapter(base_dir, out_dir, modules_to_save=None, zero=True):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.manual_seed(0)
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(base_dir),
-                           LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"],
-                                      modules_to_save=modules_to_save, init_lora_weights=zero))
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(base_dir),
+        LoraConfig(
+            r=8,
+            lora_alpha=16,
+            target_modules=["q_proj", "v_proj"],
+            modules_to_save=modules_to_save,
+            init_lora_weights=zero,
+        ),
+    )
     model.save_pretrained(out_dir)
     AutoTokenizer.from_pretrained(base_dir).save_pretrained(out_dir)
     return out_dir
@@ -32,7 +39,11 @@ def test_engine_choice(tiny_model_dir, tmp_path):
     assert ev.choose_engine("auto", tiny_model_dir) == "hf"  # 0.9M parameters: a server start costs more
     plain = _adapter(tiny_model_dir, tmp_path / "plain")
     embed = _adapter(tiny_model_dir, tmp_path / "embed", modules_to_save=["embed_tokens"])
-    assert ev.served._served_lora(plain) and not ev.served._served_lora(embed) and not ev.served._served_lora(tiny_model_dir)
+    assert (
+        ev.served._served_lora(plain)
+        and not ev.served._served_lora(embed)
+        and not ev.served._served_lora(tiny_model_dir)
+    )
 
 
 def test_server_plans_put_the_adapter_beside_its_base_except_on_the_cpu_build(tiny_model_dir, tmp_path, monkeypatch):
@@ -44,7 +55,6 @@ def test_server_plans_put_the_adapter_beside_its_base_except_on_the_cpu_build(ti
     assert ev.server_plans(tiny_model_dir, embed) == apart
     monkeypatch.setattr(ev.served, "vllm_cpu_build", lambda: True)  # the CPU build: base, then the tuned model merged
     assert ev.server_plans(tiny_model_dir, plain) == [(tiny_model_dir, {}, ("base",)), (plain, {}, ("tuned",))]
-
 
 
 def test_only_the_servers_that_answer_for_the_models_asked_start(tiny_model_dir, tmp_path, monkeypatch):
@@ -62,8 +72,13 @@ def test_only_the_servers_that_answer_for_the_models_asked_start(tiny_model_dir,
             pass
 
     started, asked = [], []
-    monkeypatch.setattr(local, "start", lambda served, name, lora_modules=None, **kw: started.append(
-        (str(served), dict(lora_modules or {}))) or Server())
+    monkeypatch.setattr(
+        local,
+        "start",
+        lambda served, name, lora_modules=None, **kw: (
+            started.append((str(served), dict(lora_modules or {}))) or Server()
+        ),
+    )
     monkeypatch.setattr(client, "wait_ready", lambda *a, **kw: None)
     monkeypatch.setattr(merge, "merge", lambda base, adapter, out: out)
     monkeypatch.setattr(ev.served, "ask", lambda url, name, rows, budgets, desc: asked.append(name) or [])
@@ -90,6 +105,7 @@ def test_only_the_servers_that_answer_for_the_models_asked_start(tiny_model_dir,
     assert served(plain, ("tuned",)) == ([(str(tiny_model_dir), {"tuned": str(plain)})], ["tuned"], ["tuned"])
     assert served(None, ("base",)) == ([(str(tiny_model_dir), {})], ["base"], ["base"])
 
+
 def test_auto_serves_through_vllm_only_where_it_can_start(tmp_path, monkeypatch):
     """auto takes vLLM for a real-sized model where vLLM can run: the CPU build (run_local), or
     the CUDA build of the evaluate image with a GPU; the same image on a CPU node takes HF."""
@@ -99,7 +115,8 @@ def test_auto_serves_through_vllm_only_where_it_can_start(tmp_path, monkeypatch)
     from transformers import LlamaConfig
 
     LlamaConfig(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, vocab_size=32000).save_pretrained(
-        tmp_path)
+        tmp_path
+    )
     assert ev.choose_engine("auto", tmp_path) == "vllm"  # here: vllm-cpu
     real = importlib.metadata.distribution
 
@@ -128,8 +145,9 @@ def test_served_loss_reads_the_scored_tokens_of_the_prompt_and_the_last_at_the_g
         choice = {"prompt_logprobs": prompt}
         if "logprob_token_ids" in body:
             [t] = body["logprob_token_ids"]
-            choice["logprobs"] = {"top_logprobs": [{f"token_id:{t}": -(len(body["prompt"]) + t / 100),
-                                                    "token_id:999": -0.01}]}
+            choice["logprobs"] = {
+                "top_logprobs": [{f"token_id:{t}": -(len(body["prompt"]) + t / 100), "token_id:999": -0.01}]
+            }
         return {"choices": [choice]}
 
     monkeypatch.setattr(client, "completion", completion)

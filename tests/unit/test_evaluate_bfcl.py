@@ -25,9 +25,13 @@ def right_answer(row) -> str:
     """The first accepted value of every argument BFCL's answer names, as a <tool_call> per expected call."""
     calls = []
     for call in row["ground_truth"] or []:
-        (name, params), = call.items()
-        calls.append({"name": bfcl_data.served_name(name),
-                      "arguments": {k: _first(v) for k, v in params.items() if any(x != "" for x in v)}})
+        ((name, params),) = call.items()
+        calls.append(
+            {
+                "name": bfcl_data.served_name(name),
+                "arguments": {k: _first(v) for k, v in params.items() if any(x != "" for x in v)},
+            }
+        )
     return "".join(f"<tool_call>{json.dumps(c)}</tool_call>" for c in calls) or "I cannot help with that."
 
 
@@ -49,8 +53,16 @@ def scripted(monkeypatch):
 
 def test_bfcl_rows_asked_scored_and_too_long_ones_counted_wrong(tiny_model_dir, tmp_path, bfcl_tree, scripted):
     data.write_jsonl([], tmp_path / "eval.jsonl")
-    result = ev.evaluate(tiny_model_dir, tiny_model_dir, tmp_path / "eval.jsonl", engine="hf", suites=("bfcl",),
-                         bfcl_dir=bfcl_tree, bfcl_rows=2, seed=1)
+    result = ev.evaluate(
+        tiny_model_dir,
+        tiny_model_dir,
+        tmp_path / "eval.jsonl",
+        engine="hf",
+        suites=("bfcl",),
+        bfcl_dir=bfcl_tree,
+        bfcl_rows=2,
+        seed=1,
+    )
     suite = result["bfcl"]
     assert suite["version"] == bfcl_data.VERSION and result["rows"] == 0 and result["base"] == {}
     counts = suite["counts"]
@@ -71,7 +83,8 @@ def test_bfcl_rows_asked_scored_and_too_long_ones_counted_wrong(tiny_model_dir, 
         else:  # the right call where asked, the base's text never
             assert tuned[f"bfcl_{c}_accuracy"] == (n - too_long) / n and base[f"bfcl_{c}_accuracy"] == 0, c
     assert tuned["bfcl_non_live_ast_accuracy"] == pytest.approx(
-        sum(tuned[f"bfcl_{c}_accuracy"] for c in bfcl_data.NON_LIVE_AST) / 4)
+        sum(tuned[f"bfcl_{c}_accuracy"] for c in bfcl_data.NON_LIVE_AST) / 4
+    )
     live = [tuned[f"bfcl_{c}_accuracy"] * 2 for c in bfcl_data.LIVE_AST]
     assert tuned["bfcl_live_ast_accuracy"] == pytest.approx(sum(live) / 8)
     # every row's answers, as the step writes them out: verdicts that make the accuracies
@@ -93,7 +106,9 @@ def test_bfcl_rows_asked_scored_and_too_long_ones_counted_wrong(tiny_model_dir, 
         won = 0 if c in bfcl_data.IRRELEVANCE else 2 - counts[f"bfcl_{c}_too_long"]  # on every call: never lost
         assert logged[f"bfcl_{c}_lost"] == 0 and logged[f"bfcl_{c}_won"] == won, c
     report = examples_markdown(result)
-    assert f"## BFCL {bfcl_data.VERSION}" in report and "Qwen3-0.6B" in report and "| 86.0% |" in report  # the board of 2026-04-12's multiple
+    assert (
+        f"## BFCL {bfcl_data.VERSION}" in report and "Qwen3-0.6B" in report and "| 86.0% |" in report
+    )  # the board of 2026-04-12's multiple
     assert "## Held-out rows" not in report
     lines = summary_lines(result)
     assert lines[0].startswith(f"BFCL {bfcl_data.VERSION} (2 rows per category, seed 1")
@@ -104,8 +119,16 @@ def test_both_suites_on_the_same_loaded_models(tiny_model_dir, tmp_path, bfcl_tr
     from trainer.data import builtin_data
 
     data.write_jsonl(builtin_data.generate(n_train=0, n_eval=4, seed=2)["eval"], tmp_path / "eval.jsonl")
-    result = ev.evaluate(tiny_model_dir, tiny_model_dir, tmp_path / "eval.jsonl", engine="hf",
-                         suites=("heldout", "bfcl"), bfcl_dir=bfcl_tree, bfcl_rows=1, seed=0)
+    result = ev.evaluate(
+        tiny_model_dir,
+        tiny_model_dir,
+        tmp_path / "eval.jsonl",
+        engine="hf",
+        suites=("heldout", "bfcl"),
+        bfcl_dir=bfcl_tree,
+        bfcl_rows=1,
+        seed=0,
+    )
     assert result["rows"] == 4 and "fc_accuracy" in result["tuned"] and "bfcl" in result
     assert set(scripted) == {"evaluate base", "evaluate tuned", "BFCL base", "BFCL tuned"}
     logged = ev.logged_metrics(result)
@@ -117,15 +140,27 @@ def test_both_suites_on_the_same_loaded_models(tiny_model_dir, tmp_path, bfcl_tr
 
 
 def test_the_gate_refuses_a_category_that_fell_more_than_allowed():
-    metrics = {"fc_ast_accuracy": 0.97, "base_fc_ast_accuracy": 0.0,
-               "base_fc_irrelevance_accuracy": 1.0, "tuned_fc_irrelevance_accuracy": 0.64,
-               "base_bfcl_irrelevance_accuracy": 1.0, "tuned_bfcl_irrelevance_accuracy": 0.067,
-               "base_bfcl_multiple_accuracy": 0.0, "tuned_bfcl_multiple_accuracy": 0.27}
+    metrics = {
+        "fc_ast_accuracy": 0.97,
+        "base_fc_ast_accuracy": 0.0,
+        "base_fc_irrelevance_accuracy": 1.0,
+        "tuned_fc_irrelevance_accuracy": 0.64,
+        "base_bfcl_irrelevance_accuracy": 1.0,
+        "tuned_bfcl_irrelevance_accuracy": 0.067,
+        "base_bfcl_multiple_accuracy": 0.0,
+        "tuned_bfcl_multiple_accuracy": 0.27,
+    }
     assert [d.split()[0] for d in category_drops(metrics, 0.1)] == ["fc_irrelevance", "bfcl_irrelevance"]
     assert [d.split()[0] for d in category_drops(metrics, 0.4)] == ["bfcl_irrelevance"]
     ok, why = promotion(metrics, 0.9, 0.1, 0.4)
-    assert not ok and ("bfcl_irrelevance fell 100.0% -> 6.7% (-93.3 points; lost/won not logged (an older run): "
-                       "taken as significant; max_category_drop 0.4)") in why
+    assert (
+        not ok
+        and (
+            "bfcl_irrelevance fell 100.0% -> 6.7% (-93.3 points; lost/won not logged (an older run): "
+            "taken as significant; max_category_drop 0.4)"
+        )
+        in why
+    )
     assert "raise max_category_drop" in why and why.count("Nothing is deployed") == 1
     assert promotion(metrics, 0.9, 0.1, 1.0)[0]  # 1.0: off
     assert promotion(metrics, 0.9, 0.1, 0.934)[0]

@@ -11,20 +11,43 @@ from trainer.chat import fc_check
 
 
 def _tool(name, properties, required=()):
-    return {"type": "function", "function": {"name": name, "parameters": {
-        "type": "object", "properties": properties, "required": list(required)}}}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "parameters": {"type": "object", "properties": properties, "required": list(required)},
+        },
+    }
 
 
-WEATHER = _tool("get_weather", {"city": {"type": "string"},
-                                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-                                "days": {"type": "integer", "default": 1}}, required=["city"])
-CONVERT = _tool("convert", {"amount": {"type": "number"}, "currency": {"type": "string"},
-                            "exact": {"type": "boolean"}}, required=["amount", "currency"])
-BOOK = _tool("book", {
-    "guests": {"type": "array", "items": {"type": "object", "required": ["name"],
-                                          "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}}},
-    "options": {"type": "object", "properties": {"late": {"type": "boolean"}, "note": {"type": "string"}}},
-})
+WEATHER = _tool(
+    "get_weather",
+    {
+        "city": {"type": "string"},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+        "days": {"type": "integer", "default": 1},
+    },
+    required=["city"],
+)
+CONVERT = _tool(
+    "convert",
+    {"amount": {"type": "number"}, "currency": {"type": "string"}, "exact": {"type": "boolean"}},
+    required=["amount", "currency"],
+)
+BOOK = _tool(
+    "book",
+    {
+        "guests": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["name"],
+                "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+            },
+        },
+        "options": {"type": "object", "properties": {"late": {"type": "boolean"}, "note": {"type": "string"}}},
+    },
+)
 
 
 def _call(name, **arguments):
@@ -33,9 +56,11 @@ def _call(name, **arguments):
 
 def _row(expected, tools, history=()):
     """A chat row whose last assistant turn makes `expected` calls, or answers `expected` text."""
-    answer = ({"role": "assistant", "content": expected} if isinstance(expected, str) else
-              {"role": "assistant", "content": "",
-               "tool_calls": [{"type": "function", "function": c} for c in expected]})
+    answer = (
+        {"role": "assistant", "content": expected}
+        if isinstance(expected, str)
+        else {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": c} for c in expected]}
+    )
     return {"messages": [{"role": "user", "content": "please"}, *history, answer], "tools": tools}
 
 
@@ -46,6 +71,7 @@ def _one(expected_args, predicted_args, tool=WEATHER):
 
 
 # --- the rules, each passing and failing ---
+
 
 def test_right_call_passes_and_wrong_function_name_fails():
     row = _row([_call("get_weather", city="Paris")], [WEATHER, CONVERT])
@@ -82,8 +108,10 @@ def test_integer_takes_only_an_integer(value, ok):
         assert "expected type integer" in reason
 
 
-@pytest.mark.parametrize("expected, value, ok", [(2, 2.0, True), (2.0, 2, True), (2.5, 2.5, True), (2.5, 2, False),
-                                                 (1, True, False), (2, "2", False)])
+@pytest.mark.parametrize(
+    "expected, value, ok",
+    [(2, 2.0, True), (2.0, 2, True), (2.5, 2.5, True), (2.5, 2, False), (1, True, False), (2, "2", False)],
+)
 def test_number_takes_any_number_by_value_and_never_a_bool(expected, value, ok):
     assert _one({"amount": expected, "currency": "EUR"}, {"amount": value, "currency": "EUR"}, CONVERT)[0] is ok
 
@@ -103,8 +131,17 @@ def test_enum_is_exact_even_where_normalised_strings_would_match():
     assert not _one({"city": "Paris", "unit": "celsius"}, {"city": "Paris", "unit": "fahrenheit"})[0]
 
 
-@pytest.mark.parametrize("predicted, ok", [("new york", True), ("New-York", True), ("NEW_YORK.", True),
-                                           ("New  York", True), ("Newark", False), ("York", False)])
+@pytest.mark.parametrize(
+    "predicted, ok",
+    [
+        ("new york", True),
+        ("New-York", True),
+        ("NEW_YORK.", True),
+        ("New  York", True),
+        ("Newark", False),
+        ("York", False),
+    ],
+)
 def test_strings_compare_after_bfcl_normalisation(predicted, ok):
     assert _one({"city": "New York"}, {"city": predicted})[0] is ok
     assert fc_check.standardize_string("April 1, 2024") == fc_check.standardize_string("april 1 2024")
@@ -112,8 +149,9 @@ def test_strings_compare_after_bfcl_normalisation(predicted, ok):
 
 def test_nested_arrays_and_objects_are_checked_with_the_same_rules():
     expected = {"guests": [{"name": "Ann Lee", "age": 30}, {"name": "Bo"}], "options": {"late": True}}
-    assert _one(expected, {"guests": [{"name": "ann-lee", "age": 30}, {"name": "BO"}], "options": {"late": True}},
-                BOOK)[0]
+    assert _one(
+        expected, {"guests": [{"name": "ann-lee", "age": 30}, {"name": "BO"}], "options": {"late": True}}, BOOK
+    )[0]
     failures = {
         "item order": {**expected, "guests": expected["guests"][::-1]},
         "item count": {**expected, "guests": expected["guests"][:1]},
@@ -151,6 +189,7 @@ def test_one_call_expected_means_exactly_one():
 
 # --- parallel ---
 
+
 def test_parallel_calls_match_in_any_order_each_to_a_distinct_call():
     paris, oslo = _call("get_weather", city="Paris"), _call("get_weather", city="Oslo", unit="celsius")
     row = _row([paris, oslo], [WEATHER, CONVERT])
@@ -166,6 +205,7 @@ def test_parallel_calls_match_in_any_order_each_to_a_distinct_call():
 
 # --- text answers: irrelevance, multi_turn ---
 
+
 def test_irrelevance_any_call_is_wrong_and_an_empty_answer_too():
     row = _row("Sorry, none of my tools can do that.", [WEATHER])
     assert fc_check.category(row) == "irrelevance"
@@ -178,9 +218,14 @@ def test_irrelevance_any_call_is_wrong_and_an_empty_answer_too():
 def test_after_a_tool_result_a_call_is_scored_by_its_calls_and_text_by_its_words():
     """Issue 44: the answer to a tool result passed with any text (both models writing byte noise scored 100%);
     a call after a tool result is a call (multiple here), not a category of its own."""
-    history = [{"role": "assistant", "content": "", "tool_calls": [
-                   {"type": "function", "function": _call("get_weather", city="Paris")}]},
-               {"role": "tool", "content": '{"temperature": 18}'}]
+    history = [
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"type": "function", "function": _call("get_weather", city="Paris")}],
+        },
+        {"role": "tool", "content": '{"temperature": 18}'},
+    ]
     text_row = _row("It is 18 degrees in Paris.", [WEATHER], history)
     call_row = _row([_call("convert", amount=18, currency="EUR")], [WEATHER, CONVERT], history)
     assert fc_check.category(text_row) == "multi_turn" and fc_check.category(call_row) == "multiple"
@@ -214,6 +259,7 @@ def test_categories_from_the_row():
 
 # --- exact match beside AST ---
 
+
 def test_exact_match_is_strict_where_the_ast_check_normalises():
     row = _row([_call("convert", amount=5, currency="EUR")], [CONVERT])
     assert fc_check.exact(row, [_call("convert", amount=5.0, currency="EUR")], None)  # JSON numbers
@@ -225,25 +271,36 @@ def test_exact_match_is_strict_where_the_ast_check_normalises():
 
 # --- summary ---
 
+
 def test_absent_categories_are_not_measured_never_zero():
     row = _row([_call("get_weather", city="Paris")], [WEATHER, CONVERT])
-    results = [fc_check.score(row, [_call("get_weather", city="paris")], None),
-               fc_check.score(row, [], "no"),
-               fc_check.score(_row("Hi", []), [], "Hi")]  # chat: in no fc_ metric
+    results = [
+        fc_check.score(row, [_call("get_weather", city="paris")], None),
+        fc_check.score(row, [], "no"),
+        fc_check.score(_row("Hi", []), [], "Hi"),
+    ]  # chat: in no fc_ metric
     summary = fc_check.summarize(results)
     assert summary["categories"]["multiple"] == {"rows": 2, "correct": 1, "exact": 0, "accuracy": 0.5}
     assert all(summary["categories"][c]["accuracy"] is None for c in fc_check.CATEGORIES if c != "multiple")
     assert (summary["fc_rows"], summary["fc_ast_accuracy"], summary["fc_exact_accuracy"]) == (2, 0.5, 0.0)
     metrics = fc_check.metrics(summary)
-    assert set(metrics) == {"fc_rows", "fc_ast_accuracy", "fc_exact_accuracy", "fc_multiple_accuracy",
-                            *(f"fc_{c}_rows" for c in fc_check.CATEGORIES)}
+    assert set(metrics) == {
+        "fc_rows",
+        "fc_ast_accuracy",
+        "fc_exact_accuracy",
+        "fc_multiple_accuracy",
+        *(f"fc_{c}_rows" for c in fc_check.CATEGORIES),
+    }
     assert metrics["fc_parallel_rows"] == 0
     empty = fc_check.summarize([])
     assert empty["fc_ast_accuracy"] is None and fc_check.metrics(empty) == {
-        "fc_rows": 0, **{f"fc_{c}_rows": 0 for c in fc_check.CATEGORIES}}
+        "fc_rows": 0,
+        **{f"fc_{c}_rows": 0 for c in fc_check.CATEGORIES},
+    }
 
 
 # --- the built-in dataset's categories, scored by the checker ---
+
 
 @pytest.fixture(scope="module")
 def with_categories():
@@ -264,10 +321,14 @@ def test_builtin_categories_leave_the_current_rows_alone_and_spread_through_eval
     assert {fc_check.category(r) for r in bfcl["eval"][:200]} == set(fc_check.CATEGORIES)
     # the demo's data holds them all (builtin:function-calling-bfcl, the older name, the same rows)
     assert json.dumps(builtin_data.dataset()) == json.dumps(builtin_data.generate(categories=True)) == json.dumps(bfcl)
-    counts = {s: {c: sum(fc_check.category(r) == c for r in rows) for c in fc_check.CATEGORIES}
-              for s, rows in with_categories.items()}
-    assert counts == {"train": {"multiple": 300, "simple": 15, "parallel": 15, "irrelevance": 15, "multi_turn": 15},
-                      "eval": {"multiple": 100, "simple": 5, "parallel": 5, "irrelevance": 5, "multi_turn": 5}}
+    counts = {
+        s: {c: sum(fc_check.category(r) == c for r in rows) for c in fc_check.CATEGORIES}
+        for s, rows in with_categories.items()
+    }
+    assert counts == {
+        "train": {"multiple": 300, "simple": 15, "parallel": 15, "irrelevance": 15, "multi_turn": 15},
+        "eval": {"multiple": 100, "simple": 5, "parallel": 5, "irrelevance": 5, "multi_turn": 5},
+    }
 
 
 def test_builtin_category_rows_are_valid_learnable_and_disjoint(with_categories):
@@ -285,7 +346,8 @@ def test_builtin_category_rows_are_valid_learnable_and_disjoint(with_categories)
         if fc_check.category(row) == "multi_turn":  # the answer reports the tool's result
             result = json.loads(row["messages"][2]["content"])
             values = [v for v in result.values() if not isinstance(v, list)] + [
-                v for f in result.get("flights", []) for v in f.values()]
+                v for f in result.get("flights", []) for v in f.values()
+            ]
             assert all(str(v) in answer["content"] for v in values if v not in ("set", "booked")), row
 
 
@@ -297,9 +359,16 @@ def test_never_calling_model_scores_zero_on_calls_and_full_on_irrelevance(with_c
     assert cats["irrelevance"]["accuracy"] == 1.0
     # the built-in multi_turn rows expect an answer that reports the tool's result: a stock refusal is not one
     assert cats["multi_turn"]["accuracy"] == 0.0
-    perfect = fc_check.summarize([fc_check.score(r, [m["function"] for m in r["messages"][-1].get("tool_calls", [])],
-                                                 r["messages"][-1]["content"]) for r in rows])
+    perfect = fc_check.summarize(
+        [
+            fc_check.score(
+                r, [m["function"] for m in r["messages"][-1].get("tool_calls", [])], r["messages"][-1]["content"]
+            )
+            for r in rows
+        ]
+    )
     assert perfect["fc_ast_accuracy"] == perfect["fc_exact_accuracy"] == 1.0
-    always_call = fc_check.summarize([fc_check.score(r, [_call("get_weather", city="Paris", unit="celsius")], "")
-                                      for r in rows])
+    always_call = fc_check.summarize(
+        [fc_check.score(r, [_call("get_weather", city="Paris", unit="celsius")], "") for r in rows]
+    )
     assert always_call["categories"]["irrelevance"]["accuracy"] == 0.0

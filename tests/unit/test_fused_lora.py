@@ -42,10 +42,15 @@ def _pair(tiny_model_dir, monkeypatch, cfg: TrainConfig):
 
 
 @pytest.mark.parametrize("train_embeddings,checkpointing", [(False, False), (True, False), (False, True)])
-def test_fused_model_loss_and_gradients_equal_peft(tiny_model_dir, tokenizer, monkeypatch, train_embeddings,
-                                                   checkpointing):
-    cfg = TrainConfig(lora_r=8, lora_alpha=12, lora_train_embeddings=train_embeddings,  # scale 1.5
-                      gradient_checkpointing=checkpointing)
+def test_fused_model_loss_and_gradients_equal_peft(
+    tiny_model_dir, tokenizer, monkeypatch, train_embeddings, checkpointing
+):
+    cfg = TrainConfig(
+        lora_r=8,
+        lora_alpha=12,
+        lora_train_embeddings=train_embeddings,  # scale 1.5
+        gradient_checkpointing=checkpointing,
+    )
     fused, plain = _pair(tiny_model_dir, monkeypatch, cfg)
     layers = [m for m in fused.modules() if isinstance(m, FusedLoraLinear)]
     assert len(layers) == 4 * 7 and not any(isinstance(m, FusedLoraLinear) for m in plain.modules())
@@ -151,8 +156,9 @@ def test_a_compiled_decoder_layer_traces_the_fused_layers_whole(tiny_model_dir, 
     layer = decoder_layers(model)[0]
     assert isinstance(layer.self_attn.q_proj, FusedLoraLinear)
     seen = {}
-    hook = layer.register_forward_pre_hook(lambda m, args, kwargs: seen.update(args=args, kwargs=kwargs),
-                                           with_kwargs=True)
+    hook = layer.register_forward_pre_hook(
+        lambda m, args, kwargs: seen.update(args=args, kwargs=kwargs), with_kwargs=True
+    )
     loss_model = LossModel(model, torch.device("cpu"), autocast=True)
     loss_model(**collate(examples(tokenizer), tokenizer.pad_token_id))
     hook.remove()

@@ -39,11 +39,18 @@ def test_a_whole_tiny_gguf_has_no_tensor_problem(tmp_path):
     assert trainer_gguf.tensor_problems(tiny_gguf(tmp_path / "tiny.gguf")) == []
 
 
-@pytest.mark.parametrize("name, shape, said", [
-    ("blk.0.attn_q.weight", (32, 16), "tensor blk.0.attn_q.weight is [32, 16], but the config in its metadata makes "
-                                      "model.layers.0.self_attn.q_proj.weight [32, 32]"),
-    ("blk.1.attn_q.weight", (32, 32), "tensor blk.1.attn_q.weight [32, 32] is no parameter of a 'llama' model"),
-])
+@pytest.mark.parametrize(
+    "name, shape, said",
+    [
+        (
+            "blk.0.attn_q.weight",
+            (32, 16),
+            "tensor blk.0.attn_q.weight is [32, 16], but the config in its metadata makes "
+            "model.layers.0.self_attn.q_proj.weight [32, 32]",
+        ),
+        ("blk.1.attn_q.weight", (32, 32), "tensor blk.1.attn_q.weight [32, 32] is no parameter of a 'llama' model"),
+    ],
+)
 def test_a_tensor_of_the_wrong_shape_or_beyond_the_metadata_is_refused_before_converting(tmp_path, name, shape, said):
     path = _with_tensor(tmp_path / "bad.gguf", name, shape)
     err = str(pytest.raises(UserError, trainer_gguf.convert, path, tmp_path / "out").value)

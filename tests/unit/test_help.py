@@ -11,8 +11,14 @@ import pytest
 
 from pipelines.cli_params import pipeline_defaults
 
-ENTRY_POINTS = ["pipelines.run_local", "pipelines.runs", "pipelines.compile", "pipelines.manifests",
-                "pipelines.submit", "trainer.__main__"]
+ENTRY_POINTS = [
+    "pipelines.run_local",
+    "pipelines.runs",
+    "pipelines.compile",
+    "pipelines.manifests",
+    "pipelines.submit",
+    "trainer.__main__",
+]
 
 
 def help_text(module_name: str, argv: list[str], capsys, monkeypatch) -> str:
@@ -69,6 +75,7 @@ class _Parsed(Exception):
 
 def _parsers(module_name: str, monkeypatch) -> list[argparse.ArgumentParser]:
     """The entry point's parser and its subcommands' parsers, as main() builds them."""
+
     def capture(self, *args, **kwargs):
         raise _Parsed(self)
 
@@ -135,5 +142,9 @@ def test_the_parameter_table_command_answers_help_instead_of_printing_the_table(
     with pytest.raises(SystemExit) as exit_info:
         params.main(["--help"])
     out = capsys.readouterr().out
-    assert exit_info.value.code == 0 and out.startswith("usage: python -m trainer.config.params") and "| parameter |" not in out
+    assert (
+        exit_info.value.code == 0
+        and out.startswith("usage: python -m trainer.config.params")
+        and "| parameter |" not in out
+    )
     assert params.main([]) == 0 and capsys.readouterr().out == params.markdown()

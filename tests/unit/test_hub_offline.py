@@ -30,9 +30,14 @@ def no_dns(monkeypatch):
     monkeypatch.setattr(delivery.time, "sleep", lambda s: None)  # the two re-asks of a temporary failure
 
 
-@pytest.mark.parametrize("load", [lambda: delivery._load_dataset("someorg/somedata", ""),
-                                  lambda: delivery.materialize_model(sources.Source("hub", "someorg/somemodel"), "",
-                                                                    None)], ids=["dataset", "model"])
+@pytest.mark.parametrize(
+    "load",
+    [
+        lambda: delivery._load_dataset("someorg/somedata", ""),
+        lambda: delivery.materialize_model(sources.Source("hub", "someorg/somemodel"), "", None),
+    ],
+    ids=["dataset", "model"],
+)
 def test_an_unresolvable_hub_is_one_error_at_once_without_retries(no_dns, load, caplog, capsys):
     with caplog.at_level(logging.WARNING), pytest.raises(UserError, match="not in the local Hugging Face cache"):
         load()

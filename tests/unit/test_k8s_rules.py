@@ -5,15 +5,29 @@ import pytest
 from trainer.k8s import rules
 
 
-@pytest.mark.parametrize("value,ok", [
-    ("llm-finetune", True), ("a", True), ("a" * 63, True), ("a" * 64, False), ("LLM_Finetune", False),
-    ("-a", False), ("a-", False), ("", False), ("a.b", False), (3, False)])
+@pytest.mark.parametrize(
+    "value,ok",
+    [
+        ("llm-finetune", True),
+        ("a", True),
+        ("a" * 63, True),
+        ("a" * 64, False),
+        ("LLM_Finetune", False),
+        ("-a", False),
+        ("a-", False),
+        ("", False),
+        ("a.b", False),
+        (3, False),
+    ],
+)
 def test_dns1123_label(value, ok):
     assert (rules.dns1123_label(value, "namespace") == []) is ok
 
 
-@pytest.mark.parametrize("value,ok", [
-    ("my-model", True), ("m1", True), ("1model", False), ("My_Model", False), ("a" * 64, False), ("", False)])
+@pytest.mark.parametrize(
+    "value,ok",
+    [("my-model", True), ("m1", True), ("1model", False), ("My_Model", False), ("a" * 64, False), ("", False)],
+)
 def test_dns1035_label(value, ok):
     assert (rules.dns1035_label(value, "served_model_name") == []) is ok
 
@@ -27,8 +41,9 @@ def test_messages_name_the_fix():
     assert "quote it" in msg
 
 
-@pytest.mark.parametrize("value,ok", [
-    ("kueue.team-a", True), ("bad queue!", False), ("a" * 253, True), ("a" * 254, False), (".a", False)])
+@pytest.mark.parametrize(
+    "value,ok", [("kueue.team-a", True), ("bad queue!", False), ("a" * 253, True), ("a" * 254, False), (".a", False)]
+)
 def test_dns1123_subdomain(value, ok):
     assert (rules.dns1123_subdomain(value, "kueue_queue") == []) is ok
 
@@ -43,26 +58,50 @@ def test_node_selector_and_labels():
     assert rules.node_selector({"Bad_Prefix/pool": "x"})
 
 
-@pytest.mark.parametrize("tol,ok", [
-    ({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}, True),
-    ({"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoExecute", "tolerationSeconds": 60}, True),
-    ({"operator": "Exists"}, True),
-    ({"key": "a", "operator": "Sometimes"}, False),
-    ({"key": "a", "effect": "Never"}, False),
-    ({"key": "a", "operator": "Exists", "value": "x"}, False),
-    ({"value": "x"}, False),
-    ({"key": "a", "tolerationSeconds": 5, "effect": "NoSchedule"}, False),
-    ({"key": "a", "colour": "red"}, False),
-    ("nvidia.com/gpu", False)])
+@pytest.mark.parametrize(
+    "tol,ok",
+    [
+        ({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}, True),
+        (
+            {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoExecute", "tolerationSeconds": 60},
+            True,
+        ),
+        ({"operator": "Exists"}, True),
+        ({"key": "a", "operator": "Sometimes"}, False),
+        ({"key": "a", "effect": "Never"}, False),
+        ({"key": "a", "operator": "Exists", "value": "x"}, False),
+        ({"value": "x"}, False),
+        ({"key": "a", "tolerationSeconds": 5, "effect": "NoSchedule"}, False),
+        ({"key": "a", "colour": "red"}, False),
+        ("nvidia.com/gpu", False),
+    ],
+)
 def test_tolerations(tol, ok):
     assert (rules.tolerations([tol]) == []) is ok
 
 
-@pytest.mark.parametrize("value,integer,ok", [
-    ("8", False, True), ("500m", False, True), ("64Gi", False, True), ("1e3", False, True), (2, True, True),
-    ("-1", False, False), (-3, True, False), ("1.5", True, False), ("500m", True, False), ("1k", True, True),
-    ("abc", False, False), (" 8", False, False), (True, True, False), (float("inf"), False, False),
-    ("1E", False, True), ("2Ei", False, True), ("1e", False, False)])
+@pytest.mark.parametrize(
+    "value,integer,ok",
+    [
+        ("8", False, True),
+        ("500m", False, True),
+        ("64Gi", False, True),
+        ("1e3", False, True),
+        (2, True, True),
+        ("-1", False, False),
+        (-3, True, False),
+        ("1.5", True, False),
+        ("500m", True, False),
+        ("1k", True, True),
+        ("abc", False, False),
+        (" 8", False, False),
+        (True, True, False),
+        (float("inf"), False, False),
+        ("1E", False, True),
+        ("2Ei", False, True),
+        ("1e", False, False),
+    ],
+)
 def test_quantity(value, integer, ok):
     assert (rules.quantity(value, "q", integer=integer) == []) is ok
 
@@ -72,19 +111,46 @@ def test_non_negative_int(value, ok):
     assert (rules.non_negative_int(value, "serve_gpus") == []) is ok
 
 
-@pytest.mark.parametrize("value,ok", [
-    ("kubeflow:pipeline-runner", True), ("kubeflow:", False), (":runner", False), ("runner", False),
-    ("Kube_Flow:runner", False)])
+@pytest.mark.parametrize(
+    "value,ok",
+    [
+        ("kubeflow:pipeline-runner", True),
+        ("kubeflow:", False),
+        (":runner", False),
+        ("runner", False),
+        ("Kube_Flow:runner", False),
+    ],
+)
 def test_service_account_ref(value, ok):
     assert (rules.service_account_ref(value, "--pipeline-sa") == []) is ok
 
 
-@pytest.mark.parametrize("expr,ok", [
-    ("0 0 3 * * *", True), ("0 0 9 ? * MON-FRI", True), ("0 */15 * * * *", True), ("@daily", True),
-    ("@every 1h30m", True), ("@every soon", False), ("not a cron at all x", False), ("0 9 * * 1", False),
-    ("0 0 9 * * 1 2026", False), ("0 60 * * * *", False), ("0 0 25 * * *", False), ("0 0 3 L * *", False),
-    ("", False), (5, False), ("@every 1s", True), ("@every 0s", False), ("@every 500ms", False),
-    ("@every 0h0m", False), ("@every6h", False), ("@every  6h", False), (" @daily ", True)])
+@pytest.mark.parametrize(
+    "expr,ok",
+    [
+        ("0 0 3 * * *", True),
+        ("0 0 9 ? * MON-FRI", True),
+        ("0 */15 * * * *", True),
+        ("@daily", True),
+        ("@every 1h30m", True),
+        ("@every soon", False),
+        ("not a cron at all x", False),
+        ("0 9 * * 1", False),
+        ("0 0 9 * * 1 2026", False),
+        ("0 60 * * * *", False),
+        ("0 0 25 * * *", False),
+        ("0 0 3 L * *", False),
+        ("", False),
+        (5, False),
+        ("@every 1s", True),
+        ("@every 0s", False),
+        ("@every 500ms", False),
+        ("@every 0h0m", False),
+        ("@every6h", False),
+        ("@every  6h", False),
+        (" @daily ", True),
+    ],
+)
 def test_cron(expr, ok):
     assert (rules.cron(expr) == []) is ok
 
@@ -99,33 +165,67 @@ def test_cron_messages_give_the_format():
 def test_cluster_spec_problems_cover_every_setting():
     from types import SimpleNamespace
 
-    good = dict(namespace="", accelerator_resource="nvidia.com/gpu", cpu="8", memory="64Gi", shm_size="16Gi",
-                node_selector={}, tolerations=[], queue="", service_account="", nodes=1, procs_per_node=8,
-                backoff_limit=3, wait_timeout_s=0, poll_interval_s=15.0)
+    good = dict(
+        namespace="",
+        accelerator_resource="nvidia.com/gpu",
+        cpu="8",
+        memory="64Gi",
+        shm_size="16Gi",
+        node_selector={},
+        tolerations=[],
+        queue="",
+        service_account="",
+        nodes=1,
+        procs_per_node=8,
+        backoff_limit=3,
+        wait_timeout_s=0,
+        poll_interval_s=15.0,
+    )
     assert rules.cluster_spec_problems(SimpleNamespace(**good)) == []
-    bad = dict(namespace="LLM_Finetune", accelerator_resource="gpu", memory="lots", node_selector={"pool": 1},
-               tolerations=[{"key": "a", "operator": "Sometimes"}], queue="bad queue!", service_account="Runner",
-               nodes="2", poll_interval_s=float("nan"))
+    bad = dict(
+        namespace="LLM_Finetune",
+        accelerator_resource="gpu",
+        memory="lots",
+        node_selector={"pool": 1},
+        tolerations=[{"key": "a", "operator": "Sometimes"}],
+        queue="bad queue!",
+        service_account="Runner",
+        nodes="2",
+        poll_interval_s=float("nan"),
+    )
     problems = rules.cluster_spec_problems(SimpleNamespace(**{**good, **bad}))
     assert len(problems) == len(bad), problems
-    for name in ("namespace", "accelerator_resource", "memory", "node_selector", "tolerations", "kueue_queue",
-                 "service_account", "nodes", "poll_interval_s"):
+    for name in (
+        "namespace",
+        "accelerator_resource",
+        "memory",
+        "node_selector",
+        "tolerations",
+        "kueue_queue",
+        "service_account",
+        "nodes",
+        "poll_interval_s",
+    ):
         assert any(p.startswith(name) for p in problems), name
 
 
 # --- names a cluster deploy derives from served_model_name ---------------------------------------
 
-@pytest.mark.parametrize("name, backend, namespace, side_by_side, ok", [
-    ("a" * 63, "kubernetes", "", False, True),
-    ("a" * 58, "kubernetes", "", True, True),  # 'aaa...-base': 63
-    ("a" * 59, "kubernetes", "", True, False),  # 64: the base model's Service cannot be created
-    ("a" * 40, "kserve", "team-ml-prod", False, True),  # 'a...-predictor-team-ml-prod': 63
-    ("a" * 41, "kserve", "team-ml-prod", False, False),  # 64: accepted, then never Ready (kserve#4807)
-    ("a" * 35, "kserve", "team-ml-prod", True, True),  # 'a...-base-predictor-team-ml-prod': 63
-    ("a" * 36, "kserve", "team-ml-prod", True, False),
-    ("a" * 63, "kserve", "", False, True),  # namespace not known yet: checked again at deploy
-    ("1b-llama", "kubernetes", "", False, False),  # a Service name starts with a letter
-])
+
+@pytest.mark.parametrize(
+    "name, backend, namespace, side_by_side, ok",
+    [
+        ("a" * 63, "kubernetes", "", False, True),
+        ("a" * 58, "kubernetes", "", True, True),  # 'aaa...-base': 63
+        ("a" * 59, "kubernetes", "", True, False),  # 64: the base model's Service cannot be created
+        ("a" * 40, "kserve", "team-ml-prod", False, True),  # 'a...-predictor-team-ml-prod': 63
+        ("a" * 41, "kserve", "team-ml-prod", False, False),  # 64: accepted, then never Ready (kserve#4807)
+        ("a" * 35, "kserve", "team-ml-prod", True, True),  # 'a...-base-predictor-team-ml-prod': 63
+        ("a" * 36, "kserve", "team-ml-prod", True, False),
+        ("a" * 63, "kserve", "", False, True),  # namespace not known yet: checked again at deploy
+        ("1b-llama", "kubernetes", "", False, False),  # a Service name starts with a letter
+    ],
+)
 def test_deploy_name(name, backend, namespace, side_by_side, ok):
     assert (rules.deploy_name(name, backend, namespace, side_by_side) == []) is ok
 
@@ -140,8 +240,13 @@ def test_pipeline_refuses_names_its_deploy_cannot_create_before_training():
 
     [msg] = problems(served_model_name="a" * 40, deploy_backend="kserve", namespace="team-machine-learning-prod")
     assert "predictor's host name" in msg and "at most 26 characters" in msg
-    [msg] = problems(served_model_name="m" * 60, deploy_backend="kubernetes", serve_adapters=True, method="lora",
-                     lora_train_embeddings=False)
+    [msg] = problems(
+        served_model_name="m" * 60,
+        deploy_backend="kubernetes",
+        serve_adapters=True,
+        method="lora",
+        lora_train_embeddings=False,
+    )
     assert "-base" in msg and "at most 58" in msg
     assert problems(served_model_name="a" * 40, deploy_backend="kserve", namespace="ml") == []
     assert problems(served_model_name="a" * 60, deploy_backend="kubernetes") == []
@@ -166,16 +271,29 @@ def test_sweep_adapter_names_need_no_service_name_limit():
     from trainer.k8s import vllm
 
     name = "m" * 58
-    spec = vllm.ServeSpec(name=f"{name}-base", model_uri="s3://b/base",
-                          adapters=vllm.trial_adapters(name, [f"s3://b/a{i}" for i in range(12)]))
+    spec = vllm.ServeSpec(
+        name=f"{name}-base",
+        model_uri="s3://b/base",
+        adapters=vllm.trial_adapters(name, [f"s3://b/a{i}" for i in range(12)]),
+    )
     assert spec.problems() == []
     assert rules.deploy_name(name, "kubernetes", side_by_side=True) == []
     spec.adapters = {"bad;name": "s3://b/x"}  # still the letters a shell and a path take safely
     assert any("adapter name='bad;name'" in p for p in spec.problems())
 
 
-@pytest.mark.parametrize("parser, ok", [("hermes", True), ("llama3_json", True), ("granite-20b-fc", True),
-                                        ("pythonic", True), ("-hermes", False), ("hermes; rm", False), ("", False)])
+@pytest.mark.parametrize(
+    "parser, ok",
+    [
+        ("hermes", True),
+        ("llama3_json", True),
+        ("granite-20b-fc", True),
+        ("pythonic", True),
+        ("-hermes", False),
+        ("hermes; rm", False),
+        ("", False),
+    ],
+)
 def test_vllm_tool_call_parser_names_with_hyphens_are_accepted(parser, ok):
     """vLLM registers parsers such as granite-20b-fc; a name not starting with a letter could be a flag."""
     from trainer.k8s import vllm
@@ -187,8 +305,9 @@ def test_vllm_tool_call_parser_names_with_hyphens_are_accepted(parser, ok):
 def test_the_base_models_name_is_spelled_out_when_it_is_too_long():
     name = "m" * 60
     [msg] = rules.deploy_name(name, "kubernetes", side_by_side=True)
-    assert f"the base model is '{name}-base', a Service name of at most 63" in msg and "served_model_name-base" \
-        not in msg
+    assert (
+        f"the base model is '{name}-base', a Service name of at most 63" in msg and "served_model_name-base" not in msg
+    )
 
 
 def test_the_validate_step_checks_kserves_host_in_its_own_namespace_before_training(tmp_path, monkeypatch, capsys):
@@ -210,8 +329,15 @@ def test_the_validate_step_checks_kserves_host_in_its_own_namespace_before_train
     assert "predictor's host name" in err and "in namespace 'team-machine-learning-prod'" in err
     assert "at most 26 characters" in err
     with pytest.raises(SystemExit):  # beside adapters the InferenceService is '<name>-base': 5 fewer
-        validate_params.python_func(**{**params, "served_model_name": "a" * 25, "serve_adapters": True,
-                                       "method": "lora", "lora_train_embeddings": False})
+        validate_params.python_func(
+            **{
+                **params,
+                "served_model_name": "a" * 25,
+                "serve_adapters": True,
+                "method": "lora",
+                "lora_train_embeddings": False,
+            }
+        )
     assert "at most 21 characters" in capsys.readouterr().err
     validate_params.python_func(**{**params, "served_model_name": "a" * 26})
     validate_params.python_func(**{**params, "namespace": "ml"})  # a namespace given: checked as before
@@ -230,13 +356,16 @@ def test_a_label_value_that_is_no_string_is_shown_as_typed_and_quoted_as_labels_
     assert '{"pool": "1"}' in label_value(1, "x")[0]
 
 
-@pytest.mark.parametrize("image, said", [
-    ("x:v0.1 --trust-remote-code", "it holds white space"),
-    ("vllm/vllm-openai:v0.32.0\n--port 1", "it holds white space"),
-    ("vllm/vllm-openai@sha256:abc", "is not an image reference"),
-    ("vllm/vllm-openai@sha256:" + "a" * 40, "a sha256 digest has 64 hex digits, this one 40"),
-    ("vllm//vllm:v1", "is not an image reference"),
-])
+@pytest.mark.parametrize(
+    "image, said",
+    [
+        ("x:v0.1 --trust-remote-code", "it holds white space"),
+        ("vllm/vllm-openai:v0.32.0\n--port 1", "it holds white space"),
+        ("vllm/vllm-openai@sha256:abc", "is not an image reference"),
+        ("vllm/vllm-openai@sha256:" + "a" * 40, "a sha256 digest has 64 hex digits, this one 40"),
+        ("vllm//vllm:v1", "is not an image reference"),
+    ],
+)
 def test_an_image_reference_is_checked_by_the_registrys_grammar_before_it_renders(image, said):
     """vllm_image values that rendered into the Deployment and would fail at pull, after training."""
     from trainer.validate import pipeline_problems
@@ -245,8 +374,15 @@ def test_an_image_reference_is_checked_by_the_registrys_grammar_before_it_render
     assert len(problems) == 1 and said in problems[0], problems
 
 
-@pytest.mark.parametrize("image", ["vllm/vllm-openai:v0.32.0", "public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo:v0.32.0",
-                                   "localhost:5000/team/vllm@sha256:" + "0" * 64, "rocm/vllm:rocm6.4.1_vllm_0.10.1"])
+@pytest.mark.parametrize(
+    "image",
+    [
+        "vllm/vllm-openai:v0.32.0",
+        "public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo:v0.32.0",
+        "localhost:5000/team/vllm@sha256:" + "0" * 64,
+        "rocm/vllm:rocm6.4.1_vllm_0.10.1",
+    ],
+)
 def test_real_image_references_pass(image):
     from trainer.k8s.rules import image_reference
 

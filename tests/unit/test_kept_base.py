@@ -44,8 +44,9 @@ def _eval_file(tmp_path, rows=None):
     return path
 
 
-def test_a_second_evaluation_reuses_the_base_and_changed_inputs_score_it_again(tiny_model_dir, tmp_path, kept,
-                                                                               asked, capsys):
+def test_a_second_evaluation_reuses_the_base_and_changed_inputs_score_it_again(
+    tiny_model_dir, tmp_path, kept, asked, capsys
+):
     path = _eval_file(tmp_path)
     first = ev.evaluate(tiny_model_dir, tiny_model_dir, path, engine="hf", kept=kept)
     assert asked == ["evaluate base", "evaluate tuned"]
@@ -77,9 +78,11 @@ def test_a_damaged_kept_object_is_set_aside_and_the_base_scored(tiny_model_dir, 
     where = capsys.readouterr().out.split("base scores kept at ", 1)[1].split(" ", 1)[0]
     key = where.split(f"s3://{kept.store.bucket}/", 1)[1]
     good = kept.store.get_json(key)
-    for damage, said in ((b'{"format": 1, "dig', "not JSON"),
-                         (json.dumps({**good, "digest": "0" * 64}).encode(), "it names digest 000000000000"),
-                         (json.dumps({**good, "predictions": good["predictions"][:1]}).encode(), "1 held-out answers")):
+    for damage, said in (
+        (b'{"format": 1, "dig', "not JSON"),
+        (json.dumps({**good, "digest": "0" * 64}).encode(), "it names digest 000000000000"),
+        (json.dumps({**good, "predictions": good["predictions"][:1]}).encode(), "1 held-out answers"),
+    ):
         kept.store.client.put_object(kept.store.bucket, key, io.BytesIO(damage), len(damage))
         asked.clear()
         again = ev.evaluate(tiny_model_dir, tiny_model_dir, path, engine="hf", kept=kept)
@@ -124,14 +127,21 @@ def test_the_bfcl_part_is_reused_on_another_dataset(tiny_model_dir, tmp_path, bf
     other = tmp_path / "other"
     other.mkdir()
     asked.clear()
-    again = ev.evaluate(tiny_model_dir, tiny_model_dir,
-                        _eval_file(other, builtin_data.generate(n_train=0, n_eval=6, seed=5)["eval"]), **args)
+    again = ev.evaluate(
+        tiny_model_dir,
+        tiny_model_dir,
+        _eval_file(other, builtin_data.generate(n_train=0, n_eval=6, seed=5)["eval"]),
+        **args,
+    )
     assert asked == ["evaluate tuned", "BFCL tuned", "evaluate base"]
     out = capsys.readouterr().out
     assert "(bfcl, scored by run run-1)" in out and out.count("base scores kept at") == 1  # the new held-out part
     assert again["bfcl"]["base"] == first["bfcl"]["base"] and again["rows"] == 6
     asked.clear()
-    ev.evaluate(tiny_model_dir, tiny_model_dir, _eval_file(other, builtin_data.generate(n_train=0, n_eval=6,
-                                                                                         seed=5)["eval"]),
-                **{**args, "suites": ("bfcl",)})  # BFCL alone: the base asked nothing
+    ev.evaluate(
+        tiny_model_dir,
+        tiny_model_dir,
+        _eval_file(other, builtin_data.generate(n_train=0, n_eval=6, seed=5)["eval"]),
+        **{**args, "suites": ("bfcl",)},
+    )  # BFCL alone: the base asked nothing
     assert asked == ["BFCL tuned"]

@@ -10,7 +10,8 @@ from pipelines import kfp_local_patches
 
 def test_the_patches_are_for_the_installed_kfp():
     assert kfp.__version__ == kfp_local_patches.KFP_VERSION, (
-        f"kfp {kfp.__version__}: check each patch in pipelines/kfp_local_patches.py against it, then update KFP_VERSION")
+        f"kfp {kfp.__version__}: check each patch in pipelines/kfp_local_patches.py against it, then update KFP_VERSION"
+    )
     from kfp.local import logging_utils
     from kfp.local.orchestrator import enhanced_dag_orchestrator
 

@@ -15,18 +15,44 @@ import yaml
 from tests.schemas import assert_restricted, pod_specs, validate
 
 ROOT = Path(__file__).resolve().parents[2]
-NATIVE = ["--param", "launcher=trainjob", "--param", "deploy_backend=kserve", "--param",
-          "registry_address=http://model-registry-service.kubeflow.svc.cluster.local:8080",
-          "--param", "model_source=meta-llama/Llama-3.2-1B-Instruct", "--param", "lora_train_embeddings=false",
-          "--param", "learning_rate=0.0002", "--param", "nodes=2", "--param", "procs_per_node=8",
-          "--param", "kueue_queue=team-a", "--param", "serve_gpus=2"]
+NATIVE = [
+    "--param",
+    "launcher=trainjob",
+    "--param",
+    "deploy_backend=kserve",
+    "--param",
+    "registry_address=http://model-registry-service.kubeflow.svc.cluster.local:8080",
+    "--param",
+    "model_source=meta-llama/Llama-3.2-1B-Instruct",
+    "--param",
+    "lora_train_embeddings=false",
+    "--param",
+    "learning_rate=0.0002",
+    "--param",
+    "nodes=2",
+    "--param",
+    "procs_per_node=8",
+    "--param",
+    "kueue_queue=team-a",
+    "--param",
+    "serve_gpus=2",
+]
 
 
 def submit_dry_run(*args):
-    proc = subprocess.run([sys.executable, "-m", "pipelines.submit", "--dry-run", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120,
-                          env={"PATH": "/usr/bin:/bin", "AWS_SECRET_ACCESS_KEY": "s3cr3t-value",
-                               "REGISTRY_TOKEN": "registry-token-value", "HOME": "/tmp"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipelines.submit", "--dry-run", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "AWS_SECRET_ACCESS_KEY": "s3cr3t-value",
+            "REGISTRY_TOKEN": "registry-token-value",
+            "HOME": "/tmp",
+        },
+    )
     return proc
 
 
@@ -51,8 +77,15 @@ def test_dry_run_prints_trainjob_kserve_and_registry_calls():
 def test_bad_kubeflow_native_values_exit_2_before_anything():
     # registry_address is replaced below, not repeated: a key given twice is refused
     native = [a for p in NATIVE[1::2] if not p.startswith("registry_address=") for a in ("--param", p)]
-    proc = submit_dry_run(*native, "--param", "training_runtime=Torch_Runtime", "--param", "eval_gpus=-1",
-                          "--param", "registry_address=model-registry:8080")
+    proc = submit_dry_run(
+        *native,
+        "--param",
+        "training_runtime=Torch_Runtime",
+        "--param",
+        "eval_gpus=-1",
+        "--param",
+        "registry_address=model-registry:8080",
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "training_runtime='Torch_Runtime' is not a valid Kubernetes name" in proc.stderr
     assert "eval_gpus must be >= 0" in proc.stderr and "must be an http:// or https:// URL" in proc.stderr
@@ -73,8 +106,9 @@ def compiled():
 def test_register_is_gated_and_eval_merge_take_gpu_parameters():
     spec, platform = compiled()
     # register: inside the promotion gate's branch, and only when registry_address is set
-    [gate] = [t for name, t in spec["components"]["comp-condition-3"]["dag"]["tasks"].items()
-              if name.startswith("condition")]
+    [gate] = [
+        t for name, t in spec["components"]["comp-condition-3"]["dag"]["tasks"].items() if name.startswith("condition")
+    ]
     assert "registry_address" in gate["triggerPolicy"]["condition"]
     assert "register" in spec["components"][gate["componentRef"]["name"]]["dag"]["tasks"]
     executors = spec["deploymentSpec"]["executors"]
@@ -102,19 +136,24 @@ def test_every_pipeline_pod_runs_restricted():
         k8s = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
         assert set(k8s) == set(spec["deploymentSpec"]["executors"])
         for name, executor in k8s.items():
-            assert executor["securityContext"] == {"runAsUser": "1000", "runAsGroup": "1000",
-                                                   "runAsNonRoot": True}, name
+            assert executor["securityContext"] == {"runAsUser": "1000", "runAsGroup": "1000", "runAsNonRoot": True}, (
+                name
+            )
 
 
 # --- every object the project creates, with hostile-but-legal inputs ----------------------------
 
 # What a user types into the KFP UI: a toleration with tolerationSeconds (KFP hands JSON numbers in
 # list parameters over as floats: 300 arrives as 300.0), a GKE accelerator node selector, a queue.
-UI_PLACEMENT = dict(namespace="team-ml", queue="team-a",
-                    node_selector={"cloud.google.com/gke-accelerator": "nvidia-h100-80gb", "pool": "gpu_pool.v2"},
-                    tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
-                                 {"key": "spot", "operator": "Equal", "value": "true", "effect": "NoExecute",
-                                  "tolerationSeconds": 300.0}])
+UI_PLACEMENT = dict(
+    namespace="team-ml",
+    queue="team-a",
+    node_selector={"cloud.google.com/gke-accelerator": "nvidia-h100-80gb", "pool": "gpu_pool.v2"},
+    tolerations=[
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "spot", "operator": "Equal", "value": "true", "effect": "NoExecute", "tolerationSeconds": 300.0},
+    ],
+)
 
 
 def rendered_objects(accelerator: str, gpus: int, name: str = "llama32-1b-fc") -> list[dict]:
@@ -127,19 +166,35 @@ def rendered_objects(accelerator: str, gpus: int, name: str = "llama32-1b-fc") -
 
     cluster = ClusterSpec(nodes=2, procs_per_node=max(gpus, 1), accelerator_resource=accelerator, **UI_PLACEMENT)
     job = job_name("Run_ÜBER.long-" * 6)
-    serve = vllm.ServeSpec(name=name, model_uri="s3://llm-finetune/models/sha256-a", gpus=gpus, cluster=cluster,
-                           adapters={f"{name}-trial-0": "s3://llm-finetune/models/sha256-b"})
-    objs = [pytorchjob.build_pytorchjob(job, ["--max-steps", "5"], cluster),
-            trainjob.build_trainjob(job, ["--max-steps", "5"], cluster), *vllm.build(serve), *kserve.build(serve)]
+    serve = vllm.ServeSpec(
+        name=name,
+        model_uri="s3://llm-finetune/models/sha256-a",
+        gpus=gpus,
+        cluster=cluster,
+        adapters={f"{name}-trial-0": "s3://llm-finetune/models/sha256-b"},
+    )
+    objs = [
+        pytorchjob.build_pytorchjob(job, ["--max-steps", "5"], cluster),
+        trainjob.build_trainjob(job, ["--max-steps", "5"], cluster),
+        *vllm.build(serve),
+        *kserve.build(serve),
+    ]
     return [json.loads(json.dumps(to_dict(o))) for o in objs]
 
 
-@pytest.mark.parametrize("accelerator, gpus", [("nvidia.com/gpu", 8), ("amd.com/gpu", 2), ("nvidia.com/gpu", 0),
-                                               ("", 0)])
+@pytest.mark.parametrize(
+    "accelerator, gpus", [("nvidia.com/gpu", 8), ("amd.com/gpu", 2), ("nvidia.com/gpu", 0), ("", 0)]
+)
 def test_every_object_with_ui_typed_placement_is_valid(accelerator, gpus):
     objs = rendered_objects(accelerator, gpus)
-    assert [o["kind"] for o in objs] == ["PyTorchJob", "TrainJob", "Deployment", "Service", "ServingRuntime",
-                                         "InferenceService"]
+    assert [o["kind"] for o in objs] == [
+        "PyTorchJob",
+        "TrainJob",
+        "Deployment",
+        "Service",
+        "ServingRuntime",
+        "InferenceService",
+    ]
     for obj in objs:
         validate(obj)  # core kinds: kubernetes-validate strict; custom resources: their CRDs, strict
         if obj["kind"] != "Service":
@@ -149,18 +204,27 @@ def test_every_object_with_ui_typed_placement_is_valid(accelerator, gpus):
             # The API server decodes tolerationSeconds into an int64: 300.0 would be refused.
             assert any('"tolerationSeconds": 300,' in p or '"tolerationSeconds": 300}' in p for p in pods), obj["kind"]
             assert not any("300.0" in p for p in pods)
-        gpu_requests = [c.get("resources", {}).get("requests", {}).get(accelerator) for p in pod_specs(obj)
-                        for c in p["containers"] if "resources" in c]
+        gpu_requests = [
+            c.get("resources", {}).get("requests", {}).get(accelerator)
+            for p in pod_specs(obj)
+            for c in p["containers"]
+            if "resources" in c
+        ]
         if accelerator and gpus and obj["kind"] in ("Deployment", "InferenceService"):
             assert gpu_requests == [str(gpus)]
         elif not gpus and obj["kind"] in ("Deployment", "InferenceService"):
             assert not any(gpu_requests)  # zero GPUs: no accelerator request at all, not "0"
 
 
-@pytest.mark.parametrize("accelerator, gpus, image", [("nvidia.com/gpu", 1, "VLLM_IMAGE"),
-                                                      ("amd.com/gpu", 2, "VLLM_ROCM_IMAGE"),
-                                                      ("nvidia.com/gpu", 0, "VLLM_CPU_IMAGE"),
-                                                      ("", 1, "VLLM_CPU_IMAGE")])
+@pytest.mark.parametrize(
+    "accelerator, gpus, image",
+    [
+        ("nvidia.com/gpu", 1, "VLLM_IMAGE"),
+        ("amd.com/gpu", 2, "VLLM_ROCM_IMAGE"),
+        ("nvidia.com/gpu", 0, "VLLM_CPU_IMAGE"),
+        ("", 1, "VLLM_CPU_IMAGE"),
+    ],
+)
 def test_the_vllm_image_fits_the_accelerator_and_kserve_sets_it_per_service(accelerator, gpus, image):
     """vLLM's CUDA image exits at start-up on a pod without a GPU (the docstring's "0 serves on
     CPU" needs its CPU build); the shared ServingRuntime keeps one image, each InferenceService

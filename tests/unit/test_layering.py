@@ -17,8 +17,14 @@ LINT = Path(sys.executable).with_name("lint-imports")
 
 def lint(root: Path) -> subprocess.CompletedProcess:
     # its own folder first on the path: the packages checked are the ones under `root`, not the installed tree
-    return subprocess.run([str(LINT), "--no-cache", "--no-logo"], cwd=root, capture_output=True, text=True,
-                          timeout=300, env={"PYTHONPATH": str(root), "PATH": str(LINT.parent)})
+    return subprocess.run(
+        [str(LINT), "--no-cache", "--no-logo"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PYTHONPATH": str(root), "PATH": str(LINT.parent)},
+    )
 
 
 def test_the_trees_imports_keep_every_contract():
@@ -27,18 +33,33 @@ def test_the_trees_imports_keep_every_contract():
     assert "Contracts: 4 kept, 0 broken." in proc.stdout, proc.stdout[-2000:]
 
 
-@pytest.mark.parametrize("where, planted, broken", [
-    # an upward import hidden in a function body: the kind of circle issue 34 found 135 of
-    ("trainer/data/encode.py", "def _planted():\n    from trainer.evaluate import scoring  # noqa\n",
-     "trainer.data.encode -> trainer.evaluate.scoring"),
-    ("trainer/chat/turns.py", "def _planted():\n    import trainer.config.sources  # noqa\n",
-     "trainer.chat.turns -> trainer.config.sources"),
-    ("trainer/models/weights.py", "def _planted():\n    from trainer.store import registry  # noqa\n",
-     "trainer.models.weights -> trainer.store.registry"),
-    ("trainer/models/model.py", "def _planted():\n    import kfp  # noqa\n", "trainer.models.model -> kfp"),
-    ("components/merge.py", "def _planted():\n    import pipelines.compile  # noqa\n",
-     "components.merge -> pipelines.compile"),
-])
+@pytest.mark.parametrize(
+    "where, planted, broken",
+    [
+        # an upward import hidden in a function body: the kind of circle issue 34 found 135 of
+        (
+            "trainer/data/encode.py",
+            "def _planted():\n    from trainer.evaluate import scoring  # noqa\n",
+            "trainer.data.encode -> trainer.evaluate.scoring",
+        ),
+        (
+            "trainer/chat/turns.py",
+            "def _planted():\n    import trainer.config.sources  # noqa\n",
+            "trainer.chat.turns -> trainer.config.sources",
+        ),
+        (
+            "trainer/models/weights.py",
+            "def _planted():\n    from trainer.store import registry  # noqa\n",
+            "trainer.models.weights -> trainer.store.registry",
+        ),
+        ("trainer/models/model.py", "def _planted():\n    import kfp  # noqa\n", "trainer.models.model -> kfp"),
+        (
+            "components/merge.py",
+            "def _planted():\n    import pipelines.compile  # noqa\n",
+            "components.merge -> pipelines.compile",
+        ),
+    ],
+)
 def test_a_planted_import_against_the_order_breaks_a_contract_and_is_named(tmp_path, where, planted, broken):
     for package in ("trainer", "components", "pipelines"):
         shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
@@ -88,17 +109,26 @@ def private_uses(root: Path) -> list[str]:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         modules = set()  # local names bound to our modules or to names imported from them
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in ("trainer", "components",
-                                                                                          "pipelines"):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in (
+                "trainer",
+                "components",
+                "pipelines",
+            ):
                 for alias in node.names:
                     if alias.name.startswith("_") and not alias.name.startswith("__"):
                         out.append(f"{path.relative_to(root)}:{node.lineno}: from {node.module} import {alias.name}")
                     modules.add(alias.asname or alias.name)
             elif isinstance(node, ast.Import):
                 modules |= {a.asname or a.name for a in node.names if a.name.split(".")[0] == "trainer"}
-        out += [f"{path.relative_to(root)}:{node.lineno}: {node.value.id}.{node.attr}" for node in ast.walk(tree)
-                if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
-                and isinstance(node.value, ast.Name) and node.value.id in modules]
+        out += [
+            f"{path.relative_to(root)}:{node.lineno}: {node.value.id}.{node.attr}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute)
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and isinstance(node.value, ast.Name)
+            and node.value.id in modules
+        ]
     return out
 
 
@@ -108,7 +138,11 @@ def test_no_module_reads_another_modules_private_names(tmp_path):
     for package in ("components", "pipelines"):
         (tmp_path / package).mkdir()
     with open(tmp_path / "trainer" / "data" / "encode.py", "a") as f:
-        f.write("\n\nfrom trainer.core.jsontext import _planted  # noqa\nfrom trainer.core import storage  # noqa\n"
-                "storage._client  # noqa\n")
+        f.write(
+            "\n\nfrom trainer.core.jsontext import _planted  # noqa\nfrom trainer.core import storage  # noqa\n"
+            "storage._client  # noqa\n"
+        )
     assert [line.split(": ", 1)[1] for line in private_uses(tmp_path)] == [
-        "from trainer.core.jsontext import _planted", "storage._client"]
+        "from trainer.core.jsontext import _planted",
+        "storage._client",
+    ]

@@ -15,8 +15,13 @@ from trainer.core.errors import UserError
 
 
 def _tool(name):
-    return {"type": "function", "function": {"name": name, "parameters": {
-        "type": "object", "properties": {"x": {"type": "string"}}, "required": ["x"]}}}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "parameters": {"type": "object", "properties": {"x": {"type": "string"}}, "required": ["x"]},
+        },
+    }
 
 
 def _call(name, x="1"):
@@ -24,9 +29,14 @@ def _call(name, x="1"):
 
 
 def _row(request, calls, tools, history=()):
-    return {"messages": [{"role": "user", "content": request}, *history,
-                         {"role": "assistant", "content": "", "tool_calls": calls}],
-            "tools": [_tool(t) for t in tools]}
+    return {
+        "messages": [
+            {"role": "user", "content": request},
+            *history,
+            {"role": "assistant", "content": "", "tool_calls": calls},
+        ],
+        "tools": [_tool(t) for t in tools],
+    }
 
 
 def _text_row(request, tools=()):
@@ -37,6 +47,7 @@ def _text_row(request, tools=()):
 def _splits(n_train=100, n_eval=20):
     """Tool rows (one call among three tools, every fourth a parallel call, every fifth the row's only tool)
     and a few text rows, each request unique and named by its split."""
+
     def rows(split, n):
         out = []
         for i in range(n):
@@ -49,6 +60,7 @@ def _splits(n_train=100, n_eval=20):
             else:
                 out.append(_row(f"{split} multiple {i}", [_call("b", str(i))], ["a", "b", "c"]))
         return out
+
     return {"train": rows("train", n_train), "eval": rows("eval", n_eval)}
 
 
@@ -79,11 +91,16 @@ def test_which_rows_are_masked():
     assert not masking.maskable(_text_row("q", ["a"]))  # answers in text
     # its last call repeats one its history made: the copy is cut at the first call instead (cut later, its history
     # would call a tool the copy does not declare)
-    history = [{"role": "assistant", "content": "", "tool_calls": [{"id": "c0", **_call("a")}]},
-               {"role": "tool", "tool_call_id": "c0", "content": "{}"}, {"role": "user", "content": "again"}]
+    history = [
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "c0", **_call("a")}]},
+        {"role": "tool", "tool_call_id": "c0", "content": "{}"},
+        {"role": "user", "content": "again"},
+    ]
     again = _row("q", [_call("a")], ["a", "b"], history)
     assert masking.mask_turn(again) == 1 and masking.masked(again)["messages"] == [
-        again["messages"][0], {"role": "assistant", "content": masking.IRRELEVANCE_REPLY}]
+        again["messages"][0],
+        {"role": "assistant", "content": masking.IRRELEVANCE_REPLY},
+    ]
     assert not masking.maskable(_row("q", [_call("z")], ["a", "b"]))  # calls a function the row does not offer
     # a multi-turn row whose last turn calls another function than its history: masked after its history
     row = _row("q", [_call("b")], ["a", "b"], history)
@@ -119,24 +136,34 @@ def test_no_eval_rows_copy_lands_in_train():
     out, _ = masking.mask_splits(splits, 0.3, seed=0)
     requests = {name: {r["messages"][0]["content"] for r in _copies(rows)} for name, rows in out.items()}
     assert requests["train"] and requests["eval"]
-    assert all(q.startswith("train ") for q in requests["train"]) and all(q.startswith("eval ") for q in requests["eval"])
+    assert all(q.startswith("train ") for q in requests["train"]) and all(
+        q.startswith("eval ") for q in requests["eval"]
+    )
 
 
 def test_the_log_line_counts_the_copies(capsys):
     masking.mask_splits(_splits(100, 20), 0.2, seed=0, what="x")
     line = capsys.readouterr().out
-    assert line.startswith("30 irrelevance rows made by function masking (irrelevance_share=0.2: 25 of 125 train rows, "
-                           "5 of 25 eval rows)"), line
+    assert line.startswith(
+        "30 irrelevance rows made by function masking (irrelevance_share=0.2: 25 of 125 train rows, 5 of 25 eval rows)"
+    ), line
     assert masking.IRRELEVANCE_REPLY in line and "offer no tool" in line
     with data.quiet_conversions():  # a check that only reads the data says nothing
         masking.mask_splits(_splits(100, 20), 0.2, seed=0)
     assert capsys.readouterr().out == ""
 
 
-@pytest.mark.parametrize("share, said", [
-    (-0.1, "irrelevance_share=-0.1 is out of range"), (0.6, "irrelevance_share=0.6 is out of range"),
-    (float("nan"), "irrelevance_share must be a finite number from 0 to 0.5, got nan"),
-    (float("inf"), "must be a finite number"), (True, "must be a finite number"), ("0.1", "must be a finite number")])
+@pytest.mark.parametrize(
+    "share, said",
+    [
+        (-0.1, "irrelevance_share=-0.1 is out of range"),
+        (0.6, "irrelevance_share=0.6 is out of range"),
+        (float("nan"), "irrelevance_share must be a finite number from 0 to 0.5, got nan"),
+        (float("inf"), "must be a finite number"),
+        (True, "must be a finite number"),
+        ("0.1", "must be a finite number"),
+    ],
+)
 def test_a_share_out_of_range_or_not_a_number_is_refused_with_the_fix(share, said):
     problem = masking.share_problem(share)
     assert said in problem and "e.g. irrelevance_share=0.1" in problem
@@ -146,9 +173,11 @@ def test_a_share_out_of_range_or_not_a_number_is_refused_with_the_fix(share, sai
 def test_data_without_tool_calls_is_refused_before_any_work():
     chat = {"train": [_text_row(f"q{i}", ["a"]) for i in range(5)], "eval": [_text_row("e")]}
     err = str(pytest.raises(UserError, masking.mask_splits, chat, 0.1, 0, "dataset chats.jsonl").value)
-    assert err == ("irrelevance_share=0.1, but dataset chats.jsonl has nothing function masking can make irrelevance "
-                   "rows from: no training row makes a tool call (no assistant turn has tool_calls); set "
-                   "irrelevance_share=0, or use rows whose calls name functions in the row's tools")
+    assert err == (
+        "irrelevance_share=0.1, but dataset chats.jsonl has nothing function masking can make irrelevance "
+        "rows from: no training row makes a tool call (no assistant turn has tool_calls); set "
+        "irrelevance_share=0, or use rows whose calls name functions in the row's tools"
+    )
     # calls, but to tools no row offers (a glaive system prompt without function JSON): said as that
     untooled = {"train": [{"messages": _row("q", [_call("a")], [])["messages"]}]}
     err = str(pytest.raises(UserError, masking.mask_splits, untooled, 0.1, 0).value)
@@ -187,23 +216,32 @@ def test_validate_refuses_the_share_at_once(tmp_path):
     assert [p for p in problems if "irrelevance_share" in p] == [
         f"irrelevance_share=0.2, but dataset_source {str(chats)!r} has nothing function masking can make irrelevance "
         "rows from: no training row makes a tool call (no assistant turn has tool_calls); set irrelevance_share=0, or "
-        "use rows whose calls name functions in the row's tools"]
+        "use rows whose calls name functions in the row's tools"
+    ]
     problems = pipeline_problems({"irrelevance_share": 0.7, "nodes": 1})
     assert [p for p in problems if "irrelevance_share" in p] == [
         "irrelevance_share=0.7 is out of range: it is the share of each split's rows made by function masking, from 0 "
-        "(none) to 0.5 (half); e.g. irrelevance_share=0.1"]
+        "(none) to 0.5 (half); e.g. irrelevance_share=0.1"
+    ]
     problems = pipeline_problems({"irrelevance_share": float("nan"), "nodes": 1})
     assert [p for p in problems if "irrelevance_share" in p] == [
-        "irrelevance_share must be a finite number, got nan: NaN and infinity train nothing; use e.g. 0.0"]
+        "irrelevance_share must be a finite number, got nan: NaN and infinity train nothing; use e.g. 0.0"
+    ]
     assert not [p for p in pipeline_problems({"irrelevance_share": 0.15, "nodes": 1}) if "irrelevance" in p]
 
 
-@pytest.mark.parametrize("argv, said", [
-    (["--irrelevance-share", "0.8"], "--irrelevance-share=0.8 is out of range"),
-    (["--irrelevance-share", "nan"], "--irrelevance-share must be a finite number from 0 to 0.5, got nan"),
-    (["--irrelevance-share", "0.1"], "--irrelevance-share=0.1, but dataset {path} has nothing function masking "
-                                     "can make irrelevance rows from: no training row makes a tool call"),
-])
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (["--irrelevance-share", "0.8"], "--irrelevance-share=0.8 is out of range"),
+        (["--irrelevance-share", "nan"], "--irrelevance-share must be a finite number from 0 to 0.5, got nan"),
+        (
+            ["--irrelevance-share", "0.1"],
+            "--irrelevance-share=0.1, but dataset {path} has nothing function masking "
+            "can make irrelevance rows from: no training row makes a tool call",
+        ),
+    ],
+)
 def test_deliver_dataset_cli_exits_2_naming_the_fix(tmp_path, capsys, argv, said):
     from trainer.__main__ import main
 
@@ -223,8 +261,11 @@ def test_the_parameter_is_the_tables_and_reaches_the_deliver_dataset_step():
     p = params.BY_NAME["irrelevance_share"]
     assert (p.type, p.default, p.pipelines) == (float, 0.0, ("finetune", "sweep"))
     assert "irrelevance_share" in deliver_dataset.component_spec.inputs
-    spec = json.dumps(finetune_pipeline.pipeline_spec.root.dag.tasks["deliver-dataset"].inputs.parameters["irrelevance_share"]
-                      .component_input_parameter)
+    spec = json.dumps(
+        finetune_pipeline.pipeline_spec.root.dag.tasks["deliver-dataset"]
+        .inputs.parameters["irrelevance_share"]
+        .component_input_parameter
+    )
     assert "irrelevance_share" in spec
     assert sources.parse("builtin:function-calling", "dataset")  # the demo's data has tool rows to mask
 
@@ -233,15 +274,29 @@ def test_the_run_record_takes_the_delivered_datasets_counts(tmp_path):
     """run_local's run.json: the deliver-dataset task's rows and irrelevance rows (inside a sweep's sub-DAG too)."""
     from pipelines import runs
 
-    meta = {"uri": "s3://b/datasets/sha256-x", "source": "x.jsonl", "rows": {"train": 110.0, "eval": 12.0},
-            "irrelevance_share": 0.1, "irrelevance_rows": {"train": 11.0, "eval": 1.0}, "n_files": 2,
-            "mix": [{"source": "x.jsonl", "weight": 1.0, "train_rows": 110.0, "train_taken": 110.0, "eval_rows": 12.0}]}
+    meta = {
+        "uri": "s3://b/datasets/sha256-x",
+        "source": "x.jsonl",
+        "rows": {"train": 110.0, "eval": 12.0},
+        "irrelevance_share": 0.1,
+        "irrelevance_rows": {"train": 11.0, "eval": 1.0},
+        "n_files": 2,
+        "mix": [{"source": "x.jsonl", "weight": 1.0, "train_rows": 110.0, "train_taken": 110.0, "eval_rows": 12.0}],
+    }
     task = tmp_path / "kfp" / "deliver-dataset"
     task.mkdir(parents=True)
-    (task / "executor_output.json").write_text(json.dumps({"artifacts": {"dataset": {"artifacts": [
-        {"name": "dataset", "uri": str(task / "dataset"), "metadata": meta}]}}}))
-    assert runs.delivered_dataset(tmp_path / "kfp") == {k: meta[k] for k in ("uri", "rows", "irrelevance_share",
-                                                                               "irrelevance_rows", "mix")}
+    (task / "executor_output.json").write_text(
+        json.dumps(
+            {
+                "artifacts": {
+                    "dataset": {"artifacts": [{"name": "dataset", "uri": str(task / "dataset"), "metadata": meta}]}
+                }
+            }
+        )
+    )
+    assert runs.delivered_dataset(tmp_path / "kfp") == {
+        k: meta[k] for k in ("uri", "rows", "irrelevance_share", "irrelevance_rows", "mix")
+    }
     assert runs.delivered_dataset(tmp_path / "nothing") == {}
 
 
@@ -263,18 +318,24 @@ def test_data_without_a_tool_less_row_gets_some_among_the_copies():
     # copies left with no tool (the called one was all the row had) count toward the share
     lone = {"train": [_row(f"q{i}", [_call("a")], ["a"] if i % 2 else ["a", "b"]) for i in range(200)], "eval": []}
     lone_copies = _copies(masking.mask_splits(lone, 0.2, seed=1)[0]["train"])
-    assert sum(1 for c in lone_copies if not c.get("tools")) == sum(1 for r in lone["train"] if len(r["tools"]) == 1
-                                                                     and masking.masked(r) in lone_copies)
+    assert sum(1 for c in lone_copies if not c.get("tools")) == sum(
+        1 for r in lone["train"] if len(r["tools"]) == 1 and masking.masked(r) in lone_copies
+    )
 
 
-@pytest.mark.parametrize("reply, said", [
-    ("", "irrelevance_reply must be a text answer, got ''"), ("   ", "must be a text answer"),
-    ("caf\udce9", "irrelevance_reply holds '\\udce9', which is not text (a byte that is not UTF-8"),
-    (None, "must be a text answer, got None"),
-    ('<tool_call>{"name": "x", "arguments": {}}</tool_call>', "reads as a tool call"),
-    ('{"name": "lookup", "arguments": {"q": 1}}', "reads as a tool call"),
-    ("No tool fits.<|im_end|>", "holds the end-of-turn marker '<|im_end|>'"),
-    ("x" * 501, "is 501 characters long (at most 500)")])
+@pytest.mark.parametrize(
+    "reply, said",
+    [
+        ("", "irrelevance_reply must be a text answer, got ''"),
+        ("   ", "must be a text answer"),
+        ("caf\udce9", "irrelevance_reply holds '\\udce9', which is not text (a byte that is not UTF-8"),
+        (None, "must be a text answer, got None"),
+        ('<tool_call>{"name": "x", "arguments": {}}</tool_call>', "reads as a tool call"),
+        ('{"name": "lookup", "arguments": {"q": 1}}', "reads as a tool call"),
+        ("No tool fits.<|im_end|>", "holds the end-of-turn marker '<|im_end|>'"),
+        ("x" * 501, "is 501 characters long (at most 500)"),
+    ],
+)
 def test_a_reply_that_is_no_plain_short_text_is_refused_with_the_fix(reply, said):
     problem = masking.reply_problem(reply)
     assert said in problem and f"e.g. irrelevance_reply={masking.IRRELEVANCE_REPLY!r}" in problem
@@ -290,24 +351,38 @@ def test_the_reply_is_a_parameter_that_reaches_the_copies_and_the_metadata(store
     p = params.BY_NAME["irrelevance_reply"]
     assert (p.type, p.default, p.pipelines) == (str, masking.IRRELEVANCE_REPLY, ("finetune", "sweep"))
     assert "irrelevance_reply" in deliver_dataset.component_spec.inputs
-    spec = json.dumps(finetune_pipeline.pipeline_spec.root.dag.tasks["deliver-dataset"].inputs.parameters[
-        "irrelevance_reply"].component_input_parameter)
+    spec = json.dumps(
+        finetune_pipeline.pipeline_spec.root.dag.tasks["deliver-dataset"]
+        .inputs.parameters["irrelevance_reply"]
+        .component_input_parameter
+    )
     assert "irrelevance_reply" in spec
     path = tmp_path / "tools.jsonl"
     data.write_jsonl(_splits(110, 0)["train"], path)
     reply = "Sorry, no tool here does that."
-    uri, meta = delivery.deliver_dataset(str(path), "", store, eval_fraction=0.1, seed=0, irrelevance_share=0.1,
-                                         irrelevance_reply=reply)
+    uri, meta = delivery.deliver_dataset(
+        str(path), "", store, eval_fraction=0.1, seed=0, irrelevance_share=0.1, irrelevance_reply=reply
+    )
     delivered = data.read_jsonl(store.get_tree(uri) / "train.jsonl")
     assert meta["irrelevance_reply"] == reply
     assert sum(r["messages"][-1].get("content") == reply for r in delivered) == meta["irrelevance_rows"]["train"] == 11
     assert uri != delivery.deliver_dataset(str(path), "", store, eval_fraction=0.1, seed=0, irrelevance_share=0.1)[0]
     assert "irrelevance_reply" not in delivery.deliver_dataset(str(path), "", store)[1]  # no copies, no reply
-    err = str(pytest.raises(UserError, delivery.deliver_dataset, str(path), "", store, irrelevance_share=0.1,
-                            irrelevance_reply="<tool_call>").value)
+    err = str(
+        pytest.raises(
+            UserError,
+            delivery.deliver_dataset,
+            str(path),
+            "",
+            store,
+            irrelevance_share=0.1,
+            irrelevance_reply="<tool_call>",
+        ).value
+    )
     assert "reads as a tool call" in err
     assert [x for x in pipeline_problems({"irrelevance_reply": "", "nodes": 1}) if "irrelevance_reply" in x] == [
-        f"irrelevance_reply must be a text answer, got '': e.g. irrelevance_reply={masking.IRRELEVANCE_REPLY!r}"]
+        f"irrelevance_reply must be a text answer, got '': e.g. irrelevance_reply={masking.IRRELEVANCE_REPLY!r}"
+    ]
 
 
 def test_deliver_dataset_cli_takes_the_reply_and_refuses_a_bad_one(tmp_path, capsys):
@@ -329,8 +404,10 @@ def test_no_eval_copy_is_a_train_row_when_two_rows_differ_only_in_a_calls_argume
     from trainer.data import eval_overlap
 
     # train and eval ask the same with the same tools, calling with other values: their masked copies are alike
-    splits = {"train": [_row("book it", [_call("a", "1")], ["a", "b"]) for _ in range(1)] + _splits(40, 0)["train"],
-              "eval": [_row("book it", [_call("a", "2")], ["a", "b"])] + _splits(0, 8)["eval"]}
+    splits = {
+        "train": [_row("book it", [_call("a", "1")], ["a", "b"]) for _ in range(1)] + _splits(40, 0)["train"],
+        "eval": [_row("book it", [_call("a", "2")], ["a", "b"])] + _splits(0, 8)["eval"],
+    }
     assert eval_overlap(splits) == ""
     for seed in range(20):  # whichever rows the seed draws
         out, _ = masking.mask_splits(splits, 0.5, seed)
@@ -384,8 +461,9 @@ def test_distractor_copies_offer_unrelated_tools_from_the_dataset_and_the_librar
     import random
 
     for seed in range(20):
-        drawn = {t["function"]["name"] for t in masking.distractors_for(row, masking.tool_pool(splits),
-                                                                         random.Random(seed))}
+        drawn = {
+            t["function"]["name"] for t in masking.distractors_for(row, masking.tool_pool(splits), random.Random(seed))
+        }
         assert drawn and not drawn & {"convert_currency", "get_weather", "convert_length"}
     assert masking.mask_splits(splits, 0.2, seed=1, distractors=0.5) == (out, made)  # seeded
     assert masking.mask_splits(splits, 0.2, seed=1)[0] != out  # 0: the rows' own remaining tools, as before
@@ -404,14 +482,18 @@ def test_a_share_that_makes_no_row_is_refused_at_validate_naming_the_least_that_
 
     data.write_jsonl(builtin_data.generate(40, 0, seed=3)["train"], tmp_path / "mine.jsonl")
     source = str(tmp_path / "mine.jsonl")
-    [refused] = [p for p in pipeline_problems({"dataset_source": source, "irrelevance_share": 0.005})
-                 if "irrelevance_share" in p]
-    assert refused.startswith(f"irrelevance_share=0.005 makes no irrelevance row from dataset_source {source!r}'s "
-                              "36 train and 4 eval rows (each split's count rounds to 0): give at least "
-                              "irrelevance_share=0.014, or 0 for none"), refused
+    [refused] = [
+        p for p in pipeline_problems({"dataset_source": source, "irrelevance_share": 0.005}) if "irrelevance_share" in p
+    ]
+    assert refused.startswith(
+        f"irrelevance_share=0.005 makes no irrelevance row from dataset_source {source!r}'s "
+        "36 train and 4 eval rows (each split's count rounds to 0): give at least "
+        "irrelevance_share=0.014, or 0 for none"
+    ), refused
     assert masking.copies_for(36, 0.014) == 1 and masking.copies_for(36, 0.013) == 0
-    assert not [p for p in pipeline_problems({"dataset_source": source, "irrelevance_share": 0.014})
-                if "irrelevance_share" in p]
+    assert not [
+        p for p in pipeline_problems({"dataset_source": source, "irrelevance_share": 0.014}) if "irrelevance_share" in p
+    ]
 
 
 def test_settings_that_do_nothing_are_warned_at_validate(capsys):
@@ -422,13 +504,21 @@ def test_settings_that_do_nothing_are_warned_at_validate(capsys):
     from components.validate_params import validate_params
     from trainer.validate import pipeline_warnings
 
-    assert pipeline_warnings({}) == [] and pipeline_warnings({"irrelevance_share": 0.1, "irrelevance_distractors": 0.5,
-                                                              "irrelevance_reply": "No tool fits."}) == []
-    [both] = pipeline_warnings({"irrelevance_share": 0.0, "irrelevance_reply": "No tool fits.",
-                                "irrelevance_distractors": 0.5})
-    assert both == ("irrelevance_reply='No tool fits.' and irrelevance_distractors=0.5 apply to the rows function "
-                    "masking makes, but irrelevance_share is 0, so none are made: set irrelevance_share (e.g. 0.1), or "
-                    "leave them at the default")
+    assert (
+        pipeline_warnings({}) == []
+        and pipeline_warnings(
+            {"irrelevance_share": 0.1, "irrelevance_distractors": 0.5, "irrelevance_reply": "No tool fits."}
+        )
+        == []
+    )
+    [both] = pipeline_warnings(
+        {"irrelevance_share": 0.0, "irrelevance_reply": "No tool fits.", "irrelevance_distractors": 0.5}
+    )
+    assert both == (
+        "irrelevance_reply='No tool fits.' and irrelevance_distractors=0.5 apply to the rows function "
+        "masking makes, but irrelevance_share is 0, so none are made: set irrelevance_share (e.g. 0.1), or "
+        "leave them at the default"
+    )
     [rows] = pipeline_warnings({"eval_suites": "heldout", "bfcl_rows": 100})
     assert rows.startswith("bfcl_rows=100 applies to the bfcl suite, but eval_suites='heldout' does not score it")
     assert pipeline_warnings({"eval_suites": "heldout,bfcl", "bfcl_rows": 100}) == []
@@ -444,8 +534,10 @@ def test_no_train_copy_is_an_eval_row_so_the_overlap_warning_is_the_datas_own(st
     from trainer.data import eval_overlap
 
     book = _row("book it", [_call("a")], ["a", "b"])
-    splits = {"train": [book] + _splits(40, 0)["train"],
-              "eval": [masking.masked(book, masking.IRRELEVANCE_REPLY)] + _splits(0, 8)["eval"]}
+    splits = {
+        "train": [book] + _splits(40, 0)["train"],
+        "eval": [masking.masked(book, masking.IRRELEVANCE_REPLY)] + _splits(0, 8)["eval"],
+    }
     assert eval_overlap(splits) == ""
     for seed in range(10):  # a share of 0.5 masks every maskable train row it may
         out, made = masking.mask_splits(splits, 0.5, seed)

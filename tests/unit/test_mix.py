@@ -10,13 +10,17 @@ from trainer.core.errors import UserError
 
 
 def _rows(name, n):
-    return [{"messages": [{"role": "user", "content": f"{name} {i}"}, {"role": "assistant", "content": "ok"}]}
-            for i in range(n)]
+    return [
+        {"messages": [{"role": "user", "content": f"{name} {i}"}, {"role": "assistant", "content": "ok"}]}
+        for i in range(n)
+    ]
 
 
 def _parts():
-    return [("a", 3, {"train": _rows("a", 90), "eval": _rows("a-eval", 9)}),
-            ("b", 1, {"train": _rows("b", 10), "eval": _rows("b-eval", 3)})]
+    return [
+        ("a", 3, {"train": _rows("a", 90), "eval": _rows("a-eval", 9)}),
+        ("b", 1, {"train": _rows("b", 10), "eval": _rows("b-eval", 3)}),
+    ]
 
 
 def test_weights_are_shares_of_all_training_rows_and_a_small_source_repeats_in_whole_passes():
@@ -28,8 +32,10 @@ def test_weights_are_shares_of_all_training_rows_and_a_small_source_repeats_in_w
     assert len(b) == 25 and all(b.count(f"b {i}") in (2, 3) for i in range(10))  # 2.5 passes over b's 10 rows
     a = [r["messages"][0]["content"] for r in splits["train"] if r[mix.TAG] == 0]
     assert len(a) == len(set(a)) == 75  # a seeded sample of a's 90, none twice
-    assert record == [{"source": "a", "weight": 3, "train_rows": 90, "train_taken": 75, "eval_rows": 9},
-                      {"source": "b", "weight": 1, "train_rows": 10, "train_taken": 25, "eval_rows": 3}]
+    assert record == [
+        {"source": "a", "weight": 3, "train_rows": 90, "train_taken": 75, "eval_rows": 9},
+        {"source": "b", "weight": 1, "train_rows": 10, "train_taken": 25, "eval_rows": 3},
+    ]
     assert mix.mix(_parts(), seed=0) == (splits, record) and mix.mix(_parts(), seed=1)[0] != splits
 
 
@@ -37,7 +43,8 @@ def test_every_eval_row_is_kept_once_and_any_prefix_holds_each_source():
     splits, _ = mix.mix(_parts(), seed=0)
     evals = splits["eval"]
     assert sorted(r["messages"][0]["content"] for r in evals) == sorted(
-        [f"a-eval {i}" for i in range(9)] + [f"b-eval {i}" for i in range(3)])
+        [f"a-eval {i}" for i in range(9)] + [f"b-eval {i}" for i in range(3)]
+    )
     assert {r[mix.TAG] for r in evals[:4]} == {0, 1}
     assert [r["messages"][0]["content"] for r in evals if r[mix.TAG] == 0] == [f"a-eval {i}" for i in range(9)]
     assert mix.sources_of(evals) == [0, 1] and mix.sources_of(_rows("x", 3)) == []
@@ -48,38 +55,69 @@ def test_every_eval_row_is_kept_once_and_any_prefix_holds_each_source():
 
 def test_a_mixed_dataset_source_is_parsed_with_every_problem_named(tmp_path):
     (tmp_path / "mine.jsonl").write_text("{}\n")
-    value = json.dumps([{"source": "builtin:function-calling", "weight": 2},
-                        {"source": f"file://{tmp_path}/mine.jsonl", "weight": 1}])
+    value = json.dumps(
+        [{"source": "builtin:function-calling", "weight": 2}, {"source": f"file://{tmp_path}/mine.jsonl", "weight": 1}]
+    )
     src = sources.parse(f"  {value} ", "dataset")
-    assert src.kind == "mix" and sources.mix_parts(src.ref) == [("builtin:function-calling", 2),
-                                                                (str(tmp_path / "mine.jsonl"), 1)]
+    assert src.kind == "mix" and sources.mix_parts(src.ref) == [
+        ("builtin:function-calling", 2),
+        (str(tmp_path / "mine.jsonl"), 1),
+    ]
     with pytest.raises(UserError) as err:
-        sources.parse(json.dumps([{"source": "builtin:function-calling", "weight": float("nan")},
-                                  {"source": "builtin:nope", "weight": 1}, {"source": "builtin:function-calling",
-                                                                            "weight": True}, ["x"]]), "dataset")
-    for said in ("dataset_source[0].weight must be a finite number above 0", "got NaN",
-                 "dataset_source[1]: unknown built-in dataset 'builtin:nope'",
-                 "dataset_source[2].weight must be", "dataset_source[2] names 'builtin:function-calling' again",
-                 'dataset_source[3] must be {"source": ..., "weight": ...}, got ["x"]'):
+        sources.parse(
+            json.dumps(
+                [
+                    {"source": "builtin:function-calling", "weight": float("nan")},
+                    {"source": "builtin:nope", "weight": 1},
+                    {"source": "builtin:function-calling", "weight": True},
+                    ["x"],
+                ]
+            ),
+            "dataset",
+        )
+    for said in (
+        "dataset_source[0].weight must be a finite number above 0",
+        "got NaN",
+        "dataset_source[1]: unknown built-in dataset 'builtin:nope'",
+        "dataset_source[2].weight must be",
+        "dataset_source[2] names 'builtin:function-calling' again",
+        'dataset_source[3] must be {"source": ..., "weight": ...}, got ["x"]',
+    ):
         assert said in str(err.value)
-    for bad, said in (("[{", "is not a JSON list"), ("[]", "a mix is a JSON list of 1 to 8 sources"),
-                      (json.dumps([{"source": "[1]", "weight": 1}]), "must be one source's text (not a mix)")):
+    for bad, said in (
+        ("[{", "is not a JSON list"),
+        ("[]", "a mix is a JSON list of 1 to 8 sources"),
+        (json.dumps([{"source": "[1]", "weight": 1}]), "must be one source's text (not a mix)"),
+    ):
         with pytest.raises(UserError, match=said.replace("(", r"\(").replace(")", r"\)")):
             sources.parse(bad, "dataset")
     with pytest.raises(UserError, match="unknown model source"):  # a model is one model
         sources.parse(value, "model")
 
 
-@pytest.mark.parametrize("text, said", [
-    ('[{"source": "builtin:function-calling", "weight": ' + "9" * 401 + '}]',
-     "dataset_source[0].weight must be a finite number above 0"),
-    ('[{"source": "builtin:function-calling", "weight": ' + "9" * 5001 + '}]', "is not a JSON list (a number of more than 4300 digits"),
-    ("[" * 3000, "does not read as a JSON list (nested too deep)"),
-    ('[{"source": "builtin:function-calling", "weight": 1, "weight": 2}]', "has the key 'weight' twice"),
-    ('[{"source": "s3://bkt/up/x.jsonl/", "weight": 1}, {"source": " s3://bkt/up/x.jsonl", "weight": 1}]',
-     "dataset_source[1] names 's3://bkt/up/x.jsonl' again"),
-    ('[{"source": "builtin:function-calling", "weight": 1}, {"source": "builtin:function-calling-bfcl", "weight": 1}]',
-     "dataset_source[1] names 'builtin:function-calling-bfcl' again")])
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        (
+            '[{"source": "builtin:function-calling", "weight": ' + "9" * 401 + '}]',
+            "dataset_source[0].weight must be a finite number above 0",
+        ),
+        (
+            '[{"source": "builtin:function-calling", "weight": ' + "9" * 5001 + '}]',
+            "is not a JSON list (a number of more than 4300 digits",
+        ),
+        ("[" * 3000, "does not read as a JSON list (nested too deep)"),
+        ('[{"source": "builtin:function-calling", "weight": 1, "weight": 2}]', "has the key 'weight' twice"),
+        (
+            '[{"source": "s3://bkt/up/x.jsonl/", "weight": 1}, {"source": " s3://bkt/up/x.jsonl", "weight": 1}]',
+            "dataset_source[1] names 's3://bkt/up/x.jsonl' again",
+        ),
+        (
+            '[{"source": "builtin:function-calling", "weight": 1}, {"source": "builtin:function-calling-bfcl", "weight": 1}]',
+            "dataset_source[1] names 'builtin:function-calling-bfcl' again",
+        ),
+    ],
+)
 def test_a_mix_that_a_json_reader_or_float_cannot_hold_or_that_names_a_source_twice_is_one_message(text, said):
     with pytest.raises(UserError) as err:
         sources.mix_parts(text)
@@ -96,8 +134,9 @@ def test_the_same_row_from_two_sources_counts_as_train_eval_overlap():
     from trainer.data import eval_overlap
 
     row = _rows("same", 1)[0]
-    assert "1 of 1 eval rows are also train rows" in eval_overlap({"train": [{**row, mix.TAG: 0}],
-                                                                    "eval": [{**row, mix.TAG: 1}]})
+    assert "1 of 1 eval rows are also train rows" in eval_overlap(
+        {"train": [{**row, mix.TAG: 0}], "eval": [{**row, mix.TAG: 1}]}
+    )
     assert eval_overlap({"train": [{**row, mix.TAG: 0}], "eval": _rows("other", 1)}) == ""
 
 
@@ -107,13 +146,20 @@ def test_the_evaluation_scores_each_source_of_a_mix():
 
     rows = builtin_data.generate(0, 40, seed=2)["eval"]
     tools = [r for r in rows if r["messages"][-1].get("tool_calls")][:6]
-    texts = [{"tools": r["tools"], "messages": [r["messages"][0], {"role": "assistant", "content": "None fits."}]}
-             for r in tools[:4]]
+    texts = [
+        {"tools": r["tools"], "messages": [r["messages"][0], {"role": "assistant", "content": "None fits."}]}
+        for r in tools[:4]
+    ]
     tagged = [{**r, mix.TAG: 0} for r in tools[:4]] + [{**r, mix.TAG: 1} for r in tools[4:] + texts]
     right = [{"calls": [tc["function"] for tc in r["messages"][-1]["tool_calls"]], "content": None} for r in tools]
     # source 0: 3 of 4 calls right; source 1: both calls right, and 1 of 4 text rows answered with a call
-    predictions = right[:3] + [{"calls": [], "content": "no"}] + right[4:] + [right[0]] + [
-        {"calls": [], "content": "None fits."}] * 3
+    predictions = (
+        right[:3]
+        + [{"calls": [], "content": "no"}]
+        + right[4:]
+        + [right[0]]
+        + [{"calls": [], "content": "None fits."}] * 3
+    )
     scores = score_predictions(tagged, predictions)
     assert scores["mix0_fc_ast_accuracy"] == 0.75 and "mix0_text_kept" not in scores
     assert scores["mix1_fc_ast_accuracy"] == 5 / 6 and scores["mix1_text_kept"] == 0.75
@@ -129,16 +175,27 @@ def test_the_report_and_the_run_summary_show_a_table_by_source_with_the_sources_
 
     rows = builtin_data.generate(0, 40, seed=2)["eval"]
     tools = [r for r in rows if r["messages"][-1].get("tool_calls")][:4]
-    texts = [{"tools": r["tools"], "messages": [r["messages"][0], {"role": "assistant", "content": "None fits."}]}
-             for r in tools[:2]]
+    texts = [
+        {"tools": r["tools"], "messages": [r["messages"][0], {"role": "assistant", "content": "None fits."}]}
+        for r in tools[:2]
+    ]
     tagged = [{**r, mix.TAG: 0} for r in tools] + [{**r, mix.TAG: 1} for r in texts]
     calls = [{"calls": [tc["function"] for tc in r["messages"][-1]["tool_calls"]], "content": None} for r in tools]
     nothing = [{"calls": [], "content": "no"}] * 6
     base, tuned = score_predictions(tagged, nothing), score_predictions(tagged, calls[:3] + nothing[:1] + calls[:2])
     m = {"eval_loss": 1.0, "fc_accuracy": 0.5, "text_match": 0.5, "text_eval_loss": 1.0}
-    result = {"base": {**m, **base}, "tuned": {**m, **tuned}, "rows": 6, "fc_rows": 4, "text_rows": 2,
-              "skipped_long_rows": 0, "warnings": [], "examples": [], "sources": source_rows(tagged),
-              "mix": [{"source": "builtin:function-calling", "weight": 2}, {"source": "mine.jsonl", "weight": 1}]}
+    result = {
+        "base": {**m, **base},
+        "tuned": {**m, **tuned},
+        "rows": 6,
+        "fc_rows": 4,
+        "text_rows": 2,
+        "skipped_long_rows": 0,
+        "warnings": [],
+        "examples": [],
+        "sources": source_rows(tagged),
+        "mix": [{"source": "builtin:function-calling", "weight": 2}, {"source": "mine.jsonl", "weight": 1}],
+    }
     assert result["sources"] == {"mix0_rows": 4, "mix1_rows": 2}
     md = examples_markdown(result)
     assert "| [0] builtin:function-calling | 4 | 0.0% | 75.0% | n/a | n/a |" in md
@@ -153,6 +210,7 @@ def test_the_report_and_the_run_summary_show_a_table_by_source_with_the_sources_
     from types import SimpleNamespace
 
     from components.artifacts import write_pointer
+
     artifact = SimpleNamespace(metadata={}, path=str(tmp_path / "dataset"))
     write_pointer(artifact, "s3://b/datasets/x", {"mix": result["mix"], "files": []})
     assert artifact.metadata["mix"] == result["mix"]
@@ -169,13 +227,18 @@ def test_each_part_of_a_mix_is_checked_as_its_kind_on_a_cluster_and_in_the_bucke
     (tmp_path / "mine.jsonl").write_text("{}\n")
     store.ensure_bucket()
     store.put_json("uploads/there.jsonl", {})
-    value = json.dumps([{"source": str(tmp_path / "mine.jsonl"), "weight": 1},
-                        {"source": f"s3://{store.bucket}/uploads/there.jsonl", "weight": 1},
-                        {"source": f"s3://{store.bucket}/uploads/gone.jsonl", "weight": 1}])
+    value = json.dumps(
+        [
+            {"source": str(tmp_path / "mine.jsonl"), "weight": 1},
+            {"source": f"s3://{store.bucket}/uploads/there.jsonl", "weight": 1},
+            {"source": f"s3://{store.bucket}/uploads/gone.jsonl", "weight": 1},
+        ]
+    )
     assert [p for p in on_cluster_problems({"dataset_source": value}) if "is a path on this machine" in p] == [
         f"dataset_source {str(tmp_path / 'mine.jsonl')!r} is a path on this machine, which the cluster cannot read: "
         "deliver it first (python -m trainer deliver-dataset ... with S3_ENDPOINT at the cluster's MinIO) and pass "
-        "the printed s3:// URI"]
+        "the printed s3:// URI"
+    ]
     [gone] = object_problems({"dataset_source": value}, store)
     assert gone.startswith(f"dataset_source s3://{store.bucket}/uploads/gone.jsonl: no such object")
 
@@ -202,8 +265,9 @@ def test_a_two_source_weighted_mix_is_delivered_content_addressed_with_its_recor
         assert {r[mix.TAG] for r in evals} == {0, 1} and len(evals) == meta["rows"]["eval"]
         assert delivery.deliver_dataset(value, "", store, eval_fraction=0.25, seed=5)[0] == uri  # content-addressed
     # without the bucket (the parameters' check) the local parts are mixed the same way
-    local = json.dumps([{"source": "builtin:function-calling", "weight": 1},
-                        {"source": str(tmp_path / "mine.jsonl"), "weight": 1}])
+    local = json.dumps(
+        [{"source": "builtin:function-calling", "weight": 1}, {"source": str(tmp_path / "mine.jsonl"), "weight": 1}]
+    )
     splits = delivery.materialize_dataset(sources.parse(local, "dataset"), "", 0.25, 5)
     assert len(splits["eval"]) == meta["rows"]["eval"]
     with pytest.raises(UserError, match="a mix with one is read by the deliver-dataset step"):
@@ -218,19 +282,28 @@ def test_a_mix_of_local_and_built_in_parts_is_checked_fully_before_a_run(tmp_pat
 
     data.write_jsonl(builtin_data.generate(40, 0, seed=3)["train"], tmp_path / "mine.jsonl")
     (tmp_path / "bad.jsonl").write_text('{"messages": [{"role": "user", "content": "hi"}]}\n' * 5)
-    good = json.dumps([{"source": "builtin:function-calling", "weight": 3},
-                       {"source": str(tmp_path / "mine.jsonl"), "weight": 1}])
+    good = json.dumps(
+        [{"source": "builtin:function-calling", "weight": 3}, {"source": str(tmp_path / "mine.jsonl"), "weight": 1}]
+    )
     assert pipeline_problems({"dataset_source": good}) == []
-    bad = json.dumps([{"source": "builtin:function-calling", "weight": 3},
-                      {"source": str(tmp_path / "bad.jsonl"), "weight": 1}])
-    assert any("bad.jsonl lines 1, 2, 3 and 2 more: no assistant message" in p
-               for p in pipeline_problems({"dataset_source": bad})), pipeline_problems({"dataset_source": bad})
+    bad = json.dumps(
+        [{"source": "builtin:function-calling", "weight": 3}, {"source": str(tmp_path / "bad.jsonl"), "weight": 1}]
+    )
+    assert any(
+        "bad.jsonl lines 1, 2, 3 and 2 more: no assistant message" in p
+        for p in pipeline_problems({"dataset_source": bad})
+    ), pipeline_problems({"dataset_source": bad})
     [revision] = pipeline_problems({"dataset_source": good, "dataset_revision": "v1"})
     assert "is a mix of sources (each Hub part is read at its main branch): leave dataset_revision empty" in revision
-    in_s3 = json.dumps([{"source": "builtin:function-calling", "weight": 1},
-                        {"source": "s3://llm-finetune/uploads/x.jsonl", "weight": 1}])
-    [throwaway] = throwaway_s3_problems({"dataset_source": in_s3, "model_source": "builtin:tiny-llama",
-                                         "chat_template": "model"}, None)
+    in_s3 = json.dumps(
+        [
+            {"source": "builtin:function-calling", "weight": 1},
+            {"source": "s3://llm-finetune/uploads/x.jsonl", "weight": 1},
+        ]
+    )
+    [throwaway] = throwaway_s3_problems(
+        {"dataset_source": in_s3, "model_source": "builtin:tiny-llama", "chat_template": "model"}, None
+    )
     assert "is an object in S3, but without --s3-endpoint this run starts an empty throwaway S3 server" in throwaway
 
 
@@ -246,8 +319,13 @@ def test_a_local_part_beside_an_s3_or_hub_part_is_read_and_checked_at_validate(t
     problems = pipeline_problems({"dataset_source": bad})
     assert any("bad.jsonl lines 1, 2, 3 and 2 more: no assistant message" in p for p in problems), problems
     alone = pipeline_problems({"dataset_source": str(tmp_path / "empty.jsonl")})
-    mixed = pipeline_problems({"dataset_source": json.dumps([{"source": other, "weight": 1},
-                                                             {"source": str(tmp_path / "empty.jsonl"), "weight": 2}])})
+    mixed = pipeline_problems(
+        {
+            "dataset_source": json.dumps(
+                [{"source": other, "weight": 1}, {"source": str(tmp_path / "empty.jsonl"), "weight": 2}]
+            )
+        }
+    )
     assert alone and [p for p in alone if "empty.jsonl" in p] == [p for p in mixed if "empty.jsonl" in p], mixed
     # submit does not read this machine's files (on_cluster_problems refuses the local part)
     assert not [p for p in pipeline_problems({"dataset_source": bad}, check_local_files=False) if "bad.jsonl" in p]

@@ -4,7 +4,6 @@ for every new batch shape.
 
 The fast checks; the ones that train, serve or run the pipeline are tests/integration/test_model.py (the integration tier)."""
 
-
 import pytest
 import torch
 
@@ -12,7 +11,7 @@ from trainer.data import builtin_data
 from trainer import data
 from trainer.data.batching import collate, collate_packed
 from trainer.config.training import TrainConfig
-from trainer.models.model import (LossModel, build_model, chunked_cross_entropy, label_positions_of)
+from trainer.models.model import LossModel, build_model, chunked_cross_entropy, label_positions_of
 
 
 @pytest.mark.parametrize("weight_grad", [False, True])
@@ -119,6 +118,6 @@ def test_cuda_default_autocasts_only_bf16_bases_with_adapters(tiny_model_dir):
     bf16.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     assert not LossModel(lora, cuda).autocast  # its recompute in backward would run without the switch
     fp32 = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
-    assert not LossModel(get_peft_model(fp32, LoraConfig(r=4, target_modules="all-linear",
-                                                         task_type="CAUSAL_LM")), cuda).autocast
-
+    assert not LossModel(
+        get_peft_model(fp32, LoraConfig(r=4, target_modules="all-linear", task_type="CAUSAL_LM")), cuda
+    ).autocast

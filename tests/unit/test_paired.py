@@ -16,15 +16,18 @@ from trainer.evaluate.gate import category_drops, mcnemar_p, pick
 from trainer.validate import type_problems
 
 
-@pytest.mark.parametrize("lost, won, p", [
-    (10, 0, 0.001953125),  # 2 / 2**10
-    (0, 10, 0.001953125),  # two-sided: the same either way
-    (3, 1, 0.625),  # 2 * (1 + 4) / 16
-    (0, 0, 1.0),  # no row changed verdict
-    (5, 5, 1.0),  # twice the tail is over 1
-    (2, 0, 0.5),
-    (20, 5, 2 * sum(math.comb(25, i) for i in range(6)) / 2 ** 25),  # 0.00408
-])
+@pytest.mark.parametrize(
+    "lost, won, p",
+    [
+        (10, 0, 0.001953125),  # 2 / 2**10
+        (0, 10, 0.001953125),  # two-sided: the same either way
+        (3, 1, 0.625),  # 2 * (1 + 4) / 16
+        (0, 0, 1.0),  # no row changed verdict
+        (5, 5, 1.0),  # twice the tail is over 1
+        (2, 0, 0.5),
+        (20, 5, 2 * sum(math.comb(25, i) for i in range(6)) / 2**25),  # 0.00408
+    ],
+)
 def test_mcnemar_exact_p_is_the_binomial_tail_on_the_discordant_rows(lost, won, p):
     assert mcnemar_p(lost, won) == pytest.approx(p, rel=1e-12)
 
@@ -39,13 +42,30 @@ def v(category, ok):
 
 
 def test_lost_and_won_per_category_from_both_models_verdicts():
-    base = [v("simple", True), v("simple", True), v("simple", False), v("irrelevance", True), v("chat", True),
-            v("parallel", False)]
-    tuned = [v("simple", False), v("simple", True), v("simple", True), v("irrelevance", True), v("chat", False),
-             v("parallel", False)]
+    base = [
+        v("simple", True),
+        v("simple", True),
+        v("simple", False),
+        v("irrelevance", True),
+        v("chat", True),
+        v("parallel", False),
+    ]
+    tuned = [
+        v("simple", False),
+        v("simple", True),
+        v("simple", True),
+        v("irrelevance", True),
+        v("chat", False),
+        v("parallel", False),
+    ]
     assert paired_counts(base, tuned, "fc", fc_check.CATEGORIES) == {
-        "fc_simple_lost": 1, "fc_simple_won": 1, "fc_irrelevance_lost": 0, "fc_irrelevance_won": 0,
-        "fc_parallel_lost": 0, "fc_parallel_won": 0}  # a category measured logs its 0s; chat is no category
+        "fc_simple_lost": 1,
+        "fc_simple_won": 1,
+        "fc_irrelevance_lost": 0,
+        "fc_irrelevance_won": 0,
+        "fc_parallel_lost": 0,
+        "fc_parallel_won": 0,
+    }  # a category measured logs its 0s; chat is no category
     assert paired_counts(base, tuned, "bfcl")["bfcl_chat_lost"] == 1  # no list given: every category seen
     with pytest.raises(ValueError, match="not of the same rows"):
         paired_counts(base, tuned[:-1], "fc")
@@ -79,16 +99,26 @@ def test_bfcl_counts_carry_lost_and_won_when_both_models_answers_are_given():
 
 
 def _metrics(base, tuned, rows=None, lost=None, won=None, name="fc_irrelevance"):
-    m = {"fc_ast_accuracy": 0.9, "base_fc_ast_accuracy": 0.1,
-         f"base_{name}_accuracy": base, f"tuned_{name}_accuracy": tuned}
+    m = {
+        "fc_ast_accuracy": 0.9,
+        "base_fc_ast_accuracy": 0.1,
+        f"base_{name}_accuracy": base,
+        f"tuned_{name}_accuracy": tuned,
+    }
     m.update({f"{name}_{k}": float(x) for k, x in (("rows", rows), ("lost", lost), ("won", won)) if x is not None})
     return m
 
 
 def test_the_gate_line_gives_rows_and_mcnemar_beside_the_drop():
     ok, why = promotion(_metrics(1.0, 0.6, 25, 10, 0), max_category_drop=0.1)
-    assert not ok and ("fc_irrelevance fell 100.0% -> 60.0% (-40.0 points on 25 rows; 10 lost, 0 won, McNemar "
-                       "p=0.00195; max_category_drop 0.1)") in why
+    assert (
+        not ok
+        and (
+            "fc_irrelevance fell 100.0% -> 60.0% (-40.0 points on 25 rows; 10 lost, 0 won, McNemar "
+            "p=0.00195; max_category_drop 0.1)"
+        )
+        in why
+    )
 
 
 def test_a_big_significant_drop_is_refused_with_or_without_gate_significance():
@@ -122,29 +152,44 @@ def test_the_default_gate_is_unchanged():
     assert promotion(_metrics(1.0, 0.0, 25, 25, 0), max_category_drop=1.0)[0]  # 1.0: off
 
 
-TRIALS = [{"lora_r": 4, "lora_alpha": 8, "learning_rate": 0.003}, {"lora_r": 8, "lora_alpha": 16, "learning_rate": 0.001}]
+TRIALS = [
+    {"lora_r": 4, "lora_alpha": 8, "learning_rate": 0.003},
+    {"lora_r": 8, "lora_alpha": 16, "learning_rate": 0.001},
+]
 
 
 def test_the_sweeps_pick_reads_gate_significance_as_the_gate_does():
     def trial(acc, tuned_irrelevance, lost):
-        return {"base_fc_ast_accuracy": 0.0, "tuned_fc_ast_accuracy": acc, "fc_ast_accuracy": acc,
-                **_metrics(1.0, tuned_irrelevance, 25, lost, 0)}
+        return {
+            "base_fc_ast_accuracy": 0.0,
+            "tuned_fc_ast_accuracy": acc,
+            "fc_ast_accuracy": acc,
+            **_metrics(1.0, tuned_irrelevance, 25, lost, 0),
+        }
 
     chance, harm = trial(0.9, 0.92, 2), trial(0.6, 0.6, 10)
     assert pick(TRIALS, [chance, harm], "fc_ast_accuracy", min_gain=0.1, max_category_drop=0.05)["deploy"] is False
-    picked = pick(TRIALS, [chance, harm], "fc_ast_accuracy", min_gain=0.1, max_category_drop=0.05, gate_significance=0.05)
+    picked = pick(
+        TRIALS, [chance, harm], "fc_ast_accuracy", min_gain=0.1, max_category_drop=0.05, gate_significance=0.05
+    )
     assert picked["best"] == 0 and picked["deploy"], picked["reason"]
     none = pick(TRIALS, [harm, harm], "fc_ast_accuracy", min_gain=0.1, max_category_drop=0.05, gate_significance=0.05)
     assert not none["deploy"] and "10 lost, 0 won, McNemar p=0.00195" in none["reason"]
 
 
-@pytest.mark.parametrize("value, problem", [
-    (1.0, "gate_significance=1 is a p-value threshold, from 0 (off: every drop past max_category_drop is refused) "
-          "up to, not including, 1: e.g. 0.05"),
-    (-0.05, "gate_significance=-0.05 is a p-value threshold"),
-    (float("nan"), "gate_significance must be a finite number"),
-    (True, "gate_significance must be a number, got true (a boolean)"),
-])
+@pytest.mark.parametrize(
+    "value, problem",
+    [
+        (
+            1.0,
+            "gate_significance=1 is a p-value threshold, from 0 (off: every drop past max_category_drop is refused) "
+            "up to, not including, 1: e.g. 0.05",
+        ),
+        (-0.05, "gate_significance=-0.05 is a p-value threshold"),
+        (float("nan"), "gate_significance must be a finite number"),
+        (True, "gate_significance must be a number, got true (a boolean)"),
+    ],
+)
 def test_gate_significance_out_of_range_is_one_problem(value, problem):
     problems, bad = type_problems({"gate_significance": value})
     assert len(problems) == 1 and problem in problems[0] and bad == {"gate_significance"}
@@ -163,7 +208,10 @@ def test_max_category_drop_is_a_fraction_like_the_other_thresholds():
     from trainer.validate import pipeline_problems
 
     assert params.BY_NAME["max_category_drop"].default == 0.1
-    assert promotion(_metrics(1.0, 0.9), max_category_drop=0.1)[0] and promotion(_metrics(0.7, 0.6), max_category_drop=0.1)[0]
+    assert (
+        promotion(_metrics(1.0, 0.9), max_category_drop=0.1)[0]
+        and promotion(_metrics(0.7, 0.6), max_category_drop=0.1)[0]
+    )
     assert not promotion(_metrics(1.0, 0.88), max_category_drop=0.1)[0]
     [points] = [p for p in pipeline_problems({"max_category_drop": 10.0}) if "max_category_drop" in p]
     assert points.endswith("a fraction: 0.1 is 10 points, so give max_category_drop=0.1")

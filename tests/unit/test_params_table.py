@@ -59,8 +59,11 @@ def test_every_component_input_named_like_a_parameter_has_its_type():
                     continue
                 if arg.annotation not in (p.type, p.type.__name__):
                     wrong.append(f"{info.name}.{name}: {arg.annotation} is not {p.type.__name__}")
-                if arg.default is not inspect.Parameter.empty and arg.default not in (p.default, p.sweep_default) \
-                        and (info.name, name) not in OWN_DEFAULTS:
+                if (
+                    arg.default is not inspect.Parameter.empty
+                    and arg.default not in (p.default, p.sweep_default)
+                    and (info.name, name) not in OWN_DEFAULTS
+                ):
                     wrong.append(f"{info.name}.{name}={arg.default!r}, the table's {p.default!r}")
                 checked += 1
     assert not wrong and checked > 60, wrong
@@ -92,8 +95,19 @@ def test_the_parameter_reference_page_is_the_tables_rendering():
     assert found.group(1) == params.markdown(), "docs/parameters.md is stale: python -m trainer.config.params"
 
 
-@pytest.mark.parametrize("word, value", [("true", True), (" Yes ", True), ("ON", True), ("1", True),
-                                         ("false", False), ("no", False), ("off", False), ("0", False)])
+@pytest.mark.parametrize(
+    "word, value",
+    [
+        ("true", True),
+        (" Yes ", True),
+        ("ON", True),
+        ("1", True),
+        ("false", False),
+        ("no", False),
+        ("off", False),
+        ("0", False),
+    ],
+)
 def test_one_true_false_reading_for_every_entry_point(word, value):
     from pipelines.finetune import finetune_pipeline
     from pipelines.cli_params import parse_params

@@ -13,13 +13,20 @@ from trainer.chat import parsers
 from trainer.core.errors import UserError
 from trainer.validate import on_cluster_problems, pipeline_problems
 
-TOOL_ROWS = [r for r in builtin_data.generate(n_train=200, n_eval=0, seed=3)["train"]
-             if any(m.get("tool_calls") for m in r["messages"])][:20]
+TOOL_ROWS = [
+    r
+    for r in builtin_data.generate(n_train=200, n_eval=0, seed=3)["train"]
+    if any(m.get("tool_calls") for m in r["messages"])
+][:20]
 # The built-in data has calls only: text answers (no tool fits) beside the same tools.
-TEXT_ROWS = [{"tools": r["tools"], "messages": [r["messages"][0], {"role": "assistant", "content": f"No tool for that {i}."}]}
-             for i, r in enumerate(TOOL_ROWS[:10])]
-NO_TOOLS = ("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}<|end|>{% endfor %}"
-            "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+TEXT_ROWS = [
+    {"tools": r["tools"], "messages": [r["messages"][0], {"role": "assistant", "content": f"No tool for that {i}."}]}
+    for i, r in enumerate(TOOL_ROWS[:10])
+]
+NO_TOOLS = (
+    "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}<|end|>{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
 
 
 @pytest.fixture
@@ -83,27 +90,53 @@ def test_a_template_that_does_not_parse_is_said_so_once_not_as_rows_to_change(to
     assert "chat_template 'mine.jinja' refuses 3 of 3 rows (TypeError" in line and "fix the template" in line
 
 
-@pytest.mark.parametrize("text,parser,calls,content", [
-    ('<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>', "hermes", [{"name": "f", "arguments": {"a": 1}}],
-     None),
-    ("Hello there", "hermes", [], "Hello there"),
-    ('<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call><tool_call>{"name": "g", "arguments": {}}'
-     '</tool_call>', "hermes", [{"name": "f", "arguments": {"a": 1}}, {"name": "g", "arguments": {}}], None),
-    ("<tool_call>not json</tool_call>", "hermes", [], "<tool_call>not json</tool_call>"),
-    ('<|python_tag|>{"name": "f", "parameters": {"a": 1}}', "llama3_json", [{"name": "f", "arguments": {"a": 1}}],
-     None),
-    ('{"name": "f", "parameters": {"a": 1}}; {"name": "g", "parameters": {}}', "llama3_json",
-     [{"name": "f", "arguments": {"a": 1}}, {"name": "g", "arguments": {}}], None),
-    ('[TOOL_CALLS][{"name": "f", "arguments": {"a": 1}}]', "mistral", [{"name": "f", "arguments": {"a": 1}}], None),
-    ('[f(a=1, b="x")]', "pythonic", [{"name": "f", "arguments": {"a": 1, "b": "x"}}], None),
-    ('[f(a=-1.5), g(b=[1, "two"], c={"k": true, "n": null}, d=False)]', "pythonic",
-     [{"name": "f", "arguments": {"a": -1.5}}, {"name": "g", "arguments": {"b": [1, "two"], "c": {"k": True, "n": None},
-                                                                            "d": False}}], None),
-    ("Sure: [f(a=1)]", "pythonic", [], "Sure: [f(a=1)]"),
-    ("[f(1)]", "pythonic", [], "[f(1)]"),
-    ("[f(a=1), 3]", "pythonic", [], "[f(a=1), 3]"),
-    ("[f(a=x)]", "pythonic", [], "[f(a=x)]"),  # a name that is no literal: the parser raises, the text stays
-])
+@pytest.mark.parametrize(
+    "text,parser,calls,content",
+    [
+        (
+            '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>',
+            "hermes",
+            [{"name": "f", "arguments": {"a": 1}}],
+            None,
+        ),
+        ("Hello there", "hermes", [], "Hello there"),
+        (
+            '<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call><tool_call>{"name": "g", "arguments": {}}'
+            '</tool_call>',
+            "hermes",
+            [{"name": "f", "arguments": {"a": 1}}, {"name": "g", "arguments": {}}],
+            None,
+        ),
+        ("<tool_call>not json</tool_call>", "hermes", [], "<tool_call>not json</tool_call>"),
+        (
+            '<|python_tag|>{"name": "f", "parameters": {"a": 1}}',
+            "llama3_json",
+            [{"name": "f", "arguments": {"a": 1}}],
+            None,
+        ),
+        (
+            '{"name": "f", "parameters": {"a": 1}}; {"name": "g", "parameters": {}}',
+            "llama3_json",
+            [{"name": "f", "arguments": {"a": 1}}, {"name": "g", "arguments": {}}],
+            None,
+        ),
+        ('[TOOL_CALLS][{"name": "f", "arguments": {"a": 1}}]', "mistral", [{"name": "f", "arguments": {"a": 1}}], None),
+        ('[f(a=1, b="x")]', "pythonic", [{"name": "f", "arguments": {"a": 1, "b": "x"}}], None),
+        (
+            '[f(a=-1.5), g(b=[1, "two"], c={"k": true, "n": null}, d=False)]',
+            "pythonic",
+            [
+                {"name": "f", "arguments": {"a": -1.5}},
+                {"name": "g", "arguments": {"b": [1, "two"], "c": {"k": True, "n": None}, "d": False}},
+            ],
+            None,
+        ),
+        ("Sure: [f(a=1)]", "pythonic", [], "Sure: [f(a=1)]"),
+        ("[f(1)]", "pythonic", [], "[f(1)]"),
+        ("[f(a=1), 3]", "pythonic", [], "[f(a=1), 3]"),
+        ("[f(a=x)]", "pythonic", [], "[f(a=x)]"),  # a name that is no literal: the parser raises, the text stays
+    ],
+)
 def test_the_projects_parsers_agree_with_vllms(tok, text, parser, calls, content):
     ours = parsers.parse(parser, text)
     assert ours.calls == calls and ours.content == content
@@ -118,8 +151,12 @@ def test_each_builtin_templates_calls_are_read_by_the_parser_it_declares():
     """tool_call_parser reads the format off each template's rendering: hermes for the <tool_call> ones,
     llama3_json where the vocabulary has <|python_tag|> (hermes otherwise: vLLM's llama3_json refuses to start
     without it, and the check then refuses the template), pythonic for [f(a=1)]."""
-    declared = {"chatml-tools": "hermes", "gemma-tools": "hermes", "llama3-json": "llama3_json",
-                "llama3-pythonic": "pythonic"}
+    declared = {
+        "chatml-tools": "hermes",
+        "gemma-tools": "hermes",
+        "llama3-json": "llama3_json",
+        "llama3-pythonic": "pythonic",
+    }
     assert set(declared) == set(templates.BUILTIN)
     for name, parser in declared.items():
         assert parsers.tool_call_parser(templates.BUILTIN[name].text, ["<|python_tag|>"]) == parser
@@ -130,8 +167,9 @@ def test_each_builtin_templates_calls_are_read_by_the_parser_it_declares():
     assert templates.family_template({"<|end|>": 1}) is None
 
 
-def test_a_builtin_templates_turn_end_is_added_to_the_generation_config_where_it_is_not_a_stop(tiny_model_dir,
-                                                                                            tmp_path):
+def test_a_builtin_templates_turn_end_is_added_to_the_generation_config_where_it_is_not_a_stop(
+    tiny_model_dir, tmp_path
+):
     """A base model stops at its EOS only: the built-in template's turn end joins generation_config.json's
     eos_token_id (a link into the source tree is replaced, not written through); nothing is added where the
     token is a stop already, is not in the vocabulary, or the template is not a built-in one."""
@@ -150,8 +188,10 @@ def test_a_builtin_templates_turn_end_is_added_to_the_generation_config_where_it
     tok.add_special_tokens({"additional_special_tokens": [end]})
     added = templates.with_stops(tree, tok, "chatml-tools")
     assert added == [tok.convert_tokens_to_ids(end)]
-    assert json.loads((tree / templates.GENERATION_CONFIG).read_text()) == {"eos_token_id": [7, added[0]],
-                                                                            "max_new_tokens": 5}
+    assert json.loads((tree / templates.GENERATION_CONFIG).read_text()) == {
+        "eos_token_id": [7, added[0]],
+        "max_new_tokens": 5,
+    }
     assert json.loads(source.read_text())["eos_token_id"] == 7 and not (tree / "generation_config.json").is_symlink()
     assert templates.with_stops(tree, tok, "chatml-tools") == []  # a stop already
     assert templates.with_stops(tree, tok, "model") == [] and templates.extra_stop_ids(tok, "x.jinja") == []
@@ -210,7 +250,8 @@ def test_delivery_writes_the_template_into_a_new_tree_and_the_finetune_check_rea
 
 
 def test_trainer_train_run_alone_refuses_a_template_that_drops_tools_and_the_launchers_pass_is_not_redone(
-        store, tmp_path, monkeypatch, capsys):
+    store, tmp_path, monkeypatch, capsys
+):
     """`python -m trainer train` without the pipeline (its documented use) checks the delivered template against the
     rows before anything trains, as the pipeline's launch does; a pair of content-addressed trees that passed is
     recorded in the bucket, so the job's ranks and later runs do not check the same trees again."""
@@ -234,7 +275,9 @@ def test_trainer_train_run_alone_refuses_a_template_that_drops_tools_and_the_lau
 
     import uuid
 
-    monkeypatch.setattr(parity.delivered, "CHECK_VERSION", uuid.uuid4().hex)  # no pass recorded by an earlier test counts
+    monkeypatch.setattr(
+        parity.delivered, "CHECK_VERSION", uuid.uuid4().hex
+    )  # no pass recorded by an earlier test counts
     checked = []
     real = parity.delivered_problems
     monkeypatch.setattr(parity.delivered, "delivered_problems", lambda *a: checked.append(a[1:]) or real(*a))
@@ -256,11 +299,16 @@ def test_a_generation_block_that_marks_nothing_is_refused_before_training(tok):
     assert not [p for p in template_problems(TOOL_ROWS + TEXT_ROWS, tok, "the model") if "marks no token" in p]
     # the same template with its block moved after the assistant's content: the block holds nothing
     tok.chat_template = tok.chat_template.replace("{% generation %}", "").replace(
-        "{% endgeneration %}", "{% generation %}{% endgeneration %}")
+        "{% endgeneration %}", "{% generation %}{% endgeneration %}"
+    )
     problems = template_problems(TOOL_ROWS + TEXT_ROWS, tok, "the model", template="empty.jinja")
     [line] = [p for p in problems if "marks no token" in p]
-    assert line.startswith("chat_template 'empty.jinja' marks no token of the assistant turns as trained in any of "
-                           "30 rows") and "{% endgeneration %}" in line
+    assert (
+        line.startswith(
+            "chat_template 'empty.jinja' marks no token of the assistant turns as trained in any of 30 rows"
+        )
+        and "{% endgeneration %}" in line
+    )
 
 
 def test_a_template_that_renders_tool_results_as_nothing_is_refused(tok):
@@ -270,16 +318,29 @@ def test_a_template_that_renders_tool_results_as_nothing_is_refused(tok):
     rows = [builtin_data.make_multi_turn_row(random.Random(i)) for i in range(6)]
     assert parity.check(rows, tok, "hermes").ok and parity.check(rows, tok, "hermes").with_results == 6
     # a tool result written as JSON (Llama 3.1 writes `content | tojson`) is still the result
-    tok.chat_template = tok.chat_template.replace("<|{{ m.role }}|>{{ m.content }}", "<|{{ m.role }}|>{{ m.content | tojson }}")
+    tok.chat_template = tok.chat_template.replace(
+        "<|{{ m.role }}|>{{ m.content }}", "<|{{ m.role }}|>{{ m.content | tojson }}"
+    )
     assert parity.check(rows, tok, "hermes").ok
-    tok.chat_template = tok.chat_template.replace("{%- else %}<|{{ m.role }}|>", "{%- elif m.role != 'tool' %}<|{{ m.role }}|>")
+    tok.chat_template = tok.chat_template.replace(
+        "{%- else %}<|{{ m.role }}|>", "{%- elif m.role != 'tool' %}<|{{ m.role }}|>"
+    )
     [line] = parity.template_problems(rows, tok, "here")
     assert "tool results dropped: 6 of 6 rows with tool results" in line and "is not in the rendered row" in line
     # a later result that repeats part of an earlier one is looked for after it, where it is
-    swapped = {"tools": rows[0]["tools"], "messages": rows[0]["messages"][:3] + [
-        {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", **rows[1]["messages"][1]["tool_calls"][0]}]},
-        {"role": "tool", "tool_call_id": "call_1", "content": rows[0]["messages"][2]["content"][:5]},
-        {"role": "assistant", "content": "done"}]}
+    swapped = {
+        "tools": rows[0]["tools"],
+        "messages": rows[0]["messages"][:3]
+        + [
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"id": "call_1", **rows[1]["messages"][1]["tool_calls"][0]}],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": rows[0]["messages"][2]["content"][:5]},
+            {"role": "assistant", "content": "done"},
+        ],
+    }
     tok.chat_template = tok.chat_template.replace("{%- elif m.role != 'tool' %}", "{%- else %}")
     assert parity.check([swapped], tok, "hermes").ok
 
@@ -289,7 +350,8 @@ def test_a_template_the_tool_parser_raises_on_is_one_counted_line_not_a_tracebac
     traceback per row (200 tracebacks, 1,802 lines) before the refusal."""
     tok.chat_template = tok.chat_template.replace(
         "{{ {'name': tc.function.name, 'arguments': tc.function.arguments} | tojson }}",
-        "{{ {'name': tc.function.name, 'arguments': tc.function.arguments} }}")
+        "{{ {'name': tc.function.name, 'arguments': tc.function.arguments} }}",
+    )
     for parse_fn in (None, lambda p, text: parsers.vllm_parse(p, text, tok, None)):  # the image's, and vLLM's own
         verdict = parity.check(TOOL_ROWS + TEXT_ROWS, tok, "hermes", parse_fn=parse_fn)
         assert set(verdict.problems) == {"parser error"} and len(verdict.problems["parser error"]) == 20
@@ -305,6 +367,7 @@ def test_an_empty_generation_block_with_whitespace_control_is_refused(tok):
     from trainer.parity.preflight import template_problems
 
     tok.chat_template = tok.chat_template.replace("{% generation %}", "").replace(
-        "{% endgeneration %}", "{%- generation -%}{%- endgeneration %}")
+        "{% endgeneration %}", "{%- generation -%}{%- endgeneration %}"
+    )
     problems = template_problems(TOOL_ROWS + TEXT_ROWS, tok, "the model", template="empty.jinja")
     assert [p for p in problems if "marks no token" in p]

@@ -85,10 +85,18 @@ def test_the_guard_takes_down_a_tree_deaf_to_sigterm_when_its_parent_is_killed(t
     scratch.mkdir()
     # The parent starts the guard as trainer.serving.local does (own session, --parent), then waits: we SIGKILL it.
     parent = subprocess.Popen(
-        [sys.executable, "-c", "import os, subprocess, sys, time; subprocess.Popen([sys.executable, '-m', "
-         "'trainer.core.procs', '--parent', str(os.getpid()), '--grace', '1', '--remove', sys.argv[2], '--', "
-         "sys.executable, sys.argv[1]], start_new_session=True); time.sleep(300)", str(stubborn), str(scratch)],
-        cwd=ROOT, env={**os.environ, TAG: tag})
+        [
+            sys.executable,
+            "-c",
+            "import os, subprocess, sys, time; subprocess.Popen([sys.executable, '-m', "
+            "'trainer.core.procs', '--parent', str(os.getpid()), '--grace', '1', '--remove', sys.argv[2], '--', "
+            "sys.executable, sys.argv[1]], start_new_session=True); time.sleep(300)",
+            str(stubborn),
+            str(scratch),
+        ],
+        cwd=ROOT,
+        env={**os.environ, TAG: tag},
+    )
     try:
         # the parent, the guard, the command and its child in its own session
         wait_for(lambda: len(tagged(tag)) == 4, 60, parent, "the whole tree")
@@ -105,9 +113,22 @@ def test_the_guard_takes_down_a_tree_deaf_to_sigterm_when_its_parent_is_killed(t
 def test_the_guard_passes_the_status_on_and_stops_what_the_command_left(tmp_path):
     tag = uuid.uuid4().hex
     # The command leaves a process in a session of its own behind, and exits 3.
-    done = subprocess.run([sys.executable, "-m", "trainer.core.procs", "--grace", "1", "--", "sh", "-c",
-                           "setsid sleep 300 & sleep 0.5; exit 3"],
-                          cwd=ROOT, env={**os.environ, TAG: tag}, timeout=60)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainer.core.procs",
+            "--grace",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            "setsid sleep 300 & sleep 0.5; exit 3",
+        ],
+        cwd=ROOT,
+        env={**os.environ, TAG: tag},
+        timeout=60,
+    )
     try:
         assert done.returncode == 3
         assert survivors(tag, within=2) == []
@@ -117,8 +138,12 @@ def test_the_guard_passes_the_status_on_and_stops_what_the_command_left(tmp_path
 
 def test_a_signalled_guard_exits_128_plus_the_signal_and_its_tree_is_gone(stubborn):
     tag = uuid.uuid4().hex
-    guard = subprocess.Popen([sys.executable, "-m", "trainer.core.procs", "--grace", "1", "--", sys.executable,
-                              str(stubborn)], cwd=ROOT, env={**os.environ, TAG: tag}, start_new_session=True)
+    guard = subprocess.Popen(
+        [sys.executable, "-m", "trainer.core.procs", "--grace", "1", "--", sys.executable, str(stubborn)],
+        cwd=ROOT,
+        env={**os.environ, TAG: tag},
+        start_new_session=True,
+    )
     try:
         wait_for(lambda: len(tagged(tag)) == 3, 60, guard, "the whole tree")
         guard.send_signal(signal.SIGTERM)  # the guard alone, not its group: it must reach the rest itself
@@ -155,10 +180,15 @@ def test_a_group_of_zombies_counts_as_stopped():
     zombies = []
     try:
         # a group leader whose forked child exits at once: a zombie of the group until someone reaps it
-        leader = subprocess.Popen([sys.executable, "-c", "import os, time; os.fork() and time.sleep(300)"],
-                                  start_new_session=True)
-        zombies = wait_for(lambda: [c.pid for c in psutil.Process(leader.pid).children() if c.status() == "zombie"],
-                           30, leader, "a zombie in the group")
+        leader = subprocess.Popen(
+            [sys.executable, "-c", "import os, time; os.fork() and time.sleep(300)"], start_new_session=True
+        )
+        zombies = wait_for(
+            lambda: [c.pid for c in psutil.Process(leader.pid).children() if c.status() == "zombie"],
+            30,
+            leader,
+            "a zombie in the group",
+        )
         assert procs.group_alive(leader.pid)  # the leader runs
         leader.kill()
         leader.wait()
@@ -197,10 +227,17 @@ def test_a_guard_that_cannot_write_to_its_log_still_stops_the_tree():
     tag = uuid.uuid4().hex
     with open("/dev/full", "w") as full:
         parent = subprocess.Popen(
-            [sys.executable, "-c", "import os, subprocess, sys, time; subprocess.Popen([sys.executable, '-m', "
-             "'trainer.core.procs', '--parent', str(os.getpid()), '--grace', '1', '--', 'sleep', '300'], "
-             "start_new_session=True); time.sleep(300)"],
-            cwd=ROOT, env={**os.environ, TAG: tag}, stderr=full)
+            [
+                sys.executable,
+                "-c",
+                "import os, subprocess, sys, time; subprocess.Popen([sys.executable, '-m', "
+                "'trainer.core.procs', '--parent', str(os.getpid()), '--grace', '1', '--', 'sleep', '300'], "
+                "start_new_session=True); time.sleep(300)",
+            ],
+            cwd=ROOT,
+            env={**os.environ, TAG: tag},
+            stderr=full,
+        )
     try:
         wait_for(lambda: len(tagged(tag)) == 3, 60, parent, "the whole tree")  # the parent, the guard, sleep
         parent.kill()
@@ -237,8 +274,9 @@ def test_what_a_tied_main_module_starts_dies_with_it_under_sigkill(tmp_path):
 
     (tmp_path / "tied_main.py").write_text(TIED_MAIN)
     tag = uuid.uuid4().hex
-    middle = subprocess.Popen([sys.executable, "-m", "tied_main"], cwd=tmp_path,
-                              env={**os.environ, TAG: tag, "PYTHONPATH": str(ROOT)})
+    middle = subprocess.Popen(
+        [sys.executable, "-m", "tied_main"], cwd=tmp_path, env={**os.environ, TAG: tag, "PYTHONPATH": str(ROOT)}
+    )
     children: list[psutil.Process] = []
     try:
         # the spawned child, the forked one and the resource tracker
@@ -264,10 +302,19 @@ def test_a_process_whose_starter_died_before_it_tied_itself_dies_at_once(starter
     gone = subprocess.Popen(["true"])
     gone.wait()
     pid = gone.pid if starter == "gone" else os.getpid()
-    done = subprocess.run([sys.executable, "-c", "import os; from trainer.core.procs import die_with_parent, STARTER_ENV; "
-                           "die_with_parent(); print(os.environ[STARTER_ENV] == str(os.getpid()))"],
-                          cwd=ROOT, env={**os.environ, procs.STARTER_ENV: str(pid)}, capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os; from trainer.core.procs import die_with_parent, STARTER_ENV; "
+            "die_with_parent(); print(os.environ[STARTER_ENV] == str(os.getpid()))",
+        ],
+        cwd=ROOT,
+        env={**os.environ, procs.STARTER_ENV: str(pid)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     if starter == "gone":
         assert done.returncode == -signal.SIGKILL and done.stdout == ""
     else:

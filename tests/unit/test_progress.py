@@ -1,7 +1,6 @@
 """Progress on long steps: byte bars on transfers (quiet for tiny trees), and the console filter
 that run_local puts between kfp.local and the terminal."""
 
-
 from trainer.core import progress
 
 

@@ -20,8 +20,15 @@ class _Stopped(Exception):
 
 def _recipe(max_steps=10, log_every=5):
     r = Recipe.__new__(Recipe)
-    r.cfg = TrainConfig(model_uri="s3://b/models/x", dataset_uri="s3://b/datasets/x", output_prefix="runs/x",
-                        max_steps=max_steps, log_every=log_every, eval_every=1000, checkpoint_every=1000)
+    r.cfg = TrainConfig(
+        model_uri="s3://b/models/x",
+        dataset_uri="s3://b/datasets/x",
+        output_prefix="runs/x",
+        max_steps=max_steps,
+        log_every=log_every,
+        eval_every=1000,
+        checkpoint_every=1000,
+    )
     r.rank, r.world, r.device, r.state = 0, 1, torch.device("cpu"), RunState()
     r.real_tokens, r.board = 0, None
     r.window_loss, r.window_n = torch.zeros((), dtype=torch.float64), 0

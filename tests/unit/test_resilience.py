@@ -56,9 +56,11 @@ def test_each_local_job_gets_a_temporary_folder_removed_with_it(tmp_path, monkey
     if compiled_before:
         (tmp_path / cache / "precompiled_headers").mkdir(parents=True)
         (tmp_path / cache / "precompiled_headers" / "kept.h").write_text("kept")
-    node = ("import json, os, pathlib; d = os.environ['TMPDIR']; pathlib.Path(d, 'left-behind').mkdir(); "
-            "print(json.dumps([d, os.environ['TORCHINDUCTOR_CACHE_DIR'], "
-            f"os.path.realpath(os.path.join(d, {cache!r}, 'precompiled_headers'))]), flush=True)")
+    node = (
+        "import json, os, pathlib; d = os.environ['TMPDIR']; pathlib.Path(d, 'left-behind').mkdir(); "
+        "print(json.dumps([d, os.environ['TORCHINDUCTOR_CACHE_DIR'], "
+        f"os.path.realpath(os.path.join(d, {cache!r}, 'precompiled_headers'))]), flush=True)"
+    )
     monkeypatch.setattr(launch, "train_command", lambda args: [sys.executable, "-c", node])
     seen = []
     monkeypatch.setattr(launch, "_relay", lambda stream, dog: seen.extend(stream))
@@ -82,10 +84,12 @@ def test_a_closed_output_pipe_stops_training_as_itself_not_as_a_network_failure(
 
     from trainer.core.exitcodes import EXIT_TRANSIENT
 
-    code = ("from trainer.core.exitcodes import retry_transient_failures\n"
-            "with retry_transient_failures():\n"
-            "    while True:\n"
-            "        print('step ' * 200, flush=True)\n")
+    code = (
+        "from trainer.core.exitcodes import retry_transient_failures\n"
+        "with retry_transient_failures():\n"
+        "    while True:\n"
+        "        print('step ' * 200, flush=True)\n"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     proc.stdout.read(100)
     proc.stdout.close()  # as `head` exits
@@ -102,11 +106,13 @@ def test_a_trainers_local_folders_go_however_it_exits(tmp_path, end, status):
     import sys
 
     staging = tmp_path / "tb-x"
-    code = ("import os, sys\n"
-            "from trainer.core.exitcodes import hard_exit, remove_at_exit\n"
-            f"os.mkdir({str(staging)!r}); open(os.path.join({str(staging)!r}, 'events'), 'w').write('x')\n"
-            f"remove_at_exit({str(staging)!r})\n"
-            f"{end}\n")
+    code = (
+        "import os, sys\n"
+        "from trainer.core.exitcodes import hard_exit, remove_at_exit\n"
+        f"os.mkdir({str(staging)!r}); open(os.path.join({str(staging)!r}, 'events'), 'w').write('x')\n"
+        f"remove_at_exit({str(staging)!r})\n"
+        f"{end}\n"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == status, proc.stderr
     assert not staging.exists()

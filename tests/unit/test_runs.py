@@ -16,9 +16,14 @@ from kfp.local import logging_utils, status
 from pipelines import runs
 from pipelines.console import Console
 
-EXECUTOR_DUMP = ["[KFP Executor 2026-11-22 12:50:17,483 INFO]: Got executor_input:\n", "{\n",
-                 '    "inputs": {\n', '        "parameterValues": {"source": "builtin:tiny-llama"}\n', "    }\n",
-                 "}\n"]
+EXECUTOR_DUMP = [
+    "[KFP Executor 2026-11-22 12:50:17,483 INFO]: Got executor_input:\n",
+    "{\n",
+    '    "inputs": {\n',
+    '        "parameterValues": {"source": "builtin:tiny-llama"}\n',
+    "    }\n",
+    "}\n",
+]
 
 
 def kfp_task(name: str, lines: list[str], ok: bool = True) -> None:
@@ -52,31 +57,42 @@ def run_through(console: Console, fn) -> None:
 def test_console_shows_tasks_messages_and_thinned_progress_and_logs_everything():
     term, log = io.StringIO(), io.StringIO()
     console = Console(term, log)
-    lines = [*EXECUTOR_DUMP,
-             "/venv/lib/python3.11/site-packages/x.py:10: UserWarning: something only a developer cares about\n",
-             "  warnings.warn(\n",
-             "Writing model shards: 100%|██████████| 1/1 [00:00<00:00, 125.60it/s]\n",  # quick: not shown
-             "upload models/sha256-1:  10%|#         | 10.0M/100M [00:03<00:27, 3.33MB/s]\n",
-             "upload models/sha256-1:  50%|#####     | 50.0M/100M [00:05<00:05, 10.0MB/s]\n",  # < 15 s later
-             "train:  48%|####8     | 190/400 [00:33<00:29,  7.05step/s]progress: step=190 stage=train\n",
-             "upload models/sha256-1: 100%|##########| 100M/100M [00:10<00:00, 10.0MB/s]\n",
-             "upload models/sha256-1: 100%|##########| 100M/100M [00:10<00:00, 9.87MB/s]\n",  # tqdm's close
-             '{"train_result": {"train_loss": 0.04}, "output_uri": "s3://b/models/sha256-2"}\n',
-             "model builtin:tiny-llama -> s3://b/models/sha256-1\n"]
+    lines = [
+        *EXECUTOR_DUMP,
+        "/venv/lib/python3.11/site-packages/x.py:10: UserWarning: something only a developer cares about\n",
+        "  warnings.warn(\n",
+        "Writing model shards: 100%|██████████| 1/1 [00:00<00:00, 125.60it/s]\n",  # quick: not shown
+        "upload models/sha256-1:  10%|#         | 10.0M/100M [00:03<00:27, 3.33MB/s]\n",
+        "upload models/sha256-1:  50%|#####     | 50.0M/100M [00:05<00:05, 10.0MB/s]\n",  # < 15 s later
+        "train:  48%|####8     | 190/400 [00:33<00:29,  7.05step/s]progress: step=190 stage=train\n",
+        "upload models/sha256-1: 100%|##########| 100M/100M [00:10<00:00, 10.0MB/s]\n",
+        "upload models/sha256-1: 100%|##########| 100M/100M [00:10<00:00, 9.87MB/s]\n",  # tqdm's close
+        '{"train_result": {"train_loss": 0.04}, "output_uri": "s3://b/models/sha256-2"}\n',
+        "model builtin:tiny-llama -> s3://b/models/sha256-1\n",
+    ]
     run_through(console, lambda: kfp_task("deliver-model", lines))
     shown = term.getvalue().splitlines()
     assert len(shown) == 6, shown
     assert shown[0].endswith("▶ deliver-model") and shown[-1].endswith("✓ deliver-model (0.0s)")
-    assert shown[1:5] == ["    upload models/sha256-1:  10%|#         | 10.0M/100M [00:03<00:27, 3.33MB/s]",
-                          "    train:  48%|####8     | 190/400 [00:33<00:29,  7.05step/s]",
-                          "    upload models/sha256-1: 100%|##########| 100M/100M [00:10<00:00, 10.0MB/s]",
-                          "    model builtin:tiny-llama -> s3://b/models/sha256-1"]
+    assert shown[1:5] == [
+        "    upload models/sha256-1:  10%|#         | 10.0M/100M [00:03<00:27, 3.33MB/s]",
+        "    train:  48%|####8     | 190/400 [00:33<00:29,  7.05step/s]",
+        "    upload models/sha256-1: 100%|##########| 100M/100M [00:10<00:00, 10.0MB/s]",
+        "    model builtin:tiny-llama -> s3://b/models/sha256-1",
+    ]
     assert console.hidden_warnings == 1
     assert "progress: step=190 stage=train" not in term.getvalue()  # the trainer's heartbeat, split off
     assert "    progress: step=190 stage=train" in log.getvalue().splitlines()
     logged = log.getvalue()
-    for needle in ('"train_result"', '"parameterValues"', "UserWarning: something", "Task 'deliver-model' outputs:",
-                   "metadata={'uri': 's3://b/models/sha256-1'}", "Got executor_input", "-" * 40):
+    for needle in (
+        '"train_result"',
+        '"parameterValues"',
+        "UserWarning: something",
+        "Task 'deliver-model' outputs:",
+        "metadata={'uri': 's3://b/models/sha256-1'}",
+        "Got executor_input",
+        "-" * 40,
+    ):
         assert needle in logged, needle
     assert "\x1b[" not in logged  # colour codes stay out of the file
 
@@ -84,17 +100,25 @@ def test_console_shows_tasks_messages_and_thinned_progress_and_logs_everything()
 def test_console_shows_the_failed_tasks_last_lines():
     term, log = io.StringIO(), io.StringIO()
     console = Console(term, log)
-    trace = ["Traceback (most recent call last):\n", '  File "/x/serve.py", line 3, in start\n',
-             "    proc = subprocess.Popen(args)\n", "TypeError: expected str, not list\n"]
+    trace = [
+        "Traceback (most recent call last):\n",
+        '  File "/x/serve.py", line 3, in start\n',
+        "    proc = subprocess.Popen(args)\n",
+        "TypeError: expected str, not list\n",
+    ]
     run_through(console, lambda: kfp_task("deploy", [*EXECUTOR_DUMP, *trace], ok=False))
     shown = term.getvalue().splitlines()
     assert shown[-1].endswith("✗ deploy FAILED (0.0s)") and "    TypeError: expected str, not list" in shown
     assert '  File "/x/serve.py"' not in term.getvalue()  # frames only on request
     console.show_tail("last lines:")
     tail = term.getvalue().splitlines()
-    tail = tail[tail.index("last lines (deploy):"):]
-    assert tail[-4:] == ["    Traceback (most recent call last):", '      File "/x/serve.py", line 3, in start',
-                         "        proc = subprocess.Popen(args)", "    TypeError: expected str, not list"]
+    tail = tail[tail.index("last lines (deploy):") :]
+    assert tail[-4:] == [
+        "    Traceback (most recent call last):",
+        '      File "/x/serve.py", line 3, in start',
+        "        proc = subprocess.Popen(args)",
+        "    TypeError: expected str, not list",
+    ]
 
 
 def test_console_tail_is_the_failed_tasks_even_when_later_tasks_ran():
@@ -107,9 +131,12 @@ def test_console_tail_is_the_failed_tasks_even_when_later_tasks_ran():
     run_through(console, lambda: kfp_task("deliver-dataset", [*EXECUTOR_DUMP] * 5 + ["dataset -> s3://b/d\n"]))
     assert console.show_tail("last lines the failed task printed:")
     tail = term.getvalue().splitlines()
-    tail = tail[tail.index("last lines the failed task printed (deliver-model):") + 1:]
-    assert tail == ["    Traceback (most recent call last):", '      File "/x/deliver.py", line 3, in main',
-                    "    KeyError: 'x'"], tail
+    tail = tail[tail.index("last lines the failed task printed (deliver-model):") + 1 :]
+    assert tail == [
+        "    Traceback (most recent call last):",
+        '      File "/x/deliver.py", line 3, in main',
+        "    KeyError: 'x'",
+    ], tail
     assert console.failed == ["deliver-model"] and console.last_line("deliver-model") == "KeyError: 'x'"
 
 
@@ -118,18 +145,37 @@ def test_a_failed_tasks_error_is_shown_once_without_kfps_executor_dump():
     executor input under "last lines" and the same error again."""
     term, log = io.StringIO(), io.StringIO()
     console = Console(term, log)
-    big_dump = [EXECUTOR_DUMP[0], "{\n", '    "inputs": {\n', '        "parameterValues": {\n',
-                '            "source": "someorg/somedata"\n', "        }\n", "    },\n", '    "outputs": {\n',
-                '        "outputFile": "/root/x/executor_output.json"\n', "    }\n", "}\n"]
+    big_dump = [
+        EXECUTOR_DUMP[0],
+        "{\n",
+        '    "inputs": {\n',
+        '        "parameterValues": {\n',
+        '            "source": "someorg/somedata"\n',
+        "        }\n",
+        "    },\n",
+        '    "outputs": {\n',
+        '        "outputFile": "/root/x/executor_output.json"\n',
+        "    }\n",
+        "}\n",
+    ]
     error = "error: dataset 'someorg/somedata' is not in the local Hugging Face cache and the Hub cannot be reached\n"
     run_through(console, lambda: kfp_task("finetune", ['{"train_result": {"train_loss": 1.2}}\n']))
     # kfp.local's own failure (a task it could not start): no task's lines stand in for the reason
     assert console.show_tail("last lines the failed task printed:") is False
     run_through(console, lambda: kfp_task("deliver-dataset", [*big_dump, error], ok=False))
     assert console.show_tail("last lines the failed task printed:") is False
-    run_through(console, lambda: kfp_task("evaluate", ["Traceback (most recent call last):\n",
-                                                       '  File "/x/evaluate.py", line 3, in main\n',
-                                                       "KeyboardInterrupt\n"], ok=False))
+    run_through(
+        console,
+        lambda: kfp_task(
+            "evaluate",
+            [
+                "Traceback (most recent call last):\n",
+                '  File "/x/evaluate.py", line 3, in main\n',
+                "KeyboardInterrupt\n",
+            ],
+            ok=False,
+        ),
+    )
     shown = term.getvalue()
     assert "KeyboardInterrupt" not in shown  # Ctrl-C: run_local's own line says it once
     assert shown.count("is not in the local Hugging Face cache") == 1 and "outputFile" not in shown
@@ -175,18 +221,21 @@ def test_sweep_trials_side_by_side_show_their_own_lines_and_no_rules(tmp_path):
         finally:
             sys.stdout = saved_stdout
     shown = term.getvalue().splitlines()
-    assert sorted(shown) == ["    trial 0: 100 rows, fc accuracy 0.0% -> 90.0%",
-                             "    trial 1: 100 rows, fc accuracy 0.0% -> 91.0%"], shown
+    assert sorted(shown) == [
+        "    trial 0: 100 rows, fc accuracy 0.0% -> 90.0%",
+        "    trial 1: 100 rows, fc accuracy 0.0% -> 91.0%",
+    ], shown
     assert builtins.print is real_print
     assert len(re.findall(r"(?m)^-{40,}$", (tmp_path / "run.log").read_text())) == 3  # rules: in the log
 
 
 def fake_kfp_run(root, metrics: dict, examples_md: str):
     """A kfp.local run directory as kfp.local leaves it: <task>/executor_output.json + artifact files."""
-    for task, outputs in {"evaluate": {"metrics": metrics, "examples": None},
-                          "finetune": {"metrics": {"train_loss": 0.1}, "adapter": {"uri": "s3://b/m", "n_files": 3}},
-                          "deploy": {"smoke": {"smoke_ok": 1.0, "smoke_latency_s": 0.2, "reply_x": "{...}"}},
-                          }.items():
+    for task, outputs in {
+        "evaluate": {"metrics": metrics, "examples": None},
+        "finetune": {"metrics": {"train_loss": 0.1}, "adapter": {"uri": "s3://b/m", "n_files": 3}},
+        "deploy": {"smoke": {"smoke_ok": 1.0, "smoke_latency_s": 0.2, "reply_x": "{...}"}},
+    }.items():
         (root / task).mkdir(parents=True)
         arts = {}
         for name, meta in outputs.items():
@@ -201,9 +250,13 @@ def record_run(runs_dir, tmp_path, lr: float, acc: float) -> str:
     """A run record made the way run_local makes one."""
     params = {"learning_rate": lr, "max_steps": 400}
     run_dir = runs.new_run("finetune", params, runs_dir, defaults={"learning_rate": 3e-3, "max_steps": 400})
-    metrics, reports = runs.collect_task_outputs(fake_kfp_run(
-        tmp_path / run_dir.name, {"base_fc_accuracy": 0.0, "tuned_fc_accuracy": acc, "fc_rows": 200},
-        "# Evaluation: base vs tuned\n\n| metric | base | tuned |\n|---|---|---|\n| acc | 0 | 1 |\n"))
+    metrics, reports = runs.collect_task_outputs(
+        fake_kfp_run(
+            tmp_path / run_dir.name,
+            {"base_fc_accuracy": 0.0, "tuned_fc_accuracy": acc, "fc_rows": 200},
+            "# Evaluation: base vs tuned\n\n| metric | base | tuned |\n|---|---|---|\n| acc | 0 | 1 |\n",
+        )
+    )
     assert set(metrics) == {"evaluate", "finetune", "deploy"} and "n_files" not in json.dumps(metrics)
     assert metrics["deploy"] == {"smoke_ok": 1.0, "smoke_latency_s": 0.2}
     assert list(reports) == ["evaluate-examples"]
@@ -244,10 +297,14 @@ def test_two_runs_listed_and_compared_with_one_command(tmp_path, capsys):
     assert exit_info.value.code == 2 and "no local run no-such-run" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv, expected", [
-    (["list", "--launch"], "--launch applies to `tensorboard`, not `list`"),
-    (["compare", "--launch"], "--launch applies to `tensorboard`, not `compare`"),
-    (["list", "--all-params"], "--all-params applies to `compare`, not `list`")])
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["list", "--launch"], "--launch applies to `tensorboard`, not `list`"),
+        (["compare", "--launch"], "--launch applies to `tensorboard`, not `compare`"),
+        (["list", "--all-params"], "--all-params applies to `compare`, not `list`"),
+    ],
+)
 def test_a_flag_of_another_command_is_refused_not_ignored(tmp_path, capsys, argv, expected):
     with pytest.raises(SystemExit) as exit_info:
         runs.main([*argv, "--runs-dir", str(tmp_path)])
@@ -257,7 +314,9 @@ def test_a_flag_of_another_command_is_refused_not_ignored(tmp_path, capsys, argv
 
 def test_run_locals_closing_hints_name_its_runs_dir(tmp_path):
     """With another --runs-dir, `python -m pipelines.runs compare` as run_local printed it read ./.runs, not the run's."""
-    assert runs.runs_dir_flag(runs.RUNS_DIR) == runs.runs_dir_flag(runs.RUNS_DIR.absolute()) == ""  # as run_local has it
+    assert (
+        runs.runs_dir_flag(runs.RUNS_DIR) == runs.runs_dir_flag(runs.RUNS_DIR.absolute()) == ""
+    )  # as run_local has it
     assert runs.runs_dir_flag(tmp_path / "my runs") == f" --runs-dir '{tmp_path}/my runs'"
 
 
@@ -270,8 +329,12 @@ def test_compare_refuses_a_count_below_one(tmp_path, capsys, n):
 
 
 def test_list_shows_no_accuracy_for_runs_without_tool_call_rows():
-    run = {"id": "r1", "status": "succeeded", "elapsed_s": 5, "metrics": {"evaluate": {
-        "base_fc_accuracy": 0.0, "tuned_fc_accuracy": 0.0, "fc_rows": 0.0, "text_rows": 4.0}}}
+    run = {
+        "id": "r1",
+        "status": "succeeded",
+        "elapsed_s": 5,
+        "metrics": {"evaluate": {"base_fc_accuracy": 0.0, "tuned_fc_accuracy": 0.0, "fc_rows": 0.0, "text_rows": 4.0}},
+    }
     assert "n/a (0 rows)" in runs.list_table([run]) and "0.0% -> 0.0%" not in runs.list_table([run])
 
 
@@ -306,8 +369,24 @@ def test_a_runs_tensorboard_events_are_its_own_finetune_tasks_not_whatever_was_w
     store.put_dir(events, "runs/theirs-2/tensorboard")  # another run's, written while this one ran
     out = tmp_path / "kfp" / "finetune" / "executor_output.json"
     out.parent.mkdir(parents=True)
-    out.write_text(json.dumps({"artifacts": {"adapter": {"artifacts": [{"metadata": {
-        "uri": store.uri("models/sha256-x"), "tensorboard_uri": store.uri("runs/ours-1/tensorboard")}}]}}}))
+    out.write_text(
+        json.dumps(
+            {
+                "artifacts": {
+                    "adapter": {
+                        "artifacts": [
+                            {
+                                "metadata": {
+                                    "uri": store.uri("models/sha256-x"),
+                                    "tensorboard_uri": store.uri("runs/ours-1/tensorboard"),
+                                }
+                            }
+                        ]
+                    }
+                }
+            }
+        )
+    )
     prefixes = runs.tensorboard_prefixes(tmp_path / "kfp")
     assert prefixes == [store.uri("runs/ours-1/tensorboard")]
     target = runs.save_tensorboard(tmp_path / "run", store, prefixes=prefixes)
@@ -318,8 +397,9 @@ def test_tensorboard_copy_from_a_dead_endpoint_is_a_user_error(tmp_path, no_retr
     from trainer.core.errors import UserError
     from trainer.core.storage import Store
 
-    dead = Store(endpoint="http://127.0.0.1:9", bucket="llm-finetune", access_key="k", secret_key="s",
-                 region="us-east-1")
+    dead = Store(
+        endpoint="http://127.0.0.1:9", bucket="llm-finetune", access_key="k", secret_key="s", region="us-east-1"
+    )
     with pytest.raises(UserError, match="unreachable during TensorBoard listing"):
         runs.save_tensorboard(tmp_path / "run", dead)
 
@@ -328,8 +408,10 @@ def test_summary_says_smoke_tested_only_when_the_smoke_test_passed_and_hides_sto
     from pipelines.run_local import endpoint_line, summarize
 
     url = "http://127.0.0.1:5000/v1"
-    assert endpoint_line(url, {"smoke_ok": 1.0, "smoke_latency_s": 0.25}, keep_serving=True) == \
-        f"endpoint (still serving; smoke test passed in 0.25s): {url}"
+    assert (
+        endpoint_line(url, {"smoke_ok": 1.0, "smoke_latency_s": 0.25}, keep_serving=True)
+        == f"endpoint (still serving; smoke test passed in 0.25s): {url}"
+    )
     stopped = endpoint_line(url, {"smoke_ok": 1.0, "smoke_latency_s": 0.25}, keep_serving=False)
     assert url not in stopped and "stopped" in stopped
     failed = endpoint_line(url, {"smoke_ok": 0.0, "smoke_latency_s": 0.25}, keep_serving=True)
@@ -337,10 +419,20 @@ def test_summary_says_smoke_tested_only_when_the_smoke_test_passed_and_hides_sto
     assert "no smoke-test verdict" in endpoint_line(url, {}, keep_serving=True)
     # what an OpenAI client needs besides the URL: the name it passes as `model`
     assert endpoint_line(url, {"smoke_ok": 1.0, "smoke_latency_s": 0.25}, True, "llm-finetune").endswith(
-        f"{url}, model 'llm-finetune'")
+        f"{url}, model 'llm-finetune'"
+    )
 
-    ev = {"base_eval_loss": 7.0, "tuned_eval_loss": 1.0, "base_fc_accuracy": 0.0, "tuned_fc_accuracy": 0.5,
-          "base_text_match": 0.0, "tuned_text_match": 0.25, "eval_rows": 12, "fc_rows": 8, "text_rows": 4}
+    ev = {
+        "base_eval_loss": 7.0,
+        "tuned_eval_loss": 1.0,
+        "base_fc_accuracy": 0.0,
+        "tuned_fc_accuracy": 0.5,
+        "base_text_match": 0.0,
+        "tuned_text_match": 0.25,
+        "eval_rows": 12,
+        "fc_rows": 8,
+        "text_rows": 4,
+    }
     text = summarize({"evaluate": ev, "deploy": {"smoke_ok": 0.0, "smoke_latency_s": 1.0}}, url, False, 3.0)
     assert re.search(r"function-calling accuracy \(8 rows\)\s+0\.0%\s+50\.0%", text)
     assert "text match (4 rows)" in text and "25.0%" in text
@@ -386,8 +478,10 @@ class Terminal(io.StringIO):
 def test_on_a_terminal_progress_is_redrawn_in_place():
     term, log = Terminal(), io.StringIO()
     console = Console(term, log)
-    bars = [f"evaluate base: {p:3d}%|#         | {p}/100 [00:0{i + 3}<00:10, 5.00row/s]\n"
-            for i, p in enumerate((10, 20, 30))]
+    bars = [
+        f"evaluate base: {p:3d}%|#         | {p}/100 [00:0{i + 3}<00:10, 5.00row/s]\n"
+        for i, p in enumerate((10, 20, 30))
+    ]
     run_through(console, lambda: kfp_task("evaluate", [*bars, "100 rows (100 tool-call, 0 text)\n"]))
     out = term.getvalue()
     assert out.count("\r\x1b[K    evaluate base:") == 3  # each refresh overwrites the line
@@ -402,14 +496,17 @@ def test_sweep_trial_reports_are_titled_by_trial(tmp_path):
     assert "<title>Evaluation: base vs tuned, trial 2 — local run run</title>" in page.read_text()
 
 
-@pytest.mark.parametrize("content, needle", [
-    (None, "no run.json"),
-    ('{"id": "2026', "unreadable run.json (JSONDecodeError"),
-    ("[1, 2]", "holds no JSON object"),
-    ('{"params": [], "metrics": {"evaluate": {"fc_accuracy": "high"}}}', "wrong type: params, metrics"),
-    ("fifo", "run.json is not a regular file"),  # reading it waited for a writer: list and compare hung
-    ("dir", "run.json is not a regular file"),
-])
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        (None, "no run.json"),
+        ('{"id": "2026', "unreadable run.json (JSONDecodeError"),
+        ("[1, 2]", "holds no JSON object"),
+        ('{"params": [], "metrics": {"evaluate": {"fc_accuracy": "high"}}}', "wrong type: params, metrics"),
+        ("fifo", "run.json is not a regular file"),  # reading it waited for a writer: list and compare hung
+        ("dir", "run.json is not a regular file"),
+    ],
+)
 def test_a_broken_run_record_is_listed_as_broken_and_the_others_still_show(tmp_path, capsys, content, needle):
     runs_dir = tmp_path / "runs"
     good = record_run(runs_dir, tmp_path, 3e-3, 0.8)
@@ -458,8 +555,12 @@ def test_a_run_named_twice_is_compared_once(tmp_path, capsys):
 
 
 def test_compare_names_sweep_trials_as_trials():
-    run = {"id": "r1", "status": "succeeded", "params": {}, "metrics": {
-        "for-loop-1-iteration-2.evaluate": {"tuned_fc_accuracy": 0.9}, "pick-best": {"best_trial": 2.0}}}
+    run = {
+        "id": "r1",
+        "status": "succeeded",
+        "params": {},
+        "metrics": {"for-loop-1-iteration-2.evaluate": {"tuned_fc_accuracy": 0.9}, "pick-best": {"best_trial": 2.0}},
+    }
     table = runs.compare_table([run])
     assert "trial 2 evaluate: tuned_fc_accuracy" in table and "pick-best: best_trial" in table
     assert "for-loop" not in table
@@ -493,11 +594,26 @@ def test_a_hand_edited_record_shows_no_nan_as_a_number_and_no_control_character(
     import json
 
     (tmp_path / "20261122-100000-finetune").mkdir()
-    (tmp_path / "20261122-100000-finetune" / "run.json").write_text(json.dumps({
-        "status": "succeeded", "started": "x", "params": {}, "changed": {}, "elapsed_s": 5.0,
-        "summary": "line one\nline two \x1b[31mred\x1b[0m",
-        "metrics": {"evaluate": {"tuned_fc_accuracy": float("nan"), "base_fc_accuracy": float("inf"),
-                                 "fc_rows": 20.0, "eval_rows": 10 ** 400}}}))
+    (tmp_path / "20261122-100000-finetune" / "run.json").write_text(
+        json.dumps(
+            {
+                "status": "succeeded",
+                "started": "x",
+                "params": {},
+                "changed": {},
+                "elapsed_s": 5.0,
+                "summary": "line one\nline two \x1b[31mred\x1b[0m",
+                "metrics": {
+                    "evaluate": {
+                        "tuned_fc_accuracy": float("nan"),
+                        "base_fc_accuracy": float("inf"),
+                        "fc_rows": 20.0,
+                        "eval_rows": 10**400,
+                    }
+                },
+            }
+        )
+    )
     [record] = runs.load_runs(tmp_path)
     assert record["metrics"] == {"evaluate": {"fc_rows": 20.0}}  # blank where nothing real was measured
     assert "\n" not in record["summary"] and "\x1b" not in record["summary"] and "line two" in record["summary"]
@@ -521,17 +637,30 @@ def test_compare_shows_failed_and_running_runs_with_their_status_and_no_number_t
 
     def write(name, **record):
         (tmp_path / name).mkdir()
-        (tmp_path / name / "run.json").write_text(json.dumps({"started": "x", "params": {"max_steps": 650},
-                                                              "changed": {}, "metrics": {}, **record}))
+        (tmp_path / name / "run.json").write_text(
+            json.dumps({"started": "x", "params": {"max_steps": 650}, "changed": {}, "metrics": {}, **record})
+        )
 
-    write("20261122-100000-finetune", status="succeeded", elapsed_s=80.0,
-          metrics={"evaluate": {"tuned_fc_accuracy": 0.985, "fc_rows": 200.0}, "finetune": {"train_loss": 0.0117}})
-    write("20261122-110000-finetune", status="failed", elapsed_s=9.0, summary="task finetune failed",
-          metrics={"evaluate": {}})
+    write(
+        "20261122-100000-finetune",
+        status="succeeded",
+        elapsed_s=80.0,
+        metrics={"evaluate": {"tuned_fc_accuracy": 0.985, "fc_rows": 200.0}, "finetune": {"train_loss": 0.0117}},
+    )
+    write(
+        "20261122-110000-finetune",
+        status="failed",
+        elapsed_s=9.0,
+        summary="task finetune failed",
+        metrics={"evaluate": {}},
+    )
     write("20261122-120000-finetune", status="running", pid=os.getpid(), host=socket.gethostname())
     assert runs.main(["compare", "-n", "3", "--runs-dir", str(tmp_path)]) == 0
-    rows = {line.split()[0] + " " + line.split()[1]: line.split()[2:]
-            for line in capsys.readouterr().out.splitlines()[2:] if len(line.split()) > 2}
+    rows = {
+        line.split()[0] + " " + line.split()[1]: line.split()[2:]
+        for line in capsys.readouterr().out.splitlines()[2:]
+        if len(line.split()) > 2
+    }
     assert rows["evaluate: tuned_fc_accuracy"] == ["0.985", "-", "-"]  # never 0 for a stage that logged nothing
     assert rows["finetune: train_loss"] == ["0.0117", "-", "-"]
     assert runs.main(["list", "--runs-dir", str(tmp_path)]) == 0
@@ -549,8 +678,9 @@ def test_tensorboard_copy_when_no_task_created_the_bucket_finds_no_events(s3_env
 
 
 @pytest.mark.parametrize("how, status", [("Ctrl-C", 130), ("SIGTERM", 143)])
-def test_an_interrupted_local_run_is_one_line_a_record_and_no_temporary_folder(tmp_path, monkeypatch, capsys,
-                                                                               how, status):
+def test_an_interrupted_local_run_is_one_line_a_record_and_no_temporary_folder(
+    tmp_path, monkeypatch, capsys, how, status
+):
     import argparse
     import os
     import signal
@@ -588,8 +718,18 @@ def test_an_output_folder_that_cannot_be_written_is_refused_before_the_run(tmp_p
     a_file = tmp_path / "model.bin"
     a_file.write_text("x")
     with pytest.raises(SystemExit) as exit_:
-        run_local.main(["--output-dir", str(a_file), "--runs-dir", str(tmp_path / "runs"),
-                        "--pipeline-root", "/proc/nope", "--param", "max_steps=10"])
+        run_local.main(
+            [
+                "--output-dir",
+                str(a_file),
+                "--runs-dir",
+                str(tmp_path / "runs"),
+                "--pipeline-root",
+                "/proc/nope",
+                "--param",
+                "max_steps=10",
+            ]
+        )
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert f"--output-dir {a_file}: is a file" in err and "--pipeline-root /proc/nope" in err
@@ -614,26 +754,52 @@ def test_a_sweeps_winner_model_and_endpoint_are_found_inside_its_condition(tmp_p
     reads them from kfp.local's task outputs to copy the model out and show the endpoint."""
     kfp_run = tmp_path / "llm-finetune-sweep-2026-11-22-19-39-26-055711"
     for task, entry in {
-            "merge-lora": {"artifacts": {"merged": {"artifacts": [{"name": "merged", "uri": "/x/merged", "metadata": {
-                "uri": "s3://llm-finetune/models/sha256-dd42", "tree_sha256": "dd42"}}]}}},
-            "deploy": {"parameterValues": {"endpoint": "http://127.0.0.1:54359/v1", "smoke_ok": True}},
-            "for-loop-1-iteration-0/finetune": {"artifacts": {"adapter": {"artifacts": [
-                {"name": "adapter", "uri": "/x/a", "metadata": {"uri": "s3://llm-finetune/models/sha256-aa"}}]}}}}.items():
+        "merge-lora": {
+            "artifacts": {
+                "merged": {
+                    "artifacts": [
+                        {
+                            "name": "merged",
+                            "uri": "/x/merged",
+                            "metadata": {"uri": "s3://llm-finetune/models/sha256-dd42", "tree_sha256": "dd42"},
+                        }
+                    ]
+                }
+            }
+        },
+        "deploy": {"parameterValues": {"endpoint": "http://127.0.0.1:54359/v1", "smoke_ok": True}},
+        "for-loop-1-iteration-0/finetune": {
+            "artifacts": {
+                "adapter": {
+                    "artifacts": [
+                        {"name": "adapter", "uri": "/x/a", "metadata": {"uri": "s3://llm-finetune/models/sha256-aa"}}
+                    ]
+                }
+            }
+        },
+    }.items():
         (kfp_run / task).mkdir(parents=True)
         (kfp_run / task / "executor_output.json").write_text(json.dumps(entry))
     none = {"trials_endpoint": "", "trials_models": ""}
-    assert runs.deployed_outputs(kfp_run) == {"merged_model": "s3://llm-finetune/models/sha256-dd42",
-                                              "endpoint": "http://127.0.0.1:54359/v1", **none}
+    assert runs.deployed_outputs(kfp_run) == {
+        "merged_model": "s3://llm-finetune/models/sha256-dd42",
+        "endpoint": "http://127.0.0.1:54359/v1",
+        **none,
+    }
     (kfp_run / "merge-lora" / "executor_output.json").unlink()  # no trial beat the base: nothing deployed
     (kfp_run / "deploy" / "executor_output.json").unlink()
     assert runs.deployed_outputs(kfp_run) == {"merged_model": "", "endpoint": "", **none}
     # deploy_all_trials with keep_serving: the trials' server, still up, with the names to ask it for
     (kfp_run / "deploy-trials").mkdir()
-    (kfp_run / "deploy-trials" / "executor_output.json").write_text(json.dumps({"parameterValues": {
-        "endpoint": "http://127.0.0.1:5/v1", "models": ["m-base", "m-trial-0"]}}))
-    assert runs.deployed_outputs(kfp_run) == {"merged_model": "", "endpoint": "",
-                                              "trials_endpoint": "http://127.0.0.1:5/v1",
-                                              "trials_models": "m-base, m-trial-0"}
+    (kfp_run / "deploy-trials" / "executor_output.json").write_text(
+        json.dumps({"parameterValues": {"endpoint": "http://127.0.0.1:5/v1", "models": ["m-base", "m-trial-0"]}})
+    )
+    assert runs.deployed_outputs(kfp_run) == {
+        "merged_model": "",
+        "endpoint": "",
+        "trials_endpoint": "http://127.0.0.1:5/v1",
+        "trials_models": "m-base, m-trial-0",
+    }
 
 
 @pytest.mark.parametrize("command", [["pipelines.submit", "--list-params"], ["pipelines.runs", "compare"]])
@@ -645,10 +811,13 @@ def test_output_piped_into_a_reader_that_stops_early_ends_quietly(tmp_path, comm
     runs_dir = tmp_path / "runs"
     for lr in (0.001, 0.002):
         record_run(runs_dir, tmp_path, lr=lr, acc=0.5)
-    proc = subprocess.Popen([sys.executable, "-m", *command, *(["--runs-dir", str(runs_dir)] if "runs" in command[0]
-                                                                 else [])],
-                            cwd=Path(__file__).resolve().parents[2], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", *command, *(["--runs-dir", str(runs_dir)] if "runs" in command[0] else [])],
+        cwd=Path(__file__).resolve().parents[2],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     proc.stdout.close()  # before the child has printed anything: its first write meets a closed pipe
     err = proc.stderr.read()
     assert proc.wait(timeout=120) == 141, err
@@ -786,8 +955,9 @@ def test_a_run_reads_only_its_own_kfp_run_even_when_another_run_writes_beside_it
     assert pipeline.own.parent == tmp_path / "root" / run_dir.name
 
 
-def test_a_full_disk_when_copying_the_model_out_keeps_the_runs_record_and_says_so_once(tmp_path, monkeypatch,
-                                                                                       capsys, s3_env):
+def test_a_full_disk_when_copying_the_model_out_keeps_the_runs_record_and_says_so_once(
+    tmp_path, monkeypatch, capsys, s3_env
+):
     """With 2 MB free the pipeline succeeded, then the copy out hit ENOSPC and the record said
     'failed' with every metric lost: the record is written first, the copy's failure is one line."""
     import argparse
@@ -806,12 +976,15 @@ def test_a_full_disk_when_copying_the_model_out_keeps_the_runs_record_and_says_s
     pipeline.name, pipeline.pipeline_func = finetune_pipeline.name, finetune_pipeline.pipeline_func
 
     def disk_full(uri, out):
-        raise UserError(f"not enough space in {out.parent} for {uri}: it needs 540.0 MB, 2.0 MB are free; "
-                        "free space there or choose another folder")
+        raise UserError(
+            f"not enough space in {out.parent} for {uri}: it needs 540.0 MB, 2.0 MB are free; "
+            "free space there or choose another folder"
+        )
 
     monkeypatch.setattr(run_local, "export_model", disk_full)
-    args = argparse.Namespace(pipeline="finetune", runs_dir=tmp_path / "runs", pipeline_root=tmp_path / "root",
-                              output_dir=tmp_path / "out")
+    args = argparse.Namespace(
+        pipeline="finetune", runs_dir=tmp_path / "runs", pipeline_root=tmp_path / "root", output_dir=tmp_path / "out"
+    )
     assert run_local.run(pipeline, pipeline_defaults(finetune_pipeline), args) == 1
     [run_dir] = (tmp_path / "runs").iterdir()
     record = json.loads((run_dir / "run.json").read_text())

@@ -30,21 +30,27 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": 
 
 def completion(message: dict, model: str = TUNED, finish_reason: str = "") -> dict:
     finish_reason = finish_reason or ("tool_calls" if message.get("tool_calls") else "stop")
-    return {"object": "chat.completion", "model": model,
-            "choices": [{"index": 0, "finish_reason": finish_reason, "message": {"role": "assistant", **message}}]}
+    return {
+        "object": "chat.completion",
+        "model": model,
+        "choices": [{"index": 0, "finish_reason": finish_reason, "message": {"role": "assistant", **message}}],
+    }
 
 
 def call(name: str, arguments: str) -> dict:
     return {"tool_calls": [{"id": "c1", "type": "function", "function": {"name": name, "arguments": arguments}}]}
 
 
-@pytest.mark.parametrize("message, reason", [
-    (call("get_weather", '{"city": "Paris"}'), ""),
-    ({"content": '{"name": "get_weather", "arguments": {"city": "Paris"}}'}, "no message.tool_calls"),
-    (call("get_weather", '{"name": "arguments": 1'), "arguments is not JSON"),
-    (call("get_weather", '["Paris"]'), "not a JSON object"),
-    (call("get_time", "{}"), "is not one of the offered tools"),
-])
+@pytest.mark.parametrize(
+    "message, reason",
+    [
+        (call("get_weather", '{"city": "Paris"}'), ""),
+        ({"content": '{"name": "get_weather", "arguments": {"city": "Paris"}}'}, "no message.tool_calls"),
+        (call("get_weather", '{"name": "arguments": 1'), "arguments is not JSON"),
+        (call("get_weather", '["Paris"]'), "not a JSON object"),
+        (call("get_time", "{}"), "is not one of the offered tools"),
+    ],
+)
 def test_smoke_check_accepts_only_a_well_formed_tool_call(message, reason):
     got = serve_client.check_response(completion(message), TUNED, TOOLS)
     assert (reason in got and got) if reason else got == ""
@@ -53,6 +59,7 @@ def test_smoke_check_accepts_only_a_well_formed_tool_call(message, reason):
 def test_an_unusable_reply_warns_and_a_broken_server_fails_the_deploy():
     """A 20-step model that stops at once: the endpoint works, the reply does not. The run says
     so plainly (undertrained: more max_steps) and goes on; a protocol break fails the step."""
+
     def result(resp, tools=TOOLS):
         reason = serve_client.check_response(resp, TUNED, tools)
         return {"ok": not reason, "reason": reason, "verdict": serve_client.verdict(reason)}
@@ -72,8 +79,12 @@ def test_an_unusable_reply_warns_and_a_broken_server_fails_the_deploy():
     broken = serve_client.smoke_outcome({TUNED: no_call, "other": wrong_name})
     assert not broken["smoke_ok"] and not broken["server_ok"]
     assert "answered as model 'other'" in broken["error"] and "no message.tool_calls" in broken["warning"]
-    assert serve_client.smoke_outcome({TUNED: good}) == {"smoke_ok": True, "server_ok": True, "warning": "",
-                                                         "error": ""}
+    assert serve_client.smoke_outcome({TUNED: good}) == {
+        "smoke_ok": True,
+        "server_ok": True,
+        "warning": "",
+        "error": "",
+    }
     from pipelines.run_local import endpoint_line
 
     line = endpoint_line("http://127.0.0.1:1/v1", {"smoke_ok": 0.0, "smoke_server_ok": 1.0}, keep_serving=False)
@@ -85,15 +96,17 @@ def test_smoke_check_demands_what_an_openai_tool_loop_reads():
     it with a tool message carrying the call's `id`."""
     ok = call("get_weather", '{"city": "Paris"}')
     assert "finish_reason is 'stop'" in serve_client.check_response(completion(ok, finish_reason="stop"), TUNED, TOOLS)
-    assert "finish_reason is 'length'" in serve_client.check_response(completion(ok, finish_reason="length"), TUNED,
-                                                                      TOOLS)
+    assert "finish_reason is 'length'" in serve_client.check_response(
+        completion(ok, finish_reason="length"), TUNED, TOOLS
+    )
     no_id = {"tool_calls": [{**ok["tool_calls"][0], "id": ""}]}
     assert "no id" in serve_client.check_response(completion(no_id), TUNED, TOOLS)
     not_function = {"tool_calls": [{**ok["tool_calls"][0], "type": "code"}]}
     assert "type is 'code'" in serve_client.check_response(completion(not_function), TUNED, TOOLS)
     # a base model beside an adapter may answer in text, but a call it does make is held to the same rules
-    assert "finish_reason is 'stop'" in serve_client.check_response(completion(ok, finish_reason="stop"), TUNED, TOOLS,
-                                                             require_tool_call=False)
+    assert "finish_reason is 'stop'" in serve_client.check_response(
+        completion(ok, finish_reason="stop"), TUNED, TOOLS, require_tool_call=False
+    )
 
 
 @pytest.mark.parametrize("ending", ["refused", "vllm-exits", "sigterm"])
@@ -110,8 +123,14 @@ def test_serve_forever_puts_back_the_signal_handlers_it_found(monkeypatch, tiny_
         return 0
 
     stopped = []
-    fake = SimpleNamespace(url="http://127.0.0.1:8123", names=[TUNED], log_path="server.log",
-                           proc=SimpleNamespace(wait=wait), log_tail=lambda: "", stop=lambda: stopped.append(1))
+    fake = SimpleNamespace(
+        url="http://127.0.0.1:8123",
+        names=[TUNED],
+        log_path="server.log",
+        proc=SimpleNamespace(wait=wait),
+        log_tail=lambda: "",
+        stop=lambda: stopped.append(1),
+    )
     if ending != "refused":  # refused: the real start(), which refuses port 70000 before starting anything
         monkeypatch.setattr(serve_local, "start", lambda *args, **kwargs: fake)
         monkeypatch.setattr(serve_local, "wait_ready", lambda *args, **kwargs: 1.0)  # as serve_forever looks it up
@@ -134,8 +153,10 @@ def test_serve_forever_puts_back_the_signal_handlers_it_found(monkeypatch, tiny_
 
 
 # `python -m trainer serve` with a stand-in for vLLM (tests/fakes/fake_vllm.py), which is slow to stop as vLLM is.
-FAKE_SERVE = ("import runpy, sys; from trainer.serving import local; local.SERVER_MODULE = 'tests.fakes.fake_vllm'; "
-              "sys.argv[0] = 'trainer'; runpy.run_module('trainer', run_name='__main__', alter_sys=True)")
+FAKE_SERVE = (
+    "import runpy, sys; from trainer.serving import local; local.SERVER_MODULE = 'tests.fakes.fake_vllm'; "
+    "sys.argv[0] = 'trainer'; runpy.run_module('trainer', run_name='__main__', alter_sys=True)"
+)
 
 
 def test_a_second_ctrl_c_while_trainer_serve_stops_is_one_line_not_a_traceback(tmp_path, tiny_model_dir):
@@ -150,12 +171,16 @@ def test_a_second_ctrl_c_while_trainer_serve_stops_is_one_line_not_a_traceback(t
 
     tag, release, log, console = uuid.uuid4().hex, tmp_path / "release", tmp_path / "vllm.log", tmp_path / "out.txt"
     with open(console, "w") as out:
-        cli = subprocess.Popen([sys.executable, "-c", FAKE_SERVE, "serve", str(tiny_model_dir), "--port", "0",
-                                "--log", str(log)], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                               env={**os.environ, TAG: tag, "FAKE_VLLM_RELEASE": str(release)},
-                               # a shell's background job (CI's `make test &`) ignores SIGINT, and a child inherits
-                               # that: Python then never raises KeyboardInterrupt, as a user's terminal would
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        cli = subprocess.Popen(
+            [sys.executable, "-c", FAKE_SERVE, "serve", str(tiny_model_dir), "--port", "0", "--log", str(log)],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, TAG: tag, "FAKE_VLLM_RELEASE": str(release)},
+            # a shell's background job (CI's `make test &`) ignores SIGINT, and a child inherits
+            # that: Python then never raises KeyboardInterrupt, as a user's terminal would
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
     try:
         wait_for(lambda: "Ctrl-C stops" in console.read_text(), 120, cli, "the server ready")
         cli.send_signal(signal.SIGINT)
@@ -178,24 +203,34 @@ def test_a_second_ctrl_c_while_trainer_serve_stops_is_one_line_not_a_traceback(t
 
 def sse(*chunks) -> list[bytes]:
     """A streamed completion as the server sends it, line by line."""
-    lines = [f"data: {json.dumps({'object': 'chat.completion.chunk', 'model': TUNED, 'choices': [c]})}\n".encode()
-             for c in chunks]
+    lines = [
+        f"data: {json.dumps({'object': 'chat.completion.chunk', 'model': TUNED, 'choices': [c]})}\n".encode()
+        for c in chunks
+    ]
     return [line for pair in zip(lines, [b"\n"] * len(lines)) for line in pair] + [b"data: [DONE]\n", b"\n"]
 
 
 def test_a_streamed_tool_call_is_assembled_as_openai_clients_do():
     delta = lambda d, finish=None: {"index": 0, "delta": d, "finish_reason": finish}  # noqa: E731
     head = delta({"role": "assistant", "content": ""})
-    name = delta({"tool_calls": [{"index": 0, "id": "c1", "type": "function",
-                                  "function": {"name": "get_weather", "arguments": ""}}]})
+    name = delta(
+        {
+            "tool_calls": [
+                {"index": 0, "id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": ""}}
+            ]
+        }
+    )
     args = [delta({"tool_calls": [{"index": 0, "function": {"arguments": part}}]}) for part in ('{"city"', ': "Oslo"}')]
     resp = serve_client._assemble_stream(sse(head, name, *args, delta({}, "tool_calls")))
     assert serve_client.check_response(resp, TUNED, TOOLS) == ""
-    assert resp["choices"][0]["message"]["tool_calls"][0]["function"] == {"name": "get_weather",
-                                                                          "arguments": '{"city": "Oslo"}'}
+    assert resp["choices"][0]["message"]["tool_calls"][0]["function"] == {
+        "name": "get_weather",
+        "arguments": '{"city": "Oslo"}',
+    }
     # the call's text left unparsed in the stream (a parser that only works on whole answers)
-    text = serve_client._assemble_stream(sse(head, delta({"content": '<tool_call>{"name": "get_weather"}'}),
-                                      delta({}, "stop")))
+    text = serve_client._assemble_stream(
+        sse(head, delta({"content": '<tool_call>{"name": "get_weather"}'}), delta({}, "stop"))
+    )
     assert "no message.tool_calls" in serve_client.check_response(text, TUNED, TOOLS)
     # arguments cut off mid-stream: the joined JSON does not parse
     cut = serve_client._assemble_stream(sse(head, name, args[0], delta({}, "tool_calls")))
@@ -204,28 +239,37 @@ def test_a_streamed_tool_call_is_assembled_as_openai_clients_do():
 
 def test_smoke_check_rejects_other_shapes():
     assert "not an OpenAI chat completion" in serve_client.check_response({"detail": "boom"}, TUNED, TOOLS)
-    assert "answered as model" in serve_client.check_response(completion(call("get_weather", "{}"), "other"), TUNED,
-                                                              TOOLS)
+    assert "answered as model" in serve_client.check_response(
+        completion(call("get_weather", "{}"), "other"), TUNED, TOOLS
+    )
     # A base model beside an adapter may answer in text, but only as text.
     assert serve_client.check_response(completion({"content": "sunny"}), TUNED, TOOLS, require_tool_call=False) == ""
-    assert "not text" in serve_client.check_response(completion({"content": None}), TUNED, TOOLS,
-                                                     require_tool_call=False)
+    assert "not text" in serve_client.check_response(
+        completion({"content": None}), TUNED, TOOLS, require_tool_call=False
+    )
 
 
 def test_smoke_request_picks_a_row_that_expects_a_tool_call():
-    text_row = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}],
-                "tools": TOOLS}
-    tool_row = {"messages": [{"role": "user", "content": "weather?"},
-                             {"role": "assistant", "content": "", **call("get_weather", '{"city": "Oslo"}')}],
-                "tools": TOOLS}
+    text_row = {
+        "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}],
+        "tools": TOOLS,
+    }
+    tool_row = {
+        "messages": [
+            {"role": "user", "content": "weather?"},
+            {"role": "assistant", "content": "", **call("get_weather", '{"city": "Oslo"}')},
+        ],
+        "tools": TOOLS,
+    }
     assert serve_client.smoke_request([text_row, tool_row]) == ([{"role": "user", "content": "weather?"}], TOOLS)
     # no row expects a call: a text answer is checked, so no tools are offered (with tools every check demands one)
     assert serve_client.smoke_request([text_row]) == ([{"role": "user", "content": "hi"}], None)
 
 
 def test_server_args_carry_names_parser_and_adapters():
-    args = serve_args.vllm_args("/m", "base", lora_modules={"a": "/ad/a", "b": "/ad/b"}, max_lora_rank=12,
-                           tensor_parallel_size=2)
+    args = serve_args.vllm_args(
+        "/m", "base", lora_modules={"a": "/ad/a", "b": "/ad/b"}, max_lora_rank=12, tensor_parallel_size=2
+    )
     assert_openai_flags(args, "base", {"a", "b"})
     assert args[args.index("--max-lora-rank") + 1] == "16"  # rounded up to a rank vLLM accepts
     assert args[args.index("--tensor-parallel-size") + 1] == "2"
@@ -244,13 +288,30 @@ def test_trainer_serve_reports_every_bad_input_at_once(tmp_path, capsys, monkeyp
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         with pytest.raises(SystemExit) as exit_:
-            main(["serve", str(tmp_path / "missing"), "--port", str(busy.getsockname()[1]), "--lora", "no-equals",
-                  "--lora", f"a={tmp_path}", "--log", str(tmp_path)])
+            main(
+                [
+                    "serve",
+                    str(tmp_path / "missing"),
+                    "--port",
+                    str(busy.getsockname()[1]),
+                    "--lora",
+                    "no-equals",
+                    "--lora",
+                    f"a={tmp_path}",
+                    "--log",
+                    str(tmp_path),
+                ]
+            )
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert "cannot serve (5 problems)" in err and "Traceback" not in err
-    for what in ("NAME=ADAPTER_DIR, got 'no-equals'", "no config.json", "no adapter_config.json", "is in use",
-                 f"the server's log {tmp_path} is a directory: give a file in it, e.g. --log {tmp_path}/vllm.log"):
+    for what in (
+        "NAME=ADAPTER_DIR, got 'no-equals'",
+        "no config.json",
+        "no adapter_config.json",
+        "is in use",
+        f"the server's log {tmp_path} is a directory: give a file in it, e.g. --log {tmp_path}/vllm.log",
+    ):
         assert what in err
 
 
@@ -261,10 +322,13 @@ def test_an_adapter_name_given_twice_or_the_bases_own_is_refused_from_the_argume
     from trainer.serving import local as serve_local
 
     monkeypatch.setattr(serve_local.subprocess, "Popen", lambda *a, **kw: pytest.fail("vLLM started"))
-    for argv, said in ((["--lora", f"a={tmp_path}/A", "--lora", f"a={tmp_path}/B"],
-                        f"--lora a= is given twice ({tmp_path}/A and {tmp_path}/B): vLLM would serve only the last"),
-                       (["--served-model-name", "x", "--lora", f"x={tmp_path}/A"],
-                        "'x' is the base model's served name too")):
+    for argv, said in (
+        (
+            ["--lora", f"a={tmp_path}/A", "--lora", f"a={tmp_path}/B"],
+            f"--lora a= is given twice ({tmp_path}/A and {tmp_path}/B): vLLM would serve only the last",
+        ),
+        (["--served-model-name", "x", "--lora", f"x={tmp_path}/A"], "'x' is the base model's served name too"),
+    ):
         with pytest.raises(SystemExit) as exit_:
             main(["serve", str(tmp_path), *argv])
         err = capsys.readouterr().err
@@ -295,10 +359,23 @@ def test_a_port_whose_last_connection_is_in_time_wait_is_free_to_serve_on():
 def test_smoke_request_sends_earlier_tool_calls_in_openai_wire_format():
     """A multi-turn row (call, tool result, call): the earlier call's arguments go out as a JSON
     string with an id, and the tool result names it; vLLM answered 400 to the loaded dicts."""
-    call = lambda city: {"role": "assistant", "content": None, "tool_calls": [  # noqa: E731
-        {"type": "function", "function": {"name": "get_weather", "arguments": {"city": city}}}]}
-    row = {"tools": TOOLS, "messages": [{"role": "user", "content": "Paris, then Rome?"}, call("Paris"),
-                                        {"role": "tool", "content": "sunny"}, call("Rome")]}
+
+    def call(city):
+        return {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": city}}}],
+        }
+
+    row = {
+        "tools": TOOLS,
+        "messages": [
+            {"role": "user", "content": "Paris, then Rome?"},
+            call("Paris"),
+            {"role": "tool", "content": "sunny"},
+            call("Rome"),
+        ],
+    }
     messages, tools = serve_client.smoke_request([row])
     assert tools == TOOLS and [m["role"] for m in messages] == ["user", "assistant", "tool"]
     sent = messages[1]["tool_calls"][0]
@@ -330,7 +407,8 @@ LLAMA3_TEMPLATE = (
     "{{- \"}\" }}{{- \"<|eot_id|>\" }}"
     "{%- else %}{{- \"<|start_header_id|>ipython<|end_header_id|>\n\n\" + message.content + \"<|eot_id|>\" }}"
     "{%- endif %}{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{%- endif %}")
+    "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{%- endif %}"
+)
 LLAMA3_TOKENS = ["<|begin_of_text|>", "<|eot_id|>", "<|python_tag|>", "<|start_header_id|>", "<|end_header_id|>"]
 
 
@@ -338,10 +416,12 @@ def _write_tree(root, template: str | None = None, tokens=(), config_template=No
     root.mkdir(parents=True, exist_ok=True)
     if template is not None:
         (root / "chat_template.jinja").write_text(template)
-    (root / "tokenizer.json").write_text(json.dumps({"added_tokens": [{"id": i, "content": t, "special": True}
-                                                                      for i, t in enumerate(tokens)]}))
-    (root / "tokenizer_config.json").write_text(json.dumps({"chat_template": config_template} if config_template
-                                                           else {}))
+    (root / "tokenizer.json").write_text(
+        json.dumps({"added_tokens": [{"id": i, "content": t, "special": True} for i, t in enumerate(tokens)]})
+    )
+    (root / "tokenizer_config.json").write_text(
+        json.dumps({"chat_template": config_template} if config_template else {})
+    )
     return root
 
 
@@ -351,19 +431,27 @@ def test_tool_call_parser_follows_the_chat_template(tmp_path, tiny_model_dir):
     from transformers.utils.chat_template_utils import render_jinja_template  # noqa: F401 - what the probe uses
 
     assert serve_args.model_tool_call_parser(tiny_model_dir) == "hermes"  # <tool_call>{...}</tool_call>
-    assert serve_args.model_tool_call_parser(_write_tree(tmp_path / "llama", LLAMA3_TEMPLATE, LLAMA3_TOKENS)) \
+    assert (
+        serve_args.model_tool_call_parser(_write_tree(tmp_path / "llama", LLAMA3_TEMPLATE, LLAMA3_TOKENS))
         == "llama3_json"
+    )
     # vLLM's llama3_json parser will not start without <|python_tag|> in the vocabulary: not chosen then
-    assert serve_args.model_tool_call_parser(_write_tree(tmp_path / "no-tag", LLAMA3_TEMPLATE, ["<|eot_id|>"])) \
-        == "hermes"
-    mistral = ("{%- for m in messages %}{%- if m.tool_calls %}[TOOL_CALLS]{{ m.tool_calls | map(attribute='function') "
-               "| list | tojson }}{%- else %}[INST]{{ m.content }}[/INST]{%- endif %}{%- endfor %}")
+    assert (
+        serve_args.model_tool_call_parser(_write_tree(tmp_path / "no-tag", LLAMA3_TEMPLATE, ["<|eot_id|>"])) == "hermes"
+    )
+    mistral = (
+        "{%- for m in messages %}{%- if m.tool_calls %}[TOOL_CALLS]{{ m.tool_calls | map(attribute='function') "
+        "| list | tojson }}{%- else %}[INST]{{ m.content }}[/INST]{%- endif %}{%- endfor %}"
+    )
     assert serve_args.tool_call_parser(mistral) == "mistral"
     # tokenizer_config.json's named templates (Hermes / Qwen style): the tool_use one decides
-    named = [{"name": "default", "template": "{% for m in messages %}{{ m.content }}{% endfor %}"},
-             {"name": "tool_use", "template": LLAMA3_TEMPLATE}]
-    assert serve_args.model_tool_call_parser(_write_tree(tmp_path / "named", None, LLAMA3_TOKENS, named)) \
-        == "llama3_json"
+    named = [
+        {"name": "default", "template": "{% for m in messages %}{{ m.content }}{% endfor %}"},
+        {"name": "tool_use", "template": LLAMA3_TEMPLATE},
+    ]
+    assert (
+        serve_args.model_tool_call_parser(_write_tree(tmp_path / "named", None, LLAMA3_TOKENS, named)) == "llama3_json"
+    )
     # no template, one that drops tool calls, one that cannot render them: hermes, as before
     assert serve_args.model_tool_call_parser(_write_tree(tmp_path / "none", None)) == "hermes"
     assert serve_args.tool_call_parser("{% for m in messages %}{{ m.content }}{% endfor %}") == "hermes"
@@ -372,8 +460,9 @@ def test_tool_call_parser_follows_the_chat_template(tmp_path, tiny_model_dir):
     assert args[args.index("--tool-call-parser") + 1] == "llama3_json"
     # the delivered template file (the one training used) is what vLLM renders with; none: the tokenizer's
     assert args[args.index("--chat-template") + 1] == str(tmp_path / "llama" / "chat_template.jinja")
-    assert "--chat-template" not in serve_local.local_args(_write_tree(tmp_path / "named2", None, LLAMA3_TOKENS, named),
-                                                           "m")
+    assert "--chat-template" not in serve_local.local_args(
+        _write_tree(tmp_path / "named2", None, LLAMA3_TOKENS, named), "m"
+    )
 
 
 def test_stored_model_parser_reads_only_the_tokenizer_files(store, tmp_path):
@@ -383,8 +472,9 @@ def test_stored_model_parser_reads_only_the_tokenizer_files(store, tmp_path):
     uri, _ = store.put_tree(tree, "models")
     fetched = []
     real_get = store.client.get_object
-    store.client.get_object = lambda bucket, key, *a, **kw: fetched.append(key.rsplit("/", 1)[1]) or \
-        real_get(bucket, key, *a, **kw)
+    store.client.get_object = lambda bucket, key, *a, **kw: (
+        fetched.append(key.rsplit("/", 1)[1]) or real_get(bucket, key, *a, **kw)
+    )
     assert serve_args.stored_tool_call_parser(store, uri) == "llama3_json"
     assert "model.safetensors" not in fetched and "chat_template.jinja" in fetched
 
@@ -409,8 +499,10 @@ def test_deploy_k8s_refuses_a_parser_name_vllm_would_read_as_a_flag(capsys):
 
     with pytest.raises(SystemExit) as exit_:
         main(["deploy-k8s", "--dry-run", "--name", "m", "--model-uri", "s3://b/m", "--tool-call-parser=--hermes"])
-    assert exit_.value.code == 2 and "tool_call_parser='--hermes' is not a vLLM tool-call parser" in \
-        capsys.readouterr().err
+    assert (
+        exit_.value.code == 2
+        and "tool_call_parser='--hermes' is not a vLLM tool-call parser" in capsys.readouterr().err
+    )
 
 
 @pytest.mark.parametrize("name", ["", "   ", "-tuned", "my model", "tab\tname", "--served"])
@@ -422,8 +514,11 @@ def test_one_served_name_rule_for_the_pipeline_and_the_server(name):
 
     [expected] = serve_args.served_name_problems(name)
     for backend in ("local", "kubernetes"):  # on a cluster the Service name rule is not piled on top
-        found = [p for p in pipeline_problems({"served_model_name": name, "deploy_backend": backend})
-                 if "served_model_name" in p]
+        found = [
+            p
+            for p in pipeline_problems({"served_model_name": name, "deploy_backend": backend})
+            if "served_model_name" in p
+        ]
         assert found == [expected]
     with pytest.raises(UserError) as err:
         serve_local.start("/nonexistent", name, port=70000)
@@ -435,10 +530,13 @@ def test_default_served_name_is_a_valid_name(tmp_path):
     assert serve_args.served_name_problems(serve_args.default_served_name(tmp_path / "-x")) == []
 
 
-@pytest.mark.parametrize("host, expected", [
-    ("nonsense.invalid", "--host 'nonsense.invalid' does not resolve; use 127.0.0.1"),
-    ("192.0.2.1", "--host '192.0.2.1' is not an address of this machine"),  # TEST-NET-1: never ours
-])
+@pytest.mark.parametrize(
+    "host, expected",
+    [
+        ("nonsense.invalid", "--host 'nonsense.invalid' does not resolve; use 127.0.0.1"),
+        ("192.0.2.1", "--host '192.0.2.1' is not an address of this machine"),  # TEST-NET-1: never ours
+    ],
+)
 def test_trainer_serve_names_a_host_it_cannot_listen_on(tmp_path, capsys, host, expected):
     """Not "port in use": the host is what is wrong."""
     from trainer.__main__ import main
@@ -466,7 +564,9 @@ def test_adapter_vllm_cannot_load_is_refused_before_starting(tmp_path):
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text("{}")
     (tmp_path / "adapter").mkdir()
-    (tmp_path / "adapter" / "adapter_config.json").write_text(json.dumps({"r": 16, "modules_to_save": ["embed_tokens"]}))
+    (tmp_path / "adapter" / "adapter_config.json").write_text(
+        json.dumps({"r": 16, "modules_to_save": ["embed_tokens"]})
+    )
     with pytest.raises(UserError, match=r"trains \['embed_tokens'\] in full.*lora_train_embeddings=false"):
         serve_local.start(tmp_path / "model", "m", lora_modules={"a": str(tmp_path / "adapter")})
     (tmp_path / "adapter" / "adapter_config.json").write_text(json.dumps({"r": 16, "use_dora": True}))
@@ -474,9 +574,9 @@ def test_adapter_vllm_cannot_load_is_refused_before_starting(tmp_path):
         serve_local.start(tmp_path / "model", "m", lora_modules={"a": str(tmp_path / "adapter")})
 
 
-
-def test_an_adapter_of_another_model_or_trained_on_another_template_is_refused_before_starting(tiny_model_dir,
-                                                                                              tmp_path):
+def test_an_adapter_of_another_model_or_trained_on_another_template_is_refused_before_starting(
+    tiny_model_dir, tmp_path
+):
     """vLLM loaded an adapter of another base for half a minute, then failed with "The size of tensor a (128) must
     match ... (576)"; an adapter trained with another chat template was served under the base's and answered '' to
     tool requests, without a word. Both are refused up front (and merge refuses the first: trainer.models.weights)."""
@@ -502,18 +602,26 @@ def test_an_adapter_of_another_model_or_trained_on_another_template_is_refused_b
     [problem] = adapter_fit_problems(tiny_model_dir, other, "--lora x")
     hidden = weights[key].shape[1] // 2
     assert problem.startswith("--lora x was not trained on this base model (")
-    assert f"{key.removeprefix('base_model.model.').removesuffix('.lora_A.weight')} has {hidden} inputs in the base, " \
-           f"{hidden * 2} in the adapter)" in problem  # once per module
+    assert (
+        f"{key.removeprefix('base_model.model.').removesuffix('.lora_A.weight')} has {hidden} inputs in the base, "
+        f"{hidden * 2} in the adapter)" in problem
+    )  # once per module
     # fan_in_fan_out (GPT-2's Conv1D stores [in, out]): the base's weight is read the other way round
     import torch
 
     mlp = tmp_path / "mlp"
     mlp.mkdir()
-    save_file({"base_model.model.model.layers.0.mlp.up_proj.lora_A.weight": torch.zeros(8, 128),  # up_proj: 128 -> 256
-               "base_model.model.model.layers.0.mlp.up_proj.lora_B.weight": torch.zeros(256, 8)},
-              mlp / "adapter_model.safetensors")
-    for flag, found in ((False, []), (True, ["model.layers.0.mlp.up_proj has 256 inputs in the base, 128 in the "
-                                             "adapter"])):
+    save_file(
+        {
+            "base_model.model.model.layers.0.mlp.up_proj.lora_A.weight": torch.zeros(8, 128),  # up_proj: 128 -> 256
+            "base_model.model.model.layers.0.mlp.up_proj.lora_B.weight": torch.zeros(256, 8),
+        },
+        mlp / "adapter_model.safetensors",
+    )
+    for flag, found in (
+        (False, []),
+        (True, ["model.layers.0.mlp.up_proj has 256 inputs in the base, 128 in the adapter"]),
+    ):
         (mlp / "adapter_config.json").write_text(json.dumps({"r": 8, "fan_in_fan_out": flag}))
         assert [p.split(" (", 1)[1].split(")")[0] for p in adapter_fit_problems(tiny_model_dir, mlp, "m")] == found
     retemplated = Path(shutil.copytree(adapter, tmp_path / "retemplated"))
@@ -521,8 +629,10 @@ def test_an_adapter_of_another_model_or_trained_on_another_template_is_refused_b
     with pytest.raises(UserError) as err:
         serve_local.start(tiny_model_dir, "m", lora_modules={"x": str(other), "y": str(retemplated)})
     assert "(2 problems)" in str(err.value) and "--lora x=" in str(err.value)
-    assert f"--lora y={retemplated} was trained with another chat template than {tiny_model_dir}'s (its default " \
-           "template differs)" in str(err.value)
+    assert (
+        f"--lora y={retemplated} was trained with another chat template than {tiny_model_dir}'s (its default "
+        "template differs)" in str(err.value)
+    )
     # a base that keeps the older format (named templates in tokenizer_config.json) and its adapter as transformers 5
     # saves it (default in chat_template.jinja, the others under additional_chat_templates/): the same templates
     from trainer.serving.local import _named_templates
@@ -531,13 +641,23 @@ def test_an_adapter_of_another_model_or_trained_on_another_template_is_refused_b
     default = (listed / "chat_template.jinja").read_text()
     (listed / "chat_template.jinja").unlink()
     config = json.loads((listed / "tokenizer_config.json").read_text())
-    (listed / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": [
-        {"name": "default", "template": default}, {"name": "tool_use", "template": default + "{# tools #}"}]}))
+    (listed / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                **config,
+                "chat_template": [
+                    {"name": "default", "template": default},
+                    {"name": "tool_use", "template": default + "{# tools #}"},
+                ],
+            }
+        )
+    )
     saved = Path(shutil.copytree(adapter, tmp_path / "saved"))
     (saved / "additional_chat_templates").mkdir()
     (saved / "additional_chat_templates" / "tool_use.jinja").write_text(default + "{# tools #}\n")
     assert _named_templates(listed) == _named_templates(saved) and len(_named_templates(saved)) == 2
     serve_local._check_dirs(listed, {"z": str(saved)})  # not refused
+
 
 def test_vllms_sockets_go_where_their_paths_fit_a_unix_socket(tmp_path, monkeypatch):
     """vLLM names its IPC sockets <VLLM_RPC_BASE_PATH>/<uuid4>; under a deep TMPDIR (run_local's inside
@@ -556,17 +676,21 @@ def test_vllms_sockets_go_where_their_paths_fit_a_unix_socket(tmp_path, monkeypa
     assert base == "/tmp" and len(f"{base}/vllm-rpc-XXXXXXXX/{uuid.uuid4()}") <= 107
     monkeypatch.setattr(serve_local.os, "access", lambda path, mode: False)  # nowhere short to write
     monkeypatch.delenv("VLLM_RPC_BASE_PATH", raising=False)
-    with pytest.raises(UserError, match=f"TMPDIR {deep} is too long for vLLM's Unix sockets .* set TMPDIR "
-                                        "to a shorter directory") as err:
+    with pytest.raises(
+        UserError, match=f"TMPDIR {deep} is too long for vLLM's Unix sockets .* set TMPDIR to a shorter directory"
+    ) as err:
         serve_local.start(tmp_path / "model", "m")
     assert "no config.json" in str(err.value)  # with the other problems, before anything starts
 
 
-@pytest.mark.parametrize("params, expected", [
-    ({"serve_adapters": True, "lora_train_embeddings": True}, "set lora_train_embeddings=false"),
-    ({"serve_adapters": True, "method": "full", "lora_train_embeddings": False}, "makes no adapter"),
-    ({"serve_adapters": True, "lora_train_embeddings": False}, None),
-])
+@pytest.mark.parametrize(
+    "params, expected",
+    [
+        ({"serve_adapters": True, "lora_train_embeddings": True}, "set lora_train_embeddings=false"),
+        ({"serve_adapters": True, "method": "full", "lora_train_embeddings": False}, "makes no adapter"),
+        ({"serve_adapters": True, "lora_train_embeddings": False}, None),
+    ],
+)
 def test_serve_adapters_needs_an_adapter_vllm_can_load(params, expected):
     from trainer.validate import pipeline_problems
 
@@ -591,8 +715,14 @@ def assert_openai_flags(args: list[str], name: str, adapters: set[str] = frozens
         assert "--enable-lora" not in args
 
 
-@pytest.mark.parametrize("text, said", [('{"r": 16, "lora_alpha"', "cannot be read (Expecting"),
-                                        ("[16]", "holds no JSON object"), ('{"r": "16"}', "gives the rank r='16'")])
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        ('{"r": 16, "lora_alpha"', "cannot be read (Expecting"),
+        ("[16]", "holds no JSON object"),
+        ('{"r": "16"}', "gives the rank r='16'"),
+    ],
+)
 def test_serve_with_a_damaged_adapter_config_is_one_line_naming_the_file(tmp_path, capsys, text, said):
     """A damaged adapter_config.json was a JSONDecodeError traceback."""
     from trainer.__main__ import main

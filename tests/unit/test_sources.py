@@ -12,19 +12,23 @@ from trainer.config import sources
 from trainer.core.errors import UserError
 
 
-@pytest.mark.parametrize("source, kind", [
-    ("builtin:tiny-llama", "builtin"), ("meta-llama/Llama-3.2-1B-Instruct", "hub"), ("Qwen/Qwen2.5-0.5B", "hub"),
-])
+@pytest.mark.parametrize(
+    "source, kind",
+    [("builtin:tiny-llama", "builtin"), ("meta-llama/Llama-3.2-1B-Instruct", "hub"), ("Qwen/Qwen2.5-0.5B", "hub")],
+)
 def test_model_sources_parse(source, kind):
     assert sources.parse(source, "model").kind == kind
 
 
-@pytest.mark.parametrize("source, message", [
-    ("builtin:gpt-5", "unknown built-in model"),
-    ("s3:/weird", "unknown model source"),
-    ("", "model_source is empty: give builtin:tiny-llama"),
-    ("./does/not/exist", "model path not found"),
-])
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        ("builtin:gpt-5", "unknown built-in model"),
+        ("s3:/weird", "unknown model source"),
+        ("", "model_source is empty: give builtin:tiny-llama"),
+        ("./does/not/exist", "model path not found"),
+    ],
+)
 def test_bad_model_sources_say_what_is_accepted(source, message):
     err = str(pytest.raises(UserError, sources.parse, source, "model").value)
     assert message in err
@@ -46,9 +50,12 @@ def test_local_file_is_split_with_a_seed(tmp_path):
 
 def test_local_directory_needs_a_train_file(tmp_path):
     (tmp_path / "notes.txt").write_text("x")
-    with pytest.raises(UserError, match=r"has no train file \(train.jsonl, .json, .csv, .tsv or .parquet, the text ones "
-                                        r"optionally .gz; it holds "
-                                        r"\['notes.txt'\]\) and is not a `datasets` save_to_disk directory"):
+    with pytest.raises(
+        UserError,
+        match=r"has no train file \(train.jsonl, .json, .csv, .tsv or .parquet, the text ones "
+        r"optionally .gz; it holds "
+        r"\['notes.txt'\]\) and is not a `datasets` save_to_disk directory",
+    ):
         delivery.materialize_dataset(sources.Source("local", str(tmp_path)), "")
 
 
@@ -63,15 +70,26 @@ def _chat_rows_as(fmt, path):
     if fmt == "json":  # one JSON list
         path.write_text(json.dumps(CHATS, indent=1))
     elif fmt == "csv":  # JSON text in the messages / tools cells, as pandas writes it
-        pd.DataFrame({"messages": [json.dumps(r["messages"]) for r in CHATS],
-                      "tools": [json.dumps(r["tools"]) if r.get("tools") else "" for r in CHATS]}).to_csv(path, index=False)
+        pd.DataFrame(
+            {
+                "messages": [json.dumps(r["messages"]) for r in CHATS],
+                "tools": [json.dumps(r["tools"]) if r.get("tools") else "" for r in CHATS],
+            }
+        ).to_csv(path, index=False)
     elif fmt == "tsv":
-        pd.DataFrame({"messages": [json.dumps(r["messages"]) for r in CHATS],
-                      "tools": [json.dumps(r["tools"]) if r.get("tools") else "" for r in CHATS]}).to_csv(
-            path, index=False, sep="\t")
+        pd.DataFrame(
+            {
+                "messages": [json.dumps(r["messages"]) for r in CHATS],
+                "tools": [json.dumps(r["tools"]) if r.get("tools") else "" for r in CHATS],
+            }
+        ).to_csv(path, index=False, sep="\t")
     elif fmt == "parquet":  # tools as JSON text: one column type for every tool schema
-        pd.DataFrame({"messages": [r["messages"] for r in CHATS],
-                      "tools": [json.dumps(r["tools"]) if r.get("tools") else None for r in CHATS]}).to_parquet(path)
+        pd.DataFrame(
+            {
+                "messages": [r["messages"] for r in CHATS],
+                "tools": [json.dumps(r["tools"]) if r.get("tools") else None for r in CHATS],
+            }
+        ).to_parquet(path)
     return path
 
 
@@ -96,15 +114,28 @@ def test_prompt_completion_rows_become_chat(tmp_path, fmt):
         frame = pd.DataFrame([{**r, "system": "Be terse."} for r in PAIRS])
         frame.to_csv(path, index=False) if fmt == "csv" else frame.to_parquet(path)
     rows = data.read_rows(path)
-    assert rows[3] == {"messages": [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "What is 3+1?"},
-                                    {"role": "assistant", "content": "4"}]}
+    assert rows[3] == {
+        "messages": [
+            {"role": "system", "content": "Be terse."},
+            {"role": "user", "content": "What is 3+1?"},
+            {"role": "assistant", "content": "4"},
+        ]
+    }
 
 
 def test_conversational_prompt_completion_keeps_its_messages_and_tools():
     tools = [{"type": "function", "function": {"name": "f"}}]
-    row = {"prompt": [{"role": "user", "content": "call f"}], "tools": json.dumps(tools),
-           "completion": [{"role": "assistant", "content": None,
-                           "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{}"}}]}]}
+    row = {
+        "prompt": [{"role": "user", "content": "call f"}],
+        "tools": json.dumps(tools),
+        "completion": [
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{}"}}],
+            }
+        ],
+    }
     [out] = data.validate_rows([row], "rows")
     assert out["tools"] == tools and [m["role"] for m in out["messages"]] == ["user", "assistant"]
     assert out["messages"][1]["tool_calls"][0]["function"]["arguments"] == {}
@@ -131,15 +162,17 @@ def test_save_to_disk_directory_is_read(tmp_path, splits):
     rows = [{**r, "tools": r.get("tools")} for r in CHATS]  # every row every column, null where absent
     ds = datasets.Dataset.from_list(rows)
     if splits:
-        ds = datasets.DatasetDict({"train": datasets.Dataset.from_list(rows[:30]),
-                                   "validation": datasets.Dataset.from_list(rows[30:])})
+        ds = datasets.DatasetDict(
+            {"train": datasets.Dataset.from_list(rows[:30]), "validation": datasets.Dataset.from_list(rows[30:])}
+        )
     ds.save_to_disk(str(tmp_path / "saved"))
     out = delivery.materialize_dataset(sources.parse(str(tmp_path / "saved"), "dataset"), "", 0.25, 0)
     assert (len(out["train"]), len(out["eval"])) == (30, 10)
     assert all(m.get("tool_calls", []) is not None for r in out["train"] + out["eval"] for m in r["messages"])
     canonical = lambda row: json.dumps(row, sort_keys=True)  # noqa: E731 - Arrow reorders struct keys
     assert sorted(map(canonical, out["train"] + out["eval"])) == sorted(
-        map(canonical, data.validate_rows(json.loads(json.dumps(CHATS)), "x")))
+        map(canonical, data.validate_rows(json.loads(json.dumps(CHATS)), "x"))
+    )
 
 
 def test_hub_dataset_code_path_on_a_local_repo(tmp_path):
@@ -207,14 +240,16 @@ def test_hub_model_missing_offline_is_one_clear_error(tmp_path, monkeypatch):
 
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    err = str(pytest.raises(UserError, delivery.materialize_model, sources.parse("acme/absent", "model"), "",
-                            tmp_path).value)
+    err = str(
+        pytest.raises(UserError, delivery.materialize_model, sources.parse("acme/absent", "model"), "", tmp_path).value
+    )
     assert "not in the local Hugging Face cache" in err
 
 
 def test_seed_out_of_range_is_refused_at_delivery(store):
-    err = str(pytest.raises(UserError, delivery.deliver_dataset, "builtin:function-calling", "", store,
-                            0.1, 2**64).value)
+    err = str(
+        pytest.raises(UserError, delivery.deliver_dataset, "builtin:function-calling", "", store, 0.1, 2**64).value
+    )
     assert "seed must be between 0 and 4294967295" in err
 
 
@@ -224,9 +259,12 @@ def test_a_clone_of_a_hub_dataset_repo_is_read_with_its_layout(tmp_path):
 
     (tmp_path / "data").mkdir()
     for split, part in (("train", CHATS[:30]), ("test", CHATS[30:])):
-        pd.DataFrame({"messages": [json.dumps(r["messages"]) for r in part],  # messages as JSON text
-                      "tools": [json.dumps(r.get("tools")) for r in part]}).to_parquet(
-            tmp_path / "data" / f"{split}-00000-of-00001.parquet")
+        pd.DataFrame(
+            {
+                "messages": [json.dumps(r["messages"]) for r in part],  # messages as JSON text
+                "tools": [json.dumps(r.get("tools")) for r in part],
+            }
+        ).to_parquet(tmp_path / "data" / f"{split}-00000-of-00001.parquet")
     out = delivery.materialize_dataset(sources.parse(str(tmp_path), "dataset"), "")
     assert (len(out["train"]), len(out["eval"])) == (30, 10)
     assert out["eval"][0]["messages"][0] == CHATS[30]["messages"][0]
@@ -239,8 +277,9 @@ def test_json_text_tools_column_with_rows_that_have_no_tools(tmp_path):
 
     chat = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
     with_tools = [r for r in CHATS if r.get("tools")][:10]
-    rows = ([{"messages": json.dumps(r["messages"]), "tools": json.dumps(r["tools"])} for r in with_tools]
-            + [{"messages": json.dumps(chat), "tools": t} for t in ("null", "") * 5])
+    rows = [{"messages": json.dumps(r["messages"]), "tools": json.dumps(r["tools"])} for r in with_tools] + [
+        {"messages": json.dumps(chat), "tools": t} for t in ("null", "") * 5
+    ]
     pd.DataFrame(rows).to_parquet(tmp_path / "mixed.parquet")
     out = data.read_rows(tmp_path / "mixed.parquet")
     assert len(out) == 20 and sum("tools" in r for r in out) == 10
@@ -250,11 +289,15 @@ def test_json_text_tools_column_with_rows_that_have_no_tools(tmp_path):
 def test_null_prompt_or_completion_cells_are_named(tmp_path):
     import pandas as pd
 
-    pd.DataFrame({"prompt": ["a", None, "c"] * 10, "completion": ["x", "y", None] * 10}).to_parquet(tmp_path / "p.parquet")
+    pd.DataFrame({"prompt": ["a", None, "c"] * 10, "completion": ["x", "y", None] * 10}).to_parquet(
+        tmp_path / "p.parquet"
+    )
     msg = str(pytest.raises(UserError, data.read_rows, tmp_path / "p.parquet").value)
     assert "(2 problems)" in msg
-    assert "rows 2, 5, 8 and 7 more: row has no 'messages' field, and of prompt/completion 'prompt' is null, " \
-           "'completion' is a string: each must be a string or a list of messages" in msg
+    assert (
+        "rows 2, 5, 8 and 7 more: row has no 'messages' field, and of prompt/completion 'prompt' is null, "
+        "'completion' is a string: each must be a string or a list of messages" in msg
+    )
 
 
 def test_hub_dataset_offline_and_not_cached_is_one_clear_error(monkeypatch):
@@ -264,7 +307,9 @@ def test_hub_dataset_offline_and_not_cached_is_one_clear_error(monkeypatch):
 
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    err = str(pytest.raises(UserError, delivery.materialize_dataset, sources.Source("hub", "someorg/not-cached"), "").value)
+    err = str(
+        pytest.raises(UserError, delivery.materialize_dataset, sources.Source("hub", "someorg/not-cached"), "").value
+    )
     assert "is not in the local Hugging Face cache and the Hub cannot be reached" in err
     assert "hf download --repo-type dataset someorg/not-cached" in err
 
@@ -282,8 +327,10 @@ def test_hub_model_in_the_cache_has_its_template_checked_against_local_rows(tmp_
     snap = cache / "models--acme--tiny" / "snapshots" / ("a" * 40)
     shutil.copytree(tiny_model_dir, snap)
     template = snap / "chat_template.jinja"
-    template.write_text("{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
-                        "{% endif %}" + template.read_text())
+    template.write_text(
+        "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
+        "{% endif %}" + template.read_text()
+    )
     (cache / "models--acme--tiny" / "refs").mkdir(parents=True)
     (cache / "models--acme--tiny" / "refs" / "main").write_text("a" * 40)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
@@ -291,8 +338,12 @@ def test_hub_model_in_the_cache_has_its_template_checked_against_local_rows(tmp_
     rows = [{**r, "messages": [{"role": "system", "content": "Be terse."}, *r["messages"]]} for r in CHATS[:20]]
     data.write_jsonl(rows, tmp_path / "chats.jsonl")
     problems = pipeline_problems({"model_source": "acme/tiny", "dataset_source": str(tmp_path / "chats.jsonl")})
-    assert len(problems) == 1 and "dataset_source with model acme/tiny: the model's chat template refuses 20 of 20 " \
-                                  "rows (System role not supported" in problems[0]
+    assert (
+        len(problems) == 1
+        and "dataset_source with model acme/tiny: the model's chat template refuses 20 of 20 "
+        "rows (System role not supported"
+        in problems[0]
+    )
     assert pipeline_problems({"model_source": "acme/not-cached", "dataset_source": str(tmp_path / "chats.jsonl")}) == []
 
 
@@ -324,8 +375,9 @@ def test_gzipped_split_files_hub_layouts_and_csv_models_are_recognised(tmp_path)
     model_source: the same suffixes everywhere a dataset is recognised."""
     import gzip
 
-    rows = [{"messages": [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": "a"}]}
-            for i in range(20)]
+    rows = [
+        {"messages": [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": "a"}]} for i in range(20)
+    ]
     lines = "".join(json.dumps(r) + "\n" for r in rows)
     d = tmp_path / "ds"
     d.mkdir()
@@ -348,20 +400,32 @@ WEATHER = {"name": "get_weather", "parameters": {"type": "object", "properties":
 
 def sharegpt_row(city):
     """A LLaMA-Factory ShareGPT row: tools as JSON text of bare schemas, a function_call turn."""
-    return {"conversations": [
-        {"from": "human", "value": f"Weather in {city}?"},
-        {"from": "function_call", "value": json.dumps({"name": "get_weather", "arguments": {"city": city}})},
-        {"from": "observation", "value": "sunny"}, {"from": "gpt", "value": "Sunny."}],
-        "tools": json.dumps([WEATHER]), "system": ""}
+    return {
+        "conversations": [
+            {"from": "human", "value": f"Weather in {city}?"},
+            {"from": "function_call", "value": json.dumps({"name": "get_weather", "arguments": {"city": city}})},
+            {"from": "observation", "value": "sunny"},
+            {"from": "gpt", "value": "Sunny."},
+        ],
+        "tools": json.dumps([WEATHER]),
+        "system": "",
+    }
 
 
 def as_messages(city):
-    return {"messages": [
-        {"role": "user", "content": f"Weather in {city}?"},
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"type": "function", "function": {"name": "get_weather", "arguments": {"city": city}}}]},
-        {"role": "tool", "content": "sunny"}, {"role": "assistant", "content": "Sunny."}],
-        "tools": [{"type": "function", "function": WEATHER}]}
+    return {
+        "messages": [
+            {"role": "user", "content": f"Weather in {city}?"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": city}}}],
+            },
+            {"role": "tool", "content": "sunny"},
+            {"role": "assistant", "content": "Sunny."},
+        ],
+        "tools": [{"type": "function", "function": WEATHER}],
+    }
 
 
 CITIES = ["Paris", "Oslo", "Rome", "Lima", "Kyiv", "Baku"]
@@ -375,7 +439,8 @@ def test_sharegpt_parquet_in_a_hub_repo_layout_is_converted(tmp_path, capsys):
     (tmp_path / "data").mkdir()
     for split, cities in (("train", CITIES[:4]), ("test", CITIES[4:])):
         pd.DataFrame([sharegpt_row(c) for c in cities]).to_parquet(
-            tmp_path / "data" / f"{split}-00000-of-00001.parquet")
+            tmp_path / "data" / f"{split}-00000-of-00001.parquet"
+        )
     out = delivery.materialize_dataset(sources.parse(str(tmp_path), "dataset"), "")
     assert out == {"train": [as_messages(c) for c in CITIES[:4]], "eval": [as_messages(c) for c in CITIES[4:]]}
     log = capsys.readouterr().out
@@ -396,7 +461,8 @@ def test_a_hub_repo_whose_card_declares_configs(tmp_path):
     """A dataset card's `configs:` maps files to splits (read as the Hub would); several configs
     without a default cannot be chosen between here, and the message says what to pass instead."""
     card = "---\nconfigs:\n" + "".join(
-        f"- config_name: {name}\n  data_files:\n  - split: train\n    path: {name}/train.jsonl\n" for name in "ab")
+        f"- config_name: {name}\n  data_files:\n  - split: train\n    path: {name}/train.jsonl\n" for name in "ab"
+    )
     for name in "ab":
         (tmp_path / name).mkdir()
         (tmp_path / name / "train.jsonl").write_text("".join(json.dumps(as_messages(c)) + "\n" for c in CITIES))
@@ -409,14 +475,28 @@ def test_a_hub_repo_whose_card_declares_configs(tmp_path):
     assert (len(out["train"]), len(out["eval"])) == (3, 3)
 
 
-@pytest.mark.parametrize("source, what, expected", [
-    ("org/chats:train[:10%]", "dataset", "dataset_source 'org/chats:train[:10%]': a Hub dataset is its id alone "
-                                         "(org/chats); a config or split cannot be chosen"),
-    ("org/chats[train]", "dataset", "a Hub dataset is its id alone (org/chats); a config or split cannot be chosen"),
-    ("org/chats@v2", "dataset", "a Hub dataset is its id alone (org/chats); give the revision as dataset_revision"),
-    ("Qwen/Qwen2.5-0.5B@main", "model", "a Hub model is its id alone (Qwen/Qwen2.5-0.5B); give the revision as "
-                                        "model_revision"),
-])
+@pytest.mark.parametrize(
+    "source, what, expected",
+    [
+        (
+            "org/chats:train[:10%]",
+            "dataset",
+            "dataset_source 'org/chats:train[:10%]': a Hub dataset is its id alone "
+            "(org/chats); a config or split cannot be chosen",
+        ),
+        (
+            "org/chats[train]",
+            "dataset",
+            "a Hub dataset is its id alone (org/chats); a config or split cannot be chosen",
+        ),
+        ("org/chats@v2", "dataset", "a Hub dataset is its id alone (org/chats); give the revision as dataset_revision"),
+        (
+            "Qwen/Qwen2.5-0.5B@main",
+            "model",
+            "a Hub model is its id alone (Qwen/Qwen2.5-0.5B); give the revision as model_revision",
+        ),
+    ],
+)
 def test_split_slices_configs_and_revisions_in_a_hub_id_say_where_they_go(source, what, expected):
     assert expected in str(pytest.raises(UserError, sources.parse, source, what).value)
 
@@ -446,11 +526,13 @@ def test_a_hub_dataset_without_a_train_split_says_a_split_cannot_be_chosen(tmp_p
     """Like HuggingFaceH4/ultrachat_200k (train_sft, test_sft, ...): the Hub path, on a local repo."""
     for split in ("train_sft", "test_sft"):
         (tmp_path / f"{split}.jsonl").write_text("".join(json.dumps(as_messages(c)) + "\n" for c in CITIES))
-    (tmp_path / "README.md").write_text("---\nconfigs:\n- config_name: default\n  data_files:\n"
-                                        "  - split: train_sft\n    path: train_sft.jsonl\n"
-                                        "  - split: test_sft\n    path: test_sft.jsonl\n---\n")
+    (tmp_path / "README.md").write_text(
+        "---\nconfigs:\n- config_name: default\n  data_files:\n"
+        "  - split: train_sft\n    path: train_sft.jsonl\n"
+        "  - split: test_sft\n    path: test_sft.jsonl\n---\n"
+    )
     msg = str(pytest.raises(UserError, delivery.materialize_dataset, sources.Source("hub", str(tmp_path)), "").value)
-    assert f"has no 'train' split (it has ['train_sft', 'test_sft']): a split cannot be chosen here: download" in msg
+    assert "has no 'train' split (it has ['train_sft', 'test_sft']): a split cannot be chosen here: download" in msg
 
 
 def test_eval_rows_that_are_also_train_rows_are_warned_about_at_delivery(store, tmp_path, capsys):
@@ -461,8 +543,10 @@ def test_eval_rows_that_are_also_train_rows_are_warned_about_at_delivery(store, 
     data.write_jsonl(rows["train"][:40], folder / "train.jsonl")
     data.write_jsonl(rows["train"][:3] + rows["eval"][:17], folder / "eval.jsonl")
     delivery.deliver_dataset(str(folder), "", store)
-    assert "WARNING: 3 of 20 eval rows are also train rows: the tuned model is scored on rows it trained on" \
+    assert (
+        "WARNING: 3 of 20 eval rows are also train rows: the tuned model is scored on rows it trained on"
         in capsys.readouterr().out
+    )
     delivery.deliver_dataset("builtin:function-calling", "", store)  # its splits share no row: nothing said
     assert "WARNING" not in capsys.readouterr().out
 
@@ -489,6 +573,8 @@ def test_a_file_url_of_localhost_and_with_percent_escapes_names_the_local_file(t
     folder.mkdir()
     (folder / "rows.jsonl").write_text("{}\n")
     want = str((folder / "rows.jsonl").resolve())
-    for url in (f"file://localhost{str(folder).replace(' ', '%20')}/rows.jsonl",
-                f"file://{str(folder).replace(' ', '%20')}/rows.jsonl"):
+    for url in (
+        f"file://localhost{str(folder).replace(' ', '%20')}/rows.jsonl",
+        f"file://{str(folder).replace(' ', '%20')}/rows.jsonl",
+    ):
         assert sources.parse(url, "dataset") == sources.Source("local", want), url

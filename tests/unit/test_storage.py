@@ -20,9 +20,9 @@ def test_roundtrip_is_content_addressed_and_idempotent(store, tmp_path):
     src = make_tree(tmp_path / "a", {"config.json": b"{}", "sub/w.bin": os.urandom(3 << 20)})
     uri, first = store.put_tree(src, "models")
     assert uri.endswith(f"models/sha256-{first['tree_sha256']}") and first["uploaded_bytes"] == (3 << 20) + 2
-    again_uri, again = store.put_tree(make_tree(tmp_path / "b", {"config.json": b"{}",
-                                                                 "sub/w.bin": (src / "sub/w.bin").read_bytes()}),
-                                      "models")
+    again_uri, again = store.put_tree(
+        make_tree(tmp_path / "b", {"config.json": b"{}", "sub/w.bin": (src / "sub/w.bin").read_bytes()}), "models"
+    )
     assert again_uri == uri and again["uploaded_bytes"] == 0  # same content: nothing sent
     out = store.get_tree(uri, tmp_path / "out")
     assert (out / "sub/w.bin").read_bytes() == (src / "sub/w.bin").read_bytes()
@@ -88,8 +88,10 @@ def test_an_endpoint_that_accepts_and_never_answers_fails_at_first_contact(monke
         endpoint = f"http://127.0.0.1:{s.getsockname()[1]}"
         with pytest.raises(UserError) as err:
             Store(endpoint=endpoint, bucket="bucket", access_key="k", secret_key="s").ensure_bucket()
-    assert str(err.value).startswith(f"S3 endpoint {endpoint} accepted the connection but did not answer the bucket "
-                                     "check within 0.2 s: check S3_ENDPOINT")
+    assert str(err.value).startswith(
+        f"S3 endpoint {endpoint} accepted the connection but did not answer the bucket "
+        "check within 0.2 s: check S3_ENDPOINT"
+    )
 
 
 def test_an_endpoint_that_is_not_s3_is_one_clear_error():
@@ -105,8 +107,11 @@ def test_an_endpoint_that_is_not_s3_is_one_clear_error():
     threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     try:
         endpoint = f"http://127.0.0.1:{server.server_address[1]}"
-        with pytest.raises(UserError, match=f"{endpoint} answered the bucket creation with something that is not "
-                                            r"S3 \(HTTP 501, not S3's XML\): check S3_ENDPOINT"):
+        with pytest.raises(
+            UserError,
+            match=f"{endpoint} answered the bucket creation with something that is not "
+            r"S3 \(HTTP 501, not S3's XML\): check S3_ENDPOINT",
+        ):
             Store(endpoint=endpoint, bucket="bucket", access_key="k", secret_key="s").ensure_bucket()
     finally:
         server.shutdown()
@@ -163,11 +168,17 @@ def strict_s3(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    code = ("import time; from moto.server import ThreadedMotoServer; "
-            f"s = ThreadedMotoServer(ip_address='127.0.0.1', port={port}, verbose=False); s.start(); "
-            "print('ready', flush=True); time.sleep(300)")
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0"})
+    code = (
+        "import time; from moto.server import ThreadedMotoServer; "
+        f"s = ThreadedMotoServer(ip_address='127.0.0.1', port={port}, verbose=False); s.start(); "
+        "print('ready', flush=True); time.sleep(300)"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0"},
+    )
     assert proc.stdout.readline().strip() == "ready"
     yield f"http://127.0.0.1:{port}"
     proc.kill()

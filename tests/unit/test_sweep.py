@@ -8,20 +8,30 @@ import pytest
 
 from trainer.evaluate.gate import pick
 
-TRIALS = [{"lora_r": 4, "lora_alpha": 8, "learning_rate": 0.003}, {"lora_r": 8, "lora_alpha": 16, "learning_rate": 0.001}]
+TRIALS = [
+    {"lora_r": 4, "lora_alpha": 8, "learning_rate": 0.003},
+    {"lora_r": 8, "lora_alpha": 16, "learning_rate": 0.001},
+]
 
 
 def m(acc, loss, base=0.0):
     """A trial's evaluate metrics as logged: the primary accuracy as base_, tuned_ and plain (the tuned model's)."""
-    return {"base_fc_ast_accuracy": base, "tuned_fc_ast_accuracy": acc, "fc_ast_accuracy": acc,
-            "base_eval_loss": 7.0, "tuned_eval_loss": loss}
+    return {
+        "base_fc_ast_accuracy": base,
+        "tuned_fc_ast_accuracy": acc,
+        "fc_ast_accuracy": acc,
+        "base_eval_loss": 7.0,
+        "tuned_eval_loss": loss,
+    }
 
 
 def test_pick_by_accuracy_and_gate():
     picked = pick(TRIALS, [m(0.3, 1.0), m(0.6, 2.0)], "fc_ast_accuracy", min_gain=0.5)
     assert picked["best"] == 1 and picked["deploy"]
-    assert picked["reason"] == ("deploying trial 1 (lora_r=8, lora_alpha=16, learning_rate=0.001): fc_ast_accuracy "
-                                "0.0% -> 60.0% (+60.0 points), min_fc_accuracy 0.0%, min_gain 50.0 points")
+    assert picked["reason"] == (
+        "deploying trial 1 (lora_r=8, lora_alpha=16, learning_rate=0.001): fc_ast_accuracy "
+        "0.0% -> 60.0% (+60.0 points), min_fc_accuracy 0.0%, min_gain 50.0 points"
+    )
     blocked = pick(TRIALS, [m(0.3, 1.0), m(0.6, 2.0)], "fc_ast_accuracy", min_gain=0.7)
     assert blocked["best"] == 1 and not blocked["deploy"] and blocked["reason"].startswith("not deployed:")
 
@@ -36,8 +46,10 @@ def test_a_trial_that_lost_a_category_is_not_picked_while_another_passes():
     assert pick(TRIALS, [lost, kept], "fc_ast_accuracy", min_gain=0.1)["best"] == 0  # 1.0, the default here: off
     none = pick(TRIALS, [lost, lost], "fc_ast_accuracy", min_gain=0.1, max_category_drop=0.1)
     assert not none["deploy"] and none["best"] == 0
-    assert ("fc_irrelevance fell 100.0% -> 50.0% (-50.0 points; lost/won not logged (an older run): taken as "
-            "significant; max_category_drop 0.1)") in none["reason"]
+    assert (
+        "fc_irrelevance fell 100.0% -> 50.0% (-50.0 points; lost/won not logged (an older run): taken as "
+        "significant; max_category_drop 0.1)"
+    ) in none["reason"]
 
 
 def test_a_trial_that_meets_min_gain_exactly_is_deployed():
@@ -66,7 +78,9 @@ def test_pick_by_eval_loss_prefers_lower_and_ties_go_to_the_first():
 
 def test_pick_by_accuracy_without_tool_call_rows_deploys_nothing_and_names_eval_loss():
     # A text-only eval split: every trial's accuracy is 0 -> 0, so "the best" would be a tie.
-    text_only = [{"base_eval_loss": 7.0, "tuned_eval_loss": loss, "fc_rows": 0.0, "text_rows": 4.0} for loss in (1.0, 0.5)]
+    text_only = [
+        {"base_eval_loss": 7.0, "tuned_eval_loss": loss, "fc_rows": 0.0, "text_rows": 4.0} for loss in (1.0, 0.5)
+    ]
     picked = pick(TRIALS, text_only, "fc_ast_accuracy", min_gain=-1.0)
     assert not picked["deploy"] and "no tool-call rows (4 text rows)" in picked["reason"]
     assert "select_metric=eval_loss" in picked["reason"]
@@ -79,22 +93,31 @@ def test_pick_by_accuracy_without_tool_call_rows_deploys_nothing_and_names_eval_
     assert "(best)" not in table
 
 
-@pytest.mark.parametrize("base, tuned, irrelevance, floor, gain, drop, significance", [
-    (0.3, 0.9, 1.0, 0.0, 0.1, 0.1, 0.0),  # promoted
-    (0.3, 0.35, 1.0, 0.0, 0.1, 0.1, 0.0),  # gain short of min_gain
-    (0.3, 0.8, 1.0, 0.9, 0.1, 0.1, 0.0),  # under min_fc_accuracy
-    (0.3, 0.9, 0.5, 0.0, 0.1, 0.1, 0.0),  # irrelevance fell 50 points
-    (0.3, 0.9, 0.85, 0.0, 0.1, 0.1, 0.05),  # fell 15 points on rows within chance, let pass
-    (0.3, 0.9, 0.85, 0.0, 0.1, 1.0, 0.0),  # the category gate off
-])
+@pytest.mark.parametrize(
+    "base, tuned, irrelevance, floor, gain, drop, significance",
+    [
+        (0.3, 0.9, 1.0, 0.0, 0.1, 0.1, 0.0),  # promoted
+        (0.3, 0.35, 1.0, 0.0, 0.1, 0.1, 0.0),  # gain short of min_gain
+        (0.3, 0.8, 1.0, 0.9, 0.1, 0.1, 0.0),  # under min_fc_accuracy
+        (0.3, 0.9, 0.5, 0.0, 0.1, 0.1, 0.0),  # irrelevance fell 50 points
+        (0.3, 0.9, 0.85, 0.0, 0.1, 0.1, 0.05),  # fell 15 points on rows within chance, let pass
+        (0.3, 0.9, 0.85, 0.0, 0.1, 1.0, 0.0),  # the category gate off
+    ],
+)
 def test_the_sweep_deploys_its_winner_exactly_when_the_finetune_gate_would_promote_it(
-        base, tuned, irrelevance, floor, gain, drop, significance):
+    base, tuned, irrelevance, floor, gain, drop, significance
+):
     """One promotion rule (trainer.evaluate.gate): the same metrics, thresholds and verdict for a lone trial."""
     from trainer.evaluate.gate import promotion
 
-    metrics = {**m(tuned, 1.0, base=base), "base_fc_irrelevance_accuracy": 1.0,
-               "tuned_fc_irrelevance_accuracy": irrelevance, "fc_irrelevance_rows": 20.0,
-               "fc_irrelevance_lost": round((1 - irrelevance) * 20), "fc_irrelevance_won": 0.0}
+    metrics = {
+        **m(tuned, 1.0, base=base),
+        "base_fc_irrelevance_accuracy": 1.0,
+        "tuned_fc_irrelevance_accuracy": irrelevance,
+        "fc_irrelevance_rows": 20.0,
+        "fc_irrelevance_lost": round((1 - irrelevance) * 20),
+        "fc_irrelevance_won": 0.0,
+    }
     promoted, said = promotion(metrics, floor, gain, drop, significance)
     picked = pick(TRIALS[:1], [metrics], "fc_ast_accuracy", gain, floor, drop, significance)
     assert picked["deploy"] is promoted
@@ -106,8 +129,10 @@ def test_select_metric_fc_accuracy_names_the_metric_it_became():
     from trainer.validate.sweep import sweep_problems
 
     problems = sweep_problems({"select_metric": "fc_accuracy"})
-    assert ("select_metric=fc_accuracy is no longer a choice: the sweep now picks and gates on the finetune "
-            "pipeline's metric, fc_ast_accuracy") in " ".join(problems)
+    assert (
+        "select_metric=fc_accuracy is no longer a choice: the sweep now picks and gates on the finetune "
+        "pipeline's metric, fc_ast_accuracy"
+    ) in " ".join(problems)
     assert any(p.endswith("set select_metric=fc_ast_accuracy") for p in problems)
     with pytest.raises(ValueError, match="set select_metric=fc_ast_accuracy"):
         pick(TRIALS, [m(0.3, 1.0), m(0.6, 2.0)], "fc_accuracy", 0.0)
@@ -119,9 +144,15 @@ def test_a_sweep_on_text_only_data_by_fc_ast_accuracy_is_refused_before_any_tria
     from trainer.validate import sweep_problems
 
     path = tmp_path / "chat.jsonl"
-    path.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"hello {i}"},
-                                                     {"role": "assistant", "content": f"hi {i}"}]}) + "\n"
-                            for i in range(40)))
+    path.write_text(
+        "".join(
+            json.dumps(
+                {"messages": [{"role": "user", "content": f"hello {i}"}, {"role": "assistant", "content": f"hi {i}"}]}
+            )
+            + "\n"
+            for i in range(40)
+        )
+    )
     params = {"trials": TRIALS, "dataset_source": str(path)}
     problems = sweep_problems(params)
     assert len(problems) == 1, problems
@@ -129,7 +160,6 @@ def test_a_sweep_on_text_only_data_by_fc_ast_accuracy_is_refused_before_any_tria
     assert "has none (4 text rows)" in problems[0] and problems[0].endswith("set select_metric=eval_loss")
     assert sweep_problems({**params, "select_metric": "eval_loss"}) == []
     assert sweep_problems({"trials": TRIALS}) == []  # the built-in data has tool-call rows
-
 
 
 def test_a_sweep_whose_scored_eval_rows_hold_no_tool_call_is_refused_naming_eval_max_rows(tmp_path):
@@ -143,8 +173,10 @@ def test_a_sweep_whose_scored_eval_rows_hold_no_tool_call_is_refused_naming_eval
     assert "the 20 eval rows evaluate scores (the first eval_max_rows=20)" in problem
     assert "raise eval_max_rows (the split's 60 rows hold 40 tool-call rows), or set select_metric=eval_loss" in problem
     assert sweep_problems({**params, "eval_max_rows": 21}) == []
-    assert "min_fc_accuracy=0.5 gates" in sweep_problems({**params, "eval_max_rows": 20, "select_metric": "eval_loss",
-                                                         "min_fc_accuracy": 0.5})[0]
+    assert (
+        "min_fc_accuracy=0.5 gates"
+        in sweep_problems({**params, "eval_max_rows": 20, "select_metric": "eval_loss", "min_fc_accuracy": 0.5})[0]
+    )
     assert sweep_problems({**params, "eval_max_rows": 20, "select_metric": "eval_loss"}) == []  # min_gain: eval loss
 
 
@@ -161,8 +193,10 @@ def _task_wiring(pipeline, tmp_path, task_prefix):
     for dag in dags:
         for name, task in dag["tasks"].items():
             if name == task_prefix or name.startswith(f"{task_prefix}-"):
-                out[name] = {k: v.get("componentInputParameter", "").removeprefix("pipelinechannel--")
-                             for k, v in task["inputs"].get("parameters", {}).items()}
+                out[name] = {
+                    k: v.get("componentInputParameter", "").removeprefix("pipelinechannel--")
+                    for k, v in task["inputs"].get("parameters", {}).items()
+                }
     return out, spec
 
 
@@ -174,9 +208,22 @@ def test_the_sweep_wires_the_cluster_settings_to_its_tasks_as_the_finetune_pipel
     from pipelines.sweep import sweep_pipeline
 
     sweep_params = set(pipeline_defaults(sweep_pipeline))
-    for name in ("kueue_queue", "training_runtime", "serve_gpus", "vllm_image", "eval_gpus", "eval_accelerator_type",
-                 "eval_node_selector", "eval_tolerations", "wait_timeout_s", "stall_timeout_s", "compile",
-                 "checkpoint_every", "cleanup", "gradient_checkpointing"):
+    for name in (
+        "kueue_queue",
+        "training_runtime",
+        "serve_gpus",
+        "vllm_image",
+        "eval_gpus",
+        "eval_accelerator_type",
+        "eval_node_selector",
+        "eval_tolerations",
+        "wait_timeout_s",
+        "stall_timeout_s",
+        "compile",
+        "checkpoint_every",
+        "cleanup",
+        "gradient_checkpointing",
+    ):
         assert name in sweep_params, name
     for task in ("finetune", "deploy"):
         single = _task_wiring(finetune_pipeline, tmp_path, task)[0][task]
@@ -208,7 +255,8 @@ def test_the_sweeps_pick_applies_the_promotion_gates_accuracy():
     unmeasured = pick(TRIALS, text_only, "eval_loss", min_gain=0.0, min_fc_accuracy=0.5)
     assert not unmeasured["deploy"] and unmeasured["reason"] == (
         "not deployed: trial 0 (lora_r=4, lora_alpha=8, learning_rate=0.003): the eval split has no function-calling "
-        "rows, so fc_ast_accuracy measures nothing and cannot pass min_fc_accuracy=0.5: set it to 0 for chat-only data")
+        "rows, so fc_ast_accuracy measures nothing and cannot pass min_fc_accuracy=0.5: set it to 0 for chat-only data"
+    )
     # by eval loss a fall in the accuracy is not asked about, only its floor
     fell = [m(0.2, 1.0, base=0.5)]
     assert pick(TRIALS[:1], fell, "eval_loss", min_gain=1.0, min_fc_accuracy=0.1)["deploy"]

@@ -18,13 +18,15 @@ from trainer.core.tracking import Tracker
 
 def test_unset_uri_turns_tracking_off_without_importing_mlflow(monkeypatch):
     """The training image need not have mlflow: the recipe, the components and the job's pod spec run without it."""
-    code = ("import sys\n"
-            "import components.evaluate, components.finetune, trainer.k8s.pytorchjob, trainer.recipe.train\n"
-            "from trainer.core.tracking import Tracker\n"
-            "t = Tracker.from_env(run_name='x')\n"
-            "t.share(); t.log_params({'a': 1}); t.log_metrics({'m': 1.0}, step=1); t.set_tags({'k': 'v'})\n"
-            "t.log_artifact(sys.executable); t.close()\n"
-            "print(t.on, [m for m in sys.modules if m.split('.')[0] == 'mlflow'])\n")
+    code = (
+        "import sys\n"
+        "import components.evaluate, components.finetune, trainer.k8s.pytorchjob, trainer.recipe.train\n"
+        "from trainer.core.tracking import Tracker\n"
+        "t = Tracker.from_env(run_name='x')\n"
+        "t.share(); t.log_params({'a': 1}); t.log_metrics({'m': 1.0}, step=1); t.set_tags({'k': 'v'})\n"
+        "t.log_artifact(sys.executable); t.close()\n"
+        "print(t.on, [m for m in sys.modules if m.split('.')[0] == 'mlflow'])\n"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
@@ -34,16 +36,20 @@ def test_unset_uri_turns_tracking_off_without_importing_mlflow(monkeypatch):
 
 def test_without_mlflow_installed_tracking_is_one_warning_and_the_work_goes_on():
     """A training image without mlflow, on a cluster whose KFP plugin sets MLFLOW_TRACKING_URI."""
-    code = ("import sys\n"
-            "sys.modules['mlflow'] = None  # as if not installed: its import raises ImportError\n"
-            "from trainer.core.tracking import Tracker\n"
-            "t = Tracker.from_env(run_name='x'); t.log_metrics({'m': 1.0}, step=1); t.close()\n"
-            "print('went on', t.on)\n")
+    code = (
+        "import sys\n"
+        "sys.modules['mlflow'] = None  # as if not installed: its import raises ImportError\n"
+        "from trainer.core.tracking import Tracker\n"
+        "t = Tracker.from_env(run_name='x'); t.log_metrics({'m': 1.0}, step=1); t.close()\n"
+        "print('went on', t.on)\n"
+    )
     env = {**os.environ, "MLFLOW_TRACKING_URI": "http://user:pw@mlflow.kubeflow:5000"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout == "went on False\n", out.stderr
-    assert out.stderr == ("WARNING: MLflow tracking at http://mlflow.kubeflow:5000 is off for the rest of this process "
-                          "(mlflow is not installed here): pip install mlflow-skinny, or unset MLFLOW_TRACKING_URI\n")
+    assert out.stderr == (
+        "WARNING: MLflow tracking at http://mlflow.kubeflow:5000 is off for the rest of this process "
+        "(mlflow is not installed here): pip install mlflow-skinny, or unset MLFLOW_TRACKING_URI\n"
+    )
 
 
 @pytest.fixture

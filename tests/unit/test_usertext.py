@@ -14,8 +14,16 @@ from trainer.chat import usertext
 from trainer.validate import pipeline_problems
 
 
-@pytest.mark.parametrize("text, char", [("clear\x1b[2J", "\\x1b"), ("title\x1b]0;owned\x07", "\\x1b"),
-                                        ("bell\x07", "\\x07"), ("rtl \u202e txt", "\\u202e"), ("nul\x00", "\\x00")])
+@pytest.mark.parametrize(
+    "text, char",
+    [
+        ("clear\x1b[2J", "\\x1b"),
+        ("title\x1b]0;owned\x07", "\\x1b"),
+        ("bell\x07", "\\x07"),
+        ("rtl \u202e txt", "\\u202e"),
+        ("nul\x00", "\\x00"),
+    ],
+)
 def test_a_control_character_in_trained_text_is_refused_naming_it(text, char):
     problem = usertext.control_problem(text, "irrelevance_reply", "e.g. irrelevance_reply='No tool fits.'")
     assert f"irrelevance_reply holds the control character '{char}'" in problem
@@ -46,8 +54,11 @@ def test_a_reply_with_a_local_models_special_token_is_refused_naming_the_token(t
     for reply, token in (("None fits.<|end_of_text|>", "<|end_of_text|>"), ("Nope <|user|>", "<|user|>")):
         found = [p for p in pipeline_problems({**params, "irrelevance_reply": reply}) if "irrelevance_reply" in p]
         assert len(found) == 1 and f"holds {token!r}, a special token of model {model}" in found[0], found
-    assert not [p for p in pipeline_problems({**params, "irrelevance_reply": "No tool here does that."})
-                if "irrelevance_reply" in p]
+    assert not [
+        p
+        for p in pipeline_problems({**params, "irrelevance_reply": "No tool here does that."})
+        if "irrelevance_reply" in p
+    ]
 
 
 def test_runs_list_and_compare_print_a_records_control_characters_escaped(tmp_path, capsys):
@@ -55,9 +66,17 @@ def test_runs_list_and_compare_print_a_records_control_characters_escaped(tmp_pa
 
     for name, value in (("20261122-100000-finetune", "a\x1b[2J"), ("20261122-100001-finetune", "b\x1b]0;x\x07")):
         (tmp_path / name).mkdir()
-        (tmp_path / name / "run.json").write_text(json.dumps(
-            {"status": "succeeded", "params": {"irrelevance_reply": value}, "changed": {"irrelevance_reply": value},
-             "metrics": {"evaluate\x1b[1m": {"loss\u202e": 1.0}}}, ensure_ascii=False))
+        (tmp_path / name / "run.json").write_text(
+            json.dumps(
+                {
+                    "status": "succeeded",
+                    "params": {"irrelevance_reply": value},
+                    "changed": {"irrelevance_reply": value},
+                    "metrics": {"evaluate\x1b[1m": {"loss\u202e": 1.0}},
+                },
+                ensure_ascii=False,
+            )
+        )
     assert runs.main(["list", "--runs-dir", str(tmp_path)]) == 0
     listed = capsys.readouterr().out
     assert "\x1b" not in listed and "\x07" not in listed and "irrelevance_reply=a\\x1b[2J" in listed
@@ -67,10 +86,13 @@ def test_runs_list_and_compare_print_a_records_control_characters_escaped(tmp_pa
     assert "b\\x1b]0;x\\x07" in compared and "evaluate\\x1b[1m: loss\\u202e" in compared
 
 
-@pytest.mark.parametrize("text, needle", [
-    ('{"params": ' + "[" * 100_000 + "]" * 100_000 + "}", "unreadable run.json (RecursionError"),
-    ('{"status": "succeeded", "elapsed_s": 1' + "0" * 400 + "}", "wrong type: elapsed_s"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ('{"params": ' + "[" * 100_000 + "]" * 100_000 + "}", "unreadable run.json (RecursionError"),
+        ('{"status": "succeeded", "elapsed_s": 1' + "0" * 400 + "}", "wrong type: elapsed_s"),
+    ],
+)
 def test_runs_list_shows_a_damaged_record_as_one_line_and_the_others(tmp_path, capsys, text, needle):
     from pipelines import runs
 
@@ -86,16 +108,22 @@ def test_runs_list_shows_a_damaged_record_as_one_line_and_the_others(tmp_path, c
     assert any(line.startswith(good.name) and " succeeded " in line for line in listed.splitlines())
 
 
-@pytest.mark.parametrize("field", [{"params": {"irrelevance_reply": "caf\udce9"}, "changed": {"x": "\udce9"}},
-                                   {"status": "running", "pid": 10 ** 30, "host": socket.gethostname()},
-                                   {"params": {"deep": json.loads("[" * 900 + "]" * 900)}}])
+@pytest.mark.parametrize(
+    "field",
+    [
+        {"params": {"irrelevance_reply": "caf\udce9"}, "changed": {"x": "\udce9"}},
+        {"status": "running", "pid": 10**30, "host": socket.gethostname()},
+        {"params": {"deep": json.loads("[" * 900 + "]" * 900)}},
+    ],
+)
 def test_runs_compare_and_list_survive_a_damaged_value(tmp_path, capfd, field):
     from pipelines import runs
 
     for name in ("20261122-100000-finetune", "20261122-100001-finetune"):
         (tmp_path / name).mkdir()
-        (tmp_path / name / "run.json").write_text(json.dumps({"status": "succeeded", "params": {"x": name},
-                                                              "metrics": {}, **field}))
+        (tmp_path / name / "run.json").write_text(
+            json.dumps({"status": "succeeded", "params": {"x": name}, "metrics": {}, **field})
+        )
     for command in ("list", "compare"):
         extra = ["--all-params"] if command == "compare" else []
         assert runs.main([command, *extra, "--runs-dir", str(tmp_path)]) == 0

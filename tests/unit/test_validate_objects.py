@@ -16,13 +16,23 @@ def test_values_in_another_bucket_or_naming_nothing_are_named_and_found_ones_pas
     store.put_json("uploads/chats.jsonl", {})
     store.put_json("templates/mine.jinja", {})
     b = store.bucket
-    found = {"model_source": f"s3://{b}/models/sha256-abc/", "dataset_source": f"s3://{b}/uploads/chats.jsonl",
-             "chat_template": f" s3://{b}/templates/mine.jinja", "bfcl_source": "", "seed": 3}
+    found = {
+        "model_source": f"s3://{b}/models/sha256-abc/",
+        "dataset_source": f"s3://{b}/uploads/chats.jsonl",
+        "chat_template": f" s3://{b}/templates/mine.jinja",
+        "bfcl_source": "",
+        "seed": 3,
+    }
     assert object_problems(found, store) == []
-    problems = object_problems({"model_source": f"s3://{b}/models/sha256-nothere",
-                                "dataset_source": "s3://other-bucket/uploads/chats.jsonl",
-                                "chat_template": f"s3://{b}/models/sha256-abc",  # a tree is no template
-                                "bfcl_source": f"s3://{b}/uploads/bfcl.whl"}, store)
+    problems = object_problems(
+        {
+            "model_source": f"s3://{b}/models/sha256-nothere",
+            "dataset_source": "s3://other-bucket/uploads/chats.jsonl",
+            "chat_template": f"s3://{b}/models/sha256-abc",  # a tree is no template
+            "bfcl_source": f"s3://{b}/uploads/bfcl.whl",
+        },
+        store,
+    )
     assert problems == [
         f"model_source s3://{b}/models/sha256-nothere: no such object in bucket {b!r} (it should be a .gguf upload "
         f"or a delivered model tree); check the key (mc ls {b}/models), or upload it",
@@ -31,14 +41,17 @@ def test_values_in_another_bucket_or_naming_nothing_are_named_and_found_ones_pas
         f"chat_template s3://{b}/models/sha256-abc: no such object in bucket {b!r} (it should be a .jinja template); "
         f"check the key (mc ls {b}/models), or upload it",
         f"bfcl_source s3://{b}/uploads/bfcl.whl: no such object in bucket {b!r} (it should be BFCL's wheel or data "
-        f"upload); check the key (mc ls {b}/uploads), or upload it"]
+        f"upload); check the key (mc ls {b}/uploads), or upload it",
+    ]
 
 
 def test_the_validate_step_refuses_a_missing_template_with_exit_2_before_anything_is_delivered(store):
     """The finetune step refused it after the model's delivery (a GGUF's conversion and upload: ~170 s)."""
     store.ensure_bucket()
-    code = ("from components.validate_params import validate_params; "
-            f"validate_params.python_func(chat_template='s3://{store.bucket}/templates/gone.jinja')")
+    code = (
+        "from components.validate_params import validate_params; "
+        f"validate_params.python_func(chat_template='s3://{store.bucket}/templates/gone.jinja')"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 2, out.stderr
     assert f"chat_template s3://{store.bucket}/templates/gone.jinja: no such object" in out.stderr
@@ -54,7 +67,8 @@ def test_an_unreachable_bucket_is_one_problem(store, monkeypatch):
     monkeypatch.setattr(store, "exists", refuse)
     b = store.bucket
     assert object_problems({"model_source": f"s3://{b}/m", "dataset_source": f"s3://{b}/d"}, store) == [
-        "S3 endpoint http://x unreachable"]
+        "S3 endpoint http://x unreachable"
+    ]
 
 
 def test_irrelevance_share_beside_a_delivered_dataset_tree_is_refused_at_validate(store):

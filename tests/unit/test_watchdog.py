@@ -3,8 +3,6 @@ steps stop moving is stopped and not restarted; a user error (exit 2) is not res
 
 The fast checks; the ones that train, serve or run the pipeline are tests/integration/test_watchdog.py (the integration tier)."""
 
-
-
 from trainer.core.watchdog import Watchdog, parse, progress_line
 
 
@@ -51,5 +49,3 @@ def test_progress_lines_round_trip():
 
 
 # -- in the local launcher (real torchrun jobs)
-
-

@@ -22,6 +22,7 @@ def renamed(rename):
     def change(d):
         tensors = load_file(d / "model.safetensors")
         save_file({rename(k): v for k, v in tensors.items() if rename(k)}, d / "model.safetensors")
+
     return change
 
 
@@ -29,6 +30,7 @@ def config(**changes):
     def change(d):
         cfg = json.loads((d / "config.json").read_text())
         (d / "config.json").write_text(json.dumps({**cfg, **changes}))
+
     return change
 
 
@@ -59,10 +61,10 @@ def test_a_tensor_whose_bytes_do_not_fit_its_shape(tmp_path, tiny_model_dir):
     def reshape(d):
         data = (d / "model.safetensors").read_bytes()
         length = int.from_bytes(data[:8], "little")
-        header = json.loads(data[8:8 + length])
+        header = json.loads(data[8 : 8 + length])
         header["lm_head.weight"]["shape"] = [7, 7]  # same offsets, another shape
         raw = json.dumps(header, separators=(",", ":")).encode().ljust(length)
-        (d / "model.safetensors").write_bytes(data[:8] + raw + data[8 + length:])
+        (d / "model.safetensors").write_bytes(data[:8] + raw + data[8 + length :])
 
     [problem] = variant(tmp_path, tiny_model_dir, reshape)
     assert "model.safetensors is corrupt: 'lm_head.weight' (F32 [7, 7]) needs 196 bytes but has" in problem
@@ -91,8 +93,9 @@ def test_a_module_prefix_is_named_with_its_fix(tmp_path, tiny_model_dir):
 
 
 def test_a_gpt2_config_over_llama_weights(tmp_path, tiny_model_dir):
-    change = config(model_type="gpt2", architectures=["GPT2LMHeadModel"], n_embd=128, n_layer=2, n_head=4,
-                    vocab_size=1024)
+    change = config(
+        model_type="gpt2", architectures=["GPT2LMHeadModel"], n_embd=128, n_layer=2, n_head=4, vocab_size=1024
+    )
     [problem] = variant(tmp_path, tiny_model_dir, change)
     assert "weights are missing (transformer.h.0.attn.c_attn.bias" in problem
     assert "config.json and the weights are of different models" in problem
@@ -101,6 +104,7 @@ def test_a_gpt2_config_over_llama_weights(tmp_path, tiny_model_dir):
 def test_what_transformers_loads_itself_passes(tmp_path, tiny_model_dir):
     """A tied output embedding left out, a base model's keys (no `model.` prefix), an old
     checkpoint's rotary_emb.inv_freq: transformers loads each without random weights."""
+
     def tied(d):
         renamed(lambda k: None if k == "lm_head.weight" else k)(d)
         config(tie_word_embeddings=True)(d)
@@ -117,8 +121,10 @@ def test_what_transformers_loads_itself_passes(tmp_path, tiny_model_dir):
 
 def test_an_untied_output_layer_left_out_is_refused(tmp_path, tiny_model_dir):
     [problem] = variant(tmp_path, tiny_model_dir, renamed(lambda k: None if k == "lm_head.weight" else k))
-    assert "1 of the model's 39 weights are missing (lm_head.weight). Training would start those weights from " \
-           "random values" in problem
+    assert (
+        "1 of the model's 39 weights are missing (lm_head.weight). Training would start those weights from "
+        "random values" in problem
+    )
 
 
 def test_a_delivered_tree_is_checked_in_the_bucket_without_downloading_weights(store, tmp_path, tiny_model_dir):

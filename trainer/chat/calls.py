@@ -52,8 +52,10 @@ def as_call(call: Any, where: str) -> dict[str, Any]:
 
 def message_calls(message: dict[str, Any]) -> list[dict[str, Any]]:
     """A message's `tool_calls` as `{"name", "arguments"}`, arguments decoded where they are JSON."""
-    return [{"name": c["function"]["name"], "arguments": arguments_or_raw(c["function"].get("arguments"))}
-            for c in message.get("tool_calls") or []]
+    return [
+        {"name": c["function"]["name"], "arguments": arguments_or_raw(c["function"].get("arguments"))}
+        for c in message.get("tool_calls") or []
+    ]
 
 
 def same_calls(got: list[dict[str, Any]], want: list[dict[str, Any]]) -> bool:

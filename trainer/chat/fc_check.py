@@ -229,8 +229,12 @@ def _text_answer(got: list[dict[str, Any]], content: str | None) -> tuple[bool, 
     return True, "text answer, no call"
 
 
-def _compare(row: dict[str, Any], predicted_calls: list[Any] | None, predicted_content: str | None,
-             fits: Callable[[dict[str, Any], dict[str, Any]], str | None]) -> tuple[bool, str]:
+def _compare(
+    row: dict[str, Any],
+    predicted_calls: list[Any] | None,
+    predicted_content: str | None,
+    fits: Callable[[dict[str, Any], dict[str, Any]], str | None],
+) -> tuple[bool, str]:
     """Shared by `check` and `exact`: `fits(expected, got)` gives why one call does not fit, or None."""
     try:
         want = expected_calls(row)
@@ -245,12 +249,16 @@ def _compare(row: dict[str, Any], predicted_calls: list[Any] | None, predicted_c
         if ok and after_tool_result(row):  # multi_turn: the answer must report the result, not just be text
             overlap = rouge_l(predicted_content or "", expected_text(row))
             ok = overlap >= TEXT_MATCH_MIN
-            why = (f"answer to the tool result: ROUGE-L {overlap:.2f} "
-                   f"{'>=' if ok else '<'} {TEXT_MATCH_MIN} against the expected {expected_text(row)[:120]!r}")
+            why = (
+                f"answer to the tool result: ROUGE-L {overlap:.2f} "
+                f"{'>=' if ok else '<'} {TEXT_MATCH_MIN} against the expected {expected_text(row)[:120]!r}"
+            )
         return ok, why
     if len(got) != len(want):
-        return False, (f"expected {len(want)} call(s) ({', '.join(c['name'] for c in want)}), got {len(got)}"
-                       + (f" ({', '.join(c['name'] for c in got)})" if got else ""))
+        return False, (
+            f"expected {len(want)} call(s) ({', '.join(c['name'] for c in want)}), got {len(got)}"
+            + (f" ({', '.join(c['name'] for c in got)})" if got else "")
+        )
     if len(want) == 1:
         problem = fits(want[0], got[0])
         return (False, problem) if problem else (True, "call matched")
@@ -262,8 +270,10 @@ def _compare(row: dict[str, Any], predicted_calls: list[Any] | None, predicted_c
         why = {j: fits(e, got[j]) for j in free}
         j = next((j for j in free if why[j] is None), None)
         if j is None:
-            return False, (f"no predicted call left fits expected call {i} ({e['name']}): "
-                           + "; ".join(f"[{j}] {w}" for j, w in why.items()))
+            return False, (
+                f"no predicted call left fits expected call {i} ({e['name']}): "
+                + "; ".join(f"[{j}] {w}" for j, w in why.items())
+            )
         free.remove(j)
     return True, "every expected call matched"
 
@@ -285,6 +295,7 @@ def check(row: dict[str, Any], predicted_calls: list[Any] | None, predicted_cont
 
 def exact(row: dict[str, Any], predicted_calls: list[Any] | None, predicted_content: str | None) -> bool:
     """Today's exact match: each expected call made, same name and JSON-equal arguments (any order)."""
+
     def fits(e: dict[str, Any], g: dict[str, Any]) -> str | None:
         same = e["name"] == g["name"] and json_equal(e["arguments"], g["arguments"])
         return None if same else "not equal"
@@ -297,8 +308,12 @@ def exact(row: dict[str, Any], predicted_calls: list[Any] | None, predicted_cont
 def score(row: dict[str, Any], predicted_calls: list[Any] | None, predicted_content: str | None) -> dict[str, Any]:
     """One row's result for `summarize`: `{"category", "ok", "reason", "exact"}`."""
     ok, reason = check(row, predicted_calls, predicted_content)
-    return {"category": category(row), "ok": ok, "reason": reason,
-            "exact": exact(row, predicted_calls, predicted_content)}
+    return {
+        "category": category(row),
+        "ok": ok,
+        "reason": reason,
+        "exact": exact(row, predicted_calls, predicted_content),
+    }
 
 
 def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:

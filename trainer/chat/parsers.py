@@ -26,8 +26,18 @@ _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
 
 # End-of-turn markers of common templates, for tokenizers whose EOS is another token (Llama 3's
 # <|end_of_text|> vs its turn end <|eot_id|>): generation configs list them as extra EOS ids.
-END_MARKERS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>", "<|end|>", "<|return|>", "<|call|>",
-               "<｜end▁of▁sentence｜>", "</s>", "<|endoftext|>")
+END_MARKERS = (
+    "<|im_end|>",
+    "<|eot_id|>",
+    "<|eom_id|>",
+    "<end_of_turn>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+    "<｜end▁of▁sentence｜>",
+    "</s>",
+    "<|endoftext|>",
+)
 
 
 @dataclass
@@ -91,8 +101,11 @@ def parse(parser: str, text: str) -> Parsed | None:
 
 
 # vLLM's pythonic parser first matches this shape (a list of name(key=value, ...) calls), then reads it with `ast`.
-_PYTHONIC = re.compile(r"\[([a-zA-Z]+\w*\(([a-zA-Z]+\w*=.*,\s*)*([a-zA-Z]+\w*=.*\s)?\),\s*)*([a-zA-Z]+\w*\(([a-zA-Z]+\w*=.*,"
-                       r"\s*)*([a-zA-Z]+\w*=.*\s*)?\)\s*)+\]", re.DOTALL)
+_PYTHONIC = re.compile(
+    r"\[([a-zA-Z]+\w*\(([a-zA-Z]+\w*=.*,\s*)*([a-zA-Z]+\w*=.*\s)?\),\s*)*([a-zA-Z]+\w*\(([a-zA-Z]+\w*=.*,"
+    r"\s*)*([a-zA-Z]+\w*=.*\s*)?\)\s*)+\]",
+    re.DOTALL,
+)
 _JSON_NAMES = {"true": True, "false": False, "null": None}
 
 
@@ -107,8 +120,12 @@ def _literal(node: ast.expr) -> Any:
         return [_literal(v) for v in node.elts]
     if isinstance(node, ast.Name) and node.id in _JSON_NAMES:
         return _JSON_NAMES[node.id]
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) \
-            and isinstance(node.operand.value, (int, float)):
+    if (
+        isinstance(node, ast.UnaryOp)
+        and isinstance(node.op, ast.USub)
+        and isinstance(node.operand, ast.Constant)
+        and isinstance(node.operand.value, (int, float))
+    ):
         return -node.operand.value
     raise ValueError(f"not a literal: {ast.dump(node)[:80]}")
 
@@ -119,11 +136,14 @@ def _parse_pythonic(text: str) -> Parsed:
         return Parsed([], text)
     try:
         value = getattr(ast.parse(text.strip()).body[0], "value", None)
-        if not isinstance(value, ast.List) or not all(isinstance(e, ast.Call) and isinstance(e.func, ast.Name)
-                                                      for e in value.elts):
+        if not isinstance(value, ast.List) or not all(
+            isinstance(e, ast.Call) and isinstance(e.func, ast.Name) for e in value.elts
+        ):
             raise ValueError("Tool output must be a list of function calls")
-        calls = [{"name": e.func.id, "arguments": {k.arg: _literal(k.value) for k in e.keywords}}  # type: ignore
-                 for e in value.elts]
+        calls = [
+            {"name": e.func.id, "arguments": {k.arg: _literal(k.value) for k in e.keywords}}  # type: ignore
+            for e in value.elts
+        ]
     except (SyntaxError, ValueError, IndexError) as err:
         return Parsed([], text, _error(err))
     return Parsed(calls, None)
@@ -168,8 +188,7 @@ def vllm_parse(parser: str, text: str, tokenizer, tools: list | None) -> Parsed 
         ChatCompletionRequest, ToolParserManager = _vllm_parser_classes()
     except ImportError:
         return None
-    request = ChatCompletionRequest(model="parity", messages=[{"role": "user", "content": "-"}],
-                                    tools=tools or None)
+    request = ChatCompletionRequest(model="parity", messages=[{"role": "user", "content": "-"}], tools=tools or None)
     instance = ToolParserManager.get_tool_parser(parser)(tokenizer)
     held, log = _Held(), logging.getLogger(type(instance).__module__)
     log.addFilter(held)
@@ -177,8 +196,11 @@ def vllm_parse(parser: str, text: str, tokenizer, tools: list | None) -> Parsed 
         info = instance.extract_tool_calls(text, request)
     finally:
         log.removeFilter(held)
-    calls = [{"name": c.function.name, "arguments": arguments_or_raw(c.function.arguments)} for c in info.tool_calls] \
-        if info.tools_called else []
+    calls = (
+        [{"name": c.function.name, "arguments": arguments_or_raw(c.function.arguments)} for c in info.tool_calls]
+        if info.tools_called
+        else []
+    )
     raised = next((r.exc_info[1] for r in held.records if r.exc_info and r.exc_info[1]), None)
     return Parsed(calls, info.content, _error(raised) if raised else None)
 
@@ -231,19 +253,42 @@ def tool_call_parser(chat_template: str | None, special_tokens: Collection[str] 
         return DEFAULT_TOOL_PARSER
     from transformers.utils.chat_template_utils import render_jinja_template
 
-    tool = {"type": "function", "function": {"name": _PROBE_TOOL, "description": "A probe.", "parameters": {
-        "type": "object", "properties": {"probe_arg": {"type": "string"}}, "required": ["probe_arg"]}}}
+    tool = {
+        "type": "function",
+        "function": {
+            "name": _PROBE_TOOL,
+            "description": "A probe.",
+            "parameters": {
+                "type": "object",
+                "properties": {"probe_arg": {"type": "string"}},
+                "required": ["probe_arg"],
+            },
+        },
+    }
     user = [{"role": "user", "content": "Call the probe."}]
-    call = {"role": "assistant", "content": "", "tool_calls": [{"id": "call00001", "type": "function", "function": {
-        "name": _PROBE_TOOL, "arguments": _PROBE_ARGS}}]}
+    call = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": "call00001", "type": "function", "function": {"name": _PROBE_TOOL, "arguments": _PROBE_ARGS}}
+        ],
+    }
     try:
-        render = [render_jinja_template(conversations=[conv], tools=[tool], chat_template=chat_template,
-                                        add_generation_prompt=gen, bos_token="", eos_token="")[0][0]
-                  for conv, gen in ((user, True), ([*user, call], False))]
+        render = [
+            render_jinja_template(
+                conversations=[conv],
+                tools=[tool],
+                chat_template=chat_template,
+                add_generation_prompt=gen,
+                bos_token="",
+                eos_token="",
+            )[0][0]
+            for conv, gen in ((user, True), ([*user, call], False))
+        ]
     except Exception:  # noqa: BLE001 - a template that cannot render a tool call: no format to read
         return DEFAULT_TOOL_PARSER
     # Only what the assistant's turn adds: the tool list in the prompt also names the tool.
-    answer = render[1][len(os.path.commonprefix(render)):]
+    answer = render[1][len(os.path.commonprefix(render)) :]
     if "<tool_call>" in answer:
         return "hermes"
     if "[TOOL_CALLS]" in answer:
@@ -267,4 +312,3 @@ def chat_template_text(read: Callable[[str], str | None]) -> str | None:
         named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
         template = named.get("tool_use") or named.get("default")
     return template if isinstance(template, str) else None
-

@@ -93,8 +93,9 @@ GEMMA_TOOLS = (
     "{{- bos_token }}"
     "{%- set ns = namespace(first=true) %}"
     "{%- for m in rest %}"
-    "{%- if m.role == 'assistant' %}{{ '<start_of_turn>model' + nl }}{% generation %}" + _HERMES_CALLS +
-    "{{- '<end_of_turn>' }}{% endgeneration %}{{ nl }}"
+    "{%- if m.role == 'assistant' %}{{ '<start_of_turn>model' + nl }}{% generation %}"
+    + _HERMES_CALLS
+    + "{{- '<end_of_turn>' }}{% endgeneration %}{{ nl }}"
     "{%- else %}{{ '<start_of_turn>user' + nl }}"
     "{%- if ns.first %}{% if system %}{{ system + nl + nl }}{% endif %}"
     "{%- if tools %}" + _HERMES_TOOLS + "{{ nl + nl }}{% endif %}{% set ns.first = false %}{% endif %}"
@@ -125,18 +126,29 @@ _LLAMA3_TURNS = (
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>' + nl + nl }}{% endif %}"
 )
-_LLAMA3_SYSTEM = ("{%- if system %}{{ '<|start_header_id|>system<|end_header_id|>' + nl + nl + system + '<|eot_id|>' }}"
-                  "{%- endif %}")
-LLAMA3_JSON = _LLAMA3_HEAD + _LLAMA3_SYSTEM + _LLAMA3_TURNS.replace("TOOLS", (
-    "{{- 'Given the following functions, please respond with a JSON for a function call with its proper arguments that "
-    "best answers the given prompt.' + nl + nl + 'Respond in the format {\"name\": function name, \"parameters\": "
-    "dictionary of argument name and its value}. Do not use variables.' + nl + nl }}"
-    "{%- for tool in tools %}{{ (tool.function if tool.function is defined else tool) | tojson + nl + nl }}{% endfor %}"
-)).replace("CALLS", (
-    "{%- for tc in m.tool_calls %}{% if not loop.first %}{{ '; ' }}{% endif %}"
-    "{{- '{\"name\": ' }}{{ tc.function.name | tojson }}{{ ', \"parameters\": ' }}{{ tc.function.arguments | tojson }}"
-    "{{- '}' }}{% endfor %}"
-))
+_LLAMA3_SYSTEM = (
+    "{%- if system %}{{ '<|start_header_id|>system<|end_header_id|>' + nl + nl + system + '<|eot_id|>' }}{%- endif %}"
+)
+LLAMA3_JSON = (
+    _LLAMA3_HEAD
+    + _LLAMA3_SYSTEM
+    + _LLAMA3_TURNS.replace(
+        "TOOLS",
+        (
+            "{{- 'Given the following functions, please respond with a JSON for a function call with its proper arguments that "
+            "best answers the given prompt.' + nl + nl + 'Respond in the format {\"name\": function name, \"parameters\": "
+            "dictionary of argument name and its value}. Do not use variables.' + nl + nl }}"
+            "{%- for tool in tools %}{{ (tool.function if tool.function is defined else tool) | tojson + nl + nl }}{% endfor %}"
+        ),
+    ).replace(
+        "CALLS",
+        (
+            "{%- for tc in m.tool_calls %}{% if not loop.first %}{{ '; ' }}{% endif %}"
+            "{{- '{\"name\": ' }}{{ tc.function.name | tojson }}{{ ', \"parameters\": ' }}{{ tc.function.arguments | tojson }}"
+            "{{- '}' }}{% endfor %}"
+        ),
+    )
+)
 
 # Llama 3.2's pythonic calls in Llama 3's header turns: `[get_weather(city="Paris"), ...]` (vLLM parser pythonic,
 # which needs no special token: it fits Llama 3.0 vocabularies too). Values are written as Python literals.
@@ -152,20 +164,28 @@ _PY_VALUE = (
     "{%- endif -%}"
     "{%- endmacro -%}"
 )
-LLAMA3_PYTHONIC = _PY_VALUE + _LLAMA3_HEAD + (
-    "{%- if tools %}{{ '<|start_header_id|>system<|end_header_id|>' + nl + nl }}"
-    "{%- if system %}{{ system + nl + nl }}{% endif %}"
-    "{{- 'You are an expert in composing functions. If you decide to invoke any of the function(s), you MUST put it '"
-    "'in the format of [func_name1(params_name1=params_value1, params_name2=params_value2...), func_name2(params)]' "
-    "+ nl + 'You SHOULD NOT include any other text in the response if you call a function.' + nl + 'Here is a list of "
-    "functions in JSON format that you can invoke.' + nl + nl }}"
-    "{{- (tools | map(attribute='function') | list if tools[0].function is defined else tools) | tojson }}"
-    "{{- '<|eot_id|>' }}{% else %}" + _LLAMA3_SYSTEM + "{% endif %}"
-) + _LLAMA3_TURNS.replace("TOOLS", "").replace("CALLS", (
-    "{{- '[' }}{%- for tc in m.tool_calls %}{{ tc.function.name + '(' }}"
-    "{%- for k, v in tc.function.arguments.items() %}{{ k + '=' + py(v) }}{{ ', ' if not loop.last }}{% endfor %}"
-    "{{- ')' }}{{ ', ' if not loop.last }}{% endfor %}{{ ']' }}"
-))
+LLAMA3_PYTHONIC = (
+    _PY_VALUE
+    + _LLAMA3_HEAD
+    + (
+        "{%- if tools %}{{ '<|start_header_id|>system<|end_header_id|>' + nl + nl }}"
+        "{%- if system %}{{ system + nl + nl }}{% endif %}"
+        "{{- 'You are an expert in composing functions. If you decide to invoke any of the function(s), you MUST put it '"
+        "'in the format of [func_name1(params_name1=params_value1, params_name2=params_value2...), func_name2(params)]' "
+        "+ nl + 'You SHOULD NOT include any other text in the response if you call a function.' + nl + 'Here is a list of "
+        "functions in JSON format that you can invoke.' + nl + nl }}"
+        "{{- (tools | map(attribute='function') | list if tools[0].function is defined else tools) | tojson }}"
+        "{{- '<|eot_id|>' }}{% else %}" + _LLAMA3_SYSTEM + "{% endif %}"
+    )
+    + _LLAMA3_TURNS.replace("TOOLS", "").replace(
+        "CALLS",
+        (
+            "{{- '[' }}{%- for tc in m.tool_calls %}{{ tc.function.name + '(' }}"
+            "{%- for k, v in tc.function.arguments.items() %}{{ k + '=' + py(v) }}{{ ', ' if not loop.last }}{% endfor %}"
+            "{{- ')' }}{{ ', ' if not loop.last }}{% endfor %}{{ ']' }}"
+        ),
+    )
+)
 
 
 @dataclass(frozen=True)
@@ -173,6 +193,7 @@ class Builtin:
     """A built-in template: its text, what it is for, the token each assistant turn ends with (`turn_end`: a stop
     token of the delivered model, added to its generation config where the tokenizer's EOS is another, as in base
     models), and the vocabulary tokens of the family it fits (`markers`, all present: trainer.parity.auto)."""
+
     text: str
     about: str
     turn_end: str
@@ -182,18 +203,32 @@ class Builtin:
 # name -> Builtin. Names are what users type as chat_template=. One per family; `family_template` picks by vocabulary,
 # so a family's entry comes before any whose markers are a subset of its own.
 BUILTIN = {
-    "chatml-tools": Builtin(CHATML_TOOLS, "ChatML with <tool_call> JSON (Qwen2.5/Hermes format; vLLM parser hermes): "
-                                          "for ChatML models whose own template drops tools, e.g. SmolLM2-Instruct",
-                            "<|im_end|>", ("<|im_start|>", "<|im_end|>")),
-    "gemma-tools": Builtin(GEMMA_TOOLS, "Gemma's <start_of_turn> turns with <tool_call> JSON (vLLM parser hermes): "
-                                        "Gemma 1-3, base models included", "<end_of_turn>",
-                           ("<start_of_turn>", "<end_of_turn>")),
-    "llama3-json": Builtin(LLAMA3_JSON, "Llama 3.1+ header turns with JSON calls (vLLM parser llama3_json; needs the "
-                                        "<|python_tag|> token)", "<|eot_id|>",
-                           ("<|start_header_id|>", "<|eot_id|>", "<|python_tag|>")),
-    "llama3-pythonic": Builtin(LLAMA3_PYTHONIC, "Llama 3 header turns with pythonic calls [f(a=1)] (Llama 3.2 format; "
-                                                "vLLM parser pythonic): any Llama 3 vocabulary", "<|eot_id|>",
-                               ("<|start_header_id|>", "<|eot_id|>")),
+    "chatml-tools": Builtin(
+        CHATML_TOOLS,
+        "ChatML with <tool_call> JSON (Qwen2.5/Hermes format; vLLM parser hermes): "
+        "for ChatML models whose own template drops tools, e.g. SmolLM2-Instruct",
+        "<|im_end|>",
+        ("<|im_start|>", "<|im_end|>"),
+    ),
+    "gemma-tools": Builtin(
+        GEMMA_TOOLS,
+        "Gemma's <start_of_turn> turns with <tool_call> JSON (vLLM parser hermes): Gemma 1-3, base models included",
+        "<end_of_turn>",
+        ("<start_of_turn>", "<end_of_turn>"),
+    ),
+    "llama3-json": Builtin(
+        LLAMA3_JSON,
+        "Llama 3.1+ header turns with JSON calls (vLLM parser llama3_json; needs the <|python_tag|> token)",
+        "<|eot_id|>",
+        ("<|start_header_id|>", "<|eot_id|>", "<|python_tag|>"),
+    ),
+    "llama3-pythonic": Builtin(
+        LLAMA3_PYTHONIC,
+        "Llama 3 header turns with pythonic calls [f(a=1)] (Llama 3.2 format; "
+        "vLLM parser pythonic): any Llama 3 vocabulary",
+        "<|eot_id|>",
+        ("<|start_header_id|>", "<|eot_id|>"),
+    ),
 }
 
 
@@ -239,6 +274,8 @@ def with_stops(model_dir: str | Path, tokenizer, spec: str) -> list[int]:
         config["eos_token_id"] = eos + added
         path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     return added
+
+
 _S3 = re.compile(r"s3://[a-z0-9.-]{3,63}/\S+")
 
 
@@ -256,8 +293,10 @@ def has_generation_block(text: object) -> bool:
 def describe() -> str:
     """The accepted forms, for messages and help texts."""
     names = ", ".join(BUILTIN)
-    return (f"'{MODEL}' (the model's own), '{AUTO}' (the model's own where it renders tools, else its family's "
-            f"built-in), a built-in name ({names}), a .jinja file path, or an s3:// URI of one in the run's bucket")
+    return (
+        f"'{MODEL}' (the model's own), '{AUTO}' (the model's own where it renders tools, else its family's "
+        f"built-in), a built-in name ({names}), a .jinja file path, or an s3:// URI of one in the run's bucket"
+    )
 
 
 def spec_problems(spec: object, check_local_files: bool = True) -> list[str]:
@@ -271,7 +310,7 @@ def spec_problems(spec: object, check_local_files: bool = True) -> list[str]:
         return [f"chat_template is empty: give {describe()}"]
     if value.startswith("s3://"):
         return [] if _S3.fullmatch(value) else [f"chat_template={value!r} is not an s3://bucket/key URI"]
-    path = Path(value[len("file://"):] if value.startswith("file://") else value).expanduser()
+    path = Path(value[len("file://") :] if value.startswith("file://") else value).expanduser()
     if value.endswith((".jinja", ".j2", ".jinja2")) or "/" in value:
         if check_local_files and not path.is_file():
             return [f"chat_template file not found: {path}; give {describe()}"]
@@ -279,14 +318,17 @@ def spec_problems(spec: object, check_local_files: bool = True) -> list[str]:
             try:
                 path.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError) as err:
-                return [f"chat_template file {path} cannot be read as UTF-8 text ({type(err).__name__}): save the "
-                        "template as a plain .jinja text file"]
+                return [
+                    f"chat_template file {path} cannot be read as UTF-8 text ({type(err).__name__}): save the "
+                    "template as a plain .jinja text file"
+                ]
         return []
     import difflib
 
     close = difflib.get_close_matches(value, [MODEL, AUTO, *BUILTIN], n=1)
-    return [f"unknown chat_template {value!r}" + (f"; did you mean {close[0]}?" if close else "")
-            + f": give {describe()}"]
+    return [
+        f"unknown chat_template {value!r}" + (f"; did you mean {close[0]}?" if close else "") + f": give {describe()}"
+    ]
 
 
 def is_local(spec: str) -> bool:
@@ -309,9 +351,11 @@ def resolve(spec: str, store=None) -> str | None:
     if value.startswith("s3://"):
         bucket, key = split_uri(value)
         if store is None or bucket != store.bucket:
-            raise UserError(f"chat_template {value} is not in this run's bucket"
-                            + (f" {store.bucket!r}" if store is not None else "")
-                            + ": copy it there, or give a local .jinja file to run_local")
+            raise UserError(
+                f"chat_template {value} is not in this run's bucket"
+                + (f" {store.bucket!r}" if store is not None else "")
+                + ": copy it there, or give a local .jinja file to run_local"
+            )
         if not store.exists(key):
             raise UserError(f"chat_template {value}: no such object in bucket {bucket!r}; check the key")
         text = store.get_bytes(key).decode("utf-8", errors="strict")
@@ -319,7 +363,7 @@ def resolve(spec: str, store=None) -> str | None:
         problems = spec_problems(value)
         if problems:
             raise UserError(problems[0])
-        text = Path(value[len("file://"):] if value.startswith("file://") else value).expanduser().read_text("utf-8")
+        text = Path(value[len("file://") :] if value.startswith("file://") else value).expanduser().read_text("utf-8")
     if not text.strip():
         raise UserError(f"chat_template {value} is empty: give a Jinja chat template")
     return text
@@ -332,8 +376,11 @@ def with_template(model_dir: str | Path, text: str, out_dir: str | Path) -> Path
     src, out = Path(model_dir), Path(out_dir)
     for path in sorted(src.rglob("*")):
         rel = path.relative_to(src)
-        if not path.is_file() or rel.as_posix() in (TEMPLATE_FILE, "tokenizer_config.json") \
-                or rel.parts[0] == "additional_chat_templates":
+        if (
+            not path.is_file()
+            or rel.as_posix() in (TEMPLATE_FILE, "tokenizer_config.json")
+            or rel.parts[0] == "additional_chat_templates"
+        ):
             continue
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
         os.symlink(path.resolve(), out / rel)
@@ -342,8 +389,9 @@ def with_template(model_dir: str | Path, text: str, out_dir: str | Path) -> Path
     if config_path.is_file():
         config = json.loads(config_path.read_text(encoding="utf-8"))
         config.pop("chat_template", None)
-        (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n",
-                                                   encoding="utf-8")
+        (out / "tokenizer_config.json").write_text(
+            json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
     (out / TEMPLATE_FILE).write_text(text, encoding="utf-8")
     return out
 

@@ -27,7 +27,7 @@ def turn_rows(row: dict[str, Any]) -> list[dict[str, Any]]:
     turns = trained_turns(row["messages"])
     if len(turns) <= 1:
         return [row]
-    return [{**row, "messages": row["messages"][:i + 1]} for i in turns]
+    return [{**row, "messages": row["messages"][: i + 1]} for i in turns]
 
 
 def split_turns(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -73,6 +73,5 @@ def expected_text(row: dict[str, Any]) -> str:
 
 def last_user_request(row: dict[str, Any]) -> str:
     """What the user last asked before the scored turn (not a tool result)."""
-    before = row["messages"][:target_index(row)]
+    before = row["messages"][: target_index(row)]
     return next((m.get("content") or "" for m in reversed(before) if m["role"] == "user"), "")
-

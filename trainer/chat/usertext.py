@@ -29,9 +29,11 @@ def control_problem(text: Any, name: str, fix: str = "") -> str | None:
     if not isinstance(text, str) or not (found := control_character(text)):
         return None
     at, ch = found
-    return (f"{name} holds the control character {ch!a} at position {at} (an escape sequence, a terminal control "
-            f"or a bidirectional override), which the model would learn to say: give plain text without it"
-            f"{', ' + fix if fix else ''}")
+    return (
+        f"{name} holds the control character {ch!a} at position {at} (an escape sequence, a terminal control "
+        f"or a bidirectional override), which the model would learn to say: give plain text without it"
+        f"{', ' + fix if fix else ''}"
+    )
 
 
 def special_tokens(tokenizer: Any) -> list[str]:
@@ -51,6 +53,8 @@ def special_token_problem(text: Any, tokens: Iterable[str], name: str, model: st
     token = next((t for t in tokens if t in text), None)
     if token is None:
         return None
-    return (f"{name} holds {token!r}, a special token of model {model} (its tokenizer reads it as a turn or "
-            f"text marker, not as text), so the answer would teach the model to end or open a turn there: "
-            f"leave it out{', ' + fix if fix else ''}")
+    return (
+        f"{name} holds {token!r}, a special token of model {model} (its tokenizer reads it as a turn or "
+        f"text marker, not as text), so the answer would teach the model to end or open a turn there: "
+        f"leave it out{', ' + fix if fix else ''}"
+    )

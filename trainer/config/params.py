@@ -29,7 +29,14 @@ BOTH = FINETUNE + SWEEP
 
 # Groups, in the order --list-params and docs/parameters.md show them.
 INPUTS, TRAINING, EVALUATION, SWEEP_GROUP, SERVING, PLACEMENT, REGISTRY = (
-    "inputs", "training", "evaluation and promotion", "sweep", "serving", "placement (cluster)", "registry")
+    "inputs",
+    "training",
+    "evaluation and promotion",
+    "sweep",
+    "serving",
+    "placement (cluster)",
+    "registry",
+)
 GROUPS = (INPUTS, TRAINING, EVALUATION, SWEEP_GROUP, SERVING, PLACEMENT, REGISTRY)
 
 
@@ -52,247 +59,705 @@ class Param:
 
 
 PARAMS: tuple[Param, ...] = (
-    Param('model_source', str, 'builtin:tiny-llama', INPUTS, BOTH,
-          help=('Base model: a Hugging Face Hub id (Qwen/Qwen2.5-1.5B-Instruct), an s3:// URI printed by `python -m '
-                'trainer deliver-model`, or builtin:tiny-llama (a tiny random model for demos).')),
-    Param('model_revision', str, '', INPUTS, BOTH,
-          help='Hub branch, tag or commit of model_source; empty means main. Pin a commit for reproducible runs.'),
-    Param('chat_template', str, 'model', INPUTS, BOTH,
-          help=("The chat template training, evaluation and serving all use: model (the model's own), auto (the "
-                "model's own where it renders tools and calls as its served parser reads them, else the built-in one "
-                'of its tokenizer\'s family), a built-in name (chatml-tools: ChatML with <tool_call> JSON, Qwen/Hermes/'
-                'SmolLM2; gemma-tools: Gemma turns, base models too; llama3-json: Llama 3.1+ JSON calls; '
-                'llama3-pythonic: Llama 3 turns with [f(a=1)] calls), a .jinja file (run_local) or an s3:// URI of '
-                'one. It is checked against the data before training: tools and tool calls must render and read back '
-                'through the served tool parser, and each turn end where generation stops.')),
-    Param('dataset_source', str, 'builtin:function-calling', INPUTS, BOTH,
-          help=('Chat data (rows of {"messages": [...], "tools"?: [...]} or {"prompt", "completion"}; ShareGPT '
-                '{"conversations"} and Alpaca {"instruction", "output"} rows are converted on load; an assistant '
-                'message with "weight": 0 is not trained on): a Hub dataset id (its default config), an s3:// URI '
-                'printed by `python -m trainer deliver-dataset`, builtin:function-calling (the demo\'s: mostly one call '
-                'among 3-4 of five tools, and rows of every other BFCL category: simple, parallel, irrelevance, '
-                'multi_turn; builtin:function-calling-bfcl is another name for it), builtin:function-calling-wide (the same '
-                'categories, calls over 38 tools across domains); with run_local also a '
-                '.jsonl/.json/.csv/.parquet file or a directory of train/test files.')),
-    Param('dataset_revision', str, '', INPUTS, BOTH,
-          help='Hub branch, tag or commit of dataset_source; empty means main.'),
-    Param('eval_fraction', float, 0.1, INPUTS, BOTH,
-          help=('Share of rows held out for evaluation when the data has no eval split, between 0 and 1 (exclusive); '
-                '0.05-0.1 is typical.')),
-    Param('irrelevance_share', float, 0.0, INPUTS, BOTH,
-          help=('Share of each split\'s rows made by function masking, from 0 to 0.5: copies of the data\'s tool-call '
-                'rows with the called functions removed from the offered tools (no tools left: none offered), '
-                'answered in a fixed text that no offered tool fits (trainer/data/masking.py; Hammer\'s recipe '
-                'against a tuned model that calls a tool for every request). Made after the train/eval split, drawn with `seed`, so the eval '
-                'split measures the irrelevance category; counted in the log and the dataset\'s metadata. 0 makes '
-                'none; e.g. 0.1. Refused for data without tool calls and for an s3:// tree delivered before.')),
-    Param('irrelevance_distractors', float, 0.0, INPUTS, BOTH,
-          help=('Share of the irrelevance_share copies, from 0 to 1, that offer unrelated tools (drawn from the '
-                'dataset\'s other rows and a library of 33 schemas across domains) instead of the row\'s remaining '
-                'ones, as BFCL\'s irrelevance rows do: teaches declining when no offered tool fits, not only when '
-                'a familiar one is missing. 0: none.')),
-    Param('irrelevance_reply', str, 'None of the available tools can do that.', INPUTS, BOTH,
-          help=('The text answer of the rows irrelevance_share makes: short, neutral and the same in every row, so the '
-                'model learns one behaviour and the held-out text match can score it (e.g. your product\'s wording, or '
-                'another language). Plain text: a reply that reads as a tool call or holds an end-of-turn marker is '
-                'refused.')),
-    Param('launcher', str, 'local', PLACEMENT, BOTH,
-          help=('Where training runs: local (processes inside the pipeline pod, demos only), trainjob (a Kubeflow '
-                'Trainer v2 TrainJob; use this on a current Kubeflow) or pytorchjob (Training Operator v1; old name '
-                'kubernetes).')),
-    Param('nodes', int, 2, PLACEMENT, BOTH, sweep_default=1,
-          help='Training pods (machines). 1 for models up to ~8B with LoRA; 2-4 for larger ones.'),
-    Param('procs_per_node', int, 1, PLACEMENT, BOTH,
-          help='Training processes per pod, one per GPU: 8 on an 8-GPU node.'),
-    Param('method', str, _T.method, TRAINING, FINETUNE,
-          help=('lora (train small adapter matrices; the usual choice), dora (LoRA that also trains each weight\'s '
-                'magnitude; served merged), qlora (LoRA over the base loaded in 4-bit NF4 with bitsandbytes: about a '
-                'quarter of the base\'s memory; served merged onto the de-quantized base) or full (train every weight; '
-                'needs several times the GPU memory).')),
-    Param('lora_r', int, _T.lora_r, TRAINING, FINETUNE,
-          help="LoRA rank, the adapter's size. 16 is a sane start for a 1-8B model; 64 for harder tasks."),
-    Param('lora_alpha', int, _T.lora_alpha, TRAINING, FINETUNE,
-          help='LoRA scaling numerator (the update is scaled by alpha / r); usually 2 x lora_r, e.g. 32.'),
-    Param('lora_dropout', float, _T.lora_dropout, TRAINING, BOTH,
-          help='Dropout on the adapter input, from 0 up to (not including) 1; 0.05 for small datasets, 0 otherwise.'),
-    Param('lora_train_embeddings', bool, _T.lora_train_embeddings, TRAINING, BOTH,
-          help=('Also train the token embeddings. true only for the built-in random model; false for pretrained '
-                'models.')),
-    Param('learning_rate', float, _T.learning_rate, TRAINING, FINETUNE,
-          help=('Peak learning rate (cosine decay after warm-up). About 2e-4 for LoRA on a pretrained model, 1e-5 for '
-                'full fine-tuning; 1e-3 (with lora_r=64) suits the built-in model (6e-3 never learned it: README). '
-                'A real model on a laptop CPU, SmolLM2-135M-Instruct on the built-in data: 1e-3 with max_steps=60, '
-                'batch_tokens=2200, max_seq_len=640, nodes=1, lora_r=16, lora_alpha=32, chat_template=chatml-tools '
-                '(README: "Fine-tune a real model on a laptop").')),
-    Param('max_steps', int, _T.max_steps, TRAINING, BOTH,
-          help=('Optimizer steps to train. A few hundred to a few thousand: about 2-3 passes over the data; 60 for '
-                'SmolLM2-135M on the built-in data on a CPU.')),
-    Param('batch_size', int, _T.batch_size, TRAINING, FINETUNE,
-          help='Rows per process per micro-batch when batch_tokens is 0. 4-16 on one GPU.'),
-    Param('batch_tokens', int, _T.batch_tokens, TRAINING, BOTH, sweep_default=1024,
-          help=('Tokens per process per micro-batch (rows packed without padding); 0 uses batch_size rows instead. '
-                '16384 on an 80 GB GPU for a 1-8B model; 512 for the built-in model; 2200 (4 rows) for SmolLM2-135M '
-                'on a CPU; must be >= max_seq_len.'),
-          sweep_help=('Tokens per process per micro-batch (rows packed without padding); 0 uses 8 rows (the '
-                      "trainer's batch_size) instead. 16384 on an 80 GB GPU for a 1-8B model; must be >= max_seq_len.")),
-    Param('tokens_per_step', int, _T.tokens_per_step, TRAINING, FINETUNE,
-          help=('Tokens per optimizer step across all processes, reached by gradient accumulation; 0 means one '
-                'micro-batch per step. e.g. 262144.')),
-    Param('gradient_checkpointing', bool, _T.gradient_checkpointing, TRAINING, BOTH,
-          help=('Recompute activations in the backward pass: less GPU memory, about 30% more compute. true for long '
-                'sequences or large models.')),
-    Param('compile', bool, _T.compile, TRAINING, BOTH,
-          help=('torch.compile each decoder layer (dynamic shapes, so new batch lengths do not recompile); the first '
-                'step compiles (108 s for a 1B model on an H100). Steps 4-11 are then timed compiled and eager, and '
-                'the faster runs the rest of the training (the log and metrics say which), so it never runs slower '
-                'than eager beyond those steps. Worth trying on long GPU runs.')),
-    Param('max_seq_len', int, _T.max_seq_len, TRAINING, BOTH,
-          help=('Longest row in tokens; longer rows are skipped and counted. 2048-4096 for chat data; at most the '
-                "model's context length. 640 for the built-in data on a real tokenizer (SmolLM2 with chatml-tools: "
-                'its rows are 225-625 tokens once their tools are rendered: 512 would skip a quarter of them).')),
-    Param('seed', int, _T.seed, TRAINING, BOTH,
-          help='Random seed for the data split, shuffling and initialisation, 0 to 4294967295.'),
-    Param('checkpoint_every', int, _T.checkpoint_every, TRAINING, BOTH,
-          help=('Steps between checkpoints to the bucket (one is always written at the end). Every 10-30 minutes of '
-                'training, e.g. 200.')),
-    Param('max_restarts', int, 2, TRAINING, BOTH,
-          help='Times a failed job is restarted from its last checkpoint before the run fails; 2-3.'),
-    Param('eval_max_rows', int, 200, EVALUATION, BOTH, sweep_default=100,
-          help=('Held-out rows scored for base vs tuned metrics (more rows: better estimate, longer evaluation), e.g. '
-                '500.')),
-    Param('eval_engine', str, 'auto', EVALUATION, BOTH,
-          help=("How base and tuned answer the held-out rows: vllm (through vLLM's OpenAI server started as deploy "
-                "starts it -- base and adapter side by side on a GPU, base then the merged model on the CPU build -- the "
-                "eval loss from the same server: the score is what "
-                "users get; on a cluster it needs eval_gpus=1 on NVIDIA, the evaluate image being vLLM's), hf (HF "
-                'generate in the evaluate step, calls read with the serving tool parser), or auto (vllm where vLLM '
-                'can run -- run_local, or a GPU on a cluster -- for models of 20M parameters and more; hf '
-                'otherwise).')),
-    Param('min_fc_accuracy', float, 0.0, EVALUATION, BOTH,
-          help=('Promotion gate: the tuned model is deployed and registered only when its function-calling accuracy '
-                '(fc_ast_accuracy, every category, as a fraction) reaches this, e.g. 0.9; 0 asks nothing.'),
-          sweep_help=("The finetune pipeline's promotion gate: the best trial is deployed only when its "
-                      'function-calling accuracy (fc_ast_accuracy, a fraction) reaches this, e.g. 0.9; 0 asks nothing.')),
-    Param('min_gain', float, 0.0, EVALUATION, BOTH, sweep_default=0.1,
-          help=("Promotion gate: the tuned model is deployed and registered only when its function-calling accuracy "
-                "beats the base model's by at least this (a fraction: 0.05 is 5 points); 0 refuses only a model worse "
-                'than its base. A model that fails the gate ends the run green with a "not promoted: ..." line, its '
-                'metrics logged, nothing deployed or registered.'),
-          sweep_help=("Least improvement over the base model, in the metric's own units, for the best trial to be "
-                      'deployed: e.g. 0.05 (5 points of accuracy) or 0.1 (eval loss).')),
-    Param('eval_suites', str, 'heldout', EVALUATION, FINETUNE,
-          help=('What evaluate scores base and tuned on, comma-separated: heldout (the dataset\'s eval split), bfcl '
-                '(the Berkeley Function Calling Leaderboard v4\'s single-turn categories, asked as BFCL asks an FC model '
-                'and scored by its rules: bfcl_<category>_accuracy), or heldout,bfcl. BFCL\'s rows are never trained '
-                'on: a dataset holding one of its questions is refused before training.')),
-    Param('bfcl_rows', int, 25, EVALUATION, FINETUNE,
-          help=('BFCL rows per category (10 categories), a sample drawn with `seed` (the same rows in every run of the '
-                'same seed); 0 scores every row (3,475 in all: hours on a CPU). 25 keeps base and tuned of a 135M '
-                'model near 12 minutes on 2 CPU cores; one row moves a category of 25 by 4 points: raise it on a GPU, '
-                'e.g. 100.')),
-    Param('bfcl_source', str, '', EVALUATION, FINETUNE,
-          help=('Where BFCL\'s data comes from: empty fetches the pinned wheel (bfcl-eval==2026.3.23) with `pip download '
-                '--no-deps`; for pods that reach no package index, the wheel uploaded to the run\'s bucket '
-                '(s3://bucket/uploads/bfcl_eval-....whl) or the s3:// URI a run delivered it to; with run_local also '
-                'that wheel or its bfcl_eval/data folder as a path, read fully at validate. Delivered content-addressed, its version in the metrics\' report.')),
-    Param('max_category_drop', float, 0.1, EVALUATION, BOTH,
-          help=('Promotion gate: the tuned model is not deployed or registered when any category measured on both '
-                'models (held-out fc_<category>_accuracy, BFCL bfcl_<category>_accuracy) falls more than this below '
-                'the base model\'s, a fraction of accuracy like min_gain (0.1 is 10 points), e.g. irrelevance 100% -> '
-                '64% with 0.1: the message names the category and both numbers. 1.0 turns it off.'),
-          sweep_help=('The pick: a trial with a held-out category (fc_<category>_accuracy) more than this below the '
-                      'base model\'s, a fraction of accuracy (0.1 is 10 points), is not picked while another passes; '
-                      'where none does, nothing is deployed. 1.0 turns it off.')),
-    Param('gate_significance', float, 0.0, EVALUATION, BOTH,
-          help=('With max_category_drop: refuse a category\'s drop only when chance explains it poorly, McNemar\'s '
-                'exact p on the rows the tuned model lost and won there (fc_<category>_lost/_won, '
-                'bfcl_<category>_lost/_won) below this, e.g. 0.05: 25 rows falling 8 points (2 lost, 0 won, '
-                'p=0.5) then pass, 50 falling 20 (10 lost, 0 won, p=0.002) do not. 0 refuses every drop past '
-                'max_category_drop; a drop whose counts were not logged is refused. From 0 up to, not including, 1.'),
-          sweep_help=('With max_category_drop in the pick: a trial\'s category drop counts only when McNemar\'s '
-                      'exact p on the rows it lost and won there (fc_<category>_lost/_won) is below this, e.g. '
-                      '0.05; 0 counts every drop past max_category_drop. From 0 up to, not including, 1.')),
-    Param('deploy_backend', str, 'local', SERVING, BOTH,
-          help=('Where the model (in the sweep: the winner) is served: local (run_local only: the project image the deploy step runs has no '
-                'vLLM), kubernetes (a vLLM Deployment and Service), kserve (an InferenceService) or llmisvc (KServe\'s '
-                'LLMInferenceService; with serve_adapters the base and the adapter from the bucket, no merged copy); '
-                'one of the last three on a cluster.')),
-    Param('keep_serving', bool, False, SERVING, BOTH,
-          help='Leave the local server running after the smoke test (local backend only); false on a cluster.'),
-    Param('serve_adapters', bool, False, SERVING, FINETUNE,
-          help=('Serve the base model as `served_model_name`-base and the LoRA adapter as `served_model_name` side by '
-                'side (vLLM --enable-lora), to compare both through one endpoint; false serves the merged model. '
-                'Needs method=lora and lora_train_embeddings=false.')),
-    Param('served_model_name', str, 'llm-finetune', SERVING, BOTH,
-          help=('Name clients ask for (the OpenAI "model" field); on a cluster also the Deployment and Service name: '
-                "at most 63 lowercase letters, digits and '-', starting with a letter, e.g. support-bot-v2.")),
-    Param('serve_gpus', int, 1, SERVING, BOTH,
-          help=('GPUs for the vLLM server (tensor-parallel across them); 0 serves on CPU. 1 for models up to ~13B on '
-                'an 80 GB GPU.')),
-    Param('namespace', str, '', PLACEMENT, BOTH,
-          help=("Kubernetes namespace for the training job and the server; empty means the pipeline's own namespace. "
-                'e.g. llm-finetune.')),
-    Param('accelerator_resource', str, 'nvidia.com/gpu', PLACEMENT, BOTH,
-          help=('Kubernetes resource name of the GPUs requested per process: nvidia.com/gpu, amd.com/gpu, or empty '
-                'for CPU only.')),
-    Param('node_selector', dict, {}, PLACEMENT, BOTH,
-          help=('Node labels the pods must match, as a JSON object of strings, e.g. {"nvidia.com/gpu.product": '
-                '"NVIDIA-H100-80GB-HBM3"}; {} for any node.')),
-    Param('tolerations', list, [], PLACEMENT, BOTH,
-          help=('Taints the pods tolerate, as a JSON list of Kubernetes tolerations, e.g. [{"key": "nvidia.com/gpu", '
-                '"operator": "Exists", "effect": "NoSchedule"}]; [] for none.')),
-    Param('kueue_queue', str, '', PLACEMENT, BOTH,
-          help=('Kueue LocalQueue that admits the training job and server (quota and fair sharing); empty means no '
-                'queueing. e.g. team-a-gpus.')),
-    Param('cleanup', str, 'on-success', PLACEMENT, BOTH,
-          help=('When to delete the training job after it ends: on-success (keep failed jobs for inspection), always, '
-                'or never.')),
-    Param('wait_timeout_s', int, 0, PLACEMENT, BOTH,
-          help=('Seconds to wait for the training job before failing the run; 0 waits as long as it runs. e.g. 86400 '
-                'for a one-day limit.')),
-    Param('training_runtime', str, 'torch-distributed', PLACEMENT, BOTH,
-          help=('launcher=trainjob: the ClusterTrainingRuntime the TrainJob runs on: torch-distributed (Kubeflow '
-                "Trainer's own) or llm-finetune-torch (shipped by pipelines.manifests: exit code 2 never retried).")),
-    Param('vllm_image', str, '', SERVING, BOTH,
-          help=('vLLM server image for deploy_backend kubernetes or kserve; empty picks vllm/vllm-openai for NVIDIA '
-                "and AMD's rocm/vllm for amd.com/gpu. Pin a tag, e.g. vllm/vllm-openai:v0.32.0.")),
-    Param('eval_gpus', int, 0, PLACEMENT, BOTH,
-          help=('GPUs for the evaluate and merge-LoRA steps (batched on the GPU); 0 runs them on CPU (the demo). 1 '
-                'for models up to ~13B.')),
-    Param('eval_accelerator_type', str, 'nvidia.com/gpu', PLACEMENT, BOTH,
-          help='Kubernetes resource name of those GPUs, e.g. nvidia.com/gpu or amd.com/gpu.'),
-    Param('eval_node_selector', dict, {}, PLACEMENT, BOTH,
-          help=('Node labels the evaluate and merge pods must match, as a JSON object of strings, e.g. '
-                '{"nvidia.com/gpu.product": "NVIDIA-L40S"}; {} for any node.')),
-    Param('eval_tolerations', list, [], PLACEMENT, BOTH,
-          help=('Taints the evaluate and merge pods tolerate, as a JSON list of tolerations, e.g. [{"key": '
-                '"nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]; [] for none.')),
-    Param('registry_address', str, '', REGISTRY, FINETUNE,
-          help=('Kubeflow Model Registry REST address to register the merged model and adapter in (version = the run '
-                'name, with lineage and metrics); empty skips registration. e.g. '
-                'http://model-registry-service.kubeflow.svc.cluster.local:8080')),
-    Param('stall_timeout_s', float, _T.stall_timeout_s, TRAINING, BOTH,
-          help=("Seconds without training progress (rank 0's step or setup stage) after which the job is stopped and "
-                'failed, not restarted, naming the stuck stage; 0 turns the watchdog off, else at least 60. e.g. '
-                '1800.')),
+    Param(
+        'model_source',
+        str,
+        'builtin:tiny-llama',
+        INPUTS,
+        BOTH,
+        help=(
+            'Base model: a Hugging Face Hub id (Qwen/Qwen2.5-1.5B-Instruct), an s3:// URI printed by `python -m '
+            'trainer deliver-model`, or builtin:tiny-llama (a tiny random model for demos).'
+        ),
+    ),
+    Param(
+        'model_revision',
+        str,
+        '',
+        INPUTS,
+        BOTH,
+        help='Hub branch, tag or commit of model_source; empty means main. Pin a commit for reproducible runs.',
+    ),
+    Param(
+        'chat_template',
+        str,
+        'model',
+        INPUTS,
+        BOTH,
+        help=(
+            "The chat template training, evaluation and serving all use: model (the model's own), auto (the "
+            "model's own where it renders tools and calls as its served parser reads them, else the built-in one "
+            'of its tokenizer\'s family), a built-in name (chatml-tools: ChatML with <tool_call> JSON, Qwen/Hermes/'
+            'SmolLM2; gemma-tools: Gemma turns, base models too; llama3-json: Llama 3.1+ JSON calls; '
+            'llama3-pythonic: Llama 3 turns with [f(a=1)] calls), a .jinja file (run_local) or an s3:// URI of '
+            'one. It is checked against the data before training: tools and tool calls must render and read back '
+            'through the served tool parser, and each turn end where generation stops.'
+        ),
+    ),
+    Param(
+        'dataset_source',
+        str,
+        'builtin:function-calling',
+        INPUTS,
+        BOTH,
+        help=(
+            'Chat data (rows of {"messages": [...], "tools"?: [...]} or {"prompt", "completion"}; ShareGPT '
+            '{"conversations"} and Alpaca {"instruction", "output"} rows are converted on load; an assistant '
+            'message with "weight": 0 is not trained on): a Hub dataset id (its default config), an s3:// URI '
+            'printed by `python -m trainer deliver-dataset`, builtin:function-calling (the demo\'s: mostly one call '
+            'among 3-4 of five tools, and rows of every other BFCL category: simple, parallel, irrelevance, '
+            'multi_turn; builtin:function-calling-bfcl is another name for it), builtin:function-calling-wide (the same '
+            'categories, calls over 38 tools across domains); with run_local also a '
+            '.jsonl/.json/.csv/.parquet file or a directory of train/test files.'
+        ),
+    ),
+    Param(
+        'dataset_revision', str, '', INPUTS, BOTH, help='Hub branch, tag or commit of dataset_source; empty means main.'
+    ),
+    Param(
+        'eval_fraction',
+        float,
+        0.1,
+        INPUTS,
+        BOTH,
+        help=(
+            'Share of rows held out for evaluation when the data has no eval split, between 0 and 1 (exclusive); '
+            '0.05-0.1 is typical.'
+        ),
+    ),
+    Param(
+        'irrelevance_share',
+        float,
+        0.0,
+        INPUTS,
+        BOTH,
+        help=(
+            'Share of each split\'s rows made by function masking, from 0 to 0.5: copies of the data\'s tool-call '
+            'rows with the called functions removed from the offered tools (no tools left: none offered), '
+            'answered in a fixed text that no offered tool fits (trainer/data/masking.py; Hammer\'s recipe '
+            'against a tuned model that calls a tool for every request). Made after the train/eval split, drawn with `seed`, so the eval '
+            'split measures the irrelevance category; counted in the log and the dataset\'s metadata. 0 makes '
+            'none; e.g. 0.1. Refused for data without tool calls and for an s3:// tree delivered before.'
+        ),
+    ),
+    Param(
+        'irrelevance_distractors',
+        float,
+        0.0,
+        INPUTS,
+        BOTH,
+        help=(
+            'Share of the irrelevance_share copies, from 0 to 1, that offer unrelated tools (drawn from the '
+            'dataset\'s other rows and a library of 33 schemas across domains) instead of the row\'s remaining '
+            'ones, as BFCL\'s irrelevance rows do: teaches declining when no offered tool fits, not only when '
+            'a familiar one is missing. 0: none.'
+        ),
+    ),
+    Param(
+        'irrelevance_reply',
+        str,
+        'None of the available tools can do that.',
+        INPUTS,
+        BOTH,
+        help=(
+            'The text answer of the rows irrelevance_share makes: short, neutral and the same in every row, so the '
+            'model learns one behaviour and the held-out text match can score it (e.g. your product\'s wording, or '
+            'another language). Plain text: a reply that reads as a tool call or holds an end-of-turn marker is '
+            'refused.'
+        ),
+    ),
+    Param(
+        'launcher',
+        str,
+        'local',
+        PLACEMENT,
+        BOTH,
+        help=(
+            'Where training runs: local (processes inside the pipeline pod, demos only), trainjob (a Kubeflow '
+            'Trainer v2 TrainJob; use this on a current Kubeflow) or pytorchjob (Training Operator v1; old name '
+            'kubernetes).'
+        ),
+    ),
+    Param(
+        'nodes',
+        int,
+        2,
+        PLACEMENT,
+        BOTH,
+        sweep_default=1,
+        help='Training pods (machines). 1 for models up to ~8B with LoRA; 2-4 for larger ones.',
+    ),
+    Param(
+        'procs_per_node', int, 1, PLACEMENT, BOTH, help='Training processes per pod, one per GPU: 8 on an 8-GPU node.'
+    ),
+    Param(
+        'method',
+        str,
+        _T.method,
+        TRAINING,
+        FINETUNE,
+        help=(
+            'lora (train small adapter matrices; the usual choice), dora (LoRA that also trains each weight\'s '
+            'magnitude; served merged), qlora (LoRA over the base loaded in 4-bit NF4 with bitsandbytes: about a '
+            'quarter of the base\'s memory; served merged onto the de-quantized base) or full (train every weight; '
+            'needs several times the GPU memory).'
+        ),
+    ),
+    Param(
+        'lora_r',
+        int,
+        _T.lora_r,
+        TRAINING,
+        FINETUNE,
+        help="LoRA rank, the adapter's size. 16 is a sane start for a 1-8B model; 64 for harder tasks.",
+    ),
+    Param(
+        'lora_alpha',
+        int,
+        _T.lora_alpha,
+        TRAINING,
+        FINETUNE,
+        help='LoRA scaling numerator (the update is scaled by alpha / r); usually 2 x lora_r, e.g. 32.',
+    ),
+    Param(
+        'lora_dropout',
+        float,
+        _T.lora_dropout,
+        TRAINING,
+        BOTH,
+        help='Dropout on the adapter input, from 0 up to (not including) 1; 0.05 for small datasets, 0 otherwise.',
+    ),
+    Param(
+        'lora_train_embeddings',
+        bool,
+        _T.lora_train_embeddings,
+        TRAINING,
+        BOTH,
+        help=('Also train the token embeddings. true only for the built-in random model; false for pretrained models.'),
+    ),
+    Param(
+        'learning_rate',
+        float,
+        _T.learning_rate,
+        TRAINING,
+        FINETUNE,
+        help=(
+            'Peak learning rate (cosine decay after warm-up). About 2e-4 for LoRA on a pretrained model, 1e-5 for '
+            'full fine-tuning; 1e-3 (with lora_r=64) suits the built-in model (6e-3 never learned it: README). '
+            'A real model on a laptop CPU, SmolLM2-135M-Instruct on the built-in data: 1e-3 with max_steps=60, '
+            'batch_tokens=2200, max_seq_len=640, nodes=1, lora_r=16, lora_alpha=32, chat_template=chatml-tools '
+            '(README: "Fine-tune a real model on a laptop").'
+        ),
+    ),
+    Param(
+        'max_steps',
+        int,
+        _T.max_steps,
+        TRAINING,
+        BOTH,
+        help=(
+            'Optimizer steps to train. A few hundred to a few thousand: about 2-3 passes over the data; 60 for '
+            'SmolLM2-135M on the built-in data on a CPU.'
+        ),
+    ),
+    Param(
+        'batch_size',
+        int,
+        _T.batch_size,
+        TRAINING,
+        FINETUNE,
+        help='Rows per process per micro-batch when batch_tokens is 0. 4-16 on one GPU.',
+    ),
+    Param(
+        'batch_tokens',
+        int,
+        _T.batch_tokens,
+        TRAINING,
+        BOTH,
+        sweep_default=1024,
+        help=(
+            'Tokens per process per micro-batch (rows packed without padding); 0 uses batch_size rows instead. '
+            '16384 on an 80 GB GPU for a 1-8B model; 512 for the built-in model; 2200 (4 rows) for SmolLM2-135M '
+            'on a CPU; must be >= max_seq_len.'
+        ),
+        sweep_help=(
+            'Tokens per process per micro-batch (rows packed without padding); 0 uses 8 rows (the '
+            "trainer's batch_size) instead. 16384 on an 80 GB GPU for a 1-8B model; must be >= max_seq_len."
+        ),
+    ),
+    Param(
+        'tokens_per_step',
+        int,
+        _T.tokens_per_step,
+        TRAINING,
+        FINETUNE,
+        help=(
+            'Tokens per optimizer step across all processes, reached by gradient accumulation; 0 means one '
+            'micro-batch per step. e.g. 262144.'
+        ),
+    ),
+    Param(
+        'gradient_checkpointing',
+        bool,
+        _T.gradient_checkpointing,
+        TRAINING,
+        BOTH,
+        help=(
+            'Recompute activations in the backward pass: less GPU memory, about 30% more compute. true for long '
+            'sequences or large models.'
+        ),
+    ),
+    Param(
+        'compile',
+        bool,
+        _T.compile,
+        TRAINING,
+        BOTH,
+        help=(
+            'torch.compile each decoder layer (dynamic shapes, so new batch lengths do not recompile); the first '
+            'step compiles (108 s for a 1B model on an H100). Steps 4-11 are then timed compiled and eager, and '
+            'the faster runs the rest of the training (the log and metrics say which), so it never runs slower '
+            'than eager beyond those steps. Worth trying on long GPU runs.'
+        ),
+    ),
+    Param(
+        'max_seq_len',
+        int,
+        _T.max_seq_len,
+        TRAINING,
+        BOTH,
+        help=(
+            'Longest row in tokens; longer rows are skipped and counted. 2048-4096 for chat data; at most the '
+            "model's context length. 640 for the built-in data on a real tokenizer (SmolLM2 with chatml-tools: "
+            'its rows are 225-625 tokens once their tools are rendered: 512 would skip a quarter of them).'
+        ),
+    ),
+    Param(
+        'seed',
+        int,
+        _T.seed,
+        TRAINING,
+        BOTH,
+        help='Random seed for the data split, shuffling and initialisation, 0 to 4294967295.',
+    ),
+    Param(
+        'checkpoint_every',
+        int,
+        _T.checkpoint_every,
+        TRAINING,
+        BOTH,
+        help=(
+            'Steps between checkpoints to the bucket (one is always written at the end). Every 10-30 minutes of '
+            'training, e.g. 200.'
+        ),
+    ),
+    Param(
+        'max_restarts',
+        int,
+        2,
+        TRAINING,
+        BOTH,
+        help='Times a failed job is restarted from its last checkpoint before the run fails; 2-3.',
+    ),
+    Param(
+        'eval_max_rows',
+        int,
+        200,
+        EVALUATION,
+        BOTH,
+        sweep_default=100,
+        help=(
+            'Held-out rows scored for base vs tuned metrics (more rows: better estimate, longer evaluation), e.g. 500.'
+        ),
+    ),
+    Param(
+        'eval_engine',
+        str,
+        'auto',
+        EVALUATION,
+        BOTH,
+        help=(
+            "How base and tuned answer the held-out rows: vllm (through vLLM's OpenAI server started as deploy "
+            "starts it -- base and adapter side by side on a GPU, base then the merged model on the CPU build -- the "
+            "eval loss from the same server: the score is what "
+            "users get; on a cluster it needs eval_gpus=1 on NVIDIA, the evaluate image being vLLM's), hf (HF "
+            'generate in the evaluate step, calls read with the serving tool parser), or auto (vllm where vLLM '
+            'can run -- run_local, or a GPU on a cluster -- for models of 20M parameters and more; hf '
+            'otherwise).'
+        ),
+    ),
+    Param(
+        'min_fc_accuracy',
+        float,
+        0.0,
+        EVALUATION,
+        BOTH,
+        help=(
+            'Promotion gate: the tuned model is deployed and registered only when its function-calling accuracy '
+            '(fc_ast_accuracy, every category, as a fraction) reaches this, e.g. 0.9; 0 asks nothing.'
+        ),
+        sweep_help=(
+            "The finetune pipeline's promotion gate: the best trial is deployed only when its "
+            'function-calling accuracy (fc_ast_accuracy, a fraction) reaches this, e.g. 0.9; 0 asks nothing.'
+        ),
+    ),
+    Param(
+        'min_gain',
+        float,
+        0.0,
+        EVALUATION,
+        BOTH,
+        sweep_default=0.1,
+        help=(
+            "Promotion gate: the tuned model is deployed and registered only when its function-calling accuracy "
+            "beats the base model's by at least this (a fraction: 0.05 is 5 points); 0 refuses only a model worse "
+            'than its base. A model that fails the gate ends the run green with a "not promoted: ..." line, its '
+            'metrics logged, nothing deployed or registered.'
+        ),
+        sweep_help=(
+            "Least improvement over the base model, in the metric's own units, for the best trial to be "
+            'deployed: e.g. 0.05 (5 points of accuracy) or 0.1 (eval loss).'
+        ),
+    ),
+    Param(
+        'eval_suites',
+        str,
+        'heldout',
+        EVALUATION,
+        FINETUNE,
+        help=(
+            'What evaluate scores base and tuned on, comma-separated: heldout (the dataset\'s eval split), bfcl '
+            '(the Berkeley Function Calling Leaderboard v4\'s single-turn categories, asked as BFCL asks an FC model '
+            'and scored by its rules: bfcl_<category>_accuracy), or heldout,bfcl. BFCL\'s rows are never trained '
+            'on: a dataset holding one of its questions is refused before training.'
+        ),
+    ),
+    Param(
+        'bfcl_rows',
+        int,
+        25,
+        EVALUATION,
+        FINETUNE,
+        help=(
+            'BFCL rows per category (10 categories), a sample drawn with `seed` (the same rows in every run of the '
+            'same seed); 0 scores every row (3,475 in all: hours on a CPU). 25 keeps base and tuned of a 135M '
+            'model near 12 minutes on 2 CPU cores; one row moves a category of 25 by 4 points: raise it on a GPU, '
+            'e.g. 100.'
+        ),
+    ),
+    Param(
+        'bfcl_source',
+        str,
+        '',
+        EVALUATION,
+        FINETUNE,
+        help=(
+            'Where BFCL\'s data comes from: empty fetches the pinned wheel (bfcl-eval==2026.3.23) with `pip download '
+            '--no-deps`; for pods that reach no package index, the wheel uploaded to the run\'s bucket '
+            '(s3://bucket/uploads/bfcl_eval-....whl) or the s3:// URI a run delivered it to; with run_local also '
+            'that wheel or its bfcl_eval/data folder as a path, read fully at validate. Delivered content-addressed, its version in the metrics\' report.'
+        ),
+    ),
+    Param(
+        'max_category_drop',
+        float,
+        0.1,
+        EVALUATION,
+        BOTH,
+        help=(
+            'Promotion gate: the tuned model is not deployed or registered when any category measured on both '
+            'models (held-out fc_<category>_accuracy, BFCL bfcl_<category>_accuracy) falls more than this below '
+            'the base model\'s, a fraction of accuracy like min_gain (0.1 is 10 points), e.g. irrelevance 100% -> '
+            '64% with 0.1: the message names the category and both numbers. 1.0 turns it off.'
+        ),
+        sweep_help=(
+            'The pick: a trial with a held-out category (fc_<category>_accuracy) more than this below the '
+            'base model\'s, a fraction of accuracy (0.1 is 10 points), is not picked while another passes; '
+            'where none does, nothing is deployed. 1.0 turns it off.'
+        ),
+    ),
+    Param(
+        'gate_significance',
+        float,
+        0.0,
+        EVALUATION,
+        BOTH,
+        help=(
+            'With max_category_drop: refuse a category\'s drop only when chance explains it poorly, McNemar\'s '
+            'exact p on the rows the tuned model lost and won there (fc_<category>_lost/_won, '
+            'bfcl_<category>_lost/_won) below this, e.g. 0.05: 25 rows falling 8 points (2 lost, 0 won, '
+            'p=0.5) then pass, 50 falling 20 (10 lost, 0 won, p=0.002) do not. 0 refuses every drop past '
+            'max_category_drop; a drop whose counts were not logged is refused. From 0 up to, not including, 1.'
+        ),
+        sweep_help=(
+            'With max_category_drop in the pick: a trial\'s category drop counts only when McNemar\'s '
+            'exact p on the rows it lost and won there (fc_<category>_lost/_won) is below this, e.g. '
+            '0.05; 0 counts every drop past max_category_drop. From 0 up to, not including, 1.'
+        ),
+    ),
+    Param(
+        'deploy_backend',
+        str,
+        'local',
+        SERVING,
+        BOTH,
+        help=(
+            'Where the model (in the sweep: the winner) is served: local (run_local only: the project image the deploy step runs has no '
+            'vLLM), kubernetes (a vLLM Deployment and Service), kserve (an InferenceService) or llmisvc (KServe\'s '
+            'LLMInferenceService; with serve_adapters the base and the adapter from the bucket, no merged copy); '
+            'one of the last three on a cluster.'
+        ),
+    ),
+    Param(
+        'keep_serving',
+        bool,
+        False,
+        SERVING,
+        BOTH,
+        help='Leave the local server running after the smoke test (local backend only); false on a cluster.',
+    ),
+    Param(
+        'serve_adapters',
+        bool,
+        False,
+        SERVING,
+        FINETUNE,
+        help=(
+            'Serve the base model as `served_model_name`-base and the LoRA adapter as `served_model_name` side by '
+            'side (vLLM --enable-lora), to compare both through one endpoint; false serves the merged model. '
+            'Needs method=lora and lora_train_embeddings=false.'
+        ),
+    ),
+    Param(
+        'served_model_name',
+        str,
+        'llm-finetune',
+        SERVING,
+        BOTH,
+        help=(
+            'Name clients ask for (the OpenAI "model" field); on a cluster also the Deployment and Service name: '
+            "at most 63 lowercase letters, digits and '-', starting with a letter, e.g. support-bot-v2."
+        ),
+    ),
+    Param(
+        'serve_gpus',
+        int,
+        1,
+        SERVING,
+        BOTH,
+        help=(
+            'GPUs for the vLLM server (tensor-parallel across them); 0 serves on CPU. 1 for models up to ~13B on '
+            'an 80 GB GPU.'
+        ),
+    ),
+    Param(
+        'namespace',
+        str,
+        '',
+        PLACEMENT,
+        BOTH,
+        help=(
+            "Kubernetes namespace for the training job and the server; empty means the pipeline's own namespace. "
+            'e.g. llm-finetune.'
+        ),
+    ),
+    Param(
+        'accelerator_resource',
+        str,
+        'nvidia.com/gpu',
+        PLACEMENT,
+        BOTH,
+        help=(
+            'Kubernetes resource name of the GPUs requested per process: nvidia.com/gpu, amd.com/gpu, or empty '
+            'for CPU only.'
+        ),
+    ),
+    Param(
+        'node_selector',
+        dict,
+        {},
+        PLACEMENT,
+        BOTH,
+        help=(
+            'Node labels the pods must match, as a JSON object of strings, e.g. {"nvidia.com/gpu.product": '
+            '"NVIDIA-H100-80GB-HBM3"}; {} for any node.'
+        ),
+    ),
+    Param(
+        'tolerations',
+        list,
+        [],
+        PLACEMENT,
+        BOTH,
+        help=(
+            'Taints the pods tolerate, as a JSON list of Kubernetes tolerations, e.g. [{"key": "nvidia.com/gpu", '
+            '"operator": "Exists", "effect": "NoSchedule"}]; [] for none.'
+        ),
+    ),
+    Param(
+        'kueue_queue',
+        str,
+        '',
+        PLACEMENT,
+        BOTH,
+        help=(
+            'Kueue LocalQueue that admits the training job and server (quota and fair sharing); empty means no '
+            'queueing. e.g. team-a-gpus.'
+        ),
+    ),
+    Param(
+        'cleanup',
+        str,
+        'on-success',
+        PLACEMENT,
+        BOTH,
+        help=(
+            'When to delete the training job after it ends: on-success (keep failed jobs for inspection), always, '
+            'or never.'
+        ),
+    ),
+    Param(
+        'wait_timeout_s',
+        int,
+        0,
+        PLACEMENT,
+        BOTH,
+        help=(
+            'Seconds to wait for the training job before failing the run; 0 waits as long as it runs. e.g. 86400 '
+            'for a one-day limit.'
+        ),
+    ),
+    Param(
+        'training_runtime',
+        str,
+        'torch-distributed',
+        PLACEMENT,
+        BOTH,
+        help=(
+            'launcher=trainjob: the ClusterTrainingRuntime the TrainJob runs on: torch-distributed (Kubeflow '
+            "Trainer's own) or llm-finetune-torch (shipped by pipelines.manifests: exit code 2 never retried)."
+        ),
+    ),
+    Param(
+        'vllm_image',
+        str,
+        '',
+        SERVING,
+        BOTH,
+        help=(
+            'vLLM server image for deploy_backend kubernetes or kserve; empty picks vllm/vllm-openai for NVIDIA '
+            "and AMD's rocm/vllm for amd.com/gpu. Pin a tag, e.g. vllm/vllm-openai:v0.32.0."
+        ),
+    ),
+    Param(
+        'eval_gpus',
+        int,
+        0,
+        PLACEMENT,
+        BOTH,
+        help=(
+            'GPUs for the evaluate and merge-LoRA steps (batched on the GPU); 0 runs them on CPU (the demo). 1 '
+            'for models up to ~13B.'
+        ),
+    ),
+    Param(
+        'eval_accelerator_type',
+        str,
+        'nvidia.com/gpu',
+        PLACEMENT,
+        BOTH,
+        help='Kubernetes resource name of those GPUs, e.g. nvidia.com/gpu or amd.com/gpu.',
+    ),
+    Param(
+        'eval_node_selector',
+        dict,
+        {},
+        PLACEMENT,
+        BOTH,
+        help=(
+            'Node labels the evaluate and merge pods must match, as a JSON object of strings, e.g. '
+            '{"nvidia.com/gpu.product": "NVIDIA-L40S"}; {} for any node.'
+        ),
+    ),
+    Param(
+        'eval_tolerations',
+        list,
+        [],
+        PLACEMENT,
+        BOTH,
+        help=(
+            'Taints the evaluate and merge pods tolerate, as a JSON list of tolerations, e.g. [{"key": '
+            '"nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]; [] for none.'
+        ),
+    ),
+    Param(
+        'registry_address',
+        str,
+        '',
+        REGISTRY,
+        FINETUNE,
+        help=(
+            'Kubeflow Model Registry REST address to register the merged model and adapter in (version = the run '
+            'name, with lineage and metrics); empty skips registration. e.g. '
+            'http://model-registry-service.kubeflow.svc.cluster.local:8080'
+        ),
+    ),
+    Param(
+        'stall_timeout_s',
+        float,
+        _T.stall_timeout_s,
+        TRAINING,
+        BOTH,
+        help=(
+            "Seconds without training progress (rank 0's step or setup stage) after which the job is stopped and "
+            'failed, not restarted, naming the stuck stage; 0 turns the watchdog off, else at least 60. e.g. '
+            '1800.'
+        ),
+    ),
     # Around the finetune demo's settings (the third is its default since 2026-11-28): at 650 steps on 2 cores,
     # on the built-in data of one call among five tools, these gave 96% / 86% / 99% function-calling accuracy
     # (300 steps at 3e-3 / 3e-3 / 1e-3: 62% / 26% / 54%), so the sweep's pick means something.
-    Param('trials', list, [{"lora_r": 4, "lora_alpha": 8, "learning_rate": 0.003},
-                           {"lora_r": 16, "lora_alpha": 32, "learning_rate": 0.0015},
-                           {"lora_r": 64, "lora_alpha": 64, "learning_rate": 0.001}], SWEEP_GROUP, SWEEP,
-          help=('JSON list of trials, each exactly {"lora_r": int, "lora_alpha": int, "learning_rate": float}, e.g. '
-                '[{"lora_r": 16, "lora_alpha": 32, "learning_rate": 0.0002}, {"lora_r": 64, "lora_alpha": 128, '
-                '"learning_rate": 0.0001}]. Numbers without quotes.')),
-    Param('select_metric', str, 'fc_ast_accuracy', SWEEP_GROUP, SWEEP,
-          help=('Metric that picks the best trial: fc_ast_accuracy (the finetune gate\'s BFCL-style accuracy over every '
-                'function-calling category, higher is better; the winner is deployed when that gate would promote it) '
-                'or eval_loss (lower is better, for data without tool calls).')),
-    Param('deploy_all_trials', bool, False, SWEEP_GROUP, SWEEP,
-          help=("Also serve every trial's adapter side by side on one base model (`served_model_name`-base and "
-                '`served_model_name`-trial-0, -1, ...), to compare the trials through one endpoint by model name; '
-                'false serves only the winner. Needs lora_train_embeddings=false: vLLM cannot load an adapter that trains '
-                'the embeddings in full.')),
+    Param(
+        'trials',
+        list,
+        [
+            {"lora_r": 4, "lora_alpha": 8, "learning_rate": 0.003},
+            {"lora_r": 16, "lora_alpha": 32, "learning_rate": 0.0015},
+            {"lora_r": 64, "lora_alpha": 64, "learning_rate": 0.001},
+        ],
+        SWEEP_GROUP,
+        SWEEP,
+        help=(
+            'JSON list of trials, each exactly {"lora_r": int, "lora_alpha": int, "learning_rate": float}, e.g. '
+            '[{"lora_r": 16, "lora_alpha": 32, "learning_rate": 0.0002}, {"lora_r": 64, "lora_alpha": 128, '
+            '"learning_rate": 0.0001}]. Numbers without quotes.'
+        ),
+    ),
+    Param(
+        'select_metric',
+        str,
+        'fc_ast_accuracy',
+        SWEEP_GROUP,
+        SWEEP,
+        help=(
+            'Metric that picks the best trial: fc_ast_accuracy (the finetune gate\'s BFCL-style accuracy over every '
+            'function-calling category, higher is better; the winner is deployed when that gate would promote it) '
+            'or eval_loss (lower is better, for data without tool calls).'
+        ),
+    ),
+    Param(
+        'deploy_all_trials',
+        bool,
+        False,
+        SWEEP_GROUP,
+        SWEEP,
+        help=(
+            "Also serve every trial's adapter side by side on one base model (`served_model_name`-base and "
+            '`served_model_name`-trial-0, -1, ...), to compare the trials through one endpoint by model name; '
+            'false serves only the winner. Needs lora_train_embeddings=false: vLLM cannot load an adapter that trains '
+            'the embeddings in full.'
+        ),
+    ),
 )
 
 BY_NAME = {p.name: p for p in PARAMS}
@@ -313,8 +778,14 @@ def docstring(pipeline: str, intro: str) -> str:
     description in its UI from it."""
     lines = [textwrap.dedent(intro).strip(), "", "Args:"]
     for p in of(pipeline):
-        lines += textwrap.wrap(f"{p.name}: {p.help_in(pipeline)}", 112, initial_indent="    ",
-                               subsequent_indent="        ", break_on_hyphens=False, break_long_words=False)
+        lines += textwrap.wrap(
+            f"{p.name}: {p.help_in(pipeline)}",
+            112,
+            initial_indent="    ",
+            subsequent_indent="        ",
+            break_on_hyphens=False,
+            break_long_words=False,
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -334,8 +805,14 @@ def listing(pipeline: str, title: str) -> str:
         lines.append(f"{group}:")
         for p in ps:
             lines.append(f"  {p.name} = {_shown(p.default_in(pipeline))}  ({p.type.__name__})")
-            lines += textwrap.wrap(p.help_in(pipeline), width=96, initial_indent=" " * 6, subsequent_indent=" " * 6,
-                                   break_on_hyphens=False, break_long_words=False)
+            lines += textwrap.wrap(
+                p.help_in(pipeline),
+                width=96,
+                initial_indent=" " * 6,
+                subsequent_indent=" " * 6,
+                break_on_hyphens=False,
+                break_long_words=False,
+            )
         lines.append("")
     return "\n".join(lines).rstrip()
 
@@ -344,11 +821,16 @@ def markdown() -> str:
     """docs/parameters.md's reference (`python -m trainer.config.params` prints it; a test keeps the page current)."""
     out = []
     for group in GROUPS:
-        out += [f"**{group[0].upper() + group[1:]}**", "", "| parameter | default | pipelines | what it does |",
-                "|---|---|---|---|"]
+        out += [
+            f"**{group[0].upper() + group[1:]}**",
+            "",
+            "| parameter | default | pipelines | what it does |",
+            "|---|---|---|---|",
+        ]
         for p in (p for p in PARAMS if p.group == group):
-            default = f"`{_shown(p.default)}`" + (f" (sweep `{_shown(p.sweep_default)}`)"
-                                                   if p.sweep_default is not None else "")
+            default = f"`{_shown(p.default)}`" + (
+                f" (sweep `{_shown(p.sweep_default)}`)" if p.sweep_default is not None else ""
+            )
             if p.name == "trials":
                 default = "3 trials (`--list-params`)"
             where = " + ".join(p.pipelines)
@@ -365,9 +847,11 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m trainer.config.params`: the parameter reference's table (docs/parameters.md) as Markdown."""
     import argparse
 
-    argparse.ArgumentParser(prog="python -m trainer.config.params",
-                            description="Print the table of every pipeline parameter as Markdown: the table in "
-                                        "docs/parameters.md, which a test keeps equal to this output.").parse_args(argv)
+    argparse.ArgumentParser(
+        prog="python -m trainer.config.params",
+        description="Print the table of every pipeline parameter as Markdown: the table in "
+        "docs/parameters.md, which a test keeps equal to this output.",
+    ).parse_args(argv)
     print(markdown(), end="")
     return 0
 
@@ -380,6 +864,7 @@ if __name__ == "__main__":
 TRIAL_KEYS = {"lora_r": int, "lora_alpha": int, "learning_rate": float}
 TRIAL_EXAMPLE = '{"lora_r": 16, "lora_alpha": 32, "learning_rate": 0.0002}'
 
+
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     """One `python -m trainer train` option per TrainConfig field; its help is the pipeline
     parameter's (PARAMS) when there is one, else the field's comment in TrainConfig (one place to
@@ -387,9 +872,12 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     helps = {**_field_comments(TrainConfig), **{p.name: p.help for p in PARAMS}}
     for f in fields(TrainConfig):
         kind = type(f.default)
-        parser.add_argument(f"--{f.name.replace('_', '-')}", default=f.default,
-                            type=_parse_bool if kind is bool else kind,
-                            help=f"{helps.get(f.name, '')} (default: {f.default!r})".lstrip().replace("%", "%%"))
+        parser.add_argument(
+            f"--{f.name.replace('_', '-')}",
+            default=f.default,
+            type=_parse_bool if kind is bool else kind,
+            help=f"{helps.get(f.name, '')} (default: {f.default!r})".lstrip().replace("%", "%%"),
+        )
 
 
 def _field_comments(cls) -> dict[str, str]:

@@ -35,8 +35,11 @@ BUILTIN_MODELS = ("tiny-llama",)
 # builtin:<name> -> the rows it delivers (trainer.data.builtin_data.dataset). function-calling-bfcl, which added the other
 # categories before the demo's data held them, is another name for the same rows (runs and scripts name it).
 # function-calling-wide calls 33 more tools across domains beside the five (trainer.data.tool_library).
-BUILTIN_DATASETS = {"function-calling": "function-calling", "function-calling-bfcl": "function-calling",
-                    "function-calling-wide": "function-calling-wide"}
+BUILTIN_DATASETS = {
+    "function-calling": "function-calling",
+    "function-calling-bfcl": "function-calling",
+    "function-calling-wide": "function-calling-wide",
+}
 
 LOCAL_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv", ".parquet", ".gz")  # a name ending so is a file, never a Hub id
 
@@ -65,11 +68,15 @@ def mix_parts(source: str) -> list[tuple[str, float]]:
     try:
         items, repeated = loads(source)
     except json.JSONDecodeError as err:  # a number of over 4300 digits too
-        raise UserError(f"dataset_source starts with '[' but is not a JSON list ({err.msg} at character {err.pos}): "
-                        f"a mix of sources is written {example}") from None
+        raise UserError(
+            f"dataset_source starts with '[' but is not a JSON list ({err.msg} at character {err.pos}): "
+            f"a mix of sources is written {example}"
+        ) from None
     except RecursionError:  # lists nested thousands deep
-        raise UserError("dataset_source starts with '[' but does not read as a JSON list (nested too deep): a mix of "
-                        f"sources is written {example}") from None
+        raise UserError(
+            "dataset_source starts with '[' but does not read as a JSON list (nested too deep): a mix of "
+            f"sources is written {example}"
+        ) from None
     if repeated:
         raise UserError(f"dataset_source: an item {repeated_key(repeated[0])}; a mix of sources is written {example}")
     if not isinstance(items, list) or not 1 <= len(items) <= MIX_MAX:
@@ -82,8 +89,10 @@ def mix_parts(source: str) -> list[tuple[str, float]]:
         name, weight = item["source"], item["weight"]
         if not _finite_positive(weight):
             shown = json.dumps(weight)
-            problems.append(f"dataset_source[{k}].weight must be a finite number above 0 (a share of the training "
-                            f"rows, relative to the others), got {shown if len(shown) < 40 else shown[:20] + '...'}")
+            problems.append(
+                f"dataset_source[{k}].weight must be a finite number above 0 (a share of the training "
+                f"rows, relative to the others), got {shown if len(shown) < 40 else shown[:20] + '...'}"
+            )
         if not isinstance(name, str) or name.strip().startswith("["):
             problems.append(f"dataset_source[{k}].source must be one source's text (not a mix), got {json.dumps(name)}")
             continue
@@ -96,8 +105,9 @@ def mix_parts(source: str) -> list[tuple[str, float]]:
         except UserError as err:
             problems.append(f"dataset_source[{k}]: {err}")
         if key in keys:
-            problems.append(f"dataset_source[{k}] names {name.strip()!r} again: give each source once, with the sum "
-                            "of the weights")
+            problems.append(
+                f"dataset_source[{k}] names {name.strip()!r} again: give each source once, with the sum of the weights"
+            )
         keys.add(key)
         parts.append((name.strip(), weight))
     if problems:
@@ -127,8 +137,10 @@ def parse(source: str, what: str) -> Source:
     before any download or training starts.
     """
     builtins = BUILTIN_MODELS if what == "model" else BUILTIN_DATASETS
-    forms = (f"builtin:{'|'.join(builtins)}, a local path (/abs, ./rel or file:///abs), "
-             "a Hugging Face Hub id like org/name, or an s3:// URI printed by deliver")
+    forms = (
+        f"builtin:{'|'.join(builtins)}, a local path (/abs, ./rel or file:///abs), "
+        "a Hugging Face Hub id like org/name, or an s3:// URI printed by deliver"
+    )
     if what == "model":
         forms += " (or a .gguf file: a path, an s3:// object or org/name/file.gguf on the Hub)"
     source = (source or "").strip()
@@ -144,16 +156,19 @@ def parse(source: str, what: str) -> Source:
     if source.startswith("builtin:"):
         name = source.split(":", 1)[1]
         if name not in builtins:
-            raise UserError(f"unknown built-in {what} {source!r}; use one of: "
-                            + ", ".join(f"builtin:{b}" for b in builtins))
+            raise UserError(
+                f"unknown built-in {what} {source!r}; use one of: " + ", ".join(f"builtin:{b}" for b in builtins)
+            )
         return Source("builtin", name)
     if source.startswith("file://localhost/"):  # RFC 8089: the host 'localhost' is this machine
-        source = "file://" + source[len("file://localhost"):]
+        source = "file://" + source[len("file://localhost") :]
     if source.startswith("file://") and not source.startswith("file:///"):  # file://a/b names the host 'a'
-        raise UserError(f"{what}_source {source}: a file:// URL names a file on this machine with an absolute "
-                        f"path (file:///abs/path, or file://localhost/abs/path), not on host "
-                        f"{source[len('file://'):].split('/')[0]!r}; for a path relative to this folder write "
-                        f"./{source[len('file://'):]}")
+        raise UserError(
+            f"{what}_source {source}: a file:// URL names a file on this machine with an absolute "
+            f"path (file:///abs/path, or file://localhost/abs/path), not on host "
+            f"{source[len('file://') :].split('/')[0]!r}; for a path relative to this folder write "
+            f"./{source[len('file://') :]}"
+        )
     try:
         if looks_local(source) or (source and Path(source).exists()):
             # a URL's path is percent-encoded (%20 a space); a plain path is taken as it is
@@ -163,18 +178,24 @@ def parse(source: str, what: str) -> Source:
                 raise UserError(f"{what} path not found: {path}. Check the path, or use {forms}")
             return Source("local", str(path.resolve()))
     except OSError as err:  # ENAMETOOLONG: a name above the file system's 255 bytes (pasted text)
-        raise UserError(f"{what}_source {source[:48]!r}... ({len(source)} characters) is no path this machine can "
-                        f"open ({err.strerror}; a name between slashes has at most 255 bytes): check the value, "
-                        f"or use {forms}") from None
+        raise UserError(
+            f"{what}_source {source[:48]!r}... ({len(source)} characters) is no path this machine can "
+            f"open ({err.strerror}; a name between slashes has at most 255 bytes): check the value, "
+            f"or use {forms}"
+        ) from None
     if _HUB_ID.match(source) or (what == "model" and HUB_GGUF.match(source)):
         return Source("hub", source)
     if (hub := re.match(r"([A-Za-z0-9][\w.-]*/[\w.-]+)\s*([:@\[].*)", source)) and not hub[1].endswith("."):
         # datasets' `load_dataset(id, config, split="train[:10%]")` and pip's `@rev`: not this grammar
-        fix = (f"give the revision as {what}_revision" if hub[2].startswith("@") else
-               "a config or split cannot be chosen: the default config's train split is trained on, and the first "
-               "of its eval/validation/valid/test splits evaluates (another config or split: download its files, "
-               f"`hf download --repo-type {what} {hub[1]} --local-dir DIR`, and pass the file or folder as a path)"
-               if what == "dataset" else "a model source is the repository id alone")
+        fix = (
+            f"give the revision as {what}_revision"
+            if hub[2].startswith("@")
+            else "a config or split cannot be chosen: the default config's train split is trained on, and the first "
+            "of its eval/validation/valid/test splits evaluates (another config or split: download its files, "
+            f"`hf download --repo-type {what} {hub[1]} --local-dir DIR`, and pass the file or folder as a path)"
+            if what == "dataset"
+            else "a model source is the repository id alone"
+        )
         raise UserError(f"{what}_source {source!r}: a Hub {what} is its id alone ({hub[1]}); {fix}")
     raise UserError(f"unknown {what} source {source!r}: use {forms}")
 
@@ -198,7 +219,11 @@ def looks_local(source: str) -> bool:
     if source.startswith("file://"):
         return True
     try:
-        return (source.startswith(("/", "./", "../", "~")) or source.endswith(LOCAL_SUFFIXES) or Path(source).exists()
-                or (is_gguf(source) and not HUB_GGUF.match(source)))
+        return (
+            source.startswith(("/", "./", "../", "~"))
+            or source.endswith(LOCAL_SUFFIXES)
+            or Path(source).exists()
+            or (is_gguf(source) and not HUB_GGUF.match(source))
+        )
     except OSError:  # a name too long to be a path: parse says so
         return False

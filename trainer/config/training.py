@@ -28,8 +28,15 @@ METHODS = ("lora", "dora", "qlora", "full")
 ADAPTER_METHODS = ("lora", "dora", "qlora")
 # transformers' schedulers (get_scheduler) that run on warm-up and step counts alone: the others need a metric
 # (reduce_lr_on_plateau, greedy) or further arguments (cosine_with_min_lr, warmup_stable_decay), and failed at setup
-LR_SCHEDULERS = ("cosine", "linear", "constant", "constant_with_warmup", "cosine_with_restarts", "polynomial",
-                 "inverse_sqrt")
+LR_SCHEDULERS = (
+    "cosine",
+    "linear",
+    "constant",
+    "constant_with_warmup",
+    "cosine_with_restarts",
+    "polynomial",
+    "inverse_sqrt",
+)
 
 
 @dataclass
@@ -108,52 +115,80 @@ class TrainConfig:
             import importlib.util
 
             if importlib.util.find_spec("bitsandbytes") is None:
-                p.append("method=qlora loads the base in 4-bit with bitsandbytes, which is not installed: "
-                         "pip install 'bitsandbytes>=0.50' (CPU and CUDA), or use method=lora")
+                p.append(
+                    "method=qlora loads the base in 4-bit with bitsandbytes, which is not installed: "
+                    "pip install 'bitsandbytes>=0.50' (CPU and CUDA), or use method=lora"
+                )
             if self.compile:
-                p.append("method=qlora with compile=true: torch.compile is not used over bitsandbytes' 4-bit layers "
-                         "here; set compile=false")
+                p.append(
+                    "method=qlora with compile=true: torch.compile is not used over bitsandbytes' 4-bit layers "
+                    "here; set compile=false"
+                )
         if "lora_dropout" not in bad and not 0 <= self.lora_dropout < 1:
             p.append(f"lora_dropout must be in [0, 1), got {self.lora_dropout}")
         if "learning_rate" not in bad:
             if self.learning_rate <= 0:
-                p.append(f"learning_rate must be > 0, got {self.learning_rate:g}; about 2e-4 for LoRA on a "
-                         "pretrained model, 1e-5 for full fine-tuning")
+                p.append(
+                    f"learning_rate must be > 0, got {self.learning_rate:g}; about 2e-4 for LoRA on a "
+                    "pretrained model, 1e-5 for full fine-tuning"
+                )
             elif self.learning_rate >= 1:  # AdamW moves every weight by about the rate per step: NaN within steps
-                p.append(f"learning_rate must be below 1, got {self.learning_rate:g}: such a rate diverges at once; "
-                         "about 2e-4 for LoRA on a pretrained model, 1e-5 for full fine-tuning")
+                p.append(
+                    f"learning_rate must be below 1, got {self.learning_rate:g}: such a rate diverges at once; "
+                    "about 2e-4 for LoRA on a pretrained model, 1e-5 for full fine-tuning"
+                )
         if self.max_steps > MAX_STEPS:
-            p.append(f"max_steps must be <= {MAX_STEPS:,}, got {self.max_steps:,}; fine-tunes take hundreds to "
-                     f"a few hundred thousand steps")
+            p.append(
+                f"max_steps must be <= {MAX_STEPS:,}, got {self.max_steps:,}; fine-tunes take hundreds to "
+                f"a few hundred thousand steps"
+            )
         if "warmup_ratio" not in bad and not 0 <= self.warmup_ratio < 1:
             p.append(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
         if self.packing not in ("auto", "flatten", "pad"):
             p.append(f"packing must be auto, flatten or pad, got {self.packing!r}")
         elif self.packing in ("flatten", "pad") and self.batch_tokens == 0:  # else ignored without a word
-            p.append(f"packing={self.packing} arranges token-budget batches, but batch_tokens=0 takes batch_size rows "
-                     "padded to the longest: set batch_tokens (e.g. 512), or packing=auto")
+            p.append(
+                f"packing={self.packing} arranges token-budget batches, but batch_tokens=0 takes batch_size rows "
+                "padded to the longest: set batch_tokens (e.g. 512), or packing=auto"
+            )
         if self.batch_tokens < 0 or self.tokens_per_step < 0:
             p.append("batch_tokens and tokens_per_step must be >= 0 (0 turns them off)")
         if 0 < self.batch_tokens < self.max_seq_len:
-            p.append(f"batch_tokens={self.batch_tokens} must be >= max_seq_len={self.max_seq_len} so every row fits: "
-                     f"set batch_tokens >= {self.max_seq_len} (e.g. {max(16384, self.max_seq_len)} on an 80 GB GPU), "
-                     f"lower max_seq_len to <= {self.batch_tokens}, or batch_tokens=0 to use batch_size rows")
+            p.append(
+                f"batch_tokens={self.batch_tokens} must be >= max_seq_len={self.max_seq_len} so every row fits: "
+                f"set batch_tokens >= {self.max_seq_len} (e.g. {max(16384, self.max_seq_len)} on an 80 GB GPU), "
+                f"lower max_seq_len to <= {self.batch_tokens}, or batch_tokens=0 to use batch_size rows"
+            )
         if not 0 <= self.seed <= SEED_MAX:
             p.append(f"seed must be between 0 and {SEED_MAX} (2**32 - 1, numpy's limit), got {self.seed}")
-        for name in ("max_steps", "batch_size", "max_seq_len", "log_every", "eval_every", "checkpoint_every",
-                     "keep_checkpoints"):
+        for name in (
+            "max_steps",
+            "batch_size",
+            "max_seq_len",
+            "log_every",
+            "eval_every",
+            "checkpoint_every",
+            "keep_checkpoints",
+        ):
             if getattr(self, name) <= 0:
                 p.append(f"{name} must be > 0, got {getattr(self, name)}")
         for name in ("stall_timeout_s", "shutdown_grace_s"):
             if name not in bad and getattr(self, name) < 0:
-                p.append(f"{name} must be >= 0 seconds, got {getattr(self, name):g}"
-                         + (" (0 turns the watchdog off)" if name == "stall_timeout_s" else
-                            "; e.g. 90, the time a final checkpoint has to upload after SIGTERM"))
+                p.append(
+                    f"{name} must be >= 0 seconds, got {getattr(self, name):g}"
+                    + (
+                        " (0 turns the watchdog off)"
+                        if name == "stall_timeout_s"
+                        else "; e.g. 90, the time a final checkpoint has to upload after SIGTERM"
+                    )
+                )
         if "stall_timeout_s" not in bad and 0 < self.stall_timeout_s < MIN_STALL_S:
-            p.append(f"stall_timeout_s={self.stall_timeout_s:g} is shorter than a training process takes to start "
-                     "(importing torch and loading the model take tens of seconds before its first progress line), "
-                     f"so the watchdog would stop every job: give at least {MIN_STALL_S} (e.g. 1800), or 0 to turn "
-                     "it off")
+            p.append(
+                f"stall_timeout_s={self.stall_timeout_s:g} is shorter than a training process takes to start "
+                "(importing torch and loading the model take tens of seconds before its first progress line), "
+                f"so the watchdog would stop every job: give at least {MIN_STALL_S} (e.g. 1800), or 0 to turn "
+                "it off"
+            )
         return p
 
     def validate(self) -> "TrainConfig":
@@ -162,8 +197,18 @@ class TrainConfig:
 
     # What a run resumed from its checkpoint may change: how often it logs, evaluates and checkpoints, how it
     # stops, and how each step is computed (the same step either way); every other field defines the run.
-    MAY_CHANGE_ON_RESUME = ("output_prefix", "log_every", "eval_every", "checkpoint_every", "keep_checkpoints",
-                            "shutdown_grace_s", "stall_timeout_s", "profile_steps", "compile", "gradient_checkpointing")
+    MAY_CHANGE_ON_RESUME = (
+        "output_prefix",
+        "log_every",
+        "eval_every",
+        "checkpoint_every",
+        "keep_checkpoints",
+        "shutdown_grace_s",
+        "stall_timeout_s",
+        "profile_steps",
+        "compile",
+        "gradient_checkpointing",
+    )
 
     def run_settings(self) -> dict:
         """The fields that define the run (not MAY_CHANGE_ON_RESUME): a checkpoint records them, a resume compares."""
@@ -176,9 +221,11 @@ class TrainConfig:
         changed = [f"{k} {saved[k]!r} (now {now[k]!r})" for k in now if k in saved and saved[k] != now[k]]
         if not changed:
             return ""
-        return (f"{where} holds a checkpoint of a run with other settings: {', '.join(changed)}. Resuming it would "
-                "mix two runs (or fail to load its weights): give the run a new output_prefix (a new run id), or "
-                "resume it with the settings it was started with")
+        return (
+            f"{where} holds a checkpoint of a run with other settings: {', '.join(changed)}. Resuming it would "
+            "mix two runs (or fail to load its weights): give the run a new output_prefix (a new run id), or "
+            "resume it with the settings it was started with"
+        )
 
     def to_args(self) -> list[str]:
         """CLI arguments that rebuild this config in `python -m trainer train`."""

@@ -147,7 +147,11 @@ def retry_transient_failures() -> Iterator[None]:
 
         if not isinstance(err, UserError):
             traceback.print_exc()
-        print(f"error: {why}: {err}\nexiting with status {EXIT_TRANSIENT} (transient): the job restarts and "
-              "resumes from its last checkpoint", file=sys.stderr, flush=True)
+        print(
+            f"error: {why}: {err}\nexiting with status {EXIT_TRANSIENT} (transient): the job restarts and "
+            "resumes from its last checkpoint",
+            file=sys.stderr,
+            flush=True,
+        )
         # At once: a normal exit tears down the process group, which can hang once a peer is gone.
         hard_exit(EXIT_TRANSIENT)

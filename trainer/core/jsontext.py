@@ -12,7 +12,6 @@ import sys
 from typing import Any
 
 
-
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -49,9 +48,11 @@ def surrogate_problem(row: Any, path: str) -> str | None:
     """A row's lone surrogate, as a problem with its fix (None when it has none)."""
     if not (found := lone_surrogate(row, path)):
         return None
-    return (f"{found[0] or 'the row'} holds a lone surrogate ({found[1]!a}, half of a UTF-16 pair written as a "
-            "\\u escape), which is not text and cannot be stored as UTF-8: fix the escape (a pair such as "
-            "\\ud83d\\ude00 is one character) or drop the row")
+    return (
+        f"{found[0] or 'the row'} holds a lone surrogate ({found[1]!a}, half of a UTF-16 pair written as a "
+        "\\u escape), which is not text and cannot be stored as UTF-8: fix the escape (a pair such as "
+        "\\ud83d\\ude00 is one character) or drop the row"
+    )
 
 
 def non_finite_paths(value: Any, path: str) -> list[str]:
@@ -67,12 +68,14 @@ def non_finite_paths(value: Any, path: str) -> list[str]:
 
 def json_type(value: Any) -> str:
     return {str: "string", dict: "object", list: "list", bool: "boolean", int: "number", float: "number"}.get(
-        type(value), "null" if value is None else type(value).__name__)
+        type(value), "null" if value is None else type(value).__name__
+    )
 
 
 def repeats_hook(repeated: list[str]):
     """An object_pairs_hook (json.loads, json.JSONDecoder) that builds each object as json does
     and adds the keys it repeats to `repeated`."""
+
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
         out = dict(items)
         if len(out) < len(items):
@@ -102,8 +105,9 @@ def json_loads(text: str, **kwargs: Any) -> Any:
         if "integer string conversion" not in str(err) or not isinstance(text, str):
             raise
         at = re.search(r"\d{%d,}" % (limit + 1), text)
-        raise json.JSONDecodeError(f"a number of more than {limit} digits (Python reads at most {limit})", text,
-                                   at.start() if at else 0) from None
+        raise json.JSONDecodeError(
+            f"a number of more than {limit} digits (Python reads at most {limit})", text, at.start() if at else 0
+        ) from None
 
 
 def repeated_key(key: str) -> str:

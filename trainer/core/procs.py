@@ -257,8 +257,10 @@ def guard(command: list[str], parent: int = 0, grace: float = 10.0, remove: Sequ
     finally:  # whatever happened above, the tree goes down and its temporary files with it
         # The command first (vLLM's api_server shuts its engine down on SIGTERM once it can), then
         # whatever of its tree is left: group members and orphans handed to us.
-        stop([child.pid, *descendants(os.getpid())] if child and child.poll() is None else descendants(os.getpid()),
-             grace)
+        stop(
+            [child.pid, *descendants(os.getpid())] if child and child.poll() is None else descendants(os.getpid()),
+            grace,
+        )
         code = child.wait() if child else 127
         for pid in descendants(os.getpid()):  # orphans handed to us that have ended: their status is ours to take
             with contextlib.suppress(ChildProcessError, OSError):
@@ -272,9 +274,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trainer.core.procs", description=__doc__.split("\n\n")[1])
     parser.add_argument("--parent", type=int, default=0, help="stop when this process is gone (0: never)")
     parser.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
-    parser.add_argument("--remove", action="append", default=[], metavar="DIR",
-                        help="the command's own temporary directory, holding nothing but links as the guard "
-                             "starts, removed once the command's tree is down (repeatable)")
+    parser.add_argument(
+        "--remove",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="the command's own temporary directory, holding nothing but links as the guard "
+        "starts, removed once the command's tree is down (repeatable)",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARG ...]")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -282,10 +289,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("no command: give it after --")
     for path in args.remove:  # never a folder with anything in it yet: `--remove ~` removes nothing
         # (links aside: removing one leaves what it points to; private_tmpdir_env makes one)
-        if not os.path.isdir(path) or os.path.islink(path) or any(
-                not os.path.islink(os.path.join(path, name)) for name in os.listdir(path)):
-            parser.error(f"--remove {path}: not an empty directory; give the command's own temporary "
-                         "directory, created empty for it")
+        if (
+            not os.path.isdir(path)
+            or os.path.islink(path)
+            or any(not os.path.islink(os.path.join(path, name)) for name in os.listdir(path))
+        ):
+            parser.error(
+                f"--remove {path}: not an empty directory; give the command's own temporary "
+                "directory, created empty for it"
+            )
     return guard(command, args.parent, args.grace, args.remove)
 
 

@@ -20,8 +20,16 @@ def bar(total: int | None, desc: str, unit: str = "it", disable: bool = False):
 
     tty = sys.stderr.isatty()
     kwargs = dict(unit_scale=True, unit_divisor=1024) if unit == "B" else {}
-    return tqdm(total=total, desc=desc, unit=unit, disable=disable, file=sys.stderr,
-                mininterval=0.5 if tty else 2.0, dynamic_ncols=tty, **kwargs)
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit=unit,
+        disable=disable,
+        file=sys.stderr,
+        mininterval=0.5 if tty else 2.0,
+        dynamic_ncols=tty,
+        **kwargs,
+    )
 
 
 class TransferProgress:

@@ -17,8 +17,19 @@ def download_wheel(package: str, dest: Path, timeout_s: float) -> Path:
     """`pip download --no-deps --only-binary=:all: PACKAGE -d dest` from the index pip is configured
     with; the wheel's path. Raises FetchError saying what pip said (its last line)."""
     dest.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q",
-           "--only-binary=:all:", package, "-d", str(dest)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--disable-pip-version-check",
+        "-q",
+        "--only-binary=:all:",
+        package,
+        "-d",
+        str(dest),
+    ]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -28,6 +39,8 @@ def download_wheel(package: str, dest: Path, timeout_s: float) -> Path:
     wheels = sorted(w for w in dest.glob("*.whl") if w.name.lower().startswith(name + "-"))
     if proc.returncode != 0 or len(wheels) != 1:
         tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-1:]
-        raise FetchError(f"`pip download {package}` exited {proc.returncode} with {len(wheels)} wheel(s) of it"
-                         f"{': ' + tail[0] if tail else ''}")
+        raise FetchError(
+            f"`pip download {package}` exited {proc.returncode} with {len(wheels)} wheel(s) of it"
+            f"{': ' + tail[0] if tail else ''}"
+        )
     return wheels[0]

@@ -90,10 +90,15 @@ class Store:
         if missing:
             raise UserError(
                 f"S3 credentials missing: set {' and '.join(missing)} (on a cluster they come from the "
-                f"Secret {settings.get('S3_SECRET_NAME')!r}; locally run_local sets them)")
-        return cls(endpoint=settings.get("S3_ENDPOINT"), bucket=settings.get("S3_BUCKET"),
-                   access_key=os.environ["AWS_ACCESS_KEY_ID"], secret_key=os.environ["AWS_SECRET_ACCESS_KEY"],
-                   region=settings.get("S3_REGION"))
+                f"Secret {settings.get('S3_SECRET_NAME')!r}; locally run_local sets them)"
+            )
+        return cls(
+            endpoint=settings.get("S3_ENDPOINT"),
+            bucket=settings.get("S3_BUCKET"),
+            access_key=os.environ["AWS_ACCESS_KEY_ID"],
+            secret_key=os.environ["AWS_SECRET_ACCESS_KEY"],
+            region=settings.get("S3_REGION"),
+        )
 
     def __post_init__(self) -> None:
         import minio
@@ -103,31 +108,46 @@ class Store:
         try:
             check_bucket_name(self.bucket, strict=True)
         except ValueError:
-            raise UserError(f"invalid bucket name {self.bucket!r}: S3_BUCKET must be 3-63 characters of "
-                            "lowercase letters, digits, '-' and '.'") from None
+            raise UserError(
+                f"invalid bucket name {self.bucket!r}: S3_BUCKET must be 3-63 characters of "
+                "lowercase letters, digits, '-' and '.'"
+            ) from None
         if masked := settings.url_credentials(self.endpoint):  # minio would send them as a host name
-            raise UserError(f"S3_ENDPOINT {masked!r} carries a user name or password in the URL, which would show in "
-                            "messages and logs: set it to the endpoint alone, and the keys in AWS_ACCESS_KEY_ID and "
-                            f"AWS_SECRET_ACCESS_KEY (on a cluster the Secret {settings.get('S3_SECRET_NAME')!r})")
+            raise UserError(
+                f"S3_ENDPOINT {masked!r} carries a user name or password in the URL, which would show in "
+                "messages and logs: set it to the endpoint alone, and the keys in AWS_ACCESS_KEY_ID and "
+                f"AWS_SECRET_ACCESS_KEY (on a cluster the Secret {settings.get('S3_SECRET_NAME')!r})"
+            )
         if problem := settings.url_problem(self.endpoint, need_scheme=False, path=False):
-            raise UserError(f"S3_ENDPOINT {self.endpoint!r} is not an S3 endpoint ({problem}): set it to "
-                            "http(s)://HOST:PORT of the S3/MinIO (the bucket is S3_BUCKET), e.g. http://127.0.0.1:9000")
+            raise UserError(
+                f"S3_ENDPOINT {self.endpoint!r} is not an S3 endpoint ({problem}): set it to "
+                "http(s)://HOST:PORT of the S3/MinIO (the bucket is S3_BUCKET), e.g. http://127.0.0.1:9000"
+            )
         url = urlparse(self.endpoint if "://" in self.endpoint else f"http://{self.endpoint}")
 
         def client(timeout: urllib3.Timeout, retries: urllib3.Retry) -> minio.Minio:
             http = urllib3.PoolManager(timeout=timeout, maxsize=16, retries=retries)
-            return minio.Minio(url.netloc, access_key=self.access_key, secret_key=self.secret_key,
-                               secure=url.scheme == "https", region=self.region, http_client=http)
+            return minio.Minio(
+                url.netloc,
+                access_key=self.access_key,
+                secret_key=self.secret_key,
+                secure=url.scheme == "https",
+                region=self.region,
+                http_client=http,
+            )
 
         # Transfers: bounded retries with backoff for flaky networks, a long read for large objects
         # on a busy server; a dead endpoint fails in ~10 s.
-        self.client = client(urllib3.Timeout(connect=5, read=300),
-                             urllib3.Retry(total=3, backoff_factor=0.5, status_forcelist=[500, 502, 503, 504]))
+        self.client = client(
+            urllib3.Timeout(connect=5, read=300),
+            urllib3.Retry(total=3, backoff_factor=0.5, status_forcelist=[500, 502, 503, 504]),
+        )
         # The first contact (ensure_bucket) is a few bytes: an endpoint that accepts connections and
         # never answers (a wrong port, a hung proxy) fails in FIRST_CONTACT_S, not 300 s x 4 tries.
-        self._first_contact = client(urllib3.Timeout(connect=min(5.0, FIRST_CONTACT_S), read=FIRST_CONTACT_S),
-                                     urllib3.Retry(total=2, read=0, backoff_factor=0.5,
-                                                   status_forcelist=[500, 502, 503, 504]))
+        self._first_contact = client(
+            urllib3.Timeout(connect=min(5.0, FIRST_CONTACT_S), read=FIRST_CONTACT_S),
+            urllib3.Retry(total=2, read=0, backoff_factor=0.5, status_forcelist=[500, 502, 503, 504]),
+        )
 
     def __repr__(self) -> str:  # keep keys out of logs and tracebacks
         return f"Store(endpoint={self.endpoint!r}, bucket={self.bucket!r})"
@@ -144,22 +164,30 @@ class Store:
             return fn(*args, **kwargs)
         except S3Error as err:
             if err.code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied"):
-                raise UserError(f"S3 refused {what} at {self.endpoint} ({err.code}): check AWS_ACCESS_KEY_ID / "
-                                f"AWS_SECRET_ACCESS_KEY (Secret {settings.get('S3_SECRET_NAME')!r})") from None
+                raise UserError(
+                    f"S3 refused {what} at {self.endpoint} ({err.code}): check AWS_ACCESS_KEY_ID / "
+                    f"AWS_SECRET_ACCESS_KEY (Secret {settings.get('S3_SECRET_NAME')!r})"
+                ) from None
             raise
         except InvalidResponseError as err:  # a web server, a console or a proxy's page: not S3's XML
             status = str(err).split("Response code: ", 1)[-1].split(",", 1)[0]
-            raise UserError(f"{self.endpoint} answered the {what} with something that is not S3 (HTTP {status}, not "
-                            "S3's XML): check S3_ENDPOINT / --s3-endpoint points at the S3 API (MinIO's is port 9000, "
-                            "not its web console)") from None
+            raise UserError(
+                f"{self.endpoint} answered the {what} with something that is not S3 (HTTP {status}, not "
+                "S3's XML): check S3_ENDPOINT / --s3-endpoint points at the S3 API (MinIO's is port 9000, "
+                "not its web console)"
+            ) from None
         except HTTPError as err:
             if ReadTimeoutError in (type(err), type(getattr(err, "reason", None))):
                 first = getattr(fn, "__self__", None) is self._first_contact
-                raise Unavailable(f"S3 endpoint {self.endpoint} accepted the connection but did not answer the {what} "
-                                  f"within {FIRST_CONTACT_S if first else 300:g} s: check S3_ENDPOINT / --s3-endpoint "
-                                  "is the S3 API (MinIO's is port 9000) and that the server is not hung") from None
-            raise Unavailable(f"S3 endpoint {self.endpoint} unreachable during {what} after retries "
-                              f"({type(err).__name__}): check S3_ENDPOINT and that MinIO is running") from None
+                raise Unavailable(
+                    f"S3 endpoint {self.endpoint} accepted the connection but did not answer the {what} "
+                    f"within {FIRST_CONTACT_S if first else 300:g} s: check S3_ENDPOINT / --s3-endpoint "
+                    "is the S3 API (MinIO's is port 9000) and that the server is not hung"
+                ) from None
+            raise Unavailable(
+                f"S3 endpoint {self.endpoint} unreachable during {what} after retries "
+                f"({type(err).__name__}): check S3_ENDPOINT and that MinIO is running"
+            ) from None
 
     def ensure_bucket(self) -> None:
         """The bucket, created when missing: the first request to the endpoint, under FIRST_CONTACT_S."""
@@ -179,8 +207,15 @@ class Store:
 
     def put_json(self, key: str, obj: Any) -> str:
         data = json.dumps(obj, indent=1).encode()
-        self._call("upload", self.client.put_object, self.bucket, key, io.BytesIO(data), len(data),
-                   content_type="application/json")
+        self._call(
+            "upload",
+            self.client.put_object,
+            self.bucket,
+            key,
+            io.BytesIO(data),
+            len(data),
+            content_type="application/json",
+        )
         return self.uri(key)
 
     def get_file(self, key: str, dest: str | Path) -> Path:
@@ -190,7 +225,9 @@ class Store:
 
     def get_bytes(self, key: str, length: int = 0) -> bytes:
         """An object's bytes; with `length`, at most its first `length` bytes."""
-        resp = self._call("download", self.client.get_object, self.bucket, key, **({"length": length} if length else {}))
+        resp = self._call(
+            "download", self.client.get_object, self.bucket, key, **({"length": length} if length else {})
+        )
         try:
             return resp.read()
         finally:
@@ -212,8 +249,9 @@ class Store:
             return self.uri(prefix), {**manifest, "uploaded_bytes": 0}
         return self.put_dir(local_dir, prefix, workers, manifest)
 
-    def put_dir(self, local_dir: str | Path, prefix: str, workers: int = 8,
-                manifest: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    def put_dir(
+        self, local_dir: str | Path, prefix: str, workers: int = 8, manifest: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
         """Upload `local_dir` under `prefix` (run-scoped, e.g. a checkpoint); returns (uri, manifest).
 
         Files go up in parallel (each multipart on its own), the manifest last: until it
@@ -221,12 +259,23 @@ class Store:
         """
         manifest = manifest or tree_manifest(local_dir)
         self.ensure_bucket()
-        with concurrent.futures.ThreadPoolExecutor(workers) as pool, \
-                TransferProgress(manifest["total_bytes"], f"upload {_short(prefix)}") as progress:
-            futures = [pool.submit(self._call, "upload", self.client.fput_object, self.bucket,
-                                   f"{prefix}/{f['path']}", str(Path(local_dir) / f["path"]), part_size=64 << 20,
-                                   progress=progress)
-                       for f in manifest["files"]]
+        with (
+            concurrent.futures.ThreadPoolExecutor(workers) as pool,
+            TransferProgress(manifest["total_bytes"], f"upload {_short(prefix)}") as progress,
+        ):
+            futures = [
+                pool.submit(
+                    self._call,
+                    "upload",
+                    self.client.fput_object,
+                    self.bucket,
+                    f"{prefix}/{f['path']}",
+                    str(Path(local_dir) / f["path"]),
+                    part_size=64 << 20,
+                    progress=progress,
+                )
+                for f in manifest["files"]
+            ]
             for fut in concurrent.futures.as_completed(futures):
                 fut.result()
         self.put_json(f"{prefix}/{MANIFEST}", manifest)
@@ -234,8 +283,10 @@ class Store:
 
     def complete_children(self, prefix: str) -> list[str]:
         """Names of the sub-prefixes of `prefix` that hold a manifest (complete trees), sorted."""
-        children = self._call("list", lambda: [o.object_name for o in self.client.list_objects(
-            self.bucket, prefix=prefix.rstrip("/") + "/")])
+        children = self._call(
+            "list",
+            lambda: [o.object_name for o in self.client.list_objects(self.bucket, prefix=prefix.rstrip("/") + "/")],
+        )
         names = [c.rstrip("/").rsplit("/", 1)[-1] for c in children if c.endswith("/")]
         return sorted(n for n in names if self.exists(f"{prefix.rstrip('/')}/{n}/{MANIFEST}"))
 
@@ -245,8 +296,10 @@ class Store:
 
         prefix = prefix.rstrip("/") + "/"
         self._call("delete", self.client.remove_object, self.bucket, prefix + MANIFEST)
-        names = self._call("list", lambda: [o.object_name for o in self.client.list_objects(
-            self.bucket, prefix=prefix, recursive=True)])
+        names = self._call(
+            "list",
+            lambda: [o.object_name for o in self.client.list_objects(self.bucket, prefix=prefix, recursive=True)],
+        )
         errors = list(self.client.remove_objects(self.bucket, [DeleteObject(n) for n in names]))
         if errors:
             raise RuntimeError(f"could not delete {len(errors)} objects under {prefix}: {errors[0]}")
@@ -277,15 +330,24 @@ class Store:
         tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".partial-"))
 
         try:
+
             def fetch(f: dict[str, Any]) -> None:
                 dest = tmp / f["path"]
-                self._call("download", self.client.fget_object, self.bucket, f"{prefix}/{f['path']}", str(dest),
-                           progress=progress)
+                self._call(
+                    "download",
+                    self.client.fget_object,
+                    self.bucket,
+                    f"{prefix}/{f['path']}",
+                    str(dest),
+                    progress=progress,
+                )
                 if sha256_file(dest) != f["sha256"]:
                     raise UserError(f"checksum mismatch for {uri}/{f['path']}: the stored object is corrupt")
 
-            with concurrent.futures.ThreadPoolExecutor(workers) as pool, \
-                    TransferProgress(manifest["total_bytes"], f"download {_short(prefix)}") as progress:
+            with (
+                concurrent.futures.ThreadPoolExecutor(workers) as pool,
+                TransferProgress(manifest["total_bytes"], f"download {_short(prefix)}") as progress,
+            ):
                 list(pool.map(fetch, manifest["files"]))
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
             old = None
@@ -307,9 +369,11 @@ class Store:
         except OSError as err:
             if err.errno != errno.ENOSPC:
                 raise
-            raise UserError(f"no space left in {target.parent} while downloading {uri} "
-                            f"({manifest['total_bytes'] / 1e6:.1f} MB): free space there or choose another "
-                            "folder; nothing was left half-written") from None
+            raise UserError(
+                f"no space left in {target.parent} while downloading {uri} "
+                f"({manifest['total_bytes'] / 1e6:.1f} MB): free space there or choose another "
+                "folder; nothing was left half-written"
+            ) from None
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return target
@@ -319,8 +383,10 @@ def space_problem(folder: Path, size: int, what: str) -> None:
     """Refuse before writing `size` bytes into `folder` when the disk has less free (a margin kept)."""
     free = shutil.disk_usage(folder).free
     if free < size + (16 << 20):  # the filesystem's own bookkeeping, a log line or two
-        raise UserError(f"not enough space in {folder} for {what}: it needs {size / 1e6:.1f} MB, "
-                        f"{free / 1e6:.1f} MB are free; free space there or choose another folder")
+        raise UserError(
+            f"not enough space in {folder} for {what}: it needs {size / 1e6:.1f} MB, "
+            f"{free / 1e6:.1f} MB are free; free space there or choose another folder"
+        )
 
 
 def _tree_sha(local_dir: Path) -> str | None:

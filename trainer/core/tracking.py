@@ -30,8 +30,11 @@ RUN_ID = "MLFLOW_RUN_ID"
 EXPERIMENT = "MLFLOW_EXPERIMENT_NAME"
 # MLflow's defaults wait 120 s per request and retry 7 times with exponential backoff: minutes per call against
 # a server that does not answer. These bound a call to about 10-25 s; a value the user set is kept.
-BOUNDS = {"MLFLOW_HTTP_REQUEST_TIMEOUT": "10", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
-          "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
+BOUNDS = {
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+}
 # What a training pod gets from the step that starts it (trainer.k8s): where to log and the limits, no
 # credentials (MLFLOW_TRACKING_TOKEN / _PASSWORD would sit in plain text in the job's spec).
 FORWARDED = (URI, RUN_ID, EXPERIMENT, *BOUNDS)
@@ -81,8 +84,13 @@ class Tracker:
             return tracker
         tracker.client = MlflowClient(tracking_uri=uri)
         run_id = os.environ.get(RUN_ID, "")
-        tracker._call(tracker._open, run_id, os.environ.get(EXPERIMENT, ""), run_name,
-                      fix=f"and that MLFLOW_RUN_ID={run_id} names a run there" if run_id else "")
+        tracker._call(
+            tracker._open,
+            run_id,
+            os.environ.get(EXPERIMENT, ""),
+            run_name,
+            fix=f"and that MLFLOW_RUN_ID={run_id} names a run there" if run_id else "",
+        )
         return tracker
 
     def _open(self, run_id: str, experiment: str, run_name: str) -> None:
@@ -129,8 +137,9 @@ class Tracker:
             from mlflow.entities import Metric
 
             now = int(time.time() * 1000)
-            self._call(self.client.log_batch, self.run_id,
-                       metrics=[Metric(k, float(v), now, step) for k, v in metrics.items()])
+            self._call(
+                self.client.log_batch, self.run_id, metrics=[Metric(k, float(v), now, step) for k, v in metrics.items()]
+            )
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         if self.on and tags:
@@ -164,11 +173,18 @@ class Tracker:
         # tracking is an observer and must not end the training or evaluation it watches. Said once, below.
         except Exception as err:  # noqa: BLE001
             self.client = None
-            self._warn(f"{type(err).__name__}: {brief(err, 160)}", "check that the server is up and reachable from "
-                       f"here (curl $MLFLOW_TRACKING_URI/health){f' {fix}' if fix else ''}, or unset "
-                       "MLFLOW_TRACKING_URI to turn tracking off")
+            self._warn(
+                f"{type(err).__name__}: {brief(err, 160)}",
+                "check that the server is up and reachable from "
+                f"here (curl $MLFLOW_TRACKING_URI/health){f' {fix}' if fix else ''}, or unset "
+                "MLFLOW_TRACKING_URI to turn tracking off",
+            )
 
     def _warn(self, problem: str, fix: str) -> None:
         self.client = None
-        print(f"WARNING: MLflow tracking at {redacted(self.uri)} is off for the rest of this process "
-              f"({redacted(problem)}): {fix}", file=sys.stderr, flush=True)
+        print(
+            f"WARNING: MLflow tracking at {redacted(self.uri)} is off for the rest of this process "
+            f"({redacted(problem)}): {fix}",
+            file=sys.stderr,
+            flush=True,
+        )

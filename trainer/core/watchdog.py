@@ -54,7 +54,9 @@ class Watchdog:
         idle = self.clock() - self.since
         if not self.stall_s or idle < self.stall_s:
             return None
-        return (f"no progress for {idle:.0f} s in stage {self.stage!r} at step {self.step} "
-                f"(stall_timeout_s={self.stall_s:g}); the job was stopped and not restarted. "
-                f"Look at the log above for what that stage was waiting on, or raise stall_timeout_s "
-                f"if the stage is legitimately that slow")
+        return (
+            f"no progress for {idle:.0f} s in stage {self.stage!r} at step {self.step} "
+            f"(stall_timeout_s={self.stall_s:g}); the job was stopped and not restarted. "
+            f"Look at the log above for what that stage was waiting on, or raise stall_timeout_s "
+            f"if the stage is legitimately that slow"
+        )

@@ -32,13 +32,35 @@ trainer.core.jsontext, which dataset_source's mixes (trainer.config.sources) rea
 
 from trainer.data.batching import collate, collate_packed, real_tokens  # noqa: F401
 from trainer.data.formats import (  # noqa: F401
-    SHAREGPT_ROLES, FORMAT_NAMES, CONVERTED, row_format, convert, format_problems, quiet_conversions,
-    announce)
+    SHAREGPT_ROLES,
+    FORMAT_NAMES,
+    CONVERTED,
+    row_format,
+    convert,
+    format_problems,
+    quiet_conversions,
+    announce,
+)
 from trainer.core.jsontext import lone_surrogate, surrogate_problem, non_finite_paths, json_loads  # noqa: F401
 from trainer.data.rows import ROLES, MAX_REPORTED, row_problems, normalise, validate_rows  # noqa: F401
 from trainer.data.readers import (  # noqa: F401
-    read_jsonl, FILE_TYPES, read_rows, suffix_of, write_jsonl)
+    read_jsonl,
+    FILE_TYPES,
+    read_rows,
+    suffix_of,
+    write_jsonl,
+)
 from trainer.data.encode import (  # noqa: F401
-    encode, text_chars, max_token_chars, encode_rows, encode_all)
+    encode,
+    text_chars,
+    max_token_chars,
+    encode_rows,
+    encode_all,
+)
 from trainer.data.preflight import (  # noqa: F401
-    TEMPLATE_CHECK_ROWS, TEMPLATE_BUDGET_S, time_limit, length_problems, eval_overlap)
+    TEMPLATE_CHECK_ROWS,
+    TEMPLATE_BUDGET_S,
+    time_limit,
+    length_problems,
+    eval_overlap,
+)

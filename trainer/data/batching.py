@@ -14,8 +14,16 @@ from typing import Any, Iterator
 from trainer.core.errors import UserError
 
 
-def batches(examples: list, batch_size: int, rank: int, world: int, seed: int, start: int = 0,
-            batch_tokens: int = 0, flatten: bool = False) -> Iterator[list]:
+def batches(
+    examples: list,
+    batch_size: int,
+    rank: int,
+    world: int,
+    seed: int,
+    start: int = 0,
+    batch_tokens: int = 0,
+    flatten: bool = False,
+) -> Iterator[list]:
     """Endless micro-batches of this rank's shard.
 
     Each epoch is a seeded permutation of all rows; rank r takes every world-th row, so ranks
@@ -42,13 +50,21 @@ def check_rows(rows: int, batch_size: int, world: int, batch_tokens: int = 0, sk
     """Raise UserError when `rows` cannot give every rank one micro-batch per epoch; `skipped`
     rows (longer than max_seq_len) are named, since they are usually why."""
     if rows < (world if batch_tokens else batch_size * world):
-        raise UserError(f"only {rows} training row{'' if rows == 1 else 's'}"
-                        + (f" ({skipped} more were longer than max_seq_len and skipped: raise max_seq_len or "
-                           "shorten them)" if skipped else "") + ", fewer than "
-                        + (f"the {world} processes (every process needs one row at least); add rows or use "
-                           f"fewer processes" if batch_tokens else
-                           f"batch_size x processes = {batch_size} x {world}; lower batch_size, use fewer "
-                           f"processes, or add rows"))
+        raise UserError(
+            f"only {rows} training row{'' if rows == 1 else 's'}"
+            + (
+                f" ({skipped} more were longer than max_seq_len and skipped: raise max_seq_len or shorten them)"
+                if skipped
+                else ""
+            )
+            + ", fewer than "
+            + (
+                f"the {world} processes (every process needs one row at least); add rows or use fewer processes"
+                if batch_tokens
+                else f"batch_size x processes = {batch_size} x {world}; lower batch_size, use fewer "
+                f"processes, or add rows"
+            )
+        )
 
 
 def _stream(examples, batch_size, rank, world, seed, start, batch_tokens, flatten) -> Iterator[list]:
@@ -58,10 +74,10 @@ def _stream(examples, batch_size, rank, world, seed, start, batch_tokens, flatte
         rng.shuffle(order)
         shard = order[rank::world]
         if not batch_tokens:
-            return [shard[i:i + batch_size] for i in range(0, len(shard) - batch_size + 1, batch_size)]
+            return [shard[i : i + batch_size] for i in range(0, len(shard) - batch_size + 1, batch_size)]
         length = lambda j: len(examples[j]["input_ids"])  # noqa: E731
         if not flatten:
-            shard = [j for w in range(0, len(shard), 256) for j in sorted(shard[w:w + 256], key=length)]
+            shard = [j for w in range(0, len(shard), 256) for j in sorted(shard[w : w + 256], key=length)]
         out, cur, longest, total = [], [], 0, 0
         for j in shard:
             n = length(j)
@@ -94,8 +110,9 @@ def bucket(n: int, multiple: int = 64) -> int:
     return multiple * k
 
 
-def collate(examples: list[dict[str, list[int]]], pad_id: int, padding_side: str = "right",
-            width: int = 0) -> dict[str, Any]:
+def collate(
+    examples: list[dict[str, list[int]]], pad_id: int, padding_side: str = "right", width: int = 0
+) -> dict[str, Any]:
     """Pad a batch to its longest row (or to `width`, when bucketing shapes for compile).
 
     `pad_id` None (tokenizers without a pad token, e.g. Llama 3's) pads with 0: pad positions

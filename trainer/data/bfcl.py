@@ -46,11 +46,32 @@ VERSION_FILE = "VERSION"
 
 # constants/type_mappings.py GORILLA_TO_OPENAPI (the names BFCL's function documents use)
 GORILLA_TO_OPENAPI = {
-    "integer": "integer", "number": "number", "float": "number", "string": "string", "boolean": "boolean",
-    "bool": "boolean", "array": "array", "list": "array", "dict": "object", "object": "object", "tuple": "array",
-    "any": "string", "byte": "integer", "short": "integer", "long": "integer", "double": "number",
-    "char": "string", "ArrayList": "array", "Array": "array", "HashMap": "object", "Hashtable": "object",
-    "Queue": "array", "Stack": "array", "Any": "string", "String": "string", "Bigint": "integer",
+    "integer": "integer",
+    "number": "number",
+    "float": "number",
+    "string": "string",
+    "boolean": "boolean",
+    "bool": "boolean",
+    "array": "array",
+    "list": "array",
+    "dict": "object",
+    "object": "object",
+    "tuple": "array",
+    "any": "string",
+    "byte": "integer",
+    "short": "integer",
+    "long": "integer",
+    "double": "number",
+    "char": "string",
+    "ArrayList": "array",
+    "Array": "array",
+    "HashMap": "object",
+    "Hashtable": "object",
+    "Queue": "array",
+    "Stack": "array",
+    "Any": "string",
+    "String": "string",
+    "Bigint": "integer",
 }
 
 
@@ -63,9 +84,11 @@ def fetch(dest: Path) -> Path:
     try:
         return pypi.download_wheel(PACKAGE, dest, FETCH_TIMEOUT_S)
     except pypi.FetchError as err:
-        raise UserError(f"cannot fetch {PACKAGE} from the package index ({err}); where pods reach no package index, "
-                        f"download it once (`pip download --no-deps {PACKAGE}`) and pass the wheel, its unpacked "
-                        "bfcl_eval/data folder, or its s3:// upload as bfcl_source") from None
+        raise UserError(
+            f"cannot fetch {PACKAGE} from the package index ({err}); where pods reach no package index, "
+            f"download it once (`pip download --no-deps {PACKAGE}`) and pass the wheel, its unpacked "
+            "bfcl_eval/data folder, or its s3:// upload as bfcl_source"
+        ) from None
 
 
 def _version_of_wheel(name: str) -> str:
@@ -82,8 +105,9 @@ def extract(source: Path, dest: Path) -> Path:
     a tree made here before): `BFCL_v4_<category>.json` and `possible_answer/` for every category in
     CATEGORIES, and VERSION. Every missing file is named at once."""
     dest.mkdir(parents=True, exist_ok=True)
-    wanted = [data_file(c) for c in CATEGORIES] + [f"possible_answer/{data_file(c)}" for c in CATEGORIES
-                                                   if c not in IRRELEVANCE]
+    wanted = [data_file(c) for c in CATEGORIES] + [
+        f"possible_answer/{data_file(c)}" for c in CATEGORIES if c not in IRRELEVANCE
+    ]
     if source.is_file():
         if source.suffix != ".whl":
             raise UserError(f"bfcl_source {source}: expected a bfcl-eval wheel (.whl) or a folder of BFCL's data")
@@ -105,8 +129,10 @@ def extract(source: Path, dest: Path) -> Path:
     root = source / _DATA if (source / _DATA).is_dir() else source
     missing = [w for w in wanted if not (root / w).is_file()]
     if missing:
-        raise UserError(f"bfcl_source {source}: lacks {_listed(missing)}: give the bfcl_eval/data folder of {PACKAGE} "
-                        "(or the wheel itself)")
+        raise UserError(
+            f"bfcl_source {source}: lacks {_listed(missing)}: give the bfcl_eval/data folder of {PACKAGE} "
+            "(or the wheel itself)"
+        )
     for w in wanted:
         (dest / w).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(root / w, dest / w)
@@ -184,15 +210,25 @@ def read(tree: Path, category: str) -> list[dict[str, Any]]:
     if category not in CATEGORIES:
         raise UserError(f"unknown BFCL category {category!r}: one of {', '.join(CATEGORIES)}")
     questions = _jsonl(Path(tree) / data_file(category))
-    answers = {} if category in IRRELEVANCE else {
-        r["id"]: r["ground_truth"] for r in _jsonl(Path(tree) / "possible_answer" / data_file(category))}
+    answers = (
+        {}
+        if category in IRRELEVANCE
+        else {r["id"]: r["ground_truth"] for r in _jsonl(Path(tree) / "possible_answer" / data_file(category))}
+    )
     rows = []
     for q in questions:
         if category not in IRRELEVANCE and q["id"] not in answers:
             raise UserError(f"BFCL row {q['id']} has no possible answer; re-deliver BFCL's data")
-        rows.append({"id": q["id"], "category": category, "messages": list(q["question"][0]),
-                     "tools": to_tools(q["function"]), "functions": q["function"],
-                     "ground_truth": answers.get(q["id"])})
+        rows.append(
+            {
+                "id": q["id"],
+                "category": category,
+                "messages": list(q["question"][0]),
+                "tools": to_tools(q["function"]),
+                "functions": q["function"],
+                "ground_truth": answers.get(q["id"]),
+            }
+        )
     return rows
 
 
@@ -229,8 +265,9 @@ class _Spacing(dict):
 
     def __missing__(self, code: int) -> str | None:
         kind = unicodedata.category(chr(code))
-        self[code] = value = (None if kind == "Cf" or chr(code) in _APOSTROPHES else " " if kind[0] in "PS"
-                              else chr(code))
+        self[code] = value = (
+            None if kind == "Cf" or chr(code) in _APOSTROPHES else " " if kind[0] in "PS" else chr(code)
+        )
         return value
 
 
@@ -261,7 +298,7 @@ class Questions:
         for k, (_, w) in enumerate(self.asked):
             if len(w) >= NGRAM:
                 for i in range(len(w) - NGRAM + 1):
-                    self.grams.setdefault(tuple(w[i:i + NGRAM]), (k, i))
+                    self.grams.setdefault(tuple(w[i : i + NGRAM]), (k, i))
             elif len(w) >= MIN_WHOLE:
                 self.whole.setdefault(tuple(w), k)
 
@@ -269,7 +306,7 @@ class Questions:
         """(BFCL id, the words matched) where `w` shares a 13-word run with a question, or is mostly (at least
         half its words) a whole question of MIN_WHOLE to NGRAM-1 words; else None."""
         for i in range(len(w) - NGRAM + 1):
-            if (got := self.grams.get(tuple(w[i:i + NGRAM]))) is not None:
+            if (got := self.grams.get(tuple(w[i : i + NGRAM]))) is not None:
                 k, s = got
                 qid, q = self.asked[k]
                 start, end = i, i + NGRAM
@@ -280,8 +317,8 @@ class Questions:
                 return qid, w[start:end]
         for n in range(min(len(w), NGRAM - 1), max(MIN_WHOLE, -(-len(w) // 2)) - 1, -1):
             for i in range(len(w) - n + 1):
-                if (k := self.whole.get(tuple(w[i:i + n]))) is not None:
-                    return self.asked[k][0], w[i:i + n]
+                if (k := self.whole.get(tuple(w[i : i + n]))) is not None:
+                    return self.asked[k][0], w[i : i + n]
         return None
 
 
@@ -324,8 +361,12 @@ def _shortened(w: list[str], limit: int = 80) -> str:
     return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " ..."
 
 
-def contamination(train_rows: list[dict[str, Any]], tree: Path, where: str = "row {}",
-                  origins: Callable[[list[dict[str, Any]]], list[str]] | None = None) -> str | None:
+def contamination(
+    train_rows: list[dict[str, Any]],
+    tree: Path,
+    where: str = "row {}",
+    origins: Callable[[list[dict[str, Any]]], list[str]] | None = None,
+) -> str | None:
     """None, or the problem: training rows holding BFCL questions (`Questions.match` on each user and system
     message and on the user messages together, as `words`), each distinct row once (a row a mix repeats, or
     a file holds twice, is one) with where it is, the BFCL id and the words matched; SHOWN of them, the rest
@@ -342,20 +383,29 @@ def contamination(train_rows: list[dict[str, Any]], tree: Path, where: str = "ro
         distinct.setdefault(conversation_key(train_rows[hit[0]]), (hit, []))[1].append(hit[0] + 1)
     found = list(distinct.values())
     shown = found[:SHOWN]
-    places = (origins([train_rows[hit[0]] for hit, _ in shown]) if origins else
-              [where.format(", ".join(map(str, at[:5])) + (f" and {len(at) - 5} more" if len(at) > 5 else ""))
-               for _, at in shown])
-    lines = [f'{place}: its {which} holds BFCL {qid} ("{_shortened(w)}")'
-             for place, ((_, which, qid, w), _) in zip(places, shown)]
+    places = (
+        origins([train_rows[hit[0]] for hit, _ in shown])
+        if origins
+        else [
+            where.format(", ".join(map(str, at[:5])) + (f" and {len(at) - 5} more" if len(at) > 5 else ""))
+            for _, at in shown
+        ]
+    )
+    lines = [
+        f'{place}: its {which} holds BFCL {qid} ("{_shortened(w)}")'
+        for place, ((_, which, qid, w), _) in zip(places, shown)
+    ]
     if len(found) > SHOWN:
         lines.append(f"and {len(found) - SHOWN} more")
     n = len(found)
-    return (f"{n} training row{'s' if n > 1 else ''} ask{'' if n > 1 else 's'} BFCL {version(tree)} questions (each "
-            "row counted once, however often the data repeats it): a score on BFCL after training on its test rows "
-            "measures nothing.\n" + "\n".join(lines) + "\nRemove those rows from the dataset (the lines named; "
-            f"trainer.data.bfcl.contaminated(rows, bfcl_tree) lists every one: a user or system message sharing "
-            f"{NGRAM} words in a row with a BFCL question, or mostly a whole one of {MIN_WHOLE} words or more, after "
-            "Unicode NFKC, case, punctuation and white space), or drop bfcl from eval_suites")
+    return (
+        f"{n} training row{'s' if n > 1 else ''} ask{'' if n > 1 else 's'} BFCL {version(tree)} questions (each "
+        "row counted once, however often the data repeats it): a score on BFCL after training on its test rows "
+        "measures nothing.\n" + "\n".join(lines) + "\nRemove those rows from the dataset (the lines named; "
+        f"trainer.data.bfcl.contaminated(rows, bfcl_tree) lists every one: a user or system message sharing "
+        f"{NGRAM} words in a row with a BFCL question, or mostly a whole one of {MIN_WHOLE} words or more, after "
+        "Unicode NFKC, case, punctuation and white space), or drop bfcl from eval_suites"
+    )
 
 
 SUITES = ("heldout", "bfcl")
@@ -366,8 +416,10 @@ def parse_suites(value: str) -> tuple[str, ...]:
     names = [v.strip().lower() for v in str(value or "").split(",") if v.strip()]
     unknown = [n for n in names if n not in SUITES]
     if unknown or not names:
-        raise UserError(f"eval_suites={value!r}: {'unknown ' + ', '.join(map(repr, unknown)) if unknown else 'empty'}; "
-                        "give heldout, bfcl or heldout,bfcl (comma-separated)")
+        raise UserError(
+            f"eval_suites={value!r}: {'unknown ' + ', '.join(map(repr, unknown)) if unknown else 'empty'}; "
+            "give heldout, bfcl or heldout,bfcl (comma-separated)"
+        )
     return tuple(s for s in SUITES if s in names)
 
 
@@ -375,12 +427,17 @@ def source_problem(source: str) -> str | None:
     """What is wrong with `bfcl_source` from its value alone (a local path must exist), or None."""
     source = (source or "").strip()
     if not source or source.startswith("s3://"):
-        return None if not source or re.fullmatch(r"s3://[a-z0-9.-]{3,63}/\S+", source) else (
-            f"bfcl_source {source!r}: expected s3://bucket/key")
+        return (
+            None
+            if not source or re.fullmatch(r"s3://[a-z0-9.-]{3,63}/\S+", source)
+            else (f"bfcl_source {source!r}: expected s3://bucket/key")
+        )
     path = Path(source.removeprefix("file://")).expanduser()
     if not path.exists():
-        return (f"bfcl_source {source}: no such file or folder; give {PACKAGE}'s wheel or its bfcl_eval/data folder, "
-                "or leave it empty to fetch the wheel from the package index")
+        return (
+            f"bfcl_source {source}: no such file or folder; give {PACKAGE}'s wheel or its bfcl_eval/data folder, "
+            "or leave it empty to fetch the wheel from the package index"
+        )
     if path.is_file() and path.suffix != ".whl":
         return f"bfcl_source {source}: expected a bfcl-eval wheel (.whl) or a folder of BFCL's data"
     return None
@@ -391,14 +448,34 @@ def source_problem(source: str) -> str | None:
 # of simple_python, simple_java and simple_javascript, so it stands beside no category of ours (we ask simple_python)
 # and is left out; its non-live AST overall is the mean of that simple, multiple, parallel and parallel_multiple.
 ANCHORS = {
-    "Qwen3-0.6B": {"non_live_ast": 71.79, "multiple": 86.0, "parallel": 67.5, "parallel_multiple": 69.5,
-                   "irrelevance": 80.84},
-    "Hammer2.1-0.5b": {"non_live_ast": 65.98, "multiple": 81.0, "parallel": 69.0, "parallel_multiple": 51.5,
-                       "irrelevance": 80.79},
-    "xLAM-2-1b-fc-r": {"non_live_ast": 69.04, "multiple": 82.5, "parallel": 73.5, "parallel_multiple": 56.0,
-                       "irrelevance": 64.47},
-    "Llama-3.2-1B-Instruct": {"non_live_ast": 38.38, "multiple": 50.5, "parallel": 44.0, "parallel_multiple": 15.0,
-                              "irrelevance": 51.57},
+    "Qwen3-0.6B": {
+        "non_live_ast": 71.79,
+        "multiple": 86.0,
+        "parallel": 67.5,
+        "parallel_multiple": 69.5,
+        "irrelevance": 80.84,
+    },
+    "Hammer2.1-0.5b": {
+        "non_live_ast": 65.98,
+        "multiple": 81.0,
+        "parallel": 69.0,
+        "parallel_multiple": 51.5,
+        "irrelevance": 80.79,
+    },
+    "xLAM-2-1b-fc-r": {
+        "non_live_ast": 69.04,
+        "multiple": 82.5,
+        "parallel": 73.5,
+        "parallel_multiple": 56.0,
+        "irrelevance": 64.47,
+    },
+    "Llama-3.2-1B-Instruct": {
+        "non_live_ast": 38.38,
+        "multiple": 50.5,
+        "parallel": 44.0,
+        "parallel_multiple": 15.0,
+        "irrelevance": 51.57,
+    },
 }
 
 

@@ -26,8 +26,28 @@ from trainer.data.tool_library import tool
 from trainer.data.masking import DISTRACTORS_MAX, IRRELEVANCE_REPLY, distractors_for, spread
 from trainer.config.sources import BUILTIN_DATASETS
 
-CITIES = ["Paris", "London", "Tokyo", "Berlin", "Madrid", "Rome", "Oslo", "Cairo", "Lima", "Seoul",
-          "Sydney", "Toronto", "Dublin", "Vienna", "Prague", "Lisbon", "Athens", "Nairobi", "Denver", "Boston"]
+CITIES = [
+    "Paris",
+    "London",
+    "Tokyo",
+    "Berlin",
+    "Madrid",
+    "Rome",
+    "Oslo",
+    "Cairo",
+    "Lima",
+    "Seoul",
+    "Sydney",
+    "Toronto",
+    "Dublin",
+    "Vienna",
+    "Prague",
+    "Lisbon",
+    "Athens",
+    "Nairobi",
+    "Denver",
+    "Boston",
+]
 CURRENCIES = ["USD", "EUR", "GBP", "JPY", "CHF", "CAD", "AUD", "SEK"]
 # `amount` is a JSON number (a float in BFCL's terms); the requests' amounts are whole ones, the tool results'
 # converted amounts decimals. Two decimal amounts among these held the tiny demo model's number copying back: at
@@ -50,18 +70,37 @@ _TEXT = {"type": "string"}
 # Five tools whose schemas hold every kind a call's arguments take: strings, an enum, a float (`amount`),
 # integers, an array, a nested object, and optional parameters with defaults.
 TOOLS = [
-    tool("get_weather", "Current weather in a city", {"city": _TEXT},
-          {"unit": {"type": "string", "enum": UNITS, "default": "celsius"}}),
-    tool("convert_currency", "Convert money between currencies",
-          {"amount": {"type": "number"}, "from_currency": _TEXT, "to_currency": _TEXT}),
-    tool("schedule_meeting", "Book a meeting",
-          {"attendees": {"type": "array", "items": _TEXT}, "day": _TEXT, "time": _TEXT},
-          {"minutes": {"type": "integer", "default": 30}}),
+    tool(
+        "get_weather",
+        "Current weather in a city",
+        {"city": _TEXT},
+        {"unit": {"type": "string", "enum": UNITS, "default": "celsius"}},
+    ),
+    tool(
+        "convert_currency",
+        "Convert money between currencies",
+        {"amount": {"type": "number"}, "from_currency": _TEXT, "to_currency": _TEXT},
+    ),
+    tool(
+        "schedule_meeting",
+        "Book a meeting",
+        {"attendees": {"type": "array", "items": _TEXT}, "day": _TEXT, "time": _TEXT},
+        {"minutes": {"type": "integer", "default": 30}},
+    ),
     tool("set_alarm", "Set an alarm", {"day": _TEXT, "time": _TEXT}),
-    tool("search_flights", "Find flights",
-          {"route": {"type": "object", "properties": {"origin": _TEXT, "destination": _TEXT},
-                     "required": ["origin", "destination"]}, "day": _TEXT},
-          {"passengers": {"type": "integer", "default": 1}}),
+    tool(
+        "search_flights",
+        "Find flights",
+        {
+            "route": {
+                "type": "object",
+                "properties": {"origin": _TEXT, "destination": _TEXT},
+                "required": ["origin", "destination"],
+            },
+            "day": _TEXT,
+        },
+        {"passengers": {"type": "integer", "default": 1}},
+    ),
 ]
 
 
@@ -109,25 +148,48 @@ def _flights(r: random.Random) -> tuple[dict[str, Any], dict[str, Any]]:
 # (tool name, user phrasings, sampler of (arguments, words)). Several phrasings per tool so the model
 # has to read the request, not memorise one sentence; a phrasing names every word it is given.
 _TEMPLATES: list[tuple[str, list[str], Any]] = [
-    ("get_weather",
-     ["What's the weather in {city}{unit}?", "How warm is it in {city}{unit}?",
-      "Tell me the temperature in {city}{unit}.", "Weather for {city}{unit} please."],
-     _weather),
-    ("convert_currency",
-     ["Convert {amount} {from_currency} to {to_currency}.", "How much is {amount} {from_currency} in {to_currency}?",
-      "I have {amount} {from_currency}, what is that in {to_currency}?"],
-     _currency),
-    ("schedule_meeting",
-     ["Schedule a meeting with {people} on {day} at {time}{minutes}.", "Book time with {people} {day} {time}{minutes}.",
-      "Can you set up a meeting{minutes} with {people} at {time} on {day}?"],
-     _meeting),
-    ("set_alarm",
-     ["Wake me up at {time} on {day}.", "Set an alarm for {day} at {time}.", "Alarm {time} {day} please."],
-     _alarm),
-    ("search_flights",
-     ["Find flights{who} from {origin} to {destination} on {day}.",
-      "I need to fly {origin} to {destination} on {day}{who}.", "Any flights on {day} from {origin} to {destination}{who}?"],
-     _flights),
+    (
+        "get_weather",
+        [
+            "What's the weather in {city}{unit}?",
+            "How warm is it in {city}{unit}?",
+            "Tell me the temperature in {city}{unit}.",
+            "Weather for {city}{unit} please.",
+        ],
+        _weather,
+    ),
+    (
+        "convert_currency",
+        [
+            "Convert {amount} {from_currency} to {to_currency}.",
+            "How much is {amount} {from_currency} in {to_currency}?",
+            "I have {amount} {from_currency}, what is that in {to_currency}?",
+        ],
+        _currency,
+    ),
+    (
+        "schedule_meeting",
+        [
+            "Schedule a meeting with {people} on {day} at {time}{minutes}.",
+            "Book time with {people} {day} {time}{minutes}.",
+            "Can you set up a meeting{minutes} with {people} at {time} on {day}?",
+        ],
+        _meeting,
+    ),
+    (
+        "set_alarm",
+        ["Wake me up at {time} on {day}.", "Set an alarm for {day} at {time}.", "Alarm {time} {day} please."],
+        _alarm,
+    ),
+    (
+        "search_flights",
+        [
+            "Find flights{who} from {origin} to {destination} on {day}.",
+            "I need to fly {origin} to {destination} on {day}{who}.",
+            "Any flights on {day} from {origin} to {destination}{who}?",
+        ],
+        _flights,
+    ),
 ]
 
 
@@ -151,15 +213,19 @@ def make_row(rng: random.Random) -> dict[str, Any]:
     return {
         "messages": [
             {"role": "user", "content": rng.choice(phrasings).format(**words)},
-            {"role": "assistant", "content": "",
-             "tool_calls": [{"type": "function", "function": {"name": name, "arguments": args}}]},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"type": "function", "function": {"name": name, "arguments": args}}],
+            },
         ],
         "tools": offered(rng, {name}),
     }
 
 
-def generate(n_train: int = 3000, n_eval: int = 200, seed: int = 0,
-             categories: bool = False, wide: bool = False) -> dict[str, list[dict[str, Any]]]:
+def generate(
+    n_train: int = 3000, n_eval: int = 200, seed: int = 0, categories: bool = False, wide: bool = False
+) -> dict[str, list[dict[str, Any]]]:
     """Return `{"train": rows, "eval": rows}`; eval rows never repeat a train request.
 
     `categories`: `CATEGORY_SHARE` more rows in each split per other function-calling category
@@ -210,22 +276,46 @@ RATES = [0.5, 0.8, 0.9, 1.1, 1.25, 1.5, 2]
 # Requests no tool fits, some close to a tool (cancel is not schedule, a hotel is not a flight):
 # (what the assistant cannot do, user phrasings, argument sampler).
 _IRRELEVANT: list[tuple[str, list[str], Any]] = [
-    ("send emails", ["Send an email to {person} saying I'm late.", "Email {person} that the report is done."],
-     lambda r: {"person": r.choice(PEOPLE)}),
-    ("tell jokes", ["Tell me a joke about {city}.", "Make me laugh with a joke about {city}."],
-     lambda r: {"city": r.choice(CITIES)}),
-    ("translate text", ["Translate 'good morning' into {language}.", "How do I say thank you in {language}?"],
-     lambda r: {"language": r.choice(LANGUAGES)}),
-    ("cancel meetings", ["Cancel my meeting with {person} on {day}.", "Call off the {day} meeting with {person}."],
-     lambda r: {"person": r.choice(PEOPLE), "day": r.choice(DAYS)}),
-    ("remove alarms", ["Delete my alarm for {day} at {time}.", "Turn off the {time} alarm on {day}."],
-     lambda r: {"day": r.choice(DAYS), "time": r.choice(TIMES)}),
-    ("book hotels", ["Book a hotel in {city} for {day}.", "Find me a hotel in {city} on {day}."],
-     lambda r: {"city": r.choice(CITIES), "day": r.choice(DAYS)}),
-    ("look up city facts", ["What is the population of {city}?", "How many people live in {city}?"],
-     lambda r: {"city": r.choice(CITIES)}),
-    ("buy or sell assets", ["Buy {amount} {currency} worth of gold.", "Sell {amount} {currency} of my shares."],
-     lambda r: {"amount": r.choice(AMOUNTS), "currency": r.choice(CURRENCIES)}),
+    (
+        "send emails",
+        ["Send an email to {person} saying I'm late.", "Email {person} that the report is done."],
+        lambda r: {"person": r.choice(PEOPLE)},
+    ),
+    (
+        "tell jokes",
+        ["Tell me a joke about {city}.", "Make me laugh with a joke about {city}."],
+        lambda r: {"city": r.choice(CITIES)},
+    ),
+    (
+        "translate text",
+        ["Translate 'good morning' into {language}.", "How do I say thank you in {language}?"],
+        lambda r: {"language": r.choice(LANGUAGES)},
+    ),
+    (
+        "cancel meetings",
+        ["Cancel my meeting with {person} on {day}.", "Call off the {day} meeting with {person}."],
+        lambda r: {"person": r.choice(PEOPLE), "day": r.choice(DAYS)},
+    ),
+    (
+        "remove alarms",
+        ["Delete my alarm for {day} at {time}.", "Turn off the {time} alarm on {day}."],
+        lambda r: {"day": r.choice(DAYS), "time": r.choice(TIMES)},
+    ),
+    (
+        "book hotels",
+        ["Book a hotel in {city} for {day}.", "Find me a hotel in {city} on {day}."],
+        lambda r: {"city": r.choice(CITIES), "day": r.choice(DAYS)},
+    ),
+    (
+        "look up city facts",
+        ["What is the population of {city}?", "How many people live in {city}?"],
+        lambda r: {"city": r.choice(CITIES)},
+    ),
+    (
+        "buy or sell assets",
+        ["Buy {amount} {currency} worth of gold.", "Sell {amount} {currency} of my shares."],
+        lambda r: {"amount": r.choice(AMOUNTS), "currency": r.choice(CURRENCIES)},
+    ),
 ]
 _PAIRS = ["{a} {b}", "{a} Also: {b}", "Two things. {a} {b}"]
 
@@ -276,25 +366,33 @@ def _tool_result(rng: random.Random, name: str, args: dict[str, Any]) -> tuple[d
         unit = args.get("unit", "celsius")  # the schema's default where the request named no unit
         temp = rng.randint(-5, 35) if unit == "celsius" else rng.randint(25, 95)
         cond = rng.choice(CONDITIONS)
-        return ({"temperature": temp, "unit": unit, "conditions": cond},
-                f"It is {temp} degrees {unit} and {cond} in {args['city']}.")
+        return (
+            {"temperature": temp, "unit": unit, "conditions": cond},
+            f"It is {temp} degrees {unit} and {cond} in {args['city']}.",
+        )
     if name == "convert_currency":
         converted = round(args["amount"] * rng.choice(RATES), 2)
-        return ({"amount": converted, "currency": args["to_currency"]},
-                f"{args['amount']} {args['from_currency']} is {converted} {args['to_currency']}.")
+        return (
+            {"amount": converted, "currency": args["to_currency"]},
+            f"{args['amount']} {args['from_currency']} is {converted} {args['to_currency']}.",
+        )
     if name == "schedule_meeting":
         meeting = f"M{rng.randint(100, 999)}"
-        return ({"status": "booked", "meeting_id": meeting},
-                f"Your meeting with {' and '.join(args['attendees'])} on {args['day']} at {args['time']} is booked "
-                f"({meeting}).")
+        return (
+            {"status": "booked", "meeting_id": meeting},
+            f"Your meeting with {' and '.join(args['attendees'])} on {args['day']} at {args['time']} is booked "
+            f"({meeting}).",
+        )
     if name == "set_alarm":
         return {"status": "set"}, f"Your alarm is set for {args['day']} at {args['time']}."
     route = f"from {args['route']['origin']} to {args['route']['destination']} on {args['day']}"
     if rng.random() < 0.25:  # an empty result: the answer must come from the result, not the request
         return {"flights": []}, f"There are no flights {route}."
     flight, departs = f"{rng.choice(AIRLINES)}{rng.randint(100, 999)}", rng.choice(DEPARTURES)
-    return ({"flights": [{"flight": flight, "departs": departs}]},
-            f"I found flight {flight} {route}, departing at {departs}.")
+    return (
+        {"flights": [{"flight": flight, "departs": departs}]},
+        f"I found flight {flight} {route}, departing at {departs}.",
+    )
 
 
 def make_multi_turn_row(rng: random.Random) -> dict[str, Any]:
@@ -316,8 +414,9 @@ def make_multi_turn_row(rng: random.Random) -> dict[str, Any]:
 CATEGORY_MAKERS = [make_simple_row, make_parallel_row, make_irrelevance_row, make_multi_turn_row]
 
 
-def category_rows(train_rows: list[dict[str, Any]], eval_rows: list[dict[str, Any]], seed: int,
-                  makers: list[Any] = CATEGORY_MAKERS) -> None:
+def category_rows(
+    train_rows: list[dict[str, Any]], eval_rows: list[dict[str, Any]], seed: int, makers: list[Any] = CATEGORY_MAKERS
+) -> None:
     """Add `CATEGORY_SHARE` of each split per category (at least 1 in a non-empty split), the
     categories interleaved: appended to `train_rows`, spread evenly through `eval_rows` (any
     first N eval rows hold every kind in proportion: eval_max_rows scores a prefix).
@@ -326,14 +425,16 @@ def category_rows(train_rows: list[dict[str, Any]], eval_rows: list[dict[str, An
     request and no train request; new train rows repeat no eval request.
     """
     rng = random.Random(f"builtin-categories:{seed}")
-    extra = _new_rows(len(eval_rows), rng, avoid={_request(r) for r in train_rows + eval_rows}, unique=True,
-                      makers=makers)
+    extra = _new_rows(
+        len(eval_rows), rng, avoid={_request(r) for r in train_rows + eval_rows}, unique=True, makers=makers
+    )
     eval_rows[:] = spread(eval_rows, extra)
     train_rows += _new_rows(len(train_rows), rng, avoid={_request(r) for r in eval_rows}, unique=False, makers=makers)
 
 
-def _new_rows(n_rows: int, rng: random.Random, avoid: set[str], unique: bool, makers: list[Any]
-              ) -> list[dict[str, Any]]:
+def _new_rows(
+    n_rows: int, rng: random.Random, avoid: set[str], unique: bool, makers: list[Any]
+) -> list[dict[str, Any]]:
     per_category = max(1, round(n_rows * CATEGORY_SHARE)) if n_rows else 0
     rows = []
     for k in range(per_category * len(makers)):
@@ -381,8 +482,10 @@ def _wide_call(rng: random.Random) -> tuple[str, dict[str, Any]]:
 
 
 def _one_call_row(request: str, call: dict[str, Any], tools: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"messages": [{"role": "user", "content": request},
-                         {"role": "assistant", "content": "", "tool_calls": [call]}], "tools": tools}
+    return {
+        "messages": [{"role": "user", "content": request}, {"role": "assistant", "content": "", "tool_calls": [call]}],
+        "tools": tools,
+    }
 
 
 def make_wide_row(rng: random.Random) -> dict[str, Any]:
@@ -401,9 +504,13 @@ def make_wide_parallel_row(rng: random.Random) -> dict[str, Any]:
     second, call_b = _wide_call(rng)
     while call_b == call_a:
         second, call_b = _wide_call(rng)
-    return {"messages": [{"role": "user", "content": rng.choice(_PAIRS).format(a=first, b=second)},
-                         {"role": "assistant", "content": "", "tool_calls": [call_a, call_b]}],
-            "tools": offered_wide(rng, {call_a["function"]["name"], call_b["function"]["name"]})}
+    return {
+        "messages": [
+            {"role": "user", "content": rng.choice(_PAIRS).format(a=first, b=second)},
+            {"role": "assistant", "content": "", "tool_calls": [call_a, call_b]},
+        ],
+        "tools": offered_wide(rng, {call_a["function"]["name"], call_b["function"]["name"]}),
+    }
 
 
 def make_wide_irrelevance_row(rng: random.Random) -> dict[str, Any]:
@@ -419,8 +526,10 @@ def decline_row(request: str, call: dict[str, Any], rng: random.Random) -> dict[
     """`request` (which `call` answers) declined, among 1-4 tools none of which shares a word of the call's name."""
     own = [t for t in WIDE_TOOLS if t["function"]["name"] == call["function"]["name"]]
     tools = distractors_for(_one_call_row(request, call, own), WIDE_TOOLS, rng, k=rng.randint(1, DISTRACTORS_MAX))
-    return {"messages": [{"role": "user", "content": request}, {"role": "assistant", "content": IRRELEVANCE_REPLY}],
-            "tools": tools}
+    return {
+        "messages": [{"role": "user", "content": request}, {"role": "assistant", "content": IRRELEVANCE_REPLY}],
+        "tools": tools,
+    }
 
 
 def make_wide_multi_turn_row(rng: random.Random) -> dict[str, Any]:

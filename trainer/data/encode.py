@@ -23,17 +23,22 @@ def encode(row: dict[str, Any], tokenizer, max_seq_len: int) -> dict[str, list[i
     tools = row.get("tools") or None
     messages = row["messages"]
     if has_generation_block(tokenizer.chat_template):
-        enc = tokenizer.apply_chat_template(messages, tools=tools, tokenize=True, return_dict=True,
-                                            return_assistant_tokens_mask=True)
+        enc = tokenizer.apply_chat_template(
+            messages, tools=tools, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
+        )
         ids, mask = list(enc["input_ids"]), list(enc["assistant_masks"])
         if any(m["role"] == "assistant" and m.get("weight") == 0 for m in messages):
             mask = _unweighted(mask, messages, tokenizer, tools)
     else:
         last = max(i for i, m in enumerate(messages) if m["role"] == "assistant" and m.get("weight") != 0)
-        prompt = tokenizer.apply_chat_template(messages[:last], tools=tools, tokenize=True, return_dict=True,
-                                               add_generation_prompt=True)["input_ids"]
-        ids = list(tokenizer.apply_chat_template(messages[: last + 1], tools=tools, tokenize=True,
-                                                 return_dict=True)["input_ids"])
+        prompt = tokenizer.apply_chat_template(
+            messages[:last], tools=tools, tokenize=True, return_dict=True, add_generation_prompt=True
+        )["input_ids"]
+        ids = list(
+            tokenizer.apply_chat_template(messages[: last + 1], tools=tools, tokenize=True, return_dict=True)[
+                "input_ids"
+            ]
+        )
         mask = [0] * len(prompt) + [1] * (len(ids) - len(prompt))
     if len(ids) > max_seq_len:
         return None
@@ -51,9 +56,13 @@ def _unweighted(mask: list[int], messages: list[dict[str, Any]], tokenizer, tool
     if len(runs) == len(answers):
         spans = list(zip(runs, ends))
     else:
+
         def length(upto: int) -> int:
-            return len(tokenizer.apply_chat_template(messages[:upto], tools=tools, tokenize=True,
-                                                     return_dict=True)["input_ids"])
+            return len(
+                tokenizer.apply_chat_template(messages[:upto], tools=tools, tokenize=True, return_dict=True)[
+                    "input_ids"
+                ]
+            )
 
         spans = [(length(i), length(i + 1)) for i in answers]  # header included: it is the message's too
     mask = mask[:]
@@ -81,8 +90,9 @@ def max_token_chars(tokenizer) -> int:
     return cached
 
 
-def encode_rows(rows: list[dict[str, Any]], tokenizer, max_seq_len: int,
-                what: str = "the dataset") -> list[dict[str, list[int]] | None]:
+def encode_rows(
+    rows: list[dict[str, Any]], tokenizer, max_seq_len: int, what: str = "the dataset"
+) -> list[dict[str, list[int]] | None]:
     """`encode` of every row (None for one over max_seq_len). Rows the chat template refuses
     raise one UserError naming them, after every row was tried (exit 2: a restart cannot help)."""
     out, refused = [], {}
@@ -112,13 +122,19 @@ def refusal_reason(err: Exception) -> str:
 def refusal_lines(refused: dict[str, list[dict[str, Any]]], total: int, template: str = "") -> list[str]:
     """One line per reason; `template` names a chat_template the user gave, whose fix is theirs."""
     who = f"chat_template {template!r}" if template else "the model's chat template"
-    other = ("use a model whose template accepts them, or give one with chat_template=" if not template else
-             "give another with chat_template=" if template in BUILTIN else
-             "fix the template, or give another with chat_template=")
+    other = (
+        "use a model whose template accepts them, or give one with chat_template="
+        if not template
+        else "give another with chat_template="
+        if template in BUILTIN
+        else "fix the template, or give another with chat_template="
+    )
     lines = []
     for reason, rows in refused.items():
         first = rows[0]["messages"][0]
-        lines.append(f"{who} refuses {len(rows)} of {total} rows ({reason}; e.g. the row whose first message is "
-                     f"{first.get('role')}: {str(first.get('content'))[:60]!r}): change those rows (e.g. fold a "
-                     f"system message into the first user turn), or {other} (a built-in name or a .jinja file)")
+        lines.append(
+            f"{who} refuses {len(rows)} of {total} rows ({reason}; e.g. the row whose first message is "
+            f"{first.get('role')}: {str(first.get('content'))[:60]!r}): change those rows (e.g. fold a "
+            f"system message into the first user turn), or {other} (a built-in name or a .jinja file)"
+        )
     return lines

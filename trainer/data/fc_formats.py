@@ -32,8 +32,10 @@ from trainer.core.jsontext import json_type, loads, repeats_hook, json_loads
 
 def _twice(repeated: list[str]) -> str:
     keys = ", ".join(repr(k) for k in dict.fromkeys(repeated))
-    return (f"repeats the key {keys} (a reader keeps only the last value, and the others would be dropped "
-            "without a word): keep one")
+    return (
+        f"repeats the key {keys} (a reader keeps only the last value, and the others would be dropped "
+        "without a word): keep one"
+    )
 
 
 def _literal(text: str) -> tuple[Any, str | None, str | None]:
@@ -81,8 +83,10 @@ def _changed_by_reading(tree: ast.Expression, text: str) -> str | None:
     for a, b in zip(tokens, tokens[1:]):
         if a.type == b.type == tokenize.STRING:
             joined = ast.literal_eval(a.string + " " + b.string)
-            return (f"reads {a.string} {b.string} as one string {joined!r}: a comma is missing between two strings "
-                    "(Python joins strings written side by side); add the comma")
+            return (
+                f"reads {a.string} {b.string} as one string {joined!r}: a comma is missing between two strings "
+                "(Python joins strings written side by side); add the comma"
+            )
     return None
 
 
@@ -120,9 +124,11 @@ def link_results(messages: list[dict[str, Any]], problems: list[str] | None = No
             if waiting:
                 m["tool_call_id"] = waiting.pop(0)
             elif problems is not None:
-                problems.append(f"the tool result {str(m.get('content'))[:40]!r} (message {i + 1}) has no call left to "
-                                "answer (each result answers one call made before it, in order): drop the extra "
-                                "result, or the row")
+                problems.append(
+                    f"the tool result {str(m.get('content'))[:40]!r} (message {i + 1}) has no call left to "
+                    "answer (each result answers one call made before it, in order): drop the extra "
+                    "result, or the row"
+                )
     return messages
 
 
@@ -137,8 +143,9 @@ _ENDED_THEN_MORE = re.compile(r"<\|endoftext\|>\s*\S")
 _GLAIVE_ROLES = {"USER": "user", "ASSISTANT": "assistant", "FUNCTION RESPONSE": "tool"}
 # {"name": "f", "arguments": '<JSON text>'}: everything between the first and the last single quote, so
 # that an apostrophe inside the arguments ('{"note": "it's late"}') stays in them
-_QUOTED_ARGS = re.compile(r"""\{\s*"name"\s*:\s*"(?P<name>[^"\\]*)"\s*,\s*"arguments"\s*:\s*'(?P<args>.*)'\s*\}""",
-                          re.S)
+_QUOTED_ARGS = re.compile(
+    r"""\{\s*"name"\s*:\s*"(?P<name>[^"\\]*)"\s*,\s*"arguments"\s*:\s*'(?P<args>.*)'\s*\}""", re.S
+)
 _SPACE = re.compile(r"\s*")
 _GLAIVE_CALL = 'glaive writes a call as <functioncall> {"name": "f", "arguments": \'{"a": 1}\'}'
 
@@ -146,7 +153,7 @@ _GLAIVE_CALL = 'glaive writes a call as <functioncall> {"name": "f", "arguments"
 def _glaive_tools(system: str, problems: list[str]) -> tuple[str, list[dict[str, Any]]]:
     """(the system prompt's text, its function schemas as OpenAI tools)."""
     text = system.strip()
-    text = text[len("SYSTEM:"):].strip() if text.upper().startswith("SYSTEM:") else text
+    text = text[len("SYSTEM:") :].strip() if text.upper().startswith("SYSTEM:") else text
     repeated: list[str] = []
     start, tools, decoder = text.find("{"), [], json.JSONDecoder(object_pairs_hook=repeats_hook(repeated))
     if start < 0:  # "with no access to external functions": a prompt without tools
@@ -156,16 +163,20 @@ def _glaive_tools(system: str, problems: list[str]) -> tuple[str, list[dict[str,
         try:
             schema, pos = decoder.raw_decode(text, pos)
         except ValueError as err:  # JSONDecodeError, or a number past Python's digit limit
-            problems.append(f"'system' holds {text[pos:pos + 40]!r}..., not a function's JSON schema "
-                            f"({getattr(err, 'msg', err)}): glaive's system is \"SYSTEM: <text> -\" then one JSON "
-                            "object per function; fix it, or drop the row")
+            problems.append(
+                f"'system' holds {text[pos : pos + 40]!r}..., not a function's JSON schema "
+                f"({getattr(err, 'msg', err)}): glaive's system is \"SYSTEM: <text> -\" then one JSON "
+                "object per function; fix it, or drop the row"
+            )
             return text, []
         if repeated:
             problems.append(f"'system' function {len(tools) + 1} {_twice(repeated)}, or drop the row")
             return text, []
         if not (isinstance(schema, dict) and isinstance(schema.get("name"), str)):
-            problems.append(f"'system' function {len(tools) + 1} has no 'name': each function is a JSON schema "
-                            "{\"name\", \"description\", \"parameters\"}")
+            problems.append(
+                f"'system' function {len(tools) + 1} has no 'name': each function is a JSON schema "
+                "{\"name\", \"description\", \"parameters\"}"
+            )
         tools.append({"type": "function", "function": schema})
     # The prompt's own text stays: templates write the tools after the system text, where it reads on.
     return text[:start].strip(), tools
@@ -179,23 +190,26 @@ def _glaive_call(text: str, where: str, problems: list[str]) -> dict[str, Any] |
         rest = text[end:].strip()
     except ValueError:
         m = _QUOTED_ARGS.match(text)
-        call, rest = ({"name": m["name"], "arguments": m["args"]}, text[m.end():].strip()) if m else (None, "")
+        call, rest = ({"name": m["name"], "arguments": m["args"]}, text[m.end() :].strip()) if m else (None, "")
         repeated = []  # of a call that did not parse whole: its arguments are read below
     if repeated:
         problems.append(f"{where}: the call {text[:80]!r} {_twice(repeated)}, or drop the row")
         return None
     if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-        problems.append(f"{where}: the call {text[:80]!r} is not {{\"name\": ..., \"arguments\": ...}}: "
-                        f"{_GLAIVE_CALL}; fix it, or drop the row")
+        problems.append(
+            f"{where}: the call {text[:80]!r} is not {{\"name\": ..., \"arguments\": ...}}: "
+            f"{_GLAIVE_CALL}; fix it, or drop the row"
+        )
         return None
     if rest:
-        problems.append(f"{where}: text follows the call ({rest[:40]!r}): {_GLAIVE_CALL} <|endoftext|>, "
-                        "any text before it; move the text, or drop the row")
+        problems.append(
+            f"{where}: text follows the call ({rest[:40]!r}): {_GLAIVE_CALL} <|endoftext|>, "
+            "any text before it; move the text, or drop the row"
+        )
         return None
     args, why = _arguments(call.get("arguments"))
     if why:
-        problems.append(f"{where}: the arguments of {call['name']!r} {why}: {_GLAIVE_CALL}; fix them, or "
-                        "drop the row")
+        problems.append(f"{where}: the arguments of {call['name']!r} {why}: {_GLAIVE_CALL}; fix them, or drop the row")
         return None
     return _call(call["name"], args)
 
@@ -204,11 +218,12 @@ def from_glaive(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
     """glaive-function-calling-v2's `system` and `chat` as a chat row (see the module docstring)."""
     system, chat, problems = row.get("system"), row.get("chat"), []
     if not isinstance(chat, str) or not chat.strip():
-        problems.append("'chat' must be glaive's conversation as text (\"USER: ...\\n\\nASSISTANT: ...\"), got "
-                        + (f"a {json_type(chat)}" if chat is not None and not isinstance(chat, str) else "none"))
+        problems.append(
+            "'chat' must be glaive's conversation as text (\"USER: ...\\n\\nASSISTANT: ...\"), got "
+            + (f"a {json_type(chat)}" if chat is not None and not isinstance(chat, str) else "none")
+        )
     if system is not None and not isinstance(system, str):
-        problems.append(f"'system' must be text (\"SYSTEM: ...\" then the functions' JSON), got a "
-                        f"{json_type(system)}")
+        problems.append(f"'system' must be text (\"SYSTEM: ...\" then the functions' JSON), got a {json_type(system)}")
     if problems:
         return None, problems
     prompt, tools = _glaive_tools(system or "", problems)
@@ -218,20 +233,26 @@ def from_glaive(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
         # fewer than two turns on lines of their own, or a turn going on after its end: turns separated by spaces
         before, *turns = _GLAIVE_TURN.split(chat)
     if before.strip():
-        problems.append(f"'chat' starts with {before.strip()[:40]!r}, not a turn: glaive's turns start with "
-                        "USER:, ASSISTANT: or FUNCTION RESPONSE:")
+        problems.append(
+            f"'chat' starts with {before.strip()[:40]!r}, not a turn: glaive's turns start with "
+            "USER:, ASSISTANT: or FUNCTION RESPONSE:"
+        )
     for n, (who, text) in enumerate(zip(turns[::2], turns[1::2]), 1):
         text, where = text.replace("<|endoftext|>", "").strip(), f"'chat' turn {n} ({who})"
         if who == "ASSISTANT" and text.count("<functioncall>") > 1:
-            problems.append(f"{where} holds {text.count('<functioncall>')} <functioncall>s: glaive makes one call "
-                            "per turn, and the reader cannot tell where the first one ends; split the turn, or drop "
-                            "the row")
+            problems.append(
+                f"{where} holds {text.count('<functioncall>')} <functioncall>s: glaive makes one call "
+                "per turn, and the reader cannot tell where the first one ends; split the turn, or drop "
+                "the row"
+            )
         elif who == "ASSISTANT" and "<functioncall>" in text:
             said, _, call = text.partition("<functioncall>")
             if (call := _glaive_call(call, where, problems)) and not tools:
-                problems.append(f"{where} calls {call['function']['name']!r}, but 'system' lists no function (a call "
-                                "to a tool never offered): add the function's JSON schema to 'system' (glaive's system "
-                                "is \"SYSTEM: <text> -\" then one JSON object per function), or drop the row")
+                problems.append(
+                    f"{where} calls {call['function']['name']!r}, but 'system' lists no function (a call "
+                    "to a tool never offered): add the function's JSON schema to 'system' (glaive's system "
+                    "is \"SYSTEM: <text> -\" then one JSON object per function), or drop the row"
+                )
             elif call:
                 messages.append({"role": "assistant", "content": said.strip(), "tool_calls": [call]})
         elif not text:
@@ -253,16 +274,19 @@ def is_hermes(turns: Any, roles: dict[str, str]) -> bool:
     """ShareGPT turns that hold Hermes's tags: <tools> around something in a system turn (its prose
     names the tags too), <tool_call> in an assistant's, <tool_response> in a tool's (`roles`:
     ShareGPT's names to roles). An unclosed tag counts: the reader names it."""
+
     def tagged(turn: Any) -> bool:
         role = roles.get(turn["from"].strip().lower())
         if role == "system":
             return any(body.strip() for body in _TAGGED["tools"].findall(turn["value"]))
         return (role == "assistant" and "<tool_call>" in turn["value"]) or (
-            role == "tool" and "<tool_response>" in turn["value"])
+            role == "tool" and "<tool_response>" in turn["value"]
+        )
 
     return isinstance(turns, list) and any(
         isinstance(t, dict) and isinstance(t.get("value"), str) and isinstance(t.get("from"), str) and tagged(t)
-        for t in turns)
+        for t in turns
+    )
 
 
 def _cut(value: str, tag: str, where: str, problems: list[str]) -> tuple[list[str], str]:
@@ -275,7 +299,7 @@ def _cut(value: str, tag: str, where: str, problems: list[str]) -> tuple[list[st
             problems.append(f"{where} has an empty <{tag}></{tag}>: fill it in or remove it, or drop the row")
         if m[1].strip():
             bodies.append(m[1].strip())
-            pieces.append(value[at:m.start()])
+            pieces.append(value[at : m.start()])
             at = m.end()
     rest = "\n".join(p.strip() for p in [*pieces, value[at:]] if p.strip())
     if tag != "tools" and f"<{tag}>" in _TAGGED[tag].sub("", rest):
@@ -294,8 +318,11 @@ def hermes_turns(turns: list, key: str, roles: dict[str, str], offered: bool = F
         who = turn.get("from") if isinstance(turn, dict) else None
         role = roles.get(who.strip().lower()) if isinstance(who, str) else None
         value, where = turn.get("value") if isinstance(turn, dict) else None, f"{key}[{i}]"
-        if not isinstance(value, str) or role not in ("system", "assistant", "tool") or \
-                who.strip().lower() == "function_call":  # already a call, as ShareGPT writes one
+        if (
+            not isinstance(value, str)
+            or role not in ("system", "assistant", "tool")
+            or who.strip().lower() == "function_call"
+        ):  # already a call, as ShareGPT writes one
             out.append(turn)
         elif role == "system":
             bodies, rest = _cut(value, "tools", where, problems)
@@ -304,8 +331,10 @@ def hermes_turns(turns: list, key: str, roles: dict[str, str], offered: bool = F
                 if refused:
                     problems.append(f"{where}: <tools> {refused}, or drop the row")
                 elif why or not isinstance(found, (list, dict)):
-                    problems.append(f"{where}: <tools> holds {body[:60]!r}, not a JSON list of function schemas "
-                                    f"({why or 'a ' + json_type(found)}); fix it, or drop the row")
+                    problems.append(
+                        f"{where}: <tools> holds {body[:60]!r}, not a JSON list of function schemas "
+                        f"({why or 'a ' + json_type(found)}); fix it, or drop the row"
+                    )
                 else:
                     tools += found if isinstance(found, list) else [found]
             out.append({**turn, "value": rest} if bodies else turn)
@@ -317,8 +346,10 @@ def hermes_turns(turns: list, key: str, roles: dict[str, str], offered: bool = F
                 if refused:
                     problems.append(f"{where}: <tool_call> {body[:60]!r} {refused}, or drop the row")
                 elif why or not isinstance(call, dict) or not isinstance(call.get("name"), str):
-                    problems.append(f"{where}: <tool_call> holds {body[:60]!r}, not {{\"name\": ..., \"arguments\": "
-                                    f"{{...}}}}{' (' + why + ')' if why else ''}; fix it, or drop the row")
+                    problems.append(
+                        f"{where}: <tool_call> holds {body[:60]!r}, not {{\"name\": ..., \"arguments\": "
+                        f"{{...}}}}{' (' + why + ')' if why else ''}; fix it, or drop the row"
+                    )
                 elif (args := _arguments(call.get("arguments")))[1]:
                     problems.append(f"{where}: the arguments of {call['name']!r} {args[1]}; fix them, or drop the row")
                 else:
@@ -332,28 +363,51 @@ def hermes_turns(turns: list, key: str, roles: dict[str, str], offered: bool = F
         else:
             bodies, rest = _cut(value, "tool_response", where, problems)
             if bodies and rest:
-                problems.append(f"{where} has text outside its <tool_response> blocks ({rest[:40]!r}): a tool turn "
-                                "holds results only; move it, or drop the row")
+                problems.append(
+                    f"{where} has text outside its <tool_response> blocks ({rest[:40]!r}): a tool turn "
+                    "holds results only; move it, or drop the row"
+                )
             out += [{"from": who, "value": body} for body in bodies] if bodies else [turn]
-        if misplaced is None and role not in ("system", None) and isinstance(value, str) and \
-                any(body.strip() for body in _TAGGED["tools"].findall(value)):
+        if (
+            misplaced is None
+            and role not in ("system", None)
+            and isinstance(value, str)
+            and any(body.strip() for body in _TAGGED["tools"].findall(value))
+        ):
             misplaced = where
     if called and not tools and not offered:
         where, name = called[0]
-        problems.append(f"{where} calls {name!r}, but no system turn offers a tool in <tools>[...]</tools> (a call to a "
-                        "tool never offered)" + (f"; the <tools> in {misplaced} is not read there, only in the system "
-                                                 "turn" if misplaced else "")
-                        + ": add the tool's schema to the system turn's <tools> list, or drop the row")
+        problems.append(
+            f"{where} calls {name!r}, but no system turn offers a tool in <tools>[...]</tools> (a call to a "
+            "tool never offered)"
+            + (f"; the <tools> in {misplaced} is not read there, only in the system turn" if misplaced else "")
+            + ": add the tool's schema to the system turn's <tools> list, or drop the row"
+        )
     return out, tools, problems
 
 
 # xLAM / APIGen ----------------------------------------------------------------------------------------
 
 # Python's type names as xLAM writes them ("int", "List[int]", "str, optional") and JSON schema's
-_TYPES = {"str": "string", "string": "string", "int": "integer", "integer": "integer", "float": "number",
-          "number": "number", "bool": "boolean", "boolean": "boolean", "list": "array", "tuple": "array",
-          "set": "array", "sequence": "array", "array": "array", "dict": "object", "mapping": "object",
-          "object": "object", "none": "null"}
+_TYPES = {
+    "str": "string",
+    "string": "string",
+    "int": "integer",
+    "integer": "integer",
+    "float": "number",
+    "number": "number",
+    "bool": "boolean",
+    "boolean": "boolean",
+    "list": "array",
+    "tuple": "array",
+    "set": "array",
+    "sequence": "array",
+    "array": "array",
+    "dict": "object",
+    "mapping": "object",
+    "object": "object",
+    "none": "null",
+}
 _TYPE = re.compile(r"\s*(\w+)\s*(?:\[(.*)\])?\s*")
 _OPTIONAL = re.compile(r",\s*optional\s*$")  # "str, optional"
 
@@ -382,8 +436,10 @@ def _xlam_parameters(params: Any, where: str, problems: list[str]) -> dict[str, 
     if params is None:
         params = {}
     if not isinstance(params, dict) or not all(isinstance(p, dict) for p in params.values()):
-        problems.append(f"{where}.parameters must be {{param: {{\"type\": ..., \"description\": ...}}}} (xLAM) or a "
-                        "JSON schema; fix it, or drop the row")
+        problems.append(
+            f"{where}.parameters must be {{param: {{\"type\": ..., \"description\": ...}}}} (xLAM) or a "
+            "JSON schema; fix it, or drop the row"
+        )
         return {}
     properties, required = {}, []
     for name, p in params.items():
@@ -391,7 +447,7 @@ def _xlam_parameters(params: Any, where: str, problems: list[str]) -> dict[str, 
         optional = isinstance(kind, str) and bool(_OPTIONAL.search(kind) or kind.startswith("Optional["))
         if isinstance(kind, str):  # Python's type text; a JSON schema's type (a list, say) is kept as it is
             kind = _OPTIONAL.sub("", kind)
-            kind = kind[len("Optional["):-1] if kind.startswith("Optional[") and kind.endswith("]") else kind
+            kind = kind[len("Optional[") : -1] if kind.startswith("Optional[") and kind.endswith("]") else kind
             p = {**_schema(kind), **{k: v for k, v in p.items() if k != "type"}}
         properties[name] = p
         if not optional and "default" not in p:
@@ -405,15 +461,18 @@ def _listed(value: Any, key: str, shape: str, problems: list[str]) -> list | Non
         try:
             value, repeated = loads(value)
         except (json.JSONDecodeError, RecursionError) as err:
-            problems.append(f"'{key}' is text that is not JSON ({getattr(err, 'msg', 'nested too deeply')}): give "
-                            f"{shape}, or it as JSON text")
+            problems.append(
+                f"'{key}' is text that is not JSON ({getattr(err, 'msg', 'nested too deeply')}): give "
+                f"{shape}, or it as JSON text"
+            )
             return None
         if repeated:
             problems.append(f"'{key}' {_twice(repeated)}, or drop the row")
             return None
     if not isinstance(value, list):
-        problems.append(f"'{key}' must be {shape} (or it as JSON text), got "
-                        f"{'none' if value is None else 'a ' + json_type(value)}")
+        problems.append(
+            f"'{key}' must be {shape} (or it as JSON text), got {'none' if value is None else 'a ' + json_type(value)}"
+        )
         return None
     return value
 
@@ -436,10 +495,12 @@ def from_xlam(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
     if answers == []:
         # No call and no text to learn instead: inventing a refusal would teach one canned sentence. Rows
         # where no tool fits (Hammer's irrelevance rows) are chat rows with a text answer.
-        problems.append("'answers' is empty: an xLAM row teaches the calls that answer its query, and this one has "
-                        "none and no text answer to learn instead; for a request no tool fits, write the row as "
-                        "{\"messages\": [{\"role\": \"user\", ...}, {\"role\": \"assistant\", \"content\": "
-                        "<the answer>}], \"tools\": [...]}, or drop it")
+        problems.append(
+            "'answers' is empty: an xLAM row teaches the calls that answer its query, and this one has "
+            "none and no text answer to learn instead; for a request no tool fits, write the row as "
+            "{\"messages\": [{\"role\": \"user\", ...}, {\"role\": \"assistant\", \"content\": "
+            "<the answer>}], \"tools\": [...]}, or drop it"
+        )
     for k, answer in enumerate(answers or []):
         if not isinstance(answer, dict) or not isinstance(answer.get("name"), str):
             problems.append(f"answers[{k}] must be a call {{\"name\": ..., \"arguments\": {{...}}}}")
@@ -450,12 +511,16 @@ def from_xlam(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
     if problems:
         return None, problems
     # 'tools' even when empty: the row checks then refuse a call to a tool the row does not offer
-    return {"messages": link_results([{"role": "user", "content": query},
-                                      {"role": "assistant", "content": "", "tool_calls": calls}]),
-            "tools": out_tools}, []
+    return {
+        "messages": link_results(
+            [{"role": "user", "content": query}, {"role": "assistant", "content": "", "tool_calls": calls}]
+        ),
+        "tools": out_tools,
+    }, []
 
 
 # OpenAI's fine-tuning format ----------------------------------------------------------------------------
+
 
 def from_openai(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
     """OpenAI's fine-tuning chat rows with `parallel_tool_calls`, checked and then dropped: it is a
@@ -464,12 +529,17 @@ def from_openai(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
     flag, messages = row.get("parallel_tool_calls"), row.get("messages")
     if not isinstance(flag, bool):
         return None, [f"'parallel_tool_calls' must be true or false (OpenAI's fine-tuning format), got {flag!r}"]
-    several = [(i, len(m["tool_calls"])) for i, m in enumerate(messages if isinstance(messages, list) else [])
-               if isinstance(m, dict) and isinstance(m.get("tool_calls"), list) and len(m["tool_calls"]) > 1]
+    several = [
+        (i, len(m["tool_calls"]))
+        for i, m in enumerate(messages if isinstance(messages, list) else [])
+        if isinstance(m, dict) and isinstance(m.get("tool_calls"), list) and len(m["tool_calls"]) > 1
+    ]
     if not flag and several:
         i, n = several[0]
-        return None, [f"'parallel_tool_calls' is false, but messages[{i}] makes {n} calls at once"
-                      + (f" (and {len(several) - 1} more turns do)" if len(several) > 1 else "")
-                      + ": the model would learn calls its requests forbid; set parallel_tool_calls to true, or "
-                        "give each call its own turn"]
+        return None, [
+            f"'parallel_tool_calls' is false, but messages[{i}] makes {n} calls at once"
+            + (f" (and {len(several) - 1} more turns do)" if len(several) > 1 else "")
+            + ": the model would learn calls its requests forbid; set parallel_tool_calls to true, or "
+            "give each call its own turn"
+        ]
     return {k: v for k, v in row.items() if k != "parallel_tool_calls"}, []

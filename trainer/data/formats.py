@@ -16,11 +16,16 @@ from trainer.core.jsontext import json_type, json_loads
 # Other dataset formats, recognised by their keys, and what to do with each.
 _OTHER_FORMATS = (
     ({"prompt", "completion"}, "each must be a string or a list of messages"),
-    ({"text"}, "plain 'text' rows are for pretraining, not chat: this trainer learns assistant turns; give "
-               "'messages', or 'prompt' and 'completion'"),
+    (
+        {"text"},
+        "plain 'text' rows are for pretraining, not chat: this trainer learns assistant turns; give "
+        "'messages', or 'prompt' and 'completion'",
+    ),
     ({"output"}, "Alpaca rows need 'instruction' and 'output' (and may have 'input', 'system')"),
-    ({"chosen", "rejected"}, "preference pairs (DPO) are not supervised fine-tuning data: train on 'chosen' as "
-                             "'messages'"),
+    (
+        {"chosen", "rejected"},
+        "preference pairs (DPO) are not supervised fine-tuning data: train on 'chosen' as 'messages'",
+    ),
     ({"query"}, "xLAM rows need 'query', 'tools' and 'answers' (a list of calls {\"name\", \"arguments\"})"),
 )
 
@@ -32,8 +37,14 @@ def no_messages(row: dict[str, Any]) -> str:
         return "; ".join(refused)
     keys = sorted(map(str, row))
     shown = ", ".join(repr(k) for k in keys[:8]) + (", ..." if len(keys) > 8 else "")
-    hint = next((h for needed, h in _OTHER_FORMATS if needed & set(row) == needed
-                 or (needed == {"prompt", "completion"} and needed & set(row))), None)
+    hint = next(
+        (
+            h
+            for needed, h in _OTHER_FORMATS
+            if needed & set(row) == needed or (needed == {"prompt", "completion"} and needed & set(row))
+        ),
+        None,
+    )
     if hint is None:
         hint = "each row needs 'messages': [{role, content}, ...], or 'prompt' and 'completion' strings"
     if "messages" in row:
@@ -53,27 +64,43 @@ def part_types(parts: list) -> str:
 def _text_parts(content: Any) -> Any:
     """OpenAI content parts that are all text (`[{"type": "text", "text": ...}]`) as one string,
     as chat templates join them; anything else unchanged (row_problems names it)."""
-    if isinstance(content, list) and content and all(
-            isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
+    if (
+        isinstance(content, list)
+        and content
+        and all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content)
+    ):
         return "".join(p["text"] for p in content)
     return content
 
 
 # ShareGPT's turn names (`from`), as axolotl and LLaMA-Factory write them, and the role each becomes.
 # chatgpt, bing, bard: the assistant turns of the original ShareGPT dumps (FastChat's ShareGPT_Vicuna).
-SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system",
-                  "function_call": "assistant", "observation": "tool", "tool": "tool", "chatgpt": "assistant",
-                  "bing": "assistant", "bard": "assistant"}
+SHAREGPT_ROLES = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "system": "system",
+    "function_call": "assistant",
+    "observation": "tool",
+    "tool": "tool",
+    "chatgpt": "assistant",
+    "bing": "assistant",
+    "bard": "assistant",
+}
 
 
-FORMAT_NAMES = {"chat": "chat ('messages' of {role, content})", "prompt-completion": "prompt-completion",
-                "sharegpt": "ShareGPT ('conversations' of {from, value})",
-                "alpaca": "Alpaca (instruction, input, output)",
-                "functions": "OpenAI legacy functions / function_call",
-                "glaive": "glaive-function-calling-v2 (system, chat)",
-                "hermes": "Hermes function calling (ShareGPT with <tools>, <tool_call>, <tool_response>)",
-                "xlam": "xLAM / APIGen (query, tools, answers)",
-                "openai": "OpenAI fine-tuning chat (messages, tools, parallel_tool_calls)"}
+FORMAT_NAMES = {
+    "chat": "chat ('messages' of {role, content})",
+    "prompt-completion": "prompt-completion",
+    "sharegpt": "ShareGPT ('conversations' of {from, value})",
+    "alpaca": "Alpaca (instruction, input, output)",
+    "functions": "OpenAI legacy functions / function_call",
+    "glaive": "glaive-function-calling-v2 (system, chat)",
+    "hermes": "Hermes function calling (ShareGPT with <tools>, <tool_call>, <tool_response>)",
+    "xlam": "xLAM / APIGen (query, tools, answers)",
+    "openai": "OpenAI fine-tuning chat (messages, tools, parallel_tool_calls)",
+}
 
 CONVERTED = ("sharegpt", "alpaca", "functions", "glaive", "hermes", "xlam")  # formats whose conversion is announced
 
@@ -87,13 +114,20 @@ def row_format(row: Any) -> str | None:
     if not isinstance(row, dict):
         return None
     messages = row.get("messages")
-    if isinstance(messages, list) and messages and all(
-            isinstance(m, dict) and "from" in m and m.get("role") is None for m in messages):
+    if (
+        isinstance(messages, list)
+        and messages
+        and all(isinstance(m, dict) and "from" in m and m.get("role") is None for m in messages)
+    ):
         return "hermes" if is_hermes(messages, SHAREGPT_ROLES) else "sharegpt"
     if messages is not None:
-        legacy = row.get("functions") is not None or (isinstance(messages, list) and any(
-            isinstance(m, dict) and (m.get("function_call") is not None or m.get("role") == "function")
-            for m in messages))
+        legacy = row.get("functions") is not None or (
+            isinstance(messages, list)
+            and any(
+                isinstance(m, dict) and (m.get("function_call") is not None or m.get("role") == "function")
+                for m in messages
+            )
+        )
         return "functions" if legacy else "openai" if row.get("parallel_tool_calls") is not None else "chat"
     if row.get("conversations") is not None:
         return "hermes" if is_hermes(_json_text(row["conversations"]), SHAREGPT_ROLES) else "sharegpt"
@@ -125,11 +159,14 @@ def _as_tools(tools: Any, problems: list[str]) -> list | None:
     if tools is None or tools == "" or tools == []:
         return None
     if not isinstance(tools, list):
-        problems.append(f"'tools' must be a list of function schemas (or that list as JSON text), got a "
-                        f"{json_type(tools)}")
+        problems.append(
+            f"'tools' must be a list of function schemas (or that list as JSON text), got a {json_type(tools)}"
+        )
         return None
-    return [t if isinstance(t, dict) and isinstance(t.get("function"), dict) else {"type": "function", "function": t}
-            for t in tools]
+    return [
+        t if isinstance(t, dict) and isinstance(t.get("function"), dict) else {"type": "function", "function": t}
+        for t in tools
+    ]
 
 
 def _bare_schema(tool: Any) -> bool:
@@ -157,8 +194,10 @@ def _from_sharegpt(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str
     if system is not None and not isinstance(system, str):
         problems.append(f"'system' must be a string, got a {json_type(system)}")
     elif system and system.strip():
-        if any(isinstance(t, dict) and str(t.get("from")).strip().lower() == "system" and not _blank(t.get("value"))
-               for t in turns):
+        if any(
+            isinstance(t, dict) and str(t.get("from")).strip().lower() == "system" and not _blank(t.get("value"))
+            for t in turns
+        ):
             problems.append("has both a 'system' field and a system turn: keep one")
         messages.append({"role": "system", "content": system})
     for i, turn in enumerate(turns):
@@ -169,26 +208,36 @@ def _from_sharegpt(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str
         who, value = turn.get("from"), turn.get("value")
         who = who.strip().lower() if isinstance(who, str) else who  # "Human", "GPT" as some exports write them
         if not isinstance(who, str) or who not in SHAREGPT_ROLES:
-            problems.append(f"{where} has unknown 'from' {turn.get('from')!r}: ShareGPT turns are from "
-                            f"{', '.join(SHAREGPT_ROLES)}; rename it (or convert the row to 'messages')")
+            problems.append(
+                f"{where} has unknown 'from' {turn.get('from')!r}: ShareGPT turns are from "
+                f"{', '.join(SHAREGPT_ROLES)}; rename it (or convert the row to 'messages')"
+            )
             continue
         if who == "system" and _blank(value):  # an empty system prompt says nothing: skipped, as 'system' is
             continue
         if not isinstance(value, str) or not value.strip():
-            got = "an empty value" if isinstance(value, str) else (
-                "no value" if value is None else f"a {json_type(value)} value")
-            problems.append(f"{where} (from {who!r}) has {got}: every turn needs its text as a string; fill it in, "
-                            "or drop the row")
+            got = (
+                "an empty value"
+                if isinstance(value, str)
+                else ("no value" if value is None else f"a {json_type(value)} value")
+            )
+            problems.append(
+                f"{where} (from {who!r}) has {got}: every turn needs its text as a string; fill it in, or drop the row"
+            )
             continue
         if who == "function_call":
             calls = _json_text(value)
             calls = calls if isinstance(calls, list) else [calls]
             if not all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in calls):
-                problems.append(f"{where} (function_call) must be JSON text of "
-                                "{\"name\": ..., \"arguments\": {...}} (or a list of them)")
+                problems.append(
+                    f"{where} (function_call) must be JSON text of "
+                    "{\"name\": ..., \"arguments\": {...}} (or a list of them)"
+                )
                 continue
-            tool_calls = [{"type": "function", "function": {"name": c["name"], "arguments": c.get("arguments", {})}}
-                          for c in calls]
+            tool_calls = [
+                {"type": "function", "function": {"name": c["name"], "arguments": c.get("arguments", {})}}
+                for c in calls
+            ]
             if messages and messages[-1]["role"] == "assistant" and not messages[-1].get("tool_calls"):
                 messages[-1] = {**messages[-1], "tool_calls": tool_calls}
                 continue
@@ -243,8 +292,10 @@ def _from_alpaca(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]
     instruction, given, output, system = text("instruction"), text("input"), text("output"), text("system")
     if "output" not in row:  # e.g. Dolly's instruction/context/response: say which keys there are
         keys = ", ".join(map(repr, sorted(map(str, row))[:8]))
-        problems.append(f"Alpaca row has no 'output' (its keys: {keys}): give the answer to learn as 'output' (and "
-                        "any context as 'input')")
+        problems.append(
+            f"Alpaca row has no 'output' (its keys: {keys}): give the answer to learn as 'output' (and "
+            "any context as 'input')"
+        )
     elif not problems and not output.strip():
         problems.append("'output' is empty: there is nothing to learn from this row; fill it in, or drop the row")
     if not problems and not (instruction.strip() or given.strip()):
@@ -271,9 +322,13 @@ def _from_functions(row: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     for m in row["messages"] if isinstance(row["messages"], list) else []:
         call = m.get("function_call") if isinstance(m, dict) else None
         if isinstance(call, dict) and isinstance(call.get("name"), str) and not m.get("tool_calls"):
-            m = {**{k: v for k, v in m.items() if k != "function_call"}, "content": m.get("content") or "",
-                 "tool_calls": [{"type": "function", "function": {"name": call["name"],
-                                                                  "arguments": call.get("arguments", {})}}]}
+            m = {
+                **{k: v for k, v in m.items() if k != "function_call"},
+                "content": m.get("content") or "",
+                "tool_calls": [
+                    {"type": "function", "function": {"name": call["name"], "arguments": call.get("arguments", {})}}
+                ],
+            }
         if isinstance(m, dict) and m.get("role") == "function":
             m = {**m, "role": "tool"}
         messages.append(m)
@@ -300,8 +355,11 @@ def _from_prompt_completion(row: dict[str, Any]) -> tuple[dict[str, Any] | None,
     if not (isinstance(prompt, list) and isinstance(completion, list)):
         return None, []
     system = row.get("system")
-    out = {"messages": ([{"role": "system", "content": system}] if isinstance(system, str) and system else [])
-           + prompt + completion}
+    out = {
+        "messages": ([{"role": "system", "content": system}] if isinstance(system, str) and system else [])
+        + prompt
+        + completion
+    }
     if row.get("tools") is not None:
         out["tools"] = row["tools"]
     return out, []
@@ -309,9 +367,16 @@ def _from_prompt_completion(row: dict[str, Any]) -> tuple[dict[str, Any] | None,
 
 # Every format converted on load, by row_format's name: row -> (the chat row or None, problems),
 # None or problems leaving the row as it was for row_problems to name.
-CONVERTERS = {"sharegpt": _from_sharegpt, "alpaca": _from_alpaca, "functions": _from_functions,
-              "prompt-completion": _from_prompt_completion, "glaive": from_glaive, "hermes": _from_hermes,
-              "xlam": from_xlam, "openai": from_openai}
+CONVERTERS = {
+    "sharegpt": _from_sharegpt,
+    "alpaca": _from_alpaca,
+    "functions": _from_functions,
+    "prompt-completion": _from_prompt_completion,
+    "glaive": from_glaive,
+    "hermes": _from_hermes,
+    "xlam": from_xlam,
+    "openai": from_openai,
+}
 
 # Formats whose converter refuses a row whole: a row of them that was not converted is named by its
 # converter's problems, not checked as chat (its turns are not messages, or a setting of it forbids them).
@@ -360,10 +425,20 @@ def convert(row: Any) -> tuple[Any, str | None]:
         if problems or converted is None:
             return row, fmt
         row = converted
-    if isinstance(row, dict) and isinstance(row.get("messages"), list) and any(
-            isinstance(m, dict) and isinstance(m.get("content"), list) for m in row["messages"]):
-        row = {**row, "messages": [{**m, "content": _text_parts(m["content"])} if isinstance(m, dict) and
-                                   isinstance(m.get("content"), list) else m for m in row["messages"]]}
+    if (
+        isinstance(row, dict)
+        and isinstance(row.get("messages"), list)
+        and any(isinstance(m, dict) and isinstance(m.get("content"), list) for m in row["messages"])
+    ):
+        row = {
+            **row,
+            "messages": [
+                {**m, "content": _text_parts(m["content"])}
+                if isinstance(m, dict) and isinstance(m.get("content"), list)
+                else m
+                for m in row["messages"]
+            ],
+        }
     return row, fmt
 
 
@@ -386,9 +461,15 @@ def format_problems(formats: list[tuple[int, str | None]]) -> list[tuple[int, st
         return []
     major = max(counts, key=counts.get)
     names = {**FORMAT_NAMES, "chat": "chat ('messages') or prompt-completion"}
-    return [(at, f"row is {names[_family(fmt)]}, but {counts[major]} of the file's {sum(counts.values())} rows are "
-                 f"{names[major]}: a file holds one format; convert this row to it, or remove it")
-            for at, fmt in formats if _family(fmt) and _family(fmt) != major]
+    return [
+        (
+            at,
+            f"row is {names[_family(fmt)]}, but {counts[major]} of the file's {sum(counts.values())} rows are "
+            f"{names[major]}: a file holds one format; convert this row to it, or remove it",
+        )
+        for at, fmt in formats
+        if _family(fmt) and _family(fmt) != major
+    ]
 
 
 QUIET = contextvars.ContextVar("quiet_conversions", default=False)

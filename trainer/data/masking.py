@@ -67,17 +67,25 @@ def share_problem(share: Any, name: str = "irrelevance_share") -> str | None:
     if isinstance(share, bool) or not isinstance(share, (int, float)) or not math.isfinite(share):
         return f"{name} must be a finite number from 0 to {SHARE_MAX}, got {share!r}: e.g. {name}=0.1"
     if not 0 <= share <= SHARE_MAX:
-        return (f"{name}={share:g} is out of range: it is the share of each split's rows made by function masking, "
-                f"from 0 (none) to {SHARE_MAX} (half); e.g. {name}=0.1")
+        return (
+            f"{name}={share:g} is out of range: it is the share of each split's rows made by function masking, "
+            f"from 0 (none) to {SHARE_MAX} (half); e.g. {name}=0.1"
+        )
     return None
 
 
 def distractors_problem(share: Any, name: str = "irrelevance_distractors") -> str | None:
     """Why `share` is not a usable share of masked copies with distractors (None when it is), with the fix."""
-    if isinstance(share, bool) or not isinstance(share, (int, float)) or not math.isfinite(share) or \
-            not 0 <= share <= 1:
-        return (f"{name} must be a number from 0 to 1 (the share of the masked copies that offer unrelated tools "
-                f"instead of the row's own), got {share!r}: e.g. {name}=0.5")
+    if (
+        isinstance(share, bool)
+        or not isinstance(share, (int, float))
+        or not math.isfinite(share)
+        or not 0 <= share <= 1
+    ):
+        return (
+            f"{name} must be a number from 0 to 1 (the share of the masked copies that offer unrelated tools "
+            f"instead of the row's own), got {share!r}: e.g. {name}=0.5"
+        )
     return None
 
 
@@ -88,14 +96,20 @@ def reply_problem(reply: Any, name: str = "irrelevance_reply") -> str | None:
     if not isinstance(reply, str) or not reply.strip():
         return f"{name} must be a text answer, got {reply!r}: {fix}"
     if found := lone_surrogate(reply, name):  # bytes that are no UTF-8 in a command-line argument
-        return (f"{name} holds {found[1]!a}, which is not text (a byte that is not UTF-8, or half of a UTF-16 pair) and "
-                f"cannot be written to the dataset: give the reply as UTF-8 text, {fix}")
+        return (
+            f"{name} holds {found[1]!a}, which is not text (a byte that is not UTF-8, or half of a UTF-16 pair) and "
+            f"cannot be written to the dataset: give the reply as UTF-8 text, {fix}"
+        )
     if len(reply) > REPLY_MAX_CHARS:
-        return (f"{name} is {len(reply)} characters long (at most {REPLY_MAX_CHARS}): one short sentence is what the "
-                f"model should learn to say; {fix}")
+        return (
+            f"{name} is {len(reply)} characters long (at most {REPLY_MAX_CHARS}): one short sentence is what the "
+            f"model should learn to say; {fix}"
+        )
     if any(m in reply for m in _CALL_MARKERS) or parse_tool_call(reply) is not None:
-        return (f"{name} {reply[:80]!r} reads as a tool call, so the masked rows would teach calling where no tool "
-                f"fits: give plain text, {fix}")
+        return (
+            f"{name} {reply[:80]!r} reads as a tool call, so the masked rows would teach calling where no tool "
+            f"fits: give plain text, {fix}"
+        )
     if marker := next((m for m in END_MARKERS if m in reply), None):
         return f"{name} holds the end-of-turn marker {marker!r}, which would end the answer early: {fix}"
     return control_problem(reply, name, fix)
@@ -144,15 +158,19 @@ def _history_tools(row: dict[str, Any], turn: int) -> list[dict[str, Any]]:
     return [t for t in row.get("tools") or [] if _name(t) in earlier]
 
 
-def masked(row: dict[str, Any], reply: str = IRRELEVANCE_REPLY,
-           distractors: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def masked(
+    row: dict[str, Any], reply: str = IRRELEVANCE_REPLY, distractors: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """A copy of `row` (maskable) cut at its `mask_turn`, without the functions that turn calls, answered with
     `reply`; without `tools` when none is left. `distractors`: tools offered instead of the row's remaining
     ones (beside those earlier turns call). The row's other fields and earlier turns stay as they are."""
     turn = mask_turn(row)
     names = _calls(row["messages"][turn])
-    left = _history_tools(row, turn) + list(distractors) if distractors is not None else \
-        [t for t in row["tools"] if _name(t) not in names]
+    left = (
+        _history_tools(row, turn) + list(distractors)
+        if distractors is not None
+        else [t for t in row["tools"] if _name(t) not in names]
+    )
     out = {k: v for k, v in row.items() if k not in ("messages", "tools")}
     out["messages"] = [*row["messages"][:turn], {"role": "assistant", "content": reply}]
     if left:
@@ -178,8 +196,9 @@ def tool_pool(splits: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return [pool[name] for name in sorted(pool)]
 
 
-def distractors_for(row: dict[str, Any], pool: list[dict[str, Any]], rng: random.Random,
-                    k: int | None = None) -> list[dict[str, Any]]:
+def distractors_for(
+    row: dict[str, Any], pool: list[dict[str, Any]], rng: random.Random, k: int | None = None
+) -> list[dict[str, Any]]:
     """`k` tools, or as many as the copy would otherwise offer (at least 1, at most DISTRACTORS_MAX), drawn from
     `pool`: none the row offers, none sharing a word of its name with a function the masked turn calls
     (convert_length is no distractor for convert_currency)."""
@@ -199,15 +218,23 @@ def copies_for(n_rows: int, share: float) -> int:
 def spread(rows: list[Any], extra: list[Any]) -> list[Any]:
     """`rows` and `extra` merged, each in its order, each row at its relative position in its list:
     any first N rows of the result hold both kinds in proportion."""
-    keyed = [((i + 0.5) / len(rows), 0, i) for i in range(len(rows))] + \
-            [((j + 0.5) / len(extra), 1, j) for j in range(len(extra))]
+    keyed = [((i + 0.5) / len(rows), 0, i) for i in range(len(rows))] + [
+        ((j + 0.5) / len(extra), 1, j) for j in range(len(extra))
+    ]
     return [(extra if which else rows)[i] for _, which, i in sorted(keyed)]
 
 
-def mask_split(rows: list[dict[str, Any]], share: float, seed: int, split: str,
-               reply: str = IRRELEVANCE_REPLY, avoid: frozenset[str] = frozenset(), distractors: float = 0.0,
-               pool: list[dict[str, Any]] | None = None, stats: dict[str, int] | None = None
-               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def mask_split(
+    rows: list[dict[str, Any]],
+    share: float,
+    seed: int,
+    split: str,
+    reply: str = IRRELEVANCE_REPLY,
+    avoid: frozenset[str] = frozenset(),
+    distractors: float = 0.0,
+    pool: list[dict[str, Any]] | None = None,
+    stats: dict[str, int] | None = None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(`rows` with masked copies of some of them spread through, the copies): `copies_for` of them, at
     most one per maskable row, drawn with `seed` and the split's name (the same copies on every machine);
     `distractors` of them (a share, rounded up) offer tools drawn from `pool` (`tool_pool`) instead of the
@@ -222,16 +249,21 @@ def mask_split(rows: list[dict[str, Any]], share: float, seed: int, split: str,
     rng = random.Random(f"irrelevance-masking:{seed}:{split}")
     chosen = [candidates[i] for i in sorted(rng.sample(range(len(candidates)), n))]
     with_distractors = set(rng.sample(range(n), min(n, math.ceil(n * distractors)))) if distractors > 0 else set()
-    copies = [masked(row, reply, distractors_for(row, pool or tool_pool({split: rows}), rng)
-                     if i in with_distractors else None) for i, row in enumerate(chosen)]
+    copies = [
+        masked(
+            row, reply, distractors_for(row, pool or tool_pool({split: rows}), rng) if i in with_distractors else None
+        )
+        for i, row in enumerate(chosen)
+    ]
     if all(r.get("tools") for r in rows):  # data with no tool-less row gets some: a model must answer without tools too
         offered = [i for i, c in enumerate(copies) if c.get("tools")]
         wanted = max(0, math.ceil(n * TOOLLESS_SHARE) - (n - len(offered)))  # at least the share, one of a few copies
         # taken from the copies without distractors first, so that the distractors' share holds where it can
         plain = [i for i in offered if i not in with_distractors]
         taken = rng.sample(plain, min(wanted, len(plain)))
-        taken += rng.sample([i for i in offered if i in with_distractors], min(wanted - len(taken),
-                                                                              len(offered) - len(plain)))
+        taken += rng.sample(
+            [i for i in offered if i in with_distractors], min(wanted - len(taken), len(offered) - len(plain))
+        )
         for i in taken:
             copies[i] = {k: v for k, v in copies[i].items() if k != "tools"}
             with_distractors.discard(i)
@@ -243,8 +275,9 @@ def mask_split(rows: list[dict[str, Any]], share: float, seed: int, split: str,
     return spread(rows, copies), copies
 
 
-def data_problem(splits: dict[str, list[dict[str, Any]]], share: float, what: str = "the dataset",
-                 name: str = "irrelevance_share") -> str | None:
+def data_problem(
+    splits: dict[str, list[dict[str, Any]]], share: float, what: str = "the dataset", name: str = "irrelevance_share"
+) -> str | None:
     """The refusal of a share above 0 for data whose training rows have no call to mask (None otherwise), saying
     which of the conditions the rows miss."""
     train = splits.get("train", [])
@@ -254,18 +287,29 @@ def data_problem(splits: dict[str, list[dict[str, Any]]], share: float, what: st
     if not calls:
         why = "no training row makes a tool call (no assistant turn has tool_calls)"
     elif not any(r.get("tools") for r in calls):
-        why = (f"its {len(calls)} training rows with tool calls offer no tools (no `tools` list, or a glaive system "
-               "prompt without function JSON), so there is no offered function to remove")
+        why = (
+            f"its {len(calls)} training rows with tool calls offer no tools (no `tools` list, or a glaive system "
+            "prompt without function JSON), so there is no offered function to remove"
+        )
     else:
-        why = (f"in each of its {len(calls)} training rows with tool calls, every call turn calls a function the row "
-               "does not offer or one an earlier turn already called")
-    return (f"{name}={share:g}, but {what} has nothing function masking can make irrelevance rows from: {why}; set "
-            f"{name}=0, or use rows whose calls name functions in the row's tools")
+        why = (
+            f"in each of its {len(calls)} training rows with tool calls, every call turn calls a function the row "
+            "does not offer or one an earlier turn already called"
+        )
+    return (
+        f"{name}={share:g}, but {what} has nothing function masking can make irrelevance rows from: {why}; set "
+        f"{name}=0, or use rows whose calls name functions in the row's tools"
+    )
 
 
-def mask_splits(splits: dict[str, list[dict[str, Any]]], share: float, seed: int,
-                what: str = "the dataset", reply: str = IRRELEVANCE_REPLY, distractors: float = 0.0
-                ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, int]]:
+def mask_splits(
+    splits: dict[str, list[dict[str, Any]]],
+    share: float,
+    seed: int,
+    what: str = "the dataset",
+    reply: str = IRRELEVANCE_REPLY,
+    distractors: float = 0.0,
+) -> tuple[dict[str, list[dict[str, Any]]], dict[str, int]]:
     """Every split with its masked copies (`mask_split`) answered `reply`, `distractors` of them offering tools from
     the whole dataset and the library (`tool_pool`), and the copies made per split; says how many (one line,
     unless the reading is quiet: trainer.data.quiet_conversions).
@@ -274,8 +318,12 @@ def mask_splits(splits: dict[str, list[dict[str, Any]]], share: float, seed: int
         UserError: the share is out of range or the reply unusable, or a share above 0 for data with no tool-call
             row to mask.
     """
-    if problem := share_problem(share) or distractors_problem(distractors) or reply_problem(reply) or \
-            data_problem(splits, share, what):
+    if (
+        problem := share_problem(share)
+        or distractors_problem(distractors)
+        or reply_problem(reply)
+        or data_problem(splits, share, what)
+    ):
         raise UserError(problem)
     pool = tool_pool(splits) if distractors > 0 else []
     out, copies, stats = {}, {}, {"distractors": 0}
@@ -283,18 +331,29 @@ def mask_splits(splits: dict[str, list[dict[str, Any]]], share: float, seed: int
     # would score the tuned model on a row it trained on (data.eval_overlap then blamed the user's data for it).
     evals = frozenset(conversation_key(r) for n, rows in splits.items() if n != "train" for r in rows)
     for name in sorted(splits, key=lambda n: n != "train"):
-        avoid = frozenset(conversation_key(r) for r in out["train"]) if name != "train" and "train" in out else \
-            evals if name == "train" else frozenset()
+        avoid = (
+            frozenset(conversation_key(r) for r in out["train"])
+            if name != "train" and "train" in out
+            else evals
+            if name == "train"
+            else frozenset()
+        )
         out[name], copies[name] = mask_split(splits[name], share, seed, name, reply, avoid, distractors, pool, stats)
     out = {name: out[name] for name in splits}
     made = {name: len(rows) for name, rows in copies.items()}
     if share > 0 and not QUIET.get():
         toolless = sum(1 for rows in copies.values() for r in rows if not r.get("tools"))
-        print(f"{sum(made.values())} irrelevance rows made by function masking (irrelevance_share={share:g}: "
-              + ", ".join(f"{made[n]} of {len(out[n])} {n} rows" for n in out)
-              + f"): the called functions removed from the offered tools, answered {reply!r}"
-              + (f"; {toolless} of them offer no tool" if toolless else "")
-              + (f"; {stats['distractors']} offer unrelated tools instead of the row's own "
-                 f"(irrelevance_distractors={distractors:g}, from {len(pool)} tools)" if distractors > 0 else ""),
-              flush=True)
+        print(
+            f"{sum(made.values())} irrelevance rows made by function masking (irrelevance_share={share:g}: "
+            + ", ".join(f"{made[n]} of {len(out[n])} {n} rows" for n in out)
+            + f"): the called functions removed from the offered tools, answered {reply!r}"
+            + (f"; {toolless} of them offer no tool" if toolless else "")
+            + (
+                f"; {stats['distractors']} offer unrelated tools instead of the row's own "
+                f"(irrelevance_distractors={distractors:g}, from {len(pool)} tools)"
+                if distractors > 0
+                else ""
+            ),
+            flush=True,
+        )
     return out, made

@@ -27,13 +27,14 @@ def take_counts(sizes: list[int], weights: list[float]) -> list[int]:
     total, weight = sum(sizes), sum(w / top for w in weights)
     exact = [total * (w / top) / weight for w in weights]
     counts = [math.floor(x) for x in exact]
-    for i in sorted(range(len(exact)), key=lambda i: counts[i] - exact[i])[:total - sum(counts)]:
+    for i in sorted(range(len(exact)), key=lambda i: counts[i] - exact[i])[: total - sum(counts)]:
         counts[i] += 1
     return [max(1, c) for c in counts]
 
 
-def mix(parts: list[tuple[str, float, dict[str, list[dict[str, Any]]]]], seed: int
-        ) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
+def mix(
+    parts: list[tuple[str, float, dict[str, list[dict[str, Any]]]]], seed: int
+) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
     """`parts`: (source, weight, {"train", "eval"}) in the mix's order -> (mixed splits, one record per source)."""
     counts = take_counts([len(splits["train"]) for _, _, splits in parts], [w for _, w, _ in parts])
     train, evals, record = [], [], []
@@ -42,8 +43,15 @@ def mix(parts: list[tuple[str, float, dict[str, list[dict[str, Any]]]]], seed: i
         random.Random(f"mix:{seed}:{k}").shuffle(rows)
         train += [{**rows[i % len(rows)], TAG: k} for i in range(n)]
         evals.append([{**r, TAG: k} for r in splits["eval"]])
-        record.append({"source": source, "weight": weight, "train_rows": len(rows), "train_taken": n,
-                       "eval_rows": len(splits["eval"])})
+        record.append(
+            {
+                "source": source,
+                "weight": weight,
+                "train_rows": len(rows),
+                "train_taken": n,
+                "eval_rows": len(splits["eval"]),
+            }
+        )
     random.Random(f"mix:{seed}").shuffle(train)
     # row i of a source of n rows sits at (i + 0.5) / n of the split: each source spread evenly, order kept
     spread = sorted(((i + 0.5) / len(rows), k, i) for k, rows in enumerate(evals) for i in range(len(rows)))
@@ -56,10 +64,17 @@ def describe(record: list[dict[str, Any]], where: str) -> str:
     lines = [f"{where}: a mix of {len(record)} sources"]
     for k, r in enumerate(record):
         times = r["train_taken"] / max(r["train_rows"], 1)
-        how = (f"each about {times:.1f} times" if times > 1.05 else "a sample" if r["train_taken"] < r["train_rows"]
-               else "all")
-        lines.append(f"{where}[{k}] {r['source']} (weight {r['weight']:g}): {r['train_taken']} training rows of its "
-                     f"{r['train_rows']} ({how}), {r['eval_rows']} eval rows")
+        how = (
+            f"each about {times:.1f} times"
+            if times > 1.05
+            else "a sample"
+            if r["train_taken"] < r["train_rows"]
+            else "all"
+        )
+        lines.append(
+            f"{where}[{k}] {r['source']} (weight {r['weight']:g}): {r['train_taken']} training rows of its "
+            f"{r['train_rows']} ({how}), {r['eval_rows']} eval rows"
+        )
     return "\n".join(lines)
 
 

@@ -62,14 +62,21 @@ def time_limit(seconds: float) -> Iterator[None]:
 def over_budget(tokenizer, where: str, template: str, what: str) -> str:
     with contextlib.suppress(AttributeError):  # the next check of this template would wait as long again
         tokenizer.over_budget = True
-    return (f"{where}: the chat template{f' {template}' if template else ''} did not finish {what} within "
-            f"{TEMPLATE_BUDGET_S:g} s (a template is code, and this one runs away: e.g. a loop like range(99999) "
-            "inside another): fix the template, or give another with chat_template= (a built-in name or a .jinja "
-            "file)")
+    return (
+        f"{where}: the chat template{f' {template}' if template else ''} did not finish {what} within "
+        f"{TEMPLATE_BUDGET_S:g} s (a template is code, and this one runs away: e.g. a loop like range(99999) "
+        "inside another): fix the template, or give another with chat_template= (a built-in name or a .jinja "
+        "file)"
+    )
 
 
-def length_problems(splits: dict[str, list[dict[str, Any]]], tokenizer, max_seq_len: int,
-                    context: int | None = None, eval_max_rows: int | None = None) -> list[str]:
+def length_problems(
+    splits: dict[str, list[dict[str, Any]]],
+    tokenizer,
+    max_seq_len: int,
+    context: int | None = None,
+    eval_max_rows: int | None = None,
+) -> list[str]:
     """A split none of whose (first TEMPLATE_CHECK_ROWS) rows fits max_seq_len: training would
     find no rows, or evaluation none to score, only after delivery and (for eval) training.
     `eval_max_rows`: the evaluate step scores only the eval split's first rows, so only those count."""
@@ -88,20 +95,30 @@ def length_problems(splits: dict[str, list[dict[str, Any]]], tokenizer, max_seq_
         hf_logging.set_verbosity(verbosity)
 
 
-def _length_problems(splits, tokenizer, max_seq_len: int, context: int | None,
-                     eval_max_rows: int | None = None) -> list[str]:
+def _length_problems(
+    splits, tokenizer, max_seq_len: int, context: int | None, eval_max_rows: int | None = None
+) -> list[str]:
     problems = []
     for split, rows in splits.items():
         # evaluate scores the eval split's first eval_max_rows: where that is no more than this check reads, only those
-        scored = split == "eval" and eval_max_rows is not None and eval_max_rows < len(rows) \
+        scored = (
+            split == "eval"
+            and eval_max_rows is not None
+            and eval_max_rows < len(rows)
             and eval_max_rows <= TEMPLATE_CHECK_ROWS
-        lengths, checked = [], rows[:eval_max_rows if scored else TEMPLATE_CHECK_ROWS]
+        )
+        lengths, checked = [], rows[: eval_max_rows if scored else TEMPLATE_CHECK_ROWS]
         for row in checked:
             if text_chars(row) > max_seq_len * max_token_chars(tokenizer):
                 continue  # certainly too long; not worth tokenizing
             try:
-                lengths.append(len(tokenizer.apply_chat_template(row["messages"], tools=row.get("tools") or None,
-                                                                 tokenize=True, return_dict=True)["input_ids"]))
+                lengths.append(
+                    len(
+                        tokenizer.apply_chat_template(
+                            row["messages"], tools=row.get("tools") or None, tokenize=True, return_dict=True
+                        )["input_ids"]
+                    )
+                )
             except Exception:  # noqa: BLE001 - reported by template_problems
                 lengths.append(0)
         if checked and not any(n <= max_seq_len for n in lengths):
@@ -109,12 +126,20 @@ def _length_problems(splits, tokenizer, max_seq_len: int, context: int | None,
             if context and max_seq_len >= context:
                 fix = f"shorten the conversations, or use a model with a longer context (this one allows {context})"
             else:
-                fix = "raise max_seq_len" + (f" (the model allows {context})" if context else "") + \
-                      ", or shorten the conversations"
-            which = (f"of the first {len(checked)} (eval_max_rows={eval_max_rows}: the rows evaluate scores)"
-                     if scored else f"of the {len(checked)} checked")
-            problems.append(f"no {split} row {which} fits max_seq_len={max_seq_len} tokens ({shortest}): {fix}"
-                            + (", or raise eval_max_rows" if scored else ""))
+                fix = (
+                    "raise max_seq_len"
+                    + (f" (the model allows {context})" if context else "")
+                    + ", or shorten the conversations"
+                )
+            which = (
+                f"of the first {len(checked)} (eval_max_rows={eval_max_rows}: the rows evaluate scores)"
+                if scored
+                else f"of the {len(checked)} checked"
+            )
+            problems.append(
+                f"no {split} row {which} fits max_seq_len={max_seq_len} tokens ({shortest}): {fix}"
+                + (", or raise eval_max_rows" if scored else "")
+            )
     return problems
 
 
@@ -130,7 +155,8 @@ def eval_overlap(splits: dict[str, list[dict[str, Any]]]) -> str:
     both = sum(conversation_key(r) in seen for r in splits.get("eval", []))
     if not both:
         return ""
-    return (f"{both} of {len(splits['eval'])} eval rows are also train rows: the tuned model is scored on rows it "
-            "trained on, which flatters its accuracy; remove them from the eval split (or deduplicate the data before "
-            "it is split)")
-
+    return (
+        f"{both} of {len(splits['eval'])} eval rows are also train rows: the tuned model is scored on rows it "
+        "trained on, which flatters its accuracy; remove them from the eval split (or deduplicate the data before "
+        "it is split)"
+    )

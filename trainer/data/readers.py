@@ -28,12 +28,23 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
         head = f.read(8)
         f.seek(0)
         if (kind := _binary_kind(head)) or b"\0" in f.read(1 << 16):
-            fix = {"gzip-compressed": "gunzip", "zstd-compressed": "unzstd", "bzip2-compressed": "bunzip2",
-                   "a zip archive": "unzip"}.get(kind)
-            also = (f" (decompress it first: {fix} {path.name})" if fix else
-                    " (name it .parquet and it is read as Parquet)" if kind == "Parquet" else "")
-            raise UserError(f"{path} is not JSONL text ({kind or 'binary data'}): give a UTF-8 .jsonl file with "
-                            f"one JSON object per line{also}")
+            fix = {
+                "gzip-compressed": "gunzip",
+                "zstd-compressed": "unzstd",
+                "bzip2-compressed": "bunzip2",
+                "a zip archive": "unzip",
+            }.get(kind)
+            also = (
+                f" (decompress it first: {fix} {path.name})"
+                if fix
+                else " (name it .parquet and it is read as Parquet)"
+                if kind == "Parquet"
+                else ""
+            )
+            raise UserError(
+                f"{path} is not JSONL text ({kind or 'binary data'}): give a UTF-8 .jsonl file with "
+                f"one JSON object per line{also}"
+            )
         f.seek(0)
         if f.read(1 << 16).lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"["):  # a JSON list named .jsonl
             value = _whole_json(path)
@@ -44,9 +55,11 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
             try:
                 line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
             except UnicodeDecodeError as err:
-                raise UserError(f"{path}:{lineno}: not UTF-8 text (byte 0x{raw[err.start]:02x} at column "
-                                f"{err.start + 1}); save the file as UTF-8, e.g. `iconv -f latin1 -t utf-8 "
-                                f"{path.name} > fixed.jsonl`") from None
+                raise UserError(
+                    f"{path}:{lineno}: not UTF-8 text (byte 0x{raw[err.start]:02x} at column "
+                    f"{err.start + 1}); save the file as UTF-8, e.g. `iconv -f latin1 -t utf-8 "
+                    f"{path.name} > fixed.jsonl`"
+                ) from None
             if not line.strip():
                 continue
             try:
@@ -55,8 +68,13 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
                 problems.append((lineno, f"not valid JSON ({err.msg} at column {err.colno})"))
                 continue
             except RecursionError:
-                problems.append((lineno, "JSON nested too deeply for the parser (about 1000 levels or more); a "
-                                         "chat row needs a handful: check how the file was generated"))
+                problems.append(
+                    (
+                        lineno,
+                        "JSON nested too deeply for the parser (about 1000 levels or more); a "
+                        "chat row needs a handful: check how the file was generated",
+                    )
+                )
                 continue
             problems += [(lineno, repeated_key(k)) for k in repeated]
             row, fmt = convert(row)
@@ -68,8 +86,9 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     problems += format_problems(formats)
     if not rows and not problems:
         problems.append((None, "file has no rows"))
-    return checked_rows(rows, (lineno for lineno, _ in formats), problems, [fmt for _, fmt in formats], str(path),
-                        "line")
+    return checked_rows(
+        rows, (lineno for lineno, _ in formats), problems, [fmt for _, fmt in formats], str(path), "line"
+    )
 
 
 FILE_TYPES = (".jsonl", ".json", ".csv", ".tsv", ".parquet")  # what read_rows reads, by extension
@@ -94,18 +113,24 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
         value, repeated = loads(text)
     except json.JSONDecodeError as err:
         if text.lstrip().startswith("["):
-            raise UserError(f"{path}: not valid JSON ({err.msg}: line {err.lineno}, column {err.colno}); a .json "
-                            "dataset is one JSON list of row objects (or JSONL, one object per line)") from None
+            raise UserError(
+                f"{path}: not valid JSON ({err.msg}: line {err.lineno}, column {err.colno}); a .json "
+                "dataset is one JSON list of row objects (or JSONL, one object per line)"
+            ) from None
         return read_jsonl(path)  # JSON Lines named .json
     except RecursionError:
-        raise UserError(f"{path}: JSON nested too deeply for the parser; a chat dataset needs a handful of "
-                        "levels: check how the file was generated") from None
+        raise UserError(
+            f"{path}: JSON nested too deeply for the parser; a chat dataset needs a handful of "
+            "levels: check how the file was generated"
+        ) from None
     collect([f"{path}: an object {repeated_key(k)}" for k in dict.fromkeys(repeated)], what=f"bad dataset {path}")
     if isinstance(value, dict) and row_format(value):
         value = [value]  # one row, in any format
     if not isinstance(value, list):
-        raise UserError(f"{path} holds a JSON {json_type(value)}, not a list of rows: give a JSON list of "
-                        "{\"messages\": [...]} objects, or JSONL (one object per line)")
+        raise UserError(
+            f"{path} holds a JSON {json_type(value)}, not a list of rows: give a JSON list of "
+            "{\"messages\": [...]} objects, or JSONL (one object per line)"
+        )
     return validate_rows(value, str(path))
 
 
@@ -154,8 +179,10 @@ class _GzipReader:
         try:
             return call(*args)
         except (gzip.BadGzipFile, EOFError, zlib.error) as err:
-            raise UserError(f"{self._path} is not a readable gzip file ({err}); give it uncompressed, or compress it "
-                            "again with gzip") from None
+            raise UserError(
+                f"{self._path} is not a readable gzip file ({err}); give it uncompressed, or compress it "
+                "again with gzip"
+            ) from None
 
     def read(self, *args):
         return self._guard(self._f.read, *args)
@@ -173,14 +200,18 @@ def _utf8_text(path: Path) -> str:
     with _open_bytes(path) as f:
         raw = f.read()
     if kind := _binary_kind(raw[:8]):
-        raise UserError(f"{path} is {kind}, not {path.suffix[1:].upper()} text: give UTF-8 text, or name the file "
-                        "by its format (.jsonl, .json, .csv, .tsv, .parquet)")
+        raise UserError(
+            f"{path} is {kind}, not {path.suffix[1:].upper()} text: give UTF-8 text, or name the file "
+            "by its format (.jsonl, .json, .csv, .tsv, .parquet)"
+        )
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         line = raw.count(b"\n", 0, err.start) + 1
-        raise UserError(f"{path}:{line}: not UTF-8 text (byte 0x{raw[err.start]:02x}); save the file as UTF-8, "
-                        f"e.g. `iconv -f latin1 -t utf-8 {path.name} > fixed{path.suffix}`") from None
+        raise UserError(
+            f"{path}:{line}: not UTF-8 text (byte 0x{raw[err.start]:02x}); save the file as UTF-8, "
+            f"e.g. `iconv -f latin1 -t utf-8 {path.name} > fixed{path.suffix}`"
+        ) from None
 
 
 def _csv_rows(path: Path, text: str, delimiter: str = ",") -> list[dict[str, Any]]:
@@ -195,14 +226,19 @@ def _csv_rows(path: Path, text: str, delimiter: str = ",") -> list[dict[str, Any
         reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter)
         header = reader.fieldnames or []
         if twice := sorted({k for k in header if header.count(k) > 1 and k}):
-            raise UserError(f"{path}: the header names the column{'s' if len(twice) > 1 else ''} "
-                            f"{', '.join(map(repr, twice))} twice (only the last would be read): rename or drop one")
+            raise UserError(
+                f"{path}: the header names the column{'s' if len(twice) > 1 else ''} "
+                f"{', '.join(map(repr, twice))} twice (only the last would be read): rename or drop one"
+            )
         for row in reader:
             # An empty prompt or completion cell stays an empty string, which the row checks name ("every assistant
             # message is empty"); absent, it read as "row has no 'messages' field (its keys: none)".
             pair = not row.get("messages")  # a chat row's empty prompt and completion columns say nothing
-            cells = {k: v for k, v in row.items()
-                     if k is not None and (v not in (None, "") or (pair and v == "" and k in ("prompt", "completion")))}
+            cells = {
+                k: v
+                for k, v in row.items()
+                if k is not None and (v not in (None, "") or (pair and v == "" and k in ("prompt", "completion")))
+            }
             for key in ("prompt", "completion"):  # messages and tools as JSON text: convert parses them
                 value = cells.get(key)
                 if isinstance(value, str) and value.lstrip().startswith("["):
@@ -217,8 +253,10 @@ def _csv_rows(path: Path, text: str, delimiter: str = ",") -> list[dict[str, Any
                 cells["parallel_tool_calls"] = flag.strip().lower() == "true"
             out.append(cells)
     except csv.Error as err:
-        raise UserError(f"{path} is not readable CSV ({err}); give a CSV with a header row, e.g. prompt,completion "
-                        "or messages (JSON text)") from None
+        raise UserError(
+            f"{path} is not readable CSV ({err}); give a CSV with a header row, e.g. prompt,completion "
+            "or messages (JSON text)"
+        ) from None
     return out
 
 
@@ -229,17 +267,28 @@ def _parquet_rows(path: Path) -> list[dict[str, Any]]:
     try:
         names = pq.read_schema(path).names
         if twice := sorted({k for k in names if names.count(k) > 1}):
-            raise UserError(f"{path} has the column{'s' if len(twice) > 1 else ''} {', '.join(map(repr, twice))} "
-                            "twice: rename or drop one")
+            raise UserError(
+                f"{path} has the column{'s' if len(twice) > 1 else ''} {', '.join(map(repr, twice))} "
+                "twice: rename or drop one"
+            )
         return pq.read_table(path).to_pylist()
     except (pyarrow.ArrowException, OSError) as err:
-        raise UserError(f"{path} is not a readable Parquet file ({brief(err)}); write it again, "
-                        "e.g. with pandas `df.to_parquet(path)`") from None
+        raise UserError(
+            f"{path} is not a readable Parquet file ({brief(err)}); write it again, "
+            "e.g. with pandas `df.to_parquet(path)`"
+        ) from None
 
 
-_MAGIC = {b"\x1f\x8b": "gzip-compressed", b"PK\x03\x04": "a zip archive", b"PAR1": "Parquet",
-          b"\x28\xb5\x2f\xfd": "zstd-compressed", b"BZh": "bzip2-compressed", b"\xff\xfe": "UTF-16 text",
-          b"\xfe\xff": "UTF-16 text", b"ARROW1": "Arrow"}
+_MAGIC = {
+    b"\x1f\x8b": "gzip-compressed",
+    b"PK\x03\x04": "a zip archive",
+    b"PAR1": "Parquet",
+    b"\x28\xb5\x2f\xfd": "zstd-compressed",
+    b"BZh": "bzip2-compressed",
+    b"\xff\xfe": "UTF-16 text",
+    b"\xfe\xff": "UTF-16 text",
+    b"ARROW1": "Arrow",
+}
 
 
 def _binary_kind(head: bytes) -> str | None:

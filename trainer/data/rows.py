@@ -13,18 +13,23 @@ from typing import Any, Iterable
 from trainer.chat.calls import decode_arguments
 from trainer.core.errors import collect
 from trainer.chat.fc_check import check_call, parameters
-from trainer.data.formats import (QUIET, no_messages, part_types, announce, conversion_problems, convert,
-                                   format_problems)
-from trainer.core.jsontext import (ESCAPED_SURROGATE, json_type, loads, repeated_key, non_finite_paths,
-                                    surrogate_problem)
+from trainer.data.formats import QUIET, no_messages, part_types, announce, conversion_problems, convert, format_problems
+from trainer.core.jsontext import ESCAPED_SURROGATE, json_type, loads, repeated_key, non_finite_paths, surrogate_problem
 
 
 ROLES = {"system", "user", "assistant", "tool"}
 
 
 # Other formats' names for ROLES (OpenAI's newer 'developer', ShareGPT's, Gemini's), named in the fix.
-_ROLE_NAMES = {"developer": "system", "human": "user", "gpt": "assistant", "model": "assistant", "bot": "assistant",
-               "function": "tool", "ipython": "tool"}
+_ROLE_NAMES = {
+    "developer": "system",
+    "human": "user",
+    "gpt": "assistant",
+    "model": "assistant",
+    "bot": "assistant",
+    "function": "tool",
+    "ipython": "tool",
+}
 
 
 MAX_REPORTED = 20  # problems listed before "... and N more": enough to see a pattern
@@ -37,8 +42,10 @@ def _tool_name_problem(name: str) -> str | None:
     if not name.strip():
         return "is empty: no application can call a tool without a name; name it, or drop the tool"
     if bad := sorted({repr(c) for c in name if c.isspace() or unicodedata.category(c).startswith("C")}):
-        return (f"holds {', '.join(bad)} (white space or control characters): no tool-call parser reads it back; "
-                "use letters, digits, '_', '-' or '.' (OpenAI's API takes ^[a-zA-Z0-9_-]{1,64}$)")
+        return (
+            f"holds {', '.join(bad)} (white space or control characters): no tool-call parser reads it back; "
+            "use letters, digits, '_', '-' or '.' (OpenAI's API takes ^[a-zA-Z0-9_-]{1,64}$)"
+        )
     return None
 
 
@@ -71,18 +78,28 @@ def schema_problems(row: dict[str, Any]) -> list[str]:
     """Why the calls of a checked, normalised row (nulls of columnar files dropped) break their tools' schemas (a
     type, an enum, an undeclared or a missing required parameter), read as `typed` reads them: the checker scores
     answers by the schema, so it would score an exact copy of such a call wrong."""
-    return [problem for i, m in enumerate(row["messages"]) for j, tc in enumerate(m.get("tool_calls") or [])
-            if row.get("tools") and (problem := _schema_problem(row["tools"], tc["function"], f"messages[{i}]."
-                                                                f"tool_calls[{j}].function.arguments"))]
+    return [
+        problem
+        for i, m in enumerate(row["messages"])
+        for j, tc in enumerate(m.get("tool_calls") or [])
+        if row.get("tools")
+        and (
+            problem := _schema_problem(
+                row["tools"], tc["function"], f"messages[{i}].tool_calls[{j}].function.arguments"
+            )
+        )
+    ]
 
 
 def _schema_problem(tools: list, fn: dict[str, Any], at: str) -> str | None:
     name = fn["name"]
     call = {"name": name, "arguments": typed(parameters({"tools": tools}, name), fn.get("arguments", {}))}
     if why := check_call({"tools": tools}, call, call):
-        return (f"{at} breaks its own tool's schema ({why.removeprefix(name + ': ')}): the evaluation would score an "
-                "exact copy of this call as wrong, and training would teach it; fix the call's value or the tool's "
-                "parameters")
+        return (
+            f"{at} breaks its own tool's schema ({why.removeprefix(name + ': ')}): the evaluation would score an "
+            "exact copy of this call as wrong, and training would teach it; fix the call's value or the tool's "
+            "parameters"
+        )
     return None
 
 
@@ -113,12 +130,16 @@ def parameters_problems(schema: Any, at: str) -> list[str]:
         return [f"{at} must be a JSON schema object, got {_shown(schema)}"]
     problems = []
     required = schema.get("required")  # a bool: JSON Schema draft 3's "this property is required" (MCP tools have it)
-    if required is not None and not isinstance(required, bool) and not (
-            isinstance(required, list) and all(isinstance(k, str) for k in required)):
+    if (
+        required is not None
+        and not isinstance(required, bool)
+        and not (isinstance(required, list) and all(isinstance(k, str) for k in required))
+    ):
         problems.append(f"{at}.required must be a list of parameter names, e.g. [\"city\"], got {_shown(required)}")
     kind = schema.get("type")
-    if kind is not None and not (isinstance(kind, str) or isinstance(kind, list) and all(isinstance(t, str)
-                                                                                           for t in kind)):
+    if kind is not None and not (
+        isinstance(kind, str) or isinstance(kind, list) and all(isinstance(t, str) for t in kind)
+    ):
         problems.append(f"{at}.type must be a type name such as \"string\" (or a list of them), got {_shown(kind)}")
     if schema.get("enum") is not None and not isinstance(schema["enum"], list):
         problems.append(f"{at}.enum must be a list of the allowed values, got {_shown(schema['enum'])}")
@@ -136,7 +157,9 @@ def parameters_problems(schema: Any, at: str) -> list[str]:
         if schema.get(key) is not None and not isinstance(schema[key], list):
             problems.append(f"{at}.{key} must be a list of schemas, got {_shown(schema[key])}")
         else:
-            problems += [p for i, sub in enumerate(schema.get(key) or []) for p in parameters_problems(sub, f"{at}.{key}[{i}]")]
+            problems += [
+                p for i, sub in enumerate(schema.get(key) or []) for p in parameters_problems(sub, f"{at}.{key}[{i}]")
+            ]
     return problems
 
 
@@ -162,20 +185,29 @@ def row_problems(row: Any) -> list[str]:
         return [no_messages(row)]
     if isinstance(messages, str):  # JSON text that did not parse (convert parses the text that does)
         repr_like = messages.lstrip().startswith(("[{'", "[ {'"))
-        return ["'messages' is text that is not a JSON list of messages"
-                + ("; it looks like a Python repr (single quotes): write the column with json.dumps"
-                   if repr_like else "; store the list itself, or valid JSON text")]
+        return [
+            "'messages' is text that is not a JSON list of messages"
+            + (
+                "; it looks like a Python repr (single quotes): write the column with json.dumps"
+                if repr_like
+                else "; store the list itself, or valid JSON text"
+            )
+        ]
     if not isinstance(messages, list) or not messages:
         return ["'messages' must be a non-empty list"]
     problems = []
     if row.get("functions") is not None:  # left by convert: not a list, or beside 'tools'
-        problems.append("'functions' (OpenAI's legacy format) must be a list of function schemas, and not given "
-                        "beside 'tools': keep one of them")
+        problems.append(
+            "'functions' (OpenAI's legacy format) must be a list of function schemas, and not given "
+            "beside 'tools': keep one of them"
+        )
     tools, declared = row.get("tools"), None
     if tools is not None:
         if not isinstance(tools, list):
-            problems.append(f"'tools' must be a list of {{\"type\": \"function\", \"function\": {{\"name\": ...}}}} "
-                            f"objects (or that list as JSON text), got a {json_type(tools)}")
+            problems.append(
+                f"'tools' must be a list of {{\"type\": \"function\", \"function\": {{\"name\": ...}}}} "
+                f"objects (or that list as JSON text), got a {json_type(tools)}"
+            )
         else:
             declared, deep = set(), _too_deep(tools)
             for k, t in enumerate(tools):
@@ -185,18 +217,24 @@ def row_problems(row: Any) -> list[str]:
                 elif problem := _tool_name_problem(fn["name"]):
                     problems.append(f"tools[{k}].function.name {fn['name']!r} {problem}")
                 elif fn["name"] in declared:
-                    problems.append(f"tools[{k}].function.name {fn['name']!r} is declared twice in the row: a call "
-                                    "could not say which it means; give each tool its own name")
+                    problems.append(
+                        f"tools[{k}].function.name {fn['name']!r} is declared twice in the row: a call "
+                        "could not say which it means; give each tool its own name"
+                    )
                 else:
                     declared.add(fn["name"])
                 if isinstance(fn, dict) and not deep:
                     problems += parameters_problems(fn.get("parameters"), f"tools[{k}].function.parameters")
             if deep:
-                problems.append(f"'tools' is nested more than {MAX_DEPTH} levels deep; a tool's schema needs a handful: "
-                                "check how the data was generated")
+                problems.append(
+                    f"'tools' is nested more than {MAX_DEPTH} levels deep; a tool's schema needs a handful: "
+                    "check how the data was generated"
+                )
             elif bad := non_finite_paths(tools, "tools"):  # json reads NaN and 1e999 in a schema's default or enum
-                problems.append(f"{', '.join(bad[:3])} must be a finite number, not NaN or Infinity (not JSON: the "
-                                "delivered file would not read back): give a real number, a string or null")
+                problems.append(
+                    f"{', '.join(bad[:3])} must be a finite number, not NaN or Infinity (not JSON: the "
+                    "delivered file would not read back): give a real number, a string or null"
+                )
     call_ids: set[str] = set()  # the ids of the calls made so far: what a tool result answers
     for i, m in enumerate(messages):
         if not isinstance(m, dict):
@@ -204,33 +242,47 @@ def row_problems(row: Any) -> list[str]:
             continue
         answered = m.get("tool_call_id")
         if m.get("role") == "tool" and isinstance(answered, str) and call_ids and answered not in call_ids:
-            problems.append(f"messages[{i}].tool_call_id {answered!r} answers no call made before it (the calls' "
-                            f"ids: {sorted(call_ids)}); fix the id, or the result belongs to another row")
+            problems.append(
+                f"messages[{i}].tool_call_id {answered!r} answers no call made before it (the calls' "
+                f"ids: {sorted(call_ids)}); fix the id, or the result belongs to another row"
+            )
         if not isinstance(m.get("role"), str) or m["role"] not in ROLES:
             same = _ROLE_NAMES.get(str(m.get("role")).lower())
-            problems.append(f"messages[{i}] has unknown role {m.get('role')!r}; use one of {sorted(ROLES)}"
-                            + (f" ({m.get('role')!r} is {same!r} here)" if same else ""))
+            problems.append(
+                f"messages[{i}] has unknown role {m.get('role')!r}; use one of {sorted(ROLES)}"
+                + (f" ({m.get('role')!r} is {same!r} here)" if same else "")
+            )
         weight = m.get("weight")
         if weight is not None and m.get("role") != "assistant":
-            problems.append(f"messages[{i}] has a weight, which only assistant messages take (OpenAI's format): "
-                            "remove it")
+            problems.append(
+                f"messages[{i}] has a weight, which only assistant messages take (OpenAI's format): remove it"
+            )
         elif weight is not None and (isinstance(weight, bool) or weight not in (0, 1)):
             problems.append(f"messages[{i}].weight must be 0 (do not train on this message) or 1, got {weight!r}")
         if m.get("function_call") is not None:  # left by convert when it is not {name, arguments}
-            problems.append(f"messages[{i}].function_call must be {{\"name\": ..., \"arguments\": ...}} "
-                            "(OpenAI's legacy format), or give tool_calls")
+            problems.append(
+                f"messages[{i}].function_call must be {{\"name\": ..., \"arguments\": ...}} "
+                "(OpenAI's legacy format), or give tool_calls"
+            )
         calls = m.get("tool_calls")
         if calls is not None and not isinstance(calls, list):
             problems.append(f"messages[{i}].tool_calls must be a list, got a {json_type(calls)}")
             calls = []
         content = m.get("content")
         if content is None and not calls:
-            problems.append(f"messages[{i}].content is missing or null; it must be a string (null only in an "
-                            "assistant message with tool_calls)")
+            problems.append(
+                f"messages[{i}].content is missing or null; it must be a string (null only in an "
+                "assistant message with tool_calls)"
+            )
         elif content is not None and not isinstance(content, str):
-            problems.append(f"messages[{i}].content must be a string, got a {json_type(content)}"
-                            + (f"; only text parts can be trained on, and this one has "
-                               f"{part_types(content)}" if isinstance(content, list) else ""))
+            problems.append(
+                f"messages[{i}].content must be a string, got a {json_type(content)}"
+                + (
+                    f"; only text parts can be trained on, and this one has {part_types(content)}"
+                    if isinstance(content, list)
+                    else ""
+                )
+            )
         for j, tc in enumerate(calls or []):
             if isinstance(tc, dict) and isinstance(tc.get("id"), str):
                 call_ids.add(tc["id"])
@@ -242,13 +294,17 @@ def row_problems(row: Any) -> list[str]:
                 problems.append(f"messages[{i}].tool_calls[{j}] calls {fn['name']!r}, which {problem}")
                 continue
             if declared is not None and fn["name"] not in declared:
-                problems.append(f"messages[{i}].tool_calls[{j}] calls {fn['name']!r}, which is not in the row's "
-                                f"tools {sorted(declared)}; declare it in 'tools' or fix the name")
+                problems.append(
+                    f"messages[{i}].tool_calls[{j}] calls {fn['name']!r}, which is not in the row's "
+                    f"tools {sorted(declared)}; declare it in 'tools' or fix the name"
+                )
             elif tools is None:  # as `tools: []`: the model would learn to call a tool it was never offered
-                problems.append(f"messages[{i}].tool_calls[{j}] calls {fn['name']!r}, but the row has no 'tools' (a "
-                                "call to a tool never offered): add the tool's schema to the row's 'tools' ({\"type\": "
-                                "\"function\", \"function\": {\"name\", \"description\", \"parameters\"}}), or drop "
-                                "the row")
+                problems.append(
+                    f"messages[{i}].tool_calls[{j}] calls {fn['name']!r}, but the row has no 'tools' (a "
+                    "call to a tool never offered): add the tool's schema to the row's 'tools' ({\"type\": "
+                    "\"function\", \"function\": {\"name\", \"description\", \"parameters\"}}), or drop "
+                    "the row"
+                )
             args, at = fn.get("arguments", {}), f"messages[{i}].tool_calls[{j}].function.arguments"
             if isinstance(args, str):
                 try:
@@ -265,22 +321,32 @@ def row_problems(row: Any) -> list[str]:
             if not isinstance(args, dict):
                 problems.append(f"{at} must be a JSON object")
             elif _too_deep(args):
-                problems.append(f"{at} is nested more than {MAX_DEPTH} levels deep; no tool takes that: check how the "
-                                "data was generated")
+                problems.append(
+                    f"{at} is nested more than {MAX_DEPTH} levels deep; no tool takes that: check how the "
+                    "data was generated"
+                )
             elif bad := non_finite_paths(args, at):
                 # json reads NaN and 1e999; the model would learn to write what no tool parser reads
-                problems.append(f"{', '.join(bad[:3])} must be a finite number, not NaN or Infinity (not JSON, "
-                                "and no tool-call parser reads it back): give a real number, a string or null")
+                problems.append(
+                    f"{', '.join(bad[:3])} must be a finite number, not NaN or Infinity (not JSON, "
+                    "and no tool-call parser reads it back): give a real number, a string or null"
+                )
     answers = [m for m in messages if isinstance(m, dict) and m.get("role") == "assistant"]
     if not answers:
         problems.append("no assistant message: there is nothing to learn from this row")
     elif all(m.get("weight") == 0 for m in answers):
-        problems.append("every assistant message has weight 0: there is nothing to learn from this row; set "
-                        "weight 1 on the turns to learn, or drop the row")
-    elif not any(m.get("tool_calls") or not isinstance(m.get("content"), (str, type(None)))
-                 or (m.get("content") or "").strip() for m in answers):  # (content of another type is named above)
-        problems.append("every assistant message is empty (no content, no tool_calls): there is nothing to learn "
-                        "from this row but an end-of-turn token; fill them in, or drop the row")
+        problems.append(
+            "every assistant message has weight 0: there is nothing to learn from this row; set "
+            "weight 1 on the turns to learn, or drop the row"
+        )
+    elif not any(
+        m.get("tool_calls") or not isinstance(m.get("content"), (str, type(None))) or (m.get("content") or "").strip()
+        for m in answers
+    ):  # (content of another type is named above)
+        problems.append(
+            "every assistant message is empty (no content, no tool_calls): there is nothing to learn "
+            "from this row but an end-of-turn token; fill them in, or drop the row"
+        )
     return problems
 
 
@@ -314,7 +380,9 @@ def _without_filler(row: Any) -> Any:
     the published datasets store them, are read as written)."""
     if not isinstance(row, dict):
         return row
-    return {k: _drop_nulls(v) if k in ("tools", "answers") and isinstance(v, (list, dict)) else v for k, v in row.items()}
+    return {
+        k: _drop_nulls(v) if k in ("tools", "answers") and isinstance(v, (list, dict)) else v for k, v in row.items()
+    }
 
 
 def _drop_nulls(value: Any) -> Any:
@@ -340,8 +408,15 @@ def validate_rows(rows: Iterable[Any], where: str, columnar: bool = False) -> li
     return checked_rows(list(rows), range(1, len(rows) + 1), problems, formats, where, "row", columnar)
 
 
-def checked_rows(rows: list[dict[str, Any]], ats: Iterable[int], problems: list[tuple[int | None, str]],
-                 formats: Iterable[str | None], where: str, unit: str, columnar: bool = False) -> list[dict[str, Any]]:
+def checked_rows(
+    rows: list[dict[str, Any]],
+    ats: Iterable[int],
+    problems: list[tuple[int | None, str]],
+    formats: Iterable[str | None],
+    where: str,
+    unit: str,
+    columnar: bool = False,
+) -> list[dict[str, Any]]:
     """The end of every reader: rows without a problem normalised, their calls checked against their own tools'
     schemas, one UserError for all problems (rows numbered `ats`, by `unit`: "row" or "line"), else the rows with
     their conversion said and their arguments read as the schemas' types."""
@@ -371,9 +446,12 @@ def _retype(rows: list[dict[str, Any]], where: str) -> None:
                     example = example or f"row {n}: {json.dumps(fn['arguments'])} -> {json.dumps(new)}"
                     fn["arguments"] = new
     if changed and not QUIET.get():
-        print(f"{where}: {changed} call{'s' if changed > 1 else ''} gave values in another spelling than their tool's "
-              f"schema types (text for a number or a boolean, 2.0 for an integer), read as the schema's type; e.g. "
-              f"{example}", flush=True)
+        print(
+            f"{where}: {changed} call{'s' if changed > 1 else ''} gave values in another spelling than their tool's "
+            f"schema types (text for a number or a boolean, 2.0 for an integer), read as the schema's type; e.g. "
+            f"{example}",
+            flush=True,
+        )
 
 
 def _raise_grouped(problems: list[tuple[int | None, str]], where: str, unit: str) -> None:

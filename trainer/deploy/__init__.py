@@ -52,16 +52,27 @@ class Deployed:
     def as_dict(self) -> dict[str, Any]:
         """The result as the cluster backends return it, keys in their order (what `python -m trainer
         deploy-k8s` prints): smoke_ok among them, `log` and `access` only when set."""
-        return {"endpoint": self.endpoint, "names": self.names, "ready_s": self.ready_s, "smoke_ok": self.smoke_ok,
-                "reason": self.reason, "latency_s": self.latency_s, "results": self.results, "pgid": self.pgid,
-                **({"log": self.log} if self.log else {}), **({"access": self.access} if self.access else {}),
-                **self.extra}
+        return {
+            "endpoint": self.endpoint,
+            "names": self.names,
+            "ready_s": self.ready_s,
+            "smoke_ok": self.smoke_ok,
+            "reason": self.reason,
+            "latency_s": self.latency_s,
+            "results": self.results,
+            "pgid": self.pgid,
+            **({"log": self.log} if self.log else {}),
+            **({"access": self.access} if self.access else {}),
+            **self.extra,
+        }
 
     @classmethod
     def from_backend(cls, out: dict[str, Any]) -> Deployed:
         known = {"endpoint", "names", "results", "latency_s", "reason", "ready_s", "log", "pgid", "access"}
-        return cls(**{k: out[k] for k in known if k in out},
-                   extra={k: v for k, v in out.items() if k not in known and k != "smoke_ok"})
+        return cls(
+            **{k: out[k] for k in known if k in out},
+            extra={k: v for k, v in out.items() if k not in known and k != "smoke_ok"},
+        )
 
 
 def backend_module(backend: str):
@@ -71,8 +82,17 @@ def backend_module(backend: str):
     raise UserError(f"deploy backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
 
 
-def deploy(backend: str, spec, store, messages: list[dict[str, Any]], tools: list | None = None, *,
-           keep_serving: bool = False, client_configuration: Any = None, poll_s: float = 5.0) -> Deployed:
+def deploy(
+    backend: str,
+    spec,
+    store,
+    messages: list[dict[str, Any]],
+    tools: list | None = None,
+    *,
+    keep_serving: bool = False,
+    client_configuration: Any = None,
+    poll_s: float = 5.0,
+) -> Deployed:
     """Serve `spec` (a trainer.k8s.vllm.ServeSpec: spec.model_uri as spec.name, each of spec.adapters
     beside it by its own name) on `backend` and smoke-test every served name. The settings read off the
     stored model and adapters (rank, tool-call parser, chat template) are filled in here, for all
@@ -88,8 +108,14 @@ def deploy(backend: str, spec, store, messages: list[dict[str, Any]], tools: lis
         spec.tool_call_parser = stored_tool_call_parser(store, spec.model_uri)
         spec.chat_template = stored_has_template(store, spec.model_uri)
     if backend == "local":
-        out = local.deploy_local(store.get_tree(spec.model_uri), spec.name, messages, tools,
-                           lora_modules={n: str(d) for n, d in dirs.items()}, keep_serving=keep_serving)
+        out = local.deploy_local(
+            store.get_tree(spec.model_uri),
+            spec.name,
+            messages,
+            tools,
+            lora_modules={n: str(d) for n, d in dirs.items()},
+            keep_serving=keep_serving,
+        )
     else:
         out = backend_module(backend).deploy(spec, messages, tools, client_configuration, poll_s)
     return Deployed.from_backend(out)

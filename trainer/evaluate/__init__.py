@@ -29,7 +29,13 @@ them; the names this package re-exports are for calling, not for replacing.
 from trainer.evaluate.gate import promotion  # noqa: F401
 from trainer.evaluate.generation import context_length, fitting_rows, generate, load  # noqa: F401
 from trainer.evaluate.losses import CONCURRENCY, eval_loss, mean_loss, served_losses  # noqa: F401
-from trainer.evaluate.run import (MIN_RELIABLE_ROWS, evaluate, logged_metrics, score, score_base,  # noqa: F401
-                                  warnings_for)
+from trainer.evaluate.run import (
+    MIN_RELIABLE_ROWS,
+    evaluate,
+    logged_metrics,
+    score,
+    score_base,  # noqa: F401
+    warnings_for,
+)
 from trainer.evaluate.scoring import normalize_text, parsed_outputs, row_counts, score_predictions  # noqa: F401
 from trainer.evaluate.served import ENGINES, choose_engine, server_plans  # noqa: F401

@@ -51,9 +51,18 @@ def rows(tree: Path, per_category: int, seed: int) -> list[dict[str, Any]]:
 
 def prompt_lengths(tokenizer, asked: list[dict[str, Any]]) -> list[int]:
     """Each row's prompt in tokens, as the chat template renders it with its tools."""
-    return [len(tokenizer.apply_chat_template(r["messages"][:-1], tools=r["tools"] or None,
-                                              add_generation_prompt=True, tokenize=True, return_dict=True)
-                ["input_ids"]) for r in asked]
+    return [
+        len(
+            tokenizer.apply_chat_template(
+                r["messages"][:-1],
+                tools=r["tools"] or None,
+                add_generation_prompt=True,
+                tokenize=True,
+                return_dict=True,
+            )["input_ids"]
+        )
+        for r in asked
+    ]
 
 
 def budgets(prompts: list[int], context: int | None) -> list[int]:
@@ -65,8 +74,10 @@ def _verdict(row: dict[str, Any], prediction: dict[str, Any]) -> tuple[bool, str
     """bfcl_check.check on a prediction as trainer.evaluate reads replies: arguments already decoded once from
     the wire (or kept as text that did not decode). BFCL decodes once, so text left over (not JSON, or JSON
     of a string: double-encoded) is no JSON object: passed on encoded, never decoded a second time."""
-    calls = [{**c, "arguments": json.dumps(c["arguments"]) if isinstance(c.get("arguments"), str)
-              else c.get("arguments")} for c in prediction["calls"]]
+    calls = [
+        {**c, "arguments": json.dumps(c["arguments"]) if isinstance(c.get("arguments"), str) else c.get("arguments")}
+        for c in prediction["calls"]
+    ]
     return bfcl_check.check(row, calls, prediction["content"])
 
 
@@ -90,12 +101,14 @@ def score(asked: list[dict[str, Any]], predictions: list[dict[str, Any] | None])
 def verdicts(asked: list[dict[str, Any]], predictions: list[dict[str, Any] | None]) -> list[dict[str, Any]]:
     """One model's verdict per row, `{"category", "ok"}` (a row not asked is wrong): what `score` counts, and
     what trainer.evaluate.paired pairs with the other model's."""
-    return [{"category": row["category"], "ok": p is not None and _verdict(row, p)[0]}
-            for row, p in zip(asked, predictions)]
+    return [
+        {"category": row["category"], "ok": p is not None and _verdict(row, p)[0]} for row, p in zip(asked, predictions)
+    ]
 
 
-def counts(asked: list[dict[str, Any]], too_long: list[bool],
-           outputs: dict[str, list[dict[str, Any] | None]] | None = None) -> dict[str, float]:
+def counts(
+    asked: list[dict[str, Any]], too_long: list[bool], outputs: dict[str, list[dict[str, Any] | None]] | None = None
+) -> dict[str, float]:
     """Rows per category (the accuracies' denominators) and those too long to ask: the same for both models.
     With both models' `outputs`, also the rows the tuned model lost and won against the base per category
     (`bfcl_<category>_lost` / `_won`: trainer.evaluate.paired), which the promotion gate tests a drop on."""
@@ -108,19 +121,30 @@ def counts(asked: list[dict[str, Any]], too_long: list[bool],
     return out
 
 
-def failures(asked: list[dict[str, Any]], outputs: dict[str, list[dict[str, Any] | None]],
-             per_category: int = 3) -> dict[str, list[dict[str, Any]]]:
+def failures(
+    asked: list[dict[str, Any]], outputs: dict[str, list[dict[str, Any] | None]], per_category: int = 3
+) -> dict[str, list[dict[str, Any]]]:
     """A few rows per category the tuned model got wrong, with the checker's reason and both raw answers."""
     out: dict[str, list[dict[str, Any]]] = {}
     for i, row in enumerate(asked):
         tuned = outputs["tuned"][i]
-        ok, why = (_verdict(row, tuned) if tuned is not None
-                   else (False, "not asked: the prompt leaves no room to answer in the served context"))
+        ok, why = (
+            _verdict(row, tuned)
+            if tuned is not None
+            else (False, "not asked: the prompt leaves no room to answer in the served context")
+        )
         shown = out.setdefault(row["category"], [])
         if not ok and len(shown) < per_category:
             base = outputs["base"][i]
-            shown.append({"id": row["id"], "prompt": row["messages"][-2].get("content", ""), "why": why,
-                          "base": base["raw"] if base else "", "tuned": tuned["raw"] if tuned else ""})
+            shown.append(
+                {
+                    "id": row["id"],
+                    "prompt": row["messages"][-2].get("content", ""),
+                    "why": why,
+                    "base": base["raw"] if base else "",
+                    "tuned": tuned["raw"] if tuned else "",
+                }
+            )
     return {c: v for c, v in out.items() if v}
 
 

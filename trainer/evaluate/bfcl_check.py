@@ -21,8 +21,16 @@ from trainer.chat.calls import decode_arguments
 from trainer.data.bfcl import served_name
 
 # ast_checker.py PYTHON_TYPE_MAPPING: the Python type a parameter's value must have, by its Gorilla type.
-PYTHON_TYPES = {"string": str, "integer": int, "float": float, "boolean": bool, "array": list, "tuple": list,
-                "dict": dict, "any": str}
+PYTHON_TYPES = {
+    "string": str,
+    "integer": int,
+    "float": float,
+    "boolean": bool,
+    "array": list,
+    "tuple": list,
+    "dict": dict,
+    "any": str,
+}
 # Types whose items are type-checked too (one level deep).
 NESTED_TYPES = ("array", "tuple")
 # standardize_string: these characters are dropped before strings are compared ("April 1, 2024" = "april 1 2024").
@@ -31,7 +39,7 @@ _SHOWN = 120
 
 
 def _clip(text: str) -> str:
-    return text if len(text) <= _SHOWN else text[:_SHOWN - 3] + "..."
+    return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
 
 
 def _short(value: Any) -> str:
@@ -64,8 +72,9 @@ def _items_fit(value: list, accepted_item: Any, nested: type) -> bool:
     return all(type(v) is nested or (answer_type is not None and type(v) is answer_type) for v in value)
 
 
-def _type_error(param: str, value: Any, accepted: list, kind: str, expected: type,
-                nested: type | None) -> tuple[str | None, bool]:
+def _type_error(
+    param: str, value: Any, accepted: list, kind: str, expected: type, nested: type | None
+) -> tuple[str | None, bool]:
     """BFCL's type_checker: (the error or None, whether the value counts as a variable). The accepted values'
     own type, where it is not the declared one, marks them as variables' names, and a value of that type is
     then compared as it is, without standardisation."""
@@ -74,8 +83,10 @@ def _type_error(param: str, value: Any, accepted: list, kind: str, expected: typ
     if type(value) is expected:
         if nested is None or any(_items_fit(value, a, nested) for a in accepted):
             return None, is_variable
-        return (f"wrong item type in parameter {param!r}: expected {kind} items of type {nested.__name__}, got "
-                f"{_short(value)}"), False
+        return (
+            f"wrong item type in parameter {param!r}: expected {kind} items of type {nested.__name__}, got "
+            f"{_short(value)}"
+        ), False
     if answer_type is not None and type(value) is answer_type:
         return None, True
     return f"wrong type for parameter {param!r}: expected {kind}, got {type(value).__name__} {_short(value)}", False
@@ -104,8 +115,10 @@ def _one_dict_error(param: str, value: dict, answer: dict) -> str | None:
         if key not in answer:
             return f"unexpected key {key!r} in parameter {param!r}"
         if _std(got) not in [_std(a) for a in answer[key]]:
-            return (f"invalid value for key {key!r} of parameter {param!r}: got {_short(got)}, expected one of "
-                    f"{_accepted(answer[key])}")
+            return (
+                f"invalid value for key {key!r} of parameter {param!r}: got {_short(got)}, expected one of "
+                f"{_accepted(answer[key])}"
+            )
     for key, values in answer.items():
         if key not in value and "" not in values:
             return f"missing key {key!r} in parameter {param!r}"
@@ -219,8 +232,10 @@ def _parallel_error(functions: list[dict], calls: list[tuple[str, dict]], answer
                 errors.append(error)
         else:
             if wanted != got:
-                why = (f"calls to {sorted((got - wanted).elements())} where BFCL expects "
-                       f"{sorted((wanted - got).elements())}")
+                why = (
+                    f"calls to {sorted((got - wanted).elements())} where BFCL expects "
+                    f"{sorted((wanted - got).elements())}"
+                )
             else:
                 why = errors[0] if errors else f"no call to {served_name(expected)!r} left"
             return f"no call matches expected call {i + 1} of {len(answers)} ({served_name(expected)}): {why}"

@@ -35,7 +35,7 @@ def mcnemar_p(lost: int, won: int) -> float:
     n, k = int(lost) + int(won), min(int(lost), int(won))
     if n == 0:
         return 1.0
-    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n)
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2**n)
 
 
 def category_drops(metrics: dict[str, float], max_drop: float, significance: float = 0.0) -> list[str]:
@@ -69,14 +69,23 @@ def _drops(metrics: dict[str, float], max_drop: float, significance: float) -> l
             test, kept = "lost/won not logged (an older run): taken as significant", True
         else:
             p = mcnemar_p(int(lost), int(won))
-            test, kept = f"{int(lost)} lost, {int(won)} won, McNemar p={p:.3g}", not significance > 0 or p < significance
-        out.append((f"{name} fell {base:.1%} -> {tuned:.1%} ({(tuned - base) * 100:+.1f} points{of}; {test}; "
-                    f"{gate})", kept))
+            test, kept = (
+                f"{int(lost)} lost, {int(won)} won, McNemar p={p:.3g}",
+                not significance > 0 or p < significance,
+            )
+        out.append(
+            (f"{name} fell {base:.1%} -> {tuned:.1%} ({(tuned - base) * 100:+.1f} points{of}; {test}; {gate})", kept)
+        )
     return out
 
 
-def promotion(metrics: dict[str, float], min_fc_accuracy: float = 0.0, min_gain: float | None = 0.0,
-              max_category_drop: float = 1.0, gate_significance: float = 0.0) -> tuple[bool, str]:
+def promotion(
+    metrics: dict[str, float],
+    min_fc_accuracy: float = 0.0,
+    min_gain: float | None = 0.0,
+    max_category_drop: float = 1.0,
+    gate_significance: float = 0.0,
+) -> tuple[bool, str]:
     """The promotion gate on the evaluate step's logged metrics: the tuned model's BFCL-style
     accuracy (fc_ast_accuracy, every function-calling category) at least `min_fc_accuracy`, and
     at least `min_gain` above the base's (fractions: 0.05 is 5 points; None: not asked), and no category of any suite
@@ -92,8 +101,10 @@ def promotion(metrics: dict[str, float], min_fc_accuracy: float = 0.0, min_gain:
         if promoted and passed:
             return True, f"{said}; within chance, so let pass: {'; '.join(passed)}"
         return promoted, said
-    fix = ("fine-tuning took away what the base model could do: train on rows of that kind too (e.g. text answers "
-           "where no offered tool fits), or raise max_category_drop")
+    fix = (
+        "fine-tuning took away what the base model could do: train on rows of that kind too (e.g. text answers "
+        "where no offered tool fits), or raise max_category_drop"
+    )
     if not promoted:  # both: one line, the accuracy's reason first (its fix follows "Nothing is deployed...")
         return False, f"{said.rstrip('.')}; and {'; '.join(drops)}: {fix}"
     return False, f"not promoted: {'; '.join(drops)}. Nothing is deployed or registered: {fix}"
@@ -104,24 +115,34 @@ def _accuracy_gate(metrics: dict[str, float], min_fc_accuracy: float, min_gain: 
     tuned, base = metrics.get("fc_ast_accuracy"), metrics.get("base_fc_ast_accuracy")
     if tuned is None or base is None:
         if min_gain is None and min_fc_accuracy > 0:
-            return False, ("not promoted: the eval split has no function-calling rows, so fc_ast_accuracy measures "
-                           f"nothing and cannot pass min_fc_accuracy={min_fc_accuracy:g}: set it to 0 for chat-only "
-                           "data")
+            return False, (
+                "not promoted: the eval split has no function-calling rows, so fc_ast_accuracy measures "
+                f"nothing and cannot pass min_fc_accuracy={min_fc_accuracy:g}: set it to 0 for chat-only "
+                "data"
+            )
         if min_fc_accuracy > 0 or (min_gain or 0) > 0:
-            return False, ("not promoted: the eval split has no function-calling rows, so fc_ast_accuracy measures "
-                           f"nothing and cannot pass min_fc_accuracy={min_fc_accuracy:g} / min_gain={min_gain:g}: set "
-                           "both to 0 for chat-only data")
+            return False, (
+                "not promoted: the eval split has no function-calling rows, so fc_ast_accuracy measures "
+                f"nothing and cannot pass min_fc_accuracy={min_fc_accuracy:g} / min_gain={min_gain:g}: set "
+                "both to 0 for chat-only data"
+            )
         return True, "promoted: no function-calling rows to gate on (min_fc_accuracy=0, min_gain=0)"
     gain = tuned - base
-    failed = [f"fc_ast_accuracy {tuned:.1%} < min_fc_accuracy {min_fc_accuracy:.1%}"
-              if not meets(tuned, min_fc_accuracy) else "",
-              f"gain {gain * 100:+.1f} points < min_gain {min_gain * 100:.1f}"
-              if min_gain is not None and not meets(gain, min_gain) else ""]
+    failed = [
+        f"fc_ast_accuracy {tuned:.1%} < min_fc_accuracy {min_fc_accuracy:.1%}"
+        if not meets(tuned, min_fc_accuracy)
+        else "",
+        f"gain {gain * 100:+.1f} points < min_gain {min_gain * 100:.1f}"
+        if min_gain is not None and not meets(gain, min_gain)
+        else "",
+    ]
     failed = [f for f in failed if f]
     said = f"fc_ast_accuracy {base:.1%} -> {tuned:.1%} ({gain * 100:+.1f} points)"
     if failed:
-        return False, (f"not promoted: {said}; {'; '.join(failed)}. Nothing is deployed or registered: train longer "
-                       "(max_steps), or lower the gate")
+        return False, (
+            f"not promoted: {said}; {'; '.join(failed)}. Nothing is deployed or registered: train longer "
+            "(max_steps), or lower the gate"
+        )
     asked = f", min_gain {min_gain * 100:.1f} points" if min_gain is not None else ""
     return True, f"promoted: {said}, min_fc_accuracy {min_fc_accuracy:.1%}{asked}"
 
@@ -131,15 +152,23 @@ def select_problem(select_metric: str) -> str:
     if select_metric in SELECT:
         return ""
     if select_metric in RENAMED:
-        return (f"select_metric={select_metric} is no longer a choice: the sweep now picks and gates on the finetune "
-                f"pipeline's metric, {RENAMED[select_metric]} (BFCL-style AST accuracy over every function-calling "
-                f"category): set select_metric={RENAMED[select_metric]}")
+        return (
+            f"select_metric={select_metric} is no longer a choice: the sweep now picks and gates on the finetune "
+            f"pipeline's metric, {RENAMED[select_metric]} (BFCL-style AST accuracy over every function-calling "
+            f"category): set select_metric={RENAMED[select_metric]}"
+        )
     return f"select_metric must be one of {sorted(SELECT)}, got {select_metric!r}"
 
 
-def pick(trials: list[dict[str, Any]], metrics: list[dict[str, float]], select_metric: str,
-         min_gain: float, min_fc_accuracy: float = 0.0, max_category_drop: float = 1.0,
-         gate_significance: float = 0.0) -> dict[str, Any]:
+def pick(
+    trials: list[dict[str, Any]],
+    metrics: list[dict[str, float]],
+    select_metric: str,
+    min_gain: float,
+    min_fc_accuracy: float = 0.0,
+    max_category_drop: float = 1.0,
+    gate_significance: float = 0.0,
+) -> dict[str, Any]:
     """The best trial by `select_metric`, and whether it is deployed. A trial with a category more than
     `max_category_drop` below the base's (`category_drops`) is not picked while another passes. With
     select_metric=fc_ast_accuracy (`PRIMARY`) the winner is deployed exactly when `promotion` promotes it: the
@@ -162,14 +191,23 @@ def pick(trials: list[dict[str, Any]], metrics: list[dict[str, float]], select_m
     sign = 1.0 if SELECT[select_metric] == "higher" else -1.0
     gains = [sign * (m[f"tuned_{select_metric}"] - m[f"base_{select_metric}"]) for m in metrics]
     # ties: the earlier trial; a trial whose gain is not a number (a NaN eval loss) is never the best of others
-    drops = [category_drops(m, max_category_drop, gate_significance) if max_category_drop < 1 else []
-             for m in metrics]
-    best = max(range(len(gains)), key=lambda i: (not drops[i], math.isfinite(gains[i]),
-                                                 gains[i] if math.isfinite(gains[i]) else 0, -i))
+    drops = [category_drops(m, max_category_drop, gate_significance) if max_category_drop < 1 else [] for m in metrics]
+    best = max(
+        range(len(gains)),
+        key=lambda i: (not drops[i], math.isfinite(gains[i]), gains[i] if math.isfinite(gains[i]) else 0, -i),
+    )
     # KFP passes list parameters through protobuf, where every number is a float: show 4, not 4.0.
     trials = [{k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in t.items()} for t in trials]
-    rows = [{"trial": i, **trials[i], "base": metrics[i][f"base_{select_metric}"],
-             "tuned": metrics[i][f"tuned_{select_metric}"], "gain": gains[i]} for i in range(len(trials))]
+    rows = [
+        {
+            "trial": i,
+            **trials[i],
+            "base": metrics[i][f"base_{select_metric}"],
+            "tuned": metrics[i][f"tuned_{select_metric}"],
+            "gain": gains[i],
+        }
+        for i in range(len(trials))
+    ]
     b = rows[best]
     desc = ", ".join(f"{k}={v}" for k, v in trials[best].items())
     if not measured:
@@ -178,29 +216,46 @@ def pick(trials: list[dict[str, Any]], metrics: list[dict[str, float]], select_m
         for r in rows:
             r.update(base=None, tuned=None, gain=None)
         text = int(metrics[0].get("text_rows", 0))
-        reason = (f"not deployed: {select_metric} measures nothing here, the eval split has no tool-call rows "
-                  f"({text} text rows): run the sweep with select_metric=eval_loss" if select_metric == PRIMARY else
-                  f"not deployed: {select_metric} was not measured for any trial")
+        reason = (
+            f"not deployed: {select_metric} measures nothing here, the eval split has no tool-call rows "
+            f"({text} text rows): run the sweep with select_metric=eval_loss"
+            if select_metric == PRIMARY
+            else f"not deployed: {select_metric} was not measured for any trial"
+        )
         return {"best": best, "deploy": False, "reason": reason, "rows": rows, "measured": False}
     if drops[best]:  # every trial lost a category the base had
-        reason = (f"not deployed: every trial fell in a category more than max_category_drop {max_category_drop:g} "
-                  f"({max_category_drop * 100:g} points) below the base; the best, trial {best} ({desc}): {'; '.join(drops[best])}")
+        reason = (
+            f"not deployed: every trial fell in a category more than max_category_drop {max_category_drop:g} "
+            f"({max_category_drop * 100:g} points) below the base; the best, trial {best} ({desc}): {'; '.join(drops[best])}"
+        )
         return {"best": best, "deploy": False, "reason": reason, "rows": rows}
     if select_metric == PRIMARY:
         promoted, said = promotion(metrics[best], min_fc_accuracy, min_gain, max_category_drop, gate_significance)
         verdict = "deploying" if promoted else "not deployed:"
-        return {"best": best, "deploy": promoted, "rows": rows,
-                "reason": f"{verdict} trial {best} ({desc}): {said.split(': ', 1)[1]}"}
+        return {
+            "best": best,
+            "deploy": promoted,
+            "rows": rows,
+            "reason": f"{verdict} trial {best} ({desc}): {said.split(': ', 1)[1]}",
+        }
     # eval_loss: the accuracy floor and the categories as the gate asks them; not the accuracy's gain (min_gain
     # is the loss's here)
     promoted, said = promotion(metrics[best], min_fc_accuracy, None, max_category_drop, gate_significance)
     if not promoted:
-        return {"best": best, "deploy": False, "rows": rows,
-                "reason": f"not deployed: trial {best} ({desc}): {said.split(': ', 1)[1]}"}
+        return {
+            "best": best,
+            "deploy": False,
+            "rows": rows,
+            "reason": f"not deployed: trial {best} ({desc}): {said.split(': ', 1)[1]}",
+        }
     if meets(gains[best], min_gain):
-        reason = (f"deploying trial {best} ({desc}): {select_metric} {b['base']:.4g} -> {b['tuned']:.4g}, "
-                  f"gain {gains[best]:.4g} >= min_gain {min_gain}")
+        reason = (
+            f"deploying trial {best} ({desc}): {select_metric} {b['base']:.4g} -> {b['tuned']:.4g}, "
+            f"gain {gains[best]:.4g} >= min_gain {min_gain}"
+        )
         return {"best": best, "deploy": True, "reason": reason, "rows": rows}
-    reason = (f"not deployed: the best trial {best} ({desc}) improves {select_metric} by {gains[best]:.4g} "
-              f"({b['base']:.4g} -> {b['tuned']:.4g}), less than min_gain {min_gain}")
+    reason = (
+        f"not deployed: the best trial {best} ({desc}) improves {select_metric} by {gains[best]:.4g} "
+        f"({b['base']:.4g} -> {b['tuned']:.4g}), less than min_gain {min_gain}"
+    )
     return {"best": best, "deploy": False, "reason": reason, "rows": rows}

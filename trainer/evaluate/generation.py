@@ -15,8 +15,14 @@ from trainer.core.progress import bar
 def answer_budget(tokenizer, rows: list[dict[str, Any]]) -> int:
     """New tokens to generate for a batch: the longest expected answer plus slack, so that a
     long text answer is not cut short (and marked wrong) by a fixed limit."""
-    lengths = [len(tokenizer(json.dumps(expected_call(r)) if expected_call(r) else expected_text(r),
-                             add_special_tokens=False)["input_ids"]) for r in rows]
+    lengths = [
+        len(
+            tokenizer(json.dumps(expected_call(r)) if expected_call(r) else expected_text(r), add_special_tokens=False)[
+                "input_ids"
+            ]
+        )
+        for r in rows
+    ]
     return min(max(96, max(lengths) + 32), 1024)
 
 
@@ -27,8 +33,9 @@ def context_length(config) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
-def fitting_rows(rows: list[dict[str, Any]], tokenizer, max_seq_len: int,
-                 context: int | None = None) -> tuple[list[int], list[dict[str, list[int]]]]:
+def fitting_rows(
+    rows: list[dict[str, Any]], tokenizer, max_seq_len: int, context: int | None = None
+) -> tuple[list[int], list[dict[str, list[int]]]]:
     """Indices of the rows short enough to score, and their encodings (for the eval loss).
 
     A row is scored when its whole conversation, prompt and expected answer, fits in
@@ -58,12 +65,20 @@ def fix_for_length(max_seq_len: int, context: int | None) -> str:
 
 def long_rows_problem(n_rows: int, max_seq_len: int, context: int | None) -> str:
     """Why nothing can be scored, and the fix, when every eval row is too long."""
-    return (f"all {n_rows} eval rows are longer than {length_limit(max_seq_len, context)}, so none can be scored: "
-            f"{fix_for_length(max_seq_len, context)}, or add shorter rows to the eval split")
+    return (
+        f"all {n_rows} eval rows are longer than {length_limit(max_seq_len, context)}, so none can be scored: "
+        f"{fix_for_length(max_seq_len, context)}, or add shorter rows to the eval split"
+    )
 
 
-def generate(model, tokenizer, rows: list[dict[str, Any]], batch_size: int = 32, desc: str = "generate",
-             budgets: list[int] | None = None) -> list[str]:
+def generate(
+    model,
+    tokenizer,
+    rows: list[dict[str, Any]],
+    batch_size: int = 32,
+    desc: str = "generate",
+    budgets: list[int] | None = None,
+) -> list[str]:
     """Greedy completions for each row's prompt (the conversation before its scored turn).
 
     Each row may generate its expected answer's length plus slack (`answer_budget`; or `budgets`), clamped
@@ -78,16 +93,27 @@ def generate(model, tokenizer, rows: list[dict[str, Any]], batch_size: int = 32,
     device = next(model.parameters()).device
     context = context_length(model.config)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    prompts = [tokenizer(tokenizer.apply_chat_template(r["messages"][:target_index(r)], tools=r.get("tools") or None,
-                                                       add_generation_prompt=True, tokenize=False),
-                         add_special_tokens=False)["input_ids"] for r in rows]
+    prompts = [
+        tokenizer(
+            tokenizer.apply_chat_template(
+                r["messages"][: target_index(r)],
+                tools=r.get("tools") or None,
+                add_generation_prompt=True,
+                tokenize=False,
+            ),
+            add_special_tokens=False,
+        )["input_ids"]
+        for r in rows
+    ]
     budgets = list(budgets) if budgets is not None else [answer_budget(tokenizer, [r]) for r in rows]
     if context:
         budgets = [min(b, context - len(p)) for b, p in zip(budgets, prompts)]
     too_long = [i for i, b in enumerate(budgets) if b < 1]
     if too_long:
-        raise ValueError(f"rows {too_long} leave no room to generate in the model's context ({context} tokens); "
-                         "select rows with fitting_rows first")
+        raise ValueError(
+            f"rows {too_long} leave no room to generate in the model's context ({context} tokens); "
+            "select rows with fitting_rows first"
+        )
     batches, batch = [], []
     for i in sorted(range(len(rows)), key=lambda i: len(prompts[i])):
         fits = not context or len(prompts[i]) + max(budgets[j] for j in [*batch, i]) <= context
@@ -105,12 +131,16 @@ def generate(model, tokenizer, rows: list[dict[str, Any]], batch_size: int = 32,
             ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
             mask = torch.zeros((len(batch), width), dtype=torch.long)
             for k, i in enumerate(batch):
-                ids[k, width - len(prompts[i]):] = torch.tensor(prompts[i])
-                mask[k, width - len(prompts[i]):] = 1
+                ids[k, width - len(prompts[i]) :] = torch.tensor(prompts[i])
+                mask[k, width - len(prompts[i]) :] = 1
             with torch.no_grad():
-                out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
-                                     max_new_tokens=max(budgets[i] for i in batch), do_sample=False,
-                                     pad_token_id=pad_id)
+                out = model.generate(
+                    input_ids=ids.to(device),
+                    attention_mask=mask.to(device),
+                    max_new_tokens=max(budgets[i] for i in batch),
+                    do_sample=False,
+                    pad_token_id=pad_id,
+                )
             # Keep special tokens: some templates mark tool calls with them (<tool_call>).
             for i, text in zip(batch, tokenizer.batch_decode(out[:, width:], skip_special_tokens=False)):
                 outputs[i] = text

@@ -37,16 +37,27 @@ def digest(model_uri: str, chat_template: str | None, part: str, rows_key: dict[
     was asked: for heldout the rows scored and their settings (run._scored_key: the rows' digest, max_seq_len,
     engine, scoring version), for bfcl its rows (`suite_key`: their digest, BFCL's version, rows per category,
     seed)."""
-    what = {"format": FORMAT, "model": model_uri, "chat_template": chat_template or "", "part": part,
-            "rows": rows_key, "engine": ENGINE_SETTINGS}
+    what = {
+        "format": FORMAT,
+        "model": model_uri,
+        "chat_template": chat_template or "",
+        "part": part,
+        "rows": rows_key,
+        "engine": ENGINE_SETTINGS,
+    }
     return hashlib.sha256(json.dumps(what, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
 def suite_key(asked: list[dict[str, Any]], version: str, rows_per_category: int, seed: int) -> dict[str, Any]:
     """What the base's BFCL answers are valid for: the rows asked (content, ids included) and how they were drawn."""
     rows = hashlib.sha256(json.dumps(asked, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
-    return {"rows_sha256": rows, "ids": [r.get("id") for r in asked], "version": version,
-            "rows_per_category": rows_per_category, "seed": seed}
+    return {
+        "rows_sha256": rows,
+        "ids": [r.get("id") for r in asked],
+        "version": version,
+        "rows_per_category": rows_per_category,
+        "seed": seed,
+    }
 
 
 class KeptBase:
@@ -71,17 +82,22 @@ class KeptBase:
             raw = self.store.get_bytes(key)
         except S3Error as err:
             if err.code not in ("NoSuchKey", "NoSuchObject", "NoSuchBucket"):
-                print(f"WARNING: could not read the kept base scores at {where} ({err.code}): scoring the base "
-                      "model", flush=True)
+                print(
+                    f"WARNING: could not read the kept base scores at {where} ({err.code}): scoring the base model",
+                    flush=True,
+                )
             return None
         except (Unavailable, UserError, OSError) as err:
-            print(f"WARNING: could not read the kept base scores at {where} ({err}): scoring the base model",
-                  flush=True)
+            print(
+                f"WARNING: could not read the kept base scores at {where} ({err}): scoring the base model", flush=True
+            )
             return None
         problem, kept = _damage(raw, sha, part, rows)
         if problem:
-            print(f"WARNING: the kept base scores at {where} are damaged ({problem}): set aside, scoring the base "
-                  "model", flush=True)
+            print(
+                f"WARNING: the kept base scores at {where} are damaged ({problem}): set aside, scoring the base model",
+                flush=True,
+            )
             return None
         print(f"base scores reused from {where} ({part}, scored by run {kept.get('run') or 'unknown'})", flush=True)
         return kept
@@ -92,14 +108,24 @@ class KeptBase:
         from minio.error import S3Error
 
         key = self.key(sha)
-        obj = {"format": FORMAT, "digest": sha, "part": part, "model": self.model_uri, "run": self.run,
-               "scored_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), **scores}
+        obj = {
+            "format": FORMAT,
+            "digest": sha,
+            "part": part,
+            "model": self.model_uri,
+            "run": self.run,
+            "scored_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            **scores,
+        }
         try:
             self.store.ensure_bucket()
             self.store.put_json(key, obj)
         except (S3Error, Unavailable, UserError, OSError) as err:
-            print(f"WARNING: could not keep the base scores at {self.store.uri(key)} ({err}): the next run "
-                  "scores the base again", flush=True)
+            print(
+                f"WARNING: could not keep the base scores at {self.store.uri(key)} ({err}): the next run "
+                "scores the base again",
+                flush=True,
+            )
             return
         print(f"base scores kept at {self.store.uri(key)} ({part}) for later runs", flush=True)
 
@@ -113,10 +139,14 @@ def _damage(raw: bytes, sha: str, part: str, rows: int) -> tuple[str, dict[str, 
     if not isinstance(kept, dict):
         return "not a JSON object", {}
     if kept.get("format") != FORMAT or kept.get("digest") != sha or kept.get("part") != part:
-        return (f"it names digest {str(kept.get('digest'))[:12]}, format {kept.get('format')}, "
-                f"part {kept.get('part')}"), {}
-    if part == "heldout" and (not isinstance(kept.get("metrics"), dict) or not isinstance(kept.get("predictions"), list)
-                              or len(kept["predictions"]) != rows):
+        return (
+            f"it names digest {str(kept.get('digest'))[:12]}, format {kept.get('format')}, part {kept.get('part')}"
+        ), {}
+    if part == "heldout" and (
+        not isinstance(kept.get("metrics"), dict)
+        or not isinstance(kept.get("predictions"), list)
+        or len(kept["predictions"]) != rows
+    ):
         return f"{len(kept.get('predictions') or [])} held-out answers instead of {rows}", {}
     answers = kept.get("answers")
     if part == "bfcl" and (not isinstance(answers, list) or len(answers) != rows):

@@ -18,8 +18,7 @@ CONCURRENCY = 8  # requests in flight to the server: vLLM batches them
 LOGITS_BUDGET = 1 << 30  # bytes of float32 logits per eval batch
 
 
-def eval_loss(model, examples: list[dict[str, list[int]]], pad_id: int, batch_size: int = 32,
-              desc: str = "") -> float:
+def eval_loss(model, examples: list[dict[str, list[int]]], pad_id: int, batch_size: int = 32, desc: str = "") -> float:
     """Mean loss per assistant token over all examples (token-weighted, not batch-weighted); with `desc`, a
     progress bar of the rows done (stderr)."""
     import torch
@@ -36,13 +35,14 @@ def eval_loss(model, examples: list[dict[str, list[int]]], pad_id: int, batch_si
     batch_size = max(1, min(batch_size, LOGITS_BUDGET // (4 * longest * vocab)))
     with torch.no_grad(), tqdm(total=len(examples), desc=desc, unit="row", disable=not desc, mininterval=2) as bar:
         for i in range(0, len(examples), batch_size):
-            batch = {k: v.to(device) for k, v in data.collate(examples[i:i + batch_size], pad_id).items()}
-            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                           use_cache=False).logits.float()
+            batch = {k: v.to(device) for k, v in data.collate(examples[i : i + batch_size], pad_id).items()}
+            logits = model(
+                input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False
+            ).logits.float()
             labels = batch["labels"][:, 1:]
             losses = torch.nn.functional.cross_entropy(
-                logits[:, :-1].reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100,
-                reduction="sum")
+                logits[:, :-1].reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100, reduction="sum"
+            )
             total += losses.item()
             count += int((labels != -100).sum())
             bar.update(len(batch["input_ids"]))
@@ -65,9 +65,11 @@ def served_nll(url: str, model: str, example: dict[str, list[int]], timeout: flo
         body.update(logprobs=0, logprob_token_ids=[labels[-1]], return_tokens_as_token_ids=True)
     choice = client.completion(url, body, timeout=timeout)["choices"][0]
     if not choice.get("prompt_logprobs") or (last and not (choice.get("logprobs") or {}).get("top_logprobs")):
-        raise UserError(f"the vLLM server at {url} returned no prompt log-probabilities for {model!r}: the eval loss "
-                        "reads them (prompt_logprobs, logprob_token_ids: vLLM 0.32, the release of VLLM_IMAGE); "
-                        "use that vLLM, or eval_engine=hf")
+        raise UserError(
+            f"the vLLM server at {url} returned no prompt log-probabilities for {model!r}: the eval loss "
+            "reads them (prompt_logprobs, logprob_token_ids: vLLM 0.32, the release of VLLM_IMAGE); "
+            "use that vLLM, or eval_engine=hf"
+        )
     # prompt_logprobs[i]: {str(token id): {"logprob": ...}} for the prompt's token i (None for the
     # first, which nothing predicts); with prompt_logprobs=0 the token itself is the one key.
     prompt = choice["prompt_logprobs"]
@@ -89,8 +91,9 @@ def each_batch(request: Callable[[Any], Any], items: list[Any], desc: str, concu
     return out
 
 
-def served_losses(url: str, model: str, examples: list[dict[str, list[int]]], desc: str,
-                  concurrency: int = CONCURRENCY) -> list[tuple[float, int]]:
+def served_losses(
+    url: str, model: str, examples: list[dict[str, list[int]]], desc: str, concurrency: int = CONCURRENCY
+) -> list[tuple[float, int]]:
     """`served_nll` of every example, `concurrency` requests at a time, with a progress bar."""
     return each_batch(lambda e: served_nll(url, model, e), examples, desc, concurrency)
 

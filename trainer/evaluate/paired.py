@@ -15,8 +15,9 @@ from typing import Any, Iterable
 from trainer.chat import fc_check
 
 
-def paired_counts(base: list[dict[str, Any]], tuned: list[dict[str, Any]], prefix: str,
-                  categories: Iterable[str] | None = None) -> dict[str, float]:
+def paired_counts(
+    base: list[dict[str, Any]], tuned: list[dict[str, Any]], prefix: str, categories: Iterable[str] | None = None
+) -> dict[str, float]:
     """`{prefix}_{category}_lost` and `{prefix}_{category}_won` from both models' verdicts on the same rows
     (`{"category", "ok"}` per row, in the same order: trainer.chat.fc_check.score's), for every category with a
     row (of `categories` only, where given): a category measured logs its 0s, so a missing count means
@@ -41,6 +42,8 @@ def paired_counts(base: list[dict[str, Any]], tuned: list[dict[str, Any]], prefi
 def heldout_counts(rows: list[dict[str, Any]], outputs: dict[str, list[dict[str, Any]]]) -> dict[str, float]:
     """`fc_<category>_lost` / `_won` on the held-out rows scored, from both models' predictions
     (`outputs["base"]`, `outputs["tuned"]`: {"calls", "content"} per row) by the AST check (trainer.chat.fc_check)."""
-    verdicts = {name: [fc_check.score(r, p["calls"], p["content"]) for r, p in zip(rows, outputs[name])]
-                for name in ("base", "tuned")}
+    verdicts = {
+        name: [fc_check.score(r, p["calls"], p["content"]) for r, p in zip(rows, outputs[name])]
+        for name in ("base", "tuned")
+    }
     return paired_counts(verdicts["base"], verdicts["tuned"], "fc", fc_check.CATEGORIES)

@@ -16,8 +16,14 @@ from typing import Any
 from trainer import data
 from trainer.chat import fc_check
 from trainer.chat.parsers import tool_call_parser
-from trainer.chat.turns import (after_tool_result, expected_call, expected_text, last_user_request, split_turns,
-                                trained_turns)
+from trainer.chat.turns import (
+    after_tool_result,
+    expected_call,
+    expected_text,
+    last_user_request,
+    split_turns,
+    trained_turns,
+)
 from trainer.core.errors import UserError
 from trainer.data import bfcl as bfcl_data
 from trainer.evaluate import bfcl, generation, kept_base
@@ -25,8 +31,7 @@ from trainer.evaluate import losses as losses_mod
 from trainer.evaluate import served as served_mod
 from trainer.evaluate.paired import heldout_counts
 from trainer.evaluate.generation import fix_for_length, length_limit, context_length, fitting_rows, long_rows_problem
-from trainer.evaluate.scoring import (category_rows, failures, parsed_outputs, row_counts, score_predictions,
-                                      source_rows)
+from trainer.evaluate.scoring import category_rows, failures, parsed_outputs, row_counts, score_predictions, source_rows
 
 
 # Below this many rows one row moves accuracy by more than 2 points: say so.
@@ -35,10 +40,16 @@ MIN_RELIABLE_ROWS = 50
 SCORING = "every-turn"
 
 
-def score(model, tokenizer, rows: list[dict[str, Any]], examples: list[dict[str, list[int]]],
-          desc: str = "evaluate", predictions: list[dict[str, Any]] | None = None,
-          losses: list[tuple[float, int]] | None = None, loss_rows: list[dict[str, Any]] | None = None
-          ) -> tuple[dict[str, float], list[dict[str, Any]]]:
+def score(
+    model,
+    tokenizer,
+    rows: list[dict[str, Any]],
+    examples: list[dict[str, list[int]]],
+    desc: str = "evaluate",
+    predictions: list[dict[str, Any]] | None = None,
+    losses: list[tuple[float, int]] | None = None,
+    loss_rows: list[dict[str, Any]] | None = None,
+) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """All metrics for one model on `rows` (the turns asked, `turn_rows`) and the encodings `examples`
     of `loss_rows` (the rows that fit, `fitting_rows`; None: `rows` themselves), and its predictions
     ({"calls", "content", "raw"} per row of `rows`). `predictions` and `losses` (per example,
@@ -51,29 +62,45 @@ def score(model, tokenizer, rows: list[dict[str, Any]], examples: list[dict[str,
         parser = tool_call_parser(tokenizer.chat_template, list(tokenizer.get_added_vocab()))
         predictions = parsed_outputs(generation.generate(model, tokenizer, rows, desc=desc), parser)
     if losses is None:
-        losses_of = {"eval_loss": losses_mod.eval_loss(model, examples, tokenizer.pad_token_id),
-                     "text_eval_loss": losses_mod.eval_loss(model, [e for e, t in zip(examples, text) if t],
-                                                 tokenizer.pad_token_id)}
+        losses_of = {
+            "eval_loss": losses_mod.eval_loss(model, examples, tokenizer.pad_token_id),
+            "text_eval_loss": losses_mod.eval_loss(
+                model, [e for e, t in zip(examples, text) if t], tokenizer.pad_token_id
+            ),
+        }
     else:
-        losses_of = {"eval_loss": losses_mod.mean_loss(losses),
-                     "text_eval_loss": losses_mod.mean_loss([p for p, t in zip(losses, text) if t])}
+        losses_of = {
+            "eval_loss": losses_mod.mean_loss(losses),
+            "text_eval_loss": losses_mod.mean_loss([p for p, t in zip(losses, text) if t]),
+        }
     return {**losses_of, **score_predictions(rows, predictions, tuple(tokenizer.all_special_tokens))}, predictions
 
 
-def warnings_for(rows: list[dict[str, Any]], skipped: int = 0, max_seq_len: int = 512,
-                 context: int | None = None, split_rows: int = 0) -> list[str]:
+def warnings_for(
+    rows: list[dict[str, Any]],
+    skipped: int = 0,
+    max_seq_len: int = 512,
+    context: int | None = None,
+    split_rows: int = 0,
+) -> list[str]:
     """What makes these numbers weak, in words for the log and the report (`rows`: those scored; `split_rows`: the
     eval split's, when max_rows took fewer)."""
     out = []
     if skipped:
-        out.append(f"{skipped} of {len(rows) + skipped} eval rows are longer than {length_limit(max_seq_len, context)} "
-                   f"and were not scored (no loss, no accuracy): {fix_for_length(max_seq_len, context)}, or shorten them")
+        out.append(
+            f"{skipped} of {len(rows) + skipped} eval rows are longer than {length_limit(max_seq_len, context)} "
+            f"and were not scored (no loss, no accuracy): {fix_for_length(max_seq_len, context)}, or shorten them"
+        )
     if len(rows) < MIN_RELIABLE_ROWS and split_rows > len(rows) + skipped:  # eval_max_rows took these few
-        out.append(f"only {len(rows)} eval rows scored (< {MIN_RELIABLE_ROWS}; the split has {split_rows}): one row "
-                   f"moves accuracy by {1 / max(len(rows), 1):.0%}; raise eval_max_rows")
+        out.append(
+            f"only {len(rows)} eval rows scored (< {MIN_RELIABLE_ROWS}; the split has {split_rows}): one row "
+            f"moves accuracy by {1 / max(len(rows), 1):.0%}; raise eval_max_rows"
+        )
     elif len(rows) < MIN_RELIABLE_ROWS:
-        out.append(f"the eval split has only {len(rows)} rows (< {MIN_RELIABLE_ROWS}): one row moves accuracy by "
-                   f"{1 / max(len(rows), 1):.0%}; raise eval_fraction or add eval rows")
+        out.append(
+            f"the eval split has only {len(rows)} rows (< {MIN_RELIABLE_ROWS}): one row moves accuracy by "
+            f"{1 / max(len(rows), 1):.0%}; raise eval_fraction or add eval rows"
+        )
     return out
 
 
@@ -88,13 +115,21 @@ def logged_metrics(result: dict[str, Any]) -> dict[str, float]:
         unmeasured |= {"fc_accuracy"}
     if not result["text_rows"]:
         unmeasured |= {"text_match", "text_eval_loss"}
-    out = {f"{name}_{k}": float(v) for name in ("base", "tuned") for k, v in result[name].items()
-           if k not in unmeasured}
+    out = {
+        f"{name}_{k}": float(v) for name in ("base", "tuned") for k, v in result[name].items() if k not in unmeasured
+    }
     # The BFCL-style accuracies of the tuned model also under their plain names (fc_ast_accuracy,
     # fc_<category>_accuracy: what KFP Compare lines up), with each category's row count; an
     # accuracy a split cannot measure is absent (fc_check), never 0.
-    out.update({k: float(v) for k, v in result["tuned"].items() if k.startswith(("fc_ast", "fc_exact", "fc_simple",
-                "fc_multiple", "fc_parallel", "fc_irrelevance", "fc_multi_turn"))})
+    out.update(
+        {
+            k: float(v)
+            for k, v in result["tuned"].items()
+            if k.startswith(
+                ("fc_ast", "fc_exact", "fc_simple", "fc_multiple", "fc_parallel", "fc_irrelevance", "fc_multi_turn")
+            )
+        }
+    )
     out.update({k: float(v) for k, v in result.get("categories", {}).items()})
     out.update({k: float(v) for k, v in result.get("paired", {}).items()})  # fc_<category>_lost / _won
     out.update({k: float(v) for k, v in result.get("sources", {}).items()})  # mix<k>_rows: a mix's rows per source
@@ -104,9 +139,19 @@ def logged_metrics(result: dict[str, Any]) -> dict[str, float]:
         out["fc_ast_accuracy_gain"] = result["tuned"]["fc_ast_accuracy"] - result["base"]["fc_ast_accuracy"]
     if "heldout" in result.get("suites", ("heldout",)):
         # fc_rows / text_rows: the call and text turns scored (one per row for rows of one assistant turn)
-        out.update({k: float(result[src]) for k, src in (("eval_rows", "rows"), ("eval_turns", "turns"),
-                                                         ("fc_rows", "fc_rows"), ("text_rows", "text_rows"),
-                                                         ("skipped_long_rows", "skipped_long_rows")) if src in result})
+        out.update(
+            {
+                k: float(result[src])
+                for k, src in (
+                    ("eval_rows", "rows"),
+                    ("eval_turns", "turns"),
+                    ("fc_rows", "fc_rows"),
+                    ("text_rows", "text_rows"),
+                    ("skipped_long_rows", "skipped_long_rows"),
+                )
+                if src in result
+            }
+        )
     if "bfcl" in result:  # as the held-out ones: base_ and tuned_, the tuned model's also plain, and the counts
         suite = result["bfcl"]
         out.update({f"{name}_{k}": float(v) for name in ("base", "tuned") for k, v in suite[name].items()})
@@ -137,11 +182,22 @@ def _prepared(model_dir: Path, eval_path: Path | None, max_rows: int, max_seq_le
         print(f"WARNING: {w}", flush=True)
     engine = served_mod.choose_engine(engine, model_dir)
     counts = row_counts(turns)
-    print(f"evaluating {len(scored)} held-out rows, {len(turns)} assistant turns ({counts['fc_rows']} call turns, "
-          f"{counts['text_rows']} text turns), with {'the vLLM server' if engine == 'vllm' else 'HF generate'} "
-          f"(eval_engine={engine})", flush=True)
-    return {"rows": rows, "scored": scored, "turns": turns, "examples": examples, "tokenizer": tokenizer,
-            "context": context, "warnings": warnings, "engine": engine}
+    print(
+        f"evaluating {len(scored)} held-out rows, {len(turns)} assistant turns ({counts['fc_rows']} call turns, "
+        f"{counts['text_rows']} text turns), with {'the vLLM server' if engine == 'vllm' else 'HF generate'} "
+        f"(eval_engine={engine})",
+        flush=True,
+    )
+    return {
+        "rows": rows,
+        "scored": scored,
+        "turns": turns,
+        "examples": examples,
+        "tokenizer": tokenizer,
+        "context": context,
+        "warnings": warnings,
+        "engine": engine,
+    }
 
 
 def turn_label(row: dict[str, Any]) -> str:
@@ -157,7 +213,7 @@ def example_turns(turns: list[dict[str, Any]], n: int) -> list[int]:
     for i, t in enumerate(turns):
         first.setdefault(fc_check.category(t), i)
     chosen = sorted(first.values())
-    chosen += [i for i in range(len(turns)) if i not in first.values()][:max(0, n - len(chosen))]
+    chosen += [i for i in range(len(turns)) if i not in first.values()][: max(0, n - len(chosen))]
     return sorted(chosen)
 
 
@@ -165,51 +221,78 @@ def _scored_key(prep: dict[str, Any], max_seq_len: int) -> dict[str, Any]:
     """What base scores are valid for: the same rows scored (their content), the same length limit
     and engine. The base's answers are greedy, so on these they are the same in every trial."""
     digest = hashlib.sha256(json.dumps(prep["scored"], sort_keys=True, ensure_ascii=False).encode()).hexdigest()
-    return {"rows_sha256": digest, "rows": len(prep["scored"]), "max_seq_len": max_seq_len, "engine": prep["engine"],
-            "scoring": SCORING}
+    return {
+        "rows_sha256": digest,
+        "rows": len(prep["scored"]),
+        "max_seq_len": max_seq_len,
+        "engine": prep["engine"],
+        "scoring": SCORING,
+    }
 
 
-def _generated_suite(model, tokenizer, asked: list[dict[str, Any]], prompts: list[int], context: int | None,
-                     desc: str) -> list[dict[str, Any] | None]:
+def _generated_suite(
+    model, tokenizer, asked: list[dict[str, Any]], prompts: list[int], context: int | None, desc: str
+) -> list[dict[str, Any] | None]:
     """HF generate's answers to a suite's rows (bfcl.budgets new tokens each), read with the serving parser;
     None for a row whose prompt leaves no room in the context."""
     budgets = bfcl.budgets(prompts, context)
     keep = [i for i, b in enumerate(budgets) if b >= 1]
     parser = tool_call_parser(tokenizer.chat_template, list(tokenizer.get_added_vocab()))
-    texts = generation.generate(model, tokenizer, [asked[i] for i in keep], desc=desc,
-                                budgets=[budgets[i] for i in keep])
+    texts = generation.generate(
+        model, tokenizer, [asked[i] for i in keep], desc=desc, budgets=[budgets[i] for i in keep]
+    )
     out: list[dict[str, Any] | None] = [None] * len(asked)
     for i, p in zip(keep, parsed_outputs(texts, parser)):
         out[i] = p
     return out
 
 
-def _score_models(model_dir: Path, tuned_dir: Path | None, prep: dict[str, Any], max_seq_len: int,
-                  names: tuple[str, ...], suite: tuple[list[dict[str, Any]], list[int]] | None = None
-                  ) -> tuple[dict[str, dict[str, float]], dict[str, list[dict[str, Any]]],
-                             dict[str, list[dict[str, Any] | None]]]:
+def _score_models(
+    model_dir: Path,
+    tuned_dir: Path | None,
+    prep: dict[str, Any],
+    max_seq_len: int,
+    names: tuple[str, ...],
+    suite: tuple[list[dict[str, Any]], list[int]] | None = None,
+) -> tuple[dict[str, dict[str, float]], dict[str, list[dict[str, Any]]], dict[str, list[dict[str, Any] | None]]]:
     """Metrics and per-row predictions of `names` (base: `model_dir`; tuned: `tuned_dir` on it) on the
     held-out rows, and their answers to `suite` (BFCL's rows and prompt lengths: trainer.evaluate.bfcl)."""
     scored, turns, examples, tokenizer = prep["scored"], prep["turns"], prep["examples"], prep["tokenizer"]
-    served = served_mod.served_predictions(model_dir, tuned_dir, turns, examples, tokenizer, max_seq_len,
-                                           prep["context"], names=names, suite=suite) if prep["engine"] == "vllm" else {}
+    served = (
+        served_mod.served_predictions(
+            model_dir, tuned_dir, turns, examples, tokenizer, max_seq_len, prep["context"], names=names, suite=suite
+        )
+        if prep["engine"] == "vllm"
+        else {}
+    )
     results, outputs, suite_outputs = {}, {}, {}
     for name in names:
         # Served: answers and losses came from the server, no weights load here.
         model = None if name in served else generation.load(model_dir, tuned_dir if name == "tuned" else None)
         if scored:
-            results[name], outputs[name] = score(model, tokenizer, turns, examples, desc=f"evaluate {name}",
-                                                 predictions=served.get(name, {}).get("predictions"),
-                                                 losses=served.get(name, {}).get("losses"), loss_rows=scored)
+            results[name], outputs[name] = score(
+                model,
+                tokenizer,
+                turns,
+                examples,
+                desc=f"evaluate {name}",
+                predictions=served.get(name, {}).get("predictions"),
+                losses=served.get(name, {}).get("losses"),
+                loss_rows=scored,
+            )
         if suite is not None:
-            suite_outputs[name] = (served[name]["suite"] if name in served else
-                                   _generated_suite(model, tokenizer, *suite, prep["context"], f"BFCL {name}"))
+            suite_outputs[name] = (
+                served[name]["suite"]
+                if name in served
+                else _generated_suite(model, tokenizer, *suite, prep["context"], f"BFCL {name}")
+            )
         del model
     return results, outputs, suite_outputs
 
 
-def score_base(model_dir: Path, eval_path: Path, max_rows: int = 200, max_seq_len: int = 512,
-               engine: str = "auto") -> dict[str, Any]:
+def score_base(
+    model_dir: Path, eval_path: Path, max_rows: int = 200, max_seq_len: int = 512, engine: str = "auto"
+) -> dict[str, Any]:
     """The base model's scores on the rows `evaluate` scores with the same arguments, for its
     `base`: a sweep scores its base once for all its trials instead of once in each. Returns
     {"key": what they are valid for (`_scored_key`), "metrics", "predictions" (per row)}: JSON."""
@@ -218,11 +301,21 @@ def score_base(model_dir: Path, eval_path: Path, max_rows: int = 200, max_seq_le
     return {"key": _scored_key(prep, max_seq_len), "metrics": results["base"], "predictions": outputs["base"]}
 
 
-def evaluate(model_dir: Path, tuned_dir: Path, eval_path: Path, max_rows: int = 200,
-             max_seq_len: int = 512, n_examples: int = 5, engine: str = "auto",
-             base: dict[str, Any] | None = None, suites: tuple[str, ...] = ("heldout",),
-             bfcl_dir: Path | None = None, bfcl_rows: int = 25, seed: int = 0,
-             kept: kept_base.KeptBase | None = None) -> dict[str, Any]:
+def evaluate(
+    model_dir: Path,
+    tuned_dir: Path,
+    eval_path: Path,
+    max_rows: int = 200,
+    max_seq_len: int = 512,
+    n_examples: int = 5,
+    engine: str = "auto",
+    base: dict[str, Any] | None = None,
+    suites: tuple[str, ...] = ("heldout",),
+    bfcl_dir: Path | None = None,
+    bfcl_rows: int = 25,
+    seed: int = 0,
+    kept: kept_base.KeptBase | None = None,
+) -> dict[str, Any]:
     """Metrics for base and tuned, plus a few side-by-side examples for the report.
 
     `suites` (trainer.data.bfcl.SUITES): heldout scores the eval split (below); bfcl asks `bfcl_rows`
@@ -254,10 +347,14 @@ def evaluate(model_dir: Path, tuned_dir: Path, eval_path: Path, max_rows: int = 
     key = _scored_key(prep, max_seq_len)
     if base is not None and base.get("key") != key:
         given = base.get("key") or {}
-        differ = [f"{k} {given.get(k)} instead of {v}" for k, v in key.items()
-                  if given.get(k) != v and k != "rows_sha256"]
-        print(f"WARNING: the base scores given are not of these rows and settings "
-              f"({', '.join(differ) or 'other rows'}): scoring the base model here", flush=True)
+        differ = [
+            f"{k} {given.get(k)} instead of {v}" for k, v in key.items() if given.get(k) != v and k != "rows_sha256"
+        ]
+        print(
+            f"WARNING: the base scores given are not of these rows and settings "
+            f"({', '.join(differ) or 'other rows'}): scoring the base model here",
+            flush=True,
+        )
         base = None
     suite = None
     if "bfcl" in suites:
@@ -270,8 +367,12 @@ def evaluate(model_dir: Path, tuned_dir: Path, eval_path: Path, max_rows: int = 
             shas["heldout"] = kept_base.digest(kept.model_uri, template, "heldout", key)
             base = kept.load(shas["heldout"], "heldout", len(prep["turns"]))
         if suite is not None:
-            shas["bfcl"] = kept_base.digest(kept.model_uri, template, "bfcl", kept_base.suite_key(
-                suite[0], bfcl_data.version(bfcl_dir), bfcl_rows, seed))
+            shas["bfcl"] = kept_base.digest(
+                kept.model_uri,
+                template,
+                "bfcl",
+                kept_base.suite_key(suite[0], bfcl_data.version(bfcl_dir), bfcl_rows, seed),
+            )
             base_suite = (kept.load(shas["bfcl"], "bfcl", len(suite[0])) or {}).get("answers")
     # The base is asked only what no earlier answer covers; both parts at once where it needs both (one
     # server for base and tuned where vLLM serves the adapter beside its base).
@@ -279,8 +380,9 @@ def evaluate(model_dir: Path, tuned_dir: Path, eval_path: Path, max_rows: int = 
     need |= {"bfcl"} if suite is not None and base_suite is None else set()
     have = ({"heldout"} if scored else set()) | ({"bfcl"} if suite is not None else set())
     if need and need == have:
-        results, outputs, suite_outputs = _score_models(model_dir, tuned_dir, prep, max_seq_len, ("base", "tuned"),
-                                                        suite)
+        results, outputs, suite_outputs = _score_models(
+            model_dir, tuned_dir, prep, max_seq_len, ("base", "tuned"), suite
+        )
     else:
         results, outputs, suite_outputs = _score_models(model_dir, tuned_dir, prep, max_seq_len, ("tuned",), suite)
         if need:  # the part left to ask: the held-out rows or BFCL's
@@ -293,31 +395,57 @@ def evaluate(model_dir: Path, tuned_dir: Path, eval_path: Path, max_rows: int = 
     if "bfcl" not in need and base_suite is not None:
         suite_outputs["base"] = base_suite
     for part in need & set(shas):
-        kept.save(shas[part], part, {"metrics": results["base"], "predictions": outputs["base"]}
-                  if part == "heldout" else {"answers": suite_outputs["base"]})
+        kept.save(
+            shas[part],
+            part,
+            {"metrics": results["base"], "predictions": outputs["base"]}
+            if part == "heldout"
+            else {"answers": suite_outputs["base"]},
+        )
     turns = prep["turns"]
-    examples = [{"prompt": last_user_request(turns[i]), "turn": turn_label(turns[i]),
-                 "expected": expected_call(turns[i]) or expected_text(turns[i]),
-                 "base": outputs["base"][i]["raw"], "tuned": outputs["tuned"][i]["raw"]}
-                for i in example_turns(turns, n_examples)]
-    result = {"base": results.get("base", {}), "tuned": results.get("tuned", {}), "rows": len(scored),
-              "turns": len(turns), **row_counts(turns), "categories": category_rows(turns),
-              "sources": source_rows(turns), "failures": failures(turns, outputs) if turns else {},
-              "engine": prep["engine"],
-              "skipped_long_rows": len(prep["rows"]) - len(scored), "warnings": prep["warnings"],
-              "examples": examples, "suites": list(suites)}
+    examples = [
+        {
+            "prompt": last_user_request(turns[i]),
+            "turn": turn_label(turns[i]),
+            "expected": expected_call(turns[i]) or expected_text(turns[i]),
+            "base": outputs["base"][i]["raw"],
+            "tuned": outputs["tuned"][i]["raw"],
+        }
+        for i in example_turns(turns, n_examples)
+    ]
+    result = {
+        "base": results.get("base", {}),
+        "tuned": results.get("tuned", {}),
+        "rows": len(scored),
+        "turns": len(turns),
+        **row_counts(turns),
+        "categories": category_rows(turns),
+        "sources": source_rows(turns),
+        "failures": failures(turns, outputs) if turns else {},
+        "engine": prep["engine"],
+        "skipped_long_rows": len(prep["rows"]) - len(scored),
+        "warnings": prep["warnings"],
+        "examples": examples,
+        "suites": list(suites),
+    }
     result["paired"] = heldout_counts(turns, outputs) if turns else {}  # fc_<category>_lost / _won: the gate's
     if suite is not None:
         asked, prompts = suite
         too_long = [b < 1 for b in bfcl.budgets(prompts, prep["context"])]
-        result["bfcl"] = {"version": bfcl_data.version(bfcl_dir), "rows_per_category": bfcl_rows, "seed": seed,
-                          "base": bfcl.score(asked, suite_outputs["base"]),
-                          "tuned": bfcl.score(asked, suite_outputs["tuned"]),
-                          "counts": bfcl.counts(asked, too_long, suite_outputs),
-                          "failures": bfcl.failures(asked, suite_outputs),
-                          "answers": bfcl.answers(asked, suite_outputs)}
+        result["bfcl"] = {
+            "version": bfcl_data.version(bfcl_dir),
+            "rows_per_category": bfcl_rows,
+            "seed": seed,
+            "base": bfcl.score(asked, suite_outputs["base"]),
+            "tuned": bfcl.score(asked, suite_outputs["tuned"]),
+            "counts": bfcl.counts(asked, too_long, suite_outputs),
+            "failures": bfcl.failures(asked, suite_outputs),
+            "answers": bfcl.answers(asked, suite_outputs),
+        }
         if any(too_long):
-            result["warnings"].append(f"{sum(too_long)} BFCL rows have prompts longer than the model's context "
-                                      f"({prep['context']} tokens) leaves room to answer in: counted as wrong "
-                                      "(bfcl_<category>length_limit); use a model with a longer context")
+            result["warnings"].append(
+                f"{sum(too_long)} BFCL rows have prompts longer than the model's context "
+                f"({prep['context']} tokens) leaves room to answer in: counted as wrong "
+                "(bfcl_<category>length_limit); use a model with a longer context"
+            )
     return result

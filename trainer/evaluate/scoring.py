@@ -31,8 +31,9 @@ def parsed_outputs(outputs: list[str], parser: str) -> list[dict[str, Any]]:
     return out
 
 
-def score_predictions(rows: list[dict[str, Any]], predictions: list[dict[str, Any]],
-                      special_tokens: tuple[str, ...] = ()) -> dict[str, float]:
+def score_predictions(
+    rows: list[dict[str, Any]], predictions: list[dict[str, Any]], special_tokens: tuple[str, ...] = ()
+) -> dict[str, float]:
     """Every accuracy for one model from its predictions ({"calls", "content"} per row, as an app
     reads message.tool_calls / message.content): fc_accuracy (exact calls, over rows that expect a
     call), text_match (no call and the text equal, normalised, over rows that expect text), and the
@@ -49,8 +50,12 @@ def score_predictions(rows: list[dict[str, Any]], predictions: list[dict[str, An
             text.append(not p["calls"] and normalize_text(content) == normalize_text(expected_text(row)))
     scores = [fc_check.score(r, p["calls"], p["content"]) for r, p in zip(rows, predictions)]
     ast = {k: v for k, v in fc_check.metrics(fc_check.summarize(scores)).items() if not k.endswith("_rows")}
-    return {"fc_accuracy": sum(fc) / max(len(fc), 1), "text_match": sum(text) / max(len(text), 1), **ast,
-            **_per_source(rows, scores)}
+    return {
+        "fc_accuracy": sum(fc) / max(len(fc), 1),
+        "text_match": sum(text) / max(len(text), 1),
+        **ast,
+        **_per_source(rows, scores),
+    }
 
 
 def _per_source(rows: list[dict[str, Any]], scores: list[dict[str, Any]]) -> dict[str, float]:
@@ -72,8 +77,9 @@ def source_rows(rows: list[dict[str, Any]]) -> dict[str, int]:
     return {f"mix{k}_rows": sum(1 for r in rows if r.get(mix.TAG) == k) for k in mix.sources_of(rows)}
 
 
-def failures(rows: list[dict[str, Any]], outputs: dict[str, list[dict[str, Any]]], per_category: int = 3
-             ) -> dict[str, list[dict[str, Any]]]:
+def failures(
+    rows: list[dict[str, Any]], outputs: dict[str, list[dict[str, Any]]], per_category: int = 3
+) -> dict[str, list[dict[str, Any]]]:
     """A few rows per function-calling category that the tuned model got wrong by the AST check,
     with why (trainer.chat.fc_check) and both models' raw output: what the report shows under its table."""
     out: dict[str, list[dict[str, Any]]] = {}
@@ -84,8 +90,15 @@ def failures(rows: list[dict[str, Any]], outputs: dict[str, list[dict[str, Any]]
             continue
         shown = out.setdefault(verdict["category"], [])
         if len(shown) < per_category:
-            shown.append({"prompt": last_user_request(row), "expected": expected_call(row) or expected_text(row),
-                          "why": verdict["reason"], "base": outputs["base"][i]["raw"], "tuned": tuned["raw"]})
+            shown.append(
+                {
+                    "prompt": last_user_request(row),
+                    "expected": expected_call(row) or expected_text(row),
+                    "why": verdict["reason"],
+                    "base": outputs["base"][i]["raw"],
+                    "tuned": tuned["raw"],
+                }
+            )
     return out
 
 

@@ -102,22 +102,44 @@ def _reply(resp: dict[str, Any]) -> dict[str, Any]:
     return {"calls": calls, "content": content, "raw": raw}
 
 
-def ask(url: str, model: str, rows: list[dict[str, Any]], budgets: list[int], desc: str,
-        concurrency: int = losses.CONCURRENCY) -> list[dict[str, Any]]:
+def ask(
+    url: str,
+    model: str,
+    rows: list[dict[str, Any]],
+    budgets: list[int],
+    desc: str,
+    concurrency: int = losses.CONCURRENCY,
+) -> list[dict[str, Any]]:
     """Each row's prompt (the conversation before its scored turn) with its tools through the
     OpenAI API, `concurrency` at a time; the reply as an app reads it."""
+
     def one(i: int) -> dict[str, Any]:
         row = rows[i]
-        return _reply(client.chat(url, model, openai_messages(row["messages"][:target_index(row)]),
-                                  row.get("tools") or None, max_tokens=budgets[i], timeout=600))
+        return _reply(
+            client.chat(
+                url,
+                model,
+                openai_messages(row["messages"][: target_index(row)]),
+                row.get("tools") or None,
+                max_tokens=budgets[i],
+                timeout=600,
+            )
+        )
 
     return losses.each_batch(one, list(range(len(rows))), desc, concurrency)
 
 
-def served_predictions(model_dir: Path, tuned_dir: Path | None, rows: list[dict[str, Any]],
-                       examples: list[dict[str, list[int]]], tokenizer, max_seq_len: int,
-                       context: int | None = None, names: tuple[str, ...] = ("base", "tuned"),
-                       suite: tuple[list[dict[str, Any]], list[int]] | None = None) -> dict[str, dict[str, list]]:
+def served_predictions(
+    model_dir: Path,
+    tuned_dir: Path | None,
+    rows: list[dict[str, Any]],
+    examples: list[dict[str, list[int]]],
+    tokenizer,
+    max_seq_len: int,
+    context: int | None = None,
+    names: tuple[str, ...] = ("base", "tuned"),
+    suite: tuple[list[dict[str, Any]], list[int]] | None = None,
+) -> dict[str, dict[str, list]]:
     """The answers of `names` (base, tuned) through vLLM's OpenAI server, started as deploy starts
     it (the same argument builder, the delivered chat template, the tool-call parser read off it),
     on the servers of `server_plans`; a server that would answer for none of `names` is not
@@ -134,12 +156,22 @@ def served_predictions(model_dir: Path, tuned_dir: Path | None, rows: list[dict[
     suite_rows, suite_prompts = suite if suite is not None else ([], [])
     suite_budgets = bfcl.budgets(suite_prompts, context)
     if suite_rows:
-        max_model_len = max(max_model_len, max((p + b for p, b in zip(suite_prompts, suite_budgets) if b >= 1),
-                                               default=0))
+        max_model_len = max(
+            max_model_len, max((p + b for p, b in zip(suite_prompts, suite_budgets) if b >= 1), default=0)
+        )
     max_model_len = min(max_model_len, context) if context else max_model_len
-    prompts = [len(tokenizer.apply_chat_template(r["messages"][:target_index(r)], tools=r.get("tools") or None,
-                                                 add_generation_prompt=True, tokenize=True, return_dict=True)
-                   ["input_ids"]) for r in rows]
+    prompts = [
+        len(
+            tokenizer.apply_chat_template(
+                r["messages"][: target_index(r)],
+                tools=r.get("tools") or None,
+                add_generation_prompt=True,
+                tokenize=True,
+                return_dict=True,
+            )["input_ids"]
+        )
+        for r in rows
+    ]
     budgets = [max(1, min(b, max_model_len - p)) for b, p in zip(budgets, prompts)]  # vLLM refuses more
     answers: dict[str, dict[str, list]] = {}
     with tempfile.TemporaryDirectory(prefix="eval-merged-") as tmp:
@@ -151,29 +183,46 @@ def served_predictions(model_dir: Path, tuned_dir: Path | None, rows: list[dict[
                 from trainer.models.merge import merge  # imports torch: here, as in generation.load
 
                 served_dir = merge(model_dir, tuned_dir, Path(tmp) / "merged")
-            server = local.start(served_dir, serves[0], lora_modules=loras, max_model_len=max_model_len,
-                                 log_path=Path(tmp) / f"vllm-{serves[0]}.log")
+            server = local.start(
+                served_dir,
+                serves[0],
+                lora_modules=loras,
+                max_model_len=max_model_len,
+                log_path=Path(tmp) / f"vllm-{serves[0]}.log",
+            )
             try:
                 client.wait_ready(server.url, server, timeout=900)
                 for name in (n for n in serves if n in names):
                     if suite_rows:
                         asked = [i for i, b in enumerate(suite_budgets) if b >= 1]
-                        got = ask(server.url, name, [suite_rows[i] for i in asked], [suite_budgets[i] for i in asked],
-                                  desc=f"BFCL {name} (vLLM)", concurrency=bfcl.IN_FLIGHT)
+                        got = ask(
+                            server.url,
+                            name,
+                            [suite_rows[i] for i in asked],
+                            [suite_budgets[i] for i in asked],
+                            desc=f"BFCL {name} (vLLM)",
+                            concurrency=bfcl.IN_FLIGHT,
+                        )
                         answers.setdefault(name, {})["suite"] = [None] * len(suite_rows)
                         for i, g in zip(asked, got):
                             answers[name]["suite"][i] = g
                     if not rows:
                         continue
                     answers.setdefault(name, {}).update(
-                        {"predictions": ask(server.url, name, rows, budgets, desc=f"evaluate {name} (vLLM)"),
-                                     # Beside an adapter on the CPU build, one at a time: its
-                                     # LoRA logits path (punica_cpu) sizes a batch by requests,
-                                     # not tokens (server_plans); the GPU's maps tokens.
-                                     "losses": losses.served_losses(server.url, name, examples,
-                                                             desc=f"eval loss {name} (vLLM)",
-                                                             concurrency=1 if loras and vllm_cpu_build()
-                                                             else losses.CONCURRENCY)})
+                        {
+                            "predictions": ask(server.url, name, rows, budgets, desc=f"evaluate {name} (vLLM)"),
+                            # Beside an adapter on the CPU build, one at a time: its
+                            # LoRA logits path (punica_cpu) sizes a batch by requests,
+                            # not tokens (server_plans); the GPU's maps tokens.
+                            "losses": losses.served_losses(
+                                server.url,
+                                name,
+                                examples,
+                                desc=f"eval loss {name} (vLLM)",
+                                concurrency=1 if loras and vllm_cpu_build() else losses.CONCURRENCY,
+                            ),
+                        }
+                    )
             finally:
                 server.stop()
     return answers

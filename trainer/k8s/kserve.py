@@ -29,8 +29,15 @@ from trainer.core import settings
 from trainer.core.errors import collect
 from trainer.k8s import reach, rules
 from trainer.k8s.lifecycle import api_client, default_namespace, ready_condition, replace, to_dict, wait_until
-from trainer.k8s.podspec import (RUN_AS_USER, accelerators, container_security, labels as app_labels, pod_security,
-                                 queue_labels, tolerations)
+from trainer.k8s.podspec import (
+    RUN_AS_USER,
+    accelerators,
+    container_security,
+    labels as app_labels,
+    pod_security,
+    queue_labels,
+    tolerations,
+)
 from trainer.k8s.vllm import ServeSpec, image, smoke_reached, split_args
 
 GROUP = "serving.kserve.io"
@@ -47,23 +54,35 @@ def serving_runtime(spec: ServeSpec) -> dict:
     """The ServingRuntime: vLLM's image and the shared flags; the model name is KServe's `{{.Name}}`."""
     c = spec.cluster
     return {
-        "apiVersion": f"{GROUP}/v1alpha1", "kind": "ServingRuntime",
-        "metadata": {"name": RUNTIME_NAME, **({"namespace": c.namespace} if c.namespace else {}),
-                     "labels": app_labels("server")},
+        "apiVersion": f"{GROUP}/v1alpha1",
+        "kind": "ServingRuntime",
+        "metadata": {
+            "name": RUNTIME_NAME,
+            **({"namespace": c.namespace} if c.namespace else {}),
+            "labels": app_labels("server"),
+        },
         "spec": {
             "supportedModelFormats": [{"name": MODEL_FORMAT, "version": "1", "autoSelect": True}],
             "protocolVersions": ["v1"],
-            "containers": [{
-                # Each InferenceService names its own image (CUDA, ROCm or CPU build): the runtime is
-                # shared by every deploy in the namespace, and the last one would set it for all.
-                "name": "kserve-container", "image": settings.get("VLLM_IMAGE"),
-                "command": ["vllm", "serve"], "args": split_args(spec, "{{.Name}}", MOUNT, PORT)[0],
-                "env": [{"name": "HOME", "value": "/tmp"}, {"name": "HF_HOME", "value": "/tmp/hf"},
-                        {"name": "HF_HUB_OFFLINE", "value": "1"}],
-                "ports": [{"containerPort": PORT, "protocol": "TCP"}],
-                "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "2Gi"}},
-                "securityContext": to_dict(container_security()),
-                "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}]}],
+            "containers": [
+                {
+                    # Each InferenceService names its own image (CUDA, ROCm or CPU build): the runtime is
+                    # shared by every deploy in the namespace, and the last one would set it for all.
+                    "name": "kserve-container",
+                    "image": settings.get("VLLM_IMAGE"),
+                    "command": ["vllm", "serve"],
+                    "args": split_args(spec, "{{.Name}}", MOUNT, PORT)[0],
+                    "env": [
+                        {"name": "HOME", "value": "/tmp"},
+                        {"name": "HF_HOME", "value": "/tmp/hf"},
+                        {"name": "HF_HUB_OFFLINE", "value": "1"},
+                    ],
+                    "ports": [{"containerPort": PORT, "protocol": "TCP"}],
+                    "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "2Gi"}},
+                    "securityContext": to_dict(container_security()),
+                    "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+                }
+            ],
             "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": c.shm_size}}],
         },
     }
@@ -74,27 +93,37 @@ def inference_service(spec: ServeSpec) -> dict:
     gpus = accelerators(c, spec.gpus)
     adapters = {n: f"{ADAPTERS}/{n}" for n in spec.adapters}
     model: dict[str, Any] = {
-        "modelFormat": {"name": MODEL_FORMAT}, "runtime": RUNTIME_NAME, "image": image(spec),
+        "modelFormat": {"name": MODEL_FORMAT},
+        "runtime": RUNTIME_NAME,
+        "image": image(spec),
         "args": split_args(spec, "{{.Name}}", MOUNT, PORT, adapters)[1],
         "resources": {"requests": {"cpu": c.cpu, "memory": c.memory, **gpus}, "limits": {"memory": c.memory, **gpus}},
         "securityContext": to_dict(container_security()),
     }
     predictor: dict[str, Any] = {
-        "serviceAccountName": c.service_account or SERVICE_ACCOUNT, "minReplicas": spec.replicas,
-        "securityContext": to_dict(pod_security(RUN_AS_USER)), "model": model,
+        "serviceAccountName": c.service_account or SERVICE_ACCOUNT,
+        "minReplicas": spec.replicas,
+        "securityContext": to_dict(pod_security(RUN_AS_USER)),
+        "model": model,
         **({"nodeSelector": c.node_selector} if c.node_selector else {}),
         **({"tolerations": tolerations(c)} if c.tolerations else {}),
     }
     if spec.adapters:
-        predictor["storageUris"] = [{"uri": spec.model_uri, "mountPath": MOUNT},
-                                    *[{"uri": uri, "mountPath": adapters[n]} for n, uri in spec.adapters.items()]]
+        predictor["storageUris"] = [
+            {"uri": spec.model_uri, "mountPath": MOUNT},
+            *[{"uri": uri, "mountPath": adapters[n]} for n, uri in spec.adapters.items()],
+        ]
     else:
         model["storageUri"] = spec.model_uri
     return {
-        "apiVersion": f"{GROUP}/v1beta1", "kind": "InferenceService",
-        "metadata": {"name": spec.name, **({"namespace": c.namespace} if c.namespace else {}),
-                     "labels": {**app_labels("server", **{"app.kubernetes.io/instance": spec.name}), **queue_labels(c)},
-                     "annotations": {"llm-finetune/model-uri": spec.model_uri}},
+        "apiVersion": f"{GROUP}/v1beta1",
+        "kind": "InferenceService",
+        "metadata": {
+            "name": spec.name,
+            **({"namespace": c.namespace} if c.namespace else {}),
+            "labels": {**app_labels("server", **{"app.kubernetes.io/instance": spec.name}), **queue_labels(c)},
+            "annotations": {"llm-finetune/model-uri": spec.model_uri},
+        },
         "spec": {"predictor": predictor},
     }
 
@@ -124,45 +153,68 @@ def apply(custom, objects: list[dict], namespace: str) -> str:
             # Not a patch: the client's JSON merge patch keeps every map key the new render lacks (the
             # other mode's storageUri / storageUris, old node selector keys and accelerator resource).
             name = obj["metadata"]["name"]
-            replace(lambda: custom.get_namespaced_custom_object(GROUP, version, namespace, plural, name),
-                    lambda body: custom.replace_namespaced_custom_object(GROUP, version, namespace, plural, name,
-                                                                         body),
-                    obj, f"{obj['kind']} {namespace}/{name}")
+            replace(
+                lambda: custom.get_namespaced_custom_object(GROUP, version, namespace, plural, name),
+                lambda body: custom.replace_namespaced_custom_object(GROUP, version, namespace, plural, name, body),
+                obj,
+                f"{obj['kind']} {namespace}/{name}",
+            )
             action = "replaced"
     return action
 
 
-def wait_ready(custom, name: str, namespace: str, timeout_s: float, poll_s: float = 5.0,
-               progress_every_s: float = 30.0) -> str:
+def wait_ready(
+    custom, name: str, namespace: str, timeout_s: float, poll_s: float = 5.0, progress_every_s: float = 30.0
+) -> str:
     """Until the newest generation is Ready; returns the predictor's in-cluster URL. A line of
     progress (the conditions not yet True) every `progress_every_s`."""
+
     def check() -> tuple[str | None, str]:
         obj = custom.get_namespaced_custom_object(GROUP, "v1beta1", namespace, "inferenceservices", name)
         ready, why = ready_condition(obj)
         st = obj.get("status") or {}
-        url = ((st.get("address") or {}).get("url") or st.get("url")
-               or reach.dns_url(f"{name}-predictor", namespace, 80)) if ready else None
+        url = (
+            ((st.get("address") or {}).get("url") or st.get("url") or reach.dns_url(f"{name}-predictor", namespace, 80))
+            if ready
+            else None
+        )
         return url, why
 
-    return wait_until(check, timeout_s, poll_s, progress_every_s, *not_ready_lines(
-        "InferenceService", name, namespace, timeout_s, "inferenceservice", "the predictor pod"))
+    return wait_until(
+        check,
+        timeout_s,
+        poll_s,
+        progress_every_s,
+        *not_ready_lines("InferenceService", name, namespace, timeout_s, "inferenceservice", "the predictor pod"),
+    )
 
 
 def not_ready_lines(kind: str, name: str, namespace: str, timeout_s: float, resource: str, pod: str):
     """(the progress line, the failure message) of a KServe object's readiness wait, from its conditions."""
+
     def waiting(seconds: float, why: list[str]) -> str:
-        return (f"  {kind} {namespace}/{name} not Ready after {seconds:.0f} s (limit {timeout_s:.0f} s): "
-                f"{'; '.join(c for c in why if '=True' not in c) or 'no status yet'}")
+        return (
+            f"  {kind} {namespace}/{name} not Ready after {seconds:.0f} s (limit {timeout_s:.0f} s): "
+            f"{'; '.join(c for c in why if '=True' not in c) or 'no status yet'}"
+        )
 
     def failed(why: list[str]) -> str:
-        return (f"{kind} {namespace}/{name} not Ready after {timeout_s:.0f}s ({'; '.join(why) or 'no status yet'}); "
-                f"see `kubectl -n {namespace} describe {resource}/{name}` and {pod}'s storage-initializer log")
+        return (
+            f"{kind} {namespace}/{name} not Ready after {timeout_s:.0f}s ({'; '.join(why) or 'no status yet'}); "
+            f"see `kubectl -n {namespace} describe {resource}/{name}` and {pod}'s storage-initializer log"
+        )
 
     return waiting, failed
 
 
-def deploy(spec: ServeSpec, messages: list[dict[str, Any]], tools: list | None = None,
-           client_configuration: Any = None, poll_s: float = 5.0, ready_timeout_s: float = 300) -> dict[str, Any]:
+def deploy(
+    spec: ServeSpec,
+    messages: list[dict[str, Any]],
+    tools: list | None = None,
+    client_configuration: Any = None,
+    poll_s: float = 5.0,
+    ready_timeout_s: float = 300,
+) -> dict[str, Any]:
     """Apply, wait for Ready and /v1/models, smoke-test every served name; returns what
     trainer.serving.local.deploy_local returns (endpoint: the predictor's in-cluster URL, names, smoke_ok,
     ...) plus `access`, the `kubectl port-forward` command for the user's machine."""
@@ -174,16 +226,25 @@ def deploy(spec: ServeSpec, messages: list[dict[str, Any]], tools: list | None =
     namespace = spec.cluster.namespace or default_namespace()
     collect(rules.kserve_name(spec.name, namespace), what="invalid serving settings")  # the namespace is known now
     action = apply(custom, objects, namespace)
-    print(f"{action} InferenceService {namespace}/{spec.name} (runtime {RUNTIME_NAME}); waiting until Ready "
-          f"(at most {spec.rollout_timeout_s} s)", flush=True)
+    print(
+        f"{action} InferenceService {namespace}/{spec.name} (runtime {RUNTIME_NAME}); waiting until Ready "
+        f"(at most {spec.rollout_timeout_s} s)",
+        flush=True,
+    )
     t0 = time.monotonic()
     url = wait_ready(custom, spec.name, namespace, spec.rollout_timeout_s, poll_s).rstrip("/")
     # The predictor's URL resolves only in the cluster, and in Serverless mode its Service is an
     # ExternalName (to Knative's gateway) that the API server cannot proxy: the pod it can. KServe
     # labels the predictor's pods with the InferenceService's name: valid in either KServe mode.
     selector = f"{ISVC_LABEL}={spec.name}"
-    out = smoke_reached(reach.pod(api, namespace, url, PORT, selector, f"InferenceService {namespace}/{spec.name}",
-                                  "predictor"),
-                        url, reach.port_forward(namespace, reach.newest_pod(namespace, selector), PORT),
-                        spec, messages, tools, ready_timeout_s, t0)
+    out = smoke_reached(
+        reach.pod(api, namespace, url, PORT, selector, f"InferenceService {namespace}/{spec.name}", "predictor"),
+        url,
+        reach.port_forward(namespace, reach.newest_pod(namespace, selector), PORT),
+        spec,
+        messages,
+        tools,
+        ready_timeout_s,
+        t0,
+    )
     return {**out, "action": action}

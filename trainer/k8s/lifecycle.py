@@ -41,20 +41,34 @@ def replace(read: Callable[[], Any], put: Callable[[dict], Any], obj: Any, ref: 
     body = to_dict(obj)
     for _ in range(2):
         meta = to_dict(read())["metadata"]
-        body = {**body, "metadata": {**body["metadata"], "resourceVersion": meta["resourceVersion"],
-                                     **({"finalizers": meta["finalizers"]} if meta.get("finalizers") else {})}}
+        body = {
+            **body,
+            "metadata": {
+                **body["metadata"],
+                "resourceVersion": meta["resourceVersion"],
+                **({"finalizers": meta["finalizers"]} if meta.get("finalizers") else {}),
+            },
+        }
         try:
             put(body)
             return
         except ApiException as err:
             if err.status != 409:
                 raise
-    raise UserError(f"{ref} changed while being replaced, twice (is another deploy of the same name running?); "
-                    "deploy again when it has finished")
+    raise UserError(
+        f"{ref} changed while being replaced, twice (is another deploy of the same name running?); "
+        "deploy again when it has finished"
+    )
 
 
-def wait_until(check: Callable[[], tuple[Any, Any]], timeout_s: float, poll_s: float, progress_every_s: float,
-               waiting: Callable[[float, Any], str], failed: Callable[[Any], str]) -> Any:
+def wait_until(
+    check: Callable[[], tuple[Any, Any]],
+    timeout_s: float,
+    poll_s: float,
+    progress_every_s: float,
+    waiting: Callable[[float, Any], str],
+    failed: Callable[[Any], str],
+) -> Any:
     """Every backend's readiness wait: `check()` -> (a value once ready, else None; the state seen)
     every `poll_s`; the line `waiting(seconds so far, state)` every `progress_every_s` (pulling a vLLM
     image and loading weights take minutes); UserError(`failed(state)`) after `timeout_s`."""
@@ -77,8 +91,9 @@ def ready_condition(obj: dict) -> tuple[bool, list[str]]:
     st = obj.get("status") or {}
     conditions = st.get("conditions") or []
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-    why = [f"{c.get('type')}={c.get('status')} {c.get('reason', '')} {c.get('message', '')}".strip()
-           for c in conditions]
+    why = [
+        f"{c.get('type')}={c.get('status')} {c.get('reason', '')} {c.get('message', '')}".strip() for c in conditions
+    ]
     return ready and st.get("observedGeneration", 0) >= obj["metadata"].get("generation", 0), why
 
 
@@ -86,13 +101,20 @@ def ready_pod(core, namespace: str, selector: str, what: str, role: str) -> str:
     """The newest ready pod matching `selector`: one that serves `what` (e.g. `InferenceService
     ml/tuned`), whose pods are its `role` pods (predictor, workload), as the error names them."""
     pods = core.list_namespaced_pod(namespace, label_selector=selector).items
-    ready = [p for p in pods if p.status and p.status.phase == "Running"
-             and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])]
+    ready = [
+        p
+        for p in pods
+        if p.status
+        and p.status.phase == "Running"
+        and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+    ]
     if not ready:
-        raise UserError(f"{what} is Ready but none of its {role} pods is; see "
-                        f"`kubectl -n {namespace} get pods -l {selector}`")
-    return max(ready, key=lambda p: p.metadata.creation_timestamp.timestamp()
-               if p.metadata.creation_timestamp else 0).metadata.name
+        raise UserError(
+            f"{what} is Ready but none of its {role} pods is; see `kubectl -n {namespace} get pods -l {selector}`"
+        )
+    return max(
+        ready, key=lambda p: p.metadata.creation_timestamp.timestamp() if p.metadata.creation_timestamp else 0
+    ).metadata.name
 
 
 def default_namespace() -> str:
@@ -129,9 +151,12 @@ def _config_failure(err: BaseException) -> tuple[str, str]:
 
     why = brief(" ".join(str(err).split())) or type(err).__name__  # YAML's errors take several lines
     why = f"the kubeconfig is not valid YAML: {why}" if isinstance(err, yaml.YAMLError) else why
-    fix = ("this pod's service account token must be mounted (in a pod the in-cluster settings are used, whatever "
-           "KUBECONFIG says)" if utils.is_running_in_k8s() else
-           "point KUBECONFIG (or ~/.kube/config) at the cluster, e.g. check `kubectl get nodes`")
+    fix = (
+        "this pod's service account token must be mounted (in a pod the in-cluster settings are used, whatever "
+        "KUBECONFIG says)"
+        if utils.is_running_in_k8s()
+        else "point KUBECONFIG (or ~/.kube/config) at the cluster, e.g. check `kubectl get nodes`"
+    )
     return why, fix
 
 
@@ -155,8 +180,10 @@ def kube_config_problem(what: str) -> str | None:
         _load_config(k.Configuration())
     except _config_errors() as err:
         why, fix = _config_failure(err)
-        return (f"with {what} a step runs on a Kubernetes cluster, but no usable Kubernetes configuration is here "
-                f"({why}): {fix}; or use launcher=local and deploy_backend=local to run every step on this machine")
+        return (
+            f"with {what} a step runs on a Kubernetes cluster, but no usable Kubernetes configuration is here "
+            f"({why}): {fix}; or use launcher=local and deploy_backend=local to run every step on this machine"
+        )
     return None
 
 
@@ -168,16 +195,18 @@ def kube_config_errors() -> Iterator[None]:
         yield
     except errors as err:
         why, fix = _config_failure(err)
-        raise UserError(f"no usable Kubernetes configuration ({why}): {fix}; or add --dry-run to print the objects "
-                        "instead") from None
+        raise UserError(
+            f"no usable Kubernetes configuration ({why}): {fix}; or add --dry-run to print the objects instead"
+        ) from None
 
 
 class JobFailed(UserError):
     """The training job ended without success; the message carries the diagnosis."""
 
 
-def failure_report(core, namespace: str, name: str, pod_selector: str, main_pod: Any, container: str,
-                   tail: int = 30) -> str:
+def failure_report(
+    core, namespace: str, name: str, pod_selector: str, main_pod: Any, container: str, tail: int = 30
+) -> str:
     """Pod phases and container states, recent events, and the main pod's last log lines.
 
     `main_pod(pod) -> bool` picks the pod whose log tells the story (master / node 0).
@@ -219,9 +248,17 @@ def failure_report(core, namespace: str, name: str, pod_selector: str, main_pod:
     return "\n".join(lines)
 
 
-def create_or_attach(kind: str, ref: str, create: Callable[[], None], exists: Callable[[Exception], bool],
-                     status: Callable[[], str], delete: Callable[[], None], gone: Callable[[], bool],
-                     timeout_s: float = 300.0, poll_s: float = 2.0) -> None:
+def create_or_attach(
+    kind: str,
+    ref: str,
+    create: Callable[[], None],
+    exists: Callable[[Exception], bool],
+    status: Callable[[], str],
+    delete: Callable[[], None],
+    gone: Callable[[], bool],
+    timeout_s: float = 300.0,
+    poll_s: float = 2.0,
+) -> None:
     """Create the job; a job of the same name (a retried KFP task: same run id) is followed,
     unless it already failed: then it is deleted and created again, so that a Retry after a
     failure trains (resuming from the run's last checkpoint) instead of re-reporting the old
@@ -235,14 +272,19 @@ def create_or_attach(kind: str, ref: str, create: Callable[[], None], exists: Ca
     if status() != "failed":
         print(f"{kind} {ref} already exists; following it", flush=True)
         return
-    print(f"{kind} {ref} exists from an earlier attempt that failed; deleting it and starting again "
-          f"(it resumes from the run's last checkpoint)", flush=True)
+    print(
+        f"{kind} {ref} exists from an earlier attempt that failed; deleting it and starting again "
+        f"(it resumes from the run's last checkpoint)",
+        flush=True,
+    )
     delete()
     deadline = time.monotonic() + timeout_s
     while not gone():
         if time.monotonic() > deadline:
-            raise JobFailed(f"{kind} {ref} from the earlier failed attempt was not deleted within {timeout_s:.0f} s; "
-                            f"delete it (kubectl delete {kind.lower()} -n {ref.replace('/', ' ')}) and retry")
+            raise JobFailed(
+                f"{kind} {ref} from the earlier failed attempt was not deleted within {timeout_s:.0f} s; "
+                f"delete it (kubectl delete {kind.lower()} -n {ref.replace('/', ' ')}) and retry"
+            )
         time.sleep(poll_s)
     create()
 
@@ -251,9 +293,17 @@ class Stopped(Exception):
     """follow_job's verdict when the job did not succeed: 'failed', 'timed out' or a stall message."""
 
 
-def follow_job(status: Callable[[], str], core, namespace: str, pod_selector: str, container: str,
-               spec: ClusterSpec, *, clock: Callable[[], float] = time.monotonic,
-               sleep: Callable[[float], None] = time.sleep) -> None:
+def follow_job(
+    status: Callable[[], str],
+    core,
+    namespace: str,
+    pod_selector: str,
+    container: str,
+    spec: ClusterSpec,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
     """Stream the main pod's log into ours while polling the job until it succeeds.
 
     `status()` returns 'succeeded', 'failed' or anything else (still going). Every log line
@@ -281,8 +331,11 @@ def follow_job(status: Callable[[], str], core, namespace: str, pod_selector: st
         with lock:
             dogs.clear()
 
-    reader = threading.Thread(target=_stream_logs, args=(core, namespace, pod_selector, container, feed, done,
-                                                         drained, spec.poll_interval_s, idle), daemon=True)
+    reader = threading.Thread(
+        target=_stream_logs,
+        args=(core, namespace, pod_selector, container, feed, done, drained, spec.poll_interval_s, idle),
+        daemon=True,
+    )
     reader.start()
     deadline = clock() + spec.wait_timeout_s if spec.wait_timeout_s else None
     try:
@@ -304,9 +357,17 @@ def follow_job(status: Callable[[], str], core, namespace: str, pod_selector: st
         done.set()
 
 
-def _stream_logs(core, namespace: str, selector: str, container: str, on_line: Callable[[str], None],
-                 done: threading.Event, drained: threading.Event, poll_s: float,
-                 on_idle: Callable[[], None] = lambda: None) -> None:
+def _stream_logs(
+    core,
+    namespace: str,
+    selector: str,
+    container: str,
+    on_line: Callable[[str], None],
+    done: threading.Event,
+    drained: threading.Event,
+    poll_s: float,
+    on_idle: Callable[[], None] = lambda: None,
+) -> None:
     """Follow the log of the pod matching `selector` (again after a restart) until `done`;
     `on_idle()` whenever none of them is running."""
     from kubernetes.client.exceptions import ApiException
@@ -325,7 +386,7 @@ def _stream_logs(core, namespace: str, selector: str, container: str, on_line: C
             count, partial = seen.get(key, (0, ""))
             if i >= count and (complete or ended):
                 # A line whose start was shown as an ended container's last line: only its rest.
-                rest = line[len(partial):] if partial and line.startswith(partial) else line
+                rest = line[len(partial) :] if partial and line.startswith(partial) else line
                 if rest or not partial:
                     on_line(rest)
                 seen[key] = (i + 1, "") if complete else (count, line)
@@ -335,13 +396,19 @@ def _stream_logs(core, namespace: str, selector: str, container: str, on_line: C
 
     while not done.is_set():
         try:
-            pods = [p for p in core.list_namespaced_pod(namespace, label_selector=selector).items
-                    if p.status and p.status.phase in ("Running", "Succeeded", "Failed")]
+            pods = [
+                p
+                for p in core.list_namespaced_pod(namespace, label_selector=selector).items
+                if p.status and p.status.phase in ("Running", "Succeeded", "Failed")
+            ]
             # A running pod first, else the newest: a failed pod that its Job replaced under a new
             # name may still be listed, and its log has nothing more to say.
-            pods.sort(key=lambda p: (p.status.phase != "Running",
-                                     -(p.metadata.creation_timestamp.timestamp()
-                                       if p.metadata.creation_timestamp else 0)))
+            pods.sort(
+                key=lambda p: (
+                    p.status.phase != "Running",
+                    -(p.metadata.creation_timestamp.timestamp() if p.metadata.creation_timestamp else 0),
+                )
+            )
             if not pods or pods[0].status.phase != "Running":
                 on_idle()
             for pod in pods[:1]:
@@ -356,18 +423,22 @@ def _stream_logs(core, namespace: str, selector: str, container: str, on_line: C
                     # may have left lines unread, its last one perhaps without a newline. The
                     # kubelet keeps that log as the container's `previous` one.
                     try:
-                        prev = core.read_namespaced_pod_log(name, namespace, container=container, previous=True,
-                                                            _preload_content=False)
+                        prev = core.read_namespaced_pod_log(
+                            name, namespace, container=container, previous=True, _preload_content=False
+                        )
                     except ApiException:  # gone (the runtime removed the old container): move on
                         prev = None
                     if prev is not None and not show(prev, before, ended=True):
                         return
                 if key not in seen:
-                    print(f"--- log of pod {namespace}/{name}" + (f" (restart {restarts})" if restarts else "")
-                          + " ---", flush=True)
+                    print(
+                        f"--- log of pod {namespace}/{name}" + (f" (restart {restarts})" if restarts else "") + " ---",
+                        flush=True,
+                    )
                     seen[key] = (0, "")
-                resp = core.read_namespaced_pod_log(name, namespace, container=container, follow=True,
-                                                    _preload_content=False)
+                resp = core.read_namespaced_pod_log(
+                    name, namespace, container=container, follow=True, _preload_content=False
+                )
                 # Ended: the pod is over, or this container exited (a restart in place comes next).
                 finished = pod.status.phase in ("Succeeded", "Failed")
                 ended = finished or any(cs.state and cs.state.terminated for cs in statuses)

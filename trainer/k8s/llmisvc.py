@@ -28,8 +28,15 @@ from typing import Any
 from trainer.core.errors import collect
 from trainer.k8s import reach
 from trainer.k8s.lifecycle import api_client, default_namespace, ready_condition, replace, to_dict, wait_until
-from trainer.k8s.podspec import (RUN_AS_USER, accelerators, container_security, labels as app_labels, pod_security,
-                                 queue_labels, tolerations)
+from trainer.k8s.podspec import (
+    RUN_AS_USER,
+    accelerators,
+    container_security,
+    labels as app_labels,
+    pod_security,
+    queue_labels,
+    tolerations,
+)
 from trainer.k8s.kserve import SERVICE_ACCOUNT, not_ready_lines
 from trainer.k8s.vllm import ServeSpec, image, server_args, smoke_reached
 
@@ -39,8 +46,17 @@ MOUNT = "/mnt/models"  # where KServe's storage initializer puts spec.model.uri
 WORKLOAD_LABELS = "app.kubernetes.io/name={name},kserve.io/component=workload"
 # Flags KServe sets itself from the object (model path and name, listening address, LoRA from
 # spec.model.lora, tensor parallelism from spec.parallelism): left out of VLLM_ADDITIONAL_ARGS.
-_KSERVE_OWNS = {"--model": 1, "--served-model-name": 1, "--host": 1, "--port": 1, "--enable-lora": 0,
-                "--max-loras": 1, "--lora-modules": -1, "--max-lora-rank": 1, "--tensor-parallel-size": 1}
+_KSERVE_OWNS = {
+    "--model": 1,
+    "--served-model-name": 1,
+    "--host": 1,
+    "--port": 1,
+    "--enable-lora": 0,
+    "--max-loras": 1,
+    "--lora-modules": -1,
+    "--max-lora-rank": 1,
+    "--tensor-parallel-size": 1,
+}
 
 
 def _full_args(spec: ServeSpec) -> list[str]:
@@ -75,30 +91,45 @@ def llm_inference_service(spec: ServeSpec) -> dict:
     if spec.adapters:
         # KServe passes these to vLLM as they are: the builder's values (the rank rounded up to one vLLM accepts)
         full = _full_args(spec)
-        model["lora"] = {"adapters": [{"name": n, "uri": uri} for n, uri in spec.adapters.items()],
-                         "maxRank": _flag(full, "--max-lora-rank"), "maxAdapters": _flag(full, "--max-loras")}
+        model["lora"] = {
+            "adapters": [{"name": n, "uri": uri} for n, uri in spec.adapters.items()],
+            "maxRank": _flag(full, "--max-lora-rank"),
+            "maxAdapters": _flag(full, "--max-loras"),
+        }
     container = {
-        "name": "main", "image": image(spec),
-        "env": [{"name": "VLLM_ADDITIONAL_ARGS", "value": shlex.join(additional_args(spec))},
-                {"name": "HF_HUB_OFFLINE", "value": "1"}],
+        "name": "main",
+        "image": image(spec),
+        "env": [
+            {"name": "VLLM_ADDITIONAL_ARGS", "value": shlex.join(additional_args(spec))},
+            {"name": "HF_HUB_OFFLINE", "value": "1"},
+        ],
         "resources": {"requests": {"cpu": c.cpu, "memory": c.memory, **gpus}, "limits": {"memory": c.memory, **gpus}},
         "securityContext": to_dict(container_security()),
     }
     template: dict[str, Any] = {
         "serviceAccountName": c.service_account or SERVICE_ACCOUNT,
-        "securityContext": to_dict(pod_security(RUN_AS_USER)), "containers": [container],
+        "securityContext": to_dict(pod_security(RUN_AS_USER)),
+        "containers": [container],
         **({"nodeSelector": c.node_selector} if c.node_selector else {}),
         **({"tolerations": tolerations(c)} if c.tolerations else {}),
     }
     return {
-        "apiVersion": f"{GROUP}/{VERSION}", "kind": KIND,
-        "metadata": {"name": spec.name, **({"namespace": c.namespace} if c.namespace else {}),
-                     "labels": {**app_labels("server", **{"app.kubernetes.io/instance": spec.name}), **queue_labels(c)},
-                     "annotations": {"llm-finetune/model-uri": spec.model_uri}},
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
+        "metadata": {
+            "name": spec.name,
+            **({"namespace": c.namespace} if c.namespace else {}),
+            "labels": {**app_labels("server", **{"app.kubernetes.io/instance": spec.name}), **queue_labels(c)},
+            "annotations": {"llm-finetune/model-uri": spec.model_uri},
+        },
         # KServe copies spec.labels (not the object's) onto the workload pods, where Kueue looks.
-        "spec": {"model": model, "replicas": spec.replicas, "template": template,
-                 **({"labels": queue_labels(c)} if queue_labels(c) else {}),
-                 **({"parallelism": {"tensor": spec.gpus}} if spec.gpus > 1 else {})},
+        "spec": {
+            "model": model,
+            "replicas": spec.replicas,
+            "template": template,
+            **({"labels": queue_labels(c)} if queue_labels(c) else {}),
+            **({"parallelism": {"tensor": spec.gpus}} if spec.gpus > 1 else {}),
+        },
     }
 
 
@@ -122,24 +153,34 @@ def apply(custom, obj: dict, namespace: str) -> str:
         if err.status != 409:
             raise
     name = obj["metadata"]["name"]
-    replace(lambda: custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name),
-            lambda body: custom.replace_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, body),
-            obj, f"{KIND} {namespace}/{name}")
+    replace(
+        lambda: custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name),
+        lambda body: custom.replace_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, body),
+        obj,
+        f"{KIND} {namespace}/{name}",
+    )
     return "replaced"
 
 
-def wait_ready(custom, name: str, namespace: str, timeout_s: float, poll_s: float = 5.0,
-               progress_every_s: float = 30.0) -> str:
+def wait_ready(
+    custom, name: str, namespace: str, timeout_s: float, poll_s: float = 5.0, progress_every_s: float = 30.0
+) -> str:
     """Until the newest generation is Ready; returns its URL (status.url, else the first address,
     else the workload Service). A line of progress (the conditions not yet True) every `progress_every_s`."""
+
     def check() -> tuple[str | None, str]:
         obj = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
         ready, why = ready_condition(obj)
         st = obj.get("status") or {}
         return (served_url(st, name, namespace) if ready else None), why
 
-    return wait_until(check, timeout_s, poll_s, progress_every_s, *not_ready_lines(
-        KIND, name, namespace, timeout_s, "llminferenceservice", "the workload pod"))
+    return wait_until(
+        check,
+        timeout_s,
+        poll_s,
+        progress_every_s,
+        *not_ready_lines(KIND, name, namespace, timeout_s, "llminferenceservice", "the workload pod"),
+    )
 
 
 def workload_url(name: str, namespace: str, scheme: str = "http") -> str:
@@ -163,8 +204,14 @@ def served_url(status: dict, name: str, namespace: str) -> str:
     return f"{parts.scheme}://{parts.hostname}:{parts.port or PORT}{parts.path.rstrip('/')}"
 
 
-def deploy(spec: ServeSpec, messages: list[dict[str, Any]], tools: list | None = None,
-           client_configuration: Any = None, poll_s: float = 5.0, ready_timeout_s: float = 300) -> dict[str, Any]:
+def deploy(
+    spec: ServeSpec,
+    messages: list[dict[str, Any]],
+    tools: list | None = None,
+    client_configuration: Any = None,
+    poll_s: float = 5.0,
+    ready_timeout_s: float = 300,
+) -> dict[str, Any]:
     """Apply, wait for Ready and /v1/models, smoke-test every served name; the same result as the
     other backends (trainer.deploy.Deployed), plus `access`, the `kubectl port-forward` command."""
     from kubernetes import client as k
@@ -174,15 +221,31 @@ def deploy(spec: ServeSpec, messages: list[dict[str, Any]], tools: list | None =
     custom = k.CustomObjectsApi(api)
     namespace = spec.cluster.namespace or default_namespace()
     action = apply(custom, obj, namespace)
-    print(f"{action} {KIND} {namespace}/{spec.name}; waiting until Ready (at most {spec.rollout_timeout_s} s)",
-          flush=True)
+    print(
+        f"{action} {KIND} {namespace}/{spec.name}; waiting until Ready (at most {spec.rollout_timeout_s} s)", flush=True
+    )
     t0 = time.monotonic()
     url = wait_ready(custom, spec.name, namespace, spec.rollout_timeout_s, poll_s).rstrip("/")
     # Outside the cluster the Service's name does not resolve, and KServe's TLS certificate (when the
     # cluster turned it on) is its own: the API server's proxy to a workload pod reaches it either way.
     selector = WORKLOAD_LABELS.format(name=spec.name)
-    out = smoke_reached(reach.pod(api, namespace, url, PORT, selector, f"{KIND} {namespace}/{spec.name}", "workload",
-                                  tls=url.split("://", 1)[0] != "http"),
-                        url, reach.port_forward(namespace, reach.newest_pod(namespace, selector), PORT),
-                        spec, messages, tools, ready_timeout_s, t0)
+    out = smoke_reached(
+        reach.pod(
+            api,
+            namespace,
+            url,
+            PORT,
+            selector,
+            f"{KIND} {namespace}/{spec.name}",
+            "workload",
+            tls=url.split("://", 1)[0] != "http",
+        ),
+        url,
+        reach.port_forward(namespace, reach.newest_pod(namespace, selector), PORT),
+        spec,
+        messages,
+        tools,
+        ready_timeout_s,
+        t0,
+    )
     return {**out, "action": action}

@@ -103,8 +103,12 @@ def secret_env() -> list:
     from kubernetes.client import V1EnvVar, V1EnvVarSource, V1SecretKeySelector
 
     def ref(env: str, secret: str, key: str, optional: bool = False) -> V1EnvVar:
-        return V1EnvVar(name=env, value_from=V1EnvVarSource(
-            secret_key_ref=V1SecretKeySelector(name=secret, key=key, optional=optional or None)))
+        return V1EnvVar(
+            name=env,
+            value_from=V1EnvVarSource(
+                secret_key_ref=V1SecretKeySelector(name=secret, key=key, optional=optional or None)
+            ),
+        )
 
     return [
         V1EnvVar(name="S3_ENDPOINT", value=settings.get("S3_ENDPOINT")),
@@ -129,17 +133,24 @@ def tolerations(spec: ClusterSpec) -> list[dict[str, Any]]:
     hands JSON numbers inside list parameters over as floats (300 arrives as 300.0), which the API
     server's int64 field refuses and the Trainer SDK's models reject; rules.tolerations has already
     refused a fractional one."""
-    return [{**t, "tolerationSeconds": int(t["tolerationSeconds"])}
-            if isinstance(t.get("tolerationSeconds"), float) else t for t in spec.tolerations]
+    return [
+        {**t, "tolerationSeconds": int(t["tolerationSeconds"])} if isinstance(t.get("tolerationSeconds"), float) else t
+        for t in spec.tolerations
+    ]
 
 
 def scheduling(spec: ClusterSpec) -> dict[str, Any]:
     """Pod-spec fields shared by training and serving pods."""
     from kubernetes.client import V1Toleration
 
-    return {"node_selector": spec.node_selector or None,
-            "tolerations": [V1Toleration(**{re.sub(r"(?<!^)(?=[A-Z])", "_", k).lower(): v for k, v in t.items()})
-                            for t in tolerations(spec)] or None}
+    return {
+        "node_selector": spec.node_selector or None,
+        "tolerations": [
+            V1Toleration(**{re.sub(r"(?<!^)(?=[A-Z])", "_", k).lower(): v for k, v in t.items()})
+            for t in tolerations(spec)
+        ]
+        or None,
+    }
 
 
 def pod_security(run_as_user: int | None = None):
@@ -147,18 +158,25 @@ def pod_security(run_as_user: int | None = None):
     fsGroup makes emptyDirs writable for the non-root user."""
     from kubernetes.client import V1PodSecurityContext, V1SeccompProfile
 
-    return V1PodSecurityContext(run_as_non_root=True, run_as_user=run_as_user, run_as_group=run_as_user,
-                                fs_group=run_as_user or RUN_AS_USER,
-                                seccomp_profile=V1SeccompProfile(type="RuntimeDefault"))
+    return V1PodSecurityContext(
+        run_as_non_root=True,
+        run_as_user=run_as_user,
+        run_as_group=run_as_user,
+        fs_group=run_as_user or RUN_AS_USER,
+        seccomp_profile=V1SeccompProfile(type="RuntimeDefault"),
+    )
 
 
 def container_security():
     """Container-level half of restricted Pod Security."""
     from kubernetes.client import V1Capabilities, V1SecurityContext, V1SeccompProfile
 
-    return V1SecurityContext(allow_privilege_escalation=False, run_as_non_root=True,
-                             capabilities=V1Capabilities(drop=["ALL"]),
-                             seccomp_profile=V1SeccompProfile(type="RuntimeDefault"))
+    return V1SecurityContext(
+        allow_privilege_escalation=False,
+        run_as_non_root=True,
+        capabilities=V1Capabilities(drop=["ALL"]),
+        seccomp_profile=V1SeccompProfile(type="RuntimeDefault"),
+    )
 
 
 def accelerators(spec: ClusterSpec, count: int) -> dict[str, str]:

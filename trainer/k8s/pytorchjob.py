@@ -25,10 +25,26 @@ from trainer.core import settings
 from trainer.recipe import torchrun
 from trainer.core.errors import collect
 from trainer.core.exitcodes import PERMANENT
-from trainer.k8s.lifecycle import (JobFailed, Stopped, create_or_attach, default_namespace, failure_report, follow_job,
-                                   kube_config_errors)
-from trainer.k8s.podspec import (ClusterSpec, accelerators, container_security, labels, pod_security, queue_labels,
-                                 scheduling, secret_env, tracking_env)
+from trainer.k8s.lifecycle import (
+    JobFailed,
+    Stopped,
+    create_or_attach,
+    default_namespace,
+    failure_report,
+    follow_job,
+    kube_config_errors,
+)
+from trainer.k8s.podspec import (
+    ClusterSpec,
+    accelerators,
+    container_security,
+    labels,
+    pod_security,
+    queue_labels,
+    scheduling,
+    secret_env,
+    tracking_env,
+)
 
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 CONTAINER = "pytorch"  # the operator requires this name
@@ -46,30 +62,54 @@ def train_command(train_args: list[str]) -> list[str]:
 def pod_template(spec: ClusterSpec, train_args: list[str], container_name: str, extra_labels: dict | None = None):
     """The training pod: project image, torchrun command, secrets by reference, /dev/shm and a
     bounded cache, restricted Pod Security. Shared by the PyTorchJob and (in parts) the TrainJob."""
-    from kubernetes.client import (V1Container, V1EmptyDirVolumeSource, V1EnvVar, V1ObjectMeta, V1PodSpec,
-                                   V1PodTemplateSpec, V1ResourceRequirements, V1Volume, V1VolumeMount)
+    from kubernetes.client import (
+        V1Container,
+        V1EmptyDirVolumeSource,
+        V1EnvVar,
+        V1ObjectMeta,
+        V1PodSpec,
+        V1PodTemplateSpec,
+        V1ResourceRequirements,
+        V1Volume,
+        V1VolumeMount,
+    )
 
     gpus = accelerators(spec, spec.procs_per_node)
     container = V1Container(
-        name=container_name, image=spec.image or settings.image(), command=train_command(train_args),
-        env=[*secret_env(), *tracking_env(), V1EnvVar(name="FINETUNE_CACHE_DIR", value="/cache"),
-             V1EnvVar(name="PYTHONUNBUFFERED", value="1")],
-        resources=V1ResourceRequirements(requests={"cpu": spec.cpu, "memory": spec.memory, **gpus},
-                                         limits={"memory": spec.memory, **gpus}),
-        volume_mounts=[V1VolumeMount(name="dshm", mount_path="/dev/shm"),
-                       V1VolumeMount(name="cache", mount_path="/cache")],
+        name=container_name,
+        image=spec.image or settings.image(),
+        command=train_command(train_args),
+        env=[
+            *secret_env(),
+            *tracking_env(),
+            V1EnvVar(name="FINETUNE_CACHE_DIR", value="/cache"),
+            V1EnvVar(name="PYTHONUNBUFFERED", value="1"),
+        ],
+        resources=V1ResourceRequirements(
+            requests={"cpu": spec.cpu, "memory": spec.memory, **gpus}, limits={"memory": spec.memory, **gpus}
+        ),
+        volume_mounts=[
+            V1VolumeMount(name="dshm", mount_path="/dev/shm"),
+            V1VolumeMount(name="cache", mount_path="/cache"),
+        ],
         security_context=container_security(),
     )
     return V1PodTemplateSpec(
         # Istio sidecars keep pods Running after training ends; the job would never finish.
-        metadata=V1ObjectMeta(labels={**labels("trainer"), **(extra_labels or {})},
-                              annotations={"sidecar.istio.io/inject": "false"}),
+        metadata=V1ObjectMeta(
+            labels={**labels("trainer"), **(extra_labels or {})}, annotations={"sidecar.istio.io/inject": "false"}
+        ),
         spec=V1PodSpec(
-            containers=[container], service_account_name=spec.service_account or None,
-            termination_grace_period_seconds=spec.termination_grace_s, security_context=pod_security(),
-            volumes=[volume_shm(spec), V1Volume(name="cache", empty_dir=V1EmptyDirVolumeSource(
-                size_limit=spec.cache_size))],
-            **scheduling(spec)),
+            containers=[container],
+            service_account_name=spec.service_account or None,
+            termination_grace_period_seconds=spec.termination_grace_s,
+            security_context=pod_security(),
+            volumes=[
+                volume_shm(spec),
+                V1Volume(name="cache", empty_dir=V1EmptyDirVolumeSource(size_limit=spec.cache_size)),
+            ],
+            **scheduling(spec),
+        ),
     )
 
 
@@ -88,20 +128,27 @@ def build_pytorchjob(name: str, train_args: list[str], spec: ClusterSpec, run_la
     template = pod_template(spec, train_args, CONTAINER, run_labels)
     replicas = {"Master": m.KubeflowOrgV1ReplicaSpec(replicas=1, restart_policy="ExitCode", template=template)}
     if spec.nodes > 1:
-        replicas["Worker"] = m.KubeflowOrgV1ReplicaSpec(replicas=spec.nodes - 1, restart_policy="ExitCode",
-                                                        template=template)
+        replicas["Worker"] = m.KubeflowOrgV1ReplicaSpec(
+            replicas=spec.nodes - 1, restart_policy="ExitCode", template=template
+        )
     return m.KubeflowOrgV1PyTorchJob(
-        api_version="kubeflow.org/v1", kind="PyTorchJob",
-        metadata=V1ObjectMeta(name=name, namespace=spec.namespace or None,
-                              labels={**labels("trainer"), **(run_labels or {}), **queue_labels(spec)}),
+        api_version="kubeflow.org/v1",
+        kind="PyTorchJob",
+        metadata=V1ObjectMeta(
+            name=name,
+            namespace=spec.namespace or None,
+            labels={**labels("trainer"), **(run_labels or {}), **queue_labels(spec)},
+        ),
         spec=m.KubeflowOrgV1PyTorchJobSpec(
             nproc_per_node=str(spec.procs_per_node),
             pytorch_replica_specs=replicas,
             run_policy=m.KubeflowOrgV1RunPolicy(
-                backoff_limit=spec.backoff_limit, clean_pod_policy="Running",
+                backoff_limit=spec.backoff_limit,
+                clean_pod_policy="Running",
                 ttl_seconds_after_finished=spec.ttl_seconds_after_finished,
                 # The cluster enforces wait_timeout_s too, should the pipeline pod that waits be gone.
-                active_deadline_seconds=spec.wait_timeout_s or None),
+                active_deadline_seconds=spec.wait_timeout_s or None,
+            ),
         ),
     )
 
@@ -116,8 +163,9 @@ class PyTorchJobLauncher:
 
         with kube_config_errors():
             namespace = self.spec.namespace or default_namespace()
-            return TrainingClient(client_configuration=self.client_configuration, namespace=namespace,
-                                  job_kind="PyTorchJob"), namespace
+            return TrainingClient(
+                client_configuration=self.client_configuration, namespace=namespace, job_kind="PyTorchJob"
+            ), namespace
 
     def run(self, train_args: list[str], name: str) -> None:
         """Create (or attach to) the job, stream the master's log, wait, report, clean up."""
@@ -127,8 +175,11 @@ class PyTorchJobLauncher:
 
         def create() -> None:
             tc.create_job(job=job, namespace=namespace)
-            print(f"created PyTorchJob {namespace}/{name}: {self.spec.nodes} node(s) x "
-                  f"{self.spec.procs_per_node} process(es)", flush=True)
+            print(
+                f"created PyTorchJob {namespace}/{name}: {self.spec.nodes} node(s) x "
+                f"{self.spec.procs_per_node} process(es)",
+                flush=True,
+            )
 
         def gone() -> bool:
             try:
@@ -139,14 +190,26 @@ class PyTorchJobLauncher:
                 raise
             return False
 
-        create_or_attach("PyTorchJob", f"{namespace}/{name}", create,
-                         lambda err: isinstance(err, RuntimeError) and ("Conflict" in str(err) or "409" in str(err)),
-                         lambda: _status(tc, name, namespace), lambda: tc.delete_job(name, namespace=namespace), gone,
-                         poll_s=self.spec.poll_interval_s)
+        create_or_attach(
+            "PyTorchJob",
+            f"{namespace}/{name}",
+            create,
+            lambda err: isinstance(err, RuntimeError) and ("Conflict" in str(err) or "409" in str(err)),
+            lambda: _status(tc, name, namespace),
+            lambda: tc.delete_job(name, namespace=namespace),
+            gone,
+            poll_s=self.spec.poll_interval_s,
+        )
         succeeded = deleted = False
         try:
-            follow_job(lambda: _status(tc, name, namespace), tc.core_api, namespace,
-                       f"{JOB_NAME_LABEL}={name},training.kubeflow.org/job-role=master", CONTAINER, self.spec)
+            follow_job(
+                lambda: _status(tc, name, namespace),
+                tc.core_api,
+                namespace,
+                f"{JOB_NAME_LABEL}={name},training.kubeflow.org/job-role=master",
+                CONTAINER,
+                self.spec,
+            )
             succeeded = True
         except Stopped as why:
             report = failure_report(tc.core_api, namespace, name, f"{JOB_NAME_LABEL}={name}", _is_master, CONTAINER)

@@ -44,8 +44,9 @@ def dns_url(service: str, namespace: str, port: int) -> str:
 def proxied(api_client, proxy_path: str) -> Iterator[str]:
     """A loopback base URL whose requests go to the API server's proxy at `proxy_path`
     (`/api/v1/namespaces/NS/services/NAME:PORT/proxy`); closed on exit."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), type("Relay", (_Relay,), {"api": api_client,
-                                                                              "prefix": proxy_path.rstrip("/")}))
+    server = ThreadingHTTPServer(
+        ("127.0.0.1", 0), type("Relay", (_Relay,), {"api": api_client, "prefix": proxy_path.rstrip("/")})
+    )
     server.daemon_threads = True
     server.last_error = ""
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
@@ -76,8 +77,9 @@ def service(api_client, namespace: str, name: str, port: int) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def pod(api_client, namespace: str, url: str, port: int, selector: str, what: str, role: str,
-        tls: bool = False) -> Iterator[str]:
+def pod(
+    api_client, namespace: str, url: str, port: int, selector: str, what: str, role: str, tls: bool = False
+) -> Iterator[str]:
     """The base URL by which this process reaches a server at `url` in the cluster: `url` itself in
     a pod, else the API server's pod proxy to the newest ready pod matching `selector` (`what`'s
     `role` pods, trainer.k8s.lifecycle.ready_pod) behind a loopback relay. `tls`: the pod serves
@@ -86,7 +88,6 @@ def pod(api_client, namespace: str, url: str, port: int, selector: str, what: st
         yield url
         return
     from kubernetes import client as k
-
 
     target = f"{'https:' if tls else ''}{ready_pod(k.CoreV1Api(api_client), namespace, selector, what, role)}:{port}"
     with proxied(api_client, f"/api/v1/namespaces/{namespace}/pods/{target}/proxy") as relay:
@@ -100,8 +101,9 @@ def newest_pod(namespace: str, selector: str) -> str:
 
 def port_forward(namespace: str, target: str, port: int, remote_port: int | None = None) -> str:
     """What the user runs to reach `target` (svc/NAME, pod/NAME) from their machine, and the URL then."""
-    return (f"kubectl -n {namespace} port-forward {target} {port}:{remote_port or port}  "
-            f"(then http://127.0.0.1:{port}/v1)")
+    return (
+        f"kubectl -n {namespace} port-forward {target} {port}:{remote_port or port}  (then http://127.0.0.1:{port}/v1)"
+    )
 
 
 class _Relay(BaseHTTPRequestHandler):
@@ -131,14 +133,20 @@ class _Relay(BaseHTTPRequestHandler):
             return self._answer(400, b'{"error": "the relay forwards JSON bodies only"}')
         try:
             resp = self.api.call_api(
-                self.prefix + self.path, method, header_params={"Content-Type": "application/json",
-                                                                "Accept": "application/json"},
-                body=body, auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
-                _request_timeout=RELAY_TIMEOUT_S)
+                self.prefix + self.path,
+                method,
+                header_params={"Content-Type": "application/json", "Accept": "application/json"},
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _return_http_data_only=True,
+                _request_timeout=RELAY_TIMEOUT_S,
+            )
             self._answer(resp.status, resp.data)
         except ApiException as err:  # the proxied service's own error status, or the API server's (503: no endpoints)
-            self._answer(err.status or 502, (err.body if isinstance(err.body, bytes) else
-                                             str(err.body or err.reason).encode()))
+            self._answer(
+                err.status or 502, (err.body if isinstance(err.body, bytes) else str(err.body or err.reason).encode())
+            )
         except Exception as err:  # noqa: BLE001 - the API server unreachable: the client sees a 502 and retries
             self._answer(502, json.dumps({"error": f"API server proxy: {type(err).__name__}: {err}"}).encode())
 

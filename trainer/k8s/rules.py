@@ -61,10 +61,12 @@ def dns1123_label(value: Any, what: str) -> list[str]:
     if not value:
         return [f"{what} is empty: give a name of lowercase letters, digits and '-' (e.g. 'llm-finetune')"]
     if len(value) > DNS1123_LABEL_MAX or not _DNS1123_LABEL.fullmatch(value):
-        return [f"{what}={value!r} is not a valid Kubernetes name (RFC 1123 label)"
-                f"{_length(value, DNS1123_LABEL_MAX)}: use at most "
-                f"{DNS1123_LABEL_MAX} lowercase letters, digits and '-', starting and ending with a letter "
-                f"or digit (e.g. {suggest_name(value)!r})"]
+        return [
+            f"{what}={value!r} is not a valid Kubernetes name (RFC 1123 label)"
+            f"{_length(value, DNS1123_LABEL_MAX)}: use at most "
+            f"{DNS1123_LABEL_MAX} lowercase letters, digits and '-', starting and ending with a letter "
+            f"or digit (e.g. {suggest_name(value)!r})"
+        ]
     return []
 
 
@@ -78,8 +80,10 @@ def namespace(value: Any, what: str = "namespace") -> list[str]:
     if p := dns1123_label(value, what):
         return p
     if value in SYSTEM_NAMESPACES:
-        return [f"{what}={value!r} is a Kubernetes system namespace, kept for the cluster's own components: use "
-                "the project's namespace (e.g. 'llm-finetune') or your Kubeflow profile's"]
+        return [
+            f"{what}={value!r} is a Kubernetes system namespace, kept for the cluster's own components: use "
+            "the project's namespace (e.g. 'llm-finetune') or your Kubeflow profile's"
+        ]
     return []
 
 
@@ -90,11 +94,13 @@ def dns1123_subdomain(value: Any, what: str) -> list[str]:
     if not value:
         return [f"{what} is empty: give a name of lowercase letters, digits, '-' and '.'"]
     if len(value) > DNS1123_SUBDOMAIN_MAX or not _DNS1123_SUBDOMAIN.fullmatch(value):
-        return [f"{what}={value!r} is not a valid Kubernetes name (RFC 1123 subdomain)"
-                f"{_length(value, DNS1123_SUBDOMAIN_MAX)}: "
-                f"use at most "
-                f"{DNS1123_SUBDOMAIN_MAX} lowercase letters, digits, '-' and '.', each part starting and ending "
-                f"with a letter or digit (e.g. {suggest_name(value, DNS1123_SUBDOMAIN_MAX)!r})"]
+        return [
+            f"{what}={value!r} is not a valid Kubernetes name (RFC 1123 subdomain)"
+            f"{_length(value, DNS1123_SUBDOMAIN_MAX)}: "
+            f"use at most "
+            f"{DNS1123_SUBDOMAIN_MAX} lowercase letters, digits, '-' and '.', each part starting and ending "
+            f"with a letter or digit (e.g. {suggest_name(value, DNS1123_SUBDOMAIN_MAX)!r})"
+        ]
     return []
 
 
@@ -105,10 +111,12 @@ def dns1035_label(value: Any, what: str, max_len: int = DNS1123_LABEL_MAX) -> li
     if not value:
         return [f"{what} is empty: give a name like 'my-model' (lowercase letters, digits and '-')"]
     if len(value) > max_len or not _DNS1035_LABEL.fullmatch(value):
-        return [f"{what}={value!r} is not a valid Kubernetes Service name (RFC 1035 label){_length(value, max_len)}: "
-                f"use at most {max_len} "
-                f"lowercase letters, digits and '-', starting with a letter and ending with a letter or digit "
-                f"(e.g. {suggest_name(value, max_len, letter_first=True)!r})"]
+        return [
+            f"{what}={value!r} is not a valid Kubernetes Service name (RFC 1035 label){_length(value, max_len)}: "
+            f"use at most {max_len} "
+            f"lowercase letters, digits and '-', starting with a letter and ending with a letter or digit "
+            f"(e.g. {suggest_name(value, max_len, letter_first=True)!r})"
+        ]
     return []
 
 
@@ -121,9 +129,11 @@ def label_key(key: Any, what: str) -> list[str]:
     if "/" in key and (not prefix or dns1123_subdomain(prefix, "prefix")):
         problems.append(f"{what} {key!r}: the prefix before '/' must be a DNS subdomain such as 'example.com'")
     if not name or len(name) > LABEL_VALUE_MAX or not _QUALIFIED_NAME.fullmatch(name):
-        problems.append(f"{what} {key!r} is not a valid label key: the name part must be 1-{LABEL_VALUE_MAX} "
-                        f"letters, digits, '-', '_' or '.', starting and ending with a letter or digit "
-                        f"(e.g. 'cloud.google.com/gke-accelerator' or 'pool')")
+        problems.append(
+            f"{what} {key!r} is not a valid label key: the name part must be 1-{LABEL_VALUE_MAX} "
+            f"letters, digits, '-', '_' or '.', starting and ending with a letter or digit "
+            f"(e.g. 'cloud.google.com/gke-accelerator' or 'pool')"
+        )
     return problems
 
 
@@ -132,20 +142,26 @@ def label_value(value: Any, what: str) -> list[str]:
     if not isinstance(value, str):
         # written as the JSON the user typed: true, not Python's True (labels such as "true" are lower case)
         text = json.dumps(value) if isinstance(value, (bool, int, float)) or value is None else str(value)
-        return [f"{what} must be a string, got {text} ({type(value).__name__}): quote it, e.g. "
-                f"{{\"pool\": \"{text}\"}} (Kubernetes label values are strings)"]
+        return [
+            f"{what} must be a string, got {text} ({type(value).__name__}): quote it, e.g. "
+            f"{{\"pool\": \"{text}\"}} (Kubernetes label values are strings)"
+        ]
     if value and (len(value) > LABEL_VALUE_MAX or not _QUALIFIED_NAME.fullmatch(value)):
-        return [f"{what}={value!r} is not a valid label value{_length(value, LABEL_VALUE_MAX)}: "
-                f"use at most {LABEL_VALUE_MAX} letters, digits, "
-                f"'-', '_' or '.', starting and ending with a letter or digit"]
+        return [
+            f"{what}={value!r} is not a valid label value{_length(value, LABEL_VALUE_MAX)}: "
+            f"use at most {LABEL_VALUE_MAX} letters, digits, "
+            f"'-', '_' or '.', starting and ending with a letter or digit"
+        ]
     return []
 
 
 def node_selector(selector: Any, what: str = "node_selector") -> list[str]:
     """A JSON object of label key -> label value (both strings)."""
     if not isinstance(selector, dict):
-        return [f"{what} must be a JSON object of label -> value, e.g. "
-                f'{{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}, got {selector!r}']
+        return [
+            f"{what} must be a JSON object of label -> value, e.g. "
+            f'{{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}, got {selector!r}'
+        ]
     problems = []
     for k, v in selector.items():
         problems += label_key(k, f"{what} key")
@@ -156,8 +172,10 @@ def node_selector(selector: Any, what: str = "node_selector") -> list[str]:
 def tolerations(items: Any, what: str = "tolerations") -> list[str]:
     """A list of Toleration objects as the API server validates them."""
     if not isinstance(items, list):
-        return [f"{what} must be a JSON list of objects like "
-                f'{{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}}, got {items!r}']
+        return [
+            f"{what} must be a JSON list of objects like "
+            f'{{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}}, got {items!r}'
+        ]
     problems = []
     for i, t in enumerate(items):
         w = f"{what}[{i}]"
@@ -169,8 +187,9 @@ def tolerations(items: Any, what: str = "tolerations") -> list[str]:
             problems.append(f"{w} has unknown field(s) {unknown}: use only {list(TOLERATION_KEYS)}")
         op = t.get("operator", "Equal") or "Equal"
         if op not in TOLERATION_OPERATORS:
-            problems.append(f"{w}.operator={op!r} is not allowed: use 'Equal' (key and value match) or "
-                            f"'Exists' (any value)")
+            problems.append(
+                f"{w}.operator={op!r} is not allowed: use 'Equal' (key and value match) or 'Exists' (any value)"
+            )
         key = t.get("key", "")
         if key:
             problems += label_key(key, f"{w}.key")
@@ -183,8 +202,10 @@ def tolerations(items: Any, what: str = "tolerations") -> list[str]:
             problems += label_value(value, f"{w}.value")
         effect = t.get("effect", "")
         if effect and effect not in TAINT_EFFECTS:
-            problems.append(f"{w}.effect={effect!r} is not allowed: use one of {list(TAINT_EFFECTS)} "
-                            f"or leave it empty (all effects)")
+            problems.append(
+                f"{w}.effect={effect!r} is not allowed: use one of {list(TAINT_EFFECTS)} "
+                f"or leave it empty (all effects)"
+            )
         if "tolerationSeconds" in t:
             secs = t["tolerationSeconds"]
             # 5.0 is fine: KFP hands JSON numbers in lists over as floats.
@@ -214,8 +235,10 @@ def quantity(value: Any, what: str, integer: bool = False) -> list[str]:
             return [f"{what} must be a finite quantity such as '8' or '64Gi', got {value!r}"]
         value = str(value)
     if not isinstance(value, str) or not _QUANTITY.fullmatch(value.strip()) or value != value.strip():
-        return [f"{what}={value!r} is not a Kubernetes quantity: use a number with an optional unit, "
-                f"e.g. '8', '500m' (CPU), '64Gi' (memory)"]
+        return [
+            f"{what}={value!r} is not a Kubernetes quantity: use a number with an optional unit, "
+            f"e.g. '8', '500m' (CPU), '64Gi' (memory)"
+        ]
     from kubernetes.utils import parse_quantity
 
     amount = parse_quantity(value)  # the grammar is checked above: the client's parser is lenient ('1K')
@@ -251,8 +274,7 @@ def service_account_ref(value: Any, what: str) -> list[str]:
 # which silently shifts a crontab line by one field (crontab's '0 9 * * 1', 09:00 on Mondays,
 # would run at minute 9 of every hour in January); so five fields are refused with the
 # six-field spelling instead.
-CRON_FORMAT = ("a 6-field cron: second minute hour day-of-month month day-of-week, e.g. '0 0 3 * * *' "
-               "(03:00 daily)")
+CRON_FORMAT = "a 6-field cron: second minute hour day-of-month month day-of-week, e.g. '0 0 3 * * *' (03:00 daily)"
 _CRON_DESCRIPTORS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
 # robfig/cron knows numbers, * ? , / - and month/weekday names; not croniter's L, W, # or H.
 _CRON_NAMES = re.compile(r"JAN|FEB|MAR|APR|MAY|JUN|JUL|AUG|SEP|OCT|NOV|DEC|SUN|MON|TUE|WED|THU|FRI|SAT", re.I)
@@ -272,12 +294,14 @@ def cron(expr: Any, what: str = "cron") -> list[str]:
     if expr.startswith("@every"):
         if not expr.startswith("@every ") or expr.startswith("@every  "):
             return [f"{what}={expr!r}: write one space after @every, e.g. '@every 6h' (robfig/cron's form)"]
-        duration = expr[len("@every "):]
+        duration = expr[len("@every ") :]
         if _GO_DURATION.fullmatch(duration):
             seconds = every_seconds(expr)
             if seconds < 1:  # robfig/cron rounds it up to one second: a new run every second
-                return [f"{what}={expr!r} is shorter than a second (KFP would start a run every second): "
-                        "give a real interval, e.g. '@every 6h'"]
+                return [
+                    f"{what}={expr!r} is shorter than a second (KFP would start a run every second): "
+                    "give a real interval, e.g. '@every 6h'"
+                ]
             return []
         days = " (Go durations stop at hours: '@every 24h' for a day)" if re.search(r"[0-9]d", duration) else ""
         return [f"{what}={expr!r}: @every takes a duration like '@every 6h' or '@every 1h30m'{days}"]
@@ -293,22 +317,30 @@ def cron(expr: Any, what: str = "cron") -> list[str]:
 
     bad = [f for f in fields if not _CRON_FIELD.fullmatch(_CRON_NAMES.sub("0", f))]
     if bad or not croniter.is_valid(expr, second_at_beginning=True):
-        return [f"{what}={expr!r} is not a valid cron expression; KFP recurring runs take {CRON_FORMAT} "
-                f"(ranges: second/minute 0-59, hour 0-23, day 1-31, month 1-12 or JAN-DEC, weekday 0-6 or SUN-SAT)"]
+        return [
+            f"{what}={expr!r} is not a valid cron expression; KFP recurring runs take {CRON_FORMAT} "
+            f"(ranges: second/minute 0-59, hour 0-23, day 1-31, month 1-12 or JAN-DEC, weekday 0-6 or SUN-SAT)"
+        ]
     return []
 
 
 # robfig/cron's bounds per field (KFP's parser): croniter, which checks the syntax, also takes
 # weekday 7 and day 0, which KFP refuses only after the upload.
-_CRON_BOUNDS = (("second", 0, 59), ("minute", 0, 59), ("hour", 0, 23), ("day-of-month", 1, 31), ("month", 1, 12),
-                ("day-of-week", 0, 6))
+_CRON_BOUNDS = (
+    ("second", 0, 59),
+    ("minute", 0, 59),
+    ("hour", 0, 23),
+    ("day-of-month", 1, 31),
+    ("month", 1, 12),
+    ("day-of-week", 0, 6),
+)
 MIN_INTERVAL_S = 60  # a pipeline run takes minutes: more than one a minute is a seconds field misread
 
 
 def every_seconds(expr: str) -> float:
     """The interval of an '@every <Go duration>' schedule, in seconds."""
     units = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}
-    return sum(float(n) * units[u] for n, u in _GO_DURATION_PART.findall(expr.strip()[len("@every "):]))
+    return sum(float(n) * units[u] for n, u in _GO_DURATION_PART.findall(expr.strip()[len("@every ") :]))
 
 
 def schedule(expr: Any, what: str = "schedule") -> list[str]:
@@ -321,8 +353,10 @@ def schedule(expr: Any, what: str = "schedule") -> list[str]:
     expr = expr.strip()
     if expr.startswith("@every "):
         if (seconds := every_seconds(expr)) < MIN_INTERVAL_S:
-            return [f"{what}={expr!r} starts a run every {seconds:g}s, before a pipeline run could end: "
-                    "give at least a minute, e.g. '@every 6h'"]
+            return [
+                f"{what}={expr!r} starts a run every {seconds:g}s, before a pipeline run could end: "
+                "give at least a minute, e.g. '@every 6h'"
+            ]
         return []
     if expr.startswith("@"):
         return []
@@ -334,25 +368,32 @@ def schedule(expr: Any, what: str = "schedule") -> list[str]:
         names = _CRON_NAMES.sub("", value) != value
         numbers = [int(n) for part in value.split(",") for n in re.findall(r"\d+", part.split("/")[0])]
         if not names and any(not low <= n <= high for n in numbers):
-            return [f"{what}={expr!r}: the {name} field {value!r} is out of range {low}-{high} (KFP's "
-                    "cron" + (": Sunday is 0" if name == "day-of-week" else "") + ")"]
+            return [
+                f"{what}={expr!r}: the {name} field {value!r} is out of range {low}-{high} (KFP's "
+                "cron" + (": Sunday is 0" if name == "day-of-week" else "") + ")"
+            ]
     it = croniter(expr, datetime(2026, 1, 5, tzinfo=timezone.utc), second_at_beginning=True)
     try:
         times = [it.get_next(float) for _ in range(4)]
     except CroniterBadDateError:  # a day the month never has, e.g. 30 2 (KFP would accept it and wait forever)
-        return [f"{what}={expr!r} never starts a run: no date matches its day-of-month, month and "
-                "day-of-week fields together (e.g. February 30); fix the day or the month"]
+        return [
+            f"{what}={expr!r} never starts a run: no date matches its day-of-month, month and "
+            "day-of-week fields together (e.g. February 30); fix the day or the month"
+        ]
     gap = min(b - a for a, b in zip(times, times[1:]))
     if gap < MIN_INTERVAL_S:
-        return [f"{what}={expr!r} starts a run every {gap:g}s: KFP's first cron field is seconds "
-                "(e.g. '0 */5 * * * *' is every 5 minutes, '0 0 3 * * *' daily at 03:00); give at least a minute "
-                "between runs"]
+        return [
+            f"{what}={expr!r} starts a run every {gap:g}s: KFP's first cron field is seconds "
+            "(e.g. '0 */5 * * * *' is every 5 minutes, '0 0 3 * * *' daily at 03:00); give at least a minute "
+            "between runs"
+        ]
     return []
 
 
 # --- whole objects ------------------------------------------------------------------------
 # Messages use the pipeline parameter names (kueue_queue, max_restarts), which the CLIs'
 # flags mirror (--queue, --max-restarts).
+
 
 def served_model_name(value: Any, what: str = "served_model_name") -> list[str]:
     """The vLLM Deployment, its Service and the OpenAI model name are all this name; a Service
@@ -374,11 +415,14 @@ def kserve_name(name: Any, namespace: str, what: str = "served_model_name", suff
     host = f"{name}{suffix}{KSERVE_HOST_INFIX}{namespace}"
     if namespace and len(host) > DNS1123_LABEL_MAX:
         room = DNS1123_LABEL_MAX - len(KSERVE_HOST_INFIX) - len(namespace) - len(suffix)
-        return [f"{what}={name!r} is too long for KServe in namespace {namespace!r}: the predictor's host name "
-                f"{host!r} has {len(host)} characters, at most {DNS1123_LABEL_MAX} allowed; use a name of at most "
-                f"{room} characters (e.g. {suggest_name(name, max(room, 1), letter_first=True)!r})"
-                if room > 0 else f"namespace {namespace!r} is too long for KServe: '<name>{suffix}{KSERVE_HOST_INFIX}"
-                f"{namespace}' must fit in {DNS1123_LABEL_MAX} characters; deploy into a shorter namespace"]
+        return [
+            f"{what}={name!r} is too long for KServe in namespace {namespace!r}: the predictor's host name "
+            f"{host!r} has {len(host)} characters, at most {DNS1123_LABEL_MAX} allowed; use a name of at most "
+            f"{room} characters (e.g. {suggest_name(name, max(room, 1), letter_first=True)!r})"
+            if room > 0
+            else f"namespace {namespace!r} is too long for KServe: '<name>{suffix}{KSERVE_HOST_INFIX}"
+            f"{namespace}' must fit in {DNS1123_LABEL_MAX} characters; deploy into a shorter namespace"
+        ]
     return []
 
 
@@ -396,8 +440,9 @@ def pod_namespace() -> str:
         return ""
 
 
-def deploy_name(name: Any, backend: str, namespace: str = "", side_by_side: bool = False,
-                what: str = "served_model_name") -> list[str]:
+def deploy_name(
+    name: Any, backend: str, namespace: str = "", side_by_side: bool = False, what: str = "served_model_name"
+) -> list[str]:
     """The name a cluster deploy gives its objects, checked before training: served_model_name,
     or `<name>-base` when the base model is served beside adapters (serve_adapters, the sweep's
     deploy_all_trials); for KServe also its predictor's host name."""
@@ -405,10 +450,12 @@ def deploy_name(name: Any, backend: str, namespace: str = "", side_by_side: bool
         return p
     full = f"{name}-base" if side_by_side else name
     if len(full) > DNS1123_LABEL_MAX:
-        return [f"{what}={name!r} has {len(name)} characters: served beside its adapters the base model is "
-                f"{full!r}, a Service name of at most {DNS1123_LABEL_MAX}; use at most "
-                f"{DNS1123_LABEL_MAX - len('-base')} characters"]
-    return kserve_name(name, namespace, what, full[len(name):]) if backend == "kserve" else []
+        return [
+            f"{what}={name!r} has {len(name)} characters: served beside its adapters the base model is "
+            f"{full!r}, a Service name of at most {DNS1123_LABEL_MAX}; use at most "
+            f"{DNS1123_LABEL_MAX - len('-base')} characters"
+        ]
+    return kserve_name(name, namespace, what, full[len(name) :]) if backend == "kserve" else []
 
 
 def cluster_spec_problems(spec: Any) -> list[str]:
@@ -428,10 +475,14 @@ def cluster_spec_problems(spec: Any) -> list[str]:
         p += label_value(spec.queue, "kueue_queue") or dns1123_subdomain(spec.queue, "kueue_queue")
     if spec.service_account:
         p += dns1123_subdomain(spec.service_account, "service_account")
-    for name, what, minimum in (("nodes", "nodes", 1), ("procs_per_node", "procs_per_node", 1),
-                                ("backoff_limit", "max_restarts", 0), ("termination_grace_s", "termination_grace_s", 0),
-                                ("ttl_seconds_after_finished", "ttl_seconds_after_finished", 0),
-                                ("wait_timeout_s", "wait_timeout_s", 0)):
+    for name, what, minimum in (
+        ("nodes", "nodes", 1),
+        ("procs_per_node", "procs_per_node", 1),
+        ("backoff_limit", "max_restarts", 0),
+        ("termination_grace_s", "termination_grace_s", 0),
+        ("ttl_seconds_after_finished", "ttl_seconds_after_finished", 0),
+        ("wait_timeout_s", "wait_timeout_s", 0),
+    ):
         if hasattr(spec, name):
             value = getattr(spec, name)
             # Below-minimum values are the topology checks' to report; here only the type.
@@ -447,8 +498,10 @@ def cluster_spec_problems(spec: Any) -> list[str]:
 # [domain[:port]/]path[:tag][@digest], path components lower case separated by '.', '_', '__' or dashes.
 _DOMAIN = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])(?:\.(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*(?::[0-9]+)?"
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_IMAGE = re.compile(rf"(?:{_DOMAIN}/)?{_COMPONENT}(?:/{_COMPONENT})*(?::[\w][\w.-]{{0,127}})?"
-                    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?")
+_IMAGE = re.compile(
+    rf"(?:{_DOMAIN}/)?{_COMPONENT}(?:/{_COMPONENT})*(?::[\w][\w.-]{{0,127}})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?"
+)
 _DIGEST_HEX = {"sha256": 64, "sha512": 128}
 
 
@@ -459,17 +512,25 @@ def image_reference(value: Any, what: str) -> list[str]:
         return [f"{what} must be a string, got {type(value).__name__}"]
     shown = json.dumps(value)
     if not value or any(c.isspace() for c in value):
-        return [f"{what}={shown} is not an image reference: it holds white space (a flag or a second word "
-                "does not belong in it); give registry/path:tag, e.g. vllm/vllm-openai:v0.32.0"]
+        return [
+            f"{what}={shown} is not an image reference: it holds white space (a flag or a second word "
+            "does not belong in it); give registry/path:tag, e.g. vllm/vllm-openai:v0.32.0"
+        ]
     if not _IMAGE.fullmatch(value):
-        return [f"{what}={shown} is not an image reference (registry/path:tag or path@sha256:<64 hex digits>, the "
-                "path in lower case): check it, e.g. vllm/vllm-openai:v0.32.0"]
+        return [
+            f"{what}={shown} is not an image reference (registry/path:tag or path@sha256:<64 hex digits>, the "
+            "path in lower case): check it, e.g. vllm/vllm-openai:v0.32.0"
+        ]
     if "@" in value:
         algorithm, _, hex_digits = value.rsplit("@", 1)[1].partition(":")
         if algorithm in _DIGEST_HEX and len(hex_digits) != _DIGEST_HEX[algorithm]:
-            return [f"{what}={shown}: a {algorithm} digest has {_DIGEST_HEX[algorithm]} hex digits, this one "
-                    f"{len(hex_digits)}: copy the whole digest"]
+            return [
+                f"{what}={shown}: a {algorithm} digest has {_DIGEST_HEX[algorithm]} hex digits, this one "
+                f"{len(hex_digits)}: copy the whole digest"
+            ]
         if algorithm in _DIGEST_HEX and hex_digits != hex_digits.lower():  # registries refuse upper case (OCI)
-            return [f"{what}={shown}: a {algorithm} digest is '{algorithm}:' and {_DIGEST_HEX[algorithm]} lower-case "
-                    "hex digits: copy the digest as the registry prints it"]
+            return [
+                f"{what}={shown}: a {algorithm} digest is '{algorithm}:' and {_DIGEST_HEX[algorithm]} lower-case "
+                "hex digits: copy the digest as the registry prints it"
+            ]
     return []

@@ -33,10 +33,27 @@ from typing import Any
 
 from trainer.core import settings
 from trainer.core.errors import collect
-from trainer.k8s.lifecycle import (JobFailed, Stopped, api_client, create_or_attach, default_namespace, failure_report,
-                                   follow_job, to_dict)
-from trainer.k8s.podspec import (ClusterSpec, accelerators, container_security, labels, pod_security, queue_labels,
-                                 secret_env, tolerations, tracking_env)
+from trainer.k8s.lifecycle import (
+    JobFailed,
+    Stopped,
+    api_client,
+    create_or_attach,
+    default_namespace,
+    failure_report,
+    follow_job,
+    to_dict,
+)
+from trainer.k8s.podspec import (
+    ClusterSpec,
+    accelerators,
+    container_security,
+    labels,
+    pod_security,
+    queue_labels,
+    secret_env,
+    tolerations,
+    tracking_env,
+)
 from trainer.k8s.pytorchjob import train_command, volume_shm
 
 GROUP, VERSION, PLURAL = "trainer.kubeflow.org", "v1alpha1", "trainjobs"
@@ -52,24 +69,41 @@ def build_trainjob(name: str, train_args: list[str], spec: ClusterSpec, run_labe
 
     collect(spec.problems(), what="invalid cluster settings")
     gpus = accelerators(spec, spec.procs_per_node)
-    env = [*secret_env(), *tracking_env(), V1EnvVar(name="FINETUNE_CACHE_DIR", value="/cache"),
-           V1EnvVar(name="PYTHONUNBUFFERED", value="1")]
+    env = [
+        *secret_env(),
+        *tracking_env(),
+        V1EnvVar(name="FINETUNE_CACHE_DIR", value="/cache"),
+        V1EnvVar(name="PYTHONUNBUFFERED", value="1"),
+    ]
     pod = {
         "nodeSelector": spec.node_selector or None,
         "tolerations": tolerations(spec) or None,
         "securityContext": to_dict(pod_security()),
         "serviceAccountName": spec.service_account or None,
         "terminationGracePeriodSeconds": spec.termination_grace_s,
-        "volumes": [to_dict(volume_shm(spec)),
-                    to_dict(V1Volume(name="cache", empty_dir=V1EmptyDirVolumeSource(size_limit=spec.cache_size)))],
-        "containers": [{"name": NODE, "securityContext": to_dict(container_security()),
-                        "volumeMounts": [to_dict(V1VolumeMount(name="dshm", mount_path="/dev/shm")),
-                                         to_dict(V1VolumeMount(name="cache", mount_path="/cache"))]}],
+        "volumes": [
+            to_dict(volume_shm(spec)),
+            to_dict(V1Volume(name="cache", empty_dir=V1EmptyDirVolumeSource(size_limit=spec.cache_size))),
+        ],
+        "containers": [
+            {
+                "name": NODE,
+                "securityContext": to_dict(container_security()),
+                "volumeMounts": [
+                    to_dict(V1VolumeMount(name="dshm", mount_path="/dev/shm")),
+                    to_dict(V1VolumeMount(name="cache", mount_path="/cache")),
+                ],
+            }
+        ],
     }
     body = {
-        "apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainJob",
-        "metadata": {"name": name, "namespace": spec.namespace or None,
-                     "labels": {**labels("trainer"), **(run_labels or {}), **queue_labels(spec)}},
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "TrainJob",
+        "metadata": {
+            "name": name,
+            "namespace": spec.namespace or None,
+            "labels": {**labels("trainer"), **(run_labels or {}), **queue_labels(spec)},
+        },
         "spec": {
             "runtimeRef": {"apiGroup": GROUP, "kind": "ClusterTrainingRuntime", "name": spec.training_runtime},
             # The cluster enforces wait_timeout_s too, should the pipeline pod that waits be gone.
@@ -80,14 +114,39 @@ def build_trainjob(name: str, train_args: list[str], spec: ClusterSpec, run_labe
                 "env": [to_dict(e) for e in env],
                 "numNodes": spec.nodes,
                 "numProcPerNode": spec.procs_per_node,
-                "resourcesPerNode": {"requests": {"cpu": spec.cpu, "memory": spec.memory, **gpus},
-                                     "limits": {"memory": spec.memory, **gpus}},
+                "resourcesPerNode": {
+                    "requests": {"cpu": spec.cpu, "memory": spec.memory, **gpus},
+                    "limits": {"memory": spec.memory, **gpus},
+                },
             },
-            "runtimePatches": [{"manager": MANAGER, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
-                {"name": NODE, "template": {"spec": {"template": {
-                    # Istio sidecars keep pods Running after training ends; the job would never finish.
-                    "metadata": {"labels": labels("trainer"), "annotations": {"sidecar.istio.io/inject": "false"}},
-                    "spec": {k: v for k, v in pod.items() if v is not None}}}}}]}}}}],
+            "runtimePatches": [
+                {
+                    "manager": MANAGER,
+                    "trainingRuntimeSpec": {
+                        "template": {
+                            "spec": {
+                                "replicatedJobs": [
+                                    {
+                                        "name": NODE,
+                                        "template": {
+                                            "spec": {
+                                                "template": {
+                                                    # Istio sidecars keep pods Running after training ends; the job would never finish.
+                                                    "metadata": {
+                                                        "labels": labels("trainer"),
+                                                        "annotations": {"sidecar.istio.io/inject": "false"},
+                                                    },
+                                                    "spec": {k: v for k, v in pod.items() if v is not None},
+                                                }
+                                            }
+                                        },
+                                    }
+                                ]
+                            }
+                        }
+                    },
+                }
+            ],
         },
     }
     return m.TrainerV1alpha1TrainJob.from_dict(_drop_none(body))
@@ -116,10 +175,14 @@ class TrainJobLauncher:
         namespace = self.spec.namespace or default_namespace()
         job = to_dict(build_trainjob(name, train_args, self.spec))
         job["metadata"]["namespace"] = namespace
+
         def create() -> None:
             custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, job)
-            print(f"created TrainJob {namespace}/{name} on runtime {self.spec.training_runtime}: "
-                  f"{self.spec.nodes} node(s) x {self.spec.procs_per_node} process(es)", flush=True)
+            print(
+                f"created TrainJob {namespace}/{name} on runtime {self.spec.training_runtime}: "
+                f"{self.spec.nodes} node(s) x {self.spec.procs_per_node} process(es)",
+                flush=True,
+            )
 
         def gone() -> bool:
             try:
@@ -130,17 +193,27 @@ class TrainJobLauncher:
                 raise
             return False
 
-        create_or_attach("TrainJob", f"{namespace}/{name}", create,
-                         lambda err: isinstance(err, ApiException) and err.status == 409,
-                         lambda: _status(custom, namespace, name),
-                         lambda: custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name),
-                         gone, poll_s=self.spec.poll_interval_s)
+        create_or_attach(
+            "TrainJob",
+            f"{namespace}/{name}",
+            create,
+            lambda err: isinstance(err, ApiException) and err.status == 409,
+            lambda: _status(custom, namespace, name),
+            lambda: custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name),
+            gone,
+            poll_s=self.spec.poll_interval_s,
+        )
         succeeded = deleted = False
         pods = f"{JOBSET_LABEL}={name}"
         try:
-            follow_job(lambda: _status(custom, namespace, name), core, namespace,
-                       f"{pods},jobset.sigs.k8s.io/replicatedjob-name={NODE},batch.kubernetes.io/job-completion-index=0",
-                       NODE, self.spec)
+            follow_job(
+                lambda: _status(custom, namespace, name),
+                core,
+                namespace,
+                f"{pods},jobset.sigs.k8s.io/replicatedjob-name={NODE},batch.kubernetes.io/job-completion-index=0",
+                NODE,
+                self.spec,
+            )
             succeeded = True
         except Stopped as why:
             report = failure_report(core, namespace, name, pods, _is_node0, NODE)
@@ -157,13 +230,16 @@ class TrainJobLauncher:
 def _status(custom, namespace: str, name: str) -> str:
     from kubeflow_trainer_api import models as m
 
-    job = m.TrainerV1alpha1TrainJob.from_dict(custom.get_namespaced_custom_object(GROUP, VERSION, namespace,
-                                                                                  PLURAL, name))
+    job = m.TrainerV1alpha1TrainJob.from_dict(
+        custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    )
     true = {c.type for c in ((job.status.conditions or []) if job.status else []) if c.status == "True"}
     return "succeeded" if "Complete" in true else "failed" if "Failed" in true else "running"
 
 
 def _is_node0(pod) -> bool:
     lab = pod.metadata.labels or {}
-    return lab.get("jobset.sigs.k8s.io/replicatedjob-name") == NODE and lab.get(
-        "batch.kubernetes.io/job-completion-index") == "0"
+    return (
+        lab.get("jobset.sigs.k8s.io/replicatedjob-name") == NODE
+        and lab.get("batch.kubernetes.io/job-completion-index") == "0"
+    )

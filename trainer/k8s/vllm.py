@@ -27,8 +27,17 @@ from trainer.core import settings
 from trainer.core.errors import collect
 from trainer.k8s import reach, rules
 from trainer.k8s.lifecycle import api_client, default_namespace, replace, wait_until
-from trainer.k8s.podspec import (RUN_AS_USER, ClusterSpec, accelerators, container_security, labels as app_labels,
-                                 pod_security, queue_labels, scheduling, secret_env)
+from trainer.k8s.podspec import (
+    RUN_AS_USER,
+    ClusterSpec,
+    accelerators,
+    container_security,
+    labels as app_labels,
+    pod_security,
+    queue_labels,
+    scheduling,
+    secret_env,
+)
 from trainer.serving import client
 from trainer.serving.args import parse_loras, vllm_args
 
@@ -58,8 +67,10 @@ class ServeSpec:
     def problems(self) -> list[str]:
         p = rules.served_model_name(self.name, "served_model_name")
         if not str(self.model_uri).startswith("s3://"):  # the pod's fetch step reads the bucket only
-            p.append(f"model_uri={self.model_uri!r} must be an s3:// URI from deliver-model or merge, "
-                     "e.g. s3://llm-finetune/models/sha256-...")
+            p.append(
+                f"model_uri={self.model_uri!r} must be an s3:// URI from deliver-model or merge, "
+                "e.g. s3://llm-finetune/models/sha256-..."
+            )
         p += rules.non_negative_int(self.gpus, "serve_gpus")
         p += rules.non_negative_int(self.replicas, "replicas", 1)
         for name, uri in self.adapters.items():
@@ -72,8 +83,10 @@ class ServeSpec:
         # vLLM's parser names: lower-case letters, digits, '_' and '-' (granite-20b-fc); a letter first, so
         # that the value is never read as a flag.
         if not re.fullmatch(r"[a-z][a-z0-9_-]*", str(self.tool_call_parser)):
-            p.append(f"tool_call_parser={self.tool_call_parser!r} is not a vLLM tool-call parser name: e.g. hermes "
-                     "(<tool_call> format: the built-in model, Qwen), llama3_json (Llama 3.x), mistral")
+            p.append(
+                f"tool_call_parser={self.tool_call_parser!r} is not a vLLM tool-call parser name: e.g. hermes "
+                "(<tool_call> format: the built-in model, Qwen), llama3_json (Llama 3.x), mistral"
+            )
         if len(set(self.adapters) | {self.name}) != len(self.adapters) + 1:
             p.append(f"adapter names must differ from each other and from the served model name {self.name!r}")
         return p + self.cluster.kubernetes_problems()
@@ -89,18 +102,28 @@ def image(spec: ServeSpec) -> str:
     return settings.get("VLLM_ROCM_IMAGE" if spec.cluster.accelerator_resource == ROCM_RESOURCE else "VLLM_IMAGE")
 
 
-def server_args(spec: ServeSpec, served_name: str, model_path: str, port: int,
-                adapters: dict[str, str] | None = None) -> list[str]:
+def server_args(
+    spec: ServeSpec, served_name: str, model_path: str, port: int, adapters: dict[str, str] | None = None
+) -> list[str]:
     """vLLM's arguments for this deploy, from trainer.serving.args.vllm_args: one function for local and
     cluster serving, so their flags (tool-call parser, LoRA, tensor parallelism) cannot drift."""
-    return vllm_args(model_path, served_name, host="0.0.0.0", port=port, lora_modules=adapters or None,
-                     max_lora_rank=spec.max_lora_rank if adapters else 0, max_model_len=spec.max_model_len,
-                     tensor_parallel_size=max(spec.gpus, 1), tool_call_parser=spec.tool_call_parser,
-                     chat_template=f"{model_path}/chat_template.jinja" if spec.chat_template else "")
+    return vllm_args(
+        model_path,
+        served_name,
+        host="0.0.0.0",
+        port=port,
+        lora_modules=adapters or None,
+        max_lora_rank=spec.max_lora_rank if adapters else 0,
+        max_model_len=spec.max_model_len,
+        tensor_parallel_size=max(spec.gpus, 1),
+        tool_call_parser=spec.tool_call_parser,
+        chat_template=f"{model_path}/chat_template.jinja" if spec.chat_template else "",
+    )
 
 
-def split_args(spec: ServeSpec, served_name: str, model_path: str, port: int,
-               adapters: dict[str, str] | None = None) -> tuple[list[str], list[str]]:
+def split_args(
+    spec: ServeSpec, served_name: str, model_path: str, port: int, adapters: dict[str, str] | None = None
+) -> tuple[list[str], list[str]]:
     """(what every deploy shares, what this deploy adds): the KServe runtime holds the first,
     the InferenceService the second. vllm_args puts what depends on the model and the deploy
     from --tool-call-parser on: one runtime serves a Llama and a Qwen model side by side."""
@@ -124,52 +147,85 @@ def build(spec: ServeSpec):
     downloads = [(spec.model_uri, MODEL_DIR), *[(uri, f"{ADAPTER_DIR}/{n}") for n, uri in spec.adapters.items()]]
     script = " && ".join(f"python -m trainer download {uri} {path}" for uri, path in downloads)
     fetch = k.V1Container(
-        name="fetch-model", image=c.image or settings.image(),
-        command=["python", "-m", "trainer", "download", spec.model_uri, MODEL_DIR] if not spec.adapters
+        name="fetch-model",
+        image=c.image or settings.image(),
+        command=["python", "-m", "trainer", "download", spec.model_uri, MODEL_DIR]
+        if not spec.adapters
         else ["sh", "-c", script],
         env=[*secret_env(), k.V1EnvVar(name="FINETUNE_CACHE_DIR", value="/models/.cache")],
         resources=k.V1ResourceRequirements(requests={"cpu": "1", "memory": "2Gi"}, limits={"memory": "4Gi"}),
-        security_context=container_security(), volume_mounts=mounts[:1])
+        security_context=container_security(),
+        volume_mounts=mounts[:1],
+    )
     probe = dict(http_get=k.V1HTTPGetAction(path="/v1/models", port=PORT))
     adapters = {n: f"{ADAPTER_DIR}/{n}" for n in spec.adapters}
     server = k.V1Container(
-        name="vllm", image=image(spec),
+        name="vllm",
+        image=image(spec),
         command=["vllm", "serve", *server_args(spec, spec.name, MODEL_DIR, PORT, adapters)],
         # vLLM's images run as root with HOME=/root; as a non-root user its caches go to /tmp.
-        env=[k.V1EnvVar(name="HOME", value="/tmp"), k.V1EnvVar(name="HF_HOME", value="/tmp/hf"),
-             k.V1EnvVar(name="HF_HUB_OFFLINE", value="1")],
+        env=[
+            k.V1EnvVar(name="HOME", value="/tmp"),
+            k.V1EnvVar(name="HF_HOME", value="/tmp/hf"),
+            k.V1EnvVar(name="HF_HUB_OFFLINE", value="1"),
+        ],
         ports=[k.V1ContainerPort(container_port=PORT, name="http")],
-        resources=k.V1ResourceRequirements(requests={"cpu": c.cpu, "memory": c.memory, **gpus},
-                                           limits={"memory": c.memory, **gpus}),
+        resources=k.V1ResourceRequirements(
+            requests={"cpu": c.cpu, "memory": c.memory, **gpus}, limits={"memory": c.memory, **gpus}
+        ),
         # /health says the process is up; /v1/models says the model is loaded and servable.
         startup_probe=k.V1Probe(**probe, period_seconds=10, failure_threshold=180),
         readiness_probe=k.V1Probe(**probe, period_seconds=10),
         liveness_probe=k.V1Probe(http_get=k.V1HTTPGetAction(path="/health", port=PORT), period_seconds=20),
-        security_context=container_security(), volume_mounts=mounts)
+        security_context=container_security(),
+        volume_mounts=mounts,
+    )
     meta = k.V1ObjectMeta(name=spec.name, namespace=c.namespace or None, labels={**labels(spec), **queue_labels(c)})
     deployment = k.V1Deployment(
-        api_version="apps/v1", kind="Deployment", metadata=meta,
+        api_version="apps/v1",
+        kind="Deployment",
+        metadata=meta,
         spec=k.V1DeploymentSpec(
-            replicas=spec.replicas, selector=k.V1LabelSelector(match_labels=labels(spec)),
+            replicas=spec.replicas,
+            selector=k.V1LabelSelector(match_labels=labels(spec)),
             # Recreate: a GPU node rarely has room for old and new pods side by side.
             strategy=k.V1DeploymentStrategy(type="Recreate"),
             template=k.V1PodTemplateSpec(
-                metadata=k.V1ObjectMeta(labels={**labels(spec), **queue_labels(c)}, annotations={
-                    "llm-finetune/model-uri": spec.model_uri,
-                    **({"llm-finetune/adapters": ",".join(f"{n}={u}" for n, u in spec.adapters.items())}
-                       if spec.adapters else {})}),
+                metadata=k.V1ObjectMeta(
+                    labels={**labels(spec), **queue_labels(c)},
+                    annotations={
+                        "llm-finetune/model-uri": spec.model_uri,
+                        **(
+                            {"llm-finetune/adapters": ",".join(f"{n}={u}" for n, u in spec.adapters.items())}
+                            if spec.adapters
+                            else {}
+                        ),
+                    },
+                ),
                 spec=k.V1PodSpec(
-                    init_containers=[fetch], containers=[server], service_account_name=c.service_account or None,
+                    init_containers=[fetch],
+                    containers=[server],
+                    service_account_name=c.service_account or None,
                     security_context=pod_security(RUN_AS_USER),
-                    volumes=[k.V1Volume(name="model", empty_dir=k.V1EmptyDirVolumeSource(size_limit=c.cache_size)),
-                             k.V1Volume(name="dshm", empty_dir=k.V1EmptyDirVolumeSource(medium="Memory",
-                                                                                      size_limit=c.shm_size))],
-                    **scheduling(c)))))
+                    volumes=[
+                        k.V1Volume(name="model", empty_dir=k.V1EmptyDirVolumeSource(size_limit=c.cache_size)),
+                        k.V1Volume(
+                            name="dshm", empty_dir=k.V1EmptyDirVolumeSource(medium="Memory", size_limit=c.shm_size)
+                        ),
+                    ],
+                    **scheduling(c),
+                ),
+            ),
+        ),
+    )
     service = k.V1Service(
-        api_version="v1", kind="Service", metadata=k.V1ObjectMeta(name=spec.name, namespace=c.namespace or None,
-                                                                  labels=labels(spec)),
-        spec=k.V1ServiceSpec(selector=labels(spec), ports=[k.V1ServicePort(name="http", port=PORT,
-                                                                           target_port="http")]))
+        api_version="v1",
+        kind="Service",
+        metadata=k.V1ObjectMeta(name=spec.name, namespace=c.namespace or None, labels=labels(spec)),
+        spec=k.V1ServiceSpec(
+            selector=labels(spec), ports=[k.V1ServicePort(name="http", port=PORT, target_port="http")]
+        ),
+    )
     return deployment, service
 
 
@@ -190,9 +246,12 @@ def apply(apps, core, deployment, service, namespace: str) -> str:
     except ApiException as err:
         if err.status != 409:
             raise
-    replace(lambda: apps.read_namespaced_deployment(name, namespace),
-            lambda body: apps.replace_namespaced_deployment(name, namespace, body), deployment,
-            f"Deployment {namespace}/{name}")
+    replace(
+        lambda: apps.read_namespaced_deployment(name, namespace),
+        lambda body: apps.replace_namespaced_deployment(name, namespace, body),
+        deployment,
+        f"Deployment {namespace}/{name}",
+    )
     try:
         core.patch_namespaced_service(name, namespace, service)
     except ApiException as err:
@@ -202,10 +261,12 @@ def apply(apps, core, deployment, service, namespace: str) -> str:
     return "replaced"
 
 
-def wait_rollout(apps, name: str, namespace: str, timeout_s: float, poll_s: float = 5.0,
-                 progress_every_s: float = 30.0) -> None:
+def wait_rollout(
+    apps, name: str, namespace: str, timeout_s: float, poll_s: float = 5.0, progress_every_s: float = 30.0
+) -> None:
     """Until the newest generation's replicas are all updated and available; a line of progress
     every `progress_every_s` (pulling a vLLM image and loading weights take minutes)."""
+
     def check() -> tuple[bool | None, tuple[int, int, int]]:
         d = apps.read_namespaced_deployment_status(name, namespace)
         st, want = d.status, d.spec.replicas
@@ -213,15 +274,29 @@ def wait_rollout(apps, name: str, namespace: str, timeout_s: float, poll_s: floa
         done = st and (st.observed_generation or 0) >= (d.metadata.generation or 0) and updated == available == want
         return (True if done else None), (updated, available, want)
 
-    wait_until(check, timeout_s, poll_s, progress_every_s,
-               lambda s, n: f"  rollout of {namespace}/{name}: {n[1]}/{n[2]} available after {s:.0f} s "
-                            f"(limit {timeout_s:.0f} s)",
-               lambda n: f"deployment {namespace}/{name} not rolled out after {timeout_s:.0f}s (updated={n[0]}, "
-                         f"available={n[1]}, wanted={n[2]}); see `kubectl -n {namespace} describe deploy/{name}`")
+    wait_until(
+        check,
+        timeout_s,
+        poll_s,
+        progress_every_s,
+        lambda s, n: (
+            f"  rollout of {namespace}/{name}: {n[1]}/{n[2]} available after {s:.0f} s (limit {timeout_s:.0f} s)"
+        ),
+        lambda n: (
+            f"deployment {namespace}/{name} not rolled out after {timeout_s:.0f}s (updated={n[0]}, "
+            f"available={n[1]}, wanted={n[2]}); see `kubectl -n {namespace} describe deploy/{name}`"
+        ),
+    )
 
 
-def deploy(spec: ServeSpec, messages: list[dict[str, Any]], tools: list | None = None,
-           client_configuration: Any = None, poll_s: float = 5.0, ready_timeout_s: float = 300) -> dict[str, Any]:
+def deploy(
+    spec: ServeSpec,
+    messages: list[dict[str, Any]],
+    tools: list | None = None,
+    client_configuration: Any = None,
+    poll_s: float = 5.0,
+    ready_timeout_s: float = 300,
+) -> dict[str, Any]:
     """Apply, wait for rollout, smoke-test through the Service (the base model and every adapter
     by name); returns what trainer.serving.local.deploy_local returns (endpoint: the in-cluster URL, names,
     smoke_ok, ...) plus `access`, the `kubectl port-forward` command for the user's machine."""
@@ -231,20 +306,37 @@ def deploy(spec: ServeSpec, messages: list[dict[str, Any]], tools: list | None =
     api = api_client(client_configuration)
     namespace = spec.cluster.namespace or default_namespace()
     action = apply(k.AppsV1Api(api), k.CoreV1Api(api), deployment, service, namespace)
-    print(f"{action} Deployment and Service {namespace}/{spec.name}; waiting for rollout "
-          f"(at most {spec.rollout_timeout_s} s)", flush=True)
+    print(
+        f"{action} Deployment and Service {namespace}/{spec.name}; waiting for rollout "
+        f"(at most {spec.rollout_timeout_s} s)",
+        flush=True,
+    )
     t0 = time.monotonic()
     wait_rollout(k.AppsV1Api(api), spec.name, namespace, spec.rollout_timeout_s, poll_s)
     # Outside the cluster the Service's DNS name does not resolve: through the API server (reach).
-    out = smoke_reached(reach.service(api, namespace, spec.name, PORT), service_url(spec.name, namespace),
-                        reach.port_forward(namespace, f"svc/{spec.name}", PORT),
-                        spec, messages, tools, ready_timeout_s, t0)
+    out = smoke_reached(
+        reach.service(api, namespace, spec.name, PORT),
+        service_url(spec.name, namespace),
+        reach.port_forward(namespace, f"svc/{spec.name}", PORT),
+        spec,
+        messages,
+        tools,
+        ready_timeout_s,
+        t0,
+    )
     return {**out, "action": action}
 
 
-def smoke_reached(reached: ContextManager[str], url: str, access: str, spec: ServeSpec,
-                  messages: list[dict[str, Any]], tools: list | None, ready_timeout_s: float,
-                  t0: float) -> dict[str, Any]:
+def smoke_reached(
+    reached: ContextManager[str],
+    url: str,
+    access: str,
+    spec: ServeSpec,
+    messages: list[dict[str, Any]],
+    tools: list | None,
+    ready_timeout_s: float,
+    t0: float,
+) -> dict[str, Any]:
     """Every cluster backend's last step: smoke_all where this process reaches the server
     (`reached`: trainer.k8s.reach.service or .pod), then one line on where clients reach it: `url`
     from a pod of the cluster, `access` (a `kubectl port-forward` command) from the user's machine.
@@ -255,21 +347,31 @@ def smoke_reached(reached: ContextManager[str], url: str, access: str, spec: Ser
     return {**out, "endpoint": f"{url}/v1", "access": access}
 
 
-def smoke_all(url: str, spec: ServeSpec, messages: list[dict[str, Any]], tools: list | None,
-              ready_timeout_s: float, t0: float) -> dict[str, Any]:
+def smoke_all(
+    url: str, spec: ServeSpec, messages: list[dict[str, Any]], tools: list | None, ready_timeout_s: float, t0: float
+) -> dict[str, Any]:
     """Wait for /v1/models, then the same OpenAI smoke test as locally for every served name: the
     tuned model (each adapter when there are some, else the model) must answer with a tool call."""
-    print(f"waiting for {', '.join([spec.name, *spec.adapters])} on /v1/models (at most {ready_timeout_s:.0f} s)",
-          flush=True)
+    print(
+        f"waiting for {', '.join([spec.name, *spec.adapters])} on /v1/models (at most {ready_timeout_s:.0f} s)",
+        flush=True,
+    )
     client.wait_ready(url, timeout=ready_timeout_s)
     ready_s = time.monotonic() - t0
     names = [spec.name, *spec.adapters]
     tuned = set(spec.adapters) or {spec.name}
     results = {n: client.smoke_test(url, n, messages, tools, require_tool_call=n in tuned) for n in names}
     failed = [f"{n}: {r['reason']}" for n, r in results.items() if not r["ok"]]
-    return {"endpoint": f"{url}/v1", "names": names, "ready_s": ready_s, "smoke_ok": not failed,
-            "reason": "; ".join(failed), "latency_s": max(r["latency_s"] for r in results.values()),
-            "results": results, "pgid": None}
+    return {
+        "endpoint": f"{url}/v1",
+        "names": names,
+        "ready_s": ready_s,
+        "smoke_ok": not failed,
+        "reason": "; ".join(failed),
+        "latency_s": max(r["latency_s"] for r in results.values()),
+        "results": results,
+        "pgid": None,
+    }
 
 
 def service_url(name: str, namespace: str) -> str:

@@ -55,12 +55,17 @@ class LocalLauncher:
             if stall:
                 raise UserError(f"training stalled: {stall}")
             if code in PERMANENT:
-                raise UserError(f"training failed on node {node} (exit status {code}: {PERMANENT[code]}); "
-                                f"not restarted, a restart would fail the same way. See its log above")
+                raise UserError(
+                    f"training failed on node {node} (exit status {code}: {PERMANENT[code]}); "
+                    f"not restarted, a restart would fail the same way. See its log above"
+                )
             if attempt < self.max_restarts:
                 why = " (transient: storage or network)" if code == EXIT_TRANSIENT else ""
-                print(f"node {node} exited with status {code}{why}; restarting the job "
-                      f"({attempt + 1}/{self.max_restarts})", flush=True)
+                print(
+                    f"node {node} exited with status {code}{why}; restarting the job "
+                    f"({attempt + 1}/{self.max_restarts})",
+                    flush=True,
+                )
                 continue
             raise UserError(f"training failed on node {node} (exit status {code}); see its log above")
 
@@ -79,15 +84,29 @@ class LocalLauncher:
         tmp = tempfile.mkdtemp(prefix="finetune-job-")
         procs = []
         for node in range(self.nnodes):
-            env = {**os.environ, "PET_NNODES": str(self.nnodes), "PET_NODE_RANK": str(node),
-                   "PET_NPROC_PER_NODE": str(self.nproc_per_node), "PET_MASTER_ADDR": "127.0.0.1",
-                   "PET_MASTER_PORT": str(port), "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1",
-                   **procs_mod.private_tmpdir_env(tmp),
-                   **({"CUDA_VISIBLE_DEVICES": self.devices[node]} if self.devices is not None else {})}
+            env = {
+                **os.environ,
+                "PET_NNODES": str(self.nnodes),
+                "PET_NODE_RANK": str(node),
+                "PET_NPROC_PER_NODE": str(self.nproc_per_node),
+                "PET_MASTER_ADDR": "127.0.0.1",
+                "PET_MASTER_PORT": str(port),
+                "OMP_NUM_THREADS": str(threads),
+                "PYTHONUNBUFFERED": "1",
+                **procs_mod.private_tmpdir_env(tmp),
+                **({"CUDA_VISIBLE_DEVICES": self.devices[node]} if self.devices is not None else {}),
+            }
             # Own process group: stopping a node stops its workers too, even a frozen one.
-            procs.append(subprocess.Popen(train_command(train_args), env=env, start_new_session=True,
-                                          stdout=subprocess.PIPE if node == 0 else None, text=True,
-                                          errors="replace"))
+            procs.append(
+                subprocess.Popen(
+                    train_command(train_args),
+                    env=env,
+                    start_new_session=True,
+                    stdout=subprocess.PIPE if node == 0 else None,
+                    text=True,
+                    errors="replace",
+                )
+            )
         reader = threading.Thread(target=_relay, args=(procs[0].stdout, dog), daemon=True)
         reader.start()
         try:
@@ -137,11 +156,14 @@ def node_devices(nnodes: int, nproc_per_node: int, gpus: list[str]) -> list[str]
         return None
     world = nnodes * nproc_per_node
     if len(gpus) < world:
-        print(f"{world} local training processes but {len(gpus)} GPU(s): NCCL needs a GPU of its own for each "
-              f"process, so this job runs on CPU; set nodes x procs_per_node <= {len(gpus)} to train on the "
-              "GPUs", flush=True)
+        print(
+            f"{world} local training processes but {len(gpus)} GPU(s): NCCL needs a GPU of its own for each "
+            f"process, so this job runs on CPU; set nodes x procs_per_node <= {len(gpus)} to train on the "
+            "GPUs",
+            flush=True,
+        )
         return [""] * nnodes
-    return [",".join(gpus[i * nproc_per_node:(i + 1) * nproc_per_node]) for i in range(nnodes)]
+    return [",".join(gpus[i * nproc_per_node : (i + 1) * nproc_per_node]) for i in range(nnodes)]
 
 
 def _relay(stream, dog: Watchdog) -> None:
@@ -167,8 +189,19 @@ CLUSTER_LAUNCHERS = ("pytorchjob", "kubernetes", "trainjob")
 
 # Pipeline parameter -> ClusterSpec field, for the settings whose names differ.
 _RENAMED = {"kueue_queue": "queue", "max_restarts": "backoff_limit"}
-_CLUSTER_PARAMS = ("namespace", "nodes", "procs_per_node", "accelerator_resource", "node_selector", "tolerations",
-                   "kueue_queue", "cleanup", "wait_timeout_s", "max_restarts", "training_runtime")
+_CLUSTER_PARAMS = (
+    "namespace",
+    "nodes",
+    "procs_per_node",
+    "accelerator_resource",
+    "node_selector",
+    "tolerations",
+    "kueue_queue",
+    "cleanup",
+    "wait_timeout_s",
+    "max_restarts",
+    "training_runtime",
+)
 
 
 def cluster_from_params(params: dict):
@@ -197,6 +230,10 @@ def run_training(cfg, launcher: str, spec, store, run_id: str = "") -> dict:
         spec.stall_timeout_s = cfg.stall_timeout_s  # the watchdog reads the job's streamed log
         launcher_for(launcher)(spec).run(cfg.to_args(), job_name(run_id or cfg.output_prefix.rsplit("/", 1)[-1]))
     else:
-        LocalLauncher(nnodes=spec.nodes, nproc_per_node=spec.procs_per_node, max_restarts=spec.backoff_limit,
-                      stall_timeout_s=cfg.stall_timeout_s).run(cfg.to_args())
+        LocalLauncher(
+            nnodes=spec.nodes,
+            nproc_per_node=spec.procs_per_node,
+            max_restarts=spec.backoff_limit,
+            stall_timeout_s=cfg.stall_timeout_s,
+        ).run(cfg.to_args())
     return store.get_json(f"{cfg.output_prefix}/result.json")

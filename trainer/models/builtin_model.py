@@ -22,8 +22,16 @@ from trainer.core import settings
 
 MAX_POSITIONS = 512
 HIDDEN_SIZE = 128
-SPECIAL_TOKENS = ["<|pad|>", "<|bos|>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>",
-                  "<tool_call>", "</tool_call>"]
+SPECIAL_TOKENS = [
+    "<|pad|>",
+    "<|bos|>",
+    "<|end|>",
+    "<|system|>",
+    "<|user|>",
+    "<|assistant|>",
+    "<tool_call>",
+    "</tool_call>",
+]
 
 # Tools are listed compactly (name and argument names) to keep prompts short for a tiny
 # model; the assistant answers with `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`.
@@ -52,8 +60,12 @@ def _corpus(rows: list[dict]) -> list[str]:
             texts.append(m.get("content") or "")
             for tc in m.get("tool_calls") or []:
                 texts.append(json.dumps({"name": tc["function"]["name"], "arguments": tc["function"]["arguments"]}))
-    texts.append(" ".join(t["function"]["name"] + "(" + ", ".join(t["function"]["parameters"]["properties"]) + ")"
-                          for t in builtin_data.TOOLS))
+    texts.append(
+        " ".join(
+            t["function"]["name"] + "(" + ", ".join(t["function"]["parameters"]["properties"]) + ")"
+            for t in builtin_data.TOOLS
+        )
+    )
     return texts
 
 
@@ -65,17 +77,28 @@ def build_tokenizer(vocab_size: int = 1024):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator(_corpus(builtin_data.generate(n_train=2000, n_eval=0, seed=1234, categories=True)["train"]),
-                            trainer=trainer)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(
+        _corpus(builtin_data.generate(n_train=2000, n_eval=0, seed=1234, categories=True)["train"]), trainer=trainer
+    )
     return PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<|bos|>", eos_token="<|end|>", pad_token="<|pad|>",
-        chat_template=CHAT_TEMPLATE, model_max_length=MAX_POSITIONS,
+        tokenizer_object=tok,
+        bos_token="<|bos|>",
+        eos_token="<|end|>",
+        pad_token="<|pad|>",
+        chat_template=CHAT_TEMPLATE,
+        model_max_length=MAX_POSITIONS,
     )
 
 
-def build(out_dir: str | Path, *, hidden_size: int = HIDDEN_SIZE, layers: int = 4, heads: int = 4, seed: int = 0) -> Path:
+def build(
+    out_dir: str | Path, *, hidden_size: int = HIDDEN_SIZE, layers: int = 4, heads: int = 4, seed: int = 0
+) -> Path:
     """Write the tiny model and its tokenizer to `out_dir` (created if missing)."""
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
@@ -84,10 +107,16 @@ def build(out_dir: str | Path, *, hidden_size: int = HIDDEN_SIZE, layers: int = 
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer()
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=hidden_size * 2,
-        num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
-        max_position_embeddings=MAX_POSITIONS, tie_word_embeddings=False,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 2,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=MAX_POSITIONS,
+        tie_word_embeddings=False,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
     torch.manual_seed(seed)
@@ -100,8 +129,11 @@ def build(out_dir: str | Path, *, hidden_size: int = HIDDEN_SIZE, layers: int = 
     with torch.no_grad():
         model.get_output_embeddings().weight.normal_(0.0, 0.1)
     model.generation_config = GenerationConfig(
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id, do_sample=False, max_new_tokens=64,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        do_sample=False,
+        max_new_tokens=64,
     )
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
@@ -111,8 +143,14 @@ def build(out_dir: str | Path, *, hidden_size: int = HIDDEN_SIZE, layers: int = 
 # What a built directory is made of: the builder's code (this file and the rows its tokenizer is trained
 # on) and the libraries that write the files. A change to any of them builds again.
 _KEYED_BY = ("torch", "transformers", "tokenizers", "safetensors")
-_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-          "chat_template.jinja")
+_FILES = (
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+)
 
 
 def cache_key() -> str:

@@ -29,8 +29,9 @@ from peft.tuners.lora import Linear as LoraLinear
 # Asked once here, not in forward: torch 2.11's dynamo cannot trace torch.amp.is_autocast_available, so
 # compile=true broke every decoder layer's graph at each LoRA layer and recompiled per projection shape
 # (34 frames for 8 batch shapes on an H200, 2026-11-27; tests/integration/test_gpu.py).
-_AUTOCAST_DEVICES = frozenset(t for t in ("cpu", "cuda", "xpu", "mps", "hpu", "mtia", "maia", "xla", "ipu")
-                              if torch.amp.is_autocast_available(t))
+_AUTOCAST_DEVICES = frozenset(
+    t for t in ("cpu", "cuda", "xpu", "mps", "hpu", "mtia", "maia", "xla", "ipu") if torch.amp.is_autocast_available(t)
+)
 
 
 class _LoraLinearFunction(torch.autograd.Function):
@@ -77,15 +78,24 @@ class FusedLoraLinear(LoraLinear):
             return super().forward(x, *args, **kwargs)
         name = self.active_adapters[0]
         base = self.base_layer
-        if (name not in self.lora_A or name in self.lora_variant
-                or not isinstance(self.lora_dropout[name], torch.nn.Identity)
-                or self.lora_A[name].bias is not None or self.lora_B[name].bias is not None
-                or type(base) is not torch.nn.Linear or x.dtype != base.weight.dtype
-                or (x.device.type in _AUTOCAST_DEVICES and torch.is_autocast_enabled(x.device.type)
-                    and torch.get_autocast_dtype(x.device.type) != x.dtype)):
+        if (
+            name not in self.lora_A
+            or name in self.lora_variant
+            or not isinstance(self.lora_dropout[name], torch.nn.Identity)
+            or self.lora_A[name].bias is not None
+            or self.lora_B[name].bias is not None
+            or type(base) is not torch.nn.Linear
+            or x.dtype != base.weight.dtype
+            or (
+                x.device.type in _AUTOCAST_DEVICES
+                and torch.is_autocast_enabled(x.device.type)
+                and torch.get_autocast_dtype(x.device.type) != x.dtype
+            )
+        ):
             return super().forward(x, *args, **kwargs)
-        return _LoraLinearFunction.apply(x, base.weight, base.bias, self.lora_A[name].weight,
-                                         self.lora_B[name].weight, float(self.scaling[name]))
+        return _LoraLinearFunction.apply(
+            x, base.weight, base.bias, self.lora_A[name].weight, self.lora_B[name].weight, float(self.scaling[name])
+        )
 
 
 def register(lora_config) -> None:

@@ -35,8 +35,15 @@ MAGIC = b"GGUF"
 _INSTALL = "pip install gguf (a dependency of this project: `pip install -e .` installs it)"
 # llama.cpp's architecture names where transformers spells the model_type otherwise
 # (transformers.modeling_gguf_pytorch_utils.load_gguf_checkpoint renames them the same way).
-_MODEL_TYPES = {"qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe", "gpt-oss": "gpt_oss", "minimax-m2": "minimax_m2",
-                "t5encoder": "t5", "gemma3": "gemma3_text", "gemma4": "gemma4_text"}
+_MODEL_TYPES = {
+    "qwen2moe": "qwen2_moe",
+    "qwen3moe": "qwen3_moe",
+    "gpt-oss": "gpt_oss",
+    "minimax-m2": "minimax_m2",
+    "t5encoder": "t5",
+    "gemma3": "gemma3_text",
+    "gemma4": "gemma4_text",
+}
 
 
 def file_problems(path: str | Path, check_tokenizer: bool = True) -> list[str]:
@@ -50,29 +57,39 @@ def file_problems(path: str | Path, check_tokenizer: bool = True) -> list[str]:
     except OSError as err:
         return [f"cannot read {path}: {err.strerror}"]
     if head != MAGIC:
-        return [f"{path} is not a GGUF file (it does not start with the bytes 'GGUF'; a Git LFS pointer or a saved "
-                "error page often has the name): download the file itself again, or pass a model directory "
-                "(config.json, *.safetensors, tokenizer files)"]
+        return [
+            f"{path} is not a GGUF file (it does not start with the bytes 'GGUF'; a Git LFS pointer or a saved "
+            "error page often has the name): download the file itself again, or pass a model directory "
+            "(config.json, *.safetensors, tokenizer files)"
+        ]
     info = metadata(path)
     if "problem" in info:
         return [info["problem"]]
     problems = []
     arch = info["architecture"]
     if not info["transformers_reads"]:
-        problems.append(f"{path} holds a {arch!r} model, an architecture the installed transformers cannot "
-                        "de-quantize from GGUF: use the original Hugging Face model (a directory or Hub id), or a "
-                        "GGUF of a supported architecture (Llama, Mistral, Qwen2/3, Gemma 2/3, Phi-3, ...)")
+        problems.append(
+            f"{path} holds a {arch!r} model, an architecture the installed transformers cannot "
+            "de-quantize from GGUF: use the original Hugging Face model (a directory or Hub id), or a "
+            "GGUF of a supported architecture (Llama, Mistral, Qwen2/3, Gemma 2/3, Phi-3, ...)"
+        )
     elif not info["causal_lm"]:
-        problems.append(f"{path} holds a {arch!r} model, not a decoder-only causal language model "
-                        "(AutoModelForCausalLM cannot load it): fine-tune a text-generating model such as Llama, "
-                        "Qwen or Mistral")
+        problems.append(
+            f"{path} holds a {arch!r} model, not a decoder-only causal language model "
+            "(AutoModelForCausalLM cannot load it): fine-tune a text-generating model such as Llama, "
+            "Qwen or Mistral"
+        )
     if not info["has_tokenizer"]:
-        problems.append(f"{path} has no tokenizer in its metadata (tokenizer.ggml.*): convert the model again with "
-                        "llama.cpp's convert_hf_to_gguf.py, which writes it, or pass the original model directory")
+        problems.append(
+            f"{path} has no tokenizer in its metadata (tokenizer.ggml.*): convert the model again with "
+            "llama.cpp's convert_hf_to_gguf.py, which writes it, or pass the original model directory"
+        )
     elif check_tokenizer and not info["has_chat_template"]:
-        problems.append(f"{path} has no chat template in its metadata (tokenizer.chat_template), which training "
-                        "needs to render conversations: give one with chat_template= (auto: the built-in template of the "
-                        "model's family, a built-in name such as gemma-tools, or a .jinja file), or use the GGUF of an instruct/chat model")
+        problems.append(
+            f"{path} has no chat template in its metadata (tokenizer.chat_template), which training "
+            "needs to render conversations: give one with chat_template= (auto: the built-in template of the "
+            "model's family, a built-in name such as gemma-tools, or a .jinja file), or use the GGUF of an instruct/chat model"
+        )
     return problems
 
 
@@ -110,21 +127,24 @@ def _metadata(path: str, mtime_ns: int, size: int) -> dict[str, Any]:
         reader = _parse(os.path.realpath(path), mtime_ns, size)
         arch = str(reader.fields["general.architecture"].contents())
     except (ValueError, IndexError, KeyError, OSError) as err:  # what GGUFReader raises on a cut-off or damaged file
-        what = "has no general.architecture" if isinstance(err, KeyError) else \
-            f"does not read as GGUF ({brief(err)})"
-        return {"problem": f"{path} {what}: the file is damaged or cut short ({size:,} bytes); download it again "
-                           "(a partial download is the usual cause)"}
+        what = "has no general.architecture" if isinstance(err, KeyError) else f"does not read as GGUF ({brief(err)})"
+        return {
+            "problem": f"{path} {what}: the file is damaged or cut short ({size:,} bytes); download it again "
+            "(a partial download is the usual cause)"
+        }
     model_type = _MODEL_TYPES.get(arch, arch.replace("-", "_"))
     context = reader.fields.get(f"{arch}.context_length")
     types = {GGMLQuantizationType(t.tensor_type).name for t in reader.tensors}
     return {
-        "architecture": arch, "model_type": model_type,
+        "architecture": arch,
+        "model_type": model_type,
         "transformers_reads": model_type.removesuffix("_text") in GGUF_SUPPORTED_ARCHITECTURES,
         "causal_lm": model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
         "context_length": int(context.contents()) if context is not None else None,
         "has_tokenizer": "tokenizer.ggml.model" in reader.fields,
         "has_chat_template": "tokenizer.chat_template" in reader.fields,
-        "tensor_types": sorted(types), "tensors": len(reader.tensors),
+        "tensor_types": sorted(types),
+        "tensors": len(reader.tensors),
     }
 
 
@@ -183,16 +203,23 @@ def _incomplete(path: Path, arch: str, report: dict[str, Any]) -> str | None:
     """The load report's missing, unexpected or mismatched weights, said as a refusal: transformers fills a missing
     one with newly initialized values and carries on, so the model would train (and be uploaded) with random layers."""
     kinds = {"missing": "missing_keys", "unexpected": "unexpected_keys", "of the wrong shape": "mismatched_keys"}
-    found = {what: sorted(str(k[0] if isinstance(k, tuple) else k) for k in report.get(key) or ())
-             for what, key in kinds.items()}
-    said = [f"{len(keys)} {what} ({', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''})"
-            for what, keys in found.items() if keys]
+    found = {
+        what: sorted(str(k[0] if isinstance(k, tuple) else k) for k in report.get(key) or ())
+        for what, key in kinds.items()
+    }
+    said = [
+        f"{len(keys)} {what} ({', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''})"
+        for what, keys in found.items()
+        if keys
+    ]
     if not said:
         return None
-    return (f"model {path}: its tensors do not make a whole {arch!r} model: weights {'; '.join(said)}. transformers "
-            "would fill the missing ones with random values and training would start from them; nothing was "
-            "uploaded. Download the file again (or convert it again with llama.cpp's convert_hf_to_gguf.py), or use "
-            "the original Hugging Face model (a directory or Hub id)")
+    return (
+        f"model {path}: its tensors do not make a whole {arch!r} model: weights {'; '.join(said)}. transformers "
+        "would fill the missing ones with random values and training would start from them; nothing was "
+        "uploaded. Download the file again (or convert it again with llama.cpp's convert_hf_to_gguf.py), or use "
+        "the original Hugging Face model (a directory or Hub id)"
+    )
 
 
 # Architectures whose tensors transformers maps one to one by name (its TensorProcessor, or one that only permutes or
@@ -210,8 +237,12 @@ def tensor_problems(path: str | Path) -> list[str]:
     with a traceback on every rank."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
-    from transformers.modeling_gguf_pytorch_utils import (TENSOR_PROCESSORS, TensorProcessor,
-                                                          get_gguf_hf_weights_map, load_gguf_checkpoint)
+    from transformers.modeling_gguf_pytorch_utils import (
+        TENSOR_PROCESSORS,
+        TensorProcessor,
+        get_gguf_hf_weights_map,
+        load_gguf_checkpoint,
+    )
 
     path = Path(path)
     arch = metadata(path)["architecture"]
@@ -224,8 +255,10 @@ def tensor_problems(path: str | Path) -> list[str]:
     parsed = load_gguf_checkpoint(str(path), return_tensors=False)
     names = get_gguf_hf_weights_map(model, processor_class(config=parsed.get("config", {})))
     shapes = {name: tuple(value.shape) for name, value in model.state_dict().items()}
-    fix = ("the file is damaged or holds a model of another architecture than its metadata says: download it again, "
-           "or use the original Hugging Face model (a directory or Hub id)")
+    fix = (
+        "the file is damaged or holds a model of another architecture than its metadata says: download it again, "
+        "or use the original Hugging Face model (a directory or Hub id)"
+    )
     problems = []
     stat = os.stat(path)
     for tensor in _parse(os.path.realpath(path), stat.st_mtime_ns, stat.st_size).tensors:
@@ -233,11 +266,15 @@ def tensor_problems(path: str | Path) -> list[str]:
         target = names.get(tensor.name)
         if target is None:
             if tensor.name not in _DERIVED:
-                problems.append(f"model {path}: tensor {tensor.name} {list(stored)} is no parameter of a {arch!r} "
-                                f"model with this metadata's config (it would be dropped without a word): {fix}")
+                problems.append(
+                    f"model {path}: tensor {tensor.name} {list(stored)} is no parameter of a {arch!r} "
+                    f"model with this metadata's config (it would be dropped without a word): {fix}"
+                )
         elif target in shapes and stored != shapes[target]:
-            problems.append(f"model {path}: tensor {tensor.name} is {list(stored)}, but the config in its metadata "
-                            f"makes {target} {list(shapes[target])}: {fix}")
+            problems.append(
+                f"model {path}: tensor {tensor.name} is {list(stored)}, but the config in its metadata "
+                f"makes {target} {list(shapes[target])}: {fix}"
+            )
     return problems
 
 
@@ -251,7 +288,6 @@ def convert(path: str | Path, out_dir: str | Path) -> Path:
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
 
     try:
         from transformers import GgufConfig
@@ -271,23 +307,29 @@ def convert(path: str | Path, out_dir: str | Path) -> Path:
         dtype = dtype_name(info["tensor_types"])
         try:
             tokenizer = AutoTokenizer.from_pretrained(**where)
-            model, report = AutoModelForCausalLM.from_pretrained(**where, dtype=getattr(torch, dtype), **dense,
-                                                                 output_loading_info=True)
+            model, report = AutoModelForCausalLM.from_pretrained(
+                **where, dtype=getattr(torch, dtype), **dense, output_loading_info=True
+            )
         except NotImplementedError as err:  # gguf's dequantize for a tensor type it does not know
-            raise UserError(f"model {path}: {brief(err)}: re-quantize it with llama.cpp to a type "
-                            f"the gguf package de-quantizes (Q8_0, Q4_K_M, F16, ...) or upgrade gguf ({_INSTALL})"
-                            ) from None
+            raise UserError(
+                f"model {path}: {brief(err)}: re-quantize it with llama.cpp to a type "
+                f"the gguf package de-quantizes (Q8_0, Q4_K_M, F16, ...) or upgrade gguf ({_INSTALL})"
+            ) from None
         except (ValueError, KeyError, IndexError, OSError) as err:  # metadata transformers does not follow
-            raise UserError(f"model {path} does not load with transformers ({type(err).__name__}: "
-                            f"{brief(err)}): use the original Hugging Face model (a directory "
-                            "or Hub id) instead of its GGUF") from None
+            raise UserError(
+                f"model {path} does not load with transformers ({type(err).__name__}: "
+                f"{brief(err)}): use the original Hugging Face model (a directory "
+                "or Hub id) instead of its GGUF"
+            ) from None
     if problem := _incomplete(path, info["architecture"], report):
         raise UserError(problem)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.model_max_length = info["context_length"] or tokenizer.model_max_length
     tokenizer.save_pretrained(out)
-    print(f"converted {path.name} ({info['architecture']}, {info['tensors']} tensors: "
-          f"{'/'.join(info['tensor_types'])}) into a {dtype} model directory in {time.monotonic() - start:.0f} s",
-          flush=True)
+    print(
+        f"converted {path.name} ({info['architecture']}, {info['tensors']} tensors: "
+        f"{'/'.join(info['tensor_types'])}) into a {dtype} model directory in {time.monotonic() - start:.0f} s",
+        flush=True,
+    )
     return out

@@ -15,13 +15,17 @@ def input_problems(model_dir: Path | None, adapter_dir: Path, model_name: str, a
     adapter_dir = Path(adapter_dir)
     problems = []
     if not ((adapter_dir / "adapter_config.json").exists() or (adapter_dir / "config.json").exists()):
-        problems.append(f"{adapter_name} is neither an adapter (adapter_config.json) nor a full fine-tune's model "
-                        "(config.json): give what train wrote (its result's output_uri)")
+        problems.append(
+            f"{adapter_name} is neither an adapter (adapter_config.json) nor a full fine-tune's model "
+            "(config.json): give what train wrote (its result's output_uri)"
+        )
     if model_dir is not None and (Path(model_dir) / "adapter_config.json").exists():
         swapped = (adapter_dir / "config.json").exists() and not (adapter_dir / "adapter_config.json").exists()
-        problems.append(f"{model_name} is an adapter (adapter_config.json), not a base model: "
-                        + ("the two look swapped: " if swapped else "")
-                        + "give the base model as --model-uri and the adapter as --adapter-uri")
+        problems.append(
+            f"{model_name} is an adapter (adapter_config.json), not a base model: "
+            + ("the two look swapped: " if swapped else "")
+            + "give the base model as --model-uri and the adapter as --adapter-uri"
+        )
     elif model_dir is not None and not (Path(model_dir) / "config.json").exists():
         problems.append(f"{model_name} is not a model (no config.json): give the base model deliver-model wrote")
     return problems
@@ -37,8 +41,7 @@ def merge(model_dir: Path, adapter_dir: Path, out_dir: Path) -> Path:
 
     out_dir = Path(out_dir)
     if not (Path(adapter_dir) / "adapter_config.json").exists():
-        shutil.copytree(adapter_dir, out_dir, dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns("_manifest.json"))
+        shutil.copytree(adapter_dir, out_dir, dirs_exist_ok=True, ignore=shutil.ignore_patterns("_manifest.json"))
         print("full fine-tune: nothing to merge, model copied", flush=True)
         return out_dir
     from peft import PeftModel

@@ -42,8 +42,11 @@ def flash_attention_available() -> bool:
 
 
 def liger_available(device) -> bool:
-    return (device.type == "cuda" and not settings.switched_off("FINETUNE_LIGER")
-            and importlib.util.find_spec("liger_kernel") is not None)
+    return (
+        device.type == "cuda"
+        and not settings.switched_off("FINETUNE_LIGER")
+        and importlib.util.find_spec("liger_kernel") is not None
+    )
 
 
 def plan_packing(cfg: TrainConfig, device) -> tuple[bool, str | None, int]:
@@ -53,8 +56,9 @@ def plan_packing(cfg: TrainConfig, device) -> tuple[bool, str | None, int]:
     "auto" flattens with flash-attention only (measured on an H100 with ~100-token rows,
     length-bucketed sdpa beat flex attention: 26.4k vs 22.6k tokens/s).
     """
-    flatten = bool(cfg.batch_tokens) and (cfg.packing == "flatten" or (cfg.packing == "auto" and
-                                                                        flash_attention_available()))
+    flatten = bool(cfg.batch_tokens) and (
+        cfg.packing == "flatten" or (cfg.packing == "auto" and flash_attention_available())
+    )
     if not flatten or device.type != "cuda":
         return flatten, None, cfg.batch_tokens if flatten and cfg.compile else 0
     if flash_attention_available():
@@ -71,10 +75,12 @@ def build_model(cfg: TrainConfig, model_dir: Path, device, attn: str | None = No
 
     dtype = torch.bfloat16 if device.type == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
     # method=qlora: the frozen base in 4-bit NF4 (bitsandbytes), loaded straight onto this rank's device
-    quantized = {"quantization_config": qlora_config(dtype), "device_map": {"": str(device)}} \
-        if cfg.method == "qlora" else {}
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, **(
-        {"attn_implementation": attn} if attn else {}), **quantized)
+    quantized = (
+        {"quantization_config": qlora_config(dtype), "device_map": {"": str(device)}} if cfg.method == "qlora" else {}
+    )
+    model = AutoModelForCausalLM.from_pretrained(
+        model_dir, dtype=dtype, **({"attn_implementation": attn} if attn else {}), **quantized
+    )
     if not quantized:
         model = model.to(device)
     if liger_available(device) and not cfg.compile:  # compiled layers: inductor fuses these itself
@@ -83,8 +89,11 @@ def build_model(cfg: TrainConfig, model_dir: Path, device, attn: str | None = No
         from peft import prepare_model_for_kbit_training
 
         # norms and embeddings to float32, inputs that carry gradients through checkpointed 4-bit layers
-        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=cfg.gradient_checkpointing,
-                                                gradient_checkpointing_kwargs={"use_reentrant": False})
+        model = prepare_model_for_kbit_training(
+            model,
+            use_gradient_checkpointing=cfg.gradient_checkpointing,
+            gradient_checkpointing_kwargs={"use_reentrant": False},
+        )
     elif cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if cfg.method == "full":
@@ -93,7 +102,10 @@ def build_model(cfg: TrainConfig, model_dir: Path, device, attn: str | None = No
 
     targets = cfg.lora_target_modules
     lora = LoraConfig(
-        r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout, task_type="CAUSAL_LM",
+        r=cfg.lora_r,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout,
+        task_type="CAUSAL_LM",
         target_modules=targets if targets == "all-linear" else [t.strip() for t in targets.split(",")],
         modules_to_save=["embed_tokens"] if cfg.lora_train_embeddings else None,
         # keeps a tied lm_head tied to the trained embedding copy, so merge gives the same model
@@ -131,8 +143,9 @@ def qlora_config(dtype):
     """QLoRA's base: NF4 with double quantization, computing in `dtype` (bf16 on GPUs that have it, else fp32)."""
     from transformers import BitsAndBytesConfig
 
-    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-                              bnb_4bit_compute_dtype=dtype)
+    return BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=dtype
+    )
 
 
 def load_base(model_dir: Path, adapter_dir: Path | None = None, device: str = "cpu"):
@@ -145,8 +158,9 @@ def load_base(model_dir: Path, adapter_dir: Path | None = None, device: str = "c
         return AutoModelForCausalLM.from_pretrained(model_dir, dtype="auto").to(device)
     dtype = getattr(AutoConfig.from_pretrained(model_dir), "dtype", None) or torch.float32
     dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, quantization_config=qlora_config(dtype),
-                                                 device_map={"": device})
+    model = AutoModelForCausalLM.from_pretrained(
+        model_dir, dtype=dtype, quantization_config=qlora_config(dtype), device_map={"": device}
+    )
     return model.dequantize(dtype=dtype)
 
 
@@ -155,8 +169,9 @@ def _apply_liger(model) -> None:
     try:
         from liger_kernel.transformers import _apply_liger_kernel_to_instance
 
-        _apply_liger_kernel_to_instance(model=model, rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
-                                        fused_linear_cross_entropy=False)
+        _apply_liger_kernel_to_instance(
+            model=model, rope=True, rms_norm=True, swiglu=True, cross_entropy=False, fused_linear_cross_entropy=False
+        )
     except (ImportError, TypeError, ValueError, AttributeError) as err:  # an architecture Liger does not know
         print(f"liger-kernel installed but not applied to {type(model).__name__}: {err}", flush=True)
 
@@ -175,7 +190,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         grad_w = torch.zeros_like(w, dtype=acc) if ctx.needs_input_grad[1] else None
         total = torch.zeros((), dtype=acc, device=h.device)
         for s in range(0, h.shape[0], chunk):
-            hc, tc = h[s:s + chunk], target[s:s + chunk]
+            hc, tc = h[s : s + chunk], target[s : s + chunk]
             logits = (hc @ w.T).to(acc)
             lse = torch.logsumexp(logits, dim=-1)
             total += (lse - logits.gather(1, tc[:, None]).squeeze(1)).sum()
@@ -185,22 +200,30 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
             g[torch.arange(len(tc), device=g.device), tc] -= 1
             g = (g / denom).to(h.dtype)
             if grad_h is not None:
-                grad_h[s:s + chunk] = g @ w
+                grad_h[s : s + chunk] = g @ w
             if grad_w is not None:
                 grad_w += (g.T @ hc).to(acc)
-        ctx.save_for_backward(grad_h if grad_h is not None else torch.empty(0),
-                              grad_w.to(w.dtype) if grad_w is not None else torch.empty(0))
+        ctx.save_for_backward(
+            grad_h if grad_h is not None else torch.empty(0),
+            grad_w.to(w.dtype) if grad_w is not None else torch.empty(0),
+        )
         return total / denom
 
     @staticmethod
     def backward(ctx, grad_out):
         grad_h, grad_w = ctx.saved_tensors
-        return (grad_h * grad_out if ctx.needs_input_grad[0] else None,
-                grad_w * grad_out if ctx.needs_input_grad[1] else None, None, None, None)
+        return (
+            grad_h * grad_out if ctx.needs_input_grad[0] else None,
+            grad_w * grad_out if ctx.needs_input_grad[1] else None,
+            None,
+            None,
+            None,
+        )
 
 
-def chunked_cross_entropy(h: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
-                          chunk: int = CHUNK_ROWS) -> torch.Tensor:
+def chunked_cross_entropy(
+    h: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, chunk: int = CHUNK_ROWS
+) -> torch.Tensor:
     """Mean cross-entropy of `h @ weight.T` against `target` (no ignored entries), without
     materializing more than `chunk` rows of logits; 0 (with gradients) for no rows."""
     if h.shape[0] == 0:
@@ -231,14 +254,23 @@ class LossModel(torch.nn.Module):
         # Not with gradient checkpointing: its recompute runs in backward, outside this forward's
         # switch, where peft's cast is back on, and the recomputed tensors would differ in dtype.
         checkpointing = any(getattr(m, "gradient_checkpointing", False) for m in model.modules())
-        self.autocast = (device.type == "cuda" and base_dtype == torch.bfloat16 and bool(self.tuners)
-                         and not checkpointing) if autocast is None else autocast
+        self.autocast = (
+            (device.type == "cuda" and base_dtype == torch.bfloat16 and bool(self.tuners) and not checkpointing)
+            if autocast is None
+            else autocast
+        )
         self.device_type = device.type
         causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
         head, config = causal_lm.get_output_embeddings(), causal_lm.config
-        plain = (type(head) is torch.nn.Linear and head.bias is None and hasattr(causal_lm, "model")
-                 and not any(getattr(config, a, None) for a in ("final_logit_softcapping", "logit_scale",
-                                                                   "logits_scaling", "output_multiplier_scale")))
+        plain = (
+            type(head) is torch.nn.Linear
+            and head.bias is None
+            and hasattr(causal_lm, "model")
+            and not any(
+                getattr(config, a, None)
+                for a in ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
+            )
+        )
         self.backbone, self.head = (causal_lm.model, head) if plain else (None, None)
         self.liger = None
         if plain and liger_available(device):

@@ -29,8 +29,10 @@ def _read_json(path: Path) -> tuple[Any, str | None]:
     except UnicodeDecodeError:
         return None, f"{path} is not UTF-8 text; re-download the model"
     except json.JSONDecodeError as err:
-        return None, (f"{path} is not valid JSON ({err.msg} at line {err.lineno}, column {err.colno}); "
-                      "re-download the model or repair the file")
+        return None, (
+            f"{path} is not valid JSON ({err.msg} at line {err.lineno}, column {err.colno}); "
+            "re-download the model or repair the file"
+        )
     except RecursionError:
         return None, f"{path} is nested too deeply to be a model config"
 
@@ -38,24 +40,38 @@ def _read_json(path: Path) -> tuple[Any, str | None]:
 def model_tree_problems(names: set[str], where: str) -> list[str]:
     """What file names alone tell: a dataset where a model belongs, no config, no weights."""
     if "config.json" not in names:
-        if any(n.lower().removesuffix(".gz").endswith((".jsonl", ".parquet", ".csv", ".tsv"))
-               or n.rsplit("/", 1)[-1] in DATASET_FILES for n in names):
-            return [f"{where} holds a dataset, not a model: pass it as dataset_source, and a model (e.g. "
-                    "builtin:tiny-llama or a Hub id like Qwen/Qwen2.5-0.5B-Instruct) as model_source"]
+        if any(
+            n.lower().removesuffix(".gz").endswith((".jsonl", ".parquet", ".csv", ".tsv"))
+            or n.rsplit("/", 1)[-1] in DATASET_FILES
+            for n in names
+        ):
+            return [
+                f"{where} holds a dataset, not a model: pass it as dataset_source, and a model (e.g. "
+                "builtin:tiny-llama or a Hub id like Qwen/Qwen2.5-0.5B-Instruct) as model_source"
+            ]
         if "adapter_config.json" in names:  # a training run's adapter output, passed as the model
-            return [f"{where} is a LoRA adapter (adapter_config.json), not a whole model: merge it into its base "
-                    "first (python -m trainer merge, or the pipeline's merged model) and pass that, or pass the base "
-                    "model it was trained from"]
-        return [f"{where} has no config.json, so it is not a Hugging Face model: pass a model directory "
-                "(config.json, *.safetensors, tokenizer files) or a Hub model id"]
-    has_weights = any(n.endswith(".safetensors") or (n.startswith("pytorch_model") and n.endswith(".bin"))
-                      for n in names)
+            return [
+                f"{where} is a LoRA adapter (adapter_config.json), not a whole model: merge it into its base "
+                "first (python -m trainer merge, or the pipeline's merged model) and pass that, or pass the base "
+                "model it was trained from"
+            ]
+        return [
+            f"{where} has no config.json, so it is not a Hugging Face model: pass a model directory "
+            "(config.json, *.safetensors, tokenizer files) or a Hub model id"
+        ]
+    has_weights = any(
+        n.endswith(".safetensors") or (n.startswith("pytorch_model") and n.endswith(".bin")) for n in names
+    )
     if not has_weights:
-        return [f"{where} has config.json but no weights (*.safetensors or pytorch_model*.bin): download the "
-                "whole model, e.g. `hf download ORG/NAME --local-dir DIR`"]
+        return [
+            f"{where} has config.json but no weights (*.safetensors or pytorch_model*.bin): download the "
+            "whole model, e.g. `hf download ORG/NAME --local-dir DIR`"
+        ]
     if not any(n in names for n in TOKENIZER_FILES):
-        return [f"{where} has no tokenizer ({' or '.join(TOKENIZER_FILES)}): copy the tokenizer files of the "
-                "base model into it"]
+        return [
+            f"{where} has no tokenizer ({' or '.join(TOKENIZER_FILES)}): copy the tokenizer files of the "
+            "base model into it"
+        ]
     return []
 
 
@@ -67,7 +83,6 @@ def model_dir_problems(path: str | Path, check_tokenizer: bool = True, own_templ
     if root.is_file() and root.name.lower().endswith(LOCAL_SUFFIXES):
         return model_tree_problems({root.name}, f"model path {root}")
     if root.is_file() and is_gguf(root.name):  # converted at delivery (trainer.models.gguf); its header is checked now
-
         return gguf.file_problems(root, check_tokenizer and own_template)
     if not root.is_dir():
         return [f"model path {root} is not a directory: pass the directory holding config.json"]
@@ -79,8 +94,10 @@ def model_dir_problems(path: str | Path, check_tokenizer: bool = True, own_templ
     if problem:
         return [problem]
     if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
-        return [f"{root}/config.json has no model_type, so transformers cannot build the model; "
-                "use the config.json that came with the model"]
+        return [
+            f"{root}/config.json has no model_type, so transformers cannot build the model; "
+            "use the config.json that came with the model"
+        ]
     if problem := causal_lm_problem(config, root):
         return [problem]
     for index in WEIGHT_INDEXES:
@@ -92,8 +109,10 @@ def model_dir_problems(path: str | Path, check_tokenizer: bool = True, own_templ
             missing = sorted(set(weight_map.values()) - names)
             if missing:
                 shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
-                problems.append(f"{root}/{index} lists {len(missing)} shard(s) that are missing ({shown}): "
-                                "the download is incomplete; download again")
+                problems.append(
+                    f"{root}/{index} lists {len(missing)} shard(s) that are missing ({shown}): "
+                    "the download is incomplete; download again"
+                )
     if not problems:  # safetensors headers and sizes, names against the config: no tensor is read
         problems = weights.dir_problems(root, config)
     if problems or not check_tokenizer:
@@ -117,23 +136,32 @@ def causal_lm_problem(config: dict[str, Any], root: Path) -> str | None:
     kind = config["model_type"]
     if kind not in CONFIG_MAPPING_NAMES:
         if config.get("auto_map"):
-            return (f"{root} is a {kind!r} model that needs its own Python code (auto_map in config.json), which "
-                    "this trainer does not run (no trust_remote_code): use a model transformers supports natively")
-        return (f"{root}: model_type {kind!r} is unknown to the installed transformers {transformers.__version__}: "
-                "upgrade transformers, or use a model it supports (Llama, Qwen, Mistral, Gemma, ...)")
+            return (
+                f"{root} is a {kind!r} model that needs its own Python code (auto_map in config.json), which "
+                "this trainer does not run (no trust_remote_code): use a model transformers supports natively"
+            )
+        return (
+            f"{root}: model_type {kind!r} is unknown to the installed transformers {transformers.__version__}: "
+            "upgrade transformers, or use a model it supports (Llama, Qwen, Mistral, Gemma, ...)"
+        )
     if config.get("is_encoder_decoder") or kind not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
-        return (f"{root} is a {kind!r} model, not a decoder-only causal language model (AutoModelForCausalLM "
-                "cannot load it): fine-tune a text-generating model such as Llama, Qwen or Mistral")
+        return (
+            f"{root} is a {kind!r} model, not a decoder-only causal language model (AutoModelForCausalLM "
+            "cannot load it): fine-tune a text-generating model such as Llama, Qwen or Mistral"
+        )
     heads = [a for a in config.get("architectures") or [] if isinstance(a, str)]
     if heads and not any(a.endswith(_GENERATING_HEADS) for a in heads):
-        return (f"{root} holds a {', '.join(heads)}, not a text-generating model: its language-model head would "
-                "start from random weights. Use the causal LM checkpoint (architectures ...ForCausalLM), e.g. the "
-                "base or instruct release of the same model")
+        return (
+            f"{root} holds a {', '.join(heads)}, not a text-generating model: its language-model head would "
+            "start from random weights. Use the causal LM checkpoint (architectures ...ForCausalLM), e.g. the "
+            "base or instruct release of the same model"
+        )
     return None
 
 
-def tokenizer_problems(root: Path, needs: str = "training needs to render conversations",
-                       own_template: bool = True) -> list[str]:
+def tokenizer_problems(
+    root: Path, needs: str = "training needs to render conversations", own_template: bool = True
+) -> list[str]:
     """The tokenizer loads, offline, and (`own_template`) has a chat template (training renders every row with it;
     a server's /v1/chat/completions renders every request: `needs` says which)."""
     from transformers import AutoTokenizer
@@ -142,12 +170,16 @@ def tokenizer_problems(root: Path, needs: str = "training needs to render conver
         tok = AutoTokenizer.from_pretrained(str(root), local_files_only=True)
     except Exception as err:  # noqa: BLE001 - any failure to load is the user's files; say which
         first = (str(err).strip().splitlines() or [""])[0][:200]
-        return [f"the tokenizer in {root} does not load ({type(err).__name__}: {first}); copy the base model's "
-                "tokenizer files into the directory"]
+        return [
+            f"the tokenizer in {root} does not load ({type(err).__name__}: {first}); copy the base model's "
+            "tokenizer files into the directory"
+        ]
     if own_template and not tok.chat_template:
-        return [f"the tokenizer in {root} has no chat template, which {needs}: give one with chat_template= (auto: the "
-                "built-in template of the model's family, a built-in name such as gemma-tools, or a .jinja file), use an instruct/chat model, or add the base "
-                "model's template as chat_template.jinja"]
+        return [
+            f"the tokenizer in {root} has no chat template, which {needs}: give one with chat_template= (auto: the "
+            "built-in template of the model's family, a built-in name such as gemma-tools, or a .jinja file), use an instruct/chat model, or add the base "
+            "model's template as chat_template.jinja"
+        ]
     return []
 
 

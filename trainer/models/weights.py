@@ -29,16 +29,34 @@ from typing import Any, Callable
 from trainer.core.storage import split_uri
 
 HEADER_MAX = 100_000_000  # the safetensors format's own limit on the header
-_DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "F8_E8M0": 1, "I16": 2, "U16": 2, "F16": 2,
-                "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
+_DTYPE_BYTES = {
+    "BOOL": 1,
+    "U8": 1,
+    "I8": 1,
+    "F8_E5M2": 1,
+    "F8_E4M3": 1,
+    "F8_E8M0": 1,
+    "I16": 2,
+    "U16": 2,
+    "F16": 2,
+    "BF16": 2,
+    "I32": 4,
+    "U32": 4,
+    "F32": 4,
+    "I64": 8,
+    "U64": 8,
+    "F64": 8,
+}
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 SHOWN = 3  # keys named in a message
 
 
 def _convert_fix(where: str) -> str:
-    return (f"convert them to safetensors on a machine you trust (`python -c \"from transformers import "
-            f"AutoModelForCausalLM as M; M.from_pretrained('{where}').save_pretrained('{where}-safetensors')\"`, then "
-            "copy the tokenizer files beside them), or download the model's *.safetensors files")
+    return (
+        f"convert them to safetensors on a machine you trust (`python -c \"from transformers import "
+        f"AutoModelForCausalLM as M; M.from_pretrained('{where}').save_pretrained('{where}-safetensors')\"`, then "
+        "copy the tokenizer files beside them), or download the model's *.safetensors files"
+    )
 
 
 def header_problem(name: str, size: int, read: Callable[[int], bytes]) -> tuple[dict[str, Any] | None, str | None]:
@@ -49,8 +67,10 @@ def header_problem(name: str, size: int, read: Callable[[int], bytes]) -> tuple[
         return None, f"{name} is {size} bytes, too short for a safetensors file: {redo}"
     length = int.from_bytes(read(8)[:8], "little")
     if length > size - 8 or length > HEADER_MAX:
-        return None, (f"{name}'s header claims {length:,} bytes but the file has {size:,}: it is truncated or not a "
-                      f"safetensors file; {redo}")
+        return None, (
+            f"{name}'s header claims {length:,} bytes but the file has {size:,}: it is truncated or not a "
+            f"safetensors file; {redo}"
+        )
     try:
         header = json.loads(read(8 + length)[8:].decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
@@ -62,8 +82,12 @@ def header_problem(name: str, size: int, read: Callable[[int], bytes]) -> tuple[
     beyond, wrong, end = [], [], 0
     for key, info in tensors.items():
         offsets = info.get("data_offsets") if isinstance(info, dict) else None
-        if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)
-                and 0 <= offsets[0] <= offsets[1]):
+        if not (
+            isinstance(offsets, list)
+            and len(offsets) == 2
+            and all(type(o) is int for o in offsets)
+            and 0 <= offsets[0] <= offsets[1]
+        ):
             wrong.append(f"{key!r} has no valid data_offsets")
             continue
         end = max(end, offsets[1])
@@ -71,14 +95,22 @@ def header_problem(name: str, size: int, read: Callable[[int], bytes]) -> tuple[
             beyond.append((key, offsets[1]))
             continue
         shape, width = info.get("shape"), _DTYPE_BYTES.get(info.get("dtype"))
-        if width and isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape) \
-                and offsets[1] - offsets[0] != math.prod(shape) * width:
-            wrong.append(f"{key!r} ({info['dtype']} {shape}) needs {math.prod(shape) * width:,} bytes but has "
-                         f"{offsets[1] - offsets[0]:,}")
+        if (
+            width
+            and isinstance(shape, list)
+            and all(type(d) is int and d >= 0 for d in shape)
+            and offsets[1] - offsets[0] != math.prod(shape) * width
+        ):
+            wrong.append(
+                f"{key!r} ({info['dtype']} {shape}) needs {math.prod(shape) * width:,} bytes but has "
+                f"{offsets[1] - offsets[0]:,}"
+            )
     if beyond:
         key, at = beyond[0]
-        return None, (f"{name} is truncated: {len(beyond)} of its {len(tensors)} tensors lie beyond the end of the file "
-                      f"(e.g. {key!r} ends at byte {at:,} of the data, which has {data:,}); {redo}")
+        return None, (
+            f"{name} is truncated: {len(beyond)} of its {len(tensors)} tensors lie beyond the end of the file "
+            f"(e.g. {key!r} ends at byte {at:,} of the data, which has {data:,}); {redo}"
+        )
     if wrong:
         return None, f"{name} is corrupt: {'; '.join(wrong[:SHOWN])}; {redo}"
     if end != data:  # safetensors itself refuses data that its header does not cover exactly
@@ -86,8 +118,9 @@ def header_problem(name: str, size: int, read: Callable[[int], bytes]) -> tuple[
     return tensors, None
 
 
-def problems(where: str, sizes: dict[str, int], read: Callable[[str, int], bytes],
-             config: dict[str, Any] | None) -> list[str]:
+def problems(
+    where: str, sizes: dict[str, int], read: Callable[[str, int], bytes], config: dict[str, Any] | None
+) -> list[str]:
     """Every problem of the weights among the files `sizes` (top-level name -> bytes) of a model
     tree at `where`; `read(name, n)` returns a file's first n bytes."""
     index = "model.safetensors.index.json"
@@ -102,8 +135,10 @@ def problems(where: str, sizes: dict[str, int], read: Callable[[str, int], bytes
     if not files:
         pickles = sorted(n for n in sizes if n.lower().endswith(PICKLE_SUFFIXES) and not n.startswith("training_args"))
         if pickles:
-            return [f"{where} has its weights only as pickle ({', '.join(pickles[:SHOWN])}): loading a pickle runs "
-                    f"code from the file, which this trainer never does; {_convert_fix(where)}"]
+            return [
+                f"{where} has its weights only as pickle ({', '.join(pickles[:SHOWN])}): loading a pickle runs "
+                f"code from the file, which this trainer never does; {_convert_fix(where)}"
+            ]
         return []  # no weights at all: model_tree_problems says so
     found, tensors = [], {}
     for name in files:
@@ -137,8 +172,12 @@ def store_problems(store, uri: str, manifest: dict[str, Any]) -> list[str]:
     if "config.json" not in sizes:
         return []
     config = store.get_json(f"{prefix}/config.json")
-    return problems(uri, sizes, lambda name, n: store.get_bytes(f"{prefix}/{name}", length=n),
-                    config if isinstance(config, dict) else None)
+    return problems(
+        uri,
+        sizes,
+        lambda name, n: store.get_bytes(f"{prefix}/{name}", length=n),
+        config if isinstance(config, dict) else None,
+    )
 
 
 def key_problems(where: str, names: set[str], config: dict[str, Any]) -> list[str]:
@@ -166,27 +205,42 @@ def key_problems(where: str, names: set[str], config: dict[str, Any]) -> list[st
     rename, converted = _renamer(model, expected)
     loaded = {rename(n) for n in names}
     ignore_missing, ignore_unexpected = _ignored(model)
-    missing = sorted(k for k in set(expected) - loaded
-                     if not (ignore_missing and ignore_missing.search(k))
-                     and not any(re.search(p, k) for p in converted)
-                     and not any(expected[k] is expected[t] for t in loaded if t in expected))  # tied to a loaded one
-    unexpected = sorted(n for n in names if rename(n) not in expected
-                        and not (ignore_unexpected and ignore_unexpected.search(rename(n))))
+    missing = sorted(
+        k
+        for k in set(expected) - loaded
+        if not (ignore_missing and ignore_missing.search(k))
+        and not any(re.search(p, k) for p in converted)
+        and not any(expected[k] is expected[t] for t in loaded if t in expected)
+    )  # tied to a loaded one
+    unexpected = sorted(
+        n
+        for n in names
+        if rename(n) not in expected and not (ignore_unexpected and ignore_unexpected.search(rename(n)))
+    )
     if not missing and not unexpected:
         return []
     hint = ""
     if unexpected and all(n.startswith("module.") for n in unexpected):
-        hint = " The weights' names start with 'module.' (saved from a DDP or DataParallel wrapper): save the " \
-               "unwrapped model (model.module.save_pretrained), or strip the prefix."
+        hint = (
+            " The weights' names start with 'module.' (saved from a DDP or DataParallel wrapper): save the "
+            "unwrapped model (model.module.save_pretrained), or strip the prefix."
+        )
     elif len(unexpected) > len(names) // 2:
-        hint = (f" None of the weights fits a {config['model_type']!r} model: config.json and the weights are of "
-                "different models; use the config.json that came with the weights.")
+        hint = (
+            f" None of the weights fits a {config['model_type']!r} model: config.json and the weights are of "
+            "different models; use the config.json that came with the weights."
+        )
     shown = lambda keys: ", ".join(keys[:SHOWN]) + (f" and {len(keys) - SHOWN} more" if len(keys) > SHOWN else "")  # noqa: E731
-    what = [f"{len(missing)} of the model's {len(expected)} weights are missing ({shown(missing)})" if missing else "",
-            f"{len(unexpected)} of the file's {len(names)} tensors fit no weight of the model ({shown(unexpected)})"
-            if unexpected else ""]
-    return [f"{where}: the weights do not match config.json: {'; '.join(w for w in what if w)}. Training would start "
-            f"those weights from random values.{hint} Pass the model's own files (config.json and weights together)"]
+    what = [
+        f"{len(missing)} of the model's {len(expected)} weights are missing ({shown(missing)})" if missing else "",
+        f"{len(unexpected)} of the file's {len(names)} tensors fit no weight of the model ({shown(unexpected)})"
+        if unexpected
+        else "",
+    ]
+    return [
+        f"{where}: the weights do not match config.json: {'; '.join(w for w in what if w)}. Training would start "
+        f"those weights from random values.{hint} Pass the model's own files (config.json and weights together)"
+    ]
 
 
 def _renamer(model, expected: dict[str, Any]) -> tuple[Callable[[str], str], list[str]]:
@@ -197,12 +251,19 @@ def _renamer(model, expected: dict[str, Any]) -> tuple[Callable[[str], str], lis
         from transformers.conversion_mapping import get_model_conversion_mapping
         from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
     except ImportError:  # transformers 4.x: the base model's prefix is added or dropped, nothing else
+
         def rename4(name: str) -> str:
             if name not in expected and prefix and f"{prefix}.{name}" in expected:
                 return f"{prefix}.{name}"
-            if name not in expected and prefix and name.startswith(f"{prefix}.") and name[len(prefix) + 1:] in expected:
-                return name[len(prefix) + 1:]
+            if (
+                name not in expected
+                and prefix
+                and name.startswith(f"{prefix}.")
+                and name[len(prefix) + 1 :] in expected
+            ):
+                return name[len(prefix) + 1 :]
             return name
+
         return rename4, []
 
     mapping = get_model_conversion_mapping(model)
@@ -226,7 +287,9 @@ def _ignored(model) -> tuple[re.Pattern | None, re.Pattern | None]:
     rotary_emb.inv_freq and position_ids buffers, which it drops too)."""
     missing = set(getattr(model, "_keys_to_ignore_on_load_missing", None) or [])
     unexpected = set(getattr(model, "_keys_to_ignore_on_load_unexpected", None) or []) | {
-        r"rotary_emb\.inv_freq", r"(^|\.)position_ids$"}
+        r"rotary_emb\.inv_freq",
+        r"(^|\.)position_ids$",
+    }
     join = lambda patterns: re.compile("|".join(f"({p})" for p in patterns)) if patterns else None  # noqa: E731
     return join(missing), join(unexpected)
 
@@ -236,6 +299,7 @@ def _dir_tensors(root: Path) -> dict[str, Any]:
     the checks above name it)."""
     tensors: dict[str, Any] = {}
     for path in sorted(Path(root).glob("*.safetensors")):
+
         def read(n: int, path: Path = path) -> bytes:
             with open(path, "rb") as f:
                 return f.read(n)
@@ -260,8 +324,11 @@ def adapter_fit_problems(model_dir: str | Path, adapter_dir: str | Path, label: 
         adapter_config = json.loads((Path(adapter_dir) / "adapter_config.json").read_text())
     except (OSError, ValueError):
         return []  # the directory checks say what is missing
-    if not isinstance(base_config, dict) or not isinstance(adapter_config, dict) \
-            or base_config.get("quantization_config"):
+    if (
+        not isinstance(base_config, dict)
+        or not isinstance(adapter_config, dict)
+        or base_config.get("quantization_config")
+    ):
         return []  # packed weights (AWQ, GPTQ, ...): their stored shapes are not the module's
     adapter, base = _dir_tensors(Path(adapter_dir)), _dir_tensors(Path(model_dir))
     # fan_in_fan_out (GPT-2's Conv1D): the base stores its weight as [in, out], not [out, in]
@@ -270,17 +337,25 @@ def adapter_fit_problems(model_dir: str | Path, adapter_dir: str | Path, label: 
     for key, info in adapter.items():
         m = _LORA_KEY.match(key)
         target = base.get(f"{m['module']}.weight") if m else None
-        if target is None or m["module"] in wrong or len(info.get("shape") or []) != 2 \
-                or len(target.get("shape") or []) != 2:
+        if (
+            target is None
+            or m["module"] in wrong
+            or len(info.get("shape") or []) != 2
+            or len(target.get("shape") or []) != 2
+        ):
             continue  # not a LoRA matrix, or not stored under that name: not judged
         side, stored = (1, target["shape"][in_at]) if m["side"] == "A" else (0, target["shape"][out_at])
         if info["shape"][side] != stored:  # lora_A: [r, in]; lora_B: [out, r]
-            wrong[m["module"]] = (f"{m['module']} has {stored} {'inputs' if m['side'] == 'A' else 'outputs'} in the "
-                                  f"base, {info['shape'][side]} in the adapter")
+            wrong[m["module"]] = (
+                f"{m['module']} has {stored} {'inputs' if m['side'] == 'A' else 'outputs'} in the "
+                f"base, {info['shape'][side]} in the adapter"
+            )
         if len(wrong) == SHOWN:
             break
     if not wrong:
         return []
     trained_on = adapter_config.get("base_model_name_or_path")
-    return [f"{label} was not trained on this base model ({'; '.join(wrong.values())}): use it with the model it "
-            "was trained from" + (f" (its adapter_config.json names {trained_on!r})" if trained_on else "")]
+    return [
+        f"{label} was not trained on this base model ({'; '.join(wrong.values())}): use it with the model it "
+        "was trained from" + (f" (its adapter_config.json names {trained_on!r})" if trained_on else "")
+    ]

@@ -9,7 +9,13 @@
 
 from trainer.parity.auto import choose as choose_template  # noqa: F401
 from trainer.parity.check import CHECK_ROWS, Verdict, check, model_problems, problems  # noqa: F401
-from trainer.parity.delivered import (CHECK_VERSION, CHECKED, CHECKS, record_key, check_delivered,  # noqa: F401
-                                      delivered_problems)
+from trainer.parity.delivered import (
+    CHECK_VERSION,
+    CHECKED,
+    CHECKS,
+    record_key,
+    check_delivered,  # noqa: F401
+    delivered_problems,
+)
 from trainer.parity.preflight import template_problems  # noqa: F401
 from trainer.parity.served import prompt_ids, served_prompts  # noqa: F401

@@ -15,23 +15,55 @@ from trainer.chat.parsers import tool_call_parser
 from trainer.core.errors import UserError
 from trainer.parity.check import check
 
-_TOOLS = [{"type": "function", "function": {
-    "name": "get_weather", "description": "Current weather in a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+]
 _CALL = {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
 PROBE_ROWS = [
-    {"messages": [{"role": "user", "content": "Weather in Paris?"},
-                  {"role": "assistant", "content": "", "tool_calls": [_CALL]}], "tools": _TOOLS},
-    {"messages": [{"role": "user", "content": "Weather in Paris and Oslo?"},
-                  {"role": "assistant", "content": "", "tool_calls": [
-                      _CALL, {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}]}],
-     "tools": _TOOLS},
-    {"messages": [{"role": "user", "content": "Weather in Paris?"},
-                  {"role": "assistant", "content": "", "tool_calls": [{"id": "call_0", **_CALL}]},
-                  {"role": "tool", "tool_call_id": "call_0", "content": "{\"temperature\": 18}"},
-                  {"role": "assistant", "content": "It is 18 degrees in Paris."}], "tools": _TOOLS},
-    {"messages": [{"role": "user", "content": "Tell me a joke."},
-                  {"role": "assistant", "content": "None of the available tools can do that."}], "tools": _TOOLS},
+    {
+        "messages": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": "", "tool_calls": [_CALL]},
+        ],
+        "tools": _TOOLS,
+    },
+    {
+        "messages": [
+            {"role": "user", "content": "Weather in Paris and Oslo?"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    _CALL,
+                    {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}},
+                ],
+            },
+        ],
+        "tools": _TOOLS,
+    },
+    {
+        "messages": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "call_0", **_CALL}]},
+            {"role": "tool", "tool_call_id": "call_0", "content": "{\"temperature\": 18}"},
+            {"role": "assistant", "content": "It is 18 degrees in Paris."},
+        ],
+        "tools": _TOOLS,
+    },
+    {
+        "messages": [
+            {"role": "user", "content": "Tell me a joke."},
+            {"role": "assistant", "content": "None of the available tools can do that."},
+        ],
+        "tools": _TOOLS,
+    },
 ]
 
 
@@ -43,15 +75,19 @@ def choose(tokenizer, eos_ids: Sequence[int] = ()) -> tuple[str, str]:
         parser = tool_call_parser(tokenizer.chat_template, list(tokenizer.get_added_vocab()))
         verdict = check(PROBE_ROWS, tokenizer, parser, eos_ids)
         if verdict.ok:
-            return templates.MODEL, (f"the model's own template renders tools, calls and tool results as vLLM's "
-                                     f"{parser!r} parser reads them back")
+            return templates.MODEL, (
+                f"the model's own template renders tools, calls and tool results as vLLM's "
+                f"{parser!r} parser reads them back"
+            )
         failed = f"fails the train/serve check ({', '.join(verdict.problems)} with the {parser!r} parser)"
     vocab = tokenizer.get_vocab()
     family = templates.family_template(vocab)
     if family is None:
-        raise UserError(f"chat_template=auto: the model's own chat template {failed}, and its vocabulary holds the "
-                        f"turn tokens of no built-in template ({_families()}): give chat_template=FILE.jinja, a "
-                        "template in the model's own turn format that renders tools and tool calls")
+        raise UserError(
+            f"chat_template=auto: the model's own chat template {failed}, and its vocabulary holds the "
+            f"turn tokens of no built-in template ({_families()}): give chat_template=FILE.jinja, a "
+            "template in the model's own turn format that renders tools and tool calls"
+        )
     markers = ", ".join(templates.BUILTIN[family].markers)
     return family, f"the model's own chat template {failed}; its vocabulary holds {markers}: the built-in {family}"
 

@@ -35,9 +35,11 @@ from trainer.chat.turns import trained_turns
 
 CHECK_ROWS = 1000  # a second or two on 2 cores; such problems are systematic
 
+
 @dataclass
 class Verdict:
     """What the check found: rows per problem kind, with the first example of each."""
+
     checked: int = 0
     with_tools: int = 0
     with_results: int = 0
@@ -61,8 +63,14 @@ def _short(value: Any, n: int = 160) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
-def check(rows: Sequence[dict[str, Any]], tokenizer, parser: str, eos_ids: Sequence[int] = (),
-          parse_fn: Callable[[str, str], Parsed | None] | None = None, limit: int = CHECK_ROWS) -> Verdict:
+def check(
+    rows: Sequence[dict[str, Any]],
+    tokenizer,
+    parser: str,
+    eos_ids: Sequence[int] = (),
+    parse_fn: Callable[[str, str], Parsed | None] | None = None,
+    limit: int = CHECK_ROWS,
+) -> Verdict:
     """Check the first `limit` rows (see the module docstring); `parse_fn(parser, text)` defaults to
     `parse`."""
     parse_fn = parse_fn or parse
@@ -74,8 +82,11 @@ def check(rows: Sequence[dict[str, Any]], tokenizer, parser: str, eos_ids: Seque
         try:
             whole = _render(tokenizer, messages, tools, False)
         except Exception as err:  # noqa: BLE001 - a template is code: anything it raises is a refusal
-            verdict.add("refused", f"{type(err).__name__}: {_short(str(err), 120)} (first message "
-                                   f"{_short(messages[0].get('content'), 60)!r})")
+            verdict.add(
+                "refused",
+                f"{type(err).__name__}: {_short(str(err), 120)} (first message "
+                f"{_short(messages[0].get('content'), 60)!r})",
+            )
             continue
         verdict.with_results += any(m.get("role") == "tool" for m in messages)
         if lost := _results_dropped(messages, whole):
@@ -111,16 +122,18 @@ def _results_dropped(messages, rendered: str) -> str | None:
     return None
 
 
-def _check_turn(verdict: Verdict, tokenizer, messages, i: int, tools, parser: str, stops: list[str],
-                parse_fn) -> None:
+def _check_turn(verdict: Verdict, tokenizer, messages, i: int, tools, parser: str, stops: list[str], parse_fn) -> None:
     message = messages[i]
     prompt = _render(tokenizer, messages[:i], tools, True)
     full = _render(tokenizer, messages[: i + 1], tools, False)
     if not full.startswith(prompt):
-        verdict.add("prompt mismatch", f"the training text of turn {i} does not start with the prompt the server "
-                                       f"renders (it renders ...{_short(prompt[-60:])!r})")
+        verdict.add(
+            "prompt mismatch",
+            f"the training text of turn {i} does not start with the prompt the server "
+            f"renders (it renders ...{_short(prompt[-60:])!r})",
+        )
         return
-    target = full[len(prompt):]
+    target = full[len(prompt) :]
     ends = [target.find(s) for s in stops if s and s in target]
     answer = target[: min(ends)] if ends else target
     want = message_calls(message)
@@ -128,8 +141,11 @@ def _check_turn(verdict: Verdict, tokenizer, messages, i: int, tools, parser: st
         verdict.add("calls dropped", f"the calls {[c['name'] for c in want]} render as {_short(answer, 80)!r}")
         return
     if not ends:
-        verdict.add("no stop", f"the assistant turn {_short(target, 80)!r} does not end with a token generation "
-                               f"stops at ({', '.join(stops[:3])})")
+        verdict.add(
+            "no stop",
+            f"the assistant turn {_short(target, 80)!r} does not end with a token generation "
+            f"stops at ({', '.join(stops[:3])})",
+        )
         return
     got = parse_fn(parser, answer)
     if got is None:
@@ -139,13 +155,18 @@ def _check_turn(verdict: Verdict, tokenizer, messages, i: int, tools, parser: st
         verdict.add("parser error", f"{parser} raised {_short(got.error, 100)} reading {_short(answer, 80)!r}")
         return
     if want and not same_calls(got.calls, want):
-        verdict.add("calls unreadable", f"{parser} reads {_short(got.calls) if got.calls else 'no call'} from "
-                                        f"{_short(answer, 100)!r}; the row has {_short(want)}")
+        verdict.add(
+            "calls unreadable",
+            f"{parser} reads {_short(got.calls) if got.calls else 'no call'} from "
+            f"{_short(answer, 100)!r}; the row has {_short(want)}",
+        )
     elif not want and got.calls:
         verdict.add("text read as call", f"{parser} reads the text answer {_short(answer, 80)!r} as calls")
     elif not want and (got.content or "").strip() != (message.get("content") or "").strip():
-        verdict.add("text changed", f"the text answer {_short(message.get('content'), 60)!r} comes back as "
-                                    f"{_short(got.content or '', 60)!r}")
+        verdict.add(
+            "text changed",
+            f"the text answer {_short(message.get('content'), 60)!r} comes back as {_short(got.content or '', 60)!r}",
+        )
 
 
 _FIX = {
@@ -172,15 +193,23 @@ def problems(verdict: Verdict, where: str, parser: str, family: str | None = "ch
     lines = []
     for kind, examples in verdict.problems.items():
         total = getattr(verdict, _COUNTED_BY.get(kind, "turns"))
-        unit = {"checked": "rows", "with_tools": "rows with tools", "with_results": "rows with tool results"}.get(_COUNTED_BY.get(kind, ""), "assistant turns")
+        unit = {"checked": "rows", "with_tools": "rows with tools", "with_results": "rows with tool results"}.get(
+            _COUNTED_BY.get(kind, ""), "assistant turns"
+        )
         lines.append(f"{kind}: {len(examples)} of {total} {unit} ({_FIX[kind]}); e.g. {examples[0]}")
-    fix = (f"chat_template={family} (the built-in template of this tokenizer's family: {templates.BUILTIN[family].about}; "
-           f"its turns end with {templates.BUILTIN[family].turn_end}, added to the delivered model's stop tokens where "
-           "it is not one yet), or a .jinja file of your own" if family else
-           "chat_template=FILE.jinja, a template in the model's own turn format that renders tools and tool calls "
-           "(<tool_call> JSON reads back with vLLM's hermes parser)")
-    return [f"{where}: the chat template fails the train/serve check with the {parser!r} tool-call parser: "
-            + "; ".join(lines) + f". Nothing was trained. Fix: {fix}"]
+    fix = (
+        f"chat_template={family} (the built-in template of this tokenizer's family: {templates.BUILTIN[family].about}; "
+        f"its turns end with {templates.BUILTIN[family].turn_end}, added to the delivered model's stop tokens where "
+        "it is not one yet), or a .jinja file of your own"
+        if family
+        else "chat_template=FILE.jinja, a template in the model's own turn format that renders tools and tool calls "
+        "(<tool_call> JSON reads back with vLLM's hermes parser)"
+    )
+    return [
+        f"{where}: the chat template fails the train/serve check with the {parser!r} tool-call parser: "
+        + "; ".join(lines)
+        + f". Nothing was trained. Fix: {fix}"
+    ]
 
 
 def _parse_fn(tokenizer) -> Callable[[str, str], Parsed | None]:

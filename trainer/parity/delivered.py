@@ -17,9 +17,18 @@ from trainer.parity.preflight import template_problems
 from trainer.core.storage import MANIFEST, split_uri
 
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json",
-                   "tokenizer.model", "vocab.json", "merges.txt", "added_tokens.json", "generation_config.json",
-                   "config.json")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "added_tokens.json",
+    "generation_config.json",
+    "config.json",
+)
 _HEAD_BYTES = 64 << 20  # enough for CHECK_ROWS rows of any sane chat data
 
 
@@ -37,8 +46,11 @@ def delivered_problems(store, model_uri: str, dataset_uri: str) -> list[str]:
     with tempfile.TemporaryDirectory() as tmp:
         for name in TOKENIZER_FILES:
             if name in present:
-                Path(tmp, name).write_bytes((cached / name).read_bytes() if (cached / MANIFEST).is_file()
-                                            else store.get_bytes(f"{model_prefix}/{name}"))
+                Path(tmp, name).write_bytes(
+                    (cached / name).read_bytes()
+                    if (cached / MANIFEST).is_file()
+                    else store.get_bytes(f"{model_prefix}/{name}")
+                )
         tokenizer = AutoTokenizer.from_pretrained(tmp, local_files_only=True)
         eos = templates.generation_stop_ids(tmp)
     rows = []
@@ -49,7 +61,6 @@ def delivered_problems(store, model_uri: str, dataset_uri: str) -> list[str]:
             lines = lines[:-1]  # the last line may be cut
         rows += [json.loads(line) for line in lines[:CHECK_ROWS] if line.strip()]
     return template_problems(rows, tokenizer, "the delivered dataset with the delivered model", eos)
-
 
 
 CHECKED = "template-check.json"  # under a run's output prefix: the pair of inputs the check passed

@@ -14,8 +14,9 @@ from trainer.parity.check import model_problems
 from trainer.chat.templates import has_generation_block
 
 
-def template_problems(rows: list[dict[str, Any]], tokenizer, where: str, eos_ids: Sequence[int] = (),
-                      template: str = "") -> list[str]:
+def template_problems(
+    rows: list[dict[str, Any]], tokenizer, where: str, eos_ids: Sequence[int] = (), template: str = ""
+) -> list[str]:
     """Rows the model's chat template refuses to render (Gemma's refuses a system turn, some
     refuse tools or non-alternating roles; any exception counts: SmolLM2's raises TypeError on
     `content: null`), then the train/serve parity check (trainer.parity.check) on the rows it renders:
@@ -24,7 +25,7 @@ def template_problems(rows: list[dict[str, Any]], tokenizer, where: str, eos_ids
     distinct problem. `template` names the template in the message when it runs out of time."""
     if syntax := _syntax_problem(tokenizer, where, template):
         return [syntax]  # every row would be "refused" for it, and the advice would be to change the rows
-    rows = rows[:data_preflight.TEMPLATE_CHECK_ROWS]
+    rows = rows[: data_preflight.TEMPLATE_CHECK_ROWS]
     refused: dict[str, list[dict[str, Any]]] = {}
     rendered = []
     try:
@@ -52,10 +53,12 @@ def _mask_problems(rows: list[dict[str, Any]], tokenizer, where: str, template: 
     if not trained or any(e is not None and any(t != -100 for t in e["labels"]) for e in trained):
         return []
     what = f"chat_template {template!r}" if template else f"{where}: the model's chat template"
-    return [f"{what} marks no token of the assistant turns as trained in any of {len(trained)} rows (its "
-            "{% generation %} block renders nothing): every step would train on a loss of 0 and learn nothing; "
-            "put the assistant's content inside {% generation %} ... {% endgeneration %}, or drop the block (then "
-            "the last assistant turn is trained)"]
+    return [
+        f"{what} marks no token of the assistant turns as trained in any of {len(trained)} rows (its "
+        "{% generation %} block renders nothing): every step would train on a loss of 0 and learn nothing; "
+        "put the assistant's content inside {% generation %} ... {% endgeneration %}, or drop the block (then "
+        "the last assistant turn is trained)"
+    ]
 
 
 def _syntax_problem(tokenizer, where: str, template: str) -> str | None:
@@ -74,6 +77,7 @@ def _syntax_problem(tokenizer, where: str, template: str) -> str | None:
         _compile_jinja_template(text)
     except TemplateSyntaxError as err:
         what = f"chat_template {template!r}" if template else f"{where}: the model's chat template"
-        return (f"{what} is not valid Jinja ({err.message}, line {err.lineno}): fix the template"
-                + ("" if template else ", or give one with chat_template= (a built-in name or a .jinja file)"))
+        return f"{what} is not valid Jinja ({err.message}, line {err.lineno}): fix the template" + (
+            "" if template else ", or give one with chat_template= (a built-in name or a .jinja file)"
+        )
     return None

@@ -28,8 +28,14 @@ def prompt_ids(row: dict[str, Any], tokenizer, max_seq_len: int) -> list[int] | 
     return enc["input_ids"][:start]
 
 
-def served_prompts(base_url: str, tokenizer, rows: Sequence[dict[str, Any]], models: Sequence[str],
-                   max_seq_len: int, timeout_s: float = 60.0) -> dict[str, Any]:
+def served_prompts(
+    base_url: str,
+    tokenizer,
+    rows: Sequence[dict[str, Any]],
+    models: Sequence[str],
+    max_seq_len: int,
+    timeout_s: float = 60.0,
+) -> dict[str, Any]:
     """vLLM's own rendering of each row's conversation before its scored turn, with the row's tools (a running
     server's /tokenize endpoint: messages + tools + add_generation_prompt, the path chat completions render
     through), beside the training encoder's prompt ids, for each served model name. Returns the (row, model)
@@ -41,10 +47,15 @@ def served_prompts(base_url: str, tokenizer, rows: Sequence[dict[str, Any]], mod
             want = prompt_ids(row, tokenizer, max_seq_len)
             if want is None:
                 continue
-            body = {"model": model, "messages": openai_messages(row["messages"][:target_index(row)]),
-                    "tools": row.get("tools"), "add_generation_prompt": True}
-            req = urllib.request.Request(f"{root}/tokenize", data=json.dumps(body).encode(),
-                                         headers={"Content-Type": "application/json"})
+            body = {
+                "model": model,
+                "messages": openai_messages(row["messages"][: target_index(row)]),
+                "tools": row.get("tools"),
+                "add_generation_prompt": True,
+            }
+            req = urllib.request.Request(
+                f"{root}/tokenize", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+            )
             with urllib.request.urlopen(req, timeout=timeout_s) as resp:
                 got = json.loads(resp.read())["tokens"]
             out["rows"] += 1
@@ -52,6 +63,10 @@ def served_prompts(base_url: str, tokenizer, rows: Sequence[dict[str, Any]], mod
                 out["equal"] += 1
             elif out["first_difference"] is None:
                 at = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
-                out["first_difference"] = {"model": model, "token": at, "vllm": tokenizer.decode(got[at:at + 12]),
-                                           "training": tokenizer.decode(want[at:at + 12])}
+                out["first_difference"] = {
+                    "model": model,
+                    "token": at,
+                    "vllm": tokenizer.decode(got[at : at + 12]),
+                    "training": tokenizer.decode(want[at : at + 12]),
+                }
     return out

@@ -58,8 +58,9 @@ class Checkpointer:
         self.last_bytes: int = 0
 
     # -- save
-    def save(self, step: int, model, optimizer, scheduler, per_rank: list[dict[str, Any]],
-             extra: dict[str, Any]) -> None:
+    def save(
+        self, step: int, model, optimizer, scheduler, per_rank: list[dict[str, Any]], extra: dict[str, Any]
+    ) -> None:
         """Rank 0: write the checkpoint locally, then upload it in the background."""
         import torch
 
@@ -81,7 +82,7 @@ class Checkpointer:
         try:
             self.store.put_dir(tmp, f"{self.prefix}/{CKPT.format(step)}")
             self.last_upload_s = time.perf_counter() - start
-            for old in self.store.complete_children(self.prefix)[:-self.keep]:
+            for old in self.store.complete_children(self.prefix)[: -self.keep]:
                 self.store.delete_prefix(f"{self.prefix}/{old}")
         except BaseException as err:  # noqa: BLE001 - re-raised in the training thread by wait()
             self._error = err
@@ -117,8 +118,9 @@ class Checkpointer:
         """
         import torch
 
-        local = self.store.get_tree(self.store.uri(f"{self.prefix}/{CKPT.format(step)}"),
-                                    Path(tempfile.mkdtemp(prefix="resume-")) / "ckpt")
+        local = self.store.get_tree(
+            self.store.uri(f"{self.prefix}/{CKPT.format(step)}"), Path(tempfile.mkdtemp(prefix="resume-")) / "ckpt"
+        )
         try:
             # map_location: optimizer.pt holds rank 0's CUDA tensors, which would otherwise be
             # restored onto cuda:0 by every rank of the node (a CUDA context and a copy of the

@@ -23,8 +23,16 @@ class CompileTrial:
 
     WARM, TIMED = 3, 4
 
-    def __init__(self, first: int, layers: list, mark: Callable[[], tuple[float, int]],
-                 use_bucketing: Callable[[bool], None], world: int = 1, device: Any = "cpu", master: bool = True):
+    def __init__(
+        self,
+        first: int,
+        layers: list,
+        mark: Callable[[], tuple[float, int]],
+        use_bucketing: Callable[[bool], None],
+        world: int = 1,
+        device: Any = "cpu",
+        master: bool = True,
+    ):
         """`layers`: the compiled decoder layers; `mark()`: (now, this rank's real tokens so far)
         after the device's queued work (Recipe.mark: the clock a test scripts); `use_bucketing`:
         pad compiled batches to bucket widths (on) or to their longest row (off, eager)."""
@@ -45,9 +53,12 @@ class CompileTrial:
         first = done + 1 + cls.WARM
         if first + 2 * cls.TIMED - 1 >= max_steps:  # a choice needs a step left to use it
             if parts.get("master", True) and done < max_steps:
-                print(f"compile=true: {max_steps - done} steps to run, too few to time compiled "
-                      f"layers against eager and use the faster (that takes {cls.WARM + 2 * cls.TIMED + 1}); "
-                      "keeping them compiled", flush=True)
+                print(
+                    f"compile=true: {max_steps - done} steps to run, too few to time compiled "
+                    f"layers against eager and use the faster (that takes {cls.WARM + 2 * cls.TIMED + 1}); "
+                    "keeping them compiled",
+                    flush=True,
+                )
             return None
         return cls(first, layers, **parts)
 
@@ -88,16 +99,21 @@ class CompileTrial:
         if keep:
             self._use_compiled(True)
         if self.master:
-            print(f"compile=true: compiled layers {self.rates[0]:,.0f} real tokens/s, eager {self.rates[1]:,.0f}, "
-                  f"{self.TIMED} steps each ({self.rates[0] / self.rates[1]:.2f}x): "
-                  f"{'keeping the compiled layers' if keep else 'continuing eager, the faster here'}", flush=True)
+            print(
+                f"compile=true: compiled layers {self.rates[0]:,.0f} real tokens/s, eager {self.rates[1]:,.0f}, "
+                f"{self.TIMED} steps each ({self.rates[0] / self.rates[1]:.2f}x): "
+                f"{'keeping the compiled layers' if keep else 'continuing eager, the faster here'}",
+                flush=True,
+            )
 
     def metrics(self) -> dict[str, float]:
         if self.rates is None:
             return {}
-        return {"compiled_layers": float(self.rates[0] >= self.rates[1]),
-                "compile_trial_compiled_tokens_per_second": self.rates[0],
-                "compile_trial_eager_tokens_per_second": self.rates[1]}
+        return {
+            "compiled_layers": float(self.rates[0] >= self.rates[1]),
+            "compile_trial_compiled_tokens_per_second": self.rates[0],
+            "compile_trial_eager_tokens_per_second": self.rates[1],
+        }
 
 
 def compiled_graphs() -> int:
@@ -112,9 +128,13 @@ def compiled_graphs() -> int:
 def say_compiled(graphs: int) -> None:
     """After the first step: what torch.compile built (`graphs` since the run began). compile_layers lets a
     failed compile run eager (suppress_errors), which must not pass for a compiled measurement."""
-    print(f"compile=true: the first step compiled {graphs} graph(s)" if graphs else
-          "compile=true: nothing was compiled (torch.compile failed and fell back to eager; see the warnings "
-          "above): the layers run eagerly", flush=True)
+    print(
+        f"compile=true: the first step compiled {graphs} graph(s)"
+        if graphs
+        else "compile=true: nothing was compiled (torch.compile failed and fell back to eager; see the warnings "
+        "above): the layers run eagerly",
+        flush=True,
+    )
 
 
 def compile_metrics(graphs: list[int]) -> dict[str, float]:

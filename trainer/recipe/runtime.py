@@ -26,8 +26,9 @@ def dist_setup():
     else:
         device = torch.device("cpu")
     if world > 1 and not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo", device_id=
-                                device if device.type == "cuda" else None)
+        dist.init_process_group(
+            backend="nccl" if device.type == "cuda" else "gloo", device_id=device if device.type == "cuda" else None
+        )
     return rank, world, device
 
 
@@ -83,14 +84,24 @@ class RunState:
     @classmethod
     def resumed(cls, saved: dict[str, Any]) -> "RunState":
         """The state of a checkpoint (`saved`), as the restarted process starts from it."""
-        return cls(step=saved["step"], history=saved["history"], train_tokens=saved["train_tokens"],
-                   train_seconds=saved["train_seconds"], restarts=saved["restarts"] + 1)
+        return cls(
+            step=saved["step"],
+            history=saved["history"],
+            train_tokens=saved["train_tokens"],
+            train_seconds=saved["train_seconds"],
+            restarts=saved["restarts"] + 1,
+        )
 
     def saved(self, tokens: int, seconds: float, settings: dict[str, Any]) -> dict[str, Any]:
         """What a checkpoint's state.json holds beside its step: this process's `tokens` (every
         rank's) and `seconds` added to those before it, and the run's `settings` (a resume compares)."""
-        return {"history": self.history, "train_tokens": self.train_tokens + tokens,
-                "train_seconds": self.train_seconds + seconds, "restarts": self.restarts, "settings": settings}
+        return {
+            "history": self.history,
+            "train_tokens": self.train_tokens + tokens,
+            "train_seconds": self.train_seconds + seconds,
+            "restarts": self.restarts,
+            "settings": settings,
+        }
 
 
 def start_profiler(steps: int, device, steps_left: int):
@@ -102,8 +113,9 @@ def start_profiler(steps: int, device, steps_left: int):
     from torch.profiler import ProfilerActivity, profile, schedule
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    prof = profile(activities=activities, schedule=schedule(wait=1, warmup=1, active=steps, repeat=1),
-                   record_shapes=True)
+    prof = profile(
+        activities=activities, schedule=schedule(wait=1, warmup=1, active=steps, repeat=1), record_shapes=True
+    )
     prof.start()
     return prof
 

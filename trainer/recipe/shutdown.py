@@ -76,11 +76,17 @@ class Shutdown:
     @staticmethod
     def _hard_exit() -> None:
         if COMMITTED.is_set():  # stuck in the teardown after the result was written: the work is done
-            print("SIGTERM: the result is committed; exiting with 0 without waiting for the teardown",
-                  file=sys.stderr, flush=True)
+            print(
+                "SIGTERM: the result is committed; exiting with 0 without waiting for the teardown",
+                file=sys.stderr,
+                flush=True,
+            )
             hard_exit(0, flush=False)  # this timer's thread: see hard_exit
-        print("SIGTERM: no step boundary reached within shutdown_grace_s; exiting without a checkpoint",
-              file=sys.stderr, flush=True)
+        print(
+            "SIGTERM: no step boundary reached within shutdown_grace_s; exiting without a checkpoint",
+            file=sys.stderr,
+            flush=True,
+        )
         hard_exit(143, flush=False)
 
 

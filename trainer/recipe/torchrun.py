@@ -68,8 +68,12 @@ def committed(output_prefix: str | None) -> bool:
     try:
         return Store.from_env().exists(f"{output_prefix.rstrip('/')}/result.json")
     except Exception as err:  # noqa: BLE001 - a check that cannot be made leaves the status as it was
-        print(f"trainer.recipe.torchrun: could not check for {output_prefix}/result.json ({type(err).__name__}); "
-              "exit status unchanged", file=sys.stderr, flush=True)
+        print(
+            f"trainer.recipe.torchrun: could not check for {output_prefix}/result.json ({type(err).__name__}); "
+            "exit status unchanged",
+            file=sys.stderr,
+            flush=True,
+        )
         return False
 
 
@@ -101,8 +105,12 @@ def leave_exit_barrier(agent) -> None:
         print(f"trainer.recipe.torchrun: after the exit barrier: {type(err).__name__}", file=sys.stderr, flush=True)
         return
     if left < group.group_world_size:
-        print(f"trainer.recipe.torchrun: {group.group_world_size - left} node(s) had not left the exit barrier after "
-              f"{LINGER_S:g} s; exiting", file=sys.stderr, flush=True)
+        print(
+            f"trainer.recipe.torchrun: {group.group_world_size - left} node(s) had not left the exit barrier after "
+            f"{LINGER_S:g} s; exiting",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def main() -> None:
@@ -147,19 +155,28 @@ def _run(torchrun, argv: list[str]) -> int:
         code = code if code > 0 else 128 - code if code < 0 else 1
     except SignalException as err:
         code = 128 + int(err.sigval)
-        print(f"trainer.recipe.torchrun: {err.sigval.name}: workers stopped; exit status {code}", file=sys.stderr,
-              flush=True)
+        print(
+            f"trainer.recipe.torchrun: {err.sigval.name}: workers stopped; exit status {code}",
+            file=sys.stderr,
+            flush=True,
+        )
     except Exception as err:  # noqa: BLE001 - classified; anything else is re-raised as it was
         why = transient(err)
         if not why:
             raise
         code = EXIT_TRANSIENT
         first = (str(err).strip().splitlines() or [""])[0][:300]  # c10d messages carry a C++ stack after it
-        print(f"trainer.recipe.torchrun: {why}: {type(err).__name__}: {first}; exit status {code} (transient)",
-              file=sys.stderr, flush=True)
+        print(
+            f"trainer.recipe.torchrun: {why}: {type(err).__name__}: {first}; exit status {code} (transient)",
+            file=sys.stderr,
+            flush=True,
+        )
     if retryable(code) and committed(_option(argv, "--output-prefix")):
-        print(f"trainer.recipe.torchrun: status {code} came after the result was committed; the run is done: exit 0",
-              file=sys.stderr, flush=True)
+        print(
+            f"trainer.recipe.torchrun: status {code} came after the result was committed; the run is done: exit 0",
+            file=sys.stderr,
+            flush=True,
+        )
         code = 0
     return code
 

@@ -54,7 +54,14 @@ from trainer.config.training import MAX_ACCUM, TrainConfig
 from trainer.core.errors import UserError
 from trainer.evaluate import losses
 from trainer.core.exitcodes import EXIT_NONFINITE
-from trainer.models.model import LossModel, build_model, compile_layers, decoder_layers, label_positions_of, plan_packing
+from trainer.models.model import (
+    LossModel,
+    build_model,
+    compile_layers,
+    decoder_layers,
+    label_positions_of,
+    plan_packing,
+)
 from trainer.recipe.runtime import Board, RunState, dist_setup, peak_memory_mb, save_profile, start_profiler
 from trainer.recipe.shutdown import COMMITTED, Shutdown, exit_now
 from trainer.core.storage import Store
@@ -124,8 +131,9 @@ class Recipe:
         self.say("setup: tokenizing")
         self.tokenizer = tokenizer = AutoTokenizer.from_pretrained(model_dir)
         examples, self.skipped = data.encode_all(data.read_jsonl(data_dir / "train.jsonl"), tokenizer, cfg.max_seq_len)
-        self.eval_examples = data.encode_all(data.read_jsonl(data_dir / "eval.jsonl")[:64], tokenizer,
-                                             cfg.max_seq_len)[0]
+        self.eval_examples = data.encode_all(data.read_jsonl(data_dir / "eval.jsonl")[:64], tokenizer, cfg.max_seq_len)[
+            0
+        ]
         check_rows(len(examples), cfg.batch_size, self.world, cfg.batch_tokens, self.skipped)  # before the model loads
         return examples, model_dir
 
@@ -138,9 +146,9 @@ class Recipe:
         self.model = model = build_model(cfg, model_dir, device, self.attn)
         limit = getattr(model.config, "max_position_embeddings", None)
         if limit and cfg.max_seq_len > limit:  # Hub models: known only once loaded
-
-            raise UserError(f"max_seq_len={cfg.max_seq_len} exceeds the model's context length {limit}; "
-                            f"set max_seq_len <= {limit}")
+            raise UserError(
+                f"max_seq_len={cfg.max_seq_len} exceeds the model's context length {limit}; set max_seq_len <= {limit}"
+            )
         self.graphs = [compiled_graphs()]  # dynamo's count, process-wide: at setup, at the window's ends
         if cfg.compile:
             # Packed batches have one shape (packed_len); padded ones vary in length: dynamic.
@@ -155,31 +163,49 @@ class Recipe:
         micro_tokens = cfg.batch_tokens or cfg.batch_size * mean_len
         self.accum = max(1, math.ceil(cfg.tokens_per_step / (micro_tokens * world))) if cfg.tokens_per_step else 1
         if self.accum > MAX_ACCUM:  # the pipeline refuses it earlier where batch_tokens is set; here for the CLI
-
-            raise UserError(f"tokens_per_step={cfg.tokens_per_step} is {self.accum} micro-batches per optimizer step "
-                            f"(about {round(micro_tokens * world)} tokens each on {world} processes), more than "
-                            f"{MAX_ACCUM}: give at most {MAX_ACCUM * math.floor(micro_tokens * world)}, or 0 for one "
-                            "micro-batch per step")
+            raise UserError(
+                f"tokens_per_step={cfg.tokens_per_step} is {self.accum} micro-batches per optimizer step "
+                f"(about {round(micro_tokens * world)} tokens each on {world} processes), more than "
+                f"{MAX_ACCUM}: give at most {MAX_ACCUM * math.floor(micro_tokens * world)}, or 0 for one "
+                "micro-batch per step"
+            )
         pad = self.tokenizer.pad_token_id
         # Compiled padded batches are padded to a few bucket widths: on an H100 this read 24.2k
         # tokens/s against 20.5k with every length left to dynamic shapes (docs/performance.md).
         self.bucketed = cfg.compile  # off again if CompileTrial finds eager faster
         width = lambda rows: bucket(max(len(e["input_ids"]) for e in rows)) if self.bucketed else 0  # noqa: E731
-        self.collate = ((lambda rows: collate_packed(rows, self.packed_len, pad)) if self.flatten
-                        else (lambda rows: collate(rows, pad, width=width(rows))))
+        self.collate = (
+            (lambda rows: collate_packed(rows, self.packed_len, pad))
+            if self.flatten
+            else (lambda rows: collate(rows, pad, width=width(rows)))
+        )
         if self.rank == MASTER:
-            per_micro = (f"{'flattened' if self.flatten else 'length-bucketed'} <= {cfg.batch_tokens} tokens"
-                         if cfg.batch_tokens else f"{cfg.batch_size} rows")
+            per_micro = (
+                f"{'flattened' if self.flatten else 'length-bucketed'} <= {cfg.batch_tokens} tokens"
+                if cfg.batch_tokens
+                else f"{cfg.batch_size} rows"
+            )
             if self.skipped:  # never truncated: a cut row could lose every token it is trained on
-                print(f"{self.skipped} training rows longer than max_seq_len={cfg.max_seq_len} tokens skipped "
-                      "(raise max_seq_len to keep them)", flush=True)
-            print(f"{len(examples)} rows (mean {mean_len:.0f} tokens), {world} process(es), {per_micro} per "
-                  f"micro-batch, {self.accum} micro-batch(es) per step; attention {self.attn or 'default'}, "
-                  f"loss {self.loss_model.fused}{', compiled layers' if cfg.compile else ''}", flush=True)
-            if self.flatten and self.attn is None:  # CPU: sdpa with a block-diagonal mask, every cross-row pair computed
-                print("packing=flatten here attends over the whole packed sequence behind a mask (no flash or flex "
-                      "attention on this device): measured 2x slower than packing=auto's length-bucketed padding "
-                      "on CPU (docs/performance.md); use packing=auto", flush=True)
+                print(
+                    f"{self.skipped} training rows longer than max_seq_len={cfg.max_seq_len} tokens skipped "
+                    "(raise max_seq_len to keep them)",
+                    flush=True,
+                )
+            print(
+                f"{len(examples)} rows (mean {mean_len:.0f} tokens), {world} process(es), {per_micro} per "
+                f"micro-batch, {self.accum} micro-batch(es) per step; attention {self.attn or 'default'}, "
+                f"loss {self.loss_model.fused}{', compiled layers' if cfg.compile else ''}",
+                flush=True,
+            )
+            if (
+                self.flatten and self.attn is None
+            ):  # CPU: sdpa with a block-diagonal mask, every cross-row pair computed
+                print(
+                    "packing=flatten here attends over the whole packed sequence behind a mask (no flash or flex "
+                    "attention on this device): measured 2x slower than packing=auto's length-bucketed padding "
+                    "on CPU (docs/performance.md); use packing=auto",
+                    flush=True,
+                )
 
     def _setup_optimizer(self) -> None:
         import torch
@@ -187,11 +213,15 @@ class Recipe:
 
         cfg = self.cfg
         self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay,
-                                           fused=self.device.type == "cuda")
-        self.scheduler = get_scheduler(cfg.lr_scheduler, self.optimizer,
-                                       num_warmup_steps=int(cfg.warmup_ratio * cfg.max_steps),
-                                       num_training_steps=cfg.max_steps)
+        self.optimizer = torch.optim.AdamW(
+            self.params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay, fused=self.device.type == "cuda"
+        )
+        self.scheduler = get_scheduler(
+            cfg.lr_scheduler,
+            self.optimizer,
+            num_warmup_steps=int(cfg.warmup_ratio * cfg.max_steps),
+            num_training_steps=cfg.max_steps,
+        )
 
     def _resume(self, examples: list[dict[str, list[int]]]) -> None:
         """The newest complete checkpoint of this output prefix, if any: weights, optimizer,
@@ -206,17 +236,27 @@ class Recipe:
         if latest is not None:
             problem = cfg.resume_problem(self.ckpt.state(latest).get("settings", {}), cfg.output_prefix)
             if problem:  # before any weights load: a LoRA of another rank failed there with a size mismatch
-
                 raise UserError(problem)
             saved, mine = self.ckpt.load(latest, self.model, self.optimizer, self.scheduler, rank)
             self.state, window = RunState.resumed(saved), mine["window"]
             if rank == MASTER:
-                print(f"resuming from checkpoint step {self.state.step} of {cfg.max_steps} "
-                      f"(restart {self.state.restarts})", flush=True)
+                print(
+                    f"resuming from checkpoint step {self.state.step} of {cfg.max_steps} "
+                    f"(restart {self.state.restarts})",
+                    flush=True,
+                )
         self.window_loss = torch.tensor(float(window[0]), device=self.device, dtype=torch.float64)
         self.window_n = int(window[1])
-        self.stream = batches(examples, cfg.batch_size, rank, self.world, cfg.seed, start=self.state.step * self.accum,
-                              batch_tokens=cfg.batch_tokens, flatten=self.flatten)
+        self.stream = batches(
+            examples,
+            cfg.batch_size,
+            rank,
+            self.world,
+            cfg.seed,
+            start=self.state.step * self.accum,
+            batch_tokens=cfg.batch_tokens,
+            flatten=self.flatten,
+        )
 
     def train(self) -> None:
         import torch
@@ -224,8 +264,15 @@ class Recipe:
 
         cfg, device, world = self.cfg, self.device, self.world
         done = self.state.step
-        bar = tqdm(total=cfg.max_steps, initial=done, desc="train", unit="step", mininterval=2,
-                   disable=self.rank != MASTER, dynamic_ncols=True)
+        bar = tqdm(
+            total=cfg.max_steps,
+            initial=done,
+            desc="train",
+            unit="step",
+            mininterval=2,
+            disable=self.rank != MASTER,
+            dynamic_ncols=True,
+        )
         bad = torch.zeros((), dtype=torch.bool, device=device)  # a non-finite loss or gradient norm
         profiler = start_profiler(cfg.profile_steps, self.device, steps_left=cfg.max_steps - done)
         self.ddp.train()
@@ -235,9 +282,20 @@ class Recipe:
         # compiled / JIT-ed and the allocator is warm: one device sync, there.
         self.half_step, self.half = done + max(1, (cfg.max_steps - done) // 2), None
         self.steady = None
-        self.trial = CompileTrial.plan(done, cfg.max_steps, decoder_layers(self.model), mark=self.mark,
-                                       use_bucketing=lambda on: setattr(self, "bucketed", on), world=world,
-                                       device=device, master=self.rank == MASTER) if cfg.compile else None
+        self.trial = (
+            CompileTrial.plan(
+                done,
+                cfg.max_steps,
+                decoder_layers(self.model),
+                mark=self.mark,
+                use_bucketing=lambda on: setattr(self, "bucketed", on),
+                world=world,
+                device=device,
+                master=self.rank == MASTER,
+            )
+            if cfg.compile
+            else None
+        )
         for step in range(done + 1, cfg.max_steps + 1):
             if self.trial:
                 self.trial.before(step)
@@ -350,11 +408,14 @@ class Recipe:
     def _fail_nonfinite(self, step: int) -> None:
         if self.rank == MASTER:
             seen = [h["loss"] for h in self.state.history if "loss" in h]
-            print(f"error: the training loss or its gradients became NaN or infinite by step {step}"
-                  f"{f' (last logged loss {seen[-1]:.4g})' if seen else ''}; training stopped and nothing was "
-                  f"saved as a result. Lower learning_rate (now {self.cfg.learning_rate:g}) or check the data "
-                  f"for rows that break the model (exit status {EXIT_NONFINITE}: a restart would fail the same way)",
-                  file=sys.stderr, flush=True)
+            print(
+                f"error: the training loss or its gradients became NaN or infinite by step {step}"
+                f"{f' (last logged loss {seen[-1]:.4g})' if seen else ''}; training stopped and nothing was "
+                f"saved as a result. Lower learning_rate (now {self.cfg.learning_rate:g}) or check the data "
+                f"for rows that break the model (exit status {EXIT_NONFINITE}: a restart would fail the same way)",
+                file=sys.stderr,
+                flush=True,
+            )
         exit_now(EXIT_NONFINITE)
 
     def _stop_for_sigterm(self, step: int) -> None:
@@ -364,8 +425,11 @@ class Recipe:
         self.save_checkpoint(step)
         if self.rank == MASTER:
             saved = self.ckpt.wait(timeout=self.shutdown.remaining())
-            print(f"SIGTERM: checkpoint at step {step} {'uploaded' if saved else 'NOT uploaded in time'}; "
-                  f"exiting for a restart", flush=True)
+            print(
+                f"SIGTERM: checkpoint at step {step} {'uploaded' if saved else 'NOT uploaded in time'}; "
+                f"exiting for a restart",
+                flush=True,
+            )
         if self.world > 1:
             # The other ranks wait for rank 0's upload: a rank exiting first makes torchrun (or the
             # local launcher) kill rank 0 mid-upload. A dead peer is covered by Shutdown's timer.
@@ -410,8 +474,9 @@ class Recipe:
         # Compiled layers would recompile for eval mode and no_grad (on an H100 as long as the
         # first compile, ~100 s) to run 64 rows once: eager instead, the compiled code kept.
         with torch.compiler.set_stance("force_eager") if self.cfg.compile else contextlib.nullcontext():
-            value = losses.eval_loss(self.model, self.eval_examples, self.tokenizer.pad_token_id,
-                              desc=f"eval loss at step {step}")
+            value = losses.eval_loss(
+                self.model, self.eval_examples, self.tokenizer.pad_token_id, desc=f"eval loss at step {step}"
+            )
         self.model.train()
         self.eval_s += time.perf_counter() - began
         self.state.history.append({"step": step, "eval_loss": value})
@@ -431,9 +496,14 @@ class Recipe:
             dist.all_gather_object(per_rank, mine)
             tokens = tokens.to(self.device)
             dist.all_reduce(tokens)
-        self.ckpt.save(step, self.model, self.optimizer, self.scheduler, per_rank,
-                       self.state.saved(int(tokens.item()), self._trained_s(),
-                                        self.cfg.run_settings()))
+        self.ckpt.save(
+            step,
+            self.model,
+            self.optimizer,
+            self.scheduler,
+            per_rank,
+            self.state.saved(int(tokens.item()), self._trained_s(), self.cfg.run_settings()),
+        )
 
     def cleanup(self) -> dict[str, Any]:
         """Rank 0 saves and uploads the result, and writes result.json last."""
@@ -467,18 +537,29 @@ class Recipe:
                 uri, manifest = self.store.put_tree(tmp, "models")
             final = next(h["loss"] for h in reversed(self.state.history) if "loss" in h)
             result = {
-                "output_uri": uri, "method": cfg.method, "output_bytes": manifest["total_bytes"],
-                "metrics": {"train_loss": final, "train_steps": float(cfg.max_steps), "world_size": float(self.world),
-                            "train_tokens": float(total), "tokens_per_second": total / wall,
-                            "train_seconds": wall, "skipped_long_rows": float(self.skipped),
-                            "restarts": float(self.state.restarts), "checkpoint_bytes": float(self.ckpt.last_bytes),
-                            "checkpoint_upload_seconds": float(self.ckpt.last_upload_s or 0.0),
-                            "grad_accum": float(self.accum), "peak_memory_mb": peak_memory_mb(self.device),
-                            "perplexity": math.exp(min(final, 50.0)),
-                            **(self.trial.metrics() if getattr(self, "trial", None) else {}),
-                            **(compile_metrics(self.graphs) if cfg.compile else {}),
-                            **({"steady_tokens_per_second": steady} if steady else {})},
-                "history": self.state.history, "config": cfg.asdict(),
+                "output_uri": uri,
+                "method": cfg.method,
+                "output_bytes": manifest["total_bytes"],
+                "metrics": {
+                    "train_loss": final,
+                    "train_steps": float(cfg.max_steps),
+                    "world_size": float(self.world),
+                    "train_tokens": float(total),
+                    "tokens_per_second": total / wall,
+                    "train_seconds": wall,
+                    "skipped_long_rows": float(self.skipped),
+                    "restarts": float(self.state.restarts),
+                    "checkpoint_bytes": float(self.ckpt.last_bytes),
+                    "checkpoint_upload_seconds": float(self.ckpt.last_upload_s or 0.0),
+                    "grad_accum": float(self.accum),
+                    "peak_memory_mb": peak_memory_mb(self.device),
+                    "perplexity": math.exp(min(final, 50.0)),
+                    **(self.trial.metrics() if getattr(self, "trial", None) else {}),
+                    **(compile_metrics(self.graphs) if cfg.compile else {}),
+                    **({"steady_tokens_per_second": steady} if steady else {}),
+                },
+                "history": self.state.history,
+                "config": cfg.asdict(),
                 "tensorboard_uri": self.store.uri(f"{cfg.output_prefix}/tensorboard"),
             }
             self.store.put_json(f"{cfg.output_prefix}/result.json", result)

@@ -28,11 +28,21 @@ from trainer.chat.templates import TEMPLATE_FILE
 _LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
-def vllm_args(model: str, served_model_name: str, *, host: str = "127.0.0.1", port: int = 8000,
-              lora_modules: Mapping[str, str] | None = None, max_lora_rank: int = 0,
-              max_model_len: int = 0, dtype: str = "auto", tensor_parallel_size: int = 1,
-              enforce_eager: bool = False, tool_call_parser: str = DEFAULT_TOOL_PARSER,
-              chat_template: str = "") -> list[str]:
+def vllm_args(
+    model: str,
+    served_model_name: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    lora_modules: Mapping[str, str] | None = None,
+    max_lora_rank: int = 0,
+    max_model_len: int = 0,
+    dtype: str = "auto",
+    tensor_parallel_size: int = 1,
+    enforce_eager: bool = False,
+    tool_call_parser: str = DEFAULT_TOOL_PARSER,
+    chat_template: str = "",
+) -> list[str]:
     """Arguments for vLLM's OpenAI server, the same for every backend.
 
     They follow `vllm serve` (cluster image `vllm/vllm-openai`) and
@@ -61,9 +71,21 @@ def vllm_args(model: str, served_model_name: str, *, host: str = "127.0.0.1", po
         `--tool-call-parser` on depends on the model and the deploy; what comes before it does not
         (the KServe ServingRuntime holds that part, trainer.k8s.vllm.split_args).
     """
-    args = ["--model", str(model), "--served-model-name", served_model_name, "--host", host,
-            "--port", str(port), "--dtype", dtype, "--enable-auto-tool-choice",
-            "--tool-call-parser", tool_call_parser]
+    args = [
+        "--model",
+        str(model),
+        "--served-model-name",
+        served_model_name,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--dtype",
+        dtype,
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        tool_call_parser,
+    ]
     if chat_template:
         args += ["--chat-template", chat_template]
     if max_model_len:
@@ -73,8 +95,13 @@ def vllm_args(model: str, served_model_name: str, *, host: str = "127.0.0.1", po
     if enforce_eager:
         args.append("--enforce-eager")
     if lora_modules:
-        args += ["--enable-lora", "--max-loras", str(len(lora_modules)),
-                 "--lora-modules", *(f"{name}={path}" for name, path in lora_modules.items())]
+        args += [
+            "--enable-lora",
+            "--max-loras",
+            str(len(lora_modules)),
+            "--lora-modules",
+            *(f"{name}={path}" for name, path in lora_modules.items()),
+        ]
         if max_lora_rank:
             args += ["--max-lora-rank", str(next((r for r in _LORA_RANKS if r >= max_lora_rank), max_lora_rank))]
     return args
@@ -89,6 +116,7 @@ def tree_tool_call_parser(read: Callable[[str], str | None]) -> str:
 
 def model_tool_call_parser(model_dir: str | Path) -> str:
     """tool_call_parser() for a model directory on this machine."""
+
     def read(name: str) -> str | None:
         path = Path(model_dir) / name
         return path.read_text() if path.is_file() else None
@@ -122,8 +150,10 @@ def adapter_config(adapter_dir: str | Path, label: str = "") -> dict[str, Any]:
     cfg = Path(adapter_dir) / "adapter_config.json"
     if not cfg.exists():
         return {}
-    fix = ("it is damaged (a copy cut short, a hand edit): copy the adapter directory again from its run's output, "
-           "or pass another adapter")
+    fix = (
+        "it is damaged (a copy cut short, a hand edit): copy the adapter directory again from its run's output, "
+        "or pass another adapter"
+    )
     where = f"{label}: " if label else ""
     try:
         config = json.loads(cfg.read_text(encoding="utf-8"))
@@ -150,8 +180,10 @@ def served_name_problems(name: Any, what: str = "served_model_name") -> list[str
     if not isinstance(name, str) or not name.strip():
         return [f"{what} is empty: give the name clients will ask for as `model`, e.g. 'llm-finetune'"]
     if name.startswith("-") or name.split() != [name]:
-        return [f"{what}={name!r} must not start with '-' or hold spaces (it is the name clients pass as `model`): "
-                f"e.g. {'-'.join(name.split()).strip('-') or 'llm-finetune'!r}"]
+        return [
+            f"{what}={name!r} must not start with '-' or hold spaces (it is the name clients pass as `model`): "
+            f"e.g. {'-'.join(name.split()).strip('-') or 'llm-finetune'!r}"
+        ]
     return []
 
 
@@ -160,8 +192,9 @@ def default_served_name(model_dir: str | Path) -> str:
     return "-".join(Path(model_dir).resolve().name.split()).strip("-") or "model"
 
 
-def parse_loras(specs: Sequence[str], flag: str = "--lora", form: str = "NAME=ADAPTER_DIR",
-                served_name: str = "") -> tuple[dict[str, str], list[str]]:
+def parse_loras(
+    specs: Sequence[str], flag: str = "--lora", form: str = "NAME=ADAPTER_DIR", served_name: str = ""
+) -> tuple[dict[str, str], list[str]]:
     """`name=path` strings (the CLI's --lora; deploy-k8s's --adapter) -> ({name: path}, problems). A name
     given twice, or the same as `served_name` (the base model's), is refused: vLLM would serve only the
     last adapter of a name, and fail at start-up (a traceback after its load) on the base's own name."""
@@ -173,11 +206,15 @@ def parse_loras(specs: Sequence[str], flag: str = "--lora", form: str = "NAME=AD
         elif name_problems := served_name_problems(name, f"{flag} name"):
             problems += name_problems
         elif name in out:
-            problems.append(f"{flag} {name}= is given twice ({out[name]} and {path}): vLLM would serve only the "
-                            "last; give each adapter its own name")
+            problems.append(
+                f"{flag} {name}= is given twice ({out[name]} and {path}): vLLM would serve only the "
+                "last; give each adapter its own name"
+            )
         elif served_name and name == served_name:
-            problems.append(f"{flag} {name}={path}: {name!r} is the base model's served name too; give the "
-                            "adapter another name, or the base another --served-model-name")
+            problems.append(
+                f"{flag} {name}={path}: {name!r} is the base model's served name too; give the "
+                "adapter another name, or the base another --served-model-name"
+            )
         else:
             out[name] = path
     return out, problems

@@ -35,8 +35,7 @@ class Running(Protocol):
     def log_tail(self, lines: int = ...) -> str: ...
 
 
-def wait_ready(url: str, server: Running | None = None, timeout: float = 300.0,
-               progress_every: float = 10.0) -> float:
+def wait_ready(url: str, server: Running | None = None, timeout: float = 300.0, progress_every: float = 10.0) -> float:
     """Poll /v1/models (readiness, not just liveness) until it answers 200; returns seconds waited.
 
     Prints elapsed seconds and the server's last log line every `progress_every` seconds. Raises
@@ -47,8 +46,10 @@ def wait_ready(url: str, server: Running | None = None, timeout: float = 300.0,
     while True:
         elapsed = time.monotonic() - t0
         if server is not None and server.proc.poll() is not None:
-            raise UserError(f"vLLM exited with status {server.proc.returncode} before becoming ready; "
-                            f"its log {server.log_path} ends with:\n{server.log_tail()}")
+            raise UserError(
+                f"vLLM exited with status {server.proc.returncode} before becoming ready; "
+                f"its log {server.log_path} ends with:\n{server.log_tail()}"
+            )
         try:
             with urllib.request.urlopen(f"{url}/v1/models", timeout=5) as r:
                 if r.status == 200:
@@ -73,11 +74,18 @@ def smoke_request(rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]],
         raise UserError("the eval split is empty: nothing to smoke-test the endpoint with")
     row = next((r for r in rows if r.get("tools") and expected_call(r)), None)
     chosen = row or rows[0]
-    return openai_messages(chosen["messages"][:target_index(chosen)]), row and row["tools"]
+    return openai_messages(chosen["messages"][: target_index(chosen)]), row and row["tools"]
 
 
-def chat(url: str, model: str, messages: list[dict[str, Any]], tools: list | None = None,
-         max_tokens: int = 64, timeout: float = 120.0, stream: bool = False) -> dict[str, Any]:
+def chat(
+    url: str,
+    model: str,
+    messages: list[dict[str, Any]],
+    tools: list | None = None,
+    max_tokens: int = 64,
+    timeout: float = 120.0,
+    stream: bool = False,
+) -> dict[str, Any]:
     """One OpenAI chat completion over plain HTTP (the cluster image has no `openai` client);
     returns the response JSON plus `latency_s`. An HTTP error raises UserError with its body.
 
@@ -90,8 +98,13 @@ def chat(url: str, model: str, messages: list[dict[str, Any]], tools: list | Non
     if stream:
         body["stream"] = True
     start_t = time.perf_counter()
-    resp = post(f"{url}/v1/chat/completions", body, timeout, f"chat completion for {model!r}",
-                _assemble_stream if stream else None)
+    resp = post(
+        f"{url}/v1/chat/completions",
+        body,
+        timeout,
+        f"chat completion for {model!r}",
+        _assemble_stream if stream else None,
+    )
     resp["latency_s"] = time.perf_counter() - start_t
     return resp
 
@@ -102,8 +115,9 @@ def completion(url: str, body: dict[str, Any], timeout: float = 120.0) -> dict[s
     return post(f"{url}/v1/completions", body, timeout, f"completion for {body.get('model')!r}")
 
 
-def post(url: str, body: dict[str, Any], timeout: float, what: str,
-         read: Callable[[Any], dict[str, Any]] | None = None) -> dict[str, Any]:
+def post(
+    url: str, body: dict[str, Any], timeout: float, what: str, read: Callable[[Any], dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """POST `body` as JSON; the answer read by `read` (JSON by default). An HTTP error raises
     UserError naming `what` with the server's own words."""
     req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
@@ -121,7 +135,7 @@ def _assemble_stream(lines) -> dict[str, Any]:
         line = raw.decode("utf-8", "replace").strip()
         if not line.startswith("data:"):
             continue
-        data = line[len("data:"):].strip()
+        data = line[len("data:") :].strip()
         if data == "[DONE]":
             break
         chunk = json.loads(data)
@@ -131,18 +145,25 @@ def _assemble_stream(lines) -> dict[str, Any]:
             role = delta.get("role") or role
             content += delta.get("content") or ""
             for tc in delta.get("tool_calls") or []:
-                slot = calls.setdefault(tc.get("index", 0), {"id": "", "type": "", "function": {"name": "",
-                                                                                              "arguments": ""}})
+                slot = calls.setdefault(
+                    tc.get("index", 0), {"id": "", "type": "", "function": {"name": "", "arguments": ""}}
+                )
                 slot["id"] = tc.get("id") or slot["id"]
                 slot["type"] = tc.get("type") or slot["type"]
                 fn = tc.get("function") or {}
                 slot["function"]["name"] += fn.get("name") or ""
                 slot["function"]["arguments"] += fn.get("arguments") or ""
             finish = choice.get("finish_reason") or finish
-    message = {"role": role, "content": content if content or not calls else None,
-               **({"tool_calls": [calls[i] for i in sorted(calls)]} if calls else {})}
-    return {"object": "chat.completion", "model": model,
-            "choices": [{"index": 0, "finish_reason": finish, "message": message}]}
+    message = {
+        "role": role,
+        "content": content if content or not calls else None,
+        **({"tool_calls": [calls[i] for i in sorted(calls)]} if calls else {}),
+    }
+    return {
+        "object": "chat.completion",
+        "model": model,
+        "choices": [{"index": 0, "finish_reason": finish, "message": message}],
+    }
 
 
 def check_response(resp: dict[str, Any], model: str, tools: list | None, require_tool_call: bool = True) -> str:
@@ -190,8 +211,12 @@ def check_response(resp: dict[str, Any], model: str, tools: list | None, require
 # check_response reasons that are about what the model said, not about the server: the endpoint
 # answered correctly, the model's answer is unusable (e.g. an undertrained model that stops at
 # once). Every other reason is the server breaking the OpenAI protocol.
-REPLY_REASONS = ("empty reply", "no message.tool_calls", "tool_calls[0].function.name",
-                 "tool_calls[0].function.arguments")
+REPLY_REASONS = (
+    "empty reply",
+    "no message.tool_calls",
+    "tool_calls[0].function.name",
+    "tool_calls[0].function.arguments",
+)
 
 
 def verdict(reason: str) -> str:
@@ -203,8 +228,9 @@ def verdict(reason: str) -> str:
     return "unusable_reply" if reason.startswith(REPLY_REASONS) else "server_error"
 
 
-def smoke_test(url: str, model: str, messages: list[dict[str, Any]], tools: list | None = None,
-               require_tool_call: bool = True) -> dict[str, Any]:
+def smoke_test(
+    url: str, model: str, messages: list[dict[str, Any]], tools: list | None = None, require_tool_call: bool = True
+) -> dict[str, Any]:
     """One chat completion checked by `check_response`, then the same request streamed, checked
     the same way (what a chat UI or an agent framework with streaming on receives).
 
@@ -218,10 +244,19 @@ def smoke_test(url: str, model: str, messages: list[dict[str, Any]], tools: list
         reason = f"streamed: {streamed}" if streamed else ""
     message = ((resp.get("choices") or [{}])[0].get("message")) or {}
     calls = message.get("tool_calls") or []
-    reply = (f"{calls[0]['function'].get('name')} {calls[0]['function'].get('arguments')}" if calls
-             else str(message.get("content") or ""))
-    return {"ok": not reason, "reason": reason, "verdict": verdict(reason), "latency_s": resp["latency_s"],
-            "reply": reply, "model": model}
+    reply = (
+        f"{calls[0]['function'].get('name')} {calls[0]['function'].get('arguments')}"
+        if calls
+        else str(message.get("content") or "")
+    )
+    return {
+        "ok": not reason,
+        "reason": reason,
+        "verdict": verdict(reason),
+        "latency_s": resp["latency_s"],
+        "reply": reply,
+        "model": model,
+    }
 
 
 def smoke_outcome(results: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
@@ -235,8 +270,15 @@ def smoke_outcome(results: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
     kinds = {n: r.get("verdict") or verdict(r.get("reason", "")) for n, r in results.items()}
     bad = lambda kind: "; ".join(f"{n}: {results[n]['reason']}" for n, k in kinds.items() if k == kind)  # noqa: E731
     unusable, broken = bad("unusable_reply"), bad("server_error")
-    warning = (f"WARNING: the endpoint works, but the model's reply is unusable ({unusable}): undertrained: more "
-               "max_steps (or a higher learning_rate), then check the evaluate step's accuracy" if unusable else "")
-    error = (f"the server broke the OpenAI protocol ({broken}): clients would fail on it; see the server log"
-             if broken else "")
+    warning = (
+        f"WARNING: the endpoint works, but the model's reply is unusable ({unusable}): undertrained: more "
+        "max_steps (or a higher learning_rate), then check the evaluate step's accuracy"
+        if unusable
+        else ""
+    )
+    error = (
+        f"the server broke the OpenAI protocol ({broken}): clients would fail on it; see the server log"
+        if broken
+        else ""
+    )
     return {"smoke_ok": not unusable and not broken, "server_ok": not broken, "warning": warning, "error": error}

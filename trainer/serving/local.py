@@ -32,8 +32,15 @@ from typing import Any
 from trainer.core.errors import UserError, collect
 from trainer.models.model_tree import model_dir_problems, tokenizer_problems
 from trainer.core.procs import group_alive, private_tmpdir_env
-from trainer.serving.args import (adapter_config, default_served_name, lora_rank, model_tool_call_parser, parse_loras,
-                                  served_name_problems, vllm_args)
+from trainer.serving.args import (
+    adapter_config,
+    default_served_name,
+    lora_rank,
+    model_tool_call_parser,
+    parse_loras,
+    served_name_problems,
+    vllm_args,
+)
 from trainer.serving.client import smoke_test, wait_ready
 from trainer.chat.templates import TEMPLATE_FILE
 from trainer.models.weights import adapter_fit_problems
@@ -69,8 +76,10 @@ def bind_problem(host: str, port: int) -> str | None:
             if err.errno == errno.EADDRINUSE:
                 return f"port {port} on {host} is in use (another server?); pick another with --port"
             if err.errno == errno.EADDRNOTAVAIL:
-                return (f"--host {host!r} is not an address of this machine; use 127.0.0.1 (this machine only) or "
-                        "0.0.0.0 (every interface)")
+                return (
+                    f"--host {host!r} is not an address of this machine; use 127.0.0.1 (this machine only) or "
+                    "0.0.0.0 (every interface)"
+                )
             return f"cannot listen on {host}:{port} ({err.strerror}); pick another --host or --port"
     return None
 
@@ -100,14 +109,22 @@ def _named_templates(root: Path) -> dict[str, str]:
     additional_chat_templates/<name>.jinja (where transformers 5 saves such a list's other entries)."""
     root, out = Path(root), {}
     try:
-        config = json.loads((root / "tokenizer_config.json").read_text()) \
-            if (root / "tokenizer_config.json").is_file() else {}
+        config = (
+            json.loads((root / "tokenizer_config.json").read_text())
+            if (root / "tokenizer_config.json").is_file()
+            else {}
+        )
         template = config.get("chat_template") if isinstance(config, dict) else None
         if isinstance(template, str):
             out["default"] = template
         elif isinstance(template, list):
-            out.update({t["name"]: t["template"] for t in template if isinstance(t, dict)
-                        and isinstance(t.get("name"), str) and isinstance(t.get("template"), str)})
+            out.update(
+                {
+                    t["name"]: t["template"]
+                    for t in template
+                    if isinstance(t, dict) and isinstance(t.get("name"), str) and isinstance(t.get("template"), str)
+                }
+            )
         if (root / "chat_template.jinja").is_file():
             out["default"] = (root / "chat_template.jinja").read_text()
         for path in sorted((root / "additional_chat_templates").glob("*.jinja")):
@@ -123,7 +140,6 @@ def _check_dirs(model_dir: Path, lora_modules: Mapping[str, str], problems: Sequ
     if not (Path(model_dir) / "config.json").exists():
         problems.append(f"{model_dir} is not a model directory (no config.json); pass a merged or base model")
     else:  # weights missing or config.json broken: vLLM would fail after half a minute with a traceback
-
         found = model_dir_problems(model_dir, check_tokenizer=False)
         # Without a chat template vLLM starts, then answers every chat request with an error.
         problems += found or tokenizer_problems(Path(model_dir), "the server needs to answer /v1/chat/completions")
@@ -139,12 +155,16 @@ def _check_dirs(model_dir: Path, lora_modules: Mapping[str, str], problems: Sequ
             continue
         full = set(adapter.get("modules_to_save") or []) - {"classifier", "score"}
         if adapter.get("use_dora"):  # vLLM: "vLLM does not yet support DoRA."
-            problems.append(f"--lora {name}={path}: a DoRA adapter, which vLLM cannot load; serve the merged model "
-                            "instead (python -m trainer merge)")
+            problems.append(
+                f"--lora {name}={path}: a DoRA adapter, which vLLM cannot load; serve the merged model "
+                "instead (python -m trainer merge)"
+            )
         elif full:
-            problems.append(f"--lora {name}={path}: the adapter also trains {sorted(full)} in full, which vLLM's "
-                            "LoRA support cannot load; serve the merged model instead, or train with "
-                            "lora_train_embeddings=false")
+            problems.append(
+                f"--lora {name}={path}: the adapter also trains {sorted(full)} in full, which vLLM's "
+                "LoRA support cannot load; serve the merged model instead, or train with "
+                "lora_train_embeddings=false"
+            )
 
         problems += adapter_fit_problems(model_dir, path, f"--lora {name}={path}")
         # The server prompts every name with the base's template: an adapter trained on other prompts would be
@@ -152,10 +172,12 @@ def _check_dirs(model_dir: Path, lora_modules: Mapping[str, str], problems: Sequ
         trained = _named_templates(Path(path))
         differ = sorted(n for n in trained.keys() & base_templates.keys() if trained[n] != base_templates[n])
         if differ:
-            problems.append(f"--lora {name}={path} was trained with another chat template than {model_dir}'s (its "
-                            f"{', '.join(differ)} template differs), and the server prompts every model with the "
-                            "base's: serve it on the base delivered with the template it was trained with "
-                            "(deliver-model --chat-template), or serve the merged model")
+            problems.append(
+                f"--lora {name}={path} was trained with another chat template than {model_dir}'s (its "
+                f"{', '.join(differ)} template differs), and the server prompts every model with the "
+                "base's: serve it on the base delivered with the template it was trained with "
+                "(deliver-model --chat-template), or serve the merged model"
+            )
     collect(problems, "cannot serve")
 
 
@@ -214,9 +236,16 @@ def _group_alive(pgid: int) -> bool:
     return group_alive(pgid)
 
 
-def local_args(model_dir: str | Path, served_model_name: str, *, host: str = "127.0.0.1", port: int = 8000,
-               lora_modules: Mapping[str, str] | None = None, max_model_len: int = 0,
-               dtype: str | None = None) -> list[str]:
+def local_args(
+    model_dir: str | Path,
+    served_model_name: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    lora_modules: Mapping[str, str] | None = None,
+    max_model_len: int = 0,
+    dtype: str | None = None,
+) -> list[str]:
     """`vllm_args` as this machine runs them: on CPU float32 (`dtype` overrides), eager mode (start-up
     34 s instead of 100 s) and a context of at most 2048 tokens (the KV cache is 1 GiB)."""
     lora_modules = dict(lora_modules or {})
@@ -225,16 +254,35 @@ def local_args(model_dir: str | Path, served_model_name: str, *, host: str = "12
         max_model_len = min(_model_context(Path(model_dir)) or 2048, 2048)
     rank = max((lora_rank(p) for p in lora_modules.values()), default=0)
     template = Path(model_dir) / TEMPLATE_FILE
-    return vllm_args(str(model_dir), served_model_name, host=host, port=port, lora_modules=lora_modules,
-                     max_lora_rank=rank, max_model_len=max_model_len, dtype=dtype or ("float32" if cpu else "auto"),
-                     enforce_eager=cpu, tool_call_parser=model_tool_call_parser(model_dir),
-                     chat_template=str(template) if template.is_file() else "")
+    return vllm_args(
+        str(model_dir),
+        served_model_name,
+        host=host,
+        port=port,
+        lora_modules=lora_modules,
+        max_lora_rank=rank,
+        max_model_len=max_model_len,
+        dtype=dtype or ("float32" if cpu else "auto"),
+        enforce_eager=cpu,
+        tool_call_parser=model_tool_call_parser(model_dir),
+        chat_template=str(template) if template.is_file() else "",
+    )
 
 
-def start(model_dir: str | Path, served_model_name: str, *, host: str = "127.0.0.1", port: int = 0,
-          lora_modules: Mapping[str, str] | None = None, max_model_len: int = 0,
-          log_path: Path | None = None, detach: bool = False, problems: Sequence[str] = (),
-          name_flag: str = "served_model_name", dtype: str | None = None) -> Server:
+def start(
+    model_dir: str | Path,
+    served_model_name: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    lora_modules: Mapping[str, str] | None = None,
+    max_model_len: int = 0,
+    log_path: Path | None = None,
+    detach: bool = False,
+    problems: Sequence[str] = (),
+    name_flag: str = "served_model_name",
+    dtype: str | None = None,
+) -> Server:
     """Start vLLM's OpenAI server on `model_dir` in its own process group; returns at once.
 
     `detach` leaves the server running after this process exits (the pipeline's keep_serving);
@@ -252,15 +300,25 @@ def start(model_dir: str | Path, served_model_name: str, *, host: str = "127.0.0
     own_rpc = not os.environ.get("VLLM_RPC_BASE_PATH")  # the user's choice stands
     rpc_base = _socket_base() if own_rpc else ""
     if rpc_base is None:
-        problems = [*problems, f"TMPDIR {tempfile.gettempdir()} is too long for vLLM's Unix sockets (at most "
-                               f"{_SUN_PATH} characters with their names) and /tmp is not writable; set TMPDIR "
-                               "to a shorter directory"]
+        problems = [
+            *problems,
+            f"TMPDIR {tempfile.gettempdir()} is too long for vLLM's Unix sockets (at most "
+            f"{_SUN_PATH} characters with their names) and /tmp is not writable; set TMPDIR "
+            "to a shorter directory",
+        ]
     if log_path is not None and (problem := _log_problem(Path(log_path))):
         problems = [*problems, problem]
     _check_dirs(Path(model_dir), lora_modules, problems)
     port = port or free_port()
-    args = local_args(model_dir, served_model_name, host=host, port=port, lora_modules=lora_modules,
-                      max_model_len=max_model_len, dtype=dtype)
+    args = local_args(
+        model_dir,
+        served_model_name,
+        host=host,
+        port=port,
+        lora_modules=lora_modules,
+        max_model_len=max_model_len,
+        dtype=dtype,
+    )
     if log_path is None:
         log_path = Path(tempfile.mkdtemp(prefix="vllm-")) / "server.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -275,21 +333,43 @@ def start(model_dir: str | Path, served_model_name: str, *, host: str = "127.0.0
     # server's own, which its guard removes once the server is down, however it ended.
 
     tmp = tempfile.mkdtemp(prefix="vllm-rpc-", dir=rpc_base) if own_rpc else ""
-    env = {"VLLM_CPU_KVCACHE_SPACE": "1", **engine, **os.environ, "HF_HUB_OFFLINE": "1",
-           **({"VLLM_RPC_BASE_PATH": tmp, **private_tmpdir_env(tmp)} if tmp else {}),
-           # No usage statistics sent home from a local run.
-           "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    env = {
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        **engine,
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        **({"VLLM_RPC_BASE_PATH": tmp, **private_tmpdir_env(tmp)} if tmp else {}),
+        # No usage statistics sent home from a local run.
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+    }
     with open(log_path, "ab") as log:
         # Under trainer.core.procs' guard, which takes vLLM's whole tree down when stopped or, unless
         # detached, when this process is gone (SIGKILL included): vLLM alone outlives both while loading.
         # The guard itself killed with SIGKILL, vLLM's processes die with it (SERVER_MODULE's tie).
-        guard = [sys.executable, "-m", "trainer.core.procs", *([] if detach else ["--parent", str(os.getpid())]),
-                 *(["--remove", tmp] if tmp else []), "--"]
-        proc = subprocess.Popen([*guard, sys.executable, "-m", SERVER_MODULE, *args],
-                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, env=env)
-    server = Server(proc, f"http://{host if host != '0.0.0.0' else '127.0.0.1'}:{port}", log_path,
-                    [served_model_name, *lora_modules], tmp)
+        guard = [
+            sys.executable,
+            "-m",
+            "trainer.core.procs",
+            *([] if detach else ["--parent", str(os.getpid())]),
+            *(["--remove", tmp] if tmp else []),
+            "--",
+        ]
+        proc = subprocess.Popen(
+            [*guard, sys.executable, "-m", SERVER_MODULE, *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=env,
+        )
+    server = Server(
+        proc,
+        f"http://{host if host != '0.0.0.0' else '127.0.0.1'}:{port}",
+        log_path,
+        [served_model_name, *lora_modules],
+        tmp,
+    )
     if not detach:
         atexit.register(server.stop)
     return server
@@ -316,10 +396,18 @@ def _model_context(model_dir: Path) -> int:
     return int(cfg.get("max_position_embeddings") or 0)
 
 
-def deploy_local(model_dir: Path, served_model_name: str, messages: list[dict[str, Any]],
-                 tools: list | None = None, *, lora_modules: Mapping[str, str] | None = None,
-                 keep_serving: bool = False, port: int = 0, log_path: Path | None = None,
-                 ready_timeout: float = 600.0) -> dict[str, Any]:
+def deploy_local(
+    model_dir: Path,
+    served_model_name: str,
+    messages: list[dict[str, Any]],
+    tools: list | None = None,
+    *,
+    lora_modules: Mapping[str, str] | None = None,
+    keep_serving: bool = False,
+    port: int = 0,
+    log_path: Path | None = None,
+    ready_timeout: float = 600.0,
+) -> dict[str, Any]:
     """Serve `model_dir` (plus adapters, side by side) on loopback, smoke-test every served
     name, and stop unless `keep_serving`.
 
@@ -331,29 +419,47 @@ def deploy_local(model_dir: Path, served_model_name: str, messages: list[dict[st
     failure's reason, latency_s (worst of the names), per-name results, log path, and pgid when
     still serving (stop with `kill -- -PGID`).
     """
-    server = start(model_dir, served_model_name, port=port, lora_modules=lora_modules, log_path=log_path,
-                   detach=keep_serving)
+    server = start(
+        model_dir, served_model_name, port=port, lora_modules=lora_modules, log_path=log_path, detach=keep_serving
+    )
     print(f"starting vLLM for {', '.join(server.names)} (log: {server.log_path})", flush=True)
     try:
         ready_s = wait_ready(server.url, server, timeout=ready_timeout)
         print(f"vLLM ready in {ready_s:.0f}s at {server.url}/v1", flush=True)
         tuned = set(lora_modules or {}) or {served_model_name}
-        results = {name: smoke_test(server.url, name, messages, tools, require_tool_call=name in tuned)
-                   for name in server.names}
+        results = {
+            name: smoke_test(server.url, name, messages, tools, require_tool_call=name in tuned)
+            for name in server.names
+        }
     except BaseException:
         server.stop()
         raise
     if not keep_serving:
         server.stop()
     failed = [f"{n}: {r['reason']}" for n, r in results.items() if not r["ok"]]
-    return {"endpoint": f"{server.url}/v1", "names": server.names, "ready_s": ready_s,
-            "smoke_ok": not failed, "reason": "; ".join(failed),
-            "latency_s": max(r["latency_s"] for r in results.values()), "results": results,
-            "log": str(server.log_path), "pgid": server.pgid if keep_serving else None}
+    return {
+        "endpoint": f"{server.url}/v1",
+        "names": server.names,
+        "ready_s": ready_s,
+        "smoke_ok": not failed,
+        "reason": "; ".join(failed),
+        "latency_s": max(r["latency_s"] for r in results.values()),
+        "results": results,
+        "log": str(server.log_path),
+        "pgid": server.pgid if keep_serving else None,
+    }
 
 
-def serve_forever(model_dir: Path, served_model_name: str = "", *, host: str = "127.0.0.1", port: int = 8000,
-                  loras: Sequence[str] = (), log_path: Path | None = None, ready_timeout: float = 600.0) -> int:
+def serve_forever(
+    model_dir: Path,
+    served_model_name: str = "",
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    loras: Sequence[str] = (),
+    log_path: Path | None = None,
+    ready_timeout: float = 600.0,
+) -> int:
     """`python -m trainer serve`: run vLLM until Ctrl-C / SIGTERM / SIGHUP, then take its whole
     process group down; returns the exit status."""
     name = served_model_name or default_served_name(model_dir)
@@ -363,8 +469,12 @@ def serve_forever(model_dir: Path, served_model_name: str = "", *, host: str = "
         raise SystemExit(128 + signum)  # unwinds through the finally below
 
     def _already(signum, _frame):
-        print(f"already stopping the server ({signal.Signals(signum).name} ignored); what has not stopped within "
-              f"{STOP_GRACE_S:.0f} s is killed", file=sys.stderr, flush=True)
+        print(
+            f"already stopping the server ({signal.Signals(signum).name} ignored); what has not stopped within "
+            f"{STOP_GRACE_S:.0f} s is killed",
+            file=sys.stderr,
+            flush=True,
+        )
 
     # Put back on the way out (a caller in the same process, e.g. a test, keeps its own handling).
     # None: a handler not set from Python, which signal.signal cannot take back; the default stands in.
@@ -373,17 +483,31 @@ def serve_forever(model_dir: Path, served_model_name: str = "", *, host: str = "
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _exit)
     try:
-        server = start(model_dir, name, host=host, port=port, lora_modules=lora_modules, log_path=log_path,
-                       problems=problems, name_flag="--served-model-name")
+        server = start(
+            model_dir,
+            name,
+            host=host,
+            port=port,
+            lora_modules=lora_modules,
+            log_path=log_path,
+            problems=problems,
+            name_flag="--served-model-name",
+        )
         print(f"vLLM log: {server.log_path}", flush=True)
         try:
             ready_s = wait_ready(server.url, server, timeout=ready_timeout)
             port = int(server.url.rsplit(":", 1)[1])  # with --port 0, the one picked
-            print(f"serving {', '.join(server.names)} at http://{host}:{port}/v1 (tool calls read by vLLM's "
-                  f"{model_tool_call_parser(model_dir)} parser; ready in {ready_s:.0f}s; Ctrl-C stops)", flush=True)
+            print(
+                f"serving {', '.join(server.names)} at http://{host}:{port}/v1 (tool calls read by vLLM's "
+                f"{model_tool_call_parser(model_dir)} parser; ready in {ready_s:.0f}s; Ctrl-C stops)",
+                flush=True,
+            )
             code = server.proc.wait()
-            print(f"vLLM exited with status {code}; its log {server.log_path} ends with:\n{server.log_tail()}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"vLLM exited with status {code}; its log {server.log_path} ends with:\n{server.log_tail()}",
+                file=sys.stderr,
+                flush=True,
+            )
             return code or 1
         except KeyboardInterrupt:
             print("interrupted (Ctrl-C); stopping the server", file=sys.stderr, flush=True)

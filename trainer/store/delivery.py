@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import gzip
 import io
-import json
 import os
 import random
 import re
@@ -52,8 +51,13 @@ def materialize_model(src: Source, revision: str, workdir: Path) -> Path:
             path = Path(hf_hub_download(gguf_file[1], gguf_file[2], revision=revision or None))
         return _converted(path, workdir)
     with _hub_errors(src.ref, src.ref):
-        return Path(snapshot_download(src.ref, revision=revision or None,
-                                      allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"]))
+        return Path(
+            snapshot_download(
+                src.ref,
+                revision=revision or None,
+                allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"],
+            )
+        )
 
 
 def _converted(path: Path, workdir: Path) -> Path:
@@ -63,20 +67,30 @@ def _converted(path: Path, workdir: Path) -> Path:
 @contextlib.contextmanager
 def _hub_errors(repo: str, what: str):
     """A failed Hub download of model `what` (the repo `repo`, or a file in it) as one UserError saying what to do."""
-    from huggingface_hub.errors import (EntryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError,
-                                        RepositoryNotFoundError)
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+    )
 
     try:
         yield
     except RepositoryNotFoundError:
-        raise UserError(f"no model {repo!r} on the Hugging Face Hub (or it is private: set HF_TOKEN); if it is a "
-                        "dataset, pass it as dataset_source") from None
+        raise UserError(
+            f"no model {repo!r} on the Hugging Face Hub (or it is private: set HF_TOKEN); if it is a "
+            "dataset, pass it as dataset_source"
+        ) from None
     except LocalEntryNotFoundError as err:  # before EntryNotFoundError, its base class
-        raise UserError(f"model {what!r} is not in the local Hugging Face cache and the Hub cannot be reached "
-                        f"({brief(err)}); download it first or allow network access") from None
+        raise UserError(
+            f"model {what!r} is not in the local Hugging Face cache and the Hub cannot be reached "
+            f"({brief(err)}); download it first or allow network access"
+        ) from None
     except EntryNotFoundError:
-        raise UserError(f"model repo {repo!r} has no file {what[len(repo) + 1:] or what!r}: check the file name in "
-                        "the repo's file list (names are case-sensitive), and model_revision") from None
+        raise UserError(
+            f"model repo {repo!r} has no file {what[len(repo) + 1 :] or what!r}: check the file name in "
+            "the repo's file list (names are case-sensitive), and model_revision"
+        ) from None
     except HfHubHTTPError as err:
         raise UserError(f"downloading model {what!r} failed: {brief(err)}") from None
 
@@ -125,19 +139,24 @@ def _split(rows: list[dict[str, Any]], eval_fraction: float, seed: int) -> dict[
     return {"train": rows[n_eval:], "eval": rows[:n_eval]}
 
 
-def materialize_dataset(src: Source, revision: str, eval_fraction: float = 0.1,
-                        seed: int = 0) -> dict[str, list[dict[str, Any]]]:
+def materialize_dataset(
+    src: Source, revision: str, eval_fraction: float = 0.1, seed: int = 0
+) -> dict[str, list[dict[str, Any]]]:
     """Validated, non-empty `{"train": rows, "eval": rows}` from any source (see _materialize)."""
     splits = _materialize(src, revision, eval_fraction, seed)
     empty = [name for name, rows in splits.items() if not rows]
     if empty == ["train"] and len(splits["eval"]) == 1:  # split from one row: no eval_fraction keeps it in train
-        raise UserError(f"dataset {src.ref} has one row, which the split puts into eval, leaving nothing to train on: "
-                        "add rows (at least 2: one to train on, one to evaluate), or give a directory with its own "
-                        "train.jsonl and eval.jsonl")
+        raise UserError(
+            f"dataset {src.ref} has one row, which the split puts into eval, leaving nothing to train on: "
+            "add rows (at least 2: one to train on, one to evaluate), or give a directory with its own "
+            "train.jsonl and eval.jsonl"
+        )
     if empty:
-        raise UserError(f"dataset {src.ref} has an empty {' and '.join(empty)} split "
-                        f"({len(splits['train'])} train / {len(splits['eval'])} eval rows); add rows or change "
-                        "eval_fraction")
+        raise UserError(
+            f"dataset {src.ref} has an empty {' and '.join(empty)} split "
+            f"({len(splits['train'])} train / {len(splits['eval'])} eval rows); add rows or change "
+            "eval_fraction"
+        )
     return splits
 
 
@@ -157,8 +176,10 @@ def _materialize(src: Source, revision: str, eval_fraction: float, seed: int) ->
     if src.kind == "local":
         path = Path(src.ref)
         if kind := _special_file(path):  # reading it could block forever or never end
-            raise UserError(f"dataset {path} is {kind}, not a file or a folder: pass a .jsonl (or .json, .csv, .tsv, "
-                            ".parquet) file, or a folder holding train.jsonl")
+            raise UserError(
+                f"dataset {path} is {kind}, not a file or a folder: pass a .jsonl (or .json, .csv, .tsv, "
+                ".parquet) file, or a folder holding train.jsonl"
+            )
         if path.is_file():
             return _split(data.read_rows(path), eval_fraction, seed)
         if any((path / name).is_file() for name in SAVED_DATASET_FILES):
@@ -169,14 +190,20 @@ def _materialize(src: Source, revision: str, eval_fraction: float, seed: int) ->
             ds = _load_dataset(str(path), "")
         else:
             train, held_out = _split_files(path)
-            return {"train": data.read_rows(train), "eval": data.read_rows(held_out)} if held_out else \
-                _split(data.read_rows(train), eval_fraction, seed)
+            return (
+                {"train": data.read_rows(train), "eval": data.read_rows(held_out)}
+                if held_out
+                else _split(data.read_rows(train), eval_fraction, seed)
+            )
     else:
         ds = _load_dataset(src.ref, revision)
     if "train" not in ds:  # e.g. HuggingFaceH4/ultrachat_200k: train_sft, test_sft, train_gen, test_gen
-        fix = ("name the training split 'train'" if src.kind == "local" else
-               f"a split cannot be chosen here: download the one to train on (`hf download --repo-type dataset "
-               f"{src.ref} --local-dir DIR`) and pass its file as the dataset path")
+        fix = (
+            "name the training split 'train'"
+            if src.kind == "local"
+            else f"a split cannot be chosen here: download the one to train on (`hf download --repo-type dataset "
+            f"{src.ref} --local-dir DIR`) and pass its file as the dataset path"
+        )
         raise UserError(f"dataset {src.ref} has no 'train' split (it has {list(ds)}): {fix}")
     train = data.validate_rows(ds["train"].to_list(), f"{src.ref}[train]", columnar=True)
     held_out = next((s for s in SPLIT_NAMES["eval"] if s in ds), None)
@@ -190,9 +217,19 @@ def _special_file(path: Path) -> str | None:
     import stat
 
     mode = path.stat().st_mode
-    return next((kind for test, kind in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-                                         (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")) if test(mode)),
-                None)
+    return next(
+        (
+            kind
+            for test, kind in (
+                (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                (stat.S_ISCHR, "a character device"),
+                (stat.S_ISBLK, "a block device"),
+                (stat.S_ISSOCK, "a socket"),
+            )
+            if test(mode)
+        ),
+        None,
+    )
 
 
 SAVED_DATASET_FILES = ("dataset_dict.json", "state.json")  # what datasets' save_to_disk writes
@@ -206,22 +243,36 @@ def _split_files(path: Path) -> tuple[Path, Path | None]:
     """A directory's train file and held-out file (the first of eval, validation, valid, test
     there, as a Hub dataset's), each in any of data.FILE_TYPES; one UserError when there is no
     train file, or one split name in two formats (train.jsonl and train.csv)."""
-    found = {name: [path / f"{name}{ext}{gz}" for ext in data.FILE_TYPES for gz in ("", ".gz")
-                    if (path / f"{name}{ext}{gz}").is_file()]
-             for names in SPLIT_NAMES.values() for name in names}
-    problems = [f"dataset directory {path} has {name} in {len(files)} formats ({', '.join(f.name for f in files)}): "
-                "keep one" for name, files in found.items() if len(files) > 1]
+    found = {
+        name: [
+            path / f"{name}{ext}{gz}"
+            for ext in data.FILE_TYPES
+            for gz in ("", ".gz")
+            if (path / f"{name}{ext}{gz}").is_file()
+        ]
+        for names in SPLIT_NAMES.values()
+        for name in names
+    }
+    problems = [
+        f"dataset directory {path} has {name} in {len(files)} formats ({', '.join(f.name for f in files)}): keep one"
+        for name, files in found.items()
+        if len(files) > 1
+    ]
     if not found["train"] and (path / "config.json").is_file() and any(path.glob("*.safetensors*")):
         # config.json beside weights: a model, most likely passed in the wrong slot
-        problems.append(f"dataset directory {path} is a model folder (config.json and weights), not a dataset: pass it "
-                        "as model_source, and a file or directory of chat rows (train.jsonl [+ eval.jsonl]) as "
-                        "dataset_source")
+        problems.append(
+            f"dataset directory {path} is a model folder (config.json and weights), not a dataset: pass it "
+            "as model_source, and a file or directory of chat rows (train.jsonl [+ eval.jsonl]) as "
+            "dataset_source"
+        )
     elif not found["train"]:
         present = sorted(p.name for p in path.iterdir())[:6] if path.is_dir() else []
-        problems.append(f"dataset directory {path} has no train file (train.jsonl, .json, .csv, .tsv or .parquet, "
-                        f"the text ones optionally .gz; it "
-                        f"holds {present or 'nothing'}) and is not a `datasets` save_to_disk directory: add train.jsonl "
-                        "[+ eval.jsonl], or pass a single file")
+        problems.append(
+            f"dataset directory {path} has no train file (train.jsonl, .json, .csv, .tsv or .parquet, "
+            f"the text ones optionally .gz; it "
+            f"holds {present or 'nothing'}) and is not a `datasets` save_to_disk directory: add train.jsonl "
+            "[+ eval.jsonl], or pass a single file"
+        )
     collect(problems, what=f"cannot read dataset directory {path}")
     held_out = next((found[name][0] for name in SPLIT_NAMES["eval"] if found[name]), None)
     return found["train"][0], held_out
@@ -235,35 +286,51 @@ def _load_dataset(ref: str, revision: str):
     try:
         return datasets.load_dataset(ref, revision=revision or None)
     except datasets.exceptions.DatasetNotFoundError:
-        raise UserError(f"no dataset {ref!r} on the Hugging Face Hub (or it is private: set HF_TOKEN); if it "
-                        "is a model, pass it as model_source") from None
+        raise UserError(
+            f"no dataset {ref!r} on the Hugging Face Hub (or it is private: set HF_TOKEN); if it "
+            "is a model, pass it as model_source"
+        ) from None
     except ConnectionError as err:  # offline, or the Hub unreachable, and not in the local cache
-        raise UserError(f"dataset {ref!r} is not in the local Hugging Face cache and the Hub cannot be reached "
-                        f"({brief(err)}); download it first (`hf download --repo-type dataset "
-                        f"{ref}`), allow network access, or pass a local file") from None
+        raise UserError(
+            f"dataset {ref!r} is not in the local Hugging Face cache and the Hub cannot be reached "
+            f"({brief(err)}); download it first (`hf download --repo-type dataset "
+            f"{ref}`), allow network access, or pass a local file"
+        ) from None
     except ValueError as err:
         if str(err).startswith("Config name is missing"):  # a dataset of several configs and no default
             configs = re.search(r"configs: (\[.*?\])", str(err))
-            fetch = "" if Path(ref).is_dir() else f"download them (`hf download --repo-type dataset {ref} " \
-                "--local-dir DIR`) and "
-            raise UserError(f"dataset {ref!r} has several configs ({configs[1] if configs else 'see its card'}) and no "
-                            f"default one, and a config cannot be chosen here: {fetch}pass one config's folder or file "
-                            "as the dataset path") from None
-        raise UserError(f"dataset {ref!r} does not load with `datasets` ({type(err).__name__}: "
-                        f"{brief(err)}); check its files, or pass a single .jsonl file") from None
+            fetch = (
+                ""
+                if Path(ref).is_dir()
+                else f"download them (`hf download --repo-type dataset {ref} --local-dir DIR`) and "
+            )
+            raise UserError(
+                f"dataset {ref!r} has several configs ({configs[1] if configs else 'see its card'}) and no "
+                f"default one, and a config cannot be chosen here: {fetch}pass one config's folder or file "
+                "as the dataset path"
+            ) from None
+        raise UserError(
+            f"dataset {ref!r} does not load with `datasets` ({type(err).__name__}: "
+            f"{brief(err)}); check its files, or pass a single .jsonl file"
+        ) from None
     except (datasets.exceptions.DatasetGenerationError, FileNotFoundError) as err:
-        raise UserError(f"dataset {ref!r} does not load with `datasets` ({type(err).__name__}: "
-                        f"{brief(err)}); check its files, or pass a single .jsonl file") from None
+        raise UserError(
+            f"dataset {ref!r} does not load with `datasets` ({type(err).__name__}: "
+            f"{brief(err)}); check its files, or pass a single .jsonl file"
+        ) from None
 
 
 def _hub_layout(path: Path) -> bool:
     """Split files the way Hub dataset repos lay them out (data/train-00000-of-00001.parquet,
     train-*.jsonl, ...), not named plainly train.jsonl."""
-    if any(data.suffix_of(p) in data.FILE_TYPES for pattern in ("data/train*", "train-*", "data/train/*")
-           for p in path.glob(pattern)):
+    if any(
+        data.suffix_of(p) in data.FILE_TYPES
+        for pattern in ("data/train*", "train-*", "data/train/*")
+        for p in path.glob(pattern)
+    ):
         return True
     card = path / "README.md"  # a dataset card whose YAML header maps files to configs and splits
-    head = card.read_text(encoding="utf-8", errors="replace")[:1 << 16] if card.is_file() else ""
+    head = card.read_text(encoding="utf-8", errors="replace")[: 1 << 16] if card.is_file() else ""
     return head.startswith("---") and re.search(r"^configs:", head, re.MULTILINE) is not None
 
 
@@ -274,8 +341,10 @@ def _load_from_disk(path: Path):
     try:
         return datasets.load_from_disk(str(path))
     except (FileNotFoundError, ValueError, OSError) as err:
-        raise UserError(f"{path} looks like a `datasets` save_to_disk directory but does not load "
-                        f"({type(err).__name__}: {brief(err)}); save it again") from None
+        raise UserError(
+            f"{path} looks like a `datasets` save_to_disk directory but does not load "
+            f"({type(err).__name__}: {brief(err)}); save it again"
+        ) from None
 
 
 def delivered_share_problem(uri: str, irrelevance_share: float) -> str | None:
@@ -283,20 +352,26 @@ def delivered_share_problem(uri: str, irrelevance_share: float) -> str | None:
     add copies to the copies a delivery may have made (deliver-dataset, and validate where the bucket answers)."""
     if not irrelevance_share:
         return None
-    return (f"irrelevance_share={irrelevance_share:g}, but dataset_source {uri} is a delivered tree, passed through "
-            "as it is: set irrelevance_share=0, or deliver its source with the share "
-            f"(python -m trainer deliver-dataset SOURCE --irrelevance-share {irrelevance_share:g})")
+    return (
+        f"irrelevance_share={irrelevance_share:g}, but dataset_source {uri} is a delivered tree, passed through "
+        "as it is: set irrelevance_share=0, or deliver its source with the share "
+        f"(python -m trainer deliver-dataset SOURCE --irrelevance-share {irrelevance_share:g})"
+    )
 
 
 def _already_delivered(src: Source, store) -> tuple[str, dict[str, Any]]:
     """An s3:// source: a complete tree (manifest present) is passed through as is."""
     bucket, prefix = split_uri(src.ref)
     if bucket != store.bucket:  # the components read and write one bucket only
-        raise UserError(f"{src.ref} is in bucket {bucket!r}, but this run uses bucket {store.bucket!r} (S3_BUCKET): "
-                        "copy it there, or deliver it with `python -m trainer deliver-model|deliver-dataset`")
+        raise UserError(
+            f"{src.ref} is in bucket {bucket!r}, but this run uses bucket {store.bucket!r} (S3_BUCKET): "
+            "copy it there, or deliver it with `python -m trainer deliver-model|deliver-dataset`"
+        )
     if not store.exists(f"{prefix}/{MANIFEST}"):
-        raise UserError(f"{src.ref} is not a complete delivered tree in bucket {store.bucket!r} "
-                        f"(no {MANIFEST}); deliver it with `python -m trainer deliver-model|deliver-dataset`")
+        raise UserError(
+            f"{src.ref} is not a complete delivered tree in bucket {store.bucket!r} "
+            f"(no {MANIFEST}); deliver it with `python -m trainer deliver-model|deliver-dataset`"
+        )
     return src.ref, {**store.get_json(f"{prefix}/{MANIFEST}"), "uploaded_bytes": 0}
 
 
@@ -313,8 +388,11 @@ def deliver_model(source: str, revision: str, store, chat_template: str = "model
     upload = _uploaded_file(src, store, (GGUF_SUFFIX,), "a .gguf model") if src.kind == "s3" else None
     if src.kind == "s3" and not upload:
         uri, manifest = _already_delivered(src, store)
-        collect(model_tree_problems({f["path"] for f in manifest.get("files", [])}, uri)
-                or weights.store_problems(store, uri, manifest), what="not a model")
+        collect(
+            model_tree_problems({f["path"] for f in manifest.get("files", [])}, uri)
+            or weights.store_problems(store, uri, manifest),
+            what="not a model",
+        )
         if text is None and not auto:
             return uri, {**meta, "revision": "", **manifest}
     with tempfile.TemporaryDirectory() as tmp:
@@ -323,8 +401,10 @@ def deliver_model(source: str, revision: str, store, chat_template: str = "model
         else:
             path = store.get_tree(src.ref) if src.kind == "s3" else materialize_model(src, revision, Path(tmp))
         if src.kind != "builtin" and (upload or src.kind != "s3"):  # built here and tested, or delivered before
-            collect(model_dir_problems(path, own_template=text is None and not auto),
-                    what=f"model {source} cannot be trained")
+            collect(
+                model_dir_problems(path, own_template=text is None and not auto),
+                what=f"model {source} cannot be trained",
+            )
         if auto or spec in templates.BUILTIN:
             from transformers import AutoTokenizer  # here: deliver-dataset and the CLI's other verbs stay light
 
@@ -337,9 +417,12 @@ def deliver_model(source: str, revision: str, store, chat_template: str = "model
         if text is not None:
             path = templates.with_template(path, text, Path(tmp) / "templated")
             if spec in templates.BUILTIN and (added := templates.with_stops(path, tokenizer, spec)):
-                print(f"chat_template={spec}: generation now also stops at {templates.BUILTIN[spec].turn_end} (id "
-                      f"{added[0]}), the token its assistant turns end with, added to generation_config.json's "
-                      "eos_token_id", flush=True)
+                print(
+                    f"chat_template={spec}: generation now also stops at {templates.BUILTIN[spec].turn_end} (id "
+                    f"{added[0]}), the token its assistant turns end with, added to generation_config.json's "
+                    "eos_token_id",
+                    flush=True,
+                )
         uri, manifest = store.put_tree(path, "models")
     return uri, {**meta, "revision": revision if src.kind == "hub" else "", **manifest}
 
@@ -352,23 +435,32 @@ def _converted_upload(uri: str, local: Path, workdir: Path) -> Path:
         raise UserError(str(err).replace(str(local), uri)) from None
 
 
-def _uploaded_file(src: Source, store, suffixes: tuple[str, ...] = LOCAL_SUFFIXES,
-                   what: str = "a dataset file") -> str | None:
+def _uploaded_file(
+    src: Source, store, suffixes: tuple[str, ...] = LOCAL_SUFFIXES, what: str = "a dataset file"
+) -> str | None:
     """The key of `what` (a file whose name ends with one of `suffixes`) uploaded to the run's bucket as it is
     (`mc cp chats.jsonl minio/llm-finetune/uploads/`: no manifest), read like a local file; None for anything else."""
     bucket, key = split_uri(src.ref)
     if bucket != store.bucket or not key.lower().endswith(suffixes) or store.exists(f"{key}/{MANIFEST}"):
         return None
     if not store.exists(key):
-        raise UserError(f"{src.ref}: no such object in bucket {bucket!r}; check the key ({what} uploaded "
-                        "there is read as it is, like a local file)")
+        raise UserError(
+            f"{src.ref}: no such object in bucket {bucket!r}; check the key ({what} uploaded "
+            "there is read as it is, like a local file)"
+        )
     return key
 
 
-def deliver_dataset(source: str, revision: str, store, eval_fraction: float = 0.1,
-                    seed: int = 0, irrelevance_share: float = 0.0,
-                    irrelevance_reply: str = masking.IRRELEVANCE_REPLY,
-                    irrelevance_distractors: float = 0.0) -> tuple[str, dict[str, Any]]:
+def deliver_dataset(
+    source: str,
+    revision: str,
+    store,
+    eval_fraction: float = 0.1,
+    seed: int = 0,
+    irrelevance_share: float = 0.0,
+    irrelevance_reply: str = masking.IRRELEVANCE_REPLY,
+    irrelevance_distractors: float = 0.0,
+) -> tuple[str, dict[str, Any]]:
     """Put a dataset (train.jsonl + eval.jsonl) into the bucket; returns (s3 uri, metadata).
 
     `irrelevance_share` of each split's rows are made by function masking after the split
@@ -378,8 +470,11 @@ def deliver_dataset(source: str, revision: str, store, eval_fraction: float = 0.
     src = parse(source, "dataset")
     if not 0 <= seed <= SEED_MAX:
         raise UserError(f"seed must be between 0 and {SEED_MAX}, got {seed}")
-    if problem := masking.share_problem(irrelevance_share) or masking.reply_problem(irrelevance_reply) or \
-            masking.distractors_problem(irrelevance_distractors):
+    if (
+        problem := masking.share_problem(irrelevance_share)
+        or masking.reply_problem(irrelevance_reply)
+        or masking.distractors_problem(irrelevance_distractors)
+    ):
         raise UserError(problem)
     record = None
     if src.kind == "mix":  # each part read and split as it would be alone, then mixed (trainer.data.mix)
@@ -392,29 +487,43 @@ def deliver_dataset(source: str, revision: str, store, eval_fraction: float = 0.
         uri, manifest = _already_delivered(src, store)
         names = {f["path"] for f in manifest.get("files", [])}
         if "config.json" in names:  # checked before downloading what may be gigabytes of weights
-            raise UserError(f"{uri} is a delivered model, not a dataset: pass it as model_source, and a dataset "
-                            "(train.jsonl) as dataset_source")
+            raise UserError(
+                f"{uri} is a delivered model, not a dataset: pass it as model_source, and a dataset "
+                "(train.jsonl) as dataset_source"
+            )
         if problem := delivered_share_problem(uri, irrelevance_share):
             raise UserError(problem)
         root = store.get_tree(uri)
         counts = {p.stem: sum(1 for line in p.open() if line.strip()) for p in sorted(root.glob("*.jsonl"))}
         if set(counts) != {"train", "eval"}:
-            raise UserError(f"{uri} is not a delivered dataset: expected train.jsonl and eval.jsonl, found {sorted(counts)}")
+            raise UserError(
+                f"{uri} is not a delivered dataset: expected train.jsonl and eval.jsonl, found {sorted(counts)}"
+            )
         return uri, {"source": source, "revision": "", "rows": counts, **manifest}
     else:
         splits = materialize_dataset(src, revision, eval_fraction, seed)
-    splits, made = masking.mask_splits(splits, irrelevance_share, seed, f"dataset {source}", irrelevance_reply,
-                                       irrelevance_distractors)
+    splits, made = masking.mask_splits(
+        splits, irrelevance_share, seed, f"dataset {source}", irrelevance_reply, irrelevance_distractors
+    )
     if overlap := data.eval_overlap(splits):  # after masking: what is delivered is what the evaluation scores
         print(f"WARNING: {overlap}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         counts = {name: data.write_jsonl(rows, os.path.join(tmp, f"{name}.jsonl")) for name, rows in splits.items()}
         uri, manifest = store.put_tree(tmp, "datasets")
-    return uri, {"source": source, "revision": revision if src.kind == "hub" else "",
-                 "rows": counts, "irrelevance_share": irrelevance_share, "irrelevance_rows": made,
-                 **({"irrelevance_reply": irrelevance_reply, "irrelevance_distractors": irrelevance_distractors}
-                    if irrelevance_share else {}),
-                 **({"mix": record} if record else {}), **manifest}
+    return uri, {
+        "source": source,
+        "revision": revision if src.kind == "hub" else "",
+        "rows": counts,
+        "irrelevance_share": irrelevance_share,
+        "irrelevance_rows": made,
+        **(
+            {"irrelevance_reply": irrelevance_reply, "irrelevance_distractors": irrelevance_distractors}
+            if irrelevance_share
+            else {}
+        ),
+        **({"mix": record} if record else {}),
+        **manifest,
+    }
 
 
 def _upload_splits(src: Source, upload: str, store, eval_fraction: float, seed: int) -> dict[str, list[dict[str, Any]]]:
@@ -443,8 +552,10 @@ def _part_splits(name: str, store, eval_fraction: float, seed: int) -> dict[str,
         return _upload_splits(part, upload, store, eval_fraction, seed)
     uri, manifest = _already_delivered(part, store)
     if not {"train.jsonl", "eval.jsonl"} <= {f["path"] for f in manifest.get("files", [])}:
-        raise UserError(f"dataset_source part {uri} is not a delivered dataset (train.jsonl and eval.jsonl): give a "
-                        "dataset file or a tree deliver-dataset wrote")
+        raise UserError(
+            f"dataset_source part {uri} is not a delivered dataset (train.jsonl and eval.jsonl): give a "
+            "dataset file or a tree deliver-dataset wrote"
+        )
     root = store.get_tree(uri)
     return {split: data.read_jsonl(root / f"{split}.jsonl") for split in ("train", "eval")}
 
@@ -468,13 +579,18 @@ def deliver_bfcl(source: str, store) -> tuple[str, dict[str, Any]]:
             else:
                 uri, manifest = _already_delivered(Source("s3", source.rstrip("/")), store)
                 if bfcl.VERSION_FILE not in {f["path"] for f in manifest.get("files", [])}:
-                    raise UserError(f"bfcl_source {source} is a delivered tree but not BFCL's data (no "
-                                    f"{bfcl.VERSION_FILE}): give the s3:// URI a run delivered BFCL to, or the wheel")
+                    raise UserError(
+                        f"bfcl_source {source} is a delivered tree but not BFCL's data (no "
+                        f"{bfcl.VERSION_FILE}): give the s3:// URI a run delivered BFCL to, or the wheel"
+                    )
                 tree = store.get_tree(uri)
         else:
             bfcl.extract(Path(source.removeprefix("file://")).expanduser(), tree)
-        meta = {"source": source or bfcl.PACKAGE, "version": bfcl.version(tree),
-                "rows": {c: len(bfcl.read(tree, c)) for c in bfcl.CATEGORIES}}
+        meta = {
+            "source": source or bfcl.PACKAGE,
+            "version": bfcl.version(tree),
+            "rows": {c: len(bfcl.read(tree, c)) for c in bfcl.CATEGORIES},
+        }
         uri, manifest = store.put_tree(tree, "bfcl")
     return uri, {**meta, **manifest}
 
@@ -492,14 +608,20 @@ def row_origins(dataset_source: str) -> Callable[[list[dict[str, Any]]], list[st
     names them (trainer.data.bfcl.contamination): "data.jsonl:17" in JSON Lines, "data.csv row 5" in other
     formats; a row of a source not read from a file here (`datasets`, built in) is named by its source. The
     files are read again only when called, with the rows found: a rare, short path."""
+
     def origins(rows: list[dict[str, Any]]) -> list[str]:
         places: dict[str, list[str]] = {}
         for path in _source_files(parse(dataset_source, "dataset")):
             for place, row in _numbered_rows(path):
                 places.setdefault(conversation_key(row), []).append(place)
         found = [list(dict.fromkeys(places.get(conversation_key(r), []))) for r in rows]  # a part mixed in twice
-        return [", ".join(at[:5]) + (f" and {len(at) - 5} more" if len(at) > 5 else "") if at
-                else f"a row of {dataset_source.strip()}" for at in found]
+        return [
+            ", ".join(at[:5]) + (f" and {len(at) - 5} more" if len(at) > 5 else "")
+            if at
+            else f"a row of {dataset_source.strip()}"
+            for at in found
+        ]
+
     return origins
 
 
@@ -525,7 +647,7 @@ def _numbered_rows(path: Path) -> list[tuple[str, dict[str, Any]]]:
     lines: list[int] = []
     if data.suffix_of(path) not in (".csv", ".tsv", ".parquet"):
         first = ""
-        with (gzip.open(path, "rb") if path.suffix.lower() == ".gz" else path.open("rb")) as f:
+        with gzip.open(path, "rb") if path.suffix.lower() == ".gz" else path.open("rb") as f:
             for n, raw in enumerate(f, 1):
                 if text := raw.decode("utf-8", "replace").lstrip("\ufeff").strip():
                     first = first or text

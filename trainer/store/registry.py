@@ -48,8 +48,10 @@ class Registration:
     def problems(self) -> list[str]:
         p = []
         if bad := settings.url_problem(self.address):
-            p.append(f"registry_address {self.address!r} must be an http:// or https:// URL ({bad}), e.g. "
-                     "http://model-registry-service.kubeflow.svc.cluster.local:8080")
+            p.append(
+                f"registry_address {self.address!r} must be an http:// or https:// URL ({bad}), e.g. "
+                "http://model-registry-service.kubeflow.svc.cluster.local:8080"
+            )
         if not self.name:
             p.append("the registered model name is empty (it is served_model_name)")
         if not self.version:
@@ -60,15 +62,31 @@ class Registration:
         return p
 
 
-def lineage(base_source: str, base_revision: str, dataset_uri: str, train_metrics: dict[str, float],
-            eval_metrics: dict[str, float], run_id: str, **extra: Any) -> dict[str, Any]:
+def lineage(
+    base_source: str,
+    base_revision: str,
+    dataset_uri: str,
+    train_metrics: dict[str, float],
+    eval_metrics: dict[str, float],
+    run_id: str,
+    **extra: Any,
+) -> dict[str, Any]:
     """Version metadata: flat str/int/float/bool values, as the registry's custom properties hold them.
     Non-finite metrics are left out (the registry stores doubles; NaN is not comparable)."""
-    meta: dict[str, Any] = {"base_model_source": base_source, "base_model_revision": base_revision or "",
-                            "dataset_uri": dataset_uri, "kfp_run_id": run_id}
+    meta: dict[str, Any] = {
+        "base_model_source": base_source,
+        "base_model_revision": base_revision or "",
+        "dataset_uri": dataset_uri,
+        "kfp_run_id": run_id,
+    }
     for prefix, values in (("train_", train_metrics), ("eval_", eval_metrics)):
-        meta.update({prefix + k: float(v) for k, v in values.items()
-                     if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)})
+        meta.update(
+            {
+                prefix + k: float(v)
+                for k, v in values.items()
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            }
+        )
     meta.update({k: v for k, v in extra.items() if isinstance(v, (str, int, float, bool))})
     return meta
 
@@ -98,31 +116,46 @@ def reach_problem(address: str, token: str | None = None, timeout: float | None 
         return None
     except urllib.error.HTTPError as err:
         if err.code in (401, 403):
-            return None if not token else (
-                f"the model registry at {address} refused the token ({err.code} {err.reason}): renew the token in "
-                "the registry Secret")
-        return (f"registry_address={address!r} answered {err.code} {err.reason} to GET {PROBE_PATH}: not a Kubeflow "
-                "Model Registry REST API there; check the address and port (e.g. http://model-registry-service."
-                "kubeflow.svc.cluster.local:8080), or leave it empty to skip registration")
+            return (
+                None
+                if not token
+                else (
+                    f"the model registry at {address} refused the token ({err.code} {err.reason}): renew the token in "
+                    "the registry Secret"
+                )
+            )
+        return (
+            f"registry_address={address!r} answered {err.code} {err.reason} to GET {PROBE_PATH}: not a Kubeflow "
+            "Model Registry REST API there; check the address and port (e.g. http://model-registry-service."
+            "kubeflow.svc.cluster.local:8080), or leave it empty to skip registration"
+        )
     except (ValueError, http.client.HTTPException):
-        return (f"registry_address={address!r} answered GET {PROBE_PATH} with something other than JSON: not a "
-                "Kubeflow Model Registry REST API there; check the address and port")
+        return (
+            f"registry_address={address!r} answered GET {PROBE_PATH} with something other than JSON: not a "
+            "Kubeflow Model Registry REST API there; check the address and port"
+        )
     except OSError as err:  # URLError, refused, DNS, timeouts
         reason = getattr(err, "reason", None) or err or "no answer"
-        return (f"cannot reach the model registry at {address} within {timeout:.0f}s ({str(reason)[:200]}): check "
-                "registry_address, or leave it empty to skip registration (it is checked now, not after training)")
+        return (
+            f"cannot reach the model registry at {address} within {timeout:.0f}s ({str(reason)[:200]}): check "
+            "registry_address, or leave it empty to skip registration (it is checked now, not after training)"
+        )
 
 
 def plan(reg: Registration) -> list[str]:
     """The calls `register` makes, in words (what --dry-run prints)."""
     collect(reg.problems(), what="invalid model registration")
-    lines = [f"model registry {reg.address}: find or create registered model {reg.name!r}",
-             f"  create version {reg.version!r} (author {reg.author!r}) with {len(reg.metadata)} metadata "
-             f"properties: {', '.join(sorted(reg.metadata))}",
-             f"  add artifact {reg.name!r} uri={reg.model_uri} format={'/'.join(MODEL_FORMAT)} "
-             f"source=kfp/pipelinerun/{reg.run_id or '<run id>'}"]
+    lines = [
+        f"model registry {reg.address}: find or create registered model {reg.name!r}",
+        f"  create version {reg.version!r} (author {reg.author!r}) with {len(reg.metadata)} metadata "
+        f"properties: {', '.join(sorted(reg.metadata))}",
+        f"  add artifact {reg.name!r} uri={reg.model_uri} format={'/'.join(MODEL_FORMAT)} "
+        f"source=kfp/pipelinerun/{reg.run_id or '<run id>'}",
+    ]
     if reg.adapter_uri:
-        lines.append(f"  add artifact {reg.name + '-adapter'!r} uri={reg.adapter_uri} format={'/'.join(ADAPTER_FORMAT)}")
+        lines.append(
+            f"  add artifact {reg.name + '-adapter'!r} uri={reg.adapter_uri} format={'/'.join(ADAPTER_FORMAT)}"
+        )
     return lines
 
 
@@ -136,9 +169,10 @@ def connect(address: str, author: str, token: str | None = None):
             warnings.simplefilter("ignore", UserWarning)
             return ModelRegistry(address, author=author, user_token=token, log_level=logging.ERROR)
     except Exception as err:  # noqa: BLE001 - aiohttp / client errors; the message names the fix
-        raise UserError(f"cannot use the model registry at {address}: {type(err).__name__}: {err}; check "
-                        f"registry_address (and the token in the registry Secret when the registry needs one)") \
-            from None
+        raise UserError(
+            f"cannot use the model registry at {address}: {type(err).__name__}: {err}; check "
+            f"registry_address (and the token in the registry Secret when the registry needs one)"
+        ) from None
 
 
 def register(reg: Registration, client=None) -> dict[str, Any]:
@@ -156,21 +190,44 @@ def register(reg: Registration, client=None) -> dict[str, Any]:
     if mv is not None and (mv.custom_properties or {}).get("kfp_run_id") != reg.run_id:
         version = f"{reg.version}-{reg.run_id[:8]}"  # another run with the same name: keep both
         mv = client.get_model_version(reg.name, version)
-    source = dict(model_source_kind="kfp", model_source_class="pipelinerun", model_source_id=reg.run_id or None,
-                  model_source_name=reg.version)
+    source = dict(
+        model_source_kind="kfp",
+        model_source_class="pipelinerun",
+        model_source_id=reg.run_id or None,
+        model_source_name=reg.version,
+    )
     action = "registered"
     if mv is None:
-        client.register_model(reg.name, reg.model_uri, model_format_name=MODEL_FORMAT[0],
-                              model_format_version=MODEL_FORMAT[1], version=version, author=reg.author,
-                              version_description=reg.description or None, metadata=reg.metadata, **source)
+        client.register_model(
+            reg.name,
+            reg.model_uri,
+            model_format_name=MODEL_FORMAT[0],
+            model_format_version=MODEL_FORMAT[1],
+            version=version,
+            author=reg.author,
+            version_description=reg.description or None,
+            metadata=reg.metadata,
+            **source,
+        )
         mv = client.get_model_version(reg.name, version)
     elif (art := client.get_model_artifact(reg.name, version)) is None:  # an interrupted registration
-        client.async_runner(client._api.upsert_model_version_artifact(ModelArtifact(
-            name=reg.name, uri=reg.model_uri, model_format_name=MODEL_FORMAT[0],
-            model_format_version=MODEL_FORMAT[1], **source), mv.id))
+        client.async_runner(
+            client._api.upsert_model_version_artifact(
+                ModelArtifact(
+                    name=reg.name,
+                    uri=reg.model_uri,
+                    model_format_name=MODEL_FORMAT[0],
+                    model_format_version=MODEL_FORMAT[1],
+                    **source,
+                ),
+                mv.id,
+            )
+        )
     elif art.uri != reg.model_uri:
-        raise UserError(f"version {version!r} of {reg.name!r} already holds {art.uri}, not {reg.model_uri}; "
-                        "registry versions are immutable: give the run another name")
+        raise UserError(
+            f"version {version!r} of {reg.name!r} already holds {art.uri}, not {reg.model_uri}; "
+            "registry versions are immutable: give the run another name"
+        )
     else:
         action = "already registered"
     _add_adapter(client, reg, mv.id, ModelArtifact)
@@ -187,10 +244,23 @@ def _add_adapter(client, reg: Registration, version_id: str, artifact_type) -> N
     existing = client.async_runner(client._api.get_model_artifact_by_params(name, version_id))
     if existing is not None:
         if existing.uri != reg.adapter_uri:
-            raise UserError(f"version {reg.version!r} of {reg.name!r} already holds adapter {existing.uri}, not "
-                            f"{reg.adapter_uri}; registry versions are immutable: give the run another name")
+            raise UserError(
+                f"version {reg.version!r} of {reg.name!r} already holds adapter {existing.uri}, not "
+                f"{reg.adapter_uri}; registry versions are immutable: give the run another name"
+            )
         return
-    client.async_runner(client._api.upsert_model_version_artifact(artifact_type(
-        name=name, uri=reg.adapter_uri, model_format_name=ADAPTER_FORMAT[0],
-        model_format_version=ADAPTER_FORMAT[1], model_source_kind="kfp", model_source_class="pipelinerun",
-        model_source_id=reg.run_id or None, model_source_name=reg.version), version_id))
+    client.async_runner(
+        client._api.upsert_model_version_artifact(
+            artifact_type(
+                name=name,
+                uri=reg.adapter_uri,
+                model_format_name=ADAPTER_FORMAT[0],
+                model_format_version=ADAPTER_FORMAT[1],
+                model_source_kind="kfp",
+                model_source_class="pipelinerun",
+                model_source_id=reg.run_id or None,
+                model_source_name=reg.version,
+            ),
+            version_id,
+        )
+    )

@@ -24,8 +24,10 @@ def cluster_problems(params: dict[str, Any]) -> list[str]:
     if params["launcher"] not in launch.LAUNCHERS:
         problems.append(f"launcher must be one of {launch.LAUNCHERS}, got {params['launcher']!r}")
     if params["deploy_backend"] not in DEPLOY_BACKENDS:
-        problems.append(f"deploy_backend must be 'local', 'kubernetes' (vLLM Deployment), 'kserve' "
-                        f"(InferenceService) or 'llmisvc' (LLMInferenceService), got {params['deploy_backend']!r}")
+        problems.append(
+            f"deploy_backend must be 'local', 'kubernetes' (vLLM Deployment), 'kserve' "
+            f"(InferenceService) or 'llmisvc' (LLMInferenceService), got {params['deploy_backend']!r}"
+        )
     on_cluster = params["deploy_backend"] in DEPLOY_BACKENDS[1:]
     if params["cleanup"] not in CLEANUP:  # also for a local run, so that it and submit accept the same values
         problems.append(f"cleanup must be one of {CLEANUP}, got {params['cleanup']!r}")
@@ -38,20 +40,27 @@ def cluster_problems(params: dict[str, Any]) -> list[str]:
     problems += rules.tolerations(params["eval_tolerations"], "eval_tolerations")
     address = params["registry_address"]
     if address and (not isinstance(address, str) or (bad := settings.url_problem(address))):
-        problems.append(f"registry_address={address!r} must be an http:// or https:// URL"
-                        f"{f' ({bad})' if isinstance(address, str) else ''}, e.g. "
-                        "http://model-registry-service.kubeflow.svc.cluster.local:8080 (empty skips registration)")
+        problems.append(
+            f"registry_address={address!r} must be an http:// or https:// URL"
+            f"{f' ({bad})' if isinstance(address, str) else ''}, e.g. "
+            "http://model-registry-service.kubeflow.svc.cluster.local:8080 (empty skips registration)"
+        )
     # vllm_image with credentials is refused by type_problems and reset to the default by now
     problems += _image_problems(params["vllm_image"], "vllm_image", "vllm/vllm-openai:v0.32.0")
     for variable in ("FINETUNE_IMAGE", "VLLM_IMAGE"):  # the environment's overrides are rendered as they are
         if os.environ.get(variable):
-            problems += _image_problems(os.environ[variable], f"environment variable {variable}",
-                                        settings.SETTING_DEFAULTS[variable])
+            problems += _image_problems(
+                os.environ[variable], f"environment variable {variable}", settings.SETTING_DEFAULTS[variable]
+            )
     if on_cluster and not served_name_problems(params["served_model_name"]):  # else reported once, above
         # The objects' names: `<name>-base` beside adapters; KServe's predictor host adds the namespace.
         namespace = params["namespace"] if not rules.dns1123_label(params["namespace"], "namespace") else ""
-        problems += rules.deploy_name(params["served_model_name"], params["deploy_backend"], namespace,
-                                      params["serve_adapters"] is True or params["deploy_all_trials"] is True)
+        problems += rules.deploy_name(
+            params["served_model_name"],
+            params["deploy_backend"],
+            namespace,
+            params["serve_adapters"] is True or params["deploy_all_trials"] is True,
+        )
     return problems
 
 
@@ -76,33 +85,49 @@ def on_cluster_problems(params: dict[str, Any]) -> list[str]:
         names = sources.dataset_parts(source) if what == "dataset" else [source] if isinstance(source, str) else []
         for name in names:
             if name.strip() and sources.looks_local(name):  # empty: said on its own
-                problems.append(f"{what}_source {name!r} is a path on this machine, which the cluster cannot read: "
-                                f"deliver it first (python -m trainer deliver-{what} ... with S3_ENDPOINT at the "
-                                "cluster's MinIO) and pass the printed s3:// URI")
+                problems.append(
+                    f"{what}_source {name!r} is a path on this machine, which the cluster cannot read: "
+                    f"deliver it first (python -m trainer deliver-{what} ... with S3_ENDPOINT at the "
+                    "cluster's MinIO) and pass the printed s3:// URI"
+                )
     template = params.get("chat_template", templates.MODEL)
     if isinstance(template, str) and templates.is_local(template) and not templates.spec_problems(template, False):
-        problems.append(f"chat_template {template!r} is a file on this machine, which the cluster cannot read: upload "
-                        "it to the run's bucket (mc cp FILE minio/BUCKET/templates/) and pass its s3:// URI")
+        problems.append(
+            f"chat_template {template!r} is a file on this machine, which the cluster cannot read: upload "
+            "it to the run's bucket (mc cp FILE minio/BUCKET/templates/) and pass its s3:// URI"
+        )
     bfcl_source = params.get("bfcl_source") or ""
     if isinstance(bfcl_source, str) and bfcl_source.strip() and not bfcl_source.strip().startswith("s3://"):
-        problems.append(f"bfcl_source {bfcl_source.strip()!r} is a path on this machine, which the cluster cannot "
-                        "read: upload the wheel to the run's bucket (mc cp bfcl_eval-....whl minio/BUCKET/uploads/) "
-                        "and pass its s3:// URI, or leave bfcl_source empty to fetch the wheel from the package index")
-    if params.get("eval_engine") == "vllm" and (not params.get("eval_gpus") or params.get(
-            "eval_accelerator_type", DEFAULTS["eval_accelerator_type"]) != "nvidia.com/gpu"):
-        problems.append("eval_engine=vllm serves the models inside the evaluate pod with the CUDA vLLM of its image "
-                        "(docker/Dockerfile.eval), which needs an NVIDIA GPU: set eval_gpus=1 (eval_accelerator_type "
-                        "nvidia.com/gpu), or use eval_engine=auto or hf (HF generate, calls read with the serving parser)")
+        problems.append(
+            f"bfcl_source {bfcl_source.strip()!r} is a path on this machine, which the cluster cannot "
+            "read: upload the wheel to the run's bucket (mc cp bfcl_eval-....whl minio/BUCKET/uploads/) "
+            "and pass its s3:// URI, or leave bfcl_source empty to fetch the wheel from the package index"
+        )
+    if params.get("eval_engine") == "vllm" and (
+        not params.get("eval_gpus")
+        or params.get("eval_accelerator_type", DEFAULTS["eval_accelerator_type"]) != "nvidia.com/gpu"
+    ):
+        problems.append(
+            "eval_engine=vllm serves the models inside the evaluate pod with the CUDA vLLM of its image "
+            "(docker/Dockerfile.eval), which needs an NVIDIA GPU: set eval_gpus=1 (eval_accelerator_type "
+            "nvidia.com/gpu), or use eval_engine=auto or hf (HF generate, calls read with the serving parser)"
+        )
     if params.get("launcher", DEFAULTS["launcher"]) == "local":
-        problems.append("launcher=local would train inside one pipeline pod; use launcher=trainjob (Kubeflow Trainer v2) "
-                        "or launcher=pytorchjob (Training Operator v1) on a cluster")
+        problems.append(
+            "launcher=local would train inside one pipeline pod; use launcher=trainjob (Kubeflow Trainer v2) "
+            "or launcher=pytorchjob (Training Operator v1) on a cluster"
+        )
     if params.get("deploy_backend", DEFAULTS["deploy_backend"]) == "local":  # the default, for run_local
-        problems.append("deploy_backend=local serves inside the pipeline pod, whose image (docker/Dockerfile) has no "
-                        "vLLM, so it would fail after training; on a cluster use deploy_backend=kubernetes (a vLLM "
-                        "Deployment and Service), kserve (an InferenceService) or llmisvc (an LLMInferenceService)")
+        problems.append(
+            "deploy_backend=local serves inside the pipeline pod, whose image (docker/Dockerfile) has no "
+            "vLLM, so it would fail after training; on a cluster use deploy_backend=kubernetes (a vLLM "
+            "Deployment and Service), kserve (an InferenceService) or llmisvc (an LLMInferenceService)"
+        )
     if params.get("keep_serving") is True:  # the local server would end with its pod
-        problems.append("keep_serving=true keeps a server on the machine of a local run only; on a cluster use "
-                        "deploy_backend=kubernetes, kserve or llmisvc for a server that stays up")
+        problems.append(
+            "keep_serving=true keeps a server on the machine of a local run only; on a cluster use "
+            "deploy_backend=kubernetes, kserve or llmisvc for a server that stays up"
+        )
     # In a pod (the validate-params step) the run's own namespace is known: see run_namespace_problems.
     return problems + run_namespace_problems(params, rules.pod_namespace())
 
@@ -113,7 +138,11 @@ def run_namespace_problems(params: dict[str, Any], run_namespace: str) -> list[s
     validate-params pod and a multi-user submit know, but pipeline_problems does not."""
     name = params.get("served_model_name", DEFAULTS["served_model_name"])
     side_by_side = params.get("serve_adapters") is True or params.get("deploy_all_trials") is True
-    if (not run_namespace or params.get("deploy_backend") != "kserve" or params.get("namespace")
-            or rules.deploy_name(name, "kserve", "", side_by_side)):  # the last: cluster_problems said it
+    if (
+        not run_namespace
+        or params.get("deploy_backend") != "kserve"
+        or params.get("namespace")
+        or rules.deploy_name(name, "kserve", "", side_by_side)
+    ):  # the last: cluster_problems said it
         return []
     return rules.deploy_name(name, "kserve", run_namespace, side_by_side)

@@ -14,17 +14,23 @@ from trainer.core.errors import UserError
 from trainer.core.storage import MANIFEST, Store, split_uri
 
 # parameter -> what an s3:// value of it names: an uploaded object, a delivered tree (its manifest), or either
-_S3_VALUES = {"model_source": "a .gguf upload or a delivered model tree",
-              "dataset_source": "a dataset file upload or a delivered dataset tree",
-              "chat_template": "a .jinja template", "bfcl_source": "BFCL's wheel or data upload"}
+_S3_VALUES = {
+    "model_source": "a .gguf upload or a delivered model tree",
+    "dataset_source": "a dataset file upload or a delivered dataset tree",
+    "chat_template": "a .jinja template",
+    "bfcl_source": "BFCL's wheel or data upload",
+}
 
 
 def object_problems(params: dict[str, Any], store: Store | None = None) -> list[str]:
     """One line per s3:// value in another bucket than the run's (`store`, else the environment's: asked only when
     there is an s3:// value) or naming nothing there; [] when all are found."""
-    values = [(name, value.strip().rstrip("/")) for name in _S3_VALUES
-              for value in (sources.dataset_parts(params.get(name)) if name == "dataset_source" else [params.get(name)])
-              if isinstance(value, str) and value.strip().startswith("s3://")]  # a mix's parts one by one
+    values = [
+        (name, value.strip().rstrip("/"))
+        for name in _S3_VALUES
+        for value in (sources.dataset_parts(params.get(name)) if name == "dataset_source" else [params.get(name)])
+        if isinstance(value, str) and value.strip().startswith("s3://")
+    ]  # a mix's parts one by one
     if not values:
         return []
     try:
@@ -39,9 +45,11 @@ def object_problems(params: dict[str, Any], store: Store | None = None) -> list[
         except UserError:
             continue  # malformed: the value checks say so
         if bucket != store.bucket:
-            problems.append(f"{name} {value} is in bucket {bucket!r}, but this run reads and writes bucket "
-                            f"{store.bucket!r} (S3_BUCKET): copy it there (mc cp), or set S3_BUCKET to {bucket!r} "
-                            "for the whole run")
+            problems.append(
+                f"{name} {value} is in bucket {bucket!r}, but this run reads and writes bucket "
+                f"{store.bucket!r} (S3_BUCKET): copy it there (mc cp), or set S3_BUCKET to {bucket!r} "
+                "for the whole run"
+            )
             continue
         try:
             upload = store.exists(key)
@@ -49,11 +57,17 @@ def object_problems(params: dict[str, Any], store: Store | None = None) -> list[
         except UserError as err:  # the endpoint does not answer, or the keys are refused: said once
             return problems + [str(err)]
         found = upload or tree
-        if tree and name == "dataset_source" and value == (params.get(name) or "").strip().rstrip("/") \
-                and isinstance(share := params.get("irrelevance_share"), (int, float)) \
-                and (problem := delivered_share_problem(value, share)):
+        if (
+            tree
+            and name == "dataset_source"
+            and value == (params.get(name) or "").strip().rstrip("/")
+            and isinstance(share := params.get("irrelevance_share"), (int, float))
+            and (problem := delivered_share_problem(value, share))
+        ):
             problems.append(problem)  # a delivered tree alone (not a mix's part): what deliver-dataset would refuse
         if not found:
-            problems.append(f"{name} {value}: no such object in bucket {bucket!r} (it should be {names}); check the "
-                            f"key (mc ls {bucket}/{key.rsplit('/', 1)[0] if '/' in key else ''}), or upload it")
+            problems.append(
+                f"{name} {value}: no such object in bucket {bucket!r} (it should be {names}); check the "
+                f"key (mc ls {bucket}/{key.rsplit('/', 1)[0] if '/' in key else ''}), or upload it"
+            )
     return problems

@@ -25,16 +25,20 @@ from trainer.config.training import ADAPTER_METHODS, MAX_ACCUM, TrainConfig
 from trainer.core.errors import UserError
 from trainer.serving.args import served_name_problems
 from trainer.validate.cluster import cluster_problems
-from trainer.validate.values import (TRAIN_DEFAULTS, TRAIN_PARAMS, DEFAULTS, default,
-                                     type_problems)
+from trainer.validate.values import TRAIN_DEFAULTS, TRAIN_PARAMS, DEFAULTS, default, type_problems
 
 
-_KIND_WORDS = {"builtin": "built in", "local": "a path on this machine", "s3": "a delivered s3:// tree",
-               "mix": "a mix of sources (each Hub part is read at its main branch)"}
+_KIND_WORDS = {
+    "builtin": "built in",
+    "local": "a path on this machine",
+    "s3": "a delivered s3:// tree",
+    "mix": "a mix of sources (each Hub part is read at its main branch)",
+}
 
 
-def pipeline_problems(params: dict[str, Any], check_local_files: bool = True,
-                      splits_out: dict | None = None, gate: bool = True) -> list[str]:
+def pipeline_problems(
+    params: dict[str, Any], check_local_files: bool = True, splits_out: dict | None = None, gate: bool = True
+) -> list[str]:
     """Every problem in a set of finetune-pipeline parameters (missing optional keys take defaults).
 
     `check_local_files` reads local dataset files fully (run_local); submit turns it off
@@ -59,8 +63,9 @@ def _one_read_of_a_gguf(model_source: Any):
     return contextlib.nullcontext()
 
 
-def _pipeline_problems(params: dict[str, Any], check_local_files: bool, splits_out: dict | None,
-                       gate: bool) -> list[str]:
+def _pipeline_problems(
+    params: dict[str, Any], check_local_files: bool, splits_out: dict | None, gate: bool
+) -> list[str]:
     params = {**TRAIN_PARAMS, **DEFAULTS, **params}
     problems, bad = type_problems(params)
     params.update({name: default(name) for name in bad if name in TRAIN_DEFAULTS or name in DEFAULTS})
@@ -94,12 +99,16 @@ def _revision_problems(what: str, src: sources.Source, params: dict[str, Any]) -
     problems = []
     revision = params[f"{what}_revision"]
     if revision and src.kind != "hub":  # it would be ignored without a word
-        problems.append(f"{what}_revision={revision!r} applies to Hub ids only, but {what}_source "
-                        f"{params[f'{what}_source'].strip()!r} is {_KIND_WORDS[src.kind]}: leave {what}_revision "
-                        "empty")
+        problems.append(
+            f"{what}_revision={revision!r} applies to Hub ids only, but {what}_source "
+            f"{params[f'{what}_source'].strip()!r} is {_KIND_WORDS[src.kind]}: leave {what}_revision "
+            "empty"
+        )
     elif revision and (revision.split() != [revision] or ".." in revision):
-        problems.append(f"{what}_revision={revision!r} is not a branch, tag or commit name (no spaces or '..'): "
-                        "e.g. main, v1.0 or a commit hash")
+        problems.append(
+            f"{what}_revision={revision!r} is not a branch, tag or commit name (no spaces or '..'): "
+            "e.g. main, v1.0 or a commit hash"
+        )
     return problems
 
 
@@ -113,23 +122,34 @@ def _model_problems(src: sources.Source, params: dict[str, Any]) -> tuple[list[s
         problems.append(str(err))
         limit = None
     if limit and params["max_seq_len"] > limit:
-        problems.append(f"max_seq_len={params['max_seq_len']} exceeds the model's context length {limit}; "
-                        f"set max_seq_len <= {limit}")
+        problems.append(
+            f"max_seq_len={params['max_seq_len']} exceeds the model's context length {limit}; "
+            f"set max_seq_len <= {limit}"
+        )
         context = limit
     if src.kind == "local":  # a model directory on this machine: checked fully now
-        problems += model_tree.model_dir_problems(src.ref, own_template=templates.resolves_to_model(
-            params.get("chat_template", templates.MODEL)))
+        problems += model_tree.model_dir_problems(
+            src.ref, own_template=templates.resolves_to_model(params.get("chat_template", templates.MODEL))
+        )
     width = _hidden_size(src)
     if params["method"] in ADAPTER_METHODS and width and params["lora_r"] > width:
-        problems.append(f"lora_r={params['lora_r']} is above the hidden size of model_source "
-                        f"{params['model_source'].strip()!r} ({width}): a rank above the layer width adds "
-                        f"memory and no capacity (an update is at most full rank); use e.g. "
-                        f"lora_r={min(16, width)}, at most {width}")
+        problems.append(
+            f"lora_r={params['lora_r']} is above the hidden size of model_source "
+            f"{params['model_source'].strip()!r} ({width}): a rank above the layer width adds "
+            f"memory and no capacity (an update is at most full rank); use e.g. "
+            f"lora_r={min(16, width)}, at most {width}"
+        )
     return problems, context
 
 
-def _dataset_problems(src: sources.Source, params: dict[str, Any], found: list[str], check_local_files: bool,
-                      splits_out: dict | None, gate: bool) -> list[str]:
+def _dataset_problems(
+    src: sources.Source,
+    params: dict[str, Any],
+    found: list[str],
+    check_local_files: bool,
+    splits_out: dict | None,
+    gate: bool,
+) -> list[str]:
     """A local dataset read and checked fully now (the template, the gates, the trainer's row rule), and the
     built-in rows with another model, template or a short max_seq_len; Hub data is checked on delivery.
     `found`: the problems so far, which the template check does not repeat."""
@@ -143,19 +163,30 @@ def _dataset_problems(src: sources.Source, params: dict[str, Any], found: list[s
         else:
             if splits_out is not None:
                 splits_out.update(splits)
-            problems += _template_problems(params["model_source"], splits, [*found, *problems], params["max_seq_len"],
-                                           params["model_revision"], params["chat_template"],
-                                           _scored(params), params["irrelevance_reply"])
+            problems += _template_problems(
+                params["model_source"],
+                splits,
+                [*found, *problems],
+                params["max_seq_len"],
+                params["model_revision"],
+                params["chat_template"],
+                _scored(params),
+                params["irrelevance_reply"],
+            )
             if gate:
                 problems += gate_rows_problems(params, splits["eval"], "min_fc_accuracy", "min_gain")
             problems += _bfcl_contamination_problems(params, splits["train"])
-            if refused := masking.data_problem(splits, params["irrelevance_share"],
-                                               f"dataset_source {params['dataset_source'].strip()!r}") \
-                    or _no_copies_problem(params, splits):
+            if refused := masking.data_problem(
+                splits, params["irrelevance_share"], f"dataset_source {params['dataset_source'].strip()!r}"
+            ) or _no_copies_problem(params, splits):
                 problems.append(refused)
             try:  # the trainer's own rule, now instead of after delivery
-                check_rows(len(splits["train"]), params["batch_size"], params["nodes"] * params["procs_per_node"],
-                           params["batch_tokens"])
+                check_rows(
+                    len(splits["train"]),
+                    params["batch_size"],
+                    params["nodes"] * params["procs_per_node"],
+                    params["batch_tokens"],
+                )
             except UserError as err:
                 problems.append(f"dataset_source {params['dataset_source'].strip()!r}: {err}")
     elif src.kind == "mix" and check_local_files:  # beside an s3:// or Hub part: each local part read now
@@ -169,20 +200,38 @@ def _dataset_problems(src: sources.Source, params: dict[str, Any], found: list[s
             except UserError as err:
                 problems.append(str(err))  # it names the part's file, as for a lone local dataset
                 continue
-            problems += _template_problems(params["model_source"], splits, [*found, *problems], params["max_seq_len"],
-                                           params["model_revision"], params["chat_template"],
-                                           _scored(params), params["irrelevance_reply"])
+            problems += _template_problems(
+                params["model_source"],
+                splits,
+                [*found, *problems],
+                params["max_seq_len"],
+                params["model_revision"],
+                params["chat_template"],
+                _scored(params),
+                params["irrelevance_reply"],
+            )
             problems += _bfcl_contamination_problems(params, splits["train"])
-    elif src.kind == "builtin" and check_local_files and (
+    elif (
+        src.kind == "builtin"
+        and check_local_files
+        and (
             params["chat_template"].strip() != templates.MODEL
             or not params["model_source"].strip().startswith("builtin:")
-            or 0 < params["max_seq_len"] < TRAIN_DEFAULTS["max_seq_len"]):
+            or 0 < params["max_seq_len"] < TRAIN_DEFAULTS["max_seq_len"]
+        )
+    ):
         # the built-in rows with another model or template, or a max_seq_len under the default the demo runs
         # at (max_seq_len=1 would skip every row): checked now, not after delivery in finetune
         splits = {name: rows[:BUILTIN_CHECK_ROWS] for name, rows in builtin_data.dataset(src.ref).items()}
-        problems += _template_problems(params["model_source"], splits, [*found, *problems], params["max_seq_len"],
-                                       params["model_revision"], params["chat_template"],
-                                       irrelevance_reply=params["irrelevance_reply"])
+        problems += _template_problems(
+            params["model_source"],
+            splits,
+            [*found, *problems],
+            params["max_seq_len"],
+            params["model_revision"],
+            params["chat_template"],
+            irrelevance_reply=params["irrelevance_reply"],
+        )
     return problems
 
 
@@ -191,14 +240,20 @@ def _no_copies_problem(params: dict[str, Any], splits: dict[str, list]) -> str |
     refused, not warned, as the share was set to add rows and would add none, which no later line would say; the
     fix is the least share that makes one."""
     share = params["irrelevance_share"]
-    if masking.share_problem(share) or share <= 0 or any(masking.copies_for(len(rows), share) for rows in splits.values()):
+    if (
+        masking.share_problem(share)
+        or share <= 0
+        or any(masking.copies_for(len(rows), share) for rows in splits.values())
+    ):
         return None
     largest = max(len(rows) for rows in splits.values())
     least = next((k / 1000 for k in range(1, 501) if masking.copies_for(largest, k / 1000)), masking.SHARE_MAX)
     sizes = " and ".join(f"{len(rows)} {name}" for name, rows in splits.items())
-    return (f"irrelevance_share={share:g} makes no irrelevance row from dataset_source "
-            f"{params['dataset_source'].strip()!r}'s {sizes} rows (each split's count rounds to 0): give at least "
-            f"irrelevance_share={least:g}, or 0 for none")
+    return (
+        f"irrelevance_share={share:g} makes no irrelevance row from dataset_source "
+        f"{params['dataset_source'].strip()!r}'s {sizes} rows (each split's count rounds to 0): give at least "
+        f"irrelevance_share={least:g}, or 0 for none"
+    )
 
 
 def pipeline_warnings(params: dict[str, Any]) -> list[str]:
@@ -210,21 +265,29 @@ def pipeline_warnings(params: dict[str, Any]) -> list[str]:
     share, reply = params.get("irrelevance_share", 0), params.get("irrelevance_reply", masking.IRRELEVANCE_REPLY)
     distractors = params.get("irrelevance_distractors", 0)
     if isinstance(share, (int, float)) and not share:
-        unused = ([f"irrelevance_reply={reply!r}"] if isinstance(reply, str) and reply != masking.IRRELEVANCE_REPLY
-                  else []) + ([f"irrelevance_distractors={distractors:g}"]
-                              if isinstance(distractors, (int, float)) and distractors > 0 else [])
+        unused = (
+            [f"irrelevance_reply={reply!r}"] if isinstance(reply, str) and reply != masking.IRRELEVANCE_REPLY else []
+        ) + (
+            [f"irrelevance_distractors={distractors:g}"]
+            if isinstance(distractors, (int, float)) and distractors > 0
+            else []
+        )
         if unused:
-            warnings.append(f"{' and '.join(unused)} {'apply' if len(unused) > 1 else 'applies'} to the rows function masking makes, but irrelevance_share "
-                            "is 0, so none are made: set irrelevance_share (e.g. 0.1), or leave "
-                            f"{'them' if len(unused) > 1 else 'it'} at the default")
+            warnings.append(
+                f"{' and '.join(unused)} {'apply' if len(unused) > 1 else 'applies'} to the rows function masking makes, but irrelevance_share "
+                "is 0, so none are made: set irrelevance_share (e.g. 0.1), or leave "
+                f"{'them' if len(unused) > 1 else 'it'} at the default"
+            )
     rows = params.get("bfcl_rows", default("bfcl_rows"))
     try:
         suites = bfcl.parse_suites(params["eval_suites"]) if "eval_suites" in params else ("bfcl",)
     except UserError:  # _suite_problems says so
         suites = ("bfcl",)
     if "bfcl" not in suites and isinstance(rows, int) and rows != default("bfcl_rows"):
-        warnings.append(f"bfcl_rows={rows} applies to the bfcl suite, but eval_suites={params['eval_suites']!r} does "
-                        "not score it: add it (eval_suites=heldout,bfcl), or leave bfcl_rows at the default")
+        warnings.append(
+            f"bfcl_rows={rows} applies to the bfcl suite, but eval_suites={params['eval_suites']!r} does "
+            "not score it: add it (eval_suites=heldout,bfcl), or leave bfcl_rows at the default"
+        )
     return warnings
 
 
@@ -237,13 +300,18 @@ def _settings_problems(params: dict[str, Any], context: int | None) -> list[str]
     """The evaluation engine, training, launch and serving counts, each against its range."""
     problems: list[str] = []
     if params["eval_engine"] not in ENGINES:
-        problems.append(f"eval_engine must be one of {', '.join(ENGINES)}, got {params['eval_engine']!r}: auto picks "
-                        "vllm where vLLM is installed")
+        problems.append(
+            f"eval_engine must be one of {', '.join(ENGINES)}, got {params['eval_engine']!r}: auto picks "
+            "vllm where vLLM is installed"
+        )
     # With max_seq_len over the model's context, batch_tokens is checked against the context (what max_seq_len
     # must become), not against the value just refused: "set batch_tokens >= 100000000" would contradict it.
-    problems += TrainConfig.from_params({**params, **({"max_seq_len": context} if context else {})},
-                                        model_uri="s3://check/model", dataset_uri="s3://check/data",
-                                        output_prefix="runs/check").problems()
+    problems += TrainConfig.from_params(
+        {**params, **({"max_seq_len": context} if context else {})},
+        model_uri="s3://check/model",
+        dataset_uri="s3://check/data",
+        output_prefix="runs/check",
+    ).problems()
     if params["nodes"] < 1:
         problems.append(f"nodes must be >= 1, got {params['nodes']}")
     if params["procs_per_node"] < 1:
@@ -255,8 +323,9 @@ def _settings_problems(params: dict[str, Any], context: int | None) -> list[str]
     if reply := masking.reply_problem(params["irrelevance_reply"]):
         problems.append(reply)
     elif _is_builtin(params["model_source"]):  # its special tokens are known without building its tokenizer
-        problems += _reply_token_problems(params["irrelevance_reply"], builtin_model.SPECIAL_TOKENS,
-                                          params["model_source"])
+        problems += _reply_token_problems(
+            params["irrelevance_reply"], builtin_model.SPECIAL_TOKENS, params["model_source"]
+        )
     if bad := masking.distractors_problem(params["irrelevance_distractors"]):
         problems.append(bad)
     if params["max_restarts"] < 0:
@@ -270,23 +339,31 @@ def _settings_problems(params: dict[str, Any], context: int | None) -> list[str]
     world = params["nodes"] * params["procs_per_node"]
     micro = params["batch_tokens"] * world  # tokens one micro-batch on every process takes (0: data-dependent)
     if world > 0 and micro > 0 and 0 < params["tokens_per_step"] < micro:
-        problems.append(f"tokens_per_step={params['tokens_per_step']} is less than one micro-batch on every process "
-                        f"(batch_tokens {params['batch_tokens']} x {world} processes = {micro}), so a step takes "
-                        f"that many anyway: give a multiple of {micro} (e.g. {4 * micro}), or 0 for one micro-batch "
-                        "per step")
+        problems.append(
+            f"tokens_per_step={params['tokens_per_step']} is less than one micro-batch on every process "
+            f"(batch_tokens {params['batch_tokens']} x {world} processes = {micro}), so a step takes "
+            f"that many anyway: give a multiple of {micro} (e.g. {4 * micro}), or 0 for one micro-batch "
+            "per step"
+        )
     elif world > 0 and micro > 0 and params["tokens_per_step"] > MAX_ACCUM * micro:
-        problems.append(f"tokens_per_step={params['tokens_per_step']} is {-(-params['tokens_per_step'] // micro)} "
-                        f"micro-batches per optimizer step (batch_tokens {params['batch_tokens']} x {world} processes "
-                        f"= {micro} tokens each), more than {MAX_ACCUM}: give at most {MAX_ACCUM * micro} (e.g. "
-                        f"{4 * micro}), or 0 for one micro-batch per step")
+        problems.append(
+            f"tokens_per_step={params['tokens_per_step']} is {-(-params['tokens_per_step'] // micro)} "
+            f"micro-batches per optimizer step (batch_tokens {params['batch_tokens']} x {world} processes "
+            f"= {micro} tokens each), more than {MAX_ACCUM}: give at most {MAX_ACCUM * micro} (e.g. "
+            f"{4 * micro}), or 0 for one micro-batch per step"
+        )
     local_max = max(8, os.cpu_count() or 1)
     if params["launcher"] == "local" and world > local_max:
-        problems.append(f"launcher=local starts nodes x procs_per_node = {world} training processes on this machine "
-                        f"({os.cpu_count()} cores), each holding the whole model: use at most {local_max} (e.g. "
-                        "nodes=2 procs_per_node=1), or a cluster launcher (trainjob, pytorchjob) for more")
+        problems.append(
+            f"launcher=local starts nodes x procs_per_node = {world} training processes on this machine "
+            f"({os.cpu_count()} cores), each holding the whole model: use at most {local_max} (e.g. "
+            "nodes=2 procs_per_node=1), or a cluster launcher (trainjob, pytorchjob) for more"
+        )
     if params["launcher"] == "trainjob" and not params["training_runtime"]:
-        problems.append("training_runtime is empty, but launcher=trainjob needs the (Cluster)TrainingRuntime its "
-                        "TrainJob runs on: e.g. training_runtime=torch-distributed")
+        problems.append(
+            "training_runtime is empty, but launcher=trainjob needs the (Cluster)TrainingRuntime its "
+            "TrainJob runs on: e.g. training_runtime=torch-distributed"
+        )
     return problems
 
 
@@ -295,9 +372,11 @@ def _suite_problems(params: dict[str, Any]) -> list[str]:
     problems: list[str] = []
     drop = params.get("max_category_drop", 1.0)
     if not 0 <= drop <= 1:
-        problems.append(f"max_category_drop={drop:g} is a fraction of accuracy, as min_gain and min_fc_accuracy are, "
-                        "from 0 (no category may fall) to 1.0 (off): a fraction: 0.1 is 10 points"
-                        + (f", so give max_category_drop={drop / 100:g}" if 1 < drop <= 100 else ""))
+        problems.append(
+            f"max_category_drop={drop:g} is a fraction of accuracy, as min_gain and min_fc_accuracy are, "
+            "from 0 (no category may fall) to 1.0 (off): a fraction: 0.1 is 10 points"
+            + (f", so give max_category_drop={drop / 100:g}" if 1 < drop <= 100 else "")
+        )
     if "eval_suites" not in params:
         return problems
     try:
@@ -310,8 +389,10 @@ def _suite_problems(params: dict[str, Any]) -> list[str]:
     if "bfcl" in suites and (problem := bfcl.source_problem(params.get("bfcl_source", ""))):
         problems.append(problem)
     elif "bfcl" not in suites and suites and (params.get("bfcl_source") or "").strip():
-        problems.append(f"bfcl_source is set but eval_suites={params['eval_suites']!r} does not score bfcl: add it "
-                        "(eval_suites=heldout,bfcl), or leave bfcl_source empty")
+        problems.append(
+            f"bfcl_source is set but eval_suites={params['eval_suites']!r} does not score bfcl: add it "
+            "(eval_suites=heldout,bfcl), or leave bfcl_source empty"
+        )
     return problems
 
 
@@ -347,8 +428,11 @@ def _bfcl_contamination_problems(params: dict[str, Any], train_rows: list[dict[s
         return []
     try:
         with tempfile.TemporaryDirectory(prefix="bfcl-check-") as tmp:
-            tree = (bfcl.extract(Path(source.removeprefix("file://")).expanduser(), Path(tmp) / "tree") if source
-                    else bfcl.fetched(Path(tmp) / "tree"))
+            tree = (
+                bfcl.extract(Path(source.removeprefix("file://")).expanduser(), Path(tmp) / "tree")
+                if source
+                else bfcl.fetched(Path(tmp) / "tree")
+            )
             problem = bfcl.contamination(train_rows, tree, origins=delivery.row_origins(params["dataset_source"]))
     except UserError as err:
         return [str(err)]
@@ -360,19 +444,27 @@ def _serving_problems(params: dict[str, Any]) -> list[str]:
     problems: list[str] = []
     if params["serve_adapters"] and params["method"] == "dora":
         # vLLM's own check (vllm/lora/peft_helper.py): "vLLM does not yet support DoRA."
-        problems.append("serve_adapters=true: vLLM cannot load DoRA adapters (it refuses use_dora); "
-                        "set serve_adapters=false to serve the merged model, or method=lora")
+        problems.append(
+            "serve_adapters=true: vLLM cannot load DoRA adapters (it refuses use_dora); "
+            "set serve_adapters=false to serve the merged model, or method=lora"
+        )
     elif params["serve_adapters"] and params["method"] == "qlora":
-        problems.append("serve_adapters=true: a QLoRA adapter was trained against the 4-bit base, and vLLM would "
-                        "serve it over the full-precision one; set serve_adapters=false to serve it merged onto "
-                        "the de-quantized base (what was trained and evaluated), or method=lora")
+        problems.append(
+            "serve_adapters=true: a QLoRA adapter was trained against the 4-bit base, and vLLM would "
+            "serve it over the full-precision one; set serve_adapters=false to serve it merged onto "
+            "the de-quantized base (what was trained and evaluated), or method=lora"
+        )
     elif params["serve_adapters"] and params["method"] != "lora":
-        problems.append("serve_adapters=true serves the LoRA adapter beside its base model, but method="
-                        f"{params['method']!r} makes no adapter: set method=lora or serve_adapters=false")
+        problems.append(
+            "serve_adapters=true serves the LoRA adapter beside its base model, but method="
+            f"{params['method']!r} makes no adapter: set method=lora or serve_adapters=false"
+        )
     elif params["serve_adapters"] and params["lora_train_embeddings"]:
         # vLLM: "only supports modules_to_save being either None or ['classifier', 'score']".
-        problems.append("serve_adapters=true: vLLM cannot load an adapter that trains the embeddings in full; "
-                        "set lora_train_embeddings=false, or serve_adapters=false to serve the merged model")
+        problems.append(
+            "serve_adapters=true: vLLM cannot load an adapter that trains the embeddings in full; "
+            "set lora_train_embeddings=false, or serve_adapters=false to serve the merged model"
+        )
     return problems
 
 
@@ -382,8 +474,9 @@ def _hidden_size(src: sources.Source) -> int | None:
     if src.kind == "builtin":
         return builtin_model.HIDDEN_SIZE
     try:
-        config = json.loads((Path(src.ref) / "config.json").read_text(encoding="utf-8-sig")) \
-            if src.kind == "local" else None
+        config = (
+            json.loads((Path(src.ref) / "config.json").read_text(encoding="utf-8-sig")) if src.kind == "local" else None
+        )
     except (OSError, ValueError, RecursionError):
         return None
     config = config if isinstance(config, dict) else {}
@@ -398,17 +491,25 @@ def _gate_problems(params: dict[str, Any], bad: set[str]) -> list[str]:
     problems = []
     accuracy = params.get("min_fc_accuracy", 0.0)
     if "min_fc_accuracy" not in bad and not 0 <= accuracy <= 1:
-        problems.append(f"min_fc_accuracy={accuracy:g} is a fraction of the function-calling accuracy, from 0 to 1: "
-                        + (f"write {accuracy / 100:g} for {accuracy:g}%" if accuracy > 1 else "0 asks nothing"))
+        problems.append(
+            f"min_fc_accuracy={accuracy:g} is a fraction of the function-calling accuracy, from 0 to 1: "
+            + (f"write {accuracy / 100:g} for {accuracy:g}%" if accuracy > 1 else "0 asks nothing")
+        )
     gain = params.get("min_gain", DEFAULTS["min_gain"])
     if "min_gain" in bad:
         pass
     elif gain < 0:
-        problems.append(f"min_gain must be >= 0, got {gain}: a negative gain would deploy a model worse than the "
-                        f"base model; 0 deploys any improvement")
-    elif params.get("select_metric", DEFAULTS["select_metric"]) != "eval_loss" and gain > 1:  # 10 meant as 10% never deploys
-        problems.append(f"min_gain={gain:g} can never be reached: the gain in function-calling accuracy is a "
-                        f"fraction of at most 1: write {gain / 100:g} for {gain:g} percentage points")
+        problems.append(
+            f"min_gain must be >= 0, got {gain}: a negative gain would deploy a model worse than the "
+            f"base model; 0 deploys any improvement"
+        )
+    elif (
+        params.get("select_metric", DEFAULTS["select_metric"]) != "eval_loss" and gain > 1
+    ):  # 10 meant as 10% never deploys
+        problems.append(
+            f"min_gain={gain:g} can never be reached: the gain in function-calling accuracy is a "
+            f"fraction of at most 1: write {gain / 100:g} for {gain:g} percentage points"
+        )
     return problems
 
 
@@ -433,13 +534,19 @@ def gate_rows_problems(params: dict[str, Any], eval_rows: list[dict[str, Any]], 
     asked = [f"{g}={params[g]:g}" for g in gates if isinstance(params.get(g), (int, float)) and params[g] > 0]
     if not asked:
         return []
-    return tool_rows_problem(params, eval_rows, f"{' and '.join(asked)} {'gate' if len(asked) > 1 else 'gates'} on "
-                              "the function-calling accuracy", "no tool-call rows", "the tuned model could never pass",
-                              f"set {' and '.join(g + '=0' for g in gates)} for chat-only data")
+    return tool_rows_problem(
+        params,
+        eval_rows,
+        f"{' and '.join(asked)} {'gate' if len(asked) > 1 else 'gates'} on the function-calling accuracy",
+        "no tool-call rows",
+        "the tuned model could never pass",
+        f"set {' and '.join(g + '=0' for g in gates)} for chat-only data",
+    )
 
 
-def tool_rows_problem(params: dict[str, Any], eval_rows: list[dict[str, Any]], claim: str, none: str, outcome: str,
-                       fix: str) -> list[str]:
+def tool_rows_problem(
+    params: dict[str, Any], eval_rows: list[dict[str, Any]], claim: str, none: str, outcome: str, fix: str
+) -> list[str]:
     """`claim` (a gate, select_metric=fc_accuracy) measures tool calls, but the eval rows evaluate scores (the split's
     first eval_max_rows) hold none: every trial or the run would train, then score 0 -> 0 or fail the gate. Where
     later rows hold some, raising eval_max_rows is a fix too."""
@@ -452,8 +559,12 @@ def tool_rows_problem(params: dict[str, Any], eval_rows: list[dict[str, Any]], c
         return []
     source = str(params.get("dataset_source", "")).strip()
     later = row_counts(split_turns(eval_rows))["fc_rows"]
-    where = (f"the {min(n, len(eval_rows))} eval rows evaluate scores (the first eval_max_rows={n}) of dataset_source "
-             f"{source!r} hold" if later else f"the eval split of dataset_source {source!r} has")
+    where = (
+        f"the {min(n, len(eval_rows))} eval rows evaluate scores (the first eval_max_rows={n}) of dataset_source "
+        f"{source!r} hold"
+        if later
+        else f"the eval split of dataset_source {source!r} has"
+    )
     more = f"raise eval_max_rows (the split's {len(eval_rows)} rows hold {later} tool-call rows), or " if later else ""
     return [f"{claim}, but {where} {none} ({counts['text_rows']} text rows), so {outcome}: {more}{fix}"]
 
@@ -461,9 +572,16 @@ def tool_rows_problem(params: dict[str, Any], eval_rows: list[dict[str, Any]], c
 BUILTIN_CHECK_ROWS = 100  # of each built-in split: its rows are few kinds, each one well represented
 
 
-def _template_problems(model_source: str, splits: dict[str, list], found: list[str], max_seq_len: int,
-                       revision: str = "", chat_template: str = templates.MODEL,
-                       eval_max_rows: int | None = None, irrelevance_reply: Any = None) -> list[str]:
+def _template_problems(
+    model_source: str,
+    splits: dict[str, list],
+    found: list[str],
+    max_seq_len: int,
+    revision: str = "",
+    chat_template: str = templates.MODEL,
+    eval_max_rows: int | None = None,
+    irrelevance_reply: Any = None,
+) -> list[str]:
     """A model's chat template (or the one chat_template names) against a local dataset's rows (a
     second or two for a thousand rows): rows it refuses, the train/serve parity check
     (trainer.parity), a split with no row short enough for max_seq_len, and an irrelevance_reply that holds
@@ -481,8 +599,11 @@ def _template_problems(model_source: str, splits: dict[str, list], found: list[s
 
         path = Path(model.ref)
         # a GGUF's tokenizer and template are in its metadata: checked now, not after its conversion and upload
-        load = {"pretrained_model_name_or_path": str(path.parent), "gguf_file": path.name} \
-            if sources.is_gguf(model.ref) and path.is_file() else {"pretrained_model_name_or_path": model.ref}
+        load = (
+            {"pretrained_model_name_or_path": str(path.parent), "gguf_file": path.name}
+            if sources.is_gguf(model.ref) and path.is_file()
+            else {"pretrained_model_name_or_path": model.ref}
+        )
         try:
             with gguf.read_once(path) if "gguf_file" in load else contextlib.nullcontext():
                 tokenizer = AutoTokenizer.from_pretrained(**load, local_files_only=True)
@@ -500,10 +621,18 @@ def _template_problems(model_source: str, splits: dict[str, list], found: list[s
     else:
         return []
     # before the template's checks, which return early: the reply is the tokenizer's business, not the template's
-    replied = [] if model.kind == "builtin" else _reply_token_problems(  # the built-in's: _settings_problems
-        irrelevance_reply, usertext.special_tokens(tokenizer), model_source)
-    if not isinstance(chat_template, str) or templates.spec_problems(chat_template) \
-            or chat_template.strip().startswith("s3://"):
+    replied = (
+        []
+        if model.kind == "builtin"
+        else _reply_token_problems(  # the built-in's: _settings_problems
+            irrelevance_reply, usertext.special_tokens(tokenizer), model_source
+        )
+    )
+    if (
+        not isinstance(chat_template, str)
+        or templates.spec_problems(chat_template)
+        or chat_template.strip().startswith("s3://")
+    ):
         return replied  # the template is reported on its own, or read from the bucket at the finetune step
     eos = templates.generation_stop_ids(model.ref) if model.kind == "local" else []
     chat_template = chat_template.strip()
@@ -521,8 +650,9 @@ def _template_problems(model_source: str, splits: dict[str, list], found: list[s
     problems = parity.template_problems(splits["train"] + splits["eval"], tokenizer, where, eos, named)
     if max_seq_len > 0:  # else TrainConfig says so
         context = model_tree.model_max_length(model_source)
-        problems += [f"{where}: {p}" for p in data.length_problems(splits, tokenizer, max_seq_len, context,
-                                                                   eval_max_rows)]
+        problems += [
+            f"{where}: {p}" for p in data.length_problems(splits, tokenizer, max_seq_len, context, eval_max_rows)
+        ]
     return replied + problems
 
 
@@ -538,6 +668,11 @@ def _reply_token_problems(reply: Any, tokens: list[str], model_source: str) -> l
     message per reply)."""
     if reply is None or masking.reply_problem(reply):
         return []
-    found = usertext.special_token_problem(reply, tokens, "irrelevance_reply", model_source.strip(),
-                                           f"e.g. irrelevance_reply={masking.IRRELEVANCE_REPLY!r}")
+    found = usertext.special_token_problem(
+        reply,
+        tokens,
+        "irrelevance_reply",
+        model_source.strip(),
+        f"e.g. irrelevance_reply={masking.IRRELEVANCE_REPLY!r}",
+    )
     return [found] if found else []

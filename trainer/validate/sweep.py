@@ -11,7 +11,6 @@ from trainer.validate.pipeline import gate_rows_problems, tool_rows_problem, pip
 from trainer.validate.values import TRAIN_DEFAULTS, DEFAULTS, value_problem
 
 
-
 SWEEP_ONLY = ("trials",)
 
 
@@ -26,11 +25,14 @@ def sweep_problems(params: dict[str, Any], check_local_files: bool = True) -> li
         trials = []
     for i, t in enumerate(trials):
         if not isinstance(t, dict) or set(t) != set(TRIAL_KEYS):
-            problems.append(f"trials[{i}] must have exactly the keys {sorted(TRIAL_KEYS)}, like {TRIAL_EXAMPLE}; "
-                            f"got {t!r}")
+            problems.append(
+                f"trials[{i}] must have exactly the keys {sorted(TRIAL_KEYS)}, like {TRIAL_EXAMPLE}; got {t!r}"
+            )
             continue
-        typed = [value_problem(f"trials[{i}].{k}", t[k], kind, example=TRAIN_DEFAULTS[k], in_json=True)
-                 for k, kind in TRIAL_KEYS.items()]
+        typed = [
+            value_problem(f"trials[{i}].{k}", t[k], kind, example=TRAIN_DEFAULTS[k], in_json=True)
+            for k, kind in TRIAL_KEYS.items()
+        ]
         if any(typed):
             problems += [p for p in typed if p]
             continue
@@ -39,22 +41,33 @@ def sweep_problems(params: dict[str, Any], check_local_files: bool = True) -> li
         if same is not None:  # the same run twice: its compute is wasted and the two tie
             problems.append(f"trials[{i}] repeats trials[{same}] ({json.dumps(t)}): drop it or change a value")
         # Only what this trial's own values add (the shared problems are reported once above).
-        problems += [f"trials[{i}]: {p}" for p in pipeline_problems({**shared, **t, "method": "lora"},
-                                                                    check_local_files=False, gate=False)
-                     if p not in problems]
-    if params.get("deploy_all_trials") is True and shared.get("lora_train_embeddings",
-                                                               TRAIN_DEFAULTS["lora_train_embeddings"]) is True:
+        problems += [
+            f"trials[{i}]: {p}"
+            for p in pipeline_problems({**shared, **t, "method": "lora"}, check_local_files=False, gate=False)
+            if p not in problems
+        ]
+    if (
+        params.get("deploy_all_trials") is True
+        and shared.get("lora_train_embeddings", TRAIN_DEFAULTS["lora_train_embeddings"]) is True
+    ):
         # As serve_adapters in pipeline_problems: found after every trial trained, by deploy-trials, without this.
-        problems.append("deploy_all_trials=true serves every trial's adapter beside the base model, and vLLM cannot "
-                        "load an adapter that trains the embeddings in full: set lora_train_embeddings=false, or "
-                        "deploy_all_trials=false to deploy the winner merged")
+        problems.append(
+            "deploy_all_trials=true serves every trial's adapter beside the base model, and vLLM cannot "
+            "load an adapter that trains the embeddings in full: set lora_train_embeddings=false, or "
+            "deploy_all_trials=false to deploy the winner merged"
+        )
     select = params.get("select_metric", DEFAULTS["select_metric"])
     if problem := select_problem(select):
         problems.append(problem)
     elif select == PRIMARY:  # every trial would train, then score nothing and nothing deploys
-        problems += tool_rows_problem({**DEFAULTS, **shared}, splits.get("eval") or [],
-                                       f"select_metric={PRIMARY} measures tool calls", "none",
-                                       "no trial could be picked or deployed", "set select_metric=eval_loss")
+        problems += tool_rows_problem(
+            {**DEFAULTS, **shared},
+            splits.get("eval") or [],
+            f"select_metric={PRIMARY} measures tool calls",
+            "none",
+            "no trial could be picked or deployed",
+            "set select_metric=eval_loss",
+        )
     problems += gate_rows_problems({**DEFAULTS, **shared}, splits.get("eval") or [], "min_fc_accuracy")
     seen: set[str] = set()
     return [p for p in problems if not (p in seen or seen.add(p))]

@@ -25,8 +25,14 @@ TRAIN_DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
 
 TRAIN_PARAMS = {k: v for k, v in TRAIN_DEFAULTS.items() if k not in ("model_uri", "dataset_uri", "output_prefix")}
 
-_KIND = {bool: "true or false", int: "a whole number", float: "a number", str: "a string", dict: "a JSON object",
-         list: "a JSON list"}
+_KIND = {
+    bool: "true or false",
+    int: "a whole number",
+    float: "a number",
+    str: "a string",
+    dict: "a JSON object",
+    list: "a JSON list",
+}
 
 
 def default(name: str) -> Any:
@@ -88,8 +94,10 @@ _OWN_RANGE = ("seed", "max_steps")
 
 def _too_large(name: str, value: Any) -> str | None:
     if isinstance(value, int) and not isinstance(value, bool) and name not in _OWN_RANGE and abs(value) > INT_MAX:
-        return (f"{name}={value:.3g} is out of range: whole-number parameters go up to {INT_MAX:,} (a typo? e.g. "
-                f"1e30 for 1e3); use e.g. {name}={default(name)}")
+        return (
+            f"{name}={value:.3g} is out of range: whole-number parameters go up to {INT_MAX:,} (a typo? e.g. "
+            f"1e30 for 1e3); use e.g. {name}={default(name)}"
+        )
     return None
 
 
@@ -97,20 +105,34 @@ def _padded(name: str, value: Any) -> str | None:
     """Spaces or line breaks around a name, image or URL (pasted into the KFP form or a shell
     quote) would reach Kubernetes or vLLM as part of it. Sources are read stripped everywhere;
     revisions have their own rule (no spaces anywhere); blank values their fields' own "empty" rules."""
-    if (isinstance(value, str) and isinstance(default(name), str) and value.strip() and value != value.strip()
-            and name not in ("model_source", "dataset_source", "model_revision", "dataset_revision")):
-        return (f"{name}={value!r} has spaces or line breaks at its start or end (pasted?): remove them, "
-                f"e.g. {name}={value.strip()!r}")
+    if (
+        isinstance(value, str)
+        and isinstance(default(name), str)
+        and value.strip()
+        and value != value.strip()
+        and name not in ("model_source", "dataset_source", "model_revision", "dataset_revision")
+    ):
+        return (
+            f"{name}={value!r} has spaces or line breaks at its start or end (pasted?): remove them, "
+            f"e.g. {name}={value.strip()!r}"
+        )
     return None
 
 
 def _out_of_range(name: str, value: Any) -> str | None:
     """gate_significance, a p-value threshold: 0 (off) up to, not including, 1 (p < 1 would refuse nearly every
     drop, p <= 1 every one: that is what 0 does, said plainly)."""
-    if (name == "gate_significance" and isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value) and not 0 <= value < 1):
-        return (f"gate_significance={value:g} is a p-value threshold, from 0 (off: every drop past max_category_drop "
-                "is refused) up to, not including, 1: e.g. 0.05")
+    if (
+        name == "gate_significance"
+        and isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and not 0 <= value < 1
+    ):
+        return (
+            f"gate_significance={value:g} is a p-value threshold, from 0 (off: every drop past max_category_drop "
+            "is refused) up to, not including, 1: e.g. 0.05"
+        )
     return None
 
 
@@ -118,8 +140,10 @@ def _not_text(name: str, value: Any) -> str | None:
     """A value holding a lone surrogate: bytes that are not UTF-8 on the command line (Python
     keeps them as \\udcff) or a \\ud800 escape in JSON. No log line, record or API carries it."""
     if found := lone_surrogate(value, name):
-        return (f"{found[0]} holds {found[1]!a}, which is not text (bytes that are not UTF-8, or half of a UTF-16 "
-                "pair written as a \\u escape): type the value again as UTF-8 text")
+        return (
+            f"{found[0]} holds {found[1]!a}, which is not text (bytes that are not UTF-8, or half of a UTF-16 "
+            "pair written as a \\u escape): type the value again as UTF-8 text"
+        )
     return None
 
 
@@ -133,16 +157,22 @@ def _credentials(name: str, value: Any) -> str | None:
     if not (isinstance(value, str) and ("://" in value or image) and (masked := settings.url_credentials(value))):
         return None
     if image:
-        return (f"vllm_image={masked!r} carries a user name or password, which would show in the Deployment or "
-                "InferenceService, the run's record and the KFP run's parameters: give the image alone (e.g. "
-                "vllm/vllm-openai:v0.32.0); a private registry's credentials go into an imagePullSecret of the "
-                "namespace's service account (kubectl create secret docker-registry)")
-    fix = (f"the registry's bearer token goes into the Secret {settings.get('REGISTRY_SECRET_NAME')!r} (key "
-           "`token`)" if name == "registry_address" else
-           f"credentials come from Kubernetes Secrets ({settings.get('S3_SECRET_NAME')!r} for S3, "
-           f"{settings.get('HF_SECRET_NAME')!r} for the Hub's HF_TOKEN)")
-    return (f"{name}={masked!r} carries a user name or password in the URL, which would show on the console, in the "
-            f"run's record and in the KFP run's parameters: remove it; {fix}")
+        return (
+            f"vllm_image={masked!r} carries a user name or password, which would show in the Deployment or "
+            "InferenceService, the run's record and the KFP run's parameters: give the image alone (e.g. "
+            "vllm/vllm-openai:v0.32.0); a private registry's credentials go into an imagePullSecret of the "
+            "namespace's service account (kubectl create secret docker-registry)"
+        )
+    fix = (
+        f"the registry's bearer token goes into the Secret {settings.get('REGISTRY_SECRET_NAME')!r} (key `token`)"
+        if name == "registry_address"
+        else f"credentials come from Kubernetes Secrets ({settings.get('S3_SECRET_NAME')!r} for S3, "
+        f"{settings.get('HF_SECRET_NAME')!r} for the Hub's HF_TOKEN)"
+    )
+    return (
+        f"{name}={masked!r} carries a user name or password in the URL, which would show on the console, in the "
+        f"run's record and in the KFP run's parameters: remove it; {fix}"
+    )
 
 
 def type_problems(params: dict[str, Any]) -> tuple[list[str], set[str]]:
@@ -158,8 +188,10 @@ def type_problems(params: dict[str, Any]) -> tuple[list[str], set[str]]:
         if problem is None and not isinstance(value, float):
             nested = non_finite_paths(value, name)
             if nested:
-                problem = (f"{', '.join(nested)} must be finite numbers (NaN and Infinity are not numbers "
-                           "a run can use): give real values")
+                problem = (
+                    f"{', '.join(nested)} must be finite numbers (NaN and Infinity are not numbers "
+                    "a run can use): give real values"
+                )
         elif problem is None and not math.isfinite(value):
             problem = value_problem(name, value, float, example=1.0)
         if problem:
