@@ -36,23 +36,19 @@ def deploy(
     well-formed OpenAI tool call (metrics smoke_ok, smoke_server_ok, smoke_latency_s, vllm_ready_s).
     A server that breaks the OpenAI protocol fails the step; a model whose answer is unusable
     (undertrained) leaves it green with smoke_ok 0 and a WARNING line (trainer.serving.client.smoke_outcome)."""
-    import json
     from collections import namedtuple
 
     from components.artifacts import read_uri
     from trainer import deploy
     from trainer.core.errors import UserError, exit_on_user_error
+    from trainer.core.storage import Store
     from trainer.k8s.vllm import ServeSpec
     from trainer.launch import cluster_from_params
-    from trainer.serving.client import smoke_outcome, smoke_request
-    from trainer.core.storage import Store
 
     with exit_on_user_error():
         if serve_adapters and (base_model is None or adapter is None):
             raise UserError("serve_adapters=true needs the base_model and adapter inputs wired to deploy")
         store = Store.from_env()
-        with open(store.get_tree(read_uri(dataset)) / "eval.jsonl") as f:
-            messages, tools = smoke_request([json.loads(line) for line in f if line.strip()])
         placement = cluster_from_params(
             dict(
                 namespace=namespace,
@@ -71,34 +67,24 @@ def deploy(
             adapters={name: read_uri(adapter)} if serve_adapters else {},
             vllm_image=vllm_image,
         )
-        out = deploy.deploy(backend, spec, store, messages, tools, keep_serving=keep_serving)
-    names = out.names
-    outcome = smoke_outcome(out.results)
-    ok = outcome["smoke_ok"]
-    smoke.log_metric("smoke_ok", float(ok))  # 1 only when every served name answered a well-formed tool call
-    # 1 when the server kept to the OpenAI protocol: smoke_ok 0 with this 1 is the model's answer (undertrained)
-    smoke.log_metric("smoke_server_ok", float(outcome["server_ok"]))
-    smoke.log_metric("smoke_latency_s", out.latency_s)
-    if out.ready_s is not None:
-        smoke.log_metric("vllm_ready_s", out.ready_s)
+        out, outcome = deploy.smoke_checked(
+            backend, spec, store, store.get_tree(read_uri(dataset)) / "eval.jsonl", keep_serving=keep_serving
+        )
+    for key, value in deploy.smoke_metrics(out, outcome).items():
+        smoke.log_metric(key, value)
     smoke.metadata.update(
-        endpoint=out.endpoint, served_names=names, reason=out.reason, still_serving=bool(out.pgid) or backend != "local"
+        endpoint=out.endpoint,
+        served_names=out.names,
+        reason=out.reason,
+        still_serving=bool(out.pgid) or backend != "local",
     )
     for n, r in out.results.items():
         smoke.metadata[f"reply_{n}"] = r["reply"][:300]
         print(f"  {n}: {'ok' if r['ok'] else 'FAILED: ' + r['reason']} in {r['latency_s']:.2f}s: {r['reply'][:160]}")
     stopped = backend == "local" and not out.pgid  # its URL would mislead: say it is gone
     print(
-        f"{'served at (now stopped)' if stopped else 'endpoint'} {out.endpoint} ({', '.join(names)}): "
-        + ("smoke-tested" if ok else f"smoke test FAILED: {out.reason}")
+        f"{'served at (now stopped)' if stopped else 'endpoint'} {out.endpoint} ({', '.join(out.names)}): "
+        + ("smoke-tested" if outcome["smoke_ok"] else f"smoke test FAILED: {out.reason}")
     )
-    if out.pgid:
-        print(f"still serving; stop with: kill -- -{out.pgid}  (log: {out.log})")
-    if outcome["warning"]:
-        print(outcome["warning"], flush=True)
-    if outcome["error"]:  # a broken server is no deployment: fail the step (the metrics above are kept)
-        import sys
-
-        print(f"error: deploy: {outcome['error']}", file=sys.stderr, flush=True)
-        sys.exit(1)
-    return namedtuple("Outputs", ["endpoint", "smoke_ok"])(out.endpoint, ok)
+    deploy.smoke_end(out, outcome, "deploy")
+    return namedtuple("Outputs", ["endpoint", "smoke_ok"])(out.endpoint, outcome["smoke_ok"])

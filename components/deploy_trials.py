@@ -32,7 +32,6 @@ def deploy_trials(
     with the deploy step's verdict (a broken server fails the step, an unusable reply warns).
     Does nothing unless `enabled` (the sweep's deploy_all_trials). `keep_serving`: the local server
     stays up after the step, as the deploy step's does, to compare the trials through it."""
-    import json
     from collections import namedtuple
 
     if not enabled:
@@ -40,17 +39,14 @@ def deploy_trials(
         return namedtuple("Outputs", ["endpoint", "models"])("", [])
 
     from components.artifacts import read_uri
-    from trainer.core.errors import exit_on_user_error
     from trainer import deploy
+    from trainer.core.errors import exit_on_user_error
+    from trainer.core.storage import Store
     from trainer.k8s.vllm import ServeSpec, trial_adapters
     from trainer.launch import cluster_from_params
-    from trainer.serving.client import smoke_outcome, smoke_request
-    from trainer.core.storage import Store
 
     with exit_on_user_error():
         store = Store.from_env()
-        with open(store.get_tree(read_uri(dataset)) / "eval.jsonl") as f:
-            messages, tools = smoke_request([json.loads(line) for line in f if line.strip()])
         placement = cluster_from_params(
             dict(
                 namespace=namespace,
@@ -80,24 +76,16 @@ def deploy_trials(
                     "trials with `python -m trainer serve BASE_DIR --lora NAME=ADAPTER_DIR ...` after the run",
                     flush=True,
                 )
-        out = deploy.deploy(backend, spec, store, messages, tools, keep_serving=keep)
-    outcome = smoke_outcome(out.results)  # the same verdict as the deploy step's
-    smoke.log_metric("smoke_ok", float(outcome["smoke_ok"]))
-    smoke.log_metric("smoke_server_ok", float(outcome["server_ok"]))
-    smoke.log_metric("smoke_latency_s", out.latency_s)
+        out, outcome = deploy.smoke_checked(
+            backend, spec, store, store.get_tree(read_uri(dataset)) / "eval.jsonl", keep_serving=keep
+        )  # the same verdict as the deploy step's
+    for key, value in deploy.smoke_metrics(out, outcome).items():
+        smoke.log_metric(key, value)
     stopped = backend == "local" and not out.pgid  # its URL would mislead: say it is gone
     smoke.metadata.update(endpoint=out.endpoint, served_names=out.names, reason=out.reason, still_serving=not stopped)
     print(
         f"{'served at (now stopped)' if stopped else 'endpoint'} {out.endpoint}: {', '.join(out.names)}"
         + ("" if outcome["smoke_ok"] else f"; smoke test FAILED: {out.reason}")
     )
-    if out.pgid:
-        print(f"still serving; stop with: kill -- -{out.pgid}  (log: {out.log})")
-    if outcome["warning"]:
-        print(outcome["warning"], flush=True)
-    if outcome["error"]:  # a broken server is no deployment: fail the step
-        import sys
-
-        print(f"error: deploy all trials: {outcome['error']}", file=sys.stderr, flush=True)
-        sys.exit(1)
+    deploy.smoke_end(out, outcome, "deploy all trials")
     return namedtuple("Outputs", ["endpoint", "models"])("" if stopped else out.endpoint, out.names)

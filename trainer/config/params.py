@@ -85,13 +85,9 @@ PARAMS: tuple[Param, ...] = (
         INPUTS,
         BOTH,
         help=(
-            "The chat template training, evaluation and serving all use: model (the model's own), auto (the "
-            "model's own where it renders tools and calls as its served parser reads them, else the built-in one "
-            'of its tokenizer\'s family), a built-in name (chatml-tools: ChatML with <tool_call> JSON, Qwen/Hermes/'
-            'SmolLM2; gemma-tools: Gemma turns, base models too; llama3-json: Llama 3.1+ JSON calls; '
-            'llama3-pythonic: Llama 3 turns with [f(a=1)] calls), a .jinja file (run_local) or an s3:// URI of '
-            'one. It is checked against the data before training: tools and tool calls must render and read back '
-            'through the served tool parser, and each turn end where generation stops.'
+            "The chat template training, evaluation and serving all use: model (the model's own), auto, a "
+            'built-in (chatml-tools, gemma-tools, llama3-json, llama3-pythonic), a .jinja file or an s3:// URI of '
+            'one.'
         ),
     ),
     Param(
@@ -101,14 +97,9 @@ PARAMS: tuple[Param, ...] = (
         INPUTS,
         BOTH,
         help=(
-            'Chat data (rows of {"messages": [...], "tools"?: [...]} or {"prompt", "completion"}; ShareGPT '
-            '{"conversations"} and Alpaca {"instruction", "output"} rows are converted on load; an assistant '
-            'message with "weight": 0 is not trained on): a Hub dataset id (its default config), an s3:// URI '
-            'printed by `python -m trainer deliver-dataset`, builtin:function-calling (the demo\'s: mostly one call '
-            'among 3-4 of five tools, and rows of every other BFCL category: simple, parallel, irrelevance, '
-            'multi_turn; builtin:function-calling-bfcl is another name for it), builtin:function-calling-wide (the same '
-            'categories, calls over 38 tools across domains); with run_local also a '
-            '.jsonl/.json/.csv/.parquet file or a directory of train/test files.'
+            'Chat data: a Hub dataset id, an s3:// URI from `python -m trainer deliver-dataset`, '
+            "builtin:function-calling (the demo's) or builtin:function-calling-wide; with run_local also a file "
+            'or directory.'
         ),
     ),
     Param(
@@ -132,12 +123,8 @@ PARAMS: tuple[Param, ...] = (
         INPUTS,
         BOTH,
         help=(
-            'Share of each split\'s rows made by function masking, from 0 to 0.5: copies of the data\'s tool-call '
-            'rows with the called functions removed from the offered tools (no tools left: none offered), '
-            'answered in a fixed text that no offered tool fits (trainer/data/masking.py; Hammer\'s recipe '
-            'against a tuned model that calls a tool for every request). Made after the train/eval split, drawn with `seed`, so the eval '
-            'split measures the irrelevance category; counted in the log and the dataset\'s metadata. 0 makes '
-            'none; e.g. 0.1. Refused for data without tool calls and for an s3:// tree delivered before.'
+            "Share of each split's rows made by function masking, from 0 to 0.5: copies of tool-call rows with "
+            'the called tools removed, answered irrelevance_reply, against over-calling. 0 makes none; e.g. 0.1.'
         ),
     ),
     Param(
@@ -147,10 +134,8 @@ PARAMS: tuple[Param, ...] = (
         INPUTS,
         BOTH,
         help=(
-            'Share of the irrelevance_share copies, from 0 to 1, that offer unrelated tools (drawn from the '
-            'dataset\'s other rows and a library of 33 schemas across domains) instead of the row\'s remaining '
-            'ones, as BFCL\'s irrelevance rows do: teaches declining when no offered tool fits, not only when '
-            'a familiar one is missing. 0: none.'
+            "Share of the irrelevance_share copies, from 0 to 1, that offer unrelated tools instead of the row's "
+            "remaining ones, as BFCL's irrelevance rows do. 0: none; e.g. 0.5."
         ),
     ),
     Param(
@@ -160,10 +145,8 @@ PARAMS: tuple[Param, ...] = (
         INPUTS,
         BOTH,
         help=(
-            'The text answer of the rows irrelevance_share makes: short, neutral and the same in every row, so the '
-            'model learns one behaviour and the held-out text match can score it (e.g. your product\'s wording, or '
-            'another language). Plain text: a reply that reads as a tool call or holds an end-of-turn marker is '
-            'refused.'
+            "The text answer of the rows irrelevance_share makes, the same in every row, e.g. your product's "
+            'wording. Plain text: a reply that reads as a tool call or holds an end-of-turn marker is refused.'
         ),
     ),
     Param(
@@ -173,9 +156,8 @@ PARAMS: tuple[Param, ...] = (
         PLACEMENT,
         BOTH,
         help=(
-            'Where training runs: local (processes inside the pipeline pod, demos only), trainjob (a Kubeflow '
-            'Trainer v2 TrainJob; use this on a current Kubeflow) or pytorchjob (Training Operator v1; old name '
-            'kubernetes).'
+            'Where training runs: local (in the pipeline pod; demos only), trainjob (a Kubeflow Trainer v2 '
+            'TrainJob; use this on a current Kubeflow) or pytorchjob (Training Operator v1; old name kubernetes).'
         ),
     ),
     Param(
@@ -197,10 +179,8 @@ PARAMS: tuple[Param, ...] = (
         TRAINING,
         FINETUNE,
         help=(
-            'lora (train small adapter matrices; the usual choice), dora (LoRA that also trains each weight\'s '
-            'magnitude; served merged), qlora (LoRA over the base loaded in 4-bit NF4 with bitsandbytes: about a '
-            'quarter of the base\'s memory; served merged onto the de-quantized base) or full (train every weight; '
-            'needs several times the GPU memory).'
+            "lora (small adapter matrices; the usual choice), dora (LoRA plus each weight's magnitude), qlora "
+            '(LoRA over a 4-bit base: ~1/4 of its memory) or full (every weight; several times the memory).'
         ),
     ),
     Param(
@@ -243,10 +223,7 @@ PARAMS: tuple[Param, ...] = (
         FINETUNE,
         help=(
             'Peak learning rate (cosine decay after warm-up). About 2e-4 for LoRA on a pretrained model, 1e-5 for '
-            'full fine-tuning; 1e-3 (with lora_r=64) suits the built-in model (6e-3 never learned it: README). '
-            'A real model on a laptop CPU, SmolLM2-135M-Instruct on the built-in data: 1e-3 with max_steps=60, '
-            'batch_tokens=2200, max_seq_len=640, nodes=1, lora_r=16, lora_alpha=32, chat_template=chatml-tools '
-            '(README: "Fine-tune a real model on a laptop").'
+            'full fine-tuning, 1e-3 for the built-in model and for SmolLM2-135M on a CPU.'
         ),
     ),
     Param(
@@ -277,8 +254,7 @@ PARAMS: tuple[Param, ...] = (
         sweep_default=1024,
         help=(
             'Tokens per process per micro-batch (rows packed without padding); 0 uses batch_size rows instead. '
-            '16384 on an 80 GB GPU for a 1-8B model; 512 for the built-in model; 2200 (4 rows) for SmolLM2-135M '
-            'on a CPU; must be >= max_seq_len.'
+            '16384 on an 80 GB GPU for a 1-8B model; 512 for the built-in model; must be >= max_seq_len.'
         ),
         sweep_help=(
             'Tokens per process per micro-batch (rows packed without padding); 0 uses 8 rows (the '
@@ -314,10 +290,8 @@ PARAMS: tuple[Param, ...] = (
         TRAINING,
         BOTH,
         help=(
-            'torch.compile each decoder layer (dynamic shapes, so new batch lengths do not recompile); the first '
-            'step compiles (108 s for a 1B model on an H100). Steps 4-11 are then timed compiled and eager, and '
-            'the faster runs the rest of the training (the log and metrics say which), so it never runs slower '
-            'than eager beyond those steps. Worth trying on long GPU runs.'
+            'torch.compile each decoder layer; steps 4-11 are timed compiled and eager, and the faster runs the '
+            'rest of the training, so it is never slower than eager beyond them. Worth trying on long GPU runs.'
         ),
     ),
     Param(
@@ -327,9 +301,8 @@ PARAMS: tuple[Param, ...] = (
         TRAINING,
         BOTH,
         help=(
-            'Longest row in tokens; longer rows are skipped and counted. 2048-4096 for chat data; at most the '
-            "model's context length. 640 for the built-in data on a real tokenizer (SmolLM2 with chatml-tools: "
-            'its rows are 225-625 tokens once their tools are rendered: 512 would skip a quarter of them).'
+            'Longest row in tokens; longer rows are skipped and counted. 2048-4096 for chat data, at most the '
+            "model's context length; 640 for the built-in data on SmolLM2 with chatml-tools."
         ),
     ),
     Param(
@@ -377,13 +350,8 @@ PARAMS: tuple[Param, ...] = (
         EVALUATION,
         BOTH,
         help=(
-            "How base and tuned answer the held-out rows: vllm (through vLLM's OpenAI server started as deploy "
-            "starts it -- base and adapter side by side on a GPU, base then the merged model on the CPU build -- the "
-            "eval loss from the same server: the score is what "
-            "users get; on a cluster it needs eval_gpus=1 on NVIDIA, the evaluate image being vLLM's), hf (HF "
-            'generate in the evaluate step, calls read with the serving tool parser), or auto (vllm where vLLM '
-            'can run -- run_local, or a GPU on a cluster -- for models of 20M parameters and more; hf '
-            'otherwise).'
+            "How base and tuned answer the held-out rows: vllm (vLLM's server as deploy starts it: what users "
+            'get), hf (HF generate in the evaluate step) or auto (vllm where it can run, for 20M+ parameters).'
         ),
     ),
     Param(
@@ -409,10 +377,8 @@ PARAMS: tuple[Param, ...] = (
         BOTH,
         sweep_default=0.1,
         help=(
-            "Promotion gate: the tuned model is deployed and registered only when its function-calling accuracy "
-            "beats the base model's by at least this (a fraction: 0.05 is 5 points); 0 refuses only a model worse "
-            'than its base. A model that fails the gate ends the run green with a "not promoted: ..." line, its '
-            'metrics logged, nothing deployed or registered.'
+            'Promotion gate: the tuned model is deployed and registered only when its function-calling accuracy '
+            "beats the base's by at least this (0.05 is 5 points); 0 refuses only a model worse than its base."
         ),
         sweep_help=(
             "Least improvement over the base model, in the metric's own units, for the best trial to be "
@@ -426,10 +392,8 @@ PARAMS: tuple[Param, ...] = (
         EVALUATION,
         FINETUNE,
         help=(
-            'What evaluate scores base and tuned on, comma-separated: heldout (the dataset\'s eval split), bfcl '
-            '(the Berkeley Function Calling Leaderboard v4\'s single-turn categories, asked as BFCL asks an FC model '
-            'and scored by its rules: bfcl_<category>_accuracy), or heldout,bfcl. BFCL\'s rows are never trained '
-            'on: a dataset holding one of its questions is refused before training.'
+            "What evaluate scores base and tuned on, comma-separated: heldout (the dataset's eval split), bfcl "
+            "(BFCL v4's single-turn categories, scored by its rules: bfcl_<category>_accuracy) or heldout,bfcl."
         ),
     ),
     Param(
@@ -439,10 +403,8 @@ PARAMS: tuple[Param, ...] = (
         EVALUATION,
         FINETUNE,
         help=(
-            'BFCL rows per category (10 categories), a sample drawn with `seed` (the same rows in every run of the '
-            'same seed); 0 scores every row (3,475 in all: hours on a CPU). 25 keeps base and tuned of a 135M '
-            'model near 12 minutes on 2 CPU cores; one row moves a category of 25 by 4 points: raise it on a GPU, '
-            'e.g. 100.'
+            'BFCL rows per category (10 categories), a sample drawn with `seed`; 0 scores every row (3,475 in '
+            'all: hours on a CPU). 25 suits a CPU; raise it on a GPU, e.g. 100.'
         ),
     ),
     Param(
@@ -452,10 +414,8 @@ PARAMS: tuple[Param, ...] = (
         EVALUATION,
         FINETUNE,
         help=(
-            'Where BFCL\'s data comes from: empty fetches the pinned wheel (bfcl-eval==2026.3.23) with `pip download '
-            '--no-deps`; for pods that reach no package index, the wheel uploaded to the run\'s bucket '
-            '(s3://bucket/uploads/bfcl_eval-....whl) or the s3:// URI a run delivered it to; with run_local also '
-            'that wheel or its bfcl_eval/data folder as a path, read fully at validate. Delivered content-addressed, its version in the metrics\' report.'
+            "Where BFCL's data comes from: empty downloads the pinned bfcl-eval wheel; else that wheel uploaded "
+            "to the run's bucket or the s3:// URI a run delivered it to; with run_local also a path."
         ),
     ),
     Param(
@@ -466,14 +426,11 @@ PARAMS: tuple[Param, ...] = (
         BOTH,
         help=(
             'Promotion gate: the tuned model is not deployed or registered when any category measured on both '
-            'models (held-out fc_<category>_accuracy, BFCL bfcl_<category>_accuracy) falls more than this below '
-            'the base model\'s, a fraction of accuracy like min_gain (0.1 is 10 points), e.g. irrelevance 100% -> '
-            '64% with 0.1: the message names the category and both numbers. 1.0 turns it off.'
+            "models falls more than this below the base's (a fraction: 0.1 is 10 points). 1.0 turns it off."
         ),
         sweep_help=(
-            'The pick: a trial with a held-out category (fc_<category>_accuracy) more than this below the '
-            'base model\'s, a fraction of accuracy (0.1 is 10 points), is not picked while another passes; '
-            'where none does, nothing is deployed. 1.0 turns it off.'
+            "The pick: a trial with a held-out category more than this below the base model's (0.1 is 10 points) "
+            'is not picked while another passes; where none does, nothing is deployed. 1.0 turns it off.'
         ),
     ),
     Param(
@@ -483,16 +440,12 @@ PARAMS: tuple[Param, ...] = (
         EVALUATION,
         BOTH,
         help=(
-            'With max_category_drop: refuse a category\'s drop only when chance explains it poorly, McNemar\'s '
-            'exact p on the rows the tuned model lost and won there (fc_<category>_lost/_won, '
-            'bfcl_<category>_lost/_won) below this, e.g. 0.05: 25 rows falling 8 points (2 lost, 0 won, '
-            'p=0.5) then pass, 50 falling 20 (10 lost, 0 won, p=0.002) do not. 0 refuses every drop past '
-            'max_category_drop; a drop whose counts were not logged is refused. From 0 up to, not including, 1.'
+            "With max_category_drop: refuse a category's drop only when McNemar's exact p on the rows it lost and "
+            'won there is below this, e.g. 0.05; 0 refuses every drop. From 0 up to, not including, 1.'
         ),
         sweep_help=(
-            'With max_category_drop in the pick: a trial\'s category drop counts only when McNemar\'s '
-            'exact p on the rows it lost and won there (fc_<category>_lost/_won) is below this, e.g. '
-            '0.05; 0 counts every drop past max_category_drop. From 0 up to, not including, 1.'
+            "With max_category_drop in the pick: a trial's drop counts only when McNemar's exact p on the rows it "
+            'lost and won there is below this, e.g. 0.05; 0 counts every drop. From 0 up to, not including, 1.'
         ),
     ),
     Param(
@@ -502,10 +455,8 @@ PARAMS: tuple[Param, ...] = (
         SERVING,
         BOTH,
         help=(
-            'Where the model (in the sweep: the winner) is served: local (run_local only: the project image the deploy step runs has no '
-            'vLLM), kubernetes (a vLLM Deployment and Service), kserve (an InferenceService) or llmisvc (KServe\'s '
-            'LLMInferenceService; with serve_adapters the base and the adapter from the bucket, no merged copy); '
-            'one of the last three on a cluster.'
+            'Where the model (in the sweep: the winner) is served: local (run_local only), kubernetes (a vLLM '
+            "Deployment and Service), kserve (an InferenceService) or llmisvc (KServe's LLMInferenceService)."
         ),
     ),
     Param(
@@ -523,9 +474,8 @@ PARAMS: tuple[Param, ...] = (
         SERVING,
         FINETUNE,
         help=(
-            'Serve the base model as `served_model_name`-base and the LoRA adapter as `served_model_name` side by '
-            'side (vLLM --enable-lora), to compare both through one endpoint; false serves the merged model. '
-            'Needs method=lora and lora_train_embeddings=false.'
+            'Serve the base as `served_model_name`-base and the adapter as `served_model_name` side by side (vLLM '
+            '--enable-lora); false serves the merged model. Needs method=lora and lora_train_embeddings=false.'
         ),
     ),
     Param(
@@ -697,9 +647,8 @@ PARAMS: tuple[Param, ...] = (
         REGISTRY,
         FINETUNE,
         help=(
-            'Kubeflow Model Registry REST address to register the merged model and adapter in (version = the run '
-            'name, with lineage and metrics); empty skips registration. e.g. '
-            'http://model-registry-service.kubeflow.svc.cluster.local:8080'
+            'Kubeflow Model Registry REST address to register the merged model and adapter in; empty skips '
+            'registration. e.g. http://model-registry-service.kubeflow.svc.cluster.local:8080'
         ),
     ),
     Param(
@@ -710,8 +659,7 @@ PARAMS: tuple[Param, ...] = (
         BOTH,
         help=(
             "Seconds without training progress (rank 0's step or setup stage) after which the job is stopped and "
-            'failed, not restarted, naming the stuck stage; 0 turns the watchdog off, else at least 60. e.g. '
-            '1800.'
+            'failed, not restarted, naming the stuck stage; 0 turns it off, else at least 60. e.g. 1800.'
         ),
     ),
     # Around the finetune demo's settings (the third is its default since 2026-11-28): at 650 steps on 2 cores,
@@ -728,9 +676,8 @@ PARAMS: tuple[Param, ...] = (
         SWEEP_GROUP,
         SWEEP,
         help=(
-            'JSON list of trials, each exactly {"lora_r": int, "lora_alpha": int, "learning_rate": float}, e.g. '
-            '[{"lora_r": 16, "lora_alpha": 32, "learning_rate": 0.0002}, {"lora_r": 64, "lora_alpha": 128, '
-            '"learning_rate": 0.0001}]. Numbers without quotes.'
+            'JSON list of trials, each exactly {"lora_r": int, "lora_alpha": int, "learning_rate": float}, '
+            'numbers without quotes, e.g. [{"lora_r": 16, "lora_alpha": 32, "learning_rate": 0.0002}].'
         ),
     ),
     Param(
@@ -740,9 +687,8 @@ PARAMS: tuple[Param, ...] = (
         SWEEP_GROUP,
         SWEEP,
         help=(
-            'Metric that picks the best trial: fc_ast_accuracy (the finetune gate\'s BFCL-style accuracy over every '
-            'function-calling category, higher is better; the winner is deployed when that gate would promote it) '
-            'or eval_loss (lower is better, for data without tool calls).'
+            'Metric that picks the best trial: fc_ast_accuracy (function-calling accuracy over every category, '
+            "the finetune gate's; higher is better) or eval_loss (lower is better, for data without tool calls)."
         ),
     ),
     Param(
@@ -752,10 +698,8 @@ PARAMS: tuple[Param, ...] = (
         SWEEP_GROUP,
         SWEEP,
         help=(
-            "Also serve every trial's adapter side by side on one base model (`served_model_name`-base and "
-            '`served_model_name`-trial-0, -1, ...), to compare the trials through one endpoint by model name; '
-            'false serves only the winner. Needs lora_train_embeddings=false: vLLM cannot load an adapter that trains '
-            'the embeddings in full.'
+            "Also serve every trial's adapter side by side on one base (`served_model_name`-base, -trial-0, -1, "
+            '...) to compare them by model name; false serves only the winner. Needs lora_train_embeddings=false.'
         ),
     ),
 )

@@ -18,13 +18,17 @@ smoke test). This module sits above trainer.serving and trainer.k8s and imports 
 
 from __future__ import annotations
 
+import json
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from trainer.core.errors import UserError
 from trainer.k8s import kserve, llmisvc, vllm
 from trainer.serving.args import lora_rank, stored_has_template, stored_tool_call_parser
 from trainer.serving import local
+from trainer.serving.client import smoke_outcome, smoke_request
 
 BACKENDS = ("local", "kubernetes", "kserve", "llmisvc")
 CLUSTER_BACKENDS = BACKENDS[1:]
@@ -119,3 +123,41 @@ def deploy(
     else:
         out = backend_module(backend).deploy(spec, messages, tools, client_configuration, poll_s)
     return Deployed.from_backend(out)
+
+
+def smoke_checked(
+    backend: str, spec: vllm.ServeSpec, store, eval_path: Path, keep_serving: bool = False
+) -> tuple[Deployed, dict[str, Any]]:
+    """`deploy` with the smoke request read from the eval split at `eval_path` (its first row that expects a tool
+    call, trainer.serving.client.smoke_request), and the verdict on the answers (smoke_outcome): what the deploy
+    and deploy-all-trials steps both do."""
+    with open(eval_path, encoding="utf-8") as f:
+        messages, tools = smoke_request([json.loads(line) for line in f if line.strip()])
+    out = deploy(backend, spec, store, messages, tools, keep_serving=keep_serving)
+    return out, smoke_outcome(out.results)
+
+
+def smoke_metrics(out: Deployed, outcome: dict[str, Any]) -> dict[str, float]:
+    """The steps' smoke metrics: smoke_ok (1 only when every served name answered a well-formed tool call),
+    smoke_server_ok (1 when the server kept to the OpenAI protocol: smoke_ok 0 beside it is the model's answer,
+    undertrained), smoke_latency_s, and vllm_ready_s where the backend measured it."""
+    metrics = {
+        "smoke_ok": float(outcome["smoke_ok"]),
+        "smoke_server_ok": float(outcome["server_ok"]),
+        "smoke_latency_s": out.latency_s,
+    }
+    if out.ready_s is not None:
+        metrics["vllm_ready_s"] = out.ready_s
+    return metrics
+
+
+def smoke_end(out: Deployed, outcome: dict[str, Any], step: str) -> None:
+    """The steps' last lines: how to stop a server left running, the verdict's warning; a server that broke the
+    OpenAI protocol is no deployment: exit 1 naming `step` (after the metrics were logged)."""
+    if out.pgid:
+        print(f"still serving; stop with: kill -- -{out.pgid}  (log: {out.log})")
+    if outcome["warning"]:
+        print(outcome["warning"], flush=True)
+    if outcome["error"]:
+        print(f"error: {step}: {outcome['error']}", file=sys.stderr, flush=True)
+        sys.exit(1)
