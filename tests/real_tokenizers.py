@@ -195,3 +195,34 @@ def tiny_model_dir(
     for name in FILES:
         shutil.copyfile(src / name, out / name)
     return out
+
+
+# Mistral's tokenizers ship in no npm package, but mistral_common (a dependency of vLLM, so installed with
+# `serve-cpu`) carries Mistral's own tekken files for its tests: Mistral Nemo's (2024-07-18, before v11: no [ARGS]
+# token, so vLLM reads calls as [TOOL_CALLS][{...}]). transformers converts one into a tokenizer.json.
+MISTRAL_TEKKEN = "tekken_240718.json"
+
+
+def mistral_tokenizer_dir() -> Path:
+    """The cached directory with Mistral Nemo's tokenizer converted from mistral_common's tekken file
+    (transformers' `convert_tekken_tokenizer`; no chat template, as Mistral ships its format in code). Built once,
+    beside its final name and renamed into place, as `tokenizer_dir` fetches."""
+    import mistral_common
+    from transformers.integrations.mistral import convert_tekken_tokenizer
+
+    source = Path(mistral_common.__file__).parent / "data" / MISTRAL_TEKKEN
+    final = cache_root() / "mistral-tokenizers" / f"{source.stem}-mistral_common-{mistral_common.__version__}"
+    if _complete(final):
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".mistral-", dir=final.parent))
+    try:
+        convert_tekken_tokenizer(str(source)).save_pretrained(work)
+        try:
+            os.rename(work, final)
+        except OSError:
+            if not _complete(final):
+                raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return final

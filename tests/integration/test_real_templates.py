@@ -92,6 +92,8 @@ def test_the_builtin_templates_each_fit_their_familys_vocabulary_only(family_tok
         if name == "llama3-json" and family == "llama3_1":  # no <|python_tag|>: the hermes fallback reads no call
             assert parser == "hermes" and set(ours.problems) == {"calls unreadable"}
             continue
+        if name == "mistral-tools":  # no [TOOL_CALLS] token: not vLLM's mistral parser (it would not start)
+            assert parser == "hermes"
         assert set(ours.problems) == {"no stop"}, (name, ours.problems)
         [line] = parity.model_problems(ROWS, tok, "here")
         fix = line.split("Fix:")[1]
@@ -115,6 +117,38 @@ def test_llama3_json_on_a_llama_3_1_vocabulary_and_its_exact_loss_mask():
         f'{{"name": "{call["name"]}", "parameters": {json.dumps(call["arguments"])}}}<|eot_id|>'
         f'{row["messages"][3]["content"]}<|eot_id|>'
     )
+
+
+def test_mistral_tools_on_mistral_nemos_tokenizer_and_its_exact_loss_mask():
+    """Mistral's family, its tokenizer converted at test time from the tekken file mistral_common ships (no npm
+    package has one): its own template (transformers' Mistral one) renders calls vLLM's mistral parser refuses, so
+    auto takes mistral-tools, which passes with vLLM's parser agreeing and trains exactly the calls and answers
+    vLLM reads back, each ending with </s>, the EOS; every other built-in template never stops on it."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(rt.mistral_tokenizer_dir())
+    assert templates.family_template(tok.get_vocab()) == "mistral-tools"
+    parser, ours, theirs = _verdicts(tok)  # its own template
+    assert parser == "mistral" and not ours.ok and _kinds(ours) == _kinds(theirs)
+    spec, why = parity.choose_template(tok)
+    assert spec == "mistral-tools" and "[TOOL_CALLS]" in why
+    assert templates.extra_stop_ids(tok, "mistral-tools") == []  # its turns end with the EOS already
+    tok.chat_template = templates.BUILTIN["mistral-tools"].text
+    parser, ours, theirs = _verdicts(tok)
+    assert parser == "mistral" and ours.ok and theirs.ok and ours.turns == 15
+    assert parity.check(ROWS_MULTI, tok, parser).ok
+    row = ROWS_MULTI[-1]  # call, result, answer: both assistant turns trained, each with its </s>
+    encoded = data.encode(row, tok, 4096)
+    trained = tok.decode([t for t in encoded["labels"] if t != -100])
+    call = row["messages"][1]["tool_calls"][0]["function"]
+    assert trained == (
+        f'[TOOL_CALLS][{{"name": "{call["name"]}", "arguments": {json.dumps(call["arguments"])}}}]</s>'
+        f"{row['messages'][3]['content']}</s>"
+    )
+    for name, builtin in templates.BUILTIN.items():
+        if name != "mistral-tools":
+            tok.chat_template = builtin.text
+            assert set(_verdicts(tok)[1].problems) == {"no stop"}, name
 
 
 def test_a_base_gemma_stops_at_end_of_turn_once_delivery_adds_it():

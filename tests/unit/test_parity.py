@@ -150,20 +150,29 @@ def test_the_projects_parsers_agree_with_vllms(tok, text, parser, calls, content
 def test_each_builtin_templates_calls_are_read_by_the_parser_it_declares():
     """tool_call_parser reads the format off each template's rendering: hermes for the <tool_call> ones,
     llama3_json where the vocabulary has <|python_tag|> (hermes otherwise: vLLM's llama3_json refuses to start
-    without it, and the check then refuses the template), pythonic for [f(a=1)]."""
+    without it, and the check then refuses the template), pythonic for [f(a=1)], mistral where the vocabulary has
+    [TOOL_CALLS] (the same fallback otherwise)."""
     declared = {
         "chatml-tools": "hermes",
         "gemma-tools": "hermes",
         "llama3-json": "llama3_json",
+        "mistral-tools": "mistral",
         "llama3-pythonic": "pythonic",
     }
     assert set(declared) == set(templates.BUILTIN)
     for name, parser in declared.items():
-        assert parsers.tool_call_parser(templates.BUILTIN[name].text, ["<|python_tag|>"]) == parser
+        assert parsers.tool_call_parser(templates.BUILTIN[name].text, ["<|python_tag|>", "[TOOL_CALLS]"]) == parser
     assert parsers.tool_call_parser(templates.BUILTIN["llama3-json"].text, []) == "hermes"
+    assert parsers.tool_call_parser(templates.BUILTIN["mistral-tools"].text, []) == "hermes"
     assert templates.family_template({"<|im_start|>": 1, "<|im_end|>": 2}) == "chatml-tools"
     assert templates.family_template({"<|start_header_id|>": 1, "<|eot_id|>": 2}) == "llama3-pythonic"
     assert templates.family_template({"<|start_header_id|>": 1, "<|eot_id|>": 2, "<|python_tag|>": 3}) == "llama3-json"
+    assert (
+        templates.family_template(
+            {t: i for i, t in enumerate(["[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]"])}
+        )
+        == "mistral-tools"
+    )
     assert templates.family_template({"<|end|>": 1}) is None
 
 

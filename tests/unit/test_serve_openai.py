@@ -443,7 +443,9 @@ def test_tool_call_parser_follows_the_chat_template(tmp_path, tiny_model_dir):
         "{%- for m in messages %}{%- if m.tool_calls %}[TOOL_CALLS]{{ m.tool_calls | map(attribute='function') "
         "| list | tojson }}{%- else %}[INST]{{ m.content }}[/INST]{%- endif %}{%- endfor %}"
     )
-    assert serve_args.tool_call_parser(mistral) == "mistral"
+    assert serve_args.tool_call_parser(mistral, ["[TOOL_CALLS]"]) == "mistral"
+    # vLLM's mistral parser will not start without the [TOOL_CALLS] token either: not chosen then
+    assert serve_args.tool_call_parser(mistral) == "hermes"
     # tokenizer_config.json's named templates (Hermes / Qwen style): the tool_use one decides
     named = [
         {"name": "default", "template": "{% for m in messages %}{{ m.content }}{% endfor %}"},

@@ -291,7 +291,8 @@ def tool_call_parser(chat_template: str | None, special_tokens: Collection[str] 
     answer = render[1][len(os.path.commonprefix(render)) :]
     if "<tool_call>" in answer:
         return "hermes"
-    if "[TOOL_CALLS]" in answer:
+    # vLLM's mistral parser refuses to start without the [TOOL_CALLS] token, as llama3_json without <|python_tag|>.
+    if "[TOOL_CALLS]" in answer and "[TOOL_CALLS]" in special_tokens:
         return "mistral"
     if answer.lstrip().startswith(f"[{_PROBE_TOOL}("):
         return "pythonic"

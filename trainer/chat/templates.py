@@ -188,6 +188,37 @@ LLAMA3_PYTHONIC = (
 )
 
 
+# Mistral's [INST] turns with its control tokens (the tekken vocabularies before v11: Mistral Nemo, Pixtral, Mistral
+# Small 2409): the tool list as [AVAILABLE_TOOLS][...][/AVAILABLE_TOOLS] before the first user turn (Mistral's own
+# templates put it before the last, which would change the rendering of every earlier prefix), the system text
+# opening the first user turn, calls as [TOOL_CALLS][{"name", "arguments"}, ...] and results as
+# [TOOL_RESULTS]{"content": ...}[/TOOL_RESULTS] (vLLM parser mistral, which needs the [TOOL_CALLS] token), each
+# assistant turn ending with </s>, the tokenizer's EOS.
+MISTRAL_TOOLS = (
+    "{%- set nl = '\\n' %}"
+    "{%- if messages and messages[0].role == 'system' %}{%- set system = messages[0].content or '' %}"
+    "{%- set rest = messages[1:] %}{%- else %}{%- set system = '' %}{%- set rest = messages %}{%- endif %}"
+    "{{- bos_token }}"
+    "{%- set ns = namespace(first=true) %}"
+    "{%- for m in rest %}"
+    "{%- if m.role == 'assistant' %}{% generation %}"
+    "{%- if m.content %}{{ m.content }}{% endif %}"
+    "{%- if m.tool_calls %}{{ '[TOOL_CALLS][' }}{%- for tc in m.tool_calls %}{{ ', ' if not loop.first }}"
+    "{{- '{\"name\": ' }}{{ tc.function.name | tojson }}{{ ', \"arguments\": ' }}{{ tc.function.arguments | tojson }}"
+    "{{- '}' }}{%- endfor %}{{ ']' }}{% endif %}{{ '</s>' }}{% endgeneration %}"
+    "{%- elif m.role == 'tool' %}{{ '[TOOL_RESULTS]{\"content\": ' }}{{ (m.content or '') | tojson }}"
+    "{{- '}[/TOOL_RESULTS]' }}"
+    "{%- else %}"
+    "{%- if ns.first and tools %}{{ '[AVAILABLE_TOOLS][' }}{%- for tool in tools %}{{ ', ' if not loop.first }}"
+    "{{- (tool if tool.function is defined else {'type': 'function', 'function': tool}) | tojson }}{%- endfor %}"
+    "{{- '][/AVAILABLE_TOOLS]' }}{% endif %}"
+    "{{- '[INST]' }}{% if ns.first and system %}{{ system + nl + nl }}{% endif %}{{ (m.content or '') + '[/INST]' }}"
+    "{%- set ns.first = false %}"
+    "{%- endif %}"
+    "{%- endfor %}"
+)
+
+
 @dataclass(frozen=True)
 class Builtin:
     """A built-in template: its text, what it is for, the token each assistant turn ends with (`turn_end`: a stop
@@ -221,6 +252,13 @@ BUILTIN = {
         "Llama 3.1+ header turns with JSON calls (vLLM parser llama3_json; needs the <|python_tag|> token)",
         "<|eot_id|>",
         ("<|start_header_id|>", "<|eot_id|>", "<|python_tag|>"),
+    ),
+    "mistral-tools": Builtin(
+        MISTRAL_TOOLS,
+        "Mistral's [INST] turns with [TOOL_CALLS] JSON (vLLM parser mistral; needs the [TOOL_CALLS] token): "
+        "tekken vocabularies before v11, e.g. Mistral Nemo",
+        "</s>",
+        ("[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]"),
     ),
     "llama3-pythonic": Builtin(
         LLAMA3_PYTHONIC,

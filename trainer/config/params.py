@@ -86,7 +86,8 @@ PARAMS: tuple[Param, ...] = (
         BOTH,
         help=(
             "The chat template training, evaluation and serving all use: model (the model's own), auto, a "
-            'built-in (chatml-tools, gemma-tools, llama3-json, llama3-pythonic), a .jinja file or an s3:// URI of '
+            'built-in (chatml-tools, gemma-tools, llama3-json, mistral-tools, llama3-pythonic), a .jinja file or an '
+            's3:// URI of '
             'one.'
         ),
     ),
