@@ -31,6 +31,13 @@ AUTO = "auto"
 TEMPLATE_FILE = "chat_template.jinja"
 GENERATION_CONFIG = "generation_config.json"
 
+# Every built-in template's start: `nl`, and the system text (`system`, '' without one) apart from the turns (`rest`).
+_SPLIT_SYSTEM = (
+    "{%- set nl = '\\n' %}"
+    "{%- if messages and messages[0].role == 'system' %}{%- set system = messages[0].content or '' %}"
+    "{%- set rest = messages[1:] %}{%- else %}{%- set system = '' %}{%- set rest = messages %}{%- endif %}"
+)
+
 # ChatML with tools, the format Qwen2.5 and Hermes models use: the tool list as JSON inside
 # <tools></tools> in the system turn, each call as <tool_call>{"name": ..., "arguments": {...}}
 # </tool_call> (what vLLM's hermes parser reads back), tool results as <tool_response> in a user
@@ -38,10 +45,7 @@ GENERATION_CONFIG = "generation_config.json"
 # stop), so the loss mask is exact for every assistant turn. `content: null` beside tool calls is
 # rendered as nothing (SmolLM2's own ChatML template raises TypeError on it).
 CHATML_TOOLS = (
-    "{%- set nl = '\\n' %}"
-    "{%- if messages and messages[0].role == 'system' %}{%- set system = messages[0].content or '' %}"
-    "{%- set rest = messages[1:] %}{%- else %}{%- set system = '' %}{%- set rest = messages %}{%- endif %}"
-    "{%- if tools %}"
+    _SPLIT_SYSTEM + "{%- if tools %}"
     "{{- '<|im_start|>system' + nl }}{% if system %}{{ system + nl + nl }}{% endif %}"
     "{{- '# Tools' + nl + nl + 'You may call one or more functions to assist with the user query.' + nl + nl }}"
     "{{- 'You are provided with function signatures within <tools></tools> XML tags:' + nl + '<tools>' }}"
@@ -87,10 +91,7 @@ _HERMES_CALLS = (
 # open the first user turn, and a tool result is a user turn holding <tool_response>. Fits Gemma 1-3, base models
 # included: their generation config stops at <eos> only, so delivery adds <end_of_turn> (`turn_end`) to it.
 GEMMA_TOOLS = (
-    "{%- set nl = '\\n' %}"
-    "{%- if messages and messages[0].role == 'system' %}{%- set system = messages[0].content or '' %}"
-    "{%- set rest = messages[1:] %}{%- else %}{%- set system = '' %}{%- set rest = messages %}{%- endif %}"
-    "{{- bos_token }}"
+    _SPLIT_SYSTEM + "{{- bos_token }}"
     "{%- set ns = namespace(first=true) %}"
     "{%- for m in rest %}"
     "{%- if m.role == 'assistant' %}{{ '<start_of_turn>model' + nl }}{% generation %}"
@@ -109,12 +110,7 @@ GEMMA_TOOLS = (
 # Llama 3.x's header turns, tool results in the `ipython` role, the tools as JSON in the first user turn (Llama
 # 3.1's default, `tools_in_user_message`), each call a bare {"name", "parameters"} object, several joined by "; "
 # (vLLM parser llama3_json, which needs the <|python_tag|> token of Llama 3.1 and later vocabularies).
-_LLAMA3_HEAD = (
-    "{%- set nl = '\\n' %}"
-    "{%- if messages and messages[0].role == 'system' %}{%- set system = messages[0].content or '' %}"
-    "{%- set rest = messages[1:] %}{%- else %}{%- set system = '' %}{%- set rest = messages %}{%- endif %}"
-    "{{- bos_token }}"
-)
+_LLAMA3_HEAD = _SPLIT_SYSTEM + "{{- bos_token }}"
 _LLAMA3_TURNS = (
     "{%- for m in rest %}"
     "{%- if m.role == 'assistant' %}{{ '<|start_header_id|>assistant<|end_header_id|>' + nl + nl }}{% generation %}"
@@ -195,10 +191,7 @@ LLAMA3_PYTHONIC = (
 # [TOOL_RESULTS]{"content": ...}[/TOOL_RESULTS] (vLLM parser mistral, which needs the [TOOL_CALLS] token), each
 # assistant turn ending with </s>, the tokenizer's EOS.
 MISTRAL_TOOLS = (
-    "{%- set nl = '\\n' %}"
-    "{%- if messages and messages[0].role == 'system' %}{%- set system = messages[0].content or '' %}"
-    "{%- set rest = messages[1:] %}{%- else %}{%- set system = '' %}{%- set rest = messages %}{%- endif %}"
-    "{{- bos_token }}"
+    _SPLIT_SYSTEM + "{{- bos_token }}"
     "{%- set ns = namespace(first=true) %}"
     "{%- for m in rest %}"
     "{%- if m.role == 'assistant' %}{% generation %}"
