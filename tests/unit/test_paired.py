@@ -58,7 +58,7 @@ def test_lost_and_won_per_category_from_both_models_verdicts():
         v("chat", False),
         v("parallel", False),
     ]
-    assert paired_counts(base, tuned, "fc", fc_check.CATEGORIES) == {
+    assert paired_counts(base, tuned, "heldout", fc_check.CATEGORIES) == {
         "fc_simple_lost": 1,
         "fc_simple_won": 1,
         "fc_irrelevance_lost": 0,
@@ -68,9 +68,9 @@ def test_lost_and_won_per_category_from_both_models_verdicts():
     }  # a category measured logs its 0s; chat is no category
     assert paired_counts(base, tuned, "bfcl")["bfcl_chat_lost"] == 1  # no list given: every category seen
     with pytest.raises(ValueError, match="not of the same rows"):
-        paired_counts(base, tuned[:-1], "fc")
+        paired_counts(base, tuned[:-1], "heldout")
     with pytest.raises(ValueError, match="not of the same rows"):
-        paired_counts(base, list(reversed(tuned)), "fc")
+        paired_counts(base, list(reversed(tuned)), "heldout")
 
 
 def test_heldout_counts_from_both_models_predictions():

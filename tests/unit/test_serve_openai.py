@@ -740,3 +740,28 @@ def test_serve_with_a_damaged_adapter_config_is_one_line_naming_the_file(tmp_pat
     err = capsys.readouterr().err
     assert f"--lora q={tmp_path / 'adapter'}: {cfg} {said}" in err and "Traceback" not in err
     assert "copy the adapter directory again from its run's output, or pass another adapter" in err
+
+
+def test_a_request_the_server_does_not_answer_in_time_is_one_message_not_a_traceback():
+    """A vLLM server on cores another heavy process shares took over 600 s on one BFCL request: the evaluate step
+    died with a socket's TimeoutError traceback. Now one line names the request, the limit and what to do."""
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)  # accepts, never answers
+    port = listener.getsockname()[1]
+    accepted = []
+    threading.Thread(target=lambda: accepted.append(listener.accept()), daemon=True).start()
+    try:
+        with pytest.raises(serve_client.UserError) as err:
+            serve_client.post(f"http://127.0.0.1:{port}/v1/chat/completions", {"model": "m"}, 0.5, "chat for 'm'")
+        assert str(err.value) == (
+            f"chat for 'm' got no answer from http://127.0.0.1:{port}/v1/chat/completions within 0.5 s: the server is "
+            "overloaded or stuck; run nothing heavy beside it, or ask fewer rows (eval_max_rows, bfcl_rows)"
+        )
+    finally:
+        for conn, _ in accepted:
+            conn.close()
+        listener.close()

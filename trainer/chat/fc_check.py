@@ -47,6 +47,7 @@ import re
 import string
 from typing import Any, Callable
 
+from trainer.core import metrics as names
 from trainer.chat.calls import as_call
 from trainer.chat.turns import after_tool_result, expected_calls, expected_text, target_index
 
@@ -337,8 +338,8 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "categories": cats,
         "fc_rows": rows,
-        "fc_ast_accuracy": sum(c["correct"] for c in cats.values()) / rows if rows else None,
-        "fc_exact_accuracy": sum(c["exact"] for c in cats.values()) / rows if rows else None,
+        names.PRIMARY: sum(c["correct"] for c in cats.values()) / rows if rows else None,
+        names.EXACT: sum(c["exact"] for c in cats.values()) / rows if rows else None,
     }
 
 
@@ -347,11 +348,11 @@ def metrics(summary: dict[str, Any]) -> dict[str, float]:
     `fc_rows`, `fc_<category>_accuracy`, `fc_<category>_rows`) for KFP's Metrics and Compare.
     An accuracy not measured is left out (a metric is a number; its `_rows` of 0 says why)."""
     out: dict[str, float] = {"fc_rows": summary["fc_rows"]}
-    for name in ("fc_ast_accuracy", "fc_exact_accuracy"):
+    for name in (names.PRIMARY, names.EXACT):
         if summary[name] is not None:
             out[name] = summary[name]
     for cat, c in summary["categories"].items():
-        out[f"fc_{cat}_rows"] = c["rows"]
+        out[names.count("heldout", cat, "rows")] = c["rows"]
         if c["accuracy"] is not None:
-            out[f"fc_{cat}_accuracy"] = c["accuracy"]
+            out[names.accuracy("heldout", cat)] = c["accuracy"]
     return out

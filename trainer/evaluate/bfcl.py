@@ -23,6 +23,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from trainer.core import metrics as names
 from trainer.data import bfcl as bfcl_data
 from trainer.evaluate import bfcl_check
 from trainer.evaluate.paired import paired_counts
@@ -87,14 +88,18 @@ def score(asked: list[dict[str, Any]], predictions: list[dict[str, Any] | None])
     for v in verdicts(asked, predictions):
         per.setdefault(v["category"], []).append(v["ok"])
     acc = {c: sum(v) / len(v) for c, v in per.items()}
-    out = {f"bfcl_{c}_accuracy": a for c, a in acc.items()}
+    out = {names.accuracy("bfcl", c): a for c, a in acc.items()}
     if all(c in acc for c in bfcl_data.NON_LIVE_AST):
-        out["bfcl_non_live_ast_accuracy"] = sum(acc[c] for c in bfcl_data.NON_LIVE_AST) / len(bfcl_data.NON_LIVE_AST)
+        out[names.accuracy("bfcl", "non_live_ast")] = sum(acc[c] for c in bfcl_data.NON_LIVE_AST) / len(
+            bfcl_data.NON_LIVE_AST
+        )
     live = [ok for c in bfcl_data.LIVE_AST if c in per for ok in per[c]]
     if all(c in per for c in bfcl_data.LIVE_AST):
-        out["bfcl_live_ast_accuracy"] = sum(live) / len(live)
+        out[names.accuracy("bfcl", "live_ast")] = sum(live) / len(live)
     if all(c in acc for c in bfcl_data.IRRELEVANCE):
-        out["bfcl_hallucination_accuracy"] = sum(acc[c] for c in bfcl_data.IRRELEVANCE) / len(bfcl_data.IRRELEVANCE)
+        out[names.accuracy("bfcl", "hallucination")] = sum(acc[c] for c in bfcl_data.IRRELEVANCE) / len(
+            bfcl_data.IRRELEVANCE
+        )
     return out
 
 
@@ -114,8 +119,9 @@ def counts(
     (`bfcl_<category>_lost` / `_won`: trainer.evaluate.paired), which the promotion gate tests a drop on."""
     out: dict[str, float] = {}
     for row, long in zip(asked, too_long):
-        out[f"bfcl_{row['category']}_rows"] = out.get(f"bfcl_{row['category']}_rows", 0) + 1
-        out[f"bfcl_{row['category']}_too_long"] = out.get(f"bfcl_{row['category']}_too_long", 0) + long
+        rows, too_long = (names.count("bfcl", row["category"], kind) for kind in ("rows", "too_long"))
+        out[rows] = out.get(rows, 0) + 1
+        out[too_long] = out.get(too_long, 0) + long
     if outputs is not None:
         out.update(paired_counts(verdicts(asked, outputs["base"]), verdicts(asked, outputs["tuned"]), "bfcl"))
     return out

@@ -11,10 +11,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from trainer.core import metrics as names
 from trainer.chat import fc_check
 from trainer.data import bfcl
 
-PRIMARY = "fc_ast_accuracy"
+PRIMARY = names.PRIMARY
 # select_metric -> the direction that improves; the primary metric or, for data without tool calls, eval loss
 SELECT = {PRIMARY: "higher", "eval_loss": "lower"}
 # The sweep's metric before the two gates shared one (exact-match accuracy): named in its refusal, with the fix
@@ -55,15 +56,17 @@ def gate_drops(metrics: dict[str, float], max_drop: float, significance: float) 
 
 
 def _drops(metrics: dict[str, float], max_drop: float, significance: float) -> list[tuple[str, bool]]:
-    names = [f"fc_{c}" for c in fc_check.CATEGORIES] + [f"bfcl_{c}" for c in bfcl.CATEGORIES]
+    categories = [("heldout", c) for c in fc_check.CATEGORIES] + [("bfcl", c) for c in bfcl.CATEGORIES]
     gate = f"max_category_drop {max_drop:g}" + (f", gate_significance {significance:g}" if significance > 0 else "")
     out = []
-    for name in names:
-        accuracy = f"{name}_accuracy"
-        base, tuned = metrics.get(f"base_{accuracy}"), metrics.get(f"tuned_{accuracy}", metrics.get(accuracy))
+    for suite, cat in categories:
+        accuracy = names.accuracy(suite, cat)
+        base = metrics.get(names.base(accuracy))
+        tuned = metrics.get(names.tuned(accuracy), metrics.get(accuracy))
         if base is None or tuned is None or base - tuned <= max_drop + 1e-9:
             continue
-        rows, lost, won = (metrics.get(f"{name}_{k}") for k in ("rows", "lost", "won"))
+        rows, lost, won = (metrics.get(names.count(suite, cat, k)) for k in ("rows", "lost", "won"))
+        name = names.category(suite, cat)
         of = f" on {int(rows)} rows" if rows is not None else ""
         if lost is None or won is None:
             test, kept = "lost/won not logged (an older run): taken as significant", True
@@ -112,7 +115,7 @@ def promotion(
 
 def _accuracy_gate(metrics: dict[str, float], min_fc_accuracy: float, min_gain: float | None) -> tuple[bool, str]:
     """min_gain None: the accuracy's gain is not asked (the sweep by eval_loss, whose min_gain is the loss's)."""
-    tuned, base = metrics.get("fc_ast_accuracy"), metrics.get("base_fc_ast_accuracy")
+    tuned, base = metrics.get(PRIMARY), metrics.get(names.base(PRIMARY))
     if tuned is None or base is None:
         if min_gain is None and min_fc_accuracy > 0:
             return False, (

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from trainer.core import metrics as names
 from trainer.chat import fc_check
 
 
 def paired_counts(
-    base: list[dict[str, Any]], tuned: list[dict[str, Any]], prefix: str, categories: Iterable[str] | None = None
+    base: list[dict[str, Any]], tuned: list[dict[str, Any]], suite: str, categories: Iterable[str] | None = None
 ) -> dict[str, float]:
-    """`{prefix}_{category}_lost` and `{prefix}_{category}_won` from both models' verdicts on the same rows
+    """`<suite>_<category>_lost` and `_won` (trainer.core.metrics.count) from both models' verdicts on the same rows
     (`{"category", "ok"}` per row, in the same order: trainer.chat.fc_check.score's), for every category with a
     row (of `categories` only, where given): a category measured logs its 0s, so a missing count means
     an older run, never none changed.
@@ -33,7 +34,7 @@ def paired_counts(
     for b, t in zip(base, tuned):
         if wanted is not None and b["category"] not in wanted:
             continue
-        lost, won = f"{prefix}_{b['category']}_lost", f"{prefix}_{b['category']}_won"
+        lost, won = (names.count(suite, b["category"], kind) for kind in ("lost", "won"))
         out[lost] = out.get(lost, 0.0) + (bool(b["ok"]) and not t["ok"])
         out[won] = out.get(won, 0.0) + (not b["ok"] and bool(t["ok"]))
     return out
@@ -46,4 +47,4 @@ def heldout_counts(rows: list[dict[str, Any]], outputs: dict[str, list[dict[str,
         name: [fc_check.score(r, p["calls"], p["content"]) for r, p in zip(rows, outputs[name])]
         for name in ("base", "tuned")
     }
-    return paired_counts(verdicts["base"], verdicts["tuned"], "fc", fc_check.CATEGORIES)
+    return paired_counts(verdicts["base"], verdicts["tuned"], "heldout", fc_check.CATEGORIES)

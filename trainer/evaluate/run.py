@@ -24,6 +24,7 @@ from trainer.chat.turns import (
     split_turns,
     trained_turns,
 )
+from trainer.core import metrics as names
 from trainer.core.errors import UserError
 from trainer.data import bfcl as bfcl_data
 from trainer.evaluate import bfcl, generation, kept_base
@@ -121,15 +122,10 @@ def logged_metrics(result: dict[str, Any]) -> dict[str, float]:
     # The BFCL-style accuracies of the tuned model also under their plain names (fc_ast_accuracy,
     # fc_<category>_accuracy: what KFP Compare lines up), with each category's row count; an
     # accuracy a split cannot measure is absent (fc_check), never 0.
-    out.update(
-        {
-            k: float(v)
-            for k, v in result["tuned"].items()
-            if k.startswith(
-                ("fc_ast", "fc_exact", "fc_simple", "fc_multiple", "fc_parallel", "fc_irrelevance", "fc_multi_turn")
-            )
-        }
-    )
+    plain = {names.PRIMARY, names.EXACT} | {
+        n for c in fc_check.CATEGORIES for n in (names.accuracy("heldout", c), names.count("heldout", c, "rows"))
+    }
+    out.update({k: float(v) for k, v in result["tuned"].items() if k in plain})
     out.update({k: float(v) for k, v in result.get("categories", {}).items()})
     out.update({k: float(v) for k, v in result.get("paired", {}).items()})  # fc_<category>_lost / _won
     out.update({k: float(v) for k, v in result.get("sources", {}).items()})  # mix<k>_rows: a mix's rows per source

@@ -126,6 +126,15 @@ def post(
             return read(r) if read else json.loads(r.read())
     except urllib.error.HTTPError as err:
         raise UserError(f"{what} failed: HTTP {err.code}: {err.read()[:500]!r}") from None
+    except (TimeoutError, urllib.error.URLError) as err:
+        if not isinstance(getattr(err, "reason", err), TimeoutError):
+            raise
+        # A server that takes this long on one request is overloaded (other heavy work on its cores, or a model that
+        # writes up to max_tokens on every row) or stuck: one line, not a socket's traceback.
+        raise UserError(
+            f"{what} got no answer from {url} within {timeout:g} s: the server is overloaded or stuck; run nothing "
+            "heavy beside it, or ask fewer rows (eval_max_rows, bfcl_rows)"
+        ) from None
 
 
 def _assemble_stream(lines) -> dict[str, Any]:
