@@ -154,7 +154,7 @@ def main() -> None:
             callbacks=[Half()],
         )
     start = time.perf_counter()
-    trainer.recipe.train()
+    trainer.train()
     end = time.perf_counter()
     seconds = end - start
     peak = (

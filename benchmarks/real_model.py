@@ -518,7 +518,7 @@ def trl_worker(spec: dict[str, Any]) -> None:
 
     trainer.data_collator = counting
     start = time.perf_counter()
-    trainer.recipe.train()
+    trainer.train()
     seconds = time.perf_counter() - start
     real = sum(counts[:steps])
     result = {

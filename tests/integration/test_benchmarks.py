@@ -80,6 +80,7 @@ def test_every_path_runs_on_cpu_and_a_failing_variant_costs_only_its_row(tmp_pat
     assert (tmp_path / "gc-logs" / "compare-tiny-0-0.log").exists()
 
 
+@pytest.mark.bench  # tiny HF Trainer and TRL runs beside ours: ~3 min of make test's 15; make test-bench
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU path of the script; on a GPU run make gpu-check")
 def test_gpu_checks_dry_run_runs_every_part_on_cpu_and_writes_its_figures(tmp_path):
     """make gpu-check's script end to end on CPU (tiny shapes), so that what runs on a lent GPU

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_CONSOLE_LINES = 84  # 80, plus the register step's three lines
@@ -115,6 +117,7 @@ def test_run_local_end_to_end(tmp_path, s3_env):
             assert b"very-secret-value-42" not in path.read_bytes(), path
 
 
+@pytest.mark.slow  # three trials trained and served: 5 min; tests/integration/test_sweep.py runs the sweep in make test
 def test_local_sweep_copies_the_winner_out_and_shows_each_trials_lines(tmp_path, s3_env):
     """A sweep that deploys its winner (picked by eval loss) ends like a finetune run: the merged
     model copied out, the endpoint's smoke verdict; the console shows each trial's own messages

@@ -135,6 +135,7 @@ def test_interrupted_run_resumes_and_matches_uninterrupted(inputs, uninterrupted
     assert store.complete_children(f"{prefix}/checkpoints") == ["step-00000050", "step-00000060"]
 
 
+@pytest.mark.slow  # inductor compiles on two CPU ranks, twice: 4-7 min; the eager resume tests stay in make test
 def test_compiled_two_rank_run_with_fused_lora_resumes_exactly(inputs, store, capfd, monkeypatch, tmp_path):
     """The GPU configuration's moving parts on CPU (gloo): compile=true (inductor, dynamic
     shapes, bucketed widths), fused LoRA layers, token-budget batches, 2 ranks, resumed from a

@@ -180,7 +180,10 @@ def test_the_loop_reads_values_back_only_at_log_and_checkpoint_steps(delivered, 
 
     from trainer.recipe.train import train
 
-    ours = {str(Path(__file__).parents[2] / "trainer" / f) for f in ("train.py", "model.py", "batching.py")}
+    ours = {
+        str(Path(__file__).parents[2] / "trainer" / f)
+        for f in ("recipe/train.py", "models/model.py", "data/batching.py")
+    }
     reads = []
     for name in ("item", "tolist", "__bool__", "__float__", "__int__"):
         original = getattr(torch.Tensor, name)

@@ -122,12 +122,16 @@ def test_the_training_pods_get_the_tracking_settings_and_no_credentials(monkeypa
         return {e.name: e.value for e in container.env if e.name.startswith("MLFLOW_")}
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    for name in tracking.BOUNDS:  # a Tracker made earlier in this process set them (MLflow reads them per request)
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("MLFLOW_RUN_ID", "abc")
     assert mlflow_env() == {}  # tracking off: nothing to hand over
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.kubeflow:5000")
     monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", "a-secret-token")
     monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "a-secret-password")
     assert mlflow_env() == {"MLFLOW_TRACKING_URI": "http://mlflow.kubeflow:5000", "MLFLOW_RUN_ID": "abc"}
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")  # a limit set here goes with the settings
+    assert mlflow_env()["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "30"
 
 
 def test_credentials_are_redacted_from_text():
