@@ -446,6 +446,19 @@ def test_tool_call_parser_follows_the_chat_template(tmp_path, tiny_model_dir):
     assert serve_args.tool_call_parser(mistral, ["[TOOL_CALLS]"]) == "mistral"
     # vLLM's mistral parser will not start without the [TOOL_CALLS] token either: not chosen then
     assert serve_args.tool_call_parser(mistral) == "hermes"
+    # a tree keeping its added tokens outside tokenizer.json (a SentencePiece tokenizer.model beside
+    # tokenizer_config.json's added_tokens_decoder, or added_tokens.json): read there too, as training reads them
+    sentencepiece = tmp_path / "sentencepiece"
+    sentencepiece.mkdir()
+    (sentencepiece / "chat_template.jinja").write_text(mistral)
+    (sentencepiece / "tokenizer_config.json").write_text(
+        json.dumps({"added_tokens_decoder": {"9": {"content": "[TOOL_CALLS]", "special": True}}})
+    )
+    assert serve_args.model_tool_call_parser(sentencepiece) == "mistral"
+    (sentencepiece / "tokenizer_config.json").write_text("{}")
+    assert serve_args.model_tool_call_parser(sentencepiece) == "hermes"
+    (sentencepiece / "added_tokens.json").write_text(json.dumps({"[TOOL_CALLS]": 9}))
+    assert serve_args.model_tool_call_parser(sentencepiece) == "mistral"
     # tokenizer_config.json's named templates (Hermes / Qwen style): the tool_use one decides
     named = [
         {"name": "default", "template": "{% for m in messages %}{{ m.content }}{% endfor %}"},

@@ -119,9 +119,9 @@ def counts(
     (`bfcl_<category>_lost` / `_won`: trainer.evaluate.paired), which the promotion gate tests a drop on."""
     out: dict[str, float] = {}
     for row, long in zip(asked, too_long):
-        rows, too_long = (names.count("bfcl", row["category"], kind) for kind in ("rows", "too_long"))
+        rows, longer = (names.count("bfcl", row["category"], kind) for kind in ("rows", "too_long"))
         out[rows] = out.get(rows, 0) + 1
-        out[too_long] = out.get(too_long, 0) + long
+        out[longer] = out.get(longer, 0) + long
     if outputs is not None:
         out.update(paired_counts(verdicts(asked, outputs["base"]), verdicts(asked, outputs["tuned"]), "bfcl"))
     return out

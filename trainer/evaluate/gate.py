@@ -179,6 +179,10 @@ def pick(
     With eval_loss the gain is the fall in eval loss, at least `min_gain`, and `min_fc_accuracy` and the
     categories are asked as `promotion` asks them.
 
+    One exception: where no trial measured fc_ast_accuracy (an eval split without tool calls), nothing is deployed
+    by it, even where the finetune gate would promote at min_fc_accuracy=0 and min_gain=0; the sweep's validation
+    refuses that case before any trial trains, naming select_metric=eval_loss.
+
     `metrics[i]` are trial i's evaluate metrics (base_* and tuned_* keys). Gain is measured in
     the metric's own units, in the improving direction (accuracy up, loss down).
     Returns {"best": index, "deploy": bool, "reason": str, "rows": [per-trial summary]}; with

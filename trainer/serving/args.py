@@ -109,8 +109,15 @@ def vllm_args(
 
 def tree_tool_call_parser(read: Callable[[str], str | None]) -> str:
     """tool_call_parser() for a model tree; `read(path)` returns one of its files' text or None."""
-    tokenizer = read("tokenizer.json")
+    # The added tokens wherever a tree keeps them, as transformers' get_added_vocab reads them (training and the
+    # evaluation choose the parser from that): tokenizer.json, tokenizer_config.json's added_tokens_decoder, and
+    # added_tokens.json (a tree with only a SentencePiece tokenizer.model has the last two).
+    tokenizer, config, extra = (read(name) for name in ("tokenizer.json", "tokenizer_config.json", "added_tokens.json"))
     added = [t.get("content") for t in json.loads(tokenizer).get("added_tokens", [])] if tokenizer else []
+    added += (
+        [t.get("content") for t in (json.loads(config).get("added_tokens_decoder") or {}).values()] if config else []
+    )
+    added += list(json.loads(extra)) if extra else []
     return tool_call_parser(chat_template_text(read), added)
 
 
