@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from trainer.chat.types import Message, ToolCall
+
 
 def decode_arguments(raw: Any) -> Any:
     """A call's arguments as a value: JSON text decoded, anything else as it is.
@@ -28,7 +30,7 @@ def arguments_or_raw(raw: Any) -> Any:
         return raw
 
 
-def as_call(call: Any, where: str) -> dict[str, Any]:
+def as_call(call: Any, where: str) -> ToolCall:
     """`{"name", "arguments": dict}` from a call as a client or a row holds it.
 
     Raises:
@@ -50,7 +52,7 @@ def as_call(call: Any, where: str) -> dict[str, Any]:
     return {"name": call["name"], "arguments": args}
 
 
-def message_calls(message: dict[str, Any]) -> list[dict[str, Any]]:
+def message_calls(message: Message) -> list[ToolCall]:
     """A message's `tool_calls` as `{"name", "arguments"}`, arguments decoded where they are JSON."""
     return [
         {"name": c["function"]["name"], "arguments": arguments_or_raw(c["function"].get("arguments"))}
@@ -58,7 +60,7 @@ def message_calls(message: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def same_calls(got: list[dict[str, Any]], want: list[dict[str, Any]]) -> bool:
+def same_calls(got: list[ToolCall], want: list[ToolCall]) -> bool:
     """The same calls, in any order (parallel calls have none)."""
     key = lambda c: json.dumps(c, sort_keys=True)  # noqa: E731
     return sorted(map(key, got)) == sorted(map(key, want))

@@ -49,6 +49,7 @@ from typing import Any, Callable
 
 from trainer.core import metrics as names
 from trainer.chat.calls import as_call
+from trainer.chat.types import CategoryScore, Row, Summary, Tool, ToolCall, Verdict
 from trainer.chat.turns import after_tool_result, expected_calls, expected_text, target_index
 
 CATEGORIES = ("simple", "multiple", "parallel", "irrelevance", "multi_turn")
@@ -103,7 +104,7 @@ def standardize_string(text: str) -> str:
     return _IGNORED.sub("", text).lower().replace("'", '"')
 
 
-def category(row: dict[str, Any]) -> str:
+def category(row: Row) -> str:
     """The row's category: one of CATEGORIES, or CHAT for a row with no tools and a text answer."""
     n_calls = len(row["messages"][target_index(row)].get("tool_calls") or [])
     tools = row.get("tools") or []
@@ -116,9 +117,9 @@ def category(row: dict[str, Any]) -> str:
     return "irrelevance" if tools else CHAT
 
 
-def parameters(row: dict[str, Any], name: str) -> dict[str, Any]:
-    """The JSON schema of a tool's parameters; {} (anything goes) when the row does not declare it."""
-    for tool in row.get("tools") or []:
+def parameters(tools: list[Tool], name: str) -> dict[str, Any]:
+    """The JSON schema of a tool's parameters; {} (anything goes) when the tools do not declare it."""
+    for tool in tools:
         fn = tool.get("function", tool) if isinstance(tool, dict) else None
         if isinstance(fn, dict) and fn.get("name") == name:
             return fn.get("parameters") or {}
@@ -168,7 +169,7 @@ def _check_value(schema: dict[str, Any], expected: Any, got: Any, path: str) -> 
     if isinstance(got, list) and isinstance(expected, list):
         if len(got) != len(expected):
             return f"{path}: expected {len(expected)} items {expected!r}, got {len(got)} {got!r}"
-        items = schema.get("items") if isinstance(schema.get("items"), dict) else {}
+        items = schema["items"] if isinstance(schema.get("items"), dict) else {}
         for k, (e, g) in enumerate(zip(expected, got)):
             problem = _check_value(items, e, g, f"{path}[{k}]")
             if problem:
@@ -215,14 +216,14 @@ def _check_object(schema: dict[str, Any], expected: dict[str, Any], got: dict[st
     return None
 
 
-def check_call(row: dict[str, Any], expected: dict[str, Any], got: dict[str, Any]) -> str | None:
-    """Why the call `got` is not the `expected` one under the row's tool schema, or None when it is."""
+def check_call(tools: list[Tool], expected: ToolCall, got: ToolCall) -> str | None:
+    """Why the call `got` is not the `expected` one under the offered tools' schemas, or None when it is."""
     if got["name"] != expected["name"]:
         return f"called {got['name']!r}, expected {expected['name']!r}"
-    return _check_value(parameters(row, expected["name"]), expected["arguments"], got["arguments"], got["name"])
+    return _check_value(parameters(tools, expected["name"]), expected["arguments"], got["arguments"], got["name"])
 
 
-def _text_answer(got: list[dict[str, Any]], content: str | None) -> tuple[bool, str]:
+def _text_answer(got: list[ToolCall], content: str | None) -> tuple[bool, str]:
     if got:
         return False, f"expected a text answer, got a call to {', '.join(c['name'] for c in got)}"
     if not (content or "").strip():
@@ -231,10 +232,10 @@ def _text_answer(got: list[dict[str, Any]], content: str | None) -> tuple[bool, 
 
 
 def _compare(
-    row: dict[str, Any],
+    row: Row,
     predicted_calls: list[Any] | None,
     predicted_content: str | None,
-    fits: Callable[[dict[str, Any], dict[str, Any]], str | None],
+    fits: Callable[[ToolCall, ToolCall], str | None],
 ) -> tuple[bool, str]:
     """Shared by `check` and `exact`: `fits(expected, got)` gives why one call does not fit, or None."""
     try:
@@ -268,18 +269,18 @@ def _compare(
     # fit one expected call fit each other.
     free = list(range(len(got)))
     for i, e in enumerate(want):
-        why = {j: fits(e, got[j]) for j in free}
-        j = next((j for j in free if why[j] is None), None)
+        misfits = {j: fits(e, got[j]) for j in free}
+        j = next((j for j in free if misfits[j] is None), None)
         if j is None:
             return False, (
                 f"no predicted call left fits expected call {i} ({e['name']}): "
-                + "; ".join(f"[{j}] {w}" for j, w in why.items())
+                + "; ".join(f"[{j}] {w}" for j, w in misfits.items())
             )
         free.remove(j)
     return True, "every expected call matched"
 
 
-def check(row: dict[str, Any], predicted_calls: list[Any] | None, predicted_content: str | None) -> tuple[bool, str]:
+def check(row: Row, predicted_calls: list[Any] | None, predicted_content: str | None) -> tuple[bool, str]:
     """BFCL-style AST check of a model's answer to `row`: `(ok, reason)`.
 
     Args:
@@ -291,13 +292,13 @@ def check(row: dict[str, Any], predicted_calls: list[Any] | None, predicted_cont
     Returns:
         `(True, what matched)` or `(False, the first rule the answer breaks)`.
     """
-    return _compare(row, predicted_calls, predicted_content, lambda e, g: check_call(row, e, g))
+    return _compare(row, predicted_calls, predicted_content, lambda e, g: check_call(row.get("tools") or [], e, g))
 
 
-def exact(row: dict[str, Any], predicted_calls: list[Any] | None, predicted_content: str | None) -> bool:
+def exact(row: Row, predicted_calls: list[Any] | None, predicted_content: str | None) -> bool:
     """Today's exact match: each expected call made, same name and JSON-equal arguments (any order)."""
 
-    def fits(e: dict[str, Any], g: dict[str, Any]) -> str | None:
+    def fits(e: ToolCall, g: ToolCall) -> str | None:
         same = e["name"] == g["name"] and json_equal(e["arguments"], g["arguments"])
         return None if same else "not equal"
 
@@ -306,7 +307,7 @@ def exact(row: dict[str, Any], predicted_calls: list[Any] | None, predicted_cont
     return _compare(row, predicted_calls, predicted_content, fits)[0]
 
 
-def score(row: dict[str, Any], predicted_calls: list[Any] | None, predicted_content: str | None) -> dict[str, Any]:
+def score(row: Row, predicted_calls: list[Any] | None, predicted_content: str | None) -> Verdict:
     """One row's result for `summarize`: `{"category", "ok", "reason", "exact"}`."""
     ok, reason = check(row, predicted_calls, predicted_content)
     return {
@@ -317,7 +318,7 @@ def score(row: dict[str, Any], predicted_calls: list[Any] | None, predicted_cont
     }
 
 
-def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
+def summarize(results: list[Verdict]) -> Summary:
     """Per category `{rows, correct, exact, accuracy}` and the overall accuracies over every
     function-calling row (`chat` rows count in none).
 
@@ -325,32 +326,33 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
     accuracy with no function-calling rows. The overall accuracies are over rows (a micro
     average), so a category weighs by its row count; BFCL's overall is a mean of categories.
     """
-    cats = {c: {"rows": 0, "correct": 0, "exact": 0} for c in CATEGORIES}
-    for r in results:
-        if r["category"] in cats:
-            c = cats[r["category"]]
-            c["rows"] += 1
-            c["correct"] += bool(r["ok"])
-            c["exact"] += bool(r["exact"])
-    for c in cats.values():
-        c["accuracy"] = c["correct"] / c["rows"] if c["rows"] else None
+    cats: dict[str, CategoryScore] = {}
+    for name in CATEGORIES:
+        mine = [r for r in results if r["category"] == name]
+        correct, exact = sum(bool(r["ok"]) for r in mine), sum(bool(r["exact"]) for r in mine)
+        cats[name] = {
+            "rows": len(mine),
+            "correct": correct,
+            "exact": exact,
+            "accuracy": correct / len(mine) if mine else None,
+        }
     rows = sum(c["rows"] for c in cats.values())
     return {
         "categories": cats,
         "fc_rows": rows,
-        names.PRIMARY: sum(c["correct"] for c in cats.values()) / rows if rows else None,
-        names.EXACT: sum(c["exact"] for c in cats.values()) / rows if rows else None,
+        "fc_ast_accuracy": sum(c["correct"] for c in cats.values()) / rows if rows else None,
+        "fc_exact_accuracy": sum(c["exact"] for c in cats.values()) / rows if rows else None,
     }
 
 
-def metrics(summary: dict[str, Any]) -> dict[str, float]:
+def metrics(summary: Summary) -> dict[str, float]:
     """The summary as flat metrics with stable names (`fc_ast_accuracy`, `fc_exact_accuracy`,
     `fc_rows`, `fc_<category>_accuracy`, `fc_<category>_rows`) for KFP's Metrics and Compare.
     An accuracy not measured is left out (a metric is a number; its `_rows` of 0 says why)."""
     out: dict[str, float] = {"fc_rows": summary["fc_rows"]}
-    for name in (names.PRIMARY, names.EXACT):
-        if summary[name] is not None:
-            out[name] = summary[name]
+    for name, value in ((names.PRIMARY, summary["fc_ast_accuracy"]), (names.EXACT, summary["fc_exact_accuracy"])):
+        if value is not None:
+            out[name] = value
     for cat, c in summary["categories"].items():
         out[names.count("heldout", cat, "rows")] = c["rows"]
         if c["accuracy"] is not None:

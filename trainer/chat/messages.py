@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+
+from trainer.chat.types import Message, WireCall, WireFunction
 
 
-def openai_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def openai_messages(messages: Sequence[Message]) -> list[Message]:
     """Dataset messages as the OpenAI API takes them: an earlier turn's tool call carries its
     `arguments` as a JSON string (rows hold them as objects once loaded), an `id` and `type`,
     and a tool message the `tool_call_id` it answers (vLLM refuses the request otherwise)."""
-    out, last_ids = [], []
-    for i, m in enumerate(messages):
-        m = dict(m)
+    out: list[Message] = []
+    last_ids: list[str] = []
+    for i, message in enumerate(messages):
+        m = Message(**message)  # a copy: the row is not changed
         if m.get("tool_calls"):
-            calls = []
+            calls: list[WireCall] = []
             for j, tc in enumerate(m["tool_calls"]):
-                fn = dict(tc["function"])
+                fn = WireFunction(**tc["function"])
                 if not isinstance(fn.get("arguments"), str):
                     fn["arguments"] = json.dumps(fn.get("arguments") or {})
                 calls.append({**tc, "id": tc.get("id") or f"call_{i}_{j}", "type": "function", "function": fn})

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainer.chat.calls import arguments_or_raw, decode_arguments
+from trainer.chat.types import ToolCall
 
 DEFAULT_TOOL_PARSER = "hermes"
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
@@ -42,7 +43,7 @@ END_MARKERS = (
 
 @dataclass
 class Parsed:
-    calls: list[dict[str, Any]]  # [{"name": str, "arguments": dict}]
+    calls: list[ToolCall]
     content: str | None
     error: str | None = None  # what the parser raised (vLLM logs it with a traceback and returns the text)
 
@@ -53,11 +54,11 @@ def parse(parser: str, text: str) -> Parsed | None:
     if parser == "hermes":
         if "<tool_call>" not in text:
             return Parsed([], text)
-        calls = []
+        calls: list[ToolCall] = []
         for closed, open_ in re.findall(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)", text, re.DOTALL):
             try:
                 obj = json.loads(closed or open_)
-                calls.append({"name": obj["name"], "arguments": arguments_or_raw(obj["arguments"])})
+                calls.append(ToolCall(name=obj["name"], arguments=arguments_or_raw(obj["arguments"])))
             except (ValueError, KeyError, TypeError) as err:
                 return Parsed([], text, _error(err))  # vLLM logs the error and returns the text as content
         content = text[: text.find("<tool_call>")]
@@ -66,12 +67,12 @@ def parse(parser: str, text: str) -> Parsed | None:
         body = text.split("<|python_tag|>", 1)[-1].lstrip() if "<|python_tag|>" in text else text.lstrip()
         if not body.startswith("{"):
             return Parsed([], text)
-        calls, decoder, pos = [], json.JSONDecoder(), 0
+        calls, decoder, pos = list[ToolCall](), json.JSONDecoder(), 0
         try:
             while pos < len(body):
                 obj, end = decoder.raw_decode(body, pos)
                 args = obj.get("arguments", obj.get("parameters"))
-                calls.append({"name": obj["name"], "arguments": arguments_or_raw(args)})
+                calls.append(ToolCall(name=obj["name"], arguments=arguments_or_raw(args)))
                 pos = end
                 rest = body[pos:].lstrip()
                 if not rest:
@@ -93,7 +94,7 @@ def parse(parser: str, text: str) -> Parsed | None:
         try:
             items = json.loads(raw.strip())
             items = items if isinstance(items, list) else [items]
-            calls = [{"name": c["name"], "arguments": arguments_or_raw(c["arguments"])} for c in items]
+            calls = [ToolCall(name=c["name"], arguments=arguments_or_raw(c["arguments"])) for c in items]
         except (ValueError, KeyError, TypeError) as err:
             return Parsed([], text, _error(err))
         return Parsed(calls, content or None)
@@ -141,7 +142,7 @@ def _parse_pythonic(text: str) -> Parsed:
         ):
             raise ValueError("Tool output must be a list of function calls")
         calls = [
-            {"name": e.func.id, "arguments": {k.arg: _literal(k.value) for k in e.keywords}}  # type: ignore
+            ToolCall(name=e.func.id, arguments={k.arg: _literal(k.value) for k in e.keywords})  # type: ignore
             for e in value.elts
         ]
     except (SyntaxError, ValueError, IndexError) as err:
@@ -197,7 +198,7 @@ def vllm_parse(parser: str, text: str, tokenizer, tools: list | None) -> Parsed 
     finally:
         log.removeFilter(held)
     calls = (
-        [{"name": c.function.name, "arguments": arguments_or_raw(c.function.arguments)} for c in info.tool_calls]
+        [ToolCall(name=c.function.name, arguments=arguments_or_raw(c.function.arguments)) for c in info.tool_calls]
         if info.tools_called
         else []
     )
@@ -211,7 +212,7 @@ def stop_texts(tokenizer, eos_ids: Sequence[int] = ()) -> list[str]:
     return sorted({tokenizer.convert_ids_to_tokens(i) for i in ids} - {None}, key=len, reverse=True)
 
 
-def parse_tool_call(text: str) -> dict[str, Any] | None:
+def parse_tool_call(text: str) -> ToolCall | None:
     """The first tool call in a model's output, as {"name", "arguments"}, or None.
 
     Accepts `<tool_call>{...}</tool_call>` (our template, Qwen, Hermes) and a bare JSON
@@ -265,8 +266,8 @@ def tool_call_parser(chat_template: str | None, special_tokens: Collection[str] 
             },
         },
     }
-    user = [{"role": "user", "content": "Call the probe."}]
-    call = {
+    user: list[dict[str, Any]] = [{"role": "user", "content": "Call the probe."}]
+    call: dict[str, Any] = {
         "role": "assistant",
         "content": "",
         "tool_calls": [

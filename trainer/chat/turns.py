@@ -9,17 +9,16 @@ scoring asks each turn with the gold conversation before it.
 
 from __future__ import annotations
 
-from typing import Any
-
 from trainer.chat.calls import as_call, arguments_or_raw
+from trainer.chat.types import Message, Row, ToolCall
 
 
-def trained_turns(messages: list[dict[str, Any]]) -> list[int]:
+def trained_turns(messages: list[Message]) -> list[int]:
     """Indexes of the assistant messages training learns (weight not 0)."""
     return [i for i, m in enumerate(messages) if m.get("role") == "assistant" and m.get("weight") != 0]
 
 
-def turn_rows(row: dict[str, Any]) -> list[dict[str, Any]]:
+def turn_rows(row: Row) -> list[Row]:
     """One row per trained assistant turn: the conversation up to and including that turn, the
     row's other fields kept, so each turn is asked with the gold turns before it (tool results
     included). A glaive or Hermes row (call, tool result, text answer) gives its call turn and its
@@ -30,24 +29,24 @@ def turn_rows(row: dict[str, Any]) -> list[dict[str, Any]]:
     return [{**row, "messages": row["messages"][: i + 1]} for i in turns]
 
 
-def split_turns(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def split_turns(rows: list[Row]) -> list[Row]:
     """`turn_rows` of every row, in order: what evaluate asks of a split's scored rows."""
     return [turn for row in rows for turn in turn_rows(row)]
 
 
-def after_tool_result(row: dict[str, Any]) -> bool:
+def after_tool_result(row: Row) -> bool:
     """The scored turn answers a tool result: the message just before it is a tool message."""
     target = target_index(row)
     return target > 0 and row["messages"][target - 1].get("role") == "tool"
 
 
-def target_index(row: dict[str, Any]) -> int:
+def target_index(row: Row) -> int:
     """Index of the turn a row is scored on: its last assistant message of weight 1 (a weight-0
     answer is one the data says not to learn, so not one to score the model against)."""
     return max(trained_turns(row["messages"]))
 
 
-def expected_calls(row: dict[str, Any]) -> list[dict[str, Any]]:
+def expected_calls(row: Row) -> list[ToolCall]:
     """The calls the row's expected answer makes, as `{"name", "arguments"}` (empty: text expected).
 
     Raises:
@@ -57,7 +56,7 @@ def expected_calls(row: dict[str, Any]) -> list[dict[str, Any]]:
     return [as_call(c, f"the row's expected call {k}") for k, c in enumerate(calls)]
 
 
-def expected_call(row: dict[str, Any]) -> dict[str, Any] | None:
+def expected_call(row: Row) -> ToolCall | None:
     """The first tool call a row expects, or None when it expects text. Arguments that are not
     JSON are kept as text: no parsed call can equal them, so the row scores 0."""
     calls = row["messages"][target_index(row)].get("tool_calls") or []
@@ -67,11 +66,11 @@ def expected_call(row: dict[str, Any]) -> dict[str, Any] | None:
     return {"name": fn["name"], "arguments": arguments_or_raw(fn.get("arguments") or {})}
 
 
-def expected_text(row: dict[str, Any]) -> str:
+def expected_text(row: Row) -> str:
     return row["messages"][target_index(row)].get("content") or ""
 
 
-def last_user_request(row: dict[str, Any]) -> str:
+def last_user_request(row: Row) -> str:
     """What the user last asked before the scored turn (not a tool result)."""
     before = row["messages"][: target_index(row)]
     return next((m.get("content") or "" for m in reversed(before) if m["role"] == "user"), "")

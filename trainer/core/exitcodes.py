@@ -54,21 +54,24 @@ _REMOVE: list[str] = []
 
 def remove_at_exit(path: str) -> None:
     import atexit
-    import shutil
 
     if not _REMOVE:
-        atexit.register(lambda: [shutil.rmtree(p, ignore_errors=True) for p in _REMOVE])
+        atexit.register(_remove_all)
     _REMOVE.append(path)
+
+
+def _remove_all() -> None:
+    import shutil
+
+    for path in _REMOVE:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def hard_exit(code: int, flush: bool = True) -> None:
     """os._exit(code) after the folders of `remove_at_exit`, with stdout and stderr flushed: at once, without the
     interpreter's teardown (which can hang on a process group whose peer is gone). `flush=False` from another thread
     than the main one: a flush waits for the stream's lock, which a main thread stuck writing to a full pipe holds."""
-    import shutil
-
-    for path in _REMOVE:
-        shutil.rmtree(path, ignore_errors=True)
+    _remove_all()
     for stream in (sys.stdout, sys.stderr) if flush else ():
         with contextlib.suppress(Exception):  # a closed pipe: nothing more to say there
             stream.flush()

@@ -37,7 +37,7 @@ def lone_surrogate(value: Any, path: str) -> tuple[str, str] | None:
         for k, item in items:
             if isinstance(k, str) and (m := _SURROGATE.search(k)):
                 return f"{at} (a key)", m[0]
-            if found := find(item, (f"{at}.{k}" if at else k) if isinstance(v, dict) else f"{at}[{k}]"):
+            if found := find(item, (f"{at}.{k}" if at else str(k)) if isinstance(v, dict) else f"{at}[{k}]"):
                 return found
         return None
 
@@ -80,7 +80,10 @@ def repeats_hook(repeated: list[str]):
         out = dict(items)
         if len(out) < len(items):
             seen: set[str] = set()
-            repeated.extend(k for k, _ in items if k in seen or seen.add(k))
+            for k, _ in items:
+                if k in seen:
+                    repeated.append(k)
+                seen.add(k)
         return out
 
     return pairs

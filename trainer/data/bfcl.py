@@ -26,6 +26,7 @@ import zipfile
 from pathlib import Path
 from typing import Any, Callable
 
+from trainer.chat.types import Row, Tool
 from trainer.core import pypi
 from trainer.data.preflight import conversation_key
 from trainer.core.errors import UserError
@@ -192,19 +193,29 @@ def served_name(name: str) -> str:
     return name.replace(".", "_")
 
 
-def to_tools(functions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def to_tools(functions: list[dict[str, Any]]) -> list[Tool]:
     """BFCL's function documents as OpenAI tools (`convert_to_tool` for OpenAI-style models)."""
-    tools = []
+    tools: list[Tool] = []
     for fn in copy.deepcopy(functions):
         fn["name"] = served_name(fn["name"])
         params = fn.setdefault("parameters", {})
         params["type"] = "object"
         params["properties"] = _cast(params.get("properties") or {})
-        tools.append({"type": "function", "function": fn})
+        tools.append(Tool(type="function", function=fn))
     return tools
 
 
-def read(tree: Path, category: str) -> list[dict[str, Any]]:
+class BfclRow(Row, total=True):
+    """A BFCL question as a chat row, with what scores it: its id and category, BFCL's own function docs and
+    its possible answers (None for irrelevance: right is no call)."""
+
+    id: str
+    category: str
+    functions: list[dict[str, Any]]
+    ground_truth: Any
+
+
+def read(tree: Path, category: str) -> list[BfclRow]:
     """Every row of `category`: {"id", "category", "messages", "tools", "functions", "ground_truth"}
     (ground_truth None for irrelevance: right is no call)."""
     if category not in CATEGORIES:
@@ -215,24 +226,24 @@ def read(tree: Path, category: str) -> list[dict[str, Any]]:
         if category in IRRELEVANCE
         else {r["id"]: r["ground_truth"] for r in _jsonl(Path(tree) / "possible_answer" / data_file(category))}
     )
-    rows = []
+    rows: list[BfclRow] = []
     for q in questions:
         if category not in IRRELEVANCE and q["id"] not in answers:
             raise UserError(f"BFCL row {q['id']} has no possible answer; re-deliver BFCL's data")
         rows.append(
-            {
-                "id": q["id"],
-                "category": category,
-                "messages": list(q["question"][0]),
-                "tools": to_tools(q["function"]),
-                "functions": q["function"],
-                "ground_truth": answers.get(q["id"]),
-            }
+            BfclRow(
+                id=q["id"],
+                category=category,
+                messages=list(q["question"][0]),
+                tools=to_tools(q["function"]),
+                functions=q["function"],
+                ground_truth=answers.get(q["id"]),
+            )
         )
     return rows
 
 
-def sample(rows: list[dict[str, Any]], n: int, seed: int) -> list[dict[str, Any]]:
+def sample(rows: list[BfclRow], n: int, seed: int) -> list[BfclRow]:
     """`n` rows drawn with `seed` (the same rows in every run with the same seed), in the file's order; 0: all."""
     if n <= 0 or n >= len(rows):
         return list(rows)
@@ -317,8 +328,8 @@ class Questions:
                 return qid, w[start:end]
         for n in range(min(len(w), NGRAM - 1), max(MIN_WHOLE, -(-len(w) // 2)) - 1, -1):
             for i in range(len(w) - n + 1):
-                if (k := self.whole.get(tuple(w[i : i + n]))) is not None:
-                    return self.asked[k][0], w[i : i + n]
+                if (whole := self.whole.get(tuple(w[i : i + n]))) is not None:
+                    return self.asked[whole][0], w[i : i + n]
         return None
 
 
@@ -331,7 +342,7 @@ def _text(content: Any) -> str:
     return ""
 
 
-def _texts(row: dict[str, Any]):
+def _texts(row: Row):
     """(which text, its `words`) of a row the check reads: each user and system message, and the user
     messages together (a question split over two turns)."""
     users: list[list[str]] = []
@@ -344,7 +355,7 @@ def _texts(row: dict[str, Any]):
         yield "user messages together", [x for w in users for x in w]
 
 
-def contaminated(rows: list[dict[str, Any]], tree: Path) -> list[tuple[int, str, str, list[str]]]:
+def contaminated(rows: list[Row], tree: Path) -> list[tuple[int, str, str, list[str]]]:
     """(index in `rows`, which text, BFCL id, words matched) of each row holding a BFCL question."""
     asked = Questions(tree)
     hits = []
@@ -362,10 +373,7 @@ def _shortened(w: list[str], limit: int = 80) -> str:
 
 
 def contamination(
-    train_rows: list[dict[str, Any]],
-    tree: Path,
-    where: str = "row {}",
-    origins: Callable[[list[dict[str, Any]]], list[str]] | None = None,
+    train_rows: list[Row], tree: Path, where: str = "row {}", origins: Callable[[list[Row]], list[str]] | None = None
 ) -> str | None:
     """None, or the problem: training rows holding BFCL questions (`Questions.match` on each user and system
     message and on the user messages together, as `words`), each distinct row once (a row a mix repeats, or

@@ -21,6 +21,7 @@ import json
 import random
 from typing import Any
 
+from trainer.chat.types import Row, Tool, WireCall
 from trainer.data import tool_library
 from trainer.data.tool_library import tool
 from trainer.data.masking import DISTRACTORS_MAX, IRRELEVANCE_REPLY, distractors_for, spread
@@ -69,7 +70,7 @@ _TEXT = {"type": "string"}
 
 # Five tools whose schemas hold every kind a call's arguments take: strings, an enum, a float (`amount`),
 # integers, an array, a nested object, and optional parameters with defaults.
-TOOLS = [
+TOOLS: list[Tool] = [
     tool(
         "get_weather",
         "Current weather in a city",
@@ -199,14 +200,14 @@ _TEMPLATES: list[tuple[str, list[str], Any]] = [
 OFFERED = (3, 4)
 
 
-def offered(rng: random.Random, called: set[str] | frozenset[str] = frozenset()) -> list[dict[str, Any]]:
+def offered(rng: random.Random, called: set[str] | frozenset[str] = frozenset()) -> list[Tool]:
     """The tools a row offers: every one in `called`, then others drawn with `rng` up to 3 or 4 in all."""
     others = [t["function"]["name"] for t in TOOLS if t["function"]["name"] not in called]
     names = set(called) | set(rng.sample(others, max(0, rng.choice(OFFERED) - len(called))))
     return [t for t in TOOLS if t["function"]["name"] in names]
 
 
-def make_row(rng: random.Random) -> dict[str, Any]:
+def make_row(rng: random.Random) -> Row:
     """One conversation: a user request and the assistant's tool call."""
     name, phrasings, sample = rng.choice(_TEMPLATES)
     args, words = sample(rng)
@@ -225,7 +226,7 @@ def make_row(rng: random.Random) -> dict[str, Any]:
 
 def generate(
     n_train: int = 3000, n_eval: int = 200, seed: int = 0, categories: bool = False, wide: bool = False
-) -> dict[str, list[dict[str, Any]]]:
+) -> dict[str, list[Row]]:
     """Return `{"train": rows, "eval": rows}`; eval rows never repeat a train request.
 
     `categories`: `CATEGORY_SHARE` more rows in each split per other function-calling category
@@ -234,25 +235,25 @@ def generate(
     """
     rng = random.Random(seed)
     make = make_wide_row if wide else make_row
-    eval_rows: list[dict[str, Any]] = []
+    eval_rows: list[Row] = []
     eval_requests: set[str] = set()
     while len(eval_rows) < n_eval:
         row = make(rng)
-        request = row["messages"][0]["content"]
+        request = _request(row)
         if request not in eval_requests:
             eval_requests.add(request)
             eval_rows.append(row)
-    train_rows: list[dict[str, Any]] = []
+    train_rows: list[Row] = []
     while len(train_rows) < n_train:
         row = make(rng)
-        if row["messages"][0]["content"] not in eval_requests:
+        if _request(row) not in eval_requests:
             train_rows.append(row)
     if categories:
         category_rows(train_rows, eval_rows, seed, WIDE_MAKERS if wide else CATEGORY_MAKERS)
     return {"train": train_rows, "eval": eval_rows}
 
 
-def dataset(name: str = "function-calling") -> dict[str, list[dict[str, Any]]]:
+def dataset(name: str = "function-calling") -> dict[str, list[Row]]:
     """What `builtin:<name>` delivers (a name of trainer.config.sources.BUILTIN_DATASETS): the `multiple` rows and
     rows of every other function-calling category; `function-calling-wide`'s call the library's tools too."""
     canonical = BUILTIN_DATASETS.get(name)
@@ -320,20 +321,20 @@ _IRRELEVANT: list[tuple[str, list[str], Any]] = [
 _PAIRS = ["{a} {b}", "{a} Also: {b}", "Two things. {a} {b}"]
 
 
-def _call_row(rng: random.Random) -> tuple[str, dict[str, Any]]:
+def _call_row(rng: random.Random) -> tuple[str, WireCall]:
     """A user request and the call that answers it, as `make_row` draws them."""
     row = make_row(rng)
-    return row["messages"][0]["content"], row["messages"][1]["tool_calls"][0]
+    return _request(row), row["messages"][1]["tool_calls"][0]
 
 
-def make_simple_row(rng: random.Random) -> dict[str, Any]:
+def make_simple_row(rng: random.Random) -> Row:
     """`simple`: the request's own tool is the only one offered."""
     row = make_row(rng)
     name = row["messages"][1]["tool_calls"][0]["function"]["name"]
     return {**row, "tools": [t for t in TOOLS if t["function"]["name"] == name]}
 
 
-def make_parallel_row(rng: random.Random) -> dict[str, Any]:
+def make_parallel_row(rng: random.Random) -> Row:
     """`parallel`: two requests in one message, answered with two calls in one turn."""
     first, call_a = _call_row(rng)
     second, call_b = _call_row(rng)
@@ -348,7 +349,7 @@ def make_parallel_row(rng: random.Random) -> dict[str, Any]:
     }
 
 
-def make_irrelevance_row(rng: random.Random) -> dict[str, Any]:
+def make_irrelevance_row(rng: random.Random) -> Row:
     """`irrelevance`: a request no tool fits, answered in text that says so."""
     action, phrasings, sample = rng.choice(_IRRELEVANT)
     return {
@@ -395,7 +396,7 @@ def _tool_result(rng: random.Random, name: str, args: dict[str, Any]) -> tuple[d
     )
 
 
-def make_multi_turn_row(rng: random.Random) -> dict[str, Any]:
+def make_multi_turn_row(rng: random.Random) -> Row:
     """`multi_turn`: request, call, the tool's result, then a text answer built from the result."""
     request, call = _call_row(rng)
     fn = call["function"]
@@ -403,7 +404,7 @@ def make_multi_turn_row(rng: random.Random) -> dict[str, Any]:
     return {
         "messages": [
             {"role": "user", "content": request},
-            {"role": "assistant", "content": "", "tool_calls": [{"id": "call_0", **call}]},
+            {"role": "assistant", "content": "", "tool_calls": [WireCall(id="call_0", **call)]},
             {"role": "tool", "tool_call_id": "call_0", "content": json.dumps(result)},
             {"role": "assistant", "content": answer},
         ],
@@ -414,9 +415,7 @@ def make_multi_turn_row(rng: random.Random) -> dict[str, Any]:
 CATEGORY_MAKERS = [make_simple_row, make_parallel_row, make_irrelevance_row, make_multi_turn_row]
 
 
-def category_rows(
-    train_rows: list[dict[str, Any]], eval_rows: list[dict[str, Any]], seed: int, makers: list[Any] = CATEGORY_MAKERS
-) -> None:
+def category_rows(train_rows: list[Row], eval_rows: list[Row], seed: int, makers: list[Any] = CATEGORY_MAKERS) -> None:
     """Add `CATEGORY_SHARE` of each split per category (at least 1 in a non-empty split), the
     categories interleaved: appended to `train_rows`, spread evenly through `eval_rows` (any
     first N eval rows hold every kind in proportion: eval_max_rows scores a prefix).
@@ -432,11 +431,9 @@ def category_rows(
     train_rows += _new_rows(len(train_rows), rng, avoid={_request(r) for r in eval_rows}, unique=False, makers=makers)
 
 
-def _new_rows(
-    n_rows: int, rng: random.Random, avoid: set[str], unique: bool, makers: list[Any]
-) -> list[dict[str, Any]]:
+def _new_rows(n_rows: int, rng: random.Random, avoid: set[str], unique: bool, makers: list[Any]) -> list[Row]:
     per_category = max(1, round(n_rows * CATEGORY_SHARE)) if n_rows else 0
-    rows = []
+    rows: list[Row] = []
     for k in range(per_category * len(makers)):
         make = makers[k % len(makers)]
         row = make(rng)
@@ -448,8 +445,8 @@ def _new_rows(
     return rows
 
 
-def _request(row: dict[str, Any]) -> str:
-    return row["messages"][0]["content"]
+def _request(row: Row) -> str:
+    return row["messages"][0].get("content") or ""
 
 
 # --- builtin:function-calling-wide: the five tools and the library's 33 (trainer.data.tool_library) ---
@@ -462,7 +459,7 @@ LIBRARY_SHARE = 0.5  # of the wide rows' calls go to a library tool (~45 train r
 WIDE_TOOLS = sorted(TOOLS + tool_library.LIBRARY, key=lambda t: t["function"]["name"])
 
 
-def offered_wide(rng: random.Random, called: set[str] | frozenset[str] = frozenset()) -> list[dict[str, Any]]:
+def offered_wide(rng: random.Random, called: set[str] | frozenset[str] = frozenset()) -> list[Tool]:
     """Every tool in `called` and others drawn from WIDE_TOOLS, 3 or 4 in all, in a random order (a model
     must not learn that the called tool comes first)."""
     others = [t for t in WIDE_TOOLS if t["function"]["name"] not in called]
@@ -472,34 +469,34 @@ def offered_wide(rng: random.Random, called: set[str] | frozenset[str] = frozens
     return tools
 
 
-def _wide_call(rng: random.Random) -> tuple[str, dict[str, Any]]:
+def _wide_call(rng: random.Random) -> tuple[str, WireCall]:
     """A request and the call answering it: a library tool's (LIBRARY_SHARE of them) or one of the five's."""
     if rng.random() < LIBRARY_SHARE:
         name = rng.choice(sorted(tool_library.REQUESTS))
         request, args = tool_library.request(name, rng)
-        return request, {"type": "function", "function": {"name": name, "arguments": args}}
+        return request, WireCall(type="function", function={"name": name, "arguments": args})
     return _call_row(rng)
 
 
-def _one_call_row(request: str, call: dict[str, Any], tools: list[dict[str, Any]]) -> dict[str, Any]:
+def _one_call_row(request: str, call: WireCall, tools: list[Tool]) -> Row:
     return {
         "messages": [{"role": "user", "content": request}, {"role": "assistant", "content": "", "tool_calls": [call]}],
         "tools": tools,
     }
 
 
-def make_wide_row(rng: random.Random) -> dict[str, Any]:
+def make_wide_row(rng: random.Random) -> Row:
     """`multiple` over 38 tools: a request, its call, 3 or 4 tools offered."""
     request, call = _wide_call(rng)
     return _one_call_row(request, call, offered_wide(rng, {call["function"]["name"]}))
 
 
-def make_wide_simple_row(rng: random.Random) -> dict[str, Any]:
+def make_wide_simple_row(rng: random.Random) -> Row:
     request, call = _wide_call(rng)
     return _one_call_row(request, call, [t for t in WIDE_TOOLS if t["function"]["name"] == call["function"]["name"]])
 
 
-def make_wide_parallel_row(rng: random.Random) -> dict[str, Any]:
+def make_wide_parallel_row(rng: random.Random) -> Row:
     first, call_a = _wide_call(rng)
     second, call_b = _wide_call(rng)
     while call_b == call_a:
@@ -513,7 +510,7 @@ def make_wide_parallel_row(rng: random.Random) -> dict[str, Any]:
     }
 
 
-def make_wide_irrelevance_row(rng: random.Random) -> dict[str, Any]:
+def make_wide_irrelevance_row(rng: random.Random) -> Row:
     """Half the built-in irrelevance rows (a request none of the five does, the five offered); half a request
     a library tool answers, offered 1-3 other tools sharing no word of its name (trainer.data.masking's
     distractors), as BFCL's irrelevance rows offer functions unrelated to the question."""
@@ -522,7 +519,7 @@ def make_wide_irrelevance_row(rng: random.Random) -> dict[str, Any]:
     return decline_row(*_wide_call(rng), rng)
 
 
-def decline_row(request: str, call: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+def decline_row(request: str, call: WireCall, rng: random.Random) -> Row:
     """`request` (which `call` answers) declined, among 1-4 tools none of which shares a word of the call's name."""
     own = [t for t in WIDE_TOOLS if t["function"]["name"] == call["function"]["name"]]
     tools = distractors_for(_one_call_row(request, call, own), WIDE_TOOLS, rng, k=rng.randint(1, DISTRACTORS_MAX))
@@ -532,7 +529,7 @@ def decline_row(request: str, call: dict[str, Any], rng: random.Random) -> dict[
     }
 
 
-def make_wide_multi_turn_row(rng: random.Random) -> dict[str, Any]:
+def make_wide_multi_turn_row(rng: random.Random) -> Row:
     row = make_multi_turn_row(rng)
     return {**row, "tools": offered_wide(rng, {row["messages"][1]["tool_calls"][0]["function"]["name"]})}
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainer.chat.types import Message, Row
 from trainer.core.errors import collect
 from trainer.chat.templates import BUILTIN, has_generation_block
 
 
-def encode(row: dict[str, Any], tokenizer, max_seq_len: int) -> dict[str, list[int]] | None:
+def encode(row: Row, tokenizer, max_seq_len: int) -> dict[str, list[int]] | None:
     """Token ids and labels (-100 outside assistant turns) for one row, or None if too long.
 
     Uses the chat template's `{% generation %}` mask when it has one (in any whitespace-control
@@ -45,7 +46,7 @@ def encode(row: dict[str, Any], tokenizer, max_seq_len: int) -> dict[str, list[i
     return {"input_ids": ids, "labels": [t if m else -100 for t, m in zip(ids, mask)]}
 
 
-def _unweighted(mask: list[int], messages: list[dict[str, Any]], tokenizer, tools) -> list[int]:
+def _unweighted(mask: list[int], messages: list[Message], tokenizer, tools) -> list[int]:
     """The generation mask without the tokens of weight-0 assistant messages. Each assistant
     message is one run of masked tokens when the runs and messages are as many; otherwise (two
     assistant messages in a row render as one run) a message's tokens are found by rendering
@@ -72,7 +73,7 @@ def _unweighted(mask: list[int], messages: list[dict[str, Any]], tokenizer, tool
     return mask
 
 
-def text_chars(row: dict[str, Any]) -> int:
+def text_chars(row: Row) -> int:
     """Characters of message text in a row: a lower bound on what its chat template renders."""
     return sum(len(m["content"]) for m in row["messages"] if isinstance(m.get("content"), str))
 
@@ -91,7 +92,7 @@ def max_token_chars(tokenizer) -> int:
 
 
 def encode_rows(
-    rows: list[dict[str, Any]], tokenizer, max_seq_len: int, what: str = "the dataset"
+    rows: list[Row], tokenizer, max_seq_len: int, what: str = "the dataset"
 ) -> list[dict[str, list[int]] | None]:
     """`encode` of every row (None for one over max_seq_len). Rows the chat template refuses
     raise one UserError naming them, after every row was tried (exit 2: a restart cannot help)."""
@@ -105,7 +106,7 @@ def encode_rows(
     return out
 
 
-def encode_all(rows: list[dict[str, Any]], tokenizer, max_seq_len: int) -> tuple[list[dict[str, list[int]]], int]:
+def encode_all(rows: list[Row], tokenizer, max_seq_len: int) -> tuple[list[dict[str, list[int]]], int]:
     """Encode rows; over-long rows are dropped (policy: skip, counted in the metrics)."""
     encoded = encode_rows(rows, tokenizer, max_seq_len)
     kept = [e for e in encoded if e is not None]

@@ -25,8 +25,9 @@ import io
 import json
 import re
 import tokenize
-from typing import Any
+from typing import Any, cast
 
+from trainer.chat.types import Message, RawRow, Row, Tool, ToolCall, WireCall
 from trainer.core.jsontext import json_type, loads, repeats_hook, json_loads
 
 
@@ -75,7 +76,7 @@ def _changed_by_reading(tree: ast.Expression, text: str) -> str | None:
             for key in node.keys:
                 k = ast.literal_eval(key) if key is not None else None
                 if k in seen:
-                    repeated.append(k)
+                    repeated.append(str(k))
                 seen.append(k)
     if repeated:
         return _twice(repeated)
@@ -106,19 +107,19 @@ def _arguments(args: Any) -> tuple[dict | None, str | None]:
     return (args, None) if isinstance(args, dict) else (None, f"are a {json_type(args)}, not a JSON object")
 
 
-def _call(name: str, args: dict) -> dict[str, Any]:
-    return {"type": "function", "function": {"name": name, "arguments": args}}
+def _call(name: str, args: dict) -> WireCall:
+    return WireCall(type="function", function={"name": name, "arguments": args})
 
 
-def link_results(messages: list[dict[str, Any]], problems: list[str] | None = None) -> list[dict[str, Any]]:
+def link_results(messages: list[Message], problems: list[str] | None = None) -> list[Message]:
     """Ids on the calls (call_0, call_1, ... through the row) and on each tool result the id of the
     first call of the latest call turn it has not answered yet: these datasets give results in the
     order of the calls, and without ids a result of parallel calls could answer either. A result
     with no call left to answer goes into `problems` (a result of nothing teaches nothing true)."""
-    n, waiting = 0, []
+    n, waiting = 0, list[str]()
     for i, m in enumerate(messages):
         if m.get("tool_calls"):
-            m["tool_calls"] = [{"id": f"call_{n + j}", **c} for j, c in enumerate(m["tool_calls"])]
+            m["tool_calls"] = [WireCall(**{"id": f"call_{n + j}", **c}) for j, c in enumerate(m["tool_calls"])]
             n, waiting = n + len(m["tool_calls"]), [c["id"] for c in m["tool_calls"]]
         elif m.get("role") == "tool" and m.get("tool_call_id") is None:
             if waiting:
@@ -150,16 +151,16 @@ _SPACE = re.compile(r"\s*")
 _GLAIVE_CALL = 'glaive writes a call as <functioncall> {"name": "f", "arguments": \'{"a": 1}\'}'
 
 
-def _glaive_tools(system: str, problems: list[str]) -> tuple[str, list[dict[str, Any]]]:
+def _glaive_tools(system: str, problems: list[str]) -> tuple[str, list[Tool]]:
     """(the system prompt's text, its function schemas as OpenAI tools)."""
     text = system.strip()
     text = text[len("SYSTEM:") :].strip() if text.upper().startswith("SYSTEM:") else text
     repeated: list[str] = []
-    start, tools, decoder = text.find("{"), [], json.JSONDecoder(object_pairs_hook=repeats_hook(repeated))
+    start, tools, decoder = text.find("{"), list[Tool](), json.JSONDecoder(object_pairs_hook=repeats_hook(repeated))
     if start < 0:  # "with no access to external functions": a prompt without tools
         return text, []
     pos = start
-    while (pos := _SPACE.match(text, pos).end()) < len(text):
+    while (pos := _SPACE.match(text, pos).end()) < len(text):  # type: ignore[union-attr]  # \s* always matches
         try:
             schema, pos = decoder.raw_decode(text, pos)
         except ValueError as err:  # JSONDecodeError, or a number past Python's digit limit
@@ -182,9 +183,9 @@ def _glaive_tools(system: str, problems: list[str]) -> tuple[str, list[dict[str,
     return text[:start].strip(), tools
 
 
-def _glaive_call(text: str, where: str, problems: list[str]) -> dict[str, Any] | None:
+def _glaive_call(text: str, where: str, problems: list[str]) -> WireCall | None:
     """The call after <functioncall>: JSON, or JSON but for its arguments in single quotes."""
-    text, repeated = text.strip(), []
+    text, repeated = text.strip(), list[str]()
     try:
         call, end = json.JSONDecoder(object_pairs_hook=repeats_hook(repeated)).raw_decode(text)
         rest = text[end:].strip()
@@ -208,15 +209,15 @@ def _glaive_call(text: str, where: str, problems: list[str]) -> dict[str, Any] |
         )
         return None
     args, why = _arguments(call.get("arguments"))
-    if why:
+    if why or args is None:
         problems.append(f"{where}: the arguments of {call['name']!r} {why}: {_GLAIVE_CALL}; fix them, or drop the row")
         return None
     return _call(call["name"], args)
 
 
-def from_glaive(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
+def from_glaive(row: RawRow) -> tuple[Row | None, list[str]]:
     """glaive-function-calling-v2's `system` and `chat` as a chat row (see the module docstring)."""
-    system, chat, problems = row.get("system"), row.get("chat"), []
+    system, chat, problems = row.get("system"), row.get("chat"), list[str]()
     if not isinstance(chat, str) or not chat.strip():
         problems.append(
             "'chat' must be glaive's conversation as text (\"USER: ...\\n\\nASSISTANT: ...\"), got "
@@ -224,10 +225,10 @@ def from_glaive(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
         )
     if system is not None and not isinstance(system, str):
         problems.append(f"'system' must be text (\"SYSTEM: ...\" then the functions' JSON), got a {json_type(system)}")
-    if problems:
+    if problems or not isinstance(chat, str):  # (the second: to say so to mypy)
         return None, problems
     prompt, tools = _glaive_tools(system or "", problems)
-    messages = [{"role": "system", "content": prompt}] if prompt else []
+    messages = [Message(role="system", content=prompt)] if prompt else []
     before, *turns = _GLAIVE_LINE_TURN.split(chat)
     if len(turns) < 4 or any(_ENDED_THEN_MORE.search(text) for text in turns[1::2]):
         # fewer than two turns on lines of their own, or a turn going on after its end: turns separated by spaces
@@ -254,15 +255,15 @@ def from_glaive(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
                     "is \"SYSTEM: <text> -\" then one JSON object per function), or drop the row"
                 )
             elif call:
-                messages.append({"role": "assistant", "content": said.strip(), "tool_calls": [call]})
+                messages.append(Message(role="assistant", content=said.strip(), tool_calls=[call]))
         elif not text:
             problems.append(f"{where} is empty: every turn needs its text; fill it in, or drop the row")
         else:
-            messages.append({"role": _GLAIVE_ROLES[who], "content": text})
+            messages.append(Message(role=_GLAIVE_ROLES[who], content=text))
     messages = link_results(messages, problems)
     if problems:
         return None, problems
-    return {"messages": messages, **({"tools": tools} if tools else {})}, []
+    return (Row(messages=messages, tools=tools) if tools else Row(messages=messages)), []
 
 
 # hermes-function-calling-v1 ---------------------------------------------------------------------------
@@ -307,13 +308,19 @@ def _cut(value: str, tag: str, where: str, problems: list[str]) -> tuple[list[st
     return bodies, rest
 
 
-def hermes_turns(turns: list, key: str, roles: dict[str, str], offered: bool = False) -> tuple[list, list, list[str]]:
+def hermes_turns(
+    turns: list, key: str, roles: dict[str, str], offered: bool = False
+) -> tuple[list, list[Tool], list[str]]:
     """(ShareGPT turns with Hermes's tags made real, the tools, problems): a call becomes a
     `function_call` turn (which ShareGPT's reader joins to the text before it), each result a tool
     turn of its own; problems name the turns as given. A call with no tool offered (no system turn's
     <tools>, and not `offered` by the row's own 'tools') is a problem: the model would learn to call a
     tool it was never given."""
-    out, tools, problems, called, misplaced = [], [], [], [], None
+    out: list[Any] = []
+    tools: list[Tool] = []
+    problems: list[str] = []
+    called: list[tuple[str, str]] = []  # (where, the function's name)
+    misplaced = None
     for i, turn in enumerate(turns):
         who = turn.get("from") if isinstance(turn, dict) else None
         role = roles.get(who.strip().lower()) if isinstance(who, str) else None
@@ -321,7 +328,7 @@ def hermes_turns(turns: list, key: str, roles: dict[str, str], offered: bool = F
         if (
             not isinstance(value, str)
             or role not in ("system", "assistant", "tool")
-            or who.strip().lower() == "function_call"
+            or str(who).strip().lower() == "function_call"
         ):  # already a call, as ShareGPT writes one
             out.append(turn)
         elif role == "system":
@@ -336,11 +343,11 @@ def hermes_turns(turns: list, key: str, roles: dict[str, str], offered: bool = F
                         f"({why or 'a ' + json_type(found)}); fix it, or drop the row"
                     )
                 else:
-                    tools += found if isinstance(found, list) else [found]
+                    tools += found if isinstance(found, list) else [cast(Tool, found)]
             out.append({**turn, "value": rest} if bodies else turn)
         elif role == "assistant":
             bodies, rest = _cut(value, "tool_call", where, problems)
-            calls = []
+            calls: list[ToolCall] = []
             for body in bodies:
                 call, why, refused = _literal(body)
                 if refused:
@@ -353,7 +360,7 @@ def hermes_turns(turns: list, key: str, roles: dict[str, str], offered: bool = F
                 elif (args := _arguments(call.get("arguments")))[1]:
                     problems.append(f"{where}: the arguments of {call['name']!r} {args[1]}; fix them, or drop the row")
                 else:
-                    calls.append({"name": call["name"], "arguments": args[0]})
+                    calls.append(ToolCall(name=call["name"], arguments=args[0]))
                     called.append((where, call["name"]))
             # The text around the calls is the turn's text, before them (templates write text, then calls).
             out += [{**turn, "value": rest}] if rest or not bodies else []
@@ -477,21 +484,23 @@ def _listed(value: Any, key: str, shape: str, problems: list[str]) -> list | Non
     return value
 
 
-def from_xlam(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
+def from_xlam(row: RawRow) -> tuple[Row | None, list[str]]:
     """xLAM / APIGen's `query`, `tools` and `answers` as a user turn and an assistant turn of calls."""
-    problems, query = [], row.get("query")
+    problems, query = list[str](), row.get("query")
     if not isinstance(query, str) or not query.strip():
         problems.append("'query' must be the user's request as text")
+        query = ""
     tools = _listed(row.get("tools"), "tools", "a list of {\"name\", \"description\", \"parameters\"}", problems)
     answers = _listed(row.get("answers"), "answers", "a list of calls {\"name\", \"arguments\"}", problems)
-    out_tools, calls = [], []
+    out_tools: list[Tool] = []
+    calls: list[WireCall] = []
     for k, tool in enumerate(tools or []):
         fn = tool.get("function", tool) if isinstance(tool, dict) else None  # formats wraps bare schemas already
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
             problems.append(f"tools[{k}] needs a 'name' (xLAM: {{\"name\", \"description\", \"parameters\"}})")
             continue
         params = _xlam_parameters(fn.get("parameters"), f"tools[{k}]", problems)
-        out_tools.append({"type": "function", "function": {**fn, "parameters": params}})
+        out_tools.append(Tool(type="function", function={**fn, "parameters": params}))
     if answers == []:
         # No call and no text to learn instead: inventing a refusal would teach one canned sentence. Rows
         # where no tool fits (Hammer's irrelevance rows) are chat rows with a text answer.
@@ -504,25 +513,21 @@ def from_xlam(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
     for k, answer in enumerate(answers or []):
         if not isinstance(answer, dict) or not isinstance(answer.get("name"), str):
             problems.append(f"answers[{k}] must be a call {{\"name\": ..., \"arguments\": {{...}}}}")
-        elif (args := _arguments(answer.get("arguments")))[1]:
+        elif (args := _arguments(answer.get("arguments")))[0] is None:
             problems.append(f"answers[{k}]: the arguments of {answer['name']!r} {args[1]}")
         else:
             calls.append(_call(answer["name"], args[0]))
     if problems:
         return None, problems
     # 'tools' even when empty: the row checks then refuse a call to a tool the row does not offer
-    return {
-        "messages": link_results(
-            [{"role": "user", "content": query}, {"role": "assistant", "content": "", "tool_calls": calls}]
-        ),
-        "tools": out_tools,
-    }, []
+    messages = [Message(role="user", content=query), Message(role="assistant", content="", tool_calls=calls)]
+    return Row(messages=link_results(messages), tools=out_tools), []
 
 
 # OpenAI's fine-tuning format ----------------------------------------------------------------------------
 
 
-def from_openai(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
+def from_openai(row: RawRow) -> tuple[RawRow | None, list[str]]:
     """OpenAI's fine-tuning chat rows with `parallel_tool_calls`, checked and then dropped: it is a
     setting of the request the row stands for, and the row's calls are what the model learns.
     (Assistant `weight` 0/1 is the chat rows' own: trainer.data.encode honours it.)"""

@@ -7,10 +7,11 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import json
-from typing import Any, Iterable
+from typing import Any, Iterable, cast
 
 from trainer.data.fc_formats import from_glaive, from_openai, from_xlam, hermes_turns, is_hermes, link_results
 from trainer.core.jsontext import json_type, json_loads
+from trainer.chat.types import Message, RawRow, Row, Tool, WireCall
 
 
 # Other dataset formats, recognised by their keys, and what to do with each.
@@ -152,7 +153,7 @@ def _json_text(value: Any) -> Any:
     return value
 
 
-def _as_tools(tools: Any, problems: list[str]) -> list | None:
+def _as_tools(tools: Any, problems: list[str]) -> list[Tool] | None:
     """A ShareGPT/legacy tool list (JSON text or a list; bare function schemas, as LLaMA-Factory
     and OpenAI's `functions` give them) as OpenAI tools `{"type": "function", "function": {...}}`."""
     tools = _json_text(tools)
@@ -164,7 +165,9 @@ def _as_tools(tools: Any, problems: list[str]) -> list | None:
         )
         return None
     return [
-        t if isinstance(t, dict) and isinstance(t.get("function"), dict) else {"type": "function", "function": t}
+        cast(Tool, t)
+        if isinstance(t, dict) and isinstance(t.get("function"), dict)
+        else Tool(type="function", function=t)
         for t in tools
     ]
 
@@ -179,7 +182,7 @@ def _blank(value: Any) -> bool:
     return value is None or (isinstance(value, str) and not value.strip())
 
 
-def _from_sharegpt(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
+def _from_sharegpt(row: dict[str, Any]) -> tuple[Row | None, list[str]]:
     """(the chat row, []) or (None, every problem): see the module docstring for the mapping.
 
     A function_call right after a text answer joins it (one assistant turn: text, then the call).
@@ -187,7 +190,7 @@ def _from_sharegpt(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str
     who says what in the rest of the conversation. An empty system turn is the exception: it
     says nothing and nobody answers it, so it is skipped (as an empty 'system' field is)."""
     key = "conversations" if row.get("messages") is None else "messages"
-    turns, problems, messages = _json_text(row.get(key)), [], []
+    turns, problems, messages = _json_text(row.get(key)), list[str](), list[Message]()
     if not isinstance(turns, list) or not turns:
         return None, [f"'{key}' must be a non-empty list of ShareGPT turns {{\"from\": ..., \"value\": ...}}"]
     system = row.get("system")
@@ -235,27 +238,27 @@ def _from_sharegpt(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str
                 )
                 continue
             tool_calls = [
-                {"type": "function", "function": {"name": c["name"], "arguments": c.get("arguments", {})}}
+                WireCall(type="function", function={"name": c["name"], "arguments": c.get("arguments", {})})
                 for c in calls
             ]
             if messages and messages[-1]["role"] == "assistant" and not messages[-1].get("tool_calls"):
                 messages[-1] = {**messages[-1], "tool_calls": tool_calls}
                 continue
-            message = {"role": "assistant", "content": "", "tool_calls": tool_calls}
+            message = Message(role="assistant", content="", tool_calls=tool_calls)
         else:
-            message = {"role": SHAREGPT_ROLES[who], "content": value}
+            message = Message(role=SHAREGPT_ROLES[who], content=value)
         # axolotl's per-turn weight (row_problems checks it). Exports such as SlimOrca weigh every turn
         # (human 0, system null): only an assistant turn is ever trained, so the others' weights are dropped.
         if turn.get("weight") is not None and message["role"] == "assistant":
             message["weight"] = turn["weight"]
         messages.append(message)
-    out = {"messages": messages}
+    out = Row(messages=messages)
     if (tools := _as_tools(row.get("tools"), problems)) is not None:
         out["tools"] = tools
     return (None, problems) if problems else (out, [])
 
 
-def _from_hermes(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
+def _from_hermes(row: dict[str, Any]) -> tuple[Row | None, list[str]]:
     """NousResearch's hermes-function-calling-v1: ShareGPT, read by _from_sharegpt (whose checks run on
     the turns as given, so that they name them as given), with the tools, calls and results that its
     tags hold made real (fc_formats.hermes_turns). The <tools> block leaves the system prompt (the
@@ -270,14 +273,16 @@ def _from_hermes(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]
     if problems:
         return None, problems
     out, problems = _from_sharegpt({**row, key: turns, **({"tools": tools} if tools else {})})
-    messages = link_results(out["messages"], problems) if out else None
-    return ({**out, "messages": messages} if out and not problems else None), problems
+    if out is None:
+        return None, problems
+    out["messages"] = link_results(out["messages"], problems)
+    return (None if problems else out), problems
 
 
-def _from_alpaca(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
+def _from_alpaca(row: dict[str, Any]) -> tuple[Row | None, list[str]]:
     """(the chat row, []) or (None, every problem): [system], history pairs, then the user turn
     (instruction, a newline, input; either alone when the other is empty) and the output."""
-    problems = []
+    problems: list[str] = []
 
     def text(key: str) -> str:
         value = row.get(key)
@@ -300,21 +305,21 @@ def _from_alpaca(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]
         problems.append("'output' is empty: there is nothing to learn from this row; fill it in, or drop the row")
     if not problems and not (instruction.strip() or given.strip()):
         problems.append("'instruction' and 'input' are both empty: there is no request to answer")
-    messages = [{"role": "system", "content": system}] if system.strip() else []
+    messages = [Message(role="system", content=system)] if system.strip() else []
     history = _json_text(row.get("history"))
     for k, pair in enumerate(history or []):
         if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
             problems.append(f"history[{k}] must be a [request, answer] pair of strings (LLaMA-Factory's format)")
             continue
-        messages += [{"role": "user", "content": pair[0]}, {"role": "assistant", "content": pair[1]}]
+        messages += [Message(role="user", content=pair[0]), Message(role="assistant", content=pair[1])]
     if history is not None and not isinstance(history, list):
         problems.append(f"'history' must be a list of [request, answer] pairs, got a {json_type(history)}")
     request = "\n".join(t for t in (instruction, given) if t.strip())
-    messages += [{"role": "user", "content": request}, {"role": "assistant", "content": output}]
-    return (None, problems) if problems else ({"messages": messages}, [])
+    messages += [Message(role="user", content=request), Message(role="assistant", content=output)]
+    return (None, problems) if problems else (Row(messages=messages), [])
 
 
-def _from_functions(row: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+def _from_functions(row: RawRow) -> tuple[RawRow, list[str]]:
     """OpenAI's legacy function calling as tools: `functions` -> `tools`, an assistant's
     `function_call` -> one tool call, role `function` -> `tool`. Parts that are not in that
     shape stay, for row_problems to name."""
@@ -343,7 +348,7 @@ def _from_functions(row: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     return out, []
 
 
-def _from_prompt_completion(row: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
+def _from_prompt_completion(row: RawRow) -> tuple[RawRow | None, list[str]]:
     """`prompt` / `completion` as strings (a user turn and an assistant turn) or message lists (TRL's
     conversational prompt-completion); a `system` string becomes the first message, `tools` is kept.
     Other shapes are not converted (None), for row_problems to name."""
@@ -355,7 +360,7 @@ def _from_prompt_completion(row: dict[str, Any]) -> tuple[dict[str, Any] | None,
     if not (isinstance(prompt, list) and isinstance(completion, list)):
         return None, []
     system = row.get("system")
-    out = {
+    out: RawRow = {
         "messages": ([{"role": "system", "content": system}] if isinstance(system, str) and system else [])
         + prompt
         + completion
@@ -449,26 +454,26 @@ def _family(fmt: str | None) -> str | None:
     return fmt if fmt in ("sharegpt", "alpaca", "glaive", "xlam", None) else "chat"
 
 
-def format_problems(formats: list[tuple[int, str | None]]) -> list[tuple[int, str]]:
+def format_problems(formats: list[tuple[int, str | None]]) -> list[tuple[int | None, str]]:
     """A file mixing ShareGPT, Alpaca, glaive or xLAM rows with rows of another format: each row
     outside the file's most common format, named. (Usually files appended by mistake; and a converted file
     must mean one thing, since the conversion is silent row by row.)"""
     counts: dict[str, int] = {}
     for _, fmt in formats:
-        if _family(fmt):
-            counts[_family(fmt)] = counts.get(_family(fmt), 0) + 1
+        if family := _family(fmt):
+            counts[family] = counts.get(family, 0) + 1
     if len(counts) < 2:
         return []
-    major = max(counts, key=counts.get)
+    major = max(counts, key=lambda family: counts[family])
     names = {**FORMAT_NAMES, "chat": "chat ('messages') or prompt-completion"}
     return [
         (
             at,
-            f"row is {names[_family(fmt)]}, but {counts[major]} of the file's {sum(counts.values())} rows are "
+            f"row is {names[family]}, but {counts[major]} of the file's {sum(counts.values())} rows are "
             f"{names[major]}: a file holds one format; convert this row to it, or remove it",
         )
         for at, fmt in formats
-        if _family(fmt) and _family(fmt) != major
+        if (family := _family(fmt)) and family != major
     ]
 
 

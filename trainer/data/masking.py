@@ -38,8 +38,9 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Any
+from typing import Any, cast
 
+from trainer.chat.types import Message, Row, Tool
 from trainer.chat.parsers import END_MARKERS, parse_tool_call
 from trainer.chat.turns import trained_turns
 from trainer.data.formats import QUIET
@@ -120,16 +121,16 @@ def _name(tool: Any) -> Any:
     return fn.get("name") if isinstance(fn, dict) else None
 
 
-def _calls(message: dict[str, Any]) -> set[str]:
+def _calls(message: Message) -> set[str]:
     return {c["function"]["name"] for c in message.get("tool_calls") or []}
 
 
-def mask_turn(row: dict[str, Any]) -> int | None:
+def mask_turn(row: Row) -> int | None:
     """The turn a masked copy is cut at: the last trained assistant turn that calls only functions the row
     offers, none of them called in an earlier turn (the copy's history would call a tool it no longer
     declares); None when no turn qualifies."""
     offered = {_name(t) for t in row.get("tools") or []}
-    trained, earlier, found = set(trained_turns(row["messages"])), set(), []
+    trained, earlier, found = set(trained_turns(row["messages"])), set[str](), list[int]()
     for i, m in enumerate(row["messages"]):
         names = _calls(m)
         if i in trained and names and names <= offered and not names & earlier:
@@ -138,41 +139,42 @@ def mask_turn(row: dict[str, Any]) -> int | None:
     # a turn that answers a user prefers: its copy is an irrelevance row (a request no offered tool fits), where a
     # reply right after a tool result would read as the answer to that result (trainer.chat.fc_check's multi_turn)
     asked = [i for i in found if row["messages"][i - 1].get("role") != "tool"]
-    return (asked or found or [None])[-1]
+    return (asked or found)[-1] if found else None
 
 
-def called(row: dict[str, Any]) -> set[str]:
+def called(row: Row) -> set[str]:
     """The functions the turn a copy is cut at calls (`mask_turn`; empty: no turn can be masked)."""
     turn = mask_turn(row)
     return set() if turn is None else _calls(row["messages"][turn])
 
 
-def maskable(row: dict[str, Any]) -> bool:
+def maskable(row: Row) -> bool:
     """A row with a call turn to mask (`mask_turn`)."""
     return mask_turn(row) is not None
 
 
-def _history_tools(row: dict[str, Any], turn: int) -> list[dict[str, Any]]:
+def _history_tools(row: Row, turn: int) -> list[Tool]:
     """The row's tools that the turns before `turn` call: a copy keeps offering them."""
     earlier = {n for m in row["messages"][:turn] for n in _calls(m)}
     return [t for t in row.get("tools") or [] if _name(t) in earlier]
 
 
-def masked(
-    row: dict[str, Any], reply: str = IRRELEVANCE_REPLY, distractors: list[dict[str, Any]] | None = None
-) -> dict[str, Any]:
+def masked(row: Row, reply: str = IRRELEVANCE_REPLY, distractors: list[Tool] | None = None) -> Row:
     """A copy of `row` (maskable) cut at its `mask_turn`, without the functions that turn calls, answered with
     `reply`; without `tools` when none is left. `distractors`: tools offered instead of the row's remaining
     ones (beside those earlier turns call). The row's other fields and earlier turns stay as they are."""
     turn = mask_turn(row)
+    if turn is None:
+        raise ValueError("masked() of a row with no turn to mask: ask maskable() first")
     names = _calls(row["messages"][turn])
     left = (
         _history_tools(row, turn) + list(distractors)
         if distractors is not None
         else [t for t in row["tools"] if _name(t) not in names]
     )
-    out = {k: v for k, v in row.items() if k not in ("messages", "tools")}
-    out["messages"] = [*row["messages"][:turn], {"role": "assistant", "content": reply}]
+    # the row's other fields first, as they were (the copy's JSON keeps the row's key order)
+    out = cast(Row, {k: v for k, v in row.items() if k not in ("messages", "tools")})
+    out["messages"] = [*row["messages"][:turn], Message(role="assistant", content=reply)]
     if left:
         out["tools"] = left
     return out
@@ -182,23 +184,22 @@ def _words(name: Any) -> set[str]:
     return set(str(name).lower().replace("-", "_").replace(".", "_").split("_")) - {"", "get", "set", "a", "the"}
 
 
-def tool_pool(splits: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def tool_pool(splits: dict[str, list[Row]]) -> list[Tool]:
     """Every tool the dataset's rows offer (one per name, first seen) and the library's
     (trainer.data.tool_library), in a fixed order: what distractors are drawn from."""
-    pool: dict[str, dict[str, Any]] = {}
+    pool: dict[str, Tool] = {}
     for rows in splits.values():
         for row in rows:
             for tool in row.get("tools") or []:
-                if isinstance(_name(tool), str):
-                    pool.setdefault(_name(tool), tool)
+                if isinstance(name := _name(tool), str):
+                    pool.setdefault(name, tool)
     for tool in LIBRARY:
-        pool.setdefault(_name(tool), tool)
+        if isinstance(name := _name(tool), str):
+            pool.setdefault(name, tool)
     return [pool[name] for name in sorted(pool)]
 
 
-def distractors_for(
-    row: dict[str, Any], pool: list[dict[str, Any]], rng: random.Random, k: int | None = None
-) -> list[dict[str, Any]]:
+def distractors_for(row: Row, pool: list[Tool], rng: random.Random, k: int | None = None) -> list[Tool]:
     """`k` tools, or as many as the copy would otherwise offer (at least 1, at most DISTRACTORS_MAX), drawn from
     `pool`: none the row offers, none sharing a word of its name with a function the masked turn calls
     (convert_length is no distractor for convert_currency)."""
@@ -225,16 +226,16 @@ def spread(rows: list[Any], extra: list[Any]) -> list[Any]:
 
 
 def mask_split(
-    rows: list[dict[str, Any]],
+    rows: list[Row],
     share: float,
     seed: int,
     split: str,
     reply: str = IRRELEVANCE_REPLY,
     avoid: frozenset[str] = frozenset(),
     distractors: float = 0.0,
-    pool: list[dict[str, Any]] | None = None,
+    pool: list[Tool] | None = None,
     stats: dict[str, int] | None = None,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+) -> tuple[list[Row], list[Row]]:
     """(`rows` with masked copies of some of them spread through, the copies): `copies_for` of them, at
     most one per maskable row, drawn with `seed` and the split's name (the same copies on every machine);
     `distractors` of them (a share, rounded up) offer tools drawn from `pool` (`tool_pool`) instead of the
@@ -265,7 +266,7 @@ def mask_split(
             [i for i in offered if i in with_distractors], min(wanted - len(taken), len(offered) - len(plain))
         )
         for i in taken:
-            copies[i] = {k: v for k, v in copies[i].items() if k != "tools"}
+            copies[i] = cast(Row, {k: v for k, v in copies[i].items() if k != "tools"})
             with_distractors.discard(i)
         kept = [i for i, c in enumerate(copies) if conversation_key(c) not in avoid]  # one without tools may match
         with_distractors &= set(kept)
@@ -276,7 +277,7 @@ def mask_split(
 
 
 def data_problem(
-    splits: dict[str, list[dict[str, Any]]], share: float, what: str = "the dataset", name: str = "irrelevance_share"
+    splits: dict[str, list[Row]], share: float, what: str = "the dataset", name: str = "irrelevance_share"
 ) -> str | None:
     """The refusal of a share above 0 for data whose training rows have no call to mask (None otherwise), saying
     which of the conditions the rows miss."""
@@ -303,13 +304,13 @@ def data_problem(
 
 
 def mask_splits(
-    splits: dict[str, list[dict[str, Any]]],
+    splits: dict[str, list[Row]],
     share: float,
     seed: int,
     what: str = "the dataset",
     reply: str = IRRELEVANCE_REPLY,
     distractors: float = 0.0,
-) -> tuple[dict[str, list[dict[str, Any]]], dict[str, int]]:
+) -> tuple[dict[str, list[Row]], dict[str, int]]:
     """Every split with its masked copies (`mask_split`) answered `reply`, `distractors` of them offering tools from
     the whole dataset and the library (`tool_pool`), and the copies made per split; says how many (one line,
     unless the reading is quiet: trainer.data.quiet_conversions).
@@ -326,7 +327,9 @@ def mask_splits(
     ):
         raise UserError(problem)
     pool = tool_pool(splits) if distractors > 0 else []
-    out, copies, stats = {}, {}, {"distractors": 0}
+    out: dict[str, list[Row]] = {}
+    copies: dict[str, list[Row]] = {}
+    stats = {"distractors": 0}
     # Train first: no eval copy may be a train row (a copy included); and no train copy may be an eval row, which
     # would score the tuned model on a row it trained on (data.eval_overlap then blamed the user's data for it).
     evals = frozenset(conversation_key(r) for n, rows in splits.items() if n != "train" for r in rows)

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Any
+from typing import Any, Final
 
-TAG = "mix_source"  # a row's source's index in the mix
+from trainer.chat.types import Row
+
+TAG: Final = "mix_source"  # a row's source's index in the mix (trainer.chat.types.Row names it)
 
 
 def take_counts(sizes: list[int], weights: list[float]) -> list[int]:
@@ -33,16 +35,18 @@ def take_counts(sizes: list[int], weights: list[float]) -> list[int]:
 
 
 def mix(
-    parts: list[tuple[str, float, dict[str, list[dict[str, Any]]]]], seed: int
-) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
+    parts: list[tuple[str, float, dict[str, list[Row]]]], seed: int
+) -> tuple[dict[str, list[Row]], list[dict[str, Any]]]:
     """`parts`: (source, weight, {"train", "eval"}) in the mix's order -> (mixed splits, one record per source)."""
     counts = take_counts([len(splits["train"]) for _, _, splits in parts], [w for _, w, _ in parts])
-    train, evals, record = [], [], []
+    train: list[Row] = []
+    evals: list[list[Row]] = []
+    record: list[dict[str, Any]] = []
     for k, ((source, weight, splits), n) in enumerate(zip(parts, counts)):
         rows = splits["train"][:]
         random.Random(f"mix:{seed}:{k}").shuffle(rows)
-        train += [{**rows[i % len(rows)], TAG: k} for i in range(n)]
-        evals.append([{**r, TAG: k} for r in splits["eval"]])
+        train += [_tagged(rows[i % len(rows)], k) for i in range(n)]
+        evals.append([_tagged(r, k) for r in splits["eval"]])
         record.append(
             {
                 "source": source,
@@ -56,6 +60,12 @@ def mix(
     # row i of a source of n rows sits at (i + 0.5) / n of the split: each source spread evenly, order kept
     spread = sorted(((i + 0.5) / len(rows), k, i) for k, rows in enumerate(evals) for i in range(len(rows)))
     return {"train": train, "eval": [evals[k][i] for _, k, i in spread]}, record
+
+
+def _tagged(row: Row, k: int) -> Row:
+    out = Row(**row)  # a copy: a source's rows are its own
+    out[TAG] = k
+    return out
 
 
 def describe(record: list[dict[str, Any]], where: str) -> str:
@@ -78,6 +88,6 @@ def describe(record: list[dict[str, Any]], where: str) -> str:
     return "\n".join(lines)
 
 
-def sources_of(rows: list[dict[str, Any]]) -> list[int]:
+def sources_of(rows: list[Row]) -> list[int]:
     """The mix indices the rows carry, in order; [] for rows of one source."""
     return sorted({r[TAG] for r in rows if isinstance(r.get(TAG), int)})

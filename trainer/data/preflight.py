@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-from typing import Any, Iterator
+from typing import Iterator
 
+from trainer.chat.types import Row
 from trainer.data import mix
 from trainer.data.encode import max_token_chars, text_chars
 
@@ -71,7 +72,7 @@ def over_budget(tokenizer, where: str, template: str, what: str) -> str:
 
 
 def length_problems(
-    splits: dict[str, list[dict[str, Any]]],
+    splits: dict[str, list[Row]],
     tokenizer,
     max_seq_len: int,
     context: int | None = None,
@@ -143,12 +144,12 @@ def _length_problems(
     return problems
 
 
-def conversation_key(row: dict[str, Any]) -> str:
+def conversation_key(row: Row) -> str:
     """A row's conversation and tools as text, without its place in a mix (the same row from two sources is one)."""
     return json.dumps({k: v for k, v in row.items() if k != mix.TAG}, sort_keys=True, ensure_ascii=False)
 
 
-def eval_overlap(splits: dict[str, list[dict[str, Any]]]) -> str:
+def eval_overlap(splits: dict[str, list[Row]]) -> str:
     """A warning when eval rows are also train rows (the same conversation and tools), '' otherwise: the tuned model
     is then scored on rows it trained on, and its accuracy reads higher than it is on new requests."""
     seen = {conversation_key(r) for r in splits.get("train", [])}

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
+from trainer.chat.types import Row
 from trainer.core.errors import UserError, brief, collect
 from trainer.data.formats import convert, format_problems, row_format
 from trainer.core.jsontext import ESCAPED_SURROGATE, json_type, loads, repeated_key, json_loads, surrogate_problem
 from trainer.data.rows import checked_rows, row_problems, validate_rows
 
 
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+def read_jsonl(path: str | Path) -> list[Row]:
     """Read and validate a JSONL file; errors name the file, the line and the reason.
 
     UTF-8, with or without the byte-order mark some editors write; gzip-compressed when the
@@ -23,7 +24,9 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     path = Path(path)
     if not path.is_file():
         raise UserError(f"dataset file not found: {path}. Pass an existing .jsonl file or directory.")
-    rows, problems, formats = [], [], []
+    rows: list[dict[str, Any]] = []
+    problems: list[tuple[int | None, str]] = []
+    formats: list[tuple[int, str | None]] = []
     with _open_bytes(path) as f:
         head = f.read(8)
         f.seek(0)
@@ -33,7 +36,7 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
                 "zstd-compressed": "unzstd",
                 "bzip2-compressed": "bunzip2",
                 "a zip archive": "unzip",
-            }.get(kind)
+            }.get(kind or "")
             also = (
                 f" (decompress it first: {fix} {path.name})"
                 if fix
@@ -94,7 +97,7 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
 FILE_TYPES = (".jsonl", ".json", ".csv", ".tsv", ".parquet")  # what read_rows reads, by extension
 
 
-def read_rows(path: str | Path) -> list[dict[str, Any]]:
+def read_rows(path: str | Path) -> list[Row]:
     """Read and validate a dataset file of any FILE_TYPES; other extensions are read as JSONL.
 
     A `.json` file is a JSON list of rows, or JSON Lines under another name (common on the
@@ -295,7 +298,7 @@ def _binary_kind(head: bytes) -> str | None:
     return next((kind for magic, kind in _MAGIC.items() if head.startswith(magic)), None)
 
 
-def write_jsonl(rows: Iterable[dict[str, Any]], path: str | Path) -> int:
+def write_jsonl(rows: Iterable[Mapping[str, Any]], path: str | Path) -> int:
     """Write rows as JSONL; returns the row count."""
     n = 0
     with Path(path).open("w", encoding="utf-8") as f:

@@ -8,11 +8,12 @@ import json
 import math
 import re
 import unicodedata
-from typing import Any, Iterable
+from typing import Any, Iterable, cast
 
 from trainer.chat.calls import decode_arguments
 from trainer.core.errors import collect
 from trainer.chat.fc_check import check_call, parameters
+from trainer.chat.types import RawRow, Row, ToolCall
 from trainer.data.formats import QUIET, no_messages, part_types, announce, conversion_problems, convert, format_problems
 from trainer.core.jsontext import ESCAPED_SURROGATE, json_type, loads, repeated_key, non_finite_paths, surrogate_problem
 
@@ -93,8 +94,8 @@ def schema_problems(row: dict[str, Any]) -> list[str]:
 
 def _schema_problem(tools: list, fn: dict[str, Any], at: str) -> str | None:
     name = fn["name"]
-    call = {"name": name, "arguments": typed(parameters({"tools": tools}, name), fn.get("arguments", {}))}
-    if why := check_call({"tools": tools}, call, call):
+    call = ToolCall(name=name, arguments=typed(parameters(tools, name), fn.get("arguments", {})))
+    if why := check_call(tools, call, call):
         return (
             f"{at} breaks its own tool's schema ({why.removeprefix(name + ': ')}): the evaluation would score an "
             "exact copy of this call as wrong, and training would teach it; fix the call's value or the tool's "
@@ -393,13 +394,13 @@ def _drop_nulls(value: Any) -> Any:
     return value
 
 
-def validate_rows(rows: Iterable[Any], where: str, columnar: bool = False) -> list[dict[str, Any]]:
+def validate_rows(rows: Iterable[Any], where: str, columnar: bool = False) -> list[Row]:
     """Check every row; raise one UserError naming each bad row, else return them normalised
     (`columnar`: rows from Arrow; see `normalise`)."""
     if columnar:  # Arrow gives every struct every key some row has, null where absent: before a conversion reads them
         rows = [_without_filler(r) for r in rows]
     rows, formats = zip(*map(convert, rows)) if rows else ((), ())
-    problems = [(i + 1, p) for i, row in enumerate(rows) for p in row_problems(row)]
+    problems: list[tuple[int | None, str]] = [(i + 1, p) for i, row in enumerate(rows) for p in row_problems(row)]
     if not columnar:  # JSON or CSV cells; Arrow strings are UTF-8, without surrogates
         problems += [(i + 1, p) for i, row in enumerate(rows) if (p := surrogate_problem(row, ""))]
     problems += format_problems(list(enumerate(formats, 1)))
@@ -409,14 +410,14 @@ def validate_rows(rows: Iterable[Any], where: str, columnar: bool = False) -> li
 
 
 def checked_rows(
-    rows: list[dict[str, Any]],
+    rows: list[RawRow],
     ats: Iterable[int],
     problems: list[tuple[int | None, str]],
     formats: Iterable[str | None],
     where: str,
     unit: str,
     columnar: bool = False,
-) -> list[dict[str, Any]]:
+) -> list[Row]:
     """The end of every reader: rows without a problem normalised, their calls checked against their own tools'
     schemas, one UserError for all problems (rows numbered `ats`, by `unit`: "row" or "line"), else the rows with
     their conversion said and their arguments read as the schemas' types."""
@@ -425,12 +426,13 @@ def checked_rows(
     rows = [r if at in bad else normalise(r, columnar) for at, r in zip(ats, rows)]
     problems = problems + [(at, p) for at, r in zip(ats, rows) if at not in bad for p in schema_problems(r)]
     _raise_grouped(problems, where, unit)
+    checked = cast(list[Row], rows)  # every row passed row_problems and schema_problems: each is a Row
     announce(formats, where)
-    _retype(rows, where)
-    return rows
+    _retype(checked, where)
+    return checked
 
 
-def _retype(rows: list[dict[str, Any]], where: str) -> None:
+def _retype(rows: list[Row], where: str) -> None:
     """Call arguments spelled in another type than their schema's ("5" for an integer) read as the schema's type
     (`typed`), in place, said once with a count and an example: the model learns the type the server's callers get."""
     changed, example = 0, ""
@@ -440,7 +442,7 @@ def _retype(rows: list[dict[str, Any]], where: str) -> None:
                 fn = tc["function"]
                 if not row.get("tools") or not isinstance(fn.get("arguments"), dict):
                     continue
-                new = typed(parameters(row, fn["name"]), fn["arguments"])
+                new = typed(parameters(row["tools"], fn["name"]), fn["arguments"])
                 if json.dumps(new) != json.dumps(fn["arguments"]):
                     changed += 1
                     example = example or f"row {n}: {json.dumps(fn['arguments'])} -> {json.dumps(new)}"

@@ -21,12 +21,12 @@ import json
 import random
 from typing import Any, Callable
 
+from trainer.chat.types import Tool
+
 _S, _N, _I, _B = {"type": "string"}, {"type": "number"}, {"type": "integer"}, {"type": "boolean"}
 
 
-def tool(
-    name: str, description: str, required: dict[str, Any], optional: dict[str, Any] | None = None
-) -> dict[str, Any]:
+def tool(name: str, description: str, required: dict[str, Any], optional: dict[str, Any] | None = None) -> Tool:
     """An OpenAI tool; `required` and `optional` map each parameter to its JSON schema (an optional one
     carries its `default`, which the call leaves out when the request does not say otherwise)."""
     return {
@@ -47,7 +47,7 @@ def _enum(*values: str) -> dict[str, Any]:
     return {"type": "string", "enum": list(values)}
 
 
-LIBRARY: list[dict[str, Any]] = [
+LIBRARY: list[Tool] = [
     # mathematics and science
     tool("solve_quadratic", "Roots of a*x^2 + b*x + c = 0", {"a": _N, "b": _N, "c": _N}),
     tool("triangle_area", "Area of a triangle from its base and height", {"base": _N, "height": _N}),

@@ -23,8 +23,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from trainer.chat.types import Message, Outcome, Prediction
 from trainer.core import metrics as names
 from trainer.data import bfcl as bfcl_data
+from trainer.data.bfcl import BfclRow
 from trainer.evaluate import bfcl_check
 from trainer.evaluate.paired import paired_counts
 
@@ -38,19 +40,21 @@ ANSWER_TOKENS = 384
 IN_FLIGHT = 32
 
 # The placeholder turn a BFCL row is asked before: the evaluation asks for the turn at target_index.
-_ASKED = {"role": "assistant", "content": ""}
+_ASKED = Message(role="assistant", content="")
 
 
-def rows(tree: Path, per_category: int, seed: int) -> list[dict[str, Any]]:
+def rows(tree: Path, per_category: int, seed: int) -> list[BfclRow]:
     """Every category's rows to ask (`per_category` drawn with `seed`; 0: all), with the turn to answer."""
     out = []
     for category in bfcl_data.CATEGORIES:
         for row in bfcl_data.sample(bfcl_data.read(tree, category), per_category, seed):
-            out.append({**row, "messages": [*row["messages"], dict(_ASKED)]})
+            asked = BfclRow(**row)  # a copy: the row read stays as it was
+            asked["messages"] = [*row["messages"], Message(**_ASKED)]
+            out.append(asked)
     return out
 
 
-def prompt_lengths(tokenizer, asked: list[dict[str, Any]]) -> list[int]:
+def prompt_lengths(tokenizer, asked: list[BfclRow]) -> list[int]:
     """Each row's prompt in tokens, as the chat template renders it with its tools."""
     return [
         len(
@@ -71,7 +75,7 @@ def budgets(prompts: list[int], context: int | None) -> list[int]:
     return [min(ANSWER_TOKENS, context - p) if context else ANSWER_TOKENS for p in prompts]
 
 
-def _verdict(row: dict[str, Any], prediction: dict[str, Any]) -> tuple[bool, str]:
+def _verdict(row: BfclRow, prediction: Prediction) -> tuple[bool, str]:
     """bfcl_check.check on a prediction as trainer.evaluate reads replies: arguments already decoded once from
     the wire (or kept as text that did not decode). BFCL decodes once, so text left over (not JSON, or JSON
     of a string: double-encoded) is no JSON object: passed on encoded, never decoded a second time."""
@@ -82,7 +86,7 @@ def _verdict(row: dict[str, Any], prediction: dict[str, Any]) -> tuple[bool, str
     return bfcl_check.check(row, calls, prediction["content"])
 
 
-def score(asked: list[dict[str, Any]], predictions: list[dict[str, Any] | None]) -> dict[str, float]:
+def score(asked: list[BfclRow], predictions: list[Prediction | None]) -> dict[str, float]:
     """One model's metrics from its predictions ({"calls", "content"} per row, None for a row not asked)."""
     per: dict[str, list[bool]] = {}
     for v in verdicts(asked, predictions):
@@ -103,16 +107,17 @@ def score(asked: list[dict[str, Any]], predictions: list[dict[str, Any] | None])
     return out
 
 
-def verdicts(asked: list[dict[str, Any]], predictions: list[dict[str, Any] | None]) -> list[dict[str, Any]]:
+def verdicts(asked: list[BfclRow], predictions: list[Prediction | None]) -> list[Outcome]:
     """One model's verdict per row, `{"category", "ok"}` (a row not asked is wrong): what `score` counts, and
     what trainer.evaluate.paired pairs with the other model's."""
     return [
-        {"category": row["category"], "ok": p is not None and _verdict(row, p)[0]} for row, p in zip(asked, predictions)
+        Outcome(category=row["category"], ok=p is not None and _verdict(row, p)[0])
+        for row, p in zip(asked, predictions)
     ]
 
 
 def counts(
-    asked: list[dict[str, Any]], too_long: list[bool], outputs: dict[str, list[dict[str, Any] | None]] | None = None
+    asked: list[BfclRow], too_long: list[bool], outputs: dict[str, list[Prediction | None]] | None = None
 ) -> dict[str, float]:
     """Rows per category (the accuracies' denominators) and those too long to ask: the same for both models.
     With both models' `outputs`, also the rows the tuned model lost and won against the base per category
@@ -128,7 +133,7 @@ def counts(
 
 
 def failures(
-    asked: list[dict[str, Any]], outputs: dict[str, list[dict[str, Any] | None]], per_category: int = 3
+    asked: list[BfclRow], outputs: dict[str, list[Prediction | None]], per_category: int = 3
 ) -> dict[str, list[dict[str, Any]]]:
     """A few rows per category the tuned model got wrong, with the checker's reason and both raw answers."""
     out: dict[str, list[dict[str, Any]]] = {}
@@ -154,7 +159,7 @@ def failures(
     return {c: v for c, v in out.items() if v}
 
 
-def answers(asked: list[dict[str, Any]], outputs: dict[str, list[dict[str, Any] | None]]) -> list[dict[str, Any]]:
+def answers(asked: list[BfclRow], outputs: dict[str, list[Prediction | None]]) -> list[dict[str, Any]]:
     """Every row's answers as JSON lines: BFCL's id and category, and per model the calls and text read off the
     reply, BFCL's verdict and why (None: not asked, its prompt too long). What the evaluate step writes out
     (bfcl_answers), and what tests/unit/test_bfcl_check.py's recorded answers are taken from."""

@@ -15,10 +15,10 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from typing import Any
+from typing import Any, cast
 
 from trainer.chat.calls import decode_arguments
-from trainer.data.bfcl import served_name
+from trainer.data.bfcl import BfclRow, served_name
 
 # ast_checker.py PYTHON_TYPE_MAPPING: the Python type a parameter's value must have, by its Gorilla type.
 PYTHON_TYPES = {
@@ -81,7 +81,7 @@ def _type_error(
     answer_type = _answer_type(accepted)
     is_variable = answer_type is not None and answer_type is not expected
     if type(value) is expected:
-        if nested is None or any(_items_fit(value, a, nested) for a in accepted):
+        if nested is None or any(_items_fit(cast(list, value), a, nested) for a in accepted):  # expected is list
             return None, is_variable
         return (
             f"wrong item type in parameter {param!r}: expected {kind} items of type {nested.__name__}, got "
@@ -128,7 +128,7 @@ def _one_dict_error(param: str, value: dict, answer: dict) -> str | None:
 def _dict_error(param: str, value: dict, accepted: list) -> str | None:
     """BFCL's dict_checker: some accepted dict (each key's accepted values) fits, its values compared one level
     deep."""
-    error = f"invalid value for parameter {param!r}: got {_short(value)}, expected it omitted"
+    error: str | None = f"invalid value for parameter {param!r}: got {_short(value)}, expected it omitted"
     for answer in accepted:
         if answer == "":
             continue
@@ -140,7 +140,9 @@ def _dict_error(param: str, value: dict, accepted: list) -> str | None:
 
 def _list_dict_error(param: str, value: list, accepted: list) -> str | None:
     """BFCL's list_dict_checker: some accepted list of dicts fits item by item, in order."""
-    error = f"invalid value for parameter {param!r}: got {_short(value)}, expected one of {_accepted(accepted)}"
+    error: str | None = (
+        f"invalid value for parameter {param!r}: got {_short(value)}, expected one of {_accepted(accepted)}"
+    )
     for answer in accepted:
         if len(value) != len(answer):
             error = f"wrong number of items in parameter {param!r}: got {len(value)}, expected {len(answer)}"
@@ -242,10 +244,10 @@ def _parallel_error(functions: list[dict], calls: list[tuple[str, dict]], answer
     return None
 
 
-def _decoded(calls: list[dict]) -> tuple[list[tuple[str, dict]], str | None]:
+def _decoded(calls: list[dict]) -> tuple[list[tuple[Any, dict]], str | None]:
     """The calls as (name, arguments) and the reason BFCL's FC decoding would find no valid function call:
     arguments that are not JSON (decode_ast fails) or not a JSON object (is_function_calling_format_output)."""
-    out = []
+    out: list[tuple[Any, dict]] = []  # a name as the model wrote it: None where it wrote none
     for n, call in enumerate(calls, 1):
         name = call.get("name")
         try:
@@ -258,7 +260,7 @@ def _decoded(calls: list[dict]) -> tuple[list[tuple[str, dict]], str | None]:
     return out, None
 
 
-def check(row: dict, calls: list[dict], content: str | None = None) -> tuple[bool, str]:
+def check(row: BfclRow, calls: list[dict], content: str | None = None) -> tuple[bool, str]:
     """BFCL's verdict on one answer. `row`: a row from trainer.data.bfcl.read. `calls`: the model's tool calls
     as an OpenAI client reads them: [{"name": str, "arguments": dict or JSON text}] with the served names
     (dots written as `_`). `content`: the answer's text, which BFCL ignores (it only words the reason).

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from trainer import data
+from trainer.chat.types import Row
 from trainer.chat.turns import expected_call, expected_text, target_index
 from trainer.core.progress import bar
 
 
-def answer_budget(tokenizer, rows: list[dict[str, Any]]) -> int:
+def answer_budget(tokenizer, rows: list[Row]) -> int:
     """New tokens to generate for a batch: the longest expected answer plus slack, so that a
     long text answer is not cut short (and marked wrong) by a fixed limit."""
     lengths = [
@@ -34,7 +34,7 @@ def context_length(config) -> int | None:
 
 
 def fitting_rows(
-    rows: list[dict[str, Any]], tokenizer, max_seq_len: int, context: int | None = None
+    rows: list[Row], tokenizer, max_seq_len: int, context: int | None = None
 ) -> tuple[list[int], list[dict[str, list[int]]]]:
     """Indices of the rows short enough to score, and their encodings (for the eval loss).
 
@@ -48,7 +48,7 @@ def fitting_rows(
     limit = min(max_seq_len, context) if context else max_seq_len
     encoded = data.encode_rows(rows, tokenizer, limit, what="the eval rows")  # refusals: one UserError
     kept = [i for i, e in enumerate(encoded) if e is not None]
-    return kept, [encoded[i] for i in kept]
+    return kept, [e for e in encoded if e is not None]
 
 
 def length_limit(max_seq_len: int, context: int | None) -> str:
@@ -72,12 +72,7 @@ def long_rows_problem(n_rows: int, max_seq_len: int, context: int | None) -> str
 
 
 def generate(
-    model,
-    tokenizer,
-    rows: list[dict[str, Any]],
-    batch_size: int = 32,
-    desc: str = "generate",
-    budgets: list[int] | None = None,
+    model, tokenizer, rows: list[Row], batch_size: int = 32, desc: str = "generate", budgets: list[int] | None = None
 ) -> list[str]:
     """Greedy completions for each row's prompt (the conversation before its scored turn).
 
@@ -114,7 +109,8 @@ def generate(
             f"rows {too_long} leave no room to generate in the model's context ({context} tokens); "
             "select rows with fitting_rows first"
         )
-    batches, batch = [], []
+    batches: list[list[int]] = []
+    batch: list[int] = []
     for i in sorted(range(len(rows)), key=lambda i: len(prompts[i])):
         fits = not context or len(prompts[i]) + max(budgets[j] for j in [*batch, i]) <= context
         if batch and (len(batch) == batch_size or not fits):

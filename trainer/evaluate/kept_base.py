@@ -18,8 +18,10 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+from collections.abc import Sequence
 from typing import Any
 
+from trainer.chat.types import Row
 from trainer.core.errors import Unavailable, UserError
 from trainer.evaluate import bfcl
 
@@ -48,7 +50,7 @@ def digest(model_uri: str, chat_template: str | None, part: str, rows_key: dict[
     return hashlib.sha256(json.dumps(what, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
-def suite_key(asked: list[dict[str, Any]], version: str, rows_per_category: int, seed: int) -> dict[str, Any]:
+def suite_key(asked: Sequence[Row], version: str, rows_per_category: int, seed: int) -> dict[str, Any]:
     """What the base's BFCL answers are valid for: the rows asked (content, ids included) and how they were drawn."""
     rows = hashlib.sha256(json.dumps(asked, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
     return {

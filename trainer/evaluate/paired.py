@@ -10,14 +10,15 @@ them from the metrics, as it reads the accuracies.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable, Sequence
 
+from trainer.chat.types import Outcome, Prediction, Row
 from trainer.core import metrics as names
 from trainer.chat import fc_check
 
 
 def paired_counts(
-    base: list[dict[str, Any]], tuned: list[dict[str, Any]], suite: str, categories: Iterable[str] | None = None
+    base: Sequence[Outcome], tuned: Sequence[Outcome], suite: str, categories: Iterable[str] | None = None
 ) -> dict[str, float]:
     """`<suite>_<category>_lost` and `_won` (trainer.core.metrics.count) from both models' verdicts on the same rows
     (`{"category", "ok"}` per row, in the same order: trainer.chat.fc_check.score's), for every category with a
@@ -40,7 +41,7 @@ def paired_counts(
     return out
 
 
-def heldout_counts(rows: list[dict[str, Any]], outputs: dict[str, list[dict[str, Any]]]) -> dict[str, float]:
+def heldout_counts(rows: list[Row], outputs: dict[str, list[Prediction]]) -> dict[str, float]:
     """`fc_<category>_lost` / `_won` on the held-out rows scored, from both models' predictions
     (`outputs["base"]`, `outputs["tuned"]`: {"calls", "content"} per row) by the AST check (trainer.chat.fc_check)."""
     verdicts = {

@@ -38,13 +38,10 @@ def source_rows(
     for key in sorted((k for k in counts if k.startswith("mix") and k.endswith("_rows")), key=lambda k: int(k[3:-5])):
         k = int(key[3:-5])
         name = f"[{k}] " + (names[k] if k < len(names) else f"source {k}")
-        out.append(
-            (
-                name,
-                int(counts[key]),
-                *(pct(m, f"mix{k}_{metric}") for metric in ("fc_ast_accuracy", "text_kept") for m in (base, tuned)),
-            )
+        ast_base, ast_tuned, kept_base, kept_tuned = (
+            pct(m, f"mix{k}_{metric}") for metric in ("fc_ast_accuracy", "text_kept") for m in (base, tuned)
         )
+        out.append((name, int(counts[key]), ast_base, ast_tuned, kept_base, kept_tuned))
     return out
 
 

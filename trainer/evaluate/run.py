@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +26,11 @@ from trainer.chat.turns import (
     split_turns,
     trained_turns,
 )
+from trainer.chat.types import Prediction, Row
 from trainer.core import metrics as names
 from trainer.core.errors import UserError
 from trainer.data import bfcl as bfcl_data
+from trainer.data.bfcl import BfclRow
 from trainer.evaluate import bfcl, generation, kept_base
 from trainer.evaluate import losses as losses_mod
 from trainer.evaluate import served as served_mod
@@ -44,13 +48,13 @@ SCORING = "every-turn"
 def score(
     model,
     tokenizer,
-    rows: list[dict[str, Any]],
+    rows: list[Row],
     examples: list[dict[str, list[int]]],
     desc: str = "evaluate",
-    predictions: list[dict[str, Any]] | None = None,
+    predictions: list[Prediction] | None = None,
     losses: list[tuple[float, int]] | None = None,
-    loss_rows: list[dict[str, Any]] | None = None,
-) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    loss_rows: list[Row] | None = None,
+) -> tuple[dict[str, float], list[Prediction]]:
     """All metrics for one model on `rows` (the turns asked, `turn_rows`) and the encodings `examples`
     of `loss_rows` (the rows that fit, `fitting_rows`; None: `rows` themselves), and its predictions
     ({"calls", "content", "raw"} per row of `rows`). `predictions` and `losses` (per example,
@@ -78,11 +82,7 @@ def score(
 
 
 def warnings_for(
-    rows: list[dict[str, Any]],
-    skipped: int = 0,
-    max_seq_len: int = 512,
-    context: int | None = None,
-    split_rows: int = 0,
+    rows: list[Row], skipped: int = 0, max_seq_len: int = 512, context: int | None = None, split_rows: int = 0
 ) -> list[str]:
     """What makes these numbers weak, in words for the log and the report (`rows`: those scored; `split_rows`: the
     eval split's, when max_rows took fewer)."""
@@ -158,7 +158,21 @@ def logged_metrics(result: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def _prepared(model_dir: Path, eval_path: Path | None, max_rows: int, max_seq_len: int, engine: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Prepared:
+    """What scoring any model on the eval split starts from (`_prepared`)."""
+
+    rows: list[Row]  # the split's first max_rows
+    scored: list[Row]  # those that fit max_seq_len
+    turns: list[Row]  # the scored rows cut at each trained assistant turn (trainer.chat.turns.split_turns)
+    examples: list[dict[str, list[int]]]  # the scored rows' encodings, for the eval loss
+    tokenizer: Any
+    context: int | None
+    warnings: list[str]
+    engine: str
+
+
+def _prepared(model_dir: Path, eval_path: Path | None, max_rows: int, max_seq_len: int, engine: str) -> Prepared:
     """What scoring any model on the eval split starts from: the rows scored (the first `max_rows`
     that fit `max_seq_len`), their encodings, the warnings (printed), the engine chosen. `eval_path`
     None: the held-out suite is not scored (no rows)."""
@@ -184,25 +198,16 @@ def _prepared(model_dir: Path, eval_path: Path | None, max_rows: int, max_seq_le
         f"(eval_engine={engine})",
         flush=True,
     )
-    return {
-        "rows": rows,
-        "scored": scored,
-        "turns": turns,
-        "examples": examples,
-        "tokenizer": tokenizer,
-        "context": context,
-        "warnings": warnings,
-        "engine": engine,
-    }
+    return Prepared(rows, scored, turns, examples, tokenizer, context, warnings, engine)
 
 
-def turn_label(row: dict[str, Any]) -> str:
+def turn_label(row: Row) -> str:
     """Which assistant turn a cut row asks, and after what: "turn 2, after a tool result"."""
     n = len(trained_turns(row["messages"]))
     return f"turn {n}" + (", after a tool result" if after_tool_result(row) else "")
 
 
-def example_turns(turns: list[dict[str, Any]], n: int) -> list[int]:
+def example_turns(turns: list[Row], n: int) -> list[int]:
     """The turns the report shows side by side: the first of each category present, then the first turns in
     order, `n` in all (at least one per category): a glaive split shows a call turn and a text turn."""
     first: dict[str, int] = {}
@@ -213,22 +218,22 @@ def example_turns(turns: list[dict[str, Any]], n: int) -> list[int]:
     return sorted(chosen)
 
 
-def _scored_key(prep: dict[str, Any], max_seq_len: int) -> dict[str, Any]:
+def _scored_key(prep: Prepared, max_seq_len: int) -> dict[str, Any]:
     """What base scores are valid for: the same rows scored (their content), the same length limit
     and engine. The base's answers are greedy, so on these they are the same in every trial."""
-    digest = hashlib.sha256(json.dumps(prep["scored"], sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+    digest = hashlib.sha256(json.dumps(prep.scored, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
     return {
         "rows_sha256": digest,
-        "rows": len(prep["scored"]),
+        "rows": len(prep.scored),
         "max_seq_len": max_seq_len,
-        "engine": prep["engine"],
+        "engine": prep.engine,
         "scoring": SCORING,
     }
 
 
 def _generated_suite(
-    model, tokenizer, asked: list[dict[str, Any]], prompts: list[int], context: int | None, desc: str
-) -> list[dict[str, Any] | None]:
+    model, tokenizer, asked: Sequence[Row], prompts: list[int], context: int | None, desc: str
+) -> list[Prediction | None]:
     """HF generate's answers to a suite's rows (bfcl.budgets new tokens each), read with the serving parser;
     None for a row whose prompt leaves no room in the context."""
     budgets = bfcl.budgets(prompts, context)
@@ -237,7 +242,7 @@ def _generated_suite(
     texts = generation.generate(
         model, tokenizer, [asked[i] for i in keep], desc=desc, budgets=[budgets[i] for i in keep]
     )
-    out: list[dict[str, Any] | None] = [None] * len(asked)
+    out: list[Prediction | None] = [None] * len(asked)
     for i, p in zip(keep, parsed_outputs(texts, parser)):
         out[i] = p
     return out
@@ -246,19 +251,19 @@ def _generated_suite(
 def _score_models(
     model_dir: Path,
     tuned_dir: Path | None,
-    prep: dict[str, Any],
+    prep: Prepared,
     max_seq_len: int,
     names: tuple[str, ...],
-    suite: tuple[list[dict[str, Any]], list[int]] | None = None,
-) -> tuple[dict[str, dict[str, float]], dict[str, list[dict[str, Any]]], dict[str, list[dict[str, Any] | None]]]:
+    suite: tuple[list[BfclRow], list[int]] | None = None,
+) -> tuple[dict[str, dict[str, float]], dict[str, list[Prediction]], dict[str, list[Prediction | None]]]:
     """Metrics and per-row predictions of `names` (base: `model_dir`; tuned: `tuned_dir` on it) on the
     held-out rows, and their answers to `suite` (BFCL's rows and prompt lengths: trainer.evaluate.bfcl)."""
-    scored, turns, examples, tokenizer = prep["scored"], prep["turns"], prep["examples"], prep["tokenizer"]
+    scored, turns, examples, tokenizer = prep.scored, prep.turns, prep.examples, prep.tokenizer
     served = (
         served_mod.served_predictions(
-            model_dir, tuned_dir, turns, examples, tokenizer, max_seq_len, prep["context"], names=names, suite=suite
+            model_dir, tuned_dir, turns, examples, tokenizer, max_seq_len, prep.context, names=names, suite=suite
         )
-        if prep["engine"] == "vllm"
+        if prep.engine == "vllm"
         else {}
     )
     results, outputs, suite_outputs = {}, {}, {}
@@ -280,7 +285,7 @@ def _score_models(
             suite_outputs[name] = (
                 served[name]["suite"]
                 if name in served
-                else _generated_suite(model, tokenizer, *suite, prep["context"], f"BFCL {name}")
+                else _generated_suite(model, tokenizer, *suite, prep.context, f"BFCL {name}")
             )
         del model
     return results, outputs, suite_outputs
@@ -339,7 +344,7 @@ def evaluate(
     """
     heldout = "heldout" in suites
     prep = _prepared(model_dir, eval_path if heldout else None, max_rows, max_seq_len, engine)
-    scored = prep["scored"]
+    scored = prep.scored
     key = _scored_key(prep, max_seq_len)
     if base is not None and base.get("key") != key:
         given = base.get("key") or {}
@@ -352,22 +357,21 @@ def evaluate(
             flush=True,
         )
         base = None
-    suite = None
+    suite, bfcl_version = None, ""
     if "bfcl" in suites:
-        asked = bfcl.rows(bfcl_dir, bfcl_rows, seed)
-        suite = (asked, bfcl.prompt_lengths(prep["tokenizer"], asked))
+        if bfcl_dir is None:
+            raise ValueError("suites holds bfcl but bfcl_dir is None: deliver BFCL's data first (deliver-bfcl)")
+        asked, bfcl_version = bfcl.rows(bfcl_dir, bfcl_rows, seed), bfcl_data.version(bfcl_dir)
+        suite = (asked, bfcl.prompt_lengths(prep.tokenizer, asked))
     base_suite, shas = None, {}
     if kept is not None:  # an earlier run's answers, each part for the same inputs (trainer.evaluate.kept_base)
-        template = prep["tokenizer"].chat_template
+        template = prep.tokenizer.chat_template
         if scored and base is None:
             shas["heldout"] = kept_base.digest(kept.model_uri, template, "heldout", key)
-            base = kept.load(shas["heldout"], "heldout", len(prep["turns"]))
+            base = kept.load(shas["heldout"], "heldout", len(prep.turns))
         if suite is not None:
             shas["bfcl"] = kept_base.digest(
-                kept.model_uri,
-                template,
-                "bfcl",
-                kept_base.suite_key(suite[0], bfcl_data.version(bfcl_dir), bfcl_rows, seed),
+                kept.model_uri, template, "bfcl", kept_base.suite_key(suite[0], bfcl_version, bfcl_rows, seed)
             )
             base_suite = (kept.load(shas["bfcl"], "bfcl", len(suite[0])) or {}).get("answers")
     # The base is asked only what no earlier answer covers; both parts at once where it needs both (one
@@ -382,15 +386,17 @@ def evaluate(
     else:
         results, outputs, suite_outputs = _score_models(model_dir, tuned_dir, prep, max_seq_len, ("tuned",), suite)
         if need:  # the part left to ask: the held-out rows or BFCL's
-            part = prep if "heldout" in need else {**prep, "scored": [], "turns": [], "examples": []}
-            more = _score_models(model_dir, None, part, max_seq_len, ("base",), suite if "bfcl" in need else None)
-            for got, add in zip((results, outputs, suite_outputs), more):
-                got.update(add)
+            asked_base = prep if "heldout" in need else replace(prep, scored=[], turns=[], examples=[])
+            more = _score_models(model_dir, None, asked_base, max_seq_len, ("base",), suite if "bfcl" in need else None)
+            results.update(more[0])
+            outputs.update(more[1])
+            suite_outputs.update(more[2])
     if "heldout" not in need and base is not None:
         results["base"], outputs["base"] = base["metrics"], base["predictions"]
     if "bfcl" not in need and base_suite is not None:
         suite_outputs["base"] = base_suite
     for part in need & set(shas):
+        assert kept is not None  # shas are made only with it
         kept.save(
             shas[part],
             part,
@@ -398,7 +404,7 @@ def evaluate(
             if part == "heldout"
             else {"answers": suite_outputs["base"]},
         )
-    turns = prep["turns"]
+    turns = prep.turns
     examples = [
         {
             "prompt": last_user_request(turns[i]),
@@ -409,7 +415,7 @@ def evaluate(
         }
         for i in example_turns(turns, n_examples)
     ]
-    result = {
+    result: dict[str, Any] = {
         "base": results.get("base", {}),
         "tuned": results.get("tuned", {}),
         "rows": len(scored),
@@ -418,18 +424,18 @@ def evaluate(
         "categories": category_rows(turns),
         "sources": source_rows(turns),
         "failures": failures(turns, outputs) if turns else {},
-        "engine": prep["engine"],
-        "skipped_long_rows": len(prep["rows"]) - len(scored),
-        "warnings": prep["warnings"],
+        "engine": prep.engine,
+        "skipped_long_rows": len(prep.rows) - len(scored),
+        "warnings": prep.warnings,
         "examples": examples,
         "suites": list(suites),
     }
     result["paired"] = heldout_counts(turns, outputs) if turns else {}  # fc_<category>_lost / _won: the gate's
     if suite is not None:
         asked, prompts = suite
-        too_long = [b < 1 for b in bfcl.budgets(prompts, prep["context"])]
+        too_long = [b < 1 for b in bfcl.budgets(prompts, prep.context)]
         result["bfcl"] = {
-            "version": bfcl_data.version(bfcl_dir),
+            "version": bfcl_version,
             "rows_per_category": bfcl_rows,
             "seed": seed,
             "base": bfcl.score(asked, suite_outputs["base"]),
@@ -441,7 +447,7 @@ def evaluate(
         if any(too_long):
             result["warnings"].append(
                 f"{sum(too_long)} BFCL rows have prompts longer than the model's context "
-                f"({prep['context']} tokens) leaves room to answer in: counted as wrong "
+                f"({prep.context} tokens) leaves room to answer in: counted as wrong "
                 "(bfcl_<category>length_limit); use a model with a longer context"
             )
     return result

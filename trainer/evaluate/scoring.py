@@ -10,14 +10,15 @@ from trainer.chat.fc_check import normalize_text
 from trainer.data import mix
 from trainer.chat.parsers import Parsed, parse, parse_tool_call
 from trainer.chat.turns import expected_call, expected_text, last_user_request
+from trainer.chat.types import Prediction, Row, Verdict
 
 
-def row_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
+def row_counts(rows: list[Row]) -> dict[str, int]:
     fc = sum(expected_call(r) is not None for r in rows)
     return {"fc_rows": fc, "text_rows": len(rows) - fc}
 
 
-def parsed_outputs(outputs: list[str], parser: str) -> list[dict[str, Any]]:
+def parsed_outputs(outputs: list[str], parser: str) -> list[Prediction]:
     """Generated texts read as the server reads them: `parser` is the vLLM tool-call parser the
     model is served with (trainer.chat.parsers.parse, the project's reading of it); a parser it does
     not know falls back to parse_tool_call. Each: {"calls": [...], "content": str | None, "raw"}."""
@@ -27,12 +28,12 @@ def parsed_outputs(outputs: list[str], parser: str) -> list[dict[str, Any]]:
         if parsed is None:
             call = parse_tool_call(text)
             parsed = Parsed([call] if call else [], None if call else text)
-        out.append({"calls": parsed.calls, "content": parsed.content, "raw": text})
+        out.append(Prediction(calls=parsed.calls, content=parsed.content, raw=text))
     return out
 
 
 def score_predictions(
-    rows: list[dict[str, Any]], predictions: list[dict[str, Any]], special_tokens: tuple[str, ...] = ()
+    rows: list[Row], predictions: list[Prediction], special_tokens: tuple[str, ...] = ()
 ) -> dict[str, float]:
     """Every accuracy for one model from its predictions ({"calls", "content"} per row, as an app
     reads message.tool_calls / message.content): fc_accuracy (exact calls, over rows that expect a
@@ -58,7 +59,7 @@ def score_predictions(
     }
 
 
-def _per_source(rows: list[dict[str, Any]], scores: list[dict[str, Any]]) -> dict[str, float]:
+def _per_source(rows: list[Row], scores: list[Verdict]) -> dict[str, float]:
     """A mixed dataset's rows by source (trainer.data.mix): `mix<k>_fc_ast_accuracy` over its function-calling rows
     and `mix<k>_text_kept`, its rows answered in text where text is wanted (BFCL's irrelevance: no call made)."""
     out = {}
@@ -72,13 +73,13 @@ def _per_source(rows: list[dict[str, Any]], scores: list[dict[str, Any]]) -> dic
     return out
 
 
-def source_rows(rows: list[dict[str, Any]]) -> dict[str, int]:
+def source_rows(rows: list[Row]) -> dict[str, int]:
     """Rows scored per source of a mixed dataset (`mix<k>_rows`, trainer.data.mix); {} for one source."""
     return {f"mix{k}_rows": sum(1 for r in rows if r.get(mix.TAG) == k) for k in mix.sources_of(rows)}
 
 
 def failures(
-    rows: list[dict[str, Any]], outputs: dict[str, list[dict[str, Any]]], per_category: int = 3
+    rows: list[Row], outputs: dict[str, list[Prediction]], per_category: int = 3
 ) -> dict[str, list[dict[str, Any]]]:
     """A few rows per function-calling category that the tuned model got wrong by the AST check,
     with why (trainer.chat.fc_check) and both models' raw output: what the report shows under its table."""
@@ -102,7 +103,9 @@ def failures(
     return out
 
 
-def category_rows(rows: list[dict[str, Any]]) -> dict[str, int]:
+def category_rows(rows: list[Row]) -> dict[str, int]:
     """Rows per function-calling category (trainer.chat.fc_check), the same for base and tuned."""
-    summary = fc_check.summarize([{"category": fc_check.category(r), "ok": False, "exact": False} for r in rows])
+    summary = fc_check.summarize(
+        [Verdict(category=fc_check.category(r), ok=False, exact=False, reason="") for r in rows]
+    )
     return {f"fc_{cat}_rows": c["rows"] for cat, c in summary["categories"].items()}

@@ -9,9 +9,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from trainer.chat.types import Prediction, Row, ToolCall
 from trainer.chat.calls import arguments_or_raw
 from trainer.chat.messages import openai_messages
 from trainer.chat.turns import target_index
+from trainer.data.bfcl import BfclRow
 from trainer.evaluate import bfcl, generation, losses
 from trainer.serving import client, local
 
@@ -90,30 +92,26 @@ def server_plans(model_dir: Path, tuned_dir: Path) -> list[tuple[Path, dict[str,
     return [(model_dir, {}, ("base",)), (tuned_dir, {}, ("tuned",))]
 
 
-def _reply(resp: dict[str, Any]) -> dict[str, Any]:
+def _reply(resp: dict[str, Any]) -> Prediction:
     message = (resp.get("choices") or [{}])[0].get("message") or {}
-    calls = []
+    calls: list[ToolCall] = []
     for tc in message.get("tool_calls") or []:
         fn = tc.get("function") or {}
         # text that is not JSON kept as text: no expected call equals it
-        calls.append({"name": fn.get("name"), "arguments": arguments_or_raw(fn.get("arguments"))})
+        # a call without a name stays so: scoring names it ("predicted call 0 has no function name")
+        calls.append(ToolCall(name=fn.get("name"), arguments=arguments_or_raw(fn.get("arguments"))))  # type: ignore[typeddict-item]
     content = message.get("content")
     raw = "".join(f"<tool_call>{json.dumps(c, ensure_ascii=False)}</tool_call>" for c in calls) or (content or "")
-    return {"calls": calls, "content": content, "raw": raw}
+    return Prediction(calls=calls, content=content, raw=raw)
 
 
 def ask(
-    url: str,
-    model: str,
-    rows: list[dict[str, Any]],
-    budgets: list[int],
-    desc: str,
-    concurrency: int = losses.CONCURRENCY,
-) -> list[dict[str, Any]]:
+    url: str, model: str, rows: list[Row], budgets: list[int], desc: str, concurrency: int = losses.CONCURRENCY
+) -> list[Prediction]:
     """Each row's prompt (the conversation before its scored turn) with its tools through the
     OpenAI API, `concurrency` at a time; the reply as an app reads it."""
 
-    def one(i: int) -> dict[str, Any]:
+    def one(i: int) -> Prediction:
         row = rows[i]
         return _reply(
             client.chat(
@@ -132,13 +130,13 @@ def ask(
 def served_predictions(
     model_dir: Path,
     tuned_dir: Path | None,
-    rows: list[dict[str, Any]],
+    rows: list[Row],
     examples: list[dict[str, list[int]]],
     tokenizer,
     max_seq_len: int,
     context: int | None = None,
     names: tuple[str, ...] = ("base", "tuned"),
-    suite: tuple[list[dict[str, Any]], list[int]] | None = None,
+    suite: tuple[list[BfclRow], list[int]] | None = None,
 ) -> dict[str, dict[str, list]]:
     """The answers of `names` (base, tuned) through vLLM's OpenAI server, started as deploy starts
     it (the same argument builder, the delivered chat template, the tool-call parser read off it),
@@ -179,7 +177,7 @@ def served_predictions(
         for served_dir, loras, serves in plans:
             if not set(serves) & set(names):
                 continue
-            if serves == ("tuned",) and (Path(served_dir) / "adapter_config.json").is_file():
+            if tuned_dir is not None and serves == ("tuned",) and (Path(served_dir) / "adapter_config.json").is_file():
                 from trainer.models.merge import merge  # imports torch: here, as in generation.load
 
                 served_dir = merge(model_dir, tuned_dir, Path(tmp) / "merged")

@@ -9,12 +9,13 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
+from trainer.chat.types import Row
 from trainer.chat.messages import openai_messages
 from trainer.chat.turns import target_index
 from trainer.data.encode import encode
 
 
-def prompt_ids(row: dict[str, Any], tokenizer, max_seq_len: int) -> list[int] | None:
+def prompt_ids(row: Row, tokenizer, max_seq_len: int) -> list[int] | None:
     """The training encoder's prompt for a row's scored turn: its token ids before that turn's first trained label
     (trainer.data.encode, as the trainer encodes the row), or None for a row the trainer skips as too long."""
     enc = encode(row, tokenizer, max_seq_len)

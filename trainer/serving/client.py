@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from trainer.chat.types import Message
 from trainer.chat.messages import openai_messages
 from trainer.chat.turns import expected_call, target_index
 from trainer.core.errors import UserError
@@ -80,7 +81,7 @@ def smoke_request(rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]],
 def chat(
     url: str,
     model: str,
-    messages: list[dict[str, Any]],
+    messages: list[Message],
     tools: list | None = None,
     max_tokens: int = 64,
     timeout: float = 120.0,
@@ -238,7 +239,7 @@ def verdict(reason: str) -> str:
 
 
 def smoke_test(
-    url: str, model: str, messages: list[dict[str, Any]], tools: list | None = None, require_tool_call: bool = True
+    url: str, model: str, messages: list[Message], tools: list | None = None, require_tool_call: bool = True
 ) -> dict[str, Any]:
     """One chat completion checked by `check_response`, then the same request streamed, checked
     the same way (what a chat UI or an agent framework with streaming on receives).

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from trainer.chat.types import Row
 from trainer.data import builtin_data
 from trainer.models import builtin_model, gguf, weights
 from trainer import data
@@ -132,16 +133,14 @@ def offline_if_hub_unresolvable() -> bool:
     return True
 
 
-def _split(rows: list[dict[str, Any]], eval_fraction: float, seed: int) -> dict[str, list[dict[str, Any]]]:
+def _split(rows: list[Row], eval_fraction: float, seed: int) -> dict[str, list[Row]]:
     rows = rows[:]
     random.Random(seed).shuffle(rows)
     n_eval = max(1, int(len(rows) * eval_fraction))
     return {"train": rows[n_eval:], "eval": rows[:n_eval]}
 
 
-def materialize_dataset(
-    src: Source, revision: str, eval_fraction: float = 0.1, seed: int = 0
-) -> dict[str, list[dict[str, Any]]]:
+def materialize_dataset(src: Source, revision: str, eval_fraction: float = 0.1, seed: int = 0) -> dict[str, list[Row]]:
     """Validated, non-empty `{"train": rows, "eval": rows}` from any source (see _materialize)."""
     splits = _materialize(src, revision, eval_fraction, seed)
     empty = [name for name, rows in splits.items() if not rows]
@@ -160,7 +159,7 @@ def materialize_dataset(
     return splits
 
 
-def _materialize(src: Source, revision: str, eval_fraction: float, seed: int) -> dict[str, list[dict[str, Any]]]:
+def _materialize(src: Source, revision: str, eval_fraction: float, seed: int) -> dict[str, list[Row]]:
     """Validated `{"train": rows, "eval": rows}` from any source.
 
     A single file (JSONL, JSON, CSV, Parquet) is split into train/eval with `eval_fraction`
@@ -205,11 +204,14 @@ def _materialize(src: Source, revision: str, eval_fraction: float, seed: int) ->
             f"{src.ref} --local-dir DIR`) and pass its file as the dataset path"
         )
         raise UserError(f"dataset {src.ref} has no 'train' split (it has {list(ds)}): {fix}")
-    train = data.validate_rows(ds["train"].to_list(), f"{src.ref}[train]", columnar=True)
-    held_out = next((s for s in SPLIT_NAMES["eval"] if s in ds), None)
-    if held_out is None:
-        return _split(train, eval_fraction, seed)
-    return {"train": train, "eval": data.validate_rows(ds[held_out].to_list(), f"{src.ref}[{held_out}]", columnar=True)}
+    rows = data.validate_rows(ds["train"].to_list(), f"{src.ref}[train]", columnar=True)
+    eval_split = next((s for s in SPLIT_NAMES["eval"] if s in ds), None)
+    if eval_split is None:
+        return _split(rows, eval_fraction, seed)
+    return {
+        "train": rows,
+        "eval": data.validate_rows(ds[eval_split].to_list(), f"{src.ref}[{eval_split}]", columnar=True),
+    }
 
 
 def _special_file(path: Path) -> str | None:
@@ -526,7 +528,7 @@ def deliver_dataset(
     }
 
 
-def _upload_splits(src: Source, upload: str, store, eval_fraction: float, seed: int) -> dict[str, list[dict[str, Any]]]:
+def _upload_splits(src: Source, upload: str, store, eval_fraction: float, seed: int) -> dict[str, list[Row]]:
     """A dataset file uploaded to the bucket, read and split like a local one."""
     with tempfile.TemporaryDirectory() as tmp:
         path = store.get_file(upload, Path(tmp) / Path(upload).name)
@@ -539,7 +541,7 @@ def _upload_splits(src: Source, upload: str, store, eval_fraction: float, seed: 
     return splits
 
 
-def _part_splits(name: str, store, eval_fraction: float, seed: int) -> dict[str, list[dict[str, Any]]]:
+def _part_splits(name: str, store, eval_fraction: float, seed: int) -> dict[str, list[Row]]:
     """One part of a mix as `{"train", "eval"}`: read and split as alone (a Hub part at its main branch: one
     dataset_revision cannot name a revision of each), an s3:// part from the bucket (`store`; None where there is
     none, as in the parameters' check, which leaves such mixes to the deliver step)."""
@@ -603,13 +605,13 @@ def bfcl_contamination(dataset_uri: str, bfcl_uri: str, store) -> None:
         raise UserError(f"dataset {dataset_uri}: {problem}")
 
 
-def row_origins(dataset_source: str) -> Callable[[list[dict[str, Any]]], list[str]]:
+def row_origins(dataset_source: str) -> Callable[[list[Row]], list[str]]:
     """Where training rows (after the split and the mix) are in the dataset's own files, for a refusal that
     names them (trainer.data.bfcl.contamination): "data.jsonl:17" in JSON Lines, "data.csv row 5" in other
     formats; a row of a source not read from a file here (`datasets`, built in) is named by its source. The
     files are read again only when called, with the rows found: a rare, short path."""
 
-    def origins(rows: list[dict[str, Any]]) -> list[str]:
+    def origins(rows: list[Row]) -> list[str]:
         places: dict[str, list[str]] = {}
         for path in _source_files(parse(dataset_source, "dataset")):
             for place, row in _numbered_rows(path):
@@ -639,7 +641,7 @@ def _source_files(src: Source) -> list[Path]:
     return [_split_files(path)[0]]
 
 
-def _numbered_rows(path: Path) -> list[tuple[str, dict[str, Any]]]:
+def _numbered_rows(path: Path) -> list[tuple[str, Row]]:
     """(where, row) for every row of a dataset file in its order: "path:line" where each row is one line of
     its own (JSON Lines), else "path row N"."""
     with data.quiet_conversions():

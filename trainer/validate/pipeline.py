@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from trainer.chat.types import Row
 from trainer.data import builtin_data
 from trainer.models import builtin_model, gguf, model_tree
 from trainer import data, parity
@@ -90,8 +91,7 @@ def _pipeline_problems(
         problems += _local_bfcl_problems(params)
     problems += _serving_problems(params)
     problems += cluster_problems(params)
-    seen: set[str] = set()
-    return [p for p in problems if not (p in seen or seen.add(p))]
+    return list(dict.fromkeys(problems))  # each problem once, in the order found
 
 
 def _revision_problems(what: str, src: sources.Source, params: dict[str, Any]) -> list[str]:
@@ -415,7 +415,7 @@ def _local_bfcl_problems(params: dict[str, Any]) -> list[str]:
     return []
 
 
-def _bfcl_contamination_problems(params: dict[str, Any], train_rows: list[dict[str, Any]]) -> list[str]:
+def _bfcl_contamination_problems(params: dict[str, Any], train_rows: list[Row]) -> list[str]:
     """A local dataset's training rows against BFCL's questions now, before anything is delivered, where BFCL's
     data is at hand: a local bfcl_source, or the pinned wheel (one `pip download`, ~2 MB). An s3:// source is
     checked by the deliver-bfcl step, still before training."""
@@ -528,7 +528,7 @@ def _scored(params: dict[str, Any]) -> int | None:
     return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else None
 
 
-def gate_rows_problems(params: dict[str, Any], eval_rows: list[dict[str, Any]], *gates: str) -> list[str]:
+def gate_rows_problems(params: dict[str, Any], eval_rows: list[Row], *gates: str) -> list[str]:
     """The gates among `gates` that are set (min_gain gates on the function-calling accuracy in the finetune
     pipeline, not in a sweep picking by eval_loss) over scored eval rows without a tool call (`tool_rows_problem`)."""
     asked = [f"{g}={params[g]:g}" for g in gates if isinstance(params.get(g), (int, float)) and params[g] > 0]
@@ -545,7 +545,7 @@ def gate_rows_problems(params: dict[str, Any], eval_rows: list[dict[str, Any]], 
 
 
 def tool_rows_problem(
-    params: dict[str, Any], eval_rows: list[dict[str, Any]], claim: str, none: str, outcome: str, fix: str
+    params: dict[str, Any], eval_rows: list[Row], claim: str, none: str, outcome: str, fix: str
 ) -> list[str]:
     """`claim` (a gate, select_metric=fc_accuracy) measures tool calls, but the eval rows evaluate scores (the split's
     first eval_max_rows) hold none: every trial or the run would train, then score 0 -> 0 or fail the gate. Where

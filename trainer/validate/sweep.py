@@ -69,5 +69,4 @@ def sweep_problems(params: dict[str, Any], check_local_files: bool = True) -> li
             "set select_metric=eval_loss",
         )
     problems += gate_rows_problems({**DEFAULTS, **shared}, splits.get("eval") or [], "min_fc_accuracy")
-    seen: set[str] = set()
-    return [p for p in problems if not (p in seen or seen.add(p))]
+    return list(dict.fromkeys(problems))  # each problem once, in the order found
