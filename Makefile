@@ -56,13 +56,14 @@ test: $(STAMP) chromium
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile tests/unit
 
-# Imports flow one way: the contracts in pyproject.toml ([tool.importlinter]); and ruff's lint and format check
-# ([tool.ruff]; `$(BIN)/ruff format .` fixes the format). make test runs all three too (tests/unit/test_layering.py,
-# tests/unit/test_style.py)
+# Imports flow one way: the contracts in pyproject.toml ([tool.importlinter]); ruff's lint and format check
+# ([tool.ruff]; `$(BIN)/ruff format .` fixes the format); mypy on trainer/ ([tool.mypy]). make test runs all four too
+# (tests/unit/test_layering.py, tests/unit/test_style.py)
 lint: $(STAMP)
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 # The benchmarks' --quick runs end to end (benchmarks.real_model: the whole pipeline on SmolLM2, 4-5 min)
 test-bench: $(STAMP)

@@ -96,7 +96,7 @@ def mix_parts(source: str) -> list[tuple[str, float]]:
         if not isinstance(name, str) or name.strip().startswith("["):
             problems.append(f"dataset_source[{k}].source must be one source's text (not a mix), got {json.dumps(name)}")
             continue
-        key = name.strip()
+        key: str | tuple[str, str] = name.strip()
         try:  # a local path as the absolute one it names: the steps that read it may run in another folder
             part = parse(name, "dataset")
             name = part.ref if part.kind in ("local", "s3") else name.strip()

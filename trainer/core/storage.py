@@ -51,7 +51,7 @@ def tree_manifest(local_dir: str | Path) -> dict[str, Any]:
     """Files (relative path, sha256, size) under `local_dir` and the tree hash over them."""
     root = Path(local_dir)
     paths = [p for p in sorted(root.rglob("*")) if p.is_file() and p.name != MANIFEST]
-    files = []
+    files: list[dict[str, Any]] = []
     with TransferProgress(sum(p.stat().st_size for p in paths), f"hash {len(paths)} files") as progress:
         for p in paths:
             files.append({"path": p.relative_to(root).as_posix(), "sha256": sha256_file(p), "bytes": p.stat().st_size})

@@ -78,7 +78,9 @@ def _stream(examples, batch_size, rank, world, seed, start, batch_tokens, flatte
         length = lambda j: len(examples[j]["input_ids"])  # noqa: E731
         if not flatten:
             shard = [j for w in range(0, len(shard), 256) for j in sorted(shard[w : w + 256], key=length)]
-        out, cur, longest, total = [], [], 0, 0
+        out: list[list[int]] = []
+        cur: list[int] = []
+        longest, total = 0, 0
         for j in shard:
             n = length(j)
             cost = (total + n) if flatten else (len(cur) + 1) * max(longest, n)

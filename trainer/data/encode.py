@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
 
 from trainer.chat.types import Message, Row
 from trainer.core.errors import collect
@@ -75,7 +74,7 @@ def _unweighted(mask: list[int], messages: list[Message], tokenizer, tools) -> l
 
 def text_chars(row: Row) -> int:
     """Characters of message text in a row: a lower bound on what its chat template renders."""
-    return sum(len(m["content"]) for m in row["messages"] if isinstance(m.get("content"), str))
+    return sum(len(text) for m in row["messages"] if isinstance(text := m.get("content"), str))
 
 
 def max_token_chars(tokenizer) -> int:
@@ -96,7 +95,8 @@ def encode_rows(
 ) -> list[dict[str, list[int]] | None]:
     """`encode` of every row (None for one over max_seq_len). Rows the chat template refuses
     raise one UserError naming them, after every row was tried (exit 2: a restart cannot help)."""
-    out, refused = [], {}
+    out: list[dict[str, list[int]] | None] = []
+    refused: dict[str, list[Row]] = {}
     for row in rows:
         try:
             out.append(encode(row, tokenizer, max_seq_len))
@@ -120,7 +120,7 @@ def refusal_reason(err: Exception) -> str:
     return text if isinstance(err, TemplateError) else f"{type(err).__name__}: {text}"
 
 
-def refusal_lines(refused: dict[str, list[dict[str, Any]]], total: int, template: str = "") -> list[str]:
+def refusal_lines(refused: dict[str, list[Row]], total: int, template: str = "") -> list[str]:
     """One line per reason; `template` names a chat_template the user gave, whose fix is theirs."""
     who = f"chat_template {template!r}" if template else "the model's chat template"
     other = (

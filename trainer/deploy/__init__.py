@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainer.chat.types import Message
 from trainer.core.errors import UserError
 from trainer.k8s import kserve, llmisvc, vllm
 from trainer.serving.args import lora_rank, stored_has_template, stored_tool_call_parser
@@ -90,7 +91,7 @@ def deploy(
     backend: str,
     spec,
     store,
-    messages: list[dict[str, Any]],
+    messages: list[Message],
     tools: list | None = None,
     *,
     keep_serving: bool = False,

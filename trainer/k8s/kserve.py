@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from trainer.chat.types import Message
 from trainer.core import settings
 from trainer.core.errors import collect
 from trainer.k8s import reach, rules
@@ -169,7 +170,7 @@ def wait_ready(
     """Until the newest generation is Ready; returns the predictor's in-cluster URL. A line of
     progress (the conditions not yet True) every `progress_every_s`."""
 
-    def check() -> tuple[str | None, str]:
+    def check() -> tuple[str | None, list[str]]:
         obj = custom.get_namespaced_custom_object(GROUP, "v1beta1", namespace, "inferenceservices", name)
         ready, why = ready_condition(obj)
         st = obj.get("status") or {}
@@ -209,7 +210,7 @@ def not_ready_lines(kind: str, name: str, namespace: str, timeout_s: float, reso
 
 def deploy(
     spec: ServeSpec,
-    messages: list[dict[str, Any]],
+    messages: list[Message],
     tools: list | None = None,
     client_configuration: Any = None,
     poll_s: float = 5.0,

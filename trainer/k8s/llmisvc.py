@@ -25,6 +25,7 @@ import shlex
 import time
 from typing import Any
 
+from trainer.chat.types import Message
 from trainer.core.errors import collect
 from trainer.k8s import reach
 from trainer.k8s.lifecycle import api_client, default_namespace, ready_condition, replace, to_dict, wait_until
@@ -168,7 +169,7 @@ def wait_ready(
     """Until the newest generation is Ready; returns its URL (status.url, else the first address,
     else the workload Service). A line of progress (the conditions not yet True) every `progress_every_s`."""
 
-    def check() -> tuple[str | None, str]:
+    def check() -> tuple[str | None, list[str]]:
         obj = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
         ready, why = ready_condition(obj)
         st = obj.get("status") or {}
@@ -206,7 +207,7 @@ def served_url(status: dict, name: str, namespace: str) -> str:
 
 def deploy(
     spec: ServeSpec,
-    messages: list[dict[str, Any]],
+    messages: list[Message],
     tools: list | None = None,
     client_configuration: Any = None,
     poll_s: float = 5.0,

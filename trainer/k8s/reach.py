@@ -18,7 +18,7 @@ import json
 import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Iterator
+from typing import Any, Iterator
 from urllib.parse import urlparse
 
 from trainer.core.errors import UserError
@@ -44,11 +44,10 @@ def dns_url(service: str, namespace: str, port: int) -> str:
 def proxied(api_client, proxy_path: str) -> Iterator[str]:
     """A loopback base URL whose requests go to the API server's proxy at `proxy_path`
     (`/api/v1/namespaces/NS/services/NAME:PORT/proxy`); closed on exit."""
-    server = ThreadingHTTPServer(
+    server = _RelayServer(
         ("127.0.0.1", 0), type("Relay", (_Relay,), {"api": api_client, "prefix": proxy_path.rstrip("/")})
     )
     server.daemon_threads = True
-    server.last_error = ""
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{server.server_address[1]}"
@@ -106,11 +105,16 @@ def port_forward(namespace: str, target: str, port: int, remote_port: int | None
     )
 
 
+class _RelayServer(ThreadingHTTPServer):
+    last_error = ""  # the proxy's last refusal, for the message when the smoke test fails
+
+
 class _Relay(BaseHTTPRequestHandler):
     """One request in, the same request through the API server's proxy, its answer back."""
 
-    api = None
+    api: Any = None  # a kubernetes ApiClient, set on the subclass `relay` makes
     prefix = ""
+    server: _RelayServer
 
     def log_message(self, *args):  # the smoke test reports what matters
         pass

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, ContextManager
 
+from trainer.chat.types import Message
 from trainer.core import settings
 from trainer.core.errors import collect
 from trainer.k8s import reach, rules
@@ -291,7 +292,7 @@ def wait_rollout(
 
 def deploy(
     spec: ServeSpec,
-    messages: list[dict[str, Any]],
+    messages: list[Message],
     tools: list | None = None,
     client_configuration: Any = None,
     poll_s: float = 5.0,
@@ -332,7 +333,7 @@ def smoke_reached(
     url: str,
     access: str,
     spec: ServeSpec,
-    messages: list[dict[str, Any]],
+    messages: list[Message],
     tools: list | None,
     ready_timeout_s: float,
     t0: float,
@@ -348,7 +349,7 @@ def smoke_reached(
 
 
 def smoke_all(
-    url: str, spec: ServeSpec, messages: list[dict[str, Any]], tools: list | None, ready_timeout_s: float, t0: float
+    url: str, spec: ServeSpec, messages: list[Message], tools: list | None, ready_timeout_s: float, t0: float
 ) -> dict[str, Any]:
     """Wait for /v1/models, then the same OpenAI smoke test as locally for every served name: the
     tuned model (each adapter when there are some, else the model) must answer with a tool call."""

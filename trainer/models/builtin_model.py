@@ -17,6 +17,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from trainer.chat.types import Row
 from trainer.data import builtin_data
 from trainer.core import settings
 
@@ -53,7 +54,7 @@ CHAT_TEMPLATE = (
 )
 
 
-def _corpus(rows: list[dict]) -> list[str]:
+def _corpus(rows: list[Row]) -> list[str]:
     texts = []
     for row in rows:
         for m in row["messages"]:

@@ -25,7 +25,7 @@ import functools
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from trainer.core.errors import UserError, brief, collect
 
@@ -99,7 +99,7 @@ def _shared_reader(path: str, mtime_ns: int, size: int):
     of transformers share; let go when the outermost block ends."""
     import gguf
 
-    return gguf.GGUFReader.unpatched(path)
+    return gguf.GGUFReader.unpatched(path)  # read_once's patch sets it
 
 
 def _parse(path: str, mtime_ns: int, size: int):
@@ -189,7 +189,7 @@ def read_once(path: str | Path):
             return reader_class(p, mode)
         return _current_reader(p)  # the one `metadata` parsed, if it read this version of the file
 
-    reader.unpatched = getattr(reader_class, "unpatched", reader_class)
+    reader.unpatched = getattr(reader_class, "unpatched", reader_class)  # type: ignore[attr-defined]
     gguf.GGUFReader, gguf.get_tensor_name_map = reader, functools.cache(name_map)
     try:
         yield
@@ -292,7 +292,7 @@ def convert(path: str | Path, out_dir: str | Path) -> Path:
     try:
         from transformers import GgufConfig
     except ImportError:  # a transformers without a GGUF quantizer (5.16) always returns a plain de-quantized model
-        dense = {}
+        dense: dict[str, Any] = {}
     else:
         dense = {"quantization_config": GgufConfig(dequantize=True)}
 
@@ -307,8 +307,11 @@ def convert(path: str | Path, out_dir: str | Path) -> Path:
         dtype = dtype_name(info["tensor_types"])
         try:
             tokenizer = AutoTokenizer.from_pretrained(**where)
-            model, report = AutoModelForCausalLM.from_pretrained(
-                **where, dtype=getattr(torch, dtype), **dense, output_loading_info=True
+            model, report = cast(  # output_loading_info: (model, {"missing_keys", ...})
+                tuple[Any, dict[str, Any]],
+                AutoModelForCausalLM.from_pretrained(
+                    **where, dtype=getattr(torch, dtype), **dense, output_loading_info=True
+                ),
             )
         except NotImplementedError as err:  # gguf's dequantize for a tensor type it does not know
             raise UserError(

@@ -28,6 +28,7 @@ import contextlib
 import importlib.util
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -135,7 +136,7 @@ def skip_bitsandbytes(method: str = "", adapter_dir: Path | None = None) -> bool
         return False
     if "peft" in sys.modules:  # too late: it has imported bitsandbytes already, if installed
         return False
-    sys.modules.setdefault("bitsandbytes", None)
+    sys.modules.setdefault("bitsandbytes", None)  # type: ignore[arg-type]  # None: Python's "import fails here"
     return sys.modules["bitsandbytes"] is None
 
 
@@ -271,7 +272,8 @@ class LossModel(torch.nn.Module):
                 for a in ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
             )
         )
-        self.backbone, self.head = (causal_lm.model, head) if plain else (None, None)
+        self.backbone: Any = causal_lm.model if plain else None
+        self.head: Any = head if plain else None
         self.liger = None
         if plain and liger_available(device):
             from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss

@@ -20,6 +20,7 @@ to be uploaded, or an already delivered tree in the bucket, read by ranged reque
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -140,13 +141,14 @@ def problems(
                 f"code from the file, which this trainer never does; {_convert_fix(where)}"
             ]
         return []  # no weights at all: model_tree_problems says so
-    found, tensors = [], {}
+    found: list[str] = []
+    tensors: dict[str, Any] = {}
     for name in files:
-        header, problem = header_problem(f"{where}/{name}", sizes[name], lambda n, name=name: read(name, n))
+        header, problem = header_problem(f"{where}/{name}", sizes[name], functools.partial(read, name))
         if problem:
             found.append(problem)
         else:
-            tensors.update(header)
+            tensors.update(header or {})
     if found or config is None:
         return found
     return key_problems(where, set(tensors), config)
@@ -338,7 +340,8 @@ def adapter_fit_problems(model_dir: str | Path, adapter_dir: str | Path, label: 
         m = _LORA_KEY.match(key)
         target = base.get(f"{m['module']}.weight") if m else None
         if (
-            target is None
+            m is None
+            or target is None
             or m["module"] in wrong
             or len(info.get("shape") or []) != 2
             or len(target.get("shape") or []) != 2

@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from trainer.chat import templates
+from trainer.chat.types import Row, Tool, WireCall
 from trainer.chat.parsers import tool_call_parser
 from trainer.core.errors import UserError
 from trainer.parity.check import check
 
-_TOOLS = [
+_TOOLS: list[Tool] = [
     {
         "type": "function",
         "function": {
@@ -25,8 +26,8 @@ _TOOLS = [
         },
     }
 ]
-_CALL = {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
-PROBE_ROWS = [
+_CALL = WireCall(type="function", function={"name": "get_weather", "arguments": {"city": "Paris"}})
+PROBE_ROWS: list[Row] = [
     {
         "messages": [
             {"role": "user", "content": "Weather in Paris?"},
@@ -51,7 +52,7 @@ PROBE_ROWS = [
     {
         "messages": [
             {"role": "user", "content": "Weather in Paris?"},
-            {"role": "assistant", "content": "", "tool_calls": [{"id": "call_0", **_CALL}]},
+            {"role": "assistant", "content": "", "tool_calls": [WireCall(id="call_0", **_CALL)]},
             {"role": "tool", "tool_call_id": "call_0", "content": "{\"temperature\": 18}"},
             {"role": "assistant", "content": "It is 18 degrees in Paris."},
         ],

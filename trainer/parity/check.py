@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainer.chat.types import Row
 from trainer.chat import templates
 from trainer.chat.calls import message_calls, same_calls
 from trainer.chat.parsers import END_MARKERS, Parsed, parse, stop_texts, tool_call_parser, vllm_parse
@@ -64,7 +65,7 @@ def _short(value: Any, n: int = 160) -> str:
 
 
 def check(
-    rows: Sequence[dict[str, Any]],
+    rows: list[Row],
     tokenizer,
     parser: str,
     eos_ids: Sequence[int] = (),
@@ -112,8 +113,7 @@ def _results_dropped(messages, rendered: str) -> str | None:
         content = m.get("content")
         text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
         forms = [f for f in (text, text.strip(), json.dumps(text, ensure_ascii=False)[1:-1].strip()) if f]
-        found = [rendered.find(f, at) for f in forms]
-        found = [(i, len(f)) for i, f in zip(found, forms) if i >= 0]
+        found = [(i, len(f)) for f in forms if (i := rendered.find(f, at)) >= 0]
         if forms and not found:
             return f"tool result {n + 1} {_short(text, 60)!r} is not in the rendered row"
         if found:
@@ -221,7 +221,7 @@ def _parse_fn(tokenizer) -> Callable[[str, str], Parsed | None]:
     return lambda parser, text: vllm_parse(parser, text, tokenizer, None)
 
 
-def model_problems(rows: Sequence[dict[str, Any]], tokenizer, where: str, eos_ids: Sequence[int] = ()) -> list[str]:
+def model_problems(rows: list[Row], tokenizer, where: str, eos_ids: Sequence[int] = ()) -> list[str]:
     """The check with the parser this tokenizer's template will be served with (trainer.serving.args reads
     it off the template, as every deploy does)."""
     if not rows:

@@ -4,9 +4,10 @@ budget of trainer.data.preflight (read there, so that tests can shorten it)."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 
+from trainer.chat.types import Row
 from trainer.data import preflight as data_preflight
 from trainer.data.encode import refusal_reason, refusal_lines, encode
 from trainer.data.preflight import OverBudget, over_budget, time_limit
@@ -15,7 +16,7 @@ from trainer.chat.templates import has_generation_block
 
 
 def template_problems(
-    rows: list[dict[str, Any]], tokenizer, where: str, eos_ids: Sequence[int] = (), template: str = ""
+    rows: list[Row], tokenizer, where: str, eos_ids: Sequence[int] = (), template: str = ""
 ) -> list[str]:
     """Rows the model's chat template refuses to render (Gemma's refuses a system turn, some
     refuse tools or non-alternating roles; any exception counts: SmolLM2's raises TypeError on
@@ -26,8 +27,8 @@ def template_problems(
     if syntax := _syntax_problem(tokenizer, where, template):
         return [syntax]  # every row would be "refused" for it, and the advice would be to change the rows
     rows = rows[: data_preflight.TEMPLATE_CHECK_ROWS]
-    refused: dict[str, list[dict[str, Any]]] = {}
-    rendered = []
+    refused: dict[str, list[Row]] = {}
+    rendered: list[Row] = []
     try:
         with time_limit(data_preflight.TEMPLATE_BUDGET_S):
             for row in rows:
@@ -44,7 +45,7 @@ def template_problems(
     return [f"{where}: {line}" for line in refusal_lines(refused, len(rows), template)] + mask_lines + parity_lines
 
 
-def _mask_problems(rows: list[dict[str, Any]], tokenizer, where: str, template: str) -> list[str]:
+def _mask_problems(rows: list[Row], tokenizer, where: str, template: str) -> list[str]:
     """A `{% generation %}` block that marks no token of the rows' assistant turns: the loss mask would cover
     nothing and every step train on a loss of 0.000, a green run that learned nothing."""
     if not has_generation_block(getattr(tokenizer, "chat_template", None)) or not rows:

@@ -30,12 +30,7 @@ def prompt_ids(row: Row, tokenizer, max_seq_len: int) -> list[int] | None:
 
 
 def served_prompts(
-    base_url: str,
-    tokenizer,
-    rows: Sequence[dict[str, Any]],
-    models: Sequence[str],
-    max_seq_len: int,
-    timeout_s: float = 60.0,
+    base_url: str, tokenizer, rows: list[Row], models: Sequence[str], max_seq_len: int, timeout_s: float = 60.0
 ) -> dict[str, Any]:
     """vLLM's own rendering of each row's conversation before its scored turn, with the row's tools (a running
     server's /tokenize endpoint: messages + tools + add_generation_prompt, the path chat completions render

@@ -34,9 +34,11 @@ class Shutdown:
     process with 143 once `grace_s` has passed without the orderly exit having happened."""
 
     def __init__(self, grace_s: float):
-        self.requested, self.grace_s, self.deadline = False, grace_s, None
+        self.requested, self.grace_s = False, grace_s
+        self.deadline: float | None = None
         self._lock = threading.Lock()
-        self._restore, self._timer = None, None
+        self._restore = None
+        self._timer: threading.Timer | None = None
         if threading.current_thread() is not threading.main_thread():
             return  # signals reach only the main thread's handlers: an in-process caller's concern
         read, self._write = os.pipe()
@@ -66,9 +68,9 @@ class Shutdown:
             self.requested = True
             if self.deadline is None:
                 self.deadline = time.monotonic() + self.grace_s
-                self._timer = threading.Timer(self.grace_s, self._hard_exit)
-                self._timer.daemon = True
-                self._timer.start()
+                timer = self._timer = threading.Timer(self.grace_s, self._hard_exit)
+                timer.daemon = True
+                timer.start()
 
     def remaining(self) -> float:
         return max(0.0, self.deadline - time.monotonic()) if self.deadline else self.grace_s

@@ -82,7 +82,7 @@ class Recipe:
 
     def __init__(self, cfg: TrainConfig, store: Store | None = None):
         self.cfg = cfg.validate()
-        self.store = store
+        self.given_store = store  # None: setup() makes one from the environment (Store.from_env)
         self.rank = int(os.environ.get("RANK", 0))
 
     def say(self, stage: str, step: int = 0) -> None:
@@ -99,7 +99,7 @@ class Recipe:
         self.say("setup: process group")
         self.rank, self.world, self.device = dist_setup()
         torch.manual_seed(cfg.seed)
-        self.store = self.store or Store.from_env()
+        self.store = self.given_store or Store.from_env()
         examples, model_dir = self._setup_data()
         self.say("setup: loading model")
         self._setup_model(model_dir)
@@ -480,7 +480,8 @@ class Recipe:
         self.model.train()
         self.eval_s += time.perf_counter() - began
         self.state.history.append({"step": step, "eval_loss": value})
-        self.board.scalar("eval/loss", value, step)
+        if self.board:
+            self.board.scalar("eval/loss", value, step)
         self.tracker.log_metrics({"eval/loss": value}, step)
 
     def save_checkpoint(self, step: int) -> None:
@@ -489,7 +490,7 @@ class Recipe:
         import torch.distributed as dist
 
         mine = {"rng": rng_state(), "window": [self.window_loss.item(), self.window_n]}
-        per_rank = [mine]
+        per_rank: list[Any] = [mine]
         tokens = torch.tensor(self.real_tokens)
         if self.world > 1:
             per_rank = [None] * self.world
@@ -554,7 +555,7 @@ class Recipe:
                     "grad_accum": float(self.accum),
                     "peak_memory_mb": peak_memory_mb(self.device),
                     "perplexity": math.exp(min(final, 50.0)),
-                    **(self.trial.metrics() if getattr(self, "trial", None) else {}),
+                    **(trial.metrics() if (trial := getattr(self, "trial", None)) else {}),
                     **(compile_metrics(self.graphs) if cfg.compile else {}),
                     **({"steady_tokens_per_second": steady} if steady else {}),
                 },

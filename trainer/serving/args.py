@@ -205,7 +205,8 @@ def parse_loras(
     """`name=path` strings (the CLI's --lora; deploy-k8s's --adapter) -> ({name: path}, problems). A name
     given twice, or the same as `served_name` (the base model's), is refused: vLLM would serve only the
     last adapter of a name, and fail at start-up (a traceback after its load) on the base's own name."""
-    out, problems = {}, []
+    out: dict[str, str] = {}
+    problems: list[str] = []
     for spec in specs:
         name, sep, path = spec.partition("=")
         if not sep or not name or not path:

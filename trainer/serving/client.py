@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from trainer.chat.types import Message
+from trainer.chat.types import Message, Row, Tool
 from trainer.chat.messages import openai_messages
 from trainer.chat.turns import expected_call, target_index
 from trainer.core.errors import UserError
@@ -67,7 +67,7 @@ def wait_ready(url: str, server: Running | None = None, timeout: float = 300.0, 
         time.sleep(0.5)
 
 
-def smoke_request(rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list | None]:
+def smoke_request(rows: Sequence[Row]) -> tuple[list[Message], list[Tool] | None]:
     """(messages, tools) for the smoke test: the first row that expects a tool call, cut before
     its answer; else the first row, sent without its tools (a text answer is what is checked:
     with tools offered, every caller's check demands a call, which that row does not expect)."""
@@ -75,7 +75,7 @@ def smoke_request(rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]],
         raise UserError("the eval split is empty: nothing to smoke-test the endpoint with")
     row = next((r for r in rows if r.get("tools") and expected_call(r)), None)
     chosen = row or rows[0]
-    return openai_messages(chosen["messages"][: target_index(chosen)]), row and row["tools"]
+    return openai_messages(chosen["messages"][: target_index(chosen)]), (row.get("tools") if row else None)
 
 
 def chat(
@@ -140,7 +140,8 @@ def post(
 
 def _assemble_stream(lines) -> dict[str, Any]:
     """`data: {chunk}` lines up to `data: [DONE]` -> one chat.completion-shaped dict."""
-    model, role, finish, content, calls = None, None, None, "", {}
+    model, role, finish, content = None, None, None, ""
+    calls: dict[int, dict[str, Any]] = {}  # by the chunk's call index
     for raw in lines:
         line = raw.decode("utf-8", "replace").strip()
         if not line.startswith("data:"):

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainer.chat.types import Message
 from trainer.core.errors import UserError, collect
 from trainer.models.model_tree import model_dir_problems, tokenizer_problems
 from trainer.core.procs import group_alive, private_tmpdir_env
@@ -399,7 +400,7 @@ def _model_context(model_dir: Path) -> int:
 def deploy_local(
     model_dir: Path,
     served_model_name: str,
-    messages: list[dict[str, Any]],
+    messages: list[Message],
     tools: list | None = None,
     *,
     lora_modules: Mapping[str, str] | None = None,
