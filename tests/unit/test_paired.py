@@ -216,3 +216,29 @@ def test_max_category_drop_is_a_fraction_like_the_other_thresholds():
     [points] = [p for p in pipeline_problems({"max_category_drop": 10.0}) if "max_category_drop" in p]
     assert points.endswith("a fraction: 0.1 is 10 points, so give max_category_drop=0.1")
     assert not [p for p in pipeline_problems({"max_category_drop": 0.1}) if "max_category_drop" in p]
+
+
+def test_logged_metrics_read_back_as_typed_scores():
+    """trainer.core.metrics.read: the names the evaluate step logs, read where they are made, into what the gate
+    decides on; a category one model did not measure is left out, counts an older run did not log are None."""
+    from trainer.core import metrics as names
+
+    logged = {
+        names.base(names.PRIMARY): 0.3,
+        names.PRIMARY: 0.9,  # the tuned model's under its plain name
+        names.base(names.accuracy("heldout", "multiple")): 0.0,
+        names.tuned(names.accuracy("heldout", "multiple")): 0.99,
+        names.count("heldout", "multiple", "rows"): 122.0,
+        names.count("heldout", "multiple", "lost"): 0.0,
+        names.count("heldout", "multiple", "won"): 121.0,
+        names.base(names.accuracy("bfcl", "irrelevance")): 1.0,
+        names.accuracy("bfcl", "irrelevance"): 0.76,
+        names.base(names.accuracy("heldout", "parallel")): 0.5,  # tuned not logged: not a result
+    }
+    scores = names.read(logged, {"heldout": fc_check.CATEGORIES, "bfcl": ("irrelevance",)})
+    assert (scores.base, scores.tuned) == (0.3, 0.9)
+    assert [(c.name, c.base, c.tuned, c.rows, c.lost, c.won) for c in scores.categories] == [
+        ("fc_multiple", 0.0, 0.99, 122, 0, 121),
+        ("bfcl_irrelevance", 1.0, 0.76, None, None, None),
+    ]
+    assert names.read({}, {"heldout": fc_check.CATEGORIES}) == names.Scores(None, None, ())

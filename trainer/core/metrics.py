@@ -13,6 +13,9 @@ the promotion gate and the sweep's pick read them, the reports show them. Names 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
 PRIMARY = "fc_ast_accuracy"
 EXACT = "fc_exact_accuracy"
 SUITE_PREFIX = {"heldout": "fc", "bfcl": "bfcl"}
@@ -48,3 +51,51 @@ def tuned(name: str) -> str:
 def mix(k: int, name: str) -> str:
     """A metric over a mixed dataset's k-th source's rows: `mix0_fc_ast_accuracy`, `mix1_rows`."""
     return f"mix{k}_{name}"
+
+
+@dataclass(frozen=True)
+class CategoryResult:
+    """A category of a suite as both models scored it: accuracies (fractions), its rows, and the rows the tuned model
+    lost and won against the base (None: not logged, an older run's metrics)."""
+
+    suite: str
+    category: str
+    base: float
+    tuned: float
+    rows: int | None
+    lost: int | None
+    won: int | None
+
+    @property
+    def name(self) -> str:
+        return category(self.suite, self.category)
+
+
+@dataclass(frozen=True)
+class Scores:
+    """What the promotion gate reads, typed: the primary metric of each model (None: not measured, e.g. an eval split
+    without function-calling rows) and every category both models measured (`read`)."""
+
+    base: float | None
+    tuned: float | None
+    categories: tuple[CategoryResult, ...]
+
+
+def read(logged: Mapping[str, float], suites: Mapping[str, Sequence[str]]) -> Scores:
+    """The evaluate step's logged metrics (base_*, tuned_* and plain names: the tuned model's) as `Scores`, for the
+    categories of `suites` ({suite: category names}); read here, where the names are made, and nowhere else."""
+
+    def number(name: str) -> int | None:
+        value = logged.get(name)
+        return None if value is None else int(value)
+
+    found = []
+    for suite, names in suites.items():
+        for name in names:
+            stem = accuracy(suite, name)
+            base_value, tuned_value = logged.get(base(stem)), logged.get(tuned(stem), logged.get(stem))
+            if base_value is None or tuned_value is None:
+                continue
+            counts = (number(count(suite, name, kind)) for kind in ("rows", "lost", "won"))
+            found.append(CategoryResult(suite, name, base_value, tuned_value, *counts))
+    return Scores(logged.get(base(PRIMARY)), logged.get(PRIMARY), tuple(found))

@@ -20,6 +20,8 @@ PRIMARY = names.PRIMARY
 SELECT = {PRIMARY: "higher", "eval_loss": "lower"}
 # The sweep's metric before the two gates shared one (exact-match accuracy): named in its refusal, with the fix
 RENAMED = {"fc_accuracy": PRIMARY}
+# Every category the gate holds to max_category_drop: the held-out suite's and BFCL's
+GATED = {"heldout": fc_check.CATEGORIES, "bfcl": bfcl.CATEGORIES}
 
 
 def meets(value: float, floor: float) -> bool:
@@ -56,28 +58,23 @@ def gate_drops(metrics: dict[str, float], max_drop: float, significance: float) 
 
 
 def _drops(metrics: dict[str, float], max_drop: float, significance: float) -> list[tuple[str, bool]]:
-    categories = [("heldout", c) for c in fc_check.CATEGORIES] + [("bfcl", c) for c in bfcl.CATEGORIES]
     gate = f"max_category_drop {max_drop:g}" + (f", gate_significance {significance:g}" if significance > 0 else "")
     out = []
-    for suite, cat in categories:
-        accuracy = names.accuracy(suite, cat)
-        base = metrics.get(names.base(accuracy))
-        tuned = metrics.get(names.tuned(accuracy), metrics.get(accuracy))
-        if base is None or tuned is None or base - tuned <= max_drop + 1e-9:
+    for c in names.read(metrics, GATED).categories:
+        if c.base - c.tuned <= max_drop + 1e-9:
             continue
-        rows, lost, won = (metrics.get(names.count(suite, cat, k)) for k in ("rows", "lost", "won"))
-        name = names.category(suite, cat)
-        of = f" on {int(rows)} rows" if rows is not None else ""
-        if lost is None or won is None:
+        of = f" on {c.rows} rows" if c.rows is not None else ""
+        if c.lost is None or c.won is None:
             test, kept = "lost/won not logged (an older run): taken as significant", True
         else:
-            p = mcnemar_p(int(lost), int(won))
-            test, kept = (
-                f"{int(lost)} lost, {int(won)} won, McNemar p={p:.3g}",
-                not significance > 0 or p < significance,
-            )
+            p = mcnemar_p(c.lost, c.won)
+            test, kept = f"{c.lost} lost, {c.won} won, McNemar p={p:.3g}", not significance > 0 or p < significance
         out.append(
-            (f"{name} fell {base:.1%} -> {tuned:.1%} ({(tuned - base) * 100:+.1f} points{of}; {test}; {gate})", kept)
+            (
+                f"{c.name} fell {c.base:.1%} -> {c.tuned:.1%} ({(c.tuned - c.base) * 100:+.1f} points{of}; {test}; "
+                f"{gate})",
+                kept,
+            )
         )
     return out
 
@@ -115,7 +112,8 @@ def promotion(
 
 def _accuracy_gate(metrics: dict[str, float], min_fc_accuracy: float, min_gain: float | None) -> tuple[bool, str]:
     """min_gain None: the accuracy's gain is not asked (the sweep by eval_loss, whose min_gain is the loss's)."""
-    tuned, base = metrics.get(PRIMARY), metrics.get(names.base(PRIMARY))
+    scores = names.read(metrics, {})
+    tuned, base = scores.tuned, scores.base
     if tuned is None or base is None:
         if min_gain is None and min_fc_accuracy > 0:
             return False, (
