@@ -597,7 +597,7 @@ def test_kserve_create_ready_smoke_and_replace_on_redeploy_fake_api(monkeypatch)
         "trainer.serving.client.smoke_test",
         lambda url, model, messages, tools=None, require_tool_call=True: (
             seen.append(("chat", url, model, require_tool_call))
-            or {"ok": True, "reason": "", "latency_s": 0.1, "reply": "get_weather {}", "model": model}
+            or {"ok": True, "reason": "", "verdict": "ok", "latency_s": 0.1, "reply": "get_weather {}", "model": model}
         ),
     )
     with FakeKubeAPI() as api:
@@ -666,7 +666,7 @@ def test_sweep_trials_side_by_side_on_the_cluster_fake_api(store, tmp_path, monk
         "trainer.serving.client.smoke_test",
         lambda url, model, messages, tools=None, require_tool_call=True: (
             asked.append((model, require_tool_call))
-            or {"ok": True, "reason": "", "latency_s": 0.2, "reply": "x", "model": model}
+            or {"ok": True, "reason": "", "verdict": "ok", "latency_s": 0.2, "reply": "x", "model": model}
         ),
     )
     spec = ServeSpec(
@@ -1112,7 +1112,8 @@ def test_deploy_inside_the_cluster_uses_the_service_dns_name_fake_api(monkeypatc
     monkeypatch.setattr(
         "trainer.serving.client.smoke_test",
         lambda url, model, messages, tools=None, require_tool_call=True: (
-            seen.append(url) or {"ok": True, "reason": "", "latency_s": 0.1, "reply": "get_weather {}", "model": model}
+            seen.append(url)
+            or {"ok": True, "reason": "", "verdict": "ok", "latency_s": 0.1, "reply": "get_weather {}", "model": model}
         ),
     )
     with FakeKubeAPI() as api:

@@ -99,7 +99,7 @@ def test_create_ready_smoke_and_replace_on_redeploy_fake_api(monkeypatch):
         "trainer.serving.client.smoke_test",
         lambda url, model, messages, tools=None, require_tool_call=True: (
             seen.append(("chat", model, require_tool_call))
-            or {"ok": True, "reason": "", "latency_s": 0.1, "reply": "get_weather {}", "model": model}
+            or {"ok": True, "reason": "", "verdict": "ok", "latency_s": 0.1, "reply": "get_weather {}", "model": model}
         ),
     )
     with FakeKubeAPI() as api:

@@ -135,7 +135,9 @@ def test_deploy_trials_keeps_its_server_up_only_with_keep_serving(delivered, tmp
         return deploying.Deployed(
             endpoint="http://127.0.0.1:9/v1",
             names=asked["names"],
-            results={n: {"ok": True, "reason": "", "reply": "x", "latency_s": 0.1} for n in asked["names"]},
+            results={
+                n: {"ok": True, "reason": "", "verdict": "ok", "reply": "x", "latency_s": 0.1} for n in asked["names"]
+            },
             latency_s=0.1,
             log="/tmp/vllm.log",
             pgid=4242 if keep_serving else None,

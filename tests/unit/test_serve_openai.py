@@ -53,7 +53,7 @@ def call(name: str, arguments: str) -> dict:
 )
 def test_smoke_check_accepts_only_a_well_formed_tool_call(message, reason):
     got = serve_client.check_response(completion(message), TUNED, TOOLS)
-    assert (reason in got and got) if reason else got == ""
+    assert (reason in got.reason and got.verdict != "ok") if reason else got == serve_client.OK
 
 
 def test_an_unusable_reply_warns_and_a_broken_server_fails_the_deploy():
@@ -61,8 +61,8 @@ def test_an_unusable_reply_warns_and_a_broken_server_fails_the_deploy():
     so plainly (undertrained: more max_steps) and goes on; a protocol break fails the step."""
 
     def result(resp, tools=TOOLS):
-        reason = serve_client.check_response(resp, TUNED, tools)
-        return {"ok": not reason, "reason": reason, "verdict": serve_client.verdict(reason)}
+        checked = serve_client.check_response(resp, TUNED, tools)
+        return {"ok": checked == serve_client.OK, "reason": checked.reason, "verdict": checked.verdict}
 
     empty = result(completion({"content": ""}), tools=None)
     assert empty["reason"] == "empty reply" and empty["verdict"] == "unusable_reply"
@@ -70,7 +70,7 @@ def test_an_unusable_reply_warns_and_a_broken_server_fails_the_deploy():
     wrong_name = result(completion({}, model="other"))
     good = result(completion(call("get_weather", "{}")))
     assert good["verdict"] == "ok" and wrong_name["verdict"] == "server_error"
-    assert serve_client.verdict("streamed: no message.tool_calls (content: '')") == "server_error"  # plain passed
+    assert no_call["verdict"] == "unusable_reply"
 
     weak = serve_client.smoke_outcome({TUNED: empty, f"{TUNED}-base": good})
     assert not weak["smoke_ok"] and weak["server_ok"] and not weak["error"]
@@ -95,17 +95,24 @@ def test_smoke_check_demands_what_an_openai_tool_loop_reads():
     """The usual application loop: `if choice.finish_reason == "tool_calls"`, run each call, answer
     it with a tool message carrying the call's `id`."""
     ok = call("get_weather", '{"city": "Paris"}')
-    assert "finish_reason is 'stop'" in serve_client.check_response(completion(ok, finish_reason="stop"), TUNED, TOOLS)
-    assert "finish_reason is 'length'" in serve_client.check_response(
-        completion(ok, finish_reason="length"), TUNED, TOOLS
+    assert (
+        "finish_reason is 'stop'"
+        in serve_client.check_response(completion(ok, finish_reason="stop"), TUNED, TOOLS).reason
+    )
+    assert (
+        "finish_reason is 'length'"
+        in serve_client.check_response(completion(ok, finish_reason="length"), TUNED, TOOLS).reason
     )
     no_id = {"tool_calls": [{**ok["tool_calls"][0], "id": ""}]}
-    assert "no id" in serve_client.check_response(completion(no_id), TUNED, TOOLS)
+    assert "no id" in serve_client.check_response(completion(no_id), TUNED, TOOLS).reason
     not_function = {"tool_calls": [{**ok["tool_calls"][0], "type": "code"}]}
-    assert "type is 'code'" in serve_client.check_response(completion(not_function), TUNED, TOOLS)
+    assert "type is 'code'" in serve_client.check_response(completion(not_function), TUNED, TOOLS).reason
     # a base model beside an adapter may answer in text, but a call it does make is held to the same rules
-    assert "finish_reason is 'stop'" in serve_client.check_response(
-        completion(ok, finish_reason="stop"), TUNED, TOOLS, require_tool_call=False
+    assert (
+        "finish_reason is 'stop'"
+        in serve_client.check_response(
+            completion(ok, finish_reason="stop"), TUNED, TOOLS, require_tool_call=False
+        ).reason
     )
 
 
@@ -222,7 +229,7 @@ def test_a_streamed_tool_call_is_assembled_as_openai_clients_do():
     )
     args = [delta({"tool_calls": [{"index": 0, "function": {"arguments": part}}]}) for part in ('{"city"', ': "Oslo"}')]
     resp = serve_client._assemble_stream(sse(head, name, *args, delta({}, "tool_calls")))
-    assert serve_client.check_response(resp, TUNED, TOOLS) == ""
+    assert serve_client.check_response(resp, TUNED, TOOLS).reason == ""
     assert resp["choices"][0]["message"]["tool_calls"][0]["function"] == {
         "name": "get_weather",
         "arguments": '{"city": "Oslo"}',
@@ -231,21 +238,26 @@ def test_a_streamed_tool_call_is_assembled_as_openai_clients_do():
     text = serve_client._assemble_stream(
         sse(head, delta({"content": '<tool_call>{"name": "get_weather"}'}), delta({}, "stop"))
     )
-    assert "no message.tool_calls" in serve_client.check_response(text, TUNED, TOOLS)
+    assert "no message.tool_calls" in serve_client.check_response(text, TUNED, TOOLS).reason
     # arguments cut off mid-stream: the joined JSON does not parse
     cut = serve_client._assemble_stream(sse(head, name, args[0], delta({}, "tool_calls")))
-    assert "arguments is not JSON" in serve_client.check_response(cut, TUNED, TOOLS)
+    assert "arguments is not JSON" in serve_client.check_response(cut, TUNED, TOOLS).reason
 
 
 def test_smoke_check_rejects_other_shapes():
-    assert "not an OpenAI chat completion" in serve_client.check_response({"detail": "boom"}, TUNED, TOOLS)
-    assert "answered as model" in serve_client.check_response(
-        completion(call("get_weather", "{}"), "other"), TUNED, TOOLS
+    assert "not an OpenAI chat completion" in serve_client.check_response({"detail": "boom"}, TUNED, TOOLS).reason
+    assert (
+        "answered as model"
+        in serve_client.check_response(completion(call("get_weather", "{}"), "other"), TUNED, TOOLS).reason
     )
     # A base model beside an adapter may answer in text, but only as text.
-    assert serve_client.check_response(completion({"content": "sunny"}), TUNED, TOOLS, require_tool_call=False) == ""
-    assert "not text" in serve_client.check_response(
-        completion({"content": None}), TUNED, TOOLS, require_tool_call=False
+    assert (
+        serve_client.check_response(completion({"content": "sunny"}), TUNED, TOOLS, require_tool_call=False).reason
+        == ""
+    )
+    assert (
+        "not text"
+        in serve_client.check_response(completion({"content": None}), TUNED, TOOLS, require_tool_call=False).reason
     )
 
 
@@ -778,3 +790,24 @@ def test_a_request_the_server_does_not_answer_in_time_is_one_message_not_a_trace
         for conn, _ in accepted:
             conn.close()
         listener.close()
+
+
+def test_the_smoke_check_says_whose_fault_as_a_value():
+    """Checked.verdict is decided where the reason is found (no matching of message prefixes afterwards): what the
+    model said is an unusable reply, a broken protocol is the server's."""
+    ok = call("get_weather", '{"city": "Paris"}')
+    server = [
+        completion(ok, finish_reason="stop"),
+        completion({"tool_calls": [{**ok["tool_calls"][0], "id": ""}]}),
+        completion(ok, "other"),
+        {"detail": "boom"},
+    ]
+    model = [
+        completion({"content": "sunny"}),
+        completion(call("get_time", "{}")),
+        completion(call("get_weather", "{city: Paris")),
+        completion(call("get_weather", '["Paris"]')),
+    ]
+    assert {serve_client.check_response(r, TUNED, TOOLS).verdict for r in server} == {"server_error"}
+    assert {serve_client.check_response(r, TUNED, TOOLS).verdict for r in model} == {"unusable_reply"}
+    assert serve_client.check_response(completion(ok), TUNED, TOOLS) == serve_client.OK

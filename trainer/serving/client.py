@@ -18,7 +18,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from trainer.chat.types import Message, Row, Tool
 from trainer.chat.messages import openai_messages
@@ -177,8 +177,28 @@ def _assemble_stream(lines) -> dict[str, Any]:
     }
 
 
-def check_response(resp: dict[str, Any], model: str, tools: list | None, require_tool_call: bool = True) -> str:
-    """Why `resp` is not a well-formed OpenAI chat completion for this request ('' when it is).
+class Checked(NamedTuple):
+    """A smoke answer's verdict, decided where the reason is found: "ok"; "unusable_reply", the model's answer (the
+    endpoint kept to the protocol; an undertrained model stopping at once: the run goes on with a warning); or
+    "server_error", the server breaking the OpenAI protocol (the deploy step fails). `reason`: why not ok."""
+
+    verdict: str
+    reason: str = ""
+
+
+OK = Checked("ok")
+
+
+def _server(reason: str) -> Checked:
+    return Checked("server_error", reason)
+
+
+def _unusable(reason: str) -> Checked:
+    return Checked("unusable_reply", reason)
+
+
+def check_response(resp: dict[str, Any], model: str, tools: list | None, require_tool_call: bool = True) -> Checked:
+    """Why `resp` is not a well-formed OpenAI chat completion for this request, and whose fault (`Checked`).
 
     With tools and `require_tool_call`, the answer must be a tool call as an OpenAI application's
     tool loop reads it: finish_reason "tool_calls", `message.tool_calls[0]` of type "function" with
@@ -186,57 +206,41 @@ def check_response(resp: dict[str, Any], model: str, tools: list | None, require
     tool call given must still be well-formed.
     """
     if resp.get("object") != "chat.completion" or not resp.get("choices"):
-        return f"not an OpenAI chat completion: {json.dumps(resp)[:300]}"
+        return _server(f"not an OpenAI chat completion: {json.dumps(resp)[:300]}")
     if resp.get("model") != model:
-        return f"answered as model {resp.get('model')!r}, asked for {model!r}"
+        return _server(f"answered as model {resp.get('model')!r}, asked for {model!r}")
     message = resp["choices"][0].get("message") or {}
     if message.get("role") != "assistant":
-        return f"message role is {message.get('role')!r}, not 'assistant'"
+        return _server(f"message role is {message.get('role')!r}, not 'assistant'")
     calls = message.get("tool_calls") or []
     if not tools or (not calls and not require_tool_call):
         if not isinstance(message.get("content"), str):
-            return f"message.content is {message.get('content')!r}, not text"
-        return "" if message["content"].strip() or not require_tool_call else "empty reply"
+            return _server(f"message.content is {message.get('content')!r}, not text")
+        return OK if message["content"].strip() or not require_tool_call else _unusable("empty reply")
     if not calls:
-        return f"no message.tool_calls (content: {str(message.get('content'))[:200]!r})"
+        return _unusable(f"no message.tool_calls (content: {str(message.get('content'))[:200]!r})")
     # What an application's tool loop reads: finish_reason says "run the calls", the id is what the
     # tool message answering a call names.
     finish = resp["choices"][0].get("finish_reason")
     if finish != "tool_calls":
-        return f"finish_reason is {finish!r} with a tool call, not 'tool_calls'"
+        return _server(f"finish_reason is {finish!r} with a tool call, not 'tool_calls'")
     if not calls[0].get("id"):
-        return "tool_calls[0] has no id (a tool result must name it as tool_call_id)"
+        return _server("tool_calls[0] has no id (a tool result must name it as tool_call_id)")
     if calls[0].get("type") != "function":
-        return f"tool_calls[0].type is {calls[0].get('type')!r}, not 'function'"
+        return _server(f"tool_calls[0].type is {calls[0].get('type')!r}, not 'function'")
     fn = calls[0].get("function") or {}
     offered = {t["function"]["name"] for t in tools if t.get("type") == "function"}
     if fn.get("name") not in offered:
-        return f"tool_calls[0].function.name {fn.get('name')!r} is not one of the offered tools {sorted(offered)}"
+        return _unusable(
+            f"tool_calls[0].function.name {fn.get('name')!r} is not one of the offered tools {sorted(offered)}"
+        )
     try:
         args = json.loads(fn.get("arguments") or "")
     except (TypeError, ValueError):
-        return f"tool_calls[0].function.arguments is not JSON: {fn.get('arguments')!r}"
-    return "" if isinstance(args, dict) else f"tool_calls[0].function.arguments is not a JSON object: {args!r}"
-
-
-# check_response reasons that are about what the model said, not about the server: the endpoint
-# answered correctly, the model's answer is unusable (e.g. an undertrained model that stops at
-# once). Every other reason is the server breaking the OpenAI protocol.
-REPLY_REASONS = (
-    "empty reply",
-    "no message.tool_calls",
-    "tool_calls[0].function.name",
-    "tool_calls[0].function.arguments",
-)
-
-
-def verdict(reason: str) -> str:
-    """'ok', 'unusable_reply' (the model's answer; the run goes on with a warning) or
-    'server_error' (the deploy step fails). A streamed answer that breaks where the plain one
-    passed is the server's streaming path, so always a server error."""
-    if not reason:
-        return "ok"
-    return "unusable_reply" if reason.startswith(REPLY_REASONS) else "server_error"
+        return _unusable(f"tool_calls[0].function.arguments is not JSON: {fn.get('arguments')!r}")
+    return (
+        OK if isinstance(args, dict) else _unusable(f"tool_calls[0].function.arguments is not a JSON object: {args!r}")
+    )
 
 
 def smoke_test(
@@ -245,14 +249,15 @@ def smoke_test(
     """One chat completion checked by `check_response`, then the same request streamed, checked
     the same way (what a chat UI or an agent framework with streaming on receives).
 
-    Returns ok (bool), reason (why not ok), verdict (see `verdict`), latency_s, reply (tool call
+    Returns ok (bool), reason (why not ok), verdict (`Checked`), latency_s, reply (tool call
     or text) and model. A server that cannot answer at all (HTTP error) raises UserError instead.
     """
     resp = chat(url, model, messages, tools)
-    reason = check_response(resp, model, tools, require_tool_call)
-    if not reason:
+    checked = check_response(resp, model, tools, require_tool_call)
+    if checked == OK:
         streamed = check_response(chat(url, model, messages, tools, stream=True), model, tools, require_tool_call)
-        reason = f"streamed: {streamed}" if streamed else ""
+        # an answer that breaks only when streamed is the server's streaming path: always the server's fault
+        checked = OK if streamed == OK else _server(f"streamed: {streamed.reason}")
     message = ((resp.get("choices") or [{}])[0].get("message")) or {}
     calls = message.get("tool_calls") or []
     reply = (
@@ -261,9 +266,9 @@ def smoke_test(
         else str(message.get("content") or "")
     )
     return {
-        "ok": not reason,
-        "reason": reason,
-        "verdict": verdict(reason),
+        "ok": checked == OK,
+        "reason": checked.reason,
+        "verdict": checked.verdict,
         "latency_s": resp["latency_s"],
         "reply": reply,
         "model": model,
@@ -278,7 +283,7 @@ def smoke_outcome(results: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
     most likely undertrained; the run goes on and says so) and error (names the server failed:
     the step fails). Each is '' when there is nothing to say.
     """
-    kinds = {n: r.get("verdict") or verdict(r.get("reason", "")) for n, r in results.items()}
+    kinds = {n: r["verdict"] for n, r in results.items()}
     bad = lambda kind: "; ".join(f"{n}: {results[n]['reason']}" for n, k in kinds.items() if k == kind)  # noqa: E731
     unusable, broken = bad("unusable_reply"), bad("server_error")
     warning = (
