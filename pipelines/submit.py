@@ -293,7 +293,7 @@ def sweep_dry_run_objects(params: dict[str, Any]) -> list:
             ),
             max_lora_rank=max(int(t["lora_r"]) for t in params["trials"]),
         )
-        objects += deploy.backend_module(params["deploy_backend"]).build(side_by_side)
+        objects += deploy.backend(params["deploy_backend"]).build(side_by_side)
     return objects
 
 
@@ -329,7 +329,7 @@ def dry_run_objects(params: dict[str, Any], name: str = "") -> list:
             adapters={name: "s3://<bucket>/models/<from finetune>"} if side_by_side else {},
             vllm_image=params.get("vllm_image", ""),
         )
-        objects += deploy.backend_module(params["deploy_backend"]).build(serve)
+        objects += deploy.backend(params["deploy_backend"]).build(serve)
     return objects
 
 

@@ -265,8 +265,8 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 
 def cmd_launch_k8s(args: argparse.Namespace) -> None:
-    from trainer.k8s import launcher_for
     from trainer.k8s.podspec import job_name
+    from trainer.launch import launcher
     from trainer.k8s.pytorchjob import build_pytorchjob
     from trainer.k8s.trainjob import build_trainjob
 
@@ -279,7 +279,7 @@ def cmd_launch_k8s(args: argparse.Namespace) -> None:
         print_yaml([build(name, cfg.to_args(), spec)])
     else:
         reach_cluster()
-        launcher_for(args.launcher)(spec).run(cfg.to_args(), name)
+        launcher(args.launcher, spec, cfg.stall_timeout_s).run(cfg.to_args(), name)
 
 
 def cmd_deploy_k8s(args: argparse.Namespace) -> None:
@@ -296,7 +296,7 @@ def cmd_deploy_k8s(args: argparse.Namespace) -> None:
         vllm_image=args.vllm_image,
         tool_call_parser=args.tool_call_parser,
     )
-    objects = deploy.backend_module(args.backend).build(spec)  # the settings' problems first; contacts nothing
+    objects = deploy.backend(args.backend).build(spec)  # the settings' problems first; contacts nothing
     if args.dry_run:
         print_yaml(objects)
     else:

@@ -416,12 +416,23 @@ def test_stalled_job_is_stopped_with_the_stuck_stage_fake_api():
         assert api.state.calls("DELETE", "pytorchjobs/ft-stuck")  # stopped, not left holding GPUs
 
 
-def test_launcher_names(monkeypatch):
-    from trainer.k8s import launcher_for
+def test_launcher_names():
+    """trainer.launch.launcher, the one chooser: each name its backend, with the spec's topology and the watchdog's
+    stall limit; an unknown name one message."""
+    from trainer.core.errors import UserError
     from trainer.k8s.trainjob import TrainJobLauncher
+    from trainer.launch import LocalLauncher, launcher
 
-    assert launcher_for("pytorchjob") is launcher_for("kubernetes") is PyTorchJobLauncher
-    assert launcher_for("trainjob") is TrainJobLauncher
+    spec = ClusterSpec(nodes=2, procs_per_node=3, backoff_limit=4)
+    for name in ("pytorchjob", "kubernetes"):
+        chosen = launcher(name, spec, stall_timeout_s=60)
+        assert type(chosen) is PyTorchJobLauncher and chosen.spec.stall_timeout_s == 60
+    assert type(launcher("trainjob", spec)) is TrainJobLauncher
+    local = launcher("local", spec, stall_timeout_s=9)
+    assert type(local) is LocalLauncher
+    assert (local.nnodes, local.nproc_per_node, local.max_restarts, local.stall_timeout_s) == (2, 3, 4, 9)
+    with pytest.raises(UserError, match="launcher must be one of .*got 'slurm'"):
+        launcher("slurm", spec)
 
 
 def test_dry_run_trainjob_cli_is_valid():

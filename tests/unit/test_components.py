@@ -176,3 +176,36 @@ def test_deploy_trials_keeps_its_server_up_only_with_keep_serving(delivered, tmp
     )
     assert not asked["keep_serving"] and out.endpoint == ""
     assert ("is stopped after its smoke test all the same" in capsys.readouterr().out) == keep
+
+
+def test_run_training_runs_any_launcher(builtin_uris, store):
+    """trainer.launch.Launcher is the contract: run_training validates, checks the delivered template, hands the
+    job to whatever launcher it is given (here a fake, no torchrun), named after the run, and reads back the
+    result rank 0 wrote; a launcher's UserError is the run's."""
+    from trainer.config.training import TrainConfig
+    from trainer.core.errors import UserError
+    from trainer.k8s.podspec import ClusterSpec, job_name
+    from trainer.launch import run_training
+
+    model_uri, dataset_uri = builtin_uris
+    cfg = TrainConfig(model_uri=model_uri, dataset_uri=dataset_uri, output_prefix="runs/fake-launch", max_steps=3)
+
+    class Finishes:
+        ran: list = []
+
+        def run(self, train_args: list[str], name: str) -> None:
+            self.ran.append((train_args, name))
+            store.put_json("runs/fake-launch/result.json", {"metrics": {"train_loss": 0.25}})
+
+    class Fails:
+        def run(self, train_args: list[str], name: str) -> None:
+            raise UserError("training failed on node 1 (exit status 3)")
+
+    done = Finishes()
+    assert run_training(cfg, done, ClusterSpec(nodes=1), store, run_id="fake-run") == {"metrics": {"train_loss": 0.25}}
+    [(args, name)] = done.ran
+    assert name == job_name("fake-run") and args == cfg.to_args()
+    with pytest.raises(UserError, match="node 1"):
+        run_training(cfg, Fails(), ClusterSpec(nodes=1), store, run_id="fake-run")
+    with pytest.raises(UserError, match="launcher must be one of"):
+        run_training(cfg, "slurm", ClusterSpec(nodes=1), store)

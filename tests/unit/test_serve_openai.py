@@ -811,3 +811,42 @@ def test_the_smoke_check_says_whose_fault_as_a_value():
     assert {serve_client.check_response(r, TUNED, TOOLS).verdict for r in server} == {"server_error"}
     assert {serve_client.check_response(r, TUNED, TOOLS).verdict for r in model} == {"unusable_reply"}
     assert serve_client.check_response(completion(ok), TUNED, TOOLS) == serve_client.OK
+
+
+def test_deploy_serves_with_any_backend_and_chooses_by_name_in_one_place():
+    """trainer.deploy.ServeBackend is the contract: deploy hands the spec, request and tools to whatever backend it
+    is given (here a fake that answers like a server with one unusable reply) and turns its answer into Deployed;
+    `backend` maps each name to its backend and refuses others."""
+    from trainer import deploy as deploying
+    from trainer.core.errors import UserError
+    from trainer.k8s import kserve, llmisvc, vllm
+
+    class Fake:
+        asked: list = []
+
+        def build(self, spec):
+            return []
+
+        def deploy(self, spec, messages, tools=None, client_configuration=None, poll_s=5.0):
+            self.asked.append((spec.name, messages, tools, poll_s))
+            results = {
+                spec.name: {"ok": False, "reason": "empty reply", "verdict": "unusable_reply", "latency_s": 0.4},
+                "base": {"ok": True, "reason": "", "verdict": "ok", "latency_s": 0.2},
+            }
+            return {"endpoint": "http://svc/v1", "names": [spec.name, "base"], "results": results, "latency_s": 0.4}
+
+    spec = vllm.ServeSpec(name=TUNED, model_uri="s3://b/models/sha256-x")
+    messages = [{"role": "user", "content": "weather?"}]
+    fake = Fake()
+    out = deploying.deploy(fake, spec, None, messages, TOOLS, poll_s=0.5)
+    assert fake.asked == [(TUNED, messages, TOOLS, 0.5)]
+    assert out.endpoint == "http://svc/v1" and out.names == [TUNED, "base"] and not out.smoke_ok
+    outcome = serve_client.smoke_outcome(out.results)
+    assert outcome["server_ok"] and "empty reply" in outcome["warning"]
+
+    assert [deploying.backend(n) for n in ("kubernetes", "kserve", "llmisvc")] == [vllm, kserve, llmisvc]
+    assert isinstance(deploying.backend("local", store=object(), keep_serving=True), deploying.LocalBackend)
+    with pytest.raises(ValueError, match="needs the store"):
+        deploying.backend("local")
+    with pytest.raises(UserError, match="deploy backend must be one of local, kubernetes, kserve, llmisvc, got 'ray'"):
+        deploying.deploy("ray", spec, None, messages)

@@ -1,12 +1,14 @@
 """One way to serve a model, whatever the backend: `deploy(backend, spec, store, ...) -> Deployed`.
 
+Every backend is a `ServeBackend` (build its objects; deploy and smoke-test), chosen by name in `backend`:
+
   local       vLLM on loopback from downloaded copies (trainer.serving.local; run_local only)
   kubernetes  a vLLM Deployment and Service (trainer.k8s.vllm)
   kserve      an InferenceService on the project's vLLM ServingRuntime (trainer.k8s.kserve)
   llmisvc     KServe's LLMInferenceService, adapters under spec.model.lora (trainer.k8s.llmisvc)
 
-The backend is chosen here and nowhere else (the deploy and deploy-all-trials steps, `python -m
-trainer deploy-k8s`). Every backend serves `spec.name` (the model, or the base beside
+The backend is chosen here and nowhere else (`backend`: the deploy and deploy-all-trials steps, `python -m
+trainer deploy-k8s`, `submit`'s rendering); `deploy` also takes a ServeBackend itself (a test's fake). Every backend serves `spec.name` (the model, or the base beside
 `spec.adapters`), with the flags trainer.serving.args.vllm_args builds from the stored model (its chat
 template, the tool-call parser read off it, --max-lora-rank from the adapters' configs), waits until
 it answers /v1/models, and runs the same OpenAI smoke test on every served name (trainer.serving.client).
@@ -22,11 +24,12 @@ import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from trainer.chat.types import Message
 from trainer.core.errors import UserError
 from trainer.k8s import kserve, llmisvc, vllm
+from trainer.k8s.vllm import ServeSpec
 from trainer.serving.args import lora_rank, stored_has_template, stored_tool_call_parser
 from trainer.serving import local
 from trainer.serving.client import smoke_outcome, smoke_request
@@ -80,15 +83,69 @@ class Deployed:
         )
 
 
-def backend_module(backend: str):
-    """The module that serves on `backend` (each has build(spec) and deploy(spec, messages, tools, ...))."""
-    if module := {"kubernetes": vllm, "kserve": kserve, "llmisvc": llmisvc}.get(backend):
-        return module
-    raise UserError(f"deploy backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+class ServeBackend(Protocol):
+    """What serves a model: `build` renders the objects it would create (nothing contacted: dry runs, `submit`),
+    `deploy` serves `spec` and smoke-tests every served name, returning trainer.serving.local.deploy_local's keys
+    (endpoint, names, results, latency_s, reason, ...). trainer.k8s.vllm, .kserve and .llmisvc are ones (modules),
+    `LocalBackend` another."""
+
+    def build(self, spec: ServeSpec) -> Any: ...
+
+    def deploy(
+        self,
+        spec: ServeSpec,
+        messages: list[Message],
+        tools: list | None = None,
+        client_configuration: Any = None,
+        poll_s: float = 5.0,
+    ) -> dict[str, Any]: ...
+
+
+@dataclass
+class LocalBackend:
+    """vLLM on loopback from the store's copies of the model and adapters (run_local)."""
+
+    store: Any  # trainer.core.storage.Store
+    keep_serving: bool = False  # leave the server running (its pgid in the result)
+
+    def build(self, spec: ServeSpec) -> list:
+        return []  # a process on this machine: no objects to render
+
+    def deploy(
+        self,
+        spec: ServeSpec,
+        messages: list[Message],
+        tools: list | None = None,
+        client_configuration: Any = None,
+        poll_s: float = 5.0,
+    ) -> dict[str, Any]:
+        adapters = {n: str(self.store.get_tree(uri)) for n, uri in spec.adapters.items()}
+        return local.deploy_local(
+            self.store.get_tree(spec.model_uri),
+            spec.name,
+            messages,
+            tools,
+            lora_modules=adapters,
+            keep_serving=self.keep_serving,
+        )
+
+
+_CLUSTER: dict[str, ServeBackend] = {"kubernetes": vllm, "kserve": kserve, "llmisvc": llmisvc}
+
+
+def backend(name: str, store: Any = None, keep_serving: bool = False) -> ServeBackend:
+    """The backend called `name` (BACKENDS): the one place that chooses. The local one serves the store's copies."""
+    if name == "local":
+        if store is None:
+            raise ValueError("the local backend serves downloaded copies: it needs the store")
+        return LocalBackend(store, keep_serving)
+    if name in _CLUSTER:
+        return _CLUSTER[name]
+    raise UserError(f"deploy backend must be one of {', '.join(BACKENDS)}, got {name!r}")
 
 
 def deploy(
-    backend: str,
+    serve_with: str | ServeBackend,
     spec,
     store,
     messages: list[Message],
@@ -99,31 +156,17 @@ def deploy(
     poll_s: float = 5.0,
 ) -> Deployed:
     """Serve `spec` (a trainer.k8s.vllm.ServeSpec: spec.model_uri as spec.name, each of spec.adapters
-    beside it by its own name) on `backend` and smoke-test every served name. The settings read off the
-    stored model and adapters (rank, tool-call parser, chat template) are filled in here, for all
-    backends alike; with no `store` (deploy-k8s, a cluster backend) they are the spec's as given.
+    beside it by its own name) with `serve_with` (a name in BACKENDS, or a ServeBackend) and smoke-test every served
+    name. The settings read off the stored model and adapters (rank, tool-call parser, chat template) are filled in
+    here, for all backends alike; with no `store` (deploy-k8s, a cluster backend) they are the spec's as given.
     `keep_serving` leaves a local server running (cluster servers stay anyway)."""
-    if backend not in BACKENDS:
-        raise UserError(f"deploy backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
-    if store is None and backend == "local":
-        raise ValueError("the local backend serves downloaded copies: it needs the store")
+    chosen = backend(serve_with, store, keep_serving) if isinstance(serve_with, str) else serve_with
     if store is not None:
         dirs = {n: store.get_tree(uri) for n, uri in spec.adapters.items()}  # adapters are small
         spec.max_lora_rank = max([lora_rank(d) for d in dirs.values()] or [16])  # vLLM refuses adapters above it
         spec.tool_call_parser = stored_tool_call_parser(store, spec.model_uri)
         spec.chat_template = stored_has_template(store, spec.model_uri)
-    if backend == "local":
-        out = local.deploy_local(
-            store.get_tree(spec.model_uri),
-            spec.name,
-            messages,
-            tools,
-            lora_modules={n: str(d) for n, d in dirs.items()},
-            keep_serving=keep_serving,
-        )
-    else:
-        out = backend_module(backend).deploy(spec, messages, tools, client_configuration, poll_s)
-    return Deployed.from_backend(out)
+    return Deployed.from_backend(chosen.deploy(spec, messages, tools, client_configuration, poll_s))
 
 
 def smoke_checked(

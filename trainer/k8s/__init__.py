@@ -4,18 +4,6 @@ calls around their objects (`lifecycle.py`: client, create or replace, readiness
 report) and the API server's own rules (`rules.py`), the last shared by every caller.
 
 The in-pod recipe (train, data, checkpoint, evaluate, merge) lives one level up and never
-imports this package.
+imports this package. Which backend runs a job or serves a model is chosen above it: trainer.launch.launcher,
+trainer.deploy.backend.
 """
-
-
-def launcher_for(name: str):
-    """The launcher class for a cluster launcher name (each backend imported only when used)."""
-    if name in ("pytorchjob", "kubernetes"):
-        from trainer.k8s.pytorchjob import PyTorchJobLauncher
-
-        return PyTorchJobLauncher
-    if name == "trainjob":
-        from trainer.k8s.trainjob import TrainJobLauncher
-
-        return TrainJobLauncher
-    raise ValueError(f"no cluster launcher named {name!r}")

@@ -1,4 +1,8 @@
-"""Launchers start the distributed training job; the finetune component picks one.
+"""Launchers start the distributed training job; the finetune component picks one (`launcher`, the one chooser).
+
+Every launcher is a `Launcher`: `run(train_args, name)` runs the job to completion or raises UserError naming what
+failed. local (`LocalLauncher`, below), pytorchjob / kubernetes (trainer.k8s.pytorchjob.PyTorchJobLauncher) and
+trainjob (trainer.k8s.trainjob.TrainJobLauncher); `run_training` takes a name or any object with that method.
 
 The local launcher emulates a PyTorchJob on one machine: it starts one torchrun agent per
 "node" with the same PET_* environment the Training Operator injects into each pod
@@ -16,17 +20,23 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Protocol
 
 from trainer import parity
 from trainer.core import procs as procs_mod
 from trainer.core.errors import UserError, collect
 from trainer.core.exitcodes import EXIT_TRANSIENT, PERMANENT
-from trainer.k8s import launcher_for
 from trainer.k8s.podspec import ClusterSpec, job_name
 from trainer.serving.local import free_port
 from trainer.recipe.torchrun import train_command
 from trainer.core.watchdog import Watchdog
+
+
+class Launcher(Protocol):
+    """What runs a training job: to completion, or a UserError naming what failed (the failed node, the job's
+    conditions). `name`: the job's name where the backend names one (a cluster object); local runs name none."""
+
+    def run(self, train_args: list[str], name: str) -> None: ...
 
 
 @dataclass
@@ -44,7 +54,7 @@ class LocalLauncher:
     stall_timeout_s: float = 0.0  # > 0: fail when rank 0's progress stops that long (trainer.core.watchdog)
     clock: Callable[[], float] = field(default=time.monotonic, repr=False)  # the watchdog's; tests script it
 
-    def run(self, train_args: list[str]) -> None:
+    def run(self, train_args: list[str], name: str = "") -> None:
         """Run the job to completion; raise UserError naming the failed node otherwise."""
         self.devices = node_devices(self.nnodes, self.nproc_per_node, visible_gpus())
         for attempt in range(self.max_restarts + 1):
@@ -210,30 +220,45 @@ def cluster_from_params(params: dict):
     return ClusterSpec(**{_RENAMED.get(k, k): params[k] for k in _CLUSTER_PARAMS if k in params})
 
 
-def run_training(cfg, launcher: str, spec, store, run_id: str = "") -> dict:
+def launcher(name: str, spec: ClusterSpec, stall_timeout_s: float = 0.0) -> Launcher:
+    """The launcher called `name` (LAUNCHERS) for `spec`'s topology and restart budget: the one place that chooses.
+    The cluster ones are imported only when chosen (the kubernetes and Kubeflow clients)."""
+    if name == "local":
+        return LocalLauncher(
+            nnodes=spec.nodes,
+            nproc_per_node=spec.procs_per_node,
+            max_restarts=spec.backoff_limit,
+            stall_timeout_s=stall_timeout_s,
+        )
+    spec.stall_timeout_s = stall_timeout_s  # the watchdog reads the job's streamed log
+    if name in ("pytorchjob", "kubernetes"):
+        from trainer.k8s.pytorchjob import PyTorchJobLauncher
+
+        return PyTorchJobLauncher(spec)
+    if name == "trainjob":
+        from trainer.k8s.trainjob import TrainJobLauncher
+
+        return TrainJobLauncher(spec)
+    raise UserError(f"launcher must be one of {LAUNCHERS}, got {name!r}")
+
+
+def run_training(cfg, launch_with: str | Launcher, spec, store, run_id: str = "") -> dict:
     """Validate everything, launch the job, and return the result rank 0 wrote to the bucket.
 
-    `spec` (a ClusterSpec) gives the topology and restart budget for both launchers; its
-    Kubernetes settings matter only to the kubernetes one.
+    `launch_with`: a launcher's name (LAUNCHERS, chosen by `launcher`) or a `Launcher` itself (a test's fake).
+    `spec` (a ClusterSpec) gives the topology and restart budget for every launcher; its Kubernetes settings matter
+    only to the cluster ones.
     """
     problems = cfg.problems() + spec.topology_problems()
-    if launcher in CLUSTER_LAUNCHERS:
+    if launch_with in CLUSTER_LAUNCHERS:
         problems += spec.kubernetes_problems()
-    if launcher not in LAUNCHERS:
-        problems.append(f"launcher must be one of {LAUNCHERS}, got {launcher!r}")
+    if isinstance(launch_with, str) and launch_with not in LAUNCHERS:
+        problems.append(f"launcher must be one of {LAUNCHERS}, got {launch_with!r}")
     collect(problems, what="invalid training launch")
     # The delivered template against the delivered rows, for every dataset kind (local files were
     # also checked at validate-params): a template that drops tools or calls never reaches training.
 
     parity.check_delivered(store, cfg.model_uri, cfg.dataset_uri, cfg.output_prefix)
-    if launcher in CLUSTER_LAUNCHERS:
-        spec.stall_timeout_s = cfg.stall_timeout_s  # the watchdog reads the job's streamed log
-        launcher_for(launcher)(spec).run(cfg.to_args(), job_name(run_id or cfg.output_prefix.rsplit("/", 1)[-1]))
-    else:
-        LocalLauncher(
-            nnodes=spec.nodes,
-            nproc_per_node=spec.procs_per_node,
-            max_restarts=spec.backoff_limit,
-            stall_timeout_s=cfg.stall_timeout_s,
-        ).run(cfg.to_args())
+    job = launcher(launch_with, spec, cfg.stall_timeout_s) if isinstance(launch_with, str) else launch_with
+    job.run(cfg.to_args(), job_name(run_id or cfg.output_prefix.rsplit("/", 1)[-1]))
     return store.get_json(f"{cfg.output_prefix}/result.json")
