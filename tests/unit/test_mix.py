@@ -329,3 +329,24 @@ def test_a_local_part_beside_an_s3_or_hub_part_is_read_and_checked_at_validate(t
     assert alone and [p for p in alone if "empty.jsonl" in p] == [p for p in mixed if "empty.jsonl" in p], mixed
     # submit does not read this machine's files (on_cluster_problems refuses the local part)
     assert not [p for p in pipeline_problems({"dataset_source": bad}, check_local_files=False) if "bad.jsonl" in p]
+
+
+def test_an_uploaded_dataset_is_named_by_its_object_not_its_downloaded_copy(store, tmp_path, capsys):
+    """The readers take the name their messages use (`shown`): an uploaded file's problems and its conversion line
+    name s3://..., never the temporary copy it was read from (no rewriting of captured text)."""
+    from trainer.store import delivery
+
+    store.ensure_bucket()
+    (tmp_path / "alpaca.jsonl").write_text(
+        "".join(json.dumps({"instruction": f"Say {i}.", "input": "", "output": str(i)}) + "\n" for i in range(8))
+    )
+    store.client.fput_object(store.bucket, "uploads/alpaca.jsonl", str(tmp_path / "alpaca.jsonl"))
+    delivery.deliver_dataset(f"s3://{store.bucket}/uploads/alpaca.jsonl", "", store, eval_fraction=0.25)
+    said = capsys.readouterr().out
+    assert f"s3://{store.bucket}/uploads/alpaca.jsonl" in said and "/tmp" not in said, said
+    (tmp_path / "bad.jsonl").write_text('{"instruction": "Say 1.", "input": "", "output": "1"}\n{"messages": 3}\n')
+    store.client.fput_object(store.bucket, "uploads/bad.jsonl", str(tmp_path / "bad.jsonl"))
+    err = str(
+        pytest.raises(UserError, delivery.deliver_dataset, f"s3://{store.bucket}/uploads/bad.jsonl", "", store).value
+    )
+    assert f"s3://{store.bucket}/uploads/bad.jsonl:2: " in err and "/tmp" not in err, err

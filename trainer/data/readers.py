@@ -14,7 +14,7 @@ from trainer.core.jsontext import ESCAPED_SURROGATE, json_type, loads, repeated_
 from trainer.data.rows import checked_rows, row_problems, validate_rows
 
 
-def read_jsonl(path: str | Path) -> list[Row]:
+def read_jsonl(path: str | Path, shown: str = "") -> list[Row]:
     """Read and validate a JSONL file; errors name the file, the line and the reason.
 
     UTF-8, with or without the byte-order mark some editors write; gzip-compressed when the
@@ -22,12 +22,13 @@ def read_jsonl(path: str | Path) -> list[Row]:
     saying so, not one per row.
     """
     path = Path(path)
+    name = shown or str(path)  # what messages call the file: the object it was downloaded from, if it was
     if not path.is_file():
-        raise UserError(f"dataset file not found: {path}. Pass an existing .jsonl file or directory.")
+        raise UserError(f"dataset file not found: {name}. Pass an existing .jsonl file or directory.")
     rows: list[dict[str, Any]] = []
     problems: list[tuple[int | None, str]] = []
     formats: list[tuple[int, str | None]] = []
-    with _open_bytes(path) as f:
+    with _open_bytes(path, name) as f:
         head = f.read(8)
         f.seek(0)
         if (kind := _binary_kind(head)) or b"\0" in f.read(1 << 16):
@@ -45,21 +46,21 @@ def read_jsonl(path: str | Path) -> list[Row]:
                 else ""
             )
             raise UserError(
-                f"{path} is not JSONL text ({kind or 'binary data'}): give a UTF-8 .jsonl file with "
+                f"{name} is not JSONL text ({kind or 'binary data'}): give a UTF-8 .jsonl file with "
                 f"one JSON object per line{also}"
             )
         f.seek(0)
         if f.read(1 << 16).lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"["):  # a JSON list named .jsonl
-            value = _whole_json(path)
+            value = _whole_json(path, name)
             if isinstance(value, list):
-                return validate_rows(value, str(path))
+                return validate_rows(value, name)
         f.seek(0)
         for lineno, raw in enumerate(f, 1):
             try:
                 line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
             except UnicodeDecodeError as err:
                 raise UserError(
-                    f"{path}:{lineno}: not UTF-8 text (byte 0x{raw[err.start]:02x} at column "
+                    f"{name}:{lineno}: not UTF-8 text (byte 0x{raw[err.start]:02x} at column "
                     f"{err.start + 1}); save the file as UTF-8, e.g. `iconv -f latin1 -t utf-8 "
                     f"{path.name} > fixed.jsonl`"
                 ) from None
@@ -89,61 +90,60 @@ def read_jsonl(path: str | Path) -> list[Row]:
     problems += format_problems(formats)
     if not rows and not problems:
         problems.append((None, "file has no rows"))
-    return checked_rows(
-        rows, (lineno for lineno, _ in formats), problems, [fmt for _, fmt in formats], str(path), "line"
-    )
+    return checked_rows(rows, (lineno for lineno, _ in formats), problems, [fmt for _, fmt in formats], name, "line")
 
 
 FILE_TYPES = (".jsonl", ".json", ".csv", ".tsv", ".parquet")  # what read_rows reads, by extension
 
 
-def read_rows(path: str | Path) -> list[Row]:
+def read_rows(path: str | Path, shown: str = "") -> list[Row]:
     """Read and validate a dataset file of any FILE_TYPES; other extensions are read as JSONL.
 
     A `.json` file is a JSON list of rows, or JSON Lines under another name (common on the
     Hub). Problems name the file and the line (JSONL) or row (other formats).
     """
     path = Path(path)
+    name = shown or str(path)
     suffix = suffix_of(path)
     if not path.is_file() or suffix not in (".json", ".csv", ".tsv", ".parquet"):
-        return read_jsonl(path)
+        return read_jsonl(path, shown)
     if suffix == ".parquet":
-        return validate_rows(_parquet_rows(path), str(path), columnar=True)
-    text = _utf8_text(path)
+        return validate_rows(_parquet_rows(path, name), name, columnar=True)
+    text = _utf8_text(path, name)
     if suffix in (".csv", ".tsv"):
-        return validate_rows(_csv_rows(path, text, "\t" if suffix == ".tsv" else ","), str(path))
+        return validate_rows(_csv_rows(path, name, text, "\t" if suffix == ".tsv" else ","), name)
     try:
         value, repeated = loads(text)
     except json.JSONDecodeError as err:
         if text.lstrip().startswith("["):
             raise UserError(
-                f"{path}: not valid JSON ({err.msg}: line {err.lineno}, column {err.colno}); a .json "
+                f"{name}: not valid JSON ({err.msg}: line {err.lineno}, column {err.colno}); a .json "
                 "dataset is one JSON list of row objects (or JSONL, one object per line)"
             ) from None
-        return read_jsonl(path)  # JSON Lines named .json
+        return read_jsonl(path, shown)  # JSON Lines named .json
     except RecursionError:
         raise UserError(
-            f"{path}: JSON nested too deeply for the parser; a chat dataset needs a handful of "
+            f"{name}: JSON nested too deeply for the parser; a chat dataset needs a handful of "
             "levels: check how the file was generated"
         ) from None
-    collect([f"{path}: an object {repeated_key(k)}" for k in dict.fromkeys(repeated)], what=f"bad dataset {path}")
+    collect([f"{name}: an object {repeated_key(k)}" for k in dict.fromkeys(repeated)], what=f"bad dataset {name}")
     if isinstance(value, dict) and row_format(value):
         value = [value]  # one row, in any format
     if not isinstance(value, list):
         raise UserError(
-            f"{path} holds a JSON {json_type(value)}, not a list of rows: give a JSON list of "
+            f"{name} holds a JSON {json_type(value)}, not a list of rows: give a JSON list of "
             "{\"messages\": [...]} objects, or JSONL (one object per line)"
         )
-    return validate_rows(value, str(path))
+    return validate_rows(value, name)
 
 
-def _whole_json(path: Path) -> Any:
+def _whole_json(path: Path, name: str) -> Any:
     """The file parsed as one JSON value, or None when it is not one."""
     try:
-        value, repeated = loads(_utf8_text(path))
+        value, repeated = loads(_utf8_text(path, name))
     except (json.JSONDecodeError, RecursionError):
         return None
-    collect([f"{path}: an object {repeated_key(k)}" for k in dict.fromkeys(repeated)], what=f"bad dataset {path}")
+    collect([f"{name}: an object {repeated_key(k)}" for k in dict.fromkeys(repeated)], what=f"bad dataset {name}")
     return value
 
 
@@ -153,21 +153,21 @@ def suffix_of(path: Path) -> str:
     return suffixes[-2] if suffixes[-1:] == [".gz"] and len(suffixes) > 1 else path.suffix.lower()
 
 
-def _open_bytes(path: Path):
+def _open_bytes(path: Path, name: str):
     """The file's bytes, gunzipped when its name ends in .gz (a file that is not gzip fails
     with one UserError, not gzip's traceback, on the first read)."""
     if path.suffix.lower() != ".gz":
         return path.open("rb")
     import gzip
 
-    return _GzipReader(gzip.open(path, "rb"), path)
+    return _GzipReader(gzip.open(path, "rb"), name)
 
 
 class _GzipReader:
     """gzip.GzipFile whose decompression errors are UserErrors naming the file."""
 
-    def __init__(self, f, path: Path):
-        self._f, self._path = f, path
+    def __init__(self, f, name: str):
+        self._f, self._name = f, name
 
     def __enter__(self):
         return self
@@ -183,7 +183,7 @@ class _GzipReader:
             return call(*args)
         except (gzip.BadGzipFile, EOFError, zlib.error) as err:
             raise UserError(
-                f"{self._path} is not a readable gzip file ({err}); give it uncompressed, or compress it "
+                f"{self._name} is not a readable gzip file ({err}); give it uncompressed, or compress it "
                 "again with gzip"
             ) from None
 
@@ -198,13 +198,13 @@ class _GzipReader:
             yield line
 
 
-def _utf8_text(path: Path) -> str:
+def _utf8_text(path: Path, name: str) -> str:
     """The file as text: UTF-8 with or without BOM, else one line saying how to convert it."""
-    with _open_bytes(path) as f:
+    with _open_bytes(path, name) as f:
         raw = f.read()
     if kind := _binary_kind(raw[:8]):
         raise UserError(
-            f"{path} is {kind}, not {path.suffix[1:].upper()} text: give UTF-8 text, or name the file "
+            f"{name} is {kind}, not {path.suffix[1:].upper()} text: give UTF-8 text, or name the file "
             "by its format (.jsonl, .json, .csv, .tsv, .parquet)"
         )
     try:
@@ -212,12 +212,12 @@ def _utf8_text(path: Path) -> str:
     except UnicodeDecodeError as err:
         line = raw.count(b"\n", 0, err.start) + 1
         raise UserError(
-            f"{path}:{line}: not UTF-8 text (byte 0x{raw[err.start]:02x}); save the file as UTF-8, "
+            f"{name}:{line}: not UTF-8 text (byte 0x{raw[err.start]:02x}); save the file as UTF-8, "
             f"e.g. `iconv -f latin1 -t utf-8 {path.name} > fixed{path.suffix}`"
         ) from None
 
 
-def _csv_rows(path: Path, text: str, delimiter: str = ",") -> list[dict[str, Any]]:
+def _csv_rows(path: Path, name: str, text: str, delimiter: str = ",") -> list[dict[str, Any]]:
     """CSV (or TSV) rows with a header; empty cells are absent (but an empty prompt or completion), and a prompt or
     completion cell holding a JSON list of messages is parsed (one that is plain text stays text)."""
     import csv
@@ -230,7 +230,7 @@ def _csv_rows(path: Path, text: str, delimiter: str = ",") -> list[dict[str, Any
         header = reader.fieldnames or []
         if twice := sorted({k for k in header if header.count(k) > 1 and k}):
             raise UserError(
-                f"{path}: the header names the column{'s' if len(twice) > 1 else ''} "
+                f"{name}: the header names the column{'s' if len(twice) > 1 else ''} "
                 f"{', '.join(map(repr, twice))} twice (only the last would be read): rename or drop one"
             )
         for row in reader:
@@ -257,13 +257,13 @@ def _csv_rows(path: Path, text: str, delimiter: str = ",") -> list[dict[str, Any
             out.append(cells)
     except csv.Error as err:
         raise UserError(
-            f"{path} is not readable CSV ({err}); give a CSV with a header row, e.g. prompt,completion "
+            f"{name} is not readable CSV ({err}); give a CSV with a header row, e.g. prompt,completion "
             "or messages (JSON text)"
         ) from None
     return out
 
 
-def _parquet_rows(path: Path) -> list[dict[str, Any]]:
+def _parquet_rows(path: Path, name: str) -> list[dict[str, Any]]:
     import pyarrow
     import pyarrow.parquet as pq
 
@@ -271,13 +271,13 @@ def _parquet_rows(path: Path) -> list[dict[str, Any]]:
         names = pq.read_schema(path).names
         if twice := sorted({k for k in names if names.count(k) > 1}):
             raise UserError(
-                f"{path} has the column{'s' if len(twice) > 1 else ''} {', '.join(map(repr, twice))} "
+                f"{name} has the column{'s' if len(twice) > 1 else ''} {', '.join(map(repr, twice))} "
                 "twice: rename or drop one"
             )
         return pq.read_table(path).to_pylist()
     except (pyarrow.ArrowException, OSError) as err:
         raise UserError(
-            f"{path} is not a readable Parquet file ({brief(err)}); write it again, "
+            f"{name} is not a readable Parquet file ({brief(err)}); write it again, "
             "e.g. with pandas `df.to_parquet(path)`"
         ) from None
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import io
 import os
 import random
 import re
@@ -140,26 +139,30 @@ def _split(rows: list[Row], eval_fraction: float, seed: int) -> dict[str, list[R
     return {"train": rows[n_eval:], "eval": rows[:n_eval]}
 
 
-def materialize_dataset(src: Source, revision: str, eval_fraction: float = 0.1, seed: int = 0) -> dict[str, list[Row]]:
-    """Validated, non-empty `{"train": rows, "eval": rows}` from any source (see _materialize)."""
-    splits = _materialize(src, revision, eval_fraction, seed)
+def materialize_dataset(
+    src: Source, revision: str, eval_fraction: float = 0.1, seed: int = 0, shown: str = ""
+) -> dict[str, list[Row]]:
+    """Validated, non-empty `{"train": rows, "eval": rows}` from any source (see _materialize). `shown`: what the
+    messages call a local file (an uploaded object's URI for its downloaded copy); its path otherwise."""
+    splits = _materialize(src, revision, eval_fraction, seed, shown)
+    name = shown or src.ref
     empty = [name for name, rows in splits.items() if not rows]
     if empty == ["train"] and len(splits["eval"]) == 1:  # split from one row: no eval_fraction keeps it in train
         raise UserError(
-            f"dataset {src.ref} has one row, which the split puts into eval, leaving nothing to train on: "
+            f"dataset {name} has one row, which the split puts into eval, leaving nothing to train on: "
             "add rows (at least 2: one to train on, one to evaluate), or give a directory with its own "
             "train.jsonl and eval.jsonl"
         )
     if empty:
         raise UserError(
-            f"dataset {src.ref} has an empty {' and '.join(empty)} split "
+            f"dataset {name} has an empty {' and '.join(empty)} split "
             f"({len(splits['train'])} train / {len(splits['eval'])} eval rows); add rows or change "
             "eval_fraction"
         )
     return splits
 
 
-def _materialize(src: Source, revision: str, eval_fraction: float, seed: int) -> dict[str, list[Row]]:
+def _materialize(src: Source, revision: str, eval_fraction: float, seed: int, shown: str = "") -> dict[str, list[Row]]:
     """Validated `{"train": rows, "eval": rows}` from any source.
 
     A single file (JSONL, JSON, CSV, Parquet) is split into train/eval with `eval_fraction`
@@ -180,7 +183,7 @@ def _materialize(src: Source, revision: str, eval_fraction: float, seed: int) ->
                 ".parquet) file, or a folder holding train.jsonl"
             )
         if path.is_file():
-            return _split(data.read_rows(path), eval_fraction, seed)
+            return _split(data.read_rows(path, shown), eval_fraction, seed)
         if any((path / name).is_file() for name in SAVED_DATASET_FILES):
             ds = _load_from_disk(path)
             if not hasattr(ds, "keys"):  # one Dataset, no splits
@@ -532,13 +535,8 @@ def _upload_splits(src: Source, upload: str, store, eval_fraction: float, seed: 
     """A dataset file uploaded to the bucket, read and split like a local one."""
     with tempfile.TemporaryDirectory() as tmp:
         path = store.get_file(upload, Path(tmp) / Path(upload).name)
-        try:  # messages and the conversion line name the object, not the temporary copy
-            with contextlib.redirect_stdout(io.StringIO()) as said:
-                splits = materialize_dataset(Source("local", str(path)), "", eval_fraction, seed)
-        except UserError as err:
-            raise UserError(str(err).replace(str(path), src.ref)) from None
-        print(said.getvalue().replace(str(path), src.ref), end="", flush=True)
-    return splits
+        # messages and the conversion line name the object, not the temporary copy
+        return materialize_dataset(Source("local", str(path)), "", eval_fraction, seed, shown=src.ref)
 
 
 def _part_splits(name: str, store, eval_fraction: float, seed: int) -> dict[str, list[Row]]:
