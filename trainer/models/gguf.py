@@ -46,47 +46,49 @@ _MODEL_TYPES = {
 }
 
 
-def file_problems(path: str | Path, check_tokenizer: bool = True) -> list[str]:
+def file_problems(path: str | Path, check_tokenizer: bool = True, shown: str = "") -> list[str]:
     """Every reason `path` cannot be converted, from its header and metadata (a few seconds for a
     100k-token vocabulary, once per file and process): not GGUF, damaged or cut short, an architecture
-    transformers cannot read or that is not a text generator, no tokenizer or (check_tokenizer) no chat template."""
+    transformers cannot read or that is not a text generator, no tokenizer or (check_tokenizer) no chat template.
+    `shown`: what the messages call the file (an uploaded object's URI for its downloaded copy)."""
     path = Path(path)
+    name = shown or str(path)
     try:
         with path.open("rb") as f:
             head = f.read(len(MAGIC))
     except OSError as err:
-        return [f"cannot read {path}: {err.strerror}"]
+        return [f"cannot read {name}: {err.strerror}"]
     if head != MAGIC:
         return [
-            f"{path} is not a GGUF file (it does not start with the bytes 'GGUF'; a Git LFS pointer or a saved "
+            f"{name} is not a GGUF file (it does not start with the bytes 'GGUF'; a Git LFS pointer or a saved "
             "error page often has the name): download the file itself again, or pass a model directory "
             "(config.json, *.safetensors, tokenizer files)"
         ]
-    info = metadata(path)
+    info = metadata(path, name)
     if "problem" in info:
         return [info["problem"]]
     problems = []
     arch = info["architecture"]
     if not info["transformers_reads"]:
         problems.append(
-            f"{path} holds a {arch!r} model, an architecture the installed transformers cannot "
+            f"{name} holds a {arch!r} model, an architecture the installed transformers cannot "
             "de-quantize from GGUF: use the original Hugging Face model (a directory or Hub id), or a "
             "GGUF of a supported architecture (Llama, Mistral, Qwen2/3, Gemma 2/3, Phi-3, ...)"
         )
     elif not info["causal_lm"]:
         problems.append(
-            f"{path} holds a {arch!r} model, not a decoder-only causal language model "
+            f"{name} holds a {arch!r} model, not a decoder-only causal language model "
             "(AutoModelForCausalLM cannot load it): fine-tune a text-generating model such as Llama, "
             "Qwen or Mistral"
         )
     if not info["has_tokenizer"]:
         problems.append(
-            f"{path} has no tokenizer in its metadata (tokenizer.ggml.*): convert the model again with "
+            f"{name} has no tokenizer in its metadata (tokenizer.ggml.*): convert the model again with "
             "llama.cpp's convert_hf_to_gguf.py, which writes it, or pass the original model directory"
         )
     elif check_tokenizer and not info["has_chat_template"]:
         problems.append(
-            f"{path} has no chat template in its metadata (tokenizer.chat_template), which training "
+            f"{name} has no chat template in its metadata (tokenizer.chat_template), which training "
             "needs to render conversations: give one with chat_template= (auto: the built-in template of the "
             "model's family, a built-in name such as gemma-tools, or a .jinja file), or use the GGUF of an instruct/chat model"
         )
@@ -128,8 +130,8 @@ def _metadata(path: str, mtime_ns: int, size: int) -> dict[str, Any]:
         arch = str(reader.fields["general.architecture"].contents())
     except (ValueError, IndexError, KeyError, OSError) as err:  # what GGUFReader raises on a cut-off or damaged file
         what = "has no general.architecture" if isinstance(err, KeyError) else f"does not read as GGUF ({brief(err)})"
-        return {
-            "problem": f"{path} {what}: the file is damaged or cut short ({size:,} bytes); download it again "
+        return {  # `metadata` names the file: this answer is cached for every name it is read under
+            "damage": f"{what}: the file is damaged or cut short ({size:,} bytes); download it again "
             "(a partial download is the usual cause)"
         }
     model_type = _MODEL_TYPES.get(arch, arch.replace("-", "_"))
@@ -148,16 +150,19 @@ def _metadata(path: str, mtime_ns: int, size: int) -> dict[str, Any]:
     }
 
 
-def metadata(path: str | Path) -> dict[str, Any]:
+def metadata(path: str | Path, shown: str = "") -> dict[str, Any]:
     """What convert needs to know about a GGUF file, read once per file version (path, mtime, size):
     architecture, model_type, context_length, the tensors' types, tokenizer and chat template
-    present; or {"problem": "..."} when the gguf package is missing or the file does not read."""
+    present; or {"problem": "..."} when the gguf package is missing or the file does not read (naming it `shown`,
+    else its path)."""
+    name = shown or str(path)
     try:
         import gguf  # noqa: F401 - transformers needs it too, and says so less plainly
     except ImportError:
-        return {"problem": f"reading {path} needs the gguf package, which is not installed: {_INSTALL}"}
+        return {"problem": f"reading {name} needs the gguf package, which is not installed: {_INSTALL}"}
     stat = os.stat(path)
-    return _metadata(str(path), stat.st_mtime_ns, stat.st_size)
+    info = _metadata(str(path), stat.st_mtime_ns, stat.st_size)
+    return {"problem": f"{name} {info['damage']}"} if "damage" in info else info
 
 
 def dtype_name(tensor_types: list[str]) -> str:
@@ -199,7 +204,7 @@ def read_once(path: str | Path):
             _shared_reader.cache_clear()
 
 
-def _incomplete(path: Path, arch: str, report: dict[str, Any]) -> str | None:
+def _incomplete(name: str, arch: str, report: dict[str, Any]) -> str | None:
     """The load report's missing, unexpected or mismatched weights, said as a refusal: transformers fills a missing
     one with newly initialized values and carries on, so the model would train (and be uploaded) with random layers."""
     kinds = {"missing": "missing_keys", "unexpected": "unexpected_keys", "of the wrong shape": "mismatched_keys"}
@@ -215,7 +220,7 @@ def _incomplete(path: Path, arch: str, report: dict[str, Any]) -> str | None:
     if not said:
         return None
     return (
-        f"model {path}: its tensors do not make a whole {arch!r} model: weights {'; '.join(said)}. transformers "
+        f"model {name}: its tensors do not make a whole {arch!r} model: weights {'; '.join(said)}. transformers "
         "would fill the missing ones with random values and training would start from them; nothing was "
         "uploaded. Download the file again (or convert it again with llama.cpp's convert_hf_to_gguf.py), or use "
         "the original Hugging Face model (a directory or Hub id)"
@@ -230,7 +235,7 @@ _ONE_TO_ONE = ("TensorProcessor", "LlamaTensorProcessor", "Gemma2TensorProcessor
 _DERIVED = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
 
 
-def tensor_problems(path: str | Path) -> list[str]:
+def tensor_problems(path: str | Path, shown: str = "") -> list[str]:
     """Every tensor of the GGUF file whose shape is not what its metadata's config gives the parameter it loads into,
     and every tensor that loads into none (transformers drops it without a word), from the header alone and a model
     built on the meta device (no weights read). A wrong shape was converted and uploaded, and training then failed
@@ -245,6 +250,7 @@ def tensor_problems(path: str | Path) -> list[str]:
     )
 
     path = Path(path)
+    name = shown or str(path)
     arch = metadata(path)["architecture"]
     processor_class = TENSOR_PROCESSORS.get(arch, TensorProcessor)
     if processor_class.__name__ not in _ONE_TO_ONE:
@@ -267,20 +273,21 @@ def tensor_problems(path: str | Path) -> list[str]:
         if target is None:
             if tensor.name not in _DERIVED:
                 problems.append(
-                    f"model {path}: tensor {tensor.name} {list(stored)} is no parameter of a {arch!r} "
+                    f"model {name}: tensor {tensor.name} {list(stored)} is no parameter of a {arch!r} "
                     f"model with this metadata's config (it would be dropped without a word): {fix}"
                 )
         elif target in shapes and stored != shapes[target]:
             problems.append(
-                f"model {path}: tensor {tensor.name} is {list(stored)}, but the config in its metadata "
+                f"model {name}: tensor {tensor.name} is {list(stored)}, but the config in its metadata "
                 f"makes {target} {list(shapes[target])}: {fix}"
             )
     return problems
 
 
-def convert(path: str | Path, out_dir: str | Path) -> Path:
+def convert(path: str | Path, out_dir: str | Path, shown: str = "") -> Path:
     """De-quantize the GGUF file `path` into the model directory `out_dir` (config.json, model.safetensors,
-    generation_config.json, tokenizer files, chat_template.jinja); returns out_dir.
+    generation_config.json, tokenizer files, chat_template.jinja); returns out_dir. `shown`: what the messages call
+    the file (an uploaded object's URI for its downloaded copy), else its path.
 
     Raises:
         UserError: the file is not a GGUF transformers can read (see file_problems), its tensors do not
@@ -297,13 +304,16 @@ def convert(path: str | Path, out_dir: str | Path) -> Path:
         dense = {"quantization_config": GgufConfig(dequantize=True)}
 
     path, out = Path(path), Path(out_dir)
+    name = shown or str(path)
     start = time.monotonic()
     where = {"pretrained_model_name_or_path": str(path.parent), "gguf_file": path.name}  # a local file: no network
     with read_once(path):
         # The chat template is the caller's to require (delivery.deliver_model checks the converted directory).
-        collect(file_problems(path, check_tokenizer=False), what=f"model {path} cannot be converted")
+        collect(file_problems(path, check_tokenizer=False, shown=name), what=f"model {name} cannot be converted")
         info = metadata(path)
-        collect(tensor_problems(path), what=f"model {path} cannot be converted")  # before de-quantizing every tensor
+        collect(
+            tensor_problems(path, name), what=f"model {name} cannot be converted"
+        )  # before de-quantizing every tensor
         dtype = dtype_name(info["tensor_types"])
         try:
             tokenizer = AutoTokenizer.from_pretrained(**where)
@@ -315,16 +325,16 @@ def convert(path: str | Path, out_dir: str | Path) -> Path:
             )
         except NotImplementedError as err:  # gguf's dequantize for a tensor type it does not know
             raise UserError(
-                f"model {path}: {brief(err)}: re-quantize it with llama.cpp to a type "
+                f"model {name}: {brief(err)}: re-quantize it with llama.cpp to a type "
                 f"the gguf package de-quantizes (Q8_0, Q4_K_M, F16, ...) or upgrade gguf ({_INSTALL})"
             ) from None
         except (ValueError, KeyError, IndexError, OSError) as err:  # metadata transformers does not follow
             raise UserError(
-                f"model {path} does not load with transformers ({type(err).__name__}: "
+                f"model {name} does not load with transformers ({type(err).__name__}: "
                 f"{brief(err)}): use the original Hugging Face model (a directory "
                 "or Hub id) instead of its GGUF"
             ) from None
-    if problem := _incomplete(path, info["architecture"], report):
+    if problem := _incomplete(name, info["architecture"], report):
         raise UserError(problem)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)

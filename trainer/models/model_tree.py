@@ -75,15 +75,18 @@ def model_tree_problems(names: set[str], where: str) -> list[str]:
     return []
 
 
-def model_dir_problems(path: str | Path, check_tokenizer: bool = True, own_template: bool = True) -> list[str]:
+def model_dir_problems(
+    path: str | Path, check_tokenizer: bool = True, own_template: bool = True, shown: str = ""
+) -> list[str]:
     """Every reason the directory cannot be trained: config.json that parses with a
     model_type, weights present (every shard an index lists), a tokenizer that loads and (unless
-    `own_template` is False: the run gives chat_template=) has a chat template."""
+    `own_template` is False: the run gives chat_template=) has a chat template. `shown`: what a GGUF file's
+    messages call it (an uploaded object's URI for its downloaded copy)."""
     root = Path(path)
     if root.is_file() and root.name.lower().endswith(LOCAL_SUFFIXES):
         return model_tree_problems({root.name}, f"model path {root}")
     if root.is_file() and is_gguf(root.name):  # converted at delivery (trainer.models.gguf); its header is checked now
-        return gguf.file_problems(root, check_tokenizer and own_template)
+        return gguf.file_problems(root, check_tokenizer and own_template, shown)
     if not root.is_dir():
         return [f"model path {root} is not a directory: pass the directory holding config.json"]
     names = {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}

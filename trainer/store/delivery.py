@@ -29,18 +29,19 @@ from trainer.config.sources import HUB_GGUF, GGUF_SUFFIX, LOCAL_SUFFIXES, Source
 from trainer.core.storage import MANIFEST, split_uri
 
 
-def materialize_model(src: Source, revision: str, workdir: Path) -> Path:
+def materialize_model(src: Source, revision: str, workdir: Path, shown: str = "") -> Path:
     """A local directory holding the model (built, given, downloaded from the Hub, or converted from a
-    GGUF file into `workdir`)."""
+    GGUF file into `workdir`). `shown`: what the messages call a local file (an uploaded object's URI for its
+    downloaded copy); its path otherwise."""
     if src.kind == "builtin":
         return builtin_model.cached(workdir / "model")
     if src.kind == "local":
-        path = Path(src.ref)
+        path, name = Path(src.ref), shown or src.ref
         a_gguf = is_gguf(src.ref) and path.is_file()
         # a .gguf's check reads its metadata, as its conversion does: once for both
         with gguf.read_once(path) if a_gguf else contextlib.nullcontext():
-            collect(model_dir_problems(path, check_tokenizer=False), what=f"model {path} cannot be trained")
-            return _converted(path, workdir) if a_gguf else path
+            collect(model_dir_problems(path, check_tokenizer=False, shown=name), what=f"model {name} cannot be trained")
+            return _converted(path, workdir, name) if a_gguf else path
     from huggingface_hub import hf_hub_download, snapshot_download  # read HF_TOKEN from the environment
 
     offline_if_hub_unresolvable()
@@ -60,8 +61,8 @@ def materialize_model(src: Source, revision: str, workdir: Path) -> Path:
         )
 
 
-def _converted(path: Path, workdir: Path) -> Path:
-    return gguf.convert(path, workdir / "model")
+def _converted(path: Path, workdir: Path, shown: str = "") -> Path:
+    return gguf.convert(path, workdir / "model", shown)
 
 
 @contextlib.contextmanager
@@ -434,10 +435,7 @@ def deliver_model(source: str, revision: str, store, chat_template: str = "model
 
 def _converted_upload(uri: str, local: Path, workdir: Path) -> Path:
     """A .gguf object downloaded from the bucket, converted; messages name the object, not the copy."""
-    try:
-        return materialize_model(Source("local", str(local)), "", workdir)
-    except UserError as err:
-        raise UserError(str(err).replace(str(local), uri)) from None
+    return materialize_model(Source("local", str(local)), "", workdir, shown=uri)
 
 
 def _uploaded_file(

@@ -163,16 +163,7 @@ def _dataset_problems(
         else:
             if splits_out is not None:
                 splits_out.update(splits)
-            problems += _template_problems(
-                params["model_source"],
-                splits,
-                [*found, *problems],
-                params["max_seq_len"],
-                params["model_revision"],
-                params["chat_template"],
-                _scored(params),
-                params["irrelevance_reply"],
-            )
+            problems += _read_rows_template_problems(params, splits, [*found, *problems])
             if gate:
                 problems += gate_rows_problems(params, splits["eval"], "min_fc_accuracy", "min_gain")
             problems += _bfcl_contamination_problems(params, splits["train"])
@@ -200,16 +191,7 @@ def _dataset_problems(
             except UserError as err:
                 problems.append(str(err))  # it names the part's file, as for a lone local dataset
                 continue
-            problems += _template_problems(
-                params["model_source"],
-                splits,
-                [*found, *problems],
-                params["max_seq_len"],
-                params["model_revision"],
-                params["chat_template"],
-                _scored(params),
-                params["irrelevance_reply"],
-            )
+            problems += _read_rows_template_problems(params, splits, [*found, *problems])
             problems += _bfcl_contamination_problems(params, splits["train"])
     elif (
         src.kind == "builtin"
@@ -233,6 +215,21 @@ def _dataset_problems(
             irrelevance_reply=params["irrelevance_reply"],
         )
     return problems
+
+
+def _read_rows_template_problems(params: dict[str, Any], splits: dict[str, list[Row]], found: list[str]) -> list[str]:
+    """A dataset read here (a local file, or a local part of a mix): its template check against the model, with the
+    rows the evaluation scores (the problems `found` so far not repeated)."""
+    return _template_problems(
+        params["model_source"],
+        splits,
+        found,
+        params["max_seq_len"],
+        params["model_revision"],
+        params["chat_template"],
+        _scored(params),
+        params["irrelevance_reply"],
+    )
 
 
 def _no_copies_problem(params: dict[str, Any], splits: dict[str, list]) -> str | None:
