@@ -44,6 +44,7 @@ from typing import Any
 from pipelines import kfp_local_patches
 from pipelines.finetune import finetune_pipeline
 from trainer.chat import fc_check
+from trainer.core import metrics as names
 from trainer.core import settings
 from trainer.config import sources
 from trainer.data import bfcl as bfcl_data
@@ -212,28 +213,20 @@ def summarize(
                 (f"text match ({text_rows} {unit})", f"{ev['base_text_match']:.1%}", f"{ev['tuned_text_match']:.1%}")
             )
         # BFCL-style AST accuracy over every function-calling category, then each category the split has
-        categories = {c: int(ev.get(f"fc_{c}_rows", 0)) for c in fc_check.CATEGORIES}
-        if "tuned_fc_ast_accuracy" in ev:
+        heldout = names.read(ev, {"heldout": fc_check.CATEGORIES})
+        if heldout.base is not None and heldout.tuned is not None:
+            turns = sum(int(ev.get(names.count("heldout", c, "rows"), 0)) for c in fc_check.CATEGORIES)
             rows.append(
-                (
-                    f"function-calling AST accuracy ({sum(categories.values())} {unit})",
-                    f"{ev['base_fc_ast_accuracy']:.1%}",
-                    f"{ev['tuned_fc_ast_accuracy']:.1%}",
-                )
+                (f"function-calling AST accuracy ({turns} {unit})", f"{heldout.base:.1%}", f"{heldout.tuned:.1%}")
             )
         rows += [
-            (f"  {c} ({n} {unit})", f"{ev[f'base_fc_{c}_accuracy']:.1%}", f"{ev[f'tuned_fc_{c}_accuracy']:.1%}")
-            for c, n in categories.items()
-            if n and f"tuned_fc_{c}_accuracy" in ev
+            (f"  {c.category} ({c.rows} {unit})", f"{c.base:.1%}", f"{c.tuned:.1%}")
+            for c in heldout.categories
+            if c.rows
         ]
         bfcl = [
-            (
-                f"  {c}" + (f" ({int(ev[f'bfcl_{c}_rows'])} rows)" if f"bfcl_{c}_rows" in ev else ""),
-                f"{ev[f'base_bfcl_{c}_accuracy']:.1%}",
-                f"{ev[f'tuned_bfcl_{c}_accuracy']:.1%}",
-            )
-            for c in ("non_live_ast", "live_ast", "hallucination", *bfcl_data.CATEGORIES)
-            if f"tuned_bfcl_{c}_accuracy" in ev and f"base_bfcl_{c}_accuracy" in ev
+            (f"  {c.category}" + (f" ({c.rows} rows)" if c.rows is not None else ""), f"{c.base:.1%}", f"{c.tuned:.1%}")
+            for c in names.read(ev, {"bfcl": (*names.BFCL_AGGREGATES, *bfcl_data.CATEGORIES)}).categories
         ]
         if bfcl:
             number = int(ev.get("bfcl_version", 0))

@@ -1029,3 +1029,43 @@ def test_a_log_on_a_full_disk_stops_with_one_note_and_the_run_goes_on(tmp_path):
         log.write("the last line\n")
     log.write("a library's late line, after the run\n")  # dropped without a word
     assert (tmp_path / "run.log").read_text() == "the last line\n" and len(terminal.getvalue().splitlines()) == 1
+
+
+def test_summary_lists_each_measured_category_of_both_suites_with_its_rows():
+    """run_local's base-vs-tuned table reads the categories through trainer.core.metrics.read: a held-out category
+    with rows, each BFCL aggregate (no rows) and category (its rows); a category one model did not measure, or
+    with no rows, is not a line."""
+    from pipelines.run_local import summarize
+
+    ev = {
+        "base_eval_loss": 2.0,
+        "tuned_eval_loss": 1.0,
+        "base_fc_accuracy": 0.0,
+        "tuned_fc_accuracy": 0.9,
+        "fc_rows": 12,
+        "base_fc_ast_accuracy": 0.25,
+        "tuned_fc_ast_accuracy": 0.75,
+        "fc_multiple_rows": 10,
+        "base_fc_multiple_accuracy": 0.0,
+        "tuned_fc_multiple_accuracy": 0.8,
+        "fc_irrelevance_rows": 2,
+        "base_fc_irrelevance_accuracy": 1.0,
+        "tuned_fc_irrelevance_accuracy": 0.5,
+        "fc_parallel_rows": 0,
+        "base_bfcl_non_live_ast_accuracy": 0.0,
+        "tuned_bfcl_non_live_ast_accuracy": 0.06,
+        "bfcl_irrelevance_rows": 25,
+        "base_bfcl_irrelevance_accuracy": 1.0,
+        "tuned_bfcl_irrelevance_accuracy": 0.12,
+        "base_bfcl_multiple_accuracy": 0.0,  # the tuned model's not logged: no line
+        "bfcl_version": 20260323,
+    }
+    text = summarize({"evaluate": ev}, None, False, 1.0)
+    assert re.search(r"function-calling AST accuracy \(12 rows\)\s+25\.0%\s+75\.0%", text), text
+    assert re.search(r"\n  multiple \(10 rows\)\s+0\.0%\s+80\.0%", text)
+    assert re.search(r"\n  irrelevance \(2 rows\)\s+100\.0%\s+50\.0%", text)
+    assert "parallel" not in text
+    assert re.search(
+        r"\nBFCL 2026\.3\.23\s*\n  non_live_ast\s+0\.0%\s+6\.0%\s*\n  irrelevance \(25 rows\)\s+100\.0%\s+12\.0%", text
+    )
+    assert "  multiple (" not in text.split("BFCL 2026.3.23")[1]

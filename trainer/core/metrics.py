@@ -98,4 +98,4 @@ def read(logged: Mapping[str, float], suites: Mapping[str, Sequence[str]]) -> Sc
                 continue
             counts = (number(count(suite, name, kind)) for kind in ("rows", "lost", "won"))
             found.append(CategoryResult(suite, name, base_value, tuned_value, *counts))
-    return Scores(logged.get(base(PRIMARY)), logged.get(PRIMARY), tuple(found))
+    return Scores(logged.get(base(PRIMARY)), logged.get(tuned(PRIMARY), logged.get(PRIMARY)), tuple(found))

@@ -191,10 +191,11 @@ def pick(
     if not metrics or len(metrics) != len(trials):
         raise ValueError(f"{len(trials)} trials but {len(metrics)} metric sets")
     # The evaluate step logs no accuracy for a split without tool-call rows (a logged 0 would read as measured)
-    measured = any(f"tuned_{select_metric}" in m and f"base_{select_metric}" in m for m in metrics)
-    metrics = [{f"base_{select_metric}": 0.0, f"tuned_{select_metric}": 0.0, **m} for m in metrics]
+    base, tuned = names.base(select_metric), names.tuned(select_metric)
+    measured = any(tuned in m and base in m for m in metrics)
+    metrics = [{base: 0.0, tuned: 0.0, **m} for m in metrics]
     sign = 1.0 if SELECT[select_metric] == "higher" else -1.0
-    gains = [sign * (m[f"tuned_{select_metric}"] - m[f"base_{select_metric}"]) for m in metrics]
+    gains = [sign * (m[tuned] - m[base]) for m in metrics]
     # ties: the earlier trial; a trial whose gain is not a number (a NaN eval loss) is never the best of others
     drops = [category_drops(m, max_category_drop, gate_significance) if max_category_drop < 1 else [] for m in metrics]
     best = max(
@@ -204,13 +205,7 @@ def pick(
     # KFP passes list parameters through protobuf, where every number is a float: show 4, not 4.0.
     trials = [{k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in t.items()} for t in trials]
     rows = [
-        {
-            "trial": i,
-            **trials[i],
-            "base": metrics[i][f"base_{select_metric}"],
-            "tuned": metrics[i][f"tuned_{select_metric}"],
-            "gain": gains[i],
-        }
+        {"trial": i, **trials[i], "base": metrics[i][base], "tuned": metrics[i][tuned], "gain": gains[i]}
         for i in range(len(trials))
     ]
     b = rows[best]
