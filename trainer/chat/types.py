@@ -10,9 +10,7 @@ whose arguments are a JSON string on the wire and an object once a row is loaded
 
 from __future__ import annotations
 
-from typing import Any, Literal, Required, TypedDict
-
-Role = Literal["system", "user", "assistant", "tool"]
+from typing import Any, Required, TypedDict
 
 
 class ToolCall(TypedDict):
