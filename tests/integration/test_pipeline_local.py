@@ -213,87 +213,20 @@ def _hermes_file(path: Path) -> Path:
     return path
 
 
-def test_a_model_that_fails_the_promotion_gate_is_neither_deployed_nor_registered(tmp_path):
-    """min_fc_accuracy no 5-step model reaches: the run ends green, says why, and nothing is served or
-    registered (the registry is set, so the only thing keeping register out is the gate). Its data is a two-source
-    weighted mix (the built-in rows and a Hermes-format file), reported per source."""
-    from tests.fakes.registry_fake_api import FakeRegistry
-
-    runs_dir = tmp_path / "runs"
-    hermes = _hermes_file(tmp_path / "hermes.jsonl")
-    mixed = json.dumps([{"source": "builtin:function-calling", "weight": 3}, {"source": str(hermes), "weight": 1}])
-    throwaway_s3 = {k: v for k, v in os.environ.items() if k != "S3_ENDPOINT"}  # as `make demo`: no S3 of one's own
-    with FakeRegistry() as registry:
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pipelines.run_local",
-                "--pipeline-root",
-                str(tmp_path / "root"),
-                "--output-dir",
-                str(tmp_path / "out"),
-                "--runs-dir",
-                str(runs_dir),
-                "--param",
-                "max_steps=5",
-                "--param",
-                "eval_max_rows=20",
-                "--param",
-                "nodes=1",
-                "--param",
-                f"dataset_source={mixed}",
-                "--param",
-                "min_fc_accuracy=0.99",
-                "--param",
-                f"registry_address={registry.url}",
-            ],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=900,
-            env=throwaway_s3,
-        )
-        assert not registry.state.versions
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-5000:]
-    # the mix: both sources read (the Hermes rows converted), weighted, and scored apart
-    assert re.search(r"\d+ Hermes function calling \(ShareGPT with <tools>.* rows converted", out), out[-5000:]
-    assert "dataset_source: a mix of 2 sources" in out and f"[1] {hermes} (weight 1)" in out
-    assert "== by source of the mix" in proc.stdout
-    assert re.search(r"(?m)^\[0\] builtin:function-calling\s+\d+\s", proc.stdout), proc.stdout[-3000:]
-    assert re.search(rf"(?m)^\[1\] {re.escape(str(hermes))}\s+\d+\s", proc.stdout), proc.stdout[-3000:]
-    assert re.search(r"not promoted: fc_ast_accuracy [\d.]+% -> [\d.]+% .*< min_fc_accuracy 99\.0%", out), out[-3000:]
-    done = {p.parent.name for p in (tmp_path / "root").rglob("executor_output.json")}
-    assert {"evaluate", "not-deployed"} <= done and not {"deploy", "register"} & done, done
-    (run_dir,) = [p for p in runs_dir.iterdir() if (p / "run.json").exists()]
-    record = json.loads((run_dir / "run.json").read_text())
-    assert record["status"] == "succeeded" and record["metrics"]["evaluate"]["promoted"] == 0
-    assert [(m["source"], m["weight"]) for m in record["dataset"]["mix"]] == [
-        ("builtin:function-calling", 3),
-        (str(hermes), 1),
-    ]
-    assert {"mix0_rows", "mix1_rows", "tuned_mix1_fc_ast_accuracy"} <= set(record["metrics"]["evaluate"])
-    assert "not promoted: the tuned model failed the gate" in proc.stdout and "endpoint:" not in proc.stdout
-    # not copied out over the last promoted model with "serve it" (it was), but kept with the run's record: the
-    # throwaway S3 server, and the model in it, are gone when the command ends
-    assert not (tmp_path / "out" / "merged-model").exists() and "serve it" not in proc.stdout
-    assert (run_dir / "merged-model" / "config.json").exists()
-    assert (
-        f"copied to {run_dir / 'merged-model'}  (not promoted, so not to {tmp_path / 'out' / 'merged-model'}"
-        in proc.stdout
-    ), proc.stdout[-3000:]
-
-
-def test_bfcl_scored_in_the_pipeline_and_a_dataset_holding_its_questions_refused_before_training(
+def test_a_model_that_fails_the_gate_is_neither_deployed_nor_registered_and_bfcl_is_scored_per_category(
     tmp_path, bfcl_wheel, bfcl_tree
 ):
-    """eval_suites=heldout,bfcl: BFCL's data delivered from the wheel given as bfcl_source, both suites printed per
-    category for base and tuned with the gate's verdict, the metrics in the run's record. Then the same with a
-    dataset one of whose training rows is a BFCL question (case and spaces changed): exit 2 before training."""
-    from trainer.data import builtin_data
+    """One 5-step run, with eval_suites=heldout,bfcl and min_fc_accuracy no 5-step model reaches: the run ends green,
+    says why, and nothing is served or registered (the registry is set, so the only thing keeping register out is
+    the gate). Its data is a two-source weighted mix (the built-in rows and a Hermes-format file), reported per
+    source; BFCL's data is delivered from the wheel given as bfcl_source, both suites printed per category for base
+    and tuned, the metrics in the run's record. Then a dataset one of whose training rows is a BFCL question (case
+    and spaces changed): exit 2 before anything runs."""
+    from tests.fakes.registry_fake_api import FakeRegistry
     from trainer import data
-    from trainer.data import bfcl
+    from trainer.data import bfcl, builtin_data
+
+    throwaway_s3 = {k: v for k, v in os.environ.items() if k != "S3_ENDPOINT"}  # as `make demo`: no S3 of one's own
 
     def run(name, *params):
         return subprocess.run(
@@ -325,21 +258,60 @@ def test_bfcl_scored_in_the_pipeline_and_a_dataset_holding_its_questions_refused
             capture_output=True,
             text=True,
             timeout=900,
+            env=throwaway_s3,
         )
 
-    proc = run("clean", "--param", "min_fc_accuracy=0.99")  # no deploy: the gate is what this run checks
+    hermes = _hermes_file(tmp_path / "hermes.jsonl")
+    mixed = json.dumps([{"source": "builtin:function-calling", "weight": 3}, {"source": str(hermes), "weight": 1}])
+    with FakeRegistry() as registry:
+        proc = run(
+            "gated",
+            "--param",
+            f"dataset_source={mixed}",
+            "--param",
+            "min_fc_accuracy=0.99",
+            "--param",
+            f"registry_address={registry.url}",
+        )
+        assert not registry.state.versions
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-5000:]
+    root, runs_dir, out_dir = (tmp_path / "gated" / d for d in ("root", "runs", "out"))
+    # the mix: both sources read (the Hermes rows converted), weighted, and scored apart
+    assert re.search(r"\d+ Hermes function calling \(ShareGPT with <tools>.* rows converted", out), out[-5000:]
+    assert "dataset_source: a mix of 2 sources" in out and f"[1] {hermes} (weight 1)" in out
+    assert "== by source of the mix" in proc.stdout
+    assert re.search(r"(?m)^\[0\] builtin:function-calling\s+\d+\s", proc.stdout), proc.stdout[-3000:]
+    assert re.search(rf"(?m)^\[1\] {re.escape(str(hermes))}\s+\d+\s", proc.stdout), proc.stdout[-3000:]
+    assert re.search(r"not promoted: fc_ast_accuracy [\d.]+% -> [\d.]+% .*< min_fc_accuracy 99\.0%", out), out[-3000:]
+    done = {p.parent.name for p in root.rglob("executor_output.json")}
+    assert {"evaluate", "not-deployed"} <= done and not {"deploy", "register"} & done, done
+    # BFCL: delivered, and every category printed for base and tuned
     assert re.search(r"✓ deliver-bfcl \(\d+\.\ds\)", out) and f"\nBFCL {bfcl.VERSION}  " in out, out[-3000:]
     for c in bfcl.CATEGORIES:
         assert re.search(rf"\n  {c} \(1 rows\)\s+[\d.]+%\s+[\d.]+%", out), c
     assert re.search(r"\n  non_live_ast\s+[\d.]+%\s+[\d.]+%", out)
-    assert re.search(r"function-calling accuracy \(19 rows\)", out) and "not promoted:" in out  # 1 irrelevance row
-    [run_dir] = [p for p in (tmp_path / "clean" / "runs").iterdir() if (p / "run.json").exists()]
-    metrics = json.loads((run_dir / "run.json").read_text())["metrics"]["evaluate"]
+    assert re.search(r"function-calling accuracy \(\d+ rows\)", out)
+    (run_dir,) = [p for p in runs_dir.iterdir() if (p / "run.json").exists()]
+    record = json.loads((run_dir / "run.json").read_text())
+    metrics = record["metrics"]["evaluate"]
+    assert record["status"] == "succeeded" and metrics["promoted"] == 0
+    assert [(m["source"], m["weight"]) for m in record["dataset"]["mix"]] == [
+        ("builtin:function-calling", 3),
+        (str(hermes), 1),
+    ]
+    assert {"mix0_rows", "mix1_rows", "tuned_mix1_fc_ast_accuracy"} <= set(metrics)
     assert metrics["bfcl_simple_python_rows"] == 1 and "base_bfcl_irrelevance_accuracy" in metrics
     assert metrics["bfcl_version"] == 20260323
     assert "BFCL" in (run_dir / "reports" / "evaluate-examples.html").read_text()
+    assert "not promoted: the tuned model failed the gate" in proc.stdout and "endpoint:" not in proc.stdout
+    # not copied out over the last promoted model with "serve it" (it was), but kept with the run's record: the
+    # throwaway S3 server, and the model in it, are gone when the command ends
+    assert not (out_dir / "merged-model").exists() and "serve it" not in proc.stdout
+    assert (run_dir / "merged-model" / "config.json").exists()
+    assert (
+        f"copied to {run_dir / 'merged-model'}  (not promoted, so not to {out_dir / 'merged-model'}" in proc.stdout
+    ), proc.stdout[-3000:]
 
     splits = builtin_data.generate(n_train=40, n_eval=10, seed=1)
     question = bfcl.read(bfcl_tree, "multiple")[3]["messages"][-1]["content"]
