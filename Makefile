@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: bytecode demo test test-fast test-bench test-signals test-gemma test-slow compile manifests clean chromium gpu-check gpu-wheels lint
+.PHONY: bytecode demo test test-fast test-bench test-signals test-gemma test-slow compile manifests clean chromium gpu-check gpu-wheels lint podman images test-images
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -51,6 +51,27 @@ ifeq ($(CHROMIUM),)
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium \
 		|| { echo "install Chromium (Debian: apt-get install chromium) for the report test"; exit 1; }
 endif
+
+# podman (and runc, which this kernel's mixed cgroups need; debootstrap for the stand-in base images) from Debian,
+# installed once; its settings are docker/podman/containers.conf, not /etc.
+PODMAN := $(shell command -v podman && command -v runc && command -v debootstrap)
+podman:
+ifeq ($(PODMAN),)
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc debootstrap \
+		|| { echo "install podman, runc and debootstrap (Debian: apt-get install podman runc debootstrap) for the images"; exit 1; }
+endif
+
+# Both images (docker/Dockerfile, docker/Dockerfile.eval) with podman, stand-in bases where a base cannot be pulled
+# (pipelines/images.py says which and why); cached: nothing is rebuilt when nothing they copy changed.
+# TORCH=cuda builds the project image with PyPI's CUDA torch, as a cluster needs (cpu: small local images).
+TORCH ?= cpu
+images: $(STAMP) bytecode podman
+	$(BIN)/python -m pipelines.images build --torch $(TORCH)
+
+# The cluster path in its containers (tests/images): the pipeline under KFP's DockerRunner, the rendered TrainJob
+# and PyTorchJob as two containers doing DDP, the rendered vLLM container answering, no secret in a layer.
+test-images: images
+	$(BIN)/python -m pytest -q -m images tests/images
 
 # Two workers, whole files each (module fixtures such as the served model start once), slowest files first
 # (tests/conftest.py): 757 s against 1335 s in one process on this 2-core machine (2026-11-24). A third

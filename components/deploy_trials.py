@@ -9,7 +9,8 @@ from kfp.dsl import Dataset, Input, Metrics, Model, Output
 from trainer.core import settings
 
 
-@dsl.component(base_image=settings.image(), install_kfp_package=False)
+# The eval image (vLLM on the project): deploy_backend=local serves with its vLLM, in the step's own container.
+@dsl.component(base_image=settings.get("EVAL_IMAGE"), install_kfp_package=False)
 def deploy_trials(
     base_model: Input[Model],
     adapters: Input[List[Model]],

@@ -1,5 +1,5 @@
 """python -m pipelines.run_local [--pipeline finetune|sweep] [--param KEY=VALUE ...] [--list-params]
-                                [--s3-endpoint URL] [--keep-serving]
+                                [--s3-endpoint URL] [--keep-serving] [--runner subprocess|docker]
 
 Run the whole fine-tuning pipeline on this machine through `kfp.local`, with the same
 components that run on a cluster. Without --s3-endpoint (or S3_ENDPOINT in the
@@ -15,6 +15,8 @@ run's log file. Each run is kept under .runs/<run id>/ in the current directory 
 model goes to .runs/outputs/merged-model (replaced by each run whose model passes the promotion
 gate). List and compare runs with `python -m pipelines.runs` (from the same directory, or with
 --runs-dir).
+--runner docker runs every component in the image its compiled spec names, through KFP's own DockerRunner
+(pipelines.container_runner: podman's Docker API unless DOCKER_HOST is set; build the images with make images).
 Ctrl-C (or SIGTERM) stops the run: one line, the record says "interrupted", exit status 130
 (143 for SIGTERM).
 
@@ -26,6 +28,7 @@ Examples:
   python -m pipelines.run_local --list-params
   python -m pipelines.run_local --param max_steps=50 --param dataset_source=./my.jsonl
   python -m pipelines.run_local --pipeline sweep --parallelism 2 --param min_gain=0.2
+  make images && python -m pipelines.run_local --runner docker     # every step in its container
   python -m pipelines.runs compare        # this run next to the previous one
 """
 
@@ -331,6 +334,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="leave the model server running after the run (it prints how to stop it)",
     )
+    parser.add_argument(
+        "--runner",
+        choices=("subprocess", "docker"),
+        default="subprocess",
+        help="subprocess: each component in a process of this Python (default); docker: each in its image, "
+        "through KFP's DockerRunner (make images builds them; podman's Docker API unless DOCKER_HOST is set)",
+    )
     args = parser.parse_args(argv)
     # Absolute: the paths are printed, handed to kfp.local and to the components' processes.
     for name in ("pipeline_root", "output_dir", "runs_dir"):
@@ -406,6 +416,12 @@ def _main(args: argparse.Namespace) -> int:
                 f"{endpoint} {args.s3_endpoint!r} is not an S3 endpoint ({problem}): give "
                 "http(s)://HOST:PORT of the S3/MinIO (the bucket is S3_BUCKET), e.g. http://127.0.0.1:9000"
             )
+        if args.runner == "docker" and args.keep_serving:
+            problems.append(
+                "--keep-serving with --runner docker: the model server lives in the deploy step's container, which "
+                "ends with the step; leave --keep-serving out (the smoke test still runs), or serve the merged model "
+                "afterwards: python -m trainer serve .runs/outputs/merged-model"
+            )
         problems += writable_dir_problems(
             {"--output-dir": args.output_dir, "--runs-dir": args.runs_dir, "--pipeline-root": args.pipeline_root}
         )
@@ -422,16 +438,27 @@ def _main(args: argparse.Namespace) -> int:
             os.environ.update(FINETUNE_LOCAL_CPUS=share, OMP_NUM_THREADS=share)
         else:
             collect(problems, what="invalid pipeline parameters")
-        server = start_s3(args.s3_endpoint)
-        try:
+        with contextlib.ExitStack() as stack:
+            args.engine = None
+            if args.runner == "docker":  # the engine and the images, before S3 starts or anything runs
+                import shutil
+                import tempfile
+
+                from pipelines import container_runner
+
+                socket_dir = tempfile.mkdtemp(prefix="finetune-engine-")
+                stack.callback(shutil.rmtree, socket_dir, True)
+                client, _ = args.engine = stack.enter_context(container_runner.engine(Path(socket_dir)))
+                wanted = [settings.image(), settings.get("EVAL_IMAGE")]
+                collect(container_runner.image_problems(wanted, client), what="--runner docker")
+            server = start_s3(args.s3_endpoint)
+            if server is not None:
+                stack.callback(server.stop)
             if server is None:  # a real S3: its s3:// values named and found now, as validate-params will
                 from trainer.validate.objects import object_problems
 
                 collect(object_problems(params), what="invalid pipeline parameters")
             return run(pipeline, params, args)
-        finally:
-            if server is not None:
-                server.stop()
 
 
 def run(pipeline, params: dict[str, Any], args: argparse.Namespace) -> int:
@@ -463,10 +490,17 @@ def run(pipeline, params: dict[str, Any], args: argparse.Namespace) -> int:
     # again and stopped on the way out (trainer.core.procs): nothing outlives the command.
     started = procs.Started()
 
+    engine = getattr(args, "engine", None)
+    saved_docker_host = os.environ.get("DOCKER_HOST")
+
     def interrupted(signum, frame):  # Ctrl-C, SIGTERM (kill, a CI timeout), SIGHUP (the terminal closed)
         # SIGTERM to what runs now first: kfp.local waits for the running task before letting the
         # exception through, and a signal sent to this process alone does not reach it.
         started.signal(signal.SIGTERM)
+        if engine is not None:  # the step's container: its processes are not ours
+            from pipelines import container_runner
+
+            container_runner.stop_containers(engine[0], run_dir.name, "SIGTERM")
         raise KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signal.Signals(signum).name)
 
     handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -483,8 +517,18 @@ def run(pipeline, params: dict[str, Any], args: argparse.Namespace) -> int:
             # from TMPDIR (and while a server kept serving still has its sockets there).
             workspace = os.path.join(tmp, "kfp-workspace")
             os.mkdir(workspace)
+            if engine is None:
+                runner = local.SubprocessRunner(use_venv=False)
+            else:
+                from pipelines import container_runner
+
+                os.environ["DOCKER_HOST"] = engine[1]  # kfp.local's docker.from_env()
+                runner = container_runner.runner(run_dir.name, [args.pipeline_root / run_dir.name, Path(tmp)])
+                wanted = [settings.image(), settings.get("EVAL_IMAGE")]
+                runs.update_run(run_dir, images=container_runner.image_ids(engine[0], wanted))
+                console.say("runner: docker (" + ", ".join(wanted) + ")")
             local.init(
-                runner=local.SubprocessRunner(use_venv=False),
+                runner=runner,
                 pipeline_root=str(args.pipeline_root / run_dir.name),
                 raise_on_error=True,
                 workspace_root=workspace,
@@ -520,6 +564,14 @@ def run(pipeline, params: dict[str, Any], args: argparse.Namespace) -> int:
                 started.release()  # the model server stays up, as asked
             else:
                 started.stop(grace=20, say=lambda line: print(line, file=sys.stderr, flush=True))
+            if engine is not None:
+                from pipelines import container_runner
+
+                container_runner.stop_containers(engine[0], run_dir.name)  # however the run ended
+                if saved_docker_host is None:
+                    os.environ.pop("DOCKER_HOST", None)
+                else:
+                    os.environ["DOCKER_HOST"] = saved_docker_host
             for sig, handler in previous.items():
                 signal.signal(sig, signal.SIG_DFL if handler is None else handler)
             restore()

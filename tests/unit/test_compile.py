@@ -193,5 +193,7 @@ def test_the_project_images_pinned_the_evaluate_step_on_the_vllm_one():
         images = set(re.findall(r"^\s+image: (\S+)", text, re.M))
         assert images == {settings.image(), settings.get("EVAL_IMAGE")}, name
         assert all(":" in image and not image.endswith(":latest") for image in images)
-        evaluate = re.search(r"^    exec-evaluate:\n(.*?)(?=^    exec-)", text, re.M | re.S).group(1)
-        assert f"image: {settings.get('EVAL_IMAGE')}" in evaluate, name
+        for step in ("evaluate", "deploy") if name == "finetune" else ("evaluate", "deploy", "deploy-trials"):
+            # deploy too: deploy_backend=local serves with the eval image's vLLM inside the step's container
+            found = re.search(rf"^    exec-{step}:\n(.*?)(?=^    exec-|^pipelineInfo)", text, re.M | re.S).group(1)
+            assert f"image: {settings.get('EVAL_IMAGE')}" in found, (name, step)
