@@ -124,13 +124,13 @@ def stop_containers(client, run_id: str, signal: str | None = None) -> int:
     return len(found)
 
 
-def runner(run_id: str, shared: list[Path]):
-    """kfp.local's DockerRunner for run `run_id`: host network, the run's label, `shared` folders mounted (and made
-    writable for the images' user 1000), the components' environment."""
+def runner(run_id: str, pipeline_root: Path, shared: list[Path]):
+    """kfp.local's DockerRunner for run `run_id`: host network, the run's label, `shared` folders mounted (kfp.local
+    mounts `pipeline_root` itself), both made writable for the images' user 1000, the components' environment."""
     from docker.types import Mount
     from kfp import local
 
-    for folder in shared:
+    for folder in [pipeline_root, *shared]:
         folder.mkdir(parents=True, exist_ok=True)
         folder.chmod(0o1777)  # as /tmp: the image's user writes, nobody removes another's files
     return local.DockerRunner(

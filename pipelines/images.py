@@ -51,6 +51,7 @@ DEBIAN_STANDIN = "localhost/llm-finetune-standin/debian:bookworm"
 TORCH = {"cpu": "torch==2.13.0+cpu", "cuda": "torch==2.13.0"}
 # What the images copy (docker/Dockerfile's COPY lines): a change to any of them is a rebuild.
 COPIED = ("pyproject.toml", "README.md", "trainer", "components", "pipelines")
+STANDIN_FILES = ("docker/standins",)  # what a stand-in is built from besides its base
 PULL_TIMEOUT_S = 120
 
 
@@ -128,13 +129,14 @@ def pip_settings() -> tuple[str, list[str]]:
     return conf, sorted(mounts)
 
 
-def digest(dockerfile: Path, build_args: dict[str, str], base: str) -> str:
-    """The content an image is built from: its Dockerfile, arguments, base image and the files it copies."""
+def digest(dockerfile: Path, build_args: dict[str, str], base: str, copied: tuple[str, ...] = COPIED) -> str:
+    """The content an image is built from: its Dockerfile, arguments, base image and the files it copies
+    (`copied`, relative to the repository)."""
     h = hashlib.sha256()
     h.update(dockerfile.read_bytes())
     h.update(json.dumps(build_args, sort_keys=True).encode())
     h.update(image_id(base).encode() if image_exists(base) else base.encode())
-    for top in COPIED:
+    for top in copied:
         root = REPO / top
         files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
         for path in files:
@@ -152,6 +154,7 @@ class Image:
     base: str
     build_args: dict[str, str]
     context: Path = REPO
+    copied: tuple[str, ...] = COPIED
 
 
 def images(torch: str) -> list[Image]:
@@ -165,7 +168,7 @@ def images(torch: str) -> list[Image]:
 
 def build(image: Image, *, force: bool, say) -> str:
     """Build `image` unless an identical build is there; returns its ID. Superseded builds of it are removed."""
-    key = digest(image.dockerfile, image.build_args, image.base)
+    key = digest(image.dockerfile, image.build_args, image.base, image.copied)
     if not force and image_label(image.name) == key:
         say(f"{image.name}: up to date ({image_size(image.name) / 1e9:.2f} GB)")
         return image_id(image.name)
@@ -222,9 +225,53 @@ def remove_superseded(kind: str, keep: str, previous: str, say) -> None:
         say(f"{kind}: {len(old)} superseded build(s) removed")
 
 
+# What a credential looks like in an image's history, environment or labels: a variable named for one with a value,
+# AWS access key ids, Hugging Face tokens, a URL's user:password, a private key.
+SECRET_NAMES = r"(?:[A-Z0-9_]*(?:SECRET|TOKEN|PASSWORD|PASSWD|API_KEY|ACCESS_KEY)[A-Z0-9_]*)"
+SECRET_PATTERNS = (
+    rf"\b{SECRET_NAMES}=(?!\s|$|\$)\S+",
+    r"\bAKIA[0-9A-Z]{16}\b",
+    r"\bhf_[A-Za-z0-9]{30,}\b",
+    r"[a-z][a-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@",
+    r"-----BEGIN [A-Z ]*PRIVATE KEY-----",
+)
+
+
+def secret_findings(name: str, known: list[str] = ()) -> list[str]:
+    """Where image `name` holds what looks like a credential, or one of the `known` values (this machine's own
+    credentials): its layers' commands (podman history), environment, labels and entrypoint. Build mounts (the
+    pip settings) are not layers, so they never show; a secret there is one the Dockerfile put in."""
+    import re
+
+    history = podman("history", "--no-trunc", "--format", "{{.CreatedBy}}", name).stdout.splitlines()
+    config = json.loads(podman("image", "inspect", "--format", "{{json .Config}}", name).stdout or "{}")
+    places = [("layer", line) for line in history]
+    places += [("env", e) for e in config.get("Env") or []]
+    places += [("label", f"{k}={v}") for k, v in (config.get("Labels") or {}).items()]
+    places += [("entrypoint", " ".join(config.get("Entrypoint") or [])), ("cmd", " ".join(config.get("Cmd") or []))]
+    found = []
+    for where, text in places:
+        hits = [m.group(0) for p in SECRET_PATTERNS for m in re.finditer(p, text)]
+        hits += [value for value in known if value and value in text]
+        # shown masked: the finding is the place, the value must not reach a log either
+        found += [f"{name}: {where} holds a credential ({hit[:4]}...): {text[:60]}..." for hit in hits]
+    return found
+
+
+def machine_credentials() -> list[str]:
+    """This machine's credential values (environment), which no image may hold."""
+    import re
+
+    return [v for k, v in os.environ.items() if re.fullmatch(SECRET_NAMES, k) and len(v) >= 8]
+
+
 def pull_or_standin(name: str, make, say) -> None:
-    """`name` present, pulled, or (no registry) its stand-in built by `make` and tagged `name`."""
-    if image_exists(name):
+    """`name` present, pulled, or (no registry) its stand-in built by `make` and tagged `name` (built again when its
+    Containerfile changed)."""
+    if image_exists(name) and not image_label(name, KIND_LABEL):  # the real image, pulled or built by the user
+        return
+    if image_exists(name):  # our stand-in: up to date unless what it is built from changed
+        make()
         return
     try:
         pulled = podman("pull", name, check=False, timeout=PULL_TIMEOUT_S).returncode == 0
@@ -257,13 +304,13 @@ def python_standin(say) -> None:
         podman("import", "-", DEBIAN_STANDIN, stdin=tar.stdout)
         tar.wait()
         shutil.rmtree(rootfs, ignore_errors=True)  # in the image now
-    base = Image("python", PYTHON_BASE, STANDINS / "python.Containerfile", DEBIAN_STANDIN, {}, STANDINS)
-    build(base, force=True, say=say)
+    base = Image("python", PYTHON_BASE, STANDINS / "python.Containerfile", DEBIAN_STANDIN, {}, STANDINS, STANDIN_FILES)
+    build(base, force=False, say=say)
 
 
 def vllm_cpu_standin(say) -> None:
     name = settings.get("VLLM_CPU_IMAGE")
-    build(Image("vllm-cpu", name, STANDINS / "vllm-cpu.Containerfile", PYTHON_BASE, {}, STANDINS), force=True, say=say)
+    build(Image("vllm-cpu", name, STANDINS / "vllm-cpu.Containerfile", PYTHON_BASE, {}, STANDINS, STANDIN_FILES), force=False, say=say)
 
 
 def build_all(torch: str, force: bool, say=print) -> dict[str, str]:
@@ -273,7 +320,12 @@ def build_all(torch: str, force: bool, say=print) -> dict[str, str]:
         raise UserError(problem)
     pull_or_standin(PYTHON_BASE, lambda: python_standin(say), say)
     pull_or_standin(settings.get("VLLM_CPU_IMAGE"), lambda: vllm_cpu_standin(say), say)
-    return {image.name: build(image, force=force, say=say) for image in images(torch)}
+    built = {image.name: build(image, force=force, say=say) for image in images(torch)}
+    # credentials reach containers as environment at run time (a Secret's keys on a cluster), never in a layer
+    found = [f for name in built for f in secret_findings(name, machine_credentials())]
+    if found:
+        raise UserError("an image holds a credential; remove it from the Dockerfile:\n  " + "\n  ".join(found))
+    return built
 
 
 def main(argv: list[str] | None = None) -> int:

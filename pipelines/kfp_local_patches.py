@@ -12,6 +12,10 @@ version; tests/unit/test_kfp_local_patches.py fails on another, so that each pat
   shared by every thread inside it, put back when the last one leaves.
 - `pending_tasks_cancelled`: its ParallelFor executor's `shutdown(wait=True)` runs every queued
   iteration before an interrupt or a failed trial gets out; queued iterations are dropped instead.
+- `docker_exit_status`: its DockerRunner starts each container with `auto_remove=True`, so a container that
+  ends as its log stream does is often gone before `wait()` asks for its status, which kfp then takes for 0:
+  a failed step (exit 1 or 2) was reported SUCCESS and the run went on without its outputs (seen with podman,
+  2026-12-01). The container is removed after its status is read instead.
 
 Each patch is undone when the run ends; with another kfp where the patched name is missing, the
 patch does nothing and kfp's own behaviour stays.
@@ -145,3 +149,39 @@ def pending_tasks_cancelled():
         yield
     finally:
         orchestrator.concurrent = saved
+
+
+@contextlib.contextmanager
+def docker_exit_status():
+    """While a run lasts, kfp.local's DockerRunner reads every container's exit status before removing it (see the
+    module docstring)."""
+    try:
+        from kfp.local import docker_task_handler as handler
+    except ImportError:  # kfp without docker installed: its own behaviour
+        yield
+        return
+    saved = handler.run_docker_container
+
+    def run_docker_container(client, image: str, command: list[str], volumes: dict, **container_run_args) -> int:
+        image = handler.add_latest_tag_if_not_present(image=image)
+        if any(image in (i.tags + i.attrs["RepoDigests"]) for i in client.images.list()):
+            print(f"Found image {image!r}\n")  # kfp's own lines
+        else:
+            print(f"Pulling image {image!r}")
+            client.images.pull(image)
+        container_run_args.pop("auto_remove", None)
+        container = client.containers.run(
+            image=image, command=command, detach=True, stdout=True, stderr=True, volumes=volumes, **container_run_args
+        )
+        try:
+            for line in container.logs(stream=True):
+                print(line.decode(errors="replace"), end="")
+            return container.wait()["StatusCode"]
+        finally:
+            container.remove(force=True)
+
+    handler.run_docker_container = run_docker_container
+    try:
+        yield
+    finally:
+        handler.run_docker_container = saved

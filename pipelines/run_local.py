@@ -523,7 +523,7 @@ def run(pipeline, params: dict[str, Any], args: argparse.Namespace) -> int:
                 from pipelines import container_runner
 
                 os.environ["DOCKER_HOST"] = engine[1]  # kfp.local's docker.from_env()
-                runner = container_runner.runner(run_dir.name, [args.pipeline_root / run_dir.name, Path(tmp)])
+                runner = container_runner.runner(run_dir.name, args.pipeline_root / run_dir.name, [Path(tmp)])
                 wanted = [settings.image(), settings.get("EVAL_IMAGE")]
                 runs.update_run(run_dir, images=container_runner.image_ids(engine[0], wanted))
                 console.say("runner: docker (" + ", ".join(wanted) + ")")
@@ -540,7 +540,7 @@ def run(pipeline, params: dict[str, Any], args: argparse.Namespace) -> int:
                 f"S3 {settings.get('S3_ENDPOINT')} bucket {settings.get('S3_BUCKET')}"
             )
             console.log.write(f"all parameters: {json.dumps(params)}\n")
-            with kfp_local_patches.pending_tasks_cancelled():
+            with kfp_local_patches.pending_tasks_cancelled(), kfp_local_patches.docker_exit_status():
                 code = _run(pipeline, params, args, console, run_dir)
             succeeded = code == 0
             return code
@@ -618,6 +618,11 @@ def _run(pipeline, params, args, console, run_dir) -> int:
         task = pipeline(**params)
     except RuntimeError as err:  # kfp.local: a task failed
         error = err
+    except Exception as err:  # --runner docker: the engine refused a task's container (docker-py's errors)
+        if getattr(args, "engine", None) is None or type(err).__module__.split(".")[0] != "docker":
+            raise
+        error = err
+        console.say(f"error: the container engine refused a task's container: {err}")
     elapsed = time.perf_counter() - start
     # kfp.local names a run "<pipeline name>-<timestamp>" under this run's own root (one run there)
     kfp_runs = [

@@ -582,7 +582,7 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"\nsubmit: launcher not given is {SUBMIT_LAUNCHER} (launcher=local trains inside one pipeline pod, "
                 f"which a cluster refuses); deploy_backend must be given: {', '.join(others)} or {last} (local "
-                "would serve inside the pipeline pod, whose image has no vLLM)"
+                "would serve inside the deploy step's pod and end with it)"
             )
             return 0
         problems: list[str] = []  # --param, the options and the parameters: all in one message

@@ -37,9 +37,11 @@ def podman_args(
     secrets: dict[tuple[str, str], str] | None = None,
     field_refs: dict[str, str] | None = None,
     hosts: dict[str, str] | None = None,
+    shared: dict[str, Path] | None = None,
     work: Path | None = None,
 ) -> list[str]:
-    """`podman run` arguments (without `podman run`) for `container` of a pod with `pod_spec`."""
+    """`podman run` arguments (without `podman run`) for `container` of a pod with `pod_spec`; `shared`: the
+    folders of the pod's volumes that several of its containers mount (an init container's download)."""
     secrets, field_refs = secrets or {}, field_refs or {}
     out = ["--rm", f"--name={name}", "--network=host", f"--label={TEST_LABEL}=1"]
     for host, address in (hosts or {}).items():
@@ -84,7 +86,7 @@ def podman_args(
         if empty.get("medium") == "Memory" and mount["mountPath"] == "/dev/shm":
             out.append(f"--shm-size={min(size_bytes(empty.get('sizeLimit', '64Mi')), 2 << 30)}")
         else:
-            folder = Path(tempfile.mkdtemp(prefix=f"{mount['name']}-", dir=work))
+            folder = (shared or {}).get(mount["name"]) or Path(tempfile.mkdtemp(prefix=f"{mount['name']}-", dir=work))
             os.chmod(folder, 0o1777)  # fsGroup makes an emptyDir writable for the pod's group
             out.append(f"--volume={folder}:{mount['mountPath']}")
     if container.get("command"):

@@ -756,8 +756,8 @@ def test_trainer_cli_refuses_too_few_rows_before_downloading_the_model(store, tm
 
 
 def test_submit_refuses_the_local_deploy_backend_naming_the_cluster_ones(capsys, monkeypatch):
-    """The project image has no vLLM: deploy_backend=local (the default, for run_local) trained on
-    the cluster and then failed at deploy. Refused by submit, and by validate-params in a pod."""
+    """deploy_backend=local (the default, for run_local) serves inside the deploy step's pod and ends with it: on a
+    cluster it would train and then leave no endpoint. Refused by submit, and by validate-params in a pod."""
     from components.validate_params import validate_params
     from pipelines import submit
 
@@ -765,7 +765,7 @@ def test_submit_refuses_the_local_deploy_backend_naming_the_cluster_ones(capsys,
         submit.main(["--dry-run", "--param", "launcher=trainjob"])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "(1 problem)" in err, err
-    assert "deploy_backend=local serves inside the pipeline pod, whose image (docker/Dockerfile) has no vLLM" in err
+    assert "deploy_backend=local serves inside the deploy step's own pod, on its CPU, and the server ends with" in err
     assert "use deploy_backend=kubernetes" in err and "kserve (an InferenceService) or llmisvc" in err
     assert submit.main(["--dry-run", "--param", "launcher=trainjob", "--param", "deploy_backend=kserve"]) == 0
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")  # the step as it runs in a cluster pod

@@ -119,8 +119,8 @@ def on_cluster_problems(params: dict[str, Any]) -> list[str]:
         )
     if params.get("deploy_backend", DEFAULTS["deploy_backend"]) == "local":  # the default, for run_local
         problems.append(
-            "deploy_backend=local serves inside the pipeline pod, whose image (docker/Dockerfile) has no "
-            "vLLM, so it would fail after training; on a cluster use deploy_backend=kubernetes (a vLLM "
+            "deploy_backend=local serves inside the deploy step's own pod, on its CPU, and the server ends with "
+            "the step: no endpoint would be left after training; on a cluster use deploy_backend=kubernetes (a vLLM "
             "Deployment and Service), kserve (an InferenceService) or llmisvc (an LLMInferenceService)"
         )
     if params.get("keep_serving") is True:  # the local server would end with its pod
