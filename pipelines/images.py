@@ -51,8 +51,8 @@ DEBIAN_STANDIN = "localhost/llm-finetune-standin/debian:bookworm"
 TORCH = {"cpu": "torch==2.13.0+cpu", "cuda": "torch==2.13.0"}
 # What the images copy (docker/Dockerfile's COPY lines): a change to any of them is a rebuild.
 COPIED = ("pyproject.toml", "README.md", "trainer", "components", "pipelines")
-STANDIN_FILES = ("docker/standins",)  # what a stand-in is built from besides its base
 PULL_TIMEOUT_S = 120
+BUILD_TIMEOUT_S = 3600  # a first build here took ~6 min; past an hour something is stuck
 
 
 def env() -> dict[str, str]:
@@ -80,7 +80,9 @@ def podman_problem() -> str:
     except subprocess.TimeoutExpired:
         return "`podman info` did not answer within 60 s: is another podman holding its storage lock?"
     if done.returncode:
-        return f"podman does not start: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.returncode}"
+        return (
+            f"podman does not start: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.returncode}"
+        )
     return ""
 
 
@@ -162,7 +164,9 @@ def images(torch: str) -> list[Image]:
     vllm_cpu = settings.get("VLLM_CPU_IMAGE")
     return [
         Image("finetune", settings.image(), REPO / "docker" / "Dockerfile", PYTHON_BASE, {"TORCH": TORCH[torch]}),
-        Image("eval", settings.get("EVAL_IMAGE"), REPO / "docker" / "Dockerfile.eval", vllm_cpu, {"VLLM_IMAGE": vllm_cpu}),
+        Image(
+            "eval", settings.get("EVAL_IMAGE"), REPO / "docker" / "Dockerfile.eval", vllm_cpu, {"VLLM_IMAGE": vllm_cpu}
+        ),
     ]
 
 
@@ -183,27 +187,16 @@ def build(image: Image, *, force: bool, say) -> str:
         say(f"{image.name}: building from {image.dockerfile.relative_to(REPO)} (log: {WORK / (image.kind + '.log')})")
         WORK.mkdir(exist_ok=True)
         with open(WORK / f"{image.kind}.log", "w") as log:
-            done = podman(
-                "build",
-                "--network=host",
-                "--pull=never",
-                "--layers",
-                f"--file={image.dockerfile}",
-                f"--tag={image.name}",
-                f"--label={LABEL}={key}",
-                f"--label={KIND_LABEL}={image.kind}",
-                *args,
-                *volumes,
-                str(image.context),
-                check=False,
-                capture=False,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-    if done.returncode:
+            code = _build_logged(
+                ["build", "--network=host", "--pull=never", "--layers", f"--file={image.dockerfile}",
+                 f"--tag={image.name}", f"--label={LABEL}={key}", f"--label={KIND_LABEL}={image.kind}",
+                 *args, *volumes, str(image.context)],
+                log, say,
+            )  # fmt: skip
+    if code:
         tail = (WORK / f"{image.kind}.log").read_text(errors="replace").strip().splitlines()[-15:]
         raise UserError(
-            f"building {image.name} failed (podman build exit {done.returncode}); its last lines:\n  "
+            f"building {image.name} failed (podman build exit {code}); its last lines:\n  "
             + "\n  ".join(tail)
             + f"\nthe whole log: {WORK / (image.kind + '.log')}"
         )
@@ -211,6 +204,32 @@ def build(image: Image, *, force: bool, say) -> str:
     say(f"{image.name}: built in {time.monotonic() - start:.0f} s, {image_size(image.name) / 1e9:.2f} GB")
     remove_superseded(image.kind, keep=new, previous=previous, say=say)
     return new
+
+
+def _build_logged(args: list[str], log, say) -> int:
+    """`podman ARGS` with its output in `log` and its Dockerfile steps on the console (progress), within
+    BUILD_TIMEOUT_S (a stuck download or mirror must not hang make images): podman's exit status, 124 past it."""
+    import threading
+
+    proc = subprocess.Popen(["podman", *args], env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    expired = threading.Event()
+    timer = threading.Timer(BUILD_TIMEOUT_S, lambda: (expired.set(), proc.kill()))
+    timer.start()
+    try:
+        for line in proc.stdout:
+            log.write(line)
+            if line.startswith("STEP "):
+                say("  " + line.strip()[:150])
+        code = proc.wait()
+    finally:
+        timer.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if expired.is_set():
+        log.write(f"\nstopped after {BUILD_TIMEOUT_S} s\n")
+        return 124
+    return code
 
 
 def remove_superseded(kind: str, keep: str, previous: str, say) -> None:
@@ -254,7 +273,11 @@ def secret_findings(name: str, known: list[str] = ()) -> list[str]:
         hits = [m.group(0) for p in SECRET_PATTERNS for m in re.finditer(p, text)]
         hits += [value for value in known if value and value in text]
         # shown masked: the finding is the place, the value must not reach a log either
-        found += [f"{name}: {where} holds a credential ({hit[:4]}...): {text[:60]}..." for hit in hits]
+        for hit in hits:
+            shown = text
+            for value in hits:
+                shown = shown.replace(value, value[:4] + "***")
+            found.append(f"{name}: {where} holds a credential ({hit[:4]}***): {shown[:80]}")
     return found
 
 
@@ -304,13 +327,25 @@ def python_standin(say) -> None:
         podman("import", "-", DEBIAN_STANDIN, stdin=tar.stdout)
         tar.wait()
         shutil.rmtree(rootfs, ignore_errors=True)  # in the image now
-    base = Image("python", PYTHON_BASE, STANDINS / "python.Containerfile", DEBIAN_STANDIN, {}, STANDINS, STANDIN_FILES)
+    base = Image("python", PYTHON_BASE, STANDINS / "python.Containerfile", DEBIAN_STANDIN, {}, STANDINS, ())
     build(base, force=False, say=say)
 
 
 def vllm_cpu_standin(say) -> None:
     name = settings.get("VLLM_CPU_IMAGE")
-    build(Image("vllm-cpu", name, STANDINS / "vllm-cpu.Containerfile", PYTHON_BASE, {}, STANDINS, STANDIN_FILES), force=False, say=say)
+    build(
+        Image(
+            "vllm-cpu",
+            name,
+            STANDINS / "vllm-cpu.Containerfile",
+            PYTHON_BASE,
+            {},
+            STANDINS,
+            ("docker/standins/vllm-cli.sh",),
+        ),
+        force=False,
+        say=say,
+    )
 
 
 def build_all(torch: str, force: bool, say=print) -> dict[str, str]:

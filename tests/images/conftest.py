@@ -28,13 +28,11 @@ def podman_and_images():
     pods.remove_test_containers()
 
 
-@pytest.fixture(scope="session")
-def docker_run(tmp_path_factory) -> dict:
-    """`python -m pipelines.run_local --runner docker` with the demo's defaults, on its own throwaway S3 (the
+def run_local(root: Path, runner: str) -> dict:
+    """`python -m pipelines.run_local --runner RUNNER` with the demo's defaults, on its own throwaway S3 (the
     S3_* / AWS_* settings of other fixtures left out): its exit status, console, record and folders."""
-    root = tmp_path_factory.mktemp("docker-run")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("S3_", "AWS_", "FINETUNE_CACHE"))}
-    argv = [sys.executable, "-m", "pipelines.run_local", "--runner", "docker", "--runs-dir", str(root / "runs"),
+    argv = [sys.executable, "-m", "pipelines.run_local", "--runner", runner, "--runs-dir", str(root / "runs"),
             "--output-dir", str(root / "out"), "--pipeline-root", str(root / "root")]  # fmt: skip
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800)
     records = sorted((root / "runs").glob("*/run.json"))
@@ -45,6 +43,18 @@ def docker_run(tmp_path_factory) -> dict:
         "merged": root / "out" / "merged-model",
         "root": root,
     }
+
+
+@pytest.fixture(scope="session")
+def docker_run(tmp_path_factory) -> dict:
+    """The demo with every component in its image (KFP's DockerRunner)."""
+    return run_local(tmp_path_factory.mktemp("docker-run"), "docker")
+
+
+@pytest.fixture(scope="session")
+def venv_run(tmp_path_factory) -> dict:
+    """The demo as make demo runs it (each component a process of this checkout's Python): the figures to match."""
+    return run_local(tmp_path_factory.mktemp("venv-run"), "subprocess")
 
 
 @pytest.fixture(scope="session")

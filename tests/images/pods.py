@@ -69,7 +69,9 @@ def podman_args(
         out.append(f"--user={user}")
     if security.get("runAsNonRoot", pod_security.get("runAsNonRoot")) and user is None:
         image_user = images.podman("image", "inspect", "--format", "{{.Config.User}}", container["image"]).stdout
-        assert image_user.strip() not in ("", "0", "root"), f"{container['image']} runs as root: runAsNonRoot refuses it"
+        assert image_user.strip() not in ("", "0", "root"), (
+            f"{container['image']} runs as root: runAsNonRoot refuses it"
+        )
     if "ALL" in ((security.get("capabilities") or {}).get("drop") or []):
         out.append("--cap-drop=ALL")
     if security.get("allowPrivilegeEscalation") is False:

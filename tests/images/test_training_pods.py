@@ -150,8 +150,8 @@ def test_a_killed_node_ends_the_other_and_the_restarted_pair_resumes(s3_env, del
     deadline = time.monotonic() + 600
     while not store.complete_children(f"{prefix}/checkpoints"):  # the first checkpoint is in the bucket
         assert time.monotonic() < deadline and all(p.poll() is None for p in procs), (
-            (tmp_path / "first-0.log").read_text()[-3000:]
-        )
+            tmp_path / "first-0.log"
+        ).read_text()[-3000:]
         time.sleep(1)
     images_kill = subprocess.run(["podman", "kill", "first-1"], env=pods.images.env(), capture_output=True, text=True)
     assert images_kill.returncode == 0, images_kill.stderr
