@@ -5,6 +5,8 @@ no container left behind."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from pipelines import images
@@ -96,3 +98,31 @@ def test_sigterm_stops_the_run_and_leaves_no_container_or_engine(tmp_path):
     left = images.podman("ps", "--all", "--filter", f"label={RUN_LABEL}", "--format", "{{.Names}}").stdout.split()
     assert left == []
     assert engines and not [p for p in engines if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_a_step_failing_in_its_container_fails_the_run(tmp_path):
+    """kfp.local's DockerRunner removes a container as it ends and then read its status as 0 when it was gone:
+    a step that failed was SUCCESS (pipelines.kfp_local_patches.docker_exit_status reads it first)."""
+    from kfp import dsl, local
+
+    from pipelines import container_runner, kfp_local_patches
+    from trainer.core import settings
+
+    @dsl.component(base_image=settings.image(), install_kfp_package=False)
+    def exits(code: int):
+        import sys
+
+        sys.exit(code)
+
+    with container_runner.engine(tmp_path) as (client, base_url), kfp_local_patches.docker_exit_status():
+        saved = os.environ.get("DOCKER_HOST")
+        os.environ["DOCKER_HOST"] = base_url
+        try:
+            local.init(runner=container_runner.runner("exit-test", tmp_path / "root", [tmp_path / "tmp"]),
+                       pipeline_root=str(tmp_path / "root"), raise_on_error=True)  # fmt: skip
+            exits(code=0)  # a step that succeeds still does
+            with pytest.raises(RuntimeError, match="FAILURE"):
+                exits(code=2)
+        finally:
+            os.environ.pop("DOCKER_HOST") if saved is None else os.environ.update(DOCKER_HOST=saved)
+            container_runner.stop_containers(client, "exit-test")

@@ -45,6 +45,15 @@ def merged_uri(docker_run, s3_env):
     return Store.from_env().put_tree(docker_run["merged"], "models")[0]
 
 
+def causes(log) -> str:
+    """The lines of a server log that say why it stopped (vLLM's tracebacks run to hundreds of lines)."""
+    import re
+
+    lines = log.read_text(errors="replace").splitlines()
+    named = [line for line in lines if re.search(r"\w+(Error|Exception): ", line)]
+    return "\n".join(dict.fromkeys(named[-6:])) + "\n...\n" + "\n".join(lines[-15:])
+
+
 def rendered(backend: str, model_uri: str, s3_env) -> list[dict]:
     argv = [sys.executable, "-m", "trainer", "deploy-k8s", "--dry-run", "--backend", backend, "--name", NAME,
             "--model-uri", model_uri, "--gpus", "0", "--accelerator-resource", ""]  # fmt: skip
@@ -78,12 +87,14 @@ def kserve_pod(docs: list[dict], model_uri: str):
     # KServe's storage initializer, played by the project image (S3 keys from the ServiceAccount's Secret)
     from trainer.core import settings
 
+    # it writes the tree into the volume KServe mounts at /mnt/models (here: the folder `models` of the parent)
+    pod["volumes"].append({"name": "provision-parent", "emptyDir": {}})
     fetch = {"image": settings.image(), "command": ["python", "-m", "trainer", "download", model_uri, "/mnt/models"],
              "env": [{"name": k, "value": os.environ[k]} for k in ("S3_ENDPOINT", "S3_BUCKET", "AWS_ACCESS_KEY_ID",
                                                                      "AWS_SECRET_ACCESS_KEY")],
              "securityContext": model["securityContext"],
-             "volumeMounts": [{"name": "kserve-provision-location", "mountPath": "/mnt"}]}  # fmt: skip
-    return fetch, server, pod, "kserve-provision-location"
+             "volumeMounts": [{"name": "provision-parent", "mountPath": "/mnt"}]}  # fmt: skip
+    return fetch, server, pod, "provision-parent"
 
 
 @pytest.mark.parametrize("backend", ["kubernetes", "kserve"])
@@ -106,13 +117,15 @@ def test_the_rendered_vllm_container_serves_the_merged_model(backend, merged_uri
     fetched = subprocess.run(["podman", "run", *init], env=pods.images.env(), capture_output=True, text=True,
                              timeout=600)  # fmt: skip
     assert fetched.returncode == 0, fetched.stdout[-2000:] + fetched.stderr[-2000:]
+    if backend == "kserve":  # the server's /mnt/models is the tree the download wrote
+        shared["kserve-provision-location"] = volume / "models"
     log = tmp_path / "vllm.log"
     proc = pods.start(pods.podman_args(server, pod, name=f"vllm-{backend}", shared=shared, work=tmp_path), log)
     try:
         start = time.monotonic()
         startup = server.get("startupProbe") or server.get("readinessProbe") or {"httpGet": {"path": "/v1/models"}}
         while probe(port, startup["httpGet"]["path"]) != 200:
-            assert proc.poll() is None, f"vLLM exited {proc.returncode}:\n{log.read_text()[-3000:]}"
+            assert proc.poll() is None, f"vLLM exited {proc.returncode}: {causes(log)}"
             assert time.monotonic() - start < READY_LIMIT_S, log.read_text()[-3000:]
             time.sleep(2)
         print(f"{backend}: vLLM container ready in {time.monotonic() - start:.0f} s")

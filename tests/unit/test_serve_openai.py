@@ -850,3 +850,21 @@ def test_deploy_serves_with_any_backend_and_chooses_by_name_in_one_place():
         deploying.backend("local")
     with pytest.raises(UserError, match="deploy backend must be one of local, kubernetes, kserve, llmisvc, got 'ray'"):
         deploying.deploy("ray", spec, None, messages)
+
+
+def test_a_cpu_server_sizes_its_kv_cache_from_the_pod_not_the_node():
+    """vLLM's CPU backend reserves 0.92 of the node's memory unless told a size: in a pod that is OOM-killed on a
+    large node and refused on a busy one (it was, in the CPU container of tests/images)."""
+    from trainer.k8s import vllm
+    from trainer.k8s.podspec import ClusterSpec
+
+    def rendered(**cluster) -> list[str]:
+        spec = vllm.ServeSpec(name="m", model_uri="s3://b/models/sha256-x", gpus=cluster.pop("gpus", 0),
+                              cluster=ClusterSpec(**cluster))  # fmt: skip
+        return vllm.server_args(spec, "m", vllm.MODEL_DIR, vllm.PORT)
+
+    small = rendered(memory="8Gi", accelerator_resource="")
+    assert small[small.index("--kv-cache-memory-bytes") + 1] == str(2 << 30)  # a quarter of the limit
+    large = rendered(memory="256Gi", accelerator_resource="")
+    assert large[large.index("--kv-cache-memory-bytes") + 1] == str(4 << 30)  # at most 4 GiB
+    assert "--kv-cache-memory-bytes" not in rendered(memory="64Gi", gpus=1)  # a GPU keeps vLLM's own fraction

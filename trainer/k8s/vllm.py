@@ -103,6 +103,22 @@ def image(spec: ServeSpec) -> str:
     return settings.get("VLLM_ROCM_IMAGE" if spec.cluster.accelerator_resource == ROCM_RESOURCE else "VLLM_IMAGE")
 
 
+# vLLM's CPU backend reserves --gpu-memory-utilization (0.92) of the NODE's memory for the KV cache, not of the
+# pod's limit: on a node larger than the limit it is OOM-killed, on a busy one it refuses to start ("Available memory
+# on node 0 ... is less than desired CPU memory utilization", seen in the CPU container, 2026-12-01). A CPU pod
+# sizes the cache from its own limit instead: a quarter of it, at most vLLM's former CPU default of 4 GiB.
+CPU_KV_CACHE_MAX = 4 << 30
+
+
+def cpu_kv_cache_bytes(spec: ServeSpec) -> int:
+    """The KV cache of a server on CPU (no accelerator), from the container's memory limit; 0 on an accelerator."""
+    from kubernetes.utils import parse_quantity
+
+    if accelerators(spec.cluster, spec.gpus):
+        return 0
+    return int(min(CPU_KV_CACHE_MAX, parse_quantity(spec.cluster.memory) / 4))
+
+
 def server_args(
     spec: ServeSpec, served_name: str, model_path: str, port: int, adapters: dict[str, str] | None = None
 ) -> list[str]:
@@ -119,6 +135,7 @@ def server_args(
         tensor_parallel_size=max(spec.gpus, 1),
         tool_call_parser=spec.tool_call_parser,
         chat_template=f"{model_path}/chat_template.jinja" if spec.chat_template else "",
+        kv_cache_bytes=cpu_kv_cache_bytes(spec),
     )
 
 

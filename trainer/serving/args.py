@@ -42,6 +42,7 @@ def vllm_args(
     enforce_eager: bool = False,
     tool_call_parser: str = DEFAULT_TOOL_PARSER,
     chat_template: str = "",
+    kv_cache_bytes: int = 0,
 ) -> list[str]:
     """Arguments for vLLM's OpenAI server, the same for every backend.
 
@@ -65,6 +66,8 @@ def vllm_args(
             reads it off the chat template).
         chat_template: path of the template file to render prompts with (the delivered tree's
             chat_template.jinja, the one training used: trainer.chat.templates); empty: the tokenizer's.
+        kv_cache_bytes: the KV cache's size (`--kv-cache-memory-bytes`); 0 leaves vLLM's own, a fraction of
+            the device's memory (on CPU, of the node's: trainer.k8s.vllm.cpu_kv_cache_bytes says why a pod sets it).
 
     Returns:
         The argument list, without the program (`vllm serve` / `python -m ...`). Everything from
@@ -88,6 +91,8 @@ def vllm_args(
     ]
     if chat_template:
         args += ["--chat-template", chat_template]
+    if kv_cache_bytes:
+        args += ["--kv-cache-memory-bytes", str(kv_cache_bytes)]
     if max_model_len:
         args += ["--max-model-len", str(max_model_len)]
     if tensor_parallel_size > 1:
