@@ -3,8 +3,6 @@ compiled spec names (FINETUNE_IMAGE; EVAL_IMAGE for evaluate and deploy), throug
 podman's Docker API, S3 = moto on the host's loopback: the demo's steps, table and verdict, the images in the record,
 no container left behind."""
 
-from __future__ import annotations
-
 import os
 
 import pytest
