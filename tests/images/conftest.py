@@ -28,12 +28,12 @@ def podman_and_images():
     pods.remove_test_containers()
 
 
-def run_local(root: Path, runner: str) -> dict:
+def run_local(root: Path, runner: str, *extra: str) -> dict:
     """`python -m pipelines.run_local --runner RUNNER` with the demo's defaults, on its own throwaway S3 (the
     S3_* / AWS_* settings of other fixtures left out): its exit status, console, record and folders."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("S3_", "AWS_", "FINETUNE_CACHE"))}
     argv = [sys.executable, "-m", "pipelines.run_local", "--runner", runner, "--runs-dir", str(root / "runs"),
-            "--output-dir", str(root / "out"), "--pipeline-root", str(root / "root")]  # fmt: skip
+            "--output-dir", str(root / "out"), "--pipeline-root", str(root / "root"), *extra]  # fmt: skip
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800)
     records = sorted((root / "runs").glob("*/run.json"))
     return {

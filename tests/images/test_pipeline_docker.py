@@ -124,3 +124,18 @@ def test_a_step_failing_in_its_container_fails_the_run(tmp_path):
         finally:
             os.environ.pop("DOCKER_HOST") if saved is None else os.environ.update(DOCKER_HOST=saved)
             container_runner.stop_containers(client, "exit-test")
+
+
+def test_the_sweep_runs_its_trials_in_the_images_and_deploys_the_best(tmp_path):
+    """The sweep DAG under the DockerRunner: three LoRA trials side by side (kfp.local's ParallelFor, 2 at once),
+    each trial's finetune and evaluate in their images, pick-best, then merge and deploy of the winner (~5.5 min)."""
+    from tests.images.conftest import run_local
+
+    run = run_local(tmp_path, "docker", "--pipeline", "sweep")
+    record, console = run["record"], run["console"]
+    assert run["code"] == 0 and record["status"] == "succeeded", console[-4000:]
+    trials = [k for k in record["metrics"] if k.endswith(".finetune")]
+    assert len(trials) == 3, record["metrics"].keys()
+    assert record["summary"].startswith("deploying trial"), record["summary"]
+    assert record["metrics"]["deploy"]["smoke_ok"] == 1
+    assert "smoke test passed" in console and (run["merged"] / "config.json").is_file()
