@@ -23,6 +23,8 @@ SUMMARY_KEYS = (
     "irrelevance_rows",
     "irrelevance_reply",
     "irrelevance_distractors",
+    "name_masking",
+    "name_masked_rows",
     "mix",
     "method",
     "tensorboard_uri",

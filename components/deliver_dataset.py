@@ -24,10 +24,12 @@ def deliver_dataset(
     irrelevance_share: float = 0.0,
     irrelevance_reply: str = "None of the available tools can do that.",
     irrelevance_distractors: float = 0.0,
+    name_masking: float = 0.0,
 ):
     """Put a chat dataset (Hub id, local JSONL/dir or builtin:function-calling) into the bucket, with
     `irrelevance_share` of each split made by function masking (trainer.data.masking), answered
-    `irrelevance_reply`, `irrelevance_distractors` of them offering unrelated tools."""
+    `irrelevance_reply`, `irrelevance_distractors` of them offering unrelated tools, and `name_masking` of the training rows with
+    tools renamed at random (trainer.data.name_masking)."""
     from components.artifacts import write_pointer
     from trainer.store import delivery
     from trainer.core.errors import exit_on_user_error
@@ -43,6 +45,7 @@ def deliver_dataset(
             irrelevance_share,
             irrelevance_reply,
             irrelevance_distractors,
+            name_masking,
         )
     write_pointer(dataset, uri, meta)
     print(f"dataset {source} -> {uri} rows={meta['rows']}")

@@ -26,6 +26,7 @@ def validate_params(
     irrelevance_share: float = 0.0,
     irrelevance_reply: str = "None of the available tools can do that.",
     irrelevance_distractors: float = 0.0,
+    name_masking: float = 0.0,
     launcher: str = "local",
     nodes: int = 1,
     procs_per_node: int = 1,

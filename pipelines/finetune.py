@@ -84,6 +84,7 @@ def deliver_inputs(
     irrelevance_share,
     irrelevance_reply,
     irrelevance_distractors,
+    name_masking,
     after: dsl.PipelineTask | None = None,
 ) -> tuple[dsl.PipelineTask, dsl.PipelineTask]:
     """The deliver-model and deliver-dataset tasks (HF token from an optional Secret)."""
@@ -100,6 +101,7 @@ def deliver_inputs(
             irrelevance_share=irrelevance_share,
             irrelevance_reply=irrelevance_reply,
             irrelevance_distractors=irrelevance_distractors,
+            name_masking=name_masking,
         ).set_display_name("deliver dataset"),
     ):
         kubernetes.use_secret_as_env(
@@ -139,6 +141,7 @@ def finetune_pipeline(
     irrelevance_share: float = F["irrelevance_share"],
     irrelevance_reply: str = F["irrelevance_reply"],
     irrelevance_distractors: float = F["irrelevance_distractors"],
+    name_masking: float = F["name_masking"],
     launcher: str = F["launcher"],
     nodes: int = F["nodes"],
     procs_per_node: int = F["procs_per_node"],
@@ -221,6 +224,7 @@ def finetune_pipeline(
         irrelevance_share,
         irrelevance_reply,
         irrelevance_distractors,
+        name_masking,
         after=checked,
     )
     # BFCL's data, when scored, delivered before training: a dataset holding its questions is refused here.

@@ -126,6 +126,8 @@ def delivered_dataset(kfp_run_dir: Path) -> dict[str, Any]:
         "irrelevance_rows",
         "irrelevance_reply",
         "irrelevance_distractors",
+        "name_masking",
+        "name_masked_rows",
         "mix",
     )
     return next(

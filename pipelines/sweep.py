@@ -63,6 +63,7 @@ def build(parallelism: int = 2):
         irrelevance_share: float = S["irrelevance_share"],
         irrelevance_reply: str = S["irrelevance_reply"],
         irrelevance_distractors: float = S["irrelevance_distractors"],
+        name_masking: float = S["name_masking"],
         launcher: str = S["launcher"],
         nodes: int = S["nodes"],
         procs_per_node: int = S["procs_per_node"],
@@ -124,6 +125,7 @@ def build(parallelism: int = 2):
             irrelevance_share,
             irrelevance_reply,
             irrelevance_distractors,
+            name_masking,
             after=checked,
         )
         # The base once, beside the trials' training: each trial's evaluate then scores only its own model.

@@ -26,6 +26,7 @@ from trainer.config import sources
 from trainer.chat import templates
 from trainer.config.training import TrainConfig
 from trainer.data import masking
+from trainer.data import name_masking as name_masking_mod
 from trainer.core.errors import UserError, collect, exit_on_user_error
 from trainer.config.params import BY_NAME, add_train_arguments
 from trainer.core.storage import Store, split_uri
@@ -73,6 +74,9 @@ def main(argv: list[str] | None = None) -> None:
                 type=float,
                 default=0.0,
                 help=f"{BY_NAME['irrelevance_distractors'].help} (default 0)",
+            )
+            p.add_argument(
+                "--name-masking", type=float, default=0.0, help=f"{BY_NAME['name_masking'].help} (default 0)"
             )
             p.add_argument(
                 "--irrelevance-reply",
@@ -346,6 +350,7 @@ def cmd_deliver(args: argparse.Namespace) -> None:
         getattr(args, "irrelevance_share", 0.0),
         getattr(args, "irrelevance_reply", masking.IRRELEVANCE_REPLY),
         getattr(args, "irrelevance_distractors", 0.0),
+        getattr(args, "name_masking", 0.0),
     )
     if args.command == "deliver-model":
         problems += [p.replace("chat_template", "--chat-template", 1) for p in spec_problems(args.chat_template)]
@@ -358,6 +363,7 @@ def cmd_deliver(args: argparse.Namespace) -> None:
             "irrelevance_share": args.irrelevance_share,
             "irrelevance_reply": args.irrelevance_reply,
             "irrelevance_distractors": args.irrelevance_distractors,
+            "name_masking": args.name_masking,
         }
         if args.command == "deliver-dataset"
         else {"chat_template": args.chat_template}
@@ -459,6 +465,7 @@ def _local_source_problems(
     irrelevance_share: float = 0.0,
     irrelevance_reply: str = masking.IRRELEVANCE_REPLY,
     irrelevance_distractors: float = 0.0,
+    name_masking: float = 0.0,
 ) -> list[str]:
     """What is wrong with a source on this machine (cheap to check fully); [] for other kinds,
     which deliver checks as it fetches them."""
@@ -473,6 +480,9 @@ def _local_source_problems(
         problems.append(reply)
     if what == "dataset" and (bad := masking.distractors_problem(irrelevance_distractors, "--irrelevance-distractors")):
         problems.append(bad)
+    if what == "dataset" and (bad := name_masking_mod.share_problem(name_masking, "--name-masking")):
+        problems.append(bad)
+        name_masking = 0.0
     try:
         src = sources.parse(source, what)
         if src.kind == "local" and what == "model":
@@ -485,6 +495,8 @@ def _local_source_problems(
             with quiet_conversions():  # checked only: the delivery that follows says what it converts, once
                 splits = delivery.materialize_dataset(src, "", eval_fraction, seed)
             if refused := masking.data_problem(splits, irrelevance_share, f"dataset {src.ref}", "--irrelevance-share"):
+                problems.append(refused)
+            if refused := name_masking_mod.data_problem(splits, name_masking, f"dataset {src.ref}", "--name-masking"):
                 problems.append(refused)
     except UserError as err:
         return problems + [str(err)]

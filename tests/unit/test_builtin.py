@@ -4,7 +4,7 @@ import json
 import random
 from pathlib import Path
 
-from trainer.data import builtin_data
+from trainer.data import builtin_data, masking
 from trainer import data
 from trainer.chat import fc_check
 
@@ -246,7 +246,8 @@ def test_the_wide_dataset_calls_all_38_tools_with_arguments_read_from_the_reques
 
 def test_the_wide_datasets_irrelevance_rows_offer_no_tool_named_like_the_one_the_request_needs():
     """Half its irrelevance rows are the built-in five's; half ask what one of the 38 tools does and offer 1-4
-    others, none sharing a word of the needed tool's name (convert_length is no distractor for convert_currency)."""
+    others, none that fits the request (trainer.data.masking.fits: convert_length is no distractor for
+    convert_currency, book_table none for a reservation)."""
     from trainer.data.masking import IRRELEVANCE_REPLY
 
     rows = [builtin_data.make_wide_irrelevance_row(random.Random(k)) for k in range(200)]
@@ -259,9 +260,10 @@ def test_the_wide_datasets_irrelevance_rows_offer_no_tool_named_like_the_one_the
         rng = random.Random(k)
         request, call = builtin_data._wide_call(rng)
         row = builtin_data.decline_row(request, call, rng)
-        needed = set(call["function"]["name"].split("_")) - {"get", "set"}
         offered = [t["function"]["name"] for t in row["tools"]]
         sizes.add(len(offered))
-        assert call["function"]["name"] not in offered and not any(needed & set(n.split("_")) for n in offered)
+        own = [t for t in builtin_data.WIDE_TOOLS if t["function"]["name"] == call["function"]["name"]]
+        asked = builtin_data._one_call_row(request, call, own)
+        assert call["function"]["name"] not in offered and not any(masking.fits(t, asked) for t in row["tools"])
         assert row["messages"][0]["content"] == request and "tool_calls" not in row["messages"][1]
     assert sizes == {1, 2, 3, 4}

@@ -441,35 +441,103 @@ def test_glaive_and_hermes_rows_are_masked_at_their_call():
     assert data.validate_rows([copy], "copies") and fc_check.category(copy) == "irrelevance"
 
 
-def test_distractor_copies_offer_unrelated_tools_from_the_dataset_and_the_library():
-    from trainer.data.tool_library import LIBRARY
-
+def test_distractor_copies_offer_tools_other_rows_call_in_place_of_the_removed_one():
+    """Issue 56: distractors come from the tools the training rows call (a library tool no row calls taught SmolLM2
+    to decline whatever it had never seen called) and are offered beside the row's remaining tools, as Hammer's
+    irrelevance rows are; the copies that got one are counted, and a pool with nothing to offer leaves a plain copy."""
     splits = _splits(200, 40)
-    splits["train"].append(_row("other", [_call("convert_length")], ["convert_length", "zeta_tool"]))
-    out, made = masking.mask_splits(splits, 0.2, seed=1, distractors=0.5)
-    for name in ("train", "eval"):
-        copies = _copies(out[name])
-        offered = [c for c in copies if c.get("tools")]
-        foreign = [c for c in offered if not _names(c) & {"a", "b", "c"}]
-        assert len(foreign) >= made[name] // 2, (name, len(foreign), made[name])  # the share, rounded up
-        for c in foreign:
-            assert 1 <= len(c["tools"]) <= masking.DISTRACTORS_MAX
+    splits["train"] += [_row(f"other {i}", [_call(n)], [n, "zeta_tool"]) for i, n in enumerate(["d", "e", "f"])]
     pool = {t["function"]["name"] for t in masking.tool_pool(splits)}
-    assert {"zeta_tool", "a", "b", "c"} <= pool and {t["function"]["name"] for t in LIBRARY} <= pool
-    # no distractor shares a word with the removed function: convert_length is none for convert_currency
-    row = _row("20 EUR in USD", [_call("convert_currency")], ["convert_currency", "get_weather"])
-    import random
-
-    for seed in range(20):
-        drawn = {
-            t["function"]["name"] for t in masking.distractors_for(row, masking.tool_pool(splits), random.Random(seed))
-        }
-        assert drawn and not drawn & {"convert_currency", "get_weather", "convert_length"}
-    assert masking.mask_splits(splits, 0.2, seed=1, distractors=0.5) == (out, made)  # seeded
+    assert pool == {"a", "b", "d", "e", "f"}  # called ones only: c and zeta_tool are offered, never called
+    out, made = masking.mask_splits(splits, 0.2, seed=1, distractors=1.0)
+    with_any = 0
+    for name in ("train", "eval"):
+        for c in _copies(out[name]):
+            if c.get("tools"):  # not one of the tool-less copies
+                extra = _added(c, splits)
+                assert extra <= pool and len(extra) <= 2, extra  # as many as were removed (parallel rows: 2)
+                with_any += bool(extra)
+    assert with_any > 0
+    assert masking.mask_splits(splits, 0.2, seed=1, distractors=1.0) == (out, made)  # seeded
     assert masking.mask_splits(splits, 0.2, seed=1)[0] != out  # 0: the rows' own remaining tools, as before
+    # nothing in the pool that is not offered already: a plain copy, and the count says so
+    lone = {"train": [_row(f"r {i}", [_call("a")], ["a", "b"]) for i in range(40)], "eval": []}
+    stats: dict[str, int] = {}
+    _, copies = masking.mask_split(lone["train"], 0.2, 0, "train", distractors=1.0, pool=[_tool("a")], stats=stats)
+    assert stats["distractors"] == 0 and all(_names(c) <= {"b"} for c in copies)
     for bad in (-0.1, 1.5, float("nan"), True, "0.5"):
         err = str(pytest.raises(UserError, masking.mask_splits, splits, 0.2, 1, distractors=bad).value)
         assert err.startswith("irrelevance_distractors must be a number from 0 to 1") and "e.g." in err
+
+
+def _added(copy, splits):
+    """The tools `copy` offers beyond its row's remaining ones; asserts that those are all offered and the removed
+    ones gone."""
+    row = next(r for rows in splits.values() for r in rows if r["messages"][:-1] == copy["messages"][:-1])
+    removed = masking.called(row)
+    left = {t["function"]["name"] for t in row.get("tools") or []} - removed
+    got = _names(copy)
+    assert not got & removed and left <= got, (row, copy)
+    return got - left
+
+
+def _lib(name):
+    from trainer.data.tool_library import LIBRARY
+
+    return next(t for t in LIBRARY if t["function"]["name"] == name)
+
+
+@pytest.mark.parametrize(
+    "request_text, removed, description, fitting, unrelated",
+    [
+        # issue 57 F15: a BMI question masked with the library's body_mass_index offered, answered "none fits"
+        (
+            "What is my BMI? I weigh 70 kg and I am 1.75 m tall.",
+            "calculate_bmi",
+            "Calculate BMI",
+            "body_mass_index",
+            "song_lyrics",
+        ),
+        (
+            "Get me a spot at Luigi's for 4 at 8pm.",
+            "make_reservation",
+            "Make a restaurant reservation",
+            "book_table",
+            "stock_quote",
+        ),
+        (
+            "What would I pay a month on 300k over 30 years?",
+            "mortgage_calculator",
+            "Monthly mortgage payment",
+            "loan_payment",
+            "timezone_of",
+        ),
+        ("20 EUR in USD?", "convert_currency", "Convert money between currencies", "convert_length", "song_lyrics"),
+    ],
+)
+def test_a_tool_that_fits_the_request_is_no_distractor(request_text, removed, description, fitting, unrelated):
+    """Issue 57 F15: distractors were filtered by the words of the removed function's name alone, so
+    make_reservation / book_table and mortgage_calculator / loan_payment, which share none, were offered, and the
+    row taught declining a tool that does the job. `fits` reads the removed tool's name, description and parameters
+    and the request."""
+    import random
+
+    own = {"type": "function", "function": {"name": removed, "description": description, "parameters": {}}}
+    row = {
+        "messages": [
+            {"role": "user", "content": request_text},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"type": "function", "function": {"name": removed, "arguments": {}}}],
+            },
+        ],
+        "tools": [own],
+    }
+    assert masking.fits(_lib(fitting), row) and not masking.fits(_lib(unrelated), row)
+    pool = [_lib(fitting), _lib(unrelated)]
+    for seed in range(10):
+        assert [t["function"]["name"] for t in masking.distractors_for(row, pool, random.Random(seed))] == [unrelated]
 
 
 def test_a_share_that_makes_no_row_is_refused_at_validate_naming_the_least_that_makes_one(tmp_path):
@@ -552,13 +620,18 @@ def test_no_train_copy_is_an_eval_row_so_the_overlap_warning_is_the_datas_own(st
 
 
 def test_the_log_counts_the_copies_that_offer_distractors(capsys):
-    """With every copy asked to offer distractors, the tool-less tenth (data with no tool-less row) is said apart:
-    the line said "100% offer unrelated tools" beside "N of them offer no tool"."""
+    """With every copy asked to offer distractors, the tool-less tenth (data with no tool-less row) is said apart,
+    and only the copies that got a distractor are counted (the line said "100% offer unrelated tools" beside "N of
+    them offer no tool"; a pool with nothing to add still counted)."""
     splits = {k: [r for r in v if r.get("tools")] for k, v in _splits(200, 40).items()}
+    splits["train"] += [_row(f"other {i}", [_call(n)], [n]) for i, n in enumerate(["d", "e"])]
     out, made = masking.mask_splits(splits, 0.3, seed=2, distractors=1.0)
     copies = [c for rows in out.values() for c in _copies(rows)]
     toolless = sum(not c.get("tools") for c in copies)
-    foreign = sum(bool(c.get("tools")) and not _names(c) & {"a", "b", "c"} for c in copies)
-    assert toolless and foreign == len(copies) - toolless
+    added = sum(bool(_added(c, splits)) for c in copies if c.get("tools"))
+    assert toolless and added == len(copies) - toolless  # d and e for the a, b, c rows; a or b for theirs
     line = capsys.readouterr().out
-    assert f"; {toolless} of them offer no tool; {foreign} offer unrelated tools instead of the row's own" in line
+    assert (
+        f"; {toolless} of them offer no tool; {added} offer, in place of the removed, tools other training rows call"
+        in line
+    )

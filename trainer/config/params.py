@@ -135,8 +135,20 @@ PARAMS: tuple[Param, ...] = (
         INPUTS,
         BOTH,
         help=(
-            "Share of the irrelevance_share copies, from 0 to 1, that offer unrelated tools instead of the row's "
-            "remaining ones, as BFCL's irrelevance rows do. 0: none; e.g. 0.5."
+            "Share of the irrelevance_share copies, from 0 to 1, that offer, in place of the removed tool, tools "
+            "other training rows call that do not fit the request (Hammer's irrelevance rows). 0: none; e.g. 0.5."
+        ),
+    ),
+    Param(
+        'name_masking',
+        float,
+        0.0,
+        INPUTS,
+        BOTH,
+        help=(
+            "Share of the training rows with tools, from 0 to 1, whose function and parameter names are made "
+            "random (the same in tools, calls and text; tools shuffled), so the model reads descriptions, not "
+            "names (Hammer's masking). 0: none; e.g. 0.67."
         ),
     ),
     Param(

@@ -512,15 +512,14 @@ def make_wide_parallel_row(rng: random.Random) -> Row:
 
 def make_wide_irrelevance_row(rng: random.Random) -> Row:
     """Half the built-in irrelevance rows (a request none of the five does, the five offered); half a request
-    a library tool answers, offered 1-3 other tools sharing no word of its name (trainer.data.masking's
-    distractors), as BFCL's irrelevance rows offer functions unrelated to the question."""
+    a library tool answers, offered 1-4 other tools none of which fits it (trainer.data.masking.fits), as BFCL's irrelevance rows offer functions unrelated to the question."""
     if rng.random() < 0.5:
         return make_irrelevance_row(rng)
     return decline_row(*_wide_call(rng), rng)
 
 
 def decline_row(request: str, call: WireCall, rng: random.Random) -> Row:
-    """`request` (which `call` answers) declined, among 1-4 tools none of which shares a word of the call's name."""
+    """`request` (which `call` answers) declined, among 1-4 tools none of which fits it (trainer.data.masking.fits)."""
     own = [t for t in WIDE_TOOLS if t["function"]["name"] == call["function"]["name"]]
     tools = distractors_for(_one_call_row(request, call, own), WIDE_TOOLS, rng, k=rng.randint(1, DISTRACTORS_MAX))
     return {

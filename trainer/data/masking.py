@@ -19,12 +19,13 @@ teaches the model not to call a tool it was never given). Where the data has no 
 TOOLLESS_SHARE of the copies offer no tools (the tools left removed too, drawn with the seed), so the model
 still sees requests answered without any tool.
 
-Distractors (pipeline parameter `irrelevance_distractors`): that share of the copies offer, instead of the
-row's remaining tools, tools drawn from the whole dataset's other rows and from a library of schemas across
-domains (trainer.data.tool_library), none named like a removed function: the offered tools are then unrelated
-to the request, as in BFCL's irrelevance rows. The remaining tools of a row are often its siblings (the
-built-in data offers 3-4 of the same five), so masking alone teaches "refuse when one of these five is
-missing"; distractors teach "refuse when no offered tool fits". Tools an earlier turn called stay offered.
+Distractors (pipeline parameter `irrelevance_distractors`): that share of the copies offer, beside the row's
+remaining tools, as many tools as were removed, drawn from the tools the dataset's training rows call, none that
+fits the request (`fits`), as Hammer makes its irrelevance rows: the true tool is replaced by one that looks as
+familiar and does another job. They used to come from a library of schemas no training row calls
+(trainer.data.tool_library) and to replace the remaining tools: SmolLM2 tuned so (2026-11-29) declined every tool
+it had never seen called, BFCL's included (BFCL AST 0%), so familiarity was the cue it learned. Tools an earlier
+turn called stay offered.
 
 Each split is masked on its own, after the train/eval split (a masked copy of an eval row never lands in
 train), with the same share, so the eval split measures the `irrelevance` category; the copies are drawn
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from typing import Any, cast
 
 from trainer.chat.types import Message, Row, Tool
@@ -45,7 +47,6 @@ from trainer.chat.parsers import END_MARKERS, parse_tool_call
 from trainer.chat.turns import trained_turns
 from trainer.data.formats import QUIET
 from trainer.data.preflight import conversation_key
-from trainer.data.tool_library import LIBRARY
 from trainer.core.errors import UserError
 from trainer.core.jsontext import lone_surrogate
 from trainer.config.params import BY_NAME
@@ -159,18 +160,21 @@ def _history_tools(row: Row, turn: int) -> list[Tool]:
     return [t for t in row.get("tools") or [] if _name(t) in earlier]
 
 
-def masked(row: Row, reply: str = IRRELEVANCE_REPLY, distractors: list[Tool] | None = None) -> Row:
+def masked(
+    row: Row, reply: str = IRRELEVANCE_REPLY, distractors: list[Tool] | None = None, instead: bool = False
+) -> Row:
     """A copy of `row` (maskable) cut at its `mask_turn`, without the functions that turn calls, answered with
-    `reply`; without `tools` when none is left. `distractors`: tools offered instead of the row's remaining
-    ones (beside those earlier turns call). The row's other fields and earlier turns stay as they are."""
+    `reply`; without `tools` when none is left. `distractors`: tools offered beside the row's remaining ones (in
+    a seeded place among them), or `instead` of them (beside those earlier turns call: trainer.data.builtin_data's
+    decline rows). The row's other fields and earlier turns stay as they are."""
     turn = mask_turn(row)
     if turn is None:
         raise ValueError("masked() of a row with no turn to mask: ask maskable() first")
     names = _calls(row["messages"][turn])
     left = (
         _history_tools(row, turn) + list(distractors)
-        if distractors is not None
-        else [t for t in row["tools"] if _name(t) not in names]
+        if distractors is not None and instead
+        else [t for t in row["tools"] if _name(t) not in names] + list(distractors or [])
     )
     # the row's other fields first, as they were (the copy's JSON keeps the row's key order)
     out = cast(Row, {k: v for k, v in row.items() if k not in ("messages", "tools")})
@@ -180,34 +184,83 @@ def masked(row: Row, reply: str = IRRELEVANCE_REPLY, distractors: list[Tool] | N
     return out
 
 
-def _words(name: Any) -> set[str]:
-    return set(str(name).lower().replace("-", "_").replace(".", "_").split("_")) - {"", "get", "set", "a", "the"}
+# Words that say nothing about what a tool does (English glue and the verbs every tool name starts with): two tools
+# or a tool and a request sharing only these are not alike.
+_GLUE = frozenset(
+    "a an the of in on at to for from by with and or is are be it its this that my me i you your we our what whats "
+    "which how much many please can could would will do does any all some there here tell need want like about get "
+    "set find search list show give make check calculate compute current latest new value values number numbers "
+    "info information details data given between into per each one two".split()
+)
+_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
+
+
+def words(text: Any) -> set[str]:
+    """The content words of a name or a text, lower case (a name split at `_`, `-`, `.` and capitals), and the
+    initials of a name of three words or more (body_mass_index also says "bmi")."""
+    found = [w.lower() for w in _WORD.findall(str(text))]
+    out = {w for w in found if len(w) >= 3 and w not in _GLUE}
+    if len(found) >= 3 and re.fullmatch(r"[A-Za-z][A-Za-z0-9]*(?:[_.\-]?[A-Za-z0-9]+)*", str(text)):
+        out.add("".join(w[0] for w in found))  # an identifier of three words or more: its initials too
+    return out
+
+
+def _alike(a: set[str], b: set[str]) -> bool:
+    """Two sets of words share one, or one word's first 4 letters (reserve, reservation; book, booking)."""
+    return bool(a & b) or bool({w[:4] for w in a if len(w) >= 4} & {w[:4] for w in b if len(w) >= 4})
+
+
+def tool_words(tool: Any) -> set[str]:
+    """What a tool is about: its name's, description's and parameters' words (`words`)."""
+    fn = tool.get("function", tool) if isinstance(tool, dict) else {}
+    fn = fn if isinstance(fn, dict) else {}
+    params = fn.get("parameters")
+    props = params.get("properties") if isinstance(params, dict) else None
+    return (
+        words(fn.get("name", ""))
+        | words(fn.get("description", ""))
+        | set().union(*(words(p) for p in (props if isinstance(props, dict) else {})))
+    )
+
+
+def fits(tool: Any, row: Row) -> bool:
+    """Whether `tool` might do what the row's masked turn asks, so that it is no distractor for it: it shares a word
+    (`_alike`) with a function that turn calls (convert_length for convert_currency; loan_payment for
+    mortgage_calculator, "Monthly mortgage payment") or with the requests before it (body_mass_index, "bmi", for
+    "What is my BMI?"; book_table for "Reserve a table"). A heuristic that errs towards refusing a tool as a
+    distractor: a distractor that fits teaches the model to decline a tool that does the job."""
+    turn = mask_turn(row)
+    if turn is None:
+        return False
+    names = _calls(row["messages"][turn])
+    removed = set().union(*(tool_words(t) for t in row.get("tools") or [] if _name(t) in names))
+    removed |= set().union(*(words(n) for n in names))
+    asked = set().union(*(words(m.get("content") or "") for m in row["messages"][:turn] if m.get("role") == "user"))
+    mine = tool_words(tool)
+    return _alike(mine, removed) or _alike(mine, asked)
 
 
 def tool_pool(splits: dict[str, list[Row]]) -> list[Tool]:
-    """Every tool the dataset's rows offer (one per name, first seen) and the library's
-    (trainer.data.tool_library), in a fixed order: what distractors are drawn from."""
+    """The tools the train split's rows call (the schema the calling row offers, one per name, first seen), in a
+    fixed order: what distractors are drawn from, so that a distractor is as familiar as the tool it replaces.
+    Without a train split, the tools every split's rows call."""
     pool: dict[str, Tool] = {}
-    for rows in splits.values():
+    for rows in [splits["train"]] if "train" in splits else list(splits.values()):
         for row in rows:
-            for tool in row.get("tools") or []:
-                if isinstance(name := _name(tool), str):
-                    pool.setdefault(name, tool)
-    for tool in LIBRARY:
-        if isinstance(name := _name(tool), str):
-            pool.setdefault(name, tool)
+            offered = {_name(t): t for t in row.get("tools") or []}
+            for m in row["messages"]:
+                for name in _calls(m):
+                    if isinstance(name, str) and name in offered:
+                        pool.setdefault(name, offered[name])
     return [pool[name] for name in sorted(pool)]
 
 
 def distractors_for(row: Row, pool: list[Tool], rng: random.Random, k: int | None = None) -> list[Tool]:
-    """`k` tools, or as many as the copy would otherwise offer (at least 1, at most DISTRACTORS_MAX), drawn from
-    `pool`: none the row offers, none sharing a word of its name with a function the masked turn calls
-    (convert_length is no distractor for convert_currency)."""
-    names = called(row)
+    """`k` tools, or as many as the masked turn calls (at most DISTRACTORS_MAX), drawn from `pool`: none the row
+    offers, none that `fits` the request (fewer, or none, where the pool has too few)."""
     own = {_name(t) for t in row.get("tools") or []}
-    removed = set().union(*(_words(n) for n in names))
-    fit = [t for t in pool if _name(t) not in own and not _words(_name(t)) & removed]
-    k = max(1, min(DISTRACTORS_MAX, len(own) - len(names))) if k is None else k
+    fit = [t for t in pool if _name(t) not in own and not fits(t, row)]
+    k = max(1, min(DISTRACTORS_MAX, len(called(row)))) if k is None else k
     return rng.sample(fit, min(len(fit), k))
 
 
@@ -238,8 +291,8 @@ def mask_split(
 ) -> tuple[list[Row], list[Row]]:
     """(`rows` with masked copies of some of them spread through, the copies): `copies_for` of them, at
     most one per maskable row, drawn with `seed` and the split's name (the same copies on every machine);
-    `distractors` of them (a share, rounded up) offer tools drawn from `pool` (`tool_pool`) instead of the
-    row's remaining ones. `avoid`: conversation keys (trainer.data.preflight.conversation_key) no copy may
+    `distractors` of them (a share, rounded up) offer tools drawn from `pool` (`tool_pool`) beside the row's
+    remaining ones, in place of those removed. `avoid`: conversation keys (trainer.data.preflight.conversation_key) no copy may
     have: the train split's rows, for the eval split's copies (two rows that differ only in a call's
     arguments mask alike), and the eval split's rows, for the train split's copies. `stats["distractors"]` (when
     given) counts the copies that offer distractors."""
@@ -250,12 +303,15 @@ def mask_split(
     rng = random.Random(f"irrelevance-masking:{seed}:{split}")
     chosen = [candidates[i] for i in sorted(rng.sample(range(len(candidates)), n))]
     with_distractors = set(rng.sample(range(n), min(n, math.ceil(n * distractors)))) if distractors > 0 else set()
-    copies = [
-        masked(
-            row, reply, distractors_for(row, pool or tool_pool({split: rows}), rng) if i in with_distractors else None
-        )
-        for i, row in enumerate(chosen)
-    ]
+    copies = []
+    for i, row in enumerate(chosen):
+        drawn = distractors_for(row, pool or tool_pool({split: rows}), rng) if i in with_distractors else []
+        if not drawn:  # the pool holds no tool that is not offered and does not fit: a plain copy
+            with_distractors.discard(i)
+        copy = masked(row, reply, drawn or None)
+        if drawn:  # the distractors anywhere in the list, not last
+            rng.shuffle(copy["tools"])
+        copies.append(copy)
     if all(r.get("tools") for r in rows):  # data with no tool-less row gets some: a model must answer without tools too
         offered = [i for i, c in enumerate(copies) if c.get("tools")]
         wanted = max(0, math.ceil(n * TOOLLESS_SHARE) - (n - len(offered)))  # at least the share, one of a few copies
@@ -311,8 +367,8 @@ def mask_splits(
     reply: str = IRRELEVANCE_REPLY,
     distractors: float = 0.0,
 ) -> tuple[dict[str, list[Row]], dict[str, int]]:
-    """Every split with its masked copies (`mask_split`) answered `reply`, `distractors` of them offering tools from
-    the whole dataset and the library (`tool_pool`), and the copies made per split; says how many (one line,
+    """Every split with its masked copies (`mask_split`) answered `reply`, `distractors` of them offering tools the
+    training rows call (`tool_pool`) in place of those removed, and the copies made per split; says how many (one line,
     unless the reading is quiet: trainer.data.quiet_conversions).
 
     Raises:
@@ -352,8 +408,8 @@ def mask_splits(
             + f"): the called functions removed from the offered tools, answered {reply!r}"
             + (f"; {toolless} of them offer no tool" if toolless else "")
             + (
-                f"; {stats['distractors']} offer unrelated tools instead of the row's own "
-                f"(irrelevance_distractors={distractors:g}, from {len(pool)} tools)"
+                f"; {stats['distractors']} offer, in place of the removed, tools other training rows call that do "
+                f"not fit the request (irrelevance_distractors={distractors:g}, from {len(pool)} tools)"
                 if distractors > 0
                 else ""
             ),

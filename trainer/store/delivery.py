@@ -20,6 +20,7 @@ from trainer.models import builtin_model, gguf, weights
 from trainer import data
 from trainer.chat import templates
 from trainer.data import bfcl, masking, mix
+from trainer.data import name_masking as name_masking_mod
 from trainer.data.preflight import conversation_key
 from trainer.config.training import SEED_MAX
 from trainer.core.errors import UserError, brief, collect
@@ -353,15 +354,19 @@ def _load_from_disk(path: Path):
         ) from None
 
 
-def delivered_share_problem(uri: str, irrelevance_share: float) -> str | None:
-    """irrelevance_share beside a delivered dataset tree, which is passed through as it is: masking it again would
-    add copies to the copies a delivery may have made (deliver-dataset, and validate where the bucket answers)."""
-    if not irrelevance_share:
+def delivered_share_problem(uri: str, irrelevance_share: float, name_masking: float = 0.0) -> str | None:
+    """irrelevance_share or name_masking beside a delivered dataset tree, which is passed through as it is: masking
+    it again would add copies to the copies a delivery may have made, or rename names already renamed
+    (deliver-dataset, and validate where the bucket answers)."""
+    given = [(n, v) for n, v in (("irrelevance_share", irrelevance_share), ("name_masking", name_masking)) if v]
+    if not given:
         return None
+    said = " and ".join(f"{n}={v:g}" for n, v in given)
+    flags = " ".join(f"--{n.replace('_', '-')} {v:g}" for n, v in given)
     return (
-        f"irrelevance_share={irrelevance_share:g}, but dataset_source {uri} is a delivered tree, passed through "
-        "as it is: set irrelevance_share=0, or deliver its source with the share "
-        f"(python -m trainer deliver-dataset SOURCE --irrelevance-share {irrelevance_share:g})"
+        f"{said}, but dataset_source {uri} is a delivered tree, passed through as it is: set "
+        f"{' and '.join(f'{n}=0' for n, _ in given)}, or deliver its source with "
+        f"{'them' if len(given) > 1 else 'it'} (python -m trainer deliver-dataset SOURCE {flags})"
     )
 
 
@@ -463,13 +468,15 @@ def deliver_dataset(
     irrelevance_share: float = 0.0,
     irrelevance_reply: str = masking.IRRELEVANCE_REPLY,
     irrelevance_distractors: float = 0.0,
+    name_masking: float = 0.0,
 ) -> tuple[str, dict[str, Any]]:
     """Put a dataset (train.jsonl + eval.jsonl) into the bucket; returns (s3 uri, metadata).
 
     `irrelevance_share` of each split's rows are made by function masking after the split
     (trainer.data.masking), answered `irrelevance_reply`, `irrelevance_distractors` of them offering unrelated
-    tools, and counted in the metadata (`irrelevance_rows`);
-    a delivered tree is passed through as it is, so it takes none."""
+    tools, and counted in the metadata (`irrelevance_rows`); then `name_masking` of the training rows with tools
+    get random function and parameter names (trainer.data.name_masking; `name_masked_rows`);
+    a delivered tree is passed through as it is, so it takes neither."""
     src = parse(source, "dataset")
     if not 0 <= seed <= SEED_MAX:
         raise UserError(f"seed must be between 0 and {SEED_MAX}, got {seed}")
@@ -477,6 +484,7 @@ def deliver_dataset(
         problem := masking.share_problem(irrelevance_share)
         or masking.reply_problem(irrelevance_reply)
         or masking.distractors_problem(irrelevance_distractors)
+        or name_masking_mod.share_problem(name_masking)
     ):
         raise UserError(problem)
     record = None
@@ -494,7 +502,7 @@ def deliver_dataset(
                 f"{uri} is a delivered model, not a dataset: pass it as model_source, and a dataset "
                 "(train.jsonl) as dataset_source"
             )
-        if problem := delivered_share_problem(uri, irrelevance_share):
+        if problem := delivered_share_problem(uri, irrelevance_share, name_masking):
             raise UserError(problem)
         root = store.get_tree(uri)
         counts = {p.stem: sum(1 for line in p.open() if line.strip()) for p in sorted(root.glob("*.jsonl"))}
@@ -508,6 +516,7 @@ def deliver_dataset(
     splits, made = masking.mask_splits(
         splits, irrelevance_share, seed, f"dataset {source}", irrelevance_reply, irrelevance_distractors
     )
+    splits, renamed = name_masking_mod.mask_names(splits, name_masking, seed, f"dataset {source}")
     if overlap := data.eval_overlap(splits):  # after masking: what is delivered is what the evaluation scores
         print(f"WARNING: {overlap}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -524,6 +533,7 @@ def deliver_dataset(
             if irrelevance_share
             else {}
         ),
+        **({"name_masking": name_masking, "name_masked_rows": renamed} if name_masking else {}),
         **({"mix": record} if record else {}),
         **manifest,
     }

@@ -62,7 +62,7 @@ def object_problems(params: dict[str, Any], store: Store | None = None) -> list[
             and name == "dataset_source"
             and value == (params.get(name) or "").strip().rstrip("/")
             and isinstance(share := params.get("irrelevance_share"), (int, float))
-            and (problem := delivered_share_problem(value, share))
+            and (problem := delivered_share_problem(value, share, _number(params.get("name_masking"))))
         ):
             problems.append(problem)  # a delivered tree alone (not a mix's part): what deliver-dataset would refuse
         if not found:
@@ -71,3 +71,8 @@ def object_problems(params: dict[str, Any], store: Store | None = None) -> list[
                 f"key (mc ls {bucket}/{key.rsplit('/', 1)[0] if '/' in key else ''}), or upload it"
             )
     return problems
+
+
+def _number(value: object) -> float:
+    """A share as given, or 0 where it is not a number (its own check names that)."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0

@@ -17,7 +17,7 @@ from trainer import data, parity
 from trainer.store import delivery
 from trainer.config import sources
 from trainer.chat import templates, usertext
-from trainer.data import bfcl, masking, quiet_conversions
+from trainer.data import bfcl, masking, name_masking, quiet_conversions
 from trainer.chat.turns import split_turns
 from trainer.evaluate import ENGINES, row_counts
 from trainer.store.registry import reach_problem
@@ -171,6 +171,10 @@ def _dataset_problems(
                 splits, params["irrelevance_share"], f"dataset_source {params['dataset_source'].strip()!r}"
             ) or _no_copies_problem(params, splits):
                 problems.append(refused)
+            if renaming := name_masking.data_problem(
+                splits, params["name_masking"], f"dataset_source {params['dataset_source'].strip()!r}"
+            ):
+                problems.append(renaming)
             try:  # the trainer's own rule, now instead of after delivery
                 check_rows(
                     len(splits["train"]),
@@ -324,6 +328,8 @@ def _settings_problems(params: dict[str, Any], context: int | None) -> list[str]
             params["irrelevance_reply"], builtin_model.SPECIAL_TOKENS, params["model_source"]
         )
     if bad := masking.distractors_problem(params["irrelevance_distractors"]):
+        problems.append(bad)
+    if bad := name_masking.share_problem(params["name_masking"]):
         problems.append(bad)
     if params["max_restarts"] < 0:
         problems.append(f"max_restarts must be >= 0, got {params['max_restarts']}")
