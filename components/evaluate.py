@@ -31,6 +31,7 @@ def evaluate(
     seed: int = 0,
     max_category_drop: float = 0.1,
     gate_significance: float = 0.0,
+    max_drop_by_category: str = "",
 ) -> NamedTuple("Outputs", promoted=bool, reason=str):
     """Score base and tuned on the held-out split; metric names are the same in every run
     (see trainer.evaluate for what each measures). `promoted`: the tuned model passes the gate
@@ -40,7 +41,8 @@ def evaluate(
     (a sweep scores its base once for every trial); none scores the base here too. `eval_suites`
     with bfcl: `bfcl_rows` rows per BFCL category (drawn with `seed`) from the deliver_bfcl step's
     `bfcl`, on the same servers (trainer.evaluate.bfcl); `max_category_drop`: the gate's per-category
-    floor, `gate_significance`: McNemar's p a drop must be under to refuse (0: off) (trainer.evaluate.promotion).
+    floor, `max_drop_by_category` other floors for the categories it names, `gate_significance`: McNemar's p a drop
+    must be under to refuse (0: off) (trainer.evaluate.promotion).
     The base's scores are kept in the bucket by what decides them (trainer.evaluate.kept_base): a later run
     with the same base tree, template, rows and settings reuses them and does not ask the base.
     Where MLFLOW_TRACKING_URI is set, the metrics, the verdict and the report go to MLflow too (trainer.core.tracking)."""
@@ -52,6 +54,7 @@ def evaluate(
     from trainer.core.errors import UserError, exit_on_user_error
     from trainer.evaluate import evaluate as run_eval
     from trainer.evaluate import logged_metrics, promotion
+    from trainer.evaluate.gate import parse_drops
     from trainer.evaluate.kept_base import KeptBase
     from trainer.models.model import skip_bitsandbytes
     from trainer.evaluate.report import examples_markdown, summary_lines
@@ -64,6 +67,7 @@ def evaluate(
         skip_bitsandbytes(adapter_dir=tuned)  # unless the adapter's base is 4-bit: 1.4 s less
         base = json.loads(open(base_scores.path).read()) if base_scores is not None else None
         suites = parse_suites(eval_suites)
+        by_category = parse_drops(max_drop_by_category)  # before any model loads
         bfcl_uri = read_uri(bfcl) if bfcl is not None and "bfcl" in suites else ""
         if "bfcl" in suites and not bfcl_uri:
             raise UserError(
@@ -88,7 +92,9 @@ def evaluate(
         result["mix"] = dataset.metadata.get("mix") or []  # the sources' names for the report's by-source table
     logged = logged_metrics(result)  # a kind of row the split lacks logs no accuracy, not 0
     promoted, reason = (
-        promotion(logged, min_fc_accuracy, min_gain, max_category_drop, gate_significance) if gate else (True, "")
+        promotion(logged, min_fc_accuracy, min_gain, max_category_drop, gate_significance, by_category)
+        if gate
+        else (True, "")
     )
     values = {**logged, **({"promoted": float(promoted)} if gate else {})}
     log_metrics(metrics, values)

@@ -21,16 +21,18 @@ def pick_best(
     min_fc_accuracy: float = 0.0,
     max_category_drop: float = 0.1,
     gate_significance: float = 0.0,
+    max_drop_by_category: str = "",
 ) -> NamedTuple("Outputs", deploy=bool, reason=str, best_trial=int):
     """Rank trials by tuned-vs-base gain in `select_metric` (fc_ast_accuracy up, eval_loss down), those
-    that lost more than `max_category_drop` (a fraction: 0.1 is 10 points) in a category last; `deploy` is whether
+    that lost more than `max_category_drop` (a fraction: 0.1 is 10 points; `max_drop_by_category` for the categories it
+    names) in a category last; `deploy` is whether
     the winner passes the finetune pipeline's promotion gate (trainer.evaluate.gate.pick: one rule for both)."""
     from collections import namedtuple
 
     from components.artifacts import log_metrics, read_uri, write_pointer
     from trainer.core.errors import UserError, exit_on_user_error
     from trainer.evaluate.report import sweep_markdown
-    from trainer.evaluate.gate import pick
+    from trainer.evaluate.gate import parse_drops, pick
 
     with exit_on_user_error():
         try:
@@ -42,6 +44,7 @@ def pick_best(
                 min_fc_accuracy,
                 max_category_drop,
                 gate_significance,
+                parse_drops(max_drop_by_category),
             )
         except ValueError as err:
             raise UserError(str(err)) from None

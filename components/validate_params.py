@@ -54,6 +54,7 @@ def validate_params(
     bfcl_source: str = "",
     max_category_drop: float = 0.1,
     gate_significance: float = 0.0,
+    max_drop_by_category: str = "",
     deploy_backend: str = "local",
     keep_serving: bool = False,
     serve_adapters: bool = False,

@@ -170,6 +170,7 @@ def finetune_pipeline(
     bfcl_source: str = F["bfcl_source"],
     max_category_drop: float = F["max_category_drop"],
     gate_significance: float = F["gate_significance"],
+    max_drop_by_category: str = F["max_drop_by_category"],
     deploy_backend: str = F["deploy_backend"],
     keep_serving: bool = F["keep_serving"],
     serve_adapters: bool = F["serve_adapters"],
@@ -282,6 +283,7 @@ def finetune_pipeline(
             seed=seed,
             max_category_drop=max_category_drop,
             gate_significance=gate_significance,
+            max_drop_by_category=max_drop_by_category,
         )
     ).set_display_name("evaluate")
     merged = with_s3(merge_lora(base_model=model.outputs["model"], adapter=train.outputs["adapter"]))

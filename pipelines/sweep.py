@@ -54,6 +54,7 @@ def build(parallelism: int = 2):
         min_fc_accuracy: float = S["min_fc_accuracy"],
         max_category_drop: float = S["max_category_drop"],
         gate_significance: float = S["gate_significance"],
+        max_drop_by_category: str = S["max_drop_by_category"],
         model_source: str = S["model_source"],
         model_revision: str = S["model_revision"],
         chat_template: str = S["chat_template"],
@@ -175,6 +176,7 @@ def build(parallelism: int = 2):
                 min_fc_accuracy=min_fc_accuracy,
                 max_category_drop=max_category_drop,
                 gate_significance=gate_significance,
+                max_drop_by_category=max_drop_by_category,
             ).set_display_name("pick best")
         )
         # KFP 2.17 cannot compile dsl.Collected inside a condition, so this task always runs and

@@ -242,3 +242,93 @@ def test_logged_metrics_read_back_as_typed_scores():
         ("bfcl_irrelevance", 1.0, 0.76, None, None, None),
     ]
     assert names.read({}, {"heldout": fc_check.CATEGORIES}) == names.Scores(None, None, ())
+
+
+def _two(irrelevance, multiple):
+    """Metrics of two categories: (base, tuned, rows, lost, won) each."""
+    return {
+        "base_fc_ast_accuracy": 0.3,
+        "tuned_fc_ast_accuracy": 0.9,
+        **_metrics(*irrelevance, name="bfcl_irrelevance"),
+        **_metrics(*multiple, name="fc_multiple"),
+    }
+
+
+def test_a_category_named_in_max_drop_by_category_has_its_own_limit():
+    """Issue 56: allow bfcl_irrelevance 20 points, keep 10 elsewhere."""
+    from trainer.evaluate.gate import parse_drops
+
+    metrics = _two((1.0, 0.84, 25, 4, 0), (0.5, 0.45, 120, 6, 0))
+    ok, why = promotion(metrics, max_category_drop=0.1)
+    assert not ok and "bfcl_irrelevance fell 100.0% -> 84.0%" in why  # the default: one limit for all
+    limits = parse_drops("bfcl_irrelevance=0.2")
+    ok, why = promotion(metrics, max_category_drop=0.1, by_category=limits)
+    assert ok, why
+    # the other categories keep max_category_drop
+    worse = _two((1.0, 0.84, 25, 4, 0), (0.5, 0.3, 120, 24, 0))
+    ok, why = promotion(worse, max_category_drop=0.1, by_category=limits)
+    assert not ok and "fc_multiple fell 50.0% -> 30.0%" in why and "bfcl_irrelevance fell" not in why
+    # a drop past the category's own limit names it
+    ok, why = promotion(_two((1.0, 0.72, 25, 7, 0), (0.5, 0.5, 120, 0, 0)), max_category_drop=0.1, by_category=limits)
+    assert not ok and "McNemar p=0.0156; max_drop_by_category bfcl_irrelevance=0.2)" in why
+    # 1 turns that category off, with max_category_drop off for the others too the gate reads nothing
+    assert promotion(_two((1.0, 0.0, 25, 25, 0), (0.5, 0.5, 120, 0, 0)), 0, 0, 0.1, 0, {"bfcl_irrelevance": 1.0})[0]
+    assert not promotion(_two((1.0, 0.5, 25, 12, 0), (0.5, 0.5, 120, 0, 0)), 0, 0, 1.0, 0, {"bfcl_irrelevance": 0.2})[0]
+    # the sweep's pick reads it as the gate does
+    picked = pick(TRIALS, [metrics, worse], "fc_ast_accuracy", min_gain=0.1, max_category_drop=0.1, by_category=limits)
+    assert picked["best"] == 0 and picked["deploy"], picked["reason"]
+
+
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        ("bfcl_irrelevanc=0.2", "'bfcl_irrelevanc' is no category the gate reads; one of fc_simple, fc_multiple"),
+        ("fc_multiple=2", "fc_multiple='2' is no fraction from 0 to 1"),
+        ("fc_multiple=nan", "fc_multiple='nan' is no fraction from 0 to 1"),
+        ("fc_multiple", "'fc_multiple' has no '=': write category=fraction"),
+        ("fc_simple=0.1,fc_simple=0.2", "fc_simple is given twice (0.1 and 0.2): keep one"),
+    ],
+)
+def test_a_bad_max_drop_by_category_is_one_problem_at_validate(text, said):
+    from trainer.validate import pipeline_problems
+
+    [problem] = [p for p in pipeline_problems({"max_drop_by_category": text}) if "max_drop_by_category" in p]
+    assert problem.startswith(f"max_drop_by_category={text!r}: ") and said in problem
+
+
+def test_every_problem_of_max_drop_by_category_is_said_at_once():
+    from trainer.core.errors import UserError
+    from trainer.evaluate.gate import parse_drops
+
+    err = str(pytest.raises(UserError, parse_drops, "x, fc_multiple=2, bfcl_irrelevance=0.2").value)
+    assert "'x' has no '='" in err and "fc_multiple='2'" in err and "bfcl_irrelevance='0.2'" not in err
+    assert parse_drops("") == {} and parse_drops(" bfcl_irrelevance = 0.2 , ") == {"bfcl_irrelevance": 0.2}
+
+
+def test_a_category_too_small_to_show_a_drop_of_its_limit_is_said_inconclusive():
+    """Issue 56: 25 rows cannot show a 10-point drop: a drop past it needs 3 rows lost, and 3 lost, 0 won is McNemar
+    p=0.25; the smallest count below 0.05 is 6 lost, which 50 rows need (floor(0.1 * 50) + 1 = 6). The verdict says
+    so; the default gate still decides by the points."""
+    from trainer.evaluate.gate import inconclusive
+
+    small, large = (1.0, 1.0, 25, 0, 0), (0.5, 0.5, 50, 0, 0)
+    assert inconclusive(_two(small, large), 0.1) == ["bfcl_irrelevance (25 rows; 50 would show a 10-point drop)"]
+    assert inconclusive(_two((1.0, 1.0, 50, 0, 0), large), 0.1) == []
+    assert inconclusive(_two((1.0, 1.0, 49, 0, 0), large), 0.1) == [
+        "bfcl_irrelevance (49 rows; 50 would show a 10-point drop)"
+    ]
+    # its own limit counts: 20 points on 25 rows needs 6 lost, p=0.031
+    assert inconclusive(_two(small, large), 0.1, by_category={"bfcl_irrelevance": 0.2}) == []
+    # at gate_significance 0.01 (8 lost: p=0.0078) 25 rows show 30 points, not 20
+    assert inconclusive(_two(small, large), 0.3, 0.01) == []
+    assert inconclusive(_two(small, large), 0.2, 0.01)[0].startswith("bfcl_irrelevance (25 rows; 35 would show")
+    # a base with too few right rows cannot fall past the limit at all: nothing to say
+    assert inconclusive(_two((0.08, 0.08, 25, 0, 0), large), 0.1) == []
+    ok, why = promotion(_two(small, large), max_category_drop=0.1)
+    assert ok and why.endswith(
+        "inconclusive at p<0.05 (exact binomial bound: with every changed row lost, McNemar's p stays above it), so "
+        "these categories' verdicts rest on the points alone: bfcl_irrelevance (25 rows; 50 would show a 10-point drop)"
+    )
+    ok, why = promotion(_two((1.0, 0.8, 25, 5, 0), large), max_category_drop=0.1)
+    assert not ok and "bfcl_irrelevance fell" in why and why.endswith("50 would show a 10-point drop)")
+    assert promotion(_two(small, large), max_category_drop=1.0) == promotion(_two(small, large))  # off: no line

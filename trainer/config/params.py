@@ -462,6 +462,17 @@ PARAMS: tuple[Param, ...] = (
         ),
     ),
     Param(
+        'max_drop_by_category',
+        str,
+        '',
+        EVALUATION,
+        BOTH,
+        help=(
+            "Other limits than max_category_drop for the categories named, as the gate's lines name them, e.g. "
+            "bfcl_irrelevance=0.2,bfcl_live_irrelevance=0.2 (20 points; 1 turns one off). Empty: one limit for all."
+        ),
+    ),
+    Param(
         'deploy_backend',
         str,
         'local',

@@ -4,7 +4,10 @@ same metric and then asks `promotion` of the winner).
 
 The primary metric is `PRIMARY`, fc_ast_accuracy: the BFCL-style AST accuracy over every function-calling category
 of the held-out split (trainer.chat.fc_check). Every category of every suite is held to `max_category_drop` below the
-base's, with McNemar's exact test on the rows lost and won (trainer.evaluate.paired)."""
+base's, with McNemar's exact test on the rows lost and won (trainer.evaluate.paired); `max_drop_by_category` sets
+another limit for the categories it names (`parse_drops`). A category whose rows are too few for McNemar's test to
+show a drop of its limit is said to be inconclusive (`inconclusive`): the verdict says so, and the default gate still
+decides by the points alone, as before."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import math
 from typing import Any
 
 from trainer.core import metrics as names
+from trainer.core.errors import UserError
 from trainer.chat import fc_check
 from trainer.data import bfcl
 
@@ -22,6 +26,98 @@ SELECT = {PRIMARY: "higher", "eval_loss": "lower"}
 RENAMED = {"fc_accuracy": PRIMARY}
 # Every category the gate holds to max_category_drop: the held-out suite's and BFCL's
 GATED = {"heldout": fc_check.CATEGORIES, "bfcl": bfcl.CATEGORIES}
+# Their names as the gate's lines and max_drop_by_category write them: fc_irrelevance, bfcl_live_irrelevance
+GATED_NAMES = tuple(names.category(suite, c) for suite, cats in GATED.items() for c in cats)
+# The significance an inconclusive verdict is judged at when gate_significance is 0 (off)
+INCONCLUSIVE_ALPHA = 0.05
+DROPS_PARAM = "max_drop_by_category"
+
+
+def parse_drops(text: Any, name: str = DROPS_PARAM) -> dict[str, float]:
+    """`max_drop_by_category`'s text, `bfcl_irrelevance=0.2,fc_multi_turn=0.15`, as {category: its limit}: each
+    category named as the gate's lines name it (GATED_NAMES), each limit a fraction from 0 to 1 (1: that category
+    off). Empty: {} (every category at max_category_drop).
+
+    Raises:
+        UserError: every problem at once (an unknown category with the known ones, a limit that is no fraction, a
+            category named twice, an item without `=`), with the fix.
+    """
+    if not isinstance(text, str):
+        raise UserError(f"{name} must be text such as 'bfcl_irrelevance=0.2', got {text!r}")
+    out: dict[str, float] = {}
+    problems = []
+    for item in (i.strip() for i in text.split(",")):
+        if not item:
+            continue
+        key, sep, value = (s.strip() for s in item.partition("="))
+        if not sep:
+            problems.append(f"{item!r} has no '=': write category=fraction, e.g. bfcl_irrelevance=0.2")
+            continue
+        if key not in GATED_NAMES:
+            problems.append(f"{key!r} is no category the gate reads; one of {', '.join(GATED_NAMES)}")
+            continue
+        try:
+            limit = float(value)
+        except ValueError:
+            limit = math.nan
+        if not math.isfinite(limit) or not 0 <= limit <= 1:
+            problems.append(f"{key}={value!r} is no fraction from 0 to 1 (0.2 is 20 points; 1 turns that category off)")
+        elif key in out:
+            problems.append(f"{key} is given twice ({out[key]:g} and {limit:g}): keep one")
+        else:
+            out[key] = limit
+    if problems:
+        raise UserError(f"{name}={text!r}: " + "; ".join(problems))
+    return out
+
+
+def _limit(category: str, max_drop: float, by_category: dict[str, float] | None) -> tuple[float, str]:
+    """A category's limit and how the gate's line names it."""
+    if by_category and category in by_category:
+        return by_category[category], f"{DROPS_PARAM} {category}={by_category[category]:g}"
+    return max_drop, f"max_category_drop {max_drop:g}"
+
+
+def lost_to_show(limit: float, alpha: float) -> int:
+    """The fewest rows lost, none won, for which McNemar's exact p is below `alpha`."""
+    return next(k for k in range(1, 64) if mcnemar_p(k, 0) < alpha)
+
+
+def inconclusive(
+    metrics: dict[str, float], max_drop: float, significance: float = 0.0, by_category: dict[str, float] | None = None
+) -> list[str]:
+    """The categories whose rows cannot show a drop past their limit: an exact binomial bound. A drop past a limit
+    d on n paired rows needs at least floor(d*n) + 1 rows lost; with every changed row lost and none won, McNemar's
+    exact p is 2 * 0.5**lost, its smallest; where even that is not below `significance` (INCONCLUSIVE_ALPHA when
+    0), no outcome on these rows could tell such a drop from chance. A category whose base has fewer right rows than
+    that cannot fall past the limit at all, and is not listed. One entry each: its rows and the rows that would show
+    it."""
+    alpha = significance if significance > 0 else INCONCLUSIVE_ALPHA
+    out = []
+    for c in names.read(metrics, GATED).categories:
+        limit, _ = _limit(c.name, max_drop, by_category)
+        if limit >= 1 or not c.rows:
+            continue
+        needed = math.floor(limit * c.rows + 1e-9) + 1
+        if round(c.base * c.rows) < needed or mcnemar_p(needed, 0) < alpha:
+            continue
+        enough = max(1, math.ceil((lost_to_show(limit, alpha) - 1) / limit - 1e-9)) if limit > 0 else 1
+        out.append(f"{c.name} ({c.rows} rows; {enough} would show a {limit * 100:g}-point drop)")
+    return out
+
+
+def inconclusive_line(
+    metrics: dict[str, float], max_drop: float, significance: float, by_category: dict[str, float] | None
+) -> str:
+    """`inconclusive`'s verdict as a clause of the gate's line ('' when none)."""
+    found = inconclusive(metrics, max_drop, significance, by_category)
+    if not found:
+        return ""
+    alpha = significance if significance > 0 else INCONCLUSIVE_ALPHA
+    return (
+        f"inconclusive at p<{alpha:g} (exact binomial bound: with every changed row lost, McNemar's p stays above "
+        f"it), so these categories' verdicts rest on the points alone: {', '.join(found)}"
+    )
 
 
 def meets(value: float, floor: float) -> bool:
@@ -41,27 +137,35 @@ def mcnemar_p(lost: int, won: int) -> float:
     return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2**n)
 
 
-def category_drops(metrics: dict[str, float], max_drop: float, significance: float = 0.0) -> list[str]:
+def category_drops(
+    metrics: dict[str, float], max_drop: float, significance: float = 0.0, by_category: dict[str, float] | None = None
+) -> list[str]:
     """Every category measured on both models (held-out fc_<category>_accuracy, BFCL
     bfcl_<category>_accuracy) whose accuracy fell more than `max_drop` below the base's (a fraction, as the
     accuracies are: 0.1 is 10 points; a hair's float error, 1.0 - 0.9 > 0.1, is not a drop past it): a line
     each, with its rows and McNemar's exact test on the rows lost and won (trainer.evaluate.paired).
     `significance` > 0 keeps only the drops that chance explains poorly (p < significance); a drop whose
-    counts were not logged (an older run's metrics) is kept, as without the test."""
-    return [line for line, kept in _drops(metrics, max_drop, significance) if kept]
+    counts were not logged (an older run's metrics) is kept, as without the test. `by_category`: the limits of the
+    categories it names instead of `max_drop` (`parse_drops`; 1: that category off)."""
+    return [line for line, kept in _drops(metrics, max_drop, significance, by_category) if kept]
 
 
-def gate_drops(metrics: dict[str, float], max_drop: float, significance: float) -> tuple[list[str], list[str]]:
-    """(`category_drops`, the drops larger than `max_drop` it lets pass at `significance`: p >= it), found once."""
-    found = _drops(metrics, max_drop, significance)
+def gate_drops(
+    metrics: dict[str, float], max_drop: float, significance: float, by_category: dict[str, float] | None = None
+) -> tuple[list[str], list[str]]:
+    """(`category_drops`, the drops larger than their limit it lets pass at `significance`: p >= it), found once."""
+    found = _drops(metrics, max_drop, significance, by_category)
     return [line for line, kept in found if kept], [line for line, kept in found if not kept]
 
 
-def _drops(metrics: dict[str, float], max_drop: float, significance: float) -> list[tuple[str, bool]]:
-    gate = f"max_category_drop {max_drop:g}" + (f", gate_significance {significance:g}" if significance > 0 else "")
+def _drops(
+    metrics: dict[str, float], max_drop: float, significance: float, by_category: dict[str, float] | None = None
+) -> list[tuple[str, bool]]:
     out = []
     for c in names.read(metrics, GATED).categories:
-        if c.base - c.tuned <= max_drop + 1e-9:
+        limit, gate = _limit(c.name, max_drop, by_category)
+        gate += f", gate_significance {significance:g}" if significance > 0 else ""
+        if limit >= 1 or c.base - c.tuned <= limit + 1e-9:
             continue
         of = f" on {c.rows} rows" if c.rows is not None else ""
         if c.lost is None or c.won is None:
@@ -85,6 +189,7 @@ def promotion(
     min_gain: float | None = 0.0,
     max_category_drop: float = 1.0,
     gate_significance: float = 0.0,
+    by_category: dict[str, float] | None = None,
 ) -> tuple[bool, str]:
     """The promotion gate on the evaluate step's logged metrics: the tuned model's BFCL-style
     accuracy (fc_ast_accuracy, every function-calling category) at least `min_fc_accuracy`, and
@@ -92,22 +197,26 @@ def promotion(
     more than `max_category_drop` below the base's (a fraction too: 0.1 is 10 points; `category_drops`; 1: off). Each
     category's line gives its rows and McNemar's exact p on the rows lost and won; `gate_significance`
     > 0 refuses only the drops with p below it (0: every drop past max_category_drop, significant or
-    not), and the promoted line names those let pass. Returns (promoted, the line that says why); an
+    not), and the promoted line names those let pass. `by_category`: other limits for the categories it names
+    (`parse_drops`). The line ends with the categories whose rows are too few to show a drop of their limit
+    (`inconclusive`); they do not change the verdict. Returns (promoted, the line that says why); an
     accuracy the split cannot measure passes only a gate that asks nothing."""
     promoted, said = _accuracy_gate(metrics, min_fc_accuracy, min_gain)
-    gated = max_category_drop < 1
-    drops, passed = gate_drops(metrics, max_category_drop, gate_significance) if gated else ([], [])
+    gated = max_category_drop < 1 or any(v < 1 for v in (by_category or {}).values())
+    drops, passed = gate_drops(metrics, max_category_drop, gate_significance, by_category) if gated else ([], [])
+    unsure = inconclusive_line(metrics, max_category_drop, gate_significance, by_category) if gated else ""
     if not drops:
         if promoted and passed:
-            return True, f"{said}; within chance, so let pass: {'; '.join(passed)}"
-        return promoted, said
+            said = f"{said}; within chance, so let pass: {'; '.join(passed)}"
+        return promoted, f"{said.rstrip('.')}. {unsure}" if unsure else said
     fix = (
         "fine-tuning took away what the base model could do: train on rows of that kind too (e.g. text answers "
         "where no offered tool fits), or raise max_category_drop"
     )
+    tail = f". {unsure}" if unsure else ""
     if not promoted:  # both: one line, the accuracy's reason first (its fix follows "Nothing is deployed...")
-        return False, f"{said.rstrip('.')}; and {'; '.join(drops)}: {fix}"
-    return False, f"not promoted: {'; '.join(drops)}. Nothing is deployed or registered: {fix}"
+        return False, f"{said.rstrip('.')}; and {'; '.join(drops)}: {fix}{tail}"
+    return False, f"not promoted: {'; '.join(drops)}. Nothing is deployed or registered: {fix}{tail}"
 
 
 def _accuracy_gate(metrics: dict[str, float], min_fc_accuracy: float, min_gain: float | None) -> tuple[bool, str]:
@@ -169,6 +278,7 @@ def pick(
     min_fc_accuracy: float = 0.0,
     max_category_drop: float = 1.0,
     gate_significance: float = 0.0,
+    by_category: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """The best trial by `select_metric`, and whether it is deployed. A trial with a category more than
     `max_category_drop` below the base's (`category_drops`) is not picked while another passes. With
@@ -197,7 +307,8 @@ def pick(
     sign = 1.0 if SELECT[select_metric] == "higher" else -1.0
     gains = [sign * (m[tuned] - m[base]) for m in metrics]
     # ties: the earlier trial; a trial whose gain is not a number (a NaN eval loss) is never the best of others
-    drops = [category_drops(m, max_category_drop, gate_significance) if max_category_drop < 1 else [] for m in metrics]
+    gated = max_category_drop < 1 or any(v < 1 for v in (by_category or {}).values())
+    drops = [category_drops(m, max_category_drop, gate_significance, by_category) if gated else [] for m in metrics]
     best = max(
         range(len(gains)),
         key=lambda i: (not drops[i], math.isfinite(gains[i]), gains[i] if math.isfinite(gains[i]) else 0, -i),
@@ -226,11 +337,14 @@ def pick(
     if drops[best]:  # every trial lost a category the base had
         reason = (
             f"not deployed: every trial fell in a category more than max_category_drop {max_category_drop:g} "
-            f"({max_category_drop * 100:g} points) below the base; the best, trial {best} ({desc}): {'; '.join(drops[best])}"
+            f"({max_category_drop * 100:g} points){' or its ' + DROPS_PARAM + ' limit' if by_category else ''} below "
+            f"the base; the best, trial {best} ({desc}): {'; '.join(drops[best])}"
         )
         return {"best": best, "deploy": False, "reason": reason, "rows": rows}
     if select_metric == PRIMARY:
-        promoted, said = promotion(metrics[best], min_fc_accuracy, min_gain, max_category_drop, gate_significance)
+        promoted, said = promotion(
+            metrics[best], min_fc_accuracy, min_gain, max_category_drop, gate_significance, by_category
+        )
         verdict = "deploying" if promoted else "not deployed:"
         return {
             "best": best,
@@ -240,7 +354,7 @@ def pick(
         }
     # eval_loss: the accuracy floor and the categories as the gate asks them; not the accuracy's gain (min_gain
     # is the loss's here)
-    promoted, said = promotion(metrics[best], min_fc_accuracy, None, max_category_drop, gate_significance)
+    promoted, said = promotion(metrics[best], min_fc_accuracy, None, max_category_drop, gate_significance, by_category)
     if not promoted:
         return {
             "best": best,

@@ -19,11 +19,12 @@ from trainer.config import sources
 from trainer.chat import templates, usertext
 from trainer.data import bfcl, masking, name_masking, quiet_conversions
 from trainer.chat.turns import split_turns
-from trainer.evaluate import ENGINES, row_counts
+from trainer.evaluate import ENGINES, gate, row_counts
 from trainer.store.registry import reach_problem
 from trainer.data.batching import check_rows
 from trainer.config.training import ADAPTER_METHODS, MAX_ACCUM, TrainConfig
 from trainer.core.errors import UserError
+from trainer.core import metrics as metric_names
 from trainer.serving.args import served_name_problems
 from trainer.validate.cluster import cluster_problems
 from trainer.validate.values import TRAIN_DEFAULTS, TRAIN_PARAMS, DEFAULTS, default, type_problems
@@ -289,6 +290,18 @@ def pipeline_warnings(params: dict[str, Any]) -> list[str]:
             f"bfcl_rows={rows} applies to the bfcl suite, but eval_suites={params['eval_suites']!r} does "
             "not score it: add it (eval_suites=heldout,bfcl), or leave bfcl_rows at the default"
         )
+    try:
+        limits = gate.parse_drops(params.get("max_drop_by_category", ""))
+        scoring = bfcl.parse_suites(params.get("eval_suites", default("eval_suites")))
+    except UserError:  # _suite_problems says so
+        limits, scoring = {}, ()
+    scored = {metric_names.SUITE_PREFIX[s] for s in scoring}
+    if unscored := [k for k in limits if k.split("_", 1)[0] not in scored]:
+        warnings.append(
+            f"max_drop_by_category names {', '.join(unscored)}, but eval_suites="
+            f"{params.get('eval_suites', default('eval_suites'))!r} does not score "
+            f"{'them' if len(unscored) > 1 else 'it'}: add the suite, or leave {'them' if len(unscored) > 1 else 'it'} out"
+        )
     return warnings
 
 
@@ -380,6 +393,10 @@ def _suite_problems(params: dict[str, Any]) -> list[str]:
             "from 0 (no category may fall) to 1.0 (off): a fraction: 0.1 is 10 points"
             + (f", so give max_category_drop={drop / 100:g}" if 1 < drop <= 100 else "")
         )
+    try:
+        gate.parse_drops(params.get("max_drop_by_category", ""))
+    except UserError as err:
+        problems.append(str(err))
     if "eval_suites" not in params:
         return problems
     try:
