@@ -27,6 +27,7 @@ SUMMARY_KEYS = (
     "name_masked_rows",
     "mix",
     "method",
+    "merge_scale",
     "tensorboard_uri",
 )
 

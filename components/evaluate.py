@@ -32,7 +32,8 @@ def evaluate(
     max_category_drop: float = 0.1,
     gate_significance: float = 0.0,
     max_drop_by_category: str = "",
-) -> NamedTuple("Outputs", promoted=bool, reason=str):
+    merge_scales: str = "1.0",
+) -> NamedTuple("Outputs", promoted=bool, reason=str, merge_scale=float):
     """Score base and tuned on the held-out split; metric names are the same in every run
     (see trainer.evaluate for what each measures). `promoted`: the tuned model passes the gate
     (trainer.evaluate.promotion); the pipeline deploys and registers only then. `gate=False`: a
@@ -42,7 +43,10 @@ def evaluate(
     with bfcl: `bfcl_rows` rows per BFCL category (drawn with `seed`) from the deliver_bfcl step's
     `bfcl`, on the same servers (trainer.evaluate.bfcl); `max_category_drop`: the gate's per-category
     floor, `max_drop_by_category` other floors for the categories it names, `gate_significance`: McNemar's p a drop
-    must be under to refuse (0: off) (trainer.evaluate.promotion).
+    must be under to refuse (0: off) (trainer.evaluate.promotion). `merge_scales`: the adapter's update scored at each
+    of these scales, the base once; the strongest that passes the gate is chosen (trainer.evaluate.scales), its
+    metrics logged under the plain names (every scale's accuracies as scale<pct>_*), and `merge_scale` says which,
+    for the merge step. A sweep's trial (gate=False) chooses by the gate's categories and min_fc_accuracy.
     The base's scores are kept in the bucket by what decides them (trainer.evaluate.kept_base): a later run
     with the same base tree, template, rows and settings reuses them and does not ask the base.
     Where MLFLOW_TRACKING_URI is set, the metrics, the verdict and the report go to MLflow too (trainer.core.tracking)."""
@@ -53,8 +57,9 @@ def evaluate(
     from trainer.data.bfcl import parse_suites
     from trainer.core.errors import UserError, exit_on_user_error
     from trainer.evaluate import evaluate as run_eval
-    from trainer.evaluate import logged_metrics, promotion
+    from trainer.evaluate import logged_metrics
     from trainer.evaluate.gate import parse_drops
+    from trainer.evaluate.scales import choose, evaluate_scales, parse_scales, promotion_at, scale_metrics
     from trainer.evaluate.kept_base import KeptBase
     from trainer.models.model import skip_bitsandbytes
     from trainer.evaluate.report import examples_markdown, summary_lines
@@ -68,6 +73,7 @@ def evaluate(
         base = json.loads(open(base_scores.path).read()) if base_scores is not None else None
         suites = parse_suites(eval_suites)
         by_category = parse_drops(max_drop_by_category)  # before any model loads
+        scales = parse_scales(merge_scales)
         bfcl_uri = read_uri(bfcl) if bfcl is not None and "bfcl" in suites else ""
         if "bfcl" in suites and not bfcl_uri:
             raise UserError(
@@ -75,10 +81,12 @@ def evaluate(
                 "points nowhere): run the deliver_bfcl step with the same eval_suites"
             )
         kept = KeptBase(store, read_uri(base_model), run=metrics.uri.rsplit("/", 1)[0])  # this run's outputs
-        result = run_eval(
+        results = evaluate_scales(
+            run_eval,
             store.get_tree(read_uri(base_model)),
             tuned,
-            store.get_tree(read_uri(dataset)) / "eval.jsonl",
+            scales,
+            eval_path=store.get_tree(read_uri(dataset)) / "eval.jsonl",
             max_rows=max_rows,
             max_seq_len=max_seq_len,
             engine=eval_engine,
@@ -89,14 +97,28 @@ def evaluate(
             seed=seed,
             kept=kept,
         )
-        result["mix"] = dataset.metadata.get("mix") or []  # the sources' names for the report's by-source table
-    logged = logged_metrics(result)  # a kind of row the split lacks logs no accuracy, not 0
-    promoted, reason = (
-        promotion(logged, min_fc_accuracy, min_gain, max_category_drop, gate_significance, by_category)
-        if gate
-        else (True, "")
+    every = [logged_metrics(r) for r in results]  # a kind of row the split lacks logs no accuracy, not 0
+    # a sweep's trial: the gate's categories and floor choose its scale; its pick asks the gain of the winner
+    gain = min_gain if gate else None
+    chosen = choose(
+        scales,
+        every,
+        promotion_at(
+            by_category,
+            min_fc_accuracy=min_fc_accuracy,
+            min_gain=gain,
+            max_category_drop=max_category_drop,
+            gate_significance=gate_significance,
+        ),
     )
-    values = {**logged, **({"promoted": float(promoted)} if gate else {})}
+    result, logged = results[chosen.index], every[chosen.index]
+    result["mix"] = dataset.metadata.get("mix") or []  # the sources' names for the report's by-source table
+    promoted, reason = (chosen.promoted, chosen.reason) if gate else (True, "")
+    if len(scales) > 1:
+        for scale, ok, primary, line in chosen.verdicts:
+            print(f"merge scale {scale:g}: {line}", flush=True)
+        print(f"merge scale {chosen.scale:g} chosen of {', '.join(f'{s:g}' for s in scales)}", flush=True)
+    values = {**logged, **scale_metrics(scales, every, chosen.scale), **({"promoted": float(promoted)} if gate else {})}
     log_metrics(metrics, values)
     with open(examples.path, "w") as f:
         f.write(examples_markdown(result))
@@ -110,4 +132,4 @@ def evaluate(
         tracker.log_metrics(values)
         tracker.set_tags({"promoted": str(promoted).lower(), "gate_reason": reason} if gate else {})
         tracker.log_artifact(examples.path, "reports")
-    return namedtuple("Outputs", ["promoted", "reason"])(promoted, reason)
+    return namedtuple("Outputs", ["promoted", "reason", "merge_scale"])(promoted, reason, chosen.scale)

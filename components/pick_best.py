@@ -22,7 +22,7 @@ def pick_best(
     max_category_drop: float = 0.1,
     gate_significance: float = 0.0,
     max_drop_by_category: str = "",
-) -> NamedTuple("Outputs", deploy=bool, reason=str, best_trial=int):
+) -> NamedTuple("Outputs", deploy=bool, reason=str, best_trial=int, best_scale=float):
     """Rank trials by tuned-vs-base gain in `select_metric` (fc_ast_accuracy up, eval_loss down), those
     that lost more than `max_category_drop` (a fraction: 0.1 is 10 points; `max_drop_by_category` for the categories it
     names) in a category last; `deploy` is whether
@@ -54,4 +54,8 @@ def pick_best(
     with open(summary.path, "w") as f:
         f.write(sweep_markdown(picked, select_metric))
     print(picked["reason"])
-    return namedtuple("Outputs", ["deploy", "reason", "best_trial"])(picked["deploy"], picked["reason"], best)
+    # the adapter's update at the scale the winner's evaluate chose (trainer.evaluate.scales; 1.0 before it existed)
+    scale = float(trial_metrics[best].metadata.get("merge_scale", 1.0))
+    return namedtuple("Outputs", ["deploy", "reason", "best_trial", "best_scale"])(
+        picked["deploy"], picked["reason"], best, scale
+    )

@@ -55,6 +55,7 @@ def validate_params(
     max_category_drop: float = 0.1,
     gate_significance: float = 0.0,
     max_drop_by_category: str = "",
+    merge_scales: str = "1.0",
     deploy_backend: str = "local",
     keep_serving: bool = False,
     serve_adapters: bool = False,

@@ -171,6 +171,7 @@ def finetune_pipeline(
     max_category_drop: float = F["max_category_drop"],
     gate_significance: float = F["gate_significance"],
     max_drop_by_category: str = F["max_drop_by_category"],
+    merge_scales: str = F["merge_scales"],
     deploy_backend: str = F["deploy_backend"],
     keep_serving: bool = F["keep_serving"],
     serve_adapters: bool = F["serve_adapters"],
@@ -284,9 +285,14 @@ def finetune_pipeline(
             max_category_drop=max_category_drop,
             gate_significance=gate_significance,
             max_drop_by_category=max_drop_by_category,
+            merge_scales=merge_scales,
         )
     ).set_display_name("evaluate")
-    merged = with_s3(merge_lora(base_model=model.outputs["model"], adapter=train.outputs["adapter"]))
+    merged = with_s3(
+        merge_lora(
+            base_model=model.outputs["model"], adapter=train.outputs["adapter"], scale=scores.outputs["merge_scale"]
+        )
+    )
     merged.set_display_name("merge LoRA")
     for task in (scores, merged):
         on_gpus(task, eval_gpus, eval_accelerator_type, eval_node_selector, eval_tolerations)

@@ -55,6 +55,7 @@ def build(parallelism: int = 2):
         max_category_drop: float = S["max_category_drop"],
         gate_significance: float = S["gate_significance"],
         max_drop_by_category: str = S["max_drop_by_category"],
+        merge_scales: str = S["merge_scales"],
         model_source: str = S["model_source"],
         model_revision: str = S["model_revision"],
         chat_template: str = S["chat_template"],
@@ -163,6 +164,11 @@ def build(parallelism: int = 2):
                     eval_engine=eval_engine,
                     base_scores=base.outputs["scores"],
                     gate=False,
+                    merge_scales=merge_scales,
+                    min_fc_accuracy=min_fc_accuracy,
+                    max_category_drop=max_category_drop,
+                    gate_significance=gate_significance,
+                    max_drop_by_category=max_drop_by_category,
                 )
             ).set_display_name("trial: evaluate")  # pick best gates
             on_gpus(scores, eval_gpus, eval_accelerator_type, eval_node_selector, eval_tolerations)
@@ -197,7 +203,13 @@ def build(parallelism: int = 2):
             )
         ).set_display_name("deploy all trials side by side")
         with dsl.If(best.outputs["deploy"] == True, name="beats-base"):  # noqa: E712 - a KFP condition
-            merged = with_s3(merge_lora(base_model=model.outputs["model"], adapter=best.outputs["best_adapter"]))
+            merged = with_s3(
+                merge_lora(
+                    base_model=model.outputs["model"],
+                    adapter=best.outputs["best_adapter"],
+                    scale=best.outputs["best_scale"],
+                )
+            )
             on_gpus(
                 merged.set_display_name("merge LoRA"),
                 eval_gpus,

@@ -104,6 +104,7 @@ def test_the_finetune_evaluate_and_merge_components_record_their_outputs(tuned, 
         "skipped_long_rows",
         "promoted",
         "eval_turns",
+        "merge_scale",
     } | {f"fc_{c}_rows" for c in ("simple", "multiple", "parallel", "irrelevance", "multi_turn")} | {
         f"fc_{c}_{k}" for c in ("simple", "multiple") for k in ("lost", "won")
     }
@@ -131,6 +132,37 @@ def test_the_finetune_evaluate_and_merge_components_record_their_outputs(tuned, 
     assert "promoted" not in capsys.readouterr().out
 
     assert merged.metadata["uri"] not in (model.metadata["uri"], adapter.metadata["uri"])
+
+
+def test_evaluate_scores_each_merge_scale_and_the_merge_step_merges_at_the_chosen_one(tuned, tmp_path, capsys):
+    """Issue 56 item 3: the tuned model scored at each merge scale on the same rows, the base once (kept by the
+    first scale, reused by the next), every scale's accuracies logged, the chosen one's under the plain names; the
+    merge step merges at the scale it is given."""
+    from components.evaluate import evaluate
+    from components.merge_lora import merge_lora
+
+    scores = art(Metrics, tmp_path, "scores")
+    promoted, reason, scale = evaluate.python_func(
+        base_model=tuned["model"],
+        tuned_model=tuned["adapter"],
+        dataset=tuned["dataset"],
+        metrics=scores,
+        examples=art(Markdown, tmp_path, "examples"),
+        bfcl_answers=art(Dataset, tmp_path, "answers"),
+        max_rows=6,
+        eval_engine="hf",
+        merge_scales="1.0,0.5",
+    )
+    out = capsys.readouterr().out
+    m = scores.metadata
+    assert scale in (1.0, 0.5) and m["merge_scale"] == scale
+    assert {"scale100_fc_ast_accuracy", "scale50_fc_ast_accuracy"} <= set(m)
+    assert m["fc_ast_accuracy"] == m[f"scale{round(scale * 100)}_fc_ast_accuracy"]
+    assert f"merge scale {scale:g} chosen of 1, 0.5" in out and "base scores reused from" in out
+    assert f" at merge scale {scale:g} (of 1, 0.5; {0.5 if scale == 1 else 1:g}: " in reason
+    half = art(Model, tmp_path, "half")
+    merge_lora.python_func(base_model=tuned["model"], adapter=tuned["adapter"], merged=half, scale=0.5)
+    assert half.metadata["merge_scale"] == 0.5 and half.metadata["uri"] != tuned["merged"].metadata["uri"]
 
 
 @pytest.fixture(scope="module")

@@ -192,7 +192,7 @@ def test_evaluate_logs_metrics_verdict_and_report_to_the_run_it_is_given(
     monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking_env)
     monkeypatch.setenv("MLFLOW_RUN_ID", given)
     scores, examples = art(Metrics, tmp_path, "scores"), art(Markdown, tmp_path, "examples")
-    promoted, reason = evaluate.python_func(
+    promoted, reason, scale = evaluate.python_func(
         base_model=model,
         tuned_model=tuned,
         dataset=data,
@@ -203,7 +203,7 @@ def test_evaluate_logs_metrics_verdict_and_report_to_the_run_it_is_given(
         eval_engine="hf",
         min_fc_accuracy=2.0,
     )
-    assert not promoted and reason  # a floor no model meets: the verdict and its reason are logged too
+    assert not promoted and reason and scale == 1.0  # a floor no model meets: the verdict and its reason are logged too
     run = client.get_run(given)
     assert run.info.status == "RUNNING"  # its owner (KFP) ends it
     assert run.data.metrics == pytest.approx(dict(scores.metadata))  # base_*, tuned_*, per category, promoted

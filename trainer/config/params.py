@@ -462,6 +462,17 @@ PARAMS: tuple[Param, ...] = (
         ),
     ),
     Param(
+        'merge_scales',
+        str,
+        '1.0',
+        EVALUATION,
+        BOTH,
+        help=(
+            "The adapter's update scored at each of these scales in (0, 1], e.g. 1.0,0.75,0.5 (the base once); "
+            "the strongest that passes the gate is merged and deployed. LoRA only; 1.0: as trained."
+        ),
+    ),
+    Param(
         'max_drop_by_category',
         str,
         '',

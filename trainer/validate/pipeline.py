@@ -20,6 +20,7 @@ from trainer.chat import templates, usertext
 from trainer.data import bfcl, masking, name_masking, quiet_conversions
 from trainer.chat.turns import split_turns
 from trainer.evaluate import ENGINES, gate, row_counts
+from trainer.evaluate.scales import parse_scales
 from trainer.store.registry import reach_problem
 from trainer.data.batching import check_rows
 from trainer.config.training import ADAPTER_METHODS, MAX_ACCUM, TrainConfig
@@ -91,6 +92,7 @@ def _pipeline_problems(
     if check_local_files:
         problems += _local_bfcl_problems(params)
     problems += _serving_problems(params)
+    problems += _scale_problems(params)
     problems += cluster_problems(params)
     return list(dict.fromkeys(problems))  # each problem once, in the order found
 
@@ -484,6 +486,37 @@ def _serving_problems(params: dict[str, Any]) -> list[str]:
         problems.append(
             "serve_adapters=true: vLLM cannot load an adapter that trains the embeddings in full; "
             "set lora_train_embeddings=false, or serve_adapters=false to serve the merged model"
+        )
+    return problems
+
+
+def _scale_problems(params: dict[str, Any]) -> list[str]:
+    """merge_scales: its text, and a scale other than 1 only where the tuned output is a LoRA update that scales
+    (trainer.models.merge.scale_problem says the same of the adapter the evaluate step gets)."""
+    try:
+        scales = parse_scales(params.get("merge_scales", "1.0"))
+    except UserError as err:
+        return [str(err)]
+    if all(s == 1 for s in scales):
+        return []
+    given = f"merge_scales={params['merge_scales'].strip()}"
+    method = params.get("method", "lora")
+    if method not in ("lora", "qlora"):
+        return [
+            f"{given} scales a LoRA adapter's update, but method={method!r} "
+            + ("trains the weights' magnitudes apart, which no scale applies to" if method == "dora" else "makes none")
+            + ": set method=lora, or merge_scales=1.0"
+        ]
+    problems = []
+    if params.get("lora_train_embeddings"):
+        problems.append(
+            f"{given} scales the LoRA update, but lora_train_embeddings=true trains whole embedding matrices beside "
+            "it, which no scale applies to: set lora_train_embeddings=false, or merge_scales=1.0"
+        )
+    if params.get("serve_adapters"):
+        problems.append(
+            f"{given}: serve_adapters=true serves the adapter as trained beside its base, not at the scale the gate "
+            "chooses: set serve_adapters=false to serve the merged model, or merge_scales=1.0"
         )
     return problems
 
