@@ -458,7 +458,23 @@ def _main(args: argparse.Namespace) -> int:
                 from trainer.validate.objects import object_problems
 
                 collect(object_problems(params), what="invalid pipeline parameters")
-            return run(pipeline, params, args)
+                return run(pipeline, params, args)
+            # The throwaway S3 starts with what earlier runs delivered and kept (pipelines.local_store)
+            from minio.error import S3Error
+
+            from pipelines import local_store, runs
+            from trainer.core.storage import Store
+
+            store_dir = args.runs_dir / runs.STORE
+            print(local_store.restore(Store.from_env(), store_dir), flush=True)
+            code = run(pipeline, params, args)
+            if code not in (130, 143) and (kfp_run := getattr(args, "kfp_run_dir", None)) is not None:
+                try:  # never fails the run: the next one delivers and scores again, as before
+                    if line := local_store.keep(Store.from_env(), store_dir, kfp_run):
+                        print(line, flush=True)
+                except (OSError, UserError, S3Error) as err:
+                    print(f"WARNING: could not keep this run's deliveries in {store_dir} ({err})", flush=True)
+            return code
 
 
 def run(pipeline, params: dict[str, Any], args: argparse.Namespace) -> int:
@@ -631,6 +647,7 @@ def _run(pipeline, params, args, console, run_dir) -> int:
         if re.fullmatch(rf"{re.escape(pipeline.name)}(-\d+){{7}}", p.name)
     ]
     kfp_run_dir = kfp_runs[0] if len(kfp_runs) == 1 else None
+    args.kfp_run_dir = kfp_run_dir  # what the local store keeps after the run (main)
     metrics, reports = runs.collect_task_outputs(kfp_run_dir) if kfp_run_dir else ({}, {})
     report_files = runs.save_reports(run_dir, reports)
     try:

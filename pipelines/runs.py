@@ -1,4 +1,4 @@
-"""python -m pipelines.runs {list,compare,tensorboard} [RUN ...] [-n N] [--runs-dir DIR]
+"""python -m pipelines.runs {list,compare,tensorboard,clear-store} [RUN ...] [-n N] [--runs-dir DIR]
 
 Local runs side by side, like the KFP UI's Compare view. Every `pipelines.run_local` run
 keeps a record under .runs/<run id>/ in the directory it ran from (as MLflow's ./mlruns; run
@@ -21,6 +21,7 @@ Examples:
   python -m pipelines.runs compare 20261122-130501-finetune 20261122-131210-finetune
   python -m pipelines.runs tensorboard            # print the command for every run's events
   python -m pipelines.runs tensorboard --launch   # and start it (Ctrl-C stops)
+  python -m pipelines.runs clear-store            # empty .runs/store (run_local's S3 contents kept between runs)
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from typing import Any
 from trainer.core.errors import UserError, exit_on_user_error
 
 RUNS_DIR = Path(".runs")  # under the current directory, as MLflow's ./mlruns
+STORE = "store"  # <runs dir>/store: the throwaway S3's reusable contents between runs (pipelines.local_store)
 RECORD = "run.json"
 
 
@@ -507,9 +509,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "command",
-        choices=("list", "compare", "tensorboard"),
+        choices=("list", "compare", "tensorboard", "clear-store"),
         help="list: one line per run; compare: parameters that differ and metrics side by side; "
-        "tensorboard: the command that shows the runs' training curves",
+        "tensorboard: the command that shows the runs' training curves; clear-store: empty the local store "
+        "(<runs-dir>/store: what run_local keeps of its throwaway S3 between runs)",
     )
     parser.add_argument("runs", nargs="*", metavar="RUN", help="run ids (default: the last -n runs)")
     parser.add_argument(
@@ -535,6 +538,13 @@ def main(argv: list[str] | None = None) -> int:
                     f"--{flag.replace('_', '-')} applies to `{command}`, not `{args.command}`: drop it, or "
                     f"run python -m pipelines.runs {command} --{flag.replace('_', '-')}"
                 )
+        if args.command == "clear-store":
+            from pipelines import local_store
+
+            if args.runs or args.last is not None:
+                raise UserError("clear-store empties the whole local store: it takes no run ids and no -n")
+            print(local_store.clear(args.runs_dir / STORE))
+            return 0
         if args.last is not None and args.last < 1:
             raise UserError(f"-n {args.last}: give how many of the latest runs to show, at least 1 (e.g. -n 2)")
         runs = load_runs(args.runs_dir)

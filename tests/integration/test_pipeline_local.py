@@ -312,6 +312,19 @@ def test_a_model_that_fails_the_gate_is_neither_deployed_nor_registered_and_bfcl
     assert (
         f"copied to {run_dir / 'merged-model'}  (not promoted, so not to {out_dir / 'merged-model'}" in proc.stdout
     ), proc.stdout[-3000:]
+    # its deliveries and the base's scores kept for the next run in the same folder (pipelines.local_store)
+    assert re.search(r"local store \S+: \d+ objects added \(\d+ MB\) for later runs", proc.stdout), proc.stdout[-2000:]
+    assert (runs_dir / "store").is_dir()
+
+    # Issue 56: the same run again, as a user iterates: its throwaway S3 starts with what the first kept, so nothing
+    # is uploaded again and the base is asked nothing (both parts of its scores reused)
+    again = run("gated", "--param", f"dataset_source={mixed}", "--param", "min_fc_accuracy=0.99")
+    out = again.stdout + again.stderr
+    assert again.returncode == 0, out[-5000:]
+    assert re.search(r"local store \S+: 3 delivered trees and \d+ kept objects \(\d+ MB\) restored in", out), out[:3000]
+    assert out.count("base scores reused from") == 2 and "(heldout, scored by run" in out and "(bfcl, scored by" in out
+    assert re.search(r"model builtin:tiny-llama -> s3://\S+ \(\d+ bytes, 0 uploaded\)", out), out[-5000:]
+    assert "objects added" not in out  # everything it delivered was there already
 
     splits = builtin_data.generate(n_train=40, n_eval=10, seed=1)
     question = bfcl.read(bfcl_tree, "multiple")[3]["messages"][-1]["content"]
