@@ -147,6 +147,30 @@ def test_the_projects_parsers_agree_with_vllms(tok, text, parser, calls, content
         assert (theirs.error is None) == (ours.error is None) == ("not json" not in text and "=x)" not in text)
 
 
+def test_an_answer_cut_off_inside_a_pythonic_call_is_text_at_once(monkeypatch):
+    """Issue 57 F9: vLLM's pythonic pattern backtracks exponentially under Python's `re` on an answer cut off
+    mid-call (69 s at 148 characters here, 2026-12-02); matched with the `regex` module, as vLLM matches it, it
+    answers at once, and within VLLM_TOOL_PARSE_REGEX_TIMEOUT_SECONDS in any case, where the answer is read as text as
+    vLLM reads it."""
+    cut = "[get_time(" + 'city="Oslo", ' * 40 + 'city="Os'  # 530 characters: hours under `re`
+    assert parsers.parse("pythonic", cut) == parsers.Parsed([], cut)
+    whole = "[get_time(" + 'city="Oslo", ' * 40 + 'tz="CET")]'
+    assert parsers.parse("pythonic", whole).calls == [{"name": "get_time", "arguments": {"city": "Oslo", "tz": "CET"}}]
+
+    class Slow:
+        def match(self, text, timeout):
+            assert timeout == 0.5  # vLLM's setting, read as vLLM reads it
+            raise TimeoutError
+
+    monkeypatch.setattr(parsers, "_PYTHONIC", Slow())
+    monkeypatch.setenv("VLLM_TOOL_PARSE_REGEX_TIMEOUT_SECONDS", "0.5")
+    got = parsers.parse("pythonic", whole)
+    assert got.calls == [] and got.content == whole and "timed out after 0.5 s" in got.error
+    for bad in ("0", "-1", "nan", "soon"):
+        monkeypatch.setenv("VLLM_TOOL_PARSE_REGEX_TIMEOUT_SECONDS", bad)
+        assert parsers.regex_timeout() == 1.0
+
+
 def test_each_builtin_templates_calls_are_read_by_the_parser_it_declares():
     """tool_call_parser reads the format off each template's rendering: hermes for the <tool_call> ones,
     llama3_json where the vocabulary has <|python_tag|> (hermes otherwise: vLLM's llama3_json refuses to start

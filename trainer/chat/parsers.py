@@ -13,11 +13,14 @@ from __future__ import annotations
 import ast
 import json
 import logging
+import math
 import os
 import re
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import regex
 
 from trainer.chat.calls import arguments_or_raw, decode_arguments
 from trainer.chat.types import ToolCall
@@ -102,11 +105,25 @@ def parse(parser: str, text: str) -> Parsed | None:
 
 
 # vLLM's pythonic parser first matches this shape (a list of name(key=value, ...) calls), then reads it with `ast`.
-_PYTHONIC = re.compile(
+# The pattern backtracks exponentially on an answer cut off inside a call (2.2 s at 122 characters, over 150 s at
+# 170: a small model stopped by max tokens hung the evaluate step), so vLLM matches it with the `regex` module's
+# time limit, VLLM_TOOL_PARSE_REGEX_TIMEOUT_SECONDS (1 s by default), and reads an answer past it as text: so here.
+_PYTHONIC = regex.compile(
     r"\[([a-zA-Z]+\w*\(([a-zA-Z]+\w*=.*,\s*)*([a-zA-Z]+\w*=.*\s)?\),\s*)*([a-zA-Z]+\w*\(([a-zA-Z]+\w*=.*,"
     r"\s*)*([a-zA-Z]+\w*=.*\s*)?\)\s*)+\]",
-    re.DOTALL,
+    regex.DOTALL,
 )
+
+
+def regex_timeout() -> float:
+    """vLLM's limit on the pythonic pattern's match, in seconds (its env var; 1 when unset or not a number > 0)."""
+    try:
+        value = float(os.environ.get("VLLM_TOOL_PARSE_REGEX_TIMEOUT_SECONDS", "1"))
+    except ValueError:
+        return 1.0
+    return value if value > 0 and math.isfinite(value) else 1.0
+
+
 _JSON_NAMES = {"true": True, "false": False, "null": None}
 
 
@@ -132,8 +149,15 @@ def _literal(node: ast.expr) -> Any:
 
 
 def _parse_pythonic(text: str) -> Parsed:
-    """`[f(a=1), g(b="x")]`: the whole output a list of calls, else it is text."""
-    if not _PYTHONIC.match(text):
+    """`[f(a=1), g(b="x")]`: the whole output a list of calls, else it is text (an answer the pattern cannot be
+    matched against within `regex_timeout`, as vLLM reads it, too)."""
+    try:
+        shaped = _PYTHONIC.match(text, timeout=regex_timeout())
+    except TimeoutError:
+        return Parsed(
+            [], text, f"the pythonic call pattern timed out after {regex_timeout():g} s, read as text as vLLM does"
+        )
+    if not shaped:
         return Parsed([], text)
     try:
         value = getattr(ast.parse(text.strip()).body[0], "value", None)
