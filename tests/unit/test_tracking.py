@@ -137,3 +137,67 @@ def test_the_training_pods_get_the_tracking_settings_and_no_credentials(monkeypa
 def test_credentials_are_redacted_from_text():
     assert tracking.redacted("http://user:pass@mlflow:5000/x and s3://k:s@h/b") == "http://mlflow:5000/x and s3://h/b"
     assert tracking.redacted("s3://bucket/models/sha256-abc") == "s3://bucket/models/sha256-abc"
+
+
+def test_a_password_holding_at_or_slash_and_a_token_in_the_query_are_redacted_whole():
+    """Issue 57 F14: the user info ended at its first '@' or '/', so half a password was printed, and a query token
+    was kept."""
+    assert tracking.redacted("see http://u:p@ss/w@mlflow:5000/x?token=abc&page=2 now") == (
+        "see http://mlflow:5000/x?token=***&page=2 now"
+    )
+    assert tracking.redacted("https://host/api?API_KEY=k1&sig=s2#frag") == "https://host/api?API_KEY=***&sig=***#frag"
+
+
+def test_a_urls_credentials_go_to_mlflows_settings_and_no_url_or_pod_holds_them(monkeypatch, capsys):
+    """Issue 57 F14: MLflow's own "View run ... at <url>" lines put the password in run.log, and launch-k8s rendered
+    it in the job's environment. The tracker moves user:password into MLflow's basic-auth settings and tracks to the
+    bare URL; what a pod gets is the bare URL (credentials come from a Secret)."""
+    from trainer.k8s.podspec import ClusterSpec
+    from trainer.k8s.pytorchjob import pod_template
+
+    for name in (tracking.USERNAME, tracking.PASSWORD, *tracking.BOUNDS):  # set, then unset: restored after the test
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://alice:pa@ss/w0rd@127.0.0.1:9/")  # nothing listens on port 9
+    [container] = pod_template(ClusterSpec(), ["train"], "pytorch").spec.containers
+    env = {e.name: e.value for e in container.env if e.name.startswith("MLFLOW_")}
+    assert env["MLFLOW_TRACKING_URI"] == "http://127.0.0.1:9/" and "pa@ss" not in repr(container.env)
+    tracker = Tracker.from_env()
+    assert not tracker.on  # the server does not answer: one warning
+    assert os.environ["MLFLOW_TRACKING_URI"] == "http://127.0.0.1:9/"
+    assert os.environ[tracking.USERNAME] == "alice" and os.environ[tracking.PASSWORD] == "pa@ss/w0rd"
+    assert "pa@ss" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "uri, said",
+    [
+        ("localhost:5000", "has no scheme MLflow tracks to: give the server's URL, e.g. http://localhost:5000"),
+        ("file:", "names no folder: give file:///an/absolute/folder"),
+        ("ftp://host/x", "MLflow has no tracking store for scheme 'ftp'"),
+        ("htp://host:5000", "MLflow has no tracking store for scheme 'htp'"),
+        ("http://host:abc", "is no server URL (the port is not a number from 1 to 65535)"),
+    ],
+)
+def test_a_tracking_uri_mlflow_cannot_use_is_refused_at_validate_and_never_fails_a_step(uri, said, monkeypatch, capsys):
+    """Issue 57 F13: such a URI passed validation and MLflow raised inside the finetune step, after every delivery
+    (tracking is documented never to fail a run): now refused at validate with the fix, and a tracker started with it
+    anyway (a step's own environment) is one warning, off."""
+    from trainer.validate import pipeline_problems
+
+    for name in tracking.BOUNDS:  # set, then unset: restored after the test (the tracker sets them)
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    [problem] = [p for p in pipeline_problems({}) if "MLFLOW_TRACKING_URI" in p]
+    assert problem.startswith(f"MLFLOW_TRACKING_URI={uri!r}") and said in problem
+    tracker = Tracker.from_env()
+    assert not tracker.on and said in capsys.readouterr().err
+    for good in (
+        "http://127.0.0.1:5000",
+        "https://mlflow.example.com/",
+        "file:///tmp/mlruns",
+        "sqlite:///m.db",
+        "databricks",
+    ):
+        assert tracking.uri_problem(good) == "", good

@@ -41,19 +41,74 @@ FORWARDED = (URI, RUN_ID, EXPERIMENT, *BOUNDS)
 # Params named like credentials are never logged (the training config holds none today: S3 keys and tokens come
 # from the environment), nor the user:password part of a URL.
 _SECRET_NAME = re.compile(r"secret|token|password|passwd|credential|access_key|api_key", re.IGNORECASE)
-_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+# A URL's user info: everything from :// to its last '@' before a query or fragment (a password may hold '@' and
+# '/', which end the host early for a stricter pattern and left half of it printed)
+_USERINFO = re.compile(r"(?<=://)[^\s?#]*@")
+# A query parameter named like a credential (?token=..., &api_key=...): its value
+_SECRET_QUERY = re.compile(
+    r"([?&][^=&#\s]*(?:token|password|passwd|secret|credential|key|sig|signature)[^=&#\s]*=)[^&#\s]*", re.IGNORECASE
+)
+# What MLflow tracks to (mlflow.tracking._tracking_service.utils and its store registry): a tracking server, a local
+# folder or a database; "databricks" alone is a profile
+SCHEMES = ("http", "https", "file", "sqlite", "postgresql", "mysql", "mssql", "databricks")
+# MLflow's own basic-auth settings: a URL's user and password go there instead of into every URL MLflow prints
+USERNAME, PASSWORD = "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"
 
 
 def redacted(text: str) -> str:
-    """`text` without the user:password of any URL in it."""
-    return _USERINFO.sub("", text)
+    """`text` without the user:password of any URL in it, nor the value of a query parameter named like a
+    credential (?token=...)."""
+    return _SECRET_QUERY.sub(r"\1***", _USERINFO.sub("", text))
+
+
+def uri_problem(uri: str) -> str:
+    """Why MLflow cannot track to `uri` (MLFLOW_TRACKING_URI), with the fix; '' when it can (or it is unset).
+    Checked at validate and before every tracker starts: a URI without a scheme (localhost:5000), with one MLflow
+    has no store for (ftp:, a typo) or an empty file: path made MLflow raise inside the finetune step."""
+    uri = uri.strip()
+    if not uri or uri == "databricks":
+        return ""
+    from trainer.core.settings import url_problem
+
+    shown = f"{URI}={redacted(uri)!r}"
+    scheme, sep, rest = uri.partition(":")
+    base = scheme.split("+", 1)[0].lower()
+    if not sep or not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", scheme) or (base not in SCHEMES and rest.isdigit()):
+        host = redacted(uri).split("/", 1)[0]
+        return (
+            f"{shown} has no scheme MLflow tracks to: give the server's URL, e.g. http://{host}, or "
+            "file:///an/absolute/folder for a local store; or unset it to turn tracking off"
+        )
+    if base not in SCHEMES:
+        return (
+            f"{shown}: MLflow has no tracking store for scheme {scheme!r}; give http(s):// (a tracking server), "
+            f"file:///an/absolute/folder, or a database URI ({', '.join(s for s in SCHEMES[3:] if s != 'databricks')}); "
+            "or unset it to turn tracking off"
+        )
+    if base in ("http", "https") and (bad := url_problem(_USERINFO.sub("", uri))):
+        return f"{shown} is no server URL ({bad}): e.g. http://127.0.0.1:5000"
+    if base == "file" and not rest.lstrip("/"):
+        return f"{shown} names no folder: give file:///an/absolute/folder"
+    return ""
+
+
+def _split_credentials(uri: str) -> tuple[str, str, str]:
+    """(the URI without user info, user, password): MLflow takes them from USERNAME / PASSWORD."""
+    found = re.match(r"([A-Za-z][A-Za-z0-9+.-]*://)([^\s?#]*)@(.*)", uri, re.S)
+    if not found:
+        return uri, "", ""
+    user, _, password = found.group(2).partition(":")
+    return found.group(1) + found.group(3), user, password
 
 
 def forwarded_env(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
-    """The tracking settings a process this one starts elsewhere (a training pod) needs: empty when tracking is off."""
+    """The tracking settings a process this one starts elsewhere (a training pod) needs: empty when tracking is off.
+    The URI without its user info: a pod spec is plain text, credentials come from a Secret (USERNAME, PASSWORD)."""
     if not environ.get(URI):
         return {}
-    return {name: environ[name] for name in FORWARDED if environ.get(name)}
+    out = {name: environ[name] for name in FORWARDED if environ.get(name)}
+    out[URI] = _split_credentials(out[URI])[0]
+    return out
 
 
 class Tracker:
@@ -70,19 +125,33 @@ class Tracker:
     def from_env(cls, run_name: str = "") -> Tracker:
         """The run the environment names (module docstring); off when MLFLOW_TRACKING_URI is unset, when mlflow is
         not installed or when the server does not answer (one warning line each)."""
-        uri = os.environ.get(URI, "")
+        uri = os.environ.get(URI, "").strip()
         if not uri:
             return cls()
         for name, value in BOUNDS.items():
             os.environ.setdefault(name, value)  # MLflow reads them at each request
+        # user:password@ moved to MLflow's own settings, so that no URL MLflow prints ("View run ... at") holds them
+        uri, user, password = _split_credentials(uri)
+        if user and not os.environ.get(USERNAME):
+            os.environ[USERNAME] = user
+        if password and not os.environ.get(PASSWORD):
+            os.environ[PASSWORD] = password
+        os.environ[URI] = uri  # what this process's children (torchrun's) read
         tracker = cls(uri=uri)
+        if problem := uri_problem(uri):
+            tracker._warn(problem, "fix MLFLOW_TRACKING_URI as it says, or unset it")
+            return tracker
         try:
             # Imported here, not at the top: only a process that tracks needs mlflow (the training image may lack it).
             from mlflow import MlflowClient
         except ImportError:
             tracker._warn("mlflow is not installed here", "pip install mlflow-skinny, or unset MLFLOW_TRACKING_URI")
             return tracker
-        tracker.client = MlflowClient(tracking_uri=uri)
+        try:
+            tracker.client = MlflowClient(tracking_uri=uri)
+        except Exception as err:  # noqa: BLE001 - MLflow's store registry refusing the URI: never the run's end
+            tracker._warn(f"{type(err).__name__}: {brief(err, 160)}", "check MLFLOW_TRACKING_URI, or unset it")
+            return tracker
         run_id = os.environ.get(RUN_ID, "")
         tracker._call(
             tracker._open,

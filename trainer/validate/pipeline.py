@@ -26,6 +26,7 @@ from trainer.data.batching import check_rows
 from trainer.config.training import ADAPTER_METHODS, MAX_ACCUM, TrainConfig
 from trainer.core.errors import UserError
 from trainer.core import metrics as metric_names
+from trainer.core import tracking
 from trainer.serving.args import served_name_problems
 from trainer.validate.cluster import cluster_problems
 from trainer.validate.values import TRAIN_DEFAULTS, TRAIN_PARAMS, DEFAULTS, default, type_problems
@@ -71,6 +72,8 @@ def _pipeline_problems(
 ) -> list[str]:
     params = {**TRAIN_PARAMS, **DEFAULTS, **params}
     problems, bad = type_problems(params)
+    if tracked := tracking.uri_problem(os.environ.get(tracking.URI, "")):  # the steps' environment: theirs too
+        problems.append(tracked)
     params.update({name: default(name) for name in bad if name in TRAIN_DEFAULTS or name in DEFAULTS})
     context = None  # the model's, when max_seq_len is over it: the other checks then take it as max_seq_len
     for what in ("model", "dataset"):
