@@ -767,6 +767,43 @@ def test_serve_with_a_damaged_adapter_config_is_one_line_naming_the_file(tmp_pat
     assert "copy the adapter directory again from its run's output, or pass another adapter" in err
 
 
+@pytest.mark.parametrize("kind", ["dev-zero", "fifo"])
+def test_serve_with_an_adapter_config_that_is_no_regular_file_is_refused_without_reading_it(tmp_path, capsys, kind):
+    """Issue 57 F3: an adapter_config.json linked to /dev/zero was read into memory (the kernel stopped the process at
+    21 GB), a FIFO waited for a writer forever; `runs` already refused such files."""
+    import os
+
+    from trainer.__main__ import main
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    (tmp_path / "adapter").mkdir()
+    cfg = tmp_path / "adapter" / "adapter_config.json"
+    if kind == "fifo":
+        os.mkfifo(cfg)
+    else:
+        cfg.symlink_to("/dev/zero")
+    with pytest.raises(SystemExit) as exit_:
+        main(["serve", str(tmp_path / "model"), "--lora", f"q={tmp_path / 'adapter'}"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "Traceback" not in err
+    assert (
+        f"--lora q={tmp_path / 'adapter'}: {cfg} is not a regular file (a FIFO, a device or a socket): give the file "
+        "itself; copy the adapter directory again from its run's output" in err
+    ), err
+
+
+def test_a_config_file_larger_than_any_config_is_refused(tmp_path, monkeypatch):
+    from trainer.core import jsontext
+
+    monkeypatch.setattr(jsontext, "CONFIG_MAX_BYTES", 10)
+    (tmp_path / "c.json").write_text('{"r": 16, "x": 1}')
+    with pytest.raises(OSError, match="is 17 bytes, more than a config file holds"):
+        jsontext.config_text(tmp_path / "c.json")
+    (tmp_path / "s.json").write_text("{}")
+    assert jsontext.config_text(tmp_path / "s.json") == "{}"
+
+
 def test_a_request_the_server_does_not_answer_in_time_is_one_message_not_a_traceback():
     """A vLLM server on cores another heavy process shares took over 600 s on one BFCL request: the evaluate step
     died with a socket's TimeoutError traceback. Now one line names the request, the limit and what to do."""

@@ -13,6 +13,28 @@ from typing import Any
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# A config file (config.json, adapter_config.json, tokenizer_config.json) is kilobytes; a chat template inside
+# tokenizer_config.json can be a few hundred: far above any real one, far below what a link to /dev/zero fills
+CONFIG_MAX_BYTES = 64 << 20
+
+
+def config_text(path: Any, encoding: str = "utf-8") -> str:
+    """A small text file's content, or OSError saying why not: not a regular file (a FIFO would wait for a
+    writer forever, a link to /dev/zero fill the memory: the kernel stopped `trainer serve` at 21 GB) or larger than
+    CONFIG_MAX_BYTES. Every reader of a config file in a directory a user gives goes through it."""
+    import os
+    import stat
+
+    st = os.stat(path)  # follows links: what the link names is what would be read
+    if not stat.S_ISREG(st.st_mode):
+        raise OSError(f"{path} is not a regular file (a FIFO, a device or a socket): give the file itself")
+    if st.st_size > CONFIG_MAX_BYTES:
+        raise OSError(f"{path} is {st.st_size} bytes, more than a config file holds ({CONFIG_MAX_BYTES} at most)")
+    with open(path, encoding=encoding) as f:
+        text = f.read(CONFIG_MAX_BYTES + 1)  # a file that grows while read stops here too
+    if len(text) > CONFIG_MAX_BYTES:
+        raise OSError(f"{path} grew past {CONFIG_MAX_BYTES} bytes while read")
+    return text
 
 
 # How a lone surrogate gets into a str: a JSON escape (UTF-8 bytes cannot encode one, and Arrow

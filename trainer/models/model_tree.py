@@ -10,6 +10,7 @@ from typing import Any
 
 from trainer.models import builtin_model, gguf, weights
 from trainer.core.errors import UserError
+from trainer.core.jsontext import config_text
 from trainer.config.sources import LOCAL_SUFFIXES, is_gguf, parse
 
 # What makes a directory a model: config.json, weights (single file or shards listed by an
@@ -25,7 +26,9 @@ def _read_json(path: Path) -> tuple[Any, str | None]:
     import json
 
     try:
-        return json.loads(path.read_text(encoding="utf-8-sig")), None
+        return json.loads(config_text(path, "utf-8-sig")), None
+    except OSError as err:  # not a regular file, or too large for a config (trainer.core.jsontext.config_text)
+        return None, f"{err}; re-download the model"
     except UnicodeDecodeError:
         return None, f"{path} is not UTF-8 text; re-download the model"
     except json.JSONDecodeError as err:

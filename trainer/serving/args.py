@@ -21,6 +21,7 @@ from typing import Any
 
 from trainer.chat.parsers import DEFAULT_TOOL_PARSER, chat_template_text, tool_call_parser
 from trainer.core.errors import UserError, brief
+from trainer.core.jsontext import config_text
 from trainer.core.storage import MANIFEST, split_uri
 from trainer.chat.templates import TEMPLATE_FILE
 
@@ -168,8 +169,14 @@ def adapter_config(adapter_dir: str | Path, label: str = "") -> dict[str, Any]:
     )
     where = f"{label}: " if label else ""
     try:
-        config = json.loads(cfg.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
+        text = config_text(cfg)
+    except OSError as err:  # not a regular file (a FIFO, a link to a device), or larger than any config
+        raise UserError(f"{where}{err}; copy the adapter directory again from its run's output") from None
+    except UnicodeDecodeError as err:
+        raise UserError(f"{where}{cfg} cannot be read ({brief(err, 120)}): {fix}") from None
+    try:
+        config = json.loads(text)
+    except (ValueError, RecursionError) as err:
         raise UserError(f"{where}{cfg} cannot be read ({brief(err, 120)}): {fix}") from None
     if not isinstance(config, dict):
         raise UserError(f"{where}{cfg} holds no JSON object: {fix}")
