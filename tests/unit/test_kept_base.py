@@ -82,6 +82,22 @@ def test_a_damaged_kept_object_is_set_aside_and_the_base_scored(tiny_model_dir, 
         (b'{"format": 1, "dig', "not JSON"),
         (json.dumps({**good, "digest": "0" * 64}).encode(), "it names digest 000000000000"),
         (json.dumps({**good, "predictions": good["predictions"][:1]}).encode(), "1 held-out answers"),
+        # issue 57 F12: the right name and shape, other content: evaluate failed with a traceback in every run after
+        (json.dumps({**good, "predictions": [None] * len(good["predictions"])}).encode(), "answer 0 is NoneType"),
+        (
+            json.dumps({**good, "metrics": {**good["metrics"], "eval_loss": "0.5"}}).encode(),
+            "metric 'eval_loss' is '0.5', not a finite number",
+        ),
+        (
+            json.dumps({**good, "predictions": [{**p, "calls": "x"} for p in good["predictions"]]}).encode(),
+            "answer 0's calls are not a list",
+        ),
+        (
+            (
+                json.dumps({**good, "predictions": None})[:-1] + ', "deep": ' + "[" * 100000 + "]" * 100000 + "}"
+            ).encode(),
+            "not JSON: RecursionError",
+        ),
     ):
         kept.store.client.put_object(kept.store.bucket, key, io.BytesIO(damage), len(damage))
         asked.clear()
@@ -145,3 +161,19 @@ def test_the_bfcl_part_is_reused_on_another_dataset(tiny_model_dir, tmp_path, bf
         **{**args, "suites": ("bfcl",)},
     )  # BFCL alone: the base asked nothing
     assert asked == ["BFCL tuned"]
+
+
+def test_kept_bfcl_answers_of_another_shape_are_damage():
+    """Issue 57 F12, BFCL's part: an answer that is no answer object (None stays: a row too long to ask)."""
+    from trainer.evaluate import kept_base
+
+    def obj(answers):
+        return json.dumps({"format": kept_base.FORMAT, "digest": "d", "part": "bfcl", "answers": answers}).encode()
+
+    ok = {"calls": [{"name": "f", "arguments": {}}], "content": None, "raw": "<tool_call>"}
+    assert kept_base._damage(obj([ok, None]), "d", "bfcl", 2)[0] == ""
+    assert kept_base._damage(obj([ok, {"calls": [], "content": 3, "raw": ""}]), "d", "bfcl", 2)[0] == (
+        "BFCL answer 1's content is int, not text"
+    )
+    assert kept_base._damage(obj([ok, "x"]), "d", "bfcl", 2)[0] == "BFCL answer 1 is str, not an answer object"
+    assert kept_base._damage(obj([ok]), "d", "bfcl", 2)[0] == "1 BFCL answers instead of 2"

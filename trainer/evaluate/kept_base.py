@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -132,25 +133,58 @@ class KeptBase:
         print(f"base scores kept at {self.store.uri(key)} ({part}) for later runs", flush=True)
 
 
+def _prediction_problem(p: Any, at: str) -> str:
+    """What makes `p` no answer as the scorers read it (trainer.chat.types.Prediction: calls of a name and
+    arguments, content text or null, raw text); '' when it is one."""
+    if not isinstance(p, dict):
+        return f"{at} is {type(p).__name__}, not an answer object"
+    calls = p.get("calls")
+    if not isinstance(calls, list) or not all(
+        isinstance(c, dict) and (c.get("name") is None or isinstance(c.get("name"), str)) and "arguments" in c
+        for c in calls
+    ):
+        return f"{at}'s calls are not a list of {{name, arguments}}"
+    if p.get("content") is not None and not isinstance(p.get("content"), str):
+        return f"{at}'s content is {type(p.get('content')).__name__}, not text"
+    if not isinstance(p.get("raw"), str):
+        return f"{at}'s raw text is {type(p.get('raw')).__name__}"
+    return ""
+
+
 def _damage(raw: bytes, sha: str, part: str, rows: int) -> tuple[str, dict[str, Any]]:
-    """("", the object) when `raw` is the whole kept `part` for `sha`; otherwise what is wrong with it."""
+    """("", the object) when `raw` is the whole kept `part` for `sha`, every value of the shape its readers take
+    (metrics finite numbers, answers as the scorers read them); otherwise what is wrong with it. An object with the
+    right name and shape but other content used to fail the evaluate step of every run with that base."""
     try:
         kept = json.loads(raw)
-    except ValueError as err:
-        return f"not JSON: {err}", {}
+    except (ValueError, RecursionError) as err:  # Recursion: nested past json's depth
+        return f"not JSON: {type(err).__name__}: {str(err)[:80]}", {}
     if not isinstance(kept, dict):
         return "not a JSON object", {}
     if kept.get("format") != FORMAT or kept.get("digest") != sha or kept.get("part") != part:
         return (
             f"it names digest {str(kept.get('digest'))[:12]}, format {kept.get('format')}, part {kept.get('part')}"
         ), {}
-    if part == "heldout" and (
-        not isinstance(kept.get("metrics"), dict)
-        or not isinstance(kept.get("predictions"), list)
-        or len(kept["predictions"]) != rows
-    ):
-        return f"{len(kept.get('predictions') or [])} held-out answers instead of {rows}", {}
-    answers = kept.get("answers")
-    if part == "bfcl" and (not isinstance(answers, list) or len(answers) != rows):
-        return f"{len(answers or [])} BFCL answers instead of {rows}", {}
+    if part == "heldout":
+        metrics, predictions = kept.get("metrics"), kept.get("predictions")
+        if not isinstance(metrics, dict) or not isinstance(predictions, list) or len(predictions) != rows:
+            got = len(predictions) if isinstance(predictions, list) else 0
+            return f"{got} held-out answers instead of {rows}", {}
+        bad = [
+            k
+            for k, v in metrics.items()
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+        ]
+        if bad:
+            return f"metric {bad[0]!r} is {metrics[bad[0]]!r}, not a finite number", {}
+        for i, p in enumerate(predictions):
+            if problem := _prediction_problem(p, f"answer {i}"):
+                return problem, {}
+    if part == "bfcl":
+        answers = kept.get("answers")
+        if not isinstance(answers, list) or len(answers) != rows:
+            return f"{len(answers) if isinstance(answers, list) else 0} BFCL answers instead of {rows}", {}
+        for i, p in enumerate(answers):  # None: a row too long to ask
+            if p is not None and (problem := _prediction_problem(p, f"BFCL answer {i}")):
+                return problem, {}
     return "", kept
