@@ -76,17 +76,17 @@ def share_problem(share: Any, name: str = "irrelevance_share") -> str | None:
     return None
 
 
+def is_fraction(value: Any) -> bool:
+    """A finite number from 0 to 1 (a boolean is none): what every share of the data's rows is."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) and 0 <= value <= 1
+
+
 def distractors_problem(share: Any, name: str = "irrelevance_distractors") -> str | None:
     """Why `share` is not a usable share of masked copies with distractors (None when it is), with the fix."""
-    if (
-        isinstance(share, bool)
-        or not isinstance(share, (int, float))
-        or not math.isfinite(share)
-        or not 0 <= share <= 1
-    ):
+    if not is_fraction(share):
         return (
-            f"{name} must be a number from 0 to 1 (the share of the masked copies that offer unrelated tools "
-            f"instead of the row's own), got {share!r}: e.g. {name}=0.5"
+            f"{name} must be a number from 0 to 1 (the share of the masked copies that offer, in place of the "
+            f"removed tool, tools other rows call), got {share!r}: e.g. {name}=0.5"
         )
     return None
 

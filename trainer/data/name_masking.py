@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import copy
 import keyword
-import math
 import random
 import re
 import string
@@ -34,6 +33,7 @@ from typing import Any
 from trainer.chat.types import Row, Tool
 from trainer.core.errors import UserError
 from trainer.data.formats import QUIET
+from trainer.data.masking import is_fraction
 
 FUNCTION_CHARS = (5, 15)  # Hammer's lengths
 PARAMETER_CHARS = (4, 10)
@@ -45,12 +45,7 @@ _IDENTIFIER_LIKE = re.compile(r"[_.\-0-9]|[a-z][A-Z]")
 
 def share_problem(share: Any, name: str = "name_masking") -> str | None:
     """Why `share` is not a usable name-masking share (None when it is), with the fix."""
-    if (
-        isinstance(share, bool)
-        or not isinstance(share, (int, float))
-        or not math.isfinite(share)
-        or not 0 <= share <= 1
-    ):
+    if not is_fraction(share):
         return (
             f"{name} must be a number from 0 to 1 (the share of the training rows with tools whose function and "
             f"parameter names are replaced by random ones), got {share!r}: e.g. {name}=0.67, as Hammer trains"
