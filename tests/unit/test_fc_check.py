@@ -372,3 +372,26 @@ def test_never_calling_model_scores_zero_on_calls_and_full_on_irrelevance(with_c
         [fc_check.score(r, [_call("get_weather", city="Paris", unit="celsius")], "") for r in rows]
     )
     assert always_call["categories"]["irrelevance"]["accuracy"] == 0.0
+
+
+@pytest.mark.parametrize(
+    "got, want, at_least, below",
+    [
+        (
+            "今天东京的天气是晴天。",
+            "今天东京的天气是晴天",
+            1.0,
+            None,
+        ),  # issue 57 F16: the final 。 alone differed: scored 0
+        ("東京は晴れです。", "東京は晴れです", 1.0, None),
+        ("วันนี้อากาศดี", "วันนี้อากาศดี.", 1.0, None),
+        ("今天东京下雨", "今天东京的天气是晴天", 0.4, 0.6),  # partly right: partly scored, not all or nothing
+        ("你好", "今天东京的天气是晴天", None, 0.01),
+        ("It is 20 degrees, sunny in Paris.", "It is 20 degrees and sunny in Paris", 0.8, 1.0),
+    ],
+)
+def test_rouge_l_counts_the_characters_of_scripts_written_without_spaces(got, want, at_least, below):
+    from trainer.chat.fc_check import rouge_l
+
+    score = rouge_l(got, want)
+    assert (at_least is None or score >= at_least) and (below is None or score < below), score

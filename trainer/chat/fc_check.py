@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import re
 import string
+import unicodedata
 from typing import Any, Callable
 
 from trainer.core import metrics as names
@@ -74,16 +75,33 @@ _ALIASES = {"float": "number", "dict": "object", "tuple": "array"}
 
 
 def normalize_text(text: str) -> str:
-    """Case folded, punctuation dropped, white space collapsed (SQuAD-style, without article removal)."""
-    text = text.lower().translate(str.maketrans("", "", string.punctuation))
+    """Case folded, punctuation dropped (ASCII's and every other script's: "。", "、", "«"), white space collapsed
+    (SQuAD-style, without article removal)."""
+    text = "".join(
+        c for c in text.lower() if c not in string.punctuation and not unicodedata.category(c).startswith("P")
+    )
     return " ".join(text.split())
 
 
+# Scripts written without spaces between words (Han, Hiragana, Katakana, Thai, Lao, Khmer, Myanmar): each character
+# is a token, as ROUGE's CJK variants count them; split at spaces, a whole Chinese answer was one word, and a right
+# one that differed by its final "。" scored 0.
+_UNSPACED = re.compile(
+    "([\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ebef\u3040-\u309f\u30a0-\u30ff\u31f0-\u31ff"
+    "\u0e00-\u0e7f\u0e80-\u0eff\u1780-\u17ff\u1000-\u109f])"
+)
+
+
+def text_tokens(text: str) -> list[str]:
+    """A text's normalised words (`normalize_text`), each character of an unspaced script its own token."""
+    return [t for word in normalize_text(text).split() for t in _UNSPACED.split(word) if t]
+
+
 def rouge_l(got: str, want: str) -> float:
-    """ROUGE-L F1 of two texts over their normalised words: the longest common subsequence against
+    """ROUGE-L F1 of two texts over their tokens (`text_tokens`): the longest common subsequence against
     both lengths (1.0 for equal texts, 0.0 when either is empty). A dynamic programme over the
-    words, O(len(got) * len(want)): answers here are sentences, not documents."""
-    a, b = normalize_text(got).split(), normalize_text(want).split()
+    tokens, O(len(got) * len(want)): answers here are sentences, not documents."""
+    a, b = text_tokens(got), text_tokens(want)
     if not a or not b:
         return float(a == b)
     prev = [0] * (len(b) + 1)
