@@ -93,6 +93,30 @@ def test_string_arguments_are_normalised_to_dicts(tmp_path):
     assert out["messages"][1]["tool_calls"][0]["function"]["arguments"] == {"a": 1}
 
 
+def test_a_call_without_arguments_is_written_with_empty_ones_and_renders(tmp_path):
+    """Issue 57 F17: a call to a tool without parameters, without an `arguments` key, was accepted by the reader but
+    kept without it, and the chat template failed on it with a TypeError whose fix was about the template."""
+    from transformers import AutoTokenizer
+
+    from trainer.chat import templates
+    from trainer.models import builtin_model
+
+    tool = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
+    row = {
+        "messages": [
+            {"role": "user", "content": "What time is it?"},
+            {"role": "assistant", "tool_calls": [{"type": "function", "function": {"name": "get_time"}}]},
+        ],
+        "tools": [tool],
+    }
+    [read] = data.validate_rows([row], "rows")
+    assert read["messages"][1]["tool_calls"][0]["function"]["arguments"] == {}
+    tok = builtin_model.build_tokenizer()
+    tok.chat_template = templates.resolve("chatml-tools")
+    text = tok.apply_chat_template(read["messages"], tools=read["tools"], tokenize=False)
+    assert "get_time" in text and "{}" in text
+
+
 def test_encode_drops_over_long_rows_and_counts_them(tokenizer):
     rows = [
         json.loads(GOOD),

@@ -352,7 +352,7 @@ def row_problems(row: Any) -> list[str]:
 
 
 def normalise(row: dict[str, Any], columnar: bool = False) -> dict[str, Any]:
-    """Tool-call arguments as dicts (chat templates render them with `tojson`); null fields
+    """Tool-call arguments as dicts (chat templates render them with `tojson`), {} where a call has none; null fields
     dropped (Parquet and `datasets` give every message every column, null where absent, and
     templates test `'tool_calls' in message`).
 
@@ -368,6 +368,9 @@ def normalise(row: dict[str, Any], columnar: bool = False) -> dict[str, Any]:
     row["messages"] = [{k: v for k, v in m.items() if v is not None or k == "content"} for m in row["messages"]]
     for m in row["messages"]:
         for tc in m.get("tool_calls") or []:
+            # a call without arguments (row_problems reads it as {}) written as {}: chat templates render
+            # `function.arguments` and failed on it with a TypeError whose fix was about the template
+            tc["function"].setdefault("arguments", {})
             if isinstance(tc["function"].get("arguments"), str):  # checked above: JSON text
                 tc["function"]["arguments"] = decode_arguments(tc["function"]["arguments"])
             elif columnar:
