@@ -96,7 +96,6 @@ def test_string_arguments_are_normalised_to_dicts(tmp_path):
 def test_a_call_without_arguments_is_written_with_empty_ones_and_renders(tmp_path):
     """Issue 57 F17: a call to a tool without parameters, without an `arguments` key, was accepted by the reader but
     kept without it, and the chat template failed on it with a TypeError whose fix was about the template."""
-    from transformers import AutoTokenizer
 
     from trainer.chat import templates
     from trainer.models import builtin_model
