@@ -274,8 +274,13 @@ def cmd_launch_k8s(args: argparse.Namespace) -> None:
     from trainer.k8s.pytorchjob import build_pytorchjob
     from trainer.k8s.trainjob import build_trainjob
 
+    from trainer.validate.cluster import environment_image_problems
+
     cfg, spec = TrainConfig.from_namespace(args), _cluster_spec(args)
-    collect(cfg.problems() + spec.problems(), what="invalid training or cluster settings")
+    # FINETUNE_IMAGE="x:v1 --privileged" was rendered as it was here, where submit refused it
+    collect(
+        cfg.problems() + spec.problems() + environment_image_problems(), what="invalid training or cluster settings"
+    )
     spec.stall_timeout_s = cfg.stall_timeout_s
     name = job_name(args.run_id)
     if args.dry_run:
@@ -300,6 +305,9 @@ def cmd_deploy_k8s(args: argparse.Namespace) -> None:
         vllm_image=args.vllm_image,
         tool_call_parser=args.tool_call_parser,
     )
+    from trainer.validate.cluster import environment_image_problems
+
+    collect(environment_image_problems(), what="invalid image settings")  # the init container runs FINETUNE_IMAGE
     objects = deploy.backend(args.backend).build(spec)  # the settings' problems first; contacts nothing
     if args.dry_run:
         print_yaml(objects)

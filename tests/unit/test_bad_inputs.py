@@ -1716,6 +1716,23 @@ def test_kubernetes_clis_refuse_before_rendering(capsys, monkeypatch, tmp_path, 
     assert not out.strip()  # nothing rendered or created
 
 
+@pytest.mark.parametrize("launcher", ["pytorchjob", "trainjob"])
+def test_launch_k8s_refuses_an_image_from_the_environment_with_a_flag_in_it(capsys, monkeypatch, launcher):
+    """Issue 57 F1: FINETUNE_IMAGE="... --privileged" was rendered as it was by launch-k8s --dry-run, where submit
+    refused it: the check now lives with the pods' settings (trainer.k8s.podspec.ClusterSpec), which both go through."""
+    from trainer.__main__ import main
+
+    monkeypatch.setenv("FINETUNE_IMAGE", "ghcr.io/x/llm-finetune:v1 --privileged")
+    argv = ["launch-k8s", "--dry-run", "--launcher", launcher, "--model-uri", "s3://b/models/m"]
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--dataset-uri", "s3://b/datasets/d", "--output-prefix", "runs/r"])
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 2 and not out.strip()
+    assert (
+        'FINETUNE_IMAGE="ghcr.io/x/llm-finetune:v1 --privileged" is not an image reference: it holds white space' in err
+    )
+
+
 @pytest.mark.parametrize(
     "pair, value",
     [

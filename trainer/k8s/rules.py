@@ -505,6 +505,16 @@ _IMAGE = re.compile(
 _DIGEST_HEX = {"sha256": 64, "sha512": 128}
 
 
+def pinned_image(value: Any, what: str, example: str) -> list[str]:
+    """An image reference by the registry's grammar (`image_reference`), then pinned by a tag that is not :latest
+    (or a digest): a pod restarted on another node must run the same image."""
+    if grammar := image_reference(value, what):
+        return grammar  # before the tag rule: "x:v0.1 --trust-remote-code" has a tag, and is no image
+    if "@" not in value and (":" not in value.rsplit("/", 1)[-1] or value.endswith(":latest")):
+        return [f"{what}={value!r} must be pinned by tag, e.g. {example} (not :latest)"]
+    return []
+
+
 def image_reference(value: Any, what: str) -> list[str]:
     """A container image reference by the registry's grammar: no spaces or newlines, a path in lower case,
     a tag of at most 128 characters, a digest of the algorithm's full length."""

@@ -47,11 +47,7 @@ def cluster_problems(params: dict[str, Any]) -> list[str]:
         )
     # vllm_image with credentials is refused by type_problems and reset to the default by now
     problems += _image_problems(params["vllm_image"], "vllm_image", "vllm/vllm-openai:v0.32.0")
-    for variable in ("FINETUNE_IMAGE", "VLLM_IMAGE"):  # the environment's overrides are rendered as they are
-        if os.environ.get(variable):
-            problems += _image_problems(
-                os.environ[variable], f"environment variable {variable}", settings.SETTING_DEFAULTS[variable]
-            )
+    problems += environment_image_problems()
     if on_cluster and not served_name_problems(params["served_model_name"]):  # else reported once, above
         # The objects' names: `<name>-base` beside adapters; KServe's predictor host adds the namespace.
         namespace = params["namespace"] if not rules.dns1123_label(params["namespace"], "namespace") else ""
@@ -64,13 +60,21 @@ def cluster_problems(params: dict[str, Any]) -> list[str]:
     return problems
 
 
+def environment_image_problems() -> list[str]:
+    """FINETUNE_IMAGE and VLLM_IMAGE from the environment, which every pod spec we render takes as they are: the
+    pipelines' validation and the CLIs that render pods (trainer launch-k8s, deploy-k8s) ask the same."""
+    problems = []
+    for variable in ("FINETUNE_IMAGE", "VLLM_IMAGE"):
+        if os.environ.get(variable):
+            problems += _image_problems(
+                os.environ[variable], f"environment variable {variable}", settings.SETTING_DEFAULTS[variable]
+            )
+    return problems
+
+
 def _image_problems(image: str, what: str, example: str) -> list[str]:
-    """An image reference by the registry's grammar, then pinned by a tag that is not :latest."""
-    if image and (grammar := rules.image_reference(image, what)):
-        return grammar  # before the tag rule: "x:v0.1 --trust-remote-code" has a tag, and is no image
-    if image and "@" not in image and (":" not in image.rsplit("/", 1)[-1] or image.endswith(":latest")):
-        return [f"{what}={image!r} must be pinned by tag, e.g. {example} (not :latest)"]
-    return []
+    """An image reference by the registry's grammar, then pinned by a tag that is not :latest ('' asks nothing)."""
+    return rules.pinned_image(image, what, example) if image else []
 
 
 DEPLOY_BACKENDS = deploy.BACKENDS  # all but the first run on the cluster
