@@ -799,3 +799,15 @@ def test_finetune_step_refuses_too_few_delivered_rows_before_launching_a_job(tmp
     err = capsys.readouterr().err
     assert exit_info.value.code == 2
     assert "only 27 training rows, fewer than batch_size x processes = 16 x 2; lower batch_size" in err
+
+
+def test_a_value_holding_control_characters_is_echoed_escaped(capsys):
+    """Issue 57 F7: run_local echoed a dataset path holding ESC and BEL raw in its error (the terminal cleared its
+    screen and set its title); every message a command exits 2 with is written terminal-safe."""
+    from pipelines.run_local import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--param", "dataset_source=/tmp/no\x1b[2Jsuch\x07.jsonl", "--param", "max_steps=1"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "\x1b" not in err and "\x07" not in err
+    assert "dataset path not found: /tmp/no\\x1b[2Jsuch\\x07.jsonl" in err

@@ -46,6 +46,17 @@ def collect(problems: Iterable[str], what: str = "invalid configuration") -> Non
         raise UserError(f"{what} ({len(problems)} problem{'s' if len(problems) > 1 else ''}):\n{lines}")
 
 
+def terminal_safe(text: str) -> str:
+    """`text` with every control character but newline and tab written as its escape (`\\x1b`, `\\x07`): a
+    value a user gave (a path holding ESC or BEL) echoed raw in a message cleared the screen or set the title."""
+    import unicodedata
+
+    return "".join(
+        c if c in "\n\t" or unicodedata.category(c) != "Cc" else c.encode("unicode_escape").decode("ascii")
+        for c in text
+    )
+
+
 @contextlib.contextmanager
 def exit_on_user_error() -> Iterator[None]:
     """Turn a UserError into `error: <message>` on stderr and exit status 2; a reader that went
@@ -54,7 +65,7 @@ def exit_on_user_error() -> Iterator[None]:
         yield
         sys.stdout.flush()  # a closed pipe shows here rather than as a traceback at exit
     except UserError as err:
-        print(f"error: {err}", file=sys.stderr, flush=True)
+        print(f"error: {terminal_safe(str(err))}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
     except BrokenPipeError:
         import os
