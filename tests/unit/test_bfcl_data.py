@@ -216,6 +216,32 @@ def test_a_damaged_data_line_is_one_message(tmp_path, bfcl_tree):
         bfcl.read(tree, "multiple")
 
 
+def test_a_folder_or_a_wheel_whose_data_is_not_bfcls_is_refused_at_validate(tmp_path, bfcl_tree, bfcl_wheel):
+    """Issue 57 F8: a folder with a data file that is not JSON, or a wheel cut short, passed validation and failed at
+    deliver-bfcl with exit 1 after the other deliveries ran: every category is now read where the source is given."""
+    import shutil
+
+    from trainer.validate import pipeline_problems
+
+    folder = shutil.copytree(bfcl_tree, tmp_path / "data")
+    (folder / bfcl.data_file("parallel")).write_text("this is not json\n")
+    cut = tmp_path / bfcl_wheel.name
+    data = bfcl_wheel.read_bytes()
+    cut.write_bytes(data[: len(data) * 2 // 3] + data[-2000:])  # the central directory kept, members cut short
+    wrong = shutil.copytree(bfcl_tree, tmp_path / "wrong")
+    (wrong / bfcl.data_file("multiple")).write_text('{"id": "multiple_0", "question": 3}\n')
+    for source, said in (
+        (folder, "BFCL_v4_parallel.json line 1: not JSON"),
+        (cut, "cut short"),
+        (wrong, "BFCL_v4_multiple.json row 1 is not a BFCL question"),
+    ):
+        problems = pipeline_problems({"eval_suites": "heldout,bfcl", "bfcl_source": str(source)})
+        found = [p for p in problems if p.startswith(f"bfcl_source {source}")]
+        assert len(found) == 1 and said in found[0], problems
+        with pytest.raises(UserError, match=said):  # deliver-bfcl says the same
+            bfcl.extract(source, tmp_path / f"out-{source.name}")
+
+
 @pytest.mark.parametrize(
     "value, ok",
     [
@@ -289,7 +315,7 @@ def test_a_local_bfcl_source_is_read_fully_at_validate_whatever_the_dataset(tmp_
     (tmp_path / "bfcl_eval-9-py3-none-any.whl").write_text("not a zip")
     (tmp_path / "empty").mkdir()
     for source, said in (
-        (tmp_path / "bfcl_eval-9-py3-none-any.whl", "not a wheel (not a zip file)"),
+        (tmp_path / "bfcl_eval-9-py3-none-any.whl", "not a wheel (not a zip file, or one cut short)"),
         (tmp_path / "empty", "lacks BFCL_v4_simple_python.json"),
     ):
         problems = pipeline_problems(

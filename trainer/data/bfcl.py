@@ -23,6 +23,7 @@ import shutil
 import tempfile
 import unicodedata
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any, Callable
 
@@ -122,9 +123,17 @@ def extract(source: Path, dest: Path) -> Path:
                     (dest / w).parent.mkdir(parents=True, exist_ok=True)
                     (dest / w).write_bytes(whl.read(f"{_DATA}/{w}"))
         except zipfile.BadZipFile:
-            raise UserError(f"bfcl_source {source}: not a wheel (not a zip file); use {PACKAGE}'s wheel") from None
+            raise UserError(
+                f"bfcl_source {source}: not a wheel (not a zip file, or one cut short); use {PACKAGE}'s wheel, "
+                f"downloaded again (pip download --no-deps {PACKAGE})"
+            ) from None
+        except (zlib.error, EOFError, OSError) as err:  # a member cut short or damaged: a download that stopped
+            raise UserError(
+                f"bfcl_source {source}: the wheel is damaged ({type(err).__name__}: {str(err)[:80]}); download it "
+                f"again (pip download --no-deps {PACKAGE})"
+            ) from None
         (dest / VERSION_FILE).write_text(_version_of_wheel(source.name) + "\n")
-        return dest
+        return checked(dest, f"bfcl_source {source}")
     if not source.is_dir():
         raise UserError(f"bfcl_source {source}: no such file or folder")
     root = source / _DATA if (source / _DATA).is_dir() else source
@@ -139,7 +148,19 @@ def extract(source: Path, dest: Path) -> Path:
         shutil.copyfile(root / w, dest / w)
     version = (root / VERSION_FILE).read_text().strip() if (root / VERSION_FILE).is_file() else "unknown (a folder)"
     (dest / VERSION_FILE).write_text(version + "\n")
-    return dest
+    return checked(dest, f"bfcl_source {source}")
+
+
+def checked(tree: Path, what: str) -> Path:
+    """`tree`, every category of it read as the evaluation reads it (`read`): a data file that is not JSON or not of
+    BFCL's rows is refused where the source is given (validate, deliver-bfcl), not when the evaluation reaches it
+    after every delivery and the training."""
+    for category in CATEGORIES:
+        try:
+            read(tree, category)
+        except UserError as err:
+            raise UserError(f"{what}: {err}") from None
+    return tree
 
 
 def fetched(dest: Path) -> Path:
@@ -155,12 +176,18 @@ def version(tree: Path) -> str:
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
     rows = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"{path.name}: not UTF-8 text; re-deliver BFCL's data") from None
+    for n, line in enumerate(text.splitlines(), 1):
         if line.strip():
             try:
                 rows.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise UserError(f"{path.name} line {n}: not JSON ({err.msg}); re-deliver BFCL's data") from None
+            except (json.JSONDecodeError, RecursionError) as err:
+                raise UserError(
+                    f"{path.name} line {n}: not JSON ({getattr(err, 'msg', err)}); re-deliver BFCL's data"
+                ) from None
     return rows
 
 
@@ -227,19 +254,25 @@ def read(tree: Path, category: str) -> list[BfclRow]:
         else {r["id"]: r["ground_truth"] for r in _jsonl(Path(tree) / "possible_answer" / data_file(category))}
     )
     rows: list[BfclRow] = []
-    for q in questions:
-        if category not in IRRELEVANCE and q["id"] not in answers:
-            raise UserError(f"BFCL row {q['id']} has no possible answer; re-deliver BFCL's data")
-        rows.append(
-            BfclRow(
-                id=q["id"],
-                category=category,
-                messages=list(q["question"][0]),
-                tools=to_tools(q["function"]),
-                functions=q["function"],
-                ground_truth=answers.get(q["id"]),
+    for n, q in enumerate(questions, 1):
+        try:
+            if category not in IRRELEVANCE and q["id"] not in answers:
+                raise UserError(f"BFCL row {q['id']} has no possible answer; re-deliver BFCL's data")
+            rows.append(
+                BfclRow(
+                    id=q["id"],
+                    category=category,
+                    messages=list(q["question"][0]),
+                    tools=to_tools(q["function"]),
+                    functions=q["function"],
+                    ground_truth=answers.get(q["id"]),
+                )
             )
-        )
+        except (KeyError, TypeError, IndexError, AttributeError) as err:
+            raise UserError(
+                f"{data_file(category)} row {n} is not a BFCL question ({type(err).__name__}: {str(err)[:60]}); "
+                "give BFCL's own data (its wheel, or its bfcl_eval/data folder)"
+            ) from None
     return rows
 
 
