@@ -1204,6 +1204,10 @@ def test_a_schema_type_given_as_a_list_of_types_is_checked_as_json_schema_reads_
         ("{%- generation %}", "{%- endgeneration %}"),
         ("{% generation -%}", "{% endgeneration -%}"),
         ("{%- generation -%}", "{%- endgeneration -%}"),
+        # issue 57 F2: Jinja's `+` modifier, which transformers' own pattern misses (its mask still marks every turn)
+        ("{%+ generation %}", "{%+ endgeneration %}"),
+        ("{% generation +%}", "{% endgeneration +%}"),
+        ("{%generation%}", "{%endgeneration%}"),
     ],
 )
 def test_generation_block_with_whitespace_control_masks_every_assistant_turn(tokenizer, open_tag, close_tag):
