@@ -950,3 +950,38 @@ def test_a_missing_comma_between_two_strings_is_refused_not_joined(tmp_path):
     fixed = json.loads(json.dumps(row).replace("'Bern' 'Oslo'", "'Bern', 'Oslo'"))
     [out] = data.read_rows(write(tmp_path, [fixed]))
     assert out["messages"][-1]["tool_calls"][0]["function"]["arguments"] == {"cities": ["Bern", "Oslo"]}
+
+
+@pytest.mark.parametrize(
+    "value, shown",
+    [
+        ("'C:\\\\data\\\\file'", "the backslash in \\f is an escape in a Python literal"),  # a form feed
+        ("'\\\\x41'", "reads '\\x41' as 'A'"),
+        ("'bell\\\\a'", "the backslash in \\a is an escape"),
+        ("'\\\\101'", "the backslash in \\101 is an escape"),  # octal: A
+    ],
+)
+def test_a_python_literal_whose_escapes_change_its_text_is_refused(tmp_path, value, shown):
+    """Issue 57 F6: the Hermes Python-literal fallback read "C:\\data\\file" with a form feed and "\\x41" as "A":
+    escapes repr never writes are what a value written with single backslashes holds by accident."""
+    opener = {
+        "name": "open_file",
+        "description": "Open a file",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+    }
+
+    def row(literal):
+        call = "<tool_call>{'name': 'open_file', 'arguments': {'path': " + literal + "}}</tool_call>"
+        return {
+            "conversations": [
+                {"from": "system", "value": hermes_system(json.dumps(tools(opener)))},
+                {"from": "human", "value": "Open it."},
+                {"from": "gpt", "value": call},
+            ]
+        }
+
+    msg = refusal(tmp_path, [row(json.loads(f'"{value}"'))])
+    assert shown in msg and "write the value as JSON, or double the backslash" in msg, msg
+    # what repr writes reads as it shows: a doubled backslash, \n, \x07 for a character it cannot print
+    [out] = data.read_rows(write(tmp_path, [row(r"'C:\\data\\file\n\x07'")]))
+    assert out["messages"][-1]["tool_calls"][0]["function"]["arguments"] == {"path": "C:\\data\\file\n\x07"}

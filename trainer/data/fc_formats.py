@@ -65,6 +65,35 @@ def _literal(text: str) -> tuple[Any, str | None, str | None]:
 _SKIPPED = {tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
 
 
+_ESCAPE = re.compile(r"\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|N\{[^}]*\}|[0-7]{1,3}|.)", re.S)
+# The escapes Python's repr writes (a Python literal in the data was written by repr, or by hand): \\, quotes, \n \r
+# \t, and \x / \u / \U for a character it cannot print; the others (\a \b \f \v, octal, \N{...}, \x41 for "A")
+# are what a value written with single backslashes holds by accident
+_REPR_ESCAPES = {"\\", "'", '"', "n", "r", "t"}
+
+
+def _escape_problem(token: str) -> str | None:
+    """Why a Python string literal reads as other text than it shows (None when it does not): an escape repr never
+    writes, as a path or a pattern written with single backslashes has ("C:\\data\\file" would be trained with a
+    form feed, "\\x41" as "A")."""
+    prefix = token[: len(token) - len(token.lstrip("rRbBuUfF"))]
+    if "r" in prefix.lower():
+        return None
+    for m in _ESCAPE.finditer(token[len(prefix) :]):
+        esc = m.group(1)
+        if esc in _REPR_ESCAPES or not (esc in "abfv" or esc[0] in "01234567xuUN"):
+            continue  # what repr writes, or no escape at all (Python keeps "\\d" as it is)
+        if esc[0] in "xuU" and len(esc) > 1 and not chr(int(esc[1:], 16)).isprintable():
+            continue
+        if esc[0] in "xuUN" and len(esc) == 1:
+            continue  # "\\x" without its digits: no escape either (a SyntaxError, read as JSON's problem)
+        return (
+            f"reads {token[:60]} as {ast.literal_eval(token)[:40]!r}: the backslash in \\{esc} is an escape in a "
+            "Python literal; write the value as JSON, or double the backslash"
+        )
+    return None
+
+
 def _changed_by_reading(tree: ast.Expression, text: str) -> str | None:
     """What reading a Python literal would change, or None: a dict's repeated key (the last value is
     kept) or adjacent strings, which ast joins into one ("Bern" "Oslo" is "BernOslo"), so they are
@@ -81,6 +110,9 @@ def _changed_by_reading(tree: ast.Expression, text: str) -> str | None:
     if repeated:
         return _twice(repeated)
     tokens = [t for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type not in _SKIPPED]
+    for t in tokens:
+        if t.type == tokenize.STRING and (problem := _escape_problem(t.string)):
+            return problem
     for a, b in zip(tokens, tokens[1:]):
         if a.type == b.type == tokenize.STRING:
             joined = ast.literal_eval(a.string + " " + b.string)
