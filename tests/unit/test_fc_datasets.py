@@ -985,3 +985,26 @@ def test_a_python_literal_whose_escapes_change_its_text_is_refused(tmp_path, val
     # what repr writes reads as it shows: a doubled backslash, \n, \x07 for a character it cannot print
     [out] = data.read_rows(write(tmp_path, [row(r"'C:\\data\\file\n\x07'")]))
     assert out["messages"][-1]["tool_calls"][0]["function"]["arguments"] == {"path": "C:\\data\\file\n\x07"}
+
+
+def test_a_parameter_repeated_in_tools_given_as_json_text_is_refused_naming_it(tmp_path):
+    """Issue 57 F5: a parameter repeated in `tools` written as JSON text (xLAM's columns, CSV cells) was parsed keeping
+    its last copy: the row then trained against a schema nobody wrote (refused, if at all, for its call's type)."""
+    twice = '"city": {"type": "str", "description": "c"}, "city": {"type": "int", "description": "d"}'
+    xlam = {
+        "query": "Weather in Paris?",
+        "tools": '[{"name": "get_weather", "description": "w", "parameters": {' + twice + "}}]",
+        "answers": '[{"name": "get_weather", "arguments": {"city": "Paris"}}]',
+    }
+    msg = refusal(tmp_path, [xlam])
+    assert "'tools' repeats the key 'city'" in msg and "keep one" in msg and "expected type integer" not in msg
+    schema = '"properties": {"city": {"type": "string"}, "city": {"type": "integer"}}'
+    chat = {
+        "messages": [
+            {"role": "user", "content": "Weather?"},
+            {"role": "assistant", "tool_calls": [{"type": "function", "function": {"name": "w", "arguments": {}}}]},
+        ],
+        "tools": '[{"type": "function", "function": {"name": "w", "parameters": {"type": "object", ' + schema + "}}}]",
+    }
+    msg = refusal(tmp_path, [chat])
+    assert "'tools' (JSON text) has the key 'city' twice (a JSON reader keeps only the last value): keep one" in msg

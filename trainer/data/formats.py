@@ -10,7 +10,7 @@ import json
 from typing import Any, Iterable, cast
 
 from trainer.data.fc_formats import from_glaive, from_openai, from_xlam, hermes_turns, is_hermes, link_results
-from trainer.core.jsontext import json_type, json_loads
+from trainer.core.jsontext import json_type, json_loads, loads
 from trainer.chat.types import Message, RawRow, Row, Tool, WireCall
 
 
@@ -413,9 +413,11 @@ def convert(row: Any) -> tuple[Any, str | None]:
     for key in ("tools", "messages"):  # JSON text in a column, as CSV and Parquet often hold them
         if isinstance(row, dict) and isinstance(row.get(key), str):
             try:
-                value = json_loads(row[key])
+                value, repeated = loads(row[key])
             except (json.JSONDecodeError, RecursionError):
-                value = None
+                value, repeated = None, []
+            if repeated:  # left as text, for the row's own check to name the key (parsed, only its last copy stayed)
+                continue
             if isinstance(value, list):
                 row = {**row, key: value}
             elif key == "tools" and (value is None and row[key].strip() in ("", "null")):

@@ -164,6 +164,14 @@ def parameters_problems(schema: Any, at: str) -> list[str]:
     return problems
 
 
+def _repeated_in(text: str) -> str | None:
+    """The first key a JSON text repeats at any depth, or None (also for text that is not JSON)."""
+    try:
+        return (loads(text)[1] or [None])[0]
+    except (ValueError, RecursionError):
+        return None
+
+
 def _shown(value: Any) -> str:
     text = json.dumps(value, ensure_ascii=False, default=str)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -204,7 +212,12 @@ def row_problems(row: Any) -> list[str]:
         )
     tools, declared = row.get("tools"), None
     if tools is not None:
-        if not isinstance(tools, list):
+        if isinstance(tools, str) and (repeated := _repeated_in(tools)):  # left as text by convert: a key twice
+            problems.append(
+                f"'tools' (JSON text) has the key {repeated!r} twice (a JSON reader keeps only the last "
+                "value): keep one"
+            )
+        elif not isinstance(tools, list):
             problems.append(
                 f"'tools' must be a list of {{\"type\": \"function\", \"function\": {{\"name\": ...}}}} "
                 f"objects (or that list as JSON text), got a {json_type(tools)}"
