@@ -167,7 +167,8 @@ def parameters_problems(schema: Any, at: str) -> list[str]:
 def _repeated_in(text: str) -> str | None:
     """The first key a JSON text repeats at any depth, or None (also for text that is not JSON)."""
     try:
-        return (loads(text)[1] or [None])[0]
+        found = loads(text)[1]
+        return found[0] if found else None
     except (ValueError, RecursionError):
         return None
 
