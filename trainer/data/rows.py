@@ -213,9 +213,9 @@ def row_problems(row: Any) -> list[str]:
         )
     tools, declared = row.get("tools"), None
     if tools is not None:
-        if isinstance(tools, str) and (repeated := _repeated_in(tools)):  # left as text by convert: a key twice
+        if isinstance(tools, str) and (twice := _repeated_in(tools)):  # left as text by convert: a key twice
             problems.append(
-                f"'tools' (JSON text) has the key {repeated!r} twice (a JSON reader keeps only the last "
+                f"'tools' (JSON text) has the key {twice!r} twice (a JSON reader keeps only the last "
                 "value): keep one"
             )
         elif not isinstance(tools, list):
