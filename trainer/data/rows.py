@@ -215,8 +215,7 @@ def row_problems(row: Any) -> list[str]:
     if tools is not None:
         if isinstance(tools, str) and (twice := _repeated_in(tools)):  # left as text by convert: a key twice
             problems.append(
-                f"'tools' (JSON text) has the key {twice!r} twice (a JSON reader keeps only the last "
-                "value): keep one"
+                f"'tools' (JSON text) has the key {twice!r} twice (a JSON reader keeps only the last value): keep one"
             )
         elif not isinstance(tools, list):
             problems.append(
