@@ -404,3 +404,26 @@ def test_an_empty_generation_block_with_whitespace_control_is_refused(tok):
     )
     problems = template_problems(TOOL_ROWS + TEXT_ROWS, tok, "the model", template="empty.jinja")
     assert [p for p in problems if "marks no token" in p]
+
+
+def test_auto_on_a_template_that_loops_on_tools_is_bounded_and_falls_back_to_the_family(tok, monkeypatch):
+    """Issue 57 F10: chat_template=auto rendered the model's own template outside the budget every other template check
+    has (and the parser's probe rendered it with none): a template that loops on tools hung validation without
+    output. Now both are under the budget, and a template over it counts as failing the check."""
+    from trainer.parity import auto
+
+    monkeypatch.setattr(auto, "TEMPLATE_BUDGET_S", 0.5)
+    tok.chat_template = (
+        "{% if tools %}{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}{% endif %}"
+        + tok.chat_template
+    )
+    # the built-in model's vocabulary holds no family's turn tokens: refused, naming the loop, instead of a hang
+    with pytest.raises(UserError) as err:
+        auto.choose(tok)
+    assert "the model's own chat template did not render 4 short tool rows within 0.5 s (a loop in the template)" in (
+        str(err.value)
+    )
+    # with a family's turn tokens the family's built-in is chosen, and the reason says why
+    monkeypatch.setattr(templates, "family_template", lambda vocab: "chatml-tools")
+    spec, why = auto.choose(tok)
+    assert spec == "chatml-tools" and "did not render 4 short tool rows within 0.5 s" in why

@@ -24,6 +24,7 @@ import regex
 
 from trainer.chat.calls import arguments_or_raw, decode_arguments
 from trainer.chat.types import ToolCall
+from trainer.core.deadline import TEMPLATE_BUDGET_S, OverBudget, time_limit
 
 DEFAULT_TOOL_PARSER = "hermes"
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
@@ -298,18 +299,24 @@ def tool_call_parser(chat_template: str | None, special_tokens: Collection[str] 
             {"id": "call00001", "type": "function", "function": {"name": _PROBE_TOOL, "arguments": _PROBE_ARGS}}
         ],
     }
+    own = False
     try:
-        render = [
-            render_jinja_template(
-                conversations=[conv],
-                tools=[tool],
-                chat_template=chat_template,
-                add_generation_prompt=gen,
-                bos_token="",
-                eos_token="",
-            )[0][0]
-            for conv, gen in ((user, True), ([*user, call], False))
-        ]
+        with time_limit(TEMPLATE_BUDGET_S) as own:  # a template that loops on tools: no format read, not a hang
+            render = [
+                render_jinja_template(
+                    conversations=[conv],
+                    tools=[tool],
+                    chat_template=chat_template,
+                    add_generation_prompt=gen,
+                    bos_token="",
+                    eos_token="",
+                )[0][0]
+                for conv, gen in ((user, True), ([*user, call], False))
+            ]
+    except OverBudget:
+        if not own:
+            raise  # an outer check's budget ran out here: that check says so
+        return DEFAULT_TOOL_PARSER
     except Exception:  # noqa: BLE001 - a template that cannot render a tool call: no format to read
         return DEFAULT_TOOL_PARSER
     # Only what the assistant's turn adds: the tool list in the prompt also names the tool.

@@ -6,58 +6,17 @@ from __future__ import annotations
 
 import contextlib
 import json
-from typing import Iterator
 
 from trainer.chat.types import Row
+from trainer.core.deadline import TEMPLATE_BUDGET_S, OverBudget, time_limit  # noqa: F401 - the checks' names
 from trainer.data import mix
 from trainer.data.encode import max_token_chars, text_chars
 
 
 TEMPLATE_CHECK_ROWS = 1000  # ~2 s on 2 cores; such problems are systematic, and training checks every row
 # A template is code: nested `range(99999)` loops never end. The checks before training render
-# under this wall-clock budget (each check's rows together, the parity check included), 10-20x what
-# real templates take for TEMPLATE_CHECK_ROWS rows on a busy 2-core machine.
-TEMPLATE_BUDGET_S = 30.0
-
-
-class OverBudget(BaseException):
-    """Raised by the budget's timer inside a template's rendering: a BaseException, so that the
-    checks' `except Exception` (whatever a template raises refuses that row) lets it through."""
-
-
-@contextlib.contextmanager
-def time_limit(seconds: float) -> Iterator[None]:
-    """OverBudget in the body after `seconds` of wall-clock time: SIGALRM through setitimer, whose
-    handler interrupts Jinja's loops (Python bytecode) where they are. Only the main thread gets
-    signals; elsewhere, or under an outer timer due sooner, the body runs without a limit. An outer
-    timer is put back with what is left of it."""
-    import signal
-    import threading
-    import time
-
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
-        yield
-        return
-    armed = [True]
-
-    def expired(signum, frame):
-        if armed[0]:
-            raise OverBudget
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    outer, _ = signal.setitimer(signal.ITIMER_REAL, seconds)
-    if outer and outer < seconds:  # someone else's deadline comes first: theirs stands
-        signal.setitimer(signal.ITIMER_REAL, outer)
-        armed[0] = False
-    start = time.monotonic()
-    try:
-        yield
-    finally:
-        armed[0] = False
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-        if outer:
-            signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - start), 1e-3))
+# under TEMPLATE_BUDGET_S of wall-clock time (each check's rows together, the parity check included), 10-20x what
+# real templates take for TEMPLATE_CHECK_ROWS rows on a busy 2-core machine (trainer.core.deadline).
 
 
 def over_budget(tokenizer, where: str, template: str, what: str) -> str:

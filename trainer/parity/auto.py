@@ -14,6 +14,7 @@ from trainer.chat import templates
 from trainer.chat.types import Row, Tool, WireCall
 from trainer.chat.parsers import tool_call_parser
 from trainer.core.errors import UserError
+from trainer.core.deadline import TEMPLATE_BUDGET_S, OverBudget, time_limit
 from trainer.parity.check import check
 
 _TOOLS: list[Tool] = [
@@ -73,14 +74,27 @@ def choose(tokenizer, eos_ids: Sequence[int] = ()) -> tuple[str, str]:
     model's own template fails and its vocabulary fits no built-in template."""
     failed = "has none"
     if tokenizer.chat_template:
-        parser = tool_call_parser(tokenizer.chat_template, list(tokenizer.get_added_vocab()))
-        verdict = check(PROBE_ROWS, tokenizer, parser, eos_ids)
-        if verdict.ok:
+        parser = "hermes"
+        try:  # the budget every other template check has: a template that loops on tools hung validation silently
+            with time_limit(TEMPLATE_BUDGET_S):
+                parser = tool_call_parser(tokenizer.chat_template, list(tokenizer.get_added_vocab()))
+                verdict = check(PROBE_ROWS, tokenizer, parser, eos_ids)
+        except RuntimeError as err:  # a template Jinja stops (the sandbox's range limit, a recursion) fails the check
+            verdict = None
+            failed = f"fails to render tool rows ({type(err).__name__}: {str(err)[:80]})"
+        except OverBudget:
+            verdict = None
+            failed = (
+                f"did not render {len(PROBE_ROWS)} short tool rows within {TEMPLATE_BUDGET_S:g} s (a loop in the "
+                "template)"
+            )
+        if verdict is not None and verdict.ok:
             return templates.MODEL, (
                 f"the model's own template renders tools, calls and tool results as vLLM's "
                 f"{parser!r} parser reads them back"
             )
-        failed = f"fails the train/serve check ({', '.join(verdict.problems)} with the {parser!r} parser)"
+        elif verdict is not None:
+            failed = f"fails the train/serve check ({', '.join(verdict.problems)} with the {parser!r} parser)"
     vocab = tokenizer.get_vocab()
     family = templates.family_template(vocab)
     if family is None:
