@@ -131,7 +131,7 @@ def test_bfcl_base_answers_are_kept_beside_the_held_out_ones(tiny_model_dir, tmp
     assert again["bfcl"] == first["bfcl"] and again["base"] == first["base"]
     asked.clear()
     ev.evaluate(tiny_model_dir, tiny_model_dir, path, **{**args, "seed": 1})  # other BFCL rows drawn
-    assert asked == ["evaluate tuned", "BFCL tuned", "BFCL base"]  # the held-out part kept, BFCL's asked again
+    assert asked == ["BFCL base", "evaluate tuned", "BFCL tuned"]  # the held-out part kept, BFCL's asked again, first
 
 
 def test_the_bfcl_part_is_reused_on_another_dataset(tiny_model_dir, tmp_path, bfcl_tree, kept, asked, capsys):
@@ -149,7 +149,7 @@ def test_the_bfcl_part_is_reused_on_another_dataset(tiny_model_dir, tmp_path, bf
         _eval_file(other, builtin_data.generate(n_train=0, n_eval=6, seed=5)["eval"]),
         **args,
     )
-    assert asked == ["evaluate tuned", "BFCL tuned", "evaluate base"]
+    assert asked == ["evaluate base", "evaluate tuned", "BFCL tuned"]
     out = capsys.readouterr().out
     assert "(bfcl, scored by run run-1)" in out and out.count("base scores kept at") == 1  # the new held-out part
     assert again["bfcl"]["base"] == first["bfcl"]["base"] and again["rows"] == 6
@@ -177,3 +177,27 @@ def test_kept_bfcl_answers_of_another_shape_are_damage():
     )
     assert kept_base._damage(obj([ok, "x"]), "d", "bfcl", 2)[0] == "BFCL answer 1 is str, not an answer object"
     assert kept_base._damage(obj([ok]), "d", "bfcl", 2)[0] == "1 BFCL answers instead of 2"
+
+
+def test_the_bases_answers_are_kept_before_the_tuned_model_is_asked(
+    tiny_model_dir, tmp_path, kept, monkeypatch, capsys
+):
+    """2026-12-02: the tuned model's server stopped answering after 40 min, the evaluate step failed, and the base's
+    25 minutes of answers, scored but not yet kept, were lost with it. The base is now asked first and kept at once."""
+    path = _eval_file(tmp_path)
+    calls = []
+
+    def generate(model, tokenizer, rows, batch_size=32, desc="generate", budgets=None):
+        calls.append(desc)
+        if "tuned" in desc:
+            raise RuntimeError("the tuned model's server stopped answering")
+        return ['<tool_call>{"name": "search", "arguments": {}}</tool_call>' for _ in rows]
+
+    monkeypatch.setattr(ev.generation, "generate", generate)
+    with pytest.raises(RuntimeError):
+        ev.evaluate(tiny_model_dir, tiny_model_dir, path, engine="hf", kept=kept)
+    assert calls == ["evaluate base", "evaluate tuned"] and "base scores kept at" in capsys.readouterr().out
+    calls.clear()
+    monkeypatch.setattr(ev.generation, "generate", lambda *a, desc="", **k: calls.append(desc) or [""] * len(a[2]))
+    ev.evaluate(tiny_model_dir, tiny_model_dir, path, engine="hf", kept=kept)
+    assert calls == ["evaluate tuned"]  # the next try asks the tuned model alone

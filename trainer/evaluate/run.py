@@ -374,36 +374,42 @@ def evaluate(
                 kept.model_uri, template, "bfcl", kept_base.suite_key(suite[0], bfcl_version, bfcl_rows, seed)
             )
             base_suite = (kept.load(shas["bfcl"], "bfcl", len(suite[0])) or {}).get("answers")
-    # The base is asked only what no earlier answer covers; both parts at once where it needs both (one
-    # server for base and tuned where vLLM serves the adapter beside its base).
+    # The base is asked only what no earlier answer covers, first, and what it answered is kept at once: a tuned
+    # model that fails or stalls (2026-12-02: a server that stopped answering after 40 min) no longer loses the
+    # base's 25 minutes of answers with it. With kept scores, the base has its own server (on vLLM's CPU build it
+    # had one anyway; on a GPU it costs one more start, in the run that first scores the base).
     need = {"heldout"} if scored and base is None else set()
     need |= {"bfcl"} if suite is not None and base_suite is None else set()
     have = ({"heldout"} if scored else set()) | ({"bfcl"} if suite is not None else set())
-    if need and need == have:
+    if need and need == have and kept is None:  # nothing to keep: one server for both where vLLM serves the adapter
         results, outputs, suite_outputs = _score_models(
             model_dir, tuned_dir, prep, max_seq_len, ("base", "tuned"), suite
         )
     else:
-        results, outputs, suite_outputs = _score_models(model_dir, tuned_dir, prep, max_seq_len, ("tuned",), suite)
+        results, outputs, suite_outputs = {}, {}, {}
         if need:  # the part left to ask: the held-out rows or BFCL's
             asked_base = prep if "heldout" in need else replace(prep, scored=[], turns=[], examples=[])
             more = _score_models(model_dir, None, asked_base, max_seq_len, ("base",), suite if "bfcl" in need else None)
             results.update(more[0])
             outputs.update(more[1])
             suite_outputs.update(more[2])
+            for part in need & set(shas):
+                assert kept is not None  # shas are made only with it
+                kept.save(
+                    shas[part],
+                    part,
+                    {"metrics": results["base"], "predictions": outputs["base"]}
+                    if part == "heldout"
+                    else {"answers": suite_outputs["base"]},
+                )
+        tuned = _score_models(model_dir, tuned_dir, prep, max_seq_len, ("tuned",), suite)
+        results.update(tuned[0])
+        outputs.update(tuned[1])
+        suite_outputs.update(tuned[2])
     if "heldout" not in need and base is not None:
         results["base"], outputs["base"] = base["metrics"], base["predictions"]
     if "bfcl" not in need and base_suite is not None:
         suite_outputs["base"] = base_suite
-    for part in need & set(shas):
-        assert kept is not None  # shas are made only with it
-        kept.save(
-            shas[part],
-            part,
-            {"metrics": results["base"], "predictions": outputs["base"]}
-            if part == "heldout"
-            else {"answers": suite_outputs["base"]},
-        )
     turns = prep.turns
     examples = [
         {
