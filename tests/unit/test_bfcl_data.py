@@ -105,6 +105,27 @@ def test_greetings_thanks_and_the_builtin_rows_are_not_bfcl_questions(bfcl_tree)
     assert bfcl.contamination([_chat(("user", long), ("assistant", "x"))], bfcl_tree) is None
 
 
+def test_an_opener_of_glue_words_and_a_short_chinese_phrase_are_not_bfcl_questions(bfcl_tree):
+    """Issue 57 F4: ordinary openers of 6+ words that BFCL happens to ask ("Hi, what can you do for me?") and, in
+    Chinese, any 6-character phrase were refused. A question under 13 words is matched whole only where 3 of its
+    words are not glue, a script without spaces counting two characters a word (bfcl.names_a_task)."""
+    openers = [
+        "Hi, what can you do for me?",
+        "Hello, can you help me with something?",
+        "你是谁？你能做什么？",
+        "What can you do?",
+    ]
+    for text in openers:
+        assert bfcl.contamination([_chat(("user", text), ("assistant", "I can call tools."))], bfcl_tree) is None, text
+    assert not bfcl.names_a_task(bfcl.words("Hi, what can you do for me?"))
+    assert bfcl.names_a_task(bfcl.words("convert 150 euros to canadian dollars"))
+    # BFCL's own short task questions are still found whole (every such question of the data that names a task)
+    questions = bfcl.Questions(bfcl_tree)
+    task = next(w for _, w in questions.asked if bfcl.MIN_WHOLE <= len(w) < bfcl.NGRAM and bfcl.names_a_task(w))
+    problem = bfcl.contamination([_chat(("user", " ".join(task)), ("assistant", "x"))], bfcl_tree)
+    assert problem and problem.startswith("1 training row asks BFCL")
+
+
 @pytest.mark.parametrize(
     "turns",
     [

@@ -16,7 +16,8 @@ def _executor_output(root, task, uri):
     path.write_text(json.dumps({"artifacts": {"out": {"artifacts": [{"metadata": {"uri": uri}}]}}}))
 
 
-def test_a_runs_deliveries_and_kept_scores_go_to_disk_and_into_the_next_server(s3_env, tmp_path):
+def test_a_runs_deliveries_and_kept_scores_go_to_disk_and_into_the_next_server(s3_env, tmp_path, monkeypatch):
+    monkeypatch.setenv("S3_BUCKET", "local-store-test")  # a bucket of its own: other tests keep objects in theirs
     store = Store.from_env()
     src = tmp_path / "src"
     src.mkdir()

@@ -427,3 +427,26 @@ def test_auto_on_a_template_that_loops_on_tools_is_bounded_and_falls_back_to_the
     monkeypatch.setattr(templates, "family_template", lambda vocab: "chatml-tools")
     spec, why = auto.choose(tok)
     assert spec == "chatml-tools" and "did not render 4 short tool rows within 0.5 s" in why
+
+
+def test_a_refusal_never_names_the_template_that_just_failed_as_its_fix():
+    """Issue 57 F11: a tool parameter named `from` under llama3-pythonic (a keyword breaks a pythonic call) was refused
+    with "Fix: chat_template=llama3-pythonic", the template just tried (and mistral-tools under auto alike). The fix
+    names another built-in of the family where one fits, and the rows' names, never the one tried."""
+    from trainer.parity.check import Verdict, problems
+
+    verdict = Verdict(checked=3, with_tools=3, turns=3)
+    verdict.add("calls unreadable", "row 1: [get_time(from='Oslo')] read back as text")
+    llama = {t: 1 for t in ("<|start_header_id|>", "<|eot_id|>", "<|python_tag|>")}
+    assert templates.family_template(llama) == "llama3-json"
+    assert templates.family_template(llama, besides="llama3-json") == "llama3-pythonic"
+    no_tag = {t: 1 for t in ("<|start_header_id|>", "<|eot_id|>")}
+    for tried, vocab in (("llama3-pythonic", no_tag), ("llama3-json", llama), ("mistral-tools", {})):
+        family = templates.family_template(vocab, besides=tried)
+        [line] = problems(verdict, "dataset_source", "pythonic", family, tried=tried)
+        fix = line.split("Fix: ", 1)[1]
+        assert f"chat_template={tried} " not in fix and f"chat_template={tried}," not in fix, fix
+        assert fix.startswith(f"the rows' tool and parameter names as {tried}'s format can carry them"), fix
+    # nothing tried (the model's own template): the family's built-in, as before
+    [line] = problems(verdict, "dataset_source", "pythonic", templates.family_template(llama))
+    assert "Fix: chat_template=llama3-json (the built-in template" in line

@@ -50,6 +50,7 @@ from typing import Any, Callable
 
 from trainer.core import metrics as names
 from trainer.chat.calls import as_call
+from trainer.chat.usertext import words
 from trainer.chat.types import CategoryScore, Row, Summary, Tool, ToolCall, Verdict
 from trainer.chat.turns import after_tool_result, expected_calls, expected_text, target_index
 
@@ -83,18 +84,11 @@ def normalize_text(text: str) -> str:
     return " ".join(text.split())
 
 
-# Scripts written without spaces between words (Han, Hiragana, Katakana, Thai, Lao, Khmer, Myanmar): each character
-# is a token, as ROUGE's CJK variants count them; split at spaces, a whole Chinese answer was one word, and a right
-# one that differed by its final "。" scored 0.
-_UNSPACED = re.compile(
-    "([\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ebef\u3040-\u309f\u30a0-\u30ff\u31f0-\u31ff"
-    "\u0e00-\u0e7f\u0e80-\u0eff\u1780-\u17ff\u1000-\u109f])"
-)
-
-
 def text_tokens(text: str) -> list[str]:
-    """A text's normalised words (`normalize_text`), each character of an unspaced script its own token."""
-    return [t for word in normalize_text(text).split() for t in _UNSPACED.split(word) if t]
+    """A text's words as the contamination guard splits them (trainer.chat.usertext.words: NFKC, punctuation as
+    spaces, each character of a script written without spaces its own word): split at spaces alone, a whole Chinese
+    answer was one word, and a right one that differed by its final "。" scored 0."""
+    return words(text)
 
 
 def rouge_l(got: str, want: str) -> float:

@@ -263,9 +263,13 @@ BUILTIN = {
 }
 
 
-def family_template(vocab) -> str | None:
-    """The built-in template whose family's tokens `vocab` (a tokenizer's vocabulary) holds; None for none."""
-    return next((name for name, b in BUILTIN.items() if all(t in vocab for t in b.markers)), None)
+def family_template(vocab, besides: str = "") -> str | None:
+    """The built-in template whose family's tokens `vocab` (a tokenizer's vocabulary) holds; None for none.
+    `besides`: a template that was just tried and failed, never the answer (a refusal's fix must be another thing to
+    try): the next built-in that fits, or None."""
+    return next(
+        (name for name, b in BUILTIN.items() if name != besides.strip() and all(t in vocab for t in b.markers)), None
+    )
 
 
 def extra_stop_ids(tokenizer, spec: str, eos_ids=()) -> list[int]:

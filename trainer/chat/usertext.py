@@ -1,9 +1,11 @@
 """Text a user gives that the model is trained to say (irrelevance_reply): refused when it holds what
-a terminal or the tokenizer reads as something other than text. Imports nothing of ours, so the light
+a terminal or the tokenizer reads as something other than text; and text as words (`words`), one split for the
+contamination guard and the text scoring. Imports nothing of ours, so the light
 modules (trainer.data.masking) may."""
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from typing import Any, Iterable
 
@@ -58,3 +60,39 @@ def special_token_problem(text: Any, tokens: Iterable[str], name: str, model: st
         f"text marker, not as text), so the answer would teach the model to end or open a turn there: "
         f"leave it out{', ' + fix if fix else ''}"
     )
+
+
+# Scripts written without spaces between words (Han, kana, Thai, Lao, Khmer, Myanmar): one character, one word.
+_UNSPACED = re.compile(
+    "([\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+    "\U00020000-\U0002fa1f])"
+)
+
+
+# One such character (what `words` makes of each)
+UNSPACED_CHAR = re.compile(_UNSPACED.pattern[1:-1])
+
+_APOSTROPHES = "'\u2019\u02bc"
+
+
+class _Spacing(dict):
+    """str.translate's table, filled as characters are met: format characters (zero-width spaces, joiners,
+    byte-order marks: Unicode category Cf) and apostrophes dropped ("what's" is one word, as it is in
+    "what's the weather in london", five words), other punctuation and symbols (P*, S*) read as a space."""
+
+    def __missing__(self, code: int) -> str | None:
+        kind = unicodedata.category(chr(code))
+        self[code] = value = (
+            None if kind == "Cf" or chr(code) in _APOSTROPHES else " " if kind[0] in "PS" else chr(code)
+        )
+        return value
+
+
+_SPACING = _Spacing()
+
+
+def words(text: str) -> list[str]:
+    """Text as the contamination check compares it: Unicode NFKC (full-width digits and letters as ASCII),
+    format characters dropped, punctuation and symbols as spaces, case folded, split at white space."""
+    text = unicodedata.normalize("NFKC", str(text)).translate(_SPACING).casefold()
+    return _UNSPACED.sub(r" \1 ", text).split()

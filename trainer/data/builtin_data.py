@@ -459,12 +459,14 @@ LIBRARY_SHARE = 0.5  # of the wide rows' calls go to a library tool (~45 train r
 WIDE_TOOLS = sorted(TOOLS + tool_library.LIBRARY, key=lambda t: t["function"]["name"])
 
 
-def offered_wide(rng: random.Random, called: set[str] | frozenset[str] = frozenset()) -> list[Tool]:
-    """Every tool in `called` and others drawn from WIDE_TOOLS, 3 or 4 in all, in a random order (a model
+def offered_wide(
+    rng: random.Random, called: set[str] | frozenset[str] = frozenset(), offered: tuple[int, ...] = OFFERED
+) -> list[Tool]:
+    """Every tool in `called` and others drawn from WIDE_TOOLS, `offered` in all (3 or 4), in a random order (a model
     must not learn that the called tool comes first)."""
     others = [t for t in WIDE_TOOLS if t["function"]["name"] not in called]
     tools = [t for t in WIDE_TOOLS if t["function"]["name"] in called]
-    tools += rng.sample(others, max(0, rng.choice(OFFERED) - len(tools)))
+    tools += rng.sample(others, max(0, rng.choice(offered) - len(tools)))
     rng.shuffle(tools)
     return tools
 
@@ -506,7 +508,8 @@ def make_wide_parallel_row(rng: random.Random) -> Row:
             {"role": "user", "content": rng.choice(_PAIRS).format(a=first, b=second)},
             {"role": "assistant", "content": "", "tool_calls": [call_a, call_b]},
         ],
-        "tools": offered_wide(rng, {call_a["function"]["name"], call_b["function"]["name"]}),
+        # the two called and one other: with four of the 38 schemas a row could pass the laptop's 640 tokens
+        "tools": offered_wide(rng, {call_a["function"]["name"], call_b["function"]["name"]}, offered=(3,)),
     }
 
 
@@ -521,7 +524,10 @@ def make_wide_irrelevance_row(rng: random.Random) -> Row:
 def decline_row(request: str, call: WireCall, rng: random.Random) -> Row:
     """`request` (which `call` answers) declined, among 1-4 tools none of which fits it (trainer.data.masking.fits)."""
     own = [t for t in WIDE_TOOLS if t["function"]["name"] == call["function"]["name"]]
-    tools = distractors_for(_one_call_row(request, call, own), WIDE_TOOLS, rng, k=rng.randint(1, DISTRACTORS_MAX))
+    # drawn from a stream of their own (one draw of `rng`): the rows after this one do not depend on how many tools
+    # the distractor rule (trainer.data.masking.fits) lets through
+    pick = random.Random(rng.random())
+    tools = distractors_for(_one_call_row(request, call, own), WIDE_TOOLS, pick, k=pick.randint(1, DISTRACTORS_MAX))
     return {
         "messages": [{"role": "user", "content": request}, {"role": "assistant", "content": IRRELEVANCE_REPLY}],
         "tools": tools,

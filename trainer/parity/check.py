@@ -185,9 +185,13 @@ _FIX = {
 _COUNTED_BY = {"refused": "checked", "tools dropped": "with_tools", "tool results dropped": "with_results"}
 
 
-def problems(verdict: Verdict, where: str, parser: str, family: str | None = "chatml-tools") -> list[str]:
+def problems(
+    verdict: Verdict, where: str, parser: str, family: str | None = "chatml-tools", tried: str = ""
+) -> list[str]:
     """One line per problem kind with counts, an example and the fix; [] when the rows pass.
-    `family`: the built-in template whose family's turn tokens the tokenizer has (templates.family_template)."""
+    `family`: the built-in template whose family's turn tokens the tokenizer has (templates.family_template), never
+    `tried`, the built-in that was just checked and failed: then the rows' own shape is named as the other fix (a
+    tool or parameter name the format cannot carry)."""
     if verdict.ok:
         return []
     lines = []
@@ -205,6 +209,11 @@ def problems(verdict: Verdict, where: str, parser: str, family: str | None = "ch
         else "chat_template=FILE.jinja, a template in the model's own turn format that renders tools and tool calls "
         "(<tool_call> JSON reads back with vLLM's hermes parser)"
     )
+    if tried:  # the built-in just checked: its own format cannot carry these rows as they are
+        fix = (
+            f"the rows' tool and parameter names as {tried}'s format can carry them (its calls are read back by "
+            f"the {parser!r} parser: e.g. a Python keyword or a '-' in a name breaks a pythonic call), or {fix}"
+        )
     return [
         f"{where}: the chat template fails the train/serve check with the {parser!r} tool-call parser: "
         + "; ".join(lines)
@@ -221,11 +230,15 @@ def _parse_fn(tokenizer) -> Callable[[str, str], Parsed | None]:
     return lambda parser, text: vllm_parse(parser, text, tokenizer, None)
 
 
-def model_problems(rows: list[Row], tokenizer, where: str, eos_ids: Sequence[int] = ()) -> list[str]:
+def model_problems(
+    rows: list[Row], tokenizer, where: str, eos_ids: Sequence[int] = (), template: str = ""
+) -> list[str]:
     """The check with the parser this tokenizer's template will be served with (trainer.serving.args reads
-    it off the template, as every deploy does)."""
+    it off the template, as every deploy does). `template`: the chat_template that was checked (a built-in name
+    under `auto` too), which the refusal's fix never names again."""
     if not rows:
         return []
     parser = tool_call_parser(tokenizer.chat_template, list(tokenizer.get_added_vocab()))
     verdict = check(rows, tokenizer, parser, eos_ids, parse_fn=_parse_fn(tokenizer))
-    return problems(verdict, where, parser, templates.family_template(tokenizer.get_vocab()))
+    family = templates.family_template(tokenizer.get_vocab(), besides=template)
+    return problems(verdict, where, parser, family, tried=template if template in templates.BUILTIN else "")

@@ -38,7 +38,7 @@ def template_problems(
                     refused.setdefault(refusal_reason(err), []).append(row)
                     continue
                 rendered.append(row)
-            parity_lines = model_problems(rendered, tokenizer, where, eos_ids)
+            parity_lines = model_problems(rendered, tokenizer, where, eos_ids, template)
             mask_lines = _mask_problems(rendered, tokenizer, where, template)
     except OverBudget:
         return [over_budget(tokenizer, where, template, f"rendering {len(rows)} rows")]
