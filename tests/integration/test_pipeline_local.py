@@ -316,16 +316,6 @@ def test_a_model_that_fails_the_gate_is_neither_deployed_nor_registered_and_bfcl
     assert re.search(r"local store \S+: \d+ objects added \(\d+ MB\) for later runs", proc.stdout), proc.stdout[-2000:]
     assert (runs_dir / "store").is_dir()
 
-    # Issue 56: the same run again, as a user iterates: its throwaway S3 starts with what the first kept, so nothing
-    # is uploaded again and the base is asked nothing (both parts of its scores reused)
-    again = run("gated", "--param", f"dataset_source={mixed}", "--param", "min_fc_accuracy=0.99")
-    out = again.stdout + again.stderr
-    assert again.returncode == 0, out[-5000:]
-    assert re.search(r"local store \S+: 3 delivered trees and \d+ kept objects \(\d+ MB\) restored in", out), out[:3000]
-    assert out.count("base scores reused from") == 2 and "(heldout, scored by run" in out and "(bfcl, scored by" in out
-    assert re.search(r"model builtin:tiny-llama -> s3://\S+ \(\d+ bytes, 0 uploaded\)", out), out[-5000:]
-    assert "objects added" not in out  # everything it delivered was there already
-
     splits = builtin_data.generate(n_train=40, n_eval=10, seed=1)
     question = bfcl.read(bfcl_tree, "multiple")[3]["messages"][-1]["content"]
     splits["train"][7]["messages"] = [
@@ -341,3 +331,45 @@ def test_a_model_that_fails_the_gate_is_neither_deployed_nor_registered_and_bfcl
     assert "1 training row asks BFCL" in out, out[-3000:]
     assert f"{tmp_path / 'mine' / 'train.jsonl'}:8: its user message holds BFCL multiple_3 (" in out, out[-3000:]
     assert "Traceback" not in out and "Running pipeline" not in out  # refused by the parameters' check: nothing ran
+
+
+@pytest.mark.slow  # two runs: the first run above asserts what it keeps; test_local_store.py the restore itself
+def test_a_second_run_restores_what_the_first_kept_and_asks_the_base_nothing(tmp_path, bfcl_wheel):
+    """Issue 56: the same run twice, as a user iterates: the second's throwaway S3 starts with what the first kept
+    (.runs/store), so it uploads nothing it delivered before and the base is asked nothing (both parts reused)."""
+    throwaway_s3 = {k: v for k, v in os.environ.items() if k != "S3_ENDPOINT"}
+    outs = []
+    for _ in range(2):
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pipelines.run_local",
+                "--pipeline-root",
+                str(tmp_path / "root"),
+                "--output-dir",
+                str(tmp_path / "out"),
+                "--runs-dir",
+                str(tmp_path / "runs"),
+                *("--param", "max_steps=5", "--param", "eval_max_rows=20", "--param", "nodes=1"),
+                *("--param", "eval_suites=heldout,bfcl", "--param", "bfcl_rows=1"),
+                *("--param", f"bfcl_source={bfcl_wheel}", "--param", "min_fc_accuracy=0.99"),
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            env=throwaway_s3,
+        )
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
+        outs.append(proc.stdout + proc.stderr)
+    first, again = outs
+    assert re.search(r"local store \S+: \d+ objects added \(\d+ MB\) for later runs", first), first[-2000:]
+    assert re.search(r"local store \S+: 3 delivered trees and \d+ kept objects \(\d+ MB\) restored in", again)
+    assert (
+        again.count("base scores reused from") == 2
+        and "(heldout, scored by run" in again
+        and "(bfcl, scored by" in again
+    )
+    assert re.search(r"model builtin:tiny-llama -> s3://\S+ \(\d+ bytes, 0 uploaded\)", again), again[-5000:]
+    assert "objects added" not in again  # everything it delivered was there already

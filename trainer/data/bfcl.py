@@ -103,10 +103,11 @@ def _listed(missing: list[str]) -> str:
     return ", ".join(missing[:4]) + (f" and {len(missing) - 4} more of its files" if len(missing) > 4 else "")
 
 
-def extract(source: Path, dest: Path) -> Path:
+def extract(source: Path, dest: Path, check: bool = True) -> Path:
     """The tree the evaluation reads, from a bfcl-eval wheel or a folder (its `bfcl_eval/data` folder, or
     a tree made here before): `BFCL_v4_<category>.json` and `possible_answer/` for every category in
-    CATEGORIES, and VERSION. Every missing file is named at once."""
+    CATEGORIES, and VERSION. Every missing file is named at once; every category is then read (`checked`), unless
+    `check` is False (a caller that reads them all itself, as the contamination check does)."""
     dest.mkdir(parents=True, exist_ok=True)
     wanted = [data_file(c) for c in CATEGORIES] + [
         f"possible_answer/{data_file(c)}" for c in CATEGORIES if c not in IRRELEVANCE
@@ -134,7 +135,7 @@ def extract(source: Path, dest: Path) -> Path:
                 f"again (pip download --no-deps {PACKAGE})"
             ) from None
         (dest / VERSION_FILE).write_text(_version_of_wheel(source.name) + "\n")
-        return checked(dest, f"bfcl_source {source}")
+        return checked(dest, f"bfcl_source {source}") if check else dest
     if not source.is_dir():
         raise UserError(f"bfcl_source {source}: no such file or folder")
     root = source / _DATA if (source / _DATA).is_dir() else source
@@ -149,7 +150,7 @@ def extract(source: Path, dest: Path) -> Path:
         shutil.copyfile(root / w, dest / w)
     version = (root / VERSION_FILE).read_text().strip() if (root / VERSION_FILE).is_file() else "unknown (a folder)"
     (dest / VERSION_FILE).write_text(version + "\n")
-    return checked(dest, f"bfcl_source {source}")
+    return checked(dest, f"bfcl_source {source}") if check else dest
 
 
 def checked(tree: Path, what: str) -> Path:

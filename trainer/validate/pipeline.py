@@ -453,8 +453,8 @@ def _bfcl_contamination_problems(params: dict[str, Any], train_rows: list[Row]) 
         return []
     try:
         with tempfile.TemporaryDirectory(prefix="bfcl-check-") as tmp:
-            tree = (
-                bfcl.extract(Path(source.removeprefix("file://")).expanduser(), Path(tmp) / "tree")
+            tree = (  # _local_bfcl_problems reads a local source's every category: not twice
+                bfcl.extract(Path(source.removeprefix("file://")).expanduser(), Path(tmp) / "tree", check=False)
                 if source
                 else bfcl.fetched(Path(tmp) / "tree")
             )
