@@ -226,40 +226,8 @@ def test_a_model_that_fails_the_gate_is_neither_deployed_nor_registered_and_bfcl
     from trainer import data
     from trainer.data import bfcl, builtin_data
 
-    throwaway_s3 = {k: v for k, v in os.environ.items() if k != "S3_ENDPOINT"}  # as `make demo`: no S3 of one's own
-
     def run(name, *params):
-        return subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pipelines.run_local",
-                "--pipeline-root",
-                str(tmp_path / name / "root"),
-                "--output-dir",
-                str(tmp_path / name / "out"),
-                "--runs-dir",
-                str(tmp_path / name / "runs"),
-                "--param",
-                "max_steps=5",
-                "--param",
-                "eval_max_rows=20",
-                "--param",
-                "nodes=1",
-                "--param",
-                "eval_suites=heldout,bfcl",
-                "--param",
-                "bfcl_rows=1",
-                "--param",
-                f"bfcl_source={bfcl_wheel}",
-                *params,
-            ],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=900,
-            env=throwaway_s3,
-        )
+        return _five_step_bfcl_run(tmp_path / name, bfcl_wheel, *params)
 
     hermes = _hermes_file(tmp_path / "hermes.jsonl")
     mixed = json.dumps([{"source": "builtin:function-calling", "weight": 3}, {"source": str(hermes), "weight": 1}])
@@ -337,30 +305,9 @@ def test_a_model_that_fails_the_gate_is_neither_deployed_nor_registered_and_bfcl
 def test_a_second_run_restores_what_the_first_kept_and_asks_the_base_nothing(tmp_path, bfcl_wheel):
     """Issue 56: the same run twice, as a user iterates: the second's throwaway S3 starts with what the first kept
     (.runs/store), so it uploads nothing it delivered before and the base is asked nothing (both parts reused)."""
-    throwaway_s3 = {k: v for k, v in os.environ.items() if k != "S3_ENDPOINT"}
     outs = []
     for _ in range(2):
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pipelines.run_local",
-                "--pipeline-root",
-                str(tmp_path / "root"),
-                "--output-dir",
-                str(tmp_path / "out"),
-                "--runs-dir",
-                str(tmp_path / "runs"),
-                *("--param", "max_steps=5", "--param", "eval_max_rows=20", "--param", "nodes=1"),
-                *("--param", "eval_suites=heldout,bfcl", "--param", "bfcl_rows=1"),
-                *("--param", f"bfcl_source={bfcl_wheel}", "--param", "min_fc_accuracy=0.99"),
-            ],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=900,
-            env=throwaway_s3,
-        )
+        proc = _five_step_bfcl_run(tmp_path, bfcl_wheel, "--param", "min_fc_accuracy=0.99")
         assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
         outs.append(proc.stdout + proc.stderr)
     first, again = outs
@@ -373,3 +320,26 @@ def test_a_second_run_restores_what_the_first_kept_and_asks_the_base_nothing(tmp
     )
     assert re.search(r"model builtin:tiny-llama -> s3://\S+ \(\d+ bytes, 0 uploaded\)", again), again[-5000:]
     assert "objects added" not in again  # everything it delivered was there already
+
+
+def _five_step_bfcl_run(where, bfcl_wheel, *params):
+    """run_local as `make demo` runs it (a throwaway S3 of its own), 5 steps, both suites on one BFCL row per
+    category from `bfcl_wheel`, its folders under `where` (the same `where` twice: the same runs folder)."""
+    throwaway_s3 = {k: v for k, v in os.environ.items() if k != "S3_ENDPOINT"}
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipelines.run_local",
+            *("--pipeline-root", str(where / "root"), "--output-dir", str(where / "out")),
+            *("--runs-dir", str(where / "runs")),
+            *("--param", "max_steps=5", "--param", "eval_max_rows=20", "--param", "nodes=1"),
+            *("--param", "eval_suites=heldout,bfcl", "--param", "bfcl_rows=1", "--param", f"bfcl_source={bfcl_wheel}"),
+            *params,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=throwaway_s3,
+    )
