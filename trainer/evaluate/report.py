@@ -12,6 +12,7 @@ from trainer.data.bfcl import ANCHORS
 from trainer.data.bfcl import CATEGORIES as BFCL_CATEGORIES
 from trainer.chat.fc_check import CATEGORIES
 from trainer.config.params import TRIAL_KEYS
+from trainer.core import metrics as names
 
 
 def _cell(text: Any) -> str:
@@ -24,10 +25,10 @@ def _pct(value: float, rows: int) -> str:
 
 
 def source_rows(
-    base: dict[str, float], tuned: dict[str, float], counts: dict[str, float], names: list[str]
+    base: dict[str, float], tuned: dict[str, float], counts: dict[str, float], sources: list[str]
 ) -> list[tuple[str, int, str, str, str, str]]:
     """A mixed dataset's scores by source (trainer.data.mix): (source, rows scored, AST accuracy base, tuned,
-    text kept base, tuned), from `mix<k>_rows` and the `mix<k>_*` metrics; `names` are the mix's sources in
+    text kept base, tuned), from `mix<k>_rows` and the `mix<k>_*` metrics; `sources` are the mix's sources in
     order (its record), a source without one shown by its index. A score the source's rows cannot measure
     (no tool-call rows, no rows wanting text) reads n/a."""
 
@@ -35,13 +36,13 @@ def source_rows(
         return f"{scores[key]:.1%}" if key in scores else "n/a"
 
     out = []
-    for key in sorted((k for k in counts if k.startswith("mix") and k.endswith("_rows")), key=lambda k: int(k[3:-5])):
-        k = int(key[3:-5])
-        name = f"[{k}] " + (names[k] if k < len(names) else f"source {k}")
+    indices = {k: key for key in counts if (k := names.mix_rows_index(key)) is not None}
+    for k in sorted(indices):
+        name = f"[{k}] " + (sources[k] if k < len(sources) else f"source {k}")
         ast_base, ast_tuned, kept_base, kept_tuned = (
-            pct(m, f"mix{k}_{metric}") for metric in ("fc_ast_accuracy", "text_kept") for m in (base, tuned)
+            pct(m, names.mix(k, metric)) for metric in (names.PRIMARY, names.TEXT_KEPT) for m in (base, tuned)
         )
-        out.append((name, int(counts[key]), ast_base, ast_tuned, kept_base, kept_tuned))
+        out.append((name, int(counts[indices[k]]), ast_base, ast_tuned, kept_base, kept_tuned))
     return out
 
 
@@ -82,13 +83,13 @@ def bfcl_rows(suite: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         ("live_ast", "live AST (rows pooled)"),
         ("hallucination", "irrelevance (mean of 2)"),
     ):
-        if f"bfcl_{agg}_accuracy" in t:
-            out.append((label, "", f"{b[f'bfcl_{agg}_accuracy']:.1%}", f"{t[f'bfcl_{agg}_accuracy']:.1%}"))
+        if (key := names.accuracy("bfcl", agg)) in t:
+            out.append((label, "", f"{b[key]:.1%}", f"{t[key]:.1%}"))
     for c in BFCL_CATEGORIES:
-        if f"bfcl_{c}_accuracy" in t:
-            long = int(counts.get(f"bfcl_{c}_too_long", 0))
-            rows = f"{int(counts[f'bfcl_{c}_rows'])}" + (f" ({long} too long)" if long else "")
-            out.append((c, rows, f"{b[f'bfcl_{c}_accuracy']:.1%}", f"{t[f'bfcl_{c}_accuracy']:.1%}"))
+        if (key := names.accuracy("bfcl", c)) in t:
+            long = int(counts.get(names.count("bfcl", c, "too_long"), 0))
+            rows = f"{int(counts[names.count('bfcl', c, 'rows')])}" + (f" ({long} too long)" if long else "")
+            out.append((c, rows, f"{b[key]:.1%}", f"{t[key]:.1%}"))
     return out
 
 
@@ -157,9 +158,11 @@ def examples_markdown(result: dict[str, Any]) -> str:
             f"| eval loss, text rows | {b['text_eval_loss']:.4f} | {t['text_eval_loss']:.4f} |",
         ]
     counts = result.get("categories", {})
-    categories = {
-        c: counts[f"fc_{c}_rows"] for c in CATEGORIES if counts.get(f"fc_{c}_rows") and f"fc_{c}_accuracy" in t
-    }
+    rows_of, accuracy_of = (
+        {c: names.count("heldout", c, "rows") for c in CATEGORIES},
+        {c: names.accuracy("heldout", c) for c in CATEGORIES},
+    )
+    categories = {c: counts[rows_of[c]] for c in CATEGORIES if counts.get(rows_of[c]) and accuracy_of[c] in t}
     if categories:  # BFCL-style AST check by category (trainer.chat.fc_check); a category the split lacks is not shown
         lines += [
             "",
@@ -167,11 +170,9 @@ def examples_markdown(result: dict[str, Any]) -> str:
             "",
             "| category | turns | base | tuned |",
             "|---|---|---|---|",
-            f"| all | {sum(categories.values())} | {b['fc_ast_accuracy']:.1%} | {t['fc_ast_accuracy']:.1%} |",
+            f"| all | {sum(categories.values())} | {b[names.PRIMARY]:.1%} | {t[names.PRIMARY]:.1%} |",
         ]
-        lines += [
-            f"| {c} | {n} | {b[f'fc_{c}_accuracy']:.1%} | {t[f'fc_{c}_accuracy']:.1%} |" for c, n in categories.items()
-        ]
+        lines += [f"| {c} | {n} | {b[accuracy_of[c]]:.1%} | {t[accuracy_of[c]]:.1%} |" for c, n in categories.items()]
     if by_source := source_rows(b, t, result.get("sources", {}), [m["source"] for m in result.get("mix", [])]):
         lines += [
             "",

@@ -116,9 +116,7 @@ def logged_metrics(result: dict[str, Any]) -> dict[str, float]:
         unmeasured |= {"fc_accuracy"}
     if not result["text_rows"]:
         unmeasured |= {"text_match", "text_eval_loss"}
-    out = {
-        f"{name}_{k}": float(v) for name in ("base", "tuned") for k, v in result[name].items() if k not in unmeasured
-    }
+    out = names.both({m: {k: v for k, v in result[m].items() if k not in unmeasured} for m in names.MODELS})
     # The BFCL-style accuracies of the tuned model also under their plain names (fc_ast_accuracy,
     # fc_<category>_accuracy: what KFP Compare lines up), with each category's row count; an
     # accuracy a split cannot measure is absent (fc_check), never 0.
@@ -150,7 +148,7 @@ def logged_metrics(result: dict[str, Any]) -> dict[str, float]:
         )
     if "bfcl" in result:  # as the held-out ones: base_ and tuned_, the tuned model's also plain, and the counts
         suite = result["bfcl"]
-        out.update({f"{name}_{k}": float(v) for name in ("base", "tuned") for k, v in suite[name].items()})
+        out.update(names.both(suite))
         out.update({k: float(v) for k, v in suite["tuned"].items()})
         out.update({k: float(v) for k, v in suite["counts"].items()})
         if (number := bfcl_data.version_number(suite["version"])) is not None:

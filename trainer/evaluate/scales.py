@@ -61,11 +61,6 @@ def parse_scales(text: Any, name: str = PARAM) -> tuple[float, ...]:
     return tuple(out)
 
 
-def scaled_name(scale: float, metric: str) -> str:
-    """A metric of the tuned model at `scale`, as the evaluate step logs every scale's: `scale75_fc_ast_accuracy`."""
-    return f"scale{round(scale * 100)}_{metric}"
-
-
 @dataclass(frozen=True)
 class Choice:
     """The scale the gate chose among those scored, the verdict at it, and each scale's verdict (scale, promoted,
@@ -109,17 +104,14 @@ def choose(
 
 def scale_metrics(scales: tuple[float, ...], logged: list[dict[str, float]], chosen: float) -> dict[str, float]:
     """What the evaluate step logs beside the chosen scale's metrics: `merge_scale`, and every scale's tuned
-    accuracies under `scaled_name` (only where more than one was scored)."""
+    accuracies under `names.scaled` (only where more than one was scored)."""
     out = {"merge_scale": float(chosen)}
     if len(scales) < 2:
         return out
     for scale, metrics in zip(scales, logged):
+        plain = {k: names.of_tuned(k) for k in metrics}
         out.update(
-            {
-                scaled_name(scale, k[len("tuned_") :]): v
-                for k, v in metrics.items()
-                if k.startswith("tuned_") and k.endswith("_accuracy")
-            }
+            {names.scaled(scale, p): v for k, v in metrics.items() if (p := plain[k]) and p.endswith("_accuracy")}
         )
     return out
 

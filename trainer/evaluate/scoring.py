@@ -11,6 +11,7 @@ from trainer.data import mix
 from trainer.chat.parsers import Parsed, parse, parse_tool_call
 from trainer.chat.turns import expected_call, expected_text, last_user_request
 from trainer.chat.types import Prediction, Row, Verdict
+from trainer.core import metrics as names
 
 
 def row_counts(rows: list[Row]) -> dict[str, int]:
@@ -67,15 +68,15 @@ def _per_source(rows: list[Row], scores: list[Verdict]) -> dict[str, float]:
         mine = [s for r, s in zip(rows, scores) if r.get(mix.TAG) == k]
         summary = fc_check.summarize(mine)
         if summary["fc_ast_accuracy"] is not None:
-            out[f"mix{k}_fc_ast_accuracy"] = summary["fc_ast_accuracy"]
+            out[names.mix(k, names.PRIMARY)] = summary["fc_ast_accuracy"]
         if (kept := summary["categories"]["irrelevance"]["accuracy"]) is not None:
-            out[f"mix{k}_text_kept"] = kept
+            out[names.mix(k, names.TEXT_KEPT)] = kept
     return out
 
 
 def source_rows(rows: list[Row]) -> dict[str, int]:
     """Rows scored per source of a mixed dataset (`mix<k>_rows`, trainer.data.mix); {} for one source."""
-    return {f"mix{k}_rows": sum(1 for r in rows if r.get(mix.TAG) == k) for k in mix.sources_of(rows)}
+    return {names.mix(k, names.ROWS): sum(1 for r in rows if r.get(mix.TAG) == k) for k in mix.sources_of(rows)}
 
 
 def failures(
@@ -108,4 +109,4 @@ def category_rows(rows: list[Row]) -> dict[str, int]:
     summary = fc_check.summarize(
         [Verdict(category=fc_check.category(r), ok=False, exact=False, reason="") for r in rows]
     )
-    return {f"fc_{cat}_rows": c["rows"] for cat, c in summary["categories"].items()}
+    return {names.count("heldout", cat, "rows"): c["rows"] for cat, c in summary["categories"].items()}

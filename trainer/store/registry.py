@@ -26,6 +26,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainer.core import metrics as names
 from trainer.core import settings
 from trainer.core.errors import UserError, collect
 
@@ -79,10 +80,10 @@ def lineage(
         "dataset_uri": dataset_uri,
         "kfp_run_id": run_id,
     }
-    for prefix, values in (("train_", train_metrics), ("eval_", eval_metrics)):
+    for stage, values in (("train", train_metrics), ("eval", eval_metrics)):
         meta.update(
             {
-                prefix + k: float(v)
+                names.registry(stage, k): float(v)
                 for k, v in values.items()
                 if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
             }
