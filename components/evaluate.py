@@ -59,7 +59,7 @@ def evaluate(
     from trainer.evaluate import evaluate as run_eval
     from trainer.evaluate import logged_metrics
     from trainer.evaluate.gate import parse_drops
-    from trainer.evaluate.scales import choose, evaluate_scales, parse_scales, promotion_at, scale_metrics
+    from trainer.evaluate.scales import choose, evaluate_scales, parse_scales, promotion_at, scale_lines, scale_metrics
     from trainer.evaluate.kept_base import KeptBase
     from trainer.models.model import skip_bitsandbytes
     from trainer.evaluate.report import examples_markdown, summary_lines
@@ -81,11 +81,20 @@ def evaluate(
                 "points nowhere): run the deliver_bfcl step with the same eval_suites"
             )
         kept = KeptBase(store, read_uri(base_model), run=metrics.uri.rsplit("/", 1)[0])  # this run's outputs
+        # a sweep's trial: the gate's categories and floor choose its scale; its pick asks the gain of the winner
+        verdict = promotion_at(
+            by_category,
+            min_fc_accuracy=min_fc_accuracy,
+            min_gain=min_gain if gate else None,
+            max_category_drop=max_category_drop,
+            gate_significance=gate_significance,
+        )
         results = evaluate_scales(
             run_eval,
             store.get_tree(read_uri(base_model)),
             tuned,
             scales,
+            said=lambda scale, result: print("\n".join(scale_lines(scale, result, verdict)), flush=True),
             eval_path=store.get_tree(read_uri(dataset)) / "eval.jsonl",
             max_rows=max_rows,
             max_seq_len=max_seq_len,
@@ -98,19 +107,7 @@ def evaluate(
             kept=kept,
         )
     every = [logged_metrics(r) for r in results]  # a kind of row the split lacks logs no accuracy, not 0
-    # a sweep's trial: the gate's categories and floor choose its scale; its pick asks the gain of the winner
-    gain = min_gain if gate else None
-    chosen = choose(
-        scales,
-        every,
-        promotion_at(
-            by_category,
-            min_fc_accuracy=min_fc_accuracy,
-            min_gain=gain,
-            max_category_drop=max_category_drop,
-            gate_significance=gate_significance,
-        ),
-    )
+    chosen = choose(scales, every, verdict)
     result, logged = results[chosen.index], every[chosen.index]
     result["mix"] = dataset.metadata.get("mix") or []  # the sources' names for the report's by-source table
     promoted, reason = (chosen.promoted, chosen.reason) if gate else (True, "")

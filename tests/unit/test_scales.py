@@ -244,3 +244,50 @@ def test_the_sweeps_pick_passes_on_the_winners_scale(tmp_path):
         min_gain=0.1,
     )
     assert (out.best_trial, out.best_scale, out.deploy) == (1, 0.75, True)
+
+
+def _result(tuned_ast):
+    """An evaluate() result of the held-out suite alone, as the step prints and logs it."""
+    metrics = {"fc_accuracy": 0.0, "text_match": 0.0, "eval_loss": 1.0, "fc_ast_accuracy": 0.3}
+    return {
+        "base": metrics,
+        "tuned": {**metrics, "fc_accuracy": tuned_ast, "eval_loss": 0.5, "fc_ast_accuracy": tuned_ast},
+        "rows": 10,
+        "turns": 10,
+        "fc_rows": 10,
+        "text_rows": 0,
+        "skipped_long_rows": 0,
+        "engine": "hf",
+        "suites": ["heldout"],
+    }
+
+
+def test_each_scales_outcome_is_said_as_soon_as_it_is_scored(lora, tmp_path):
+    """With several scales, each one's scores and verdict come when it is scored, before the next is asked (a scale
+    costs minutes on a laptop); with one scale nothing more is said."""
+    _, adapter = lora
+    verdict = sc.promotion_at(min_fc_accuracy=0.5)
+    events: list[tuple[str, object]] = []
+
+    def fake(model_dir, tuned_dir, **kwargs):
+        events.append(("asked", None))
+        return _result(0.9 if len(events) == 1 else 0.4)
+
+    def said(scale, result):
+        events.append(("said", sc.scale_lines(scale, result, verdict)))
+
+    sc.evaluate_scales(fake, tmp_path, adapter, (1.0, 0.5), said=said)
+    assert [e[0] for e in events] == ["asked", "said", "asked", "said"]
+    assert events[1][1][0] == "merge scale 1 scored:" and events[1][1][-1].startswith("  gate: promoted")
+    assert events[3][1][0] == "merge scale 0.5 scored:" and events[3][1][-1].startswith("  gate: not promoted")
+    events.clear()
+    sc.evaluate_scales(fake, tmp_path, adapter, (1.0,), said=said)
+    assert [e[0] for e in events] == ["asked"]
+
+
+def test_scale_lines_give_the_scores_and_the_gates_verdict_at_that_scale():
+    verdict = sc.promotion_at(min_fc_accuracy=0.5)
+    passing, failing = sc.scale_lines(0.75, _result(0.9), verdict), sc.scale_lines(0.5, _result(0.4), verdict)
+    assert passing[0] == "merge scale 0.75 scored:" and failing[0] == "merge scale 0.5 scored:"
+    assert "fc accuracy 0.0% -> 90.0%" in passing[1] and "fc accuracy 0.0% -> 40.0%" in failing[1]
+    assert passing[-1].startswith("  gate: promoted") and failing[-1].startswith("  gate: not promoted")

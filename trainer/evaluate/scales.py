@@ -22,6 +22,8 @@ from typing import Any
 from trainer.core import metrics as names
 from trainer.core.errors import UserError
 from trainer.evaluate import gate
+from trainer.evaluate.report import summary_lines
+from trainer.evaluate.run import logged_metrics
 from trainer.models.merge import scale_problem, scaled_adapter
 
 PARAM = "merge_scales"
@@ -117,11 +119,17 @@ def scale_metrics(scales: tuple[float, ...], logged: list[dict[str, float]], cho
 
 
 def evaluate_scales(
-    evaluate: Callable[..., dict[str, Any]], model_dir: Path, tuned_dir: Path, scales: tuple[float, ...], **kwargs
+    evaluate: Callable[..., dict[str, Any]],
+    model_dir: Path,
+    tuned_dir: Path,
+    scales: tuple[float, ...],
+    said: Callable[[float, dict[str, Any]], None] | None = None,
+    **kwargs,
 ) -> list[dict[str, Any]]:
     """`evaluate(model_dir, adapter, **kwargs)`'s result at each scale (the adapter's update scaled,
     trainer.models.merge.scaled_adapter), in order. The base's scores are kept by the first (`kwargs["kept"]`) and
-    reused by the others, so the base is asked once.
+    reused by the others, so the base is asked once. `said(scale, result)` is called as each scale is scored, where
+    there is more than one: on a laptop a scale costs minutes of asking, and its outcome should not wait for the last.
 
     Raises:
         UserError: a scale other than 1 for an output whose update cannot be scaled.
@@ -135,7 +143,16 @@ def evaluate_scales(
             if len(scales) > 1:
                 print(f"evaluate: the tuned model at merge scale {scale:g}", flush=True)
             results.append(evaluate(model_dir, adapter, **kwargs))
+        if said is not None and len(scales) > 1:
+            said(scale, results[-1])
     return results
+
+
+def scale_lines(scale: float, result: dict[str, Any], verdict: Callable[[dict], tuple[bool, str]]) -> list[str]:
+    """What the evaluate step prints as soon as a scale is scored: its scores, base -> tuned, and the gate's verdict
+    at it (`verdict`, as `choose` asks it)."""
+    _, line = verdict(logged_metrics(result))
+    return [f"merge scale {scale:g} scored:", *(f"  {text}" for text in summary_lines(result)), f"  gate: {line}"]
 
 
 def promotion_at(by_category: dict[str, float] | None = None, **gate_args: Any) -> Callable[[dict], tuple[bool, str]]:
