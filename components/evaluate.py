@@ -59,7 +59,7 @@ def evaluate(
     from trainer.evaluate import evaluate as run_eval
     from trainer.evaluate import logged_metrics
     from trainer.evaluate.gate import parse_drops
-    from trainer.evaluate.scales import choose, evaluate_scales, parse_scales, promotion_at, scale_lines, scale_metrics
+    from trainer.evaluate.scales import choose, evaluate_scales, parse_scales, promotion_at, scale_metrics
     from trainer.evaluate.kept_base import KeptBase
     from trainer.models.model import skip_bitsandbytes
     from trainer.evaluate.report import examples_markdown, summary_lines
@@ -94,7 +94,7 @@ def evaluate(
             store.get_tree(read_uri(base_model)),
             tuned,
             scales,
-            said=lambda scale, result: print("\n".join(scale_lines(scale, result, verdict)), flush=True),
+            verdict=verdict,
             eval_path=store.get_tree(read_uri(dataset)) / "eval.jsonl",
             max_rows=max_rows,
             max_seq_len=max_seq_len,

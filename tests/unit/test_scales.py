@@ -262,27 +262,24 @@ def _result(tuned_ast):
     }
 
 
-def test_each_scales_outcome_is_said_as_soon_as_it_is_scored(lora, tmp_path):
-    """With several scales, each one's scores and verdict come when it is scored, before the next is asked (a scale
-    costs minutes on a laptop); with one scale nothing more is said."""
+def test_each_scales_outcome_is_said_as_soon_as_it_is_scored(lora, tmp_path, capsys):
+    """With several scales, each one's scores and verdict are printed when it is scored, before the next is asked (a
+    scale costs minutes on a laptop); with one scale nothing more is said."""
     _, adapter = lora
     verdict = sc.promotion_at(min_fc_accuracy=0.5)
-    events: list[tuple[str, object]] = []
+    said = []
 
     def fake(model_dir, tuned_dir, **kwargs):
-        events.append(("asked", None))
-        return _result(0.9 if len(events) == 1 else 0.4)
+        said.append(capsys.readouterr().out)  # what was printed before this scale was asked
+        return _result(0.9 if len(said) == 1 else 0.4)
 
-    def said(scale, result):
-        events.append(("said", sc.scale_lines(scale, result, verdict)))
-
-    sc.evaluate_scales(fake, tmp_path, adapter, (1.0, 0.5), said=said)
-    assert [e[0] for e in events] == ["asked", "said", "asked", "said"]
-    assert events[1][1][0] == "merge scale 1 scored:" and events[1][1][-1].startswith("  gate: promoted")
-    assert events[3][1][0] == "merge scale 0.5 scored:" and events[3][1][-1].startswith("  gate: not promoted")
-    events.clear()
-    sc.evaluate_scales(fake, tmp_path, adapter, (1.0,), said=said)
-    assert [e[0] for e in events] == ["asked"]
+    sc.evaluate_scales(fake, tmp_path, adapter, (1.0, 0.5), verdict=verdict)
+    said.append(capsys.readouterr().out)
+    assert "merge scale 1 scored:" not in said[0]
+    assert "merge scale 1 scored:" in said[1] and "  gate: promoted" in said[1]
+    assert "merge scale 0.5 scored:" in said[2] and "  gate: not promoted" in said[2]
+    sc.evaluate_scales(fake, tmp_path, adapter, (1.0,), verdict=verdict)
+    assert "scored:" not in capsys.readouterr().out
 
 
 def test_scale_lines_give_the_scores_and_the_gates_verdict_at_that_scale():
@@ -291,3 +288,4 @@ def test_scale_lines_give_the_scores_and_the_gates_verdict_at_that_scale():
     assert passing[0] == "merge scale 0.75 scored:" and failing[0] == "merge scale 0.5 scored:"
     assert "fc accuracy 0.0% -> 90.0%" in passing[1] and "fc accuracy 0.0% -> 40.0%" in failing[1]
     assert passing[-1].startswith("  gate: promoted") and failing[-1].startswith("  gate: not promoted")
+    assert sc.scale_lines(0.5, _result(0.4)) == failing[:-1]  # no gate given: the scores alone

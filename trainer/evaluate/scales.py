@@ -123,13 +123,14 @@ def evaluate_scales(
     model_dir: Path,
     tuned_dir: Path,
     scales: tuple[float, ...],
-    said: Callable[[float, dict[str, Any]], None] | None = None,
+    verdict: Callable[[dict], tuple[bool, str]] | None = None,
     **kwargs,
 ) -> list[dict[str, Any]]:
     """`evaluate(model_dir, adapter, **kwargs)`'s result at each scale (the adapter's update scaled,
     trainer.models.merge.scaled_adapter), in order. The base's scores are kept by the first (`kwargs["kept"]`) and
-    reused by the others, so the base is asked once. `said(scale, result)` is called as each scale is scored, where
-    there is more than one: on a laptop a scale costs minutes of asking, and its outcome should not wait for the last.
+    reused by the others, so the base is asked once. Where there is more than one scale, each one's scores (and the
+    gate's `verdict` at it, where given) are printed as soon as it is scored (`scale_lines`): on a laptop a scale costs
+    minutes of asking, and its outcome should not wait for the last.
 
     Raises:
         UserError: a scale other than 1 for an output whose update cannot be scaled.
@@ -143,16 +144,18 @@ def evaluate_scales(
             if len(scales) > 1:
                 print(f"evaluate: the tuned model at merge scale {scale:g}", flush=True)
             results.append(evaluate(model_dir, adapter, **kwargs))
-        if said is not None and len(scales) > 1:
-            said(scale, results[-1])
+        if len(scales) > 1:
+            print("\n".join(scale_lines(scale, results[-1], verdict)), flush=True)
     return results
 
 
-def scale_lines(scale: float, result: dict[str, Any], verdict: Callable[[dict], tuple[bool, str]]) -> list[str]:
+def scale_lines(
+    scale: float, result: dict[str, Any], verdict: Callable[[dict], tuple[bool, str]] | None = None
+) -> list[str]:
     """What the evaluate step prints as soon as a scale is scored: its scores, base -> tuned, and the gate's verdict
-    at it (`verdict`, as `choose` asks it)."""
-    _, line = verdict(logged_metrics(result))
-    return [f"merge scale {scale:g} scored:", *(f"  {text}" for text in summary_lines(result)), f"  gate: {line}"]
+    at it (`verdict`, as `choose` asks it; none: no gate line)."""
+    lines = [f"merge scale {scale:g} scored:", *(f"  {text}" for text in summary_lines(result))]
+    return lines + ([f"  gate: {verdict(logged_metrics(result))[1]}"] if verdict is not None else [])
 
 
 def promotion_at(by_category: dict[str, float] | None = None, **gate_args: Any) -> Callable[[dict], tuple[bool, str]]:
