@@ -159,6 +159,9 @@ def test_evaluate_scores_each_merge_scale_and_the_merge_step_merges_at_the_chose
     assert {"scale100_fc_ast_accuracy", "scale50_fc_ast_accuracy"} <= set(m)
     assert m["fc_ast_accuracy"] == m[f"scale{round(scale * 100)}_fc_ast_accuracy"]
     assert f"merge scale {scale:g} chosen of 1, 0.5" in out and "base scores reused from" in out
+    # each scale's scores and verdict as soon as it is scored: scale 1's before scale 0.5 is asked
+    assert out.index("merge scale 1 scored:") < out.index("evaluate: the tuned model at merge scale 0.5")
+    assert out.count("  gate: ") == 2 and "merge scale 0.5 scored:" in out
     assert f" at merge scale {scale:g} (of 1, 0.5; {0.5 if scale == 1 else 1:g}: " in reason
     half = art(Model, tmp_path, "half")
     merge_lora.python_func(base_model=tuned["model"], adapter=tuned["adapter"], merged=half, scale=0.5)
