@@ -110,9 +110,9 @@ def test_each_scale_is_evaluated_on_its_own_scaled_adapter(lora, tmp_path):
     def fake(model_dir, tuned_dir, **kwargs):
         b = next(v for k, v in load_file(tuned_dir / "adapter_model.safetensors").items() if ".lora_B." in k)
         seen.append((kwargs["rows"], b.abs().sum().item()))
-        return {"ok": True}
+        return _result(0.5)
 
-    assert sc.evaluate_scales(fake, tmp_path, adapter, (1.0, 0.5, 0.25), rows=3) == [{"ok": True}] * 3
+    assert sc.evaluate_scales(fake, tmp_path, adapter, (1.0, 0.5, 0.25), rows=3) == [_result(0.5)] * 3
     assert [r for r, _ in seen] == [3, 3, 3]
     assert seen[1][1] == pytest.approx(seen[0][1] / 2) and seen[2][1] == pytest.approx(seen[0][1] / 4)
 
