@@ -111,9 +111,7 @@ def evaluate(
     result, logged = results[chosen.index], every[chosen.index]
     result["mix"] = dataset.metadata.get("mix") or []  # the sources' names for the report's by-source table
     promoted, reason = (chosen.promoted, chosen.reason) if gate else (True, "")
-    if len(scales) > 1:
-        for scale, ok, primary, line in chosen.verdicts:
-            print(f"merge scale {scale:g}: {line}", flush=True)
+    if len(scales) > 1:  # each scale's verdict was printed as it was scored (evaluate_scales)
         print(f"merge scale {chosen.scale:g} chosen of {', '.join(f'{s:g}' for s in scales)}", flush=True)
     values = {**logged, **scale_metrics(scales, every, chosen.scale), **({"promoted": float(promoted)} if gate else {})}
     log_metrics(metrics, values)

@@ -111,9 +111,12 @@ def scale_metrics(scales: tuple[float, ...], logged: list[dict[str, float]], cho
     if len(scales) < 2:
         return out
     for scale, metrics in zip(scales, logged):
-        plain = {k: names.of_tuned(k) for k in metrics}
         out.update(
-            {names.scaled(scale, p): v for k, v in metrics.items() if (p := plain[k]) and p.endswith("_accuracy")}
+            {
+                names.scaled(scale, p): metrics[k]
+                for k in metrics
+                if (p := names.of_tuned(k)) and p.endswith("_accuracy")
+            }
         )
     return out
 
