@@ -43,7 +43,7 @@ def deploy(
     from trainer import deploy
     from trainer.core.errors import UserError, exit_on_user_error
     from trainer.core.storage import Store
-    from trainer.k8s.vllm import ServeSpec
+    from trainer.deploy.base import ServeSpec
     from trainer.launch import cluster_from_params
 
     with exit_on_user_error():

@@ -43,7 +43,7 @@ def deploy_trials(
     from trainer import deploy
     from trainer.core.errors import exit_on_user_error
     from trainer.core.storage import Store
-    from trainer.k8s.vllm import ServeSpec, trial_adapters
+    from trainer.deploy.base import ServeSpec, trial_adapters
     from trainer.launch import cluster_from_params
 
     with exit_on_user_error():

@@ -26,7 +26,7 @@ from trainer.core.errors import collect, exit_on_user_error
 MINIO_IMAGE = "minio/minio:RELEASE.2025-04-22T22-12-26Z"
 CHECK_IMAGE = "python:3.11-slim-bookworm"  # the project image's base: small, has python
 PLACEHOLDER = "REPLACE-ME-before-applying"
-KSERVE_SA = "llm-finetune-kserve"  # trainer.k8s.kserve.SERVICE_ACCOUNT
+KSERVE_SA = "llm-finetune-kserve"  # trainer.deploy.server.KSERVE_SERVICE_ACCOUNT
 KSERVE_SECRET = "llm-finetune-kserve-s3"
 RUNTIME = "llm-finetune-torch"
 RESTRICTED_CONTAINER = {
@@ -96,7 +96,7 @@ def training_runtime() -> dict:
     """Trainer's torch-distributed runtime plus what a TrainJob cannot set itself: exit codes
     2 (bad input) and 3 (non-finite loss) fail the job at once, other failures (137 OOM-kill,
     143 preemption, 1 crash) restart the JobSet up to 3 times, resuming from the checkpoint."""
-    from trainer.k8s.pytorchjob import PERMANENT_EXIT_CODES
+    from trainer.launch.pytorchjob import PERMANENT_EXIT_CODES
 
     return {
         "apiVersion": "trainer.kubeflow.org/v1alpha1",

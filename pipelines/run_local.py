@@ -121,12 +121,12 @@ def throwaway_s3_problems(params: dict[str, Any], endpoint: str | None) -> list[
 def cluster_config_problems(params: dict[str, Any]) -> list[str]:
     """A step sent to a cluster (a TrainJob or PyTorchJob, a Deployment or KServe object) needs a
     Kubernetes configuration here: without one it failed only in that step, after delivering and training."""
+    from trainer.deploy import CLUSTER_BACKENDS
     from trainer.launch import CLUSTER_LAUNCHERS
-    from trainer.validate import DEPLOY_BACKENDS
 
     on_cluster = [
         f"{key}={params[key]}"
-        for key, names in (("launcher", CLUSTER_LAUNCHERS), ("deploy_backend", DEPLOY_BACKENDS[1:]))
+        for key, names in (("launcher", CLUSTER_LAUNCHERS), ("deploy_backend", CLUSTER_BACKENDS))
         if params.get(key) in names
     ]
     if not on_cluster:

@@ -278,17 +278,17 @@ def sweep_dry_run_objects(params: dict[str, Any]) -> list:
         objects.append(job)
     objects += dry_run_objects({**base, "launcher": "local"})  # the winner, if it beats the base by min_gain
     if params.get("deploy_all_trials") and params["deploy_backend"] in deploy.CLUSTER_BACKENDS:
-        from trainer.k8s import vllm
+        from trainer.deploy.base import ServeSpec, trial_adapters
         from trainer.launch import cluster_from_params
 
         name = params["served_model_name"]
-        side_by_side = vllm.ServeSpec(
+        side_by_side = ServeSpec(
             name=f"{name}-base",
             model_uri="s3://<bucket>/models/<from deliver-model>",
             gpus=base["serve_gpus"],
             cluster=cluster_from_params(base),
             vllm_image=base.get("vllm_image", ""),
-            adapters=vllm.trial_adapters(
+            adapters=trial_adapters(
                 name, [f"s3://<bucket>/models/<from-trial-{i}>" for i in range(len(params["trials"]))]
             ),
             max_lora_rank=max(int(t["lora_r"]) for t in params["trials"]),
@@ -300,11 +300,9 @@ def sweep_dry_run_objects(params: dict[str, Any]) -> list:
 def dry_run_objects(params: dict[str, Any], name: str = "") -> list:
     """The Kubernetes objects this run would create, as model objects."""
     from trainer.config.training import TrainConfig
-    from trainer.k8s import vllm
+    from trainer.deploy.base import ServeSpec
     from trainer.k8s.podspec import job_name
-    from trainer.k8s.pytorchjob import build_pytorchjob
-    from trainer.k8s.trainjob import build_trainjob
-    from trainer.launch import cluster_from_params
+    from trainer.launch import cluster_from_params, launcher
 
     spec = cluster_from_params(params)
     objects = []
@@ -315,11 +313,12 @@ def dry_run_objects(params: dict[str, Any], name: str = "") -> list:
             dataset_uri="s3://<bucket>/datasets/<from deliver-dataset>",
             output_prefix="runs/<run id>",
         )
-        build = build_trainjob if params["launcher"] == "trainjob" else build_pytorchjob
-        objects.append(build(name or job_name("run-id"), cfg.to_args(), spec))
+        objects += launcher(params["launcher"], spec, cfg.stall_timeout_s).build(
+            cfg.to_args(), name or job_name("run-id")
+        )
     if params["deploy_backend"] in deploy.CLUSTER_BACKENDS:
         name, side_by_side = params["served_model_name"], params.get("serve_adapters", False)
-        serve = vllm.ServeSpec(
+        serve = ServeSpec(
             name=f"{name}-base" if side_by_side else name,
             gpus=params["serve_gpus"],
             cluster=spec,

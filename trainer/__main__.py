@@ -271,9 +271,6 @@ def cmd_train(args: argparse.Namespace) -> None:
 def cmd_launch_k8s(args: argparse.Namespace) -> None:
     from trainer.k8s.podspec import job_name
     from trainer.launch import launcher
-    from trainer.k8s.pytorchjob import build_pytorchjob
-    from trainer.k8s.trainjob import build_trainjob
-
     from trainer.validate.cluster import environment_image_problems
 
     cfg, spec = TrainConfig.from_namespace(args), _cluster_spec(args)
@@ -281,26 +278,25 @@ def cmd_launch_k8s(args: argparse.Namespace) -> None:
     collect(
         cfg.problems() + spec.problems() + environment_image_problems(), what="invalid training or cluster settings"
     )
-    spec.stall_timeout_s = cfg.stall_timeout_s
     name = job_name(args.run_id)
+    job = launcher(args.launcher, spec, cfg.stall_timeout_s)
     if args.dry_run:
-        build = build_trainjob if args.launcher == "trainjob" else build_pytorchjob
-        print_yaml([build(name, cfg.to_args(), spec)])
+        print_yaml(job.build(cfg.to_args(), name))
     else:
         reach_cluster()
-        launcher(args.launcher, spec, cfg.stall_timeout_s).run(cfg.to_args(), name)
+        job.run(cfg.to_args(), name)
 
 
 def cmd_deploy_k8s(args: argparse.Namespace) -> None:
     from trainer import deploy
-    from trainer.k8s import vllm
+    from trainer.deploy.base import ServeSpec, parse_adapters
 
-    spec = vllm.ServeSpec(
+    spec = ServeSpec(
         name=args.name,
         model_uri=args.model_uri,
         gpus=args.gpus,
         cluster=_cluster_spec(args),
-        adapters=vllm.parse_adapters(args.adapter),
+        adapters=parse_adapters(args.adapter),
         max_lora_rank=args.max_lora_rank,
         vllm_image=args.vllm_image,
         tool_call_parser=args.tool_call_parser,

@@ -13,11 +13,13 @@ import pytest
 from tests.fakes.k8s_fake_api import FakeKubeAPI, JobScript
 from tests.schemas import assert_restricted, validate
 from trainer.core.errors import UserError
-from trainer.deploy import Deployed
-from trainer.k8s import lifecycle, podspec, vllm as cluster_serve
+from trainer.deploy import deployment as cluster_serve
+from trainer.deploy.base import ServeSpec
+from trainer.deploy.server import image as serve_image
+from trainer.k8s import lifecycle, podspec
 from trainer.k8s.lifecycle import JobFailed, to_dict
 from trainer.k8s.podspec import ClusterSpec
-from trainer.k8s.pytorchjob import PyTorchJobLauncher, build_pytorchjob
+from trainer.launch.pytorchjob import PyTorchJobLauncher, build_pytorchjob
 
 ROOT = Path(__file__).resolve().parents[2]
 ARGS = ["--model-uri=s3://b/models/m", "--dataset-uri=s3://b/datasets/d", "--output-prefix=runs/r1"]
@@ -193,9 +195,7 @@ def test_wait_timeout_is_a_parameter_fake_api():
 
 
 def serve_spec(**kw):
-    return cluster_serve.ServeSpec(
-        name="tuned", model_uri="s3://b/models/sha256-abc", cluster=ClusterSpec(namespace="ml", **kw)
-    )
+    return ServeSpec(name="tuned", model_uri="s3://b/models/sha256-abc", cluster=ClusterSpec(namespace="ml", **kw))
 
 
 def test_vllm_objects_are_valid_and_probe_readiness_on_models():
@@ -222,9 +222,7 @@ def test_redeploy_replaces_instead_of_failing_fake_api():
         d, s = cluster_serve.build(serve_spec())
         assert cluster_serve.apply(apps, core, d, s, "ml") == "created"
         d2, s2 = cluster_serve.build(
-            cluster_serve.ServeSpec(
-                name="tuned", model_uri="s3://b/models/sha256-new", cluster=ClusterSpec(namespace="ml")
-            )
+            ServeSpec(name="tuned", model_uri="s3://b/models/sha256-new", cluster=ClusterSpec(namespace="ml"))
         )
         assert cluster_serve.apply(apps, core, d2, s2, "ml") == "replaced"
         stored = api.state.objects[("Deployment", "ml", "tuned")]
@@ -300,7 +298,7 @@ def test_dry_run_2_nodes_x_8_gpus_is_valid_and_secret_free():
 
 
 def trainjob(spec: ClusterSpec, name="ft-run1") -> dict:
-    from trainer.k8s.trainjob import build_trainjob
+    from trainer.launch.trainjob import build_trainjob
 
     obj = to_dict(build_trainjob(name, ARGS, spec))
     validate(obj)  # the v2.3.0 CRD, strict
@@ -356,7 +354,7 @@ def test_trainjob_runtime_exists_in_shipped_or_upstream_manifests():
 
 
 def test_trainjob_launcher_creates_streams_waits_and_cleans_up_fake_api(capsys):
-    from trainer.k8s.trainjob import TrainJobLauncher
+    from trainer.launch.trainjob import TrainJobLauncher
 
     with FakeKubeAPI() as api:
         TrainJobLauncher(ClusterSpec(namespace="ml", nodes=2, poll_interval_s=0.01), api.configuration).run(
@@ -372,7 +370,7 @@ def test_trainjob_launcher_creates_streams_waits_and_cleans_up_fake_api(capsys):
 
 
 def test_trainjob_failure_report_and_retry_attaches_fake_api(capsys):
-    from trainer.k8s.trainjob import TrainJobLauncher
+    from trainer.launch.trainjob import TrainJobLauncher
 
     script = JobScript(
         conditions=["Created", "Failed"],
@@ -386,7 +384,7 @@ def test_trainjob_failure_report_and_retry_attaches_fake_api(capsys):
         spec = ClusterSpec(namespace="ml", nodes=2, poll_interval_s=0.01, cleanup="never")
         api.state.objects[("TrainJob", "ml", "ft-tj")] = {
             "metadata": {"name": "ft-tj", "namespace": "ml", "generation": 1},
-            "spec": to_dict(__import__("trainer.k8s.trainjob", fromlist=["x"]).build_trainjob("ft-tj", ARGS, spec))[
+            "spec": to_dict(__import__("trainer.launch.trainjob", fromlist=["x"]).build_trainjob("ft-tj", ARGS, spec))[
                 "spec"
             ],
         }
@@ -420,7 +418,7 @@ def test_launcher_names():
     """trainer.launch.launcher, the one chooser: each name its backend, with the spec's topology and the watchdog's
     stall limit; an unknown name one message."""
     from trainer.core.errors import UserError
-    from trainer.k8s.trainjob import TrainJobLauncher
+    from trainer.launch.trainjob import TrainJobLauncher
     from trainer.launch import LocalLauncher, launcher
 
     spec = ClusterSpec(nodes=2, procs_per_node=3, backoff_limit=4)
@@ -502,7 +500,7 @@ def test_deploy_cli_refuses_bad_name_and_gpus():
 
 
 def test_multi_lora_deployment_serves_base_and_adapters_by_name():
-    spec = cluster_serve.ServeSpec(
+    spec = ServeSpec(
         name="base",
         model_uri="s3://b/models/base",
         gpus=2,
@@ -526,15 +524,10 @@ def test_multi_lora_deployment_serves_base_and_adapters_by_name():
 
 
 def test_vllm_image_follows_the_accelerator():
-    amd = cluster_serve.ServeSpec(
-        name="m", model_uri="s3://b/m", cluster=ClusterSpec(accelerator_resource="amd.com/gpu")
-    )
-    nv = cluster_serve.ServeSpec(name="m", model_uri="s3://b/m")
-    assert "rocm" in cluster_serve.image(amd) and "rocm" not in cluster_serve.image(nv)
-    assert (
-        cluster_serve.image(cluster_serve.ServeSpec(name="m", model_uri="s3://b/m", vllm_image="my/vllm:1"))
-        == "my/vllm:1"
-    )
+    amd = ServeSpec(name="m", model_uri="s3://b/m", cluster=ClusterSpec(accelerator_resource="amd.com/gpu"))
+    nv = ServeSpec(name="m", model_uri="s3://b/m")
+    assert "rocm" in serve_image(amd) and "rocm" not in serve_image(nv)
+    assert serve_image(ServeSpec(name="m", model_uri="s3://b/m", vllm_image="my/vllm:1")) == "my/vllm:1"
 
 
 def test_local_and_cluster_vllm_flags_are_the_same_function():
@@ -549,13 +542,11 @@ def test_local_and_cluster_vllm_flags_are_the_same_function():
 
 
 def kserve_spec(**kw):
-    return cluster_serve.ServeSpec(
-        name="tuned", model_uri="s3://b/models/sha256-abc", cluster=ClusterSpec(namespace="ml"), **kw
-    )
+    return ServeSpec(name="tuned", model_uri="s3://b/models/sha256-abc", cluster=ClusterSpec(namespace="ml"), **kw)
 
 
 def test_kserve_objects_are_valid_and_share_vllm_flags():
-    from trainer.k8s import kserve
+    from trainer.deploy import kserve
 
     runtime, isvc = kserve.build(kserve_spec(gpus=4))
     for obj in (runtime, isvc):
@@ -579,7 +570,7 @@ def test_the_schema_check_refuses_what_the_api_server_would_prune_or_reject():
 
     import jsonschema
 
-    from trainer.k8s import kserve
+    from trainer.deploy import kserve
 
     _, isvc = kserve.build(kserve_spec())
     job_obj = job(ClusterSpec())
@@ -599,7 +590,7 @@ def test_the_schema_check_refuses_what_the_api_server_would_prune_or_reject():
 def test_kserve_create_ready_smoke_and_replace_on_redeploy_fake_api(monkeypatch):
     from kubernetes import client as k
 
-    from trainer.k8s import kserve
+    from trainer.deploy import kserve
 
     seen = []
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")  # in a pod of this (fake) cluster: DNS resolves
@@ -612,11 +603,11 @@ def test_kserve_create_ready_smoke_and_replace_on_redeploy_fake_api(monkeypatch)
         ),
     )
     with FakeKubeAPI() as api:
-        out = kserve.deploy(
+        out = kserve.KServe().deploy(
             kserve_spec(), [{"role": "user", "content": "hi"}], client_configuration=api.configuration, poll_s=0.01
         )
-        assert out["action"] == "created" and out["endpoint"] == "http://tuned-predictor.ml.svc.cluster.local/v1"
-        assert out["smoke_ok"] and out["names"] == ["tuned"]
+        assert out.extra["action"] == "created" and out.endpoint == "http://tuned-predictor.ml.svc.cluster.local/v1"
+        assert out.smoke_ok and out.names == ["tuned"]
         assert seen == [
             ("ready", "http://tuned-predictor.ml.svc.cluster.local"),
             ("chat", "http://tuned-predictor.ml.svc.cluster.local", "tuned", True),
@@ -627,9 +618,7 @@ def test_kserve_create_ready_smoke_and_replace_on_redeploy_fake_api(monkeypatch)
         again = kserve.apply(
             custom,
             kserve.build(
-                cluster_serve.ServeSpec(
-                    name="tuned", model_uri="s3://b/models/sha256-new", cluster=ClusterSpec(namespace="ml")
-                )
+                ServeSpec(name="tuned", model_uri="s3://b/models/sha256-new", cluster=ClusterSpec(namespace="ml"))
             ),
             "ml",
         )
@@ -643,7 +632,7 @@ def test_kserve_create_ready_smoke_and_replace_on_redeploy_fake_api(monkeypatch)
 def test_kserve_not_ready_says_what_to_check_fake_api(capsys):
     from kubernetes import client as k
 
-    from trainer.k8s import kserve
+    from trainer.deploy import kserve
 
     with FakeKubeAPI() as api:
         api.state.isvc_ready_after_reads = 10**6
@@ -662,7 +651,7 @@ def test_sweep_trials_side_by_side_on_the_cluster_fake_api(store, tmp_path, monk
 
     from tests.unit.test_serve_openai import LLAMA3_TEMPLATE, LLAMA3_TOKENS, _write_tree
     from trainer import deploy as deploying
-    from trainer.k8s.vllm import ServeSpec, trial_adapters
+    from trainer.deploy.base import ServeSpec, trial_adapters
 
     base_uri, _ = store.put_tree(_write_tree(tmp_path / "base", LLAMA3_TEMPLATE, LLAMA3_TOKENS), "models")
     uris = []
@@ -747,7 +736,7 @@ def test_kserve_redeploy_in_the_other_mode_leaves_one_storage_field_fake_api(fir
     storageUri / storageUris must be gone, or KServe gets both."""
     from kubernetes import client as k
 
-    from trainer.k8s import kserve
+    from trainer.deploy import kserve
 
     with FakeKubeAPI() as api:
         custom = k.CustomObjectsApi(k.ApiClient(api.configuration))
@@ -766,7 +755,7 @@ def test_a_restarted_pod_waiting_for_a_node_is_not_a_stall_fake_api(monkeypatch)
     and each status poll waits for the next listing. So the job runs on well past the Pending
     spell (10 s against stall_timeout_s=5), and a watchdog left running through it would fire,
     however fast or loaded this machine is."""
-    from trainer.k8s import pytorchjob
+    from trainer.launch import pytorchjob
 
     script = JobScript(
         conditions=["Created"] + ["Running"] * 20 + ["Succeeded"],
@@ -791,7 +780,7 @@ def test_a_restarted_pod_waiting_for_a_node_is_not_a_stall_fake_api(monkeypatch)
 
 
 def test_trainjob_retry_after_failure_starts_it_again_fake_api(capsys):
-    from trainer.k8s.trainjob import TrainJobLauncher
+    from trainer.launch.trainjob import TrainJobLauncher
 
     with FakeKubeAPI(JobScript(conditions=["Created", "Failed"])) as api:
         spec = ClusterSpec(namespace="ml", poll_interval_s=0.01, cleanup="on-success")
@@ -854,7 +843,7 @@ def test_the_service_depends_on_the_name_only_so_a_patch_keeps_it_exact():
     """The Service is patched, not replaced (a PUT would have to carry the allocated clusterIP, and
     would drop what others add to it, e.g. a mesh's annotations): exact only because no setting
     but the name and namespace changes its render, which this pins."""
-    other = cluster_serve.ServeSpec(
+    other = ServeSpec(
         name="tuned",
         model_uri="s3://b/models/other",
         gpus=2,
@@ -870,12 +859,10 @@ def test_kserve_redeploy_leaves_the_inference_service_exactly_as_rendered_fake_a
     selector key and accelerator resource would survive a re-deploy just as in a Deployment."""
     from kubernetes import client as k
 
-    from trainer.k8s import kserve
+    from trainer.deploy import kserve
 
     def spec(**kw):
-        return cluster_serve.ServeSpec(
-            name="tuned", model_uri="s3://b/models/sha256-abc", cluster=ClusterSpec(namespace="ml", **kw)
-        )
+        return ServeSpec(name="tuned", model_uri="s3://b/models/sha256-abc", cluster=ClusterSpec(namespace="ml", **kw))
 
     with FakeKubeAPI() as api:
         custom = k.CustomObjectsApi(k.ApiClient(api.configuration))
@@ -990,13 +977,13 @@ def test_deploy_from_outside_the_cluster_smoke_tests_through_the_api_server_fake
     """From a laptop (a kubeconfig, no KUBERNETES_SERVICE_HOST) `*.svc.cluster.local` does not
     resolve: the smoke test goes through the API server's proxy with the kubeconfig's credentials,
     the real HTTP smoke test unchanged, and the user is told how to reach the endpoint."""
-    from trainer.k8s import kserve
+    from trainer.deploy import kserve
 
     if backend == "kserve":  # a pod whose kubeconfig names another cluster than its own (10.96.0.1)
         monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
     else:  # a laptop
         monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    spec = cluster_serve.ServeSpec(
+    spec = ServeSpec(
         name="tuned",
         model_uri="s3://b/models/base",
         adapters={"tuned-a": "s3://b/a"},
@@ -1004,7 +991,7 @@ def test_deploy_from_outside_the_cluster_smoke_tests_through_the_api_server_fake
     )
     with FakeKubeAPI() as api:
         api.configuration.api_key = {"authorization": "Bearer kubeconfig-token"}
-        deploy = kserve.deploy if backend == "kserve" else cluster_serve.deploy
+        deploy = kserve.KServe().deploy if backend == "kserve" else cluster_serve.Deployment().deploy
         out = deploy(spec, ASK, WEATHER, client_configuration=api.configuration, poll_s=0.01, ready_timeout_s=3)
         via = (
             "/pods/tuned-predictor-00001-deployment-7d9f:8080/proxy"
@@ -1022,22 +1009,23 @@ def test_deploy_from_outside_the_cluster_smoke_tests_through_the_api_server_fake
         ]
         assert chats[0][2]["tools"] == WEATHER  # the request arrives as sent
         assert set(api.state.proxy_auth) == {"Bearer kubeconfig-token"}
-    assert out["smoke_ok"], out["reason"]
-    assert out["names"] == ["tuned", "tuned-a"]
-    assert out["results"]["tuned-a"]["reply"] == 'get_weather {"city": "Paris"}'
+    assert out.smoke_ok, out.reason
+    assert out.names == ["tuned", "tuned-a"]
+    assert out.results["tuned-a"]["reply"] == 'get_weather {"city": "Paris"}'
     printed = capsys.readouterr().out
     if backend == "kserve":
-        assert out["endpoint"] == "http://tuned-predictor.ml.svc.cluster.local/v1"  # what in-cluster clients use
-        assert out["access"].startswith(
+        assert out.endpoint == "http://tuned-predictor.ml.svc.cluster.local/v1"  # what in-cluster clients use
+        assert out.access.startswith(
             "kubectl -n ml port-forward $(kubectl -n ml get pod -l "
             "serving.kserve.io/inferenceservice=tuned -o name | head -n 1) 8080:8080"
         )
     else:
-        assert out["endpoint"] == "http://tuned.ml.svc.cluster.local:8000/v1"
-        assert out["access"] == "kubectl -n ml port-forward svc/tuned 8000:8000  (then http://127.0.0.1:8000/v1)"
-    assert f"from your machine: {out['access']}" in printed
-    # what deploy-k8s prints, through trainer.serving: the backend's result, keys in its order
-    assert list(Deployed.from_backend(out).as_dict().items()) == list(out.items())
+        assert out.endpoint == "http://tuned.ml.svc.cluster.local:8000/v1"
+        assert out.access == "kubectl -n ml port-forward svc/tuned 8000:8000  (then http://127.0.0.1:8000/v1)"
+    assert f"from your machine: {out.access}" in printed
+    # what deploy-k8s prints: the backend's result, keys in its order, the objects' action last
+    printed_keys = ["endpoint", "names", "ready_s", "smoke_ok", "reason", "latency_s", "results", "pgid", "access"]
+    assert list(out.as_dict()) == [*printed_keys, "action"] and out.as_dict()["action"] == "created"
 
 
 def test_deploy_k8s_deploys_through_serving_and_prints_the_result_fake_api(monkeypatch, capsys, tmp_path):
@@ -1128,9 +1116,11 @@ def test_deploy_inside_the_cluster_uses_the_service_dns_name_fake_api(monkeypatc
         ),
     )
     with FakeKubeAPI() as api:
-        out = cluster_serve.deploy(serve_spec(), ASK, WEATHER, client_configuration=api.configuration, poll_s=0.01)
+        out = cluster_serve.Deployment().deploy(
+            serve_spec(), ASK, WEATHER, client_configuration=api.configuration, poll_s=0.01
+        )
         assert not api.state.calls("GET", "/proxy/")
-    assert seen == ["http://tuned.ml.svc.cluster.local:8000"] * 2 and out["smoke_ok"]
+    assert seen == ["http://tuned.ml.svc.cluster.local:8000"] * 2 and out.smoke_ok
 
 
 def test_a_service_without_endpoints_fails_the_smoke_test_within_its_limit_fake_api(monkeypatch):

@@ -12,9 +12,9 @@ from tests.fakes.k8s_fake_api import FakeKubeAPI
 from tests.schemas import assert_restricted, validate
 from tests.unit.test_kubeflow_native import submit_dry_run
 from trainer.core.errors import UserError
-from trainer.k8s import llmisvc
+from trainer.deploy import llmisvc
 from trainer.k8s.podspec import ClusterSpec
-from trainer.k8s.vllm import ServeSpec
+from trainer.deploy.base import ServeSpec
 
 ADAPTER = "s3://llm-finetune/models/sha256-adapter"
 
@@ -103,13 +103,13 @@ def test_create_ready_smoke_and_replace_on_redeploy_fake_api(monkeypatch):
         ),
     )
     with FakeKubeAPI() as api:
-        out = llmisvc.deploy(
+        out = llmisvc.LLMInferenceService().deploy(
             spec(), [{"role": "user", "content": "hi"}], client_configuration=api.configuration, poll_s=0.01
         )
         # KServe without spec.router publishes the workload Service without its port: vLLM's is added
         url = "http://tuned-base-kserve-workload-svc.ml.svc.cluster.local:8000"
-        assert out["action"] == "created" and out["endpoint"] == f"{url}/v1"
-        assert out["smoke_ok"] and out["names"] == ["tuned-base", "tuned"]
+        assert out.extra["action"] == "created" and out.endpoint == f"{url}/v1"
+        assert out.smoke_ok and out.names == ["tuned-base", "tuned"]
         # the base only has to answer; the adapter must call the tool
         assert seen == [("ready", url), ("chat", "tuned-base", False), ("chat", "tuned", True)]
         [(_, _, body)] = api.state.calls("POST", "llminferenceservices")
@@ -130,7 +130,7 @@ def test_from_outside_the_cluster_the_smoke_test_goes_through_the_api_servers_po
 
     with FakeKubeAPI() as api:
         api.state.llmisvc_scheme = scheme
-        out = llmisvc.deploy(
+        out = llmisvc.LLMInferenceService().deploy(
             spec(),
             [{"role": "user", "content": "What is the weather in Paris?"}],
             [
@@ -146,10 +146,10 @@ def test_from_outside_the_cluster_the_smoke_test_goes_through_the_api_servers_po
             poll_s=0.01,
         )
         proxied = [path for method, path, _ in api.state.requests if "/proxy/" in path]
-    assert out["smoke_ok"], json.dumps(out)[:500]
+    assert out.smoke_ok, json.dumps(out.as_dict())[:500]
     target = "tuned-base-kserve-7c9d8f:8000" if scheme == "http" else "https:tuned-base-kserve-7c9d8f:8000"
     assert proxied and all(f"/pods/{target}/proxy/" in p for p in proxied), proxied
-    assert out["endpoint"] == f"{scheme}://tuned-base-kserve-workload-svc.ml.svc.cluster.local:8000/v1"
+    assert out.endpoint == f"{scheme}://tuned-base-kserve-workload-svc.ml.svc.cluster.local:8000/v1"
 
 
 def test_not_ready_names_the_condition_and_what_to_check_fake_api(capsys):

@@ -311,7 +311,7 @@ def test_two_ranks_learn_exactly_what_one_rank_learns_from_the_same_rows(deliver
 def test_emulated_nodes_get_gpus_of_their_own_or_run_on_cpu(capsys, monkeypatch):
     """The local launcher on a GPU machine: each node's torchrun numbers its workers from
     LOCAL_RANK 0, so each node must see its own GPUs (NCCL refuses two ranks on one device)."""
-    from trainer.launch import node_devices, visible_gpus
+    from trainer.launch.local import node_devices, visible_gpus
 
     assert node_devices(2, 1, []) is None  # no GPU: the environment is left alone
     assert node_devices(2, 1, ["0", "1"]) == ["0", "1"]

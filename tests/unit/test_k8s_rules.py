@@ -254,9 +254,9 @@ def test_pipeline_refuses_names_its_deploy_cannot_create_before_training():
 
 def test_kserve_build_checks_the_host_name_in_its_namespace():
     from trainer.core.errors import UserError
-    from trainer.k8s import kserve
+    from trainer.deploy import kserve
     from trainer.k8s.podspec import ClusterSpec
-    from trainer.k8s.vllm import ServeSpec
+    from trainer.deploy.base import ServeSpec
 
     spec = ServeSpec(name="a" * 40, model_uri="s3://b/m", cluster=ClusterSpec(namespace="team-machine-learning-prod"))
     with pytest.raises(UserError, match="predictor's host name"):
@@ -268,13 +268,11 @@ def test_kserve_build_checks_the_host_name_in_its_namespace():
 def test_sweep_adapter_names_need_no_service_name_limit():
     """deploy_all_trials serves `<name>-trial-<i>` beside `<name>-base`: only the latter names a
     Service, so a served_model_name that validation passed (58 characters) deploys any trial count."""
-    from trainer.k8s import vllm
+    from trainer.deploy.base import ServeSpec, trial_adapters
 
     name = "m" * 58
-    spec = vllm.ServeSpec(
-        name=f"{name}-base",
-        model_uri="s3://b/base",
-        adapters=vllm.trial_adapters(name, [f"s3://b/a{i}" for i in range(12)]),
+    spec = ServeSpec(
+        name=f"{name}-base", model_uri="s3://b/base", adapters=trial_adapters(name, [f"s3://b/a{i}" for i in range(12)])
     )
     assert spec.problems() == []
     assert rules.deploy_name(name, "kubernetes", side_by_side=True) == []
@@ -296,9 +294,9 @@ def test_sweep_adapter_names_need_no_service_name_limit():
 )
 def test_vllm_tool_call_parser_names_with_hyphens_are_accepted(parser, ok):
     """vLLM registers parsers such as granite-20b-fc; a name not starting with a letter could be a flag."""
-    from trainer.k8s import vllm
+    from trainer.deploy.base import ServeSpec
 
-    spec = vllm.ServeSpec(name="m", model_uri="s3://b/m", tool_call_parser=parser)
+    spec = ServeSpec(name="m", model_uri="s3://b/m", tool_call_parser=parser)
     assert (not any("tool_call_parser" in p for p in spec.problems())) is ok
 
 

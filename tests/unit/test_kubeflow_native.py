@@ -160,13 +160,15 @@ def rendered_objects(accelerator: str, gpus: int, name: str = "llama32-1b-fc") -
     """Every Kubernetes object the project renders for one placement, as the JSON sent to the API server."""
     import json
 
-    from trainer.k8s import kserve, pytorchjob, trainjob, vllm
+    from trainer.deploy import deployment, kserve
+    from trainer.deploy.base import ServeSpec
+    from trainer.launch import pytorchjob, trainjob
     from trainer.k8s.lifecycle import to_dict
     from trainer.k8s.podspec import ClusterSpec, job_name
 
     cluster = ClusterSpec(nodes=2, procs_per_node=max(gpus, 1), accelerator_resource=accelerator, **UI_PLACEMENT)
     job = job_name("Run_ÜBER.long-" * 6)
-    serve = vllm.ServeSpec(
+    serve = ServeSpec(
         name=name,
         model_uri="s3://llm-finetune/models/sha256-a",
         gpus=gpus,
@@ -176,7 +178,7 @@ def rendered_objects(accelerator: str, gpus: int, name: str = "llama32-1b-fc") -
     objs = [
         pytorchjob.build_pytorchjob(job, ["--max-steps", "5"], cluster),
         trainjob.build_trainjob(job, ["--max-steps", "5"], cluster),
-        *vllm.build(serve),
+        *deployment.build(serve),
         *kserve.build(serve),
     ]
     return [json.loads(json.dumps(to_dict(o))) for o in objs]

@@ -51,7 +51,7 @@ def test_every_object_is_valid_and_rbac_is_namespaced():
     )
     assert set(kserve_secret["stringData"]) == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
     [sa] = [o for o in objs if o["kind"] == "ServiceAccount"]
-    from trainer.k8s import kserve
+    from trainer.deploy import kserve
 
     assert sa["metadata"]["name"] == kserve.SERVICE_ACCOUNT and sa["secrets"] == [{"name": manifests.KSERVE_SECRET}]
     [minio] = [o for o in objs if o["kind"] == "Deployment"]

@@ -47,7 +47,7 @@ def test_each_local_job_gets_a_temporary_folder_removed_with_it(tmp_path, monkey
     import sys
     import tempfile
 
-    from trainer import launch
+    from trainer.launch import local as launch
     from trainer.core import procs
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))

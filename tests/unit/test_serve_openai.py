@@ -509,10 +509,11 @@ def test_stored_model_parser_reads_only_the_tokenizer_files(store, tmp_path):
 def test_cluster_servers_get_the_models_parser_and_kserve_runtime_stays_model_free():
     """The parser is per model: on the Deployment's command line, and on the InferenceService (not
     the ServingRuntime, which one Llama and one Qwen deploy in a namespace share)."""
-    from trainer.k8s import kserve, vllm
+    from trainer.deploy import deployment as vllm_deployment, kserve
+    from trainer.deploy.base import ServeSpec
 
-    spec = vllm.ServeSpec(name="llama-fc", model_uri="s3://b/models/sha256-a", tool_call_parser="llama3_json")
-    deployment, _ = vllm.build(spec)
+    spec = ServeSpec(name="llama-fc", model_uri="s3://b/models/sha256-a", tool_call_parser="llama3_json")
+    deployment, _ = vllm_deployment.build(spec)
     command = deployment.spec.template.spec.containers[0].command
     assert command[command.index("--tool-call-parser") + 1] == "llama3_json"
     runtime, isvc = kserve.build(spec)
@@ -856,7 +857,8 @@ def test_deploy_serves_with_any_backend_and_chooses_by_name_in_one_place():
     `backend` maps each name to its backend and refuses others."""
     from trainer import deploy as deploying
     from trainer.core.errors import UserError
-    from trainer.k8s import kserve, llmisvc, vllm
+    from trainer.deploy import deployment, kserve, llmisvc
+    from trainer.deploy.base import Deployed, ServeSpec
 
     class Fake:
         asked: list = []
@@ -870,9 +872,9 @@ def test_deploy_serves_with_any_backend_and_chooses_by_name_in_one_place():
                 spec.name: {"ok": False, "reason": "empty reply", "verdict": "unusable_reply", "latency_s": 0.4},
                 "base": {"ok": True, "reason": "", "verdict": "ok", "latency_s": 0.2},
             }
-            return {"endpoint": "http://svc/v1", "names": [spec.name, "base"], "results": results, "latency_s": 0.4}
+            return Deployed("http://svc/v1", [spec.name, "base"], results, 0.4)
 
-    spec = vllm.ServeSpec(name=TUNED, model_uri="s3://b/models/sha256-x")
+    spec = ServeSpec(name=TUNED, model_uri="s3://b/models/sha256-x")
     messages = [{"role": "user", "content": "weather?"}]
     fake = Fake()
     out = deploying.deploy(fake, spec, None, messages, TOOLS, poll_s=0.5)
@@ -881,7 +883,9 @@ def test_deploy_serves_with_any_backend_and_chooses_by_name_in_one_place():
     outcome = serve_client.smoke_outcome(out.results)
     assert outcome["server_ok"] and "empty reply" in outcome["warning"]
 
-    assert [deploying.backend(n) for n in ("kubernetes", "kserve", "llmisvc")] == [vllm, kserve, llmisvc]
+    chosen = [deploying.backend(n) for n in ("kubernetes", "kserve", "llmisvc")]
+    assert [type(b) for b in chosen] == [deployment.Deployment, kserve.KServe, llmisvc.LLMInferenceService]
+    assert deploying.CLUSTER_BACKENDS == ("kubernetes", "kserve", "llmisvc")
     assert isinstance(deploying.backend("local", store=object(), keep_serving=True), deploying.LocalBackend)
     with pytest.raises(ValueError, match="needs the store"):
         deploying.backend("local")
@@ -892,13 +896,14 @@ def test_deploy_serves_with_any_backend_and_chooses_by_name_in_one_place():
 def test_a_cpu_server_sizes_its_kv_cache_from_the_pod_not_the_node():
     """vLLM's CPU backend reserves 0.92 of the node's memory unless told a size: in a pod that is OOM-killed on a
     large node and refused on a busy one (it was, in the CPU container of tests/images)."""
-    from trainer.k8s import vllm
+    from trainer.deploy import deployment, server
+    from trainer.deploy.base import ServeSpec
     from trainer.k8s.podspec import ClusterSpec
 
     def rendered(**cluster) -> list[str]:
-        spec = vllm.ServeSpec(name="m", model_uri="s3://b/models/sha256-x", gpus=cluster.pop("gpus", 0),
-                              cluster=ClusterSpec(**cluster))  # fmt: skip
-        return vllm.server_args(spec, "m", vllm.MODEL_DIR, vllm.PORT)
+        spec = ServeSpec(name="m", model_uri="s3://b/models/sha256-x", gpus=cluster.pop("gpus", 0),
+                         cluster=ClusterSpec(**cluster))  # fmt: skip
+        return server.server_args(spec, "m", deployment.MODEL_DIR, deployment.PORT)
 
     small = rendered(memory="8Gi", accelerator_resource="")
     assert small[small.index("--kv-cache-memory-bytes") + 1] == str(2 << 30)  # a quarter of the limit

@@ -20,7 +20,7 @@ def test_unset_uri_turns_tracking_off_without_importing_mlflow(monkeypatch):
     """The training image need not have mlflow: the recipe, the components and the job's pod spec run without it."""
     code = (
         "import sys\n"
-        "import components.evaluate, components.finetune, trainer.k8s.pytorchjob, trainer.recipe.train\n"
+        "import components.evaluate, components.finetune, trainer.launch.pytorchjob, trainer.recipe.train\n"
         "from trainer.core.tracking import Tracker\n"
         "t = Tracker.from_env(run_name='x')\n"
         "t.share(); t.log_params({'a': 1}); t.log_metrics({'m': 1.0}, step=1); t.set_tags({'k': 'v'})\n"
@@ -115,7 +115,7 @@ def test_a_server_that_never_answers_is_one_warning_then_no_more_tries(silent_se
 def test_the_training_pods_get_the_tracking_settings_and_no_credentials(monkeypatch):
     """KFP's plugin sets MLFLOW_* on the finetune step's pod; rank 0 runs on the job's pods and logs to that run."""
     from trainer.k8s.podspec import ClusterSpec
-    from trainer.k8s.pytorchjob import pod_template
+    from trainer.launch.pytorchjob import pod_template
 
     def mlflow_env() -> dict[str, str]:
         [container] = pod_template(ClusterSpec(), ["train"], "pytorch").spec.containers
@@ -153,7 +153,7 @@ def test_a_urls_credentials_go_to_mlflows_settings_and_no_url_or_pod_holds_them(
     it in the job's environment. The tracker moves user:password into MLflow's basic-auth settings and tracks to the
     bare URL; what a pod gets is the bare URL (credentials come from a Secret)."""
     from trainer.k8s.podspec import ClusterSpec
-    from trainer.k8s.pytorchjob import pod_template
+    from trainer.launch.pytorchjob import pod_template
 
     for name in (tracking.USERNAME, tracking.PASSWORD, *tracking.BOUNDS):  # set, then unset: restored after the test
         monkeypatch.setenv(name, "")

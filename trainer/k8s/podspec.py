@@ -14,6 +14,7 @@ from typing import Any
 from trainer.core import settings, tracking
 from trainer.core.errors import UserError
 from trainer.k8s import rules
+from trainer.recipe import torchrun
 
 KUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 CLEANUP = ("never", "on-success", "always")
@@ -181,3 +182,14 @@ def container_security():
 
 def accelerators(spec: ClusterSpec, count: int) -> dict[str, str]:
     return {spec.accelerator_resource: str(count)} if spec.accelerator_resource and count else {}
+
+
+def train_command(train_args: list[str]) -> list[str]:
+    """The training pod's command: the local launcher's, with the image's python."""
+    return torchrun.train_command(train_args, python="python")
+
+
+def volume_shm(spec: ClusterSpec):
+    from kubernetes.client import V1EmptyDirVolumeSource, V1Volume
+
+    return V1Volume(name="dshm", empty_dir=V1EmptyDirVolumeSource(medium="Memory", size_limit=spec.shm_size))

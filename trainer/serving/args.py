@@ -1,7 +1,7 @@
 """vLLM's server arguments, the same for every backend, and what is read off a model to build them.
 
 `vllm_args` builds the server's arguments once for every backend (the local process,
-trainer.serving.local; the cluster Deployment, trainer.k8s.vllm; KServe and its LLMInferenceService),
+trainer.serving.local; the cluster Deployment, trainer.deploy.deployment; KServe and its LLMInferenceService),
 so the tool-call parser, served names and LoRA adapters are the same everywhere. What those depend on
 is read off the model here: the tool-call parser off its chat template (a directory on this machine,
 or a tree in the bucket without downloading its weights), whether it carries chat_template.jinja,
@@ -68,12 +68,12 @@ def vllm_args(
         chat_template: path of the template file to render prompts with (the delivered tree's
             chat_template.jinja, the one training used: trainer.chat.templates); empty: the tokenizer's.
         kv_cache_bytes: the KV cache's size (`--kv-cache-memory-bytes`); 0 leaves vLLM's own, a fraction of
-            the device's memory (on CPU, of the node's: trainer.k8s.vllm.cpu_kv_cache_bytes says why a pod sets it).
+            the device's memory (on CPU, of the node's: trainer.deploy.server.cpu_kv_cache_bytes says why a pod sets it).
 
     Returns:
         The argument list, without the program (`vllm serve` / `python -m ...`). Everything from
         `--tool-call-parser` on depends on the model and the deploy; what comes before it does not
-        (the KServe ServingRuntime holds that part, trainer.k8s.vllm.split_args).
+        (the KServe ServingRuntime holds that part, trainer.deploy.server.split_args).
     """
     args = [
         "--model",

@@ -15,7 +15,7 @@ The package: `values` (each value alone), `pipeline` (the finetune pipeline's pa
 `cluster` (the API server's rules), `sweep` (its trials, then the finetune checks on each).
 """
 
-from trainer.validate.cluster import DEPLOY_BACKENDS, on_cluster_problems, run_namespace_problems  # noqa: F401
+from trainer.validate.cluster import on_cluster_problems, run_namespace_problems  # noqa: F401
 from trainer.validate.pipeline import pipeline_problems, pipeline_warnings, registry_problems  # noqa: F401
 from trainer.validate.sweep import SWEEP_ONLY, TRIAL_KEYS, sweep_problems  # noqa: F401
 from trainer.validate.values import DEFAULTS, default, type_problems, value_problem  # noqa: F401

@@ -20,18 +20,17 @@ def cluster_problems(params: dict[str, Any]) -> list[str]:
     """Launcher and deploy backend names, and, when either runs on Kubernetes, every cluster
     setting against the API server's rules (trainer.k8s.rules, through ClusterSpec)."""
     problems = []
-    cluster_launchers = getattr(launch, "CLUSTER_LAUNCHERS", ("kubernetes",))
     if params["launcher"] not in launch.LAUNCHERS:
-        problems.append(f"launcher must be one of {launch.LAUNCHERS}, got {params['launcher']!r}")
-    if params["deploy_backend"] not in DEPLOY_BACKENDS:
+        problems.append(f"launcher must be one of {tuple(launch.LAUNCHERS)}, got {params['launcher']!r}")
+    if params["deploy_backend"] not in deploy.BACKENDS:
         problems.append(
             f"deploy_backend must be 'local', 'kubernetes' (vLLM Deployment), 'kserve' "
             f"(InferenceService) or 'llmisvc' (LLMInferenceService), got {params['deploy_backend']!r}"
         )
-    on_cluster = params["deploy_backend"] in DEPLOY_BACKENDS[1:]
+    on_cluster = params["deploy_backend"] in deploy.CLUSTER_BACKENDS
     if params["cleanup"] not in CLEANUP:  # also for a local run, so that it and submit accept the same values
         problems.append(f"cleanup must be one of {CLEANUP}, got {params['cleanup']!r}")
-    if params["launcher"] in cluster_launchers or on_cluster:
+    if params["launcher"] in launch.CLUSTER_LAUNCHERS or on_cluster:
         problems += launch.cluster_from_params(params).kubernetes_problems()  # topology is checked above
     problems += rules.non_negative_int(params["eval_gpus"], "eval_gpus")
     if params["eval_gpus"]:
@@ -75,9 +74,6 @@ def environment_image_problems() -> list[str]:
 def _image_problems(image: str, what: str, example: str) -> list[str]:
     """An image reference by the registry's grammar, then pinned by a tag that is not :latest ('' asks nothing)."""
     return rules.pinned_image(image, what, example) if image else []
-
-
-DEPLOY_BACKENDS = deploy.BACKENDS  # all but the first run on the cluster
 
 
 def on_cluster_problems(params: dict[str, Any]) -> list[str]:

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainer.core import settings
-from trainer.recipe import torchrun
 from trainer.core.errors import collect
 from trainer.core.exitcodes import PERMANENT
 from trainer.k8s.lifecycle import (
@@ -44,7 +43,10 @@ from trainer.k8s.podspec import (
     scheduling,
     secret_env,
     tracking_env,
+    train_command,
+    volume_shm,
 )
+from trainer.launch.base import Launcher
 
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 CONTAINER = "pytorch"  # the operator requires this name
@@ -52,11 +54,6 @@ CONTAINER = "pytorch"  # the operator requires this name
 
 # Statuses no restart can cure (trainer.core.exitcodes): the user's input (2), a non-finite loss (3).
 PERMANENT_EXIT_CODES = tuple(PERMANENT)
-
-
-def train_command(train_args: list[str]) -> list[str]:
-    """The training pod's command: the local launcher's, with the image's python."""
-    return torchrun.train_command(train_args, python="python")
 
 
 def pod_template(spec: ClusterSpec, train_args: list[str], container_name: str, extra_labels: dict | None = None):
@@ -113,12 +110,6 @@ def pod_template(spec: ClusterSpec, train_args: list[str], container_name: str, 
     )
 
 
-def volume_shm(spec: ClusterSpec):
-    from kubernetes.client import V1EmptyDirVolumeSource, V1Volume
-
-    return V1Volume(name="dshm", empty_dir=V1EmptyDirVolumeSource(medium="Memory", size_limit=spec.shm_size))
-
-
 def build_pytorchjob(name: str, train_args: list[str], spec: ClusterSpec, run_labels: dict[str, str] | None = None):
     """The PyTorchJob object (kubeflow-training SDK models), not yet sent anywhere."""
     from kubeflow.training import models as m
@@ -154,9 +145,12 @@ def build_pytorchjob(name: str, train_args: list[str], spec: ClusterSpec, run_la
 
 
 @dataclass
-class PyTorchJobLauncher:
+class PyTorchJobLauncher(Launcher):
     spec: ClusterSpec
     client_configuration: Any = None  # kubernetes.client.Configuration; None: in-cluster / kubeconfig
+
+    def build(self, train_args: list[str], name: str) -> list:
+        return [build_pytorchjob(name, train_args, self.spec)]
 
     def _client(self):
         from kubeflow.training import TrainingClient

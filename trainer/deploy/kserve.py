@@ -39,11 +39,12 @@ from trainer.k8s.podspec import (
     queue_labels,
     tolerations,
 )
-from trainer.k8s.vllm import ServeSpec, image, smoke_reached, split_args
+from trainer.deploy.base import Deployed, ServeBackend, ServeSpec
+from trainer.deploy.server import KSERVE_SERVICE_ACCOUNT as SERVICE_ACCOUNT
+from trainer.deploy.server import image, not_ready_lines, smoke_reached, split_args
 
 GROUP = "serving.kserve.io"
 RUNTIME_NAME = "llm-finetune-vllm"
-SERVICE_ACCOUNT = "llm-finetune-kserve"  # carries the S3 Secret (see pipelines.manifests)
 MODEL_FORMAT = "vllm"
 PORT = 8080  # KServe's default container port
 ISVC_LABEL = "serving.kserve.io/inferenceservice"  # on the predictor's pods
@@ -190,62 +191,50 @@ def wait_ready(
     )
 
 
-def not_ready_lines(kind: str, name: str, namespace: str, timeout_s: float, resource: str, pod: str):
-    """(the progress line, the failure message) of a KServe object's readiness wait, from its conditions."""
+class KServe(ServeBackend):
+    """deploy_backend=kserve: an InferenceService on the project's vLLM ServingRuntime."""
 
-    def waiting(seconds: float, why: list[str]) -> str:
-        return (
-            f"  {kind} {namespace}/{name} not Ready after {seconds:.0f} s (limit {timeout_s:.0f} s): "
-            f"{'; '.join(c for c in why if '=True' not in c) or 'no status yet'}"
+    def build(self, spec: ServeSpec) -> list:
+        return build(spec)
+
+    def deploy(
+        self,
+        spec: ServeSpec,
+        messages: list[Message],
+        tools: list | None = None,
+        client_configuration: Any = None,
+        poll_s: float = 5.0,
+        ready_timeout_s: float = 300,
+    ) -> Deployed:
+        """Apply, wait for Ready and /v1/models, smoke-test every served name; the endpoint is the predictor's
+        in-cluster URL, `access` the `kubectl port-forward` command for the user's machine."""
+        from kubernetes import client as k
+
+        objects = build(spec)  # validates: bad settings are reported before the cluster is contacted
+        api = api_client(client_configuration)
+        custom = k.CustomObjectsApi(api)
+        namespace = spec.cluster.namespace or default_namespace()
+        collect(rules.kserve_name(spec.name, namespace), what="invalid serving settings")  # the namespace is known now
+        action = apply(custom, objects, namespace)
+        print(
+            f"{action} InferenceService {namespace}/{spec.name} (runtime {RUNTIME_NAME}); waiting until Ready "
+            f"(at most {spec.rollout_timeout_s} s)",
+            flush=True,
         )
-
-    def failed(why: list[str]) -> str:
-        return (
-            f"{kind} {namespace}/{name} not Ready after {timeout_s:.0f}s ({'; '.join(why) or 'no status yet'}); "
-            f"see `kubectl -n {namespace} describe {resource}/{name}` and {pod}'s storage-initializer log"
+        t0 = time.monotonic()
+        url = wait_ready(custom, spec.name, namespace, spec.rollout_timeout_s, poll_s).rstrip("/")
+        # The predictor's URL resolves only in the cluster, and in Serverless mode its Service is an
+        # ExternalName (to Knative's gateway) that the API server cannot proxy: the pod it can. KServe
+        # labels the predictor's pods with the InferenceService's name: valid in either KServe mode.
+        selector = f"{ISVC_LABEL}={spec.name}"
+        return smoke_reached(
+            reach.pod(api, namespace, url, PORT, selector, f"InferenceService {namespace}/{spec.name}", "predictor"),
+            url,
+            reach.port_forward(namespace, reach.newest_pod(namespace, selector), PORT),
+            spec,
+            messages,
+            tools,
+            ready_timeout_s,
+            t0,
+            action,
         )
-
-    return waiting, failed
-
-
-def deploy(
-    spec: ServeSpec,
-    messages: list[Message],
-    tools: list | None = None,
-    client_configuration: Any = None,
-    poll_s: float = 5.0,
-    ready_timeout_s: float = 300,
-) -> dict[str, Any]:
-    """Apply, wait for Ready and /v1/models, smoke-test every served name; returns what
-    trainer.serving.local.deploy_local returns (endpoint: the predictor's in-cluster URL, names, smoke_ok,
-    ...) plus `access`, the `kubectl port-forward` command for the user's machine."""
-    from kubernetes import client as k
-
-    objects = build(spec)  # validates: bad settings are reported before the cluster is contacted
-    api = api_client(client_configuration)
-    custom = k.CustomObjectsApi(api)
-    namespace = spec.cluster.namespace or default_namespace()
-    collect(rules.kserve_name(spec.name, namespace), what="invalid serving settings")  # the namespace is known now
-    action = apply(custom, objects, namespace)
-    print(
-        f"{action} InferenceService {namespace}/{spec.name} (runtime {RUNTIME_NAME}); waiting until Ready "
-        f"(at most {spec.rollout_timeout_s} s)",
-        flush=True,
-    )
-    t0 = time.monotonic()
-    url = wait_ready(custom, spec.name, namespace, spec.rollout_timeout_s, poll_s).rstrip("/")
-    # The predictor's URL resolves only in the cluster, and in Serverless mode its Service is an
-    # ExternalName (to Knative's gateway) that the API server cannot proxy: the pod it can. KServe
-    # labels the predictor's pods with the InferenceService's name: valid in either KServe mode.
-    selector = f"{ISVC_LABEL}={spec.name}"
-    out = smoke_reached(
-        reach.pod(api, namespace, url, PORT, selector, f"InferenceService {namespace}/{spec.name}", "predictor"),
-        url,
-        reach.port_forward(namespace, reach.newest_pod(namespace, selector), PORT),
-        spec,
-        messages,
-        tools,
-        ready_timeout_s,
-        t0,
-    )
-    return {**out, "action": action}

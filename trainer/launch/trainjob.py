@@ -53,8 +53,10 @@ from trainer.k8s.podspec import (
     secret_env,
     tolerations,
     tracking_env,
+    train_command,
+    volume_shm,
 )
-from trainer.k8s.pytorchjob import train_command, volume_shm
+from trainer.launch.base import Launcher
 
 GROUP, VERSION, PLURAL = "trainer.kubeflow.org", "v1alpha1", "trainjobs"
 NODE = "node"  # the torch runtimes' replicated job and container name
@@ -161,9 +163,12 @@ def _drop_none(obj):
 
 
 @dataclass
-class TrainJobLauncher:
+class TrainJobLauncher(Launcher):
     spec: ClusterSpec
     client_configuration: Any = None  # kubernetes.client.Configuration; None: in-cluster / kubeconfig
+
+    def build(self, train_args: list[str], name: str) -> list:
+        return [build_trainjob(name, train_args, self.spec)]
 
     def run(self, train_args: list[str], name: str) -> None:
         """Create (or attach to) the TrainJob, stream node 0's log, wait, report, clean up."""

@@ -38,8 +38,8 @@ from trainer.k8s.podspec import (
     queue_labels,
     tolerations,
 )
-from trainer.k8s.kserve import SERVICE_ACCOUNT, not_ready_lines
-from trainer.k8s.vllm import ServeSpec, image, server_args, smoke_reached
+from trainer.deploy.base import Deployed, ServeBackend, ServeSpec
+from trainer.deploy.server import KSERVE_SERVICE_ACCOUNT, image, not_ready_lines, server_args, smoke_reached
 
 GROUP, VERSION, PLURAL, KIND = "serving.kserve.io", "v1alpha2", "llminferenceservices", "LLMInferenceService"
 PORT = 8000  # vLLM in the workload pod; KServe's workload Service serves it on the same port
@@ -108,7 +108,7 @@ def llm_inference_service(spec: ServeSpec) -> dict:
         "securityContext": to_dict(container_security()),
     }
     template: dict[str, Any] = {
-        "serviceAccountName": c.service_account or SERVICE_ACCOUNT,
+        "serviceAccountName": c.service_account or KSERVE_SERVICE_ACCOUNT,
         "securityContext": to_dict(pod_security(RUN_AS_USER)),
         "containers": [container],
         **({"nodeSelector": c.node_selector} if c.node_selector else {}),
@@ -205,48 +205,56 @@ def served_url(status: dict, name: str, namespace: str) -> str:
     return f"{parts.scheme}://{parts.hostname}:{parts.port or PORT}{parts.path.rstrip('/')}"
 
 
-def deploy(
-    spec: ServeSpec,
-    messages: list[Message],
-    tools: list | None = None,
-    client_configuration: Any = None,
-    poll_s: float = 5.0,
-    ready_timeout_s: float = 300,
-) -> dict[str, Any]:
-    """Apply, wait for Ready and /v1/models, smoke-test every served name; the same result as the
-    other backends (trainer.deploy.Deployed), plus `access`, the `kubectl port-forward` command."""
-    from kubernetes import client as k
+class LLMInferenceService(ServeBackend):
+    """deploy_backend=llmisvc: KServe's LLMInferenceService, adapters under spec.model.lora."""
 
-    [obj] = build(spec)  # validates: bad settings are reported before the cluster is contacted
-    api = api_client(client_configuration)
-    custom = k.CustomObjectsApi(api)
-    namespace = spec.cluster.namespace or default_namespace()
-    action = apply(custom, obj, namespace)
-    print(
-        f"{action} {KIND} {namespace}/{spec.name}; waiting until Ready (at most {spec.rollout_timeout_s} s)", flush=True
-    )
-    t0 = time.monotonic()
-    url = wait_ready(custom, spec.name, namespace, spec.rollout_timeout_s, poll_s).rstrip("/")
-    # Outside the cluster the Service's name does not resolve, and KServe's TLS certificate (when the
-    # cluster turned it on) is its own: the API server's proxy to a workload pod reaches it either way.
-    selector = WORKLOAD_LABELS.format(name=spec.name)
-    out = smoke_reached(
-        reach.pod(
-            api,
-            namespace,
+    def build(self, spec: ServeSpec) -> list:
+        return build(spec)
+
+    def deploy(
+        self,
+        spec: ServeSpec,
+        messages: list[Message],
+        tools: list | None = None,
+        client_configuration: Any = None,
+        poll_s: float = 5.0,
+        ready_timeout_s: float = 300,
+    ) -> Deployed:
+        """Apply, wait for Ready and /v1/models, smoke-test every served name; the same result as the
+        other backends, with `access`, the `kubectl port-forward` command."""
+        from kubernetes import client as k
+
+        [obj] = build(spec)  # validates: bad settings are reported before the cluster is contacted
+        api = api_client(client_configuration)
+        custom = k.CustomObjectsApi(api)
+        namespace = spec.cluster.namespace or default_namespace()
+        action = apply(custom, obj, namespace)
+        print(
+            f"{action} {KIND} {namespace}/{spec.name}; waiting until Ready (at most {spec.rollout_timeout_s} s)",
+            flush=True,
+        )
+        t0 = time.monotonic()
+        url = wait_ready(custom, spec.name, namespace, spec.rollout_timeout_s, poll_s).rstrip("/")
+        # Outside the cluster the Service's name does not resolve, and KServe's TLS certificate (when the
+        # cluster turned it on) is its own: the API server's proxy to a workload pod reaches it either way.
+        selector = WORKLOAD_LABELS.format(name=spec.name)
+        return smoke_reached(
+            reach.pod(
+                api,
+                namespace,
+                url,
+                PORT,
+                selector,
+                f"{KIND} {namespace}/{spec.name}",
+                "workload",
+                tls=url.split("://", 1)[0] != "http",
+            ),
             url,
-            PORT,
-            selector,
-            f"{KIND} {namespace}/{spec.name}",
-            "workload",
-            tls=url.split("://", 1)[0] != "http",
-        ),
-        url,
-        reach.port_forward(namespace, reach.newest_pod(namespace, selector), PORT),
-        spec,
-        messages,
-        tools,
-        ready_timeout_s,
-        t0,
-    )
-    return {**out, "action": action}
+            reach.port_forward(namespace, reach.newest_pod(namespace, selector), PORT),
+            spec,
+            messages,
+            tools,
+            ready_timeout_s,
+            t0,
+            action,
+        )

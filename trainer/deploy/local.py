@@ -1,0 +1,41 @@
+"""deploy_backend=local: vLLM on loopback from the store's downloaded copies of the model and adapters (run_local),
+trainer.serving.local's server."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from trainer.chat.types import Message
+from trainer.deploy.base import Deployed, ServeBackend, ServeSpec
+from trainer.serving import local
+
+
+class LocalBackend(ServeBackend):
+    """vLLM on loopback from the store's copies of the model and adapters (run_local)."""
+
+    on_cluster: ClassVar[bool] = False
+
+    def build(self, spec: ServeSpec) -> list:
+        return []  # a process on this machine: no objects to render
+
+    def deploy(
+        self,
+        spec: ServeSpec,
+        messages: list[Message],
+        tools: list | None = None,
+        client_configuration: Any = None,
+        poll_s: float = 5.0,
+    ) -> Deployed:
+        if self.store is None:
+            raise ValueError("the local backend serves downloaded copies: it needs the store")
+        adapters = {n: str(self.store.get_tree(uri)) for n, uri in spec.adapters.items()}
+        return Deployed.from_dict(
+            local.deploy_local(
+                self.store.get_tree(spec.model_uri),
+                spec.name,
+                messages,
+                tools,
+                lora_modules=adapters,
+                keep_serving=self.keep_serving,
+            )
+        )
