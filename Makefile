@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: bytecode demo test test-fast test-bench test-signals test-gemma test-slow compile manifests clean chromium gpu-check gpu-wheels lint podman images test-images
+.PHONY: bytecode demo test test-demo test-fast test-bench test-signals test-gemma test-slow compile manifests clean chromium gpu-check gpu-wheels lint podman images test-images
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -96,6 +96,10 @@ lint: $(STAMP)
 # The benchmarks' --quick runs end to end (benchmarks.real_model: the whole pipeline on SmolLM2, 4-5 min)
 test-bench: $(STAMP)
 	$(BIN)/python -m pytest -q -m bench
+
+# make demo's own run, every default, against the figures the README and docs/performance.md show for it (~4 min)
+test-demo: $(STAMP) bytecode
+	$(BIN)/python -m pytest -q -m demo tests/integration/test_demo_figures.py
 
 # Gemma 3 270M base, the second real architecture (issue 46): delivered, trained, merged, served (~5 min)
 test-gemma: $(STAMP)
