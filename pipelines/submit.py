@@ -487,7 +487,8 @@ def submit(
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The command line: submit's options, the pipeline's parameters as --param KEY=VALUE."""
     parser = argparse.ArgumentParser(
         prog="python -m pipelines.submit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -555,143 +556,183 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wait", action="store_true", help="follow the run to its end")
     parser.add_argument("--timeout", type=int, default=None, help=f"--wait limit in seconds (default {WAIT_S})")
     parser.add_argument("--dry-run", action="store_true", help="print the Kubernetes objects; contact nothing")
-    args = parser.parse_args(argv)
+    return parser
 
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse, validate every parameter and option at once, then render (--dry-run) or submit, and follow (--wait)."""
+    args = _parser().parse_args(argv)
     with exit_on_user_error():
         sweep = args.pipeline == "sweep"
-        if sweep:
-            from pipelines.sweep import build
-
-            pipeline = build(2 if args.parallelism is None else max(args.parallelism, 0))
-        else:
-            pipeline = finetune_pipeline
-            if args.parallelism is not None and args.parallelism >= 0:  # as for the sweep: scripts may pass it to both
-                print(
-                    f"note: --parallelism {args.parallelism} applies to --pipeline sweep only; the finetune "
-                    "pipeline runs one training",
-                    file=sys.stderr,
-                )
+        pipeline = _pipeline(args)
         if args.list_params:
-            from pipelines.run_local import params_help
-
-            print(params_help(pipeline))
-            # The defaults above are the compiled pipeline's (the KFP UI's), which are run_local's: two of them
-            # a submitted run does not keep.
-            *others, last = deploy.CLUSTER_BACKENDS
-            print(
-                f"\nsubmit: launcher not given is {SUBMIT_LAUNCHER} (launcher=local trains inside one pipeline pod, "
-                f"which a cluster refuses); deploy_backend must be given: {', '.join(others)} or {last} (local "
-                "would serve inside the deploy step's pod and end with it)"
-            )
+            _list_params(pipeline)
             return 0
-        problems: list[str] = []  # --param, the options and the parameters: all in one message
-        default_launcher = not any(p.partition("=")[0].strip() == "launcher" for p in args.param)
-        params = parse_params(
-            pipeline, [*args.param, *([f"launcher={SUBMIT_LAUNCHER}"] if default_launcher else [])], problems
-        )
-        validate(params, args.recurring, problems + option_problems(args) + schedule_problems(args), sweep=sweep)
-        if default_launcher:
-            print(
-                f"note: launcher not given: {SUBMIT_LAUNCHER} (a Kubeflow Trainer v2 TrainJob; "
-                "launcher=pytorchjob for the Training Operator v1)",
-                file=sys.stderr,
-            )
-        # Times go to KFP as RFC 3339 in UTC ('2026-12-01T02:00:00Z' for 2026-12-01 03:00+01:00), as KFP shows them.
-        schedule = {
-            k: _time(v, "", []).astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
-            for k, v in (("start_time", args.start_time), ("end_time", args.end_time))
-            if v is not None
-        }
-        if args.max_concurrency is not None:
-            schedule["max_concurrency"] = args.max_concurrency
-        schedule["no_catchup"] = not args.catchup
-        if args.recurring is not None:
-            schedule_notes(args)
+        params = _validated(args, pipeline, sweep)
         run_name = args.run_name or pipeline.name
         if args.dry_run:
-            from trainer.__main__ import print_yaml
-
-            print_yaml(sweep_dry_run_objects(params) if sweep else dry_run_objects(params))
-            for line in registry_calls(params):  # YAML comments: the output stays valid YAML
-                print(f"# {line}")
-            if args.recurring:
-                window = "".join(f", {w} {t}" for w, t in (("from", args.start_time), ("until", args.end_time)) if t)
-                print(
-                    f"# recurring run {run_name!r} in experiment {args.experiment!r}: schedule {args.recurring!r}"
-                    f"{window}, at most {args.max_concurrency or 1} run(s) at a time, "
-                    + ("catch-up of missed runs" if args.catchup else "no catch-up of missed runs")
-                )
+            _print_dry_run(args, params, sweep, run_name)
             return 0
-        health = check_host(args.host, os.environ.get("KFP_TOKEN") or None)
-        # Single-user KFP keeps experiments without a namespace; multi-user needs the profile's.
-        namespace = (args.kfp_namespace or params.get("namespace")) if health.get("multi_user") else None
-        if args.kfp_namespace and not health.get("multi_user"):
-            print(f"note: KFP at {args.host} is single-user: --kfp-namespace is not used", file=sys.stderr)
-        if health.get("multi_user") and not namespace:  # neither --kfp-namespace nor the namespace parameter
-            raise UserError(f"KFP at {args.host} is multi-user: pass --kfp-namespace <your profile namespace>")
-        if namespace:  # the runs' pods go into the profile namespace, where namespace="" deploys
-            from trainer.validate import run_namespace_problems
-
-            collect(run_namespace_problems(params, namespace), what="invalid pipeline parameters")
-        import kfp
-        from kfp_server_api.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
-
-        # Compiled outside the try below: a local failure (TMPDIR, full disk) is no lost connection.
-        packaged = compile_package(pipeline)
-        try:
-            client = kfp.Client(host=args.host, existing_token=os.environ.get("KFP_TOKEN") or None)
-            result = submit(
-                client,
-                params,
-                args.experiment,
-                run_name,
-                args.recurring,
-                args.host,
-                pipeline,
-                namespace,
-                schedule,
-                packaged,
-            )
-        except ApiException as err:  # the server's answer, e.g. a permission or validation error
-            detail = (err.body or "").strip().replace("\n", " ")[:300]
-            raise UserError(
-                f"KFP at {args.host} refused the request: HTTP {err.status} {err.reason} {detail}"
-            ) from None
-        except (HTTPError, OSError) as err:  # it answered healthz, then went away (port-forward ended, restart)
-            reason = getattr(err, "reason", None) or err
-            raise UserError(
-                f"lost the connection to KFP at {args.host} ({str(reason)[:200]}): check that it is up "
-                "(and the port-forward still runs), then submit again; an unchanged package is reused"
-            ) from None
-        finally:
-            shutil.rmtree(packaged[0].parent, ignore_errors=True)
+        client, result = _submitted(args, params, pipeline, run_name)
         for key, value in result.items():
             print(f"{key}: {value}")
         if args.wait and "run_id" in result:
-            try:
-                run = client.wait_for_run_completion(result["run_id"], timeout=args.timeout or WAIT_S)
-            except TimeoutError:  # the run itself goes on: this is no failure of it, nor bad input
-                print(
-                    f"error: the run has not finished within --timeout {args.timeout or WAIT_S}s; it goes on in KFP: "
-                    f"{result['url']}",
-                    file=sys.stderr,
-                )
-                return 1
-            except ApiException as err:
-                raise UserError(
-                    f"KFP at {args.host} refused a status request for run {result['run_id']}: HTTP "
-                    f"{err.status} {err.reason}; the run goes on: {result['url']}"
-                ) from None
-            except (HTTPError, OSError) as err:  # after TimeoutError, an OSError too
-                reason = getattr(err, "reason", None) or err
-                raise UserError(
-                    f"lost the connection to KFP at {args.host} while waiting ({str(reason)[:200]}); the "
-                    f"run goes on: {result['url']}"
-                ) from None
-            print(f"run finished: {run.state}")
-            return 0 if str(run.state).upper() == "SUCCEEDED" else 1
+            return _waited(client, args, result)
     return 0
+
+
+def _pipeline(args: argparse.Namespace):
+    """The --pipeline's pipeline function (the sweep compiled with --parallelism)."""
+    if args.pipeline == "sweep":
+        from pipelines.sweep import build
+
+        return build(2 if args.parallelism is None else max(args.parallelism, 0))
+    if args.parallelism is not None and args.parallelism >= 0:  # as for the sweep: scripts may pass it to both
+        print(
+            f"note: --parallelism {args.parallelism} applies to --pipeline sweep only; the finetune "
+            "pipeline runs one training",
+            file=sys.stderr,
+        )
+    return finetune_pipeline
+
+
+def _list_params(pipeline) -> None:
+    from pipelines.run_local import params_help
+
+    print(params_help(pipeline))
+    # The defaults above are the compiled pipeline's (the KFP UI's), which are run_local's: two of them
+    # a submitted run does not keep.
+    *others, last = deploy.CLUSTER_BACKENDS
+    print(
+        f"\nsubmit: launcher not given is {SUBMIT_LAUNCHER} (launcher=local trains inside one pipeline pod, "
+        f"which a cluster refuses); deploy_backend must be given: {', '.join(others)} or {last} (local "
+        "would serve inside the deploy step's pod and end with it)"
+    )
+
+
+def _validated(args: argparse.Namespace, pipeline, sweep: bool) -> dict[str, Any]:
+    """The run's parameters (launcher defaulting to SUBMIT_LAUNCHER), with --param, the options and the
+    parameters' problems said in one message."""
+    problems: list[str] = []
+    default_launcher = not any(p.partition("=")[0].strip() == "launcher" for p in args.param)
+    params = parse_params(
+        pipeline, [*args.param, *([f"launcher={SUBMIT_LAUNCHER}"] if default_launcher else [])], problems
+    )
+    validate(params, args.recurring, problems + option_problems(args) + schedule_problems(args), sweep=sweep)
+    if default_launcher:
+        print(
+            f"note: launcher not given: {SUBMIT_LAUNCHER} (a Kubeflow Trainer v2 TrainJob; "
+            "launcher=pytorchjob for the Training Operator v1)",
+            file=sys.stderr,
+        )
+    if args.recurring is not None:
+        schedule_notes(args)
+    return params
+
+
+def _schedule(args: argparse.Namespace) -> dict[str, Any]:
+    """--recurring's settings as submit() takes them: times as RFC 3339 in UTC ('2026-12-01T02:00:00Z' for
+    2026-12-01 03:00+01:00), as KFP shows them."""
+    schedule: dict[str, Any] = {
+        k: _time(v, "", []).astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+        for k, v in (("start_time", args.start_time), ("end_time", args.end_time))
+        if v is not None
+    }
+    if args.max_concurrency is not None:
+        schedule["max_concurrency"] = args.max_concurrency
+    schedule["no_catchup"] = not args.catchup
+    return schedule
+
+
+def _print_dry_run(args: argparse.Namespace, params: dict[str, Any], sweep: bool, run_name: str) -> None:
+    from trainer.__main__ import print_yaml
+
+    print_yaml(sweep_dry_run_objects(params) if sweep else dry_run_objects(params))
+    for line in registry_calls(params):  # YAML comments: the output stays valid YAML
+        print(f"# {line}")
+    if args.recurring:
+        window = "".join(f", {w} {t}" for w, t in (("from", args.start_time), ("until", args.end_time)) if t)
+        print(
+            f"# recurring run {run_name!r} in experiment {args.experiment!r}: schedule {args.recurring!r}"
+            f"{window}, at most {args.max_concurrency or 1} run(s) at a time, "
+            + ("catch-up of missed runs" if args.catchup else "no catch-up of missed runs")
+        )
+
+
+def _submitted(args: argparse.Namespace, params: dict[str, Any], pipeline, run_name: str):
+    """(the kfp.Client, submit()'s result): the host's health and tenancy asked first, the package compiled here."""
+    health = check_host(args.host, os.environ.get("KFP_TOKEN") or None)
+    # Single-user KFP keeps experiments without a namespace; multi-user needs the profile's.
+    namespace = (args.kfp_namespace or params.get("namespace")) if health.get("multi_user") else None
+    if args.kfp_namespace and not health.get("multi_user"):
+        print(f"note: KFP at {args.host} is single-user: --kfp-namespace is not used", file=sys.stderr)
+    if health.get("multi_user") and not namespace:  # neither --kfp-namespace nor the namespace parameter
+        raise UserError(f"KFP at {args.host} is multi-user: pass --kfp-namespace <your profile namespace>")
+    if namespace:  # the runs' pods go into the profile namespace, where namespace="" deploys
+        from trainer.validate import run_namespace_problems
+
+        collect(run_namespace_problems(params, namespace), what="invalid pipeline parameters")
+    import kfp
+    from kfp_server_api.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    # Compiled outside the try below: a local failure (TMPDIR, full disk) is no lost connection.
+    packaged = compile_package(pipeline)
+    try:
+        client = kfp.Client(host=args.host, existing_token=os.environ.get("KFP_TOKEN") or None)
+        result = submit(
+            client,
+            params,
+            args.experiment,
+            run_name,
+            args.recurring,
+            args.host,
+            pipeline,
+            namespace,
+            _schedule(args),
+            packaged,
+        )
+    except ApiException as err:  # the server's answer, e.g. a permission or validation error
+        detail = (err.body or "").strip().replace("\n", " ")[:300]
+        raise UserError(f"KFP at {args.host} refused the request: HTTP {err.status} {err.reason} {detail}") from None
+    except (HTTPError, OSError) as err:  # it answered healthz, then went away (port-forward ended, restart)
+        reason = getattr(err, "reason", None) or err
+        raise UserError(
+            f"lost the connection to KFP at {args.host} ({str(reason)[:200]}): check that it is up "
+            "(and the port-forward still runs), then submit again; an unchanged package is reused"
+        ) from None
+    finally:
+        shutil.rmtree(packaged[0].parent, ignore_errors=True)
+    return client, result
+
+
+def _waited(client, args: argparse.Namespace, result: dict[str, Any]) -> int:
+    """--wait: follow the run to its end; 0 when it succeeded, 1 when it did not or --timeout passed (it goes on)."""
+    from kfp_server_api.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    try:
+        run = client.wait_for_run_completion(result["run_id"], timeout=args.timeout or WAIT_S)
+    except TimeoutError:  # the run itself goes on: this is no failure of it, nor bad input
+        print(
+            f"error: the run has not finished within --timeout {args.timeout or WAIT_S}s; it goes on in KFP: "
+            f"{result['url']}",
+            file=sys.stderr,
+        )
+        return 1
+    except ApiException as err:
+        raise UserError(
+            f"KFP at {args.host} refused a status request for run {result['run_id']}: HTTP "
+            f"{err.status} {err.reason}; the run goes on: {result['url']}"
+        ) from None
+    except (HTTPError, OSError) as err:  # after TimeoutError, an OSError too
+        reason = getattr(err, "reason", None) or err
+        raise UserError(
+            f"lost the connection to KFP at {args.host} while waiting ({str(reason)[:200]}); the "
+            f"run goes on: {result['url']}"
+        ) from None
+    print(f"run finished: {run.state}")
+    return 0 if str(run.state).upper() == "SUCCEEDED" else 1
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from trainer.store import delivery
@@ -38,52 +40,65 @@ def main(argv: list[str] | None = None) -> None:
         prog="python -m trainer", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    add_train_arguments(
-        sub.add_parser(
-            "train",
-            help="fine-tune (run under torchrun for DDP)",
-            description="Fine-tune a delivered model on a delivered dataset; under torchrun every process trains "
-            "(DDP), rank 0 logs, checkpoints and writes <output-prefix>/result.json.",
-        )
+    for name, command in COMMANDS.items():
+        command.arguments(sub.add_parser(name, help=command.help, description=command.description))
+    args = parser.parse_args(argv)
+
+    with exit_on_user_error():
+        COMMANDS[args.command].run(args)
+
+
+@dataclass(frozen=True)
+class Command:
+    """One command of `python -m trainer`: the function that runs it, its one-line help, its arguments."""
+
+    run: Callable[[argparse.Namespace], None]
+    help: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    description: str | None = None
+
+
+def _source_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("source", help="builtin:..., a local path, an s3:// URI or a Hugging Face Hub id (README: Sources)")
+    p.add_argument("--revision", default="", help="Hub branch, tag or commit (default: main)")
+
+
+def _deliver_model_arguments(p: argparse.ArgumentParser) -> None:
+    _source_arguments(p)
+    p.add_argument(
+        "--chat-template",
+        default="model",
+        help=f"the chat template to deliver with the model: {describe()} (default: model)",
     )
-    for kind in ("model", "dataset"):
-        p = sub.add_parser(f"deliver-{kind}", help=f"put a {kind} into the bucket, print its URI")
-        p.add_argument(
-            "source", help="builtin:..., a local path, an s3:// URI or a Hugging Face Hub id (README: Sources)"
-        )
-        p.add_argument("--revision", default="", help="Hub branch, tag or commit (default: main)")
-        if kind == "model":
-            p.add_argument(
-                "--chat-template",
-                default="model",
-                help=f"the chat template to deliver with the model: {describe()} (default: model)",
-            )
-        if kind == "dataset":
-            p.add_argument(
-                "--eval-fraction",
-                type=float,
-                default=0.1,
-                help="share of rows held out for evaluation when the data has no eval split (default 0.1)",
-            )
-            p.add_argument("--seed", type=int, default=0, help="seed of that split (default 0)")
-            p.add_argument(
-                "--irrelevance-share", type=float, default=0.0, help=f"{BY_NAME['irrelevance_share'].help} (default 0)"
-            )
-            p.add_argument(
-                "--irrelevance-distractors",
-                type=float,
-                default=0.0,
-                help=f"{BY_NAME['irrelevance_distractors'].help} (default 0)",
-            )
-            p.add_argument(
-                "--name-masking", type=float, default=0.0, help=f"{BY_NAME['name_masking'].help} (default 0)"
-            )
-            p.add_argument(
-                "--irrelevance-reply",
-                default=BY_NAME["irrelevance_reply"].default,
-                help=f"{BY_NAME['irrelevance_reply'].help} (default %(default)r)",
-            )
-    p = sub.add_parser("evaluate", help="base vs tuned metrics")
+
+
+def _deliver_dataset_arguments(p: argparse.ArgumentParser) -> None:
+    _source_arguments(p)
+    p.add_argument(
+        "--eval-fraction",
+        type=float,
+        default=0.1,
+        help="share of rows held out for evaluation when the data has no eval split (default 0.1)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of that split (default 0)")
+    p.add_argument(
+        "--irrelevance-share", type=float, default=0.0, help=f"{BY_NAME['irrelevance_share'].help} (default 0)"
+    )
+    p.add_argument(
+        "--irrelevance-distractors",
+        type=float,
+        default=0.0,
+        help=f"{BY_NAME['irrelevance_distractors'].help} (default 0)",
+    )
+    p.add_argument("--name-masking", type=float, default=0.0, help=f"{BY_NAME['name_masking'].help} (default 0)")
+    p.add_argument(
+        "--irrelevance-reply",
+        default=BY_NAME["irrelevance_reply"].default,
+        help=f"{BY_NAME['irrelevance_reply'].help} (default %(default)r)",
+    )
+
+
+def _evaluate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-uri", required=True, help="the base model (s3:// URI from deliver-model)")
     p.add_argument("--tuned-uri", required=True, help="the adapter or fully tuned model (s3:// URI from train)")
     p.add_argument(
@@ -96,11 +111,15 @@ def main(argv: list[str] | None = None) -> None:
         default=512,
         help="rows longer than this many tokens are skipped and counted, as in training (default 512)",
     )
-    p = sub.add_parser("merge", help="merge a LoRA adapter into its base")
+
+
+def _merge_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-uri", required=True, help="the base model (s3:// URI)")
     p.add_argument("--adapter-uri", required=True, help="the LoRA adapter (s3:// URI from train)")
     p.add_argument("--out", required=True, help="directory for the merged model")
-    p = sub.add_parser("serve", help="serve a local model directory with vLLM's OpenAI-compatible server")
+
+
+def _serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model_dir", type=Path, help="a Hugging Face model directory (e.g. a merged model)")
     p.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to accept connections from other machines")
     p.add_argument("--port", type=int, default=8000, help="default 8000")
@@ -113,10 +132,14 @@ def main(argv: list[str] | None = None) -> None:
         help="also serve a LoRA adapter of this model under NAME (repeatable)",
     )
     p.add_argument("--log", type=Path, default=None, help="vLLM's log file (default: a new temporary file)")
-    p = sub.add_parser("download", help="download a tree from the bucket (checksums verified)")
+
+
+def _download_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("uri", help="s3:// URI of a delivered tree")
     p.add_argument("out", type=Path, help="local directory to write it to")
-    p = sub.add_parser("launch-k8s", help="run training as a PyTorchJob or TrainJob (--dry-run prints it)")
+
+
+def _launch_k8s_arguments(p: argparse.ArgumentParser) -> None:
     add_train_arguments(p)
     _cluster_arguments(p)
     p.add_argument(
@@ -127,7 +150,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("--training-runtime", default="torch-distributed", help="trainjob: ClusterTrainingRuntime")
     p.add_argument("--run-id", default="manual", help="names the job and its objects (default: manual)")
-    p = sub.add_parser("deploy-k8s", help="serve a merged model with vLLM (--dry-run prints the objects)")
+
+
+def _deploy_k8s_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name", required=True, help="Deployment/Service name; also the served model name")
     p.add_argument("--model-uri", required=True, help="the merged (or base) model, s3:// URI")
     p.add_argument("--gpus", type=int, default=1, help="GPUs per replica; > 1 = tensor parallel")
@@ -158,12 +183,10 @@ def main(argv: list[str] | None = None) -> None:
         "Qwen), llama3_json (Llama 3.x), mistral; the pipeline reads it off the chat template",
     )
     _cluster_arguments(p)
-    p = sub.add_parser("build-tiny-model", help="write builtin:tiny-llama to a directory")
-    p.add_argument("out", type=Path, help="directory to write the model and tokenizer to")
-    args = parser.parse_args(argv)
 
-    with exit_on_user_error():
-        COMMANDS[args.command](args)
+
+def _build_tiny_model_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("out", type=Path, help="directory to write the model and tokenizer to")
 
 
 def _cluster_arguments(p: argparse.ArgumentParser) -> None:
@@ -416,18 +439,30 @@ def cmd_merge(args: argparse.Namespace) -> None:
     print(merge(model, adapter, args.out))
 
 
-# litgpt's shape: one function per command; main() parses and calls it.
+# litgpt's shape: one function per command; main() builds each command's arguments from here and calls it.
 COMMANDS = {
-    "train": cmd_train,
-    "launch-k8s": cmd_launch_k8s,
-    "deploy-k8s": cmd_deploy_k8s,
-    "build-tiny-model": cmd_build_tiny_model,
-    "serve": cmd_serve,
-    "deliver-model": cmd_deliver,
-    "deliver-dataset": cmd_deliver,
-    "evaluate": cmd_evaluate,
-    "download": cmd_download,
-    "merge": cmd_merge,
+    "train": Command(
+        cmd_train,
+        "fine-tune (run under torchrun for DDP)",
+        add_train_arguments,
+        "Fine-tune a delivered model on a delivered dataset; under torchrun every process trains "
+        "(DDP), rank 0 logs, checkpoints and writes <output-prefix>/result.json.",
+    ),
+    "deliver-model": Command(cmd_deliver, "put a model into the bucket, print its URI", _deliver_model_arguments),
+    "deliver-dataset": Command(cmd_deliver, "put a dataset into the bucket, print its URI", _deliver_dataset_arguments),
+    "evaluate": Command(cmd_evaluate, "base vs tuned metrics", _evaluate_arguments),
+    "merge": Command(cmd_merge, "merge a LoRA adapter into its base", _merge_arguments),
+    "serve": Command(cmd_serve, "serve a local model directory with vLLM's OpenAI-compatible server", _serve_arguments),
+    "download": Command(cmd_download, "download a tree from the bucket (checksums verified)", _download_arguments),
+    "launch-k8s": Command(
+        cmd_launch_k8s, "run training as a PyTorchJob or TrainJob (--dry-run prints it)", _launch_k8s_arguments
+    ),
+    "deploy-k8s": Command(
+        cmd_deploy_k8s, "serve a merged model with vLLM (--dry-run prints the objects)", _deploy_k8s_arguments
+    ),
+    "build-tiny-model": Command(
+        cmd_build_tiny_model, "write builtin:tiny-llama to a directory", _build_tiny_model_arguments
+    ),
 }
 
 
