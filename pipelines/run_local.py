@@ -623,11 +623,42 @@ class Terminated(BaseException):
 
 
 def _run(pipeline, params, args, console, run_dir) -> int:
-    import re
-
+    """Run the pipeline under kfp.local, keep what it made in the run's folder, and say how it ended."""
     from pipelines import runs
-    from trainer.core.storage import Store
 
+    task, error, elapsed = _execute(pipeline, params, args, console)
+    kfp_run_dir = _kfp_run_dir(pipeline, args, run_dir)
+    args.kfp_run_dir = kfp_run_dir  # what the local store keeps after the run (main)
+    metrics, reports = runs.collect_task_outputs(kfp_run_dir) if kfp_run_dir else ({}, {})
+    report_files = runs.save_reports(run_dir, reports)
+    events = _keep_tensorboard(console, run_dir, kfp_run_dir)
+    logs = runs.keep_logs(Path(os.environ["TMPDIR"]), run_dir)
+    record = dict(
+        status="failed" if error else "succeeded",
+        elapsed_s=round(elapsed, 1),
+        metrics=metrics,
+        finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        kfp_run_dir=str(kfp_run_dir or ""),
+        dataset=runs.delivered_dataset(kfp_run_dir) if kfp_run_dir else {},
+    )
+    if error:
+        _say_failure(error, console, run_dir, logs, record)
+        return 1
+    if args.pipeline == "sweep":
+        endpoint, merged_uri = _say_sweep(task, params, console, kfp_run_dir, metrics, record, elapsed)
+    else:
+        endpoint = task.outputs["endpoint"]
+        console.say(_finetune_summary(params, metrics, endpoint, elapsed, record))
+        merged_uri = task.outputs["merged_model"].metadata["uri"]
+    record.update(endpoint=endpoint if params.get("keep_serving") and endpoint else "", merged_model=merged_uri)
+    runs.update_run(run_dir, **record)  # before copying the model out: a full disk there must not lose the run
+    copied = _copy_out(merged_uri, metrics, args, console, run_dir)
+    _say_where(args, console, run_dir, report_files, events, logs)
+    return 0 if copied else 1
+
+
+def _execute(pipeline, params, args, console):
+    """(the pipeline's task or None, the error that stopped it or None, seconds it took)."""
     start = time.perf_counter()
     task, error = None, None
     try:
@@ -639,94 +670,105 @@ def _run(pipeline, params, args, console, run_dir) -> int:
             raise
         error = err
         console.say(f"error: the container engine refused a task's container: {err}")
-    elapsed = time.perf_counter() - start
-    # kfp.local names a run "<pipeline name>-<timestamp>" under this run's own root (one run there)
+    return task, error, time.perf_counter() - start
+
+
+def _kfp_run_dir(pipeline, args, run_dir) -> Path | None:
+    """kfp.local's folder of this run: it names a run "<pipeline name>-<timestamp>" under this run's own root."""
+    import re
+
     kfp_runs = [
         p
         for p in (args.pipeline_root / run_dir.name).glob(f"{pipeline.name}-*")
         if re.fullmatch(rf"{re.escape(pipeline.name)}(-\d+){{7}}", p.name)
     ]
-    kfp_run_dir = kfp_runs[0] if len(kfp_runs) == 1 else None
-    args.kfp_run_dir = kfp_run_dir  # what the local store keeps after the run (main)
-    metrics, reports = runs.collect_task_outputs(kfp_run_dir) if kfp_run_dir else ({}, {})
-    report_files = runs.save_reports(run_dir, reports)
+    return kfp_runs[0] if len(kfp_runs) == 1 else None
+
+
+def _keep_tensorboard(console, run_dir, kfp_run_dir):
+    from pipelines import runs
+    from trainer.core.storage import Store
+
     try:
-        events = runs.save_tensorboard(
+        return runs.save_tensorboard(
             run_dir, Store.from_env(), runs.tensorboard_prefixes(kfp_run_dir) if kfp_run_dir else None, run_dir.name
         )
     except UserError as err:  # S3 gone mid-run: the record and the error below still matter more
         console.say(f"TensorBoard events not kept: {err}")
-        events = None
-    logs = runs.keep_logs(Path(os.environ["TMPDIR"]), run_dir)
-    record = dict(
-        status="failed" if error else "succeeded",
-        elapsed_s=round(elapsed, 1),
-        metrics=metrics,
-        finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        kfp_run_dir=str(kfp_run_dir or ""),
-        dataset=runs.delivered_dataset(kfp_run_dir) if kfp_run_dir else {},
+        return None
+
+
+def _say_failure(error, console, run_dir, logs, record) -> None:
+    """The failed task's own error line is on the screen already; its hidden lines (a traceback) come only when
+    there are some, and the closing line names the tasks rather than repeating it."""
+    from pipelines import runs
+
+    console.show_tail("last lines the failed task printed:")
+    failed = console.failed
+    what = (
+        f"task {failed[0]} failed"
+        + (f" (and {', '.join(failed[1:])})" if failed[1:] else "")
+        + ": its lines above say why"
+        if failed
+        else local_error_text(error)
     )
-    if error:
-        # The failed task's own error line is on the screen already; its hidden lines (a traceback)
-        # come only when there are some, and the closing line names the tasks rather than repeating it.
-        console.show_tail("last lines the failed task printed:")
-        failed = console.failed
-        what = (
-            f"task {failed[0]} failed"
-            + (f" (and {', '.join(failed[1:])})" if failed[1:] else "")
-            + ": its lines above say why"
-            if failed
-            else local_error_text(error)
-        )
-        print(
-            f"error: {what}; full log: {run_dir / 'run.log'}"
-            + (f"; component logs: {run_dir / 'logs'}" if logs else ""),
-            file=sys.stderr,
-        )
-        why = console.last_line(failed[0]) if failed else ""
-        runs.update_run(run_dir, **record, summary=(f"{failed[0]}: {why}" if why else local_error_text(error))[:120])
-        return 1
+    print(
+        f"error: {what}; full log: {run_dir / 'run.log'}" + (f"; component logs: {run_dir / 'logs'}" if logs else ""),
+        file=sys.stderr,
+    )
+    why = console.last_line(failed[0]) if failed else ""
+    runs.update_run(run_dir, **record, summary=(f"{failed[0]}: {why}" if why else local_error_text(error))[:120])
+
+
+def _served_name(params) -> str:
     from trainer.validate import DEFAULTS
 
-    served_name = params.get("served_model_name", DEFAULTS["served_model_name"])
-    if args.pipeline == "sweep":
-        decision = str(task.outputs["decision"])
-        console.say("\n" + Path(task.outputs["summary"].path).read_text().strip())
-        # The winner's model and endpoint come from inside the sweep's dsl.If, which has no pipeline outputs.
-        winner = runs.deployed_outputs(kfp_run_dir) if kfp_run_dir else {}
-        endpoint, merged_uri = winner.get("endpoint", ""), winner.get("merged_model", "")
-        if endpoint:
-            console.say(
-                "\n"
-                + endpoint_line(endpoint, metrics.get("deploy", {}), params.get("keep_serving", False), served_name)
-            )
-        if winner.get("trials_endpoint"):  # deploy_all_trials with keep_serving: every trial beside the base
-            console.say(
-                f"trials side by side (still serving): {winner['trials_endpoint']}, models {winner['trials_models']}"
-            )
-            record.update(trials_endpoint=winner["trials_endpoint"])
-        console.say(f"pipeline wall time: {elapsed:.1f}s")
-        record.update(summary=decision[:120])
-    else:
-        endpoint = task.outputs["endpoint"]
-        # The tuned model answers as served_model_name (beside its base too: that one is '<name>-base').
-        console.say(
-            summarize(
-                metrics,
-                endpoint,
-                params.get("keep_serving", False),
-                elapsed,
-                served_name,
-                [m["source"] for m in record["dataset"].get("mix", [])],
-            )
+    return params.get("served_model_name", DEFAULTS["served_model_name"])
+
+
+def _say_sweep(task, params, console, kfp_run_dir, metrics, record, elapsed) -> tuple[str, str]:
+    """The sweep's decision and its winner's endpoint; returns (endpoint, merged model URI)."""
+    from pipelines import runs
+
+    decision = str(task.outputs["decision"])
+    console.say("\n" + Path(task.outputs["summary"].path).read_text().strip())
+    # The winner's model and endpoint come from inside the sweep's dsl.If, which has no pipeline outputs.
+    winner = runs.deployed_outputs(kfp_run_dir) if kfp_run_dir else {}
+    endpoint, merged_uri = winner.get("endpoint", ""), winner.get("merged_model", "")
+    if endpoint:
+        line = endpoint_line(
+            endpoint, metrics.get("deploy", {}), params.get("keep_serving", False), _served_name(params)
         )
-        merged_uri = task.outputs["merged_model"].metadata["uri"]
-    record.update(endpoint=endpoint if params.get("keep_serving") and endpoint else "", merged_model=merged_uri)
-    runs.update_run(run_dir, **record)  # before copying the model out: a full disk there must not lose the run
-    copy_failed = False
-    # The gate said no: <output-dir>/merged-model is what a user serves next (its line says "serve it"), and the last
-    # promoted model there stays. A bucket that outlives the run keeps the model; the throwaway one vanishes with
-    # the run, so the model goes into the run's own folder instead.
+        console.say("\n" + line)
+    if winner.get("trials_endpoint"):  # deploy_all_trials with keep_serving: every trial beside the base
+        console.say(
+            f"trials side by side (still serving): {winner['trials_endpoint']}, models {winner['trials_models']}"
+        )
+        record.update(trials_endpoint=winner["trials_endpoint"])
+    console.say(f"pipeline wall time: {elapsed:.1f}s")
+    record.update(summary=decision[:120])
+    return endpoint, merged_uri
+
+
+def _finetune_summary(params, metrics, endpoint, elapsed, record) -> str:
+    # The tuned model answers as served_model_name (beside its base too: that one is '<name>-base').
+    return summarize(
+        metrics,
+        endpoint,
+        params.get("keep_serving", False),
+        elapsed,
+        _served_name(params),
+        [m["source"] for m in record["dataset"].get("mix", [])],
+    )
+
+
+def _copy_out(merged_uri, metrics, args, console, run_dir) -> bool:
+    """The merged model copied out of the bucket; False when that failed (it stays in the bucket, and the run
+    exits 1). The gate said no: <output-dir>/merged-model is what a user serves next (its line says "serve it"), and
+    the last promoted model there stays. A bucket that outlives the run keeps the model; the throwaway one vanishes
+    with the run, so the model goes into the run's own folder instead."""
+    from pipelines import runs
+
     not_promoted = metrics.get("evaluate", {}).get("promoted") == 0
     if merged_uri and not_promoted and args.s3_endpoint:
         console.say(
@@ -736,22 +778,29 @@ def _run(pipeline, params, args, console, run_dir) -> int:
     elif merged_uri:
         try:
             out = export_model(merged_uri, (run_dir if not_promoted else args.output_dir) / "merged-model")
-            console.say(
-                f"merged model: {merged_uri}\n  copied to {out}  "
-                + (
-                    f"(not promoted, so not to {args.output_dir / 'merged-model'}, which keeps the last promoted model)"
-                    if not_promoted
-                    else f"(serve it: python -m trainer serve {out})"
-                )
-            )
         except UserError as err:
-            copy_failed = True
             print(
                 f"error: the merged model was not copied out: {err}; it stays in the bucket (fetch it later: "
                 f"python -m trainer download {merged_uri} DIR, with the same S3 settings)",
                 file=sys.stderr,
             )
             runs.update_run(run_dir, copy_error=str(err))
+            return False
+        console.say(
+            f"merged model: {merged_uri}\n  copied to {out}  "
+            + (
+                f"(not promoted, so not to {args.output_dir / 'merged-model'}, which keeps the last promoted model)"
+                if not_promoted
+                else f"(serve it: python -m trainer serve {out})"
+            )
+        )
+    return True
+
+
+def _say_where(args, console, run_dir, report_files, events, logs) -> None:
+    """The closing lines: where the run's reports, events, logs and record are, and the commands that read them."""
+    from pipelines import runs
+
     console.say("")
     for path in report_files:
         if path.suffix == ".html":
@@ -766,7 +815,6 @@ def _run(pipeline, params, args, console, run_dir) -> int:
     console.say(f"full log: {run_dir / 'run.log'}")
     if console.hidden_warnings:
         console.say(f"({console.hidden_warnings} warnings from components are in the log)")
-    return 1 if copy_failed else 0
 
 
 def local_error_text(err: Exception) -> str:
