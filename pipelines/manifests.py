@@ -153,16 +153,41 @@ def training_runtime() -> dict:
 
 def render(namespace: str, pipeline_sa: str, storage: str = "100Gi") -> list[dict]:
     sa_ns, _, sa_name = pipeline_sa.partition(":")
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+        s3_secret(namespace),
+        # pipeline pods read the endpoint (and, in another namespace, the Secret) in their namespace
+        *([s3_secret(sa_ns)] if sa_ns != namespace else []),
+        s3_config(namespace, sa_ns),
+        *kserve_credentials(namespace),
+        *minio(namespace, storage),
+        training_runtime(),
+        *pipeline_rbac(namespace, sa_ns, sa_name),
+    ]
+
+
+def s3_config(namespace: str, sa_ns: str) -> dict:
+    """The ConfigMap the pipeline's pods read the S3 endpoint and bucket from, in their own namespace."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": settings.get("CONFIG_MAP_NAME"), "namespace": sa_ns},
+        "data": {
+            "S3_ENDPOINT": f"http://minio.{namespace}.svc.cluster.local:9000",
+            "S3_BUCKET": settings.get("S3_BUCKET"),
+        },
+    }
+
+
+def minio(namespace: str, storage: str) -> list[dict]:
+    """MinIO: its volume, Deployment (credentials checked by an init container) and Service."""
     labels = {"app.kubernetes.io/name": "minio", "app.kubernetes.io/part-of": "llm-finetune"}
     secret_ref = lambda key: {"secretKeyRef": {"name": settings.get("S3_SECRET_NAME"), "key": key}}  # noqa: E731
     credentials = [
         {"name": "MINIO_ROOT_USER", "valueFrom": secret_ref("accesskey")},
         {"name": "MINIO_ROOT_PASSWORD", "valueFrom": secret_ref("secretkey")},
     ]
-    objects = [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
-        s3_secret(namespace),
-        *kserve_credentials(namespace),
+    return [
         {
             "apiVersion": "v1",
             "kind": "PersistentVolumeClaim",
@@ -235,7 +260,12 @@ def render(namespace: str, pipeline_sa: str, storage: str = "100Gi") -> list[dic
                 ],
             },
         },
-        training_runtime(),
+    ]
+
+
+def pipeline_rbac(namespace: str, sa_ns: str, sa_name: str) -> list[dict]:
+    """The Role the pipeline's ServiceAccount needs in `namespace` (jobs, serving objects, pods' logs), bound to it."""
+    return [
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
@@ -281,19 +311,6 @@ def render(namespace: str, pipeline_sa: str, storage: str = "100Gi") -> list[dic
             "subjects": [{"kind": "ServiceAccount", "name": sa_name, "namespace": sa_ns}],
         },
     ]
-    config = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": settings.get("CONFIG_MAP_NAME"), "namespace": sa_ns},
-        "data": {
-            "S3_ENDPOINT": f"http://minio.{namespace}.svc.cluster.local:9000",
-            "S3_BUCKET": settings.get("S3_BUCKET"),
-        },
-    }
-    objects.insert(2, config)  # pipeline pods read the endpoint (and below, the Secret) in their namespace
-    if sa_ns != namespace:
-        objects.insert(2, s3_secret(sa_ns))
-    return objects
 
 
 def problems(namespace: str, pipeline_sa: str, storage: str) -> list[str]:
