@@ -340,21 +340,9 @@ def evaluate(
     Raises:
         UserError: every row is too long, found before any model loads.
     """
-    heldout = "heldout" in suites
-    prep = _prepared(model_dir, eval_path if heldout else None, max_rows, max_seq_len, engine)
-    scored = prep.scored
+    prep = _prepared(model_dir, eval_path if "heldout" in suites else None, max_rows, max_seq_len, engine)
     key = _scored_key(prep, max_seq_len)
-    if base is not None and base.get("key") != key:
-        given = base.get("key") or {}
-        differ = [
-            f"{k} {given.get(k)} instead of {v}" for k, v in key.items() if given.get(k) != v and k != "rows_sha256"
-        ]
-        print(
-            f"WARNING: the base scores given are not of these rows and settings "
-            f"({', '.join(differ) or 'other rows'}): scoring the base model here",
-            flush=True,
-        )
-        base = None
+    base = _given_base(base, key)
     suite, bfcl_version = None, ""
     if "bfcl" in suites:
         if bfcl_dir is None:
@@ -363,22 +351,113 @@ def evaluate(
         suite = (asked, bfcl.prompt_lengths(prep.tokenizer, asked))
     base_suite, shas = None, {}
     if kept is not None:  # an earlier run's answers, each part for the same inputs (trainer.evaluate.kept_base)
-        template = prep.tokenizer.chat_template
-        if scored and base is None:
-            shas["heldout"] = kept_base.digest(kept.model_uri, template, "heldout", key)
-            base = kept.load(shas["heldout"], "heldout", len(prep.turns))
-        if suite is not None:
-            shas["bfcl"] = kept_base.digest(
-                kept.model_uri, template, "bfcl", kept_base.suite_key(suite[0], bfcl_version, bfcl_rows, seed)
-            )
-            base_suite = (kept.load(shas["bfcl"], "bfcl", len(suite[0])) or {}).get("answers")
-    # The base is asked only what no earlier answer covers, first, and what it answered is kept at once: a tuned
-    # model that fails or stalls (2026-12-02: a server that stopped answering after 40 min) no longer loses the
-    # base's 25 minutes of answers with it. With kept scores, the base has its own server (on vLLM's CPU build it
-    # had one anyway; on a GPU it costs one more start, in the run that first scores the base).
-    need = {"heldout"} if scored and base is None else set()
+        base, base_suite, shas = _kept_answers(kept, prep, key, base, suite, bfcl_version, bfcl_rows, seed)
+    results, outputs, suite_outputs, need = _answers(
+        model_dir, tuned_dir, prep, max_seq_len, suite, base, base_suite, kept, shas
+    )
+    if "heldout" not in need and base is not None:
+        results["base"], outputs["base"] = base["metrics"], base["predictions"]
+    if "bfcl" not in need and base_suite is not None:
+        suite_outputs["base"] = base_suite
+    turns = prep.turns
+    result: dict[str, Any] = {
+        "base": results.get("base", {}),
+        "tuned": results.get("tuned", {}),
+        "rows": len(prep.scored),
+        "turns": len(turns),
+        **row_counts(turns),
+        "categories": category_rows(turns),
+        "sources": source_rows(turns),
+        "failures": failures(turns, outputs) if turns else {},
+        "engine": prep.engine,
+        "skipped_long_rows": len(prep.rows) - len(prep.scored),
+        "warnings": prep.warnings,
+        "examples": _examples(turns, outputs, n_examples),
+        "suites": list(suites),
+    }
+    result["paired"] = heldout_counts(turns, outputs) if turns else {}  # fc_<category>_lost / _won: the gate's
+    if suite is not None:
+        result["bfcl"] = _bfcl_result(suite, suite_outputs, prep, bfcl_version, bfcl_rows, seed, result["warnings"])
+    return result
+
+
+def _examples(turns: list[Row], outputs: dict[str, list[Prediction]], n: int) -> list[dict[str, Any]]:
+    """A few turns side by side for the report: the request, what was expected, each model's raw answer."""
+    return [
+        {
+            "prompt": last_user_request(turns[i]),
+            "turn": turn_label(turns[i]),
+            "expected": expected_call(turns[i]) or expected_text(turns[i]),
+            "base": outputs["base"][i]["raw"],
+            "tuned": outputs["tuned"][i]["raw"],
+        }
+        for i in example_turns(turns, n)
+    ]
+
+
+def _bfcl_result(suite, suite_outputs, prep: Prepared, version: str, rows: int, seed: int, warnings: list[str]):
+    """The result's "bfcl": both models' scores by BFCL's rules, the counts, failures and answers; a warning in
+    `warnings` for prompts that leave no room to answer in the model's context."""
+    asked, prompts = suite
+    too_long = [b < 1 for b in bfcl.budgets(prompts, prep.context)]
+    if any(too_long):
+        warnings.append(
+            f"{sum(too_long)} BFCL rows have prompts longer than the model's context "
+            f"({prep.context} tokens) leaves room to answer in: counted as wrong "
+            "(bfcl_<category>length_limit); use a model with a longer context"
+        )
+    return {
+        "version": version,
+        "rows_per_category": rows,
+        "seed": seed,
+        "base": bfcl.score(asked, suite_outputs["base"]),
+        "tuned": bfcl.score(asked, suite_outputs["tuned"]),
+        "counts": bfcl.counts(asked, too_long, suite_outputs),
+        "failures": bfcl.failures(asked, suite_outputs),
+        "answers": bfcl.answers(asked, suite_outputs),
+    }
+
+
+def _given_base(base: dict[str, Any] | None, key: dict[str, Any]) -> dict[str, Any] | None:
+    """`score_base`'s result when it was made for these rows and settings; else None, said (the base is scored)."""
+    if base is None or base.get("key") == key:
+        return base
+    given = base.get("key") or {}
+    differ = [f"{k} {given.get(k)} instead of {v}" for k, v in key.items() if given.get(k) != v and k != "rows_sha256"]
+    print(
+        f"WARNING: the base scores given are not of these rows and settings "
+        f"({', '.join(differ) or 'other rows'}): scoring the base model here",
+        flush=True,
+    )
+    return None
+
+
+def _kept_answers(kept, prep, key, base, suite, bfcl_version, bfcl_rows, seed):
+    """(held-out base scores, BFCL base answers, {part: digest}): what the bucket keeps of an earlier run's base for
+    the same inputs, each part apart (None where it keeps nothing); the digests name where this run keeps its own."""
+    template = prep.tokenizer.chat_template
+    base_suite, shas = None, {}
+    if prep.scored and base is None:
+        shas["heldout"] = kept_base.digest(kept.model_uri, template, "heldout", key)
+        base = kept.load(shas["heldout"], "heldout", len(prep.turns))
+    if suite is not None:
+        shas["bfcl"] = kept_base.digest(
+            kept.model_uri, template, "bfcl", kept_base.suite_key(suite[0], bfcl_version, bfcl_rows, seed)
+        )
+        base_suite = (kept.load(shas["bfcl"], "bfcl", len(suite[0])) or {}).get("answers")
+    return base, base_suite, shas
+
+
+def _answers(model_dir, tuned_dir, prep, max_seq_len, suite, base, base_suite, kept, shas):
+    """(metrics, predictions, BFCL answers) per model asked here, and the parts the base was asked (`need`).
+
+    The base is asked only what no earlier answer covers, first, and what it answered is kept at once: a tuned
+    model that fails or stalls (2026-12-02: a server that stopped answering after 40 min) no longer loses the
+    base's 25 minutes of answers with it. With kept scores, the base has its own server (on vLLM's CPU build it
+    had one anyway; on a GPU it costs one more start, in the run that first scores the base)."""
+    need = {"heldout"} if prep.scored and base is None else set()
     need |= {"bfcl"} if suite is not None and base_suite is None else set()
-    have = ({"heldout"} if scored else set()) | ({"bfcl"} if suite is not None else set())
+    have = ({"heldout"} if prep.scored else set()) | ({"bfcl"} if suite is not None else set())
     if need and need == have and kept is None:  # nothing to keep: one server for both where vLLM serves the adapter
         results, outputs, suite_outputs = _score_models(
             model_dir, tuned_dir, prep, max_seq_len, ("base", "tuned"), suite
@@ -404,54 +483,4 @@ def evaluate(
         results.update(tuned[0])
         outputs.update(tuned[1])
         suite_outputs.update(tuned[2])
-    if "heldout" not in need and base is not None:
-        results["base"], outputs["base"] = base["metrics"], base["predictions"]
-    if "bfcl" not in need and base_suite is not None:
-        suite_outputs["base"] = base_suite
-    turns = prep.turns
-    examples = [
-        {
-            "prompt": last_user_request(turns[i]),
-            "turn": turn_label(turns[i]),
-            "expected": expected_call(turns[i]) or expected_text(turns[i]),
-            "base": outputs["base"][i]["raw"],
-            "tuned": outputs["tuned"][i]["raw"],
-        }
-        for i in example_turns(turns, n_examples)
-    ]
-    result: dict[str, Any] = {
-        "base": results.get("base", {}),
-        "tuned": results.get("tuned", {}),
-        "rows": len(scored),
-        "turns": len(turns),
-        **row_counts(turns),
-        "categories": category_rows(turns),
-        "sources": source_rows(turns),
-        "failures": failures(turns, outputs) if turns else {},
-        "engine": prep.engine,
-        "skipped_long_rows": len(prep.rows) - len(scored),
-        "warnings": prep.warnings,
-        "examples": examples,
-        "suites": list(suites),
-    }
-    result["paired"] = heldout_counts(turns, outputs) if turns else {}  # fc_<category>_lost / _won: the gate's
-    if suite is not None:
-        asked, prompts = suite
-        too_long = [b < 1 for b in bfcl.budgets(prompts, prep.context)]
-        result["bfcl"] = {
-            "version": bfcl_version,
-            "rows_per_category": bfcl_rows,
-            "seed": seed,
-            "base": bfcl.score(asked, suite_outputs["base"]),
-            "tuned": bfcl.score(asked, suite_outputs["tuned"]),
-            "counts": bfcl.counts(asked, too_long, suite_outputs),
-            "failures": bfcl.failures(asked, suite_outputs),
-            "answers": bfcl.answers(asked, suite_outputs),
-        }
-        if any(too_long):
-            result["warnings"].append(
-                f"{sum(too_long)} BFCL rows have prompts longer than the model's context "
-                f"({prep.context} tokens) leaves room to answer in: counted as wrong "
-                "(bfcl_<category>length_limit); use a model with a longer context"
-            )
-    return result
+    return results, outputs, suite_outputs, need
