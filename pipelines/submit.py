@@ -302,11 +302,11 @@ def dry_run_objects(params: dict[str, Any], name: str = "") -> list:
     from trainer.config.training import TrainConfig
     from trainer.deploy.base import ServeSpec
     from trainer.k8s.podspec import job_name
-    from trainer.launch import cluster_from_params, launcher
+    from trainer.launch import CLUSTER_LAUNCHERS, cluster_from_params, launcher
 
     spec = cluster_from_params(params)
     objects = []
-    if params["launcher"] != "local":
+    if params["launcher"] in CLUSTER_LAUNCHERS:
         cfg = TrainConfig.from_params(
             params,
             model_uri="s3://<bucket>/models/<from deliver-model>",

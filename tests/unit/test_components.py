@@ -179,7 +179,7 @@ def test_deploy_trials_keeps_its_server_up_only_with_keep_serving(delivered, tmp
 
 
 def test_run_training_runs_any_launcher(builtin_uris, store):
-    """trainer.launch.Launcher is the contract: run_training validates, checks the delivered template, hands the
+    """trainer.launch.base.Launcher is the contract: run_training validates, checks the delivered template, hands the
     job to whatever launcher it is given (here a fake, no torchrun), named after the run, and reads back the
     result rank 0 wrote; a launcher's UserError is the run's."""
     from trainer.config.training import TrainConfig

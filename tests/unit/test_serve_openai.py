@@ -852,7 +852,7 @@ def test_the_smoke_check_says_whose_fault_as_a_value():
 
 
 def test_deploy_serves_with_any_backend_and_chooses_by_name_in_one_place():
-    """trainer.deploy.ServeBackend is the contract: deploy hands the spec, request and tools to whatever backend it
+    """trainer.deploy.base.ServeBackend is the contract: deploy hands the spec, request and tools to whatever backend it
     is given (here a fake that answers like a server with one unusable reply) and turns its answer into Deployed;
     `backend` maps each name to its backend and refuses others."""
     from trainer import deploy as deploying

@@ -3,7 +3,7 @@
 A PyTorchJob's pods run under `restartPolicy: ExitCode`: the Training Operator recreates a pod
 whose container exited with 128-255 and fails the job at once on 1-127. The TrainJob runtime
 that pipelines.manifests ships fails the job at once on 2 and 3 and restarts it otherwise, and
-trainer.launch.LocalLauncher does the same. A restarted job resumes from its last checkpoint.
+trainer.launch.local.LocalLauncher does the same. A restarted job resumes from its last checkpoint.
 The container's status is trainer.recipe.torchrun's (the agent, PID 1), which passes on its worker's.
 
   status  meaning                                                           restarted

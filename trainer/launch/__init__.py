@@ -10,6 +10,8 @@ a job) is trainer.k8s's.
 
 from __future__ import annotations
 
+import dataclasses
+
 from trainer import parity
 from trainer.core.errors import UserError, collect
 from trainer.k8s.podspec import ClusterSpec, job_name
@@ -55,8 +57,8 @@ def launcher(name: str, spec: ClusterSpec, stall_timeout_s: float = 0.0) -> Laun
     The kubernetes and Kubeflow clients are imported only when a cluster launcher runs."""
     if name not in LAUNCHERS:
         raise UserError(f"launcher must be one of {tuple(LAUNCHERS)}, got {name!r}")
-    spec.stall_timeout_s = stall_timeout_s  # the watchdog reads rank 0's output (the job's streamed log on a cluster)
-    return LAUNCHERS[name].from_spec(spec)
+    # The watchdog reads rank 0's output (the job's streamed log on a cluster); the caller's spec stays as it is.
+    return LAUNCHERS[name].from_spec(dataclasses.replace(spec, stall_timeout_s=stall_timeout_s))
 
 
 def run_training(cfg, launch_with: str | Launcher, spec: ClusterSpec, store, run_id: str = "") -> dict:
