@@ -206,12 +206,6 @@ def finetune_pipeline(
     Args: from trainer.config.params (one table for every parameter's type, default and help).
     """
     args = dict(locals())  # first statement: the pipeline's own parameters, by name
-    placement = dict(
-        namespace=namespace,
-        accelerator_resource=accelerator_resource,
-        node_selector=node_selector,
-        tolerations=tolerations,
-    )
     # with S3: s3:// values are checked against the run's bucket (one HEAD each) before anything is delivered
     checked = with_s3(validate_params(**inputs_for(validate_params, args)).set_display_name("validate parameters"))
     checked.set_caching_options(False)  # local files it reads may change between runs
@@ -235,34 +229,10 @@ def finetune_pipeline(
     train = (
         with_s3(
             finetune(
+                **inputs_for(finetune, args),
                 base_model=model.outputs["model"],
                 dataset=data.outputs["dataset"],
                 run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-                launcher=launcher,
-                nodes=nodes,
-                procs_per_node=procs_per_node,
-                method=method,
-                lora_r=lora_r,
-                lora_alpha=lora_alpha,
-                lora_dropout=lora_dropout,
-                lora_train_embeddings=lora_train_embeddings,
-                learning_rate=learning_rate,
-                max_steps=max_steps,
-                batch_size=batch_size,
-                batch_tokens=batch_tokens,
-                tokens_per_step=tokens_per_step,
-                gradient_checkpointing=gradient_checkpointing,
-                compile=compile,
-                max_seq_len=max_seq_len,
-                seed=seed,
-                checkpoint_every=checkpoint_every,
-                max_restarts=max_restarts,
-                kueue_queue=kueue_queue,
-                cleanup=cleanup,
-                wait_timeout_s=wait_timeout_s,
-                training_runtime=training_runtime,
-                stall_timeout_s=stall_timeout_s,
-                **placement,
             )
         )
         .set_display_name("fine-tune")
@@ -270,22 +240,12 @@ def finetune_pipeline(
     )
     scores = with_s3(
         evaluate(
+            **inputs_for(evaluate, args),
             base_model=model.outputs["model"],
             tuned_model=train.outputs["adapter"],
             dataset=data.outputs["dataset"],
             max_rows=eval_max_rows,
-            max_seq_len=max_seq_len,
-            eval_engine=eval_engine,
-            min_fc_accuracy=min_fc_accuracy,
-            min_gain=min_gain,
-            eval_suites=eval_suites,
             bfcl=bfcl.outputs["bfcl"],
-            bfcl_rows=bfcl_rows,
-            seed=seed,
-            max_category_drop=max_category_drop,
-            gate_significance=gate_significance,
-            max_drop_by_category=max_drop_by_category,
-            merge_scales=merge_scales,
         )
     ).set_display_name("evaluate")
     merged = with_s3(
@@ -301,18 +261,14 @@ def finetune_pipeline(
     with dsl.If(scores.outputs["promoted"] == True, name="promoted"):  # noqa: E712 - a KFP condition
         served = with_s3(
             deploy(
+                **inputs_for(deploy, args),
                 model=merged.outputs["merged"],
                 dataset=data.outputs["dataset"],
                 base_model=model.outputs["model"],
                 adapter=train.outputs["adapter"],
-                serve_adapters=serve_adapters,
                 backend=deploy_backend,
-                keep_serving=keep_serving,
                 name=served_model_name,
                 gpus=serve_gpus,
-                vllm_image=vllm_image,
-                kueue_queue=kueue_queue,
-                **placement,
             )
         ).set_display_name("deploy")
         with dsl.If(registry_address != "", name="registry-set"):

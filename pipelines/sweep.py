@@ -106,12 +106,6 @@ def build(parallelism: int = 2):
         Args: from trainer.config.params (one table for every parameter's type, default and help).
         """
         args = dict(locals())  # first statement: the pipeline's own parameters, by name
-        placement = dict(
-            namespace=namespace,
-            accelerator_resource=accelerator_resource,
-            node_selector=node_selector,
-            tolerations=tolerations,
-        )
         checked = with_s3(
             validate_params(**inputs_for(validate_params, args), sweep=True).set_display_name("validate parameters")
         )
@@ -194,12 +188,9 @@ def build(parallelism: int = 2):
                 adapters=dsl.Collected(train.outputs["adapter"]),
                 dataset=data.outputs["dataset"],
                 backend=deploy_backend,
-                keep_serving=keep_serving,
                 name=served_model_name,
                 gpus=serve_gpus,
-                vllm_image=vllm_image,
-                kueue_queue=kueue_queue,
-                **placement,
+                **inputs_for(deploy_trials, args),
             )
         ).set_display_name("deploy all trials side by side")
         with dsl.If(best.outputs["deploy"] == True, name="beats-base"):  # noqa: E712 - a KFP condition
@@ -219,15 +210,12 @@ def build(parallelism: int = 2):
             )
             with_s3(
                 deploy(
+                    **inputs_for(deploy, args),
                     model=merged.outputs["merged"],
                     dataset=data.outputs["dataset"],
                     backend=deploy_backend,
-                    keep_serving=keep_serving,
                     name=served_model_name,
                     gpus=serve_gpus,
-                    vllm_image=vllm_image,
-                    kueue_queue=kueue_queue,
-                    **placement,
                 )
             ).set_display_name("deploy")
         with dsl.Else(name="not-good-enough"):
