@@ -4,7 +4,7 @@ with one message listing each problem, before any download or GPU is touched: a 
 from the KFP UI is checked exactly as one started from the command line.
 
 Its inputs are every parameter of the finetune and sweep pipelines (KFP needs them spelled
-out and typed); the pipelines pass their own arguments by name (`pipelines.finetune.inputs_for`),
+out and typed); the pipelines pass their own arguments by name (`pipelines.dag.tasks.inputs_for`),
 and a test fails when a pipeline parameter is missing here. Defaults stand in for the
 parameters a pipeline lacks (the sweep has no batch_size); `sweep=True` (the sweep pipeline
 passes it) checks the sweep's own parameters too, trials=[] included.

@@ -63,8 +63,8 @@ def pipeline_defaults(pipeline) -> dict[str, Any]:
 
 def _pipelines_with(key: str, pipeline) -> list[str]:
     """The project's other pipelines that take `key` (e.g. finetune's registry_address, absent from the sweep)."""
-    from pipelines.finetune import finetune_pipeline
-    from pipelines.sweep import sweep_pipeline
+    from pipelines.dag.finetune import finetune_pipeline
+    from pipelines.dag.sweep import sweep_pipeline
 
     return [
         p.name for p in (finetune_pipeline, sweep_pipeline) if p.name != pipeline.name and key in pipeline_defaults(p)

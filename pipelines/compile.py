@@ -19,8 +19,8 @@ from pathlib import Path
 
 from kfp import compiler
 
-from pipelines.finetune import finetune_pipeline
-from pipelines.sweep import sweep_pipeline
+from pipelines.dag.finetune import finetune_pipeline
+from pipelines.dag.sweep import sweep_pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
 PIPELINES = {"finetune": finetune_pipeline, "sweep": sweep_pipeline}

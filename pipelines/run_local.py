@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines import kfp_local_patches
-from pipelines.finetune import finetune_pipeline
+from pipelines.dag.finetune import finetune_pipeline
 from trainer.chat import fc_check
 from trainer.core import metrics as names
 from trainer.core import settings
@@ -392,7 +392,7 @@ def _main(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         parallelism = 2 if args.parallelism is None else max(args.parallelism, 0)
-        from pipelines import sweep
+        from pipelines.dag import sweep
         from pipelines.cli_params import parse_params as parse
         from trainer.core.errors import collect
         from trainer.validate import pipeline_problems, pipeline_warnings, registry_problems, sweep_problems

@@ -44,7 +44,7 @@ from datetime import timezone
 from pathlib import Path
 from typing import Any
 
-from pipelines.finetune import finetune_pipeline
+from pipelines.dag.finetune import finetune_pipeline
 from pipelines.cli_params import parse_params, pipeline_defaults
 from trainer import deploy
 from trainer.core import settings
@@ -584,7 +584,7 @@ def main(argv: list[str] | None = None) -> int:
 def _pipeline(args: argparse.Namespace):
     """The --pipeline's pipeline function (the sweep compiled with --parallelism)."""
     if args.pipeline == "sweep":
-        from pipelines.sweep import build
+        from pipelines.dag.sweep import build
 
         return build(2 if args.parallelism is None else max(args.parallelism, 0))
     if args.parallelism is not None and args.parallelism >= 0:  # as for the sweep: scripts may pass it to both

@@ -842,7 +842,7 @@ def test_adapter_settings_beside_full_fine_tuning_only_when_typed_and_meaningful
     """Refused: an adapter setting typed beside method=full. Not refused: lora_train_embeddings=false (the
     pipeline's help advises it for any pretrained model), the defaults, and anything beside a misspelt
     method (which is refused on its own)."""
-    from pipelines.finetune import finetune_pipeline
+    from pipelines.dag.finetune import finetune_pipeline
     from pipelines.cli_params import parse_params
 
     def problems(*pairs):
@@ -1754,7 +1754,7 @@ def test_launch_k8s_refuses_an_image_from_the_environment_with_a_flag_in_it(caps
 )
 def test_values_as_people_type_them_are_read(pair, value):
     """What a user types on the command line (or pastes from the KFP UI) reads as they meant it."""
-    from pipelines.finetune import finetune_pipeline
+    from pipelines.dag.finetune import finetune_pipeline
     from pipelines.cli_params import parse_params
 
     key = pair.partition("=")[0]

@@ -515,7 +515,7 @@ def test_the_largest_seed_and_a_32_bit_count_still_pass():
 # Arabic-Indic and full-width digits: Python's int() reads them
 @pytest.mark.parametrize("raw", ["١٢", "１６", "1６"])
 def test_non_ascii_digits_are_not_read_as_numbers(raw, capsys):
-    from pipelines.finetune import finetune_pipeline
+    from pipelines.dag.finetune import finetune_pipeline
     from pipelines.cli_params import parse_params
     from trainer.core.errors import UserError
 

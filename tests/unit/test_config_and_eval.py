@@ -394,7 +394,7 @@ def test_generation_never_runs_past_a_learned_position_table(tiny_model_dir, tmp
 
 def test_a_param_given_twice_with_different_values_is_refused_with_the_other_problems():
     """`--param max_steps=5 --param max_steps=7` used to keep 7 silently."""
-    from pipelines.finetune import finetune_pipeline
+    from pipelines.dag.finetune import finetune_pipeline
     from pipelines.cli_params import parse_params
 
     msg = str(

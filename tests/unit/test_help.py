@@ -41,7 +41,7 @@ def test_help_shows_the_whole_module_docstring(module_name, capsys, monkeypatch)
 
 def test_list_params_shows_every_parameter_with_default_and_ui_description(capsys):
     from pipelines import run_local
-    from pipelines.finetune import finetune_pipeline
+    from pipelines.dag.finetune import finetune_pipeline
 
     assert run_local.main(["--list-params"]) == 0
     out = capsys.readouterr().out
@@ -115,8 +115,8 @@ def test_the_train_cli_the_pipelines_and_the_components_share_one_set_of_trainin
 
     from components.finetune import finetune
     from components.validate_params import validate_params
-    from pipelines.finetune import finetune_pipeline
-    from pipelines.sweep import sweep_pipeline
+    from pipelines.dag.finetune import finetune_pipeline
+    from pipelines.dag.sweep import sweep_pipeline
     from trainer.config.training import TrainConfig
 
     expected = {f.name: f.default for f in fields(TrainConfig)}

@@ -95,7 +95,7 @@ def test_bad_kubeflow_native_values_exit_2_before_anything():
 def compiled():
     from kfp import compiler
 
-    from pipelines.finetune import finetune_pipeline
+    from pipelines.dag.finetune import finetune_pipeline
 
     out = ROOT / ".runs" / "test-kubeflow-native.yaml"
     out.parent.mkdir(exist_ok=True)
@@ -128,7 +128,7 @@ def test_every_pipeline_pod_runs_restricted():
     of restricted Pod Security)."""
     from kfp import compiler
 
-    from pipelines.sweep import sweep_pipeline
+    from pipelines.dag.sweep import sweep_pipeline
 
     out = ROOT / ".runs" / "test-kubeflow-native-sweep.yaml"
     compiler.Compiler().compile(sweep_pipeline, str(out))

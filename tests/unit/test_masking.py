@@ -255,7 +255,7 @@ def test_deliver_dataset_cli_exits_2_naming_the_fix(tmp_path, capsys, argv, said
 
 def test_the_parameter_is_the_tables_and_reaches_the_deliver_dataset_step():
     from components.deliver_dataset import deliver_dataset
-    from pipelines.finetune import finetune_pipeline
+    from pipelines.dag.finetune import finetune_pipeline
     from trainer.config import params
 
     p = params.BY_NAME["irrelevance_share"]
@@ -344,7 +344,7 @@ def test_a_reply_that_is_no_plain_short_text_is_refused_with_the_fix(reply, said
 
 def test_the_reply_is_a_parameter_that_reaches_the_copies_and_the_metadata(store, tmp_path):
     from components.deliver_dataset import deliver_dataset
-    from pipelines.finetune import finetune_pipeline
+    from pipelines.dag.finetune import finetune_pipeline
     from trainer.config import params
     from trainer.validate import pipeline_problems
 

@@ -175,8 +175,8 @@ def test_the_delivery_records_it_and_a_delivered_tree_refuses_it(store, tmp_path
 def test_the_parameter_is_the_tables_and_reaches_the_deliver_dataset_step():
     from components.deliver_dataset import deliver_dataset
     from components.validate_params import validate_params
-    from pipelines.finetune import finetune_pipeline
-    from pipelines.sweep import sweep_pipeline
+    from pipelines.dag.finetune import finetune_pipeline
+    from pipelines.dag.sweep import sweep_pipeline
 
     for component in (deliver_dataset, validate_params):
         assert "name_masking" in component.component_spec.inputs

@@ -15,8 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def pipelines():
-    from pipelines.finetune import finetune_pipeline
-    from pipelines.sweep import sweep_pipeline
+    from pipelines.dag.finetune import finetune_pipeline
+    from pipelines.dag.sweep import sweep_pipeline
 
     return {"finetune": finetune_pipeline, "sweep": sweep_pipeline}
 
@@ -109,7 +109,7 @@ def test_the_parameter_reference_page_is_the_tables_rendering():
     ],
 )
 def test_one_true_false_reading_for_every_entry_point(word, value):
-    from pipelines.finetune import finetune_pipeline
+    from pipelines.dag.finetune import finetune_pipeline
     from pipelines.cli_params import parse_params
     from trainer.config.params import _parse_bool
     from trainer.core.settings import parse_bool

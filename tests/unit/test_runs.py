@@ -687,7 +687,7 @@ def test_an_interrupted_local_run_is_one_line_a_record_and_no_temporary_folder(
     import tempfile
 
     from pipelines import run_local
-    from pipelines.finetune import finetune_pipeline
+    from pipelines.dag.finetune import finetune_pipeline
     from pipelines.cli_params import pipeline_defaults
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
@@ -927,7 +927,7 @@ def test_a_run_reads_only_its_own_kfp_run_even_when_another_run_writes_beside_it
     from kfp.local import config
 
     from pipelines import run_local
-    from pipelines.finetune import finetune_pipeline
+    from pipelines.dag.finetune import finetune_pipeline
     from pipelines.cli_params import pipeline_defaults
 
     def write_run(root: Path, stamp: str, steps: int) -> Path:
@@ -964,7 +964,7 @@ def test_a_full_disk_when_copying_the_model_out_keeps_the_runs_record_and_says_s
     import types
 
     from pipelines import run_local
-    from pipelines.finetune import finetune_pipeline
+    from pipelines.dag.finetune import finetune_pipeline
     from pipelines.cli_params import pipeline_defaults
     from trainer.core.errors import UserError
 

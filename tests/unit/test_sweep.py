@@ -203,9 +203,9 @@ def _task_wiring(pipeline, tmp_path, task_prefix):
 def test_the_sweep_wires_the_cluster_settings_to_its_tasks_as_the_finetune_pipeline_does(tmp_path):
     """A sweep on a cluster needs the same placement, queueing, watchdog and serving settings as
     one run: every setting both pipelines take reaches the same component input in both."""
-    from pipelines.finetune import finetune_pipeline
+    from pipelines.dag.finetune import finetune_pipeline
     from pipelines.cli_params import pipeline_defaults
-    from pipelines.sweep import sweep_pipeline
+    from pipelines.dag.sweep import sweep_pipeline
 
     sweep_params = set(pipeline_defaults(sweep_pipeline))
     for name in (

@@ -30,7 +30,7 @@ from components.merge_lora import merge_lora
 from components.not_deployed import not_deployed
 from components.pick_best import pick_best
 from components.validate_params import validate_params
-from pipelines.finetune import deliver_inputs, documented, inputs_for, on_gpus, restricted, with_s3
+from pipelines.dag.tasks import deliver_inputs, documented, inputs_for, on_gpus, restricted, with_s3
 from trainer.config import params
 
 SWEEP_NAME = "llm-finetune-sweep"
