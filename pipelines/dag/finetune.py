@@ -112,20 +112,7 @@ def finetune_pipeline(
     # with S3: s3:// values are checked against the run's bucket (one HEAD each) before anything is delivered
     checked = with_s3(validate_params(**inputs_for(validate_params, args)).set_display_name("validate parameters"))
     checked.set_caching_options(False)  # local files it reads may change between runs
-    model, data = deliver_inputs(
-        model_source,
-        model_revision,
-        dataset_source,
-        dataset_revision,
-        eval_fraction,
-        seed,
-        chat_template,
-        irrelevance_share,
-        irrelevance_reply,
-        irrelevance_distractors,
-        name_masking,
-        after=checked,
-    )
+    model, data = deliver_inputs(args, after=checked)
     # BFCL's data, when scored, delivered before training: a dataset holding its questions is refused here.
     bfcl = with_s3(deliver_bfcl(source=bfcl_source, eval_suites=eval_suites, dataset=data.outputs["dataset"]))
     bfcl.set_display_name("deliver BFCL")

@@ -110,20 +110,7 @@ def build(parallelism: int = 2):
             validate_params(**inputs_for(validate_params, args), sweep=True).set_display_name("validate parameters")
         )
         checked.set_caching_options(False)  # local files it reads may change between runs
-        model, data = deliver_inputs(
-            model_source,
-            model_revision,
-            dataset_source,
-            dataset_revision,
-            eval_fraction,
-            seed,
-            chat_template,
-            irrelevance_share,
-            irrelevance_reply,
-            irrelevance_distractors,
-            name_masking,
-            after=checked,
-        )
+        model, data = deliver_inputs(args, after=checked)
         # The base once, beside the trials' training: each trial's evaluate then scores only its own model.
         base = with_s3(
             evaluate_base(

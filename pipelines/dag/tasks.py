@@ -55,35 +55,16 @@ def inputs_for(component, args: dict) -> dict:
     return {name: value for name, value in args.items() if name in component.component_spec.inputs}
 
 
-def deliver_inputs(
-    model_source,
-    model_revision,
-    dataset_source,
-    dataset_revision,
-    eval_fraction,
-    seed,
-    chat_template,
-    irrelevance_share,
-    irrelevance_reply,
-    irrelevance_distractors,
-    name_masking,
-    after: dsl.PipelineTask | None = None,
-) -> tuple[dsl.PipelineTask, dsl.PipelineTask]:
-    """The deliver-model and deliver-dataset tasks (HF token from an optional Secret)."""
+def deliver_inputs(args: dict, after: dsl.PipelineTask | None = None) -> tuple[dsl.PipelineTask, dsl.PipelineTask]:
+    """The deliver-model and deliver-dataset tasks from the pipeline's own arguments (HF token from an optional
+    Secret)."""
     tasks = []
     for task in (
-        deliver_model(source=model_source, revision=model_revision, chat_template=chat_template).set_display_name(
-            "deliver model"
-        ),
+        deliver_model(
+            source=args["model_source"], revision=args["model_revision"], chat_template=args["chat_template"]
+        ).set_display_name("deliver model"),
         deliver_dataset(
-            source=dataset_source,
-            revision=dataset_revision,
-            eval_fraction=eval_fraction,
-            seed=seed,
-            irrelevance_share=irrelevance_share,
-            irrelevance_reply=irrelevance_reply,
-            irrelevance_distractors=irrelevance_distractors,
-            name_masking=name_masking,
+            source=args["dataset_source"], revision=args["dataset_revision"], **inputs_for(deliver_dataset, args)
         ).set_display_name("deliver dataset"),
     ):
         kubernetes.use_secret_as_env(
