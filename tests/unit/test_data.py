@@ -1234,3 +1234,26 @@ def test_generation_block_with_whitespace_control_masks_every_assistant_turn(tok
     assert out["input_ids"] == list(enc["input_ids"])
     assert [int(label != -100) for label in out["labels"]] == list(enc["assistant_masks"])
     assert sum(enc["assistant_masks"]) > 0 and out["labels"] == data.encode(row, tokenizer, 4096)["labels"]
+
+
+def test_delivered_rows_are_read_plainly_only_where_the_tree_says_they_were_checked(tmp_path):
+    """Delivery checks every row once and says so beside the splits (data.CHECKED); training's ranks, evaluation and
+    the contamination check then read plain JSON lines. A tree without that record, or with an older one, is
+    checked where it is read: a bad row there is refused as read_jsonl refuses it."""
+    good = json.loads(GOOD)
+    bad = {"messages": [{"role": "robot", "content": "x"}, {"role": "assistant", "content": "y"}]}
+    assert data.write_delivered({"train": [good, good], "eval": [good]}, tmp_path) == {"train": 2, "eval": 1}
+    assert json.loads((tmp_path / data.CHECKED).read_text()) == {
+        "row_checks": data.ROW_CHECKS,
+        "rows": {"train": 2, "eval": 1},
+    }
+    assert data.read_delivered(tmp_path / "train.jsonl") == [good, good]
+    data.write_jsonl([good, bad], tmp_path / "train.jsonl")  # what only a checked tree may hold: read as it is
+    assert data.read_delivered(tmp_path / "train.jsonl") == [good, bad]
+    for record in (None, '{"row_checks": 0}', "not json", "[1]"):
+        if record is None:
+            (tmp_path / data.CHECKED).unlink()
+        else:
+            (tmp_path / data.CHECKED).write_text(record)
+        with pytest.raises(UserError, match="unknown role 'robot'"):
+            data.read_delivered(tmp_path / "train.jsonl")

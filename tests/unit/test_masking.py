@@ -194,6 +194,7 @@ def test_deliver_dataset_counts_the_copies_in_its_metadata(store, tmp_path, caps
     assert meta["rows"] == {"train": 99 + 11, "eval": 11 + 1}
     assert "12 irrelevance rows made by function masking" in capsys.readouterr().out
     tree = store.get_tree(uri)
+    assert json.loads((tree / data.CHECKED).read_text())["rows"] == meta["rows"]  # checked once, here
     delivered = {s: data.read_jsonl(tree / f"{s}.jsonl") for s in ("train", "eval")}
     eval_requests = {r["messages"][0]["content"] for r in delivered["eval"]}
     assert not eval_requests & {r["messages"][0]["content"] for r in _copies(delivered["train"])}

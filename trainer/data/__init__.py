@@ -44,10 +44,14 @@ from trainer.data.formats import (  # noqa: F401
 from trainer.core.jsontext import lone_surrogate, surrogate_problem, non_finite_paths, json_loads  # noqa: F401
 from trainer.data.rows import ROLES, MAX_REPORTED, row_problems, normalise, validate_rows  # noqa: F401
 from trainer.data.readers import (  # noqa: F401
+    CHECKED,
+    ROW_CHECKS,
     read_jsonl,
+    read_delivered,
     FILE_TYPES,
     read_rows,
     suffix_of,
+    write_delivered,
     write_jsonl,
 )
 from trainer.data.encode import (  # noqa: F401

@@ -298,6 +298,37 @@ def _binary_kind(head: bytes) -> str | None:
     return next((kind for magic, kind in _MAGIC.items() if head.startswith(magic)), None)
 
 
+# Written by the deliver-dataset step beside its splits, once every row was converted and passed trainer.data.rows'
+# checks: the readers downstream (training's ranks at every start, evaluation, the contamination check) then read the
+# delivered rows as plain JSON lines. ROW_CHECKS changes with the checks or the conversions, so that a tree delivered
+# under older rules is checked again where it is read.
+CHECKED = "_rows_checked.json"
+ROW_CHECKS = 1
+
+
+def write_delivered(splits: Mapping[str, Iterable[Mapping[str, Any]]], root: str | Path) -> dict[str, int]:
+    """Write each split as `<name>.jsonl` under `root`, and CHECKED beside them; returns the rows per split. Only for
+    rows that passed the row checks (the deliver-dataset step's)."""
+    counts = {name: write_jsonl(rows, Path(root) / f"{name}.jsonl") for name, rows in splits.items()}
+    (Path(root) / CHECKED).write_text(json.dumps({"row_checks": ROW_CHECKS, "rows": counts}) + "\n")
+    return counts
+
+
+def read_delivered(path: str | Path) -> list[Row]:
+    """A split of a delivered tree (`train.jsonl`, `eval.jsonl`): plain JSON lines when the tree records that its
+    rows were checked under today's rules (CHECKED, ROW_CHECKS), else `read_jsonl` with every conversion and check
+    (a tree delivered before, or not by deliver-dataset)."""
+    path = Path(path)
+    try:
+        checked = json.loads((path.parent / CHECKED).read_text()).get("row_checks") == ROW_CHECKS
+    except (OSError, ValueError, AttributeError):  # none, unreadable or not an object: check the rows
+        checked = False
+    if not checked:
+        return read_jsonl(path)
+    with path.open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
 def write_jsonl(rows: Iterable[Mapping[str, Any]], path: str | Path) -> int:
     """Write rows as JSONL; returns the row count."""
     n = 0

@@ -176,7 +176,7 @@ def _prepared(model_dir: Path, eval_path: Path | None, max_rows: int, max_seq_le
     None: the held-out suite is not scored (no rows)."""
     from transformers import AutoConfig, AutoTokenizer
 
-    split = data.read_jsonl(eval_path) if eval_path is not None else []
+    split = data.read_delivered(eval_path) if eval_path is not None else []
     rows = split[:max_rows]
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     context = context_length(AutoConfig.from_pretrained(model_dir))

@@ -130,10 +130,12 @@ class Recipe:
         model_dir = store.get_tree(cfg.model_uri)
         self.say("setup: tokenizing")
         self.tokenizer = tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        examples, self.skipped = data.encode_all(data.read_jsonl(data_dir / "train.jsonl"), tokenizer, cfg.max_seq_len)
-        self.eval_examples = data.encode_all(data.read_jsonl(data_dir / "eval.jsonl")[:64], tokenizer, cfg.max_seq_len)[
-            0
-        ]
+        examples, self.skipped = data.encode_all(
+            data.read_delivered(data_dir / "train.jsonl"), tokenizer, cfg.max_seq_len
+        )
+        self.eval_examples = data.encode_all(
+            data.read_delivered(data_dir / "eval.jsonl")[:64], tokenizer, cfg.max_seq_len
+        )[0]
         check_rows(len(examples), cfg.batch_size, self.world, cfg.batch_tokens, self.skipped)  # before the model loads
         return examples, model_dir
 

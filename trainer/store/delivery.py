@@ -520,7 +520,7 @@ def deliver_dataset(
     if overlap := data.eval_overlap(splits):  # after masking: what is delivered is what the evaluation scores
         print(f"WARNING: {overlap}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        counts = {name: data.write_jsonl(rows, os.path.join(tmp, f"{name}.jsonl")) for name, rows in splits.items()}
+        counts = data.write_delivered(splits, tmp)  # the rows were checked once, above: CHECKED says so
         uri, manifest = store.put_tree(tmp, "datasets")
     return uri, {
         "source": source,
@@ -565,7 +565,7 @@ def _part_splits(name: str, store, eval_fraction: float, seed: int) -> dict[str,
             "dataset file or a tree deliver-dataset wrote"
         )
     root = store.get_tree(uri)
-    return {split: data.read_jsonl(root / f"{split}.jsonl") for split in ("train", "eval")}
+    return {split: data.read_delivered(root / f"{split}.jsonl") for split in ("train", "eval")}
 
 
 def deliver_bfcl(source: str, store) -> tuple[str, dict[str, Any]]:
@@ -606,7 +606,7 @@ def deliver_bfcl(source: str, store) -> tuple[str, dict[str, Any]]:
 def bfcl_contamination(dataset_uri: str, bfcl_uri: str, store) -> None:
     """Refuse (UserError) a delivered dataset whose training rows ask BFCL's questions (trainer.data.bfcl),
     naming their lines in the delivered train.jsonl (a local source was checked, by its own lines, before)."""
-    train = data.read_jsonl(store.get_tree(dataset_uri) / "train.jsonl")
+    train = data.read_delivered(store.get_tree(dataset_uri) / "train.jsonl")
     if problem := bfcl.contamination(train, store.get_tree(bfcl_uri), where="train.jsonl:{}"):
         raise UserError(f"dataset {dataset_uri}: {problem}")
 
