@@ -88,7 +88,8 @@ def test_make_demo_prints_the_figures_the_readme_shows(tmp_path):
 
     readme = (ROOT / "README.md").read_text()
     said = re.search(
-        r"lifts function-calling AST accuracy from ([\d.]+)% to ([\d.]+)% over (\d+) assistant turns", readme
+        r"lifts\s+function-calling\s+AST\s+accuracy\s+from\s+([\d.]+)%\s+to\s+([\d.]+)%\s+over\s+(\d+)\s+assistant\s+turns",
+        readme,
     )
     assert said, "the README's demo paragraph no longer gives its AST figure in the form this test reads"
     wrong = f"README: {said.group(0)!r}; the demo printed {base}% -> {tuned}% over {turns} turns"
