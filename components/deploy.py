@@ -74,15 +74,12 @@ def deploy(
     for key, value in deploy.smoke_metrics(out, outcome).items():
         smoke.log_metric(key, value)
     smoke.metadata.update(
-        endpoint=out.endpoint,
-        served_names=out.names,
-        reason=out.reason,
-        still_serving=bool(out.pgid) or backend != "local",
+        endpoint=out.endpoint, served_names=out.names, reason=out.reason, still_serving=not out.stopped
     )
     for n, r in out.results.items():
         smoke.metadata[f"reply_{n}"] = r["reply"][:300]
         print(f"  {n}: {'ok' if r['ok'] else 'FAILED: ' + r['reason']} in {r['latency_s']:.2f}s: {r['reply'][:160]}")
-    stopped = backend == "local" and not out.pgid  # its URL would mislead: say it is gone
+    stopped = out.stopped  # its URL would mislead: say it is gone
     print(
         f"{'served at (now stopped)' if stopped else 'endpoint'} {out.endpoint} ({', '.join(out.names)}): "
         + ("smoke-tested" if outcome["smoke_ok"] else f"smoke test FAILED: {out.reason}")

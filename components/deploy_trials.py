@@ -66,7 +66,7 @@ def deploy_trials(
             vllm_image=vllm_image,
         )
         keep = keep_serving
-        if keep and backend == "local":
+        if keep and not deploy.BACKENDS[backend].on_cluster:
             import torch
 
             if torch.cuda.is_available():  # vLLM takes 90% of the GPU: the winner's merge and server need it next
@@ -82,7 +82,7 @@ def deploy_trials(
         )  # the same verdict as the deploy step's
     for key, value in deploy.smoke_metrics(out, outcome).items():
         smoke.log_metric(key, value)
-    stopped = backend == "local" and not out.pgid  # its URL would mislead: say it is gone
+    stopped = out.stopped  # its URL would mislead: say it is gone
     smoke.metadata.update(endpoint=out.endpoint, served_names=out.names, reason=out.reason, still_serving=not stopped)
     print(
         f"{'served at (now stopped)' if stopped else 'endpoint'} {out.endpoint}: {', '.join(out.names)}"

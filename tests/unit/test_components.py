@@ -141,6 +141,7 @@ def test_deploy_trials_keeps_its_server_up_only_with_keep_serving(delivered, tmp
             latency_s=0.1,
             log="/tmp/vllm.log",
             pgid=4242 if keep_serving else None,
+            stopped=not keep_serving,  # as the local backend says of a server it did not keep
         )
 
     monkeypatch.setattr(deploying, "deploy", deploy)

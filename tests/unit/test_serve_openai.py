@@ -910,3 +910,24 @@ def test_a_cpu_server_sizes_its_kv_cache_from_the_pod_not_the_node():
     large = rendered(memory="256Gi", accelerator_resource="")
     assert large[large.index("--kv-cache-memory-bytes") + 1] == str(4 << 30)  # at most 4 GiB
     assert "--kv-cache-memory-bytes" not in rendered(memory="64Gi", gpus=1)  # a GPU keeps vLLM's own fraction
+
+
+@pytest.mark.parametrize("kept", [False, True])
+def test_the_local_backend_says_whether_its_server_stopped_with_the_deploy(monkeypatch, kept):
+    """A local server not kept stops after its smoke test: the deploy steps then say "served at (now stopped)" and
+    give no endpoint (Deployed.stopped); one kept (its pgid given) and every cluster backend's stays up."""
+    from trainer.deploy import local as local_backend
+    from trainer.deploy.base import Deployed, ServeSpec
+
+    class Store:
+        def get_tree(self, uri):
+            return Path("/models") / uri.rsplit("/", 1)[-1]
+
+    answered = {"endpoint": "http://127.0.0.1:9/v1", "names": ["m"], "results": {}, "latency_s": 0.1}
+    monkeypatch.setattr(
+        local_backend.local, "deploy_local", lambda *a, **kw: {**answered, "pgid": 77 if kw["keep_serving"] else None}
+    )
+    out = local_backend.LocalBackend(store=Store(), keep_serving=kept).deploy(ServeSpec("m", "s3://b/models/x"), [])
+    assert out.stopped is not kept and out.pgid == (77 if kept else None)
+    assert "stopped" not in out.as_dict()  # what deploy-k8s prints is unchanged
+    assert Deployed("u", [], {}, 0.0).stopped is False  # a cluster backend's result: the server stays

@@ -76,6 +76,7 @@ class Deployed:
     log: str = ""  # the local server's log
     pgid: int | None = None  # a local server left running (keep_serving): stop with kill -- -PGID
     access: str = ""  # cluster backends: the kubectl port-forward command for the user's machine
+    stopped: bool = False  # the server ended with the deploy (a local one not kept): its endpoint answers no more
     extra: dict[str, Any] = field(default_factory=dict)  # e.g. a cluster backend's `action` (created / replaced)
 
     @property

@@ -29,7 +29,7 @@ class LocalBackend(ServeBackend):
         if self.store is None:
             raise ValueError("the local backend serves downloaded copies: it needs the store")
         adapters = {n: str(self.store.get_tree(uri)) for n, uri in spec.adapters.items()}
-        return Deployed.from_dict(
+        out = Deployed.from_dict(
             local.deploy_local(
                 self.store.get_tree(spec.model_uri),
                 spec.name,
@@ -39,3 +39,5 @@ class LocalBackend(ServeBackend):
                 keep_serving=self.keep_serving,
             )
         )
+        out.stopped = out.pgid is None  # not kept: the server stopped after its smoke test
+        return out
