@@ -148,3 +148,21 @@ def test_the_parameter_table_command_answers_help_instead_of_printing_the_table(
         and "| parameter |" not in out
     )
     assert params.main([]) == 0 and capsys.readouterr().out == params.markdown()
+
+
+def test_the_trainer_clis_cluster_choices_are_the_backend_tables():
+    """`python -m trainer launch-k8s --launcher` and `deploy-k8s --backend` spell their choices out (the tables'
+    modules would slow every `python -m trainer` start by importing them): they must be the tables' cluster ones."""
+    import argparse
+
+    from trainer import deploy, launch
+    from trainer.__main__ import COMMANDS
+
+    def choices(command: str, flag: str) -> tuple:
+        parser = argparse.ArgumentParser()
+        COMMANDS[command].arguments(parser)
+        [action] = [a for a in parser._actions if flag in a.option_strings]
+        return tuple(action.choices)
+
+    assert choices("launch-k8s", "--launcher") == launch.CLUSTER_LAUNCHERS
+    assert choices("deploy-k8s", "--backend") == deploy.CLUSTER_BACKENDS
