@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from pipelines.console import PROGRESS
+
 
 ROOT = Path(__file__).resolve().parents[2]
 # Progress bars print on a clock (every few seconds): how many lines they take depends on the machine's speed
 # (20 on 2026-12-07 with another training beside the run, which made 86 lines in all), so they are counted apart;
 # every other line the console shows is fixed by the run (67 then, the register step's three included).
-PROGRESS = re.compile(r"^\s+[\w .()-]+:\s+\d+%\|")
 MAX_CONSOLE_LINES = 70
 
 
@@ -68,7 +69,7 @@ def test_run_local_end_to_end(tmp_path, s3_env):
     assert "eval_tuned_fc_accuracy" in version["customProperties"]
     out = proc.stdout
     lines = (out + proc.stderr).splitlines()
-    fixed = [line for line in lines if not PROGRESS.match(line)]
+    fixed = [line for line in lines if not PROGRESS.match(line.strip())]  # the console's own tqdm pattern
     assert len(fixed) <= MAX_CONSOLE_LINES, f"{len(fixed)} console lines besides progress bars:\n" + out
     assert len(lines) - len(fixed) >= 4  # the bars are there: training, eval loss, base, tuned
     for task in (

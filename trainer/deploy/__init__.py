@@ -50,8 +50,6 @@ def backend(name: str, store: Any = None, keep_serving: bool = False) -> ServeBa
     """The backend called `name` (BACKENDS): the one place that chooses. The local one serves the store's copies."""
     if name not in BACKENDS:
         raise UserError(f"deploy backend must be one of {', '.join(BACKENDS)}, got {name!r}")
-    if not BACKENDS[name].on_cluster and store is None:
-        raise ValueError("the local backend serves downloaded copies: it needs the store")
     return BACKENDS[name](store=store, keep_serving=keep_serving)
 
 

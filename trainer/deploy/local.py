@@ -3,6 +3,7 @@ trainer.serving.local's server."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from trainer.chat.types import Message
@@ -10,10 +11,15 @@ from trainer.deploy.base import Deployed, ServeBackend, ServeSpec
 from trainer.serving import local
 
 
+@dataclass
 class LocalBackend(ServeBackend):
     """vLLM on loopback from the store's copies of the model and adapters (run_local)."""
 
     on_cluster: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        if self.store is None:
+            raise ValueError("the local backend serves downloaded copies: it needs the store")
 
     def build(self, spec: ServeSpec) -> list:
         return []  # a process on this machine: no objects to render
@@ -26,8 +32,6 @@ class LocalBackend(ServeBackend):
         client_configuration: Any = None,
         poll_s: float = 5.0,
     ) -> Deployed:
-        if self.store is None:
-            raise ValueError("the local backend serves downloaded copies: it needs the store")
         adapters = {n: str(self.store.get_tree(uri)) for n, uri in spec.adapters.items()}
         out = Deployed.from_dict(
             local.deploy_local(
