@@ -27,7 +27,7 @@ from trainer.models import model_tree
 from trainer.config import sources
 from trainer.chat import templates
 from trainer.config.training import TrainConfig
-from trainer.data import masking
+from trainer.data import load, masking, quiet_conversions
 from trainer.data import name_masking as name_masking_mod
 from trainer.core.errors import UserError, collect, exit_on_user_error
 from trainer.config.params import BY_NAME, add_train_arguments
@@ -529,10 +529,8 @@ def _local_source_problems(
                 src.ref, own_template=templates.resolves_to_model(chat_template)
             )
         if src.kind == "local":
-            from trainer.data import quiet_conversions
-
             with quiet_conversions():  # checked only: the delivery that follows says what it converts, once
-                splits = delivery.materialize_dataset(src, "", eval_fraction, seed)
+                splits = load(src, "", eval_fraction, seed)
             if refused := masking.data_problem(splits, irrelevance_share, f"dataset {src.ref}", "--irrelevance-share"):
                 problems.append(refused)
             if refused := name_masking_mod.data_problem(splits, name_masking, f"dataset {src.ref}", "--name-masking"):

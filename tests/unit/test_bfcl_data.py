@@ -174,7 +174,7 @@ def test_validate_names_the_files_lines_of_rows_a_mix_repeats(tmp_path, bfcl_tre
     """The check before a run reads the shuffled, mixed training rows, and names each matched row by its
     source file's line (blank lines counted), once however often the mix repeats it; an Alpaca row's
     instruction is its user message."""
-    from trainer.store import delivery
+    from trainer import data
     from trainer.config import sources
     from trainer.validate.pipeline import _bfcl_contamination_problems
 
@@ -196,7 +196,7 @@ def test_validate_names_the_files_lines_of_rows_a_mix_repeats(tmp_path, bfcl_tre
             (tmp_path / name / f"{split}.jsonl").write_text("".join((json.dumps(r) if r else "") + "\n" for r in rows))
     # mine's three rows weighted up: taken in two whole passes, each row twice among the shuffled training rows
     source = json.dumps([{"source": str(tmp_path / name), "weight": 1000 if name == "mine" else 1} for name in parts])
-    train = delivery.materialize_dataset(sources.parse(source, "dataset"), "", 0.1, 0)["train"]
+    train = data.load(sources.parse(source, "dataset"), "", 0.1, 0)["train"]
     assert len(train) == 9 and sum(r["messages"][0]["content"].startswith("Question") for r in train) == 2
     problems = _bfcl_contamination_problems(
         {"dataset_source": source, "eval_suites": "heldout,bfcl", "bfcl_source": str(bfcl_tree)}, train

@@ -1,11 +1,13 @@
-"""A Hub that cannot be reached because its name does not resolve (offline, no DNS): delivery
-works from the local cache at once instead of retrying a failure that will not heal."""
+"""A Hub that cannot be reached because its name does not resolve (offline, no DNS): loading a dataset and
+delivering a model work from the local cache at once instead of retrying a failure that will not heal."""
 
 import logging
 import socket
 
 import pytest
 
+from trainer.core import hub
+from trainer.data import loading
 from trainer.store import delivery
 from trainer.config import sources
 from trainer.core.errors import UserError
@@ -27,13 +29,13 @@ def no_dns(monkeypatch):
     monkeypatch.setattr(socket, "getaddrinfo", unresolvable)
     for var in ("https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
         monkeypatch.delenv(var, raising=False)
-    monkeypatch.setattr(delivery.time, "sleep", lambda s: None)  # the two re-asks of a temporary failure
+    monkeypatch.setattr(hub.time, "sleep", lambda s: None)  # the two re-asks of a temporary failure
 
 
 @pytest.mark.parametrize(
     "load",
     [
-        lambda: delivery._load_dataset("someorg/somedata", ""),
+        lambda: loading._load_dataset("someorg/somedata", ""),
         lambda: delivery.materialize_model(sources.Source("hub", "someorg/somemodel"), "", None),
     ],
     ids=["dataset", "model"],
@@ -59,10 +61,10 @@ def test_a_dns_blip_or_a_proxy_does_not_switch_the_hub_off(no_dns, monkeypatch):
         return answer
 
     monkeypatch.setattr(socket, "getaddrinfo", blip)
-    assert delivery.offline_if_hub_unresolvable() is False and not answers and not constants.HF_HUB_OFFLINE
+    assert hub.offline_if_hub_unresolvable() is False and not answers and not constants.HF_HUB_OFFLINE
     monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **k: pytest.fail("resolved locally despite the proxy"))
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.corp:3128")
-    assert delivery.offline_if_hub_unresolvable() is False and not constants.HF_HUB_OFFLINE
+    assert hub.offline_if_hub_unresolvable() is False and not constants.HF_HUB_OFFLINE
 
 
 def test_no_such_name_is_final_at_once(no_dns, monkeypatch):
@@ -73,7 +75,7 @@ def test_no_such_name_is_final_at_once(no_dns, monkeypatch):
         raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
 
     monkeypatch.setattr(socket, "getaddrinfo", no_name)
-    assert delivery.offline_if_hub_unresolvable() is True and len(asked) == 1
+    assert hub.offline_if_hub_unresolvable() is True and len(asked) == 1
 
 
 def test_a_model_missing_from_the_cache_offline_is_said_with_the_hubs_whole_sentence(no_dns):

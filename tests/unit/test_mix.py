@@ -268,10 +268,10 @@ def test_a_two_source_weighted_mix_is_delivered_content_addressed_with_its_recor
     local = json.dumps(
         [{"source": "builtin:function-calling", "weight": 1}, {"source": str(tmp_path / "mine.jsonl"), "weight": 1}]
     )
-    splits = delivery.materialize_dataset(sources.parse(local, "dataset"), "", 0.25, 5)
+    splits = data.load(sources.parse(local, "dataset"), "", 0.25, 5)
     assert len(splits["eval"]) == meta["rows"]["eval"]
     with pytest.raises(UserError, match="a mix with one is read by the deliver-dataset step"):
-        delivery.materialize_dataset(sources.parse(value, "dataset"), "", 0.25, 5)
+        data.load(sources.parse(value, "dataset"), "", 0.25, 5)
 
 
 def test_a_mix_of_local_and_built_in_parts_is_checked_fully_before_a_run(tmp_path):

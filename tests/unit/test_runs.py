@@ -842,14 +842,14 @@ def test_a_converted_dataset_is_announced_by_the_step_that_converts_not_by_each_
     """run_local checks the parameters, then validate-params, then deliver-dataset reads the file:
     the "N ShareGPT rows converted" line is deliver-dataset's alone."""
     from tests.unit.test_data import SHAREGPT, write
-    from trainer.store import delivery
+    from trainer import data
     from trainer.config import sources
     from trainer.validate import DEFAULTS, pipeline_problems
 
     path = write(tmp_path, [json.dumps(SHAREGPT)] * 12)
     assert pipeline_problems({**DEFAULTS, "dataset_source": str(path), "batch_size": 1}) == []
     assert "converted" not in capsys.readouterr().out
-    delivery.materialize_dataset(sources.Source("local", str(path)), "", 0.25, 1)
+    data.load(sources.Source("local", str(path)), "", 0.25, 1)
     assert capsys.readouterr().out.count("rows converted to chat messages") == 1
 
 

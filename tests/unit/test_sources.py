@@ -6,6 +6,7 @@ import pytest
 
 from trainer.data import builtin_data
 from trainer import data
+from trainer.data import loading
 from trainer.store import delivery
 from trainer.models import model_tree
 from trainer.config import sources
@@ -43,9 +44,9 @@ def test_local_file_is_split_with_a_seed(tmp_path):
     rows = builtin_data.generate(90, 10)["train"]
     data.write_jsonl(rows, tmp_path / "all.jsonl")
     src = sources.parse(str(tmp_path / "all.jsonl"), "dataset")
-    a = delivery.materialize_dataset(src, "", eval_fraction=0.2, seed=1)
+    a = data.load(src, "", eval_fraction=0.2, seed=1)
     assert (len(a["train"]), len(a["eval"])) == (72, 18)
-    assert a == delivery.materialize_dataset(src, "", eval_fraction=0.2, seed=1)
+    assert a == data.load(src, "", eval_fraction=0.2, seed=1)
 
 
 def test_local_directory_needs_a_train_file(tmp_path):
@@ -56,7 +57,7 @@ def test_local_directory_needs_a_train_file(tmp_path):
         r"optionally .gz; it holds "
         r"\['notes.txt'\]\) and is not a `datasets` save_to_disk directory",
     ):
-        delivery.materialize_dataset(sources.Source("local", str(tmp_path)), "")
+        data.load(sources.Source("local", str(tmp_path)), "")
 
 
 CHATS = builtin_data.generate(40, 8)["train"]
@@ -99,7 +100,7 @@ def test_chat_rows_read_the_same_from_every_file_format(tmp_path, fmt):
     data.write_jsonl(CHATS, tmp_path / "chats.jsonl")
     expected = data.read_rows(tmp_path / "chats.jsonl")
     assert data.read_rows(path) == expected
-    split = delivery.materialize_dataset(sources.parse(str(path), "dataset"), "", eval_fraction=0.25, seed=0)
+    split = data.load(sources.parse(str(path), "dataset"), "", eval_fraction=0.25, seed=0)
     assert (len(split["train"]), len(split["eval"])) == (30, 10)
 
 
@@ -145,14 +146,14 @@ def test_directory_with_a_test_split_uses_it_for_eval(tmp_path):
     """train + test (or validation) files, as many datasets ship: the held-out file is the eval split."""
     data.write_jsonl(CHATS[:30], tmp_path / "train.jsonl")
     _chat_rows_as("parquet", tmp_path / "test.parquet")
-    out = delivery.materialize_dataset(sources.Source("local", str(tmp_path)), "")
+    out = data.load(sources.Source("local", str(tmp_path)), "")
     assert (len(out["train"]), len(out["eval"])) == (30, 40)
     data.write_jsonl(CHATS[30:], tmp_path / "validation.jsonl")  # train / validation / test: validation is eval
-    out = delivery.materialize_dataset(sources.Source("local", str(tmp_path)), "")
+    out = data.load(sources.Source("local", str(tmp_path)), "")
     assert (len(out["train"]), len(out["eval"])) == (30, 10)
     (tmp_path / "train.csv").write_text("prompt,completion\na,b\n")
     with pytest.raises(UserError, match=r"has train in 2 formats \(train.jsonl, train.csv\): keep one"):
-        delivery.materialize_dataset(sources.Source("local", str(tmp_path)), "")
+        data.load(sources.Source("local", str(tmp_path)), "")
 
 
 @pytest.mark.parametrize("splits", [False, True], ids=["Dataset", "DatasetDict"])
@@ -166,7 +167,7 @@ def test_save_to_disk_directory_is_read(tmp_path, splits):
             {"train": datasets.Dataset.from_list(rows[:30]), "validation": datasets.Dataset.from_list(rows[30:])}
         )
     ds.save_to_disk(str(tmp_path / "saved"))
-    out = delivery.materialize_dataset(sources.parse(str(tmp_path / "saved"), "dataset"), "", 0.25, 0)
+    out = data.load(sources.parse(str(tmp_path / "saved"), "dataset"), "", 0.25, 0)
     assert (len(out["train"]), len(out["eval"])) == (30, 10)
     assert all(m.get("tool_calls", []) is not None for r in out["train"] + out["eval"] for m in r["messages"])
     canonical = lambda row: json.dumps(row, sort_keys=True)  # noqa: E731 - Arrow reorders struct keys
@@ -180,7 +181,7 @@ def test_hub_dataset_code_path_on_a_local_repo(tmp_path):
     splits = builtin_data.generate(40, 8)
     data.write_jsonl(splits["train"], tmp_path / "train.jsonl")
     data.write_jsonl(splits["eval"], tmp_path / "validation.jsonl")
-    out = delivery.materialize_dataset(sources.Source("hub", str(tmp_path)), "")
+    out = data.load(sources.Source("hub", str(tmp_path)), "")
     assert (len(out["train"]), len(out["eval"])) == (40, 8)
     assert out["eval"][0]["messages"][0] == splits["eval"][0]["messages"][0]
 
@@ -265,7 +266,7 @@ def test_a_clone_of_a_hub_dataset_repo_is_read_with_its_layout(tmp_path):
                 "tools": [json.dumps(r.get("tools")) for r in part],
             }
         ).to_parquet(tmp_path / "data" / f"{split}-00000-of-00001.parquet")
-    out = delivery.materialize_dataset(sources.parse(str(tmp_path), "dataset"), "")
+    out = data.load(sources.parse(str(tmp_path), "dataset"), "")
     assert (len(out["train"]), len(out["eval"])) == (30, 10)
     assert out["eval"][0]["messages"][0] == CHATS[30]["messages"][0]
 
@@ -307,9 +308,7 @@ def test_hub_dataset_offline_and_not_cached_is_one_clear_error(monkeypatch):
 
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    err = str(
-        pytest.raises(UserError, delivery.materialize_dataset, sources.Source("hub", "someorg/not-cached"), "").value
-    )
+    err = str(pytest.raises(UserError, data.load, sources.Source("hub", "someorg/not-cached"), "").value)
     assert "is not in the local Hugging Face cache and the Hub cannot be reached" in err
     assert "hf download --repo-type dataset someorg/not-cached" in err
 
@@ -384,13 +383,13 @@ def test_gzipped_split_files_hub_layouts_and_csv_models_are_recognised(tmp_path)
     with gzip.open(d / "train.jsonl.gz", "wt") as f:
         f.write(lines)
     (d / "validation.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:5]))
-    out = delivery.materialize_dataset(sources.parse(str(d), "dataset"), "")
+    out = data.load(sources.parse(str(d), "dataset"), "")
     assert (len(out["train"]), len(out["eval"])) == (20, 5)
     hub = tmp_path / "hub" / "data"
     hub.mkdir(parents=True)
     with gzip.open(hub / "train-00000-of-00001.jsonl.gz", "wt") as f:
         f.write(lines)
-    assert delivery._hub_layout(hub.parent)
+    assert loading._hub_layout(hub.parent)
     (tmp_path / "pairs.csv").write_text("prompt,completion\na,b\n")
     assert "holds a dataset, not a model" in model_tree.model_dir_problems(tmp_path / "pairs.csv")[0]
 
@@ -441,7 +440,7 @@ def test_sharegpt_parquet_in_a_hub_repo_layout_is_converted(tmp_path, capsys):
         pd.DataFrame([sharegpt_row(c) for c in cities]).to_parquet(
             tmp_path / "data" / f"{split}-00000-of-00001.parquet"
         )
-    out = delivery.materialize_dataset(sources.parse(str(tmp_path), "dataset"), "")
+    out = data.load(sources.parse(str(tmp_path), "dataset"), "")
     assert out == {"train": [as_messages(c) for c in CITIES[:4]], "eval": [as_messages(c) for c in CITIES[4:]]}
     log = capsys.readouterr().out
     assert f"{tmp_path}[train]: 4 ShareGPT" in log and f"{tmp_path}[test]: 2 ShareGPT" in log
@@ -467,11 +466,11 @@ def test_a_hub_repo_whose_card_declares_configs(tmp_path):
         (tmp_path / name).mkdir()
         (tmp_path / name / "train.jsonl").write_text("".join(json.dumps(as_messages(c)) + "\n" for c in CITIES))
     (tmp_path / "README.md").write_text(card + "---\n# Weather chats\n")
-    msg = str(pytest.raises(UserError, delivery.materialize_dataset, sources.parse(str(tmp_path), "dataset"), "").value)
+    msg = str(pytest.raises(UserError, data.load, sources.parse(str(tmp_path), "dataset"), "").value)
     assert f"dataset '{tmp_path}' has several configs (['a', 'b']) and no default one" in msg
     assert "pass one config's folder or file as the dataset path" in msg
     (tmp_path / "README.md").write_text(card.split("- config_name: b")[0] + "---\n")  # one config: read
-    out = delivery.materialize_dataset(sources.parse(str(tmp_path), "dataset"), "", eval_fraction=0.5)
+    out = data.load(sources.parse(str(tmp_path), "dataset"), "", eval_fraction=0.5)
     assert (len(out["train"]), len(out["eval"])) == (3, 3)
 
 
@@ -531,7 +530,7 @@ def test_a_hub_dataset_without_a_train_split_says_a_split_cannot_be_chosen(tmp_p
         "  - split: train_sft\n    path: train_sft.jsonl\n"
         "  - split: test_sft\n    path: test_sft.jsonl\n---\n"
     )
-    msg = str(pytest.raises(UserError, delivery.materialize_dataset, sources.Source("hub", str(tmp_path)), "").value)
+    msg = str(pytest.raises(UserError, data.load, sources.Source("hub", str(tmp_path)), "").value)
     assert "has no 'train' split (it has ['train_sft', 'test_sft']): a split cannot be chosen here: download" in msg
 
 

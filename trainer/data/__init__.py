@@ -23,8 +23,9 @@ named).
 Files: JSONL, a JSON list of rows (or one row), CSV (JSON text in the `messages` / `tools` cells)
 and Parquet; every reader ends in the same row checks.
 
-The package: formats (which format, and conversions to chat rows; fc_formats the function-calling
-datasets' readers), rows (row checks), readers (files), encode (token ids and loss
+The package: loading (a source, any of the above, read into checked train and eval splits), formats (which
+format, and conversions to chat rows; fc_formats the function-calling datasets' readers), rows (row checks),
+readers (files), encode (token ids and loss
 masks), preflight (length checks before training, and the time budget the template check of
 trainer.parity.preflight shares); every name is importable from `trainer.data`. JSON text inside rows is read strictly by
 trainer.core.jsontext, which dataset_source's mixes (trainer.config.sources) read with too.
@@ -68,3 +69,4 @@ from trainer.data.preflight import (  # noqa: F401
     length_problems,
     eval_overlap,
 )
+from trainer.data.loading import load, row_origins  # noqa: F401

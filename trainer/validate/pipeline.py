@@ -14,7 +14,6 @@ from trainer.chat.types import Row
 from trainer.data import builtin_data
 from trainer.models import builtin_model, gguf, model_tree
 from trainer import data, parity
-from trainer.store import delivery
 from trainer.config import sources
 from trainer.chat import templates, usertext
 from trainer.data import bfcl, masking, name_masking, quiet_conversions
@@ -163,7 +162,7 @@ def _dataset_problems(
     if (src.kind == "local" or src.kind == "mix" and _on_this_machine(src)) and check_local_files:
         try:  # local files are cheap to check fully now; Hub data is checked on delivery
             with quiet_conversions():  # deliver-dataset says what it converts, once
-                splits = delivery.materialize_dataset(src, "", params["eval_fraction"], params["seed"])
+                splits = data.load(src, "", params["eval_fraction"], params["seed"])
         except UserError as err:
             problems.append(str(err))
         else:
@@ -197,7 +196,7 @@ def _dataset_problems(
                 continue  # a Hub or s3:// part: read by deliver-dataset; a built-in one is known good
             try:
                 with quiet_conversions():
-                    splits = delivery.materialize_dataset(part, "", params["eval_fraction"], params["seed"])
+                    splits = data.load(part, "", params["eval_fraction"], params["seed"])
             except UserError as err:
                 problems.append(str(err))  # it names the part's file, as for a lone local dataset
                 continue
@@ -458,7 +457,7 @@ def _bfcl_contamination_problems(params: dict[str, Any], train_rows: list[Row]) 
                 if source
                 else bfcl.fetched(Path(tmp) / "tree")
             )
-            problem = bfcl.contamination(train_rows, tree, origins=delivery.row_origins(params["dataset_source"]))
+            problem = bfcl.contamination(train_rows, tree, origins=data.row_origins(params["dataset_source"]))
     except UserError as err:
         return [str(err)]
     return [f"dataset_source {params['dataset_source'].strip()!r}: {problem}"] if problem else []
