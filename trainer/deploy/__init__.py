@@ -22,11 +22,11 @@ pod) and trainer.k8s's (pod specs, the API calls). This package sits above train
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
+from trainer import data
 from trainer.chat.types import Message
 from trainer.core.errors import UserError
 from trainer.deploy.base import Deployed, ServeBackend, ServeSpec
@@ -84,8 +84,7 @@ def smoke_checked(
     """`deploy` with the smoke request read from the eval split at `eval_path` (its first row that expects a tool
     call, trainer.serving.client.smoke_request), and the verdict on the answers (smoke_outcome): what the deploy
     and deploy-all-trials steps both do."""
-    with open(eval_path, encoding="utf-8") as f:
-        messages, tools = smoke_request([json.loads(line) for line in f if line.strip()])
+    messages, tools = smoke_request(data.read_delivered(eval_path))  # the delivered rows, read as training reads them
     out = deploy(backend, spec, store, messages, tools, keep_serving=keep_serving)
     return out, smoke_outcome(out.results)
 
