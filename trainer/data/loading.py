@@ -31,7 +31,7 @@ def _split(rows: list[Row], eval_fraction: float, seed: int) -> dict[str, list[R
 
 
 def load(
-    src: Source, revision: str, eval_fraction: float = 0.1, seed: int = 0, shown: str = ""
+    src: Source, revision: str = "", eval_fraction: float = 0.1, seed: int = 0, shown: str = ""
 ) -> dict[str, list[Row]]:
     """Validated, non-empty `{"train": rows, "eval": rows}` from any source (see _read). `shown`: what the
     messages call a local file (an uploaded object's URI for its downloaded copy); its path otherwise."""
