@@ -11,7 +11,8 @@ every 15 s otherwise), and on a failure the task's last lines.
 kfp.local writes a log record (possibly several lines, e.g. a task's outputs) with one
 write() call and a component's output one line at a time, under a 4-space indent. The
 rules below look at one line at a time, without state per task, because trials of a sweep
-run in parallel threads and their lines interleave.
+run in parallel threads and their lines interleave; the one state kept, whether a traceback's or a
+warning's indented lines follow, is kept per thread.
 
 kfp.local indents a task's lines by swapping `builtins.print`, which is not thread-safe: `install`
 puts a per-thread helper in its place (pipelines.kfp_local_patches.thread_safe_indent), and one log
@@ -77,6 +78,8 @@ class Console:
         self._started: dict[str, float] = {}
         self._progress_shown: dict[str, tuple[float, str]] = {}
         self._in_place = False  # a progress line is drawn without its newline
+        # per thread (trials run side by side): the last unindented line started a traceback or a warning
+        self._in_hidden_block: dict[int, bool] = {}
 
     # --- the file protocol print() and logging need
     def write(self, text: str) -> int:
@@ -175,6 +178,15 @@ class Console:
                 self._to_terminal(line)  # not a component's line: the runner's own
             return
         shown = not self._hidden(body)
+        # A traceback's frames and a warning's source line are indented under the line that starts them: hidden with
+        # it. Any other indented line is the component's own (a table's rows, the smoke test's answers): shown.
+        thread = threading.get_ident()
+        if body[:1].isspace():
+            shown = shown and not self._in_hidden_block.get(thread, False)
+        else:
+            self._in_hidden_block[thread] = body.startswith("Traceback (most recent call last)") or bool(
+                _WARNING.match(body)
+            )
         if (
             body.strip()
             and not body.startswith("[KFP Executor")
@@ -191,11 +203,11 @@ class Console:
 
     @staticmethod
     def _hidden(body: str) -> bool:
-        """Executor input JSON, tracebacks' frames, kfp's own chatter, warnings: log file only."""
+        """Executor input JSON, tracebacks, kfp's own chatter, warnings: log file only (their indented lines: `_line`)."""
         return bool(
             not body.strip()
             or _RULE.match(body)
-            or body[0].isspace()
+            or _JSON_LINE.match(body)  # kfp's dump of the executor input, indented or not
             or body in ("{", "}")
             or body.startswith("[KFP Executor")
             or (body.startswith('{"') and body.rstrip().endswith("}"))  # JSON for programs (train_result)

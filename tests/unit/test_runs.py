@@ -121,6 +121,41 @@ def test_console_shows_the_failed_tasks_last_lines():
     ]
 
 
+def test_console_shows_a_components_indented_lines_and_hides_only_tracebacks_and_warnings():
+    """A component's own indented lines are shown (the evaluate step's BFCL table under its heading, each merge
+    scale's scores and verdict, the smoke test's answer per served name; hidden until 2026-12-07, when run E's
+    terminal said "merge scale 1 scored:" and nothing under it); a warning's source line and a traceback's frames,
+    indented under the line that starts them, stay in the log file."""
+    term, log = io.StringIO(), io.StringIO()
+    console = Console(term, log)
+    lines = [
+        *EXECUTOR_DUMP,
+        "merge scale 1 scored:\n",
+        "  BFCL 2026.3.23 (25 rows per category, seed 0, eval_engine=vllm), base -> tuned:\n",
+        "    irrelevance                     25  100.0% -> 40.0%\n",
+        "  gate: not promoted: bfcl_irrelevance fell 100.0% -> 40.0%\n",
+        "/venv/lib/python3.11/site-packages/x.py:10: UserWarning: something only a developer cares about\n",
+        "  warnings.warn(\n",
+        "Traceback (most recent call last):\n",
+        '  File "/x/serve.py", line 3, in start\n',
+        "    proc = subprocess.Popen(args)\n",
+        "RuntimeError: handled, and said below\n",
+        "  tuned: ok in 0.52s: the answer\n",
+    ]
+    run_through(console, lambda: kfp_task("evaluate", lines))
+    shown = term.getvalue().splitlines()[1:-1]
+    assert shown == [
+        "    merge scale 1 scored:",
+        "      BFCL 2026.3.23 (25 rows per category, seed 0, eval_engine=vllm), base -> tuned:",
+        "        irrelevance                     25  100.0% -> 40.0%",
+        "      gate: not promoted: bfcl_irrelevance fell 100.0% -> 40.0%",
+        "    RuntimeError: handled, and said below",
+        "      tuned: ok in 0.52s: the answer",
+    ], shown
+    logged = log.getvalue()
+    assert "warnings.warn(" in logged and '  File "/x/serve.py"' in logged and "parameterValues" in logged
+
+
 def test_console_tail_is_the_failed_tasks_even_when_later_tasks_ran():
     # kfp.local goes on with independent tasks after one fails; their lines must not stand in
     # for the failed task's under "last lines the failed task printed".
