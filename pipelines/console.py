@@ -53,6 +53,11 @@ QUIET_PROGRESS_S = 2.0  # a bar that finishes faster than this is not shown
 PROGRESS_EVERY_S = 15.0  # on a non-terminal (and in the log), one progress line per bar this often
 
 
+def _starts_block(body: str) -> bool:
+    """A traceback's or a warning's first line: hidden, with the indented lines under it (`Console._line`)."""
+    return body.startswith("Traceback (most recent call last)") or bool(_WARNING.match(body))
+
+
 def _seconds(clock: str) -> int:
     total = 0
     for part in clock.split(":"):
@@ -184,9 +189,7 @@ class Console:
         if body[:1].isspace():
             shown = shown and not self._in_hidden_block.get(thread, False)
         else:
-            self._in_hidden_block[thread] = body.startswith("Traceback (most recent call last)") or bool(
-                _WARNING.match(body)
-            )
+            self._in_hidden_block[thread] = _starts_block(body)
         if (
             body.strip()
             and not body.startswith("[KFP Executor")
@@ -208,13 +211,11 @@ class Console:
             not body.strip()
             or _RULE.match(body)
             or _JSON_LINE.match(body)  # kfp's dump of the executor input, indented or not
-            or body in ("{", "}")
             or body.startswith("[KFP Executor")
             or (body.startswith('{"') and body.rstrip().endswith("}"))  # JSON for programs (train_result)
             or _TORCH_LOG.match(body)
             or _HEARTBEAT.match(body)
-            or body.startswith("Traceback (most recent call last)")
-            or _WARNING.match(body)
+            or _starts_block(body)
             or body.strip() == "KeyboardInterrupt"
         )  # Ctrl-C reaches the tasks too: run_local says it once
 
