@@ -22,8 +22,8 @@ server's start and readiness) and of the whole evaluate() call (model loads and 
 endpoint / HF of both, a profile (server start seconds, seconds per answered row, model loads, eval loss), both
 paths' accuracies side by side (fc_ast_accuracy, fc_exact_accuracy, fc_accuracy, text_match, base and tuned) and
 on how many rows the two paths gave the same answer (same calls, or same normalised text). The timings are
-taken by wrapping trainer.evaluate's own functions (generate, ask, load, eval_loss, served_losses,
-served_predictions), trainer.serving.local's start and trainer.serving.client's wait_ready for the length of the
+taken by wrapping trainer.evaluate's own functions (generate, ask, load, example_losses, served_losses, each
+engine's answer), trainer.serving.local's start and trainer.serving.client's wait_ready for the length of the
 run; nothing in the evaluate path is changed.
 
 Every server and process this command starts is stopped before it ends, on Ctrl-C and SIGTERM too.
@@ -111,11 +111,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 @contextlib.contextmanager
 def instrumented(spans: list[tuple[str, str, float]], answers: dict[str, list[dict[str, Any]]]) -> Iterator[None]:
-    """For the length of the block, time trainer.evaluate's generate / ask / load / eval_loss /
-    served_predictions, trainer.serving.local's start and trainer.serving.client's wait_ready into `spans` as
-    (function, model, seconds), and keep each model's predictions (what `score` returns) in `answers`. The
-    originals are restored after."""
-    from trainer.evaluate import generation, losses, run, served
+    """For the length of the block, time trainer.evaluate's generate / ask / load / example_losses / served_losses,
+    each engine's `answer` (the vLLM one's holds its servers' starts), trainer.serving.local's start and
+    trainer.serving.client's wait_ready into `spans` as (function, model, seconds), and keep each model's held-out
+    predictions (what an engine's `answer` returns) in `answers`. The originals are restored after."""
+    from trainer.evaluate import generation, losses, served
     from trainer.serving import client, local
 
     def model_of(name: str, args: tuple, kwargs: dict) -> str:
@@ -133,8 +133,8 @@ def instrumented(spans: list[tuple[str, str, float]], answers: dict[str, list[di
                 out = fn(*args, **kwargs)
             finally:
                 spans.append((name, model_of(name, args, kwargs), time.perf_counter() - start))
-            if name == "score":
-                answers[model_of(name, args, kwargs)] = out[1]
+            if name == "answer":  # {model: {suite: Answers}}
+                answers.update({m: got["heldout"].predictions for m, got in out.items() if "heldout" in got})
             return out
 
         return fn, wrapper
@@ -144,10 +144,10 @@ def instrumented(spans: list[tuple[str, str, float]], answers: dict[str, list[di
         (generation, "generate"),
         (served, "ask"),
         (generation, "load"),
-        (losses, "eval_loss"),
+        (losses, "example_losses"),
         (losses, "served_losses"),
-        (served, "served_predictions"),
-        (run, "score"),
+        (served.VllmEngine, "answer"),
+        (generation.HfEngine, "answer"),
     ]
     targets += [(local, "start"), (client, "wait_ready")]
     saved = []
@@ -163,7 +163,7 @@ def instrumented(spans: list[tuple[str, str, float]], answers: dict[str, list[di
 
 
 def profile(spans: list[tuple[str, str, float]], total_s: float, rows: int, engine: str) -> dict[str, float]:
-    """One path's figures from its spans: answering seconds (HF: generate; endpoint: served_predictions, the
+    """One path's figures from its spans: answering seconds (HF: generate; endpoint: its engine's answer, the
     server's start included), per-model answer seconds, server start-to-ready, model loads, eval loss, and the
     rows/s of answering and of the whole call (base + tuned rows: 2 x rows)."""
 
@@ -171,8 +171,8 @@ def profile(spans: list[tuple[str, str, float]], total_s: float, rows: int, engi
         return sum(s for n, m, s in spans if n == name and (model is None or m == model))
 
     per_model = "generate" if engine == "hf" else "ask"
-    # The endpoint's eval loss (served_losses) runs inside served_predictions, on the same server.
-    answer_s = total("generate") if engine == "hf" else total("served_predictions") - total("served_losses")
+    # The endpoint's eval loss (served_losses) runs inside its engine's answer, on the same server.
+    answer_s = total("generate") if engine == "hf" else total("answer") - total("served_losses")
     answered = 2 * rows
     out = {
         "rows": rows,
@@ -183,7 +183,7 @@ def profile(spans: list[tuple[str, str, float]], total_s: float, rows: int, engi
         "tuned_answer_s": total(per_model, "tuned"),
         "server_start_s": total("start") + total("wait_ready"),
         "load_s": total("load"),
-        "eval_loss_s": total("eval_loss") + total("served_losses"),
+        "eval_loss_s": total("example_losses") + total("served_losses"),
     }
     out["per_row_s"] = (out["base_answer_s"] + out["tuned_answer_s"]) / max(answered, 1)
     out["other_s"] = total_s - answer_s - out["load_s"] - out["eval_loss_s"]

@@ -266,16 +266,16 @@ def _eval_speed_result():
         [
             ("load", "base", 2.0),
             ("generate", "base", 50.0),
-            ("eval_loss", "", 5.0),
+            ("example_losses", "", 5.0),
             ("load", "tuned", 2.0),
             ("generate", "tuned", 30.0),
-            ("eval_loss", "", 5.0),
+            ("example_losses", "", 5.0),
         ],
         total_s=100.0,
         rows=10,
         engine="hf",
     )
-    # the endpoint: answers and losses from one server, inside served_predictions; no model loads
+    # the endpoint: answers and losses from one server, inside its engine's answer; no model loads
     ep = profile(
         [
             ("start", "", 1.0),
@@ -284,7 +284,7 @@ def _eval_speed_result():
             ("served_losses", "base", 3.0),
             ("ask", "tuned", 4.0),
             ("served_losses", "tuned", 2.0),
-            ("served_predictions", "", 45.0),
+            ("answer", "", 45.0),
         ],
         total_s=55.0,
         rows=10,
@@ -307,7 +307,7 @@ def test_eval_speed_profile_ratio_and_agreement():
     assert hf["answered"] == 20 and hf["answer_s"] == 80.0 and hf["answer_rows_per_s"] == pytest.approx(0.25)
     assert hf["per_row_s"] == pytest.approx(4.0) and hf["rows_per_s"] == pytest.approx(0.2)
     assert hf["load_s"] == 4.0 and hf["eval_loss_s"] == 10.0 and hf["other_s"] == pytest.approx(6.0)
-    # the endpoint's answering time is served_predictions, its server start included, less its eval loss
+    # the endpoint's answering time is its engine's answer, its server start included, less its eval loss
     assert ep["answer_s"] == 40.0 and ep["server_start_s"] == 30.0 and ep["per_row_s"] == pytest.approx(0.5)
     assert ep["eval_loss_s"] == 5.0 and ep["load_s"] == 0.0 and ep["other_s"] == pytest.approx(10.0)
     assert ratio["answer_rows_per_s"] == pytest.approx(2.0) and ratio["rows_per_s"] == pytest.approx(100 / 55)
@@ -364,6 +364,26 @@ def test_eval_speed_times_the_evaluate_functions_and_puts_them_back(monkeypatch)
     assert ev.generation.generate is original
     assert [(name, model) for name, model, _ in spans] == [("generate", "tuned"), ("served_losses", "base")]
     assert spans[0][2] >= 0
+
+
+def test_eval_speed_times_an_engines_answer_and_keeps_its_held_out_predictions(tiny_model_dir, monkeypatch):
+    from transformers import AutoTokenizer
+
+    from benchmarks.eval_speed import instrumented
+    from trainer import evaluate as ev
+    from trainer.evaluate.base import Asked
+
+    spans, answers = [], {}
+    original = ev.generation.HfEngine.answer
+    monkeypatch.setattr(ev.generation, "load", lambda model_dir, adapter=None: None)
+    monkeypatch.setattr(ev.generation, "generate", lambda model, tok, rows, desc="", budgets=None: ["hi"] * len(rows))
+    row = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]}
+    question = {"heldout": Asked([row], [3], [8])}
+    with instrumented(spans, answers):
+        engine = ev.generation.HfEngine(AutoTokenizer.from_pretrained(tiny_model_dir))
+        engine.answer(tiny_model_dir, tiny_model_dir, ("base", "tuned"), question)
+    assert ev.generation.HfEngine.answer is original and ("answer", "") in [(n, m) for n, m, _ in spans]
+    assert {m: [p["content"] for p in got] for m, got in answers.items()} == {"base": ["hi"], "tuned": ["hi"]}
 
 
 # --- benchmarks.gpu_check: make gpu-check (issue 38) ----------------------------------------------------------------

@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from tests.fakes.fake_engine import FakeEngine
 from trainer import data
 from trainer.chat import turns
 from trainer.chat.parsers import parse_tool_call
@@ -683,9 +684,7 @@ def test_base_scores_made_once_stand_in_for_scoring_the_base_and_only_for_the_sa
     )
 
 
-def test_a_glaive_split_is_scored_on_its_call_turns_and_noise_after_a_tool_result_fails(
-    tiny_model_dir, tmp_path, monkeypatch
-):
+def test_a_glaive_split_is_scored_on_its_call_turns_and_noise_after_a_tool_result_fails(tiny_model_dir, tmp_path):
     """Issue 44: glaive and Hermes rows end in text after a tool result, and only the last turn was scored: the eval
     split had "0 tool-call rows, fc accuracy n/a" and both models writing byte noise scored 100% -> 100%. Every
     assistant turn is now asked after the gold turns before it: the calls are scored as calls, and noise fails."""
@@ -695,34 +694,26 @@ def test_a_glaive_split_is_scored_on_its_call_turns_and_noise_after_a_tool_resul
     rows = data.read_rows(write(tmp_path, [GLAIVE] * 3, "glaive.jsonl"))
     path = tmp_path / "eval.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    asked = []
 
-    def answers(noise: bool):
-        def generate(model, tokenizer, scored, **kw):
-            asked.extend(scored)
-            return [
-                "\u00ff\u00fe garbage \u00ff"
-                if noise
-                else "<tool_call>" + json.dumps(turns.expected_call(r)) + "</tool_call>"
-                if turns.expected_call(r)
-                else turns.expected_text(r)
-                for r in scored
-            ]
+    def noise(model, suite, row):
+        return "\u00ff\u00fe garbage \u00ff"
 
-        return generate
+    def right_answer(model, suite, row):
+        call = turns.expected_call(row)
+        return "<tool_call>" + json.dumps(call) + "</tool_call>" if call else turns.expected_text(row)
 
-    monkeypatch.setattr(ev.generation, "generate", answers(noise=True))
-    noise = ev.evaluate(tiny_model_dir, tiny_model_dir, path, max_seq_len=2048, engine="hf")
+    engine = FakeEngine(noise)
+    noisy = ev.evaluate(tiny_model_dir, tiny_model_dir, path, max_seq_len=2048, engine=engine)
     # each glaive row: 3 call turns (convert, get_time, save_note) and 2 answers to a tool result
-    assert (noise["rows"], noise["turns"], noise["fc_rows"], noise["text_rows"]) == (3, 15, 9, 6)
+    assert (noisy["rows"], noisy["turns"], noisy["fc_rows"], noisy["text_rows"]) == (3, 15, 9, 6)
+    asked = engine.questions[0].rows
     assert [len(turns.trained_turns(r["messages"])) for r in asked[:5]] == [1, 2, 3, 4, 5]  # the gold prefix grows
-    assert noise["categories"]["fc_multi_turn_rows"] == 6
+    assert noisy["categories"]["fc_multi_turn_rows"] == 6
     for name in ("base", "tuned"):
-        assert noise[name]["fc_ast_accuracy"] == 0.0 and noise[name]["fc_multi_turn_accuracy"] == 0.0, noise[name]
-    logged = ev.logged_metrics(noise)
+        assert noisy[name]["fc_ast_accuracy"] == 0.0 and noisy[name]["fc_multi_turn_accuracy"] == 0.0, noisy[name]
+    logged = ev.logged_metrics(noisy)
     assert (logged["eval_rows"], logged["eval_turns"], logged["fc_rows"]) == (3, 15, 9)
-    assert {e["turn"] for e in noise["examples"]} >= {"turn 1", "turn 2, after a tool result"}
+    assert {e["turn"] for e in noisy["examples"]} >= {"turn 1", "turn 2, after a tool result"}
 
-    monkeypatch.setattr(ev.generation, "generate", answers(noise=False))
-    right = ev.evaluate(tiny_model_dir, tiny_model_dir, path, max_seq_len=2048, engine="hf")
+    right = ev.evaluate(tiny_model_dir, tiny_model_dir, path, max_seq_len=2048, engine=FakeEngine(right_answer))
     assert right["tuned"]["fc_ast_accuracy"] == right["tuned"]["fc_multi_turn_accuracy"] == 1.0

@@ -71,28 +71,30 @@ def test_only_the_servers_that_answer_for_the_models_asked_start(tiny_model_dir,
         def stop(self):
             pass
 
-    started, asked = [], []
+    started, asked, lengths = [], [], []
     monkeypatch.setattr(
         local,
         "start",
         lambda served, name, lora_modules=None, **kw: (
-            started.append((str(served), dict(lora_modules or {}))) or Server()
+            started.append((str(served), dict(lora_modules or {}))) or lengths.append(kw["max_model_len"]) or Server()
         ),
     )
     monkeypatch.setattr(client, "wait_ready", lambda *a, **kw: None)
     monkeypatch.setattr(merge, "merge", lambda base, adapter, out: out)
-    monkeypatch.setattr(ev.served, "ask", lambda url, name, rows, budgets, desc: asked.append(name) or [])
+    monkeypatch.setattr(ev.served, "ask", lambda url, name, rows, budgets, desc, concurrency: asked.append(name) or [])
     monkeypatch.setattr(ev.losses, "served_losses", lambda url, name, examples, desc, concurrency: [])
     from transformers import AutoTokenizer
 
     from trainer.data import builtin_data
+    from trainer.evaluate.base import Asked
 
     tok, plain = AutoTokenizer.from_pretrained(tiny_model_dir), _adapter(tiny_model_dir, tmp_path / "plain")
     rows = builtin_data.generate(n_train=0, n_eval=2, seed=1)["eval"]
+    question = {"heldout": Asked(rows, ev.generation.prompt_lengths(tok, rows), [16] * len(rows))}
 
     def served(tuned, names):
         started.clear(), asked.clear()
-        answers = ev.served.served_predictions(tiny_model_dir, tuned, rows, [], tok, 512, names=names)
+        answers = ev.served.VllmEngine(tok, 512).answer(tiny_model_dir, tuned, names, question)
         return started[:], asked[:], sorted(answers)
 
     monkeypatch.setattr(ev.served, "vllm_cpu_build", lambda: True)
@@ -104,6 +106,8 @@ def test_only_the_servers_that_answer_for_the_models_asked_start(tiny_model_dir,
     monkeypatch.setattr(ev.served, "vllm_cpu_build", lambda: False)
     assert served(plain, ("tuned",)) == ([(str(tiny_model_dir), {"tuned": str(plain)})], ["tuned"], ["tuned"])
     assert served(None, ("base",)) == ([(str(tiny_model_dir), {})], ["base"], ["base"])
+    # each server's context: the longest prompt plus its answer's budget (no example's loss is read here)
+    assert set(lengths) == {max(question["heldout"].prompts) + 16}
 
 
 def test_auto_serves_through_vllm_only_where_it_can_start(tmp_path, monkeypatch):

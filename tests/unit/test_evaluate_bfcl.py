@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from tests.fakes.fake_engine import FakeEngine
 from trainer import data
 from trainer import evaluate as ev
 from trainer.data import bfcl as bfcl_data
@@ -35,6 +36,11 @@ def right_answer(row) -> str:
     return "".join(f"<tool_call>{json.dumps(c)}</tool_call>" for c in calls) or "I cannot help with that."
 
 
+def _scripted_reply(model: str, suite: str, row) -> str:
+    """The tuned model answers every BFCL row right, the base and every held-out turn answer text."""
+    return right_answer(row) if model == "tuned" and suite == "bfcl" else "Let me think about that."
+
+
 @pytest.fixture
 def scripted(monkeypatch):
     """HF generate replaced: the tuned model answers every BFCL row right, the base answers text; the prompts
@@ -51,13 +57,14 @@ def scripted(monkeypatch):
     return seen
 
 
-def test_bfcl_rows_asked_scored_and_too_long_ones_counted_wrong(tiny_model_dir, tmp_path, bfcl_tree, scripted):
+def test_bfcl_rows_asked_scored_and_too_long_ones_counted_wrong(tiny_model_dir, tmp_path, bfcl_tree):
     data.write_jsonl([], tmp_path / "eval.jsonl")
+    engine = FakeEngine(_scripted_reply)
     result = ev.evaluate(
         tiny_model_dir,
         tiny_model_dir,
         tmp_path / "eval.jsonl",
-        engine="hf",
+        engine=engine,
         suites=("bfcl",),
         bfcl_dir=bfcl_tree,
         bfcl_rows=2,
@@ -67,7 +74,8 @@ def test_bfcl_rows_asked_scored_and_too_long_ones_counted_wrong(tiny_model_dir, 
     assert suite["version"] == bfcl_data.VERSION and result["rows"] == 0 and result["base"] == {}
     counts = suite["counts"]
     assert {c: counts[f"bfcl_{c}_rows"] for c in bfcl_data.CATEGORIES} == {c: 2 for c in bfcl_data.CATEGORIES}
-    asked_rows, budgets = scripted["BFCL tuned"]
+    assert engine.asked == [("base", "bfcl"), ("tuned", "bfcl")]
+    asked_rows, budgets = engine.questions[1].rows, engine.questions[1].budgets
     # the tiny model's context is 512 tokens: rows whose prompt leaves no room are not asked, and counted
     long = sum(counts[f"bfcl_{c}_too_long"] for c in bfcl_data.CATEGORIES)
     assert len(asked_rows) == 20 - long and 0 < long < 20
@@ -115,7 +123,9 @@ def test_bfcl_rows_asked_scored_and_too_long_ones_counted_wrong(tiny_model_dir, 
     assert any(line.split()[0] == "live_irrelevance" for line in lines[1:])
 
 
-def test_both_suites_on_the_same_loaded_models(tiny_model_dir, tmp_path, bfcl_tree, scripted):
+def test_hf_generate_answers_both_suites_on_the_same_loaded_models(tiny_model_dir, tmp_path, bfcl_tree, scripted):
+    """The HF engine: each model loaded once, asked the held-out turns and BFCL's rows (with their budgets), the
+    texts read with the serving parser."""
     from trainer.data import builtin_data
 
     data.write_jsonl(builtin_data.generate(n_train=0, n_eval=4, seed=2)["eval"], tmp_path / "eval.jsonl")
@@ -130,7 +140,10 @@ def test_both_suites_on_the_same_loaded_models(tiny_model_dir, tmp_path, bfcl_tr
         seed=0,
     )
     assert result["rows"] == 4 and "fc_accuracy" in result["tuned"] and "bfcl" in result
-    assert set(scripted) == {"evaluate base", "evaluate tuned", "BFCL base", "BFCL tuned"}
+    assert list(scripted) == ["evaluate base", "BFCL base", "evaluate tuned", "BFCL tuned"]
+    assert all(1 <= b <= bfcl.ANSWER_TOKENS for b in scripted["BFCL tuned"][1])
+    tuned = result["bfcl"]["tuned"]  # its right answers, parsed as served, where a row was asked
+    assert any(tuned[f"bfcl_{c}_accuracy"] == 1.0 for c in bfcl_data.CATEGORIES if c not in bfcl_data.IRRELEVANCE)
     logged = ev.logged_metrics(result)
     assert logged["eval_rows"] == 4 and "tuned_bfcl_multiple_accuracy" in logged
     paired = [k for k in logged if k.startswith("fc_") and k.endswith(("_lost", "_won"))]

@@ -14,21 +14,20 @@ from trainer.data import builtin_data
 from trainer import data
 from trainer import evaluate as ev
 from trainer.core.errors import Unavailable
+from tests.fakes.fake_engine import FakeEngine
 from trainer.evaluate.kept_base import KeptBase
 
 
+def _calls(model, suite, row):
+    name = "get_weather" if model == "tuned" else "search"
+    return f'<tool_call>{{"name": "{name}", "arguments": {{}}}}</tool_call>'
+
+
 @pytest.fixture
-def asked(monkeypatch):
-    """HF generate replaced (each model answers every row with a call): the `desc` of every call, in order."""
-    calls = []
-
-    def generate(model, tokenizer, rows, batch_size=32, desc="generate", budgets=None):
-        calls.append(desc)
-        name = "get_weather" if "tuned" in desc else "search"
-        return [f'<tool_call>{{"name": "{name}", "arguments": {{}}}}</tool_call>' for _ in rows]
-
-    monkeypatch.setattr(ev.generation, "generate", generate)
-    return calls
+def engine():
+    """An engine whose models answer every row with a call (the base `search`, the tuned `get_weather`); its `asked`:
+    (model, suite) of every question, in order."""
+    return FakeEngine(_calls)
 
 
 @pytest.fixture
@@ -45,36 +44,36 @@ def _eval_file(tmp_path, rows=None):
 
 
 def test_a_second_evaluation_reuses_the_base_and_changed_inputs_score_it_again(
-    tiny_model_dir, tmp_path, kept, asked, capsys
+    tiny_model_dir, tmp_path, kept, engine, capsys
 ):
     path = _eval_file(tmp_path)
-    first = ev.evaluate(tiny_model_dir, tiny_model_dir, path, engine="hf", kept=kept)
-    assert asked == ["evaluate base", "evaluate tuned"]
+    first = ev.evaluate(tiny_model_dir, tiny_model_dir, path, engine=engine, kept=kept)
+    assert engine.asked == [("base", "heldout"), ("tuned", "heldout")]
     out = capsys.readouterr().out
     where = out.split("base scores kept at ", 1)[1].split(" ", 1)[0]
     assert where.startswith(f"s3://{kept.store.bucket}/base_scores/sha256-")
 
-    asked.clear()
-    again = ev.evaluate(tiny_model_dir, tiny_model_dir, path, engine="hf", kept=kept)
-    assert asked == ["evaluate tuned"]  # the base is not asked
+    engine.questions.clear()
+    again = ev.evaluate(tiny_model_dir, tiny_model_dir, path, engine=engine, kept=kept)
+    assert engine.asked == [("tuned", "heldout")]  # the base is not asked
     assert f"base scores reused from {where} (heldout, scored by run run-1)" in capsys.readouterr().out
     assert again["base"] == first["base"] and again == first  # metrics, examples, failures, paired counts
 
     # what decides the base's answers, each changed: scored again
-    asked.clear()
-    ev.evaluate(tiny_model_dir, tiny_model_dir, path, max_seq_len=500, engine="hf", kept=kept)
+    engine.questions.clear()
+    ev.evaluate(tiny_model_dir, tiny_model_dir, path, max_seq_len=500, engine=engine, kept=kept)
     rows = data.read_jsonl(path)
     rows[0]["messages"][0]["content"] += " Please."
-    ev.evaluate(tiny_model_dir, tiny_model_dir, _eval_file(tmp_path, rows), engine="hf", kept=kept)
+    ev.evaluate(tiny_model_dir, tiny_model_dir, _eval_file(tmp_path, rows), engine=engine, kept=kept)
     other = shutil.copytree(tiny_model_dir, tmp_path / "other-template")
     (other / "chat_template.jinja").write_text((other / "chat_template.jinja").read_text() + "\n")
-    ev.evaluate(other, other, path, engine="hf", kept=kept)  # the same tree URI: the template alone differs
-    assert asked.count("evaluate base") == 3
+    ev.evaluate(other, other, path, engine=engine, kept=kept)  # the same tree URI: the template alone differs
+    assert engine.asked.count(("base", "heldout")) == 3
 
 
-def test_a_damaged_kept_object_is_set_aside_and_the_base_scored(tiny_model_dir, tmp_path, kept, asked, capsys):
+def test_a_damaged_kept_object_is_set_aside_and_the_base_scored(tiny_model_dir, tmp_path, kept, engine, capsys):
     path = _eval_file(tmp_path)
-    first = ev.evaluate(tiny_model_dir, tiny_model_dir, path, engine="hf", kept=kept)
+    first = ev.evaluate(tiny_model_dir, tiny_model_dir, path, engine=engine, kept=kept)
     where = capsys.readouterr().out.split("base scores kept at ", 1)[1].split(" ", 1)[0]
     key = where.split(f"s3://{kept.store.bucket}/", 1)[1]
     good = kept.store.get_json(key)
@@ -100,67 +99,71 @@ def test_a_damaged_kept_object_is_set_aside_and_the_base_scored(tiny_model_dir, 
         ),
     ):
         kept.store.client.put_object(kept.store.bucket, key, io.BytesIO(damage), len(damage))
-        asked.clear()
-        again = ev.evaluate(tiny_model_dir, tiny_model_dir, path, engine="hf", kept=kept)
+        engine.questions.clear()
+        again = ev.evaluate(tiny_model_dir, tiny_model_dir, path, engine=engine, kept=kept)
         out = capsys.readouterr().out
         assert f"WARNING: the kept base scores at {where} are damaged ({said}" in out
-        assert asked == ["evaluate base", "evaluate tuned"] and again["base"] == first["base"]
+        assert engine.asked == [("base", "heldout"), ("tuned", "heldout")] and again["base"] == first["base"]
         assert f"base scores kept at {where}" in out  # and kept again, whole
     assert kept.store.get_json(key)["digest"] == good["digest"]
 
 
-def test_a_store_that_refuses_the_write_costs_one_warning(tiny_model_dir, tmp_path, kept, asked, capsys, monkeypatch):
+def test_a_store_that_refuses_the_write_costs_one_warning(tiny_model_dir, tmp_path, kept, engine, capsys, monkeypatch):
     def refuse(key, obj):
         raise Unavailable("S3 endpoint unreachable during upload after retries")
 
     monkeypatch.setattr(kept.store, "put_json", refuse)
-    result = ev.evaluate(tiny_model_dir, tiny_model_dir, _eval_file(tmp_path), engine="hf", kept=kept)
+    result = ev.evaluate(tiny_model_dir, tiny_model_dir, _eval_file(tmp_path), engine=engine, kept=kept)
     out = capsys.readouterr().out
     assert result["rows"] == 4 and out.count("WARNING: could not keep the base scores at") == 1
 
 
-def test_bfcl_base_answers_are_kept_beside_the_held_out_ones(tiny_model_dir, tmp_path, bfcl_tree, kept, asked, capsys):
+def test_bfcl_base_answers_are_kept_beside_the_held_out_ones(tiny_model_dir, tmp_path, bfcl_tree, kept, engine, capsys):
     path = _eval_file(tmp_path)
-    args = dict(engine="hf", suites=("heldout", "bfcl"), bfcl_dir=bfcl_tree, bfcl_rows=1, seed=0, kept=kept)
+    args = dict(engine=engine, suites=("heldout", "bfcl"), bfcl_dir=bfcl_tree, bfcl_rows=1, seed=0, kept=kept)
     first = ev.evaluate(tiny_model_dir, tiny_model_dir, path, **args)
-    assert asked == ["evaluate base", "BFCL base", "evaluate tuned", "BFCL tuned"]
-    asked.clear()
+    assert engine.asked == [("base", "heldout"), ("base", "bfcl"), ("tuned", "heldout"), ("tuned", "bfcl")]
+    engine.questions.clear()
     again = ev.evaluate(tiny_model_dir, tiny_model_dir, path, **args)
-    assert asked == ["evaluate tuned", "BFCL tuned"]
+    assert engine.asked == [("tuned", "heldout"), ("tuned", "bfcl")]
     assert "base scores reused from" in capsys.readouterr().out
     assert again["bfcl"] == first["bfcl"] and again["base"] == first["base"]
-    asked.clear()
+    engine.questions.clear()
     ev.evaluate(tiny_model_dir, tiny_model_dir, path, **{**args, "seed": 1})  # other BFCL rows drawn
-    assert asked == ["BFCL base", "evaluate tuned", "BFCL tuned"]  # the held-out part kept, BFCL's asked again, first
+    assert engine.asked == [
+        ("base", "bfcl"),
+        ("tuned", "heldout"),
+        ("tuned", "bfcl"),
+    ]  # the held-out part kept, BFCL's asked again, first
 
 
-def test_the_bfcl_part_is_reused_on_another_dataset(tiny_model_dir, tmp_path, bfcl_tree, kept, asked, capsys):
+def test_the_bfcl_part_is_reused_on_another_dataset(tiny_model_dir, tmp_path, bfcl_tree, kept, engine, capsys):
     """The base's BFCL answers do not depend on the held-out rows: a run on other data with the same base, template
     and BFCL rows asks the base its held-out rows only (BFCL was two thirds of the evaluation's time here)."""
-    args = dict(engine="hf", suites=("heldout", "bfcl"), bfcl_dir=bfcl_tree, bfcl_rows=1, seed=0, kept=kept)
+    args = dict(engine=engine, suites=("heldout", "bfcl"), bfcl_dir=bfcl_tree, bfcl_rows=1, seed=0, kept=kept)
     first = ev.evaluate(tiny_model_dir, tiny_model_dir, _eval_file(tmp_path), **args)
     capsys.readouterr()
     other = tmp_path / "other"
     other.mkdir()
-    asked.clear()
+    engine.questions.clear()
     again = ev.evaluate(
         tiny_model_dir,
         tiny_model_dir,
         _eval_file(other, builtin_data.generate(n_train=0, n_eval=6, seed=5)["eval"]),
         **args,
     )
-    assert asked == ["evaluate base", "evaluate tuned", "BFCL tuned"]
+    assert engine.asked == [("base", "heldout"), ("tuned", "heldout"), ("tuned", "bfcl")]
     out = capsys.readouterr().out
     assert "(bfcl, scored by run run-1)" in out and out.count("base scores kept at") == 1  # the new held-out part
     assert again["bfcl"]["base"] == first["bfcl"]["base"] and again["rows"] == 6
-    asked.clear()
+    engine.questions.clear()
     ev.evaluate(
         tiny_model_dir,
         tiny_model_dir,
         _eval_file(other, builtin_data.generate(n_train=0, n_eval=6, seed=5)["eval"]),
         **{**args, "suites": ("bfcl",)},
     )  # BFCL alone: the base asked nothing
-    assert asked == ["BFCL tuned"]
+    assert engine.asked == [("tuned", "bfcl")]
 
 
 def test_kept_bfcl_answers_of_another_shape_are_damage():
@@ -179,25 +182,15 @@ def test_kept_bfcl_answers_of_another_shape_are_damage():
     assert kept_base._damage(obj([ok]), "d", "bfcl", 2)[0] == "1 BFCL answers instead of 2"
 
 
-def test_the_bases_answers_are_kept_before_the_tuned_model_is_asked(
-    tiny_model_dir, tmp_path, kept, monkeypatch, capsys
-):
+def test_the_bases_answers_are_kept_before_the_tuned_model_is_asked(tiny_model_dir, tmp_path, kept, capsys):
     """2026-12-02: the tuned model's server stopped answering after 40 min, the evaluate step failed, and the base's
     25 minutes of answers, scored but not yet kept, were lost with it. The base is now asked first and kept at once."""
     path = _eval_file(tmp_path)
-    calls = []
-
-    def generate(model, tokenizer, rows, batch_size=32, desc="generate", budgets=None):
-        calls.append(desc)
-        if "tuned" in desc:
-            raise RuntimeError("the tuned model's server stopped answering")
-        return ['<tool_call>{"name": "search", "arguments": {}}</tool_call>' for _ in rows]
-
-    monkeypatch.setattr(ev.generation, "generate", generate)
-    with pytest.raises(RuntimeError):
-        ev.evaluate(tiny_model_dir, tiny_model_dir, path, engine="hf", kept=kept)
-    assert calls == ["evaluate base", "evaluate tuned"] and "base scores kept at" in capsys.readouterr().out
-    calls.clear()
-    monkeypatch.setattr(ev.generation, "generate", lambda *a, desc="", **k: calls.append(desc) or [""] * len(a[2]))
-    ev.evaluate(tiny_model_dir, tiny_model_dir, path, engine="hf", kept=kept)
-    assert calls == ["evaluate tuned"]  # the next try asks the tuned model alone
+    failing = FakeEngine(_calls, fail="tuned")
+    with pytest.raises(RuntimeError, match="the tuned model's server stopped answering"):
+        ev.evaluate(tiny_model_dir, tiny_model_dir, path, engine=failing, kept=kept)
+    assert failing.asked == [("base", "heldout"), ("tuned", "heldout")]
+    assert "base scores kept at" in capsys.readouterr().out
+    again = FakeEngine(_calls)
+    ev.evaluate(tiny_model_dir, tiny_model_dir, path, engine=again, kept=kept)
+    assert again.asked == [("tuned", "heldout")]  # the next try asks the tuned model alone

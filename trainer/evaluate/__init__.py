@@ -17,25 +17,19 @@ The eval losses are over the rows (each row's encoding once). Rows longer than m
 (prompt and expected answer) are skipped before anything is generated, as training skips them,
 and counted (`skipped_long_rows`); `eval_max_rows` counts rows, not turns.
 
-The package: `scoring` (answers against rows), `losses` (eval losses, local or served),
-`generation` (HF generate), `served` (through vLLM's server), `paired` (the rows tuning lost and
-won, McNemar's test), `gate` (promotion), `run` (the evaluation of base and tuned that the evaluate
-step calls). The functions tests and benchmarks
-replace (generate, load, eval_loss, served_losses, ask, served_predictions, score) are called
-through their module (`generation.generate`): replace them there, on the module that defines
-them; the names this package re-exports are for calling, not for replacing.
+The package: two contracts in `base` -- a `Suite` (what to ask, how to score it: `heldout`, `bfcl`) and an
+`Engine` (what asks: `generation.HfEngine`, HF generate; `served.VllmEngine`, vLLM's server) -- and `run`, the
+evaluation of base and tuned that the evaluate step calls, a loop over the suites on one engine. Beside them:
+`scoring` (answers against rows), `losses` (eval losses, local or served), `paired` (the rows tuning lost and won,
+McNemar's test), `gate` (promotion), `kept_base` (the base's answers kept in the bucket), `scales` (the adapter's
+strength). Tests pass an engine of their own to `evaluate` (tests/fakes/fake_engine.py) rather than replace the
+functions an engine calls.
 """
 
 from trainer.evaluate.gate import promotion  # noqa: F401
 from trainer.evaluate.generation import context_length, fitting_rows, generate, load  # noqa: F401
-from trainer.evaluate.losses import CONCURRENCY, eval_loss, mean_loss, served_losses  # noqa: F401
-from trainer.evaluate.run import (
-    MIN_RELIABLE_ROWS,
-    evaluate,
-    logged_metrics,
-    score,
-    score_base,  # noqa: F401
-    warnings_for,
-)
+from trainer.evaluate.losses import eval_loss, mean_loss, served_losses  # noqa: F401
+from trainer.evaluate.heldout import MIN_RELIABLE_ROWS, metrics_of, warnings_for  # noqa: F401
+from trainer.evaluate.run import ENGINE_CHOICES, ENGINES, evaluate, logged_metrics, score_base  # noqa: F401
 from trainer.evaluate.scoring import normalize_text, parsed_outputs, row_counts, score_predictions  # noqa: F401
-from trainer.evaluate.served import ENGINES, choose_engine, server_plans  # noqa: F401
+from trainer.evaluate.served import choose_engine, server_plans  # noqa: F401

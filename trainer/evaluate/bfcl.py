@@ -19,6 +19,7 @@ measurement); each aggregate only where every category it averages was measured.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from trainer.core import metrics as names
 from trainer.data import bfcl as bfcl_data
 from trainer.data.bfcl import BfclRow
 from trainer.evaluate import bfcl_check
+from trainer.evaluate.base import Answers, Asked, Suite
 from trainer.evaluate.paired import paired_counts
 
 # New tokens per answer: BFCL's longest expected answers (parallel_multiple: four calls with their
@@ -172,3 +174,60 @@ def answers(asked: list[BfclRow], outputs: dict[str, list[Prediction | None]]) -
             line[name] = None if p is None else {"calls": p["calls"], "content": p["content"], "right": ok, "why": why}
         out.append(line)
     return out
+
+
+class Bfcl(Suite):
+    """BFCL's rows delivered at `tree` (trainer.data.bfcl), `per_category` drawn with `seed` per category, each asked
+    with ANSWER_TOKENS new tokens within the model's `context` (a prompt that leaves no room is not asked: wrong, and
+    said in `warnings`), IN_FLIGHT at a time to a server; its part of the result is "bfcl"."""
+
+    name = "bfcl"
+
+    def __init__(self, tree: Path, per_category: int, seed: int, tokenizer, context: int | None) -> None:
+        self.rows = rows(tree, per_category, seed)
+        prompts = prompt_lengths(tokenizer, self.rows)
+        self.asked = Asked(self.rows, prompts, budgets(prompts, context), label="BFCL", in_flight=IN_FLIGHT)
+        self.version, self.per_category, self.seed = bfcl_data.version(tree), per_category, seed
+        self.too_long = [b < 1 for b in self.asked.budgets]
+        self.warnings = (
+            [
+                f"{sum(self.too_long)} BFCL rows have prompts longer than the model's context "
+                f"({context} tokens) leaves room to answer in: counted as wrong "
+                "(bfcl_<category>_too_long); use a model with a longer context"
+            ]
+            if any(self.too_long)
+            else []
+        )
+
+    def key(self) -> dict[str, Any]:
+        """The rows asked (content, ids included) and how they were drawn."""
+        asked = self.asked.rows
+        digest = hashlib.sha256(json.dumps(asked, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+        return {
+            "rows_sha256": digest,
+            "ids": [r.get("id") for r in asked],
+            "version": self.version,
+            "rows_per_category": self.per_category,
+            "seed": self.seed,
+        }
+
+    def scored(self, answers: Answers) -> dict[str, Any]:
+        """{"answers": per row, None for a row not asked}: what `score`, `counts`, `failures` and `answers` take."""
+        return {"answers": answers.predictions}
+
+    def result(self, base: dict[str, Any] | None, tuned: dict[str, Any] | None) -> dict[str, Any]:
+        """{"bfcl": both models' scores by BFCL's rules, the counts, failures and every row's answers}."""
+        asked = self.rows
+        outputs = {"base": (base or {})["answers"], "tuned": (tuned or {})["answers"]}
+        return {
+            "bfcl": {
+                "version": self.version,
+                "rows_per_category": self.per_category,
+                "seed": self.seed,
+                "base": score(asked, outputs["base"]),
+                "tuned": score(asked, outputs["tuned"]),
+                "counts": counts(asked, self.too_long, outputs),
+                "failures": failures(asked, outputs),
+                "answers": answers(asked, outputs),
+            }
+        }

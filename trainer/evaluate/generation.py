@@ -1,5 +1,5 @@
-"""HF generate on loaded weights: which eval rows fit, how many new tokens each may take, the
-greedy answers, and the model (base, or base + adapter) loaded for it."""
+"""HF generate on loaded weights, an evaluation engine (`HfEngine`): which eval rows fit, how many new tokens each may
+take, the greedy answers, and the model (base, or base + adapter) loaded for it."""
 
 from __future__ import annotations
 
@@ -7,9 +7,13 @@ import json
 from pathlib import Path
 
 from trainer import data
-from trainer.chat.types import Row
+from trainer.chat.parsers import tool_call_parser
+from trainer.chat.types import Prediction, Row
 from trainer.chat.turns import expected_call, expected_text, target_index
 from trainer.core.progress import bar
+from trainer.evaluate import losses
+from trainer.evaluate.base import Answers, Asked, Engine
+from trainer.evaluate.scoring import parsed_outputs
 
 
 def answer_budget(tokenizer, rows: list[Row]) -> int:
@@ -24,6 +28,23 @@ def answer_budget(tokenizer, rows: list[Row]) -> int:
         for r in rows
     ]
     return min(max(96, max(lengths) + 32), 1024)
+
+
+def prompt_lengths(tokenizer, rows: list[Row]) -> list[int]:
+    """Each row's prompt in tokens (the conversation before its scored turn, with its tools), as the chat template
+    renders it for generation."""
+    return [
+        len(
+            tokenizer.apply_chat_template(
+                r["messages"][: target_index(r)],
+                tools=r.get("tools") or None,
+                add_generation_prompt=True,
+                tokenize=True,
+                return_dict=True,
+            )["input_ids"]
+        )
+        for r in rows
+    ]
 
 
 def context_length(config) -> int | None:
@@ -165,3 +186,39 @@ def load(model_dir: Path, adapter_dir: Path | None = None):
 
         model = PeftModel.from_pretrained(model, adapter_dir)
     return model.eval()
+
+
+class HfEngine(Engine):
+    """HF generate on weights loaded here, one model at a time (the base, then base + adapter), each suite's rows
+    greedy with its budgets, the texts read with the serving parser (the one vLLM would use for this chat template),
+    and the eval losses with transformers."""
+
+    name = "hf"
+    description = "HF generate"
+
+    def answer(
+        self, model_dir: Path, tuned_dir: Path | None, models: tuple[str, ...], asked: dict[str, Asked]
+    ) -> dict[str, dict[str, Answers]]:
+        out = {}
+        for name in models:
+            model = load(model_dir, tuned_dir if name == "tuned" else None)
+            out[name] = {suite: self._answers(model, a, name) for suite, a in asked.items() if a.rows}
+            del model
+        return out
+
+    def _answers(self, model, asked: Asked, name: str) -> Answers:
+        tokenizer = self.tokenizer
+        keep = asked.asked()
+        parser = tool_call_parser(tokenizer.chat_template, list(tokenizer.get_added_vocab()))
+        texts = generate(
+            model,
+            tokenizer,
+            [asked.rows[i] for i in keep],
+            desc=f"{asked.label} {name}",
+            budgets=[asked.budgets[i] for i in keep],
+        )
+        predictions: list[Prediction | None] = [None] * len(asked.rows)
+        for i, p in zip(keep, parsed_outputs(texts, parser)):
+            predictions[i] = p
+        pad = tokenizer.pad_token_id
+        return Answers(predictions, losses.example_losses(model, asked.examples, pad) if asked.examples else [])

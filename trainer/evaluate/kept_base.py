@@ -19,10 +19,8 @@ import datetime
 import hashlib
 import json
 import math
-from collections.abc import Sequence
 from typing import Any
 
-from trainer.chat.types import Row
 from trainer.core.errors import Unavailable, UserError
 from trainer.evaluate import bfcl
 
@@ -37,9 +35,8 @@ ENGINE_SETTINGS = {"decoding": "greedy", "bfcl_answer_tokens": bfcl.ANSWER_TOKEN
 def digest(model_uri: str, chat_template: str | None, part: str, rows_key: dict[str, Any]) -> str:
     """The sha256 one part of the base's scores is kept under: the base model tree's content address
     (`model_uri`, a sha256-named tree), the chat template the tokenizer applies, the part (PARTS) and what it
-    was asked: for heldout the rows scored and their settings (run._scored_key: the rows' digest, max_seq_len,
-    engine, scoring version), for bfcl its rows (`suite_key`: their digest, BFCL's version, rows per category,
-    seed)."""
+    was asked (the suite's `key`: for heldout the rows scored and their settings, trainer.evaluate.heldout.HeldOut;
+    for bfcl its rows and how they were drawn, trainer.evaluate.bfcl.Bfcl)."""
     what = {
         "format": FORMAT,
         "model": model_uri,
@@ -49,18 +46,6 @@ def digest(model_uri: str, chat_template: str | None, part: str, rows_key: dict[
         "engine": ENGINE_SETTINGS,
     }
     return hashlib.sha256(json.dumps(what, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
-
-
-def suite_key(asked: Sequence[Row], version: str, rows_per_category: int, seed: int) -> dict[str, Any]:
-    """What the base's BFCL answers are valid for: the rows asked (content, ids included) and how they were drawn."""
-    rows = hashlib.sha256(json.dumps(asked, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
-    return {
-        "rows_sha256": rows,
-        "ids": [r.get("id") for r in asked],
-        "version": version,
-        "rows_per_category": rows_per_category,
-        "seed": seed,
-    }
 
 
 class KeptBase:

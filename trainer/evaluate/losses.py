@@ -9,10 +9,8 @@ from typing import Any, Callable
 from trainer import data
 from trainer.core.errors import UserError
 from trainer.core.progress import bar
+from trainer.evaluate.base import CONCURRENCY
 from trainer.serving import client
-
-
-CONCURRENCY = 8  # requests in flight to the server: vLLM batches them
 
 
 LOGITS_BUDGET = 1 << 30  # bytes of float32 logits per eval batch
@@ -21,13 +19,22 @@ LOGITS_BUDGET = 1 << 30  # bytes of float32 logits per eval batch
 def eval_loss(model, examples: list[dict[str, list[int]]], pad_id: int, batch_size: int = 32, desc: str = "") -> float:
     """Mean loss per assistant token over all examples (token-weighted, not batch-weighted); with `desc`, a
     progress bar of the rows done (stderr)."""
+    return mean_loss(example_losses(model, examples, pad_id, batch_size, desc))
+
+
+def example_losses(
+    model, examples: list[dict[str, list[int]]], pad_id: int, batch_size: int = 32, desc: str = ""
+) -> list[tuple[float, int]]:
+    """Each example's summed loss over its assistant tokens and their count, with transformers on loaded weights:
+    what `served_nll` reads off a server, so that any subset's loss is `mean_loss` of its parts (the held-out
+    suite's eval loss and its text rows' from one pass)."""
     import torch
     from tqdm import tqdm
 
     if not examples:
-        return 0.0
+        return []
     device = next(model.parameters()).device
-    total, count = 0.0, 0
+    out: list[tuple[float, int]] = []
     # Full float32 logits are rows x length x vocab: with a 128k vocabulary 32 rows of 512 tokens
     # would take 8 GB next to training's memory, so rows per batch follow LOGITS_BUDGET.
     vocab = model.get_output_embeddings().weight.shape[0]
@@ -41,12 +48,12 @@ def eval_loss(model, examples: list[dict[str, list[int]]], pad_id: int, batch_si
             ).logits.float()
             labels = batch["labels"][:, 1:]
             losses = torch.nn.functional.cross_entropy(
-                logits[:, :-1].reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100, reduction="sum"
-            )
-            total += losses.item()
-            count += int((labels != -100).sum())
+                logits[:, :-1].reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100, reduction="none"
+            ).view(labels.shape)
+            for row_loss, row_labels in zip(losses.sum(dim=1).tolist(), (labels != -100).sum(dim=1).tolist()):
+                out.append((row_loss, int(row_labels)))
             bar.update(len(batch["input_ids"]))
-    return total / max(count, 1)
+    return out
 
 
 def served_nll(url: str, model: str, example: dict[str, list[int]], timeout: float = 600.0) -> tuple[float, int]:

@@ -1,6 +1,6 @@
-"""Evaluation through vLLM's OpenAI server, started as deploy starts it: which engine answers
-(`choose_engine`), which servers answer for base and tuned (`server_plans`), and their answers
-and losses (`served_predictions`)."""
+"""Evaluation through vLLM's OpenAI server, started as deploy starts it, an evaluation engine (`VllmEngine`): which
+engine answers (`choose_engine`), which servers answer for base and tuned (`server_plans`), and their answers and
+losses."""
 
 from __future__ import annotations
 
@@ -13,12 +13,9 @@ from trainer.chat.types import Prediction, Row, ToolCall
 from trainer.chat.calls import arguments_or_raw
 from trainer.chat.messages import openai_messages
 from trainer.chat.turns import target_index
-from trainer.data.bfcl import BfclRow
-from trainer.evaluate import bfcl, generation, losses
+from trainer.evaluate import losses
+from trainer.evaluate.base import CONCURRENCY, Answers, Asked, Engine
 from trainer.serving import client, local
-
-
-ENGINES = ("auto", "vllm", "hf")
 
 
 # eval_engine=auto serves through vLLM from this many parameters up: below it HF generate on the
@@ -106,7 +103,7 @@ def _reply(resp: dict[str, Any]) -> Prediction:
 
 
 def ask(
-    url: str, model: str, rows: list[Row], budgets: list[int], desc: str, concurrency: int = losses.CONCURRENCY
+    url: str, model: str, rows: list[Row], budgets: list[int], desc: str, concurrency: int = CONCURRENCY
 ) -> list[Prediction]:
     """Each row's prompt (the conversation before its scored turn) with its tools through the
     OpenAI API, `concurrency` at a time; the reply as an app reads it."""
@@ -127,100 +124,83 @@ def ask(
     return losses.each_batch(one, list(range(len(rows))), desc, concurrency)
 
 
-def served_predictions(
-    model_dir: Path,
-    tuned_dir: Path | None,
-    rows: list[Row],
-    examples: list[dict[str, list[int]]],
-    tokenizer,
-    max_seq_len: int,
-    context: int | None = None,
-    names: tuple[str, ...] = ("base", "tuned"),
-    suite: tuple[list[BfclRow], list[int]] | None = None,
-) -> dict[str, dict[str, list]]:
-    """The answers of `names` (base, tuned) through vLLM's OpenAI server, started as deploy starts
-    it (the same argument builder, the delivered chat template, the tool-call parser read off it),
-    on the servers of `server_plans`; a server that would answer for none of `names` is not
-    started (tuned_dir None: the base alone). Every server is stopped before this returns.
+class VllmEngine(Engine):
+    """vLLM's OpenAI server, started as deploy starts it (the same argument builder, the delivered chat template, the
+    tool-call parser read off it), on the servers of `server_plans`: every row through the OpenAI API as an app asks
+    it, and the eval loss off the same server's prompt log-probabilities (`losses.served_losses`), so no model is
+    loaded here. The server's context fits the longest prompt plus its answer and the longest example, within the
+    model's `context`."""
 
-    Returns {"base"/"tuned": {"predictions": per row, "losses": `served_nll` per example}}: the
-    losses of `examples` (the rows' encodings) from the same server, so no model is loaded here.
-    `suite`: more rows (BFCL's, trainer.evaluate.bfcl) with their prompt lengths, asked on the same
-    servers with bfcl.ANSWER_TOKENS each where the context leaves room ({"suite": answers, None for a
-    row not asked}); the server's context then fits their longest prompt and answer too."""
-    budgets = [generation.answer_budget(tokenizer, [r]) for r in rows]
-    # the KV cache for the longest prompt plus its answer (a row fits max_seq_len), within the context
-    max_model_len = max_seq_len + max(budgets, default=0)
-    suite_rows, suite_prompts = suite if suite is not None else ([], [])
-    suite_budgets = bfcl.budgets(suite_prompts, context)
-    if suite_rows:
-        max_model_len = max(
-            max_model_len, max((p + b for p, b in zip(suite_prompts, suite_budgets) if b >= 1), default=0)
-        )
-    max_model_len = min(max_model_len, context) if context else max_model_len
-    prompts = [
-        len(
-            tokenizer.apply_chat_template(
-                r["messages"][: target_index(r)],
-                tools=r.get("tools") or None,
-                add_generation_prompt=True,
-                tokenize=True,
-                return_dict=True,
-            )["input_ids"]
-        )
-        for r in rows
-    ]
-    budgets = [max(1, min(b, max_model_len - p)) for b, p in zip(budgets, prompts)]  # vLLM refuses more
-    answers: dict[str, dict[str, list]] = {}
-    with tempfile.TemporaryDirectory(prefix="eval-merged-") as tmp:
-        plans = server_plans(model_dir, tuned_dir) if tuned_dir is not None else [(model_dir, {}, ("base",))]
-        for served_dir, loras, serves in plans:
-            if not set(serves) & set(names):
-                continue
-            if tuned_dir is not None and serves == ("tuned",) and (Path(served_dir) / "adapter_config.json").is_file():
-                from trainer.models.merge import merge  # imports torch: here, as in generation.load
+    name = "vllm"
+    description = "the vLLM server"
 
-                served_dir = merge(model_dir, tuned_dir, Path(tmp) / "merged")
-            server = local.start(
-                served_dir,
-                serves[0],
-                lora_modules=loras,
-                max_model_len=max_model_len,
-                log_path=Path(tmp) / f"vllm-{serves[0]}.log",
-            )
-            try:
-                client.wait_ready(server.url, server, timeout=900)
-                for name in (n for n in serves if n in names):
-                    if suite_rows:
-                        asked = [i for i, b in enumerate(suite_budgets) if b >= 1]
-                        got = ask(
-                            server.url,
-                            name,
-                            [suite_rows[i] for i in asked],
-                            [suite_budgets[i] for i in asked],
-                            desc=f"BFCL {name} (vLLM)",
-                            concurrency=bfcl.IN_FLIGHT,
-                        )
-                        answers.setdefault(name, {})["suite"] = [None] * len(suite_rows)
-                        for i, g in zip(asked, got):
-                            answers[name]["suite"][i] = g
-                    if not rows:
-                        continue
-                    answers.setdefault(name, {}).update(
-                        {
-                            "predictions": ask(server.url, name, rows, budgets, desc=f"evaluate {name} (vLLM)"),
-                            # Beside an adapter on the CPU build, one at a time: its
-                            # LoRA logits path (punica_cpu) sizes a batch by requests,
-                            # not tokens (server_plans); the GPU's maps tokens.
-                            "losses": losses.served_losses(
-                                server.url,
-                                name,
-                                examples,
-                                desc=f"eval loss {name} (vLLM)",
-                                concurrency=1 if loras and vllm_cpu_build() else losses.CONCURRENCY,
-                            ),
+    def answer(
+        self, model_dir: Path, tuned_dir: Path | None, models: tuple[str, ...], asked: dict[str, Asked]
+    ) -> dict[str, dict[str, Answers]]:
+        """A server that would answer for none of `models` is not started (tuned_dir None: the base alone); every
+        server is stopped before this returns."""
+        asked = {suite: a for suite, a in asked.items() if a.rows}
+        longest = max(
+            [a.prompts[i] + a.budgets[i] for a in asked.values() for i in a.asked()]
+            + [len(e["input_ids"]) for a in asked.values() for e in a.examples],
+            default=1,
+        )
+        max_model_len = min(longest, self.context) if self.context else longest
+        answers: dict[str, dict[str, Answers]] = {}
+        with tempfile.TemporaryDirectory(prefix="eval-merged-") as tmp:
+            plans = server_plans(model_dir, tuned_dir) if tuned_dir is not None else [(model_dir, {}, ("base",))]
+            for served_dir, loras, serves in plans:
+                if not set(serves) & set(models):
+                    continue
+                if (
+                    tuned_dir is not None
+                    and serves == ("tuned",)
+                    and (Path(served_dir) / "adapter_config.json").is_file()
+                ):
+                    from trainer.models.merge import merge  # imports torch: here, as in generation.load
+
+                    served_dir = merge(model_dir, tuned_dir, Path(tmp) / "merged")
+                server = local.start(
+                    served_dir,
+                    serves[0],
+                    lora_modules=loras,
+                    max_model_len=max_model_len,
+                    log_path=Path(tmp) / f"vllm-{serves[0]}.log",
+                )
+                try:
+                    client.wait_ready(server.url, server, timeout=900)
+                    # Beside an adapter on the CPU build, losses one at a time: its LoRA logits path (punica_cpu)
+                    # sizes a batch by requests, not tokens (server_plans); the GPU's maps tokens.
+                    one_at_a_time = bool(loras) and vllm_cpu_build()
+                    for name in (n for n in serves if n in models):
+                        answers[name] = {
+                            suite: _answers(server.url, name, a, max_model_len, one_at_a_time)
+                            for suite, a in asked.items()
                         }
-                    )
-            finally:
-                server.stop()
-    return answers
+                finally:
+                    server.stop()
+        return answers
+
+
+def _answers(url: str, name: str, asked: Asked, max_model_len: int, one_at_a_time: bool) -> Answers:
+    """One model's answers to one suite on a running server, and its examples' losses."""
+    keep = asked.asked()
+    got = ask(
+        url,
+        name,
+        [asked.rows[i] for i in keep],
+        [max(1, min(asked.budgets[i], max_model_len - asked.prompts[i])) for i in keep],  # vLLM refuses more
+        desc=f"{asked.label} {name} (vLLM)",
+        concurrency=asked.in_flight,
+    )
+    predictions: list[Prediction | None] = [None] * len(asked.rows)
+    for i, p in zip(keep, got):
+        predictions[i] = p
+    parts = (
+        losses.served_losses(
+            url, name, asked.examples, desc=f"eval loss {name} (vLLM)", concurrency=1 if one_at_a_time else CONCURRENCY
+        )
+        if asked.examples
+        else []
+    )
+    return Answers(predictions, parts)

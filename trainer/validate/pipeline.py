@@ -18,7 +18,7 @@ from trainer.config import sources
 from trainer.chat import templates, usertext
 from trainer.data import bfcl, masking, name_masking, quiet_conversions
 from trainer.chat.turns import split_turns
-from trainer.evaluate import ENGINES, gate, row_counts
+from trainer.evaluate import ENGINE_CHOICES, gate, row_counts
 from trainer.evaluate.scales import parse_scales
 from trainer.store.registry import reach_problem
 from trainer.data.batching import check_rows
@@ -317,9 +317,9 @@ def _on_this_machine(src: sources.Source) -> bool:
 def _settings_problems(params: dict[str, Any], context: int | None) -> list[str]:
     """The evaluation engine, training, launch and serving counts, each against its range."""
     problems: list[str] = []
-    if params["eval_engine"] not in ENGINES:
+    if params["eval_engine"] not in ENGINE_CHOICES:
         problems.append(
-            f"eval_engine must be one of {', '.join(ENGINES)}, got {params['eval_engine']!r}: auto picks "
+            f"eval_engine must be one of {', '.join(ENGINE_CHOICES)}, got {params['eval_engine']!r}: auto picks "
             "vllm where vLLM is installed"
         )
     # With max_seq_len over the model's context, batch_tokens is checked against the context (what max_seq_len
