@@ -12,15 +12,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 from trainer.chat.types import Prediction, Row
 
 # Requests in flight to a server: vLLM batches them.
 CONCURRENCY = 8
-
-# The models an evaluation asks: the base (model_dir) and the tuned one (tuned_dir on it).
-MODELS = ("base", "tuned")
 
 
 @dataclass(frozen=True)
@@ -66,7 +63,7 @@ class Engine(ABC):
     def answer(
         self, model_dir: Path, tuned_dir: Path | None, models: tuple[str, ...], asked: dict[str, Asked]
     ) -> dict[str, dict[str, Answers]]:
-        """{model: {suite: Answers}} for each of `models` (MODELS: "base" is `model_dir`, "tuned" is `tuned_dir` on it;
+        """{model: {suite: Answers}} for each of `models` ("base" is `model_dir`, "tuned" is `tuned_dir` on it;
         `tuned_dir` None: the base alone), every suite of `asked` that has rows. Whatever it starts (a server, a loaded
         model) is stopped or freed before it returns, an error included."""
 
@@ -92,3 +89,39 @@ class Suite(ABC):
     @abstractmethod
     def result(self, base: dict[str, Any] | None, tuned: dict[str, Any] | None) -> dict[str, Any]:
         """Its part of `evaluate()`'s result from both models' `scored` (None: not asked, a suite without rows)."""
+
+
+class BfclResult(TypedDict):
+    """The bfcl suite's part of `Evaluation` (trainer.evaluate.bfcl.Bfcl.result)."""
+
+    version: str  # BFCL's data version (trainer.data.bfcl.version)
+    rows_per_category: int
+    seed: int
+    base: dict[str, float]  # bfcl_<category>_accuracy and BFCL's aggregates, per model
+    tuned: dict[str, float]
+    counts: dict[str, float]  # rows, too-long rows, lost and won, per category
+    failures: dict[str, list[dict[str, Any]]]  # a few wrong rows per category, with why
+    answers: list[dict[str, Any]]  # every row's answers and verdicts (the bfcl_answers output)
+
+
+class Evaluation(TypedDict, total=False):
+    """What `evaluate()` returns: JSON, every key present (the held-out ones empty or 0 without that suite; "bfcl"
+    only with it); the evaluate step adds "mix" (a mixed dataset's sources, for the report)."""
+
+    engine: str  # the engine's name (eval_engine, auto resolved)
+    suites: list[str]
+    warnings: list[str]  # what makes the numbers weak, every suite's
+    base: dict[str, float]  # the held-out metrics of each model (trainer.evaluate.heldout.metrics_of)
+    tuned: dict[str, float]
+    rows: int  # held-out rows scored, their turns asked, call and text turns, rows too long
+    turns: int
+    fc_rows: int
+    text_rows: int
+    skipped_long_rows: int
+    categories: dict[str, int]  # turns per function-calling category
+    sources: dict[str, int]  # a mixed dataset's turns per source
+    failures: dict[str, list[dict[str, Any]]]
+    examples: list[dict[str, Any]]
+    paired: dict[str, float]  # fc_<category>_lost / _won: the rows tuning lost and won
+    bfcl: BfclResult
+    mix: list[dict[str, Any]]

@@ -220,7 +220,7 @@ class Bfcl(Suite):
         asked = self.rows
         outputs = {"base": (base or {})["answers"], "tuned": (tuned or {})["answers"]}
         return {
-            "bfcl": {
+            self.name: {
                 "version": self.version,
                 "rows_per_category": self.per_category,
                 "seed": self.seed,

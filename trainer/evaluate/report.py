@@ -6,6 +6,7 @@ import base64
 import html
 import io
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from trainer.data.bfcl import ANCHORS
@@ -13,6 +14,7 @@ from trainer.data.bfcl import CATEGORIES as BFCL_CATEGORIES
 from trainer.chat.fc_check import CATEGORIES
 from trainer.config.params import TRIAL_KEYS
 from trainer.core import metrics as names
+from trainer.evaluate.base import BfclResult, Evaluation
 
 
 def _cell(text: Any) -> str:
@@ -25,14 +27,14 @@ def _pct(value: float, rows: int) -> str:
 
 
 def source_rows(
-    base: dict[str, float], tuned: dict[str, float], counts: dict[str, float], sources: list[str]
+    base: Mapping[str, float], tuned: Mapping[str, float], counts: Mapping[str, float], sources: list[str]
 ) -> list[tuple[str, int, str, str, str, str]]:
     """A mixed dataset's scores by source (trainer.data.mix): (source, rows scored, AST accuracy base, tuned,
     text kept base, tuned), from `mix<k>_rows` and the `mix<k>_*` metrics; `sources` are the mix's sources in
     order (its record), a source without one shown by its index. A score the source's rows cannot measure
     (no tool-call rows, no rows wanting text) reads n/a."""
 
-    def pct(scores: dict[str, float], key: str) -> str:
+    def pct(scores: Mapping[str, float], key: str) -> str:
         return f"{scores[key]:.1%}" if key in scores else "n/a"
 
     out = []
@@ -46,7 +48,7 @@ def source_rows(
     return out
 
 
-def summary_lines(result: dict[str, Any]) -> list[str]:
+def summary_lines(result: Evaluation) -> list[str]:
     """What the evaluate step prints: held-out counts and scores, and BFCL's per category, base -> tuned."""
     lines = []
     b, t = result["base"], result["tuned"]
@@ -69,12 +71,12 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _sampled(suite: dict[str, Any]) -> str:
+def _sampled(suite: BfclResult) -> str:
     n = suite["rows_per_category"]
     return f"{n} rows per category, seed {suite['seed']}" if n else "every row"
 
 
-def bfcl_rows(suite: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+def bfcl_rows(suite: BfclResult) -> list[tuple[str, str, str, str]]:
     """(category or aggregate, rows, base, tuned) in BFCL's order, aggregates first; rows too long to ask said."""
     b, t, counts = suite["base"], suite["tuned"], suite["counts"]
     out = []
@@ -93,7 +95,7 @@ def bfcl_rows(suite: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     return out
 
 
-def _bfcl_markdown(suite: dict[str, Any]) -> list[str]:
+def _bfcl_markdown(suite: BfclResult) -> list[str]:
     models = list(ANCHORS)
     lines = [
         "",
@@ -130,7 +132,7 @@ def _bfcl_markdown(suite: dict[str, Any]) -> list[str]:
     return lines
 
 
-def examples_markdown(result: dict[str, Any]) -> str:
+def examples_markdown(result: Evaluation) -> str:
     """Base vs tuned metrics, warnings about them, and a few eval rows side by side; BFCL's table when scored."""
     lines = ["# Evaluation: base vs tuned", ""]
     lines += [f"> **Warning:** {w}" for w in result.get("warnings", [])]

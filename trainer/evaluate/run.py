@@ -6,13 +6,13 @@ what no earlier answer covers; the numbers the evaluate step logs (`logged_metri
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from trainer.chat import fc_check
 from trainer.core import metrics as names
 from trainer.data import bfcl as bfcl_data
 from trainer.evaluate import kept_base
-from trainer.evaluate.base import MODELS, Engine, Suite
+from trainer.evaluate.base import Engine, Evaluation, Suite
 from trainer.evaluate.bfcl import Bfcl
 from trainer.evaluate.generation import HfEngine
 from trainer.evaluate.heldout import HeldOut, Prepared, prepared
@@ -24,7 +24,7 @@ ENGINES: dict[str, type[Engine]] = {e.name: e for e in (VllmEngine, HfEngine)}
 ENGINE_CHOICES = ("auto", *ENGINES)
 
 
-def logged_metrics(result: dict[str, Any]) -> dict[str, float]:
+def logged_metrics(result: Evaluation) -> dict[str, float]:
     """The numbers the evaluate step logs from `evaluate()`'s result, under names that are the
     same in every run (KFP's Compare view lines runs up by name): base_* and tuned_* of each
     metric, fc_accuracy_gain, and the row counts. A kind of row the split lacks scores 0 in
@@ -35,7 +35,8 @@ def logged_metrics(result: dict[str, Any]) -> dict[str, float]:
         unmeasured |= {"fc_accuracy"}
     if not result["text_rows"]:
         unmeasured |= {"text_match", "text_eval_loss"}
-    out = names.both({m: {k: v for k, v in result[m].items() if k not in unmeasured} for m in names.MODELS})
+    both = {"base": result["base"], "tuned": result["tuned"]}
+    out = names.both({m: {k: v for k, v in scores.items() if k not in unmeasured} for m, scores in both.items()})
     # The BFCL-style accuracies of the tuned model also under their plain names (fc_ast_accuracy,
     # fc_<category>_accuracy: what KFP Compare lines up), with each category's row count; an
     # accuracy a split cannot measure is absent (fc_check), never 0.
@@ -52,22 +53,17 @@ def logged_metrics(result: dict[str, Any]) -> dict[str, float]:
         out["fc_ast_accuracy_gain"] = result["tuned"]["fc_ast_accuracy"] - result["base"]["fc_ast_accuracy"]
     if "heldout" in result.get("suites", ("heldout",)):
         # fc_rows / text_rows: the call and text turns scored (one per row for rows of one assistant turn)
-        out.update(
-            {
-                k: float(result[src])
-                for k, src in (
-                    ("eval_rows", "rows"),
-                    ("eval_turns", "turns"),
-                    ("fc_rows", "fc_rows"),
-                    ("text_rows", "text_rows"),
-                    ("skipped_long_rows", "skipped_long_rows"),
-                )
-                if src in result
-            }
-        )
+        counted = {
+            "eval_rows": result.get("rows"),
+            "eval_turns": result.get("turns"),
+            "fc_rows": result.get("fc_rows"),
+            "text_rows": result.get("text_rows"),
+            "skipped_long_rows": result.get("skipped_long_rows"),
+        }
+        out.update({k: float(v) for k, v in counted.items() if v is not None})
     if "bfcl" in result:  # as the held-out ones: base_ and tuned_, the tuned model's also plain, and the counts
         suite = result["bfcl"]
-        out.update(names.both(suite))
+        out.update(names.both({"base": suite["base"], "tuned": suite["tuned"]}))
         out.update({k: float(v) for k, v in suite["tuned"].items()})
         out.update({k: float(v) for k, v in suite["counts"].items()})
         if (number := bfcl_data.version_number(suite["version"])) is not None:
@@ -118,7 +114,7 @@ def evaluate(
     bfcl_rows: int = 25,
     seed: int = 0,
     kept: kept_base.KeptBase | None = None,
-) -> dict[str, Any]:
+) -> Evaluation:
     """Metrics for base and tuned, plus a few side-by-side examples for the report.
 
     `suites` (trainer.data.bfcl.SUITES): heldout scores the eval split (trainer.evaluate.heldout); bfcl asks
@@ -126,9 +122,7 @@ def evaluate(
     BFCL's rules (trainer.evaluate.bfcl): the result's "bfcl" holds both models' metrics, the counts, the failures
     and BFCL's version. Without heldout, base/tuned are empty.
 
-    Returns {"base": metrics, "tuned": metrics, "rows", "turns", "fc_rows", "text_rows", "skipped_long_rows",
-    "warnings", "examples", "categories", "sources" (a mixed dataset's rows per source), "failures" (a few wrong
-    turns per category), "paired", "engine", "suites"}: the counts are of the rows scored (the accuracies'
+    Returns an `Evaluation` (trainer.evaluate.base): the counts are of the rows scored (the accuracies'
     denominators), rows too long for max_seq_len are counted apart and score nothing; metric names are the same in
     every run (a kind with no rows scores 0). Progress (rows answered) goes to stderr.
 
@@ -145,10 +139,10 @@ def evaluate(
         UserError: every row is too long, found before any model loads.
     """
     answering, prep = _engine_and_rows(
-        engine, model_dir, eval_path if "heldout" in suites else None, max_rows, max_seq_len
+        engine, model_dir, eval_path if HeldOut.name in suites else None, max_rows, max_seq_len
     )
     chosen: list[Suite] = [HeldOut(prep, max_seq_len, answering.name, n_examples)]
-    if "bfcl" in suites:
+    if Bfcl.name in suites:
         if bfcl_dir is None:
             raise ValueError("suites holds bfcl but bfcl_dir is None: deliver BFCL's data first (deliver-bfcl)")
         chosen.append(Bfcl(bfcl_dir, bfcl_rows, seed, prep.tokenizer, prep.context))
@@ -163,7 +157,7 @@ def evaluate(
     }
     for suite in chosen:
         result.update(suite.result(base_scores.get(suite.name), tuned_scores.get(suite.name)))
-    return result
+    return cast(Evaluation, result)
 
 
 def _given_base(base: dict[str, Any] | None, key: dict[str, Any]) -> dict[str, Any] | None:
@@ -206,7 +200,7 @@ def _ask(
                 base[suite.name] = earlier
     need = [s for s in asking if s.name not in base]
     if need and len(need) == len(asking) and kept is None:
-        both = engine.answer(model_dir, tuned_dir, MODELS, {s.name: s.asked for s in asking})
+        both = engine.answer(model_dir, tuned_dir, names.MODELS, {s.name: s.asked for s in asking})
         base.update({s.name: s.scored(both["base"][s.name]) for s in asking})
         tuned = both["tuned"]
     else:

@@ -22,6 +22,7 @@ from typing import Any
 from trainer.core import metrics as names
 from trainer.core.errors import UserError
 from trainer.evaluate import gate
+from trainer.evaluate.base import Evaluation
 from trainer.evaluate.report import summary_lines
 from trainer.evaluate.run import logged_metrics
 from trainer.models.merge import scale_problem, scaled_adapter
@@ -122,13 +123,13 @@ def scale_metrics(scales: tuple[float, ...], logged: list[dict[str, float]], cho
 
 
 def evaluate_scales(
-    evaluate: Callable[..., dict[str, Any]],
+    evaluate: Callable[..., Evaluation],
     model_dir: Path,
     tuned_dir: Path,
     scales: tuple[float, ...],
     verdict: Callable[[dict], tuple[bool, str]] | None = None,
     **kwargs,
-) -> list[dict[str, Any]]:
+) -> list[Evaluation]:
     """`evaluate(model_dir, adapter, **kwargs)`'s result at each scale (the adapter's update scaled,
     trainer.models.merge.scaled_adapter), in order. The base's scores are kept by the first (`kwargs["kept"]`) and
     reused by the others, so the base is asked once. Where there is more than one scale, each one's scores (and the
@@ -153,7 +154,7 @@ def evaluate_scales(
 
 
 def scale_lines(
-    scale: float, result: dict[str, Any], verdict: Callable[[dict], tuple[bool, str]] | None = None
+    scale: float, result: Evaluation, verdict: Callable[[dict], tuple[bool, str]] | None = None
 ) -> list[str]:
     """What the evaluate step prints as soon as a scale is scored: its scores, base -> tuned, and the gate's verdict
     at it (`verdict`, as `choose` asks it; none: no gate line)."""
