@@ -30,6 +30,7 @@ from trainer.data import bfcl as bfcl_data
 from trainer.data.bfcl import BfclRow
 from trainer.evaluate import bfcl_check
 from trainer.evaluate.base import Answers, Asked, Suite
+from trainer.evaluate.generation import prompt_ids
 from trainer.evaluate.paired import paired_counts
 
 # New tokens per answer: BFCL's longest expected answers (parallel_multiple: four calls with their
@@ -57,19 +58,8 @@ def rows(tree: Path, per_category: int, seed: int) -> list[BfclRow]:
 
 
 def prompt_lengths(tokenizer, asked: list[BfclRow]) -> list[int]:
-    """Each row's prompt in tokens, as the chat template renders it with its tools."""
-    return [
-        len(
-            tokenizer.apply_chat_template(
-                r["messages"][:-1],
-                tools=r["tools"] or None,
-                add_generation_prompt=True,
-                tokenize=True,
-                return_dict=True,
-            )["input_ids"]
-        )
-        for r in asked
-    ]
+    """Each row's prompt in tokens, as the chat template renders it with its tools (the turn to answer left out)."""
+    return [len(prompt_ids(tokenizer, r["messages"][:-1], r["tools"])) for r in asked]
 
 
 def budgets(prompts: list[int], context: int | None) -> list[int]:

@@ -30,21 +30,17 @@ def answer_budget(tokenizer, rows: list[Row]) -> int:
     return min(max(96, max(lengths) + 32), 1024)
 
 
+def prompt_ids(tokenizer, messages: list, tools: list | None) -> list[int]:
+    """A prompt's tokens as the chat template renders it for generation, with its tools: what HF generate is given
+    and what a server's prompt is measured by."""
+    return tokenizer.apply_chat_template(
+        messages, tools=tools or None, add_generation_prompt=True, tokenize=True, return_dict=True
+    )["input_ids"]
+
+
 def prompt_lengths(tokenizer, rows: list[Row]) -> list[int]:
-    """Each row's prompt in tokens (the conversation before its scored turn, with its tools), as the chat template
-    renders it for generation."""
-    return [
-        len(
-            tokenizer.apply_chat_template(
-                r["messages"][: target_index(r)],
-                tools=r.get("tools") or None,
-                add_generation_prompt=True,
-                tokenize=True,
-                return_dict=True,
-            )["input_ids"]
-        )
-        for r in rows
-    ]
+    """Each row's prompt in tokens: the conversation before its scored turn, with its tools (`prompt_ids`)."""
+    return [len(prompt_ids(tokenizer, r["messages"][: target_index(r)], r.get("tools"))) for r in rows]
 
 
 def context_length(config) -> int | None:
@@ -109,18 +105,7 @@ def generate(
     device = next(model.parameters()).device
     context = context_length(model.config)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    prompts = [
-        tokenizer(
-            tokenizer.apply_chat_template(
-                r["messages"][: target_index(r)],
-                tools=r.get("tools") or None,
-                add_generation_prompt=True,
-                tokenize=False,
-            ),
-            add_special_tokens=False,
-        )["input_ids"]
-        for r in rows
-    ]
+    prompts = [prompt_ids(tokenizer, r["messages"][: target_index(r)], r.get("tools")) for r in rows]
     budgets = list(budgets) if budgets is not None else [answer_budget(tokenizer, [r]) for r in rows]
     if context:
         budgets = [min(b, context - len(p)) for b, p in zip(budgets, prompts)]
