@@ -21,11 +21,16 @@ from components.merge_lora import merge_lora
 from components.not_deployed import not_deployed
 from components.register import register
 from components.validate_params import validate_params
-from pipelines.dag.tasks import PIPELINE_NAME, deliver_inputs, documented, inputs_for, on_gpus, restricted, with_s3
-from trainer.config import params
+from pipelines.dag.tasks import (
+    PIPELINE_NAME,
+    deliver_inputs,
+    inputs_for,
+    on_eval_gpus,
+    restricted,
+    table_parameters,
+    with_s3,
+)
 from trainer.core import settings
-
-F = params.defaults("finetune")  # the signature's defaults: the table's
 
 
 @dsl.pipeline(
@@ -33,69 +38,10 @@ F = params.defaults("finetune")  # the signature's defaults: the table's
     description="Fine-tune a Hugging Face model with LoRA, evaluate base vs "
     "tuned, merge, and serve it behind an OpenAI-compatible API.",
 )
-@documented("finetune")
-def finetune_pipeline(
-    model_source: str = F["model_source"],
-    model_revision: str = F["model_revision"],
-    chat_template: str = F["chat_template"],
-    dataset_source: str = F["dataset_source"],
-    dataset_revision: str = F["dataset_revision"],
-    eval_fraction: float = F["eval_fraction"],
-    irrelevance_share: float = F["irrelevance_share"],
-    irrelevance_reply: str = F["irrelevance_reply"],
-    irrelevance_distractors: float = F["irrelevance_distractors"],
-    name_masking: float = F["name_masking"],
-    launcher: str = F["launcher"],
-    nodes: int = F["nodes"],
-    procs_per_node: int = F["procs_per_node"],
-    method: str = F["method"],
-    lora_r: int = F["lora_r"],
-    lora_alpha: int = F["lora_alpha"],
-    lora_dropout: float = F["lora_dropout"],
-    lora_train_embeddings: bool = F["lora_train_embeddings"],
-    learning_rate: float = F["learning_rate"],
-    max_steps: int = F["max_steps"],
-    batch_size: int = F["batch_size"],
-    batch_tokens: int = F["batch_tokens"],
-    tokens_per_step: int = F["tokens_per_step"],
-    gradient_checkpointing: bool = F["gradient_checkpointing"],
-    compile: bool = F["compile"],
-    max_seq_len: int = F["max_seq_len"],
-    seed: int = F["seed"],
-    checkpoint_every: int = F["checkpoint_every"],
-    max_restarts: int = F["max_restarts"],
-    eval_max_rows: int = F["eval_max_rows"],
-    eval_engine: str = F["eval_engine"],
-    min_fc_accuracy: float = F["min_fc_accuracy"],
-    min_gain: float = F["min_gain"],
-    eval_suites: str = F["eval_suites"],
-    bfcl_rows: int = F["bfcl_rows"],
-    bfcl_source: str = F["bfcl_source"],
-    max_category_drop: float = F["max_category_drop"],
-    gate_significance: float = F["gate_significance"],
-    max_drop_by_category: str = F["max_drop_by_category"],
-    merge_scales: str = F["merge_scales"],
-    deploy_backend: str = F["deploy_backend"],
-    keep_serving: bool = F["keep_serving"],
-    serve_adapters: bool = F["serve_adapters"],
-    served_model_name: str = F["served_model_name"],
-    serve_gpus: int = F["serve_gpus"],
-    namespace: str = F["namespace"],
-    accelerator_resource: str = F["accelerator_resource"],
-    node_selector: dict = F["node_selector"],
-    tolerations: list = F["tolerations"],
-    kueue_queue: str = F["kueue_queue"],
-    cleanup: str = F["cleanup"],
-    wait_timeout_s: int = F["wait_timeout_s"],
-    training_runtime: str = F["training_runtime"],
-    vllm_image: str = F["vllm_image"],
-    eval_gpus: int = F["eval_gpus"],
-    eval_accelerator_type: str = F["eval_accelerator_type"],
-    eval_node_selector: dict = F["eval_node_selector"],
-    eval_tolerations: list = F["eval_tolerations"],
-    registry_address: str = F["registry_address"],
-    stall_timeout_s: float = F["stall_timeout_s"],
-) -> NamedTuple("Outputs", eval_metrics=Metrics, train_metrics=Metrics, merged_model=Model, endpoint=str):
+@table_parameters("finetune")
+def finetune_pipeline(args: dict) -> NamedTuple(
+    "Outputs", eval_metrics=Metrics, train_metrics=Metrics, merged_model=Model, endpoint=str
+):
     """Defaults run the built-in tiny model and dataset (offline, about a minute on 2 CPU cores).
 
     For a pretrained model set lora_train_embeddings=False and a learning rate near 2e-4. A real model on a laptop
@@ -106,15 +52,16 @@ def finetune_pipeline(
     `procs_per_node` (= GPUs per node) processes train. Every parameter is checked by the first
     step (validate-params) before anything is downloaded or started.
 
-    Args: from trainer.config.params (one table for every parameter's type, default and help).
+    Args: from trainer.config.params (one table for every parameter's name, type, default and help): `args`.
     """
-    args = dict(locals())  # first statement: the pipeline's own parameters, by name
     # with S3: s3:// values are checked against the run's bucket (one HEAD each) before anything is delivered
     checked = with_s3(validate_params(**inputs_for(validate_params, args)).set_display_name("validate parameters"))
     checked.set_caching_options(False)  # local files it reads may change between runs
     model, data = deliver_inputs(args, after=checked)
     # BFCL's data, when scored, delivered before training: a dataset holding its questions is refused here.
-    bfcl = with_s3(deliver_bfcl(source=bfcl_source, eval_suites=eval_suites, dataset=data.outputs["dataset"]))
+    bfcl = with_s3(
+        deliver_bfcl(source=args["bfcl_source"], eval_suites=args["eval_suites"], dataset=data.outputs["dataset"])
+    )
     bfcl.set_display_name("deliver BFCL")
     train = (
         with_s3(
@@ -134,7 +81,7 @@ def finetune_pipeline(
             base_model=model.outputs["model"],
             tuned_model=train.outputs["adapter"],
             dataset=data.outputs["dataset"],
-            max_rows=eval_max_rows,
+            max_rows=args["eval_max_rows"],
             bfcl=bfcl.outputs["bfcl"],
         )
     ).set_display_name("evaluate")
@@ -145,7 +92,7 @@ def finetune_pipeline(
     )
     merged.set_display_name("merge LoRA")
     for task in (scores, merged):
-        on_gpus(task, eval_gpus, eval_accelerator_type, eval_node_selector, eval_tolerations)
+        on_eval_gpus(task, args)
     # The promotion gate (min_fc_accuracy, min_gain): deploy and register only a model that passes it;
     # otherwise the run ends green with the evaluate step's "not promoted: ..." line and no endpoint.
     with dsl.If(scores.outputs["promoted"] == True, name="promoted"):  # noqa: E712 - a KFP condition
@@ -156,12 +103,12 @@ def finetune_pipeline(
                 dataset=data.outputs["dataset"],
                 base_model=model.outputs["model"],
                 adapter=train.outputs["adapter"],
-                backend=deploy_backend,
-                name=served_model_name,
-                gpus=serve_gpus,
+                backend=args["deploy_backend"],
+                name=args["served_model_name"],
+                gpus=args["serve_gpus"],
             )
         ).set_display_name("deploy")
-        with dsl.If(registry_address != "", name="registry-set"):
+        with dsl.If(args["registry_address"] != "", name="registry-set"):
             registered = register(
                 merged=merged.outputs["merged"],
                 adapter=train.outputs["adapter"],
@@ -169,8 +116,8 @@ def finetune_pipeline(
                 dataset=data.outputs["dataset"],
                 train_metrics=train.outputs["metrics"],
                 eval_metrics=scores.outputs["metrics"],
-                registry_address=registry_address,
-                model_name=served_model_name,
+                registry_address=args["registry_address"],
+                model_name=args["served_model_name"],
                 run_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
                 run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
             )

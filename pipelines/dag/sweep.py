@@ -30,12 +30,9 @@ from components.merge_lora import merge_lora
 from components.not_deployed import not_deployed
 from components.pick_best import pick_best
 from components.validate_params import validate_params
-from pipelines.dag.tasks import deliver_inputs, documented, inputs_for, on_gpus, restricted, with_s3
-from trainer.config import params
+from pipelines.dag.tasks import deliver_inputs, inputs_for, on_eval_gpus, restricted, table_parameters, with_s3
 
 SWEEP_NAME = "llm-finetune-sweep"
-DEFAULT_TRIALS = params.BY_NAME["trials"].default
-S = params.defaults("sweep")  # the signature's defaults: the table's
 
 
 def build(parallelism: int = 2):
@@ -46,66 +43,12 @@ def build(parallelism: int = 2):
         description="LoRA hyperparameter sweep: parallel trials, the best deployed "
         "only if it beats the base model by min_gain.",
     )
-    @documented("sweep")
-    def sweep_pipeline(
-        trials: list = DEFAULT_TRIALS,
-        select_metric: str = S["select_metric"],
-        min_gain: float = S["min_gain"],
-        min_fc_accuracy: float = S["min_fc_accuracy"],
-        max_category_drop: float = S["max_category_drop"],
-        gate_significance: float = S["gate_significance"],
-        max_drop_by_category: str = S["max_drop_by_category"],
-        merge_scales: str = S["merge_scales"],
-        model_source: str = S["model_source"],
-        model_revision: str = S["model_revision"],
-        chat_template: str = S["chat_template"],
-        dataset_source: str = S["dataset_source"],
-        dataset_revision: str = S["dataset_revision"],
-        eval_fraction: float = S["eval_fraction"],
-        irrelevance_share: float = S["irrelevance_share"],
-        irrelevance_reply: str = S["irrelevance_reply"],
-        irrelevance_distractors: float = S["irrelevance_distractors"],
-        name_masking: float = S["name_masking"],
-        launcher: str = S["launcher"],
-        nodes: int = S["nodes"],
-        procs_per_node: int = S["procs_per_node"],
-        namespace: str = S["namespace"],
-        accelerator_resource: str = S["accelerator_resource"],
-        node_selector: dict = S["node_selector"],
-        tolerations: list = S["tolerations"],
-        lora_dropout: float = S["lora_dropout"],
-        lora_train_embeddings: bool = S["lora_train_embeddings"],
-        max_steps: int = S["max_steps"],
-        batch_tokens: int = S["batch_tokens"],
-        max_seq_len: int = S["max_seq_len"],
-        seed: int = S["seed"],
-        max_restarts: int = S["max_restarts"],
-        eval_max_rows: int = S["eval_max_rows"],
-        eval_engine: str = S["eval_engine"],
-        deploy_backend: str = S["deploy_backend"],
-        keep_serving: bool = S["keep_serving"],
-        served_model_name: str = S["served_model_name"],
-        deploy_all_trials: bool = S["deploy_all_trials"],
-        checkpoint_every: int = S["checkpoint_every"],
-        gradient_checkpointing: bool = S["gradient_checkpointing"],
-        compile: bool = S["compile"],
-        kueue_queue: str = S["kueue_queue"],
-        cleanup: str = S["cleanup"],
-        wait_timeout_s: int = S["wait_timeout_s"],
-        training_runtime: str = S["training_runtime"],
-        stall_timeout_s: float = S["stall_timeout_s"],
-        serve_gpus: int = S["serve_gpus"],
-        vllm_image: str = S["vllm_image"],
-        eval_gpus: int = S["eval_gpus"],
-        eval_accelerator_type: str = S["eval_accelerator_type"],
-        eval_node_selector: dict = S["eval_node_selector"],
-        eval_tolerations: list = S["eval_tolerations"],
-    ) -> NamedTuple("Outputs", best_metrics=Metrics, summary=Markdown, decision=str):
+    @table_parameters("sweep")
+    def sweep_pipeline(args: dict) -> NamedTuple("Outputs", best_metrics=Metrics, summary=Markdown, decision=str):
         """LoRA trials in parallel; the best one is merged and deployed only if it beats the base model.
 
-        Args: from trainer.config.params (one table for every parameter's type, default and help).
+        Args: from trainer.config.params (one table for every parameter's name, type, default and help): `args`.
         """
-        args = dict(locals())  # first statement: the pipeline's own parameters, by name
         checked = with_s3(
             validate_params(**inputs_for(validate_params, args), sweep=True).set_display_name("validate parameters")
         )
@@ -116,13 +59,13 @@ def build(parallelism: int = 2):
             evaluate_base(
                 base_model=model.outputs["model"],
                 dataset=data.outputs["dataset"],
-                max_rows=eval_max_rows,
-                max_seq_len=max_seq_len,
-                eval_engine=eval_engine,
+                max_rows=args["eval_max_rows"],
+                max_seq_len=args["max_seq_len"],
+                eval_engine=args["eval_engine"],
             )
         ).set_display_name("evaluate base")
-        on_gpus(base, eval_gpus, eval_accelerator_type, eval_node_selector, eval_tolerations)
-        with dsl.ParallelFor(trials, parallelism=parallelism) as trial:
+        on_eval_gpus(base, args)
+        with dsl.ParallelFor(args["trials"], parallelism=parallelism) as trial:
             # Every shared setting by name, as the finetune pipeline passes them; the trial's own on top.
             train = with_s3(
                 finetune(
@@ -140,43 +83,43 @@ def build(parallelism: int = 2):
                     base_model=model.outputs["model"],
                     tuned_model=train.outputs["adapter"],
                     dataset=data.outputs["dataset"],
-                    max_rows=eval_max_rows,
-                    max_seq_len=max_seq_len,
-                    eval_engine=eval_engine,
+                    max_rows=args["eval_max_rows"],
+                    max_seq_len=args["max_seq_len"],
+                    eval_engine=args["eval_engine"],
                     base_scores=base.outputs["scores"],
                     gate=False,
-                    merge_scales=merge_scales,
-                    min_fc_accuracy=min_fc_accuracy,
-                    max_category_drop=max_category_drop,
-                    gate_significance=gate_significance,
-                    max_drop_by_category=max_drop_by_category,
+                    merge_scales=args["merge_scales"],
+                    min_fc_accuracy=args["min_fc_accuracy"],
+                    max_category_drop=args["max_category_drop"],
+                    gate_significance=args["gate_significance"],
+                    max_drop_by_category=args["max_drop_by_category"],
                 )
             ).set_display_name("trial: evaluate")  # pick best gates
-            on_gpus(scores, eval_gpus, eval_accelerator_type, eval_node_selector, eval_tolerations)
+            on_eval_gpus(scores, args)
         best = restricted(
             pick_best(
-                trials=trials,
+                trials=args["trials"],
                 trial_metrics=dsl.Collected(scores.outputs["metrics"]),
                 adapters=dsl.Collected(train.outputs["adapter"]),
-                select_metric=select_metric,
-                min_gain=min_gain,
-                min_fc_accuracy=min_fc_accuracy,
-                max_category_drop=max_category_drop,
-                gate_significance=gate_significance,
-                max_drop_by_category=max_drop_by_category,
+                select_metric=args["select_metric"],
+                min_gain=args["min_gain"],
+                min_fc_accuracy=args["min_fc_accuracy"],
+                max_category_drop=args["max_category_drop"],
+                gate_significance=args["gate_significance"],
+                max_drop_by_category=args["max_drop_by_category"],
             ).set_display_name("pick best")
         )
         # KFP 2.17 cannot compile dsl.Collected inside a condition, so this task always runs and
         # returns at once unless deploy_all_trials is set.
         with_s3(
             deploy_trials(
-                enabled=deploy_all_trials,
+                enabled=args["deploy_all_trials"],
                 base_model=model.outputs["model"],
                 adapters=dsl.Collected(train.outputs["adapter"]),
                 dataset=data.outputs["dataset"],
-                backend=deploy_backend,
-                name=served_model_name,
-                gpus=serve_gpus,
+                backend=args["deploy_backend"],
+                name=args["served_model_name"],
+                gpus=args["serve_gpus"],
                 **inputs_for(deploy_trials, args),
             )
         ).set_display_name("deploy all trials side by side")
@@ -188,21 +131,15 @@ def build(parallelism: int = 2):
                     scale=best.outputs["best_scale"],
                 )
             )
-            on_gpus(
-                merged.set_display_name("merge LoRA"),
-                eval_gpus,
-                eval_accelerator_type,
-                eval_node_selector,
-                eval_tolerations,
-            )
+            on_eval_gpus(merged.set_display_name("merge LoRA"), args)
             with_s3(
                 deploy(
                     **inputs_for(deploy, args),
                     model=merged.outputs["merged"],
                     dataset=data.outputs["dataset"],
-                    backend=deploy_backend,
-                    name=served_model_name,
-                    gpus=serve_gpus,
+                    backend=args["deploy_backend"],
+                    name=args["served_model_name"],
+                    gpus=args["serve_gpus"],
                 )
             ).set_display_name("deploy")
         with dsl.Else(name="not-good-enough"):

@@ -1,5 +1,8 @@
 """What both pipelines' tasks share: the pod's security and S3 settings, GPUs and placement, the pipeline's own
-arguments a component takes (`inputs_for`), the delivery tasks, and the KFP UI's parameter descriptions."""
+arguments a component takes (`inputs_for`), the delivery tasks, and the pipelines' signatures and KFP UI parameter
+descriptions from the parameter table (`table_parameters`)."""
+
+import inspect
 
 from kfp import dsl, kubernetes
 
@@ -49,6 +52,13 @@ def on_gpus(task: dsl.PipelineTask, gpus, accelerator_type, node_selector, toler
     return task
 
 
+def on_eval_gpus(task: dsl.PipelineTask, args: dict) -> dsl.PipelineTask:
+    """`on_gpus` with the pipeline's eval_gpus, eval_accelerator_type, eval_node_selector and eval_tolerations: the
+    evaluate, evaluate-base and merge steps' placement."""
+    keys = ("eval_gpus", "eval_accelerator_type", "eval_node_selector", "eval_tolerations")
+    return on_gpus(task, *(args[k] for k in keys))
+
+
 def inputs_for(component, args: dict) -> dict:
     """The pipeline's own arguments that `component` takes, by name: calls built from the one
     list of names in the pipeline's signature (tests check validate-params takes them all)."""
@@ -74,12 +84,25 @@ def deliver_inputs(args: dict, after: dsl.PipelineTask | None = None) -> tuple[d
     return tasks[0], tasks[1]
 
 
-def documented(pipeline: str):
-    """The function's docstring with the Args section of `pipeline`'s parameters from trainer.config.params,
-    before dsl.pipeline reads it (the KFP UI's descriptions of the run parameters)."""
+def table_parameters(pipeline: str):
+    """A pipeline's body, `body(args)`, as the function dsl.pipeline compiles: its signature is `pipeline`'s
+    parameters from trainer.config.params (name, type, default, in the table's order) and its docstring's Args
+    section their help (the KFP UI's descriptions of the run parameters). KFP calls it with one value (a pipeline
+    channel) per parameter; `body` gets them by name, `args`, and passes each component the ones it takes
+    (`inputs_for`)."""
 
-    def apply(func):
-        func.__doc__ = params.docstring(pipeline, func.__doc__.split("Args:")[0])
-        return func
+    def apply(body):
+        shape = params.signature(pipeline, inspect.signature(body).return_annotation)
+
+        def pipeline_func(*values, **named):
+            bound = shape.bind(*values, **named)
+            bound.apply_defaults()
+            return body(dict(bound.arguments))
+
+        pipeline_func.__signature__ = shape  # type: ignore[attr-defined]  # what inspect.signature (KFP) reads
+        pipeline_func.__name__, pipeline_func.__qualname__ = body.__name__, body.__qualname__
+        pipeline_func.__module__ = body.__module__
+        pipeline_func.__doc__ = params.docstring(pipeline, (body.__doc__ or "").split("Args:")[0])
+        return pipeline_func
 
     return apply

@@ -21,17 +21,45 @@ def pipelines():
     return {"finetune": finetune_pipeline, "sweep": sweep_pipeline}
 
 
+# How KFP types a run parameter by its Python type.
+KFP_TYPES = {str: "String", int: "Integer", float: "Float", bool: "Boolean", dict: "Dict", list: "List"}
+
+
 @pytest.mark.parametrize("name", ["finetune", "sweep"])
-def test_each_pipeline_signature_is_the_tables(name):
+def test_each_pipelines_run_parameters_are_the_tables(name):
+    """The pipeline's signature is built from the table (pipelines.dag.tasks.table_parameters); what KFP reads off
+    it (the component spec the YAML compiles from: the run parameters) has each parameter of the table, and only
+    those, with its type, default and help word for word, and the body gets each by name."""
     pipeline = pipelines()[name]
-    signature = inspect.signature(pipeline.pipeline_func).parameters
-    assert list(signature) == [p.name for p in params.of(name)] or set(signature) == {p.name for p in params.of(name)}
+    inputs = pipeline.component_spec.inputs
+    assert list(inspect.signature(pipeline.pipeline_func).parameters) == [p.name for p in params.of(name)]
+    assert set(inputs) == {p.name for p in params.of(name)}
     for p in params.of(name):
-        assert signature[p.name].annotation is p.type, p.name
-        assert signature[p.name].default == p.default_in(name), p.name
+        spec = inputs[p.name]
+        assert (spec.type, spec.default) == (KFP_TYPES[p.type], p.default_in(name)), p.name
         assert type(p.default_in(name)) is p.type, p.name  # a float default is a float (KFP types it by the value)
         # the KFP UI's description of the run parameter: the table's help, word for word
-        assert " ".join(pipeline.component_spec.inputs[p.name].description.split()) == p.help_in(name), p.name
+        assert " ".join(spec.description.split()) == p.help_in(name), p.name
+
+
+def test_a_pipeline_body_gets_every_parameter_by_name_given_or_defaulted():
+    from pipelines.dag.tasks import table_parameters
+
+    seen = []
+
+    @table_parameters("sweep")
+    def body(args: dict) -> int:
+        """A body."""
+        seen.append(args)
+        return len(args)
+
+    names = [p.name for p in params.of("sweep")]
+    assert body(*range(3), seed=7) == len(names) and body.__name__ == "body"
+    assert list(seen[0]) == names and [seen[0][n] for n in names[:3]] == [0, 1, 2] and seen[0]["seed"] == 7
+    assert seen[0]["max_steps"] == params.BY_NAME["max_steps"].default_in("sweep")
+    assert body.__doc__.startswith("A body.") and "    seed: " in body.__doc__
+    with pytest.raises(TypeError, match="no_such_parameter"):
+        body(no_such_parameter=1)
 
 
 # A component's own default that differs from the pipelines' on purpose.

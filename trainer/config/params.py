@@ -752,6 +752,17 @@ def defaults(pipeline: str) -> dict[str, Any]:
     return {p.name: p.default_in(pipeline) for p in of(pipeline)}
 
 
+def signature(pipeline: str, returns: Any = inspect.Signature.empty) -> inspect.Signature:
+    """`pipeline`'s parameters as a Python signature, each its name, type and default from the table, in its
+    order: the pipelines' own signature (pipelines/dag/tasks.table_parameters), which KFP compiles into the run
+    parameters, so that a parameter is declared here alone. `returns`: the pipeline's outputs."""
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    return inspect.Signature(
+        [inspect.Parameter(p.name, kind, default=p.default_in(pipeline), annotation=p.type) for p in of(pipeline)],
+        return_annotation=returns,
+    )
+
+
 def docstring(pipeline: str, intro: str) -> str:
     """`intro`, then an Args section of `pipeline`'s parameters: KFP takes each run parameter's
     description in its UI from it."""
