@@ -205,5 +205,4 @@ class HfEngine(Engine):
         predictions: list[Prediction | None] = [None] * len(asked.rows)
         for i, p in zip(keep, parsed_outputs(texts, parser)):
             predictions[i] = p
-        pad = tokenizer.pad_token_id
-        return Answers(predictions, losses.example_losses(model, asked.examples, pad) if asked.examples else [])
+        return Answers(predictions, losses.example_losses(model, asked.examples, tokenizer.pad_token_id))
